@@ -1,0 +1,46 @@
+#include "distribute/device_set.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "tensor/cuda/cuda_backend.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::distribute {
+
+absl::StatusOr<std::vector<Device>> ResolveDevices(
+    const std::vector<std::string>& entries) {
+  if (entries.empty()) {
+    return absl::InvalidArgumentError("the device list is empty");
+  }
+  std::vector<Device> devices;
+  if (entries.size() == 1 && entries[0] == "all_gpus") {
+    const int count = cuda::DeviceCount();
+    if (count == 0) {
+      return absl::InvalidArgumentError(
+          "all_gpus requested but no GPU is visible");
+    }
+    for (int i = 0; i < count; ++i) devices.push_back(Device::Cuda(i));
+    return devices;
+  }
+  for (const std::string& entry : entries) {
+    if (entry == "all_gpus") {
+      return absl::InvalidArgumentError(
+          "all_gpus must be the only entry of the device list");
+    }
+    MT_ASSIGN_OR_RETURN(Device d, ParseDevice(entry));
+    if (d.is_cuda()) MT_RETURN_IF_ERROR(cuda::CheckDevice(d.index));
+    if (std::find(devices.begin(), devices.end(), d) != devices.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("device ", entry, " is listed twice"));
+    }
+    if (!devices.empty() && devices[0].type != d.type) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("device ", entry, " mixes CPU and GPU devices"));
+    }
+    devices.push_back(d);
+  }
+  return devices;
+}
+
+}  // namespace mirrortrain::distribute

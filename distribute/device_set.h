@@ -1,0 +1,21 @@
+// The devices a job runs on, from `distribute.devices`.
+#ifndef MIRRORTRAIN_DISTRIBUTE_DEVICE_SET_H_
+#define MIRRORTRAIN_DISTRIBUTE_DEVICE_SET_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tensor/device.h"
+
+namespace mirrortrain::distribute {
+
+// Parses entries such as "cpu:0", "gpu:1" or the single entry "all_gpus"
+// (every visible GPU). Duplicates, GPUs that are not visible, and mixing CPU
+// with GPU devices are errors that say which entry is wrong.
+absl::StatusOr<std::vector<Device>> ResolveDevices(
+    const std::vector<std::string>& entries);
+
+}  // namespace mirrortrain::distribute
+
+#endif  // MIRRORTRAIN_DISTRIBUTE_DEVICE_SET_H_

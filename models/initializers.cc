@@ -1,0 +1,41 @@
+#include "models/initializers.h"
+
+#include <cmath>
+#include <random>
+
+namespace mirrortrain::models {
+
+void ComputeFans(const Shape& shape, double* fan_in, double* fan_out) {
+  if (shape.empty()) {
+    *fan_in = *fan_out = 1;
+  } else if (shape.size() == 1) {
+    *fan_in = *fan_out = static_cast<double>(shape[0]);
+  } else {
+    double receptive = 1;
+    for (size_t i = 0; i + 2 < shape.size(); ++i) receptive *= shape[i];
+    *fan_in = shape[shape.size() - 2] * receptive;
+    *fan_out = shape[shape.size() - 1] * receptive;
+  }
+}
+
+Tensor GlorotUniform(const Shape& shape, uint64_t seed, DType dtype) {
+  double fan_in, fan_out;
+  ComputeFans(shape, &fan_in, &fan_out);
+  const double limit = std::sqrt(6.0 / std::max(1.0, fan_in + fan_out));
+  Tensor t = Tensor::HostEmpty(dtype, shape);
+  // mt19937_64's sequence is fixed by the standard; the conversion to [0,1)
+  // is done here (not by a distribution) so it is the same everywhere.
+  std::mt19937_64 rng(seed);
+  for (int64_t i = 0; i < t.num_elements(); ++i) {
+    double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+    double v = (2.0 * u - 1.0) * limit;
+    if (dtype == DType::kF32) {
+      t.data<float>()[i] = static_cast<float>(v);
+    } else {
+      t.data<double>()[i] = v;
+    }
+  }
+  return t;
+}
+
+}  // namespace mirrortrain::models

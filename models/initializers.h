@@ -1,0 +1,23 @@
+// Keras-default weight initialisers, seeded and platform-independent.
+#ifndef MIRRORTRAIN_MODELS_INITIALIZERS_H_
+#define MIRRORTRAIN_MODELS_INITIALIZERS_H_
+
+#include <cstdint>
+
+#include "tensor/tensor.h"
+
+namespace mirrortrain::models {
+
+// U(-limit, limit) with limit = sqrt(6 / (fan_in + fan_out)), as
+// keras.initializers.GlorotUniform. For a kernel [..., in, out] the fans are
+// in * receptive field and out * receptive field (receptive field = product
+// of the leading dims). The stream of numbers depends only on `seed`.
+Tensor GlorotUniform(const Shape& shape, uint64_t seed,
+                     DType dtype = DType::kF32);
+
+// Fan-in and fan-out of a kernel shape, as Keras computes them.
+void ComputeFans(const Shape& shape, double* fan_in, double* fan_out);
+
+}  // namespace mirrortrain::models
+
+#endif  // MIRRORTRAIN_MODELS_INITIALIZERS_H_

@@ -1,0 +1,55 @@
+// The CUDA backend as seen from plain C++: no CUDA types cross this header,
+// so the rest of the library compiles the same with or without CUDA. When
+// the build has no CUDA (MIRRORTRAIN_CUDA=OFF or no nvcc) every call returns
+// a FailedPrecondition error and DeviceCount() is 0.
+//
+// Stream contract: kernels and copies are enqueued on the calling thread's
+// current stream (cudaStreamPerThread unless a replica sets its own, see
+// SetCurrentStream); copies to or from host memory are synchronous with
+// respect to that stream.
+#ifndef MIRRORTRAIN_TENSOR_CUDA_CUDA_BACKEND_H_
+#define MIRRORTRAIN_TENSOR_CUDA_CUDA_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "tensor/allocator.h"
+#include "tensor/device.h"
+#include "tensor/dtype.h"
+#include "tensor/elementwise_kind.h"
+
+namespace mirrortrain::cuda {
+
+// Whether this binary was built with the CUDA backend.
+bool Built();
+// Number of visible GPUs; 0 when not built, no driver or no GPU.
+int DeviceCount();
+// Checks that gpu:`device` exists, naming how many are visible if not.
+absl::Status CheckDevice(int device);
+
+// The caching allocator of gpu:`device` (process-wide, never destroyed).
+absl::StatusOr<Allocator*> DeviceAllocator(int device);
+
+// Opaque stream handle (a cudaStream_t). nullptr means the per-thread
+// default stream.
+using StreamHandle = void*;
+void SetCurrentStream(StreamHandle stream);
+StreamHandle CurrentStream();
+
+absl::Status Memset(void* ptr, int value, size_t bytes, int device);
+absl::Status Copy(void* dst, Device dst_device, const void* src,
+                  Device src_device, size_t bytes);
+absl::Status Synchronize(int device);
+
+// y[i] = f(x[i]) for i < n, floating dtypes.
+absl::Status Unary(UnaryKind kind, DType dtype, const void* x, void* y,
+                   int64_t n, int device);
+// out[i] = f(a[i], b[i]) for i < n, floating dtypes.
+absl::Status Binary(BinaryKind kind, DType dtype, const void* a, const void* b,
+                    void* out, int64_t n, int device);
+
+}  // namespace mirrortrain::cuda
+
+#endif  // MIRRORTRAIN_TENSOR_CUDA_CUDA_BACKEND_H_

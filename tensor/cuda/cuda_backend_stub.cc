@@ -1,0 +1,39 @@
+// Stand-in for the CUDA backend in builds without CUDA.
+#include "absl/strings/str_cat.h"
+#include "tensor/cuda/cuda_backend.h"
+
+namespace mirrortrain::cuda {
+namespace {
+
+absl::Status NotBuilt() {
+  return absl::FailedPreconditionError(
+      "this mirrortrain was built without CUDA (MIRRORTRAIN_CUDA=OFF or no "
+      "nvcc found)");
+}
+
+}  // namespace
+
+bool Built() { return false; }
+int DeviceCount() { return 0; }
+absl::Status CheckDevice(int device) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("gpu:", device,
+                   " requested but this mirrortrain was built without CUDA"));
+}
+absl::StatusOr<Allocator*> DeviceAllocator(int) { return NotBuilt(); }
+void SetCurrentStream(StreamHandle) {}
+StreamHandle CurrentStream() { return nullptr; }
+absl::Status Memset(void*, int, size_t, int) { return NotBuilt(); }
+absl::Status Copy(void*, Device, const void*, Device, size_t) {
+  return NotBuilt();
+}
+absl::Status Synchronize(int) { return NotBuilt(); }
+absl::Status Unary(UnaryKind, DType, const void*, void*, int64_t, int) {
+  return NotBuilt();
+}
+absl::Status Binary(BinaryKind, DType, const void*, const void*, void*, int64_t,
+                    int) {
+  return NotBuilt();
+}
+
+}  // namespace mirrortrain::cuda

@@ -1,0 +1,128 @@
+// CUDA twins of the CPU elementwise kernels in tensor/ops/elementwise.cc.
+#include <cuda_runtime.h>
+
+#include "tensor/cuda/cuda_backend.h"
+#include "tensor/cuda/cuda_check.h"
+#include "tensor/cuda/device_guard.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::cuda {
+namespace {
+
+template <typename T>
+__device__ T ApplyUnary(UnaryKind kind, T x) {
+  switch (kind) {
+    case UnaryKind::kNeg:
+      return -x;
+    case UnaryKind::kExp:
+      return exp(x);
+    case UnaryKind::kLog:
+      return log(x);
+    case UnaryKind::kSqrt:
+      return sqrt(x);
+    case UnaryKind::kSquare:
+      return x * x;
+    case UnaryKind::kRelu:
+      return x > T(0) ? x : T(0);
+    case UnaryKind::kSigmoid:
+      return T(1) / (T(1) + exp(-x));
+    case UnaryKind::kTanh:
+      return tanh(x);
+  }
+  return x;
+}
+
+template <typename T>
+__device__ T ApplyBinary(BinaryKind kind, T a, T b) {
+  switch (kind) {
+    case BinaryKind::kAdd:
+      return a + b;
+    case BinaryKind::kSub:
+      return a - b;
+    case BinaryKind::kMul:
+      return a * b;
+    case BinaryKind::kDiv:
+      return a / b;
+    case BinaryKind::kReluGrad:
+      return b > T(0) ? a : T(0);
+    case BinaryKind::kSigmoidGrad:
+      return a * b * (T(1) - b);
+    case BinaryKind::kTanhGrad:
+      return a * (T(1) - b * b);
+  }
+  return a;
+}
+
+template <typename T>
+__global__ void UnaryKernel(UnaryKind kind, const T* x, T* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    y[i] = ApplyUnary(kind, x[i]);
+  }
+}
+
+template <typename T>
+__global__ void BinaryKernel(BinaryKind kind, const T* a, const T* b, T* out,
+                             int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    out[i] = ApplyBinary(kind, a[i], b[i]);
+  }
+}
+
+constexpr int kThreads = 256;
+int Blocks(int64_t n) {
+  int64_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<int>(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
+}
+
+absl::Status FloatOnly(DType dtype) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "CUDA elementwise kernels take f32 or f64, got ", DTypeName(dtype)));
+}
+
+}  // namespace
+
+absl::Status Unary(UnaryKind kind, DType dtype, const void* x, void* y,
+                   int64_t n, int device) {
+  if (n == 0) return absl::OkStatus();
+  DeviceGuard guard;
+  MT_RETURN_IF_ERROR(guard.Set(device));
+  cudaStream_t stream = static_cast<cudaStream_t>(CurrentStream());
+  if (stream == nullptr) stream = cudaStreamPerThread;
+  if (dtype == DType::kF32) {
+    UnaryKernel<<<Blocks(n), kThreads, 0, stream>>>(
+        kind, static_cast<const float*>(x), static_cast<float*>(y), n);
+  } else if (dtype == DType::kF64) {
+    UnaryKernel<<<Blocks(n), kThreads, 0, stream>>>(
+        kind, static_cast<const double*>(x), static_cast<double*>(y), n);
+  } else {
+    return FloatOnly(dtype);
+  }
+  MT_CUDA_RETURN_IF_LAUNCH_ERROR("UnaryKernel");
+  return absl::OkStatus();
+}
+
+absl::Status Binary(BinaryKind kind, DType dtype, const void* a, const void* b,
+                    void* out, int64_t n, int device) {
+  if (n == 0) return absl::OkStatus();
+  DeviceGuard guard;
+  MT_RETURN_IF_ERROR(guard.Set(device));
+  cudaStream_t stream = static_cast<cudaStream_t>(CurrentStream());
+  if (stream == nullptr) stream = cudaStreamPerThread;
+  if (dtype == DType::kF32) {
+    BinaryKernel<<<Blocks(n), kThreads, 0, stream>>>(
+        kind, static_cast<const float*>(a), static_cast<const float*>(b),
+        static_cast<float*>(out), n);
+  } else if (dtype == DType::kF64) {
+    BinaryKernel<<<Blocks(n), kThreads, 0, stream>>>(
+        kind, static_cast<const double*>(a), static_cast<const double*>(b),
+        static_cast<double*>(out), n);
+  } else {
+    return FloatOnly(dtype);
+  }
+  MT_CUDA_RETURN_IF_LAUNCH_ERROR("BinaryKernel");
+  return absl::OkStatus();
+}
+
+}  // namespace mirrortrain::cuda

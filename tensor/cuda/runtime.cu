@@ -1,0 +1,160 @@
+// Device discovery, streams, copies and the caching allocator.
+#include <cuda_runtime.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tensor/cuda/cuda_backend.h"
+#include "tensor/cuda/cuda_check.h"
+#include "tensor/cuda/device_guard.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::cuda {
+namespace {
+
+thread_local cudaStream_t current_stream = nullptr;
+
+cudaStream_t Stream() {
+  return current_stream != nullptr ? current_stream : cudaStreamPerThread;
+}
+
+// Caches freed blocks by size so a steady-state training step never calls
+// cudaMalloc/cudaFree. Blocks are rounded up to 512 bytes; a request takes
+// the smallest cached block at least as large and at most twice as large.
+// Freed blocks are reusable by any stream of this device only after the
+// work that used them is done, so Deallocate synchronises the current
+// stream before caching (kernels of one replica run on one stream).
+class CachingAllocator final : public Allocator {
+ public:
+  explicit CachingAllocator(int device) : device_(device) {}
+
+  absl::StatusOr<void*> Allocate(size_t bytes) override {
+    size_t rounded = RoundUp(bytes);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = free_.lower_bound(rounded);
+      if (it != free_.end() && it->first <= 2 * rounded) {
+        void* ptr = it->second;
+        sizes_[ptr] = it->first;
+        free_.erase(it);
+        return ptr;
+      }
+    }
+    DeviceGuard guard;
+    MT_RETURN_IF_ERROR(guard.Set(device_));
+    void* ptr = nullptr;
+    cudaError_t err = cudaMalloc(&ptr, rounded);
+    if (err != cudaSuccess) {
+      // Out of memory: give the cache back to the driver and retry once.
+      cudaGetLastError();
+      ReleaseCached();
+      MT_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, rounded));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    sizes_[ptr] = rounded;
+    return ptr;
+  }
+
+  void Deallocate(void* ptr, size_t) override {
+    cudaStreamSynchronize(Stream());
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sizes_.find(ptr);
+    if (it == sizes_.end()) return;
+    free_.emplace(it->second, ptr);
+    sizes_.erase(it);
+  }
+
+  Device device() const override { return Device::Cuda(device_); }
+
+ private:
+  static size_t RoundUp(size_t bytes) {
+    constexpr size_t kQuantum = 512;
+    return bytes == 0 ? kQuantum : (bytes + kQuantum - 1) / kQuantum * kQuantum;
+  }
+  void ReleaseCached() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [size, ptr] : free_) cudaFree(ptr);
+    free_.clear();
+  }
+
+  const int device_;
+  std::mutex mu_;
+  std::multimap<size_t, void*> free_;
+  std::map<void*, size_t> sizes_;  // Blocks handed out.
+};
+
+}  // namespace
+
+bool Built() { return true; }
+
+int DeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // No driver or no device: clear the sticky error.
+    return 0;
+  }
+  return count;
+}
+
+absl::Status CheckDevice(int device) {
+  int count = DeviceCount();
+  if (device < 0 || device >= count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gpu:", device, " requested but ", count, " GPU(s) are visible"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Allocator*> DeviceAllocator(int device) {
+  MT_RETURN_IF_ERROR(CheckDevice(device));
+  static std::mutex mu;
+  static auto* allocators = new std::vector<std::unique_ptr<CachingAllocator>>;
+  std::lock_guard<std::mutex> lock(mu);
+  if (allocators->empty()) allocators->resize(DeviceCount());
+  auto& slot = (*allocators)[device];
+  if (slot == nullptr) slot = std::make_unique<CachingAllocator>(device);
+  return slot.get();
+}
+
+void SetCurrentStream(StreamHandle stream) {
+  current_stream = static_cast<cudaStream_t>(stream);
+}
+StreamHandle CurrentStream() { return current_stream; }
+
+absl::Status Memset(void* ptr, int value, size_t bytes, int device) {
+  DeviceGuard guard;
+  MT_RETURN_IF_ERROR(guard.Set(device));
+  MT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(ptr, value, bytes, Stream()));
+  return absl::OkStatus();
+}
+
+absl::Status Copy(void* dst, Device dst_device, const void* src,
+                  Device src_device, size_t bytes) {
+  DeviceGuard guard;
+  MT_RETURN_IF_ERROR(
+      guard.Set(dst_device.is_cuda() ? dst_device.index : src_device.index));
+  if (dst_device.is_cuda() && src_device.is_cuda() &&
+      dst_device.index != src_device.index) {
+    MT_CUDA_RETURN_IF_ERROR(cudaMemcpyPeerAsync(
+        dst, dst_device.index, src, src_device.index, bytes, Stream()));
+  } else {
+    MT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, Stream()));
+  }
+  if (dst_device.is_cpu() || src_device.is_cpu()) {
+    MT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(Stream()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Synchronize(int device) {
+  DeviceGuard guard;
+  MT_RETURN_IF_ERROR(guard.Set(device));
+  MT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(Stream()));
+  return absl::OkStatus();
+}
+
+}  // namespace mirrortrain::cuda

@@ -1,0 +1,209 @@
+#include "tensor/gradient_tape.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "tensor/ops/array_ops.h"
+#include "tensor/ops/math_ops.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain {
+namespace {
+
+thread_local std::vector<GradientTape*> active_tapes;
+
+bool IsFloatingTensor(const Tensor& t) { return IsFloating(t.dtype()); }
+
+}  // namespace
+
+GradientTape::GradientTape(bool persistent) : persistent_(persistent) {
+  active_tapes.push_back(this);
+}
+
+GradientTape::~GradientTape() {
+  auto it = std::find(active_tapes.begin(), active_tapes.end(), this);
+  if (it != active_tapes.end()) active_tapes.erase(it);
+}
+
+void GradientTape::Watch(const Tensor& tensor) {
+  if (tensor.defined() && IsFloatingTensor(tensor))
+    watched_.insert(tensor.id());
+}
+
+bool GradientTape::IsWatched(const Tensor& tensor) const {
+  return watched_.contains(tensor.id());
+}
+
+void GradientTape::Record(OpRecord record) {
+  if (!recording_) return;
+  bool watches_input = false;
+  for (const Tensor& in : record.inputs) {
+    if (watched_.contains(in.id())) {
+      watches_input = true;
+      break;
+    }
+  }
+  if (!watches_input) return;
+  for (const Tensor& out : record.outputs) {
+    if (IsFloatingTensor(out)) watched_.insert(out.id());
+  }
+  records_.push_back(std::move(record));
+}
+
+absl::StatusOr<std::vector<std::optional<Tensor>>> GradientTape::Gradient(
+    const Tensor& target, absl::Span<const Tensor> sources,
+    const GradientOptions& options) {
+  if (used_ && !persistent_) {
+    return absl::FailedPreconditionError(
+        "GradientTape.Gradient: a non-persistent tape computes one set of "
+        "gradients; create it with persistent=true for more");
+  }
+  used_ = true;
+  // Ops run while differentiating are not recorded on this tape (they may be
+  // on an outer one, which is how higher-order gradients would work).
+  recording_ = false;
+  struct Resume {
+    bool* flag;
+    ~Resume() { *flag = true; }
+  } resume{&recording_};
+
+  absl::flat_hash_set<int64_t> source_ids, stop_ids;
+  // Only watched sources take part, as in TensorFlow: an unwatched source
+  // gets no gradient even if the target uses it.
+  for (const Tensor& s : sources) {
+    if (watched_.contains(s.id())) source_ids.insert(s.id());
+  }
+  for (const Tensor& s : options.stop_gradients) stop_ids.insert(s.id());
+
+  // Forward pass over the records: which tensors depend on a source along a
+  // path that no stop tensor cuts.
+  absl::flat_hash_set<int64_t> reachable = source_ids;
+  for (const OpRecord& r : records_) {
+    bool depends = std::any_of(
+        r.inputs.begin(), r.inputs.end(),
+        [&](const Tensor& t) { return reachable.contains(t.id()); });
+    if (!depends) continue;
+    for (const Tensor& out : r.outputs) {
+      if (!stop_ids.contains(out.id())) reachable.insert(out.id());
+    }
+  }
+
+  absl::flat_hash_map<int64_t, Tensor> grads;
+  if (options.output_gradient.has_value()) {
+    const Tensor& g = *options.output_gradient;
+    if (g.shape() != target.shape() || g.dtype() != target.dtype()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GradientTape.Gradient: output_gradient ", g.DebugString(),
+          " does not match target ", target.DebugString()));
+    }
+    grads[target.id()] = g;
+  } else {
+    MT_ASSIGN_OR_RETURN(grads[target.id()], ops::OnesLike(target));
+  }
+
+  for (auto r = records_.rbegin(); r != records_.rend(); ++r) {
+    bool has_grad = false;
+    for (const Tensor& out : r->outputs) {
+      if (grads.contains(out.id()) && !stop_ids.contains(out.id())) {
+        has_grad = true;
+      }
+    }
+    if (!has_grad) continue;
+    std::vector<bool> needs_vec(r->inputs.size());
+    bool any_needed = false;
+    for (size_t j = 0; j < r->inputs.size(); ++j) {
+      needs_vec[j] = reachable.contains(r->inputs[j].id()) &&
+                     IsFloatingTensor(r->inputs[j]);
+      any_needed |= needs_vec[j];
+    }
+    if (!any_needed) continue;
+    std::vector<Tensor> out_grads;
+    out_grads.reserve(r->outputs.size());
+    for (const Tensor& out : r->outputs) {
+      auto it = grads.find(out.id());
+      if (it != grads.end() && !stop_ids.contains(out.id())) {
+        out_grads.push_back(it->second);
+      } else {
+        MT_ASSIGN_OR_RETURN(Tensor zeros, ops::ZerosLike(out));
+        out_grads.push_back(std::move(zeros));
+      }
+    }
+    const GradientFunction* fn = LookupGradient(r->op);
+    if (fn == nullptr) {
+      return absl::InternalError(
+          absl::StrCat("no gradient registered for recorded op ", r->op));
+    }
+    // std::vector<bool> is not contiguous bools; copy for the Span.
+    std::unique_ptr<bool[]> needs(new bool[needs_vec.size()]);
+    std::copy(needs_vec.begin(), needs_vec.end(), needs.get());
+    std::vector<std::optional<Tensor>> in_grads(r->inputs.size());
+    MT_RETURN_IF_ERROR((*fn)(*r, out_grads,
+                             absl::MakeConstSpan(needs.get(), needs_vec.size()),
+                             &in_grads));
+    // Intermediate gradients are dead once their producer is processed.
+    for (const Tensor& out : r->outputs) {
+      if (!source_ids.contains(out.id())) grads.erase(out.id());
+    }
+    for (size_t j = 0; j < r->inputs.size(); ++j) {
+      if (!needs_vec[j] || !in_grads[j].has_value()) continue;
+      const Tensor& in = r->inputs[j];
+      Tensor& g = *in_grads[j];
+      if (g.shape() != in.shape()) {
+        return absl::InternalError(
+            absl::StrCat("gradient of ", r->op, " input ", j, " has shape ",
+                         ShapeToString(g.shape()), ", expected ",
+                         ShapeToString(in.shape())));
+      }
+      auto it = grads.find(in.id());
+      if (it == grads.end()) {
+        grads.emplace(in.id(), std::move(g));
+      } else {
+        MT_ASSIGN_OR_RETURN(it->second, ops::Add(it->second, g));
+      }
+    }
+  }
+
+  std::vector<std::optional<Tensor>> result;
+  result.reserve(sources.size());
+  for (const Tensor& s : sources) {
+    auto it = grads.find(s.id());
+    if (it != grads.end() && source_ids.contains(s.id())) {
+      result.emplace_back(it->second);
+    } else if (options.unconnected == UnconnectedGradients::kZero) {
+      MT_ASSIGN_OR_RETURN(Tensor zeros, ops::ZerosLike(s));
+      result.emplace_back(std::move(zeros));
+    } else {
+      result.emplace_back(std::nullopt);
+    }
+  }
+  if (!persistent_) {
+    records_.clear();
+    records_.shrink_to_fit();
+  }
+  return result;
+}
+
+namespace tape {
+
+bool AnyTapeActive() { return !active_tapes.empty(); }
+
+void RecordOperation(const char* op, absl::Span<const Tensor> inputs,
+                     absl::Span<const Tensor> outputs, std::any attrs) {
+  if (active_tapes.empty() || LookupGradient(op) == nullptr) return;
+  for (GradientTape* tape : active_tapes) {
+    OpRecord record;
+    record.op = op;
+    record.inputs.assign(inputs.begin(), inputs.end());
+    record.outputs.assign(outputs.begin(), outputs.end());
+    record.attrs = attrs;
+    tape->Record(std::move(record));
+  }
+}
+
+void WatchOnActiveTapes(const Tensor& tensor) {
+  for (GradientTape* tape : active_tapes) tape->Watch(tensor);
+}
+
+}  // namespace tape
+}  // namespace mirrortrain

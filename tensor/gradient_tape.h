@@ -1,0 +1,83 @@
+// Reverse-mode automatic differentiation, after tf.GradientTape.
+//
+// While a tape is alive it records every op whose inputs it watches: the
+// tensors passed to Watch(), trainable Variables read in its scope
+// (automatically), and outputs of recorded ops. Gradient() walks the records
+// backwards.
+//
+// Thread contract: tapes are thread-local. A tape records ops run on the
+// thread that created it, and must be used and destroyed on that thread;
+// nested tapes all record. Replica threads each have their own tapes.
+#ifndef MIRRORTRAIN_TENSOR_GRADIENT_TAPE_H_
+#define MIRRORTRAIN_TENSOR_GRADIENT_TAPE_H_
+
+#include <any>
+#include <optional>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "tensor/gradient_registry.h"
+#include "tensor/tensor.h"
+
+namespace mirrortrain {
+
+// What a source the target does not depend on gets (TF's
+// UnconnectedGradients).
+enum class UnconnectedGradients { kNone, kZero };
+
+struct GradientOptions {
+  // Gradient of the final result with respect to the target (TF's
+  // output_gradients / grad_ys); ones when absent.
+  std::optional<Tensor> output_gradient;
+  UnconnectedGradients unconnected = UnconnectedGradients::kNone;
+  // Tensors treated as constants: no gradient flows through them to what
+  // produced them (tf.gradients' stop_gradients).
+  std::vector<Tensor> stop_gradients;
+};
+
+class GradientTape {
+ public:
+  // A non-persistent tape allows one Gradient() call and frees its records
+  // after it; a persistent one allows any number.
+  explicit GradientTape(bool persistent = false);
+  ~GradientTape();
+  GradientTape(const GradientTape&) = delete;
+  GradientTape& operator=(const GradientTape&) = delete;
+
+  void Watch(const Tensor& tensor);
+  bool IsWatched(const Tensor& tensor) const;
+
+  // One entry per source: its gradient, or empty (kNone) / zeros (kZero)
+  // when the target does not depend on it.
+  absl::StatusOr<std::vector<std::optional<Tensor>>> Gradient(
+      const Tensor& target, absl::Span<const Tensor> sources,
+      const GradientOptions& options = {});
+
+  // Called by ops (through RecordOperation); not for users.
+  void Record(OpRecord record);
+
+ private:
+  bool persistent_;
+  bool used_ = false;
+  bool recording_ = true;
+  absl::flat_hash_set<int64_t> watched_;
+  std::vector<OpRecord> records_;
+};
+
+namespace tape {
+
+// True when any tape on this thread is recording (the fast path for ops).
+bool AnyTapeActive();
+// Records the op on every active tape that watches one of its inputs, when
+// the op has a registered gradient.
+void RecordOperation(const char* op, absl::Span<const Tensor> inputs,
+                     absl::Span<const Tensor> outputs, std::any attrs = {});
+// Watches `tensor` on every active tape (how Variables are auto-watched).
+void WatchOnActiveTapes(const Tensor& tensor);
+
+}  // namespace tape
+}  // namespace mirrortrain
+
+#endif  // MIRRORTRAIN_TENSOR_GRADIENT_TAPE_H_

@@ -1,0 +1,355 @@
+#include "tensor/ops/array_ops.h"
+
+#include <cstring>
+
+#include "tensor/gradient_tape.h"
+#include "tensor/ops/op_util.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::ops {
+namespace {
+
+using internal::CheckDefined;
+using internal::CheckHost;
+using internal::OpError;
+
+struct TransposeAttrs {
+  std::vector<int> perm;
+};
+struct ConcatAttrs {
+  int axis;
+};
+
+template <typename T>
+void CpuTranspose(const Tensor& x, const std::vector<int>& perm, Tensor& out) {
+  const int rank = x.rank();
+  const T* px = x.data<T>();
+  T* po = out.data<T>();
+  const int64_t n = x.num_elements();
+  if (n == 0) return;
+  std::vector<int64_t> xs = RowMajorStrides(x.shape());
+  // Input stride for each output dimension.
+  std::vector<int64_t> in_strides(rank);
+  for (int i = 0; i < rank; ++i) in_strides[i] = xs[perm[i]];
+  const Shape& shape = out.shape();
+  std::vector<int64_t> counter(rank, 0);
+  int64_t off = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    po[i] = px[off];
+    for (int d = rank - 1; d >= 0; --d) {
+      ++counter[d];
+      off += in_strides[d];
+      if (counter[d] < shape[d]) break;
+      off -= in_strides[d] * shape[d];
+      counter[d] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> Reshape(const Tensor& x, const Shape& shape) {
+  MT_RETURN_IF_ERROR(CheckDefined("Reshape", {&x}));
+  Shape resolved = shape;
+  int infer = -1;
+  int64_t known = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      if (infer >= 0) return OpError("Reshape", "more than one -1", {&x});
+      infer = static_cast<int>(i);
+    } else {
+      known *= shape[i];
+    }
+  }
+  if (infer >= 0) {
+    if (known == 0 || x.num_elements() % known != 0) {
+      return OpError("Reshape",
+                     absl::StrCat("cannot infer -1 in ", ShapeToString(shape)),
+                     {&x});
+    }
+    resolved[infer] = x.num_elements() / known;
+  }
+  if (NumElements(resolved) != x.num_elements()) {
+    return OpError("Reshape",
+                   absl::StrCat("cannot reshape to ", ShapeToString(shape)),
+                   {&x});
+  }
+  MT_ASSIGN_OR_RETURN(Tensor y, x.Reshaped(resolved));
+  tape::RecordOperation("Reshape", {x}, {y});
+  return y;
+}
+
+absl::StatusOr<Tensor> Transpose(const Tensor& x,
+                                 const std::vector<int>& perm) {
+  MT_RETURN_IF_ERROR(CheckDefined("Transpose", {&x}));
+  MT_RETURN_IF_ERROR(CheckHost("Transpose", {&x}));
+  if (static_cast<int>(perm.size()) != x.rank()) {
+    return OpError("Transpose", "perm length differs from rank", {&x});
+  }
+  std::vector<bool> seen(x.rank(), false);
+  Shape shape(x.rank());
+  for (int i = 0; i < x.rank(); ++i) {
+    if (perm[i] < 0 || perm[i] >= x.rank() || seen[perm[i]]) {
+      return OpError("Transpose", "perm is not a permutation", {&x});
+    }
+    seen[perm[i]] = true;
+    shape[i] = x.dim(perm[i]);
+  }
+  Tensor y = Tensor::HostEmpty(x.dtype(), shape);
+  MT_DISPATCH_ALL(x.dtype(), T, CpuTranspose<T>(x, perm, y));
+  tape::RecordOperation("Transpose", {x}, {y}, TransposeAttrs{perm});
+  return y;
+}
+
+absl::StatusOr<Tensor> Concat(absl::Span<const Tensor> xs, int axis) {
+  constexpr const char* kOp = "Concat";
+  if (xs.empty()) {
+    return absl::InvalidArgumentError("Concat: no inputs");
+  }
+  const Tensor& first = xs[0];
+  MT_RETURN_IF_ERROR(CheckDefined(kOp, {&first}));
+  MT_ASSIGN_OR_RETURN(int a, internal::NormalizeAxis(kOp, axis, first.rank()));
+  Shape shape = first.shape();
+  shape[a] = 0;
+  for (const Tensor& t : xs) {
+    MT_RETURN_IF_ERROR(CheckDefined(kOp, {&t}));
+    MT_RETURN_IF_ERROR(CheckHost(kOp, {&t}));
+    bool ok = t.dtype() == first.dtype() && t.rank() == first.rank();
+    for (int i = 0; ok && i < t.rank(); ++i) {
+      ok = i == a || t.dim(i) == first.dim(i);
+    }
+    if (!ok) return OpError(kOp, "inputs differ off the axis", {&first, &t});
+    shape[a] += t.dim(a);
+  }
+  Tensor y = Tensor::HostEmpty(first.dtype(), shape);
+  // Rows before the axis, bytes per row within the axis block.
+  int64_t outer = 1;
+  for (int i = 0; i < a; ++i) outer *= shape[i];
+  const size_t elem = DTypeSize(first.dtype());
+  const int64_t out_row = y.num_elements() / std::max<int64_t>(outer, 1);
+  char* dst = static_cast<char*>(y.raw_data());
+  int64_t col = 0;
+  for (const Tensor& t : xs) {
+    const int64_t row = t.num_elements() / std::max<int64_t>(outer, 1);
+    const char* src = static_cast<const char*>(t.raw_data());
+    for (int64_t o = 0; o < outer; ++o) {
+      std::memcpy(dst + (o * out_row + col) * elem, src + o * row * elem,
+                  row * elem);
+    }
+    col += row;
+  }
+  tape::RecordOperation(kOp, xs, {y}, ConcatAttrs{a});
+  return y;
+}
+
+absl::StatusOr<Tensor> Gather(const Tensor& params, const Tensor& indices) {
+  constexpr const char* kOp = "Gather";
+  MT_RETURN_IF_ERROR(CheckDefined(kOp, {&params, &indices}));
+  MT_RETURN_IF_ERROR(CheckHost(kOp, {&params, &indices}));
+  MT_RETURN_IF_ERROR(internal::CheckInteger(kOp, indices, "indices"));
+  if (params.rank() < 1)
+    return OpError(kOp, "params must have rank >= 1", {&params});
+  Shape shape = indices.shape();
+  shape.insert(shape.end(), params.shape().begin() + 1, params.shape().end());
+  Tensor y = Tensor::HostEmpty(params.dtype(), shape);
+  const int64_t rows = params.dim(0);
+  const size_t row_bytes = params.num_elements() / std::max<int64_t>(rows, 1) *
+                           DTypeSize(params.dtype());
+  const char* src = static_cast<const char*>(params.raw_data());
+  char* dst = static_cast<char*>(y.raw_data());
+  for (int64_t i = 0; i < indices.num_elements(); ++i) {
+    int64_t idx = internal::IndexAt(indices, i);
+    if (idx < 0 || idx >= rows) {
+      return OpError(kOp,
+                     absl::StrCat("index ", idx, " at position ", i,
+                                  " is out of range [0, ", rows, ")"),
+                     {&params, &indices});
+    }
+    std::memcpy(dst + i * row_bytes, src + idx * row_bytes, row_bytes);
+  }
+  tape::RecordOperation(kOp, {params, indices}, {y});
+  return y;
+}
+
+absl::StatusOr<Tensor> OneHot(const Tensor& indices, int64_t depth, DType dtype,
+                              double on, double off) {
+  constexpr const char* kOp = "OneHot";
+  MT_RETURN_IF_ERROR(CheckDefined(kOp, {&indices}));
+  MT_RETURN_IF_ERROR(CheckHost(kOp, {&indices}));
+  MT_RETURN_IF_ERROR(internal::CheckInteger(kOp, indices, "indices"));
+  if (depth < 0) return OpError(kOp, "depth must be >= 0", {&indices});
+  Shape shape = indices.shape();
+  shape.push_back(depth);
+  Tensor y = Tensor::HostFull(dtype, shape, off);
+  MT_DISPATCH_ALL(dtype, T, {
+    T* p = y.data<T>();
+    for (int64_t i = 0; i < indices.num_elements(); ++i) {
+      int64_t idx = internal::IndexAt(indices, i);
+      if (idx >= 0 && idx < depth) p[i * depth + idx] = static_cast<T>(on);
+    }
+  });
+  return y;
+}
+
+absl::StatusOr<Tensor> Cast(const Tensor& x, DType dtype) {
+  MT_RETURN_IF_ERROR(CheckDefined("Cast", {&x}));
+  MT_RETURN_IF_ERROR(CheckHost("Cast", {&x}));
+  Tensor y = Tensor::HostEmpty(dtype, x.shape());
+  MT_DISPATCH_ALL(x.dtype(), S, {
+    const S* src = x.data<S>();
+    MT_DISPATCH_ALL(dtype, D, {
+      D* dst = y.data<D>();
+      for (int64_t i = 0; i < x.num_elements(); ++i) {
+        dst[i] = static_cast<D>(src[i]);
+      }
+    });
+  });
+  if (IsFloating(x.dtype()) && IsFloating(dtype)) {
+    tape::RecordOperation("Cast", {x}, {y});
+  }
+  return y;
+}
+
+absl::StatusOr<Tensor> ArgMax(const Tensor& x, int axis) {
+  constexpr const char* kOp = "ArgMax";
+  MT_RETURN_IF_ERROR(CheckDefined(kOp, {&x}));
+  MT_RETURN_IF_ERROR(CheckHost(kOp, {&x}));
+  MT_ASSIGN_OR_RETURN(int a, internal::NormalizeAxis(kOp, axis, x.rank()));
+  if (x.dim(a) == 0) return OpError(kOp, "reduction axis is empty", {&x});
+  Shape shape;
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < x.rank(); ++i) {
+    if (i != a) shape.push_back(x.dim(i));
+    if (i < a) outer *= x.dim(i);
+    if (i > a) inner *= x.dim(i);
+  }
+  const int64_t n = x.dim(a);
+  Tensor y = Tensor::HostEmpty(DType::kI64, shape);
+  int64_t* py = y.data<int64_t>();
+  MT_DISPATCH_ALL(x.dtype(), T, {
+    const T* px = x.data<T>();
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t i = 0; i < inner; ++i) {
+        const T* base = px + o * n * inner + i;
+        int64_t best = 0;
+        for (int64_t k = 1; k < n; ++k) {
+          if (base[k * inner] > base[best * inner]) best = k;
+        }
+        py[o * inner + i] = best;
+      }
+    }
+  });
+  return y;
+}
+
+absl::StatusOr<Tensor> StopGradient(const Tensor& x) {
+  MT_RETURN_IF_ERROR(CheckDefined("StopGradient", {&x}));
+  // A fresh view: it has a new id that no tape watches, and nothing is
+  // recorded, so gradients stop here.
+  return x.Reshaped(x.shape());
+}
+
+absl::StatusOr<Tensor> Fill(DType dtype, const Shape& shape, double value,
+                            Device device) {
+  Tensor host = Tensor::HostFull(dtype, shape, value);
+  return host.To(device);
+}
+
+absl::StatusOr<Tensor> ZerosLike(const Tensor& x) {
+  MT_RETURN_IF_ERROR(CheckDefined("ZerosLike", {&x}));
+  return Tensor::Zeros(x.dtype(), x.shape(), x.device());
+}
+
+absl::StatusOr<Tensor> OnesLike(const Tensor& x) {
+  MT_RETURN_IF_ERROR(CheckDefined("OnesLike", {&x}));
+  return Fill(x.dtype(), x.shape(), 1.0, x.device());
+}
+
+// ---------------------------------------------------------------- gradients
+
+namespace {
+
+using Grads = std::vector<std::optional<Tensor>>;
+
+MT_REGISTER_GRADIENT("Reshape",
+                     [](const OpRecord& op, auto g, auto,
+                        Grads* grads) -> absl::Status {
+                       MT_ASSIGN_OR_RETURN((*grads)[0],
+                                           Reshape(g[0], op.inputs[0].shape()));
+                       return absl::OkStatus();
+                     });
+
+MT_REGISTER_GRADIENT(
+    "Transpose",
+    [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+      const auto& perm = std::any_cast<const TransposeAttrs&>(op.attrs).perm;
+      std::vector<int> inverse(perm.size());
+      for (size_t i = 0; i < perm.size(); ++i)
+        inverse[perm[i]] = static_cast<int>(i);
+      MT_ASSIGN_OR_RETURN((*grads)[0], Transpose(g[0], inverse));
+      return absl::OkStatus();
+    });
+
+MT_REGISTER_GRADIENT(
+    "Concat",
+    [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+      // Slices of g along the axis, one per input.
+      const int axis = std::any_cast<const ConcatAttrs&>(op.attrs).axis;
+      const Tensor& gy = g[0];
+      MT_RETURN_IF_ERROR(CheckHost("ConcatGrad", {&gy}));
+      int64_t outer = 1;
+      for (int i = 0; i < axis; ++i) outer *= gy.dim(i);
+      const size_t elem = DTypeSize(gy.dtype());
+      const int64_t g_row = gy.num_elements() / std::max<int64_t>(outer, 1);
+      const char* src = static_cast<const char*>(gy.raw_data());
+      int64_t col = 0;
+      for (size_t j = 0; j < op.inputs.size(); ++j) {
+        const Tensor& in = op.inputs[j];
+        const int64_t row = in.num_elements() / std::max<int64_t>(outer, 1);
+        if (needs[j]) {
+          Tensor part = Tensor::HostEmpty(gy.dtype(), in.shape());
+          char* dst = static_cast<char*>(part.raw_data());
+          for (int64_t o = 0; o < outer; ++o) {
+            std::memcpy(dst + o * row * elem, src + (o * g_row + col) * elem,
+                        row * elem);
+          }
+          (*grads)[j] = std::move(part);
+        }
+        col += row;
+      }
+      return absl::OkStatus();
+    });
+
+MT_REGISTER_GRADIENT("Gather",
+                     [](const OpRecord& op, auto g, auto needs,
+                        Grads* grads) -> absl::Status {
+                       if (!needs[0]) return absl::OkStatus();
+                       const Tensor& params = op.inputs[0];
+                       const Tensor& indices = op.inputs[1];
+                       const Tensor& gy = g[0];
+                       MT_RETURN_IF_ERROR(CheckHost("GatherGrad", {&gy}));
+                       Tensor dp =
+                           Tensor::HostZeros(params.dtype(), params.shape());
+                       const int64_t row = params.num_elements() /
+                                           std::max<int64_t>(params.dim(0), 1);
+                       MT_DISPATCH_FLOAT(params.dtype(), T, {
+                         const T* src = gy.data<T>();
+                         T* dst = dp.data<T>();
+                         for (int64_t i = 0; i < indices.num_elements(); ++i) {
+                           T* out = dst + internal::IndexAt(indices, i) * row;
+                           const T* in = src + i * row;
+                           for (int64_t k = 0; k < row; ++k) out[k] += in[k];
+                         }
+                       });
+                       (*grads)[0] = std::move(dp);
+                       return absl::OkStatus();
+                     });
+
+MT_REGISTER_GRADIENT(
+    "Cast", [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+      MT_ASSIGN_OR_RETURN((*grads)[0], Cast(g[0], op.inputs[0].dtype()));
+      return absl::OkStatus();
+    });
+
+}  // namespace
+}  // namespace mirrortrain::ops

@@ -1,0 +1,46 @@
+// Shape and indexing ops: reshape, transpose, concat, gather, one_hot, cast,
+// argmax, stop_gradient, and constant factories.
+#ifndef MIRRORTRAIN_TENSOR_OPS_ARRAY_OPS_H_
+#define MIRRORTRAIN_TENSOR_OPS_ARRAY_OPS_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "tensor/tensor.h"
+
+namespace mirrortrain::ops {
+
+// A view with a new shape; one dimension may be -1 (inferred).
+absl::StatusOr<Tensor> Reshape(const Tensor& x, const Shape& shape);
+// out.shape[i] = x.shape[perm[i]].
+absl::StatusOr<Tensor> Transpose(const Tensor& x, const std::vector<int>& perm);
+absl::StatusOr<Tensor> Concat(absl::Span<const Tensor> xs, int axis);
+// Rows of `params` along axis 0 picked by integer `indices`:
+// out.shape = indices.shape + params.shape[1:] (tf.gather, axis 0). The
+// gradient scatter-adds into zeros shaped like params.
+absl::StatusOr<Tensor> Gather(const Tensor& params, const Tensor& indices);
+inline absl::StatusOr<Tensor> EmbeddingLookup(const Tensor& params,
+                                              const Tensor& ids) {
+  return Gather(params, ids);
+}
+// indices.shape + [depth]; out-of-range indices give an all-`off` row, as in
+// TensorFlow.
+absl::StatusOr<Tensor> OneHot(const Tensor& indices, int64_t depth,
+                              DType dtype = DType::kF32, double on = 1.0,
+                              double off = 0.0);
+// Converts dtype; differentiable between floating types.
+absl::StatusOr<Tensor> Cast(const Tensor& x, DType dtype);
+// Index (i64) of the largest value along `axis`; the first one on ties.
+absl::StatusOr<Tensor> ArgMax(const Tensor& x, int axis);
+// The same values as a new tensor through which no gradient flows.
+absl::StatusOr<Tensor> StopGradient(const Tensor& x);
+
+absl::StatusOr<Tensor> ZerosLike(const Tensor& x);
+absl::StatusOr<Tensor> OnesLike(const Tensor& x);
+absl::StatusOr<Tensor> Fill(DType dtype, const Shape& shape, double value,
+                            Device device = Device::Cpu());
+
+}  // namespace mirrortrain::ops
+
+#endif  // MIRRORTRAIN_TENSOR_OPS_ARRAY_OPS_H_

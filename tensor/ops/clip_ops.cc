@@ -1,0 +1,111 @@
+#include "tensor/ops/clip_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "tensor/gradient_tape.h"
+#include "tensor/ops/array_ops.h"
+#include "tensor/ops/math_ops.h"
+#include "tensor/ops/op_util.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::ops {
+namespace {
+
+struct ClipValueAttrs {
+  double lo, hi;
+};
+
+absl::Status CheckClip(const char* op, double clip) {
+  if (!(clip > 0.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": clip_norm must be > 0, got ", clip));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<double> GlobalNorm(absl::Span<const Tensor> tensors) {
+  double sum = 0;
+  for (const Tensor& t : tensors) {
+    MT_RETURN_IF_ERROR(internal::CheckFloatingSame("GlobalNorm", {&t}));
+    MT_RETURN_IF_ERROR(internal::CheckHost("GlobalNorm", {&t}));
+    MT_DISPATCH_FLOAT(t.dtype(), T, {
+      const T* p = t.data<T>();
+      for (int64_t i = 0; i < t.num_elements(); ++i) {
+        sum += static_cast<double>(p[i]) * static_cast<double>(p[i]);
+      }
+    });
+  }
+  return std::sqrt(sum);
+}
+
+absl::StatusOr<Tensor> ClipByNorm(const Tensor& t, double clip_norm) {
+  MT_RETURN_IF_ERROR(CheckClip("ClipByNorm", clip_norm));
+  MT_ASSIGN_OR_RETURN(double norm, GlobalNorm({t}));
+  return Scale(t, clip_norm / std::max(norm, clip_norm));
+}
+
+absl::StatusOr<GlobalNormClipped> ClipByGlobalNorm(
+    absl::Span<const Tensor> tensors, double clip_norm) {
+  MT_RETURN_IF_ERROR(CheckClip("ClipByGlobalNorm", clip_norm));
+  MT_ASSIGN_OR_RETURN(double norm, GlobalNorm(tensors));
+  GlobalNormClipped result{{}, norm};
+  const double scale = std::isfinite(norm)
+                           ? clip_norm / std::max(norm, clip_norm)
+                           : std::numeric_limits<double>::quiet_NaN();
+  for (const Tensor& t : tensors) {
+    MT_ASSIGN_OR_RETURN(Tensor clipped, Scale(t, scale));
+    result.tensors.push_back(std::move(clipped));
+  }
+  return result;
+}
+
+absl::StatusOr<Tensor> ClipByValue(const Tensor& t, double lo, double hi) {
+  MT_RETURN_IF_ERROR(internal::CheckFloatingSame("ClipByValue", {&t}));
+  MT_RETURN_IF_ERROR(internal::CheckHost("ClipByValue", {&t}));
+  if (!(lo <= hi)) {
+    return internal::OpError("ClipByValue",
+                             absl::StrCat("lo ", lo, " > hi ", hi), {&t});
+  }
+  Tensor y = Tensor::HostEmpty(t.dtype(), t.shape());
+  MT_DISPATCH_FLOAT(t.dtype(), T, {
+    const T* p = t.data<T>();
+    T* q = y.data<T>();
+    const T l = static_cast<T>(lo), h = static_cast<T>(hi);
+    for (int64_t i = 0; i < t.num_elements(); ++i) {
+      q[i] = std::min(std::max(p[i], l), h);
+    }
+  });
+  tape::RecordOperation("ClipByValue", {t}, {y}, ClipValueAttrs{lo, hi});
+  return y;
+}
+
+namespace {
+
+using Grads = std::vector<std::optional<Tensor>>;
+
+MT_REGISTER_GRADIENT(
+    "ClipByValue",
+    [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+      const auto& at = std::any_cast<const ClipValueAttrs&>(op.attrs);
+      const Tensor& x = op.inputs[0];
+      MT_RETURN_IF_ERROR(internal::CheckHost("ClipByValueGrad", {&g[0]}));
+      Tensor d = Tensor::HostEmpty(x.dtype(), x.shape());
+      MT_DISPATCH_FLOAT(x.dtype(), T, {
+        const T* px = x.data<T>();
+        const T* pg = g[0].template data<T>();
+        T* pd = d.data<T>();
+        const T l = static_cast<T>(at.lo), h = static_cast<T>(at.hi);
+        for (int64_t i = 0; i < x.num_elements(); ++i) {
+          pd[i] = (px[i] >= l && px[i] <= h) ? pg[i] : T(0);
+        }
+      });
+      (*grads)[0] = std::move(d);
+      return absl::OkStatus();
+    });
+
+}  // namespace
+}  // namespace mirrortrain::ops

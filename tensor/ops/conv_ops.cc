@@ -1,0 +1,219 @@
+#include "tensor/ops/conv_ops.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "tensor/gradient_tape.h"
+#include "tensor/ops/matmul.h"
+#include "tensor/ops/op_util.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::ops {
+namespace {
+
+using internal::OpError;
+
+struct ConvGeometry {
+  int64_t n, h, w, c;  // Input.
+  int64_t kh, kw, o;   // Filter.
+  int64_t oh, ow;      // Output.
+  int64_t sh, sw;      // Strides.
+  int64_t pt, pl;      // Padding before (top, left).
+  int64_t patch() const { return kh * kw * c; }
+  int64_t pixels() const { return oh * ow; }
+};
+
+struct ConvAttrs {
+  ConvGeometry geo;
+};
+
+// Images per im2col chunk: bounds the column buffer to ~16 MiB.
+int64_t ChunkImages(const ConvGeometry& g, size_t elem) {
+  const int64_t per_image = g.pixels() * g.patch() * static_cast<int64_t>(elem);
+  return std::clamp<int64_t>((16 << 20) / std::max<int64_t>(per_image, 1), 1,
+                             std::max<int64_t>(g.n, 1));
+}
+
+// cols[(i*OH + y)*OW + x][(ky*KW + kx)*C + c] = x[i0 + i][y*sh-pt+ky][...].
+template <typename T>
+void Im2Col(const ConvGeometry& g, const T* x, int64_t images, T* cols) {
+  const int64_t patch = g.patch();
+  for (int64_t i = 0; i < images; ++i) {
+    const T* img = x + i * g.h * g.w * g.c;
+    for (int64_t oy = 0; oy < g.oh; ++oy) {
+      for (int64_t ox = 0; ox < g.ow; ++ox) {
+        T* row = cols + ((i * g.oh + oy) * g.ow + ox) * patch;
+        for (int64_t ky = 0; ky < g.kh; ++ky) {
+          const int64_t iy = oy * g.sh - g.pt + ky;
+          T* dst = row + ky * g.kw * g.c;
+          if (iy < 0 || iy >= g.h) {
+            std::fill_n(dst, g.kw * g.c, T(0));
+            continue;
+          }
+          const int64_t ix0 = ox * g.sw - g.pl;
+          // Fast path: the whole kernel row lies inside the image.
+          if (ix0 >= 0 && ix0 + g.kw <= g.w) {
+            std::memcpy(dst, img + (iy * g.w + ix0) * g.c,
+                        g.kw * g.c * sizeof(T));
+            continue;
+          }
+          for (int64_t kx = 0; kx < g.kw; ++kx) {
+            const int64_t ix = ix0 + kx;
+            if (ix < 0 || ix >= g.w) {
+              std::fill_n(dst + kx * g.c, g.c, T(0));
+            } else {
+              std::memcpy(dst + kx * g.c, img + (iy * g.w + ix) * g.c,
+                          g.c * sizeof(T));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The adjoint of Im2Col: scatter-adds columns back into images (dx must be
+// zeroed by the caller).
+template <typename T>
+void Col2Im(const ConvGeometry& g, const T* cols, int64_t images, T* dx) {
+  const int64_t patch = g.patch();
+  for (int64_t i = 0; i < images; ++i) {
+    T* img = dx + i * g.h * g.w * g.c;
+    for (int64_t oy = 0; oy < g.oh; ++oy) {
+      for (int64_t ox = 0; ox < g.ow; ++ox) {
+        const T* row = cols + ((i * g.oh + oy) * g.ow + ox) * patch;
+        for (int64_t ky = 0; ky < g.kh; ++ky) {
+          const int64_t iy = oy * g.sh - g.pt + ky;
+          if (iy < 0 || iy >= g.h) continue;
+          for (int64_t kx = 0; kx < g.kw; ++kx) {
+            const int64_t ix = ox * g.sw - g.pl + kx;
+            if (ix < 0 || ix >= g.w) continue;
+            const T* src = row + (ky * g.kw + kx) * g.c;
+            T* dst = img + (iy * g.w + ix) * g.c;
+            for (int64_t c = 0; c < g.c; ++c) dst[c] += src[c];
+          }
+        }
+      }
+    }
+  }
+}
+
+absl::StatusOr<ConvGeometry> Geometry(const Tensor& x, const Tensor& f,
+                                      const Conv2DOptions& opt) {
+  constexpr const char* kOp = "Conv2D";
+  MT_RETURN_IF_ERROR(internal::CheckFloatingSame(kOp, {&x, &f}));
+  MT_RETURN_IF_ERROR(internal::CheckHost(kOp, {&x, &f}));
+  if (x.rank() != 4 || f.rank() != 4) {
+    return OpError(kOp, "need input NHWC and filter HWIO (rank 4)", {&x, &f});
+  }
+  if (x.dim(3) != f.dim(2)) {
+    return OpError(kOp, "input channels differ from filter in-channels",
+                   {&x, &f});
+  }
+  if (opt.stride_h < 1 || opt.stride_w < 1) {
+    return OpError(kOp, "strides must be >= 1", {&x, &f});
+  }
+  ConvGeometry g{x.dim(0),     x.dim(1), x.dim(2), x.dim(3), f.dim(0),
+                 f.dim(1),     f.dim(3), 0,        0,        opt.stride_h,
+                 opt.stride_w, 0,        0};
+  Window1D wy = ComputeWindow(g.h, g.kh, g.sh, opt.padding);
+  Window1D wx = ComputeWindow(g.w, g.kw, g.sw, opt.padding);
+  g.oh = wy.out;
+  g.ow = wx.out;
+  g.pt = wy.pad_before;
+  g.pl = wx.pad_before;
+  return g;
+}
+
+// Runs `body(i0, images, cols)` over chunks of the batch, with `cols` an
+// [images * OH * OW, patch] matrix view of one reused buffer.
+template <typename Body>
+absl::Status ForEachChunk(const ConvGeometry& g, DType dtype, Body body) {
+  const int64_t chunk = ChunkImages(g, DTypeSize(dtype));
+  Tensor buffer = Tensor::HostEmpty(dtype, {chunk * g.pixels(), g.patch()});
+  for (int64_t i0 = 0; i0 < g.n; i0 += chunk) {
+    const int64_t images = std::min(chunk, g.n - i0);
+    MT_ASSIGN_OR_RETURN(Tensor cols, buffer.SliceRows(0, images * g.pixels()));
+    MT_RETURN_IF_ERROR(body(i0, images, cols));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> Conv2D(const Tensor& x, const Tensor& filter,
+                              const Conv2DOptions& options) {
+  MT_ASSIGN_OR_RETURN(ConvGeometry g, Geometry(x, filter, options));
+  Tensor y = Tensor::HostZeros(x.dtype(), {g.n, g.oh, g.ow, g.o});
+  if (y.num_elements() > 0 && g.patch() > 0) {
+    MT_ASSIGN_OR_RETURN(Tensor w2, filter.Reshaped({g.patch(), g.o}));
+    MT_ASSIGN_OR_RETURN(Tensor y2, y.Reshaped({g.n * g.pixels(), g.o}));
+    MT_RETURN_IF_ERROR(ForEachChunk(
+        g, x.dtype(),
+        [&](int64_t i0, int64_t images, Tensor& cols) -> absl::Status {
+          MT_DISPATCH_FLOAT(x.dtype(), T,
+                            Im2Col<T>(g, x.data<T>() + i0 * g.h * g.w * g.c,
+                                      images, cols.data<T>()));
+          MT_ASSIGN_OR_RETURN(
+              Tensor out, y2.SliceRows(i0 * g.pixels(), images * g.pixels()));
+          return internal::Gemm(cols, w2, false, false, 1.0, 0.0, out);
+        }));
+  }
+  tape::RecordOperation("Conv2D", {x, filter}, {y}, ConvAttrs{g});
+  return y;
+}
+
+namespace {
+
+using Grads = std::vector<std::optional<Tensor>>;
+
+// dfilter = cols^T @ dy and dx = col2im(dy @ filter^T), chunk by chunk.
+MT_REGISTER_GRADIENT(
+    "Conv2D",
+    [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+      const ConvGeometry& geo = std::any_cast<const ConvAttrs&>(op.attrs).geo;
+      const Tensor& x = op.inputs[0];
+      const Tensor& filter = op.inputs[1];
+      const Tensor& dy = g[0];
+      MT_RETURN_IF_ERROR(internal::CheckHost("Conv2DBackprop", {&dy}));
+      const DType dt = x.dtype();
+      Tensor dx, dw;
+      if (needs[0]) dx = Tensor::HostZeros(dt, x.shape());
+      if (needs[1]) dw = Tensor::HostZeros(dt, filter.shape());
+      if (dy.num_elements() > 0 && geo.patch() > 0) {
+        MT_ASSIGN_OR_RETURN(Tensor w2, filter.Reshaped({geo.patch(), geo.o}));
+        MT_ASSIGN_OR_RETURN(Tensor dy2,
+                            dy.Reshaped({geo.n * geo.pixels(), geo.o}));
+        Tensor dw2;
+        if (needs[1]) dw2 = *dw.Reshaped({geo.patch(), geo.o});
+        const int64_t image_elems = geo.h * geo.w * geo.c;
+        MT_RETURN_IF_ERROR(ForEachChunk(
+            geo, dt,
+            [&](int64_t i0, int64_t images, Tensor& cols) -> absl::Status {
+              MT_ASSIGN_OR_RETURN(
+                  Tensor dy_rows,
+                  dy2.SliceRows(i0 * geo.pixels(), images * geo.pixels()));
+              if (needs[1]) {
+                MT_DISPATCH_FLOAT(dt, T,
+                                  Im2Col<T>(geo, x.data<T>() + i0 * image_elems,
+                                            images, cols.data<T>()));
+                MT_RETURN_IF_ERROR(
+                    internal::Gemm(cols, dy_rows, true, false, 1.0, 1.0, dw2));
+              }
+              if (needs[0]) {
+                MT_RETURN_IF_ERROR(
+                    internal::Gemm(dy_rows, w2, false, true, 1.0, 0.0, cols));
+                MT_DISPATCH_FLOAT(dt, T,
+                                  Col2Im<T>(geo, cols.data<T>(), images,
+                                            dx.data<T>() + i0 * image_elems));
+              }
+              return absl::OkStatus();
+            }));
+      }
+      if (needs[0]) (*grads)[0] = std::move(dx);
+      if (needs[1]) (*grads)[1] = std::move(dw);
+      return absl::OkStatus();
+    });
+
+}  // namespace
+}  // namespace mirrortrain::ops

@@ -1,0 +1,406 @@
+#include "tensor/ops/math_ops.h"
+
+#include <cmath>
+
+#include "tensor/cuda/cuda_backend.h"
+#include "tensor/gradient_tape.h"
+#include "tensor/ops/op_util.h"
+#include "tensor/ops/reduction_ops.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::ops {
+namespace {
+
+template <typename T>
+T ApplyUnary(UnaryKind kind, T x) {
+  switch (kind) {
+    case UnaryKind::kNeg:
+      return -x;
+    case UnaryKind::kExp:
+      return std::exp(x);
+    case UnaryKind::kLog:
+      return std::log(x);
+    case UnaryKind::kSqrt:
+      return std::sqrt(x);
+    case UnaryKind::kSquare:
+      return x * x;
+    case UnaryKind::kRelu:
+      return x > T(0) ? x : T(0);
+    case UnaryKind::kSigmoid:
+      return T(1) / (T(1) + std::exp(-x));
+    case UnaryKind::kTanh:
+      return std::tanh(x);
+  }
+  return x;
+}
+
+template <typename T, typename F>
+void UnaryLoop(const T* x, T* y, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
+}
+
+template <typename T>
+void CpuUnary(UnaryKind kind, const T* x, T* y, int64_t n) {
+  // One instantiation per kind keeps the switch out of the loop, so each
+  // loop vectorises.
+  switch (kind) {
+    case UnaryKind::kNeg:
+      return UnaryLoop(x, y, n, [](T v) { return -v; });
+    case UnaryKind::kSquare:
+      return UnaryLoop(x, y, n, [](T v) { return v * v; });
+    case UnaryKind::kRelu:
+      return UnaryLoop(x, y, n, [](T v) { return v > T(0) ? v : T(0); });
+    default:
+      return UnaryLoop(x, y, n, [kind](T v) { return ApplyUnary(kind, v); });
+  }
+}
+
+// Broadcast layout of one operand against the output: per-dimension element
+// strides, 0 where the operand's dimension is 1 (stretched).
+std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out) {
+  std::vector<int64_t> strides(out.size(), 0);
+  std::vector<int64_t> in_strides = RowMajorStrides(in);
+  size_t offset = out.size() - in.size();
+  for (size_t i = 0; i < in.size(); ++i) {
+    strides[offset + i] = in[i] == 1 ? 0 : in_strides[i];
+  }
+  return strides;
+}
+
+template <typename T, typename F>
+void BinaryLoop(const Tensor& a, const Tensor& b, Tensor& out, F f) {
+  const T* pa = a.data<T>();
+  const T* pb = b.data<T>();
+  T* po = out.data<T>();
+  const int64_t n = out.num_elements();
+  if (n == 0) return;
+  if (a.shape() == b.shape()) {
+    for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], pb[i]);
+    return;
+  }
+  if (b.num_elements() == 1) {
+    const T vb = pb[0];
+    for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], vb);
+    return;
+  }
+  if (a.num_elements() == 1) {
+    const T va = pa[0];
+    for (int64_t i = 0; i < n; ++i) po[i] = f(va, pb[i]);
+    return;
+  }
+  // General case: walk the output row by row (last dimension innermost).
+  const Shape& shape = out.shape();
+  const int rank = static_cast<int>(shape.size());
+  std::vector<int64_t> sa = BroadcastStrides(a.shape(), shape);
+  std::vector<int64_t> sb = BroadcastStrides(b.shape(), shape);
+  const int64_t inner = shape[rank - 1];
+  const int64_t ia = sa[rank - 1], ib = sb[rank - 1];
+  std::vector<int64_t> counter(rank, 0);
+  int64_t off_a = 0, off_b = 0;
+  for (int64_t row = 0; row < n / inner; ++row) {
+    T* dst = po + row * inner;
+    if (ia == 1 && ib == 1) {
+      for (int64_t i = 0; i < inner; ++i)
+        dst[i] = f(pa[off_a + i], pb[off_b + i]);
+    } else if (ia == 1) {
+      const T vb = pb[off_b];
+      for (int64_t i = 0; i < inner; ++i) dst[i] = f(pa[off_a + i], vb);
+    } else if (ib == 1) {
+      const T va = pa[off_a];
+      for (int64_t i = 0; i < inner; ++i) dst[i] = f(va, pb[off_b + i]);
+    } else {
+      for (int64_t i = 0; i < inner; ++i) dst[i] = f(pa[off_a], pb[off_b]);
+    }
+    // Advance the multi-index over the outer dimensions.
+    for (int d = rank - 2; d >= 0; --d) {
+      ++counter[d];
+      off_a += sa[d];
+      off_b += sb[d];
+      if (counter[d] < shape[d]) break;
+      off_a -= sa[d] * shape[d];
+      off_b -= sb[d] * shape[d];
+      counter[d] = 0;
+    }
+  }
+}
+
+template <typename T>
+void CpuBinary(BinaryKind kind, const Tensor& a, const Tensor& b, Tensor& out) {
+  switch (kind) {
+    case BinaryKind::kAdd:
+      return BinaryLoop<T>(a, b, out, [](T x, T y) { return x + y; });
+    case BinaryKind::kSub:
+      return BinaryLoop<T>(a, b, out, [](T x, T y) { return x - y; });
+    case BinaryKind::kMul:
+      return BinaryLoop<T>(a, b, out, [](T x, T y) { return x * y; });
+    case BinaryKind::kDiv:
+      return BinaryLoop<T>(a, b, out, [](T x, T y) { return x / y; });
+    case BinaryKind::kReluGrad:
+      return BinaryLoop<T>(a, b, out,
+                           [](T g, T y) { return y > T(0) ? g : T(0); });
+    case BinaryKind::kSigmoidGrad:
+      return BinaryLoop<T>(a, b, out,
+                           [](T g, T y) { return g * y * (T(1) - y); });
+    case BinaryKind::kTanhGrad:
+      return BinaryLoop<T>(a, b, out,
+                           [](T g, T y) { return g * (T(1) - y * y); });
+  }
+}
+
+const char* UnaryOpName(UnaryKind kind) {
+  switch (kind) {
+    case UnaryKind::kNeg:
+      return "Neg";
+    case UnaryKind::kExp:
+      return "Exp";
+    case UnaryKind::kLog:
+      return "Log";
+    case UnaryKind::kSqrt:
+      return "Sqrt";
+    case UnaryKind::kSquare:
+      return "Square";
+    case UnaryKind::kRelu:
+      return "Relu";
+    case UnaryKind::kSigmoid:
+      return "Sigmoid";
+    case UnaryKind::kTanh:
+      return "Tanh";
+  }
+  return "Unary";
+}
+
+absl::StatusOr<Tensor> RecordedUnary(UnaryKind kind, const Tensor& x) {
+  const char* op = UnaryOpName(kind);
+  MT_ASSIGN_OR_RETURN(Tensor y, internal::UnaryKernel(op, kind, x));
+  tape::RecordOperation(op, {x}, {y});
+  return y;
+}
+
+absl::StatusOr<Tensor> RecordedBinary(const char* op, BinaryKind kind,
+                                      const Tensor& a, const Tensor& b) {
+  MT_ASSIGN_OR_RETURN(Tensor y, internal::BinaryKernel(op, kind, a, b));
+  tape::RecordOperation(op, {a, b}, {y});
+  return y;
+}
+
+}  // namespace
+
+absl::StatusOr<Shape> BroadcastShape(const char* op, const Tensor& a,
+                                     const Tensor& b) {
+  const Shape& sa = a.shape();
+  const Shape& sb = b.shape();
+  size_t rank = std::max(sa.size(), sb.size());
+  Shape out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t da = i < rank - sa.size() ? 1 : sa[i - (rank - sa.size())];
+    int64_t db = i < rank - sb.size() ? 1 : sb[i - (rank - sb.size())];
+    if (da != db && da != 1 && db != 1) {
+      return ops::internal::OpError(op, "shapes are not broadcastable",
+                                    {&a, &b});
+    }
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+namespace internal {
+
+absl::StatusOr<Tensor> UnaryKernel(const char* op, UnaryKind kind,
+                                   const Tensor& x) {
+  MT_RETURN_IF_ERROR(CheckFloatingSame(op, {&x}));
+  MT_ASSIGN_OR_RETURN(Tensor y,
+                      Tensor::Empty(x.dtype(), x.shape(), x.device()));
+  if (x.device().is_cuda()) {
+    MT_RETURN_IF_ERROR(cuda::Unary(kind, x.dtype(), x.raw_data(), y.raw_data(),
+                                   x.num_elements(), x.device().index));
+    return y;
+  }
+  MT_DISPATCH_FLOAT(
+      x.dtype(), T,
+      CpuUnary<T>(kind, x.data<T>(), y.data<T>(), x.num_elements()));
+  return y;
+}
+
+absl::StatusOr<Tensor> BinaryKernel(const char* op, BinaryKind kind,
+                                    const Tensor& a, const Tensor& b) {
+  MT_RETURN_IF_ERROR(CheckFloatingSame(op, {&a, &b}));
+  MT_ASSIGN_OR_RETURN(Shape shape, BroadcastShape(op, a, b));
+  MT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(a.dtype(), shape, a.device()));
+  if (a.device().is_cuda()) {
+    if (a.shape() != b.shape()) {
+      return absl::UnimplementedError(
+          absl::StrCat(op, ": broadcasting has no CUDA kernel yet (",
+                       a.DebugString(), ", ", b.DebugString(), ")"));
+    }
+    MT_RETURN_IF_ERROR(cuda::Binary(kind, a.dtype(), a.raw_data(), b.raw_data(),
+                                    out.raw_data(), out.num_elements(),
+                                    a.device().index));
+    return out;
+  }
+  MT_DISPATCH_FLOAT(a.dtype(), T, CpuBinary<T>(kind, a, b, out));
+  return out;
+}
+
+absl::StatusOr<Tensor> ScalarLike(const Tensor& like, double value) {
+  Tensor host = Tensor::HostFull(like.dtype(), {}, value);
+  return host.To(like.device());
+}
+
+}  // namespace internal
+
+absl::StatusOr<Tensor> Add(const Tensor& a, const Tensor& b) {
+  return RecordedBinary("Add", BinaryKind::kAdd, a, b);
+}
+absl::StatusOr<Tensor> Sub(const Tensor& a, const Tensor& b) {
+  return RecordedBinary("Sub", BinaryKind::kSub, a, b);
+}
+absl::StatusOr<Tensor> Mul(const Tensor& a, const Tensor& b) {
+  return RecordedBinary("Mul", BinaryKind::kMul, a, b);
+}
+absl::StatusOr<Tensor> Div(const Tensor& a, const Tensor& b) {
+  return RecordedBinary("Div", BinaryKind::kDiv, a, b);
+}
+absl::StatusOr<Tensor> Scale(const Tensor& a, double s) {
+  MT_RETURN_IF_ERROR(internal::CheckDefined("Scale", {&a}));
+  MT_ASSIGN_OR_RETURN(Tensor scalar, internal::ScalarLike(a, s));
+  return Mul(a, scalar);
+}
+
+absl::StatusOr<Tensor> Neg(const Tensor& x) {
+  return RecordedUnary(UnaryKind::kNeg, x);
+}
+absl::StatusOr<Tensor> Exp(const Tensor& x) {
+  return RecordedUnary(UnaryKind::kExp, x);
+}
+absl::StatusOr<Tensor> Log(const Tensor& x) {
+  return RecordedUnary(UnaryKind::kLog, x);
+}
+absl::StatusOr<Tensor> Sqrt(const Tensor& x) {
+  return RecordedUnary(UnaryKind::kSqrt, x);
+}
+absl::StatusOr<Tensor> Square(const Tensor& x) {
+  return RecordedUnary(UnaryKind::kSquare, x);
+}
+absl::StatusOr<Tensor> Relu(const Tensor& x) {
+  return RecordedUnary(UnaryKind::kRelu, x);
+}
+absl::StatusOr<Tensor> Sigmoid(const Tensor& x) {
+  return RecordedUnary(UnaryKind::kSigmoid, x);
+}
+absl::StatusOr<Tensor> Tanh(const Tensor& x) {
+  return RecordedUnary(UnaryKind::kTanh, x);
+}
+
+// ---------------------------------------------------------------- gradients
+
+namespace {
+
+using Grads = std::vector<std::optional<Tensor>>;
+
+// Sets grads[i] = SumToShape(value, inputs[i].shape) when needed.
+absl::Status SetReduced(const OpRecord& op, absl::Span<const bool> needs, int i,
+                        absl::StatusOr<Tensor> value, Grads* grads) {
+  if (!needs[i]) return absl::OkStatus();
+  MT_RETURN_IF_ERROR(value.status());
+  MT_ASSIGN_OR_RETURN((*grads)[i], SumToShape(*value, op.inputs[i].shape()));
+  return absl::OkStatus();
+}
+
+MT_REGISTER_GRADIENT("Add",
+                     [](const OpRecord& op, auto g, auto needs,
+                        Grads* grads) -> absl::Status {
+                       MT_RETURN_IF_ERROR(
+                           SetReduced(op, needs, 0, g[0], grads));
+                       return SetReduced(op, needs, 1, g[0], grads);
+                     });
+
+MT_REGISTER_GRADIENT("Sub",
+                     [](const OpRecord& op, auto g, auto needs,
+                        Grads* grads) -> absl::Status {
+                       MT_RETURN_IF_ERROR(
+                           SetReduced(op, needs, 0, g[0], grads));
+                       if (!needs[1]) return absl::OkStatus();
+                       return SetReduced(op, needs, 1, Neg(g[0]), grads);
+                     });
+
+MT_REGISTER_GRADIENT("Mul",
+                     [](const OpRecord& op, auto g, auto needs,
+                        Grads* grads) -> absl::Status {
+                       if (needs[0]) {
+                         MT_RETURN_IF_ERROR(SetReduced(
+                             op, needs, 0, Mul(g[0], op.inputs[1]), grads));
+                       }
+                       if (needs[1]) {
+                         MT_RETURN_IF_ERROR(SetReduced(
+                             op, needs, 1, Mul(g[0], op.inputs[0]), grads));
+                       }
+                       return absl::OkStatus();
+                     });
+
+MT_REGISTER_GRADIENT(
+    "Div",
+    [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+      const Tensor& b = op.inputs[1];
+      if (needs[0])
+        MT_RETURN_IF_ERROR(SetReduced(op, needs, 0, Div(g[0], b), grads));
+      if (needs[1]) {
+        // d(a/b)/db = -(a/b)/b = -y/b.
+        MT_ASSIGN_OR_RETURN(Tensor gy, Mul(g[0], op.outputs[0]));
+        MT_ASSIGN_OR_RETURN(Tensor gyb, Div(gy, b));
+        MT_RETURN_IF_ERROR(SetReduced(op, needs, 1, Neg(gyb), grads));
+      }
+      return absl::OkStatus();
+    });
+
+MT_REGISTER_GRADIENT("Neg",
+                     [](const OpRecord&, auto g, auto,
+                        Grads* grads) -> absl::Status {
+                       MT_ASSIGN_OR_RETURN((*grads)[0], Neg(g[0]));
+                       return absl::OkStatus();
+                     });
+
+MT_REGISTER_GRADIENT(
+    "Exp", [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+      MT_ASSIGN_OR_RETURN((*grads)[0], Mul(g[0], op.outputs[0]));
+      return absl::OkStatus();
+    });
+
+MT_REGISTER_GRADIENT(
+    "Log", [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+      MT_ASSIGN_OR_RETURN((*grads)[0], Div(g[0], op.inputs[0]));
+      return absl::OkStatus();
+    });
+
+MT_REGISTER_GRADIENT(
+    "Sqrt", [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+      MT_ASSIGN_OR_RETURN(Tensor half_g, Scale(g[0], 0.5));
+      MT_ASSIGN_OR_RETURN((*grads)[0], Div(half_g, op.outputs[0]));
+      return absl::OkStatus();
+    });
+
+MT_REGISTER_GRADIENT("Square",
+                     [](const OpRecord& op, auto g, auto,
+                        Grads* grads) -> absl::Status {
+                       MT_ASSIGN_OR_RETURN(Tensor two_x,
+                                           Scale(op.inputs[0], 2.0));
+                       MT_ASSIGN_OR_RETURN((*grads)[0], Mul(g[0], two_x));
+                       return absl::OkStatus();
+                     });
+
+// The activation gradients use fused kernels of (g, y); they are not
+// themselves recorded, so second derivatives through them are not available.
+GradientFunction ActivationGrad(const char* op, BinaryKind kind) {
+  return [op, kind](const OpRecord& rec, auto g, auto,
+                    Grads* grads) -> absl::Status {
+    MT_ASSIGN_OR_RETURN((*grads)[0],
+                        internal::BinaryKernel(op, kind, g[0], rec.outputs[0]));
+    return absl::OkStatus();
+  };
+}
+MT_REGISTER_GRADIENT("Relu", ActivationGrad("ReluGrad", BinaryKind::kReluGrad));
+MT_REGISTER_GRADIENT("Sigmoid",
+                     ActivationGrad("SigmoidGrad", BinaryKind::kSigmoidGrad));
+MT_REGISTER_GRADIENT("Tanh", ActivationGrad("TanhGrad", BinaryKind::kTanhGrad));
+
+}  // namespace
+}  // namespace mirrortrain::ops

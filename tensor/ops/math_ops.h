@@ -1,0 +1,47 @@
+// Elementwise math: arithmetic with NumPy/TensorFlow broadcasting and the
+// unary functions and activations. Every op returns a new tensor on its
+// inputs' device and is recorded on active gradient tapes.
+#ifndef MIRRORTRAIN_TENSOR_OPS_MATH_OPS_H_
+#define MIRRORTRAIN_TENSOR_OPS_MATH_OPS_H_
+
+#include "absl/status/statusor.h"
+#include "tensor/elementwise_kind.h"
+#include "tensor/tensor.h"
+
+namespace mirrortrain::ops {
+
+// Broadcasting binary arithmetic (shapes aligned from the right; a dimension
+// of 1 stretches). Inputs must share dtype (f32/f64) and device.
+absl::StatusOr<Tensor> Add(const Tensor& a, const Tensor& b);
+absl::StatusOr<Tensor> Sub(const Tensor& a, const Tensor& b);
+absl::StatusOr<Tensor> Mul(const Tensor& a, const Tensor& b);
+absl::StatusOr<Tensor> Div(const Tensor& a, const Tensor& b);
+// a * s for a host scalar s (a scalar tensor of a's dtype on a's device).
+absl::StatusOr<Tensor> Scale(const Tensor& a, double s);
+
+absl::StatusOr<Tensor> Neg(const Tensor& x);
+absl::StatusOr<Tensor> Exp(const Tensor& x);
+absl::StatusOr<Tensor> Log(const Tensor& x);
+absl::StatusOr<Tensor> Sqrt(const Tensor& x);
+absl::StatusOr<Tensor> Square(const Tensor& x);
+absl::StatusOr<Tensor> Relu(const Tensor& x);
+absl::StatusOr<Tensor> Sigmoid(const Tensor& x);
+absl::StatusOr<Tensor> Tanh(const Tensor& x);
+
+// The broadcast result shape of a and b, or an error naming `op`.
+absl::StatusOr<Shape> BroadcastShape(const char* op, const Tensor& a,
+                                     const Tensor& b);
+
+namespace internal {
+// Unrecorded elementwise kernels, for gradient functions.
+absl::StatusOr<Tensor> UnaryKernel(const char* op, UnaryKind kind,
+                                   const Tensor& x);
+absl::StatusOr<Tensor> BinaryKernel(const char* op, BinaryKind kind,
+                                    const Tensor& a, const Tensor& b);
+// A scalar of `like`'s dtype on its device.
+absl::StatusOr<Tensor> ScalarLike(const Tensor& like, double value);
+}  // namespace internal
+
+}  // namespace mirrortrain::ops
+
+#endif  // MIRRORTRAIN_TENSOR_OPS_MATH_OPS_H_

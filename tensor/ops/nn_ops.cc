@@ -1,0 +1,272 @@
+#include "tensor/ops/nn_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "tensor/gradient_tape.h"
+#include "tensor/ops/math_ops.h"
+#include "tensor/ops/op_util.h"
+#include "tensor/ops/reduction_ops.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::ops {
+namespace {
+
+using internal::CheckFloatingSame;
+using internal::CheckHost;
+using internal::OpError;
+
+struct XentAttrs {
+  Tensor softmax;  // Saved forward softmax; the gradient is softmax - onehot.
+};
+struct DropoutAttrs {
+  Tensor scaled_mask;  // 0 or 1/(1-rate) per element.
+};
+
+// Rows of the last axis: (outer, inner) sizes.
+void Rows(const Tensor& x, int64_t* rows, int64_t* cols) {
+  *cols = x.rank() == 0 ? 1 : x.dim(x.rank() - 1);
+  *rows = *cols == 0 ? 0 : x.num_elements() / *cols;
+}
+
+template <typename T>
+void CpuSoftmax(const T* x, T* y, int64_t rows, int64_t cols, bool log) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * cols;
+    T* yr = y + r * cols;
+    T mx = -std::numeric_limits<T>::infinity();
+    for (int64_t c = 0; c < cols; ++c) mx = std::max(mx, xr[c]);
+    T sum = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      T e = std::exp(xr[c] - mx);
+      sum += e;
+      if (!log) yr[c] = e;
+    }
+    if (log) {
+      T lse = mx + std::log(sum);
+      for (int64_t c = 0; c < cols; ++c) yr[c] = xr[c] - lse;
+    } else {
+      T inv = T(1) / sum;
+      for (int64_t c = 0; c < cols; ++c) yr[c] *= inv;
+    }
+  }
+}
+
+// SplitMix64: a counter-based hash, so element i's mask bit does not depend
+// on how the work is split.
+inline uint64_t Mix(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+absl::StatusOr<Tensor> SoftmaxImpl(const char* op, const Tensor& logits,
+                                   bool log) {
+  MT_RETURN_IF_ERROR(CheckFloatingSame(op, {&logits}));
+  MT_RETURN_IF_ERROR(CheckHost(op, {&logits}));
+  if (logits.rank() < 1)
+    return OpError(op, "logits must have rank >= 1", {&logits});
+  Tensor y = Tensor::HostEmpty(logits.dtype(), logits.shape());
+  int64_t rows, cols;
+  Rows(logits, &rows, &cols);
+  MT_DISPATCH_FLOAT(
+      logits.dtype(), T,
+      CpuSoftmax<T>(logits.data<T>(), y.data<T>(), rows, cols, log));
+  tape::RecordOperation(op, {logits}, {y});
+  return y;
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> BiasAdd(const Tensor& x, const Tensor& bias) {
+  constexpr const char* kOp = "BiasAdd";
+  MT_RETURN_IF_ERROR(CheckFloatingSame(kOp, {&x, &bias}));
+  MT_RETURN_IF_ERROR(CheckHost(kOp, {&x, &bias}));
+  if (bias.rank() != 1 || x.rank() < 1 || x.dim(x.rank() - 1) != bias.dim(0)) {
+    return OpError(kOp, "bias must be 1-D and match x's last dimension",
+                   {&x, &bias});
+  }
+  Tensor y = Tensor::HostEmpty(x.dtype(), x.shape());
+  int64_t rows, cols;
+  Rows(x, &rows, &cols);
+  MT_DISPATCH_FLOAT(x.dtype(), T, {
+    const T* px = x.data<T>();
+    const T* pb = bias.data<T>();
+    T* py = y.data<T>();
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        py[r * cols + c] = px[r * cols + c] + pb[c];
+      }
+    }
+  });
+  tape::RecordOperation(kOp, {x, bias}, {y});
+  return y;
+}
+
+absl::StatusOr<Tensor> Softmax(const Tensor& logits) {
+  return SoftmaxImpl("Softmax", logits, /*log=*/false);
+}
+
+absl::StatusOr<Tensor> LogSoftmax(const Tensor& logits) {
+  return SoftmaxImpl("LogSoftmax", logits, /*log=*/true);
+}
+
+absl::StatusOr<Tensor> SparseSoftmaxCrossEntropyWithLogits(
+    const Tensor& logits, const Tensor& labels) {
+  constexpr const char* kOp = "SparseSoftmaxCrossEntropyWithLogits";
+  MT_RETURN_IF_ERROR(CheckFloatingSame(kOp, {&logits}));
+  MT_RETURN_IF_ERROR(internal::CheckDefined(kOp, {&labels}));
+  MT_RETURN_IF_ERROR(CheckHost(kOp, {&logits, &labels}));
+  MT_RETURN_IF_ERROR(internal::CheckInteger(kOp, labels, "labels"));
+  if (logits.rank() != 2 || labels.rank() != 1 ||
+      labels.dim(0) != logits.dim(0)) {
+    return OpError(kOp, "need logits [batch, classes] and labels [batch]",
+                   {&logits, &labels});
+  }
+  const int64_t batch = logits.dim(0), classes = logits.dim(1);
+  Tensor loss = Tensor::HostEmpty(logits.dtype(), {batch});
+  Tensor softmax = Tensor::HostEmpty(logits.dtype(), logits.shape());
+  absl::Status status;
+  MT_DISPATCH_FLOAT(logits.dtype(), T, {
+    const T* x = logits.data<T>();
+    T* sm = softmax.data<T>();
+    T* pl = loss.data<T>();
+    for (int64_t r = 0; r < batch; ++r) {
+      int64_t label = internal::IndexAt(labels, r);
+      if (label < 0 || label >= classes) {
+        status = OpError(kOp,
+                         absl::StrCat("label ", label, " in row ", r,
+                                      " is outside [0, ", classes, ")"),
+                         {&logits, &labels});
+        break;
+      }
+      const T* xr = x + r * classes;
+      T* sr = sm + r * classes;
+      T mx = -std::numeric_limits<T>::infinity();
+      for (int64_t c = 0; c < classes; ++c) mx = std::max(mx, xr[c]);
+      T sum = 0;
+      for (int64_t c = 0; c < classes; ++c) {
+        sr[c] = std::exp(xr[c] - mx);
+        sum += sr[c];
+      }
+      const T inv = T(1) / sum;
+      for (int64_t c = 0; c < classes; ++c) sr[c] *= inv;
+      pl[r] = std::log(sum) - (xr[label] - mx);
+    }
+  });
+  MT_RETURN_IF_ERROR(status);
+  tape::RecordOperation(kOp, {logits, labels}, {loss},
+                        XentAttrs{std::move(softmax)});
+  return loss;
+}
+
+absl::StatusOr<Tensor> Dropout(const Tensor& x, double rate, uint64_t seed) {
+  constexpr const char* kOp = "Dropout";
+  MT_RETURN_IF_ERROR(CheckFloatingSame(kOp, {&x}));
+  MT_RETURN_IF_ERROR(CheckHost(kOp, {&x}));
+  if (!(rate >= 0.0 && rate < 1.0)) {
+    return OpError(kOp, absl::StrCat("rate ", rate, " is outside [0, 1)"),
+                   {&x});
+  }
+  Tensor mask = Tensor::HostEmpty(x.dtype(), x.shape());
+  Tensor y = Tensor::HostEmpty(x.dtype(), x.shape());
+  // Keep when the top 53 bits, as a uniform double in [0,1), are >= rate.
+  const uint64_t salt = Mix(seed);
+  MT_DISPATCH_FLOAT(x.dtype(), T, {
+    const T keep_scale = static_cast<T>(1.0 / (1.0 - rate));
+    const T* px = x.data<T>();
+    T* pm = mask.data<T>();
+    T* py = y.data<T>();
+    for (int64_t i = 0; i < x.num_elements(); ++i) {
+      double u =
+          static_cast<double>(Mix(salt ^ static_cast<uint64_t>(i)) >> 11) *
+          0x1.0p-53;
+      pm[i] = u >= rate ? keep_scale : T(0);
+      py[i] = px[i] * pm[i];
+    }
+  });
+  tape::RecordOperation(kOp, {x}, {y}, DropoutAttrs{std::move(mask)});
+  return y;
+}
+
+// ---------------------------------------------------------------- gradients
+
+namespace {
+
+using Grads = std::vector<std::optional<Tensor>>;
+
+MT_REGISTER_GRADIENT("BiasAdd",
+                     [](const OpRecord& op, auto g, auto needs,
+                        Grads* grads) -> absl::Status {
+                       if (needs[0]) (*grads)[0] = g[0];
+                       if (needs[1]) {
+                         MT_ASSIGN_OR_RETURN(
+                             (*grads)[1],
+                             SumToShape(g[0], op.inputs[1].shape()));
+                       }
+                       return absl::OkStatus();
+                     });
+
+// d softmax: (g - sum(g * y)) * y, per row.
+MT_REGISTER_GRADIENT("Softmax",
+                     [](const OpRecord& op, auto g, auto,
+                        Grads* grads) -> absl::Status {
+                       const Tensor& y = op.outputs[0];
+                       MT_ASSIGN_OR_RETURN(Tensor gy, Mul(g[0], y));
+                       MT_ASSIGN_OR_RETURN(
+                           Tensor s, ReduceSum(gy, {-1}, /*keepdims=*/true));
+                       MT_ASSIGN_OR_RETURN(Tensor d, Sub(g[0], s));
+                       MT_ASSIGN_OR_RETURN((*grads)[0], Mul(d, y));
+                       return absl::OkStatus();
+                     });
+
+// d log_softmax: g - exp(y) * sum(g), per row.
+MT_REGISTER_GRADIENT("LogSoftmax",
+                     [](const OpRecord& op, auto g, auto,
+                        Grads* grads) -> absl::Status {
+                       MT_ASSIGN_OR_RETURN(Tensor p, Exp(op.outputs[0]));
+                       MT_ASSIGN_OR_RETURN(
+                           Tensor s, ReduceSum(g[0], {-1}, /*keepdims=*/true));
+                       MT_ASSIGN_OR_RETURN(Tensor ps, Mul(p, s));
+                       MT_ASSIGN_OR_RETURN((*grads)[0], Sub(g[0], ps));
+                       return absl::OkStatus();
+                     });
+
+MT_REGISTER_GRADIENT(
+    "SparseSoftmaxCrossEntropyWithLogits",
+    [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+      if (!needs[0]) return absl::OkStatus();
+      const Tensor& sm = std::any_cast<const XentAttrs&>(op.attrs).softmax;
+      const Tensor& labels = op.inputs[1];
+      const Tensor& gl = g[0];
+      MT_RETURN_IF_ERROR(CheckHost("SparseSoftmaxCrossEntropyGrad", {&gl}));
+      const int64_t batch = sm.dim(0), classes = sm.dim(1);
+      Tensor d = Tensor::HostEmpty(sm.dtype(), sm.shape());
+      MT_DISPATCH_FLOAT(sm.dtype(), T, {
+        const T* ps = sm.data<T>();
+        const T* pg = gl.data<T>();
+        T* pd = d.data<T>();
+        for (int64_t r = 0; r < batch; ++r) {
+          for (int64_t c = 0; c < classes; ++c) {
+            pd[r * classes + c] = pg[r] * ps[r * classes + c];
+          }
+          pd[r * classes + internal::IndexAt(labels, r)] -= pg[r];
+        }
+      });
+      (*grads)[0] = std::move(d);
+      return absl::OkStatus();
+    });
+
+MT_REGISTER_GRADIENT(
+    "Dropout",
+    [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+      const Tensor& mask =
+          std::any_cast<const DropoutAttrs&>(op.attrs).scaled_mask;
+      MT_ASSIGN_OR_RETURN((*grads)[0], Mul(g[0], mask));
+      return absl::OkStatus();
+    });
+
+}  // namespace
+}  // namespace mirrortrain::ops

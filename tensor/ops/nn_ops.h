@@ -1,0 +1,31 @@
+// Neural-network ops: bias_add, softmax family, the fused sparse softmax
+// cross-entropy, dropout.
+#ifndef MIRRORTRAIN_TENSOR_OPS_NN_OPS_H_
+#define MIRRORTRAIN_TENSOR_OPS_NN_OPS_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "tensor/tensor.h"
+
+namespace mirrortrain::ops {
+
+// x + bias along the last dimension (NHWC / [batch, units]).
+absl::StatusOr<Tensor> BiasAdd(const Tensor& x, const Tensor& bias);
+// Along the last axis.
+absl::StatusOr<Tensor> Softmax(const Tensor& logits);
+absl::StatusOr<Tensor> LogSoftmax(const Tensor& logits);
+// Per-example -log softmax(logits)[label] for logits [batch, classes] and
+// integer labels [batch], computed stably (max-shifted log-sum-exp). A label
+// outside [0, classes) is an error naming the row (TensorFlow's CPU kernel
+// errors too). Differentiable with respect to logits.
+absl::StatusOr<Tensor> SparseSoftmaxCrossEntropyWithLogits(
+    const Tensor& logits, const Tensor& labels);
+// Inverted dropout: zeroes each element with probability `rate` and scales
+// the rest by 1/(1-rate). The mask is a pure function of (seed, element
+// index), so replicas and reruns agree. rate in [0, 1).
+absl::StatusOr<Tensor> Dropout(const Tensor& x, double rate, uint64_t seed);
+
+}  // namespace mirrortrain::ops
+
+#endif  // MIRRORTRAIN_TENSOR_OPS_NN_OPS_H_

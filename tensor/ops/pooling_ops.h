@@ -1,0 +1,24 @@
+// Max pooling over NHWC images (tf.nn.max_pool2d).
+#ifndef MIRRORTRAIN_TENSOR_OPS_POOLING_OPS_H_
+#define MIRRORTRAIN_TENSOR_OPS_POOLING_OPS_H_
+
+#include "absl/status/statusor.h"
+#include "tensor/ops/window.h"
+#include "tensor/tensor.h"
+
+namespace mirrortrain::ops {
+
+struct Pool2DOptions {
+  int64_t ksize_h = 2, ksize_w = 2;
+  int64_t stride_h = 2, stride_w = 2;
+  Padding padding = Padding::kValid;
+};
+
+// Padded cells never win. The gradient goes to the first maximum of each
+// window in row-major order (TensorFlow's CPU rule), summed over windows.
+absl::StatusOr<Tensor> MaxPool2D(const Tensor& x,
+                                 const Pool2DOptions& options = {});
+
+}  // namespace mirrortrain::ops
+
+#endif  // MIRRORTRAIN_TENSOR_OPS_POOLING_OPS_H_

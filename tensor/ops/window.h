@@ -1,0 +1,35 @@
+// Output size and padding of a sliding window (convolution, pooling) with
+// TensorFlow's SAME/VALID rules.
+#ifndef MIRRORTRAIN_TENSOR_OPS_WINDOW_H_
+#define MIRRORTRAIN_TENSOR_OPS_WINDOW_H_
+
+#include <algorithm>
+#include <cstdint>
+
+namespace mirrortrain::ops {
+
+enum class Padding { kSame, kValid };
+
+struct Window1D {
+  int64_t out = 0;         // Output length.
+  int64_t pad_before = 0;  // Implicit zeros (or -inf for pooling) before.
+};
+
+// SAME: out = ceil(in / stride), the padding split with the extra element
+// after (pad_before = total / 2). VALID: out = ceil((in - k + 1) / stride).
+inline Window1D ComputeWindow(int64_t in, int64_t k, int64_t stride,
+                              Padding padding) {
+  Window1D w;
+  if (padding == Padding::kSame) {
+    w.out = (in + stride - 1) / stride;
+    int64_t total = std::max<int64_t>((w.out - 1) * stride + k - in, 0);
+    w.pad_before = total / 2;
+  } else {
+    w.out = in >= k ? (in - k) / stride + 1 : 0;
+  }
+  return w;
+}
+
+}  // namespace mirrortrain::ops
+
+#endif  // MIRRORTRAIN_TENSOR_OPS_WINDOW_H_

@@ -1,0 +1,30 @@
+// Status propagation helpers used across mirrortrain.
+//
+// Abseil (the Debian 20220623 release) ships absl::Status but no
+// RETURN_IF_ERROR / ASSIGN_OR_RETURN, so these are the project's own.
+#ifndef MIRRORTRAIN_TENSOR_STATUS_MACROS_H_
+#define MIRRORTRAIN_TENSOR_STATUS_MACROS_H_
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+#define MT_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::absl::Status _mt_status = (expr);      \
+    if (!_mt_status.ok()) return _mt_status; \
+  } while (0)
+
+#define MT_STATUS_CONCAT_INNER_(a, b) a##b
+#define MT_STATUS_CONCAT_(a, b) MT_STATUS_CONCAT_INNER_(a, b)
+
+// MT_ASSIGN_OR_RETURN(auto x, Foo()); declares/assigns x or returns the error.
+#define MT_ASSIGN_OR_RETURN(lhs, expr)                                       \
+  MT_ASSIGN_OR_RETURN_IMPL_(MT_STATUS_CONCAT_(_mt_statusor_, __LINE__), lhs, \
+                            expr)
+
+#define MT_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, expr) \
+  auto statusor = (expr);                              \
+  if (!statusor.ok()) return statusor.status();        \
+  lhs = std::move(statusor).value()
+
+#endif  // MIRRORTRAIN_TENSOR_STATUS_MACROS_H_

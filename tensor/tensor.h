@@ -1,0 +1,146 @@
+// Tensor: a dense, row-major, immutable-by-convention n-d array.
+//
+// Ownership: a Tensor is a cheap handle (one shared_ptr) to an impl that
+// holds the shape, dtype and a shared Buffer. Copies of a handle are the same
+// tensor (same id(), as an EagerTensor handle in TensorFlow); views made by
+// Reshape share the buffer but are new tensors with new ids. Ops never write
+// into their inputs; only Variable and the optimizers update buffers in place.
+//
+// Thread contract: handles may be copied and read from several threads; a
+// tensor's data must not be written while another thread reads it.
+#ifndef MIRRORTRAIN_TENSOR_TENSOR_H_
+#define MIRRORTRAIN_TENSOR_TENSOR_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "tensor/allocator.h"
+#include "tensor/device.h"
+#include "tensor/dtype.h"
+#include "tensor/shape.h"
+
+namespace mirrortrain {
+
+// One allocation. Frees itself through its allocator.
+class Buffer {
+ public:
+  static absl::StatusOr<std::shared_ptr<Buffer>> Allocate(Allocator* allocator,
+                                                          size_t bytes);
+  ~Buffer();
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  Device device() const { return allocator_->device(); }
+
+ private:
+  Buffer(Allocator* allocator, void* data, size_t bytes)
+      : allocator_(allocator), data_(data), bytes_(bytes) {}
+  Allocator* allocator_;
+  void* data_;
+  size_t bytes_;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // Undefined; defined() is false.
+
+  // Uninitialised storage on `device`.
+  static absl::StatusOr<Tensor> Empty(DType dtype, Shape shape,
+                                      Device device = Device::Cpu());
+  // Zero-filled storage on `device`.
+  static absl::StatusOr<Tensor> Zeros(DType dtype, Shape shape,
+                                      Device device = Device::Cpu());
+  // Host tensors; these only fail on host out-of-memory, and then throw
+  // std::bad_alloc as std::vector does, so they return the tensor directly.
+  static Tensor HostEmpty(DType dtype, Shape shape);
+  static Tensor HostZeros(DType dtype, Shape shape);
+  static Tensor HostFull(DType dtype, Shape shape, double value);
+  template <typename T>
+  static Tensor FromVector(const std::vector<T>& values, Shape shape);
+  template <typename T>
+  static Tensor Scalar(T value) {
+    return FromVector<T>({value}, {});
+  }
+
+  bool defined() const { return impl_ != nullptr; }
+  DType dtype() const { return impl_->dtype; }
+  const Shape& shape() const { return impl_->shape; }
+  int rank() const { return static_cast<int>(impl_->shape.size()); }
+  int64_t dim(int i) const { return impl_->shape[i]; }
+  int64_t num_elements() const { return impl_->num_elements; }
+  size_t bytes() const { return num_elements() * DTypeSize(dtype()); }
+  Device device() const { return impl_->buffer->device(); }
+  // Unique per tensor (not per handle); the tape keys on it.
+  int64_t id() const { return impl_->id; }
+
+  void* raw_data() const {
+    return static_cast<char*>(impl_->buffer->data()) + impl_->byte_offset;
+  }
+  template <typename T>
+  T* data() const {
+    return static_cast<T*>(raw_data());
+  }
+  // True when both handles address the same bytes.
+  bool SharesBufferWith(const Tensor& other) const {
+    return impl_->buffer == other.impl_->buffer;
+  }
+
+  // A view with a new shape and the same elements (no copy, new id).
+  absl::StatusOr<Tensor> Reshaped(Shape shape) const;
+  // A view of rows [start, start + count) along dimension 0 (no copy, new
+  // id); how batches are cut into replica shards and im2col chunks.
+  absl::StatusOr<Tensor> SliceRows(int64_t start, int64_t count) const;
+  // A fresh copy on the same device.
+  absl::StatusOr<Tensor> Clone() const;
+  // A copy on `device` (this tensor itself when already there).
+  absl::StatusOr<Tensor> To(Device device) const;
+  // Copies `src` (same dtype and element count, any device) into this.
+  absl::Status CopyFrom(const Tensor& src);
+
+  // Host-only convenience accessors for tests and I/O.
+  template <typename T>
+  std::vector<T> ToVector() const {
+    const T* p = data<T>();
+    return std::vector<T>(p, p + num_elements());
+  }
+  // Element i converted to double (host tensors, any dtype).
+  double ScalarAt(int64_t i) const;
+
+  std::string DebugString() const;  // "f32[2,3]@cpu:0"
+
+ private:
+  struct Impl {
+    std::shared_ptr<Buffer> buffer;
+    size_t byte_offset = 0;
+    Shape shape;
+    int64_t num_elements = 0;
+    DType dtype = DType::kF32;
+    int64_t id = 0;
+  };
+  static Tensor Wrap(std::shared_ptr<Buffer> buffer, size_t byte_offset,
+                     Shape shape, DType dtype);
+  std::shared_ptr<const Impl> impl_;
+};
+
+template <typename T>
+Tensor Tensor::FromVector(const std::vector<T>& values, Shape shape) {
+  // A size mismatch is a caller bug; the tensor is zero-padded or truncated
+  // rather than reading out of bounds.
+  Tensor t = HostZeros(DTypeOf<T>::value, std::move(shape));
+  std::memcpy(t.raw_data(), values.data(),
+              std::min(values.size(), static_cast<size_t>(t.num_elements())) *
+                  sizeof(T));
+  return t;
+}
+
+}  // namespace mirrortrain
+
+#endif  // MIRRORTRAIN_TENSOR_TENSOR_H_

@@ -1,0 +1,103 @@
+// Matmul and conv2d forward+backward at the Fashion-MNIST model sizes, next
+// to a bare OpenBLAS sgemm of the same shape. Reports GFLOP/s.
+//   build/bin/ops_bench  (or scripts/bench_ops.sh)
+#include <cblas.h>
+
+#include "benchmark/benchmark.h"
+#include "models/initializers.h"
+#include "tensor/gradient_tape.h"
+#include "tensor/ops/conv_ops.h"
+#include "tensor/ops/matmul.h"
+#include "tensor/ops/reduction_ops.h"
+
+namespace mirrortrain {
+namespace {
+
+Tensor Random(const Shape& s, uint64_t seed) {
+  return models::GlorotUniform(s, seed);
+}
+
+void SetFlops(benchmark::State& state, double flops_per_iter) {
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      flops_per_iter * 1e-9 * state.iterations(), benchmark::Counter::kIsRate);
+}
+
+// [m,k] @ [k,n]: forward, then dA and dB (3 GEMMs of 2mkn flops).
+void BM_MatMulForwardBackward(benchmark::State& state) {
+  const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+  Tensor a = Random({m, k}, 1), b = Random({k, n}, 2);
+  for (auto _ : state) {
+    GradientTape tape;
+    tape.Watch(a);
+    tape.Watch(b);
+    Tensor c = *ops::MatMul(a, b);
+    auto g = tape.Gradient(c, {a, b});
+    benchmark::DoNotOptimize(g);
+  }
+  SetFlops(state, 3 * 2.0 * m * k * n);
+}
+
+void BM_OpenBlasSgemmX3(benchmark::State& state) {
+  const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+  Tensor a = Random({m, k}, 1), b = Random({k, n}, 2);
+  Tensor c = Tensor::HostEmpty(DType::kF32, {m, n});
+  for (auto _ : state) {
+    for (int i = 0; i < 3; ++i) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f,
+                  a.data<float>(), k, b.data<float>(), n, 0.0f, c.data<float>(),
+                  n);
+    }
+    benchmark::ClobberMemory();
+  }
+  SetFlops(state, 3 * 2.0 * m * k * n);
+}
+
+// Args: batch, size, in channels, out channels, kernel.
+void BM_Conv2DForwardBackward(benchmark::State& state) {
+  const int64_t n = state.range(0), hw = state.range(1), c = state.range(2),
+                o = state.range(3), k = state.range(4);
+  Tensor x = Random({n, hw, hw, c}, 3), w = Random({k, k, c, o}, 4);
+  for (auto _ : state) {
+    GradientTape tape;
+    tape.Watch(x);
+    tape.Watch(w);
+    Tensor y = *ops::Conv2D(x, w);
+    auto g = tape.Gradient(y, {x, w});
+    benchmark::DoNotOptimize(g);
+  }
+  SetFlops(state, 3 * 2.0 * n * hw * hw * k * k * c * o);
+}
+
+// The GEMM inside that convolution: [n*hw*hw, k*k*c] @ [k*k*c, o], x3.
+void BM_OpenBlasSgemmConvShapeX3(benchmark::State& state) {
+  const int64_t n = state.range(0), hw = state.range(1), c = state.range(2),
+                o = state.range(3), k = state.range(4);
+  const int64_t m = n * hw * hw, kk = k * k * c;
+  Tensor a = Random({m, kk}, 1), b = Random({kk, o}, 2);
+  Tensor out = Tensor::HostEmpty(DType::kF32, {m, o});
+  for (auto _ : state) {
+    for (int i = 0; i < 3; ++i) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, o, kk, 1.0f,
+                  a.data<float>(), kk, b.data<float>(), o, 0.0f,
+                  out.data<float>(), o);
+    }
+    benchmark::ClobberMemory();
+  }
+  SetFlops(state, 3 * 2.0 * m * kk * o);
+}
+
+// MLP 784-256-128-10 layers at batch 128.
+#define MLP_SHAPES \
+  Args({128, 784, 256})->Args({128, 256, 128})->Args({128, 128, 10})
+BENCHMARK(BM_MatMulForwardBackward)->MLP_SHAPES->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_OpenBlasSgemmX3)->MLP_SHAPES->Unit(benchmark::kMicrosecond);
+// CNN conv layers (5x5 SAME) at batch 32.
+#define CNN_SHAPES Args({32, 28, 1, 32, 5})->Args({32, 14, 32, 64, 5})
+BENCHMARK(BM_Conv2DForwardBackward)->CNN_SHAPES->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_OpenBlasSgemmConvShapeX3)
+    ->CNN_SHAPES->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace mirrortrain
+
+BENCHMARK_MAIN();

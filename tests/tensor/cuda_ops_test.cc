@@ -1,0 +1,51 @@
+// CUDA kernels against their CPU twins. Labelled `gpu`; skips with the
+// reason when no GPU is visible (the kernels are still compiled in CI).
+#include "gtest/gtest.h"
+#include "tensor/cuda/cuda_backend.h"
+#include "tensor/ops/math_ops.h"
+#include "tests/test_util.h"
+
+namespace mirrortrain {
+namespace {
+
+class CudaOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda::Built()) GTEST_SKIP() << "built without CUDA";
+    if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no GPU visible";
+  }
+};
+
+TEST_F(CudaOpsTest, UnaryKernelsMatchCpu) {
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    Tensor x = testing::RandomTensor({1000, 37}, 1, dtype, 0.1, 3.0);
+    Tensor gx = *x.To(Device::Cuda(0));
+    for (auto* fn : {&ops::Neg, &ops::Exp, &ops::Log, &ops::Sqrt, &ops::Square,
+                     &ops::Relu, &ops::Sigmoid, &ops::Tanh}) {
+      Tensor cpu = *fn(x);
+      absl::StatusOr<Tensor> gpu = fn(gx);
+      ASSERT_TRUE(gpu.ok()) << gpu.status();
+      EXPECT_TRUE(testing::AllClose(*gpu->To(Device::Cpu()), cpu, 1e-5, 1e-6));
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, BinaryKernelsMatchCpu) {
+  Tensor a = testing::RandomTensor({513, 9}, 2, DType::kF32);
+  Tensor b = testing::RandomTensor({513, 9}, 3, DType::kF32, 0.5, 2.0);
+  Tensor ga = *a.To(Device::Cuda(0)), gb = *b.To(Device::Cuda(0));
+  for (auto* fn : {&ops::Add, &ops::Sub, &ops::Mul, &ops::Div}) {
+    absl::StatusOr<Tensor> gpu = fn(ga, gb);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    EXPECT_TRUE(testing::AllClose(*gpu->To(Device::Cpu()), *fn(a, b), 1e-6, 0));
+  }
+}
+
+TEST_F(CudaOpsTest, MissingGpuIsReported) {
+  absl::Status s = cuda::CheckDevice(cuda::DeviceCount());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("visible"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace mirrortrain

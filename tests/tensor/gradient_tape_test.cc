@@ -1,0 +1,162 @@
+// The GradientTape cases TensorFlow users know.
+#include "tensor/gradient_tape.h"
+
+#include "gtest/gtest.h"
+#include "tensor/ops/array_ops.h"
+#include "tensor/ops/math_ops.h"
+#include "tensor/ops/reduction_ops.h"
+#include "tensor/variable.h"
+#include "tests/test_util.h"
+
+namespace mirrortrain {
+namespace {
+
+Tensor F(double v) { return Tensor::Scalar<double>(v); }
+
+// With a = 0 and b = 2a: d(a+b)/d[a,b] is [3, 1], or [1, 1] when a and b
+// are stop sources (tf.gradients' stop_gradients example).
+TEST(GradientTapeTest, StopSourcesBlockFlowThroughThem) {
+  for (bool stop : {false, true}) {
+    GradientTape tape;
+    Tensor a = F(0);
+    tape.Watch(a);
+    Tensor two = F(2);
+    Tensor b = *ops::Mul(two, a);
+    Tensor sum = *ops::Add(a, b);
+    GradientOptions options;
+    if (stop) options.stop_gradients = {a, b};
+    auto grads = tape.Gradient(sum, {a, b}, options);
+    ASSERT_TRUE(grads.ok()) << grads.status();
+    ASSERT_TRUE((*grads)[0].has_value() && (*grads)[1].has_value());
+    EXPECT_EQ((*grads)[0]->ScalarAt(0), stop ? 1.0 : 3.0);
+    EXPECT_EQ((*grads)[1]->ScalarAt(0), 1.0);
+  }
+}
+
+TEST(GradientTapeTest, StopGradientOpBlocksFlow) {
+  GradientTape tape;
+  Tensor a = F(3);
+  tape.Watch(a);
+  Tensor b = *ops::StopGradient(*ops::Square(a));
+  Tensor y = *ops::Add(*ops::Mul(b, a), a);  // b is a constant 9 here.
+  auto grads = tape.Gradient(y, {a});
+  ASSERT_TRUE(grads.ok());
+  EXPECT_EQ((*grads)[0]->ScalarAt(0), 10.0);
+}
+
+TEST(GradientTapeTest, UnconnectedSourcesAreEmptyOrZero) {
+  for (auto mode : {UnconnectedGradients::kNone, UnconnectedGradients::kZero}) {
+    GradientTape tape;
+    Tensor x = F(2), unused = Tensor::FromVector<double>({1, 2}, {2});
+    tape.Watch(x);
+    tape.Watch(unused);
+    Tensor y = *ops::Square(x);
+    GradientOptions options;
+    options.unconnected = mode;
+    auto grads = tape.Gradient(y, {x, unused}, options);
+    ASSERT_TRUE(grads.ok());
+    EXPECT_EQ((*grads)[0]->ScalarAt(0), 4.0);
+    if (mode == UnconnectedGradients::kNone) {
+      EXPECT_FALSE((*grads)[1].has_value());
+    } else {
+      ASSERT_TRUE((*grads)[1].has_value());
+      EXPECT_EQ((*grads)[1]->ToVector<double>(), (std::vector<double>{0, 0}));
+    }
+  }
+}
+
+TEST(GradientTapeTest, OutputGradientsScaleTheResult) {
+  GradientTape tape;
+  Tensor x = Tensor::FromVector<double>({1, 2, 3}, {3});
+  tape.Watch(x);
+  Tensor y = *ops::Square(x);
+  GradientOptions options;
+  options.output_gradient = Tensor::FromVector<double>({1, 10, 100}, {3});
+  auto grads = tape.Gradient(y, {x}, options);
+  ASSERT_TRUE(grads.ok());
+  EXPECT_EQ((*grads)[0]->ToVector<double>(), (std::vector<double>{2, 40, 600}));
+
+  GradientTape tape2;
+  tape2.Watch(x);
+  Tensor y2 = *ops::Square(x);
+  options.output_gradient = Tensor::FromVector<double>({1, 2}, {2});
+  EXPECT_EQ(tape2.Gradient(y2, {x}, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(GradientTapeTest, NonPersistentTapeAnswersOnce) {
+  Tensor x = F(3);
+  {
+    GradientTape tape;
+    tape.Watch(x);
+    Tensor y = *ops::Square(x);
+    EXPECT_TRUE(tape.Gradient(y, {x}).ok());
+    EXPECT_EQ(tape.Gradient(y, {x}).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+  GradientTape tape(/*persistent=*/true);
+  tape.Watch(x);
+  Tensor y = *ops::Square(x);
+  Tensor z = *ops::Exp(y);
+  EXPECT_EQ((*tape.Gradient(y, {x}).value()[0]).ScalarAt(0), 6.0);
+  EXPECT_NEAR((*tape.Gradient(z, {x}).value()[0]).ScalarAt(0),
+              6.0 * std::exp(9.0), 1e-6);
+}
+
+TEST(GradientTapeTest, UnwatchedTensorsAreNotRecorded) {
+  GradientTape tape;
+  Tensor x = F(3);
+  Tensor y = *ops::Square(x);
+  auto grads = tape.Gradient(y, {x});
+  ASSERT_TRUE(grads.ok());
+  EXPECT_FALSE((*grads)[0].has_value());
+}
+
+TEST(GradientTapeTest, TrainableVariablesAreWatchedAutomatically) {
+  Variable v = *Variable::Create("v", F(2));
+  Variable frozen = *Variable::Create("frozen", F(5), /*trainable=*/false);
+  GradientTape tape;
+  Tensor y = *ops::Mul(*ops::Square(v.value()), frozen.value());
+  auto grads = tape.Gradient(y, {v.value(), frozen.value()});
+  ASSERT_TRUE(grads.ok());
+  EXPECT_EQ((*grads)[0]->ScalarAt(0), 20.0);
+  EXPECT_FALSE((*grads)[1].has_value());
+}
+
+TEST(GradientTapeTest, GradientOfATargetWithRespectToItself) {
+  GradientTape tape;
+  Tensor x = F(3);
+  tape.Watch(x);
+  auto grads = tape.Gradient(x, {x});
+  ASSERT_TRUE(grads.ok());
+  EXPECT_EQ((*grads)[0]->ScalarAt(0), 1.0);
+}
+
+TEST(GradientTapeTest, ReusedTensorsAccumulate) {
+  GradientTape tape;
+  Tensor x = F(3);
+  tape.Watch(x);
+  Tensor y = *ops::Add(*ops::Mul(x, x), x);  // x^2 + x
+  EXPECT_EQ((*tape.Gradient(y, {x}).value()[0]).ScalarAt(0), 7.0);
+}
+
+TEST(GradientTapeTest, NestedTapesBothRecord) {
+  Tensor x = F(2);
+  GradientTape outer;
+  outer.Watch(x);
+  GradientTape inner;
+  inner.Watch(x);
+  Tensor y = *ops::Mul(*ops::Square(x), x);  // x^3
+  auto dy = inner.Gradient(y, {x});
+  ASSERT_TRUE(dy.ok());
+  EXPECT_EQ((*dy)[0]->ScalarAt(0), 12.0);
+  // The outer tape recorded the inner gradient computation (through Mul,
+  // Square's 2x and Add): d/dx 3x^2 = 6x.
+  auto d2y = outer.Gradient(*(*dy)[0], {x});
+  ASSERT_TRUE(d2y.ok()) << d2y.status();
+  ASSERT_TRUE((*d2y)[0].has_value());
+  EXPECT_EQ((*d2y)[0]->ScalarAt(0), 12.0);
+}
+
+}  // namespace
+}  // namespace mirrortrain

@@ -1,0 +1,167 @@
+// Forward values and argument checking of the ops.
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tensor/gradient_tape.h"
+#include "tensor/ops/array_ops.h"
+#include "tensor/ops/conv_ops.h"
+#include "tensor/ops/math_ops.h"
+#include "tensor/ops/matmul.h"
+#include "tensor/ops/nn_ops.h"
+#include "tensor/ops/pooling_ops.h"
+#include "tensor/ops/reduction_ops.h"
+#include "tests/test_util.h"
+
+namespace mirrortrain {
+namespace {
+
+using ::testing::HasSubstr;
+
+Tensor V(std::vector<float> v, Shape s) { return Tensor::FromVector(v, s); }
+
+TEST(OpsTest, BroadcastArithmetic) {
+  Tensor a = V({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor row = V({10, 20, 30}, {3});
+  Tensor col = V({100, 200}, {2, 1});
+  EXPECT_EQ(ops::Add(a, row)->ToVector<float>(),
+            (std::vector<float>{11, 22, 33, 14, 25, 36}));
+  EXPECT_EQ(ops::Sub(a, col)->ToVector<float>(),
+            (std::vector<float>{-99, -98, -97, -196, -195, -194}));
+  EXPECT_EQ(ops::Mul(col, row)->shape(), (Shape{2, 3}));
+  EXPECT_EQ(ops::Div(a, Tensor::Scalar<float>(2))->ToVector<float>(),
+            (std::vector<float>{0.5, 1, 1.5, 2, 2.5, 3}));
+}
+
+TEST(OpsTest, BadShapesAndDtypesNameTheOpAndShapes) {
+  Tensor a = V({1, 2, 3, 4, 5, 6}, {2, 3});
+  absl::Status s = ops::Add(a, V({1, 2}, {2})).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("Add"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("f32[2,3]"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("f32[2]"));
+
+  s = ops::Mul(a, Tensor::FromVector<double>({1, 2, 3}, {3})).status();
+  EXPECT_THAT(std::string(s.message()), HasSubstr("dtype mismatch"));
+
+  s = ops::MatMul(a, V({1, 2}, {1, 2})).status();
+  EXPECT_THAT(std::string(s.message()), HasSubstr("MatMul"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("f32[1,2]"));
+
+  s = ops::Conv2D(a, a).status();
+  EXPECT_THAT(std::string(s.message()), HasSubstr("Conv2D"));
+  EXPECT_EQ(ops::Relu(Tensor()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(ops::Exp(Tensor::Scalar<int32_t>(1)).ok());
+}
+
+TEST(OpsTest, WrongDeviceIsAnErrorNotACrash) {
+  // A tensor on a GPU that does not exist here cannot even be made; ops on
+  // mixed devices report the devices.
+  if (!Tensor::Empty(DType::kF32, {2}, Device::Cuda(0)).ok()) {
+    SUCCEED() << "no GPU: device placement errors come from allocation";
+    EXPECT_FALSE(Tensor::Empty(DType::kF32, {2}, Device::Cuda(0)).ok());
+    return;
+  }
+  Tensor gpu = *Tensor::Zeros(DType::kF32, {2}, Device::Cuda(0));
+  absl::Status s = ops::Add(gpu, V({1, 2}, {2})).status();
+  EXPECT_THAT(std::string(s.message()), HasSubstr("different devices"));
+}
+
+TEST(OpsTest, MatMulTransposes) {
+  Tensor a = V({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor b = V({1, 0, 0, 1, 1, 1}, {3, 2});
+  EXPECT_EQ(ops::MatMul(a, b)->ToVector<float>(),
+            (std::vector<float>{4, 5, 10, 11}));
+  // a^T a is [3,3].
+  Tensor ata = *ops::MatMul(a, a, true, false);
+  EXPECT_EQ(ata.shape(), (Shape{3, 3}));
+  EXPECT_EQ(ata.ToVector<float>()[0], 17);
+  Tensor aat = *ops::MatMul(a, a, false, true);
+  EXPECT_EQ(aat.ToVector<float>(), (std::vector<float>{14, 32, 32, 77}));
+}
+
+TEST(OpsTest, ReductionsOverAxes) {
+  Tensor x = V({1, 2, 3, 4, 5, 6}, {2, 3});
+  EXPECT_EQ(ops::ReduceSum(x)->ToVector<float>(), (std::vector<float>{21}));
+  EXPECT_EQ(ops::ReduceSum(x, {0})->ToVector<float>(),
+            (std::vector<float>{5, 7, 9}));
+  EXPECT_EQ(ops::ReduceSum(x, {1}, true)->shape(), (Shape{2, 1}));
+  EXPECT_EQ(ops::ReduceMean(x, {-1})->ToVector<float>(),
+            (std::vector<float>{2, 5}));
+  EXPECT_FALSE(ops::ReduceSum(x, {2}).ok());
+  EXPECT_FALSE(ops::ReduceSum(x, {0, 0}).ok());
+  EXPECT_EQ(ops::L2Loss(x)->ToVector<float>(), (std::vector<float>{45.5}));
+}
+
+TEST(OpsTest, ArrayOps) {
+  Tensor x = V({1, 2, 3, 4, 5, 6}, {2, 3});
+  EXPECT_EQ(ops::Transpose(x, {1, 0})->ToVector<float>(),
+            (std::vector<float>{1, 4, 2, 5, 3, 6}));
+  EXPECT_EQ(ops::Concat({x, V({7, 8}, {2, 1})}, 1)->ToVector<float>(),
+            (std::vector<float>{1, 2, 3, 7, 4, 5, 6, 8}));
+  Tensor ids = Tensor::FromVector<int64_t>({1, 1, 0}, {3});
+  EXPECT_EQ(ops::Gather(x, ids)->ToVector<float>(),
+            (std::vector<float>{4, 5, 6, 4, 5, 6, 1, 2, 3}));
+  EXPECT_FALSE(ops::Gather(x, Tensor::FromVector<int64_t>({2}, {1})).ok());
+  EXPECT_EQ(ops::ArgMax(x, 1)->ToVector<int64_t>(),
+            (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(ops::ArgMax(V({3, 3, 1}, {3}), 0)->ToVector<int64_t>(),
+            (std::vector<int64_t>{0}));  // First of ties.
+  Tensor oh = *ops::OneHot(Tensor::FromVector<int32_t>({2, 0, 5}, {3}), 3);
+  EXPECT_EQ(oh.ToVector<float>(),
+            (std::vector<float>{0, 0, 1, 1, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(ops::Cast(V({1.7f, -2.2f}, {2}), DType::kI32)->ToVector<int32_t>(),
+            (std::vector<int32_t>{1, -2}));
+  EXPECT_EQ(ops::Reshape(x, {-1})->shape(), (Shape{6}));
+  EXPECT_FALSE(ops::Reshape(x, {4, -1}).ok());
+}
+
+TEST(OpsTest, NonDifferentiableOpsGiveNoGradient) {
+  GradientTape tape;
+  Tensor x = V({1, 5, 2}, {3});
+  tape.Watch(x);
+  Tensor am = *ops::ArgMax(x, 0);
+  Tensor y = *ops::Cast(am, DType::kF32);
+  auto grads = tape.Gradient(y, {x});
+  ASSERT_TRUE(grads.ok());
+  EXPECT_FALSE((*grads)[0].has_value());
+}
+
+TEST(OpsTest, SoftmaxCrossEntropyIsStableAndChecksLabels) {
+  Tensor logits = V({1000, 0, -1000, 1, 2, 3}, {2, 3});
+  Tensor labels = Tensor::FromVector<int32_t>({0, 2}, {2});
+  Tensor loss = *ops::SparseSoftmaxCrossEntropyWithLogits(logits, labels);
+  EXPECT_NEAR(loss.ToVector<float>()[0], 0.0, 1e-6);
+  EXPECT_NEAR(loss.ToVector<float>()[1], 0.40760596, 1e-6);
+  absl::Status s = ops::SparseSoftmaxCrossEntropyWithLogits(
+                       logits, Tensor::FromVector<int32_t>({0, 3}, {2}))
+                       .status();
+  EXPECT_THAT(std::string(s.message()), HasSubstr("label 3 in row 1"));
+}
+
+TEST(OpsTest, DropoutIsSeededAndScales) {
+  Tensor x = Tensor::HostFull(DType::kF32, {10000}, 1.0);
+  Tensor a = *ops::Dropout(x, 0.25, 7);
+  Tensor b = *ops::Dropout(x, 0.25, 7);
+  Tensor c = *ops::Dropout(x, 0.25, 8);
+  EXPECT_EQ(a.ToVector<float>(), b.ToVector<float>());
+  EXPECT_NE(a.ToVector<float>(), c.ToVector<float>());
+  int kept = 0;
+  for (float v : a.ToVector<float>()) {
+    ASSERT_TRUE(v == 0.0f || std::abs(v - 1.0f / 0.75f) < 1e-6);
+    kept += v != 0;
+  }
+  EXPECT_NEAR(kept / 10000.0, 0.75, 0.02);
+  EXPECT_FALSE(ops::Dropout(x, 1.0, 1).ok());
+}
+
+TEST(OpsTest, ConvAndPoolShapes) {
+  Tensor x = testing::RandomTensor({2, 28, 28, 1}, 1, DType::kF32);
+  Tensor w = testing::RandomTensor({5, 5, 1, 32}, 2, DType::kF32);
+  EXPECT_EQ(ops::Conv2D(x, w)->shape(), (Shape{2, 28, 28, 32}));
+  ops::Conv2DOptions valid{2, 2, ops::Padding::kValid};
+  EXPECT_EQ(ops::Conv2D(x, w, valid)->shape(), (Shape{2, 12, 12, 32}));
+  EXPECT_EQ(ops::MaxPool2D(x)->shape(), (Shape{2, 14, 14, 1}));
+}
+
+}  // namespace
+}  // namespace mirrortrain

@@ -1,0 +1,81 @@
+#include "tensor/tensor.h"
+
+#include <cstdint>
+
+#include "gtest/gtest.h"
+
+namespace mirrortrain {
+namespace {
+
+TEST(TensorTest, HostStorageIsAlignedAndSized) {
+  for (int64_t n : {0, 1, 3, 17, 1000}) {
+    Tensor t = Tensor::HostEmpty(DType::kF32, {n});
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw_data()) % kCpuAlignment, 0u);
+    EXPECT_EQ(t.num_elements(), n);
+    EXPECT_EQ(t.bytes(), static_cast<size_t>(n) * 4);
+  }
+}
+
+TEST(TensorTest, ReshapeIsAViewWithANewId) {
+  Tensor t = Tensor::FromVector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  absl::StatusOr<Tensor> v = t.Reshaped({3, 2});
+  ASSERT_TRUE(v.ok());
+  EXPECT_TRUE(v->SharesBufferWith(t));
+  EXPECT_NE(v->id(), t.id());
+  t.data<float>()[5] = 42;
+  EXPECT_EQ(v->data<float>()[5], 42);
+  EXPECT_FALSE(t.Reshaped({4, 2}).ok());
+  EXPECT_FALSE(t.Reshaped({-6}).ok());
+}
+
+TEST(TensorTest, SliceRowsViewsContiguousRows) {
+  Tensor t = Tensor::FromVector<int64_t>({0, 1, 2, 3, 4, 5, 6, 7}, {4, 2});
+  absl::StatusOr<Tensor> s = t.SliceRows(1, 2);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->shape(), (Shape{2, 2}));
+  EXPECT_EQ(s->ToVector<int64_t>(), (std::vector<int64_t>{2, 3, 4, 5}));
+  absl::StatusOr<Tensor> empty = t.SliceRows(4, 0);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(empty->num_elements(), 0);
+  EXPECT_FALSE(t.SliceRows(3, 2).ok());
+  EXPECT_FALSE(t.SliceRows(-1, 1).ok());
+}
+
+TEST(TensorTest, CloneCopiesAndCopyFromChecksShape) {
+  Tensor t = Tensor::FromVector<double>({1, 2, 3}, {3});
+  Tensor c = *t.Clone();
+  EXPECT_FALSE(c.SharesBufferWith(t));
+  EXPECT_EQ(c.ToVector<double>(), t.ToVector<double>());
+  Tensor wrong = Tensor::HostZeros(DType::kF32, {3});
+  absl::Status s = wrong.CopyFrom(t);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("f64[3]"), std::string::npos) << s;
+}
+
+TEST(TensorTest, ZerosFullAndScalars) {
+  Tensor z = *Tensor::Zeros(DType::kI32, {2, 2});
+  EXPECT_EQ(z.ToVector<int32_t>(), (std::vector<int32_t>{0, 0, 0, 0}));
+  Tensor f = Tensor::HostFull(DType::kF64, {2}, 2.5);
+  EXPECT_EQ(f.ToVector<double>(), (std::vector<double>{2.5, 2.5}));
+  Tensor s = Tensor::Scalar<int64_t>(7);
+  EXPECT_EQ(s.rank(), 0);
+  EXPECT_EQ(s.ScalarAt(0), 7);
+  EXPECT_EQ(s.DebugString(), "i64[]@cpu:0");
+}
+
+TEST(TensorTest, NegativeDimensionIsAnError) {
+  EXPECT_EQ(Tensor::Empty(DType::kF32, {2, -1}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TensorTest, DeviceParsing) {
+  EXPECT_EQ(*ParseDevice("cpu:3"), Device::Cpu(3));
+  EXPECT_EQ(*ParseDevice("gpu:1"), Device::Cuda(1));
+  EXPECT_EQ(ParseDevice("gpu:1").value().ToString(), "gpu:1");
+  EXPECT_FALSE(ParseDevice("tpu:0").ok());
+  EXPECT_FALSE(ParseDevice("gpu:-1").ok());
+  EXPECT_FALSE(ParseDevice("gpu:x").ok());
+}
+
+}  // namespace
+}  // namespace mirrortrain

@@ -1,0 +1,178 @@
+#include "tests/test_util.h"
+
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "tensor/gradient_tape.h"
+#include "tensor/ops/math_ops.h"
+#include "tensor/ops/reduction_ops.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::testing {
+
+absl::StatusOr<std::map<std::string, Tensor>> LoadGolden(
+    const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::map<std::string, Tensor> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream header(line);
+    std::string word, name, dtype_name;
+    int rank = 0;
+    header >> word >> name >> dtype_name >> rank;
+    if (word != "tensor" || !header) {
+      return absl::DataLossError(absl::StrCat(path, ": bad header: ", line));
+    }
+    Shape shape(rank);
+    for (int i = 0; i < rank; ++i) header >> shape[i];
+    MT_ASSIGN_OR_RETURN(DType dtype, ParseDType(dtype_name));
+    Tensor t = Tensor::HostEmpty(dtype, shape);
+    if (!std::getline(in, line)) {
+      return absl::DataLossError(absl::StrCat(path, ": no values for ", name));
+    }
+    std::istringstream values(line);
+    for (int64_t i = 0; i < t.num_elements(); ++i) {
+      double v = 0;
+      long long iv = 0;
+      bool ok = IsFloating(dtype) ? static_cast<bool>(values >> v)
+                                  : static_cast<bool>(values >> iv);
+      if (!ok) {
+        return absl::DataLossError(
+            absl::StrCat(path, ": too few values for ", name));
+      }
+      switch (dtype) {
+        case DType::kF32:
+          t.data<float>()[i] = static_cast<float>(v);
+          break;
+        case DType::kF64:
+          t.data<double>()[i] = v;
+          break;
+        case DType::kI32:
+          t.data<int32_t>()[i] = static_cast<int32_t>(iv);
+          break;
+        case DType::kI64:
+          t.data<int64_t>()[i] = iv;
+          break;
+      }
+    }
+    out[name] = t;
+  }
+  return out;
+}
+
+std::string GoldenPath(const std::string& name) {
+  return absl::StrCat(MT_SOURCE_DIR, "/tests/golden/", name);
+}
+
+::testing::AssertionResult AllClose(const Tensor& actual,
+                                    const Tensor& expected, double rtol,
+                                    double atol) {
+  if (!actual.defined() || !expected.defined()) {
+    return ::testing::AssertionFailure() << "undefined tensor";
+  }
+  if (actual.shape() != expected.shape()) {
+    return ::testing::AssertionFailure()
+           << "shape " << ShapeToString(actual.shape()) << " vs expected "
+           << ShapeToString(expected.shape());
+  }
+  double worst = 0;
+  int64_t worst_i = -1;
+  for (int64_t i = 0; i < actual.num_elements(); ++i) {
+    double a = actual.ScalarAt(i), e = expected.ScalarAt(i);
+    double err = std::abs(a - e);
+    bool bad = !(err <= atol + rtol * std::abs(e)) &&
+               !(std::isnan(a) && std::isnan(e));
+    if (bad && (worst_i < 0 || err > worst)) {
+      worst = err;
+      worst_i = i;
+    }
+  }
+  if (worst_i >= 0) {
+    return ::testing::AssertionFailure()
+           << "element " << worst_i << ": " << actual.ScalarAt(worst_i)
+           << " vs expected " << expected.ScalarAt(worst_i) << " (|diff| "
+           << worst << ", rtol " << rtol << ", atol " << atol << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+Tensor RandomTensor(const Shape& shape, uint64_t seed, DType dtype, double lo,
+                    double hi) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  Tensor t = Tensor::HostEmpty(dtype, shape);
+  for (int64_t i = 0; i < t.num_elements(); ++i) {
+    double v = dist(rng);
+    if (dtype == DType::kF32) {
+      t.data<float>()[i] = static_cast<float>(v);
+    } else {
+      t.data<double>()[i] = v;
+    }
+  }
+  return t;
+}
+
+namespace {
+
+double Objective(const TensorFn& f, const std::vector<Tensor>& inputs,
+                 const Tensor& w) {
+  absl::StatusOr<Tensor> y = f(inputs);
+  EXPECT_TRUE(y.ok()) << y.status();
+  if (!y.ok()) return 0;
+  double sum = 0;
+  for (int64_t i = 0; i < y->num_elements(); ++i) {
+    sum += y->ScalarAt(i) * w.ScalarAt(i);
+  }
+  return sum;
+}
+
+}  // namespace
+
+void ExpectGradientsMatch(const TensorFn& f, const std::vector<Tensor>& inputs,
+                          double eps, double tol) {
+  absl::StatusOr<Tensor> probe = f(inputs);
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  Tensor w = RandomTensor(probe->shape(), 1234, DType::kF64, 0.5, 1.5);
+
+  std::vector<Tensor> sources;
+  for (const Tensor& in : inputs) {
+    if (IsFloating(in.dtype())) sources.push_back(in);
+  }
+  GradientTape tape;
+  for (const Tensor& s : sources) tape.Watch(s);
+  absl::StatusOr<Tensor> y = f(inputs);
+  ASSERT_TRUE(y.ok()) << y.status();
+  absl::StatusOr<Tensor> yw = ops::Mul(*y, w);
+  ASSERT_TRUE(yw.ok()) << yw.status();
+  absl::StatusOr<Tensor> loss = ops::ReduceSum(*yw);
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  auto grads = tape.Gradient(*loss, sources);
+  ASSERT_TRUE(grads.ok()) << grads.status();
+
+  size_t s = 0;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (!IsFloating(inputs[k].dtype())) continue;
+    const std::optional<Tensor>& g = (*grads)[s++];
+    ASSERT_TRUE(g.has_value()) << "no gradient for input " << k;
+    ASSERT_EQ(g->shape(), inputs[k].shape()) << "input " << k;
+    for (int64_t i = 0; i < inputs[k].num_elements(); ++i) {
+      std::vector<Tensor> plus = inputs, minus = inputs;
+      plus[k] = *inputs[k].Clone();
+      minus[k] = *inputs[k].Clone();
+      plus[k].data<double>()[i] += eps;
+      minus[k].data<double>()[i] -= eps;
+      double numeric =
+          (Objective(f, plus, w) - Objective(f, minus, w)) / (2 * eps);
+      double analytic = g->ScalarAt(i);
+      EXPECT_NEAR(analytic, numeric, tol * (1 + std::abs(numeric)))
+          << "input " << k << " element " << i;
+    }
+  }
+}
+
+}  // namespace mirrortrain::testing

@@ -1,0 +1,46 @@
+// Shared test helpers: golden-file loading, closeness checks and the
+// finite-difference gradient checker.
+#ifndef MIRRORTRAIN_TESTS_TEST_UTIL_H_
+#define MIRRORTRAIN_TESTS_TEST_UTIL_H_
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gtest/gtest.h"
+#include "tensor/tensor.h"
+
+namespace mirrortrain::testing {
+
+// Reads a file written by scripts/golden/golden_io.py: lines
+// "tensor NAME DTYPE RANK DIMS..." each followed by a line of values.
+absl::StatusOr<std::map<std::string, Tensor>> LoadGolden(
+    const std::string& path);
+// MT_SOURCE_DIR/tests/golden/<name>.
+std::string GoldenPath(const std::string& name);
+
+// Elementwise |a - b| <= atol + rtol * |b| (host tensors, any float dtype);
+// reports the worst element.
+::testing::AssertionResult AllClose(const Tensor& actual,
+                                    const Tensor& expected, double rtol,
+                                    double atol);
+
+// Random host tensor, uniform in [lo, hi), fixed seed.
+Tensor RandomTensor(const Shape& shape, uint64_t seed,
+                    DType dtype = DType::kF64, double lo = -1.0,
+                    double hi = 1.0);
+
+using TensorFn =
+    std::function<absl::StatusOr<Tensor>(const std::vector<Tensor>&)>;
+
+// Compares the tape gradient of L = sum(f(inputs) * w), w a fixed random
+// tensor, with central finite differences, for every floating input (f64).
+// Non-floating inputs (labels, indices) are passed through unchanged.
+void ExpectGradientsMatch(const TensorFn& f, const std::vector<Tensor>& inputs,
+                          double eps = 1e-6, double tol = 1e-6);
+
+}  // namespace mirrortrain::testing
+
+#endif  // MIRRORTRAIN_TESTS_TEST_UTIL_H_
