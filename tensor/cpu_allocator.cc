@@ -1,6 +1,10 @@
+#include <algorithm>
 #include <cstdlib>
+#include <mutex>
 #include <new>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "tensor/allocator.h"
 #include "tensor/cuda/cuda_backend.h"
@@ -8,13 +12,26 @@
 namespace mirrortrain {
 namespace {
 
-class AlignedCpuAllocator final : public Allocator {
+// Aligned host memory with a cache of large blocks. A training step
+// allocates the same large activations and gradients every step; without
+// the cache each would be a fresh mmap whose pages the kernel zero-fills,
+// which costs more system time than the step's arithmetic. Blocks of at
+// least kCacheMin bytes are rounded to 4 KiB and kept per exact size, up to
+// kCacheMax bytes in all.
+class CachingCpuAllocator final : public Allocator {
  public:
   absl::StatusOr<void*> Allocate(size_t bytes) override {
-    // aligned_alloc wants a multiple of the alignment.
-    size_t rounded =
-        (bytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
-    if (rounded == 0) rounded = kCpuAlignment;
+    const size_t rounded = Round(bytes);
+    if (rounded >= kCacheMin) {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = free_.find(rounded);
+      if (it != free_.end() && !it->second.empty()) {
+        void* ptr = it->second.back();
+        it->second.pop_back();
+        cached_bytes_ -= rounded;
+        return ptr;
+      }
+    }
     void* ptr = std::aligned_alloc(kCpuAlignment, rounded);
     if (ptr == nullptr) {
       return absl::ResourceExhaustedError(
@@ -22,14 +39,41 @@ class AlignedCpuAllocator final : public Allocator {
     }
     return ptr;
   }
-  void Deallocate(void* ptr, size_t) override { std::free(ptr); }
+
+  void Deallocate(void* ptr, size_t bytes) override {
+    const size_t rounded = Round(bytes);
+    if (rounded >= kCacheMin) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (cached_bytes_ + rounded <= kCacheMax) {
+        free_[rounded].push_back(ptr);
+        cached_bytes_ += rounded;
+        return;
+      }
+    }
+    std::free(ptr);
+  }
+
   Device device() const override { return Device::Cpu(); }
+
+ private:
+  static constexpr size_t kCacheMin = 64 << 10;
+  static constexpr size_t kCacheMax = size_t{2} << 30;
+  static size_t Round(size_t bytes) {
+    // aligned_alloc wants a multiple of the alignment; large blocks round to
+    // pages so near sizes share a bucket.
+    const size_t quantum = bytes >= kCacheMin ? 4096 : kCpuAlignment;
+    return std::max<size_t>((bytes + quantum - 1) / quantum * quantum, quantum);
+  }
+
+  std::mutex mu_;
+  absl::flat_hash_map<size_t, std::vector<void*>> free_;
+  size_t cached_bytes_ = 0;
 };
 
 }  // namespace
 
 Allocator* CpuAllocator() {
-  static auto* allocator = new AlignedCpuAllocator();
+  static auto* allocator = new CachingCpuAllocator();
   return allocator;
 }
 

@@ -2,9 +2,17 @@
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "tensor/cuda/cuda_backend.h"
+#include "tensor/status_macros.h"
+#include "trainer/config.h"
+#include "trainer/signals.h"
+#include "trainer/trainer.h"
 
 #ifndef MIRRORTRAIN_VERSION
 #define MIRRORTRAIN_VERSION "0.0.0"
@@ -22,7 +30,161 @@ constexpr char kUsage[] =
     "  mirrortrain eval    --config FILE --checkpoint PATH_OR_DIR "
     "[--weights raw|ema] [--set KEY=VALUE]...\n"
     "  mirrortrain inspect CHECKPOINT\n"
-    "  mirrortrain --help | --version\n";
+    "  mirrortrain --help | --version\n"
+    "\n"
+    "Run 'mirrortrain VERB --help' for a verb's options.\n";
+
+constexpr char kTrainUsage[] =
+    "usage: mirrortrain train --config FILE [--set KEY=VALUE]... "
+    "[--run_dir DIR]\n"
+    "\n"
+    "Trains the model a YAML config describes.\n"
+    "  --config FILE      the job config (see configs/)\n"
+    "  --set KEY=VALUE    override a config key by dotted path, e.g.\n"
+    "                     --set optimizer.learning_rate=0.01\n"
+    "                     --set distribute.devices=[cpu:0,cpu:1]\n"
+    "  --run_dir DIR      where config.yaml, metrics.jsonl, TensorBoard events\n"
+    "                     and checkpoints go (default runs/<config name>)\n";
+
+constexpr char kEvalUsage[] =
+    "usage: mirrortrain eval --config FILE --checkpoint PATH_OR_DIR "
+    "[--weights raw|ema] [--set KEY=VALUE]...\n"
+    "\n"
+    "Evaluates a checkpoint on the test split and prints one JSON line.\n"
+    "  --checkpoint P     a checkpoint file, or a directory (its latest)\n"
+    "  --weights W        ema (default when the config has EMA) or raw\n";
+
+constexpr char kInspectUsage[] =
+    "usage: mirrortrain inspect CHECKPOINT\n"
+    "\n"
+    "Lists the tensors (name, dtype, shape) and metadata of a checkpoint.\n";
+
+struct Args {
+  std::string config;
+  std::vector<std::string> sets;
+  std::string run_dir;
+  std::string checkpoint;
+  std::string weights;
+  std::vector<std::string> positional;
+  bool help = false;
+};
+
+// Parses "--flag value" and "--flag=value" for the flags `allowed`.
+absl::StatusOr<Args> ParseArgs(int argc, char** argv,
+                               std::initializer_list<const char*> allowed) {
+  Args args;
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      args.help = true;
+      continue;
+    }
+    if (!absl::StartsWith(arg, "--")) {
+      args.positional.push_back(arg);
+      continue;
+    }
+    std::string name = arg.substr(2), value;
+    bool has_value = false;
+    if (size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    bool known = false;
+    for (const char* a : allowed) known |= name == a;
+    if (!known) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag '--", name, "' for '", argv[1], "'"));
+    }
+    if (!has_value) {
+      if (i + 1 >= argc) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("flag '--", name, "' needs a value"));
+      }
+      value = argv[++i];
+    }
+    if (name == "config") args.config = value;
+    if (name == "set") args.sets.push_back(value);
+    if (name == "run_dir") args.run_dir = value;
+    if (name == "checkpoint") args.checkpoint = value;
+    if (name == "weights") args.weights = value;
+  }
+  return args;
+}
+
+// Input and usage problems exit 2; failures while running exit 1.
+int ExitCodeFor(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kOk:
+      return kExitOk;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kDataLoss:
+    case absl::StatusCode::kOutOfRange:
+      return kExitUsage;
+    default:
+      return kExitFailure;
+  }
+}
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "mirrortrain: %s\n", std::string(s.message()).c_str());
+  return ExitCodeFor(s);
+}
+
+int Train(int argc, char** argv) {
+  absl::StatusOr<Args> args = ParseArgs(argc, argv, {"config", "set", "run_dir"});
+  if (!args.ok()) return Fail(args.status());
+  if (args->help) {
+    std::fputs(kTrainUsage, stdout);
+    return kExitOk;
+  }
+  if (args->config.empty() || !args->positional.empty()) {
+    std::fputs(kTrainUsage, stderr);
+    return kExitUsage;
+  }
+  absl::StatusOr<Config> config = LoadConfig(args->config, args->sets);
+  if (!config.ok()) return Fail(config.status());
+  std::string run_dir =
+      args->run_dir.empty() ? absl::StrCat("runs/", config->name) : args->run_dir;
+  InstallStopSignalHandlers();
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create(*config, run_dir, /*need_train_data=*/true);
+  if (!trainer.ok()) return Fail(trainer.status());
+  absl::Status s = (*trainer)->Train();
+  if (absl::IsCancelled(s) && StopSignal() != 0) return 128 + StopSignal();
+  if (!s.ok()) return Fail(s);
+  return kExitOk;
+}
+
+int Eval(int argc, char** argv) {
+  absl::StatusOr<Args> args =
+      ParseArgs(argc, argv, {"config", "set", "checkpoint", "weights"});
+  if (!args.ok()) return Fail(args.status());
+  if (args->help) {
+    std::fputs(kEvalUsage, stdout);
+    return kExitOk;
+  }
+  if (args->config.empty() || args->checkpoint.empty()) {
+    std::fputs(kEvalUsage, stderr);
+    return kExitUsage;
+  }
+  return Fail(absl::UnimplementedError("eval: checkpoints are not built yet"));
+}
+
+int Inspect(int argc, char** argv) {
+  absl::StatusOr<Args> args = ParseArgs(argc, argv, {});
+  if (!args.ok()) return Fail(args.status());
+  if (args->help) {
+    std::fputs(kInspectUsage, stdout);
+    return kExitOk;
+  }
+  if (args->positional.size() != 1) {
+    std::fputs(kInspectUsage, stderr);
+    return kExitUsage;
+  }
+  return Fail(absl::UnimplementedError("inspect: checkpoints are not built yet"));
+}
 
 }  // namespace
 
@@ -41,6 +203,9 @@ int RunCli(int argc, char** argv) {
                 cuda::Built() ? "built" : "not built");
     return kExitOk;
   }
+  if (verb == "train") return Train(argc, argv);
+  if (verb == "eval") return Eval(argc, argv);
+  if (verb == "inspect") return Inspect(argc, argv);
   std::fprintf(stderr, "mirrortrain: unknown command '%s' (see --help)\n",
                argv[1]);
   return kExitUsage;

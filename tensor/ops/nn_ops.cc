@@ -162,7 +162,8 @@ absl::StatusOr<Tensor> SparseSoftmaxCrossEntropyWithLogits(
   return loss;
 }
 
-absl::StatusOr<Tensor> Dropout(const Tensor& x, double rate, uint64_t seed) {
+absl::StatusOr<Tensor> Dropout(const Tensor& x, double rate, uint64_t seed,
+                               int64_t element_offset) {
   constexpr const char* kOp = "Dropout";
   MT_RETURN_IF_ERROR(CheckFloatingSame(kOp, {&x}));
   MT_RETURN_IF_ERROR(CheckHost(kOp, {&x}));
@@ -181,7 +182,7 @@ absl::StatusOr<Tensor> Dropout(const Tensor& x, double rate, uint64_t seed) {
     T* py = y.data<T>();
     for (int64_t i = 0; i < x.num_elements(); ++i) {
       double u =
-          static_cast<double>(Mix(salt ^ static_cast<uint64_t>(i)) >> 11) *
+          static_cast<double>(Mix(salt ^ static_cast<uint64_t>(i + element_offset)) >> 11) *
           0x1.0p-53;
       pm[i] = u >= rate ? keep_scale : T(0);
       py[i] = px[i] * pm[i];

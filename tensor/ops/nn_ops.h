@@ -23,8 +23,11 @@ absl::StatusOr<Tensor> SparseSoftmaxCrossEntropyWithLogits(
     const Tensor& logits, const Tensor& labels);
 // Inverted dropout: zeroes each element with probability `rate` and scales
 // the rest by 1/(1-rate). The mask is a pure function of (seed, element
-// index), so replicas and reruns agree. rate in [0, 1).
-absl::StatusOr<Tensor> Dropout(const Tensor& x, double rate, uint64_t seed);
+// index + element_offset), so reruns agree and a batch cut into replica
+// shards (each passing its first row's element offset) gets the same mask
+// as the whole batch. rate in [0, 1).
+absl::StatusOr<Tensor> Dropout(const Tensor& x, double rate, uint64_t seed,
+                               int64_t element_offset = 0);
 
 }  // namespace mirrortrain::ops
 

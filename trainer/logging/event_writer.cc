@@ -1,1 +1,206 @@
-// Placeholder: being written.
+#include "trainer/logging/event_writer.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "tensor/status_macros.h"
+#include "trainer/logging/crc32c.h"
+
+namespace mirrortrain::trainer {
+namespace {
+
+// Protobuf wire types.
+constexpr uint32_t kWireVarint = 0;
+constexpr uint32_t kWireFixed64 = 1;
+constexpr uint32_t kWireLengthDelimited = 2;
+constexpr uint32_t kWireFixed32 = 5;
+
+// tensorflow.Event / Summary / Summary.Value field numbers.
+constexpr uint32_t kEventWallTime = 1;
+constexpr uint32_t kEventStep = 2;
+constexpr uint32_t kEventFileVersion = 3;
+constexpr uint32_t kEventSummary = 5;
+constexpr uint32_t kSummaryValue = 1;
+constexpr uint32_t kValueTag = 1;
+constexpr uint32_t kValueSimpleValue = 2;
+
+constexpr char kFileVersion[] = "brain.Event:2";
+constexpr int kMaxNameAttempts = 1000;
+
+void AppendVarint(std::string* out, uint64_t v) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+void AppendLittleEndian(std::string* out, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) {
+    out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  }
+}
+
+void AppendKey(std::string* out, uint32_t field, uint32_t wire_type) {
+  AppendVarint(out, (static_cast<uint64_t>(field) << 3) | wire_type);
+}
+
+void AppendDoubleField(std::string* out, uint32_t field, double v) {
+  uint64_t bits;
+  std::memcpy(&bits, &v, sizeof(bits));
+  AppendKey(out, field, kWireFixed64);
+  AppendLittleEndian(out, bits, 8);
+}
+
+void AppendFloatField(std::string* out, uint32_t field, float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof(bits));
+  AppendKey(out, field, kWireFixed32);
+  AppendLittleEndian(out, bits, 4);
+}
+
+// int64 fields encode negatives as 10-byte two's-complement varints.
+void AppendInt64Field(std::string* out, uint32_t field, int64_t v) {
+  AppendKey(out, field, kWireVarint);
+  AppendVarint(out, static_cast<uint64_t>(v));
+}
+
+void AppendBytesField(std::string* out, uint32_t field,
+                      absl::string_view bytes) {
+  AppendKey(out, field, kWireLengthDelimited);
+  AppendVarint(out, bytes.size());
+  out->append(bytes.data(), bytes.size());
+}
+
+double WallTimeSeconds() {
+  const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
+  return std::chrono::duration<double>(since_epoch).count();
+}
+
+std::string HostName() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == '\0') {
+    return "localhost";
+  }
+  return buf;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<EventWriter>> EventWriter::Create(
+    const std::string& dir) {
+  if (dir.empty()) {
+    return absl::InvalidArgumentError("EventWriter: empty directory path");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::ErrnoToStatus(
+        ec.value(), absl::StrCat("EventWriter: cannot create directory ", dir));
+  }
+
+  const int64_t seconds =
+      std::chrono::duration_cast<std::chrono::seconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  const std::string base =
+      absl::StrCat(dir, "/events.out.tfevents.", seconds, ".", HostName());
+  std::string path = base;
+  std::FILE* file = nullptr;
+  for (int attempt = 1;; ++attempt) {
+    // "x": exclusive create, so an existing run's file is never truncated.
+    file = std::fopen(path.c_str(), "wbx");
+    if (file != nullptr) break;
+    const int err = errno;
+    if (err != EEXIST || attempt >= kMaxNameAttempts) {
+      return absl::ErrnoToStatus(
+          err, absl::StrCat("EventWriter: cannot create ", path));
+    }
+    path = absl::StrCat(base, ".", attempt);
+  }
+
+  std::unique_ptr<EventWriter> writer(new EventWriter(std::move(path), file));
+  std::string event;
+  AppendDoubleField(&event, kEventWallTime, WallTimeSeconds());
+  AppendBytesField(&event, kEventFileVersion, kFileVersion);
+  MT_RETURN_IF_ERROR(writer->WriteRecord(event));
+  // Flushed at once so a TensorBoard pointed at the run sees a valid file.
+  MT_RETURN_IF_ERROR(writer->Flush());
+  return writer;
+}
+
+EventWriter::EventWriter(std::string path, std::FILE* file)
+    : path_(std::move(path)), file_(file) {}
+
+EventWriter::~EventWriter() { Close().IgnoreError(); }
+
+absl::Status EventWriter::WriteScalar(absl::string_view tag, int64_t step,
+                                      double value) {
+  std::string summary_value;
+  AppendBytesField(&summary_value, kValueTag, tag);
+  AppendFloatField(&summary_value, kValueSimpleValue,
+                   static_cast<float>(value));
+  std::string summary;
+  AppendBytesField(&summary, kSummaryValue, summary_value);
+
+  std::string event;
+  AppendDoubleField(&event, kEventWallTime, WallTimeSeconds());
+  AppendInt64Field(&event, kEventStep, step);
+  AppendBytesField(&event, kEventSummary, summary);
+  return WriteRecord(event);
+}
+
+absl::Status EventWriter::WriteRecord(absl::string_view data) {
+  MT_RETURN_IF_ERROR(error_);
+  if (file_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("EventWriter: ", path_, " is closed"));
+  }
+  std::string record;
+  record.reserve(data.size() + 16);
+  AppendLittleEndian(&record, data.size(), 8);
+  const uint32_t length_crc = MaskCrc32c(Crc32c(record));
+  AppendLittleEndian(&record, length_crc, 4);
+  record.append(data.data(), data.size());
+  AppendLittleEndian(&record, MaskCrc32c(Crc32c(data)), 4);
+
+  if (std::fwrite(record.data(), 1, record.size(), file_) != record.size()) {
+    error_ = absl::ErrnoToStatus(
+        errno, absl::StrCat("EventWriter: write to ", path_, " failed"));
+  }
+  return error_;
+}
+
+absl::Status EventWriter::Flush() {
+  MT_RETURN_IF_ERROR(error_);
+  if (file_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("EventWriter: ", path_, " is closed"));
+  }
+  if (std::fflush(file_) != 0) {
+    error_ = absl::ErrnoToStatus(
+        errno, absl::StrCat("EventWriter: flush of ", path_, " failed"));
+  }
+  return error_;
+}
+
+absl::Status EventWriter::Close() {
+  if (file_ == nullptr) return error_;
+  std::FILE* file = file_;
+  file_ = nullptr;
+  // fclose flushes; it reports buffered-write errors the last Flush missed.
+  if (std::fclose(file) != 0 && error_.ok()) {
+    error_ = absl::ErrnoToStatus(
+        errno, absl::StrCat("EventWriter: close of ", path_, " failed"));
+  }
+  return error_;
+}
+
+}  // namespace mirrortrain::trainer

@@ -1,1 +1,157 @@
-// Placeholder: being written.
+#include "trainer/optim/optimizer.h"
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::trainer {
+namespace {
+
+absl::Status CheckVar(const Variable* var, size_t index) {
+  if (var == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer: variable ", index, " is null"));
+  }
+  if (!IsFloating(var->dtype())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer: variable '", var->name(),
+                     "' has non-float dtype ", DTypeName(var->dtype())));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Optimizer::Optimizer(std::unique_ptr<LearningRateSchedule> schedule)
+    : schedule_(std::move(schedule)) {}
+
+Optimizer::~Optimizer() = default;
+
+double Optimizer::SlotInitialValue(absl::string_view) const { return 0.0; }
+
+absl::StatusOr<std::vector<GradAndVar>> Optimizer::ComputeGradients(
+    GradientTape& tape, const Tensor& loss, absl::Span<Variable* const> vars) {
+  std::vector<Tensor> sources;
+  sources.reserve(vars.size());
+  for (size_t i = 0; i < vars.size(); ++i) {
+    MT_RETURN_IF_ERROR(CheckVar(vars[i], i));
+    sources.push_back(vars[i]->value());
+  }
+  GradientOptions options;
+  options.unconnected = UnconnectedGradients::kZero;
+  MT_ASSIGN_OR_RETURN(std::vector<std::optional<Tensor>> grads,
+                      tape.Gradient(loss, sources, options));
+  std::vector<GradAndVar> out;
+  out.reserve(vars.size());
+  for (size_t i = 0; i < vars.size(); ++i) {
+    out.push_back({*std::move(grads[i]), vars[i]});
+  }
+  return out;
+}
+
+absl::Status Optimizer::CreateSlots(absl::Span<Variable* const> vars) {
+  for (size_t i = 0; i < vars.size(); ++i) {
+    MT_RETURN_IF_ERROR(CheckVar(vars[i], i));
+  }
+  const std::vector<std::string> names = GetSlotNames();
+  for (Variable* var : vars) {
+    if (slot_index_.contains(var)) continue;
+    SlotSet set{var, {}};
+    for (const std::string& slot_name : names) {
+      Tensor init;
+      const double value = SlotInitialValue(slot_name);
+      if (value == 0.0) {
+        MT_ASSIGN_OR_RETURN(
+            init, Tensor::Zeros(var->dtype(), var->shape(), var->device()));
+      } else {
+        MT_ASSIGN_OR_RETURN(init,
+                            Tensor::HostFull(var->dtype(), var->shape(), value)
+                                .To(var->device()));
+      }
+      MT_ASSIGN_OR_RETURN(
+          Variable slot,
+          Variable::Create(absl::StrCat(var->name(), "/", slot_name), init,
+                           /*trainable=*/false));
+      set.slots.push_back(std::make_unique<Variable>(std::move(slot)));
+    }
+    // Only registered once all its slots exist, so a failure leaves no
+    // half-made set behind.
+    slot_index_.emplace(var, slot_sets_.size());
+    slot_sets_.push_back(std::move(set));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Optimizer::ApplyGradients(
+    absl::Span<const GradAndVar> grads_and_vars) {
+  std::vector<Variable*> vars;
+  vars.reserve(grads_and_vars.size());
+  for (size_t i = 0; i < grads_and_vars.size(); ++i) {
+    const GradAndVar& gv = grads_and_vars[i];
+    MT_RETURN_IF_ERROR(CheckVar(gv.var, i));
+    if (!gv.grad.defined()) continue;
+    const Variable& var = *gv.var;
+    if (gv.grad.dtype() != var.dtype() || gv.grad.shape() != var.shape()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer: gradient ", gv.grad.DebugString(),
+                       " for variable '", var.name(), "' does not match its ",
+                       DTypeName(var.dtype()), ShapeToString(var.shape())));
+    }
+    if (!var.device().is_cpu() || !gv.grad.device().is_cpu()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "optimizer: updates run on host tensors only; variable '", var.name(),
+          "' is on ", var.device().ToString(), ", its gradient on ",
+          gv.grad.device().ToString()));
+    }
+    vars.push_back(gv.var);
+  }
+  if (vars.empty()) {
+    return absl::InvalidArgumentError(
+        "optimizer: no gradients provided for any variable");
+  }
+  MT_RETURN_IF_ERROR(CreateSlots(vars));
+
+  const double lr = (*schedule_)(iterations_);
+  std::vector<Tensor> slots;
+  for (const GradAndVar& gv : grads_and_vars) {
+    if (!gv.grad.defined()) continue;
+    const SlotSet& set = slot_sets_[slot_index_.at(gv.var)];
+    slots.clear();
+    for (const auto& slot : set.slots) slots.push_back(slot->value());
+    ApplyDense(gv.grad, gv.var->value(), slots, lr);
+  }
+  ++iterations_;
+  return absl::OkStatus();
+}
+
+absl::Status Optimizer::Minimize(GradientTape& tape, const Tensor& loss,
+                                 absl::Span<Variable* const> vars) {
+  MT_ASSIGN_OR_RETURN(std::vector<GradAndVar> grads,
+                      ComputeGradients(tape, loss, vars));
+  return ApplyGradients(grads);
+}
+
+Variable* Optimizer::GetSlot(const Variable& var,
+                             absl::string_view slot_name) const {
+  auto it = slot_index_.find(&var);
+  if (it == slot_index_.end()) return nullptr;
+  const std::vector<std::string> names = GetSlotNames();
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == slot_name) return slot_sets_[it->second].slots[i].get();
+  }
+  return nullptr;
+}
+
+std::vector<Variable*> Optimizer::SlotVariables() const {
+  std::vector<Variable*> out;
+  for (const SlotSet& set : slot_sets_) {
+    for (const auto& slot : set.slots) out.push_back(slot.get());
+  }
+  return out;
+}
+
+}  // namespace mirrortrain::trainer

@@ -1,1 +1,481 @@
-// Placeholder: being written.
+// Optimizers against TensorFlow's training ops (tests/golden/optimizers.txt,
+// written by scripts/golden/optimizers.py), plus the Optimizer API.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tensor/gradient_tape.h"
+#include "tensor/ops/math_ops.h"
+#include "tensor/ops/reduction_ops.h"
+#include "tensor/status_macros.h"
+#include "tensor/variable.h"
+#include "tests/test_util.h"
+#include "trainer/optim/optimizers.h"
+
+namespace mirrortrain::trainer {
+namespace {
+
+constexpr int kSteps = 10;
+constexpr double kRtol = 1e-6;
+constexpr double kAtol = 1e-6;
+
+const std::map<std::string, Tensor>& Golden() {
+  static const auto* golden = [] {
+    auto loaded = testing::LoadGolden(testing::GoldenPath("optimizers.txt"));
+    return new std::map<std::string, Tensor>(
+        loaded.ok() ? *std::move(loaded) : std::map<std::string, Tensor>{});
+  }();
+  return *golden;
+}
+
+Tensor Row(const Tensor& t, int64_t row) {
+  return *t.SliceRows(row, 1)->Reshaped({t.dim(1)});
+}
+
+ScheduleOptions Constant(double lr) {
+  ScheduleOptions s;
+  s.learning_rate = lr;
+  return s;
+}
+
+// Hyperparameters as a user writes them; the golden file holds their f32
+// roundings, which the test checks these agree with.
+constexpr double kLr = 0.1;
+
+struct GoldenCase {
+  std::string prefix;  // tensor name prefix in the golden file
+  OptimizerOptions options;
+};
+
+std::vector<GoldenCase> GoldenCases() {
+  auto make = [](std::string name) {
+    OptimizerOptions o;
+    o.name = std::move(name);
+    o.schedule = Constant(kLr);
+    return o;
+  };
+  std::vector<GoldenCase> cases;
+  cases.push_back({"sgd", make("sgd")});
+  cases.push_back({"momentum", make("momentum")});
+  OptimizerOptions nesterov = make("momentum");
+  nesterov.nesterov = true;
+  cases.push_back({"nesterov", nesterov});
+  cases.push_back({"adagrad", make("adagrad")});
+  cases.push_back({"adam", make("adam")});
+  OptimizerOptions rmsprop = make("rmsprop");
+  rmsprop.momentum = 0.0;
+  cases.push_back({"rmsprop", rmsprop});
+  OptimizerOptions rmsprop_mom = make("rmsprop");
+  rmsprop_mom.momentum = 0.5;
+  cases.push_back({"rmsprop_mom", rmsprop_mom});
+  return cases;
+}
+
+class OptimizerGoldenTest : public ::testing::TestWithParam<GoldenCase> {};
+
+TEST(OptimizerGoldenFileTest, HyperparametersMatchTheFile) {
+  const auto& g = Golden();
+  ASSERT_FALSE(g.empty()) << "cannot load "
+                          << testing::GoldenPath("optimizers.txt");
+  OptimizerOptions d;
+  auto f32 = [&](const char* name) {
+    return static_cast<float>(g.at(name).ScalarAt(0));
+  };
+  EXPECT_EQ(f32("lr"), static_cast<float>(kLr));
+  EXPECT_EQ(f32("momentum"), static_cast<float>(d.momentum));
+  EXPECT_EQ(f32("adagrad_initial_accumulator"),
+            static_cast<float>(d.initial_accumulator_value));
+  EXPECT_EQ(f32("adagrad_epsilon"), static_cast<float>(d.epsilon));
+  EXPECT_EQ(f32("adam_beta1"), static_cast<float>(d.beta1));
+  EXPECT_EQ(f32("adam_beta2"), static_cast<float>(d.beta2));
+  EXPECT_EQ(f32("adam_epsilon"), static_cast<float>(d.epsilon));
+  EXPECT_EQ(f32("rmsprop_rho"), static_cast<float>(d.rho));
+  EXPECT_EQ(f32("rmsprop_epsilon"), static_cast<float>(d.epsilon));
+  EXPECT_EQ(f32("rmsprop_mom_momentum"), 0.5f);
+  // AdamOptimizer feeds f32(b^t) with b^t computed in float64, as TF was.
+  for (int t = 1; t <= kSteps; ++t) {
+    EXPECT_EQ(static_cast<float>(std::pow(d.beta1, t)),
+              g.at("adam/beta1_power").data<float>()[t - 1]);
+    EXPECT_EQ(static_cast<float>(std::pow(d.beta2, t)),
+              g.at("adam/beta2_power").data<float>()[t - 1]);
+  }
+}
+
+TEST_P(OptimizerGoldenTest, TenStepsMatchTensorFlow) {
+  const GoldenCase& c = GetParam();
+  const auto& g = Golden();
+  ASSERT_FALSE(g.empty());
+  auto opt = MakeOptimizer(c.options);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  auto var = Variable::Create("var", g.at("init"));
+  ASSERT_TRUE(var.ok()) << var.status();
+  Variable* v = &*var;
+
+  double max_abs = 0, max_rel = 0;
+  auto track = [&](const Tensor& got, const Tensor& want) {
+    for (int64_t i = 0; i < got.num_elements(); ++i) {
+      const double e = std::abs(got.ScalarAt(i) - want.ScalarAt(i));
+      max_abs = std::max(max_abs, e);
+      if (want.ScalarAt(i) != 0) {
+        max_rel = std::max(max_rel, e / std::abs(want.ScalarAt(i)));
+      }
+    }
+  };
+  for (int k = 0; k < kSteps; ++k) {
+    ASSERT_EQ((*opt)->iterations(), k);
+    ASSERT_TRUE((*opt)->ApplyGradients({{Row(g.at("grads"), k), v}}).ok());
+    const Tensor want = Row(g.at(c.prefix + "/var"), k);
+    EXPECT_TRUE(testing::AllClose(v->value(), want, kRtol, kAtol))
+        << c.prefix << " var after step " << k + 1;
+    track(v->value(), want);
+    for (const std::string& slot : (*opt)->GetSlotNames()) {
+      Variable* s = (*opt)->GetSlot(*v, slot);
+      ASSERT_NE(s, nullptr) << slot;
+      const Tensor want_slot = Row(g.at(c.prefix + "/" + slot), k);
+      EXPECT_TRUE(testing::AllClose(s->value(), want_slot, kRtol, kAtol))
+          << c.prefix << " slot " << slot << " after step " << k + 1;
+      track(s->value(), want_slot);
+    }
+  }
+  EXPECT_EQ((*opt)->iterations(), kSteps);
+  std::printf("[ golden   ] %-12s max |diff| %.3g, max rel %.3g\n",
+              c.prefix.c_str(), max_abs, max_rel);
+  RecordProperty("max_abs_diff", std::to_string(max_abs));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOptimizers, OptimizerGoldenTest,
+                         ::testing::ValuesIn(GoldenCases()),
+                         [](const ::testing::TestParamInfo<GoldenCase>& info) {
+                           return info.param.prefix;
+                         });
+
+// ---------------------------------------------------------------------------
+// API behaviour.
+
+std::unique_ptr<Optimizer> Make(const std::string& name, double lr = 0.1) {
+  OptimizerOptions o;
+  o.name = name;
+  o.schedule = Constant(lr);
+  if (name == "rmsprop") o.momentum = 0.0;
+  auto opt = MakeOptimizer(o);
+  EXPECT_TRUE(opt.ok()) << opt.status();
+  return opt.ok() ? *std::move(opt) : nullptr;
+}
+
+Variable MakeVar(const std::string& name, std::vector<float> values) {
+  const int64_t n = static_cast<int64_t>(values.size());
+  return *Variable::Create(name, Tensor::FromVector<float>(values, {n}));
+}
+
+TEST(OptimizerTest, SlotNames) {
+  EXPECT_EQ(Make("sgd")->GetSlotNames(), std::vector<std::string>{});
+  EXPECT_EQ(Make("momentum")->GetSlotNames(),
+            std::vector<std::string>{"Momentum"});
+  EXPECT_EQ(Make("adagrad")->GetSlotNames(),
+            std::vector<std::string>{"Adagrad"});
+  EXPECT_EQ(Make("adam")->GetSlotNames(),
+            (std::vector<std::string>{"Adam", "Adam_1"}));
+  EXPECT_EQ(Make("rmsprop")->GetSlotNames(),
+            (std::vector<std::string>{"RMSProp", "RMSProp_1"}));
+}
+
+TEST(OptimizerTest, SlotsAreNamedNonTrainableAndOrdered) {
+  Variable a = MakeVar("dense/kernel", {1, 2, 3});
+  Variable b = MakeVar("dense/bias", {4});
+  auto adam = Make("adam");
+  EXPECT_EQ(adam->GetSlot(a, "Adam"), nullptr);
+  EXPECT_TRUE(adam->SlotVariables().empty());
+  // b first: order is that of first creation, not of names.
+  ASSERT_TRUE(adam->CreateSlots({&b}).ok());
+  ASSERT_TRUE(adam->CreateSlots({&a, &b}).ok());
+  std::vector<std::string> names;
+  for (Variable* s : adam->SlotVariables()) {
+    names.push_back(s->name());
+    EXPECT_FALSE(s->trainable());
+    EXPECT_EQ(s->dtype(), DType::kF32);
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "dense/bias/Adam", "dense/bias/Adam_1",
+                       "dense/kernel/Adam", "dense/kernel/Adam_1"}));
+  Variable* m = adam->GetSlot(a, "Adam");
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->name(), "dense/kernel/Adam");
+  EXPECT_EQ(m->shape(), (Shape{3}));
+  EXPECT_EQ(m->value().ToVector<float>(), (std::vector<float>{0, 0, 0}));
+  EXPECT_EQ(adam->GetSlot(a, "Momentum"), nullptr);
+  EXPECT_EQ(adam->GetSlot(a, "Adam_1"), adam->SlotVariables()[3]);
+}
+
+TEST(OptimizerTest, AdagradAccumulatorStartsAtInitialValue) {
+  Variable w = MakeVar("w", {1, 2});
+  auto adagrad = Make("adagrad");
+  ASSERT_TRUE(adagrad->CreateSlots({&w}).ok());
+  EXPECT_EQ(adagrad->GetSlot(w, "Adagrad")->value().ToVector<float>(),
+            (std::vector<float>{0.1f, 0.1f}));
+  EXPECT_EQ(adagrad->GetSlot(w, "Adagrad")->name(), "w/Adagrad");
+}
+
+TEST(OptimizerTest, ApplyGradientsCreatesSlotsLazilyAndCountsIterations) {
+  Variable w = MakeVar("w", {1, 2});
+  auto momentum = Make("momentum", 0.5);
+  EXPECT_EQ(momentum->iterations(), 0);
+  EXPECT_DOUBLE_EQ(momentum->LearningRate(), 0.5);
+  const Tensor g = Tensor::FromVector<float>({1, -1}, {2});
+  ASSERT_TRUE(momentum->ApplyGradients({{g, &w}}).ok());
+  EXPECT_EQ(momentum->iterations(), 1);
+  ASSERT_NE(momentum->GetSlot(w, "Momentum"), nullptr);
+  EXPECT_EQ(momentum->GetSlot(w, "Momentum")->value().ToVector<float>(),
+            (std::vector<float>{1, -1}));
+  EXPECT_EQ(w.value().ToVector<float>(), (std::vector<float>{0.5f, 2.5f}));
+  ASSERT_TRUE(momentum->ApplyGradients({{g, &w}}).ok());
+  EXPECT_EQ(momentum->iterations(), 2);
+  momentum->set_iterations(41);
+  EXPECT_EQ(momentum->iterations(), 41);
+}
+
+TEST(OptimizerTest, LearningRateFollowsTheScheduleAtIterations) {
+  OptimizerOptions o;
+  o.name = "sgd";
+  o.schedule.name = "piecewise_constant";
+  o.schedule.boundaries = {0, 1};
+  o.schedule.values = {1.0, 0.5, 0.25};
+  auto sgd = MakeOptimizer(o);
+  ASSERT_TRUE(sgd.ok()) << sgd.status();
+  Variable w = MakeVar("w", {0});
+  const Tensor g = Tensor::FromVector<float>({1}, {1});
+  std::vector<float> seen;
+  for (int i = 0; i < 3; ++i) {
+    const float before = w.value().data<float>()[0];
+    ASSERT_TRUE((*sgd)->ApplyGradients({{g, &w}}).ok());
+    seen.push_back(before - w.value().data<float>()[0]);
+  }
+  EXPECT_EQ(seen, (std::vector<float>{1.0f, 0.5f, 0.25f}));
+  (*sgd)->set_iterations(0);
+  EXPECT_DOUBLE_EQ((*sgd)->LearningRate(), 1.0);
+}
+
+TEST(OptimizerTest, Float64VariablesUpdateInFloat64) {
+  Variable w =
+      *Variable::Create("w", Tensor::FromVector<double>({1.0, -2.0}, {2}));
+  auto sgd = Make("sgd", 0.1);
+  ASSERT_TRUE(
+      sgd->ApplyGradients({{Tensor::FromVector<double>({0.3, 0.7}, {2}), &w}})
+          .ok());
+  EXPECT_EQ(w.value().ToVector<double>(),
+            (std::vector<double>{1.0 - 0.3 * 0.1, -2.0 - 0.7 * 0.1}));
+  auto adam = Make("adam", 0.1);
+  ASSERT_TRUE(
+      adam->ApplyGradients({{Tensor::FromVector<double>({0.3, 0.7}, {2}), &w}})
+          .ok());
+  EXPECT_EQ(adam->GetSlot(w, "Adam")->dtype(), DType::kF64);
+}
+
+// A run interrupted after 5 steps and resumed from its variables, slots and
+// iterations (what a checkpoint holds) continues bit for bit.
+TEST(OptimizerTest, ResumingFromSlotsAndIterationsIsExact) {
+  const Tensor init = testing::RandomTensor({5}, 1, DType::kF32);
+  auto grad = [](int k) {
+    return testing::RandomTensor({5}, 100 + k, DType::kF32);
+  };
+  for (const std::string name : {"adam", "rmsprop", "momentum", "adagrad"}) {
+    Variable straight = *Variable::Create("w", init);
+    auto opt = Make(name);
+    for (int k = 0; k < 10; ++k) {
+      ASSERT_TRUE(opt->ApplyGradients({{grad(k), &straight}}).ok());
+    }
+    Variable first = *Variable::Create("w", init);
+    auto opt1 = Make(name);
+    for (int k = 0; k < 5; ++k) {
+      ASSERT_TRUE(opt1->ApplyGradients({{grad(k), &first}}).ok());
+    }
+    Variable resumed = *Variable::Create("w", init);
+    ASSERT_TRUE(resumed.Assign(first.value()).ok());
+    auto opt2 = Make(name);
+    ASSERT_TRUE(opt2->CreateSlots({&resumed}).ok());
+    for (size_t i = 0; i < opt1->SlotVariables().size(); ++i) {
+      ASSERT_TRUE(opt2->SlotVariables()[i]
+                      ->Assign(opt1->SlotVariables()[i]->value())
+                      .ok());
+    }
+    opt2->set_iterations(opt1->iterations());
+    for (int k = 5; k < 10; ++k) {
+      ASSERT_TRUE(opt2->ApplyGradients({{grad(k), &resumed}}).ok());
+    }
+    EXPECT_EQ(resumed.value().ToVector<float>(),
+              straight.value().ToVector<float>())
+        << name;
+  }
+}
+
+absl::StatusOr<Tensor> QuadraticLoss(const Variable& w, const Tensor& target) {
+  MT_ASSIGN_OR_RETURN(Tensor diff, ops::Sub(w.value(), target));
+  MT_ASSIGN_OR_RETURN(Tensor sq, ops::Square(diff));
+  return ops::ReduceSum(sq);
+}
+
+TEST(OptimizerTest, ComputeGradientsGivesZerosForUnusedVariables) {
+  Variable w =
+      *Variable::Create("w", Tensor::FromVector<double>({1.0, 2.0, 3.0}, {3}));
+  Variable unused =
+      *Variable::Create("unused", Tensor::FromVector<double>({5.0, 6.0}, {2}));
+  const Tensor target = Tensor::FromVector<double>({0.5, 0.5, 0.5}, {3});
+  auto sgd = Make("sgd");
+  GradientTape tape;
+  auto loss = QuadraticLoss(w, target);
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  auto grads = sgd->ComputeGradients(tape, *loss, {&w, &unused});
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  ASSERT_EQ(grads->size(), 2u);
+  EXPECT_EQ((*grads)[0].var, &w);
+  EXPECT_EQ((*grads)[0].grad.ToVector<double>(),
+            (std::vector<double>{1.0, 3.0, 5.0}));
+  EXPECT_EQ((*grads)[1].var, &unused);
+  EXPECT_EQ((*grads)[1].grad.ToVector<double>(),
+            (std::vector<double>{0.0, 0.0}));
+}
+
+TEST(OptimizerTest, MinimizeDecreasesAQuadratic) {
+  const Tensor target = Tensor::FromVector<double>({0.5, -1.5, 2.0}, {3});
+  // Learning rates suited to each method's step size on this problem.
+  const std::vector<std::pair<std::string, double>> cases = {{"sgd", 0.1},
+                                                             {"momentum", 0.05},
+                                                             {"adagrad", 1.0},
+                                                             {"adam", 0.2},
+                                                             {"rmsprop", 0.05}};
+  for (const auto& [name, lr] : cases) {
+    Variable w = *Variable::Create(
+        "w", Tensor::FromVector<double>({3.0, 2.0, -1.0}, {3}));
+    auto opt = Make(name, lr);
+    double first = 0, last = 0;
+    for (int step = 0; step < 100; ++step) {
+      GradientTape tape;
+      auto loss = QuadraticLoss(w, target);
+      ASSERT_TRUE(loss.ok()) << loss.status();
+      if (step == 0) first = loss->ScalarAt(0);
+      last = loss->ScalarAt(0);
+      ASSERT_TRUE(opt->Minimize(tape, *loss, {&w}).ok()) << name;
+    }
+    EXPECT_EQ(opt->iterations(), 100) << name;
+    EXPECT_LT(last, 0.01 * first) << name;
+  }
+}
+
+TEST(OptimizerTest, BadGradientsChangeNothing) {
+  Variable w = MakeVar("w", {1, 2});
+  auto adam = Make("adam");
+  const absl::Status shape =
+      adam->ApplyGradients({{Tensor::FromVector<float>({1, 2, 3}, {3}), &w}});
+  EXPECT_EQ(shape.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(shape.message().find("'w'"), std::string::npos) << shape;
+  const absl::Status dtype =
+      adam->ApplyGradients({{Tensor::FromVector<double>({1, 2}, {2}), &w}});
+  EXPECT_EQ(dtype.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(adam->ApplyGradients({{Tensor(), &w}}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(adam->ApplyGradients({}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      adam->ApplyGradients({{Tensor::FromVector<float>({1, 2}, {2}), nullptr}})
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  // A good entry next to a bad one is not applied either.
+  Variable u = MakeVar("u", {3});
+  EXPECT_FALSE(adam->ApplyGradients({{Tensor::FromVector<float>({1}, {1}), &u},
+                                     {Tensor::FromVector<float>({1}, {1}), &w}})
+                   .ok());
+  EXPECT_EQ(u.value().ToVector<float>(), (std::vector<float>{3}));
+  EXPECT_EQ(w.value().ToVector<float>(), (std::vector<float>{1, 2}));
+  EXPECT_EQ(adam->iterations(), 0);
+  EXPECT_TRUE(adam->SlotVariables().empty());
+}
+
+TEST(OptimizerTest, VariablesWithoutGradientAreSkipped) {
+  Variable w = MakeVar("w", {1});
+  Variable frozen = MakeVar("frozen", {7});
+  auto momentum = Make("momentum");
+  ASSERT_TRUE(momentum
+                  ->ApplyGradients({{Tensor::FromVector<float>({1}, {1}), &w},
+                                    {Tensor(), &frozen}})
+                  .ok());
+  EXPECT_EQ(frozen.value().ToVector<float>(), (std::vector<float>{7}));
+  EXPECT_EQ(momentum->GetSlot(frozen, "Momentum"), nullptr);
+  EXPECT_NE(momentum->GetSlot(w, "Momentum"), nullptr);
+}
+
+absl::Status MakeError(const OptimizerOptions& o) {
+  return MakeOptimizer(o).status();
+}
+
+void ExpectInvalid(const OptimizerOptions& o, const std::string& fragment) {
+  const absl::Status s = MakeError(o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find(fragment), std::string::npos)
+      << "'" << s.message() << "' lacks '" << fragment << "'";
+}
+
+TEST(OptimizerTest, BadOptionsNameTheKey) {
+  OptimizerOptions base;
+  base.schedule = Constant(0.1);
+
+  OptimizerOptions o = base;
+  o.name = "adamw";
+  ExpectInvalid(o, "optimizer.name");
+  ExpectInvalid(o, "sgd, momentum, adagrad, adam, rmsprop");
+
+  o = base;
+  o.name = "momentum";
+  o.momentum = 1.0;
+  ExpectInvalid(o, "optimizer.momentum must be in [0, 1), got 1");
+  o.momentum = -0.1;
+  ExpectInvalid(o, "optimizer.momentum");
+
+  o = base;
+  o.name = "adam";
+  o.beta1 = 1.5;
+  ExpectInvalid(o, "optimizer.beta1");
+  o = base;
+  o.name = "adam";
+  o.beta2 = -1;
+  ExpectInvalid(o, "optimizer.beta2");
+  o = base;
+  o.name = "adam";
+  o.epsilon = 0;
+  ExpectInvalid(o, "optimizer.epsilon");
+  o = base;
+  o.name = "adam";
+  o.nesterov = true;
+  ExpectInvalid(o, "optimizer.nesterov");
+
+  o = base;
+  o.name = "rmsprop";
+  o.rho = 1.0;
+  ExpectInvalid(o, "optimizer.rho");
+  o = base;
+  o.name = "adagrad";
+  o.initial_accumulator_value = -0.1;
+  ExpectInvalid(o, "optimizer.initial_accumulator_value");
+
+  o = base;
+  o.name = "sgd";
+  o.schedule.learning_rate = 0;
+  ExpectInvalid(o, "optimizer.learning_rate");
+  o = base;
+  o.name = "sgd";
+  o.schedule.name = "cosine_decay";
+  ExpectInvalid(o, "optimizer.schedule.decay_steps must be > 0, got 0");
+
+  // Hyperparameters an optimizer does not use are not checked.
+  o = base;
+  o.name = "sgd";
+  o.momentum = 7;
+  EXPECT_TRUE(MakeOptimizer(o).ok());
+}
+
+}  // namespace
+}  // namespace mirrortrain::trainer

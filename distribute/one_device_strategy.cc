@@ -1,0 +1,28 @@
+#include "distribute/one_device_strategy.h"
+
+namespace mirrortrain::distribute {
+namespace {
+
+class SingleReplicaContext final : public ReplicaContext {
+ public:
+  explicit SingleReplicaContext(Device device) : device_(device) {}
+  int replica_id() const override { return 0; }
+  int num_replicas() const override { return 1; }
+  Device device() const override { return device_; }
+  // Sum and mean over one replica are the identity.
+  absl::Status AllReduce(ReduceOp, absl::Span<Tensor>) override {
+    return absl::OkStatus();
+  }
+
+ private:
+  Device device_;
+};
+
+}  // namespace
+
+absl::Status OneDeviceStrategy::Run(const ReplicaFn& fn) {
+  SingleReplicaContext ctx(devices_[0]);
+  return fn(ctx);
+}
+
+}  // namespace mirrortrain::distribute

@@ -1,0 +1,59 @@
+// Strategy: how a training step is spread over devices, after
+// tf.distribute.Strategy. The training loop is written against this
+// interface only; OneDeviceStrategy and MirroredStrategy implement it.
+//
+// Thread contract: Run() is called from one thread (the loop's). It calls
+// the replica function once per replica, possibly on replica threads, and
+// returns when all are done. A ReplicaContext is valid only inside the call
+// it was passed to.
+#ifndef MIRRORTRAIN_DISTRIBUTE_STRATEGY_H_
+#define MIRRORTRAIN_DISTRIBUTE_STRATEGY_H_
+
+#include <functional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "tensor/device.h"
+#include "tensor/tensor.h"
+
+namespace mirrortrain::distribute {
+
+enum class ReduceOp { kSum, kMean };
+
+class ReplicaContext {
+ public:
+  virtual ~ReplicaContext() = default;
+  virtual int replica_id() const = 0;
+  virtual int num_replicas() const = 0;
+  virtual Device device() const = 0;
+  // Replaces each tensor's values by their sum over all replicas. Every
+  // replica must call it with the same number of tensors of the same shapes,
+  // in the same order.
+  virtual absl::Status AllReduce(ReduceOp op, absl::Span<Tensor> tensors) = 0;
+};
+
+using ReplicaFn = std::function<absl::Status(ReplicaContext&)>;
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  virtual int num_replicas() const = 0;
+  virtual const std::vector<Device>& devices() const = 0;
+  // Runs `fn` once per replica; returns the first replica error.
+  virtual absl::Status Run(const ReplicaFn& fn) = 0;
+  // Reduces one host value per replica (metrics): sum or mean.
+  static double Reduce(ReduceOp op, absl::Span<const double> per_replica);
+};
+
+// Rows [begin, end) of a batch of `batch` rows that replica `replica` of
+// `replicas` gets: contiguous, as even as possible (the first batch %
+// replicas replicas get one more row); may be empty.
+struct ShardRange {
+  int64_t begin, end;
+};
+ShardRange ShardOf(int64_t batch, int replica, int replicas);
+
+}  // namespace mirrortrain::distribute
+
+#endif  // MIRRORTRAIN_DISTRIBUTE_STRATEGY_H_

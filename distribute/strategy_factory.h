@@ -1,0 +1,27 @@
+// Builds the strategy a config names.
+#ifndef MIRRORTRAIN_DISTRIBUTE_STRATEGY_FACTORY_H_
+#define MIRRORTRAIN_DISTRIBUTE_STRATEGY_FACTORY_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "distribute/strategy.h"
+
+namespace mirrortrain::distribute {
+
+struct MirroredOptions {
+  std::string cross_device_ops = "auto";  // auto | nccl | local
+  int64_t bucket_bytes = 25 << 20;
+  double watchdog_seconds = 300;
+};
+
+// `name`: one_device | mirrored.
+absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(
+    const std::string& name, const std::vector<Device>& devices,
+    const MirroredOptions& options);
+
+}  // namespace mirrortrain::distribute
+
+#endif  // MIRRORTRAIN_DISTRIBUTE_STRATEGY_FACTORY_H_

@@ -1,0 +1,42 @@
+// 2-D convolution layer: activation(conv2d(x, kernel) + bias), NHWC, kernel
+// [kh, kw, in, out], names `<name>/kernel` and `<name>/bias` as Keras.
+#ifndef MIRRORTRAIN_MODELS_CONV2D_LAYER_H_
+#define MIRRORTRAIN_MODELS_CONV2D_LAYER_H_
+
+#include <memory>
+
+#include "models/activation.h"
+#include "models/layer.h"
+#include "tensor/ops/conv_ops.h"
+
+namespace mirrortrain::models {
+
+class Conv2DLayer final : public Layer {
+ public:
+  static absl::StatusOr<std::unique_ptr<Conv2DLayer>> Create(
+      std::string name, int64_t in_channels, int64_t filters,
+      int64_t kernel_size, ops::Padding padding, Activation activation,
+      uint64_t seed, Device device);
+
+  absl::StatusOr<Tensor> Call(const Tensor& x,
+                              const ForwardContext& ctx) override;
+  absl::StatusOr<Shape> OutputShape(const Shape& input) const override;
+  std::vector<Variable*> variables() override { return {&kernel_, &bias_}; }
+
+ private:
+  Conv2DLayer(std::string name, Variable kernel, Variable bias,
+              ops::Conv2DOptions options, Activation activation)
+      : Layer(std::move(name)),
+        kernel_(std::move(kernel)),
+        bias_(std::move(bias)),
+        options_(options),
+        activation_(activation) {}
+  Variable kernel_;
+  Variable bias_;
+  ops::Conv2DOptions options_;
+  Activation activation_;
+};
+
+}  // namespace mirrortrain::models
+
+#endif  // MIRRORTRAIN_MODELS_CONV2D_LAYER_H_

@@ -1,0 +1,48 @@
+// Layers: the building blocks of models, after Keras layers.
+//
+// Ownership: a layer owns its Variables. Thread contract: a layer instance
+// belongs to one replica and is used from that replica's thread.
+#ifndef MIRRORTRAIN_MODELS_LAYER_H_
+#define MIRRORTRAIN_MODELS_LAYER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tensor/tensor.h"
+#include "tensor/variable.h"
+
+namespace mirrortrain::models {
+
+// Per-call facts a layer may need.
+struct ForwardContext {
+  bool training = false;
+  // Randomness of this step (dropout); the same on every replica.
+  uint64_t step_seed = 0;
+  // Index of the first row of this batch within the global batch, so a
+  // replica's shard draws the same dropout mask as the unsharded batch.
+  int64_t row_offset = 0;
+};
+
+class Layer {
+ public:
+  explicit Layer(std::string name) : name_(std::move(name)) {}
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  const std::string& name() const { return name_; }
+  virtual absl::StatusOr<Tensor> Call(const Tensor& x,
+                                      const ForwardContext& ctx) = 0;
+  // The output shape for an input shape (batch dimension included).
+  virtual absl::StatusOr<Shape> OutputShape(const Shape& input) const = 0;
+  virtual std::vector<Variable*> variables() { return {}; }
+
+ private:
+  std::string name_;
+};
+
+}  // namespace mirrortrain::models
+
+#endif  // MIRRORTRAIN_MODELS_LAYER_H_

@@ -1,0 +1,37 @@
+#include "models/losses.h"
+
+#include "tensor/ops/array_ops.h"
+#include "tensor/ops/math_ops.h"
+#include "tensor/ops/nn_ops.h"
+#include "tensor/ops/op_util.h"
+#include "tensor/ops/reduction_ops.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::models {
+
+absl::StatusOr<Tensor> SparseCategoricalCrossentropy(
+    const Tensor& logits, const Tensor& labels, int64_t global_batch_size) {
+  if (global_batch_size <= 0) {
+    return absl::InvalidArgumentError("global batch size must be > 0");
+  }
+  MT_ASSIGN_OR_RETURN(Tensor per_example,
+                      ops::SparseSoftmaxCrossEntropyWithLogits(logits, labels));
+  MT_ASSIGN_OR_RETURN(Tensor sum, ops::ReduceSum(per_example));
+  return ops::Scale(sum, 1.0 / static_cast<double>(global_batch_size));
+}
+
+absl::StatusOr<int64_t> CountCorrect(const Tensor& logits,
+                                     const Tensor& labels) {
+  MT_ASSIGN_OR_RETURN(Tensor predicted, ops::ArgMax(logits, -1));
+  if (predicted.num_elements() != labels.num_elements()) {
+    return absl::InvalidArgumentError("CountCorrect: batch sizes differ");
+  }
+  int64_t correct = 0;
+  const int64_t* p = predicted.data<int64_t>();
+  for (int64_t i = 0; i < labels.num_elements(); ++i) {
+    correct += p[i] == ops::internal::IndexAt(labels, i);
+  }
+  return correct;
+}
+
+}  // namespace mirrortrain::models

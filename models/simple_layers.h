@@ -1,0 +1,50 @@
+// Layers without variables: MaxPool2D, Flatten, Dropout.
+#ifndef MIRRORTRAIN_MODELS_SIMPLE_LAYERS_H_
+#define MIRRORTRAIN_MODELS_SIMPLE_LAYERS_H_
+
+#include "models/layer.h"
+#include "tensor/ops/pooling_ops.h"
+
+namespace mirrortrain::models {
+
+class MaxPool2DLayer final : public Layer {
+ public:
+  MaxPool2DLayer(std::string name, ops::Pool2DOptions options)
+      : Layer(std::move(name)), options_(options) {}
+  absl::StatusOr<Tensor> Call(const Tensor& x,
+                              const ForwardContext& ctx) override;
+  absl::StatusOr<Shape> OutputShape(const Shape& input) const override;
+
+ private:
+  ops::Pool2DOptions options_;
+};
+
+// [batch, ...] -> [batch, product of the rest].
+class FlattenLayer final : public Layer {
+ public:
+  explicit FlattenLayer(std::string name) : Layer(std::move(name)) {}
+  absl::StatusOr<Tensor> Call(const Tensor& x,
+                              const ForwardContext& ctx) override;
+  absl::StatusOr<Shape> OutputShape(const Shape& input) const override;
+};
+
+// Inverted dropout while training; the identity otherwise. `index` tells
+// dropout layers of one model apart so their masks differ.
+class DropoutLayer final : public Layer {
+ public:
+  DropoutLayer(std::string name, double rate, int index)
+      : Layer(std::move(name)), rate_(rate), index_(index) {}
+  absl::StatusOr<Tensor> Call(const Tensor& x,
+                              const ForwardContext& ctx) override;
+  absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
+    return input;
+  }
+
+ private:
+  double rate_;
+  int index_;
+};
+
+}  // namespace mirrortrain::models
+
+#endif  // MIRRORTRAIN_MODELS_SIMPLE_LAYERS_H_

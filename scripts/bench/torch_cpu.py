@@ -1,0 +1,57 @@
+"""PyTorch twin of mirrortrain's Fashion-MNIST models, for scripts/bench_cpu.sh.
+
+Trains the same model (same layer sizes, SGD with momentum, batch and thread
+count) on random data shaped like Fashion-MNIST and prints train samples/s as
+one JSON line. Usage:
+  python3 scripts/bench/torch_cpu.py --model mlp|cnn --batch 128 --threads 2 --steps 200
+"""
+import argparse
+import json
+import time
+
+import torch
+from torch import nn
+
+
+def build(model: str) -> nn.Module:
+    if model == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(),
+                             nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(7 * 7 * 64, 1024), nn.ReLU(), nn.Dropout(0.4),
+        nn.Linear(1024, 10))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="mlp")
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--warmup", type=int, default=20)
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    net = build(a.model)
+    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    # NCHW for PyTorch's native convolution layout.
+    x = torch.rand(a.batch, 1, 28, 28)
+    y = torch.randint(0, 10, (a.batch,))
+    for i in range(a.warmup + a.steps):
+        if i == a.warmup:
+            start = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(net(x), y)
+        loss.backward()
+        opt.step()
+    seconds = time.perf_counter() - start
+    print(json.dumps({"framework": "pytorch", "version": torch.__version__,
+                      "model": a.model, "batch": a.batch, "threads": a.threads,
+                      "samples_per_sec": a.steps * a.batch / seconds}))
+
+
+if __name__ == "__main__":
+    main()

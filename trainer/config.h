@@ -1,0 +1,118 @@
+// The job configuration: a YAML file validated against a fixed schema, with
+// `--set key.path=value` overrides (DESIGN.md, "Config").
+//
+// Every key has a type and a default; unknown keys, wrong types and
+// out-of-range values are InvalidArgument errors of one line naming the file
+// (or the --set argument), the dotted key and the problem.
+#ifndef MIRRORTRAIN_TRAINER_CONFIG_H_
+#define MIRRORTRAIN_TRAINER_CONFIG_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace mirrortrain::trainer {
+
+struct DataConfig {
+  std::string name;  // fashion_mnist | synthetic
+  std::string dir;
+  int64_t global_batch_size;
+  bool shuffle;
+  bool drop_remainder;
+  // Use only the first N examples of a split (0: all); for quick runs.
+  int64_t train_examples;
+  int64_t test_examples;
+  int prefetch;
+};
+
+struct ModelConfig {
+  std::string name;  // mlp | cnn
+  std::vector<int64_t> hidden_units;
+  std::string activation;  // relu | tanh | sigmoid
+  double dropout;
+  std::vector<int64_t> conv_filters;
+  int64_t kernel_size;
+  int64_t dense_units;
+};
+
+struct ScheduleConfig {
+  std::string name;  // constant | exponential_decay | piecewise_constant |
+                     // cosine_decay
+  int64_t decay_steps;
+  double decay_rate;
+  bool staircase;
+  std::vector<int64_t> boundaries;
+  std::vector<double> values;
+  double alpha;
+  int64_t warmup_steps;
+};
+
+struct OptimizerConfig {
+  std::string name;  // sgd | momentum | adagrad | adam | rmsprop
+  double learning_rate;
+  double momentum;  // Config null: 0.9 (momentum), 0 (rmsprop).
+  bool nesterov;
+  double beta1, beta2, epsilon, rho, initial_accumulator_value;
+  ScheduleConfig schedule;
+  std::optional<double> clip_global_norm;
+  std::optional<double> clip_norm;  // Per tensor.
+  std::optional<double> clip_value;  // Elementwise to [-v, v].
+};
+
+struct EmaConfig {
+  std::optional<double> decay;  // Absent: no EMA.
+  bool use_num_updates;
+};
+
+struct DistributeConfig {
+  std::string strategy;  // one_device | mirrored
+  std::vector<std::string> devices;
+  std::string cross_device_ops;  // auto | nccl | local
+  int64_t bucket_bytes;
+  int64_t check_replicas_every_steps;  // 0: never.
+  double watchdog_seconds;
+};
+
+struct TrainConfig {
+  std::optional<int64_t> epochs;
+  std::optional<int64_t> steps;  // Wins over epochs when set.
+  int64_t log_every_steps;
+  int64_t eval_every_epochs;
+};
+
+struct CheckpointConfig {
+  int64_t every_steps;  // 0: only at the end and on signals.
+  int64_t max_to_keep;
+  std::string restore;  // latest | none | a checkpoint path
+};
+
+struct Config {
+  std::string name;  // From the file name; names the default run dir.
+  int64_t seed;
+  DataConfig data;
+  ModelConfig model;
+  OptimizerConfig optimizer;
+  EmaConfig ema;
+  DistributeConfig distribute;
+  TrainConfig train;
+  CheckpointConfig checkpoint;
+
+  // The fully resolved YAML (defaults and overrides applied) and its hash.
+  std::string resolved_yaml;
+  uint64_t hash = 0;
+};
+
+// Loads `path`, applies `overrides` ("dotted.key=yaml value"), validates.
+absl::StatusOr<Config> LoadConfig(const std::string& path,
+                                  const std::vector<std::string>& overrides);
+// The same from YAML text (tests; `source` names it in errors).
+absl::StatusOr<Config> ParseConfig(const std::string& yaml_text,
+                                   const std::string& source,
+                                   const std::vector<std::string>& overrides);
+
+}  // namespace mirrortrain::trainer
+
+#endif  // MIRRORTRAIN_TRAINER_CONFIG_H_

@@ -1,0 +1,70 @@
+// TensorBoard event-file writer: scalars as `tf.summary.scalar` would log
+// them, in a file TensorBoard's EventAccumulator reads.
+//
+// File layout: TFRecord framing (u64 little-endian length, u32 masked
+// CRC-32C of those 8 bytes, the data, u32 masked CRC-32C of the data) around
+// hand-encoded `tensorflow.Event` protobufs. The first record carries only
+// wall_time and file_version "brain.Event:2".
+//
+// Thread contract: not synchronised. One thread (the trainer's logging
+// thread) owns an EventWriter and makes every call on it.
+#ifndef MIRRORTRAIN_TRAINER_LOGGING_EVENT_WRITER_H_
+#define MIRRORTRAIN_TRAINER_LOGGING_EVENT_WRITER_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace mirrortrain::trainer {
+
+class EventWriter {
+ public:
+  // Creates `dir` (and parents) if needed and a new file
+  // `<dir>/events.out.tfevents.<unix seconds>.<hostname>`, then writes and
+  // flushes the file_version record. Never overwrites: if that name exists
+  // (two writers in one second) a ".<n>" suffix is added. Errors name the
+  // path.
+  static absl::StatusOr<std::unique_ptr<EventWriter>> Create(
+      const std::string& dir);
+
+  // Flushes and closes; errors are dropped here (call Close() to see them).
+  ~EventWriter();
+
+  EventWriter(const EventWriter&) = delete;
+  EventWriter& operator=(const EventWriter&) = delete;
+
+  // Appends Event{wall_time, step, summary{value{tag, simple_value}}}.
+  // `value` is stored as float, as TensorBoard's simple_value is. Buffered:
+  // call Flush() to make it visible to readers.
+  absl::Status WriteScalar(absl::string_view tag, int64_t step, double value);
+
+  // Pushes buffered records to the OS.
+  absl::Status Flush();
+
+  // Flushes and closes the file; later writes fail. Idempotent.
+  absl::Status Close();
+
+  // The event file's full path.
+  const std::string& path() const { return path_; }
+
+ private:
+  EventWriter(std::string path, std::FILE* file);
+
+  // Frames `data` as one TFRecord and appends it.
+  absl::Status WriteRecord(absl::string_view data);
+
+  std::string path_;
+  std::FILE* file_;  // Owned; null once closed.
+  // First write/flush failure. Sticky: after a partial record, further
+  // records would be misframed, so the file takes no more.
+  absl::Status error_;
+};
+
+}  // namespace mirrortrain::trainer
+
+#endif  // MIRRORTRAIN_TRAINER_LOGGING_EVENT_WRITER_H_

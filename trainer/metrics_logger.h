@@ -1,0 +1,53 @@
+// Writes a run's scalars twice: one JSON object per line to metrics.jsonl
+// and the same numbers as TensorBoard scalars ("<split>/<name>" tags, with
+// "test/ema/accuracy" style tags for evaluations).
+//
+// Thread contract: used by the training loop's thread only.
+#ifndef MIRRORTRAIN_TRAINER_METRICS_LOGGER_H_
+#define MIRRORTRAIN_TRAINER_METRICS_LOGGER_H_
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "trainer/logging/event_writer.h"
+
+namespace mirrortrain::trainer {
+
+struct MetricsRecord {
+  int64_t step = 0;
+  int64_t epoch = 0;
+  std::string split;    // "train" | "test"
+  std::string weights;  // "" for train; "raw" | "ema" for evaluations.
+  std::vector<std::pair<std::string, double>> values;  // In output order.
+};
+
+// One JSON object, keys in DESIGN.md's order.
+std::string ToJson(const MetricsRecord& record);
+
+class MetricsLogger {
+ public:
+  static absl::StatusOr<std::unique_ptr<MetricsLogger>> Create(
+      const std::string& run_dir);
+  ~MetricsLogger();
+  MetricsLogger(const MetricsLogger&) = delete;
+  MetricsLogger& operator=(const MetricsLogger&) = delete;
+
+  absl::Status Log(const MetricsRecord& record);
+  absl::Status Flush();
+
+ private:
+  MetricsLogger(std::FILE* jsonl, std::string path,
+                std::unique_ptr<EventWriter> events)
+      : jsonl_(jsonl), path_(std::move(path)), events_(std::move(events)) {}
+  std::FILE* jsonl_;
+  std::string path_;
+  std::unique_ptr<EventWriter> events_;
+};
+
+}  // namespace mirrortrain::trainer
+
+#endif  // MIRRORTRAIN_TRAINER_METRICS_LOGGER_H_

@@ -1,0 +1,143 @@
+// The concrete optimizers and the factory that builds one from the
+// `optimizer` config section.
+//
+// Each applies the TensorFlow training op of the same name (see DESIGN.md,
+// "Semantics to match"), in the variable's dtype, with the kernels' order of
+// operations:
+//   GradientDescent (ApplyGradientDescent): w -= g*lr
+//   Momentum (ApplyMomentum):   a = a*m + g; w -= a*lr
+//                               nesterov: w -= g*lr + a*m*lr (new a)
+//   Adagrad (ApplyAdagradV2):   a += g*g; w -= g*lr / (sqrt(a) + eps)
+//   Adam (ApplyAdam):           t = iterations()+1; b1^t, b2^t computed in
+//                               float64 and rounded to the dtype;
+//                               lr_t = lr*sqrt(1-b2^t) / (1-b1^t);
+//                               m += (g-m)*(1-b1); v += (g*g-v)*(1-b2);
+//                               w -= m*lr_t / (sqrt(v) + eps)
+//   RMSProp (ApplyRMSProp):     ms += (g*g-ms)*(1-rho);
+//                               mom = mom*mu + g*lr / sqrt(ms+eps); w -= mom
+//
+// Ownership and thread contract: as Optimizer (optimizer.h).
+#ifndef MIRRORTRAIN_TRAINER_OPTIM_OPTIMIZERS_H_
+#define MIRRORTRAIN_TRAINER_OPTIM_OPTIMIZERS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "tensor/tensor.h"
+#include "trainer/optim/lr_schedule.h"
+#include "trainer/optim/optimizer.h"
+
+namespace mirrortrain::trainer {
+
+// The constructors take hyperparameters as given; MakeOptimizer validates
+// them first.
+
+class GradientDescentOptimizer : public Optimizer {
+ public:
+  explicit GradientDescentOptimizer(
+      std::unique_ptr<LearningRateSchedule> schedule);
+  std::vector<std::string> GetSlotNames() const override { return {}; }
+
+ protected:
+  void ApplyDense(const Tensor& grad, const Tensor& var,
+                  absl::Span<const Tensor> slots, double lr) override;
+};
+
+class MomentumOptimizer : public Optimizer {
+ public:
+  MomentumOptimizer(std::unique_ptr<LearningRateSchedule> schedule,
+                    double momentum, bool nesterov);
+  std::vector<std::string> GetSlotNames() const override {
+    return {"Momentum"};
+  }
+
+ protected:
+  void ApplyDense(const Tensor& grad, const Tensor& var,
+                  absl::Span<const Tensor> slots, double lr) override;
+
+ private:
+  double momentum_;
+  bool nesterov_;
+};
+
+class AdagradOptimizer : public Optimizer {
+ public:
+  AdagradOptimizer(std::unique_ptr<LearningRateSchedule> schedule,
+                   double initial_accumulator_value, double epsilon);
+  std::vector<std::string> GetSlotNames() const override { return {"Adagrad"}; }
+
+ protected:
+  double SlotInitialValue(absl::string_view slot_name) const override;
+  void ApplyDense(const Tensor& grad, const Tensor& var,
+                  absl::Span<const Tensor> slots, double lr) override;
+
+ private:
+  double initial_accumulator_value_;
+  double epsilon_;
+};
+
+class AdamOptimizer : public Optimizer {
+ public:
+  AdamOptimizer(std::unique_ptr<LearningRateSchedule> schedule, double beta1,
+                double beta2, double epsilon);
+  // "Adam" is the first moment m, "Adam_1" the second moment v.
+  std::vector<std::string> GetSlotNames() const override {
+    return {"Adam", "Adam_1"};
+  }
+
+ protected:
+  void ApplyDense(const Tensor& grad, const Tensor& var,
+                  absl::Span<const Tensor> slots, double lr) override;
+
+ private:
+  double beta1_;
+  double beta2_;
+  double epsilon_;
+};
+
+class RMSPropOptimizer : public Optimizer {
+ public:
+  RMSPropOptimizer(std::unique_ptr<LearningRateSchedule> schedule, double rho,
+                   double momentum, double epsilon);
+  // "RMSProp" is the mean square ms, "RMSProp_1" the momentum mom.
+  std::vector<std::string> GetSlotNames() const override {
+    return {"RMSProp", "RMSProp_1"};
+  }
+
+ protected:
+  void ApplyDense(const Tensor& grad, const Tensor& var,
+                  absl::Span<const Tensor> slots, double lr) override;
+
+ private:
+  double rho_;
+  double momentum_;
+  double epsilon_;
+};
+
+// The `optimizer` config section.
+struct OptimizerOptions {
+  std::string name;  // sgd | momentum | adagrad | adam | rmsprop
+  ScheduleOptions schedule;
+  // momentum, and rmsprop's mu. Note TF's RMSProp default is 0: the config
+  // layer must pass 0 for rmsprop when the user gave no momentum.
+  double momentum = 0.9;
+  bool nesterov = false;                   // momentum only
+  double beta1 = 0.9, beta2 = 0.999;       // adam
+  double epsilon = 1e-7;                   // adagrad, adam, rmsprop
+  double rho = 0.9;                        // rmsprop
+  double initial_accumulator_value = 0.1;  // adagrad
+};
+
+// Validates the options that `options.name` uses and builds the optimizer.
+// Errors are InvalidArgument naming the config key, e.g.
+// "optimizer.momentum must be in [0, 1), got 1".
+absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(
+    const OptimizerOptions& options);
+
+}  // namespace mirrortrain::trainer
+
+#endif  // MIRRORTRAIN_TRAINER_OPTIM_OPTIMIZERS_H_

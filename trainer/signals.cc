@@ -1,0 +1,27 @@
+#include "trainer/signals.h"
+
+#include <atomic>
+#include <csignal>
+
+namespace mirrortrain::trainer {
+namespace {
+
+std::atomic<int> stop_signal{0};
+
+extern "C" void OnStopSignal(int sig) {
+  stop_signal.store(sig, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+void InstallStopSignalHandlers() {
+  struct sigaction sa = {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+int StopSignal() { return stop_signal.load(std::memory_order_relaxed); }
+
+}  // namespace mirrortrain::trainer

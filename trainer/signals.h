@@ -1,0 +1,14 @@
+// SIGINT/SIGTERM handling: the handler only records the signal; the loop
+// finishes its step, checkpoints and exits 128 + signal (130/143).
+#ifndef MIRRORTRAIN_TRAINER_SIGNALS_H_
+#define MIRRORTRAIN_TRAINER_SIGNALS_H_
+
+namespace mirrortrain::trainer {
+
+void InstallStopSignalHandlers();
+// The signal number received, or 0.
+int StopSignal();
+
+}  // namespace mirrortrain::trainer
+
+#endif  // MIRRORTRAIN_TRAINER_SIGNALS_H_

@@ -1,0 +1,348 @@
+#include "trainer/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "distribute/device_set.h"
+#include "distribute/strategy_factory.h"
+#include "models/losses.h"
+#include "tensor/gradient_tape.h"
+#include "tensor/ops/clip_ops.h"
+#include "tensor/status_macros.h"
+#include "trainer/optim/optimizers.h"
+#include "trainer/signals.h"
+
+namespace mirrortrain::trainer {
+namespace {
+
+constexpr int64_t kEvalBatch = 1000;
+
+models::ModelSpec SpecFrom(const ModelConfig& m) {
+  models::ModelSpec spec;
+  spec.name = m.name;
+  spec.hidden_units = m.hidden_units;
+  spec.activation = m.activation;
+  spec.dropout = m.dropout;
+  spec.conv_filters = m.conv_filters;
+  spec.kernel_size = m.kernel_size;
+  spec.dense_units = m.dense_units;
+  return spec;
+}
+
+OptimizerOptions OptionsFrom(const OptimizerConfig& o) {
+  OptimizerOptions opt;
+  opt.name = o.name;
+  opt.schedule.name = o.schedule.name;
+  opt.schedule.learning_rate = o.learning_rate;
+  opt.schedule.decay_steps = o.schedule.decay_steps;
+  opt.schedule.decay_rate = o.schedule.decay_rate;
+  opt.schedule.staircase = o.schedule.staircase;
+  opt.schedule.boundaries = o.schedule.boundaries;
+  opt.schedule.values = o.schedule.values;
+  opt.schedule.alpha = o.schedule.alpha;
+  opt.schedule.warmup_steps = o.schedule.warmup_steps;
+  opt.momentum = o.momentum;
+  opt.nesterov = o.nesterov;
+  opt.beta1 = o.beta1;
+  opt.beta2 = o.beta2;
+  opt.epsilon = o.epsilon;
+  opt.rho = o.rho;
+  opt.initial_accumulator_value = o.initial_accumulator_value;
+  return opt;
+}
+
+// The first `limit` examples (0: all) as views.
+absl::StatusOr<InMemoryDataset> Subset(InMemoryDataset data, int64_t limit) {
+  const int64_t n = data.labels.dim(0);
+  if (limit <= 0 || limit >= n) return data;
+  MT_ASSIGN_OR_RETURN(data.images, data.images.SliceRows(0, limit));
+  MT_ASSIGN_OR_RETURN(data.labels, data.labels.SliceRows(0, limit));
+  return data;
+}
+
+absl::StatusOr<InMemoryDataset> LoadSplit(const DataConfig& d, bool train,
+                                          uint64_t seed) {
+  InMemoryDataset data;
+  if (d.name == "synthetic") {
+    // One draw of 70000, split 60000/10000 as Fashion-MNIST, so both splits
+    // share the class prototypes.
+    data = MakeSynthetic(70000, 10, seed);
+    const int64_t begin = train ? 0 : 60000;
+    MT_ASSIGN_OR_RETURN(data.images,
+                        data.images.SliceRows(begin, train ? 60000 : 10000));
+    MT_ASSIGN_OR_RETURN(data.labels,
+                        data.labels.SliceRows(begin, train ? 60000 : 10000));
+  } else {
+    MT_ASSIGN_OR_RETURN(data, LoadFashionMnist(d.dir, train));
+  }
+  return Subset(std::move(data), train ? d.train_examples : d.test_examples);
+}
+
+// Step randomness (dropout) from the seed and the step, never from the
+// replica, so every replica and every replica count agree.
+uint64_t StepSeed(uint64_t seed, int64_t step) {
+  uint64_t z = seed ^ (0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(step + 1));
+  z = (z ^ (z >> 31)) * 0xbf58476d1ce4e5b9ULL;
+  return z ^ (z >> 29);
+}
+
+double ScalarValue(const Tensor& t) {
+  return t.device().is_cpu() ? t.ScalarAt(0) : t.To(Device::Cpu())->ScalarAt(0);
+}
+
+}  // namespace
+
+Trainer::~Trainer() = default;
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
+    const Config& config, const std::string& run_dir, bool need_train_data) {
+  std::unique_ptr<Trainer> t(new Trainer());
+  t->config_ = config;
+  t->run_dir_ = run_dir;
+  MT_ASSIGN_OR_RETURN(std::vector<Device> devices,
+                      distribute::ResolveDevices(config.distribute.devices));
+  MT_ASSIGN_OR_RETURN(
+      t->strategy_,
+      distribute::MakeStrategy(config.distribute.strategy, devices,
+                               {config.distribute.cross_device_ops,
+                                config.distribute.bucket_bytes,
+                                config.distribute.watchdog_seconds}));
+  const models::ModelSpec spec = SpecFrom(config.model);
+  for (const Device& device : t->strategy_->devices()) {
+    Replica r;
+    MT_ASSIGN_OR_RETURN(r.model, models::Model::Build(spec, config.seed, device));
+    MT_ASSIGN_OR_RETURN(r.optimizer, MakeOptimizer(OptionsFrom(config.optimizer)));
+    MT_RETURN_IF_ERROR(r.optimizer->CreateSlots(r.model->trainable_variables()));
+    if (config.ema.decay.has_value()) {
+      r.ema = std::make_unique<ExponentialMovingAverage>(
+          *config.ema.decay, config.ema.use_num_updates);
+      MT_RETURN_IF_ERROR(r.ema->Track(r.model->trainable_variables()));
+    }
+    t->replicas_.push_back(std::move(r));
+  }
+  MT_ASSIGN_OR_RETURN(t->test_data_,
+                      LoadSplit(config.data, /*train=*/false, config.seed));
+  if (need_train_data) {
+    MT_ASSIGN_OR_RETURN(t->train_data_,
+                        LoadSplit(config.data, /*train=*/true, config.seed));
+    BatchIteratorOptions opt;
+    opt.batch_size = config.data.global_batch_size;
+    opt.shuffle = config.data.shuffle;
+    opt.drop_remainder = config.data.drop_remainder;
+    opt.seed = static_cast<uint64_t>(config.seed);
+    opt.prefetch = config.data.prefetch;
+    absl::StatusOr<std::unique_ptr<BatchIterator>> it =
+        BatchIterator::Create(&t->train_data_, opt);
+    if (!it.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data: ", it.status().message()));
+    }
+    t->train_iterator_ = *std::move(it);
+  }
+  if (!run_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(run_dir, ec);
+    if (ec) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(run_dir, ": cannot create run directory: ", ec.message()));
+    }
+    std::ofstream out(run_dir + "/config.yaml");
+    out << config.resolved_yaml;
+    if (!out) {
+      return absl::InternalError(
+          absl::StrCat(run_dir, "/config.yaml: write failed"));
+    }
+    MT_ASSIGN_OR_RETURN(t->logger_, MetricsLogger::Create(run_dir));
+  }
+  return t;
+}
+
+int64_t Trainer::global_step() const {
+  return replicas_[0].optimizer->iterations();
+}
+
+absl::Status Trainer::ClipGradients(std::vector<Tensor>& grads,
+                                    int64_t step) const {
+  const OptimizerConfig& o = config_.optimizer;
+  if (o.clip_value) {
+    for (Tensor& g : grads) {
+      MT_ASSIGN_OR_RETURN(g, ops::ClipByValue(g, -*o.clip_value, *o.clip_value));
+    }
+  }
+  if (o.clip_norm) {
+    for (Tensor& g : grads) {
+      MT_ASSIGN_OR_RETURN(g, ops::ClipByNorm(g, *o.clip_norm));
+    }
+  }
+  if (o.clip_global_norm) {
+    MT_ASSIGN_OR_RETURN(ops::GlobalNormClipped clipped,
+                        ops::ClipByGlobalNorm(grads, *o.clip_global_norm));
+    if (!std::isfinite(clipped.global_norm)) {
+      return absl::AbortedError(absl::StrCat(
+          "non-finite gradient global norm at step ", step + 1));
+    }
+    grads = std::move(clipped.tensors);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::ReplicaStep(distribute::ReplicaContext& ctx,
+                                  const Batch& batch, int64_t step) {
+  Replica& r = replicas_[ctx.replica_id()];
+  const int64_t global_batch = batch.labels.dim(0);
+  const distribute::ShardRange shard =
+      distribute::ShardOf(global_batch, ctx.replica_id(), ctx.num_replicas());
+  MT_ASSIGN_OR_RETURN(Tensor images,
+                      batch.images.SliceRows(shard.begin, shard.end - shard.begin));
+  MT_ASSIGN_OR_RETURN(Tensor labels,
+                      batch.labels.SliceRows(shard.begin, shard.end - shard.begin));
+  MT_ASSIGN_OR_RETURN(images, images.To(ctx.device()));
+  MT_ASSIGN_OR_RETURN(labels, labels.To(ctx.device()));
+
+  std::vector<Variable*> vars = r.model->trainable_variables();
+  std::vector<Tensor> grads;
+  {
+    GradientTape tape;
+    models::ForwardContext fctx{true, StepSeed(config_.seed, step), shard.begin};
+    MT_ASSIGN_OR_RETURN(Tensor logits, r.model->Call(images, fctx));
+    MT_ASSIGN_OR_RETURN(Tensor loss, models::SparseCategoricalCrossentropy(
+                                         logits, labels, global_batch));
+    r.loss = ScalarValue(loss);
+    std::vector<Tensor> sources;
+    for (Variable* v : vars) sources.push_back(v->value());
+    GradientOptions options;
+    options.unconnected = UnconnectedGradients::kZero;
+    MT_ASSIGN_OR_RETURN(auto maybe_grads, tape.Gradient(loss, sources, options));
+    for (auto& g : maybe_grads) grads.push_back(*std::move(g));
+  }
+  MT_RETURN_IF_ERROR(ctx.AllReduce(distribute::ReduceOp::kSum, absl::MakeSpan(grads)));
+  MT_RETURN_IF_ERROR(ClipGradients(grads, step));
+  std::vector<GradAndVar> pairs;
+  for (size_t i = 0; i < vars.size(); ++i) pairs.push_back({grads[i], vars[i]});
+  MT_RETURN_IF_ERROR(r.optimizer->ApplyGradients(pairs));
+  if (r.ema) MT_RETURN_IF_ERROR(r.ema->Apply(r.optimizer->iterations()));
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Step(const Batch& batch, int64_t step) {
+  return strategy_->Run([&](distribute::ReplicaContext& ctx) {
+    return ReplicaStep(ctx, batch, step);
+  });
+}
+
+absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
+  Replica& r = replicas_[0];
+  if (ema && r.ema == nullptr) {
+    return absl::InvalidArgumentError(
+        "EMA weights requested but the config has no ema.decay");
+  }
+  std::optional<ScopedEmaWeights> swap;
+  if (ema) {
+    MT_ASSIGN_OR_RETURN(swap, ScopedEmaWeights::Create(*r.ema));
+  }
+  const Device device = strategy_->devices()[0];
+  const int64_t n = test_data_.labels.dim(0);
+  double loss_sum = 0;
+  int64_t correct = 0;
+  for (int64_t begin = 0; begin < n; begin += kEvalBatch) {
+    const int64_t count = std::min(kEvalBatch, n - begin);
+    MT_ASSIGN_OR_RETURN(Tensor images, test_data_.images.SliceRows(begin, count));
+    MT_ASSIGN_OR_RETURN(Tensor labels, test_data_.labels.SliceRows(begin, count));
+    MT_ASSIGN_OR_RETURN(images, images.To(device));
+    MT_ASSIGN_OR_RETURN(Tensor logits, r.model->Call(images, {}));
+    MT_ASSIGN_OR_RETURN(logits, logits.To(Device::Cpu()));
+    // Sum of per-example losses: the "global batch" is 1 here.
+    MT_ASSIGN_OR_RETURN(Tensor loss,
+                        models::SparseCategoricalCrossentropy(logits, labels, 1));
+    loss_sum += ScalarValue(loss);
+    MT_ASSIGN_OR_RETURN(int64_t c, models::CountCorrect(logits, labels));
+    correct += c;
+  }
+  if (swap) MT_RETURN_IF_ERROR(swap->Restore());
+  EvalResult result;
+  result.examples = n;
+  result.loss = n > 0 ? loss_sum / static_cast<double>(n) : 0;
+  result.accuracy = n > 0 ? static_cast<double>(correct) / static_cast<double>(n) : 0;
+  return result;
+}
+
+absl::Status Trainer::EvaluateAndLog(int64_t step) {
+  const int64_t steps_per_epoch = train_iterator_->BatchesPerEpoch();
+  std::vector<bool> which = {false};
+  if (replicas_[0].ema) which.push_back(true);
+  std::string line = absl::StrCat("eval step ", step);
+  for (bool ema : which) {
+    MT_ASSIGN_OR_RETURN(EvalResult e, Evaluate(ema));
+    MetricsRecord rec{step, step / steps_per_epoch, "test", ema ? "ema" : "raw",
+                      {{"loss", e.loss}, {"accuracy", e.accuracy}}};
+    if (logger_) MT_RETURN_IF_ERROR(logger_->Log(rec));
+    absl::StrAppend(&line, absl::StrFormat("  %s: loss %.4f accuracy %.4f",
+                                           ema ? "ema" : "raw", e.loss,
+                                           e.accuracy));
+  }
+  progress_->Message(line);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Train() {
+  const int64_t steps_per_epoch = train_iterator_->BatchesPerEpoch();
+  const int64_t total_steps = config_.train.steps.value_or(
+      *config_.train.epochs * steps_per_epoch);
+  progress_ = std::make_unique<Progress>(total_steps, steps_per_epoch,
+                                         config_.train.log_every_steps);
+  int64_t step = global_step();
+  double window_loss = 0;
+  int64_t window_steps = 0, window_samples = 0;
+  auto window_start = std::chrono::steady_clock::now();
+  bool evaluated_at_end = false;
+  while (step < total_steps) {
+    if (StopSignal() != 0) {
+      progress_->Message(absl::StrCat("stopping after step ", step));
+      return absl::CancelledError(absl::StrCat("stopped by signal at step ", step));
+    }
+    MT_ASSIGN_OR_RETURN(Batch batch, train_iterator_->Next());
+    MT_RETURN_IF_ERROR(Step(batch, step));
+    ++step;
+    double loss = 0;
+    for (const Replica& r : replicas_) loss += r.loss;
+    if (!std::isfinite(loss)) {
+      progress_->Finish();
+      return absl::AbortedError(
+          absl::StrCat("non-finite loss (", loss, ") at step ", step));
+    }
+    window_loss += loss;
+    ++window_steps;
+    window_samples += batch.labels.dim(0);
+    const double seconds = std::chrono::duration<double>(
+                               std::chrono::steady_clock::now() - window_start)
+                               .count();
+    const double samples_per_sec = seconds > 0 ? window_samples / seconds : 0;
+    progress_->Update(step, loss, samples_per_sec);
+    if (step % config_.train.log_every_steps == 0 || step == total_steps) {
+      MetricsRecord rec{step, step / steps_per_epoch, "train", "",
+                        {{"loss", window_loss / window_steps},
+                         {"learning_rate", replicas_[0].optimizer->LearningRate()},
+                         {"samples_per_sec", samples_per_sec}}};
+      if (logger_) MT_RETURN_IF_ERROR(logger_->Log(rec));
+      window_loss = 0;
+      window_steps = window_samples = 0;
+      window_start = std::chrono::steady_clock::now();
+    }
+    const bool epoch_end = step % steps_per_epoch == 0;
+    const int64_t every = config_.train.eval_every_epochs;
+    if (epoch_end && every > 0 && (step / steps_per_epoch) % every == 0) {
+      MT_RETURN_IF_ERROR(EvaluateAndLog(step));
+      evaluated_at_end = step == total_steps;
+    }
+  }
+  if (!evaluated_at_end) MT_RETURN_IF_ERROR(EvaluateAndLog(step));
+  progress_->Finish();
+  return absl::OkStatus();
+}
+
+}  // namespace mirrortrain::trainer

@@ -1,0 +1,84 @@
+// The training loop: one job, written against distribute::Strategy, so the
+// same loop runs one device or mirrored replicas.
+//
+// Per step (DESIGN.md, "One training step"): the global batch is cut into
+// contiguous replica shards; each replica runs forward and backward with the
+// loss divided by the global batch; gradients are SUM-all-reduced, clipped,
+// applied by the replica's optimizer, then the EMA is updated.
+//
+// Ownership: the Trainer owns the strategy, the per-replica models,
+// optimizers and EMAs, the datasets and the loggers. Thread contract: all
+// public methods from one thread.
+#ifndef MIRRORTRAIN_TRAINER_TRAINER_H_
+#define MIRRORTRAIN_TRAINER_TRAINER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "distribute/strategy.h"
+#include "models/model.h"
+#include "trainer/config.h"
+#include "trainer/data/batch_iterator.h"
+#include "trainer/data/dataset.h"
+#include "trainer/metrics_logger.h"
+#include "trainer/optim/ema.h"
+#include "trainer/optim/optimizer.h"
+#include "trainer/progress.h"
+
+namespace mirrortrain::trainer {
+
+struct EvalResult {
+  int64_t examples = 0;
+  double loss = 0;      // Mean per-example cross-entropy.
+  double accuracy = 0;  // Fraction of argmax == label.
+};
+
+class Trainer {
+ public:
+  // Builds everything; `run_dir` empty means no logging (evaluation only).
+  // Loads the training split only when `need_train_data`.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(
+      const Config& config, const std::string& run_dir, bool need_train_data);
+  ~Trainer();
+
+  // Trains to train.steps / train.epochs. Returns Cancelled when a stop
+  // signal ended the run early (after the current step).
+  absl::Status Train();
+  // The test split with the raw or the EMA weights (EMA: an error when the
+  // config has no EMA).
+  absl::StatusOr<EvalResult> Evaluate(bool ema);
+
+  int64_t global_step() const;
+  int num_replicas() const { return strategy_->num_replicas(); }
+
+ private:
+  struct Replica {
+    std::unique_ptr<models::Model> model;
+    std::unique_ptr<Optimizer> optimizer;
+    std::unique_ptr<ExponentialMovingAverage> ema;
+    double loss = 0;
+  };
+
+  Trainer() = default;
+  absl::Status Step(const Batch& batch, int64_t step);
+  absl::Status ReplicaStep(distribute::ReplicaContext& ctx, const Batch& batch,
+                           int64_t step);
+  absl::Status ClipGradients(std::vector<Tensor>& grads, int64_t step) const;
+  absl::Status EvaluateAndLog(int64_t step);
+
+  Config config_;
+  std::string run_dir_;
+  std::unique_ptr<distribute::Strategy> strategy_;
+  std::vector<Replica> replicas_;
+  InMemoryDataset train_data_;
+  InMemoryDataset test_data_;
+  std::unique_ptr<BatchIterator> train_iterator_;
+  std::unique_ptr<MetricsLogger> logger_;
+  std::unique_ptr<Progress> progress_;
+};
+
+}  // namespace mirrortrain::trainer
+
+#endif  // MIRRORTRAIN_TRAINER_TRAINER_H_
