@@ -4,6 +4,13 @@
 
 namespace mirrortrain::distribute {
 
+std::shared_future<absl::Status> ReplicaContext::AllReduceAsync(
+    ReduceOp op, Tensor buffer) {
+  std::promise<absl::Status> done;
+  done.set_value(AllReduce(op, absl::MakeSpan(&buffer, 1)));
+  return done.get_future().share();
+}
+
 double Strategy::Reduce(ReduceOp op, absl::Span<const double> per_replica) {
   double sum = 0;
   for (double v : per_replica) sum += v;

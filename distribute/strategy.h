@@ -10,6 +10,7 @@
 #define MIRRORTRAIN_DISTRIBUTE_STRATEGY_H_
 
 #include <functional>
+#include <future>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -31,6 +32,13 @@ class ReplicaContext {
   // replica must call it with the same number of tensors of the same shapes,
   // in the same order.
   virtual absl::Status AllReduce(ReduceOp op, absl::Span<Tensor> tensors) = 0;
+  // Starts an all-reduce of `buffer` in place and returns at once; the
+  // future says when it is done. All-reduces of a replica run in the order
+  // they were started (on its communication thread for mirrored replicas),
+  // so every replica must start them in the same order. The default runs
+  // it synchronously.
+  virtual std::shared_future<absl::Status> AllReduceAsync(ReduceOp op,
+                                                          Tensor buffer);
 };
 
 using ReplicaFn = std::function<absl::Status(ReplicaContext&)>;

@@ -1,20 +1,28 @@
 #include "distribute/strategy_factory.h"
 
 #include "absl/strings/str_cat.h"
+#include "distribute/mirrored_strategy.h"
 #include "distribute/one_device_strategy.h"
 
 namespace mirrortrain::distribute {
 
 absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(
     const std::string& name, const std::vector<Device>& devices,
-    const MirroredOptions&) {
+    const MirroredOptions& options) {
   if (devices.empty()) return absl::InvalidArgumentError("no devices");
-  if (name == "one_device" || (name == "mirrored" && devices.size() == 1)) {
+  if (name == "one_device") {
+    if (devices.size() != 1) {
+      return absl::InvalidArgumentError("one_device takes exactly one device");
+    }
     return std::make_unique<OneDeviceStrategy>(devices[0]);
   }
-  return absl::UnimplementedError(
-      absl::StrCat("strategy '", name, "' over ", devices.size(),
-                   " devices is not implemented yet"));
+  if (name == "mirrored") {
+    auto s = MirroredStrategy::Create(devices, options);
+    if (!s.ok()) return s.status();
+    return std::unique_ptr<Strategy>(std::move(*s));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown strategy '", name, "'"));
 }
 
 }  // namespace mirrortrain::distribute

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/nn_ops.h"
+#include "tensor/status_macros.h"
 
 namespace mirrortrain::models {
 
@@ -25,7 +26,10 @@ absl::StatusOr<Shape> MaxPool2DLayer::OutputShape(const Shape& input) const {
 
 absl::StatusOr<Tensor> FlattenLayer::Call(const Tensor& x,
                                           const ForwardContext&) {
-  return ops::Reshape(x, {x.dim(0), -1});
+  // Explicit sizes, not -1: an empty replica shard has 0 rows, and -1 is
+  // ambiguous for 0 elements.
+  MT_ASSIGN_OR_RETURN(Shape shape, OutputShape(x.shape()));
+  return ops::Reshape(x, shape);
 }
 
 absl::StatusOr<Shape> FlattenLayer::OutputShape(const Shape& input) const {

@@ -89,6 +89,23 @@ absl::StatusOr<std::vector<std::optional<Tensor>>> GradientTape::Gradient(
     }
   }
 
+  // A source's gradient is final once the backward walk has processed the
+  // first (in forward order) record that reads it.
+  absl::flat_hash_map<int64_t, size_t> first_use;
+  if (options.on_gradient_ready) {
+    for (size_t i = records_.size(); i-- > 0;) {
+      for (const Tensor& in : records_[i].inputs) {
+        if (source_ids.contains(in.id())) first_use[in.id()] = i;
+      }
+    }
+  }
+  std::vector<std::vector<size_t>> ready_after(records_.size());
+  std::vector<bool> reported(sources.size(), false);
+  for (size_t k = 0; k < sources.size(); ++k) {
+    auto it = first_use.find(sources[k].id());
+    if (it != first_use.end()) ready_after[it->second].push_back(k);
+  }
+
   absl::flat_hash_map<int64_t, Tensor> grads;
   if (options.output_gradient.has_value()) {
     const Tensor& g = *options.output_gradient;
@@ -102,14 +119,38 @@ absl::StatusOr<std::vector<std::optional<Tensor>>> GradientTape::Gradient(
     MT_ASSIGN_OR_RETURN(grads[target.id()], ops::OnesLike(target));
   }
 
-  for (auto r = records_.rbegin(); r != records_.rend(); ++r) {
+  // Source k's gradient as Gradient() returns it.
+  auto final_gradient = [&](size_t k) -> absl::StatusOr<std::optional<Tensor>> {
+    auto it = grads.find(sources[k].id());
+    if (it != grads.end() && source_ids.contains(sources[k].id())) {
+      return std::optional<Tensor>(it->second);
+    }
+    if (options.unconnected == UnconnectedGradients::kZero) {
+      MT_ASSIGN_OR_RETURN(Tensor zeros, ops::ZerosLike(sources[k]));
+      return std::optional<Tensor>(std::move(zeros));
+    }
+    return std::optional<Tensor>();
+  };
+  auto report_ready = [&](size_t record_index) -> absl::Status {
+    if (!options.on_gradient_ready) return absl::OkStatus();
+    for (size_t k : ready_after[record_index]) {
+      if (reported[k]) continue;
+      reported[k] = true;
+      MT_ASSIGN_OR_RETURN(std::optional<Tensor> g, final_gradient(k));
+      options.on_gradient_ready(k, g);
+    }
+    return absl::OkStatus();
+  };
+  // Processes one record: its gradient function, then accumulation into
+  // the inputs' gradients.
+  auto process = [&](const OpRecord* r) -> absl::Status {
     bool has_grad = false;
     for (const Tensor& out : r->outputs) {
       if (grads.contains(out.id()) && !stop_ids.contains(out.id())) {
         has_grad = true;
       }
     }
-    if (!has_grad) continue;
+    if (!has_grad) return absl::OkStatus();
     std::vector<bool> needs_vec(r->inputs.size());
     bool any_needed = false;
     for (size_t j = 0; j < r->inputs.size(); ++j) {
@@ -117,7 +158,7 @@ absl::StatusOr<std::vector<std::optional<Tensor>>> GradientTape::Gradient(
                      IsFloatingTensor(r->inputs[j]);
       any_needed |= needs_vec[j];
     }
-    if (!any_needed) continue;
+    if (!any_needed) return absl::OkStatus();
     std::vector<Tensor> out_grads;
     out_grads.reserve(r->outputs.size());
     for (const Tensor& out : r->outputs) {
@@ -162,20 +203,26 @@ absl::StatusOr<std::vector<std::optional<Tensor>>> GradientTape::Gradient(
         MT_ASSIGN_OR_RETURN(it->second, ops::Add(it->second, g));
       }
     }
+    return absl::OkStatus();
+  };
+  for (size_t i = records_.size(); i-- > 0;) {
+    MT_RETURN_IF_ERROR(process(&records_[i]));
+    MT_RETURN_IF_ERROR(report_ready(i));
   }
 
   std::vector<std::optional<Tensor>> result;
   result.reserve(sources.size());
-  for (const Tensor& s : sources) {
-    auto it = grads.find(s.id());
-    if (it != grads.end() && source_ids.contains(s.id())) {
-      result.emplace_back(it->second);
-    } else if (options.unconnected == UnconnectedGradients::kZero) {
-      MT_ASSIGN_OR_RETURN(Tensor zeros, ops::ZerosLike(s));
-      result.emplace_back(std::move(zeros));
-    } else {
-      result.emplace_back(std::nullopt);
+  if (options.on_gradient_ready) {
+    // Sources no record reads (unconnected, or the target itself).
+    for (size_t k = 0; k < sources.size(); ++k) {
+      if (reported[k]) continue;
+      MT_ASSIGN_OR_RETURN(std::optional<Tensor> g, final_gradient(k));
+      options.on_gradient_ready(k, g);
     }
+  }
+  for (size_t k = 0; k < sources.size(); ++k) {
+    MT_ASSIGN_OR_RETURN(std::optional<Tensor> g, final_gradient(k));
+    result.push_back(std::move(g));
   }
   if (!persistent_) {
     records_.clear();

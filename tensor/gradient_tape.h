@@ -12,6 +12,7 @@
 #define MIRRORTRAIN_TENSOR_GRADIENT_TAPE_H_
 
 #include <any>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -35,6 +36,13 @@ struct GradientOptions {
   // Tensors treated as constants: no gradient flows through them to what
   // produced them (tf.gradients' stop_gradients).
   std::vector<Tensor> stop_gradients;
+  // Called once per source, during the backward walk, as soon as that
+  // source's gradient is final (no op left to process uses it), with the
+  // source's index and its gradient (absent when unconnected: then at the
+  // end). Lets a caller start communicating early gradients while backward
+  // goes on (gradient buckets). Runs on the calling thread.
+  std::function<void(size_t source, const std::optional<Tensor>& grad)>
+      on_gradient_ready;
 };
 
 class GradientTape {

@@ -1,6 +1,7 @@
 #include "trainer/trainer.h"
 
 #include <chrono>
+#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "distribute/device_set.h"
+#include "distribute/gradient_buckets.h"
 #include "distribute/strategy_factory.h"
 #include "models/losses.h"
 #include "tensor/gradient_tape.h"
@@ -125,6 +127,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     }
     t->replicas_.push_back(std::move(r));
   }
+  std::vector<int64_t> grad_bytes;
+  for (Variable* v : t->replicas_[0].model->trainable_variables()) {
+    grad_bytes.push_back(NumElements(v->shape()) * DTypeSize(v->dtype()));
+  }
+  t->bucket_plan_ =
+      distribute::PlanBuckets(grad_bytes, config.distribute.bucket_bytes);
   MT_ASSIGN_OR_RETURN(t->test_data_,
                       LoadSplit(config.data, /*train=*/false, config.seed));
   if (need_train_data) {
@@ -166,6 +174,39 @@ int64_t Trainer::global_step() const {
   return replicas_[0].optimizer->iterations();
 }
 
+std::vector<Variable*> Trainer::ReplicaState(int replica) const {
+  const Replica& r = replicas_[replica];
+  std::vector<Variable*> state = r.model->variables();
+  for (Variable* v : r.optimizer->SlotVariables()) state.push_back(v);
+  if (r.ema) {
+    for (Variable* v : r.ema->ShadowVariables()) state.push_back(v);
+  }
+  return state;
+}
+
+absl::Status Trainer::CheckReplicasIdentical() const {
+  const std::vector<Variable*> reference = ReplicaState(0);
+  for (int r = 1; r < num_replicas(); ++r) {
+    const std::vector<Variable*> state = ReplicaState(r);
+    if (state.size() != reference.size()) {
+      return absl::InternalError(absl::StrCat(
+          "replica ", r, " holds ", state.size(), " variables, replica 0 ",
+          reference.size()));
+    }
+    for (size_t i = 0; i < state.size(); ++i) {
+      MT_ASSIGN_OR_RETURN(Tensor a, reference[i]->value().To(Device::Cpu()));
+      MT_ASSIGN_OR_RETURN(Tensor b, state[i]->value().To(Device::Cpu()));
+      if (a.bytes() != b.bytes() ||
+          std::memcmp(a.raw_data(), b.raw_data(), a.bytes()) != 0) {
+        return absl::InternalError(absl::StrCat(
+            "replica invariant broken: '", state[i]->name(), "' on replica ",
+            r, " differs from replica 0"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::ClipGradients(std::vector<Tensor>& grads,
                                     int64_t step) const {
   const OptimizerConfig& o = config_.optimizer;
@@ -205,7 +246,12 @@ absl::Status Trainer::ReplicaStep(distribute::ReplicaContext& ctx,
   MT_ASSIGN_OR_RETURN(labels, labels.To(ctx.device()));
 
   std::vector<Variable*> vars = r.model->trainable_variables();
-  std::vector<Tensor> grads;
+  std::vector<Shape> shapes;
+  for (Variable* v : vars) shapes.push_back(v->shape());
+  // Buckets start their all-reduce from inside backward, as soon as their
+  // gradients are final.
+  distribute::GradientBuckets buckets(&bucket_plan_, &ctx, std::move(shapes),
+                                      DType::kF32);
   {
     GradientTape tape;
     models::ForwardContext fctx{true, StepSeed(config_.seed, step), shard.begin};
@@ -217,10 +263,14 @@ absl::Status Trainer::ReplicaStep(distribute::ReplicaContext& ctx,
     for (Variable* v : vars) sources.push_back(v->value());
     GradientOptions options;
     options.unconnected = UnconnectedGradients::kZero;
-    MT_ASSIGN_OR_RETURN(auto maybe_grads, tape.Gradient(loss, sources, options));
-    for (auto& g : maybe_grads) grads.push_back(*std::move(g));
+    absl::Status bucket_status;
+    options.on_gradient_ready = [&](size_t k, const std::optional<Tensor>& g) {
+      if (bucket_status.ok()) bucket_status = buckets.Ready(k, *g);
+    };
+    MT_RETURN_IF_ERROR(tape.Gradient(loss, sources, options).status());
+    MT_RETURN_IF_ERROR(bucket_status);
   }
-  MT_RETURN_IF_ERROR(ctx.AllReduce(distribute::ReduceOp::kSum, absl::MakeSpan(grads)));
+  MT_ASSIGN_OR_RETURN(std::vector<Tensor> grads, buckets.Finish());
   MT_RETURN_IF_ERROR(ClipGradients(grads, step));
   std::vector<GradAndVar> pairs;
   for (size_t i = 0; i < vars.size(); ++i) pairs.push_back({grads[i], vars[i]});
@@ -230,9 +280,13 @@ absl::Status Trainer::ReplicaStep(distribute::ReplicaContext& ctx,
 }
 
 absl::Status Trainer::Step(const Batch& batch, int64_t step) {
-  return strategy_->Run([&](distribute::ReplicaContext& ctx) {
+  absl::Status s = strategy_->Run([&](distribute::ReplicaContext& ctx) {
     return ReplicaStep(ctx, batch, step);
   });
+  if (!s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("step ", step + 1, ": ", s.message()));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
@@ -314,6 +368,15 @@ absl::Status Trainer::Train() {
       progress_->Finish();
       return absl::AbortedError(
           absl::StrCat("non-finite loss (", loss, ") at step ", step));
+    }
+    const int64_t check_every = config_.distribute.check_replicas_every_steps;
+    if (check_every > 0 && step % check_every == 0) {
+      absl::Status same = CheckReplicasIdentical();
+      if (!same.ok()) {
+        progress_->Finish();
+        return absl::InternalError(
+            absl::StrCat("step ", step, ": ", same.message()));
+      }
     }
     window_loss += loss;
     ++window_steps;

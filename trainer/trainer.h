@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "distribute/gradient_buckets.h"
 #include "distribute/strategy.h"
 #include "models/model.h"
 #include "trainer/config.h"
@@ -51,6 +52,12 @@ class Trainer {
   absl::StatusOr<EvalResult> Evaluate(bool ema);
 
   int64_t global_step() const;
+  // Replica r's replicated state: model variables, optimizer slots and EMA
+  // shadows, in a fixed order.
+  std::vector<Variable*> ReplicaState(int replica) const;
+  // Fails (Internal, naming the variable and replicas) unless every
+  // replica's state is bitwise identical to replica 0's.
+  absl::Status CheckReplicasIdentical() const;
   int num_replicas() const { return strategy_->num_replicas(); }
 
  private:
@@ -72,6 +79,7 @@ class Trainer {
   std::string run_dir_;
   std::unique_ptr<distribute::Strategy> strategy_;
   std::vector<Replica> replicas_;
+  distribute::BucketPlan bucket_plan_;
   InMemoryDataset train_data_;
   InMemoryDataset test_data_;
   std::unique_ptr<BatchIterator> train_iterator_;

@@ -160,3 +160,38 @@ TEST(GradientTapeTest, NestedTapesBothRecord) {
 
 }  // namespace
 }  // namespace mirrortrain
+
+namespace mirrortrain {
+namespace {
+
+TEST(GradientTapeTest, GradientReadyCallbackFiresOnceFinalInBackwardOrder) {
+  // y = (x0 * 2) * x1 + x2 where x1 is also used first, and x3 unused.
+  Tensor x0 = Tensor::Scalar<double>(1), x1 = Tensor::Scalar<double>(3),
+         x2 = Tensor::Scalar<double>(5), x3 = Tensor::Scalar<double>(7);
+  GradientTape tape;
+  for (const Tensor& x : {x0, x1, x2, x3}) tape.Watch(x);
+  Tensor a = *ops::Mul(x1, x1);        // First use of x1.
+  Tensor b = *ops::Scale(x0, 2.0);     // First use of x0.
+  Tensor c = *ops::Mul(*ops::Mul(b, a), x1);
+  Tensor y = *ops::Add(c, x2);
+  std::vector<size_t> order;
+  std::vector<double> seen(4, -1);
+  GradientOptions options;
+  options.unconnected = UnconnectedGradients::kZero;
+  options.on_gradient_ready = [&](size_t k, const std::optional<Tensor>& g) {
+    order.push_back(k);
+    ASSERT_TRUE(g.has_value());
+    seen[k] = g->ScalarAt(0);
+  };
+  auto grads = tape.Gradient(y, {x0, x1, x2, x3}, options);
+  ASSERT_TRUE(grads.ok());
+  // x2 is final first (last used), then x0, x1 (its first use is earliest),
+  // then the unconnected x3 at the end.
+  EXPECT_EQ(order, (std::vector<size_t>{2, 0, 1, 3}));
+  for (size_t k = 0; k < 4; ++k) EXPECT_EQ(seen[k], (*grads)[k]->ScalarAt(0));
+  EXPECT_EQ(seen[1], 2.0 * 3 * 9);  // d(2*x0*x1^3)/dx1 = 6*x0*x1^2 = 54.
+  EXPECT_EQ(seen[3], 0.0);
+}
+
+}  // namespace
+}  // namespace mirrortrain

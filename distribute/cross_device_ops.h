@@ -1,0 +1,31 @@
+// Collective reductions between the replicas of one process.
+//
+// Thread contract: every replica calls AllReduce from its own thread, the
+// same number of times, in the same order, with buffers of the same dtype
+// and size (the k-th calls of all replicas form one collective). Abort()
+// may be called from any thread; it makes pending and later collectives
+// return an error instead of waiting.
+#ifndef MIRRORTRAIN_DISTRIBUTE_CROSS_DEVICE_OPS_H_
+#define MIRRORTRAIN_DISTRIBUTE_CROSS_DEVICE_OPS_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "distribute/strategy.h"
+#include "tensor/tensor.h"
+
+namespace mirrortrain::distribute {
+
+class CrossDeviceOps {
+ public:
+  virtual ~CrossDeviceOps() = default;
+  // Replaces `buffer` (replica `replica`'s) by the sum (or mean) over all
+  // replicas, in place. Every replica ends with bitwise-identical values.
+  virtual absl::Status AllReduce(int replica, ReduceOp op, Tensor& buffer) = 0;
+  virtual void Abort(const absl::Status& reason) = 0;
+  virtual std::string name() const = 0;
+};
+
+}  // namespace mirrortrain::distribute
+
+#endif  // MIRRORTRAIN_DISTRIBUTE_CROSS_DEVICE_OPS_H_

@@ -1,0 +1,110 @@
+#include "distribute/gradient_buckets.h"
+
+#include "absl/strings/str_cat.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::distribute {
+
+BucketPlan PlanBuckets(absl::Span<const int64_t> bytes, int64_t bucket_bytes,
+                       int64_t first_bucket_bytes) {
+  BucketPlan plan;
+  int64_t filled = 0;
+  int64_t limit = std::min(first_bucket_bytes, bucket_bytes);
+  for (size_t i = bytes.size(); i-- > 0;) {
+    if (plan.buckets.empty() ||
+        (filled > 0 && filled + bytes[i] > limit)) {
+      if (!plan.buckets.empty()) limit = bucket_bytes;
+      plan.buckets.emplace_back();
+      filled = 0;
+    }
+    plan.buckets.back().push_back(i);
+    filled += bytes[i];
+  }
+  return plan;
+}
+
+GradientBuckets::GradientBuckets(const BucketPlan* plan, ReplicaContext* ctx,
+                                 std::vector<Shape> shapes, DType dtype)
+    : plan_(plan),
+      ctx_(ctx),
+      shapes_(std::move(shapes)),
+      dtype_(dtype),
+      grads_(shapes_.size()),
+      missing_(plan->buckets.size()),
+      bucket_of_(shapes_.size(), -1),
+      buffers_(plan->buckets.size()) {
+  for (size_t b = 0; b < plan_->buckets.size(); ++b) {
+    missing_[b] = static_cast<int>(plan_->buckets[b].size());
+    for (size_t i : plan_->buckets[b]) bucket_of_[i] = static_cast<int>(b);
+  }
+}
+
+absl::Status GradientBuckets::Ready(size_t index, const Tensor& grad) {
+  if (index >= grads_.size() || bucket_of_[index] < 0 ||
+      grads_[index].defined()) {
+    return absl::InternalError(
+        absl::StrCat("gradient ", index, " reported twice or unplanned"));
+  }
+  if (grad.shape() != shapes_[index] || grad.dtype() != dtype_) {
+    return absl::InternalError(absl::StrCat(
+        "gradient ", index, " is ", grad.DebugString(), ", planned ",
+        ShapeToString(shapes_[index])));
+  }
+  grads_[index] = grad;
+  --missing_[bucket_of_[index]];
+  return LaunchReadyBuckets();
+}
+
+absl::Status GradientBuckets::LaunchReadyBuckets() {
+  while (next_bucket_ < static_cast<int>(plan_->buckets.size()) &&
+         missing_[next_bucket_] == 0) {
+    const std::vector<size_t>& members = plan_->buckets[next_bucket_];
+    if (ctx_->num_replicas() > 1) {
+      // Pack into one flat buffer: one collective per bucket, and the
+      // reduced values never alias another gradient's storage.
+      int64_t total = 0;
+      for (size_t i : members) total += NumElements(shapes_[i]);
+      MT_ASSIGN_OR_RETURN(Tensor buffer,
+                          Tensor::Empty(dtype_, {total}, ctx_->device()));
+      int64_t offset = 0;
+      for (size_t i : members) {
+        const int64_t n = NumElements(shapes_[i]);
+        MT_ASSIGN_OR_RETURN(Tensor slot, buffer.SliceRows(offset, n));
+        MT_RETURN_IF_ERROR(slot.CopyFrom(grads_[i]));
+        offset += n;
+      }
+      buffers_[next_bucket_] = buffer;
+      pending_.push_back(ctx_->AllReduceAsync(ReduceOp::kSum, buffer));
+    }
+    ++next_bucket_;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Tensor>> GradientBuckets::Finish() {
+  if (next_bucket_ != static_cast<int>(plan_->buckets.size())) {
+    return absl::InternalError(absl::StrCat(
+        "only ", next_bucket_, " of ", plan_->buckets.size(),
+        " gradient buckets were complete at the end of backward"));
+  }
+  absl::Status first_error;
+  for (auto& f : pending_) {
+    absl::Status s = f.get();
+    if (first_error.ok() && !s.ok()) first_error = s;
+  }
+  MT_RETURN_IF_ERROR(first_error);
+  if (ctx_->num_replicas() == 1) return grads_;  // Nothing to reduce.
+  std::vector<Tensor> out(grads_.size());
+  for (size_t b = 0; b < plan_->buckets.size(); ++b) {
+    int64_t offset = 0;
+    for (size_t i : plan_->buckets[b]) {
+      const int64_t n = NumElements(shapes_[i]);
+      MT_ASSIGN_OR_RETURN(Tensor flat, buffers_[b].SliceRows(offset, n));
+      MT_ASSIGN_OR_RETURN(out[i], flat.Reshaped(shapes_[i]));
+      offset += n;
+    }
+  }
+  return out;
+}
+
+}  // namespace mirrortrain::distribute

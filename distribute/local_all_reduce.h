@@ -1,0 +1,34 @@
+// All-reduce between replicas whose buffers are in host memory (logical CPU
+// devices), without copies through a central buffer: after all replicas
+// posted their buffers, replica r sums elements [r*n/N, (r+1)*n/N) over the
+// replicas, always in replica order 0..N-1, and writes the result into every
+// replica's buffer. Each element is written by one thread with one value,
+// so all replicas end bitwise identical, whatever N.
+#ifndef MIRRORTRAIN_DISTRIBUTE_LOCAL_ALL_REDUCE_H_
+#define MIRRORTRAIN_DISTRIBUTE_LOCAL_ALL_REDUCE_H_
+
+#include <chrono>
+#include <vector>
+
+#include "distribute/cross_device_ops.h"
+#include "distribute/replica_barrier.h"
+
+namespace mirrortrain::distribute {
+
+class LocalAllReduce final : public CrossDeviceOps {
+ public:
+  LocalAllReduce(int replicas, std::chrono::milliseconds watchdog);
+  absl::Status AllReduce(int replica, ReduceOp op, Tensor& buffer) override;
+  void Abort(const absl::Status& reason) override { barrier_.Abort(reason); }
+  std::string name() const override { return "local"; }
+
+ private:
+  const int replicas_;
+  ReplicaBarrier barrier_;
+  std::vector<Tensor*> posted_;  // Per replica, valid between barriers.
+  std::vector<uint64_t> calls_;  // Per replica: collectives so far.
+};
+
+}  // namespace mirrortrain::distribute
+
+#endif  // MIRRORTRAIN_DISTRIBUTE_LOCAL_ALL_REDUCE_H_

@@ -1,0 +1,57 @@
+// Synchronous data parallelism over the devices of one host, after
+// tf.distribute.MirroredStrategy: one replica per device, each on its own
+// thread (replica 0 on the caller's), with a communication thread per
+// replica so gradient all-reduces overlap backward.
+//
+// Several `cpu:K` devices are logical CPU devices sharing the host; they use
+// the local all-reduce. Distinct GPUs use NCCL. With N > 1 CPU replicas
+// OpenBLAS is limited to cores/N threads each, so replicas do not fight over
+// cores.
+//
+// Thread contract: Run() from one thread. On a replica error (or the
+// watchdog) the collectives are aborted so no replica waits forever; the
+// strategy is then unusable and Run keeps failing.
+#ifndef MIRRORTRAIN_DISTRIBUTE_MIRRORED_STRATEGY_H_
+#define MIRRORTRAIN_DISTRIBUTE_MIRRORED_STRATEGY_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "distribute/cross_device_ops.h"
+#include "distribute/strategy.h"
+#include "distribute/strategy_factory.h"
+
+namespace mirrortrain::distribute {
+
+class MirroredStrategy final : public Strategy {
+ public:
+  static absl::StatusOr<std::unique_ptr<MirroredStrategy>> Create(
+      const std::vector<Device>& devices, const MirroredOptions& options);
+  // For tests: any CrossDeviceOps (e.g. one that stalls).
+  static absl::StatusOr<std::unique_ptr<MirroredStrategy>> CreateWithOps(
+      const std::vector<Device>& devices,
+      std::unique_ptr<CrossDeviceOps> ops);
+  ~MirroredStrategy() override;
+
+  int num_replicas() const override {
+    return static_cast<int>(devices_.size());
+  }
+  const std::vector<Device>& devices() const override { return devices_; }
+  absl::Status Run(const ReplicaFn& fn) override;
+  const CrossDeviceOps& cross_device_ops() const { return *ops_; }
+
+ private:
+  class Replica;
+  MirroredStrategy(std::vector<Device> devices,
+                   std::unique_ptr<CrossDeviceOps> ops);
+
+  std::vector<Device> devices_;
+  std::unique_ptr<CrossDeviceOps> ops_;
+  std::vector<std::unique_ptr<Replica>> replicas_;
+  absl::Status broken_;
+};
+
+}  // namespace mirrortrain::distribute
+
+#endif  // MIRRORTRAIN_DISTRIBUTE_MIRRORED_STRATEGY_H_

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# CPU training throughput: mirrortrain next to PyTorch, same model, batch and
+# thread count, on synthetic Fashion-MNIST-shaped data.
+#
+#   scripts/bench_cpu.sh              # mirrortrain vs PyTorch, MLP and CNN
+#   scripts/bench_cpu.sh --strategies # also one_device vs mirrored-1 vs mirrored-2
+#
+# Needs python3 with torch (pip install torch) for the PyTorch column.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh >/dev/null
+
+THREADS="${THREADS:-$(nproc)}"
+BATCH="${BATCH:-128}"
+OUT="$(mktemp -d)"
+trap 'rm -rf "$OUT"' EXIT
+
+# samples/s of the last logged window (the first window includes warm-up).
+mt_rate() {  # model steps log_every [extra --set args...]
+  local model=$1 steps=$2 every=$3
+  shift 3
+  local dir="$OUT/$model-$RANDOM"
+  build/bin/mirrortrain train --config "configs/fashion_mnist_$model.yaml" \
+    --run_dir "$dir" --set data.name=synthetic --set data.test_examples=1000 \
+    --set data.global_batch_size="$BATCH" --set train.steps="$steps" \
+    --set train.log_every_steps="$every" --set train.eval_every_epochs=0 \
+    --set checkpoint.every_steps=0 "$@" 2>/dev/null
+  python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1]) if '\"train\"' in l]; print(round(r[-1]['samples_per_sec'],1))" "$dir/metrics.jsonl"
+}
+
+echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'); threads=$THREADS batch=$BATCH"
+for model in mlp cnn; do
+  if [[ $model == mlp ]]; then steps=600; every=300; tsteps=300; else steps=40; every=20; tsteps=20; fi
+  mt=$(mt_rate "$model" "$steps" "$every")
+  if python3 -c "import torch" 2>/dev/null; then
+    pt=$(python3 scripts/bench/torch_cpu.py --model "$model" --batch "$BATCH" \
+         --threads "$THREADS" --steps "$tsteps" --warmup 5 |
+         python3 -c "import json,sys; d=json.load(sys.stdin); print(round(d['samples_per_sec'],1), d['version'])")
+    read -r pt_rate pt_version <<<"$pt"
+    ratio=$(python3 -c "print(round($mt/$pt_rate, 2))")
+    echo "$model: mirrortrain $mt samples/s, pytorch $pt_version $pt_rate samples/s, ratio ${ratio}x"
+  else
+    echo "$model: mirrortrain $mt samples/s (no torch for comparison)"
+  fi
+done
+
+if [[ "${1:-}" == "--strategies" ]]; then
+  for model in mlp cnn; do
+    if [[ $model == mlp ]]; then steps=600; every=300; else steps=40; every=20; fi
+    one=$(mt_rate "$model" "$steps" "$every" --set distribute.strategy=one_device --set "distribute.devices=[cpu:0]")
+    m1=$(mt_rate "$model" "$steps" "$every" --set distribute.strategy=mirrored --set "distribute.devices=[cpu:0]")
+    m2=$(mt_rate "$model" "$steps" "$every" --set distribute.strategy=mirrored --set "distribute.devices=[cpu:0,cpu:1]")
+    python3 - "$model" "$one" "$m1" "$m2" <<'PY'
+import sys
+model, one, m1, m2 = sys.argv[1], *map(float, sys.argv[2:])
+print(f"{model}: one_device {one} samples/s, mirrored-1 {m1} "
+      f"(overhead {100 * (one - m1) / one:.1f}%), mirrored-2 {m2} "
+      f"(2-replica scaling efficiency {100 * m2 / one:.0f}% of one device on the same cores)")
+PY
+  done
+fi

@@ -1,0 +1,108 @@
+#include "distribute/local_all_reduce.h"
+
+#include <thread>
+
+#include "gtest/gtest.h"
+
+namespace mirrortrain::distribute {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Runs `fn(replica)` on N threads and returns their statuses.
+std::vector<absl::Status> OnReplicas(int n,
+                                     const std::function<absl::Status(int)>& fn) {
+  std::vector<absl::Status> status(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { status[r] = fn(r); });
+  for (auto& t : threads) t.join();
+  return status;
+}
+
+class LocalAllReduceTest : public ::testing::TestWithParam<int> {};
+
+// Replica r fills element i with (r + 1) * (i + 1): the sum over N replicas
+// is N(N+1)/2 * (i + 1).
+TEST_P(LocalAllReduceTest, SumsRankFilledBuffersForAnySize) {
+  const int n = GetParam();
+  for (int64_t size : {0, 1, 7, 1001, 65537}) {
+    LocalAllReduce ops(n, milliseconds(10000));
+    std::vector<Tensor> buffers(n);
+    auto status = OnReplicas(n, [&](int r) {
+      buffers[r] = Tensor::HostEmpty(DType::kF32, {size});
+      for (int64_t i = 0; i < size; ++i) {
+        buffers[r].data<float>()[i] = static_cast<float>((r + 1) * (i + 1));
+      }
+      return ops.AllReduce(r, ReduceOp::kSum, buffers[r]);
+    });
+    for (int r = 0; r < n; ++r) {
+      ASSERT_TRUE(status[r].ok()) << status[r];
+      for (int64_t i = 0; i < size; ++i) {
+        ASSERT_EQ(buffers[r].data<float>()[i],
+                  static_cast<float>(n * (n + 1) / 2 * (i + 1)))
+            << "size " << size << " replica " << r << " element " << i;
+      }
+    }
+  }
+}
+
+TEST_P(LocalAllReduceTest, MeanAndRepeatedCollectivesAndIntegers) {
+  const int n = GetParam();
+  LocalAllReduce ops(n, milliseconds(10000));
+  std::vector<Tensor> f(n), g(n);
+  auto status = OnReplicas(n, [&](int r) -> absl::Status {
+    for (int round = 0; round < 20; ++round) {
+      f[r] = Tensor::HostFull(DType::kF64, {5}, r);
+      g[r] = Tensor::HostFull(DType::kI64, {3}, r + round);
+      if (auto s = ops.AllReduce(r, ReduceOp::kMean, f[r]); !s.ok()) return s;
+      if (auto s = ops.AllReduce(r, ReduceOp::kSum, g[r]); !s.ok()) return s;
+      if (f[r].ToVector<double>()[4] != (n - 1) / 2.0) {
+        return absl::InternalError("bad mean");
+      }
+      if (g[r].ToVector<int64_t>()[0] != n * (n - 1) / 2 + n * round) {
+        return absl::InternalError("bad integer sum");
+      }
+    }
+    return absl::OkStatus();
+  });
+  for (const auto& s : status) EXPECT_TRUE(s.ok()) << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Replicas, LocalAllReduceTest,
+                         ::testing::Values(1, 2, 3, 4));
+
+TEST(LocalAllReduceWatchdogTest, StalledReplicaIsNamed) {
+  LocalAllReduce ops(3, milliseconds(200));
+  std::vector<Tensor> buffers(3, Tensor::HostZeros(DType::kF32, {4}));
+  for (auto& b : buffers) b = Tensor::HostZeros(DType::kF32, {4});
+  auto status = OnReplicas(3, [&](int r) -> absl::Status {
+    if (r == 2) {
+      // The injected stall: replica 2 never reaches the collective in time.
+      std::this_thread::sleep_for(milliseconds(800));
+      return absl::OkStatus();
+    }
+    return ops.AllReduce(r, ReduceOp::kSum, buffers[r]);
+  });
+  for (int r : {0, 1}) {
+    EXPECT_EQ(status[r].code(), absl::StatusCode::kDeadlineExceeded) << status[r];
+    EXPECT_NE(status[r].message().find("replica(s) 2 did not reach all-reduce #0"),
+              std::string::npos)
+        << status[r];
+  }
+  // Later collectives fail at once instead of waiting.
+  EXPECT_FALSE(ops.AllReduce(0, ReduceOp::kSum, buffers[0]).ok());
+}
+
+TEST(LocalAllReduceTest, MismatchedBuffersAreAnErrorOnEveryReplica) {
+  LocalAllReduce ops(2, milliseconds(5000));
+  std::vector<Tensor> buffers = {Tensor::HostZeros(DType::kF32, {4}),
+                                 Tensor::HostZeros(DType::kF32, {5})};
+  auto status = OnReplicas(2, [&](int r) {
+    return ops.AllReduce(r, ReduceOp::kSum, buffers[r]);
+  });
+  EXPECT_FALSE(status[0].ok());
+  EXPECT_FALSE(status[1].ok());
+}
+
+}  // namespace
+}  // namespace mirrortrain::distribute

@@ -1,0 +1,162 @@
+#include "distribute/mirrored_strategy.h"
+
+#include <atomic>
+#include <thread>
+
+#include "distribute/gradient_buckets.h"
+#include "gtest/gtest.h"
+
+namespace mirrortrain::distribute {
+namespace {
+
+std::vector<Device> Cpus(int n) {
+  std::vector<Device> d;
+  for (int i = 0; i < n; ++i) d.push_back(Device::Cpu(i));
+  return d;
+}
+
+TEST(MirroredStrategyTest, RunsEveryReplicaOnItsOwnThread) {
+  auto s = MirroredStrategy::Create(Cpus(3), {});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)->cross_device_ops().name(), "local");
+  std::vector<int> ids(3, -1);
+  std::vector<std::thread::id> threads(3);
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_TRUE((*s)->Run([&](ReplicaContext& ctx) {
+                     ids[ctx.replica_id()] = ctx.replica_id();
+                     threads[ctx.replica_id()] = std::this_thread::get_id();
+                     EXPECT_EQ(ctx.num_replicas(), 3);
+                     EXPECT_EQ(ctx.device(), Device::Cpu(ctx.replica_id()));
+                     return absl::OkStatus();
+                   }).ok());
+  }
+  EXPECT_EQ(ids, (std::vector<int>{0, 1, 2}));
+  EXPECT_NE(threads[0], threads[1]);
+  EXPECT_NE(threads[1], threads[2]);
+}
+
+TEST(MirroredStrategyTest, AllReduceInsideRun) {
+  auto s = MirroredStrategy::Create(Cpus(4), {});
+  ASSERT_TRUE(s.ok());
+  std::vector<Tensor> out(4);
+  ASSERT_TRUE((*s)->Run([&](ReplicaContext& ctx) -> absl::Status {
+                   Tensor t = Tensor::HostFull(DType::kF32, {3}, ctx.replica_id());
+                   std::vector<Tensor> ts = {t};
+                   absl::Status st = ctx.AllReduce(ReduceOp::kSum, absl::MakeSpan(ts));
+                   out[ctx.replica_id()] = ts[0];
+                   return st;
+                 }).ok());
+  for (const Tensor& t : out) {
+    EXPECT_EQ(t.ToVector<float>(), (std::vector<float>{6, 6, 6}));
+  }
+}
+
+TEST(MirroredStrategyTest, ReplicaErrorAbortsTheOthersAndNamesTheRootCause) {
+  MirroredOptions options;
+  options.watchdog_seconds = 60;  // The abort, not the watchdog, must end it.
+  auto s = MirroredStrategy::Create(Cpus(2), options);
+  ASSERT_TRUE(s.ok());
+  auto start = std::chrono::steady_clock::now();
+  absl::Status st = (*s)->Run([&](ReplicaContext& ctx) -> absl::Status {
+    if (ctx.replica_id() == 1) return absl::InvalidArgumentError("bad shard");
+    std::vector<Tensor> ts = {Tensor::HostZeros(DType::kF32, {2})};
+    return ctx.AllReduce(ReduceOp::kSum, absl::MakeSpan(ts));
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("replica 1: bad shard"), std::string::npos) << st;
+  EXPECT_FALSE((*s)->Run([](ReplicaContext&) { return absl::OkStatus(); }).ok());
+}
+
+TEST(MirroredStrategyTest, WatchdogNamesTheStalledReplica) {
+  MirroredOptions options;
+  options.watchdog_seconds = 0.2;
+  auto s = MirroredStrategy::Create(Cpus(2), options);
+  ASSERT_TRUE(s.ok());
+  absl::Status st = (*s)->Run([&](ReplicaContext& ctx) -> absl::Status {
+    if (ctx.replica_id() == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    }
+    std::vector<Tensor> ts = {Tensor::HostZeros(DType::kF32, {2})};
+    return ctx.AllReduce(ReduceOp::kSum, absl::MakeSpan(ts));
+  });
+  EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded) << st;
+  EXPECT_NE(st.message().find("replica(s) 1 did not reach"), std::string::npos)
+      << st;
+}
+
+TEST(ShardTest, ContiguousEvenShards) {
+  // 8 rows over 3 replicas: 3, 3, 2.
+  EXPECT_EQ(ShardOf(8, 0, 3).begin, 0);
+  EXPECT_EQ(ShardOf(8, 0, 3).end, 3);
+  EXPECT_EQ(ShardOf(8, 1, 3).end, 6);
+  EXPECT_EQ(ShardOf(8, 2, 3).begin, 6);
+  EXPECT_EQ(ShardOf(8, 2, 3).end, 8);
+  // 2 rows over 4 replicas: two get none.
+  EXPECT_EQ(ShardOf(2, 3, 4).begin, ShardOf(2, 3, 4).end);
+  for (int64_t batch : {0, 1, 5, 128, 129}) {
+    for (int n : {1, 2, 3, 4, 7}) {
+      int64_t covered = 0;
+      for (int r = 0; r < n; ++r) {
+        ShardRange s = ShardOf(batch, r, n);
+        EXPECT_EQ(s.begin, covered);
+        EXPECT_LE(s.end - s.begin, batch / n + 1);
+        covered = s.end;
+      }
+      EXPECT_EQ(covered, batch);
+    }
+  }
+}
+
+TEST(GradientBucketsTest, PlanIsReverseOrderWithASmallFirstBucket) {
+  // Bytes of 6 gradients; first bucket limit 100, then 1000.
+  BucketPlan plan = PlanBuckets({400, 40, 600, 500, 30, 60}, 1000, 100);
+  ASSERT_EQ(plan.buckets.size(), 4u);
+  EXPECT_EQ(plan.buckets[0], (std::vector<size_t>{5, 4}));
+  EXPECT_EQ(plan.buckets[1], (std::vector<size_t>{3}));
+  EXPECT_EQ(plan.buckets[2], (std::vector<size_t>{2, 1}));
+  EXPECT_EQ(plan.buckets[3], (std::vector<size_t>{0}));
+  // A gradient larger than the limit gets a bucket of its own... and the
+  // remaining one fits after.
+  BucketPlan big = PlanBuckets({4000, 10}, 1000, 100);
+  ASSERT_EQ(big.buckets.size(), 2u);
+  EXPECT_EQ(big.buckets[1], (std::vector<size_t>{0}));
+}
+
+TEST(GradientBucketsTest, ReducesSeveralBucketsStartedDuringBackward) {
+  auto s = MirroredStrategy::Create(Cpus(3), {});
+  ASSERT_TRUE(s.ok());
+  const std::vector<Shape> shapes = {{3, 2}, {5}, {1}, {4, 4}};
+  BucketPlan plan = PlanBuckets({24, 20, 4, 64}, 32, 16);
+  ASSERT_GE(plan.buckets.size(), 3u);
+  std::vector<std::vector<Tensor>> results(3);
+  std::vector<std::vector<int>> started(3);
+  ASSERT_TRUE((*s)->Run([&](ReplicaContext& ctx) -> absl::Status {
+                   GradientBuckets buckets(&plan, &ctx, shapes, DType::kF32);
+                   // Report in backward order, noting how many buckets were
+                   // already started after each one.
+                   for (size_t k = shapes.size(); k-- > 0;) {
+                     Tensor g = Tensor::HostFull(DType::kF32, shapes[k],
+                                                 (ctx.replica_id() + 1) * (k + 1));
+                     if (auto st = buckets.Ready(k, g); !st.ok()) return st;
+                     started[ctx.replica_id()].push_back(buckets.buckets_started());
+                   }
+                   auto out = buckets.Finish();
+                   if (!out.ok()) return out.status();
+                   results[ctx.replica_id()] = *out;
+                   return absl::OkStatus();
+                 }).ok());
+  // The first bucket was started before the last gradient arrived.
+  EXPECT_GE(started[0][0], 1);
+  for (int r = 0; r < 3; ++r) {
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      ASSERT_EQ(results[r][k].shape(), shapes[k]);
+      for (float v : results[r][k].ToVector<float>()) {
+        EXPECT_EQ(v, 6.0f * (k + 1));  // (1 + 2 + 3) * (k + 1).
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mirrortrain::distribute

@@ -1,0 +1,550 @@
+// JsonValue parse/serialize, and safetensors write/read: round trips,
+// header layout, every malformed-file case, atomicity, and interop with a
+// file written by the Python `safetensors` package
+// (scripts/golden/safetensors_interop.py).
+//
+// Set MT_SAFETENSORS_TEST_KEEP_DIR=<dir> to have RoundTripEveryDtype keep its
+// file there as <dir>/mirrortrain_roundtrip.safetensors (for
+// `scripts/golden/safetensors_interop.py --check`).
+#include "trainer/checkpoint/safetensors.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tensor/cuda/cuda_backend.h"
+#include "tests/test_util.h"
+#include "trainer/checkpoint/json.h"
+
+namespace mirrortrain::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// --- JSON ------------------------------------------------------------------
+
+TEST(JsonTest, RoundTripKeepsMemberOrder) {
+  const std::string text =
+      R"({"z":1,"a":[1,-2,[]],"m":{"k":"v","e":{}},"t":true,"f":false,"n":null})";
+  absl::StatusOr<JsonValue> v = ParseJson(text);
+  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_TRUE(v->is_object());
+  ASSERT_EQ(v->object().size(), 6u);
+  EXPECT_EQ(v->object()[0].first, "z");
+  EXPECT_EQ(v->object()[1].first, "a");
+  EXPECT_EQ(v->Find("a")->array()[1].integer_value(), -2);
+  EXPECT_EQ(v->Find("m")->Find("k")->string_value(), "v");
+  EXPECT_TRUE(v->Find("t")->bool_value());
+  EXPECT_TRUE(v->Find("n")->is_null());
+  EXPECT_EQ(v->Find("missing"), nullptr);
+  EXPECT_EQ(v->Serialize(), text);
+}
+
+TEST(JsonTest, WhitespaceAndIntegerExtremes) {
+  absl::StatusOr<JsonValue> v = ParseJson(
+      " \t\n[ -9223372036854775808 , 9223372036854775807, 0, -0 ]\r\n");
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->array()[0].integer_value(), std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(v->array()[1].integer_value(), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(v->Serialize(), "[-9223372036854775808,9223372036854775807,0,0]");
+}
+
+TEST(JsonTest, StringEscapesAndUnicode) {
+  absl::StatusOr<JsonValue> v =
+      ParseJson(R"("q\" b\\ s\/ \b\f\n\r\t \u00e9 \ud83d\ude00 raw é")");
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->string_value(),
+            "q\" b\\ s/ \b\f\n\r\t \xC3\xA9 \xF0\x9F\x98\x80 raw \xC3\xA9");
+  // Serialize escapes what JSON requires and keeps UTF-8 as is.
+  EXPECT_EQ(
+      JsonValue::String(std::string("a\"\\\n\x01\xC3\xA9", 7)).Serialize(),
+      "\"a\\\"\\\\\\n\\u0001\xC3\xA9\"");
+  absl::StatusOr<JsonValue> back = ParseJson(v->Serialize());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->string_value(), v->string_value());
+}
+
+TEST(JsonTest, ErrorsGiveByteOffsets) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "at byte 0: unexpected end of input"},
+      {R"({"a":1,})", "at byte 7: expected a string key"},
+      {"[1,]", "at byte 3: unexpected character ']'"},
+      {"[1 2]", "at byte 3: expected ',' or ']'"},
+      {"1.5", "at byte 0: non-integer numbers are not supported"},
+      {"[1e3]", "at byte 1: non-integer numbers are not supported"},
+      {"012", "at byte 0: leading zeros"},
+      {"9223372036854775808", "at byte 0: integer out of the 64-bit"},
+      {"-", "at byte 1: expected a digit"},
+      {R"({"a":1,"a":2})", "at byte 7: duplicate key \"a\""},
+      {R"("abc)", "at byte 4: unterminated string"},
+      {"\"a\nb\"", "at byte 2: unescaped control character"},
+      {"\"\xC3\"", "at byte 1: invalid UTF-8"},
+      {"\"\xED\xA0\x80\"", "at byte 1: invalid UTF-8"},  // Raw surrogate.
+      {R"("\x")", "at byte 1: invalid escape"},
+      {R"("\ud800")", "at byte 1: unpaired high surrogate"},
+      {R"("\udc00")", "at byte 1: unpaired low surrogate"},
+      {R"("\u12G4")", "at byte 5: invalid hex digit"},
+      {"{} {}", "at byte 3: unexpected characters after"},
+      {"nul", "at byte 0: unexpected character 'n'"},
+      {std::string(300, '['), "nesting deeper than 256"},
+  };
+  for (const auto& [text, expected] : cases) {
+    absl::StatusOr<JsonValue> v = ParseJson(text);
+    ASSERT_FALSE(v.ok()) << text;
+    EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument) << text;
+    EXPECT_THAT(std::string(v.status().message()), HasSubstr(expected)) << text;
+  }
+}
+
+TEST(JsonTest, IsValidUtf8) {
+  EXPECT_TRUE(IsValidUtf8("plain \xC3\xA9 \xF0\x9F\x98\x80"));
+  EXPECT_FALSE(IsValidUtf8("\xC0\xAF"));          // Overlong '/'.
+  EXPECT_FALSE(IsValidUtf8("\xF4\x90\x80\x80"));  // Above U+10FFFF.
+  EXPECT_FALSE(IsValidUtf8("\xE2\x82"));          // Truncated.
+}
+
+// --- safetensors -----------------------------------------------------------
+
+class SafetensorsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const ::testing::TestInfo* info =
+        ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = (fs::path(::testing::TempDir()) /
+            absl::StrCat("safetensors_test_", info->name()))
+               .string();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string Path(const std::string& name) const {
+    return (fs::path(dir_) / name).string();
+  }
+
+  static std::string ReadBytes(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+  static void WriteBytes(const std::string& path, const std::string& bytes) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    ASSERT_TRUE(out.good()) << path;
+  }
+  // A file with the given header text and data bytes; `header_length`
+  // overrides the length field when non-negative.
+  std::string WriteRawFile(const std::string& name, const std::string& header,
+                           const std::string& data,
+                           int64_t header_length = -1) {
+    const uint64_t n = header_length >= 0 ? static_cast<uint64_t>(header_length)
+                                          : header.size();
+    std::string bytes(8, '\0');
+    std::memcpy(bytes.data(), &n, 8);
+    bytes += header;
+    bytes += data;
+    const std::string path = Path(name);
+    WriteBytes(path, bytes);
+    return path;
+  }
+  std::vector<std::string> DirEntries() const {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir_)) {
+      names.push_back(e.path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  std::string dir_;
+};
+
+template <typename T>
+void ExpectTensorEq(const Tensor& actual, const Tensor& expected) {
+  ASSERT_EQ(actual.dtype(), expected.dtype());
+  ASSERT_EQ(actual.shape(), expected.shape());
+  EXPECT_TRUE(actual.device().is_cpu());
+  EXPECT_EQ(actual.ToVector<T>(), expected.ToVector<T>());
+}
+
+TEST_F(SafetensorsTest, RoundTripEveryDtype) {
+  const std::vector<NamedTensor> tensors = {
+      {"dense/kernel", Tensor::FromVector<float>(
+                           {0.5f, -1.25f, 3.f, -0.f, 1e30f, 1e-30f}, {2, 3})},
+      {"dense/bias", Tensor::FromVector<double>({0.1, -0.2, 0.3, 1e300}, {4})},
+      {"labels",
+       Tensor::FromVector<int32_t>({0, -1, std::numeric_limits<int32_t>::max(),
+                                    std::numeric_limits<int32_t>::min()},
+                                   {2, 2})},
+      {"global_step", Tensor::Scalar<int64_t>(1234567890123)},
+      {"scalar_f32", Tensor::Scalar<float>(-2.5f)},
+      {"empty_f32", Tensor::HostZeros(DType::kF32, {0, 3})},
+      {"empty_i64", Tensor::HostZeros(DType::kI64, {0})},
+      {"offsets",
+       Tensor::FromVector<int64_t>({std::numeric_limits<int64_t>::min(),
+                                    std::numeric_limits<int64_t>::max(), 7},
+                                   {3})},
+  };
+  const std::map<std::string, std::string> metadata = {
+      {"format", "mirrortrain/1"}, {"step", "1234"}, {"quote", "a \"b\" \\ é"}};
+  const char* keep = std::getenv("MT_SAFETENSORS_TEST_KEEP_DIR");
+  const std::string path =
+      keep != nullptr
+          ? (fs::path(keep) / "mirrortrain_roundtrip.safetensors").string()
+          : Path("roundtrip.safetensors");
+  ASSERT_TRUE(WriteSafetensors(path, tensors, metadata).ok());
+
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->path(), path);
+  EXPECT_EQ(file->metadata(), metadata);
+  EXPECT_THAT(file->names(),
+              ElementsAre("dense/kernel", "dense/bias", "labels", "global_step",
+                          "scalar_f32", "empty_f32", "empty_i64", "offsets"));
+  for (const NamedTensor& t : tensors) {
+    SCOPED_TRACE(t.name);
+    EXPECT_TRUE(file->Contains(t.name));
+    absl::StatusOr<SafetensorsFile::Info> info = file->GetInfo(t.name);
+    ASSERT_TRUE(info.ok());
+    EXPECT_EQ(info->dtype, t.tensor.dtype());
+    EXPECT_EQ(info->shape, t.tensor.shape());
+    absl::StatusOr<Tensor> got = file->Get(t.name);
+    ASSERT_TRUE(got.ok()) << got.status();
+    switch (t.tensor.dtype()) {
+      case DType::kF32:
+        ExpectTensorEq<float>(*got, t.tensor);
+        break;
+      case DType::kF64:
+        ExpectTensorEq<double>(*got, t.tensor);
+        break;
+      case DType::kI32:
+        ExpectTensorEq<int32_t>(*got, t.tensor);
+        break;
+      case DType::kI64:
+        ExpectTensorEq<int64_t>(*got, t.tensor);
+        break;
+    }
+  }
+  // -0.0 keeps its sign bit.
+  EXPECT_TRUE(std::signbit(file->Get("dense/kernel")->data<float>()[3]));
+  EXPECT_FALSE(file->Contains("nope"));
+  absl::StatusOr<Tensor> missing = file->Get("nope");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("'nope'"));
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr(path));
+  EXPECT_EQ(file->GetInfo("nope").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(SafetensorsTest, HeaderIsPaddedSoDataIsEightByteAligned) {
+  for (int name_length = 1; name_length <= 9; ++name_length) {
+    const std::string path = Path("aligned.safetensors");
+    const std::vector<NamedTensor> tensors = {
+        {std::string(name_length, 'x'),
+         Tensor::FromVector<float>({1.f, 2.f}, {2})}};
+    ASSERT_TRUE(WriteSafetensors(path, tensors, {}).ok());
+    const std::string bytes = ReadBytes(path);
+    uint64_t n = 0;
+    std::memcpy(&n, bytes.data(), 8);
+    EXPECT_EQ((8 + n) % 8, 0u);
+    EXPECT_EQ(bytes.size(), 8 + n + 8);
+    const std::string header = bytes.substr(8, n);
+    EXPECT_THAT(header, StartsWith("{\""));
+    // Only spaces after the JSON, fewer than the alignment.
+    const size_t close = header.rfind('}');
+    EXPECT_LT(header.size() - close - 1, 8u);
+    EXPECT_EQ(header.find_first_not_of(' ', close + 1), std::string::npos);
+    // No metadata given: no __metadata__ key, as the reference writer does.
+    EXPECT_EQ(header.find("__metadata__"), std::string::npos);
+    EXPECT_EQ(header.substr(0, close + 1),
+              absl::StrCat("{\"", std::string(name_length, 'x'),
+                           "\":{\"dtype\":\"F32\",\"shape\":[2],"
+                           "\"data_offsets\":[0,8]}}"));
+  }
+}
+
+TEST_F(SafetensorsTest, EmptyFileListRoundTrips) {
+  const std::string path = Path("nothing.safetensors");
+  ASSERT_TRUE(WriteSafetensors(path, {}, {{"k", "v"}}).ok());
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_TRUE(file->names().empty());
+  EXPECT_EQ(file->metadata().at("k"), "v");
+}
+
+TEST_F(SafetensorsTest, WriteRejectsBadNamesAndCreatesNothing) {
+  const Tensor t = Tensor::Scalar<float>(1.f);
+  const std::string path = Path("bad.safetensors");
+  const std::vector<std::pair<std::vector<NamedTensor>, std::string>> cases = {
+      {{{"a", t}, {"a", t}}, "duplicate tensor name 'a'"},
+      {{{"", t}}, "invalid tensor name ''"},
+      {{{"__metadata__", t}}, "invalid tensor name '__metadata__'"},
+      {{{"a", Tensor()}}, "tensor 'a' is undefined"},
+  };
+  for (const auto& [tensors, expected] : cases) {
+    absl::Status s = WriteSafetensors(path, tensors, {});
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << expected;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(path));
+    EXPECT_THAT(std::string(s.message()), HasSubstr(expected));
+  }
+  EXPECT_TRUE(DirEntries().empty());
+}
+
+TEST_F(SafetensorsTest, WriteIntoMissingDirectoryFailsAndCreatesNothing) {
+  const std::string missing_dir = Path("no/such/dir");
+  const std::string path = missing_dir + "/x.safetensors";
+  absl::Status s =
+      WriteSafetensors(path, {{"a", Tensor::Scalar<float>(1.f)}}, {});
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr(path));
+  EXPECT_FALSE(fs::exists(Path("no")));
+  EXPECT_TRUE(DirEntries().empty());
+}
+
+TEST_F(SafetensorsTest, OverwriteReplacesWholeFileAndLeavesNoTemporary) {
+  const std::string path = Path("x.safetensors");
+  ASSERT_TRUE(
+      WriteSafetensors(path, {{"a", Tensor::Scalar<float>(1.f)}}, {}).ok());
+  ASSERT_TRUE(WriteSafetensors(
+                  path, {{"b", Tensor::FromVector<double>({2, 3}, {2})}}, {})
+                  .ok());
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_THAT(file->names(), ElementsAre("b"));
+  EXPECT_THAT(DirEntries(), ElementsAre("x.safetensors"));
+}
+
+TEST_F(SafetensorsTest, FailedCommitRemovesTemporaryAndKeepsTarget) {
+  // rename() of a file over a non-empty directory fails, which exercises
+  // the failure path after the temporary file was fully written.
+  const std::string path = Path("occupied.safetensors");
+  fs::create_directories(path);
+  WriteBytes(path + "/keep", "precious");
+  absl::Status s =
+      WriteSafetensors(path, {{"a", Tensor::Scalar<float>(1.f)}}, {});
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr(path));
+  EXPECT_THAT(DirEntries(), ElementsAre("occupied.safetensors"));
+  EXPECT_EQ(ReadBytes(path + "/keep"), "precious");
+}
+
+TEST_F(SafetensorsTest, OpenMissingFileIsNotFound) {
+  const std::string path = Path("absent.safetensors");
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
+  EXPECT_EQ(file.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(file.status().message()), HasSubstr(path));
+}
+
+struct BadFileCase {
+  std::string label;
+  std::string header;
+  std::string data;
+  int64_t header_length;  // -1: the header's size.
+  absl::StatusCode code;
+  std::string reason;
+};
+
+TEST_F(SafetensorsTest, RejectsMalformedFiles) {
+  const std::string f32x2 = R"("dtype":"F32","shape":[2],"data_offsets":[0,8])";
+  const std::string eight(8, '\x01');
+  const std::vector<BadFileCase> cases = {
+      {"header length beyond the file", "{}", "", 1000,
+       absl::StatusCode::kDataLoss, "header length 1000 exceeds the 2 bytes"},
+      {"not JSON", "{nope}", "", -1, absl::StatusCode::kInvalidArgument,
+       "header is not valid JSON (JSON parse error at byte 1"},
+      {"not UTF-8", "{\"\xFF\":1}", "", -1, absl::StatusCode::kInvalidArgument,
+       "invalid UTF-8"},
+      {"not an object", "[1,2]", "", -1, absl::StatusCode::kInvalidArgument,
+       "header is a JSON array, not an object"},
+      {"entry not an object", R"({"a":3})", "", -1,
+       absl::StatusCode::kInvalidArgument,
+       "tensor 'a': entry is a integer, not an object"},
+      {"missing dtype", R"({"a":{"shape":[2],"data_offsets":[0,8]}})", eight,
+       -1, absl::StatusCode::kInvalidArgument, "tensor 'a': missing 'dtype'"},
+      {"missing shape", R"({"a":{"dtype":"F32","data_offsets":[0,8]}})", eight,
+       -1, absl::StatusCode::kInvalidArgument, "tensor 'a': missing 'shape'"},
+      {"missing offsets", R"({"a":{"dtype":"F32","shape":[2]}})", eight, -1,
+       absl::StatusCode::kInvalidArgument,
+       "tensor 'a': missing 'data_offsets'"},
+      {"extra key", "{\"a\":{" + f32x2 + R"(,"x":1}})", eight, -1,
+       absl::StatusCode::kInvalidArgument, "tensor 'a': unexpected key 'x'"},
+      {"unknown dtype",
+       R"({"a":{"dtype":"Q7","shape":[2],"data_offsets":[0,8]}})", eight, -1,
+       absl::StatusCode::kInvalidArgument,
+       "tensor 'a': unsupported dtype 'Q7'"},
+      {"unsupported dtype",
+       R"({"a":{"dtype":"F16","shape":[4],"data_offsets":[0,8]}})", eight, -1,
+       absl::StatusCode::kInvalidArgument,
+       "tensor 'a': unsupported dtype 'F16'"},
+      {"dtype not a string",
+       R"({"a":{"dtype":1,"shape":[2],"data_offsets":[0,8]}})", eight, -1,
+       absl::StatusCode::kInvalidArgument, "dtype is not a string"},
+      {"negative dim",
+       R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", eight, -1,
+       absl::StatusCode::kInvalidArgument,
+       "shape must hold non-negative integers, got -2"},
+      {"shape not array",
+       R"({"a":{"dtype":"F32","shape":2,"data_offsets":[0,8]}})", eight, -1,
+       absl::StatusCode::kInvalidArgument, "shape is a integer, not an array"},
+      {"three offsets",
+       R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4,8]}})", eight, -1,
+       absl::StatusCode::kInvalidArgument,
+       "data_offsets [0,4,8] is not [begin, end]"},
+      {"reversed offsets",
+       R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", eight, -1,
+       absl::StatusCode::kInvalidArgument,
+       "data_offsets [8,0] is not [begin, end]"},
+      {"size mismatch",
+       R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", eight, -1,
+       absl::StatusCode::kInvalidArgument,
+       "data_offsets [0,8] span 8 bytes but dtype F32 and shape [3] need 12"},
+      {"size overflow",
+       R"({"a":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,8]}})",
+       eight, -1, absl::StatusCode::kInvalidArgument, "need more than 2^64"},
+      {"offsets past the end", "{\"a\":{" + f32x2 + "}}", "1234", -1,
+       absl::StatusCode::kDataLoss,
+       "tensor 'a': data_offsets [0,8] run past the end of the 4-byte data "
+       "section (truncated file?)"},
+      {"overlap",
+       R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+       R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+       std::string(12, '\0'), -1, absl::StatusCode::kInvalidArgument,
+       "data of tensors 'a' and 'b' overlap"},
+      {"gap",
+       R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+       R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+       std::string(12, '\0'), -1, absl::StatusCode::kInvalidArgument,
+       "non-contiguous data: 4 unused bytes before tensor 'b'"},
+      {"not starting at 0",
+       R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+       std::string(8, '\0'), -1, absl::StatusCode::kInvalidArgument,
+       "non-contiguous data: 4 unused bytes before tensor 'a'"},
+      {"trailing bytes", "{\"a\":{" + f32x2 + "}}", eight + "xyz", -1,
+       absl::StatusCode::kInvalidArgument,
+       "3 unused bytes after the last tensor's data"},
+      {"metadata value not a string",
+       R"({"__metadata__":{"step":12},"a":{)" + f32x2 + "}}", eight, -1,
+       absl::StatusCode::kInvalidArgument,
+       "__metadata__ value for 'step' is a integer, not a string"},
+      {"metadata not an object", R"({"__metadata__":"x"})", "", -1,
+       absl::StatusCode::kInvalidArgument, "__metadata__ is not an object"},
+      {"duplicate tensor", "{\"a\":{" + f32x2 + "},\"a\":{" + f32x2 + "}}",
+       eight, -1, absl::StatusCode::kInvalidArgument, "duplicate key \"a\""},
+  };
+  for (const BadFileCase& c : cases) {
+    SCOPED_TRACE(c.label);
+    const std::string path =
+        WriteRawFile("bad.safetensors", c.header, c.data, c.header_length);
+    absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
+    ASSERT_FALSE(file.ok());
+    EXPECT_EQ(file.status().code(), c.code) << file.status();
+    EXPECT_THAT(std::string(file.status().message()), StartsWith(path + ": "));
+    EXPECT_THAT(std::string(file.status().message()), HasSubstr(c.reason));
+  }
+}
+
+TEST_F(SafetensorsTest, RejectsFilesShorterThanTheLengthField) {
+  for (size_t size = 0; size < 8; ++size) {
+    const std::string path = Path("short.safetensors");
+    WriteBytes(path, std::string(size, '\0'));
+    absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
+    EXPECT_EQ(file.status().code(), absl::StatusCode::kDataLoss) << size;
+    EXPECT_THAT(
+        std::string(file.status().message()),
+        HasSubstr(absl::StrCat(path, ": file is ", size, " bytes, too short")));
+  }
+}
+
+TEST_F(SafetensorsTest, EveryTruncationOfAValidFileIsRejected) {
+  const std::string path = Path("good.safetensors");
+  ASSERT_TRUE(
+      WriteSafetensors(path,
+                       {{"w", Tensor::FromVector<float>({1, 2, 3}, {3})},
+                        {"b", Tensor::Scalar<double>(4)}},
+                       {{"step", "7"}})
+          .ok());
+  const std::string bytes = ReadBytes(path);
+  const std::string cut = Path("cut.safetensors");
+  for (size_t size = 0; size < bytes.size(); ++size) {
+    WriteBytes(cut, bytes.substr(0, size));
+    absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(cut);
+    ASSERT_FALSE(file.ok()) << "accepted a file cut to " << size << " bytes";
+    // Whether the cut is in the length field, the header or the data, it
+    // is reported as truncation, never as some other malformation.
+    EXPECT_EQ(file.status().code(), absl::StatusCode::kDataLoss) << size;
+    EXPECT_THAT(std::string(file.status().message()), StartsWith(cut + ": "))
+        << size;
+    EXPECT_THAT(std::string(file.status().message()),
+                HasSubstr("truncated file?"))
+        << size;
+  }
+}
+
+TEST_F(SafetensorsTest, ReadsFileWrittenByPythonSafetensors) {
+  // Written by scripts/golden/safetensors_interop.py (safetensors package);
+  // the values here mirror golden_tensors() there.
+  const std::string path =
+      mirrortrain::testing::GoldenPath("safetensors_python.safetensors");
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->metadata(), (std::map<std::string, std::string>{
+                                  {"format", "mirrortrain-test"},
+                                  {"step", "1234"},
+                                  {"note", "quote \" and \xC3\xA9"}}));
+  std::vector<std::string> names = file->names();
+  std::sort(names.begin(), names.end());
+  EXPECT_THAT(names, ElementsAre("dense/bias", "dense/kernel", "empty",
+                                 "global_step", "labels", "offsets"));
+  ExpectTensorEq<float>(
+      *file->Get("dense/kernel"),
+      Tensor::FromVector<float>(
+          {0.5f, -1.25f, 3.0f, -0.0f, static_cast<float>(1e30),
+           static_cast<float>(std::ldexp(1.0, -20))},
+          {2, 3}));
+  ExpectTensorEq<double>(*file->Get("dense/bias"),
+                         Tensor::FromVector<double>({0.1, -0.2, 0.3}, {3}));
+  ExpectTensorEq<int32_t>(*file->Get("labels"),
+                          Tensor::FromVector<int32_t>(
+                              {0, -1, 2147483647, -2147483647 - 1}, {2, 2}));
+  ExpectTensorEq<int64_t>(*file->Get("global_step"),
+                          Tensor::Scalar<int64_t>(1234567890123));
+  ExpectTensorEq<int64_t>(
+      *file->Get("offsets"),
+      Tensor::FromVector<int64_t>({std::numeric_limits<int64_t>::min(),
+                                   std::numeric_limits<int64_t>::max(), 7},
+                                  {3}));
+  ExpectTensorEq<float>(*file->Get("empty"),
+                        Tensor::HostZeros(DType::kF32, {0, 4}));
+}
+
+TEST_F(SafetensorsTest, WritesTensorsFromAGpu) {
+  if (!cuda::Built()) GTEST_SKIP() << "built without CUDA";
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no GPU visible";
+  const Tensor host = Tensor::FromVector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  absl::StatusOr<Tensor> gpu = host.To(Device::Cuda(0));
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const std::string path = Path("gpu.safetensors");
+  ASSERT_TRUE(WriteSafetensors(path, {{"w", *gpu}}, {}).ok());
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  ExpectTensorEq<float>(*file->Get("w"), host);
+}
+
+}  // namespace
+}  // namespace mirrortrain::trainer

@@ -1,0 +1,150 @@
+#include "trainer/checkpoint/atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::trainer {
+namespace {
+
+absl::Status ErrnoError(int error_number, absl::string_view message) {
+  return absl::ErrnoToStatus(
+      error_number, absl::StrCat(message, ": ", std::strerror(error_number)));
+}
+
+// The directory holding `path` ("." for a bare file name).
+std::string DirectoryOf(const std::string& path) {
+  const std::string parent = std::filesystem::path(path).parent_path();
+  return parent.empty() ? std::string(".") : parent;
+}
+
+}  // namespace
+
+absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Create(
+    const std::string& path) {
+  std::string temp_path = absl::StrCat(path, ".tmp.", ::getpid());
+  // O_TRUNC rather than O_EXCL: a leftover from a crashed process that had
+  // our pid is garbage, not something to fail on.
+  const int fd =
+      ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return ErrnoError(
+        errno,
+        absl::StrCat(path, ": cannot create temporary file ", temp_path));
+  }
+  return AtomicFileWriter(path, std::move(temp_path), fd);
+}
+
+AtomicFileWriter::AtomicFileWriter(AtomicFileWriter&& other) noexcept
+    : path_(std::move(other.path_)),
+      temp_path_(std::move(other.temp_path_)),
+      fd_(std::exchange(other.fd_, -1)),
+      committed_(std::exchange(other.committed_, true)) {}
+
+AtomicFileWriter& AtomicFileWriter::operator=(
+    AtomicFileWriter&& other) noexcept {
+  if (this != &other) {
+    Discard();
+    path_ = std::move(other.path_);
+    temp_path_ = std::move(other.temp_path_);
+    fd_ = std::exchange(other.fd_, -1);
+    committed_ = std::exchange(other.committed_, true);
+  }
+  return *this;
+}
+
+AtomicFileWriter::~AtomicFileWriter() { Discard(); }
+
+void AtomicFileWriter::Discard() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+  if (!committed_) {
+    ::unlink(temp_path_.c_str());
+    committed_ = true;  // Nothing left to clean up.
+  }
+}
+
+absl::Status AtomicFileWriter::Append(absl::string_view data) {
+  if (fd_ < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path_, ": write after the file was committed or failed"));
+  }
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd_, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int error_number = errno;
+      Discard();
+      return ErrnoError(error_number,
+                        absl::StrCat(path_, ": write to ", temp_path_));
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AtomicFileWriter::Commit() {
+  if (fd_ < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path_, ": commit after the file was committed or failed"));
+  }
+  if (::fsync(fd_) != 0) {
+    const int error_number = errno;
+    Discard();
+    return ErrnoError(error_number,
+                      absl::StrCat(path_, ": fsync of ", temp_path_));
+  }
+  // close() can report deferred write errors (e.g. on NFS).
+  const int close_result = ::close(fd_);
+  fd_ = -1;
+  if (close_result != 0) {
+    const int error_number = errno;
+    Discard();
+    return ErrnoError(error_number,
+                      absl::StrCat(path_, ": close of ", temp_path_));
+  }
+  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
+    const int error_number = errno;
+    Discard();
+    return ErrnoError(error_number,
+                      absl::StrCat(path_, ": rename from ", temp_path_));
+  }
+  committed_ = true;
+  // Without this the rename may not survive a power loss, and a later step
+  // (the checkpoint index) could then name a file that is not there.
+  const std::string dir = DirectoryOf(path_);
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) {
+    return ErrnoError(
+        errno, absl::StrCat(path_, ": open directory ", dir, " to fsync it"));
+  }
+  const int sync_result = ::fsync(dir_fd);
+  const int sync_errno = errno;
+  ::close(dir_fd);
+  if (sync_result != 0) {
+    return ErrnoError(sync_errno,
+                      absl::StrCat(path_, ": fsync of directory ", dir));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteFileAtomically(const std::string& path,
+                                 absl::string_view contents) {
+  MT_ASSIGN_OR_RETURN(AtomicFileWriter writer, AtomicFileWriter::Create(path));
+  MT_RETURN_IF_ERROR(writer.Append(contents));
+  return writer.Commit();
+}
+
+}  // namespace mirrortrain::trainer
