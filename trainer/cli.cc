@@ -10,7 +10,9 @@
 #include "absl/strings/string_view.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/status_macros.h"
+#include "trainer/checkpoint/safetensors.h"
 #include "trainer/config.h"
+#include "trainer/metrics_logger.h"
 #include "trainer/signals.h"
 #include "trainer/trainer.h"
 
@@ -169,7 +171,31 @@ int Eval(int argc, char** argv) {
     std::fputs(kEvalUsage, stderr);
     return kExitUsage;
   }
-  return Fail(absl::UnimplementedError("eval: checkpoints are not built yet"));
+  absl::StatusOr<Config> config = LoadConfig(args->config, args->sets);
+  if (!config.ok()) return Fail(config.status());
+  std::string weights = args->weights;
+  if (weights.empty()) weights = config->ema.decay.has_value() ? "ema" : "raw";
+  if (weights != "ema" && weights != "raw") {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--weights: expected raw or ema, got '", weights, "'")));
+  }
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create(*config, /*run_dir=*/"", /*need_train_data=*/false);
+  if (!trainer.ok()) return Fail(trainer.status());
+  if (absl::Status s = (*trainer)->RestoreCheckpoint(args->checkpoint); !s.ok()) {
+    return Fail(s);
+  }
+  absl::StatusOr<EvalResult> result = (*trainer)->Evaluate(weights == "ema");
+  if (!result.ok()) return Fail(result.status());
+  std::printf(
+      "{\"checkpoint\": \"%s\", \"step\": %lld, \"weights\": \"%s\", "
+      "\"examples\": %lld, \"loss\": %s, \"accuracy\": %s}\n",
+      JsonEscape((*trainer)->restored_from()).c_str(),
+      static_cast<long long>((*trainer)->global_step()), weights.c_str(),
+      static_cast<long long>(result->examples),
+      FormatJsonNumber(result->loss).c_str(),
+      FormatJsonNumber(result->accuracy).c_str());
+  return kExitOk;
 }
 
 int Inspect(int argc, char** argv) {
@@ -183,7 +209,22 @@ int Inspect(int argc, char** argv) {
     std::fputs(kInspectUsage, stderr);
     return kExitUsage;
   }
-  return Fail(absl::UnimplementedError("inspect: checkpoints are not built yet"));
+  absl::StatusOr<SafetensorsFile> file =
+      SafetensorsFile::Open(args->positional[0]);
+  if (!file.ok()) return Fail(file.status());
+  std::printf("%s\n", file->path().c_str());
+  for (const std::string& name : file->names()) {
+    absl::StatusOr<SafetensorsFile::Info> info = file->GetInfo(name);
+    if (!info.ok()) return Fail(info.status());
+    std::printf("  %-48s %-4s %s\n", name.c_str(),
+                std::string(SafetensorsDTypeName(info->dtype)).c_str(),
+                ShapeToString(info->shape).c_str());
+  }
+  std::printf("metadata:\n");
+  for (const auto& [key, value] : file->metadata()) {
+    std::printf("  %s: %s\n", key.c_str(), value.c_str());
+  }
+  return kExitOk;
 }
 
 }  // namespace

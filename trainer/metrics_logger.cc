@@ -9,14 +9,25 @@
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::trainer {
-namespace {
-
-std::string JsonNumber(double v) {
+std::string FormatJsonNumber(double v) {
   if (!std::isfinite(v)) return "null";  // JSON has no NaN/Infinity.
   return absl::StrFormat("%.8g", v);
 }
 
-}  // namespace
+std::string JsonEscape(absl::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += absl::StrFormat("\\u%04x", c);
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
 
 std::string ToJson(const MetricsRecord& r) {
   std::string out = absl::StrCat("{\"step\": ", r.step, ", \"epoch\": ",
@@ -25,7 +36,7 @@ std::string ToJson(const MetricsRecord& r) {
     absl::StrAppend(&out, ", \"weights\": \"", r.weights, "\"");
   }
   for (const auto& [name, value] : r.values) {
-    absl::StrAppend(&out, ", \"", name, "\": ", JsonNumber(value));
+    absl::StrAppend(&out, ", \"", name, "\": ", FormatJsonNumber(value));
   }
   absl::StrAppend(&out, "}");
   return out;

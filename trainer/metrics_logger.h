@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "trainer/logging/event_writer.h"
 
 namespace mirrortrain::trainer {
@@ -24,6 +25,12 @@ struct MetricsRecord {
   std::string weights;  // "" for train; "raw" | "ema" for evaluations.
   std::vector<std::pair<std::string, double>> values;  // In output order.
 };
+
+// A number as metrics.jsonl and `eval` print it (%.8g; null if not finite),
+// so an evaluation can be compared with the logged line as text.
+std::string FormatJsonNumber(double v);
+// A JSON string body with quotes, backslashes and control bytes escaped.
+std::string JsonEscape(absl::string_view s);
 
 // One JSON object, keys in DESIGN.md's order.
 std::string ToJson(const MetricsRecord& record);

@@ -52,6 +52,15 @@ class Trainer {
   absl::StatusOr<EvalResult> Evaluate(bool ema);
 
   int64_t global_step() const;
+
+  // Restores every replica (variables, slots, EMA shadows), the step and the
+  // input position from a checkpoint file or a directory's latest.
+  absl::Status RestoreCheckpoint(const std::string& path_or_dir);
+  // Writes a checkpoint of replica 0 (all replicas are identical) to
+  // <run_dir>/checkpoints; returns its path.
+  absl::StatusOr<std::string> SaveCheckpoint();
+  // The checkpoint the state came from ("" if trained from scratch).
+  const std::string& restored_from() const { return restored_from_; }
   // Replica r's replicated state: model variables, optimizer slots and EMA
   // shadows, in a fixed order.
   std::vector<Variable*> ReplicaState(int replica) const;
@@ -75,7 +84,11 @@ class Trainer {
   absl::Status ClipGradients(std::vector<Tensor>& grads, int64_t step) const;
   absl::Status EvaluateAndLog(int64_t step);
 
+  absl::Status MaybeRestoreForTraining();
+
   Config config_;
+  std::string restored_from_;
+  int64_t last_saved_step_ = -1;
   std::string run_dir_;
   std::unique_ptr<distribute::Strategy> strategy_;
   std::vector<Replica> replicas_;

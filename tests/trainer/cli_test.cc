@@ -1,49 +1,383 @@
-// Runs the mirrortrain binary end to end.
+// End-to-end runs of the mirrortrain binary: training, evaluation, inspect,
+// bad input, signals and crash-resume.
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
-#include <array>
-#include <cstdio>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "trainer/checkpoint/safetensors.h"
+#include "trainer/checkpoint/saver.h"
 
 namespace mirrortrain {
 namespace {
 
+namespace fs = std::filesystem;
+
 struct Result {
-  int exit_code;
-  std::string output;
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
 };
 
-Result RunCli(const std::string& args) {
-  std::string cmd =
-      std::string(MT_BINARY_DIR) + "/bin/mirrortrain " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  Result r{-1, ""};
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0)
-    r.output.append(buf.data(), n);
-  int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+std::string Binary() { return std::string(MT_BINARY_DIR) + "/bin/mirrortrain"; }
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Starts the binary with `args`, stdout/stderr to files; returns the pid.
+pid_t Start(const std::vector<std::string>& args, const std::string& out,
+            const std::string& err) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(o, 1);
+    dup2(e, 2);
+    std::vector<char*> argv;
+    std::string bin = Binary();
+    argv.push_back(bin.data());
+    std::vector<std::string> copy = args;
+    for (std::string& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(bin.c_str(), argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+int Wait(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+Result RunCli(const std::vector<std::string>& args) {
+  const std::string dir = ::testing::TempDir();
+  const std::string out = dir + "/cli_out.txt", err = dir + "/cli_err.txt";
+  Result r;
+  r.exit_code = Wait(Start(args, out, err));
+  r.out = ReadFile(out);
+  r.err = ReadFile(err);
   return r;
 }
 
-TEST(CliTest, HelpAndVersion) {
-  Result help = RunCli("--help");
-  EXPECT_EQ(help.exit_code, 0);
-  EXPECT_NE(help.output.find("mirrortrain train"), std::string::npos);
-  Result version = RunCli("--version");
-  EXPECT_EQ(version.exit_code, 0);
-  EXPECT_EQ(version.output.rfind("mirrortrain ", 0), 0u) << version.output;
+std::string Config() {
+  return std::string(MT_SOURCE_DIR) + "/configs/fashion_mnist_mlp.yaml";
 }
 
-TEST(CliTest, UnknownVerbIsAUsageError) {
-  Result r = RunCli("frobnicate");
+std::string FreshDir(const std::string& name) {
+  std::string dir = ::testing::TempDir() + "/mt_cli_" + name;
+  fs::remove_all(dir);
+  return dir;
+}
+
+// A small, quick job on a subset of Fashion-MNIST.
+std::vector<std::string> SmallTrain(const std::string& run_dir,
+                                    std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {
+      "train", "--config", Config(), "--run_dir", run_dir,
+      "--set", "data.train_examples=2048", "--set", "data.test_examples=500",
+      "--set", "data.global_batch_size=64", "--set", "model.hidden_units=[32]",
+      "--set", "train.epochs=2", "--set", "train.log_every_steps=8",
+      "--set", "checkpoint.every_steps=16"};
+  for (std::string& e : extra) {
+    args.push_back("--set");
+    args.push_back(std::move(e));
+  }
+  return args;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  return absl::StrSplit(text, '\n', absl::SkipEmpty());
+}
+
+TEST(CliTest, HelpAndVersion) {
+  Result help = RunCli({"--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.out.find("mirrortrain train"), std::string::npos);
+  for (const char* verb : {"train", "eval", "inspect"}) {
+    Result r = RunCli({verb, "--help"});
+    EXPECT_EQ(r.exit_code, 0) << verb;
+    EXPECT_NE(r.out.find(absl::StrCat("usage: mirrortrain ", verb)),
+              std::string::npos);
+  }
+  Result version = RunCli({"--version"});
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_EQ(version.out.rfind("mirrortrain ", 0), 0u) << version.out;
+}
+
+TEST(CliTest, UsageErrors) {
+  Result r = RunCli({"frobnicate"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.output.find("unknown command 'frobnicate'"), std::string::npos);
-  EXPECT_EQ(RunCli("").exit_code, 2);
+  EXPECT_NE(r.err.find("unknown command 'frobnicate'"), std::string::npos);
+  EXPECT_EQ(RunCli({}).exit_code, 2);
+  EXPECT_EQ(RunCli({"train"}).exit_code, 2);
+  r = RunCli({"train", "--config", Config(), "--bogus", "1"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("unknown flag '--bogus'"), std::string::npos);
+}
+
+TEST(CliTest, TrainWritesTheRunDirectory) {
+  const std::string dir = FreshDir("train");
+  Result r = RunCli(SmallTrain(dir));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(dir + "/config.yaml"));
+  EXPECT_NE(ReadFile(dir + "/config.yaml").find("train_examples: 2048"),
+            std::string::npos);
+  std::vector<std::string> metrics = Lines(ReadFile(dir + "/metrics.jsonl"));
+  ASSERT_FALSE(metrics.empty());
+  EXPECT_EQ(metrics[0].rfind("{\"step\": 8, \"epoch\": 0, \"split\": \"train\", "
+                             "\"loss\": ",
+                             0),
+            0u)
+      << metrics[0];
+  int test_lines = 0;
+  for (const std::string& l : metrics) {
+    test_lines += l.find("\"split\": \"test\"") != std::string::npos;
+  }
+  EXPECT_EQ(test_lines, 4);  // raw and ema after each of 2 epochs.
+  bool events = false;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    events |= e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  }
+  EXPECT_TRUE(events);
+  EXPECT_TRUE(fs::exists(dir + "/checkpoints/ckpt-64.safetensors"));
+  // Not a terminal: plain progress lines.
+  EXPECT_NE(r.err.find("step 8/64"), std::string::npos) << r.err;
+}
+
+TEST(CliTest, EvalReproducesTheLoggedNumbersExactly) {
+  const std::string dir = FreshDir("eval");
+  ASSERT_EQ(RunCli(SmallTrain(dir, {"train.epochs=10"})).exit_code, 0);
+  // The last logged test lines (step 320).
+  std::string raw_line, ema_line;
+  for (const std::string& l : Lines(ReadFile(dir + "/metrics.jsonl"))) {
+    if (l.find("\"weights\": \"raw\"") != std::string::npos) raw_line = l;
+    if (l.find("\"weights\": \"ema\"") != std::string::npos) ema_line = l;
+  }
+  ASSERT_NE(ema_line.find("\"step\": 320"), std::string::npos) << ema_line;
+  for (const auto& [weights, line] :
+       {std::pair<std::string, std::string>{"ema", ema_line}, {"raw", raw_line}}) {
+    Result r = RunCli({"eval", "--config", Config(), "--checkpoint",
+                       dir + "/checkpoints", "--weights", weights, "--set",
+                       "data.test_examples=500", "--set",
+                       "model.hidden_units=[32]"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    // "loss": ..., "accuracy": ... as text, from the same formatting.
+    const std::string tail = line.substr(line.find("\"loss\""));
+    EXPECT_NE(r.out.find(tail), std::string::npos)
+        << weights << "\n" << r.out << "\n" << line;
+    EXPECT_NE(r.out.find("\"step\": 320, \"weights\": \"" + weights +
+                         "\", \"examples\": 500"),
+              std::string::npos)
+        << r.out;
+  }
+}
+
+TEST(CliTest, InspectListsTensorsAndMetadata) {
+  const std::string dir = FreshDir("inspect");
+  ASSERT_EQ(RunCli(SmallTrain(dir, {"train.epochs=1"})).exit_code, 0);
+  Result r = RunCli({"inspect", dir + "/checkpoints/ckpt-32.safetensors"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* want :
+       {"dense/kernel", "F32  [784,32]", "dense/kernel/Momentum",
+        "dense_1/bias/ExponentialMovingAverage", "global_step", "I64  []",
+        "step: 32", "input_epoch: 1", "config_hash: "}) {
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+  }
+}
+
+struct BadConfigCase {
+  std::string yaml;  // Empty: use the override instead.
+  std::string set;
+  std::string expected;  // Substring of the one-line error.
+};
+
+TEST(CliTest, BadConfigsExit2WithOneLineNamingFileAndKey) {
+  const std::string dir = FreshDir("badcfg");
+  fs::create_directories(dir);
+  const std::vector<BadConfigCase> cases = {
+      {"optimizer:\n  learning_rat: 0.1\n", "", "bad.yaml:2: optimizer.learning_rat: unknown key"},
+      {"data:\n  global_batch_size: many\n", "", "bad.yaml:2: data.global_batch_size: expected an integer, got many"},
+      {"optimizer: {learning_rate: -2}\n", "", "bad.yaml: optimizer.learning_rate: must be > 0, got -2"},
+      {"model: {name: resnet}\n", "", "bad.yaml: model.name: unknown value 'resnet'"},
+      {"optimizer: {name: lion}\n", "", "bad.yaml: optimizer.name: unknown value 'lion'"},
+      {"distribute: {devices: [gpu:7]}\n", "", "bad.yaml: distribute.devices: "},
+      {"data: [1, 2\n", "", "bad.yaml:2: malformed YAML"},
+      {"seed: 1\n", "optimizer.lr=3", "--set optimizer.lr=3: optimizer.lr: unknown key"},
+      {"seed: 1\n", "train.epochs=zero", "--set train.epochs=zero: train.epochs: expected an integer or null"},
+  };
+  for (const BadConfigCase& c : cases) {
+    const std::string path = dir + "/bad.yaml";
+    std::ofstream(path) << c.yaml;
+    std::vector<std::string> args = {"train", "--config", path, "--run_dir",
+                                     dir + "/run"};
+    if (!c.set.empty()) {
+      args.push_back("--set");
+      args.push_back(c.set);
+    }
+    Result r = RunCli(args);
+    EXPECT_EQ(r.exit_code, 2) << c.expected << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.expected), std::string::npos)
+        << "want: " << c.expected << "\ngot: " << r.err;
+    EXPECT_EQ(Lines(r.err).size(), 1u) << r.err;
+    EXPECT_FALSE(fs::exists(dir + "/run")) << "nothing written for " << c.expected;
+  }
+  Result missing = RunCli({"train", "--config", dir + "/nope.yaml"});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("nope.yaml: cannot read config file"),
+            std::string::npos);
+}
+
+TEST(CliTest, MissingDatasetSaysHowToInstallIt) {
+  const std::string dir = FreshDir("nodata");
+  Result r = RunCli(SmallTrain(dir, {"data.dir=/nonexistent/fmnist"}));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("apt-get install dataset-fashion-mnist"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST(CliTest, NonFiniteLossExits1NamingTheStep) {
+  const std::string dir = FreshDir("nan");
+  Result r = RunCli(SmallTrain(
+      dir, {"optimizer.name=sgd", "optimizer.learning_rate=1e12", "ema.decay=null"}));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("non-finite loss"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("at step "), std::string::npos) << r.err;
+}
+
+TEST(CliTest, BadCheckpointsExit2AndChangeNothing) {
+  const std::string dir = FreshDir("badckpt");
+  ASSERT_EQ(RunCli(SmallTrain(dir, {"train.epochs=1"})).exit_code, 0);
+  const std::string good = dir + "/checkpoints/ckpt-32.safetensors";
+  const std::string bytes = ReadFile(good);
+  auto eval = [&](const std::string& path, std::vector<std::string> sets) {
+    std::vector<std::string> args = {"eval", "--config", Config(),
+                                     "--checkpoint", path};
+    for (auto& s : sets) {
+      args.push_back("--set");
+      args.push_back(s);
+    }
+    return RunCli(args);
+  };
+  // Truncated file.
+  const std::string truncated = dir + "/truncated.safetensors";
+  std::ofstream(truncated, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  Result r = eval(truncated, {"model.hidden_units=[32]"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find(truncated), std::string::npos) << r.err;
+  // Header that is not JSON.
+  std::string garbled = bytes;
+  garbled[8] = '#';
+  const std::string not_json = dir + "/notjson.safetensors";
+  std::ofstream(not_json, std::ios::binary) << garbled;
+  r = eval(not_json, {"model.hidden_units=[32]"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("JSON"), std::string::npos) << r.err;
+  // Shape mismatch against the model.
+  r = eval(good, {"model.hidden_units=[64]"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("[784,32] in the checkpoint but [784,64]"),
+            std::string::npos)
+      << r.err;
+  // A directory without checkpoints.
+  r = eval(dir, {"model.hidden_units=[32]"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("no checkpoint found"), std::string::npos) << r.err;
+  EXPECT_EQ(ReadFile(good), bytes);
+  // Training that must restore a bad checkpoint fails before writing.
+  r = RunCli(SmallTrain(dir, {"checkpoint.restore=" + truncated}));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(ReadFile(good), bytes);
+}
+
+// The tensors (not the metadata, which names the config) of two files.
+void ExpectSameTensors(const std::string& a, const std::string& b) {
+  auto fa = trainer::SafetensorsFile::Open(a);
+  auto fb = trainer::SafetensorsFile::Open(b);
+  ASSERT_TRUE(fa.ok()) << fa.status();
+  ASSERT_TRUE(fb.ok()) << fb.status();
+  ASSERT_EQ(fa->names(), fb->names());
+  for (const std::string& name : fa->names()) {
+    Tensor x = *fa->Get(name), y = *fb->Get(name);
+    ASSERT_EQ(x.bytes(), y.bytes()) << name;
+    EXPECT_EQ(std::memcmp(x.raw_data(), y.raw_data(), x.bytes()), 0)
+        << name << " differs";
+  }
+}
+
+TEST(CliTest, SigintCheckpointsAndExits130) {
+  const std::string dir = FreshDir("sigint");
+  const std::string tmp = ::testing::TempDir();
+  pid_t pid = Start(SmallTrain(dir, {"train.epochs=200", "checkpoint.every_steps=0"}),
+                    tmp + "/sigint_out", tmp + "/sigint_err");
+  // Wait until training runs (a metrics line exists), then interrupt.
+  for (int i = 0; i < 600 && ReadFile(dir + "/metrics.jsonl").empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  kill(pid, SIGINT);
+  EXPECT_EQ(Wait(pid), 130) << ReadFile(tmp + "/sigint_err");
+  EXPECT_NE(ReadFile(dir + "/checkpoints/checkpoint").find("model_checkpoint_path"),
+            std::string::npos);
+}
+
+// SIGKILL at arbitrary moments (with a checkpoint every step, many land
+// inside a checkpoint write), resume each time: the final checkpoint equals
+// an uninterrupted run's, bit for bit.
+TEST(CliTest, SigkillAnywhereThenResumeEqualsUninterruptedRun) {
+  const std::vector<std::string> job = {
+      "train.epochs=3", "checkpoint.every_steps=1", "model.dropout=0.25",
+      "train.eval_every_epochs=0"};
+  const std::string ref = FreshDir("kill_ref");
+  ASSERT_EQ(RunCli(SmallTrain(ref, job)).exit_code, 0);
+
+  const std::string dir = FreshDir("kill");
+  const std::string tmp = ::testing::TempDir();
+  const std::string index = dir + "/checkpoints/checkpoint";
+  int kills = 0;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    const std::string before = ReadFile(index);
+    pid_t pid = Start(SmallTrain(dir, job), tmp + "/kill_out", tmp + "/kill_err");
+    // Once this run has made progress (a new checkpoint), kill it a few
+    // milliseconds later: with a checkpoint per step, often mid-write.
+    for (int i = 0; i < 2000 && ReadFile(index) == before; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(3 * attempt));
+    kill(pid, SIGKILL);
+    const int code = Wait(pid);
+    if (code == 0) break;  // Finished before the kill.
+    ASSERT_EQ(code, 128 + SIGKILL) << ReadFile(tmp + "/kill_err");
+    ++kills;
+    // Whatever moment it died at, the latest checkpoint is complete.
+    auto latest = trainer::LatestCheckpoint(dir + "/checkpoints");
+    ASSERT_TRUE(latest.ok()) << latest.status();
+    EXPECT_TRUE(trainer::SafetensorsFile::Open(*latest).ok()) << *latest;
+  }
+  EXPECT_GE(kills, 1);
+  Result last = RunCli(SmallTrain(dir, job));
+  ASSERT_EQ(last.exit_code, 0) << last.err;
+  ExpectSameTensors(ref + "/checkpoints/ckpt-96.safetensors",
+                    dir + "/checkpoints/ckpt-96.safetensors");
 }
 
 }  // namespace
