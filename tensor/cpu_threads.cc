@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <thread>
 
 namespace mirrortrain {
@@ -11,10 +12,23 @@ int HardwareConcurrency() {
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
-void SetCpuMathThreads(int threads) {
-  openblas_set_num_threads(std::max(1, threads));
+namespace {
+
+// OpenBLAS's own threads spin (sched_yield) between calls and fight the
+// kernel thread pool for cores, so OpenBLAS runs single-threaded and
+// matrix products are split over our pool instead (ops/matmul.cc).
+std::atomic<int>& Threads() {
+  static std::atomic<int>* threads = [] {
+    openblas_set_num_threads(1);
+    return new std::atomic<int>(HardwareConcurrency());
+  }();
+  return *threads;
 }
 
-int CpuMathThreads() { return openblas_get_num_threads(); }
+}  // namespace
+
+void SetCpuMathThreads(int threads) { Threads() = std::max(1, threads); }
+
+int CpuMathThreads() { return Threads(); }
 
 }  // namespace mirrortrain

@@ -5,7 +5,9 @@
 namespace mirrortrain {
 
 int HardwareConcurrency();
-// Sets the threads each OpenBLAS call may use (>= 1).
+// Sets how many threads one kernel call (a GEMM, an elementwise loop) may
+// use (>= 1); the default is every core. Mirrored CPU replicas share the
+// cores by lowering it.
 void SetCpuMathThreads(int threads);
 int CpuMathThreads();
 

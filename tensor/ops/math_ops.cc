@@ -5,6 +5,7 @@
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/ops/op_util.h"
+#include "tensor/parallel.h"
 #include "tensor/ops/reduction_ops.h"
 #include "tensor/status_macros.h"
 
@@ -34,9 +35,14 @@ T ApplyUnary(UnaryKind kind, T x) {
   return x;
 }
 
+// Elementwise loops split over threads above this many elements.
+constexpr int64_t kParallelGrain = 1 << 15;
+
 template <typename T, typename F>
 void UnaryLoop(const T* x, T* y, int64_t n, F f) {
-  for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
+  ParallelFor(n, kParallelGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) y[i] = f(x[i]);
+  });
 }
 
 template <typename T>
@@ -75,7 +81,9 @@ void BinaryLoop(const Tensor& a, const Tensor& b, Tensor& out, F f) {
   const int64_t n = out.num_elements();
   if (n == 0) return;
   if (a.shape() == b.shape()) {
-    for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], pb[i]);
+    ParallelFor(n, kParallelGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) po[i] = f(pa[i], pb[i]);
+    });
     return;
   }
   if (b.num_elements() == 1) {

@@ -4,6 +4,8 @@
 
 #include "tensor/gradient_tape.h"
 #include "tensor/ops/op_util.h"
+#include "tensor/cpu_threads.h"
+#include "tensor/parallel.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::ops {
@@ -35,6 +37,64 @@ absl::Status CheckMatMul(const char* op, const Tensor& a, const Tensor& b,
   return absl::OkStatus();
 }
 
+void Blas(const float* a, const float* b, bool ta, bool tb, int64_t m,
+          int64_t n, int64_t k, int64_t lda, int64_t ldb, double alpha,
+          double beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+              tb ? CblasTrans : CblasNoTrans, m, n, k, static_cast<float>(alpha),
+              a, lda, b, ldb, static_cast<float>(beta), c, ldc);
+}
+
+void Blas(const double* a, const double* b, bool ta, bool tb, int64_t m,
+          int64_t n, int64_t k, int64_t lda, int64_t ldb, double alpha,
+          double beta, double* c, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+              tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb,
+              beta, c, ldc);
+}
+
+// Splits C into row blocks (or column blocks when it is wide) computed by
+// single-threaded BLAS calls on the kernel thread pool. Small products run
+// inline: waking a thread costs more than they do.
+template <typename T>
+void ParallelGemm(const T* a, const T* b, bool ta, bool tb, int64_t m,
+                  int64_t n, int64_t k, int64_t lda, int64_t ldb, double alpha,
+                  double beta, T* c) {
+  // Puts OpenBLAS in single-threaded mode before its first call, so every
+  // product of a run takes the same code path (bitwise reproducible).
+  static const int threads = CpuMathThreads();
+  (void)threads;
+  constexpr int64_t kMinFlopsPerThread = 1 << 21;
+  constexpr int64_t kAlign = 16;  // Keeps blocks whole micro-kernel tiles.
+  const int64_t flops = 2 * m * n * std::max<int64_t>(k, 1);
+  if (flops < 2 * kMinFlopsPerThread) {
+    Blas(a, b, ta, tb, m, n, k, lda, ldb, alpha, beta, c, n);
+    return;
+  }
+  const bool by_rows = m >= n;
+  const int64_t units = ((by_rows ? m : n) + kAlign - 1) / kAlign;
+  const int64_t flops_per_unit = std::max<int64_t>(flops / units, 1);
+  ParallelFor(units,
+              std::max<int64_t>(1, kMinFlopsPerThread / flops_per_unit),
+              [&](int64_t begin, int64_t end) {
+                const int64_t limit = by_rows ? m : n;
+                const int64_t lo = begin * kAlign;
+                const int64_t hi = std::min(end * kAlign, limit);
+                if (lo >= hi) return;
+                if (by_rows) {
+                  // Rows lo..hi of op(A): row offset, or column offset if A
+                  // is stored transposed.
+                  const T* a_part = ta ? a + lo : a + lo * lda;
+                  Blas(a_part, b, ta, tb, hi - lo, n, k, lda, ldb, alpha, beta,
+                       c + lo * n, n);
+                } else {
+                  const T* b_part = tb ? b + lo * ldb : b + lo;
+                  Blas(a, b_part, ta, tb, m, hi - lo, k, lda, ldb, alpha, beta,
+                       c + lo, n);
+                }
+              });
+}
+
 }  // namespace
 
 namespace internal {
@@ -48,17 +108,10 @@ absl::Status Gemm(const Tensor& a, const Tensor& b, bool ta, bool tb,
                    {&a, &b, &out});
   }
   if (m == 0 || n == 0) return absl::OkStatus();
-  const CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans;
-  const CBLAS_TRANSPOSE opb = tb ? CblasTrans : CblasNoTrans;
-  const int lda = static_cast<int>(a.dim(1)), ldb = static_cast<int>(b.dim(1));
-  if (a.dtype() == DType::kF32) {
-    cblas_sgemm(CblasRowMajor, opa, opb, m, n, k, static_cast<float>(alpha),
-                a.data<float>(), lda, b.data<float>(), ldb,
-                static_cast<float>(beta), out.data<float>(), n);
-  } else {
-    cblas_dgemm(CblasRowMajor, opa, opb, m, n, k, alpha, a.data<double>(), lda,
-                b.data<double>(), ldb, beta, out.data<double>(), n);
-  }
+  MT_DISPATCH_FLOAT(a.dtype(), T,
+                    ParallelGemm<T>(a.data<T>(), b.data<T>(), ta, tb, m, n, k,
+                                    a.dim(1), b.dim(1), alpha, beta,
+                                    out.data<T>()));
   return absl::OkStatus();
 }
 

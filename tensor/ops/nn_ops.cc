@@ -7,6 +7,7 @@
 #include "tensor/gradient_tape.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/op_util.h"
+#include "tensor/parallel.h"
 #include "tensor/ops/reduction_ops.h"
 #include "tensor/status_macros.h"
 
@@ -95,11 +96,14 @@ absl::StatusOr<Tensor> BiasAdd(const Tensor& x, const Tensor& bias) {
     const T* px = x.data<T>();
     const T* pb = bias.data<T>();
     T* py = y.data<T>();
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) {
-        py[r * cols + c] = px[r * cols + c] + pb[c];
-      }
-    }
+    ParallelFor(rows, std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(cols, 1)),
+                [&](int64_t begin, int64_t end) {
+                  for (int64_t r = begin; r < end; ++r) {
+                    for (int64_t c = 0; c < cols; ++c) {
+                      py[r * cols + c] = px[r * cols + c] + pb[c];
+                    }
+                  }
+                });
   });
   tape::RecordOperation(kOp, {x, bias}, {y});
   return y;
