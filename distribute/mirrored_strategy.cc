@@ -1,59 +1,15 @@
 #include "distribute/mirrored_strategy.h"
 
-#include <condition_variable>
-#include <deque>
 #include <functional>
-#include <mutex>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "distribute/local_all_reduce.h"
 #include "distribute/nccl_all_reduce.h"
 #include "tensor/cpu_threads.h"
 #include "tensor/status_macros.h"
+#include "tensor/thread_pool.h"
 
 namespace mirrortrain::distribute {
-
-// A thread that runs queued tasks in order. Destruction drains and joins.
-class TaskThread {
- public:
-  TaskThread() : thread_([this] { Loop(); }) {}
-  ~TaskThread() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  void Post(std::function<void()> task) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      tasks_.push_back(std::move(task));
-    }
-    cv_.notify_all();
-  }
-
- private:
-  void Loop() {
-    for (;;) {
-      std::function<void()> task;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
-        if (tasks_.empty()) return;
-        task = std::move(tasks_.front());
-        tasks_.pop_front();
-      }
-      task();
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> tasks_;
-  bool stop_ = false;
-  std::thread thread_;  // Last: starts after the members it uses.
-};
 
 // One replica: its context, its worker thread (none for replica 0, which
 // runs on the caller) and its communication thread.
@@ -61,7 +17,7 @@ class MirroredStrategy::Replica final : public ReplicaContext {
  public:
   Replica(int id, int count, Device device, CrossDeviceOps* ops)
       : id_(id), count_(count), device_(device), ops_(ops) {
-    if (id > 0) worker_ = std::make_unique<TaskThread>();
+    if (id > 0) worker_ = std::make_unique<ThreadPool>(1);
   }
   int replica_id() const override { return id_; }
   int num_replicas() const override { return count_; }
@@ -84,14 +40,14 @@ class MirroredStrategy::Replica final : public ReplicaContext {
     return future;
   }
 
-  TaskThread* worker() { return worker_.get(); }
+  ThreadPool* worker() { return worker_.get(); }
 
  private:
   const int id_, count_;
   const Device device_;
   CrossDeviceOps* ops_;
-  TaskThread comm_;
-  std::unique_ptr<TaskThread> worker_;
+  ThreadPool comm_{1};  // Runs this replica's collectives in order.
+  std::unique_ptr<ThreadPool> worker_;
 };
 
 MirroredStrategy::MirroredStrategy(std::vector<Device> devices,

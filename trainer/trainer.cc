@@ -4,7 +4,6 @@
 #include <cstring>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 
 #include "absl/strings/numbers.h"
@@ -17,6 +16,7 @@
 #include "tensor/gradient_tape.h"
 #include "tensor/ops/clip_ops.h"
 #include "tensor/status_macros.h"
+#include "trainer/checkpoint/atomic_file.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/checkpoint/saver.h"
 #include "trainer/optim/optimizers.h"
@@ -155,6 +155,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     }
     t->train_iterator_ = *std::move(it);
   }
+  // Restore before writing anything, so a bad checkpoint leaves the run
+  // directory as it was.
+  if (need_train_data) MT_RETURN_IF_ERROR(t->MaybeRestoreForTraining());
   if (!run_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(run_dir, ec);
@@ -162,15 +165,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
       return absl::InvalidArgumentError(
           absl::StrCat(run_dir, ": cannot create run directory: ", ec.message()));
     }
-    std::ofstream out(run_dir + "/config.yaml");
-    out << config.resolved_yaml;
-    if (!out) {
-      return absl::InternalError(
-          absl::StrCat(run_dir, "/config.yaml: write failed"));
-    }
+    MT_RETURN_IF_ERROR(WriteFileAtomically(run_dir + "/config.yaml",
+                                           config.resolved_yaml));
     MT_ASSIGN_OR_RETURN(t->logger_, MetricsLogger::Create(run_dir));
   }
-  if (need_train_data) MT_RETURN_IF_ERROR(t->MaybeRestoreForTraining());
   return t;
 }
 

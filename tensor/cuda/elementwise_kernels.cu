@@ -81,48 +81,44 @@ absl::Status FloatOnly(DType dtype) {
       "CUDA elementwise kernels take f32 or f64, got ", DTypeName(dtype)));
 }
 
+
+// Launches `kernel` over n elements of f32 or f64 on the current stream.
+template <typename Launch>
+absl::Status LaunchFloat(DType dtype, int64_t n, int device, Launch launch) {
+  if (n == 0) return absl::OkStatus();
+  if (dtype != DType::kF32 && dtype != DType::kF64) return FloatOnly(dtype);
+  DeviceGuard guard;
+  MT_RETURN_IF_ERROR(guard.Set(device));
+  cudaStream_t stream = static_cast<cudaStream_t>(CurrentStream());
+  if (stream == nullptr) stream = cudaStreamPerThread;
+  if (dtype == DType::kF32) {
+    launch(float{}, stream);
+  } else {
+    launch(double{}, stream);
+  }
+  MT_CUDA_RETURN_IF_LAUNCH_ERROR("elementwise kernel");
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status Unary(UnaryKind kind, DType dtype, const void* x, void* y,
                    int64_t n, int device) {
-  if (n == 0) return absl::OkStatus();
-  DeviceGuard guard;
-  MT_RETURN_IF_ERROR(guard.Set(device));
-  cudaStream_t stream = static_cast<cudaStream_t>(CurrentStream());
-  if (stream == nullptr) stream = cudaStreamPerThread;
-  if (dtype == DType::kF32) {
+  return LaunchFloat(dtype, n, device, [&](auto zero, cudaStream_t stream) {
+    using T = decltype(zero);
     UnaryKernel<<<Blocks(n), kThreads, 0, stream>>>(
-        kind, static_cast<const float*>(x), static_cast<float*>(y), n);
-  } else if (dtype == DType::kF64) {
-    UnaryKernel<<<Blocks(n), kThreads, 0, stream>>>(
-        kind, static_cast<const double*>(x), static_cast<double*>(y), n);
-  } else {
-    return FloatOnly(dtype);
-  }
-  MT_CUDA_RETURN_IF_LAUNCH_ERROR("UnaryKernel");
-  return absl::OkStatus();
+        kind, static_cast<const T*>(x), static_cast<T*>(y), n);
+  });
 }
 
-absl::Status Binary(BinaryKind kind, DType dtype, const void* a, const void* b,
-                    void* out, int64_t n, int device) {
-  if (n == 0) return absl::OkStatus();
-  DeviceGuard guard;
-  MT_RETURN_IF_ERROR(guard.Set(device));
-  cudaStream_t stream = static_cast<cudaStream_t>(CurrentStream());
-  if (stream == nullptr) stream = cudaStreamPerThread;
-  if (dtype == DType::kF32) {
+absl::Status Binary(BinaryKind kind, DType dtype, const void* a,
+                    const void* b, void* out, int64_t n, int device) {
+  return LaunchFloat(dtype, n, device, [&](auto zero, cudaStream_t stream) {
+    using T = decltype(zero);
     BinaryKernel<<<Blocks(n), kThreads, 0, stream>>>(
-        kind, static_cast<const float*>(a), static_cast<const float*>(b),
-        static_cast<float*>(out), n);
-  } else if (dtype == DType::kF64) {
-    BinaryKernel<<<Blocks(n), kThreads, 0, stream>>>(
-        kind, static_cast<const double*>(a), static_cast<const double*>(b),
-        static_cast<double*>(out), n);
-  } else {
-    return FloatOnly(dtype);
-  }
-  MT_CUDA_RETURN_IF_LAUNCH_ERROR("BinaryKernel");
-  return absl::OkStatus();
+        kind, static_cast<const T*>(a), static_cast<const T*>(b),
+        static_cast<T*>(out), n);
+  });
 }
 
 }  // namespace mirrortrain::cuda

@@ -251,6 +251,8 @@ absl::StatusOr<Tensor> StopGradient(const Tensor& x) {
 
 absl::StatusOr<Tensor> Fill(DType dtype, const Shape& shape, double value,
                             Device device) {
+  // Validates the shape (no negative dimensions) before allocating.
+  MT_RETURN_IF_ERROR(Tensor::Empty(dtype, shape).status());
   Tensor host = Tensor::HostFull(dtype, shape, value);
   return host.To(device);
 }

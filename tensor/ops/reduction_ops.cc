@@ -199,7 +199,7 @@ absl::StatusOr<Tensor> BroadcastTo(const Tensor& x, const Shape& shape) {
   constexpr const char* kOp = "BroadcastTo";
   MT_RETURN_IF_ERROR(internal::CheckDefined(kOp, {&x}));
   MT_RETURN_IF_ERROR(CheckHost(kOp, {&x}));
-  Tensor target_like = Tensor::HostEmpty(x.dtype(), shape);
+  MT_ASSIGN_OR_RETURN(Tensor target_like, Tensor::Empty(x.dtype(), shape));
   MT_ASSIGN_OR_RETURN(Shape result, BroadcastShape(kOp, x, target_like));
   if (result != shape) {
     return internal::OpError(

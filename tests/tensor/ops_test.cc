@@ -165,3 +165,19 @@ TEST(OpsTest, ConvAndPoolShapes) {
 
 }  // namespace
 }  // namespace mirrortrain
+
+namespace mirrortrain {
+namespace {
+
+TEST(OpsTest, NegativeShapesAreErrorsNotCrashes) {
+  Tensor x = Tensor::FromVector<float>({1, 2}, {2});
+  EXPECT_EQ(ops::BroadcastTo(x, {-1, 2}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ops::Fill(DType::kF32, {3, -2}, 1.0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(ops::Reshape(x, {-2, -1}).ok());
+  EXPECT_FALSE(ops::OneHot(Tensor::FromVector<int32_t>({0}, {1}), -3).ok());
+}
+
+}  // namespace
+}  // namespace mirrortrain

@@ -304,10 +304,16 @@ TEST(CliTest, BadCheckpointsExit2AndChangeNothing) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("no checkpoint found"), std::string::npos) << r.err;
   EXPECT_EQ(ReadFile(good), bytes);
-  // Training that must restore a bad checkpoint fails before writing.
-  r = RunCli(SmallTrain(dir, {"checkpoint.restore=" + truncated}));
+  // Training that must restore a bad checkpoint fails before writing: the
+  // run directory is untouched.
+  const std::string config_before = ReadFile(dir + "/config.yaml");
+  const std::string metrics_before = ReadFile(dir + "/metrics.jsonl");
+  r = RunCli(SmallTrain(dir, {"checkpoint.restore=" + truncated,
+                              "train.epochs=3"}));
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_EQ(ReadFile(good), bytes);
+  EXPECT_EQ(ReadFile(dir + "/config.yaml"), config_before);
+  EXPECT_EQ(ReadFile(dir + "/metrics.jsonl"), metrics_before);
 }
 
 // The tensors (not the metadata, which names the config) of two files.

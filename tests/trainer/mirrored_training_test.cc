@@ -2,6 +2,7 @@
 // logical CPU replicas over the same global batches end with the same
 // weights, and every replica holds identical state after every step.
 #include <cmath>
+#include <filesystem>
 
 #include "gtest/gtest.h"
 #include "trainer/config.h"
@@ -21,7 +22,8 @@ struct TrainedState {
   std::vector<Tensor> values;  // Replica 0's state after training.
 };
 
-TrainedState Train(int replicas, std::vector<std::string> overrides) {
+TrainedState Train(int replicas, std::vector<std::string> overrides,
+                   const std::string& run_dir = "") {
   overrides.push_back(Devices(replicas));
   overrides.push_back("distribute.strategy=mirrored");
   overrides.push_back("distribute.check_replicas_every_steps=1");
@@ -32,7 +34,7 @@ TrainedState Train(int replicas, std::vector<std::string> overrides) {
   auto config = ParseConfig("", "mirrored_test.yaml", overrides);
   EXPECT_TRUE(config.ok()) << config.status();
   if (!config.ok()) return {};
-  auto trainer = Trainer::Create(*config, "", /*need_train_data=*/true);
+  auto trainer = Trainer::Create(*config, run_dir, /*need_train_data=*/true);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   if (!trainer.ok()) return {};
   EXPECT_EQ((*trainer)->num_replicas(), replicas);
@@ -107,6 +109,26 @@ TEST(MirroredTrainingTest, MoreReplicasThanRowsGivesEmptyShards) {
       "model.hidden_units=[8]", "data.global_batch_size=2",
       "data.train_examples=6", "train.steps=6"};
   ExpectSameWeights(Train(4, tiny), Train(1, tiny), 1e-5);
+}
+
+TEST(MirroredTrainingTest, CheckpointWrittenOnceRestoresIntoEveryReplica) {
+  const std::vector<std::string> job = {
+      "model.hidden_units=[16]", "model.dropout=0.3", "data.global_batch_size=24",
+      "data.train_examples=240", "checkpoint.every_steps=0"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> all = job;
+    all.insert(all.end(), extra.begin(), extra.end());
+    return all;
+  };
+  const std::string dir = ::testing::TempDir() + "/mirrored_resume";
+  std::filesystem::remove_all(dir);
+  TrainedState straight = Train(2, with({"train.steps=40"}));
+  // 25 steps (saved at the end), then a new process-like run to 40 that
+  // restores the checkpoint into both replicas.
+  Train(2, with({"train.steps=25"}), dir);
+  ASSERT_TRUE(std::filesystem::exists(dir + "/checkpoints/ckpt-25.safetensors"));
+  TrainedState resumed = Train(2, with({"train.steps=40"}), dir);
+  ExpectSameWeights(resumed, straight, 0.0);  // Bitwise.
 }
 
 }  // namespace
