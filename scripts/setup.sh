@@ -3,14 +3,36 @@
 # with the CLI at build/bin/mirrortrain.
 #   scripts/setup.sh            # apt-get install + build
 #   BUILD_DIR=build-x scripts/setup.sh -DMIRRORTRAIN_CUDA=OFF   # extra CMake args
+#   scripts/setup.sh --offline DIR   # no apt: libraries from scripts/bundle_deps.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+OFFLINE=""
+if [[ "${1:-}" == "--offline" ]]; then
+  OFFLINE="$(cd "${2:?--offline needs the bundle folder}" && pwd)"
+  shift 2
+fi
 
 PACKAGES=(
   g++ cmake ninja-build pkg-config
   libabsl-dev libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev zlib1g-dev dataset-fashion-mnist
 )
+
+CMAKE_ARGS=()
+if [[ -n "$OFFLINE" ]]; then
+  ROOT="$OFFLINE/root"
+  [[ -d "$ROOT/usr" ]] || python3 scripts/extract_debs.py "$OFFLINE/debs" "$ROOT" >/dev/null
+  LIB="$ROOT/usr/lib/x86_64-linux-gnu"
+  CMAKE_ARGS+=(
+    -DCMAKE_PREFIX_PATH="$ROOT/usr"
+    -Dabsl_DIR="$LIB/cmake/absl" -Dyaml-cpp_DIR="$LIB/cmake/yaml-cpp"
+    -DGTest_DIR="$LIB/cmake/GTest" -Dbenchmark_DIR="$LIB/cmake/benchmark"
+    -DMT_DEPS_ROOT="$ROOT"
+  )
+  echo "setup: offline, libraries from $ROOT; Fashion-MNIST in $ROOT/usr/share/datasets/fashion-mnist (--set data.dir=...)" >&2
+  PACKAGES=()
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -29,5 +51,5 @@ fi
 [[ -d /usr/local/cuda/bin ]] && export PATH="/usr/local/cuda/bin:$PATH"
 
 BUILD_DIR="${BUILD_DIR:-build}"
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "${CMAKE_ARGS[@]}" "$@" >/dev/null
 cmake --build "$BUILD_DIR" -j "$(nproc)"

@@ -385,38 +385,57 @@ absl::Status Trainer::Step(const Batch& batch, int64_t step) {
 }
 
 absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
-  Replica& r = replicas_[0];
-  if (ema && r.ema == nullptr) {
+  if (ema && replicas_[0].ema == nullptr) {
     return absl::InvalidArgumentError(
         "EMA weights requested but the config has no ema.decay");
   }
-  std::optional<ScopedEmaWeights> swap;
-  if (ema) {
-    MT_ASSIGN_OR_RETURN(swap, ScopedEmaWeights::Create(*r.ema));
-  }
-  const Device device = strategy_->devices()[0];
+  // Every eval batch is sharded over the replicas like a training batch;
+  // per-replica sums are then reduced (Strategy::Reduce).
   const int64_t n = test_data_.labels.dim(0);
-  double loss_sum = 0;
-  int64_t correct = 0;
-  for (int64_t begin = 0; begin < n; begin += kEvalBatch) {
-    const int64_t count = std::min(kEvalBatch, n - begin);
-    MT_ASSIGN_OR_RETURN(Tensor images, test_data_.images.SliceRows(begin, count));
-    MT_ASSIGN_OR_RETURN(Tensor labels, test_data_.labels.SliceRows(begin, count));
-    MT_ASSIGN_OR_RETURN(images, images.To(device));
-    MT_ASSIGN_OR_RETURN(Tensor logits, r.model->Call(images, {}));
-    MT_ASSIGN_OR_RETURN(logits, logits.To(Device::Cpu()));
-    // Sum of per-example losses: the "global batch" is 1 here.
-    MT_ASSIGN_OR_RETURN(Tensor loss,
-                        models::SparseCategoricalCrossentropy(logits, labels, 1));
-    loss_sum += ScalarValue(loss);
-    MT_ASSIGN_OR_RETURN(int64_t c, models::CountCorrect(logits, labels));
-    correct += c;
-  }
-  if (swap) MT_RETURN_IF_ERROR(swap->Restore());
+  std::vector<double> loss_sums(num_replicas(), 0.0);
+  std::vector<double> corrects(num_replicas(), 0.0);
+  MT_RETURN_IF_ERROR(strategy_->Run(
+      [&](distribute::ReplicaContext& ctx) -> absl::Status {
+        const int id = ctx.replica_id();
+        Replica& r = replicas_[id];
+        std::optional<ScopedEmaWeights> swap;
+        if (ema) {
+          MT_ASSIGN_OR_RETURN(swap, ScopedEmaWeights::Create(*r.ema));
+        }
+        for (int64_t begin = 0; begin < n; begin += kEvalBatch) {
+          const int64_t count = std::min(kEvalBatch, n - begin);
+          const distribute::ShardRange shard =
+              distribute::ShardOf(count, id, ctx.num_replicas());
+          const int64_t rows = shard.end - shard.begin;
+          if (rows == 0) continue;
+          MT_ASSIGN_OR_RETURN(
+              Tensor images,
+              test_data_.images.SliceRows(begin + shard.begin, rows));
+          MT_ASSIGN_OR_RETURN(
+              Tensor labels,
+              test_data_.labels.SliceRows(begin + shard.begin, rows));
+          MT_ASSIGN_OR_RETURN(images, images.To(ctx.device()));
+          MT_ASSIGN_OR_RETURN(Tensor logits, r.model->Call(images, {}));
+          MT_ASSIGN_OR_RETURN(logits, logits.To(Device::Cpu()));
+          // The sum of per-example losses: a "global batch" of 1.
+          MT_ASSIGN_OR_RETURN(
+              Tensor loss,
+              models::SparseCategoricalCrossentropy(logits, labels, 1));
+          loss_sums[id] += ScalarValue(loss);
+          MT_ASSIGN_OR_RETURN(int64_t c, models::CountCorrect(logits, labels));
+          corrects[id] += static_cast<double>(c);
+        }
+        if (swap) MT_RETURN_IF_ERROR(swap->Restore());
+        return absl::OkStatus();
+      }));
+  const double loss_sum =
+      distribute::Strategy::Reduce(distribute::ReduceOp::kSum, loss_sums);
+  const double correct =
+      distribute::Strategy::Reduce(distribute::ReduceOp::kSum, corrects);
   EvalResult result;
   result.examples = n;
   result.loss = n > 0 ? loss_sum / static_cast<double>(n) : 0;
-  result.accuracy = n > 0 ? static_cast<double>(correct) / static_cast<double>(n) : 0;
+  result.accuracy = n > 0 ? correct / static_cast<double>(n) : 0;
   return result;
 }
 

@@ -1,0 +1,38 @@
+"""Unpacks .deb files into a root folder without dpkg (for scripts/setup.sh
+--offline on hosts that are not Debian). Usage:
+  python3 scripts/extract_debs.py DEBS_DIR ROOT_DIR
+A .deb is an ar archive whose data.tar.{xz,gz,zst} holds the files.
+"""
+import io
+import pathlib
+import sys
+import tarfile
+
+
+def members(ar_bytes: bytes):
+    if not ar_bytes.startswith(b"!<arch>\n"):
+        raise ValueError("not an ar archive")
+    pos = 8
+    while pos + 60 <= len(ar_bytes):
+        header = ar_bytes[pos:pos + 60]
+        name = header[:16].decode().strip().rstrip("/")
+        size = int(header[48:58].decode().strip())
+        yield name, ar_bytes[pos + 60:pos + 60 + size]
+        pos += 60 + size + (size & 1)
+
+
+def main() -> None:
+    debs, root = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+    root.mkdir(parents=True, exist_ok=True)
+    for deb in sorted(debs.glob("*.deb")):
+        for name, data in members(deb.read_bytes()):
+            if name.startswith("data.tar"):
+                if name.endswith(".zst"):
+                    raise SystemExit(f"{deb}: zstd data is not supported")
+                with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+                    tar.extractall(root, filter="tar")
+        print(f"unpacked {deb.name}")
+
+
+if __name__ == "__main__":
+    main()
