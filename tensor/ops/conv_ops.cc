@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "tensor/gradient_tape.h"
 #include "tensor/ops/matmul.h"
+#include "tensor/cpu_threads.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/parallel.h"
 #include "tensor/status_macros.h"
@@ -100,25 +102,6 @@ void Col2Im(const ConvGeometry& g, const T* cols, int64_t images, T* dx) {
   }
 }
 
-// Images are independent in both directions, so they split over threads.
-template <typename T>
-void ParallelIm2Col(const ConvGeometry& g, const T* x, int64_t images,
-                    T* cols) {
-  const int64_t image = g.h * g.w * g.c, rows = g.pixels() * g.patch();
-  ParallelFor(images, 1, [&](int64_t begin, int64_t end) {
-    Im2Col<T>(g, x + begin * image, end - begin, cols + begin * rows);
-  });
-}
-
-template <typename T>
-void ParallelCol2Im(const ConvGeometry& g, const T* cols, int64_t images,
-                    T* dx) {
-  const int64_t image = g.h * g.w * g.c, rows = g.pixels() * g.patch();
-  ParallelFor(images, 1, [&](int64_t begin, int64_t end) {
-    Col2Im<T>(g, cols + begin * rows, end - begin, dx + begin * image);
-  });
-}
-
 absl::StatusOr<ConvGeometry> Geometry(const Tensor& x, const Tensor& f,
                                       const Conv2DOptions& opt) {
   constexpr const char* kOp = "Conv2D";
@@ -146,18 +129,35 @@ absl::StatusOr<ConvGeometry> Geometry(const Tensor& x, const Tensor& f,
   return g;
 }
 
-// Runs `body(i0, images, cols)` over chunks of the batch, with `cols` an
-// [images * OH * OW, patch] matrix view of one reused buffer.
+// Runs `body(chunk, i0, images, cols)` for every chunk of the batch, the
+// chunks split over the kernel threads; each thread has its own column
+// buffer (an [images * OH * OW, patch] view) and runs single-threaded
+// GEMMs on it while it is in that core's cache. Chunks never write to the
+// same memory: output rows, input-gradient images and per-chunk filter
+// gradients are disjoint.
 template <typename Body>
-absl::Status ForEachChunk(const ConvGeometry& g, DType dtype, Body body) {
-  const int64_t chunk = ChunkImages(g, DTypeSize(dtype));
-  Tensor buffer = Tensor::HostEmpty(dtype, {chunk * g.pixels(), g.patch()});
-  for (int64_t i0 = 0; i0 < g.n; i0 += chunk) {
-    const int64_t images = std::min(chunk, g.n - i0);
-    MT_ASSIGN_OR_RETURN(Tensor cols, buffer.SliceRows(0, images * g.pixels()));
-    MT_RETURN_IF_ERROR(body(i0, images, cols));
-  }
+absl::Status ForEachChunk(const ConvGeometry& g, DType dtype, int64_t chunk,
+                          Body body) {
+  const int64_t chunks = (g.n + chunk - 1) / chunk;
+  std::vector<absl::Status> status(chunks);
+  ParallelFor(chunks, 1, [&](int64_t begin, int64_t end) {
+    Tensor buffer = Tensor::HostEmpty(dtype, {chunk * g.pixels(), g.patch()});
+    for (int64_t c = begin; c < end; ++c) {
+      const int64_t i0 = c * chunk;
+      const int64_t images = std::min(chunk, g.n - i0);
+      absl::StatusOr<Tensor> cols = buffer.SliceRows(0, images * g.pixels());
+      status[c] = cols.ok() ? body(c, i0, images, *cols) : cols.status();
+    }
+  });
+  for (const absl::Status& s : status) MT_RETURN_IF_ERROR(s);
   return absl::OkStatus();
+}
+
+// Images per chunk: the cache bound, but at least one chunk per thread.
+int64_t ChunkFor(const ConvGeometry& g, DType dtype) {
+  const int64_t threads = std::max(1, CpuMathThreads());
+  return std::max<int64_t>(
+      1, std::min(ChunkImages(g, DTypeSize(dtype)), (g.n + threads - 1) / threads));
 }
 
 }  // namespace
@@ -170,14 +170,15 @@ absl::StatusOr<Tensor> Conv2D(const Tensor& x, const Tensor& filter,
     MT_ASSIGN_OR_RETURN(Tensor w2, filter.Reshaped({g.patch(), g.o}));
     MT_ASSIGN_OR_RETURN(Tensor y2, y.Reshaped({g.n * g.pixels(), g.o}));
     MT_RETURN_IF_ERROR(ForEachChunk(
-        g, x.dtype(),
-        [&](int64_t i0, int64_t images, Tensor& cols) -> absl::Status {
+        g, x.dtype(), ChunkFor(g, x.dtype()),
+        [&](int64_t, int64_t i0, int64_t images, Tensor& cols) -> absl::Status {
           MT_DISPATCH_FLOAT(x.dtype(), T,
-                            ParallelIm2Col<T>(g, x.data<T>() + i0 * g.h * g.w * g.c,
-                                              images, cols.data<T>()));
+                            Im2Col<T>(g, x.data<T>() + i0 * g.h * g.w * g.c,
+                                      images, cols.data<T>()));
           MT_ASSIGN_OR_RETURN(
               Tensor out, y2.SliceRows(i0 * g.pixels(), images * g.pixels()));
-          return internal::Gemm(cols, w2, false, false, 1.0, 0.0, out);
+          return internal::Gemm(cols, w2, false, false, 1.0, 0.0, out,
+                                /*parallel=*/false);
         }));
   }
   tape::RecordOperation("Conv2D", {x, filter}, {y}, ConvAttrs{g});
@@ -208,9 +209,16 @@ MT_REGISTER_GRADIENT(
         Tensor dw2;
         if (needs[1]) dw2 = *dw.Reshaped({geo.patch(), geo.o});
         const int64_t image_elems = geo.h * geo.w * geo.c;
+        const int64_t chunk = ChunkFor(geo, dt);
+        const int64_t chunks = (geo.n + chunk - 1) / chunk;
+        // One filter-gradient partial per chunk, summed in chunk order
+        // afterwards: the result does not depend on the thread count.
+        Tensor partials;
+        if (needs[1]) partials = Tensor::HostEmpty(dt, {chunks * geo.patch(), geo.o});
         MT_RETURN_IF_ERROR(ForEachChunk(
-            geo, dt,
-            [&](int64_t i0, int64_t images, Tensor& cols) -> absl::Status {
+            geo, dt, chunk,
+            [&](int64_t c, int64_t i0, int64_t images,
+                Tensor& cols) -> absl::Status {
               MT_ASSIGN_OR_RETURN(
                   Tensor dy_rows,
                   dy2.SliceRows(i0 * geo.pixels(), images * geo.pixels()));
@@ -218,18 +226,32 @@ MT_REGISTER_GRADIENT(
                 MT_DISPATCH_FLOAT(dt, T,
                                   Im2Col<T>(geo, x.data<T>() + i0 * image_elems,
                                             images, cols.data<T>()));
-                MT_RETURN_IF_ERROR(
-                    internal::Gemm(cols, dy_rows, true, false, 1.0, 1.0, dw2));
+                MT_ASSIGN_OR_RETURN(
+                    Tensor part, partials.SliceRows(c * geo.patch(), geo.patch()));
+                MT_RETURN_IF_ERROR(internal::Gemm(cols, dy_rows, true, false, 1.0,
+                                                  0.0, part, /*parallel=*/false));
               }
               if (needs[0]) {
-                MT_RETURN_IF_ERROR(
-                    internal::Gemm(dy_rows, w2, false, true, 1.0, 0.0, cols));
+                MT_RETURN_IF_ERROR(internal::Gemm(dy_rows, w2, false, true, 1.0,
+                                                  0.0, cols, /*parallel=*/false));
                 MT_DISPATCH_FLOAT(dt, T,
                                   Col2Im<T>(geo, cols.data<T>(), images,
                                             dx.data<T>() + i0 * image_elems));
               }
               return absl::OkStatus();
             }));
+        if (needs[1]) {
+          const int64_t size = geo.patch() * geo.o;
+          MT_DISPATCH_FLOAT(dt, T, {
+            const T* p = partials.data<T>();
+            T* out = dw2.data<T>();
+            ParallelFor(size, 1 << 14, [&](int64_t begin, int64_t end) {
+              for (int64_t c = 0; c < chunks; ++c) {
+                for (int64_t i = begin; i < end; ++i) out[i] += p[c * size + i];
+              }
+            });
+          });
+        }
       }
       if (needs[0]) (*grads)[0] = std::move(dx);
       if (needs[1]) (*grads)[1] = std::move(dw);

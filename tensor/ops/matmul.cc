@@ -53,6 +53,15 @@ void Blas(const double* a, const double* b, bool ta, bool tb, int64_t m,
               beta, c, ldc);
 }
 
+template <typename T>
+void SerialGemm(const T* a, const T* b, bool ta, bool tb, int64_t m, int64_t n,
+                int64_t k, int64_t lda, int64_t ldb, double alpha, double beta,
+                T* c) {
+  static const int threads = CpuMathThreads();  // OpenBLAS single-threaded.
+  (void)threads;
+  Blas(a, b, ta, tb, m, n, k, lda, ldb, alpha, beta, c, n);
+}
+
 // Splits C into row blocks (or column blocks when it is wide) computed by
 // single-threaded BLAS calls on the kernel thread pool. Small products run
 // inline: waking a thread costs more than they do.
@@ -100,7 +109,7 @@ void ParallelGemm(const T* a, const T* b, bool ta, bool tb, int64_t m,
 namespace internal {
 
 absl::Status Gemm(const Tensor& a, const Tensor& b, bool ta, bool tb,
-                  double alpha, double beta, Tensor& out) {
+                  double alpha, double beta, Tensor& out, bool parallel) {
   int64_t m, k, n;
   MT_RETURN_IF_ERROR(CheckMatMul("MatMul", a, b, ta, tb, &m, &k, &n));
   if (out.shape() != Shape{m, n} || out.dtype() != a.dtype()) {
@@ -108,6 +117,13 @@ absl::Status Gemm(const Tensor& a, const Tensor& b, bool ta, bool tb,
                    {&a, &b, &out});
   }
   if (m == 0 || n == 0) return absl::OkStatus();
+  if (!parallel) {
+    MT_DISPATCH_FLOAT(a.dtype(), T,
+                      SerialGemm<T>(a.data<T>(), b.data<T>(), ta, tb, m, n, k,
+                                    a.dim(1), b.dim(1), alpha, beta,
+                                    out.data<T>()));
+    return absl::OkStatus();
+  }
   MT_DISPATCH_FLOAT(a.dtype(), T,
                     ParallelGemm<T>(a.data<T>(), b.data<T>(), ta, tb, m, n, k,
                                     a.dim(1), b.dim(1), alpha, beta,

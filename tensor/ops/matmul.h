@@ -14,9 +14,11 @@ absl::StatusOr<Tensor> MatMul(const Tensor& a, const Tensor& b,
 
 namespace internal {
 // out = alpha * op(a) @ op(b) + beta * out, into an existing tensor
-// (unrecorded; for fused layers and gradient kernels).
+// (unrecorded; for fused layers and gradient kernels). `parallel` false
+// runs on the calling thread only (for callers that parallelise around it).
 absl::Status Gemm(const Tensor& a, const Tensor& b, bool transpose_a,
-                  bool transpose_b, double alpha, double beta, Tensor& out);
+                  bool transpose_b, double alpha, double beta, Tensor& out,
+                  bool parallel = true);
 }  // namespace internal
 
 }  // namespace mirrortrain::ops
