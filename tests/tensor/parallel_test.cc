@@ -1,0 +1,64 @@
+#include "tensor/parallel.h"
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tensor/cpu_threads.h"
+#include "tensor/thread_pool.h"
+
+namespace mirrortrain {
+namespace {
+
+TEST(ParallelForTest, CoversTheRangeExactlyOnce) {
+  for (int64_t n : {0, 1, 2, 3, 17, 1000, 100001}) {
+    for (int64_t min_chunk : {1, 7, 1 << 20}) {
+      std::vector<std::atomic<int>> hits(n);
+      ParallelFor(n, min_chunk, [&](int64_t begin, int64_t end) {
+        ASSERT_LE(0, begin);
+        ASSERT_LE(begin, end);
+        ASSERT_LE(end, n);
+        for (int64_t i = begin; i < end; ++i) hits[i]++;
+      });
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i], 1) << n << " " << i;
+    }
+  }
+}
+
+TEST(ParallelForTest, ConcurrentCallersAndThreadBudget) {
+  std::vector<std::thread> callers;
+  std::atomic<int64_t> total{0};
+  for (int t = 0; t < 4; ++t) {
+    callers.emplace_back([&] {
+      for (int round = 0; round < 50; ++round) {
+        ParallelFor(1000, 1, [&](int64_t b, int64_t e) { total += e - b; });
+      }
+    });
+  }
+  for (auto& c : callers) c.join();
+  EXPECT_EQ(total, 4 * 50 * 1000);
+  const int before = CpuMathThreads();
+  SetCpuMathThreads(1);
+  int calls = 0;
+  ParallelFor(1000, 1, [&](int64_t b, int64_t e) {
+    ++calls;  // Inline on this thread: no race.
+    EXPECT_EQ(b, 0);
+    EXPECT_EQ(e, 1000);
+  });
+  EXPECT_EQ(calls, 1);
+  SetCpuMathThreads(before);
+}
+
+TEST(ThreadPoolTest, RunsTasksInOrderOnOneThreadAndDrainsOnDestruction) {
+  std::vector<int> order;
+  {
+    ThreadPool pool(1);
+    for (int i = 0; i < 100; ++i) pool.Post([&order, i] { order.push_back(i); });
+  }
+  ASSERT_EQ(order.size(), 100u);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(order[i], i);
+}
+
+}  // namespace
+}  // namespace mirrortrain
