@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "distribute/device_set.h"
 #include "distribute/gradient_buckets.h"
+#include "distribute/mirrored_variable.h"
 #include "distribute/strategy_factory.h"
 #include "models/losses.h"
 #include "tensor/gradient_tape.h"
@@ -130,6 +131,18 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     }
     t->replicas_.push_back(std::move(r));
   }
+  // The replicated state as mirrored variables: copy r of each is replica
+  // r's (same construction order, so same index).
+  const size_t state_size = t->ReplicaState(0).size();
+  for (size_t i = 0; i < state_size; ++i) {
+    std::vector<Variable*> copies;
+    for (int r = 0; r < t->num_replicas(); ++r) {
+      copies.push_back(t->ReplicaState(r)[i]);
+    }
+    MT_ASSIGN_OR_RETURN(distribute::MirroredVariable m,
+                        distribute::MirroredVariable::Create(std::move(copies)));
+    t->mirrored_.push_back(std::move(m));
+  }
   std::vector<int64_t> grad_bytes;
   for (Variable* v : t->replicas_[0].model->trainable_variables()) {
     grad_bytes.push_back(NumElements(v->shape()) * DTypeSize(v->dtype()));
@@ -187,24 +200,8 @@ std::vector<Variable*> Trainer::ReplicaState(int replica) const {
 }
 
 absl::Status Trainer::CheckReplicasIdentical() const {
-  const std::vector<Variable*> reference = ReplicaState(0);
-  for (int r = 1; r < num_replicas(); ++r) {
-    const std::vector<Variable*> state = ReplicaState(r);
-    if (state.size() != reference.size()) {
-      return absl::InternalError(absl::StrCat(
-          "replica ", r, " holds ", state.size(), " variables, replica 0 ",
-          reference.size()));
-    }
-    for (size_t i = 0; i < state.size(); ++i) {
-      MT_ASSIGN_OR_RETURN(Tensor a, reference[i]->value().To(Device::Cpu()));
-      MT_ASSIGN_OR_RETURN(Tensor b, state[i]->value().To(Device::Cpu()));
-      if (a.bytes() != b.bytes() ||
-          std::memcmp(a.raw_data(), b.raw_data(), a.bytes()) != 0) {
-        return absl::InternalError(absl::StrCat(
-            "replica invariant broken: '", state[i]->name(), "' on replica ",
-            r, " differs from replica 0"));
-      }
-    }
+  for (const distribute::MirroredVariable& v : mirrored_) {
+    MT_RETURN_IF_ERROR(v.CheckIdentical());
   }
   return absl::OkStatus();
 }
@@ -247,11 +244,14 @@ absl::Status Trainer::RestoreCheckpoint(const std::string& path_or_dir) {
   MT_ASSIGN_OR_RETURN(int64_t step, MetadataInt(file, "step"));
   MT_ASSIGN_OR_RETURN(int64_t input_epoch, MetadataInt(file, "input_epoch"));
   MT_ASSIGN_OR_RETURN(int64_t input_batch, MetadataInt(file, "input_batch"));
-  // All replicas take the same values, so they stay mirrored.
-  for (int r = 0; r < num_replicas(); ++r) {
-    MT_RETURN_IF_ERROR(Saver(ReplicaState(r)).Restore(path));
-    replicas_[r].optimizer->set_iterations(step);
+  // Restored once into replica 0 (all checks before any assignment), then
+  // mirrored to the other replicas.
+  MT_RETURN_IF_ERROR(Saver(ReplicaState(0)).Restore(path));
+  for (distribute::MirroredVariable& v : mirrored_) {
+    MT_ASSIGN_OR_RETURN(Tensor value, v.value().Clone());
+    MT_RETURN_IF_ERROR(v.AssignAll(value));
   }
+  for (Replica& r : replicas_) r.optimizer->set_iterations(step);
   if (train_iterator_) {
     absl::Status seek = train_iterator_->Seek({input_epoch, input_batch});
     if (!seek.ok()) {

@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "distribute/gradient_buckets.h"
+#include "distribute/mirrored_variable.h"
 #include "distribute/strategy.h"
 #include "models/model.h"
 #include "trainer/config.h"
@@ -93,6 +94,8 @@ class Trainer {
   std::unique_ptr<distribute::Strategy> strategy_;
   std::vector<Replica> replicas_;
   distribute::BucketPlan bucket_plan_;
+  // Replica copies of every model variable, slot and EMA shadow.
+  std::vector<distribute::MirroredVariable> mirrored_;
   InMemoryDataset train_data_;
   InMemoryDataset test_data_;
   std::unique_ptr<BatchIterator> train_iterator_;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tensor/ops/op_util.h"
+#include "tensor/parallel.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::trainer {
@@ -16,9 +17,12 @@ constexpr char kShadowSuffix[] = "/ExponentialMovingAverage";
 // shadow -= (shadow - value) * (1 - d), in T.
 template <typename T>
 void MovingAverageKernel(T one_minus_decay, const T* w, T* shadow, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    shadow[i] -= (shadow[i] - w[i]) * one_minus_decay;
-  }
+  // Independent elements: split over the kernel threads.
+  ParallelFor(n, 1 << 14, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      shadow[i] -= (shadow[i] - w[i]) * one_minus_decay;
+    }
+  });
 }
 
 }  // namespace

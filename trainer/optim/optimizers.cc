@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "tensor/ops/op_util.h"
+#include "tensor/parallel.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::trainer {
@@ -15,30 +16,38 @@ namespace {
 // by operation, with every hyperparameter first rounded to T, so float32
 // results round the same way TensorFlow's do.
 
+// Elementwise updates are independent: split over the kernel threads.
+template <typename F>
+void ForEachElement(int64_t n, F f) {
+  ParallelFor(n, 1 << 14, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) f(i);
+  });
+}
+
 template <typename T>
 void GradientDescentKernel(T lr, const T* g, T* w, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) w[i] -= g[i] * lr;
+  ForEachElement(n, [&](int64_t i) { w[i] -= g[i] * lr; });
 }
 
 template <typename T>
 void MomentumKernel(T lr, T momentum, bool nesterov, const T* g, T* w, T* a,
                     int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
+  ForEachElement(n, [&](int64_t i) {
     a[i] = a[i] * momentum + g[i];
     if (nesterov) {
       w[i] -= g[i] * lr + a[i] * momentum * lr;
     } else {
       w[i] -= a[i] * lr;
     }
-  }
+  });
 }
 
 template <typename T>
 void AdagradV2Kernel(T lr, T epsilon, const T* g, T* w, T* a, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
+  ForEachElement(n, [&](int64_t i) {
     a[i] += g[i] * g[i];
     w[i] -= g[i] * lr / (std::sqrt(a[i]) + epsilon);
-  }
+  });
 }
 
 template <typename T>
@@ -47,22 +56,22 @@ void AdamKernel(T lr, T beta1, T beta2, T epsilon, T beta1_power, T beta2_power,
   const T alpha = lr * std::sqrt(T(1) - beta2_power) / (T(1) - beta1_power);
   const T one_minus_beta1 = T(1) - beta1;
   const T one_minus_beta2 = T(1) - beta2;
-  for (int64_t i = 0; i < n; ++i) {
+  ForEachElement(n, [&](int64_t i) {
     m[i] += (g[i] - m[i]) * one_minus_beta1;
     v[i] += (g[i] * g[i] - v[i]) * one_minus_beta2;
     w[i] -= (m[i] * alpha) / (std::sqrt(v[i]) + epsilon);
-  }
+  });
 }
 
 template <typename T>
 void RMSPropKernel(T lr, T rho, T momentum, T epsilon, const T* g, T* w, T* ms,
                    T* mom, int64_t n) {
   const T one_minus_rho = T(1) - rho;
-  for (int64_t i = 0; i < n; ++i) {
+  ForEachElement(n, [&](int64_t i) {
     ms[i] += (g[i] * g[i] - ms[i]) * one_minus_rho;
     mom[i] = mom[i] * momentum + (g[i] * lr) / std::sqrt(ms[i] + epsilon);
     w[i] -= mom[i];
-  }
+  });
 }
 
 absl::Status Invalid(absl::string_view key, absl::string_view requirement,
