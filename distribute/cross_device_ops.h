@@ -24,6 +24,10 @@ class CrossDeviceOps {
   virtual absl::Status AllReduce(int replica, ReduceOp op, Tensor& buffer) = 0;
   virtual void Abort(const absl::Status& reason) = 0;
   virtual std::string name() const = 0;
+  // Whether a collective gains from its own thread. Device collectives
+  // (NCCL) only enqueue work and overlap compute; host collectives run on
+  // the cores that compute, so they run inline on the replica thread.
+  virtual bool overlaps_compute() const = 0;
 };
 
 }  // namespace mirrortrain::distribute

@@ -21,6 +21,7 @@ class LocalAllReduce final : public CrossDeviceOps {
   absl::Status AllReduce(int replica, ReduceOp op, Tensor& buffer) override;
   void Abort(const absl::Status& reason) override { barrier_.Abort(reason); }
   std::string name() const override { return "local"; }
+  bool overlaps_compute() const override { return false; }
 
  private:
   const int replicas_;

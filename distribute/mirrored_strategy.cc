@@ -34,6 +34,10 @@ class MirroredStrategy::Replica final : public ReplicaContext {
                                                   Tensor buffer) override {
     auto done = std::make_shared<std::promise<absl::Status>>();
     std::shared_future<absl::Status> future = done->get_future().share();
+    if (!ops_->overlaps_compute()) {
+      done->set_value(ops_->AllReduce(id_, op, buffer));
+      return future;
+    }
     comm_.Post([this, op, buffer, done]() mutable {
       done->set_value(ops_->AllReduce(id_, op, buffer));
     });
@@ -46,7 +50,7 @@ class MirroredStrategy::Replica final : public ReplicaContext {
   const int id_, count_;
   const Device device_;
   CrossDeviceOps* ops_;
-  ThreadPool comm_{1};  // Runs this replica's collectives in order.
+  ThreadPool comm_{1};  // Runs this replica's device collectives in order.
   std::unique_ptr<ThreadPool> worker_;
 };
 

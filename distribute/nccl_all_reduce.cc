@@ -85,6 +85,7 @@ class NcclAllReduce final : public CrossDeviceOps {
   }
 
   std::string name() const override { return "nccl"; }
+  bool overlaps_compute() const override { return true; }
 
  private:
   std::vector<int> devices_;

@@ -12,6 +12,8 @@ scripts/setup.sh >/dev/null
 
 THREADS="${THREADS:-$(nproc)}"
 BATCH="${BATCH:-128}"
+# Runs per number; the median is reported (shared VMs vary by +-15%).
+REPEAT="${REPEAT:-3}"
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
 
@@ -28,17 +30,28 @@ mt_rate() {  # model steps log_every [extra --set args...]
   python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1]) if '\"train\"' in l]; print(round(r[-1]['samples_per_sec'],1))" "$dir/metrics.jsonl"
 }
 
-echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'); threads=$THREADS batch=$BATCH"
+median() { python3 -c "import statistics,sys; print(round(statistics.median(map(float, sys.argv[1:])), 1))" "$@"; }
+# Median over REPEAT runs of a command printing one number.
+med() {
+  local values=()
+  for ((i = 0; i < REPEAT; i++)); do values+=("$("$@")"); done
+  median "${values[@]}"
+}
+pt_rate() {  # model steps
+  python3 scripts/bench/torch_cpu.py --model "$1" --batch "$BATCH" \
+    --threads "$THREADS" --steps "$2" --warmup 5 |
+    python3 -c "import json,sys; print(json.load(sys.stdin)['samples_per_sec'])"
+}
+
+echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'); threads=$THREADS batch=$BATCH; median of $REPEAT runs"
 for model in mlp cnn; do
   if [[ $model == mlp ]]; then steps=600; every=300; tsteps=300; else steps=40; every=20; tsteps=20; fi
-  mt=$(mt_rate "$model" "$steps" "$every")
+  mt=$(med mt_rate "$model" "$steps" "$every")
   if python3 -c "import torch" 2>/dev/null; then
-    pt=$(python3 scripts/bench/torch_cpu.py --model "$model" --batch "$BATCH" \
-         --threads "$THREADS" --steps "$tsteps" --warmup 5 |
-         python3 -c "import json,sys; d=json.load(sys.stdin); print(round(d['samples_per_sec'],1), d['version'])")
-    read -r pt_rate pt_version <<<"$pt"
-    ratio=$(python3 -c "print(round($mt/$pt_rate, 2))")
-    echo "$model: mirrortrain $mt samples/s, pytorch $pt_version $pt_rate samples/s, ratio ${ratio}x"
+    pt_version=$(python3 -c "import torch; print(torch.__version__)")
+    pt=$(med pt_rate "$model" "$tsteps")
+    ratio=$(python3 -c "print(round($mt/$pt, 2))")
+    echo "$model: mirrortrain $mt samples/s, pytorch $pt_version $pt samples/s, ratio ${ratio}x"
   else
     echo "$model: mirrortrain $mt samples/s (no torch for comparison)"
   fi
@@ -47,9 +60,9 @@ done
 if [[ "${1:-}" == "--strategies" ]]; then
   for model in mlp cnn; do
     if [[ $model == mlp ]]; then steps=600; every=300; else steps=40; every=20; fi
-    one=$(mt_rate "$model" "$steps" "$every" --set distribute.strategy=one_device --set "distribute.devices=[cpu:0]")
-    m1=$(mt_rate "$model" "$steps" "$every" --set distribute.strategy=mirrored --set "distribute.devices=[cpu:0]")
-    m2=$(mt_rate "$model" "$steps" "$every" --set distribute.strategy=mirrored --set "distribute.devices=[cpu:0,cpu:1]")
+    one=$(med mt_rate "$model" "$steps" "$every" --set distribute.strategy=one_device --set "distribute.devices=[cpu:0]")
+    m1=$(med mt_rate "$model" "$steps" "$every" --set distribute.strategy=mirrored --set "distribute.devices=[cpu:0]")
+    m2=$(med mt_rate "$model" "$steps" "$every" --set distribute.strategy=mirrored --set "distribute.devices=[cpu:0,cpu:1]")
     python3 - "$model" "$one" "$m1" "$m2" <<'PY'
 import sys
 model, one, m1, m2 = sys.argv[1], *map(float, sys.argv[2:])

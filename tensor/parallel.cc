@@ -1,6 +1,7 @@
 #include "tensor/parallel.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 
@@ -32,19 +33,28 @@ void ParallelFor(int64_t n, int64_t min_chunk,
     fn(0, n);
     return;
   }
+  // Completion: workers decrement `remaining` under `mu`; the caller polls it
+  // briefly (most chunks take microseconds), then blocks. Taking `mu` once
+  // before returning guarantees no worker still touches this stack frame.
   std::mutex mu;
   std::condition_variable cv;
-  int64_t remaining = threads - 1;
+  std::atomic<int64_t> remaining{threads - 1};
   for (int64_t t = 1; t < threads; ++t) {
     pool.Post([&, t] {
       fn(n * t / threads, n * (t + 1) / threads);
       std::lock_guard<std::mutex> lock(mu);
-      if (--remaining == 0) cv.notify_one();
+      if (remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        cv.notify_one();
+      }
     });
   }
   fn(0, n / threads);
+  for (int i = 0; i < 4000 && remaining.load(std::memory_order_acquire) != 0;
+       ++i) {
+    __builtin_ia32_pause();
+  }
   std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock, [&] { return remaining == 0; });
+  cv.wait(lock, [&] { return remaining.load(std::memory_order_acquire) == 0; });
 }
 
 }  // namespace mirrortrain

@@ -1,6 +1,19 @@
 #include "tensor/thread_pool.h"
 
 namespace mirrortrain {
+namespace {
+
+constexpr int kSpins = 4000;
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int threads) {
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
@@ -19,12 +32,18 @@ void ThreadPool::Post(std::function<void()> task) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     tasks_.push_back(std::move(task));
+    queued_.fetch_add(1, std::memory_order_release);
   }
   cv_.notify_one();
 }
 
 void ThreadPool::Loop() {
   for (;;) {
+    // ~20-50 us of polling before blocking.
+    for (int i = 0; i < kSpins && queued_.load(std::memory_order_acquire) == 0;
+         ++i) {
+      CpuRelax();
+    }
     std::function<void()> task;
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -32,6 +51,7 @@ void ThreadPool::Loop() {
       if (tasks_.empty()) return;  // Stopping, and nothing left.
       task = std::move(tasks_.front());
       tasks_.pop_front();
+      queued_.fetch_sub(1, std::memory_order_relaxed);
     }
     task();
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "tensor/gradient_tape.h"
 #include "tensor/ops/op_util.h"
@@ -67,24 +68,29 @@ template <typename T>
 void MaxPoolBackward(const PoolGeometry& g, const T* x, const T* y,
                      const T* dy, T* dx) {
   ParallelFor(g.n, 1, [&](int64_t begin, int64_t end) {
+    // Per channel: has this window's gradient been routed yet. Cells are
+    // visited in row-major order with channels innermost (contiguous).
+    std::vector<uint8_t> routed(g.c);
     for (int64_t i = begin; i < end; ++i) {
       for (int64_t oy = 0; oy < g.wy.out; ++oy) {
         for (int64_t ox = 0; ox < g.wx.out; ++ox) {
           const int64_t out = ((i * g.wy.out + oy) * g.wx.out + ox) * g.c;
-          for (int64_t ch = 0; ch < g.c; ++ch) {
-            const T m = y[out + ch];
-            int64_t hit = -1;
-            for (int64_t yy = g.y0(oy); yy < g.y1(oy) && hit < 0; ++yy) {
-              for (int64_t xx = g.x0(ox); xx < g.x1(ox); ++xx) {
-                const int64_t idx = ((i * g.h + yy) * g.w + xx) * g.c + ch;
-                const T v = x[idx];
-                if (v == m || (v != v && m != m)) {
-                  hit = idx;
-                  break;
-                }
+          const T* m = y + out;
+          const T* grad = dy + out;
+          std::fill(routed.begin(), routed.end(), 0);
+          for (int64_t yy = g.y0(oy); yy < g.y1(oy); ++yy) {
+            for (int64_t xx = g.x0(ox); xx < g.x1(ox); ++xx) {
+              const int64_t base = ((i * g.h + yy) * g.w + xx) * g.c;
+              const T* cell = x + base;
+              T* d = dx + base;
+              for (int64_t ch = 0; ch < g.c; ++ch) {
+                const bool hit = !routed[ch] &&
+                                 (cell[ch] == m[ch] ||
+                                  (cell[ch] != cell[ch] && m[ch] != m[ch]));
+                d[ch] += hit ? grad[ch] : T(0);
+                routed[ch] |= hit;
               }
             }
-            if (hit >= 0) dx[hit] += dy[out + ch];
           }
         }
       }
