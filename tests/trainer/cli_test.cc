@@ -70,8 +70,11 @@ int Wait(pid_t pid) {
 }
 
 Result RunCli(const std::vector<std::string>& args) {
-  const std::string dir = ::testing::TempDir();
-  const std::string out = dir + "/cli_out.txt", err = dir + "/cli_err.txt";
+  // Per process and call: ctest runs test cases of this file in parallel.
+  static int calls = 0;
+  const std::string prefix = absl::StrCat(::testing::TempDir(), "/cli_",
+                                          getpid(), "_", calls++);
+  const std::string out = prefix + "_out.txt", err = prefix + "_err.txt";
   Result r;
   r.exit_code = Wait(Start(args, out, err));
   r.out = ReadFile(out);
