@@ -1,6 +1,7 @@
 #include "tests/test_util.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -67,6 +68,30 @@ absl::StatusOr<std::map<std::string, Tensor>> LoadGolden(
 
 std::string GoldenPath(const std::string& name) {
   return absl::StrCat(MT_SOURCE_DIR, "/tests/golden/", name);
+}
+
+const std::map<std::string, Tensor>& CachedGolden(const std::string& name) {
+  static auto* cache = new std::map<std::string, std::map<std::string, Tensor>>;
+  auto it = cache->find(name);
+  if (it == cache->end()) {
+    auto loaded = LoadGolden(GoldenPath(name));
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    it = cache->emplace(name, loaded.ok() ? *std::move(loaded)
+                                          : std::map<std::string, Tensor>{})
+             .first;
+  }
+  return it->second;
+}
+
+std::string FreshTestDir(const std::string& prefix) {
+  const ::testing::TestInfo* info =
+      ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string dir = absl::StrCat(
+      ::testing::TempDir(), "/", prefix, "_", info->test_suite_name(), "_",
+      info->name());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
 }
 
 ::testing::AssertionResult AllClose(const Tensor& actual,

@@ -20,6 +20,13 @@ absl::StatusOr<std::map<std::string, Tensor>> LoadGolden(
     const std::string& path);
 // MT_SOURCE_DIR/tests/golden/<name>.
 std::string GoldenPath(const std::string& name);
+// The golden file `name`, loaded once per process (empty if unreadable; the
+// tests then fail on the missing names).
+const std::map<std::string, Tensor>& CachedGolden(const std::string& name);
+
+// A fresh, empty directory under TempDir() named after `prefix` and the
+// running test (unique when ctest runs test cases in parallel).
+std::string FreshTestDir(const std::string& prefix);
 
 // Elementwise |a - b| <= atol + rtol * |b| (host tensors, any float dtype);
 // reports the worst element.

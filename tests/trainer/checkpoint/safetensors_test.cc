@@ -124,13 +124,7 @@ TEST(JsonTest, IsValidUtf8) {
 class SafetensorsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const ::testing::TestInfo* info =
-        ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = (fs::path(::testing::TempDir()) /
-            absl::StrCat("safetensors_test_", info->name()))
-               .string();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = testing::FreshTestDir("safetensors_test");
   }
   void TearDown() override { fs::remove_all(dir_); }
 

@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tensor/cuda/cuda_backend.h"
+#include "tests/test_util.h"
 #include "trainer/checkpoint/safetensors.h"
 
 namespace mirrortrain::trainer {
@@ -37,13 +38,7 @@ std::vector<float> Floats(const Variable& v) {
 class SaverTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const ::testing::TestInfo* info =
-        ::testing::UnitTest::GetInstance()->current_test_info();
-    root_ = (fs::path(::testing::TempDir()) /
-             absl::StrCat("saver_test_", info->name()))
-                .string();
-    fs::remove_all(root_);
-    fs::create_directories(root_);
+    root_ = mirrortrain::testing::FreshTestDir("saver_test");
     dir_ = root_ + "/run/checkpoints";  // Not created: Save makes it.
   }
   void TearDown() override { fs::remove_all(root_); }

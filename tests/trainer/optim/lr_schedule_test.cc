@@ -16,12 +16,7 @@ namespace mirrortrain::trainer {
 namespace {
 
 const std::map<std::string, Tensor>& Golden() {
-  static const auto* golden = [] {
-    auto loaded = testing::LoadGolden(testing::GoldenPath("ema_schedules.txt"));
-    return new std::map<std::string, Tensor>(
-        loaded.ok() ? *std::move(loaded) : std::map<std::string, Tensor>{});
-  }();
-  return *golden;
+  return testing::CachedGolden("ema_schedules.txt");
 }
 
 // The settings scripts/golden/ema_schedules.py gave Keras.
