@@ -50,6 +50,14 @@ absl::Status Unary(UnaryKind kind, DType dtype, const void* x, void* y,
 absl::Status Binary(BinaryKind kind, DType dtype, const void* a, const void* b,
                     void* out, int64_t n, int device);
 
+// Row-major C[m,n] = alpha * op(A) @ op(B) + beta * C on cuBLAS (f32 or
+// f64); lda/ldb are the row-major leading dimensions (columns as stored).
+// `tf32` lets f32 products use TF32 tensor cores.
+absl::Status Gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m,
+                  int64_t n, int64_t k, double alpha, const void* a,
+                  int64_t lda, const void* b, int64_t ldb, double beta,
+                  void* c, int device, bool tf32 = false);
+
 }  // namespace mirrortrain::cuda
 
 #endif  // MIRRORTRAIN_TENSOR_CUDA_CUDA_BACKEND_H_

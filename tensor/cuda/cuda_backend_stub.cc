@@ -36,4 +36,10 @@ absl::Status Binary(BinaryKind, DType, const void*, const void*, void*, int64_t,
   return NotBuilt();
 }
 
+absl::Status Gemm(DType, bool, bool, int64_t, int64_t, int64_t, double,
+                  const void*, int64_t, const void*, int64_t, double, void*,
+                  int, bool) {
+  return NotBuilt();
+}
+
 }  // namespace mirrortrain::cuda

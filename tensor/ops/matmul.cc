@@ -5,6 +5,7 @@
 #include "tensor/gradient_tape.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/cpu_threads.h"
+#include "tensor/cuda/cuda_backend.h"
 #include "tensor/parallel.h"
 #include "tensor/status_macros.h"
 
@@ -18,8 +19,8 @@ struct MatMulAttrs {
 
 absl::Status CheckMatMul(const char* op, const Tensor& a, const Tensor& b,
                          bool ta, bool tb, int64_t* m, int64_t* k, int64_t* n) {
+  // Same device (checked here); host tensors use OpenBLAS, GPU ones cuBLAS.
   MT_RETURN_IF_ERROR(internal::CheckFloatingSame(op, {&a, &b}));
-  MT_RETURN_IF_ERROR(internal::CheckHost(op, {&a, &b}));
   if (a.rank() != 2 || b.rank() != 2) {
     return internal::OpError(op, "operands must have rank 2", {&a, &b});
   }
@@ -110,13 +111,18 @@ namespace internal {
 
 absl::Status Gemm(const Tensor& a, const Tensor& b, bool ta, bool tb,
                   double alpha, double beta, Tensor& out, bool parallel) {
-  int64_t m, k, n;
+  int64_t m = 0, k = 0, n = 0;
   MT_RETURN_IF_ERROR(CheckMatMul("MatMul", a, b, ta, tb, &m, &k, &n));
   if (out.shape() != Shape{m, n} || out.dtype() != a.dtype()) {
     return OpError("MatMul", "output has the wrong shape or dtype",
                    {&a, &b, &out});
   }
   if (m == 0 || n == 0) return absl::OkStatus();
+  if (a.device().is_cuda()) {
+    return cuda::Gemm(a.dtype(), ta, tb, m, n, k, alpha, a.raw_data(),
+                      a.dim(1), b.raw_data(), b.dim(1), beta, out.raw_data(),
+                      a.device().index);
+  }
   if (!parallel) {
     MT_DISPATCH_FLOAT(a.dtype(), T,
                       SerialGemm<T>(a.data<T>(), b.data<T>(), ta, tb, m, n, k,
@@ -135,11 +141,13 @@ absl::Status Gemm(const Tensor& a, const Tensor& b, bool ta, bool tb,
 
 absl::StatusOr<Tensor> MatMul(const Tensor& a, const Tensor& b,
                               bool transpose_a, bool transpose_b) {
-  int64_t m, k, n;
+  int64_t m = 0, k = 0, n = 0;
   MT_RETURN_IF_ERROR(
       CheckMatMul("MatMul", a, b, transpose_a, transpose_b, &m, &k, &n));
-  Tensor out = Tensor::HostEmpty(a.dtype(), {m, n});
-  if (k == 0) std::memset(out.raw_data(), 0, out.bytes());
+  // Zeros when k == 0 (an empty sum), uninitialised otherwise.
+  MT_ASSIGN_OR_RETURN(Tensor out,
+                      k == 0 ? Tensor::Zeros(a.dtype(), {m, n}, a.device())
+                             : Tensor::Empty(a.dtype(), {m, n}, a.device()));
   MT_RETURN_IF_ERROR(
       internal::Gemm(a, b, transpose_a, transpose_b, 1.0, 0.0, out));
   tape::RecordOperation("MatMul", {a, b}, {out},

@@ -3,6 +3,7 @@
 #include "gtest/gtest.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/ops/math_ops.h"
+#include "tensor/ops/matmul.h"
 #include "tests/test_util.h"
 
 namespace mirrortrain {
@@ -45,6 +46,30 @@ TEST_F(CudaOpsTest, MissingGpuIsReported) {
   absl::Status s = cuda::CheckDevice(cuda::DeviceCount());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("visible"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace mirrortrain
+
+namespace mirrortrain {
+namespace {
+
+TEST_F(CudaOpsTest, MatMulOnCublasMatchesCpuForEveryTranspose) {
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        Tensor a = testing::RandomTensor(ta ? Shape{67, 45} : Shape{45, 67}, 5, dtype);
+        Tensor b = testing::RandomTensor(tb ? Shape{33, 67} : Shape{67, 33}, 6, dtype);
+        Tensor cpu = *ops::MatMul(a, b, ta, tb);
+        absl::StatusOr<Tensor> gpu =
+            ops::MatMul(*a.To(Device::Cuda(0)), *b.To(Device::Cuda(0)), ta, tb);
+        ASSERT_TRUE(gpu.ok()) << gpu.status();
+        EXPECT_EQ(gpu->device(), Device::Cuda(0));
+        EXPECT_TRUE(testing::AllClose(*gpu->To(Device::Cpu()), cpu, 1e-5, 1e-5))
+            << "ta=" << ta << " tb=" << tb;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,96 @@
+// Matrix products on cuBLAS. cuBLAS is column-major: a row-major C = A B is
+// the column-major C^T = B^T A^T, so operands are passed swapped.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <map>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "tensor/cuda/cuda_backend.h"
+#include "tensor/cuda/cuda_check.h"
+#include "tensor/cuda/device_guard.h"
+#include "tensor/status_macros.h"
+
+#define MT_CUBLAS_RETURN_IF_ERROR(call)                                    \
+  do {                                                                     \
+    cublasStatus_t _mt_cublas = (call);                                    \
+    if (_mt_cublas != CUBLAS_STATUS_SUCCESS) {                             \
+      return absl::InternalError(absl::StrCat(                             \
+          #call, " failed at ", __FILE__, ":", __LINE__, ": ",             \
+          cublasGetStatusName(_mt_cublas), ": ",                           \
+          cublasGetStatusString(_mt_cublas)));                             \
+    }                                                                      \
+  } while (0)
+
+namespace mirrortrain::cuda {
+namespace {
+
+// Owns one cuBLAS handle; destroyed with its thread's handle table.
+class CublasHandle {
+ public:
+  explicit CublasHandle(cublasHandle_t h) : handle_(h) {}
+  CublasHandle(const CublasHandle&) = delete;
+  CublasHandle& operator=(const CublasHandle&) = delete;
+  ~CublasHandle() {
+    if (handle_ != nullptr) cublasDestroy(handle_);
+  }
+  cublasHandle_t get() const { return handle_; }
+
+ private:
+  cublasHandle_t handle_;
+};
+
+// cuBLAS handles are not thread-safe to share: one per (thread, device).
+absl::StatusOr<cublasHandle_t> HandleFor(int device) {
+  thread_local std::map<int, std::unique_ptr<CublasHandle>> handles;
+  auto it = handles.find(device);
+  if (it == handles.end()) {
+    cublasHandle_t h = nullptr;
+    MT_CUBLAS_RETURN_IF_ERROR(cublasCreate(&h));
+    it = handles.emplace(device, std::make_unique<CublasHandle>(h)).first;
+  }
+  return it->second->get();
+}
+
+}  // namespace
+
+absl::Status Gemm(DType dtype, bool ta, bool tb, int64_t m, int64_t n,
+                  int64_t k, double alpha, const void* a, int64_t lda,
+                  const void* b, int64_t ldb, double beta, void* c, int device,
+                  bool tf32) {
+  if (m == 0 || n == 0) return absl::OkStatus();
+  DeviceGuard guard;
+  MT_RETURN_IF_ERROR(guard.Set(device));
+  MT_ASSIGN_OR_RETURN(cublasHandle_t h, HandleFor(device));
+  cudaStream_t stream = static_cast<cudaStream_t>(CurrentStream());
+  if (stream == nullptr) stream = cudaStreamPerThread;
+  MT_CUBLAS_RETURN_IF_ERROR(cublasSetStream(h, stream));
+  const cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (dtype == DType::kF32) {
+    MT_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(
+        h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    const float al = static_cast<float>(alpha), be = static_cast<float>(beta);
+    MT_CUBLAS_RETURN_IF_ERROR(cublasSgemm(
+        h, op_b, op_a, static_cast<int>(n), static_cast<int>(m),
+        static_cast<int>(k), &al, static_cast<const float*>(b),
+        static_cast<int>(ldb), static_cast<const float*>(a),
+        static_cast<int>(lda), &be, static_cast<float*>(c),
+        static_cast<int>(n)));
+    return absl::OkStatus();
+  }
+  if (dtype == DType::kF64) {
+    MT_CUBLAS_RETURN_IF_ERROR(cublasDgemm(
+        h, op_b, op_a, static_cast<int>(n), static_cast<int>(m),
+        static_cast<int>(k), &alpha, static_cast<const double*>(b),
+        static_cast<int>(ldb), static_cast<const double*>(a),
+        static_cast<int>(lda), &beta, static_cast<double*>(c),
+        static_cast<int>(n)));
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("cuBLAS GEMM takes f32 or f64, got ", DTypeName(dtype)));
+}
+
+}  // namespace mirrortrain::cuda
