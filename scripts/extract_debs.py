@@ -30,7 +30,11 @@ def main() -> None:
                 if name.endswith(".zst"):
                     raise SystemExit(f"{deb}: zstd data is not supported")
                 with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-                    tar.extractall(root, filter="tar")
+                    # Extraction filters exist from Python 3.11.4 on.
+                    if hasattr(tarfile, "tar_filter"):
+                        tar.extractall(root, filter="tar")
+                    else:
+                        tar.extractall(root)
         print(f"unpacked {deb.name}")
 
 

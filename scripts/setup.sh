@@ -29,6 +29,10 @@ if [[ -n "$OFFLINE" ]]; then
     -Dabsl_DIR="$LIB/cmake/absl" -Dyaml-cpp_DIR="$LIB/cmake/yaml-cpp"
     -DGTest_DIR="$LIB/cmake/GTest" -Dbenchmark_DIR="$LIB/cmake/benchmark"
     -DMT_DEPS_ROOT="$ROOT"
+    # DT_RPATH (not RUNPATH) also serves the libraries' own dependencies
+    # (libopenblas -> libgfortran), so nothing needs LD_LIBRARY_PATH.
+    -DCMAKE_BUILD_RPATH="$LIB;$LIB/openblas-pthread"
+    -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags
   )
   echo "setup: offline, libraries from $ROOT; Fashion-MNIST in $ROOT/usr/share/datasets/fashion-mnist (--set data.dir=...)" >&2
   PACKAGES=()
