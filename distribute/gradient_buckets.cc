@@ -11,8 +11,7 @@ BucketPlan PlanBuckets(absl::Span<const int64_t> bytes, int64_t bucket_bytes,
   int64_t filled = 0;
   int64_t limit = std::min(first_bucket_bytes, bucket_bytes);
   for (size_t i = bytes.size(); i-- > 0;) {
-    if (plan.buckets.empty() ||
-        (filled > 0 && filled + bytes[i] > limit)) {
+    if (plan.buckets.empty() || (filled > 0 && filled + bytes[i] > limit)) {
       if (!plan.buckets.empty()) limit = bucket_bytes;
       plan.buckets.emplace_back();
       filled = 0;
@@ -46,9 +45,9 @@ absl::Status GradientBuckets::Ready(size_t index, const Tensor& grad) {
         absl::StrCat("gradient ", index, " reported twice or unplanned"));
   }
   if (grad.shape() != shapes_[index] || grad.dtype() != dtype_) {
-    return absl::InternalError(absl::StrCat(
-        "gradient ", index, " is ", grad.DebugString(), ", planned ",
-        ShapeToString(shapes_[index])));
+    return absl::InternalError(absl::StrCat("gradient ", index, " is ",
+                                            grad.DebugString(), ", planned ",
+                                            ShapeToString(shapes_[index])));
   }
   grads_[index] = grad;
   --missing_[bucket_of_[index]];
@@ -83,9 +82,9 @@ absl::Status GradientBuckets::LaunchReadyBuckets() {
 
 absl::StatusOr<std::vector<Tensor>> GradientBuckets::Finish() {
   if (next_bucket_ != static_cast<int>(plan_->buckets.size())) {
-    return absl::InternalError(absl::StrCat(
-        "only ", next_bucket_, " of ", plan_->buckets.size(),
-        " gradient buckets were complete at the end of backward"));
+    return absl::InternalError(
+        absl::StrCat("only ", next_bucket_, " of ", plan_->buckets.size(),
+                     " gradient buckets were complete at the end of backward"));
   }
   absl::Status first_error;
   for (auto& f : pending_) {

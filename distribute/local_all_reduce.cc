@@ -34,8 +34,8 @@ absl::Status LocalAllReduce::AllReduce(int replica, ReduceOp op,
         "local all-reduce of device memory (", buffer.DebugString(),
         ") needs the CUDA backend's device all-reduce"));
   }
-  const std::string what =
-      absl::StrCat("all-reduce #", calls_[replica]++, " (", buffer.DebugString(), ")");
+  const std::string what = absl::StrCat("all-reduce #", calls_[replica]++, " (",
+                                        buffer.DebugString(), ")");
   posted_[replica] = &buffer;
   MT_RETURN_IF_ERROR(barrier_.Wait(replica, what));
   // Everyone's buffer is posted and stays untouched until the last barrier.

@@ -115,8 +115,8 @@ absl::Status MirroredStrategy::Run(const ReplicaFn& fn) {
     status[r] = fn(*replicas_[r]);
     // A failed replica would leave the others waiting in a collective.
     if (!status[r].ok()) {
-      ops_->Abort(absl::AbortedError(absl::StrCat(
-          "replica ", r, " failed: ", status[r].message())));
+      ops_->Abort(absl::AbortedError(
+          absl::StrCat("replica ", r, " failed: ", status[r].message())));
     }
     done[r].set_value();
   };
@@ -130,8 +130,8 @@ absl::Status MirroredStrategy::Run(const ReplicaFn& fn) {
   for (int r = 0; r < n; ++r) {
     if (status[r].ok()) continue;
     if (first.ok() || (absl::IsAborted(first) && !absl::IsAborted(status[r]))) {
-      first = absl::Status(status[r].code(),
-                           absl::StrCat("replica ", r, ": ", status[r].message()));
+      first = absl::Status(status[r].code(), absl::StrCat("replica ", r, ": ",
+                                                          status[r].message()));
     }
   }
   if (!first.ok()) broken_ = first;

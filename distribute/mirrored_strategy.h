@@ -30,8 +30,7 @@ class MirroredStrategy final : public Strategy {
       const std::vector<Device>& devices, const MirroredOptions& options);
   // For tests: any CrossDeviceOps (e.g. one that stalls).
   static absl::StatusOr<std::unique_ptr<MirroredStrategy>> CreateWithOps(
-      const std::vector<Device>& devices,
-      std::unique_ptr<CrossDeviceOps> ops);
+      const std::vector<Device>& devices, std::unique_ptr<CrossDeviceOps> ops);
   ~MirroredStrategy() override;
 
   int num_replicas() const override {

@@ -15,9 +15,9 @@ absl::StatusOr<MirroredVariable> MirroredVariable::Create(
   for (Variable* v : copies) {
     if (v == nullptr || v->name() != copies[0]->name() ||
         v->dtype() != copies[0]->dtype() || v->shape() != copies[0]->shape()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "MirroredVariable '", copies[0]->name(),
-          "': replica copies differ in name, dtype or shape"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("MirroredVariable '", copies[0]->name(),
+                       "': replica copies differ in name, dtype or shape"));
     }
   }
   MirroredVariable m(std::move(copies));
@@ -32,9 +32,9 @@ absl::Status MirroredVariable::CheckIdentical() const {
     if (other.bytes() != reference.bytes() ||
         std::memcmp(other.raw_data(), reference.raw_data(), other.bytes()) !=
             0) {
-      return absl::InternalError(absl::StrCat(
-          "replica invariant broken: '", name(), "' on replica ", r,
-          " differs from replica 0"));
+      return absl::InternalError(absl::StrCat("replica invariant broken: '",
+                                              name(), "' on replica ", r,
+                                              " differs from replica 0"));
     }
   }
   return absl::OkStatus();

@@ -9,15 +9,14 @@
 #include "tensor/cuda/device_guard.h"
 #include "tensor/status_macros.h"
 
-#define MT_NCCL_RETURN_IF_ERROR(call)                                      \
-  do {                                                                     \
-    ncclResult_t _mt_nccl = (call);                                        \
-    if (_mt_nccl != ncclSuccess) {                                         \
-      return absl::InternalError(absl::StrCat(#call, " failed at ",        \
-                                              __FILE__, ":", __LINE__,     \
-                                              ": ",                        \
+#define MT_NCCL_RETURN_IF_ERROR(call)                                         \
+  do {                                                                        \
+    ncclResult_t _mt_nccl = (call);                                           \
+    if (_mt_nccl != ncclSuccess) {                                            \
+      return absl::InternalError(absl::StrCat(#call, " failed at ", __FILE__, \
+                                              ":", __LINE__, ": ",            \
                                               ncclGetErrorString(_mt_nccl))); \
-    }                                                                      \
+    }                                                                         \
   } while (0)
 
 namespace mirrortrain::distribute {

@@ -26,11 +26,11 @@ absl::Status ReplicaBarrier::Wait(int replica, const std::string& what) {
     for (int r = 0; r < replicas_; ++r) {
       if (!arrived_[r]) missing.push_back(r);
     }
-    aborted_ = absl::DeadlineExceededError(absl::StrCat(
-        "watchdog: replica(s) ", absl::StrJoin(missing, ", "),
-        " did not reach ", what, " within ",
-        std::chrono::duration<double>(timeout_).count(), " s (replica ",
-        replica, " waited)"));
+    aborted_ = absl::DeadlineExceededError(
+        absl::StrCat("watchdog: replica(s) ", absl::StrJoin(missing, ", "),
+                     " did not reach ", what, " within ",
+                     std::chrono::duration<double>(timeout_).count(),
+                     " s (replica ", replica, " waited)"));
     cv_.notify_all();
   }
   return aborted_;

@@ -4,8 +4,8 @@
 
 namespace mirrortrain::distribute {
 
-std::shared_future<absl::Status> ReplicaContext::AllReduceAsync(
-    ReduceOp op, Tensor buffer) {
+std::shared_future<absl::Status> ReplicaContext::AllReduceAsync(ReduceOp op,
+                                                                Tensor buffer) {
   std::promise<absl::Status> done;
   done.set_value(AllReduce(op, absl::MakeSpan(&buffer, 1)));
   return done.get_future().share();

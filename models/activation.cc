@@ -10,8 +10,9 @@ absl::StatusOr<Activation> ParseActivation(const std::string& name) {
   if (name == "tanh") return Activation::kTanh;
   if (name == "sigmoid") return Activation::kSigmoid;
   if (name == "linear" || name.empty()) return Activation::kLinear;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown activation '", name, "' (expected relu, tanh, sigmoid, linear)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown activation '", name,
+                   "' (expected relu, tanh, sigmoid, linear)"));
 }
 
 absl::StatusOr<Tensor> Activate(Activation activation, const Tensor& x) {

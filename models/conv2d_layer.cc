@@ -8,9 +8,8 @@
 namespace mirrortrain::models {
 
 absl::StatusOr<std::unique_ptr<Conv2DLayer>> Conv2DLayer::Create(
-    std::string name, int64_t in_channels, int64_t filters,
-    int64_t kernel_size, ops::Padding padding, Activation activation,
-    uint64_t seed, Device device) {
+    std::string name, int64_t in_channels, int64_t filters, int64_t kernel_size,
+    ops::Padding padding, Activation activation, uint64_t seed, Device device) {
   MT_ASSIGN_OR_RETURN(
       Tensor k,
       GlorotUniform({kernel_size, kernel_size, in_channels, filters}, seed)
@@ -21,9 +20,9 @@ absl::StatusOr<std::unique_ptr<Conv2DLayer>> Conv2DLayer::Create(
   MT_ASSIGN_OR_RETURN(Variable bias,
                       Variable::Create(absl::StrCat(name, "/bias"), b));
   ops::Conv2DOptions options{1, 1, padding};
-  return std::unique_ptr<Conv2DLayer>(new Conv2DLayer(
-      std::move(name), std::move(kernel), std::move(bias), options,
-      activation));
+  return std::unique_ptr<Conv2DLayer>(
+      new Conv2DLayer(std::move(name), std::move(kernel), std::move(bias),
+                      options, activation));
 }
 
 absl::StatusOr<Tensor> Conv2DLayer::Call(const Tensor& x,
@@ -36,14 +35,14 @@ absl::StatusOr<Tensor> Conv2DLayer::Call(const Tensor& x,
 absl::StatusOr<Shape> Conv2DLayer::OutputShape(const Shape& input) const {
   const Shape& k = kernel_.shape();
   if (input.size() != 4 || input[3] != k[2]) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name(), ": expects NHWC input with ", k[2], " channels, got ",
-        ShapeToString(input)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name(), ": expects NHWC input with ", k[2],
+                     " channels, got ", ShapeToString(input)));
   }
-  ops::Window1D wy = ops::ComputeWindow(input[1], k[0], options_.stride_h,
-                                        options_.padding);
-  ops::Window1D wx = ops::ComputeWindow(input[2], k[1], options_.stride_w,
-                                        options_.padding);
+  ops::Window1D wy =
+      ops::ComputeWindow(input[1], k[0], options_.stride_h, options_.padding);
+  ops::Window1D wx =
+      ops::ComputeWindow(input[2], k[1], options_.stride_w, options_.padding);
   return Shape{input[0], wy.out, wx.out, k[3]};
 }
 

@@ -30,9 +30,9 @@ absl::StatusOr<Tensor> DenseLayer::Call(const Tensor& x,
 
 absl::StatusOr<Shape> DenseLayer::OutputShape(const Shape& input) const {
   if (input.size() != 2 || input[1] != kernel_.shape()[0]) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name(), ": expects input [batch, ", kernel_.shape()[0], "], got ",
-        ShapeToString(input)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name(), ": expects input [batch, ", kernel_.shape()[0],
+                     "], got ", ShapeToString(input)));
   }
   return Shape{input[0], kernel_.shape()[1]};
 }

@@ -12,8 +12,9 @@ namespace mirrortrain::models {
 // sum_i xent(logits_i, label_i) / global_batch_size: each replica divides
 // its shard's sum by the GLOBAL batch, so the summed replica gradients equal
 // the gradient of the global-batch mean (tf.nn.compute_average_loss).
-absl::StatusOr<Tensor> SparseCategoricalCrossentropy(
-    const Tensor& logits, const Tensor& labels, int64_t global_batch_size);
+absl::StatusOr<Tensor> SparseCategoricalCrossentropy(const Tensor& logits,
+                                                     const Tensor& labels,
+                                                     int64_t global_batch_size);
 
 // Number of rows whose argmax equals the label.
 absl::StatusOr<int64_t> CountCorrect(const Tensor& logits,

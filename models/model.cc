@@ -45,18 +45,17 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Build(const ModelSpec& spec,
   int dense_n = 0, conv_n = 0, pool_n = 0, flat_n = 0, drop_n = 0;
   int layer_index = 0;
   auto dense = [&](int64_t units, Activation a) -> absl::Status {
-    MT_ASSIGN_OR_RETURN(auto layer,
-                        DenseLayer::Create(KerasName("dense", &dense_n),
-                                           shape[1], units, a,
-                                           LayerSeed(seed, layer_index++),
-                                           device));
+    MT_ASSIGN_OR_RETURN(
+        auto layer,
+        DenseLayer::Create(KerasName("dense", &dense_n), shape[1], units, a,
+                           LayerSeed(seed, layer_index++), device));
     return m->Add(std::move(layer), &shape);
   };
   auto dropout = [&]() -> absl::Status {
     if (spec.dropout <= 0) return absl::OkStatus();
     const int index = drop_n;
-    return m->Add(std::make_unique<DropoutLayer>(
-                      KerasName("dropout", &drop_n), spec.dropout, index),
+    return m->Add(std::make_unique<DropoutLayer>(KerasName("dropout", &drop_n),
+                                                 spec.dropout, index),
                   &shape);
   };
   auto flatten = [&]() {
@@ -79,10 +78,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Build(const ModelSpec& spec,
                               LayerSeed(seed, layer_index++), device));
       MT_RETURN_IF_ERROR(m->Add(std::move(conv), &shape));
       ops::Pool2DOptions pool{2, 2, 2, 2, ops::Padding::kValid};
-      MT_RETURN_IF_ERROR(m->Add(
-          std::make_unique<MaxPool2DLayer>(KerasName("max_pooling2d", &pool_n),
-                                           pool),
-          &shape));
+      MT_RETURN_IF_ERROR(m->Add(std::make_unique<MaxPool2DLayer>(
+                                    KerasName("max_pooling2d", &pool_n), pool),
+                                &shape));
     }
     MT_RETURN_IF_ERROR(flatten());
     MT_RETURN_IF_ERROR(dense(spec.dense_units, act));
@@ -98,10 +96,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Build(const ModelSpec& spec,
 absl::StatusOr<Tensor> Model::Call(const Tensor& images,
                                    const ForwardContext& ctx) {
   if (images.rank() != static_cast<int>(input_shape_.size()) + 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model input must be [batch, ",
-                     ShapeToString(input_shape_), "], got ",
-                     images.DebugString()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model input must be [batch, ", ShapeToString(input_shape_), "], got ",
+        images.DebugString()));
   }
   Tensor x = images;
   for (auto& layer : layers_) {

@@ -17,7 +17,7 @@
 namespace mirrortrain::models {
 
 struct ModelSpec {
-  std::string name = "mlp";  // mlp | cnn
+  std::string name = "mlp";                        // mlp | cnn
   std::vector<int64_t> hidden_units = {256, 128};  // mlp
   std::string activation = "relu";
   double dropout = 0.0;

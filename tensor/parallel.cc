@@ -25,10 +25,10 @@ void ParallelFor(int64_t n, int64_t min_chunk,
                  const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   ThreadPool& pool = Pool();
-  const int64_t threads = std::min<int64_t>(
-      {static_cast<int64_t>(CpuMathThreads()),
-       static_cast<int64_t>(pool.size()) + 1,
-       n / std::max<int64_t>(min_chunk, 1)});
+  const int64_t threads =
+      std::min<int64_t>({static_cast<int64_t>(CpuMathThreads()),
+                         static_cast<int64_t>(pool.size()) + 1,
+                         n / std::max<int64_t>(min_chunk, 1)});
   if (threads <= 1) {
     fn(0, n);
     return;

@@ -76,8 +76,9 @@ const std::map<std::string, Tensor>& CachedGolden(const std::string& name) {
   if (it == cache->end()) {
     auto loaded = LoadGolden(GoldenPath(name));
     EXPECT_TRUE(loaded.ok()) << loaded.status();
-    it = cache->emplace(name, loaded.ok() ? *std::move(loaded)
-                                          : std::map<std::string, Tensor>{})
+    it = cache
+             ->emplace(name, loaded.ok() ? *std::move(loaded)
+                                         : std::map<std::string, Tensor>{})
              .first;
   }
   return it->second;
@@ -86,9 +87,9 @@ const std::map<std::string, Tensor>& CachedGolden(const std::string& name) {
 std::string FreshTestDir(const std::string& prefix) {
   const ::testing::TestInfo* info =
       ::testing::UnitTest::GetInstance()->current_test_info();
-  const std::string dir = absl::StrCat(
-      ::testing::TempDir(), "/", prefix, "_", info->test_suite_name(), "_",
-      info->name());
+  const std::string dir =
+      absl::StrCat(::testing::TempDir(), "/", prefix, "_",
+                   info->test_suite_name(), "_", info->name());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

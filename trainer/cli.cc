@@ -45,7 +45,8 @@ constexpr char kTrainUsage[] =
     "  --set KEY=VALUE    override a config key by dotted path, e.g.\n"
     "                     --set optimizer.learning_rate=0.01\n"
     "                     --set distribute.devices=[cpu:0,cpu:1]\n"
-    "  --run_dir DIR      where config.yaml, metrics.jsonl, TensorBoard events\n"
+    "  --run_dir DIR      where config.yaml, metrics.jsonl, TensorBoard "
+    "events\n"
     "                     and checkpoints go (default runs/<config name>)\n";
 
 constexpr char kEvalUsage[] =
@@ -135,7 +136,8 @@ int Fail(const absl::Status& s) {
 }
 
 int Train(int argc, char** argv) {
-  absl::StatusOr<Args> args = ParseArgs(argc, argv, {"config", "set", "run_dir"});
+  absl::StatusOr<Args> args =
+      ParseArgs(argc, argv, {"config", "set", "run_dir"});
   if (!args.ok()) return Fail(args.status());
   if (args->help) {
     std::fputs(kTrainUsage, stdout);
@@ -147,8 +149,9 @@ int Train(int argc, char** argv) {
   }
   absl::StatusOr<Config> config = LoadConfig(args->config, args->sets);
   if (!config.ok()) return Fail(config.status());
-  std::string run_dir =
-      args->run_dir.empty() ? absl::StrCat("runs/", config->name) : args->run_dir;
+  std::string run_dir = args->run_dir.empty()
+                            ? absl::StrCat("runs/", config->name)
+                            : args->run_dir;
   InstallStopSignalHandlers();
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
       Trainer::Create(*config, run_dir, /*need_train_data=*/true);
@@ -176,13 +179,14 @@ int Eval(int argc, char** argv) {
   std::string weights = args->weights;
   if (weights.empty()) weights = config->ema.decay.has_value() ? "ema" : "raw";
   if (weights != "ema" && weights != "raw") {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--weights: expected raw or ema, got '", weights, "'")));
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--weights: expected raw or ema, got '", weights, "'")));
   }
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
       Trainer::Create(*config, /*run_dir=*/"", /*need_train_data=*/false);
   if (!trainer.ok()) return Fail(trainer.status());
-  if (absl::Status s = (*trainer)->RestoreCheckpoint(args->checkpoint); !s.ok()) {
+  if (absl::Status s = (*trainer)->RestoreCheckpoint(args->checkpoint);
+      !s.ok()) {
     return Fail(s);
   }
   absl::StatusOr<EvalResult> result = (*trainer)->Evaluate(weights == "ema");

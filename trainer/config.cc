@@ -202,9 +202,9 @@ class ConfigBuilder {
     if (!prefix.empty()) {
       if (const KeySpec* spec = FindKey(prefix)) {
         if (!Matches(node, spec->kind)) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              Where(source, node), ": ", prefix, ": expected ",
-              KindName(spec->kind), ", got ", Show(node)));
+          return absl::InvalidArgumentError(
+              absl::StrCat(Where(source, node), ": ", prefix, ": expected ",
+                           KindName(spec->kind), ", got ", Show(node)));
         }
         values_[prefix] = YAML::Clone(node);
         return absl::OkStatus();
@@ -336,13 +336,12 @@ class Validator {
     Check(v >= lo, key, absl::StrCat("must be >= ", lo, ", got ", v));
   }
   void Positive(double v, const char* key) {
-    Check(v > 0 && std::isfinite(v), key,
-          absl::StrCat("must be > 0, got ", v));
+    Check(v > 0 && std::isfinite(v), key, absl::StrCat("must be > 0, got ", v));
   }
   void UnitInterval(double v, const char* key, bool include_one) {
-    Check(v >= 0 && (include_one ? v <= 1 : v < 1), key,
-          absl::StrCat("must be in [0, 1", include_one ? "]" : ")", ", got ",
-                       v));
+    Check(
+        v >= 0 && (include_one ? v <= 1 : v < 1), key,
+        absl::StrCat("must be in [0, 1", include_one ? "]" : ")", ", got ", v));
   }
   absl::Status status() const { return status_; }
 
@@ -389,9 +388,9 @@ absl::Status Validate(const Config& c, const std::string& source) {
   v.UnitInterval(c.optimizer.rho, "optimizer.rho", false);
   v.AtLeast(c.optimizer.initial_accumulator_value, 0,
             "optimizer.initial_accumulator_value");
-  v.OneOf(c.optimizer.schedule.name, "optimizer.schedule.name",
-          {"constant", "exponential_decay", "piecewise_constant",
-           "cosine_decay"});
+  v.OneOf(
+      c.optimizer.schedule.name, "optimizer.schedule.name",
+      {"constant", "exponential_decay", "piecewise_constant", "cosine_decay"});
   v.AtLeast(c.optimizer.schedule.warmup_steps, 0,
             "optimizer.schedule.warmup_steps");
   if (c.optimizer.clip_global_norm) {

@@ -58,7 +58,7 @@ struct OptimizerConfig {
   double beta1, beta2, epsilon, rho, initial_accumulator_value;
   ScheduleConfig schedule;
   std::optional<double> clip_global_norm;
-  std::optional<double> clip_norm;  // Per tensor.
+  std::optional<double> clip_norm;   // Per tensor.
   std::optional<double> clip_value;  // Elementwise to [-v, v].
 };
 

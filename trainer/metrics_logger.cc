@@ -30,8 +30,9 @@ std::string JsonEscape(absl::string_view s) {
 }
 
 std::string ToJson(const MetricsRecord& r) {
-  std::string out = absl::StrCat("{\"step\": ", r.step, ", \"epoch\": ",
-                                 r.epoch, ", \"split\": \"", r.split, "\"");
+  std::string out =
+      absl::StrCat("{\"step\": ", r.step, ", \"epoch\": ", r.epoch,
+                   ", \"split\": \"", r.split, "\"");
   if (!r.weights.empty()) {
     absl::StrAppend(&out, ", \"weights\": \"", r.weights, "\"");
   }
@@ -70,8 +71,8 @@ absl::Status MetricsLogger::Log(const MetricsRecord& record) {
                            ? record.split
                            : absl::StrCat(record.split, "/", record.weights);
   for (const auto& [name, value] : record.values) {
-    MT_RETURN_IF_ERROR(
-        events_->WriteScalar(absl::StrCat(prefix, "/", name), record.step, value));
+    MT_RETURN_IF_ERROR(events_->WriteScalar(absl::StrCat(prefix, "/", name),
+                                            record.step, value));
   }
   return Flush();
 }

@@ -12,7 +12,8 @@ namespace {
 
 std::string FormatDuration(double seconds) {
   int64_t s = static_cast<int64_t>(seconds + 0.5);
-  if (s >= 3600) return absl::StrFormat("%d:%02d:%02d", s / 3600, s / 60 % 60, s % 60);
+  if (s >= 3600)
+    return absl::StrFormat("%d:%02d:%02d", s / 3600, s / 60 % 60, s % 60);
   return absl::StrFormat("%d:%02d", s / 60, s % 60);
 }
 
@@ -55,8 +56,8 @@ void Progress::Draw(int64_t step, double loss, double samples_per_sec) {
       done > 0 ? elapsed / done * static_cast<double>(total_steps_ - step) : 0;
   const int64_t epoch = (step - 1) / steps_per_epoch_;
   std::string stats = absl::StrFormat(
-      "step %d/%d epoch %d loss %.4f %.0f samples/s ETA %s", step,
-      total_steps_, epoch, loss, samples_per_sec, FormatDuration(eta));
+      "step %d/%d epoch %d loss %.4f %.0f samples/s ETA %s", step, total_steps_,
+      epoch, loss, samples_per_sec, FormatDuration(eta));
   if (tty_) {
     constexpr int kWidth = 30;
     const int filled = static_cast<int>(

@@ -1,12 +1,11 @@
 #include "trainer/trainer.h"
 
 #include <chrono>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "distribute/device_set.h"
@@ -18,8 +17,6 @@
 #include "tensor/ops/clip_ops.h"
 #include "tensor/status_macros.h"
 #include "trainer/checkpoint/atomic_file.h"
-#include "trainer/checkpoint/safetensors.h"
-#include "trainer/checkpoint/saver.h"
 #include "trainer/optim/optimizers.h"
 #include "trainer/signals.h"
 
@@ -112,18 +109,20 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   t->run_dir_ = run_dir;
   MT_ASSIGN_OR_RETURN(std::vector<Device> devices,
                       distribute::ResolveDevices(config.distribute.devices));
-  MT_ASSIGN_OR_RETURN(
-      t->strategy_,
-      distribute::MakeStrategy(config.distribute.strategy, devices,
-                               {config.distribute.cross_device_ops,
-                                config.distribute.bucket_bytes,
-                                config.distribute.watchdog_seconds}));
+  MT_ASSIGN_OR_RETURN(t->strategy_, distribute::MakeStrategy(
+                                        config.distribute.strategy, devices,
+                                        {config.distribute.cross_device_ops,
+                                         config.distribute.bucket_bytes,
+                                         config.distribute.watchdog_seconds}));
   const models::ModelSpec spec = SpecFrom(config.model);
   for (const Device& device : t->strategy_->devices()) {
     Replica r;
-    MT_ASSIGN_OR_RETURN(r.model, models::Model::Build(spec, config.seed, device));
-    MT_ASSIGN_OR_RETURN(r.optimizer, MakeOptimizer(OptionsFrom(config.optimizer)));
-    MT_RETURN_IF_ERROR(r.optimizer->CreateSlots(r.model->trainable_variables()));
+    MT_ASSIGN_OR_RETURN(r.model,
+                        models::Model::Build(spec, config.seed, device));
+    MT_ASSIGN_OR_RETURN(r.optimizer,
+                        MakeOptimizer(OptionsFrom(config.optimizer)));
+    MT_RETURN_IF_ERROR(
+        r.optimizer->CreateSlots(r.model->trainable_variables()));
     if (config.ema.decay.has_value()) {
       r.ema = std::make_unique<ExponentialMovingAverage>(
           *config.ema.decay, config.ema.use_num_updates);
@@ -139,8 +138,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     for (int r = 0; r < t->num_replicas(); ++r) {
       copies.push_back(t->ReplicaState(r)[i]);
     }
-    MT_ASSIGN_OR_RETURN(distribute::MirroredVariable m,
-                        distribute::MirroredVariable::Create(std::move(copies)));
+    MT_ASSIGN_OR_RETURN(
+        distribute::MirroredVariable m,
+        distribute::MirroredVariable::Create(std::move(copies)));
     t->mirrored_.push_back(std::move(m));
   }
   std::vector<int64_t> grad_bytes;
@@ -175,11 +175,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     std::error_code ec;
     std::filesystem::create_directories(run_dir, ec);
     if (ec) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(run_dir, ": cannot create run directory: ", ec.message()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          run_dir, ": cannot create run directory: ", ec.message()));
     }
-    MT_RETURN_IF_ERROR(WriteFileAtomically(run_dir + "/config.yaml",
-                                           config.resolved_yaml));
+    MT_RETURN_IF_ERROR(
+        WriteFileAtomically(run_dir + "/config.yaml", config.resolved_yaml));
     MT_ASSIGN_OR_RETURN(t->logger_, MetricsLogger::Create(run_dir));
   }
   return t;
@@ -206,108 +206,13 @@ absl::Status Trainer::CheckReplicasIdentical() const {
   return absl::OkStatus();
 }
 
-namespace {
-
-constexpr char kFormat[] = "mirrortrain/1";
-
-absl::StatusOr<int64_t> MetadataInt(const SafetensorsFile& file,
-                                    const std::string& key) {
-  auto it = file.metadata().find(key);
-  int64_t v = 0;
-  if (it == file.metadata().end() || !absl::SimpleAtoi(it->second, &v)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        file.path(), ": metadata '", key, "' is missing or not an integer"));
-  }
-  return v;
-}
-
-}  // namespace
-
-absl::Status Trainer::MaybeRestoreForTraining() {
-  const std::string& restore = config_.checkpoint.restore;
-  if (restore == "none") return absl::OkStatus();
-  if (restore == "latest") {
-    if (run_dir_.empty()) return absl::OkStatus();
-    absl::StatusOr<std::string> latest =
-        LatestCheckpoint(absl::StrCat(run_dir_, "/checkpoints"));
-    // No checkpoint yet: a fresh run.
-    if (absl::IsNotFound(latest.status())) return absl::OkStatus();
-    MT_RETURN_IF_ERROR(latest.status());
-    return RestoreCheckpoint(*latest);
-  }
-  return RestoreCheckpoint(restore);
-}
-
-absl::Status Trainer::RestoreCheckpoint(const std::string& path_or_dir) {
-  MT_ASSIGN_OR_RETURN(std::string path, ResolveCheckpoint(path_or_dir));
-  MT_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
-  MT_ASSIGN_OR_RETURN(int64_t step, MetadataInt(file, "step"));
-  MT_ASSIGN_OR_RETURN(int64_t input_epoch, MetadataInt(file, "input_epoch"));
-  MT_ASSIGN_OR_RETURN(int64_t input_batch, MetadataInt(file, "input_batch"));
-  // Restored once into replica 0 (all checks before any assignment), then
-  // mirrored to the other replicas.
-  MT_RETURN_IF_ERROR(Saver(ReplicaState(0)).Restore(path));
-  for (distribute::MirroredVariable& v : mirrored_) {
-    MT_ASSIGN_OR_RETURN(Tensor value, v.value().Clone());
-    MT_RETURN_IF_ERROR(v.AssignAll(value));
-  }
-  for (Replica& r : replicas_) r.optimizer->set_iterations(step);
-  if (train_iterator_) {
-    absl::Status seek = train_iterator_->Seek({input_epoch, input_batch});
-    if (!seek.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": input position (epoch ", input_epoch, ", batch ",
-          input_batch, ") does not fit this config's data: ", seek.message()));
-    }
-  }
-  auto hash = file.metadata().find("config_hash");
-  if (hash != file.metadata().end() &&
-      hash->second != absl::StrCat(config_.hash) && progress_ == nullptr) {
-    std::fprintf(stderr,
-                 "mirrortrain: note: %s was written with a different config\n",
-                 path.c_str());
-  }
-  restored_from_ = path;
-  last_saved_step_ = step;
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
-  const int64_t step = global_step();
-  MT_ASSIGN_OR_RETURN(Variable global_step,
-                      Variable::Create("global_step", Tensor::Scalar<int64_t>(step),
-                                       /*trainable=*/false));
-  std::vector<Variable*> vars = ReplicaState(0);
-  vars.push_back(&global_step);
-  const BatchIterator::Position pos = train_iterator_->position();
-  const int64_t steps_per_epoch = train_iterator_->BatchesPerEpoch();
-  const std::map<std::string, std::string> metadata = {
-      {"format", kFormat},
-      {"step", absl::StrCat(step)},
-      {"epoch", absl::StrCat(step / steps_per_epoch)},
-      {"input_epoch", absl::StrCat(pos.epoch)},
-      {"input_batch", absl::StrCat(pos.batch)},
-      // All randomness (init, shuffling, dropout) is a pure function of the
-      // seed and the step/epoch counters, so this is the whole RNG state.
-      {"rng", absl::StrCat("counter-based; seed ", config_.seed, ", step ", step)},
-      {"seed", absl::StrCat(config_.seed)},
-      {"config_hash", absl::StrCat(config_.hash)},
-      {"replicas", absl::StrCat(num_replicas())},
-  };
-  MT_ASSIGN_OR_RETURN(
-      std::string path,
-      Saver(vars).Save(absl::StrCat(run_dir_, "/checkpoints"), step, metadata,
-                       static_cast<int>(config_.checkpoint.max_to_keep)));
-  last_saved_step_ = step;
-  return path;
-}
-
 absl::Status Trainer::ClipGradients(std::vector<Tensor>& grads,
                                     int64_t step) const {
   const OptimizerConfig& o = config_.optimizer;
   if (o.clip_value) {
     for (Tensor& g : grads) {
-      MT_ASSIGN_OR_RETURN(g, ops::ClipByValue(g, -*o.clip_value, *o.clip_value));
+      MT_ASSIGN_OR_RETURN(g,
+                          ops::ClipByValue(g, -*o.clip_value, *o.clip_value));
     }
   }
   if (o.clip_norm) {
@@ -319,8 +224,8 @@ absl::Status Trainer::ClipGradients(std::vector<Tensor>& grads,
     MT_ASSIGN_OR_RETURN(ops::GlobalNormClipped clipped,
                         ops::ClipByGlobalNorm(grads, *o.clip_global_norm));
     if (!std::isfinite(clipped.global_norm)) {
-      return absl::AbortedError(absl::StrCat(
-          "non-finite gradient global norm at step ", step + 1));
+      return absl::AbortedError(
+          absl::StrCat("non-finite gradient global norm at step ", step + 1));
     }
     grads = std::move(clipped.tensors);
   }
@@ -333,10 +238,10 @@ absl::Status Trainer::ReplicaStep(distribute::ReplicaContext& ctx,
   const int64_t global_batch = batch.labels.dim(0);
   const distribute::ShardRange shard =
       distribute::ShardOf(global_batch, ctx.replica_id(), ctx.num_replicas());
-  MT_ASSIGN_OR_RETURN(Tensor images,
-                      batch.images.SliceRows(shard.begin, shard.end - shard.begin));
-  MT_ASSIGN_OR_RETURN(Tensor labels,
-                      batch.labels.SliceRows(shard.begin, shard.end - shard.begin));
+  MT_ASSIGN_OR_RETURN(Tensor images, batch.images.SliceRows(
+                                         shard.begin, shard.end - shard.begin));
+  MT_ASSIGN_OR_RETURN(Tensor labels, batch.labels.SliceRows(
+                                         shard.begin, shard.end - shard.begin));
   MT_ASSIGN_OR_RETURN(images, images.To(ctx.device()));
   MT_ASSIGN_OR_RETURN(labels, labels.To(ctx.device()));
 
@@ -349,7 +254,8 @@ absl::Status Trainer::ReplicaStep(distribute::ReplicaContext& ctx,
                                       DType::kF32);
   {
     GradientTape tape;
-    models::ForwardContext fctx{true, StepSeed(config_.seed, step), shard.begin};
+    models::ForwardContext fctx{true, StepSeed(config_.seed, step),
+                                shard.begin};
     MT_ASSIGN_OR_RETURN(Tensor logits, r.model->Call(images, fctx));
     MT_ASSIGN_OR_RETURN(Tensor loss, models::SparseCategoricalCrossentropy(
                                          logits, labels, global_batch));
@@ -379,7 +285,8 @@ absl::Status Trainer::Step(const Batch& batch, int64_t step) {
     return ReplicaStep(ctx, batch, step);
   });
   if (!s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("step ", step + 1, ": ", s.message()));
+    return absl::Status(s.code(),
+                        absl::StrCat("step ", step + 1, ": ", s.message()));
   }
   return absl::OkStatus();
 }
@@ -394,8 +301,8 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
   const int64_t n = test_data_.labels.dim(0);
   std::vector<double> loss_sums(num_replicas(), 0.0);
   std::vector<double> corrects(num_replicas(), 0.0);
-  MT_RETURN_IF_ERROR(strategy_->Run(
-      [&](distribute::ReplicaContext& ctx) -> absl::Status {
+  MT_RETURN_IF_ERROR(
+      strategy_->Run([&](distribute::ReplicaContext& ctx) -> absl::Status {
         const int id = ctx.replica_id();
         Replica& r = replicas_[id];
         std::optional<ScopedEmaWeights> swap;
@@ -408,12 +315,10 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
               distribute::ShardOf(count, id, ctx.num_replicas());
           const int64_t rows = shard.end - shard.begin;
           if (rows == 0) continue;
-          MT_ASSIGN_OR_RETURN(
-              Tensor images,
-              test_data_.images.SliceRows(begin + shard.begin, rows));
-          MT_ASSIGN_OR_RETURN(
-              Tensor labels,
-              test_data_.labels.SliceRows(begin + shard.begin, rows));
+          MT_ASSIGN_OR_RETURN(Tensor images, test_data_.images.SliceRows(
+                                                 begin + shard.begin, rows));
+          MT_ASSIGN_OR_RETURN(Tensor labels, test_data_.labels.SliceRows(
+                                                 begin + shard.begin, rows));
           MT_ASSIGN_OR_RETURN(images, images.To(ctx.device()));
           MT_ASSIGN_OR_RETURN(Tensor logits, r.model->Call(images, {}));
           MT_ASSIGN_OR_RETURN(logits, logits.To(Device::Cpu()));
@@ -446,12 +351,15 @@ absl::Status Trainer::EvaluateAndLog(int64_t step) {
   std::string line = absl::StrCat("eval step ", step);
   for (bool ema : which) {
     MT_ASSIGN_OR_RETURN(EvalResult e, Evaluate(ema));
-    MetricsRecord rec{step, step / steps_per_epoch, "test", ema ? "ema" : "raw",
+    MetricsRecord rec{step,
+                      step / steps_per_epoch,
+                      "test",
+                      ema ? "ema" : "raw",
                       {{"loss", e.loss}, {"accuracy", e.accuracy}}};
     if (logger_) MT_RETURN_IF_ERROR(logger_->Log(rec));
-    absl::StrAppend(&line, absl::StrFormat("  %s: loss %.4f accuracy %.4f",
-                                           ema ? "ema" : "raw", e.loss,
-                                           e.accuracy));
+    absl::StrAppend(&line,
+                    absl::StrFormat("  %s: loss %.4f accuracy %.4f",
+                                    ema ? "ema" : "raw", e.loss, e.accuracy));
   }
   progress_->Message(line);
   return absl::OkStatus();
@@ -459,8 +367,8 @@ absl::Status Trainer::EvaluateAndLog(int64_t step) {
 
 absl::Status Trainer::Train() {
   const int64_t steps_per_epoch = train_iterator_->BatchesPerEpoch();
-  const int64_t total_steps = config_.train.steps.value_or(
-      *config_.train.epochs * steps_per_epoch);
+  const int64_t total_steps =
+      config_.train.steps.value_or(*config_.train.epochs * steps_per_epoch);
   progress_ = std::make_unique<Progress>(total_steps, steps_per_epoch,
                                          config_.train.log_every_steps);
   int64_t step = global_step();
@@ -482,7 +390,8 @@ absl::Status Trainer::Train() {
     if (StopSignal() != 0) {
       MT_RETURN_IF_ERROR(save());
       progress_->Message(absl::StrCat("stopped by signal after step ", step));
-      return absl::CancelledError(absl::StrCat("stopped by signal at step ", step));
+      return absl::CancelledError(
+          absl::StrCat("stopped by signal at step ", step));
     }
     MT_ASSIGN_OR_RETURN(Batch batch, train_iterator_->Next());
     MT_RETURN_IF_ERROR(Step(batch, step));
@@ -512,10 +421,14 @@ absl::Status Trainer::Train() {
     const double samples_per_sec = seconds > 0 ? window_samples / seconds : 0;
     progress_->Update(step, loss, samples_per_sec);
     if (step % config_.train.log_every_steps == 0 || step == total_steps) {
-      MetricsRecord rec{step, step / steps_per_epoch, "train", "",
-                        {{"loss", window_loss / window_steps},
-                         {"learning_rate", replicas_[0].optimizer->LearningRate()},
-                         {"samples_per_sec", samples_per_sec}}};
+      MetricsRecord rec{
+          step,
+          step / steps_per_epoch,
+          "train",
+          "",
+          {{"loss", window_loss / window_steps},
+           {"learning_rate", replicas_[0].optimizer->LearningRate()},
+           {"samples_per_sec", samples_per_sec}}};
       if (logger_) MT_RETURN_IF_ERROR(logger_->Log(rec));
       window_loss = 0;
       window_steps = window_samples = 0;

@@ -12,15 +12,15 @@
 #include "tensor/cuda/device_guard.h"
 #include "tensor/status_macros.h"
 
-#define MT_CUBLAS_RETURN_IF_ERROR(call)                                    \
-  do {                                                                     \
-    cublasStatus_t _mt_cublas = (call);                                    \
-    if (_mt_cublas != CUBLAS_STATUS_SUCCESS) {                             \
-      return absl::InternalError(absl::StrCat(                             \
-          #call, " failed at ", __FILE__, ":", __LINE__, ": ",             \
-          cublasGetStatusName(_mt_cublas), ": ",                           \
-          cublasGetStatusString(_mt_cublas)));                             \
-    }                                                                      \
+#define MT_CUBLAS_RETURN_IF_ERROR(call)                                     \
+  do {                                                                      \
+    cublasStatus_t _mt_cublas = (call);                                     \
+    if (_mt_cublas != CUBLAS_STATUS_SUCCESS) {                              \
+      return absl::InternalError(                                           \
+          absl::StrCat(#call, " failed at ", __FILE__, ":", __LINE__, ": ", \
+                       cublasGetStatusName(_mt_cublas), ": ",               \
+                       cublasGetStatusString(_mt_cublas)));                 \
+    }                                                                       \
   } while (0)
 
 namespace mirrortrain::cuda {
@@ -72,21 +72,21 @@ absl::Status Gemm(DType dtype, bool ta, bool tb, int64_t m, int64_t n,
     MT_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(
         h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     const float al = static_cast<float>(alpha), be = static_cast<float>(beta);
-    MT_CUBLAS_RETURN_IF_ERROR(cublasSgemm(
-        h, op_b, op_a, static_cast<int>(n), static_cast<int>(m),
-        static_cast<int>(k), &al, static_cast<const float*>(b),
-        static_cast<int>(ldb), static_cast<const float*>(a),
-        static_cast<int>(lda), &be, static_cast<float*>(c),
-        static_cast<int>(n)));
+    MT_CUBLAS_RETURN_IF_ERROR(
+        cublasSgemm(h, op_b, op_a, static_cast<int>(n), static_cast<int>(m),
+                    static_cast<int>(k), &al, static_cast<const float*>(b),
+                    static_cast<int>(ldb), static_cast<const float*>(a),
+                    static_cast<int>(lda), &be, static_cast<float*>(c),
+                    static_cast<int>(n)));
     return absl::OkStatus();
   }
   if (dtype == DType::kF64) {
-    MT_CUBLAS_RETURN_IF_ERROR(cublasDgemm(
-        h, op_b, op_a, static_cast<int>(n), static_cast<int>(m),
-        static_cast<int>(k), &alpha, static_cast<const double*>(b),
-        static_cast<int>(ldb), static_cast<const double*>(a),
-        static_cast<int>(lda), &beta, static_cast<double*>(c),
-        static_cast<int>(n)));
+    MT_CUBLAS_RETURN_IF_ERROR(
+        cublasDgemm(h, op_b, op_a, static_cast<int>(n), static_cast<int>(m),
+                    static_cast<int>(k), &alpha, static_cast<const double*>(b),
+                    static_cast<int>(ldb), static_cast<const double*>(a),
+                    static_cast<int>(lda), &beta, static_cast<double*>(c),
+                    static_cast<int>(n)));
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(

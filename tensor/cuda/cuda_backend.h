@@ -55,8 +55,8 @@ absl::Status Binary(BinaryKind kind, DType dtype, const void* a, const void* b,
 // `tf32` lets f32 products use TF32 tensor cores.
 absl::Status Gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m,
                   int64_t n, int64_t k, double alpha, const void* a,
-                  int64_t lda, const void* b, int64_t ldb, double beta,
-                  void* c, int device, bool tf32 = false);
+                  int64_t lda, const void* b, int64_t ldb, double beta, void* c,
+                  int device, bool tf32 = false);
 
 }  // namespace mirrortrain::cuda
 

@@ -81,7 +81,6 @@ absl::Status FloatOnly(DType dtype) {
       "CUDA elementwise kernels take f32 or f64, got ", DTypeName(dtype)));
 }
 
-
 // Launches `kernel` over n elements of f32 or f64 on the current stream.
 template <typename Launch>
 absl::Status LaunchFloat(DType dtype, int64_t n, int device, Launch launch) {
@@ -111,8 +110,8 @@ absl::Status Unary(UnaryKind kind, DType dtype, const void* x, void* y,
   });
 }
 
-absl::Status Binary(BinaryKind kind, DType dtype, const void* a,
-                    const void* b, void* out, int64_t n, int device) {
+absl::Status Binary(BinaryKind kind, DType dtype, const void* a, const void* b,
+                    void* out, int64_t n, int device) {
   return LaunchFloat(dtype, n, device, [&](auto zero, cudaStream_t stream) {
     using T = decltype(zero);
     BinaryKernel<<<Blocks(n), kThreads, 0, stream>>>(

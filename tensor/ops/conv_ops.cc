@@ -4,9 +4,9 @@
 #include <cstring>
 #include <vector>
 
+#include "tensor/cpu_threads.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/ops/matmul.h"
-#include "tensor/cpu_threads.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/parallel.h"
 #include "tensor/status_macros.h"
@@ -156,8 +156,8 @@ absl::Status ForEachChunk(const ConvGeometry& g, DType dtype, int64_t chunk,
 // Images per chunk: the cache bound, but at least one chunk per thread.
 int64_t ChunkFor(const ConvGeometry& g, DType dtype) {
   const int64_t threads = std::max(1, CpuMathThreads());
-  return std::max<int64_t>(
-      1, std::min(ChunkImages(g, DTypeSize(dtype)), (g.n + threads - 1) / threads));
+  return std::max<int64_t>(1, std::min(ChunkImages(g, DTypeSize(dtype)),
+                                       (g.n + threads - 1) / threads));
 }
 
 }  // namespace
@@ -214,7 +214,8 @@ MT_REGISTER_GRADIENT(
         // One filter-gradient partial per chunk, summed in chunk order
         // afterwards: the result does not depend on the thread count.
         Tensor partials;
-        if (needs[1]) partials = Tensor::HostEmpty(dt, {chunks * geo.patch(), geo.o});
+        if (needs[1])
+          partials = Tensor::HostEmpty(dt, {chunks * geo.patch(), geo.o});
         MT_RETURN_IF_ERROR(ForEachChunk(
             geo, dt, chunk,
             [&](int64_t c, int64_t i0, int64_t images,
@@ -227,13 +228,16 @@ MT_REGISTER_GRADIENT(
                                   Im2Col<T>(geo, x.data<T>() + i0 * image_elems,
                                             images, cols.data<T>()));
                 MT_ASSIGN_OR_RETURN(
-                    Tensor part, partials.SliceRows(c * geo.patch(), geo.patch()));
-                MT_RETURN_IF_ERROR(internal::Gemm(cols, dy_rows, true, false, 1.0,
-                                                  0.0, part, /*parallel=*/false));
+                    Tensor part,
+                    partials.SliceRows(c * geo.patch(), geo.patch()));
+                MT_RETURN_IF_ERROR(internal::Gemm(cols, dy_rows, true, false,
+                                                  1.0, 0.0, part,
+                                                  /*parallel=*/false));
               }
               if (needs[0]) {
                 MT_RETURN_IF_ERROR(internal::Gemm(dy_rows, w2, false, true, 1.0,
-                                                  0.0, cols, /*parallel=*/false));
+                                                  0.0, cols,
+                                                  /*parallel=*/false));
                 MT_DISPATCH_FLOAT(dt, T,
                                   Col2Im<T>(geo, cols.data<T>(), images,
                                             dx.data<T>() + i0 * image_elems));

@@ -5,8 +5,8 @@
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/ops/op_util.h"
-#include "tensor/parallel.h"
 #include "tensor/ops/reduction_ops.h"
+#include "tensor/parallel.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::ops {

@@ -2,10 +2,10 @@
 
 #include <cblas.h>
 
-#include "tensor/gradient_tape.h"
-#include "tensor/ops/op_util.h"
 #include "tensor/cpu_threads.h"
 #include "tensor/cuda/cuda_backend.h"
+#include "tensor/gradient_tape.h"
+#include "tensor/ops/op_util.h"
 #include "tensor/parallel.h"
 #include "tensor/status_macros.h"
 
@@ -42,8 +42,9 @@ void Blas(const float* a, const float* b, bool ta, bool tb, int64_t m,
           int64_t n, int64_t k, int64_t lda, int64_t ldb, double alpha,
           double beta, float* c, int64_t ldc) {
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
-              tb ? CblasTrans : CblasNoTrans, m, n, k, static_cast<float>(alpha),
-              a, lda, b, ldb, static_cast<float>(beta), c, ldc);
+              tb ? CblasTrans : CblasNoTrans, m, n, k,
+              static_cast<float>(alpha), a, lda, b, ldb,
+              static_cast<float>(beta), c, ldc);
 }
 
 void Blas(const double* a, const double* b, bool ta, bool tb, int64_t m,
@@ -84,8 +85,7 @@ void ParallelGemm(const T* a, const T* b, bool ta, bool tb, int64_t m,
   const bool by_rows = m >= n;
   const int64_t units = ((by_rows ? m : n) + kAlign - 1) / kAlign;
   const int64_t flops_per_unit = std::max<int64_t>(flops / units, 1);
-  ParallelFor(units,
-              std::max<int64_t>(1, kMinFlopsPerThread / flops_per_unit),
+  ParallelFor(units, std::max<int64_t>(1, kMinFlopsPerThread / flops_per_unit),
               [&](int64_t begin, int64_t end) {
                 const int64_t limit = by_rows ? m : n;
                 const int64_t lo = begin * kAlign;
@@ -119,21 +119,21 @@ absl::Status Gemm(const Tensor& a, const Tensor& b, bool ta, bool tb,
   }
   if (m == 0 || n == 0) return absl::OkStatus();
   if (a.device().is_cuda()) {
-    return cuda::Gemm(a.dtype(), ta, tb, m, n, k, alpha, a.raw_data(),
-                      a.dim(1), b.raw_data(), b.dim(1), beta, out.raw_data(),
+    return cuda::Gemm(a.dtype(), ta, tb, m, n, k, alpha, a.raw_data(), a.dim(1),
+                      b.raw_data(), b.dim(1), beta, out.raw_data(),
                       a.device().index);
   }
   if (!parallel) {
-    MT_DISPATCH_FLOAT(a.dtype(), T,
-                      SerialGemm<T>(a.data<T>(), b.data<T>(), ta, tb, m, n, k,
-                                    a.dim(1), b.dim(1), alpha, beta,
-                                    out.data<T>()));
+    MT_DISPATCH_FLOAT(
+        a.dtype(), T,
+        SerialGemm<T>(a.data<T>(), b.data<T>(), ta, tb, m, n, k, a.dim(1),
+                      b.dim(1), alpha, beta, out.data<T>()));
     return absl::OkStatus();
   }
-  MT_DISPATCH_FLOAT(a.dtype(), T,
-                    ParallelGemm<T>(a.data<T>(), b.data<T>(), ta, tb, m, n, k,
-                                    a.dim(1), b.dim(1), alpha, beta,
-                                    out.data<T>()));
+  MT_DISPATCH_FLOAT(
+      a.dtype(), T,
+      ParallelGemm<T>(a.data<T>(), b.data<T>(), ta, tb, m, n, k, a.dim(1),
+                      b.dim(1), alpha, beta, out.data<T>()));
   return absl::OkStatus();
 }
 

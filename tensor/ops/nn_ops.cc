@@ -7,8 +7,8 @@
 #include "tensor/gradient_tape.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/op_util.h"
-#include "tensor/parallel.h"
 #include "tensor/ops/reduction_ops.h"
+#include "tensor/parallel.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::ops {
@@ -96,7 +96,8 @@ absl::StatusOr<Tensor> BiasAdd(const Tensor& x, const Tensor& bias) {
     const T* px = x.data<T>();
     const T* pb = bias.data<T>();
     T* py = y.data<T>();
-    ParallelFor(rows, std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(cols, 1)),
+    ParallelFor(rows,
+                std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(cols, 1)),
                 [&](int64_t begin, int64_t end) {
                   for (int64_t r = begin; r < end; ++r) {
                     for (int64_t c = 0; c < cols; ++c) {
@@ -186,7 +187,8 @@ absl::StatusOr<Tensor> Dropout(const Tensor& x, double rate, uint64_t seed,
     T* py = y.data<T>();
     for (int64_t i = 0; i < x.num_elements(); ++i) {
       double u =
-          static_cast<double>(Mix(salt ^ static_cast<uint64_t>(i + element_offset)) >> 11) *
+          static_cast<double>(
+              Mix(salt ^ static_cast<uint64_t>(i + element_offset)) >> 11) *
           0x1.0p-53;
       pm[i] = u >= rate ? keep_scale : T(0);
       py[i] = px[i] * pm[i];

@@ -22,13 +22,15 @@ struct PoolGeometry {
     return std::max<int64_t>(oy * opt.stride_h - wy.pad_before, 0);
   }
   int64_t y1(int64_t oy) const {
-    return std::min<int64_t>(oy * opt.stride_h - wy.pad_before + opt.ksize_h, h);
+    return std::min<int64_t>(oy * opt.stride_h - wy.pad_before + opt.ksize_h,
+                             h);
   }
   int64_t x0(int64_t ox) const {
     return std::max<int64_t>(ox * opt.stride_w - wx.pad_before, 0);
   }
   int64_t x1(int64_t ox) const {
-    return std::min<int64_t>(ox * opt.stride_w - wx.pad_before + opt.ksize_w, w);
+    return std::min<int64_t>(ox * opt.stride_w - wx.pad_before + opt.ksize_w,
+                             w);
   }
 };
 
@@ -65,8 +67,8 @@ void MaxPoolForward(const PoolGeometry& g, const T* x, T* y) {
 // holding the maximum, TensorFlow's CPU rule; windows of image i lie in
 // image i, so images split over threads.
 template <typename T>
-void MaxPoolBackward(const PoolGeometry& g, const T* x, const T* y,
-                     const T* dy, T* dx) {
+void MaxPoolBackward(const PoolGeometry& g, const T* x, const T* y, const T* dy,
+                     T* dx) {
   ParallelFor(g.n, 1, [&](int64_t begin, int64_t end) {
     // Per channel: has this window's gradient been routed yet. Cells are
     // visited in row-major order with channels innermost (contiguous).
@@ -84,9 +86,9 @@ void MaxPoolBackward(const PoolGeometry& g, const T* x, const T* y,
               const T* cell = x + base;
               T* d = dx + base;
               for (int64_t ch = 0; ch < g.c; ++ch) {
-                const bool hit = !routed[ch] &&
-                                 (cell[ch] == m[ch] ||
-                                  (cell[ch] != cell[ch] && m[ch] != m[ch]));
+                const bool hit =
+                    !routed[ch] && (cell[ch] == m[ch] ||
+                                    (cell[ch] != cell[ch] && m[ch] != m[ch]));
                 d[ch] += hit ? grad[ch] : T(0);
                 routed[ch] |= hit;
               }
@@ -114,7 +116,8 @@ absl::StatusOr<Tensor> MaxPool2D(const Tensor& x, const Pool2DOptions& opt) {
   g.wy = ComputeWindow(g.h, opt.ksize_h, opt.stride_h, opt.padding);
   g.wx = ComputeWindow(g.w, opt.ksize_w, opt.stride_w, opt.padding);
   Tensor y = Tensor::HostEmpty(x.dtype(), {g.n, g.wy.out, g.wx.out, g.c});
-  MT_DISPATCH_FLOAT(x.dtype(), T, MaxPoolForward<T>(g, x.data<T>(), y.data<T>()));
+  MT_DISPATCH_FLOAT(x.dtype(), T,
+                    MaxPoolForward<T>(g, x.data<T>(), y.data<T>()));
   tape::RecordOperation(kOp, {x}, {y}, PoolAttrs{g});
   return y;
 }
@@ -123,20 +126,21 @@ namespace {
 
 using Grads = std::vector<std::optional<Tensor>>;
 
-MT_REGISTER_GRADIENT("MaxPool2D", [](const OpRecord& op, auto g, auto,
-                                     Grads* grads) -> absl::Status {
-  const PoolGeometry& geo = std::any_cast<const PoolAttrs&>(op.attrs).geo;
-  const Tensor& dy = g[0];
-  MT_RETURN_IF_ERROR(internal::CheckHost("MaxPool2DGrad", {&dy}));
-  const Tensor& x = op.inputs[0];
-  Tensor dx = Tensor::HostZeros(dy.dtype(), x.shape());
-  MT_DISPATCH_FLOAT(dy.dtype(), T,
-                    MaxPoolBackward<T>(geo, x.data<T>(),
-                                       op.outputs[0].template data<T>(),
-                                       dy.data<T>(), dx.data<T>()));
-  (*grads)[0] = std::move(dx);
-  return absl::OkStatus();
-});
+MT_REGISTER_GRADIENT(
+    "MaxPool2D",
+    [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+      const PoolGeometry& geo = std::any_cast<const PoolAttrs&>(op.attrs).geo;
+      const Tensor& dy = g[0];
+      MT_RETURN_IF_ERROR(internal::CheckHost("MaxPool2DGrad", {&dy}));
+      const Tensor& x = op.inputs[0];
+      Tensor dx = Tensor::HostZeros(dy.dtype(), x.shape());
+      MT_DISPATCH_FLOAT(
+          dy.dtype(), T,
+          MaxPoolBackward<T>(geo, x.data<T>(), op.outputs[0].template data<T>(),
+                             dy.data<T>(), dx.data<T>()));
+      (*grads)[0] = std::move(dx);
+      return absl::OkStatus();
+    });
 
 }  // namespace
 }  // namespace mirrortrain::ops

@@ -100,13 +100,20 @@ void BM_OpenBlasSgemmConvShapeX3(benchmark::State& state) {
 // MLP 784-256-128-10 layers at batch 128.
 #define MLP_SHAPES \
   Args({128, 784, 256})->Args({128, 256, 128})->Args({128, 128, 10})
-BENCHMARK(BM_MatMulForwardBackward)->MLP_SHAPES->Unit(benchmark::kMicrosecond)->UseRealTime();
-BENCHMARK(BM_OpenBlasSgemmX3)->MLP_SHAPES->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_MatMulForwardBackward)
+    ->MLP_SHAPES->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+BENCHMARK(BM_OpenBlasSgemmX3)
+    ->MLP_SHAPES->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 // CNN conv layers (5x5 SAME) at batch 32.
 #define CNN_SHAPES Args({32, 28, 1, 32, 5})->Args({32, 14, 32, 64, 5})
-BENCHMARK(BM_Conv2DForwardBackward)->CNN_SHAPES->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Conv2DForwardBackward)
+    ->CNN_SHAPES->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_OpenBlasSgemmConvShapeX3)
-    ->CNN_SHAPES->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->CNN_SHAPES->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace mirrortrain

@@ -10,11 +10,12 @@ namespace {
 using std::chrono::milliseconds;
 
 // Runs `fn(replica)` on N threads and returns their statuses.
-std::vector<absl::Status> OnReplicas(int n,
-                                     const std::function<absl::Status(int)>& fn) {
+std::vector<absl::Status> OnReplicas(
+    int n, const std::function<absl::Status(int)>& fn) {
   std::vector<absl::Status> status(n);
   std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { status[r] = fn(r); });
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] { status[r] = fn(r); });
   for (auto& t : threads) t.join();
   return status;
 }
@@ -84,9 +85,11 @@ TEST(LocalAllReduceWatchdogTest, StalledReplicaIsNamed) {
     return ops.AllReduce(r, ReduceOp::kSum, buffers[r]);
   });
   for (int r : {0, 1}) {
-    EXPECT_EQ(status[r].code(), absl::StatusCode::kDeadlineExceeded) << status[r];
-    EXPECT_NE(status[r].message().find("replica(s) 2 did not reach all-reduce #0"),
-              std::string::npos)
+    EXPECT_EQ(status[r].code(), absl::StatusCode::kDeadlineExceeded)
+        << status[r];
+    EXPECT_NE(
+        status[r].message().find("replica(s) 2 did not reach all-reduce #0"),
+        std::string::npos)
         << status[r];
   }
   // Later collectives fail at once instead of waiting.
@@ -97,9 +100,8 @@ TEST(LocalAllReduceTest, MismatchedBuffersAreAnErrorOnEveryReplica) {
   LocalAllReduce ops(2, milliseconds(5000));
   std::vector<Tensor> buffers = {Tensor::HostZeros(DType::kF32, {4}),
                                  Tensor::HostZeros(DType::kF32, {5})};
-  auto status = OnReplicas(2, [&](int r) {
-    return ops.AllReduce(r, ReduceOp::kSum, buffers[r]);
-  });
+  auto status = OnReplicas(
+      2, [&](int r) { return ops.AllReduce(r, ReduceOp::kSum, buffers[r]); });
   EXPECT_FALSE(status[0].ok());
   EXPECT_FALSE(status[1].ok());
 }

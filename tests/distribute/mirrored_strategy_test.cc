@@ -23,12 +23,13 @@ TEST(MirroredStrategyTest, RunsEveryReplicaOnItsOwnThread) {
   std::vector<std::thread::id> threads(3);
   for (int round = 0; round < 3; ++round) {
     ASSERT_TRUE((*s)->Run([&](ReplicaContext& ctx) {
-                     ids[ctx.replica_id()] = ctx.replica_id();
-                     threads[ctx.replica_id()] = std::this_thread::get_id();
-                     EXPECT_EQ(ctx.num_replicas(), 3);
-                     EXPECT_EQ(ctx.device(), Device::Cpu(ctx.replica_id()));
-                     return absl::OkStatus();
-                   }).ok());
+                      ids[ctx.replica_id()] = ctx.replica_id();
+                      threads[ctx.replica_id()] = std::this_thread::get_id();
+                      EXPECT_EQ(ctx.num_replicas(), 3);
+                      EXPECT_EQ(ctx.device(), Device::Cpu(ctx.replica_id()));
+                      return absl::OkStatus();
+                    })
+                    .ok());
   }
   EXPECT_EQ(ids, (std::vector<int>{0, 1, 2}));
   EXPECT_NE(threads[0], threads[1]);
@@ -40,12 +41,15 @@ TEST(MirroredStrategyTest, AllReduceInsideRun) {
   ASSERT_TRUE(s.ok());
   std::vector<Tensor> out(4);
   ASSERT_TRUE((*s)->Run([&](ReplicaContext& ctx) -> absl::Status {
-                   Tensor t = Tensor::HostFull(DType::kF32, {3}, ctx.replica_id());
-                   std::vector<Tensor> ts = {t};
-                   absl::Status st = ctx.AllReduce(ReduceOp::kSum, absl::MakeSpan(ts));
-                   out[ctx.replica_id()] = ts[0];
-                   return st;
-                 }).ok());
+                    Tensor t =
+                        Tensor::HostFull(DType::kF32, {3}, ctx.replica_id());
+                    std::vector<Tensor> ts = {t};
+                    absl::Status st =
+                        ctx.AllReduce(ReduceOp::kSum, absl::MakeSpan(ts));
+                    out[ctx.replica_id()] = ts[0];
+                    return st;
+                  })
+                  .ok());
   for (const Tensor& t : out) {
     EXPECT_EQ(t.ToVector<float>(), (std::vector<float>{6, 6, 6}));
   }
@@ -65,7 +69,8 @@ TEST(MirroredStrategyTest, ReplicaErrorAbortsTheOthersAndNamesTheRootCause) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   EXPECT_NE(st.message().find("replica 1: bad shard"), std::string::npos) << st;
-  EXPECT_FALSE((*s)->Run([](ReplicaContext&) { return absl::OkStatus(); }).ok());
+  EXPECT_FALSE(
+      (*s)->Run([](ReplicaContext&) { return absl::OkStatus(); }).ok());
 }
 
 TEST(MirroredStrategyTest, WatchdogNamesTheStalledReplica) {
@@ -131,21 +136,23 @@ TEST(GradientBucketsTest, ReducesSeveralBucketsStartedDuringBackward) {
   ASSERT_GE(plan.buckets.size(), 3u);
   std::vector<std::vector<Tensor>> results(3);
   std::vector<std::vector<int>> started(3);
-  ASSERT_TRUE((*s)->Run([&](ReplicaContext& ctx) -> absl::Status {
-                   GradientBuckets buckets(&plan, &ctx, shapes, DType::kF32);
-                   // Report in backward order, noting how many buckets were
-                   // already started after each one.
-                   for (size_t k = shapes.size(); k-- > 0;) {
-                     Tensor g = Tensor::HostFull(DType::kF32, shapes[k],
-                                                 (ctx.replica_id() + 1) * (k + 1));
-                     if (auto st = buckets.Ready(k, g); !st.ok()) return st;
-                     started[ctx.replica_id()].push_back(buckets.buckets_started());
-                   }
-                   auto out = buckets.Finish();
-                   if (!out.ok()) return out.status();
-                   results[ctx.replica_id()] = *out;
-                   return absl::OkStatus();
-                 }).ok());
+  ASSERT_TRUE(
+      (*s)->Run([&](ReplicaContext& ctx) -> absl::Status {
+            GradientBuckets buckets(&plan, &ctx, shapes, DType::kF32);
+            // Report in backward order, noting how many buckets were
+            // already started after each one.
+            for (size_t k = shapes.size(); k-- > 0;) {
+              Tensor g = Tensor::HostFull(DType::kF32, shapes[k],
+                                          (ctx.replica_id() + 1) * (k + 1));
+              if (auto st = buckets.Ready(k, g); !st.ok()) return st;
+              started[ctx.replica_id()].push_back(buckets.buckets_started());
+            }
+            auto out = buckets.Finish();
+            if (!out.ok()) return out.status();
+            results[ctx.replica_id()] = *out;
+            return absl::OkStatus();
+          })
+          .ok());
   // The first bucket was started before the last gradient arrived.
   EXPECT_GE(started[0][0], 1);
   for (int r = 0; r < 3; ++r) {

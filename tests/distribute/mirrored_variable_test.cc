@@ -20,16 +20,19 @@ TEST(MirroredVariableTest, CopiesMustStartIdenticalAndStayIdentical) {
   EXPECT_TRUE(m->CheckIdentical().ok());
 
   // One replica drifts by one ulp: the check names it.
-  Tensor bumped = Tensor::FromVector<float>({1, 2, 3, std::nextafter(4.0f, 5.0f)}, {2, 2});
+  Tensor bumped =
+      Tensor::FromVector<float>({1, 2, 3, std::nextafter(4.0f, 5.0f)}, {2, 2});
   ASSERT_TRUE(vars[2].Assign(bumped).ok());
   absl::Status s = m->CheckIdentical();
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
   EXPECT_NE(s.message().find("'dense/kernel' on replica 2 differs"),
             std::string::npos)
       << s;
-  ASSERT_TRUE(m->AssignAll(Tensor::FromVector<float>({5, 6, 7, 8}, {2, 2})).ok());
+  ASSERT_TRUE(
+      m->AssignAll(Tensor::FromVector<float>({5, 6, 7, 8}, {2, 2})).ok());
   EXPECT_TRUE(m->CheckIdentical().ok());
-  EXPECT_EQ(vars[1].value().ToVector<float>(), (std::vector<float>{5, 6, 7, 8}));
+  EXPECT_EQ(vars[1].value().ToVector<float>(),
+            (std::vector<float>{5, 6, 7, 8}));
 }
 
 TEST(MirroredVariableTest, MismatchedCopiesAreRejected) {

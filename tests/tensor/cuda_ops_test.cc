@@ -58,8 +58,10 @@ TEST_F(CudaOpsTest, MatMulOnCublasMatchesCpuForEveryTranspose) {
   for (DType dtype : {DType::kF32, DType::kF64}) {
     for (bool ta : {false, true}) {
       for (bool tb : {false, true}) {
-        Tensor a = testing::RandomTensor(ta ? Shape{67, 45} : Shape{45, 67}, 5, dtype);
-        Tensor b = testing::RandomTensor(tb ? Shape{33, 67} : Shape{67, 33}, 6, dtype);
+        Tensor a =
+            testing::RandomTensor(ta ? Shape{67, 45} : Shape{45, 67}, 5, dtype);
+        Tensor b =
+            testing::RandomTensor(tb ? Shape{33, 67} : Shape{67, 33}, 6, dtype);
         Tensor cpu = *ops::MatMul(a, b, ta, tb);
         absl::StatusOr<Tensor> gpu =
             ops::MatMul(*a.To(Device::Cuda(0)), *b.To(Device::Cuda(0)), ta, tb);

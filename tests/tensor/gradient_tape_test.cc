@@ -170,8 +170,8 @@ TEST(GradientTapeTest, GradientReadyCallbackFiresOnceFinalInBackwardOrder) {
          x2 = Tensor::Scalar<double>(5), x3 = Tensor::Scalar<double>(7);
   GradientTape tape;
   for (const Tensor& x : {x0, x1, x2, x3}) tape.Watch(x);
-  Tensor a = *ops::Mul(x1, x1);        // First use of x1.
-  Tensor b = *ops::Scale(x0, 2.0);     // First use of x0.
+  Tensor a = *ops::Mul(x1, x1);     // First use of x1.
+  Tensor b = *ops::Scale(x0, 2.0);  // First use of x0.
   Tensor c = *ops::Mul(*ops::Mul(b, a), x1);
   Tensor y = *ops::Add(c, x2);
   std::vector<size_t> order;

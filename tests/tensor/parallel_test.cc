@@ -54,7 +54,8 @@ TEST(ThreadPoolTest, RunsTasksInOrderOnOneThreadAndDrainsOnDestruction) {
   std::vector<int> order;
   {
     ThreadPool pool(1);
-    for (int i = 0; i < 100; ++i) pool.Post([&order, i] { order.push_back(i); });
+    for (int i = 0; i < 100; ++i)
+      pool.Post([&order, i] { order.push_back(i); });
   }
   ASSERT_EQ(order.size(), 100u);
   for (int i = 0; i < 100; ++i) EXPECT_EQ(order[i], i);

@@ -72,8 +72,8 @@ int Wait(pid_t pid) {
 Result RunCli(const std::vector<std::string>& args) {
   // Per process and call: ctest runs test cases of this file in parallel.
   static int calls = 0;
-  const std::string prefix = absl::StrCat(::testing::TempDir(), "/cli_",
-                                          getpid(), "_", calls++);
+  const std::string prefix =
+      absl::StrCat(::testing::TempDir(), "/cli_", getpid(), "_", calls++);
   const std::string out = prefix + "_out.txt", err = prefix + "_err.txt";
   Result r;
   r.exit_code = Wait(Start(args, out, err));
@@ -95,12 +95,25 @@ std::string FreshDir(const std::string& name) {
 // A small, quick job on a subset of Fashion-MNIST.
 std::vector<std::string> SmallTrain(const std::string& run_dir,
                                     std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {
-      "train", "--config", Config(), "--run_dir", run_dir,
-      "--set", "data.train_examples=2048", "--set", "data.test_examples=500",
-      "--set", "data.global_batch_size=64", "--set", "model.hidden_units=[32]",
-      "--set", "train.epochs=2", "--set", "train.log_every_steps=8",
-      "--set", "checkpoint.every_steps=16"};
+  std::vector<std::string> args = {"train",
+                                   "--config",
+                                   Config(),
+                                   "--run_dir",
+                                   run_dir,
+                                   "--set",
+                                   "data.train_examples=2048",
+                                   "--set",
+                                   "data.test_examples=500",
+                                   "--set",
+                                   "data.global_batch_size=64",
+                                   "--set",
+                                   "model.hidden_units=[32]",
+                                   "--set",
+                                   "train.epochs=2",
+                                   "--set",
+                                   "train.log_every_steps=8",
+                                   "--set",
+                                   "checkpoint.every_steps=16"};
   for (std::string& e : extra) {
     args.push_back("--set");
     args.push_back(std::move(e));
@@ -147,10 +160,11 @@ TEST(CliTest, TrainWritesTheRunDirectory) {
             std::string::npos);
   std::vector<std::string> metrics = Lines(ReadFile(dir + "/metrics.jsonl"));
   ASSERT_FALSE(metrics.empty());
-  EXPECT_EQ(metrics[0].rfind("{\"step\": 8, \"epoch\": 0, \"split\": \"train\", "
-                             "\"loss\": ",
-                             0),
-            0u)
+  EXPECT_EQ(
+      metrics[0].rfind("{\"step\": 8, \"epoch\": 0, \"split\": \"train\", "
+                       "\"loss\": ",
+                       0),
+      0u)
       << metrics[0];
   int test_lines = 0;
   for (const std::string& l : metrics) {
@@ -159,7 +173,8 @@ TEST(CliTest, TrainWritesTheRunDirectory) {
   EXPECT_EQ(test_lines, 4);  // raw and ema after each of 2 epochs.
   bool events = false;
   for (const auto& e : fs::directory_iterator(dir)) {
-    events |= e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+    events |=
+        e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
   }
   EXPECT_TRUE(events);
   EXPECT_TRUE(fs::exists(dir + "/checkpoints/ckpt-64.safetensors"));
@@ -178,16 +193,18 @@ TEST(CliTest, EvalReproducesTheLoggedNumbersExactly) {
   }
   ASSERT_NE(ema_line.find("\"step\": 320"), std::string::npos) << ema_line;
   for (const auto& [weights, line] :
-       {std::pair<std::string, std::string>{"ema", ema_line}, {"raw", raw_line}}) {
-    Result r = RunCli({"eval", "--config", Config(), "--checkpoint",
-                       dir + "/checkpoints", "--weights", weights, "--set",
-                       "data.test_examples=500", "--set",
-                       "model.hidden_units=[32]"});
+       {std::pair<std::string, std::string>{"ema", ema_line},
+        {"raw", raw_line}}) {
+    Result r =
+        RunCli({"eval", "--config", Config(), "--checkpoint",
+                dir + "/checkpoints", "--weights", weights, "--set",
+                "data.test_examples=500", "--set", "model.hidden_units=[32]"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     // "loss": ..., "accuracy": ... as text, from the same formatting.
     const std::string tail = line.substr(line.find("\"loss\""));
-    EXPECT_NE(r.out.find(tail), std::string::npos)
-        << weights << "\n" << r.out << "\n" << line;
+    EXPECT_NE(r.out.find(tail), std::string::npos) << weights << "\n"
+                                                   << r.out << "\n"
+                                                   << line;
     EXPECT_NE(r.out.find("\"step\": 320, \"weights\": \"" + weights +
                          "\", \"examples\": 500"),
               std::string::npos)
@@ -218,15 +235,23 @@ TEST(CliTest, BadConfigsExit2WithOneLineNamingFileAndKey) {
   const std::string dir = FreshDir("badcfg");
   fs::create_directories(dir);
   const std::vector<BadConfigCase> cases = {
-      {"optimizer:\n  learning_rat: 0.1\n", "", "bad.yaml:2: optimizer.learning_rat: unknown key"},
-      {"data:\n  global_batch_size: many\n", "", "bad.yaml:2: data.global_batch_size: expected an integer, got many"},
-      {"optimizer: {learning_rate: -2}\n", "", "bad.yaml: optimizer.learning_rate: must be > 0, got -2"},
-      {"model: {name: resnet}\n", "", "bad.yaml: model.name: unknown value 'resnet'"},
-      {"optimizer: {name: lion}\n", "", "bad.yaml: optimizer.name: unknown value 'lion'"},
-      {"distribute: {devices: [gpu:7]}\n", "", "bad.yaml: distribute.devices: "},
+      {"optimizer:\n  learning_rat: 0.1\n", "",
+       "bad.yaml:2: optimizer.learning_rat: unknown key"},
+      {"data:\n  global_batch_size: many\n", "",
+       "bad.yaml:2: data.global_batch_size: expected an integer, got many"},
+      {"optimizer: {learning_rate: -2}\n", "",
+       "bad.yaml: optimizer.learning_rate: must be > 0, got -2"},
+      {"model: {name: resnet}\n", "",
+       "bad.yaml: model.name: unknown value 'resnet'"},
+      {"optimizer: {name: lion}\n", "",
+       "bad.yaml: optimizer.name: unknown value 'lion'"},
+      {"distribute: {devices: [gpu:7]}\n", "",
+       "bad.yaml: distribute.devices: "},
       {"data: [1, 2\n", "", "bad.yaml:2: malformed YAML"},
-      {"seed: 1\n", "optimizer.lr=3", "--set optimizer.lr=3: optimizer.lr: unknown key"},
-      {"seed: 1\n", "train.epochs=zero", "--set train.epochs=zero: train.epochs: expected an integer or null"},
+      {"seed: 1\n", "optimizer.lr=3",
+       "--set optimizer.lr=3: optimizer.lr: unknown key"},
+      {"seed: 1\n", "train.epochs=zero",
+       "--set train.epochs=zero: train.epochs: expected an integer or null"},
   };
   for (const BadConfigCase& c : cases) {
     const std::string path = dir + "/bad.yaml";
@@ -242,7 +267,8 @@ TEST(CliTest, BadConfigsExit2WithOneLineNamingFileAndKey) {
     EXPECT_NE(r.err.find(c.expected), std::string::npos)
         << "want: " << c.expected << "\ngot: " << r.err;
     EXPECT_EQ(Lines(r.err).size(), 1u) << r.err;
-    EXPECT_FALSE(fs::exists(dir + "/run")) << "nothing written for " << c.expected;
+    EXPECT_FALSE(fs::exists(dir + "/run"))
+        << "nothing written for " << c.expected;
   }
   Result missing = RunCli({"train", "--config", dir + "/nope.yaml"});
   EXPECT_EQ(missing.exit_code, 2);
@@ -261,8 +287,9 @@ TEST(CliTest, MissingDatasetSaysHowToInstallIt) {
 
 TEST(CliTest, NonFiniteLossExits1NamingTheStep) {
   const std::string dir = FreshDir("nan");
-  Result r = RunCli(SmallTrain(
-      dir, {"optimizer.name=sgd", "optimizer.learning_rate=1e12", "ema.decay=null"}));
+  Result r = RunCli(
+      SmallTrain(dir, {"optimizer.name=sgd", "optimizer.learning_rate=1e12",
+                       "ema.decay=null"}));
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("non-finite loss"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("at step "), std::string::npos) << r.err;
@@ -284,7 +311,8 @@ TEST(CliTest, BadCheckpointsExit2AndChangeNothing) {
   };
   // Truncated file.
   const std::string truncated = dir + "/truncated.safetensors";
-  std::ofstream(truncated, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  std::ofstream(truncated, std::ios::binary)
+      << bytes.substr(0, bytes.size() / 2);
   Result r = eval(truncated, {"model.hidden_units=[32]"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find(truncated), std::string::npos) << r.err;
@@ -311,8 +339,8 @@ TEST(CliTest, BadCheckpointsExit2AndChangeNothing) {
   // run directory is untouched.
   const std::string config_before = ReadFile(dir + "/config.yaml");
   const std::string metrics_before = ReadFile(dir + "/metrics.jsonl");
-  r = RunCli(SmallTrain(dir, {"checkpoint.restore=" + truncated,
-                              "train.epochs=3"}));
+  r = RunCli(
+      SmallTrain(dir, {"checkpoint.restore=" + truncated, "train.epochs=3"}));
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_EQ(ReadFile(good), bytes);
   EXPECT_EQ(ReadFile(dir + "/config.yaml"), config_before);
@@ -337,16 +365,18 @@ void ExpectSameTensors(const std::string& a, const std::string& b) {
 TEST(CliTest, SigintCheckpointsAndExits130) {
   const std::string dir = FreshDir("sigint");
   const std::string tmp = ::testing::TempDir();
-  pid_t pid = Start(SmallTrain(dir, {"train.epochs=200", "checkpoint.every_steps=0"}),
-                    tmp + "/sigint_out", tmp + "/sigint_err");
+  pid_t pid =
+      Start(SmallTrain(dir, {"train.epochs=200", "checkpoint.every_steps=0"}),
+            tmp + "/sigint_out", tmp + "/sigint_err");
   // Wait until training runs (a metrics line exists), then interrupt.
   for (int i = 0; i < 600 && ReadFile(dir + "/metrics.jsonl").empty(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   kill(pid, SIGINT);
   EXPECT_EQ(Wait(pid), 130) << ReadFile(tmp + "/sigint_err");
-  EXPECT_NE(ReadFile(dir + "/checkpoints/checkpoint").find("model_checkpoint_path"),
-            std::string::npos);
+  EXPECT_NE(
+      ReadFile(dir + "/checkpoints/checkpoint").find("model_checkpoint_path"),
+      std::string::npos);
 }
 
 // SIGKILL at arbitrary moments (with a checkpoint every step, many land
@@ -365,7 +395,8 @@ TEST(CliTest, SigkillAnywhereThenResumeEqualsUninterruptedRun) {
   int kills = 0;
   for (int attempt = 0; attempt < 5; ++attempt) {
     const std::string before = ReadFile(index);
-    pid_t pid = Start(SmallTrain(dir, job), tmp + "/kill_out", tmp + "/kill_err");
+    pid_t pid =
+        Start(SmallTrain(dir, job), tmp + "/kill_out", tmp + "/kill_err");
     // Once this run has made progress (a new checkpoint), kill it a few
     // milliseconds later: with a checkpoint per step, often mid-write.
     for (int i = 0; i < 2000 && ReadFile(index) == before; ++i) {

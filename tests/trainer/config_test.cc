@@ -52,9 +52,11 @@ TEST(ConfigTest, ResolvedYamlRoundTrips) {
 }
 
 TEST(ConfigTest, UnknownKeyNamesFileLineAndKey) {
-  auto c = ParseConfig("seed: 1\noptimizer:\n  learning_rat: 0.1\n", "j.yaml", {});
+  auto c =
+      ParseConfig("seed: 1\noptimizer:\n  learning_rat: 0.1\n", "j.yaml", {});
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Message(c.status()), "j.yaml:3: optimizer.learning_rat: unknown key");
+  EXPECT_EQ(Message(c.status()),
+            "j.yaml:3: optimizer.learning_rat: unknown key");
 }
 
 TEST(ConfigTest, WrongTypes) {
@@ -77,7 +79,8 @@ TEST(ConfigTest, OutOfRangeAndUnknownNames) {
   c = ParseConfig("model: {name: resnet}\n", "j.yaml", {});
   EXPECT_THAT(Message(c.status()), HasSubstr("model.name: unknown value"));
   c = ParseConfig("model: {dropout: 1.0}\n", "j.yaml", {});
-  EXPECT_THAT(Message(c.status()), HasSubstr("model.dropout: must be in [0, 1)"));
+  EXPECT_THAT(Message(c.status()),
+              HasSubstr("model.dropout: must be in [0, 1)"));
 }
 
 TEST(ConfigTest, MissingDeviceIsAConfigError) {
@@ -85,8 +88,9 @@ TEST(ConfigTest, MissingDeviceIsAConfigError) {
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(Message(c.status()), HasSubstr("j.yaml: distribute.devices: "));
   EXPECT_THAT(Message(c.status()), HasSubstr("gpu:7"));
-  c = ParseConfig("distribute: {strategy: one_device, devices: [cpu:0, cpu:1]}\n",
-                  "j.yaml", {});
+  c = ParseConfig(
+      "distribute: {strategy: one_device, devices: [cpu:0, cpu:1]}\n", "j.yaml",
+      {});
   EXPECT_THAT(Message(c.status()), HasSubstr("one_device takes exactly one"));
 }
 
@@ -99,7 +103,8 @@ TEST(ConfigTest, MalformedYaml) {
 
 TEST(ConfigTest, BadOverrides) {
   auto c = ParseConfig("", "j.yaml", {"optimizer.lr=0.1"});
-  EXPECT_EQ(Message(c.status()), "--set optimizer.lr=0.1: optimizer.lr: unknown key");
+  EXPECT_EQ(Message(c.status()),
+            "--set optimizer.lr=0.1: optimizer.lr: unknown key");
   c = ParseConfig("", "j.yaml", {"seed"});
   EXPECT_THAT(Message(c.status()), HasSubstr("expected KEY=VALUE"));
   c = ParseConfig("", "j.yaml", {"seed=[1"});
@@ -108,7 +113,8 @@ TEST(ConfigTest, BadOverrides) {
 
 TEST(ConfigTest, MissingFile) {
   auto c = LoadConfig("/nonexistent/x.yaml", {});
-  EXPECT_EQ(Message(c.status()), "/nonexistent/x.yaml: cannot read config file");
+  EXPECT_EQ(Message(c.status()),
+            "/nonexistent/x.yaml: cannot read config file");
 }
 
 }  // namespace

@@ -50,7 +50,8 @@ TrainedState Train(int replicas, std::vector<std::string> overrides,
 }
 
 // ||a - b|| / ||b|| per variable.
-void ExpectSameWeights(const TrainedState& a, const TrainedState& b, double tol) {
+void ExpectSameWeights(const TrainedState& a, const TrainedState& b,
+                       double tol) {
   ASSERT_EQ(a.names, b.names);
   ASSERT_FALSE(a.names.empty());
   for (size_t i = 0; i < a.values.size(); ++i) {
@@ -65,10 +66,13 @@ void ExpectSameWeights(const TrainedState& a, const TrainedState& b, double tol)
 }
 
 TEST(MirroredTrainingTest, MlpSameWeightsFor1And2And4Replicas) {
-  const std::vector<std::string> mlp = {
-      "model.name=mlp", "model.hidden_units=[32,16]", "model.dropout=0.2",
-      "data.global_batch_size=32", "train.steps=50", "optimizer.name=adam",
-      "optimizer.learning_rate=0.001"};
+  const std::vector<std::string> mlp = {"model.name=mlp",
+                                        "model.hidden_units=[32,16]",
+                                        "model.dropout=0.2",
+                                        "data.global_batch_size=32",
+                                        "train.steps=50",
+                                        "optimizer.name=adam",
+                                        "optimizer.learning_rate=0.001"};
   TrainedState one = Train(1, mlp);
   TrainedState two = Train(2, mlp);
   TrainedState four = Train(4, mlp);
@@ -82,10 +86,13 @@ TEST(MirroredTrainingTest, CnnSameWeightsFor1And2And4Replicas) {
   // 0.01 this small CNN is chaotic on random data and those differences grow
   // ~2x per step (the same runs agree to 1e-5 for 5 steps, not 20); at lr
   // 0.001 training is stable and 50 steps agree to 1e-5.
-  const std::vector<std::string> cnn = {
-      "model.name=cnn", "model.conv_filters=[4,8]", "model.dense_units=32",
-      "model.dropout=0.4", "data.global_batch_size=16", "train.steps=50",
-      "optimizer.learning_rate=0.001"};
+  const std::vector<std::string> cnn = {"model.name=cnn",
+                                        "model.conv_filters=[4,8]",
+                                        "model.dense_units=32",
+                                        "model.dropout=0.4",
+                                        "data.global_batch_size=16",
+                                        "train.steps=50",
+                                        "optimizer.learning_rate=0.001"};
   TrainedState one = Train(1, cnn);
   TrainedState two = Train(2, cnn);
   TrainedState four = Train(4, cnn);
@@ -113,8 +120,9 @@ TEST(MirroredTrainingTest, MoreReplicasThanRowsGivesEmptyShards) {
 
 TEST(MirroredTrainingTest, CheckpointWrittenOnceRestoresIntoEveryReplica) {
   const std::vector<std::string> job = {
-      "model.hidden_units=[16]", "model.dropout=0.3", "data.global_batch_size=24",
-      "data.train_examples=240", "checkpoint.every_steps=0"};
+      "model.hidden_units=[16]", "model.dropout=0.3",
+      "data.global_batch_size=24", "data.train_examples=240",
+      "checkpoint.every_steps=0"};
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> all = job;
     all.insert(all.end(), extra.begin(), extra.end());
@@ -126,7 +134,8 @@ TEST(MirroredTrainingTest, CheckpointWrittenOnceRestoresIntoEveryReplica) {
   // 25 steps (saved at the end), then a new process-like run to 40 that
   // restores the checkpoint into both replicas.
   Train(2, with({"train.steps=25"}), dir);
-  ASSERT_TRUE(std::filesystem::exists(dir + "/checkpoints/ckpt-25.safetensors"));
+  ASSERT_TRUE(
+      std::filesystem::exists(dir + "/checkpoints/ckpt-25.safetensors"));
   TrainedState resumed = Train(2, with({"train.steps=40"}), dir);
   ExpectSameWeights(resumed, straight, 0.0);  // Bitwise.
 }

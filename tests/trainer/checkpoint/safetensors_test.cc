@@ -123,9 +123,7 @@ TEST(JsonTest, IsValidUtf8) {
 
 class SafetensorsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = testing::FreshTestDir("safetensors_test");
-  }
+  void SetUp() override { dir_ = testing::FreshTestDir("safetensors_test"); }
   void TearDown() override { fs::remove_all(dir_); }
 
   std::string Path(const std::string& name) const {
