@@ -1,6 +1,7 @@
 #include "distribute/local_all_reduce.h"
 
 #include "absl/strings/str_cat.h"
+#include "tensor/ops/op_util.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::distribute {
@@ -54,20 +55,7 @@ absl::Status LocalAllReduce::AllReduce(int replica, ReduceOp op,
   const int64_t begin = n * replica / replicas_;
   const int64_t end = n * (replica + 1) / replicas_;
   const bool mean = op == ReduceOp::kMean;
-  switch (mine.dtype()) {
-    case DType::kF32:
-      SumSlice<float>(posted_, begin, end, mean);
-      break;
-    case DType::kF64:
-      SumSlice<double>(posted_, begin, end, mean);
-      break;
-    case DType::kI32:
-      SumSlice<int32_t>(posted_, begin, end, mean);
-      break;
-    case DType::kI64:
-      SumSlice<int64_t>(posted_, begin, end, mean);
-      break;
-  }
+  MT_DISPATCH_ALL(mine.dtype(), T, SumSlice<T>(posted_, begin, end, mean));
   // No replica may reuse its buffer (or post the next one) before all
   // slices are written.
   return barrier_.Wait(replica, absl::StrCat(what, ", completion"));

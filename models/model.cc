@@ -29,7 +29,6 @@ uint64_t LayerSeed(uint64_t seed, int layer) {
 absl::Status Model::Add(std::unique_ptr<Layer> layer, Shape* shape) {
   MT_ASSIGN_OR_RETURN(*shape, layer->OutputShape(*shape));
   for (Variable* v : layer->variables()) variables_.push_back(v);
-  output_shapes_.push_back(*shape);
   layers_.push_back(std::move(layer));
   return absl::OkStatus();
 }
@@ -112,22 +111,6 @@ std::vector<Variable*> Model::trainable_variables() const {
   for (Variable* v : variables_) {
     if (v->trainable()) out.push_back(v);
   }
-  return out;
-}
-
-int64_t Model::num_parameters() const {
-  int64_t n = 0;
-  for (Variable* v : variables_) n += NumElements(v->shape());
-  return n;
-}
-
-std::string Model::Summary() const {
-  std::string out;
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    absl::StrAppend(&out, layers_[i]->name(), " -> ",
-                    ShapeToString(output_shapes_[i]), "\n");
-  }
-  absl::StrAppend(&out, "parameters: ", num_parameters(), "\n");
   return out;
 }
 

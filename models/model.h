@@ -44,15 +44,12 @@ class Model {
   // Every variable, in layer order (kernel before bias).
   const std::vector<Variable*>& variables() const { return variables_; }
   std::vector<Variable*> trainable_variables() const;
-  int64_t num_parameters() const;
-  std::string Summary() const;  // One line per layer.
 
  private:
   Model() = default;
   absl::Status Add(std::unique_ptr<Layer> layer, Shape* shape);
 
   std::vector<std::unique_ptr<Layer>> layers_;
-  std::vector<Shape> output_shapes_;  // Per layer, batch dimension 1.
   std::vector<Variable*> variables_;
   Shape input_shape_;
 };

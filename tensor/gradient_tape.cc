@@ -91,19 +91,20 @@ absl::StatusOr<std::vector<std::optional<Tensor>>> GradientTape::Gradient(
 
   // A source's gradient is final once the backward walk has processed the
   // first (in forward order) record that reads it.
-  absl::flat_hash_map<int64_t, size_t> first_use;
+  std::vector<std::vector<size_t>> ready_after;
+  std::vector<bool> reported(sources.size(), false);
   if (options.on_gradient_ready) {
+    absl::flat_hash_map<int64_t, size_t> first_use;
     for (size_t i = records_.size(); i-- > 0;) {
       for (const Tensor& in : records_[i].inputs) {
         if (source_ids.contains(in.id())) first_use[in.id()] = i;
       }
     }
-  }
-  std::vector<std::vector<size_t>> ready_after(records_.size());
-  std::vector<bool> reported(sources.size(), false);
-  for (size_t k = 0; k < sources.size(); ++k) {
-    auto it = first_use.find(sources[k].id());
-    if (it != first_use.end()) ready_after[it->second].push_back(k);
+    ready_after.resize(records_.size());
+    for (size_t k = 0; k < sources.size(); ++k) {
+      auto it = first_use.find(sources[k].id());
+      if (it != first_use.end()) ready_after[it->second].push_back(k);
+    }
   }
 
   absl::flat_hash_map<int64_t, Tensor> grads;

@@ -51,7 +51,7 @@ void ParallelFor(int64_t n, int64_t min_chunk,
   fn(0, n / threads);
   for (int i = 0; i < 4000 && remaining.load(std::memory_order_acquire) != 0;
        ++i) {
-    __builtin_ia32_pause();
+    CpuRelax();
   }
   std::unique_lock<std::mutex> lock(mu);
   cv.wait(lock, [&] { return remaining.load(std::memory_order_acquire) == 0; });

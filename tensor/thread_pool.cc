@@ -5,14 +5,6 @@ namespace {
 
 constexpr int kSpins = 4000;
 
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#else
-  std::this_thread::yield();
-#endif
-}
-
 }  // namespace
 
 ThreadPool::ThreadPool(int threads) {

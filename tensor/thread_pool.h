@@ -17,6 +17,15 @@
 
 namespace mirrortrain {
 
+// A spin-wait hint to the CPU (pause on x86, a yield elsewhere).
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
 class ThreadPool {
  public:
   explicit ThreadPool(int threads);

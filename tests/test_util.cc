@@ -1,5 +1,6 @@
 #include "tests/test_util.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -82,6 +83,15 @@ const std::map<std::string, Tensor>& CachedGolden(const std::string& name) {
              .first;
   }
   return it->second;
+}
+
+std::vector<std::string> SortedDirEntries(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 std::string FreshTestDir(const std::string& prefix) {

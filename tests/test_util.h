@@ -24,6 +24,9 @@ std::string GoldenPath(const std::string& name);
 // tests then fail on the missing names).
 const std::map<std::string, Tensor>& CachedGolden(const std::string& name);
 
+// The names in `dir`, sorted.
+std::vector<std::string> SortedDirEntries(const std::string& dir);
+
 // A fresh, empty directory under TempDir() named after `prefix` and the
 // running test (unique when ctest runs test cases in parallel).
 std::string FreshTestDir(const std::string& prefix);

@@ -132,11 +132,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   }
   // The replicated state as mirrored variables: copy r of each is replica
   // r's (same construction order, so same index).
-  const size_t state_size = t->ReplicaState(0).size();
-  for (size_t i = 0; i < state_size; ++i) {
+  std::vector<std::vector<Variable*>> states;
+  for (int r = 0; r < t->num_replicas(); ++r) {
+    states.push_back(t->ReplicaState(r));
+  }
+  for (size_t i = 0; i < states[0].size(); ++i) {
     std::vector<Variable*> copies;
-    for (int r = 0; r < t->num_replicas(); ++r) {
-      copies.push_back(t->ReplicaState(r)[i]);
+    for (const std::vector<Variable*>& state : states) {
+      copies.push_back(state[i]);
     }
     MT_ASSIGN_OR_RETURN(
         distribute::MirroredVariable m,
@@ -146,6 +149,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   std::vector<int64_t> grad_bytes;
   for (Variable* v : t->replicas_[0].model->trainable_variables()) {
     grad_bytes.push_back(NumElements(v->shape()) * DTypeSize(v->dtype()));
+    t->grad_shapes_.push_back(v->shape());
   }
   t->bucket_plan_ =
       distribute::PlanBuckets(grad_bytes, config.distribute.bucket_bytes);
@@ -246,11 +250,9 @@ absl::Status Trainer::ReplicaStep(distribute::ReplicaContext& ctx,
   MT_ASSIGN_OR_RETURN(labels, labels.To(ctx.device()));
 
   std::vector<Variable*> vars = r.model->trainable_variables();
-  std::vector<Shape> shapes;
-  for (Variable* v : vars) shapes.push_back(v->shape());
   // Buckets start their all-reduce from inside backward, as soon as their
   // gradients are final.
-  distribute::GradientBuckets buckets(&bucket_plan_, &ctx, std::move(shapes),
+  distribute::GradientBuckets buckets(&bucket_plan_, &ctx, grad_shapes_,
                                       DType::kF32);
   {
     GradientTape tape;

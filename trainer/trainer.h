@@ -94,6 +94,7 @@ class Trainer {
   std::unique_ptr<distribute::Strategy> strategy_;
   std::vector<Replica> replicas_;
   distribute::BucketPlan bucket_plan_;
+  std::vector<Shape> grad_shapes_;  // Of the trainable variables, in order.
   // Replica copies of every model variable, slot and EMA shadow.
   std::vector<distribute::MirroredVariable> mirrored_;
   InMemoryDataset train_data_;

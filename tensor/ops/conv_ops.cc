@@ -165,8 +165,11 @@ int64_t ChunkFor(const ConvGeometry& g, DType dtype) {
 absl::StatusOr<Tensor> Conv2D(const Tensor& x, const Tensor& filter,
                               const Conv2DOptions& options) {
   MT_ASSIGN_OR_RETURN(ConvGeometry g, Geometry(x, filter, options));
-  Tensor y = Tensor::HostZeros(x.dtype(), {g.n, g.oh, g.ow, g.o});
-  if (y.num_elements() > 0 && g.patch() > 0) {
+  // The GEMMs (beta 0) write every output; zeros only for an empty patch.
+  const bool gemm = g.n * g.pixels() * g.o > 0 && g.patch() > 0;
+  Tensor y = gemm ? Tensor::HostEmpty(x.dtype(), {g.n, g.oh, g.ow, g.o})
+                  : Tensor::HostZeros(x.dtype(), {g.n, g.oh, g.ow, g.o});
+  if (gemm) {
     MT_ASSIGN_OR_RETURN(Tensor w2, filter.Reshaped({g.patch(), g.o}));
     MT_ASSIGN_OR_RETURN(Tensor y2, y.Reshaped({g.n * g.pixels(), g.o}));
     MT_RETURN_IF_ERROR(ForEachChunk(

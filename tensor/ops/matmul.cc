@@ -38,9 +38,17 @@ absl::Status CheckMatMul(const char* op, const Tensor& a, const Tensor& b,
   return absl::OkStatus();
 }
 
+// Puts OpenBLAS in single-threaded mode before its first call, so every
+// product of a run takes the same code path (bitwise reproducible).
+void EnsureSingleThreadedBlas() {
+  static const int threads = CpuMathThreads();
+  (void)threads;
+}
+
 void Blas(const float* a, const float* b, bool ta, bool tb, int64_t m,
           int64_t n, int64_t k, int64_t lda, int64_t ldb, double alpha,
           double beta, float* c, int64_t ldc) {
+  EnsureSingleThreadedBlas();
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
               tb ? CblasTrans : CblasNoTrans, m, n, k,
               static_cast<float>(alpha), a, lda, b, ldb,
@@ -50,18 +58,10 @@ void Blas(const float* a, const float* b, bool ta, bool tb, int64_t m,
 void Blas(const double* a, const double* b, bool ta, bool tb, int64_t m,
           int64_t n, int64_t k, int64_t lda, int64_t ldb, double alpha,
           double beta, double* c, int64_t ldc) {
+  EnsureSingleThreadedBlas();
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
               tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb,
               beta, c, ldc);
-}
-
-template <typename T>
-void SerialGemm(const T* a, const T* b, bool ta, bool tb, int64_t m, int64_t n,
-                int64_t k, int64_t lda, int64_t ldb, double alpha, double beta,
-                T* c) {
-  static const int threads = CpuMathThreads();  // OpenBLAS single-threaded.
-  (void)threads;
-  Blas(a, b, ta, tb, m, n, k, lda, ldb, alpha, beta, c, n);
 }
 
 // Splits C into row blocks (or column blocks when it is wide) computed by
@@ -71,10 +71,6 @@ template <typename T>
 void ParallelGemm(const T* a, const T* b, bool ta, bool tb, int64_t m,
                   int64_t n, int64_t k, int64_t lda, int64_t ldb, double alpha,
                   double beta, T* c) {
-  // Puts OpenBLAS in single-threaded mode before its first call, so every
-  // product of a run takes the same code path (bitwise reproducible).
-  static const int threads = CpuMathThreads();
-  (void)threads;
   constexpr int64_t kMinFlopsPerThread = 1 << 21;
   constexpr int64_t kAlign = 16;  // Keeps blocks whole micro-kernel tiles.
   const int64_t flops = 2 * m * n * std::max<int64_t>(k, 1);
@@ -124,10 +120,9 @@ absl::Status Gemm(const Tensor& a, const Tensor& b, bool ta, bool tb,
                       a.device().index);
   }
   if (!parallel) {
-    MT_DISPATCH_FLOAT(
-        a.dtype(), T,
-        SerialGemm<T>(a.data<T>(), b.data<T>(), ta, tb, m, n, k, a.dim(1),
-                      b.dim(1), alpha, beta, out.data<T>()));
+    MT_DISPATCH_FLOAT(a.dtype(), T,
+                      Blas(a.data<T>(), b.data<T>(), ta, tb, m, n, k, a.dim(1),
+                           b.dim(1), alpha, beta, out.data<T>(), n));
     return absl::OkStatus();
   }
   MT_DISPATCH_FLOAT(

@@ -157,12 +157,7 @@ class SafetensorsTest : public ::testing::Test {
     return path;
   }
   std::vector<std::string> DirEntries() const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir_)) {
-      names.push_back(e.path().filename().string());
-    }
-    std::sort(names.begin(), names.end());
-    return names;
+    return mirrortrain::testing::SortedDirEntries(dir_);
   }
 
   std::string dir_;

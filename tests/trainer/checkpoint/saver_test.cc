@@ -50,12 +50,7 @@ class SaverTest : public ::testing::Test {
     return s.str();
   }
   std::vector<std::string> DirEntries() const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir_)) {
-      names.push_back(e.path().filename().string());
-    }
-    std::sort(names.begin(), names.end());
-    return names;
+    return mirrortrain::testing::SortedDirEntries(dir_);
   }
   std::string CkptPath(int64_t step) const {
     return (fs::path(dir_) / CheckpointFileName(step)).string();
