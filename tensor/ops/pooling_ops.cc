@@ -34,27 +34,54 @@ struct PoolGeometry {
   }
 };
 
+// `argmax` (int32, shaped like the output) holds, per output, the offset
+// within its image of the input cell that won; recorded only under a tape.
 struct PoolAttrs {
   PoolGeometry geo;
+  Tensor argmax;
 };
 
 // Channels innermost: each window cell is a contiguous run of c values,
-// folded into the running maxima in one vectorisable loop. A NaN wins and
-// then stays, so it propagates as in TensorFlow.
+// folded into the running maxima in one vectorisable loop. The first
+// maximum in row-major order wins (TensorFlow's CPU rule); a NaN beats
+// every number and the first NaN then stays, so NaNs propagate. With
+// `argmax` non-null the winner's offset within the image is kept too.
 template <typename T>
-void MaxPoolForward(const PoolGeometry& g, const T* x, T* y) {
+void MaxPoolForward(const PoolGeometry& g, const T* x, T* y, int32_t* argmax) {
+  const int64_t image = g.h * g.w * g.c;
   ParallelFor(g.n * g.wy.out, 1, [&](int64_t row_begin, int64_t row_end) {
     for (int64_t row = row_begin; row < row_end; ++row) {
       const int64_t i = row / g.wy.out, oy = row % g.wy.out;
+      const T* img = x + i * image;
       for (int64_t ox = 0; ox < g.wx.out; ++ox) {
-        T* best = y + ((i * g.wy.out + oy) * g.wx.out + ox) * g.c;
-        std::fill_n(best, g.c, -std::numeric_limits<T>::infinity());
+        const int64_t out = ((i * g.wy.out + oy) * g.wx.out + ox) * g.c;
+        T* best = y + out;
+        int32_t* arg = argmax != nullptr ? argmax + out : nullptr;
+        // Windows always hold at least one real cell: start from the first.
+        const int64_t first = (g.y0(oy) * g.w + g.x0(ox)) * g.c;
+        std::copy_n(img + first, g.c, best);
+        if (arg != nullptr) {
+          for (int64_t ch = 0; ch < g.c; ++ch) {
+            arg[ch] = static_cast<int32_t>(first + ch);
+          }
+        }
         for (int64_t yy = g.y0(oy); yy < g.y1(oy); ++yy) {
           for (int64_t xx = g.x0(ox); xx < g.x1(ox); ++xx) {
-            const T* cell = x + ((i * g.h + yy) * g.w + xx) * g.c;
+            const int64_t base = (yy * g.w + xx) * g.c;
+            if (base == first) continue;
+            const T* cell = img + base;
+            if (arg == nullptr) {
+              for (int64_t ch = 0; ch < g.c; ++ch) {
+                const T v = cell[ch], b = best[ch];
+                best[ch] = (v > b || (v != v && b == b)) ? v : b;
+              }
+              continue;
+            }
             for (int64_t ch = 0; ch < g.c; ++ch) {
-              const T v = cell[ch];
-              best[ch] = (v > best[ch] || v != v) ? v : best[ch];
+              const T v = cell[ch], b = best[ch];
+              const bool take = v > b || (v != v && b == b);
+              best[ch] = take ? v : b;
+              arg[ch] = take ? static_cast<int32_t>(base + ch) : arg[ch];
             }
           }
         }
@@ -63,39 +90,20 @@ void MaxPoolForward(const PoolGeometry& g, const T* x, T* y) {
   });
 }
 
-// Each output's gradient goes to the first cell of its window (row-major)
-// holding the maximum, TensorFlow's CPU rule; windows of image i lie in
-// image i, so images split over threads.
+// Scatters each output's gradient to its recorded winner; windows of image
+// i lie in image i, so images split over threads (dx zeroed by the caller;
+// overlapping windows add up).
 template <typename T>
-void MaxPoolBackward(const PoolGeometry& g, const T* x, const T* y, const T* dy,
+void MaxPoolBackward(const PoolGeometry& g, const int32_t* argmax, const T* dy,
                      T* dx) {
+  const int64_t outputs = g.wy.out * g.wx.out * g.c;
+  const int64_t image = g.h * g.w * g.c;
   ParallelFor(g.n, 1, [&](int64_t begin, int64_t end) {
-    // Per channel: has this window's gradient been routed yet. Cells are
-    // visited in row-major order with channels innermost (contiguous).
-    std::vector<uint8_t> routed(g.c);
     for (int64_t i = begin; i < end; ++i) {
-      for (int64_t oy = 0; oy < g.wy.out; ++oy) {
-        for (int64_t ox = 0; ox < g.wx.out; ++ox) {
-          const int64_t out = ((i * g.wy.out + oy) * g.wx.out + ox) * g.c;
-          const T* m = y + out;
-          const T* grad = dy + out;
-          std::fill(routed.begin(), routed.end(), 0);
-          for (int64_t yy = g.y0(oy); yy < g.y1(oy); ++yy) {
-            for (int64_t xx = g.x0(ox); xx < g.x1(ox); ++xx) {
-              const int64_t base = ((i * g.h + yy) * g.w + xx) * g.c;
-              const T* cell = x + base;
-              T* d = dx + base;
-              for (int64_t ch = 0; ch < g.c; ++ch) {
-                const bool hit =
-                    !routed[ch] && (cell[ch] == m[ch] ||
-                                    (cell[ch] != cell[ch] && m[ch] != m[ch]));
-                d[ch] += hit ? grad[ch] : T(0);
-                routed[ch] |= hit;
-              }
-            }
-          }
-        }
-      }
+      const int32_t* arg = argmax + i * outputs;
+      const T* grad = dy + i * outputs;
+      T* d = dx + i * image;
+      for (int64_t o = 0; o < outputs; ++o) d[arg[o]] += grad[o];
     }
   });
 }
@@ -115,10 +123,21 @@ absl::StatusOr<Tensor> MaxPool2D(const Tensor& x, const Pool2DOptions& opt) {
   PoolGeometry g{x.dim(0), x.dim(1), x.dim(2), x.dim(3), {}, {}, opt};
   g.wy = ComputeWindow(g.h, opt.ksize_h, opt.stride_h, opt.padding);
   g.wx = ComputeWindow(g.w, opt.ksize_w, opt.stride_w, opt.padding);
-  Tensor y = Tensor::HostEmpty(x.dtype(), {g.n, g.wy.out, g.wx.out, g.c});
-  MT_DISPATCH_FLOAT(x.dtype(), T,
-                    MaxPoolForward<T>(g, x.data<T>(), y.data<T>()));
-  tape::RecordOperation(kOp, {x}, {y}, PoolAttrs{g});
+  if (g.h * g.w * g.c > std::numeric_limits<int32_t>::max()) {
+    return internal::OpError(kOp, "an image holds more than 2^31-1 values",
+                             {&x});
+  }
+  const Shape out_shape{g.n, g.wy.out, g.wx.out, g.c};
+  Tensor y = Tensor::HostEmpty(x.dtype(), out_shape);
+  // The winners are only needed for a gradient.
+  Tensor argmax;
+  const bool record = tape::AnyTapeActive();
+  if (record) argmax = Tensor::HostEmpty(DType::kI32, out_shape);
+  MT_DISPATCH_FLOAT(
+      x.dtype(), T,
+      MaxPoolForward<T>(g, x.data<T>(), y.data<T>(),
+                        record ? argmax.data<int32_t>() : nullptr));
+  if (record) tape::RecordOperation(kOp, {x}, {y}, PoolAttrs{g, argmax});
   return y;
 }
 
@@ -129,14 +148,14 @@ using Grads = std::vector<std::optional<Tensor>>;
 MT_REGISTER_GRADIENT(
     "MaxPool2D",
     [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
-      const PoolGeometry& geo = std::any_cast<const PoolAttrs&>(op.attrs).geo;
+      const PoolAttrs& attrs = std::any_cast<const PoolAttrs&>(op.attrs);
       const Tensor& dy = g[0];
       MT_RETURN_IF_ERROR(internal::CheckHost("MaxPool2DGrad", {&dy}));
       const Tensor& x = op.inputs[0];
       Tensor dx = Tensor::HostZeros(dy.dtype(), x.shape());
       MT_DISPATCH_FLOAT(
           dy.dtype(), T,
-          MaxPoolBackward<T>(geo, x.data<T>(), op.outputs[0].template data<T>(),
+          MaxPoolBackward<T>(attrs.geo, attrs.argmax.data<int32_t>(),
                              dy.data<T>(), dx.data<T>()));
       (*grads)[0] = std::move(dx);
       return absl::OkStatus();

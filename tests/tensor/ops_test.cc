@@ -1,4 +1,7 @@
 // Forward values and argument checking of the ops.
+#include <cmath>
+#include <limits>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tensor/gradient_tape.h"
@@ -161,6 +164,46 @@ TEST(OpsTest, ConvAndPoolShapes) {
   ops::Conv2DOptions valid{2, 2, ops::Padding::kValid};
   EXPECT_EQ(ops::Conv2D(x, w, valid)->shape(), (Shape{2, 12, 12, 32}));
   EXPECT_EQ(ops::MaxPool2D(x)->shape(), (Shape{2, 14, 14, 1}));
+}
+
+// Ties and NaNs (the golden cases have distinct values): the gradient goes
+// to the first maximum of each window in row-major order, a NaN wins its
+// window and the first NaN takes the gradient.
+TEST(OpsTest, MaxPoolTiesAndNaNsRouteToTheFirstWinner) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // One image, 2x4, one channel; windows 2x2 stride 2: cells {0,1,4,5} and
+  // {2,3,6,7}. Window 1 is all 3s; window 2 holds two NaNs (cells 3 and 6).
+  Tensor x = V({3, 3, 1, nan, 3, 3, nan, 9}, {1, 2, 4, 1});
+  GradientTape tape;
+  tape.Watch(x);
+  absl::StatusOr<Tensor> y = ops::MaxPool2D(x);
+  ASSERT_TRUE(y.ok()) << y.status();
+  std::vector<float> values = y->ToVector<float>();
+  ASSERT_EQ(values.size(), 2u);
+  EXPECT_EQ(values[0], 3);
+  EXPECT_TRUE(std::isnan(values[1]));
+  GradientOptions options;
+  options.output_gradient = V({10, 20}, {1, 1, 2, 1});
+  auto grads = tape.Gradient(*y, {x}, options);
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  EXPECT_EQ((*grads)[0]->ToVector<float>(),
+            (std::vector<float>{10, 0, 0, 20, 0, 0, 0, 0}));
+}
+
+// Overlapping windows (3x3 stride 1, SAME) whose maximum is the same cell
+// sum their gradients there.
+TEST(OpsTest, MaxPoolOverlappingWindowsSumAtTheSharedWinner) {
+  Tensor x = V({1, 2, 3, 4, 9, 5, 6, 7, 8}, {1, 3, 3, 1});
+  GradientTape tape;
+  tape.Watch(x);
+  absl::StatusOr<Tensor> y =
+      ops::MaxPool2D(x, ops::Pool2DOptions{3, 3, 1, 1, ops::Padding::kSame});
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->ToVector<float>(), std::vector<float>(9, 9));
+  auto grads = tape.Gradient(*y, {x});
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  EXPECT_EQ((*grads)[0]->ToVector<float>(),
+            (std::vector<float>{0, 0, 0, 0, 9, 0, 0, 0, 0}));
 }
 
 }  // namespace
