@@ -1,7 +1,10 @@
 #include "models/activation.h"
 
 #include "absl/strings/str_cat.h"
+#include "tensor/ops/fused_ops.h"
 #include "tensor/ops/math_ops.h"
+#include "tensor/ops/nn_ops.h"
+#include "tensor/status_macros.h"
 
 namespace mirrortrain::models {
 
@@ -27,6 +30,13 @@ absl::StatusOr<Tensor> Activate(Activation activation, const Tensor& x) {
       return x;
   }
   return x;
+}
+
+absl::StatusOr<Tensor> BiasActivate(Activation activation, const Tensor& x,
+                                    const Tensor& bias) {
+  if (activation == Activation::kRelu) return ops::BiasAddRelu(x, bias);
+  MT_ASSIGN_OR_RETURN(Tensor z, ops::BiasAdd(x, bias));
+  return Activate(activation, z);
 }
 
 }  // namespace mirrortrain::models

@@ -13,6 +13,9 @@ enum class Activation { kLinear, kRelu, kTanh, kSigmoid };
 
 absl::StatusOr<Activation> ParseActivation(const std::string& name);
 absl::StatusOr<Tensor> Activate(Activation activation, const Tensor& x);
+// activation(x + bias): a layer's epilogue, one fused op for relu.
+absl::StatusOr<Tensor> BiasActivate(Activation activation, const Tensor& x,
+                                    const Tensor& bias);
 
 }  // namespace mirrortrain::models
 

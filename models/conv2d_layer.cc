@@ -2,7 +2,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "models/initializers.h"
-#include "tensor/ops/nn_ops.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::models {
@@ -28,8 +27,7 @@ absl::StatusOr<std::unique_ptr<Conv2DLayer>> Conv2DLayer::Create(
 absl::StatusOr<Tensor> Conv2DLayer::Call(const Tensor& x,
                                          const ForwardContext&) {
   MT_ASSIGN_OR_RETURN(Tensor y, ops::Conv2D(x, kernel_.value(), options_));
-  MT_ASSIGN_OR_RETURN(Tensor z, ops::BiasAdd(y, bias_.value()));
-  return Activate(activation_, z);
+  return BiasActivate(activation_, y, bias_.value());
 }
 
 absl::StatusOr<Shape> Conv2DLayer::OutputShape(const Shape& input) const {

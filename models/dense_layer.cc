@@ -3,7 +3,6 @@
 #include "absl/strings/str_cat.h"
 #include "models/initializers.h"
 #include "tensor/ops/matmul.h"
-#include "tensor/ops/nn_ops.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::models {
@@ -24,8 +23,7 @@ absl::StatusOr<std::unique_ptr<DenseLayer>> DenseLayer::Create(
 absl::StatusOr<Tensor> DenseLayer::Call(const Tensor& x,
                                         const ForwardContext&) {
   MT_ASSIGN_OR_RETURN(Tensor h, ops::MatMul(x, kernel_.value()));
-  MT_ASSIGN_OR_RETURN(Tensor z, ops::BiasAdd(h, bias_.value()));
-  return Activate(activation_, z);
+  return BiasActivate(activation_, h, bias_.value());
 }
 
 absl::StatusOr<Shape> DenseLayer::OutputShape(const Shape& input) const {

@@ -1,8 +1,10 @@
 // Finite-difference checks (float64) of every differentiable op's gradient.
 #include "gtest/gtest.h"
+#include "tensor/gradient_tape.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/clip_ops.h"
 #include "tensor/ops/conv_ops.h"
+#include "tensor/ops/fused_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/nn_ops.h"
@@ -70,6 +72,38 @@ TEST(GradientCheck, BiasAdd) {
   ExpectGradientsMatch(
       [](const Inputs& in) { return ops::BiasAdd(in[0], in[1]); },
       {RandomTensor({2, 3, 4}, 7), RandomTensor({4}, 8)});
+}
+
+TEST(GradientCheck, BiasAddRelu) {
+  ExpectGradientsMatch(
+      [](const Inputs& in) { return ops::BiasAddRelu(in[0], in[1]); },
+      {RandomTensor({2, 3, 4}, 7), RandomTensor({4}, 8)});
+}
+
+// The fused op against the chain it replaces, on enough rows for several
+// bias partial-sum blocks.
+TEST(GradientCheck, BiasAddReluEqualsBiasAddThenRelu) {
+  Tensor x = RandomTensor({5003, 7}, 21);
+  Tensor b = RandomTensor({7}, 22);
+  Tensor dy = RandomTensor({5003, 7}, 23);
+  auto run = [&](bool fused) {
+    GradientTape tape;
+    tape.Watch(x);
+    tape.Watch(b);
+    absl::StatusOr<Tensor> y =
+        fused ? ops::BiasAddRelu(x, b) : ops::Relu(*ops::BiasAdd(x, b));
+    EXPECT_TRUE(y.ok()) << y.status();
+    GradientOptions options;
+    options.output_gradient = dy;
+    auto grads = tape.Gradient(*y, {x, b}, options);
+    EXPECT_TRUE(grads.ok()) << grads.status();
+    return std::vector<Tensor>{*y, *(*grads)[0], *(*grads)[1]};
+  };
+  std::vector<Tensor> fused = run(true), chain = run(false);
+  EXPECT_TRUE(testing::AllClose(fused[0], chain[0], 0, 0));
+  EXPECT_TRUE(testing::AllClose(fused[1], chain[1], 0, 0));
+  EXPECT_TRUE(testing::AllClose(fused[2], chain[2], 1e-12, 1e-12));
+  EXPECT_FALSE(ops::BiasAddRelu(x, RandomTensor({6}, 1)).ok());
 }
 
 TEST(GradientCheck, SoftmaxAndLogSoftmax) {

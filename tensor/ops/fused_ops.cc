@@ -1,0 +1,116 @@
+#include "tensor/ops/fused_ops.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "tensor/gradient_tape.h"
+#include "tensor/ops/math_ops.h"
+#include "tensor/ops/nn_ops.h"
+#include "tensor/ops/op_util.h"
+#include "tensor/parallel.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::ops {
+namespace {
+
+// Rows of about this many elements form one unit of parallel work and one
+// bias partial sum.
+constexpr int64_t kBlockElements = 1 << 14;
+
+int64_t BlockRows(int64_t cols) {
+  return std::max<int64_t>(1, kBlockElements / std::max<int64_t>(cols, 1));
+}
+
+template <typename T>
+void BiasReluForward(const T* x, const T* b, T* y, int64_t rows, int64_t cols) {
+  ParallelFor(rows, BlockRows(cols), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const T* xr = x + r * cols;
+      T* yr = y + r * cols;
+      for (int64_t c = 0; c < cols; ++c) {
+        const T v = xr[c] + b[c];
+        yr[c] = v > T(0) ? v : T(0);  // Relu's own formula.
+      }
+    }
+  });
+}
+
+// dz = dy where y > 0 else 0; db = sum of dz over rows, block by block.
+template <typename T>
+void BiasReluBackward(const T* y, const T* dy, T* dz, T* db, int64_t rows,
+                      int64_t cols) {
+  const int64_t block = BlockRows(cols);
+  const int64_t blocks = (rows + block - 1) / block;
+  std::vector<T> partials(db != nullptr ? blocks * cols : 0, T(0));
+  ParallelFor(blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      T* part = db != nullptr ? partials.data() + blk * cols : nullptr;
+      for (int64_t r = blk * block; r < std::min(rows, (blk + 1) * block);
+           ++r) {
+        const T* yr = y + r * cols;
+        const T* gr = dy + r * cols;
+        T* zr = dz + r * cols;
+        for (int64_t c = 0; c < cols; ++c) zr[c] = yr[c] > T(0) ? gr[c] : T(0);
+        if (part != nullptr) {
+          for (int64_t c = 0; c < cols; ++c) part[c] += zr[c];
+        }
+      }
+    }
+  });
+  if (db == nullptr) return;
+  std::fill_n(db, cols, T(0));
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    for (int64_t c = 0; c < cols; ++c) db[c] += partials[blk * cols + c];
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> BiasAddRelu(const Tensor& x, const Tensor& bias) {
+  constexpr const char* kOp = "BiasAddRelu";
+  MT_RETURN_IF_ERROR(internal::CheckFloatingSame(kOp, {&x, &bias}));
+  if (x.device().is_cuda()) {
+    MT_ASSIGN_OR_RETURN(Tensor z, BiasAdd(x, bias));
+    return Relu(z);
+  }
+  MT_RETURN_IF_ERROR(internal::CheckHost(kOp, {&x, &bias}));
+  if (bias.rank() != 1 || x.rank() < 1 || x.dim(x.rank() - 1) != bias.dim(0)) {
+    return internal::OpError(
+        kOp, "bias must be 1-D and match x's last dimension", {&x, &bias});
+  }
+  Tensor y = Tensor::HostEmpty(x.dtype(), x.shape());
+  const int64_t cols = bias.dim(0);
+  const int64_t rows = cols == 0 ? 0 : x.num_elements() / cols;
+  MT_DISPATCH_FLOAT(
+      x.dtype(), T,
+      BiasReluForward<T>(x.data<T>(), bias.data<T>(), y.data<T>(), rows, cols));
+  tape::RecordOperation(kOp, {x, bias}, {y});
+  return y;
+}
+
+namespace {
+
+using Grads = std::vector<std::optional<Tensor>>;
+
+MT_REGISTER_GRADIENT(
+    "BiasAddRelu",
+    [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+      const Tensor& y = op.outputs[0];
+      const Tensor& dy = g[0];
+      MT_RETURN_IF_ERROR(internal::CheckHost("BiasAddReluGrad", {&dy}));
+      const int64_t cols = op.inputs[1].dim(0);
+      const int64_t rows = cols == 0 ? 0 : y.num_elements() / cols;
+      Tensor dz = Tensor::HostEmpty(y.dtype(), y.shape());
+      Tensor db;
+      if (needs[1]) db = Tensor::HostEmpty(y.dtype(), op.inputs[1].shape());
+      MT_DISPATCH_FLOAT(
+          y.dtype(), T,
+          BiasReluBackward<T>(y.data<T>(), dy.data<T>(), dz.data<T>(),
+                              needs[1] ? db.data<T>() : nullptr, rows, cols));
+      if (needs[0]) (*grads)[0] = std::move(dz);
+      if (needs[1]) (*grads)[1] = std::move(db);
+      return absl::OkStatus();
+    });
+
+}  // namespace
+}  // namespace mirrortrain::ops

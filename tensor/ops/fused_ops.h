@@ -1,0 +1,22 @@
+// Fused kernels for op chains every layer runs, as TensorFlow's grappler
+// remapper fuses them (_FusedConv2D / _FusedMatMul with BiasAdd + Relu):
+// one pass over the activations instead of one per op, forward and
+// backward. Results equal the unfused chain up to float summation order.
+#ifndef MIRRORTRAIN_TENSOR_OPS_FUSED_OPS_H_
+#define MIRRORTRAIN_TENSOR_OPS_FUSED_OPS_H_
+
+#include "absl/status/statusor.h"
+#include "tensor/tensor.h"
+
+namespace mirrortrain::ops {
+
+// relu(x + bias), bias along the last dimension (NHWC / [batch, units]).
+// The gradient masks dy by y > 0 and sums it over rows for the bias in the
+// same pass; the bias sum runs over fixed row blocks added in block order,
+// so it does not depend on the thread count. GPU tensors run BiasAdd then
+// Relu.
+absl::StatusOr<Tensor> BiasAddRelu(const Tensor& x, const Tensor& bias);
+
+}  // namespace mirrortrain::ops
+
+#endif  // MIRRORTRAIN_TENSOR_OPS_FUSED_OPS_H_
