@@ -1,13 +1,23 @@
 // 2-D convolution layer: activation(conv2d(x, kernel) + bias), NHWC, kernel
 // [kh, kw, in, out], names `<name>/kernel` and `<name>/bias` as Keras.
+//
+// With `pool` set the layer also does the max pooling that follows it, as
+// activation(max_pool(conv2d(x)) + bias). That equals pooling after the
+// activation exactly, because the bias is constant per channel and the
+// activations are non-decreasing (and float rounding is monotone), while
+// the bias and activation touch only the pooled values (a quarter for 2x2
+// pooling). Gradients equal the unfused chain's too, except which of
+// several values that round to the same maximum receives it.
 #ifndef MIRRORTRAIN_MODELS_CONV2D_LAYER_H_
 #define MIRRORTRAIN_MODELS_CONV2D_LAYER_H_
 
 #include <memory>
+#include <optional>
 
 #include "models/activation.h"
 #include "models/layer.h"
 #include "tensor/ops/conv_ops.h"
+#include "tensor/ops/pooling_ops.h"
 
 namespace mirrortrain::models {
 
@@ -16,7 +26,8 @@ class Conv2DLayer final : public Layer {
   static absl::StatusOr<std::unique_ptr<Conv2DLayer>> Create(
       std::string name, int64_t in_channels, int64_t filters,
       int64_t kernel_size, ops::Padding padding, Activation activation,
-      uint64_t seed, Device device);
+      uint64_t seed, Device device,
+      std::optional<ops::Pool2DOptions> pool = std::nullopt);
 
   absl::StatusOr<Tensor> Call(const Tensor& x,
                               const ForwardContext& ctx) override;
@@ -25,16 +36,19 @@ class Conv2DLayer final : public Layer {
 
  private:
   Conv2DLayer(std::string name, Variable kernel, Variable bias,
-              ops::Conv2DOptions options, Activation activation)
+              ops::Conv2DOptions options, Activation activation,
+              std::optional<ops::Pool2DOptions> pool)
       : Layer(std::move(name)),
         kernel_(std::move(kernel)),
         bias_(std::move(bias)),
         options_(options),
-        activation_(activation) {}
+        activation_(activation),
+        pool_(pool) {}
   Variable kernel_;
   Variable bias_;
   ops::Conv2DOptions options_;
   Activation activation_;
+  std::optional<ops::Pool2DOptions> pool_;
 };
 
 }  // namespace mirrortrain::models

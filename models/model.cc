@@ -41,7 +41,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Build(const ModelSpec& spec,
   MT_ASSIGN_OR_RETURN(Activation act, ParseActivation(spec.activation));
   Shape shape = {1};
   shape.insert(shape.end(), spec.input_shape.begin(), spec.input_shape.end());
-  int dense_n = 0, conv_n = 0, pool_n = 0, flat_n = 0, drop_n = 0;
+  int dense_n = 0, conv_n = 0, flat_n = 0, drop_n = 0;
   int layer_index = 0;
   auto dense = [&](int64_t units, Activation a) -> absl::Status {
     MT_ASSIGN_OR_RETURN(
@@ -69,17 +69,16 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Build(const ModelSpec& spec,
       MT_RETURN_IF_ERROR(dropout());
     }
   } else if (spec.name == "cnn") {
+    // Each conv2d is followed by max_pooling2d (2x2), which the conv layer
+    // runs itself: see Conv2DLayer.
+    const ops::Pool2DOptions pool{2, 2, 2, 2, ops::Padding::kValid};
     for (int64_t filters : spec.conv_filters) {
       MT_ASSIGN_OR_RETURN(
           auto conv,
           Conv2DLayer::Create(KerasName("conv2d", &conv_n), shape[3], filters,
                               spec.kernel_size, ops::Padding::kSame, act,
-                              LayerSeed(seed, layer_index++), device));
+                              LayerSeed(seed, layer_index++), device, pool));
       MT_RETURN_IF_ERROR(m->Add(std::move(conv), &shape));
-      ops::Pool2DOptions pool{2, 2, 2, 2, ops::Padding::kValid};
-      MT_RETURN_IF_ERROR(m->Add(std::make_unique<MaxPool2DLayer>(
-                                    KerasName("max_pooling2d", &pool_n), pool),
-                                &shape));
     }
     MT_RETURN_IF_ERROR(flatten());
     MT_RETURN_IF_ERROR(dense(spec.dense_units, act));
