@@ -1,6 +1,7 @@
 // Stand-in for the CUDA backend in builds without CUDA.
 #include "absl/strings/str_cat.h"
 #include "tensor/cuda/cuda_backend.h"
+#include "tensor/cuda/cuda_kernels.h"
 
 namespace mirrortrain::cuda {
 namespace {
@@ -39,6 +40,18 @@ absl::Status Binary(BinaryKind, DType, const void*, const void*, void*, int64_t,
 absl::Status Gemm(DType, bool, bool, int64_t, int64_t, int64_t, double,
                   const void*, int64_t, const void*, int64_t, double, void*,
                   int, bool) {
+  return NotBuilt();
+}
+
+absl::Status BroadcastBinary(BinaryKind, DType, const void*,
+                             absl::Span<const int64_t>, const void*,
+                             absl::Span<const int64_t>, void*,
+                             absl::Span<const int64_t>, int) {
+  return NotBuilt();
+}
+absl::Status StridedCopy(size_t, absl::Span<const int64_t>, const void*,
+                         int64_t, absl::Span<const int64_t>, void*, int64_t,
+                         absl::Span<const int64_t>, int) {
   return NotBuilt();
 }
 

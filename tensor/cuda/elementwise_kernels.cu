@@ -4,54 +4,11 @@
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/device_guard.h"
+#include "tensor/cuda/elementwise_apply.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::cuda {
 namespace {
-
-template <typename T>
-__device__ T ApplyUnary(UnaryKind kind, T x) {
-  switch (kind) {
-    case UnaryKind::kNeg:
-      return -x;
-    case UnaryKind::kExp:
-      return exp(x);
-    case UnaryKind::kLog:
-      return log(x);
-    case UnaryKind::kSqrt:
-      return sqrt(x);
-    case UnaryKind::kSquare:
-      return x * x;
-    case UnaryKind::kRelu:
-      return x > T(0) ? x : T(0);
-    case UnaryKind::kSigmoid:
-      return T(1) / (T(1) + exp(-x));
-    case UnaryKind::kTanh:
-      return tanh(x);
-  }
-  return x;
-}
-
-template <typename T>
-__device__ T ApplyBinary(BinaryKind kind, T a, T b) {
-  switch (kind) {
-    case BinaryKind::kAdd:
-      return a + b;
-    case BinaryKind::kSub:
-      return a - b;
-    case BinaryKind::kMul:
-      return a * b;
-    case BinaryKind::kDiv:
-      return a / b;
-    case BinaryKind::kReluGrad:
-      return b > T(0) ? a : T(0);
-    case BinaryKind::kSigmoidGrad:
-      return a * b * (T(1) - b);
-    case BinaryKind::kTanhGrad:
-      return a * (T(1) - b * b);
-  }
-  return a;
-}
 
 template <typename T>
 __global__ void UnaryKernel(UnaryKind kind, const T* x, T* y, int64_t n) {

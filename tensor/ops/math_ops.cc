@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "tensor/cuda/cuda_backend.h"
+#include "tensor/cuda/cuda_kernels.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/ops/reduction_ops.h"
@@ -235,14 +236,17 @@ absl::StatusOr<Tensor> BinaryKernel(const char* op, BinaryKind kind,
   MT_ASSIGN_OR_RETURN(Shape shape, BroadcastShape(op, a, b));
   MT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(a.dtype(), shape, a.device()));
   if (a.device().is_cuda()) {
-    if (a.shape() != b.shape()) {
-      return absl::UnimplementedError(
-          absl::StrCat(op, ": broadcasting has no CUDA kernel yet (",
-                       a.DebugString(), ", ", b.DebugString(), ")"));
+    if (a.shape() == b.shape()) {
+      MT_RETURN_IF_ERROR(cuda::Binary(kind, a.dtype(), a.raw_data(),
+                                      b.raw_data(), out.raw_data(),
+                                      out.num_elements(), a.device().index));
+      return out;
     }
-    MT_RETURN_IF_ERROR(cuda::Binary(kind, a.dtype(), a.raw_data(), b.raw_data(),
-                                    out.raw_data(), out.num_elements(),
-                                    a.device().index));
+    absl::Status status = cuda::BroadcastBinary(
+        kind, a.dtype(), a.raw_data(), BroadcastStrides(a.shape(), shape),
+        b.raw_data(), BroadcastStrides(b.shape(), shape), out.raw_data(), shape,
+        a.device().index);
+    if (!status.ok()) return KernelError(op, status, {&a, &b});
     return out;
   }
   MT_DISPATCH_FLOAT(a.dtype(), T, CpuBinary<T>(kind, a, b, out));

@@ -12,6 +12,16 @@ absl::Status OpError(absl::string_view op, absl::string_view reason,
       op, ": ", reason, " (inputs ", absl::StrJoin(parts, ", "), ")"));
 }
 
+absl::Status KernelError(absl::string_view op, const absl::Status& status,
+                         std::initializer_list<const Tensor*> inputs) {
+  if (status.ok()) return status;
+  std::vector<std::string> parts;
+  for (const Tensor* t : inputs) parts.push_back(t->DebugString());
+  return absl::Status(status.code(),
+                      absl::StrCat(op, ": ", status.message(), " (inputs ",
+                                   absl::StrJoin(parts, ", "), ")"));
+}
+
 absl::Status CheckDefined(absl::string_view op,
                           std::initializer_list<const Tensor*> inputs) {
   for (const Tensor* t : inputs) {

@@ -16,6 +16,12 @@ namespace mirrortrain::ops::internal {
 absl::Status OpError(absl::string_view op, absl::string_view reason,
                      std::initializer_list<const Tensor*> inputs);
 
+// A failed kernel's status with the op and its inputs prefixed, keeping
+// the status code (a CUDA error stays Internal, a missing kernel
+// Unimplemented).
+absl::Status KernelError(absl::string_view op, const absl::Status& status,
+                         std::initializer_list<const Tensor*> inputs);
+
 absl::Status CheckDefined(absl::string_view op,
                           std::initializer_list<const Tensor*> inputs);
 // All inputs defined, floating and of one dtype, on one device.

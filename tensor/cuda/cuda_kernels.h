@@ -1,0 +1,44 @@
+// CUDA kernels for ops beyond elementwise math and GEMM, as seen from plain
+// C++: like cuda_backend.h, no CUDA types cross this header, every call
+// returns a FailedPrecondition error in builds without CUDA, and kernels go
+// on the calling thread's current stream. Pointers are device memory of
+// gpu:`device`; shapes and strides count elements.
+#ifndef MIRRORTRAIN_TENSOR_CUDA_CUDA_KERNELS_H_
+#define MIRRORTRAIN_TENSOR_CUDA_CUDA_KERNELS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "tensor/dtype.h"
+#include "tensor/elementwise_kind.h"
+
+namespace mirrortrain::cuda {
+
+// Most dimensions a strided kernel indexes, after size-1 dimensions are
+// dropped and contiguous neighbours merged.
+inline constexpr int kMaxRank = 8;
+
+// out[i] = f(a[offset_a(i)], b[offset_b(i)]) over the row-major index space
+// `out_shape`; a_strides/b_strides (one per output dimension) are 0 where
+// that operand is broadcast. Floating dtypes.
+absl::Status BroadcastBinary(BinaryKind kind, DType dtype, const void* a,
+                             absl::Span<const int64_t> a_strides, const void* b,
+                             absl::Span<const int64_t> b_strides, void* out,
+                             absl::Span<const int64_t> out_shape, int device);
+
+// For every multi-index i of `shape`:
+//   dst[dst_offset + sum i_d * dst_strides[d]] =
+//       src[src_offset + sum i_d * src_strides[d]]
+// for elements of `elem_bytes` (1, 2, 4 or 8) bytes. Transpose, broadcast,
+// concat and slicing are all such copies. Destinations must not overlap.
+absl::Status StridedCopy(size_t elem_bytes, absl::Span<const int64_t> shape,
+                         const void* src, int64_t src_offset,
+                         absl::Span<const int64_t> src_strides, void* dst,
+                         int64_t dst_offset,
+                         absl::Span<const int64_t> dst_strides, int device);
+
+}  // namespace mirrortrain::cuda
+
+#endif  // MIRRORTRAIN_TENSOR_CUDA_CUDA_KERNELS_H_

@@ -1,0 +1,90 @@
+// Launch helpers shared by the .cu kernel files: the grid for a
+// grid-stride loop, the stream kernels go on (the facade's stream contract)
+// and dtype dispatch. Only for files compiled by nvcc.
+#ifndef MIRRORTRAIN_TENSOR_CUDA_LAUNCH_H_
+#define MIRRORTRAIN_TENSOR_CUDA_LAUNCH_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "tensor/cuda/cuda_backend.h"
+#include "tensor/dtype.h"
+
+namespace mirrortrain::cuda {
+
+inline constexpr int kLaunchThreads = 256;
+
+// Blocks for a grid-stride loop over n items (at least 1, capped so huge
+// tensors loop instead of exceeding the grid limit).
+inline int LaunchBlocks(int64_t n) {
+  const int64_t blocks = (n + kLaunchThreads - 1) / kLaunchThreads;
+  return static_cast<int>(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
+}
+
+// The calling thread's current stream (see SetCurrentStream).
+inline cudaStream_t LaunchStream() {
+  cudaStream_t stream = static_cast<cudaStream_t>(CurrentStream());
+  return stream != nullptr ? stream : cudaStreamPerThread;
+}
+
+// First index and step of a grid-stride loop, in int64 so that tensors of
+// more than 2^31 elements index correctly.
+__device__ inline int64_t GridStart() {
+  return blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+}
+__device__ inline int64_t GridStep() { return int64_t{blockDim.x} * gridDim.x; }
+
+// Calls f(float{}) or f(double{}) per dtype; other dtypes are an error
+// naming `what`.
+template <typename F>
+absl::Status DispatchFloat(const char* what, DType dtype, F f) {
+  switch (dtype) {
+    case DType::kF32:
+      f(float{});
+      return absl::OkStatus();
+    case DType::kF64:
+      f(double{});
+      return absl::OkStatus();
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": CUDA kernel takes f32 or f64, got ", DTypeName(dtype)));
+  }
+}
+
+// Calls f(T{}) with T the C++ type of any dtype.
+template <typename F>
+void DispatchAll(DType dtype, F f) {
+  switch (dtype) {
+    case DType::kF32:
+      return f(float{});
+    case DType::kF64:
+      return f(double{});
+    case DType::kI32:
+      return f(int32_t{});
+    case DType::kI64:
+      return f(int64_t{});
+  }
+}
+
+// Calls f(int32_t{}) or f(int64_t{}) for an index dtype.
+template <typename F>
+absl::Status DispatchIndex(const char* what, DType dtype, F f) {
+  switch (dtype) {
+    case DType::kI32:
+      f(int32_t{});
+      return absl::OkStatus();
+    case DType::kI64:
+      f(int64_t{});
+      return absl::OkStatus();
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": indices must be i32 or i64, got ", DTypeName(dtype)));
+  }
+}
+
+}  // namespace mirrortrain::cuda
+
+#endif  // MIRRORTRAIN_TENSOR_CUDA_LAUNCH_H_
