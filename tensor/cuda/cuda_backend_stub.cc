@@ -54,5 +54,10 @@ absl::Status StridedCopy(size_t, absl::Span<const int64_t>, const void*,
                          absl::Span<const int64_t>, int) {
   return NotBuilt();
 }
+absl::Status Reduce(ReduceKind, DType, const void*, absl::Span<const int64_t>,
+                    absl::Span<const int64_t>, absl::Span<const int64_t>,
+                    absl::Span<const int64_t>, double, DType, void*, int) {
+  return NotBuilt();
+}
 
 }  // namespace mirrortrain::cuda

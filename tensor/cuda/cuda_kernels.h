@@ -39,6 +39,23 @@ absl::Status StridedCopy(size_t elem_bytes, absl::Span<const int64_t> shape,
                          int64_t dst_offset,
                          absl::Span<const int64_t> dst_strides, int device);
 
+enum class ReduceKind : uint8_t {
+  kSum,           // sum of x
+  kSumOfSquares,  // sum of x * x
+};
+
+// out[o] = scale * sum over r of f(x[kept(o) + reduced(r)]), where o runs
+// row-major over `kept_shape` (the output, contiguous) and r over
+// `reduced_shape`, each with its own strides into x. Accumulates in double,
+// in a fixed order (deterministic). An empty reduction gives 0. x is f32 or
+// f64; `out_dtype` is x's dtype or f64.
+absl::Status Reduce(ReduceKind kind, DType dtype, const void* x,
+                    absl::Span<const int64_t> kept_shape,
+                    absl::Span<const int64_t> kept_strides,
+                    absl::Span<const int64_t> reduced_shape,
+                    absl::Span<const int64_t> reduced_strides, double scale,
+                    DType out_dtype, void* out, int device);
+
 }  // namespace mirrortrain::cuda
 
 #endif  // MIRRORTRAIN_TENSOR_CUDA_CUDA_KERNELS_H_

@@ -62,17 +62,7 @@ void CpuUnary(UnaryKind kind, const T* x, T* y, int64_t n) {
   }
 }
 
-// Broadcast layout of one operand against the output: per-dimension element
-// strides, 0 where the operand's dimension is 1 (stretched).
-std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out) {
-  std::vector<int64_t> strides(out.size(), 0);
-  std::vector<int64_t> in_strides = RowMajorStrides(in);
-  size_t offset = out.size() - in.size();
-  for (size_t i = 0; i < in.size(); ++i) {
-    strides[offset + i] = in[i] == 1 ? 0 : in_strides[i];
-  }
-  return strides;
-}
+using internal::BroadcastStrides;
 
 template <typename T, typename F>
 void BinaryLoop(const Tensor& a, const Tensor& b, Tensor& out, F f) {
@@ -213,6 +203,16 @@ absl::StatusOr<Shape> BroadcastShape(const char* op, const Tensor& a,
 }
 
 namespace internal {
+
+std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out) {
+  std::vector<int64_t> strides(out.size(), 0);
+  std::vector<int64_t> in_strides = RowMajorStrides(in);
+  size_t offset = out.size() - in.size();
+  for (size_t i = 0; i < in.size(); ++i) {
+    strides[offset + i] = in[i] == 1 ? 0 : in_strides[i];
+  }
+  return strides;
+}
 
 absl::StatusOr<Tensor> UnaryKernel(const char* op, UnaryKind kind,
                                    const Tensor& x) {

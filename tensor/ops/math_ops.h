@@ -4,6 +4,9 @@
 #ifndef MIRRORTRAIN_TENSOR_OPS_MATH_OPS_H_
 #define MIRRORTRAIN_TENSOR_OPS_MATH_OPS_H_
 
+#include <cstdint>
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "tensor/elementwise_kind.h"
 #include "tensor/tensor.h"
@@ -33,6 +36,9 @@ absl::StatusOr<Shape> BroadcastShape(const char* op, const Tensor& a,
                                      const Tensor& b);
 
 namespace internal {
+// Broadcast layout of `in` against the (broadcast) shape `out`: element
+// strides per dimension of `out`, 0 where `in` is stretched.
+std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out);
 // Unrecorded elementwise kernels, for gradient functions.
 absl::StatusOr<Tensor> UnaryKernel(const char* op, UnaryKind kind,
                                    const Tensor& x);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "tensor/cuda/cuda_kernels.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/math_ops.h"
@@ -12,7 +13,7 @@ namespace mirrortrain::ops {
 namespace {
 
 using internal::CheckFloatingSame;
-using internal::CheckHost;
+using internal::KernelError;
 
 struct ReduceAttrs {
   Shape keep_shape;  // Output shape with reduced dims kept as 1.
@@ -152,21 +153,53 @@ void CpuBroadcastTo(const Tensor& x, Tensor& out) {
   }
 }
 
+// The dims of x split into kept (the output, in order) and reduced ones,
+// each with x's strides: the layout the CUDA reduction walks.
+struct SplitDims {
+  Shape kept_shape, kept_strides, reduced_shape, reduced_strides;
+};
+SplitDims Split(const Tensor& x, const std::vector<bool>& reduced) {
+  SplitDims s;
+  std::vector<int64_t> strides = RowMajorStrides(x.shape());
+  for (int i = 0; i < x.rank(); ++i) {
+    (reduced[i] ? s.reduced_shape : s.kept_shape).push_back(x.dim(i));
+    (reduced[i] ? s.reduced_strides : s.kept_strides).push_back(strides[i]);
+  }
+  return s;
+}
+
+absl::Status GpuReduce(const char* op, cuda::ReduceKind kind, const Tensor& x,
+                       const std::vector<bool>& reduced, double scale,
+                       Tensor& out) {
+  SplitDims s = Split(x, reduced);
+  return KernelError(
+      op,
+      cuda::Reduce(kind, x.dtype(), x.raw_data(), s.kept_shape, s.kept_strides,
+                   s.reduced_shape, s.reduced_strides, scale, out.dtype(),
+                   out.raw_data(), x.device().index),
+      {&x});
+}
+
 }  // namespace
 
 absl::StatusOr<Tensor> ReduceSum(const Tensor& x, std::vector<int> axes,
                                  bool keepdims) {
   constexpr const char* kOp = "ReduceSum";
   MT_RETURN_IF_ERROR(CheckFloatingSame(kOp, {&x}));
-  MT_RETURN_IF_ERROR(CheckHost(kOp, {&x}));
   MT_ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedMask(kOp, x, axes));
   Shape keep_shape, out_shape;
   for (int i = 0; i < x.rank(); ++i) {
     keep_shape.push_back(reduced[i] ? 1 : x.dim(i));
     if (!reduced[i] || keepdims) out_shape.push_back(keep_shape.back());
   }
-  MT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(x.dtype(), out_shape));
-  MT_DISPATCH_FLOAT(x.dtype(), T, CpuReduceSum<T>(x, reduced, out));
+  MT_ASSIGN_OR_RETURN(Tensor out,
+                      Tensor::Empty(x.dtype(), out_shape, x.device()));
+  if (x.device().is_cuda()) {
+    MT_RETURN_IF_ERROR(
+        GpuReduce(kOp, cuda::ReduceKind::kSum, x, reduced, 1.0, out));
+  } else {
+    MT_DISPATCH_FLOAT(x.dtype(), T, CpuReduceSum<T>(x, reduced, out));
+  }
   tape::RecordOperation(kOp, {x}, {out}, ReduceAttrs{keep_shape});
   return out;
 }
@@ -183,7 +216,13 @@ absl::StatusOr<Tensor> ReduceMean(const Tensor& x, std::vector<int> axes,
 
 absl::StatusOr<Tensor> L2Loss(const Tensor& x) {
   MT_RETURN_IF_ERROR(CheckFloatingSame("L2Loss", {&x}));
-  MT_RETURN_IF_ERROR(CheckHost("L2Loss", {&x}));
+  if (x.device().is_cuda()) {
+    MT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(x.dtype(), {}, x.device()));
+    MT_RETURN_IF_ERROR(GpuReduce("L2Loss", cuda::ReduceKind::kSumOfSquares, x,
+                                 std::vector<bool>(x.rank(), true), 0.5, out));
+    tape::RecordOperation("L2Loss", {x}, {out});
+    return out;
+  }
   Tensor out = Tensor::HostEmpty(x.dtype(), {});
   MT_DISPATCH_FLOAT(x.dtype(), T, {
     const T* p = x.data<T>();
@@ -198,14 +237,24 @@ absl::StatusOr<Tensor> L2Loss(const Tensor& x) {
 absl::StatusOr<Tensor> BroadcastTo(const Tensor& x, const Shape& shape) {
   constexpr const char* kOp = "BroadcastTo";
   MT_RETURN_IF_ERROR(internal::CheckDefined(kOp, {&x}));
-  MT_RETURN_IF_ERROR(CheckHost(kOp, {&x}));
-  MT_ASSIGN_OR_RETURN(Tensor target_like, Tensor::Empty(x.dtype(), shape));
+  MT_ASSIGN_OR_RETURN(Tensor target_like,
+                      Tensor::Empty(x.dtype(), shape, x.device()));
   MT_ASSIGN_OR_RETURN(Shape result, BroadcastShape(kOp, x, target_like));
   if (result != shape) {
     return internal::OpError(
         kOp, absl::StrCat("cannot broadcast to ", ShapeToString(shape)), {&x});
   }
-  MT_DISPATCH_ALL(x.dtype(), T, CpuBroadcastTo<T>(x, target_like));
+  if (x.device().is_cuda()) {
+    MT_RETURN_IF_ERROR(KernelError(
+        kOp,
+        cuda::StridedCopy(DTypeSize(x.dtype()), shape, x.raw_data(), 0,
+                          internal::BroadcastStrides(x.shape(), shape),
+                          target_like.raw_data(), 0, RowMajorStrides(shape),
+                          x.device().index),
+        {&x}));
+  } else {
+    MT_DISPATCH_ALL(x.dtype(), T, CpuBroadcastTo<T>(x, target_like));
+  }
   tape::RecordOperation(kOp, {x}, {target_like});
   return target_like;
 }
