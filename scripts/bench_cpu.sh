@@ -52,6 +52,23 @@ for model in mlp cnn; do
     pt=$(med pt_rate "$model" "$tsteps")
     ratio=$(python3 -c "print(round($mt/$pt, 2))")
     echo "$model: mirrortrain $mt samples/s, pytorch $pt_version $pt samples/s, ratio ${ratio}x"
+    if [[ $model == mlp && -x build/bin/ops_bench ]]; then
+      # How far 3x PyTorch is from the hardware: the MLP's GEMM flops per
+      # example (forward, all weight gradients, the two inner input
+      # gradients) against the two-core FMA peak measured now (this VM's
+      # speed moves with its neighbours, so the peak is taken in the same run).
+      peak=$(build/bin/ops_bench --benchmark_filter='FmaPeak/2' --benchmark_format=json 2>/dev/null |
+        python3 -c "import json,sys; print(round(json.load(sys.stdin)['benchmarks'][0]['GFLOP/s'], 1))")
+      python3 - "$mt" "$pt" "$peak" <<'PY'
+import sys
+mt, pt, peak = map(float, sys.argv[1:])
+layers = [(784, 256), (256, 128), (128, 10)]
+flops = 2 * sum(i * o for i, o in layers) * 2 + 2 * sum(i * o for i, o in layers[1:])
+print(f"mlp: {flops / 1e6:.3f} MFLOP/example; mirrortrain {mt * flops / 1e9:.0f} GFLOP/s, "
+      f"pytorch {pt * flops / 1e9:.0f} GFLOP/s; 3x pytorch needs {3 * pt * flops / 1e9:.0f} GFLOP/s "
+      f"= {300 * pt * flops / 1e9 / peak:.0f}% of the FMA peak measured now ({peak} GFLOP/s, 2 cores)")
+PY
+    fi
   else
     echo "$model: mirrortrain $mt samples/s (no torch for comparison)"
   fi

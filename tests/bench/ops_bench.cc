@@ -10,6 +10,7 @@
 #include "tensor/ops/conv_ops.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/reduction_ops.h"
+#include "tensor/parallel.h"
 
 namespace mirrortrain {
 namespace {
@@ -96,6 +97,51 @@ void BM_OpenBlasSgemmConvShapeX3(benchmark::State& state) {
   }
   SetFlops(state, 3 * 2.0 * m * kk * o);
 }
+
+// The machine's f32 FMA ceiling per thread: independent 8-wide FMA chains,
+// enough to cover the FMA latency on both pipes. The yardstick for "how
+// close to the hardware" (--benchmark_filter=FmaPeak; the /2 row is the
+// two-core peak). Needs AVX2+FMA; skips otherwise.
+#if defined(__x86_64__)
+using F8 = float __attribute__((vector_size(32)));
+__attribute__((target("avx2,fma"))) float FmaChains(int64_t iterations,
+                                                    float mul, float add) {
+  constexpr int kChains = 12;
+  F8 acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = F8{} + static_cast<float>(i);
+  const F8 m = F8{} + mul, a = F8{} + add;
+  for (int64_t it = 0; it < iterations; ++it) {
+    for (int i = 0; i < kChains; ++i) {
+      acc[i] = __builtin_ia32_vfmaddps256(acc[i], m, a);
+    }
+  }
+  float sum = 0;
+  for (int i = 0; i < kChains; ++i) sum += acc[i][0];
+  return sum;
+}
+
+// Arg: chunks run on mirrortrain's kernel pool at once (1, or 2 for both
+// cores): exactly the parallelism the ops get.
+void BM_FmaPeak(benchmark::State& state) {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    state.SkipWithError("no AVX2/FMA");
+    return;
+  }
+  const int64_t chunks = state.range(0);
+  constexpr int64_t kIterations = 1 << 20;
+  // Opaque to the compiler, and values that stay finite (x * 1 + 0).
+  volatile float mul = 1.0f, add = 0.0f;
+  for (auto _ : state) {
+    ParallelFor(chunks, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t c = begin; c < end; ++c) {
+        benchmark::DoNotOptimize(FmaChains(kIterations, mul, add));
+      }
+    });
+  }
+  SetFlops(state, chunks * kIterations * 12.0 * 8 * 2);
+}
+BENCHMARK(BM_FmaPeak)->Arg(1)->Arg(2)->UseRealTime();
+#endif
 
 // MLP 784-256-128-10 layers at batch 128.
 #define MLP_SHAPES \
