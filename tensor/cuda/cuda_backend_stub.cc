@@ -59,5 +59,32 @@ absl::Status Reduce(ReduceKind, DType, const void*, absl::Span<const int64_t>,
                     absl::Span<const int64_t>, double, DType, void*, int) {
   return NotBuilt();
 }
+absl::Status Cast(DType, const void*, DType, void*, int64_t, int) {
+  return NotBuilt();
+}
+absl::Status Gather(DType, const void*, int64_t, DType, const void*, int64_t,
+                    void*, int) {
+  return NotBuilt();
+}
+absl::Status ScatterAdd(DType, const void*, int64_t, DType, const void*,
+                        int64_t, void*, int) {
+  return NotBuilt();
+}
+absl::Status OneHot(DType, const void*, int64_t, int64_t, DType, double, double,
+                    void*, int) {
+  return NotBuilt();
+}
+absl::Status ArgMax(DType, const void*, int64_t, int64_t, int64_t, int64_t*,
+                    int) {
+  return NotBuilt();
+}
+absl::Status ClipByValue(DType, const void*, double, double, void*, int64_t,
+                         int) {
+  return NotBuilt();
+}
+absl::Status ClipByValueGrad(DType, const void*, const void*, double, double,
+                             void*, int64_t, int) {
+  return NotBuilt();
+}
 
 }  // namespace mirrortrain::cuda

@@ -56,6 +56,42 @@ absl::Status Reduce(ReduceKind kind, DType dtype, const void* x,
                     absl::Span<const int64_t> reduced_strides, double scale,
                     DType out_dtype, void* out, int device);
 
+// dst[i] = static_cast<dst type>(src[i]) between any two dtypes.
+// Float-to-integer conversion of values out of the integer's range
+// saturates here (undefined behaviour on the CPU side).
+absl::Status Cast(DType src_dtype, const void* src, DType dst_dtype, void* dst,
+                  int64_t n, int device);
+
+// out[i, k] = params[indices[i], k] for rows of `row` elements; indices
+// (i32 or i64) must already be known to be in range.
+absl::Status Gather(DType dtype, const void* params, int64_t row,
+                    DType index_dtype, const void* indices, int64_t num_indices,
+                    void* out, int device);
+// out[indices[i], k] += updates[i, k] (Gather's gradient, floating dtypes).
+// Uses atomics: with repeated indices the order of the additions, and so
+// the rounding, is not deterministic.
+absl::Status ScatterAdd(DType dtype, const void* updates, int64_t row,
+                        DType index_dtype, const void* indices,
+                        int64_t num_indices, void* out, int device);
+
+// out[i, d] = indices[i] == d ? on : off, for n indices and `depth` columns.
+absl::Status OneHot(DType index_dtype, const void* indices, int64_t n,
+                    int64_t depth, DType dtype, double on, double off,
+                    void* out, int device);
+
+// x viewed as [outer, n, inner]: out[o, i] = the first k maximising
+// x[o, k, i] (ties and NaNs as the CPU ArgMax). n must be >= 1.
+absl::Status ArgMax(DType dtype, const void* x, int64_t outer, int64_t n,
+                    int64_t inner, int64_t* out, int device);
+
+// y[i] = min(max(x[i], lo), hi), NaN passing through.
+absl::Status ClipByValue(DType dtype, const void* x, double lo, double hi,
+                         void* y, int64_t n, int device);
+// dx[i] = lo <= x[i] <= hi ? g[i] : 0.
+absl::Status ClipByValueGrad(DType dtype, const void* x, const void* g,
+                             double lo, double hi, void* dx, int64_t n,
+                             int device);
+
 }  // namespace mirrortrain::cuda
 
 #endif  // MIRRORTRAIN_TENSOR_CUDA_CUDA_KERNELS_H_

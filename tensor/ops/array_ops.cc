@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "tensor/cuda/cuda_kernels.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/status_macros.h"
@@ -10,7 +11,8 @@ namespace mirrortrain::ops {
 namespace {
 
 using internal::CheckDefined;
-using internal::CheckHost;
+using internal::CheckSameDevice;
+using internal::KernelError;
 using internal::OpError;
 
 struct TransposeAttrs {
@@ -44,6 +46,26 @@ void CpuTranspose(const Tensor& x, const std::vector<int>& perm, Tensor& out) {
       counter[d] = 0;
     }
   }
+}
+
+// Copies the block `part` to or from its place in `whole` along `axis`,
+// starting at `start` on that axis (Concat and its gradient on the GPU).
+absl::Status GpuCopyAlongAxis(const char* op, const Tensor& whole, int axis,
+                              int64_t start, const Tensor& part,
+                              bool into_whole) {
+  const std::vector<int64_t> whole_strides = RowMajorStrides(whole.shape());
+  const std::vector<int64_t> part_strides = RowMajorStrides(part.shape());
+  const int64_t offset = start * whole_strides[axis];
+  absl::Status status =
+      into_whole ? cuda::StridedCopy(DTypeSize(part.dtype()), part.shape(),
+                                     part.raw_data(), 0, part_strides,
+                                     whole.raw_data(), offset, whole_strides,
+                                     whole.device().index)
+                 : cuda::StridedCopy(DTypeSize(part.dtype()), part.shape(),
+                                     whole.raw_data(), offset, whole_strides,
+                                     part.raw_data(), 0, part_strides,
+                                     whole.device().index);
+  return KernelError(op, status, {&whole, &part});
 }
 
 }  // namespace
@@ -82,7 +104,6 @@ absl::StatusOr<Tensor> Reshape(const Tensor& x, const Shape& shape) {
 absl::StatusOr<Tensor> Transpose(const Tensor& x,
                                  const std::vector<int>& perm) {
   MT_RETURN_IF_ERROR(CheckDefined("Transpose", {&x}));
-  MT_RETURN_IF_ERROR(CheckHost("Transpose", {&x}));
   if (static_cast<int>(perm.size()) != x.rank()) {
     return OpError("Transpose", "perm length differs from rank", {&x});
   }
@@ -95,8 +116,21 @@ absl::StatusOr<Tensor> Transpose(const Tensor& x,
     seen[perm[i]] = true;
     shape[i] = x.dim(perm[i]);
   }
-  Tensor y = Tensor::HostEmpty(x.dtype(), shape);
-  MT_DISPATCH_ALL(x.dtype(), T, CpuTranspose<T>(x, perm, y));
+  MT_ASSIGN_OR_RETURN(Tensor y, Tensor::Empty(x.dtype(), shape, x.device()));
+  if (x.device().is_cuda()) {
+    // Output-ordered copy reading x with its strides permuted.
+    const std::vector<int64_t> xs = RowMajorStrides(x.shape());
+    std::vector<int64_t> in_strides(x.rank());
+    for (int i = 0; i < x.rank(); ++i) in_strides[i] = xs[perm[i]];
+    MT_RETURN_IF_ERROR(
+        KernelError("Transpose",
+                    cuda::StridedCopy(DTypeSize(x.dtype()), shape, x.raw_data(),
+                                      0, in_strides, y.raw_data(), 0,
+                                      RowMajorStrides(shape), x.device().index),
+                    {&x}));
+  } else {
+    MT_DISPATCH_ALL(x.dtype(), T, CpuTranspose<T>(x, perm, y));
+  }
   tape::RecordOperation("Transpose", {x}, {y}, TransposeAttrs{perm});
   return y;
 }
@@ -112,8 +146,7 @@ absl::StatusOr<Tensor> Concat(absl::Span<const Tensor> xs, int axis) {
   Shape shape = first.shape();
   shape[a] = 0;
   for (const Tensor& t : xs) {
-    MT_RETURN_IF_ERROR(CheckDefined(kOp, {&t}));
-    MT_RETURN_IF_ERROR(CheckHost(kOp, {&t}));
+    MT_RETURN_IF_ERROR(CheckSameDevice(kOp, {&first, &t}));
     bool ok = t.dtype() == first.dtype() && t.rank() == first.rank();
     for (int i = 0; ok && i < t.rank(); ++i) {
       ok = i == a || t.dim(i) == first.dim(i);
@@ -121,7 +154,17 @@ absl::StatusOr<Tensor> Concat(absl::Span<const Tensor> xs, int axis) {
     if (!ok) return OpError(kOp, "inputs differ off the axis", {&first, &t});
     shape[a] += t.dim(a);
   }
-  Tensor y = Tensor::HostEmpty(first.dtype(), shape);
+  MT_ASSIGN_OR_RETURN(Tensor y,
+                      Tensor::Empty(first.dtype(), shape, first.device()));
+  if (y.device().is_cuda()) {
+    int64_t start = 0;
+    for (const Tensor& t : xs) {
+      MT_RETURN_IF_ERROR(GpuCopyAlongAxis(kOp, y, a, start, t, true));
+      start += t.dim(a);
+    }
+    tape::RecordOperation(kOp, xs, {y}, ConcatAttrs{a});
+    return y;
+  }
   // Rows before the axis, bytes per row within the axis block.
   int64_t outer = 1;
   for (int i = 0; i < a; ++i) outer *= shape[i];
@@ -144,15 +187,38 @@ absl::StatusOr<Tensor> Concat(absl::Span<const Tensor> xs, int axis) {
 
 absl::StatusOr<Tensor> Gather(const Tensor& params, const Tensor& indices) {
   constexpr const char* kOp = "Gather";
-  MT_RETURN_IF_ERROR(CheckDefined(kOp, {&params, &indices}));
-  MT_RETURN_IF_ERROR(CheckHost(kOp, {&params, &indices}));
+  MT_RETURN_IF_ERROR(CheckSameDevice(kOp, {&params, &indices}));
   MT_RETURN_IF_ERROR(internal::CheckInteger(kOp, indices, "indices"));
   if (params.rank() < 1)
     return OpError(kOp, "params must have rank >= 1", {&params});
   Shape shape = indices.shape();
   shape.insert(shape.end(), params.shape().begin() + 1, params.shape().end());
-  Tensor y = Tensor::HostEmpty(params.dtype(), shape);
+  MT_ASSIGN_OR_RETURN(Tensor y,
+                      Tensor::Empty(params.dtype(), shape, params.device()));
   const int64_t rows = params.dim(0);
+  if (params.device().is_cuda()) {
+    // Range errors are reported as on the CPU, so the indices are checked
+    // on the host (one small copy) before the kernel trusts them.
+    MT_ASSIGN_OR_RETURN(Tensor host_indices, indices.To(Device::Cpu()));
+    for (int64_t i = 0; i < host_indices.num_elements(); ++i) {
+      int64_t idx = internal::IndexAt(host_indices, i);
+      if (idx < 0 || idx >= rows) {
+        return OpError(kOp,
+                       absl::StrCat("index ", idx, " at position ", i,
+                                    " is out of range [0, ", rows, ")"),
+                       {&params, &indices});
+      }
+    }
+    const int64_t row = params.num_elements() / std::max<int64_t>(rows, 1);
+    MT_RETURN_IF_ERROR(KernelError(
+        kOp,
+        cuda::Gather(params.dtype(), params.raw_data(), row, indices.dtype(),
+                     indices.raw_data(), indices.num_elements(), y.raw_data(),
+                     params.device().index),
+        {&params, &indices}));
+    tape::RecordOperation(kOp, {params, indices}, {y});
+    return y;
+  }
   const size_t row_bytes = params.num_elements() / std::max<int64_t>(rows, 1) *
                            DTypeSize(params.dtype());
   const char* src = static_cast<const char*>(params.raw_data());
@@ -175,11 +241,21 @@ absl::StatusOr<Tensor> OneHot(const Tensor& indices, int64_t depth, DType dtype,
                               double on, double off) {
   constexpr const char* kOp = "OneHot";
   MT_RETURN_IF_ERROR(CheckDefined(kOp, {&indices}));
-  MT_RETURN_IF_ERROR(CheckHost(kOp, {&indices}));
   MT_RETURN_IF_ERROR(internal::CheckInteger(kOp, indices, "indices"));
   if (depth < 0) return OpError(kOp, "depth must be >= 0", {&indices});
   Shape shape = indices.shape();
   shape.push_back(depth);
+  if (indices.device().is_cuda()) {
+    MT_ASSIGN_OR_RETURN(Tensor y,
+                        Tensor::Empty(dtype, shape, indices.device()));
+    MT_RETURN_IF_ERROR(
+        KernelError(kOp,
+                    cuda::OneHot(indices.dtype(), indices.raw_data(),
+                                 indices.num_elements(), depth, dtype, on, off,
+                                 y.raw_data(), indices.device().index),
+                    {&indices}));
+    return y;
+  }
   Tensor y = Tensor::HostFull(dtype, shape, off);
   MT_DISPATCH_ALL(dtype, T, {
     T* p = y.data<T>();
@@ -193,17 +269,24 @@ absl::StatusOr<Tensor> OneHot(const Tensor& indices, int64_t depth, DType dtype,
 
 absl::StatusOr<Tensor> Cast(const Tensor& x, DType dtype) {
   MT_RETURN_IF_ERROR(CheckDefined("Cast", {&x}));
-  MT_RETURN_IF_ERROR(CheckHost("Cast", {&x}));
-  Tensor y = Tensor::HostEmpty(dtype, x.shape());
-  MT_DISPATCH_ALL(x.dtype(), S, {
-    const S* src = x.data<S>();
-    MT_DISPATCH_ALL(dtype, D, {
-      D* dst = y.data<D>();
-      for (int64_t i = 0; i < x.num_elements(); ++i) {
-        dst[i] = static_cast<D>(src[i]);
-      }
+  MT_ASSIGN_OR_RETURN(Tensor y, Tensor::Empty(dtype, x.shape(), x.device()));
+  if (x.device().is_cuda()) {
+    MT_RETURN_IF_ERROR(
+        KernelError("Cast",
+                    cuda::Cast(x.dtype(), x.raw_data(), dtype, y.raw_data(),
+                               x.num_elements(), x.device().index),
+                    {&x}));
+  } else {
+    MT_DISPATCH_ALL(x.dtype(), S, {
+      const S* src = x.data<S>();
+      MT_DISPATCH_ALL(dtype, D, {
+        D* dst = y.data<D>();
+        for (int64_t i = 0; i < x.num_elements(); ++i) {
+          dst[i] = static_cast<D>(src[i]);
+        }
+      });
     });
-  });
+  }
   if (IsFloating(x.dtype()) && IsFloating(dtype)) {
     tape::RecordOperation("Cast", {x}, {y});
   }
@@ -213,7 +296,6 @@ absl::StatusOr<Tensor> Cast(const Tensor& x, DType dtype) {
 absl::StatusOr<Tensor> ArgMax(const Tensor& x, int axis) {
   constexpr const char* kOp = "ArgMax";
   MT_RETURN_IF_ERROR(CheckDefined(kOp, {&x}));
-  MT_RETURN_IF_ERROR(CheckHost(kOp, {&x}));
   MT_ASSIGN_OR_RETURN(int a, internal::NormalizeAxis(kOp, axis, x.rank()));
   if (x.dim(a) == 0) return OpError(kOp, "reduction axis is empty", {&x});
   Shape shape;
@@ -224,6 +306,16 @@ absl::StatusOr<Tensor> ArgMax(const Tensor& x, int axis) {
     if (i > a) inner *= x.dim(i);
   }
   const int64_t n = x.dim(a);
+  if (x.device().is_cuda()) {
+    MT_ASSIGN_OR_RETURN(Tensor y,
+                        Tensor::Empty(DType::kI64, shape, x.device()));
+    MT_RETURN_IF_ERROR(
+        KernelError(kOp,
+                    cuda::ArgMax(x.dtype(), x.raw_data(), outer, n, inner,
+                                 y.data<int64_t>(), x.device().index),
+                    {&x}));
+    return y;
+  }
   Tensor y = Tensor::HostEmpty(DType::kI64, shape);
   int64_t* py = y.data<int64_t>();
   MT_DISPATCH_ALL(x.dtype(), T, {
@@ -298,7 +390,22 @@ MT_REGISTER_GRADIENT(
       // Slices of g along the axis, one per input.
       const int axis = std::any_cast<const ConcatAttrs&>(op.attrs).axis;
       const Tensor& gy = g[0];
-      MT_RETURN_IF_ERROR(CheckHost("ConcatGrad", {&gy}));
+      if (gy.device().is_cuda()) {
+        int64_t start = 0;
+        for (size_t j = 0; j < op.inputs.size(); ++j) {
+          const Tensor& in = op.inputs[j];
+          if (needs[j]) {
+            MT_ASSIGN_OR_RETURN(
+                Tensor part,
+                Tensor::Empty(gy.dtype(), in.shape(), gy.device()));
+            MT_RETURN_IF_ERROR(
+                GpuCopyAlongAxis("ConcatGrad", gy, axis, start, part, false));
+            (*grads)[j] = std::move(part);
+          }
+          start += in.dim(axis);
+        }
+        return absl::OkStatus();
+      }
       int64_t outer = 1;
       for (int i = 0; i < axis; ++i) outer *= gy.dim(i);
       const size_t elem = DTypeSize(gy.dtype());
@@ -322,30 +429,44 @@ MT_REGISTER_GRADIENT(
       return absl::OkStatus();
     });
 
-MT_REGISTER_GRADIENT("Gather",
-                     [](const OpRecord& op, auto g, auto needs,
-                        Grads* grads) -> absl::Status {
-                       if (!needs[0]) return absl::OkStatus();
-                       const Tensor& params = op.inputs[0];
-                       const Tensor& indices = op.inputs[1];
-                       const Tensor& gy = g[0];
-                       MT_RETURN_IF_ERROR(CheckHost("GatherGrad", {&gy}));
-                       Tensor dp =
-                           Tensor::HostZeros(params.dtype(), params.shape());
-                       const int64_t row = params.num_elements() /
-                                           std::max<int64_t>(params.dim(0), 1);
-                       MT_DISPATCH_FLOAT(params.dtype(), T, {
-                         const T* src = gy.data<T>();
-                         T* dst = dp.data<T>();
-                         for (int64_t i = 0; i < indices.num_elements(); ++i) {
-                           T* out = dst + internal::IndexAt(indices, i) * row;
-                           const T* in = src + i * row;
-                           for (int64_t k = 0; k < row; ++k) out[k] += in[k];
-                         }
-                       });
-                       (*grads)[0] = std::move(dp);
-                       return absl::OkStatus();
-                     });
+MT_REGISTER_GRADIENT(
+    "Gather",
+    [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+      if (!needs[0]) return absl::OkStatus();
+      const Tensor& params = op.inputs[0];
+      const Tensor& indices = op.inputs[1];
+      const Tensor& gy = g[0];
+      if (gy.device().is_cuda()) {
+        MT_ASSIGN_OR_RETURN(
+            Tensor dp,
+            Tensor::Zeros(params.dtype(), params.shape(), gy.device()));
+        const int64_t row =
+            params.num_elements() / std::max<int64_t>(params.dim(0), 1);
+        MT_RETURN_IF_ERROR(
+            KernelError("GatherGrad",
+                        cuda::ScatterAdd(params.dtype(), gy.raw_data(), row,
+                                         indices.dtype(), indices.raw_data(),
+                                         indices.num_elements(), dp.raw_data(),
+                                         gy.device().index),
+                        {&gy, &indices}));
+        (*grads)[0] = std::move(dp);
+        return absl::OkStatus();
+      }
+      Tensor dp = Tensor::HostZeros(params.dtype(), params.shape());
+      const int64_t row =
+          params.num_elements() / std::max<int64_t>(params.dim(0), 1);
+      MT_DISPATCH_FLOAT(params.dtype(), T, {
+        const T* src = gy.data<T>();
+        T* dst = dp.data<T>();
+        for (int64_t i = 0; i < indices.num_elements(); ++i) {
+          T* out = dst + internal::IndexAt(indices, i) * row;
+          const T* in = src + i * row;
+          for (int64_t k = 0; k < row; ++k) out[k] += in[k];
+        }
+      });
+      (*grads)[0] = std::move(dp);
+      return absl::OkStatus();
+    });
 
 MT_REGISTER_GRADIENT(
     "Cast", [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {

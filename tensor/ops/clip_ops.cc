@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "tensor/cuda/cuda_kernels.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/math_ops.h"
@@ -31,7 +32,21 @@ absl::StatusOr<double> GlobalNorm(absl::Span<const Tensor> tensors) {
   double sum = 0;
   for (const Tensor& t : tensors) {
     MT_RETURN_IF_ERROR(internal::CheckFloatingSame("GlobalNorm", {&t}));
-    MT_RETURN_IF_ERROR(internal::CheckHost("GlobalNorm", {&t}));
+    if (t.device().is_cuda()) {
+      // Sum of squares in double on the device; one scalar comes back.
+      MT_ASSIGN_OR_RETURN(Tensor sq,
+                          Tensor::Empty(DType::kF64, {}, t.device()));
+      const Shape all{t.num_elements()};
+      MT_RETURN_IF_ERROR(internal::KernelError(
+          "GlobalNorm",
+          cuda::Reduce(cuda::ReduceKind::kSumOfSquares, t.dtype(), t.raw_data(),
+                       {}, {}, all, {1}, 1.0, DType::kF64, sq.raw_data(),
+                       t.device().index),
+          {&t}));
+      MT_ASSIGN_OR_RETURN(Tensor host, sq.To(Device::Cpu()));
+      sum += host.data<double>()[0];
+      continue;
+    }
     MT_DISPATCH_FLOAT(t.dtype(), T, {
       const T* p = t.data<T>();
       for (int64_t i = 0; i < t.num_elements(); ++i) {
@@ -65,10 +80,20 @@ absl::StatusOr<GlobalNormClipped> ClipByGlobalNorm(
 
 absl::StatusOr<Tensor> ClipByValue(const Tensor& t, double lo, double hi) {
   MT_RETURN_IF_ERROR(internal::CheckFloatingSame("ClipByValue", {&t}));
-  MT_RETURN_IF_ERROR(internal::CheckHost("ClipByValue", {&t}));
   if (!(lo <= hi)) {
     return internal::OpError("ClipByValue",
                              absl::StrCat("lo ", lo, " > hi ", hi), {&t});
+  }
+  if (t.device().is_cuda()) {
+    MT_ASSIGN_OR_RETURN(Tensor y,
+                        Tensor::Empty(t.dtype(), t.shape(), t.device()));
+    MT_RETURN_IF_ERROR(internal::KernelError(
+        "ClipByValue",
+        cuda::ClipByValue(t.dtype(), t.raw_data(), lo, hi, y.raw_data(),
+                          t.num_elements(), t.device().index),
+        {&t}));
+    tape::RecordOperation("ClipByValue", {t}, {y}, ClipValueAttrs{lo, hi});
+    return y;
   }
   Tensor y = Tensor::HostEmpty(t.dtype(), t.shape());
   MT_DISPATCH_FLOAT(t.dtype(), T, {
@@ -92,6 +117,20 @@ MT_REGISTER_GRADIENT(
     [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
       const auto& at = std::any_cast<const ClipValueAttrs&>(op.attrs);
       const Tensor& x = op.inputs[0];
+      if (x.device().is_cuda()) {
+        MT_RETURN_IF_ERROR(
+            internal::CheckFloatingSame("ClipByValueGrad", {&x, &g[0]}));
+        MT_ASSIGN_OR_RETURN(Tensor d,
+                            Tensor::Empty(x.dtype(), x.shape(), x.device()));
+        MT_RETURN_IF_ERROR(internal::KernelError(
+            "ClipByValueGrad",
+            cuda::ClipByValueGrad(x.dtype(), x.raw_data(), g[0].raw_data(),
+                                  at.lo, at.hi, d.raw_data(), x.num_elements(),
+                                  x.device().index),
+            {&x, &g[0]}));
+        (*grads)[0] = std::move(d);
+        return absl::OkStatus();
+      }
       MT_RETURN_IF_ERROR(internal::CheckHost("ClipByValueGrad", {&g[0]}));
       Tensor d = Tensor::HostEmpty(x.dtype(), x.shape());
       MT_DISPATCH_FLOAT(x.dtype(), T, {

@@ -1,0 +1,185 @@
+// Indexing and conversion kernels for array_ops: Cast, Gather and its
+// gradient, OneHot and ArgMax. One thread per output element in a
+// grid-stride loop.
+#include <cuda_runtime.h>
+
+#include "tensor/cuda/cuda_check.h"
+#include "tensor/cuda/cuda_kernels.h"
+#include "tensor/cuda/device_guard.h"
+#include "tensor/cuda/launch.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::cuda {
+namespace {
+
+template <typename S, typename D>
+__global__ void CastKernel(const S* src, D* dst, int64_t n) {
+  for (int64_t i = GridStart(); i < n; i += GridStep()) {
+    dst[i] = static_cast<D>(src[i]);
+  }
+}
+
+// out[i, k] = params[indices[i], k]; indices were checked by the caller.
+template <typename T, typename I>
+__global__ void GatherKernel(const T* params, int64_t row, const I* indices,
+                             int64_t num_indices, T* out) {
+  const int64_t n = num_indices * row;
+  for (int64_t j = GridStart(); j < n; j += GridStep()) {
+    const int64_t i = j / row, k = j % row;
+    out[j] = params[static_cast<int64_t>(indices[i]) * row + k];
+  }
+}
+
+// out[indices[i], k] += updates[i, k]. Repeated indices make threads add to
+// the same element, so atomics; their order, and so the last bits of f32
+// sums over repeated indices, varies from run to run.
+template <typename T, typename I>
+__global__ void ScatterAddKernel(const T* updates, int64_t row,
+                                 const I* indices, int64_t num_indices,
+                                 T* out) {
+  const int64_t n = num_indices * row;
+  for (int64_t j = GridStart(); j < n; j += GridStep()) {
+    const int64_t i = j / row, k = j % row;
+    atomicAdd(out + static_cast<int64_t>(indices[i]) * row + k, updates[j]);
+  }
+}
+
+// Out-of-range indices match no column and give an all-`off` row.
+template <typename T, typename I>
+__global__ void OneHotKernel(const I* indices, int64_t n, int64_t depth, T on,
+                             T off, T* out) {
+  const int64_t total = n * depth;
+  for (int64_t j = GridStart(); j < total; j += GridStep()) {
+    const int64_t i = j / depth, d = j % depth;
+    out[j] = static_cast<int64_t>(indices[i]) == d ? on : off;
+  }
+}
+
+// The CPU rule exactly: the first strictly larger value wins, so ties keep
+// the first index and a NaN wins only in position 0.
+template <typename T>
+__global__ void ArgMaxKernel(const T* x, int64_t outer, int64_t n,
+                             int64_t inner, int64_t* out) {
+  const int64_t total = outer * inner;
+  for (int64_t j = GridStart(); j < total; j += GridStep()) {
+    const int64_t o = j / inner, i = j % inner;
+    const T* base = x + o * n * inner + i;
+    int64_t best = 0;
+    for (int64_t k = 1; k < n; ++k) {
+      if (base[k * inner] > base[best * inner]) best = k;
+    }
+    out[j] = best;
+  }
+}
+
+}  // namespace
+
+absl::Status Cast(DType src_dtype, const void* src, DType dst_dtype, void* dst,
+                  int64_t n, int device) {
+  if (n == 0) return absl::OkStatus();
+  DeviceGuard guard;
+  MT_RETURN_IF_ERROR(guard.Set(device));
+  cudaStream_t stream = LaunchStream();
+  DispatchAll(src_dtype, [&](auto s_zero) {
+    using S = decltype(s_zero);
+    DispatchAll(dst_dtype, [&](auto d_zero) {
+      using D = decltype(d_zero);
+      CastKernel<S, D><<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
+          static_cast<const S*>(src), static_cast<D*>(dst), n);
+    });
+  });
+  MT_CUDA_RETURN_IF_LAUNCH_ERROR("CastKernel");
+  return absl::OkStatus();
+}
+
+absl::Status Gather(DType dtype, const void* params, int64_t row,
+                    DType index_dtype, const void* indices, int64_t num_indices,
+                    void* out, int device) {
+  if (row == 0 || num_indices == 0) return absl::OkStatus();
+  DeviceGuard guard;
+  MT_RETURN_IF_ERROR(guard.Set(device));
+  cudaStream_t stream = LaunchStream();
+  const int blocks = LaunchBlocks(num_indices * row);
+  MT_RETURN_IF_ERROR(DispatchIndex("Gather", index_dtype, [&](auto i_zero) {
+    using I = decltype(i_zero);
+    DispatchAll(dtype, [&](auto zero) {
+      using T = decltype(zero);
+      GatherKernel<T, I><<<blocks, kLaunchThreads, 0, stream>>>(
+          static_cast<const T*>(params), row, static_cast<const I*>(indices),
+          num_indices, static_cast<T*>(out));
+    });
+  }));
+  MT_CUDA_RETURN_IF_LAUNCH_ERROR("GatherKernel");
+  return absl::OkStatus();
+}
+
+absl::Status ScatterAdd(DType dtype, const void* updates, int64_t row,
+                        DType index_dtype, const void* indices,
+                        int64_t num_indices, void* out, int device) {
+  if (row == 0 || num_indices == 0) return absl::OkStatus();
+  DeviceGuard guard;
+  MT_RETURN_IF_ERROR(guard.Set(device));
+  cudaStream_t stream = LaunchStream();
+  const int blocks = LaunchBlocks(num_indices * row);
+  if (dtype != DType::kF32 && dtype != DType::kF64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ScatterAdd: CUDA kernel takes f32 or f64, got ", DTypeName(dtype)));
+  }
+  MT_RETURN_IF_ERROR(DispatchIndex("ScatterAdd", index_dtype, [&](auto i_zero) {
+    using I = decltype(i_zero);
+    auto launch = [&](auto zero) {
+      using T = decltype(zero);
+      ScatterAddKernel<T, I><<<blocks, kLaunchThreads, 0, stream>>>(
+          static_cast<const T*>(updates), row, static_cast<const I*>(indices),
+          num_indices, static_cast<T*>(out));
+    };
+    if (dtype == DType::kF32) {
+      launch(float{});
+    } else {
+      launch(double{});
+    }
+  }));
+  MT_CUDA_RETURN_IF_LAUNCH_ERROR("ScatterAddKernel");
+  return absl::OkStatus();
+}
+
+absl::Status OneHot(DType index_dtype, const void* indices, int64_t n,
+                    int64_t depth, DType dtype, double on, double off,
+                    void* out, int device) {
+  if (n == 0 || depth == 0) return absl::OkStatus();
+  DeviceGuard guard;
+  MT_RETURN_IF_ERROR(guard.Set(device));
+  cudaStream_t stream = LaunchStream();
+  const int blocks = LaunchBlocks(n * depth);
+  MT_RETURN_IF_ERROR(DispatchIndex("OneHot", index_dtype, [&](auto i_zero) {
+    using I = decltype(i_zero);
+    DispatchAll(dtype, [&](auto zero) {
+      using T = decltype(zero);
+      OneHotKernel<T, I><<<blocks, kLaunchThreads, 0, stream>>>(
+          static_cast<const I*>(indices), n, depth, static_cast<T>(on),
+          static_cast<T>(off), static_cast<T*>(out));
+    });
+  }));
+  MT_CUDA_RETURN_IF_LAUNCH_ERROR("OneHotKernel");
+  return absl::OkStatus();
+}
+
+absl::Status ArgMax(DType dtype, const void* x, int64_t outer, int64_t n,
+                    int64_t inner, int64_t* out, int device) {
+  if (outer * inner == 0) return absl::OkStatus();
+  if (n < 1) {
+    return absl::InvalidArgumentError("ArgMax: reduction axis is empty");
+  }
+  DeviceGuard guard;
+  MT_RETURN_IF_ERROR(guard.Set(device));
+  cudaStream_t stream = LaunchStream();
+  DispatchAll(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    ArgMaxKernel<T><<<LaunchBlocks(outer * inner), kLaunchThreads, 0, stream>>>(
+        static_cast<const T*>(x), outer, n, inner, out);
+  });
+  MT_CUDA_RETURN_IF_LAUNCH_ERROR("ArgMaxKernel");
+  return absl::OkStatus();
+}
+
+}  // namespace mirrortrain::cuda

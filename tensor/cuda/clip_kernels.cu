@@ -1,0 +1,68 @@
+// ClipByValue and its gradient, elementwise.
+#include <cuda_runtime.h>
+
+#include "tensor/cuda/cuda_check.h"
+#include "tensor/cuda/cuda_kernels.h"
+#include "tensor/cuda/device_guard.h"
+#include "tensor/cuda/launch.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::cuda {
+namespace {
+
+// std::min(std::max(v, lo), hi) spelled out, NaN handling included (a NaN
+// passes through), which fmin/fmax would not do.
+template <typename T>
+__global__ void ClipByValueKernel(const T* x, T lo, T hi, T* y, int64_t n) {
+  for (int64_t i = GridStart(); i < n; i += GridStep()) {
+    const T v = x[i];
+    const T at_least_lo = v < lo ? lo : v;
+    y[i] = hi < at_least_lo ? hi : at_least_lo;
+  }
+}
+
+// The gradient passes where lo <= x <= hi (not for NaN x).
+template <typename T>
+__global__ void ClipByValueGradKernel(const T* x, const T* g, T lo, T hi, T* dx,
+                                      int64_t n) {
+  for (int64_t i = GridStart(); i < n; i += GridStep()) {
+    dx[i] = (x[i] >= lo && x[i] <= hi) ? g[i] : T(0);
+  }
+}
+
+}  // namespace
+
+absl::Status ClipByValue(DType dtype, const void* x, double lo, double hi,
+                         void* y, int64_t n, int device) {
+  if (n == 0) return absl::OkStatus();
+  DeviceGuard guard;
+  MT_RETURN_IF_ERROR(guard.Set(device));
+  cudaStream_t stream = LaunchStream();
+  MT_RETURN_IF_ERROR(DispatchFloat("ClipByValue", dtype, [&](auto zero) {
+    using T = decltype(zero);
+    ClipByValueKernel<T><<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<T>(lo), static_cast<T>(hi),
+        static_cast<T*>(y), n);
+  }));
+  MT_CUDA_RETURN_IF_LAUNCH_ERROR("ClipByValueKernel");
+  return absl::OkStatus();
+}
+
+absl::Status ClipByValueGrad(DType dtype, const void* x, const void* g,
+                             double lo, double hi, void* dx, int64_t n,
+                             int device) {
+  if (n == 0) return absl::OkStatus();
+  DeviceGuard guard;
+  MT_RETURN_IF_ERROR(guard.Set(device));
+  cudaStream_t stream = LaunchStream();
+  MT_RETURN_IF_ERROR(DispatchFloat("ClipByValueGrad", dtype, [&](auto zero) {
+    using T = decltype(zero);
+    ClipByValueGradKernel<T><<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<const T*>(g), static_cast<T>(lo),
+        static_cast<T>(hi), static_cast<T*>(dx), n);
+  }));
+  MT_CUDA_RETURN_IF_LAUNCH_ERROR("ClipByValueGradKernel");
+  return absl::OkStatus();
+}
+
+}  // namespace mirrortrain::cuda
