@@ -86,5 +86,13 @@ absl::Status ClipByValueGrad(DType, const void*, const void*, double, double,
                              void*, int64_t, int) {
   return NotBuilt();
 }
+absl::Status MaxPool2DForward(DType, const void*, const Pool2DGeometry&, void*,
+                              int32_t*, int) {
+  return NotBuilt();
+}
+absl::Status MaxPool2DBackward(DType, const int32_t*, const void*,
+                               const Pool2DGeometry&, void*, int) {
+  return NotBuilt();
+}
 
 }  // namespace mirrortrain::cuda

@@ -92,6 +92,31 @@ absl::Status ClipByValueGrad(DType dtype, const void* x, const void* g,
                              double lo, double hi, void* dx, int64_t n,
                              int device);
 
+// A 2-D pooling window over NHWC images: input [n, h, w, c], output
+// [n, out_h, out_w, c]; output (oy, ox) covers input rows
+// [oy * stride_h - pad_top, + ksize_h) and the columns likewise, clipped
+// to the image.
+struct Pool2DGeometry {
+  int64_t n = 0, h = 0, w = 0, c = 0;
+  int64_t out_h = 0, out_w = 0;
+  int64_t ksize_h = 1, ksize_w = 1;
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_top = 0, pad_left = 0;
+};
+
+// y = the maximum of each window (the first maximum in row-major order
+// wins; a NaN beats every number and the first NaN stays). With `argmax`
+// non-null (int32, shaped like y) also the winner's offset within its
+// image, (row * w + col) * c + channel.
+absl::Status MaxPool2DForward(DType dtype, const void* x,
+                              const Pool2DGeometry& geometry, void* y,
+                              int32_t* argmax, int device);
+// dx (every element written) = for each input cell, the sum of dy over the
+// outputs whose argmax names it. Deterministic: no atomics.
+absl::Status MaxPool2DBackward(DType dtype, const int32_t* argmax,
+                               const void* dy, const Pool2DGeometry& geometry,
+                               void* dx, int device);
+
 }  // namespace mirrortrain::cuda
 
 #endif  // MIRRORTRAIN_TENSOR_CUDA_CUDA_KERNELS_H_

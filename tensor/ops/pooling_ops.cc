@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "tensor/cuda/cuda_kernels.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/parallel.h"
@@ -33,6 +34,23 @@ struct PoolGeometry {
                              w);
   }
 };
+
+cuda::Pool2DGeometry CudaGeometry(const PoolGeometry& g) {
+  cuda::Pool2DGeometry c;
+  c.n = g.n;
+  c.h = g.h;
+  c.w = g.w;
+  c.c = g.c;
+  c.out_h = g.wy.out;
+  c.out_w = g.wx.out;
+  c.ksize_h = g.opt.ksize_h;
+  c.ksize_w = g.opt.ksize_w;
+  c.stride_h = g.opt.stride_h;
+  c.stride_w = g.opt.stride_w;
+  c.pad_top = g.wy.pad_before;
+  c.pad_left = g.wx.pad_before;
+  return c;
+}
 
 // `argmax` (int32, shaped like the output) holds, per output, the offset
 // within its image of the input cell that won; recorded only under a tape.
@@ -116,7 +134,6 @@ void MaxPoolBackward(const PoolGeometry& g, const int32_t* argmax, const T* dy,
 absl::StatusOr<Tensor> MaxPool2D(const Tensor& x, const Pool2DOptions& opt) {
   constexpr const char* kOp = "MaxPool2D";
   MT_RETURN_IF_ERROR(internal::CheckFloatingSame(kOp, {&x}));
-  MT_RETURN_IF_ERROR(internal::CheckHost(kOp, {&x}));
   MT_RETURN_IF_ERROR(internal::CheckRank(kOp, x, 4, "input (NHWC)"));
   if (opt.ksize_h < 1 || opt.ksize_w < 1 || opt.stride_h < 1 ||
       opt.stride_w < 1) {
@@ -131,15 +148,28 @@ absl::StatusOr<Tensor> MaxPool2D(const Tensor& x, const Pool2DOptions& opt) {
                              {&x});
   }
   const Shape out_shape{g.n, g.wy.out, g.wx.out, g.c};
-  Tensor y = Tensor::HostEmpty(x.dtype(), out_shape);
+  MT_ASSIGN_OR_RETURN(Tensor y,
+                      Tensor::Empty(x.dtype(), out_shape, x.device()));
   // The winners are only needed for a gradient.
   Tensor argmax;
   const bool record = tape::AnyTapeActive();
-  if (record) argmax = Tensor::HostEmpty(DType::kI32, out_shape);
-  MT_DISPATCH_FLOAT(
-      x.dtype(), T,
-      MaxPoolForward<T>(g, x.data<T>(), y.data<T>(),
-                        record ? argmax.data<int32_t>() : nullptr));
+  if (record) {
+    MT_ASSIGN_OR_RETURN(argmax,
+                        Tensor::Empty(DType::kI32, out_shape, x.device()));
+  }
+  if (x.device().is_cuda()) {
+    MT_RETURN_IF_ERROR(internal::KernelError(
+        kOp,
+        cuda::MaxPool2DForward(
+            x.dtype(), x.raw_data(), CudaGeometry(g), y.raw_data(),
+            record ? argmax.data<int32_t>() : nullptr, x.device().index),
+        {&x}));
+  } else {
+    MT_DISPATCH_FLOAT(
+        x.dtype(), T,
+        MaxPoolForward<T>(g, x.data<T>(), y.data<T>(),
+                          record ? argmax.data<int32_t>() : nullptr));
+  }
   if (record) tape::RecordOperation(kOp, {x}, {y}, PoolAttrs{g, argmax});
   return y;
 }
@@ -153,8 +183,20 @@ MT_REGISTER_GRADIENT(
     [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
       const PoolAttrs& attrs = std::any_cast<const PoolAttrs&>(op.attrs);
       const Tensor& dy = g[0];
-      MT_RETURN_IF_ERROR(internal::CheckHost("MaxPool2DGrad", {&dy}));
       const Tensor& x = op.inputs[0];
+      if (dy.device().is_cuda()) {
+        MT_ASSIGN_OR_RETURN(Tensor dx,
+                            Tensor::Empty(dy.dtype(), x.shape(), dy.device()));
+        MT_RETURN_IF_ERROR(internal::KernelError(
+            "MaxPool2DGrad",
+            cuda::MaxPool2DBackward(dy.dtype(), attrs.argmax.data<int32_t>(),
+                                    dy.raw_data(), CudaGeometry(attrs.geo),
+                                    dx.raw_data(), dy.device().index),
+            {&dy}));
+        (*grads)[0] = std::move(dx);
+        return absl::OkStatus();
+      }
+      MT_RETURN_IF_ERROR(internal::CheckHost("MaxPool2DGrad", {&dy}));
       Tensor dx = Tensor::HostZeros(dy.dtype(), x.shape());
       MT_DISPATCH_FLOAT(
           dy.dtype(), T,
