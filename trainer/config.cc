@@ -39,6 +39,7 @@ struct KeySpec {
 // order is the order of the resolved config file.
 constexpr KeySpec kSchema[] = {
     {"seed", Kind::kInt, "1"},
+    {"precision", Kind::kString, "fp32"},
     {"data.name", Kind::kString, "fashion_mnist"},
     {"data.dir", Kind::kString, "/usr/share/datasets/fashion-mnist"},
     {"data.global_batch_size", Kind::kInt, "128"},
@@ -362,6 +363,7 @@ uint64_t Fnv1a(absl::string_view text) {
 absl::Status Validate(const Config& c, const std::string& source) {
   Validator v(source);
   v.AtLeast(c.seed, 0, "seed");
+  v.OneOf(c.precision, "precision", {"fp32", "tf32"});
   v.OneOf(c.data.name, "data.name", {"fashion_mnist", "synthetic"});
   v.AtLeast(c.data.global_batch_size, 1, "data.global_batch_size");
   v.AtLeast(c.data.train_examples, 0, "data.train_examples");
@@ -455,6 +457,7 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text,
 
   Config c;
   c.seed = As<int64_t>(b, "seed");
+  c.precision = As<std::string>(b, "precision");
   c.data = {As<std::string>(b, "data.name"),
             As<std::string>(b, "data.dir"),
             As<int64_t>(b, "data.global_batch_size"),

@@ -92,6 +92,8 @@ struct CheckpointConfig {
 struct Config {
   std::string name;  // From the file name; names the default run dir.
   int64_t seed;
+  // f32 matrix products on GPUs: fp32 | tf32 (see tensor/matmul_precision.h).
+  std::string precision;
   DataConfig data;
   ModelConfig model;
   OptimizerConfig optimizer;

@@ -14,6 +14,7 @@
 #include "distribute/strategy_factory.h"
 #include "models/losses.h"
 #include "tensor/gradient_tape.h"
+#include "tensor/matmul_precision.h"
 #include "tensor/ops/clip_ops.h"
 #include "tensor/status_macros.h"
 #include "trainer/checkpoint/atomic_file.h"
@@ -107,6 +108,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   std::unique_ptr<Trainer> t(new Trainer());
   t->config_ = config;
   t->run_dir_ = run_dir;
+  // Validated by the config; process-wide, like TensorFlow's switch.
+  MT_ASSIGN_OR_RETURN(MatMulPrecision precision,
+                      ParseMatMulPrecision(config.precision));
+  SetMatMulPrecision(precision);
   MT_ASSIGN_OR_RETURN(std::vector<Device> devices,
                       distribute::ResolveDevices(config.distribute.devices));
   MT_ASSIGN_OR_RETURN(t->strategy_, distribute::MakeStrategy(

@@ -5,6 +5,7 @@
 #include "tensor/cpu_threads.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/gradient_tape.h"
+#include "tensor/matmul_precision.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/parallel.h"
 #include "tensor/status_macros.h"
@@ -117,7 +118,8 @@ absl::Status Gemm(const Tensor& a, const Tensor& b, bool ta, bool tb,
   if (a.device().is_cuda()) {
     return cuda::Gemm(a.dtype(), ta, tb, m, n, k, alpha, a.raw_data(), a.dim(1),
                       b.raw_data(), b.dim(1), beta, out.raw_data(),
-                      a.device().index);
+                      a.device().index,
+                      GetMatMulPrecision() == MatMulPrecision::kTf32);
   }
   if (!parallel) {
     MT_DISPATCH_FLOAT(a.dtype(), T,

@@ -51,6 +51,19 @@ TEST(ConfigTest, ResolvedYamlRoundTrips) {
   EXPECT_EQ(*again->train.steps, 3);
 }
 
+TEST(ConfigTest, PrecisionIsFp32UnlessTf32IsAsked) {
+  auto c = ParseConfig("seed: 1\n", "a.yaml", {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->precision, "fp32");
+  c = ParseConfig("precision: tf32\n", "a.yaml", {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->precision, "tf32");
+  c = ParseConfig("precision: fp16\n", "a.yaml", {});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(c.status()), HasSubstr("precision"));
+  EXPECT_THAT(Message(c.status()), HasSubstr("fp16"));
+}
+
 TEST(ConfigTest, UnknownKeyNamesFileLineAndKey) {
   auto c =
       ParseConfig("seed: 1\noptimizer:\n  learning_rat: 0.1\n", "j.yaml", {});

@@ -1,0 +1,28 @@
+#include "tensor/matmul_precision.h"
+
+#include <atomic>
+
+#include "absl/strings/str_cat.h"
+
+namespace mirrortrain {
+namespace {
+
+std::atomic<MatMulPrecision>& Precision() {
+  static std::atomic<MatMulPrecision> precision{MatMulPrecision::kFp32};
+  return precision;
+}
+
+}  // namespace
+
+void SetMatMulPrecision(MatMulPrecision precision) { Precision() = precision; }
+
+MatMulPrecision GetMatMulPrecision() { return Precision(); }
+
+absl::StatusOr<MatMulPrecision> ParseMatMulPrecision(absl::string_view name) {
+  if (name == "fp32") return MatMulPrecision::kFp32;
+  if (name == "tf32") return MatMulPrecision::kTf32;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown precision '", name, "' (expected fp32 or tf32)"));
+}
+
+}  // namespace mirrortrain

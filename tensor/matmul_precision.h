@@ -1,0 +1,25 @@
+// Precision of f32 matrix products (MatMul, and Conv2D's GEMMs) on GPUs:
+// full f32, or TensorFloat-32 tensor cores (10-bit mantissa inputs, f32
+// accumulation; about 1e-3 relative error). Process-wide, as TensorFlow's
+// tf.config.experimental.enable_tensor_float_32_execution and PyTorch's
+// torch.backends.cuda.matmul.allow_tf32. CPU kernels are always full f32.
+// Thread-safe; set it before training starts.
+#ifndef MIRRORTRAIN_TENSOR_MATMUL_PRECISION_H_
+#define MIRRORTRAIN_TENSOR_MATMUL_PRECISION_H_
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace mirrortrain {
+
+enum class MatMulPrecision { kFp32, kTf32 };
+
+void SetMatMulPrecision(MatMulPrecision precision);
+// kFp32 unless set: results then match the CPU kernels within f32 rounding.
+MatMulPrecision GetMatMulPrecision();
+// "fp32" | "tf32".
+absl::StatusOr<MatMulPrecision> ParseMatMulPrecision(absl::string_view name);
+
+}  // namespace mirrortrain
+
+#endif  // MIRRORTRAIN_TENSOR_MATMUL_PRECISION_H_
