@@ -4,26 +4,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "tensor/ops/op_util.h"
-#include "tensor/parallel.h"
+#include "tensor/ops/training_ops.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::trainer {
 namespace {
 
 constexpr char kShadowSuffix[] = "/ExponentialMovingAverage";
-
-// TensorFlow's assign_moving_average for a Variable (zero_debias=False):
-// shadow -= (shadow - value) * (1 - d), in T.
-template <typename T>
-void MovingAverageKernel(T one_minus_decay, const T* w, T* shadow, int64_t n) {
-  // Independent elements: split over the kernel threads.
-  ParallelFor(n, 1 << 14, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      shadow[i] -= (shadow[i] - w[i]) * one_minus_decay;
-    }
-  });
-}
 
 }  // namespace
 
@@ -82,23 +69,13 @@ absl::Status ExponentialMovingAverage::Apply(int64_t num_updates) {
         "ExponentialMovingAverage.Apply: num_updates must be >= 0, got ",
         num_updates));
   }
-  for (size_t i = 0; i < vars_.size(); ++i) {
-    if (!vars_[i]->device().is_cpu() || !shadows_[i]->device().is_cpu()) {
-      return absl::UnimplementedError(absl::StrCat(
-          "ExponentialMovingAverage.Apply: host tensors only; variable '",
-          vars_[i]->name(), "' is on ", vars_[i]->device().ToString()));
-    }
-  }
   // 1 - decay is formed in float32 and then cast to the variable's dtype,
-  // as TensorFlow's assign_moving_average does.
+  // as TensorFlow's assign_moving_average does:
+  // shadow -= (shadow - value) * (1 - decay).
   const float one_minus_decay = 1.0f - static_cast<float>(DecayAt(num_updates));
   for (size_t i = 0; i < vars_.size(); ++i) {
-    const Tensor& w = vars_[i]->value();
-    const Tensor& shadow = shadows_[i]->value();
-    MT_DISPATCH_FLOAT(w.dtype(), T, {
-      MovingAverageKernel<T>(static_cast<T>(one_minus_decay), w.data<T>(),
-                             shadow.data<T>(), w.num_elements());
-    });
+    MT_RETURN_IF_ERROR(ops::AssignMovingAverage(
+        shadows_[i]->value(), vars_[i]->value(), one_minus_decay));
   }
   return absl::OkStatus();
 }

@@ -101,11 +101,11 @@ absl::Status Optimizer::ApplyGradients(
                        " for variable '", var.name(), "' does not match its ",
                        DTypeName(var.dtype()), ShapeToString(var.shape())));
     }
-    if (!var.device().is_cpu() || !gv.grad.device().is_cpu()) {
-      return absl::UnimplementedError(absl::StrCat(
-          "optimizer: updates run on host tensors only; variable '", var.name(),
-          "' is on ", var.device().ToString(), ", its gradient on ",
-          gv.grad.device().ToString()));
+    if (var.device() != gv.grad.device()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer: variable '", var.name(), "' is on ",
+                       var.device().ToString(), " but its gradient on ",
+                       gv.grad.device().ToString()));
     }
     vars.push_back(gv.var);
   }
@@ -122,7 +122,7 @@ absl::Status Optimizer::ApplyGradients(
     const SlotSet& set = slot_sets_[slot_index_.at(gv.var)];
     slots.clear();
     for (const auto& slot : set.slots) slots.push_back(slot->value());
-    ApplyDense(gv.grad, gv.var->value(), slots, lr);
+    MT_RETURN_IF_ERROR(ApplyDense(gv.grad, gv.var->value(), slots, lr));
   }
   ++iterations_;
   return absl::OkStatus();

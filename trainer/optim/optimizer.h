@@ -92,11 +92,12 @@ class Optimizer {
   // Initial value of every element of slot `slot_name`.
   virtual double SlotInitialValue(absl::string_view slot_name) const;
   // Applies one update in place to `var` and `slots` (GetSlotNames() order).
-  // All are defined host tensors of one floating dtype and shape; `lr` is
+  // All are defined tensors of one floating dtype, shape and device; `lr` is
   // the schedule's value for this update. iterations() is the number of
   // updates before this one.
-  virtual void ApplyDense(const Tensor& grad, const Tensor& var,
-                          absl::Span<const Tensor> slots, double lr) = 0;
+  virtual absl::Status ApplyDense(const Tensor& grad, const Tensor& var,
+                                  absl::Span<const Tensor> slots,
+                                  double lr) = 0;
 
  private:
   struct SlotSet {

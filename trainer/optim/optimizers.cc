@@ -5,74 +5,11 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "tensor/ops/op_util.h"
-#include "tensor/parallel.h"
+#include "tensor/ops/training_ops.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::trainer {
 namespace {
-
-// The kernels mirror TensorFlow's CPU functors (training_ops.cc) operation
-// by operation, with every hyperparameter first rounded to T, so float32
-// results round the same way TensorFlow's do.
-
-// Elementwise updates are independent: split over the kernel threads.
-template <typename F>
-void ForEachElement(int64_t n, F f) {
-  ParallelFor(n, 1 << 14, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) f(i);
-  });
-}
-
-template <typename T>
-void GradientDescentKernel(T lr, const T* g, T* w, int64_t n) {
-  ForEachElement(n, [&](int64_t i) { w[i] -= g[i] * lr; });
-}
-
-template <typename T>
-void MomentumKernel(T lr, T momentum, bool nesterov, const T* g, T* w, T* a,
-                    int64_t n) {
-  ForEachElement(n, [&](int64_t i) {
-    a[i] = a[i] * momentum + g[i];
-    if (nesterov) {
-      w[i] -= g[i] * lr + a[i] * momentum * lr;
-    } else {
-      w[i] -= a[i] * lr;
-    }
-  });
-}
-
-template <typename T>
-void AdagradV2Kernel(T lr, T epsilon, const T* g, T* w, T* a, int64_t n) {
-  ForEachElement(n, [&](int64_t i) {
-    a[i] += g[i] * g[i];
-    w[i] -= g[i] * lr / (std::sqrt(a[i]) + epsilon);
-  });
-}
-
-template <typename T>
-void AdamKernel(T lr, T beta1, T beta2, T epsilon, T beta1_power, T beta2_power,
-                const T* g, T* w, T* m, T* v, int64_t n) {
-  const T alpha = lr * std::sqrt(T(1) - beta2_power) / (T(1) - beta1_power);
-  const T one_minus_beta1 = T(1) - beta1;
-  const T one_minus_beta2 = T(1) - beta2;
-  ForEachElement(n, [&](int64_t i) {
-    m[i] += (g[i] - m[i]) * one_minus_beta1;
-    v[i] += (g[i] * g[i] - v[i]) * one_minus_beta2;
-    w[i] -= (m[i] * alpha) / (std::sqrt(v[i]) + epsilon);
-  });
-}
-
-template <typename T>
-void RMSPropKernel(T lr, T rho, T momentum, T epsilon, const T* g, T* w, T* ms,
-                   T* mom, int64_t n) {
-  const T one_minus_rho = T(1) - rho;
-  ForEachElement(n, [&](int64_t i) {
-    ms[i] += (g[i] * g[i] - ms[i]) * one_minus_rho;
-    mom[i] = mom[i] * momentum + (g[i] * lr) / std::sqrt(ms[i] + epsilon);
-    w[i] -= mom[i];
-  });
-}
 
 absl::Status Invalid(absl::string_view key, absl::string_view requirement,
                      double got) {
@@ -99,12 +36,13 @@ GradientDescentOptimizer::GradientDescentOptimizer(
     std::unique_ptr<LearningRateSchedule> schedule)
     : Optimizer(std::move(schedule)) {}
 
-void GradientDescentOptimizer::ApplyDense(const Tensor& grad, const Tensor& var,
-                                          absl::Span<const Tensor>, double lr) {
-  MT_DISPATCH_FLOAT(var.dtype(), T, {
-    GradientDescentKernel<T>(static_cast<T>(lr), grad.data<T>(), var.data<T>(),
-                             var.num_elements());
-  });
+absl::Status GradientDescentOptimizer::ApplyDense(const Tensor& grad,
+                                                  const Tensor& var,
+                                                  absl::Span<const Tensor>,
+                                                  double lr) {
+  UpdateHyperparams h;
+  h.lr = lr;
+  return ops::ApplyUpdate(UpdateRule::kGradientDescent, h, grad, var, {});
 }
 
 MomentumOptimizer::MomentumOptimizer(
@@ -114,13 +52,16 @@ MomentumOptimizer::MomentumOptimizer(
       momentum_(momentum),
       nesterov_(nesterov) {}
 
-void MomentumOptimizer::ApplyDense(const Tensor& grad, const Tensor& var,
-                                   absl::Span<const Tensor> slots, double lr) {
-  MT_DISPATCH_FLOAT(var.dtype(), T, {
-    MomentumKernel<T>(static_cast<T>(lr), static_cast<T>(momentum_), nesterov_,
-                      grad.data<T>(), var.data<T>(), slots[0].data<T>(),
-                      var.num_elements());
-  });
+absl::Status MomentumOptimizer::ApplyDense(const Tensor& grad,
+                                           const Tensor& var,
+                                           absl::Span<const Tensor> slots,
+                                           double lr) {
+  UpdateHyperparams h;
+  h.lr = lr;
+  h.momentum = momentum_;
+  return ops::ApplyUpdate(
+      nesterov_ ? UpdateRule::kNesterovMomentum : UpdateRule::kMomentum, h,
+      grad, var, slots);
 }
 
 AdagradOptimizer::AdagradOptimizer(
@@ -134,13 +75,13 @@ double AdagradOptimizer::SlotInitialValue(absl::string_view) const {
   return initial_accumulator_value_;
 }
 
-void AdagradOptimizer::ApplyDense(const Tensor& grad, const Tensor& var,
-                                  absl::Span<const Tensor> slots, double lr) {
-  MT_DISPATCH_FLOAT(var.dtype(), T, {
-    AdagradV2Kernel<T>(static_cast<T>(lr), static_cast<T>(epsilon_),
-                       grad.data<T>(), var.data<T>(), slots[0].data<T>(),
-                       var.num_elements());
-  });
+absl::Status AdagradOptimizer::ApplyDense(const Tensor& grad, const Tensor& var,
+                                          absl::Span<const Tensor> slots,
+                                          double lr) {
+  UpdateHyperparams h;
+  h.lr = lr;
+  h.epsilon = epsilon_;
+  return ops::ApplyUpdate(UpdateRule::kAdagradV2, h, grad, var, slots);
 }
 
 AdamOptimizer::AdamOptimizer(std::unique_ptr<LearningRateSchedule> schedule,
@@ -150,20 +91,20 @@ AdamOptimizer::AdamOptimizer(std::unique_ptr<LearningRateSchedule> schedule,
       beta2_(beta2),
       epsilon_(epsilon) {}
 
-void AdamOptimizer::ApplyDense(const Tensor& grad, const Tensor& var,
-                               absl::Span<const Tensor> slots, double lr) {
+absl::Status AdamOptimizer::ApplyDense(const Tensor& grad, const Tensor& var,
+                                       absl::Span<const Tensor> slots,
+                                       double lr) {
   // The powers follow from the step count alone (nothing extra to
   // checkpoint); float64 then rounded, as the golden TF run fed them.
   const double t = static_cast<double>(iterations()) + 1.0;
-  const double beta1_power = std::pow(beta1_, t);
-  const double beta2_power = std::pow(beta2_, t);
-  MT_DISPATCH_FLOAT(var.dtype(), T, {
-    AdamKernel<T>(static_cast<T>(lr), static_cast<T>(beta1_),
-                  static_cast<T>(beta2_), static_cast<T>(epsilon_),
-                  static_cast<T>(beta1_power), static_cast<T>(beta2_power),
-                  grad.data<T>(), var.data<T>(), slots[0].data<T>(),
-                  slots[1].data<T>(), var.num_elements());
-  });
+  UpdateHyperparams h;
+  h.lr = lr;
+  h.beta1 = beta1_;
+  h.beta2 = beta2_;
+  h.epsilon = epsilon_;
+  h.beta1_power = std::pow(beta1_, t);
+  h.beta2_power = std::pow(beta2_, t);
+  return ops::ApplyUpdate(UpdateRule::kAdam, h, grad, var, slots);
 }
 
 RMSPropOptimizer::RMSPropOptimizer(
@@ -174,14 +115,15 @@ RMSPropOptimizer::RMSPropOptimizer(
       momentum_(momentum),
       epsilon_(epsilon) {}
 
-void RMSPropOptimizer::ApplyDense(const Tensor& grad, const Tensor& var,
-                                  absl::Span<const Tensor> slots, double lr) {
-  MT_DISPATCH_FLOAT(var.dtype(), T, {
-    RMSPropKernel<T>(static_cast<T>(lr), static_cast<T>(rho_),
-                     static_cast<T>(momentum_), static_cast<T>(epsilon_),
-                     grad.data<T>(), var.data<T>(), slots[0].data<T>(),
-                     slots[1].data<T>(), var.num_elements());
-  });
+absl::Status RMSPropOptimizer::ApplyDense(const Tensor& grad, const Tensor& var,
+                                          absl::Span<const Tensor> slots,
+                                          double lr) {
+  UpdateHyperparams h;
+  h.lr = lr;
+  h.rho = rho_;
+  h.momentum = momentum_;
+  h.epsilon = epsilon_;
+  return ops::ApplyUpdate(UpdateRule::kRMSProp, h, grad, var, slots);
 }
 
 absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(

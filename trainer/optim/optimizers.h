@@ -43,8 +43,8 @@ class GradientDescentOptimizer : public Optimizer {
   std::vector<std::string> GetSlotNames() const override { return {}; }
 
  protected:
-  void ApplyDense(const Tensor& grad, const Tensor& var,
-                  absl::Span<const Tensor> slots, double lr) override;
+  absl::Status ApplyDense(const Tensor& grad, const Tensor& var,
+                          absl::Span<const Tensor> slots, double lr) override;
 };
 
 class MomentumOptimizer : public Optimizer {
@@ -56,8 +56,8 @@ class MomentumOptimizer : public Optimizer {
   }
 
  protected:
-  void ApplyDense(const Tensor& grad, const Tensor& var,
-                  absl::Span<const Tensor> slots, double lr) override;
+  absl::Status ApplyDense(const Tensor& grad, const Tensor& var,
+                          absl::Span<const Tensor> slots, double lr) override;
 
  private:
   double momentum_;
@@ -72,8 +72,8 @@ class AdagradOptimizer : public Optimizer {
 
  protected:
   double SlotInitialValue(absl::string_view slot_name) const override;
-  void ApplyDense(const Tensor& grad, const Tensor& var,
-                  absl::Span<const Tensor> slots, double lr) override;
+  absl::Status ApplyDense(const Tensor& grad, const Tensor& var,
+                          absl::Span<const Tensor> slots, double lr) override;
 
  private:
   double initial_accumulator_value_;
@@ -90,8 +90,8 @@ class AdamOptimizer : public Optimizer {
   }
 
  protected:
-  void ApplyDense(const Tensor& grad, const Tensor& var,
-                  absl::Span<const Tensor> slots, double lr) override;
+  absl::Status ApplyDense(const Tensor& grad, const Tensor& var,
+                          absl::Span<const Tensor> slots, double lr) override;
 
  private:
   double beta1_;
@@ -109,8 +109,8 @@ class RMSPropOptimizer : public Optimizer {
   }
 
  protected:
-  void ApplyDense(const Tensor& grad, const Tensor& var,
-                  absl::Span<const Tensor> slots, double lr) override;
+  absl::Status ApplyDense(const Tensor& grad, const Tensor& var,
+                          absl::Span<const Tensor> slots, double lr) override;
 
  private:
   double rho_;

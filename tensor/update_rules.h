@@ -1,0 +1,127 @@
+// The per-element arithmetic of the optimizer and moving-average updates,
+// shared by the CPU loops (ops/training_ops.cc) and the CUDA kernels
+// (cuda/training_kernels.cu), so both run the same operations in the same
+// order. They mirror TensorFlow's CPU functors in training_ops.cc; every
+// hyperparameter is rounded to T on the host first (UpdateParams), so f32
+// results round the way TensorFlow's do.
+#ifndef MIRRORTRAIN_TENSOR_UPDATE_RULES_H_
+#define MIRRORTRAIN_TENSOR_UPDATE_RULES_H_
+
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define MT_HOST_DEVICE __host__ __device__
+#else
+#define MT_HOST_DEVICE
+#endif
+
+namespace mirrortrain {
+
+// TensorFlow's ResourceApply* ops (Adagrad is AdagradV2: epsilon outside
+// the square root). Slots: momentum/nesterov {accumulator}, adagrad
+// {accumulator}, adam {m, v}, rmsprop {ms, mom}.
+enum class UpdateRule {
+  kGradientDescent,
+  kMomentum,
+  kNesterovMomentum,
+  kAdagradV2,
+  kAdam,
+  kRMSProp,
+};
+
+// Hyperparameters as the host computes them (float64), before rounding.
+struct UpdateHyperparams {
+  double lr = 0;
+  double momentum = 0;     // momentum, nesterov, rmsprop
+  double epsilon = 0;      // adagrad, adam, rmsprop
+  double beta1 = 0;        // adam
+  double beta2 = 0;        // adam
+  double beta1_power = 0;  // adam: beta1^t for update t (1-based)
+  double beta2_power = 0;  // adam
+  double rho = 0;          // rmsprop
+};
+
+inline int UpdateRuleSlots(UpdateRule rule) {
+  switch (rule) {
+    case UpdateRule::kGradientDescent:
+      return 0;
+    case UpdateRule::kMomentum:
+    case UpdateRule::kNesterovMomentum:
+    case UpdateRule::kAdagradV2:
+      return 1;
+    case UpdateRule::kAdam:
+    case UpdateRule::kRMSProp:
+      return 2;
+  }
+  return 0;
+}
+
+// The hyperparameters rounded to T, and the per-update constants TensorFlow
+// forms in T before its elementwise loop.
+template <typename T>
+struct UpdateParams {
+  T lr, momentum, epsilon, alpha, one_minus_beta1, one_minus_beta2,
+      one_minus_rho;
+
+  static UpdateParams From(const UpdateHyperparams& h) {
+    UpdateParams p{};
+    p.lr = static_cast<T>(h.lr);
+    p.momentum = static_cast<T>(h.momentum);
+    p.epsilon = static_cast<T>(h.epsilon);
+    const T beta1_power = static_cast<T>(h.beta1_power);
+    const T beta2_power = static_cast<T>(h.beta2_power);
+    p.alpha = p.lr * std::sqrt(T(1) - beta2_power) / (T(1) - beta1_power);
+    p.one_minus_beta1 = T(1) - static_cast<T>(h.beta1);
+    p.one_minus_beta2 = T(1) - static_cast<T>(h.beta2);
+    p.one_minus_rho = T(1) - static_cast<T>(h.rho);
+    return p;
+  }
+};
+
+template <typename T>
+MT_HOST_DEVICE inline T UpdateSqrt(T x) {
+#if defined(__CUDA_ARCH__)
+  return sqrt(x);  // IEEE-rounded (nvcc's default -prec-sqrt=true).
+#else
+  return std::sqrt(x);
+#endif
+}
+
+// One element of one update: w is the variable, s0/s1 its slots.
+template <UpdateRule R, typename T>
+MT_HOST_DEVICE inline void UpdateElement(const UpdateParams<T>& p, T g, T& w,
+                                         T& s0, T& s1) {
+  if constexpr (R == UpdateRule::kGradientDescent) {
+    w -= g * p.lr;
+  } else if constexpr (R == UpdateRule::kMomentum) {
+    s0 = s0 * p.momentum + g;
+    w -= s0 * p.lr;
+  } else if constexpr (R == UpdateRule::kNesterovMomentum) {
+    s0 = s0 * p.momentum + g;
+    w -= g * p.lr + s0 * p.momentum * p.lr;
+  } else if constexpr (R == UpdateRule::kAdagradV2) {
+    s0 += g * g;
+    w -= g * p.lr / (UpdateSqrt(s0) + p.epsilon);
+  } else if constexpr (R == UpdateRule::kAdam) {
+    s0 += (g - s0) * p.one_minus_beta1;
+    s1 += (g * g - s1) * p.one_minus_beta2;
+    w -= (s0 * p.alpha) / (UpdateSqrt(s1) + p.epsilon);
+  } else if constexpr (R == UpdateRule::kRMSProp) {
+    s0 += (g * g - s0) * p.one_minus_rho;
+    s1 = s1 * p.momentum + (g * p.lr) / UpdateSqrt(s0 + p.epsilon);
+    w -= s1;
+  }
+}
+
+// TensorFlow's assign_moving_average (zero_debias=False):
+// shadow -= (shadow - value) * (1 - decay).
+template <typename T>
+MT_HOST_DEVICE inline void MovingAverageElement(T one_minus_decay, T value,
+                                                T& shadow) {
+  shadow -= (shadow - value) * one_minus_decay;
+}
+
+}  // namespace mirrortrain
+
+#endif  // MIRRORTRAIN_TENSOR_UPDATE_RULES_H_
