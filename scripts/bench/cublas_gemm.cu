@@ -1,0 +1,118 @@
+// cuBLAS f32 GEMM rate, the denominator of scripts/bench_gpu.sh's MLP
+// efficiency: the same call mirrortrain makes (cublasSgemm, with
+// CUBLAS_TF32_TENSOR_OP_MATH for tf32; see tensor/cuda/cublas_gemm.cu), timed
+// with CUDA events after warm-up. One JSON line per shape and precision.
+//
+//   nvcc -O2 -o build/bin/cublas_gemm_bench scripts/bench/cublas_gemm.cu -lcublas
+//   build/bin/cublas_gemm_bench [M N K]...      # default: 8192 8192 8192  4096 4096 4096
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CHECK_CUDA(call)                                                    \
+  do {                                                                      \
+    cudaError_t e = (call);                                                 \
+    if (e != cudaSuccess) {                                                 \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,    \
+                   cudaGetErrorString(e));                                  \
+      std::exit(1);                                                         \
+    }                                                                       \
+  } while (0)
+#define CHECK_CUBLAS(call)                                                  \
+  do {                                                                      \
+    cublasStatus_t s = (call);                                              \
+    if (s != CUBLAS_STATUS_SUCCESS) {                                       \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,    \
+                   cublasGetStatusString(s));                               \
+      std::exit(1);                                                         \
+    }                                                                       \
+  } while (0)
+
+// Fills with values in [-1, 1) from a fixed linear congruential sequence.
+__global__ void Fill(float* p, size_t n, unsigned seed) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    unsigned x = static_cast<unsigned>(i) * 1664525u + seed * 1013904223u;
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    p[i] = static_cast<float>(x >> 8) * (2.0f / 16777216.0f) - 1.0f;
+  }
+}
+
+int main(int argc, char** argv) {
+  std::vector<long> shapes;
+  for (int i = 1; i < argc; ++i) shapes.push_back(std::atol(argv[i]));
+  if (shapes.empty()) shapes = {8192, 8192, 8192, 4096, 4096, 4096};
+  if (shapes.size() % 3 != 0) {
+    std::fprintf(stderr, "usage: %s [M N K]...\n", argv[0]);
+    return 2;
+  }
+  int device = 0;
+  CHECK_CUDA(cudaSetDevice(device));
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
+  cublasHandle_t handle;
+  CHECK_CUBLAS(cublasCreate(&handle));
+  int version = 0;
+  CHECK_CUBLAS(cublasGetVersion(handle, &version));
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+  for (size_t s = 0; s < shapes.size(); s += 3) {
+    const long m = shapes[s], n = shapes[s + 1], k = shapes[s + 2];
+    float *a, *b, *c;
+    CHECK_CUDA(cudaMalloc(&a, sizeof(float) * m * k));
+    CHECK_CUDA(cudaMalloc(&b, sizeof(float) * k * n));
+    CHECK_CUDA(cudaMalloc(&c, sizeof(float) * m * n));
+    Fill<<<1024, 256>>>(a, static_cast<size_t>(m) * k, 1);
+    Fill<<<1024, 256>>>(b, static_cast<size_t>(k) * n, 2);
+    CHECK_CUDA(cudaGetLastError());
+    for (const char* precision : {"tf32", "fp32"}) {
+      const bool tf32 = precision[0] == 't';
+      CHECK_CUBLAS(cublasSetMathMode(
+          handle, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+      const float alpha = 1.0f, beta = 0.0f;
+      // Row-major C[m,n] = A[m,k] B[k,n] as column-major C^T = B^T A^T.
+      auto gemm = [&] {
+        CHECK_CUBLAS(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N,
+                                 static_cast<int>(n), static_cast<int>(m),
+                                 static_cast<int>(k), &alpha, b,
+                                 static_cast<int>(n), a, static_cast<int>(k),
+                                 &beta, c, static_cast<int>(n)));
+      };
+      for (int i = 0; i < 5; ++i) gemm();
+      // About half a second of work per measurement, at least 10 calls.
+      CHECK_CUDA(cudaEventRecord(start));
+      gemm();
+      CHECK_CUDA(cudaEventRecord(stop));
+      CHECK_CUDA(cudaEventSynchronize(stop));
+      float one_ms = 0;
+      CHECK_CUDA(cudaEventElapsedTime(&one_ms, start, stop));
+      int iters = one_ms > 0 ? static_cast<int>(500.0f / one_ms) : 100;
+      iters = iters < 10 ? 10 : (iters > 1000 ? 1000 : iters);
+      CHECK_CUDA(cudaEventRecord(start));
+      for (int i = 0; i < iters; ++i) gemm();
+      CHECK_CUDA(cudaEventRecord(stop));
+      CHECK_CUDA(cudaEventSynchronize(stop));
+      float ms = 0;
+      CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+      const double tflops = 2.0 * m * n * k * iters / (ms * 1e-3) / 1e12;
+      std::printf(
+          "{\"framework\": \"cublas\", \"version\": %d, \"gpu\": \"%s\", "
+          "\"bench\": \"gemm\", \"call\": \"cublasSgemm\", \"m\": %ld, "
+          "\"n\": %ld, \"k\": %ld, \"precision\": \"%s\", \"iters\": %d, "
+          "\"tflops\": %.2f}\n",
+          version, prop.name, m, n, k, precision, iters, tflops);
+      std::fflush(stdout);
+    }
+    CHECK_CUDA(cudaFree(a));
+    CHECK_CUDA(cudaFree(b));
+    CHECK_CUDA(cudaFree(c));
+  }
+  CHECK_CUBLAS(cublasDestroy(handle));
+  return 0;
+}

@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# GPU benchmarks of issue #5: mirrortrain next to PyTorch on the same GPU,
+# same model and batch.
+#   cnn   CNN of configs/fashion_mnist_cnn_gpu.yaml, batch 256, synthetic
+#         data: train samples/s
+#   mlp   MLP 784-4096x4-10 of configs/mlp_4096_gpu.yaml, batch 4096, tf32:
+#         TFLOP/s against the tf32 GEMM rate measured in the same run
+#         (cublasSgemm, the call mirrortrain makes; torch.matmul for PyTorch)
+#   comm  step time of one_device, mirrored on [gpu:0], mirrored on two
+#         logical replicas [gpu:0, gpu:0], and the latter with cross-device
+#         communication skipped (distribute.cross_device_ops=none): the
+#         difference is the communication not hidden by compute
+#   tta   the CNN on Fashion-MNIST: wall time to 0.916 test accuracy
+#         (mirrortrain: EMA weights; PyTorch: plain weights; once per epoch),
+#         each run stopped as soon as it gets there
+#
+#   scripts/bench_gpu.sh              # cnn mlp comm tta
+#   scripts/bench_gpu.sh cnn mlp      # some of them
+#
+# Builds first (scripts/setup.sh --offline deps-bundle when deps-bundle/ is
+# there; see scripts/bench/gpu_host.sh). Prints a table with ratios and
+# writes to $OUT (default runs/bench_gpu-DATE/): bench_gpu.txt (all that is
+# printed), bench_gpu.jsonl (raw JSON lines), bench_runs/<run>/ (each
+# mirrortrain run's metrics.jsonl, config.yaml and log). Every run has a time
+# limit and the whole stays within BENCH_BUDGET seconds (default 540), so it
+# fits one 10-minute device call once built.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/bench/gpu_host.sh
+source scripts/bench/gpu_host.sh
+gpu_results_dir bench_gpu
+exec > >(tee "$RES/bench_gpu.txt") 2>&1
+JSONL="$RES/bench_gpu.jsonl"
+: >"$JSONL"
+BUDGET="${BENCH_BUDGET:-540}"
+PARTS=("$@")
+((${#PARTS[@]})) || PARTS=(cnn mlp comm tta)
+want() { [[ " ${PARTS[*]} " == *" $1 "* ]]; }
+
+gpu_section "host"
+gpu_preflight
+gpu_section "build"
+gpu_build
+MT="$BUILD_DIR/bin/mirrortrain"
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+CNN=configs/fashion_mnist_cnn_gpu.yaml
+MLP=configs/mlp_4096_gpu.yaml
+CNN_PRECISION="$(sed -n 's/^precision: *//p' "$CNN")"
+
+# Records why a measurement is missing (a JSON line with "error").
+missing() {  # framework name reason
+  python3 -c 'import json,sys; print(json.dumps({"framework": sys.argv[1], "name": sys.argv[2], "bench": sys.argv[2], "error": sys.argv[3]}))' "$@" >>"$JSONL"
+  echo "$1 $2: $3"
+}
+
+# Seconds a run may take: its own limit, cut to what the budget has left.
+limit_for() {  # limit
+  local left=$((BUDGET - SECONDS - 30))
+  echo $(($1 < left ? $1 : left))
+}
+
+# One mirrortrain run through scripts/bench/mt_run.py:
+#   mt NAME LIMIT CONFIG [mt_run.py options...] -- [mirrortrain train args...]
+mt() {
+  local name=$1 limit
+  limit=$(limit_for "$2")
+  local config=$3 opts=()
+  shift 3
+  while [[ $# -gt 0 && $1 != "--" ]]; do
+    opts+=("$1")
+    shift
+  done
+  [[ ${1:-} == "--" ]] && shift
+  if ((limit < 15)); then
+    missing mirrortrain "$name" "skipped: BENCH_BUDGET=${BUDGET}s spent"
+    return 0
+  fi
+  if ! python3 scripts/bench/mt_run.py --name "$name" --run_dir "$WORK/$name" \
+    --timeout "$limit" "${opts[@]}" -- "$MT" train --config "$config" "$@" >"$WORK/$name.json"; then
+    missing mirrortrain "$name" "scripts/bench/mt_run.py failed"
+    return 0
+  fi
+  cat "$WORK/$name.json" >>"$JSONL"
+  python3 scripts/bench/gpu_report.py --summary "$WORK/$name.json"
+  mkdir -p "$RES/bench_runs/$name"
+  cp "$WORK/$name"/{metrics.jsonl,config.yaml,mirrortrain.log} "$RES/bench_runs/$name/" 2>/dev/null || true
+}
+
+# One scripts/bench/torch_gpu.py call: pt NAME LIMIT [torch_gpu.py args...]
+pt() {
+  local name=$1 limit rc=0
+  limit=$(limit_for "$2")
+  shift 2
+  if ((limit < 15)); then
+    missing pytorch "$name" "skipped: BENCH_BUDGET=${BUDGET}s spent"
+    return 0
+  fi
+  # TORCH_GPU_ARGS: extra arguments (e.g. "--device cpu --smoke" for a dry run).
+  # shellcheck disable=SC2086
+  timeout -k 10 "$limit" python3 scripts/bench/torch_gpu.py "$@" ${TORCH_GPU_ARGS:-} >"$WORK/$name.out" 2>"$WORK/$name.err" || rc=$?
+  cat "$WORK/$name.out" >>"$JSONL"
+  python3 scripts/bench/gpu_report.py --summary "$WORK/$name.out"
+  if ((rc != 0)); then
+    missing pytorch "$name" "exit $rc: $(tail -3 "$WORK/$name.err" | tr '\n' ' ')"
+  fi
+}
+
+if want cnn; then
+  gpu_section "cnn: train samples/s, batch 256, $CNN_PRECISION"
+  mt cnn_rate 90 "$CNN" -- --set data.name=synthetic --set data.test_examples=1000 \
+    --set train.steps=600 --set train.log_every_steps=100 --set train.eval_every_epochs=0
+  pt cnn_rate 120 --bench cnn_rate --cnn_precision "$CNN_PRECISION" --steps 200 --warmup 20 --repeat 3
+fi
+
+if want mlp; then
+  gpu_section "mlp: 784-4096x4-10, batch 4096, tf32"
+  GEMM_BIN="$BUILD_DIR/bin/cublas_gemm_bench"
+  if [[ ! -x $GEMM_BIN || scripts/bench/cublas_gemm.cu -nt $GEMM_BIN ]]; then
+    nvcc -O2 -std=c++17 -arch="sm_${CUDA_ARCH:-90}" -o "$GEMM_BIN" scripts/bench/cublas_gemm.cu -lcublas ||
+      missing cublas gemm "nvcc failed"
+  fi
+  if [[ -x $GEMM_BIN ]]; then
+    if "$GEMM_BIN" 8192 8192 8192 4096 4096 4096 >"$WORK/gemm.out" 2>"$WORK/gemm.err"; then
+      cat "$WORK/gemm.out" >>"$JSONL"
+      python3 scripts/bench/gpu_report.py --summary "$WORK/gemm.out"
+    else
+      missing cublas gemm "$(tail -2 "$WORK/gemm.err" | tr '\n' ' ')"
+    fi
+  fi
+  mt mlp 120 "$MLP" -- --set train.steps=300 --set train.log_every_steps=50
+  pt mlp 180 --bench mlp,matmul --mlp_steps 50 --warmup 10 --repeat 3
+fi
+
+if want comm; then
+  gpu_section "comm: one_device vs mirrored-1 vs mirrored-2 on [gpu:0, gpu:0]"
+  for model in cnn mlp; do
+    if [[ $model == cnn ]]; then
+      config=$CNN
+      sets=(--set data.name=synthetic --set data.test_examples=1000 --set train.steps=400
+        --set train.log_every_steps=100 --set train.eval_every_epochs=0)
+    else
+      config=$MLP
+      sets=(--set train.steps=150 --set train.log_every_steps=50)
+    fi
+    mt "comm_${model}_one_device" 60 "$config" -- "${sets[@]}" \
+      --set distribute.strategy=one_device --set "distribute.devices=[gpu:0]"
+    mt "comm_${model}_mirrored1" 60 "$config" -- "${sets[@]}" \
+      --set distribute.strategy=mirrored --set "distribute.devices=[gpu:0]"
+    mt "comm_${model}_mirrored2" 60 "$config" -- "${sets[@]}" \
+      --set distribute.strategy=mirrored --set "distribute.devices=[gpu:0,gpu:0]"
+    # distribute.cross_device_ops=none (gradients not reduced) does not exist
+    # yet; until it does this run fails at once and the share reads n/a.
+    mt "comm_${model}_mirrored2_nocomm" 60 "$config" -- "${sets[@]}" \
+      --set distribute.strategy=mirrored --set "distribute.devices=[gpu:0,gpu:0]" \
+      --set distribute.cross_device_ops=none
+  done
+fi
+
+if want tta; then
+  gpu_section "tta: CNN batch 256 on Fashion-MNIST to test accuracy 0.916"
+  if DATA="$(gpu_data_dir)"; then
+    echo "data: $DATA"
+    mt cnn_tta 300 "$CNN" --target 0.916 --weights ema -- --set "data.dir=$DATA"
+    # Schedule defaults of torch_gpu.py are the config's: lr 0.1, warm-up 100, cosine 2250, 10 epochs.
+    pt cnn_tta 240 --bench cnn_tta --data_dir "$DATA" --cnn_precision "$CNN_PRECISION" --target 0.916 --max_epochs 10
+  else
+    missing mirrortrain cnn_tta "no Fashion-MNIST: set DATA_DIR or carry deps-bundle"
+  fi
+fi
+
+gpu_section "results ($RES)"
+python3 scripts/bench/gpu_report.py "$JSONL" | tee "$RES/bench_gpu_table.txt"
+echo "raw JSON lines: $JSONL; total ${SECONDS} s"

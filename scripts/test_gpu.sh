@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# GPU tests of issue #5 on a GPU host: builds (as scripts/bench_gpu.sh), runs
+# `ctest -L gpu`, then compute-sanitizer over every CUDA test binary
+# ($BUILD_DIR/bin/cuda_*_test).
+#
+#   scripts/test_gpu.sh
+#   SANITIZER_TOOLS="memcheck racecheck synccheck initcheck" scripts/test_gpu.sh
+#   ALL_TESTS=1 scripts/test_gpu.sh      # also the whole ctest suite
+#
+# Writes to $OUT (default runs/test_gpu-DATE/): test_gpu.txt (all that is
+# printed), ctest_gpu.log, sanitizer/<binary>.<tool>.log. Exits 1 if a test
+# or a sanitizer run failed. On a GPU host no `gpu` test should report
+# SKIPPED; the summary counts them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/bench/gpu_host.sh
+source scripts/bench/gpu_host.sh
+gpu_results_dir test_gpu
+exec > >(tee "$RES/test_gpu.txt") 2>&1
+TOOLS="${SANITIZER_TOOLS:-memcheck}"
+LIMIT="${SANITIZER_TIMEOUT:-240}"
+failed=()
+
+gpu_section "host"
+gpu_preflight
+gpu_section "build"
+gpu_build
+
+gpu_section "ctest -L gpu"
+rc=0
+ctest --test-dir "$BUILD_DIR" -L gpu --output-on-failure -j 4 --timeout 300 >"$RES/ctest_gpu.log" 2>&1 || rc=$?
+grep -E "tests passed|Total Test time|No tests were found|\((Failed|Not Run|Timeout|SEGFAULT|Subprocess aborted)\)" "$RES/ctest_gpu.log" || true
+echo "skipped: $(grep -c '(Skipped)' "$RES/ctest_gpu.log" || true) (0 expected on a GPU host)"
+((rc == 0)) || failed+=("ctest -L gpu (exit $rc)")
+if [[ -n "${ALL_TESTS:-}" ]]; then
+  gpu_section "ctest (all)"
+  rc=0
+  ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)" --timeout 600 >"$RES/ctest_all.log" 2>&1 || rc=$?
+  grep -E "tests passed|Total Test time|\((Failed|Not Run|Timeout|SEGFAULT|Subprocess aborted)\)" "$RES/ctest_all.log" || true
+  ((rc == 0)) || failed+=("ctest (exit $rc)")
+fi
+
+gpu_section "compute-sanitizer ($TOOLS)"
+mkdir -p "$RES/sanitizer"
+if ! command -v compute-sanitizer >/dev/null; then
+  echo "compute-sanitizer not found (looked in PATH and /usr/local/cuda/bin)"
+  failed+=("compute-sanitizer missing")
+else
+  shopt -s nullglob
+  bins=("$BUILD_DIR"/bin/cuda_*_test)
+  ((${#bins[@]})) || failed+=("no $BUILD_DIR/bin/cuda_*_test binaries")
+  printf '%-28s %-10s %-6s %-8s %-8s %s\n' binary tool exit tests skipped "sanitizer summary"
+  for bin in "${bins[@]}"; do
+    for tool in $TOOLS; do
+      log="$RES/sanitizer/$(basename "$bin").$tool.log"
+      rc=0
+      timeout -k 10 "$LIMIT" compute-sanitizer --tool "$tool" --error-exitcode 99 \
+        --print-limit 50 "$bin" >"$log" 2>&1 || rc=$?
+      summary="$(grep -m1 -E "(ERROR|RACECHECK|SYNCCHECK|INITCHECK)? ?SUMMARY" "$log" | sed 's/^========= //' || true)"
+      tests="$(sed -n 's/^\[==========\] \([0-9]*\) tests\? from .* ran.*/\1/p' "$log" | tail -1)"
+      skipped="$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\?, listed below:.*/\1/p' "$log" | tail -1)"
+      printf '%-28s %-10s %-6s %-8s %-8s %s\n' "$(basename "$bin")" "$tool" "$rc" "${tests:-?}" "${skipped:-0}" "${summary:-?}"
+      if ((rc != 0)); then
+        failed+=("$(basename "$bin") under $tool (exit $rc${summary:+: $summary})")
+        grep -m 20 -E "^========= (Invalid|Program hit|Race|Barrier|Uninitialized|.*error)" "$log" || true
+      fi
+    done
+  done
+fi
+
+gpu_section "result"
+if ((${#failed[@]})); then
+  printf 'FAILED: %s\n' "${failed[@]}"
+  exit 1
+fi
+echo "all GPU tests passed; compute-sanitizer ($TOOLS) clean; logs in $RES"
