@@ -7,6 +7,9 @@
 #   SANITIZER_TOOLS="memcheck racecheck synccheck initcheck" scripts/test_gpu.sh
 #   ALL_TESTS=1 scripts/test_gpu.sh      # also the whole ctest suite
 #
+# Each sanitizer run gets at most SANITIZER_TIMEOUT seconds (240) and the
+# whole script TEST_BUDGET seconds (540, build included): runs that no longer
+# fit are listed as skipped, so it ends within one 10-minute device call.
 # Writes to $OUT (default runs/test_gpu-DATE/): test_gpu.txt (all that is
 # printed), ctest_gpu.log, sanitizer/<binary>.<tool>.log. Exits 1 if a test
 # or a sanitizer run failed. On a GPU host no `gpu` test should report
@@ -19,6 +22,7 @@ gpu_results_dir test_gpu
 exec > >(tee "$RES/test_gpu.txt") 2>&1
 TOOLS="${SANITIZER_TOOLS:-memcheck}"
 LIMIT="${SANITIZER_TIMEOUT:-240}"
+BUDGET="${TEST_BUDGET:-540}"
 failed=()
 
 gpu_section "host"
@@ -53,8 +57,14 @@ else
   for bin in "${bins[@]}"; do
     for tool in $TOOLS; do
       log="$RES/sanitizer/$(basename "$bin").$tool.log"
+      left=$((BUDGET - SECONDS - 15))
+      if ((left < 20)); then
+        printf '%-28s %-10s skipped: TEST_BUDGET=%ss spent\n' "$(basename "$bin")" "$tool" "$BUDGET"
+        failed+=("$(basename "$bin") under $tool not run (budget)")
+        continue
+      fi
       rc=0
-      timeout -k 10 "$LIMIT" compute-sanitizer --tool "$tool" --error-exitcode 99 \
+      timeout -k 10 "$((LIMIT < left ? LIMIT : left))" compute-sanitizer --tool "$tool" --error-exitcode 99 \
         --print-limit 50 "$bin" >"$log" 2>&1 || rc=$?
       summary="$(grep -m1 -E "(ERROR|RACECHECK|SYNCCHECK|INITCHECK)? ?SUMMARY" "$log" | sed 's/^========= //' || true)"
       tests="$(sed -n 's/^\[==========\] \([0-9]*\) tests\? from .* ran.*/\1/p' "$log" | tail -1)"
