@@ -30,7 +30,10 @@ absl::StatusOr<std::vector<Device>> ResolveDevices(
     }
     MT_ASSIGN_OR_RETURN(Device d, ParseDevice(entry));
     if (d.is_cuda()) MT_RETURN_IF_ERROR(cuda::CheckDevice(d.index));
-    if (std::find(devices.begin(), devices.end(), d) != devices.end()) {
+    // A GPU listed again is one more logical replica on it; CPU entries
+    // are logical devices already (cpu:0, cpu:1, ...).
+    if (d.is_cpu() &&
+        std::find(devices.begin(), devices.end(), d) != devices.end()) {
       return absl::InvalidArgumentError(
           absl::StrCat("device ", entry, " is listed twice"));
     }

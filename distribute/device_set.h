@@ -11,8 +11,10 @@
 namespace mirrortrain::distribute {
 
 // Parses entries such as "cpu:0", "gpu:1" or the single entry "all_gpus"
-// (every visible GPU). Duplicates, GPUs that are not visible, and mixing CPU
-// with GPU devices are errors that say which entry is wrong.
+// (every visible GPU). A GPU may be listed more than once: each entry is a
+// logical replica on it ([gpu:0, gpu:0] runs two replicas on GPU 0). A
+// repeated CPU entry, GPUs that are not visible, and mixing CPU with GPU
+// devices are errors that say which entry is wrong.
 absl::StatusOr<std::vector<Device>> ResolveDevices(
     const std::vector<std::string>& entries);
 

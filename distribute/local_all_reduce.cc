@@ -1,6 +1,8 @@
 #include "distribute/local_all_reduce.h"
 
 #include "absl/strings/str_cat.h"
+#include "distribute/device_slice_sum.h"
+#include "tensor/cuda/cuda_backend.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/status_macros.h"
 
@@ -30,10 +32,11 @@ LocalAllReduce::LocalAllReduce(int replicas, std::chrono::milliseconds watchdog)
 
 absl::Status LocalAllReduce::AllReduce(int replica, ReduceOp op,
                                        Tensor& buffer) {
-  if (!buffer.device().is_cpu()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "local all-reduce of device memory (", buffer.DebugString(),
-        ") needs the CUDA backend's device all-reduce"));
+  const bool on_gpu = buffer.device().is_cuda();
+  if (on_gpu) {
+    // Other replicas' kernels will read this buffer: it must be complete,
+    // not just enqueued, before this replica says it is posted.
+    MT_RETURN_IF_ERROR(cuda::Synchronize(buffer.device().index));
   }
   const std::string what = absl::StrCat("all-reduce #", calls_[replica]++, " (",
                                         buffer.DebugString(), ")");
@@ -43,7 +46,8 @@ absl::Status LocalAllReduce::AllReduce(int replica, ReduceOp op,
   const Tensor& mine = *posted_[replica];
   for (int r = 0; r < replicas_; ++r) {
     if (posted_[r]->dtype() != mine.dtype() ||
-        posted_[r]->num_elements() != mine.num_elements()) {
+        posted_[r]->num_elements() != mine.num_elements() ||
+        posted_[r]->device() != mine.device()) {
       absl::Status mismatch = absl::InternalError(absl::StrCat(
           "all-reduce: replica ", r, " posted ", posted_[r]->DebugString(),
           " but replica ", replica, " posted ", mine.DebugString()));
@@ -55,7 +59,21 @@ absl::Status LocalAllReduce::AllReduce(int replica, ReduceOp op,
   const int64_t begin = n * replica / replicas_;
   const int64_t end = n * (replica + 1) / replicas_;
   const bool mean = op == ReduceOp::kMean;
-  MT_DISPATCH_ALL(mine.dtype(), T, SumSlice<T>(posted_, begin, end, mean));
+  if (on_gpu) {
+    // Replicas sharing one GPU: the same slice sum as a kernel, finished
+    // before the completion barrier.
+    std::vector<void*> buffers;
+    for (Tensor* t : posted_) buffers.push_back(t->raw_data());
+    absl::Status s = DeviceSliceSum(mine.dtype(), buffers, begin, end, mean,
+                                    mine.device().index);
+    if (s.ok()) s = cuda::Synchronize(mine.device().index);
+    if (!s.ok()) {
+      barrier_.Abort(s);
+      return s;
+    }
+  } else {
+    MT_DISPATCH_ALL(mine.dtype(), T, SumSlice<T>(posted_, begin, end, mean));
+  }
   // No replica may reuse its buffer (or post the next one) before all
   // slices are written.
   return barrier_.Wait(replica, absl::StrCat(what, ", completion"));

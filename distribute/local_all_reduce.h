@@ -1,9 +1,12 @@
 // All-reduce between replicas whose buffers are in host memory (logical CPU
-// devices), without copies through a central buffer: after all replicas
+// devices) or on one shared GPU (logical GPU devices; the slice sums then
+// run as kernels, see device_slice_sum.h), without copies through a central
+// buffer: after all replicas
 // posted their buffers, replica r sums elements [r*n/N, (r+1)*n/N) over the
 // replicas, always in replica order 0..N-1, and writes the result into every
 // replica's buffer. Each element is written by one thread with one value,
-// so all replicas end bitwise identical, whatever N.
+// so all replicas end bitwise identical, whatever N. Buffers on different
+// GPUs are an error (that is NCCL's job).
 #ifndef MIRRORTRAIN_DISTRIBUTE_LOCAL_ALL_REDUCE_H_
 #define MIRRORTRAIN_DISTRIBUTE_LOCAL_ALL_REDUCE_H_
 

@@ -6,10 +6,27 @@
 #include "distribute/local_all_reduce.h"
 #include "distribute/nccl_all_reduce.h"
 #include "tensor/cpu_threads.h"
+#include "tensor/cuda/stream.h"
 #include "tensor/status_macros.h"
 #include "tensor/thread_pool.h"
 
 namespace mirrortrain::distribute {
+namespace {
+
+// distribute.cross_device_ops: none. Leaves every buffer as it is, so the
+// replicas drift apart: only for measuring how much of a step the
+// communication costs (scripts/bench_gpu.sh), never for training.
+class NoCommunication final : public CrossDeviceOps {
+ public:
+  absl::Status AllReduce(int, ReduceOp, Tensor&) override {
+    return absl::OkStatus();
+  }
+  void Abort(const absl::Status&) override {}
+  std::string name() const override { return "none"; }
+  bool overlaps_compute() const override { return false; }
+};
+
+}  // namespace
 
 // One replica: its context, its worker thread (none for replica 0, which
 // runs on the caller) and its communication thread.
@@ -34,6 +51,11 @@ class MirroredStrategy::Replica final : public ReplicaContext {
                                                   Tensor buffer) override {
     auto done = std::make_shared<std::promise<absl::Status>>();
     std::shared_future<absl::Status> future = done->get_future().share();
+    if (device_.is_cuda()) {
+      absl::Status posted = PostDeviceAllReduce(op, std::move(buffer), done);
+      if (!posted.ok()) done->set_value(posted);
+      return future;
+    }
     if (!ops_->overlaps_compute()) {
       done->set_value(ops_->AllReduce(id_, op, buffer));
       return future;
@@ -44,12 +66,50 @@ class MirroredStrategy::Replica final : public ReplicaContext {
     return future;
   }
 
+  // GPU replicas: a compute stream for the replica's kernels and a
+  // communication stream for its collectives.
+  absl::Status CreateStreams() {
+    if (!device_.is_cuda()) return absl::OkStatus();
+    MT_ASSIGN_OR_RETURN(compute_, cuda::Stream::Create(device_.index));
+    MT_ASSIGN_OR_RETURN(communication_, cuda::Stream::Create(device_.index));
+    return absl::OkStatus();
+  }
+  // nullptr (the thread's default stream) for CPU replicas.
+  cuda::StreamHandle compute_stream() const { return compute_.handle(); }
+  absl::Status SynchronizeCompute() const {
+    return device_.is_cuda() ? compute_.Synchronize() : absl::OkStatus();
+  }
+
   ThreadPool* worker() { return worker_.get(); }
 
  private:
+  // The collective waits (on the GPU, not the host) for the compute stream
+  // to have produced `buffer`, runs on the communication stream while the
+  // compute stream goes on with backward, and is finished (stream
+  // synchronised) before the future is set: the caller may then use the
+  // result on any stream, and the buffer may be freed (the allocator's
+  // cross-stream contract). Returns only errors met before posting;
+  // OkStatus means the posted task will set `done` itself.
+  absl::Status PostDeviceAllReduce(
+      ReduceOp op, Tensor buffer,
+      std::shared_ptr<std::promise<absl::Status>> done) {
+    MT_ASSIGN_OR_RETURN(cuda::Event ready, cuda::Event::Create(device_.index));
+    MT_RETURN_IF_ERROR(ready.Record(compute_.handle()));
+    auto event = std::make_shared<cuda::Event>(std::move(ready));
+    comm_.Post([this, op, buffer, done, event]() mutable {
+      cuda::ScopedCurrentStream scope(communication_.handle());
+      absl::Status s = event->MakeStreamWait(communication_.handle());
+      if (s.ok()) s = ops_->AllReduce(id_, op, buffer);
+      if (s.ok()) s = communication_.Synchronize();
+      done->set_value(s);
+    });
+    return absl::OkStatus();
+  }
+
   const int id_, count_;
   const Device device_;
   CrossDeviceOps* ops_;
+  cuda::Stream compute_, communication_;
   ThreadPool comm_{1};  // Runs this replica's device collectives in order.
   std::unique_ptr<ThreadPool> worker_;
 };
@@ -87,7 +147,18 @@ absl::StatusOr<std::unique_ptr<MirroredStrategy>> MirroredStrategy::Create(
     std::vector<int> ids;
     for (const Device& d : devices) ids.push_back(d.index);
     MT_ASSIGN_OR_RETURN(ops, MakeNcclAllReduce(ids));
+  } else if (kind == "none") {
+    ops = std::make_unique<NoCommunication>();
   } else {
+    for (const Device& d : devices) {
+      if (d.is_cuda() && d != devices[0]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "distribute.devices: the local all-reduce needs all GPU replicas "
+            "on one GPU (logical replicas), got ",
+            devices[0].ToString(), " and ", d.ToString(),
+            "; distinct GPUs use nccl"));
+      }
+    }
     ops = std::make_unique<LocalAllReduce>(
         n, std::chrono::milliseconds(
                static_cast<int64_t>(options.watchdog_seconds * 1000)));
@@ -102,8 +173,12 @@ absl::StatusOr<std::unique_ptr<MirroredStrategy>>
 MirroredStrategy::CreateWithOps(const std::vector<Device>& devices,
                                 std::unique_ptr<CrossDeviceOps> ops) {
   if (devices.empty()) return absl::InvalidArgumentError("no devices");
-  return std::unique_ptr<MirroredStrategy>(
+  std::unique_ptr<MirroredStrategy> strategy(
       new MirroredStrategy(devices, std::move(ops)));
+  for (auto& replica : strategy->replicas_) {
+    MT_RETURN_IF_ERROR(replica->CreateStreams());
+  }
+  return strategy;
 }
 
 absl::Status MirroredStrategy::Run(const ReplicaFn& fn) {
@@ -112,7 +187,14 @@ absl::Status MirroredStrategy::Run(const ReplicaFn& fn) {
   std::vector<absl::Status> status(n);
   std::vector<std::promise<void>> done(n);
   auto run_one = [&](int r) {
-    status[r] = fn(*replicas_[r]);
+    {
+      // The replica's kernels go to its compute stream, and are finished
+      // when Run returns (the caller reads results on its own stream).
+      cuda::ScopedCurrentStream stream(replicas_[r]->compute_stream());
+      status[r] = fn(*replicas_[r]);
+      absl::Status synced = replicas_[r]->SynchronizeCompute();
+      if (status[r].ok()) status[r] = synced;
+    }
     // A failed replica would leave the others waiting in a collective.
     if (!status[r].ok()) {
       ops_->Abort(absl::AbortedError(

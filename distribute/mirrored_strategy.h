@@ -4,9 +4,16 @@
 // replica so gradient all-reduces overlap backward.
 //
 // Several `cpu:K` devices are logical CPU devices sharing the host; they use
-// the local all-reduce. Distinct GPUs use NCCL. With N > 1 CPU replicas
-// OpenBLAS is limited to cores/N threads each, so replicas do not fight over
-// cores.
+// the local all-reduce. Distinct GPUs use NCCL; a GPU listed more than once
+// holds that many logical replicas, which use the local all-reduce as a
+// device kernel. With N > 1 CPU replicas the kernel threads are split
+// between them, so replicas do not fight over cores.
+//
+// GPU replicas: each has a compute stream (current on its thread while the
+// replica function runs; synchronised before Run returns) and a
+// communication stream on which its all-reduces run, ordered after the
+// compute stream by events, so gradient buckets are reduced while backward
+// goes on.
 //
 // Thread contract: Run() from one thread. On a replica error (or the
 // watchdog) the collectives are aborted so no replica waits forever; the

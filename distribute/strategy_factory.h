@@ -12,7 +12,7 @@
 namespace mirrortrain::distribute {
 
 struct MirroredOptions {
-  std::string cross_device_ops = "auto";  // auto | nccl | local
+  std::string cross_device_ops = "auto";  // auto | nccl | local | none
   int64_t bucket_bytes = 25 << 20;
   double watchdog_seconds = 300;
 };

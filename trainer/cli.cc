@@ -156,6 +156,12 @@ int Train(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
       Trainer::Create(*config, run_dir, /*need_train_data=*/true);
   if (!trainer.ok()) return Fail(trainer.status());
+  if (config->distribute.cross_device_ops == "none") {
+    std::fprintf(stderr,
+                 "mirrortrain: distribute.cross_device_ops=none: gradients are "
+                 "not all-reduced and replicas drift apart (for measuring "
+                 "communication cost only)\n");
+  }
   absl::Status s = (*trainer)->Train();
   if (absl::IsCancelled(s) && StopSignal() != 0) return 128 + StopSignal();
   if (!s.ok()) return Fail(s);

@@ -408,7 +408,7 @@ absl::Status Validate(const Config& c, const std::string& source) {
   v.OneOf(c.distribute.strategy, "distribute.strategy",
           {"one_device", "mirrored"});
   v.OneOf(c.distribute.cross_device_ops, "distribute.cross_device_ops",
-          {"auto", "nccl", "local"});
+          {"auto", "nccl", "local", "none"});
   v.AtLeast(c.distribute.bucket_bytes, 1, "distribute.bucket_bytes");
   v.AtLeast(c.distribute.check_replicas_every_steps, 0,
             "distribute.check_replicas_every_steps");

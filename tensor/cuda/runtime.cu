@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -21,24 +22,32 @@ cudaStream_t Stream() {
   return current_stream != nullptr ? current_stream : cudaStreamPerThread;
 }
 
-// Caches freed blocks by size so a steady-state training step never calls
-// cudaMalloc/cudaFree. Blocks are rounded up to 512 bytes; a request takes
-// the smallest cached block at least as large and at most twice as large.
-// Freed blocks are reusable by any stream of this device only after the
-// work that used them is done, so Deallocate synchronises the current
-// stream before caching (kernels of one replica run on one stream).
+// Caches freed blocks so a steady-state training step never calls
+// cudaMalloc/cudaFree. Blocks are rounded up to 512 bytes and belong to the
+// stream that was current when they were allocated; a freed block goes back
+// to that stream's pool at once, without waiting for the GPU, because every
+// later user of the pool is ordered after the earlier work on that stream
+// (PyTorch's caching allocator makes the same bargain). A request takes the
+// smallest block of its stream's pool at least as large and at most twice
+// as large.
+//
+// Contract for work on other streams (the communication stream): it must be
+// finished (its stream synchronised) before the last reference to a block it
+// uses is dropped. MirroredStrategy's communication thread does that.
 class CachingAllocator final : public Allocator {
  public:
   explicit CachingAllocator(int device) : device_(device) {}
 
   absl::StatusOr<void*> Allocate(size_t bytes) override {
-    size_t rounded = RoundUp(bytes);
+    const size_t rounded = RoundUp(bytes);
+    const cudaStream_t stream = Stream();
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = free_.lower_bound(rounded);
-      if (it != free_.end() && it->first <= 2 * rounded) {
+      auto it = free_.lower_bound({stream, rounded});
+      if (it != free_.end() && it->first.first == stream &&
+          it->first.second <= 2 * rounded) {
         void* ptr = it->second;
-        sizes_[ptr] = it->first;
+        blocks_[ptr] = {it->first.second, stream};
         free_.erase(it);
         return ptr;
       }
@@ -54,36 +63,44 @@ class CachingAllocator final : public Allocator {
       MT_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, rounded));
     }
     std::lock_guard<std::mutex> lock(mu_);
-    sizes_[ptr] = rounded;
+    blocks_[ptr] = {rounded, stream};
     return ptr;
   }
 
   void Deallocate(void* ptr, size_t) override {
-    cudaStreamSynchronize(Stream());
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = sizes_.find(ptr);
-    if (it == sizes_.end()) return;
-    free_.emplace(it->second, ptr);
-    sizes_.erase(it);
+    auto it = blocks_.find(ptr);
+    if (it == blocks_.end()) return;
+    free_.emplace(std::make_pair(it->second.stream, it->second.size), ptr);
+    blocks_.erase(it);
   }
 
   Device device() const override { return Device::Cuda(device_); }
 
  private:
+  struct Block {
+    size_t size;
+    cudaStream_t stream;
+  };
+
   static size_t RoundUp(size_t bytes) {
     constexpr size_t kQuantum = 512;
     return bytes == 0 ? kQuantum : (bytes + kQuantum - 1) / kQuantum * kQuantum;
   }
   void ReleaseCached() {
+    // Cached blocks may still be in use by queued work of their streams.
+    DeviceGuard guard;
+    if (guard.Set(device_).ok()) cudaDeviceSynchronize();
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [size, ptr] : free_) cudaFree(ptr);
+    for (auto& [key, ptr] : free_) cudaFree(ptr);
     free_.clear();
   }
 
   const int device_;
   std::mutex mu_;
-  std::multimap<size_t, void*> free_;
-  std::map<void*, size_t> sizes_;  // Blocks handed out.
+  // Free blocks by (owning stream, size); blocks handed out by pointer.
+  std::multimap<std::pair<cudaStream_t, size_t>, void*> free_;
+  std::map<void*, Block> blocks_;
 };
 
 }  // namespace

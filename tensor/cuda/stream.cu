@@ -1,0 +1,109 @@
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "tensor/cuda/cuda_check.h"
+#include "tensor/cuda/device_guard.h"
+#include "tensor/cuda/stream.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::cuda {
+namespace {
+
+cudaStream_t AsStream(StreamHandle handle) {
+  return handle != nullptr ? static_cast<cudaStream_t>(handle)
+                           : cudaStreamPerThread;
+}
+
+}  // namespace
+
+absl::StatusOr<Stream> Stream::Create(int device) {
+  MT_RETURN_IF_ERROR(CheckDevice(device));
+  DeviceGuard guard;
+  MT_RETURN_IF_ERROR(guard.Set(device));
+  cudaStream_t stream = nullptr;
+  MT_CUDA_RETURN_IF_ERROR(
+      cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  Stream s;
+  s.handle_ = stream;
+  s.device_ = device;
+  return s;
+}
+
+Stream::Stream(Stream&& other) noexcept
+    : handle_(std::exchange(other.handle_, nullptr)),
+      device_(std::exchange(other.device_, -1)) {}
+
+Stream& Stream::operator=(Stream&& other) noexcept {
+  if (this != &other) {
+    Stream dying(std::move(*this));
+    handle_ = std::exchange(other.handle_, nullptr);
+    device_ = std::exchange(other.device_, -1);
+  }
+  return *this;
+}
+
+Stream::~Stream() {
+  if (handle_ == nullptr) return;
+  // Destruction must not fail: the driver finishes pending work first.
+  DeviceGuard guard;
+  (void)guard.Set(device_);
+  cudaStreamDestroy(static_cast<cudaStream_t>(handle_));
+}
+
+absl::Status Stream::Synchronize() const {
+  MT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(AsStream(handle_)));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Event> Event::Create(int device) {
+  MT_RETURN_IF_ERROR(CheckDevice(device));
+  DeviceGuard guard;
+  MT_RETURN_IF_ERROR(guard.Set(device));
+  cudaEvent_t event = nullptr;
+  MT_CUDA_RETURN_IF_ERROR(
+      cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  Event e;
+  e.handle_ = event;
+  e.device_ = device;
+  return e;
+}
+
+Event::Event(Event&& other) noexcept
+    : handle_(std::exchange(other.handle_, nullptr)),
+      device_(std::exchange(other.device_, -1)) {}
+
+Event& Event::operator=(Event&& other) noexcept {
+  if (this != &other) {
+    Event dying(std::move(*this));
+    handle_ = std::exchange(other.handle_, nullptr);
+    device_ = std::exchange(other.device_, -1);
+  }
+  return *this;
+}
+
+Event::~Event() {
+  if (handle_ != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(handle_));
+}
+
+absl::Status Event::Record(StreamHandle stream) {
+  DeviceGuard guard;
+  MT_RETURN_IF_ERROR(guard.Set(device_));
+  MT_CUDA_RETURN_IF_ERROR(
+      cudaEventRecord(static_cast<cudaEvent_t>(handle_), AsStream(stream)));
+  return absl::OkStatus();
+}
+
+absl::Status Event::MakeStreamWait(StreamHandle stream) const {
+  MT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(
+      AsStream(stream), static_cast<cudaEvent_t>(handle_), 0));
+  return absl::OkStatus();
+}
+
+absl::Status Event::Synchronize() const {
+  MT_CUDA_RETURN_IF_ERROR(
+      cudaEventSynchronize(static_cast<cudaEvent_t>(handle_)));
+  return absl::OkStatus();
+}
+
+}  // namespace mirrortrain::cuda
