@@ -29,6 +29,10 @@ absl::Status Copy(void*, Device, const void*, Device, size_t) {
   return NotBuilt();
 }
 absl::Status Synchronize(int) { return NotBuilt(); }
+absl::StatusOr<Allocator*> PinnedHostAllocator() { return NotBuilt(); }
+absl::Status CopyAsync(void*, Device, const void*, Device, size_t) {
+  return NotBuilt();
+}
 absl::Status Unary(UnaryKind, DType, const void*, void*, int64_t, int) {
   return NotBuilt();
 }
@@ -92,6 +96,38 @@ absl::Status MaxPool2DForward(DType, const void*, const Pool2DGeometry&, void*,
 }
 absl::Status MaxPool2DBackward(DType, const int32_t*, const void*,
                                const Pool2DGeometry&, void*, int) {
+  return NotBuilt();
+}
+
+absl::Status BiasAdd(DType, const void*, const void*, void*, int64_t, int64_t,
+                     int) {
+  return NotBuilt();
+}
+absl::Status ColumnSum(DType, const void*, int64_t, int64_t, void*, int) {
+  return NotBuilt();
+}
+absl::Status Softmax(DType, const void*, void*, int64_t, int64_t, bool, int) {
+  return NotBuilt();
+}
+absl::Status SparseSoftmaxXent(DType, const void*, DType, const void*, int64_t,
+                               int64_t, void*, void*, int64_t*, int64_t*, int) {
+  return NotBuilt();
+}
+absl::Status SparseSoftmaxXentGrad(DType, const void*, DType, const void*,
+                                   const void*, int64_t, int64_t, void*, int) {
+  return NotBuilt();
+}
+absl::Status Dropout(DType, const void*, double, double, uint64_t, int64_t,
+                     void*, void*, int64_t, int) {
+  return NotBuilt();
+}
+
+absl::Status BiasAddRelu(DType, const void*, const void*, void*, int64_t,
+                         int64_t, int) {
+  return NotBuilt();
+}
+absl::Status BiasAddReluGrad(DType, const void*, const void*, void*, void*,
+                             int64_t, int64_t, int) {
   return NotBuilt();
 }
 

@@ -117,6 +117,52 @@ absl::Status MaxPool2DBackward(DType dtype, const int32_t* argmax,
                                const void* dy, const Pool2DGeometry& geometry,
                                void* dx, int device);
 
+// ---- nn ops (nn_kernels.cu), over row-major [rows, cols] matrices.
+
+// y[r, c] = x[r, c] + bias[c].
+absl::Status BiasAdd(DType dtype, const void* x, const void* bias, void* y,
+                     int64_t rows, int64_t cols, int device);
+// out[c] = the sum over r of x[r, c] (zeros when rows == 0). Fixed chunks
+// of rows summed in double, then the chunks in order: deterministic, and
+// the same on every GPU. Floating dtypes.
+absl::Status ColumnSum(DType dtype, const void* x, int64_t rows, int64_t cols,
+                       void* out, int device);
+// Softmax (log: log-softmax) of each row, max-shifted as on the CPU.
+absl::Status Softmax(DType dtype, const void* x, void* y, int64_t rows,
+                     int64_t cols, bool log, int device);
+// For each row r with labels[r] (i32 or i64) in [0, cols): softmax[r, :]
+// and loss[r] = log(sum exp(x[r] - max)) - (x[r, label] - max). On return
+// *bad_row is the first row whose label is out of range, with that label in
+// *bad_label, or -1 (outputs are then complete). Synchronises the stream:
+// the range flag is copied back.
+absl::Status SparseSoftmaxXent(DType dtype, const void* logits,
+                               DType label_dtype, const void* labels,
+                               int64_t rows, int64_t cols, void* loss,
+                               void* softmax, int64_t* bad_row,
+                               int64_t* bad_label, int device);
+// d[r, c] = g[r] * softmax[r, c], minus g[r] where c == labels[r] (labels
+// known to be in range).
+absl::Status SparseSoftmaxXentGrad(DType dtype, const void* softmax,
+                                   DType label_dtype, const void* labels,
+                                   const void* g, int64_t rows, int64_t cols,
+                                   void* d, int device);
+// mask[i] = DropoutKeep(salt, i + element_offset, rate) ? keep_scale : 0
+// (tensor/dropout_mask.h, the CPU's rule) and y[i] = x[i] * mask[i].
+absl::Status Dropout(DType dtype, const void* x, double rate, double keep_scale,
+                     uint64_t salt, int64_t element_offset, void* mask, void* y,
+                     int64_t n, int device);
+
+// ---- Fused ops (fused_kernels.cu), over row-major [rows, cols].
+
+// y = max(x + bias[c], 0) (NaN gives 0, as Relu).
+absl::Status BiasAddRelu(DType dtype, const void* x, const void* bias, void* y,
+                         int64_t rows, int64_t cols, int device);
+// dz = y > 0 ? dy : 0 and, when db is non-null, db = ColumnSum(dz) in the
+// same pass.
+absl::Status BiasAddReluGrad(DType dtype, const void* y, const void* dy,
+                             void* dz, void* db, int64_t rows, int64_t cols,
+                             int device);
+
 }  // namespace mirrortrain::cuda
 
 #endif  // MIRRORTRAIN_TENSOR_CUDA_CUDA_KERNELS_H_

@@ -3,9 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "tensor/cuda/cuda_kernels.h"
 #include "tensor/gradient_tape.h"
-#include "tensor/ops/math_ops.h"
-#include "tensor/ops/nn_ops.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/parallel.h"
 #include "tensor/status_macros.h"
@@ -69,21 +68,25 @@ void BiasReluBackward(const T* y, const T* dy, T* dz, T* db, int64_t rows,
 absl::StatusOr<Tensor> BiasAddRelu(const Tensor& x, const Tensor& bias) {
   constexpr const char* kOp = "BiasAddRelu";
   MT_RETURN_IF_ERROR(internal::CheckFloatingSame(kOp, {&x, &bias}));
-  if (x.device().is_cuda()) {
-    MT_ASSIGN_OR_RETURN(Tensor z, BiasAdd(x, bias));
-    return Relu(z);
-  }
-  MT_RETURN_IF_ERROR(internal::CheckHost(kOp, {&x, &bias}));
   if (bias.rank() != 1 || x.rank() < 1 || x.dim(x.rank() - 1) != bias.dim(0)) {
     return internal::OpError(
         kOp, "bias must be 1-D and match x's last dimension", {&x, &bias});
   }
-  Tensor y = Tensor::HostEmpty(x.dtype(), x.shape());
+  MT_ASSIGN_OR_RETURN(Tensor y,
+                      Tensor::Empty(x.dtype(), x.shape(), x.device()));
   const int64_t cols = bias.dim(0);
   const int64_t rows = cols == 0 ? 0 : x.num_elements() / cols;
-  MT_DISPATCH_FLOAT(
-      x.dtype(), T,
-      BiasReluForward<T>(x.data<T>(), bias.data<T>(), y.data<T>(), rows, cols));
+  if (x.device().is_cuda()) {
+    MT_RETURN_IF_ERROR(internal::KernelError(
+        kOp,
+        cuda::BiasAddRelu(x.dtype(), x.raw_data(), bias.raw_data(),
+                          y.raw_data(), rows, cols, x.device().index),
+        {&x, &bias}));
+  } else {
+    MT_DISPATCH_FLOAT(x.dtype(), T,
+                      BiasReluForward<T>(x.data<T>(), bias.data<T>(),
+                                         y.data<T>(), rows, cols));
+  }
   tape::RecordOperation(kOp, {x, bias}, {y});
   return y;
 }
@@ -97,9 +100,28 @@ MT_REGISTER_GRADIENT(
     [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
       const Tensor& y = op.outputs[0];
       const Tensor& dy = g[0];
-      MT_RETURN_IF_ERROR(internal::CheckHost("BiasAddReluGrad", {&dy}));
       const int64_t cols = op.inputs[1].dim(0);
       const int64_t rows = cols == 0 ? 0 : y.num_elements() / cols;
+      if (dy.device().is_cuda()) {
+        MT_ASSIGN_OR_RETURN(Tensor dz,
+                            Tensor::Empty(y.dtype(), y.shape(), dy.device()));
+        Tensor db;
+        if (needs[1]) {
+          MT_ASSIGN_OR_RETURN(
+              db, Tensor::Empty(y.dtype(), op.inputs[1].shape(), dy.device()));
+        }
+        MT_RETURN_IF_ERROR(internal::KernelError(
+            "BiasAddReluGrad",
+            cuda::BiasAddReluGrad(y.dtype(), y.raw_data(), dy.raw_data(),
+                                  dz.raw_data(),
+                                  needs[1] ? db.raw_data() : nullptr, rows,
+                                  cols, dy.device().index),
+            {&dy}));
+        if (needs[0]) (*grads)[0] = std::move(dz);
+        if (needs[1]) (*grads)[1] = std::move(db);
+        return absl::OkStatus();
+      }
+      MT_RETURN_IF_ERROR(internal::CheckHost("BiasAddReluGrad", {&dy}));
       Tensor dz = Tensor::HostEmpty(y.dtype(), y.shape());
       Tensor db;
       if (needs[1]) db = Tensor::HostEmpty(y.dtype(), op.inputs[1].shape());

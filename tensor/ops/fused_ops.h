@@ -13,8 +13,8 @@ namespace mirrortrain::ops {
 // relu(x + bias), bias along the last dimension (NHWC / [batch, units]).
 // The gradient masks dy by y > 0 and sums it over rows for the bias in the
 // same pass; the bias sum runs over fixed row blocks added in block order,
-// so it does not depend on the thread count. GPU tensors run BiasAdd then
-// Relu.
+// so it does not depend on the thread count. GPU tensors get the same
+// fusion (cuda/fused_kernels.cu; the bias sum there runs in double).
 absl::StatusOr<Tensor> BiasAddRelu(const Tensor& x, const Tensor& bias);
 
 }  // namespace mirrortrain::ops

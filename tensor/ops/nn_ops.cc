@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "tensor/cuda/cuda_kernels.h"
+#include "tensor/dropout_mask.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/op_util.h"
@@ -16,6 +18,8 @@ namespace {
 
 using internal::CheckFloatingSame;
 using internal::CheckHost;
+using internal::CheckSameDevice;
+using internal::KernelError;
 using internal::OpError;
 
 struct XentAttrs {
@@ -54,27 +58,26 @@ void CpuSoftmax(const T* x, T* y, int64_t rows, int64_t cols, bool log) {
   }
 }
 
-// SplitMix64: a counter-based hash, so element i's mask bit does not depend
-// on how the work is split.
-inline uint64_t Mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 absl::StatusOr<Tensor> SoftmaxImpl(const char* op, const Tensor& logits,
                                    bool log) {
   MT_RETURN_IF_ERROR(CheckFloatingSame(op, {&logits}));
-  MT_RETURN_IF_ERROR(CheckHost(op, {&logits}));
   if (logits.rank() < 1)
     return OpError(op, "logits must have rank >= 1", {&logits});
-  Tensor y = Tensor::HostEmpty(logits.dtype(), logits.shape());
+  MT_ASSIGN_OR_RETURN(
+      Tensor y, Tensor::Empty(logits.dtype(), logits.shape(), logits.device()));
   int64_t rows, cols;
   Rows(logits, &rows, &cols);
-  MT_DISPATCH_FLOAT(
-      logits.dtype(), T,
-      CpuSoftmax<T>(logits.data<T>(), y.data<T>(), rows, cols, log));
+  if (logits.device().is_cuda()) {
+    MT_RETURN_IF_ERROR(KernelError(
+        op,
+        cuda::Softmax(logits.dtype(), logits.raw_data(), y.raw_data(), rows,
+                      cols, log, logits.device().index),
+        {&logits}));
+  } else {
+    MT_DISPATCH_FLOAT(
+        logits.dtype(), T,
+        CpuSoftmax<T>(logits.data<T>(), y.data<T>(), rows, cols, log));
+  }
   tape::RecordOperation(op, {logits}, {y});
   return y;
 }
@@ -84,14 +87,23 @@ absl::StatusOr<Tensor> SoftmaxImpl(const char* op, const Tensor& logits,
 absl::StatusOr<Tensor> BiasAdd(const Tensor& x, const Tensor& bias) {
   constexpr const char* kOp = "BiasAdd";
   MT_RETURN_IF_ERROR(CheckFloatingSame(kOp, {&x, &bias}));
-  MT_RETURN_IF_ERROR(CheckHost(kOp, {&x, &bias}));
   if (bias.rank() != 1 || x.rank() < 1 || x.dim(x.rank() - 1) != bias.dim(0)) {
     return OpError(kOp, "bias must be 1-D and match x's last dimension",
                    {&x, &bias});
   }
-  Tensor y = Tensor::HostEmpty(x.dtype(), x.shape());
+  MT_ASSIGN_OR_RETURN(Tensor y,
+                      Tensor::Empty(x.dtype(), x.shape(), x.device()));
   int64_t rows, cols;
   Rows(x, &rows, &cols);
+  if (x.device().is_cuda()) {
+    MT_RETURN_IF_ERROR(
+        KernelError(kOp,
+                    cuda::BiasAdd(x.dtype(), x.raw_data(), bias.raw_data(),
+                                  y.raw_data(), rows, cols, x.device().index),
+                    {&x, &bias}));
+    tape::RecordOperation(kOp, {x, bias}, {y});
+    return y;
+  }
   MT_DISPATCH_FLOAT(x.dtype(), T, {
     const T* px = x.data<T>();
     const T* pb = bias.data<T>();
@@ -123,7 +135,7 @@ absl::StatusOr<Tensor> SparseSoftmaxCrossEntropyWithLogits(
   constexpr const char* kOp = "SparseSoftmaxCrossEntropyWithLogits";
   MT_RETURN_IF_ERROR(CheckFloatingSame(kOp, {&logits}));
   MT_RETURN_IF_ERROR(internal::CheckDefined(kOp, {&labels}));
-  MT_RETURN_IF_ERROR(CheckHost(kOp, {&logits, &labels}));
+  MT_RETURN_IF_ERROR(CheckSameDevice(kOp, {&logits, &labels}));
   MT_RETURN_IF_ERROR(internal::CheckInteger(kOp, labels, "labels"));
   if (logits.rank() != 2 || labels.rank() != 1 ||
       labels.dim(0) != logits.dim(0)) {
@@ -131,6 +143,30 @@ absl::StatusOr<Tensor> SparseSoftmaxCrossEntropyWithLogits(
                    {&logits, &labels});
   }
   const int64_t batch = logits.dim(0), classes = logits.dim(1);
+  if (logits.device().is_cuda()) {
+    const Device device = logits.device();
+    MT_ASSIGN_OR_RETURN(Tensor loss,
+                        Tensor::Empty(logits.dtype(), {batch}, device));
+    MT_ASSIGN_OR_RETURN(Tensor softmax,
+                        Tensor::Empty(logits.dtype(), logits.shape(), device));
+    int64_t bad_row = -1, bad_label = 0;
+    MT_RETURN_IF_ERROR(KernelError(
+        kOp,
+        cuda::SparseSoftmaxXent(logits.dtype(), logits.raw_data(),
+                                labels.dtype(), labels.raw_data(), batch,
+                                classes, loss.raw_data(), softmax.raw_data(),
+                                &bad_row, &bad_label, device.index),
+        {&logits, &labels}));
+    if (bad_row >= 0) {
+      return OpError(kOp,
+                     absl::StrCat("label ", bad_label, " in row ", bad_row,
+                                  " is outside [0, ", classes, ")"),
+                     {&logits, &labels});
+    }
+    tape::RecordOperation(kOp, {logits, labels}, {loss},
+                          XentAttrs{std::move(softmax)});
+    return loss;
+  }
   Tensor loss = Tensor::HostEmpty(logits.dtype(), {batch});
   Tensor softmax = Tensor::HostEmpty(logits.dtype(), logits.shape());
   absl::Status status;
@@ -171,29 +207,35 @@ absl::StatusOr<Tensor> Dropout(const Tensor& x, double rate, uint64_t seed,
                                int64_t element_offset) {
   constexpr const char* kOp = "Dropout";
   MT_RETURN_IF_ERROR(CheckFloatingSame(kOp, {&x}));
-  MT_RETURN_IF_ERROR(CheckHost(kOp, {&x}));
   if (!(rate >= 0.0 && rate < 1.0)) {
     return OpError(kOp, absl::StrCat("rate ", rate, " is outside [0, 1)"),
                    {&x});
   }
-  Tensor mask = Tensor::HostEmpty(x.dtype(), x.shape());
-  Tensor y = Tensor::HostEmpty(x.dtype(), x.shape());
-  // Keep when the top 53 bits, as a uniform double in [0,1), are >= rate.
-  const uint64_t salt = Mix(seed);
-  MT_DISPATCH_FLOAT(x.dtype(), T, {
-    const T keep_scale = static_cast<T>(1.0 / (1.0 - rate));
-    const T* px = x.data<T>();
-    T* pm = mask.data<T>();
-    T* py = y.data<T>();
-    for (int64_t i = 0; i < x.num_elements(); ++i) {
-      double u =
-          static_cast<double>(
-              Mix(salt ^ static_cast<uint64_t>(i + element_offset)) >> 11) *
-          0x1.0p-53;
-      pm[i] = u >= rate ? keep_scale : T(0);
-      py[i] = px[i] * pm[i];
-    }
-  });
+  MT_ASSIGN_OR_RETURN(Tensor mask,
+                      Tensor::Empty(x.dtype(), x.shape(), x.device()));
+  MT_ASSIGN_OR_RETURN(Tensor y,
+                      Tensor::Empty(x.dtype(), x.shape(), x.device()));
+  const uint64_t salt = DropoutSalt(seed);
+  const double keep_scale = 1.0 / (1.0 - rate);
+  if (x.device().is_cuda()) {
+    MT_RETURN_IF_ERROR(KernelError(
+        kOp,
+        cuda::Dropout(x.dtype(), x.raw_data(), rate, keep_scale, salt,
+                      element_offset, mask.raw_data(), y.raw_data(),
+                      x.num_elements(), x.device().index),
+        {&x}));
+  } else {
+    MT_DISPATCH_FLOAT(x.dtype(), T, {
+      const T scale = static_cast<T>(keep_scale);
+      const T* px = x.data<T>();
+      T* pm = mask.data<T>();
+      T* py = y.data<T>();
+      for (int64_t i = 0; i < x.num_elements(); ++i) {
+        pm[i] = DropoutKeep(salt, i + element_offset, rate) ? scale : T(0);
+        py[i] = px[i] * pm[i];
+      }
+    });
+  }
   tape::RecordOperation(kOp, {x}, {y}, DropoutAttrs{std::move(mask)});
   return y;
 }
@@ -204,17 +246,31 @@ namespace {
 
 using Grads = std::vector<std::optional<Tensor>>;
 
-MT_REGISTER_GRADIENT("BiasAdd",
-                     [](const OpRecord& op, auto g, auto needs,
-                        Grads* grads) -> absl::Status {
-                       if (needs[0]) (*grads)[0] = g[0];
-                       if (needs[1]) {
-                         MT_ASSIGN_OR_RETURN(
-                             (*grads)[1],
-                             SumToShape(g[0], op.inputs[1].shape()));
-                       }
-                       return absl::OkStatus();
-                     });
+// The bias gradient sums g over every row; on GPUs with the column-sum
+// kernel (coalesced, many blocks) rather than the generic reduction.
+MT_REGISTER_GRADIENT(
+    "BiasAdd",
+    [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+      if (needs[0]) (*grads)[0] = g[0];
+      if (!needs[1]) return absl::OkStatus();
+      const Tensor& dy = g[0];
+      if (!dy.device().is_cuda()) {
+        MT_ASSIGN_OR_RETURN((*grads)[1], SumToShape(dy, op.inputs[1].shape()));
+        return absl::OkStatus();
+      }
+      int64_t rows, cols;
+      Rows(dy, &rows, &cols);
+      MT_ASSIGN_OR_RETURN(
+          Tensor db,
+          Tensor::Empty(dy.dtype(), op.inputs[1].shape(), dy.device()));
+      MT_RETURN_IF_ERROR(
+          KernelError("BiasAddGrad",
+                      cuda::ColumnSum(dy.dtype(), dy.raw_data(), rows, cols,
+                                      db.raw_data(), dy.device().index),
+                      {&dy}));
+      (*grads)[1] = std::move(db);
+      return absl::OkStatus();
+    });
 
 // d softmax: (g - sum(g * y)) * y, per row.
 MT_REGISTER_GRADIENT("Softmax",
@@ -248,8 +304,20 @@ MT_REGISTER_GRADIENT(
       const Tensor& sm = std::any_cast<const XentAttrs&>(op.attrs).softmax;
       const Tensor& labels = op.inputs[1];
       const Tensor& gl = g[0];
-      MT_RETURN_IF_ERROR(CheckHost("SparseSoftmaxCrossEntropyGrad", {&gl}));
       const int64_t batch = sm.dim(0), classes = sm.dim(1);
+      if (gl.device().is_cuda()) {
+        MT_ASSIGN_OR_RETURN(Tensor d,
+                            Tensor::Empty(sm.dtype(), sm.shape(), gl.device()));
+        MT_RETURN_IF_ERROR(KernelError(
+            "SparseSoftmaxCrossEntropyGrad",
+            cuda::SparseSoftmaxXentGrad(
+                sm.dtype(), sm.raw_data(), labels.dtype(), labels.raw_data(),
+                gl.raw_data(), batch, classes, d.raw_data(), gl.device().index),
+            {&gl}));
+        (*grads)[0] = std::move(d);
+        return absl::OkStatus();
+      }
+      MT_RETURN_IF_ERROR(CheckHost("SparseSoftmaxCrossEntropyGrad", {&gl}));
       Tensor d = Tensor::HostEmpty(sm.dtype(), sm.shape());
       MT_DISPATCH_FLOAT(sm.dtype(), T, {
         const T* ps = sm.data<T>();

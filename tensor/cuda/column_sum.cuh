@@ -1,0 +1,108 @@
+// Deterministic column sums of a row-major [rows, cols] matrix (bias
+// gradients: the sum of dy over every row). Pass 1 cuts the rows into fixed
+// chunks of kColumnSumChunkRows; a block takes a tile of 32 columns of one
+// chunk, its 8 row lanes walk the chunk's rows (coalesced: a warp reads 32
+// neighbouring columns of one row) and add their lanes in a fixed order
+// into one partial per (chunk, column). Pass 2 adds the partials of each
+// column in chunk order. Sums run in double; the chunking is independent of
+// the GPU, so every run and every device gives the same bits.
+//
+// The element is produced by a `Load` functor, so fused backward kernels
+// can transform (and store) each element on the way: the value at flat
+// index r * cols + c is load(r * cols + c), called exactly once per element.
+// Only for .cu files.
+#ifndef MIRRORTRAIN_TENSOR_CUDA_COLUMN_SUM_CUH_
+#define MIRRORTRAIN_TENSOR_CUDA_COLUMN_SUM_CUH_
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "tensor/cuda/cuda_check.h"
+#include "tensor/cuda/device_scratch.h"
+#include "tensor/cuda/launch.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::cuda::column_sum {
+
+inline constexpr int kTileCols = 32;
+inline constexpr int kRowLanes = kLaunchThreads / kTileCols;  // 8
+inline constexpr int64_t kChunkRows = 512;
+
+template <typename Load>
+__global__ void PartialKernel(Load load, int64_t rows, int64_t cols,
+                              int64_t tiles, int64_t chunks, double* partial) {
+  __shared__ double lane_sums[kRowLanes][kTileCols];
+  const int tx = threadIdx.x % kTileCols, ty = threadIdx.x / kTileCols;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int64_t c = tile * kTileCols + tx;
+    for (int64_t chunk = blockIdx.y; chunk < chunks; chunk += gridDim.y) {
+      const int64_t r0 = chunk * kChunkRows;
+      const int64_t r1 = r0 + kChunkRows < rows ? r0 + kChunkRows : rows;
+      double acc = 0;
+      if (c < cols) {
+        for (int64_t r = r0 + ty; r < r1; r += kRowLanes) {
+          acc += static_cast<double>(load(r * cols + c));
+        }
+      }
+      lane_sums[ty][tx] = acc;
+      __syncthreads();
+      if (ty == 0 && c < cols) {
+        double sum = 0;
+        for (int k = 0; k < kRowLanes; ++k) sum += lane_sums[k][tx];
+        partial[chunk * cols + c] = sum;
+      }
+      // lane_sums is rewritten for the next chunk only after it was read.
+      __syncthreads();
+    }
+  }
+}
+
+template <typename T>
+__global__ void FinishKernel(const double* partial, int64_t chunks,
+                             int64_t cols, T* out) {
+  for (int64_t c = GridStart(); c < cols; c += GridStep()) {
+    double sum = 0;
+    for (int64_t k = 0; k < chunks; ++k) sum += partial[k * cols + c];
+    out[c] = static_cast<T>(sum);
+  }
+}
+
+// out[c] = sum over r of load(r * cols + c), for c < cols (zeros when
+// rows == 0). On the current stream of the current device (the caller
+// holds a DeviceGuard for `device`).
+template <typename T, typename Load>
+absl::Status Run(Load load, int64_t rows, int64_t cols, T* out, int device) {
+  if (cols == 0) return absl::OkStatus();
+  cudaStream_t stream = LaunchStream();
+  const int64_t chunks = (rows + kChunkRows - 1) / kChunkRows;
+  const int64_t tiles = (cols + kTileCols - 1) / kTileCols;
+  DeviceScratch partial;
+  MT_RETURN_IF_ERROR(partial.Allocate(
+      device, static_cast<size_t>(std::max<int64_t>(chunks * cols, 1)) *
+                  sizeof(double)));
+  if (chunks > 0) {
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tiles, 65535)),
+                    static_cast<unsigned>(std::min<int64_t>(chunks, 65535)));
+    PartialKernel<<<grid, kLaunchThreads, 0, stream>>>(
+        load, rows, cols, tiles, chunks, partial.get<double>());
+    MT_CUDA_RETURN_IF_LAUNCH_ERROR("column_sum::PartialKernel");
+  }
+  FinishKernel<T><<<LaunchBlocks(cols), kLaunchThreads, 0, stream>>>(
+      partial.get<double>(), chunks, cols, out);
+  MT_CUDA_RETURN_IF_LAUNCH_ERROR("column_sum::FinishKernel");
+  return absl::OkStatus();
+}
+
+// Loads x[i] unchanged.
+template <typename T>
+struct LoadPlain {
+  const T* x;
+  __device__ T operator()(int64_t i) const { return x[i]; }
+};
+
+}  // namespace mirrortrain::cuda::column_sum
+
+#endif  // MIRRORTRAIN_TENSOR_CUDA_COLUMN_SUM_CUH_

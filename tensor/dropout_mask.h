@@ -1,0 +1,47 @@
+// Dropout's keep/drop decision, shared by the CPU loop (ops/nn_ops.cc) and
+// the CUDA kernel (cuda/nn_kernels.cu) so both draw the same mask bit for
+// bit. SplitMix64 is counter-based: element i's bit depends only on (seed,
+// i + element_offset), not on how the work is split over threads, blocks
+// or replicas.
+#ifndef MIRRORTRAIN_TENSOR_DROPOUT_MASK_H_
+#define MIRRORTRAIN_TENSOR_DROPOUT_MASK_H_
+
+#include <cstdint>
+
+#ifndef MT_HOST_DEVICE
+#if defined(__CUDACC__)
+#define MT_HOST_DEVICE __host__ __device__
+#else
+#define MT_HOST_DEVICE
+#endif
+#endif
+
+namespace mirrortrain {
+
+// SplitMix64's finaliser.
+MT_HOST_DEVICE inline uint64_t DropoutMix(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// The per-call salt: DropoutMix(seed), computed once per op.
+MT_HOST_DEVICE inline uint64_t DropoutSalt(uint64_t seed) {
+  return DropoutMix(seed);
+}
+
+// Keeps element `index` (already offset) when the top 53 bits of its hash,
+// as a uniform double in [0, 1), are >= rate. Integer and exact-double
+// arithmetic only, so host and device agree exactly.
+MT_HOST_DEVICE inline bool DropoutKeep(uint64_t salt, int64_t index,
+                                       double rate) {
+  const double u = static_cast<double>(
+                       DropoutMix(salt ^ static_cast<uint64_t>(index)) >> 11) *
+                   0x1.0p-53;
+  return u >= rate;
+}
+
+}  // namespace mirrortrain
+
+#endif  // MIRRORTRAIN_TENSOR_DROPOUT_MASK_H_

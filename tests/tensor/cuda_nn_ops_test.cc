@@ -1,0 +1,211 @@
+// nn ops (BiasAdd, Softmax, LogSoftmax, SparseSoftmaxCrossEntropyWithLogits,
+// Dropout) and the fused BiasAddRelu on GPU tensors, forward and gradient,
+// against the CPU kernels. Labelled `gpu`; skips with the reason when no
+// GPU is visible.
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tensor/ops/fused_ops.h"
+#include "tensor/ops/nn_ops.h"
+#include "tests/tensor/cuda_test_util.h"
+#include "tests/test_util.h"
+
+namespace mirrortrain {
+namespace {
+
+using testing::AllClose;
+using testing::CopyTo;
+using testing::CudaTest;
+using testing::ExpectGpuMatchesCpu;
+using testing::RandomTensor;
+
+const Device kGpu = Device::Cuda(0);
+
+class CudaNnOpsTest : public CudaTest {};
+
+// Shapes [..., cols] for the bias ops: odd sizes, empty ones, more rows
+// than one column-sum chunk (512) and more columns than one tile (32).
+const std::vector<Shape>& BiasShapes() {
+  static const std::vector<Shape> shapes = {{5, 7},    {3, 4, 5, 6}, {1, 1},
+                                            {0, 4},    {4, 0},       {1031, 33},
+                                            {2000, 3}, {2, 3, 70}};
+  return shapes;
+}
+
+Tensor Labels(int64_t batch, int64_t classes, DType dtype, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Tensor t = Tensor::HostEmpty(dtype, {batch});
+  for (int64_t i = 0; i < batch; ++i) {
+    const int64_t v = classes > 0 ? static_cast<int64_t>(rng() % classes) : 0;
+    if (dtype == DType::kI32) {
+      t.data<int32_t>()[i] = static_cast<int32_t>(v);
+    } else {
+      t.data<int64_t>()[i] = v;
+    }
+  }
+  return t;
+}
+
+TEST_F(CudaNnOpsTest, BiasAddMatchesCpu) {
+  uint64_t seed = 1;
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    for (const Shape& shape : BiasShapes()) {
+      SCOPED_TRACE(absl::StrCat(ShapeToString(shape), " ", DTypeName(dtype)));
+      ExpectGpuMatchesCpu(
+          [](const std::vector<Tensor>& in) {
+            return ops::BiasAdd(in[0], in[1]);
+          },
+          {RandomTensor(shape, ++seed, dtype),
+           RandomTensor({shape.back()}, ++seed, dtype)},
+          1e-5, 1e-6);
+    }
+  }
+}
+
+TEST_F(CudaNnOpsTest, BiasAddReluMatchesCpu) {
+  uint64_t seed = 100;
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    for (const Shape& shape : BiasShapes()) {
+      SCOPED_TRACE(absl::StrCat(ShapeToString(shape), " ", DTypeName(dtype)));
+      ExpectGpuMatchesCpu(
+          [](const std::vector<Tensor>& in) {
+            return ops::BiasAddRelu(in[0], in[1]);
+          },
+          {RandomTensor(shape, ++seed, dtype),
+           RandomTensor({shape.back()}, ++seed, dtype)},
+          1e-5, 1e-6);
+    }
+  }
+}
+
+// Only x watched: the backward masks dy without a bias sum.
+TEST_F(CudaNnOpsTest, BiasAddReluInputGradientAlone) {
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    const Tensor x = RandomTensor({37, 11}, 5, dtype);
+    const Tensor b = RandomTensor({11}, 6, dtype);
+    const Tensor w = RandomTensor({37, 11}, 7, dtype);
+    auto grad = [&](Device device) -> Tensor {
+      Tensor xd = CopyTo(x, device), bd = CopyTo(b, device);
+      GradientTape tape;
+      tape.Watch(xd);
+      absl::StatusOr<Tensor> y = ops::BiasAddRelu(xd, bd);
+      EXPECT_TRUE(y.ok()) << y.status();
+      GradientOptions options;
+      options.output_gradient = CopyTo(w, device);
+      auto g = tape.Gradient(*y, {xd}, options);
+      EXPECT_TRUE(g.ok()) << g.status();
+      return CopyTo(*(*g)[0], Device::Cpu());
+    };
+    EXPECT_TRUE(AllClose(grad(kGpu), grad(Device::Cpu()), 0, 0));
+  }
+}
+
+TEST_F(CudaNnOpsTest, SoftmaxAndLogSoftmaxMatchCpu) {
+  const std::vector<Shape> shapes = {{4, 10}, {3, 5, 7}, {1, 1},    {0, 5},
+                                     {5, 0},  {37, 100}, {6, 1000}, {7}};
+  uint64_t seed = 200;
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    for (const Shape& shape : shapes) {
+      for (double scale : {1.0, 20.0}) {
+        SCOPED_TRACE(absl::StrCat(ShapeToString(shape), " ", DTypeName(dtype),
+                                  " scale ", scale));
+        const Tensor x = RandomTensor(shape, ++seed, dtype, -scale, scale);
+        ExpectGpuMatchesCpu(
+            [](const std::vector<Tensor>& in) { return ops::Softmax(in[0]); },
+            {x}, 1e-5, 1e-7);
+        ExpectGpuMatchesCpu(
+            [](const std::vector<Tensor>& in) {
+              return ops::LogSoftmax(in[0]);
+            },
+            {x}, 1e-5, 1e-6);
+      }
+    }
+  }
+}
+
+TEST_F(CudaNnOpsTest, SparseSoftmaxCrossEntropyMatchesCpu) {
+  const std::vector<std::pair<int64_t, int64_t>> sizes = {
+      {8, 10}, {1, 1}, {0, 5}, {300, 37}, {5, 1000}, {33, 2}};
+  uint64_t seed = 300;
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    for (DType label_dtype : {DType::kI32, DType::kI64}) {
+      for (auto [batch, classes] : sizes) {
+        SCOPED_TRACE(::testing::Message()
+                     << batch << "x" << classes << " " << DTypeName(dtype)
+                     << " labels " << DTypeName(label_dtype));
+        ExpectGpuMatchesCpu(
+            [](const std::vector<Tensor>& in) {
+              return ops::SparseSoftmaxCrossEntropyWithLogits(in[0], in[1]);
+            },
+            {RandomTensor({batch, classes}, ++seed, dtype, -5, 5),
+             Labels(batch, classes, label_dtype, ++seed)},
+            1e-5, 1e-6);
+      }
+    }
+  }
+}
+
+TEST_F(CudaNnOpsTest, CrossEntropyLabelOutOfRangeNamesTheRow) {
+  const Tensor logits = CopyTo(RandomTensor({6, 10}, 1, DType::kF32), kGpu);
+  for (int64_t bad : {10, -1}) {
+    for (DType label_dtype : {DType::kI32, DType::kI64}) {
+      Tensor labels = Labels(6, 10, label_dtype, 2);
+      // Rows 3 and 5 are bad; the error names the first, as on the CPU.
+      for (int64_t row : {3, 5}) {
+        if (label_dtype == DType::kI32) {
+          labels.data<int32_t>()[row] = static_cast<int32_t>(bad);
+        } else {
+          labels.data<int64_t>()[row] = bad;
+        }
+      }
+      absl::StatusOr<Tensor> cpu = ops::SparseSoftmaxCrossEntropyWithLogits(
+          CopyTo(logits, Device::Cpu()), labels);
+      absl::StatusOr<Tensor> gpu = ops::SparseSoftmaxCrossEntropyWithLogits(
+          logits, CopyTo(labels, kGpu));
+      ASSERT_FALSE(cpu.ok());
+      ASSERT_FALSE(gpu.ok());
+      EXPECT_EQ(gpu.status().code(), cpu.status().code());
+      EXPECT_NE(gpu.status().message().find(absl::StrCat(
+                    "label ", bad, " in row 3 is outside [0, 10)")),
+                absl::string_view::npos)
+          << gpu.status();
+    }
+  }
+}
+
+TEST_F(CudaNnOpsTest, CrossEntropyLabelsOnAnotherDeviceAreAnError) {
+  const Tensor logits = CopyTo(RandomTensor({2, 3}, 1, DType::kF32), kGpu);
+  EXPECT_FALSE(ops::SparseSoftmaxCrossEntropyWithLogits(
+                   logits, Tensor::FromVector<int32_t>({0, 1}, {2}))
+                   .ok());
+}
+
+// The mask is a pure function of (seed, index + offset): the GPU's must be
+// the CPU's bit for bit, and so outputs and gradients are equal exactly.
+TEST_F(CudaNnOpsTest, DropoutMatchesCpuExactly) {
+  const std::vector<Shape> shapes = {{0}, {1}, {1000, 37}, {3, 5, 7}};
+  uint64_t seed = 400;
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    for (const Shape& shape : shapes) {
+      for (double rate : {0.0, 0.4, 0.9}) {
+        for (int64_t offset : {int64_t{0}, int64_t{12345}}) {
+          SCOPED_TRACE(::testing::Message()
+                       << ShapeToString(shape) << " " << DTypeName(dtype)
+                       << " rate " << rate << " offset " << offset);
+          const uint64_t op_seed = ++seed;
+          ExpectGpuMatchesCpu(
+              [=](const std::vector<Tensor>& in) {
+                return ops::Dropout(in[0], rate, op_seed, offset);
+              },
+              {RandomTensor(shape, ++seed, dtype)}, 0, 0);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mirrortrain
