@@ -50,8 +50,13 @@ Tensor Tensor::Wrap(std::shared_ptr<Buffer> buffer, size_t byte_offset,
 }
 
 absl::StatusOr<Tensor> Tensor::Empty(DType dtype, Shape shape, Device device) {
-  MT_RETURN_IF_ERROR(ValidateShape(shape));
   MT_ASSIGN_OR_RETURN(Allocator * allocator, AllocatorFor(device));
+  return EmptyWith(allocator, dtype, std::move(shape));
+}
+
+absl::StatusOr<Tensor> Tensor::EmptyWith(Allocator* allocator, DType dtype,
+                                         Shape shape) {
+  MT_RETURN_IF_ERROR(ValidateShape(shape));
   MT_ASSIGN_OR_RETURN(
       auto buffer,
       Buffer::Allocate(allocator, NumElements(shape) * DTypeSize(dtype)));

@@ -55,6 +55,10 @@ class Tensor {
   // Uninitialised storage on `device`.
   static absl::StatusOr<Tensor> Empty(DType dtype, Shape shape,
                                       Device device = Device::Cpu());
+  // Uninitialised storage from a given allocator, on its device (e.g.
+  // cuda::PinnedHostAllocator() for host staging buffers).
+  static absl::StatusOr<Tensor> EmptyWith(Allocator* allocator, DType dtype,
+                                          Shape shape);
   // Zero-filled storage on `device`.
   static absl::StatusOr<Tensor> Zeros(DType dtype, Shape shape,
                                       Device device = Device::Cpu());

@@ -13,6 +13,7 @@
 #include "distribute/mirrored_variable.h"
 #include "distribute/strategy_factory.h"
 #include "models/losses.h"
+#include "tensor/cuda/stream.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/matmul_precision.h"
 #include "tensor/ops/clip_ops.h"
@@ -169,6 +170,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     opt.drop_remainder = config.data.drop_remainder;
     opt.seed = static_cast<uint64_t>(config.seed);
     opt.prefetch = config.data.prefetch;
+    if (t->strategy_->devices()[0].is_cuda()) {
+      MT_ASSIGN_OR_RETURN(t->stager_,
+                          DeviceStager::Create(t->strategy_->devices()));
+      opt.stage = [stager = t->stager_.get()](Batch& batch) {
+        return stager->Stage(batch);
+      };
+    }
     absl::StatusOr<std::unique_ptr<BatchIterator>> it =
         BatchIterator::Create(&t->train_data_, opt);
     if (!it.ok()) {
@@ -247,12 +255,21 @@ absl::Status Trainer::ReplicaStep(distribute::ReplicaContext& ctx,
   const int64_t global_batch = batch.labels.dim(0);
   const distribute::ShardRange shard =
       distribute::ShardOf(global_batch, ctx.replica_id(), ctx.num_replicas());
-  MT_ASSIGN_OR_RETURN(Tensor images, batch.images.SliceRows(
-                                         shard.begin, shard.end - shard.begin));
-  MT_ASSIGN_OR_RETURN(Tensor labels, batch.labels.SliceRows(
-                                         shard.begin, shard.end - shard.begin));
-  MT_ASSIGN_OR_RETURN(images, images.To(ctx.device()));
-  MT_ASSIGN_OR_RETURN(labels, labels.To(ctx.device()));
+  Tensor images, labels;
+  if (!batch.device_shards.empty()) {
+    // Already on the GPU (DeviceStager): wait for the copy on the GPU only.
+    const DeviceShard& staged = batch.device_shards[ctx.replica_id()];
+    MT_RETURN_IF_ERROR(staged.ready->MakeStreamWait(cuda::CurrentStream()));
+    images = staged.images;
+    labels = staged.labels;
+  } else {
+    MT_ASSIGN_OR_RETURN(
+        images, batch.images.SliceRows(shard.begin, shard.end - shard.begin));
+    MT_ASSIGN_OR_RETURN(
+        labels, batch.labels.SliceRows(shard.begin, shard.end - shard.begin));
+    MT_ASSIGN_OR_RETURN(images, images.To(ctx.device()));
+    MT_ASSIGN_OR_RETURN(labels, labels.To(ctx.device()));
+  }
 
   std::vector<Variable*> vars = r.model->trainable_variables();
   // Buckets start their all-reduce from inside backward, as soon as their
@@ -266,7 +283,7 @@ absl::Status Trainer::ReplicaStep(distribute::ReplicaContext& ctx,
     MT_ASSIGN_OR_RETURN(Tensor logits, r.model->Call(images, fctx));
     MT_ASSIGN_OR_RETURN(Tensor loss, models::SparseCategoricalCrossentropy(
                                          logits, labels, global_batch));
-    r.loss = ScalarValue(loss);
+    r.loss = loss;
     std::vector<Tensor> sources;
     for (Variable* v : vars) sources.push_back(v->value());
     GradientOptions options;
@@ -404,7 +421,7 @@ absl::Status Trainer::Train() {
     MT_RETURN_IF_ERROR(Step(batch, step));
     ++step;
     double loss = 0;
-    for (const Replica& r : replicas_) loss += r.loss;
+    for (const Replica& r : replicas_) loss += ScalarValue(r.loss);
     if (!std::isfinite(loss)) {
       progress_->Finish();
       return absl::AbortedError(

@@ -24,6 +24,7 @@
 #include "trainer/config.h"
 #include "trainer/data/batch_iterator.h"
 #include "trainer/data/dataset.h"
+#include "trainer/data/device_stager.h"
 #include "trainer/metrics_logger.h"
 #include "trainer/optim/ema.h"
 #include "trainer/optim/optimizer.h"
@@ -75,7 +76,10 @@ class Trainer {
     std::unique_ptr<models::Model> model;
     std::unique_ptr<Optimizer> optimizer;
     std::unique_ptr<ExponentialMovingAverage> ema;
-    double loss = 0;
+    // This replica's share of the last step's loss, read on the host only
+    // after the step: reading it mid-step would stall a GPU replica between
+    // forward and backward.
+    Tensor loss;
   };
 
   Trainer() = default;
@@ -99,6 +103,9 @@ class Trainer {
   std::vector<distribute::MirroredVariable> mirrored_;
   InMemoryDataset train_data_;
   InMemoryDataset test_data_;
+  // GPU replicas: copies batches to the devices ahead of their step. Used
+  // by train_iterator_'s worker thread, so it is destroyed after it.
+  std::unique_ptr<DeviceStager> stager_;
   std::unique_ptr<BatchIterator> train_iterator_;
   std::unique_ptr<MetricsLogger> logger_;
   std::unique_ptr<Progress> progress_;

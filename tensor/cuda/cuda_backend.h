@@ -38,9 +38,18 @@ using StreamHandle = void*;
 void SetCurrentStream(StreamHandle stream);
 StreamHandle CurrentStream();
 
+// Page-locked host memory (cudaHostAlloc), cached by size: host buffers
+// that copies to a GPU can read asynchronously. Its device() is the CPU.
+absl::StatusOr<Allocator*> PinnedHostAllocator();
+
 absl::Status Memset(void* ptr, int value, size_t bytes, int device);
 absl::Status Copy(void* dst, Device dst_device, const void* src,
                   Device src_device, size_t bytes);
+// Like Copy, but never waits: host memory must be pinned, and must stay
+// alive and unchanged until the current stream has done the copy (record
+// an Event after it, see stream.h).
+absl::Status CopyAsync(void* dst, Device dst_device, const void* src,
+                       Device src_device, size_t bytes);
 absl::Status Synchronize(int device);
 
 // y[i] = f(x[i]) for i < n, floating dtypes.

@@ -103,9 +103,48 @@ class CachingAllocator final : public Allocator {
   std::map<void*, Block> blocks_;
 };
 
+// Pinned host blocks, cached per exact size (input staging buffers repeat
+// the same few sizes). Freed blocks are reused at once: their users finish
+// the copies reading them before dropping them (Event after the copy).
+class PinnedHostCache final : public Allocator {
+ public:
+  absl::StatusOr<void*> Allocate(size_t bytes) override {
+    const size_t size = bytes == 0 ? 1 : bytes;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = free_.find(size);
+      if (it != free_.end()) {
+        void* ptr = it->second;
+        free_.erase(it);
+        return ptr;
+      }
+    }
+    void* ptr = nullptr;
+    MT_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&ptr, size, cudaHostAllocPortable));
+    return ptr;
+  }
+  void Deallocate(void* ptr, size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.emplace(bytes == 0 ? 1 : bytes, ptr);
+  }
+  Device device() const override { return Device::Cpu(); }
+
+ private:
+  std::mutex mu_;
+  std::multimap<size_t, void*> free_;
+};
+
 }  // namespace
 
 bool Built() { return true; }
+
+absl::StatusOr<Allocator*> PinnedHostAllocator() {
+  if (DeviceCount() == 0) {
+    return absl::FailedPreconditionError("pinned host memory needs a GPU");
+  }
+  static auto* allocator = new PinnedHostCache();
+  return allocator;
+}
 
 int DeviceCount() {
   int count = 0;
@@ -164,6 +203,17 @@ absl::Status Copy(void* dst, Device dst_device, const void* src,
   if (dst_device.is_cpu() || src_device.is_cpu()) {
     MT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(Stream()));
   }
+  return absl::OkStatus();
+}
+
+absl::Status CopyAsync(void* dst, Device dst_device, const void* src,
+                       Device src_device, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  DeviceGuard guard;
+  MT_RETURN_IF_ERROR(
+      guard.Set(dst_device.is_cuda() ? dst_device.index : src_device.index));
+  MT_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, Stream()));
   return absl::OkStatus();
 }
 

@@ -118,6 +118,7 @@ absl::StatusOr<Batch> BatchIterator::Producer::Produce() {
     position_.batch = 0;
     ++position_.epoch;
   }
+  if (options_.stage) MT_RETURN_IF_ERROR(options_.stage(batch));
   return batch;
 }
 

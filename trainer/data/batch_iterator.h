@@ -22,6 +22,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -30,10 +31,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "tensor/cuda/stream.h"
 #include "tensor/tensor.h"
 #include "trainer/data/dataset.h"
 
 namespace mirrortrain::trainer {
+
+struct Batch;
 
 struct BatchIteratorOptions {
   int64_t batch_size = 1;
@@ -41,13 +45,29 @@ struct BatchIteratorOptions {
   bool drop_remainder = false;
   uint64_t seed = 0;
   int prefetch = 2;  // Batches gathered ahead; 0 gathers inside Next().
+  // Runs on each batch right after it is gathered, on the worker thread
+  // (inside Next() without prefetch): the trainer copies batches to its GPUs
+  // there, so the copies overlap the steps before (see DeviceStager). An
+  // error is returned by the Next() that would have returned the batch.
+  std::function<absl::Status(Batch&)> stage;
+};
+
+// One replica's rows of a batch already on its GPU (DeviceStager). The
+// copies are ordered before `ready`; a stream must wait for it before use.
+// The pinned host staging tensors stay alive with the batch, as the copies
+// read them asynchronously.
+struct DeviceShard {
+  Tensor images, labels;
+  std::shared_ptr<cuda::Event> ready;
+  Tensor staging_images, staging_labels;
 };
 
 struct Batch {
   Tensor images;  // f32 [b, 28, 28, 1]
   Tensor labels;  // i32 [b]
   int64_t epoch = 0;
-  int64_t index = 0;  // Batch index within the epoch.
+  int64_t index = 0;                       // Batch index within the epoch.
+  std::vector<DeviceShard> device_shards;  // Per replica, when staged.
 };
 
 // Copies the given rows of the dataset, in that order, into a new batch

@@ -1,0 +1,70 @@
+#include "trainer/data/device_stager.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "distribute/strategy.h"
+#include "tensor/cuda/cuda_backend.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::trainer {
+
+absl::StatusOr<std::unique_ptr<DeviceStager>> DeviceStager::Create(
+    const std::vector<Device>& replica_devices) {
+  std::unique_ptr<DeviceStager> stager(new DeviceStager());
+  stager->devices_ = replica_devices;
+  MT_ASSIGN_OR_RETURN(stager->pinned_, cuda::PinnedHostAllocator());
+  for (const Device& d : replica_devices) {
+    if (!d.is_cuda()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "DeviceStager: replica device ", d.ToString(), " is not a GPU"));
+    }
+    if (stager->streams_.contains(d.index)) continue;
+    MT_ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::Create(d.index));
+    stager->streams_.emplace(d.index, std::move(stream));
+  }
+  return stager;
+}
+
+absl::StatusOr<Tensor> DeviceStager::CopyRows(const Tensor& source,
+                                              int64_t begin, int64_t count,
+                                              Device device, Tensor* staging) {
+  MT_ASSIGN_OR_RETURN(Tensor rows, source.SliceRows(begin, count));
+  MT_ASSIGN_OR_RETURN(*staging,
+                      Tensor::EmptyWith(pinned_, rows.dtype(), rows.shape()));
+  std::memcpy(staging->raw_data(), rows.raw_data(), rows.bytes());
+  // Allocated under the copy stream, so the block is ordered after it.
+  MT_ASSIGN_OR_RETURN(Tensor on_device,
+                      Tensor::Empty(rows.dtype(), rows.shape(), device));
+  MT_RETURN_IF_ERROR(cuda::CopyAsync(on_device.raw_data(), device,
+                                     staging->raw_data(), Device::Cpu(),
+                                     rows.bytes()));
+  return on_device;
+}
+
+absl::Status DeviceStager::Stage(Batch& batch) {
+  const int n = static_cast<int>(devices_.size());
+  const int64_t rows = batch.labels.dim(0);
+  batch.device_shards.clear();
+  for (int r = 0; r < n; ++r) {
+    const Device device = devices_[r];
+    const distribute::ShardRange shard = distribute::ShardOf(rows, r, n);
+    const cuda::Stream& stream = streams_.at(device.index);
+    cuda::ScopedCurrentStream current(stream.handle());
+    DeviceShard out;
+    MT_ASSIGN_OR_RETURN(
+        out.images, CopyRows(batch.images, shard.begin, shard.end - shard.begin,
+                             device, &out.staging_images));
+    MT_ASSIGN_OR_RETURN(
+        out.labels, CopyRows(batch.labels, shard.begin, shard.end - shard.begin,
+                             device, &out.staging_labels));
+    MT_ASSIGN_OR_RETURN(cuda::Event ready, cuda::Event::Create(device.index));
+    MT_RETURN_IF_ERROR(ready.Record(stream.handle()));
+    out.ready = std::make_shared<cuda::Event>(std::move(ready));
+    batch.device_shards.push_back(std::move(out));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace mirrortrain::trainer

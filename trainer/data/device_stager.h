@@ -1,0 +1,47 @@
+// Copies each training batch's replica shards to their GPUs ahead of the
+// step that uses them: called on the input pipeline's worker thread
+// (BatchIteratorOptions::stage), it gathers each shard into pinned host
+// memory and copies it asynchronously on a copy stream per GPU, recording
+// an event the replica's compute stream waits on. The copies so overlap
+// the steps before instead of stalling the step that needs them.
+//
+// Thread contract: Stage() from one thread at a time (the worker's). The
+// stager must outlive the iterator that calls it.
+#ifndef MIRRORTRAIN_TRAINER_DATA_DEVICE_STAGER_H_
+#define MIRRORTRAIN_TRAINER_DATA_DEVICE_STAGER_H_
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tensor/allocator.h"
+#include "tensor/cuda/stream.h"
+#include "tensor/device.h"
+#include "trainer/data/batch_iterator.h"
+
+namespace mirrortrain::trainer {
+
+class DeviceStager {
+ public:
+  // One entry per replica, in replica order; all GPUs.
+  static absl::StatusOr<std::unique_ptr<DeviceStager>> Create(
+      const std::vector<Device>& replica_devices);
+
+  // Fills batch.device_shards (contiguous shards as distribute::ShardOf).
+  absl::Status Stage(Batch& batch);
+
+ private:
+  DeviceStager() = default;
+  absl::StatusOr<Tensor> CopyRows(const Tensor& source, int64_t begin,
+                                  int64_t count, Device device,
+                                  Tensor* staging);
+
+  std::vector<Device> devices_;
+  std::map<int, cuda::Stream> streams_;  // Copy stream per GPU index.
+  Allocator* pinned_ = nullptr;
+};
+
+}  // namespace mirrortrain::trainer
+
+#endif  // MIRRORTRAIN_TRAINER_DATA_DEVICE_STAGER_H_
