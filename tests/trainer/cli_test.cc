@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "tests/trainer/cli_runner.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/checkpoint/saver.h"
 
@@ -24,63 +25,6 @@ namespace mirrortrain {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct Result {
-  int exit_code = -1;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
-
-std::string Binary() { return std::string(MT_BINARY_DIR) + "/bin/mirrortrain"; }
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// Starts the binary with `args`, stdout/stderr to files; returns the pid.
-pid_t Start(const std::vector<std::string>& args, const std::string& out,
-            const std::string& err) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(o, 1);
-    dup2(e, 2);
-    std::vector<char*> argv;
-    std::string bin = Binary();
-    argv.push_back(bin.data());
-    std::vector<std::string> copy = args;
-    for (std::string& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(bin.c_str(), argv.data());
-    _exit(127);
-  }
-  return pid;
-}
-
-int Wait(pid_t pid) {
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return -1;
-}
-
-Result RunCli(const std::vector<std::string>& args) {
-  // Per process and call: ctest runs test cases of this file in parallel.
-  static int calls = 0;
-  const std::string prefix =
-      absl::StrCat(::testing::TempDir(), "/cli_", getpid(), "_", calls++);
-  const std::string out = prefix + "_out.txt", err = prefix + "_err.txt";
-  Result r;
-  r.exit_code = Wait(Start(args, out, err));
-  r.out = ReadFile(out);
-  r.err = ReadFile(err);
-  return r;
-}
 
 std::string Config() {
   return std::string(MT_SOURCE_DIR) + "/configs/fashion_mnist_mlp.yaml";

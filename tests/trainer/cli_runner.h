@@ -1,0 +1,81 @@
+// Runs the mirrortrain binary of this build as a child process, for the
+// end-to-end CLI tests. Header-only; each test binary includes it.
+#ifndef MIRRORTRAIN_TESTS_TRAINER_CLI_RUNNER_H_
+#define MIRRORTRAIN_TESTS_TRAINER_CLI_RUNNER_H_
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace mirrortrain {
+
+struct Result {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+inline std::string Binary() {
+  return std::string(MT_BINARY_DIR) + "/bin/mirrortrain";
+}
+
+inline std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Starts the binary with `args`, stdout/stderr to files; returns the pid.
+inline pid_t Start(const std::vector<std::string>& args, const std::string& out,
+                   const std::string& err) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(o, 1);
+    dup2(e, 2);
+    std::vector<char*> argv;
+    std::string bin = Binary();
+    argv.push_back(bin.data());
+    std::vector<std::string> copy = args;
+    for (std::string& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(bin.c_str(), argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+inline int Wait(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+inline Result RunCli(const std::vector<std::string>& args) {
+  // Per process and call: ctest runs test cases of this file in parallel.
+  static int calls = 0;
+  const std::string prefix =
+      absl::StrCat(::testing::TempDir(), "/cli_", getpid(), "_", calls++);
+  const std::string out = prefix + "_out.txt", err = prefix + "_err.txt";
+  Result r;
+  r.exit_code = Wait(Start(args, out, err));
+  r.out = ReadFile(out);
+  r.err = ReadFile(err);
+  return r;
+}
+
+}  // namespace mirrortrain
+
+#endif  // MIRRORTRAIN_TESTS_TRAINER_CLI_RUNNER_H_
