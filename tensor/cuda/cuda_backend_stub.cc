@@ -131,4 +131,13 @@ absl::Status BiasAddReluGrad(DType, const void*, const void*, void*, void*,
   return NotBuilt();
 }
 
+absl::Status Im2Col(DType, const void*, const Conv2DGeometry&, int64_t, void*,
+                    int) {
+  return NotBuilt();
+}
+absl::Status Col2Im(DType, const void*, const Conv2DGeometry&, int64_t, void*,
+                    int) {
+  return NotBuilt();
+}
+
 }  // namespace mirrortrain::cuda

@@ -163,6 +163,30 @@ absl::Status BiasAddReluGrad(DType dtype, const void* y, const void* dy,
                              void* dz, void* db, int64_t rows, int64_t cols,
                              int device);
 
+// ---- Conv2D (conv_kernels.cu): NHWC input [n, h, w, c], HWIO filter
+// [kh, kw, c, o], output [n, oh, ow, o]; output (oy, ox) reads input rows
+// oy * sh - pt + [0, kh) and columns likewise (outside: zeros).
+struct Conv2DGeometry {
+  int64_t n = 0, h = 0, w = 0, c = 0;
+  int64_t kh = 1, kw = 1, o = 0;
+  int64_t oh = 0, ow = 0;
+  int64_t sh = 1, sw = 1;
+  int64_t pt = 0, pl = 0;
+};
+
+// The column buffer of `images` images starting at x, row-major
+// [images * oh * ow, kh * kw * c]:
+//   cols[(i * oh + oy) * ow + ox][(ky * kw + kx) * c + ch] =
+//       x[i][oy * sh - pt + ky][ox * sw - pl + kx][ch], 0 outside the image.
+absl::Status Im2Col(DType dtype, const void* x, const Conv2DGeometry& geometry,
+                    int64_t images, void* cols, int device);
+// Im2Col's adjoint: every element of the `images` images at dx is written
+// with the sum of the column entries Im2Col copies from it (deterministic,
+// in the CPU's order).
+absl::Status Col2Im(DType dtype, const void* cols,
+                    const Conv2DGeometry& geometry, int64_t images, void* dx,
+                    int device);
+
 }  // namespace mirrortrain::cuda
 
 #endif  // MIRRORTRAIN_TENSOR_CUDA_CUDA_KERNELS_H_

@@ -1,10 +1,12 @@
 #include "tensor/ops/conv_ops.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
 #include "tensor/cpu_threads.h"
+#include "tensor/cuda/cuda_kernels.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/op_util.h"
@@ -106,7 +108,6 @@ absl::StatusOr<ConvGeometry> Geometry(const Tensor& x, const Tensor& f,
                                       const Conv2DOptions& opt) {
   constexpr const char* kOp = "Conv2D";
   MT_RETURN_IF_ERROR(internal::CheckFloatingSame(kOp, {&x, &f}));
-  MT_RETURN_IF_ERROR(internal::CheckHost(kOp, {&x, &f}));
   if (x.rank() != 4 || f.rank() != 4) {
     return OpError(kOp, "need input NHWC and filter HWIO (rank 4)", {&x, &f});
   }
@@ -160,16 +161,134 @@ int64_t ChunkFor(const ConvGeometry& g, DType dtype) {
                                        (g.n + threads - 1) / threads));
 }
 
+// ---- GPU: im2col/col2im kernels around cuBLAS GEMMs (internal::Gemm, which
+// honours GetMatMulPrecision), chunk by chunk on the current stream.
+
+// Column buffer bound on GPUs: large enough that the GEMMs of a typical
+// batch run in one or a few chunks, small next to device memory.
+constexpr int64_t kGpuColumnBytes = int64_t{256} << 20;
+std::atomic<int64_t> gpu_column_bytes{kGpuColumnBytes};
+
+int64_t GpuChunkImages(const ConvGeometry& g, DType dtype) {
+  const int64_t per_image =
+      g.pixels() * g.patch() * static_cast<int64_t>(DTypeSize(dtype));
+  return std::clamp<int64_t>(
+      gpu_column_bytes.load() / std::max<int64_t>(per_image, 1), 1,
+      std::max<int64_t>(g.n, 1));
+}
+
+cuda::Conv2DGeometry CudaGeometry(const ConvGeometry& g) {
+  cuda::Conv2DGeometry c;
+  c.n = g.n;
+  c.h = g.h;
+  c.w = g.w;
+  c.c = g.c;
+  c.kh = g.kh;
+  c.kw = g.kw;
+  c.o = g.o;
+  c.oh = g.oh;
+  c.ow = g.ow;
+  c.sh = g.sh;
+  c.sw = g.sw;
+  c.pt = g.pt;
+  c.pl = g.pl;
+  return c;
+}
+
+// Image i0 of a GPU NHWC tensor.
+void* ImageAt(const Tensor& t, const ConvGeometry& g, int64_t i0) {
+  return static_cast<char*>(t.raw_data()) +
+         i0 * g.h * g.w * g.c * static_cast<int64_t>(DTypeSize(t.dtype()));
+}
+
+// Runs body(first_image, images, cols) over the batch in chunks sharing
+// one device column buffer ([images * OH * OW, patch]). Sequential: the
+// kernels of one stream run in order anyway.
+template <typename Body>
+absl::Status ForEachGpuChunk(const ConvGeometry& g, DType dtype, Device device,
+                             Body body) {
+  const int64_t chunk = GpuChunkImages(g, dtype);
+  MT_ASSIGN_OR_RETURN(
+      Tensor buffer,
+      Tensor::Empty(dtype, {chunk * g.pixels(), g.patch()}, device));
+  for (int64_t i0 = 0; i0 < g.n; i0 += chunk) {
+    const int64_t images = std::min(chunk, g.n - i0);
+    MT_ASSIGN_OR_RETURN(Tensor cols, buffer.SliceRows(0, images * g.pixels()));
+    MT_RETURN_IF_ERROR(body(i0, images, cols));
+  }
+  return absl::OkStatus();
+}
+
+// y2 [N * OH * OW, O] = im2col(x) @ w2, every row written.
+absl::Status GpuForward(const ConvGeometry& g, const Tensor& x,
+                        const Tensor& w2, const Tensor& y2) {
+  const cuda::Conv2DGeometry cg = CudaGeometry(g);
+  return ForEachGpuChunk(
+      g, x.dtype(), x.device(),
+      [&](int64_t i0, int64_t images, Tensor& cols) -> absl::Status {
+        MT_RETURN_IF_ERROR(cuda::Im2Col(x.dtype(), ImageAt(x, g, i0), cg,
+                                        images, cols.raw_data(),
+                                        x.device().index));
+        MT_ASSIGN_OR_RETURN(Tensor out,
+                            y2.SliceRows(i0 * g.pixels(), images * g.pixels()));
+        return internal::Gemm(cols, w2, false, false, 1.0, 0.0, out);
+      });
+}
+
+// dw2 = sum over chunks of cols^T @ dy (accumulated by the GEMM, beta 1
+// after the first chunk: a fixed order); dx = col2im(dy @ w2^T), every
+// element of dx written. Either output may be undefined (not needed).
+absl::Status GpuBackward(const ConvGeometry& g, const Tensor& x,
+                         const Tensor& w2, const Tensor& dy2, Tensor* dx,
+                         Tensor* dw2) {
+  const cuda::Conv2DGeometry cg = CudaGeometry(g);
+  const int device = x.device().index;
+  return ForEachGpuChunk(
+      g, x.dtype(), x.device(),
+      [&](int64_t i0, int64_t images, Tensor& cols) -> absl::Status {
+        MT_ASSIGN_OR_RETURN(Tensor dy_rows, dy2.SliceRows(i0 * g.pixels(),
+                                                          images * g.pixels()));
+        if (dw2 != nullptr) {
+          MT_RETURN_IF_ERROR(cuda::Im2Col(x.dtype(), ImageAt(x, g, i0), cg,
+                                          images, cols.raw_data(), device));
+          MT_RETURN_IF_ERROR(internal::Gemm(cols, dy_rows, true, false, 1.0,
+                                            i0 == 0 ? 0.0 : 1.0, *dw2));
+        }
+        if (dx != nullptr) {
+          MT_RETURN_IF_ERROR(
+              internal::Gemm(dy_rows, w2, false, true, 1.0, 0.0, cols));
+          MT_RETURN_IF_ERROR(cuda::Col2Im(x.dtype(), cols.raw_data(), cg,
+                                          images, ImageAt(*dx, g, i0), device));
+        }
+        return absl::OkStatus();
+      });
+}
+
 }  // namespace
+
+namespace internal {
+
+void SetConvGpuColumnBytes(int64_t bytes) {
+  gpu_column_bytes.store(bytes > 0 ? bytes : kGpuColumnBytes);
+}
+
+}  // namespace internal
 
 absl::StatusOr<Tensor> Conv2D(const Tensor& x, const Tensor& filter,
                               const Conv2DOptions& options) {
   MT_ASSIGN_OR_RETURN(ConvGeometry g, Geometry(x, filter, options));
   // The GEMMs (beta 0) write every output; zeros only for an empty patch.
   const bool gemm = g.n * g.pixels() * g.o > 0 && g.patch() > 0;
-  Tensor y = gemm ? Tensor::HostEmpty(x.dtype(), {g.n, g.oh, g.ow, g.o})
-                  : Tensor::HostZeros(x.dtype(), {g.n, g.oh, g.ow, g.o});
-  if (gemm) {
+  const Shape y_shape{g.n, g.oh, g.ow, g.o};
+  MT_ASSIGN_OR_RETURN(Tensor y,
+                      gemm ? Tensor::Empty(x.dtype(), y_shape, x.device())
+                           : Tensor::Zeros(x.dtype(), y_shape, x.device()));
+  if (gemm && x.device().is_cuda()) {
+    MT_ASSIGN_OR_RETURN(Tensor w2, filter.Reshaped({g.patch(), g.o}));
+    MT_ASSIGN_OR_RETURN(Tensor y2, y.Reshaped({g.n * g.pixels(), g.o}));
+    MT_RETURN_IF_ERROR(internal::KernelError("Conv2D", GpuForward(g, x, w2, y2),
+                                             {&x, &filter}));
+  } else if (gemm) {
     MT_ASSIGN_OR_RETURN(Tensor w2, filter.Reshaped({g.patch(), g.o}));
     MT_ASSIGN_OR_RETURN(Tensor y2, y.Reshaped({g.n * g.pixels(), g.o}));
     MT_RETURN_IF_ERROR(ForEachChunk(
@@ -200,8 +319,37 @@ MT_REGISTER_GRADIENT(
       const Tensor& x = op.inputs[0];
       const Tensor& filter = op.inputs[1];
       const Tensor& dy = g[0];
-      MT_RETURN_IF_ERROR(internal::CheckHost("Conv2DBackprop", {&dy}));
       const DType dt = x.dtype();
+      if (dy.device().is_cuda()) {
+        // The GEMMs write all of dw and col2im all of dx; zeros otherwise.
+        const bool gemm = dy.num_elements() > 0 && geo.patch() > 0;
+        auto make = [&](const Shape& shape) {
+          return gemm ? Tensor::Empty(dt, shape, dy.device())
+                      : Tensor::Zeros(dt, shape, dy.device());
+        };
+        Tensor dx, dw, dw2;
+        if (needs[0]) {
+          MT_ASSIGN_OR_RETURN(dx, make(x.shape()));
+        }
+        if (needs[1]) {
+          MT_ASSIGN_OR_RETURN(dw, make(filter.shape()));
+          MT_ASSIGN_OR_RETURN(dw2, dw.Reshaped({geo.patch(), geo.o}));
+        }
+        if (gemm) {
+          MT_ASSIGN_OR_RETURN(Tensor w2, filter.Reshaped({geo.patch(), geo.o}));
+          MT_ASSIGN_OR_RETURN(Tensor dy2,
+                              dy.Reshaped({geo.n * geo.pixels(), geo.o}));
+          MT_RETURN_IF_ERROR(internal::KernelError(
+              "Conv2DBackprop",
+              GpuBackward(geo, x, w2, dy2, needs[0] ? &dx : nullptr,
+                          needs[1] ? &dw2 : nullptr),
+              {&dy}));
+        }
+        if (needs[0]) (*grads)[0] = std::move(dx);
+        if (needs[1]) (*grads)[1] = std::move(dw);
+        return absl::OkStatus();
+      }
+      MT_RETURN_IF_ERROR(internal::CheckHost("Conv2DBackprop", {&dy}));
       Tensor dx, dw;
       if (needs[0]) dx = Tensor::HostZeros(dt, x.shape());
       if (needs[1]) dw = Tensor::HostZeros(dt, filter.shape());

@@ -14,10 +14,18 @@ struct Conv2DOptions {
   Padding padding = Padding::kSame;
 };
 
-// x [N,H,W,C] * filter [KH,KW,C,O] -> [N,OH,OW,O]. CPU: im2col over chunks
-// of the batch, then one GEMM per chunk.
+// x [N,H,W,C] * filter [KH,KW,C,O] -> [N,OH,OW,O]. im2col over chunks of
+// the batch, then one GEMM per chunk: on CPUs chunks sized for the cache
+// and split over threads; on GPUs chunks under a 256 MiB column buffer,
+// with cuBLAS GEMMs (MatMulPrecision applies) and a gather-form col2im.
 absl::StatusOr<Tensor> Conv2D(const Tensor& x, const Tensor& filter,
                               const Conv2DOptions& options = {});
+
+namespace internal {
+// Caps the GPU column buffer at `bytes` (0 restores 256 MiB); tests use it
+// to force several chunks. Process-wide.
+void SetConvGpuColumnBytes(int64_t bytes);
+}  // namespace internal
 
 }  // namespace mirrortrain::ops
 
