@@ -1,13 +1,11 @@
 // cuda_training.h without CUDA: every call says so.
 #include "tensor/cuda/cuda_training.h"
+#include "tensor/cuda/not_built.h"
 
 namespace mirrortrain::cuda {
 namespace {
 
-absl::Status NotBuilt() {
-  return absl::FailedPreconditionError(
-      "this mirrortrain was built without CUDA");
-}
+absl::Status NotBuilt() { return NotBuiltError(); }
 
 }  // namespace
 

@@ -1,13 +1,11 @@
 // stream.h without CUDA: nothing can be created, so nothing is ever owned.
+#include "tensor/cuda/not_built.h"
 #include "tensor/cuda/stream.h"
 
 namespace mirrortrain::cuda {
 namespace {
 
-absl::Status NotBuilt() {
-  return absl::FailedPreconditionError(
-      "this mirrortrain was built without CUDA");
-}
+absl::Status NotBuilt() { return NotBuiltError(); }
 
 }  // namespace
 
