@@ -26,10 +26,14 @@ absl::StatusOr<int64_t> CountCorrect(const Tensor& logits,
   if (predicted.num_elements() != labels.num_elements()) {
     return absl::InvalidArgumentError("CountCorrect: batch sizes differ");
   }
+  // The count is read on the host: GPU predictions and labels (one int per
+  // row) are copied over.
+  MT_ASSIGN_OR_RETURN(Tensor host_predicted, predicted.To(Device::Cpu()));
+  MT_ASSIGN_OR_RETURN(Tensor host_labels, labels.To(Device::Cpu()));
   int64_t correct = 0;
-  const int64_t* p = predicted.data<int64_t>();
-  for (int64_t i = 0; i < labels.num_elements(); ++i) {
-    correct += p[i] == ops::internal::IndexAt(labels, i);
+  const int64_t* p = host_predicted.data<int64_t>();
+  for (int64_t i = 0; i < host_labels.num_elements(); ++i) {
+    correct += p[i] == ops::internal::IndexAt(host_labels, i);
   }
   return correct;
 }

@@ -1,6 +1,7 @@
 #include "tensor/variable.h"
 
 #include "absl/strings/str_cat.h"
+#include "tensor/cuda/cuda_backend.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/status_macros.h"
@@ -51,6 +52,16 @@ absl::Status Variable::Assign(const Tensor& v) {
 absl::Status Variable::Accumulate(const char* op, const Tensor& delta,
                                   double sign) {
   MT_RETURN_IF_ERROR(CheckCompatible(op, delta));
+  if (value_.device().is_cuda() && IsFloating(dtype())) {
+    // In place on the GPU: value = value +/- delta, elementwise.
+    MT_RETURN_IF_ERROR(ops::internal::CheckSameDevice(op, {&value_, &delta}));
+    return ops::internal::KernelError(
+        op,
+        cuda::Binary(sign > 0 ? BinaryKind::kAdd : BinaryKind::kSub, dtype(),
+                     value_.raw_data(), delta.raw_data(), value_.raw_data(),
+                     value_.num_elements(), value_.device().index),
+        {&value_, &delta});
+  }
   MT_RETURN_IF_ERROR(ops::internal::CheckHost(op, {&value_, &delta}));
   MT_DISPATCH_ALL(dtype(), T, {
     T* p = value_.data<T>();

@@ -4,6 +4,7 @@
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/matmul.h"
+#include "tensor/variable.h"
 #include "tests/test_util.h"
 
 namespace mirrortrain {
@@ -71,6 +72,33 @@ TEST_F(CudaOpsTest, MatMulOnCublasMatchesCpuForEveryTranspose) {
             << "ta=" << ta << " tb=" << tb;
       }
     }
+  }
+}
+
+}  // namespace
+}  // namespace mirrortrain
+
+namespace mirrortrain {
+namespace {
+
+TEST_F(CudaOpsTest, VariableAssignAddAndSubOnGpuMatchCpu) {
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    const Tensor init = testing::RandomTensor({33, 7}, 11, dtype);
+    const Tensor delta = testing::RandomTensor({33, 7}, 12, dtype);
+    Variable cpu = *Variable::Create("v", init);
+    Variable gpu = *Variable::Create("v", *init.To(Device::Cuda(0)));
+    ASSERT_TRUE(cpu.AssignAdd(delta).ok());
+    ASSERT_TRUE(cpu.AssignSub(testing::RandomTensor({33, 7}, 13, dtype)).ok());
+    absl::Status s = gpu.AssignAdd(*delta.To(Device::Cuda(0)));
+    ASSERT_TRUE(s.ok()) << s;
+    s = gpu.AssignSub(
+        *testing::RandomTensor({33, 7}, 13, dtype).To(Device::Cuda(0)));
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_EQ(gpu.value().device(), Device::Cuda(0));
+    EXPECT_TRUE(
+        testing::AllClose(*gpu.value().To(Device::Cpu()), cpu.value(), 0, 0));
+    // A host delta for a GPU variable is an error, not a crash.
+    EXPECT_FALSE(gpu.AssignAdd(delta).ok());
   }
 }
 
