@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -40,14 +41,14 @@ class CachingAllocator final : public Allocator {
 
   absl::StatusOr<void*> Allocate(size_t bytes) override {
     const size_t rounded = RoundUp(bytes);
-    const cudaStream_t stream = Stream();
+    const Owner owner = CurrentOwner();
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = free_.lower_bound({stream, rounded});
-      if (it != free_.end() && it->first.first == stream &&
+      auto it = free_.lower_bound({owner, rounded});
+      if (it != free_.end() && it->first.first == owner &&
           it->first.second <= 2 * rounded) {
         void* ptr = it->second;
-        blocks_[ptr] = {it->first.second, stream};
+        blocks_[ptr] = {it->first.second, owner};
         free_.erase(it);
         return ptr;
       }
@@ -63,7 +64,7 @@ class CachingAllocator final : public Allocator {
       MT_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, rounded));
     }
     std::lock_guard<std::mutex> lock(mu_);
-    blocks_[ptr] = {rounded, stream};
+    blocks_[ptr] = {rounded, owner};
     return ptr;
   }
 
@@ -71,16 +72,25 @@ class CachingAllocator final : public Allocator {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = blocks_.find(ptr);
     if (it == blocks_.end()) return;
-    free_.emplace(std::make_pair(it->second.stream, it->second.size), ptr);
+    free_.emplace(std::make_pair(it->second.owner, it->second.size), ptr);
     blocks_.erase(it);
   }
 
   Device device() const override { return Device::Cuda(device_); }
 
  private:
+  // The stream a block is ordered on. cudaStreamPerThread is one handle
+  // for a different stream in every thread, so for it the thread is part
+  // of the identity.
+  using Owner = std::pair<cudaStream_t, std::thread::id>;
+  static Owner CurrentOwner() {
+    const cudaStream_t stream = Stream();
+    return {stream, stream == cudaStreamPerThread ? std::this_thread::get_id()
+                                                  : std::thread::id()};
+  }
   struct Block {
     size_t size;
-    cudaStream_t stream;
+    Owner owner;
   };
 
   static size_t RoundUp(size_t bytes) {
@@ -98,8 +108,8 @@ class CachingAllocator final : public Allocator {
 
   const int device_;
   std::mutex mu_;
-  // Free blocks by (owning stream, size); blocks handed out by pointer.
-  std::multimap<std::pair<cudaStream_t, size_t>, void*> free_;
+  // Free blocks by (owner, size); blocks handed out by pointer.
+  std::multimap<std::pair<Owner, size_t>, void*> free_;
   std::map<void*, Block> blocks_;
 };
 
