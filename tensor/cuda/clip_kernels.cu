@@ -35,34 +35,27 @@ __global__ void ClipByValueGradKernel(const T* x, const T* g, T lo, T hi, T* dx,
 absl::Status ClipByValue(DType dtype, const void* x, double lo, double hi,
                          void* y, int64_t n, int device) {
   if (n == 0) return absl::OkStatus();
-  DeviceGuard guard;
-  MT_RETURN_IF_ERROR(guard.Set(device));
-  cudaStream_t stream = LaunchStream();
-  MT_RETURN_IF_ERROR(DispatchFloat("ClipByValue", dtype, [&](auto zero) {
-    using T = decltype(zero);
-    ClipByValueKernel<T><<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<T>(lo), static_cast<T>(hi),
-        static_cast<T*>(y), n);
-  }));
-  MT_CUDA_RETURN_IF_LAUNCH_ERROR("ClipByValueKernel");
-  return absl::OkStatus();
+  return LaunchFloatOn(
+      "ClipByValue", dtype, device, [&](auto zero, cudaStream_t stream) {
+        using T = decltype(zero);
+        ClipByValueKernel<T><<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
+            static_cast<const T*>(x), static_cast<T>(lo), static_cast<T>(hi),
+            static_cast<T*>(y), n);
+      });
 }
 
 absl::Status ClipByValueGrad(DType dtype, const void* x, const void* g,
                              double lo, double hi, void* dx, int64_t n,
                              int device) {
   if (n == 0) return absl::OkStatus();
-  DeviceGuard guard;
-  MT_RETURN_IF_ERROR(guard.Set(device));
-  cudaStream_t stream = LaunchStream();
-  MT_RETURN_IF_ERROR(DispatchFloat("ClipByValueGrad", dtype, [&](auto zero) {
-    using T = decltype(zero);
-    ClipByValueGradKernel<T><<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<const T*>(g), static_cast<T>(lo),
-        static_cast<T>(hi), static_cast<T*>(dx), n);
-  }));
-  MT_CUDA_RETURN_IF_LAUNCH_ERROR("ClipByValueGradKernel");
-  return absl::OkStatus();
+  return LaunchFloatOn(
+      "ClipByValueGrad", dtype, device, [&](auto zero, cudaStream_t stream) {
+        using T = decltype(zero);
+        ClipByValueGradKernel<T>
+            <<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
+                static_cast<const T*>(x), static_cast<const T*>(g),
+                static_cast<T>(lo), static_cast<T>(hi), static_cast<T*>(dx), n);
+      });
 }
 
 }  // namespace mirrortrain::cuda

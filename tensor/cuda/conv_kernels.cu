@@ -88,16 +88,12 @@ absl::Status Im2Col(DType dtype, const void* x, const Conv2DGeometry& g,
   MT_RETURN_IF_ERROR(CheckGeometry("Im2Col", g));
   const int64_t total = images * g.oh * g.ow * g.kh * g.kw * g.c;
   if (total == 0) return absl::OkStatus();
-  DeviceGuard guard;
-  MT_RETURN_IF_ERROR(guard.Set(device));
-  cudaStream_t stream = LaunchStream();
-  MT_RETURN_IF_ERROR(DispatchFloat("Im2Col", dtype, [&](auto zero) {
-    using T = decltype(zero);
-    Im2ColKernel<T><<<LaunchBlocks(total), kLaunchThreads, 0, stream>>>(
-        g, static_cast<const T*>(x), static_cast<T*>(cols), total);
-  }));
-  MT_CUDA_RETURN_IF_LAUNCH_ERROR("Im2ColKernel");
-  return absl::OkStatus();
+  return LaunchFloatOn(
+      "Im2Col", dtype, device, [&](auto zero, cudaStream_t stream) {
+        using T = decltype(zero);
+        Im2ColKernel<T><<<LaunchBlocks(total), kLaunchThreads, 0, stream>>>(
+            g, static_cast<const T*>(x), static_cast<T*>(cols), total);
+      });
 }
 
 absl::Status Col2Im(DType dtype, const void* cols, const Conv2DGeometry& g,
@@ -105,16 +101,12 @@ absl::Status Col2Im(DType dtype, const void* cols, const Conv2DGeometry& g,
   MT_RETURN_IF_ERROR(CheckGeometry("Col2Im", g));
   const int64_t total = images * g.h * g.w * g.c;
   if (total == 0) return absl::OkStatus();
-  DeviceGuard guard;
-  MT_RETURN_IF_ERROR(guard.Set(device));
-  cudaStream_t stream = LaunchStream();
-  MT_RETURN_IF_ERROR(DispatchFloat("Col2Im", dtype, [&](auto zero) {
-    using T = decltype(zero);
-    Col2ImKernel<T><<<LaunchBlocks(total), kLaunchThreads, 0, stream>>>(
-        g, static_cast<const T*>(cols), static_cast<T*>(dx), total);
-  }));
-  MT_CUDA_RETURN_IF_LAUNCH_ERROR("Col2ImKernel");
-  return absl::OkStatus();
+  return LaunchFloatOn(
+      "Col2Im", dtype, device, [&](auto zero, cudaStream_t stream) {
+        using T = decltype(zero);
+        Col2ImKernel<T><<<LaunchBlocks(total), kLaunchThreads, 0, stream>>>(
+            g, static_cast<const T*>(cols), static_cast<T*>(dx), total);
+      });
 }
 
 }  // namespace mirrortrain::cuda

@@ -47,17 +47,13 @@ absl::Status BiasAddRelu(DType dtype, const void* x, const void* bias, void* y,
                          int64_t rows, int64_t cols, int device) {
   const int64_t n = rows * cols;
   if (n == 0) return absl::OkStatus();
-  DeviceGuard guard;
-  MT_RETURN_IF_ERROR(guard.Set(device));
-  cudaStream_t stream = LaunchStream();
-  MT_RETURN_IF_ERROR(DispatchFloat("BiasAddRelu", dtype, [&](auto zero) {
-    using T = decltype(zero);
-    BiasReluKernel<T><<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<const T*>(bias),
-        static_cast<T*>(y), cols, n);
-  }));
-  MT_CUDA_RETURN_IF_LAUNCH_ERROR("BiasReluKernel");
-  return absl::OkStatus();
+  return LaunchFloatOn(
+      "BiasAddRelu", dtype, device, [&](auto zero, cudaStream_t stream) {
+        using T = decltype(zero);
+        BiasReluKernel<T><<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
+            static_cast<const T*>(x), static_cast<const T*>(bias),
+            static_cast<T*>(y), cols, n);
+      });
 }
 
 absl::Status BiasAddReluGrad(DType dtype, const void* y, const void* dy,

@@ -11,7 +11,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "tensor/cuda/cuda_backend.h"
+#include "tensor/cuda/cuda_check.h"
+#include "tensor/cuda/device_guard.h"
 #include "tensor/dtype.h"
+#include "tensor/status_macros.h"
 
 namespace mirrortrain::cuda {
 
@@ -52,6 +55,21 @@ absl::Status DispatchFloat(const char* what, DType dtype, F f) {
       return absl::InvalidArgumentError(absl::StrCat(
           what, ": CUDA kernel takes f32 or f64, got ", DTypeName(dtype)));
   }
+}
+
+// Makes `device` current and calls launch(T{}, stream) for the f32/f64
+// `dtype` (T float or double) with the calling thread's stream, then
+// reports a bad launch; `what` names the kernel in errors.
+template <typename F>
+absl::Status LaunchFloatOn(const char* what, DType dtype, int device,
+                           F launch) {
+  DeviceGuard guard;
+  MT_RETURN_IF_ERROR(guard.Set(device));
+  const cudaStream_t stream = LaunchStream();
+  MT_RETURN_IF_ERROR(
+      DispatchFloat(what, dtype, [&](auto zero) { launch(zero, stream); }));
+  MT_CUDA_RETURN_IF_LAUNCH_ERROR(what);
+  return absl::OkStatus();
 }
 
 // Calls f(T{}) with T the C++ type of any dtype.

@@ -150,17 +150,13 @@ absl::Status BiasAdd(DType dtype, const void* x, const void* bias, void* y,
                      int64_t rows, int64_t cols, int device) {
   const int64_t n = rows * cols;
   if (n == 0) return absl::OkStatus();
-  DeviceGuard guard;
-  MT_RETURN_IF_ERROR(guard.Set(device));
-  cudaStream_t stream = LaunchStream();
-  MT_RETURN_IF_ERROR(DispatchFloat("BiasAdd", dtype, [&](auto zero) {
-    using T = decltype(zero);
-    BiasAddKernel<T><<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<const T*>(bias),
-        static_cast<T*>(y), cols, n);
-  }));
-  MT_CUDA_RETURN_IF_LAUNCH_ERROR("BiasAddKernel");
-  return absl::OkStatus();
+  return LaunchFloatOn(
+      "BiasAdd", dtype, device, [&](auto zero, cudaStream_t stream) {
+        using T = decltype(zero);
+        BiasAddKernel<T><<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
+            static_cast<const T*>(x), static_cast<const T*>(bias),
+            static_cast<T*>(y), cols, n);
+      });
 }
 
 absl::Status ColumnSum(DType dtype, const void* x, int64_t rows, int64_t cols,
@@ -181,16 +177,12 @@ absl::Status ColumnSum(DType dtype, const void* x, int64_t rows, int64_t cols,
 absl::Status Softmax(DType dtype, const void* x, void* y, int64_t rows,
                      int64_t cols, bool log, int device) {
   if (rows * cols == 0) return absl::OkStatus();
-  DeviceGuard guard;
-  MT_RETURN_IF_ERROR(guard.Set(device));
-  cudaStream_t stream = LaunchStream();
-  MT_RETURN_IF_ERROR(DispatchFloat("Softmax", dtype, [&](auto zero) {
-    using T = decltype(zero);
-    SoftmaxKernel<T><<<RowBlocks(rows), kLaunchThreads, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<T*>(y), rows, cols, log);
-  }));
-  MT_CUDA_RETURN_IF_LAUNCH_ERROR("SoftmaxKernel");
-  return absl::OkStatus();
+  return LaunchFloatOn(
+      "Softmax", dtype, device, [&](auto zero, cudaStream_t stream) {
+        using T = decltype(zero);
+        SoftmaxKernel<T><<<RowBlocks(rows), kLaunchThreads, 0, stream>>>(
+            static_cast<const T*>(x), static_cast<T*>(y), rows, cols, log);
+      });
 }
 
 absl::Status SparseSoftmaxXent(DType dtype, const void* logits,
@@ -272,17 +264,13 @@ absl::Status Dropout(DType dtype, const void* x, double rate, double keep_scale,
                      uint64_t salt, int64_t element_offset, void* mask, void* y,
                      int64_t n, int device) {
   if (n == 0) return absl::OkStatus();
-  DeviceGuard guard;
-  MT_RETURN_IF_ERROR(guard.Set(device));
-  cudaStream_t stream = LaunchStream();
-  MT_RETURN_IF_ERROR(DispatchFloat("Dropout", dtype, [&](auto zero) {
-    using T = decltype(zero);
-    DropoutKernel<T><<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
-        static_cast<const T*>(x), rate, static_cast<T>(keep_scale), salt,
-        element_offset, static_cast<T*>(mask), static_cast<T*>(y), n);
-  }));
-  MT_CUDA_RETURN_IF_LAUNCH_ERROR("DropoutKernel");
-  return absl::OkStatus();
+  return LaunchFloatOn(
+      "Dropout", dtype, device, [&](auto zero, cudaStream_t stream) {
+        using T = decltype(zero);
+        DropoutKernel<T><<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
+            static_cast<const T*>(x), rate, static_cast<T>(keep_scale), salt,
+            element_offset, static_cast<T*>(mask), static_cast<T*>(y), n);
+      });
 }
 
 }  // namespace mirrortrain::cuda

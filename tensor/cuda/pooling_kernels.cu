@@ -124,17 +124,14 @@ absl::Status MaxPool2DForward(DType dtype, const void* x,
   MT_RETURN_IF_ERROR(CheckGeometry("MaxPool2DForward", g));
   const int64_t outputs = g.n * g.out_h * g.out_w * g.c;
   if (outputs == 0) return absl::OkStatus();
-  DeviceGuard guard;
-  MT_RETURN_IF_ERROR(guard.Set(device));
-  cudaStream_t stream = LaunchStream();
-  MT_RETURN_IF_ERROR(DispatchFloat("MaxPool2DForward", dtype, [&](auto zero) {
-    using T = decltype(zero);
-    MaxPoolForwardKernel<T>
-        <<<LaunchBlocks(outputs), kLaunchThreads, 0, stream>>>(
-            g, static_cast<const T*>(x), static_cast<T*>(y), argmax, outputs);
-  }));
-  MT_CUDA_RETURN_IF_LAUNCH_ERROR("MaxPoolForwardKernel");
-  return absl::OkStatus();
+  return LaunchFloatOn(
+      "MaxPool2DForward", dtype, device, [&](auto zero, cudaStream_t stream) {
+        using T = decltype(zero);
+        MaxPoolForwardKernel<T>
+            <<<LaunchBlocks(outputs), kLaunchThreads, 0, stream>>>(
+                g, static_cast<const T*>(x), static_cast<T*>(y), argmax,
+                outputs);
+      });
 }
 
 absl::Status MaxPool2DBackward(DType dtype, const int32_t* argmax,
@@ -143,17 +140,14 @@ absl::Status MaxPool2DBackward(DType dtype, const int32_t* argmax,
   MT_RETURN_IF_ERROR(CheckGeometry("MaxPool2DBackward", g));
   const int64_t inputs = g.n * g.h * g.w * g.c;
   if (inputs == 0) return absl::OkStatus();
-  DeviceGuard guard;
-  MT_RETURN_IF_ERROR(guard.Set(device));
-  cudaStream_t stream = LaunchStream();
-  MT_RETURN_IF_ERROR(DispatchFloat("MaxPool2DBackward", dtype, [&](auto zero) {
-    using T = decltype(zero);
-    MaxPoolBackwardKernel<T>
-        <<<LaunchBlocks(inputs), kLaunchThreads, 0, stream>>>(
-            g, argmax, static_cast<const T*>(dy), static_cast<T*>(dx), inputs);
-  }));
-  MT_CUDA_RETURN_IF_LAUNCH_ERROR("MaxPoolBackwardKernel");
-  return absl::OkStatus();
+  return LaunchFloatOn(
+      "MaxPool2DBackward", dtype, device, [&](auto zero, cudaStream_t stream) {
+        using T = decltype(zero);
+        MaxPoolBackwardKernel<T>
+            <<<LaunchBlocks(inputs), kLaunchThreads, 0, stream>>>(
+                g, argmax, static_cast<const T*>(dy), static_cast<T*>(dx),
+                inputs);
+      });
 }
 
 }  // namespace mirrortrain::cuda

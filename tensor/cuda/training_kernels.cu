@@ -72,31 +72,23 @@ absl::Status ApplyUpdate(UpdateRule rule, DType dtype,
                          const UpdateHyperparams& hyper, const void* grad,
                          void* var, void* s0, void* s1, int64_t n, int device) {
   if (n == 0) return absl::OkStatus();
-  DeviceGuard guard;
-  MT_RETURN_IF_ERROR(guard.Set(device));
-  cudaStream_t stream = LaunchStream();
-  MT_RETURN_IF_ERROR(DispatchFloat("ApplyUpdate", dtype, [&](auto zero) {
-    LaunchRule<decltype(zero)>(rule, hyper, grad, var, s0, s1, n, stream);
-  }));
-  MT_CUDA_RETURN_IF_LAUNCH_ERROR("UpdateKernel");
-  return absl::OkStatus();
+  return LaunchFloatOn(
+      "ApplyUpdate", dtype, device, [&](auto zero, cudaStream_t stream) {
+        LaunchRule<decltype(zero)>(rule, hyper, grad, var, s0, s1, n, stream);
+      });
 }
 
 absl::Status MovingAverage(DType dtype, double one_minus_decay,
                            const void* value, void* shadow, int64_t n,
                            int device) {
   if (n == 0) return absl::OkStatus();
-  DeviceGuard guard;
-  MT_RETURN_IF_ERROR(guard.Set(device));
-  cudaStream_t stream = LaunchStream();
-  MT_RETURN_IF_ERROR(DispatchFloat("MovingAverage", dtype, [&](auto zero) {
-    using T = decltype(zero);
-    MovingAverageKernel<<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
-        static_cast<T>(one_minus_decay), static_cast<const T*>(value),
-        static_cast<T*>(shadow), n);
-  }));
-  MT_CUDA_RETURN_IF_LAUNCH_ERROR("MovingAverageKernel");
-  return absl::OkStatus();
+  return LaunchFloatOn(
+      "MovingAverage", dtype, device, [&](auto zero, cudaStream_t stream) {
+        using T = decltype(zero);
+        MovingAverageKernel<<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
+            static_cast<T>(one_minus_decay), static_cast<const T*>(value),
+            static_cast<T*>(shadow), n);
+      });
 }
 
 }  // namespace mirrortrain::cuda
