@@ -3,8 +3,9 @@
 // CUBLAS_TF32_TENSOR_OP_MATH for tf32; see tensor/cuda/cublas_gemm.cu), timed
 // with CUDA events after warm-up. One JSON line per shape and precision.
 //
-//   nvcc -O2 -o build/bin/cublas_gemm_bench scripts/bench/cublas_gemm.cu -lcublas
-//   build/bin/cublas_gemm_bench [M N K]...      # default: 8192 8192 8192  4096 4096 4096
+//   nvcc -O2 -o build/bin/cublas_gemm_bench scripts/bench/cublas_gemm.cu
+//   -lcublas build/bin/cublas_gemm_bench [M N K]...      # default: 8192 8192
+//   8192  4096 4096 4096
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -12,23 +13,23 @@
 #include <cstdlib>
 #include <vector>
 
-#define CHECK_CUDA(call)                                                    \
-  do {                                                                      \
-    cudaError_t e = (call);                                                 \
-    if (e != cudaSuccess) {                                                 \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,    \
-                   cudaGetErrorString(e));                                  \
-      std::exit(1);                                                         \
-    }                                                                       \
+#define CHECK_CUDA(call)                                                 \
+  do {                                                                   \
+    cudaError_t e = (call);                                              \
+    if (e != cudaSuccess) {                                              \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, \
+                   cudaGetErrorString(e));                               \
+      std::exit(1);                                                      \
+    }                                                                    \
   } while (0)
-#define CHECK_CUBLAS(call)                                                  \
-  do {                                                                      \
-    cublasStatus_t s = (call);                                              \
-    if (s != CUBLAS_STATUS_SUCCESS) {                                       \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,    \
-                   cublasGetStatusString(s));                               \
-      std::exit(1);                                                         \
-    }                                                                       \
+#define CHECK_CUBLAS(call)                                               \
+  do {                                                                   \
+    cublasStatus_t s = (call);                                           \
+    if (s != CUBLAS_STATUS_SUCCESS) {                                    \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, \
+                   cublasGetStatusString(s));                            \
+      std::exit(1);                                                      \
+    }                                                                    \
   } while (0)
 
 // Fills with values in [-1, 1) from a fixed linear congruential sequence.
