@@ -92,7 +92,9 @@ absl::StatusOr<std::vector<std::optional<Tensor>>> GradientTape::Gradient(
   // A source's gradient is final once the backward walk has processed the
   // first (in forward order) record that reads it.
   std::vector<std::vector<size_t>> ready_after;
+  // Gradients already final (and reported) as backward goes, by source.
   std::vector<bool> reported(sources.size(), false);
+  std::vector<std::optional<Tensor>> result(sources.size());
   if (options.on_gradient_ready) {
     absl::flat_hash_map<int64_t, size_t> first_use;
     for (size_t i = records_.size(); i-- > 0;) {
@@ -137,8 +139,8 @@ absl::StatusOr<std::vector<std::optional<Tensor>>> GradientTape::Gradient(
     for (size_t k : ready_after[record_index]) {
       if (reported[k]) continue;
       reported[k] = true;
-      MT_ASSIGN_OR_RETURN(std::optional<Tensor> g, final_gradient(k));
-      options.on_gradient_ready(k, g);
+      MT_ASSIGN_OR_RETURN(result[k], final_gradient(k));
+      options.on_gradient_ready(k, result[k]);
     }
     return absl::OkStatus();
   };
@@ -211,19 +213,12 @@ absl::StatusOr<std::vector<std::optional<Tensor>>> GradientTape::Gradient(
     MT_RETURN_IF_ERROR(report_ready(i));
   }
 
-  std::vector<std::optional<Tensor>> result;
-  result.reserve(sources.size());
-  if (options.on_gradient_ready) {
-    // Sources no record reads (unconnected, or the target itself).
-    for (size_t k = 0; k < sources.size(); ++k) {
-      if (reported[k]) continue;
-      MT_ASSIGN_OR_RETURN(std::optional<Tensor> g, final_gradient(k));
-      options.on_gradient_ready(k, g);
-    }
-  }
+  // The rest: every source without a listener; with one, the sources no
+  // record reads (unconnected, or the target itself).
   for (size_t k = 0; k < sources.size(); ++k) {
-    MT_ASSIGN_OR_RETURN(std::optional<Tensor> g, final_gradient(k));
-    result.push_back(std::move(g));
+    if (reported[k]) continue;
+    MT_ASSIGN_OR_RETURN(result[k], final_gradient(k));
+    if (options.on_gradient_ready) options.on_gradient_ready(k, result[k]);
   }
   if (!persistent_) {
     records_.clear();

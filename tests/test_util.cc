@@ -94,6 +94,13 @@ std::vector<std::string> SortedDirEntries(const std::string& dir) {
   return names;
 }
 
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
 std::string FreshTestDir(const std::string& prefix) {
   const ::testing::TestInfo* info =
       ::testing::UnitTest::GetInstance()->current_test_info();

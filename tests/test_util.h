@@ -26,6 +26,8 @@ const std::map<std::string, Tensor>& CachedGolden(const std::string& name);
 
 // The names in `dir`, sorted.
 std::vector<std::string> SortedDirEntries(const std::string& dir);
+// The whole file as bytes; empty if it cannot be read.
+std::string ReadFile(const std::string& path);
 
 // A fresh, empty directory under TempDir() named after `prefix` and the
 // running test (unique when ctest runs test cases in parallel).

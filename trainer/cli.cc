@@ -10,6 +10,7 @@
 #include "absl/strings/string_view.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/status_macros.h"
+#include "trainer/checkpoint/json.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/config.h"
 #include "trainer/metrics_logger.h"
@@ -198,9 +199,9 @@ int Eval(int argc, char** argv) {
   absl::StatusOr<EvalResult> result = (*trainer)->Evaluate(weights == "ema");
   if (!result.ok()) return Fail(result.status());
   std::printf(
-      "{\"checkpoint\": \"%s\", \"step\": %lld, \"weights\": \"%s\", "
+      "{\"checkpoint\": %s, \"step\": %lld, \"weights\": \"%s\", "
       "\"examples\": %lld, \"loss\": %s, \"accuracy\": %s}\n",
-      JsonEscape((*trainer)->restored_from()).c_str(),
+      JsonValue::String((*trainer)->restored_from()).Serialize().c_str(),
       static_cast<long long>((*trainer)->global_step()), weights.c_str(),
       static_cast<long long>(result->examples),
       FormatJsonNumber(result->loss).c_str(),

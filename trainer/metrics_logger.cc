@@ -14,21 +14,6 @@ std::string FormatJsonNumber(double v) {
   return absl::StrFormat("%.8g", v);
 }
 
-std::string JsonEscape(absl::string_view s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += absl::StrFormat("\\u%04x", c);
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 std::string ToJson(const MetricsRecord& r) {
   std::string out =
       absl::StrCat("{\"step\": ", r.step, ", \"epoch\": ", r.epoch,

@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
 #include "trainer/logging/event_writer.h"
 
 namespace mirrortrain::trainer {
@@ -29,8 +28,6 @@ struct MetricsRecord {
 // A number as metrics.jsonl and `eval` print it (%.8g; null if not finite),
 // so an evaluation can be compared with the logged line as text.
 std::string FormatJsonNumber(double v);
-// A JSON string body with quotes, backslashes and control bytes escaped.
-std::string JsonEscape(absl::string_view s);
 
 // One JSON object, keys in DESIGN.md's order.
 std::string ToJson(const MetricsRecord& record);

@@ -117,30 +117,20 @@ absl::Status ScatterAdd(DType dtype, const void* updates, int64_t row,
                         DType index_dtype, const void* indices,
                         int64_t num_indices, void* out, int device) {
   if (row == 0 || num_indices == 0) return absl::OkStatus();
-  DeviceGuard guard;
-  MT_RETURN_IF_ERROR(guard.Set(device));
-  cudaStream_t stream = LaunchStream();
   const int blocks = LaunchBlocks(num_indices * row);
-  if (dtype != DType::kF32 && dtype != DType::kF64) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ScatterAdd: CUDA kernel takes f32 or f64, got ", DTypeName(dtype)));
-  }
-  MT_RETURN_IF_ERROR(DispatchIndex("ScatterAdd", index_dtype, [&](auto i_zero) {
-    using I = decltype(i_zero);
-    auto launch = [&](auto zero) {
-      using T = decltype(zero);
-      ScatterAddKernel<T, I><<<blocks, kLaunchThreads, 0, stream>>>(
-          static_cast<const T*>(updates), row, static_cast<const I*>(indices),
-          num_indices, static_cast<T*>(out));
-    };
-    if (dtype == DType::kF32) {
-      launch(float{});
-    } else {
-      launch(double{});
-    }
-  }));
-  MT_CUDA_RETURN_IF_LAUNCH_ERROR("ScatterAddKernel");
-  return absl::OkStatus();
+  absl::Status index_status;
+  MT_RETURN_IF_ERROR(LaunchFloatOn(
+      "ScatterAdd", dtype, device, [&](auto zero, cudaStream_t stream) {
+        using T = decltype(zero);
+        index_status = DispatchIndex("ScatterAdd", index_dtype, [&](auto i) {
+          using I = decltype(i);
+          ScatterAddKernel<T, I><<<blocks, kLaunchThreads, 0, stream>>>(
+              static_cast<const T*>(updates), row,
+              static_cast<const I*>(indices), num_indices,
+              static_cast<T*>(out));
+        });
+      }));
+  return index_status;
 }
 
 absl::Status OneHot(DType index_dtype, const void* indices, int64_t n,

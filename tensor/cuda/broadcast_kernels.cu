@@ -59,18 +59,14 @@ absl::Status BroadcastBinary(BinaryKind kind, DType dtype, const void* a,
       StridedLayout<2> layout,
       MakeStridedLayout<2>(kWhat, out_shape, {a_strides, b_strides}));
   if (layout.num_elements == 0) return absl::OkStatus();
-  DeviceGuard guard;
-  MT_RETURN_IF_ERROR(guard.Set(device));
-  cudaStream_t stream = LaunchStream();
-  MT_RETURN_IF_ERROR(DispatchFloat(kWhat, dtype, [&](auto zero) {
-    using T = decltype(zero);
-    BroadcastBinaryKernel<T>
-        <<<LaunchBlocks(layout.num_elements), kLaunchThreads, 0, stream>>>(
-            kind, layout, static_cast<const T*>(a), static_cast<const T*>(b),
-            static_cast<T*>(out));
-  }));
-  MT_CUDA_RETURN_IF_LAUNCH_ERROR("BroadcastBinaryKernel");
-  return absl::OkStatus();
+  return LaunchFloatOn(
+      kWhat, dtype, device, [&](auto zero, cudaStream_t stream) {
+        using T = decltype(zero);
+        BroadcastBinaryKernel<T>
+            <<<LaunchBlocks(layout.num_elements), kLaunchThreads, 0, stream>>>(
+                kind, layout, static_cast<const T*>(a),
+                static_cast<const T*>(b), static_cast<T*>(out));
+      });
 }
 
 absl::Status StridedCopy(size_t elem_bytes, absl::Span<const int64_t> shape,

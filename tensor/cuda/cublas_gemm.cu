@@ -10,6 +10,7 @@
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/device_guard.h"
+#include "tensor/cuda/launch.h"
 #include "tensor/status_macros.h"
 
 #define MT_CUBLAS_RETURN_IF_ERROR(call)                                     \
@@ -63,9 +64,7 @@ absl::Status Gemm(DType dtype, bool ta, bool tb, int64_t m, int64_t n,
   DeviceGuard guard;
   MT_RETURN_IF_ERROR(guard.Set(device));
   MT_ASSIGN_OR_RETURN(cublasHandle_t h, HandleFor(device));
-  cudaStream_t stream = static_cast<cudaStream_t>(CurrentStream());
-  if (stream == nullptr) stream = cudaStreamPerThread;
-  MT_CUBLAS_RETURN_IF_ERROR(cublasSetStream(h, stream));
+  MT_CUBLAS_RETURN_IF_ERROR(cublasSetStream(h, LaunchStream()));
   const cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (dtype == DType::kF32) {

@@ -2,15 +2,12 @@
 #include "absl/strings/str_cat.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/cuda_kernels.h"
+#include "tensor/cuda/not_built.h"
 
 namespace mirrortrain::cuda {
 namespace {
 
-absl::Status NotBuilt() {
-  return absl::FailedPreconditionError(
-      "this mirrortrain was built without CUDA (MIRRORTRAIN_CUDA=OFF or no "
-      "nvcc found)");
-}
+absl::Status NotBuilt() { return NotBuiltError(); }
 
 }  // namespace
 

@@ -34,12 +34,10 @@ Stream::Stream(Stream&& other) noexcept
     : handle_(std::exchange(other.handle_, nullptr)),
       device_(std::exchange(other.device_, -1)) {}
 
+// The old handle leaves with `other` and is released there.
 Stream& Stream::operator=(Stream&& other) noexcept {
-  if (this != &other) {
-    Stream dying(std::move(*this));
-    handle_ = std::exchange(other.handle_, nullptr);
-    device_ = std::exchange(other.device_, -1);
-  }
+  std::swap(handle_, other.handle_);
+  std::swap(device_, other.device_);
   return *this;
 }
 
@@ -73,12 +71,10 @@ Event::Event(Event&& other) noexcept
     : handle_(std::exchange(other.handle_, nullptr)),
       device_(std::exchange(other.device_, -1)) {}
 
+// The old handle leaves with `other` and is released there.
 Event& Event::operator=(Event&& other) noexcept {
-  if (this != &other) {
-    Event dying(std::move(*this));
-    handle_ = std::exchange(other.handle_, nullptr);
-    device_ = std::exchange(other.device_, -1);
-  }
+  std::swap(handle_, other.handle_);
+  std::swap(device_, other.device_);
   return *this;
 }
 

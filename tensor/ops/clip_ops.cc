@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <vector>
 
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/gradient_tape.h"
@@ -29,22 +31,43 @@ absl::Status CheckClip(const char* op, double clip) {
 }  // namespace
 
 absl::StatusOr<double> GlobalNorm(absl::Span<const Tensor> tensors) {
-  double sum = 0;
-  for (const Tensor& t : tensors) {
-    MT_RETURN_IF_ERROR(internal::CheckFloatingSame("GlobalNorm", {&t}));
-    if (t.device().is_cuda()) {
-      // Sum of squares in double on the device; one scalar comes back.
-      MT_ASSIGN_OR_RETURN(Tensor sq,
-                          Tensor::Empty(DType::kF64, {}, t.device()));
+  // GPU tensors: each sum of squares (in double) goes to its slot of one
+  // vector per device, copied back once; the sums are then added in tensor
+  // order, as on the host.
+  std::map<int, std::vector<size_t>> on_gpu;  // Device index -> tensors.
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    MT_RETURN_IF_ERROR(
+        internal::CheckFloatingSame("GlobalNorm", {&tensors[k]}));
+    if (tensors[k].device().is_cuda()) {
+      on_gpu[tensors[k].device().index].push_back(k);
+    }
+  }
+  std::vector<double> squares(tensors.size(), 0.0);
+  for (const auto& [device, indices] : on_gpu) {
+    MT_ASSIGN_OR_RETURN(
+        Tensor sq,
+        Tensor::Empty(DType::kF64, {static_cast<int64_t>(indices.size())},
+                      Device::Cuda(device)));
+    for (size_t j = 0; j < indices.size(); ++j) {
+      const Tensor& t = tensors[indices[j]];
       const Shape all{t.num_elements()};
       MT_RETURN_IF_ERROR(internal::KernelError(
           "GlobalNorm",
           cuda::Reduce(cuda::ReduceKind::kSumOfSquares, t.dtype(), t.raw_data(),
-                       {}, {}, all, {1}, 1.0, DType::kF64, sq.raw_data(),
-                       t.device().index),
+                       {}, {}, all, {1}, 1.0, DType::kF64,
+                       sq.data<double>() + j, device),
           {&t}));
-      MT_ASSIGN_OR_RETURN(Tensor host, sq.To(Device::Cpu()));
-      sum += host.data<double>()[0];
+    }
+    MT_ASSIGN_OR_RETURN(Tensor host, sq.To(Device::Cpu()));
+    for (size_t j = 0; j < indices.size(); ++j) {
+      squares[indices[j]] = host.data<double>()[j];
+    }
+  }
+  double sum = 0;
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const Tensor& t = tensors[k];
+    if (t.device().is_cuda()) {
+      sum += squares[k];
       continue;
     }
     MT_DISPATCH_FLOAT(t.dtype(), T, {

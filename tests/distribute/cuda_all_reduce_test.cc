@@ -14,19 +14,15 @@
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/status_macros.h"
+#include "tests/tensor/cuda_test_util.h"
 
 namespace mirrortrain::distribute {
 namespace {
 
 using std::chrono::milliseconds;
 
-class CudaAllReduceTest : public ::testing::TestWithParam<int> {
- protected:
-  void SetUp() override {
-    if (!cuda::Built()) GTEST_SKIP() << "built without CUDA";
-    if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no GPU visible";
-  }
-};
+class CudaAllReduceTest : public testing::CudaTest,
+                          public ::testing::WithParamInterface<int> {};
 
 // Replica r's element i is (r + 1) * (i + 1) as a host tensor.
 Tensor RankFilled(int r, int64_t size, DType dtype) {

@@ -5,18 +5,13 @@
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/variable.h"
+#include "tests/tensor/cuda_test_util.h"
 #include "tests/test_util.h"
 
 namespace mirrortrain {
 namespace {
 
-class CudaOpsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!cuda::Built()) GTEST_SKIP() << "built without CUDA";
-    if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no GPU visible";
-  }
-};
+class CudaOpsTest : public testing::CudaTest {};
 
 TEST_F(CudaOpsTest, UnaryKernelsMatchCpu) {
   for (DType dtype : {DType::kF32, DType::kF64}) {
@@ -48,12 +43,6 @@ TEST_F(CudaOpsTest, MissingGpuIsReported) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("visible"), std::string::npos) << s;
 }
-
-}  // namespace
-}  // namespace mirrortrain
-
-namespace mirrortrain {
-namespace {
 
 TEST_F(CudaOpsTest, MatMulOnCublasMatchesCpuForEveryTranspose) {
   for (DType dtype : {DType::kF32, DType::kF64}) {

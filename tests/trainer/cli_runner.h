@@ -7,13 +7,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/test_util.h"
 
 namespace mirrortrain {
 
@@ -27,12 +26,7 @@ inline std::string Binary() {
   return std::string(MT_BINARY_DIR) + "/bin/mirrortrain";
 }
 
-inline std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using testing::ReadFile;
 
 // Starts the binary with `args`, stdout/stderr to files; returns the pid.
 inline pid_t Start(const std::vector<std::string>& args, const std::string& out,

@@ -8,18 +8,14 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "tensor/cuda/cuda_backend.h"
+#include "tests/tensor/cuda_test_util.h"
 #include "tests/trainer/cli_runner.h"
 
 namespace mirrortrain {
 namespace {
 
-class GpuCliTest : public ::testing::TestWithParam<const char*> {
- protected:
-  void SetUp() override {
-    if (!cuda::Built()) GTEST_SKIP() << "built without CUDA";
-    if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no GPU visible";
-  }
-};
+class GpuCliTest : public testing::CudaTest,
+                   public ::testing::WithParamInterface<const char*> {};
 
 // The train loss logged at the last step of a 20-step synthetic job on
 // `devices`; -1 on failure (with the test failed).

@@ -17,6 +17,7 @@
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/matmul_precision.h"
+#include "tests/tensor/cuda_test_util.h"
 #include "tests/test_util.h"
 #include "trainer/optim/optimizers.h"
 
@@ -26,11 +27,11 @@ namespace {
 constexpr int kSteps = 20;
 constexpr int64_t kBatch = 16;
 
-class GpuTrainingTest : public ::testing::Test {
+class GpuTrainingTest : public testing::CudaTest {
  protected:
   void SetUp() override {
-    if (!cuda::Built()) GTEST_SKIP() << "built without CUDA";
-    if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no GPU visible";
+    CudaTest::SetUp();
+    if (IsSkipped()) return;
     SetMatMulPrecision(MatMulPrecision::kFp32);
   }
 };

@@ -130,12 +130,6 @@ class SafetensorsTest : public ::testing::Test {
     return (fs::path(dir_) / name).string();
   }
 
-  static std::string ReadBytes(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
   static void WriteBytes(const std::string& path, const std::string& bytes) {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
@@ -246,7 +240,7 @@ TEST_F(SafetensorsTest, HeaderIsPaddedSoDataIsEightByteAligned) {
         {std::string(name_length, 'x'),
          Tensor::FromVector<float>({1.f, 2.f}, {2})}};
     ASSERT_TRUE(WriteSafetensors(path, tensors, {}).ok());
-    const std::string bytes = ReadBytes(path);
+    const std::string bytes = testing::ReadFile(path);
     uint64_t n = 0;
     std::memcpy(&n, bytes.data(), 8);
     EXPECT_EQ((8 + n) % 8, 0u);
@@ -328,7 +322,7 @@ TEST_F(SafetensorsTest, FailedCommitRemovesTemporaryAndKeepsTarget) {
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(std::string(s.message()), HasSubstr(path));
   EXPECT_THAT(DirEntries(), ElementsAre("occupied.safetensors"));
-  EXPECT_EQ(ReadBytes(path + "/keep"), "precious");
+  EXPECT_EQ(testing::ReadFile(path + "/keep"), "precious");
 }
 
 TEST_F(SafetensorsTest, OpenMissingFileIsNotFound) {
@@ -466,7 +460,7 @@ TEST_F(SafetensorsTest, EveryTruncationOfAValidFileIsRejected) {
                         {"b", Tensor::Scalar<double>(4)}},
                        {{"step", "7"}})
           .ok());
-  const std::string bytes = ReadBytes(path);
+  const std::string bytes = testing::ReadFile(path);
   const std::string cut = Path("cut.safetensors");
   for (size_t size = 0; size < bytes.size(); ++size) {
     WriteBytes(cut, bytes.substr(0, size));

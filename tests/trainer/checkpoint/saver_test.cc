@@ -43,12 +43,6 @@ class SaverTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(root_); }
 
-  static std::string ReadText(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
   std::vector<std::string> DirEntries() const {
     return mirrortrain::testing::SortedDirEntries(dir_);
   }
@@ -226,7 +220,7 @@ TEST_F(SaverTest, MaxToKeepPrunesOldestAndIndexListsTheKept) {
   EXPECT_THAT(DirEntries(),
               ElementsAre("checkpoint", "ckpt-300.safetensors",
                           "ckpt-400.safetensors", "ckpt-500.safetensors"));
-  EXPECT_EQ(ReadText(dir_ + "/checkpoint"),
+  EXPECT_EQ(testing::ReadFile(dir_ + "/checkpoint"),
             "model_checkpoint_path: \"ckpt-500.safetensors\"\n"
             "all_model_checkpoint_paths: \"ckpt-300.safetensors\"\n"
             "all_model_checkpoint_paths: \"ckpt-400.safetensors\"\n"
