@@ -119,18 +119,19 @@ absl::Status ScatterAdd(DType dtype, const void* updates, int64_t row,
   if (row == 0 || num_indices == 0) return absl::OkStatus();
   const int blocks = LaunchBlocks(num_indices * row);
   absl::Status index_status;
-  MT_RETURN_IF_ERROR(LaunchFloatOn(
+  const absl::Status launched = LaunchFloatOn(
       "ScatterAdd", dtype, device, [&](auto zero, cudaStream_t stream) {
         using T = decltype(zero);
-        index_status = DispatchIndex("ScatterAdd", index_dtype, [&](auto i) {
-          using I = decltype(i);
-          ScatterAddKernel<T, I><<<blocks, kLaunchThreads, 0, stream>>>(
-              static_cast<const T*>(updates), row,
-              static_cast<const I*>(indices), num_indices,
-              static_cast<T*>(out));
-        });
-      }));
-  return index_status;
+        index_status.Update(
+            DispatchIndex("ScatterAdd", index_dtype, [&](auto i) {
+              using I = decltype(i);
+              ScatterAddKernel<T, I><<<blocks, kLaunchThreads, 0, stream>>>(
+                  static_cast<const T*>(updates), row,
+                  static_cast<const I*>(indices), num_indices,
+                  static_cast<T*>(out));
+            }));
+      });
+  return launched.ok() ? index_status : launched;
 }
 
 absl::Status OneHot(DType index_dtype, const void* indices, int64_t n,
