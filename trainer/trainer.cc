@@ -465,6 +465,7 @@ absl::Status Trainer::Train() {
     }
     const int64_t every_save = config_.checkpoint.every_steps;
     if (every_save > 0 && step % every_save == 0) MT_RETURN_IF_ERROR(save());
+    if (step_observer_) step_observer_(step);
   }
   if (!evaluated_at_end) MT_RETURN_IF_ERROR(EvaluateAndLog(step));
   MT_RETURN_IF_ERROR(save());

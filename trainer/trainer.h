@@ -12,6 +12,7 @@
 #ifndef MIRRORTRAIN_TRAINER_TRAINER_H_
 #define MIRRORTRAIN_TRAINER_TRAINER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -70,6 +71,12 @@ class Trainer {
   // replica's state is bitwise identical to replica 0's.
   absl::Status CheckReplicasIdentical() const;
   int num_replicas() const { return strategy_->num_replicas(); }
+  // Called by Train() on its own thread after every step with the new
+  // global step, once the step's work is finished (tests and tools, e.g. to
+  // read allocator counters between steps).
+  void set_step_observer(std::function<void(int64_t step)> observer) {
+    step_observer_ = std::move(observer);
+  }
 
  private:
   struct Replica {
@@ -109,6 +116,7 @@ class Trainer {
   std::unique_ptr<BatchIterator> train_iterator_;
   std::unique_ptr<MetricsLogger> logger_;
   std::unique_ptr<Progress> progress_;
+  std::function<void(int64_t)> step_observer_;
 };
 
 }  // namespace mirrortrain::trainer

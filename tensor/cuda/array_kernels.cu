@@ -1,5 +1,5 @@
-// Indexing and conversion kernels for array_ops: Cast, Gather and its
-// gradient, OneHot and ArgMax. One thread per output element in a
+// Indexing and conversion kernels for array_ops: Fill, Cast, Gather and
+// its gradient, OneHot and ArgMax. One thread per output element in a
 // grid-stride loop.
 #include <cuda_runtime.h>
 
@@ -11,6 +11,11 @@
 
 namespace mirrortrain::cuda {
 namespace {
+
+template <typename T>
+__global__ void FillKernel(T* dst, T value, int64_t n) {
+  for (int64_t i = GridStart(); i < n; i += GridStep()) dst[i] = value;
+}
 
 template <typename S, typename D>
 __global__ void CastKernel(const S* src, D* dst, int64_t n) {
@@ -73,6 +78,20 @@ __global__ void ArgMaxKernel(const T* x, int64_t outer, int64_t n,
 }
 
 }  // namespace
+
+absl::Status Fill(DType dtype, void* dst, double value, int64_t n, int device) {
+  if (n == 0) return absl::OkStatus();
+  DeviceGuard guard;
+  MT_RETURN_IF_ERROR(guard.Set(device));
+  cudaStream_t stream = LaunchStream();
+  DispatchAll(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    FillKernel<T><<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
+        static_cast<T*>(dst), static_cast<T>(value), n);
+  });
+  MT_CUDA_RETURN_IF_LAUNCH_ERROR("FillKernel");
+  return absl::OkStatus();
+}
 
 absl::Status Cast(DType src_dtype, const void* src, DType dst_dtype, void* dst,
                   int64_t n, int device) {

@@ -3,6 +3,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <limits>
 #include <map>
 #include <memory>
 
@@ -60,9 +62,31 @@ absl::Status Gemm(DType dtype, bool ta, bool tb, int64_t m, int64_t n,
                   int64_t k, double alpha, const void* a, int64_t lda,
                   const void* b, int64_t ldb, double beta, void* c, int device,
                   bool tf32) {
+  if (dtype != DType::kF32 && dtype != DType::kF64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuBLAS GEMM takes f32 or f64, got ", DTypeName(dtype)));
+  }
   if (m == 0 || n == 0) return absl::OkStatus();
+  for (int64_t v : {m, n, k, lda, ldb}) {
+    if (v > std::numeric_limits<int>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cuBLAS GEMM: dimension ", v, " exceeds the 32-bit API (m=", m,
+          " n=", n, " k=", k, ")"));
+    }
+  }
   DeviceGuard guard;
   MT_RETURN_IF_ERROR(guard.Set(device));
+  if (k == 0 && (beta == 0 || beta == 1)) {
+    // An empty sum: C = beta * C without cuBLAS, which rejects the zero
+    // leading dimension an empty operand has.
+    if (beta == 1) return absl::OkStatus();
+    MT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
+        c, 0, static_cast<size_t>(m * n) * DTypeSize(dtype), LaunchStream()));
+    return absl::OkStatus();
+  }
+  // BLAS wants leading dimensions >= 1 even for empty operands.
+  lda = std::max<int64_t>(lda, 1);
+  ldb = std::max<int64_t>(ldb, 1);
   MT_ASSIGN_OR_RETURN(cublasHandle_t h, HandleFor(device));
   MT_CUBLAS_RETURN_IF_ERROR(cublasSetStream(h, LaunchStream()));
   const cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -79,17 +103,13 @@ absl::Status Gemm(DType dtype, bool ta, bool tb, int64_t m, int64_t n,
                     static_cast<int>(n)));
     return absl::OkStatus();
   }
-  if (dtype == DType::kF64) {
-    MT_CUBLAS_RETURN_IF_ERROR(
-        cublasDgemm(h, op_b, op_a, static_cast<int>(n), static_cast<int>(m),
-                    static_cast<int>(k), &alpha, static_cast<const double*>(b),
-                    static_cast<int>(ldb), static_cast<const double*>(a),
-                    static_cast<int>(lda), &beta, static_cast<double*>(c),
-                    static_cast<int>(n)));
-    return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("cuBLAS GEMM takes f32 or f64, got ", DTypeName(dtype)));
+  MT_CUBLAS_RETURN_IF_ERROR(
+      cublasDgemm(h, op_b, op_a, static_cast<int>(n), static_cast<int>(m),
+                  static_cast<int>(k), &alpha, static_cast<const double*>(b),
+                  static_cast<int>(ldb), static_cast<const double*>(a),
+                  static_cast<int>(lda), &beta, static_cast<double*>(c),
+                  static_cast<int>(n)));
+  return absl::OkStatus();
 }
 
 }  // namespace mirrortrain::cuda

@@ -32,6 +32,17 @@ absl::Status CheckDevice(int device);
 // The caching allocator of gpu:`device` (process-wide, never destroyed).
 absl::StatusOr<Allocator*> DeviceAllocator(int device);
 
+// Counters of gpu:`device`'s caching allocator since the process started
+// (what torch.cuda.memory_stats reports): a steady-state training step
+// leaves `device_mallocs` and `device_frees` unchanged.
+struct DeviceMemoryStats {
+  int64_t device_mallocs = 0;  // cudaMalloc calls that succeeded.
+  int64_t device_frees = 0;    // cudaFree calls (cache released on OOM).
+  int64_t bytes_in_use = 0;    // Blocks handed out, rounded sizes.
+  int64_t bytes_cached = 0;    // Free blocks kept for reuse.
+};
+absl::StatusOr<DeviceMemoryStats> GetDeviceMemoryStats(int device);
+
 // Opaque stream handle (a cudaStream_t). nullptr means the per-thread
 // default stream.
 using StreamHandle = void*;

@@ -19,6 +19,9 @@ absl::Status CheckDevice(int device) {
                    " requested but this mirrortrain was built without CUDA"));
 }
 absl::StatusOr<Allocator*> DeviceAllocator(int) { return NotBuilt(); }
+absl::StatusOr<DeviceMemoryStats> GetDeviceMemoryStats(int) {
+  return NotBuilt();
+}
 void SetCurrentStream(StreamHandle) {}
 StreamHandle CurrentStream() { return nullptr; }
 absl::Status Memset(void*, int, size_t, int) { return NotBuilt(); }
@@ -60,6 +63,7 @@ absl::Status Reduce(ReduceKind, DType, const void*, absl::Span<const int64_t>,
                     absl::Span<const int64_t>, double, DType, void*, int) {
   return NotBuilt();
 }
+absl::Status Fill(DType, void*, double, int64_t, int) { return NotBuilt(); }
 absl::Status Cast(DType, const void*, DType, void*, int64_t, int) {
   return NotBuilt();
 }
@@ -107,7 +111,7 @@ absl::Status Softmax(DType, const void*, void*, int64_t, int64_t, bool, int) {
   return NotBuilt();
 }
 absl::Status SparseSoftmaxXent(DType, const void*, DType, const void*, int64_t,
-                               int64_t, void*, void*, int64_t*, int64_t*, int) {
+                               int64_t, void*, void*, int) {
   return NotBuilt();
 }
 absl::Status SparseSoftmaxXentGrad(DType, const void*, DType, const void*,

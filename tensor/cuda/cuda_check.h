@@ -20,17 +20,20 @@ inline absl::Status CudaError(cudaError_t err, const char* call,
 
 }  // namespace mirrortrain::cuda
 
-#define MT_CUDA_RETURN_IF_ERROR(call)                                 \
-  do {                                                                \
-    cudaError_t _mt_err = (call);                                     \
-    if (_mt_err != cudaSuccess) {                                     \
-      return ::mirrortrain::cuda::CudaError(_mt_err, #call, __FILE__, \
-                                            __LINE__);                \
-    }                                                                 \
+#define MT_CUDA_RETURN_IF_ERROR(call)                                     \
+  do {                                                                    \
+    cudaError_t _mt_err = (call);                                         \
+    if (_mt_err != cudaSuccess) {                                         \
+      cudaGetLastError(); /* Reported here: not blamed on later calls. */ \
+      return ::mirrortrain::cuda::CudaError(_mt_err, #call, __FILE__,     \
+                                            __LINE__);                    \
+    }                                                                     \
   } while (0)
 
 // After a kernel launch: reports bad launch configurations immediately.
+// cudaGetLastError (not Peek) clears the error, so a failure elsewhere on
+// this thread (a recovered cudaMalloc, say) is not blamed on later launches.
 #define MT_CUDA_RETURN_IF_LAUNCH_ERROR(name) \
-  MT_CUDA_RETURN_IF_ERROR(cudaPeekAtLastError())
+  MT_CUDA_RETURN_IF_ERROR(cudaGetLastError())
 
 #endif  // MIRRORTRAIN_TENSOR_CUDA_CUDA_CHECK_H_

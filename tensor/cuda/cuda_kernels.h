@@ -56,6 +56,10 @@ absl::Status Reduce(ReduceKind kind, DType dtype, const void* x,
                     absl::Span<const int64_t> reduced_strides, double scale,
                     DType out_dtype, void* out, int device);
 
+// dst[i] = static_cast<dst type>(value) for i < n, any dtype: fills on the
+// current stream without a host copy (no wait).
+absl::Status Fill(DType dtype, void* dst, double value, int64_t n, int device);
+
 // dst[i] = static_cast<dst type>(src[i]) between any two dtypes.
 // Float-to-integer conversion of values out of the integer's range
 // saturates here (undefined behaviour on the CPU side).
@@ -130,18 +134,16 @@ absl::Status ColumnSum(DType dtype, const void* x, int64_t rows, int64_t cols,
 // Softmax (log: log-softmax) of each row, max-shifted as on the CPU.
 absl::Status Softmax(DType dtype, const void* x, void* y, int64_t rows,
                      int64_t cols, bool log, int device);
-// For each row r with labels[r] (i32 or i64) in [0, cols): softmax[r, :]
-// and loss[r] = log(sum exp(x[r] - max)) - (x[r, label] - max). On return
-// *bad_row is the first row whose label is out of range, with that label in
-// *bad_label, or -1 (outputs are then complete). Synchronises the stream:
-// the range flag is copied back.
+// For each row r: softmax[r, :] and loss[r] = log(sum exp(x[r] - max)) -
+// (x[r, label] - max) with labels (i32 or i64) in [0, cols). A row whose
+// label is out of range gets NaN loss and a NaN softmax row (hence a NaN
+// gradient row), as TensorFlow's GPU kernel does; checking on the host
+// would make it wait for the forward pass every step.
 absl::Status SparseSoftmaxXent(DType dtype, const void* logits,
                                DType label_dtype, const void* labels,
                                int64_t rows, int64_t cols, void* loss,
-                               void* softmax, int64_t* bad_row,
-                               int64_t* bad_label, int device);
-// d[r, c] = g[r] * softmax[r, c], minus g[r] where c == labels[r] (labels
-// known to be in range).
+                               void* softmax, int device);
+// d[r, c] = g[r] * softmax[r, c], minus g[r] where c == labels[r].
 absl::Status SparseSoftmaxXentGrad(DType dtype, const void* softmax,
                                    DType label_dtype, const void* labels,
                                    const void* g, int64_t rows, int64_t cols,

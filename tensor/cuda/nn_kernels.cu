@@ -5,13 +5,12 @@
 // result). Formulas are the CPU's (ops/nn_ops.cc), term for term.
 #include <cuda_runtime.h>
 
-#include <climits>
+#include <cmath>
 
 #include "tensor/cuda/column_sum.cuh"
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/cuda/device_guard.h"
-#include "tensor/cuda/device_scratch.h"
 #include "tensor/cuda/launch.h"
 #include "tensor/dropout_mask.h"
 #include "tensor/status_macros.h"
@@ -26,6 +25,10 @@ __device__ inline float Exp(float x) { return expf(x); }
 __device__ inline double Exp(double x) { return exp(x); }
 __device__ inline float Log(float x) { return logf(x); }
 __device__ inline double Log(double x) { return log(x); }
+template <typename T>
+__device__ inline T Nan() {
+  return T(NAN);
+}
 // Products that the compiler must not fuse into a following add/subtract:
 // the CPU rounds the product first.
 __device__ inline float MulRn(float a, float b) { return __fmul_rn(a, b); }
@@ -101,18 +104,21 @@ __global__ void SoftmaxKernel(const T* x, T* y, int64_t rows, int64_t cols,
 
 template <typename T, typename L>
 __global__ void XentKernel(const T* x, const L* labels, int64_t rows,
-                           int64_t cols, T* loss, T* softmax,
-                           unsigned long long* bad_row) {
+                           int64_t cols, T* loss, T* softmax) {
   const int lane = threadIdx.x % kWarp;
   for (int64_t r = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / kWarp;
        r < rows; r += int64_t{gridDim.x} * kRowsPerBlock) {
     const int64_t label = static_cast<int64_t>(labels[r]);
+    T* sr = softmax + r * cols;
     if (label < 0 || label >= cols) {
-      if (lane == 0) atomicMin(bad_row, static_cast<unsigned long long>(r));
-      continue;  // Warp-uniform: every lane read the same label.
+      // TensorFlow's GPU kernel: NaN loss, and a NaN softmax row so that
+      // the gradient row is NaN too. Warp-uniform: every lane read the label.
+      const T nan = Nan<T>();
+      for (int64_t c = lane; c < cols; c += kWarp) sr[c] = nan;
+      if (lane == 0) loss[r] = nan;
+      continue;
     }
     const T* xr = x + r * cols;
-    T* sr = softmax + r * cols;
     T mx, sum;
     RowMaxAndSum(xr, cols, lane, &mx, &sum);
     const T inv = T(1) / sum;
@@ -188,19 +194,11 @@ absl::Status Softmax(DType dtype, const void* x, void* y, int64_t rows,
 absl::Status SparseSoftmaxXent(DType dtype, const void* logits,
                                DType label_dtype, const void* labels,
                                int64_t rows, int64_t cols, void* loss,
-                               void* softmax, int64_t* bad_row,
-                               int64_t* bad_label, int device) {
-  *bad_row = -1;
-  *bad_label = 0;
+                               void* softmax, int device) {
   if (rows == 0) return absl::OkStatus();
   DeviceGuard guard;
   MT_RETURN_IF_ERROR(guard.Set(device));
   cudaStream_t stream = LaunchStream();
-  // The first row with a label out of range (atomicMin), ULLONG_MAX if none.
-  DeviceScratch flag;
-  MT_RETURN_IF_ERROR(flag.Allocate(device, sizeof(unsigned long long)));
-  MT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flag.get<void>(), 0xff,
-                                          sizeof(unsigned long long), stream));
   absl::Status index_status;
   MT_RETURN_IF_ERROR(DispatchFloat("SparseSoftmaxXent", dtype, [&](auto z) {
     using T = decltype(z);
@@ -209,29 +207,11 @@ absl::Status SparseSoftmaxXent(DType dtype, const void* logits,
           using L = decltype(zl);
           XentKernel<T, L><<<RowBlocks(rows), kLaunchThreads, 0, stream>>>(
               static_cast<const T*>(logits), static_cast<const L*>(labels),
-              rows, cols, static_cast<T*>(loss), static_cast<T*>(softmax),
-              flag.get<unsigned long long>());
+              rows, cols, static_cast<T*>(loss), static_cast<T*>(softmax));
         }));
   }));
   MT_RETURN_IF_ERROR(index_status);
   MT_CUDA_RETURN_IF_LAUNCH_ERROR("XentKernel");
-  unsigned long long first_bad = 0;
-  MT_RETURN_IF_ERROR(Copy(&first_bad, Device::Cpu(), flag.get<void>(),
-                          Device::Cuda(device), sizeof(first_bad)));
-  if (first_bad == ULLONG_MAX) return absl::OkStatus();
-  *bad_row = static_cast<int64_t>(first_bad);
-  // The offending label, for the error message.
-  if (label_dtype == DType::kI32) {
-    int32_t label = 0;
-    MT_RETURN_IF_ERROR(Copy(&label, Device::Cpu(),
-                            static_cast<const int32_t*>(labels) + *bad_row,
-                            Device::Cuda(device), sizeof(label)));
-    *bad_label = label;
-  } else {
-    MT_RETURN_IF_ERROR(Copy(bad_label, Device::Cpu(),
-                            static_cast<const int64_t*>(labels) + *bad_row,
-                            Device::Cuda(device), sizeof(int64_t)));
-  }
   return absl::OkStatus();
 }
 

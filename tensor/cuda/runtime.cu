@@ -49,6 +49,8 @@ class CachingAllocator final : public Allocator {
           it->first.second <= 2 * rounded) {
         void* ptr = it->second;
         blocks_[ptr] = {it->first.second, owner};
+        stats_.bytes_cached -= static_cast<int64_t>(it->first.second);
+        stats_.bytes_in_use += static_cast<int64_t>(it->first.second);
         free_.erase(it);
         return ptr;
       }
@@ -65,6 +67,8 @@ class CachingAllocator final : public Allocator {
     }
     std::lock_guard<std::mutex> lock(mu_);
     blocks_[ptr] = {rounded, owner};
+    ++stats_.device_mallocs;
+    stats_.bytes_in_use += static_cast<int64_t>(rounded);
     return ptr;
   }
 
@@ -73,10 +77,17 @@ class CachingAllocator final : public Allocator {
     auto it = blocks_.find(ptr);
     if (it == blocks_.end()) return;
     free_.emplace(std::make_pair(it->second.owner, it->second.size), ptr);
+    stats_.bytes_in_use -= static_cast<int64_t>(it->second.size);
+    stats_.bytes_cached += static_cast<int64_t>(it->second.size);
     blocks_.erase(it);
   }
 
   Device device() const override { return Device::Cuda(device_); }
+
+  DeviceMemoryStats stats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
 
  private:
   // The stream a block is ordered on. cudaStreamPerThread is one handle
@@ -102,8 +113,11 @@ class CachingAllocator final : public Allocator {
     DeviceGuard guard;
     if (guard.Set(device_).ok()) cudaDeviceSynchronize();
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [key, ptr] : free_) cudaFree(ptr);
+    for (auto& [key, ptr] : free_) {
+      if (cudaFree(ptr) == cudaSuccess) ++stats_.device_frees;
+    }
     free_.clear();
+    stats_.bytes_cached = 0;
   }
 
   const int device_;
@@ -111,6 +125,7 @@ class CachingAllocator final : public Allocator {
   // Free blocks by (owner, size); blocks handed out by pointer.
   std::multimap<std::pair<Owner, size_t>, void*> free_;
   std::map<void*, Block> blocks_;
+  DeviceMemoryStats stats_;
 };
 
 // Pinned host blocks, cached per exact size (input staging buffers repeat
@@ -174,15 +189,36 @@ absl::Status CheckDevice(int device) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Every tensor allocation comes here, so no driver call and no lock: the
+// allocators are made once for the GPUs visible at first use.
+absl::StatusOr<CachingAllocator*> CachingAllocatorOf(int device) {
+  static const auto* allocators = [] {
+    auto* all = new std::vector<std::unique_ptr<CachingAllocator>>;
+    for (int d = 0; d < DeviceCount(); ++d) {
+      all->push_back(std::make_unique<CachingAllocator>(d));
+    }
+    return all;
+  }();
+  if (device < 0 || device >= static_cast<int>(allocators->size())) {
+    MT_RETURN_IF_ERROR(CheckDevice(device));
+    return absl::FailedPreconditionError(
+        absl::StrCat("gpu:", device, " appeared after the first allocation"));
+  }
+  return (*allocators)[device].get();
+}
+
+}  // namespace
+
 absl::StatusOr<Allocator*> DeviceAllocator(int device) {
-  MT_RETURN_IF_ERROR(CheckDevice(device));
-  static std::mutex mu;
-  static auto* allocators = new std::vector<std::unique_ptr<CachingAllocator>>;
-  std::lock_guard<std::mutex> lock(mu);
-  if (allocators->empty()) allocators->resize(DeviceCount());
-  auto& slot = (*allocators)[device];
-  if (slot == nullptr) slot = std::make_unique<CachingAllocator>(device);
-  return slot.get();
+  MT_ASSIGN_OR_RETURN(CachingAllocator * allocator, CachingAllocatorOf(device));
+  return allocator;
+}
+
+absl::StatusOr<DeviceMemoryStats> GetDeviceMemoryStats(int device) {
+  MT_ASSIGN_OR_RETURN(CachingAllocator * allocator, CachingAllocatorOf(device));
+  return allocator->stats();
 }
 
 void SetCurrentStream(StreamHandle stream) {

@@ -343,10 +343,16 @@ absl::StatusOr<Tensor> StopGradient(const Tensor& x) {
 
 absl::StatusOr<Tensor> Fill(DType dtype, const Shape& shape, double value,
                             Device device) {
+  if (device.is_cuda()) {
+    // A fill kernel: a host copy would make the host wait for the stream.
+    MT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(dtype, shape, device));
+    MT_RETURN_IF_ERROR(cuda::Fill(dtype, out.raw_data(), value,
+                                  out.num_elements(), device.index));
+    return out;
+  }
   // Validates the shape (no negative dimensions) before allocating.
   MT_RETURN_IF_ERROR(Tensor::Empty(dtype, shape).status());
-  Tensor host = Tensor::HostFull(dtype, shape, value);
-  return host.To(device);
+  return Tensor::HostFull(dtype, shape, value);
 }
 
 absl::StatusOr<Tensor> ZerosLike(const Tensor& x) {

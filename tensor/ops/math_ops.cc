@@ -5,6 +5,7 @@
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/gradient_tape.h"
+#include "tensor/ops/array_ops.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/ops/reduction_ops.h"
 #include "tensor/parallel.h"
@@ -254,8 +255,7 @@ absl::StatusOr<Tensor> BinaryKernel(const char* op, BinaryKind kind,
 }
 
 absl::StatusOr<Tensor> ScalarLike(const Tensor& like, double value) {
-  Tensor host = Tensor::HostFull(like.dtype(), {}, value);
-  return host.To(like.device());
+  return Fill(like.dtype(), {}, value, like.device());
 }
 
 }  // namespace internal

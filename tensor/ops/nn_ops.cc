@@ -149,20 +149,13 @@ absl::StatusOr<Tensor> SparseSoftmaxCrossEntropyWithLogits(
                         Tensor::Empty(logits.dtype(), {batch}, device));
     MT_ASSIGN_OR_RETURN(Tensor softmax,
                         Tensor::Empty(logits.dtype(), logits.shape(), device));
-    int64_t bad_row = -1, bad_label = 0;
-    MT_RETURN_IF_ERROR(KernelError(
-        kOp,
-        cuda::SparseSoftmaxXent(logits.dtype(), logits.raw_data(),
-                                labels.dtype(), labels.raw_data(), batch,
-                                classes, loss.raw_data(), softmax.raw_data(),
-                                &bad_row, &bad_label, device.index),
-        {&logits, &labels}));
-    if (bad_row >= 0) {
-      return OpError(kOp,
-                     absl::StrCat("label ", bad_label, " in row ", bad_row,
-                                  " is outside [0, ", classes, ")"),
-                     {&logits, &labels});
-    }
+    MT_RETURN_IF_ERROR(
+        KernelError(kOp,
+                    cuda::SparseSoftmaxXent(logits.dtype(), logits.raw_data(),
+                                            labels.dtype(), labels.raw_data(),
+                                            batch, classes, loss.raw_data(),
+                                            softmax.raw_data(), device.index),
+                    {&logits, &labels}));
     tape::RecordOperation(kOp, {logits, labels}, {loss},
                           XentAttrs{std::move(softmax)});
     return loss;

@@ -17,8 +17,10 @@ absl::StatusOr<Tensor> Softmax(const Tensor& logits);
 absl::StatusOr<Tensor> LogSoftmax(const Tensor& logits);
 // Per-example -log softmax(logits)[label] for logits [batch, classes] and
 // integer labels [batch], computed stably (max-shifted log-sum-exp). A label
-// outside [0, classes) is an error naming the row (TensorFlow's CPU kernel
-// errors too). Differentiable with respect to logits.
+// outside [0, classes) is, as in TensorFlow, an error naming the row on the
+// CPU and a NaN loss and gradient row on a GPU (no host wait). Training
+// input is range-checked when it is read. Differentiable with respect to
+// logits.
 absl::StatusOr<Tensor> SparseSoftmaxCrossEntropyWithLogits(
     const Tensor& logits, const Tensor& labels);
 // Inverted dropout: zeroes each element with probability `rate` and scales

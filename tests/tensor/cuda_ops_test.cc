@@ -1,7 +1,11 @@
 // CUDA kernels against their CPU twins. Labelled `gpu`; skips with the
 // reason when no GPU is visible (the kernels are still compiled in CI).
+#include <cmath>
+#include <vector>
+
 #include "gtest/gtest.h"
 #include "tensor/cuda/cuda_backend.h"
+#include "tensor/matmul_precision.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/variable.h"
@@ -27,6 +31,30 @@ TEST_F(CudaOpsTest, UnaryKernelsMatchCpu) {
   }
 }
 
+// Forward and tape gradients (ReluGrad, SigmoidGrad, TanhGrad, ...) over
+// inputs of both signs, in f32 and f64.
+TEST_F(CudaOpsTest, UnaryOpsAndGradientsMatchCpuOverBothSigns) {
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const Tensor x = testing::RandomTensor({300, 7}, 21, dtype, -3.0, 3.0);
+    for (auto* fn : {&ops::Neg, &ops::Exp, &ops::Square, &ops::Relu,
+                     &ops::Sigmoid, &ops::Tanh}) {
+      testing::ExpectGpuMatchesCpu(
+          [fn](const std::vector<Tensor>& in) { return fn(in[0]); }, {x}, 1e-5,
+          1e-7);
+    }
+  }
+}
+
+// Relu at the edges: negative zero, tiny negatives, NaN.
+TEST_F(CudaOpsTest, ReluOfSpecialValuesMatchesCpu) {
+  const Tensor x = Tensor::FromVector<float>(
+      {-1.0f, -0.0f, 0.0f, 2.5f, std::nanf(""), -1e-30f, 1e-30f}, {7});
+  absl::StatusOr<Tensor> gpu = ops::Relu(*x.To(Device::Cuda(0)));
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  EXPECT_TRUE(testing::AllClose(*gpu->To(Device::Cpu()), *ops::Relu(x), 0, 0));
+}
+
 TEST_F(CudaOpsTest, BinaryKernelsMatchCpu) {
   Tensor a = testing::RandomTensor({513, 9}, 2, DType::kF32);
   Tensor b = testing::RandomTensor({513, 9}, 3, DType::kF32, 0.5, 2.0);
@@ -35,6 +63,19 @@ TEST_F(CudaOpsTest, BinaryKernelsMatchCpu) {
     absl::StatusOr<Tensor> gpu = fn(ga, gb);
     ASSERT_TRUE(gpu.ok()) << gpu.status();
     EXPECT_TRUE(testing::AllClose(*gpu->To(Device::Cpu()), *fn(a, b), 1e-6, 0));
+  }
+}
+
+TEST_F(CudaOpsTest, BinaryOpsAndGradientsMatchCpuInBothDtypes) {
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const Tensor a = testing::RandomTensor({129, 5}, 22, dtype);
+    const Tensor b = testing::RandomTensor({129, 5}, 23, dtype, 0.5, 2.0);
+    for (auto* fn : {&ops::Add, &ops::Sub, &ops::Mul, &ops::Div}) {
+      testing::ExpectGpuMatchesCpu(
+          [fn](const std::vector<Tensor>& in) { return fn(in[0], in[1]); },
+          {a, b}, 1e-5, 1e-7);
+    }
   }
 }
 
@@ -62,6 +103,53 @@ TEST_F(CudaOpsTest, MatMulOnCublasMatchesCpuForEveryTranspose) {
       }
     }
   }
+}
+
+// An empty inner dimension: zeros, as on the CPU (cuBLAS alone rejects
+// the zero leading dimension of an empty operand).
+TEST_F(CudaOpsTest, MatMulWithEmptyInnerDimensionIsZeros) {
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const Tensor a =
+          Tensor::HostZeros(DType::kF32, ta ? Shape{0, 3} : Shape{3, 0});
+      const Tensor b =
+          Tensor::HostZeros(DType::kF32, tb ? Shape{4, 0} : Shape{0, 4});
+      absl::StatusOr<Tensor> gpu =
+          ops::MatMul(*a.To(Device::Cuda(0)), *b.To(Device::Cuda(0)), ta, tb);
+      ASSERT_TRUE(gpu.ok()) << gpu.status() << " ta=" << ta << " tb=" << tb;
+      EXPECT_TRUE(testing::AllClose(*gpu->To(Device::Cpu()),
+                                    *ops::MatMul(a, b, ta, tb), 0, 0));
+    }
+  }
+}
+
+// precision: fp32 follows the CPU to f32 rounding; tf32 rounds the inputs
+// to 10-bit mantissas, so it is close (~1e-3 relative) but not that close.
+TEST_F(CudaOpsTest, Tf32MatMulIsCloseButFp32IsExact) {
+  const Tensor a = testing::RandomTensor({256, 512}, 31, DType::kF32);
+  const Tensor b = testing::RandomTensor({512, 128}, 32, DType::kF32);
+  const Tensor cpu = *ops::MatMul(a, b);
+  const Tensor ga = *a.To(Device::Cuda(0)), gb = *b.To(Device::Cuda(0));
+  auto relative_error = [&](MatMulPrecision precision) {
+    SetMatMulPrecision(precision);
+    absl::StatusOr<Tensor> gpu = ops::MatMul(ga, gb);
+    SetMatMulPrecision(MatMulPrecision::kFp32);
+    EXPECT_TRUE(gpu.ok()) << gpu.status();
+    if (!gpu.ok()) return 1.0;
+    const Tensor host = *gpu->To(Device::Cpu());
+    double diff = 0, norm = 0;
+    for (int64_t i = 0; i < cpu.num_elements(); ++i) {
+      const double d = host.ScalarAt(i) - cpu.ScalarAt(i);
+      diff += d * d;
+      norm += cpu.ScalarAt(i) * cpu.ScalarAt(i);
+    }
+    return std::sqrt(diff / norm);
+  };
+  const double fp32 = relative_error(MatMulPrecision::kFp32);
+  const double tf32 = relative_error(MatMulPrecision::kTf32);
+  EXPECT_LT(fp32, 1e-6);
+  EXPECT_LT(tf32, 5e-3);
+  EXPECT_GT(tf32, 10 * fp32) << "tf32 did not engage the tensor cores";
 }
 
 }  // namespace
