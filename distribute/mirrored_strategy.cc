@@ -101,6 +101,10 @@ class MirroredStrategy::Replica final : public ReplicaContext {
       absl::Status s = event->MakeStreamWait(communication_.handle());
       if (s.ok()) s = ops_->AllReduce(id_, op, buffer);
       if (s.ok()) s = communication_.Synchronize();
+      // Drop this task's references before the waiter goes on, so the
+      // buffer returns to its pool at a fixed point of the step.
+      buffer = Tensor();
+      event.reset();
       done->set_value(s);
     });
     return absl::OkStatus();

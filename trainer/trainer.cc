@@ -400,7 +400,10 @@ absl::Status Trainer::Train() {
   auto window_start = std::chrono::steady_clock::now();
   bool evaluated_at_end = false;
   auto save = [&]() -> absl::Status {
-    if (last_saved_step_ == global_step()) return absl::OkStatus();
+    // Without a run directory (tests, tools) nothing is written.
+    if (run_dir_.empty() || last_saved_step_ == global_step()) {
+      return absl::OkStatus();
+    }
     MT_ASSIGN_OR_RETURN(std::string path, SaveCheckpoint());
     progress_->Message(absl::StrCat("saved ", path));
     return absl::OkStatus();

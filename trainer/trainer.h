@@ -48,7 +48,8 @@ class Trainer {
   ~Trainer();
 
   // Trains to train.steps / train.epochs. Returns Cancelled when a stop
-  // signal ended the run early (after the current step).
+  // signal ended the run early (after the current step). Checkpoints go to
+  // <run_dir>/checkpoints; without a run directory none are written.
   absl::Status Train();
   // The test split with the raw or the EMA weights (EMA: an error when the
   // config has no EMA).
@@ -60,7 +61,8 @@ class Trainer {
   // input position from a checkpoint file or a directory's latest.
   absl::Status RestoreCheckpoint(const std::string& path_or_dir);
   // Writes a checkpoint of replica 0 (all replicas are identical) to
-  // <run_dir>/checkpoints; returns its path.
+  // <run_dir>/checkpoints; returns its path (FailedPrecondition without a
+  // run directory).
   absl::StatusOr<std::string> SaveCheckpoint();
   // The checkpoint the state came from ("" if trained from scratch).
   const std::string& restored_from() const { return restored_from_; }

@@ -81,6 +81,10 @@ absl::Status Trainer::RestoreCheckpoint(const std::string& path_or_dir) {
 }
 
 absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
+  if (run_dir_.empty()) {
+    return absl::FailedPreconditionError(
+        "SaveCheckpoint: this trainer has no run directory");
+  }
   const int64_t step = global_step();
   MT_ASSIGN_OR_RETURN(
       Variable global_step,

@@ -8,6 +8,7 @@
 #   DEPS_BUNDLE  the offline bundle (scripts/bundle_deps.sh); default deps-bundle
 #   NCCL_ROOT    NCCL if not with the CUDA toolkit; found in the Python
 #                nvidia-nccl wheel when unset
+#   CUBLAS_ROOT  likewise for cuBLAS (the nvidia-cublas wheel)
 #   BUILD_DIR    default build
 #   SKIP_BUILD   set: use $BUILD_DIR as it is
 
@@ -47,6 +48,19 @@ gpu_preflight() {
   if [[ -n "${NCCL_ROOT:-}" && -d "$NCCL_ROOT/lib" ]]; then
     export LD_LIBRARY_PATH="$NCCL_ROOT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   fi
+  local cuda_include
+  cuda_include="$(dirname "$(dirname "$(command -v nvcc)")")/include"
+  if [[ -z "${CUBLAS_ROOT:-}" && ! -f "$cuda_include/cublas_v2.h" ]]; then
+    # The nvidia-cublas wheel of nvcc's major version (CUDA 13:
+    # nvidia/cu13/{include,lib}).
+    local major
+    major="$(nvcc --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')"
+    CUBLAS_ROOT="$(python3 -c "import nvidia, os, sys; print(next(p for p in (os.path.join(d, 'cu' + sys.argv[1]) for d in nvidia.__path__) if os.path.exists(os.path.join(p, 'include', 'cublas_v2.h'))))" "$major" 2>/dev/null || true)"
+    [[ -n "$CUBLAS_ROOT" ]] && export CUBLAS_ROOT
+  fi
+  # No LD_LIBRARY_PATH for it: the binaries' RPATH names that folder, and
+  # the folder also holds other CUDA libraries of the wheels.
+  echo "CUBLAS_ROOT=${CUBLAS_ROOT:-<unset: cuBLAS from the CUDA toolkit>}"
 }
 
 # Builds $BUILD_DIR (default build) with scripts/setup.sh: offline from the

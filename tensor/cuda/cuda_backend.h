@@ -6,7 +6,8 @@
 // Stream contract: kernels and copies are enqueued on the calling thread's
 // current stream (cudaStreamPerThread unless a replica sets its own, see
 // SetCurrentStream); copies to or from host memory are synchronous with
-// respect to that stream.
+// respect to that stream, and copies between two GPUs wait for all work of
+// the source GPU and for the copy.
 #ifndef MIRRORTRAIN_TENSOR_CUDA_CUDA_BACKEND_H_
 #define MIRRORTRAIN_TENSOR_CUDA_CUDA_BACKEND_H_
 

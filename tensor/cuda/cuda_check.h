@@ -33,7 +33,13 @@ inline absl::Status CudaError(cudaError_t err, const char* call,
 // After a kernel launch: reports bad launch configurations immediately.
 // cudaGetLastError (not Peek) clears the error, so a failure elsewhere on
 // this thread (a recovered cudaMalloc, say) is not blamed on later launches.
-#define MT_CUDA_RETURN_IF_LAUNCH_ERROR(name) \
-  MT_CUDA_RETURN_IF_ERROR(cudaGetLastError())
+#define MT_CUDA_RETURN_IF_LAUNCH_ERROR(name)                         \
+  do {                                                               \
+    cudaError_t _mt_err = cudaGetLastError();                        \
+    if (_mt_err != cudaSuccess) {                                    \
+      return ::mirrortrain::cuda::CudaError(_mt_err, name, __FILE__, \
+                                            __LINE__);               \
+    }                                                                \
+  } while (0)
 
 #endif  // MIRRORTRAIN_TENSOR_CUDA_CUDA_CHECK_H_

@@ -57,7 +57,8 @@ absl::Status Reduce(ReduceKind kind, DType dtype, const void* x,
                     DType out_dtype, void* out, int device);
 
 // dst[i] = static_cast<dst type>(value) for i < n, any dtype: fills on the
-// current stream without a host copy (no wait).
+// current stream without a host copy (no wait); other streams must be
+// ordered after it before reading dst.
 absl::Status Fill(DType dtype, void* dst, double value, int64_t n, int device);
 
 // dst[i] = static_cast<dst type>(src[i]) between any two dtypes.

@@ -116,6 +116,7 @@ class CachingAllocator final : public Allocator {
     for (auto& [key, ptr] : free_) {
       if (cudaFree(ptr) == cudaSuccess) ++stats_.device_frees;
     }
+    cudaGetLastError();  // Best effort: not blamed on later calls.
     free_.clear();
     stats_.bytes_cached = 0;
   }
@@ -240,12 +241,22 @@ absl::Status Copy(void* dst, Device dst_device, const void* src,
       guard.Set(dst_device.is_cuda() ? dst_device.index : src_device.index));
   if (dst_device.is_cuda() && src_device.is_cuda() &&
       dst_device.index != src_device.index) {
+    // The source was written by some stream of the other GPU that this
+    // thread's stream is not ordered after: finish that GPU's work first,
+    // and the copy before returning. For restores and checks between steps
+    // only: during a step it would also wait for in-flight collectives.
+    {
+      DeviceGuard source;
+      MT_RETURN_IF_ERROR(source.Set(src_device.index));
+      MT_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+    }
     MT_CUDA_RETURN_IF_ERROR(cudaMemcpyPeerAsync(
         dst, dst_device.index, src, src_device.index, bytes, Stream()));
-  } else {
-    MT_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, Stream()));
+    MT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(Stream()));
+    return absl::OkStatus();
   }
+  MT_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, Stream()));
   if (dst_device.is_cpu() || src_device.is_cpu()) {
     MT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(Stream()));
   }

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tensor/ops/array_ops.h"
 #include "tensor/ops/reduction_ops.h"
 #include "tests/tensor/cuda_test_util.h"
 #include "tests/test_util.h"
@@ -11,6 +12,7 @@
 namespace mirrortrain {
 namespace {
 
+using testing::AllClose;
 using testing::CudaTest;
 using testing::ExpectGpuMatchesCpu;
 using testing::RandomTensor;
@@ -76,6 +78,50 @@ TEST_F(CudaReductionTest, ReduceSumAndMeanMatchCpu) {
               return ops::ReduceMean(in[0], axes, keepdims);
             },
             {x}, rtol, 0);
+      }
+    }
+  }
+}
+
+// Reductions long enough to be split over several blocks per output (and,
+// for comparison, one just below the split size). The CPU kernel adds f32
+// values in f32, whose error over 10^5-10^6 terms exceeds f32 resolution;
+// the GPU adds in double. So both dtypes are checked against the CPU's f64
+// reduction of the same values: the f32 result is that sum rounded once.
+TEST_F(CudaReductionTest, LongReductionsMatchADoubleReference) {
+  const std::vector<ReduceCase> cases = {
+      {{1 << 20}, {}},         {{3, 100003}, {1}}, {{100003, 3}, {0}},
+      {{2, 70001, 2}, {0, 1}}, {{65535}, {}},      {{70, 70001}, {1}},
+  };
+  uint64_t seed = 500;
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    // f32: one rounding of the double sum (6e-8) with room; f64: well above
+    // either sum's rounding (~1e-14 here), below a single-precision slip.
+    const double rtol = dtype == DType::kF32 ? 1e-6 : 1e-10;
+    for (const ReduceCase& c : cases) {
+      SCOPED_TRACE(::testing::Message() << ShapeToString(c.shape) << " axes "
+                                        << ::testing::PrintToString(c.axes)
+                                        << " " << DTypeName(dtype));
+      const Tensor x = RandomTensor(c.shape, ++seed, dtype, 0.5, 1.5);
+      const Tensor x64 = *ops::Cast(x, DType::kF64);
+      const Tensor gx = testing::CopyTo(x, Device::Cuda(0));
+      using Reduction =
+          absl::StatusOr<Tensor> (*)(const Tensor&, std::vector<int>, bool);
+      for (Reduction reduce :
+           {Reduction{&ops::ReduceSum}, Reduction{&ops::ReduceMean}}) {
+        absl::StatusOr<Tensor> gpu = reduce(gx, c.axes, false);
+        ASSERT_TRUE(gpu.ok()) << gpu.status();
+        const Tensor expected = *reduce(x64, c.axes, false);
+        EXPECT_TRUE(AllClose(
+            *ops::Cast(testing::CopyTo(*gpu, Device::Cpu()), DType::kF64),
+            expected, rtol, 0));
+      }
+      if (c.axes.empty()) {
+        absl::StatusOr<Tensor> gpu = ops::L2Loss(gx);
+        ASSERT_TRUE(gpu.ok()) << gpu.status();
+        EXPECT_TRUE(AllClose(
+            *ops::Cast(testing::CopyTo(*gpu, Device::Cpu()), DType::kF64),
+            *ops::L2Loss(x64), rtol, 0));
       }
     }
   }

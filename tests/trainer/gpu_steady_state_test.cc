@@ -56,7 +56,8 @@ TEST_P(GpuSteadyStateTest, StepsAfterWarmupAllocateNoDeviceMemory) {
     ASSERT_TRUE(stats.ok()) << stats.status();
     seen[step] = *stats;
   });
-  ASSERT_TRUE((*trainer)->Train().ok());
+  const absl::Status trained = (*trainer)->Train();
+  ASSERT_TRUE(trained.ok()) << trained;
   ASSERT_EQ(seen.size(), 2u);
   const cuda::DeviceMemoryStats& warm = seen[kWarmupSteps];
   const cuda::DeviceMemoryStats& end = seen[kSteps];
