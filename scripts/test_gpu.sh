@@ -34,8 +34,11 @@ gpu_section "ctest -L gpu"
 rc=0
 ctest --test-dir "$BUILD_DIR" -L gpu --output-on-failure -j 4 --timeout 300 >"$RES/ctest_gpu.log" 2>&1 || rc=$?
 grep -E "tests passed|Total Test time|No tests were found|\((Failed|Not Run|Timeout|SEGFAULT|Subprocess aborted)\)" "$RES/ctest_gpu.log" || true
-echo "skipped: $(grep -c '(Skipped)' "$RES/ctest_gpu.log" || true) (0 expected on a GPU host)"
+skipped="$(grep -c '(Skipped)' "$RES/ctest_gpu.log" || true)"
+echo "skipped: $skipped (0 expected on a GPU host)"
 ((rc == 0)) || failed+=("ctest -L gpu (exit $rc)")
+# A skip here means the tests did not see the GPU that nvidia-smi saw.
+((skipped == 0)) || failed+=("$skipped gpu tests skipped on a GPU host")
 if [[ -n "${ALL_TESTS:-}" ]]; then
   gpu_section "ctest (all)"
   rc=0
@@ -70,6 +73,9 @@ else
       tests="$(sed -n 's/^\[==========\] \([0-9]*\) tests\? from .* ran.*/\1/p' "$log" | tail -1)"
       skipped="$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\?, listed below:.*/\1/p' "$log" | tail -1)"
       printf '%-28s %-10s %-6s %-8s %-8s %s\n' "$(basename "$bin")" "$tool" "$rc" "${tests:-?}" "${skipped:-0}" "${summary:-?}"
+      if [[ "${skipped:-0}" != 0 ]]; then
+        failed+=("$(basename "$bin") under $tool: ${skipped} tests skipped")
+      fi
       if ((rc != 0)); then
         failed+=("$(basename "$bin") under $tool (exit $rc${summary:+: $summary})")
         grep -m 20 -E "^========= (Invalid|Program hit|Race|Barrier|Uninitialized|.*error)" "$log" || true
