@@ -112,6 +112,16 @@ std::string FreshTestDir(const std::string& prefix) {
   return dir;
 }
 
+DiffAndNorm L2DiffAndNorm(const Tensor& actual, const Tensor& expected) {
+  double diff = 0, norm = 0;
+  for (int64_t k = 0; k < expected.num_elements(); ++k) {
+    const double a = actual.ScalarAt(k), e = expected.ScalarAt(k);
+    diff += (a - e) * (a - e);
+    norm += e * e;
+  }
+  return {std::sqrt(diff), std::sqrt(norm)};
+}
+
 ::testing::AssertionResult AllClose(const Tensor& actual,
                                     const Tensor& expected, double rtol,
                                     double atol) {

@@ -33,6 +33,15 @@ std::string ReadFile(const std::string& path);
 // running test (unique when ctest runs test cases in parallel).
 std::string FreshTestDir(const std::string& prefix);
 
+// ||actual - expected|| and ||expected||, L2 over all elements of two host
+// tensors of one shape, summed in double: for relative errors of whole
+// tensors (weights after training, matrix products).
+struct DiffAndNorm {
+  double diff = 0;
+  double norm = 0;
+};
+DiffAndNorm L2DiffAndNorm(const Tensor& actual, const Tensor& expected);
+
 // Elementwise |a - b| <= atol + rtol * |b| (host tensors, any float dtype);
 // reports the worst element.
 ::testing::AssertionResult AllClose(const Tensor& actual,

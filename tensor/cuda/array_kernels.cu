@@ -137,20 +137,15 @@ absl::Status ScatterAdd(DType dtype, const void* updates, int64_t row,
                         int64_t num_indices, void* out, int device) {
   if (row == 0 || num_indices == 0) return absl::OkStatus();
   const int blocks = LaunchBlocks(num_indices * row);
-  absl::Status index_status;
-  const absl::Status launched = LaunchFloatOn(
-      "ScatterAdd", dtype, device, [&](auto zero, cudaStream_t stream) {
+  return LaunchFloatIndexOn(
+      "ScatterAdd", dtype, index_dtype, device,
+      [&](auto zero, auto index_zero, cudaStream_t stream) {
         using T = decltype(zero);
-        index_status.Update(
-            DispatchIndex("ScatterAdd", index_dtype, [&](auto i) {
-              using I = decltype(i);
-              ScatterAddKernel<T, I><<<blocks, kLaunchThreads, 0, stream>>>(
-                  static_cast<const T*>(updates), row,
-                  static_cast<const I*>(indices), num_indices,
-                  static_cast<T*>(out));
-            }));
+        using I = decltype(index_zero);
+        ScatterAddKernel<T, I><<<blocks, kLaunchThreads, 0, stream>>>(
+            static_cast<const T*>(updates), row, static_cast<const I*>(indices),
+            num_indices, static_cast<T*>(out));
       });
-  return launched.ok() ? index_status : launched;
 }
 
 absl::Status OneHot(DType index_dtype, const void* indices, int64_t n,

@@ -103,6 +103,22 @@ absl::Status DispatchIndex(const char* what, DType dtype, F f) {
   }
 }
 
+// LaunchFloatOn for kernels that also take indices: calls
+// launch(T{}, I{}, stream) with T the f32/f64 `dtype` and I the i32/i64
+// `index_dtype`.
+template <typename F>
+absl::Status LaunchFloatIndexOn(const char* what, DType dtype,
+                                DType index_dtype, int device, F launch) {
+  absl::Status index_status;
+  const absl::Status launched =
+      LaunchFloatOn(what, dtype, device, [&](auto zero, cudaStream_t stream) {
+        index_status.Update(DispatchIndex(what, index_dtype, [&](auto index) {
+          launch(zero, index, stream);
+        }));
+      });
+  return launched.ok() ? index_status : launched;
+}
+
 }  // namespace mirrortrain::cuda
 
 #endif  // MIRRORTRAIN_TENSOR_CUDA_LAUNCH_H_

@@ -196,23 +196,15 @@ absl::Status SparseSoftmaxXent(DType dtype, const void* logits,
                                int64_t rows, int64_t cols, void* loss,
                                void* softmax, int device) {
   if (rows == 0) return absl::OkStatus();
-  DeviceGuard guard;
-  MT_RETURN_IF_ERROR(guard.Set(device));
-  cudaStream_t stream = LaunchStream();
-  absl::Status index_status;
-  MT_RETURN_IF_ERROR(DispatchFloat("SparseSoftmaxXent", dtype, [&](auto z) {
-    using T = decltype(z);
-    index_status.Update(
-        DispatchIndex("SparseSoftmaxXent", label_dtype, [&](auto zl) {
-          using L = decltype(zl);
-          XentKernel<T, L><<<RowBlocks(rows), kLaunchThreads, 0, stream>>>(
-              static_cast<const T*>(logits), static_cast<const L*>(labels),
-              rows, cols, static_cast<T*>(loss), static_cast<T*>(softmax));
-        }));
-  }));
-  MT_RETURN_IF_ERROR(index_status);
-  MT_CUDA_RETURN_IF_LAUNCH_ERROR("XentKernel");
-  return absl::OkStatus();
+  return LaunchFloatIndexOn(
+      "SparseSoftmaxXent", dtype, label_dtype, device,
+      [&](auto zero, auto label_zero, cudaStream_t stream) {
+        using T = decltype(zero);
+        using L = decltype(label_zero);
+        XentKernel<T, L><<<RowBlocks(rows), kLaunchThreads, 0, stream>>>(
+            static_cast<const T*>(logits), static_cast<const L*>(labels), rows,
+            cols, static_cast<T*>(loss), static_cast<T*>(softmax));
+      });
 }
 
 absl::Status SparseSoftmaxXentGrad(DType dtype, const void* softmax,
@@ -221,23 +213,15 @@ absl::Status SparseSoftmaxXentGrad(DType dtype, const void* softmax,
                                    void* d, int device) {
   const int64_t n = rows * cols;
   if (n == 0) return absl::OkStatus();
-  DeviceGuard guard;
-  MT_RETURN_IF_ERROR(guard.Set(device));
-  cudaStream_t stream = LaunchStream();
-  absl::Status index_status;
-  MT_RETURN_IF_ERROR(DispatchFloat("SparseSoftmaxXentGrad", dtype, [&](auto z) {
-    using T = decltype(z);
-    index_status.Update(
-        DispatchIndex("SparseSoftmaxXentGrad", label_dtype, [&](auto zl) {
-          using L = decltype(zl);
-          XentGradKernel<T, L><<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
-              static_cast<const T*>(softmax), static_cast<const L*>(labels),
-              static_cast<const T*>(g), static_cast<T*>(d), cols, n);
-        }));
-  }));
-  MT_RETURN_IF_ERROR(index_status);
-  MT_CUDA_RETURN_IF_LAUNCH_ERROR("XentGradKernel");
-  return absl::OkStatus();
+  return LaunchFloatIndexOn(
+      "SparseSoftmaxXentGrad", dtype, label_dtype, device,
+      [&](auto zero, auto label_zero, cudaStream_t stream) {
+        using T = decltype(zero);
+        using L = decltype(label_zero);
+        XentGradKernel<T, L><<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
+            static_cast<const T*>(softmax), static_cast<const L*>(labels),
+            static_cast<const T*>(g), static_cast<T*>(d), cols, n);
+      });
 }
 
 absl::Status Dropout(DType dtype, const void* x, double rate, double keep_scale,

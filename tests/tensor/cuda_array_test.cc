@@ -25,25 +25,9 @@ class CudaArrayTest : public CudaTest {};
 // Values that survive a round trip through every dtype exactly.
 Tensor SmallIntegers(const Shape& shape, DType dtype, uint64_t seed) {
   Tensor r = RandomTensor(shape, seed, DType::kF64, -50, 50);
-  Tensor t = Tensor::HostEmpty(dtype, shape);
-  for (int64_t i = 0; i < t.num_elements(); ++i) {
-    const double v = std::floor(r.data<double>()[i]);
-    switch (dtype) {
-      case DType::kF32:
-        t.data<float>()[i] = static_cast<float>(v);
-        break;
-      case DType::kF64:
-        t.data<double>()[i] = v;
-        break;
-      case DType::kI32:
-        t.data<int32_t>()[i] = static_cast<int32_t>(v);
-        break;
-      case DType::kI64:
-        t.data<int64_t>()[i] = static_cast<int64_t>(v);
-        break;
-    }
-  }
-  return t;
+  double* v = r.data<double>();
+  for (int64_t i = 0; i < r.num_elements(); ++i) v[i] = std::floor(v[i]);
+  return *ops::Cast(r, dtype);
 }
 
 TEST_F(CudaArrayTest, TransposeMatchesCpu) {

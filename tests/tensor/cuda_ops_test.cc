@@ -148,14 +148,9 @@ TEST_F(CudaOpsTest, Tf32MatMulIsCloseButFp32IsExact) {
     SetMatMulPrecision(MatMulPrecision::kFp32);
     EXPECT_TRUE(gpu.ok()) << gpu.status();
     if (!gpu.ok()) return 1.0;
-    const Tensor host = *gpu->To(Device::Cpu());
-    double diff = 0, norm = 0;
-    for (int64_t i = 0; i < cpu.num_elements(); ++i) {
-      const double d = host.ScalarAt(i) - cpu.ScalarAt(i);
-      diff += d * d;
-      norm += cpu.ScalarAt(i) * cpu.ScalarAt(i);
-    }
-    return std::sqrt(diff / norm);
+    const testing::DiffAndNorm d =
+        testing::L2DiffAndNorm(*gpu->To(Device::Cpu()), cpu);
+    return d.diff / d.norm;
   };
   const double fp32 = relative_error(MatMulPrecision::kFp32);
   const double tf32 = relative_error(MatMulPrecision::kTf32);

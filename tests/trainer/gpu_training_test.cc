@@ -143,14 +143,9 @@ void ExpectSameTrajectory(const Trained& gpu, const Trained& cpu) {
         << "step " << step;
   }
   for (size_t i = 0; i < cpu.values.size(); ++i) {
-    double diff = 0, norm = 0;
-    for (int64_t k = 0; k < cpu.values[i].num_elements(); ++k) {
-      const double g = gpu.values[i].ScalarAt(k), c = cpu.values[i].ScalarAt(k);
-      diff += (g - c) * (g - c);
-      norm += c * c;
-    }
-    EXPECT_LE(std::sqrt(diff), kRelTol * std::sqrt(norm) + 1e-12)
-        << cpu.names[i];
+    const testing::DiffAndNorm d =
+        testing::L2DiffAndNorm(gpu.values[i], cpu.values[i]);
+    EXPECT_LE(d.diff, kRelTol * d.norm + 1e-12) << cpu.names[i];
   }
   EXPECT_EQ(gpu.correct, cpu.correct);
 }

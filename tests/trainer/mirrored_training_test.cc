@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "gtest/gtest.h"
+#include "tests/test_util.h"
 #include "trainer/config.h"
 #include "trainer/trainer.h"
 
@@ -55,13 +56,9 @@ void ExpectSameWeights(const TrainedState& a, const TrainedState& b,
   ASSERT_EQ(a.names, b.names);
   ASSERT_FALSE(a.names.empty());
   for (size_t i = 0; i < a.values.size(); ++i) {
-    double diff = 0, norm = 0;
-    for (int64_t k = 0; k < a.values[i].num_elements(); ++k) {
-      const double x = a.values[i].ScalarAt(k), y = b.values[i].ScalarAt(k);
-      diff += (x - y) * (x - y);
-      norm += y * y;
-    }
-    EXPECT_LE(std::sqrt(diff), tol * std::sqrt(norm) + 1e-12) << a.names[i];
+    const testing::DiffAndNorm d =
+        testing::L2DiffAndNorm(a.values[i], b.values[i]);
+    EXPECT_LE(d.diff, tol * d.norm + 1e-12) << a.names[i];
   }
 }
 
