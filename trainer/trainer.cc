@@ -175,6 +175,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
       opt.stage = [stager = t->stager_.get()](Batch& batch) {
         return stager->Stage(batch);
       };
+      opt.host_allocator = t->stager_->host_allocator();
     }
     absl::StatusOr<std::unique_ptr<BatchIterator>> it =
         BatchIterator::Create(&t->train_data_, opt);

@@ -255,8 +255,7 @@ absl::Status Copy(void* dst, Device dst_device, const void* src,
     MT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(Stream()));
     return absl::OkStatus();
   }
-  MT_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, Stream()));
+  MT_RETURN_IF_ERROR(CopyAsync(dst, dst_device, src, src_device, bytes));
   if (dst_device.is_cpu() || src_device.is_cpu()) {
     MT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(Stream()));
   }

@@ -4,14 +4,6 @@
 
 namespace mirrortrain::ops::internal {
 
-absl::Status OpError(absl::string_view op, absl::string_view reason,
-                     std::initializer_list<const Tensor*> inputs) {
-  std::vector<std::string> parts;
-  for (const Tensor* t : inputs) parts.push_back(t->DebugString());
-  return absl::InvalidArgumentError(absl::StrCat(
-      op, ": ", reason, " (inputs ", absl::StrJoin(parts, ", "), ")"));
-}
-
 absl::Status KernelError(absl::string_view op, const absl::Status& status,
                          std::initializer_list<const Tensor*> inputs) {
   if (status.ok()) return status;
@@ -20,6 +12,11 @@ absl::Status KernelError(absl::string_view op, const absl::Status& status,
   return absl::Status(status.code(),
                       absl::StrCat(op, ": ", status.message(), " (inputs ",
                                    absl::StrJoin(parts, ", "), ")"));
+}
+
+absl::Status OpError(absl::string_view op, absl::string_view reason,
+                     std::initializer_list<const Tensor*> inputs) {
+  return KernelError(op, absl::InvalidArgumentError(reason), inputs);
 }
 
 absl::Status CheckDefined(absl::string_view op,

@@ -58,7 +58,8 @@ absl::Status CheckDataset(const InMemoryDataset* dataset) {
 }  // namespace
 
 absl::StatusOr<Batch> GatherRows(const InMemoryDataset& dataset,
-                                 absl::Span<const int64_t> rows) {
+                                 absl::Span<const int64_t> rows,
+                                 Allocator* host_allocator) {
   MT_RETURN_IF_ERROR(CheckDataset(&dataset));
   const int64_t n = dataset.labels.dim(0);
   const int64_t b = static_cast<int64_t>(rows.size());
@@ -67,10 +68,14 @@ absl::StatusOr<Batch> GatherRows(const InMemoryDataset& dataset,
       NumElements(absl::MakeConstSpan(image_shape).subspan(1));
   image_shape[0] = b;
 
+  auto empty = [host_allocator](DType dtype, Shape shape) {
+    return host_allocator != nullptr
+               ? Tensor::EmptyWith(host_allocator, dtype, std::move(shape))
+               : Tensor::Empty(dtype, std::move(shape));
+  };
   Batch batch;
-  MT_ASSIGN_OR_RETURN(batch.images,
-                      Tensor::Empty(DType::kF32, std::move(image_shape)));
-  MT_ASSIGN_OR_RETURN(batch.labels, Tensor::Empty(DType::kI32, {b}));
+  MT_ASSIGN_OR_RETURN(batch.images, empty(DType::kF32, std::move(image_shape)));
+  MT_ASSIGN_OR_RETURN(batch.labels, empty(DType::kI32, {b}));
   const float* src_images = dataset.images.data<float>();
   const int32_t* src_labels = dataset.labels.data<int32_t>();
   float* dst_images = batch.images.data<float>();
@@ -111,7 +116,8 @@ absl::StatusOr<Batch> BatchIterator::Producer::Produce() {
   const int64_t count = std::min(options_.batch_size, n - start);
   MT_ASSIGN_OR_RETURN(
       Batch batch,
-      GatherRows(*dataset_, absl::MakeConstSpan(order_).subspan(start, count)));
+      GatherRows(*dataset_, absl::MakeConstSpan(order_).subspan(start, count),
+                 options_.host_allocator));
   batch.epoch = position_.epoch;
   batch.index = position_.batch;
   if (++position_.batch == batches_per_epoch_) {

@@ -50,16 +50,19 @@ struct BatchIteratorOptions {
   // there, so the copies overlap the steps before (see DeviceStager). An
   // error is returned by the Next() that would have returned the batch.
   std::function<absl::Status(Batch&)> stage;
+  // Host memory batches are gathered into: the CPU allocator when null;
+  // DeviceStager::host_allocator() (pinned) when staging, so the GPU copies
+  // read the batch itself.
+  Allocator* host_allocator = nullptr;
 };
 
 // One replica's rows of a batch already on its GPU (DeviceStager). The
 // copies are ordered before `ready`; a stream must wait for it before use.
-// The pinned host staging tensors stay alive with the batch, as the copies
-// read them asynchronously.
+// They read the batch's host tensors asynchronously, so those live at least
+// as long as the shards.
 struct DeviceShard {
   Tensor images, labels;
   std::shared_ptr<cuda::Event> ready;
-  Tensor staging_images, staging_labels;
 };
 
 struct Batch {
@@ -71,9 +74,11 @@ struct Batch {
 };
 
 // Copies the given rows of the dataset, in that order, into a new batch
-// (epoch and index left 0). InvalidArgument for a row out of range.
+// (epoch and index left 0) in memory of `host_allocator` (the CPU's when
+// null). InvalidArgument for a row out of range.
 absl::StatusOr<Batch> GatherRows(const InMemoryDataset& dataset,
-                                 absl::Span<const int64_t> rows);
+                                 absl::Span<const int64_t> rows,
+                                 Allocator* host_allocator = nullptr);
 
 // The order in which epoch `epoch` visits examples [0, num_examples):
 // a Fisher-Yates shuffle driven by std::mt19937_64 seeded from (seed, epoch),

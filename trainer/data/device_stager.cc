@@ -1,6 +1,5 @@
 #include "trainer/data/device_stager.h"
 
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -29,16 +28,13 @@ absl::StatusOr<std::unique_ptr<DeviceStager>> DeviceStager::Create(
 
 absl::StatusOr<Tensor> DeviceStager::CopyRows(const Tensor& source,
                                               int64_t begin, int64_t count,
-                                              Device device, Tensor* staging) {
+                                              Device device) {
   MT_ASSIGN_OR_RETURN(Tensor rows, source.SliceRows(begin, count));
-  MT_ASSIGN_OR_RETURN(*staging,
-                      Tensor::EmptyWith(pinned_, rows.dtype(), rows.shape()));
-  std::memcpy(staging->raw_data(), rows.raw_data(), rows.bytes());
   // Allocated under the copy stream, so the block is ordered after it.
   MT_ASSIGN_OR_RETURN(Tensor on_device,
                       Tensor::Empty(rows.dtype(), rows.shape(), device));
   MT_RETURN_IF_ERROR(cuda::CopyAsync(on_device.raw_data(), device,
-                                     staging->raw_data(), Device::Cpu(),
+                                     rows.raw_data(), Device::Cpu(),
                                      rows.bytes()));
   return on_device;
 }
@@ -53,12 +49,11 @@ absl::Status DeviceStager::Stage(Batch& batch) {
     const cuda::Stream& stream = streams_.at(device.index);
     cuda::ScopedCurrentStream current(stream.handle());
     DeviceShard out;
-    MT_ASSIGN_OR_RETURN(
-        out.images, CopyRows(batch.images, shard.begin, shard.end - shard.begin,
-                             device, &out.staging_images));
-    MT_ASSIGN_OR_RETURN(
-        out.labels, CopyRows(batch.labels, shard.begin, shard.end - shard.begin,
-                             device, &out.staging_labels));
+    const int64_t count = shard.end - shard.begin;
+    MT_ASSIGN_OR_RETURN(out.images,
+                        CopyRows(batch.images, shard.begin, count, device));
+    MT_ASSIGN_OR_RETURN(out.labels,
+                        CopyRows(batch.labels, shard.begin, count, device));
     MT_ASSIGN_OR_RETURN(cuda::Event ready, cuda::Event::Create(device.index));
     MT_RETURN_IF_ERROR(ready.Record(stream.handle()));
     out.ready = std::make_shared<cuda::Event>(std::move(ready));

@@ -1,7 +1,8 @@
 // Copies each training batch's replica shards to their GPUs ahead of the
 // step that uses them: called on the input pipeline's worker thread
-// (BatchIteratorOptions::stage), it gathers each shard into pinned host
-// memory and copies it asynchronously on a copy stream per GPU, recording
+// (BatchIteratorOptions::stage), it copies each shard asynchronously from
+// the batch (gathered into pinned memory, see host_allocator()) on a copy
+// stream per GPU, recording
 // an event the replica's compute stream waits on. The copies so overlap
 // the steps before instead of stalling the step that needs them.
 //
@@ -29,13 +30,18 @@ class DeviceStager {
       const std::vector<Device>& replica_devices);
 
   // Fills batch.device_shards (contiguous shards as distribute::ShardOf).
+  // The copies read batch.images/labels until `ready`: they must stay alive
+  // and unchanged until then, and should be pinned (host_allocator()) for
+  // the copies to be asynchronous.
   absl::Status Stage(Batch& batch);
+
+  // Pinned host memory to gather batches into.
+  Allocator* host_allocator() const { return pinned_; }
 
  private:
   DeviceStager() = default;
   absl::StatusOr<Tensor> CopyRows(const Tensor& source, int64_t begin,
-                                  int64_t count, Device device,
-                                  Tensor* staging);
+                                  int64_t count, Device device);
 
   std::vector<Device> devices_;
   std::map<int, cuda::Stream> streams_;  // Copy stream per GPU index.
