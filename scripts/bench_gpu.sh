@@ -149,8 +149,8 @@ if want comm; then
       --set distribute.strategy=mirrored --set "distribute.devices=[gpu:0]"
     mt "comm_${model}_mirrored2" 60 "$config" -- "${sets[@]}" \
       --set distribute.strategy=mirrored --set "distribute.devices=[gpu:0,gpu:0]"
-    # distribute.cross_device_ops=none (gradients not reduced) does not exist
-    # yet; until it does this run fails at once and the share reads n/a.
+    # distribute.cross_device_ops=none: the same step with gradients not
+    # reduced (replicas drift apart; only for this measurement).
     mt "comm_${model}_mirrored2_nocomm" 60 "$config" -- "${sets[@]}" \
       --set distribute.strategy=mirrored --set "distribute.devices=[gpu:0,gpu:0]" \
       --set distribute.cross_device_ops=none
