@@ -59,21 +59,20 @@ absl::Status GradientBuckets::LaunchReadyBuckets() {
          missing_[next_bucket_] == 0) {
     const std::vector<size_t>& members = plan_->buckets[next_bucket_];
     if (ctx_->num_replicas() > 1) {
-      // Pack into one flat buffer: one collective per bucket, and the
-      // reduced values never alias another gradient's storage.
+      // Packed into one flat buffer by the collective: one collective per
+      // bucket, and the reduced values never alias another gradient's
+      // storage.
       int64_t total = 0;
-      for (size_t i : members) total += NumElements(shapes_[i]);
+      std::vector<Tensor> parts;
+      for (size_t i : members) {
+        total += NumElements(shapes_[i]);
+        parts.push_back(grads_[i]);
+      }
       MT_ASSIGN_OR_RETURN(Tensor buffer,
                           Tensor::Empty(dtype_, {total}, ctx_->device()));
-      int64_t offset = 0;
-      for (size_t i : members) {
-        const int64_t n = NumElements(shapes_[i]);
-        MT_ASSIGN_OR_RETURN(Tensor slot, buffer.SliceRows(offset, n));
-        MT_RETURN_IF_ERROR(slot.CopyFrom(grads_[i]));
-        offset += n;
-      }
       buffers_[next_bucket_] = buffer;
-      pending_.push_back(ctx_->AllReduceAsync(ReduceOp::kSum, buffer));
+      pending_.push_back(ctx_->PackAndAllReduceAsync(
+          ReduceOp::kSum, std::move(parts), buffer));
     }
     ++next_bucket_;
   }

@@ -49,19 +49,29 @@ class MirroredStrategy::Replica final : public ReplicaContext {
 
   std::shared_future<absl::Status> AllReduceAsync(ReduceOp op,
                                                   Tensor buffer) override {
+    return PackAndAllReduceAsync(op, {}, std::move(buffer));
+  }
+
+  std::shared_future<absl::Status> PackAndAllReduceAsync(
+      ReduceOp op, std::vector<Tensor> parts, Tensor buffer) override {
     auto done = std::make_shared<std::promise<absl::Status>>();
     std::shared_future<absl::Status> future = done->get_future().share();
     if (device_.is_cuda()) {
-      absl::Status posted = PostDeviceAllReduce(op, std::move(buffer), done);
+      absl::Status posted =
+          PostDeviceAllReduce(op, std::move(parts), std::move(buffer), done);
       if (!posted.ok()) done->set_value(posted);
       return future;
     }
+    auto reduce = [this, op, parts = std::move(parts), buffer]() mutable {
+      absl::Status s = PackInto(parts, buffer);
+      return s.ok() ? ops_->AllReduce(id_, op, buffer) : s;
+    };
     if (!ops_->overlaps_compute()) {
-      done->set_value(ops_->AllReduce(id_, op, buffer));
+      done->set_value(reduce());
       return future;
     }
-    comm_.Post([this, op, buffer, done]() mutable {
-      done->set_value(ops_->AllReduce(id_, op, buffer));
+    comm_.Post([reduce = std::move(reduce), done]() mutable {
+      done->set_value(reduce());
     });
     return future;
   }
@@ -84,25 +94,28 @@ class MirroredStrategy::Replica final : public ReplicaContext {
 
  private:
   // The collective waits (on the GPU, not the host) for the compute stream
-  // to have produced `buffer`, runs on the communication stream while the
-  // compute stream goes on with backward, and is finished (stream
-  // synchronised) before the future is set: the caller may then use the
-  // result on any stream, and the buffer may be freed (the allocator's
-  // cross-stream contract). Returns only errors met before posting;
-  // OkStatus means the posted task will set `done` itself.
+  // to have produced `parts` and `buffer`, packs and reduces on the
+  // communication stream while the compute stream goes on with backward,
+  // and is finished (stream synchronised) before the future is set: the
+  // caller may then use the result on any stream, and the tensors may be
+  // freed (the allocator's cross-stream contract). Returns only errors met
+  // before posting; OkStatus means the posted task will set `done` itself.
   absl::Status PostDeviceAllReduce(
-      ReduceOp op, Tensor buffer,
+      ReduceOp op, std::vector<Tensor> parts, Tensor buffer,
       std::shared_ptr<std::promise<absl::Status>> done) {
     MT_ASSIGN_OR_RETURN(cuda::Event ready, cuda::Event::Create(device_.index));
     MT_RETURN_IF_ERROR(ready.Record(compute_.handle()));
     auto event = std::make_shared<cuda::Event>(std::move(ready));
-    comm_.Post([this, op, buffer, done, event]() mutable {
+    comm_.Post([this, op, parts = std::move(parts), buffer, done,
+                event]() mutable {
       cuda::ScopedCurrentStream scope(communication_.handle());
       absl::Status s = event->MakeStreamWait(communication_.handle());
+      if (s.ok()) s = PackInto(parts, buffer);
       if (s.ok()) s = ops_->AllReduce(id_, op, buffer);
       if (s.ok()) s = communication_.Synchronize();
       // Drop this task's references before the waiter goes on, so the
-      // buffer returns to its pool at a fixed point of the step.
+      // tensors return to their pools at a fixed point of the step.
+      parts.clear();
       buffer = Tensor();
       event.reset();
       done->set_value(s);

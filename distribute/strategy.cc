@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+#include "tensor/status_macros.h"
+
 namespace mirrortrain::distribute {
 
 std::shared_future<absl::Status> ReplicaContext::AllReduceAsync(ReduceOp op,
@@ -9,6 +12,33 @@ std::shared_future<absl::Status> ReplicaContext::AllReduceAsync(ReduceOp op,
   std::promise<absl::Status> done;
   done.set_value(AllReduce(op, absl::MakeSpan(&buffer, 1)));
   return done.get_future().share();
+}
+
+std::shared_future<absl::Status> ReplicaContext::PackAndAllReduceAsync(
+    ReduceOp op, std::vector<Tensor> parts, Tensor buffer) {
+  absl::Status packed = PackInto(parts, buffer);
+  if (!packed.ok()) {
+    std::promise<absl::Status> done;
+    done.set_value(packed);
+    return done.get_future().share();
+  }
+  return AllReduceAsync(op, std::move(buffer));
+}
+
+absl::Status PackInto(absl::Span<const Tensor> parts, const Tensor& buffer) {
+  if (parts.empty()) return absl::OkStatus();  // Nothing to pack.
+  int64_t offset = 0;
+  for (const Tensor& part : parts) {
+    const int64_t n = part.num_elements();
+    MT_ASSIGN_OR_RETURN(Tensor slot, buffer.SliceRows(offset, n));
+    MT_RETURN_IF_ERROR(slot.CopyFrom(part));
+    offset += n;
+  }
+  if (offset != buffer.num_elements()) {
+    return absl::InternalError(absl::StrCat("packed ", offset, " elements into ",
+                                            buffer.DebugString()));
+  }
+  return absl::OkStatus();
 }
 
 double Strategy::Reduce(ReduceOp op, absl::Span<const double> per_replica) {

@@ -39,6 +39,14 @@ class ReplicaContext {
   // it synchronously.
   virtual std::shared_future<absl::Status> AllReduceAsync(ReduceOp op,
                                                           Tensor buffer);
+  // AllReduceAsync after packing `parts` into `buffer`, one after the other
+  // (their element counts must add up to buffer's): a gradient bucket. The
+  // copies belong to the collective, so on a GPU they run on the
+  // communication stream, off the compute stream. The parts must stay
+  // unchanged until the future is ready. The default packs on the calling
+  // thread's stream, then calls AllReduceAsync.
+  virtual std::shared_future<absl::Status> PackAndAllReduceAsync(
+      ReduceOp op, std::vector<Tensor> parts, Tensor buffer);
 };
 
 using ReplicaFn = std::function<absl::Status(ReplicaContext&)>;
@@ -53,6 +61,10 @@ class Strategy {
   // Reduces one host value per replica (metrics): sum or mean.
   static double Reduce(ReduceOp op, absl::Span<const double> per_replica);
 };
+
+// Copies `parts` into consecutive elements of `buffer` on the current
+// stream (see PackAndAllReduceAsync); no parts: leaves buffer as it is.
+absl::Status PackInto(absl::Span<const Tensor> parts, const Tensor& buffer);
 
 // Rows [begin, end) of a batch of `batch` rows that replica `replica` of
 // `replicas` gets: contiguous, as even as possible (the first batch %

@@ -1,11 +1,14 @@
 // im2col and col2im for Conv2D on GPU (NHWC input, HWIO filter); the
-// products themselves run on cuBLAS (ops/conv_ops.cc). Im2Col: one thread
-// per column-buffer entry, writes coalesced. Col2Im is written as a gather:
+// products themselves run on cuBLAS (ops/conv_ops.cc). Index arithmetic is
+// 32-bit whenever the buffers allow. Im2Col: threads along column-buffer
+// rows, writes coalesced. Col2Im is written as a gather:
 // one thread per input element adds the entries Im2Col copied from it, in
 // the order the CPU's scatter adds them (output position ascending), so it
 // needs no atomics and its result is deterministic and equal to the CPU's
 // for equal columns.
 #include <cuda_runtime.h>
+
+#include <algorithm>
 
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/cuda_kernels.h"
@@ -16,40 +19,58 @@
 namespace mirrortrain::cuda {
 namespace {
 
-// Column-buffer entry idx (row (i * oh + oy) * ow + ox, column
-// (ky * kw + kx) * c + ch).
-template <typename T>
-__host__ __device__ T Im2ColAt(const Conv2DGeometry& g, const T* x,
-                               int64_t idx) {
-  const int64_t patch = g.kh * g.kw * g.c;
-  const int64_t row = idx / patch, k = idx % patch;
-  const int64_t ch = k % g.c, kx = (k / g.c) % g.kw, ky = k / (g.c * g.kw);
-  const int64_t ox = row % g.ow, oy = (row / g.ow) % g.oh;
-  const int64_t i = row / (g.ow * g.oh);
-  const int64_t iy = oy * g.sh - g.pt + ky, ix = ox * g.sw - g.pl + kx;
-  const bool inside = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
-  return inside ? x[((i * g.h + iy) * g.w + ix) * g.c + ch] : T(0);
+// Conv2DGeometry in index type I (see DispatchIndexWidth).
+template <typename I>
+struct Geometry {
+  explicit Geometry(const Conv2DGeometry& g)
+      : h(g.h), w(g.w), c(g.c), kh(g.kh), kw(g.kw), oh(g.oh), ow(g.ow),
+        sh(g.sh), sw(g.sw), pt(g.pt), pl(g.pl) {}
+  I h, w, c, kh, kw, oh, ow, sh, sw, pt, pl;
+};
+
+// Column-buffer rows (i * oh + oy) * ow + ox, blockDim.y of them per block
+// and blockDim.x threads along each row's kh * kw * c entries (ky, kx, ch
+// order, consecutive in memory): writes are coalesced, and the row index
+// is split once per row rather than once per entry.
+template <typename T, typename I>
+__global__ void Im2ColKernel(Geometry<I> g, const T* x, T* cols, I rows) {
+  const I patch = g.kh * g.kw * g.c;
+  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.y);
+  for (I row = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.y) +
+               static_cast<I>(threadIdx.y);
+       row < rows; row += step) {
+    const I ox = row % g.ow, rest = row / g.ow;
+    const I oy = rest % g.oh, i = rest / g.oh;
+    const I iy0 = oy * g.sh - g.pt, ix0 = ox * g.sw - g.pl;
+    const T* image = x + i * g.h * g.w * g.c;
+    T* out = cols + row * patch;
+    for (I k = threadIdx.x; k < patch; k += blockDim.x) {
+      const I ch = k % g.c, cell = k / g.c;
+      const I iy = iy0 + cell / g.kw, ix = ix0 + cell % g.kw;
+      const bool inside = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+      out[k] = inside ? image[(iy * g.w + ix) * g.c + ch] : T(0);
+    }
+  }
 }
 
 // Input element idx of [images, h, w, c]. Kernel row ky covers input row
 // iy from output row oy = (iy + pt - ky) / sh when that divides exactly
 // and lies in [0, oh). ky runs downwards so that oy, and likewise ox, run
 // upwards: the CPU's order.
-template <typename T>
-__host__ __device__ T Col2ImAt(const Conv2DGeometry& g, const T* cols,
-                               int64_t idx) {
-  const int64_t patch = g.kh * g.kw * g.c;
-  const int64_t ch = idx % g.c, ix = (idx / g.c) % g.w;
-  const int64_t iy = (idx / (g.c * g.w)) % g.h, i = idx / (g.c * g.w * g.h);
+template <typename T, typename I>
+__device__ T Col2ImAt(const Geometry<I>& g, const T* cols, I idx) {
+  const I patch = g.kh * g.kw * g.c;
+  const I ch = idx % g.c, ix = (idx / g.c) % g.w;
+  const I iy = (idx / (g.c * g.w)) % g.h, i = idx / (g.c * g.w * g.h);
   T acc = T(0);
-  for (int64_t ky = g.kh - 1; ky >= 0; --ky) {
-    const int64_t ty = iy + g.pt - ky;
+  for (I ky = g.kh - 1; ky >= 0; --ky) {
+    const I ty = iy + g.pt - ky;
     if (ty < 0 || ty % g.sh != 0 || ty / g.sh >= g.oh) continue;
-    const int64_t oy = ty / g.sh;
-    for (int64_t kx = g.kw - 1; kx >= 0; --kx) {
-      const int64_t tx = ix + g.pl - kx;
+    const I oy = ty / g.sh;
+    for (I kx = g.kw - 1; kx >= 0; --kx) {
+      const I tx = ix + g.pl - kx;
       if (tx < 0 || tx % g.sw != 0 || tx / g.sw >= g.ow) continue;
-      const int64_t ox = tx / g.sw;
+      const I ox = tx / g.sw;
       acc += cols[((i * g.oh + oy) * g.ow + ox) * patch +
                   (ky * g.kw + kx) * g.c + ch];
     }
@@ -57,18 +78,9 @@ __host__ __device__ T Col2ImAt(const Conv2DGeometry& g, const T* cols,
   return acc;
 }
 
-template <typename T>
-__global__ void Im2ColKernel(Conv2DGeometry g, const T* x, T* cols,
-                             int64_t total) {
-  for (int64_t idx = GridStart(); idx < total; idx += GridStep()) {
-    cols[idx] = Im2ColAt(g, x, idx);
-  }
-}
-
-template <typename T>
-__global__ void Col2ImKernel(Conv2DGeometry g, const T* cols, T* dx,
-                             int64_t total) {
-  for (int64_t idx = GridStart(); idx < total; idx += GridStep()) {
+template <typename T, typename I>
+__global__ void Col2ImKernel(Geometry<I> g, const T* cols, T* dx, I total) {
+  for (I idx = GridStart<I>(); idx < total; idx += GridStep<I>()) {
     dx[idx] = Col2ImAt(g, cols, idx);
   }
 }
@@ -86,13 +98,26 @@ absl::Status CheckGeometry(const char* what, const Conv2DGeometry& g) {
 absl::Status Im2Col(DType dtype, const void* x, const Conv2DGeometry& g,
                     int64_t images, void* cols, int device) {
   MT_RETURN_IF_ERROR(CheckGeometry("Im2Col", g));
-  const int64_t total = images * g.oh * g.ow * g.kh * g.kw * g.c;
-  if (total == 0) return absl::OkStatus();
+  const int64_t rows = images * g.oh * g.ow;
+  const int64_t patch = g.kh * g.kw * g.c;
+  if (rows * patch == 0) return absl::OkStatus();
+  // A warp or more along the row, up to kLaunchThreads; the rest of the
+  // block takes further rows.
+  const int along = static_cast<int>(
+      std::min<int64_t>(kLaunchThreads, (patch + 31) / 32 * 32));
+  const dim3 threads(along, kLaunchThreads / along);
+  const int blocks = static_cast<int>(
+      std::min<int64_t>((rows + threads.y - 1) / threads.y, 65535));
   return LaunchFloatOn(
       "Im2Col", dtype, device, [&](auto zero, cudaStream_t stream) {
         using T = decltype(zero);
-        Im2ColKernel<T><<<LaunchBlocks(total), kLaunchThreads, 0, stream>>>(
-            g, static_cast<const T*>(x), static_cast<T*>(cols), total);
+        DispatchIndexWidth(
+            std::max(rows * patch, images * g.h * g.w * g.c), [&](auto index) {
+              using I = decltype(index);
+              Im2ColKernel<T, I><<<blocks, threads, 0, stream>>>(
+                  Geometry<I>(g), static_cast<const T*>(x),
+                  static_cast<T*>(cols), static_cast<I>(rows));
+            });
       });
 }
 
@@ -104,8 +129,15 @@ absl::Status Col2Im(DType dtype, const void* cols, const Conv2DGeometry& g,
   return LaunchFloatOn(
       "Col2Im", dtype, device, [&](auto zero, cudaStream_t stream) {
         using T = decltype(zero);
-        Col2ImKernel<T><<<LaunchBlocks(total), kLaunchThreads, 0, stream>>>(
-            g, static_cast<const T*>(cols), static_cast<T*>(dx), total);
+        DispatchIndexWidth(
+            std::max(total, images * g.oh * g.ow * g.kh * g.kw * g.c),
+            [&](auto index) {
+              using I = decltype(index);
+              Col2ImKernel<T, I>
+                  <<<LaunchBlocks(total), kLaunchThreads, 0, stream>>>(
+                      Geometry<I>(g), static_cast<const T*>(cols),
+                      static_cast<T*>(dx), static_cast<I>(total));
+            });
       });
 }
 

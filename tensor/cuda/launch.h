@@ -35,10 +35,15 @@ inline cudaStream_t LaunchStream() {
 
 // First index and step of a grid-stride loop, in int64 so that tensors of
 // more than 2^31 elements index correctly.
-__device__ inline int64_t GridStart() {
-  return blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+template <typename I = int64_t>
+__device__ inline I GridStart() {
+  return static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) +
+         static_cast<I>(threadIdx.x);
 }
-__device__ inline int64_t GridStep() { return int64_t{blockDim.x} * gridDim.x; }
+template <typename I = int64_t>
+__device__ inline I GridStep() {
+  return static_cast<I>(blockDim.x) * static_cast<I>(gridDim.x);
+}
 
 // Calls f(float{}) or f(double{}) per dtype; other dtypes are an error
 // naming `what`.
@@ -70,6 +75,18 @@ absl::Status LaunchFloatOn(const char* what, DType dtype, int device,
       DispatchFloat(what, dtype, [&](auto zero) { launch(zero, stream); }));
   MT_CUDA_RETURN_IF_LAUNCH_ERROR(what);
   return absl::OkStatus();
+}
+
+// Calls f(int32_t{}) when every index below `max_index` fits 32 bits, else
+// f(int64_t{}): index arithmetic in the narrower type where it suffices,
+// since the GPU's 64-bit division costs several times the 32-bit one.
+template <typename F>
+void DispatchIndexWidth(int64_t max_index, F f) {
+  if (max_index <= INT32_MAX) {
+    f(int32_t{});
+  } else {
+    f(int64_t{});
+  }
 }
 
 // Calls f(T{}) with T the C++ type of any dtype.

@@ -7,6 +7,8 @@
 // scatter, so CPU and GPU gradients agree bit for bit.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/cuda/device_guard.h"
@@ -16,36 +18,49 @@
 namespace mirrortrain::cuda {
 namespace {
 
-__host__ __device__ inline int64_t Min(int64_t a, int64_t b) {
+// Pool2DGeometry in index type I (see DispatchIndexWidth).
+template <typename I>
+struct Geometry {
+  explicit Geometry(const Pool2DGeometry& g)
+      : h(g.h), w(g.w), c(g.c), out_h(g.out_h), out_w(g.out_w),
+        ksize_h(g.ksize_h), ksize_w(g.ksize_w), stride_h(g.stride_h),
+        stride_w(g.stride_w), pad_top(g.pad_top), pad_left(g.pad_left) {}
+  I h, w, c, out_h, out_w, ksize_h, ksize_w, stride_h, stride_w, pad_top,
+      pad_left;
+};
+
+template <typename I>
+__device__ inline I Min(I a, I b) {
   return a < b ? a : b;
 }
-__host__ __device__ inline int64_t Max(int64_t a, int64_t b) {
+template <typename I>
+__device__ inline I Max(I a, I b) {
   return a > b ? a : b;
 }
 
 // Output o of [n, out_h, out_w, c]: its maximum into y[o] and, when argmax
 // is non-null, the winner's offset within the image into argmax[o].
-template <typename T>
-__host__ __device__ void MaxPoolAt(const Pool2DGeometry& g, const T* x,
-                                   int64_t o, T* y, int32_t* argmax) {
-  const int64_t ch = o % g.c;
-  int64_t rest = o / g.c;
-  const int64_t ox = rest % g.out_w;
+template <typename T, typename I>
+__device__ void MaxPoolAt(const Geometry<I>& g, const T* x, I o, T* y,
+                          int32_t* argmax) {
+  const I ch = o % g.c;
+  I rest = o / g.c;
+  const I ox = rest % g.out_w;
   rest /= g.out_w;
-  const int64_t oy = rest % g.out_h;
-  const int64_t i = rest / g.out_h;
-  const int64_t top = oy * g.stride_h - g.pad_top;
-  const int64_t left = ox * g.stride_w - g.pad_left;
-  const int64_t y0 = Max(top, 0), y1 = Min(top + g.ksize_h, g.h);
-  const int64_t x0 = Max(left, 0), x1 = Min(left + g.ksize_w, g.w);
+  const I oy = rest % g.out_h;
+  const I i = rest / g.out_h;
+  const I top = oy * g.stride_h - g.pad_top;
+  const I left = ox * g.stride_w - g.pad_left;
+  const I y0 = Max<I>(top, 0), y1 = Min<I>(top + g.ksize_h, g.h);
+  const I x0 = Max<I>(left, 0), x1 = Min<I>(left + g.ksize_w, g.w);
   const T* img = x + i * g.h * g.w * g.c;
   // Windows always hold at least one real cell: start from the first.
-  const int64_t first = (y0 * g.w + x0) * g.c + ch;
+  const I first = (y0 * g.w + x0) * g.c + ch;
   T best = img[first];
-  int64_t arg = first;
-  for (int64_t yy = y0; yy < y1; ++yy) {
-    for (int64_t xx = x0; xx < x1; ++xx) {
-      const int64_t off = (yy * g.w + xx) * g.c + ch;
+  I arg = first;
+  for (I yy = y0; yy < y1; ++yy) {
+    for (I xx = x0; xx < x1; ++xx) {
+      const I off = (yy * g.w + xx) * g.c + ch;
       if (off == first) continue;
       const T v = img[off];
       if (v > best || (v != v && best == best)) {
@@ -60,47 +75,46 @@ __host__ __device__ void MaxPoolAt(const Pool2DGeometry& g, const T* x,
 
 // dx at input cell idx of [n, h, w, c]: the sum of dy over the outputs
 // that recorded this cell as winner, in increasing output order.
-template <typename T>
-__host__ __device__ T MaxPoolGradAt(const Pool2DGeometry& g,
-                                    const int32_t* argmax, const T* dy,
-                                    int64_t idx) {
-  const int64_t ch = idx % g.c;
-  int64_t rest = idx / g.c;
-  const int64_t xx = rest % g.w;
+template <typename T, typename I>
+__device__ T MaxPoolGradAt(const Geometry<I>& g, const int32_t* argmax,
+                           const T* dy, I idx) {
+  const I ch = idx % g.c;
+  I rest = idx / g.c;
+  const I xx = rest % g.w;
   rest /= g.w;
-  const int64_t yy = rest % g.h;
-  const int64_t i = rest / g.h;
-  const int64_t cell = (yy * g.w + xx) * g.c + ch;
+  const I yy = rest % g.h;
+  const I i = rest / g.h;
+  const I cell = (yy * g.w + xx) * g.c + ch;
   // Window oy covers rows [oy * stride - pad, + ksize). The ranges below
   // may include a window or two that does not cover the cell; the argmax
   // comparison rejects those, as their winners lie elsewhere.
-  const int64_t ry = yy + g.pad_top, rx = xx + g.pad_left;
-  const int64_t oy0 = ry >= g.ksize_h ? (ry - g.ksize_h) / g.stride_h : 0;
-  const int64_t oy1 = Min(ry / g.stride_h, g.out_h - 1);
-  const int64_t ox0 = rx >= g.ksize_w ? (rx - g.ksize_w) / g.stride_w : 0;
-  const int64_t ox1 = Min(rx / g.stride_w, g.out_w - 1);
+  const I ry = yy + g.pad_top, rx = xx + g.pad_left;
+  const I oy0 = ry >= g.ksize_h ? (ry - g.ksize_h) / g.stride_h : 0;
+  const I oy1 = Min<I>(ry / g.stride_h, g.out_h - 1);
+  const I ox0 = rx >= g.ksize_w ? (rx - g.ksize_w) / g.stride_w : 0;
+  const I ox1 = Min<I>(rx / g.stride_w, g.out_w - 1);
   T acc = T(0);
-  for (int64_t oy = oy0; oy <= oy1; ++oy) {
-    for (int64_t ox = ox0; ox <= ox1; ++ox) {
-      const int64_t o = ((i * g.out_h + oy) * g.out_w + ox) * g.c + ch;
+  for (I oy = oy0; oy <= oy1; ++oy) {
+    for (I ox = ox0; ox <= ox1; ++ox) {
+      const I o = ((i * g.out_h + oy) * g.out_w + ox) * g.c + ch;
       if (argmax[o] == cell) acc += dy[o];
     }
   }
   return acc;
 }
 
-template <typename T>
-__global__ void MaxPoolForwardKernel(Pool2DGeometry g, const T* x, T* y,
-                                     int32_t* argmax, int64_t outputs) {
-  for (int64_t o = GridStart(); o < outputs; o += GridStep()) {
+template <typename T, typename I>
+__global__ void MaxPoolForwardKernel(Geometry<I> g, const T* x, T* y,
+                                     int32_t* argmax, I outputs) {
+  for (I o = GridStart<I>(); o < outputs; o += GridStep<I>()) {
     MaxPoolAt(g, x, o, y, argmax);
   }
 }
 
-template <typename T>
-__global__ void MaxPoolBackwardKernel(Pool2DGeometry g, const int32_t* argmax,
-                                      const T* dy, T* dx, int64_t inputs) {
-  for (int64_t idx = GridStart(); idx < inputs; idx += GridStep()) {
+template <typename T, typename I>
+__global__ void MaxPoolBackwardKernel(Geometry<I> g, const int32_t* argmax,
+                                      const T* dy, T* dx, I inputs) {
+  for (I idx = GridStart<I>(); idx < inputs; idx += GridStep<I>()) {
     dx[idx] = MaxPoolGradAt(g, argmax, dy, idx);
   }
 }
@@ -127,10 +141,16 @@ absl::Status MaxPool2DForward(DType dtype, const void* x,
   return LaunchFloatOn(
       "MaxPool2DForward", dtype, device, [&](auto zero, cudaStream_t stream) {
         using T = decltype(zero);
-        MaxPoolForwardKernel<T>
-            <<<LaunchBlocks(outputs), kLaunchThreads, 0, stream>>>(
-                g, static_cast<const T*>(x), static_cast<T*>(y), argmax,
-                outputs);
+        DispatchIndexWidth(std::max(outputs, g.n * g.h * g.w * g.c),
+                           [&](auto index) {
+                             using I = decltype(index);
+                             MaxPoolForwardKernel<T, I>
+                                 <<<LaunchBlocks(outputs), kLaunchThreads, 0,
+                                    stream>>>(Geometry<I>(g),
+                                              static_cast<const T*>(x),
+                                              static_cast<T*>(y), argmax,
+                                              static_cast<I>(outputs));
+                           });
       });
 }
 
@@ -143,10 +163,16 @@ absl::Status MaxPool2DBackward(DType dtype, const int32_t* argmax,
   return LaunchFloatOn(
       "MaxPool2DBackward", dtype, device, [&](auto zero, cudaStream_t stream) {
         using T = decltype(zero);
-        MaxPoolBackwardKernel<T>
-            <<<LaunchBlocks(inputs), kLaunchThreads, 0, stream>>>(
-                g, argmax, static_cast<const T*>(dy), static_cast<T*>(dx),
-                inputs);
+        DispatchIndexWidth(std::max(inputs, g.n * g.out_h * g.out_w * g.c),
+                           [&](auto index) {
+                             using I = decltype(index);
+                             MaxPoolBackwardKernel<T, I>
+                                 <<<LaunchBlocks(inputs), kLaunchThreads, 0,
+                                    stream>>>(Geometry<I>(g), argmax,
+                                              static_cast<const T*>(dy),
+                                              static_cast<T*>(dx),
+                                              static_cast<I>(inputs));
+                           });
       });
 }
 

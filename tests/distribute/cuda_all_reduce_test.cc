@@ -34,44 +34,84 @@ Tensor RankFilled(int r, int64_t size, DType dtype) {
 }
 
 // Logical replicas on gpu:0, each on its own thread and stream, as the
-// mirrored strategy runs them.
+// mirrored strategy runs them: replica r all-reduces RankFilled(r, size),
+// stored `offset` elements into its device buffer (offset 1 leaves the
+// slices unaligned for 16-byte accesses). Returns each replica's result as
+// f64 on the host.
+std::vector<Tensor> AllReduceOnOneGpu(int n, DType dtype, int64_t size,
+                                      ReduceOp op, int64_t offset) {
+  LocalAllReduce ops(n, milliseconds(30000));
+  std::vector<Tensor> buffers(n);
+  std::vector<absl::Status> status(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      absl::StatusOr<cuda::Stream> stream = cuda::Stream::Create(0);
+      if (!stream.ok()) {
+        status[r] = stream.status();
+        return;
+      }
+      cuda::ScopedCurrentStream current(stream->handle());
+      Tensor host = *ops::Concat(
+          {Tensor::HostZeros(dtype, {offset}), RankFilled(r, size, dtype)}, 0);
+      absl::StatusOr<Tensor> b = host.To(Device::Cuda(0));
+      if (b.ok()) b = b->SliceRows(offset, size);
+      if (!b.ok()) {
+        status[r] = b.status();
+        return;
+      }
+      buffers[r] = *b;
+      status[r] = ops.AllReduce(r, op, buffers[r]);
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<Tensor> out;
+  for (int r = 0; r < n; ++r) {
+    EXPECT_TRUE(status[r].ok()) << status[r];
+    if (!status[r].ok()) return {};
+    out.push_back(*ops::Cast(*buffers[r].To(Device::Cpu()), DType::kF64));
+  }
+  return out;
+}
+
 TEST_P(CudaAllReduceTest, LocalAllReduceOfLogicalReplicasOnOneGpu) {
   const int n = GetParam();
   for (DType dtype : {DType::kF32, DType::kF64, DType::kI32, DType::kI64}) {
     for (int64_t size : {0, 1, 7, 1001, 65537}) {
       SCOPED_TRACE(::testing::Message()
                    << DTypeName(dtype) << " size " << size);
-      LocalAllReduce ops(n, milliseconds(30000));
-      std::vector<Tensor> buffers(n);
-      std::vector<absl::Status> status(n);
-      std::vector<std::thread> threads;
-      for (int r = 0; r < n; ++r) {
-        threads.emplace_back([&, r] {
-          absl::StatusOr<cuda::Stream> stream = cuda::Stream::Create(0);
-          if (!stream.ok()) {
-            status[r] = stream.status();
-            return;
-          }
-          cuda::ScopedCurrentStream current(stream->handle());
-          absl::StatusOr<Tensor> b =
-              RankFilled(r, size, dtype).To(Device::Cuda(0));
-          if (!b.ok()) {
-            status[r] = b.status();
-            return;
-          }
-          buffers[r] = *b;
-          status[r] = ops.AllReduce(r, ReduceOp::kSum, buffers[r]);
-        });
-      }
-      for (auto& t : threads) t.join();
+      std::vector<Tensor> got =
+          AllReduceOnOneGpu(n, dtype, size, ReduceOp::kSum, 0);
+      ASSERT_EQ(got.size(), static_cast<size_t>(n));
       const Tensor want = RankFilled(0, size, DType::kF64);
       for (int r = 0; r < n; ++r) {
-        ASSERT_TRUE(status[r].ok()) << status[r];
-        Tensor got = *ops::Cast(*buffers[r].To(Device::Cpu()), DType::kF64);
         for (int64_t i = 0; i < size; ++i) {
-          ASSERT_EQ(got.data<double>()[i],
+          ASSERT_EQ(got[r].data<double>()[i],
                     want.data<double>()[i] * n * (n + 1) / 2)
               << "replica " << r << " element " << i;
+        }
+      }
+    }
+  }
+}
+
+// The mean, on buffers whose slices are and are not 16-byte aligned (the
+// kernel's two access widths). Every value is exact in f32.
+TEST_P(CudaAllReduceTest, MeanOnAlignedAndUnalignedBuffers) {
+  const int n = GetParam();
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    for (int64_t offset : {0, 1}) {
+      for (int64_t size : {5, 1001, 65537}) {
+        SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " size "
+                                          << size << " offset " << offset);
+        std::vector<Tensor> got =
+            AllReduceOnOneGpu(n, dtype, size, ReduceOp::kMean, offset);
+        ASSERT_EQ(got.size(), static_cast<size_t>(n));
+        for (int r = 0; r < n; ++r) {
+          for (int64_t i = 0; i < size; ++i) {
+            ASSERT_EQ(got[r].data<double>()[i], (i + 1) * (n + 1) / 2.0)
+                << "replica " << r << " element " << i;
+          }
         }
       }
     }

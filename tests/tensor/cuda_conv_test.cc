@@ -48,6 +48,7 @@ std::vector<ConvCase> Cases() {
       {{2, 6, 7, 2}, {4, 3, 2, 3}, 1, 2, Padding::kSame},   // Uneven padding.
       {{1, 1, 1, 1}, {3, 3, 1, 1}, 1, 1, Padding::kSame},
       {{4, 28, 28, 1}, {3, 3, 1, 4}, 1, 1, Padding::kSame},  // The cnn's.
+      {{2, 9, 9, 40}, {3, 3, 40, 3}, 2, 1, Padding::kSame},  // Long patches.
       {{0, 5, 5, 2}, {3, 3, 2, 2}, 1, 1, Padding::kSame},    // Empty batch.
       {{1, 3, 3, 2}, {4, 4, 2, 2}, 1, 1, Padding::kValid},   // Empty output.
       {{2, 4, 4, 0}, {3, 3, 0, 2}, 1, 1, Padding::kSame},    // No channels.
