@@ -8,13 +8,7 @@
 
 #include <cstdint>
 
-#ifndef MT_HOST_DEVICE
-#if defined(__CUDACC__)
-#define MT_HOST_DEVICE __host__ __device__
-#else
-#define MT_HOST_DEVICE
-#endif
-#endif
+#include "tensor/host_device.h"
 
 namespace mirrortrain {
 

@@ -14,18 +14,21 @@
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/cuda/device_guard.h"
 #include "tensor/cuda/launch.h"
+#include "tensor/int_divisor.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::cuda {
 namespace {
 
-// Conv2DGeometry in index type I (see DispatchIndexWidth).
+// Conv2DGeometry in index type I (see DispatchIndexWidth), with the
+// sizes that indices are divided by as IntDivisors.
 template <typename I>
 struct Geometry {
   explicit Geometry(const Conv2DGeometry& g)
-      : h(g.h), w(g.w), c(g.c), kh(g.kh), kw(g.kw), oh(g.oh), ow(g.ow),
-        sh(g.sh), sw(g.sw), pt(g.pt), pl(g.pl) {}
-  I h, w, c, kh, kw, oh, ow, sh, sw, pt, pl;
+      : h(g.h), w(g.w), c(g.c), kw(g.kw), oh(g.oh), ow(g.ow), sh(g.sh),
+        sw(g.sw), kh(g.kh), pt(g.pt), pl(g.pl) {}
+  IntDivisor<I> h, w, c, kw, oh, ow, sh, sw;
+  I kh, pt, pl;
 };
 
 // Column-buffer rows (i * oh + oy) * ow + ox, blockDim.y of them per block
@@ -34,21 +37,23 @@ struct Geometry {
 // is split once per row rather than once per entry.
 template <typename T, typename I>
 __global__ void Im2ColKernel(Geometry<I> g, const T* x, T* cols, I rows) {
-  const I patch = g.kh * g.kw * g.c;
+  const I c = g.c.value(), w = g.w.value(), h = g.h.value();
+  const I patch = g.kh * g.kw.value() * c;
   const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.y);
   for (I row = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.y) +
                static_cast<I>(threadIdx.y);
        row < rows; row += step) {
-    const I ox = row % g.ow, rest = row / g.ow;
-    const I oy = rest % g.oh, i = rest / g.oh;
-    const I iy0 = oy * g.sh - g.pt, ix0 = ox * g.sw - g.pl;
-    const T* image = x + i * g.h * g.w * g.c;
+    const I rest = g.ow.Div(row), ox = row - rest * g.ow.value();
+    const I i = g.oh.Div(rest), oy = rest - i * g.oh.value();
+    const I iy0 = oy * g.sh.value() - g.pt, ix0 = ox * g.sw.value() - g.pl;
+    const T* image = x + i * h * w * c;
     T* out = cols + row * patch;
     for (I k = threadIdx.x; k < patch; k += blockDim.x) {
-      const I ch = k % g.c, cell = k / g.c;
-      const I iy = iy0 + cell / g.kw, ix = ix0 + cell % g.kw;
-      const bool inside = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
-      out[k] = inside ? image[(iy * g.w + ix) * g.c + ch] : T(0);
+      const I cell = g.c.Div(k), ch = k - cell * c;
+      const I ky = g.kw.Div(cell), kx = cell - ky * g.kw.value();
+      const I iy = iy0 + ky, ix = ix0 + kx;
+      const bool inside = iy >= 0 && iy < h && ix >= 0 && ix < w;
+      out[k] = inside ? image[(iy * w + ix) * c + ch] : T(0);
     }
   }
 }
@@ -59,20 +64,26 @@ __global__ void Im2ColKernel(Geometry<I> g, const T* x, T* cols, I rows) {
 // upwards: the CPU's order.
 template <typename T, typename I>
 __device__ T Col2ImAt(const Geometry<I>& g, const T* cols, I idx) {
-  const I patch = g.kh * g.kw * g.c;
-  const I ch = idx % g.c, ix = (idx / g.c) % g.w;
-  const I iy = (idx / (g.c * g.w)) % g.h, i = idx / (g.c * g.w * g.h);
+  const I c = g.c.value(), kw = g.kw.value();
+  const I oh = g.oh.value(), ow = g.ow.value();
+  const I patch = g.kh * kw * c;
+  I rest = g.c.Div(idx);
+  const I ch = idx - rest * c;
+  const I ix = g.w.Mod(rest);
+  rest = g.w.Div(rest);
+  const I iy = g.h.Mod(rest), i = g.h.Div(rest);
   T acc = T(0);
   for (I ky = g.kh - 1; ky >= 0; --ky) {
     const I ty = iy + g.pt - ky;
-    if (ty < 0 || ty % g.sh != 0 || ty / g.sh >= g.oh) continue;
-    const I oy = ty / g.sh;
-    for (I kx = g.kw - 1; kx >= 0; --kx) {
+    if (ty < 0) continue;
+    const I oy = g.sh.Div(ty);
+    if (ty - oy * g.sh.value() != 0 || oy >= oh) continue;
+    for (I kx = kw - 1; kx >= 0; --kx) {
       const I tx = ix + g.pl - kx;
-      if (tx < 0 || tx % g.sw != 0 || tx / g.sw >= g.ow) continue;
-      const I ox = tx / g.sw;
-      acc += cols[((i * g.oh + oy) * g.ow + ox) * patch +
-                  (ky * g.kw + kx) * g.c + ch];
+      if (tx < 0) continue;
+      const I ox = g.sw.Div(tx);
+      if (tx - ox * g.sw.value() != 0 || ox >= ow) continue;
+      acc += cols[((i * oh + oy) * ow + ox) * patch + (ky * kw + kx) * c + ch];
     }
   }
   return acc;

@@ -13,20 +13,22 @@
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/cuda/device_guard.h"
 #include "tensor/cuda/launch.h"
+#include "tensor/int_divisor.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::cuda {
 namespace {
 
-// Pool2DGeometry in index type I (see DispatchIndexWidth).
+// Pool2DGeometry in index type I (see DispatchIndexWidth), with the sizes
+// that indices are divided by as IntDivisors.
 template <typename I>
 struct Geometry {
   explicit Geometry(const Pool2DGeometry& g)
       : h(g.h), w(g.w), c(g.c), out_h(g.out_h), out_w(g.out_w),
-        ksize_h(g.ksize_h), ksize_w(g.ksize_w), stride_h(g.stride_h),
-        stride_w(g.stride_w), pad_top(g.pad_top), pad_left(g.pad_left) {}
-  I h, w, c, out_h, out_w, ksize_h, ksize_w, stride_h, stride_w, pad_top,
-      pad_left;
+        stride_h(g.stride_h), stride_w(g.stride_w), ksize_h(g.ksize_h),
+        ksize_w(g.ksize_w), pad_top(g.pad_top), pad_left(g.pad_left) {}
+  IntDivisor<I> h, w, c, out_h, out_w, stride_h, stride_w;
+  I ksize_h, ksize_w, pad_top, pad_left;
 };
 
 template <typename I>
@@ -43,24 +45,24 @@ __device__ inline I Max(I a, I b) {
 template <typename T, typename I>
 __device__ void MaxPoolAt(const Geometry<I>& g, const T* x, I o, T* y,
                           int32_t* argmax) {
-  const I ch = o % g.c;
-  I rest = o / g.c;
-  const I ox = rest % g.out_w;
-  rest /= g.out_w;
-  const I oy = rest % g.out_h;
-  const I i = rest / g.out_h;
-  const I top = oy * g.stride_h - g.pad_top;
-  const I left = ox * g.stride_w - g.pad_left;
-  const I y0 = Max<I>(top, 0), y1 = Min<I>(top + g.ksize_h, g.h);
-  const I x0 = Max<I>(left, 0), x1 = Min<I>(left + g.ksize_w, g.w);
-  const T* img = x + i * g.h * g.w * g.c;
+  const I h = g.h.value(), w = g.w.value(), c = g.c.value();
+  I rest = g.c.Div(o);
+  const I ch = o - rest * c;
+  const I ox = g.out_w.Mod(rest);
+  rest = g.out_w.Div(rest);
+  const I oy = g.out_h.Mod(rest), i = g.out_h.Div(rest);
+  const I top = oy * g.stride_h.value() - g.pad_top;
+  const I left = ox * g.stride_w.value() - g.pad_left;
+  const I y0 = Max<I>(top, 0), y1 = Min<I>(top + g.ksize_h, h);
+  const I x0 = Max<I>(left, 0), x1 = Min<I>(left + g.ksize_w, w);
+  const T* img = x + i * h * w * c;
   // Windows always hold at least one real cell: start from the first.
-  const I first = (y0 * g.w + x0) * g.c + ch;
+  const I first = (y0 * w + x0) * c + ch;
   T best = img[first];
   I arg = first;
   for (I yy = y0; yy < y1; ++yy) {
     for (I xx = x0; xx < x1; ++xx) {
-      const I off = (yy * g.w + xx) * g.c + ch;
+      const I off = (yy * w + xx) * c + ch;
       if (off == first) continue;
       const T v = img[off];
       if (v > best || (v != v && best == best)) {
@@ -78,25 +80,26 @@ __device__ void MaxPoolAt(const Geometry<I>& g, const T* x, I o, T* y,
 template <typename T, typename I>
 __device__ T MaxPoolGradAt(const Geometry<I>& g, const int32_t* argmax,
                            const T* dy, I idx) {
-  const I ch = idx % g.c;
-  I rest = idx / g.c;
-  const I xx = rest % g.w;
-  rest /= g.w;
-  const I yy = rest % g.h;
-  const I i = rest / g.h;
-  const I cell = (yy * g.w + xx) * g.c + ch;
+  const I w = g.w.value(), c = g.c.value();
+  const I out_h = g.out_h.value(), out_w = g.out_w.value();
+  I rest = g.c.Div(idx);
+  const I ch = idx - rest * c;
+  const I xx = g.w.Mod(rest);
+  rest = g.w.Div(rest);
+  const I yy = g.h.Mod(rest), i = g.h.Div(rest);
+  const I cell = (yy * w + xx) * c + ch;
   // Window oy covers rows [oy * stride - pad, + ksize). The ranges below
   // may include a window or two that does not cover the cell; the argmax
   // comparison rejects those, as their winners lie elsewhere.
   const I ry = yy + g.pad_top, rx = xx + g.pad_left;
-  const I oy0 = ry >= g.ksize_h ? (ry - g.ksize_h) / g.stride_h : 0;
-  const I oy1 = Min<I>(ry / g.stride_h, g.out_h - 1);
-  const I ox0 = rx >= g.ksize_w ? (rx - g.ksize_w) / g.stride_w : 0;
-  const I ox1 = Min<I>(rx / g.stride_w, g.out_w - 1);
+  const I oy0 = ry >= g.ksize_h ? g.stride_h.Div(ry - g.ksize_h) : 0;
+  const I oy1 = Min<I>(g.stride_h.Div(ry), out_h - 1);
+  const I ox0 = rx >= g.ksize_w ? g.stride_w.Div(rx - g.ksize_w) : 0;
+  const I ox1 = Min<I>(g.stride_w.Div(rx), out_w - 1);
   T acc = T(0);
   for (I oy = oy0; oy <= oy1; ++oy) {
     for (I ox = ox0; ox <= ox1; ++ox) {
-      const I o = ((i * g.out_h + oy) * g.out_w + ox) * g.c + ch;
+      const I o = ((i * out_h + oy) * out_w + ox) * c + ch;
       if (argmax[o] == cell) acc += dy[o];
     }
   }
