@@ -28,6 +28,8 @@ class CrossDeviceOps {
   // (NCCL) only enqueue work and overlap compute; host collectives run on
   // the cores that compute, so they run inline on the replica thread.
   virtual bool overlaps_compute() const = 0;
+  // False for the `none` ops, which leave every buffer as it is.
+  virtual bool reduces() const { return true; }
 };
 
 }  // namespace mirrortrain::distribute

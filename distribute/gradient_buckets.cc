@@ -58,7 +58,7 @@ absl::Status GradientBuckets::LaunchReadyBuckets() {
   while (next_bucket_ < static_cast<int>(plan_->buckets.size()) &&
          missing_[next_bucket_] == 0) {
     const std::vector<size_t>& members = plan_->buckets[next_bucket_];
-    if (ctx_->num_replicas() > 1) {
+    if (ctx_->reduces()) {
       // Packed into one flat buffer by the collective: one collective per
       // bucket, and the reduced values never alias another gradient's
       // storage.
@@ -91,7 +91,7 @@ absl::StatusOr<std::vector<Tensor>> GradientBuckets::Finish() {
     if (first_error.ok() && !s.ok()) first_error = s;
   }
   MT_RETURN_IF_ERROR(first_error);
-  if (ctx_->num_replicas() == 1) return grads_;  // Nothing to reduce.
+  if (!ctx_->reduces()) return grads_;  // Nothing to reduce.
   std::vector<Tensor> out(grads_.size());
   for (size_t b = 0; b < plan_->buckets.size(); ++b) {
     int64_t offset = 0;

@@ -24,6 +24,7 @@ class NoCommunication final : public CrossDeviceOps {
   void Abort(const absl::Status&) override {}
   std::string name() const override { return "none"; }
   bool overlaps_compute() const override { return false; }
+  bool reduces() const override { return false; }
 };
 
 }  // namespace
@@ -39,6 +40,7 @@ class MirroredStrategy::Replica final : public ReplicaContext {
   int replica_id() const override { return id_; }
   int num_replicas() const override { return count_; }
   Device device() const override { return device_; }
+  bool reduces() const override { return count_ > 1 && ops_->reduces(); }
 
   absl::Status AllReduce(ReduceOp op, absl::Span<Tensor> tensors) override {
     for (Tensor& t : tensors) {

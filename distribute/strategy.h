@@ -28,6 +28,10 @@ class ReplicaContext {
   virtual int replica_id() const = 0;
   virtual int num_replicas() const = 0;
   virtual Device device() const = 0;
+  // Whether an all-reduce combines anything: false with one replica, and
+  // with distribute.cross_device_ops=none (measuring a step without its
+  // communication). Gradient buckets skip packing when it is false.
+  virtual bool reduces() const { return num_replicas() > 1; }
   // Replaces each tensor's values by their sum over all replicas. Every
   // replica must call it with the same number of tensors of the same shapes,
   // in the same order.
