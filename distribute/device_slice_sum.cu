@@ -49,8 +49,7 @@ __device__ inline void DivideBy(Pack<T>& acc, int n) {
 // thread copy the array to local memory (that made this kernel 5x slower
 // than a memcpy of the same bytes).
 template <typename E>
-__global__ void SliceSumKernel(Buffers<E> b, int count, int64_t n,
-                               bool mean) {
+__global__ void SliceSumKernel(Buffers<E> b, int count, int64_t n, bool mean) {
   for (int64_t i = cuda::GridStart(); i < n; i += cuda::GridStep()) {
     E acc = b.ptr[0][i];
 #pragma unroll
@@ -76,8 +75,8 @@ void LaunchSliceSum(absl::Span<void* const> buffers, int64_t begin, int64_t n,
   for (int r = 0; r < count; ++r) {
     b.ptr[r] = reinterpret_cast<E*>(static_cast<T*>(buffers[r]) + begin);
   }
-  SliceSumKernel<E><<<cuda::LaunchBlocks(n), cuda::kLaunchThreads, 0,
-                      stream>>>(b, count, n, mean);
+  SliceSumKernel<E><<<cuda::LaunchBlocks(n), cuda::kLaunchThreads, 0, stream>>>(
+      b, count, n, mean);
 }
 
 }  // namespace

@@ -71,8 +71,8 @@ absl::Status GradientBuckets::LaunchReadyBuckets() {
       MT_ASSIGN_OR_RETURN(Tensor buffer,
                           Tensor::Empty(dtype_, {total}, ctx_->device()));
       buffers_[next_bucket_] = buffer;
-      pending_.push_back(ctx_->PackAndAllReduceAsync(
-          ReduceOp::kSum, std::move(parts), buffer));
+      pending_.push_back(ctx_->PackAndAllReduceAsync(ReduceOp::kSum,
+                                                     std::move(parts), buffer));
     }
     ++next_bucket_;
   }

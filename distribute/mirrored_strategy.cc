@@ -108,20 +108,20 @@ class MirroredStrategy::Replica final : public ReplicaContext {
     MT_ASSIGN_OR_RETURN(cuda::Event ready, cuda::Event::Create(device_.index));
     MT_RETURN_IF_ERROR(ready.Record(compute_.handle()));
     auto event = std::make_shared<cuda::Event>(std::move(ready));
-    comm_.Post([this, op, parts = std::move(parts), buffer, done,
-                event]() mutable {
-      cuda::ScopedCurrentStream scope(communication_.handle());
-      absl::Status s = event->MakeStreamWait(communication_.handle());
-      if (s.ok()) s = PackInto(parts, buffer);
-      if (s.ok()) s = ops_->AllReduce(id_, op, buffer);
-      if (s.ok()) s = communication_.Synchronize();
-      // Drop this task's references before the waiter goes on, so the
-      // tensors return to their pools at a fixed point of the step.
-      parts.clear();
-      buffer = Tensor();
-      event.reset();
-      done->set_value(s);
-    });
+    comm_.Post(
+        [this, op, parts = std::move(parts), buffer, done, event]() mutable {
+          cuda::ScopedCurrentStream scope(communication_.handle());
+          absl::Status s = event->MakeStreamWait(communication_.handle());
+          if (s.ok()) s = PackInto(parts, buffer);
+          if (s.ok()) s = ops_->AllReduce(id_, op, buffer);
+          if (s.ok()) s = communication_.Synchronize();
+          // Drop this task's references before the waiter goes on, so the
+          // tensors return to their pools at a fixed point of the step.
+          parts.clear();
+          buffer = Tensor();
+          event.reset();
+          done->set_value(s);
+        });
     return absl::OkStatus();
   }
 

@@ -35,8 +35,8 @@ absl::Status PackInto(absl::Span<const Tensor> parts, const Tensor& buffer) {
     offset += n;
   }
   if (offset != buffer.num_elements()) {
-    return absl::InternalError(absl::StrCat("packed ", offset, " elements into ",
-                                            buffer.DebugString()));
+    return absl::InternalError(absl::StrCat(
+        "packed ", offset, " elements into ", buffer.DebugString()));
   }
   return absl::OkStatus();
 }

@@ -25,8 +25,17 @@ namespace {
 template <typename I>
 struct Geometry {
   explicit Geometry(const Conv2DGeometry& g)
-      : h(g.h), w(g.w), c(g.c), kw(g.kw), oh(g.oh), ow(g.ow), sh(g.sh),
-        sw(g.sw), kh(g.kh), pt(g.pt), pl(g.pl) {}
+      : h(g.h),
+        w(g.w),
+        c(g.c),
+        kw(g.kw),
+        oh(g.oh),
+        ow(g.ow),
+        sh(g.sh),
+        sw(g.sw),
+        kh(g.kh),
+        pt(g.pt),
+        pl(g.pl) {}
   IntDivisor<I> h, w, c, kw, oh, ow, sh, sw;
   I kh, pt, pl;
 };
@@ -122,13 +131,13 @@ absl::Status Im2Col(DType dtype, const void* x, const Conv2DGeometry& g,
   return LaunchFloatOn(
       "Im2Col", dtype, device, [&](auto zero, cudaStream_t stream) {
         using T = decltype(zero);
-        DispatchIndexWidth(
-            std::max(rows * patch, images * g.h * g.w * g.c), [&](auto index) {
-              using I = decltype(index);
-              Im2ColKernel<T, I><<<blocks, threads, 0, stream>>>(
-                  Geometry<I>(g), static_cast<const T*>(x),
-                  static_cast<T*>(cols), static_cast<I>(rows));
-            });
+        DispatchIndexWidth(std::max(rows * patch, images * g.h * g.w * g.c),
+                           [&](auto index) {
+                             using I = decltype(index);
+                             Im2ColKernel<T, I><<<blocks, threads, 0, stream>>>(
+                                 Geometry<I>(g), static_cast<const T*>(x),
+                                 static_cast<T*>(cols), static_cast<I>(rows));
+                           });
       });
 }
 

@@ -24,9 +24,17 @@ namespace {
 template <typename I>
 struct Geometry {
   explicit Geometry(const Pool2DGeometry& g)
-      : h(g.h), w(g.w), c(g.c), out_h(g.out_h), out_w(g.out_w),
-        stride_h(g.stride_h), stride_w(g.stride_w), ksize_h(g.ksize_h),
-        ksize_w(g.ksize_w), pad_top(g.pad_top), pad_left(g.pad_left) {}
+      : h(g.h),
+        w(g.w),
+        c(g.c),
+        out_h(g.out_h),
+        out_w(g.out_w),
+        stride_h(g.stride_h),
+        stride_w(g.stride_w),
+        ksize_h(g.ksize_h),
+        ksize_w(g.ksize_w),
+        pad_top(g.pad_top),
+        pad_left(g.pad_left) {}
   IntDivisor<I> h, w, c, out_h, out_w, stride_h, stride_w;
   I ksize_h, ksize_w, pad_top, pad_left;
 };
@@ -144,16 +152,14 @@ absl::Status MaxPool2DForward(DType dtype, const void* x,
   return LaunchFloatOn(
       "MaxPool2DForward", dtype, device, [&](auto zero, cudaStream_t stream) {
         using T = decltype(zero);
-        DispatchIndexWidth(std::max(outputs, g.n * g.h * g.w * g.c),
-                           [&](auto index) {
-                             using I = decltype(index);
-                             MaxPoolForwardKernel<T, I>
-                                 <<<LaunchBlocks(outputs), kLaunchThreads, 0,
-                                    stream>>>(Geometry<I>(g),
-                                              static_cast<const T*>(x),
-                                              static_cast<T*>(y), argmax,
-                                              static_cast<I>(outputs));
-                           });
+        DispatchIndexWidth(
+            std::max(outputs, g.n * g.h * g.w * g.c), [&](auto index) {
+              using I = decltype(index);
+              MaxPoolForwardKernel<T, I>
+                  <<<LaunchBlocks(outputs), kLaunchThreads, 0, stream>>>(
+                      Geometry<I>(g), static_cast<const T*>(x),
+                      static_cast<T*>(y), argmax, static_cast<I>(outputs));
+            });
       });
 }
 
@@ -166,16 +172,14 @@ absl::Status MaxPool2DBackward(DType dtype, const int32_t* argmax,
   return LaunchFloatOn(
       "MaxPool2DBackward", dtype, device, [&](auto zero, cudaStream_t stream) {
         using T = decltype(zero);
-        DispatchIndexWidth(std::max(inputs, g.n * g.out_h * g.out_w * g.c),
-                           [&](auto index) {
-                             using I = decltype(index);
-                             MaxPoolBackwardKernel<T, I>
-                                 <<<LaunchBlocks(inputs), kLaunchThreads, 0,
-                                    stream>>>(Geometry<I>(g), argmax,
-                                              static_cast<const T*>(dy),
-                                              static_cast<T*>(dx),
-                                              static_cast<I>(inputs));
-                           });
+        DispatchIndexWidth(
+            std::max(inputs, g.n * g.out_h * g.out_w * g.c), [&](auto index) {
+              using I = decltype(index);
+              MaxPoolBackwardKernel<T, I>
+                  <<<LaunchBlocks(inputs), kLaunchThreads, 0, stream>>>(
+                      Geometry<I>(g), argmax, static_cast<const T*>(dy),
+                      static_cast<T*>(dx), static_cast<I>(inputs));
+            });
       });
 }
 

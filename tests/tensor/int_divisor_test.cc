@@ -16,8 +16,8 @@ namespace {
 constexpr int32_t kMax = INT32_MAX;
 
 std::vector<int32_t> EdgeValues() {
-  std::vector<int32_t> v = {1, 2, 3, 5, 7, 25, 28, 32, 800, 784, kMax - 1,
-                            kMax};
+  std::vector<int32_t> v = {1,  2,  3,   5,   7,        25,
+                            28, 32, 800, 784, kMax - 1, kMax};
   for (int s = 1; s < 31; ++s) {
     const int32_t p = int32_t{1} << s;
     v.insert(v.end(), {p - 1, p, p + 1});
