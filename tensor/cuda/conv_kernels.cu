@@ -128,16 +128,14 @@ absl::Status Im2Col(DType dtype, const void* x, const Conv2DGeometry& g,
   const dim3 threads(along, kLaunchThreads / along);
   const int blocks = static_cast<int>(
       std::min<int64_t>((rows + threads.y - 1) / threads.y, 65535));
-  return LaunchFloatOn(
-      "Im2Col", dtype, device, [&](auto zero, cudaStream_t stream) {
+  return LaunchFloatIndexWidthOn(
+      "Im2Col", dtype, device, std::max(rows * patch, images * g.h * g.w * g.c),
+      [&](auto zero, auto index, cudaStream_t stream) {
         using T = decltype(zero);
-        DispatchIndexWidth(std::max(rows * patch, images * g.h * g.w * g.c),
-                           [&](auto index) {
-                             using I = decltype(index);
-                             Im2ColKernel<T, I><<<blocks, threads, 0, stream>>>(
-                                 Geometry<I>(g), static_cast<const T*>(x),
-                                 static_cast<T*>(cols), static_cast<I>(rows));
-                           });
+        using I = decltype(index);
+        Im2ColKernel<T, I><<<blocks, threads, 0, stream>>>(
+            Geometry<I>(g), static_cast<const T*>(x), static_cast<T*>(cols),
+            static_cast<I>(rows));
       });
 }
 
@@ -146,18 +144,15 @@ absl::Status Col2Im(DType dtype, const void* cols, const Conv2DGeometry& g,
   MT_RETURN_IF_ERROR(CheckGeometry("Col2Im", g));
   const int64_t total = images * g.h * g.w * g.c;
   if (total == 0) return absl::OkStatus();
-  return LaunchFloatOn(
-      "Col2Im", dtype, device, [&](auto zero, cudaStream_t stream) {
+  return LaunchFloatIndexWidthOn(
+      "Col2Im", dtype, device,
+      std::max(total, images * g.oh * g.ow * g.kh * g.kw * g.c),
+      [&](auto zero, auto index, cudaStream_t stream) {
         using T = decltype(zero);
-        DispatchIndexWidth(
-            std::max(total, images * g.oh * g.ow * g.kh * g.kw * g.c),
-            [&](auto index) {
-              using I = decltype(index);
-              Col2ImKernel<T, I>
-                  <<<LaunchBlocks(total), kLaunchThreads, 0, stream>>>(
-                      Geometry<I>(g), static_cast<const T*>(cols),
-                      static_cast<T*>(dx), static_cast<I>(total));
-            });
+        using I = decltype(index);
+        Col2ImKernel<T, I><<<LaunchBlocks(total), kLaunchThreads, 0, stream>>>(
+            Geometry<I>(g), static_cast<const T*>(cols), static_cast<T*>(dx),
+            static_cast<I>(total));
       });
 }
 

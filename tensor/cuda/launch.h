@@ -89,6 +89,19 @@ void DispatchIndexWidth(int64_t max_index, F f) {
   }
 }
 
+// LaunchFloatOn for kernels whose index arithmetic may be 32-bit: calls
+// launch(T{}, I{}, stream) with T the f32/f64 `dtype` and I the index type
+// DispatchIndexWidth picks for `max_index`.
+template <typename F>
+absl::Status LaunchFloatIndexWidthOn(const char* what, DType dtype, int device,
+                                     int64_t max_index, F launch) {
+  return LaunchFloatOn(
+      what, dtype, device, [&](auto zero, cudaStream_t stream) {
+        DispatchIndexWidth(max_index,
+                           [&](auto index) { launch(zero, index, stream); });
+      });
+}
+
 // Calls f(T{}) with T the C++ type of any dtype.
 template <typename F>
 void DispatchAll(DType dtype, F f) {

@@ -149,17 +149,16 @@ absl::Status MaxPool2DForward(DType dtype, const void* x,
   MT_RETURN_IF_ERROR(CheckGeometry("MaxPool2DForward", g));
   const int64_t outputs = g.n * g.out_h * g.out_w * g.c;
   if (outputs == 0) return absl::OkStatus();
-  return LaunchFloatOn(
-      "MaxPool2DForward", dtype, device, [&](auto zero, cudaStream_t stream) {
+  return LaunchFloatIndexWidthOn(
+      "MaxPool2DForward", dtype, device,
+      std::max(outputs, g.n * g.h * g.w * g.c),
+      [&](auto zero, auto index, cudaStream_t stream) {
         using T = decltype(zero);
-        DispatchIndexWidth(
-            std::max(outputs, g.n * g.h * g.w * g.c), [&](auto index) {
-              using I = decltype(index);
-              MaxPoolForwardKernel<T, I>
-                  <<<LaunchBlocks(outputs), kLaunchThreads, 0, stream>>>(
-                      Geometry<I>(g), static_cast<const T*>(x),
-                      static_cast<T*>(y), argmax, static_cast<I>(outputs));
-            });
+        using I = decltype(index);
+        MaxPoolForwardKernel<T, I>
+            <<<LaunchBlocks(outputs), kLaunchThreads, 0, stream>>>(
+                Geometry<I>(g), static_cast<const T*>(x), static_cast<T*>(y),
+                argmax, static_cast<I>(outputs));
       });
 }
 
@@ -169,17 +168,16 @@ absl::Status MaxPool2DBackward(DType dtype, const int32_t* argmax,
   MT_RETURN_IF_ERROR(CheckGeometry("MaxPool2DBackward", g));
   const int64_t inputs = g.n * g.h * g.w * g.c;
   if (inputs == 0) return absl::OkStatus();
-  return LaunchFloatOn(
-      "MaxPool2DBackward", dtype, device, [&](auto zero, cudaStream_t stream) {
+  return LaunchFloatIndexWidthOn(
+      "MaxPool2DBackward", dtype, device,
+      std::max(inputs, g.n * g.out_h * g.out_w * g.c),
+      [&](auto zero, auto index, cudaStream_t stream) {
         using T = decltype(zero);
-        DispatchIndexWidth(
-            std::max(inputs, g.n * g.out_h * g.out_w * g.c), [&](auto index) {
-              using I = decltype(index);
-              MaxPoolBackwardKernel<T, I>
-                  <<<LaunchBlocks(inputs), kLaunchThreads, 0, stream>>>(
-                      Geometry<I>(g), argmax, static_cast<const T*>(dy),
-                      static_cast<T*>(dx), static_cast<I>(inputs));
-            });
+        using I = decltype(index);
+        MaxPoolBackwardKernel<T, I>
+            <<<LaunchBlocks(inputs), kLaunchThreads, 0, stream>>>(
+                Geometry<I>(g), argmax, static_cast<const T*>(dy),
+                static_cast<T*>(dx), static_cast<I>(inputs));
       });
 }
 
