@@ -60,7 +60,10 @@ def intersect_length(a, b):
 
 
 def short(name, width=70):
-    name = name.split("(")[0] if "(" in name and not name.startswith("memcpy") else name
+    """A kernel's name without its parameter list (and without the
+    "(anonymous namespace)::" that would otherwise be cut as one)."""
+    if not name.startswith(("memcpy", "memset")):
+        name = name.replace("(anonymous namespace)::", "").split("(")[0]
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
