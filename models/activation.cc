@@ -1,40 +1,50 @@
 #include "models/activation.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "tensor/ops/fused_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/nn_ops.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::models {
+namespace {
 
-absl::StatusOr<Activation> ParseActivation(const std::string& name) {
-  if (name == "relu") return Activation::kRelu;
-  if (name == "tanh") return Activation::kTanh;
-  if (name == "sigmoid") return Activation::kSigmoid;
-  if (name == "linear" || name.empty()) return Activation::kLinear;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown activation '", name,
-                   "' (expected relu, tanh, sigmoid, linear)"));
-}
+constexpr ActivationDef kActivations[] = {
+    {"linear", nullptr, true},
+    {"relu", ops::Relu, true},
+    {"tanh", ops::Tanh, true},
+    {"sigmoid", ops::Sigmoid, true},
+    // Over the last axis, as Keras; not elementwise.
+    {"softmax", ops::Softmax, false},
+};
 
-absl::StatusOr<Tensor> Activate(Activation activation, const Tensor& x) {
-  switch (activation) {
-    case Activation::kRelu:
-      return ops::Relu(x);
-    case Activation::kTanh:
-      return ops::Tanh(x);
-    case Activation::kSigmoid:
-      return ops::Sigmoid(x);
-    case Activation::kLinear:
-      return x;
+}  // namespace
+
+absl::StatusOr<const ActivationDef*> FindActivation(const std::string& name) {
+  for (const ActivationDef& a : kActivations) {
+    if (name == a.name || (name.empty() && a.apply == nullptr)) return &a;
   }
-  return x;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown activation '", name, "' (expected one of ",
+                   absl::StrJoin(ActivationNames(), ", "), ")"));
 }
 
-absl::StatusOr<Tensor> BiasActivate(Activation activation, const Tensor& x,
-                                    const Tensor& bias) {
-  if (activation == Activation::kRelu) return ops::BiasAddRelu(x, bias);
+std::vector<std::string> ActivationNames() {
+  std::vector<std::string> out;
+  for (const ActivationDef& a : kActivations) out.push_back(a.name);
+  return out;
+}
+
+absl::StatusOr<Tensor> Activate(const ActivationDef& activation,
+                                const Tensor& x) {
+  if (activation.apply == nullptr) return x;
+  return activation.apply(x);
+}
+
+absl::StatusOr<Tensor> BiasActivate(const ActivationDef& activation,
+                                    const Tensor& x, const Tensor& bias) {
+  if (activation.apply == ops::Relu) return ops::BiasAddRelu(x, bias);
   MT_ASSIGN_OR_RETURN(Tensor z, ops::BiasAdd(x, bias));
   return Activate(activation, z);
 }

@@ -1,21 +1,38 @@
-// Activation functions selectable by name.
+// Activation functions selectable by name (Keras's `activation` argument).
+//
+// One table in activation.cc: a new activation is one row there (and, for
+// a new op, the op itself).
 #ifndef MIRRORTRAIN_MODELS_ACTIVATION_H_
 #define MIRRORTRAIN_MODELS_ACTIVATION_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "tensor/tensor.h"
 
 namespace mirrortrain::models {
 
-enum class Activation { kLinear, kRelu, kTanh, kSigmoid };
+struct ActivationDef {
+  const char* name;
+  // nullptr: the identity ("linear").
+  absl::StatusOr<Tensor> (*apply)(const Tensor& x);
+  // Elementwise and non-decreasing: max pooling commutes with it, so a conv
+  // layer may pool before its bias and activation (conv2d_layer.h).
+  bool non_decreasing;
+};
 
-absl::StatusOr<Activation> ParseActivation(const std::string& name);
-absl::StatusOr<Tensor> Activate(Activation activation, const Tensor& x);
+// The activation named `name` ("" means linear); InvalidArgument listing
+// the known names otherwise.
+absl::StatusOr<const ActivationDef*> FindActivation(const std::string& name);
+// Every name, for config schemas.
+std::vector<std::string> ActivationNames();
+
+absl::StatusOr<Tensor> Activate(const ActivationDef& activation,
+                                const Tensor& x);
 // activation(x + bias): a layer's epilogue, one fused op for relu.
-absl::StatusOr<Tensor> BiasActivate(Activation activation, const Tensor& x,
-                                    const Tensor& bias);
+absl::StatusOr<Tensor> BiasActivate(const ActivationDef& activation,
+                                    const Tensor& x, const Tensor& bias);
 
 }  // namespace mirrortrain::models
 

@@ -2,27 +2,32 @@
 
 #include "absl/strings/str_cat.h"
 #include "models/initializers.h"
+#include "models/layer_registry.h"
+#include "models/simple_layers.h"
+#include "tensor/ops/window.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::models {
 
 absl::StatusOr<std::unique_ptr<Conv2DLayer>> Conv2DLayer::Create(
     std::string name, int64_t in_channels, int64_t filters, int64_t kernel_size,
-    ops::Padding padding, Activation activation, uint64_t seed, Device device,
-    std::optional<ops::Pool2DOptions> pool) {
+    const ops::Conv2DOptions& options, const ActivationDef& activation,
+    bool use_bias, uint64_t seed, Device device) {
   MT_ASSIGN_OR_RETURN(
       Tensor k,
       GlorotUniform({kernel_size, kernel_size, in_channels, filters}, seed)
           .To(device));
-  MT_ASSIGN_OR_RETURN(Tensor b, Tensor::Zeros(DType::kF32, {filters}, device));
   MT_ASSIGN_OR_RETURN(Variable kernel,
                       Variable::Create(absl::StrCat(name, "/kernel"), k));
-  MT_ASSIGN_OR_RETURN(Variable bias,
-                      Variable::Create(absl::StrCat(name, "/bias"), b));
-  ops::Conv2DOptions options{1, 1, padding};
+  std::optional<Variable> bias;
+  if (use_bias) {
+    MT_ASSIGN_OR_RETURN(Tensor b,
+                        Tensor::Zeros(DType::kF32, {filters}, device));
+    MT_ASSIGN_OR_RETURN(bias, Variable::Create(absl::StrCat(name, "/bias"), b));
+  }
   return std::unique_ptr<Conv2DLayer>(
       new Conv2DLayer(std::move(name), std::move(kernel), std::move(bias),
-                      options, activation, pool));
+                      options, activation));
 }
 
 absl::StatusOr<Tensor> Conv2DLayer::Call(const Tensor& x,
@@ -31,7 +36,8 @@ absl::StatusOr<Tensor> Conv2DLayer::Call(const Tensor& x,
   if (pool_.has_value()) {
     MT_ASSIGN_OR_RETURN(y, ops::MaxPool2D(y, *pool_));
   }
-  return BiasActivate(activation_, y, bias_.value());
+  if (!bias_.has_value()) return Activate(activation_, y);
+  return BiasActivate(activation_, y, bias_->value());
 }
 
 absl::StatusOr<Shape> Conv2DLayer::OutputShape(const Shape& input) const {
@@ -56,5 +62,62 @@ absl::StatusOr<Shape> Conv2DLayer::OutputShape(const Shape& input) const {
   }
   return out;
 }
+
+std::vector<Variable*> Conv2DLayer::variables() {
+  if (!bias_.has_value()) return {&kernel_};
+  return {&kernel_, &*bias_};
+}
+
+bool Conv2DLayer::AbsorbNext(const Layer& next) {
+  const auto* pool = dynamic_cast<const MaxPool2DLayer*>(&next);
+  if (pool == nullptr || pool_.has_value() || !activation_.non_decreasing) {
+    return false;
+  }
+  pool_ = pool->options();
+  return true;
+}
+
+MT_REGISTER(
+    LayerType,
+    {.name = "conv2d",
+     .doc = "activation(conv2d(x, kernel) + bias), NHWC (Keras Conv2D)",
+     .params =
+         {{Param::Int("filters").Min(1).Doc("output channels"),
+           Param::Int("kernel_size").Min(1).Doc("square kernel side"),
+           Param::Int("strides").Default(1).Min(1).Doc(
+               "step in both spatial dimensions"),
+           Param::String("padding")
+               .Default("valid")
+               .OneOf({"valid", "same"})
+               .Doc("valid: no padding; same: output = ceil(in / "
+                    "strides)"),
+           Param::String("activation")
+               .Default("linear")
+               .OneOf(ActivationNames())
+               .Doc("applied after the bias"),
+           Param::Bool("use_bias").Default(true).Doc("add a bias vector")}},
+     .create = [](const LayerSpec& spec,
+                  LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
+       const Shape& in = b.input_shape();
+       if (in.size() != 4) {
+         return absl::InvalidArgumentError(
+             absl::StrCat("expects NHWC input, got ", ShapeToString(in)));
+       }
+       const int64_t k = spec.params.Int("kernel_size");
+       const bool same = spec.params.String("padding") == "same";
+       if (!same && (k > in[1] || k > in[2])) {
+         return absl::InvalidArgumentError(
+             absl::StrCat("kernel_size ", k, " is larger than the ", in[1], "x",
+                          in[2], " input with padding valid"));
+       }
+       MT_ASSIGN_OR_RETURN(const ActivationDef* act,
+                           FindActivation(spec.params.String("activation")));
+       const int64_t s = spec.params.Int("strides");
+       const ops::Conv2DOptions options{
+           s, s, same ? ops::Padding::kSame : ops::Padding::kValid};
+       return Conv2DLayer::Create(
+           b.name(), in[3], spec.params.Int("filters"), k, options, *act,
+           spec.params.Bool("use_bias"), b.NextSeed(), b.device());
+     }});
 
 }  // namespace mirrortrain::models

@@ -1,19 +1,24 @@
 // 2-D convolution layer: activation(conv2d(x, kernel) + bias), NHWC, kernel
-// [kh, kw, in, out], names `<name>/kernel` and `<name>/bias` as Keras.
+// [kh, kw, in, out], names `<name>/kernel` and `<name>/bias` as Keras
+// (glorot_uniform kernel, zero bias). Config type `conv2d`.
 //
-// With `pool` set the layer also does the max pooling that follows it, as
-// activation(max_pool(conv2d(x)) + bias). That equals pooling after the
-// activation exactly, because the bias is constant per channel and the
-// activations are non-decreasing (and float rounding is monotone), while
-// the bias and activation touch only the pooled values (a quarter for 2x2
-// pooling). Gradients equal the unfused chain's too, except which of
-// several values that round to the same maximum receives it.
+// A max pooling layer that directly follows is absorbed (AbsorbNext): the
+// layer then computes activation(max_pool(conv2d(x)) + bias). That equals
+// pooling after the activation exactly, because the bias is constant per
+// channel and the activation is elementwise non-decreasing (and float
+// rounding is monotone), while the bias and activation touch only the
+// pooled values (a quarter for 2x2 pooling). Gradients equal the unfused
+// chain's too, except which of several values that round to the same
+// maximum receives it. Activations that are not non-decreasing are never
+// fused.
 #ifndef MIRRORTRAIN_MODELS_CONV2D_LAYER_H_
 #define MIRRORTRAIN_MODELS_CONV2D_LAYER_H_
 
 #include <memory>
 #include <optional>
+#include <string>
 
+#include "absl/status/statusor.h"
 #include "models/activation.h"
 #include "models/layer.h"
 #include "tensor/ops/conv_ops.h"
@@ -25,29 +30,28 @@ class Conv2DLayer final : public Layer {
  public:
   static absl::StatusOr<std::unique_ptr<Conv2DLayer>> Create(
       std::string name, int64_t in_channels, int64_t filters,
-      int64_t kernel_size, ops::Padding padding, Activation activation,
-      uint64_t seed, Device device,
-      std::optional<ops::Pool2DOptions> pool = std::nullopt);
+      int64_t kernel_size, const ops::Conv2DOptions& options,
+      const ActivationDef& activation, bool use_bias, uint64_t seed,
+      Device device);
 
   absl::StatusOr<Tensor> Call(const Tensor& x,
                               const ForwardContext& ctx) override;
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override;
-  std::vector<Variable*> variables() override { return {&kernel_, &bias_}; }
+  std::vector<Variable*> variables() override;
+  bool AbsorbNext(const Layer& next) override;
 
  private:
-  Conv2DLayer(std::string name, Variable kernel, Variable bias,
-              ops::Conv2DOptions options, Activation activation,
-              std::optional<ops::Pool2DOptions> pool)
+  Conv2DLayer(std::string name, Variable kernel, std::optional<Variable> bias,
+              ops::Conv2DOptions options, const ActivationDef& activation)
       : Layer(std::move(name)),
         kernel_(std::move(kernel)),
         bias_(std::move(bias)),
         options_(options),
-        activation_(activation),
-        pool_(pool) {}
+        activation_(activation) {}
   Variable kernel_;
-  Variable bias_;
+  std::optional<Variable> bias_;
   ops::Conv2DOptions options_;
-  Activation activation_;
+  const ActivationDef& activation_;
   std::optional<ops::Pool2DOptions> pool_;
 };
 

@@ -2,20 +2,24 @@
 
 #include "absl/strings/str_cat.h"
 #include "models/initializers.h"
+#include "models/layer_registry.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::models {
 
 absl::StatusOr<std::unique_ptr<DenseLayer>> DenseLayer::Create(
-    std::string name, int64_t in, int64_t units, Activation activation,
-    uint64_t seed, Device device) {
+    std::string name, int64_t in, int64_t units,
+    const ActivationDef& activation, bool use_bias, uint64_t seed,
+    Device device) {
   MT_ASSIGN_OR_RETURN(Tensor k, GlorotUniform({in, units}, seed).To(device));
-  MT_ASSIGN_OR_RETURN(Tensor b, Tensor::Zeros(DType::kF32, {units}, device));
   MT_ASSIGN_OR_RETURN(Variable kernel,
                       Variable::Create(absl::StrCat(name, "/kernel"), k));
-  MT_ASSIGN_OR_RETURN(Variable bias,
-                      Variable::Create(absl::StrCat(name, "/bias"), b));
+  std::optional<Variable> bias;
+  if (use_bias) {
+    MT_ASSIGN_OR_RETURN(Tensor b, Tensor::Zeros(DType::kF32, {units}, device));
+    MT_ASSIGN_OR_RETURN(bias, Variable::Create(absl::StrCat(name, "/bias"), b));
+  }
   return std::unique_ptr<DenseLayer>(new DenseLayer(
       std::move(name), std::move(kernel), std::move(bias), activation));
 }
@@ -23,7 +27,8 @@ absl::StatusOr<std::unique_ptr<DenseLayer>> DenseLayer::Create(
 absl::StatusOr<Tensor> DenseLayer::Call(const Tensor& x,
                                         const ForwardContext&) {
   MT_ASSIGN_OR_RETURN(Tensor h, ops::MatMul(x, kernel_.value()));
-  return BiasActivate(activation_, h, bias_.value());
+  if (!bias_.has_value()) return Activate(activation_, h);
+  return BiasActivate(activation_, h, bias_->value());
 }
 
 absl::StatusOr<Shape> DenseLayer::OutputShape(const Shape& input) const {
@@ -34,5 +39,36 @@ absl::StatusOr<Shape> DenseLayer::OutputShape(const Shape& input) const {
   }
   return Shape{input[0], kernel_.shape()[1]};
 }
+
+std::vector<Variable*> DenseLayer::variables() {
+  if (!bias_.has_value()) return {&kernel_};
+  return {&kernel_, &*bias_};
+}
+
+MT_REGISTER(
+    LayerType,
+    {.name = "dense",
+     .doc = "activation(x @ kernel + bias) over the last axis (Keras Dense)",
+     .params =
+         {{Param::Int("units").Min(1).Doc("output width"),
+           Param::String("activation")
+               .Default("linear")
+               .OneOf(ActivationNames())
+               .Doc("applied after the bias"),
+           Param::Bool("use_bias").Default(true).Doc("add a bias vector")}},
+     .create = [](const LayerSpec& spec,
+                  LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
+       if (b.input_shape().size() != 2) {
+         return absl::InvalidArgumentError(
+             absl::StrCat("expects [batch, features] input, got ",
+                          ShapeToString(b.input_shape()),
+                          " (put a flatten layer before it)"));
+       }
+       MT_ASSIGN_OR_RETURN(const ActivationDef* act,
+                           FindActivation(spec.params.String("activation")));
+       return DenseLayer::Create(
+           b.name(), b.input_shape()[1], spec.params.Int("units"), *act,
+           spec.params.Bool("use_bias"), b.NextSeed(), b.device());
+     }});
 
 }  // namespace mirrortrain::models

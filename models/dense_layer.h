@@ -1,10 +1,14 @@
 // Dense (fully connected) layer: activation(x @ kernel + bias), with the
-// kernel [in, out] and names `<name>/kernel`, `<name>/bias` as Keras.
+// kernel [in, out] and names `<name>/kernel`, `<name>/bias` as Keras
+// (glorot_uniform kernel, zero bias). Config type `dense`.
 #ifndef MIRRORTRAIN_MODELS_DENSE_LAYER_H_
 #define MIRRORTRAIN_MODELS_DENSE_LAYER_H_
 
 #include <memory>
+#include <optional>
+#include <string>
 
+#include "absl/status/statusor.h"
 #include "models/activation.h"
 #include "models/layer.h"
 
@@ -14,24 +18,25 @@ class DenseLayer final : public Layer {
  public:
   // glorot_uniform kernel from `seed`, zero bias, on `device`.
   static absl::StatusOr<std::unique_ptr<DenseLayer>> Create(
-      std::string name, int64_t in, int64_t units, Activation activation,
-      uint64_t seed, Device device);
+      std::string name, int64_t in, int64_t units,
+      const ActivationDef& activation, bool use_bias, uint64_t seed,
+      Device device);
 
   absl::StatusOr<Tensor> Call(const Tensor& x,
                               const ForwardContext& ctx) override;
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override;
-  std::vector<Variable*> variables() override { return {&kernel_, &bias_}; }
+  std::vector<Variable*> variables() override;
 
  private:
-  DenseLayer(std::string name, Variable kernel, Variable bias,
-             Activation activation)
+  DenseLayer(std::string name, Variable kernel, std::optional<Variable> bias,
+             const ActivationDef& activation)
       : Layer(std::move(name)),
         kernel_(std::move(kernel)),
         bias_(std::move(bias)),
         activation_(activation) {}
   Variable kernel_;
-  Variable bias_;
-  Activation activation_;
+  std::optional<Variable> bias_;
+  const ActivationDef& activation_;
 };
 
 }  // namespace mirrortrain::models

@@ -38,6 +38,14 @@ class Layer {
   // The output shape for an input shape (batch dimension included).
   virtual absl::StatusOr<Shape> OutputShape(const Shape& input) const = 0;
   virtual std::vector<Variable*> variables() { return {}; }
+  // Offered the layer that follows this one in a sequence (so it reads only
+  // this layer's output): returns true when this layer now computes `next`
+  // itself, exactly, and the sequence then skips `next`. Conv2D absorbs a
+  // following max pooling this way (conv2d_layer.h).
+  virtual bool AbsorbNext(const Layer& next) {
+    (void)next;
+    return false;
+  }
 
  private:
   std::string name_;

@@ -1,9 +1,11 @@
-// A sequential model built from a spec (the `model` section of a config),
-// with Keras layer names (dense, dense_1, conv2d, ...) and initialisers.
+// A model built from a list of layer specs (the `model` section of a
+// config: `model.layers`, or a preset that expands to layers), with Keras
+// layer names (dense, dense_1, conv2d, ...) and initialisers.
 //
 // Ownership: the model owns its layers and their variables. Every replica
-// builds its own Model from the same spec and seed, so the replicas' initial
-// variables are identical (mirrored). Thread contract: one thread at a time.
+// builds its own Model from the same definition and seed, so the replicas'
+// initial variables are identical (mirrored). Thread contract: one thread
+// at a time.
 #ifndef MIRRORTRAIN_MODELS_MODEL_H_
 #define MIRRORTRAIN_MODELS_MODEL_H_
 
@@ -13,45 +15,41 @@
 
 #include "absl/status/statusor.h"
 #include "models/layer.h"
+#include "models/layer_registry.h"
 
 namespace mirrortrain::models {
 
-struct ModelSpec {
-  std::string name = "mlp";                        // mlp | cnn
-  std::vector<int64_t> hidden_units = {256, 128};  // mlp
-  std::string activation = "relu";
-  double dropout = 0.0;
-  std::vector<int64_t> conv_filters = {32, 64};  // cnn
-  int64_t kernel_size = 5;                       // cnn
-  int64_t dense_units = 1024;                    // cnn
-  Shape input_shape = {28, 28, 1};               // One example, NHWC.
-  int64_t num_classes = 10;
+struct ModelDef {
+  Shape input_shape;  // One example (no batch dimension), e.g. NHWC.
+  std::vector<LayerSpec> layers;
 };
 
 class Model {
  public:
-  // mlp: flatten, [dense(units, activation), dropout?]..., dense(classes).
-  // cnn: [conv2d(filters, k, same, activation), maxpool(2)]..., flatten,
-  //      dense(dense_units, activation), dropout?, dense(classes)
-  //      (the TensorFlow tutorial CNN with the defaults).
-  static absl::StatusOr<std::unique_ptr<Model>> Build(const ModelSpec& spec,
+  // Errors are InvalidArgument naming the layer's config path.
+  static absl::StatusOr<std::unique_ptr<Model>> Build(const ModelDef& def,
                                                       uint64_t seed,
                                                       Device device);
 
-  // Logits [batch, classes] for images [batch, ...input_shape].
-  absl::StatusOr<Tensor> Call(const Tensor& images, const ForwardContext& ctx);
+  // The model's output for inputs [batch, ...input_shape].
+  absl::StatusOr<Tensor> Call(const Tensor& inputs, const ForwardContext& ctx);
 
+  // Output shape of one example (no batch dimension).
+  const Shape& output_shape() const { return output_shape_; }
   // Every variable, in layer order (kernel before bias).
   const std::vector<Variable*>& variables() const { return variables_; }
   std::vector<Variable*> trainable_variables() const;
+  // The table Keras's model.summary() prints: layer, output shape, params.
+  std::string Summary() const;
 
  private:
   Model() = default;
-  absl::Status Add(std::unique_ptr<Layer> layer, Shape* shape);
 
-  std::vector<std::unique_ptr<Layer>> layers_;
+  std::unique_ptr<Layer> body_;
   std::vector<Variable*> variables_;
+  std::vector<LayerSummary> summary_;
   Shape input_shape_;
+  Shape output_shape_;
 };
 
 }  // namespace mirrortrain::models

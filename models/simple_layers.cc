@@ -1,8 +1,10 @@
 #include "models/simple_layers.h"
 
 #include "absl/strings/str_cat.h"
+#include "models/layer_registry.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/nn_ops.h"
+#include "tensor/ops/window.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::models {
@@ -51,5 +53,75 @@ absl::StatusOr<Tensor> DropoutLayer::Call(const Tensor& x,
   const int64_t row = x.dim(0) == 0 ? 0 : x.num_elements() / x.dim(0);
   return ops::Dropout(x, rate_, seed, ctx.row_offset * row);
 }
+
+absl::StatusOr<Tensor> ActivationLayer::Call(const Tensor& x,
+                                             const ForwardContext&) {
+  return Activate(activation_, x);
+}
+
+namespace {
+
+using LayerOr = absl::StatusOr<std::unique_ptr<Layer>>;
+
+}  // namespace
+
+MT_REGISTER(
+    LayerType,
+    {.name = "max_pooling2d",
+     .doc = "maximum over windows, NHWC (Keras MaxPooling2D)",
+     .params =
+         {{Param::Int("pool_size").Default(2).Min(1).Doc("square window side"),
+           Param::Int("strides").Nullable().Min(1).Doc(
+               "step in both dimensions; null: pool_size"),
+           Param::String("padding")
+               .Default("valid")
+               .OneOf({"valid", "same"})
+               .Doc("valid: windows inside the image; same: ceil(in / "
+                    "strides) outputs")}},
+     .create = [](const LayerSpec& spec, LayerBuilder& b) -> LayerOr {
+       if (b.input_shape().size() != 4) {
+         return absl::InvalidArgumentError(absl::StrCat(
+             "expects NHWC input, got ", ShapeToString(b.input_shape())));
+       }
+       const int64_t k = spec.params.Int("pool_size");
+       const int64_t s = spec.params.OptionalInt("strides").value_or(k);
+       const bool same = spec.params.String("padding") == "same";
+       return std::make_unique<MaxPool2DLayer>(
+           b.name(),
+           ops::Pool2DOptions{
+               k, k, s, s, same ? ops::Padding::kSame : ops::Padding::kValid});
+     }});
+
+MT_REGISTER(LayerType,
+            {.name = "flatten",
+             .doc = "[batch, ...] -> [batch, product of the rest]",
+             .create = [](const LayerSpec&, LayerBuilder& b) -> LayerOr {
+               return std::make_unique<FlattenLayer>(b.name());
+             }});
+
+MT_REGISTER(
+    LayerType,
+    {.name = "dropout",
+     .doc = "inverted dropout while training, identity otherwise; the mask "
+            "is a hash of (seed, step, layer, element of the global batch)",
+     .params = {{Param::Float("rate").Min(0).Max(1, false).Doc(
+         "fraction of inputs dropped")}},
+     .create = [](const LayerSpec& spec, LayerBuilder& b) -> LayerOr {
+       return std::make_unique<DropoutLayer>(
+           b.name(), spec.params.Float("rate"), b.type_index());
+     }});
+
+MT_REGISTER(LayerType,
+            {.name = "activation",
+             .doc = "an activation function on its own (Keras Activation)",
+             .params = {{Param::String("activation")
+                             .OneOf(ActivationNames())
+                             .Doc("the function")}},
+             .create = [](const LayerSpec& spec, LayerBuilder& b) -> LayerOr {
+               MT_ASSIGN_OR_RETURN(
+                   const ActivationDef* act,
+                   FindActivation(spec.params.String("activation")));
+               return std::make_unique<ActivationLayer>(b.name(), *act);
+             }});
 
 }  // namespace mirrortrain::models

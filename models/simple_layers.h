@@ -1,7 +1,12 @@
-// Layers without variables: MaxPool2D, Flatten, Dropout.
+// Layers without variables: MaxPool2D, Flatten, Dropout, Activation
+// (config types max_pooling2d, flatten, dropout, activation).
 #ifndef MIRRORTRAIN_MODELS_SIMPLE_LAYERS_H_
 #define MIRRORTRAIN_MODELS_SIMPLE_LAYERS_H_
 
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "models/activation.h"
 #include "models/layer.h"
 #include "tensor/ops/pooling_ops.h"
 
@@ -14,6 +19,7 @@ class MaxPool2DLayer final : public Layer {
   absl::StatusOr<Tensor> Call(const Tensor& x,
                               const ForwardContext& ctx) override;
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override;
+  const ops::Pool2DOptions& options() const { return options_; }
 
  private:
   ops::Pool2DOptions options_;
@@ -43,6 +49,20 @@ class DropoutLayer final : public Layer {
  private:
   double rate_;
   int index_;
+};
+
+class ActivationLayer final : public Layer {
+ public:
+  ActivationLayer(std::string name, const ActivationDef& activation)
+      : Layer(std::move(name)), activation_(activation) {}
+  absl::StatusOr<Tensor> Call(const Tensor& x,
+                              const ForwardContext& ctx) override;
+  absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
+    return input;
+  }
+
+ private:
+  const ActivationDef& activation_;
 };
 
 }  // namespace mirrortrain::models

@@ -33,13 +33,14 @@ constexpr char kUsage[] =
     "  mirrortrain eval    --config FILE --checkpoint PATH_OR_DIR "
     "[--weights raw|ema] [--set KEY=VALUE]...\n"
     "  mirrortrain inspect CHECKPOINT\n"
+    "  mirrortrain config  --schema | --config FILE [--set KEY=VALUE]...\n"
     "  mirrortrain --help | --version\n"
     "\n"
     "Run 'mirrortrain VERB --help' for a verb's options.\n";
 
 constexpr char kTrainUsage[] =
     "usage: mirrortrain train --config FILE [--set KEY=VALUE]... "
-    "[--run_dir DIR]\n"
+    "[--run_dir DIR] [--dry_run]\n"
     "\n"
     "Trains the model a YAML config describes.\n"
     "  --config FILE      the job config (see configs/)\n"
@@ -48,7 +49,19 @@ constexpr char kTrainUsage[] =
     "                     --set distribute.devices=[cpu:0,cpu:1]\n"
     "  --run_dir DIR      where config.yaml, metrics.jsonl, TensorBoard "
     "events\n"
-    "                     and checkpoints go (default runs/<config name>)\n";
+    "                     and checkpoints go (default runs/<config name>)\n"
+    "  --dry_run          print the model summary (layers, output shapes,\n"
+    "                     parameter counts) and exit without training or\n"
+    "                     writing anything\n";
+
+constexpr char kConfigUsage[] =
+    "usage: mirrortrain config --schema\n"
+    "       mirrortrain config --config FILE [--set KEY=VALUE]...\n"
+    "\n"
+    "  --schema           every config key with its type, default and meaning\n"
+    "                     (Markdown), from the registered components\n"
+    "  --config FILE      print the resolved config (defaults and overrides\n"
+    "                     applied), as a run writes it to config.yaml\n";
 
 constexpr char kEvalUsage[] =
     "usage: mirrortrain eval --config FILE --checkpoint PATH_OR_DIR "
@@ -71,7 +84,14 @@ struct Args {
   std::string weights;
   std::vector<std::string> positional;
   bool help = false;
+  bool dry_run = false;
+  bool schema = false;
 };
+
+// Flags that take no value.
+bool IsSwitch(absl::string_view name) {
+  return name == "dry_run" || name == "schema";
+}
 
 // Parses "--flag value" and "--flag=value" for the flags `allowed`.
 absl::StatusOr<Args> ParseArgs(int argc, char** argv,
@@ -99,6 +119,15 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv,
     if (!known) {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown flag '--", name, "' for '", argv[1], "'"));
+    }
+    if (IsSwitch(name)) {
+      if (has_value) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("flag '--", name, "' takes no value"));
+      }
+      args.dry_run |= name == "dry_run";
+      args.schema |= name == "schema";
+      continue;
     }
     if (!has_value) {
       if (i + 1 >= argc) {
@@ -136,9 +165,17 @@ int Fail(const absl::Status& s) {
   return ExitCodeFor(s);
 }
 
+// The model a config builds, as Keras's model.summary() prints it.
+int DryRun(const Config& config) {
+  absl::StatusOr<std::string> summary = ModelSummary(config);
+  if (!summary.ok()) return Fail(summary.status());
+  std::fputs(summary->c_str(), stdout);
+  return kExitOk;
+}
+
 int Train(int argc, char** argv) {
   absl::StatusOr<Args> args =
-      ParseArgs(argc, argv, {"config", "set", "run_dir"});
+      ParseArgs(argc, argv, {"config", "set", "run_dir", "dry_run"});
   if (!args.ok()) return Fail(args.status());
   if (args->help) {
     std::fputs(kTrainUsage, stdout);
@@ -150,6 +187,7 @@ int Train(int argc, char** argv) {
   }
   absl::StatusOr<Config> config = LoadConfig(args->config, args->sets);
   if (!config.ok()) return Fail(config.status());
+  if (args->dry_run) return DryRun(*config);
   std::string run_dir = args->run_dir.empty()
                             ? absl::StrCat("runs/", config->name)
                             : args->run_dir;
@@ -238,6 +276,29 @@ int Inspect(int argc, char** argv) {
   return kExitOk;
 }
 
+int ConfigVerb(int argc, char** argv) {
+  absl::StatusOr<Args> args =
+      ParseArgs(argc, argv, {"schema", "config", "set"});
+  if (!args.ok()) return Fail(args.status());
+  if (args->help) {
+    std::fputs(kConfigUsage, stdout);
+    return kExitOk;
+  }
+  if (args->schema == !args->config.empty() || !args->positional.empty() ||
+      (args->schema && !args->sets.empty())) {
+    std::fputs(kConfigUsage, stderr);
+    return kExitUsage;
+  }
+  if (args->schema) {
+    std::fputs(SchemaMarkdown().c_str(), stdout);
+    return kExitOk;
+  }
+  absl::StatusOr<Config> config = LoadConfig(args->config, args->sets);
+  if (!config.ok()) return Fail(config.status());
+  std::fputs(config->resolved_yaml.c_str(), stdout);
+  return kExitOk;
+}
+
 }  // namespace
 
 int RunCli(int argc, char** argv) {
@@ -258,6 +319,7 @@ int RunCli(int argc, char** argv) {
   if (verb == "train") return Train(argc, argv);
   if (verb == "eval") return Eval(argc, argv);
   if (verb == "inspect") return Inspect(argc, argv);
+  if (verb == "config") return ConfigVerb(argc, argv);
   std::fprintf(stderr, "mirrortrain: unknown command '%s' (see --help)\n",
                argv[1]);
   return kExitUsage;

@@ -2,178 +2,211 @@
 
 #include <cmath>
 #include <fstream>
-#include <map>
 #include <sstream>
 
-#include "absl/container/flat_hash_map.h"
+#include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "distribute/device_set.h"
+#include "models/presets.h"
 #include "tensor/status_macros.h"
+#include "trainer/data/data_source.h"
+#include "trainer/optim/lr_schedule.h"
+#include "trainer/optim/optimizers.h"
 #include "yaml-cpp/yaml.h"
 
 namespace mirrortrain::trainer {
 namespace {
 
-enum class Kind {
-  kInt,
-  kFloat,
-  kBool,
-  kString,
-  kIntList,
-  kFloatList,
-  kStringList,
-  kOptionalInt,
-  kOptionalFloat,
-};
+// ------------------------------------------------- the trainer's own keys
+// Components (data sources, presets, layers, optimizers, schedules) declare
+// theirs next to their code; these are the keys of the sections the
+// trainer itself owns, and the `name` keys that pick a component.
 
-struct KeySpec {
-  const char* key;
-  Kind kind;
-  const char* default_yaml;
-};
-
-// The schema: every key a config may hold, its type and its default. The
-// order is the order of the resolved config file.
-constexpr KeySpec kSchema[] = {
-    {"seed", Kind::kInt, "1"},
-    {"precision", Kind::kString, "fp32"},
-    {"data.name", Kind::kString, "fashion_mnist"},
-    {"data.dir", Kind::kString, "/usr/share/datasets/fashion-mnist"},
-    {"data.global_batch_size", Kind::kInt, "128"},
-    {"data.shuffle", Kind::kBool, "true"},
-    {"data.drop_remainder", Kind::kBool, "false"},
-    {"data.train_examples", Kind::kInt, "0"},
-    {"data.test_examples", Kind::kInt, "0"},
-    {"data.prefetch", Kind::kInt, "2"},
-    {"model.name", Kind::kString, "mlp"},
-    {"model.hidden_units", Kind::kIntList, "[256, 128]"},
-    {"model.activation", Kind::kString, "relu"},
-    {"model.dropout", Kind::kFloat, "0.0"},
-    {"model.conv_filters", Kind::kIntList, "[32, 64]"},
-    {"model.kernel_size", Kind::kInt, "5"},
-    {"model.dense_units", Kind::kInt, "1024"},
-    {"optimizer.name", Kind::kString, "momentum"},
-    {"optimizer.learning_rate", Kind::kFloat, "0.05"},
-    {"optimizer.momentum", Kind::kOptionalFloat, "null"},
-    {"optimizer.nesterov", Kind::kBool, "false"},
-    {"optimizer.beta1", Kind::kFloat, "0.9"},
-    {"optimizer.beta2", Kind::kFloat, "0.999"},
-    {"optimizer.epsilon", Kind::kFloat, "1e-7"},
-    {"optimizer.rho", Kind::kFloat, "0.9"},
-    {"optimizer.initial_accumulator_value", Kind::kFloat, "0.1"},
-    {"optimizer.schedule.name", Kind::kString, "constant"},
-    {"optimizer.schedule.decay_steps", Kind::kInt, "1000"},
-    {"optimizer.schedule.decay_rate", Kind::kFloat, "0.96"},
-    {"optimizer.schedule.staircase", Kind::kBool, "false"},
-    {"optimizer.schedule.boundaries", Kind::kIntList, "[]"},
-    {"optimizer.schedule.values", Kind::kFloatList, "[]"},
-    {"optimizer.schedule.alpha", Kind::kFloat, "0.0"},
-    {"optimizer.schedule.warmup_steps", Kind::kInt, "0"},
-    {"optimizer.clip_global_norm", Kind::kOptionalFloat, "null"},
-    {"optimizer.clip_norm", Kind::kOptionalFloat, "null"},
-    {"optimizer.clip_value", Kind::kOptionalFloat, "null"},
-    {"ema.decay", Kind::kOptionalFloat, "0.999"},
-    {"ema.use_num_updates", Kind::kBool, "true"},
-    {"distribute.strategy", Kind::kString, "mirrored"},
-    {"distribute.devices", Kind::kStringList, "[cpu:0]"},
-    {"distribute.cross_device_ops", Kind::kString, "auto"},
-    {"distribute.bucket_bytes", Kind::kInt, "26214400"},
-    {"distribute.check_replicas_every_steps", Kind::kInt, "0"},
-    {"distribute.watchdog_seconds", Kind::kFloat, "300"},
-    {"train.epochs", Kind::kOptionalInt, "10"},
-    {"train.steps", Kind::kOptionalInt, "null"},
-    {"train.log_every_steps", Kind::kInt, "100"},
-    {"train.eval_every_epochs", Kind::kInt, "1"},
-    {"checkpoint.every_steps", Kind::kInt, "1000"},
-    {"checkpoint.max_to_keep", Kind::kInt, "5"},
-    {"checkpoint.restore", Kind::kString, "latest"},
-};
-
-const KeySpec* FindKey(absl::string_view key) {
-  for (const KeySpec& spec : kSchema) {
-    if (key == spec.key) return &spec;
-  }
-  return nullptr;
+const ParamSchema& RootSchema() {
+  static const auto* s = new ParamSchema{
+      {Param::Int("seed").Default(1).Min(0).Doc(
+           "initialisers, shuffling and dropout derive from it"),
+       Param::String("precision")
+           .Default("fp32")
+           .OneOf({"fp32", "tf32"})
+           .Doc("f32 matrix products on GPUs: fp32, or tf32 (TensorFloat-32 "
+                "tensor cores); CPUs are always fp32")}};
+  return *s;
 }
 
-bool IsSection(absl::string_view prefix) {
-  for (const KeySpec& spec : kSchema) {
-    if (absl::StartsWith(spec.key, absl::StrCat(prefix, "."))) return true;
-  }
-  return false;
+const ParamSchema& DataSchema() {
+  static const auto* s = new ParamSchema{
+      {Param::String("name")
+           .Default("fashion_mnist")
+           .OneOf(DataSourceRegistry::Global().Names())
+           .Doc("the data source (its keys follow)"),
+       Param::Int("global_batch_size")
+           .Default(128)
+           .Min(1)
+           .Doc("examples per step, split over the replicas"),
+       Param::Bool("shuffle").Default(true).Doc(
+           "reshuffle the training split every epoch"),
+       Param::Bool("drop_remainder")
+           .Default(false)
+           .Doc("drop the last, smaller batch of an epoch"),
+       Param::Int("train_examples")
+           .Default(0)
+           .Min(0)
+           .Doc("use only the first N training examples (0: all)"),
+       Param::Int("test_examples")
+           .Default(0)
+           .Min(0)
+           .Doc("use only the first N test examples (0: all)"),
+       Param::Int("prefetch")
+           .Default(2)
+           .Min(0)
+           .Max(1 << 20)
+           .Doc("batches gathered ahead on a background thread")}};
+  return *s;
 }
 
-const char* KindName(Kind kind) {
-  switch (kind) {
-    case Kind::kInt:
-      return "an integer";
-    case Kind::kFloat:
-      return "a number";
-    case Kind::kBool:
-      return "true or false";
-    case Kind::kString:
-      return "a string";
-    case Kind::kIntList:
-      return "a list of integers";
-    case Kind::kFloatList:
-      return "a list of numbers";
-    case Kind::kStringList:
-      return "a list of strings";
-    case Kind::kOptionalInt:
-      return "an integer or null";
-    case Kind::kOptionalFloat:
-      return "a number or null";
-  }
-  return "?";
+const ParamSchema& ModelSchema() {
+  static const auto* s = new ParamSchema{
+      {Param::String("name")
+           .Nullable()
+           .OneOf(models::PresetRegistry::Global().Names())
+           .Doc("a preset (its keys follow); null with `layers`, mlp when "
+                "both are absent"),
+       Param::IntList("input_shape")
+           .Nullable()
+           .Min(1)
+           .Doc("one example's shape; null: the data source's")}};
+  return *s;
 }
 
-template <typename T>
-bool Decode(const YAML::Node& node, T* out) {
-  return node.IsScalar() && YAML::convert<T>::decode(node, *out);
+const ParamSchema& OptimizerSchema() {
+  static const auto* s = new ParamSchema{
+      {Param::String("name")
+           .Default("momentum")
+           .OneOf(OptimizerRegistry::Global().Names())
+           .Doc("the optimizer (its keys follow)"),
+       Param::Float("learning_rate")
+           .Default(0.05)
+           .Min(0, false)
+           .Doc("peak rate of the schedule"),
+       Param::Float("clip_global_norm")
+           .Nullable()
+           .Min(0, false)
+           .Doc("clip all gradients by their global norm (after the "
+                "all-reduce)"),
+       Param::Float("clip_norm")
+           .Nullable()
+           .Min(0, false)
+           .Doc("clip each gradient by its norm"),
+       Param::Float("clip_value")
+           .Nullable()
+           .Min(0, false)
+           .Doc("clip each gradient element to [-v, v]")}};
+  return *s;
 }
 
-bool ScalarMatches(const YAML::Node& node, Kind kind) {
-  int64_t i;
-  double d;
-  bool b;
-  switch (kind) {
-    case Kind::kInt:
-    case Kind::kIntList:
-    case Kind::kOptionalInt:
-      return Decode(node, &i);
-    case Kind::kFloat:
-    case Kind::kFloatList:
-    case Kind::kOptionalFloat:
-      return Decode(node, &d);
-    case Kind::kBool:
-      return Decode(node, &b);
-    case Kind::kString:
-    case Kind::kStringList:
-      return node.IsScalar();
-  }
-  return false;
+const ParamSchema& ScheduleSchema() {
+  static const auto* s = new ParamSchema{
+      {Param::String("name")
+           .Default("constant")
+           .OneOf(ScheduleRegistry::Global().Names())
+           .Doc("the learning-rate schedule (its keys follow)")}};
+  return *s;
 }
 
-bool Matches(const YAML::Node& node, Kind kind) {
-  switch (kind) {
-    case Kind::kIntList:
-    case Kind::kFloatList:
-    case Kind::kStringList:
-      if (!node.IsSequence()) return false;
-      for (const YAML::Node& item : node) {
-        if (!ScalarMatches(item, kind)) return false;
-      }
-      return true;
-    case Kind::kOptionalInt:
-    case Kind::kOptionalFloat:
-      return node.IsNull() || ScalarMatches(node, kind);
-    default:
-      return ScalarMatches(node, kind);
-  }
+const ParamSchema& EmaSchema() {
+  static const auto* s = new ParamSchema{
+      {Param::Float("decay").Default(0.999).Nullable().Min(0).Max(1).Doc(
+           "null turns EMA off"),
+       Param::Bool("use_num_updates")
+           .Default(true)
+           .Doc("decay = min(decay, (1+n)/(10+n)) with n the step")}};
+  return *s;
 }
+
+const ParamSchema& DistributeSchema() {
+  static const auto* s = new ParamSchema{
+      {Param::String("strategy")
+           .Default("mirrored")
+           .OneOf({"one_device", "mirrored"})
+           .Doc("how the devices share the job"),
+       Param::StringList("devices")
+           .Default(std::vector<std::string>{"cpu:0"})
+           .MinLength(1)
+           .Doc("cpu:K (logical CPU devices), gpu:K (twice: two logical "
+                "replicas on one GPU), or all_gpus"),
+       Param::String("cross_device_ops")
+           .Default("auto")
+           .OneOf({"auto", "nccl", "local", "none"})
+           .Doc("none skips the all-reduce (replicas drift apart: only for "
+                "measuring what communication costs)"),
+       Param::Int("bucket_bytes")
+           .Default(26214400)
+           .Min(1)
+           .Doc("gradient bucket size (the first bucket is 1 MiB)"),
+       Param::Int("check_replicas_every_steps")
+           .Default(0)
+           .Min(0)
+           .Doc("check every N steps that all replicas are bitwise "
+                "identical (0: never)"),
+       Param::Float("watchdog_seconds")
+           .Default(300.0)
+           .Min(0, false)
+           .Doc("a replica that does not reach a collective in time stops "
+                "the run")}};
+  return *s;
+}
+
+const ParamSchema& TrainSchema() {
+  static const auto* s = new ParamSchema{
+      {Param::Int("epochs").Default(10).Nullable().Min(1).Doc(
+           "passes over the training split"),
+       Param::Int("steps").Nullable().Min(1).Doc(
+           "optimizer steps; wins over epochs when set"),
+       Param::Int("log_every_steps")
+           .Default(100)
+           .Min(1)
+           .Doc("train metrics every N steps"),
+       Param::Int("eval_every_epochs")
+           .Default(1)
+           .Min(0)
+           .Doc("evaluate on the test split every N epochs (0: only at the "
+                "end)")}};
+  return *s;
+}
+
+const ParamSchema& CheckpointSchema() {
+  static const auto* s = new ParamSchema{
+      {Param::Int("every_steps")
+           .Default(1000)
+           .Min(0)
+           .Doc("save every N steps (0: only at the end and on signals)"),
+       Param::Int("max_to_keep")
+           .Default(5)
+           .Min(1)
+           .Doc("older checkpoints are deleted"),
+       Param::String("restore").Default("latest").Doc(
+           "latest, none, or a checkpoint path")}};
+  return *s;
+}
+
+// Keys of a layer entry that are not the layer's own.
+const ParamSchema& LayerEntrySchema() {
+  static const auto* s = new ParamSchema{
+      {Param::String("type")
+           .OneOf(models::LayerRegistry::Global().Names())
+           .Doc("a registered layer type"),
+       Param::String("name").Nullable().Doc(
+           "overrides the Keras auto-name (checkpoint names use it)"),
+       Param::Int("repeat").Default(1).Min(1).Max(10000).Doc(
+           "build this entry N times (names keep counting)")}};
+  return *s;
+}
+
+// ------------------------------------------------------ YAML <-> values
 
 std::string Show(const YAML::Node& node) {
   YAML::Emitter out;
@@ -181,175 +214,379 @@ std::string Show(const YAML::Node& node) {
   return out.c_str();
 }
 
-// Where an error is: "file.yaml:12" or "--set a.b=c".
-std::string Where(const std::string& source, const YAML::Node& node) {
-  if (node.Mark().line >= 0 && !absl::StartsWith(source, "--set")) {
-    return absl::StrCat(source, ":", node.Mark().line + 1);
-  }
-  return source;
+template <typename T>
+bool Decode(const YAML::Node& node, T* out) {
+  return node.IsScalar() && YAML::convert<T>::decode(node, *out);
 }
 
-class ConfigBuilder {
- public:
-  ConfigBuilder() {
-    for (const KeySpec& spec : kSchema) {
-      values_[spec.key] = YAML::Load(spec.default_yaml);
+// `node` as a value of `param`'s type, or nullopt when it is not one.
+std::optional<ParamValue> FromYaml(const YAML::Node& node, const Param& param) {
+  if (node.IsNull()) {
+    if (param.nullable()) return ParamValue();
+    return std::nullopt;
+  }
+  auto list = [&](auto element) -> std::optional<ParamValue> {
+    using T = decltype(element);
+    if (!node.IsSequence()) return std::nullopt;
+    std::vector<T> out;
+    for (const YAML::Node& item : node) {
+      T v{};
+      if (!Decode(item, &v)) return std::nullopt;
+      out.push_back(std::move(v));
+    }
+    return ParamValue(std::move(out));
+  };
+  auto scalar = [&](auto element) -> std::optional<ParamValue> {
+    using T = decltype(element);
+    T v{};
+    if (!Decode(node, &v)) return std::nullopt;
+    return ParamValue(std::move(v));
+  };
+  switch (param.type()) {
+    case ParamType::kInt:
+      return scalar(int64_t{});
+    case ParamType::kFloat:
+      return scalar(double{});
+    case ParamType::kBool:
+      return scalar(bool{});
+    case ParamType::kString:
+      return scalar(std::string());
+    case ParamType::kIntList:
+      return list(int64_t{});
+    case ParamType::kFloatList:
+      return list(double{});
+    case ParamType::kStringList:
+      return list(std::string());
+  }
+  return std::nullopt;
+}
+
+YAML::Node ToYaml(const ParamValue& value) {
+  if (const auto* s = std::get_if<std::string>(&value)) return YAML::Node(*s);
+  if (const auto* l = std::get_if<std::vector<std::string>>(&value)) {
+    YAML::Node seq(YAML::NodeType::Sequence);
+    for (const std::string& s : *l) seq.push_back(s);
+    seq.SetStyle(YAML::EmitterStyle::Flow);
+    return seq;
+  }
+  YAML::Node node = YAML::Load(ParamValueToString(value));
+  if (node.IsSequence()) node.SetStyle(YAML::EmitterStyle::Flow);
+  return node;
+}
+
+void EmitParams(const ParamSchema& schema, const Params& params,
+                YAML::Node* out) {
+  for (const Param& p : schema.params) {
+    if (const ParamValue* v = params.Get(p.name())) {
+      (*out)[p.name()] = ToYaml(*v);
     }
   }
+}
 
-  // Merges a user tree rooted at `prefix` ("" for the whole file).
-  absl::Status Merge(const YAML::Node& node, const std::string& prefix,
-                     const std::string& source) {
-    if (!prefix.empty()) {
-      if (const KeySpec* spec = FindKey(prefix)) {
-        if (!Matches(node, spec->kind)) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(Where(source, node), ": ", prefix, ": expected ",
-                           KindName(spec->kind), ", got ", Show(node)));
+// ------------------------------------------------------------- reading
+
+// node[key] when `node` is a mapping that has it, else an undefined node
+// (yaml-cpp's const operator[] gives an invalid node that throws on use).
+YAML::Node Child(const YAML::Node& node, const std::string& key) {
+  if (node.IsDefined() && node.IsMap() && node[key]) return node[key];
+  return YAML::Node(YAML::NodeType::Undefined);
+}
+
+struct Override {
+  std::string path;  // Normalised: "a.b", "model.layers[2].units".
+  std::string arg;   // As given.
+};
+
+std::string Join(const std::string& prefix, const std::string& key) {
+  return prefix.empty() ? key : absl::StrCat(prefix, ".", key);
+}
+
+class Reader {
+ public:
+  Reader(std::string file, std::vector<Override> overrides)
+      : file_(std::move(file)), overrides_(std::move(overrides)) {}
+
+  // "file.yaml:12" for a node from the file, "--set a.b=c" for one that an
+  // override set (or is inside).
+  std::string Where(const std::string& path, const YAML::Node& node) const {
+    for (auto it = overrides_.rbegin(); it != overrides_.rend(); ++it) {
+      if (path == it->path || absl::StartsWith(path, it->path + ".") ||
+          absl::StartsWith(path, it->path + "[")) {
+        return absl::StrCat("--set ", it->arg);
+      }
+    }
+    if (node.IsDefined() && node.Mark().line >= 0) {
+      return absl::StrCat(file_, ":", node.Mark().line + 1);
+    }
+    return file_;
+  }
+
+  absl::Status Error(const std::string& path, const YAML::Node& node,
+                     const std::string& problem) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(path, node), ": ", path, ": ", problem));
+  }
+
+  // `node` must be a mapping (or absent/null: all defaults).
+  absl::Status CheckMap(const YAML::Node& node, const std::string& path) const {
+    if (!node.IsDefined() || node.IsNull() || node.IsMap()) {
+      return absl::OkStatus();
+    }
+    return Error(path, node,
+                 absl::StrCat("expected a mapping of keys, got ", Show(node)));
+  }
+
+  // Reads the keys of mapping `node` at `path` that `schemas` declare into
+  // `out` (defaults for absent ones). Keys in `handled` are the caller's;
+  // any other key is an error naming `owner` when given.
+  absl::Status Read(const YAML::Node& node, const std::string& path,
+                    const std::vector<const ParamSchema*>& schemas,
+                    const std::vector<std::string>& handled,
+                    const std::string& owner, Params* out) const {
+    MT_RETURN_IF_ERROR(CheckMap(node, path));
+    if (node.IsMap()) {
+      for (const auto& item : node) {
+        const std::string key = item.first.as<std::string>("");
+        const std::string key_path = Join(path, key);
+        const Param* param = nullptr;
+        for (const ParamSchema* s : schemas) {
+          if (param == nullptr) param = s->Find(key);
         }
-        values_[prefix] = YAML::Clone(node);
-        return absl::OkStatus();
-      }
-      if (!IsSection(prefix)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(Where(source, node), ": ", prefix, ": unknown key"));
+        if (param == nullptr) {
+          if (absl::c_linear_search(handled, key)) continue;
+          return Error(key_path, item.first,
+                       owner.empty() ? "unknown key"
+                                     : absl::StrCat("unknown key for ", owner));
+        }
+        std::optional<ParamValue> value = FromYaml(item.second, *param);
+        if (!value.has_value()) {
+          return Error(key_path, item.second,
+                       absl::StrCat("expected ", param->Describe(), ", got ",
+                                    Show(item.second)));
+        }
+        const std::string problem = param->CheckRange(*value);
+        if (!problem.empty()) return Error(key_path, item.second, problem);
+        out->Set(key, *std::move(value));
       }
     }
-    if (node.IsNull()) return absl::OkStatus();  // Empty file or section.
-    if (!node.IsMap()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          Where(source, node), ": ", prefix.empty() ? "config" : prefix,
-          ": expected a mapping of keys, got ", Show(node)));
-    }
-    for (const auto& item : node) {
-      std::string key = item.first.as<std::string>("");
-      std::string path = prefix.empty() ? key : absl::StrCat(prefix, ".", key);
-      MT_RETURN_IF_ERROR(Merge(item.second, path, source));
+    for (const ParamSchema* s : schemas) {
+      for (const Param& p : s->params) {
+        if (out->Has(p.name())) continue;
+        std::optional<ParamValue> d = p.default_value();
+        if (!d.has_value()) {
+          return Error(Join(path, p.name()), node,
+                       absl::StrCat("required (expected ", p.Describe(), ")"));
+        }
+        out->Set(p.name(), *std::move(d));
+      }
+      if (s->validate) {
+        absl::Status status = s->validate(*out);
+        if (!status.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(Where(path, node), ": ",
+                           Join(path, std::string(status.message()))));
+        }
+      }
     }
     return absl::OkStatus();
   }
 
-  absl::Status Override(const std::string& arg) {
-    const std::string source = absl::StrCat("--set ", arg);
-    size_t eq = arg.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(source, ": expected KEY=VALUE"));
-    }
-    std::string key = arg.substr(0, eq);
-    YAML::Node value;
-    try {
-      value = YAML::Load(arg.substr(eq + 1));
-    } catch (const YAML::Exception& e) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(source, ": ", key, ": value is not YAML: ", e.msg));
-    }
-    return Merge(value, key, source);
+  // The component name of section `node` (its `name` key, else the schema's
+  // default), checked against `schema`'s `name` key.
+  absl::StatusOr<std::string> ReadName(const YAML::Node& node,
+                                       const std::string& path,
+                                       const ParamSchema& schema) const {
+    MT_RETURN_IF_ERROR(CheckMap(node, path));
+    Params params;
+    YAML::Node only_name(YAML::NodeType::Map);
+    if (YAML::Node name = Child(node, "name")) only_name["name"] = name;
+    MT_RETURN_IF_ERROR(Read(only_name, path, {&schema}, {}, "", &params));
+    return params.String("name");
   }
 
-  const YAML::Node& Get(const char* key) const { return values_.at(key); }
+  absl::StatusOr<std::vector<models::LayerSpec>> ReadLayers(
+      const YAML::Node& node, const std::string& path) const {
+    if (!node.IsSequence() || node.size() == 0) {
+      return Error(path, node,
+                   absl::StrCat("expected a non-empty list of layers, got ",
+                                Show(node)));
+    }
+    std::vector<models::LayerSpec> out;
+    for (size_t i = 0; i < node.size(); ++i) {
+      MT_ASSIGN_OR_RETURN(models::LayerSpec spec,
+                          ReadLayer(node[i], absl::StrCat(path, "[", i, "]")));
+      out.push_back(std::move(spec));
+    }
+    return out;
+  }
 
-  // The resolved config as nested YAML, in schema order.
-  std::string Emit() const {
-    YAML::Emitter out;
-    out << YAML::BeginMap;
-    std::vector<std::string> open;  // Currently open sections.
-    for (const KeySpec& spec : kSchema) {
-      std::vector<std::string> parts = absl::StrSplit(spec.key, '.');
-      size_t common = 0;
-      while (common < open.size() && common + 1 < parts.size() &&
-             open[common] == parts[common]) {
-        ++common;
+  absl::StatusOr<models::LayerSpec> ReadLayer(const YAML::Node& node,
+                                              const std::string& path) const {
+    if (!node.IsMap()) {
+      return Error(
+          path, node,
+          absl::StrCat("expected a layer {type: ..., ...}, got ", Show(node)));
+    }
+    if (!Child(node, "type")) return Error(path + ".type", node, "required");
+    Params entry;
+    YAML::Node only_entry(YAML::NodeType::Map);
+    for (const Param& p : LayerEntrySchema().params) {
+      if (YAML::Node v = Child(node, p.name())) only_entry[p.name()] = v;
+    }
+    MT_RETURN_IF_ERROR(
+        Read(only_entry, path, {&LayerEntrySchema()}, {}, "", &entry));
+    models::LayerSpec spec;
+    spec.path = path;
+    spec.type = entry.String("type");
+    spec.name = entry.IsNull("name") ? "" : entry.String("name");
+    spec.repeat = entry.Int("repeat");
+    if (!spec.name.empty() && spec.repeat > 1) {
+      return Error(path + ".name", Child(node, "name"),
+                   "a repeated entry cannot have a fixed name");
+    }
+    const models::LayerType* type =
+        models::LayerRegistry::Global().Find(spec.type);
+    std::vector<std::string> handled = {"type", "name", "repeat"};
+    if (type->container) handled.push_back("layers");
+    if (type->shortcut) handled.push_back("shortcut");
+    MT_RETURN_IF_ERROR(Read(node, path, {&type->params}, handled,
+                            absl::StrCat("layer type ", spec.type),
+                            &spec.params));
+    if (type->container) {
+      MT_ASSIGN_OR_RETURN(spec.layers,
+                          ReadLayers(Child(node, "layers"), path + ".layers"));
+    }
+    const YAML::Node shortcut = Child(node, "shortcut");
+    if (type->shortcut && shortcut && !shortcut.IsNull()) {
+      MT_ASSIGN_OR_RETURN(spec.shortcut,
+                          ReadLayers(shortcut, path + ".shortcut"));
+    }
+    return spec;
+  }
+
+ private:
+  std::string file_;
+  std::vector<Override> overrides_;
+};
+
+YAML::Node EmitLayers(const std::vector<models::LayerSpec>& specs) {
+  YAML::Node seq(YAML::NodeType::Sequence);
+  for (const models::LayerSpec& spec : specs) {
+    YAML::Node layer(YAML::NodeType::Map);
+    layer["type"] = spec.type;
+    if (!spec.name.empty()) layer["name"] = spec.name;
+    if (spec.repeat != 1) layer["repeat"] = spec.repeat;
+    const models::LayerType* type =
+        models::LayerRegistry::Global().Find(spec.type);
+    EmitParams(type->params, spec.params, &layer);
+    if (type->container) {
+      layer["layers"] = EmitLayers(spec.layers);
+      if (spec.shortcut.has_value()) {
+        layer["shortcut"] = EmitLayers(*spec.shortcut);
       }
-      while (open.size() > common) {
-        out << YAML::EndMap;
-        open.pop_back();
+    } else {
+      layer.SetStyle(YAML::EmitterStyle::Flow);
+    }
+    seq.push_back(layer);
+  }
+  return seq;
+}
+
+// ---------------------------------------------------------- overrides
+
+// "a.b[2].c" -> segments; index segments are "[2]".
+absl::StatusOr<std::vector<std::string>> SplitPath(const std::string& path) {
+  std::vector<std::string> out;
+  std::string current;
+  for (size_t i = 0; i < path.size(); ++i) {
+    const char c = path[i];
+    if (c == '.' || c == '[') {
+      if (current.empty() && (c == '.' || out.empty())) {
+        return absl::InvalidArgumentError("empty key");
       }
-      for (size_t i = open.size(); i + 1 < parts.size(); ++i) {
-        out << YAML::Key << parts[i] << YAML::Value << YAML::BeginMap;
-        open.push_back(parts[i]);
+      if (!current.empty()) out.push_back(current);
+      current.clear();
+      if (c == '[') {
+        size_t close = path.find(']', i);
+        int index = 0;
+        if (close == std::string::npos ||
+            !absl::SimpleAtoi(path.substr(i + 1, close - i - 1), &index) ||
+            index < 0) {
+          return absl::InvalidArgumentError("bad list index");
+        }
+        out.push_back(absl::StrCat("[", index, "]"));
+        i = close;
+        if (i + 1 < path.size() && path[i + 1] == '.') ++i;
       }
-      const YAML::Node& v = values_.at(spec.key);
-      out << YAML::Key << parts.back() << YAML::Value;
-      if (v.IsSequence()) {
-        out << YAML::Flow << v;
+      continue;
+    }
+    current += c;
+  }
+  if (!current.empty()) out.push_back(current);
+  if (out.empty()) return absl::InvalidArgumentError("empty key");
+  return out;
+}
+
+absl::Status ApplyOverride(YAML::Node root, const std::string& arg,
+                           Override* recorded) {
+  const std::string source = absl::StrCat("--set ", arg);
+  const size_t eq = arg.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": expected KEY=VALUE"));
+  }
+  const std::string key = arg.substr(0, eq);
+  absl::StatusOr<std::vector<std::string>> parts = SplitPath(key);
+  if (!parts.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": ", key, ": ", parts.status().message()));
+  }
+  YAML::Node value;
+  try {
+    value = YAML::Load(arg.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": ", key, ": value is not YAML: ", e.msg));
+  }
+  std::string path;
+  YAML::Node current = root;
+  for (size_t i = 0; i < parts->size(); ++i) {
+    const std::string& part = (*parts)[i];
+    const bool last = i + 1 == parts->size();
+    if (part[0] == '[') {
+      const size_t index = std::stoul(part.substr(1));
+      path += part;
+      if (!current.IsSequence() || index >= current.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            source, ": ", path, ": no such list entry (the list has ",
+            current.IsSequence() ? current.size() : 0, ")"));
+      }
+      if (last) {
+        current[index] = value;
       } else {
-        out << v;
+        YAML::Node next = current[index];
+        current.reset(next);
       }
+      continue;
     }
-    while (!open.empty()) {
-      out << YAML::EndMap;
-      open.pop_back();
+    path = Join(path, part);
+    if (current.IsDefined() && !current.IsNull() && !current.IsMap()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": ", path, ": its parent is not a mapping"));
     }
-    out << YAML::EndMap;
-    return std::string(out.c_str()) + "\n";
+    if (last) {
+      current[part] = value;
+    } else {
+      if (!current[part] || current[part].IsNull()) {
+        current[part] = YAML::Node(YAML::NodeType::Map);
+      }
+      YAML::Node next = current[part];
+      current.reset(next);
+    }
   }
-
- private:
-  std::map<std::string, YAML::Node> values_;
-};
-
-// Typed reads; the schema check already guaranteed the types.
-template <typename T>
-T As(const ConfigBuilder& b, const char* key) {
-  T out{};
-  YAML::convert<T>::decode(b.Get(key), out);
-  return out;
+  *recorded = {path, arg};
+  return absl::OkStatus();
 }
-
-template <typename T>
-std::vector<T> AsList(const ConfigBuilder& b, const char* key) {
-  std::vector<T> out;
-  for (const YAML::Node& item : b.Get(key)) {
-    T v{};
-    YAML::convert<T>::decode(item, v);
-    out.push_back(v);
-  }
-  return out;
-}
-
-template <typename T>
-std::optional<T> AsOptional(const ConfigBuilder& b, const char* key) {
-  if (b.Get(key).IsNull()) return std::nullopt;
-  return As<T>(b, key);
-}
-
-class Validator {
- public:
-  explicit Validator(std::string source) : source_(std::move(source)) {}
-
-  void Check(bool ok, const char* key, const std::string& problem) {
-    if (!ok && status_.ok()) {
-      status_ = absl::InvalidArgumentError(
-          absl::StrCat(source_, ": ", key, ": ", problem));
-    }
-  }
-  void OneOf(const std::string& value, const char* key,
-             std::initializer_list<const char*> allowed) {
-    for (const char* a : allowed) {
-      if (value == a) return;
-    }
-    Check(false, key,
-          absl::StrCat("unknown value '", value, "' (expected one of ",
-                       absl::StrJoin(allowed, ", "), ")"));
-  }
-  void AtLeast(double v, double lo, const char* key) {
-    Check(v >= lo, key, absl::StrCat("must be >= ", lo, ", got ", v));
-  }
-  void Positive(double v, const char* key) {
-    Check(v > 0 && std::isfinite(v), key, absl::StrCat("must be > 0, got ", v));
-  }
-  void UnitInterval(double v, const char* key, bool include_one) {
-    Check(
-        v >= 0 && (include_one ? v <= 1 : v < 1), key,
-        absl::StrCat("must be in [0, 1", include_one ? "]" : ")", ", got ", v));
-  }
-  absl::Status status() const { return status_; }
-
- private:
-  std::string source_;
-  absl::Status status_;
-};
 
 uint64_t Fnv1a(absl::string_view text) {
   uint64_t h = 1469598103934665603ULL;
@@ -360,80 +597,147 @@ uint64_t Fnv1a(absl::string_view text) {
   return h;
 }
 
-absl::Status Validate(const Config& c, const std::string& source) {
-  Validator v(source);
-  v.AtLeast(c.seed, 0, "seed");
-  v.OneOf(c.precision, "precision", {"fp32", "tf32"});
-  v.OneOf(c.data.name, "data.name", {"fashion_mnist", "synthetic"});
-  v.AtLeast(c.data.global_batch_size, 1, "data.global_batch_size");
-  v.AtLeast(c.data.train_examples, 0, "data.train_examples");
-  v.AtLeast(c.data.test_examples, 0, "data.test_examples");
-  v.AtLeast(c.data.prefetch, 0, "data.prefetch");
-  v.OneOf(c.model.name, "model.name", {"mlp", "cnn"});
-  for (int64_t u : c.model.hidden_units) v.AtLeast(u, 1, "model.hidden_units");
-  v.OneOf(c.model.activation, "model.activation", {"relu", "tanh", "sigmoid"});
-  v.UnitInterval(c.model.dropout, "model.dropout", false);
-  for (int64_t f : c.model.conv_filters) v.AtLeast(f, 1, "model.conv_filters");
-  if (c.model.name == "cnn") {
-    v.Check(!c.model.conv_filters.empty(), "model.conv_filters",
-            "a cnn needs at least one conv layer");
-  }
-  v.AtLeast(c.model.kernel_size, 1, "model.kernel_size");
-  v.AtLeast(c.model.dense_units, 1, "model.dense_units");
-  v.OneOf(c.optimizer.name, "optimizer.name",
-          {"sgd", "momentum", "adagrad", "adam", "rmsprop"});
-  v.Positive(c.optimizer.learning_rate, "optimizer.learning_rate");
-  v.UnitInterval(c.optimizer.momentum, "optimizer.momentum", false);
-  v.UnitInterval(c.optimizer.beta1, "optimizer.beta1", false);
-  v.UnitInterval(c.optimizer.beta2, "optimizer.beta2", false);
-  v.Positive(c.optimizer.epsilon, "optimizer.epsilon");
-  v.UnitInterval(c.optimizer.rho, "optimizer.rho", false);
-  v.AtLeast(c.optimizer.initial_accumulator_value, 0,
-            "optimizer.initial_accumulator_value");
-  v.OneOf(
-      c.optimizer.schedule.name, "optimizer.schedule.name",
-      {"constant", "exponential_decay", "piecewise_constant", "cosine_decay"});
-  v.AtLeast(c.optimizer.schedule.warmup_steps, 0,
-            "optimizer.schedule.warmup_steps");
-  if (c.optimizer.clip_global_norm) {
-    v.Positive(*c.optimizer.clip_global_norm, "optimizer.clip_global_norm");
-  }
-  if (c.optimizer.clip_norm) {
-    v.Positive(*c.optimizer.clip_norm, "optimizer.clip_norm");
-  }
-  if (c.optimizer.clip_value) {
-    v.Positive(*c.optimizer.clip_value, "optimizer.clip_value");
-  }
-  if (c.ema.decay) v.UnitInterval(*c.ema.decay, "ema.decay", true);
-  v.OneOf(c.distribute.strategy, "distribute.strategy",
-          {"one_device", "mirrored"});
-  v.OneOf(c.distribute.cross_device_ops, "distribute.cross_device_ops",
-          {"auto", "nccl", "local", "none"});
-  v.AtLeast(c.distribute.bucket_bytes, 1, "distribute.bucket_bytes");
-  v.AtLeast(c.distribute.check_replicas_every_steps, 0,
-            "distribute.check_replicas_every_steps");
-  v.Positive(c.distribute.watchdog_seconds, "distribute.watchdog_seconds");
-  if (c.train.epochs) v.AtLeast(*c.train.epochs, 1, "train.epochs");
-  if (c.train.steps) v.AtLeast(*c.train.steps, 1, "train.steps");
-  v.Check(c.train.epochs || c.train.steps, "train.epochs",
-          "set train.epochs or train.steps");
-  v.AtLeast(c.train.log_every_steps, 1, "train.log_every_steps");
-  v.AtLeast(c.train.eval_every_epochs, 0, "train.eval_every_epochs");
-  v.AtLeast(c.checkpoint.every_steps, 0, "checkpoint.every_steps");
-  v.AtLeast(c.checkpoint.max_to_keep, 1, "checkpoint.max_to_keep");
-  MT_RETURN_IF_ERROR(v.status());
+// --------------------------------------------------------- the sections
 
+absl::Status ReadModel(const Reader& r, const YAML::Node& node, Config* c,
+                       YAML::Node* resolved) {
+  const std::string path = "model";
+  MT_RETURN_IF_ERROR(r.CheckMap(node, path));
+  const bool has_layers = static_cast<bool>(Child(node, "layers"));
+  MT_ASSIGN_OR_RETURN(std::string name, r.ReadName(node, path, ModelSchema()));
+  // A null name with no layers means the default preset.
+  if (name.empty() && !has_layers) name = "mlp";
+  Params common;
+  ModelConfig& m = c->model;
+  if (has_layers) {
+    if (!name.empty()) {
+      return r.Error("model.name", Child(node, "name"),
+                     "give either a preset name or layers, not both");
+    }
+    MT_RETURN_IF_ERROR(
+        r.Read(node, path, {&ModelSchema()}, {"layers"}, "", &common));
+    MT_ASSIGN_OR_RETURN(m.layers,
+                        r.ReadLayers(Child(node, "layers"), "model.layers"));
+  } else {
+    const models::ModelPreset* preset =
+        models::PresetRegistry::Global().Find(name);
+    MT_RETURN_IF_ERROR(r.Read(node, path, {&ModelSchema(), &preset->params}, {},
+                              absl::StrCat("preset ", name), &m.preset_params));
+    common = m.preset_params;
+    m.preset = name;
+    common.Set("name", name);
+  }
+  m.input_shape = common.IntList("input_shape");
+  YAML::Node out(YAML::NodeType::Map);
+  if (has_layers) {
+    out["name"] = YAML::Node(YAML::NodeType::Null);
+    out["input_shape"] = ToYaml(*common.Get("input_shape"));
+    out["layers"] = EmitLayers(m.layers);
+  } else {
+    EmitParams(ModelSchema(), common, &out);
+    EmitParams(models::PresetRegistry::Global().Find(name)->params,
+               m.preset_params, &out);
+  }
+  (*resolved)["model"] = out;
+  return absl::OkStatus();
+}
+
+absl::Status ReadOptimizer(const Reader& r, const YAML::Node& node, Config* c,
+                           YAML::Node* resolved) {
+  const std::string path = "optimizer";
+  MT_ASSIGN_OR_RETURN(std::string name,
+                      r.ReadName(node, path, OptimizerSchema()));
+  const OptimizerType* type = OptimizerRegistry::Global().Find(name);
+  OptimizerConfig& o = c->optimizer;
+  MT_RETURN_IF_ERROR(r.Read(node, path, {&OptimizerSchema(), &type->params},
+                            {"schedule"}, absl::StrCat("optimizer ", name),
+                            &o.params));
+  o.name = name;
+  o.learning_rate = o.params.Float("learning_rate");
+  o.clip_global_norm = o.params.OptionalFloat("clip_global_norm");
+  o.clip_norm = o.params.OptionalFloat("clip_norm");
+  o.clip_value = o.params.OptionalFloat("clip_value");
+
+  const YAML::Node schedule = Child(node, "schedule");
+  const std::string spath = "optimizer.schedule";
+  MT_ASSIGN_OR_RETURN(o.schedule,
+                      r.ReadName(schedule, spath, ScheduleSchema()));
+  const ScheduleType* stype = ScheduleRegistry::Global().Find(o.schedule);
+  MT_RETURN_IF_ERROR(
+      r.Read(schedule, spath,
+             {&ScheduleSchema(), &ScheduleCommonParams(), &stype->params}, {},
+             absl::StrCat("schedule ", o.schedule), &o.schedule_params));
+
+  YAML::Node out(YAML::NodeType::Map);
+  EmitParams(OptimizerSchema(), o.params, &out);
+  EmitParams(type->params, o.params, &out);
+  YAML::Node sched(YAML::NodeType::Map);
+  EmitParams(ScheduleSchema(), o.schedule_params, &sched);
+  EmitParams(ScheduleCommonParams(), o.schedule_params, &sched);
+  EmitParams(stype->params, o.schedule_params, &sched);
+  out["schedule"] = sched;
+  (*resolved)["optimizer"] = out;
+  return absl::OkStatus();
+}
+
+absl::Status ReadData(const Reader& r, const YAML::Node& node, Config* c,
+                      YAML::Node* resolved) {
+  const std::string path = "data";
+  MT_ASSIGN_OR_RETURN(std::string name, r.ReadName(node, path, DataSchema()));
+  const DataSource* source = DataSourceRegistry::Global().Find(name);
+  DataConfig& d = c->data;
+  MT_RETURN_IF_ERROR(r.Read(node, path, {&DataSchema(), &source->params}, {},
+                            absl::StrCat("data source ", name), &d.source));
+  const Params& common = d.source;
+  d.name = name;
+  d.global_batch_size = common.Int("global_batch_size");
+  d.shuffle = common.Bool("shuffle");
+  d.drop_remainder = common.Bool("drop_remainder");
+  d.train_examples = common.Int("train_examples");
+  d.test_examples = common.Int("test_examples");
+  d.prefetch = static_cast<int>(common.Int("prefetch"));
+  YAML::Node out(YAML::NodeType::Map);
+  EmitParams(DataSchema(), common, &out);
+  EmitParams(source->params, d.source, &out);
+  (*resolved)["data"] = out;
+  return absl::OkStatus();
+}
+
+// A section with a fixed schema: reads it and writes it to `resolved`.
+absl::StatusOr<Params> ReadFixed(const Reader& r, const YAML::Node& root,
+                                 const std::string& section,
+                                 const ParamSchema& schema,
+                                 YAML::Node* resolved) {
+  const YAML::Node node = Child(root, section);
+  Params params;
+  MT_RETURN_IF_ERROR(r.Read(node, section, {&schema}, {}, "", &params));
+  YAML::Node out(YAML::NodeType::Map);
+  EmitParams(schema, params, &out);
+  (*resolved)[section] = out;
+  return params;
+}
+
+absl::Status Validate(const Reader& r, const YAML::Node& root,
+                      const Config& c) {
+  auto node = [&](const char* section, const char* key) {
+    return Child(Child(root, section), key);
+  };
+  if (!c.train.epochs && !c.train.steps) {
+    return r.Error("train.epochs", node("train", "epochs"),
+                   "set train.epochs or train.steps");
+  }
   absl::StatusOr<std::vector<Device>> devices =
       distribute::ResolveDevices(c.distribute.devices);
-  v.Check(devices.ok(), "distribute.devices",
-          std::string(devices.status().message()));
-  if (devices.ok()) {
-    v.Check(c.distribute.strategy != "one_device" || devices->size() == 1,
-            "distribute.devices",
-            absl::StrCat("one_device takes exactly one device, got ",
-                         devices->size()));
+  if (!devices.ok()) {
+    return r.Error("distribute.devices", node("distribute", "devices"),
+                   std::string(devices.status().message()));
   }
-  return v.status();
+  if (c.distribute.strategy == "one_device" && devices->size() != 1) {
+    return r.Error("distribute.devices", node("distribute", "devices"),
+                   absl::StrCat("one_device takes exactly one device, got ",
+                                devices->size()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -451,71 +755,58 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text,
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": malformed YAML: ", e.msg));
   }
-  ConfigBuilder b;
-  MT_RETURN_IF_ERROR(b.Merge(root, "", source));
-  for (const std::string& o : overrides) MT_RETURN_IF_ERROR(b.Override(o));
+  if (root.IsNull() || !root.IsDefined())
+    root = YAML::Node(YAML::NodeType::Map);
+  if (!root.IsMap()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": config: expected a mapping of keys, got ", Show(root)));
+  }
+  std::vector<Override> applied;
+  for (const std::string& o : overrides) {
+    Override recorded;
+    MT_RETURN_IF_ERROR(ApplyOverride(root, o, &recorded));
+    applied.push_back(recorded);
+  }
+  const Reader r(source, applied);
 
+  // Top-level keys: the root's own and the sections.
+  const std::vector<std::string> sections = {
+      "data", "model", "optimizer", "ema", "distribute", "train", "checkpoint"};
   Config c;
-  c.seed = As<int64_t>(b, "seed");
-  c.precision = As<std::string>(b, "precision");
-  c.data = {As<std::string>(b, "data.name"),
-            As<std::string>(b, "data.dir"),
-            As<int64_t>(b, "data.global_batch_size"),
-            As<bool>(b, "data.shuffle"),
-            As<bool>(b, "data.drop_remainder"),
-            As<int64_t>(b, "data.train_examples"),
-            As<int64_t>(b, "data.test_examples"),
-            As<int>(b, "data.prefetch")};
-  c.model = {As<std::string>(b, "model.name"),
-             AsList<int64_t>(b, "model.hidden_units"),
-             As<std::string>(b, "model.activation"),
-             As<double>(b, "model.dropout"),
-             AsList<int64_t>(b, "model.conv_filters"),
-             As<int64_t>(b, "model.kernel_size"),
-             As<int64_t>(b, "model.dense_units")};
-  OptimizerConfig& o = c.optimizer;
-  o.name = As<std::string>(b, "optimizer.name");
-  o.learning_rate = As<double>(b, "optimizer.learning_rate");
-  // Unset momentum means each optimizer's TensorFlow default: 0.9 for
-  // momentum, 0 for rmsprop.
-  o.momentum = AsOptional<double>(b, "optimizer.momentum")
-                   .value_or(o.name == "rmsprop" ? 0.0 : 0.9);
-  o.nesterov = As<bool>(b, "optimizer.nesterov");
-  o.beta1 = As<double>(b, "optimizer.beta1");
-  o.beta2 = As<double>(b, "optimizer.beta2");
-  o.epsilon = As<double>(b, "optimizer.epsilon");
-  o.rho = As<double>(b, "optimizer.rho");
-  o.initial_accumulator_value =
-      As<double>(b, "optimizer.initial_accumulator_value");
-  o.schedule = {As<std::string>(b, "optimizer.schedule.name"),
-                As<int64_t>(b, "optimizer.schedule.decay_steps"),
-                As<double>(b, "optimizer.schedule.decay_rate"),
-                As<bool>(b, "optimizer.schedule.staircase"),
-                AsList<int64_t>(b, "optimizer.schedule.boundaries"),
-                AsList<double>(b, "optimizer.schedule.values"),
-                As<double>(b, "optimizer.schedule.alpha"),
-                As<int64_t>(b, "optimizer.schedule.warmup_steps")};
-  o.clip_global_norm = AsOptional<double>(b, "optimizer.clip_global_norm");
-  o.clip_norm = AsOptional<double>(b, "optimizer.clip_norm");
-  o.clip_value = AsOptional<double>(b, "optimizer.clip_value");
-  c.ema = {AsOptional<double>(b, "ema.decay"),
-           As<bool>(b, "ema.use_num_updates")};
-  c.distribute = {As<std::string>(b, "distribute.strategy"),
-                  AsList<std::string>(b, "distribute.devices"),
-                  As<std::string>(b, "distribute.cross_device_ops"),
-                  As<int64_t>(b, "distribute.bucket_bytes"),
-                  As<int64_t>(b, "distribute.check_replicas_every_steps"),
-                  As<double>(b, "distribute.watchdog_seconds")};
-  c.train = {AsOptional<int64_t>(b, "train.epochs"),
-             AsOptional<int64_t>(b, "train.steps"),
-             As<int64_t>(b, "train.log_every_steps"),
-             As<int64_t>(b, "train.eval_every_epochs")};
-  c.checkpoint = {As<int64_t>(b, "checkpoint.every_steps"),
-                  As<int64_t>(b, "checkpoint.max_to_keep"),
-                  As<std::string>(b, "checkpoint.restore")};
-  // Range errors cite the file, or the overrides when there are some.
-  MT_RETURN_IF_ERROR(Validate(c, source));
-  c.resolved_yaml = b.Emit();
+  YAML::Node resolved(YAML::NodeType::Map);
+  Params top;
+  MT_RETURN_IF_ERROR(r.Read(root, "", {&RootSchema()}, sections, "", &top));
+  c.seed = top.Int("seed");
+  c.precision = top.String("precision");
+  EmitParams(RootSchema(), top, &resolved);
+
+  MT_RETURN_IF_ERROR(ReadData(r, Child(root, "data"), &c, &resolved));
+  MT_RETURN_IF_ERROR(ReadModel(r, Child(root, "model"), &c, &resolved));
+  MT_RETURN_IF_ERROR(ReadOptimizer(r, Child(root, "optimizer"), &c, &resolved));
+  MT_ASSIGN_OR_RETURN(Params ema,
+                      ReadFixed(r, root, "ema", EmaSchema(), &resolved));
+  c.ema = {ema.OptionalFloat("decay"), ema.Bool("use_num_updates")};
+  MT_ASSIGN_OR_RETURN(Params dist, ReadFixed(r, root, "distribute",
+                                             DistributeSchema(), &resolved));
+  c.distribute = {dist.String("strategy"),
+                  dist.StringList("devices"),
+                  dist.String("cross_device_ops"),
+                  dist.Int("bucket_bytes"),
+                  dist.Int("check_replicas_every_steps"),
+                  dist.Float("watchdog_seconds")};
+  MT_ASSIGN_OR_RETURN(Params train,
+                      ReadFixed(r, root, "train", TrainSchema(), &resolved));
+  c.train = {train.OptionalInt("epochs"), train.OptionalInt("steps"),
+             train.Int("log_every_steps"), train.Int("eval_every_epochs")};
+  MT_ASSIGN_OR_RETURN(Params ckpt, ReadFixed(r, root, "checkpoint",
+                                             CheckpointSchema(), &resolved));
+  c.checkpoint = {ckpt.Int("every_steps"), ckpt.Int("max_to_keep"),
+                  ckpt.String("restore")};
+  MT_RETURN_IF_ERROR(Validate(r, root, c));
+
+  YAML::Emitter out;
+  out << resolved;
+  c.resolved_yaml = std::string(out.c_str()) + "\n";
   c.hash = Fnv1a(c.resolved_yaml);
   std::string base = source.substr(source.find_last_of('/') + 1);
   c.name = base.substr(0, base.find_last_of('.'));
@@ -532,6 +823,82 @@ absl::StatusOr<Config> LoadConfig(const std::string& path,
   std::stringstream text;
   text << in.rdbuf();
   return ParseConfig(text.str(), path, overrides);
+}
+
+// ------------------------------------------------------------ the schema
+
+namespace {
+
+void AppendTable(const std::string& title, const std::string& doc,
+                 const std::string& prefix,
+                 const std::vector<const ParamSchema*>& schemas,
+                 std::string* out) {
+  absl::StrAppend(out, "### ", title, "\n\n");
+  if (!doc.empty()) absl::StrAppend(out, doc, "\n\n");
+  bool any = false;
+  for (const ParamSchema* s : schemas) any = any || !s->params.empty();
+  if (!any) {
+    absl::StrAppend(out, "No keys.\n\n");
+    return;
+  }
+  absl::StrAppend(out,
+                  "| key | type | default | meaning |\n|---|---|---|---|\n");
+  for (const ParamSchema* s : schemas) {
+    for (const Param& p : s->params) {
+      std::optional<ParamValue> d = p.default_value();
+      absl::StrAppend(
+          out, "| `", prefix, p.name(), "` | ", p.Describe(), " | ",
+          d ? absl::StrCat("`", ParamValueToString(*d), "`") : "required",
+          " | ", p.doc(), " |\n");
+    }
+  }
+  absl::StrAppend(out, "\n");
+}
+
+}  // namespace
+
+std::string SchemaMarkdown() {
+  std::string out;
+  AppendTable("Top level", "", "", {&RootSchema()}, &out);
+  AppendTable("`data`", "The input pipeline; `data.name` picks a source.",
+              "data.", {&DataSchema()}, &out);
+  for (const DataSource* s : DataSourceRegistry::Global().Entries()) {
+    AppendTable(absl::StrCat("`data.name: ", s->name, "`"), s->doc, "data.",
+                {&s->params}, &out);
+  }
+  AppendTable("`model`",
+              "A preset (`model.name`) or a list of layers (`model.layers`).",
+              "model.", {&ModelSchema()}, &out);
+  for (const models::ModelPreset* p :
+       models::PresetRegistry::Global().Entries()) {
+    AppendTable(absl::StrCat("`model.name: ", p->name, "`"), p->doc, "model.",
+                {&p->params}, &out);
+  }
+  AppendTable("Every entry of `model.layers`",
+              "Containers (`sequential`, `residual`) also take `layers` "
+              "(and `residual` a `shortcut` list).",
+              "", {&LayerEntrySchema()}, &out);
+  for (const models::LayerType* t : models::LayerRegistry::Global().Entries()) {
+    AppendTable(absl::StrCat("`type: ", t->name, "`"), t->doc, "", {&t->params},
+                &out);
+  }
+  AppendTable("`optimizer`", "`optimizer.name` picks the optimizer.",
+              "optimizer.", {&OptimizerSchema()}, &out);
+  for (const OptimizerType* o : OptimizerRegistry::Global().Entries()) {
+    AppendTable(absl::StrCat("`optimizer.name: ", o->name, "`"), o->doc,
+                "optimizer.", {&o->params}, &out);
+  }
+  AppendTable("`optimizer.schedule`", "", "optimizer.schedule.",
+              {&ScheduleSchema(), &ScheduleCommonParams()}, &out);
+  for (const ScheduleType* s : ScheduleRegistry::Global().Entries()) {
+    AppendTable(absl::StrCat("`optimizer.schedule.name: ", s->name, "`"),
+                s->doc, "optimizer.schedule.", {&s->params}, &out);
+  }
+  AppendTable("`ema`", "", "ema.", {&EmaSchema()}, &out);
+  AppendTable("`distribute`", "", "distribute.", {&DistributeSchema()}, &out);
+  AppendTable("`train`", "", "train.", {&TrainSchema()}, &out);
+  AppendTable("`checkpoint`", "", "checkpoint.", {&CheckpointSchema()}, &out);
+  return out;
 }
 
 }  // namespace mirrortrain::trainer

@@ -13,12 +13,18 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "models/layer_registry.h"
+#include "tensor/params.h"
 
 namespace mirrortrain::trainer {
 
+// The sections of components chosen by name (a data source, a model preset
+// or layer list, an optimizer, a schedule) keep their own keys as Params,
+// checked against the schema the component registered next to its code.
+
 struct DataConfig {
-  std::string name;  // fashion_mnist | synthetic
-  std::string dir;
+  std::string name;  // A registered data source (trainer/data/data_source.h).
+  Params source;     // Its own keys (data.dir, ...).
   int64_t global_batch_size;
   bool shuffle;
   bool drop_remainder;
@@ -29,34 +35,21 @@ struct DataConfig {
 };
 
 struct ModelConfig {
-  std::string name;  // mlp | cnn
-  std::vector<int64_t> hidden_units;
-  std::string activation;  // relu | tanh | sigmoid
-  double dropout;
-  std::vector<int64_t> conv_filters;
-  int64_t kernel_size;
-  int64_t dense_units;
-};
-
-struct ScheduleConfig {
-  std::string name;  // constant | exponential_decay | piecewise_constant |
-                     // cosine_decay
-  int64_t decay_steps;
-  double decay_rate;
-  bool staircase;
-  std::vector<int64_t> boundaries;
-  std::vector<double> values;
-  double alpha;
-  int64_t warmup_steps;
+  // A registered preset (models/presets.h) and its keys, or "" when the
+  // config lists `layers` itself.
+  std::string preset;
+  Params preset_params;
+  std::vector<models::LayerSpec> layers;
+  // One example's shape; empty: the data source's.
+  std::vector<int64_t> input_shape;
 };
 
 struct OptimizerConfig {
-  std::string name;  // sgd | momentum | adagrad | adam | rmsprop
+  std::string name;  // A registered optimizer (trainer/optim/optimizers.h).
+  Params params;     // Its own keys (momentum, beta1, ...).
   double learning_rate;
-  double momentum;  // Config null: 0.9 (momentum), 0 (rmsprop).
-  bool nesterov;
-  double beta1, beta2, epsilon, rho, initial_accumulator_value;
-  ScheduleConfig schedule;
+  std::string schedule;    // A registered schedule (lr_schedule.h).
+  Params schedule_params;  // Its keys plus warmup_steps.
   std::optional<double> clip_global_norm;
   std::optional<double> clip_norm;   // Per tensor.
   std::optional<double> clip_value;  // Elementwise to [-v, v].
@@ -114,6 +107,11 @@ absl::StatusOr<Config> LoadConfig(const std::string& path,
 absl::StatusOr<Config> ParseConfig(const std::string& yaml_text,
                                    const std::string& source,
                                    const std::vector<std::string>& overrides);
+
+// Every key a config may hold, with its type, default and doc, generated
+// from the registrations (`mirrortrain config --schema`): Markdown tables,
+// one per section and per registered component.
+std::string SchemaMarkdown();
 
 }  // namespace mirrortrain::trainer
 

@@ -12,12 +12,15 @@
 #include "distribute/mirrored_variable.h"
 #include "distribute/strategy_factory.h"
 #include "models/losses.h"
+#include "models/presets.h"
 #include "tensor/cuda/stream.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/matmul_precision.h"
 #include "tensor/ops/clip_ops.h"
 #include "tensor/status_macros.h"
 #include "trainer/checkpoint/atomic_file.h"
+#include "trainer/data/data_source.h"
+#include "trainer/optim/lr_schedule.h"
 #include "trainer/optim/optimizers.h"
 #include "trainer/signals.h"
 
@@ -25,40 +28,6 @@ namespace mirrortrain::trainer {
 namespace {
 
 constexpr int64_t kEvalBatch = 1000;
-
-models::ModelSpec SpecFrom(const ModelConfig& m) {
-  models::ModelSpec spec;
-  spec.name = m.name;
-  spec.hidden_units = m.hidden_units;
-  spec.activation = m.activation;
-  spec.dropout = m.dropout;
-  spec.conv_filters = m.conv_filters;
-  spec.kernel_size = m.kernel_size;
-  spec.dense_units = m.dense_units;
-  return spec;
-}
-
-OptimizerOptions OptionsFrom(const OptimizerConfig& o) {
-  OptimizerOptions opt;
-  opt.name = o.name;
-  opt.schedule.name = o.schedule.name;
-  opt.schedule.learning_rate = o.learning_rate;
-  opt.schedule.decay_steps = o.schedule.decay_steps;
-  opt.schedule.decay_rate = o.schedule.decay_rate;
-  opt.schedule.staircase = o.schedule.staircase;
-  opt.schedule.boundaries = o.schedule.boundaries;
-  opt.schedule.values = o.schedule.values;
-  opt.schedule.alpha = o.schedule.alpha;
-  opt.schedule.warmup_steps = o.schedule.warmup_steps;
-  opt.momentum = o.momentum;
-  opt.nesterov = o.nesterov;
-  opt.beta1 = o.beta1;
-  opt.beta2 = o.beta2;
-  opt.epsilon = o.epsilon;
-  opt.rho = o.rho;
-  opt.initial_accumulator_value = o.initial_accumulator_value;
-  return opt;
-}
 
 // The first `limit` examples (0: all) as views.
 absl::StatusOr<InMemoryDataset> Subset(InMemoryDataset data, int64_t limit) {
@@ -71,20 +40,55 @@ absl::StatusOr<InMemoryDataset> Subset(InMemoryDataset data, int64_t limit) {
 
 absl::StatusOr<InMemoryDataset> LoadSplit(const DataConfig& d, bool train,
                                           uint64_t seed) {
-  InMemoryDataset data;
-  if (d.name == "synthetic") {
-    // One draw of 70000, split 60000/10000 as Fashion-MNIST, so both splits
-    // share the class prototypes.
-    data = MakeSynthetic(70000, 10, seed);
-    const int64_t begin = train ? 0 : 60000;
-    MT_ASSIGN_OR_RETURN(data.images,
-                        data.images.SliceRows(begin, train ? 60000 : 10000));
-    MT_ASSIGN_OR_RETURN(data.labels,
-                        data.labels.SliceRows(begin, train ? 60000 : 10000));
-  } else {
-    MT_ASSIGN_OR_RETURN(data, LoadFashionMnist(d.dir, train));
+  const DataSource* source = DataSourceRegistry::Global().Find(d.name);
+  if (source == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.name: unknown data source '", d.name, "'"));
   }
+  MT_ASSIGN_OR_RETURN(InMemoryDataset data,
+                      source->load(d.source, train, seed));
   return Subset(std::move(data), train ? d.train_examples : d.test_examples);
+}
+
+}  // namespace
+
+absl::StatusOr<models::ModelDef> ModelDefinition(const ModelConfig& m,
+                                                 const InMemoryDataset& data) {
+  models::ModelDef def;
+  if (!m.input_shape.empty()) {
+    def.input_shape = m.input_shape;
+  } else {
+    const Shape& images = data.images.shape();
+    def.input_shape.assign(images.begin() + 1, images.end());
+  }
+  if (m.preset.empty()) {
+    def.layers = m.layers;
+    return def;
+  }
+  const models::ModelPreset* preset =
+      models::PresetRegistry::Global().Find(m.preset);
+  if (preset == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.name: unknown preset '", m.preset, "'"));
+  }
+  MT_ASSIGN_OR_RETURN(def.layers,
+                      preset->expand(m.preset_params, data.num_classes));
+  return def;
+}
+
+namespace {
+
+// The model must map an example to one logit per class.
+absl::Status CheckClassifier(const models::Model& model,
+                             const InMemoryDataset& data) {
+  const Shape& out = model.output_shape();
+  if (out.size() != 1 || out[0] != data.num_classes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model: the last layer gives ", ShapeToString(out),
+        " per example but the data has ", data.num_classes,
+        " classes (end with a dense layer of ", data.num_classes, " units)"));
+  }
+  return absl::OkStatus();
 }
 
 // Step randomness (dropout) from the seed and the step, never from the
@@ -100,6 +104,17 @@ double ScalarValue(const Tensor& t) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> ModelSummary(const Config& config) {
+  MT_ASSIGN_OR_RETURN(InMemoryDataset data,
+                      LoadSplit(config.data, /*train=*/false, config.seed));
+  MT_ASSIGN_OR_RETURN(const models::ModelDef def,
+                      ModelDefinition(config.model, data));
+  MT_ASSIGN_OR_RETURN(std::unique_ptr<models::Model> model,
+                      models::Model::Build(def, config.seed, Device::Cpu()));
+  MT_RETURN_IF_ERROR(CheckClassifier(*model, data));
+  return model->Summary();
+}
 
 Trainer::~Trainer() = default;
 
@@ -119,13 +134,23 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
                                         {config.distribute.cross_device_ops,
                                          config.distribute.bucket_bytes,
                                          config.distribute.watchdog_seconds}));
-  const models::ModelSpec spec = SpecFrom(config.model);
+  // The test split first: it gives the model its input shape and classes.
+  MT_ASSIGN_OR_RETURN(t->test_data_,
+                      LoadSplit(config.data, /*train=*/false, config.seed));
+  MT_ASSIGN_OR_RETURN(const models::ModelDef def,
+                      ModelDefinition(config.model, t->test_data_));
   for (const Device& device : t->strategy_->devices()) {
     Replica r;
     MT_ASSIGN_OR_RETURN(r.model,
-                        models::Model::Build(spec, config.seed, device));
-    MT_ASSIGN_OR_RETURN(r.optimizer,
-                        MakeOptimizer(OptionsFrom(config.optimizer)));
+                        models::Model::Build(def, config.seed, device));
+    MT_RETURN_IF_ERROR(CheckClassifier(*r.model, t->test_data_));
+    MT_ASSIGN_OR_RETURN(std::unique_ptr<LearningRateSchedule> schedule,
+                        MakeSchedule(config.optimizer.schedule,
+                                     config.optimizer.schedule_params,
+                                     config.optimizer.learning_rate));
+    MT_ASSIGN_OR_RETURN(r.optimizer, MakeOptimizer(config.optimizer.name,
+                                                   config.optimizer.params,
+                                                   std::move(schedule)));
     MT_RETURN_IF_ERROR(
         r.optimizer->CreateSlots(r.model->trainable_variables()));
     if (config.ema.decay.has_value()) {
@@ -158,8 +183,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   }
   t->bucket_plan_ =
       distribute::PlanBuckets(grad_bytes, config.distribute.bucket_bytes);
-  MT_ASSIGN_OR_RETURN(t->test_data_,
-                      LoadSplit(config.data, /*train=*/false, config.seed));
   if (need_train_data) {
     MT_ASSIGN_OR_RETURN(t->train_data_,
                         LoadSplit(config.data, /*train=*/true, config.seed));

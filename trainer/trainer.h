@@ -39,6 +39,15 @@ struct EvalResult {
   double accuracy = 0;  // Fraction of argmax == label.
 };
 
+// The layers `model` describes for data like `data` (a preset expands with
+// the data's number of classes; the input shape defaults to the data's).
+absl::StatusOr<models::ModelDef> ModelDefinition(const ModelConfig& model,
+                                                 const InMemoryDataset& data);
+
+// The summary (Keras model.summary()) of the model `config` builds, for
+// `train --dry_run`: loads the test split for its shape, builds on cpu:0.
+absl::StatusOr<std::string> ModelSummary(const Config& config);
+
 class Trainer {
  public:
   // Builds everything; `run_dir` empty means no logging (evaluation only).

@@ -12,19 +12,21 @@ namespace {
 
 TEST(Conv2DLayerTest, PoolingFoldedInEqualsPoolingAfterTheActivation) {
   const ops::Pool2DOptions pool{2, 2, 2, 2, ops::Padding::kValid};
-  for (Activation act : {Activation::kRelu, Activation::kTanh,
-                         Activation::kSigmoid, Activation::kLinear}) {
-    SCOPED_TRACE(static_cast<int>(act));
-    auto fused = Conv2DLayer::Create("conv2d", 3, 4, 3, ops::Padding::kSame,
-                                     act, 7, Device::Cpu(), pool);
-    auto plain = Conv2DLayer::Create("conv2d", 3, 4, 3, ops::Padding::kSame,
-                                     act, 7, Device::Cpu());
+  const ops::Conv2DOptions same{1, 1, ops::Padding::kSame};
+  for (const char* name : {"relu", "tanh", "sigmoid", "linear"}) {
+    SCOPED_TRACE(name);
+    const ActivationDef& act = **FindActivation(name);
+    auto fused = Conv2DLayer::Create("conv2d", 3, 4, 3, same, act,
+                                     /*use_bias=*/true, 7, Device::Cpu());
+    auto plain = Conv2DLayer::Create("conv2d", 3, 4, 3, same, act,
+                                     /*use_bias=*/true, 7, Device::Cpu());
     ASSERT_TRUE(fused.ok() && plain.ok());
+    MaxPool2DLayer pool_layer("max_pooling2d", pool);
+    ASSERT_TRUE((*fused)->AbsorbNext(pool_layer));
     // A non-zero bias, the same in both layers.
     Tensor bias = testing::RandomTensor({4}, 5, DType::kF32);
     ASSERT_TRUE((*fused)->variables()[1]->Assign(bias).ok());
     ASSERT_TRUE((*plain)->variables()[1]->Assign(bias).ok());
-    MaxPool2DLayer pool_layer("max_pooling2d", pool);
     Tensor x = testing::RandomTensor({2, 9, 8, 3}, 3, DType::kF32);
     Tensor dy = testing::RandomTensor({2, 4, 4, 4}, 4, DType::kF32);
     EXPECT_EQ(*(*fused)->OutputShape({2, 9, 8, 3}), (Shape{2, 4, 4, 4}));
@@ -53,6 +55,16 @@ TEST(Conv2DLayerTest, PoolingFoldedInEqualsPoolingAfterTheActivation) {
       EXPECT_TRUE(testing::AllClose(a[i], b[i], 1e-5, 1e-6));
     }
   }
+}
+
+TEST(Conv2DLayerTest, PoolingIsNotAbsorbedThroughANonMonotoneActivation) {
+  const ops::Conv2DOptions same{1, 1, ops::Padding::kSame};
+  auto conv =
+      Conv2DLayer::Create("conv2d", 3, 4, 3, same, **FindActivation("softmax"),
+                          true, 7, Device::Cpu());
+  ASSERT_TRUE(conv.ok());
+  MaxPool2DLayer pool("max_pooling2d", {});
+  EXPECT_FALSE((*conv)->AbsorbNext(pool));
 }
 
 }  // namespace

@@ -180,22 +180,42 @@ TEST(CliTest, BadConfigsExit2WithOneLineNamingFileAndKey) {
   fs::create_directories(dir);
   const std::vector<BadConfigCase> cases = {
       {"optimizer:\n  learning_rat: 0.1\n", "",
-       "bad.yaml:2: optimizer.learning_rat: unknown key"},
+       "bad.yaml:2: optimizer.learning_rat: unknown key for optimizer "
+       "momentum"},
       {"data:\n  global_batch_size: many\n", "",
-       "bad.yaml:2: data.global_batch_size: expected an integer, got many"},
+       "bad.yaml:2: data.global_batch_size: expected an integer >= 1, got "
+       "many"},
       {"optimizer: {learning_rate: -2}\n", "",
-       "bad.yaml: optimizer.learning_rate: must be > 0, got -2"},
+       "bad.yaml:1: optimizer.learning_rate: expected a number > 0, got -2"},
       {"model: {name: resnet}\n", "",
-       "bad.yaml: model.name: unknown value 'resnet'"},
+       "bad.yaml:1: model.name: unknown value 'resnet'"},
       {"optimizer: {name: lion}\n", "",
-       "bad.yaml: optimizer.name: unknown value 'lion'"},
+       "bad.yaml:1: optimizer.name: unknown value 'lion'"},
+      {"optimizer: {name: adam, momentum: 0.9}\n", "",
+       "bad.yaml:1: optimizer.momentum: unknown key for optimizer adam"},
       {"distribute: {devices: [gpu:7]}\n", "",
-       "bad.yaml: distribute.devices: "},
+       "bad.yaml:1: distribute.devices: "},
       {"data: [1, 2\n", "", "bad.yaml:2: malformed YAML"},
+      {"model:\n  layers:\n    - {type: dense, units: 0}\n", "",
+       "bad.yaml:3: model.layers[0].units: expected an integer >= 1, got 0"},
+      {"model:\n  layers:\n    - {type: flatten}\n    - {type: dense}\n", "",
+       "model.layers[1].units: required"},
+      {"model:\n  layers:\n    - {type: conv3d}\n", "",
+       "bad.yaml:3: model.layers[0].type: unknown value 'conv3d'"},
+      {"model:\n  layers:\n    - {type: dense, units: 10}\n", "",
+       "model.layers[0] (dense): expects [batch, features] input, got "
+       "[1,28,28,1] (put a flatten layer before it)"},
+      {"model:\n  layers:\n    - {type: flatten}\n    - {type: dense, "
+       "units: 7}\n",
+       "", "the data has 10 classes"},
       {"seed: 1\n", "optimizer.lr=3",
        "--set optimizer.lr=3: optimizer.lr: unknown key"},
       {"seed: 1\n", "train.epochs=zero",
-       "--set train.epochs=zero: train.epochs: expected an integer or null"},
+       "--set train.epochs=zero: train.epochs: expected an integer >= 1, or "
+       "null, got zero"},
+      {"seed: 1\n", "model.layers[0].units=3",
+       "--set model.layers[0].units=3: model.layers[0]: no such list "
+       "entry (the list has 0)"},
   };
   for (const BadConfigCase& c : cases) {
     const std::string path = dir + "/bad.yaml";
@@ -231,9 +251,8 @@ TEST(CliTest, MissingDatasetSaysHowToInstallIt) {
 
 TEST(CliTest, NonFiniteLossExits1NamingTheStep) {
   const std::string dir = FreshDir("nan");
-  Result r = RunCli(
-      SmallTrain(dir, {"optimizer.name=sgd", "optimizer.learning_rate=1e12",
-                       "ema.decay=null"}));
+  Result r = RunCli(SmallTrain(
+      dir, {"optimizer={name: sgd, learning_rate: 1e12}", "ema.decay=null"}));
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("non-finite loss"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("at step "), std::string::npos) << r.err;

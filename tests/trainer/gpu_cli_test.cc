@@ -29,10 +29,13 @@ double FinalLoss(const std::string& model, const std::string& devices) {
       "--run_dir", dir};
   for (const std::string& set : std::vector<std::string>{
            "data.name=synthetic", "data.test_examples=500",
-           "data.global_batch_size=64", "model.hidden_units=[64]",
-           "model.conv_filters=[4,8]", "model.dense_units=32", "train.steps=20",
-           "train.log_every_steps=20", "train.eval_every_epochs=0",
-           "checkpoint.every_steps=0", "distribute.strategy=mirrored",
+           "data.global_batch_size=64",
+           model == "mlp" ? "model.hidden_units=[64]"
+                          : "model.conv_filters=[4,8]",
+           model == "mlp" ? "model.dropout=0" : "model.dense_units=32",
+           "train.steps=20", "train.log_every_steps=20",
+           "train.eval_every_epochs=0", "checkpoint.every_steps=0",
+           "distribute.strategy=mirrored",
            // The configs' rates (0.05, momentum 0.9) make these small
            // models chaotic: rounding differences would double every step.
            "optimizer.learning_rate=0.001",

@@ -36,8 +36,10 @@ TEST_P(GpuSteadyStateTest, StepsAfterWarmupAllocateNoDeviceMemory) {
   const Case c = GetParam();
   auto config = ParseConfig(
       "", "steady_state.yaml",
-      {std::string("model.name=") + c.model, "model.hidden_units=[256,128]",
-       "model.conv_filters=[8,16]", "model.dense_units=64", "model.dropout=0.3",
+      {std::string(c.model) == "mlp"
+           ? "model={name: mlp, hidden_units: [256, 128], dropout: 0.3}"
+           : "model={name: cnn, conv_filters: [8, 16], dense_units: 64, "
+             "dropout: 0.3}",
        "data.name=synthetic", "data.test_examples=100",
        "data.global_batch_size=64", "train.steps=" + std::to_string(kSteps),
        "train.log_every_steps=5", "train.eval_every_epochs=0",

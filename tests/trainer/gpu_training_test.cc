@@ -14,11 +14,13 @@
 #include "gtest/gtest.h"
 #include "models/losses.h"
 #include "models/model.h"
+#include "models/presets.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/matmul_precision.h"
 #include "tests/tensor/cuda_test_util.h"
 #include "tests/test_util.h"
+#include "tests/trainer/optim/build_optimizer.h"
 #include "trainer/optim/optimizers.h"
 
 namespace mirrortrain {
@@ -69,17 +71,16 @@ struct Trained {
   int64_t correct = 0;         // CountCorrect on the first batch at the end.
 };
 
-Trained Train(const models::ModelSpec& spec, double learning_rate,
+Trained Train(const absl::StatusOr<models::ModelDef>& def, double learning_rate,
               const std::vector<Batch>& batches, Device device) {
   Trained out;
-  auto model = models::Model::Build(spec, /*seed=*/42, device);
+  EXPECT_TRUE(def.ok()) << def.status();
+  if (!def.ok()) return out;
+  auto model = models::Model::Build(*def, /*seed=*/42, device);
   EXPECT_TRUE(model.ok()) << model.status();
   if (!model.ok()) return out;
-  trainer::OptimizerOptions options;
-  options.name = "momentum";
-  options.momentum = 0.9;
-  options.schedule.learning_rate = learning_rate;
-  auto optimizer = trainer::MakeOptimizer(options);
+  auto optimizer =
+      testing::BuildOptimizer("momentum", learning_rate, {{"momentum", 0.9}});
   EXPECT_TRUE(optimizer.ok()) << optimizer.status();
   if (!optimizer.ok()) return out;
   std::vector<Variable*> vars = (*model)->trainable_variables();
@@ -151,10 +152,9 @@ void ExpectSameTrajectory(const Trained& gpu, const Trained& cpu) {
 }
 
 TEST_F(GpuTrainingTest, MlpFollowsCpuTrajectory) {
-  models::ModelSpec spec;
-  spec.name = "mlp";
-  spec.hidden_units = {64, 32};
-  spec.dropout = 0.2;
+  const auto spec = models::ExpandPreset(
+      "mlp", {{"hidden_units", std::vector<int64_t>{64, 32}}, {"dropout", 0.2}},
+      {28, 28, 1}, 10);
   const std::vector<Batch> batches = MakeBatches(DType::kI64);
   const Trained cpu = Train(spec, 0.01, batches, Device::Cpu());
   const Trained gpu = Train(spec, 0.01, batches, Device::Cuda(0));
@@ -165,11 +165,12 @@ TEST_F(GpuTrainingTest, CnnFollowsCpuTrajectory) {
   // lr 0.001: at 0.01 with momentum 0.9 this small CNN is chaotic on random
   // data and rounding differences grow ~2x per step (see
   // mirrored_training_test.cc).
-  models::ModelSpec spec;
-  spec.name = "cnn";
-  spec.conv_filters = {4, 8};
-  spec.dense_units = 32;
-  spec.dropout = 0.4;
+  const auto spec =
+      models::ExpandPreset("cnn",
+                           {{"conv_filters", std::vector<int64_t>{4, 8}},
+                            {"dense_units", 32},
+                            {"dropout", 0.4}},
+                           {28, 28, 1}, 10);
   const std::vector<Batch> batches = MakeBatches(DType::kI32);
   const Trained cpu = Train(spec, 0.001, batches, Device::Cpu());
   const Trained gpu = Train(spec, 0.001, batches, Device::Cuda(0));

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "tensor/status_macros.h"
+#include "trainer/data/data_source.h"
 #include "trainer/data/idx_reader.h"
 
 namespace mirrortrain::trainer {
@@ -144,5 +145,34 @@ InMemoryDataset MakeSynthetic(int64_t n, int num_classes, uint64_t seed) {
   }
   return dataset;
 }
+
+MT_REGISTER(DataSource,
+            {.name = "fashion_mnist",
+             .doc = "Fashion-MNIST IDX files (.gz or raw), 28x28x1, 10 "
+                    "classes, 60000 train / 10000 test",
+             .params = {{Param::String("dir")
+                             .Default("/usr/share/datasets/fashion-mnist")
+                             .Doc("folder of the IDX files (Debian "
+                                  "dataset-fashion-mnist)")}},
+             .load = [](const Params& p, bool train, uint64_t) {
+               return LoadFashionMnist(p.String("dir"), train);
+             }});
+
+MT_REGISTER(
+    DataSource,
+    {.name = "synthetic",
+     .doc = "learnable random data of Fashion-MNIST's shape (60000 / 10000), "
+            "for benchmarks and tests",
+     .load = [](const Params&, bool train,
+                uint64_t seed) -> absl::StatusOr<InMemoryDataset> {
+       // One draw of 70000, split 60000/10000 as Fashion-MNIST, so both
+       // splits share the class prototypes.
+       InMemoryDataset data = MakeSynthetic(70000, kFashionMnistClasses, seed);
+       const int64_t begin = train ? 0 : 60000;
+       const int64_t n = train ? 60000 : 10000;
+       MT_ASSIGN_OR_RETURN(data.images, data.images.SliceRows(begin, n));
+       MT_ASSIGN_OR_RETURN(data.labels, data.labels.SliceRows(begin, n));
+       return data;
+     }});
 
 }  // namespace mirrortrain::trainer

@@ -15,12 +15,6 @@ namespace {
 
 constexpr char kPrefix[] = "optimizer.schedule.";
 
-absl::Status Invalid(absl::string_view key, absl::string_view requirement,
-                     absl::string_view got) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(kPrefix, key, " must be ", requirement, ", got ", got));
-}
-
 class ConstantSchedule : public LearningRateSchedule {
  public:
   explicit ConstantSchedule(double lr) : lr_(lr) {}
@@ -101,86 +95,121 @@ class WarmupSchedule : public LearningRateSchedule {
   int64_t warmup_steps_;
 };
 
-absl::Status CheckLearningRate(double lr) {
-  if (!(lr > 0) || !std::isfinite(lr)) {
+Param DecaySteps() {
+  return Param::Int("decay_steps")
+      .Default(1000)
+      .Min(1)
+      .Doc("steps over which the rate decays");
+}
+
+using Made = std::unique_ptr<LearningRateSchedule>;
+
+absl::Status CheckPiecewise(const Params& p) {
+  const std::vector<int64_t> boundaries = p.IntList("boundaries");
+  const std::vector<double> values = p.FloatList("values");
+  if (values.size() != boundaries.size() + 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "optimizer.learning_rate must be a finite number > 0, got ", lr));
+        "values: must have one more entry than boundaries, got ", values.size(),
+        " values and ", boundaries.size(), " boundaries"));
   }
-  return absl::OkStatus();
-}
-
-absl::Status CheckDecaySteps(int64_t decay_steps) {
-  if (decay_steps <= 0) {
-    return Invalid("decay_steps", "> 0", absl::StrCat(decay_steps));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::unique_ptr<LearningRateSchedule>> MakeBase(
-    const ScheduleOptions& o) {
-  if (o.name == "constant") {
-    MT_RETURN_IF_ERROR(CheckLearningRate(o.learning_rate));
-    return std::make_unique<ConstantSchedule>(o.learning_rate);
-  }
-  if (o.name == "exponential_decay") {
-    MT_RETURN_IF_ERROR(CheckLearningRate(o.learning_rate));
-    MT_RETURN_IF_ERROR(CheckDecaySteps(o.decay_steps));
-    if (!(o.decay_rate > 0) || !std::isfinite(o.decay_rate)) {
-      return Invalid("decay_rate", "a finite number > 0",
-                     absl::StrCat(o.decay_rate));
-    }
-    return std::make_unique<ExponentialDecaySchedule>(
-        o.learning_rate, o.decay_steps, o.decay_rate, o.staircase);
-  }
-  if (o.name == "piecewise_constant") {
-    if (o.values.size() != o.boundaries.size() + 1) {
+  for (size_t i = 1; i < boundaries.size(); ++i) {
+    if (boundaries[i] <= boundaries[i - 1]) {
       return absl::InvalidArgumentError(
-          absl::StrCat(kPrefix, "values must have one more entry than ",
-                       kPrefix, "boundaries, got ", o.values.size(),
-                       " values and ", o.boundaries.size(), " boundaries"));
+          absl::StrCat("boundaries: must be strictly increasing, got [",
+                       absl::StrJoin(boundaries, ", "), "]"));
     }
-    for (size_t i = 1; i < o.boundaries.size(); ++i) {
-      if (o.boundaries[i] <= o.boundaries[i - 1]) {
-        return Invalid(
-            "boundaries", "strictly increasing",
-            absl::StrCat("[", absl::StrJoin(o.boundaries, ", "), "]"));
-      }
-    }
-    for (size_t i = 0; i < o.values.size(); ++i) {
-      if (!(o.values[i] >= 0) || !std::isfinite(o.values[i])) {
-        return Invalid(absl::StrCat("values[", i, "]"), "a finite number >= 0",
-                       absl::StrCat(o.values[i]));
-      }
-    }
-    return std::make_unique<PiecewiseConstantSchedule>(o.boundaries, o.values);
   }
-  if (o.name == "cosine_decay") {
-    MT_RETURN_IF_ERROR(CheckLearningRate(o.learning_rate));
-    MT_RETURN_IF_ERROR(CheckDecaySteps(o.decay_steps));
-    if (!(o.alpha >= 0 && o.alpha <= 1)) {
-      return Invalid("alpha", "in [0, 1]", absl::StrCat(o.alpha));
-    }
-    return std::make_unique<CosineDecaySchedule>(o.learning_rate, o.decay_steps,
-                                                 o.alpha);
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat(kPrefix, "name: unknown schedule '", o.name,
-                   "'; valid: constant, exponential_decay, piecewise_constant, "
-                   "cosine_decay"));
+  return absl::OkStatus();
 }
 
 }  // namespace
 
+MT_REGISTER(ScheduleType, {.name = "constant",
+                           .doc = "learning_rate",
+                           .create = [](const Params&, double lr) -> Made {
+                             return std::make_unique<ConstantSchedule>(lr);
+                           }});
+
+MT_REGISTER(
+    ScheduleType,
+    {.name = "exponential_decay",
+     .doc = "learning_rate * decay_rate^(step / decay_steps)",
+     .params =
+         {{DecaySteps(),
+           Param::Float("decay_rate")
+               .Default(0.96)
+               .Min(0, false)
+               .Doc("factor per decay_steps"),
+           Param::Bool("staircase").Default(false).Doc("floor the exponent")}},
+     .create = [](const Params& p, double lr) -> Made {
+       return std::make_unique<ExponentialDecaySchedule>(
+           lr, p.Int("decay_steps"), p.Float("decay_rate"),
+           p.Bool("staircase"));
+     }});
+
+MT_REGISTER(
+    ScheduleType,
+    {.name = "piecewise_constant",
+     .doc = "values[i] between boundaries (a step equal to a boundary stays "
+            "in the earlier interval); ignores learning_rate",
+     .params = {{Param::IntList("boundaries")
+                     .Default(std::vector<int64_t>{})
+                     .Doc("steps where the rate changes, increasing"),
+                 Param::FloatList("values")
+                     .Default(std::vector<double>{})
+                     .Min(0)
+                     .Doc("one more than boundaries")},
+                CheckPiecewise},
+     .create = [](const Params& p, double) -> Made {
+       return std::make_unique<PiecewiseConstantSchedule>(
+           p.IntList("boundaries"), p.FloatList("values"));
+     }});
+
+MT_REGISTER(ScheduleType,
+            {.name = "cosine_decay",
+             .doc = "learning_rate * ((1 - alpha) * 0.5 * (1 + cos(pi * "
+                    "min(step, decay_steps) / decay_steps)) + alpha)",
+             .params = {{DecaySteps(),
+                         Param::Float("alpha").Default(0.0).Min(0).Max(1).Doc(
+                             "final fraction of the rate")}},
+             .create = [](const Params& p, double lr) -> Made {
+               return std::make_unique<CosineDecaySchedule>(
+                   lr, p.Int("decay_steps"), p.Float("alpha"));
+             }});
+
+const ParamSchema& ScheduleCommonParams() {
+  static const auto* schema = new ParamSchema{
+      {Param::Int("warmup_steps")
+           .Default(0)
+           .Min(0)
+           .Doc("linear warmup from 0 over this many steps, then the schedule "
+                "shifted by them")}};
+  return *schema;
+}
+
 absl::StatusOr<std::unique_ptr<LearningRateSchedule>> MakeSchedule(
-    const ScheduleOptions& options) {
-  if (options.warmup_steps < 0) {
-    return Invalid("warmup_steps", ">= 0", absl::StrCat(options.warmup_steps));
+    const std::string& name, const Params& params, double learning_rate) {
+  const ScheduleType* type = ScheduleRegistry::Global().Find(name);
+  if (type == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kPrefix, "name: unknown schedule '", name, "' (expected one of ",
+        ScheduleRegistry::Global().NameList(), ")"));
   }
-  absl::StatusOr<std::unique_ptr<LearningRateSchedule>> base =
-      MakeBase(options);
-  if (!base.ok() || options.warmup_steps == 0) return base;
-  return std::make_unique<WarmupSchedule>(*std::move(base),
-                                          options.warmup_steps);
+  for (const ParamSchema* schema : {&ScheduleCommonParams(), &type->params}) {
+    absl::Status status = CheckParams(*schema, params);
+    if (!status.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kPrefix, status.message()));
+    }
+  }
+  if (!(learning_rate > 0) || !std::isfinite(learning_rate)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer.learning_rate: expected a number > 0, got ", learning_rate));
+  }
+  Made base = type->create(params, learning_rate);
+  const int64_t warmup = params.Int("warmup_steps");
+  if (warmup == 0) return base;
+  return std::make_unique<WarmupSchedule>(std::move(base), warmup);
 }
 
 }  // namespace mirrortrain::trainer

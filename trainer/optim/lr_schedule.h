@@ -21,11 +21,14 @@
 #define MIRRORTRAIN_TRAINER_OPTIM_LR_SCHEDULE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "tensor/params.h"
+#include "tensor/registry.h"
 
 namespace mirrortrain::trainer {
 
@@ -36,24 +39,27 @@ class LearningRateSchedule {
   virtual double operator()(int64_t step) const = 0;
 };
 
-// The `optimizer.schedule` config section plus `optimizer.learning_rate`.
-struct ScheduleOptions {
-  // constant | exponential_decay | piecewise_constant | cosine_decay
-  std::string name = "constant";
-  double learning_rate = 0;
-  int64_t decay_steps = 0;          // exponential_decay, cosine_decay
-  double decay_rate = 0;            // exponential_decay
-  bool staircase = false;           // exponential_decay
-  std::vector<int64_t> boundaries;  // piecewise_constant
-  std::vector<double> values;       // piecewise_constant
-  double alpha = 0;                 // cosine_decay: final fraction of lr
-  int64_t warmup_steps = 0;         // any schedule
+// A schedule as the config names it (`optimizer.schedule.name`), registered
+// next to its class with its own keys.
+struct ScheduleType {
+  std::string name;
+  std::string doc;
+  ParamSchema params;
+  // `params` are checked already; `learning_rate` > 0.
+  std::function<std::unique_ptr<LearningRateSchedule>(const Params& params,
+                                                      double learning_rate)>
+      create;
 };
+using ScheduleRegistry = Registry<ScheduleType>;
 
-// Validates `options` and builds the schedule. Errors are InvalidArgument
-// and name the offending config key (e.g. "optimizer.schedule.decay_steps").
+// Keys every schedule takes (warmup_steps).
+const ParamSchema& ScheduleCommonParams();
+
+// Checks `params` against ScheduleCommonParams() and the schema of schedule
+// `name` (InvalidArgument naming "optimizer.schedule.<key>") and builds it,
+// wrapped in the warmup when warmup_steps > 0.
 absl::StatusOr<std::unique_ptr<LearningRateSchedule>> MakeSchedule(
-    const ScheduleOptions& options);
+    const std::string& name, const Params& params, double learning_rate);
 
 }  // namespace mirrortrain::trainer
 

@@ -9,28 +9,6 @@
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::trainer {
-namespace {
-
-absl::Status Invalid(absl::string_view key, absl::string_view requirement,
-                     double got) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("optimizer.", key, " must be ", requirement, ", got ", got));
-}
-
-// [0, 1), the range of every decay-like hyperparameter.
-absl::Status CheckUnitInterval(absl::string_view key, double value) {
-  if (!(value >= 0 && value < 1)) return Invalid(key, "in [0, 1)", value);
-  return absl::OkStatus();
-}
-
-absl::Status CheckEpsilon(double epsilon) {
-  if (!(epsilon > 0) || !std::isfinite(epsilon)) {
-    return Invalid("epsilon", "a finite number > 0", epsilon);
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 GradientDescentOptimizer::GradientDescentOptimizer(
     std::unique_ptr<LearningRateSchedule> schedule)
@@ -127,52 +105,97 @@ absl::Status RMSPropOptimizer::ApplyDense(const Tensor& grad, const Tensor& var,
 }
 
 absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(
-    const OptimizerOptions& o) {
-  const std::string& name = o.name;
-  if (name != "sgd" && name != "momentum" && name != "adagrad" &&
-      name != "adam" && name != "rmsprop") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("optimizer.name: unknown optimizer '", name,
-                     "'; valid: sgd, momentum, adagrad, adam, rmsprop"));
-  }
-  if (o.nesterov && name != "momentum") {
+    const std::string& name, const Params& params,
+    std::unique_ptr<LearningRateSchedule> schedule) {
+  const OptimizerType* type = OptimizerRegistry::Global().Find(name);
+  if (type == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "optimizer.nesterov: only optimizer.name=momentum supports nesterov, "
-        "got optimizer.name=",
-        name));
+        "optimizer.name: unknown optimizer '", name, "' (expected one of ",
+        OptimizerRegistry::Global().NameList(), ")"));
   }
-  MT_ASSIGN_OR_RETURN(std::unique_ptr<LearningRateSchedule> schedule,
-                      MakeSchedule(o.schedule));
-  if (name == "sgd") {
-    return std::make_unique<GradientDescentOptimizer>(std::move(schedule));
+  absl::Status status = CheckParams(type->params, params);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer.", status.message()));
   }
-  if (name == "momentum") {
-    MT_RETURN_IF_ERROR(CheckUnitInterval("momentum", o.momentum));
-    return std::make_unique<MomentumOptimizer>(std::move(schedule), o.momentum,
-                                               o.nesterov);
-  }
-  if (name == "adagrad") {
-    if (!(o.initial_accumulator_value >= 0) ||
-        !std::isfinite(o.initial_accumulator_value)) {
-      return Invalid("initial_accumulator_value", "a finite number >= 0",
-                     o.initial_accumulator_value);
-    }
-    MT_RETURN_IF_ERROR(CheckEpsilon(o.epsilon));
-    return std::make_unique<AdagradOptimizer>(
-        std::move(schedule), o.initial_accumulator_value, o.epsilon);
-  }
-  if (name == "adam") {
-    MT_RETURN_IF_ERROR(CheckUnitInterval("beta1", o.beta1));
-    MT_RETURN_IF_ERROR(CheckUnitInterval("beta2", o.beta2));
-    MT_RETURN_IF_ERROR(CheckEpsilon(o.epsilon));
-    return std::make_unique<AdamOptimizer>(std::move(schedule), o.beta1,
-                                           o.beta2, o.epsilon);
-  }
-  MT_RETURN_IF_ERROR(CheckUnitInterval("rho", o.rho));
-  MT_RETURN_IF_ERROR(CheckUnitInterval("momentum", o.momentum));
-  MT_RETURN_IF_ERROR(CheckEpsilon(o.epsilon));
-  return std::make_unique<RMSPropOptimizer>(std::move(schedule), o.rho,
-                                            o.momentum, o.epsilon);
+  return type->create(params, std::move(schedule));
 }
+
+namespace {
+
+using Schedule = std::unique_ptr<LearningRateSchedule>;
+
+Param UnitInterval(const char* name, double default_value, const char* doc) {
+  return Param::Float(name)
+      .Default(default_value)
+      .Min(0)
+      .Max(1, false)
+      .Doc(doc);
+}
+Param Epsilon() {
+  return Param::Float("epsilon").Default(1e-7).Min(0, false).Doc(
+      "added to the denominator for numerical stability");
+}
+
+}  // namespace
+
+MT_REGISTER(OptimizerType,
+            {.name = "sgd",
+             .doc = "w -= lr*g (ApplyGradientDescent)",
+             .create = [](const Params&, Schedule schedule) {
+               return std::unique_ptr<Optimizer>(
+                   new GradientDescentOptimizer(std::move(schedule)));
+             }});
+
+MT_REGISTER(OptimizerType,
+            {.name = "momentum",
+             .doc = "a = m*a + g; w -= lr*a (ApplyMomentum)",
+             .params = {{UnitInterval("momentum", 0.9, "m"),
+                         Param::Bool("nesterov")
+                             .Default(false)
+                             .Doc("w -= lr*g + lr*m*a instead")}},
+             .create = [](const Params& p, Schedule schedule) {
+               return std::unique_ptr<Optimizer>(new MomentumOptimizer(
+                   std::move(schedule), p.Float("momentum"),
+                   p.Bool("nesterov")));
+             }});
+
+MT_REGISTER(OptimizerType,
+            {.name = "adagrad",
+             .doc = "a += g*g; w -= lr*g/(sqrt(a)+eps) (ApplyAdagradV2)",
+             .params = {{Param::Float("initial_accumulator_value")
+                             .Default(0.1)
+                             .Min(0)
+                             .Doc("a's starting value"),
+                         Epsilon()}},
+             .create = [](const Params& p, Schedule schedule) {
+               return std::unique_ptr<Optimizer>(new AdagradOptimizer(
+                   std::move(schedule), p.Float("initial_accumulator_value"),
+                   p.Float("epsilon")));
+             }});
+
+MT_REGISTER(OptimizerType,
+            {.name = "adam",
+             .doc = "bias-corrected first and second moments (ApplyAdam)",
+             .params = {{UnitInterval("beta1", 0.9, "decay of m"),
+                         UnitInterval("beta2", 0.999, "decay of v"),
+                         Epsilon()}},
+             .create = [](const Params& p, Schedule schedule) {
+               return std::unique_ptr<Optimizer>(
+                   new AdamOptimizer(std::move(schedule), p.Float("beta1"),
+                                     p.Float("beta2"), p.Float("epsilon")));
+             }});
+
+MT_REGISTER(OptimizerType,
+            {.name = "rmsprop",
+             .doc = "ms = rho*ms + (1-rho)*g*g; mom = mu*mom + "
+                    "lr*g/sqrt(ms+eps); w -= mom (ApplyRMSProp)",
+             .params = {{UnitInterval("rho", 0.9, "decay of ms"),
+                         UnitInterval("momentum", 0.0, "mu"), Epsilon()}},
+             .create = [](const Params& p, Schedule schedule) {
+               return std::unique_ptr<Optimizer>(new RMSPropOptimizer(
+                   std::move(schedule), p.Float("rho"), p.Float("momentum"),
+                   p.Float("epsilon")));
+             }});
 
 }  // namespace mirrortrain::trainer

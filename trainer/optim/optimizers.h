@@ -1,5 +1,5 @@
-// The concrete optimizers and the factory that builds one from the
-// `optimizer` config section.
+// The concrete optimizers, each registered (OptimizerType) with its config
+// keys, and the factory that builds one from the `optimizer` section.
 //
 // Each applies the TensorFlow training op of the same name (see DESIGN.md,
 // "Semantics to match"), in the variable's dtype, with the kernels' order of
@@ -20,6 +20,7 @@
 #ifndef MIRRORTRAIN_TRAINER_OPTIM_OPTIMIZERS_H_
 #define MIRRORTRAIN_TRAINER_OPTIM_OPTIMIZERS_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,14 +28,16 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "tensor/params.h"
+#include "tensor/registry.h"
 #include "tensor/tensor.h"
 #include "trainer/optim/lr_schedule.h"
 #include "trainer/optim/optimizer.h"
 
 namespace mirrortrain::trainer {
 
-// The constructors take hyperparameters as given; MakeOptimizer validates
-// them first.
+// The constructors take hyperparameters as given; the registered schemas
+// declare their ranges (MakeOptimizer checks them).
 
 class GradientDescentOptimizer : public Optimizer {
  public:
@@ -118,25 +121,26 @@ class RMSPropOptimizer : public Optimizer {
   double epsilon_;
 };
 
-// The `optimizer` config section.
-struct OptimizerOptions {
-  std::string name;  // sgd | momentum | adagrad | adam | rmsprop
-  ScheduleOptions schedule;
-  // momentum, and rmsprop's mu. Note TF's RMSProp default is 0: the config
-  // layer must pass 0 for rmsprop when the user gave no momentum.
-  double momentum = 0.9;
-  bool nesterov = false;                   // momentum only
-  double beta1 = 0.9, beta2 = 0.999;       // adam
-  double epsilon = 1e-7;                   // adagrad, adam, rmsprop
-  double rho = 0.9;                        // rmsprop
-  double initial_accumulator_value = 0.1;  // adagrad
+// An optimizer type as the config names it (`optimizer.name`), registered
+// next to its class with its own keys:
+//   MT_REGISTER(OptimizerType, {.name = "sgd", .doc = "...", .params = {},
+//                               .create = ...});
+struct OptimizerType {
+  std::string name;
+  std::string doc;
+  ParamSchema params;
+  // `params` are checked against `params` already.
+  std::function<std::unique_ptr<Optimizer>(
+      const Params& params, std::unique_ptr<LearningRateSchedule> schedule)>
+      create;
 };
+using OptimizerRegistry = Registry<OptimizerType>;
 
-// Validates the options that `options.name` uses and builds the optimizer.
-// Errors are InvalidArgument naming the config key, e.g.
-// "optimizer.momentum must be in [0, 1), got 1".
+// Checks `params` against the schema of optimizer `name` (InvalidArgument
+// "optimizer.<key>: ...") and builds it.
 absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(
-    const OptimizerOptions& options);
+    const std::string& name, const Params& params,
+    std::unique_ptr<LearningRateSchedule> schedule);
 
 }  // namespace mirrortrain::trainer
 

@@ -11,6 +11,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
+#include "tests/trainer/optim/build_optimizer.h"
 
 namespace mirrortrain::trainer {
 namespace {
@@ -20,30 +21,35 @@ const std::map<std::string, Tensor>& Golden() {
 }
 
 // The settings scripts/golden/ema_schedules.py gave Keras.
-std::map<std::string, ScheduleOptions> GoldenSchedules() {
-  std::map<std::string, ScheduleOptions> out;
-  ScheduleOptions exp;
-  exp.name = "exponential_decay";
-  exp.learning_rate = 0.1;
-  exp.decay_steps = 100;
-  exp.decay_rate = 0.5;
-  out["exponential_decay"] = exp;
-  exp.staircase = true;
-  out["exponential_decay_staircase"] = exp;
-  ScheduleOptions pw;
-  pw.name = "piecewise_constant";
-  pw.boundaries = {100, 500};
-  pw.values = {0.1, 0.01, 0.001};
-  out["piecewise_constant"] = pw;
-  ScheduleOptions cos;
-  cos.name = "cosine_decay";
-  cos.learning_rate = 0.1;
-  cos.decay_steps = 1000;
-  cos.alpha = 0.05;
-  out["cosine_decay"] = cos;
-  cos.alpha = 0;
-  cos.warmup_steps = 100;
-  out["cosine_decay_warmup"] = cos;
+struct Spec {
+  std::string name;
+  double learning_rate;
+  testing::Values values;
+};
+
+absl::StatusOr<std::unique_ptr<LearningRateSchedule>> Make(const Spec& spec) {
+  return testing::BuildSchedule(spec.name, spec.learning_rate, spec.values);
+}
+
+std::map<std::string, Spec> GoldenSchedules() {
+  using V = std::vector<int64_t>;
+  using D = std::vector<double>;
+  std::map<std::string, Spec> out;
+  const testing::Values exp = {{"decay_steps", 100}, {"decay_rate", 0.5}};
+  out["exponential_decay"] = {"exponential_decay", 0.1, exp};
+  testing::Values stair = exp;
+  stair.push_back({"staircase", true});
+  out["exponential_decay_staircase"] = {"exponential_decay", 0.1, stair};
+  out["piecewise_constant"] = {
+      "piecewise_constant",
+      0.1,
+      {{"boundaries", V{100, 500}}, {"values", D{0.1, 0.01, 0.001}}}};
+  out["cosine_decay"] = {
+      "cosine_decay", 0.1, {{"decay_steps", 1000}, {"alpha", 0.05}}};
+  out["cosine_decay_warmup"] = {
+      "cosine_decay",
+      0.1,
+      {{"decay_steps", 1000}, {"alpha", 0.0}, {"warmup_steps", 100}}};
   return out;
 }
 
@@ -60,7 +66,7 @@ TEST(LrScheduleGoldenTest, EveryScheduleInTheFileMatchesKeras) {
     const std::string kind = name.substr(6);
     auto it = schedules.find(kind);
     ASSERT_NE(it, schedules.end()) << "no settings for golden " << name;
-    auto schedule = MakeSchedule(it->second);
+    auto schedule = Make(it->second);
     ASSERT_TRUE(schedule.ok()) << schedule.status();
     ASSERT_EQ(tensor.num_elements(), steps.num_elements());
     for (int64_t i = 0; i < steps.num_elements(); ++i) {
@@ -80,21 +86,17 @@ TEST(LrScheduleGoldenTest, EveryScheduleInTheFileMatchesKeras) {
 }
 
 TEST(LrScheduleTest, ConstantIgnoresTheStep) {
-  ScheduleOptions o;
-  o.learning_rate = 0.05;
-  auto s = MakeSchedule(o);
+  auto s = Make({"constant", 0.05, {}});
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ((**s)(0), 0.05);
   EXPECT_EQ((**s)(123456), 0.05);
 }
 
 TEST(LrScheduleTest, PiecewiseBoundaryStaysInTheEarlierInterval) {
-  ScheduleOptions o;
-  o.name = "piecewise_constant";
-  o.learning_rate = -1;  // ignored
-  o.boundaries = {10, 20};
-  o.values = {3, 2, 1};
-  auto s = MakeSchedule(o);
+  auto s = Make({"piecewise_constant",
+                 7.0,  // ignored
+                 {{"boundaries", std::vector<int64_t>{10, 20}},
+                  {"values", std::vector<double>{3, 2, 1}}}});
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ((**s)(0), 3);
   EXPECT_EQ((**s)(10), 3);
@@ -104,14 +106,12 @@ TEST(LrScheduleTest, PiecewiseBoundaryStaysInTheEarlierInterval) {
 }
 
 TEST(LrScheduleTest, WarmupWrapsAnySchedule) {
-  ScheduleOptions o;
-  o.name = "exponential_decay";
-  o.learning_rate = 0.8;
-  o.decay_steps = 10;
-  o.decay_rate = 0.5;
-  o.staircase = true;
-  o.warmup_steps = 4;
-  auto s = MakeSchedule(o);
+  auto s = Make({"exponential_decay",
+                 0.8,
+                 {{"decay_steps", 10},
+                  {"decay_rate", 0.5},
+                  {"staircase", true},
+                  {"warmup_steps", 4}}});
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ((**s)(0), 0.0);
   EXPECT_EQ((**s)(1), 0.2);
@@ -120,22 +120,14 @@ TEST(LrScheduleTest, WarmupWrapsAnySchedule) {
   EXPECT_EQ((**s)(13), 0.8);
   EXPECT_EQ((**s)(14), 0.4);
 
-  ScheduleOptions c;
-  c.learning_rate = 1.0;
-  c.warmup_steps = 2;
-  auto constant = MakeSchedule(c);
+  auto constant = Make({"constant", 1.0, {{"warmup_steps", 2}}});
   ASSERT_TRUE(constant.ok());
   EXPECT_EQ((**constant)(1), 0.5);
   EXPECT_EQ((**constant)(2), 1.0);
 }
 
 TEST(LrScheduleTest, CosineHoldsAlphaAfterDecaySteps) {
-  ScheduleOptions o;
-  o.name = "cosine_decay";
-  o.learning_rate = 2.0;
-  o.decay_steps = 10;
-  o.alpha = 0.25;
-  auto s = MakeSchedule(o);
+  auto s = Make({"cosine_decay", 2.0, {{"decay_steps", 10}, {"alpha", 0.25}}});
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ((**s)(0), 2.0);
   EXPECT_DOUBLE_EQ((**s)(5), 2.0 * (0.75 * 0.5 + 0.25));
@@ -143,8 +135,8 @@ TEST(LrScheduleTest, CosineHoldsAlphaAfterDecaySteps) {
   EXPECT_EQ((**s)(1000), 0.5);
 }
 
-void ExpectInvalid(const ScheduleOptions& o, const std::string& message) {
-  auto s = MakeSchedule(o);
+void ExpectInvalid(const Spec& spec, const std::string& message) {
+  auto s = Make(spec);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.status().message().find(message), std::string::npos)
@@ -152,60 +144,42 @@ void ExpectInvalid(const ScheduleOptions& o, const std::string& message) {
 }
 
 TEST(LrScheduleTest, BadOptionsNameTheKey) {
-  ScheduleOptions o;
-  o.name = "linear";
-  o.learning_rate = 0.1;
-  ExpectInvalid(o, "optimizer.schedule.name");
-  ExpectInvalid(o,
-                "constant, exponential_decay, piecewise_constant, "
-                "cosine_decay");
-
-  o = {};
-  o.learning_rate = 0;
-  ExpectInvalid(o,
-                "optimizer.learning_rate must be a finite number > 0, "
+  using V = std::vector<int64_t>;
+  using D = std::vector<double>;
+  ExpectInvalid({"linear", 0.1, {}}, "optimizer.schedule.name");
+  ExpectInvalid({"linear", 0.1, {}},
+                "constant, cosine_decay, exponential_decay, "
+                "piecewise_constant");
+  ExpectInvalid({"constant", 0, {}},
+                "optimizer.learning_rate: expected a number > 0, got 0");
+  ExpectInvalid({"constant", NAN, {}}, "optimizer.learning_rate");
+  ExpectInvalid({"exponential_decay", 0.1, {{"decay_steps", 0}}},
+                "optimizer.schedule.decay_steps: expected an integer >= 1, "
                 "got 0");
-  o.learning_rate = NAN;
-  ExpectInvalid(o, "optimizer.learning_rate");
-
-  o = {};
-  o.name = "exponential_decay";
-  o.learning_rate = 0.1;
-  o.decay_rate = 0.5;
-  ExpectInvalid(o, "optimizer.schedule.decay_steps must be > 0, got 0");
-  o.decay_steps = 10;
-  o.decay_rate = 0;
-  ExpectInvalid(o, "optimizer.schedule.decay_rate");
-
-  o = {};
-  o.name = "cosine_decay";
-  o.learning_rate = 0.1;
-  o.decay_steps = -5;
-  ExpectInvalid(o, "optimizer.schedule.decay_steps must be > 0, got -5");
-  o.decay_steps = 5;
-  o.alpha = 1.5;
-  ExpectInvalid(o, "optimizer.schedule.alpha");
-
-  o = {};
-  o.name = "piecewise_constant";
-  o.boundaries = {10, 20};
-  o.values = {1, 2};
-  ExpectInvalid(o,
-                "optimizer.schedule.values must have one more entry than "
-                "optimizer.schedule.boundaries");
-  o.values = {1, 2, 3};
-  o.boundaries = {20, 20};
-  ExpectInvalid(o,
-                "optimizer.schedule.boundaries must be strictly "
-                "increasing, got [20, 20]");
-  o.boundaries = {10, 20};
-  o.values = {1, -2, 3};
-  ExpectInvalid(o, "optimizer.schedule.values[1]");
-
-  o = {};
-  o.learning_rate = 0.1;
-  o.warmup_steps = -1;
-  ExpectInvalid(o, "optimizer.schedule.warmup_steps must be >= 0, got -1");
+  ExpectInvalid({"exponential_decay", 0.1, {{"decay_rate", 0.0}}},
+                "optimizer.schedule.decay_rate");
+  ExpectInvalid({"cosine_decay", 0.1, {{"decay_steps", -5}}},
+                "optimizer.schedule.decay_steps: expected an integer >= 1, "
+                "got -5");
+  ExpectInvalid({"cosine_decay", 0.1, {{"alpha", 1.5}}},
+                "optimizer.schedule.alpha");
+  ExpectInvalid(
+      {"piecewise_constant",
+       0.1,
+       {{"boundaries", V{10, 20}}, {"values", D{1, 2}}}},
+      "optimizer.schedule.values: must have one more entry than boundaries");
+  ExpectInvalid({"piecewise_constant",
+                 0.1,
+                 {{"boundaries", V{20, 20}}, {"values", D{1, 2, 3}}}},
+                "optimizer.schedule.boundaries: must be strictly increasing, "
+                "got [20, 20]");
+  ExpectInvalid({"piecewise_constant",
+                 0.1,
+                 {{"boundaries", V{10, 20}}, {"values", D{1, -2, 3}}}},
+                "optimizer.schedule.values: expected a list of numbers >= 0");
+  ExpectInvalid({"constant", 0.1, {{"warmup_steps", -1}}},
+                "optimizer.schedule.warmup_steps: expected an integer >= 0, "
+                "got -1");
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "tensor/status_macros.h"
 #include "tensor/variable.h"
 #include "tests/test_util.h"
+#include "tests/trainer/optim/build_optimizer.h"
 #include "trainer/optim/optimizers.h"
 
 namespace mirrortrain::trainer {
@@ -38,43 +39,31 @@ Tensor Row(const Tensor& t, int64_t row) {
   return *t.SliceRows(row, 1)->Reshaped({t.dim(1)});
 }
 
-ScheduleOptions Constant(double lr) {
-  ScheduleOptions s;
-  s.learning_rate = lr;
-  return s;
-}
-
 // Hyperparameters as a user writes them; the golden file holds their f32
 // roundings, which the test checks these agree with.
 constexpr double kLr = 0.1;
 
 struct GoldenCase {
   std::string prefix;  // tensor name prefix in the golden file
-  OptimizerOptions options;
+  std::string optimizer;
+  testing::Values values;  // Keys that differ from the defaults.
 };
 
 std::vector<GoldenCase> GoldenCases() {
-  auto make = [](std::string name) {
-    OptimizerOptions o;
-    o.name = std::move(name);
-    o.schedule = Constant(kLr);
-    return o;
-  };
-  std::vector<GoldenCase> cases;
-  cases.push_back({"sgd", make("sgd")});
-  cases.push_back({"momentum", make("momentum")});
-  OptimizerOptions nesterov = make("momentum");
-  nesterov.nesterov = true;
-  cases.push_back({"nesterov", nesterov});
-  cases.push_back({"adagrad", make("adagrad")});
-  cases.push_back({"adam", make("adam")});
-  OptimizerOptions rmsprop = make("rmsprop");
-  rmsprop.momentum = 0.0;
-  cases.push_back({"rmsprop", rmsprop});
-  OptimizerOptions rmsprop_mom = make("rmsprop");
-  rmsprop_mom.momentum = 0.5;
-  cases.push_back({"rmsprop_mom", rmsprop_mom});
-  return cases;
+  return {{"sgd", "sgd", {}},
+          {"momentum", "momentum", {}},
+          {"nesterov", "momentum", {{"nesterov", true}}},
+          {"adagrad", "adagrad", {}},
+          {"adam", "adam", {}},
+          {"rmsprop", "rmsprop", {}},
+          {"rmsprop_mom", "rmsprop", {{"momentum", 0.5}}}};
+}
+
+// A registered default, for checking against the golden file.
+double Default(const std::string& optimizer, const std::string& key) {
+  const Param* p =
+      OptimizerRegistry::Global().Find(optimizer)->params.Find(key);
+  return std::get<double>(*p->default_value());
 }
 
 class OptimizerGoldenTest : public ::testing::TestWithParam<GoldenCase> {};
@@ -83,26 +72,29 @@ TEST(OptimizerGoldenFileTest, HyperparametersMatchTheFile) {
   const auto& g = Golden();
   ASSERT_FALSE(g.empty()) << "cannot load "
                           << testing::GoldenPath("optimizers.txt");
-  OptimizerOptions d;
   auto f32 = [&](const char* name) {
     return static_cast<float>(g.at(name).ScalarAt(0));
   };
+  auto d32 = [](const char* optimizer, const char* key) {
+    return static_cast<float>(Default(optimizer, key));
+  };
   EXPECT_EQ(f32("lr"), static_cast<float>(kLr));
-  EXPECT_EQ(f32("momentum"), static_cast<float>(d.momentum));
+  EXPECT_EQ(f32("momentum"), d32("momentum", "momentum"));
   EXPECT_EQ(f32("adagrad_initial_accumulator"),
-            static_cast<float>(d.initial_accumulator_value));
-  EXPECT_EQ(f32("adagrad_epsilon"), static_cast<float>(d.epsilon));
-  EXPECT_EQ(f32("adam_beta1"), static_cast<float>(d.beta1));
-  EXPECT_EQ(f32("adam_beta2"), static_cast<float>(d.beta2));
-  EXPECT_EQ(f32("adam_epsilon"), static_cast<float>(d.epsilon));
-  EXPECT_EQ(f32("rmsprop_rho"), static_cast<float>(d.rho));
-  EXPECT_EQ(f32("rmsprop_epsilon"), static_cast<float>(d.epsilon));
+            d32("adagrad", "initial_accumulator_value"));
+  EXPECT_EQ(f32("adagrad_epsilon"), d32("adagrad", "epsilon"));
+  EXPECT_EQ(f32("adam_beta1"), d32("adam", "beta1"));
+  EXPECT_EQ(f32("adam_beta2"), d32("adam", "beta2"));
+  EXPECT_EQ(f32("adam_epsilon"), d32("adam", "epsilon"));
+  EXPECT_EQ(f32("rmsprop_rho"), d32("rmsprop", "rho"));
+  EXPECT_EQ(f32("rmsprop_epsilon"), d32("rmsprop", "epsilon"));
+  EXPECT_EQ(d32("rmsprop", "momentum"), 0.0f);  // TF's RMSProp default.
   EXPECT_EQ(f32("rmsprop_mom_momentum"), 0.5f);
   // AdamOptimizer feeds f32(b^t) with b^t computed in float64, as TF was.
   for (int t = 1; t <= kSteps; ++t) {
-    EXPECT_EQ(static_cast<float>(std::pow(d.beta1, t)),
+    EXPECT_EQ(static_cast<float>(std::pow(Default("adam", "beta1"), t)),
               g.at("adam/beta1_power").data<float>()[t - 1]);
-    EXPECT_EQ(static_cast<float>(std::pow(d.beta2, t)),
+    EXPECT_EQ(static_cast<float>(std::pow(Default("adam", "beta2"), t)),
               g.at("adam/beta2_power").data<float>()[t - 1]);
   }
 }
@@ -111,7 +103,7 @@ TEST_P(OptimizerGoldenTest, TenStepsMatchTensorFlow) {
   const GoldenCase& c = GetParam();
   const auto& g = Golden();
   ASSERT_FALSE(g.empty());
-  auto opt = MakeOptimizer(c.options);
+  auto opt = testing::BuildOptimizer(c.optimizer, kLr, c.values);
   ASSERT_TRUE(opt.ok()) << opt.status();
   auto var = Variable::Create("var", g.at("init"));
   ASSERT_TRUE(var.ok()) << var.status();
@@ -159,11 +151,7 @@ INSTANTIATE_TEST_SUITE_P(AllOptimizers, OptimizerGoldenTest,
 // API behaviour.
 
 std::unique_ptr<Optimizer> Make(const std::string& name, double lr = 0.1) {
-  OptimizerOptions o;
-  o.name = name;
-  o.schedule = Constant(lr);
-  if (name == "rmsprop") o.momentum = 0.0;
-  auto opt = MakeOptimizer(o);
+  auto opt = testing::BuildOptimizer(name, lr);
   EXPECT_TRUE(opt.ok()) << opt.status();
   return opt.ok() ? *std::move(opt) : nullptr;
 }
@@ -240,12 +228,10 @@ TEST(OptimizerTest, ApplyGradientsCreatesSlotsLazilyAndCountsIterations) {
 }
 
 TEST(OptimizerTest, LearningRateFollowsTheScheduleAtIterations) {
-  OptimizerOptions o;
-  o.name = "sgd";
-  o.schedule.name = "piecewise_constant";
-  o.schedule.boundaries = {0, 1};
-  o.schedule.values = {1.0, 0.5, 0.25};
-  auto sgd = MakeOptimizer(o);
+  auto sgd = testing::BuildOptimizer(
+      "sgd", 1.0, {}, "piecewise_constant",
+      {{"boundaries", std::vector<int64_t>{0, 1}},
+       {"values", std::vector<double>{1.0, 0.5, 0.25}}});
   ASSERT_TRUE(sgd.ok()) << sgd.status();
   Variable w = MakeVar("w", {0});
   const Tensor g = Tensor::FromVector<float>({1}, {1});
@@ -408,73 +394,33 @@ TEST(OptimizerTest, VariablesWithoutGradientAreSkipped) {
   EXPECT_NE(momentum->GetSlot(w, "Momentum"), nullptr);
 }
 
-absl::Status MakeError(const OptimizerOptions& o) {
-  return MakeOptimizer(o).status();
-}
-
-void ExpectInvalid(const OptimizerOptions& o, const std::string& fragment) {
-  const absl::Status s = MakeError(o);
+void ExpectInvalid(absl::Status s, const std::string& fragment) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find(fragment), std::string::npos)
       << "'" << s.message() << "' lacks '" << fragment << "'";
 }
 
 TEST(OptimizerTest, BadOptionsNameTheKey) {
-  OptimizerOptions base;
-  base.schedule = Constant(0.1);
-
-  OptimizerOptions o = base;
-  o.name = "adamw";
-  ExpectInvalid(o, "optimizer.name");
-  ExpectInvalid(o, "sgd, momentum, adagrad, adam, rmsprop");
-
-  o = base;
-  o.name = "momentum";
-  o.momentum = 1.0;
-  ExpectInvalid(o, "optimizer.momentum must be in [0, 1), got 1");
-  o.momentum = -0.1;
-  ExpectInvalid(o, "optimizer.momentum");
-
-  o = base;
-  o.name = "adam";
-  o.beta1 = 1.5;
-  ExpectInvalid(o, "optimizer.beta1");
-  o = base;
-  o.name = "adam";
-  o.beta2 = -1;
-  ExpectInvalid(o, "optimizer.beta2");
-  o = base;
-  o.name = "adam";
-  o.epsilon = 0;
-  ExpectInvalid(o, "optimizer.epsilon");
-  o = base;
-  o.name = "adam";
-  o.nesterov = true;
-  ExpectInvalid(o, "optimizer.nesterov");
-
-  o = base;
-  o.name = "rmsprop";
-  o.rho = 1.0;
-  ExpectInvalid(o, "optimizer.rho");
-  o = base;
-  o.name = "adagrad";
-  o.initial_accumulator_value = -0.1;
-  ExpectInvalid(o, "optimizer.initial_accumulator_value");
-
-  o = base;
-  o.name = "sgd";
-  o.schedule.learning_rate = 0;
-  ExpectInvalid(o, "optimizer.learning_rate");
-  o = base;
-  o.name = "sgd";
-  o.schedule.name = "cosine_decay";
-  ExpectInvalid(o, "optimizer.schedule.decay_steps must be > 0, got 0");
-
-  // Hyperparameters an optimizer does not use are not checked.
-  o = base;
-  o.name = "sgd";
-  o.momentum = 7;
-  EXPECT_TRUE(MakeOptimizer(o).ok());
+  using testing::BuildOptimizer;
+  auto bad = [](const std::string& name, testing::Values values) {
+    return BuildOptimizer(name, 0.1, values).status();
+  };
+  ExpectInvalid(bad("adamw_unknown", {}), "optimizer.name");
+  ExpectInvalid(bad("adamw_unknown", {}), "adagrad, adam, momentum");
+  ExpectInvalid(bad("momentum", {{"momentum", 1.0}}),
+                "optimizer.momentum: expected a number in [0, 1), got 1");
+  ExpectInvalid(bad("momentum", {{"momentum", -0.1}}), "optimizer.momentum");
+  ExpectInvalid(bad("adam", {{"beta1", 1.5}}), "optimizer.beta1");
+  ExpectInvalid(bad("adam", {{"beta2", -1.0}}), "optimizer.beta2");
+  ExpectInvalid(bad("adam", {{"epsilon", 0.0}}), "optimizer.epsilon");
+  ExpectInvalid(bad("rmsprop", {{"rho", 1.0}}), "optimizer.rho");
+  ExpectInvalid(bad("adagrad", {{"initial_accumulator_value", -0.1}}),
+                "optimizer.initial_accumulator_value");
+  ExpectInvalid(BuildOptimizer("sgd", 0).status(), "optimizer.learning_rate");
+  ExpectInvalid(
+      BuildOptimizer("sgd", 0.1, {}, "cosine_decay", {{"decay_steps", 0}})
+          .status(),
+      "optimizer.schedule.decay_steps: expected an integer >= 1, got 0");
 }
 
 }  // namespace

@@ -1,0 +1,107 @@
+#include "models/containers.h"
+
+#include "absl/strings/str_cat.h"
+#include "models/layer_registry.h"
+#include "tensor/ops/math_ops.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::models {
+
+bool SequentialLayer::Append(std::unique_ptr<Layer> layer) {
+  if (!layers_.empty() && layers_.back()->AbsorbNext(*layer)) return true;
+  layers_.push_back(std::move(layer));
+  return false;
+}
+
+absl::StatusOr<Tensor> SequentialLayer::Call(const Tensor& x,
+                                             const ForwardContext& ctx) {
+  Tensor y = x;
+  for (auto& layer : layers_) {
+    MT_ASSIGN_OR_RETURN(y, layer->Call(y, ctx));
+  }
+  return y;
+}
+
+absl::StatusOr<Shape> SequentialLayer::OutputShape(const Shape& input) const {
+  Shape shape = input;
+  for (const auto& layer : layers_) {
+    MT_ASSIGN_OR_RETURN(shape, layer->OutputShape(shape));
+  }
+  return shape;
+}
+
+std::vector<Variable*> SequentialLayer::variables() {
+  std::vector<Variable*> out;
+  for (auto& layer : layers_) {
+    for (Variable* v : layer->variables()) out.push_back(v);
+  }
+  return out;
+}
+
+absl::StatusOr<Tensor> ResidualLayer::Call(const Tensor& x,
+                                           const ForwardContext& ctx) {
+  MT_ASSIGN_OR_RETURN(Tensor y, main_->Call(x, ctx));
+  if (shortcut_ == nullptr) return ops::Add(y, x);
+  MT_ASSIGN_OR_RETURN(Tensor s, shortcut_->Call(x, ctx));
+  return ops::Add(y, s);
+}
+
+absl::StatusOr<Shape> ResidualLayer::OutputShape(const Shape& input) const {
+  MT_ASSIGN_OR_RETURN(Shape main, main_->OutputShape(input));
+  Shape shortcut = input;
+  if (shortcut_ != nullptr) {
+    MT_ASSIGN_OR_RETURN(shortcut, shortcut_->OutputShape(input));
+  }
+  if (main != shortcut) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the main branch gives ", ShapeToString(main), " but the ",
+        shortcut_ == nullptr ? "identity shortcut" : "shortcut", " gives ",
+        ShapeToString(shortcut), " (add a shortcut with a strided 1x1 conv)"));
+  }
+  return main;
+}
+
+std::vector<Variable*> ResidualLayer::variables() {
+  std::vector<Variable*> out = main_->variables();
+  if (shortcut_ != nullptr) {
+    for (Variable* v : shortcut_->variables()) out.push_back(v);
+  }
+  return out;
+}
+
+namespace {
+
+absl::StatusOr<std::unique_ptr<Layer>> CreateSequential(const LayerSpec& spec,
+                                                        LayerBuilder& b) {
+  return b.BuildSequence(spec.layers, b.input_shape());
+}
+
+absl::StatusOr<std::unique_ptr<Layer>> CreateResidual(const LayerSpec& spec,
+                                                      LayerBuilder& b) {
+  const std::string name = b.name();
+  const Shape input = b.input_shape();
+  MT_ASSIGN_OR_RETURN(std::unique_ptr<Layer> main,
+                      b.BuildSequence(spec.layers, input));
+  std::unique_ptr<Layer> shortcut;
+  if (spec.shortcut.has_value()) {
+    MT_ASSIGN_OR_RETURN(shortcut, b.BuildSequence(*spec.shortcut, input));
+  }
+  return std::make_unique<ResidualLayer>(name, std::move(main),
+                                         std::move(shortcut));
+}
+
+}  // namespace
+
+MT_REGISTER(LayerType, {.name = "sequential",
+                        .doc = "its `layers` in order",
+                        .container = true,
+                        .create = CreateSequential});
+MT_REGISTER(LayerType,
+            {.name = "residual",
+             .doc = "main(x) + shortcut(x): `layers` is the main branch, "
+                    "`shortcut` (optional; identity when absent) the other",
+             .container = true,
+             .shortcut = true,
+             .create = CreateResidual});
+
+}  // namespace mirrortrain::models

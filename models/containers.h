@@ -1,0 +1,53 @@
+// The two containers of "Models as data": `sequential` (layers in order)
+// and `residual` (y = main(x) + shortcut(x), the shortcut the identity when
+// absent). Both own their layers; variables are listed in layer order
+// (main branch before shortcut).
+#ifndef MIRRORTRAIN_MODELS_CONTAINERS_H_
+#define MIRRORTRAIN_MODELS_CONTAINERS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/layer.h"
+
+namespace mirrortrain::models {
+
+class SequentialLayer final : public Layer {
+ public:
+  explicit SequentialLayer(std::string name) : Layer(std::move(name)) {}
+  // Appends `layer` unless the previous layer absorbs it (AbsorbNext);
+  // returns whether it was absorbed.
+  bool Append(std::unique_ptr<Layer> layer);
+
+  absl::StatusOr<Tensor> Call(const Tensor& x,
+                              const ForwardContext& ctx) override;
+  absl::StatusOr<Shape> OutputShape(const Shape& input) const override;
+  std::vector<Variable*> variables() override;
+
+ private:
+  std::vector<std::unique_ptr<Layer>> layers_;
+};
+
+class ResidualLayer final : public Layer {
+ public:
+  // `shortcut` null: the identity.
+  ResidualLayer(std::string name, std::unique_ptr<Layer> main,
+                std::unique_ptr<Layer> shortcut)
+      : Layer(std::move(name)),
+        main_(std::move(main)),
+        shortcut_(std::move(shortcut)) {}
+
+  absl::StatusOr<Tensor> Call(const Tensor& x,
+                              const ForwardContext& ctx) override;
+  absl::StatusOr<Shape> OutputShape(const Shape& input) const override;
+  std::vector<Variable*> variables() override;
+
+ private:
+  std::unique_ptr<Layer> main_;
+  std::unique_ptr<Layer> shortcut_;
+};
+
+}  // namespace mirrortrain::models
+
+#endif  // MIRRORTRAIN_MODELS_CONTAINERS_H_

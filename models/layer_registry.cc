@@ -1,0 +1,110 @@
+#include "models/layer_registry.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "models/containers.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::models {
+namespace {
+
+// Per-layer initialiser seeds from the model seed (splitmix64 of the
+// index), so they depend on neither the device nor the replica.
+uint64_t LayerSeed(uint64_t seed, int index) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(index + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+int64_t CountParams(Layer& layer) {
+  int64_t n = 0;
+  for (Variable* v : layer.variables()) n += NumElements(v->shape());
+  return n;
+}
+
+}  // namespace
+
+absl::StatusOr<LayerSpec> MakeLayerSpec(
+    const std::string& type,
+    std::vector<std::pair<std::string, ParamValue>> values) {
+  const LayerType* t = LayerRegistry::Global().Find(type);
+  if (t == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown layer type '", type, "'"));
+  }
+  LayerSpec spec;
+  spec.type = type;
+  spec.params = Params::Defaults(t->params);
+  for (auto& [key, value] : values) {
+    if (t->params.Find(key) == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer type '", type, "' has no key '", key, "'"));
+    }
+    spec.params.Set(key, std::move(value));
+  }
+  return spec;
+}
+
+uint64_t LayerBuilder::NextSeed() { return LayerSeed(seed_, seeds_drawn_++); }
+
+absl::StatusOr<std::unique_ptr<Layer>> LayerBuilder::BuildOne(
+    const LayerSpec& spec, const Shape& input) {
+  const LayerType* type = LayerRegistry::Global().Find(spec.type);
+  if (type == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        spec.path, ".type: unknown layer type '", spec.type,
+        "' (expected one of ", LayerRegistry::Global().NameList(), ")"));
+  }
+  // Keras names the n-th layer of a kind "kind", "kind_1", "kind_2", ...
+  int& count = type_counts_[type->name];
+  type_index_ = count++;
+  name_ = !spec.name.empty() ? spec.name
+          : type_index_ == 0 ? type->name
+                             : absl::StrCat(type->name, "_", type_index_);
+  input_shape_ = input;
+  const size_t row = summary_.size();
+  summary_.push_back({absl::StrCat(std::string(2 * depth_, ' '), name_),
+                      type->name,
+                      {},
+                      0,
+                      ""});
+  ++depth_;
+  absl::StatusOr<std::unique_ptr<Layer>> layer = type->create(spec, *this);
+  --depth_;
+  if (!layer.ok()) {
+    // Nested builds already name their own path.
+    if (absl::StartsWith(layer.status().message(), "model.")) {
+      return layer.status();
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        spec.path, " (", type->name, "): ", layer.status().message()));
+  }
+  absl::StatusOr<Shape> out = (*layer)->OutputShape(input);
+  if (!out.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        spec.path, " (", type->name, "): ", out.status().message()));
+  }
+  summary_[row].output_shape = *out;
+  summary_[row].params = CountParams(**layer);
+  return layer;
+}
+
+absl::StatusOr<std::unique_ptr<Layer>> LayerBuilder::BuildSequence(
+    const std::vector<LayerSpec>& specs, const Shape& input) {
+  auto sequence = std::make_unique<SequentialLayer>("sequence");
+  Shape shape = input;
+  for (const LayerSpec& spec : specs) {
+    for (int64_t r = 0; r < spec.repeat; ++r) {
+      const size_t row = summary_.size();
+      MT_ASSIGN_OR_RETURN(std::unique_ptr<Layer> layer, BuildOne(spec, shape));
+      MT_ASSIGN_OR_RETURN(shape, layer->OutputShape(shape));
+      if (sequence->Append(std::move(layer))) {
+        summary_[row].note = "computed inside the previous layer";
+      }
+    }
+  }
+  return sequence;
+}
+
+}  // namespace mirrortrain::models

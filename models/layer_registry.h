@@ -1,0 +1,119 @@
+// Layers as data: the layer types a config's `model.layers` may name, each
+// registered next to its code with its Keras name, its keys (ParamSchema)
+// and a factory (DESIGN.md, "Models as data").
+//
+//   MT_REGISTER(LayerType, {.name = "flatten", .doc = "...", .params = {},
+//                           .create = [](const LayerSpec&, LayerBuilder& b)
+//                               -> absl::StatusOr<std::unique_ptr<Layer>> {
+//                             return std::make_unique<FlattenLayer>(b.name());
+//                           }});
+//
+// Thread contract: the registry is filled during static initialisation and
+// read-only afterwards; a LayerBuilder belongs to one Model::Build call.
+#ifndef MIRRORTRAIN_MODELS_LAYER_REGISTRY_H_
+#define MIRRORTRAIN_MODELS_LAYER_REGISTRY_H_
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "models/layer.h"
+#include "tensor/device.h"
+#include "tensor/params.h"
+#include "tensor/registry.h"
+
+namespace mirrortrain::models {
+
+// One entry of a layer list, as parsed from a config.
+struct LayerSpec {
+  std::string type;
+  std::string name;  // Explicit name; "" gives the Keras auto-name.
+  Params params;     // Checked against the type's schema.
+  int64_t repeat = 1;
+  std::vector<LayerSpec> layers;  // Containers: the (main) branch.
+  // residual: the shortcut branch (absent: identity).
+  std::optional<std::vector<LayerSpec>> shortcut;
+  std::string path;  // "model.layers[3]", for errors.
+};
+
+class LayerBuilder;
+
+struct LayerType {
+  std::string name;  // The config `type` and the Keras auto-name prefix.
+  std::string doc;
+  ParamSchema params;
+  // Takes a `layers` list (and, when `shortcut` is set, a shortcut list).
+  bool container = false;
+  bool shortcut = false;
+  // Builds the layer for input shape b.input_shape(); errors are
+  // InvalidArgument without the path (the builder prefixes it).
+  std::function<absl::StatusOr<std::unique_ptr<Layer>>(const LayerSpec& spec,
+                                                       LayerBuilder& b)>
+      create;
+};
+
+using LayerRegistry = Registry<LayerType>;
+
+// A spec of registered type `type` with its defaults, then `values` set
+// (presets and tests build specs in code this way). An unknown type or key
+// is InvalidArgument.
+absl::StatusOr<LayerSpec> MakeLayerSpec(
+    const std::string& type,
+    std::vector<std::pair<std::string, ParamValue>> values = {});
+
+// One row of a model summary (Keras model.summary()).
+struct LayerSummary {
+  std::string name;  // Indented by nesting depth.
+  std::string type;
+  Shape output_shape;  // Batch dimension first (printed as None).
+  int64_t params = 0;
+  std::string note;  // E.g. "pooled inside conv2d".
+};
+
+// Builds layers from specs: assigns Keras names (counted per type over the
+// whole model), per-layer initialiser seeds, and the input shape of each.
+class LayerBuilder {
+ public:
+  LayerBuilder(uint64_t seed, Device device) : seed_(seed), device_(device) {}
+
+  // The current layer's input shape (batch dimension first), name and
+  // device, valid inside a factory.
+  const Shape& input_shape() const { return input_shape_; }
+  const std::string& name() const { return name_; }
+  Device device() const { return device_; }
+  // How many layers of this type were built before this one (0 for the
+  // first); dropout layers use it to draw different masks.
+  int type_index() const { return type_index_; }
+  // A fresh initialiser seed: the n-th call over the model gets the n-th
+  // seed derived from the model seed, the same on every device and replica.
+  uint64_t NextSeed();
+
+  // Builds a list of specs into one sequential layer (containers call it
+  // for their branches), starting at `input`.
+  absl::StatusOr<std::unique_ptr<Layer>> BuildSequence(
+      const std::vector<LayerSpec>& specs, const Shape& input);
+
+  std::vector<LayerSummary>& summary() { return summary_; }
+
+ private:
+  absl::StatusOr<std::unique_ptr<Layer>> BuildOne(const LayerSpec& spec,
+                                                  const Shape& input);
+
+  uint64_t seed_;
+  Device device_;
+  int seeds_drawn_ = 0;
+  int depth_ = 0;
+  absl::flat_hash_map<std::string, int> type_counts_;
+  Shape input_shape_;
+  std::string name_;
+  int type_index_ = 0;
+  std::vector<LayerSummary> summary_;
+};
+
+}  // namespace mirrortrain::models
+
+#endif  // MIRRORTRAIN_MODELS_LAYER_REGISTRY_H_

@@ -1,0 +1,123 @@
+#include "models/presets.h"
+
+#include "absl/strings/str_cat.h"
+#include "models/activation.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::models {
+namespace {
+
+using Specs = std::vector<LayerSpec>;
+
+// Appends a spec of `type` with `values` (paths name the preset's key).
+absl::Status Push(Specs* specs, const std::string& type,
+                  std::vector<std::pair<std::string, ParamValue>> values) {
+  MT_ASSIGN_OR_RETURN(LayerSpec spec, MakeLayerSpec(type, std::move(values)));
+  spec.path = absl::StrCat("model (preset layer ", specs->size(), ")");
+  specs->push_back(std::move(spec));
+  return absl::OkStatus();
+}
+
+// mlp: flatten, [dense(units, activation), dropout?]..., dense(classes).
+absl::StatusOr<Specs> ExpandMlp(const Params& p, int64_t num_classes) {
+  Specs specs;
+  MT_RETURN_IF_ERROR(Push(&specs, "flatten", {}));
+  const double rate = p.Float("dropout");
+  for (int64_t units : p.IntList("hidden_units")) {
+    MT_RETURN_IF_ERROR(
+        Push(&specs, "dense",
+             {{"units", units}, {"activation", p.String("activation")}}));
+    if (rate > 0) MT_RETURN_IF_ERROR(Push(&specs, "dropout", {{"rate", rate}}));
+  }
+  MT_RETURN_IF_ERROR(Push(&specs, "dense", {{"units", num_classes}}));
+  return specs;
+}
+
+// cnn: [conv2d(filters, k, same, activation), max_pooling2d(2)]...,
+// flatten, dense(dense_units, activation), dropout?, dense(classes): the
+// TensorFlow tutorial CNN with the defaults.
+absl::StatusOr<Specs> ExpandCnn(const Params& p, int64_t num_classes) {
+  Specs specs;
+  for (int64_t filters : p.IntList("conv_filters")) {
+    MT_RETURN_IF_ERROR(Push(&specs, "conv2d",
+                            {{"filters", filters},
+                             {"kernel_size", p.Int("kernel_size")},
+                             {"padding", std::string("same")},
+                             {"activation", p.String("activation")}}));
+    MT_RETURN_IF_ERROR(Push(&specs, "max_pooling2d", {{"pool_size", 2}}));
+  }
+  MT_RETURN_IF_ERROR(Push(&specs, "flatten", {}));
+  MT_RETURN_IF_ERROR(Push(&specs, "dense",
+                          {{"units", p.Int("dense_units")},
+                           {"activation", p.String("activation")}}));
+  const double rate = p.Float("dropout");
+  if (rate > 0) MT_RETURN_IF_ERROR(Push(&specs, "dropout", {{"rate", rate}}));
+  MT_RETURN_IF_ERROR(Push(&specs, "dense", {{"units", num_classes}}));
+  return specs;
+}
+
+Param ActivationParam() {
+  return Param::String("activation")
+      .Default("relu")
+      .OneOf(ActivationNames())
+      .Doc("of the hidden layers");
+}
+
+Param DropoutParam() {
+  return Param::Float("dropout").Default(0.0).Min(0).Max(1, false).Doc(
+      "rate of a dropout layer after each hidden dense layer (0: none)");
+}
+
+}  // namespace
+
+absl::StatusOr<ModelDef> ExpandPreset(
+    const std::string& name,
+    std::vector<std::pair<std::string, ParamValue>> values,
+    const Shape& input_shape, int64_t num_classes) {
+  const ModelPreset* preset = PresetRegistry::Global().Find(name);
+  if (preset == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.name: unknown preset '", name, "'"));
+  }
+  MT_ASSIGN_OR_RETURN(Params params,
+                      MakeParams(preset->params, std::move(values)));
+  ModelDef def;
+  def.input_shape = input_shape;
+  MT_ASSIGN_OR_RETURN(def.layers, preset->expand(params, num_classes));
+  return def;
+}
+
+MT_REGISTER(ModelPreset,
+            {.name = "mlp",
+             .doc = "flatten, [dense(units, activation), dropout]..., "
+                    "dense(classes)",
+             .params = {{Param::IntList("hidden_units")
+                             .Default(std::vector<int64_t>{256, 128})
+                             .Min(1)
+                             .Doc("width of each hidden layer"),
+                         ActivationParam(), DropoutParam()}},
+             .expand = ExpandMlp});
+
+MT_REGISTER(
+    ModelPreset,
+    {.name = "cnn",
+     .doc = "[conv2d(filters, kernel_size, same, activation), "
+            "max_pooling2d(2)]..., flatten, dense(dense_units, activation), "
+            "dropout, dense(classes)",
+     .params = {{Param::IntList("conv_filters")
+                     .Default(std::vector<int64_t>{32, 64})
+                     .Min(1)
+                     .MinLength(1)
+                     .Doc("filters of each conv layer"),
+                 Param::Int("kernel_size")
+                     .Default(5)
+                     .Min(1)
+                     .Doc("side of every conv kernel"),
+                 Param::Int("dense_units")
+                     .Default(1024)
+                     .Min(1)
+                     .Doc("width of the hidden dense layer"),
+                 ActivationParam(), DropoutParam()}},
+     .expand = ExpandCnn});
+
+}  // namespace mirrortrain::models

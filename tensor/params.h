@@ -1,0 +1,188 @@
+// Declared, typed parameters of registered components (layers, optimizers,
+// schedules, data sources, strategies): each component lists its keys next
+// to its code as a ParamSchema, and receives them checked and typed as
+// Params. The config reader (trainer/config.cc) is generic over schemas, so
+// adding a component never touches it, and `mirrortrain config --schema`
+// prints every schema.
+//
+// Thread contract: schemas are immutable after static initialisation;
+// Params are values.
+#ifndef MIRRORTRAIN_TENSOR_PARAMS_H_
+#define MIRRORTRAIN_TENSOR_PARAMS_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace mirrortrain {
+
+enum class ParamType {
+  kInt,
+  kFloat,
+  kBool,
+  kString,
+  kIntList,
+  kFloatList,
+  kStringList,
+};
+
+// "an integer", "a list of numbers", ... (for errors and the schema dump).
+const char* ParamTypeName(ParamType type);
+
+// std::monostate is null (an optional key left unset).
+using ParamValue = std::variant<std::monostate, int64_t, double, bool,
+                                std::string, std::vector<int64_t>,
+                                std::vector<double>, std::vector<std::string>>;
+
+// The value as YAML flow text: 3, 0.5, true, relu, [1, 2], null.
+std::string ParamValueToString(const ParamValue& value);
+
+// One key: its type, default, allowed values and a one-line doc. Built
+// fluently: Param::Int("units").Min(1).Doc("output width").
+class Param {
+ public:
+  // A key without .Default() is required (unless nullable: then null).
+  static Param Int(std::string name) {
+    return {std::move(name), ParamType::kInt};
+  }
+  static Param Float(std::string name) {
+    return {std::move(name), ParamType::kFloat};
+  }
+  static Param Bool(std::string name) {
+    return {std::move(name), ParamType::kBool};
+  }
+  static Param String(std::string name) {
+    return {std::move(name), ParamType::kString};
+  }
+  static Param IntList(std::string name) {
+    return {std::move(name), ParamType::kIntList};
+  }
+  static Param FloatList(std::string name) {
+    return {std::move(name), ParamType::kFloatList};
+  }
+  static Param StringList(std::string name) {
+    return {std::move(name), ParamType::kStringList};
+  }
+
+  Param Default(ParamValue value) &&;
+  // String literals (a plain const char* overload would also catch a
+  // literal 0).
+  template <size_t N>
+  Param Default(const char (&value)[N]) && {
+    return std::move(*this).Default(ParamValue(std::string(value)));
+  }
+  // null is allowed (and is the default unless Default() says otherwise).
+  Param Nullable() &&;
+  // Numbers (and every element of a number list) must be >= / > lo, <= / <
+  // hi and finite.
+  Param Min(double lo, bool inclusive = true) &&;
+  Param Max(double hi, bool inclusive = true) &&;
+  // Strings (and every element of a string list) must be one of these.
+  Param OneOf(std::vector<std::string> choices) &&;
+  // A list must have at least this many elements.
+  Param MinLength(size_t n) &&;
+  Param Doc(std::string doc) &&;
+
+  const std::string& name() const { return name_; }
+  ParamType type() const { return type_; }
+  bool nullable() const { return nullable_; }
+  bool required() const { return !default_.has_value() && !nullable_; }
+  // The default (null for a nullable key without one); required: none.
+  std::optional<ParamValue> default_value() const;
+  const std::string& doc() const { return doc_; }
+  // "an integer >= 1", "one of relu, tanh", ... for errors and docs.
+  std::string Describe() const;
+
+  // Checks the range of a value already of this key's type; returns the
+  // problem ("must be >= 1, got 0") or "".
+  std::string CheckRange(const ParamValue& value) const;
+
+ private:
+  Param(std::string name, ParamType type)
+      : name_(std::move(name)), type_(type) {}
+
+  std::string name_;
+  ParamType type_;
+  std::optional<ParamValue> default_;
+  bool nullable_ = false;
+  std::optional<double> min_, max_;
+  bool min_inclusive_ = true, max_inclusive_ = true;
+  std::vector<std::string> choices_;
+  size_t min_length_ = 0;
+  std::string doc_;
+};
+
+class Params;
+
+// The keys of one component, in the order they are documented and written
+// to the resolved config, plus an optional check across keys.
+struct ParamSchema {
+  std::vector<Param> params;
+  // Cross-key checks, after every key passed its own; returns
+  // InvalidArgument naming the key (relative to the component).
+  std::function<absl::Status(const Params&)> validate;
+
+  const Param* Find(const std::string& name) const;
+};
+
+// Checked values of one component's keys (every key of its schema present,
+// defaults applied). Typed getters; a wrong type or missing key is a
+// programming error and yields the type's zero value.
+class Params {
+ public:
+  Params() = default;
+
+  void Set(const std::string& name, ParamValue value) {
+    values_[name] = std::move(value);
+  }
+  bool Has(const std::string& name) const { return values_.contains(name); }
+  bool IsNull(const std::string& name) const;
+  const ParamValue* Get(const std::string& name) const;
+
+  int64_t Int(const std::string& name) const;
+  double Float(const std::string& name) const;
+  bool Bool(const std::string& name) const;
+  std::string String(const std::string& name) const;
+  std::vector<int64_t> IntList(const std::string& name) const;
+  std::vector<double> FloatList(const std::string& name) const;
+  std::vector<std::string> StringList(const std::string& name) const;
+  std::optional<int64_t> OptionalInt(const std::string& name) const;
+  std::optional<double> OptionalFloat(const std::string& name) const;
+
+  // Only the defaults of `schema` (required keys absent): for components
+  // built in code rather than from a config.
+  static Params Defaults(const ParamSchema& schema);
+
+ private:
+  template <typename T>
+  T As(const std::string& name) const;
+
+  absl::flat_hash_map<std::string, ParamValue> values_;
+};
+
+// Whether `value` has the C++ type of `type` (an integer passes for a
+// number; null for none).
+bool ParamTypeMatches(ParamType type, const ParamValue& value);
+
+// Checks every key of `schema` in `params`: present unless nullable, of the
+// key's type (an integer passes for a number), in range; then the schema's
+// cross-key check. InvalidArgument "key: problem".
+absl::Status CheckParams(const ParamSchema& schema, const Params& params);
+
+// The defaults of `schema` with `values` set, checked (CheckParams); an
+// unknown key is InvalidArgument. For components built in code and tests.
+absl::StatusOr<Params> MakeParams(
+    const ParamSchema& schema,
+    std::vector<std::pair<std::string, ParamValue>> values = {});
+
+}  // namespace mirrortrain
+
+#endif  // MIRRORTRAIN_TENSOR_PARAMS_H_
