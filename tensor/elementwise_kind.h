@@ -1,8 +1,13 @@
-// The elementwise functions shared by the CPU kernels and their CUDA twins.
+// The elementwise functions, written once for the CPU kernels
+// (ops/math_ops.cc) and their CUDA twins (cuda/elementwise_kernels.cu,
+// cuda/broadcast_kernels.cu).
 #ifndef MIRRORTRAIN_TENSOR_ELEMENTWISE_KIND_H_
 #define MIRRORTRAIN_TENSOR_ELEMENTWISE_KIND_H_
 
+#include <cmath>
 #include <cstdint>
+
+#include "tensor/host_device.h"
 
 namespace mirrortrain {
 
@@ -28,6 +33,58 @@ enum class BinaryKind : uint8_t {
   kSigmoidGrad,  // g * y * (1 - y)
   kTanhGrad,     // g * (1 - y^2)
 };
+
+// Device code calls CUDA's overloads of the C math functions; host code
+// std::'s. Either way one definition of each function below.
+#if defined(__CUDA_ARCH__)
+#define MT_MATH(fn) ::fn
+#else
+#define MT_MATH(fn) std::fn
+#endif
+
+template <typename T>
+MT_HOST_DEVICE inline T ApplyUnary(UnaryKind kind, T x) {
+  switch (kind) {
+    case UnaryKind::kNeg:
+      return -x;
+    case UnaryKind::kExp:
+      return MT_MATH(exp)(x);
+    case UnaryKind::kLog:
+      return MT_MATH(log)(x);
+    case UnaryKind::kSqrt:
+      return MT_MATH(sqrt)(x);
+    case UnaryKind::kSquare:
+      return x * x;
+    case UnaryKind::kRelu:
+      return x > T(0) ? x : T(0);
+    case UnaryKind::kSigmoid:
+      return T(1) / (T(1) + MT_MATH(exp)(-x));
+    case UnaryKind::kTanh:
+      return MT_MATH(tanh)(x);
+  }
+  return x;
+}
+
+template <typename T>
+MT_HOST_DEVICE inline T ApplyBinary(BinaryKind kind, T a, T b) {
+  switch (kind) {
+    case BinaryKind::kAdd:
+      return a + b;
+    case BinaryKind::kSub:
+      return a - b;
+    case BinaryKind::kMul:
+      return a * b;
+    case BinaryKind::kDiv:
+      return a / b;
+    case BinaryKind::kReluGrad:
+      return b > T(0) ? a : T(0);
+    case BinaryKind::kSigmoidGrad:
+      return a * b * (T(1) - b);
+    case BinaryKind::kTanhGrad:
+      return a * (T(1) - b * b);
+  }
+  return a;
+}
 
 }  // namespace mirrortrain
 

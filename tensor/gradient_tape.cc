@@ -173,18 +173,20 @@ absl::StatusOr<std::vector<std::optional<Tensor>>> GradientTape::Gradient(
         out_grads.push_back(std::move(zeros));
       }
     }
-    const GradientFunction* fn = LookupGradient(r->op);
+    const GradientFn fn = r->op->gradient;
     if (fn == nullptr) {
-      return absl::InternalError(
-          absl::StrCat("no gradient registered for recorded op ", r->op));
+      return absl::InvalidArgumentError(
+          absl::StrCat("GradientTape.Gradient: op ", r->op->name,
+                       " has no gradient; the target depends on a source "
+                       "through it"));
     }
     // std::vector<bool> is not contiguous bools; copy for the Span.
     std::unique_ptr<bool[]> needs(new bool[needs_vec.size()]);
     std::copy(needs_vec.begin(), needs_vec.end(), needs.get());
     std::vector<std::optional<Tensor>> in_grads(r->inputs.size());
-    MT_RETURN_IF_ERROR((*fn)(*r, out_grads,
-                             absl::MakeConstSpan(needs.get(), needs_vec.size()),
-                             &in_grads));
+    MT_RETURN_IF_ERROR(fn(*r, out_grads,
+                          absl::MakeConstSpan(needs.get(), needs_vec.size()),
+                          &in_grads));
     // Intermediate gradients are dead once their producer is processed.
     for (const Tensor& out : r->outputs) {
       if (!source_ids.contains(out.id())) grads.erase(out.id());
@@ -195,8 +197,8 @@ absl::StatusOr<std::vector<std::optional<Tensor>>> GradientTape::Gradient(
       Tensor& g = *in_grads[j];
       if (g.shape() != in.shape()) {
         return absl::InternalError(
-            absl::StrCat("gradient of ", r->op, " input ", j, " has shape ",
-                         ShapeToString(g.shape()), ", expected ",
+            absl::StrCat("gradient of ", r->op->name, " input ", j,
+                         " has shape ", ShapeToString(g.shape()), ", expected ",
                          ShapeToString(in.shape())));
       }
       auto it = grads.find(in.id());
@@ -231,12 +233,12 @@ namespace tape {
 
 bool AnyTapeActive() { return !active_tapes.empty(); }
 
-void RecordOperation(const char* op, absl::Span<const Tensor> inputs,
+void RecordOperation(const OpDef& op, absl::Span<const Tensor> inputs,
                      absl::Span<const Tensor> outputs, std::any attrs) {
-  if (active_tapes.empty() || LookupGradient(op) == nullptr) return;
+  if (active_tapes.empty() || !op.differentiable) return;
   for (GradientTape* tape : active_tapes) {
     OpRecord record;
-    record.op = op;
+    record.op = &op;
     record.inputs.assign(inputs.begin(), inputs.end());
     record.outputs.assign(outputs.begin(), outputs.end());
     record.attrs = attrs;

@@ -19,7 +19,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "tensor/gradient_registry.h"
+#include "tensor/op.h"
 #include "tensor/tensor.h"
 
 namespace mirrortrain {
@@ -78,9 +78,9 @@ namespace tape {
 
 // True when any tape on this thread is recording (the fast path for ops).
 bool AnyTapeActive();
-// Records the op on every active tape that watches one of its inputs, when
-// the op has a registered gradient.
-void RecordOperation(const char* op, absl::Span<const Tensor> inputs,
+// Records the op on every active tape that watches one of its inputs
+// (nothing for an op that is not differentiable).
+void RecordOperation(const OpDef& op, absl::Span<const Tensor> inputs,
                      absl::Span<const Tensor> outputs, std::any attrs = {});
 // Watches `tensor` on every active tape (how Variables are auto-watched).
 void WatchOnActiveTapes(const Tensor& tensor);

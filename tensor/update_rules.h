@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "tensor/host_device.h"
 
@@ -37,6 +38,30 @@ struct UpdateHyperparams {
   double beta2_power = 0;  // adam
   double rho = 0;          // rmsprop
 };
+
+// Calls f(std::integral_constant<UpdateRule, R>()) for the rule R that
+// `rule` names: the one switch over rules, shared by the CPU loops and the
+// CUDA launchers (each instantiates its loop or kernel per rule, so the
+// switch stays out of the elementwise loop). A new rule is a case here, one
+// in UpdateRuleSlots and its branch in UpdateElement.
+template <typename F>
+inline void DispatchUpdateRule(UpdateRule rule, F&& f) {
+  using R = UpdateRule;
+  switch (rule) {
+    case R::kGradientDescent:
+      return f(std::integral_constant<R, R::kGradientDescent>());
+    case R::kMomentum:
+      return f(std::integral_constant<R, R::kMomentum>());
+    case R::kNesterovMomentum:
+      return f(std::integral_constant<R, R::kNesterovMomentum>());
+    case R::kAdagradV2:
+      return f(std::integral_constant<R, R::kAdagradV2>());
+    case R::kAdam:
+      return f(std::integral_constant<R, R::kAdam>());
+    case R::kRMSProp:
+      return f(std::integral_constant<R, R::kRMSProp>());
+  }
+}
 
 inline int UpdateRuleSlots(UpdateRule rule) {
   switch (rule) {

@@ -79,7 +79,8 @@ __global__ void ArgMaxKernel(const T* x, int64_t outer, int64_t n,
 
 }  // namespace
 
-absl::Status Fill(DType dtype, void* dst, double value, int64_t n, int device) {
+absl::Status FillOnGpu(DType dtype, void* dst, double value, int64_t n,
+                       int device) {
   if (n == 0) return absl::OkStatus();
   DeviceGuard guard;
   MT_RETURN_IF_ERROR(guard.Set(device));
@@ -93,8 +94,8 @@ absl::Status Fill(DType dtype, void* dst, double value, int64_t n, int device) {
   return absl::OkStatus();
 }
 
-absl::Status Cast(DType src_dtype, const void* src, DType dst_dtype, void* dst,
-                  int64_t n, int device) {
+absl::Status CastOnGpu(DType src_dtype, const void* src, DType dst_dtype,
+                       void* dst, int64_t n, int device) {
   if (n == 0) return absl::OkStatus();
   DeviceGuard guard;
   MT_RETURN_IF_ERROR(guard.Set(device));
@@ -111,9 +112,9 @@ absl::Status Cast(DType src_dtype, const void* src, DType dst_dtype, void* dst,
   return absl::OkStatus();
 }
 
-absl::Status Gather(DType dtype, const void* params, int64_t row,
-                    DType index_dtype, const void* indices, int64_t num_indices,
-                    void* out, int device) {
+absl::Status GatherOnGpu(DType dtype, const void* params, int64_t row,
+                         DType index_dtype, const void* indices,
+                         int64_t num_indices, void* out, int device) {
   if (row == 0 || num_indices == 0) return absl::OkStatus();
   DeviceGuard guard;
   MT_RETURN_IF_ERROR(guard.Set(device));
@@ -132,9 +133,9 @@ absl::Status Gather(DType dtype, const void* params, int64_t row,
   return absl::OkStatus();
 }
 
-absl::Status ScatterAdd(DType dtype, const void* updates, int64_t row,
-                        DType index_dtype, const void* indices,
-                        int64_t num_indices, void* out, int device) {
+absl::Status ScatterAddOnGpu(DType dtype, const void* updates, int64_t row,
+                             DType index_dtype, const void* indices,
+                             int64_t num_indices, void* out, int device) {
   if (row == 0 || num_indices == 0) return absl::OkStatus();
   const int blocks = LaunchBlocks(num_indices * row);
   return LaunchFloatIndexOn(
@@ -148,9 +149,9 @@ absl::Status ScatterAdd(DType dtype, const void* updates, int64_t row,
       });
 }
 
-absl::Status OneHot(DType index_dtype, const void* indices, int64_t n,
-                    int64_t depth, DType dtype, double on, double off,
-                    void* out, int device) {
+absl::Status OneHotOnGpu(DType index_dtype, const void* indices, int64_t n,
+                         int64_t depth, DType dtype, double on, double off,
+                         void* out, int device) {
   if (n == 0 || depth == 0) return absl::OkStatus();
   DeviceGuard guard;
   MT_RETURN_IF_ERROR(guard.Set(device));
@@ -169,8 +170,8 @@ absl::Status OneHot(DType index_dtype, const void* indices, int64_t n,
   return absl::OkStatus();
 }
 
-absl::Status ArgMax(DType dtype, const void* x, int64_t outer, int64_t n,
-                    int64_t inner, int64_t* out, int device) {
+absl::Status ArgMaxOnGpu(DType dtype, const void* x, int64_t outer, int64_t n,
+                         int64_t inner, int64_t* out, int device) {
   if (outer * inner == 0) return absl::OkStatus();
   if (n < 1) {
     return absl::InvalidArgumentError("ArgMax: reduction axis is empty");
@@ -186,5 +187,12 @@ absl::Status ArgMax(DType dtype, const void* x, int64_t outer, int64_t n,
   MT_CUDA_RETURN_IF_LAUNCH_ERROR("ArgMaxKernel");
   return absl::OkStatus();
 }
+
+MT_DEFINE_CUDA_KERNEL(Fill, FillOnGpu);
+MT_DEFINE_CUDA_KERNEL(Cast, CastOnGpu);
+MT_DEFINE_CUDA_KERNEL(Gather, GatherOnGpu);
+MT_DEFINE_CUDA_KERNEL(ScatterAdd, ScatterAddOnGpu);
+MT_DEFINE_CUDA_KERNEL(OneHot, OneHotOnGpu);
+MT_DEFINE_CUDA_KERNEL(ArgMax, ArgMaxOnGpu);
 
 }  // namespace mirrortrain::cuda

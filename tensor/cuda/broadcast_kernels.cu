@@ -5,9 +5,9 @@
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/cuda/device_guard.h"
-#include "tensor/cuda/elementwise_apply.h"
 #include "tensor/cuda/launch.h"
 #include "tensor/cuda/strided_layout.h"
+#include "tensor/elementwise_kind.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::cuda {
@@ -49,10 +49,13 @@ absl::Status CheckStrides(const char* what, absl::Span<const int64_t> shape,
 
 }  // namespace
 
-absl::Status BroadcastBinary(BinaryKind kind, DType dtype, const void* a,
-                             absl::Span<const int64_t> a_strides, const void* b,
-                             absl::Span<const int64_t> b_strides, void* out,
-                             absl::Span<const int64_t> out_shape, int device) {
+absl::Status BroadcastBinaryOnGpu(BinaryKind kind, DType dtype, const void* a,
+                                  absl::Span<const int64_t> a_strides,
+                                  const void* b,
+                                  absl::Span<const int64_t> b_strides,
+                                  void* out,
+                                  absl::Span<const int64_t> out_shape,
+                                  int device) {
   constexpr const char* kWhat = "BroadcastBinary";
   MT_RETURN_IF_ERROR(CheckStrides(kWhat, out_shape, a_strides, b_strides));
   MT_ASSIGN_OR_RETURN(
@@ -69,11 +72,10 @@ absl::Status BroadcastBinary(BinaryKind kind, DType dtype, const void* a,
       });
 }
 
-absl::Status StridedCopy(size_t elem_bytes, absl::Span<const int64_t> shape,
-                         const void* src, int64_t src_offset,
-                         absl::Span<const int64_t> src_strides, void* dst,
-                         int64_t dst_offset,
-                         absl::Span<const int64_t> dst_strides, int device) {
+absl::Status StridedCopyOnGpu(
+    size_t elem_bytes, absl::Span<const int64_t> shape, const void* src,
+    int64_t src_offset, absl::Span<const int64_t> src_strides, void* dst,
+    int64_t dst_offset, absl::Span<const int64_t> dst_strides, int device) {
   constexpr const char* kWhat = "StridedCopy";
   MT_RETURN_IF_ERROR(CheckStrides(kWhat, shape, src_strides, dst_strides));
   MT_ASSIGN_OR_RETURN(
@@ -111,5 +113,8 @@ absl::Status StridedCopy(size_t elem_bytes, absl::Span<const int64_t> shape,
   MT_CUDA_RETURN_IF_LAUNCH_ERROR("StridedCopyKernel");
   return absl::OkStatus();
 }
+
+MT_DEFINE_CUDA_KERNEL(BroadcastBinary, BroadcastBinaryOnGpu);
+MT_DEFINE_CUDA_KERNEL(StridedCopy, StridedCopyOnGpu);
 
 }  // namespace mirrortrain::cuda

@@ -32,8 +32,8 @@ __global__ void ClipByValueGradKernel(const T* x, const T* g, T lo, T hi, T* dx,
 
 }  // namespace
 
-absl::Status ClipByValue(DType dtype, const void* x, double lo, double hi,
-                         void* y, int64_t n, int device) {
+absl::Status ClipByValueOnGpu(DType dtype, const void* x, double lo, double hi,
+                              void* y, int64_t n, int device) {
   if (n == 0) return absl::OkStatus();
   return LaunchFloatOn(
       "ClipByValue", dtype, device, [&](auto zero, cudaStream_t stream) {
@@ -44,9 +44,9 @@ absl::Status ClipByValue(DType dtype, const void* x, double lo, double hi,
       });
 }
 
-absl::Status ClipByValueGrad(DType dtype, const void* x, const void* g,
-                             double lo, double hi, void* dx, int64_t n,
-                             int device) {
+absl::Status ClipByValueGradOnGpu(DType dtype, const void* x, const void* g,
+                                  double lo, double hi, void* dx, int64_t n,
+                                  int device) {
   if (n == 0) return absl::OkStatus();
   return LaunchFloatOn(
       "ClipByValueGrad", dtype, device, [&](auto zero, cudaStream_t stream) {
@@ -57,5 +57,8 @@ absl::Status ClipByValueGrad(DType dtype, const void* x, const void* g,
                 static_cast<T>(lo), static_cast<T>(hi), static_cast<T*>(dx), n);
       });
 }
+
+MT_DEFINE_CUDA_KERNEL(ClipByValue, ClipByValueOnGpu);
+MT_DEFINE_CUDA_KERNEL(ClipByValueGrad, ClipByValueGradOnGpu);
 
 }  // namespace mirrortrain::cuda

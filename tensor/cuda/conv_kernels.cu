@@ -115,8 +115,8 @@ absl::Status CheckGeometry(const char* what, const Conv2DGeometry& g) {
 
 }  // namespace
 
-absl::Status Im2Col(DType dtype, const void* x, const Conv2DGeometry& g,
-                    int64_t images, void* cols, int device) {
+absl::Status Im2ColOnGpu(DType dtype, const void* x, const Conv2DGeometry& g,
+                         int64_t images, void* cols, int device) {
   MT_RETURN_IF_ERROR(CheckGeometry("Im2Col", g));
   const int64_t rows = images * g.oh * g.ow;
   const int64_t patch = g.kh * g.kw * g.c;
@@ -139,8 +139,8 @@ absl::Status Im2Col(DType dtype, const void* x, const Conv2DGeometry& g,
       });
 }
 
-absl::Status Col2Im(DType dtype, const void* cols, const Conv2DGeometry& g,
-                    int64_t images, void* dx, int device) {
+absl::Status Col2ImOnGpu(DType dtype, const void* cols, const Conv2DGeometry& g,
+                         int64_t images, void* dx, int device) {
   MT_RETURN_IF_ERROR(CheckGeometry("Col2Im", g));
   const int64_t total = images * g.h * g.w * g.c;
   if (total == 0) return absl::OkStatus();
@@ -155,5 +155,8 @@ absl::Status Col2Im(DType dtype, const void* cols, const Conv2DGeometry& g,
             static_cast<I>(total));
       });
 }
+
+MT_DEFINE_CUDA_KERNEL(Im2Col, Im2ColOnGpu);
+MT_DEFINE_CUDA_KERNEL(Col2Im, Col2ImOnGpu);
 
 }  // namespace mirrortrain::cuda

@@ -58,10 +58,10 @@ absl::StatusOr<cublasHandle_t> HandleFor(int device) {
 
 }  // namespace
 
-absl::Status Gemm(DType dtype, bool ta, bool tb, int64_t m, int64_t n,
-                  int64_t k, double alpha, const void* a, int64_t lda,
-                  const void* b, int64_t ldb, double beta, void* c, int device,
-                  bool tf32) {
+absl::Status GemmOnGpu(DType dtype, bool ta, bool tb, int64_t m, int64_t n,
+                       int64_t k, double alpha, const void* a, int64_t lda,
+                       const void* b, int64_t ldb, double beta, void* c,
+                       int device, bool tf32) {
   if (dtype != DType::kF32 && dtype != DType::kF64) {
     return absl::InvalidArgumentError(
         absl::StrCat("cuBLAS GEMM takes f32 or f64, got ", DTypeName(dtype)));
@@ -111,5 +111,7 @@ absl::Status Gemm(DType dtype, bool ta, bool tb, int64_t m, int64_t n,
                   static_cast<int>(n)));
   return absl::OkStatus();
 }
+
+MT_DEFINE_CUDA_KERNEL(Gemm, GemmOnGpu);
 
 }  // namespace mirrortrain::cuda

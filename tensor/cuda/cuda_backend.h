@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "tensor/allocator.h"
+#include "tensor/cuda/cuda_kernel.h"
 #include "tensor/device.h"
 #include "tensor/dtype.h"
 #include "tensor/elementwise_kind.h"
@@ -65,19 +66,21 @@ absl::Status CopyAsync(void* dst, Device dst_device, const void* src,
 absl::Status Synchronize(int device);
 
 // y[i] = f(x[i]) for i < n, floating dtypes.
-absl::Status Unary(UnaryKind kind, DType dtype, const void* x, void* y,
-                   int64_t n, int device);
+MT_CUDA_KERNEL(Unary, absl::Status(UnaryKind kind, DType dtype, const void* x,
+                                   void* y, int64_t n, int device));
 // out[i] = f(a[i], b[i]) for i < n, floating dtypes.
-absl::Status Binary(BinaryKind kind, DType dtype, const void* a, const void* b,
-                    void* out, int64_t n, int device);
+MT_CUDA_KERNEL(Binary,
+               absl::Status(BinaryKind kind, DType dtype, const void* a,
+                            const void* b, void* out, int64_t n, int device));
 
 // Row-major C[m,n] = alpha * op(A) @ op(B) + beta * C on cuBLAS (f32 or
 // f64); lda/ldb are the row-major leading dimensions (columns as stored).
 // `tf32` lets f32 products use TF32 tensor cores.
-absl::Status Gemm(DType dtype, bool transpose_a, bool transpose_b, int64_t m,
-                  int64_t n, int64_t k, double alpha, const void* a,
-                  int64_t lda, const void* b, int64_t ldb, double beta, void* c,
-                  int device, bool tf32 = false);
+MT_CUDA_KERNEL(Gemm, absl::Status(DType dtype, bool transpose_a,
+                                  bool transpose_b, int64_t m, int64_t n,
+                                  int64_t k, double alpha, const void* a,
+                                  int64_t lda, const void* b, int64_t ldb,
+                                  double beta, void* c, int device, bool tf32));
 
 }  // namespace mirrortrain::cuda
 

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "tensor/cuda/cuda_kernel.h"
 #include "tensor/dtype.h"
 #include "tensor/elementwise_kind.h"
 
@@ -23,21 +24,23 @@ inline constexpr int kMaxRank = 8;
 // out[i] = f(a[offset_a(i)], b[offset_b(i)]) over the row-major index space
 // `out_shape`; a_strides/b_strides (one per output dimension) are 0 where
 // that operand is broadcast. Floating dtypes.
-absl::Status BroadcastBinary(BinaryKind kind, DType dtype, const void* a,
-                             absl::Span<const int64_t> a_strides, const void* b,
-                             absl::Span<const int64_t> b_strides, void* out,
-                             absl::Span<const int64_t> out_shape, int device);
+MT_CUDA_KERNEL(BroadcastBinary,
+               absl::Status(BinaryKind kind, DType dtype, const void* a,
+                            absl::Span<const int64_t> a_strides, const void* b,
+                            absl::Span<const int64_t> b_strides, void* out,
+                            absl::Span<const int64_t> out_shape, int device));
 
 // For every multi-index i of `shape`:
 //   dst[dst_offset + sum i_d * dst_strides[d]] =
 //       src[src_offset + sum i_d * src_strides[d]]
 // for elements of `elem_bytes` (1, 2, 4 or 8) bytes. Transpose, broadcast,
 // concat and slicing are all such copies. Destinations must not overlap.
-absl::Status StridedCopy(size_t elem_bytes, absl::Span<const int64_t> shape,
-                         const void* src, int64_t src_offset,
-                         absl::Span<const int64_t> src_strides, void* dst,
-                         int64_t dst_offset,
-                         absl::Span<const int64_t> dst_strides, int device);
+MT_CUDA_KERNEL(StridedCopy,
+               absl::Status(size_t elem_bytes, absl::Span<const int64_t> shape,
+                            const void* src, int64_t src_offset,
+                            absl::Span<const int64_t> src_strides, void* dst,
+                            int64_t dst_offset,
+                            absl::Span<const int64_t> dst_strides, int device));
 
 enum class ReduceKind : uint8_t {
   kSum,           // sum of x
@@ -49,53 +52,62 @@ enum class ReduceKind : uint8_t {
 // `reduced_shape`, each with its own strides into x. Accumulates in double,
 // in a fixed order (deterministic). An empty reduction gives 0. x is f32 or
 // f64; `out_dtype` is x's dtype or f64.
-absl::Status Reduce(ReduceKind kind, DType dtype, const void* x,
-                    absl::Span<const int64_t> kept_shape,
-                    absl::Span<const int64_t> kept_strides,
-                    absl::Span<const int64_t> reduced_shape,
-                    absl::Span<const int64_t> reduced_strides, double scale,
-                    DType out_dtype, void* out, int device);
+MT_CUDA_KERNEL(Reduce, absl::Status(ReduceKind kind, DType dtype, const void* x,
+                                    absl::Span<const int64_t> kept_shape,
+                                    absl::Span<const int64_t> kept_strides,
+                                    absl::Span<const int64_t> reduced_shape,
+                                    absl::Span<const int64_t> reduced_strides,
+                                    double scale, DType out_dtype, void* out,
+                                    int device));
 
 // dst[i] = static_cast<dst type>(value) for i < n, any dtype: fills on the
 // current stream without a host copy (no wait); other streams must be
 // ordered after it before reading dst.
-absl::Status Fill(DType dtype, void* dst, double value, int64_t n, int device);
+MT_CUDA_KERNEL(Fill, absl::Status(DType dtype, void* dst, double value,
+                                  int64_t n, int device));
 
 // dst[i] = static_cast<dst type>(src[i]) between any two dtypes.
 // Float-to-integer conversion of values out of the integer's range
 // saturates here (undefined behaviour on the CPU side).
-absl::Status Cast(DType src_dtype, const void* src, DType dst_dtype, void* dst,
-                  int64_t n, int device);
+MT_CUDA_KERNEL(Cast,
+               absl::Status(DType src_dtype, const void* src, DType dst_dtype,
+                            void* dst, int64_t n, int device));
 
 // out[i, k] = params[indices[i], k] for rows of `row` elements; indices
 // (i32 or i64) must already be known to be in range.
-absl::Status Gather(DType dtype, const void* params, int64_t row,
-                    DType index_dtype, const void* indices, int64_t num_indices,
-                    void* out, int device);
+MT_CUDA_KERNEL(Gather,
+               absl::Status(DType dtype, const void* params, int64_t row,
+                            DType index_dtype, const void* indices,
+                            int64_t num_indices, void* out, int device));
 // out[indices[i], k] += updates[i, k] (Gather's gradient, floating dtypes).
 // Uses atomics: with repeated indices the order of the additions, and so
 // the rounding, is not deterministic.
-absl::Status ScatterAdd(DType dtype, const void* updates, int64_t row,
-                        DType index_dtype, const void* indices,
-                        int64_t num_indices, void* out, int device);
+MT_CUDA_KERNEL(ScatterAdd,
+               absl::Status(DType dtype, const void* updates, int64_t row,
+                            DType index_dtype, const void* indices,
+                            int64_t num_indices, void* out, int device));
 
 // out[i, d] = indices[i] == d ? on : off, for n indices and `depth` columns.
-absl::Status OneHot(DType index_dtype, const void* indices, int64_t n,
-                    int64_t depth, DType dtype, double on, double off,
-                    void* out, int device);
+MT_CUDA_KERNEL(OneHot,
+               absl::Status(DType index_dtype, const void* indices, int64_t n,
+                            int64_t depth, DType dtype, double on, double off,
+                            void* out, int device));
 
 // x viewed as [outer, n, inner]: out[o, i] = the first k maximising
 // x[o, k, i] (ties and NaNs as the CPU ArgMax). n must be >= 1.
-absl::Status ArgMax(DType dtype, const void* x, int64_t outer, int64_t n,
-                    int64_t inner, int64_t* out, int device);
+MT_CUDA_KERNEL(ArgMax, absl::Status(DType dtype, const void* x, int64_t outer,
+                                    int64_t n, int64_t inner, int64_t* out,
+                                    int device));
 
 // y[i] = min(max(x[i], lo), hi), NaN passing through.
-absl::Status ClipByValue(DType dtype, const void* x, double lo, double hi,
-                         void* y, int64_t n, int device);
+MT_CUDA_KERNEL(ClipByValue,
+               absl::Status(DType dtype, const void* x, double lo, double hi,
+                            void* y, int64_t n, int device));
 // dx[i] = lo <= x[i] <= hi ? g[i] : 0.
-absl::Status ClipByValueGrad(DType dtype, const void* x, const void* g,
-                             double lo, double hi, void* dx, int64_t n,
-                             int device);
+MT_CUDA_KERNEL(ClipByValueGrad,
+               absl::Status(DType dtype, const void* x, const void* g,
+                            double lo, double hi, void* dx, int64_t n,
+                            int device));
 
 // A 2-D pooling window over NHWC images: input [n, h, w, c], output
 // [n, out_h, out_w, c]; output (oy, ox) covers input rows
@@ -113,58 +125,65 @@ struct Pool2DGeometry {
 // wins; a NaN beats every number and the first NaN stays). With `argmax`
 // non-null (int32, shaped like y) also the winner's offset within its
 // image, (row * w + col) * c + channel.
-absl::Status MaxPool2DForward(DType dtype, const void* x,
-                              const Pool2DGeometry& geometry, void* y,
-                              int32_t* argmax, int device);
+MT_CUDA_KERNEL(MaxPool2DForward,
+               absl::Status(DType dtype, const void* x,
+                            const Pool2DGeometry& geometry, void* y,
+                            int32_t* argmax, int device));
 // dx (every element written) = for each input cell, the sum of dy over the
 // outputs whose argmax names it. Deterministic: no atomics.
-absl::Status MaxPool2DBackward(DType dtype, const int32_t* argmax,
-                               const void* dy, const Pool2DGeometry& geometry,
-                               void* dx, int device);
+MT_CUDA_KERNEL(MaxPool2DBackward,
+               absl::Status(DType dtype, const int32_t* argmax, const void* dy,
+                            const Pool2DGeometry& geometry, void* dx,
+                            int device));
 
 // ---- nn ops (nn_kernels.cu), over row-major [rows, cols] matrices.
 
 // y[r, c] = x[r, c] + bias[c].
-absl::Status BiasAdd(DType dtype, const void* x, const void* bias, void* y,
-                     int64_t rows, int64_t cols, int device);
+MT_CUDA_KERNEL(BiasAdd,
+               absl::Status(DType dtype, const void* x, const void* bias,
+                            void* y, int64_t rows, int64_t cols, int device));
 // out[c] = the sum over r of x[r, c] (zeros when rows == 0). Fixed chunks
 // of rows summed in double, then the chunks in order: deterministic, and
 // the same on every GPU. Floating dtypes.
-absl::Status ColumnSum(DType dtype, const void* x, int64_t rows, int64_t cols,
-                       void* out, int device);
+MT_CUDA_KERNEL(ColumnSum, absl::Status(DType dtype, const void* x, int64_t rows,
+                                       int64_t cols, void* out, int device));
 // Softmax (log: log-softmax) of each row, max-shifted as on the CPU.
-absl::Status Softmax(DType dtype, const void* x, void* y, int64_t rows,
-                     int64_t cols, bool log, int device);
+MT_CUDA_KERNEL(Softmax,
+               absl::Status(DType dtype, const void* x, void* y, int64_t rows,
+                            int64_t cols, bool log, int device));
 // For each row r: softmax[r, :] and loss[r] = log(sum exp(x[r] - max)) -
 // (x[r, label] - max) with labels (i32 or i64) in [0, cols). A row whose
 // label is out of range gets NaN loss and a NaN softmax row (hence a NaN
 // gradient row), as TensorFlow's GPU kernel does; checking on the host
 // would make it wait for the forward pass every step.
-absl::Status SparseSoftmaxXent(DType dtype, const void* logits,
-                               DType label_dtype, const void* labels,
-                               int64_t rows, int64_t cols, void* loss,
-                               void* softmax, int device);
+MT_CUDA_KERNEL(SparseSoftmaxXent,
+               absl::Status(DType dtype, const void* logits, DType label_dtype,
+                            const void* labels, int64_t rows, int64_t cols,
+                            void* loss, void* softmax, int device));
 // d[r, c] = g[r] * softmax[r, c], minus g[r] where c == labels[r].
-absl::Status SparseSoftmaxXentGrad(DType dtype, const void* softmax,
-                                   DType label_dtype, const void* labels,
-                                   const void* g, int64_t rows, int64_t cols,
-                                   void* d, int device);
+MT_CUDA_KERNEL(SparseSoftmaxXentGrad,
+               absl::Status(DType dtype, const void* softmax, DType label_dtype,
+                            const void* labels, const void* g, int64_t rows,
+                            int64_t cols, void* d, int device));
 // mask[i] = DropoutKeep(salt, i + element_offset, rate) ? keep_scale : 0
 // (tensor/dropout_mask.h, the CPU's rule) and y[i] = x[i] * mask[i].
-absl::Status Dropout(DType dtype, const void* x, double rate, double keep_scale,
-                     uint64_t salt, int64_t element_offset, void* mask, void* y,
-                     int64_t n, int device);
+MT_CUDA_KERNEL(Dropout, absl::Status(DType dtype, const void* x, double rate,
+                                     double keep_scale, uint64_t salt,
+                                     int64_t element_offset, void* mask,
+                                     void* y, int64_t n, int device));
 
 // ---- Fused ops (fused_kernels.cu), over row-major [rows, cols].
 
 // y = max(x + bias[c], 0) (NaN gives 0, as Relu).
-absl::Status BiasAddRelu(DType dtype, const void* x, const void* bias, void* y,
-                         int64_t rows, int64_t cols, int device);
+MT_CUDA_KERNEL(BiasAddRelu,
+               absl::Status(DType dtype, const void* x, const void* bias,
+                            void* y, int64_t rows, int64_t cols, int device));
 // dz = y > 0 ? dy : 0 and, when db is non-null, db = ColumnSum(dz) in the
 // same pass.
-absl::Status BiasAddReluGrad(DType dtype, const void* y, const void* dy,
-                             void* dz, void* db, int64_t rows, int64_t cols,
-                             int device);
+MT_CUDA_KERNEL(BiasAddReluGrad,
+               absl::Status(DType dtype, const void* y, const void* dy,
+                            void* dz, void* db, int64_t rows, int64_t cols,
+                            int device));
 
 // ---- Conv2D (conv_kernels.cu): NHWC input [n, h, w, c], HWIO filter
 // [kh, kw, c, o], output [n, oh, ow, o]; output (oy, ox) reads input rows
@@ -181,14 +200,15 @@ struct Conv2DGeometry {
 // [images * oh * ow, kh * kw * c]:
 //   cols[(i * oh + oy) * ow + ox][(ky * kw + kx) * c + ch] =
 //       x[i][oy * sh - pt + ky][ox * sw - pl + kx][ch], 0 outside the image.
-absl::Status Im2Col(DType dtype, const void* x, const Conv2DGeometry& geometry,
-                    int64_t images, void* cols, int device);
+MT_CUDA_KERNEL(Im2Col, absl::Status(DType dtype, const void* x,
+                                    const Conv2DGeometry& geometry,
+                                    int64_t images, void* cols, int device));
 // Im2Col's adjoint: every element of the `images` images at dx is written
 // with the sum of the column entries Im2Col copies from it (deterministic,
 // in the CPU's order).
-absl::Status Col2Im(DType dtype, const void* cols,
-                    const Conv2DGeometry& geometry, int64_t images, void* dx,
-                    int device);
+MT_CUDA_KERNEL(Col2Im, absl::Status(DType dtype, const void* cols,
+                                    const Conv2DGeometry& geometry,
+                                    int64_t images, void* dx, int device));
 
 }  // namespace mirrortrain::cuda
 

@@ -1,6 +1,6 @@
 // CUDA launchers of the training ops (ops/training_ops.h), in the style of
 // cuda_backend.h: no CUDA types cross this header; without CUDA every call
-// returns FailedPrecondition (cuda_training_stub.cc). Kernels run on the
+// returns FailedPrecondition (cuda_kernel.h). Kernels run on the
 // calling thread's current stream and are not synchronised.
 #ifndef MIRRORTRAIN_TENSOR_CUDA_CUDA_TRAINING_H_
 #define MIRRORTRAIN_TENSOR_CUDA_CUDA_TRAINING_H_
@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "tensor/cuda/cuda_kernel.h"
 #include "tensor/dtype.h"
 #include "tensor/update_rules.h"
 
@@ -15,13 +16,14 @@ namespace mirrortrain::cuda {
 
 // Device pointers of n elements each; s0/s1 may be null when the rule has
 // fewer slots.
-absl::Status ApplyUpdate(UpdateRule rule, DType dtype,
-                         const UpdateHyperparams& hyper, const void* grad,
-                         void* var, void* s0, void* s1, int64_t n, int device);
+MT_CUDA_KERNEL(ApplyUpdate, absl::Status(UpdateRule rule, DType dtype,
+                                         const UpdateHyperparams& hyper,
+                                         const void* grad, void* var, void* s0,
+                                         void* s1, int64_t n, int device));
 
-absl::Status MovingAverage(DType dtype, double one_minus_decay,
-                           const void* value, void* shadow, int64_t n,
-                           int device);
+MT_CUDA_KERNEL(MovingAverage, absl::Status(DType dtype, double one_minus_decay,
+                                           const void* value, void* shadow,
+                                           int64_t n, int device));
 
 }  // namespace mirrortrain::cuda
 

@@ -2,8 +2,8 @@
 #include <cuda_runtime.h>
 
 #include "tensor/cuda/cuda_backend.h"
-#include "tensor/cuda/elementwise_apply.h"
 #include "tensor/cuda/launch.h"
+#include "tensor/elementwise_kind.h"
 
 namespace mirrortrain::cuda {
 namespace {
@@ -25,8 +25,8 @@ __global__ void BinaryKernel(BinaryKind kind, const T* a, const T* b, T* out,
 
 }  // namespace
 
-absl::Status Unary(UnaryKind kind, DType dtype, const void* x, void* y,
-                   int64_t n, int device) {
+absl::Status UnaryOnGpu(UnaryKind kind, DType dtype, const void* x, void* y,
+                        int64_t n, int device) {
   if (n == 0) return absl::OkStatus();
   return LaunchFloatOn(
       "Unary", dtype, device, [&](auto zero, cudaStream_t stream) {
@@ -36,8 +36,8 @@ absl::Status Unary(UnaryKind kind, DType dtype, const void* x, void* y,
       });
 }
 
-absl::Status Binary(BinaryKind kind, DType dtype, const void* a, const void* b,
-                    void* out, int64_t n, int device) {
+absl::Status BinaryOnGpu(BinaryKind kind, DType dtype, const void* a,
+                         const void* b, void* out, int64_t n, int device) {
   if (n == 0) return absl::OkStatus();
   return LaunchFloatOn(
       "Binary", dtype, device, [&](auto zero, cudaStream_t stream) {
@@ -47,5 +47,8 @@ absl::Status Binary(BinaryKind kind, DType dtype, const void* a, const void* b,
             static_cast<T*>(out), n);
       });
 }
+
+MT_DEFINE_CUDA_KERNEL(Unary, UnaryOnGpu);
+MT_DEFINE_CUDA_KERNEL(Binary, BinaryOnGpu);
 
 }  // namespace mirrortrain::cuda

@@ -43,8 +43,8 @@ __global__ void MaskKernel(LoadMaskedGrad<T> load, int64_t n) {
 
 }  // namespace
 
-absl::Status BiasAddRelu(DType dtype, const void* x, const void* bias, void* y,
-                         int64_t rows, int64_t cols, int device) {
+absl::Status BiasAddReluOnGpu(DType dtype, const void* x, const void* bias,
+                              void* y, int64_t rows, int64_t cols, int device) {
   const int64_t n = rows * cols;
   if (n == 0) return absl::OkStatus();
   return LaunchFloatOn(
@@ -56,9 +56,9 @@ absl::Status BiasAddRelu(DType dtype, const void* x, const void* bias, void* y,
       });
 }
 
-absl::Status BiasAddReluGrad(DType dtype, const void* y, const void* dy,
-                             void* dz, void* db, int64_t rows, int64_t cols,
-                             int device) {
+absl::Status BiasAddReluGradOnGpu(DType dtype, const void* y, const void* dy,
+                                  void* dz, void* db, int64_t rows,
+                                  int64_t cols, int device) {
   DeviceGuard guard;
   MT_RETURN_IF_ERROR(guard.Set(device));
   cudaStream_t stream = LaunchStream();
@@ -82,5 +82,8 @@ absl::Status BiasAddReluGrad(DType dtype, const void* y, const void* dy,
   MT_CUDA_RETURN_IF_LAUNCH_ERROR("MaskKernel");
   return absl::OkStatus();
 }
+
+MT_DEFINE_CUDA_KERNEL(BiasAddRelu, BiasAddReluOnGpu);
+MT_DEFINE_CUDA_KERNEL(BiasAddReluGrad, BiasAddReluGradOnGpu);
 
 }  // namespace mirrortrain::cuda

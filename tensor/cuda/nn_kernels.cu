@@ -152,8 +152,8 @@ __global__ void DropoutKernel(const T* x, double rate, T keep_scale,
 
 }  // namespace
 
-absl::Status BiasAdd(DType dtype, const void* x, const void* bias, void* y,
-                     int64_t rows, int64_t cols, int device) {
+absl::Status BiasAddOnGpu(DType dtype, const void* x, const void* bias, void* y,
+                          int64_t rows, int64_t cols, int device) {
   const int64_t n = rows * cols;
   if (n == 0) return absl::OkStatus();
   return LaunchFloatOn(
@@ -165,8 +165,8 @@ absl::Status BiasAdd(DType dtype, const void* x, const void* bias, void* y,
       });
 }
 
-absl::Status ColumnSum(DType dtype, const void* x, int64_t rows, int64_t cols,
-                       void* out, int device) {
+absl::Status ColumnSumOnGpu(DType dtype, const void* x, int64_t rows,
+                            int64_t cols, void* out, int device) {
   if (cols == 0) return absl::OkStatus();
   DeviceGuard guard;
   MT_RETURN_IF_ERROR(guard.Set(device));
@@ -180,8 +180,8 @@ absl::Status ColumnSum(DType dtype, const void* x, int64_t rows, int64_t cols,
   return status;
 }
 
-absl::Status Softmax(DType dtype, const void* x, void* y, int64_t rows,
-                     int64_t cols, bool log, int device) {
+absl::Status SoftmaxOnGpu(DType dtype, const void* x, void* y, int64_t rows,
+                          int64_t cols, bool log, int device) {
   if (rows * cols == 0) return absl::OkStatus();
   return LaunchFloatOn(
       "Softmax", dtype, device, [&](auto zero, cudaStream_t stream) {
@@ -191,10 +191,10 @@ absl::Status Softmax(DType dtype, const void* x, void* y, int64_t rows,
       });
 }
 
-absl::Status SparseSoftmaxXent(DType dtype, const void* logits,
-                               DType label_dtype, const void* labels,
-                               int64_t rows, int64_t cols, void* loss,
-                               void* softmax, int device) {
+absl::Status SparseSoftmaxXentOnGpu(DType dtype, const void* logits,
+                                    DType label_dtype, const void* labels,
+                                    int64_t rows, int64_t cols, void* loss,
+                                    void* softmax, int device) {
   if (rows == 0) return absl::OkStatus();
   return LaunchFloatIndexOn(
       "SparseSoftmaxXent", dtype, label_dtype, device,
@@ -207,10 +207,10 @@ absl::Status SparseSoftmaxXent(DType dtype, const void* logits,
       });
 }
 
-absl::Status SparseSoftmaxXentGrad(DType dtype, const void* softmax,
-                                   DType label_dtype, const void* labels,
-                                   const void* g, int64_t rows, int64_t cols,
-                                   void* d, int device) {
+absl::Status SparseSoftmaxXentGradOnGpu(DType dtype, const void* softmax,
+                                        DType label_dtype, const void* labels,
+                                        const void* g, int64_t rows,
+                                        int64_t cols, void* d, int device) {
   const int64_t n = rows * cols;
   if (n == 0) return absl::OkStatus();
   return LaunchFloatIndexOn(
@@ -224,9 +224,10 @@ absl::Status SparseSoftmaxXentGrad(DType dtype, const void* softmax,
       });
 }
 
-absl::Status Dropout(DType dtype, const void* x, double rate, double keep_scale,
-                     uint64_t salt, int64_t element_offset, void* mask, void* y,
-                     int64_t n, int device) {
+absl::Status DropoutOnGpu(DType dtype, const void* x, double rate,
+                          double keep_scale, uint64_t salt,
+                          int64_t element_offset, void* mask, void* y,
+                          int64_t n, int device) {
   if (n == 0) return absl::OkStatus();
   return LaunchFloatOn(
       "Dropout", dtype, device, [&](auto zero, cudaStream_t stream) {
@@ -236,5 +237,12 @@ absl::Status Dropout(DType dtype, const void* x, double rate, double keep_scale,
             element_offset, static_cast<T*>(mask), static_cast<T*>(y), n);
       });
 }
+
+MT_DEFINE_CUDA_KERNEL(BiasAdd, BiasAddOnGpu);
+MT_DEFINE_CUDA_KERNEL(ColumnSum, ColumnSumOnGpu);
+MT_DEFINE_CUDA_KERNEL(Softmax, SoftmaxOnGpu);
+MT_DEFINE_CUDA_KERNEL(SparseSoftmaxXent, SparseSoftmaxXentOnGpu);
+MT_DEFINE_CUDA_KERNEL(SparseSoftmaxXentGrad, SparseSoftmaxXentGradOnGpu);
+MT_DEFINE_CUDA_KERNEL(Dropout, DropoutOnGpu);
 
 }  // namespace mirrortrain::cuda

@@ -143,9 +143,9 @@ absl::Status CheckGeometry(const char* what, const Pool2DGeometry& g) {
 
 }  // namespace
 
-absl::Status MaxPool2DForward(DType dtype, const void* x,
-                              const Pool2DGeometry& g, void* y, int32_t* argmax,
-                              int device) {
+absl::Status MaxPool2DForwardOnGpu(DType dtype, const void* x,
+                                   const Pool2DGeometry& g, void* y,
+                                   int32_t* argmax, int device) {
   MT_RETURN_IF_ERROR(CheckGeometry("MaxPool2DForward", g));
   const int64_t outputs = g.n * g.out_h * g.out_w * g.c;
   if (outputs == 0) return absl::OkStatus();
@@ -162,9 +162,9 @@ absl::Status MaxPool2DForward(DType dtype, const void* x,
       });
 }
 
-absl::Status MaxPool2DBackward(DType dtype, const int32_t* argmax,
-                               const void* dy, const Pool2DGeometry& g,
-                               void* dx, int device) {
+absl::Status MaxPool2DBackwardOnGpu(DType dtype, const int32_t* argmax,
+                                    const void* dy, const Pool2DGeometry& g,
+                                    void* dx, int device) {
   MT_RETURN_IF_ERROR(CheckGeometry("MaxPool2DBackward", g));
   const int64_t inputs = g.n * g.h * g.w * g.c;
   if (inputs == 0) return absl::OkStatus();
@@ -180,5 +180,8 @@ absl::Status MaxPool2DBackward(DType dtype, const int32_t* argmax,
                 static_cast<T*>(dx), static_cast<I>(inputs));
       });
 }
+
+MT_DEFINE_CUDA_KERNEL(MaxPool2DForward, MaxPool2DForwardOnGpu);
+MT_DEFINE_CUDA_KERNEL(MaxPool2DBackward, MaxPool2DBackwardOnGpu);
 
 }  // namespace mirrortrain::cuda

@@ -134,12 +134,12 @@ __global__ void ReducePartialsKernel(const double* partials, int64_t chunks,
 
 }  // namespace
 
-absl::Status Reduce(ReduceKind kind, DType dtype, const void* x,
-                    absl::Span<const int64_t> kept_shape,
-                    absl::Span<const int64_t> kept_strides,
-                    absl::Span<const int64_t> reduced_shape,
-                    absl::Span<const int64_t> reduced_strides, double scale,
-                    DType out_dtype, void* out, int device) {
+absl::Status ReduceOnGpu(ReduceKind kind, DType dtype, const void* x,
+                         absl::Span<const int64_t> kept_shape,
+                         absl::Span<const int64_t> kept_strides,
+                         absl::Span<const int64_t> reduced_shape,
+                         absl::Span<const int64_t> reduced_strides,
+                         double scale, DType out_dtype, void* out, int device) {
   constexpr const char* kWhat = "Reduce";
   if (kept_strides.size() != kept_shape.size() ||
       reduced_strides.size() != reduced_shape.size()) {
@@ -207,5 +207,7 @@ absl::Status Reduce(ReduceKind kind, DType dtype, const void* x,
   MT_CUDA_RETURN_IF_LAUNCH_ERROR("ReduceKernel");
   return absl::OkStatus();
 }
+
+MT_DEFINE_CUDA_KERNEL(Reduce, ReduceOnGpu);
 
 }  // namespace mirrortrain::cuda

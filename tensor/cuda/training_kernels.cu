@@ -47,30 +47,17 @@ void LaunchUpdate(const UpdateHyperparams& hyper, const void* g, void* w,
 template <typename T>
 void LaunchRule(UpdateRule rule, const UpdateHyperparams& h, const void* g,
                 void* w, void* s0, void* s1, int64_t n, cudaStream_t stream) {
-  switch (rule) {
-    case UpdateRule::kGradientDescent:
-      return LaunchUpdate<UpdateRule::kGradientDescent, T>(h, g, w, s0, s1, n,
-                                                           stream);
-    case UpdateRule::kMomentum:
-      return LaunchUpdate<UpdateRule::kMomentum, T>(h, g, w, s0, s1, n, stream);
-    case UpdateRule::kNesterovMomentum:
-      return LaunchUpdate<UpdateRule::kNesterovMomentum, T>(h, g, w, s0, s1, n,
-                                                            stream);
-    case UpdateRule::kAdagradV2:
-      return LaunchUpdate<UpdateRule::kAdagradV2, T>(h, g, w, s0, s1, n,
-                                                     stream);
-    case UpdateRule::kAdam:
-      return LaunchUpdate<UpdateRule::kAdam, T>(h, g, w, s0, s1, n, stream);
-    case UpdateRule::kRMSProp:
-      return LaunchUpdate<UpdateRule::kRMSProp, T>(h, g, w, s0, s1, n, stream);
-  }
+  DispatchUpdateRule(rule, [&](auto r) {
+    LaunchUpdate<decltype(r)::value, T>(h, g, w, s0, s1, n, stream);
+  });
 }
 
 }  // namespace
 
-absl::Status ApplyUpdate(UpdateRule rule, DType dtype,
-                         const UpdateHyperparams& hyper, const void* grad,
-                         void* var, void* s0, void* s1, int64_t n, int device) {
+absl::Status ApplyUpdateOnGpu(UpdateRule rule, DType dtype,
+                              const UpdateHyperparams& hyper, const void* grad,
+                              void* var, void* s0, void* s1, int64_t n,
+                              int device) {
   if (n == 0) return absl::OkStatus();
   return LaunchFloatOn(
       "ApplyUpdate", dtype, device, [&](auto zero, cudaStream_t stream) {
@@ -78,9 +65,9 @@ absl::Status ApplyUpdate(UpdateRule rule, DType dtype,
       });
 }
 
-absl::Status MovingAverage(DType dtype, double one_minus_decay,
-                           const void* value, void* shadow, int64_t n,
-                           int device) {
+absl::Status MovingAverageOnGpu(DType dtype, double one_minus_decay,
+                                const void* value, void* shadow, int64_t n,
+                                int device) {
   if (n == 0) return absl::OkStatus();
   return LaunchFloatOn(
       "MovingAverage", dtype, device, [&](auto zero, cudaStream_t stream) {
@@ -90,5 +77,8 @@ absl::Status MovingAverage(DType dtype, double one_minus_decay,
             static_cast<T*>(shadow), n);
       });
 }
+
+MT_DEFINE_CUDA_KERNEL(ApplyUpdate, ApplyUpdateOnGpu);
+MT_DEFINE_CUDA_KERNEL(MovingAverage, MovingAverageOnGpu);
 
 }  // namespace mirrortrain::cuda

@@ -4,10 +4,18 @@
 
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/gradient_tape.h"
+#include "tensor/op.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::ops {
+namespace {
+MT_DECLARE_OP(kReshapeOp);
+MT_DECLARE_OP(kTransposeOp);
+MT_DECLARE_OP(kConcatOp);
+MT_DECLARE_OP(kGatherOp);
+MT_DECLARE_OP(kCastOp);
+}  // namespace
 namespace {
 
 using internal::CheckDefined;
@@ -97,7 +105,7 @@ absl::StatusOr<Tensor> Reshape(const Tensor& x, const Shape& shape) {
                    {&x});
   }
   MT_ASSIGN_OR_RETURN(Tensor y, x.Reshaped(resolved));
-  tape::RecordOperation("Reshape", {x}, {y});
+  tape::RecordOperation(kReshapeOp, {x}, {y});
   return y;
 }
 
@@ -131,7 +139,7 @@ absl::StatusOr<Tensor> Transpose(const Tensor& x,
   } else {
     MT_DISPATCH_ALL(x.dtype(), T, CpuTranspose<T>(x, perm, y));
   }
-  tape::RecordOperation("Transpose", {x}, {y}, TransposeAttrs{perm});
+  tape::RecordOperation(kTransposeOp, {x}, {y}, TransposeAttrs{perm});
   return y;
 }
 
@@ -162,7 +170,7 @@ absl::StatusOr<Tensor> Concat(absl::Span<const Tensor> xs, int axis) {
       MT_RETURN_IF_ERROR(GpuCopyAlongAxis(kOp, y, a, start, t, true));
       start += t.dim(a);
     }
-    tape::RecordOperation(kOp, xs, {y}, ConcatAttrs{a});
+    tape::RecordOperation(kConcatOp, xs, {y}, ConcatAttrs{a});
     return y;
   }
   // Rows before the axis, bytes per row within the axis block.
@@ -181,7 +189,7 @@ absl::StatusOr<Tensor> Concat(absl::Span<const Tensor> xs, int axis) {
     }
     col += row;
   }
-  tape::RecordOperation(kOp, xs, {y}, ConcatAttrs{a});
+  tape::RecordOperation(kConcatOp, xs, {y}, ConcatAttrs{a});
   return y;
 }
 
@@ -216,7 +224,7 @@ absl::StatusOr<Tensor> Gather(const Tensor& params, const Tensor& indices) {
                      indices.raw_data(), indices.num_elements(), y.raw_data(),
                      params.device().index),
         {&params, &indices}));
-    tape::RecordOperation(kOp, {params, indices}, {y});
+    tape::RecordOperation(kGatherOp, {params, indices}, {y});
     return y;
   }
   const size_t row_bytes = params.num_elements() / std::max<int64_t>(rows, 1) *
@@ -233,7 +241,7 @@ absl::StatusOr<Tensor> Gather(const Tensor& params, const Tensor& indices) {
     }
     std::memcpy(dst + i * row_bytes, src + idx * row_bytes, row_bytes);
   }
-  tape::RecordOperation(kOp, {params, indices}, {y});
+  tape::RecordOperation(kGatherOp, {params, indices}, {y});
   return y;
 }
 
@@ -288,7 +296,7 @@ absl::StatusOr<Tensor> Cast(const Tensor& x, DType dtype) {
     });
   }
   if (IsFloating(x.dtype()) && IsFloating(dtype)) {
-    tape::RecordOperation("Cast", {x}, {y});
+    tape::RecordOperation(kCastOp, {x}, {y});
   }
   return y;
 }
@@ -369,116 +377,115 @@ absl::StatusOr<Tensor> OnesLike(const Tensor& x) {
 
 namespace {
 
-using Grads = std::vector<std::optional<Tensor>>;
+MT_OP(kReshapeOp, "Reshape",
+      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+        MT_ASSIGN_OR_RETURN((*grads)[0], Reshape(g[0], op.inputs[0].shape()));
+        return absl::OkStatus();
+      });
 
-MT_REGISTER_GRADIENT("Reshape",
-                     [](const OpRecord& op, auto g, auto,
-                        Grads* grads) -> absl::Status {
-                       MT_ASSIGN_OR_RETURN((*grads)[0],
-                                           Reshape(g[0], op.inputs[0].shape()));
-                       return absl::OkStatus();
-                     });
+MT_OP(kTransposeOp, "Transpose",
+      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+        const auto& perm = std::any_cast<const TransposeAttrs&>(op.attrs).perm;
+        std::vector<int> inverse(perm.size());
+        for (size_t i = 0; i < perm.size(); ++i)
+          inverse[perm[i]] = static_cast<int>(i);
+        MT_ASSIGN_OR_RETURN((*grads)[0], Transpose(g[0], inverse));
+        return absl::OkStatus();
+      });
 
-MT_REGISTER_GRADIENT(
-    "Transpose",
-    [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
-      const auto& perm = std::any_cast<const TransposeAttrs&>(op.attrs).perm;
-      std::vector<int> inverse(perm.size());
-      for (size_t i = 0; i < perm.size(); ++i)
-        inverse[perm[i]] = static_cast<int>(i);
-      MT_ASSIGN_OR_RETURN((*grads)[0], Transpose(g[0], inverse));
-      return absl::OkStatus();
-    });
-
-MT_REGISTER_GRADIENT(
-    "Concat",
-    [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
-      // Slices of g along the axis, one per input.
-      const int axis = std::any_cast<const ConcatAttrs&>(op.attrs).axis;
-      const Tensor& gy = g[0];
-      if (gy.device().is_cuda()) {
-        int64_t start = 0;
+MT_OP(kConcatOp, "Concat",
+      [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+        // Slices of g along the axis, one per input.
+        const int axis = std::any_cast<const ConcatAttrs&>(op.attrs).axis;
+        const Tensor& gy = g[0];
+        if (gy.device().is_cuda()) {
+          int64_t start = 0;
+          for (size_t j = 0; j < op.inputs.size(); ++j) {
+            const Tensor& in = op.inputs[j];
+            if (needs[j]) {
+              MT_ASSIGN_OR_RETURN(
+                  Tensor part,
+                  Tensor::Empty(gy.dtype(), in.shape(), gy.device()));
+              MT_RETURN_IF_ERROR(
+                  GpuCopyAlongAxis("ConcatGrad", gy, axis, start, part, false));
+              (*grads)[j] = std::move(part);
+            }
+            start += in.dim(axis);
+          }
+          return absl::OkStatus();
+        }
+        int64_t outer = 1;
+        for (int i = 0; i < axis; ++i) outer *= gy.dim(i);
+        const size_t elem = DTypeSize(gy.dtype());
+        const int64_t g_row = gy.num_elements() / std::max<int64_t>(outer, 1);
+        const char* src = static_cast<const char*>(gy.raw_data());
+        int64_t col = 0;
         for (size_t j = 0; j < op.inputs.size(); ++j) {
           const Tensor& in = op.inputs[j];
+          const int64_t row = in.num_elements() / std::max<int64_t>(outer, 1);
           if (needs[j]) {
-            MT_ASSIGN_OR_RETURN(
-                Tensor part,
-                Tensor::Empty(gy.dtype(), in.shape(), gy.device()));
-            MT_RETURN_IF_ERROR(
-                GpuCopyAlongAxis("ConcatGrad", gy, axis, start, part, false));
+            Tensor part = Tensor::HostEmpty(gy.dtype(), in.shape());
+            char* dst = static_cast<char*>(part.raw_data());
+            for (int64_t o = 0; o < outer; ++o) {
+              std::memcpy(dst + o * row * elem, src + (o * g_row + col) * elem,
+                          row * elem);
+            }
             (*grads)[j] = std::move(part);
           }
-          start += in.dim(axis);
+          col += row;
         }
         return absl::OkStatus();
-      }
-      int64_t outer = 1;
-      for (int i = 0; i < axis; ++i) outer *= gy.dim(i);
-      const size_t elem = DTypeSize(gy.dtype());
-      const int64_t g_row = gy.num_elements() / std::max<int64_t>(outer, 1);
-      const char* src = static_cast<const char*>(gy.raw_data());
-      int64_t col = 0;
-      for (size_t j = 0; j < op.inputs.size(); ++j) {
-        const Tensor& in = op.inputs[j];
-        const int64_t row = in.num_elements() / std::max<int64_t>(outer, 1);
-        if (needs[j]) {
-          Tensor part = Tensor::HostEmpty(gy.dtype(), in.shape());
-          char* dst = static_cast<char*>(part.raw_data());
-          for (int64_t o = 0; o < outer; ++o) {
-            std::memcpy(dst + o * row * elem, src + (o * g_row + col) * elem,
-                        row * elem);
-          }
-          (*grads)[j] = std::move(part);
-        }
-        col += row;
-      }
-      return absl::OkStatus();
-    });
+      });
 
-MT_REGISTER_GRADIENT(
-    "Gather",
-    [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
-      if (!needs[0]) return absl::OkStatus();
-      const Tensor& params = op.inputs[0];
-      const Tensor& indices = op.inputs[1];
-      const Tensor& gy = g[0];
-      if (gy.device().is_cuda()) {
-        MT_ASSIGN_OR_RETURN(
-            Tensor dp,
-            Tensor::Zeros(params.dtype(), params.shape(), gy.device()));
+MT_OP(kGatherOp, "Gather",
+      [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+        if (!needs[0]) return absl::OkStatus();
+        const Tensor& params = op.inputs[0];
+        const Tensor& indices = op.inputs[1];
+        const Tensor& gy = g[0];
+        if (gy.device().is_cuda()) {
+          MT_ASSIGN_OR_RETURN(
+              Tensor dp,
+              Tensor::Zeros(params.dtype(), params.shape(), gy.device()));
+          const int64_t row =
+              params.num_elements() / std::max<int64_t>(params.dim(0), 1);
+          MT_RETURN_IF_ERROR(
+              KernelError("GatherGrad",
+                          cuda::ScatterAdd(params.dtype(), gy.raw_data(), row,
+                                           indices.dtype(), indices.raw_data(),
+                                           indices.num_elements(),
+                                           dp.raw_data(), gy.device().index),
+                          {&gy, &indices}));
+          (*grads)[0] = std::move(dp);
+          return absl::OkStatus();
+        }
+        Tensor dp = Tensor::HostZeros(params.dtype(), params.shape());
         const int64_t row =
             params.num_elements() / std::max<int64_t>(params.dim(0), 1);
-        MT_RETURN_IF_ERROR(
-            KernelError("GatherGrad",
-                        cuda::ScatterAdd(params.dtype(), gy.raw_data(), row,
-                                         indices.dtype(), indices.raw_data(),
-                                         indices.num_elements(), dp.raw_data(),
-                                         gy.device().index),
-                        {&gy, &indices}));
+        MT_DISPATCH_FLOAT(params.dtype(), T, {
+          const T* src = gy.data<T>();
+          T* dst = dp.data<T>();
+          for (int64_t i = 0; i < indices.num_elements(); ++i) {
+            T* out = dst + internal::IndexAt(indices, i) * row;
+            const T* in = src + i * row;
+            for (int64_t k = 0; k < row; ++k) out[k] += in[k];
+          }
+        });
         (*grads)[0] = std::move(dp);
         return absl::OkStatus();
-      }
-      Tensor dp = Tensor::HostZeros(params.dtype(), params.shape());
-      const int64_t row =
-          params.num_elements() / std::max<int64_t>(params.dim(0), 1);
-      MT_DISPATCH_FLOAT(params.dtype(), T, {
-        const T* src = gy.data<T>();
-        T* dst = dp.data<T>();
-        for (int64_t i = 0; i < indices.num_elements(); ++i) {
-          T* out = dst + internal::IndexAt(indices, i) * row;
-          const T* in = src + i * row;
-          for (int64_t k = 0; k < row; ++k) out[k] += in[k];
-        }
       });
-      (*grads)[0] = std::move(dp);
-      return absl::OkStatus();
-    });
 
-MT_REGISTER_GRADIENT(
-    "Cast", [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
-      MT_ASSIGN_OR_RETURN((*grads)[0], Cast(g[0], op.inputs[0].dtype()));
-      return absl::OkStatus();
-    });
+MT_OP(kCastOp, "Cast",
+      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+        MT_ASSIGN_OR_RETURN((*grads)[0], Cast(g[0], op.inputs[0].dtype()));
+        return absl::OkStatus();
+      });
+
+// Integer outputs, or a deliberate stop: no gradient flows through these
+// (TensorFlow registers them as NotDifferentiable).
+MT_NOT_DIFFERENTIABLE_OP(kArgMaxOp, "ArgMax");
+MT_NOT_DIFFERENTIABLE_OP(kOneHotOp, "OneHot");
+MT_NOT_DIFFERENTIABLE_OP(kStopGradientOp, "StopGradient");
 
 }  // namespace
 }  // namespace mirrortrain::ops

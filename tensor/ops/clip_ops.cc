@@ -8,12 +8,16 @@
 
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/gradient_tape.h"
+#include "tensor/op.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::ops {
+namespace {
+MT_DECLARE_OP(kClipByValueOp);
+}  // namespace
 namespace {
 
 struct ClipValueAttrs {
@@ -115,7 +119,7 @@ absl::StatusOr<Tensor> ClipByValue(const Tensor& t, double lo, double hi) {
         cuda::ClipByValue(t.dtype(), t.raw_data(), lo, hi, y.raw_data(),
                           t.num_elements(), t.device().index),
         {&t}));
-    tape::RecordOperation("ClipByValue", {t}, {y}, ClipValueAttrs{lo, hi});
+    tape::RecordOperation(kClipByValueOp, {t}, {y}, ClipValueAttrs{lo, hi});
     return y;
   }
   Tensor y = Tensor::HostEmpty(t.dtype(), t.shape());
@@ -127,47 +131,44 @@ absl::StatusOr<Tensor> ClipByValue(const Tensor& t, double lo, double hi) {
       q[i] = std::min(std::max(p[i], l), h);
     }
   });
-  tape::RecordOperation("ClipByValue", {t}, {y}, ClipValueAttrs{lo, hi});
+  tape::RecordOperation(kClipByValueOp, {t}, {y}, ClipValueAttrs{lo, hi});
   return y;
 }
 
 namespace {
 
-using Grads = std::vector<std::optional<Tensor>>;
-
-MT_REGISTER_GRADIENT(
-    "ClipByValue",
-    [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
-      const auto& at = std::any_cast<const ClipValueAttrs&>(op.attrs);
-      const Tensor& x = op.inputs[0];
-      if (x.device().is_cuda()) {
-        MT_RETURN_IF_ERROR(
-            internal::CheckFloatingSame("ClipByValueGrad", {&x, &g[0]}));
-        MT_ASSIGN_OR_RETURN(Tensor d,
-                            Tensor::Empty(x.dtype(), x.shape(), x.device()));
-        MT_RETURN_IF_ERROR(internal::KernelError(
-            "ClipByValueGrad",
-            cuda::ClipByValueGrad(x.dtype(), x.raw_data(), g[0].raw_data(),
-                                  at.lo, at.hi, d.raw_data(), x.num_elements(),
-                                  x.device().index),
-            {&x, &g[0]}));
+MT_OP(kClipByValueOp, "ClipByValue",
+      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+        const auto& at = std::any_cast<const ClipValueAttrs&>(op.attrs);
+        const Tensor& x = op.inputs[0];
+        if (x.device().is_cuda()) {
+          MT_RETURN_IF_ERROR(
+              internal::CheckFloatingSame("ClipByValueGrad", {&x, &g[0]}));
+          MT_ASSIGN_OR_RETURN(Tensor d,
+                              Tensor::Empty(x.dtype(), x.shape(), x.device()));
+          MT_RETURN_IF_ERROR(internal::KernelError(
+              "ClipByValueGrad",
+              cuda::ClipByValueGrad(x.dtype(), x.raw_data(), g[0].raw_data(),
+                                    at.lo, at.hi, d.raw_data(),
+                                    x.num_elements(), x.device().index),
+              {&x, &g[0]}));
+          (*grads)[0] = std::move(d);
+          return absl::OkStatus();
+        }
+        MT_RETURN_IF_ERROR(internal::CheckHost("ClipByValueGrad", {&g[0]}));
+        Tensor d = Tensor::HostEmpty(x.dtype(), x.shape());
+        MT_DISPATCH_FLOAT(x.dtype(), T, {
+          const T* px = x.data<T>();
+          const T* pg = g[0].template data<T>();
+          T* pd = d.data<T>();
+          const T l = static_cast<T>(at.lo), h = static_cast<T>(at.hi);
+          for (int64_t i = 0; i < x.num_elements(); ++i) {
+            pd[i] = (px[i] >= l && px[i] <= h) ? pg[i] : T(0);
+          }
+        });
         (*grads)[0] = std::move(d);
         return absl::OkStatus();
-      }
-      MT_RETURN_IF_ERROR(internal::CheckHost("ClipByValueGrad", {&g[0]}));
-      Tensor d = Tensor::HostEmpty(x.dtype(), x.shape());
-      MT_DISPATCH_FLOAT(x.dtype(), T, {
-        const T* px = x.data<T>();
-        const T* pg = g[0].template data<T>();
-        T* pd = d.data<T>();
-        const T l = static_cast<T>(at.lo), h = static_cast<T>(at.hi);
-        for (int64_t i = 0; i < x.num_elements(); ++i) {
-          pd[i] = (px[i] >= l && px[i] <= h) ? pg[i] : T(0);
-        }
       });
-      (*grads)[0] = std::move(d);
-      return absl::OkStatus();
-    });
 
 }  // namespace
 }  // namespace mirrortrain::ops

@@ -8,12 +8,16 @@
 #include "tensor/cpu_threads.h"
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/gradient_tape.h"
+#include "tensor/op.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/parallel.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::ops {
+namespace {
+MT_DECLARE_OP(kConv2DOp);
+}  // namespace
 namespace {
 
 using internal::OpError;
@@ -303,17 +307,15 @@ absl::StatusOr<Tensor> Conv2D(const Tensor& x, const Tensor& filter,
                                 /*parallel=*/false);
         }));
   }
-  tape::RecordOperation("Conv2D", {x, filter}, {y}, ConvAttrs{g});
+  tape::RecordOperation(kConv2DOp, {x, filter}, {y}, ConvAttrs{g});
   return y;
 }
 
 namespace {
 
-using Grads = std::vector<std::optional<Tensor>>;
-
 // dfilter = cols^T @ dy and dx = col2im(dy @ filter^T), chunk by chunk.
-MT_REGISTER_GRADIENT(
-    "Conv2D",
+MT_OP(
+    kConv2DOp, "Conv2D",
     [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
       const ConvGeometry& geo = std::any_cast<const ConvAttrs&>(op.attrs).geo;
       const Tensor& x = op.inputs[0];

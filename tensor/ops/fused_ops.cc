@@ -5,11 +5,15 @@
 
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/gradient_tape.h"
+#include "tensor/op.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/parallel.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::ops {
+namespace {
+MT_DECLARE_OP(kBiasAddReluOp);
+}  // namespace
 namespace {
 
 // Rows of about this many elements form one unit of parallel work and one
@@ -87,52 +91,50 @@ absl::StatusOr<Tensor> BiasAddRelu(const Tensor& x, const Tensor& bias) {
                       BiasReluForward<T>(x.data<T>(), bias.data<T>(),
                                          y.data<T>(), rows, cols));
   }
-  tape::RecordOperation(kOp, {x, bias}, {y});
+  tape::RecordOperation(kBiasAddReluOp, {x, bias}, {y});
   return y;
 }
 
 namespace {
 
-using Grads = std::vector<std::optional<Tensor>>;
-
-MT_REGISTER_GRADIENT(
-    "BiasAddRelu",
-    [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
-      const Tensor& y = op.outputs[0];
-      const Tensor& dy = g[0];
-      const int64_t cols = op.inputs[1].dim(0);
-      const int64_t rows = cols == 0 ? 0 : y.num_elements() / cols;
-      if (dy.device().is_cuda()) {
-        MT_ASSIGN_OR_RETURN(Tensor dz,
-                            Tensor::Empty(y.dtype(), y.shape(), dy.device()));
-        Tensor db;
-        if (needs[1]) {
-          MT_ASSIGN_OR_RETURN(
-              db, Tensor::Empty(y.dtype(), op.inputs[1].shape(), dy.device()));
+MT_OP(kBiasAddReluOp, "BiasAddRelu",
+      [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+        const Tensor& y = op.outputs[0];
+        const Tensor& dy = g[0];
+        const int64_t cols = op.inputs[1].dim(0);
+        const int64_t rows = cols == 0 ? 0 : y.num_elements() / cols;
+        if (dy.device().is_cuda()) {
+          MT_ASSIGN_OR_RETURN(Tensor dz,
+                              Tensor::Empty(y.dtype(), y.shape(), dy.device()));
+          Tensor db;
+          if (needs[1]) {
+            MT_ASSIGN_OR_RETURN(
+                db,
+                Tensor::Empty(y.dtype(), op.inputs[1].shape(), dy.device()));
+          }
+          MT_RETURN_IF_ERROR(internal::KernelError(
+              "BiasAddReluGrad",
+              cuda::BiasAddReluGrad(y.dtype(), y.raw_data(), dy.raw_data(),
+                                    dz.raw_data(),
+                                    needs[1] ? db.raw_data() : nullptr, rows,
+                                    cols, dy.device().index),
+              {&dy}));
+          if (needs[0]) (*grads)[0] = std::move(dz);
+          if (needs[1]) (*grads)[1] = std::move(db);
+          return absl::OkStatus();
         }
-        MT_RETURN_IF_ERROR(internal::KernelError(
-            "BiasAddReluGrad",
-            cuda::BiasAddReluGrad(y.dtype(), y.raw_data(), dy.raw_data(),
-                                  dz.raw_data(),
-                                  needs[1] ? db.raw_data() : nullptr, rows,
-                                  cols, dy.device().index),
-            {&dy}));
+        MT_RETURN_IF_ERROR(internal::CheckHost("BiasAddReluGrad", {&dy}));
+        Tensor dz = Tensor::HostEmpty(y.dtype(), y.shape());
+        Tensor db;
+        if (needs[1]) db = Tensor::HostEmpty(y.dtype(), op.inputs[1].shape());
+        MT_DISPATCH_FLOAT(
+            y.dtype(), T,
+            BiasReluBackward<T>(y.data<T>(), dy.data<T>(), dz.data<T>(),
+                                needs[1] ? db.data<T>() : nullptr, rows, cols));
         if (needs[0]) (*grads)[0] = std::move(dz);
         if (needs[1]) (*grads)[1] = std::move(db);
         return absl::OkStatus();
-      }
-      MT_RETURN_IF_ERROR(internal::CheckHost("BiasAddReluGrad", {&dy}));
-      Tensor dz = Tensor::HostEmpty(y.dtype(), y.shape());
-      Tensor db;
-      if (needs[1]) db = Tensor::HostEmpty(y.dtype(), op.inputs[1].shape());
-      MT_DISPATCH_FLOAT(
-          y.dtype(), T,
-          BiasReluBackward<T>(y.data<T>(), dy.data<T>(), dz.data<T>(),
-                              needs[1] ? db.data<T>() : nullptr, rows, cols));
-      if (needs[0]) (*grads)[0] = std::move(dz);
-      if (needs[1]) (*grads)[1] = std::move(db);
-      return absl::OkStatus();
-    });
+      });
 
 }  // namespace
 }  // namespace mirrortrain::ops

@@ -5,6 +5,7 @@
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/gradient_tape.h"
+#include "tensor/op.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/ops/reduction_ops.h"
@@ -13,29 +14,20 @@
 
 namespace mirrortrain::ops {
 namespace {
-
-template <typename T>
-T ApplyUnary(UnaryKind kind, T x) {
-  switch (kind) {
-    case UnaryKind::kNeg:
-      return -x;
-    case UnaryKind::kExp:
-      return std::exp(x);
-    case UnaryKind::kLog:
-      return std::log(x);
-    case UnaryKind::kSqrt:
-      return std::sqrt(x);
-    case UnaryKind::kSquare:
-      return x * x;
-    case UnaryKind::kRelu:
-      return x > T(0) ? x : T(0);
-    case UnaryKind::kSigmoid:
-      return T(1) / (T(1) + std::exp(-x));
-    case UnaryKind::kTanh:
-      return std::tanh(x);
-  }
-  return x;
-}
+MT_DECLARE_OP(kAddOp);
+MT_DECLARE_OP(kSubOp);
+MT_DECLARE_OP(kMulOp);
+MT_DECLARE_OP(kDivOp);
+MT_DECLARE_OP(kNegOp);
+MT_DECLARE_OP(kExpOp);
+MT_DECLARE_OP(kLogOp);
+MT_DECLARE_OP(kSqrtOp);
+MT_DECLARE_OP(kSquareOp);
+MT_DECLARE_OP(kReluOp);
+MT_DECLARE_OP(kSigmoidOp);
+MT_DECLARE_OP(kTanhOp);
+}  // namespace
+namespace {
 
 // Elementwise loops split over threads above this many elements.
 constexpr int64_t kParallelGrain = 1 << 15;
@@ -124,61 +116,65 @@ void BinaryLoop(const Tensor& a, const Tensor& b, Tensor& out, F f) {
   }
 }
 
+// One instantiation per kind: the switch in ApplyBinary folds away, so each
+// loop vectorises.
+template <typename T, BinaryKind K>
+void CpuBinaryOf(const Tensor& a, const Tensor& b, Tensor& out) {
+  BinaryLoop<T>(a, b, out, [](T x, T y) { return ApplyBinary(K, x, y); });
+}
+
 template <typename T>
 void CpuBinary(BinaryKind kind, const Tensor& a, const Tensor& b, Tensor& out) {
   switch (kind) {
     case BinaryKind::kAdd:
-      return BinaryLoop<T>(a, b, out, [](T x, T y) { return x + y; });
+      return CpuBinaryOf<T, BinaryKind::kAdd>(a, b, out);
     case BinaryKind::kSub:
-      return BinaryLoop<T>(a, b, out, [](T x, T y) { return x - y; });
+      return CpuBinaryOf<T, BinaryKind::kSub>(a, b, out);
     case BinaryKind::kMul:
-      return BinaryLoop<T>(a, b, out, [](T x, T y) { return x * y; });
+      return CpuBinaryOf<T, BinaryKind::kMul>(a, b, out);
     case BinaryKind::kDiv:
-      return BinaryLoop<T>(a, b, out, [](T x, T y) { return x / y; });
+      return CpuBinaryOf<T, BinaryKind::kDiv>(a, b, out);
     case BinaryKind::kReluGrad:
-      return BinaryLoop<T>(a, b, out,
-                           [](T g, T y) { return y > T(0) ? g : T(0); });
+      return CpuBinaryOf<T, BinaryKind::kReluGrad>(a, b, out);
     case BinaryKind::kSigmoidGrad:
-      return BinaryLoop<T>(a, b, out,
-                           [](T g, T y) { return g * y * (T(1) - y); });
+      return CpuBinaryOf<T, BinaryKind::kSigmoidGrad>(a, b, out);
     case BinaryKind::kTanhGrad:
-      return BinaryLoop<T>(a, b, out,
-                           [](T g, T y) { return g * (T(1) - y * y); });
+      return CpuBinaryOf<T, BinaryKind::kTanhGrad>(a, b, out);
   }
 }
 
-const char* UnaryOpName(UnaryKind kind) {
+const OpDef& UnaryOp(UnaryKind kind) {
   switch (kind) {
     case UnaryKind::kNeg:
-      return "Neg";
+      return kNegOp;
     case UnaryKind::kExp:
-      return "Exp";
+      return kExpOp;
     case UnaryKind::kLog:
-      return "Log";
+      return kLogOp;
     case UnaryKind::kSqrt:
-      return "Sqrt";
+      return kSqrtOp;
     case UnaryKind::kSquare:
-      return "Square";
+      return kSquareOp;
     case UnaryKind::kRelu:
-      return "Relu";
+      return kReluOp;
     case UnaryKind::kSigmoid:
-      return "Sigmoid";
+      return kSigmoidOp;
     case UnaryKind::kTanh:
-      return "Tanh";
+      return kTanhOp;
   }
-  return "Unary";
+  return kNegOp;
 }
 
 absl::StatusOr<Tensor> RecordedUnary(UnaryKind kind, const Tensor& x) {
-  const char* op = UnaryOpName(kind);
-  MT_ASSIGN_OR_RETURN(Tensor y, internal::UnaryKernel(op, kind, x));
+  const OpDef& op = UnaryOp(kind);
+  MT_ASSIGN_OR_RETURN(Tensor y, internal::UnaryKernel(op.name, kind, x));
   tape::RecordOperation(op, {x}, {y});
   return y;
 }
 
-absl::StatusOr<Tensor> RecordedBinary(const char* op, BinaryKind kind,
+absl::StatusOr<Tensor> RecordedBinary(const OpDef& op, BinaryKind kind,
                                       const Tensor& a, const Tensor& b) {
-  MT_ASSIGN_OR_RETURN(Tensor y, internal::BinaryKernel(op, kind, a, b));
+  MT_ASSIGN_OR_RETURN(Tensor y, internal::BinaryKernel(op.name, kind, a, b));
   tape::RecordOperation(op, {a, b}, {y});
   return y;
 }
@@ -261,16 +257,16 @@ absl::StatusOr<Tensor> ScalarLike(const Tensor& like, double value) {
 }  // namespace internal
 
 absl::StatusOr<Tensor> Add(const Tensor& a, const Tensor& b) {
-  return RecordedBinary("Add", BinaryKind::kAdd, a, b);
+  return RecordedBinary(kAddOp, BinaryKind::kAdd, a, b);
 }
 absl::StatusOr<Tensor> Sub(const Tensor& a, const Tensor& b) {
-  return RecordedBinary("Sub", BinaryKind::kSub, a, b);
+  return RecordedBinary(kSubOp, BinaryKind::kSub, a, b);
 }
 absl::StatusOr<Tensor> Mul(const Tensor& a, const Tensor& b) {
-  return RecordedBinary("Mul", BinaryKind::kMul, a, b);
+  return RecordedBinary(kMulOp, BinaryKind::kMul, a, b);
 }
 absl::StatusOr<Tensor> Div(const Tensor& a, const Tensor& b) {
-  return RecordedBinary("Div", BinaryKind::kDiv, a, b);
+  return RecordedBinary(kDivOp, BinaryKind::kDiv, a, b);
 }
 absl::StatusOr<Tensor> Scale(const Tensor& a, double s) {
   MT_RETURN_IF_ERROR(internal::CheckDefined("Scale", {&a}));
@@ -307,8 +303,6 @@ absl::StatusOr<Tensor> Tanh(const Tensor& x) {
 
 namespace {
 
-using Grads = std::vector<std::optional<Tensor>>;
-
 // Sets grads[i] = SumToShape(value, inputs[i].shape) when needed.
 absl::Status SetReduced(const OpRecord& op, absl::Span<const bool> needs, int i,
                         absl::StatusOr<Tensor> value, Grads* grads) {
@@ -318,101 +312,91 @@ absl::Status SetReduced(const OpRecord& op, absl::Span<const bool> needs, int i,
   return absl::OkStatus();
 }
 
-MT_REGISTER_GRADIENT("Add",
-                     [](const OpRecord& op, auto g, auto needs,
-                        Grads* grads) -> absl::Status {
-                       MT_RETURN_IF_ERROR(
-                           SetReduced(op, needs, 0, g[0], grads));
-                       return SetReduced(op, needs, 1, g[0], grads);
-                     });
+MT_OP(kAddOp, "Add",
+      [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+        MT_RETURN_IF_ERROR(SetReduced(op, needs, 0, g[0], grads));
+        return SetReduced(op, needs, 1, g[0], grads);
+      });
 
-MT_REGISTER_GRADIENT("Sub",
-                     [](const OpRecord& op, auto g, auto needs,
-                        Grads* grads) -> absl::Status {
-                       MT_RETURN_IF_ERROR(
-                           SetReduced(op, needs, 0, g[0], grads));
-                       if (!needs[1]) return absl::OkStatus();
-                       return SetReduced(op, needs, 1, Neg(g[0]), grads);
-                     });
+MT_OP(kSubOp, "Sub",
+      [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+        MT_RETURN_IF_ERROR(SetReduced(op, needs, 0, g[0], grads));
+        if (!needs[1]) return absl::OkStatus();
+        return SetReduced(op, needs, 1, Neg(g[0]), grads);
+      });
 
-MT_REGISTER_GRADIENT("Mul",
-                     [](const OpRecord& op, auto g, auto needs,
-                        Grads* grads) -> absl::Status {
-                       if (needs[0]) {
-                         MT_RETURN_IF_ERROR(SetReduced(
-                             op, needs, 0, Mul(g[0], op.inputs[1]), grads));
-                       }
-                       if (needs[1]) {
-                         MT_RETURN_IF_ERROR(SetReduced(
-                             op, needs, 1, Mul(g[0], op.inputs[0]), grads));
-                       }
-                       return absl::OkStatus();
-                     });
+MT_OP(kMulOp, "Mul",
+      [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+        if (needs[0]) {
+          MT_RETURN_IF_ERROR(
+              SetReduced(op, needs, 0, Mul(g[0], op.inputs[1]), grads));
+        }
+        if (needs[1]) {
+          MT_RETURN_IF_ERROR(
+              SetReduced(op, needs, 1, Mul(g[0], op.inputs[0]), grads));
+        }
+        return absl::OkStatus();
+      });
 
-MT_REGISTER_GRADIENT(
-    "Div",
-    [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
-      const Tensor& b = op.inputs[1];
-      if (needs[0])
-        MT_RETURN_IF_ERROR(SetReduced(op, needs, 0, Div(g[0], b), grads));
-      if (needs[1]) {
-        // d(a/b)/db = -(a/b)/b = -y/b.
-        MT_ASSIGN_OR_RETURN(Tensor gy, Mul(g[0], op.outputs[0]));
-        MT_ASSIGN_OR_RETURN(Tensor gyb, Div(gy, b));
-        MT_RETURN_IF_ERROR(SetReduced(op, needs, 1, Neg(gyb), grads));
-      }
-      return absl::OkStatus();
-    });
+MT_OP(kDivOp, "Div",
+      [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+        const Tensor& b = op.inputs[1];
+        if (needs[0])
+          MT_RETURN_IF_ERROR(SetReduced(op, needs, 0, Div(g[0], b), grads));
+        if (needs[1]) {
+          // d(a/b)/db = -(a/b)/b = -y/b.
+          MT_ASSIGN_OR_RETURN(Tensor gy, Mul(g[0], op.outputs[0]));
+          MT_ASSIGN_OR_RETURN(Tensor gyb, Div(gy, b));
+          MT_RETURN_IF_ERROR(SetReduced(op, needs, 1, Neg(gyb), grads));
+        }
+        return absl::OkStatus();
+      });
 
-MT_REGISTER_GRADIENT("Neg",
-                     [](const OpRecord&, auto g, auto,
-                        Grads* grads) -> absl::Status {
-                       MT_ASSIGN_OR_RETURN((*grads)[0], Neg(g[0]));
-                       return absl::OkStatus();
-                     });
+MT_OP(kNegOp, "Neg",
+      [](const OpRecord&, auto g, auto, Grads* grads) -> absl::Status {
+        MT_ASSIGN_OR_RETURN((*grads)[0], Neg(g[0]));
+        return absl::OkStatus();
+      });
 
-MT_REGISTER_GRADIENT(
-    "Exp", [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
-      MT_ASSIGN_OR_RETURN((*grads)[0], Mul(g[0], op.outputs[0]));
-      return absl::OkStatus();
-    });
+MT_OP(kExpOp, "Exp",
+      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+        MT_ASSIGN_OR_RETURN((*grads)[0], Mul(g[0], op.outputs[0]));
+        return absl::OkStatus();
+      });
 
-MT_REGISTER_GRADIENT(
-    "Log", [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
-      MT_ASSIGN_OR_RETURN((*grads)[0], Div(g[0], op.inputs[0]));
-      return absl::OkStatus();
-    });
+MT_OP(kLogOp, "Log",
+      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+        MT_ASSIGN_OR_RETURN((*grads)[0], Div(g[0], op.inputs[0]));
+        return absl::OkStatus();
+      });
 
-MT_REGISTER_GRADIENT(
-    "Sqrt", [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
-      MT_ASSIGN_OR_RETURN(Tensor half_g, Scale(g[0], 0.5));
-      MT_ASSIGN_OR_RETURN((*grads)[0], Div(half_g, op.outputs[0]));
-      return absl::OkStatus();
-    });
+MT_OP(kSqrtOp, "Sqrt",
+      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+        MT_ASSIGN_OR_RETURN(Tensor half_g, Scale(g[0], 0.5));
+        MT_ASSIGN_OR_RETURN((*grads)[0], Div(half_g, op.outputs[0]));
+        return absl::OkStatus();
+      });
 
-MT_REGISTER_GRADIENT("Square",
-                     [](const OpRecord& op, auto g, auto,
-                        Grads* grads) -> absl::Status {
-                       MT_ASSIGN_OR_RETURN(Tensor two_x,
-                                           Scale(op.inputs[0], 2.0));
-                       MT_ASSIGN_OR_RETURN((*grads)[0], Mul(g[0], two_x));
-                       return absl::OkStatus();
-                     });
+MT_OP(kSquareOp, "Square",
+      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+        MT_ASSIGN_OR_RETURN(Tensor two_x, Scale(op.inputs[0], 2.0));
+        MT_ASSIGN_OR_RETURN((*grads)[0], Mul(g[0], two_x));
+        return absl::OkStatus();
+      });
 
-// The activation gradients use fused kernels of (g, y); they are not
-// themselves recorded, so second derivatives through them are not available.
-GradientFunction ActivationGrad(const char* op, BinaryKind kind) {
-  return [op, kind](const OpRecord& rec, auto g, auto,
-                    Grads* grads) -> absl::Status {
-    MT_ASSIGN_OR_RETURN((*grads)[0],
-                        internal::BinaryKernel(op, kind, g[0], rec.outputs[0]));
-    return absl::OkStatus();
-  };
+// The activation gradients use fused kernels of (g, y), which are not
+// recorded: second derivatives through them are not available.
+template <BinaryKind kKind>
+absl::Status ActivationGrad(const OpRecord& rec, absl::Span<const Tensor> g,
+                            absl::Span<const bool>, Grads* grads) {
+  MT_ASSIGN_OR_RETURN(
+      (*grads)[0],
+      internal::BinaryKernel(rec.op->name, kKind, g[0], rec.outputs[0]));
+  return absl::OkStatus();
 }
-MT_REGISTER_GRADIENT("Relu", ActivationGrad("ReluGrad", BinaryKind::kReluGrad));
-MT_REGISTER_GRADIENT("Sigmoid",
-                     ActivationGrad("SigmoidGrad", BinaryKind::kSigmoidGrad));
-MT_REGISTER_GRADIENT("Tanh", ActivationGrad("TanhGrad", BinaryKind::kTanhGrad));
+MT_OP(kReluOp, "Relu", ActivationGrad<BinaryKind::kReluGrad>);
+MT_OP(kSigmoidOp, "Sigmoid", ActivationGrad<BinaryKind::kSigmoidGrad>);
+MT_OP(kTanhOp, "Tanh", ActivationGrad<BinaryKind::kTanhGrad>);
 
 }  // namespace
 }  // namespace mirrortrain::ops

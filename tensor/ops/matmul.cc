@@ -6,11 +6,15 @@
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/matmul_precision.h"
+#include "tensor/op.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/parallel.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::ops {
+namespace {
+MT_DECLARE_OP(kMatMulOp);
+}  // namespace
 namespace {
 
 struct MatMulAttrs {
@@ -147,41 +151,38 @@ absl::StatusOr<Tensor> MatMul(const Tensor& a, const Tensor& b,
                              : Tensor::Empty(a.dtype(), {m, n}, a.device()));
   MT_RETURN_IF_ERROR(
       internal::Gemm(a, b, transpose_a, transpose_b, 1.0, 0.0, out));
-  tape::RecordOperation("MatMul", {a, b}, {out},
+  tape::RecordOperation(kMatMulOp, {a, b}, {out},
                         MatMulAttrs{transpose_a, transpose_b});
   return out;
 }
 
 namespace {
 
-using Grads = std::vector<std::optional<Tensor>>;
-
 // With C = op(A) op(B): dA and dB per transpose combination, as TensorFlow's
 // _MatMulGrad.
-MT_REGISTER_GRADIENT(
-    "MatMul",
-    [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
-      const auto& at = std::any_cast<const MatMulAttrs&>(op.attrs);
-      const Tensor& a = op.inputs[0];
-      const Tensor& b = op.inputs[1];
-      const Tensor& gc = g[0];
-      const bool ta = at.transpose_a, tb = at.transpose_b;
-      if (needs[0]) {
-        if (!ta) {
-          MT_ASSIGN_OR_RETURN((*grads)[0], MatMul(gc, b, false, !tb));
-        } else {
-          MT_ASSIGN_OR_RETURN((*grads)[0], MatMul(b, gc, tb, true));
+MT_OP(kMatMulOp, "MatMul",
+      [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+        const auto& at = std::any_cast<const MatMulAttrs&>(op.attrs);
+        const Tensor& a = op.inputs[0];
+        const Tensor& b = op.inputs[1];
+        const Tensor& gc = g[0];
+        const bool ta = at.transpose_a, tb = at.transpose_b;
+        if (needs[0]) {
+          if (!ta) {
+            MT_ASSIGN_OR_RETURN((*grads)[0], MatMul(gc, b, false, !tb));
+          } else {
+            MT_ASSIGN_OR_RETURN((*grads)[0], MatMul(b, gc, tb, true));
+          }
         }
-      }
-      if (needs[1]) {
-        if (!tb) {
-          MT_ASSIGN_OR_RETURN((*grads)[1], MatMul(a, gc, !ta, false));
-        } else {
-          MT_ASSIGN_OR_RETURN((*grads)[1], MatMul(gc, a, true, ta));
+        if (needs[1]) {
+          if (!tb) {
+            MT_ASSIGN_OR_RETURN((*grads)[1], MatMul(a, gc, !ta, false));
+          } else {
+            MT_ASSIGN_OR_RETURN((*grads)[1], MatMul(gc, a, true, ta));
+          }
         }
-      }
-      return absl::OkStatus();
-    });
+        return absl::OkStatus();
+      });
 
 }  // namespace
 }  // namespace mirrortrain::ops

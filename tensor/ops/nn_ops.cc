@@ -7,6 +7,7 @@
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/dropout_mask.h"
 #include "tensor/gradient_tape.h"
+#include "tensor/op.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/ops/reduction_ops.h"
@@ -14,6 +15,13 @@
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::ops {
+namespace {
+MT_DECLARE_OP(kBiasAddOp);
+MT_DECLARE_OP(kSoftmaxOp);
+MT_DECLARE_OP(kLogSoftmaxOp);
+MT_DECLARE_OP(kSparseSoftmaxCrossEntropyWithLogitsOp);
+MT_DECLARE_OP(kDropoutOp);
+}  // namespace
 namespace {
 
 using internal::CheckFloatingSame;
@@ -58,8 +66,9 @@ void CpuSoftmax(const T* x, T* y, int64_t rows, int64_t cols, bool log) {
   }
 }
 
-absl::StatusOr<Tensor> SoftmaxImpl(const char* op, const Tensor& logits,
+absl::StatusOr<Tensor> SoftmaxImpl(const OpDef& def, const Tensor& logits,
                                    bool log) {
+  const char* op = def.name;
   MT_RETURN_IF_ERROR(CheckFloatingSame(op, {&logits}));
   if (logits.rank() < 1)
     return OpError(op, "logits must have rank >= 1", {&logits});
@@ -78,7 +87,7 @@ absl::StatusOr<Tensor> SoftmaxImpl(const char* op, const Tensor& logits,
         logits.dtype(), T,
         CpuSoftmax<T>(logits.data<T>(), y.data<T>(), rows, cols, log));
   }
-  tape::RecordOperation(op, {logits}, {y});
+  tape::RecordOperation(def, {logits}, {y});
   return y;
 }
 
@@ -101,7 +110,7 @@ absl::StatusOr<Tensor> BiasAdd(const Tensor& x, const Tensor& bias) {
                     cuda::BiasAdd(x.dtype(), x.raw_data(), bias.raw_data(),
                                   y.raw_data(), rows, cols, x.device().index),
                     {&x, &bias}));
-    tape::RecordOperation(kOp, {x, bias}, {y});
+    tape::RecordOperation(kBiasAddOp, {x, bias}, {y});
     return y;
   }
   MT_DISPATCH_FLOAT(x.dtype(), T, {
@@ -118,16 +127,16 @@ absl::StatusOr<Tensor> BiasAdd(const Tensor& x, const Tensor& bias) {
                   }
                 });
   });
-  tape::RecordOperation(kOp, {x, bias}, {y});
+  tape::RecordOperation(kBiasAddOp, {x, bias}, {y});
   return y;
 }
 
 absl::StatusOr<Tensor> Softmax(const Tensor& logits) {
-  return SoftmaxImpl("Softmax", logits, /*log=*/false);
+  return SoftmaxImpl(kSoftmaxOp, logits, /*log=*/false);
 }
 
 absl::StatusOr<Tensor> LogSoftmax(const Tensor& logits) {
-  return SoftmaxImpl("LogSoftmax", logits, /*log=*/true);
+  return SoftmaxImpl(kLogSoftmaxOp, logits, /*log=*/true);
 }
 
 absl::StatusOr<Tensor> SparseSoftmaxCrossEntropyWithLogits(
@@ -156,7 +165,8 @@ absl::StatusOr<Tensor> SparseSoftmaxCrossEntropyWithLogits(
                                             batch, classes, loss.raw_data(),
                                             softmax.raw_data(), device.index),
                     {&logits, &labels}));
-    tape::RecordOperation(kOp, {logits, labels}, {loss},
+    tape::RecordOperation(kSparseSoftmaxCrossEntropyWithLogitsOp,
+                          {logits, labels}, {loss},
                           XentAttrs{std::move(softmax)});
     return loss;
   }
@@ -191,7 +201,8 @@ absl::StatusOr<Tensor> SparseSoftmaxCrossEntropyWithLogits(
     }
   });
   MT_RETURN_IF_ERROR(status);
-  tape::RecordOperation(kOp, {logits, labels}, {loss},
+  tape::RecordOperation(kSparseSoftmaxCrossEntropyWithLogitsOp,
+                        {logits, labels}, {loss},
                         XentAttrs{std::move(softmax)});
   return loss;
 }
@@ -229,7 +240,7 @@ absl::StatusOr<Tensor> Dropout(const Tensor& x, double rate, uint64_t seed,
       }
     });
   }
-  tape::RecordOperation(kOp, {x}, {y}, DropoutAttrs{std::move(mask)});
+  tape::RecordOperation(kDropoutOp, {x}, {y}, DropoutAttrs{std::move(mask)});
   return y;
 }
 
@@ -237,104 +248,98 @@ absl::StatusOr<Tensor> Dropout(const Tensor& x, double rate, uint64_t seed,
 
 namespace {
 
-using Grads = std::vector<std::optional<Tensor>>;
-
 // The bias gradient sums g over every row; on GPUs with the column-sum
 // kernel (coalesced, many blocks) rather than the generic reduction.
-MT_REGISTER_GRADIENT(
-    "BiasAdd",
-    [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
-      if (needs[0]) (*grads)[0] = g[0];
-      if (!needs[1]) return absl::OkStatus();
-      const Tensor& dy = g[0];
-      if (!dy.device().is_cuda()) {
-        MT_ASSIGN_OR_RETURN((*grads)[1], SumToShape(dy, op.inputs[1].shape()));
+MT_OP(kBiasAddOp, "BiasAdd",
+      [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+        if (needs[0]) (*grads)[0] = g[0];
+        if (!needs[1]) return absl::OkStatus();
+        const Tensor& dy = g[0];
+        if (!dy.device().is_cuda()) {
+          MT_ASSIGN_OR_RETURN((*grads)[1],
+                              SumToShape(dy, op.inputs[1].shape()));
+          return absl::OkStatus();
+        }
+        int64_t rows, cols;
+        Rows(dy, &rows, &cols);
+        MT_ASSIGN_OR_RETURN(
+            Tensor db,
+            Tensor::Empty(dy.dtype(), op.inputs[1].shape(), dy.device()));
+        MT_RETURN_IF_ERROR(
+            KernelError("BiasAddGrad",
+                        cuda::ColumnSum(dy.dtype(), dy.raw_data(), rows, cols,
+                                        db.raw_data(), dy.device().index),
+                        {&dy}));
+        (*grads)[1] = std::move(db);
         return absl::OkStatus();
-      }
-      int64_t rows, cols;
-      Rows(dy, &rows, &cols);
-      MT_ASSIGN_OR_RETURN(
-          Tensor db,
-          Tensor::Empty(dy.dtype(), op.inputs[1].shape(), dy.device()));
-      MT_RETURN_IF_ERROR(
-          KernelError("BiasAddGrad",
-                      cuda::ColumnSum(dy.dtype(), dy.raw_data(), rows, cols,
-                                      db.raw_data(), dy.device().index),
-                      {&dy}));
-      (*grads)[1] = std::move(db);
-      return absl::OkStatus();
-    });
+      });
 
 // d softmax: (g - sum(g * y)) * y, per row.
-MT_REGISTER_GRADIENT("Softmax",
-                     [](const OpRecord& op, auto g, auto,
-                        Grads* grads) -> absl::Status {
-                       const Tensor& y = op.outputs[0];
-                       MT_ASSIGN_OR_RETURN(Tensor gy, Mul(g[0], y));
-                       MT_ASSIGN_OR_RETURN(
-                           Tensor s, ReduceSum(gy, {-1}, /*keepdims=*/true));
-                       MT_ASSIGN_OR_RETURN(Tensor d, Sub(g[0], s));
-                       MT_ASSIGN_OR_RETURN((*grads)[0], Mul(d, y));
-                       return absl::OkStatus();
-                     });
+MT_OP(kSoftmaxOp, "Softmax",
+      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+        const Tensor& y = op.outputs[0];
+        MT_ASSIGN_OR_RETURN(Tensor gy, Mul(g[0], y));
+        MT_ASSIGN_OR_RETURN(Tensor s, ReduceSum(gy, {-1}, /*keepdims=*/true));
+        MT_ASSIGN_OR_RETURN(Tensor d, Sub(g[0], s));
+        MT_ASSIGN_OR_RETURN((*grads)[0], Mul(d, y));
+        return absl::OkStatus();
+      });
 
 // d log_softmax: g - exp(y) * sum(g), per row.
-MT_REGISTER_GRADIENT("LogSoftmax",
-                     [](const OpRecord& op, auto g, auto,
-                        Grads* grads) -> absl::Status {
-                       MT_ASSIGN_OR_RETURN(Tensor p, Exp(op.outputs[0]));
-                       MT_ASSIGN_OR_RETURN(
-                           Tensor s, ReduceSum(g[0], {-1}, /*keepdims=*/true));
-                       MT_ASSIGN_OR_RETURN(Tensor ps, Mul(p, s));
-                       MT_ASSIGN_OR_RETURN((*grads)[0], Sub(g[0], ps));
-                       return absl::OkStatus();
-                     });
+MT_OP(kLogSoftmaxOp, "LogSoftmax",
+      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+        MT_ASSIGN_OR_RETURN(Tensor p, Exp(op.outputs[0]));
+        MT_ASSIGN_OR_RETURN(Tensor s, ReduceSum(g[0], {-1}, /*keepdims=*/true));
+        MT_ASSIGN_OR_RETURN(Tensor ps, Mul(p, s));
+        MT_ASSIGN_OR_RETURN((*grads)[0], Sub(g[0], ps));
+        return absl::OkStatus();
+      });
 
-MT_REGISTER_GRADIENT(
-    "SparseSoftmaxCrossEntropyWithLogits",
-    [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
-      if (!needs[0]) return absl::OkStatus();
-      const Tensor& sm = std::any_cast<const XentAttrs&>(op.attrs).softmax;
-      const Tensor& labels = op.inputs[1];
-      const Tensor& gl = g[0];
-      const int64_t batch = sm.dim(0), classes = sm.dim(1);
-      if (gl.device().is_cuda()) {
-        MT_ASSIGN_OR_RETURN(Tensor d,
-                            Tensor::Empty(sm.dtype(), sm.shape(), gl.device()));
-        MT_RETURN_IF_ERROR(KernelError(
-            "SparseSoftmaxCrossEntropyGrad",
-            cuda::SparseSoftmaxXentGrad(
-                sm.dtype(), sm.raw_data(), labels.dtype(), labels.raw_data(),
-                gl.raw_data(), batch, classes, d.raw_data(), gl.device().index),
-            {&gl}));
+MT_OP(kSparseSoftmaxCrossEntropyWithLogitsOp,
+      "SparseSoftmaxCrossEntropyWithLogits",
+      [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+        if (!needs[0]) return absl::OkStatus();
+        const Tensor& sm = std::any_cast<const XentAttrs&>(op.attrs).softmax;
+        const Tensor& labels = op.inputs[1];
+        const Tensor& gl = g[0];
+        const int64_t batch = sm.dim(0), classes = sm.dim(1);
+        if (gl.device().is_cuda()) {
+          MT_ASSIGN_OR_RETURN(
+              Tensor d, Tensor::Empty(sm.dtype(), sm.shape(), gl.device()));
+          MT_RETURN_IF_ERROR(KernelError(
+              "SparseSoftmaxCrossEntropyGrad",
+              cuda::SparseSoftmaxXentGrad(sm.dtype(), sm.raw_data(),
+                                          labels.dtype(), labels.raw_data(),
+                                          gl.raw_data(), batch, classes,
+                                          d.raw_data(), gl.device().index),
+              {&gl}));
+          (*grads)[0] = std::move(d);
+          return absl::OkStatus();
+        }
+        MT_RETURN_IF_ERROR(CheckHost("SparseSoftmaxCrossEntropyGrad", {&gl}));
+        Tensor d = Tensor::HostEmpty(sm.dtype(), sm.shape());
+        MT_DISPATCH_FLOAT(sm.dtype(), T, {
+          const T* ps = sm.data<T>();
+          const T* pg = gl.data<T>();
+          T* pd = d.data<T>();
+          for (int64_t r = 0; r < batch; ++r) {
+            for (int64_t c = 0; c < classes; ++c) {
+              pd[r * classes + c] = pg[r] * ps[r * classes + c];
+            }
+            pd[r * classes + internal::IndexAt(labels, r)] -= pg[r];
+          }
+        });
         (*grads)[0] = std::move(d);
         return absl::OkStatus();
-      }
-      MT_RETURN_IF_ERROR(CheckHost("SparseSoftmaxCrossEntropyGrad", {&gl}));
-      Tensor d = Tensor::HostEmpty(sm.dtype(), sm.shape());
-      MT_DISPATCH_FLOAT(sm.dtype(), T, {
-        const T* ps = sm.data<T>();
-        const T* pg = gl.data<T>();
-        T* pd = d.data<T>();
-        for (int64_t r = 0; r < batch; ++r) {
-          for (int64_t c = 0; c < classes; ++c) {
-            pd[r * classes + c] = pg[r] * ps[r * classes + c];
-          }
-          pd[r * classes + internal::IndexAt(labels, r)] -= pg[r];
-        }
       });
-      (*grads)[0] = std::move(d);
-      return absl::OkStatus();
-    });
 
-MT_REGISTER_GRADIENT(
-    "Dropout",
-    [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
-      const Tensor& mask =
-          std::any_cast<const DropoutAttrs&>(op.attrs).scaled_mask;
-      MT_ASSIGN_OR_RETURN((*grads)[0], Mul(g[0], mask));
-      return absl::OkStatus();
-    });
+MT_OP(kDropoutOp, "Dropout",
+      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+        const Tensor& mask =
+            std::any_cast<const DropoutAttrs&>(op.attrs).scaled_mask;
+        MT_ASSIGN_OR_RETURN((*grads)[0], Mul(g[0], mask));
+        return absl::OkStatus();
+      });
 
 }  // namespace
 }  // namespace mirrortrain::ops

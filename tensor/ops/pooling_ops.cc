@@ -7,11 +7,15 @@
 
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/gradient_tape.h"
+#include "tensor/op.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/parallel.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::ops {
+namespace {
+MT_DECLARE_OP(kMaxPool2DOp);
+}  // namespace
 namespace {
 
 struct PoolGeometry {
@@ -170,41 +174,39 @@ absl::StatusOr<Tensor> MaxPool2D(const Tensor& x, const Pool2DOptions& opt) {
         MaxPoolForward<T>(g, x.data<T>(), y.data<T>(),
                           record ? argmax.data<int32_t>() : nullptr));
   }
-  if (record) tape::RecordOperation(kOp, {x}, {y}, PoolAttrs{g, argmax});
+  if (record)
+    tape::RecordOperation(kMaxPool2DOp, {x}, {y}, PoolAttrs{g, argmax});
   return y;
 }
 
 namespace {
 
-using Grads = std::vector<std::optional<Tensor>>;
-
-MT_REGISTER_GRADIENT(
-    "MaxPool2D",
-    [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
-      const PoolAttrs& attrs = std::any_cast<const PoolAttrs&>(op.attrs);
-      const Tensor& dy = g[0];
-      const Tensor& x = op.inputs[0];
-      if (dy.device().is_cuda()) {
-        MT_ASSIGN_OR_RETURN(Tensor dx,
-                            Tensor::Empty(dy.dtype(), x.shape(), dy.device()));
-        MT_RETURN_IF_ERROR(internal::KernelError(
-            "MaxPool2DGrad",
-            cuda::MaxPool2DBackward(dy.dtype(), attrs.argmax.data<int32_t>(),
-                                    dy.raw_data(), CudaGeometry(attrs.geo),
-                                    dx.raw_data(), dy.device().index),
-            {&dy}));
+MT_OP(kMaxPool2DOp, "MaxPool2D",
+      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+        const PoolAttrs& attrs = std::any_cast<const PoolAttrs&>(op.attrs);
+        const Tensor& dy = g[0];
+        const Tensor& x = op.inputs[0];
+        if (dy.device().is_cuda()) {
+          MT_ASSIGN_OR_RETURN(
+              Tensor dx, Tensor::Empty(dy.dtype(), x.shape(), dy.device()));
+          MT_RETURN_IF_ERROR(internal::KernelError(
+              "MaxPool2DGrad",
+              cuda::MaxPool2DBackward(dy.dtype(), attrs.argmax.data<int32_t>(),
+                                      dy.raw_data(), CudaGeometry(attrs.geo),
+                                      dx.raw_data(), dy.device().index),
+              {&dy}));
+          (*grads)[0] = std::move(dx);
+          return absl::OkStatus();
+        }
+        MT_RETURN_IF_ERROR(internal::CheckHost("MaxPool2DGrad", {&dy}));
+        Tensor dx = Tensor::HostZeros(dy.dtype(), x.shape());
+        MT_DISPATCH_FLOAT(
+            dy.dtype(), T,
+            MaxPoolBackward<T>(attrs.geo, attrs.argmax.data<int32_t>(),
+                               dy.data<T>(), dx.data<T>()));
         (*grads)[0] = std::move(dx);
         return absl::OkStatus();
-      }
-      MT_RETURN_IF_ERROR(internal::CheckHost("MaxPool2DGrad", {&dy}));
-      Tensor dx = Tensor::HostZeros(dy.dtype(), x.shape());
-      MT_DISPATCH_FLOAT(
-          dy.dtype(), T,
-          MaxPoolBackward<T>(attrs.geo, attrs.argmax.data<int32_t>(),
-                             dy.data<T>(), dx.data<T>()));
-      (*grads)[0] = std::move(dx);
-      return absl::OkStatus();
-    });
+      });
 
 }  // namespace
 }  // namespace mirrortrain::ops

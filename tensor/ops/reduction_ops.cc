@@ -4,12 +4,18 @@
 
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/gradient_tape.h"
+#include "tensor/op.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::ops {
+namespace {
+MT_DECLARE_OP(kReduceSumOp);
+MT_DECLARE_OP(kL2LossOp);
+MT_DECLARE_OP(kBroadcastToOp);
+}  // namespace
 namespace {
 
 using internal::CheckFloatingSame;
@@ -200,7 +206,7 @@ absl::StatusOr<Tensor> ReduceSum(const Tensor& x, std::vector<int> axes,
   } else {
     MT_DISPATCH_FLOAT(x.dtype(), T, CpuReduceSum<T>(x, reduced, out));
   }
-  tape::RecordOperation(kOp, {x}, {out}, ReduceAttrs{keep_shape});
+  tape::RecordOperation(kReduceSumOp, {x}, {out}, ReduceAttrs{keep_shape});
   return out;
 }
 
@@ -220,7 +226,7 @@ absl::StatusOr<Tensor> L2Loss(const Tensor& x) {
     MT_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(x.dtype(), {}, x.device()));
     MT_RETURN_IF_ERROR(GpuReduce("L2Loss", cuda::ReduceKind::kSumOfSquares, x,
                                  std::vector<bool>(x.rank(), true), 0.5, out));
-    tape::RecordOperation("L2Loss", {x}, {out});
+    tape::RecordOperation(kL2LossOp, {x}, {out});
     return out;
   }
   Tensor out = Tensor::HostEmpty(x.dtype(), {});
@@ -230,7 +236,7 @@ absl::StatusOr<Tensor> L2Loss(const Tensor& x) {
     for (int64_t i = 0; i < x.num_elements(); ++i) acc += p[i] * p[i];
     out.data<T>()[0] = acc / T(2);
   });
-  tape::RecordOperation("L2Loss", {x}, {out});
+  tape::RecordOperation(kL2LossOp, {x}, {out});
   return out;
 }
 
@@ -255,7 +261,7 @@ absl::StatusOr<Tensor> BroadcastTo(const Tensor& x, const Shape& shape) {
   } else {
     MT_DISPATCH_ALL(x.dtype(), T, CpuBroadcastTo<T>(x, target_like));
   }
-  tape::RecordOperation(kOp, {x}, {target_like});
+  tape::RecordOperation(kBroadcastToOp, {x}, {target_like});
   return target_like;
 }
 
@@ -281,32 +287,27 @@ absl::StatusOr<Tensor> SumToShape(const Tensor& g, const Shape& shape) {
 
 namespace {
 
-using Grads = std::vector<std::optional<Tensor>>;
+MT_OP(kReduceSumOp, "ReduceSum",
+      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+        const auto& attrs = std::any_cast<const ReduceAttrs&>(op.attrs);
+        MT_ASSIGN_OR_RETURN(Tensor kept, Reshape(g[0], attrs.keep_shape));
+        MT_ASSIGN_OR_RETURN((*grads)[0],
+                            BroadcastTo(kept, op.inputs[0].shape()));
+        return absl::OkStatus();
+      });
 
-MT_REGISTER_GRADIENT(
-    "ReduceSum",
-    [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
-      const auto& attrs = std::any_cast<const ReduceAttrs&>(op.attrs);
-      MT_ASSIGN_OR_RETURN(Tensor kept, Reshape(g[0], attrs.keep_shape));
-      MT_ASSIGN_OR_RETURN((*grads)[0], BroadcastTo(kept, op.inputs[0].shape()));
-      return absl::OkStatus();
-    });
+MT_OP(kL2LossOp, "L2Loss",
+      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+        MT_ASSIGN_OR_RETURN((*grads)[0], Mul(op.inputs[0], g[0]));
+        return absl::OkStatus();
+      });
 
-MT_REGISTER_GRADIENT("L2Loss",
-                     [](const OpRecord& op, auto g, auto,
-                        Grads* grads) -> absl::Status {
-                       MT_ASSIGN_OR_RETURN((*grads)[0],
-                                           Mul(op.inputs[0], g[0]));
-                       return absl::OkStatus();
-                     });
-
-MT_REGISTER_GRADIENT("BroadcastTo",
-                     [](const OpRecord& op, auto g, auto,
-                        Grads* grads) -> absl::Status {
-                       MT_ASSIGN_OR_RETURN(
-                           (*grads)[0], SumToShape(g[0], op.inputs[0].shape()));
-                       return absl::OkStatus();
-                     });
+MT_OP(kBroadcastToOp, "BroadcastTo",
+      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+        MT_ASSIGN_OR_RETURN((*grads)[0],
+                            SumToShape(g[0], op.inputs[0].shape()));
+        return absl::OkStatus();
+      });
 
 }  // namespace
 }  // namespace mirrortrain::ops

@@ -30,21 +30,8 @@ void CpuUpdate(const UpdateHyperparams& hyper, const T* g, T* w, T* s0, T* s1,
 template <typename T>
 void CpuRule(UpdateRule rule, const UpdateHyperparams& h, const T* g, T* w,
              T* s0, T* s1, int64_t n) {
-  // One loop per rule: the switch stays outside the elementwise loop.
-  switch (rule) {
-    case UpdateRule::kGradientDescent:
-      return CpuUpdate<UpdateRule::kGradientDescent>(h, g, w, s0, s1, n);
-    case UpdateRule::kMomentum:
-      return CpuUpdate<UpdateRule::kMomentum>(h, g, w, s0, s1, n);
-    case UpdateRule::kNesterovMomentum:
-      return CpuUpdate<UpdateRule::kNesterovMomentum>(h, g, w, s0, s1, n);
-    case UpdateRule::kAdagradV2:
-      return CpuUpdate<UpdateRule::kAdagradV2>(h, g, w, s0, s1, n);
-    case UpdateRule::kAdam:
-      return CpuUpdate<UpdateRule::kAdam>(h, g, w, s0, s1, n);
-    case UpdateRule::kRMSProp:
-      return CpuUpdate<UpdateRule::kRMSProp>(h, g, w, s0, s1, n);
-  }
+  DispatchUpdateRule(
+      rule, [&](auto r) { CpuUpdate<decltype(r)::value>(h, g, w, s0, s1, n); });
 }
 
 // Defined, floating, one dtype, one device and one shape.
