@@ -15,6 +15,9 @@ constexpr ActivationDef kActivations[] = {
     {"relu", ops::Relu, true},
     {"tanh", ops::Tanh, true},
     {"sigmoid", ops::Sigmoid, true},
+    // Not monotone (a dip below 0): never pooled inside a conv layer.
+    {"gelu", [](const Tensor& x) { return ops::Gelu(x, false); }, false},
+    {"gelu_tanh", [](const Tensor& x) { return ops::Gelu(x, true); }, false},
     // Over the last axis, as Keras; not elementwise.
     {"softmax", ops::Softmax, false},
 };

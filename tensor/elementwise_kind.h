@@ -20,6 +20,8 @@ enum class UnaryKind : uint8_t {
   kRelu,
   kSigmoid,
   kTanh,
+  kGelu,      // x * Phi(x), Phi the standard normal CDF (erf form)
+  kGeluTanh,  // the tanh approximation of Gelu
 };
 
 // Binary functions of two same-shaped operands. The *Grad kinds take
@@ -29,9 +31,11 @@ enum class BinaryKind : uint8_t {
   kSub,
   kMul,
   kDiv,
-  kReluGrad,     // g * (y > 0)
-  kSigmoidGrad,  // g * y * (1 - y)
-  kTanhGrad,     // g * (1 - y^2)
+  kReluGrad,      // g * (y > 0)
+  kSigmoidGrad,   // g * y * (1 - y)
+  kTanhGrad,      // g * (1 - y^2)
+  kGeluGrad,      // (g, x) -> g * Gelu'(x)
+  kGeluTanhGrad,  // (g, x) -> g * GeluTanh'(x)
 };
 
 // Device code calls CUDA's overloads of the C math functions; host code
@@ -61,6 +65,12 @@ MT_HOST_DEVICE inline T ApplyUnary(UnaryKind kind, T x) {
       return T(1) / (T(1) + MT_MATH(exp)(-x));
     case UnaryKind::kTanh:
       return MT_MATH(tanh)(x);
+    case UnaryKind::kGelu:
+      return T(0.5) * x * (T(1) + MT_MATH(erf)(x * T(0.7071067811865476)));
+    case UnaryKind::kGeluTanh: {
+      const T u = T(0.7978845608028654) * (x + T(0.044715) * x * x * x);
+      return T(0.5) * x * (T(1) + MT_MATH(tanh)(u));
+    }
   }
   return x;
 }
@@ -82,6 +92,18 @@ MT_HOST_DEVICE inline T ApplyBinary(BinaryKind kind, T a, T b) {
       return a * b * (T(1) - b);
     case BinaryKind::kTanhGrad:
       return a * (T(1) - b * b);
+    case BinaryKind::kGeluGrad: {
+      // Phi(x) + x * phi(x), phi the standard normal density.
+      const T cdf = T(0.5) * (T(1) + MT_MATH(erf)(b * T(0.7071067811865476)));
+      const T pdf = T(0.3989422804014327) * MT_MATH(exp)(T(-0.5) * b * b);
+      return a * (cdf + b * pdf);
+    }
+    case BinaryKind::kGeluTanhGrad: {
+      const T c = T(0.7978845608028654);
+      const T t = MT_MATH(tanh)(c * (b + T(0.044715) * b * b * b));
+      return a * (T(0.5) * (T(1) + t) + T(0.5) * b * (T(1) - t * t) * c *
+                                            (T(1) + T(3 * 0.044715) * b * b));
+    }
   }
   return a;
 }

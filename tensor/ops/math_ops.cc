@@ -26,6 +26,7 @@ MT_DECLARE_OP(kSquareOp);
 MT_DECLARE_OP(kReluOp);
 MT_DECLARE_OP(kSigmoidOp);
 MT_DECLARE_OP(kTanhOp);
+MT_DECLARE_OP(kGeluOp);
 }  // namespace
 namespace {
 
@@ -140,6 +141,10 @@ void CpuBinary(BinaryKind kind, const Tensor& a, const Tensor& b, Tensor& out) {
       return CpuBinaryOf<T, BinaryKind::kSigmoidGrad>(a, b, out);
     case BinaryKind::kTanhGrad:
       return CpuBinaryOf<T, BinaryKind::kTanhGrad>(a, b, out);
+    case BinaryKind::kGeluGrad:
+      return CpuBinaryOf<T, BinaryKind::kGeluGrad>(a, b, out);
+    case BinaryKind::kGeluTanhGrad:
+      return CpuBinaryOf<T, BinaryKind::kGeluTanhGrad>(a, b, out);
   }
 }
 
@@ -161,6 +166,9 @@ const OpDef& UnaryOp(UnaryKind kind) {
       return kSigmoidOp;
     case UnaryKind::kTanh:
       return kTanhOp;
+    case UnaryKind::kGelu:
+    case UnaryKind::kGeluTanh:
+      return kGeluOp;
   }
   return kNegOp;
 }
@@ -298,6 +306,14 @@ absl::StatusOr<Tensor> Sigmoid(const Tensor& x) {
 absl::StatusOr<Tensor> Tanh(const Tensor& x) {
   return RecordedUnary(UnaryKind::kTanh, x);
 }
+absl::StatusOr<Tensor> Gelu(const Tensor& x, bool approximate) {
+  MT_ASSIGN_OR_RETURN(
+      Tensor y,
+      internal::UnaryKernel(
+          "Gelu", approximate ? UnaryKind::kGeluTanh : UnaryKind::kGelu, x));
+  tape::RecordOperation(kGeluOp, {x}, {y}, approximate);
+  return y;
+}
 
 // ---------------------------------------------------------------- gradients
 
@@ -397,6 +413,18 @@ absl::Status ActivationGrad(const OpRecord& rec, absl::Span<const Tensor> g,
 MT_OP(kReluOp, "Relu", ActivationGrad<BinaryKind::kReluGrad>);
 MT_OP(kSigmoidOp, "Sigmoid", ActivationGrad<BinaryKind::kSigmoidGrad>);
 MT_OP(kTanhOp, "Tanh", ActivationGrad<BinaryKind::kTanhGrad>);
+// Gelu's derivative needs x, not y: one fused kernel of (g, x).
+MT_OP(kGeluOp, "Gelu",
+      [](const OpRecord& rec, auto g, auto, Grads* grads) -> absl::Status {
+        const bool approximate = std::any_cast<bool>(rec.attrs);
+        MT_ASSIGN_OR_RETURN(
+            (*grads)[0],
+            internal::BinaryKernel(
+                "GeluGrad",
+                approximate ? BinaryKind::kGeluTanhGrad : BinaryKind::kGeluGrad,
+                g[0], rec.inputs[0]));
+        return absl::OkStatus();
+      });
 
 }  // namespace
 }  // namespace mirrortrain::ops

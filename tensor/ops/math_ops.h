@@ -30,6 +30,9 @@ absl::StatusOr<Tensor> Square(const Tensor& x);
 absl::StatusOr<Tensor> Relu(const Tensor& x);
 absl::StatusOr<Tensor> Sigmoid(const Tensor& x);
 absl::StatusOr<Tensor> Tanh(const Tensor& x);
+// x * Phi(x) with Phi the standard normal CDF (TensorFlow's gelu); with
+// `approximate`, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+absl::StatusOr<Tensor> Gelu(const Tensor& x, bool approximate = false);
 
 // The broadcast result shape of a and b, or an error naming `op`.
 absl::StatusOr<Shape> BroadcastShape(const char* op, const Tensor& a,

@@ -88,6 +88,15 @@ const std::vector<OpRow>& Rows() {
       {"Relu", Unary(ops::Relu), Args(Rand({3, 4}))},
       {"Sigmoid", Unary(ops::Sigmoid), Args(Rand({3, 4}, -3, 3))},
       {"Tanh", Unary(ops::Tanh), Args(Rand({3, 4}, -2, 2))},
+      {"Gelu",
+       [](const Inputs& in) -> absl::StatusOr<Tensor> {
+         // Both forms in one output, so both gradients are checked.
+         auto exact = ops::Gelu(in[0], false);
+         auto approximate = ops::Gelu(in[0], true);
+         if (!exact.ok() || !approximate.ok()) return exact.status();
+         return ops::Concat({*exact, *approximate}, 0);
+       },
+       Args(Rand({3, 4}, -3, 3))},
       {"MatMul", [](const Inputs& in) { return ops::MatMul(in[0], in[1]); },
        Args(Rand({3, 4}), Rand({4, 5}))},
       {"BiasAdd", [](const Inputs& in) { return ops::BiasAdd(in[0], in[1]); },
