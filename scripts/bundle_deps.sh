@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR="${1:-deps-bundle}"
 PACKAGES=(
-  libabsl-dev libabsl20220623 libyaml-cpp-dev libyaml-cpp0.7
+  libabsl-dev libabsl20220623 libyaml-cpp-dev libyaml-cpp0.7 nlohmann-json3-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev libbenchmark1debian
   libopenblas-dev libopenblas0 libopenblas-pthread-dev libopenblas0-pthread
   libgfortran5 dataset-fashion-mnist

@@ -15,8 +15,8 @@ fi
 
 PACKAGES=(
   g++ cmake ninja-build pkg-config
-  libabsl-dev libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libopenblas-dev zlib1g-dev dataset-fashion-mnist
+  libabsl-dev libyaml-cpp-dev nlohmann-json3-dev libgtest-dev libgmock-dev
+  libbenchmark-dev libopenblas-dev zlib1g-dev dataset-fashion-mnist
 )
 
 CMAKE_ARGS=()
@@ -28,6 +28,8 @@ if [[ -n "$OFFLINE" ]]; then
     -DCMAKE_PREFIX_PATH="$ROOT/usr"
     -Dabsl_DIR="$LIB/cmake/absl" -Dyaml-cpp_DIR="$LIB/cmake/yaml-cpp"
     -DGTest_DIR="$LIB/cmake/GTest" -Dbenchmark_DIR="$LIB/cmake/benchmark"
+    # Header-only, so its CMake package lives under share/, not lib/.
+    -Dnlohmann_json_DIR="$ROOT/usr/share/cmake/nlohmann_json"
     -DMT_DEPS_ROOT="$ROOT"
     # DT_RPATH (not RUNPATH) also serves the libraries' own dependencies
     # (libopenblas -> libgfortran), so nothing needs LD_LIBRARY_PATH.

@@ -8,9 +8,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/status_macros.h"
-#include "trainer/checkpoint/json.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/config.h"
 #include "trainer/metrics_logger.h"
@@ -236,12 +236,16 @@ int Eval(int argc, char** argv) {
   }
   absl::StatusOr<EvalResult> result = (*trainer)->Evaluate(weights == "ema");
   if (!result.ok()) return Fail(result.status());
+  // A path need not be UTF-8: `replace` writes U+FFFD for a bad byte where
+  // dump() would otherwise throw.
+  const std::string checkpoint =
+      nlohmann::json((*trainer)->restored_from())
+          .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   std::printf(
       "{\"checkpoint\": %s, \"step\": %lld, \"weights\": \"%s\", "
       "\"examples\": %lld, \"loss\": %s, \"accuracy\": %s}\n",
-      JsonValue::String((*trainer)->restored_from()).Serialize().c_str(),
-      static_cast<long long>((*trainer)->global_step()), weights.c_str(),
-      static_cast<long long>(result->examples),
+      checkpoint.c_str(), static_cast<long long>((*trainer)->global_step()),
+      weights.c_str(), static_cast<long long>(result->examples),
       FormatJsonNumber(result->loss).c_str(),
       FormatJsonNumber(result->accuracy).c_str());
   return kExitOk;

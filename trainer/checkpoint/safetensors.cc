@@ -12,15 +12,21 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
 #include "tensor/status_macros.h"
 #include "trainer/checkpoint/atomic_file.h"
-#include "trainer/checkpoint/json.h"
 
 namespace mirrortrain::trainer {
 namespace {
+
+using ::nlohmann::json;
+using ::nlohmann::ordered_json;
 
 // The format is little-endian; tensors are written and read with memcpy.
 static_assert(std::endian::native == std::endian::little,
@@ -31,6 +37,9 @@ constexpr size_t kHeaderLengthBytes = 8;
 // The reference writer aligns the data to 8 bytes so it can be mapped and
 // viewed in place as any dtype.
 constexpr size_t kDataAlignment = 8;
+// A valid header nests two levels deep. nlohmann's parser does not recurse,
+// but dump() (error messages) does, so a hostile header is refused early.
+constexpr size_t kMaxJsonDepth = 256;
 
 absl::Status InvalidFile(absl::string_view path, absl::string_view reason) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", reason));
@@ -71,22 +80,171 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   return contents;
 }
 
+// Whether nlohmann's serializer accepts `s`: well-formed UTF-8 (RFC 3629: no
+// overlong forms, surrogates or code points past U+10FFFF). Checked per
+// string so that the error names the entry and the final dump() cannot
+// throw.
+bool IsValidUtf8(const std::string& s) {
+  try {
+    (void)json(s).dump();
+    return true;
+  } catch (const json::type_error&) {
+    return false;
+  }
+}
+
+// The JSON type for error messages. Integers are named apart from other
+// numbers because only they are accepted.
+absl::string_view KindName(const json& value) {
+  return value.is_number_integer() ? "integer" : value.type_name();
+}
+
+// nlohmann's message without its "[json.exception.<kind>.<id>] " prefix and,
+// for a parse error, without "parse error at line L, column C: " (the byte
+// offset is reported instead, as the rest of the file's errors do).
+absl::string_view ExceptionReason(const json::exception& e) {
+  absl::string_view what = e.what();
+  if (const size_t end = what.find("] "); end != absl::string_view::npos) {
+    what.remove_prefix(end + 2);
+  }
+  if (absl::StartsWith(what, "parse error")) {
+    if (const size_t colon = what.find(": ");
+        colon != absl::string_view::npos) {
+      what.remove_prefix(colon + 2);
+    }
+  }
+  return what;
+}
+
+// The checks nlohmann's parser leaves out, as a SAX handler for a first pass
+// that builds nothing: duplicate keys (nlohmann keeps the last one silently,
+// so a repeated tensor name would hide a tensor) and nesting deeper than
+// kMaxJsonDepth. Also records the root's keys in file order. A SAX pass
+// rather than a parser callback: nlohmann's callback parser rescans an
+// object each time a member object ends, quadratic in the tensor count.
+class HeaderChecker : public nlohmann::json_sax<json> {
+ public:
+  // Why parsing stopped; empty if it did not.
+  const std::string& problem() const { return problem_; }
+  std::vector<std::string> TakeRootKeys() { return std::move(root_keys_); }
+
+  bool null() override { return Value(); }
+  bool boolean(bool) override { return Value(); }
+  bool number_integer(number_integer_t) override { return Value(); }
+  bool number_unsigned(number_unsigned_t) override { return Value(); }
+  bool number_float(number_float_t, const string_t&) override {
+    return Value();
+  }
+  bool string(string_t&) override { return Value(); }
+  bool binary(binary_t&) override { return Value(); }
+  bool start_object(std::size_t) override { return StartContainer(); }
+  bool key(string_t& key) override {
+    if (!open_keys_.back().insert(key).second) {
+      problem_ = absl::StrCat("JSON parse error: duplicate key \"", key, "\"");
+      return false;
+    }
+    if (open_keys_.size() == 1) root_keys_.push_back(key);
+    return true;
+  }
+  bool end_object() override { return EndContainer(); }
+  bool start_array(std::size_t) override { return StartContainer(); }
+  bool end_array() override { return EndContainer(); }
+  bool parse_error(std::size_t position, const std::string&,
+                   const json::exception& e) override {
+    // `position` counts the bytes read, the offending one included.
+    problem_ =
+        absl::StrCat("JSON parse error at byte ",
+                     position > 0 ? position - 1 : 0, ": ", ExceptionReason(e));
+    return false;
+  }
+
+ private:
+  // Called for every value, containers included; it lies at depth
+  // open_keys_.size().
+  bool Value() {
+    if (open_keys_.size() > kMaxJsonDepth) {
+      problem_ =
+          absl::StrCat("JSON parse error: nesting deeper than ", kMaxJsonDepth);
+      return false;
+    }
+    return true;
+  }
+  bool StartContainer() {
+    if (!Value()) return false;
+    open_keys_.emplace_back();
+    return true;
+  }
+  bool EndContainer() {
+    open_keys_.pop_back();
+    return true;
+  }
+
+  // The keys of each open container, outermost first (empty for arrays).
+  std::vector<absl::flat_hash_set<std::string>> open_keys_;
+  std::vector<std::string> root_keys_;
+  std::string problem_;
+};
+
+struct ParsedHeader {
+  json root;
+  // The root object's keys in file order: json sorts its keys, and
+  // ordered_json finds them by linear search, which a hostile header with
+  // millions of keys would make quadratic.
+  std::vector<std::string> root_keys;
+};
+
+// Parses the header strictly. nlohmann itself refuses what is not strict
+// JSON: invalid UTF-8, unpaired surrogates, raw control characters, leading
+// zeros, trailing text, comments, NaN; HeaderChecker adds duplicate keys and
+// the depth limit. Numbers with a fraction or exponent parse, and are refused
+// where integers are expected (NonNegativeIntegers). Errors are
+// InvalidArgument "JSON parse error at byte <offset>: <reason>" ("JSON parse
+// error: <reason>" for HeaderChecker's own checks). Throws nothing: neither
+// sax_parse nor parse with allow_exceptions=false does.
+absl::StatusOr<ParsedHeader> ParseHeader(absl::string_view text) {
+  HeaderChecker checker;
+  if (!json::sax_parse(text.begin(), text.end(), &checker)) {
+    return absl::InvalidArgumentError(checker.problem());
+  }
+  ParsedHeader parsed;
+  parsed.root = json::parse(text.begin(), text.end(), /*cb=*/nullptr,
+                            /*allow_exceptions=*/false);
+  if (parsed.root.is_discarded()) {  // Not after the first pass succeeded.
+    return absl::InvalidArgumentError("JSON parse error");
+  }
+  parsed.root_keys = checker.TakeRootKeys();
+  return parsed;
+}
+
 // A non-negative integer array (shape or data_offsets) from the header.
 absl::StatusOr<std::vector<int64_t>> NonNegativeIntegers(
-    const JsonValue& value, absl::string_view what) {
+    const json& value, absl::string_view what) {
   if (!value.is_array()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " is a ", JsonValue::KindName(value.kind()),
-                     ", not an array of integers"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " is a ", KindName(value), ", not an array of integers"));
   }
   std::vector<int64_t> out;
-  out.reserve(value.array().size());
-  for (const JsonValue& element : value.array()) {
-    if (!element.is_integer() || element.integer_value() < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " must hold non-negative integers, got ", element.Serialize()));
+  out.reserve(value.size());
+  for (const json& element : value) {
+    // nlohmann reads 8.0, 8e0 and integers of 2^64 or more as doubles:
+    // refused rather than rounded into a byte offset.
+    if (element.is_number_float()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " must hold integers, got ", element.dump(),
+                       " (a number with a fraction or exponent, or of 2^64 "
+                       "or more)"));
     }
-    out.push_back(element.integer_value());
+    if (element.is_number_unsigned() &&
+        element.get<uint64_t>() >
+            static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " must hold integers below 2^63, got ", element.dump()));
+    }
+    if (!element.is_number_integer() || element.get<int64_t>() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " must hold non-negative integers, got ", element.dump()));
+    }
+    out.push_back(element.get<int64_t>());
   }
   return out;
 }
@@ -120,17 +278,19 @@ absl::Status WriteSafetensors(
     const std::string& path, absl::Span<const NamedTensor> tensors,
     const std::map<std::string, std::string>& metadata) {
   // Validate everything before creating the temporary file.
-  JsonValue header = JsonValue::MakeObject();
+  // ordered_json: members are written in insertion order, as the reference
+  // writer does (metadata first, then the tensors in the order given).
+  ordered_json header = ordered_json::object();
   if (!metadata.empty()) {
-    JsonValue meta = JsonValue::MakeObject();
+    ordered_json meta = ordered_json::object();
     for (const auto& [key, value] : metadata) {
       if (!IsValidUtf8(key) || !IsValidUtf8(value)) {
         return InvalidFile(path, absl::StrCat("metadata entry '", key,
                                               "' is not valid UTF-8"));
       }
-      meta.Add(key, JsonValue::String(value));
+      meta[key] = value;
     }
-    header.Add(std::string(kMetadataKey), std::move(meta));
+    header[std::string(kMetadataKey)] = std::move(meta);
   }
   std::set<absl::string_view> seen;
   int64_t offset = 0;
@@ -147,20 +307,19 @@ absl::Status WriteSafetensors(
       return InvalidFile(path,
                          absl::StrCat("tensor '", t.name, "' is undefined"));
     }
-    JsonValue shape = JsonValue::MakeArray();
-    for (int64_t d : t.tensor.shape()) shape.Append(JsonValue::Integer(d));
+    ordered_json shape = ordered_json::array();
+    for (int64_t d : t.tensor.shape()) shape.push_back(d);
     const int64_t end = offset + static_cast<int64_t>(t.tensor.bytes());
-    JsonValue entry = JsonValue::MakeObject();
-    entry.Add(
-        "dtype",
-        JsonValue::String(std::string(SafetensorsDTypeName(t.tensor.dtype()))));
-    entry.Add("shape", std::move(shape));
-    entry.Add("data_offsets", JsonValue::MakeArray({JsonValue::Integer(offset),
-                                                    JsonValue::Integer(end)}));
-    header.Add(t.name, std::move(entry));
+    ordered_json entry = ordered_json::object();
+    entry["dtype"] = std::string(SafetensorsDTypeName(t.tensor.dtype()));
+    entry["shape"] = std::move(shape);
+    entry["data_offsets"] = ordered_json::array({offset, end});
+    header[t.name] = std::move(entry);
     offset = end;
   }
-  std::string header_text = header.Serialize();
+  // Compact, UTF-8 kept as is: the bytes the reference writer produces. Every
+  // string was checked above, so dump() cannot throw.
+  std::string header_text = header.dump();
   header_text.append(
       (kDataAlignment - header_text.size() % kDataAlignment) % kDataAlignment,
       ' ');
@@ -215,72 +374,70 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   file.data_start_ = kHeaderLengthBytes + static_cast<size_t>(header_length);
   const size_t data_size = contents.size() - file.data_start_;
 
-  absl::StatusOr<JsonValue> parsed =
-      ParseJson(absl::string_view(contents).substr(
+  absl::StatusOr<ParsedHeader> parsed =
+      ParseHeader(absl::string_view(contents).substr(
           kHeaderLengthBytes, static_cast<size_t>(header_length)));
   if (!parsed.ok()) {
     return InvalidFile(path, absl::StrCat("header is not valid JSON (",
                                           parsed.status().message(), ")"));
   }
-  const JsonValue& header = *parsed;
+  const json& header = parsed->root;
   if (!header.is_object()) {
-    return InvalidFile(path, absl::StrCat("header is a JSON ",
-                                          JsonValue::KindName(header.kind()),
+    return InvalidFile(path, absl::StrCat("header is a JSON ", KindName(header),
                                           ", not an object"));
   }
 
-  for (const auto& [name, value] : header.object()) {
+  for (const std::string& name : parsed->root_keys) {
+    // at() cannot throw: root_keys are exactly the root's keys.
+    const json& value = header.at(name);
     if (name == kMetadataKey) {
       if (!value.is_object()) {
         return InvalidFile(path, "__metadata__ is not an object");
       }
-      for (const auto& [key, meta_value] : value.object()) {
-        if (!meta_value.is_string()) {
+      for (auto it = value.begin(); it != value.end(); ++it) {
+        if (!it->is_string()) {
           return InvalidFile(
-              path, absl::StrCat("__metadata__ value for '", key, "' is a ",
-                                 JsonValue::KindName(meta_value.kind()),
-                                 ", not a string"));
+              path, absl::StrCat("__metadata__ value for '", it.key(),
+                                 "' is a ", KindName(*it), ", not a string"));
         }
-        file.metadata_[key] = meta_value.string_value();
+        file.metadata_[it.key()] = it->get<std::string>();
       }
       continue;
     }
     const std::string where = absl::StrCat("tensor '", name, "'");
     if (!value.is_object()) {
-      return InvalidFile(path, absl::StrCat(where, ": entry is a ",
-                                            JsonValue::KindName(value.kind()),
-                                            ", not an object"));
+      return InvalidFile(path,
+                         absl::StrCat(where, ": entry is a ", KindName(value),
+                                      ", not an object"));
     }
-    for (const auto& member : value.object()) {
-      if (member.first != "dtype" && member.first != "shape" &&
-          member.first != "data_offsets") {
+    for (auto it = value.begin(); it != value.end(); ++it) {
+      if (it.key() != "dtype" && it.key() != "shape" &&
+          it.key() != "data_offsets") {
         return InvalidFile(
-            path, absl::StrCat(where, ": unexpected key '", member.first, "'"));
+            path, absl::StrCat(where, ": unexpected key '", it.key(), "'"));
       }
     }
-    const JsonValue* dtype_json = value.Find("dtype");
-    const JsonValue* shape_json = value.Find("shape");
-    const JsonValue* offsets_json = value.Find("data_offsets");
-    for (const auto& [key, found] :
-         {std::pair{"dtype", dtype_json}, std::pair{"shape", shape_json},
-          std::pair{"data_offsets", offsets_json}}) {
-      if (found == nullptr) {
+    for (const char* key : {"dtype", "shape", "data_offsets"}) {
+      if (!value.contains(key)) {
         return InvalidFile(path, absl::StrCat(where, ": missing '", key, "'"));
       }
     }
-    if (!dtype_json->is_string()) {
+    const json& dtype_json = value.at("dtype");
+    const json& shape_json = value.at("shape");
+    const json& offsets_json = value.at("data_offsets");
+    if (!dtype_json.is_string()) {
       return InvalidFile(path, absl::StrCat(where, ": dtype is not a string"));
     }
-    absl::StatusOr<DType> dtype =
-        ParseSafetensorsDType(dtype_json->string_value());
+    const std::string& dtype_name = dtype_json.get_ref<const std::string&>();
+    absl::StatusOr<DType> dtype = ParseSafetensorsDType(dtype_name);
     if (!dtype.ok()) {
       return InvalidFile(path,
                          absl::StrCat(where, ": ", dtype.status().message()));
     }
     absl::StatusOr<std::vector<int64_t>> shape =
-        NonNegativeIntegers(*shape_json, "shape");
+        NonNegativeIntegers(shape_json, "shape");
     absl::StatusOr<std::vector<int64_t>> offsets =
-        NonNegativeIntegers(*offsets_json, "data_offsets");
+        NonNegativeIntegers(offsets_json, "data_offsets");
     for (const absl::Status& s : {shape.status(), offsets.status()}) {
       if (!s.ok()) {
         return InvalidFile(path, absl::StrCat(where, ": ", s.message()));
@@ -288,9 +445,8 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     }
     if (offsets->size() != 2 || (*offsets)[0] > (*offsets)[1]) {
       return InvalidFile(
-          path,
-          absl::StrCat(where, ": data_offsets ", offsets_json->Serialize(),
-                       " is not [begin, end] with begin <= end"));
+          path, absl::StrCat(where, ": data_offsets ", offsets_json.dump(),
+                             " is not [begin, end] with begin <= end"));
     }
     // Byte size with overflow checks: a hostile shape must not wrap around
     // to a size that happens to match the offsets.
@@ -304,19 +460,18 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     const uint64_t end = static_cast<uint64_t>((*offsets)[1]);
     if (overflow || end - begin != expected_bytes) {
       return InvalidFile(
-          path, absl::StrCat(where, ": data_offsets ",
-                             offsets_json->Serialize(), " span ", end - begin,
-                             " bytes but dtype ", dtype_json->string_value(),
-                             " and shape ", ShapeToString(*shape), " need ",
-                             overflow ? std::string("more than 2^64")
-                                      : absl::StrCat(expected_bytes)));
+          path,
+          absl::StrCat(where, ": data_offsets ", offsets_json.dump(), " span ",
+                       end - begin, " bytes but dtype ", dtype_name,
+                       " and shape ", ShapeToString(*shape), " need ",
+                       overflow ? std::string("more than 2^64")
+                                : absl::StrCat(expected_bytes)));
     }
     if (end > data_size) {
       return TruncatedFile(
-          path,
-          absl::StrCat(where, ": data_offsets ", offsets_json->Serialize(),
-                       " run past the end of the ", data_size,
-                       "-byte data section (truncated file?)"));
+          path, absl::StrCat(where, ": data_offsets ", offsets_json.dump(),
+                             " run past the end of the ", data_size,
+                             "-byte data section (truncated file?)"));
     }
     file.index_[name] = file.entries_.size();
     file.entries_.push_back(Entry{name, Info{*dtype, *std::move(shape)},

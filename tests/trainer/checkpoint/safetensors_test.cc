@@ -1,6 +1,6 @@
-// JsonValue parse/serialize, and safetensors write/read: round trips,
-// header layout, every malformed-file case, atomicity, and interop with a
-// file written by the Python `safetensors` package
+// safetensors write/read: round trips, header layout and bytes, the strict
+// reading of the JSON header, every malformed-file case, atomicity, and
+// interop with a file written by the Python `safetensors` package
 // (scripts/golden/safetensors_interop.py).
 //
 // Set MT_SAFETENSORS_TEST_KEEP_DIR=<dir> to have RoundTripEveryDtype keep its
@@ -27,7 +27,6 @@
 #include "gtest/gtest.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tests/test_util.h"
-#include "trainer/checkpoint/json.h"
 
 namespace mirrortrain::trainer {
 namespace {
@@ -36,88 +35,6 @@ namespace fs = std::filesystem;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-
-// --- JSON ------------------------------------------------------------------
-
-TEST(JsonTest, RoundTripKeepsMemberOrder) {
-  const std::string text =
-      R"({"z":1,"a":[1,-2,[]],"m":{"k":"v","e":{}},"t":true,"f":false,"n":null})";
-  absl::StatusOr<JsonValue> v = ParseJson(text);
-  ASSERT_TRUE(v.ok()) << v.status();
-  ASSERT_TRUE(v->is_object());
-  ASSERT_EQ(v->object().size(), 6u);
-  EXPECT_EQ(v->object()[0].first, "z");
-  EXPECT_EQ(v->object()[1].first, "a");
-  EXPECT_EQ(v->Find("a")->array()[1].integer_value(), -2);
-  EXPECT_EQ(v->Find("m")->Find("k")->string_value(), "v");
-  EXPECT_TRUE(v->Find("t")->bool_value());
-  EXPECT_TRUE(v->Find("n")->is_null());
-  EXPECT_EQ(v->Find("missing"), nullptr);
-  EXPECT_EQ(v->Serialize(), text);
-}
-
-TEST(JsonTest, WhitespaceAndIntegerExtremes) {
-  absl::StatusOr<JsonValue> v = ParseJson(
-      " \t\n[ -9223372036854775808 , 9223372036854775807, 0, -0 ]\r\n");
-  ASSERT_TRUE(v.ok()) << v.status();
-  EXPECT_EQ(v->array()[0].integer_value(), std::numeric_limits<int64_t>::min());
-  EXPECT_EQ(v->array()[1].integer_value(), std::numeric_limits<int64_t>::max());
-  EXPECT_EQ(v->Serialize(), "[-9223372036854775808,9223372036854775807,0,0]");
-}
-
-TEST(JsonTest, StringEscapesAndUnicode) {
-  absl::StatusOr<JsonValue> v =
-      ParseJson(R"("q\" b\\ s\/ \b\f\n\r\t \u00e9 \ud83d\ude00 raw é")");
-  ASSERT_TRUE(v.ok()) << v.status();
-  EXPECT_EQ(v->string_value(),
-            "q\" b\\ s/ \b\f\n\r\t \xC3\xA9 \xF0\x9F\x98\x80 raw \xC3\xA9");
-  // Serialize escapes what JSON requires and keeps UTF-8 as is.
-  EXPECT_EQ(
-      JsonValue::String(std::string("a\"\\\n\x01\xC3\xA9", 7)).Serialize(),
-      "\"a\\\"\\\\\\n\\u0001\xC3\xA9\"");
-  absl::StatusOr<JsonValue> back = ParseJson(v->Serialize());
-  ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(back->string_value(), v->string_value());
-}
-
-TEST(JsonTest, ErrorsGiveByteOffsets) {
-  const std::vector<std::pair<std::string, std::string>> cases = {
-      {"", "at byte 0: unexpected end of input"},
-      {R"({"a":1,})", "at byte 7: expected a string key"},
-      {"[1,]", "at byte 3: unexpected character ']'"},
-      {"[1 2]", "at byte 3: expected ',' or ']'"},
-      {"1.5", "at byte 0: non-integer numbers are not supported"},
-      {"[1e3]", "at byte 1: non-integer numbers are not supported"},
-      {"012", "at byte 0: leading zeros"},
-      {"9223372036854775808", "at byte 0: integer out of the 64-bit"},
-      {"-", "at byte 1: expected a digit"},
-      {R"({"a":1,"a":2})", "at byte 7: duplicate key \"a\""},
-      {R"("abc)", "at byte 4: unterminated string"},
-      {"\"a\nb\"", "at byte 2: unescaped control character"},
-      {"\"\xC3\"", "at byte 1: invalid UTF-8"},
-      {"\"\xED\xA0\x80\"", "at byte 1: invalid UTF-8"},  // Raw surrogate.
-      {R"("\x")", "at byte 1: invalid escape"},
-      {R"("\ud800")", "at byte 1: unpaired high surrogate"},
-      {R"("\udc00")", "at byte 1: unpaired low surrogate"},
-      {R"("\u12G4")", "at byte 5: invalid hex digit"},
-      {"{} {}", "at byte 3: unexpected characters after"},
-      {"nul", "at byte 0: unexpected character 'n'"},
-      {std::string(300, '['), "nesting deeper than 256"},
-  };
-  for (const auto& [text, expected] : cases) {
-    absl::StatusOr<JsonValue> v = ParseJson(text);
-    ASSERT_FALSE(v.ok()) << text;
-    EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument) << text;
-    EXPECT_THAT(std::string(v.status().message()), HasSubstr(expected)) << text;
-  }
-}
-
-TEST(JsonTest, IsValidUtf8) {
-  EXPECT_TRUE(IsValidUtf8("plain \xC3\xA9 \xF0\x9F\x98\x80"));
-  EXPECT_FALSE(IsValidUtf8("\xC0\xAF"));          // Overlong '/'.
-  EXPECT_FALSE(IsValidUtf8("\xF4\x90\x80\x80"));  // Above U+10FFFF.
-  EXPECT_FALSE(IsValidUtf8("\xE2\x82"));          // Truncated.
-}
 
 // --- safetensors -----------------------------------------------------------
 
@@ -260,6 +177,52 @@ TEST_F(SafetensorsTest, HeaderIsPaddedSoDataIsEightByteAligned) {
   }
 }
 
+TEST_F(SafetensorsTest, HeaderBytesEscapeOnlyWhatJsonRequires) {
+  // Compact JSON, members in the order written (metadata first, sorted by
+  // key, then the tensors as given), only '"', '\\' and control characters
+  // escaped, UTF-8 kept as is.
+  const std::string path = Path("escapes.safetensors");
+  const std::string odd = "a\"\\/\n\t\x01\x1f\x7f\xC3\xA9\xF0\x9F\x98\x80";
+  ASSERT_TRUE(
+      WriteSafetensors(path,
+                       {{"z", Tensor::Scalar<float>(1.f)},
+                        {odd, Tensor::FromVector<int64_t>({1, 2}, {1, 2})}},
+                       {{"step", "7"}, {"note", odd}})
+          .ok());
+  const std::string bytes = testing::ReadFile(path);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  const std::string escaped =
+      "a\\\"\\\\/\\n\\t\\u0001\\u001f\x7f\xC3\xA9\xF0\x9F\x98\x80";
+  const std::string json =
+      R"({"__metadata__":{"note":")" + escaped + R"(","step":"7"},)" +
+      R"("z":{"dtype":"F32","shape":[],"data_offsets":[0,4]},")" + escaped +
+      R"(":{"dtype":"I64","shape":[1,2],"data_offsets":[4,20]}})";
+  EXPECT_EQ(bytes.substr(8, n),
+            json + std::string((8 - json.size() % 8) % 8, ' '));
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_THAT(file->names(), ElementsAre("z", odd));
+  EXPECT_EQ(file->metadata().at("note"), odd);
+}
+
+TEST_F(SafetensorsTest, ReadsEscapesAndKeepsHeaderOrder) {
+  const std::string entry =
+      R"({"dtype":"F32","shape":[0],"data_offsets":[0,0]})";
+  const std::string path = WriteRawFile(
+      "order.safetensors",
+      R"( {"zeta":)" + entry + R"(, "alpha" : )" + entry +
+          R"(,"__metadata__":{"s":"q\" b\\ s\/ \b\f\n\r\t \u00e9 \ud83d\ude00 raw é"},)"
+          R"("m\u0069d":)" +
+          entry + "}\n\t",
+      "");
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_THAT(file->names(), ElementsAre("zeta", "alpha", "mid"));
+  EXPECT_EQ(file->metadata().at("s"),
+            "q\" b\\ s/ \b\f\n\r\t \xC3\xA9 \xF0\x9F\x98\x80 raw \xC3\xA9");
+}
+
 TEST_F(SafetensorsTest, EmptyFileListRoundTrips) {
   const std::string path = Path("nothing.safetensors");
   ASSERT_TRUE(WriteSafetensors(path, {}, {{"k", "v"}}).ok());
@@ -277,12 +240,21 @@ TEST_F(SafetensorsTest, WriteRejectsBadNamesAndCreatesNothing) {
       {{{"", t}}, "invalid tensor name ''"},
       {{{"__metadata__", t}}, "invalid tensor name '__metadata__'"},
       {{{"a", Tensor()}}, "tensor 'a' is undefined"},
+      {{{"\xC0\xAF", t}}, "invalid tensor name '\xC0\xAF'"},  // Overlong '/'.
   };
   for (const auto& [tensors, expected] : cases) {
     absl::Status s = WriteSafetensors(path, tensors, {});
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << expected;
     EXPECT_THAT(std::string(s.message()), HasSubstr(path));
     EXPECT_THAT(std::string(s.message()), HasSubstr(expected));
+  }
+  for (const std::string bad : {"\xF4\x90\x80\x80",  // Above U+10FFFF.
+                                "\xED\xA0\x80",      // A UTF-16 surrogate.
+                                "\xE2\x82"}) {       // Truncated.
+    absl::Status s = WriteSafetensors(path, {{"a", t}}, {{"k", bad}});
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr("metadata entry 'k' is not valid UTF-8"));
   }
   EXPECT_TRUE(DirEntries().empty());
 }
@@ -348,9 +320,9 @@ TEST_F(SafetensorsTest, RejectsMalformedFiles) {
       {"header length beyond the file", "{}", "", 1000,
        absl::StatusCode::kDataLoss, "header length 1000 exceeds the 2 bytes"},
       {"not JSON", "{nope}", "", -1, absl::StatusCode::kInvalidArgument,
-       "header is not valid JSON (JSON parse error at byte 1"},
+       "header is not valid JSON (JSON parse error at byte 2: syntax error"},
       {"not UTF-8", "{\"\xFF\":1}", "", -1, absl::StatusCode::kInvalidArgument,
-       "invalid UTF-8"},
+       "ill-formed UTF-8"},
       {"not an object", "[1,2]", "", -1, absl::StatusCode::kInvalidArgument,
        "header is a JSON array, not an object"},
       {"entry not an object", R"({"a":3})", "", -1,
@@ -427,6 +399,31 @@ TEST_F(SafetensorsTest, RejectsMalformedFiles) {
        absl::StatusCode::kInvalidArgument, "__metadata__ is not an object"},
       {"duplicate tensor", "{\"a\":{" + f32x2 + "},\"a\":{" + f32x2 + "}}",
        eight, -1, absl::StatusCode::kInvalidArgument, "duplicate key \"a\""},
+      {"duplicate entry key", "{\"a\":{" + f32x2 + R"(,"shape":[2]}})", eight,
+       -1, absl::StatusCode::kInvalidArgument, "duplicate key \"shape\""},
+      {"duplicate metadata key",
+       R"({"__metadata__":{"k":"1","k":"2"},"a":{)" + f32x2 + "}}", eight, -1,
+       absl::StatusCode::kInvalidArgument, "duplicate key \"k\""},
+      {"fraction in shape",
+       R"({"a":{"dtype":"F32","shape":[2.0],"data_offsets":[0,8]}})", eight, -1,
+       absl::StatusCode::kInvalidArgument,
+       "shape must hold integers, got 2.0 (a number with a fraction or "
+       "exponent"},
+      {"exponent in offsets",
+       R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8e0]}})", eight, -1,
+       absl::StatusCode::kInvalidArgument,
+       "data_offsets must hold integers, got 8.0"},
+      {"offset of 2^64",
+       R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,18446744073709551616]}})",
+       eight, -1, absl::StatusCode::kInvalidArgument,
+       "data_offsets must hold integers, got 1.8446744073709552e+19"},
+      {"dim of 2^63",
+       R"({"a":{"dtype":"F32","shape":[9223372036854775808],"data_offsets":[0,8]}})",
+       eight, -1, absl::StatusCode::kInvalidArgument,
+       "shape must hold integers below 2^63, got 9223372036854775808"},
+      {"entry a number", R"({"a":1.5})", "", -1,
+       absl::StatusCode::kInvalidArgument,
+       "tensor 'a': entry is a number, not an object"},
   };
   for (const BadFileCase& c : cases) {
     SCOPED_TRACE(c.label);
@@ -437,6 +434,49 @@ TEST_F(SafetensorsTest, RejectsMalformedFiles) {
     EXPECT_EQ(file.status().code(), c.code) << file.status();
     EXPECT_THAT(std::string(file.status().message()), StartsWith(path + ": "));
     EXPECT_THAT(std::string(file.status().message()), HasSubstr(c.reason));
+  }
+}
+
+TEST_F(SafetensorsTest, RejectsHeadersThatAreNotStrictJson) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"",
+       "JSON parse error at byte 0: syntax error while parsing value - "
+       "unexpected end of input"},
+      {"{} {}",
+       "JSON parse error at byte 3: syntax error while parsing value - "
+       "unexpected '{'; expected end of input"},
+      {R"({"a":1,})", "at byte 7: syntax error while parsing object key"},
+      {R"({"a":[1,]})", "at byte 8: syntax error while parsing value"},
+      {R"({"a":[01]})", "at byte 7: syntax error"},
+      {R"({"a":1e400})",
+       "JSON parse error at byte 9: number overflow parsing '1e400'"},
+      {R"({"a":NaN})", "at byte 5: syntax error"},
+      {R"({/* c */})", "at byte 1: syntax error"},
+      {"{\"a\nb\":1}", "control character U+000A (LF) must be escaped"},
+      {"{\"\xC0\xAF\":1}", "ill-formed UTF-8"},          // Overlong '/'.
+      {"{\"\xED\xA0\x80\":1}", "ill-formed UTF-8"},      // Raw surrogate.
+      {"{\"\xF4\x90\x80\x80\":1}", "ill-formed UTF-8"},  // Above U+10FFFF.
+      {"{\"\xE2\x82\":1}", "ill-formed UTF-8"},          // Truncated.
+      {R"({"\ud800":1})", "surrogate U+D800..U+DBFF must be followed"},
+      {R"({"\udc00":1})", "surrogate U+DC00..U+DFFF must follow"},
+      {R"({"\x":1})", "forbidden character after backslash"},
+      // The first problem in the text is the one reported.
+      {R"({"a":1,"a":2,})", "JSON parse error: duplicate key \"a\""},
+      {"{\"a\":" + std::string(257, '[') + std::string(257, ']') + "}",
+       "JSON parse error: nesting deeper than 256"},
+      {std::string(300, '['), "JSON parse error: nesting deeper than 256"},
+      // Depth 256 is parsed (and the entry then rejected).
+      {"{\"a\":" + std::string(256, '[') + std::string(256, ']') + "}",
+       "tensor 'a': entry is a array, not an object"},
+  };
+  for (const auto& [header, expected] : cases) {
+    SCOPED_TRACE(header.substr(0, 40));
+    const std::string path = WriteRawFile("bad.safetensors", header, "");
+    absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
+    ASSERT_FALSE(file.ok());
+    EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(file.status().message()), StartsWith(path + ": "));
+    EXPECT_THAT(std::string(file.status().message()), HasSubstr(expected));
   }
 }
 
