@@ -4,6 +4,9 @@
 #
 #   scripts/bench_cpu.sh              # mirrortrain vs PyTorch, MLP and CNN
 #   scripts/bench_cpu.sh --strategies # also one_device vs mirrored-1 vs mirrored-2
+#   scripts/bench_cpu.sh --baseline OLD_BINARY
+#                                     # this build against another mirrortrain,
+#                                     # runs interleaved (before/after a change)
 #
 # Needs python3 with torch (pip install torch) for the PyTorch column.
 set -euo pipefail
@@ -18,11 +21,12 @@ OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
 
 # samples/s of the last logged window (the first window includes warm-up).
+MT="${MT:-build/bin/mirrortrain}"
 mt_rate() {  # model steps log_every [extra --set args...]
   local model=$1 steps=$2 every=$3
   shift 3
   local dir="$OUT/$model-$RANDOM"
-  build/bin/mirrortrain train --config "configs/fashion_mnist_$model.yaml" \
+  "$MT" train --config "configs/fashion_mnist_$model.yaml" \
     --run_dir "$dir" --set data.name=synthetic --set data.test_examples=1000 \
     --set data.global_batch_size="$BATCH" --set train.steps="$steps" \
     --set train.log_every_steps="$every" --set train.eval_every_epochs=0 \
@@ -73,6 +77,25 @@ PY
     echo "$model: mirrortrain $mt samples/s (no torch for comparison)"
   fi
 done
+
+if [[ "${1:-}" == "--baseline" ]]; then
+  baseline="${2:?--baseline needs a mirrortrain binary}"
+  for model in mlp cnn; do
+    if [[ $model == mlp ]]; then steps=600; every=300; else steps=40; every=20; fi
+    old=() new=()
+    for ((i = 0; i < REPEAT; i++)); do  # interleaved: the VM's speed drifts
+      old+=("$(MT=$baseline mt_rate "$model" "$steps" "$every")")
+      new+=("$(mt_rate "$model" "$steps" "$every")")
+    done
+    python3 - "$model" "$(median "${old[@]}")" "$(median "${new[@]}")" "${old[*]}" "${new[*]}" <<'PY'
+import sys
+model, old, new = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+print(f"{model}: baseline {old} samples/s, this build {new} samples/s "
+      f"({100 * (new - old) / old:+.1f}%); runs: baseline {sys.argv[4]}, "
+      f"this build {sys.argv[5]}")
+PY
+  done
+fi
 
 if [[ "${1:-}" == "--strategies" ]]; then
   for model in mlp cnn; do
