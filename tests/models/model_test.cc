@@ -1,0 +1,169 @@
+// Models built from layer specs: Keras names, containers, repeat, presets
+// against their hand-written expansion, shape errors naming the path.
+#include "models/model.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "models/presets.h"
+#include "tensor/gradient_tape.h"
+#include "tensor/ops/reduction_ops.h"
+#include "tests/test_util.h"
+
+namespace mirrortrain::models {
+namespace {
+
+using ::testing::HasSubstr;
+using Values = std::vector<std::pair<std::string, ParamValue>>;
+
+LayerSpec Spec(const std::string& type, Values values = {},
+               std::vector<LayerSpec> layers = {}) {
+  absl::StatusOr<LayerSpec> spec = MakeLayerSpec(type, std::move(values));
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  spec->layers = std::move(layers);
+  spec->path = "model.layers[?]";
+  return *spec;
+}
+
+std::vector<std::string> Names(const Model& m) {
+  std::vector<std::string> out;
+  for (Variable* v : m.variables()) out.push_back(v->name());
+  return out;
+}
+
+TEST(ModelTest, ResidualBlocksRepeatWithKerasNames) {
+  ModelDef def;
+  def.input_shape = {8, 8, 3};
+  LayerSpec block = Spec("residual", {},
+                         {Spec("conv2d", {{"filters", 4},
+                                          {"kernel_size", 3},
+                                          {"padding", std::string("same")},
+                                          {"activation", std::string("relu")}}),
+                          Spec("conv2d", {{"filters", 4},
+                                          {"kernel_size", 3},
+                                          {"padding", std::string("same")}})});
+  block.repeat = 2;
+  def.layers = {Spec("conv2d", {{"filters", 4}, {"kernel_size", 1}}), block,
+                Spec("global_average_pooling2d"),
+                Spec("dense", {{"units", 10}})};
+  auto m = Model::Build(def, 1, Device::Cpu());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(Names(**m),
+            (std::vector<std::string>{
+                "conv2d/kernel", "conv2d/bias", "conv2d_1/kernel",
+                "conv2d_1/bias", "conv2d_2/kernel", "conv2d_2/bias",
+                "conv2d_3/kernel", "conv2d_3/bias", "conv2d_4/kernel",
+                "conv2d_4/bias", "dense/kernel", "dense/bias"}));
+  EXPECT_EQ((*m)->output_shape(), (Shape{10}));
+  const std::string summary = (*m)->Summary();
+  EXPECT_THAT(summary, HasSubstr("residual_1 (residual)"));
+  EXPECT_THAT(summary, HasSubstr("  conv2d_4 (conv2d)"));
+  EXPECT_THAT(summary, HasSubstr("(None, 4)"));
+  // 4 convs of 3*3*4*4+4, one 1x1 of 3*4+4, dense 4*10+10.
+  EXPECT_THAT(summary, HasSubstr("Total params: 658"));
+
+  // y = main(x) + x: the forward pass runs and the gradient reaches every
+  // variable.
+  Tensor x = testing::RandomTensor({2, 8, 8, 3}, 5, DType::kF32);
+  GradientTape tape;
+  auto y = (*m)->Call(x, {});
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->shape(), (Shape{2, 10}));
+  std::vector<Tensor> vars;
+  for (Variable* v : (*m)->variables()) vars.push_back(v->value());
+  auto grads = tape.Gradient(*ops::ReduceSum(*y), vars);
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  for (const auto& g : *grads) EXPECT_TRUE(g.has_value());
+}
+
+TEST(ModelTest, IdentityShortcutMustKeepTheShape) {
+  ModelDef def;
+  def.input_shape = {8, 8, 3};
+  def.layers = {Spec("residual", {},
+                     {Spec("conv2d", {{"filters", 4},
+                                      {"kernel_size", 3},
+                                      {"strides", 2},
+                                      {"padding", std::string("same")}})})};
+  auto m = Model::Build(def, 1, Device::Cpu());
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(std::string(m.status().message()),
+              HasSubstr("model.layers[?] (residual): the main branch gives "
+                        "[1,4,4,4] but the identity shortcut gives "
+                        "[1,8,8,3]"));
+}
+
+TEST(ModelTest, ProjectionShortcutDownsamples) {
+  ModelDef def;
+  def.input_shape = {8, 8, 3};
+  LayerSpec block = Spec("residual", {},
+                         {Spec("conv2d", {{"filters", 4},
+                                          {"kernel_size", 3},
+                                          {"strides", 2},
+                                          {"padding", std::string("same")}})});
+  block.shortcut = std::vector<LayerSpec>{
+      Spec("conv2d", {{"filters", 4}, {"kernel_size", 1}, {"strides", 2}})};
+  def.layers = {block};
+  auto m = Model::Build(def, 1, Device::Cpu());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->output_shape(), (Shape{4, 4, 4}));
+}
+
+TEST(ModelTest, GlobalAveragePoolingIsTheSpatialMean) {
+  ModelDef def;
+  def.input_shape = {3, 2, 2};
+  def.layers = {Spec("global_average_pooling2d")};
+  auto m = Model::Build(def, 1, Device::Cpu());
+  ASSERT_TRUE(m.ok()) << m.status();
+  Tensor x = Tensor::FromVector<float>({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12},
+                                       {1, 3, 2, 2});
+  auto y = (*m)->Call(x, {});
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->ToVector<float>(), (std::vector<float>{6, 7}));
+  def.layers = {Spec("global_average_pooling2d", {{"keepdims", true}})};
+  m = Model::Build(def, 1, Device::Cpu());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->output_shape(), (Shape{1, 1, 2}));
+}
+
+// The cnn preset and its expansion written out by hand build the same
+// variables, initial values included, and compute the same logits.
+TEST(ModelTest, PresetEqualsItsExpansion) {
+  auto preset = ExpandPreset("cnn",
+                             {{"conv_filters", std::vector<int64_t>{4, 8}},
+                              {"dense_units", 16},
+                              {"dropout", 0.25}},
+                             {28, 28, 1}, 10);
+  ASSERT_TRUE(preset.ok()) << preset.status();
+  ModelDef by_hand;
+  by_hand.input_shape = {28, 28, 1};
+  const Values conv = {{"kernel_size", 5},
+                       {"padding", std::string("same")},
+                       {"activation", std::string("relu")}};
+  Values c1 = conv, c2 = conv;
+  c1.push_back({"filters", 4});
+  c2.push_back({"filters", 8});
+  by_hand.layers = {
+      Spec("conv2d", c1),
+      Spec("max_pooling2d"),
+      Spec("conv2d", c2),
+      Spec("max_pooling2d"),
+      Spec("flatten"),
+      Spec("dense", {{"units", 16}, {"activation", std::string("relu")}}),
+      Spec("dropout", {{"rate", 0.25}}),
+      Spec("dense", {{"units", 10}})};
+  auto a = Model::Build(*preset, 3, Device::Cpu());
+  auto b = Model::Build(by_hand, 3, Device::Cpu());
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(Names(**a), Names(**b));
+  for (size_t i = 0; i < (*a)->variables().size(); ++i) {
+    EXPECT_TRUE(testing::AllClose((*a)->variables()[i]->value(),
+                                  (*b)->variables()[i]->value(), 0, 0));
+  }
+  EXPECT_THAT((*a)->Summary(), HasSubstr("computed inside the previous layer"));
+  Tensor x = testing::RandomTensor({2, 28, 28, 1}, 9, DType::kF32);
+  ForwardContext train{true, 77, 0};
+  EXPECT_TRUE(
+      testing::AllClose(*(*a)->Call(x, train), *(*b)->Call(x, train), 0, 0));
+}
+
+}  // namespace
+}  // namespace mirrortrain::models
