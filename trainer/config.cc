@@ -833,7 +833,7 @@ void AppendTable(const std::string& title, const std::string& doc,
                  const std::string& prefix,
                  const std::vector<const ParamSchema*>& schemas,
                  std::string* out) {
-  absl::StrAppend(out, "### ", title, "\n\n");
+  absl::StrAppend(out, "#### ", title, "\n\n");
   if (!doc.empty()) absl::StrAppend(out, doc, "\n\n");
   bool any = false;
   for (const ParamSchema* s : schemas) any = any || !s->params.empty();

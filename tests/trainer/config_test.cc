@@ -1,5 +1,8 @@
 #include "trainer/config.h"
 
+#include <fstream>
+#include <sstream>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -128,6 +131,81 @@ TEST(ConfigTest, BadOverrides) {
   EXPECT_THAT(Message(c.status()), HasSubstr("expected KEY=VALUE"));
   c = ParseConfig("", "j.yaml", {"seed=[1"});
   EXPECT_THAT(Message(c.status()), HasSubstr("value is not YAML"));
+}
+
+// The README's key table is `mirrortrain config --schema`'s output.
+TEST(ConfigTest, ReadmeListsTheSchema) {
+  std::ifstream in(std::string(MT_SOURCE_DIR) + "/README.md");
+  std::stringstream readme;
+  readme << in.rdbuf();
+  const std::string text = readme.str();
+  const std::string begin = "<!-- schema begin -->\n";
+  const size_t a = text.find(begin);
+  const size_t b = text.find("<!-- schema end -->");
+  ASSERT_NE(a, std::string::npos);
+  ASSERT_NE(b, std::string::npos);
+  EXPECT_EQ(text.substr(a + begin.size(), b - a - begin.size()),
+            SchemaMarkdown())
+      << "regenerate: build/bin/mirrortrain config --schema";
+}
+
+TEST(ConfigTest, LayerListsNestAndReportPaths) {
+  auto c = ParseConfig(
+      "model:\n"
+      "  layers:\n"
+      "    - {type: conv2d, filters: 4, kernel_size: 3, padding: same}\n"
+      "    - type: residual\n"
+      "      repeat: 2\n"
+      "      layers:\n"
+      "        - {type: conv2d, filters: 4, kernel_size: 3, padding: same}\n"
+      "    - {type: flatten}\n"
+      "    - {type: dense, units: 10}\n",
+      "m.yaml", {"model.layers[3].units=10"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->model.layers.size(), 4u);
+  EXPECT_EQ(c->model.preset, "");
+  EXPECT_EQ(c->model.layers[1].repeat, 2);
+  EXPECT_EQ(c->model.layers[1].layers[0].params.Int("filters"), 4);
+  EXPECT_EQ(c->model.layers[0].params.String("activation"), "linear");
+  // The resolved YAML reads back to the same config.
+  auto again = ParseConfig(c->resolved_yaml, "again.yaml", {});
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << c->resolved_yaml;
+  EXPECT_EQ(again->resolved_yaml, c->resolved_yaml);
+
+  c = ParseConfig(
+      "model:\n  layers:\n    - type: residual\n      layers:\n"
+      "        - {type: conv2d, filters: abc, kernel_size: 3}\n",
+      "m.yaml", {});
+  EXPECT_EQ(Message(c.status()),
+            "m.yaml:5: model.layers[0].layers[0].filters: expected an integer "
+            ">= 1, got abc");
+  c = ParseConfig("model:\n  layers:\n    - {type: flatten, units: 3}\n",
+                  "m.yaml", {});
+  EXPECT_EQ(Message(c.status()),
+            "m.yaml:3: model.layers[0].units: unknown key for layer type "
+            "flatten");
+  c = ParseConfig("model:\n  name: mlp\n  layers: [{type: flatten}]\n",
+                  "m.yaml", {});
+  EXPECT_THAT(Message(c.status()),
+              HasSubstr("model.name: give either a preset name or layers"));
+  c = ParseConfig("model:\n  layers: []\n", "m.yaml", {});
+  EXPECT_THAT(Message(c.status()),
+              HasSubstr("model.layers: expected a non-empty list of layers"));
+}
+
+TEST(ConfigTest, EveryComponentsDefaultsResolve) {
+  // Each registered optimizer, schedule and data source with its defaults.
+  for (const char* set :
+       {"optimizer={name: sgd}", "optimizer={name: momentum}",
+        "optimizer={name: adagrad}", "optimizer={name: adam}",
+        "optimizer={name: rmsprop}", "optimizer.schedule={name: constant}",
+        "optimizer.schedule={name: exponential_decay}",
+        "optimizer.schedule={name: cosine_decay}",
+        "optimizer.schedule={name: piecewise_constant, values: [0.1]}",
+        "data={name: synthetic}", "model={name: cnn}"}) {
+    auto c = ParseConfig("", "d.yaml", {set});
+    EXPECT_TRUE(c.ok()) << set << ": " << c.status();
+  }
 }
 
 TEST(ConfigTest, MissingFile) {
