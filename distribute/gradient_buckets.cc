@@ -105,4 +105,32 @@ absl::StatusOr<std::vector<Tensor>> GradientBuckets::Finish() {
   return out;
 }
 
+absl::StatusOr<std::vector<Tensor>> ReplicaContext::AllReduceGradients(
+    GradientTape& tape, const Tensor& target,
+    absl::Span<const Tensor> sources) {
+  // The plan depends only on the sizes: every replica makes the same one.
+  std::vector<int64_t> bytes;
+  std::vector<Shape> shapes;
+  for (const Tensor& s : sources) {
+    bytes.push_back(s.num_elements() * DTypeSize(s.dtype()));
+    shapes.push_back(s.shape());
+  }
+  const BucketPlan plan = PlanBuckets(bytes, bucket_bytes());
+  const DType dtype = sources.empty() ? DType::kF32 : sources[0].dtype();
+  GradientBuckets buckets(&plan, this, std::move(shapes), dtype);
+  GradientOptions options;
+  options.unconnected = UnconnectedGradients::kZero;
+  absl::Status bucket_status;
+  options.on_gradient_ready = [&](size_t k, const std::optional<Tensor>& g) {
+    if (bucket_status.ok()) bucket_status = buckets.Ready(k, *g);
+  };
+  absl::Status backward = tape.Gradient(target, sources, options).status();
+  // Started buckets are waited for even after an error: their buffers are
+  // in use by the communication thread or stream.
+  absl::StatusOr<std::vector<Tensor>> reduced = buckets.Finish();
+  MT_RETURN_IF_ERROR(backward);
+  MT_RETURN_IF_ERROR(bucket_status);
+  return reduced;
+}
+
 }  // namespace mirrortrain::distribute

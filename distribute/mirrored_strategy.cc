@@ -41,6 +41,8 @@ class MirroredStrategy::Replica final : public ReplicaContext {
   int num_replicas() const override { return count_; }
   Device device() const override { return device_; }
   bool reduces() const override { return count_ > 1 && ops_->reduces(); }
+  int64_t bucket_bytes() const override { return bucket_bytes_; }
+  void set_bucket_bytes(int64_t bytes) { bucket_bytes_ = bytes; }
 
   absl::Status AllReduce(ReduceOp op, absl::Span<Tensor> tensors) override {
     for (Tensor& t : tensors) {
@@ -95,6 +97,7 @@ class MirroredStrategy::Replica final : public ReplicaContext {
   ThreadPool* worker() { return worker_.get(); }
 
  private:
+  int64_t bucket_bytes_ = 25 << 20;
   // The collective waits (on the GPU, not the host) for the compute stream
   // to have produced `parts` and `buffer`, packs and reduces on the
   // communication stream while the compute stream goes on with backward,
@@ -185,7 +188,12 @@ absl::StatusOr<std::unique_ptr<MirroredStrategy>> MirroredStrategy::Create(
   if (devices[0].is_cpu() && n > 1) {
     SetCpuMathThreads(std::max(1, HardwareConcurrency() / n));
   }
-  return CreateWithOps(devices, std::move(ops));
+  MT_ASSIGN_OR_RETURN(std::unique_ptr<MirroredStrategy> strategy,
+                      CreateWithOps(devices, std::move(ops)));
+  for (auto& replica : strategy->replicas_) {
+    replica->set_bucket_bytes(options.bucket_bytes);
+  }
+  return strategy;
 }
 
 absl::StatusOr<std::unique_ptr<MirroredStrategy>>

@@ -45,4 +45,26 @@ absl::Status MirroredVariable::AssignAll(const Tensor& value) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<MirroredVariable>> MirrorReplicaStates(
+    const std::vector<std::vector<Variable*>>& per_replica) {
+  std::vector<MirroredVariable> out;
+  if (per_replica.empty()) return out;
+  for (const std::vector<Variable*>& state : per_replica) {
+    if (state.size() != per_replica[0].size()) {
+      return absl::InvalidArgumentError(
+          "replicas hold different numbers of variables");
+    }
+  }
+  for (size_t i = 0; i < per_replica[0].size(); ++i) {
+    std::vector<Variable*> copies;
+    for (const std::vector<Variable*>& state : per_replica) {
+      copies.push_back(state[i]);
+    }
+    MT_ASSIGN_OR_RETURN(MirroredVariable m,
+                        MirroredVariable::Create(std::move(copies)));
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
 }  // namespace mirrortrain::distribute

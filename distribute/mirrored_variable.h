@@ -41,6 +41,13 @@ class MirroredVariable {
   std::vector<Variable*> copies_;
 };
 
+// Mirrors every replica's state: `per_replica[r]` lists replica r's
+// variables in one order (same construction order on every replica), and
+// entry i of the result holds copy r of each. InvalidArgument when the lists
+// do not line up.
+absl::StatusOr<std::vector<MirroredVariable>> MirrorReplicaStates(
+    const std::vector<std::vector<Variable*>>& per_replica);
+
 }  // namespace mirrortrain::distribute
 
 #endif  // MIRRORTRAIN_DISTRIBUTE_MIRRORED_VARIABLE_H_

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "tensor/device.h"
+#include "tensor/gradient_tape.h"
 #include "tensor/tensor.h"
 
 namespace mirrortrain::distribute {
@@ -51,6 +52,19 @@ class ReplicaContext {
   // thread's stream, then calls AllReduceAsync.
   virtual std::shared_future<absl::Status> PackAndAllReduceAsync(
       ReduceOp op, std::vector<Tensor> parts, Tensor buffer);
+
+  // Size of the gradient buckets of AllReduceGradients
+  // (distribute.bucket_bytes).
+  virtual int64_t bucket_bytes() const { return 25 << 20; }
+  // The gradients of `target` with respect to `sources` recorded on `tape`
+  // (zeros where unconnected), SUM-all-reduced over the replicas: packed
+  // into buckets whose all-reduce starts during backward, as soon as their
+  // gradients are final (gradient_buckets.h). The one call a training loop
+  // makes per replica and step, so communication never appears in it.
+  // Consumes the tape's Gradient() call.
+  absl::StatusOr<std::vector<Tensor>> AllReduceGradients(
+      GradientTape& tape, const Tensor& target,
+      absl::Span<const Tensor> sources);
 };
 
 using ReplicaFn = std::function<absl::Status(ReplicaContext&)>;

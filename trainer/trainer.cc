@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "distribute/device_set.h"
-#include "distribute/gradient_buckets.h"
 #include "distribute/mirrored_variable.h"
 #include "distribute/strategy_factory.h"
 #include "models/losses.h"
@@ -160,29 +159,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     }
     t->replicas_.push_back(std::move(r));
   }
-  // The replicated state as mirrored variables: copy r of each is replica
-  // r's (same construction order, so same index).
   std::vector<std::vector<Variable*>> states;
   for (int r = 0; r < t->num_replicas(); ++r) {
     states.push_back(t->ReplicaState(r));
   }
-  for (size_t i = 0; i < states[0].size(); ++i) {
-    std::vector<Variable*> copies;
-    for (const std::vector<Variable*>& state : states) {
-      copies.push_back(state[i]);
-    }
-    MT_ASSIGN_OR_RETURN(
-        distribute::MirroredVariable m,
-        distribute::MirroredVariable::Create(std::move(copies)));
-    t->mirrored_.push_back(std::move(m));
-  }
-  std::vector<int64_t> grad_bytes;
-  for (Variable* v : t->replicas_[0].model->trainable_variables()) {
-    grad_bytes.push_back(NumElements(v->shape()) * DTypeSize(v->dtype()));
-    t->grad_shapes_.push_back(v->shape());
-  }
-  t->bucket_plan_ =
-      distribute::PlanBuckets(grad_bytes, config.distribute.bucket_bytes);
+  MT_ASSIGN_OR_RETURN(t->mirrored_, distribute::MirrorReplicaStates(states));
   if (need_train_data) {
     MT_ASSIGN_OR_RETURN(t->train_data_,
                         LoadSplit(config.data, /*train=*/true, config.seed));
@@ -295,10 +276,7 @@ absl::Status Trainer::ReplicaStep(distribute::ReplicaContext& ctx,
   }
 
   std::vector<Variable*> vars = r.model->trainable_variables();
-  // Buckets start their all-reduce from inside backward, as soon as their
-  // gradients are final.
-  distribute::GradientBuckets buckets(&bucket_plan_, &ctx, grad_shapes_,
-                                      DType::kF32);
+  std::vector<Tensor> grads;
   {
     GradientTape tape;
     models::ForwardContext fctx{true, StepSeed(config_.seed, step),
@@ -309,16 +287,8 @@ absl::Status Trainer::ReplicaStep(distribute::ReplicaContext& ctx,
     r.loss = loss;
     std::vector<Tensor> sources;
     for (Variable* v : vars) sources.push_back(v->value());
-    GradientOptions options;
-    options.unconnected = UnconnectedGradients::kZero;
-    absl::Status bucket_status;
-    options.on_gradient_ready = [&](size_t k, const std::optional<Tensor>& g) {
-      if (bucket_status.ok()) bucket_status = buckets.Ready(k, *g);
-    };
-    MT_RETURN_IF_ERROR(tape.Gradient(loss, sources, options).status());
-    MT_RETURN_IF_ERROR(bucket_status);
+    MT_ASSIGN_OR_RETURN(grads, ctx.AllReduceGradients(tape, loss, sources));
   }
-  MT_ASSIGN_OR_RETURN(std::vector<Tensor> grads, buckets.Finish());
   MT_RETURN_IF_ERROR(ClipGradients(grads, step));
   std::vector<GradAndVar> pairs;
   for (size_t i = 0; i < vars.size(); ++i) pairs.push_back({grads[i], vars[i]});

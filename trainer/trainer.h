@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "distribute/gradient_buckets.h"
 #include "distribute/mirrored_variable.h"
 #include "distribute/strategy.h"
 #include "models/model.h"
@@ -115,8 +114,6 @@ class Trainer {
   std::string run_dir_;
   std::unique_ptr<distribute::Strategy> strategy_;
   std::vector<Replica> replicas_;
-  distribute::BucketPlan bucket_plan_;
-  std::vector<Shape> grad_shapes_;  // Of the trainable variables, in order.
   // Replica copies of every model variable, slot and EMA shadow.
   std::vector<distribute::MirroredVariable> mirrored_;
   InMemoryDataset train_data_;
