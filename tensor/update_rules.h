@@ -16,8 +16,9 @@
 namespace mirrortrain {
 
 // TensorFlow's ResourceApply* ops (Adagrad is AdagradV2: epsilon outside
-// the square root). Slots: momentum/nesterov {accumulator}, adagrad
-// {accumulator}, adam {m, v}, rmsprop {ms, mom}.
+// the square root), and Keras 3's AdamW (no TF training op: Keras's own
+// float ops, see UpdateElement). Slots: momentum/nesterov {accumulator},
+// adagrad {accumulator}, adam and adamw {m, v}, rmsprop {ms, mom}.
 enum class UpdateRule {
   kGradientDescent,
   kMomentum,
@@ -25,18 +26,21 @@ enum class UpdateRule {
   kAdagradV2,
   kAdam,
   kRMSProp,
+  kAdamW,
 };
 
 // Hyperparameters as the host computes them (float64), before rounding.
 struct UpdateHyperparams {
   double lr = 0;
   double momentum = 0;     // momentum, nesterov, rmsprop
-  double epsilon = 0;      // adagrad, adam, rmsprop
-  double beta1 = 0;        // adam
-  double beta2 = 0;        // adam
-  double beta1_power = 0;  // adam: beta1^t for update t (1-based)
-  double beta2_power = 0;  // adam
+  double epsilon = 0;      // adagrad, adam, adamw, rmsprop
+  double beta1 = 0;        // adam, adamw
+  double beta2 = 0;        // adam, adamw
+  double beta1_power = 0;  // adam, adamw: beta1^t for update t (1-based)
+  double beta2_power = 0;  // adam, adamw
   double rho = 0;          // rmsprop
+  // adamw: the decoupled decay rate; 0 for a variable excluded from decay.
+  double weight_decay = 0;
 };
 
 // Calls f(std::integral_constant<UpdateRule, R>()) for the rule R that
@@ -60,6 +64,8 @@ inline void DispatchUpdateRule(UpdateRule rule, F&& f) {
       return f(std::integral_constant<R, R::kAdam>());
     case R::kRMSProp:
       return f(std::integral_constant<R, R::kRMSProp>());
+    case R::kAdamW:
+      return f(std::integral_constant<R, R::kAdamW>());
   }
 }
 
@@ -73,6 +79,7 @@ inline int UpdateRuleSlots(UpdateRule rule) {
       return 1;
     case UpdateRule::kAdam:
     case UpdateRule::kRMSProp:
+    case UpdateRule::kAdamW:
       return 2;
   }
   return 0;
@@ -84,6 +91,10 @@ template <typename T>
 struct UpdateParams {
   T lr, momentum, epsilon, alpha, one_minus_beta1, one_minus_beta2,
       one_minus_rho;
+  // AdamW (Keras): 1 - beta formed in float64 and then rounded (Keras
+  // multiplies by the Python float `1 - self.beta_1`), where ApplyAdam forms
+  // 1 - T(beta); f32: 0.1f against 0.100000024f for beta 0.9.
+  T keras_one_minus_beta1, keras_one_minus_beta2, weight_decay;
 
   static UpdateParams From(const UpdateHyperparams& h) {
     UpdateParams p{};
@@ -96,6 +107,9 @@ struct UpdateParams {
     p.one_minus_beta1 = T(1) - static_cast<T>(h.beta1);
     p.one_minus_beta2 = T(1) - static_cast<T>(h.beta2);
     p.one_minus_rho = T(1) - static_cast<T>(h.rho);
+    p.keras_one_minus_beta1 = static_cast<T>(1.0 - h.beta1);
+    p.keras_one_minus_beta2 = static_cast<T>(1.0 - h.beta2);
+    p.weight_decay = static_cast<T>(h.weight_decay);
     return p;
   }
 };
@@ -132,6 +146,15 @@ MT_HOST_DEVICE inline void UpdateElement(const UpdateParams<T>& p, T g, T& w,
     s0 += (g * g - s0) * p.one_minus_rho;
     s1 = s1 * p.momentum + (g * p.lr) / UpdateSqrt(s0 + p.epsilon);
     w -= s1;
+  } else if constexpr (R == UpdateRule::kAdamW) {
+    // Keras 3: BaseOptimizer._apply_weight_decay, w - w*wd*lr (skipped for
+    // an excluded variable, which gets weight_decay 0), then
+    // Adam.update_step. alpha is formed as for kAdam, from beta powers the
+    // optimizer computes in T (Keras's ops.power in the variable dtype).
+    if (p.weight_decay != T(0)) w -= w * p.weight_decay * p.lr;
+    s0 += (g - s0) * p.keras_one_minus_beta1;
+    s1 += (g * g - s1) * p.keras_one_minus_beta2;
+    w -= (s0 * p.alpha) / (UpdateSqrt(s1) + p.epsilon);
   }
 }
 

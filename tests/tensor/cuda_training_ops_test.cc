@@ -23,11 +23,12 @@ TEST_F(CudaTrainingOpsTest, EveryRuleMatchesTheCpuBitwise) {
   h.beta1 = 0.9;
   h.beta2 = 0.999;
   h.rho = 0.9;
+  h.weight_decay = 0.004;
   for (DType dtype : {DType::kF32, DType::kF64}) {
     for (UpdateRule rule :
          {UpdateRule::kGradientDescent, UpdateRule::kMomentum,
           UpdateRule::kNesterovMomentum, UpdateRule::kAdagradV2,
-          UpdateRule::kAdam, UpdateRule::kRMSProp}) {
+          UpdateRule::kAdam, UpdateRule::kRMSProp, UpdateRule::kAdamW}) {
       SCOPED_TRACE(::testing::Message() << "rule " << static_cast<int>(rule)
                                         << " dtype " << DTypeName(dtype));
       // Odd size: several blocks and a partial one. Accumulators positive

@@ -1,10 +1,16 @@
 #include "trainer/optim/optimizers.h"
 
 #include <cmath>
+#include <cstdint>
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "tensor/ops/training_ops.h"
 #include "tensor/status_macros.h"
 
@@ -84,6 +90,101 @@ absl::Status AdamOptimizer::ApplyDense(const Tensor& grad, const Tensor& var,
   h.beta2_power = std::pow(beta2_, t);
   return ops::ApplyUpdate(UpdateRule::kAdam, h, grad, var, slots);
 }
+
+namespace {
+
+// Keras 3's keras.optimizers.AdamW (not a TensorFlow training op): the
+// decoupled decay w -= w*wd*lr, then Adam as Keras's update_step computes it
+// (UpdateRule::kAdamW), every operation in the variable's dtype:
+//   b1^t = pow(dtype(b1), dtype(t)), b2^t likewise (float32: powf, as
+//     tf.pow; not float64 powers rounded as AdamOptimizer feeds ApplyAdam);
+//   alpha = lr*sqrt(1-b2^t) / (1-b1^t);
+//   m += (g-m)*dtype(1-b1); v += (g*g-v)*dtype(1-b2)  (1-b in float64);
+//   w -= m*alpha / (sqrt(v) + eps).
+// A variable whose full name ("dense/bias") contains one of `exclude` is not
+// decayed: plain substrings, where Keras's exclude_from_weight_decay(
+// var_names=...) runs re.search on its short name ("bias"); the same for
+// patterns without regex metacharacters that name no layer. Only built
+// through its registration ("adamw"), so not declared in optimizers.h.
+class AdamWOptimizer : public Optimizer {
+ public:
+  AdamWOptimizer(std::unique_ptr<LearningRateSchedule> schedule,
+                 double weight_decay, double beta1, double beta2,
+                 double epsilon, std::vector<std::string> exclude)
+      : Optimizer(std::move(schedule)),
+        weight_decay_(weight_decay),
+        beta1_(beta1),
+        beta2_(beta2),
+        epsilon_(epsilon),
+        exclude_(std::move(exclude)) {}
+
+  // "AdamW" is the first moment m, "AdamW_1" the second moment v.
+  std::vector<std::string> GetSlotNames() const override {
+    return {"AdamW", "AdamW_1"};
+  }
+
+ protected:
+  absl::Status ApplyDense(const Tensor& grad, const Tensor& var,
+                          absl::Span<const Tensor> slots, double lr) override {
+    MT_ASSIGN_OR_RETURN(const bool decayed, Decayed(slots[0]));
+    const int64_t t = iterations() + 1;
+    UpdateHyperparams h;
+    h.lr = lr;
+    h.beta1 = beta1_;
+    h.beta2 = beta2_;
+    h.epsilon = epsilon_;
+    h.weight_decay = decayed ? weight_decay_ : 0.0;
+    if (var.dtype() == DType::kF32) {
+      // std::pow(float, float) is powf, bit-identical to TensorFlow's f32
+      // pow for normal results (checked for t <= 20000; it differs only
+      // where TF flushes a subnormal power to 0, and 1 - p is 1 either way).
+      const float tf = static_cast<float>(t);
+      h.beta1_power = std::pow(static_cast<float>(beta1_), tf);
+      h.beta2_power = std::pow(static_cast<float>(beta2_), tf);
+    } else {
+      h.beta1_power = std::pow(beta1_, static_cast<double>(t));
+      h.beta2_power = std::pow(beta2_, static_cast<double>(t));
+    }
+    return ops::ApplyUpdate(UpdateRule::kAdamW, h, grad, var, slots);
+  }
+
+ private:
+  // Whether the variable whose m slot is `m` is decayed. ApplyDense gets
+  // tensors, not the variable: ApplyGradients passes the slot variables'
+  // own values (updated in place), and CreateSlots names them
+  // "<variable name>/AdamW", so m's buffer identifies the slot variable and
+  // its name the variable's. Decided once per variable (slot buffers live as
+  // long as this optimizer).
+  absl::StatusOr<bool> Decayed(const Tensor& m) {
+    if (auto it = decayed_.find(m.raw_data()); it != decayed_.end()) {
+      return it->second;
+    }
+    for (Variable* slot : SlotVariables()) {
+      absl::string_view name = slot->name();
+      if (!absl::ConsumeSuffix(&name, "/AdamW")) continue;
+      bool decayed = true;
+      for (const std::string& part : exclude_) {
+        if (absl::StrContains(name, part)) decayed = false;
+      }
+      decayed_[slot->value().raw_data()] = decayed;
+    }
+    if (auto it = decayed_.find(m.raw_data()); it != decayed_.end()) {
+      return it->second;
+    }
+    return absl::InternalError(
+        "adamw: the m slot passed to ApplyDense is not one of its slot "
+        "variables");
+  }
+
+  double weight_decay_;
+  double beta1_;
+  double beta2_;
+  double epsilon_;
+  std::vector<std::string> exclude_;
+  absl::flat_hash_map<const void*, bool> decayed_;  // by m's buffer
+};
+
+}  // namespace
 
 RMSPropOptimizer::RMSPropOptimizer(
     std::unique_ptr<LearningRateSchedule> schedule, double rho, double momentum,
@@ -185,6 +286,29 @@ MT_REGISTER(OptimizerType,
                    new AdamOptimizer(std::move(schedule), p.Float("beta1"),
                                      p.Float("beta2"), p.Float("epsilon")));
              }});
+
+MT_REGISTER(
+    OptimizerType,
+    {.name = "adamw",
+     .doc = "Keras AdamW: w -= lr*weight_decay*w, then Adam in Keras's "
+            "float ops",
+     .params = {{Param::Float("weight_decay")
+                     .Default(0.004)
+                     .Min(0)
+                     .Doc("decoupled decay: w -= lr*weight_decay*w before "
+                          "each Adam step"),
+                 UnitInterval("beta1", 0.9, "decay of m"),
+                 UnitInterval("beta2", 0.999, "decay of v"), Epsilon(),
+                 Param::StringList("exclude_from_weight_decay")
+                     .Default(std::vector<std::string>{})
+                     .Doc("variables whose name contains one of these "
+                          "(substrings, not regexes) are not decayed")}},
+     .create = [](const Params& p, Schedule schedule) {
+       return std::unique_ptr<Optimizer>(new AdamWOptimizer(
+           std::move(schedule), p.Float("weight_decay"), p.Float("beta1"),
+           p.Float("beta2"), p.Float("epsilon"),
+           p.StringList("exclude_from_weight_decay")));
+     }});
 
 MT_REGISTER(OptimizerType,
             {.name = "rmsprop",

@@ -1,8 +1,11 @@
 // Optimizers against TensorFlow's training ops (tests/golden/optimizers.txt,
-// written by scripts/golden/optimizers.py), plus the Optimizer API.
+// written by scripts/golden/optimizers.py), AdamW against Keras
+// (tests/golden/adamw.txt, scripts/golden/adamw.py), plus the Optimizer API.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -26,12 +29,19 @@ constexpr int kSteps = 10;
 constexpr double kRtol = 1e-6;
 constexpr double kAtol = 1e-6;
 
+std::map<std::string, Tensor>* LoadOrEmpty(const std::string& file) {
+  auto loaded = testing::LoadGolden(testing::GoldenPath(file));
+  return new std::map<std::string, Tensor>(
+      loaded.ok() ? *std::move(loaded) : std::map<std::string, Tensor>{});
+}
+
 const std::map<std::string, Tensor>& Golden() {
-  static const auto* golden = [] {
-    auto loaded = testing::LoadGolden(testing::GoldenPath("optimizers.txt"));
-    return new std::map<std::string, Tensor>(
-        loaded.ok() ? *std::move(loaded) : std::map<std::string, Tensor>{});
-  }();
+  static const auto* golden = LoadOrEmpty("optimizers.txt");
+  return *golden;
+}
+
+const std::map<std::string, Tensor>& GoldenAdamW() {
+  static const auto* golden = LoadOrEmpty("adamw.txt");
   return *golden;
 }
 
@@ -148,6 +158,99 @@ INSTANTIATE_TEST_SUITE_P(AllOptimizers, OptimizerGoldenTest,
                          });
 
 // ---------------------------------------------------------------------------
+// AdamW against keras.optimizers.AdamW (tests/golden/adamw.txt).
+
+TEST(AdamWGoldenFileTest, HyperparametersMatchTheFile) {
+  const auto& g = GoldenAdamW();
+  ASSERT_FALSE(g.empty()) << "cannot load " << testing::GoldenPath("adamw.txt");
+  auto f32 = [&](const char* name) {
+    return static_cast<float>(g.at(name).ScalarAt(0));
+  };
+  auto d32 = [](const char* key) {
+    return static_cast<float>(Default("adamw", key));
+  };
+  // The file was written at Keras's defaults.
+  EXPECT_EQ(f32("lr"), static_cast<float>(kLr));
+  EXPECT_EQ(f32("weight_decay"), d32("weight_decay"));
+  EXPECT_EQ(f32("beta1"), d32("beta1"));
+  EXPECT_EQ(f32("beta2"), d32("beta2"));
+  EXPECT_EQ(f32("epsilon"), d32("epsilon"));
+  // Keras forms b^t in float32 (tf.pow); std::pow(float, float) gives the
+  // same bits, float64 powers rounded do not (that is what ApplyAdam is fed).
+  int differ_from_f64 = 0;
+  for (int t = 1; t <= kSteps; ++t) {
+    const float b1 = d32("beta1"), b2 = d32("beta2");
+    const float tf = static_cast<float>(t);
+    EXPECT_EQ(std::pow(b1, tf), g.at("beta1_power").data<float>()[t - 1]);
+    EXPECT_EQ(std::pow(b2, tf), g.at("beta2_power").data<float>()[t - 1]);
+    if (static_cast<float>(std::pow(Default("adamw", "beta1"), t)) !=
+        g.at("beta1_power").data<float>()[t - 1]) {
+      ++differ_from_f64;
+    }
+  }
+  EXPECT_GT(differ_from_f64, 0);
+}
+
+// Distance in units in the last place between two finite floats.
+int64_t UlpDistance(float a, float b) {
+  auto ordered = [](float f) {
+    int32_t i;
+    std::memcpy(&i, &f, sizeof(i));
+    return i < 0 ? int64_t{INT32_MIN} - i : int64_t{i};
+  };
+  return std::abs(ordered(a) - ordered(b));
+}
+
+// Two variables from the same start with the same gradients, one excluded
+// from the decay by name: Keras's trajectories of both, bit for bit.
+TEST(AdamWGoldenTest, TenStepsMatchKerasBitForBit) {
+  const auto& g = GoldenAdamW();
+  ASSERT_FALSE(g.empty());
+  auto opt = testing::BuildOptimizer(
+      "adamw", kLr,
+      {{"exclude_from_weight_decay", std::vector<std::string>{"bias"}}});
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  Variable kernel = *Variable::Create("dense/kernel", g.at("init"));
+  Variable bias = *Variable::Create("dense/bias", g.at("init"));
+  const std::vector<std::pair<std::string, Variable*>> vars = {
+      {"kernel", &kernel}, {"bias", &bias}};
+
+  double max_abs = 0;
+  int64_t max_ulps = 0;
+  auto check = [&](const Tensor& got, const Tensor& want,
+                   const std::string& what) {
+    ASSERT_EQ(got.num_elements(), want.num_elements());
+    for (int64_t i = 0; i < got.num_elements(); ++i) {
+      const float a = got.data<float>()[i], b = want.data<float>()[i];
+      max_abs = std::max(max_abs, std::abs(double{a} - double{b}));
+      max_ulps = std::max(max_ulps, UlpDistance(a, b));
+    }
+    EXPECT_TRUE(testing::AllClose(got, want, 0, 0)) << what;
+  };
+  for (int k = 0; k < kSteps; ++k) {
+    const Tensor grad = Row(g.at("grads"), k);
+    ASSERT_TRUE((*opt)->ApplyGradients({{grad, &kernel}, {grad, &bias}}).ok());
+    for (const auto& [prefix, var] : vars) {
+      const std::string after = " after step " + std::to_string(k + 1);
+      check(var->value(), Row(g.at(prefix + "/var"), k),
+            prefix + " var" + after);
+      for (const std::string& slot : (*opt)->GetSlotNames()) {
+        Variable* s = (*opt)->GetSlot(*var, slot);
+        ASSERT_NE(s, nullptr) << slot;
+        check(s->value(), Row(g.at(prefix + "/" + slot), k),
+              prefix + " slot " + slot + after);
+      }
+    }
+  }
+  EXPECT_EQ((*opt)->iterations(), kSteps);
+  // The decay made a difference.
+  EXPECT_NE(kernel.value().ToVector<float>(), bias.value().ToVector<float>());
+  std::printf("[ golden   ] %-12s max |diff| %.3g, max %lld ulp\n", "adamw",
+              max_abs, static_cast<long long>(max_ulps));
+  RecordProperty("max_abs_diff", std::to_string(max_abs));
+}
+
+// ---------------------------------------------------------------------------
 // API behaviour.
 
 std::unique_ptr<Optimizer> Make(const std::string& name, double lr = 0.1) {
@@ -171,6 +274,8 @@ TEST(OptimizerTest, SlotNames) {
             (std::vector<std::string>{"Adam", "Adam_1"}));
   EXPECT_EQ(Make("rmsprop")->GetSlotNames(),
             (std::vector<std::string>{"RMSProp", "RMSProp_1"}));
+  EXPECT_EQ(Make("adamw")->GetSlotNames(),
+            (std::vector<std::string>{"AdamW", "AdamW_1"}));
 }
 
 TEST(OptimizerTest, SlotsAreNamedNonTrainableAndOrdered) {
@@ -269,7 +374,8 @@ TEST(OptimizerTest, ResumingFromSlotsAndIterationsIsExact) {
   auto grad = [](int k) {
     return testing::RandomTensor({5}, 100 + k, DType::kF32);
   };
-  for (const std::string name : {"adam", "rmsprop", "momentum", "adagrad"}) {
+  for (const std::string name :
+       {"adam", "rmsprop", "momentum", "adagrad", "adamw"}) {
     Variable straight = *Variable::Create("w", init);
     auto opt = Make(name);
     for (int k = 0; k < 10; ++k) {
@@ -329,11 +435,9 @@ TEST(OptimizerTest, ComputeGradientsGivesZerosForUnusedVariables) {
 TEST(OptimizerTest, MinimizeDecreasesAQuadratic) {
   const Tensor target = Tensor::FromVector<double>({0.5, -1.5, 2.0}, {3});
   // Learning rates suited to each method's step size on this problem.
-  const std::vector<std::pair<std::string, double>> cases = {{"sgd", 0.1},
-                                                             {"momentum", 0.05},
-                                                             {"adagrad", 1.0},
-                                                             {"adam", 0.2},
-                                                             {"rmsprop", 0.05}};
+  const std::vector<std::pair<std::string, double>> cases = {
+      {"sgd", 0.1},  {"momentum", 0.05}, {"adagrad", 1.0},
+      {"adam", 0.2}, {"rmsprop", 0.05},  {"adamw", 0.2}};
   for (const auto& [name, lr] : cases) {
     Variable w = *Variable::Create(
         "w", Tensor::FromVector<double>({3.0, 2.0, -1.0}, {3}));
@@ -406,13 +510,20 @@ TEST(OptimizerTest, BadOptionsNameTheKey) {
     return BuildOptimizer(name, 0.1, values).status();
   };
   ExpectInvalid(bad("adamw_unknown", {}), "optimizer.name");
-  ExpectInvalid(bad("adamw_unknown", {}), "adagrad, adam, momentum");
+  ExpectInvalid(bad("adamw_unknown", {}), "adagrad, adam, adamw, momentum");
   ExpectInvalid(bad("momentum", {{"momentum", 1.0}}),
                 "optimizer.momentum: expected a number in [0, 1), got 1");
   ExpectInvalid(bad("momentum", {{"momentum", -0.1}}), "optimizer.momentum");
   ExpectInvalid(bad("adam", {{"beta1", 1.5}}), "optimizer.beta1");
   ExpectInvalid(bad("adam", {{"beta2", -1.0}}), "optimizer.beta2");
   ExpectInvalid(bad("adam", {{"epsilon", 0.0}}), "optimizer.epsilon");
+  ExpectInvalid(bad("adamw", {{"weight_decay", -0.1}}),
+                "optimizer.weight_decay: expected a number >= 0, got -0.1");
+  ExpectInvalid(bad("adamw", {{"weight_decay", -1e-9}}),
+                "optimizer.weight_decay");
+  ExpectInvalid(bad("adamw", {{"beta1", 1.0}}), "optimizer.beta1");
+  ExpectInvalid(bad("adamw", {{"exclude_from_weight_decay", 3.0}}),
+                "optimizer.exclude_from_weight_decay");
   ExpectInvalid(bad("rmsprop", {{"rho", 1.0}}), "optimizer.rho");
   ExpectInvalid(bad("adagrad", {{"initial_accumulator_value", -0.1}}),
                 "optimizer.initial_accumulator_value");
@@ -421,6 +532,38 @@ TEST(OptimizerTest, BadOptionsNameTheKey) {
       BuildOptimizer("sgd", 0.1, {}, "cosine_decay", {{"decay_steps", 0}})
           .status(),
       "optimizer.schedule.decay_steps: expected an integer >= 1, got 0");
+}
+
+// Exclusion is by substring of the variable's name; every variable is
+// decayed by default; weight_decay 0 is plain Keras-style Adam.
+TEST(AdamWTest, ExclusionIsBySubstringOfTheName) {
+  auto step = [](const testing::Values& values, const std::string& name) {
+    Variable w = MakeVar(name, {1.0f, -2.0f});
+    auto opt = testing::BuildOptimizer("adamw", 0.1, values);
+    EXPECT_TRUE(opt.ok()) << opt.status();
+    EXPECT_TRUE(
+        (*opt)
+            ->ApplyGradients({{Tensor::FromVector<float>({0, 0}, {2}), &w}})
+            .ok());
+    return w.value().ToVector<float>();
+  };
+  // A zero gradient leaves m = v = 0, so only the decay moves w:
+  // w - w*0.004f*0.1f.
+  const std::vector<float> decayed = {1.0f - 1.0f * 0.004f * 0.1f,
+                                      -2.0f - -2.0f * 0.004f * 0.1f};
+  const std::vector<float> kept = {1.0f, -2.0f};
+  const std::vector<std::string> ln = {"layer_norm", "bias"};
+  EXPECT_EQ(step({}, "dense/bias"), decayed);
+  EXPECT_EQ(step({{"exclude_from_weight_decay", ln}}, "dense/bias"), kept);
+  EXPECT_EQ(step({{"exclude_from_weight_decay", ln}}, "x/layer_norm/gamma"),
+            kept);
+  EXPECT_EQ(step({{"exclude_from_weight_decay", ln}}, "dense/kernel"), decayed);
+  // Not a regex: "b.as" matches only itself.
+  EXPECT_EQ(
+      step({{"exclude_from_weight_decay", std::vector<std::string>{"b.as"}}},
+           "dense/bias"),
+      decayed);
+  EXPECT_EQ(step({{"weight_decay", 0.0}}, "dense/kernel"), kept);
 }
 
 }  // namespace
