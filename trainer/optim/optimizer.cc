@@ -122,6 +122,7 @@ absl::Status Optimizer::ApplyGradients(
     const SlotSet& set = slot_sets_[slot_index_.at(gv.var)];
     slots.clear();
     for (const auto& slot : set.slots) slots.push_back(slot->value());
+    applying_ = gv.var;
     MT_RETURN_IF_ERROR(ApplyDense(gv.grad, gv.var->value(), slots, lr));
   }
   ++iterations_;

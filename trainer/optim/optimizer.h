@@ -98,8 +98,12 @@ class Optimizer {
   virtual absl::Status ApplyDense(const Tensor& grad, const Tensor& var,
                                   absl::Span<const Tensor> slots,
                                   double lr) = 0;
+  // The variable `var` belongs to, valid inside ApplyDense (for rules that
+  // depend on it, e.g. AdamW's exclusions by name).
+  const Variable& applying() const { return *applying_; }
 
  private:
+  const Variable* applying_ = nullptr;
   struct SlotSet {
     Variable* var;
     std::vector<std::unique_ptr<Variable>> slots;  // GetSlotNames() order

@@ -6,11 +6,9 @@
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "tensor/ops/training_ops.h"
 #include "tensor/status_macros.h"
 
@@ -126,7 +124,7 @@ class AdamWOptimizer : public Optimizer {
  protected:
   absl::Status ApplyDense(const Tensor& grad, const Tensor& var,
                           absl::Span<const Tensor> slots, double lr) override {
-    MT_ASSIGN_OR_RETURN(const bool decayed, Decayed(slots[0]));
+    const bool decayed = Decayed(applying().name());
     const int64_t t = iterations() + 1;
     UpdateHyperparams h;
     h.lr = lr;
@@ -149,31 +147,12 @@ class AdamWOptimizer : public Optimizer {
   }
 
  private:
-  // Whether the variable whose m slot is `m` is decayed. ApplyDense gets
-  // tensors, not the variable: ApplyGradients passes the slot variables'
-  // own values (updated in place), and CreateSlots names them
-  // "<variable name>/AdamW", so m's buffer identifies the slot variable and
-  // its name the variable's. Decided once per variable (slot buffers live as
-  // long as this optimizer).
-  absl::StatusOr<bool> Decayed(const Tensor& m) {
-    if (auto it = decayed_.find(m.raw_data()); it != decayed_.end()) {
-      return it->second;
+  // Whether the variable named `name` is decayed (no exclusion matches).
+  bool Decayed(const std::string& name) const {
+    for (const std::string& part : exclude_) {
+      if (absl::StrContains(name, part)) return false;
     }
-    for (Variable* slot : SlotVariables()) {
-      absl::string_view name = slot->name();
-      if (!absl::ConsumeSuffix(&name, "/AdamW")) continue;
-      bool decayed = true;
-      for (const std::string& part : exclude_) {
-        if (absl::StrContains(name, part)) decayed = false;
-      }
-      decayed_[slot->value().raw_data()] = decayed;
-    }
-    if (auto it = decayed_.find(m.raw_data()); it != decayed_.end()) {
-      return it->second;
-    }
-    return absl::InternalError(
-        "adamw: the m slot passed to ApplyDense is not one of its slot "
-        "variables");
+    return true;
   }
 
   double weight_decay_;
@@ -181,7 +160,6 @@ class AdamWOptimizer : public Optimizer {
   double beta2_;
   double epsilon_;
   std::vector<std::string> exclude_;
-  absl::flat_hash_map<const void*, bool> decayed_;  // by m's buffer
 };
 
 }  // namespace
