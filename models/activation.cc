@@ -39,6 +39,13 @@ std::vector<std::string> ActivationNames() {
   return out;
 }
 
+Param ActivationParam(const std::string& default_value, std::string doc) {
+  return Param::String("activation")
+      .Default(ParamValue(default_value))
+      .OneOf(ActivationNames())
+      .Doc(std::move(doc));
+}
+
 absl::StatusOr<Tensor> Activate(const ActivationDef& activation,
                                 const Tensor& x) {
   if (activation.apply == nullptr) return x;

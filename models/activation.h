@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "tensor/params.h"
 #include "tensor/tensor.h"
 
 namespace mirrortrain::models {
@@ -27,6 +28,8 @@ struct ActivationDef {
 absl::StatusOr<const ActivationDef*> FindActivation(const std::string& name);
 // Every name, for config schemas.
 std::vector<std::string> ActivationNames();
+// The `activation` key of a layer type or preset.
+Param ActivationParam(const std::string& default_value, std::string doc);
 
 absl::StatusOr<Tensor> Activate(const ActivationDef& activation,
                                 const Tensor& x);

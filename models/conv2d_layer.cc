@@ -81,21 +81,17 @@ MT_REGISTER(
     LayerType,
     {.name = "conv2d",
      .doc = "activation(conv2d(x, kernel) + bias), NHWC (Keras Conv2D)",
-     .params =
-         {{Param::Int("filters").Min(1).Doc("output channels"),
-           Param::Int("kernel_size").Min(1).Doc("square kernel side"),
-           Param::Int("strides").Default(1).Min(1).Doc(
-               "step in both spatial dimensions"),
-           Param::String("padding")
-               .Default("valid")
-               .OneOf({"valid", "same"})
-               .Doc("valid: no padding; same: output = ceil(in / "
-                    "strides)"),
-           Param::String("activation")
-               .Default("linear")
-               .OneOf(ActivationNames())
-               .Doc("applied after the bias"),
-           Param::Bool("use_bias").Default(true).Doc("add a bias vector")}},
+     .params = {{Param::Int("filters").Min(1).Doc("output channels"),
+                 Param::Int("kernel_size").Min(1).Doc("square kernel side"),
+                 Param::Int("strides").Default(1).Min(1).Doc(
+                     "step in both spatial dimensions"),
+                 Param::String("padding")
+                     .Default("valid")
+                     .OneOf({"valid", "same"})
+                     .Doc("valid: no padding; same: output = ceil(in / "
+                          "strides)"),
+                 ActivationParam("linear", "applied after the bias"),
+                 UseBiasParam()}},
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
        const Shape& in = b.input_shape();

@@ -49,13 +49,9 @@ MT_REGISTER(
     LayerType,
     {.name = "dense",
      .doc = "activation(x @ kernel + bias) over the last axis (Keras Dense)",
-     .params =
-         {{Param::Int("units").Min(1).Doc("output width"),
-           Param::String("activation")
-               .Default("linear")
-               .OneOf(ActivationNames())
-               .Doc("applied after the bias"),
-           Param::Bool("use_bias").Default(true).Doc("add a bias vector")}},
+     .params = {{Param::Int("units").Min(1).Doc("output width"),
+                 ActivationParam("linear", "applied after the bias"),
+                 UseBiasParam()}},
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
        if (b.input_shape().size() != 2) {

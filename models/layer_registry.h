@@ -42,6 +42,11 @@ struct LayerSpec {
 
 class LayerBuilder;
 
+// The `use_bias` key of layers with a bias vector.
+inline Param UseBiasParam() {
+  return Param::Bool("use_bias").Default(true).Doc("add a bias vector");
+}
+
 struct LayerType {
   std::string name;  // The config `type` and the Keras auto-name prefix.
   std::string doc;

@@ -56,13 +56,6 @@ absl::StatusOr<Specs> ExpandCnn(const Params& p, int64_t num_classes) {
   return specs;
 }
 
-Param ActivationParam() {
-  return Param::String("activation")
-      .Default("relu")
-      .OneOf(ActivationNames())
-      .Doc("of the hidden layers");
-}
-
 Param DropoutParam() {
   return Param::Float("dropout").Default(0.0).Min(0).Max(1, false).Doc(
       "rate of a dropout layer after each hidden dense layer (0: none)");
@@ -95,7 +88,8 @@ MT_REGISTER(ModelPreset,
                              .Default(std::vector<int64_t>{256, 128})
                              .Min(1)
                              .Doc("width of each hidden layer"),
-                         ActivationParam(), DropoutParam()}},
+                         ActivationParam("relu", "of the hidden layers"),
+                         DropoutParam()}},
              .expand = ExpandMlp});
 
 MT_REGISTER(
@@ -117,7 +111,8 @@ MT_REGISTER(
                      .Default(1024)
                      .Min(1)
                      .Doc("width of the hidden dense layer"),
-                 ActivationParam(), DropoutParam()}},
+                 ActivationParam("relu", "of the hidden layers"),
+                 DropoutParam()}},
      .expand = ExpandCnn});
 
 }  // namespace mirrortrain::models
