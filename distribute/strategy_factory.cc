@@ -6,6 +6,12 @@
 
 namespace mirrortrain::distribute {
 
+std::vector<std::string> StrategyNames() { return {"one_device", "mirrored"}; }
+
+std::vector<std::string> CrossDeviceOpsNames() {
+  return {"auto", "nccl", "local", "none"};
+}
+
 absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(
     const std::string& name, const std::vector<Device>& devices,
     const MirroredOptions& options) {

@@ -17,7 +17,12 @@ struct MirroredOptions {
   double watchdog_seconds = 300;
 };
 
-// `name`: one_device | mirrored.
+// The strategies MakeStrategy builds, and MirroredOptions' cross-device
+// ops, for the config schema.
+std::vector<std::string> StrategyNames();
+std::vector<std::string> CrossDeviceOpsNames();
+
+// `name`: one of StrategyNames().
 absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(
     const std::string& name, const std::vector<Device>& devices,
     const MirroredOptions& options);

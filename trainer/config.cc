@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "distribute/device_set.h"
+#include "distribute/strategy_factory.h"
 #include "models/presets.h"
 #include "tensor/status_macros.h"
 #include "trainer/data/data_source.h"
@@ -131,7 +132,7 @@ const ParamSchema& DistributeSchema() {
   static const auto* s = new ParamSchema{
       {Param::String("strategy")
            .Default("mirrored")
-           .OneOf({"one_device", "mirrored"})
+           .OneOf(distribute::StrategyNames())
            .Doc("how the devices share the job"),
        Param::StringList("devices")
            .Default(std::vector<std::string>{"cpu:0"})
@@ -140,7 +141,7 @@ const ParamSchema& DistributeSchema() {
                 "replicas on one GPU), or all_gpus"),
        Param::String("cross_device_ops")
            .Default("auto")
-           .OneOf({"auto", "nccl", "local", "none"})
+           .OneOf(distribute::CrossDeviceOpsNames())
            .Doc("none skips the all-reduce (replicas drift apart: only for "
                 "measuring what communication costs)"),
        Param::Int("bucket_bytes")
