@@ -1,6 +1,5 @@
 #include "models/layer_registry.h"
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "models/containers.h"
 #include "tensor/status_macros.h"
@@ -73,15 +72,16 @@ absl::StatusOr<std::unique_ptr<Layer>> LayerBuilder::BuildOne(
   absl::StatusOr<std::unique_ptr<Layer>> layer = type->create(spec, *this);
   --depth_;
   if (!layer.ok()) {
-    // Nested builds already name their own path.
-    if (absl::StartsWith(layer.status().message(), "model.")) {
-      return layer.status();
-    }
+    // The innermost failing layer names its path; the containers around it
+    // pass its error on as it is.
+    if (error_named_) return layer.status();
+    error_named_ = true;
     return absl::InvalidArgumentError(absl::StrCat(
         spec.path, " (", type->name, "): ", layer.status().message()));
   }
   absl::StatusOr<Shape> out = (*layer)->OutputShape(input);
   if (!out.ok()) {
+    error_named_ = true;
     return absl::InvalidArgumentError(absl::StrCat(
         spec.path, " (", type->name, "): ", out.status().message()));
   }

@@ -112,6 +112,7 @@ class LayerBuilder {
   Device device_;
   int seeds_drawn_ = 0;
   int depth_ = 0;
+  bool error_named_ = false;  // A failing layer has prefixed its path.
   absl::flat_hash_map<std::string, int> type_counts_;
   Shape input_shape_;
   std::string name_;
