@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "tensor/ops/collective_ops.h"
 #include "tensor/tensor.h"
 #include "tensor/variable.h"
 
@@ -23,6 +24,12 @@ struct ForwardContext {
   // Index of the first row of this batch within the global batch, so a
   // replica's shard draws the same dropout mask as the unsharded batch.
   int64_t row_offset = 0;
+  // Rows of the whole global batch (every replica's shard); 0 when unknown.
+  int64_t global_batch = 0;
+  // Sums tensors over the replicas of this step (ReplicaContext::AllReduce);
+  // null with one replica. Layers that synchronize (batch norm) call it in
+  // the same order on every replica, also for a shard of 0 rows.
+  const ops::AllReduceSumFn* all_reduce_sum = nullptr;
 };
 
 class Layer {

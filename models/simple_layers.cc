@@ -11,10 +11,15 @@ namespace mirrortrain::models {
 
 absl::StatusOr<Tensor> MaxPool2DLayer::Call(const Tensor& x,
                                             const ForwardContext&) {
-  return ops::MaxPool2D(x, options_);
+  return ops::MaxPool2D(x, options());
 }
 
-absl::StatusOr<Shape> MaxPool2DLayer::OutputShape(const Shape& input) const {
+absl::StatusOr<Tensor> AvgPool2DLayer::Call(const Tensor& x,
+                                            const ForwardContext&) {
+  return ops::AvgPool2D(x, options());
+}
+
+absl::StatusOr<Shape> Pool2DLayer::OutputShape(const Shape& input) const {
   if (input.size() != 4) {
     return absl::InvalidArgumentError(absl::StrCat(
         name(), ": expects NHWC input, got ", ShapeToString(input)));
@@ -63,34 +68,51 @@ namespace {
 
 using LayerOr = absl::StatusOr<std::unique_ptr<Layer>>;
 
-}  // namespace
-
-MT_REGISTER(
-    LayerType,
-    {.name = "max_pooling2d",
-     .doc = "maximum over windows, NHWC (Keras MaxPooling2D)",
-     .params =
-         {{Param::Int("pool_size").Default(2).Min(1).Doc("square window side"),
+// pool_size, strides and padding, as Keras's pooling layers.
+ParamSchema PoolParams() {
+  return {{Param::Int("pool_size").Default(2).Min(1).Doc("square window side"),
            Param::Int("strides").Nullable().Min(1).Doc(
                "step in both dimensions; null: pool_size"),
            Param::String("padding")
                .Default("valid")
                .OneOf({"valid", "same"})
                .Doc("valid: windows inside the image; same: ceil(in / "
-                    "strides) outputs")}},
-     .create = [](const LayerSpec& spec, LayerBuilder& b) -> LayerOr {
-       if (b.input_shape().size() != 4) {
-         return absl::InvalidArgumentError(absl::StrCat(
-             "expects NHWC input, got ", ShapeToString(b.input_shape())));
-       }
-       const int64_t k = spec.params.Int("pool_size");
-       const int64_t s = spec.params.OptionalInt("strides").value_or(k);
-       const bool same = spec.params.String("padding") == "same";
-       return std::make_unique<MaxPool2DLayer>(
-           b.name(),
-           ops::Pool2DOptions{
-               k, k, s, s, same ? ops::Padding::kSame : ops::Padding::kValid});
-     }});
+                    "strides) outputs")}};
+}
+
+template <typename PoolLayer>
+LayerOr CreatePool(const LayerSpec& spec, LayerBuilder& b) {
+  if (b.input_shape().size() != 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expects NHWC input, got ", ShapeToString(b.input_shape())));
+  }
+  const int64_t k = spec.params.Int("pool_size");
+  const int64_t s = spec.params.OptionalInt("strides").value_or(k);
+  const bool same = spec.params.String("padding") == "same";
+  if (!same && (k > b.input_shape()[1] || k > b.input_shape()[2])) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pool_size ", k, " is larger than the input ",
+                     ShapeToString(b.input_shape()), " with padding valid"));
+  }
+  return std::make_unique<PoolLayer>(
+      b.name(),
+      ops::Pool2DOptions{k, k, s, s,
+                         same ? ops::Padding::kSame : ops::Padding::kValid});
+}
+
+}  // namespace
+
+MT_REGISTER(LayerType,
+            {.name = "max_pooling2d",
+             .doc = "maximum over windows, NHWC (Keras MaxPooling2D)",
+             .params = PoolParams(),
+             .create = CreatePool<MaxPool2DLayer>});
+MT_REGISTER(LayerType,
+            {.name = "average_pooling2d",
+             .doc = "mean over windows, NHWC; padded cells are not counted "
+                    "(Keras AveragePooling2D)",
+             .params = PoolParams(),
+             .create = CreatePool<AvgPool2DLayer>});
 
 MT_REGISTER(LayerType,
             {.name = "flatten",

@@ -1,5 +1,6 @@
-// Layers without variables: MaxPool2D, Flatten, Dropout, Activation
-// (config types max_pooling2d, flatten, dropout, activation).
+// Layers without variables: MaxPool2D, AvgPool2D, Flatten, Dropout,
+// Activation (config types max_pooling2d, average_pooling2d, flatten,
+// dropout, activation).
 #ifndef MIRRORTRAIN_MODELS_SIMPLE_LAYERS_H_
 #define MIRRORTRAIN_MODELS_SIMPLE_LAYERS_H_
 
@@ -12,17 +13,30 @@
 
 namespace mirrortrain::models {
 
-class MaxPool2DLayer final : public Layer {
+// The window geometry and output shape shared by the pooling layers.
+class Pool2DLayer : public Layer {
  public:
-  MaxPool2DLayer(std::string name, ops::Pool2DOptions options)
+  Pool2DLayer(std::string name, ops::Pool2DOptions options)
       : Layer(std::move(name)), options_(options) {}
-  absl::StatusOr<Tensor> Call(const Tensor& x,
-                              const ForwardContext& ctx) override;
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override;
   const ops::Pool2DOptions& options() const { return options_; }
 
  private:
   ops::Pool2DOptions options_;
+};
+
+class MaxPool2DLayer final : public Pool2DLayer {
+ public:
+  using Pool2DLayer::Pool2DLayer;
+  absl::StatusOr<Tensor> Call(const Tensor& x,
+                              const ForwardContext& ctx) override;
+};
+
+class AvgPool2DLayer final : public Pool2DLayer {
+ public:
+  using Pool2DLayer::Pool2DLayer;
+  absl::StatusOr<Tensor> Call(const Tensor& x,
+                              const ForwardContext& ctx) override;
 };
 
 // [batch, ...] -> [batch, product of the rest].

@@ -279,8 +279,15 @@ absl::Status Trainer::ReplicaStep(distribute::ReplicaContext& ctx,
   std::vector<Tensor> grads;
   {
     GradientTape tape;
-    models::ForwardContext fctx{true, StepSeed(config_.seed, step),
-                                shard.begin};
+    const ops::AllReduceSumFn all_reduce = [&ctx](absl::Span<Tensor> ts) {
+      return ctx.AllReduce(distribute::ReduceOp::kSum, ts);
+    };
+    const models::ForwardContext fctx{
+        .training = true,
+        .step_seed = StepSeed(config_.seed, step),
+        .row_offset = shard.begin,
+        .global_batch = global_batch,
+        .all_reduce_sum = ctx.reduces() ? &all_reduce : nullptr};
     MT_ASSIGN_OR_RETURN(Tensor logits, r.model->Call(images, fctx));
     MT_ASSIGN_OR_RETURN(Tensor loss, models::SparseCategoricalCrossentropy(
                                          logits, labels, global_batch));

@@ -136,6 +136,18 @@ MT_CUDA_KERNEL(MaxPool2DBackward,
                             const Pool2DGeometry& geometry, void* dx,
                             int device));
 
+// y = the mean of each window's cells inside the image (padding is not
+// counted, as tf.nn.avg_pool).
+MT_CUDA_KERNEL(AvgPool2DForward, absl::Status(DType dtype, const void* x,
+                                              const Pool2DGeometry& geometry,
+                                              void* y, int device));
+// dx (every element written) = for each input cell, the sum over the
+// windows that cover it of dy / (the window's cell count), in increasing
+// output order (the CPU's order: the same bits).
+MT_CUDA_KERNEL(AvgPool2DBackward, absl::Status(DType dtype, const void* dy,
+                                               const Pool2DGeometry& geometry,
+                                               void* dx, int device));
+
 // ---- nn ops (nn_kernels.cu), over row-major [rows, cols] matrices.
 
 // y[r, c] = x[r, c] + bias[c].
@@ -171,6 +183,22 @@ MT_CUDA_KERNEL(Dropout, absl::Status(DType dtype, const void* x, double rate,
                                      double keep_scale, uint64_t salt,
                                      int64_t element_offset, void* mask,
                                      void* y, int64_t n, int device));
+
+// ---- Per-channel kernels of batch normalization (normalization_kernels.cu),
+// over row-major [rows, cols] with cols the channels.
+
+// y[r, c] = x[r, c] * a[c] + b[c] (b null: + 0).
+MT_CUDA_KERNEL(ChannelAffine,
+               absl::Status(DType dtype, const void* x, const void* a,
+                            const void* b, void* y, int64_t rows, int64_t cols,
+                            int device));
+// sum[c] = the sum over r of w[r, c]; dot[c] = the sum over r of
+// w[r, c] * (x[r, c] - shift[c]) (shift null: 0). With w == x: the sum and
+// the sum of squares. Summed in double in fixed chunks, as ColumnSum.
+MT_CUDA_KERNEL(ChannelSums,
+               absl::Status(DType dtype, const void* x, const void* w,
+                            const void* shift, int64_t rows, int64_t cols,
+                            void* sum, void* dot, int device));
 
 // ---- Fused ops (fused_kernels.cu), over row-major [rows, cols].
 

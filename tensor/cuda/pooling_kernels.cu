@@ -1,9 +1,9 @@
-// MaxPool2D over NHWC images. Forward: one thread per output, walking its
-// window in row-major order with the CPU rule (the first maximum wins; a
-// NaN beats every number and the first NaN stays), recording the winner's
-// offset within its image. Backward: one thread per input cell, gathering
-// dy from the windows whose recorded winner it is. No atomics: the result
-// is deterministic and adds the same terms in the same order as the CPU
+// MaxPool2D and AvgPool2D over NHWC images. Forward: one thread per output,
+// walking its window in row-major order with the CPU rule (the first maximum
+// wins; a NaN beats every number and the first NaN stays), recording the
+// winner's offset within its image. Backward: one thread per input cell,
+// gathering dy from the windows whose recorded winner it is. No atomics: the
+// result is deterministic and adds the same terms in the same order as the CPU
 // scatter, so CPU and GPU gradients agree bit for bit.
 #include <cuda_runtime.h>
 
@@ -130,6 +130,71 @@ __global__ void MaxPoolBackwardKernel(Geometry<I> g, const int32_t* argmax,
   }
 }
 
+// The window of output (oy, ox): rows [y0, y1), columns [x0, x1).
+template <typename I>
+struct Window {
+  I y0, y1, x0, x1;
+  __device__ I cells() const { return (y1 - y0) * (x1 - x0); }
+};
+template <typename I>
+__device__ Window<I> WindowOf(const Geometry<I>& g, I oy, I ox) {
+  const I top = oy * g.stride_h.value() - g.pad_top;
+  const I left = ox * g.stride_w.value() - g.pad_left;
+  return {Max<I>(top, 0), Min<I>(top + g.ksize_h, g.h.value()), Max<I>(left, 0),
+          Min<I>(left + g.ksize_w, g.w.value())};
+}
+
+template <typename T, typename I>
+__global__ void AvgPoolForwardKernel(Geometry<I> g, const T* x, T* y,
+                                     I outputs) {
+  const I h = g.h.value(), w = g.w.value(), c = g.c.value();
+  for (I o = GridStart<I>(); o < outputs; o += GridStep<I>()) {
+    I rest = g.c.Div(o);
+    const I ch = o - rest * c;
+    const I ox = g.out_w.Mod(rest);
+    rest = g.out_w.Div(rest);
+    const I oy = g.out_h.Mod(rest), i = g.out_h.Div(rest);
+    const Window<I> win = WindowOf(g, oy, ox);
+    const T* img = x + i * h * w * c;
+    T sum = T(0);
+    for (I yy = win.y0; yy < win.y1; ++yy) {
+      for (I xx = win.x0; xx < win.x1; ++xx) sum += img[(yy * w + xx) * c + ch];
+    }
+    y[o] = sum / static_cast<T>(win.cells());
+  }
+}
+
+template <typename T, typename I>
+__global__ void AvgPoolBackwardKernel(Geometry<I> g, const T* dy, T* dx,
+                                      I inputs) {
+  const I c = g.c.value(), out_h = g.out_h.value(), out_w = g.out_w.value();
+  for (I idx = GridStart<I>(); idx < inputs; idx += GridStep<I>()) {
+    I rest = g.c.Div(idx);
+    const I ch = idx - rest * c;
+    const I xx = g.w.Mod(rest);
+    rest = g.w.Div(rest);
+    const I yy = g.h.Mod(rest), i = g.h.Div(rest);
+    const I ry = yy + g.pad_top, rx = xx + g.pad_left;
+    const I oy0 = ry >= g.ksize_h ? g.stride_h.Div(ry - g.ksize_h) : 0;
+    const I oy1 = Min<I>(g.stride_h.Div(ry), out_h - 1);
+    const I ox0 = rx >= g.ksize_w ? g.stride_w.Div(rx - g.ksize_w) : 0;
+    const I ox1 = Min<I>(g.stride_w.Div(rx), out_w - 1);
+    T acc = T(0);
+    for (I oy = oy0; oy <= oy1; ++oy) {
+      for (I ox = ox0; ox <= ox1; ++ox) {
+        const Window<I> win = WindowOf(g, oy, ox);
+        // The ranges above may hold a window that misses the cell.
+        if (yy < win.y0 || yy >= win.y1 || xx < win.x0 || xx >= win.x1) {
+          continue;
+        }
+        const I o = ((i * out_h + oy) * out_w + ox) * c + ch;
+        acc += dy[o] / static_cast<T>(win.cells());
+      }
+    }
+    dx[idx] = acc;
+  }
+}
+
 absl::Status CheckGeometry(const char* what, const Pool2DGeometry& g) {
   if (g.ksize_h < 1 || g.ksize_w < 1 || g.stride_h < 1 || g.stride_w < 1 ||
       g.pad_top < 0 || g.pad_left < 0) {
@@ -181,7 +246,47 @@ absl::Status MaxPool2DBackwardOnGpu(DType dtype, const int32_t* argmax,
       });
 }
 
+absl::Status AvgPool2DForwardOnGpu(DType dtype, const void* x,
+                                   const Pool2DGeometry& g, void* y,
+                                   int device) {
+  MT_RETURN_IF_ERROR(CheckGeometry("AvgPool2DForward", g));
+  const int64_t outputs = g.n * g.out_h * g.out_w * g.c;
+  if (outputs == 0) return absl::OkStatus();
+  return LaunchFloatIndexWidthOn(
+      "AvgPool2DForward", dtype, device,
+      std::max(outputs, g.n * g.h * g.w * g.c),
+      [&](auto zero, auto index, cudaStream_t stream) {
+        using T = decltype(zero);
+        using I = decltype(index);
+        AvgPoolForwardKernel<T, I>
+            <<<LaunchBlocks(outputs), kLaunchThreads, 0, stream>>>(
+                Geometry<I>(g), static_cast<const T*>(x), static_cast<T*>(y),
+                static_cast<I>(outputs));
+      });
+}
+
+absl::Status AvgPool2DBackwardOnGpu(DType dtype, const void* dy,
+                                    const Pool2DGeometry& g, void* dx,
+                                    int device) {
+  MT_RETURN_IF_ERROR(CheckGeometry("AvgPool2DBackward", g));
+  const int64_t inputs = g.n * g.h * g.w * g.c;
+  if (inputs == 0) return absl::OkStatus();
+  return LaunchFloatIndexWidthOn(
+      "AvgPool2DBackward", dtype, device,
+      std::max(inputs, g.n * g.out_h * g.out_w * g.c),
+      [&](auto zero, auto index, cudaStream_t stream) {
+        using T = decltype(zero);
+        using I = decltype(index);
+        AvgPoolBackwardKernel<T, I>
+            <<<LaunchBlocks(inputs), kLaunchThreads, 0, stream>>>(
+                Geometry<I>(g), static_cast<const T*>(dy), static_cast<T*>(dx),
+                static_cast<I>(inputs));
+      });
+}
+
 MT_DEFINE_CUDA_KERNEL(MaxPool2DForward, MaxPool2DForwardOnGpu);
 MT_DEFINE_CUDA_KERNEL(MaxPool2DBackward, MaxPool2DBackwardOnGpu);
+MT_DEFINE_CUDA_KERNEL(AvgPool2DForward, AvgPool2DForwardOnGpu);
+MT_DEFINE_CUDA_KERNEL(AvgPool2DBackward, AvgPool2DBackwardOnGpu);
 
 }  // namespace mirrortrain::cuda

@@ -15,45 +15,25 @@
 namespace mirrortrain::ops {
 namespace {
 MT_DECLARE_OP(kMaxPool2DOp);
+MT_DECLARE_OP(kAvgPool2DOp);
 }  // namespace
 namespace {
 
-struct PoolGeometry {
-  int64_t n, h, w, c;
-  Window1D wy, wx;
-  Pool2DOptions opt;
-  // Input rows [y0, y1) and columns [x0, x1) of output (oy, ox).
-  int64_t y0(int64_t oy) const {
-    return std::max<int64_t>(oy * opt.stride_h - wy.pad_before, 0);
-  }
-  int64_t y1(int64_t oy) const {
-    return std::min<int64_t>(oy * opt.stride_h - wy.pad_before + opt.ksize_h,
-                             h);
-  }
-  int64_t x0(int64_t ox) const {
-    return std::max<int64_t>(ox * opt.stride_w - wx.pad_before, 0);
-  }
-  int64_t x1(int64_t ox) const {
-    return std::min<int64_t>(ox * opt.stride_w - wx.pad_before + opt.ksize_w,
-                             w);
-  }
-};
+// The kernels' geometry (cuda_kernels.h) is the CPU's too: one struct, no
+// field-by-field copy between the two.
+using PoolGeometry = cuda::Pool2DGeometry;
 
-cuda::Pool2DGeometry CudaGeometry(const PoolGeometry& g) {
-  cuda::Pool2DGeometry c;
-  c.n = g.n;
-  c.h = g.h;
-  c.w = g.w;
-  c.c = g.c;
-  c.out_h = g.wy.out;
-  c.out_w = g.wx.out;
-  c.ksize_h = g.opt.ksize_h;
-  c.ksize_w = g.opt.ksize_w;
-  c.stride_h = g.opt.stride_h;
-  c.stride_w = g.opt.stride_w;
-  c.pad_top = g.wy.pad_before;
-  c.pad_left = g.wx.pad_before;
-  return c;
+// Input rows [y0, y1) and columns [x0, x1) of output (oy, ox): its window
+// clipped to the image.
+struct PoolWindow {
+  int64_t y0, y1, x0, x1;
+  int64_t cells() const { return (y1 - y0) * (x1 - x0); }
+};
+PoolWindow WindowOf(const PoolGeometry& g, int64_t oy, int64_t ox) {
+  const int64_t top = oy * g.stride_h - g.pad_top;
+  const int64_t left = ox * g.stride_w - g.pad_left;
+  return {std::max<int64_t>(top, 0), std::min(top + g.ksize_h, g.h),
+          std::max<int64_t>(left, 0), std::min(left + g.ksize_w, g.w)};
 }
 
 // `argmax` (int32, shaped like the output) holds, per output, the offset
@@ -71,24 +51,25 @@ struct PoolAttrs {
 template <typename T>
 void MaxPoolForward(const PoolGeometry& g, const T* x, T* y, int32_t* argmax) {
   const int64_t image = g.h * g.w * g.c;
-  ParallelFor(g.n * g.wy.out, 1, [&](int64_t row_begin, int64_t row_end) {
+  ParallelFor(g.n * g.out_h, 1, [&](int64_t row_begin, int64_t row_end) {
     for (int64_t row = row_begin; row < row_end; ++row) {
-      const int64_t i = row / g.wy.out, oy = row % g.wy.out;
+      const int64_t i = row / g.out_h, oy = row % g.out_h;
       const T* img = x + i * image;
-      for (int64_t ox = 0; ox < g.wx.out; ++ox) {
-        const int64_t out = ((i * g.wy.out + oy) * g.wx.out + ox) * g.c;
+      for (int64_t ox = 0; ox < g.out_w; ++ox) {
+        const int64_t out = ((i * g.out_h + oy) * g.out_w + ox) * g.c;
+        const PoolWindow win = WindowOf(g, oy, ox);
         T* best = y + out;
         int32_t* arg = argmax != nullptr ? argmax + out : nullptr;
         // Windows always hold at least one real cell: start from the first.
-        const int64_t first = (g.y0(oy) * g.w + g.x0(ox)) * g.c;
+        const int64_t first = (win.y0 * g.w + win.x0) * g.c;
         std::copy_n(img + first, g.c, best);
         if (arg != nullptr) {
           for (int64_t ch = 0; ch < g.c; ++ch) {
             arg[ch] = static_cast<int32_t>(first + ch);
           }
         }
-        for (int64_t yy = g.y0(oy); yy < g.y1(oy); ++yy) {
-          for (int64_t xx = g.x0(ox); xx < g.x1(ox); ++xx) {
+        for (int64_t yy = win.y0; yy < win.y1; ++yy) {
+          for (int64_t xx = win.x0; xx < win.x1; ++xx) {
             const int64_t base = (yy * g.w + xx) * g.c;
             if (base == first) continue;
             const T* cell = img + base;
@@ -121,7 +102,7 @@ void MaxPoolForward(const PoolGeometry& g, const T* x, T* y, int32_t* argmax) {
 template <typename T>
 void MaxPoolBackward(const PoolGeometry& g, const int32_t* argmax, const T* dy,
                      T* dx) {
-  const int64_t outputs = g.wy.out * g.wx.out * g.c;
+  const int64_t outputs = g.out_h * g.out_w * g.c;
   const int64_t image = g.h * g.w * g.c;
   ParallelFor(g.n, 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
@@ -133,25 +114,94 @@ void MaxPoolBackward(const PoolGeometry& g, const int32_t* argmax, const T* dy,
   });
 }
 
+// Mean of each window's cells inside the image.
+template <typename T>
+void AvgPoolForward(const PoolGeometry& g, const T* x, T* y) {
+  const int64_t image = g.h * g.w * g.c;
+  ParallelFor(g.n * g.out_h, 1, [&](int64_t row_begin, int64_t row_end) {
+    for (int64_t row = row_begin; row < row_end; ++row) {
+      const int64_t i = row / g.out_h, oy = row % g.out_h;
+      const T* img = x + i * image;
+      for (int64_t ox = 0; ox < g.out_w; ++ox) {
+        T* out = y + ((i * g.out_h + oy) * g.out_w + ox) * g.c;
+        const PoolWindow win = WindowOf(g, oy, ox);
+        std::fill_n(out, g.c, T(0));
+        for (int64_t yy = win.y0; yy < win.y1; ++yy) {
+          for (int64_t xx = win.x0; xx < win.x1; ++xx) {
+            const T* cell = img + (yy * g.w + xx) * g.c;
+            for (int64_t ch = 0; ch < g.c; ++ch) out[ch] += cell[ch];
+          }
+        }
+        const T n = static_cast<T>(win.cells());
+        for (int64_t ch = 0; ch < g.c; ++ch) out[ch] /= n;
+      }
+    }
+  });
+}
+
+// Spreads each output's gradient evenly over its window, outputs in
+// increasing order (the GPU gathers in the same order: the same bits).
+template <typename T>
+void AvgPoolBackward(const PoolGeometry& g, const T* dy, T* dx) {
+  const int64_t image = g.h * g.w * g.c;
+  ParallelFor(g.n, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      T* d = dx + i * image;
+      for (int64_t oy = 0; oy < g.out_h; ++oy) {
+        for (int64_t ox = 0; ox < g.out_w; ++ox) {
+          const T* grad = dy + ((i * g.out_h + oy) * g.out_w + ox) * g.c;
+          const PoolWindow win = WindowOf(g, oy, ox);
+          const T n = static_cast<T>(win.cells());
+          for (int64_t yy = win.y0; yy < win.y1; ++yy) {
+            for (int64_t xx = win.x0; xx < win.x1; ++xx) {
+              T* cell = d + (yy * g.w + xx) * g.c;
+              for (int64_t ch = 0; ch < g.c; ++ch) cell[ch] += grad[ch] / n;
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+absl::StatusOr<PoolGeometry> MakeGeometry(const char* op, const Tensor& x,
+                                          const Pool2DOptions& opt) {
+  MT_RETURN_IF_ERROR(internal::CheckFloatingSame(op, {&x}));
+  MT_RETURN_IF_ERROR(internal::CheckRank(op, x, 4, "input (NHWC)"));
+  if (opt.ksize_h < 1 || opt.ksize_w < 1 || opt.stride_h < 1 ||
+      opt.stride_w < 1) {
+    return internal::OpError(op, "window sizes and strides must be >= 1", {&x});
+  }
+  PoolGeometry g;
+  g.n = x.dim(0);
+  g.h = x.dim(1);
+  g.w = x.dim(2);
+  g.c = x.dim(3);
+  g.ksize_h = opt.ksize_h;
+  g.ksize_w = opt.ksize_w;
+  g.stride_h = opt.stride_h;
+  g.stride_w = opt.stride_w;
+  const Window1D wy =
+      ComputeWindow(g.h, opt.ksize_h, opt.stride_h, opt.padding);
+  const Window1D wx =
+      ComputeWindow(g.w, opt.ksize_w, opt.stride_w, opt.padding);
+  g.out_h = wy.out;
+  g.out_w = wx.out;
+  g.pad_top = wy.pad_before;
+  g.pad_left = wx.pad_before;
+  if (g.h * g.w * g.c > std::numeric_limits<int32_t>::max()) {
+    return internal::OpError(op, "an image holds more than 2^31-1 values",
+                             {&x});
+  }
+  return g;
+}
+
 }  // namespace
 
 absl::StatusOr<Tensor> MaxPool2D(const Tensor& x, const Pool2DOptions& opt) {
   constexpr const char* kOp = "MaxPool2D";
-  MT_RETURN_IF_ERROR(internal::CheckFloatingSame(kOp, {&x}));
-  MT_RETURN_IF_ERROR(internal::CheckRank(kOp, x, 4, "input (NHWC)"));
-  if (opt.ksize_h < 1 || opt.ksize_w < 1 || opt.stride_h < 1 ||
-      opt.stride_w < 1) {
-    return internal::OpError(kOp, "window sizes and strides must be >= 1",
-                             {&x});
-  }
-  PoolGeometry g{x.dim(0), x.dim(1), x.dim(2), x.dim(3), {}, {}, opt};
-  g.wy = ComputeWindow(g.h, opt.ksize_h, opt.stride_h, opt.padding);
-  g.wx = ComputeWindow(g.w, opt.ksize_w, opt.stride_w, opt.padding);
-  if (g.h * g.w * g.c > std::numeric_limits<int32_t>::max()) {
-    return internal::OpError(kOp, "an image holds more than 2^31-1 values",
-                             {&x});
-  }
-  const Shape out_shape{g.n, g.wy.out, g.wx.out, g.c};
+  MT_ASSIGN_OR_RETURN(const PoolGeometry g, MakeGeometry(kOp, x, opt));
+  const Shape out_shape{g.n, g.out_h, g.out_w, g.c};
   MT_ASSIGN_OR_RETURN(Tensor y,
                       Tensor::Empty(x.dtype(), out_shape, x.device()));
   // The winners are only needed for a gradient.
@@ -164,9 +214,9 @@ absl::StatusOr<Tensor> MaxPool2D(const Tensor& x, const Pool2DOptions& opt) {
   if (x.device().is_cuda()) {
     MT_RETURN_IF_ERROR(internal::KernelError(
         kOp,
-        cuda::MaxPool2DForward(
-            x.dtype(), x.raw_data(), CudaGeometry(g), y.raw_data(),
-            record ? argmax.data<int32_t>() : nullptr, x.device().index),
+        cuda::MaxPool2DForward(x.dtype(), x.raw_data(), g, y.raw_data(),
+                               record ? argmax.data<int32_t>() : nullptr,
+                               x.device().index),
         {&x}));
   } else {
     MT_DISPATCH_FLOAT(
@@ -176,6 +226,26 @@ absl::StatusOr<Tensor> MaxPool2D(const Tensor& x, const Pool2DOptions& opt) {
   }
   if (record)
     tape::RecordOperation(kMaxPool2DOp, {x}, {y}, PoolAttrs{g, argmax});
+  return y;
+}
+
+absl::StatusOr<Tensor> AvgPool2D(const Tensor& x, const Pool2DOptions& opt) {
+  constexpr const char* kOp = "AvgPool2D";
+  MT_ASSIGN_OR_RETURN(const PoolGeometry g, MakeGeometry(kOp, x, opt));
+  MT_ASSIGN_OR_RETURN(
+      Tensor y,
+      Tensor::Empty(x.dtype(), {g.n, g.out_h, g.out_w, g.c}, x.device()));
+  if (x.device().is_cuda()) {
+    MT_RETURN_IF_ERROR(internal::KernelError(
+        kOp,
+        cuda::AvgPool2DForward(x.dtype(), x.raw_data(), g, y.raw_data(),
+                               x.device().index),
+        {&x}));
+  } else {
+    MT_DISPATCH_FLOAT(x.dtype(), T,
+                      AvgPoolForward<T>(g, x.data<T>(), y.data<T>()));
+  }
+  tape::RecordOperation(kAvgPool2DOp, {x}, {y}, g);
   return y;
 }
 
@@ -192,8 +262,8 @@ MT_OP(kMaxPool2DOp, "MaxPool2D",
           MT_RETURN_IF_ERROR(internal::KernelError(
               "MaxPool2DGrad",
               cuda::MaxPool2DBackward(dy.dtype(), attrs.argmax.data<int32_t>(),
-                                      dy.raw_data(), CudaGeometry(attrs.geo),
-                                      dx.raw_data(), dy.device().index),
+                                      dy.raw_data(), attrs.geo, dx.raw_data(),
+                                      dy.device().index),
               {&dy}));
           (*grads)[0] = std::move(dx);
           return absl::OkStatus();
@@ -204,6 +274,29 @@ MT_OP(kMaxPool2DOp, "MaxPool2D",
             dy.dtype(), T,
             MaxPoolBackward<T>(attrs.geo, attrs.argmax.data<int32_t>(),
                                dy.data<T>(), dx.data<T>()));
+        (*grads)[0] = std::move(dx);
+        return absl::OkStatus();
+      });
+
+MT_OP(kAvgPool2DOp, "AvgPool2D",
+      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+        const PoolGeometry& geo = std::any_cast<const PoolGeometry&>(op.attrs);
+        const Tensor& dy = g[0];
+        const Shape& shape = op.inputs[0].shape();
+        if (dy.device().is_cuda()) {
+          MT_ASSIGN_OR_RETURN(Tensor dx,
+                              Tensor::Empty(dy.dtype(), shape, dy.device()));
+          MT_RETURN_IF_ERROR(internal::KernelError(
+              "AvgPool2DGrad",
+              cuda::AvgPool2DBackward(dy.dtype(), dy.raw_data(), geo,
+                                      dx.raw_data(), dy.device().index),
+              {&dy}));
+          (*grads)[0] = std::move(dx);
+          return absl::OkStatus();
+        }
+        Tensor dx = Tensor::HostZeros(dy.dtype(), shape);
+        MT_DISPATCH_FLOAT(dy.dtype(), T,
+                          AvgPoolBackward<T>(geo, dy.data<T>(), dx.data<T>()));
         (*grads)[0] = std::move(dx);
         return absl::OkStatus();
       });

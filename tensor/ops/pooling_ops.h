@@ -1,4 +1,5 @@
-// Max pooling over NHWC images (tf.nn.max_pool2d).
+// Max and average pooling over NHWC images (tf.nn.max_pool2d,
+// tf.nn.avg_pool2d).
 #ifndef MIRRORTRAIN_TENSOR_OPS_POOLING_OPS_H_
 #define MIRRORTRAIN_TENSOR_OPS_POOLING_OPS_H_
 
@@ -17,6 +18,10 @@ struct Pool2DOptions {
 // Padded cells never win. The gradient goes to the first maximum of each
 // window in row-major order (TensorFlow's CPU rule), summed over windows.
 absl::StatusOr<Tensor> MaxPool2D(const Tensor& x,
+                                 const Pool2DOptions& options = {});
+// The mean of each window's cells inside the image: padded cells are not
+// counted (TensorFlow's rule for SAME padding).
+absl::StatusOr<Tensor> AvgPool2D(const Tensor& x,
                                  const Pool2DOptions& options = {});
 
 }  // namespace mirrortrain::ops

@@ -15,13 +15,16 @@
 #include "tensor/op.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/clip_ops.h"
+#include "tensor/ops/collective_ops.h"
 #include "tensor/ops/conv_ops.h"
 #include "tensor/ops/fused_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/nn_ops.h"
+#include "tensor/ops/normalization_ops.h"
 #include "tensor/ops/pooling_ops.h"
 #include "tensor/ops/reduction_ops.h"
+#include "tensor/status_macros.h"
 #include "tests/test_util.h"
 
 namespace mirrortrain {
@@ -124,6 +127,42 @@ const std::vector<OpRow>& Rows() {
          return ops::MaxPool2D(in[0], {3, 3, 2, 2, ops::Padding::kSame});
        },
        Args(Rand({2, 5, 6, 3}))},
+      {"AvgPool2D",
+       [](const Inputs& in) {
+         return ops::AvgPool2D(in[0], {3, 3, 2, 2, ops::Padding::kSame});
+       },
+       Args(Rand({2, 5, 6, 3}))},
+      // Both outputs reach the checked result: sum + 0.5 * sum_sq.
+      {"ChannelSums",
+       [](const Inputs& in) -> absl::StatusOr<Tensor> {
+         MT_ASSIGN_OR_RETURN(ops::ChannelSumsResult r, ops::ChannelSums(in[0]));
+         MT_ASSIGN_OR_RETURN(Tensor half, ops::Scale(r.sum_sq, 0.5));
+         return ops::Add(r.sum, half);
+       },
+       Args(Rand({2, 3, 4, 5}))},
+      {"BatchNormalization",
+       [](const Inputs& in) {
+         return ops::BatchNormalization(in[0], in[1], in[2], in[3], in[4],
+                                        1e-3);
+       },
+       Args(Rand({6, 2, 4}), Rand({4}), Rand({4}, 0.5, 2), Rand({4}),
+            Rand({4}))},
+      // One replica's view of two replicas holding the same values: the
+      // all-reduce doubles, and so does the gradient.
+      {"CrossReplicaSum",
+       [](const Inputs& in) -> absl::StatusOr<Tensor> {
+         const ops::AllReduceSumFn twice = [](absl::Span<Tensor> ts) {
+           for (Tensor& t : ts) {
+             MT_ASSIGN_OR_RETURN(Tensor d, ops::Scale(t, 2.0));
+             MT_RETURN_IF_ERROR(t.CopyFrom(d));
+           }
+           return absl::OkStatus();
+         };
+         MT_ASSIGN_OR_RETURN(std::vector<Tensor> out,
+                             ops::CrossReplicaSum({in[0], in[1]}, twice));
+         return ops::Add(out[0], out[1]);
+       },
+       Args(Rand({2, 3}), Rand({2, 3}))},
       {"ReduceSum",
        [](const Inputs& in) { return ops::ReduceSum(in[0], {0, 2}, true); },
        Args(Rand({2, 3, 4}))},

@@ -1,0 +1,203 @@
+// BatchNormalization (config type `batch_normalization`), Keras semantics
+// over the last axis: training normalises with the batch's mean and
+// variance and moves moving_mean/moving_variance towards them by
+// `momentum`; inference uses the moving ones.
+//
+// The statistics are the sufficient statistics of Keras's synchronized
+// moments: mean = sum / n, variance = max(sum_sq / n - mean^2, 0). With
+// `synchronized: true` the sums and n are those of the global batch (one
+// all-reduce of the sums forward, one of their gradients backward), so
+// every replica normalises with the same numbers and the result does not
+// depend on the number of replicas. Without it each replica uses its own
+// shard, and the moving statistics move towards the mean over the
+// replicas of their shard statistics (what Keras 2's ON_READ MEAN variables
+// read), which keeps them identical on every replica.
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "models/layer.h"
+#include "models/layer_registry.h"
+#include "tensor/ops/array_ops.h"
+#include "tensor/ops/collective_ops.h"
+#include "tensor/ops/math_ops.h"
+#include "tensor/ops/normalization_ops.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::models {
+namespace {
+
+struct BatchNormOptions {
+  double momentum, epsilon;
+  bool center, scale, synchronized;
+};
+
+class BatchNormalizationLayer final : public Layer {
+ public:
+  static absl::StatusOr<std::unique_ptr<Layer>> Create(
+      std::string name, int64_t channels, const BatchNormOptions& options,
+      Device device) {
+    auto make = [&](const char* var, double value,
+                    bool trainable) -> absl::StatusOr<Variable> {
+      MT_ASSIGN_OR_RETURN(Tensor t,
+                          ops::Fill(DType::kF32, {channels}, value, device));
+      return Variable::Create(absl::StrCat(name, "/", var), t, trainable);
+    };
+    std::unique_ptr<BatchNormalizationLayer> layer(
+        new BatchNormalizationLayer(name, options));
+    // Keras's order: gamma, beta, moving_mean, moving_variance.
+    if (options.scale) {
+      MT_ASSIGN_OR_RETURN(layer->gamma_, make("gamma", 1, true));
+    }
+    if (options.center) {
+      MT_ASSIGN_OR_RETURN(layer->beta_, make("beta", 0, true));
+    }
+    MT_ASSIGN_OR_RETURN(layer->moving_mean_, make("moving_mean", 0, false));
+    MT_ASSIGN_OR_RETURN(layer->moving_variance_,
+                        make("moving_variance", 1, false));
+    // Stand-ins for a disabled gamma (ones) or beta (zeros): constants.
+    MT_ASSIGN_OR_RETURN(layer->ones_,
+                        ops::Fill(DType::kF32, {channels}, 1, device));
+    MT_ASSIGN_OR_RETURN(layer->zeros_,
+                        ops::Fill(DType::kF32, {channels}, 0, device));
+    return layer;
+  }
+
+  absl::StatusOr<Tensor> Call(const Tensor& x,
+                              const ForwardContext& ctx) override {
+    const Tensor& scale = gamma_ ? gamma_->value() : ones_;
+    const Tensor& offset = beta_ ? beta_->value() : zeros_;
+    if (!ctx.training) {
+      return ops::BatchNormalization(x, moving_mean_->value(),
+                                     moving_variance_->value(), offset, scale,
+                                     options_.epsilon);
+    }
+    MT_ASSIGN_OR_RETURN(ops::ChannelSumsResult sums, ops::ChannelSums(x));
+    // Elements per channel in one row of the batch (h * w for images).
+    int64_t per_row = 1;
+    for (int i = 1; i + 1 < x.rank(); ++i) per_row *= x.dim(i);
+    int64_t count = x.dim(0) * per_row;
+    const bool sync = options_.synchronized && ctx.all_reduce_sum != nullptr;
+    if (sync) {
+      MT_ASSIGN_OR_RETURN(
+          std::vector<Tensor> global,
+          ops::CrossReplicaSum({sums.sum, sums.sum_sq}, *ctx.all_reduce_sum));
+      sums = {global[0], global[1]};
+      count = ctx.global_batch * per_row;
+    }
+    // divide_no_nan: a shard of 0 rows has statistics 0 (and no output).
+    const double inv_n = count > 0 ? 1.0 / static_cast<double>(count) : 0.0;
+    MT_ASSIGN_OR_RETURN(Tensor mean, ops::Scale(sums.sum, inv_n));
+    MT_ASSIGN_OR_RETURN(Tensor mean_sq, ops::Scale(sums.sum_sq, inv_n));
+    MT_ASSIGN_OR_RETURN(Tensor square, ops::Square(mean));
+    MT_ASSIGN_OR_RETURN(Tensor variance, ops::Sub(mean_sq, square));
+    MT_ASSIGN_OR_RETURN(variance, ops::Relu(variance));
+    MT_ASSIGN_OR_RETURN(
+        Tensor y, ops::BatchNormalization(x, mean, variance, offset, scale,
+                                          options_.epsilon));
+    MT_RETURN_IF_ERROR(UpdateMovingStatistics(
+        mean, variance, count > 0, sync ? nullptr : ctx.all_reduce_sum));
+    return y;
+  }
+
+  absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
+    if (input.size() < 2 || input.back() != moving_mean_->shape()[0]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name(), ": expects input [batch, ..., ", moving_mean_->shape()[0],
+          "], got ", ShapeToString(input)));
+    }
+    return input;
+  }
+
+  std::vector<Variable*> variables() override {
+    std::vector<Variable*> out;
+    if (gamma_) out.push_back(&*gamma_);
+    if (beta_) out.push_back(&*beta_);
+    out.push_back(&*moving_mean_);
+    out.push_back(&*moving_variance_);
+    return out;
+  }
+
+ private:
+  BatchNormalizationLayer(std::string name, const BatchNormOptions& options)
+      : Layer(std::move(name)), options_(options) {}
+
+  // moving = moving * momentum + batch * (1 - momentum), Keras's update.
+  // `average` (unsynchronized replicas) first replaces the batch
+  // statistics by their mean over the replicas that had rows.
+  absl::Status UpdateMovingStatistics(const Tensor& mean,
+                                      const Tensor& variance, bool has_rows,
+                                      const ops::AllReduceSumFn* average) {
+    // Not part of the model's function: no gradient flows through it.
+    MT_ASSIGN_OR_RETURN(Tensor m, ops::StopGradient(mean));
+    MT_ASSIGN_OR_RETURN(Tensor v, ops::StopGradient(variance));
+    if (average != nullptr) {
+      MT_ASSIGN_OR_RETURN(
+          Tensor one, ops::Fill(m.dtype(), {1}, has_rows ? 1 : 0, m.device()));
+      MT_ASSIGN_OR_RETURN(Tensor packed, ops::Concat({m, v, one}, 0));
+      Tensor parts[] = {packed};
+      MT_RETURN_IF_ERROR((*average)(absl::MakeSpan(parts)));
+      // Divided on the device: no host synchronisation. Some replica has
+      // rows in a training step, so the count is at least 1.
+      const int64_t c = m.num_elements();
+      MT_ASSIGN_OR_RETURN(Tensor replicas, packed.SliceRows(2 * c, 1));
+      MT_ASSIGN_OR_RETURN(packed, ops::Div(packed, replicas));
+      MT_ASSIGN_OR_RETURN(m, packed.SliceRows(0, c));
+      MT_ASSIGN_OR_RETURN(v, packed.SliceRows(c, c));
+    }
+    MT_RETURN_IF_ERROR(MoveTowards(*moving_mean_, m));
+    return MoveTowards(*moving_variance_, v);
+  }
+
+  absl::Status MoveTowards(Variable& moving, const Tensor& batch) {
+    MT_ASSIGN_OR_RETURN(Tensor kept,
+                        ops::Scale(moving.value(), options_.momentum));
+    MT_ASSIGN_OR_RETURN(Tensor moved,
+                        ops::Scale(batch, 1.0 - options_.momentum));
+    MT_ASSIGN_OR_RETURN(Tensor next, ops::Add(kept, moved));
+    return moving.Assign(next);
+  }
+
+  BatchNormOptions options_;
+  std::optional<Variable> gamma_, beta_, moving_mean_, moving_variance_;
+  Tensor ones_, zeros_;
+};
+
+}  // namespace
+
+MT_REGISTER(
+    LayerType,
+    {.name = "batch_normalization",
+     .doc = "normalises each channel (last axis) with the batch's statistics "
+            "while training and the moving ones otherwise (Keras "
+            "BatchNormalization)",
+     .params =
+         {{Param::Float("momentum")
+               .Default(0.99)
+               .Min(0)
+               .Max(1)
+               .Doc("moving statistics: moving * momentum + batch * (1 - "
+                    "momentum)"),
+           Param::Float("epsilon").Default(0.001).Min(0, false).Doc(
+               "added to the variance"),
+           Param::Bool("center").Default(true).Doc("learn an offset (beta)"),
+           Param::Bool("scale").Default(true).Doc("learn a scale (gamma)"),
+           Param::Bool("synchronized")
+               .Default(false)
+               .Doc("statistics over the global batch of all replicas, not "
+                    "each replica's shard")}},
+     .create = [](const LayerSpec& spec,
+                  LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
+       const Shape& in = b.input_shape();
+       if (in.size() < 2) {
+         return absl::InvalidArgumentError(absl::StrCat(
+             "expects input [batch, ..., channels], got ", ShapeToString(in)));
+       }
+       const Params& p = spec.params;
+       return BatchNormalizationLayer::Create(
+           b.name(), in.back(),
+           {p.Float("momentum"), p.Float("epsilon"), p.Bool("center"),
+            p.Bool("scale"), p.Bool("synchronized")},
+           b.device());
+     }});
+
+}  // namespace mirrortrain::models

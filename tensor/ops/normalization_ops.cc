@@ -1,0 +1,238 @@
+#include "tensor/ops/normalization_ops.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "tensor/cuda/cuda_kernels.h"
+#include "tensor/gradient_tape.h"
+#include "tensor/op.h"
+#include "tensor/ops/math_ops.h"
+#include "tensor/ops/op_util.h"
+#include "tensor/parallel.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::ops {
+namespace {
+MT_DECLARE_OP(kChannelSumsOp);
+MT_DECLARE_OP(kBatchNormalizationOp);
+
+using internal::CheckFloatingSame;
+using internal::KernelError;
+using internal::OpError;
+
+struct BatchNormAttrs {
+  double epsilon;
+};
+
+// x as [rows, cols] with cols its last dimension.
+void RowsCols(const Tensor& x, int64_t* rows, int64_t* cols) {
+  *cols = x.dim(x.rank() - 1);
+  *rows = *cols == 0 ? 0 : x.num_elements() / *cols;
+}
+
+// A view of `t` that no tape watches: per-channel coefficients computed
+// inside an op from its inputs must not be recorded as ops of their own.
+Tensor Detached(const Tensor& t) { return *t.Reshaped(t.shape()); }
+
+// y = x * a[c] + b[c] (b undefined: + 0), on x's device.
+absl::StatusOr<Tensor> ChannelAffine(const char* op, const Tensor& x,
+                                     const Tensor& a, const Tensor* b) {
+  MT_ASSIGN_OR_RETURN(Tensor y,
+                      Tensor::Empty(x.dtype(), x.shape(), x.device()));
+  int64_t rows, cols;
+  RowsCols(x, &rows, &cols);
+  if (x.device().is_cuda()) {
+    MT_RETURN_IF_ERROR(KernelError(
+        op,
+        cuda::ChannelAffine(x.dtype(), x.raw_data(), a.raw_data(),
+                            b == nullptr ? nullptr : b->raw_data(),
+                            y.raw_data(), rows, cols, x.device().index),
+        {&x, &a}));
+    return y;
+  }
+  MT_DISPATCH_FLOAT(x.dtype(), T, {
+    const T* px = x.data<T>();
+    const T* pa = a.data<T>();
+    const T* pb = b == nullptr ? nullptr : b->data<T>();
+    T* py = y.data<T>();
+    ParallelFor(
+        rows, std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(cols, 1)),
+        [&](int64_t begin, int64_t end) {
+          for (int64_t r = begin; r < end; ++r) {
+            const T* xr = px + r * cols;
+            T* yr = py + r * cols;
+            for (int64_t c = 0; c < cols; ++c) {
+              yr[c] = pb == nullptr ? xr[c] * pa[c] : xr[c] * pa[c] + pb[c];
+            }
+          }
+        });
+  });
+  return y;
+}
+
+// sum[c] = sum of w[r, c]; dot[c] = sum of w[r, c] * (x[r, c] - shift[c])
+// (shift undefined: 0). On the CPU: fixed blocks of rows summed in double,
+// then the blocks in order, so the result does not depend on the threads.
+absl::StatusOr<ChannelSumsResult> Sums(const char* op, const Tensor& x,
+                                       const Tensor& w, const Tensor* shift) {
+  int64_t rows, cols;
+  RowsCols(x, &rows, &cols);
+  const Shape shape = {cols};
+  MT_ASSIGN_OR_RETURN(Tensor sum, Tensor::Empty(x.dtype(), shape, x.device()));
+  MT_ASSIGN_OR_RETURN(Tensor dot, Tensor::Empty(x.dtype(), shape, x.device()));
+  if (x.device().is_cuda()) {
+    MT_RETURN_IF_ERROR(KernelError(
+        op,
+        cuda::ChannelSums(x.dtype(), x.raw_data(), w.raw_data(),
+                          shift == nullptr ? nullptr : shift->raw_data(), rows,
+                          cols, sum.raw_data(), dot.raw_data(),
+                          x.device().index),
+        {&x, &w}));
+    return ChannelSumsResult{std::move(sum), std::move(dot)};
+  }
+  constexpr int64_t kBlockRows = 256;
+  const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
+  std::vector<double> partial(static_cast<size_t>(blocks * 2 * cols), 0.0);
+  MT_DISPATCH_FLOAT(x.dtype(), T, {
+    const T* px = x.data<T>();
+    const T* pw = w.data<T>();
+    const T* ps = shift == nullptr ? nullptr : shift->data<T>();
+    ParallelFor(blocks, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t blk = begin; blk < end; ++blk) {
+        double* s = &partial[blk * 2 * cols];
+        double* d = s + cols;
+        const int64_t r1 = std::min(rows, (blk + 1) * kBlockRows);
+        for (int64_t r = blk * kBlockRows; r < r1; ++r) {
+          for (int64_t c = 0; c < cols; ++c) {
+            const double wv = pw[r * cols + c];
+            const double xv = px[r * cols + c];
+            s[c] += wv;
+            d[c] += wv * (ps == nullptr ? xv : xv - ps[c]);
+          }
+        }
+      }
+    });
+    T* out_s = sum.data<T>();
+    T* out_d = dot.data<T>();
+    for (int64_t c = 0; c < cols; ++c) {
+      double s = 0, d = 0;
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        s += partial[blk * 2 * cols + c];
+        d += partial[blk * 2 * cols + cols + c];
+      }
+      out_s[c] = static_cast<T>(s);
+      out_d[c] = static_cast<T>(d);
+    }
+  });
+  return ChannelSumsResult{std::move(sum), std::move(dot)};
+}
+
+// rsqrt(variance + epsilon), and k = scale * that.
+struct Coefficients {
+  Tensor inv, k;
+};
+absl::StatusOr<Coefficients> MakeCoefficients(const Tensor& variance,
+                                              const Tensor& scale,
+                                              double epsilon) {
+  MT_ASSIGN_OR_RETURN(Tensor eps, internal::ScalarLike(variance, epsilon));
+  MT_ASSIGN_OR_RETURN(Tensor v, Add(Detached(variance), eps));
+  MT_ASSIGN_OR_RETURN(v, Sqrt(v));
+  MT_ASSIGN_OR_RETURN(Tensor one, internal::ScalarLike(variance, 1.0));
+  MT_ASSIGN_OR_RETURN(Tensor inv, Div(one, v));
+  MT_ASSIGN_OR_RETURN(Tensor k, Mul(Detached(scale), inv));
+  return Coefficients{std::move(inv), std::move(k)};
+}
+
+}  // namespace
+
+absl::StatusOr<ChannelSumsResult> ChannelSums(const Tensor& x) {
+  constexpr const char* kOp = "ChannelSums";
+  MT_RETURN_IF_ERROR(CheckFloatingSame(kOp, {&x}));
+  if (x.rank() < 1) return OpError(kOp, "needs rank >= 1", {&x});
+  MT_ASSIGN_OR_RETURN(ChannelSumsResult r, Sums(kOp, x, x, nullptr));
+  tape::RecordOperation(kChannelSumsOp, {x}, {r.sum, r.sum_sq});
+  return r;
+}
+
+absl::StatusOr<Tensor> BatchNormalization(const Tensor& x, const Tensor& mean,
+                                          const Tensor& variance,
+                                          const Tensor& offset,
+                                          const Tensor& scale, double epsilon) {
+  constexpr const char* kOp = "BatchNormalization";
+  MT_RETURN_IF_ERROR(
+      CheckFloatingSame(kOp, {&x, &mean, &variance, &offset, &scale}));
+  if (x.rank() < 1) return OpError(kOp, "needs rank >= 1", {&x});
+  const Shape channels = {x.dim(x.rank() - 1)};
+  for (const Tensor* t : {&mean, &variance, &offset, &scale}) {
+    if (t->shape() != channels) {
+      return OpError(kOp,
+                     "mean, variance, offset and scale must be [channels] "
+                     "(the last dimension of x)",
+                     {&x, &mean, &variance, &offset, &scale});
+    }
+  }
+  MT_ASSIGN_OR_RETURN(Coefficients co,
+                      MakeCoefficients(variance, scale, epsilon));
+  MT_ASSIGN_OR_RETURN(Tensor mk, Mul(Detached(mean), co.k));
+  MT_ASSIGN_OR_RETURN(Tensor b, Sub(Detached(offset), mk));
+  MT_ASSIGN_OR_RETURN(Tensor y, ChannelAffine(kOp, x, co.k, &b));
+  tape::RecordOperation(kBatchNormalizationOp,
+                        {x, mean, variance, offset, scale}, {y},
+                        BatchNormAttrs{epsilon});
+  return y;
+}
+
+// ---------------------------------------------------------------- gradients
+
+namespace {
+
+// d/dx of (sum, sum_sq) = g_sum + 2 x g_sq, per channel.
+MT_OP(kChannelSumsOp, "ChannelSums",
+      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+        MT_ASSIGN_OR_RETURN(Tensor two_g_sq, Scale(g[1], 2.0));
+        MT_ASSIGN_OR_RETURN(
+            (*grads)[0],
+            ChannelAffine("ChannelSumsGrad", op.inputs[0], two_g_sq, &g[0]));
+        return absl::OkStatus();
+      });
+
+// With inv = rsqrt(variance + eps), k = scale * inv, s1 = sum(dy) and
+// s2 = sum(dy * (x - mean)) per channel: dx = dy * k; d offset = s1;
+// d scale = s2 * inv; d mean = -s1 * k; d variance = -s2 * k * inv^2 / 2.
+MT_OP(kBatchNormalizationOp, "BatchNormalization",
+      [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+        const Tensor& x = op.inputs[0];
+        const Tensor& mean = op.inputs[1];
+        const double epsilon = std::any_cast<BatchNormAttrs>(op.attrs).epsilon;
+        MT_ASSIGN_OR_RETURN(
+            Coefficients co,
+            MakeCoefficients(op.inputs[2], op.inputs[4], epsilon));
+        if (needs[0]) {
+          MT_ASSIGN_OR_RETURN(
+              (*grads)[0],
+              ChannelAffine("BatchNormalizationGrad", g[0], co.k, nullptr));
+        }
+        if (!needs[1] && !needs[2] && !needs[3] && !needs[4]) {
+          return absl::OkStatus();
+        }
+        MT_ASSIGN_OR_RETURN(ChannelSumsResult s,
+                            Sums("BatchNormalizationGrad", x, g[0], &mean));
+        if (needs[1]) {
+          MT_ASSIGN_OR_RETURN(Tensor t, Mul(s.sum, co.k));
+          MT_ASSIGN_OR_RETURN((*grads)[1], Neg(t));
+        }
+        if (needs[2]) {
+          MT_ASSIGN_OR_RETURN(Tensor t, Mul(s.sum_sq, co.k));
+          MT_ASSIGN_OR_RETURN(Tensor inv2, Mul(co.inv, co.inv));
+          MT_ASSIGN_OR_RETURN(t, Mul(t, inv2));
+          MT_ASSIGN_OR_RETURN((*grads)[2], Scale(t, -0.5));
+        }
+        if (needs[3]) (*grads)[3] = s.sum;
+        if (needs[4]) {
+          MT_ASSIGN_OR_RETURN((*grads)[4], Mul(s.sum_sq, co.inv));
+        }
+        return absl::OkStatus();
+      });
+
+}  // namespace
+}  // namespace mirrortrain::ops
