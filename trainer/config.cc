@@ -93,6 +93,13 @@ const ParamSchema& OptimizerSchema() {
            .Default(0.05)
            .Min(0, false)
            .Doc("peak rate of the schedule"),
+       Param::Float("l2_regularization")
+           .Default(0.0)
+           .Min(0)
+           .Doc("adds l2 * w to the gradient of every weight of rank >= 2 "
+                "(kernels, embeddings; not biases or normalization "
+                "parameters) after the all-reduce: PyTorch SGD's "
+                "weight_decay, a Keras l2(l2 / 2) kernel regularizer"),
        Param::Float("clip_global_norm")
            .Nullable()
            .Min(0, false)
@@ -655,6 +662,7 @@ absl::Status ReadOptimizer(const Reader& r, const YAML::Node& node, Config* c,
                             &o.params));
   o.name = name;
   o.learning_rate = o.params.Float("learning_rate");
+  o.l2_regularization = o.params.Float("l2_regularization");
   o.clip_global_norm = o.params.OptionalFloat("clip_global_norm");
   o.clip_norm = o.params.OptionalFloat("clip_norm");
   o.clip_value = o.params.OptionalFloat("clip_value");

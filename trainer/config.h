@@ -50,6 +50,8 @@ struct OptimizerConfig {
   double learning_rate;
   std::string schedule;    // A registered schedule (lr_schedule.h).
   Params schedule_params;  // Its keys plus warmup_steps.
+  // Coupled weight decay on weights of rank >= 2 (grad += l2 * w).
+  double l2_regularization = 0;
   std::optional<double> clip_global_norm;
   std::optional<double> clip_norm;   // Per tensor.
   std::optional<double> clip_value;  // Elementwise to [-v, v].

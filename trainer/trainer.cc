@@ -16,6 +16,7 @@
 #include "tensor/gradient_tape.h"
 #include "tensor/matmul_precision.h"
 #include "tensor/ops/clip_ops.h"
+#include "tensor/ops/math_ops.h"
 #include "tensor/status_macros.h"
 #include "trainer/checkpoint/atomic_file.h"
 #include "trainer/data/data_source.h"
@@ -253,6 +254,19 @@ absl::Status Trainer::ClipGradients(std::vector<Tensor>& grads,
   return absl::OkStatus();
 }
 
+absl::Status Trainer::AddL2Regularization(const std::vector<Variable*>& vars,
+                                          std::vector<Tensor>& grads) const {
+  const double l2 = config_.optimizer.l2_regularization;
+  if (l2 == 0) return absl::OkStatus();
+  for (size_t i = 0; i < vars.size(); ++i) {
+    // Biases and normalization parameters (rank 1) are not decayed.
+    if (vars[i]->shape().size() < 2) continue;
+    MT_ASSIGN_OR_RETURN(Tensor decay, ops::Scale(vars[i]->value(), l2));
+    MT_ASSIGN_OR_RETURN(grads[i], ops::Add(grads[i], decay));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::ReplicaStep(distribute::ReplicaContext& ctx,
                                   const Batch& batch, int64_t step) {
   Replica& r = replicas_[ctx.replica_id()];
@@ -296,6 +310,7 @@ absl::Status Trainer::ReplicaStep(distribute::ReplicaContext& ctx,
     for (Variable* v : vars) sources.push_back(v->value());
     MT_ASSIGN_OR_RETURN(grads, ctx.AllReduceGradients(tape, loss, sources));
   }
+  MT_RETURN_IF_ERROR(AddL2Regularization(vars, grads));
   MT_RETURN_IF_ERROR(ClipGradients(grads, step));
   std::vector<GradAndVar> pairs;
   for (size_t i = 0; i < vars.size(); ++i) pairs.push_back({grads[i], vars[i]});

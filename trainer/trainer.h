@@ -103,6 +103,9 @@ class Trainer {
   absl::Status Step(const Batch& batch, int64_t step);
   absl::Status ReplicaStep(distribute::ReplicaContext& ctx, const Batch& batch,
                            int64_t step);
+  // grads[i] += l2_regularization * vars[i] for weights of rank >= 2.
+  absl::Status AddL2Regularization(const std::vector<Variable*>& vars,
+                                   std::vector<Tensor>& grads) const;
   absl::Status ClipGradients(std::vector<Tensor>& grads, int64_t step) const;
   absl::Status EvaluateAndLog(int64_t step);
 

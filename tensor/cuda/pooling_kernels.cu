@@ -48,28 +48,79 @@ __device__ inline I Max(I a, I b) {
   return a > b ? a : b;
 }
 
+// The window of output (oy, ox): rows [y0, y1), columns [x0, x1).
+template <typename I>
+struct Window {
+  I y0, y1, x0, x1;
+  __device__ I cells() const { return (y1 - y0) * (x1 - x0); }
+};
+template <typename I>
+__device__ Window<I> WindowOf(const Geometry<I>& g, I oy, I ox) {
+  const I top = oy * g.stride_h.value() - g.pad_top;
+  const I left = ox * g.stride_w.value() - g.pad_left;
+  return {Max<I>(top, 0), Min<I>(top + g.ksize_h, g.h.value()), Max<I>(left, 0),
+          Min<I>(left + g.ksize_w, g.w.value())};
+}
+
+// Output o of [n, out_h, out_w, c] as (image, row, column, channel).
+template <typename I>
+struct OutputCell {
+  I i, oy, ox, ch;
+};
+template <typename I>
+__device__ OutputCell<I> OutputOf(const Geometry<I>& g, I o) {
+  OutputCell<I> out;
+  I rest = g.c.Div(o);
+  out.ch = o - rest * g.c.value();
+  out.ox = g.out_w.Mod(rest);
+  rest = g.out_w.Div(rest);
+  out.oy = g.out_h.Mod(rest);
+  out.i = g.out_h.Div(rest);
+  return out;
+}
+
+// Input cell idx of [n, h, w, c] and the outputs whose windows may cover
+// it: rows [oy0, oy1] and columns [ox0, ox1] of image i (window oy covers
+// rows [oy * stride - pad, + ksize); the ranges may include a window or two
+// that misses the cell, which callers reject).
+template <typename I>
+struct InputCell {
+  I i, yy, xx, ch;
+  I oy0, oy1, ox0, ox1;
+};
+template <typename I>
+__device__ InputCell<I> CellOf(const Geometry<I>& g, I idx) {
+  InputCell<I> cell;
+  I rest = g.c.Div(idx);
+  cell.ch = idx - rest * g.c.value();
+  cell.xx = g.w.Mod(rest);
+  rest = g.w.Div(rest);
+  cell.yy = g.h.Mod(rest);
+  cell.i = g.h.Div(rest);
+  const I ry = cell.yy + g.pad_top, rx = cell.xx + g.pad_left;
+  cell.oy0 = ry >= g.ksize_h ? g.stride_h.Div(ry - g.ksize_h) : 0;
+  cell.oy1 = Min<I>(g.stride_h.Div(ry), g.out_h.value() - 1);
+  cell.ox0 = rx >= g.ksize_w ? g.stride_w.Div(rx - g.ksize_w) : 0;
+  cell.ox1 = Min<I>(g.stride_w.Div(rx), g.out_w.value() - 1);
+  return cell;
+}
+
 // Output o of [n, out_h, out_w, c]: its maximum into y[o] and, when argmax
 // is non-null, the winner's offset within the image into argmax[o].
 template <typename T, typename I>
 __device__ void MaxPoolAt(const Geometry<I>& g, const T* x, I o, T* y,
                           int32_t* argmax) {
   const I h = g.h.value(), w = g.w.value(), c = g.c.value();
-  I rest = g.c.Div(o);
-  const I ch = o - rest * c;
-  const I ox = g.out_w.Mod(rest);
-  rest = g.out_w.Div(rest);
-  const I oy = g.out_h.Mod(rest), i = g.out_h.Div(rest);
-  const I top = oy * g.stride_h.value() - g.pad_top;
-  const I left = ox * g.stride_w.value() - g.pad_left;
-  const I y0 = Max<I>(top, 0), y1 = Min<I>(top + g.ksize_h, h);
-  const I x0 = Max<I>(left, 0), x1 = Min<I>(left + g.ksize_w, w);
-  const T* img = x + i * h * w * c;
+  const OutputCell<I> at = OutputOf(g, o);
+  const I ch = at.ch;
+  const Window<I> win = WindowOf(g, at.oy, at.ox);
+  const T* img = x + at.i * h * w * c;
   // Windows always hold at least one real cell: start from the first.
-  const I first = (y0 * w + x0) * c + ch;
+  const I first = (win.y0 * w + win.x0) * c + ch;
   T best = img[first];
   I arg = first;
-  for (I yy = y0; yy < y1; ++yy) {
-    for (I xx = x0; xx < x1; ++xx) {
+  for (I yy = win.y0; yy < win.y1; ++yy) {
+    for (I xx = win.x0; xx < win.x1; ++xx) {
       const I off = (yy * w + xx) * c + ch;
       if (off == first) continue;
       const T v = img[off];
@@ -88,26 +139,15 @@ __device__ void MaxPoolAt(const Geometry<I>& g, const T* x, I o, T* y,
 template <typename T, typename I>
 __device__ T MaxPoolGradAt(const Geometry<I>& g, const int32_t* argmax,
                            const T* dy, I idx) {
-  const I w = g.w.value(), c = g.c.value();
-  const I out_h = g.out_h.value(), out_w = g.out_w.value();
-  I rest = g.c.Div(idx);
-  const I ch = idx - rest * c;
-  const I xx = g.w.Mod(rest);
-  rest = g.w.Div(rest);
-  const I yy = g.h.Mod(rest), i = g.h.Div(rest);
-  const I cell = (yy * w + xx) * c + ch;
-  // Window oy covers rows [oy * stride - pad, + ksize). The ranges below
-  // may include a window or two that does not cover the cell; the argmax
-  // comparison rejects those, as their winners lie elsewhere.
-  const I ry = yy + g.pad_top, rx = xx + g.pad_left;
-  const I oy0 = ry >= g.ksize_h ? g.stride_h.Div(ry - g.ksize_h) : 0;
-  const I oy1 = Min<I>(g.stride_h.Div(ry), out_h - 1);
-  const I ox0 = rx >= g.ksize_w ? g.stride_w.Div(rx - g.ksize_w) : 0;
-  const I ox1 = Min<I>(g.stride_w.Div(rx), out_w - 1);
+  const I c = g.c.value(), out_h = g.out_h.value(), out_w = g.out_w.value();
+  const InputCell<I> at = CellOf(g, idx);
+  // A window that misses the cell has its winner elsewhere: the argmax
+  // comparison rejects it.
+  const I cell = (at.yy * g.w.value() + at.xx) * c + at.ch;
   T acc = T(0);
-  for (I oy = oy0; oy <= oy1; ++oy) {
-    for (I ox = ox0; ox <= ox1; ++ox) {
-      const I o = ((i * out_h + oy) * out_w + ox) * c + ch;
+  for (I oy = at.oy0; oy <= at.oy1; ++oy) {
+    for (I ox = at.ox0; ox <= at.ox1; ++ox) {
+      const I o = ((at.i * out_h + oy) * out_w + ox) * c + at.ch;
       if (argmax[o] == cell) acc += dy[o];
     }
   }
@@ -130,32 +170,15 @@ __global__ void MaxPoolBackwardKernel(Geometry<I> g, const int32_t* argmax,
   }
 }
 
-// The window of output (oy, ox): rows [y0, y1), columns [x0, x1).
-template <typename I>
-struct Window {
-  I y0, y1, x0, x1;
-  __device__ I cells() const { return (y1 - y0) * (x1 - x0); }
-};
-template <typename I>
-__device__ Window<I> WindowOf(const Geometry<I>& g, I oy, I ox) {
-  const I top = oy * g.stride_h.value() - g.pad_top;
-  const I left = ox * g.stride_w.value() - g.pad_left;
-  return {Max<I>(top, 0), Min<I>(top + g.ksize_h, g.h.value()), Max<I>(left, 0),
-          Min<I>(left + g.ksize_w, g.w.value())};
-}
-
 template <typename T, typename I>
 __global__ void AvgPoolForwardKernel(Geometry<I> g, const T* x, T* y,
                                      I outputs) {
   const I h = g.h.value(), w = g.w.value(), c = g.c.value();
   for (I o = GridStart<I>(); o < outputs; o += GridStep<I>()) {
-    I rest = g.c.Div(o);
-    const I ch = o - rest * c;
-    const I ox = g.out_w.Mod(rest);
-    rest = g.out_w.Div(rest);
-    const I oy = g.out_h.Mod(rest), i = g.out_h.Div(rest);
-    const Window<I> win = WindowOf(g, oy, ox);
-    const T* img = x + i * h * w * c;
+    const OutputCell<I> at = OutputOf(g, o);
+    const I ch = at.ch;
+    const Window<I> win = WindowOf(g, at.oy, at.ox);
+    const T* img = x + at.i * h * w * c;
     T sum = T(0);
     for (I yy = win.y0; yy < win.y1; ++yy) {
       for (I xx = win.x0; xx < win.x1; ++xx) sum += img[(yy * w + xx) * c + ch];
@@ -169,25 +192,16 @@ __global__ void AvgPoolBackwardKernel(Geometry<I> g, const T* dy, T* dx,
                                       I inputs) {
   const I c = g.c.value(), out_h = g.out_h.value(), out_w = g.out_w.value();
   for (I idx = GridStart<I>(); idx < inputs; idx += GridStep<I>()) {
-    I rest = g.c.Div(idx);
-    const I ch = idx - rest * c;
-    const I xx = g.w.Mod(rest);
-    rest = g.w.Div(rest);
-    const I yy = g.h.Mod(rest), i = g.h.Div(rest);
-    const I ry = yy + g.pad_top, rx = xx + g.pad_left;
-    const I oy0 = ry >= g.ksize_h ? g.stride_h.Div(ry - g.ksize_h) : 0;
-    const I oy1 = Min<I>(g.stride_h.Div(ry), out_h - 1);
-    const I ox0 = rx >= g.ksize_w ? g.stride_w.Div(rx - g.ksize_w) : 0;
-    const I ox1 = Min<I>(g.stride_w.Div(rx), out_w - 1);
+    const InputCell<I> at = CellOf(g, idx);
     T acc = T(0);
-    for (I oy = oy0; oy <= oy1; ++oy) {
-      for (I ox = ox0; ox <= ox1; ++ox) {
+    for (I oy = at.oy0; oy <= at.oy1; ++oy) {
+      for (I ox = at.ox0; ox <= at.ox1; ++ox) {
         const Window<I> win = WindowOf(g, oy, ox);
-        // The ranges above may hold a window that misses the cell.
-        if (yy < win.y0 || yy >= win.y1 || xx < win.x0 || xx >= win.x1) {
+        if (at.yy < win.y0 || at.yy >= win.y1 || at.xx < win.x0 ||
+            at.xx >= win.x1) {
           continue;
         }
-        const I o = ((i * out_h + oy) * out_w + ox) * c + ch;
+        const I o = ((at.i * out_h + oy) * out_w + ox) * c + at.ch;
         acc += dy[o] / static_cast<T>(win.cells());
       }
     }
