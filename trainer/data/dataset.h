@@ -1,6 +1,6 @@
 // Datasets held in host memory: Fashion-MNIST read from IDX files, and a
 // synthetic stand-in of the same shape for benchmarks and tests. Other
-// sources (cifar10.cc) register themselves (data_source.h).
+// sources (cifar10.cc, npz.cc) register themselves (data_source.h).
 //
 // Ownership: an InMemoryDataset owns its tensors (shared, immutable host
 // buffers); copies share them. Thread contract: after construction nothing
