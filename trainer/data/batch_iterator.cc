@@ -108,10 +108,12 @@ absl::StatusOr<Batch> BatchIterator::Producer::Produce() {
   }
   const int64_t start = position_.batch * options_.batch_size;
   const int64_t count = std::min(options_.batch_size, n - start);
-  MT_ASSIGN_OR_RETURN(
-      Batch batch,
-      GatherRows(*dataset_, absl::MakeConstSpan(order_).subspan(start, count),
-                 options_.host_allocator));
+  const absl::Span<const int64_t> rows =
+      absl::MakeConstSpan(order_).subspan(start, count);
+  MT_ASSIGN_OR_RETURN(Batch batch,
+                      GatherRows(*dataset_, rows, options_.host_allocator));
+  MT_RETURN_IF_ERROR(AugmentBatch(options_.augment, options_.seed,
+                                  position_.epoch, rows, batch.images));
   batch.epoch = position_.epoch;
   batch.index = position_.batch;
   if (++position_.batch == batches_per_epoch_) {
@@ -133,6 +135,8 @@ absl::StatusOr<std::unique_ptr<BatchIterator>> BatchIterator::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "BatchIterator: prefetch must be >= 0, got ", options.prefetch));
   }
+  MT_RETURN_IF_ERROR(
+      CheckAugmentable(options.augment, dataset->images.shape()));
   const int64_t n = dataset->size();
   const int64_t batches =
       options.drop_remainder
