@@ -120,6 +120,16 @@ TEST(NpzTest, StoredAndDeflatedArchivesReadTheSame) {
   }
 }
 
+TEST(NpzTest, Zip64CentralDirectory) {
+  const std::string path = FreshTestDir("npz") + "/z64.npz";
+  WriteBytes(path, ZipBytes(Arrays(true), /*zip64=*/true));
+  absl::StatusOr<InMemoryDataset> train = Load(path, true);
+  absl::StatusOr<InMemoryDataset> test = Load(path, false);
+  ASSERT_TRUE(train.ok()) << train.status();
+  ASSERT_TRUE(test.ok()) << test.status();
+  ExpectArrays(*train, *test);
+}
+
 TEST(NpzTest, ReadsADirectoryOfNpyFiles) {
   const std::string dir = FreshTestDir("npz");
   for (const ZipMember& m : Arrays(false)) {

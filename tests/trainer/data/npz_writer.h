@@ -66,9 +66,11 @@ inline std::string RawDeflate(const std::string& in) {
   return out;
 }
 
-// A ZIP archive of `members` as np.savez(_compressed) lays it out (without
-// numpy's ZIP64 extras, which the committed numpy fixtures cover).
-inline std::string ZipBytes(const std::vector<ZipMember>& members) {
+// A ZIP archive of `members` as np.savez(_compressed) lays it out. With
+// `zip64`, the central directory gives every size and offset in ZIP64
+// extra fields and a ZIP64 end record, as archives over 4 GiB need.
+inline std::string ZipBytes(const std::vector<ZipMember>& members,
+                            bool zip64 = false) {
   auto put = [](std::string& s, uint64_t v, int n) {
     for (int i = 0; i < n; ++i) s.push_back(static_cast<char>(v >> (8 * i)));
   };
@@ -94,24 +96,54 @@ inline std::string ZipBytes(const std::vector<ZipMember>& members) {
     put(out, 0x04034b50, 4);
     common(out);
     out += m.name + data;
-    put(central, 0x02014b50, 4);
-    put(central, 20, 2);  // version made by
-    common(central);
-    put(central, 0, 2);  // comment length
-    put(central, 0, 2);  // disk
-    put(central, 0, 2);  // internal attributes
-    put(central, 0, 4);  // external attributes
-    put(central, offset, 4);
-    central += m.name;
+    std::string entry;
+    put(entry, 0x02014b50, 4);
+    put(entry, 45, 2);  // version made by
+    common(entry);
+    put(entry, 0, 2);  // comment length
+    put(entry, 0, 2);  // disk
+    put(entry, 0, 2);  // internal attributes
+    put(entry, 0, 4);  // external attributes
+    put(entry, offset, 4);
+    entry += m.name;
+    if (zip64) {
+      // All ones in the 32-bit fields; the real values in the extra field,
+      // uncompressed size, compressed size, offset.
+      for (size_t field : {20, 24, 42})
+        entry.replace(field, 4, "\xff\xff\xff\xff");
+      entry[30] = 28;  // extra length
+      put(entry, 1, 2);
+      put(entry, 24, 2);
+      put(entry, m.bytes.size(), 8);
+      put(entry, data.size(), 8);
+      put(entry, offset, 8);
+    }
+    central += entry;
   }
   const uint64_t cd_offset = out.size();
   out += central;
+  if (zip64) {
+    const uint64_t end64_offset = out.size();
+    put(out, 0x06064b50, 4);
+    put(out, 44, 8);  // size of the rest of the record
+    put(out, 45, 2);
+    put(out, 45, 2);
+    put(out, 0, 8);  // disks
+    put(out, members.size(), 8);
+    put(out, members.size(), 8);
+    put(out, central.size(), 8);
+    put(out, cd_offset, 8);
+    put(out, 0x07064b50, 4);  // the locator
+    put(out, 0, 4);
+    put(out, end64_offset, 8);
+    put(out, 1, 4);
+  }
   put(out, 0x06054b50, 4);
   put(out, 0, 4);  // disks
-  put(out, members.size(), 2);
-  put(out, members.size(), 2);
-  put(out, central.size(), 4);
-  put(out, cd_offset, 4);
+  put(out, zip64 ? 0xffff : members.size(), 2);
+  put(out, zip64 ? 0xffff : members.size(), 2);
+  put(out, zip64 ? 0xffffffff : central.size(), 4);
+  put(out, zip64 ? 0xffffffff : cd_offset, 4);
   put(out, 0, 2);  // comment length
   return out;
 }
