@@ -69,6 +69,45 @@ const ParamSchema& DataSchema() {
   return *s;
 }
 
+// data.normalize: a mapping, so the per-channel lists stay together.
+const ParamSchema& NormalizeSchema() {
+  static const auto* s = new ParamSchema{
+      {Param::FloatList("mean").Nullable().MinLength(1).Doc(
+           "per channel, subtracted after scaling to [0, 1]; null: no "
+           "normalisation"),
+       Param::FloatList("std").Nullable().MinLength(1).Min(0, false).Doc(
+           "per channel, divides after the mean is subtracted")},
+      [](const Params& p) -> absl::Status {
+        if (p.IsNull("mean") != p.IsNull("std")) {
+          return absl::InvalidArgumentError(p.IsNull("mean")
+                                                ? "mean: required with std"
+                                                : "std: required with mean");
+        }
+        if (!p.IsNull("mean") &&
+            p.FloatList("mean").size() != p.FloatList("std").size()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("std: has ", p.FloatList("std").size(),
+                           " values, mean has ", p.FloatList("mean").size()));
+        }
+        return absl::OkStatus();
+      }};
+  return *s;
+}
+
+const ParamSchema& AugmentSchema() {
+  static const auto* s = new ParamSchema{
+      {Param::Int("random_crop_padding")
+           .Default(0)
+           .Min(0)
+           .Max(1024)
+           .Doc("pad each side with N zeros (after data.normalize), crop back "
+                "at a random offset (0: no crop)"),
+       Param::Bool("horizontal_flip")
+           .Default(false)
+           .Doc("mirror left-right with probability 1/2")}};
+  return *s;
+}
+
 const ParamSchema& ModelSchema() {
   static const auto* s = new ParamSchema{
       {Param::String("name")
@@ -695,8 +734,19 @@ absl::Status ReadData(const Reader& r, const YAML::Node& node, Config* c,
   MT_ASSIGN_OR_RETURN(std::string name, r.ReadName(node, path, DataSchema()));
   const DataSource* source = DataSourceRegistry::Global().Find(name);
   DataConfig& d = c->data;
-  MT_RETURN_IF_ERROR(r.Read(node, path, {&DataSchema(), &source->params}, {},
+  MT_RETURN_IF_ERROR(r.Read(node, path, {&DataSchema(), &source->params},
+                            {"normalize", "augment"},
                             absl::StrCat("data source ", name), &d.source));
+  Params normalize, augment;
+  MT_RETURN_IF_ERROR(r.Read(Child(node, "normalize"), "data.normalize",
+                            {&NormalizeSchema()}, {}, "", &normalize));
+  MT_RETURN_IF_ERROR(r.Read(Child(node, "augment"), "data.augment",
+                            {&AugmentSchema()}, {}, "", &augment));
+  if (!normalize.IsNull("mean")) {
+    d.normalize = {normalize.FloatList("mean"), normalize.FloatList("std")};
+  }
+  d.augment = {augment.Int("random_crop_padding"),
+               augment.Bool("horizontal_flip")};
   const Params& common = d.source;
   d.name = name;
   d.global_batch_size = common.Int("global_batch_size");
@@ -708,6 +758,12 @@ absl::Status ReadData(const Reader& r, const YAML::Node& node, Config* c,
   YAML::Node out(YAML::NodeType::Map);
   EmitParams(DataSchema(), common, &out);
   EmitParams(source->params, d.source, &out);
+  YAML::Node normalize_out(YAML::NodeType::Map),
+      augment_out(YAML::NodeType::Map);
+  EmitParams(NormalizeSchema(), normalize, &normalize_out);
+  EmitParams(AugmentSchema(), augment, &augment_out);
+  out["normalize"] = normalize_out;
+  out["augment"] = augment_out;
   (*resolved)["data"] = out;
   return absl::OkStatus();
 }
@@ -871,6 +927,15 @@ std::string SchemaMarkdown() {
   AppendTable("Top level", "", "", {&RootSchema()}, &out);
   AppendTable("`data`", "The input pipeline; `data.name` picks a source.",
               "data.", {&DataSchema()}, &out);
+  AppendTable("`data.normalize`",
+              "Optional: `(x - mean) / std` per channel (the last dimension), "
+              "for every source, both splits.",
+              "data.normalize.", {&NormalizeSchema()}, &out);
+  AppendTable("`data.augment`",
+              "Training batches only; drawn from (seed, epoch, example "
+              "index), so the same for any replica count and after a resume. "
+              "Needs images [N, H, W, C].",
+              "data.augment.", {&AugmentSchema()}, &out);
   for (const DataSource* s : DataSourceRegistry::Global().Entries()) {
     AppendTable(absl::StrCat("`data.name: ", s->name, "`"), s->doc, "data.",
                 {&s->params}, &out);

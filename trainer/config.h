@@ -15,6 +15,8 @@
 #include "absl/status/statusor.h"
 #include "models/layer_registry.h"
 #include "tensor/params.h"
+#include "trainer/data/augment.h"
+#include "trainer/data/normalize.h"
 
 namespace mirrortrain::trainer {
 
@@ -32,6 +34,8 @@ struct DataConfig {
   int64_t train_examples;
   int64_t test_examples;
   int prefetch;
+  NormalizeOptions normalize;  // data.normalize: both splits, at load.
+  AugmentOptions augment;      // data.augment: training batches only.
 };
 
 struct ModelConfig {

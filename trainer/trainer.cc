@@ -19,7 +19,9 @@
 #include "tensor/ops/math_ops.h"
 #include "tensor/status_macros.h"
 #include "trainer/checkpoint/atomic_file.h"
+#include "trainer/data/augment.h"
 #include "trainer/data/data_source.h"
+#include "trainer/data/normalize.h"
 #include "trainer/optim/lr_schedule.h"
 #include "trainer/optim/optimizers.h"
 #include "trainer/signals.h"
@@ -47,7 +49,11 @@ absl::StatusOr<InMemoryDataset> LoadSplit(const DataConfig& d, bool train,
   }
   MT_ASSIGN_OR_RETURN(InMemoryDataset data,
                       source->load(d.source, train, seed));
-  return Subset(std::move(data), train ? d.train_examples : d.test_examples);
+  MT_ASSIGN_OR_RETURN(data, Subset(std::move(data),
+                                   train ? d.train_examples : d.test_examples));
+  // In place: the source's tensors are ours alone until the split is built.
+  MT_RETURN_IF_ERROR(NormalizeChannels(d.normalize, data.images));
+  return data;
 }
 
 }  // namespace
@@ -174,6 +180,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     opt.drop_remainder = config.data.drop_remainder;
     opt.seed = static_cast<uint64_t>(config.seed);
     opt.prefetch = config.data.prefetch;
+    opt.augment = config.data.augment;
+    MT_RETURN_IF_ERROR(
+        CheckAugmentable(opt.augment, t->train_data_.images.shape()));
     if (t->strategy_->devices()[0].is_cuda()) {
       MT_ASSIGN_OR_RETURN(t->stager_,
                           DeviceStager::Create(t->strategy_->devices()));

@@ -214,5 +214,58 @@ TEST(ConfigTest, MissingFile) {
             "/nonexistent/x.yaml: cannot read config file");
 }
 
+TEST(ConfigTest, DataNormalizeAndAugment) {
+  auto c = ParseConfig(
+      "data:\n  name: synthetic\n"
+      "  normalize: {mean: [0.5, 0.25, 0], std: [0.25, 1, 2]}\n"
+      "  augment: {random_crop_padding: 4}\n",
+      "a.yaml", {"data.augment.horizontal_flip=true"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->data.normalize.mean, (std::vector<double>{0.5, 0.25, 0}));
+  EXPECT_EQ(c->data.normalize.stddev, (std::vector<double>{0.25, 1, 2}));
+  EXPECT_EQ(c->data.augment.random_crop_padding, 4);
+  EXPECT_TRUE(c->data.augment.horizontal_flip);
+  // The resolved config reads back to the same.
+  auto again = ParseConfig(c->resolved_yaml, "r.yaml", {});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->data.normalize.stddev, c->data.normalize.stddev);
+  EXPECT_EQ(again->resolved_yaml, c->resolved_yaml);
+
+  // Absent: neither.
+  c = ParseConfig("", "a.yaml", {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->data.normalize.enabled());
+  EXPECT_FALSE(c->data.augment.enabled());
+}
+
+TEST(ConfigTest, BadDataNormalizeAndAugmentNameTheKey) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"data: {normalize: {mean: [0.5]}}",
+       "b.yaml:1: data.normalize.std: required with mean"},
+      {"data: {normalize: {std: [0.5]}}",
+       "b.yaml:1: data.normalize.mean: required with std"},
+      {"data: {normalize: {mean: [0.5, 0.5], std: [0.5]}}",
+       "b.yaml:1: data.normalize.std: has 1 values, mean has 2"},
+      {"data: {normalize: {mean: [0.5], std: [0]}}",
+       "b.yaml:1: data.normalize.std: "},
+      {"data: {normalize: {mean: [], std: []}}",
+       "b.yaml:1: data.normalize.mean: "},
+      {"data: {normalize: [0.5]}",
+       "b.yaml:1: data.normalize: expected a mapping of keys"},
+      {"data: {augment: {random_crop_padding: -1}}",
+       "b.yaml:1: data.augment.random_crop_padding: "},
+      {"data: {augment: {vertical_flip: true}}",
+       "b.yaml:1: data.augment.vertical_flip: unknown key"},
+      {"data: {name: cifar10}", "b.yaml:1: data.dir: required"},
+      {"data: {name: npz, path: x.npz, num_classes: 0}",
+       "b.yaml:1: data.num_classes: "},
+  };
+  for (const auto& [yaml, expected] : cases) {
+    auto c = ParseConfig(yaml + "\n", "b.yaml", {});
+    ASSERT_FALSE(c.ok()) << yaml;
+    EXPECT_THAT(Message(c.status()), HasSubstr(expected)) << yaml;
+  }
+}
+
 }  // namespace
 }  // namespace mirrortrain::trainer

@@ -8,17 +8,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "tensor/status_macros.h"
+#include "trainer/data/counter_hash.h"
 
 namespace mirrortrain::trainer {
 namespace {
-
-// SplitMix64's finaliser, to spread (seed, epoch) over the generator's seed.
-uint64_t Mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 // Uniform in [0, bound) by rejection. std::uniform_int_distribution's
 // algorithm is left to the library, which would make the order differ
@@ -99,6 +92,7 @@ std::vector<int64_t> EpochOrder(int64_t num_examples, bool shuffle,
   std::vector<int64_t> order(std::max<int64_t>(num_examples, 0));
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
   if (!shuffle || order.size() < 2) return order;
+  // Mix64 spreads (seed, epoch) over the generator's seed.
   std::mt19937_64 rng(Mix64(seed ^ Mix64(static_cast<uint64_t>(epoch))));
   for (size_t i = order.size() - 1; i > 0; --i) {
     std::swap(order[i], order[UniformBelow(rng, i + 1)]);
@@ -114,10 +108,12 @@ absl::StatusOr<Batch> BatchIterator::Producer::Produce() {
   }
   const int64_t start = position_.batch * options_.batch_size;
   const int64_t count = std::min(options_.batch_size, n - start);
-  MT_ASSIGN_OR_RETURN(
-      Batch batch,
-      GatherRows(*dataset_, absl::MakeConstSpan(order_).subspan(start, count),
-                 options_.host_allocator));
+  const absl::Span<const int64_t> rows =
+      absl::MakeConstSpan(order_).subspan(start, count);
+  MT_ASSIGN_OR_RETURN(Batch batch,
+                      GatherRows(*dataset_, rows, options_.host_allocator));
+  MT_RETURN_IF_ERROR(AugmentBatch(options_.augment, options_.seed,
+                                  position_.epoch, rows, batch.images));
   batch.epoch = position_.epoch;
   batch.index = position_.batch;
   if (++position_.batch == batches_per_epoch_) {
@@ -139,6 +135,8 @@ absl::StatusOr<std::unique_ptr<BatchIterator>> BatchIterator::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "BatchIterator: prefetch must be >= 0, got ", options.prefetch));
   }
+  MT_RETURN_IF_ERROR(
+      CheckAugmentable(options.augment, dataset->images.shape()));
   const int64_t n = dataset->size();
   const int64_t batches =
       options.drop_remainder

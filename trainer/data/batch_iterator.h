@@ -33,6 +33,7 @@
 #include "absl/types/span.h"
 #include "tensor/cuda/stream.h"
 #include "tensor/tensor.h"
+#include "trainer/data/augment.h"
 #include "trainer/data/dataset.h"
 
 namespace mirrortrain::trainer {
@@ -45,6 +46,9 @@ struct BatchIteratorOptions {
   bool drop_remainder = false;
   uint64_t seed = 0;
   int prefetch = 2;  // Batches gathered ahead; 0 gathers inside Next().
+  // Applied to each batch as it is gathered (on the worker thread), drawn
+  // from (seed, epoch, example index): see augment.h.
+  AugmentOptions augment;
   // Runs on each batch right after it is gathered, on the worker thread
   // (inside Next() without prefetch): the trainer copies batches to its GPUs
   // there, so the copies overlap the steps before (see DeviceStager). An
@@ -66,7 +70,7 @@ struct DeviceShard {
 };
 
 struct Batch {
-  Tensor images;  // f32 [b, 28, 28, 1]
+  Tensor images;  // f32 [b, ...], the dataset's example shape
   Tensor labels;  // i32 [b]
   int64_t epoch = 0;
   int64_t index = 0;                       // Batch index within the epoch.
@@ -98,8 +102,9 @@ class BatchIterator {
   };
 
   // InvalidArgument for a null or malformed dataset, batch_size < 1,
-  // prefetch < 0, or options that leave an epoch without batches (empty
-  // dataset, or fewer examples than batch_size with drop_remainder).
+  // prefetch < 0, augmentation of data that are not images, or options that
+  // leave an epoch without batches (empty dataset, or fewer examples than
+  // batch_size with drop_remainder).
   static absl::StatusOr<std::unique_ptr<BatchIterator>> Create(
       const InMemoryDataset* dataset, const Options& options);
 

@@ -21,7 +21,8 @@ struct DataSource {
   std::string doc;
   ParamSchema params;
   // One split (train or test) with `params` checked; `seed` is the config's
-  // (sources that generate data draw from it). Errors name the file.
+  // (sources that generate data draw from it). Errors name the file. The
+  // returned tensors are the caller's alone (data.normalize rewrites them).
   std::function<absl::StatusOr<InMemoryDataset>(const Params& params,
                                                 bool train, uint64_t seed)>
       load;

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "tensor/status_macros.h"
+#include "trainer/data/counter_hash.h"
 #include "trainer/data/data_source.h"
 #include "trainer/data/idx_reader.h"
 
@@ -37,26 +38,21 @@ absl::StatusOr<std::string> FindIdxFile(const std::string& dir,
       absl::StrCat(NotFoundMessage(dir), " (no ", stem, " or ", stem, ".gz)"));
 }
 
-// SplitMix64's finaliser: a bijective mix with good avalanche, fixed by its
-// constants, so the synthetic data is the same on every platform.
-uint64_t Mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-// Independent streams of random bits keyed by (seed, stream, index).
-uint64_t Hash(uint64_t seed, uint64_t stream, uint64_t index) {
-  return Mix64(Mix64(seed ^ Mix64(stream)) + index);
-}
-
 // Uniform in [0, 1) from the top 24 bits, exactly representable in float.
 float UnitFloat(uint64_t bits) {
   return static_cast<float>(bits >> 40) * (1.0f / 16777216.0f);
 }
 
 }  // namespace
+
+const std::array<float, 256>& ByteToUnitTable() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t;
+    for (int p = 0; p < 256; ++p) t[p] = static_cast<float>(p) / 255.0f;
+    return t;
+  }();
+  return table;
+}
 
 absl::StatusOr<InMemoryDataset> LoadFashionMnist(const std::string& dir,
                                                  bool train) {
@@ -95,9 +91,7 @@ absl::StatusOr<InMemoryDataset> LoadFashionMnist(const std::string& dir,
                                                   kFashionMnistImageSize, 1}));
   MT_ASSIGN_OR_RETURN(dataset.labels, Tensor::Empty(DType::kI32, {n}));
 
-  // A table gives every pixel value exactly the float p / 255.0f.
-  std::array<float, 256> scale;
-  for (int p = 0; p < 256; ++p) scale[p] = static_cast<float>(p) / 255.0f;
+  const std::array<float, 256>& scale = ByteToUnitTable();
   float* pixels = dataset.images.data<float>();
   for (size_t i = 0; i < idx_images.pixels.size(); ++i) {
     pixels[i] = scale[idx_images.pixels[i]];
@@ -118,7 +112,7 @@ InMemoryDataset MakeSynthetic(int64_t n, int num_classes, uint64_t seed) {
 
   std::vector<float> prototypes(static_cast<size_t>(num_classes) * kPixels);
   for (size_t k = 0; k < prototypes.size(); ++k) {
-    prototypes[k] = UnitFloat(Hash(seed, kPrototypeStream, k));
+    prototypes[k] = UnitFloat(CounterHash(seed, kPrototypeStream, k));
   }
 
   InMemoryDataset dataset;
@@ -132,14 +126,14 @@ InMemoryDataset MakeSynthetic(int64_t n, int num_classes, uint64_t seed) {
   for (int64_t i = 0; i < n; ++i) {
     // The modulo bias of a 64-bit draw over <= 2^31 classes is negligible.
     const int32_t label = static_cast<int32_t>(
-        Hash(seed, kLabelStream, static_cast<uint64_t>(i)) %
+        CounterHash(seed, kLabelStream, static_cast<uint64_t>(i)) %
         static_cast<uint64_t>(num_classes));
     labels[i] = label;
     const float* prototype = prototypes.data() + label * kPixels;
     float* out = pixels + i * kPixels;
     for (int64_t k = 0; k < kPixels; ++k) {
-      const float noise = UnitFloat(
-          Hash(seed, kNoiseStream, static_cast<uint64_t>(i * kPixels + k)));
+      const float noise = UnitFloat(CounterHash(
+          seed, kNoiseStream, static_cast<uint64_t>(i * kPixels + k)));
       out[k] = kSignal * prototype[k] + (1.0f - kSignal) * noise;
     }
   }

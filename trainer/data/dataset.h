@@ -1,5 +1,6 @@
 // Datasets held in host memory: Fashion-MNIST read from IDX files, and a
-// synthetic stand-in of the same shape for benchmarks and tests.
+// synthetic stand-in of the same shape for benchmarks and tests. Other
+// sources (cifar10.cc, npz.cc) register themselves (data_source.h).
 //
 // Ownership: an InMemoryDataset owns its tensors (shared, immutable host
 // buffers); copies share them. Thread contract: after construction nothing
@@ -7,6 +8,7 @@
 #ifndef MIRRORTRAIN_TRAINER_DATA_DATASET_H_
 #define MIRRORTRAIN_TRAINER_DATA_DATASET_H_
 
+#include <array>
 #include <cstdint>
 #include <string>
 
@@ -19,13 +21,17 @@ inline constexpr int kFashionMnistClasses = 10;
 inline constexpr int64_t kFashionMnistImageSize = 28;  // Rows and columns.
 
 struct InMemoryDataset {
-  Tensor images;  // f32 [N, 28, 28, 1] NHWC, pixels / 255 in [0, 1].
+  Tensor images;  // f32 [N, H, W, C] NHWC (or [N, features]).
   Tensor labels;  // i32 [N], in [0, num_classes).
   int num_classes = 0;
-  std::string name;  // "fashion_mnist/train", "synthetic", ...
+  std::string name;  // "fashion_mnist/train", "cifar10/test", "synthetic"...
 
   int64_t size() const { return labels.defined() ? labels.dim(0) : 0; }
 };
+
+// p / 255.0f for every byte value p: how every source scales u8 pixels to
+// [0, 1]. A table, so converting a dataset costs one lookup per pixel.
+const std::array<float, 256>& ByteToUnitTable();
 
 // Reads the train (60000) or test (10000) split from `dir`:
 // {train,t10k}-images-idx3-ubyte and {train,t10k}-labels-idx1-ubyte, each

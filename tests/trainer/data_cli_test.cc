@@ -1,0 +1,228 @@
+// End-to-end runs of the binary on the cifar10 and npz data sources, on
+// files generated here (CIFAR-10 cannot be installed on this machine):
+// training with augmentation and normalisation, and bad data exiting 2
+// with one line naming the file.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+#include "tests/trainer/cli_runner.h"
+#include "tests/trainer/data/npz_writer.h"
+
+namespace mirrortrain {
+namespace {
+
+namespace fs = std::filesystem;
+using ::mirrortrain::testing::FreshTestDir;
+using ::mirrortrain::testing::NpyBytes;
+using ::mirrortrain::testing::RawBytes;
+using ::mirrortrain::testing::WriteBytes;
+using ::mirrortrain::testing::ZipBytes;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// CIFAR-10 binary records whose images depend on their label (a bright
+// square whose corner is the label), so a small CNN has something to learn.
+std::string Records(int first, int count) {
+  std::string out;
+  for (int r = first; r < first + count; ++r) {
+    const int label = (r * 7) % 10;
+    out.push_back(static_cast<char>(label));
+    for (int c = 0; c < 3; ++c) {
+      for (int p = 0; p < 1024; ++p) {
+        const int y = p / 32, x = p % 32;
+        const bool square = y / 8 == label / 4 && x / 8 == label % 4;
+        out.push_back(
+            static_cast<char>(square ? 200 + c * 20 : (r * 13 + p * 7) % 64));
+      }
+    }
+  }
+  return out;
+}
+
+// Five training files of 40 records and a test file of 50.
+std::string WriteCifarDir(const std::string& dir) {
+  fs::create_directories(dir);
+  for (int k = 1; k <= 5; ++k) {
+    WriteBytes(absl::StrCat(dir, "/data_batch_", k, ".bin"),
+               Records(40 * (k - 1), 40));
+  }
+  WriteBytes(dir + "/test_batch.bin", Records(1000, 50));
+  return dir;
+}
+
+std::string WriteConfig(const std::string& dir, const std::string& data) {
+  const std::string path = dir + "/job.yaml";
+  WriteBytes(path, absl::StrCat(R"(seed: 3
+data:
+)",
+                                data, R"(
+  global_batch_size: 32
+model:
+  layers:
+    - {type: conv2d, filters: 4, kernel_size: 3, padding: same, activation: relu}
+    - {type: global_average_pooling2d}
+    - {type: dense, units: 10}
+optimizer: {name: momentum, learning_rate: 0.05}
+distribute: {devices: [cpu:0, cpu:1]}
+train: {steps: 8, log_every_steps: 4}
+checkpoint: {every_steps: 0}
+)"));
+  return path;
+}
+
+constexpr char kCifarData[] = R"(  name: cifar10
+  dir: DIR
+  normalize: {mean: [0.2, 0.2, 0.25], std: [0.3, 0.3, 0.3]}
+  augment: {random_crop_padding: 4, horizontal_flip: true})";
+
+std::string CifarData(const std::string& dir) {
+  std::string data = kCifarData;
+  data.replace(data.find("DIR"), 3, dir);
+  return data;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  return absl::StrSplit(text, '\n', absl::SkipEmpty());
+}
+
+TEST(DataCliTest, TrainsOnCifarFilesWithAugmentAndNormalize) {
+  const std::string dir = FreshTestDir("data_cli");
+  const std::string cifar = WriteCifarDir(dir + "/cifar");
+  const std::string config = WriteConfig(dir, CifarData(cifar));
+  Result r = RunCli({"train", "--config", config, "--run_dir", dir + "/run"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string resolved = ReadFile(dir + "/run/config.yaml");
+  EXPECT_THAT(resolved, HasSubstr("random_crop_padding: 4"));
+  EXPECT_THAT(resolved, HasSubstr("horizontal_flip: true"));
+  EXPECT_THAT(resolved, HasSubstr("std: [0.3, 0.3, 0.3]"));
+  const std::vector<std::string> metrics =
+      Lines(ReadFile(dir + "/run/metrics.jsonl"));
+  int train = 0, test = 0;
+  for (const std::string& line : metrics) {
+    train += line.find("\"split\": \"train\"") != std::string::npos;
+    test += line.find("\"split\": \"test\"") != std::string::npos;
+    EXPECT_EQ(line.find("null"), std::string::npos) << line;  // Non-finite.
+  }
+  EXPECT_EQ(train, 2);  // Steps 4 and 8.
+  // Raw and EMA weights after the first epoch (7 batches of 200 examples)
+  // and at the end.
+  EXPECT_EQ(test, 4);
+
+  // Evaluation reads the test file through the same normalisation.
+  Result eval = RunCli(
+      {"eval", "--config", config, "--checkpoint", dir + "/run/checkpoints"});
+  ASSERT_EQ(eval.exit_code, 0) << eval.err;
+  EXPECT_THAT(eval.out, HasSubstr("\"step\": 8"));
+  EXPECT_THAT(eval.out, HasSubstr("\"examples\": 50"));
+}
+
+TEST(DataCliTest, TrainsOnAnNpzOfGrayscaleImages) {
+  const std::string dir = FreshTestDir("data_cli");
+  std::vector<uint8_t> x(64 * 8 * 8);
+  std::vector<int64_t> y(64);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = (i * 37) % 256;
+  for (size_t i = 0; i < y.size(); ++i) y[i] = i % 10;
+  WriteBytes(
+      dir + "/gray.npz",
+      ZipBytes({{"x_train.npy", NpyBytes("|u1", {64, 8, 8}, RawBytes(x)), true},
+                {"y_train.npy", NpyBytes("<i8", {64}, RawBytes(y)), true},
+                {"x_test.npy", NpyBytes("|u1", {64, 8, 8}, RawBytes(x)), false},
+                {"y_test.npy", NpyBytes("<i8", {64}, RawBytes(y)), false}}));
+  const std::string config =
+      WriteConfig(dir, absl::StrCat("  name: npz\n  path: ", dir, "/gray.npz\n",
+                                    "  normalize: {mean: [0.5], std: [0.25]}\n",
+                                    "  augment: {random_crop_padding: 1}"));
+  Result r = RunCli({"train", "--config", config, "--run_dir", dir + "/run"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+}
+
+// Bad data: exit 2 and one line on stderr containing `expected`.
+void ExpectExit2(const std::vector<std::string>& args,
+                 const std::string& expected) {
+  Result r = RunCli(args);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, StartsWith("mirrortrain: "));
+  EXPECT_THAT(r.err, HasSubstr(expected));
+  EXPECT_EQ(Lines(r.err).size(), 1u) << r.err;
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == "--run_dir") {
+      EXPECT_FALSE(fs::exists(args[i + 1])) << "wrote " << args[i + 1];
+    }
+  }
+}
+
+TEST(DataCliTest, BadCifarFilesExit2NamingTheFile) {
+  const std::string dir = FreshTestDir("data_cli");
+  const std::string cifar = WriteCifarDir(dir + "/cifar");
+  const std::string config = WriteConfig(dir, CifarData(cifar));
+  const std::string two = Records(40, 40);
+  WriteBytes(cifar + "/data_batch_2.bin", two.substr(0, two.size() - 100));
+  ExpectExit2({"train", "--config", config, "--run_dir", dir + "/run"},
+              cifar +
+                  "/data_batch_2.bin: size 122820 bytes is not a "
+                  "multiple of the 3073-byte CIFAR-10 record");
+
+  std::string bad_label = Records(1000, 50);
+  bad_label[3 * 3073] = 17;
+  WriteBytes(cifar + "/test_batch.bin", bad_label);
+  ExpectExit2({"train", "--config", config, "--run_dir", dir + "/run"},
+              cifar + "/test_batch.bin: label 17 of record 3 is out of range");
+}
+
+TEST(DataCliTest, BadNpzExit2NamingFileAndArray) {
+  const std::string dir = FreshTestDir("data_cli");
+  const std::string path = dir + "/bad.npz";
+  std::vector<double> x(4 * 8 * 8, 0.5);
+  std::vector<int64_t> y = {0, 1, 2, 3};
+  WriteBytes(path,
+             ZipBytes({{"x_train.npy", NpyBytes("<f8", {4, 8, 8}, RawBytes(x))},
+                       {"y_train.npy", NpyBytes("<i8", {4}, RawBytes(y))},
+                       {"x_test.npy", NpyBytes("<f8", {4, 8, 8}, RawBytes(x))},
+                       {"y_test.npy", NpyBytes("<i8", {4}, RawBytes(y))}}));
+  const std::string config =
+      WriteConfig(dir, absl::StrCat("  name: npz\n  path: ", path));
+  ExpectExit2({"train", "--config", config, "--run_dir", dir + "/run"},
+              path + ": x_test: dtype '<f8' is neither uint8");
+  // A truncated archive.
+  const std::string whole = ReadFile(path);
+  WriteBytes(path, whole.substr(0, whole.size() - 30));
+  ExpectExit2({"train", "--config", config, "--run_dir", dir + "/run"},
+              path + ": truncated, or not a ZIP archive");
+}
+
+TEST(DataCliTest, NormalizeAndAugmentThatDoNotFitTheDataExit2) {
+  const std::string dir = FreshTestDir("data_cli");
+  const std::string cifar = WriteCifarDir(dir + "/cifar");
+  const std::string config = WriteConfig(dir, CifarData(cifar));
+  ExpectExit2({"train", "--config", config, "--run_dir", dir + "/run", "--set",
+               "data.normalize={mean: [0.5], std: [0.2]}"},
+              "data.normalize.mean: has 1 values (std 1) but the data has 3 "
+              "channels");
+  ExpectExit2({"train", "--config", config, "--run_dir", dir + "/run", "--set",
+               "data.normalize.std=[0.2, 0, 0.2]"},
+              "--set data.normalize.std=[0.2, 0, 0.2]: data.normalize.std: ");
+
+  // Feature vectors cannot be cropped.
+  std::vector<uint8_t> x(4 * 6, 1);
+  std::vector<int64_t> y = {0, 1, 0, 1};
+  WriteBytes(dir + "/flat.npz",
+             ZipBytes({{"x_train.npy", NpyBytes("|u1", {4, 6}, RawBytes(x))},
+                       {"y_train.npy", NpyBytes("<i8", {4}, RawBytes(y))},
+                       {"x_test.npy", NpyBytes("|u1", {4, 6}, RawBytes(x))},
+                       {"y_test.npy", NpyBytes("<i8", {4}, RawBytes(y))}}));
+  ExpectExit2({"train", "--config", config, "--run_dir", dir + "/run", "--set",
+               absl::StrCat("data={name: npz, path: ", dir,
+                            "/flat.npz, augment: {horizontal_flip: true}}"),
+               "--set", "model={name: mlp}"},
+              "data.augment: crops and flips need images [N, H, W, C], the "
+              "data is [4,6]");
+}
+
+}  // namespace
+}  // namespace mirrortrain

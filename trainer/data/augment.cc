@@ -1,0 +1,95 @@
+#include "trainer/data/augment.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tensor/status_macros.h"
+#include "trainer/data/counter_hash.h"
+
+namespace mirrortrain::trainer {
+namespace {
+
+// The hash stream of augmentation draws (synthetic data uses 1..3).
+constexpr uint64_t kAugmentStream = 0x61756720;  // "aug "
+
+// Uniform in [0, range) from 31 random bits (range <= 2^31), by
+// multiply-shift; its bias (range / 2^31) is negligible for crop offsets.
+int64_t Below(uint64_t bits31, int64_t range) {
+  return static_cast<int64_t>((bits31 * static_cast<uint64_t>(range)) >> 31);
+}
+
+}  // namespace
+
+AugmentDraw DrawAugment(const AugmentOptions& options, uint64_t seed,
+                        int64_t epoch, int64_t index) {
+  const uint64_t bits =
+      Mix64(CounterHash(seed, kAugmentStream, static_cast<uint64_t>(epoch)) +
+            static_cast<uint64_t>(index));
+  AugmentDraw draw;
+  const int64_t positions = 2 * options.random_crop_padding + 1;
+  draw.offset_y = Below(bits & 0x7fffffff, positions);
+  draw.offset_x = Below((bits >> 31) & 0x7fffffff, positions);
+  draw.flip = options.horizontal_flip && (bits >> 63) != 0;
+  return draw;
+}
+
+void AugmentImage(const AugmentDraw& draw, int64_t padding, const float* src,
+                  int64_t h, int64_t w, int64_t c, float* dst) {
+  // Output (y, x) reads source row y + dy, column x + dx (before the flip).
+  const int64_t dy = draw.offset_y - padding, dx = draw.offset_x - padding;
+  for (int64_t y = 0; y < h; ++y) {
+    float* out_row = dst + y * w * c;
+    const int64_t sy = y + dy;
+    if (sy < 0 || sy >= h) {
+      std::fill(out_row, out_row + w * c, 0.0f);
+      continue;
+    }
+    const float* in_row = src + sy * w * c;
+    for (int64_t x = 0; x < w; ++x) {
+      const int64_t sx = (draw.flip ? w - 1 - x : x) + dx;
+      float* out = out_row + x * c;
+      if (sx < 0 || sx >= w) {
+        std::fill(out, out + c, 0.0f);
+      } else {
+        std::memcpy(out, in_row + sx * c, c * sizeof(float));
+      }
+    }
+  }
+}
+
+absl::Status CheckAugmentable(const AugmentOptions& options,
+                              const Shape& images) {
+  if (!options.enabled() || images.size() == 4) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "data.augment: crops and flips need images [N, H, W, C], the data is ",
+      ShapeToString(images)));
+}
+
+absl::Status AugmentBatch(const AugmentOptions& options, uint64_t seed,
+                          int64_t epoch, absl::Span<const int64_t> indices,
+                          Tensor& images) {
+  if (!options.enabled()) return absl::OkStatus();
+  MT_RETURN_IF_ERROR(CheckAugmentable(options, images.shape()));
+  if (images.dtype() != DType::kF32 || !images.device().is_cpu() ||
+      images.dim(0) != static_cast<int64_t>(indices.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AugmentBatch: needs host f32 images with one row per "
+                     "index (",
+                     indices.size(), "), got ", images.DebugString()));
+  }
+  const int64_t h = images.dim(1), w = images.dim(2), c = images.dim(3);
+  const int64_t pixels = h * w * c;
+  std::vector<float> original(pixels);
+  float* data = images.data<float>();
+  for (size_t i = 0; i < indices.size(); ++i) {
+    float* image = data + static_cast<int64_t>(i) * pixels;
+    std::memcpy(original.data(), image, pixels * sizeof(float));
+    AugmentImage(DrawAugment(options, seed, epoch, indices[i]),
+                 options.random_crop_padding, original.data(), h, w, c, image);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace mirrortrain::trainer

@@ -1,0 +1,108 @@
+#include "trainer/data/gz_file.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <system_error>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::trainer {
+absl::Status BadData(absl::string_view path, absl::string_view reason) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", reason));
+}
+
+absl::StatusOr<GzFile> GzFile::Open(const std::string& path) {
+  errno = 0;
+  Handle handle(gzopen(path.c_str(), "rb"));
+  if (handle == nullptr) {
+    const int err = errno;
+    const std::string reason =
+        err == 0 ? std::string("out of memory")
+                 : std::error_code(err, std::generic_category()).message();
+    const std::string message = absl::StrCat(path, ": cannot open: ", reason);
+    return err == ENOENT ? absl::NotFoundError(message)
+                         : absl::InternalError(message);
+  }
+  gzbuffer(handle.get(), 1 << 17);  // Fewer syscalls than the 8 KiB default.
+  return GzFile(path, std::move(handle));
+}
+
+absl::StatusOr<size_t> GzFile::Read(void* dst, size_t n) {
+  size_t done = 0;
+  while (done < n && stream_error_.empty()) {
+    const unsigned want =
+        static_cast<unsigned>(std::min<size_t>(n - done, kReadChunkBytes));
+    const int got = gzread(handle_.get(), static_cast<char*>(dst) + done, want);
+    if (got < 0) {
+      int errnum = 0;
+      const char* message = gzerror(handle_.get(), &errnum);
+      if (errnum == Z_ERRNO) {
+        return absl::InternalError(absl::StrCat(
+            path_, ": read error: ",
+            std::error_code(errno, std::generic_category()).message()));
+      }
+      SetStreamError(message);
+      break;
+    }
+    if (got == 0) {
+      // A gzip stream that ends early reads as end of file; only gzerror
+      // tells the two apart.
+      int errnum = Z_OK;
+      const char* message = gzerror(handle_.get(), &errnum);
+      if (errnum == Z_BUF_ERROR) SetStreamError(message);
+      break;
+    }
+    done += static_cast<size_t>(got);
+  }
+  return done;
+}
+
+absl::StatusOr<uint64_t> GzFile::CountRest() {
+  std::vector<char> scratch(1 << 16);
+  uint64_t total = 0;
+  for (;;) {
+    MT_ASSIGN_OR_RETURN(size_t got, Read(scratch.data(), scratch.size()));
+    total += got;
+    if (got < scratch.size()) return total;
+  }
+}
+
+std::string GzFile::StreamErrorSuffix() const {
+  return stream_error_.empty() ? ""
+                               : absl::StrCat(" (gzip: ", stream_error_, ")");
+}
+
+// zlib prefixes its messages with the path, which our errors already start
+// with.
+void GzFile::SetStreamError(const char* message) {
+  absl::string_view text = message == nullptr ? "gzip error" : message;
+  absl::ConsumePrefix(&text, absl::StrCat(path_, ": "));
+  stream_error_ = std::string(text);
+}
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  MT_ASSIGN_OR_RETURN(GzFile file, GzFile::Open(path));
+  std::string data;
+  for (;;) {
+    if (data.size() >= kMaxPayloadBytes) {
+      return BadData(path, "implausibly large (over 1 TiB decompressed)");
+    }
+    const size_t old = data.size();
+    data.resize(old + kReadChunkBytes);
+    MT_ASSIGN_OR_RETURN(size_t got,
+                        file.Read(data.data() + old, kReadChunkBytes));
+    data.resize(old + got);
+    if (got < kReadChunkBytes) break;
+  }
+  if (!file.stream_error().empty()) {
+    return BadData(path, absl::StrCat("corrupt gzip stream after ", data.size(),
+                                      " bytes: ", file.stream_error()));
+  }
+  return data;
+}
+
+}  // namespace mirrortrain::trainer

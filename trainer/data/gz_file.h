@@ -1,0 +1,71 @@
+// Files read through zlib: gzip-compressed and raw files alike, whatever
+// their name (gzread passes a file without the gzip magic through as is).
+// The dataset readers share this so each reports missing files, read
+// errors and corrupt gzip streams the same way: one line "<path>: <reason>",
+// NotFound for a missing file, Internal for a failing read.
+//
+// Ownership: a GzFile owns its zlib handle. Thread contract: one thread at a
+// time per GzFile; the free functions keep no state.
+#ifndef MIRRORTRAIN_TRAINER_DATA_GZ_FILE_H_
+#define MIRRORTRAIN_TRAINER_DATA_GZ_FILE_H_
+
+#include <zlib.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace mirrortrain::trainer {
+
+// Sizes beyond this are a corrupt header, not a dataset to load.
+inline constexpr uint64_t kMaxPayloadBytes = uint64_t{1} << 40;
+// Large reads go in chunks of this, so buffers grow only as data arrives: a
+// lying header cannot make a reader allocate a terabyte first.
+inline constexpr size_t kReadChunkBytes = size_t{4} << 20;
+
+class GzFile {
+ public:
+  static absl::StatusOr<GzFile> Open(const std::string& path);
+
+  // Reads up to `n` bytes; fewer only at the end of the data or when the
+  // gzip stream is corrupt (then stream_error() says why). A failing read()
+  // is an error of its own.
+  absl::StatusOr<size_t> Read(void* dst, size_t n);
+  // Reads all that is left, counting the bytes.
+  absl::StatusOr<uint64_t> CountRest();
+
+  const std::string& path() const { return path_; }
+  // Why the gzip stream ended early, or "".
+  const std::string& stream_error() const { return stream_error_; }
+  // " (gzip: <why>)" after a corrupt stream, else "": for "truncated" errors.
+  std::string StreamErrorSuffix() const;
+
+ private:
+  struct Closer {
+    void operator()(gzFile_s* f) const { gzclose(f); }
+  };
+  using Handle = std::unique_ptr<gzFile_s, Closer>;
+
+  GzFile(const std::string& path, Handle handle)
+      : path_(path), handle_(std::move(handle)) {}
+  void SetStreamError(const char* message);
+
+  std::string path_;
+  Handle handle_;
+  std::string stream_error_;
+};
+
+// The whole (decompressed) content of `path`; a corrupt gzip stream is
+// InvalidArgument. The buffer grows as data arrives, up to kMaxPayloadBytes.
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
+
+// InvalidArgument "<path>: <reason>": bad content of a data file.
+absl::Status BadData(absl::string_view path, absl::string_view reason);
+
+}  // namespace mirrortrain::trainer
+
+#endif  // MIRRORTRAIN_TRAINER_DATA_GZ_FILE_H_

@@ -1,0 +1,38 @@
+#include "trainer/data/normalize.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace mirrortrain::trainer {
+
+absl::Status NormalizeChannels(const NormalizeOptions& options,
+                               Tensor& images) {
+  if (!options.enabled()) return absl::OkStatus();
+  if (images.dtype() != DType::kF32 || !images.device().is_cpu() ||
+      images.rank() < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("NormalizeChannels: needs host f32 [N, ..., C], got ",
+                     images.DebugString()));
+  }
+  const int64_t channels = images.dim(images.rank() - 1);
+  if (static_cast<int64_t>(options.mean.size()) != channels ||
+      options.stddev.size() != options.mean.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.normalize.mean: has ", options.mean.size(), " values (std ",
+        options.stddev.size(), ") but the data has ", channels,
+        " channels (its examples are ",
+        ShapeToString(Shape(images.shape().begin() + 1, images.shape().end())),
+        ")"));
+  }
+  std::vector<float> mean(options.mean.begin(), options.mean.end());
+  std::vector<float> stddev(options.stddev.begin(), options.stddev.end());
+  float* x = images.data<float>();
+  const int64_t rows = images.num_elements() / channels;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = x + r * channels;
+    for (int64_t k = 0; k < channels; ++k)
+      row[k] = (row[k] - mean[k]) / stddev[k];
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace mirrortrain::trainer

@@ -1,0 +1,319 @@
+// The `npz` data source: the arrays x_train, y_train, x_test, y_test from a
+// NumPy `.npz` (np.savez or np.savez_compressed; scripts/to_npz.py writes
+// one from Keras, torchvision or the user's arrays) or from a directory
+// holding x_train.npy, y_train.npy, x_test.npy and y_test.npy.
+//
+// x: uint8 (scaled to [0, 1]) or float32, [n, features], [n, h, w] (one
+// channel added) or NHWC [n, h, w, c]; both splits of one example shape.
+// y: any integer dtype, [n] or [n, 1], labels >= 0. The classes are
+// data.num_classes when set (labels must be below it), else the largest
+// label of both splits + 1.
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "tensor/status_macros.h"
+#include "trainer/data/data_source.h"
+#include "trainer/data/dataset.h"
+#include "trainer/data/gz_file.h"
+#include "trainer/data/npy.h"
+#include "trainer/data/zip_archive.h"
+
+namespace mirrortrain::trainer {
+namespace {
+
+// Enough for any header numpy writes (version 1.0 headers are < 64 KiB).
+constexpr uint64_t kHeaderPrefixBytes = uint64_t{1} << 20;
+// Labels become i32 and num_classes = max + 1 must fit an int.
+constexpr int64_t kMaxLabel = std::numeric_limits<int32_t>::max() - 1;
+
+// The four arrays, from an .npz archive or a directory of .npy files.
+class ArraySet {
+ public:
+  static absl::StatusOr<ArraySet> Open(const std::string& path) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) return ArraySet(path, {});
+    if (!std::filesystem::exists(path, ec)) {
+      return absl::NotFoundError(absl::StrCat(
+          path,
+          ": no such .npz file or directory of .npy files (write one "
+          "with scripts/to_npz.py)"));
+    }
+    MT_ASSIGN_OR_RETURN(ZipArchive zip, ZipArchive::Open(path));
+    return ArraySet(path, std::move(zip));
+  }
+
+  // Names the array in errors: "data.npz: x_train" or "dir/x_train.npy".
+  std::string Where(const std::string& name) const {
+    return zip_.has_value() ? absl::StrCat(path_, ": ", name) : FilePath(name);
+  }
+
+  absl::StatusOr<NpyArray> Read(const std::string& name) {
+    MT_RETURN_IF_ERROR(CheckPresent(name));
+    std::string bytes;
+    if (zip_.has_value()) {
+      MT_ASSIGN_OR_RETURN(bytes, zip_->Read(name + ".npy"));
+    } else {
+      MT_ASSIGN_OR_RETURN(bytes, ReadWholeFile(FilePath(name)));
+    }
+    return ParseNpy(std::move(bytes), Where(name));
+  }
+
+  // The header alone: reads only the start of the array.
+  absl::StatusOr<NpyHeader> ReadHeader(const std::string& name) {
+    MT_RETURN_IF_ERROR(CheckPresent(name));
+    std::string bytes;
+    if (zip_.has_value()) {
+      MT_ASSIGN_OR_RETURN(bytes, zip_->Read(name + ".npy", kHeaderPrefixBytes));
+    } else {
+      MT_ASSIGN_OR_RETURN(GzFile file, GzFile::Open(FilePath(name)));
+      bytes.resize(kHeaderPrefixBytes);
+      MT_ASSIGN_OR_RETURN(size_t got, file.Read(bytes.data(), bytes.size()));
+      bytes.resize(got);
+    }
+    return ParseNpyHeader(bytes, Where(name));
+  }
+
+ private:
+  ArraySet(std::string path, std::optional<ZipArchive> zip)
+      : path_(std::move(path)), zip_(std::move(zip)) {}
+
+  std::string FilePath(const std::string& name) const {
+    return (std::filesystem::path(path_) / (name + ".npy")).string();
+  }
+
+  absl::Status CheckPresent(const std::string& name) const {
+    std::error_code ec;
+    const bool present = zip_.has_value()
+                             ? zip_->Has(name + ".npy")
+                             : std::filesystem::exists(FilePath(name), ec);
+    if (present) return absl::OkStatus();
+    return BadData(path_,
+                   zip_.has_value()
+                       ? absl::StrCat("no array ", name, " (the archive has ",
+                                      zip_->ListMembers(),
+                                      "; it needs x_train, y_train, x_test, "
+                                      "y_test)")
+                       : absl::StrCat("no ", name, ".npy in the directory"));
+  }
+
+  std::string path_;
+  std::optional<ZipArchive> zip_;
+};
+
+// The per-example image shape of x, with the channel added to [n, h, w].
+absl::StatusOr<Shape> ExampleShape(const NpyHeader& x,
+                                   const std::string& where) {
+  const std::vector<int64_t>& s = x.shape;
+  if (s.size() < 2 || s.size() > 4) {
+    return BadData(where, absl::StrCat("shape ", x.ShapeString(),
+                                       " is not [n, features], [n, h, w] or "
+                                       "[n, h, w, c]"));
+  }
+  for (size_t i = 1; i < s.size(); ++i) {
+    if (s[i] == 0) {
+      return BadData(where, absl::StrCat("shape ", x.ShapeString(),
+                                         " has empty examples"));
+    }
+  }
+  if (s.size() == 3) return Shape{s[1], s[2], 1};
+  return Shape(s.begin() + 1, s.end());
+}
+
+absl::Status CheckXDtype(const NpyHeader& x, const std::string& where) {
+  if ((x.kind == 'u' && x.item_bytes == 1) ||
+      (x.kind == 'f' && x.item_bytes == 4)) {
+    return absl::OkStatus();
+  }
+  return BadData(where,
+                 absl::StrCat("dtype '", x.descr,
+                              "' is neither uint8 (pixels, scaled to [0, 1]) "
+                              "nor float32 (convert with "
+                              "x.astype(np.float32))"));
+}
+
+absl::StatusOr<Tensor> ImagesTensor(const NpyArray& x,
+                                    const std::string& where) {
+  MT_RETURN_IF_ERROR(CheckXDtype(x.header, where));
+  MT_ASSIGN_OR_RETURN(Shape example, ExampleShape(x.header, where));
+  const int64_t n = x.header.shape[0];
+  if (n == 0) return BadData(where, "holds no examples");
+  Shape shape = {n};
+  shape.insert(shape.end(), example.begin(), example.end());
+  MT_ASSIGN_OR_RETURN(Tensor images, Tensor::Empty(DType::kF32, shape));
+  float* out = images.data<float>();
+  const int64_t count = x.header.num_elements();
+  if (x.header.kind == 'u') {
+    const std::array<float, 256>& scale = ByteToUnitTable();
+    const auto* in = reinterpret_cast<const uint8_t*>(x.data());
+    for (int64_t i = 0; i < count; ++i) out[i] = scale[in[i]];
+    return images;
+  }
+  std::memcpy(out, x.data(), count * sizeof(float));
+  for (int64_t i = 0; i < count; ++i) {
+    if (!std::isfinite(out[i])) {
+      return BadData(where, absl::StrCat("element ", i, " is ", out[i],
+                                         " (inputs must be finite)"));
+    }
+  }
+  return images;
+}
+
+// The labels as int64 (u64 values above int64's range saturate, and are
+// then out of range). Elements are little-endian, as the host's.
+absl::StatusOr<std::vector<int64_t>> LabelValues(const NpyArray& y,
+                                                 const std::string& where) {
+  const NpyHeader& h = y.header;
+  const bool row_vector =
+      h.shape.size() == 1 || (h.shape.size() == 2 && h.shape[1] == 1);
+  if (!row_vector) {
+    return BadData(where, absl::StrCat("shape ", h.ShapeString(),
+                                       " is not [n] or [n, 1] (integer class "
+                                       "labels, not one-hot)"));
+  }
+  const int64_t n = h.shape[0];
+  std::vector<int64_t> out(n);
+  auto widen = [&](auto element) {
+    using T = decltype(element);
+    for (int64_t i = 0; i < n; ++i) {
+      T v;
+      std::memcpy(&v, y.data() + i * sizeof(T), sizeof(T));
+      if constexpr (std::is_same_v<T, uint64_t>) {
+        out[i] = v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
+                     ? std::numeric_limits<int64_t>::max()
+                     : static_cast<int64_t>(v);
+      } else {
+        out[i] = static_cast<int64_t>(v);
+      }
+    }
+  };
+  const std::string type = absl::StrCat(std::string(1, h.kind), h.item_bytes);
+  if (type == "i1") {
+    widen(int8_t{});
+  } else if (type == "i2") {
+    widen(int16_t{});
+  } else if (type == "i4") {
+    widen(int32_t{});
+  } else if (type == "i8") {
+    widen(int64_t{});
+  } else if (type == "u1") {
+    widen(uint8_t{});
+  } else if (type == "u2") {
+    widen(uint16_t{});
+  } else if (type == "u4") {
+    widen(uint32_t{});
+  } else if (type == "u8") {
+    widen(uint64_t{});
+  } else {
+    return BadData(where, absl::StrCat("dtype '", h.descr,
+                                       "' is not an integer type (class "
+                                       "labels: y.astype(np.int64))"));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (out[i] < 0 || out[i] > kMaxLabel) {
+      return BadData(where, absl::StrCat("label ", out[i], " at index ", i,
+                                         out[i] < 0 ? " is negative"
+                                                    : " is implausibly large"));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<InMemoryDataset> LoadNpz(const std::string& path, bool train,
+                                        std::optional<int64_t> num_classes) {
+  MT_ASSIGN_OR_RETURN(ArraySet arrays, ArraySet::Open(path));
+  const std::string split = train ? "train" : "test";
+  const std::string other = train ? "test" : "train";
+  const std::string x_name = "x_" + split, y_name = "y_" + split;
+
+  MT_ASSIGN_OR_RETURN(NpyArray x, arrays.Read(x_name));
+  InMemoryDataset dataset;
+  dataset.name = "npz/" + split;
+  MT_ASSIGN_OR_RETURN(dataset.images, ImagesTensor(x, arrays.Where(x_name)));
+  x = NpyArray();  // Converted; free the bytes.
+
+  // Both splits must feed the same model.
+  const std::string x_other = "x_" + other;
+  MT_ASSIGN_OR_RETURN(NpyHeader other_header, arrays.ReadHeader(x_other));
+  MT_RETURN_IF_ERROR(CheckXDtype(other_header, arrays.Where(x_other)));
+  MT_ASSIGN_OR_RETURN(Shape other_example,
+                      ExampleShape(other_header, arrays.Where(x_other)));
+  const Shape& shape = dataset.images.shape();
+  const Shape example(shape.begin() + 1, shape.end());
+  if (example != other_example) {
+    return BadData(path, absl::StrCat(x_name, " has examples of shape ",
+                                      ShapeToString(example), " but ", x_other,
+                                      " has ", ShapeToString(other_example)));
+  }
+
+  MT_ASSIGN_OR_RETURN(NpyArray y, arrays.Read(y_name));
+  MT_ASSIGN_OR_RETURN(std::vector<int64_t> labels,
+                      LabelValues(y, arrays.Where(y_name)));
+  const int64_t n = shape[0];
+  if (static_cast<int64_t>(labels.size()) != n) {
+    return BadData(path,
+                   absl::StrCat(y_name, " has ", labels.size(), " labels but ",
+                                x_name, " has ", n, " examples"));
+  }
+  const std::string y_other = "y_" + other;
+  MT_ASSIGN_OR_RETURN(NpyArray y2, arrays.Read(y_other));
+  MT_ASSIGN_OR_RETURN(std::vector<int64_t> other_labels,
+                      LabelValues(y2, arrays.Where(y_other)));
+
+  if (num_classes.has_value()) {
+    for (const auto& [name, values] :
+         {std::pair{y_name, &labels}, std::pair{y_other, &other_labels}}) {
+      for (size_t i = 0; i < values->size(); ++i) {
+        if ((*values)[i] >= *num_classes) {
+          return BadData(arrays.Where(name),
+                         absl::StrCat("label ", (*values)[i], " at index ", i,
+                                      " is out of range [0, ", *num_classes,
+                                      ") (data.num_classes)"));
+        }
+      }
+    }
+    dataset.num_classes = static_cast<int>(*num_classes);
+  } else {
+    int64_t max_label = 0;
+    for (int64_t v : labels) max_label = std::max(max_label, v);
+    for (int64_t v : other_labels) max_label = std::max(max_label, v);
+    dataset.num_classes = static_cast<int>(max_label + 1);
+  }
+
+  MT_ASSIGN_OR_RETURN(dataset.labels, Tensor::Empty(DType::kI32, {n}));
+  int32_t* out = dataset.labels.data<int32_t>();
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>(labels[i]);
+  return dataset;
+}
+
+MT_REGISTER(DataSource,
+            {.name = "npz",
+             .doc = "NumPy arrays x_train, y_train, x_test, y_test: an .npz "
+                    "(np.savez or savez_compressed; scripts/to_npz.py) or a "
+                    "directory of .npy files; x uint8 (scaled to [0, 1]) or "
+                    "float32, [n, features], [n, h, w] or NHWC; y integer "
+                    "[n] or [n, 1]",
+             .params = {{Param::String("path").Doc(
+                             "the .npz file, or a directory of x_train.npy, "
+                             "y_train.npy, x_test.npy, y_test.npy"),
+                         Param::Int("num_classes")
+                             .Nullable()
+                             .Min(1)
+                             .Max(kMaxLabel + 1)
+                             .Doc("null: the largest label of both splits "
+                                  "+ 1; else labels must be below it")}},
+             .load = [](const Params& p, bool train, uint64_t) {
+               return LoadNpz(p.String("path"), train,
+                              p.OptionalInt("num_classes"));
+             }});
+
+}  // namespace
+}  // namespace mirrortrain::trainer
