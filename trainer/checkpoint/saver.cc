@@ -238,12 +238,28 @@ absl::StatusOr<std::string> Saver::Save(
 
   const std::string file_name = CheckpointFileName(step);
   const std::string path = (fs::path(dir) / file_name).string();
+  // Host copies of all tensors at once: the checksum goes into the header,
+  // which is written before the data.
   std::vector<NamedTensor> tensors;
   tensors.reserve(entries_.size());
   for (const auto& [name, variable] : entries_) {
-    tensors.push_back(NamedTensor{name, variable->value()});
+    Tensor value = variable->value();
+    if (!value.device().is_cpu()) {
+      absl::StatusOr<Tensor> host = value.To(Device::Cpu());
+      if (!host.ok()) {
+        return absl::Status(
+            host.status().code(),
+            absl::StrCat(path, ": copying '", name,
+                         "' to the host: ", host.status().message()));
+      }
+      value = *std::move(host);
+    }
+    tensors.push_back(NamedTensor{name, std::move(value)});
   }
-  MT_RETURN_IF_ERROR(WriteSafetensors(path, tensors, metadata));
+  std::map<std::string, std::string> with_checksum = metadata;
+  MT_ASSIGN_OR_RETURN(with_checksum[std::string(kDataCrc32cKey)],
+                      TensorDataCrc32c(tensors));
+  MT_RETURN_IF_ERROR(WriteSafetensors(path, tensors, with_checksum));
 
   CheckpointIndex index;
   index.latest = file_name;

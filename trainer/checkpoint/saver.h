@@ -52,12 +52,12 @@ class Saver {
       std::vector<std::pair<std::string, Variable*>> name_map);
 
   // Writes dir/ckpt-<step>.safetensors (the variables' current values and
-  // `metadata`), then rewrites dir/checkpoint to name it as the latest, then
-  // deletes the oldest checkpoints beyond `max_to_keep` (<= 0 keeps all).
-  // Creates `dir` if needed. Saving a step that is already in the index
-  // replaces that file and makes it the latest. Returns the checkpoint's
-  // path. Fails (InvalidArgument) on a null variable or duplicate entry
-  // names.
+  // `metadata` plus the data checksum kDataCrc32cKey), then rewrites
+  // dir/checkpoint to name it as the latest, then deletes the oldest
+  // checkpoints beyond `max_to_keep` (<= 0 keeps all). Creates `dir` if needed.
+  // Saving a step that is already in the index replaces that file and makes it
+  // the latest. Returns the checkpoint's path. Fails (InvalidArgument) on a
+  // null variable or duplicate entry names.
   absl::StatusOr<std::string> Save(
       const std::string& dir, int64_t step,
       const std::map<std::string, std::string>& metadata, int max_to_keep);

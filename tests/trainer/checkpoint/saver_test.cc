@@ -407,6 +407,23 @@ TEST_F(SaverTest, CheckpointFileNamesParseBack) {
   }
 }
 
+// Saves carry the data checksum, and a flipped data byte is caught on
+// open.
+TEST_F(SaverTest, SavesCarryTheDataChecksum) {
+  Variable v = MakeVariable("v", Tensor::FromVector<float>({1, 2}, {2}));
+  absl::StatusOr<std::string> path = Saver({&v}).Save(dir_, 1, {}, 5);
+  ASSERT_TRUE(path.ok());
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(*path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->metadata().at(std::string(kDataCrc32cKey)),
+            *TensorDataCrc32c({{"v", v.value()}}));
+  std::string bytes = testing::ReadFile(*path);
+  bytes.back() ^= 1;
+  std::ofstream(*path, std::ios::binary | std::ios::trunc) << bytes;
+  EXPECT_EQ(SafetensorsFile::Open(*path).status().code(),
+            absl::StatusCode::kDataLoss);
+}
+
 TEST_F(SaverTest, ResolveCheckpoint) {
   Variable v = MakeVariable("v", Tensor::FromVector<float>({0}, {1}));
   Saver saver({&v});
