@@ -5,31 +5,14 @@
 #include <map>
 #include <string>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "tensor/status_macros.h"
+#include "trainer/checkpoint/checkpoint_format.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/checkpoint/saver.h"
 #include "trainer/trainer.h"
 
 namespace mirrortrain::trainer {
-
-namespace {
-
-constexpr char kFormat[] = "mirrortrain/1";
-
-absl::StatusOr<int64_t> MetadataInt(const SafetensorsFile& file,
-                                    const std::string& key) {
-  auto it = file.metadata().find(key);
-  int64_t v = 0;
-  if (it == file.metadata().end() || !absl::SimpleAtoi(it->second, &v)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        file.path(), ": metadata '", key, "' is missing or not an integer"));
-  }
-  return v;
-}
-
-}  // namespace
 
 absl::Status Trainer::MaybeRestoreForTraining() {
   const std::string& restore = config_.checkpoint.restore;
@@ -49,9 +32,12 @@ absl::Status Trainer::MaybeRestoreForTraining() {
 absl::Status Trainer::RestoreCheckpoint(const std::string& path_or_dir) {
   MT_ASSIGN_OR_RETURN(std::string path, ResolveCheckpoint(path_or_dir));
   MT_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
-  MT_ASSIGN_OR_RETURN(int64_t step, MetadataInt(file, "step"));
-  MT_ASSIGN_OR_RETURN(int64_t input_epoch, MetadataInt(file, "input_epoch"));
-  MT_ASSIGN_OR_RETURN(int64_t input_batch, MetadataInt(file, "input_batch"));
+  MT_ASSIGN_OR_RETURN(
+      const CheckpointPosition position,
+      CheckTrainingCheckpoint(file, config_.checkpoint.allow_non_finite));
+  const int64_t step = position.step;
+  const int64_t input_epoch = position.input_epoch;
+  const int64_t input_batch = position.input_batch;
   // Restored once into replica 0 (all checks before any assignment), then
   // mirrored to the other replicas.
   MT_RETURN_IF_ERROR(Saver(ReplicaState(0)).Restore(path));
@@ -95,7 +81,7 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
   const BatchIterator::Position pos = train_iterator_->position();
   const int64_t steps_per_epoch = train_iterator_->BatchesPerEpoch();
   const std::map<std::string, std::string> metadata = {
-      {"format", kFormat},
+      {"format", std::string(kCheckpointFormat)},
       {"step", absl::StrCat(step)},
       {"epoch", absl::StrCat(step / steps_per_epoch)},
       {"input_epoch", absl::StrCat(pos.epoch)},
