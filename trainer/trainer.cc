@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -122,6 +121,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   std::unique_ptr<Trainer> t(new Trainer());
   t->config_ = config;
   t->run_dir_ = run_dir;
+  // Owned before anything in it is read or written.
+  if (!run_dir.empty()) {
+    MT_ASSIGN_OR_RETURN(RunDirLock lock, RunDirLock::Acquire(run_dir));
+    t->run_dir_lock_.emplace(std::move(lock));
+  }
   // Validated by the config; process-wide, like TensorFlow's switch.
   MT_ASSIGN_OR_RETURN(MatMulPrecision precision,
                       ParseMatMulPrecision(config.precision));
@@ -193,12 +197,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   // directory as it was.
   if (need_train_data) MT_RETURN_IF_ERROR(t->MaybeRestoreForTraining());
   if (!run_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(run_dir, ec);
-    if (ec) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          run_dir, ": cannot create run directory: ", ec.message()));
-    }
+    t->run_dir_lock_->KeepFiles();
     MT_RETURN_IF_ERROR(
         WriteFileAtomically(run_dir + "/config.yaml", config.resolved_yaml));
     MT_ASSIGN_OR_RETURN(t->logger_, MetricsLogger::Create(run_dir));

@@ -14,6 +14,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "trainer/optim/ema.h"
 #include "trainer/optim/optimizer.h"
 #include "trainer/progress.h"
+#include "trainer/run_dir_lock.h"
 
 namespace mirrortrain::trainer {
 
@@ -50,7 +52,9 @@ absl::StatusOr<std::string> ModelSummary(const Config& config);
 class Trainer {
  public:
   // Builds everything; `run_dir` empty means no logging (evaluation only).
-  // Loads the training split only when `need_train_data`.
+  // Loads the training split only when `need_train_data`. A run directory
+  // is locked for the trainer's lifetime (RunDirLock: a second trainer on
+  // it fails); when Create fails, nothing in it has been written.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(
       const Config& config, const std::string& run_dir, bool need_train_data);
   ~Trainer();
@@ -108,6 +112,8 @@ class Trainer {
 
   absl::Status MaybeRestoreForTraining();
 
+  // Declared first, so that it is released last, after every writer.
+  std::optional<RunDirLock> run_dir_lock_;
   Config config_;
   std::string restored_from_;
   int64_t last_saved_step_ = -1;
