@@ -126,6 +126,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     MT_ASSIGN_OR_RETURN(RunDirLock lock, RunDirLock::Acquire(run_dir));
     t->run_dir_lock_.emplace(std::move(lock));
   }
+  if (need_train_data) MT_RETURN_IF_ERROR(t->PrepareRestoreForTraining());
   // Validated by the config; process-wide, like TensorFlow's switch.
   MT_ASSIGN_OR_RETURN(MatMulPrecision precision,
                       ParseMatMulPrecision(config.precision));
@@ -195,7 +196,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   }
   // Restore before writing anything, so a bad checkpoint leaves the run
   // directory as it was.
-  if (need_train_data) MT_RETURN_IF_ERROR(t->MaybeRestoreForTraining());
+  if (need_train_data) MT_RETURN_IF_ERROR(t->RestoreForTraining());
   if (!run_dir.empty()) {
     t->run_dir_lock_->KeepFiles();
     MT_RETURN_IF_ERROR(

@@ -299,8 +299,13 @@ absl::StatusOr<std::string> Saver::Save(
 }
 
 absl::Status Saver::Restore(const std::string& path) {
+  MT_ASSIGN_OR_RETURN(const SafetensorsFile file, SafetensorsFile::Open(path));
+  return Restore(file);
+}
+
+absl::Status Saver::Restore(const SafetensorsFile& file) {
   MT_RETURN_IF_ERROR(CheckEntries());
-  MT_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
+  const std::string& path = file.path();
 
   std::vector<std::string> problems;
   for (const auto& [name, variable] : entries_) {

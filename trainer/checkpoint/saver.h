@@ -68,6 +68,8 @@ class Saver {
   // outside this saver are untouched, and file entries no variable maps to
   // are ignored.
   absl::Status Restore(const std::string& path);
+  // The same from a file already open.
+  absl::Status Restore(const SafetensorsFile& file);
 
   const std::vector<std::pair<std::string, Variable*>>& entries() const {
     return entries_;
