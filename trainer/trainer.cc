@@ -402,17 +402,19 @@ absl::Status Trainer::Train() {
     progress_->Message(absl::StrCat("saved ", path));
     return absl::OkStatus();
   };
+  // A stop signal: checkpoint, then end with Cancelled.
+  auto stop = [&]() -> absl::Status {
+    MT_RETURN_IF_ERROR(save());
+    progress_->Message(absl::StrCat("stopped by signal after step ", step));
+    return absl::CancelledError(
+        absl::StrCat("stopped by signal at step ", step));
+  };
   if (!restored_from_.empty()) {
     progress_->Message(
         absl::StrCat("restored ", restored_from_, " at step ", step));
   }
   while (step < total_steps) {
-    if (StopSignal() != 0) {
-      MT_RETURN_IF_ERROR(save());
-      progress_->Message(absl::StrCat("stopped by signal after step ", step));
-      return absl::CancelledError(
-          absl::StrCat("stopped by signal at step ", step));
-    }
+    if (StopSignal() != 0) return stop();
     MT_ASSIGN_OR_RETURN(Batch batch, train_iterator_->Next());
     MT_RETURN_IF_ERROR(Step(batch, step));
     ++step;
@@ -464,7 +466,12 @@ absl::Status Trainer::Train() {
     if (every_save > 0 && step % every_save == 0) MT_RETURN_IF_ERROR(save());
     if (step_observer_) step_observer_(step);
   }
-  if (!evaluated_at_end) MT_RETURN_IF_ERROR(EvaluateAndLog(step));
+  if (!evaluated_at_end && StopSignal() == 0) {
+    MT_RETURN_IF_ERROR(EvaluateAndLog(step));
+  }
+  // A signal during the last step's evaluation (or the one above) still
+  // ends the run as a signal does.
+  if (StopSignal() != 0) return stop();
   MT_RETURN_IF_ERROR(save());
   progress_->Finish();
   return absl::OkStatus();
