@@ -106,11 +106,12 @@ absl::Status Trainer::RestoreForTraining() {
   MT_ASSIGN_OR_RETURN(const std::vector<std::string> removed,
                       RemoveCheckpointLeftovers(dir, restored_from_));
   if (!removed.empty()) {
-    std::fprintf(stderr,
-                 "mirrortrain: removed %zu file(s) interrupted saves left in "
-                 "%s (%s%s)\n",
-                 removed.size(), dir.c_str(), removed.front().c_str(),
-                 removed.size() > 1 ? ", ..." : "");
+    std::fprintf(
+        stderr,
+        "mirrortrain: removed %zu file(s) that interrupted saves left in "
+        "%s (%s%s)\n",
+        removed.size(), dir.c_str(), removed.front().c_str(),
+        removed.size() > 1 ? ", ..." : "");
   }
   return absl::OkStatus();
 }
