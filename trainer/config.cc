@@ -236,7 +236,11 @@ const ParamSchema& CheckpointSchema() {
            .Min(1)
            .Doc("older checkpoints are deleted"),
        Param::String("restore").Default("latest").Doc(
-           "latest, none, or a checkpoint path")}};
+           "latest, none, or a checkpoint path"),
+       Param::Bool("allow_non_finite")
+           .Default(false)
+           .Doc("restore a checkpoint whose tensors hold NaN or infinity "
+                "(otherwise an error)")}};
   return *s;
 }
 
@@ -866,7 +870,7 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text,
   MT_ASSIGN_OR_RETURN(Params ckpt, ReadFixed(r, root, "checkpoint",
                                              CheckpointSchema(), &resolved));
   c.checkpoint = {ckpt.Int("every_steps"), ckpt.Int("max_to_keep"),
-                  ckpt.String("restore")};
+                  ckpt.String("restore"), ckpt.Bool("allow_non_finite")};
   MT_RETURN_IF_ERROR(Validate(r, root, c));
 
   YAML::Emitter out;

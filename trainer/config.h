@@ -86,6 +86,8 @@ struct CheckpointConfig {
   int64_t every_steps;  // 0: only at the end and on signals.
   int64_t max_to_keep;
   std::string restore;  // latest | none | a checkpoint path
+  // Restore checkpoints holding NaN or infinity instead of rejecting them.
+  bool allow_non_finite;
 };
 
 struct Config {

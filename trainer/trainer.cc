@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -129,6 +128,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   std::unique_ptr<Trainer> t(new Trainer());
   t->config_ = config;
   t->run_dir_ = run_dir;
+  // Owned before anything in it is read or written.
+  if (!run_dir.empty()) {
+    MT_ASSIGN_OR_RETURN(RunDirLock lock, RunDirLock::Acquire(run_dir));
+    t->run_dir_lock_.emplace(std::move(lock));
+  }
+  if (need_train_data) MT_RETURN_IF_ERROR(t->PrepareRestoreForTraining());
   // Validated by the config; process-wide, like TensorFlow's switch.
   MT_ASSIGN_OR_RETURN(MatMulPrecision precision,
                       ParseMatMulPrecision(config.precision));
@@ -201,14 +206,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   }
   // Restore before writing anything, so a bad checkpoint leaves the run
   // directory as it was.
-  if (need_train_data) MT_RETURN_IF_ERROR(t->MaybeRestoreForTraining());
+  if (need_train_data) MT_RETURN_IF_ERROR(t->RestoreForTraining());
   if (!run_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(run_dir, ec);
-    if (ec) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          run_dir, ": cannot create run directory: ", ec.message()));
-    }
+    t->run_dir_lock_->KeepFiles();
     MT_RETURN_IF_ERROR(
         WriteFileAtomically(run_dir + "/config.yaml", config.resolved_yaml));
     MT_ASSIGN_OR_RETURN(t->logger_, MetricsLogger::Create(run_dir));
@@ -433,17 +433,19 @@ absl::Status Trainer::Train() {
     progress_->Message(absl::StrCat("saved ", path));
     return absl::OkStatus();
   };
+  // A stop signal: checkpoint, then end with Cancelled.
+  auto stop = [&]() -> absl::Status {
+    MT_RETURN_IF_ERROR(save());
+    progress_->Message(absl::StrCat("stopped by signal after step ", step));
+    return absl::CancelledError(
+        absl::StrCat("stopped by signal at step ", step));
+  };
   if (!restored_from_.empty()) {
     progress_->Message(
         absl::StrCat("restored ", restored_from_, " at step ", step));
   }
   while (step < total_steps) {
-    if (StopSignal() != 0) {
-      MT_RETURN_IF_ERROR(save());
-      progress_->Message(absl::StrCat("stopped by signal after step ", step));
-      return absl::CancelledError(
-          absl::StrCat("stopped by signal at step ", step));
-    }
+    if (StopSignal() != 0) return stop();
     MT_ASSIGN_OR_RETURN(Batch batch, train_iterator_->Next());
     MT_RETURN_IF_ERROR(Step(batch, step));
     ++step;
@@ -495,7 +497,12 @@ absl::Status Trainer::Train() {
     if (every_save > 0 && step % every_save == 0) MT_RETURN_IF_ERROR(save());
     if (step_observer_) step_observer_(step);
   }
-  if (!evaluated_at_end) MT_RETURN_IF_ERROR(EvaluateAndLog(step));
+  if (!evaluated_at_end && StopSignal() == 0) {
+    MT_RETURN_IF_ERROR(EvaluateAndLog(step));
+  }
+  // A signal during the last step's evaluation (or the one above) still
+  // ends the run as a signal does.
+  if (StopSignal() != 0) return stop();
   MT_RETURN_IF_ERROR(save());
   progress_->Finish();
   return absl::OkStatus();

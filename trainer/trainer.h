@@ -14,6 +14,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,8 @@
 #include "distribute/mirrored_variable.h"
 #include "distribute/strategy.h"
 #include "models/model.h"
+#include "trainer/checkpoint/checkpoint_format.h"
+#include "trainer/checkpoint/safetensors.h"
 #include "trainer/config.h"
 #include "trainer/data/batch_iterator.h"
 #include "trainer/data/dataset.h"
@@ -29,6 +32,7 @@
 #include "trainer/optim/ema.h"
 #include "trainer/optim/optimizer.h"
 #include "trainer/progress.h"
+#include "trainer/run_dir_lock.h"
 
 namespace mirrortrain::trainer {
 
@@ -50,7 +54,9 @@ absl::StatusOr<std::string> ModelSummary(const Config& config);
 class Trainer {
  public:
   // Builds everything; `run_dir` empty means no logging (evaluation only).
-  // Loads the training split only when `need_train_data`.
+  // Loads the training split only when `need_train_data`. A run directory
+  // is locked for the trainer's lifetime (RunDirLock: a second trainer on
+  // it fails); when Create fails, nothing in it has been written.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(
       const Config& config, const std::string& run_dir, bool need_train_data);
   ~Trainer();
@@ -109,9 +115,31 @@ class Trainer {
   absl::Status ClipGradients(std::vector<Tensor>& grads, int64_t step) const;
   absl::Status EvaluateAndLog(int64_t step);
 
-  absl::Status MaybeRestoreForTraining();
+  // A checkpoint file read and checked (CheckTrainingCheckpoint).
+  struct CheckedCheckpoint {
+    SafetensorsFile file;
+    CheckpointPosition position;
+  };
 
+  // Before the data is loaded, so that a run that cannot start fails fast:
+  // decides from checkpoint.restore what a training run restores, and opens
+  // and checks it (pending_restore_). With a run directory, a fresh start
+  // only when its checkpoint directory holds no checkpoint; otherwise only a
+  // continuation from them; any failure says how to start over.
+  absl::Status PrepareRestoreForTraining();
+  // Once the replicas exist: restores pending_restore_, then removes what
+  // interrupted saves left in the run's checkpoint directory.
+  absl::Status RestoreForTraining();
+  absl::StatusOr<CheckedCheckpoint> OpenCheckpoint(
+      const std::string& path_or_dir) const;
+  absl::Status Restore(const CheckedCheckpoint& checkpoint);
+  // <run_dir>/checkpoints.
+  std::string CheckpointDir() const;
+
+  // Declared first, so that it is released last, after every writer.
+  std::optional<RunDirLock> run_dir_lock_;
   Config config_;
+  std::optional<CheckedCheckpoint> pending_restore_;
   std::string restored_from_;
   int64_t last_saved_step_ = -1;
   std::string run_dir_;

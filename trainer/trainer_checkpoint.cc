@@ -1,13 +1,17 @@
 // The Trainer's checkpointing: what a checkpoint holds (replica 0's state,
-// global_step, the input position and the config hash) and how a run is
-// restored into every replica.
+// global_step, the input position and the config hash), how a run is
+// restored into every replica, and which runs may use a run directory's
+// checkpoints (only its continuation).
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <string>
+#include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "tensor/status_macros.h"
+#include "trainer/checkpoint/checkpoint_dir.h"
+#include "trainer/checkpoint/checkpoint_format.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/checkpoint/saver.h"
 #include "trainer/trainer.h"
@@ -16,56 +20,138 @@ namespace mirrortrain::trainer {
 
 namespace {
 
-constexpr char kFormat[] = "mirrortrain/1";
+namespace fs = std::filesystem;
 
-absl::StatusOr<int64_t> MetadataInt(const SafetensorsFile& file,
-                                    const std::string& key) {
-  auto it = file.metadata().find(key);
-  int64_t v = 0;
-  if (it == file.metadata().end() || !absl::SimpleAtoi(it->second, &v)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        file.path(), ": metadata '", key, "' is missing or not an integer"));
-  }
-  return v;
+constexpr char kStartOver[] =
+    "to start over, train into a new --run_dir with --set "
+    "checkpoint.restore=none";
+
+// `s` saying how to start over: a restore that fails never falls back to a
+// fresh start by itself.
+absl::Status WithStartOver(const absl::Status& s) {
+  return absl::Status(s.code(),
+                      absl::StrCat(s.message(), " (", kStartOver, ")"));
+}
+
+// Whether the checkpoint file `path` lies directly in the directory `dir`.
+bool IsIn(const std::string& path, const std::string& dir) {
+  std::error_code path_ec, dir_ec;
+  const fs::path file = fs::weakly_canonical(path, path_ec);
+  const fs::path directory = fs::weakly_canonical(dir, dir_ec);
+  return !path_ec && !dir_ec && file.parent_path() == directory;
 }
 
 }  // namespace
 
-absl::Status Trainer::MaybeRestoreForTraining() {
+std::string Trainer::CheckpointDir() const {
+  return absl::StrCat(run_dir_, "/checkpoints");
+}
+
+absl::Status Trainer::PrepareRestoreForTraining() {
   const std::string& restore = config_.checkpoint.restore;
-  if (restore == "none") return absl::OkStatus();
-  if (restore == "latest") {
-    if (run_dir_.empty()) return absl::OkStatus();
-    absl::StatusOr<std::string> latest =
-        LatestCheckpoint(absl::StrCat(run_dir_, "/checkpoints"));
-    // No checkpoint yet: a fresh run.
-    if (absl::IsNotFound(latest.status())) return absl::OkStatus();
-    MT_RETURN_IF_ERROR(latest.status());
-    return RestoreCheckpoint(*latest);
+  if (run_dir_.empty()) {
+    if (restore == "none" || restore == "latest") return absl::OkStatus();
+    MT_ASSIGN_OR_RETURN(pending_restore_, OpenCheckpoint(restore));
+    return absl::OkStatus();
   }
-  return RestoreCheckpoint(restore);
+  const std::string dir = CheckpointDir();
+  MT_ASSIGN_OR_RETURN(const CheckpointDirContents contents,
+                      ScanCheckpointDir(dir));
+  const bool holds_checkpoints =
+      contents.has_index || !contents.checkpoints.empty();
+  // The checkpoint to restore; empty: a fresh start.
+  std::string source;
+  if (restore == "latest") {
+    if (contents.has_index) {
+      absl::StatusOr<std::string> latest = LatestCheckpoint(dir);
+      if (!latest.ok()) return WithStartOver(latest.status());
+      source = *std::move(latest);
+    } else if (holds_checkpoints) {
+      return WithStartOver(absl::InvalidArgumentError(absl::StrCat(
+          dir, " holds ", contents.checkpoints.front(),
+          contents.checkpoints.size() > 1
+              ? absl::StrCat(" and ", contents.checkpoints.size() - 1,
+                             " more checkpoints")
+              : "",
+          " but no '", CheckpointIndexName(),
+          "' index naming the latest, so the run cannot be resumed")));
+    }
+  } else if (restore != "none") {
+    absl::StatusOr<std::string> resolved = ResolveCheckpoint(restore);
+    if (!resolved.ok()) return WithStartOver(resolved.status());
+    source = *std::move(resolved);
+  }
+  // Only a continuation of the run there may save over its checkpoints.
+  if (holds_checkpoints && (source.empty() || !IsIn(source, dir))) {
+    return WithStartOver(absl::InvalidArgumentError(absl::StrCat(
+        run_dir_, " holds the checkpoints of a run (", dir,
+        "), which a run that does not restore from them (checkpoint.restore=",
+        restore, ") would overwrite")));
+  }
+  if (source.empty()) return absl::OkStatus();
+  absl::StatusOr<CheckedCheckpoint> checkpoint = OpenCheckpoint(source);
+  if (!checkpoint.ok()) return WithStartOver(checkpoint.status());
+  pending_restore_ = *std::move(checkpoint);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::RestoreForTraining() {
+  if (pending_restore_.has_value()) {
+    absl::Status s = Restore(*pending_restore_);
+    pending_restore_.reset();  // The file's bytes are no longer needed.
+    if (!s.ok()) return run_dir_.empty() ? s : WithStartOver(s);
+  }
+  if (run_dir_.empty()) return absl::OkStatus();
+  const std::string dir = CheckpointDir();
+  MT_ASSIGN_OR_RETURN(const std::vector<std::string> removed,
+                      RemoveCheckpointLeftovers(dir, restored_from_));
+  if (!removed.empty()) {
+    std::fprintf(
+        stderr,
+        "mirrortrain: removed %zu file(s) that interrupted saves left in "
+        "%s (%s%s)\n",
+        removed.size(), dir.c_str(), removed.front().c_str(),
+        removed.size() > 1 ? ", ..." : "");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Trainer::CheckedCheckpoint> Trainer::OpenCheckpoint(
+    const std::string& path_or_dir) const {
+  MT_ASSIGN_OR_RETURN(const std::string path, ResolveCheckpoint(path_or_dir));
+  MT_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
+  MT_ASSIGN_OR_RETURN(
+      const CheckpointPosition position,
+      CheckTrainingCheckpoint(file, config_.checkpoint.allow_non_finite));
+  return CheckedCheckpoint{std::move(file), position};
 }
 
 absl::Status Trainer::RestoreCheckpoint(const std::string& path_or_dir) {
-  MT_ASSIGN_OR_RETURN(std::string path, ResolveCheckpoint(path_or_dir));
-  MT_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
-  MT_ASSIGN_OR_RETURN(int64_t step, MetadataInt(file, "step"));
-  MT_ASSIGN_OR_RETURN(int64_t input_epoch, MetadataInt(file, "input_epoch"));
-  MT_ASSIGN_OR_RETURN(int64_t input_batch, MetadataInt(file, "input_batch"));
+  MT_ASSIGN_OR_RETURN(const CheckedCheckpoint checkpoint,
+                      OpenCheckpoint(path_or_dir));
+  return Restore(checkpoint);
+}
+
+absl::Status Trainer::Restore(const CheckedCheckpoint& checkpoint) {
+  const SafetensorsFile& file = checkpoint.file;
+  const CheckpointPosition& position = checkpoint.position;
+  const std::string& path = file.path();
   // Restored once into replica 0 (all checks before any assignment), then
   // mirrored to the other replicas.
-  MT_RETURN_IF_ERROR(Saver(ReplicaState(0)).Restore(path));
+  MT_RETURN_IF_ERROR(Saver(ReplicaState(0)).Restore(file));
   for (distribute::MirroredVariable& v : mirrored_) {
     MT_ASSIGN_OR_RETURN(Tensor value, v.value().Clone());
     MT_RETURN_IF_ERROR(v.AssignAll(value));
   }
-  for (Replica& r : replicas_) r.optimizer->set_iterations(step);
+  for (Replica& r : replicas_) r.optimizer->set_iterations(position.step);
   if (train_iterator_) {
-    absl::Status seek = train_iterator_->Seek({input_epoch, input_batch});
+    absl::Status seek =
+        train_iterator_->Seek({position.input_epoch, position.input_batch});
     if (!seek.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": input position (epoch ", input_epoch, ", batch ",
-          input_batch, ") does not fit this config's data: ", seek.message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": input position (epoch ", position.input_epoch,
+                       ", batch ", position.input_batch,
+                       ") does not fit this config's data: ", seek.message()));
     }
   }
   auto hash = file.metadata().find("config_hash");
@@ -76,7 +162,7 @@ absl::Status Trainer::RestoreCheckpoint(const std::string& path_or_dir) {
                  path.c_str());
   }
   restored_from_ = path;
-  last_saved_step_ = step;
+  last_saved_step_ = position.step;
   return absl::OkStatus();
 }
 
@@ -95,7 +181,7 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
   const BatchIterator::Position pos = train_iterator_->position();
   const int64_t steps_per_epoch = train_iterator_->BatchesPerEpoch();
   const std::map<std::string, std::string> metadata = {
-      {"format", kFormat},
+      {"format", std::string(kCheckpointFormat)},
       {"step", absl::StrCat(step)},
       {"epoch", absl::StrCat(step / steps_per_epoch)},
       {"input_epoch", absl::StrCat(pos.epoch)},
@@ -110,7 +196,7 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
   };
   MT_ASSIGN_OR_RETURN(
       std::string path,
-      Saver(vars).Save(absl::StrCat(run_dir_, "/checkpoints"), step, metadata,
+      Saver(vars).Save(CheckpointDir(), step, metadata,
                        static_cast<int>(config_.checkpoint.max_to_keep)));
   last_saved_step_ = step;
   return path;

@@ -1,5 +1,6 @@
 // Runs the mirrortrain binary of this build as a child process, for the
-// end-to-end CLI tests. Header-only; each test binary includes it.
+// end-to-end CLI tests, and the small training job they share. Header-only;
+// each test binary includes it.
 #ifndef MIRRORTRAIN_TESTS_TRAINER_CLI_RUNNER_H_
 #define MIRRORTRAIN_TESTS_TRAINER_CLI_RUNNER_H_
 
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 
@@ -55,6 +57,45 @@ inline int Wait(pid_t pid) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return -1;
+}
+
+// The MLP config the CLI tests train.
+inline std::string Config() {
+  return std::string(MT_SOURCE_DIR) + "/configs/fashion_mnist_mlp.yaml";
+}
+
+// A small, quick job on a subset of Fashion-MNIST; each of `extra` is one
+// more --set.
+inline std::vector<std::string> SmallTrain(
+    const std::string& run_dir, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"train",
+                                   "--config",
+                                   Config(),
+                                   "--run_dir",
+                                   run_dir,
+                                   "--set",
+                                   "data.train_examples=2048",
+                                   "--set",
+                                   "data.test_examples=500",
+                                   "--set",
+                                   "data.global_batch_size=64",
+                                   "--set",
+                                   "model.hidden_units=[32]",
+                                   "--set",
+                                   "train.epochs=2",
+                                   "--set",
+                                   "train.log_every_steps=8",
+                                   "--set",
+                                   "checkpoint.every_steps=16"};
+  for (std::string& e : extra) {
+    args.push_back("--set");
+    args.push_back(std::move(e));
+  }
+  return args;
+}
+
+inline std::vector<std::string> Lines(const std::string& text) {
+  return absl::StrSplit(text, '\n', absl::SkipEmpty());
 }
 
 inline Result RunCli(const std::vector<std::string>& args) {

@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "tests/trainer/cli_runner.h"
 #include "trainer/checkpoint/safetensors.h"
@@ -26,47 +25,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string Config() {
-  return std::string(MT_SOURCE_DIR) + "/configs/fashion_mnist_mlp.yaml";
-}
-
 std::string FreshDir(const std::string& name) {
   std::string dir = ::testing::TempDir() + "/mt_cli_" + name;
   fs::remove_all(dir);
   return dir;
-}
-
-// A small, quick job on a subset of Fashion-MNIST.
-std::vector<std::string> SmallTrain(const std::string& run_dir,
-                                    std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {"train",
-                                   "--config",
-                                   Config(),
-                                   "--run_dir",
-                                   run_dir,
-                                   "--set",
-                                   "data.train_examples=2048",
-                                   "--set",
-                                   "data.test_examples=500",
-                                   "--set",
-                                   "data.global_batch_size=64",
-                                   "--set",
-                                   "model.hidden_units=[32]",
-                                   "--set",
-                                   "train.epochs=2",
-                                   "--set",
-                                   "train.log_every_steps=8",
-                                   "--set",
-                                   "checkpoint.every_steps=16"};
-  for (std::string& e : extra) {
-    args.push_back("--set");
-    args.push_back(std::move(e));
-  }
-  return args;
-}
-
-std::vector<std::string> Lines(const std::string& text) {
-  return absl::StrSplit(text, '\n', absl::SkipEmpty());
 }
 
 TEST(CliTest, HelpAndVersion) {

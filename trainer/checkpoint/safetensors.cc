@@ -15,12 +15,16 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "tensor/status_macros.h"
 #include "trainer/checkpoint/atomic_file.h"
+#include "trainer/logging/crc32c.h"
 
 namespace mirrortrain::trainer {
 namespace {
@@ -47,6 +51,18 @@ absl::Status InvalidFile(absl::string_view path, absl::string_view reason) {
 
 absl::Status TruncatedFile(absl::string_view path, absl::string_view reason) {
   return absl::DataLossError(absl::StrCat(path, ": ", reason));
+}
+
+std::string FormatCrc32c(uint32_t crc) { return absl::StrFormat("%08x", crc); }
+
+// Exactly FormatCrc32c's form, so that one file has one valid spelling.
+bool ParseCrc32c(absl::string_view text, uint32_t* crc) {
+  constexpr size_t kDigits = 8;
+  if (text.size() != kDigits) return false;
+  for (char c : text) {
+    if (!absl::ascii_isdigit(c) && !(c >= 'a' && c <= 'f')) return false;
+  }
+  return absl::SimpleHexAtoi(text, crc);
 }
 
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
@@ -272,6 +288,19 @@ absl::StatusOr<DType> ParseSafetensorsDType(absl::string_view name) {
   return absl::InvalidArgumentError(
       absl::StrCat("unsupported dtype '", name,
                    "' (mirrortrain reads F32, F64, I32 and I64)"));
+}
+
+absl::StatusOr<std::string> TensorDataCrc32c(
+    absl::Span<const NamedTensor> tensors) {
+  uint32_t crc = 0;
+  for (const NamedTensor& t : tensors) {
+    if (!t.tensor.defined() || !t.tensor.device().is_cpu()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "TensorDataCrc32c: tensor '", t.name, "' is not on the host"));
+    }
+    crc = Crc32cExtend(crc, t.tensor.raw_data(), t.tensor.bytes());
+  }
+  return FormatCrc32c(crc);
 }
 
 absl::Status WriteSafetensors(
@@ -506,6 +535,24 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     return InvalidFile(path, absl::StrCat(data_size - expected_begin,
                                           " unused bytes after the last "
                                           "tensor's data"));
+  }
+  if (auto it = file.metadata_.find(std::string(kDataCrc32cKey));
+      it != file.metadata_.end()) {
+    uint32_t expected = 0;
+    if (!ParseCrc32c(it->second, &expected)) {
+      return InvalidFile(path, absl::StrCat("metadata '", kDataCrc32cKey,
+                                            "' is not 8 lowercase hex "
+                                            "digits: '",
+                                            it->second, "'"));
+    }
+    const uint32_t actual =
+        Crc32c(absl::string_view(contents).substr(file.data_start_));
+    if (actual != expected) {
+      return absl::DataLossError(
+          absl::StrCat(path, ": the tensor data does not match its checksum (",
+                       kDataCrc32cKey, " ", it->second, ", computed ",
+                       FormatCrc32c(actual), "): the file is corrupt"));
+    }
   }
   return file;
 }

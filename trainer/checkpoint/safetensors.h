@@ -11,6 +11,10 @@
 //
 // mirrortrain's dtypes map to "F32", "F64", "I32", "I64"; a file holding any
 // other dtype (F16, BF16, ...) is rejected when opened.
+//
+// Integrity: a file may carry "data_crc32c" in its metadata, the CRC-32C of
+// the whole data section as 8 lowercase hex digits (TensorDataCrc32c).
+// Opening such a file verifies it; other readers ignore the key.
 #ifndef MIRRORTRAIN_TRAINER_CHECKPOINT_SAFETENSORS_H_
 #define MIRRORTRAIN_TRAINER_CHECKPOINT_SAFETENSORS_H_
 
@@ -34,6 +38,15 @@ struct NamedTensor {
   std::string name;
   Tensor tensor;
 };
+
+// The metadata key of the data checksum.
+inline constexpr absl::string_view kDataCrc32cKey = "data_crc32c";
+
+// The value of kDataCrc32cKey for a file of `tensors` in this order: the
+// CRC-32C of their bytes back to back, as 8 lowercase hex digits.
+// InvalidArgument unless every tensor is on the host.
+absl::StatusOr<std::string> TensorDataCrc32c(
+    absl::Span<const NamedTensor> tensors);
 
 // "F32", "F64", "I32", "I64".
 absl::string_view SafetensorsDTypeName(DType dtype);
@@ -68,8 +81,9 @@ class SafetensorsFile {
   // malformed (header not UTF-8 JSON or not an object, an entry missing or
   // with a malformed dtype/shape/data_offsets, unknown dtype, offsets that do
   // not match dtype size x shape, overlapping or non-contiguous data,
-  // trailing bytes, non-string metadata values); NotFound etc. when the file
-  // cannot be read.
+  // trailing bytes, non-string metadata values, a malformed data_crc32c);
+  // DataLoss when the data does not match its data_crc32c; NotFound etc.
+  // when the file cannot be read.
   static absl::StatusOr<SafetensorsFile> Open(const std::string& path);
 
   const std::string& path() const { return path_; }

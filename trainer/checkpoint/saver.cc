@@ -14,9 +14,11 @@
 #include <utility>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -32,6 +34,8 @@ namespace fs = std::filesystem;
 constexpr absl::string_view kIndexFileName = "checkpoint";
 constexpr absl::string_view kLatestKey = "model_checkpoint_path";
 constexpr absl::string_view kAllKey = "all_model_checkpoint_paths";
+constexpr absl::string_view kCheckpointPrefix = "ckpt-";
+constexpr absl::string_view kCheckpointSuffix = ".safetensors";
 // Restore lists this many problems in full before summarising the rest.
 constexpr size_t kMaxProblemsListed = 5;
 
@@ -45,10 +49,17 @@ std::string IndexPath(const std::string& dir) {
   return (fs::path(dir) / std::string(kIndexFileName)).string();
 }
 
-// An index entry as a path usable from here.
+// An index entry (a file name, see ReadIndex) as a path usable from here.
 std::string ResolveEntry(const std::string& dir, const std::string& entry) {
-  const fs::path p(entry);
-  return p.is_absolute() ? entry : (fs::path(dir) / p).string();
+  return (fs::path(dir) / entry).string();
+}
+
+// Whether `entry` names a file directly inside the directory. Only such
+// entries are accepted, so that neither restoring nor pruning ever reaches
+// outside the checkpoint directory.
+bool IsFileNameInDirectory(absl::string_view entry) {
+  return !entry.empty() && entry != "." && entry != ".." &&
+         !absl::StrContains(entry, '/');
 }
 
 // nullopt when there is no index file.
@@ -56,12 +67,19 @@ absl::StatusOr<std::optional<CheckpointIndex>> ReadIndex(
     const std::string& dir) {
   const std::string path = IndexPath(dir);
   std::error_code ec;
-  if (!fs::exists(path, ec)) {
-    if (ec) {
-      return absl::UnavailableError(
-          absl::StrCat(path, ": cannot stat: ", ec.message()));
-    }
+  const fs::file_status status = fs::symlink_status(path, ec);
+  if (status.type() == fs::file_type::not_found) {
     return std::optional<CheckpointIndex>();
+  }
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat(path, ": cannot stat: ", ec.message()));
+  }
+  // Opening a FIFO would block; a symbolic link could lead anywhere.
+  if (status.type() != fs::file_type::regular) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": the checkpoint index is not a regular file (",
+                     FileTypeName(status.type()), ")"));
   }
   std::ifstream in(path);
   if (!in) {
@@ -101,6 +119,12 @@ absl::StatusOr<std::optional<CheckpointIndex>> ReadIndex(
       return bad_line(absl::StrCat("bad escape in value: ", error));
     }
     if (value.empty()) return bad_line("empty checkpoint path");
+    if (!IsFileNameInDirectory(value)) {
+      return bad_line(absl::StrCat(
+          "'", value,
+          "' is not a file name inside the checkpoint directory (mirrortrain "
+          "reads and deletes nothing outside it)"));
+    }
     if (key == kLatestKey) {
       if (have_latest) return bad_line("second model_checkpoint_path");
       index.latest = std::move(value);
@@ -130,7 +154,42 @@ std::string FormatIndex(const CheckpointIndex& index) {
 }  // namespace
 
 std::string CheckpointFileName(int64_t step) {
-  return absl::StrCat("ckpt-", step, ".safetensors");
+  return absl::StrCat(kCheckpointPrefix, step, kCheckpointSuffix);
+}
+
+absl::string_view CheckpointIndexName() { return kIndexFileName; }
+
+std::optional<int64_t> ParseCheckpointFileName(absl::string_view name) {
+  if (!absl::ConsumePrefix(&name, kCheckpointPrefix) ||
+      !absl::ConsumeSuffix(&name, kCheckpointSuffix) || name.empty() ||
+      !absl::c_all_of(name, absl::ascii_isdigit)) {
+    return std::nullopt;
+  }
+  int64_t step = 0;
+  if (!absl::SimpleAtoi(name, &step)) return std::nullopt;
+  return step;
+}
+
+absl::string_view FileTypeName(fs::file_type type) {
+  switch (type) {
+    case fs::file_type::regular:
+      return "a regular file";
+    case fs::file_type::directory:
+      return "a directory";
+    case fs::file_type::symlink:
+      return "a symbolic link";
+    case fs::file_type::fifo:
+      return "a FIFO";
+    case fs::file_type::socket:
+      return "a socket";
+    case fs::file_type::block:
+    case fs::file_type::character:
+      return "a device";
+    case fs::file_type::not_found:
+      return "missing";
+    default:
+      return "of an unknown type";
+  }
 }
 
 Saver::Saver(const std::vector<Variable*>& variables) {
@@ -179,12 +238,28 @@ absl::StatusOr<std::string> Saver::Save(
 
   const std::string file_name = CheckpointFileName(step);
   const std::string path = (fs::path(dir) / file_name).string();
+  // Host copies of all tensors at once: the checksum goes into the header,
+  // which is written before the data.
   std::vector<NamedTensor> tensors;
   tensors.reserve(entries_.size());
   for (const auto& [name, variable] : entries_) {
-    tensors.push_back(NamedTensor{name, variable->value()});
+    Tensor value = variable->value();
+    if (!value.device().is_cpu()) {
+      absl::StatusOr<Tensor> host = value.To(Device::Cpu());
+      if (!host.ok()) {
+        return absl::Status(
+            host.status().code(),
+            absl::StrCat(path, ": copying '", name,
+                         "' to the host: ", host.status().message()));
+      }
+      value = *std::move(host);
+    }
+    tensors.push_back(NamedTensor{name, std::move(value)});
   }
-  MT_RETURN_IF_ERROR(WriteSafetensors(path, tensors, metadata));
+  std::map<std::string, std::string> with_checksum = metadata;
+  MT_ASSIGN_OR_RETURN(with_checksum[std::string(kDataCrc32cKey)],
+                      TensorDataCrc32c(tensors));
+  MT_RETURN_IF_ERROR(WriteSafetensors(path, tensors, with_checksum));
 
   CheckpointIndex index;
   index.latest = file_name;
@@ -202,9 +277,16 @@ absl::StatusOr<std::string> Saver::Save(
   }
   MT_RETURN_IF_ERROR(WriteFileAtomically(IndexPath(dir), FormatIndex(index)));
 
-  // Only now, with the index no longer naming them, are old files removed.
+  // Only now, with the index no longer naming them, are old files removed:
+  // only our own checkpoint files, never a link or anything else an index
+  // entry may have come to name.
   for (const std::string& entry : pruned) {
     const std::string old_path = ResolveEntry(dir, entry);
+    const fs::file_status old_status = fs::symlink_status(old_path, ec);
+    if (!ParseCheckpointFileName(entry).has_value() ||
+        old_status.type() != fs::file_type::regular) {
+      continue;
+    }
     if (::unlink(old_path.c_str()) != 0 && errno != ENOENT) {
       const int error_number = errno;
       return absl::ErrnoToStatus(
@@ -217,8 +299,13 @@ absl::StatusOr<std::string> Saver::Save(
 }
 
 absl::Status Saver::Restore(const std::string& path) {
+  MT_ASSIGN_OR_RETURN(const SafetensorsFile file, SafetensorsFile::Open(path));
+  return Restore(file);
+}
+
+absl::Status Saver::Restore(const SafetensorsFile& file) {
   MT_RETURN_IF_ERROR(CheckEntries());
-  MT_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
+  const std::string& path = file.path();
 
   std::vector<std::string> problems;
   for (const auto& [name, variable] : entries_) {
@@ -289,14 +376,18 @@ absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
   }
   const std::string path = ResolveEntry(dir, index->latest);
   std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) {
-    return absl::NotFoundError(absl::StrCat(IndexPath(dir), " names '",
-                                            index->latest,
-                                            "' as the latest checkpoint, "
-                                            "but ",
-                                            path, " does not exist"));
+  // Not followed: a link may lead out of the directory.
+  const fs::file_type type = fs::symlink_status(path, ec).type();
+  if (type == fs::file_type::regular) return path;
+  const std::string names = absl::StrCat(
+      IndexPath(dir), " names '", index->latest, "' as the latest checkpoint");
+  if (type == fs::file_type::not_found) {
+    return absl::NotFoundError(
+        absl::StrCat(names, ", but ", path, " does not exist"));
   }
-  return path;
+  return absl::InvalidArgumentError(absl::StrCat(names, ", but ", path, " is ",
+                                                 FileTypeName(type),
+                                                 ", not a checkpoint file"));
 }
 
 absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path_or_dir) {

@@ -9,8 +9,11 @@
 //   all_model_checkpoint_paths: "ckpt-200.safetensors"
 //   all_model_checkpoint_paths: "ckpt-300.safetensors"
 //
-// Paths in the index are relative to the directory (absolute ones are
-// honoured when read), so a directory can be moved or copied.
+// Entries in the index are file names in the directory, so a directory can
+// be moved or copied. An index with any other entry (an absolute path, one
+// with '/', "..") is rejected as malformed, and pruning deletes only regular
+// files named like ours: nothing outside the directory is ever read or
+// deleted through the index.
 //
 // Crash safety: Save writes the checkpoint file atomically, then atomically
 // replaces the index, then deletes pruned files, so at every instant the
@@ -19,14 +22,18 @@
 #define MIRRORTRAIN_TRAINER_CHECKPOINT_SAVER_H_
 
 #include <cstdint>
+#include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "tensor/variable.h"
+#include "trainer/checkpoint/safetensors.h"
 
 namespace mirrortrain::trainer {
 
@@ -45,12 +52,12 @@ class Saver {
       std::vector<std::pair<std::string, Variable*>> name_map);
 
   // Writes dir/ckpt-<step>.safetensors (the variables' current values and
-  // `metadata`), then rewrites dir/checkpoint to name it as the latest, then
-  // deletes the oldest checkpoints beyond `max_to_keep` (<= 0 keeps all).
-  // Creates `dir` if needed. Saving a step that is already in the index
-  // replaces that file and makes it the latest. Returns the checkpoint's
-  // path. Fails (InvalidArgument) on a null variable or duplicate entry
-  // names.
+  // `metadata` plus the data checksum kDataCrc32cKey), then rewrites
+  // dir/checkpoint to name it as the latest, then deletes the oldest
+  // checkpoints beyond `max_to_keep` (<= 0 keeps all). Creates `dir` if needed.
+  // Saving a step that is already in the index replaces that file and makes it
+  // the latest. Returns the checkpoint's path. Fails (InvalidArgument) on a
+  // null variable or duplicate entry names.
   absl::StatusOr<std::string> Save(
       const std::string& dir, int64_t step,
       const std::map<std::string, std::string>& metadata, int max_to_keep);
@@ -61,6 +68,8 @@ class Saver {
   // outside this saver are untouched, and file entries no variable maps to
   // are ignored.
   absl::Status Restore(const std::string& path);
+  // The same from a file already open.
+  absl::Status Restore(const SafetensorsFile& file);
 
   const std::vector<std::pair<std::string, Variable*>>& entries() const {
     return entries_;
@@ -75,11 +84,20 @@ class Saver {
 
 // "ckpt-<step>.safetensors".
 std::string CheckpointFileName(int64_t step);
+// The step of a name CheckpointFileName gives (decimal digits only), else
+// nullopt.
+std::optional<int64_t> ParseCheckpointFileName(absl::string_view name);
+// "a directory", "a FIFO", ... for error messages.
+absl::string_view FileTypeName(std::filesystem::file_type type);
+
+// The index file's name in a checkpoint directory ("checkpoint").
+absl::string_view CheckpointIndexName();
 
 // The latest checkpoint named by dir/checkpoint, as a path inside `dir`.
 // NotFound "<dir>: no checkpoint found (no 'checkpoint' index file)" when
 // there is no index; NotFound when the index names a file that is missing;
-// InvalidArgument when the index is malformed.
+// InvalidArgument when it names something that is not a regular file (links
+// are not followed) or the index is malformed or not a regular file.
 absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir);
 
 // A directory -> its latest checkpoint; a file -> itself; otherwise

@@ -23,10 +23,12 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tests/test_util.h"
+#include "trainer/logging/crc32c.h"
 
 namespace mirrortrain::trainer {
 namespace {
@@ -424,6 +426,17 @@ TEST_F(SafetensorsTest, RejectsMalformedFiles) {
       {"entry a number", R"({"a":1.5})", "", -1,
        absl::StatusCode::kInvalidArgument,
        "tensor 'a': entry is a number, not an object"},
+      {"checksum not hex",
+       R"({"__metadata__":{"data_crc32c":"0000000g"},"a":{)" + f32x2 + "}}",
+       eight, -1, absl::StatusCode::kInvalidArgument,
+       "metadata 'data_crc32c' is not 8 lowercase hex digits: '0000000g'"},
+      {"checksum in upper case",
+       R"({"__metadata__":{"data_crc32c":"ABCDEF01"},"a":{)" + f32x2 + "}}",
+       eight, -1, absl::StatusCode::kInvalidArgument,
+       "is not 8 lowercase hex digits"},
+      {"checksum too short",
+       R"({"__metadata__":{"data_crc32c":"123"},"a":{)" + f32x2 + "}}", eight,
+       -1, absl::StatusCode::kInvalidArgument, "is not 8 lowercase hex digits"},
   };
   for (const BadFileCase& c : cases) {
     SCOPED_TRACE(c.label);
@@ -435,6 +448,43 @@ TEST_F(SafetensorsTest, RejectsMalformedFiles) {
     EXPECT_THAT(std::string(file.status().message()), StartsWith(path + ": "));
     EXPECT_THAT(std::string(file.status().message()), HasSubstr(c.reason));
   }
+}
+
+// A file carrying data_crc32c opens only while its data matches: any
+// flipped data bit is DataLoss naming both checksums.
+TEST_F(SafetensorsTest, DataChecksumIsVerifiedWhenPresent) {
+  const std::string data = "\x01\x02\x03\x04\x05\x06\x07\x08";
+  const std::string crc = absl::StrFormat("%08x", Crc32c(data));
+  const std::string header =
+      R"({"__metadata__":{"data_crc32c":")" + crc +
+      R"("},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  ASSERT_TRUE(
+      SafetensorsFile::Open(WriteRawFile("ok.safetensors", header, data)).ok());
+  for (size_t bit = 0; bit < data.size() * 8; ++bit) {
+    std::string flipped = data;
+    flipped[bit / 8] ^= static_cast<char>(1 << (bit % 8));
+    const std::string path = WriteRawFile("bad.safetensors", header, flipped);
+    absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
+    ASSERT_EQ(file.status().code(), absl::StatusCode::kDataLoss) << bit;
+    EXPECT_THAT(
+        std::string(file.status().message()),
+        HasSubstr(absl::StrCat(path,
+                               ": the tensor data does not match its checksum "
+                               "(data_crc32c ",
+                               crc, ", computed ",
+                               absl::StrFormat("%08x", Crc32c(flipped)))));
+  }
+}
+
+TEST_F(SafetensorsTest, TensorDataCrc32cCoversTheTensorsInOrder) {
+  const Tensor a = Tensor::FromVector<float>({1, 2}, {2});
+  const Tensor b = Tensor::FromVector<int64_t>({7}, {});
+  std::string bytes(static_cast<const char*>(a.raw_data()), a.bytes());
+  bytes.append(static_cast<const char*>(b.raw_data()), b.bytes());
+  EXPECT_EQ(*TensorDataCrc32c({{"a", a}, {"b", b}}),
+            absl::StrFormat("%08x", Crc32c(bytes)));
+  EXPECT_NE(*TensorDataCrc32c({{"b", b}, {"a", a}}),
+            *TensorDataCrc32c({{"a", a}, {"b", b}}));
 }
 
 TEST_F(SafetensorsTest, RejectsHeadersThatAreNotStrictJson) {

@@ -3,9 +3,12 @@
 // lookup (LatestCheckpoint, ResolveCheckpoint, ListCheckpoints).
 #include "trainer/checkpoint/saver.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -302,16 +305,123 @@ TEST_F(SaverTest, MalformedIndexIsAnErrorAndBlocksSaving) {
               HasSubstr("no model_checkpoint_path"));
 }
 
-TEST_F(SaverTest, IndexWithAbsolutePathsIsHonoured) {
+// Entries that leave the directory: the index is rejected by every reader,
+// and a save (which would prune them) fails before writing anything, so the
+// file outside survives.
+TEST_F(SaverTest, IndexEntriesOutsideTheDirectoryAreRejected) {
   Variable v = MakeVariable("v", Tensor::FromVector<float>({3}, {1}));
-  const std::string other_dir = root_ + "/elsewhere";
-  absl::StatusOr<std::string> saved = Saver({&v}).Save(other_dir, 9, {}, 5);
-  ASSERT_TRUE(saved.ok());
+  const std::string outside = root_ + "/outside.safetensors";
+  ASSERT_TRUE(Saver({&v}).Save(root_ + "/elsewhere", 9, {}, 5).ok());
+  fs::copy_file(root_ + "/elsewhere/ckpt-9.safetensors", outside);
   fs::create_directories(dir_);
-  std::ofstream(dir_ + "/checkpoint")
-      << "model_checkpoint_path: \"" << *saved << "\"\n"
-      << "all_model_checkpoint_paths: \"" << *saved << "\"\n";
-  EXPECT_EQ(*LatestCheckpoint(dir_), *saved);
+  for (const std::string& entry :
+       {outside, std::string("../../outside.safetensors"),
+        std::string("sub/ckpt-1.safetensors"), std::string("..")}) {
+    SCOPED_TRACE(entry);
+    std::ofstream(dir_ + "/checkpoint", std::ios::trunc)
+        << "model_checkpoint_path: \"" << entry << "\"\n"
+        << "all_model_checkpoint_paths: \"" << entry << "\"\n";
+    for (const absl::Status& s :
+         {LatestCheckpoint(dir_).status(), ListCheckpoints(dir_).status(),
+          Saver({&v}).Save(dir_, 10, {}, 1).status()}) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+      EXPECT_THAT(std::string(s.message()),
+                  HasSubstr(dir_ + "/checkpoint:1: '" + entry +
+                            "' is not a file name inside the checkpoint "
+                            "directory"));
+    }
+    EXPECT_TRUE(fs::exists(outside));
+    EXPECT_THAT(DirEntries(), ElementsAre("checkpoint"));
+  }
+}
+
+// Pruning deletes only our regular files: a kept entry that has become a
+// link (to a file outside) or a directory is dropped from the index but
+// left on disk, and the link's target is untouched.
+TEST_F(SaverTest, PruningDeletesOnlyRegularCheckpointFiles) {
+  Variable v = MakeVariable("v", Tensor::FromVector<float>({3}, {1}));
+  Saver saver({&v});
+  for (int64_t step = 1; step <= 2; ++step) {
+    ASSERT_TRUE(saver.Save(dir_, step, {}, 5).ok());
+  }
+  const std::string outside = root_ + "/precious.txt";
+  std::ofstream(outside) << "not a checkpoint";
+  fs::remove(CkptPath(1));
+  fs::create_symlink(outside, CkptPath(1));
+  fs::remove(CkptPath(2));
+  fs::create_directories(CkptPath(2));
+  ASSERT_TRUE(saver.Save(dir_, 3, {}, 1).ok());
+  EXPECT_EQ(testing::ReadFile(outside), "not a checkpoint");
+  EXPECT_TRUE(fs::is_symlink(CkptPath(1)));
+  EXPECT_TRUE(fs::is_directory(CkptPath(2)));
+  EXPECT_THAT(*ListCheckpoints(dir_), ElementsAre(CkptPath(3)));
+}
+
+// The latest must be a regular file in the directory: a link (even to a
+// valid checkpoint), a directory or a FIFO is an error naming what it is,
+// never followed or opened (a FIFO would block).
+TEST_F(SaverTest, LatestThatIsNotARegularFileIsAnError) {
+  Variable v = MakeVariable("v", Tensor::FromVector<float>({3}, {1}));
+  const std::string elsewhere = root_ + "/elsewhere";
+  ASSERT_TRUE(Saver({&v}).Save(elsewhere, 1, {}, 5).ok());
+  ASSERT_TRUE(Saver({&v}).Save(dir_, 1, {}, 5).ok());
+  struct Case {
+    std::function<void()> make;
+    std::string what;
+  };
+  const std::vector<Case> cases = {
+      {[&] {
+         fs::create_symlink(elsewhere + "/ckpt-1.safetensors", CkptPath(1));
+       },
+       "is a symbolic link"},
+      {[&] { fs::create_symlink(root_ + "/nothing", CkptPath(1)); },
+       "is a symbolic link"},
+      {[&] { fs::create_directories(CkptPath(1)); }, "is a directory"},
+      {[&] { ASSERT_EQ(::mkfifo(CkptPath(1).c_str(), 0644), 0); }, "is a FIFO"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    fs::remove_all(CkptPath(1));
+    c.make();
+    absl::StatusOr<std::string> latest = LatestCheckpoint(dir_);
+    EXPECT_EQ(latest.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(
+        std::string(latest.status().message()),
+        HasSubstr(CkptPath(1) + " " + c.what + ", not a checkpoint file"));
+  }
+  // The index itself as a FIFO: an error, not a read that blocks.
+  fs::remove(dir_ + "/checkpoint");
+  ASSERT_EQ(::mkfifo((dir_ + "/checkpoint").c_str(), 0644), 0);
+  EXPECT_THAT(std::string(LatestCheckpoint(dir_).status().message()),
+              HasSubstr("the checkpoint index is not a regular file (a FIFO)"));
+}
+
+TEST_F(SaverTest, CheckpointFileNamesParseBack) {
+  EXPECT_EQ(ParseCheckpointFileName(CheckpointFileName(0)), 0);
+  EXPECT_EQ(ParseCheckpointFileName(CheckpointFileName(123)), 123);
+  for (const char* name :
+       {"ckpt-.safetensors", "ckpt--1.safetensors", "ckpt-1.safetensors.tmp.3",
+        "ckpt-1x.safetensors", "ckpt-+1.safetensors", "xckpt-1.safetensors",
+        "ckpt-99999999999999999999.safetensors"}) {
+    EXPECT_EQ(ParseCheckpointFileName(name), std::nullopt) << name;
+  }
+}
+
+// Saves carry the data checksum, and a flipped data byte is caught on
+// open.
+TEST_F(SaverTest, SavesCarryTheDataChecksum) {
+  Variable v = MakeVariable("v", Tensor::FromVector<float>({1, 2}, {2}));
+  absl::StatusOr<std::string> path = Saver({&v}).Save(dir_, 1, {}, 5);
+  ASSERT_TRUE(path.ok());
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(*path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->metadata().at(std::string(kDataCrc32cKey)),
+            *TensorDataCrc32c({{"v", v.value()}}));
+  std::string bytes = testing::ReadFile(*path);
+  bytes.back() ^= 1;
+  std::ofstream(*path, std::ios::binary | std::ios::trunc) << bytes;
+  EXPECT_EQ(SafetensorsFile::Open(*path).status().code(),
+            absl::StatusCode::kDataLoss);
 }
 
 TEST_F(SaverTest, ResolveCheckpoint) {

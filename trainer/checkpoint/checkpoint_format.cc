@@ -1,0 +1,129 @@
+#include "trainer/checkpoint/checkpoint_format.h"
+
+#include <cmath>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::trainer {
+namespace {
+
+constexpr absl::string_view kGlobalStep = "global_step";
+
+absl::Status Invalid(const SafetensorsFile& file, absl::string_view reason) {
+  return absl::InvalidArgumentError(absl::StrCat(file.path(), ": ", reason));
+}
+
+// A metadata integer in [0, max].
+absl::StatusOr<int64_t> MetadataCount(const SafetensorsFile& file,
+                                      absl::string_view key, int64_t max) {
+  auto it = file.metadata().find(std::string(key));
+  int64_t v = 0;
+  if (it == file.metadata().end() || !absl::SimpleAtoi(it->second, &v)) {
+    return Invalid(file, absl::StrCat("metadata '", key,
+                                      "' is missing or not an integer"));
+  }
+  if (v < 0 || v > max) {
+    return Invalid(file, absl::StrCat("metadata '", key, "' is ", v,
+                                      ", outside [0, ", max, "]"));
+  }
+  return v;
+}
+
+absl::Status CheckFormat(const SafetensorsFile& file) {
+  auto it = file.metadata().find("format");
+  if (it == file.metadata().end()) {
+    return Invalid(file,
+                   "metadata 'format' is missing (not a mirrortrain training "
+                   "checkpoint)");
+  }
+  if (it->second == kCheckpointFormat) {
+    if (!file.metadata().contains(std::string(kDataCrc32cKey))) {
+      return Invalid(
+          file, absl::StrCat("format ", kCheckpointFormat, " without its '",
+                             kDataCrc32cKey, "' checksum"));
+    }
+    return absl::OkStatus();
+  }
+  if (it->second == kCheckpointFormatV1) return absl::OkStatus();
+  return Invalid(file, absl::StrCat("unknown checkpoint format '", it->second,
+                                    "' (this build reads ", kCheckpointFormat,
+                                    " and ", kCheckpointFormatV1, ")"));
+}
+
+absl::Status CheckGlobalStep(const SafetensorsFile& file, int64_t step) {
+  absl::StatusOr<SafetensorsFile::Info> info = file.GetInfo(kGlobalStep);
+  if (!info.ok()) {
+    return Invalid(file, absl::StrCat("no '", kGlobalStep, "' tensor"));
+  }
+  if (info->dtype != DType::kI64 || !info->shape.empty()) {
+    return Invalid(
+        file,
+        absl::StrCat("'", kGlobalStep, "' is ", DTypeName(info->dtype),
+                     ShapeToString(info->shape), ", not an int64 scalar"));
+  }
+  MT_ASSIGN_OR_RETURN(Tensor value, file.Get(kGlobalStep));
+  const int64_t global_step = *value.data<int64_t>();
+  if (global_step != step) {
+    return Invalid(file,
+                   absl::StrCat("metadata 'step' is ", step, " but the '",
+                                kGlobalStep, "' tensor holds ", global_step));
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+int64_t CountNonFinite(const Tensor& t) {
+  const T* p = t.data<T>();
+  int64_t count = 0;
+  for (int64_t i = 0; i < t.num_elements(); ++i) count += !std::isfinite(p[i]);
+  return count;
+}
+
+// One tensor at a time, so the extra memory stays at one tensor.
+absl::Status CheckFinite(const SafetensorsFile& file) {
+  std::string first;
+  int tensors = 0;
+  for (const std::string& name : file.names()) {
+    MT_ASSIGN_OR_RETURN(SafetensorsFile::Info info, file.GetInfo(name));
+    if (info.dtype != DType::kF32 && info.dtype != DType::kF64) continue;
+    MT_ASSIGN_OR_RETURN(Tensor t, file.Get(name));
+    const int64_t bad = info.dtype == DType::kF32 ? CountNonFinite<float>(t)
+                                                  : CountNonFinite<double>(t);
+    if (bad == 0) continue;
+    if (tensors++ == 0) {
+      first = absl::StrCat("'", name, "' holds ", bad, " NaN or infinite of ",
+                           t.num_elements(), " values");
+    }
+  }
+  if (tensors == 0) return absl::OkStatus();
+  return Invalid(
+      file,
+      absl::StrCat(
+          first,
+          tensors > 1 ? absl::StrCat(" (and ", tensors - 1, " more tensors)")
+                      : "",
+          "; set checkpoint.allow_non_finite=true to restore it anyway"));
+}
+
+}  // namespace
+
+absl::StatusOr<CheckpointPosition> CheckTrainingCheckpoint(
+    const SafetensorsFile& file, bool allow_non_finite) {
+  MT_RETURN_IF_ERROR(CheckFormat(file));
+  CheckpointPosition position;
+  MT_ASSIGN_OR_RETURN(position.step,
+                      MetadataCount(file, "step", kMaxCheckpointStep));
+  MT_ASSIGN_OR_RETURN(position.input_epoch,
+                      MetadataCount(file, "input_epoch", kMaxCheckpointStep));
+  MT_ASSIGN_OR_RETURN(position.input_batch,
+                      MetadataCount(file, "input_batch", kMaxCheckpointStep));
+  MT_RETURN_IF_ERROR(CheckGlobalStep(file, position.step));
+  if (!allow_non_finite) MT_RETURN_IF_ERROR(CheckFinite(file));
+  return position;
+}
+
+}  // namespace mirrortrain::trainer

@@ -1,0 +1,46 @@
+// The training checkpoint format: what a checkpoint of a run holds besides
+// its tensors, the format versions this build reads, and the checks a
+// checkpoint passes before a run is restored from it.
+//
+// Versions: "mirrortrain/2" (written now) carries the data checksum
+// kDataCrc32cKey, which SafetensorsFile::Open verifies; "mirrortrain/1"
+// (written before the checksum existed) is still read, unverified.
+#ifndef MIRRORTRAIN_TRAINER_CHECKPOINT_CHECKPOINT_FORMAT_H_
+#define MIRRORTRAIN_TRAINER_CHECKPOINT_CHECKPOINT_FORMAT_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "trainer/checkpoint/safetensors.h"
+
+namespace mirrortrain::trainer {
+
+inline constexpr absl::string_view kCheckpointFormat = "mirrortrain/2";
+inline constexpr absl::string_view kCheckpointFormatV1 = "mirrortrain/1";
+
+// The largest step a checkpoint may hold: 2^53, the largest integer that
+// every JSON reader of metrics.jsonl (doubles) holds exactly.
+inline constexpr int64_t kMaxCheckpointStep = int64_t{1} << 53;
+
+// Where a checkpointed run stands.
+struct CheckpointPosition {
+  int64_t step = 0;
+  // The input pipeline's next batch.
+  int64_t input_epoch = 0;
+  int64_t input_batch = 0;
+};
+
+// Checks that `file` is a training checkpoint this build can resume from and
+// returns its position. InvalidArgument naming the file and the problem for:
+// a missing or unknown "format"; a mirrortrain/2 file without its checksum;
+// "step", "input_epoch" or "input_batch" missing, not an integer, negative,
+// or a step past kMaxCheckpointStep; a "global_step" tensor that is missing,
+// not an int64 scalar, or not equal to "step"; and, unless
+// `allow_non_finite`, NaN or infinity in any floating-point tensor.
+absl::StatusOr<CheckpointPosition> CheckTrainingCheckpoint(
+    const SafetensorsFile& file, bool allow_non_finite);
+
+}  // namespace mirrortrain::trainer
+
+#endif  // MIRRORTRAIN_TRAINER_CHECKPOINT_CHECKPOINT_FORMAT_H_

@@ -1,0 +1,163 @@
+#include "trainer/run_dir_lock.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace mirrortrain::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Acquire retries when the file it locked was unlinked meanwhile; a few
+// tries are plenty, since each one that fails means another process made
+// progress.
+constexpr int kMaxAttempts = 16;
+
+absl::Status ErrnoError(int error_number, absl::string_view message) {
+  return absl::ErrnoToStatus(
+      error_number, absl::StrCat(message, ": ", std::strerror(error_number)));
+}
+
+// The pid a holder wrote, or "unknown" (it may not have written it yet).
+std::string HolderPid(int fd) {
+  char buffer[32] = {};
+  const ssize_t n = ::pread(fd, buffer, sizeof(buffer) - 1, 0);
+  const std::string pid(
+      absl::StripAsciiWhitespace(absl::string_view(buffer, n > 0 ? n : 0)));
+  return pid.empty() ? std::string("unknown") : pid;
+}
+
+// Whether `fd` is still the file at `path`: a holder that gives the
+// directory up unlinks the file, and a lock on the unlinked file would guard
+// nothing.
+bool StillAtPath(int fd, const std::string& path) {
+  struct stat by_fd, by_path;
+  return ::fstat(fd, &by_fd) == 0 && ::stat(path.c_str(), &by_path) == 0 &&
+         by_fd.st_dev == by_path.st_dev && by_fd.st_ino == by_path.st_ino;
+}
+
+}  // namespace
+
+absl::StatusOr<RunDirLock> RunDirLock::Acquire(const std::string& run_dir) {
+  RunDirLock lock;
+  // The directories create_directories is about to make, deepest first.
+  std::error_code ec;
+  for (fs::path p = fs::absolute(run_dir, ec); !ec && p != p.parent_path();
+       p = p.parent_path()) {
+    std::error_code status_ec;  // Set for "not found" too.
+    if (fs::symlink_status(p, status_ec).type() != fs::file_type::not_found) {
+      break;
+    }
+    lock.created_dirs_.push_back(p.string());
+  }
+  ec.clear();
+  fs::create_directories(run_dir, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(run_dir, ": cannot create run directory: ", ec.message()));
+  }
+  lock.path_ = (fs::path(run_dir) / std::string(kFileName)).string();
+  const char* path = lock.path_.c_str();
+  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+    // O_NOFOLLOW: a link planted here must not make us write elsewhere.
+    int fd =
+        ::open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    const bool created = fd >= 0;
+    if (!created && errno == EEXIST) {
+      fd = ::open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    }
+    if (fd < 0) {
+      if (errno == ENOENT) continue;  // Removed since: try again.
+      if (errno == ELOOP) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            lock.path_, ": is a symbolic link, not mirrortrain's lock file"));
+      }
+      return ErrnoError(errno, absl::StrCat(lock.path_, ": cannot open"));
+    }
+    struct stat st;
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      return absl::InvalidArgumentError(
+          absl::StrCat(lock.path_,
+                       ": is not a regular file, so it cannot be "
+                       "mirrortrain's lock file"));
+    }
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int error_number = errno;
+      const std::string holder = HolderPid(fd);
+      ::close(fd);
+      if (error_number == EWOULDBLOCK) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            run_dir, " is in use by another mirrortrain process (pid ", holder,
+            ", holding ", lock.path_,
+            "); wait for it to finish or use another --run_dir"));
+      }
+      return ErrnoError(error_number, absl::StrCat(lock.path_, ": flock"));
+    }
+    if (!StillAtPath(fd, lock.path_)) {
+      ::close(fd);
+      continue;
+    }
+    const std::string pid = absl::StrCat(::getpid(), "\n");
+    if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) !=
+                                       static_cast<ssize_t>(pid.size())) {
+      const int error_number = errno;
+      ::close(fd);
+      return ErrnoError(error_number,
+                        absl::StrCat(lock.path_, ": cannot write the pid"));
+    }
+    lock.fd_ = fd;
+    lock.created_file_ = created;
+    return lock;
+  }
+  return absl::UnavailableError(absl::StrCat(
+      lock.path_, ": the lock file kept being replaced; try again"));
+}
+
+RunDirLock::RunDirLock(RunDirLock&& other) noexcept
+    : path_(std::move(other.path_)),
+      fd_(std::exchange(other.fd_, -1)),
+      created_file_(std::exchange(other.created_file_, false)),
+      created_dirs_(std::exchange(other.created_dirs_, {})),
+      keep_files_(other.keep_files_) {}
+
+RunDirLock& RunDirLock::operator=(RunDirLock&& other) noexcept {
+  if (this != &other) {
+    Release();
+    path_ = std::move(other.path_);
+    fd_ = std::exchange(other.fd_, -1);
+    created_file_ = std::exchange(other.created_file_, false);
+    created_dirs_ = std::exchange(other.created_dirs_, {});
+    keep_files_ = other.keep_files_;
+  }
+  return *this;
+}
+
+RunDirLock::~RunDirLock() { Release(); }
+
+void RunDirLock::Release() {
+  if (!keep_files_) {
+    // Unlinked while still locked, so that a process that opened the file
+    // meanwhile sees it is gone (StillAtPath) rather than taking a lock
+    // that guards nothing.
+    if (fd_ >= 0 && created_file_) ::unlink(path_.c_str());
+    // rmdir removes only empty directories: anything written since stays.
+    for (const std::string& dir : created_dirs_) ::rmdir(dir.c_str());
+  }
+  created_dirs_.clear();
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+}  // namespace mirrortrain::trainer
