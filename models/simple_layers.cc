@@ -69,15 +69,21 @@ MT_REGISTER(
     LayerType,
     {.name = "max_pooling2d",
      .doc = "maximum over windows, NHWC (Keras MaxPooling2D)",
-     .params =
-         {{Param::Int("pool_size").Default(2).Min(1).Doc("square window side"),
-           Param::Int("strides").Nullable().Min(1).Doc(
-               "step in both dimensions; null: pool_size"),
-           Param::String("padding")
-               .Default("valid")
-               .OneOf({"valid", "same"})
-               .Doc("valid: windows inside the image; same: ceil(in / "
-                    "strides) outputs")}},
+     .params = {{Param::Int("pool_size")
+                     .Default(2)
+                     .Min(1)
+                     .Max(kMaxDimension)
+                     .Doc("square window side"),
+                 Param::Int("strides")
+                     .Nullable()
+                     .Min(1)
+                     .Max(kMaxDimension)
+                     .Doc("step in both dimensions; null: pool_size"),
+                 Param::String("padding")
+                     .Default("valid")
+                     .OneOf({"valid", "same"})
+                     .Doc("valid: windows inside the image; same: ceil(in / "
+                          "strides) outputs")}},
      .create = [](const LayerSpec& spec, LayerBuilder& b) -> LayerOr {
        if (b.input_shape().size() != 4) {
          return absl::InvalidArgumentError(absl::StrCat(
@@ -86,6 +92,7 @@ MT_REGISTER(
        const int64_t k = spec.params.Int("pool_size");
        const int64_t s = spec.params.OptionalInt("strides").value_or(k);
        const bool same = spec.params.String("padding") == "same";
+       MT_RETURN_IF_ERROR(b.CheckWindow("pool_size", k, same));
        return std::make_unique<MaxPool2DLayer>(
            b.name(),
            ops::Pool2DOptions{
