@@ -50,41 +50,42 @@ absl::Status LocalAllReduce::AllReduce(int replica, ReduceOp op,
                                         buffer.DebugString(), ")");
   posted_[replica] = &buffer;
   MT_RETURN_IF_ERROR(barrier_.Wait(replica, what));
-  // Everyone's buffer is posted and stays untouched until the last barrier.
+  // Everyone's buffer is posted. From here on every replica reads and
+  // writes the others' buffers, so none may return (and let its buffer be
+  // freed) before all are done: errors wait for the Join too.
+  absl::Status status = SumMySlice(replica, op);
+  barrier_.Join();
+  if (!status.ok()) barrier_.Abort(status);
+  return status;
+}
+
+absl::Status LocalAllReduce::SumMySlice(int replica, ReduceOp op) {
   const Tensor& mine = *posted_[replica];
   for (int r = 0; r < replicas_; ++r) {
     if (posted_[r]->dtype() != mine.dtype() ||
         posted_[r]->num_elements() != mine.num_elements() ||
         posted_[r]->device() != mine.device()) {
-      absl::Status mismatch = absl::InternalError(absl::StrCat(
+      // Every replica sees the same mismatch, so none sums.
+      return absl::InternalError(absl::StrCat(
           "all-reduce: replica ", r, " posted ", posted_[r]->DebugString(),
           " but replica ", replica, " posted ", mine.DebugString()));
-      barrier_.Abort(mismatch);
-      return mismatch;
     }
   }
   const int64_t n = mine.num_elements();
   const int64_t begin = SliceStart(n, replica, replicas_);
   const int64_t end = SliceStart(n, replica + 1, replicas_);
   const bool mean = op == ReduceOp::kMean;
-  if (on_gpu) {
+  if (mine.device().is_cuda()) {
     // Replicas sharing one GPU: the same slice sum as a kernel, finished
-    // before the completion barrier.
+    // before the Join.
     std::vector<void*> buffers;
     for (Tensor* t : posted_) buffers.push_back(t->raw_data());
-    absl::Status s = DeviceSliceSum(mine.dtype(), buffers, begin, end, mean,
-                                    mine.device().index);
-    if (s.ok()) s = cuda::Synchronize(mine.device().index);
-    if (!s.ok()) {
-      barrier_.Abort(s);
-      return s;
-    }
-  } else {
-    MT_DISPATCH_ALL(mine.dtype(), T, SumSlice<T>(posted_, begin, end, mean));
+    MT_RETURN_IF_ERROR(DeviceSliceSum(mine.dtype(), buffers, begin, end, mean,
+                                      mine.device().index));
+    return cuda::Synchronize(mine.device().index);
   }
-  // No replica may reuse its buffer (or post the next one) before all
-  // slices are written.
-  return barrier_.Wait(replica, absl::StrCat(what, ", completion"));
+  MT_DISPATCH_ALL(mine.dtype(), T, SumSlice<T>(posted_, begin, end, mean));
+  return absl::OkStatus();
 }
 
 }  // namespace mirrortrain::distribute

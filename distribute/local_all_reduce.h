@@ -27,6 +27,9 @@ class LocalAllReduce final : public CrossDeviceOps {
   bool overlaps_compute() const override { return false; }
 
  private:
+  // Replica `replica`'s share of the sum, once every buffer is posted.
+  absl::Status SumMySlice(int replica, ReduceOp op);
+
   const int replicas_;
   ReplicaBarrier barrier_;
   std::vector<Tensor*> posted_;  // Per replica, valid between barriers.

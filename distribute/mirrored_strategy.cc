@@ -218,7 +218,7 @@ absl::Status MirroredStrategy::Run(const ReplicaFn& fn) {
       // The replica's kernels go to its compute stream, and are finished
       // when Run returns (the caller reads results on its own stream).
       cuda::ScopedCurrentStream stream(replicas_[r]->compute_stream());
-      status[r] = fn(*replicas_[r]);
+      status[r] = CatchAllocationFailure([&] { return fn(*replicas_[r]); });
       absl::Status synced = replicas_[r]->SynchronizeCompute();
       if (status[r].ok()) status[r] = synced;
     }

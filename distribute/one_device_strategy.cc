@@ -1,5 +1,7 @@
 #include "distribute/one_device_strategy.h"
 
+#include "tensor/status_macros.h"
+
 namespace mirrortrain::distribute {
 namespace {
 
@@ -22,7 +24,7 @@ class SingleReplicaContext final : public ReplicaContext {
 
 absl::Status OneDeviceStrategy::Run(const ReplicaFn& fn) {
   SingleReplicaContext ctx(devices_[0]);
-  return fn(ctx);
+  return CatchAllocationFailure([&] { return fn(ctx); });
 }
 
 }  // namespace mirrortrain::distribute

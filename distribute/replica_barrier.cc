@@ -36,6 +36,18 @@ absl::Status ReplicaBarrier::Wait(int replica, const std::string& what) {
   return aborted_;
 }
 
+void ReplicaBarrier::Join() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (++joined_ == replicas_) {
+    joined_ = 0;
+    ++join_generation_;
+    cv_.notify_all();
+    return;
+  }
+  const uint64_t generation = join_generation_;
+  cv_.wait(lock, [&] { return join_generation_ != generation; });
+}
+
 void ReplicaBarrier::Abort(const absl::Status& reason) {
   std::lock_guard<std::mutex> lock(mu_);
   if (aborted_.ok()) aborted_ = reason;

@@ -22,6 +22,11 @@ class ReplicaBarrier {
   // Blocks until all replicas arrived at this generation. `what` names the
   // collective in errors.
   absl::Status Wait(int replica, const std::string& what);
+  // Blocks until all replicas called Join, ignoring Abort and the timeout:
+  // ends a phase that every replica entered together (all passed a Wait)
+  // and in which peers use each other's memory, so none may leave early.
+  // Such a phase must be bounded work, not a wait for something else.
+  void Join();
   void Abort(const absl::Status& reason);
 
  private:
@@ -33,6 +38,8 @@ class ReplicaBarrier {
   int count_ = 0;
   uint64_t generation_ = 0;
   absl::Status aborted_;
+  int joined_ = 0;
+  uint64_t join_generation_ = 0;
 };
 
 }  // namespace mirrortrain::distribute

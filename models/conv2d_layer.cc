@@ -14,9 +14,9 @@ absl::StatusOr<std::unique_ptr<Conv2DLayer>> Conv2DLayer::Create(
     const ops::Conv2DOptions& options, const ActivationDef& activation,
     bool use_bias, uint64_t seed, Device device) {
   MT_ASSIGN_OR_RETURN(
-      Tensor k,
-      GlorotUniform({kernel_size, kernel_size, in_channels, filters}, seed)
-          .To(device));
+      Tensor initial,
+      GlorotUniform({kernel_size, kernel_size, in_channels, filters}, seed));
+  MT_ASSIGN_OR_RETURN(Tensor k, initial.To(device));
   MT_ASSIGN_OR_RETURN(Variable kernel,
                       Variable::Create(absl::StrCat(name, "/kernel"), k));
   std::optional<Variable> bias;
@@ -81,10 +81,19 @@ MT_REGISTER(
     LayerType,
     {.name = "conv2d",
      .doc = "activation(conv2d(x, kernel) + bias), NHWC (Keras Conv2D)",
-     .params = {{Param::Int("filters").Min(1).Doc("output channels"),
-                 Param::Int("kernel_size").Min(1).Doc("square kernel side"),
-                 Param::Int("strides").Default(1).Min(1).Doc(
-                     "step in both spatial dimensions"),
+     .params = {{Param::Int("filters")
+                     .Min(1)
+                     .Max(kMaxDimension)
+                     .Doc("output channels"),
+                 Param::Int("kernel_size")
+                     .Min(1)
+                     .Max(kMaxDimension)
+                     .Doc("square kernel side"),
+                 Param::Int("strides")
+                     .Default(1)
+                     .Min(1)
+                     .Max(kMaxDimension)
+                     .Doc("step in both spatial dimensions"),
                  Param::String("padding")
                      .Default("valid")
                      .OneOf({"valid", "same"})
@@ -101,11 +110,7 @@ MT_REGISTER(
        }
        const int64_t k = spec.params.Int("kernel_size");
        const bool same = spec.params.String("padding") == "same";
-       if (!same && (k > in[1] || k > in[2])) {
-         return absl::InvalidArgumentError(
-             absl::StrCat("kernel_size ", k, " is larger than the ", in[1], "x",
-                          in[2], " input with padding valid"));
-       }
+       MT_RETURN_IF_ERROR(b.CheckWindow("kernel_size", k, same));
        MT_ASSIGN_OR_RETURN(const ActivationDef* act,
                            FindActivation(spec.params.String("activation")));
        const int64_t s = spec.params.Int("strides");

@@ -12,7 +12,8 @@ absl::StatusOr<std::unique_ptr<DenseLayer>> DenseLayer::Create(
     std::string name, int64_t in, int64_t units,
     const ActivationDef& activation, bool use_bias, uint64_t seed,
     Device device) {
-  MT_ASSIGN_OR_RETURN(Tensor k, GlorotUniform({in, units}, seed).To(device));
+  MT_ASSIGN_OR_RETURN(Tensor initial, GlorotUniform({in, units}, seed));
+  MT_ASSIGN_OR_RETURN(Tensor k, initial.To(device));
   MT_ASSIGN_OR_RETURN(Variable kernel,
                       Variable::Create(absl::StrCat(name, "/kernel"), k));
   std::optional<Variable> bias;
@@ -49,9 +50,10 @@ MT_REGISTER(
     LayerType,
     {.name = "dense",
      .doc = "activation(x @ kernel + bias) over the last axis (Keras Dense)",
-     .params = {{Param::Int("units").Min(1).Doc("output width"),
-                 ActivationParam("linear", "applied after the bias"),
-                 UseBiasParam()}},
+     .params =
+         {{Param::Int("units").Min(1).Max(kMaxDimension).Doc("output width"),
+           ActivationParam("linear", "applied after the bias"),
+           UseBiasParam()}},
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
        if (b.input_shape().size() != 2) {

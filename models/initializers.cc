@@ -3,6 +3,8 @@
 #include <cmath>
 #include <random>
 
+#include "tensor/status_macros.h"
+
 namespace mirrortrain::models {
 
 void ComputeFans(const Shape& shape, double* fan_in, double* fan_out) {
@@ -18,11 +20,12 @@ void ComputeFans(const Shape& shape, double* fan_in, double* fan_out) {
   }
 }
 
-Tensor GlorotUniform(const Shape& shape, uint64_t seed, DType dtype) {
+absl::StatusOr<Tensor> GlorotUniform(const Shape& shape, uint64_t seed,
+                                     DType dtype) {
   double fan_in, fan_out;
   ComputeFans(shape, &fan_in, &fan_out);
   const double limit = std::sqrt(6.0 / std::max(1.0, fan_in + fan_out));
-  Tensor t = Tensor::HostEmpty(dtype, shape);
+  MT_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(dtype, shape));
   // mt19937_64's sequence is fixed by the standard; the conversion to [0,1)
   // is done here (not by a distribution) so it is the same everywhere.
   std::mt19937_64 rng(seed);

@@ -11,9 +11,10 @@ namespace mirrortrain::models {
 // U(-limit, limit) with limit = sqrt(6 / (fan_in + fan_out)), as
 // keras.initializers.GlorotUniform. For a kernel [..., in, out] the fans are
 // in * receptive field and out * receptive field (receptive field = product
-// of the leading dims). The stream of numbers depends only on `seed`.
-Tensor GlorotUniform(const Shape& shape, uint64_t seed,
-                     DType dtype = DType::kF32);
+// of the leading dims). The stream of numbers depends only on `seed`. A
+// shape too large for host memory is ResourceExhausted.
+absl::StatusOr<Tensor> GlorotUniform(const Shape& shape, uint64_t seed,
+                                     DType dtype = DType::kF32);
 
 // Fan-in and fan-out of a kernel shape, as Keras computes them.
 void ComputeFans(const Shape& shape, double* fan_in, double* fan_out);

@@ -45,6 +45,18 @@ absl::StatusOr<LayerSpec> MakeLayerSpec(
   return spec;
 }
 
+absl::Status LayerBuilder::CheckWindow(const std::string& key, int64_t k,
+                                       bool same) const {
+  const int64_t h = input_shape_[1], w = input_shape_[2];
+  const int64_t limit_h = same ? 2 * h - 1 : h, limit_w = same ? 2 * w - 1 : w;
+  if (k <= limit_h && k <= limit_w) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      key, " ", k, " does not fit the ", h, "x", w, " input",
+      same ? " (padding same: at most 2 * side - 1, beyond that taps only "
+             "ever see padding)"
+           : " with padding valid"));
+}
+
 uint64_t LayerBuilder::NextSeed() { return LayerSeed(seed_, seeds_drawn_++); }
 
 absl::StatusOr<std::unique_ptr<Layer>> LayerBuilder::BuildOne(

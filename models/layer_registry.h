@@ -93,6 +93,11 @@ class LayerBuilder {
   // How many layers of this type were built before this one (0 for the
   // first); dropout layers use it to draw different masks.
   int type_index() const { return type_index_; }
+  // A square window of side `k` (the layer's key `key`) over the spatial
+  // dimensions of an NHWC input_shape(): padding valid needs it inside the
+  // input; padding same allows at most 2 * side - 1, beyond which taps
+  // would only ever see padding.
+  absl::Status CheckWindow(const std::string& key, int64_t k, bool same) const;
   // A fresh initialiser seed: the n-th call over the model gets the n-th
   // seed derived from the model seed, the same on every device and replica.
   uint64_t NextSeed();

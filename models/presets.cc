@@ -9,11 +9,15 @@ namespace {
 
 using Specs = std::vector<LayerSpec>;
 
-// Appends a spec of `type` with `values` (paths name the preset's key).
-absl::Status Push(Specs* specs, const std::string& type,
+// Appends a spec of `type` with `values`. Its path, for errors, names the
+// preset keys that gave the layer its values (`keys`), else its position.
+absl::Status Push(Specs* specs, const std::string& keys,
+                  const std::string& type,
                   std::vector<std::pair<std::string, ParamValue>> values) {
   MT_ASSIGN_OR_RETURN(LayerSpec spec, MakeLayerSpec(type, std::move(values)));
-  spec.path = absl::StrCat("model (preset layer ", specs->size(), ")");
+  spec.path = keys.empty()
+                  ? absl::StrCat("model (preset layer ", specs->size(), ")")
+                  : keys;
   specs->push_back(std::move(spec));
   return absl::OkStatus();
 }
@@ -21,15 +25,18 @@ absl::Status Push(Specs* specs, const std::string& type,
 // mlp: flatten, [dense(units, activation), dropout?]..., dense(classes).
 absl::StatusOr<Specs> ExpandMlp(const Params& p, int64_t num_classes) {
   Specs specs;
-  MT_RETURN_IF_ERROR(Push(&specs, "flatten", {}));
+  MT_RETURN_IF_ERROR(Push(&specs, "", "flatten", {}));
   const double rate = p.Float("dropout");
-  for (int64_t units : p.IntList("hidden_units")) {
+  const std::vector<int64_t> hidden = p.IntList("hidden_units");
+  for (size_t i = 0; i < hidden.size(); ++i) {
     MT_RETURN_IF_ERROR(
-        Push(&specs, "dense",
-             {{"units", units}, {"activation", p.String("activation")}}));
-    if (rate > 0) MT_RETURN_IF_ERROR(Push(&specs, "dropout", {{"rate", rate}}));
+        Push(&specs, absl::StrCat("model.hidden_units[", i, "]"), "dense",
+             {{"units", hidden[i]}, {"activation", p.String("activation")}}));
+    if (rate > 0) {
+      MT_RETURN_IF_ERROR(Push(&specs, "", "dropout", {{"rate", rate}}));
+    }
   }
-  MT_RETURN_IF_ERROR(Push(&specs, "dense", {{"units", num_classes}}));
+  MT_RETURN_IF_ERROR(Push(&specs, "", "dense", {{"units", num_classes}}));
   return specs;
 }
 
@@ -38,21 +45,27 @@ absl::StatusOr<Specs> ExpandMlp(const Params& p, int64_t num_classes) {
 // TensorFlow tutorial CNN with the defaults.
 absl::StatusOr<Specs> ExpandCnn(const Params& p, int64_t num_classes) {
   Specs specs;
-  for (int64_t filters : p.IntList("conv_filters")) {
-    MT_RETURN_IF_ERROR(Push(&specs, "conv2d",
-                            {{"filters", filters},
-                             {"kernel_size", p.Int("kernel_size")},
-                             {"padding", std::string("same")},
-                             {"activation", p.String("activation")}}));
-    MT_RETURN_IF_ERROR(Push(&specs, "max_pooling2d", {{"pool_size", 2}}));
+  const std::vector<int64_t> filters = p.IntList("conv_filters");
+  for (size_t i = 0; i < filters.size(); ++i) {
+    MT_RETURN_IF_ERROR(
+        Push(&specs,
+             absl::StrCat("model.conv_filters[", i, "] and model.kernel_size"),
+             "conv2d",
+             {{"filters", filters[i]},
+              {"kernel_size", p.Int("kernel_size")},
+              {"padding", std::string("same")},
+              {"activation", p.String("activation")}}));
+    MT_RETURN_IF_ERROR(Push(&specs, "", "max_pooling2d", {{"pool_size", 2}}));
   }
-  MT_RETURN_IF_ERROR(Push(&specs, "flatten", {}));
-  MT_RETURN_IF_ERROR(Push(&specs, "dense",
+  MT_RETURN_IF_ERROR(Push(&specs, "", "flatten", {}));
+  MT_RETURN_IF_ERROR(Push(&specs, "model.dense_units", "dense",
                           {{"units", p.Int("dense_units")},
                            {"activation", p.String("activation")}}));
   const double rate = p.Float("dropout");
-  if (rate > 0) MT_RETURN_IF_ERROR(Push(&specs, "dropout", {{"rate", rate}}));
-  MT_RETURN_IF_ERROR(Push(&specs, "dense", {{"units", num_classes}}));
+  if (rate > 0) {
+    MT_RETURN_IF_ERROR(Push(&specs, "", "dropout", {{"rate", rate}}));
+  }
+  MT_RETURN_IF_ERROR(Push(&specs, "", "dense", {{"units", num_classes}}));
   return specs;
 }
 
@@ -85,6 +98,7 @@ MT_REGISTER(ModelPreset,
              .doc = "flatten, [dense(units, activation), dropout]..., "
                     "dense(classes)",
              .params = {{Param::IntList("hidden_units")
+                             .Max(kMaxDimension)
                              .Default(std::vector<int64_t>{256, 128})
                              .Min(1)
                              .Doc("width of each hidden layer"),
@@ -99,15 +113,18 @@ MT_REGISTER(
             "max_pooling2d(2)]..., flatten, dense(dense_units, activation), "
             "dropout, dense(classes)",
      .params = {{Param::IntList("conv_filters")
+                     .Max(kMaxDimension)
                      .Default(std::vector<int64_t>{32, 64})
                      .Min(1)
                      .MinLength(1)
                      .Doc("filters of each conv layer"),
                  Param::Int("kernel_size")
+                     .Max(kMaxDimension)
                      .Default(5)
                      .Min(1)
                      .Doc("side of every conv kernel"),
                  Param::Int("dense_units")
+                     .Max(kMaxDimension)
                      .Default(1024)
                      .Min(1)
                      .Doc("width of the hidden dense layer"),

@@ -70,9 +70,16 @@ using LayerOr = absl::StatusOr<std::unique_ptr<Layer>>;
 
 // pool_size, strides and padding, as Keras's pooling layers.
 ParamSchema PoolParams() {
-  return {{Param::Int("pool_size").Default(2).Min(1).Doc("square window side"),
-           Param::Int("strides").Nullable().Min(1).Doc(
-               "step in both dimensions; null: pool_size"),
+  return {{Param::Int("pool_size")
+               .Default(2)
+               .Min(1)
+               .Max(kMaxDimension)
+               .Doc("square window side"),
+           Param::Int("strides")
+               .Nullable()
+               .Min(1)
+               .Max(kMaxDimension)
+               .Doc("step in both dimensions; null: pool_size"),
            Param::String("padding")
                .Default("valid")
                .OneOf({"valid", "same"})
@@ -89,11 +96,7 @@ LayerOr CreatePool(const LayerSpec& spec, LayerBuilder& b) {
   const int64_t k = spec.params.Int("pool_size");
   const int64_t s = spec.params.OptionalInt("strides").value_or(k);
   const bool same = spec.params.String("padding") == "same";
-  if (!same && (k > b.input_shape()[1] || k > b.input_shape()[2])) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("pool_size ", k, " is larger than the input ",
-                     ShapeToString(b.input_shape()), " with padding valid"));
-  }
+  MT_RETURN_IF_ERROR(b.CheckWindow("pool_size", k, same));
   return std::make_unique<PoolLayer>(
       b.name(),
       ops::Pool2DOptions{k, k, s, s,

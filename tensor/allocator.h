@@ -5,6 +5,7 @@
 #define MIRRORTRAIN_TENSOR_ALLOCATOR_H_
 
 #include <cstddef>
+#include <cstdint>
 
 #include "absl/status/statusor.h"
 #include "tensor/device.h"
@@ -23,9 +24,15 @@ class Allocator {
 };
 
 // Host memory aligned to kCpuAlignment bytes (a cache line; what AVX-512
-// loads want). Process-wide singleton, never destroyed.
+// loads want). Process-wide singleton, never destroyed. A request larger
+// than HostMemoryBytes() is ResourceExhausted at once: with overcommit it
+// could otherwise succeed and end the process when touched.
 inline constexpr size_t kCpuAlignment = 64;
 Allocator* CpuAllocator();
+
+// The host's physical memory in bytes (an upper bound on any one host
+// buffer).
+uint64_t HostMemoryBytes();
 
 // The allocator that owns memory of `device`: CpuAllocator() for CPUs, the
 // CUDA caching allocator for GPUs (an error when CUDA was not built).

@@ -1,3 +1,5 @@
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
@@ -21,6 +23,11 @@ namespace {
 class CachingCpuAllocator final : public Allocator {
  public:
   absl::StatusOr<void*> Allocate(size_t bytes) override {
+    if (bytes > HostMemoryBytes()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "host allocation of ", bytes, " bytes is more than the machine's ",
+          HostMemoryBytes(), " bytes of memory"));
+    }
     const size_t rounded = Round(bytes);
     if (rounded >= kCacheMin) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -71,6 +78,17 @@ class CachingCpuAllocator final : public Allocator {
 };
 
 }  // namespace
+
+uint64_t HostMemoryBytes() {
+  static const uint64_t bytes = [] {
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long page_size = sysconf(_SC_PAGESIZE);
+    // Unknown: no limit beyond what the allocator itself refuses.
+    if (pages <= 0 || page_size <= 0) return ~uint64_t{0} >> 1;
+    return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
+  }();
+  return bytes;
+}
 
 Allocator* CpuAllocator() {
   static auto* allocator = new CachingCpuAllocator();

@@ -5,6 +5,10 @@
 #ifndef MIRRORTRAIN_TENSOR_STATUS_MACROS_H_
 #define MIRRORTRAIN_TENSOR_STATUS_MACROS_H_
 
+#include <new>
+#include <stdexcept>
+#include <string>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
@@ -26,5 +30,26 @@
   auto statusor = (expr);                              \
   if (!statusor.ok()) return statusor.status();        \
   lhs = std::move(statusor).value()
+
+namespace mirrortrain {
+
+// Runs `f` (returning absl::Status) and turns a std::bad_alloc or
+// std::length_error escaping it (a standard container or HostEmpty that
+// could not get its memory) into ResourceExhausted: where work runs on
+// behalf of a caller that expects a Status (a replica step, a command),
+// allocation failure is a Status, never the end of the process.
+template <typename F>
+absl::Status CatchAllocationFailure(F&& f) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("out of host memory");
+  } catch (const std::length_error& e) {
+    return absl::ResourceExhaustedError(std::string("allocation too large: ") +
+                                        e.what());
+  }
+}
+
+}  // namespace mirrortrain
 
 #endif  // MIRRORTRAIN_TENSOR_STATUS_MACROS_H_

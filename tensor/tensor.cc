@@ -1,6 +1,7 @@
 #include "tensor/tensor.h"
 
 #include <atomic>
+#include <limits>
 #include <new>
 
 #include "absl/strings/str_cat.h"
@@ -57,9 +58,14 @@ absl::StatusOr<Tensor> Tensor::Empty(DType dtype, Shape shape, Device device) {
 absl::StatusOr<Tensor> Tensor::EmptyWith(Allocator* allocator, DType dtype,
                                          Shape shape) {
   MT_RETURN_IF_ERROR(ValidateShape(shape));
-  MT_ASSIGN_OR_RETURN(
-      auto buffer,
-      Buffer::Allocate(allocator, NumElements(shape) * DTypeSize(dtype)));
+  const std::optional<int64_t> n = CheckedNumElements(shape);
+  const int64_t size = static_cast<int64_t>(DTypeSize(dtype));
+  if (!n.has_value() || *n > std::numeric_limits<int64_t>::max() / size) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("a ", DTypeName(dtype), " tensor of shape ",
+                     ShapeToString(shape), " has more bytes than fit 64 bits"));
+  }
+  MT_ASSIGN_OR_RETURN(auto buffer, Buffer::Allocate(allocator, *n * size));
   return Wrap(std::move(buffer), 0, std::move(shape), dtype);
 }
 

@@ -1,6 +1,7 @@
 #include "trainer/cli.h"
 
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -118,7 +119,7 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv,
     for (const char* a : allowed) known |= name == a;
     if (!known) {
       return absl::InvalidArgumentError(
-          absl::StrCat("unknown flag '--", name, "' for '", argv[1], "'"));
+          absl::StrCat("unknown flag '--", name, "'"));
     }
     if (IsSwitch(name)) {
       if (has_value) {
@@ -165,6 +166,33 @@ int Fail(const absl::Status& s) {
   return ExitCodeFor(s);
 }
 
+// A usage error: one line naming the verb and the problem, and where the
+// usage is (the usage text itself would bury the problem).
+int Usage(absl::string_view verb, absl::string_view problem) {
+  std::fprintf(stderr, "mirrortrain %s: %s (see mirrortrain %s --help)\n",
+               std::string(verb).c_str(), std::string(problem).c_str(),
+               std::string(verb).c_str());
+  return kExitUsage;
+}
+
+// The flags of verb argv[1] and at most `max_positional` positional
+// arguments; nullopt after printing the usage error.
+std::optional<Args> ParseVerbArgs(int argc, char** argv,
+                                  std::initializer_list<const char*> allowed,
+                                  size_t max_positional) {
+  absl::StatusOr<Args> args = ParseArgs(argc, argv, allowed);
+  if (!args.ok()) {
+    Usage(argv[1], args.status().message());
+    return std::nullopt;
+  }
+  if (!args->help && args->positional.size() > max_positional) {
+    Usage(argv[1], absl::StrCat("unexpected argument '",
+                                args->positional[max_positional], "'"));
+    return std::nullopt;
+  }
+  return *std::move(args);
+}
+
 // The model a config builds, as Keras's model.summary() prints it.
 int DryRun(const Config& config) {
   absl::StatusOr<std::string> summary = ModelSummary(config);
@@ -174,17 +202,14 @@ int DryRun(const Config& config) {
 }
 
 int Train(int argc, char** argv) {
-  absl::StatusOr<Args> args =
-      ParseArgs(argc, argv, {"config", "set", "run_dir", "dry_run"});
-  if (!args.ok()) return Fail(args.status());
+  std::optional<Args> args =
+      ParseVerbArgs(argc, argv, {"config", "set", "run_dir", "dry_run"}, 0);
+  if (!args.has_value()) return kExitUsage;
   if (args->help) {
     std::fputs(kTrainUsage, stdout);
     return kExitOk;
   }
-  if (args->config.empty() || !args->positional.empty()) {
-    std::fputs(kTrainUsage, stderr);
-    return kExitUsage;
-  }
+  if (args->config.empty()) return Usage("train", "--config FILE is required");
   absl::StatusOr<Config> config = LoadConfig(args->config, args->sets);
   if (!config.ok()) return Fail(config.status());
   if (args->dry_run) return DryRun(*config);
@@ -208,16 +233,17 @@ int Train(int argc, char** argv) {
 }
 
 int Eval(int argc, char** argv) {
-  absl::StatusOr<Args> args =
-      ParseArgs(argc, argv, {"config", "set", "checkpoint", "weights"});
-  if (!args.ok()) return Fail(args.status());
+  std::optional<Args> args =
+      ParseVerbArgs(argc, argv, {"config", "set", "checkpoint", "weights"}, 0);
+  if (!args.has_value()) return kExitUsage;
   if (args->help) {
     std::fputs(kEvalUsage, stdout);
     return kExitOk;
   }
   if (args->config.empty() || args->checkpoint.empty()) {
-    std::fputs(kEvalUsage, stderr);
-    return kExitUsage;
+    return Usage("eval",
+                 "--config FILE and --checkpoint PATH_OR_DIR are "
+                 "required");
   }
   absl::StatusOr<Config> config = LoadConfig(args->config, args->sets);
   if (!config.ok()) return Fail(config.status());
@@ -252,15 +278,14 @@ int Eval(int argc, char** argv) {
 }
 
 int Inspect(int argc, char** argv) {
-  absl::StatusOr<Args> args = ParseArgs(argc, argv, {});
-  if (!args.ok()) return Fail(args.status());
+  std::optional<Args> args = ParseVerbArgs(argc, argv, {}, 1);
+  if (!args.has_value()) return kExitUsage;
   if (args->help) {
     std::fputs(kInspectUsage, stdout);
     return kExitOk;
   }
-  if (args->positional.size() != 1) {
-    std::fputs(kInspectUsage, stderr);
-    return kExitUsage;
+  if (args->positional.empty()) {
+    return Usage("inspect", "a CHECKPOINT file is required");
   }
   absl::StatusOr<SafetensorsFile> file =
       SafetensorsFile::Open(args->positional[0]);
@@ -281,17 +306,18 @@ int Inspect(int argc, char** argv) {
 }
 
 int ConfigVerb(int argc, char** argv) {
-  absl::StatusOr<Args> args =
-      ParseArgs(argc, argv, {"schema", "config", "set"});
-  if (!args.ok()) return Fail(args.status());
+  std::optional<Args> args =
+      ParseVerbArgs(argc, argv, {"schema", "config", "set"}, 0);
+  if (!args.has_value()) return kExitUsage;
   if (args->help) {
     std::fputs(kConfigUsage, stdout);
     return kExitOk;
   }
-  if (args->schema == !args->config.empty() || !args->positional.empty() ||
-      (args->schema && !args->sets.empty())) {
-    std::fputs(kConfigUsage, stderr);
-    return kExitUsage;
+  if (args->schema == !args->config.empty()) {
+    return Usage("config", "give either --schema or --config FILE");
+  }
+  if (args->schema && !args->sets.empty()) {
+    return Usage("config", "--set applies to --config, not --schema");
   }
   if (args->schema) {
     std::fputs(SchemaMarkdown().c_str(), stdout);
@@ -303,11 +329,12 @@ int ConfigVerb(int argc, char** argv) {
   return kExitOk;
 }
 
-}  // namespace
-
-int RunCli(int argc, char** argv) {
+int Dispatch(int argc, char** argv) {
   if (argc < 2) {
-    std::fputs(kUsage, stderr);
+    std::fputs(
+        "mirrortrain: a command is required: train, eval, inspect or config "
+        "(see mirrortrain --help)\n",
+        stderr);
     return kExitUsage;
   }
   absl::string_view verb = argv[1];
@@ -324,9 +351,21 @@ int RunCli(int argc, char** argv) {
   if (verb == "eval") return Eval(argc, argv);
   if (verb == "inspect") return Inspect(argc, argv);
   if (verb == "config") return ConfigVerb(argc, argv);
-  std::fprintf(stderr, "mirrortrain: unknown command '%s' (see --help)\n",
+  std::fprintf(stderr,
+               "mirrortrain: unknown command '%s' (see mirrortrain --help)\n",
                argv[1]);
   return kExitUsage;
+}
+
+}  // namespace
+
+int RunCli(int argc, char** argv) {
+  int code = kExitFailure;
+  const absl::Status s = CatchAllocationFailure([&] {
+    code = Dispatch(argc, argv);
+    return absl::OkStatus();
+  });
+  return s.ok() ? code : Fail(s);
 }
 
 }  // namespace mirrortrain::trainer

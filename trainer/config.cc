@@ -1,8 +1,6 @@
 #include "trainer/config.h"
 
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
@@ -14,8 +12,11 @@
 #include "models/presets.h"
 #include "tensor/status_macros.h"
 #include "trainer/data/data_source.h"
+#include "trainer/one_line.h"
 #include "trainer/optim/lr_schedule.h"
 #include "trainer/optim/optimizers.h"
+#include "trainer/regular_file.h"
+#include "trainer/yaml_document.h"
 #include "yaml-cpp/yaml.h"
 
 namespace mirrortrain::trainer {
@@ -118,6 +119,7 @@ const ParamSchema& ModelSchema() {
        Param::IntList("input_shape")
            .Nullable()
            .Min(1)
+           .Max(kMaxDimension)
            .Doc("one example's shape; null: the data source's")}};
   return *s;
 }
@@ -201,7 +203,8 @@ const ParamSchema& DistributeSchema() {
                 "identical (0: never)"),
        Param::Float("watchdog_seconds")
            .Default(300.0)
-           .Min(0, false)
+           .Min(0.001)
+           .Max(1e6)
            .Doc("a replica that does not reach a collective in time stops "
                 "the run")}};
   return *s;
@@ -260,6 +263,7 @@ const ParamSchema& LayerEntrySchema() {
 // ------------------------------------------------------ YAML <-> values
 
 std::string Show(const YAML::Node& node) {
+  if (node.IsNull()) return "null";  // Not the emitter's "~".
   YAML::Emitter out;
   out << YAML::Flow << node;
   return out.c_str();
@@ -372,19 +376,53 @@ class Reader {
     return file_;
   }
 
+  // Where a check across the keys of section `path` looks: the section in
+  // the file and every --set inside it, since any of them may be at fault.
+  std::string WhereSection(const std::string& path,
+                           const YAML::Node& node) const {
+    std::vector<std::string> places;
+    const std::string own = Where(path, node);
+    if (!absl::StartsWith(own, "--set ") && node.IsDefined() &&
+        node.Mark().line >= 0) {
+      places.push_back(own);
+    }
+    for (const Override& o : overrides_) {
+      if (absl::StartsWith(o.path, path + ".") ||
+          absl::StartsWith(o.path, path + "[") || o.path == path) {
+        places.push_back(absl::StrCat("--set ", o.arg));
+      }
+    }
+    return places.empty() ? own : absl::StrJoin(places, " and ");
+  }
+
+  // " (chosen by --set ...)" when an override picked the component of
+  // section `path` (its name), so a key of the file that no longer fits
+  // is not blamed on the file alone.
+  std::string ChosenBy(const std::string& path) const {
+    const std::string name = Join(path, "name");
+    for (auto it = overrides_.rbegin(); it != overrides_.rend(); ++it) {
+      if (it->path == name) {
+        return absl::StrCat(" (chosen by --set ", it->arg, ")");
+      }
+    }
+    return "";
+  }
+
   absl::Status Error(const std::string& path, const YAML::Node& node,
                      const std::string& problem) const {
     return absl::InvalidArgumentError(
         absl::StrCat(Where(path, node), ": ", path, ": ", problem));
   }
 
-  // `node` must be a mapping (or absent/null: all defaults).
+  // `node` must be a mapping (or absent: all defaults). An explicit null
+  // is an error, not the defaults: `--set data=null` must not be ignored.
   absl::Status CheckMap(const YAML::Node& node, const std::string& path) const {
-    if (!node.IsDefined() || node.IsNull() || node.IsMap()) {
-      return absl::OkStatus();
-    }
+    if (!node.IsDefined() || node.IsMap()) return absl::OkStatus();
     return Error(path, node,
-                 absl::StrCat("expected a mapping of keys, got ", Show(node)));
+                 absl::StrCat("expected a mapping of keys, got ", Show(node),
+                              node.IsNull() ? " (leave the section out for "
+                                              "its defaults)"
+                                            : ""));
   }
 
   // Reads the keys of mapping `node` at `path` that `schemas` declare into
@@ -407,7 +445,8 @@ class Reader {
           if (absl::c_linear_search(handled, key)) continue;
           return Error(key_path, item.first,
                        owner.empty() ? "unknown key"
-                                     : absl::StrCat("unknown key for ", owner));
+                                     : absl::StrCat("unknown key for ", owner,
+                                                    ChosenBy(path)));
         }
         std::optional<ParamValue> value = FromYaml(item.second, *param);
         if (!value.has_value()) {
@@ -434,7 +473,7 @@ class Reader {
         absl::Status status = s->validate(*out);
         if (!status.ok()) {
           return absl::InvalidArgumentError(
-              absl::StrCat(Where(path, node), ": ",
+              absl::StrCat(WhereSection(path, node), ": ",
                            Join(path, std::string(status.message()))));
         }
       }
@@ -592,13 +631,14 @@ absl::Status ApplyOverride(YAML::Node root, const std::string& arg,
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": ", key, ": ", parts.status().message()));
   }
-  YAML::Node value;
-  try {
-    value = YAML::Load(arg.substr(eq + 1));
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": ", key, ": value is not YAML: ", e.msg));
-  }
+  MT_ASSIGN_OR_RETURN(
+      YAML::Node value,
+      LoadOneDocument(
+          arg.substr(eq + 1), key,
+          [&](int, const std::string& path, const std::string& problem) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(source, ": ", path, ": ", problem));
+          }));
   std::string path;
   YAML::Node current = root;
   for (size_t i = 0; i < parts->size(); ++i) {
@@ -809,21 +849,18 @@ absl::Status Validate(const Reader& r, const YAML::Node& root,
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<Config> ParseConfig(const std::string& yaml_text,
-                                   const std::string& source,
-                                   const std::vector<std::string>& overrides) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::ParserException& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ":", e.mark.line + 1, ": malformed YAML: ", e.msg));
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": malformed YAML: ", e.msg));
-  }
+absl::StatusOr<Config> Parse(const std::string& yaml_text,
+                             const std::string& source,
+                             const std::vector<std::string>& overrides) {
+  MT_ASSIGN_OR_RETURN(
+      YAML::Node root,
+      LoadOneDocument(
+          yaml_text, "",
+          [&](int line, const std::string& path, const std::string& problem) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                source, line > 0 ? absl::StrCat(":", line) : "", ": ",
+                path.empty() ? "" : absl::StrCat(path, ": "), problem));
+          }));
   if (root.IsNull() || !root.IsDefined())
     root = YAML::Node(YAML::NodeType::Map);
   if (!root.IsMap()) {
@@ -835,6 +872,13 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text,
     Override recorded;
     MT_RETURN_IF_ERROR(ApplyOverride(root, o, &recorded));
     applied.push_back(recorded);
+  }
+  // `ema: null` turns EMA off, as `ema.decay: null` does (other sections
+  // set to null are errors: CheckMap).
+  if (const YAML::Node ema = Child(root, "ema"); ema && ema.IsNull()) {
+    YAML::Node off(YAML::NodeType::Map);
+    off["decay"] = YAML::Node(YAML::NodeType::Null);
+    root["ema"] = off;
   }
   const Reader r(source, applied);
 
@@ -882,16 +926,24 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text,
   return c;
 }
 
+}  // namespace
+
+absl::StatusOr<Config> ParseConfig(const std::string& yaml_text,
+                                   const std::string& source,
+                                   const std::vector<std::string>& overrides) {
+  absl::StatusOr<Config> config = Parse(yaml_text, source, overrides);
+  if (!config.ok()) return OneLine(config.status());
+  return config;
+}
+
 absl::StatusOr<Config> LoadConfig(const std::string& path,
                                   const std::vector<std::string>& overrides) {
-  std::ifstream in(path);
-  if (!in) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": cannot read config file"));
+  absl::StatusOr<std::string> text = ReadRegularFile(path, kMaxConfigBytes);
+  if (!text.ok()) {
+    // Whatever the reason, the config named is bad input.
+    return absl::InvalidArgumentError(OneLine(text.status().message()));
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseConfig(text.str(), path, overrides);
+  return ParseConfig(*text, path, overrides);
 }
 
 // ------------------------------------------------------------ the schema

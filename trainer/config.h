@@ -108,7 +108,11 @@ struct Config {
   uint64_t hash = 0;
 };
 
-// Loads `path`, applies `overrides` ("dotted.key=yaml value"), validates.
+// A config file larger than this is refused: real ones are a few KiB.
+inline constexpr uint64_t kMaxConfigBytes = 4 << 20;
+
+// Loads `path` (a regular file), applies `overrides` ("dotted.key=yaml value"),
+// validates.
 absl::StatusOr<Config> LoadConfig(const std::string& path,
                                   const std::vector<std::string>& overrides);
 // The same from YAML text (tests; `source` names it in errors).

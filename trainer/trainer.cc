@@ -148,6 +148,22 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   // The test split first: it gives the model its input shape and classes.
   MT_ASSIGN_OR_RETURN(t->test_data_,
                       LoadSplit(config.data, /*train=*/false, config.seed));
+  if (const Shape& images = t->test_data_.images.shape();
+      !config.model.input_shape.empty() &&
+      !std::equal(images.begin() + 1, images.end(),
+                  config.model.input_shape.begin(),
+                  config.model.input_shape.end())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.input_shape: ", ShapeToString(config.model.input_shape),
+        " but the examples of ", t->test_data_.name, " are ",
+        ShapeToString(Shape(images.begin() + 1, images.end()))));
+  }
+  // Evaluating nothing would report loss 0 and accuracy 0 as if measured.
+  if (t->test_data_.labels.dim(0) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data: the test split (", t->test_data_.name,
+                     ") has no examples: nothing to evaluate"));
+  }
   MT_ASSIGN_OR_RETURN(const models::ModelDef def,
                       ModelDefinition(config.model, t->test_data_));
   for (const Device& device : t->strategy_->devices()) {
@@ -203,6 +219,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
           absl::StrCat("data: ", it.status().message()));
     }
     t->train_iterator_ = *std::move(it);
+    MT_RETURN_IF_ERROR(t->TotalSteps().status());
   }
   // Restore before writing anything, so a bad checkpoint leaves the run
   // directory as it was.
@@ -413,10 +430,21 @@ absl::Status Trainer::EvaluateAndLog(int64_t step) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<int64_t> Trainer::TotalSteps() const {
+  if (config_.train.steps.has_value()) return *config_.train.steps;
+  const int64_t steps_per_epoch = train_iterator_->BatchesPerEpoch();
+  int64_t total = 0;
+  if (__builtin_mul_overflow(*config_.train.epochs, steps_per_epoch, &total)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "train.epochs: ", *config_.train.epochs, " epochs of ", steps_per_epoch,
+        " steps are more steps than fit 64 bits"));
+  }
+  return total;
+}
+
 absl::Status Trainer::Train() {
   const int64_t steps_per_epoch = train_iterator_->BatchesPerEpoch();
-  const int64_t total_steps =
-      config_.train.steps.value_or(*config_.train.epochs * steps_per_epoch);
+  MT_ASSIGN_OR_RETURN(const int64_t total_steps, TotalSteps());
   progress_ = std::make_unique<Progress>(total_steps, steps_per_epoch,
                                          config_.train.log_every_steps);
   int64_t step = global_step();

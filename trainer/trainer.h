@@ -114,6 +114,9 @@ class Trainer {
                                    std::vector<Tensor>& grads) const;
   absl::Status ClipGradients(std::vector<Tensor>& grads, int64_t step) const;
   absl::Status EvaluateAndLog(int64_t step);
+  // train.steps, or train.epochs times the batches of an epoch; an error
+  // naming train.epochs when that does not fit 64 bits.
+  absl::StatusOr<int64_t> TotalSteps() const;
 
   // A checkpoint file read and checked (CheckTrainingCheckpoint).
   struct CheckedCheckpoint {

@@ -146,11 +146,15 @@ absl::Status ForEachChunk(const ConvGeometry& g, DType dtype, int64_t chunk,
   const int64_t chunks = (g.n + chunk - 1) / chunk;
   std::vector<absl::Status> status(chunks);
   ParallelFor(chunks, 1, [&](int64_t begin, int64_t end) {
-    Tensor buffer = Tensor::HostEmpty(dtype, {chunk * g.pixels(), g.patch()});
+    // On a kernel thread: an allocation failure must be a status here.
+    absl::StatusOr<Tensor> buffer =
+        Tensor::Empty(dtype, {chunk * g.pixels(), g.patch()});
     for (int64_t c = begin; c < end; ++c) {
       const int64_t i0 = c * chunk;
       const int64_t images = std::min(chunk, g.n - i0);
-      absl::StatusOr<Tensor> cols = buffer.SliceRows(0, images * g.pixels());
+      absl::StatusOr<Tensor> cols =
+          buffer.ok() ? buffer->SliceRows(0, images * g.pixels())
+                      : buffer.status();
       status[c] = cols.ok() ? body(c, i0, images, *cols) : cols.status();
     }
   });

@@ -16,7 +16,7 @@ namespace mirrortrain {
 namespace {
 
 Tensor Random(const Shape& s, uint64_t seed) {
-  return models::GlorotUniform(s, seed);
+  return *models::GlorotUniform(s, seed);
 }
 
 void SetFlops(benchmark::State& state, double flops_per_iter) {

@@ -1,8 +1,13 @@
 #include "tensor/tensor.h"
 
 #include <cstdint>
+#include <new>
+#include <optional>
+#include <vector>
 
 #include "gtest/gtest.h"
+#include "tensor/allocator.h"
+#include "tensor/status_macros.h"
 
 namespace mirrortrain {
 namespace {
@@ -75,6 +80,32 @@ TEST(TensorTest, DeviceParsing) {
   EXPECT_FALSE(ParseDevice("tpu:0").ok());
   EXPECT_FALSE(ParseDevice("gpu:-1").ok());
   EXPECT_FALSE(ParseDevice("gpu:x").ok());
+}
+
+TEST(TensorTest, SizesThatCannotBeAllocatedAreStatusesNotCrashes) {
+  // 2^62 * 2^2 elements overflow int64; 2^61 f32 elements overflow bytes.
+  auto t = Tensor::Empty(DType::kF32, {int64_t{1} << 62, 4});
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kResourceExhausted);
+  t = Tensor::Empty(DType::kF32, {int64_t{1} << 61});
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kResourceExhausted);
+  // More than the machine has: refused before overcommit could accept it.
+  t = Tensor::Empty(DType::kF64,
+                    {static_cast<int64_t>(HostMemoryBytes() / 8 + 1)});
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(CheckedNumElements({int64_t{1} << 40, int64_t{1} << 30}),
+            std::nullopt);
+}
+
+TEST(TensorTest, AllocationFailureEscapingWorkIsAStatus) {
+  absl::Status s =
+      CatchAllocationFailure([]() -> absl::Status { throw std::bad_alloc(); });
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  s = CatchAllocationFailure([] {
+    std::vector<int> v;
+    v.reserve(v.max_size() + 1);
+    return absl::OkStatus();
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
 }
 
 }  // namespace

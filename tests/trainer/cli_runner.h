@@ -5,6 +5,7 @@
 #define MIRRORTRAIN_TESTS_TRAINER_CLI_RUNNER_H_
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -51,9 +52,24 @@ inline pid_t Start(const std::vector<std::string>& args, const std::string& out,
   return pid;
 }
 
-inline int Wait(pid_t pid) {
+// The exit code (128 + signal when killed). With `timeout_seconds` > 0 a
+// child still running then is killed (SIGKILL: 137), so a test of input
+// that used to hang fails instead of hanging.
+inline int Wait(pid_t pid, int timeout_seconds = 0) {
   int status = 0;
-  waitpid(pid, &status, 0);
+  if (timeout_seconds > 0) {
+    for (int waited_ms = 0; waitpid(pid, &status, WNOHANG) == 0;
+         waited_ms += 10) {
+      if (waited_ms >= timeout_seconds * 1000) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        break;
+      }
+      usleep(10000);
+    }
+  } else {
+    waitpid(pid, &status, 0);
+  }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return -1;
@@ -98,14 +114,15 @@ inline std::vector<std::string> Lines(const std::string& text) {
   return absl::StrSplit(text, '\n', absl::SkipEmpty());
 }
 
-inline Result RunCli(const std::vector<std::string>& args) {
+inline Result RunCli(const std::vector<std::string>& args,
+                     int timeout_seconds = 0) {
   // Per process and call: ctest runs test cases of this file in parallel.
   static int calls = 0;
   const std::string prefix =
       absl::StrCat(::testing::TempDir(), "/cli_", getpid(), "_", calls++);
   const std::string out = prefix + "_out.txt", err = prefix + "_err.txt";
   Result r;
-  r.exit_code = Wait(Start(args, out, err));
+  r.exit_code = Wait(Start(args, out, err), timeout_seconds);
   r.out = ReadFile(out);
   r.err = ReadFile(err);
   return r;

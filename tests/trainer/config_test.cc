@@ -130,7 +130,7 @@ TEST(ConfigTest, BadOverrides) {
   c = ParseConfig("", "j.yaml", {"seed"});
   EXPECT_THAT(Message(c.status()), HasSubstr("expected KEY=VALUE"));
   c = ParseConfig("", "j.yaml", {"seed=[1"});
-  EXPECT_THAT(Message(c.status()), HasSubstr("value is not YAML"));
+  EXPECT_THAT(Message(c.status()), HasSubstr("seed: malformed YAML"));
 }
 
 // The README's key table is `mirrortrain config --schema`'s output.
@@ -178,7 +178,7 @@ TEST(ConfigTest, LayerListsNestAndReportPaths) {
       "m.yaml", {});
   EXPECT_EQ(Message(c.status()),
             "m.yaml:5: model.layers[0].layers[0].filters: expected an integer "
-            ">= 1, got abc");
+            "in [1, 2147483647], got abc");
   c = ParseConfig("model:\n  layers:\n    - {type: flatten, units: 3}\n",
                   "m.yaml", {});
   EXPECT_EQ(Message(c.status()),
@@ -211,7 +211,55 @@ TEST(ConfigTest, EveryComponentsDefaultsResolve) {
 TEST(ConfigTest, MissingFile) {
   auto c = LoadConfig("/nonexistent/x.yaml", {});
   EXPECT_EQ(Message(c.status()),
-            "/nonexistent/x.yaml: cannot read config file");
+            "/nonexistent/x.yaml: cannot open: No such file or directory");
+}
+
+TEST(ConfigTest, DuplicateKeysAndExtraDocumentsAreErrors) {
+  auto c = ParseConfig("seed: 1\ndata:\n  shuffle: true\n  shuffle: false\n",
+                       "j.yaml", {});
+  EXPECT_EQ(Message(c.status()),
+            "j.yaml:4: data.shuffle: duplicate key (first at line 3)");
+  c = ParseConfig("seed: 1\n---\nseed: 2\n", "j.yaml", {});
+  EXPECT_THAT(Message(c.status()), HasSubstr("more than one YAML document"));
+  c = ParseConfig("", "j.yaml", {"data={shuffle: true, shuffle: false}"});
+  EXPECT_THAT(Message(c.status()),
+              HasSubstr("--set data={shuffle: true, shuffle: false}: "
+                        "data.shuffle: duplicate key"));
+  // yaml-cpp's LoadAll never returns on this.
+  c = ParseConfig(",a", "j.yaml", {});
+  EXPECT_FALSE(c.ok());
+}
+
+TEST(ConfigTest, NullSectionIsAnErrorExceptEmaWhichMeansOff) {
+  auto c = ParseConfig("", "j.yaml", {"ema=null"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->ema.decay.has_value());
+  c = ParseConfig("ema:\n", "j.yaml", {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->ema.decay.has_value());
+  c = ParseConfig("", "j.yaml", {"train=null"});
+  EXPECT_EQ(Message(c.status()),
+            "--set train=null: train: expected a mapping of keys, got null "
+            "(leave the section out for its defaults)");
+  c = ParseConfig("optimizer:\n  schedule:\n", "j.yaml", {});
+  EXPECT_THAT(Message(c.status()),
+              HasSubstr(": optimizer.schedule: expected a mapping"));
+}
+
+TEST(ConfigTest, MessagesStayOnOneLine) {
+  auto c = ParseConfig("\"a\\nb\": 1\n", "j\nk.yaml", {});
+  EXPECT_EQ(Message(c.status()), "j\\nk.yaml:1: a\\nb: unknown key");
+}
+
+TEST(ConfigTest, SizesAndTheWatchdogHaveBounds) {
+  auto c = ParseConfig("model: {hidden_units: [2147483648]}\n", "j.yaml", {});
+  EXPECT_THAT(Message(c.status()),
+              HasSubstr("j.yaml:1: model.hidden_units: expected a list of "
+                        "integers in [1, 2147483647]"));
+  c = ParseConfig("distribute: {watchdog_seconds: 0.0009}\n", "j.yaml", {});
+  EXPECT_THAT(Message(c.status()),
+              HasSubstr("distribute.watchdog_seconds: expected a number in "
+                        "[0.001, 1000000]"));
 }
 
 TEST(ConfigTest, DataNormalizeAndAugment) {

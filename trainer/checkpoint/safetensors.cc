@@ -1,12 +1,7 @@
 #include "trainer/checkpoint/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <set>
@@ -22,9 +17,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "tensor/allocator.h"
 #include "tensor/status_macros.h"
 #include "trainer/checkpoint/atomic_file.h"
 #include "trainer/logging/crc32c.h"
+#include "trainer/regular_file.h"
 
 namespace mirrortrain::trainer {
 namespace {
@@ -63,37 +60,6 @@ bool ParseCrc32c(absl::string_view text, uint32_t* crc) {
     if (!absl::ascii_isdigit(c) && !(c >= 'a' && c <= 'f')) return false;
   }
   return absl::SimpleHexAtoi(text, crc);
-}
-
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int error_number = errno;
-    return absl::ErrnoToStatus(
-        error_number,
-        absl::StrCat(path, ": cannot open: ", std::strerror(error_number)));
-  }
-  std::string contents;
-  struct stat st;
-  if (::fstat(fd, &st) == 0 && st.st_size > 0) {
-    contents.reserve(static_cast<size_t>(st.st_size));
-  }
-  char buffer[1 << 16];
-  while (true) {
-    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
-    if (n == 0) break;
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int error_number = errno;
-      ::close(fd);
-      return absl::ErrnoToStatus(
-          error_number,
-          absl::StrCat(path, ": read failed: ", std::strerror(error_number)));
-    }
-    contents.append(buffer, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return contents;
 }
 
 // Whether nlohmann's serializer accepts `s`: well-formed UTF-8 (RFC 3629: no
@@ -382,7 +348,8 @@ absl::Status WriteSafetensors(
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   SafetensorsFile file;
   file.path_ = path;
-  MT_ASSIGN_OR_RETURN(file.contents_, ReadWholeFile(path));
+  // More than the host's memory could never be held.
+  MT_ASSIGN_OR_RETURN(file.contents_, ReadRegularFile(path, HostMemoryBytes()));
   const std::string& contents = file.contents_;
 
   if (contents.size() < kHeaderLengthBytes) {

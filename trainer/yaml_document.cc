@@ -1,0 +1,113 @@
+#include "trainer/yaml_document.h"
+
+#include <map>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "tensor/status_macros.h"
+#include "yaml-cpp/eventhandler.h"
+
+namespace mirrortrain::trainer {
+namespace {
+
+int LineOf(const YAML::Node& node) {
+  return node.IsDefined() && node.Mark().line >= 0 ? node.Mark().line + 1 : 0;
+}
+
+std::string KeyText(const YAML::Node& key) {
+  if (key.IsScalar()) return key.Scalar();
+  YAML::Emitter out;
+  out << YAML::Flow << key;
+  return out.c_str();
+}
+
+std::string Join(const std::string& path, const std::string& key) {
+  return path.empty() ? key : absl::StrCat(path, ".", key);
+}
+
+// Notes where the documents it is shown start; ignores their content.
+class DocumentStarts final : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    line_ = mark.line >= 0 ? mark.line + 1 : 0;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+  int line() const { return line_; }
+
+ private:
+  int line_ = 0;
+};
+
+// Every mapping below `node` has distinct keys; counts visits in `budget`.
+absl::Status CheckKeys(const YAML::Node& node, const std::string& path,
+                       const YamlErrorFn& error, int64_t* budget) {
+  if (--*budget < 0) {
+    return error(LineOf(node), path,
+                 absl::StrCat("more than ", kMaxYamlNodes,
+                              " YAML nodes (each use of an alias counts)"));
+  }
+  if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i) {
+      MT_RETURN_IF_ERROR(
+          CheckKeys(node[i], absl::StrCat(path, "[", i, "]"), error, budget));
+    }
+  } else if (node.IsMap()) {
+    std::map<std::string, int> seen;  // Key -> line of its first use.
+    for (const auto& item : node) {
+      const std::string key = KeyText(item.first);
+      const auto [first, inserted] = seen.emplace(key, LineOf(item.first));
+      if (!inserted) {
+        return error(LineOf(item.first), Join(path, key),
+                     first->second > 0
+                         ? absl::StrCat("duplicate key (first at line ",
+                                        first->second, ")")
+                         : "duplicate key");
+      }
+      MT_RETURN_IF_ERROR(
+          CheckKeys(item.second, Join(path, key), error, budget));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<YAML::Node> LoadOneDocument(const std::string& text,
+                                           const std::string& base,
+                                           const YamlErrorFn& error) {
+  // Not YAML::LoadAll: on some malformed text (",a") it never stops
+  // reading empty documents. The first document is loaded, then the
+  // parser is asked for at most one more.
+  YAML::Node document;
+  try {
+    document = YAML::Load(text);
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    DocumentStarts starts;
+    if (parser.HandleNextDocument(starts) &&
+        parser.HandleNextDocument(starts)) {
+      return error(starts.line(), base,
+                   "more than one YAML document ('---'): one is allowed");
+    }
+  } catch (const YAML::ParserException& e) {
+    return error(e.mark.line >= 0 ? e.mark.line + 1 : 0, base,
+                 absl::StrCat("malformed YAML: ", e.msg));
+  } catch (const YAML::Exception& e) {
+    return error(0, base, absl::StrCat("malformed YAML: ", e.msg));
+  }
+  int64_t budget = kMaxYamlNodes;
+  MT_RETURN_IF_ERROR(CheckKeys(document, base, error, &budget));
+  return document;
+}
+
+}  // namespace mirrortrain::trainer
