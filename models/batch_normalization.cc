@@ -44,21 +44,23 @@ class BatchNormalizationLayer final : public Layer {
     };
     std::unique_ptr<BatchNormalizationLayer> layer(
         new BatchNormalizationLayer(name, options));
-    // Keras's order: gamma, beta, moving_mean, moving_variance.
+    // Keras's order: gamma, beta, moving_mean, moving_variance. A disabled
+    // gamma (beta) is a constant of ones (zeros) instead.
     if (options.scale) {
       MT_ASSIGN_OR_RETURN(layer->gamma_, make("gamma", 1, true));
+    } else {
+      MT_ASSIGN_OR_RETURN(layer->ones_,
+                          ops::Fill(DType::kF32, {channels}, 1, device));
     }
     if (options.center) {
       MT_ASSIGN_OR_RETURN(layer->beta_, make("beta", 0, true));
+    } else {
+      MT_ASSIGN_OR_RETURN(layer->zeros_,
+                          ops::Fill(DType::kF32, {channels}, 0, device));
     }
     MT_ASSIGN_OR_RETURN(layer->moving_mean_, make("moving_mean", 0, false));
     MT_ASSIGN_OR_RETURN(layer->moving_variance_,
                         make("moving_variance", 1, false));
-    // Stand-ins for a disabled gamma (ones) or beta (zeros): constants.
-    MT_ASSIGN_OR_RETURN(layer->ones_,
-                        ops::Fill(DType::kF32, {channels}, 1, device));
-    MT_ASSIGN_OR_RETURN(layer->zeros_,
-                        ops::Fill(DType::kF32, {channels}, 0, device));
     return layer;
   }
 

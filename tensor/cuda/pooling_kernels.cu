@@ -220,81 +220,76 @@ absl::Status CheckGeometry(const char* what, const Pool2DGeometry& g) {
   return absl::OkStatus();
 }
 
+// Which elements a kernel's threads walk.
+enum class Over { kOutputs, kInputs };
+
+// Checks `g`, then calls launch(T{}, Geometry<I>, count, blocks, stream)
+// with T the dtype's type, I an index type wide enough for the input and
+// the output, and `count` the elements walked; nothing when there are none.
+template <typename F>
+absl::Status LaunchPool(const char* what, DType dtype, const Pool2DGeometry& g,
+                        Over over, int device, F launch) {
+  MT_RETURN_IF_ERROR(CheckGeometry(what, g));
+  const int64_t inputs = g.n * g.h * g.w * g.c;
+  const int64_t outputs = g.n * g.out_h * g.out_w * g.c;
+  const int64_t count = over == Over::kOutputs ? outputs : inputs;
+  if (count == 0) return absl::OkStatus();
+  return LaunchFloatIndexWidthOn(
+      what, dtype, device, std::max(inputs, outputs),
+      [&](auto zero, auto index, cudaStream_t stream) {
+        using I = decltype(index);
+        launch(zero, Geometry<I>(g), static_cast<I>(count), LaunchBlocks(count),
+               stream);
+      });
+}
+
 }  // namespace
 
 absl::Status MaxPool2DForwardOnGpu(DType dtype, const void* x,
                                    const Pool2DGeometry& g, void* y,
                                    int32_t* argmax, int device) {
-  MT_RETURN_IF_ERROR(CheckGeometry("MaxPool2DForward", g));
-  const int64_t outputs = g.n * g.out_h * g.out_w * g.c;
-  if (outputs == 0) return absl::OkStatus();
-  return LaunchFloatIndexWidthOn(
-      "MaxPool2DForward", dtype, device,
-      std::max(outputs, g.n * g.h * g.w * g.c),
-      [&](auto zero, auto index, cudaStream_t stream) {
+  return LaunchPool(
+      "MaxPool2DForward", dtype, g, Over::kOutputs, device,
+      [&](auto zero, auto geo, auto count, auto blocks, cudaStream_t stream) {
         using T = decltype(zero);
-        using I = decltype(index);
-        MaxPoolForwardKernel<T, I>
-            <<<LaunchBlocks(outputs), kLaunchThreads, 0, stream>>>(
-                Geometry<I>(g), static_cast<const T*>(x), static_cast<T*>(y),
-                argmax, static_cast<I>(outputs));
+        MaxPoolForwardKernel<<<blocks, kLaunchThreads, 0, stream>>>(
+            geo, static_cast<const T*>(x), static_cast<T*>(y), argmax, count);
       });
 }
 
 absl::Status MaxPool2DBackwardOnGpu(DType dtype, const int32_t* argmax,
                                     const void* dy, const Pool2DGeometry& g,
                                     void* dx, int device) {
-  MT_RETURN_IF_ERROR(CheckGeometry("MaxPool2DBackward", g));
-  const int64_t inputs = g.n * g.h * g.w * g.c;
-  if (inputs == 0) return absl::OkStatus();
-  return LaunchFloatIndexWidthOn(
-      "MaxPool2DBackward", dtype, device,
-      std::max(inputs, g.n * g.out_h * g.out_w * g.c),
-      [&](auto zero, auto index, cudaStream_t stream) {
+  return LaunchPool(
+      "MaxPool2DBackward", dtype, g, Over::kInputs, device,
+      [&](auto zero, auto geo, auto count, auto blocks, cudaStream_t stream) {
         using T = decltype(zero);
-        using I = decltype(index);
-        MaxPoolBackwardKernel<T, I>
-            <<<LaunchBlocks(inputs), kLaunchThreads, 0, stream>>>(
-                Geometry<I>(g), argmax, static_cast<const T*>(dy),
-                static_cast<T*>(dx), static_cast<I>(inputs));
+        MaxPoolBackwardKernel<<<blocks, kLaunchThreads, 0, stream>>>(
+            geo, argmax, static_cast<const T*>(dy), static_cast<T*>(dx), count);
       });
 }
 
 absl::Status AvgPool2DForwardOnGpu(DType dtype, const void* x,
                                    const Pool2DGeometry& g, void* y,
                                    int device) {
-  MT_RETURN_IF_ERROR(CheckGeometry("AvgPool2DForward", g));
-  const int64_t outputs = g.n * g.out_h * g.out_w * g.c;
-  if (outputs == 0) return absl::OkStatus();
-  return LaunchFloatIndexWidthOn(
-      "AvgPool2DForward", dtype, device,
-      std::max(outputs, g.n * g.h * g.w * g.c),
-      [&](auto zero, auto index, cudaStream_t stream) {
+  return LaunchPool(
+      "AvgPool2DForward", dtype, g, Over::kOutputs, device,
+      [&](auto zero, auto geo, auto count, auto blocks, cudaStream_t stream) {
         using T = decltype(zero);
-        using I = decltype(index);
-        AvgPoolForwardKernel<T, I>
-            <<<LaunchBlocks(outputs), kLaunchThreads, 0, stream>>>(
-                Geometry<I>(g), static_cast<const T*>(x), static_cast<T*>(y),
-                static_cast<I>(outputs));
+        AvgPoolForwardKernel<<<blocks, kLaunchThreads, 0, stream>>>(
+            geo, static_cast<const T*>(x), static_cast<T*>(y), count);
       });
 }
 
 absl::Status AvgPool2DBackwardOnGpu(DType dtype, const void* dy,
                                     const Pool2DGeometry& g, void* dx,
                                     int device) {
-  MT_RETURN_IF_ERROR(CheckGeometry("AvgPool2DBackward", g));
-  const int64_t inputs = g.n * g.h * g.w * g.c;
-  if (inputs == 0) return absl::OkStatus();
-  return LaunchFloatIndexWidthOn(
-      "AvgPool2DBackward", dtype, device,
-      std::max(inputs, g.n * g.out_h * g.out_w * g.c),
-      [&](auto zero, auto index, cudaStream_t stream) {
+  return LaunchPool(
+      "AvgPool2DBackward", dtype, g, Over::kInputs, device,
+      [&](auto zero, auto geo, auto count, auto blocks, cudaStream_t stream) {
         using T = decltype(zero);
-        using I = decltype(index);
-        AvgPoolBackwardKernel<T, I>
-            <<<LaunchBlocks(inputs), kLaunchThreads, 0, stream>>>(
-                Geometry<I>(g), static_cast<const T*>(dy), static_cast<T*>(dx),
-                static_cast<I>(inputs));
+        AvgPoolBackwardKernel<<<blocks, kLaunchThreads, 0, stream>>>(
+            geo, static_cast<const T*>(dy), static_cast<T*>(dx), count);
       });
 }
 

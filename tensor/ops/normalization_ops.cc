@@ -20,10 +20,6 @@ using internal::CheckFloatingSame;
 using internal::KernelError;
 using internal::OpError;
 
-struct BatchNormAttrs {
-  double epsilon;
-};
-
 // x as [rows, cols] with cols its last dimension.
 void RowsCols(const Tensor& x, int64_t* rows, int64_t* cols) {
   *cols = x.dim(x.rank() - 1);
@@ -127,7 +123,8 @@ absl::StatusOr<ChannelSumsResult> Sums(const char* op, const Tensor& x,
   return ChannelSumsResult{std::move(sum), std::move(dot)};
 }
 
-// rsqrt(variance + epsilon), and k = scale * that.
+// rsqrt(variance + epsilon), and k = scale * that: computed by the forward
+// pass and kept for the gradient.
 struct Coefficients {
   Tensor inv, k;
 };
@@ -177,8 +174,7 @@ absl::StatusOr<Tensor> BatchNormalization(const Tensor& x, const Tensor& mean,
   MT_ASSIGN_OR_RETURN(Tensor b, Sub(Detached(offset), mk));
   MT_ASSIGN_OR_RETURN(Tensor y, ChannelAffine(kOp, x, co.k, &b));
   tape::RecordOperation(kBatchNormalizationOp,
-                        {x, mean, variance, offset, scale}, {y},
-                        BatchNormAttrs{epsilon});
+                        {x, mean, variance, offset, scale}, {y}, std::move(co));
   return y;
 }
 
@@ -203,10 +199,7 @@ MT_OP(kBatchNormalizationOp, "BatchNormalization",
       [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
         const Tensor& x = op.inputs[0];
         const Tensor& mean = op.inputs[1];
-        const double epsilon = std::any_cast<BatchNormAttrs>(op.attrs).epsilon;
-        MT_ASSIGN_OR_RETURN(
-            Coefficients co,
-            MakeCoefficients(op.inputs[2], op.inputs[4], epsilon));
+        const Coefficients& co = std::any_cast<const Coefficients&>(op.attrs);
         if (needs[0]) {
           MT_ASSIGN_OR_RETURN(
               (*grads)[0],

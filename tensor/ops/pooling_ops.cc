@@ -43,6 +43,22 @@ struct PoolAttrs {
   Tensor argmax;
 };
 
+// Calls fn(image, out, win) for every output position: `image` the offset
+// of its image in the input, `out` the offset of its first channel in the
+// output, `win` its window. Rows of outputs are split over threads.
+template <typename F>
+void ForEachWindow(const PoolGeometry& g, F fn) {
+  ParallelFor(g.n * g.out_h, 1, [&](int64_t row_begin, int64_t row_end) {
+    for (int64_t row = row_begin; row < row_end; ++row) {
+      const int64_t i = row / g.out_h, oy = row % g.out_h;
+      for (int64_t ox = 0; ox < g.out_w; ++ox) {
+        fn(i * g.h * g.w * g.c, ((i * g.out_h + oy) * g.out_w + ox) * g.c,
+           WindowOf(g, oy, ox));
+      }
+    }
+  });
+}
+
 // Channels innermost: each window cell is a contiguous run of c values,
 // folded into the running maxima in one vectorisable loop. The first
 // maximum in row-major order wins (TensorFlow's CPU rule); a NaN beats
@@ -50,46 +66,38 @@ struct PoolAttrs {
 // `argmax` non-null the winner's offset within the image is kept too.
 template <typename T>
 void MaxPoolForward(const PoolGeometry& g, const T* x, T* y, int32_t* argmax) {
-  const int64_t image = g.h * g.w * g.c;
-  ParallelFor(g.n * g.out_h, 1, [&](int64_t row_begin, int64_t row_end) {
-    for (int64_t row = row_begin; row < row_end; ++row) {
-      const int64_t i = row / g.out_h, oy = row % g.out_h;
-      const T* img = x + i * image;
-      for (int64_t ox = 0; ox < g.out_w; ++ox) {
-        const int64_t out = ((i * g.out_h + oy) * g.out_w + ox) * g.c;
-        const PoolWindow win = WindowOf(g, oy, ox);
-        T* best = y + out;
-        int32_t* arg = argmax != nullptr ? argmax + out : nullptr;
-        // Windows always hold at least one real cell: start from the first.
-        const int64_t first = (win.y0 * g.w + win.x0) * g.c;
-        std::copy_n(img + first, g.c, best);
-        if (arg != nullptr) {
+  ForEachWindow(g, [&](int64_t image, int64_t out, const PoolWindow& win) {
+    const T* img = x + image;
+    T* best = y + out;
+    int32_t* arg = argmax != nullptr ? argmax + out : nullptr;
+    // Windows always hold at least one real cell: start from the first.
+    const int64_t first = (win.y0 * g.w + win.x0) * g.c;
+    std::copy_n(img + first, g.c, best);
+    if (arg != nullptr) {
+      for (int64_t ch = 0; ch < g.c; ++ch) {
+        arg[ch] = static_cast<int32_t>(first + ch);
+      }
+    }
+    for (int64_t yy = win.y0; yy < win.y1; ++yy) {
+      for (int64_t xx = win.x0; xx < win.x1; ++xx) {
+        const int64_t base = (yy * g.w + xx) * g.c;
+        if (base == first) continue;
+        const T* cell = img + base;
+        if (arg == nullptr) {
           for (int64_t ch = 0; ch < g.c; ++ch) {
-            arg[ch] = static_cast<int32_t>(first + ch);
+            const T v = cell[ch], b = best[ch];
+            best[ch] = (v > b || (v != v && b == b)) ? v : b;
           }
+          continue;
         }
-        for (int64_t yy = win.y0; yy < win.y1; ++yy) {
-          for (int64_t xx = win.x0; xx < win.x1; ++xx) {
-            const int64_t base = (yy * g.w + xx) * g.c;
-            if (base == first) continue;
-            const T* cell = img + base;
-            if (arg == nullptr) {
-              for (int64_t ch = 0; ch < g.c; ++ch) {
-                const T v = cell[ch], b = best[ch];
-                best[ch] = (v > b || (v != v && b == b)) ? v : b;
-              }
-              continue;
-            }
-            // Bitwise, branch-free and with int32 lanes: vectorises.
-            const int32_t base32 = static_cast<int32_t>(base);
-            const int32_t channels = static_cast<int32_t>(g.c);
-            for (int32_t ch = 0; ch < channels; ++ch) {
-              const T v = cell[ch], b = best[ch];
-              const bool take = (v > b) | ((v != v) & (b == b));
-              best[ch] = take ? v : b;
-              arg[ch] = take ? base32 + ch : arg[ch];
-            }
-          }
+        // Bitwise, branch-free and with int32 lanes: vectorises.
+        const int32_t base32 = static_cast<int32_t>(base);
+        const int32_t channels = static_cast<int32_t>(g.c);
+        for (int32_t ch = 0; ch < channels; ++ch) {
+          const T v = cell[ch], b = best[ch];
+          const bool take = (v > b) | ((v != v) & (b == b));
+          best[ch] = take ? v : b;
+          arg[ch] = take ? base32 + ch : arg[ch];
         }
       }
     }
@@ -117,25 +125,18 @@ void MaxPoolBackward(const PoolGeometry& g, const int32_t* argmax, const T* dy,
 // Mean of each window's cells inside the image.
 template <typename T>
 void AvgPoolForward(const PoolGeometry& g, const T* x, T* y) {
-  const int64_t image = g.h * g.w * g.c;
-  ParallelFor(g.n * g.out_h, 1, [&](int64_t row_begin, int64_t row_end) {
-    for (int64_t row = row_begin; row < row_end; ++row) {
-      const int64_t i = row / g.out_h, oy = row % g.out_h;
-      const T* img = x + i * image;
-      for (int64_t ox = 0; ox < g.out_w; ++ox) {
-        T* out = y + ((i * g.out_h + oy) * g.out_w + ox) * g.c;
-        const PoolWindow win = WindowOf(g, oy, ox);
-        std::fill_n(out, g.c, T(0));
-        for (int64_t yy = win.y0; yy < win.y1; ++yy) {
-          for (int64_t xx = win.x0; xx < win.x1; ++xx) {
-            const T* cell = img + (yy * g.w + xx) * g.c;
-            for (int64_t ch = 0; ch < g.c; ++ch) out[ch] += cell[ch];
-          }
-        }
-        const T n = static_cast<T>(win.cells());
-        for (int64_t ch = 0; ch < g.c; ++ch) out[ch] /= n;
+  ForEachWindow(g, [&](int64_t image, int64_t offset, const PoolWindow& win) {
+    const T* img = x + image;
+    T* out = y + offset;
+    std::fill_n(out, g.c, T(0));
+    for (int64_t yy = win.y0; yy < win.y1; ++yy) {
+      for (int64_t xx = win.x0; xx < win.x1; ++xx) {
+        const T* cell = img + (yy * g.w + xx) * g.c;
+        for (int64_t ch = 0; ch < g.c; ++ch) out[ch] += cell[ch];
       }
     }
+    const T n = static_cast<T>(win.cells());
+    for (int64_t ch = 0; ch < g.c; ++ch) out[ch] /= n;
   });
 }
 

@@ -6,10 +6,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,9 +20,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "tensor/allocator.h"
 #include "tensor/status_macros.h"
 #include "trainer/checkpoint/atomic_file.h"
 #include "trainer/checkpoint/safetensors.h"
+#include "trainer/regular_file.h"
 
 namespace mirrortrain::trainer {
 namespace {
@@ -81,20 +81,12 @@ absl::StatusOr<std::optional<CheckpointIndex>> ReadIndex(
         absl::StrCat(path, ": the checkpoint index is not a regular file (",
                      FileTypeName(status.type()), ")"));
   }
-  std::ifstream in(path);
-  if (!in) {
-    return absl::ErrnoToStatus(
-        errno, absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
-  }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) {
-    return absl::DataLossError(absl::StrCat(path, ": read failed"));
-  }
+  MT_ASSIGN_OR_RETURN(const std::string text,
+                      ReadRegularFile(path, HostMemoryBytes()));
   CheckpointIndex index;
   bool have_latest = false;
   int line_number = 0;
-  for (absl::string_view line : absl::StrSplit(buffer.str(), '\n')) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_number;
     line = absl::StripAsciiWhitespace(line);
     if (line.empty()) continue;
