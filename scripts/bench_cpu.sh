@@ -4,6 +4,9 @@
 #
 #   scripts/bench_cpu.sh              # mirrortrain vs PyTorch, MLP and CNN
 #   scripts/bench_cpu.sh --strategies # also one_device vs mirrored-1 vs mirrored-2
+#   scripts/bench_cpu.sh --contention # MLP quiet vs with a process spinning
+#                                     # on the last core (issue: kernel pool
+#                                     # under contention)
 #   scripts/bench_cpu.sh --baseline OLD_BINARY
 #                                     # this build against another mirrortrain,
 #                                     # runs interleaved (before/after a change)
@@ -46,6 +49,23 @@ pt_rate() {  # model steps
     --threads "$THREADS" --steps "$2" --warmup 5 |
     python3 -c "import json,sys; print(json.load(sys.stdin)['samples_per_sec'])"
 }
+
+if [[ "${1:-}" == "--contention" ]]; then
+  # Another process takes one core; the ideal is (cores-1)/cores of quiet.
+  echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'); batch=$BATCH; median of $REPEAT runs"
+  quiet=$(med mt_rate mlp 3000 1000)
+  taskset -c "$(($(nproc) - 1))" bash -c 'while :; do :; done' &
+  spinner=$!
+  busy=$(med mt_rate mlp 3000 1000)
+  kill "$spinner"
+  python3 - "$quiet" "$busy" <<'PY'
+import sys
+quiet, busy = map(float, sys.argv[1:])
+print(f"mlp: quiet {quiet} samples/s, one core busy {busy} samples/s "
+      f"= {100 * busy / quiet:.0f}% of quiet")
+PY
+  exit 0
+fi
 
 echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'); threads=$THREADS batch=$BATCH; median of $REPEAT runs"
 for model in mlp cnn; do

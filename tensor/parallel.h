@@ -11,8 +11,15 @@
 
 namespace mirrortrain {
 
-// Calls fn(begin, end) on disjoint chunks covering [0, n). Ranges smaller
-// than 2 * min_chunk run inline on the caller.
+// Calls fn(begin, end) on disjoint chunks covering [0, n), each at least
+// min_chunk long (but the last); ranges smaller than 2 * min_chunk run
+// inline on the caller. Each thread first runs its own share of the range,
+// a few chunks long, then takes chunks other threads have not started: when
+// another process keeps a kernel thread off its core, the rest of the
+// threads (the caller included) do its work instead of waiting for it. The
+// chunk boundaries depend only on n, min_chunk and the thread count, never
+// on timing, so results are deterministic for kernels that reduce per chunk
+// into fixed slots.
 void ParallelFor(int64_t n, int64_t min_chunk,
                  const std::function<void(int64_t, int64_t)>& fn);
 

@@ -1,12 +1,6 @@
 #include "tensor/thread_pool.h"
 
 namespace mirrortrain {
-namespace {
-
-constexpr int kSpins = 4000;
-
-}  // namespace
-
 ThreadPool::ThreadPool(int threads) {
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
 }
@@ -31,11 +25,7 @@ void ThreadPool::Post(std::function<void()> task) {
 
 void ThreadPool::Loop() {
   for (;;) {
-    // ~20-50 us of polling before blocking.
-    for (int i = 0; i < kSpins && queued_.load(std::memory_order_acquire) == 0;
-         ++i) {
-      CpuRelax();
-    }
+    SpinUntil([&] { return queued_.load(std::memory_order_acquire) != 0; });
     std::function<void()> task;
     {
       std::unique_lock<std::mutex> lock(mu_);

@@ -2,6 +2,8 @@
 
 #include <cblas.h>
 
+#include <algorithm>
+
 #include "tensor/cpu_threads.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/gradient_tape.h"
@@ -86,24 +88,28 @@ void ParallelGemm(const T* a, const T* b, bool ta, bool tb, int64_t m,
   const bool by_rows = m >= n;
   const int64_t units = ((by_rows ? m : n) + kAlign - 1) / kAlign;
   const int64_t flops_per_unit = std::max<int64_t>(flops / units, 1);
-  ParallelFor(units, std::max<int64_t>(1, kMinFlopsPerThread / flops_per_unit),
-              [&](int64_t begin, int64_t end) {
-                const int64_t limit = by_rows ? m : n;
-                const int64_t lo = begin * kAlign;
-                const int64_t hi = std::min(end * kAlign, limit);
-                if (lo >= hi) return;
-                if (by_rows) {
-                  // Rows lo..hi of op(A): row offset, or column offset if A
-                  // is stored transposed.
-                  const T* a_part = ta ? a + lo : a + lo * lda;
-                  Blas(a_part, b, ta, tb, hi - lo, n, k, lda, ldb, alpha, beta,
-                       c + lo * n, n);
-                } else {
-                  const T* b_part = tb ? b + lo * ldb : b + lo;
-                  Blas(a, b_part, ta, tb, m, hi - lo, k, lda, ldb, alpha, beta,
-                       c + lo, n);
-                }
-              });
+  // Each block re-packs the shared operand, so blocks are as large as the
+  // threads allow: one per thread (a thread kept off its core still hands
+  // its block to the others, parallel.h).
+  const int64_t min_units =
+      std::max({int64_t{1}, kMinFlopsPerThread / flops_per_unit,
+                units / std::max(1, CpuMathThreads())});
+  ParallelFor(units, min_units, [&](int64_t begin, int64_t end) {
+    const int64_t limit = by_rows ? m : n;
+    const int64_t lo = begin * kAlign;
+    const int64_t hi = std::min(end * kAlign, limit);
+    if (lo >= hi) return;
+    if (by_rows) {
+      // Rows lo..hi of op(A): row offset, or column offset if A
+      // is stored transposed.
+      const T* a_part = ta ? a + lo : a + lo * lda;
+      Blas(a_part, b, ta, tb, hi - lo, n, k, lda, ldb, alpha, beta, c + lo * n,
+           n);
+    } else {
+      const T* b_part = tb ? b + lo * ldb : b + lo;
+      Blas(a, b_part, ta, tb, m, hi - lo, k, lda, ldb, alpha, beta, c + lo, n);
+    }
+  });
 }
 
 }  // namespace

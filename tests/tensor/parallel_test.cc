@@ -1,6 +1,7 @@
 #include "tensor/parallel.h"
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -59,6 +60,37 @@ TEST(ThreadPoolTest, RunsTasksInOrderOnOneThreadAndDrainsOnDestruction) {
   }
   ASSERT_EQ(order.size(), 100u);
   for (int i = 0; i < 100; ++i) EXPECT_EQ(order[i], i);
+}
+
+// A thread that another process keeps off its core (here: one that stalls
+// in its first chunk) holds up only a small share of the range; the other
+// threads take the rest instead of waiting for it.
+TEST(ParallelForTest, OneStalledThreadHoldsOnlyItsChunk) {
+  if (HardwareConcurrency() < 2 || CpuMathThreads() < 2) {
+    GTEST_SKIP() << "needs 2 kernel threads, this machine has "
+                 << HardwareConcurrency();
+  }
+  constexpr int64_t kN = 64;
+  std::atomic<bool> stalled{false};
+  std::atomic<int64_t> others{0};
+  int64_t stalled_size = 0;
+  bool rest_done_meanwhile = false;
+  ParallelFor(kN, 1, [&](int64_t begin, int64_t end) {
+    if (!stalled.exchange(true)) {
+      stalled_size = end - begin;
+      const auto deadline =
+          std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (others.load() < kN - stalled_size &&
+             std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::yield();
+      }
+      rest_done_meanwhile = others.load() == kN - stalled_size;
+      return;
+    }
+    others += end - begin;
+  });
+  EXPECT_TRUE(rest_done_meanwhile);
+  EXPECT_LE(stalled_size, kN / 4);
 }
 
 }  // namespace
