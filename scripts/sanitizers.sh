@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The suite under the host sanitizers (CPU-only builds: nvcc does not take
+# -fsanitize; scripts/test_gpu.sh runs compute-sanitizer on a GPU host).
+#
+#   scripts/sanitizers.sh asan   # AddressSanitizer + LeakSanitizer +
+#                                # UndefinedBehaviorSanitizer (build-asan):
+#                                # the whole suite
+#   scripts/sanitizers.sh tsan   # ThreadSanitizer (build-tsan): the
+#                                # distribute and trainer tests, then the
+#                                # watchdog abort paths REPEAT (50) times
+#
+# Any finding fails the test that triggers it (UBSan does not recover;
+# ASan, LSan and TSan exit non-zero). Exits non-zero if a test failed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode="${1:?usage: scripts/sanitizers.sh asan|tsan}"
+jobs="$(nproc)"
+common=(-DMIRRORTRAIN_CUDA=OFF -DMIRRORTRAIN_BENCHMARKS=OFF)
+
+case "$mode" in
+  asan)
+    BUILD_DIR=build-asan scripts/setup.sh "${common[@]}" \
+      -DMIRRORTRAIN_ASAN=ON -DMIRRORTRAIN_UBSAN=ON
+    # allocator_may_return_null: the adversarial tests ask for absurd sizes
+    # and expect a Status, which is what a failed malloc gives without ASan.
+    export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1:abort_on_error=0"
+    export UBSAN_OPTIONS="print_stacktrace=1"
+    ctest --test-dir build-asan -j "$jobs" --output-on-failure
+    ;;
+  tsan)
+    BUILD_DIR=build-tsan scripts/setup.sh "${common[@]}" -DMIRRORTRAIN_TSAN=ON
+    export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
+    ctest --test-dir build-tsan -j "$jobs" -L 'distribute|trainer' \
+      --output-on-failure
+    repeat="${REPEAT:-50}"
+    build-tsan/bin/local_all_reduce_test --gtest_filter='*Watchdog*' \
+      --gtest_repeat="$repeat" --gtest_brief=1
+    build-tsan/bin/mirrored_strategy_test --gtest_filter='*Watchdog*' \
+      --gtest_repeat="$repeat" --gtest_brief=1
+    build-tsan/bin/adversarial_input_test --gtest_filter='*Watchdog*' \
+      --gtest_repeat="$((repeat / 5))" --gtest_brief=1
+    ;;
+  *)
+    echo "usage: scripts/sanitizers.sh asan|tsan" >&2
+    exit 2
+    ;;
+esac
