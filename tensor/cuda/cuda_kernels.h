@@ -222,6 +222,8 @@ struct Conv2DGeometry {
   int64_t oh = 0, ow = 0;
   int64_t sh = 1, sw = 1;
   int64_t pt = 0, pl = 0;
+  int64_t patch() const { return kh * kw * c; }  // One column-buffer row.
+  int64_t pixels() const { return oh * ow; }     // Output pixels per image.
 };
 
 // The column buffer of `images` images starting at x, row-major

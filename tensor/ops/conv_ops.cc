@@ -22,15 +22,8 @@ namespace {
 
 using internal::OpError;
 
-struct ConvGeometry {
-  int64_t n, h, w, c;  // Input.
-  int64_t kh, kw, o;   // Filter.
-  int64_t oh, ow;      // Output.
-  int64_t sh, sw;      // Strides.
-  int64_t pt, pl;      // Padding before (top, left).
-  int64_t patch() const { return kh * kw * c; }
-  int64_t pixels() const { return oh * ow; }
-};
+// One geometry for the CPU kernels and the CUDA ones (cuda_kernels.h).
+using ConvGeometry = cuda::Conv2DGeometry;
 
 struct ConvAttrs {
   ConvGeometry geo;
@@ -122,9 +115,16 @@ absl::StatusOr<ConvGeometry> Geometry(const Tensor& x, const Tensor& f,
   if (opt.stride_h < 1 || opt.stride_w < 1) {
     return OpError(kOp, "strides must be >= 1", {&x, &f});
   }
-  ConvGeometry g{x.dim(0),     x.dim(1), x.dim(2), x.dim(3), f.dim(0),
-                 f.dim(1),     f.dim(3), 0,        0,        opt.stride_h,
-                 opt.stride_w, 0,        0};
+  ConvGeometry g;
+  g.n = x.dim(0);
+  g.h = x.dim(1);
+  g.w = x.dim(2);
+  g.c = x.dim(3);
+  g.kh = f.dim(0);
+  g.kw = f.dim(1);
+  g.o = f.dim(3);
+  g.sh = opt.stride_h;
+  g.sw = opt.stride_w;
   Window1D wy = ComputeWindow(g.h, g.kh, g.sh, opt.padding);
   Window1D wx = ComputeWindow(g.w, g.kw, g.sw, opt.padding);
   g.oh = wy.out;
@@ -185,24 +185,6 @@ int64_t GpuChunkImages(const ConvGeometry& g, DType dtype) {
       std::max<int64_t>(g.n, 1));
 }
 
-cuda::Conv2DGeometry CudaGeometry(const ConvGeometry& g) {
-  cuda::Conv2DGeometry c;
-  c.n = g.n;
-  c.h = g.h;
-  c.w = g.w;
-  c.c = g.c;
-  c.kh = g.kh;
-  c.kw = g.kw;
-  c.o = g.o;
-  c.oh = g.oh;
-  c.ow = g.ow;
-  c.sh = g.sh;
-  c.sw = g.sw;
-  c.pt = g.pt;
-  c.pl = g.pl;
-  return c;
-}
-
 // Image i0 of a GPU NHWC tensor.
 void* ImageAt(const Tensor& t, const ConvGeometry& g, int64_t i0) {
   return static_cast<char*>(t.raw_data()) +
@@ -230,13 +212,11 @@ absl::Status ForEachGpuChunk(const ConvGeometry& g, DType dtype, Device device,
 // y2 [N * OH * OW, O] = im2col(x) @ w2, every row written.
 absl::Status GpuForward(const ConvGeometry& g, const Tensor& x,
                         const Tensor& w2, const Tensor& y2) {
-  const cuda::Conv2DGeometry cg = CudaGeometry(g);
   return ForEachGpuChunk(
       g, x.dtype(), x.device(),
       [&](int64_t i0, int64_t images, Tensor& cols) -> absl::Status {
-        MT_RETURN_IF_ERROR(cuda::Im2Col(x.dtype(), ImageAt(x, g, i0), cg,
-                                        images, cols.raw_data(),
-                                        x.device().index));
+        MT_RETURN_IF_ERROR(cuda::Im2Col(x.dtype(), ImageAt(x, g, i0), g, images,
+                                        cols.raw_data(), x.device().index));
         MT_ASSIGN_OR_RETURN(Tensor out,
                             y2.SliceRows(i0 * g.pixels(), images * g.pixels()));
         return internal::Gemm(cols, w2, false, false, 1.0, 0.0, out);
@@ -249,7 +229,6 @@ absl::Status GpuForward(const ConvGeometry& g, const Tensor& x,
 absl::Status GpuBackward(const ConvGeometry& g, const Tensor& x,
                          const Tensor& w2, const Tensor& dy2, Tensor* dx,
                          Tensor* dw2) {
-  const cuda::Conv2DGeometry cg = CudaGeometry(g);
   const int device = x.device().index;
   return ForEachGpuChunk(
       g, x.dtype(), x.device(),
@@ -257,7 +236,7 @@ absl::Status GpuBackward(const ConvGeometry& g, const Tensor& x,
         MT_ASSIGN_OR_RETURN(Tensor dy_rows, dy2.SliceRows(i0 * g.pixels(),
                                                           images * g.pixels()));
         if (dw2 != nullptr) {
-          MT_RETURN_IF_ERROR(cuda::Im2Col(x.dtype(), ImageAt(x, g, i0), cg,
+          MT_RETURN_IF_ERROR(cuda::Im2Col(x.dtype(), ImageAt(x, g, i0), g,
                                           images, cols.raw_data(), device));
           MT_RETURN_IF_ERROR(internal::Gemm(cols, dy_rows, true, false, 1.0,
                                             i0 == 0 ? 0.0 : 1.0, *dw2));
@@ -265,8 +244,8 @@ absl::Status GpuBackward(const ConvGeometry& g, const Tensor& x,
         if (dx != nullptr) {
           MT_RETURN_IF_ERROR(
               internal::Gemm(dy_rows, w2, false, true, 1.0, 0.0, cols));
-          MT_RETURN_IF_ERROR(cuda::Col2Im(x.dtype(), cols.raw_data(), cg,
-                                          images, ImageAt(*dx, g, i0), device));
+          MT_RETURN_IF_ERROR(cuda::Col2Im(x.dtype(), cols.raw_data(), g, images,
+                                          ImageAt(*dx, g, i0), device));
         }
         return absl::OkStatus();
       });
