@@ -81,16 +81,7 @@ absl::Status ParameterServerStrategy::Run(const ReplicaFn& fn) {
     });
   }
   for (std::thread& t : threads) t.join();
-  // The root cause, not the aborts it caused in other workers.
-  absl::Status first;
-  for (int w = 0; w < n; ++w) {
-    if (status[w].ok()) continue;
-    if (first.ok() || (absl::IsAborted(first) && !absl::IsAborted(status[w]))) {
-      first = absl::Status(status[w].code(), absl::StrCat("worker ", w, ": ",
-                                                          status[w].message()));
-    }
-  }
-  return first;
+  return RootCause(status, "worker");
 }
 
 }  // namespace mirrortrain::distribute

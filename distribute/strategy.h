@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "tensor/device.h"
 #include "tensor/gradient_tape.h"
@@ -101,6 +102,12 @@ class Strategy {
   // Reduces one host value per replica (metrics): sum or mean.
   static double Reduce(ReduceOp op, absl::Span<const double> per_replica);
 };
+
+// The first error of `per_replica` that is not an abort (the root cause,
+// not the aborts it caused in the others), else the first error, prefixed
+// with "<what> <index>: "; OK when all are.
+absl::Status RootCause(absl::Span<const absl::Status> per_replica,
+                       absl::string_view what);
 
 // Copies `parts` into consecutive elements of `buffer` on the current
 // stream (see PackAndAllReduceAsync); no parts: leaves buffer as it is.

@@ -615,7 +615,9 @@ absl::Status Trainer::AfterSteps(LoopState& loop, int64_t step, double loss_sum,
                       "train",
                       "",
                       {{"loss", loop.window_loss / loop.window_steps},
-                       {"learning_rate", primary().optimizer->LearningRate()},
+                       // The rate of the next update (from the step: the
+                       // parameter servers' snapshot may be older).
+                       {"learning_rate", primary().optimizer->schedule()(step)},
                        {"samples_per_sec", samples_per_sec}}};
     if (ps_) {
       // How stale the window's updates were (UpdateClock).

@@ -65,6 +65,7 @@ SafetensorsFile LatestCheckpoint(const std::string& run_dir) {
 SafetensorsFile TrainToCheckpoint(std::vector<std::string> overrides,
                                   const std::string& run_dir) {
   std::unique_ptr<Trainer> t = MakeTrainer(std::move(overrides), run_dir);
+  if (t == nullptr) std::abort();  // MakeTrainer reported why.
   absl::Status s = t->Train();
   EXPECT_TRUE(s.ok()) << s;
   return LatestCheckpoint(run_dir);
@@ -101,6 +102,34 @@ TEST(CentralStorageTest, SameCheckpointsAsMirroredFor1And2And4Replicas) {
     ExpectSameCheckpoint(central, mirrored, 1e-6);
     EXPECT_EQ(central.metadata().at("step"), "30");
   }
+}
+
+TEST(CentralStorageTest, BatchNormMovingStatisticsKeptCentrally) {
+  // The forward pass's own state (moving mean and variance) is written by
+  // the replicas, not by the optimizer: it must reach the central copy.
+  const std::string dir = testing::FreshTestDir("central_bn");
+  std::vector<std::string> bn = {
+      "model.layers=[{type: flatten}, {type: dense, units: 16}, "
+      "{type: batch_normalization}, {type: activation, activation: relu}, "
+      "{type: dense, units: 10}]"};
+  auto with_bn = [&](std::vector<std::string> job) {
+    std::erase_if(job, [](const std::string& s) {
+      return s.starts_with("model.");  // Layers instead of the mlp preset.
+    });
+    job.insert(job.end(), bn.begin(), bn.end());
+    return job;
+  };
+  std::vector<std::string> mirrored = with_bn(SmallJob("mirrored", 2, 20));
+  std::vector<std::string> central =
+      with_bn(SmallJob("central_storage", 2, 20));
+  SafetensorsFile m = TrainToCheckpoint(mirrored, dir + "/mirrored");
+  SafetensorsFile c = TrainToCheckpoint(central, dir + "/central");
+  ExpectSameCheckpoint(c, m, 1e-6);
+  bool has_moving_mean = false;
+  for (const std::string& name : c.names()) {
+    has_moving_mean |= absl::StrContains(name, "moving_mean");
+  }
+  EXPECT_TRUE(has_moving_mean);
 }
 
 TEST(CentralStorageTest, StateExistsOnceAndEvaluatesWithEma) {
