@@ -41,18 +41,14 @@ TEST(VariablePartitionerTest, SmallVariablesWholeLargeOnesCutRoundRobin) {
   EXPECT_EQ(plan[3][1].row_end, 7);
 }
 
-struct Round {
-  int64_t read = 0;
-  int64_t ticket = 0;
-};
-
 // `workers` threads run rounds against `clock` until it says the run is
-// over; each update's ticket is counted in `applied` (a stand-in for the
-// parameter servers). The coordinator lets them run to `total` in steps of
-// `chunk`, checking that they stop at each limit.
-void RunWorkers(UpdateClock& clock, int workers, int64_t total, int64_t chunk,
-                std::vector<std::atomic<int>>& applied,
-                std::atomic<int64_t>& pushes) {
+// over; each update's ticket is counted (a stand-in for the parameter
+// servers). The coordinator lets them run to `total` in steps of `chunk`,
+// checking that they stop at each limit; at the end every update 1..total
+// was applied exactly once.
+void RunWorkers(UpdateClock& clock, int workers, int64_t total, int64_t chunk) {
+  std::vector<std::atomic<int>> applied(total);
+  std::atomic<int64_t> pushes{0};
   std::vector<std::thread> threads;
   for (int w = 0; w < workers; ++w) {
     threads.emplace_back([&, w] {
@@ -94,19 +90,17 @@ void RunWorkers(UpdateClock& clock, int workers, int64_t total, int64_t chunk,
   }
   clock.Finish();
   for (std::thread& t : threads) t.join();
+  EXPECT_EQ(pushes.load(), total);
+  for (int64_t t = 0; t < total; ++t) {
+    ASSERT_EQ(applied[t].load(), 1) << "update " << t + 1;
+  }
 }
 
 TEST(UpdateClockTest, EveryUpdateNumberedAndAppliedExactlyOnce) {
   constexpr int kWorkers = 8;
   constexpr int64_t kTotal = 4000;
   UpdateClock clock(/*max_staleness=*/-1);
-  std::vector<std::atomic<int>> applied(kTotal);
-  std::atomic<int64_t> pushes{0};
-  RunWorkers(clock, kWorkers, kTotal, 500, applied, pushes);
-  EXPECT_EQ(pushes.load(), kTotal);
-  for (int64_t t = 0; t < kTotal; ++t) {
-    ASSERT_EQ(applied[t].load(), 1) << "update " << t + 1;
-  }
+  RunWorkers(clock, kWorkers, kTotal, 500);
   const std::vector<int64_t> counts = clock.TakeStalenessCounts();
   int64_t sum = 0;
   for (int64_t c : counts) sum += c;
@@ -116,13 +110,8 @@ TEST(UpdateClockTest, EveryUpdateNumberedAndAppliedExactlyOnce) {
 
 TEST(UpdateClockTest, MaxStalenessHonouredUnderContention) {
   for (int64_t bound : {0, 1, 3}) {
-    constexpr int kWorkers = 6;
-    constexpr int64_t kTotal = 1500;
     UpdateClock clock(bound);
-    std::vector<std::atomic<int>> applied(kTotal);
-    std::atomic<int64_t> pushes{0};
-    RunWorkers(clock, kWorkers, kTotal, 300, applied, pushes);
-    EXPECT_EQ(pushes.load(), kTotal);
+    RunWorkers(clock, /*workers=*/6, /*total=*/1500, /*chunk=*/300);
     EXPECT_LE(clock.max_staleness_seen(), bound);
     const std::vector<int64_t> counts = clock.TakeStalenessCounts();
     EXPECT_LE(static_cast<int64_t>(counts.size()), bound + 1);
@@ -133,17 +122,13 @@ TEST(UpdateClockTest, UnboundedWorkersDoGetStale) {
   // The bound above is not vacuous: without it, 6 interleaving workers
   // produce stale updates.
   UpdateClock clock(-1);
-  std::vector<std::atomic<int>> applied(1500);
-  std::atomic<int64_t> pushes{0};
-  RunWorkers(clock, 6, 1500, 1500, applied, pushes);
+  RunWorkers(clock, 6, 1500, 1500);
   EXPECT_GE(clock.max_staleness_seen(), 1);
 }
 
 TEST(UpdateClockTest, OneWorkerIsNeverStale) {
   UpdateClock clock(-1);
-  std::vector<std::atomic<int>> applied(100);
-  std::atomic<int64_t> pushes{0};
-  RunWorkers(clock, 1, 100, 10, applied, pushes);
+  RunWorkers(clock, 1, 100, 10);
   EXPECT_EQ(clock.max_staleness_seen(), 0);
 }
 
