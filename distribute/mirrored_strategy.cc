@@ -234,15 +234,7 @@ absl::Status MirroredStrategy::Run(const ReplicaFn& fn) {
   }
   run_one(0);
   for (int r = 1; r < n; ++r) done[r].get_future().wait();
-  // Report the root cause, not the aborts it caused in other replicas.
-  absl::Status first;
-  for (int r = 0; r < n; ++r) {
-    if (status[r].ok()) continue;
-    if (first.ok() || (absl::IsAborted(first) && !absl::IsAborted(status[r]))) {
-      first = absl::Status(status[r].code(), absl::StrCat("replica ", r, ": ",
-                                                          status[r].message()));
-    }
-  }
+  absl::Status first = RootCause(status, "replica");
   if (!first.ok()) broken_ = first;
   return first;
 }

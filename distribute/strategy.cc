@@ -41,6 +41,20 @@ absl::Status PackInto(absl::Span<const Tensor> parts, const Tensor& buffer) {
   return absl::OkStatus();
 }
 
+absl::Status RootCause(absl::Span<const absl::Status> per_replica,
+                       absl::string_view what) {
+  absl::Status first;
+  for (size_t r = 0; r < per_replica.size(); ++r) {
+    const absl::Status& s = per_replica[r];
+    if (s.ok()) continue;
+    if (first.ok() || (absl::IsAborted(first) && !absl::IsAborted(s))) {
+      first =
+          absl::Status(s.code(), absl::StrCat(what, " ", r, ": ", s.message()));
+    }
+  }
+  return first;
+}
+
 double Strategy::Reduce(ReduceOp op, absl::Span<const double> per_replica) {
   double sum = 0;
   for (double v : per_replica) sum += v;

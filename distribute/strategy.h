@@ -1,6 +1,7 @@
 // Strategy: how a training step is spread over devices, after
 // tf.distribute.Strategy. The training loop is written against this
-// interface only; OneDeviceStrategy and MirroredStrategy implement it.
+// interface only; OneDeviceStrategy, MirroredStrategy,
+// CentralStorageStrategy and ParameterServerStrategy implement it.
 //
 // Thread contract: Run() is called from one thread (the loop's). It calls
 // the replica function once per replica, possibly on replica threads, and
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "tensor/device.h"
 #include "tensor/gradient_tape.h"
@@ -69,6 +71,21 @@ class ReplicaContext {
 
 using ReplicaFn = std::function<absl::Status(ReplicaContext&)>;
 
+// Where the training state (variables, optimizer slots, EMA shadows) lives,
+// which decides how a training loop applies an update.
+enum class VariablePlacement {
+  // A copy per replica; every replica applies the same reduced update
+  // (MirroredStrategy, OneDeviceStrategy).
+  kMirrored,
+  // One copy on variables_device(); replicas read it each step and the
+  // reduced update is applied there once (CentralStorageStrategy).
+  kCentral,
+  // Partitioned over parameter-server devices; replicas are asynchronous
+  // workers that read, compute and push on their own
+  // (ParameterServerStrategy).
+  kParameterServers,
+};
+
 class Strategy {
  public:
   virtual ~Strategy() = default;
@@ -76,9 +93,21 @@ class Strategy {
   virtual const std::vector<Device>& devices() const = 0;
   // Runs `fn` once per replica; returns the first replica error.
   virtual absl::Status Run(const ReplicaFn& fn) = 0;
+  virtual VariablePlacement variable_placement() const {
+    return VariablePlacement::kMirrored;
+  }
+  // The device holding the one copy of the state (kCentral); the first
+  // replica's device otherwise.
+  virtual Device variables_device() const { return devices()[0]; }
   // Reduces one host value per replica (metrics): sum or mean.
   static double Reduce(ReduceOp op, absl::Span<const double> per_replica);
 };
+
+// The first error of `per_replica` that is not an abort (the root cause,
+// not the aborts it caused in the others), else the first error, prefixed
+// with "<what> <index>: "; OK when all are.
+absl::Status RootCause(absl::Span<const absl::Status> per_replica,
+                       absl::string_view what);
 
 // Copies `parts` into consecutive elements of `buffer` on the current
 // stream (see PackAndAllReduceAsync); no parts: leaves buffer as it is.

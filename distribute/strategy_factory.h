@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "distribute/parameter_server_strategy.h"
 #include "distribute/strategy.h"
 
 namespace mirrortrain::distribute {
@@ -17,6 +18,13 @@ struct MirroredOptions {
   double watchdog_seconds = 300;
 };
 
+// What every strategy may take from `distribute.*`; each reads its part.
+struct StrategyOptions {
+  MirroredOptions mirrored;                 // mirrored, central_storage
+  Device variables_device = Device::Cpu();  // central_storage
+  ParameterServerOptions parameter_server;  // parameter_server
+};
+
 // The strategies MakeStrategy builds, and MirroredOptions' cross-device
 // ops, for the config schema.
 std::vector<std::string> StrategyNames();
@@ -25,7 +33,7 @@ std::vector<std::string> CrossDeviceOpsNames();
 // `name`: one of StrategyNames().
 absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(
     const std::string& name, const std::vector<Device>& devices,
-    const MirroredOptions& options);
+    const StrategyOptions& options);
 
 }  // namespace mirrortrain::distribute
 

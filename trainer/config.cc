@@ -206,7 +206,27 @@ const ParamSchema& DistributeSchema() {
            .Min(0.001)
            .Max(1e6)
            .Doc("a replica that does not reach a collective in time stops "
-                "the run")}};
+                "the run"),
+       Param::String("variables_device")
+           .Default("cpu:0")
+           .Doc("central_storage: the device holding the one copy of "
+                "variables, slots and EMA"),
+       Param::StringList("ps_devices")
+           .Default(std::vector<std::string>{"cpu:0"})
+           .MinLength(1)
+           .Doc("parameter_server: the host devices (cpu:K) the variables "
+                "are partitioned over, round-robin"),
+       Param::Int("ps_min_shard_bytes")
+           .Default(262144)
+           .Min(1)
+           .Doc("parameter_server: a variable is cut along its first axis "
+                "into at most one partition per ps device, none smaller "
+                "than this (TF's MinSizePartitioner)"),
+       Param::Int("max_staleness")
+           .Nullable()
+           .Min(0)
+           .Doc("parameter_server: no update is applied more than N "
+                "updates stale; workers wait instead (null: unbounded)")}};
   return *s;
 }
 
@@ -846,6 +866,24 @@ absl::Status Validate(const Reader& r, const YAML::Node& root,
                    absl::StrCat("one_device takes exactly one device, got ",
                                 devices->size()));
   }
+  if (absl::StatusOr<Device> central =
+          ParseDevice(c.distribute.variables_device);
+      !central.ok()) {
+    return r.Error("distribute.variables_device",
+                   node("distribute", "variables_device"),
+                   std::string(central.status().message()));
+  }
+  absl::StatusOr<std::vector<Device>> ps =
+      distribute::ResolveDevices(c.distribute.ps_devices);
+  if (ps.ok() && !(*ps)[0].is_cpu()) {
+    ps = absl::InvalidArgumentError(
+        "parameter servers hold their shards in host memory: list cpu:K "
+        "devices");
+  }
+  if (!ps.ok()) {
+    return r.Error("distribute.ps_devices", node("distribute", "ps_devices"),
+                   std::string(ps.status().message()));
+  }
   return absl::OkStatus();
 }
 
@@ -906,7 +944,11 @@ absl::StatusOr<Config> Parse(const std::string& yaml_text,
                   dist.String("cross_device_ops"),
                   dist.Int("bucket_bytes"),
                   dist.Int("check_replicas_every_steps"),
-                  dist.Float("watchdog_seconds")};
+                  dist.Float("watchdog_seconds"),
+                  dist.String("variables_device"),
+                  dist.StringList("ps_devices"),
+                  dist.Int("ps_min_shard_bytes"),
+                  dist.OptionalInt("max_staleness")};
   MT_ASSIGN_OR_RETURN(Params train,
                       ReadFixed(r, root, "train", TrainSchema(), &resolved));
   c.train = {train.OptionalInt("epochs"), train.OptionalInt("steps"),

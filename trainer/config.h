@@ -67,12 +67,16 @@ struct EmaConfig {
 };
 
 struct DistributeConfig {
-  std::string strategy;  // one_device | mirrored
+  std::string strategy;  // distribute::StrategyNames()
   std::vector<std::string> devices;
   std::string cross_device_ops;  // auto | nccl | local
   int64_t bucket_bytes;
   int64_t check_replicas_every_steps;  // 0: never.
   double watchdog_seconds;
+  std::string variables_device;         // central_storage
+  std::vector<std::string> ps_devices;  // parameter_server
+  int64_t ps_min_shard_bytes;
+  std::optional<int64_t> max_staleness;  // Unset: unbounded.
 };
 
 struct TrainConfig {

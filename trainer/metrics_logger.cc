@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::trainer {
@@ -23,6 +24,10 @@ std::string ToJson(const MetricsRecord& r) {
   }
   for (const auto& [name, value] : r.values) {
     absl::StrAppend(&out, ", \"", name, "\": ", FormatJsonNumber(value));
+  }
+  for (const auto& [name, counts] : r.histograms) {
+    absl::StrAppend(&out, ", \"", name, "_histogram\": [",
+                    absl::StrJoin(counts, ", "), "]");
   }
   absl::StrAppend(&out, "}");
   return out;
@@ -58,6 +63,10 @@ absl::Status MetricsLogger::Log(const MetricsRecord& record) {
   for (const auto& [name, value] : record.values) {
     MT_RETURN_IF_ERROR(events_->WriteScalar(absl::StrCat(prefix, "/", name),
                                             record.step, value));
+  }
+  for (const auto& [name, counts] : record.histograms) {
+    MT_RETURN_IF_ERROR(events_->WriteIntegerHistogram(
+        absl::StrCat(prefix, "/", name), record.step, counts));
   }
   return Flush();
 }

@@ -23,6 +23,9 @@ struct MetricsRecord {
   std::string split;    // "train" | "test"
   std::string weights;  // "" for train; "raw" | "ema" for evaluations.
   std::vector<std::pair<std::string, double>> values;  // In output order.
+  // Integer histograms: counts[v] of value v. metrics.jsonl gets
+  // "<name>_histogram": [counts...], TensorBoard a histogram "<split>/<name>".
+  std::vector<std::pair<std::string, std::vector<int64_t>>> histograms;
 };
 
 // A number as metrics.jsonl and `eval` print it (%.8g; null if not finite),

@@ -8,7 +8,10 @@
 #include "absl/strings/str_format.h"
 #include "distribute/device_set.h"
 #include "distribute/mirrored_variable.h"
+#include "distribute/one_device_strategy.h"
+#include "distribute/parameter_server_strategy.h"
 #include "distribute/strategy_factory.h"
+#include "distribute/variable_partitioner.h"
 #include "models/losses.h"
 #include "models/presets.h"
 #include "tensor/cuda/stream.h"
@@ -96,16 +99,12 @@ absl::Status CheckClassifier(const models::Model& model,
   return absl::OkStatus();
 }
 
-// Step randomness (dropout) from the seed and the step, never from the
-// replica, so every replica and every replica count agree.
-uint64_t StepSeed(uint64_t seed, int64_t step) {
-  uint64_t z = seed ^ (0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(step + 1));
-  z = (z ^ (z >> 31)) * 0xbf58476d1ce4e5b9ULL;
-  return z ^ (z >> 29);
-}
-
-double ScalarValue(const Tensor& t) {
-  return t.device().is_cpu() ? t.ScalarAt(0) : t.To(Device::Cpu())->ScalarAt(0);
+absl::StatusOr<std::unique_ptr<Optimizer>> MakeConfiguredOptimizer(
+    const OptimizerConfig& o) {
+  MT_ASSIGN_OR_RETURN(
+      std::unique_ptr<LearningRateSchedule> schedule,
+      MakeSchedule(o.schedule, o.schedule_params, o.learning_rate));
+  return MakeOptimizer(o.name, o.params, std::move(schedule));
 }
 
 }  // namespace
@@ -122,6 +121,17 @@ absl::StatusOr<std::string> ModelSummary(const Config& config) {
 }
 
 Trainer::~Trainer() = default;
+
+uint64_t Trainer::StepSeed(uint64_t seed, int64_t step, int worker) {
+  uint64_t z = seed ^ (0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(step + 1));
+  z ^= 0xd1b54a32d192ed03ULL * static_cast<uint64_t>(worker);
+  z = (z ^ (z >> 31)) * 0xbf58476d1ce4e5b9ULL;
+  return z ^ (z >> 29);
+}
+
+double Trainer::HostValue(const Tensor& t) {
+  return t.device().is_cpu() ? t.ScalarAt(0) : t.To(Device::Cpu())->ScalarAt(0);
+}
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     const Config& config, const std::string& run_dir, bool need_train_data) {
@@ -140,11 +150,18 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   SetMatMulPrecision(precision);
   MT_ASSIGN_OR_RETURN(std::vector<Device> devices,
                       distribute::ResolveDevices(config.distribute.devices));
-  MT_ASSIGN_OR_RETURN(t->strategy_, distribute::MakeStrategy(
-                                        config.distribute.strategy, devices,
-                                        {config.distribute.cross_device_ops,
-                                         config.distribute.bucket_bytes,
-                                         config.distribute.watchdog_seconds}));
+  const DistributeConfig& dist = config.distribute;
+  distribute::StrategyOptions options;
+  options.mirrored = {dist.cross_device_ops, dist.bucket_bytes,
+                      dist.watchdog_seconds};
+  MT_ASSIGN_OR_RETURN(options.variables_device,
+                      ParseDevice(dist.variables_device));
+  MT_ASSIGN_OR_RETURN(options.parameter_server.ps_devices,
+                      distribute::ResolveDevices(dist.ps_devices));
+  options.parameter_server.max_staleness = dist.max_staleness.value_or(-1);
+  options.parameter_server.min_shard_bytes = dist.ps_min_shard_bytes;
+  MT_ASSIGN_OR_RETURN(
+      t->strategy_, distribute::MakeStrategy(dist.strategy, devices, options));
   // The test split first: it gives the model its input shape and classes.
   MT_ASSIGN_OR_RETURN(t->test_data_,
                       LoadSplit(config.data, /*train=*/false, config.seed));
@@ -166,32 +183,48 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   }
   MT_ASSIGN_OR_RETURN(const models::ModelDef def,
                       ModelDefinition(config.model, t->test_data_));
+  const bool mirrored =
+      t->placement() == distribute::VariablePlacement::kMirrored;
   for (const Device& device : t->strategy_->devices()) {
-    Replica r;
-    MT_ASSIGN_OR_RETURN(r.model,
-                        models::Model::Build(def, config.seed, device));
-    MT_RETURN_IF_ERROR(CheckClassifier(*r.model, t->test_data_));
-    MT_ASSIGN_OR_RETURN(std::unique_ptr<LearningRateSchedule> schedule,
-                        MakeSchedule(config.optimizer.schedule,
-                                     config.optimizer.schedule_params,
-                                     config.optimizer.learning_rate));
-    MT_ASSIGN_OR_RETURN(r.optimizer, MakeOptimizer(config.optimizer.name,
-                                                   config.optimizer.params,
-                                                   std::move(schedule)));
-    MT_RETURN_IF_ERROR(
-        r.optimizer->CreateSlots(r.model->trainable_variables()));
-    if (config.ema.decay.has_value()) {
-      r.ema = std::make_unique<ExponentialMovingAverage>(
-          *config.ema.decay, config.ema.use_num_updates);
-      MT_RETURN_IF_ERROR(r.ema->Track(r.model->trainable_variables()));
-    }
+    MT_ASSIGN_OR_RETURN(Replica r, t->BuildReplica(def, device, mirrored));
     t->replicas_.push_back(std::move(r));
   }
-  std::vector<std::vector<Variable*>> states;
-  for (int r = 0; r < t->num_replicas(); ++r) {
-    states.push_back(t->ReplicaState(r));
+  if (mirrored) {
+    std::vector<std::vector<Variable*>> states;
+    for (int r = 0; r < t->num_replicas(); ++r) {
+      states.push_back(t->ReplicaState(r));
+    }
+    MT_ASSIGN_OR_RETURN(t->mirrored_, distribute::MirrorReplicaStates(states));
+  } else {
+    MT_ASSIGN_OR_RETURN(
+        Replica state,
+        t->BuildReplica(def, t->strategy_->variables_device(), true));
+    t->state_ = std::make_unique<Replica>(std::move(state));
   }
-  MT_ASSIGN_OR_RETURN(t->mirrored_, distribute::MirrorReplicaStates(states));
+  if (t->placement() == distribute::VariablePlacement::kParameterServers) {
+    const auto& ps =
+        static_cast<const distribute::ParameterServerStrategy&>(*t->strategy_)
+            .options();
+    const std::vector<Variable*> vars = t->state_->model->variables();
+    std::vector<Shape> shapes;
+    for (const Variable* v : vars) shapes.push_back(v->shape());
+    std::optional<ParameterServerShards::EmaOptions> ema;
+    if (config.ema.decay) {
+      ema = {{*config.ema.decay, config.ema.use_num_updates}};
+    }
+    MT_ASSIGN_OR_RETURN(
+        t->ps_,
+        ParameterServerShards::Create(
+            vars,
+            distribute::PartitionVariables(
+                shapes, sizeof(float), static_cast<int>(ps.ps_devices.size()),
+                ps.min_shard_bytes),
+            ps.ps_devices,
+            [&config] { return MakeConfiguredOptimizer(config.optimizer); },
+            ema));
+    t->async_window_ = std::make_unique<AsyncWindow>();
+    t->async_window_->pushes.assign(t->num_replicas(), 0);
+  }
   if (need_train_data) {
     MT_ASSIGN_OR_RETURN(t->train_data_,
                         LoadSplit(config.data, /*train=*/true, config.seed));
@@ -204,7 +237,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     opt.augment = config.data.augment;
     MT_RETURN_IF_ERROR(
         CheckAugmentable(opt.augment, t->train_data_.images.shape()));
-    if (t->strategy_->devices()[0].is_cuda()) {
+    const bool async =
+        t->placement() == distribute::VariablePlacement::kParameterServers;
+    // Asynchronous workers take whole batches, copied in their own step.
+    if (t->strategy_->devices()[0].is_cuda() && !async) {
       MT_ASSIGN_OR_RETURN(t->stager_,
                           DeviceStager::Create(t->strategy_->devices()));
       opt.stage = [stager = t->stager_.get()](Batch& batch) {
@@ -219,6 +255,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
           absl::StrCat("data: ", it.status().message()));
     }
     t->train_iterator_ = *std::move(it);
+    // parameter_server: every worker its own shuffle of the data (TF's
+    // per-worker datasets); worker 0's is the one a single device reads.
+    for (int w = 1; async && w < t->num_replicas(); ++w) {
+      BatchIteratorOptions worker = opt;
+      worker.seed = StepSeed(opt.seed, -1 - w);
+      MT_ASSIGN_OR_RETURN(std::unique_ptr<BatchIterator> input,
+                          BatchIterator::Create(&t->train_data_, worker));
+      t->worker_iterators_.push_back(std::move(input));
+    }
     MT_RETURN_IF_ERROR(t->TotalSteps().status());
   }
   // Restore before writing anything, so a bad checkpoint leaves the run
@@ -233,18 +278,44 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   return t;
 }
 
-int64_t Trainer::global_step() const {
-  return replicas_[0].optimizer->iterations();
+absl::StatusOr<Trainer::Replica> Trainer::BuildReplica(
+    const models::ModelDef& def, Device device, bool with_state) const {
+  Replica r;
+  MT_ASSIGN_OR_RETURN(r.model, models::Model::Build(def, config_.seed, device));
+  MT_RETURN_IF_ERROR(CheckClassifier(*r.model, test_data_));
+  if (!with_state) return r;
+  MT_ASSIGN_OR_RETURN(r.optimizer, MakeConfiguredOptimizer(config_.optimizer));
+  MT_RETURN_IF_ERROR(r.optimizer->CreateSlots(r.model->trainable_variables()));
+  if (config_.ema.decay.has_value()) {
+    r.ema = std::make_unique<ExponentialMovingAverage>(
+        *config_.ema.decay, config_.ema.use_num_updates);
+    MT_RETURN_IF_ERROR(r.ema->Track(r.model->trainable_variables()));
+  }
+  return r;
 }
 
-std::vector<Variable*> Trainer::ReplicaState(int replica) const {
-  const Replica& r = replicas_[replica];
+int64_t Trainer::global_step() const {
+  if (ps_) return clock().applied();
+  return primary().optimizer->iterations();
+}
+
+std::vector<Variable*> Trainer::StateOf(const Replica& r) {
   std::vector<Variable*> state = r.model->variables();
-  for (Variable* v : r.optimizer->SlotVariables()) state.push_back(v);
+  if (r.optimizer) {
+    for (Variable* v : r.optimizer->SlotVariables()) state.push_back(v);
+  }
   if (r.ema) {
     for (Variable* v : r.ema->ShadowVariables()) state.push_back(v);
   }
   return state;
+}
+
+std::vector<Variable*> Trainer::ReplicaState(int replica) const {
+  return StateOf(replicas_[replica]);
+}
+
+std::vector<Variable*> Trainer::TrainingState() const {
+  return StateOf(primary());
 }
 
 absl::Status Trainer::CheckReplicasIdentical() const {
@@ -293,12 +364,10 @@ absl::Status Trainer::AddL2Regularization(const std::vector<Variable*>& vars,
   return absl::OkStatus();
 }
 
-absl::Status Trainer::ReplicaStep(distribute::ReplicaContext& ctx,
-                                  const Batch& batch, int64_t step) {
-  Replica& r = replicas_[ctx.replica_id()];
+absl::StatusOr<std::vector<Tensor>> Trainer::ComputeGradients(
+    distribute::ReplicaContext& ctx, Replica& r, const Batch& batch,
+    distribute::ShardRange shard, int64_t step, uint64_t step_seed) {
   const int64_t global_batch = batch.labels.dim(0);
-  const distribute::ShardRange shard =
-      distribute::ShardOf(global_batch, ctx.replica_id(), ctx.num_replicas());
   Tensor images, labels;
   if (!batch.device_shards.empty()) {
     // Already on the GPU (DeviceStager): wait for the copy on the GPU only.
@@ -324,7 +393,7 @@ absl::Status Trainer::ReplicaStep(distribute::ReplicaContext& ctx,
     };
     const models::ForwardContext fctx{
         .training = true,
-        .step_seed = StepSeed(config_.seed, step),
+        .step_seed = step_seed,
         .row_offset = shard.begin,
         .global_batch = global_batch,
         .all_reduce_sum = ctx.reduces() ? &all_reduce : nullptr};
@@ -338,17 +407,75 @@ absl::Status Trainer::ReplicaStep(distribute::ReplicaContext& ctx,
   }
   MT_RETURN_IF_ERROR(AddL2Regularization(vars, grads));
   MT_RETURN_IF_ERROR(ClipGradients(grads, step));
+  return grads;
+}
+
+absl::Status Trainer::ApplyUpdate(Replica& target, std::vector<Tensor> grads) {
+  std::vector<Variable*> vars = target.model->trainable_variables();
   std::vector<GradAndVar> pairs;
-  for (size_t i = 0; i < vars.size(); ++i) pairs.push_back({grads[i], vars[i]});
-  MT_RETURN_IF_ERROR(r.optimizer->ApplyGradients(pairs));
-  if (r.ema) MT_RETURN_IF_ERROR(r.ema->Apply(r.optimizer->iterations()));
+  for (size_t i = 0; i < vars.size(); ++i) {
+    // Central storage: the reduced gradients come to the central device.
+    MT_ASSIGN_OR_RETURN(Tensor grad, grads[i].To(vars[i]->device()));
+    pairs.push_back({std::move(grad), vars[i]});
+  }
+  MT_RETURN_IF_ERROR(target.optimizer->ApplyGradients(pairs));
+  if (target.ema) {
+    MT_RETURN_IF_ERROR(target.ema->Apply(target.optimizer->iterations()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::ReplicaStep(distribute::ReplicaContext& ctx,
+                                  const Batch& batch, int64_t step) {
+  Replica& r = replicas_[ctx.replica_id()];
+  const distribute::ShardRange shard = distribute::ShardOf(
+      batch.labels.dim(0), ctx.replica_id(), ctx.num_replicas());
+  MT_ASSIGN_OR_RETURN(std::vector<Tensor> grads,
+                      ComputeGradients(ctx, r, batch, shard, step,
+                                       StepSeed(config_.seed, step)));
+  if (placement() == distribute::VariablePlacement::kMirrored) {
+    return ApplyUpdate(r, std::move(grads));
+  }
+  // Central storage: every replica holds the reduced gradients; replica 0
+  // applies them, once. The others read the central state before the step
+  // (LoadReplicaModels), so nothing reads it now.
+  if (ctx.replica_id() != 0) return absl::OkStatus();
+  MT_RETURN_IF_ERROR(ApplyUpdate(*state_, std::move(grads)));
+  // The forward pass's own state (batch-norm moving statistics) is the same
+  // on every replica (its statistics are all-reduced): keep replica 0's.
+  const std::vector<Variable*> central = state_->model->variables();
+  const std::vector<Variable*> mine = r.model->variables();
+  for (size_t i = 0; i < central.size(); ++i) {
+    if (!central[i]->trainable()) {
+      MT_RETURN_IF_ERROR(central[i]->Assign(mine[i]->value()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::LoadReplicaModels(bool ema) {
+  const std::vector<Variable*> central = state_->model->variables();
+  for (Replica& r : replicas_) {
+    const std::vector<Variable*> mine = r.model->variables();
+    for (size_t i = 0; i < central.size(); ++i) {
+      const Variable* shadow = ema ? state_->ema->Shadow(*central[i]) : nullptr;
+      MT_RETURN_IF_ERROR(mine[i]->Assign(
+          shadow != nullptr ? shadow->value() : central[i]->value()));
+    }
+  }
   return absl::OkStatus();
 }
 
 absl::Status Trainer::Step(const Batch& batch, int64_t step) {
-  absl::Status s = strategy_->Run([&](distribute::ReplicaContext& ctx) {
-    return ReplicaStep(ctx, batch, step);
-  });
+  absl::Status s = absl::OkStatus();
+  if (placement() == distribute::VariablePlacement::kCentral) {
+    s = LoadReplicaModels(/*ema=*/false);
+  }
+  if (s.ok()) {
+    s = strategy_->Run([&](distribute::ReplicaContext& ctx) {
+      return ReplicaStep(ctx, batch, step);
+    });
+  }
   if (!s.ok()) {
     return absl::Status(s.code(),
                         absl::StrCat("step ", step + 1, ": ", s.message()));
@@ -357,21 +484,33 @@ absl::Status Trainer::Step(const Batch& batch, int64_t step) {
 }
 
 absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
-  if (ema && replicas_[0].ema == nullptr) {
+  if (ema && primary().ema == nullptr) {
     return absl::InvalidArgumentError(
         "EMA weights requested but the config has no ema.decay");
   }
   // Every eval batch is sharded over the replicas like a training batch;
-  // per-replica sums are then reduced (Strategy::Reduce).
+  // per-replica sums are then reduced (Strategy::Reduce). Central storage
+  // loads the weights into the replicas first; asynchronous workers never
+  // stop for an evaluation: it runs on the gathered state, on its device.
+  distribute::Strategy* runner = strategy_.get();
+  std::optional<distribute::OneDeviceStrategy> on_state;
+  if (placement() == distribute::VariablePlacement::kCentral) {
+    MT_RETURN_IF_ERROR(LoadReplicaModels(ema));
+  } else if (ps_) {
+    MT_RETURN_IF_ERROR(SnapshotShards());
+    on_state.emplace(strategy_->variables_device());
+    runner = &*on_state;
+  }
+  const int replicas = runner->num_replicas();
   const int64_t n = test_data_.labels.dim(0);
-  std::vector<double> loss_sums(num_replicas(), 0.0);
-  std::vector<double> corrects(num_replicas(), 0.0);
+  std::vector<double> loss_sums(replicas, 0.0);
+  std::vector<double> corrects(replicas, 0.0);
   MT_RETURN_IF_ERROR(
-      strategy_->Run([&](distribute::ReplicaContext& ctx) -> absl::Status {
+      runner->Run([&](distribute::ReplicaContext& ctx) -> absl::Status {
         const int id = ctx.replica_id();
-        Replica& r = replicas_[id];
+        Replica& r = ps_ ? *state_ : replicas_[id];
         std::optional<ScopedEmaWeights> swap;
-        if (ema) {
+        if (ema && r.ema != nullptr) {
           MT_ASSIGN_OR_RETURN(swap, ScopedEmaWeights::Create(*r.ema));
         }
         for (int64_t begin = 0; begin < n; begin += kEvalBatch) {
@@ -391,7 +530,7 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
           MT_ASSIGN_OR_RETURN(
               Tensor loss,
               models::SparseCategoricalCrossentropy(logits, labels, 1));
-          loss_sums[id] += ScalarValue(loss);
+          loss_sums[id] += HostValue(loss);
           MT_ASSIGN_OR_RETURN(int64_t c, models::CountCorrect(logits, labels));
           corrects[id] += static_cast<double>(c);
         }
@@ -412,7 +551,7 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
 absl::Status Trainer::EvaluateAndLog(int64_t step) {
   const int64_t steps_per_epoch = train_iterator_->BatchesPerEpoch();
   std::vector<bool> which = {false};
-  if (replicas_[0].ema) which.push_back(true);
+  if (primary().ema) which.push_back(true);
   std::string line = absl::StrCat("eval step ", step);
   for (bool ema : which) {
     MT_ASSIGN_OR_RETURN(EvalResult e, Evaluate(ema));
@@ -442,43 +581,106 @@ absl::StatusOr<int64_t> Trainer::TotalSteps() const {
   return total;
 }
 
-absl::Status Trainer::Train() {
-  const int64_t steps_per_epoch = train_iterator_->BatchesPerEpoch();
-  MT_ASSIGN_OR_RETURN(const int64_t total_steps, TotalSteps());
-  progress_ = std::make_unique<Progress>(total_steps, steps_per_epoch,
-                                         config_.train.log_every_steps);
-  int64_t step = global_step();
-  double window_loss = 0;
-  int64_t window_steps = 0, window_samples = 0;
-  auto window_start = std::chrono::steady_clock::now();
-  bool evaluated_at_end = false;
-  auto save = [&]() -> absl::Status {
-    // Without a run directory (tests, tools) nothing is written.
-    if (run_dir_.empty() || last_saved_step_ == global_step()) {
-      return absl::OkStatus();
-    }
-    MT_ASSIGN_OR_RETURN(std::string path, SaveCheckpoint());
-    progress_->Message(absl::StrCat("saved ", path));
+absl::Status Trainer::SaveIfNew() {
+  // Without a run directory (tests, tools) nothing is written.
+  if (run_dir_.empty() || last_saved_step_ == global_step()) {
     return absl::OkStatus();
-  };
-  // A stop signal: checkpoint, then end with Cancelled.
-  auto stop = [&]() -> absl::Status {
-    MT_RETURN_IF_ERROR(save());
-    progress_->Message(absl::StrCat("stopped by signal after step ", step));
-    return absl::CancelledError(
-        absl::StrCat("stopped by signal at step ", step));
-  };
+  }
+  MT_ASSIGN_OR_RETURN(std::string path, SaveCheckpoint());
+  progress_->Message(absl::StrCat("saved ", path));
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::StopBySignal(int64_t step) {
+  MT_RETURN_IF_ERROR(SaveIfNew());
+  progress_->Message(absl::StrCat("stopped by signal after step ", step));
+  return absl::CancelledError(absl::StrCat("stopped by signal at step ", step));
+}
+
+absl::Status Trainer::AfterSteps(LoopState& loop, int64_t step, double loss_sum,
+                                 int64_t steps, int64_t samples) {
+  loop.window_loss += loss_sum;
+  loop.window_steps += steps;
+  loop.window_samples += samples;
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                    loop.window_start)
+          .count();
+  const double samples_per_sec =
+      seconds > 0 ? loop.window_samples / seconds : 0;
+  progress_->Update(step, steps > 0 ? loss_sum / steps : 0, samples_per_sec);
+  if (step % config_.train.log_every_steps == 0 || step == loop.total_steps) {
+    MetricsRecord rec{step,
+                      step / loop.steps_per_epoch,
+                      "train",
+                      "",
+                      {{"loss", loop.window_loss / loop.window_steps},
+                       // The rate of the next update (from the step: the
+                       // parameter servers' snapshot may be older).
+                       {"learning_rate", primary().optimizer->schedule()(step)},
+                       {"samples_per_sec", samples_per_sec}}};
+    if (ps_) {
+      // How stale the window's updates were (UpdateClock).
+      const std::vector<int64_t> counts = clock().TakeStalenessCounts();
+      double updates = 0, sum = 0, max = 0;
+      for (size_t s = 0; s < counts.size(); ++s) {
+        updates += static_cast<double>(counts[s]);
+        sum += static_cast<double>(counts[s] * static_cast<int64_t>(s));
+        if (counts[s] > 0) max = static_cast<double>(s);
+      }
+      rec.values.push_back({"staleness_mean", updates > 0 ? sum / updates : 0});
+      rec.values.push_back({"staleness_max", max});
+      rec.histograms.push_back({"staleness", counts});
+    }
+    if (logger_) MT_RETURN_IF_ERROR(logger_->Log(rec));
+    loop.window_loss = 0;
+    loop.window_steps = loop.window_samples = 0;
+    loop.window_start = std::chrono::steady_clock::now();
+  }
+  const bool epoch_end = step % loop.steps_per_epoch == 0;
+  const int64_t every = config_.train.eval_every_epochs;
+  if (epoch_end && every > 0 && (step / loop.steps_per_epoch) % every == 0) {
+    MT_RETURN_IF_ERROR(EvaluateAndLog(step));
+    loop.evaluated_at_end = step == loop.total_steps;
+  }
+  const int64_t every_save = config_.checkpoint.every_steps;
+  if (every_save > 0 && step % every_save == 0) MT_RETURN_IF_ERROR(SaveIfNew());
+  if (step_observer_) step_observer_(step);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::FinishTraining(LoopState& loop, int64_t step) {
+  if (!loop.evaluated_at_end && StopSignal() == 0) {
+    MT_RETURN_IF_ERROR(EvaluateAndLog(step));
+  }
+  // A signal during the last step's evaluation (or the one above) still
+  // ends the run as a signal does.
+  if (StopSignal() != 0) return StopBySignal(step);
+  MT_RETURN_IF_ERROR(SaveIfNew());
+  progress_->Finish();
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Train() {
+  LoopState loop;
+  loop.steps_per_epoch = train_iterator_->BatchesPerEpoch();
+  MT_ASSIGN_OR_RETURN(loop.total_steps, TotalSteps());
+  loop.window_start = std::chrono::steady_clock::now();
+  progress_ = std::make_unique<Progress>(loop.total_steps, loop.steps_per_epoch,
+                                         config_.train.log_every_steps);
   if (!restored_from_.empty()) {
     progress_->Message(
-        absl::StrCat("restored ", restored_from_, " at step ", step));
+        absl::StrCat("restored ", restored_from_, " at step ", global_step()));
   }
-  while (step < total_steps) {
-    if (StopSignal() != 0) return stop();
+  if (ps_) return TrainAsync(loop);
+  int64_t step = global_step();
+  while (step < loop.total_steps) {
+    if (StopSignal() != 0) return StopBySignal(step);
     MT_ASSIGN_OR_RETURN(Batch batch, train_iterator_->Next());
     MT_RETURN_IF_ERROR(Step(batch, step));
     ++step;
     double loss = 0;
-    for (const Replica& r : replicas_) loss += ScalarValue(r.loss);
+    for (const Replica& r : replicas_) loss += HostValue(r.loss);
     if (!std::isfinite(loss)) {
       progress_->Finish();
       return absl::AbortedError(
@@ -493,47 +695,9 @@ absl::Status Trainer::Train() {
             absl::StrCat("step ", step, ": ", same.message()));
       }
     }
-    window_loss += loss;
-    ++window_steps;
-    window_samples += batch.labels.dim(0);
-    const double seconds = std::chrono::duration<double>(
-                               std::chrono::steady_clock::now() - window_start)
-                               .count();
-    const double samples_per_sec = seconds > 0 ? window_samples / seconds : 0;
-    progress_->Update(step, loss, samples_per_sec);
-    if (step % config_.train.log_every_steps == 0 || step == total_steps) {
-      MetricsRecord rec{
-          step,
-          step / steps_per_epoch,
-          "train",
-          "",
-          {{"loss", window_loss / window_steps},
-           {"learning_rate", replicas_[0].optimizer->LearningRate()},
-           {"samples_per_sec", samples_per_sec}}};
-      if (logger_) MT_RETURN_IF_ERROR(logger_->Log(rec));
-      window_loss = 0;
-      window_steps = window_samples = 0;
-      window_start = std::chrono::steady_clock::now();
-    }
-    const bool epoch_end = step % steps_per_epoch == 0;
-    const int64_t every = config_.train.eval_every_epochs;
-    if (epoch_end && every > 0 && (step / steps_per_epoch) % every == 0) {
-      MT_RETURN_IF_ERROR(EvaluateAndLog(step));
-      evaluated_at_end = step == total_steps;
-    }
-    const int64_t every_save = config_.checkpoint.every_steps;
-    if (every_save > 0 && step % every_save == 0) MT_RETURN_IF_ERROR(save());
-    if (step_observer_) step_observer_(step);
+    MT_RETURN_IF_ERROR(AfterSteps(loop, step, loss, 1, batch.labels.dim(0)));
   }
-  if (!evaluated_at_end && StopSignal() == 0) {
-    MT_RETURN_IF_ERROR(EvaluateAndLog(step));
-  }
-  // A signal during the last step's evaluation (or the one above) still
-  // ends the run as a signal does.
-  if (StopSignal() != 0) return stop();
-  MT_RETURN_IF_ERROR(save());
-  progress_->Finish();
-  return absl::OkStatus();
+  return FinishTraining(loop, step);
 }
 
 }  // namespace mirrortrain::trainer

@@ -1,19 +1,28 @@
 // The training loop: one job, written against distribute::Strategy, so the
-// same loop runs one device or mirrored replicas.
+// same loop runs one device, mirrored replicas, central storage or
+// asynchronous parameter-server workers.
 //
 // Per step (DESIGN.md, "One training step"): the global batch is cut into
 // contiguous replica shards; each replica runs forward and backward with the
 // loss divided by the global batch; gradients are SUM-all-reduced, clipped,
-// applied by the replica's optimizer, then the EMA is updated.
+// applied by the replica's optimizer, then the EMA is updated. Where the
+// update goes follows the strategy's VariablePlacement: every replica's
+// copy (mirrored), the one central copy, which the replicas read before the
+// step (central_storage), or, asynchronously, the parameter-server shards
+// (parameter_server: trainer_async.cc; each worker loops on its own input
+// and the Train() thread only coordinates).
 //
 // Ownership: the Trainer owns the strategy, the per-replica models,
-// optimizers and EMAs, the datasets and the loggers. Thread contract: all
-// public methods from one thread.
+// optimizers and EMAs (or the one central / parameter-server state), the
+// datasets and the loggers. Thread contract: all public methods from one
+// thread.
 #ifndef MIRRORTRAIN_TRAINER_TRAINER_H_
 #define MIRRORTRAIN_TRAINER_TRAINER_H_
 
+#include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "distribute/mirrored_variable.h"
 #include "distribute/strategy.h"
+#include "distribute/update_clock.h"
 #include "models/model.h"
 #include "trainer/checkpoint/checkpoint_format.h"
 #include "trainer/checkpoint/safetensors.h"
@@ -31,6 +41,7 @@
 #include "trainer/metrics_logger.h"
 #include "trainer/optim/ema.h"
 #include "trainer/optim/optimizer.h"
+#include "trainer/parameter_server_shards.h"
 #include "trainer/progress.h"
 #include "trainer/run_dir_lock.h"
 
@@ -74,22 +85,34 @@ class Trainer {
   // Restores every replica (variables, slots, EMA shadows), the step and the
   // input position from a checkpoint file or a directory's latest.
   absl::Status RestoreCheckpoint(const std::string& path_or_dir);
-  // Writes a checkpoint of replica 0 (all replicas are identical) to
-  // <run_dir>/checkpoints; returns its path (FailedPrecondition without a
-  // run directory).
+  // Writes a checkpoint of TrainingState() to <run_dir>/checkpoints; returns
+  // its path (FailedPrecondition without a run directory).
   absl::StatusOr<std::string> SaveCheckpoint();
   // The checkpoint the state came from ("" if trained from scratch).
   const std::string& restored_from() const { return restored_from_; }
   // Replica r's replicated state: model variables, optimizer slots and EMA
-  // shadows, in a fixed order.
+  // shadows, in a fixed order (only the model's variables when the state
+  // is not mirrored).
   std::vector<Variable*> ReplicaState(int replica) const;
+  // The state a checkpoint holds, in ReplicaState's order and names:
+  // replica 0's (mirrored), the central copy (central_storage), or the
+  // parameter servers' gathered into one copy (parameter_server; current
+  // when no training runs).
+  std::vector<Variable*> TrainingState() const;
+  // parameter_server: updates each ps device has applied, and gradients each
+  // worker pushed, since this trainer was built (tests).
+  std::vector<int64_t> ParameterServerUpdates() const;
+  std::vector<int64_t> WorkerPushes() const;
+  // parameter_server: the largest staleness of any applied update.
+  int64_t MaxStaleness() const;
   // Fails (Internal, naming the variable and replicas) unless every
   // replica's state is bitwise identical to replica 0's.
   absl::Status CheckReplicasIdentical() const;
   int num_replicas() const { return strategy_->num_replicas(); }
   // Called by Train() on its own thread after every step with the new
   // global step, once the step's work is finished (tests and tools, e.g. to
-  // read allocator counters between steps).
+  // read allocator counters between steps); parameter_server: at every step
+  // where the coordinator holds the workers (log, eval, checkpoint).
   void set_step_observer(std::function<void(int64_t step)> observer) {
     step_observer_ = std::move(observer);
   }
@@ -106,9 +129,69 @@ class Trainer {
   };
 
   Trainer() = default;
+  // Step randomness (dropout) from the seed and the step, never from the
+  // replica, so every replica and every replica count agree; asynchronous
+  // workers other than worker 0 get their own streams.
+  static uint64_t StepSeed(uint64_t seed, int64_t step, int worker = 0);
+  // A scalar tensor's value, read on the host.
+  static double HostValue(const Tensor& t);
+  // A replica on `device`: its model, plus an optimizer and EMA when it
+  // holds its own copy of the training state (`with_state`).
+  absl::StatusOr<Replica> BuildReplica(const models::ModelDef& def,
+                                       Device device, bool with_state) const;
+  static std::vector<Variable*> StateOf(const Replica& r);
+  // The replica whose optimizer and EMA hold the training state (replica 0,
+  // the central copy or the parameter-server snapshot).
+  const Replica& primary() const { return state_ ? *state_ : replicas_[0]; }
+  distribute::VariablePlacement placement() const {
+    return strategy_->variable_placement();
+  }
   absl::Status Step(const Batch& batch, int64_t step);
   absl::Status ReplicaStep(distribute::ReplicaContext& ctx, const Batch& batch,
                            int64_t step);
+  // Forward and backward of replica `r` on rows `shard` of `batch` (the
+  // loss divided by the whole batch), gradients reduced over the replicas,
+  // L2-regularised and clipped; sets r.loss.
+  absl::StatusOr<std::vector<Tensor>> ComputeGradients(
+      distribute::ReplicaContext& ctx, Replica& r, const Batch& batch,
+      distribute::ShardRange shard, int64_t step, uint64_t step_seed);
+  // One optimizer update of `target`'s trainable variables, then its EMA.
+  static absl::Status ApplyUpdate(Replica& target, std::vector<Tensor> grads);
+  // central_storage: copies the central variables (their EMA shadows with
+  // `ema`) into every replica's model.
+  absl::Status LoadReplicaModels(bool ema);
+
+  // The loop's bookkeeping shared by the synchronous and the asynchronous
+  // drivers: window of logged steps, evaluations, checkpoints.
+  struct LoopState {
+    int64_t total_steps = 0, steps_per_epoch = 0;
+    double window_loss = 0;  // Sum of step losses in the window.
+    int64_t window_steps = 0, window_samples = 0;
+    std::chrono::steady_clock::time_point window_start;
+    bool evaluated_at_end = false;
+  };
+  // `steps` more steps ended at global step `step` with `loss_sum` and
+  // `samples`: logs, evaluates and saves as due at `step`.
+  absl::Status AfterSteps(LoopState& loop, int64_t step, double loss_sum,
+                          int64_t steps, int64_t samples);
+  // Writes a checkpoint unless the state at this step is saved already.
+  absl::Status SaveIfNew();
+  // A stop signal: checkpoint, then Cancelled.
+  absl::Status StopBySignal(int64_t step);
+  // The final evaluation (unless done) and checkpoint.
+  absl::Status FinishTraining(LoopState& loop, int64_t step);
+
+  // parameter_server (trainer_async.cc): the coordinator's loop, and one
+  // worker's.
+  absl::Status TrainAsync(LoopState& loop);
+  absl::Status WorkerLoop(distribute::ReplicaContext& ctx);
+  // parameter_server: gathers the shards into state_ (no push under way).
+  absl::Status SnapshotShards();
+  // parameter_server: worker w's input, and where it resumes after `step`
+  // updates (its share of them, in its own order).
+  BatchIterator& WorkerInput(int worker);
+  absl::Status SeekWorkers(int64_t step);
+  distribute::UpdateClock& clock() const;
   // grads[i] += l2_regularization * vars[i] for weights of rank >= 2.
   absl::Status AddL2Regularization(const std::vector<Variable*>& vars,
                                    std::vector<Tensor>& grads) const;
@@ -148,6 +231,18 @@ class Trainer {
   std::string run_dir_;
   std::unique_ptr<distribute::Strategy> strategy_;
   std::vector<Replica> replicas_;
+  // The one copy of the training state (central_storage), or the gathered
+  // copy of the parameter servers' (parameter_server); null when mirrored.
+  std::unique_ptr<Replica> state_;
+  std::unique_ptr<ParameterServerShards> ps_;
+  // parameter_server: what the workers did since the last log line.
+  struct AsyncWindow {
+    std::mutex mu;
+    double loss = 0;
+    int64_t updates = 0, samples = 0;
+    std::vector<int64_t> pushes;  // Per worker, since the start.
+  };
+  std::unique_ptr<AsyncWindow> async_window_;
   // Replica copies of every model variable, slot and EMA shadow.
   std::vector<distribute::MirroredVariable> mirrored_;
   InMemoryDataset train_data_;
@@ -156,6 +251,9 @@ class Trainer {
   // by train_iterator_'s worker thread, so it is destroyed after it.
   std::unique_ptr<DeviceStager> stager_;
   std::unique_ptr<BatchIterator> train_iterator_;
+  // parameter_server: workers 1.. read their own shuffles (worker 0 reads
+  // train_iterator_).
+  std::vector<std::unique_ptr<BatchIterator>> worker_iterators_;
   std::unique_ptr<MetricsLogger> logger_;
   std::unique_ptr<Progress> progress_;
   std::function<void(int64_t)> step_observer_;

@@ -1,4 +1,5 @@
-// The Trainer's checkpointing: what a checkpoint holds (replica 0's state,
+// The Trainer's checkpointing: what a checkpoint holds (the training state:
+// replica 0's, the central copy or the parameter servers' gathered,
 // global_step, the input position and the config hash), how a run is
 // restored into every replica, and which runs may use a run directory's
 // checkpoints (only its continuation).
@@ -136,14 +137,24 @@ absl::Status Trainer::Restore(const CheckedCheckpoint& checkpoint) {
   const SafetensorsFile& file = checkpoint.file;
   const CheckpointPosition& position = checkpoint.position;
   const std::string& path = file.path();
-  // Restored once into replica 0 (all checks before any assignment), then
-  // mirrored to the other replicas.
-  MT_RETURN_IF_ERROR(Saver(ReplicaState(0)).Restore(file));
+  // Restored once into the training state (all checks before any
+  // assignment), then mirrored to the other replicas, or scattered to the
+  // parameter servers.
+  MT_RETURN_IF_ERROR(Saver(TrainingState()).Restore(file));
   for (distribute::MirroredVariable& v : mirrored_) {
     MT_ASSIGN_OR_RETURN(Tensor value, v.value().Clone());
     MT_RETURN_IF_ERROR(v.AssignAll(value));
   }
-  for (Replica& r : replicas_) r.optimizer->set_iterations(position.step);
+  for (Replica& r : replicas_) {
+    if (r.optimizer) r.optimizer->set_iterations(position.step);
+  }
+  if (state_) state_->optimizer->set_iterations(position.step);
+  if (ps_) {
+    MT_RETURN_IF_ERROR(ps_->CopyFrom(state_->model->variables(),
+                                     *state_->optimizer, state_->ema.get(),
+                                     position.step));
+    clock().Reset(position.step);
+  }
   if (train_iterator_) {
     absl::Status seek =
         train_iterator_->Seek({position.input_epoch, position.input_batch});
@@ -153,6 +164,9 @@ absl::Status Trainer::Restore(const CheckedCheckpoint& checkpoint) {
                        ", batch ", position.input_batch,
                        ") does not fit this config's data: ", seek.message()));
     }
+    // Asynchronous workers resume at their share of the updates (which
+    // worker pushed which is not recorded: a resume is not bitwise).
+    if (ps_) MT_RETURN_IF_ERROR(SeekWorkers(position.step));
   }
   auto hash = file.metadata().find("config_hash");
   if (hash != file.metadata().end() &&
@@ -171,15 +185,23 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
     return absl::FailedPreconditionError(
         "SaveCheckpoint: this trainer has no run directory");
   }
+  // parameter_server: called only while no push is under way (the
+  // coordinator holds the workers), so the gathered state is consistent.
+  if (ps_) MT_RETURN_IF_ERROR(SnapshotShards());
   const int64_t step = global_step();
   MT_ASSIGN_OR_RETURN(
       Variable global_step,
       Variable::Create("global_step", Tensor::Scalar<int64_t>(step),
                        /*trainable=*/false));
-  std::vector<Variable*> vars = ReplicaState(0);
+  std::vector<Variable*> vars = TrainingState();
   vars.push_back(&global_step);
-  const BatchIterator::Position pos = train_iterator_->position();
   const int64_t steps_per_epoch = train_iterator_->BatchesPerEpoch();
+  // parameter_server: the position one input stream would have after
+  // `step` batches (what one worker resumes from exactly).
+  const BatchIterator::Position pos =
+      ps_ ? BatchIterator::Position{step / steps_per_epoch,
+                                    step % steps_per_epoch}
+          : train_iterator_->position();
   const std::map<std::string, std::string> metadata = {
       {"format", std::string(kCheckpointFormat)},
       {"step", absl::StrCat(step)},

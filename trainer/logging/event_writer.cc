@@ -9,6 +9,7 @@
 #include <system_error>
 #include <utility>
 
+#include "absl/base/casts.h"
 #include "absl/strings/str_cat.h"
 #include "tensor/status_macros.h"
 #include "trainer/logging/crc32c.h"
@@ -30,6 +31,15 @@ constexpr uint32_t kEventSummary = 5;
 constexpr uint32_t kSummaryValue = 1;
 constexpr uint32_t kValueTag = 1;
 constexpr uint32_t kValueSimpleValue = 2;
+constexpr uint32_t kValueHisto = 5;
+// tensorflow.HistogramProto.
+constexpr uint32_t kHistoMin = 1;
+constexpr uint32_t kHistoMax = 2;
+constexpr uint32_t kHistoNum = 3;
+constexpr uint32_t kHistoSum = 4;
+constexpr uint32_t kHistoSumSquares = 5;
+constexpr uint32_t kHistoBucketLimit = 6;
+constexpr uint32_t kHistoBucket = 7;
 
 constexpr char kFileVersion[] = "brain.Event:2";
 constexpr int kMaxNameAttempts = 1000;
@@ -147,6 +157,44 @@ absl::Status EventWriter::WriteScalar(absl::string_view tag, int64_t step,
   AppendBytesField(&summary_value, kValueTag, tag);
   AppendFloatField(&summary_value, kValueSimpleValue,
                    static_cast<float>(value));
+  return WriteSummaryValue(step, summary_value);
+}
+
+absl::Status EventWriter::WriteIntegerHistogram(
+    absl::string_view tag, int64_t step, absl::Span<const int64_t> counts) {
+  double num = 0, sum = 0, sum_squares = 0, min = 0, max = 0;
+  bool any = false;
+  std::string limits, buckets;  // Packed repeated doubles.
+  for (size_t v = 0; v < counts.size(); ++v) {
+    const double c = static_cast<double>(counts[v]);
+    const double x = static_cast<double>(v);
+    if (c > 0) {
+      if (!any) min = x;
+      max = x;
+      any = true;
+    }
+    num += c;
+    sum += c * x;
+    sum_squares += c * x * x;
+    AppendLittleEndian(&limits, absl::bit_cast<uint64_t>(x + 0.5), 8);
+    AppendLittleEndian(&buckets, absl::bit_cast<uint64_t>(c), 8);
+  }
+  std::string histo;
+  AppendDoubleField(&histo, kHistoMin, min);
+  AppendDoubleField(&histo, kHistoMax, max);
+  AppendDoubleField(&histo, kHistoNum, num);
+  AppendDoubleField(&histo, kHistoSum, sum);
+  AppendDoubleField(&histo, kHistoSumSquares, sum_squares);
+  AppendBytesField(&histo, kHistoBucketLimit, limits);
+  AppendBytesField(&histo, kHistoBucket, buckets);
+  std::string summary_value;
+  AppendBytesField(&summary_value, kValueTag, tag);
+  AppendBytesField(&summary_value, kValueHisto, histo);
+  return WriteSummaryValue(step, summary_value);
+}
+
+absl::Status EventWriter::WriteSummaryValue(int64_t step,
+                                            absl::string_view summary_value) {
   std::string summary;
   AppendBytesField(&summary, kSummaryValue, summary_value);
 

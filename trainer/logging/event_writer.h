@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace mirrortrain::trainer {
 
@@ -43,6 +44,11 @@ class EventWriter {
   // call Flush() to make it visible to readers.
   absl::Status WriteScalar(absl::string_view tag, int64_t step, double value);
 
+  // Appends a histogram (tf.summary.histogram's HistogramProto) of integer
+  // values: counts[v] values equal v, bucket v spanning (v - 0.5, v + 0.5].
+  absl::Status WriteIntegerHistogram(absl::string_view tag, int64_t step,
+                                     absl::Span<const int64_t> counts);
+
   // Pushes buffered records to the OS.
   absl::Status Flush();
 
@@ -55,6 +61,8 @@ class EventWriter {
  private:
   EventWriter(std::string path, std::FILE* file);
 
+  // Appends Event{wall_time, step, summary{`summary_value`}}.
+  absl::Status WriteSummaryValue(int64_t step, absl::string_view summary_value);
   // Frames `data` as one TFRecord and appends it.
   absl::Status WriteRecord(absl::string_view data);
 
