@@ -4,7 +4,13 @@
 // Per step (DESIGN.md, "One training step"): the global batch is cut into
 // contiguous replica shards; each replica runs forward and backward with the
 // loss divided by the global batch; gradients are SUM-all-reduced, clipped,
-// applied by the replica's optimizer, then the EMA is updated.
+// applied by the replica's optimizer, then the EMA is updated. With
+// train.accumulation_steps K a step takes K consecutive batches of the
+// input (micro-batches; fewer at the end of an epoch): each runs forward and
+// backward with the loss divided by the labels of all K, their gradients are
+// summed on the replica and all-reduced once with the last one's backward,
+// so the step equals one on the K-times-larger batch (batch normalization
+// aside: its statistics are per micro-batch). global_step counts steps.
 //
 // Ownership: the Trainer owns the strategy, the per-replica models,
 // optimizers and EMAs, the datasets and the loggers. Thread contract: all
@@ -38,8 +44,12 @@ namespace mirrortrain::trainer {
 
 struct EvalResult {
   int64_t examples = 0;
-  double loss = 0;      // Mean per-example cross-entropy.
+  // Labels evaluated: examples, or tokens of sequence data.
+  int64_t labels = 0;
+  double loss = 0;      // Mean per-label (example or token) cross-entropy.
   double accuracy = 0;  // Fraction of argmax == label.
+  // Byte tokens (the `text` source): loss / ln 2, else absent.
+  std::optional<double> bits_per_byte;
 };
 
 // The layers `model` describes for data like `data` (a preset expands with
@@ -87,6 +97,7 @@ class Trainer {
   // replica's state is bitwise identical to replica 0's.
   absl::Status CheckReplicasIdentical() const;
   int num_replicas() const { return strategy_->num_replicas(); }
+  const distribute::Strategy& strategy() const { return *strategy_; }
   // Called by Train() on its own thread after every step with the new
   // global step, once the step's work is finished (tests and tools, e.g. to
   // read allocator counters between steps).
@@ -105,10 +116,25 @@ class Trainer {
     Tensor loss;
   };
 
+  // One replica's rows of a batch, on its device.
+  struct ShardInputs {
+    distribute::ShardRange shard;
+    Tensor images, labels;
+  };
+
   Trainer() = default;
-  absl::Status Step(const Batch& batch, int64_t step);
-  absl::Status ReplicaStep(distribute::ReplicaContext& ctx, const Batch& batch,
-                           int64_t step);
+  // One optimizer step over its micro-batches (one without accumulation).
+  absl::Status Step(absl::Span<const Batch> micro_batches, int64_t step);
+  absl::Status ReplicaStep(distribute::ReplicaContext& ctx,
+                           absl::Span<const Batch> micro_batches, int64_t step);
+  absl::StatusOr<ShardInputs> ReplicaShard(distribute::ReplicaContext& ctx,
+                                           const Batch& batch) const;
+  // The next step's batches: train.accumulation_steps of them, or fewer
+  // when the epoch ends first (a step never spans two epochs).
+  absl::StatusOr<std::vector<Batch>> NextMicroBatches();
+  // Optimizer steps per epoch: batches per epoch / accumulation_steps,
+  // rounded up.
+  int64_t StepsPerEpoch() const;
   // grads[i] += l2_regularization * vars[i] for weights of rank >= 2.
   absl::Status AddL2Regularization(const std::vector<Variable*>& vars,
                                    std::vector<Tensor>& grads) const;

@@ -179,7 +179,7 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
   std::vector<Variable*> vars = ReplicaState(0);
   vars.push_back(&global_step);
   const BatchIterator::Position pos = train_iterator_->position();
-  const int64_t steps_per_epoch = train_iterator_->BatchesPerEpoch();
+  const int64_t steps_per_epoch = StepsPerEpoch();
   const std::map<std::string, std::string> metadata = {
       {"format", std::string(kCheckpointFormat)},
       {"step", absl::StrCat(step)},
