@@ -95,12 +95,14 @@ absl::Status CheckClassifier(const models::Model& model,
   Shape expected(data.labels.shape().begin() + 1, data.labels.shape().end());
   expected.push_back(data.num_classes);
   if (out != expected) {
+    const std::string needs =
+        expected.size() == 1
+            ? absl::StrCat("the data has ", data.num_classes, " classes")
+            : absl::StrCat("the data needs ", ShapeToString(expected),
+                           " (one logit per class and label)");
     return absl::InvalidArgumentError(absl::StrCat(
-        "model: the last layer gives ", ShapeToString(out),
-        " per example but the data needs ", ShapeToString(expected), " (",
-        data.num_classes, " classes",
-        expected.size() > 1 ? " for each label of an example" : "",
-        "; end with a dense layer of ", data.num_classes, " units)"));
+        "model: the last layer gives ", ShapeToString(out), " per example but ",
+        needs, " (end with a dense layer of ", data.num_classes, " units)"));
   }
   return absl::OkStatus();
 }
@@ -585,6 +587,11 @@ absl::Status Trainer::Train() {
           {{"loss", window_loss / window_steps},
            {"learning_rate", replicas_[0].optimizer->LearningRate()},
            {"samples_per_sec", samples_per_sec}}};
+      // Sequences: the labelled tokens per second too.
+      if (const int64_t t = train_data_.labels_per_example(); t > 1) {
+        rec.values.push_back(
+            {"tokens_per_sec", samples_per_sec * static_cast<double>(t)});
+      }
       if (logger_) MT_RETURN_IF_ERROR(logger_->Log(rec));
       window_loss = 0;
       window_steps = window_samples = 0;

@@ -229,6 +229,8 @@ checkpoint: {every_steps: 0}
     if (line.find("\"test\"") != std::string::npos) test_line = line;
   }
   EXPECT_THAT(test_line, HasSubstr("\"bits_per_byte\": "));
+  EXPECT_THAT(ReadFile(dir + "/run/metrics.jsonl"),
+              HasSubstr("\"tokens_per_sec\": "));
   Result eval = RunCli({"eval", "--config", config, "--checkpoint",
                         dir + "/run/checkpoints", "--weights", "raw"});
   ASSERT_EQ(eval.exit_code, 0) << eval.err;
