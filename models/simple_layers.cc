@@ -157,13 +157,14 @@ MT_REGISTER(
        auto layer = std::make_unique<ReshapeLayer>(
            b.name(), spec.params.IntList("target_shape"));
        // Checked here, so a bad shape names the layer's config path.
-       absl::StatusOr<Shape> out = layer->OutputShape(b.input_shape());
-       if (!out.ok()) {
-         return absl::InvalidArgumentError(
-             absl::StrCat("target_shape: ",
-                          ShapeToString(spec.params.IntList("target_shape")),
-                          " does not hold the ", ShapeToString(b.input_shape()),
-                          " input's elements per example"));
+       if (!layer->OutputShape(b.input_shape()).ok()) {
+         const Shape target = spec.params.IntList("target_shape");
+         const Shape& in = b.input_shape();
+         const Shape example(in.begin() + (in.empty() ? 0 : 1), in.end());
+         return absl::InvalidArgumentError(absl::StrCat(
+             "target_shape: ", ShapeToString(target), " holds ",
+             NumElements(target), " elements but an input example ",
+             ShapeToString(example), " holds ", NumElements(example)));
        }
        return LayerOr(std::move(layer));
      }});
