@@ -1,6 +1,7 @@
 #include "distribute/gradient_buckets.h"
 
 #include "absl/strings/str_cat.h"
+#include "tensor/ops/math_ops.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::distribute {
@@ -105,9 +106,36 @@ absl::StatusOr<std::vector<Tensor>> GradientBuckets::Finish() {
   return out;
 }
 
+absl::Status AccumulateGradients(GradientTape& tape, const Tensor& target,
+                                 absl::Span<const Tensor> sources,
+                                 std::vector<Tensor>& sums) {
+  if (!sums.empty() && sums.size() != sources.size()) {
+    return absl::InternalError(
+        absl::StrCat("AccumulateGradients: ", sums.size(), " sums for ",
+                     sources.size(), " sources"));
+  }
+  GradientOptions options;
+  options.unconnected = UnconnectedGradients::kZero;
+  MT_ASSIGN_OR_RETURN(std::vector<std::optional<Tensor>> grads,
+                      tape.Gradient(target, sources, options));
+  if (sums.empty()) {
+    for (std::optional<Tensor>& g : grads) sums.push_back(*std::move(g));
+    return absl::OkStatus();
+  }
+  for (size_t i = 0; i < sums.size(); ++i) {
+    MT_ASSIGN_OR_RETURN(sums[i], ops::Add(sums[i], *grads[i]));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<Tensor>> ReplicaContext::AllReduceGradients(
-    GradientTape& tape, const Tensor& target,
-    absl::Span<const Tensor> sources) {
+    GradientTape& tape, const Tensor& target, absl::Span<const Tensor> sources,
+    absl::Span<const Tensor> accumulated) {
+  if (!accumulated.empty() && accumulated.size() != sources.size()) {
+    return absl::InternalError(absl::StrCat(
+        "AllReduceGradients: ", accumulated.size(),
+        " accumulated gradients for ", sources.size(), " sources"));
+  }
   // The plan depends only on the sizes: every replica makes the same one.
   std::vector<int64_t> bytes;
   std::vector<Shape> shapes;
@@ -122,7 +150,13 @@ absl::StatusOr<std::vector<Tensor>> ReplicaContext::AllReduceGradients(
   options.unconnected = UnconnectedGradients::kZero;
   absl::Status bucket_status;
   options.on_gradient_ready = [&](size_t k, const std::optional<Tensor>& g) {
-    if (bucket_status.ok()) bucket_status = buckets.Ready(k, *g);
+    if (!bucket_status.ok()) return;
+    if (accumulated.empty()) {
+      bucket_status = buckets.Ready(k, *g);
+      return;
+    }
+    absl::StatusOr<Tensor> sum = ops::Add(accumulated[k], *g);
+    bucket_status = sum.ok() ? buckets.Ready(k, *std::move(sum)) : sum.status();
   };
   absl::Status backward = tape.Gradient(target, sources, options).status();
   // Started buckets are waited for even after an error: their buffers are

@@ -1,5 +1,6 @@
 #include "distribute/mirrored_strategy.h"
 
+#include <atomic>
 #include <functional>
 
 #include "absl/strings/str_cat.h"
@@ -58,6 +59,7 @@ class MirroredStrategy::Replica final : public ReplicaContext {
 
   std::shared_future<absl::Status> PackAndAllReduceAsync(
       ReduceOp op, std::vector<Tensor> parts, Tensor buffer) override {
+    started_.fetch_add(1, std::memory_order_relaxed);
     auto done = std::make_shared<std::promise<absl::Status>>();
     std::shared_future<absl::Status> future = done->get_future().share();
     if (device_.is_cuda()) {
@@ -95,6 +97,9 @@ class MirroredStrategy::Replica final : public ReplicaContext {
   }
 
   ThreadPool* worker() { return worker_.get(); }
+  int64_t collectives_started() const {
+    return started_.load(std::memory_order_relaxed);
+  }
 
  private:
   int64_t bucket_bytes_ = 25 << 20;
@@ -133,6 +138,7 @@ class MirroredStrategy::Replica final : public ReplicaContext {
   CrossDeviceOps* ops_;
   cuda::Stream compute_, communication_;
   ThreadPool comm_{1};  // Runs this replica's device collectives in order.
+  std::atomic<int64_t> started_{0};  // Collectives started (any thread).
   std::unique_ptr<ThreadPool> worker_;
 };
 
@@ -147,6 +153,10 @@ MirroredStrategy::MirroredStrategy(std::vector<Device> devices,
 }
 
 MirroredStrategy::~MirroredStrategy() = default;
+
+int64_t MirroredStrategy::collectives_started() const {
+  return replicas_[0]->collectives_started();
+}
 
 absl::StatusOr<std::unique_ptr<MirroredStrategy>> MirroredStrategy::Create(
     const std::vector<Device>& devices, const MirroredOptions& options) {

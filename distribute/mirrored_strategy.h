@@ -46,6 +46,7 @@ class MirroredStrategy final : public Strategy {
   const std::vector<Device>& devices() const override { return devices_; }
   absl::Status Run(const ReplicaFn& fn) override;
   const CrossDeviceOps& cross_device_ops() const { return *ops_; }
+  int64_t collectives_started() const override;
 
  private:
   class Replica;

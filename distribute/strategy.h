@@ -63,11 +63,22 @@ class ReplicaContext {
   // into buckets whose all-reduce starts during backward, as soon as their
   // gradients are final (gradient_buckets.h). The one call a training loop
   // makes per replica and step, so communication never appears in it.
-  // Consumes the tape's Gradient() call.
+  // `accumulated` (gradient accumulation): empty, or one tensor per source,
+  // the local sum of the step's earlier micro-batches (AccumulateGradients),
+  // added to each gradient before it is packed, so a step of any number of
+  // micro-batches all-reduces once. Consumes the tape's Gradient() call.
   absl::StatusOr<std::vector<Tensor>> AllReduceGradients(
       GradientTape& tape, const Tensor& target,
-      absl::Span<const Tensor> sources);
+      absl::Span<const Tensor> sources,
+      absl::Span<const Tensor> accumulated = {});
 };
+
+// Gradient accumulation without communication: adds the gradients of
+// `target` with respect to `sources` (zeros where unconnected) to `sums`
+// (empty: sets them). Consumes the tape's Gradient() call.
+absl::Status AccumulateGradients(GradientTape& tape, const Tensor& target,
+                                 absl::Span<const Tensor> sources,
+                                 std::vector<Tensor>& sums);
 
 using ReplicaFn = std::function<absl::Status(ReplicaContext&)>;
 
@@ -101,6 +112,10 @@ class Strategy {
   virtual Device variables_device() const { return devices()[0]; }
   // Reduces one host value per replica (metrics): sum or mean.
   static double Reduce(ReduceOp op, absl::Span<const double> per_replica);
+  // Collectives (all-reduces, one per gradient bucket) replica 0 has started
+  // since creation; every replica starts the same ones. 0 where nothing is
+  // communicated (one device). For tests and tools; read between Run calls.
+  virtual int64_t collectives_started() const { return 0; }
 };
 
 // The first error of `per_replica` that is not an abort (the root cause,

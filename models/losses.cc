@@ -1,5 +1,6 @@
 #include "models/losses.h"
 
+#include "absl/strings/str_cat.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/nn_ops.h"
@@ -8,28 +9,57 @@
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::models {
+namespace {
+
+struct FlatLabels {
+  Tensor logits;  // [labels, classes]
+  Tensor labels;  // [labels]
+};
+
+// Sequence logits [b, T, classes] and labels [b, T] as one row per label
+// (Reshape is differentiable); rank-2 logits and rank-1 labels as they are.
+absl::StatusOr<FlatLabels> Flatten(const Tensor& logits, const Tensor& labels) {
+  if (logits.rank() <= 2) return FlatLabels{logits, labels};
+  if (labels.rank() != logits.rank() - 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("logits ", ShapeToString(logits.shape()), " and labels ",
+                     ShapeToString(labels.shape()), " differ in rank by ",
+                     logits.rank() - labels.rank(), ", not 1"));
+  }
+  const int64_t classes = logits.dim(logits.rank() - 1);
+  const int64_t n = labels.num_elements();
+  FlatLabels flat;
+  MT_ASSIGN_OR_RETURN(flat.logits, ops::Reshape(logits, {n, classes}));
+  MT_ASSIGN_OR_RETURN(flat.labels, ops::Reshape(labels, {n}));
+  return flat;
+}
+
+}  // namespace
 
 absl::StatusOr<Tensor> SparseCategoricalCrossentropy(
     const Tensor& logits, const Tensor& labels, int64_t global_batch_size) {
   if (global_batch_size <= 0) {
     return absl::InvalidArgumentError("global batch size must be > 0");
   }
-  MT_ASSIGN_OR_RETURN(Tensor per_example,
-                      ops::SparseSoftmaxCrossEntropyWithLogits(logits, labels));
+  MT_ASSIGN_OR_RETURN(const FlatLabels flat, Flatten(logits, labels));
+  MT_ASSIGN_OR_RETURN(
+      Tensor per_example,
+      ops::SparseSoftmaxCrossEntropyWithLogits(flat.logits, flat.labels));
   MT_ASSIGN_OR_RETURN(Tensor sum, ops::ReduceSum(per_example));
   return ops::Scale(sum, 1.0 / static_cast<double>(global_batch_size));
 }
 
 absl::StatusOr<int64_t> CountCorrect(const Tensor& logits,
                                      const Tensor& labels) {
-  MT_ASSIGN_OR_RETURN(Tensor predicted, ops::ArgMax(logits, -1));
+  MT_ASSIGN_OR_RETURN(const FlatLabels flat, Flatten(logits, labels));
+  MT_ASSIGN_OR_RETURN(Tensor predicted, ops::ArgMax(flat.logits, -1));
   if (predicted.num_elements() != labels.num_elements()) {
     return absl::InvalidArgumentError("CountCorrect: batch sizes differ");
   }
   // The count is read on the host: GPU predictions and labels (one int per
   // row) are copied over.
   MT_ASSIGN_OR_RETURN(Tensor host_predicted, predicted.To(Device::Cpu()));
-  MT_ASSIGN_OR_RETURN(Tensor host_labels, labels.To(Device::Cpu()));
+  MT_ASSIGN_OR_RETURN(Tensor host_labels, flat.labels.To(Device::Cpu()));
   int64_t correct = 0;
   const int64_t* p = host_predicted.data<int64_t>();
   for (int64_t i = 0; i < host_labels.num_elements(); ++i) {

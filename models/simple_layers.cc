@@ -48,6 +48,25 @@ absl::StatusOr<Shape> FlattenLayer::OutputShape(const Shape& input) const {
   return Shape{input[0], rest};
 }
 
+absl::StatusOr<Tensor> ReshapeLayer::Call(const Tensor& x,
+                                          const ForwardContext&) {
+  // Explicit sizes, as Flatten.
+  MT_ASSIGN_OR_RETURN(Shape shape, OutputShape(x.shape()));
+  return ops::Reshape(x, shape);
+}
+
+absl::StatusOr<Shape> ReshapeLayer::OutputShape(const Shape& input) const {
+  if (input.empty() || NumElements(absl::MakeConstSpan(input).subspan(1)) !=
+                           NumElements(target_)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name(), ": cannot reshape ", ShapeToString(input),
+                     " to [batch] + ", ShapeToString(target_)));
+  }
+  Shape out = {input[0]};
+  out.insert(out.end(), target_.begin(), target_.end());
+  return out;
+}
+
 absl::StatusOr<Tensor> DropoutLayer::Call(const Tensor& x,
                                           const ForwardContext& ctx) {
   if (!ctx.training || rate_ == 0.0) return x;
@@ -123,6 +142,32 @@ MT_REGISTER(LayerType,
              .create = [](const LayerSpec&, LayerBuilder& b) -> LayerOr {
                return std::make_unique<FlattenLayer>(b.name());
              }});
+
+MT_REGISTER(
+    LayerType,
+    {.name = "reshape",
+     .doc = "[batch, ...] -> [batch, target_shape...], the same elements "
+            "(Keras Reshape)",
+     .params = {{Param::IntList("target_shape")
+                     .Min(1)
+                     .Max(kMaxDimension)
+                     .MinLength(1)
+                     .Doc("one example's new shape (no -1)")}},
+     .create = [](const LayerSpec& spec, LayerBuilder& b) -> LayerOr {
+       auto layer = std::make_unique<ReshapeLayer>(
+           b.name(), spec.params.IntList("target_shape"));
+       // Checked here, so a bad shape names the layer's config path.
+       if (!layer->OutputShape(b.input_shape()).ok()) {
+         const Shape target = spec.params.IntList("target_shape");
+         const Shape& in = b.input_shape();
+         const Shape example(in.begin() + (in.empty() ? 0 : 1), in.end());
+         return absl::InvalidArgumentError(absl::StrCat(
+             "target_shape: ", ShapeToString(target), " holds ",
+             NumElements(target), " elements but an input example ",
+             ShapeToString(example), " holds ", NumElements(example)));
+       }
+       return LayerOr(std::move(layer));
+     }});
 
 MT_REGISTER(
     LayerType,

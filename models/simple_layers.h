@@ -1,6 +1,6 @@
-// Layers without variables: MaxPool2D, AvgPool2D, Flatten, Dropout,
-// Activation (config types max_pooling2d, average_pooling2d, flatten,
-// dropout, activation).
+// Layers without variables: MaxPool2D, AvgPool2D, Flatten, Reshape,
+// Dropout, Activation (config types max_pooling2d, average_pooling2d,
+// flatten, reshape, dropout, activation).
 #ifndef MIRRORTRAIN_MODELS_SIMPLE_LAYERS_H_
 #define MIRRORTRAIN_MODELS_SIMPLE_LAYERS_H_
 
@@ -46,6 +46,20 @@ class FlattenLayer final : public Layer {
   absl::StatusOr<Tensor> Call(const Tensor& x,
                               const ForwardContext& ctx) override;
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override;
+};
+
+// [batch, ...] -> [batch, target...] (Keras Reshape; the element count per
+// example is unchanged).
+class ReshapeLayer final : public Layer {
+ public:
+  ReshapeLayer(std::string name, Shape target)
+      : Layer(std::move(name)), target_(std::move(target)) {}
+  absl::StatusOr<Tensor> Call(const Tensor& x,
+                              const ForwardContext& ctx) override;
+  absl::StatusOr<Shape> OutputShape(const Shape& input) const override;
+
+ private:
+  Shape target_;  // One example's shape.
 };
 
 // Inverted dropout while training; the identity otherwise. `index` tells

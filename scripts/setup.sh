@@ -17,6 +17,8 @@ PACKAGES=(
   g++ cmake ninja-build pkg-config
   libabsl-dev libyaml-cpp-dev nlohmann-json3-dev libgtest-dev libgmock-dev
   libbenchmark-dev libopenblas-dev zlib1g-dev dataset-fashion-mnist
+  # Text for the `text` data source: /usr/share/games/fortunes/.
+  fortunes
 )
 
 CMAKE_ARGS=()

@@ -267,13 +267,20 @@ int Eval(int argc, char** argv) {
   const std::string checkpoint =
       nlohmann::json((*trainer)->restored_from())
           .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  // Byte-token (text) data: the tokens evaluated and bits per byte too.
+  std::string text_fields;
+  if (result->bits_per_byte) {
+    text_fields = absl::StrCat(
+        ", \"tokens\": ", result->labels,
+        ", \"bits_per_byte\": ", FormatJsonNumber(*result->bits_per_byte));
+  }
   std::printf(
       "{\"checkpoint\": %s, \"step\": %lld, \"weights\": \"%s\", "
-      "\"examples\": %lld, \"loss\": %s, \"accuracy\": %s}\n",
+      "\"examples\": %lld, \"loss\": %s, \"accuracy\": %s%s}\n",
       checkpoint.c_str(), static_cast<long long>((*trainer)->global_step()),
       weights.c_str(), static_cast<long long>(result->examples),
       FormatJsonNumber(result->loss).c_str(),
-      FormatJsonNumber(result->accuracy).c_str());
+      FormatJsonNumber(result->accuracy).c_str(), text_fields.c_str());
   return kExitOk;
 }
 

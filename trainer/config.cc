@@ -48,7 +48,8 @@ const ParamSchema& DataSchema() {
        Param::Int("global_batch_size")
            .Default(128)
            .Min(1)
-           .Doc("examples per step, split over the replicas"),
+           .Doc("examples per step, split over the replicas (per "
+                "micro-batch with train.accumulation_steps)"),
        Param::Bool("shuffle").Default(true).Doc(
            "reshuffle the training split every epoch"),
        Param::Bool("drop_remainder")
@@ -244,7 +245,12 @@ const ParamSchema& TrainSchema() {
            .Default(1)
            .Min(0)
            .Doc("evaluate on the test split every N epochs (0: only at the "
-                "end)")}};
+                "end)"),
+       Param::Int("accumulation_steps")
+           .Default(1)
+           .Min(1)
+           .Doc("micro-batches of data.global_batch_size whose gradients "
+                "are summed into one all-reduce and one optimizer step")}};
   return *s;
 }
 
@@ -331,6 +337,13 @@ std::optional<ParamValue> FromYaml(const YAML::Node& node, const Param& param) {
     case ParamType::kFloatList:
       return list(double{});
     case ParamType::kStringList:
+      // One string stands for a list of one ("path: a.txt").
+      if (node.IsScalar()) {
+        std::optional<ParamValue> one = scalar(std::string());
+        if (!one) return std::nullopt;
+        return ParamValue(
+            std::vector<std::string>{std::get<std::string>(*std::move(one))});
+      }
       return list(std::string());
   }
   return std::nullopt;
@@ -884,6 +897,15 @@ absl::Status Validate(const Reader& r, const YAML::Node& root,
     return r.Error("distribute.ps_devices", node("distribute", "ps_devices"),
                    std::string(ps.status().message()));
   }
+  // An asynchronous worker pushes each batch's gradient by itself; summing
+  // several first is a larger batch (data.global_batch_size) there.
+  if (c.distribute.strategy == "parameter_server" &&
+      c.train.accumulation_steps > 1) {
+    return r.Error("train.accumulation_steps",
+                   node("train", "accumulation_steps"),
+                   "parameter_server workers take no accumulation (use a "
+                   "larger data.global_batch_size)");
+  }
   return absl::OkStatus();
 }
 
@@ -952,7 +974,8 @@ absl::StatusOr<Config> Parse(const std::string& yaml_text,
   MT_ASSIGN_OR_RETURN(Params train,
                       ReadFixed(r, root, "train", TrainSchema(), &resolved));
   c.train = {train.OptionalInt("epochs"), train.OptionalInt("steps"),
-             train.Int("log_every_steps"), train.Int("eval_every_epochs")};
+             train.Int("log_every_steps"), train.Int("eval_every_epochs"),
+             train.Int("accumulation_steps")};
   MT_ASSIGN_OR_RETURN(Params ckpt, ReadFixed(r, root, "checkpoint",
                                              CheckpointSchema(), &resolved));
   c.checkpoint = {ckpt.Int("every_steps"), ckpt.Int("max_to_keep"),

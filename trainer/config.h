@@ -84,6 +84,9 @@ struct TrainConfig {
   std::optional<int64_t> steps;  // Wins over epochs when set.
   int64_t log_every_steps;
   int64_t eval_every_epochs;
+  // Micro-batches (of data.global_batch_size) per optimizer step: their
+  // gradients are summed locally and all-reduced once.
+  int64_t accumulation_steps = 1;
 };
 
 struct CheckpointConfig {

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <numbers>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -31,7 +32,10 @@
 namespace mirrortrain::trainer {
 namespace {
 
+// Evaluation batches: this many examples, or of sequences as many as hold
+// about kEvalLabels labels (their logits are labels x classes).
 constexpr int64_t kEvalBatch = 1000;
+constexpr int64_t kEvalLabels = 8192;
 
 // The first `limit` examples (0: all) as views.
 absl::StatusOr<InMemoryDataset> Subset(InMemoryDataset data, int64_t limit) {
@@ -86,15 +90,22 @@ absl::StatusOr<models::ModelDef> ModelDefinition(const ModelConfig& m,
 
 namespace {
 
-// The model must map an example to one logit per class.
+// The model must map an example to one logit per class and label: [classes]
+// for one label per example, [T, classes] for sequences of T labels.
 absl::Status CheckClassifier(const models::Model& model,
                              const InMemoryDataset& data) {
   const Shape& out = model.output_shape();
-  if (out.size() != 1 || out[0] != data.num_classes) {
+  Shape expected(data.labels.shape().begin() + 1, data.labels.shape().end());
+  expected.push_back(data.num_classes);
+  if (out != expected) {
+    const std::string needs =
+        expected.size() == 1
+            ? absl::StrCat("the data has ", data.num_classes, " classes")
+            : absl::StrCat("the data needs ", ShapeToString(expected),
+                           " (one logit per class and label)");
     return absl::InvalidArgumentError(absl::StrCat(
-        "model: the last layer gives ", ShapeToString(out),
-        " per example but the data has ", data.num_classes,
-        " classes (end with a dense layer of ", data.num_classes, " units)"));
+        "model: the last layer gives ", ShapeToString(out), " per example but ",
+        needs, " (end with a dense layer of ", data.num_classes, " units)"));
   }
   return absl::OkStatus();
 }
@@ -364,47 +375,84 @@ absl::Status Trainer::AddL2Regularization(const std::vector<Variable*>& vars,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<Tensor>> Trainer::ComputeGradients(
-    distribute::ReplicaContext& ctx, Replica& r, const Batch& batch,
-    distribute::ShardRange shard, int64_t step, uint64_t step_seed) {
-  const int64_t global_batch = batch.labels.dim(0);
-  Tensor images, labels;
+absl::StatusOr<Trainer::ShardInputs> Trainer::ReplicaShard(
+    distribute::ReplicaContext& ctx, const Batch& batch) const {
+  ShardInputs in;
+  // A parameter-server worker reads a stream of its own: all of it is its.
+  in.shard = ps_ ? distribute::ShardRange{0, batch.labels.dim(0)}
+                 : distribute::ShardOf(batch.labels.dim(0), ctx.replica_id(),
+                                       ctx.num_replicas());
   if (!batch.device_shards.empty()) {
     // Already on the GPU (DeviceStager): wait for the copy on the GPU only.
     const DeviceShard& staged = batch.device_shards[ctx.replica_id()];
     MT_RETURN_IF_ERROR(staged.ready->MakeStreamWait(cuda::CurrentStream()));
-    images = staged.images;
-    labels = staged.labels;
-  } else {
-    MT_ASSIGN_OR_RETURN(
-        images, batch.images.SliceRows(shard.begin, shard.end - shard.begin));
-    MT_ASSIGN_OR_RETURN(
-        labels, batch.labels.SliceRows(shard.begin, shard.end - shard.begin));
-    MT_ASSIGN_OR_RETURN(images, images.To(ctx.device()));
-    MT_ASSIGN_OR_RETURN(labels, labels.To(ctx.device()));
+    in.images = staged.images;
+    in.labels = staged.labels;
+    return in;
   }
+  const int64_t rows = in.shard.end - in.shard.begin;
+  MT_ASSIGN_OR_RETURN(in.images, batch.images.SliceRows(in.shard.begin, rows));
+  MT_ASSIGN_OR_RETURN(in.labels, batch.labels.SliceRows(in.shard.begin, rows));
+  MT_ASSIGN_OR_RETURN(in.images, in.images.To(ctx.device()));
+  MT_ASSIGN_OR_RETURN(in.labels, in.labels.To(ctx.device()));
+  return in;
+}
 
+absl::StatusOr<std::vector<Tensor>> Trainer::ComputeGradients(
+    distribute::ReplicaContext& ctx, Replica& r,
+    absl::Span<const Batch> micro_batches, int64_t step, uint64_t step_seed) {
+  // The loss is divided by the labels (examples, or tokens) of the whole
+  // update, all micro-batches and replicas, so the summed gradients are the
+  // gradient of the mean over the K-times-larger batch.
+  int64_t update_rows = 0;
+  for (const Batch& b : micro_batches) update_rows += b.labels.dim(0);
+  const int64_t update_labels = update_rows * train_data_.labels_per_example();
   std::vector<Variable*> vars = r.model->trainable_variables();
+  // Earlier micro-batches' gradients, summed on this replica; the last
+  // micro-batch's backward adds them before the one all-reduce.
   std::vector<Tensor> grads;
-  {
-    GradientTape tape;
-    const ops::AllReduceSumFn all_reduce = [&ctx](absl::Span<Tensor> ts) {
-      return ctx.AllReduce(distribute::ReduceOp::kSum, ts);
-    };
-    const models::ForwardContext fctx{
-        .training = true,
-        .step_seed = step_seed,
-        .row_offset = shard.begin,
-        .global_batch = global_batch,
-        .all_reduce_sum = ctx.reduces() ? &all_reduce : nullptr};
-    MT_ASSIGN_OR_RETURN(Tensor logits, r.model->Call(images, fctx));
-    MT_ASSIGN_OR_RETURN(Tensor loss, models::SparseCategoricalCrossentropy(
-                                         logits, labels, global_batch));
-    r.loss = loss;
-    std::vector<Tensor> sources;
-    for (Variable* v : vars) sources.push_back(v->value());
-    MT_ASSIGN_OR_RETURN(grads, ctx.AllReduceGradients(tape, loss, sources));
+  Tensor loss_sum;
+  // Rows of the update before this micro-batch: with the step's seed, a
+  // micro-batch draws the dropout masks of its rows of the large batch.
+  int64_t row_offset = 0;
+  for (size_t i = 0; i < micro_batches.size(); ++i) {
+    const Batch& batch = micro_batches[i];
+    MT_ASSIGN_OR_RETURN(const ShardInputs in, ReplicaShard(ctx, batch));
+    Tensor loss;
+    {
+      GradientTape tape;
+      const ops::AllReduceSumFn all_reduce = [&ctx](absl::Span<Tensor> ts) {
+        return ctx.AllReduce(distribute::ReduceOp::kSum, ts);
+      };
+      // Batch normalization sees one micro-batch (its statistics and
+      // moving averages are per micro-batch, as in Keras and PyTorch).
+      const models::ForwardContext fctx{
+          .training = true,
+          .step_seed = step_seed,
+          .row_offset = row_offset + in.shard.begin,
+          .global_batch = batch.labels.dim(0),
+          .all_reduce_sum = ctx.reduces() ? &all_reduce : nullptr};
+      MT_ASSIGN_OR_RETURN(Tensor logits, r.model->Call(in.images, fctx));
+      MT_ASSIGN_OR_RETURN(loss, models::SparseCategoricalCrossentropy(
+                                    logits, in.labels, update_labels));
+      std::vector<Tensor> sources;
+      for (Variable* v : vars) sources.push_back(v->value());
+      if (i + 1 < micro_batches.size()) {
+        MT_RETURN_IF_ERROR(
+            distribute::AccumulateGradients(tape, loss, sources, grads));
+      } else {
+        MT_ASSIGN_OR_RETURN(grads,
+                            ctx.AllReduceGradients(tape, loss, sources, grads));
+      }
+    }
+    if (loss_sum.defined()) {
+      MT_ASSIGN_OR_RETURN(loss_sum, ops::Add(loss_sum, loss));
+    } else {
+      loss_sum = loss;
+    }
+    row_offset += batch.labels.dim(0);
   }
+  r.loss = loss_sum;
   MT_RETURN_IF_ERROR(AddL2Regularization(vars, grads));
   MT_RETURN_IF_ERROR(ClipGradients(grads, step));
   return grads;
@@ -426,12 +474,11 @@ absl::Status Trainer::ApplyUpdate(Replica& target, std::vector<Tensor> grads) {
 }
 
 absl::Status Trainer::ReplicaStep(distribute::ReplicaContext& ctx,
-                                  const Batch& batch, int64_t step) {
+                                  absl::Span<const Batch> micro_batches,
+                                  int64_t step) {
   Replica& r = replicas_[ctx.replica_id()];
-  const distribute::ShardRange shard = distribute::ShardOf(
-      batch.labels.dim(0), ctx.replica_id(), ctx.num_replicas());
   MT_ASSIGN_OR_RETURN(std::vector<Tensor> grads,
-                      ComputeGradients(ctx, r, batch, shard, step,
+                      ComputeGradients(ctx, r, micro_batches, step,
                                        StepSeed(config_.seed, step)));
   if (placement() == distribute::VariablePlacement::kMirrored) {
     return ApplyUpdate(r, std::move(grads));
@@ -466,14 +513,15 @@ absl::Status Trainer::LoadReplicaModels(bool ema) {
   return absl::OkStatus();
 }
 
-absl::Status Trainer::Step(const Batch& batch, int64_t step) {
+absl::Status Trainer::Step(absl::Span<const Batch> micro_batches,
+                           int64_t step) {
   absl::Status s = absl::OkStatus();
   if (placement() == distribute::VariablePlacement::kCentral) {
     s = LoadReplicaModels(/*ema=*/false);
   }
   if (s.ok()) {
     s = strategy_->Run([&](distribute::ReplicaContext& ctx) {
-      return ReplicaStep(ctx, batch, step);
+      return ReplicaStep(ctx, micro_batches, step);
     });
   }
   if (!s.ok()) {
@@ -481,6 +529,22 @@ absl::Status Trainer::Step(const Batch& batch, int64_t step) {
                         absl::StrCat("step ", step + 1, ": ", s.message()));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Batch>> Trainer::NextMicroBatches() {
+  std::vector<Batch> micro_batches;
+  do {
+    MT_ASSIGN_OR_RETURN(Batch batch, train_iterator_->Next());
+    micro_batches.push_back(std::move(batch));
+  } while (static_cast<int64_t>(micro_batches.size()) <
+               config_.train.accumulation_steps &&
+           train_iterator_->position().batch != 0);
+  return micro_batches;
+}
+
+int64_t Trainer::StepsPerEpoch() const {
+  const int64_t k = config_.train.accumulation_steps;
+  return (train_iterator_->BatchesPerEpoch() + k - 1) / k;
 }
 
 absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
@@ -503,6 +567,11 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
   }
   const int replicas = runner->num_replicas();
   const int64_t n = test_data_.labels.dim(0);
+  const int64_t labels_per_example = test_data_.labels_per_example();
+  const int64_t eval_batch =
+      labels_per_example == 1
+          ? kEvalBatch
+          : std::max<int64_t>(1, kEvalLabels / labels_per_example);
   std::vector<double> loss_sums(replicas, 0.0);
   std::vector<double> corrects(replicas, 0.0);
   MT_RETURN_IF_ERROR(
@@ -513,8 +582,8 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
         if (ema && r.ema != nullptr) {
           MT_ASSIGN_OR_RETURN(swap, ScopedEmaWeights::Create(*r.ema));
         }
-        for (int64_t begin = 0; begin < n; begin += kEvalBatch) {
-          const int64_t count = std::min(kEvalBatch, n - begin);
+        for (int64_t begin = 0; begin < n; begin += eval_batch) {
+          const int64_t count = std::min(eval_batch, n - begin);
           const distribute::ShardRange shard =
               distribute::ShardOf(count, id, ctx.num_replicas());
           const int64_t rows = shard.end - shard.begin;
@@ -526,7 +595,7 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
           MT_ASSIGN_OR_RETURN(images, images.To(ctx.device()));
           MT_ASSIGN_OR_RETURN(Tensor logits, r.model->Call(images, {}));
           MT_ASSIGN_OR_RETURN(logits, logits.To(Device::Cpu()));
-          // The sum of per-example losses: a "global batch" of 1.
+          // The sum of per-label losses: a "global batch" of 1.
           MT_ASSIGN_OR_RETURN(
               Tensor loss,
               models::SparseCategoricalCrossentropy(logits, labels, 1));
@@ -543,13 +612,17 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
       distribute::Strategy::Reduce(distribute::ReduceOp::kSum, corrects);
   EvalResult result;
   result.examples = n;
-  result.loss = n > 0 ? loss_sum / static_cast<double>(n) : 0;
-  result.accuracy = n > 0 ? correct / static_cast<double>(n) : 0;
+  result.labels = n * labels_per_example;
+  const double labels = static_cast<double>(result.labels);
+  result.loss = labels > 0 ? loss_sum / labels : 0;
+  result.accuracy = labels > 0 ? correct / labels : 0;
+  if (test_data_.bytes_as_tokens)
+    result.bits_per_byte = result.loss / std::numbers::ln2;
   return result;
 }
 
 absl::Status Trainer::EvaluateAndLog(int64_t step) {
-  const int64_t steps_per_epoch = train_iterator_->BatchesPerEpoch();
+  const int64_t steps_per_epoch = StepsPerEpoch();
   std::vector<bool> which = {false};
   if (primary().ema) which.push_back(true);
   std::string line = absl::StrCat("eval step ", step);
@@ -560,10 +633,15 @@ absl::Status Trainer::EvaluateAndLog(int64_t step) {
                       "test",
                       ema ? "ema" : "raw",
                       {{"loss", e.loss}, {"accuracy", e.accuracy}}};
-    if (logger_) MT_RETURN_IF_ERROR(logger_->Log(rec));
     absl::StrAppend(&line,
                     absl::StrFormat("  %s: loss %.4f accuracy %.4f",
                                     ema ? "ema" : "raw", e.loss, e.accuracy));
+    if (e.bits_per_byte) {
+      rec.values.push_back({"bits_per_byte", *e.bits_per_byte});
+      absl::StrAppend(&line,
+                      absl::StrFormat(" bits/byte %.4f", *e.bits_per_byte));
+    }
+    if (logger_) MT_RETURN_IF_ERROR(logger_->Log(rec));
   }
   progress_->Message(line);
   return absl::OkStatus();
@@ -571,7 +649,7 @@ absl::Status Trainer::EvaluateAndLog(int64_t step) {
 
 absl::StatusOr<int64_t> Trainer::TotalSteps() const {
   if (config_.train.steps.has_value()) return *config_.train.steps;
-  const int64_t steps_per_epoch = train_iterator_->BatchesPerEpoch();
+  const int64_t steps_per_epoch = StepsPerEpoch();
   int64_t total = 0;
   if (__builtin_mul_overflow(*config_.train.epochs, steps_per_epoch, &total)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -619,6 +697,11 @@ absl::Status Trainer::AfterSteps(LoopState& loop, int64_t step, double loss_sum,
                        // parameter servers' snapshot may be older).
                        {"learning_rate", primary().optimizer->schedule()(step)},
                        {"samples_per_sec", samples_per_sec}}};
+    // Sequences: the labelled tokens per second too.
+    if (const int64_t t = train_data_.labels_per_example(); t > 1) {
+      rec.values.push_back(
+          {"tokens_per_sec", samples_per_sec * static_cast<double>(t)});
+    }
     if (ps_) {
       // How stale the window's updates were (UpdateClock).
       const std::vector<int64_t> counts = clock().TakeStalenessCounts();
@@ -663,7 +746,7 @@ absl::Status Trainer::FinishTraining(LoopState& loop, int64_t step) {
 
 absl::Status Trainer::Train() {
   LoopState loop;
-  loop.steps_per_epoch = train_iterator_->BatchesPerEpoch();
+  loop.steps_per_epoch = StepsPerEpoch();
   MT_ASSIGN_OR_RETURN(loop.total_steps, TotalSteps());
   loop.window_start = std::chrono::steady_clock::now();
   progress_ = std::make_unique<Progress>(loop.total_steps, loop.steps_per_epoch,
@@ -676,8 +759,9 @@ absl::Status Trainer::Train() {
   int64_t step = global_step();
   while (step < loop.total_steps) {
     if (StopSignal() != 0) return StopBySignal(step);
-    MT_ASSIGN_OR_RETURN(Batch batch, train_iterator_->Next());
-    MT_RETURN_IF_ERROR(Step(batch, step));
+    MT_ASSIGN_OR_RETURN(const std::vector<Batch> micro_batches,
+                        NextMicroBatches());
+    MT_RETURN_IF_ERROR(Step(micro_batches, step));
     ++step;
     double loss = 0;
     for (const Replica& r : replicas_) loss += HostValue(r.loss);
@@ -695,7 +779,9 @@ absl::Status Trainer::Train() {
             absl::StrCat("step ", step, ": ", same.message()));
       }
     }
-    MT_RETURN_IF_ERROR(AfterSteps(loop, step, loss, 1, batch.labels.dim(0)));
+    int64_t samples = 0;
+    for (const Batch& b : micro_batches) samples += b.labels.dim(0);
+    MT_RETURN_IF_ERROR(AfterSteps(loop, step, loss, 1, samples));
   }
   return FinishTraining(loop, step);
 }

@@ -5,12 +5,18 @@
 // Per step (DESIGN.md, "One training step"): the global batch is cut into
 // contiguous replica shards; each replica runs forward and backward with the
 // loss divided by the global batch; gradients are SUM-all-reduced, clipped,
-// applied by the replica's optimizer, then the EMA is updated. Where the
-// update goes follows the strategy's VariablePlacement: every replica's
-// copy (mirrored), the one central copy, which the replicas read before the
-// step (central_storage), or, asynchronously, the parameter-server shards
-// (parameter_server: trainer_async.cc; each worker loops on its own input
-// and the Train() thread only coordinates).
+// applied by the replica's optimizer, then the EMA is updated. With
+// train.accumulation_steps K a step takes K consecutive batches of the
+// input (micro-batches; fewer at the end of an epoch): each runs forward and
+// backward with the loss divided by the labels of all K, their gradients are
+// summed on the replica and all-reduced once with the last one's backward,
+// so the step equals one on the K-times-larger batch (batch normalization
+// aside: its statistics are per micro-batch). global_step counts steps.
+// Where the update goes follows the strategy's VariablePlacement: every
+// replica's copy (mirrored), the one central copy, which the replicas read
+// before the step (central_storage), or, asynchronously, the
+// parameter-server shards (parameter_server: trainer_async.cc; each worker
+// loops on its own input and the Train() thread only coordinates).
 //
 // Ownership: the Trainer owns the strategy, the per-replica models,
 // optimizers and EMAs (or the one central / parameter-server state), the
@@ -49,8 +55,12 @@ namespace mirrortrain::trainer {
 
 struct EvalResult {
   int64_t examples = 0;
-  double loss = 0;      // Mean per-example cross-entropy.
+  // Labels evaluated: examples, or tokens of sequence data.
+  int64_t labels = 0;
+  double loss = 0;      // Mean per-label (example or token) cross-entropy.
   double accuracy = 0;  // Fraction of argmax == label.
+  // Byte tokens (the `text` source): loss / ln 2, else absent.
+  std::optional<double> bits_per_byte;
 };
 
 // The layers `model` describes for data like `data` (a preset expands with
@@ -109,6 +119,7 @@ class Trainer {
   // replica's state is bitwise identical to replica 0's.
   absl::Status CheckReplicasIdentical() const;
   int num_replicas() const { return strategy_->num_replicas(); }
+  const distribute::Strategy& strategy() const { return *strategy_; }
   // Called by Train() on its own thread after every step with the new
   // global step, once the step's work is finished (tests and tools, e.g. to
   // read allocator counters between steps); parameter_server: at every step
@@ -126,6 +137,12 @@ class Trainer {
     // after the step: reading it mid-step would stall a GPU replica between
     // forward and backward.
     Tensor loss;
+  };
+
+  // One replica's rows of a batch, on its device.
+  struct ShardInputs {
+    distribute::ShardRange shard;
+    Tensor images, labels;
   };
 
   Trainer() = default;
@@ -146,15 +163,28 @@ class Trainer {
   distribute::VariablePlacement placement() const {
     return strategy_->variable_placement();
   }
-  absl::Status Step(const Batch& batch, int64_t step);
-  absl::Status ReplicaStep(distribute::ReplicaContext& ctx, const Batch& batch,
-                           int64_t step);
-  // Forward and backward of replica `r` on rows `shard` of `batch` (the
-  // loss divided by the whole batch), gradients reduced over the replicas,
-  // L2-regularised and clipped; sets r.loss.
+  // One optimizer step over its micro-batches (one without accumulation).
+  absl::Status Step(absl::Span<const Batch> micro_batches, int64_t step);
+  absl::Status ReplicaStep(distribute::ReplicaContext& ctx,
+                           absl::Span<const Batch> micro_batches, int64_t step);
+  // The rows of `batch` replica ctx computes on, on its device: its shard
+  // (ShardOf), or the whole batch for a parameter-server worker, which
+  // reads its own input.
+  absl::StatusOr<ShardInputs> ReplicaShard(distribute::ReplicaContext& ctx,
+                                           const Batch& batch) const;
+  // Forward and backward of replica `r` on its rows of each micro-batch
+  // (the loss divided by the labels of all of them), the gradients summed
+  // and reduced over the replicas once, L2-regularised and clipped; sets
+  // r.loss.
   absl::StatusOr<std::vector<Tensor>> ComputeGradients(
-      distribute::ReplicaContext& ctx, Replica& r, const Batch& batch,
-      distribute::ShardRange shard, int64_t step, uint64_t step_seed);
+      distribute::ReplicaContext& ctx, Replica& r,
+      absl::Span<const Batch> micro_batches, int64_t step, uint64_t step_seed);
+  // The next step's batches: train.accumulation_steps of them, or fewer
+  // when the epoch ends first (a step never spans two epochs).
+  absl::StatusOr<std::vector<Batch>> NextMicroBatches();
+  // Optimizer steps per epoch: batches per epoch / accumulation_steps,
+  // rounded up.
+  int64_t StepsPerEpoch() const;
   // One optimizer update of `target`'s trainable variables, then its EMA.
   static absl::Status ApplyUpdate(Replica& target, std::vector<Tensor> grads);
   // central_storage: copies the central variables (their EMA shadows with

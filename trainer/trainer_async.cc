@@ -75,9 +75,10 @@ absl::Status Trainer::WorkerLoop(distribute::ReplicaContext& ctx) {
     MT_RETURN_IF_ERROR(ps_->Read(vars));
     MT_ASSIGN_OR_RETURN(Batch batch, input.Next());
     const int64_t rows = batch.labels.dim(0);
-    MT_ASSIGN_OR_RETURN(std::vector<Tensor> grads,
-                        ComputeGradients(ctx, r, batch, {0, rows}, *read,
-                                         StepSeed(config_.seed, *read, w)));
+    MT_ASSIGN_OR_RETURN(
+        std::vector<Tensor> grads,
+        ComputeGradients(ctx, r, absl::MakeConstSpan(&batch, 1), *read,
+                         StepSeed(config_.seed, *read, w)));
     const double loss = HostValue(r.loss);
     if (!std::isfinite(loss)) {
       return absl::AbortedError(absl::StrCat(

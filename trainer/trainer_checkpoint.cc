@@ -195,9 +195,10 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
                        /*trainable=*/false));
   std::vector<Variable*> vars = TrainingState();
   vars.push_back(&global_step);
-  const int64_t steps_per_epoch = train_iterator_->BatchesPerEpoch();
-  // parameter_server: the position one input stream would have after
-  // `step` batches (what one worker resumes from exactly).
+  const int64_t steps_per_epoch = StepsPerEpoch();
+  // parameter_server (which takes no accumulation): the position one input
+  // stream would have after `step` batches (what one worker resumes from
+  // exactly).
   const BatchIterator::Position pos =
       ps_ ? BatchIterator::Position{step / steps_per_epoch,
                                     step % steps_per_epoch}

@@ -1,7 +1,8 @@
-// End-to-end runs of the binary on the cifar10 and npz data sources, on
+// End-to-end runs of the binary on the cifar10, npz and text data sources, on
 // files generated here (CIFAR-10 cannot be installed on this machine):
 // training with augmentation and normalisation, and bad data exiting 2
 // with one line naming the file.
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -194,6 +195,100 @@ TEST(DataCliTest, BadNpzExit2NamingFileAndArray) {
   WriteBytes(path, whole.substr(0, whole.size() - 30));
   ExpectExit2({"train", "--config", config, "--run_dir", dir + "/run"},
               path + ": truncated, or not a ZIP archive");
+}
+
+TEST(DataCliTest, TrainsOnTextAndReportsBitsPerByte) {
+  const std::string dir = FreshTestDir("data_cli");
+  std::string a, b;
+  for (int i = 0; i < 60; ++i) a += "the quick brown fox jumps. ";
+  for (int i = 0; i < 40; ++i) b += "over the lazy dog! ";
+  WriteBytes(dir + "/a.txt", a);
+  WriteBytes(dir + "/b.txt", b);
+  const std::string config = dir + "/text.yaml";
+  WriteBytes(config, absl::StrCat("seed: 5\ndata:\n  name: text\n  path: [",
+                                  dir, "/a.txt, ", dir, "/b.txt]\n", R"(
+  sequence_length: 8
+  validation_fraction: 0.2
+  global_batch_size: 16
+model:
+  layers:
+    - {type: dense, units: 64, activation: relu}
+    - {type: dense, units: 2048}
+    - {type: reshape, target_shape: [8, 256]}
+optimizer: {name: adamw, learning_rate: 0.01,
+            exclude_from_weight_decay: [bias]}
+distribute: {devices: [cpu:0, cpu:1]}
+train: {steps: 30, log_every_steps: 10, accumulation_steps: 2}
+checkpoint: {every_steps: 0}
+)"));
+  Result r = RunCli({"train", "--config", config, "--run_dir", dir + "/run"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The last test line: per-token loss well below a uniform guess (ln 256).
+  std::string test_line;
+  for (const std::string& line : Lines(ReadFile(dir + "/run/metrics.jsonl"))) {
+    if (line.find("\"test\"") != std::string::npos) test_line = line;
+  }
+  EXPECT_THAT(test_line, HasSubstr("\"bits_per_byte\": "));
+  EXPECT_THAT(ReadFile(dir + "/run/metrics.jsonl"),
+              HasSubstr("\"tokens_per_sec\": "));
+  Result eval = RunCli({"eval", "--config", config, "--checkpoint",
+                        dir + "/run/checkpoints", "--weights", "raw"});
+  ASSERT_EQ(eval.exit_code, 0) << eval.err;
+  EXPECT_THAT(eval.out, HasSubstr("\"step\": 30"));
+  // 20% of 2380 bytes: 476, so (476 - 1) / 8 = 59 windows of 8 tokens.
+  EXPECT_THAT(eval.out, HasSubstr("\"examples\": 59"));
+  EXPECT_THAT(eval.out, HasSubstr("\"tokens\": 472"));
+  const auto number = [&](const std::string& key) {
+    const size_t at = eval.out.find("\"" + key + "\": ");
+    EXPECT_NE(at, std::string::npos) << key;
+    return std::stod(eval.out.substr(at + key.size() + 4));
+  };
+  const double loss = number("loss");
+  EXPECT_LT(loss, 0.5 * std::log(256.0));
+  EXPECT_NEAR(number("bits_per_byte"), loss / std::log(2.0), 1e-6 * loss);
+  // A model without one logit per byte value and token.
+  ExpectExit2({"train", "--config", config, "--run_dir", dir + "/run2", "--set",
+               "model.layers=[{type: dense, units: 256}]"},
+              "model: the last layer gives [256] per example but the data "
+              "needs [8,256]");
+  // A reshape that does not hold the elements it is given.
+  ExpectExit2({"train", "--config", config, "--run_dir", dir + "/run2", "--set",
+               "model.layers[2].target_shape=[8, 255]"},
+              "model.layers[2] (reshape): target_shape: [8,255] holds 2040 "
+              "elements but an input example [2048] holds 2048");
+}
+
+TEST(DataCliTest, BadTextInputsExit2NamingTheFileOrKey) {
+  const std::string dir = FreshTestDir("data_cli");
+  const std::string text = dir + "/a.txt", empty = dir + "/empty.txt";
+  WriteBytes(text, std::string(200, 'x'));
+  WriteBytes(empty, "");
+  auto run = [&](const std::string& data) {
+    return std::vector<std::string>{"train", "--config", WriteConfig(dir, data),
+                                    "--run_dir", dir + "/run"};
+  };
+  ExpectExit2(run(absl::StrCat("  name: text\n  path: [", text, ", ", dir,
+                               "/missing.txt]")),
+              dir + "/missing.txt");
+  ExpectExit2(
+      run(absl::StrCat("  name: text\n  path: [", text, ", ", empty, "]")),
+      empty + ": empty text file");
+  // One more key after `path: a.txt` (line 5 of the config), and the error.
+  const std::vector<std::pair<std::string, std::string>> bad_keys = {
+      {"sequence_length: 500",
+       "data.sequence_length: 500 needs 501 bytes per window"},
+      {"validation_fraction: 0",
+       "data.validation_fraction: 0 holds out 0 of the 200 bytes"},
+      // Out of range in the config: file:line and the key.
+      {"sequence_length: 0",
+       "job.yaml:5: data.sequence_length: expected an integer >= 1, got 0"},
+      {"validation_fraction: 1",
+       "job.yaml:5: data.validation_fraction: expected a number in [0, 1), got "
+       "1"}};
+  for (const auto& [key, error] : bad_keys) {
+    ExpectExit2(run(absl::StrCat("  name: text\n  path: ", text, "\n  ", key)),
+                error);
+  }
 }
 
 TEST(DataCliTest, NormalizeAndAugmentThatDoNotFitTheDataExit2) {

@@ -37,13 +37,13 @@ absl::Status CheckDataset(const InMemoryDataset* dataset) {
         "BatchIterator: dataset '", dataset->name, "' has no tensors"));
   }
   if (images.dtype() != DType::kF32 || images.rank() < 1 ||
-      labels.dtype() != DType::kI32 || labels.rank() != 1 ||
+      labels.dtype() != DType::kI32 || labels.rank() < 1 ||
       images.dim(0) != labels.dim(0) || !images.device().is_cpu() ||
       !labels.device().is_cpu()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("BatchIterator: dataset '", dataset->name,
-                     "' needs host f32 images [N,...] and i32 labels [N], has ",
-                     images.DebugString(), " and ", labels.DebugString()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "BatchIterator: dataset '", dataset->name,
+        "' needs host f32 images [N,...] and i32 labels [N,...], has ",
+        images.DebugString(), " and ", labels.DebugString()));
   }
   return absl::OkStatus();
 }
@@ -66,9 +66,12 @@ absl::StatusOr<Batch> GatherRows(const InMemoryDataset& dataset,
                ? Tensor::EmptyWith(host_allocator, dtype, std::move(shape))
                : Tensor::Empty(dtype, std::move(shape));
   };
+  Shape label_shape = dataset.labels.shape();
+  const int64_t row_labels = dataset.labels_per_example();
+  label_shape[0] = b;
   Batch batch;
   MT_ASSIGN_OR_RETURN(batch.images, empty(DType::kF32, std::move(image_shape)));
-  MT_ASSIGN_OR_RETURN(batch.labels, empty(DType::kI32, {b}));
+  MT_ASSIGN_OR_RETURN(batch.labels, empty(DType::kI32, std::move(label_shape)));
   const float* src_images = dataset.images.data<float>();
   const int32_t* src_labels = dataset.labels.data<int32_t>();
   float* dst_images = batch.images.data<float>();
@@ -82,7 +85,8 @@ absl::StatusOr<Batch> GatherRows(const InMemoryDataset& dataset,
     }
     std::memcpy(dst_images + i * row_elements, src_images + row * row_elements,
                 row_elements * sizeof(float));
-    dst_labels[i] = src_labels[row];
+    std::memcpy(dst_labels + i * row_labels, src_labels + row * row_labels,
+                row_labels * sizeof(int32_t));
   }
   return batch;
 }

@@ -71,7 +71,7 @@ struct DeviceShard {
 
 struct Batch {
   Tensor images;  // f32 [b, ...], the dataset's example shape
-  Tensor labels;  // i32 [b]
+  Tensor labels;  // i32 [b] or [b, ...] (per-token labels)
   int64_t epoch = 0;
   int64_t index = 0;                       // Batch index within the epoch.
   std::vector<DeviceShard> device_shards;  // Per replica, when staged.

@@ -1,6 +1,6 @@
 // Datasets held in host memory: Fashion-MNIST read from IDX files, and a
 // synthetic stand-in of the same shape for benchmarks and tests. Other
-// sources (cifar10.cc, npz.cc) register themselves (data_source.h).
+// sources (cifar10.cc, npz.cc, text.cc) register themselves (data_source.h).
 //
 // Ownership: an InMemoryDataset owns its tensors (shared, immutable host
 // buffers); copies share them. Thread contract: after construction nothing
@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "tensor/tensor.h"
@@ -21,12 +22,24 @@ inline constexpr int kFashionMnistClasses = 10;
 inline constexpr int64_t kFashionMnistImageSize = 28;  // Rows and columns.
 
 struct InMemoryDataset {
-  Tensor images;  // f32 [N, H, W, C] NHWC (or [N, features]).
-  Tensor labels;  // i32 [N], in [0, num_classes).
+  // f32 [N, H, W, C] NHWC (or [N, features]); sequences: [N, T] token ids
+  // as floats (exact below 2^24; Keras's Embedding casts them to int).
+  Tensor images;
+  // i32 [N] in [0, num_classes): one class per example; or [N, T]: one per
+  // token of a sequence (the loss and metrics average over all of them).
+  Tensor labels;
   int num_classes = 0;
   std::string name;  // "fashion_mnist/train", "cifar10/test", "synthetic"...
+  // Tokens are bytes (the `text` source): evaluation also reports bits per
+  // byte, the per-token loss in bits.
+  bool bytes_as_tokens = false;
 
   int64_t size() const { return labels.defined() ? labels.dim(0) : 0; }
+  // Labels per example: 1, or T for sequences.
+  int64_t labels_per_example() const {
+    if (!labels.defined()) return 1;
+    return NumElements(absl::MakeConstSpan(labels.shape()).subspan(1));
+  }
 };
 
 // p / 255.0f for every byte value p: how every source scales u8 pixels to
@@ -47,6 +60,17 @@ absl::StatusOr<InMemoryDataset> LoadFashionMnist(const std::string& dir,
 // platform. Labels are uniform over [0, num_classes). The caller validates
 // the arguments (n >= 0, num_classes >= 1); others are clamped to those.
 InMemoryDataset MakeSynthetic(int64_t n, int num_classes, uint64_t seed);
+
+// One split of the `text` source (text.cc): the files of `paths` read in
+// order, the last `validation_fraction` of the bytes the test split, cut
+// into windows of `sequence_length` byte tokens (images) with next-byte
+// targets (labels), both [windows, sequence_length]. Errors: a missing file
+// (NotFound naming it), an empty one, a window longer than either split
+// (InvalidArgument naming data.sequence_length or data.validation_fraction).
+absl::StatusOr<InMemoryDataset> LoadText(const std::vector<std::string>& paths,
+                                         int64_t sequence_length,
+                                         double validation_fraction,
+                                         bool train);
 
 }  // namespace mirrortrain::trainer
 

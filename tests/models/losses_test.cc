@@ -1,0 +1,97 @@
+// The sequence loss: per-token sparse cross-entropy over logits [b, T, C]
+// and labels [b, T], summed and divided by the global number of tokens, so
+// two shards' losses (and gradients) add up to the whole batch's mean.
+#include "models/losses.h"
+
+#include <cmath>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tensor/gradient_tape.h"
+#include "tests/test_util.h"
+
+namespace mirrortrain::models {
+namespace {
+
+constexpr int64_t kBatch = 3, kTime = 4, kClasses = 5;
+
+Tensor Labels() {
+  std::vector<int32_t> v;
+  for (int64_t i = 0; i < kBatch * kTime; ++i) {
+    v.push_back(static_cast<int32_t>((i * 7 + 2) % kClasses));
+  }
+  return Tensor::FromVector(v, {kBatch, kTime});
+}
+
+// The mean over tokens of -log softmax(logits)[label], in double.
+double ReferenceMeanLoss(const Tensor& logits, const Tensor& labels) {
+  double sum = 0;
+  for (int64_t t = 0; t < kBatch * kTime; ++t) {
+    double max = -INFINITY, z = 0;
+    for (int64_t c = 0; c < kClasses; ++c) {
+      max = std::max(max, logits.ScalarAt(t * kClasses + c));
+    }
+    for (int64_t c = 0; c < kClasses; ++c) {
+      z += std::exp(logits.ScalarAt(t * kClasses + c) - max);
+    }
+    const int64_t label = static_cast<int64_t>(labels.ScalarAt(t));
+    sum += -(logits.ScalarAt(t * kClasses + label) - max - std::log(z));
+  }
+  return sum / (kBatch * kTime);
+}
+
+TEST(SequenceLossTest, MeanOverEveryTokenOfTheGlobalBatch) {
+  const Tensor logits = testing::RandomTensor({kBatch, kTime, kClasses}, 1);
+  const Tensor labels = Labels();
+  auto loss = SparseCategoricalCrossentropy(logits, labels, kBatch * kTime);
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  EXPECT_NEAR(loss->ScalarAt(0), ReferenceMeanLoss(logits, labels), 1e-12);
+
+  // Shards of 1 and 2 rows, each divided by the global tokens, add up to it.
+  double shards = 0;
+  for (auto [begin, rows] : {std::pair<int64_t, int64_t>{0, 1}, {1, 2}}) {
+    auto part = SparseCategoricalCrossentropy(*logits.SliceRows(begin, rows),
+                                              *labels.SliceRows(begin, rows),
+                                              kBatch * kTime);
+    ASSERT_TRUE(part.ok()) << part.status();
+    shards += part->ScalarAt(0);
+  }
+  EXPECT_NEAR(shards, loss->ScalarAt(0), 1e-12);
+}
+
+TEST(SequenceLossTest, GradientMatchesFiniteDifferences) {
+  const Tensor labels = Labels();
+  testing::ExpectGradientsMatch(
+      [&](const std::vector<Tensor>& in) {
+        return SparseCategoricalCrossentropy(in[0], labels, kBatch * kTime);
+      },
+      {testing::RandomTensor({kBatch, kTime, kClasses}, 2)});
+}
+
+TEST(SequenceLossTest, CountCorrectCountsTokens) {
+  // Logits that pick class (token index) % kClasses.
+  std::vector<double> v(kBatch * kTime * kClasses, 0.0);
+  for (int64_t t = 0; t < kBatch * kTime; ++t)
+    v[t * kClasses + t % kClasses] = 1;
+  const Tensor logits = Tensor::FromVector(v, {kBatch, kTime, kClasses});
+  const Tensor labels = Labels();
+  int64_t expected = 0;
+  for (int64_t t = 0; t < kBatch * kTime; ++t) {
+    expected += static_cast<int64_t>(labels.ScalarAt(t)) == t % kClasses;
+  }
+  ASSERT_GT(expected, 0);
+  auto correct = CountCorrect(logits, labels);
+  ASSERT_TRUE(correct.ok()) << correct.status();
+  EXPECT_EQ(*correct, expected);
+}
+
+TEST(SequenceLossTest, LabelsOfTheWrongRankAreAnError) {
+  const Tensor logits = testing::RandomTensor({kBatch, kTime, kClasses}, 3);
+  auto loss = SparseCategoricalCrossentropy(
+      logits, *Labels().Reshaped({kBatch * kTime}), kBatch * kTime);
+  ASSERT_FALSE(loss.ok());
+  EXPECT_EQ(loss.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace mirrortrain::models
