@@ -127,5 +127,17 @@ TEST(AccumulationConfigTest, StepsMustBeAtLeastOne) {
       << config.status();
 }
 
+TEST(AccumulationConfigTest, ParameterServerWorkersTakeNone) {
+  auto config = ParseConfig(
+      "distribute: {strategy: parameter_server, devices: [cpu:0, cpu:1]}\n"
+      "train: {accumulation_steps: 2}\n",
+      "ps.yaml", {});
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find(
+                "ps.yaml:2: train.accumulation_steps: parameter_server"),
+            std::string::npos)
+      << config.status();
+}
+
 }  // namespace
 }  // namespace mirrortrain::trainer
