@@ -465,7 +465,9 @@ TEST_F(AdversarialCheckpointTest, SigkillDuringSavesLeavesLoadableAndClean) {
   for (int attempt = 0; attempt < 5; ++attempt) {
     const std::string before = ReadFile(index);
     const pid_t pid = Start(SmallTrain(run_, job), tmp + "_out", tmp + "_err");
-    for (int i = 0; i < 2000 && ReadFile(index) == before; ++i) {
+    // Until this run's first save (up to 60 s: a sanitizer build starts
+    // slowly), so every kill falls after a checkpoint exists.
+    for (int i = 0; i < 30000 && ReadFile(index) == before; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1 + 3 * attempt));
