@@ -20,11 +20,8 @@ void ComputeFans(const Shape& shape, double* fan_in, double* fan_out) {
   }
 }
 
-absl::StatusOr<Tensor> GlorotUniform(const Shape& shape, uint64_t seed,
-                                     DType dtype) {
-  double fan_in, fan_out;
-  ComputeFans(shape, &fan_in, &fan_out);
-  const double limit = std::sqrt(6.0 / std::max(1.0, fan_in + fan_out));
+absl::StatusOr<Tensor> RandomUniform(const Shape& shape, uint64_t seed,
+                                     double limit, DType dtype) {
   MT_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(dtype, shape));
   // mt19937_64's sequence is fixed by the standard; the conversion to [0,1)
   // is done here (not by a distribution) so it is the same everywhere.
@@ -39,6 +36,14 @@ absl::StatusOr<Tensor> GlorotUniform(const Shape& shape, uint64_t seed,
     }
   }
   return t;
+}
+
+absl::StatusOr<Tensor> GlorotUniform(const Shape& shape, uint64_t seed,
+                                     DType dtype) {
+  double fan_in, fan_out;
+  ComputeFans(shape, &fan_in, &fan_out);
+  const double limit = std::sqrt(6.0 / std::max(1.0, fan_in + fan_out));
+  return RandomUniform(shape, seed, limit, dtype);
 }
 
 }  // namespace mirrortrain::models

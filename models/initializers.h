@@ -16,6 +16,12 @@ namespace mirrortrain::models {
 absl::StatusOr<Tensor> GlorotUniform(const Shape& shape, uint64_t seed,
                                      DType dtype = DType::kF32);
 
+// U(-limit, limit), as keras.initializers.RandomUniform(-limit, limit)
+// (Embedding's default has limit 0.05); the stream of numbers depends only
+// on `seed`. GlorotUniform is this with its limit.
+absl::StatusOr<Tensor> RandomUniform(const Shape& shape, uint64_t seed,
+                                     double limit, DType dtype = DType::kF32);
+
 // Fan-in and fan-out of a kernel shape, as Keras computes them.
 void ComputeFans(const Shape& shape, double* fan_in, double* fan_out);
 

@@ -35,17 +35,36 @@ __global__ void GatherKernel(const T* params, int64_t row, const I* indices,
   }
 }
 
-// out[indices[i], k] += updates[i, k]. Repeated indices make threads add to
-// the same element, so atomics; their order, and so the last bits of f32
-// sums over repeated indices, varies from run to run.
+// out[v, k] += updates[i, k] for every i with indices[i] == v, added in
+// increasing i: the CPU's order, so the same bits on every run and on both
+// devices (no atomics). One block per (row v, tile of kLaunchThreads
+// columns), grid-stride; the block streams the indices through shared
+// memory and each thread adds its column's matches. O(rows * indices) index
+// reads: cheap for byte- and word-piece-sized vocabularies, and sort-free.
 template <typename T, typename I>
 __global__ void ScatterAddKernel(const T* updates, int64_t row,
                                  const I* indices, int64_t num_indices,
-                                 T* out) {
-  const int64_t n = num_indices * row;
-  for (int64_t j = GridStart(); j < n; j += GridStep()) {
-    const int64_t i = j / row, k = j % row;
-    atomicAdd(out + static_cast<int64_t>(indices[i]) * row + k, updates[j]);
+                                 int64_t rows, T* out) {
+  __shared__ I chunk[kLaunchThreads];
+  const int64_t tiles = (row + kLaunchThreads - 1) / kLaunchThreads;
+  for (int64_t b = blockIdx.x; b < rows * tiles; b += gridDim.x) {
+    const int64_t v = b / tiles;
+    const int64_t k = (b % tiles) * kLaunchThreads + threadIdx.x;
+    T acc = k < row ? out[v * row + k] : T(0);
+    for (int64_t base = 0; base < num_indices; base += kLaunchThreads) {
+      const int64_t n = num_indices - base < kLaunchThreads ? num_indices - base
+                                                            : kLaunchThreads;
+      __syncthreads();  // The previous chunk is read by every thread.
+      if (threadIdx.x < n) chunk[threadIdx.x] = indices[base + threadIdx.x];
+      __syncthreads();
+      if (k >= row) continue;
+      for (int64_t j = 0; j < n; ++j) {
+        if (static_cast<int64_t>(chunk[j]) == v) {
+          acc += updates[(base + j) * row + k];
+        }
+      }
+    }
+    if (k < row) out[v * row + k] = acc;
   }
 }
 
@@ -135,17 +154,21 @@ absl::Status GatherOnGpu(DType dtype, const void* params, int64_t row,
 
 absl::Status ScatterAddOnGpu(DType dtype, const void* updates, int64_t row,
                              DType index_dtype, const void* indices,
-                             int64_t num_indices, void* out, int device) {
-  if (row == 0 || num_indices == 0) return absl::OkStatus();
-  const int blocks = LaunchBlocks(num_indices * row);
+                             int64_t num_indices, int64_t rows, void* out,
+                             int device) {
+  if (row == 0 || num_indices == 0 || rows == 0) return absl::OkStatus();
+  const int64_t blocks = rows * ((row + kLaunchThreads - 1) / kLaunchThreads);
   return LaunchFloatIndexOn(
       "ScatterAdd", dtype, index_dtype, device,
       [&](auto zero, auto index_zero, cudaStream_t stream) {
         using T = decltype(zero);
         using I = decltype(index_zero);
-        ScatterAddKernel<T, I><<<blocks, kLaunchThreads, 0, stream>>>(
-            static_cast<const T*>(updates), row, static_cast<const I*>(indices),
-            num_indices, static_cast<T*>(out));
+        ScatterAddKernel<T, I>
+            <<<static_cast<int>(blocks < 65535 ? blocks : 65535),
+               kLaunchThreads, 0, stream>>>(static_cast<const T*>(updates), row,
+                                            static_cast<const I*>(indices),
+                                            num_indices, rows,
+                                            static_cast<T*>(out));
       });
 }
 

@@ -79,13 +79,15 @@ MT_CUDA_KERNEL(Gather,
                absl::Status(DType dtype, const void* params, int64_t row,
                             DType index_dtype, const void* indices,
                             int64_t num_indices, void* out, int device));
-// out[indices[i], k] += updates[i, k] (Gather's gradient, floating dtypes).
-// Uses atomics: with repeated indices the order of the additions, and so
-// the rounding, is not deterministic.
+// out[indices[i], k] += updates[i, k] (Gather's gradient, floating dtypes)
+// for out of `rows` rows; indices known to be in range. Deterministic:
+// each output element adds its updates in increasing i, as the CPU does, so
+// both give the same bits (no atomics).
 MT_CUDA_KERNEL(ScatterAdd,
                absl::Status(DType dtype, const void* updates, int64_t row,
                             DType index_dtype, const void* indices,
-                            int64_t num_indices, void* out, int device));
+                            int64_t num_indices, int64_t rows, void* out,
+                            int device));
 
 // out[i, d] = indices[i] == d ? on : off, for n indices and `depth` columns.
 MT_CUDA_KERNEL(OneHot,
@@ -199,6 +201,23 @@ MT_CUDA_KERNEL(ChannelSums,
                absl::Status(DType dtype, const void* x, const void* w,
                             const void* shift, int64_t rows, int64_t cols,
                             void* sum, void* dot, int device));
+// Layer normalization over rows of `cols` elements (one block per row,
+// each row's sums in double over a fixed tree, so deterministic):
+// mean[r], rstd[r] = 1 / sqrt(var[r] + epsilon) (var the mean squared
+// deviation) and y = (x - mean) * rstd * gamma + beta.
+MT_CUDA_KERNEL(LayerNormForward,
+               absl::Status(DType dtype, const void* x, const void* gamma,
+                            const void* beta, void* y, void* mean, void* rstd,
+                            int64_t rows, int64_t cols, double epsilon,
+                            int device));
+// Its input gradient with xhat = (x - mean) * rstd and gg = dy * gamma:
+// dx = rstd * (gg - mean(gg) - xhat * mean(gg * xhat)) per row; xhat is
+// also written when non-null (for the gamma gradient).
+MT_CUDA_KERNEL(LayerNormBackward,
+               absl::Status(DType dtype, const void* x, const void* gamma,
+                            const void* dy, const void* mean, const void* rstd,
+                            void* dx, void* xhat, int64_t rows, int64_t cols,
+                            int device));
 
 // ---- Fused ops (fused_kernels.cu), over row-major [rows, cols].
 

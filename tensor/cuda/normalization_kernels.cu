@@ -2,6 +2,8 @@
 // (the normalisation itself, and the input gradients) and the per-channel
 // sums it needs (statistics, and the gradients of mean and variance). The
 // sums are column sums (column_sum.cuh): deterministic, in double.
+// Per-row kernels of layer normalization: one block per row, sums in double
+// over a fixed tree (deterministic).
 #include <cuda_runtime.h>
 
 #include "tensor/cuda/column_sum.cuh"
@@ -34,6 +36,80 @@ struct LoadShiftedProduct {
     return w[i] * xs;
   }
 };
+
+// The block's sums of (a, b) over a fixed-shape tree, returned to every
+// thread; `partial` is 2 * kLaunchThreads doubles of shared memory, free
+// again on return. Requires blockDim.x == kLaunchThreads (a power of two).
+__device__ double2 BlockSum2(double a, double b, double* partial) {
+  partial[threadIdx.x] = a;
+  partial[kLaunchThreads + threadIdx.x] = b;
+  __syncthreads();
+  for (unsigned half = kLaunchThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) {
+      partial[threadIdx.x] += partial[threadIdx.x + half];
+      partial[kLaunchThreads + threadIdx.x] +=
+          partial[kLaunchThreads + threadIdx.x + half];
+    }
+    __syncthreads();
+  }
+  const double2 sums = make_double2(partial[0], partial[kLaunchThreads]);
+  __syncthreads();  // Every thread has read before `partial` is reused.
+  return sums;
+}
+
+template <typename T>
+__global__ void LayerNormForwardKernel(const T* x, const T* gamma,
+                                       const T* beta, T* y, T* mean, T* rstd,
+                                       int64_t rows, int64_t cols,
+                                       double epsilon) {
+  __shared__ double partial[2 * kLaunchThreads];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* xr = x + r * cols;
+    double s = 0;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) s += xr[c];
+    const double m = BlockSum2(s, 0, partial).x / cols;
+    double v = 0;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      const double d = xr[c] - m;
+      v += d * d;
+    }
+    const double inv = rsqrt(BlockSum2(v, 0, partial).x / cols + epsilon);
+    T* yr = y + r * cols;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      yr[c] = static_cast<T>((xr[c] - m) * inv * gamma[c] + beta[c]);
+    }
+    if (threadIdx.x == 0) {
+      mean[r] = static_cast<T>(m);
+      rstd[r] = static_cast<T>(inv);
+    }
+  }
+}
+
+template <typename T>
+__global__ void LayerNormBackwardKernel(const T* x, const T* gamma, const T* dy,
+                                        const T* mean, const T* rstd, T* dx,
+                                        T* xhat, int64_t rows, int64_t cols) {
+  __shared__ double partial[2 * kLaunchThreads];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* xr = x + r * cols;
+    const T* gr = dy + r * cols;
+    const double m = mean[r], inv = rstd[r];
+    double s1 = 0, s2 = 0;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      const double gg = static_cast<double>(gr[c]) * gamma[c];
+      s1 += gg;
+      s2 += gg * ((xr[c] - m) * inv);
+    }
+    const double2 sums = BlockSum2(s1, s2, partial);
+    const double mean_gg = sums.x / cols, mean_ggx = sums.y / cols;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      const double xh = (xr[c] - m) * inv;
+      const double gg = static_cast<double>(gr[c]) * gamma[c];
+      dx[r * cols + c] = static_cast<T>(inv * (gg - mean_gg - xh * mean_ggx));
+      if (xhat != nullptr) xhat[r * cols + c] = static_cast<T>(xh);
+    }
+  }
+}
 
 }  // namespace
 
@@ -76,7 +152,43 @@ absl::Status ChannelSumsOnGpu(DType dtype, const void* x, const void* w,
   return status;
 }
 
+absl::Status LayerNormForwardOnGpu(DType dtype, const void* x,
+                                   const void* gamma, const void* beta, void* y,
+                                   void* mean, void* rstd, int64_t rows,
+                                   int64_t cols, double epsilon, int device) {
+  if (rows == 0 || cols == 0) return absl::OkStatus();
+  const int blocks = static_cast<int>(rows < 65535 ? rows : 65535);
+  return LaunchFloatOn(
+      "LayerNormForward", dtype, device, [&](auto zero, cudaStream_t stream) {
+        using T = decltype(zero);
+        LayerNormForwardKernel<T><<<blocks, kLaunchThreads, 0, stream>>>(
+            static_cast<const T*>(x), static_cast<const T*>(gamma),
+            static_cast<const T*>(beta), static_cast<T*>(y),
+            static_cast<T*>(mean), static_cast<T*>(rstd), rows, cols, epsilon);
+      });
+}
+
+absl::Status LayerNormBackwardOnGpu(DType dtype, const void* x,
+                                    const void* gamma, const void* dy,
+                                    const void* mean, const void* rstd,
+                                    void* dx, void* xhat, int64_t rows,
+                                    int64_t cols, int device) {
+  if (rows == 0 || cols == 0) return absl::OkStatus();
+  const int blocks = static_cast<int>(rows < 65535 ? rows : 65535);
+  return LaunchFloatOn(
+      "LayerNormBackward", dtype, device, [&](auto zero, cudaStream_t stream) {
+        using T = decltype(zero);
+        LayerNormBackwardKernel<T><<<blocks, kLaunchThreads, 0, stream>>>(
+            static_cast<const T*>(x), static_cast<const T*>(gamma),
+            static_cast<const T*>(dy), static_cast<const T*>(mean),
+            static_cast<const T*>(rstd), static_cast<T*>(dx),
+            static_cast<T*>(xhat), rows, cols);
+      });
+}
+
 MT_DEFINE_CUDA_KERNEL(ChannelAffine, ChannelAffineOnGpu);
 MT_DEFINE_CUDA_KERNEL(ChannelSums, ChannelSumsOnGpu);
+MT_DEFINE_CUDA_KERNEL(LayerNormForward, LayerNormForwardOnGpu);
+MT_DEFINE_CUDA_KERNEL(LayerNormBackward, LayerNormBackwardOnGpu);
 
 }  // namespace mirrortrain::cuda

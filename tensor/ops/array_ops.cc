@@ -449,19 +449,20 @@ MT_OP(kGatherOp, "Gather",
               Tensor::Zeros(params.dtype(), params.shape(), gy.device()));
           const int64_t row =
               params.num_elements() / std::max<int64_t>(params.dim(0), 1);
-          MT_RETURN_IF_ERROR(
-              KernelError("GatherGrad",
-                          cuda::ScatterAdd(params.dtype(), gy.raw_data(), row,
-                                           indices.dtype(), indices.raw_data(),
-                                           indices.num_elements(),
-                                           dp.raw_data(), gy.device().index),
-                          {&gy, &indices}));
+          MT_RETURN_IF_ERROR(KernelError(
+              "GatherGrad",
+              cuda::ScatterAdd(params.dtype(), gy.raw_data(), row,
+                               indices.dtype(), indices.raw_data(),
+                               indices.num_elements(), params.dim(0),
+                               dp.raw_data(), gy.device().index),
+              {&gy, &indices}));
           (*grads)[0] = std::move(dp);
           return absl::OkStatus();
         }
         Tensor dp = Tensor::HostZeros(params.dtype(), params.shape());
         const int64_t row =
             params.num_elements() / std::max<int64_t>(params.dim(0), 1);
+        // In increasing i per row, the order the CUDA kernel keeps too.
         MT_DISPATCH_FLOAT(params.dtype(), T, {
           const T* src = gy.data<T>();
           T* dst = dp.data<T>();

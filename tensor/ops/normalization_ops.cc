@@ -1,6 +1,7 @@
 #include "tensor/ops/normalization_ops.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "tensor/cuda/cuda_kernels.h"
@@ -15,6 +16,7 @@ namespace mirrortrain::ops {
 namespace {
 MT_DECLARE_OP(kChannelSumsOp);
 MT_DECLARE_OP(kBatchNormalizationOp);
+MT_DECLARE_OP(kLayerNormalizationOp);
 
 using internal::CheckFloatingSame;
 using internal::KernelError;
@@ -140,6 +142,68 @@ absl::StatusOr<Coefficients> MakeCoefficients(const Tensor& variance,
   return Coefficients{std::move(inv), std::move(k)};
 }
 
+// What LayerNormalization keeps for its gradient: per-row statistics.
+struct LayerNormSaved {
+  Tensor mean, rstd;  // [rows]
+};
+
+// The CPU kernels of layer normalization, the same arithmetic as the CUDA
+// ones (tensor/cuda/normalization_kernels.cu): per row in double.
+template <typename T>
+void LayerNormForwardCpu(const T* x, const T* gamma, const T* beta, T* y,
+                         T* mean, T* rstd, int64_t rows, int64_t cols,
+                         double epsilon) {
+  ParallelFor(rows,
+              std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(cols, 1)),
+              [&](int64_t begin, int64_t end) {
+                for (int64_t r = begin; r < end; ++r) {
+                  const T* xr = x + r * cols;
+                  double s = 0, v = 0;
+                  for (int64_t c = 0; c < cols; ++c) s += xr[c];
+                  const double m = s / cols;
+                  for (int64_t c = 0; c < cols; ++c)
+                    v += (xr[c] - m) * (xr[c] - m);
+                  const double inv = 1.0 / std::sqrt(v / cols + epsilon);
+                  for (int64_t c = 0; c < cols; ++c) {
+                    y[r * cols + c] =
+                        static_cast<T>((xr[c] - m) * inv * gamma[c] + beta[c]);
+                  }
+                  mean[r] = static_cast<T>(m);
+                  rstd[r] = static_cast<T>(inv);
+                }
+              });
+}
+
+template <typename T>
+void LayerNormBackwardCpu(const T* x, const T* gamma, const T* dy,
+                          const T* mean, const T* rstd, T* dx, T* xhat,
+                          int64_t rows, int64_t cols) {
+  ParallelFor(rows,
+              std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(cols, 1)),
+              [&](int64_t begin, int64_t end) {
+                for (int64_t r = begin; r < end; ++r) {
+                  const T* xr = x + r * cols;
+                  const T* gr = dy + r * cols;
+                  const double m = mean[r], inv = rstd[r];
+                  double s1 = 0, s2 = 0;
+                  for (int64_t c = 0; c < cols; ++c) {
+                    const double gg = static_cast<double>(gr[c]) * gamma[c];
+                    s1 += gg;
+                    s2 += gg * ((xr[c] - m) * inv);
+                  }
+                  const double mean_gg = s1 / cols, mean_ggx = s2 / cols;
+                  for (int64_t c = 0; c < cols; ++c) {
+                    const double xh = (xr[c] - m) * inv;
+                    const double gg = static_cast<double>(gr[c]) * gamma[c];
+                    dx[r * cols + c] =
+                        static_cast<T>(inv * (gg - mean_gg - xh * mean_ggx));
+                    if (xhat != nullptr)
+                      xhat[r * cols + c] = static_cast<T>(xh);
+                  }
+                }
+              });
+}
+
 }  // namespace
 
 absl::StatusOr<ChannelSumsResult> ChannelSums(const Tensor& x) {
@@ -175,6 +239,45 @@ absl::StatusOr<Tensor> BatchNormalization(const Tensor& x, const Tensor& mean,
   MT_ASSIGN_OR_RETURN(Tensor y, ChannelAffine(kOp, x, co.k, &b));
   tape::RecordOperation(kBatchNormalizationOp,
                         {x, mean, variance, offset, scale}, {y}, std::move(co));
+  return y;
+}
+
+absl::StatusOr<Tensor> LayerNormalization(const Tensor& x, const Tensor& gamma,
+                                          const Tensor& beta, double epsilon) {
+  constexpr const char* kOp = "LayerNormalization";
+  MT_RETURN_IF_ERROR(CheckFloatingSame(kOp, {&x, &gamma, &beta}));
+  if (x.rank() < 1) return OpError(kOp, "needs rank >= 1", {&x});
+  const Shape channels = {x.dim(x.rank() - 1)};
+  if (gamma.shape() != channels || beta.shape() != channels) {
+    return OpError(kOp,
+                   "gamma and beta must be [channels] (the last dimension "
+                   "of x)",
+                   {&x, &gamma, &beta});
+  }
+  int64_t rows, cols;
+  RowsCols(x, &rows, &cols);
+  MT_ASSIGN_OR_RETURN(Tensor y,
+                      Tensor::Empty(x.dtype(), x.shape(), x.device()));
+  LayerNormSaved saved;
+  MT_ASSIGN_OR_RETURN(saved.mean, Tensor::Empty(x.dtype(), {rows}, x.device()));
+  MT_ASSIGN_OR_RETURN(saved.rstd, Tensor::Empty(x.dtype(), {rows}, x.device()));
+  if (x.device().is_cuda()) {
+    MT_RETURN_IF_ERROR(KernelError(
+        kOp,
+        cuda::LayerNormForward(x.dtype(), x.raw_data(), gamma.raw_data(),
+                               beta.raw_data(), y.raw_data(),
+                               saved.mean.raw_data(), saved.rstd.raw_data(),
+                               rows, cols, epsilon, x.device().index),
+        {&x, &gamma, &beta}));
+  } else {
+    MT_DISPATCH_FLOAT(x.dtype(), T, {
+      LayerNormForwardCpu<T>(x.data<T>(), gamma.data<T>(), beta.data<T>(),
+                             y.data<T>(), saved.mean.data<T>(),
+                             saved.rstd.data<T>(), rows, cols, epsilon);
+    });
+  }
+  tape::RecordOperation(kLayerNormalizationOp, {x, gamma, beta}, {y},
+                        std::move(saved));
   return y;
 }
 
@@ -223,6 +326,53 @@ MT_OP(kBatchNormalizationOp, "BatchNormalization",
         if (needs[3]) (*grads)[3] = s.sum;
         if (needs[4]) {
           MT_ASSIGN_OR_RETURN((*grads)[4], Mul(s.sum_sq, co.inv));
+        }
+        return absl::OkStatus();
+      });
+
+// dx per row from the kernels; with xhat = (x - mean) * rstd:
+// d gamma = sum over rows of dy * xhat, d beta = sum of dy (the column sums
+// of BatchNormalization's gradient).
+MT_OP(kLayerNormalizationOp, "LayerNormalization",
+      [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+        constexpr const char* kGrad = "LayerNormalizationGrad";
+        const Tensor& x = op.inputs[0];
+        const Tensor& gamma = op.inputs[1];
+        const Tensor& dy = g[0];
+        const auto& saved = std::any_cast<const LayerNormSaved&>(op.attrs);
+        int64_t rows, cols;
+        RowsCols(x, &rows, &cols);
+        const bool want_params = needs[1] || needs[2];
+        MT_ASSIGN_OR_RETURN(Tensor dx,
+                            Tensor::Empty(x.dtype(), x.shape(), x.device()));
+        Tensor xhat;
+        if (want_params) {
+          MT_ASSIGN_OR_RETURN(xhat,
+                              Tensor::Empty(x.dtype(), x.shape(), x.device()));
+        }
+        if (x.device().is_cuda()) {
+          MT_RETURN_IF_ERROR(KernelError(
+              kGrad,
+              cuda::LayerNormBackward(x.dtype(), x.raw_data(), gamma.raw_data(),
+                                      dy.raw_data(), saved.mean.raw_data(),
+                                      saved.rstd.raw_data(), dx.raw_data(),
+                                      want_params ? xhat.raw_data() : nullptr,
+                                      rows, cols, x.device().index),
+              {&x, &dy}));
+        } else {
+          MT_DISPATCH_FLOAT(x.dtype(), T, {
+            LayerNormBackwardCpu<T>(
+                x.data<T>(), gamma.data<T>(), dy.data<T>(),
+                saved.mean.data<T>(), saved.rstd.data<T>(), dx.data<T>(),
+                want_params ? xhat.data<T>() : nullptr, rows, cols);
+          });
+        }
+        if (needs[0]) (*grads)[0] = std::move(dx);
+        if (want_params) {
+          MT_ASSIGN_OR_RETURN(ChannelSumsResult s,
+                              Sums(kGrad, xhat, dy, nullptr));
+          if (needs[1]) (*grads)[1] = std::move(s.sum_sq);
+          if (needs[2]) (*grads)[2] = std::move(s.sum);
         }
         return absl::OkStatus();
       });

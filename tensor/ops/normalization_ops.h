@@ -29,6 +29,15 @@ absl::StatusOr<Tensor> BatchNormalization(const Tensor& x, const Tensor& mean,
                                           const Tensor& offset,
                                           const Tensor& scale, double epsilon);
 
+// Layer normalization over the last axis of x (Keras LayerNormalization,
+// axis -1): per row, (x - mean) / sqrt(variance + epsilon) * gamma + beta
+// with gamma and beta [C]. Statistics in double; one op (CPU and CUDA
+// kernels) whose gradient needs one pass over the row for dx and the column
+// sums of the existing ChannelSums kernels for gamma and beta.
+// Differentiable in x, gamma and beta.
+absl::StatusOr<Tensor> LayerNormalization(const Tensor& x, const Tensor& gamma,
+                                          const Tensor& beta, double epsilon);
+
 }  // namespace mirrortrain::ops
 
 #endif  // MIRRORTRAIN_TENSOR_OPS_NORMALIZATION_OPS_H_

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tensor/gradient_tape.h"
 #include "tensor/ops/array_ops.h"
 #include "tests/tensor/cuda_test_util.h"
 #include "tests/test_util.h"
@@ -110,6 +111,32 @@ TEST_F(CudaArrayTest, GatherAndItsGradientMatchCpu) {
   // Integer params gather too (no gradient).
   ExpectGpuMatchesCpu(gather, {SmallIntegers({10, 3}, DType::kI32, 7), idx32},
                       0, 0);
+}
+
+// The embedding gradient: thousands of updates into a few rows (and rows
+// wider than one block of columns) give the CPU's bits exactly, on every
+// run: the GPU adds each row's updates in index order, as the CPU.
+TEST_F(CudaArrayTest, GatherGradientHasTheCpuBitsWithManyRepeatedIndices) {
+  std::vector<int64_t> ids(3000);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = (i * 7 + i / 13) % 5;
+  const Tensor idx = Tensor::FromVector<int64_t>(ids, {3000});
+  const Tensor table = RandomTensor({6, 300}, 1, DType::kF32);
+  const Tensor up = RandomTensor({3000, 300}, 2, DType::kF32);
+  auto gradient = [&](const Device& d) {
+    const Tensor t = CopyTo(table, d);
+    GradientTape tape;
+    tape.Watch(t);
+    absl::StatusOr<Tensor> y = ops::Gather(t, CopyTo(idx, d));
+    EXPECT_TRUE(y.ok()) << y.status();
+    GradientOptions options;
+    options.output_gradient = CopyTo(up, d);
+    auto g = tape.Gradient(*y, {t}, options);
+    EXPECT_TRUE(g.ok()) << g.status();
+    return CopyTo(*(*g)[0], Device::Cpu());
+  };
+  const Tensor cpu = gradient(Device::Cpu());
+  EXPECT_TRUE(testing::AllClose(gradient(kGpu), cpu, 0, 0));
+  EXPECT_TRUE(testing::AllClose(gradient(kGpu), cpu, 0, 0));
 }
 
 TEST_F(CudaArrayTest, GatherOutOfRangeIsAnErrorOnGpu) {

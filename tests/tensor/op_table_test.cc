@@ -147,6 +147,11 @@ const std::vector<OpRow>& Rows() {
        },
        Args(Rand({6, 2, 4}), Rand({4}), Rand({4}, 0.5, 2), Rand({4}),
             Rand({4}))},
+      {"LayerNormalization",
+       [](const Inputs& in) {
+         return ops::LayerNormalization(in[0], in[1], in[2], 1e-3);
+       },
+       Args(Rand({2, 3, 5}), Rand({5}, 0.5, 2), Rand({5}))},
       // One replica's view of two replicas holding the same values: the
       // all-reduce doubles, and so does the gradient.
       {"CrossReplicaSum",

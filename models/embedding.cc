@@ -1,0 +1,95 @@
+// Embedding (config type `embedding`), Keras semantics: token ids in, rows
+// of the `embeddings` table [input_dim, output_dim] out, with one more axis
+// than the input. Ids arrive as floats (the text data source's inputs) and
+// are cast to integers; an id outside [0, input_dim) is an error naming the
+// layer. The table's gradient is Gather's scatter-add, deterministic on
+// both devices (tensor/ops/array_ops.h).
+#include "absl/strings/str_cat.h"
+#include "models/initializers.h"
+#include "models/layer.h"
+#include "models/layer_registry.h"
+#include "tensor/ops/array_ops.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::models {
+namespace {
+
+// keras.layers.Embedding's default initializer: RandomUniform(-0.05, 0.05).
+constexpr double kEmbeddingInitLimit = 0.05;
+
+class EmbeddingLayer final : public Layer {
+ public:
+  static absl::StatusOr<std::unique_ptr<Layer>> Create(std::string name,
+                                                       int64_t input_dim,
+                                                       int64_t output_dim,
+                                                       uint64_t seed,
+                                                       Device device) {
+    MT_ASSIGN_OR_RETURN(
+        Tensor initial,
+        RandomUniform({input_dim, output_dim}, seed, kEmbeddingInitLimit));
+    MT_ASSIGN_OR_RETURN(Tensor table, initial.To(device));
+    MT_ASSIGN_OR_RETURN(
+        Variable embeddings,
+        Variable::Create(absl::StrCat(name, "/embeddings"), table));
+    return std::unique_ptr<Layer>(
+        new EmbeddingLayer(std::move(name), std::move(embeddings)));
+  }
+
+  absl::StatusOr<Tensor> Call(const Tensor& x, const ForwardContext&) override {
+    Tensor ids = x;
+    if (IsFloating(x.dtype())) {
+      MT_ASSIGN_OR_RETURN(ids, ops::Cast(x, DType::kI64));
+    }
+    absl::StatusOr<Tensor> y = ops::Gather(embeddings_.value(), ids);
+    if (!y.ok()) {
+      return absl::Status(
+          y.status().code(),
+          absl::StrCat(name(), ": token ids (input_dim ",
+                       embeddings_.shape()[0], "): ", y.status().message()));
+    }
+    return y;
+  }
+
+  absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
+    if (input.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name(), ": expects input [batch, ...] of token ids"));
+    }
+    Shape out = input;
+    out.push_back(embeddings_.shape()[1]);
+    return out;
+  }
+
+  std::vector<Variable*> variables() override { return {&embeddings_}; }
+
+ private:
+  EmbeddingLayer(std::string name, Variable embeddings)
+      : Layer(std::move(name)), embeddings_(std::move(embeddings)) {}
+
+  Variable embeddings_;
+};
+
+}  // namespace
+
+MT_REGISTER(
+    LayerType,
+    {.name = "embedding",
+     .doc = "token ids (floats cast to integers) -> rows of a learned table "
+            "[input_dim, output_dim], initialised U(-0.05, 0.05) (Keras "
+            "Embedding)",
+     .params = {{Param::Int("input_dim")
+                     .Min(1)
+                     .Max(kMaxDimension)
+                     .Doc("vocabulary size: ids lie in [0, input_dim)"),
+                 Param::Int("output_dim")
+                     .Min(1)
+                     .Max(kMaxDimension)
+                     .Doc("width of each embedding vector")}},
+     .create = [](const LayerSpec& spec,
+                  LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
+       return EmbeddingLayer::Create(b.name(), spec.params.Int("input_dim"),
+                                     spec.params.Int("output_dim"),
+                                     b.NextSeed(), b.device());
+     }});
+
+}  // namespace mirrortrain::models

@@ -1,0 +1,229 @@
+// The layer_normalization and embedding layers against Keras
+// (scripts/golden/layers.py -> tests/golden/layers.txt): the ops in float64
+// to float64 precision, and the layers (float32 variables) to float32's;
+// plus their variables, initialisers and errors; and position_embedding
+// (exact small cases: it is an add and a gather).
+#include <algorithm>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "models/model.h"
+#include "tensor/gradient_tape.h"
+#include "tensor/ops/array_ops.h"
+#include "tensor/ops/normalization_ops.h"
+#include "tests/test_util.h"
+
+namespace mirrortrain::models {
+namespace {
+
+constexpr double kF64Tol = 1e-10;
+constexpr double kF32Tol = 2e-5;
+
+const std::map<std::string, Tensor>& Golden() {
+  return testing::CachedGolden("layers.txt");
+}
+const Tensor& G(const std::string& name) { return Golden().at(name); }
+Tensor F32(const Tensor& t) { return *ops::Cast(t, DType::kF32); }
+Tensor F64(const Tensor& t) {
+  return *ops::Cast(*t.To(Device::Cpu()), DType::kF64);
+}
+
+std::unique_ptr<Model> BuildOne(
+    const std::string& type, const Shape& input,
+    std::vector<std::pair<std::string, ParamValue>> values = {}) {
+  absl::StatusOr<LayerSpec> spec = MakeLayerSpec(type, std::move(values));
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  spec->path = "model.layers[0]";
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      Model::Build(ModelDef{input, {*spec}}, 1, Device::Cpu());
+  EXPECT_TRUE(model.ok()) << model.status();
+  return *std::move(model);
+}
+
+class LayerNormGoldenTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LayerNormGoldenTest, OpMatchesKerasInFloat64) {
+  const std::string p = GetParam();
+  ASSERT_FALSE(Golden().empty()) << "cannot load layers.txt";
+  const Tensor x = G(p + "/x"), gamma = G(p + "/gamma"), beta = G(p + "/beta");
+  GradientTape tape;
+  for (const Tensor* t : {&x, &gamma, &beta}) tape.Watch(*t);
+  absl::StatusOr<Tensor> y = ops::LayerNormalization(x, gamma, beta, 1e-3);
+  ASSERT_TRUE(y.ok()) << y.status();
+  GradientOptions options;
+  options.output_gradient = G(p + "/upstream");
+  auto grads = tape.Gradient(*y, {x, gamma, beta}, options);
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  EXPECT_TRUE(testing::AllClose(*y, G(p + "/y"), kF64Tol, kF64Tol));
+  EXPECT_TRUE(testing::AllClose(*(*grads)[0], G(p + "/dx"), kF64Tol, kF64Tol));
+  EXPECT_TRUE(
+      testing::AllClose(*(*grads)[1], G(p + "/dgamma"), kF64Tol, kF64Tol));
+  EXPECT_TRUE(
+      testing::AllClose(*(*grads)[2], G(p + "/dbeta"), kF64Tol, kF64Tol));
+}
+
+TEST_P(LayerNormGoldenTest, LayerMatchesKeras) {
+  const std::string p = GetParam();
+  ASSERT_FALSE(Golden().empty()) << "cannot load layers.txt";
+  const Tensor x = F32(G(p + "/x"));
+  const Shape example(x.shape().begin() + 1, x.shape().end());
+  auto model = BuildOne("layer_normalization", example);
+  const std::vector<Variable*>& vars = model->variables();
+  ASSERT_EQ(vars.size(), 2u);
+  EXPECT_EQ(vars[0]->name(), "layer_normalization/gamma");
+  EXPECT_EQ(vars[1]->name(), "layer_normalization/beta");
+  ASSERT_TRUE(vars[0]->Assign(F32(G(p + "/gamma"))).ok());
+  ASSERT_TRUE(vars[1]->Assign(F32(G(p + "/beta"))).ok());
+  GradientTape tape;
+  tape.Watch(x);
+  absl::StatusOr<Tensor> y = model->Call(x, {.training = true});
+  ASSERT_TRUE(y.ok()) << y.status();
+  GradientOptions options;
+  options.output_gradient = F32(G(p + "/upstream"));
+  auto grads =
+      tape.Gradient(*y, {x, vars[0]->value(), vars[1]->value()}, options);
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  EXPECT_TRUE(testing::AllClose(F64(*y), G(p + "/y"), kF32Tol, kF32Tol));
+  EXPECT_TRUE(
+      testing::AllClose(F64(*(*grads)[0]), G(p + "/dx"), kF32Tol, kF32Tol));
+  EXPECT_TRUE(
+      testing::AllClose(F64(*(*grads)[1]), G(p + "/dgamma"), kF32Tol, kF32Tol));
+  EXPECT_TRUE(
+      testing::AllClose(F64(*(*grads)[2]), G(p + "/dbeta"), kF32Tol, kF32Tol));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, LayerNormGoldenTest,
+                         ::testing::Values("ln3", "ln2"));
+
+TEST(LayerNormalizationTest, WithoutCenterAndScaleHasNoVariables) {
+  auto model = BuildOne("layer_normalization", {3, 2},
+                        {{"center", false}, {"scale", false}});
+  EXPECT_TRUE(model->variables().empty());
+  // Pairs: each becomes (-a, a) with a = d / sqrt(d^2 + epsilon).
+  auto y = model->Call(*ops::Reshape(F32(G("ln3/x")), {5, 3, 2}), {});
+  ASSERT_TRUE(y.ok()) << y.status();
+  const float* v = y->data<float>();
+  for (int64_t i = 0; i < y->num_elements(); i += 2) {
+    EXPECT_NEAR(v[i] + v[i + 1], 0.0, 1e-6);
+  }
+}
+
+TEST(EmbeddingTest, GatherGradientWithRepeatedIdsMatchesKerasInFloat64) {
+  ASSERT_FALSE(Golden().empty()) << "cannot load layers.txt";
+  const Tensor table = G("emb/table");
+  GradientTape tape;
+  tape.Watch(table);
+  absl::StatusOr<Tensor> y = ops::EmbeddingLookup(table, G("emb/ids"));
+  ASSERT_TRUE(y.ok()) << y.status();
+  GradientOptions options;
+  options.output_gradient = G("emb/upstream");
+  auto grads = tape.Gradient(*y, {table}, options);
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  EXPECT_TRUE(testing::AllClose(*y, G("emb/y"), 0, 0));
+  EXPECT_TRUE(
+      testing::AllClose(*(*grads)[0], G("emb/dtable"), kF64Tol, kF64Tol));
+}
+
+TEST(EmbeddingTest, LayerOnFloatIdsMatchesKeras) {
+  ASSERT_FALSE(Golden().empty()) << "cannot load layers.txt";
+  auto model =
+      BuildOne("embedding", {5},
+               {{"input_dim", int64_t{7}}, {"output_dim", int64_t{3}}});
+  const std::vector<Variable*>& vars = model->variables();
+  ASSERT_EQ(vars.size(), 1u);
+  EXPECT_EQ(vars[0]->name(), "embedding/embeddings");
+  EXPECT_EQ(vars[0]->shape(), (Shape{7, 3}));
+  ASSERT_TRUE(vars[0]->Assign(F32(G("emb/table"))).ok());
+  GradientTape tape;
+  const Tensor ids = F32(G("emb/ids"));  // As the text data source gives.
+  absl::StatusOr<Tensor> y = model->Call(ids, {.training = true});
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->shape(), (Shape{2, 5, 3}));
+  GradientOptions options;
+  options.output_gradient = F32(G("emb/upstream"));
+  auto grads = tape.Gradient(*y, {vars[0]->value()}, options);
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  EXPECT_TRUE(testing::AllClose(F64(*y), G("emb/y"), kF32Tol, kF32Tol));
+  EXPECT_TRUE(
+      testing::AllClose(F64(*(*grads)[0]), G("emb/dtable"), kF32Tol, kF32Tol));
+}
+
+TEST(EmbeddingTest, InitialisedUniformWithinKerasLimits) {
+  auto model =
+      BuildOne("embedding", {4},
+               {{"input_dim", int64_t{50}}, {"output_dim", int64_t{40}}});
+  const Tensor& t = model->variables()[0]->value();
+  const float* v = t.data<float>();
+  const auto [lo, hi] = std::minmax_element(v, v + t.num_elements());
+  EXPECT_GE(*lo, -0.05f);
+  EXPECT_LE(*hi, 0.05f);
+  // 2000 draws: both ends of the range are reached closely.
+  EXPECT_LT(*lo, -0.049f);
+  EXPECT_GT(*hi, 0.049f);
+}
+
+TEST(EmbeddingTest, IdOutsideTheVocabularyIsAnErrorNamingTheLayer) {
+  auto model =
+      BuildOne("embedding", {2},
+               {{"input_dim", int64_t{4}}, {"output_dim", int64_t{3}}});
+  for (float bad : {4.0f, -1.0f}) {
+    const Tensor ids = Tensor::FromVector<float>({0, 1, bad, 3}, {2, 2});
+    absl::StatusOr<Tensor> y = model->Call(ids, {});
+    ASSERT_FALSE(y.ok());
+    EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(y.status().message().find("embedding"), std::string::npos)
+        << y.status();
+    EXPECT_NE(y.status().message().find("out of range"), std::string::npos)
+        << y.status();
+  }
+}
+
+// x + table[:T]; the table's gradient is the upstream summed over the
+// batch in its first T rows and zero beyond.
+TEST(PositionEmbeddingTest, AddsTheFirstRowsAndTheirGradient) {
+  auto model =
+      BuildOne("position_embedding", {3, 2}, {{"sequence_length", int64_t{5}}});
+  const std::vector<Variable*>& vars = model->variables();
+  ASSERT_EQ(vars.size(), 1u);
+  EXPECT_EQ(vars[0]->name(), "position_embedding/embeddings");
+  EXPECT_EQ(vars[0]->shape(), (Shape{5, 2}));
+  const Tensor table =
+      Tensor::FromVector<float>({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, {5, 2});
+  ASSERT_TRUE(vars[0]->Assign(table).ok());
+  const Tensor x = Tensor::FromVector<float>(
+      {0, 0, 1, 1, 2, 2, 10, 20, 30, 40, 50, 60}, {2, 3, 2});
+  GradientTape tape;
+  absl::StatusOr<Tensor> y = model->Call(x, {.training = true});
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_TRUE(testing::AllClose(
+      *y,
+      Tensor::FromVector<float>({1, 2, 4, 5, 7, 8, 11, 22, 33, 44, 55, 66},
+                                {2, 3, 2}),
+      0, 0));
+  GradientOptions options;
+  options.output_gradient = Tensor::FromVector<float>(
+      {1, 2, 3, 4, 5, 6, 10, 20, 30, 40, 50, 60}, {2, 3, 2});
+  auto grads = tape.Gradient(*y, {vars[0]->value()}, options);
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  EXPECT_TRUE(testing::AllClose(
+      *(*grads)[0],
+      Tensor::FromVector<float>({11, 22, 33, 44, 55, 66, 0, 0, 0, 0}, {5, 2}),
+      0, 0));
+}
+
+TEST(PositionEmbeddingTest, SequenceLongerThanTheTableIsAConfigError) {
+  absl::StatusOr<LayerSpec> spec =
+      MakeLayerSpec("position_embedding", {{"sequence_length", int64_t{4}}});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  spec->path = "model.layers[1]";
+  auto model = Model::Build(ModelDef{{6, 8}, {*spec}}, 1, Device::Cpu());
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(model.status().message().find("model.layers[1]"), std::string::npos)
+      << model.status();
+  EXPECT_NE(model.status().message().find("sequence_length"), std::string::npos)
+      << model.status();
+}
+
+}  // namespace
+}  // namespace mirrortrain::models
