@@ -1,8 +1,11 @@
 #include "models/dense_layer.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "models/initializers.h"
 #include "models/layer_registry.h"
+#include "tensor/ops/array_ops.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/status_macros.h"
 
@@ -27,18 +30,32 @@ absl::StatusOr<std::unique_ptr<DenseLayer>> DenseLayer::Create(
 
 absl::StatusOr<Tensor> DenseLayer::Call(const Tensor& x,
                                         const ForwardContext&) {
+  if (x.rank() > 2) {
+    // [..., in] -> [rows, in] -> [rows, units] -> [..., units]: one product
+    // over every position (Keras Dense on the last axis).
+    const int64_t in = x.dim(x.rank() - 1);
+    MT_ASSIGN_OR_RETURN(
+        Tensor rows,
+        ops::Reshape(x, {x.num_elements() / std::max<int64_t>(in, 1), in}));
+    MT_ASSIGN_OR_RETURN(Tensor y, Call(rows, {}));
+    Shape out = x.shape();
+    out.back() = kernel_.shape()[1];
+    return ops::Reshape(y, out);
+  }
   MT_ASSIGN_OR_RETURN(Tensor h, ops::MatMul(x, kernel_.value()));
   if (!bias_.has_value()) return Activate(activation_, h);
   return BiasActivate(activation_, h, bias_->value());
 }
 
 absl::StatusOr<Shape> DenseLayer::OutputShape(const Shape& input) const {
-  if (input.size() != 2 || input[1] != kernel_.shape()[0]) {
+  if (input.size() < 2 || input.back() != kernel_.shape()[0]) {
     return absl::InvalidArgumentError(
-        absl::StrCat(name(), ": expects input [batch, ", kernel_.shape()[0],
-                     "], got ", ShapeToString(input)));
+        absl::StrCat(name(), ": expects input [batch, ..., ",
+                     kernel_.shape()[0], "], got ", ShapeToString(input)));
   }
-  return Shape{input[0], kernel_.shape()[1]};
+  Shape out = input;
+  out.back() = kernel_.shape()[1];
+  return out;
 }
 
 std::vector<Variable*> DenseLayer::variables() {
@@ -49,23 +66,25 @@ std::vector<Variable*> DenseLayer::variables() {
 MT_REGISTER(
     LayerType,
     {.name = "dense",
-     .doc = "activation(x @ kernel + bias) over the last axis (Keras Dense)",
+     .doc = "activation(x @ kernel + bias) over the last axis (Keras Dense; "
+            "inputs [batch, ..., features])",
      .params =
          {{Param::Int("units").Min(1).Max(kMaxDimension).Doc("output width"),
            ActivationParam("linear", "applied after the bias"),
            UseBiasParam()}},
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
-       if (b.input_shape().size() != 2) {
-         return absl::InvalidArgumentError(
-             absl::StrCat("expects [batch, features] input, got ",
-                          ShapeToString(b.input_shape()),
-                          " (put a flatten layer before it)"));
+       if (b.input_shape().size() < 2 || b.input_shape().size() > 3) {
+         return absl::InvalidArgumentError(absl::StrCat(
+             "expects [batch, features] or [batch, steps, features] input, "
+             "got ",
+             ShapeToString(b.input_shape()),
+             " (put a flatten layer before it)"));
        }
        MT_ASSIGN_OR_RETURN(const ActivationDef* act,
                            FindActivation(spec.params.String("activation")));
        return DenseLayer::Create(
-           b.name(), b.input_shape()[1], spec.params.Int("units"), *act,
+           b.name(), b.input_shape().back(), spec.params.Int("units"), *act,
            spec.params.Bool("use_bias"), b.NextSeed(), b.device());
      }});
 

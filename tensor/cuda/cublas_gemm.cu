@@ -58,20 +58,21 @@ absl::StatusOr<cublasHandle_t> HandleFor(int device) {
 
 }  // namespace
 
-absl::Status GemmOnGpu(DType dtype, bool ta, bool tb, int64_t m, int64_t n,
-                       int64_t k, double alpha, const void* a, int64_t lda,
-                       const void* b, int64_t ldb, double beta, void* c,
-                       int device, bool tf32) {
+absl::Status GemmOnGpu(DType dtype, bool ta, bool tb, GemmShape shape,
+                       double alpha, const void* a, int64_t lda, const void* b,
+                       int64_t ldb, double beta, void* c, int device,
+                       bool tf32) {
   if (dtype != DType::kF32 && dtype != DType::kF64) {
     return absl::InvalidArgumentError(
         absl::StrCat("cuBLAS GEMM takes f32 or f64, got ", DTypeName(dtype)));
   }
-  if (m == 0 || n == 0) return absl::OkStatus();
-  for (int64_t v : {m, n, k, lda, ldb}) {
+  const int64_t m = shape.m, n = shape.n, k = shape.k, batch = shape.batch;
+  if (batch == 0 || m == 0 || n == 0) return absl::OkStatus();
+  for (int64_t v : {m, n, k, lda, ldb, batch}) {
     if (v > std::numeric_limits<int>::max()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "cuBLAS GEMM: dimension ", v, " exceeds the 32-bit API (m=", m,
-          " n=", n, " k=", k, ")"));
+          "cuBLAS GEMM: dimension ", v, " exceeds the 32-bit API (batch=",
+          batch, " m=", m, " n=", n, " k=", k, ")"));
     }
   }
   DeviceGuard guard;
@@ -81,7 +82,8 @@ absl::Status GemmOnGpu(DType dtype, bool ta, bool tb, int64_t m, int64_t n,
     // leading dimension an empty operand has.
     if (beta == 1) return absl::OkStatus();
     MT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
-        c, 0, static_cast<size_t>(m * n) * DTypeSize(dtype), LaunchStream()));
+        c, 0, static_cast<size_t>(batch * m * n) * DTypeSize(dtype),
+        LaunchStream()));
     return absl::OkStatus();
   }
   // BLAS wants leading dimensions >= 1 even for empty operands.
@@ -91,24 +93,39 @@ absl::Status GemmOnGpu(DType dtype, bool ta, bool tb, int64_t m, int64_t n,
   MT_CUBLAS_RETURN_IF_ERROR(cublasSetStream(h, LaunchStream()));
   const cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int in = static_cast<int>(n), im = static_cast<int>(m),
+            ik = static_cast<int>(k), ilda = static_cast<int>(lda),
+            ildb = static_cast<int>(ldb), ibatch = static_cast<int>(batch);
+  // Operands swapped (column-major C^T = B^T A^T), so are their strides.
+  const long long stride_a = m * k, stride_b = k * n, stride_c = m * n;
   if (dtype == DType::kF32) {
     MT_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(
         h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     const float al = static_cast<float>(alpha), be = static_cast<float>(beta);
-    MT_CUBLAS_RETURN_IF_ERROR(
-        cublasSgemm(h, op_b, op_a, static_cast<int>(n), static_cast<int>(m),
-                    static_cast<int>(k), &al, static_cast<const float*>(b),
-                    static_cast<int>(ldb), static_cast<const float*>(a),
-                    static_cast<int>(lda), &be, static_cast<float*>(c),
-                    static_cast<int>(n)));
+    const auto* fa = static_cast<const float*>(a);
+    const auto* fb = static_cast<const float*>(b);
+    auto* fc = static_cast<float*>(c);
+    if (batch == 1) {
+      MT_CUBLAS_RETURN_IF_ERROR(cublasSgemm(h, op_b, op_a, in, im, ik, &al, fb,
+                                            ildb, fa, ilda, &be, fc, in));
+    } else {
+      MT_CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(
+          h, op_b, op_a, in, im, ik, &al, fb, ildb, stride_b, fa, ilda,
+          stride_a, &be, fc, in, stride_c, ibatch));
+    }
     return absl::OkStatus();
   }
-  MT_CUBLAS_RETURN_IF_ERROR(
-      cublasDgemm(h, op_b, op_a, static_cast<int>(n), static_cast<int>(m),
-                  static_cast<int>(k), &alpha, static_cast<const double*>(b),
-                  static_cast<int>(ldb), static_cast<const double*>(a),
-                  static_cast<int>(lda), &beta, static_cast<double*>(c),
-                  static_cast<int>(n)));
+  const auto* da = static_cast<const double*>(a);
+  const auto* db = static_cast<const double*>(b);
+  auto* dc = static_cast<double*>(c);
+  if (batch == 1) {
+    MT_CUBLAS_RETURN_IF_ERROR(cublasDgemm(h, op_b, op_a, in, im, ik, &alpha, db,
+                                          ildb, da, ilda, &beta, dc, in));
+  } else {
+    MT_CUBLAS_RETURN_IF_ERROR(cublasDgemmStridedBatched(
+        h, op_b, op_a, in, im, ik, &alpha, db, ildb, stride_b, da, ilda,
+        stride_a, &beta, dc, in, stride_c, ibatch));
+  }
   return absl::OkStatus();
 }
 

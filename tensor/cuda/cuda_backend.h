@@ -73,14 +73,22 @@ MT_CUDA_KERNEL(Binary,
                absl::Status(BinaryKind kind, DType dtype, const void* a,
                             const void* b, void* out, int64_t n, int device));
 
-// Row-major C[m,n] = alpha * op(A) @ op(B) + beta * C on cuBLAS (f32 or
-// f64); lda/ldb are the row-major leading dimensions (columns as stored).
-// `tf32` lets f32 products use TF32 tensor cores.
-MT_CUDA_KERNEL(Gemm, absl::Status(DType dtype, bool transpose_a,
-                                  bool transpose_b, int64_t m, int64_t n,
-                                  int64_t k, double alpha, const void* a,
-                                  int64_t lda, const void* b, int64_t ldb,
-                                  double beta, void* c, int device, bool tf32));
+// A product's dimensions: `batch` row-major products C[m,n] = op(A) op(B),
+// the matrices of each operand stored one after another.
+struct GemmShape {
+  int64_t batch = 1;
+  int64_t m = 0, n = 0, k = 0;
+};
+
+// Row-major C = alpha * op(A) @ op(B) + beta * C for every matrix of the
+// batch, on cuBLAS (f32 or f64); lda/ldb are the row-major leading
+// dimensions (columns as stored). `tf32` lets f32 products use TF32 tensor
+// cores.
+MT_CUDA_KERNEL(Gemm,
+               absl::Status(DType dtype, bool transpose_a, bool transpose_b,
+                            GemmShape shape, double alpha, const void* a,
+                            int64_t lda, const void* b, int64_t ldb,
+                            double beta, void* c, int device, bool tf32));
 
 }  // namespace mirrortrain::cuda
 

@@ -24,25 +24,50 @@ struct MatMulAttrs {
   bool transpose_b;
 };
 
-absl::Status CheckMatMul(const char* op, const Tensor& a, const Tensor& b,
-                         bool ta, bool tb, int64_t* m, int64_t* k, int64_t* n) {
+// The operands' shared leading (batch) dimensions and the product's
+// m, k, n, as tf.linalg.matmul without batch broadcasting.
+struct GemmDims {
+  int64_t batch = 1;
+  int64_t m = 0, k = 0, n = 0;
+};
+
+absl::StatusOr<GemmDims> CheckMatMul(const char* op, const Tensor& a,
+                                     const Tensor& b, bool ta, bool tb) {
   // Same device (checked here); host tensors use OpenBLAS, GPU ones cuBLAS.
   MT_RETURN_IF_ERROR(internal::CheckFloatingSame(op, {&a, &b}));
-  if (a.rank() != 2 || b.rank() != 2) {
-    return internal::OpError(op, "operands must have rank 2", {&a, &b});
+  if (a.rank() < 2 || a.rank() != b.rank()) {
+    return internal::OpError(
+        op, "operands must have the same rank >= 2 ([..., m, k] @ [..., k, n])",
+        {&a, &b});
   }
-  *m = ta ? a.dim(1) : a.dim(0);
-  *k = ta ? a.dim(0) : a.dim(1);
-  int64_t kb = tb ? b.dim(1) : b.dim(0);
-  *n = tb ? b.dim(0) : b.dim(1);
-  if (*k != kb) {
+  const int r = a.rank();
+  GemmDims d;
+  for (int i = 0; i < r - 2; ++i) {
+    if (a.dim(i) != b.dim(i)) {
+      return internal::OpError(op, "batch dimensions differ", {&a, &b});
+    }
+    d.batch *= a.dim(i);
+  }
+  d.m = ta ? a.dim(r - 1) : a.dim(r - 2);
+  d.k = ta ? a.dim(r - 2) : a.dim(r - 1);
+  const int64_t kb = tb ? b.dim(r - 1) : b.dim(r - 2);
+  d.n = tb ? b.dim(r - 2) : b.dim(r - 1);
+  if (d.k != kb) {
     return internal::OpError(
         op,
-        absl::StrCat("inner dimensions differ (", *k, " vs ", kb,
+        absl::StrCat("inner dimensions differ (", d.k, " vs ", kb,
                      ", transpose_a=", ta, ", transpose_b=", tb, ")"),
         {&a, &b});
   }
-  return absl::OkStatus();
+  return d;
+}
+
+// The product's shape: a's batch dimensions, then [m, n].
+Shape ProductShape(const Tensor& a, const GemmDims& d) {
+  Shape out(a.shape().begin(), a.shape().end() - 2);
+  out.push_back(d.m);
+  out.push_back(d.n);
+  return out;
 }
 
 // Puts OpenBLAS in single-threaded mode before its first call, so every
@@ -112,35 +137,56 @@ void ParallelGemm(const T* a, const T* b, bool ta, bool tb, int64_t m,
   });
 }
 
+// Batched products: one single-threaded BLAS call per matrix, the matrices
+// spread over the kernel threads (attention's many small products), so each
+// result is the same whatever the split.
+template <typename T>
+void BatchedGemm(const T* a, const T* b, bool ta, bool tb, const GemmDims& d,
+                 int64_t lda, int64_t ldb, double alpha, double beta, T* c) {
+  constexpr int64_t kMinFlopsPerThread = 1 << 21;
+  const int64_t flops = std::max<int64_t>(2 * d.m * d.n * d.k, 1);
+  const int64_t stride_a = d.m * d.k, stride_b = d.k * d.n,
+                stride_c = d.m * d.n;
+  ParallelFor(d.batch, std::max<int64_t>(1, kMinFlopsPerThread / flops),
+              [&](int64_t begin, int64_t end) {
+                for (int64_t i = begin; i < end; ++i) {
+                  Blas(a + i * stride_a, b + i * stride_b, ta, tb, d.m, d.n,
+                       d.k, lda, ldb, alpha, beta, c + i * stride_c, d.n);
+                }
+              });
+}
+
 }  // namespace
 
 namespace internal {
 
 absl::Status Gemm(const Tensor& a, const Tensor& b, bool ta, bool tb,
                   double alpha, double beta, Tensor& out, bool parallel) {
-  int64_t m = 0, k = 0, n = 0;
-  MT_RETURN_IF_ERROR(CheckMatMul("MatMul", a, b, ta, tb, &m, &k, &n));
-  if (out.shape() != Shape{m, n} || out.dtype() != a.dtype()) {
+  MT_ASSIGN_OR_RETURN(const GemmDims d, CheckMatMul("MatMul", a, b, ta, tb));
+  if (out.shape() != ProductShape(a, d) || out.dtype() != a.dtype()) {
     return OpError("MatMul", "output has the wrong shape or dtype",
                    {&a, &b, &out});
   }
-  if (m == 0 || n == 0) return absl::OkStatus();
+  if (d.batch == 0 || d.m == 0 || d.n == 0) return absl::OkStatus();
+  const int64_t lda = a.dim(a.rank() - 1), ldb = b.dim(b.rank() - 1);
   if (a.device().is_cuda()) {
-    return cuda::Gemm(a.dtype(), ta, tb, m, n, k, alpha, a.raw_data(), a.dim(1),
-                      b.raw_data(), b.dim(1), beta, out.raw_data(),
-                      a.device().index,
-                      GetMatMulPrecision() == MatMulPrecision::kTf32);
+    return cuda::Gemm(
+        a.dtype(), ta, tb, cuda::GemmShape{d.batch, d.m, d.n, d.k}, alpha,
+        a.raw_data(), lda, b.raw_data(), ldb, beta, out.raw_data(),
+        a.device().index, GetMatMulPrecision() == MatMulPrecision::kTf32);
   }
-  if (!parallel) {
-    MT_DISPATCH_FLOAT(a.dtype(), T,
-                      Blas(a.data<T>(), b.data<T>(), ta, tb, m, n, k, a.dim(1),
-                           b.dim(1), alpha, beta, out.data<T>(), n));
-    return absl::OkStatus();
-  }
-  MT_DISPATCH_FLOAT(
-      a.dtype(), T,
-      ParallelGemm<T>(a.data<T>(), b.data<T>(), ta, tb, m, n, k, a.dim(1),
-                      b.dim(1), alpha, beta, out.data<T>()));
+  MT_DISPATCH_FLOAT(a.dtype(), T, {
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* pc = out.data<T>();
+    if (d.batch > 1) {
+      BatchedGemm<T>(pa, pb, ta, tb, d, lda, ldb, alpha, beta, pc);
+    } else if (!parallel) {
+      Blas(pa, pb, ta, tb, d.m, d.n, d.k, lda, ldb, alpha, beta, pc, d.n);
+    } else {
+      ParallelGemm<T>(pa, pb, ta, tb, d.m, d.n, d.k, lda, ldb, alpha, beta, pc);
+    }
+  });
   return absl::OkStatus();
 }
 
@@ -148,13 +194,13 @@ absl::Status Gemm(const Tensor& a, const Tensor& b, bool ta, bool tb,
 
 absl::StatusOr<Tensor> MatMul(const Tensor& a, const Tensor& b,
                               bool transpose_a, bool transpose_b) {
-  int64_t m = 0, k = 0, n = 0;
-  MT_RETURN_IF_ERROR(
-      CheckMatMul("MatMul", a, b, transpose_a, transpose_b, &m, &k, &n));
+  MT_ASSIGN_OR_RETURN(const GemmDims d,
+                      CheckMatMul("MatMul", a, b, transpose_a, transpose_b));
+  const Shape shape = ProductShape(a, d);
   // Zeros when k == 0 (an empty sum), uninitialised otherwise.
   MT_ASSIGN_OR_RETURN(Tensor out,
-                      k == 0 ? Tensor::Zeros(a.dtype(), {m, n}, a.device())
-                             : Tensor::Empty(a.dtype(), {m, n}, a.device()));
+                      d.k == 0 ? Tensor::Zeros(a.dtype(), shape, a.device())
+                               : Tensor::Empty(a.dtype(), shape, a.device()));
   MT_RETURN_IF_ERROR(
       internal::Gemm(a, b, transpose_a, transpose_b, 1.0, 0.0, out));
   tape::RecordOperation(kMatMulOp, {a, b}, {out},

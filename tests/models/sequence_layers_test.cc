@@ -225,5 +225,109 @@ TEST(PositionEmbeddingTest, SequenceLongerThanTheTableIsAConfigError) {
       << model.status();
 }
 
+// Keras' self-attention (scripts/golden/layers.py, mha*): the float32 layer
+// with every variable assigned, forward and all gradients.
+class AttentionGoldenTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(AttentionGoldenTest, LayerMatchesKeras) {
+  const std::string p = GetParam();
+  ASSERT_FALSE(Golden().empty()) << "cannot load layers.txt";
+  auto model = BuildOne("multi_head_attention", {4, 5},
+                        {{"num_heads", int64_t{2}},
+                         {"key_dim", int64_t{3}},
+                         {"causal", p == "mha_causal"}});
+  const std::vector<Variable*>& vars = model->variables();
+  const std::vector<std::string> names = {"query/kernel",
+                                          "query/bias",
+                                          "key/kernel",
+                                          "key/bias",
+                                          "value/kernel",
+                                          "value/bias",
+                                          "attention_output/kernel",
+                                          "attention_output/bias"};
+  ASSERT_EQ(vars.size(), names.size());
+  std::vector<Tensor> watched = {F32(G(p + "/x"))};
+  for (size_t i = 0; i < names.size(); ++i) {
+    EXPECT_EQ(vars[i]->name(), "multi_head_attention/" + names[i]);
+    const Tensor value = F32(G(p + "/" + names[i]));
+    EXPECT_EQ(vars[i]->shape(), value.shape()) << names[i];
+    ASSERT_TRUE(vars[i]->Assign(value).ok()) << names[i];
+    watched.push_back(vars[i]->value());
+  }
+  GradientTape tape;
+  for (const Tensor& t : watched) tape.Watch(t);
+  absl::StatusOr<Tensor> y = model->Call(watched[0], {.training = true});
+  ASSERT_TRUE(y.ok()) << y.status();
+  GradientOptions options;
+  options.output_gradient = F32(G(p + "/upstream"));
+  auto grads = tape.Gradient(*y, watched, options);
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  EXPECT_TRUE(testing::AllClose(F64(*y), G(p + "/y"), kF32Tol, kF32Tol));
+  EXPECT_TRUE(
+      testing::AllClose(F64(*(*grads)[0]), G(p + "/dx"), kF32Tol, kF32Tol));
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string golden = names[i].substr(0, names[i].find('/'));
+    EXPECT_TRUE(testing::AllClose(
+        F64(*(*grads)[i + 1]),
+        G(p + "/d" + golden + names[i].substr(names[i].find('/'))), kF32Tol,
+        kF32Tol))
+        << names[i];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Masks, AttentionGoldenTest,
+                         ::testing::Values("mha", "mha_causal"));
+
+TEST(AttentionTest, CausalOutputIgnoresLaterPositions) {
+  auto model = BuildOne("multi_head_attention", {6, 4},
+                        {{"num_heads", int64_t{2}}, {"causal", true}});
+  const Tensor x = testing::RandomTensor({2, 6, 4}, 5, DType::kF32);
+  Tensor changed = testing::RandomTensor({2, 6, 4}, 5, DType::kF32);
+  float* c = changed.data<float>();
+  for (int64_t b = 0; b < 2; ++b) {
+    for (int64_t i = 4 * 4; i < 6 * 4; ++i) c[b * 24 + i] += 1.0f;
+  }
+  auto y = model->Call(x, {});
+  auto y_changed = model->Call(changed, {});
+  ASSERT_TRUE(y.ok() && y_changed.ok());
+  // Positions 0..3 see only positions 0..3, which are unchanged.
+  for (int64_t b = 0; b < 2; ++b) {
+    for (int64_t i = 0; i < 4 * 4; ++i) {
+      EXPECT_EQ(y->data<float>()[b * 24 + i],
+                y_changed->data<float>()[b * 24 + i]);
+    }
+    EXPECT_NE(y->data<float>()[b * 24 + 5 * 4],
+              y_changed->data<float>()[b * 24 + 5 * 4]);
+  }
+}
+
+TEST(AttentionTest, HeadsNotDividingTheWidthIsAConfigError) {
+  absl::StatusOr<LayerSpec> spec =
+      MakeLayerSpec("multi_head_attention", {{"num_heads", int64_t{3}}});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  spec->path = "model.layers[2]";
+  auto model = Model::Build(ModelDef{{6, 8}, {*spec}}, 1, Device::Cpu());
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(model.status().message().find("model.layers[2]"), std::string::npos)
+      << model.status();
+  EXPECT_NE(model.status().message().find("num_heads: 3 does not divide"),
+            std::string::npos)
+      << model.status();
+}
+
+TEST(DenseTest, AppliesToTheLastAxisOfSequences) {
+  auto model = BuildOne("dense", {3, 4}, {{"units", int64_t{2}}});
+  const Tensor x = testing::RandomTensor({2, 3, 4}, 9, DType::kF32);
+  auto y = model->Call(x, {});
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->shape(), (Shape{2, 3, 2}));
+  // The same seed gives the same kernel to a model on [batch, 4] inputs.
+  auto rows = BuildOne("dense", {4}, {{"units", int64_t{2}}});
+  auto flat = rows->Call(*ops::Reshape(x, {6, 4}), {});
+  ASSERT_TRUE(flat.ok()) << flat.status();
+  EXPECT_TRUE(testing::AllClose(*ops::Reshape(*y, {6, 2}), *flat, 0, 0));
+}
+
 }  // namespace
 }  // namespace mirrortrain::models

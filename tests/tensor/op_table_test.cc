@@ -100,8 +100,17 @@ const std::vector<OpRow>& Rows() {
          return ops::Concat({*exact, *approximate}, 0);
        },
        Args(Rand({3, 4}, -3, 3))},
-      {"MatMul", [](const Inputs& in) { return ops::MatMul(in[0], in[1]); },
-       Args(Rand({3, 4}), Rand({4, 5}))},
+      {"MatMul",
+       [](const Inputs& in) -> absl::StatusOr<Tensor> {
+         // A plain product and a batched one with both operands
+         // transposed, in one output so both gradients are checked.
+         MT_ASSIGN_OR_RETURN(Tensor plain, ops::MatMul(in[0], in[1]));
+         MT_ASSIGN_OR_RETURN(Tensor batched,
+                             ops::MatMul(in[2], in[3], true, true));
+         MT_ASSIGN_OR_RETURN(batched, ops::Reshape(batched, {6, 5}));
+         return ops::Concat({plain, batched}, 0);
+       },
+       Args(Rand({3, 4}), Rand({4, 5}), Rand({2, 4, 3}), Rand({2, 5, 4}))},
       {"BiasAdd", [](const Inputs& in) { return ops::BiasAdd(in[0], in[1]); },
        Args(Rand({2, 3, 4}), Rand({4}))},
       {"BiasAddRelu",

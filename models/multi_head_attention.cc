@@ -1,0 +1,240 @@
+// MultiHeadAttention (config type `multi_head_attention`), Keras semantics
+// for self-attention: query, key and value are the input x [batch, T, D].
+//   q = (x Wq + bq) / sqrt(key_dim), k = x Wk + bk, v = x Wv + bv   per head
+//   p = softmax(q k^T + mask)   (mask: 0, or -1e9 above the diagonal when
+//                                `causal`, as Keras' Softmax adds)
+//   y = (dropout(p) v) Wo + bo
+// Variables carry Keras' names and shapes: query/kernel [D, heads, key_dim],
+// query/bias [heads, key_dim], likewise key/ and value/, and
+// attention_output/kernel [heads, key_dim, D], attention_output/bias [D];
+// kernels glorot_uniform with Keras' fans for those shapes, biases zero.
+//
+// Heads are laid out batch-first ([batch, heads, T, T] probabilities), so a
+// replica's shard of the batch is a contiguous block of every intermediate
+// and its dropout mask is the one the whole batch would draw.
+#include <cmath>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "models/initializers.h"
+#include "models/layer.h"
+#include "models/layer_registry.h"
+#include "tensor/ops/array_ops.h"
+#include "tensor/ops/math_ops.h"
+#include "tensor/ops/matmul.h"
+#include "tensor/ops/nn_ops.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::models {
+namespace {
+
+// keras.layers.Softmax's additive mask value for float32 scores.
+constexpr double kMaskedScore = -1e9;
+
+// One of the query/key/value/attention_output projections.
+struct Projection {
+  Variable kernel;
+  std::optional<Variable> bias;
+};
+
+absl::StatusOr<Projection> MakeProjection(const std::string& name,
+                                          const Shape& kernel_shape,
+                                          const Shape& bias_shape,
+                                          bool use_bias, uint64_t seed,
+                                          Device device) {
+  MT_ASSIGN_OR_RETURN(Tensor initial, GlorotUniform(kernel_shape, seed));
+  MT_ASSIGN_OR_RETURN(Tensor k, initial.To(device));
+  MT_ASSIGN_OR_RETURN(Variable kernel,
+                      Variable::Create(absl::StrCat(name, "/kernel"), k));
+  Projection p{std::move(kernel), std::nullopt};
+  if (use_bias) {
+    MT_ASSIGN_OR_RETURN(Tensor b,
+                        Tensor::Zeros(DType::kF32, bias_shape, device));
+    MT_ASSIGN_OR_RETURN(p.bias,
+                        Variable::Create(absl::StrCat(name, "/bias"), b));
+  }
+  return p;
+}
+
+// rows [n, in] @ kernel viewed as [in, out] (+ bias viewed as [out]).
+absl::StatusOr<Tensor> Project(const Projection& p, const Tensor& rows) {
+  const Tensor& kernel = p.kernel.value();
+  const int64_t out = kernel.num_elements() / rows.dim(1);
+  MT_ASSIGN_OR_RETURN(Tensor w, ops::Reshape(kernel, {rows.dim(1), out}));
+  MT_ASSIGN_OR_RETURN(Tensor y, ops::MatMul(rows, w));
+  if (!p.bias.has_value()) return y;
+  MT_ASSIGN_OR_RETURN(Tensor b, ops::Reshape(p.bias->value(), {out}));
+  return ops::BiasAdd(y, b);
+}
+
+class MultiHeadAttentionLayer final : public Layer {
+ public:
+  struct Options {
+    int64_t width = 0;  // D, the input's last axis.
+    int64_t heads = 0;
+    int64_t key_dim = 0;
+    bool use_bias = true;
+    bool causal = false;
+    double dropout = 0;
+    int index = 0;  // Among the model's attention layers (dropout seeds).
+  };
+
+  static absl::StatusOr<std::unique_ptr<Layer>> Create(std::string name,
+                                                       const Options& o,
+                                                       LayerBuilder& b) {
+    const Shape in_kernel = {o.width, o.heads, o.key_dim};
+    const Shape head_bias = {o.heads, o.key_dim};
+    std::vector<Projection> projections;
+    for (const char* part : {"query", "key", "value"}) {
+      MT_ASSIGN_OR_RETURN(
+          Projection p,
+          MakeProjection(absl::StrCat(name, "/", part), in_kernel, head_bias,
+                         o.use_bias, b.NextSeed(), b.device()));
+      projections.push_back(std::move(p));
+    }
+    MT_ASSIGN_OR_RETURN(Projection out,
+                        MakeProjection(absl::StrCat(name, "/attention_output"),
+                                       {o.heads, o.key_dim, o.width}, {o.width},
+                                       o.use_bias, b.NextSeed(), b.device()));
+    projections.push_back(std::move(out));
+    std::unique_ptr<Layer> layer(new MultiHeadAttentionLayer(
+        std::move(name), o, std::move(projections)));
+    return layer;
+  }
+
+  absl::StatusOr<Tensor> Call(const Tensor& x,
+                              const ForwardContext& ctx) override {
+    MT_RETURN_IF_ERROR(OutputShape(x.shape()).status());
+    const int64_t batch = x.dim(0), t = x.dim(1);
+    const int64_t h = options_.heads, k = options_.key_dim;
+    MT_ASSIGN_OR_RETURN(Tensor rows, ops::Reshape(x, {batch * t, x.dim(2)}));
+    // [batch*T, heads*key_dim] -> [batch, heads, T, key_dim].
+    auto heads_of = [&](const Projection& p) -> absl::StatusOr<Tensor> {
+      MT_ASSIGN_OR_RETURN(Tensor y, Project(p, rows));
+      MT_ASSIGN_OR_RETURN(y, ops::Reshape(y, {batch, t, h, k}));
+      return ops::Transpose(y, {0, 2, 1, 3});
+    };
+    MT_ASSIGN_OR_RETURN(Tensor q, heads_of(projections_[0]));
+    MT_ASSIGN_OR_RETURN(Tensor key, heads_of(projections_[1]));
+    MT_ASSIGN_OR_RETURN(Tensor v, heads_of(projections_[2]));
+    MT_ASSIGN_OR_RETURN(q,
+                        ops::Scale(q, 1.0 / std::sqrt(static_cast<double>(k))));
+    MT_ASSIGN_OR_RETURN(Tensor scores, ops::MatMul(q, key, false, true));
+    if (options_.causal) {
+      MT_ASSIGN_OR_RETURN(Tensor mask, CausalMask(t, x.device()));
+      MT_ASSIGN_OR_RETURN(scores, ops::Add(scores, mask));
+    }
+    MT_ASSIGN_OR_RETURN(Tensor probs, ops::Softmax(scores));
+    if (ctx.training && options_.dropout > 0) {
+      // Seeded by step and layer; salted apart from the dropout layers'.
+      const uint64_t seed = (ctx.step_seed * 0x9e3779b97f4a7c15ULL +
+                             static_cast<uint64_t>(options_.index)) ^
+                            0x6d756c7469686561ULL;
+      MT_ASSIGN_OR_RETURN(probs, ops::Dropout(probs, options_.dropout, seed,
+                                              ctx.row_offset * h * t * t));
+    }
+    MT_ASSIGN_OR_RETURN(Tensor attended, ops::MatMul(probs, v));
+    MT_ASSIGN_OR_RETURN(attended, ops::Transpose(attended, {0, 2, 1, 3}));
+    MT_ASSIGN_OR_RETURN(attended, ops::Reshape(attended, {batch * t, h * k}));
+    MT_ASSIGN_OR_RETURN(Tensor y, Project(projections_[3], attended));
+    return ops::Reshape(y, x.shape());
+  }
+
+  absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
+    if (input.size() != 3 || input[2] != options_.width) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name(), ": expects input [batch, T, ", options_.width,
+                       "], got ", ShapeToString(input)));
+    }
+    return input;
+  }
+
+  std::vector<Variable*> variables() override {
+    std::vector<Variable*> vars;
+    for (Projection& p : projections_) {
+      vars.push_back(&p.kernel);
+      if (p.bias.has_value()) vars.push_back(&*p.bias);
+    }
+    return vars;
+  }
+
+ private:
+  MultiHeadAttentionLayer(std::string name, const Options& options,
+                          std::vector<Projection> projections)
+      : Layer(std::move(name)),
+        options_(options),
+        projections_(std::move(projections)) {}
+
+  // [T, T]: 0 on and below the diagonal, kMaskedScore above; built once per
+  // length and device.
+  absl::StatusOr<Tensor> CausalMask(int64_t t, Device device) {
+    if (!mask_.defined() || mask_.dim(0) != t || mask_.device() != device) {
+      std::vector<float> m(static_cast<size_t>(t * t), 0.0f);
+      for (int64_t i = 0; i < t; ++i) {
+        for (int64_t j = i + 1; j < t; ++j) {
+          m[static_cast<size_t>(i * t + j)] = static_cast<float>(kMaskedScore);
+        }
+      }
+      MT_ASSIGN_OR_RETURN(mask_,
+                          Tensor::FromVector<float>(m, {t, t}).To(device));
+    }
+    return mask_;
+  }
+
+  Options options_;
+  std::vector<Projection> projections_;  // query, key, value, output.
+  Tensor mask_;
+};
+
+}  // namespace
+
+MT_REGISTER(
+    LayerType,
+    {.name = "multi_head_attention",
+     .doc = "self-attention over [batch, T, width] (Keras "
+            "MultiHeadAttention with query = key = value = the input; "
+            "output width = input width)",
+     .params = {{Param::Int("num_heads")
+                     .Min(1)
+                     .Max(kMaxDimension)
+                     .Doc("attention heads"),
+                 Param::Int("key_dim")
+                     .Default(0)
+                     .Min(0)
+                     .Max(kMaxDimension)
+                     .Doc("width of each head's query and key (and value); "
+                          "0: width / num_heads, which must divide"),
+                 Param::Bool("causal").Default(false).Doc(
+                     "position i attends to positions <= i only (Keras "
+                     "use_causal_mask)"),
+                 Param::Float("dropout").Default(0).Min(0).Max(1, false).Doc(
+                     "dropout rate on the attention probabilities while "
+                     "training"),
+                 UseBiasParam()}},
+     .create = [](const LayerSpec& spec,
+                  LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
+       const Shape& in = b.input_shape();
+       if (in.size() != 3) {
+         return absl::InvalidArgumentError(absl::StrCat(
+             "expects input [batch, T, width], got ", ShapeToString(in)));
+       }
+       MultiHeadAttentionLayer::Options o;
+       o.width = in[2];
+       o.heads = spec.params.Int("num_heads");
+       o.key_dim = spec.params.Int("key_dim");
+       if (o.key_dim == 0) {
+         if (o.width % o.heads != 0) {
+           return absl::InvalidArgumentError(absl::StrCat(
+               "num_heads: ", o.heads, " does not divide the input width ",
+               o.width, " (or set key_dim)"));
+         }
+         o.key_dim = o.width / o.heads;
+       }
+       o.use_bias = spec.params.Bool("use_bias");
+       o.causal = spec.params.Bool("causal");
+       o.dropout = spec.params.Float("dropout");
+       o.index = b.type_index();
+       return MultiHeadAttentionLayer::Create(b.name(), o, b);
+     }});
+
+}  // namespace mirrortrain::models
