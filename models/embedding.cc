@@ -87,7 +87,14 @@ MT_REGISTER(
                      .Doc("width of each embedding vector")}},
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
-       return EmbeddingLayer::Create(b.name(), spec.params.Int("input_dim"),
+       const int64_t input_dim = spec.params.Int("input_dim");
+       if (b.input_vocabulary() > input_dim) {
+         // Found when the model is built, not at the first unlucky batch.
+         return absl::InvalidArgumentError(absl::StrCat(
+             "input_dim: ", input_dim, " is smaller than the data's ",
+             b.input_vocabulary(), " token ids"));
+       }
+       return EmbeddingLayer::Create(b.name(), input_dim,
                                      spec.params.Int("output_dim"),
                                      b.NextSeed(), b.device());
      }});

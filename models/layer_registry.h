@@ -83,13 +83,17 @@ struct LayerSummary {
 // whole model), per-layer initialiser seeds, and the input shape of each.
 class LayerBuilder {
  public:
-  LayerBuilder(uint64_t seed, Device device) : seed_(seed), device_(device) {}
+  // `input_vocabulary` > 0: the model's inputs are token ids below it.
+  LayerBuilder(uint64_t seed, Device device, int64_t input_vocabulary = 0)
+      : seed_(seed), device_(device), input_vocabulary_(input_vocabulary) {}
 
   // The current layer's input shape (batch dimension first), name and
   // device, valid inside a factory.
   const Shape& input_shape() const { return input_shape_; }
   const std::string& name() const { return name_; }
   Device device() const { return device_; }
+  // The number of token ids the data can hold (0: inputs are not tokens).
+  int64_t input_vocabulary() const { return input_vocabulary_; }
   // How many layers of this type were built before this one (0 for the
   // first); dropout layers use it to draw different masks.
   int type_index() const { return type_index_; }
@@ -115,6 +119,7 @@ class LayerBuilder {
 
   uint64_t seed_;
   Device device_;
+  int64_t input_vocabulary_ = 0;
   int seeds_drawn_ = 0;
   int depth_ = 0;
   bool error_named_ = false;  // A failing layer has prefixed its path.

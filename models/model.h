@@ -22,6 +22,9 @@ namespace mirrortrain::models {
 struct ModelDef {
   Shape input_shape;  // One example (no batch dimension), e.g. NHWC.
   std::vector<LayerSpec> layers;
+  // > 0 when the inputs are token ids in [0, input_vocabulary) (text):
+  // embedding layers must cover them.
+  int64_t input_vocabulary = 0;
 };
 
 class Model {
@@ -34,7 +37,8 @@ class Model {
   // The model's output for inputs [batch, ...input_shape].
   absl::StatusOr<Tensor> Call(const Tensor& inputs, const ForwardContext& ctx);
 
-  // Output shape of one example (no batch dimension).
+  // Input and output shape of one example (no batch dimension).
+  const Shape& input_shape() const { return input_shape_; }
   const Shape& output_shape() const { return output_shape_; }
   // Every variable, in layer order (kernel before bias).
   const std::vector<Variable*>& variables() const { return variables_; }

@@ -28,6 +28,8 @@ const std::map<std::string, Tensor>& CachedGolden(const std::string& name);
 std::vector<std::string> SortedDirEntries(const std::string& dir);
 // The whole file as bytes; empty if it cannot be read.
 std::string ReadFile(const std::string& path);
+// Writes `bytes` as the whole file (a test failure if it cannot).
+void WriteBytes(const std::string& path, const std::string& bytes);
 
 // A fresh, empty directory under TempDir() named after `prefix` and the
 // running test (unique when ctest runs test cases in parallel).

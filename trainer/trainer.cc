@@ -73,6 +73,7 @@ absl::StatusOr<models::ModelDef> ModelDefinition(const ModelConfig& m,
     const Shape& images = data.images.shape();
     def.input_shape.assign(images.begin() + 1, images.end());
   }
+  if (data.bytes_as_tokens) def.input_vocabulary = data.num_classes;
   if (m.preset.empty()) {
     def.layers = m.layers;
     return def;
@@ -545,6 +546,33 @@ absl::StatusOr<std::vector<Batch>> Trainer::NextMicroBatches() {
 int64_t Trainer::StepsPerEpoch() const {
   const int64_t k = config_.train.accumulation_steps;
   return (train_iterator_->BatchesPerEpoch() + k - 1) / k;
+}
+
+absl::Status Trainer::WithModel(
+    bool ema, const std::function<absl::Status(models::Model&, Device)>& fn) {
+  if (ema && primary().ema == nullptr) {
+    return absl::InvalidArgumentError(
+        "EMA weights requested but the config has no ema.decay");
+  }
+  if (placement() == distribute::VariablePlacement::kCentral) {
+    // The replicas hold copies; load the chosen weights into them.
+    MT_RETURN_IF_ERROR(LoadReplicaModels(ema));
+    return fn(*replicas_[0].model, strategy_->devices()[0]);
+  }
+  Replica* r = &replicas_[0];
+  Device device = strategy_->devices()[0];
+  if (ps_) {
+    MT_RETURN_IF_ERROR(SnapshotShards());
+    r = state_.get();
+    device = strategy_->variables_device();
+  }
+  std::optional<ScopedEmaWeights> swap;
+  if (ema) {
+    MT_ASSIGN_OR_RETURN(swap, ScopedEmaWeights::Create(*r->ema));
+  }
+  absl::Status s = fn(*r->model, device);
+  if (swap) MT_RETURN_IF_ERROR(swap->Restore());
+  return s;
 }
 
 absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {

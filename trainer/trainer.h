@@ -89,6 +89,12 @@ class Trainer {
   // The test split with the raw or the EMA weights (EMA: an error when the
   // config has no EMA).
   absl::StatusOr<EvalResult> Evaluate(bool ema);
+  // Runs `fn` on one model holding the training state's raw or EMA weights
+  // (swapped back afterwards), with the device it lives on: replica 0's, or
+  // the central / gathered parameter-server copy. For tools such as
+  // `mirrortrain sample`; not while Train() runs.
+  absl::Status WithModel(
+      bool ema, const std::function<absl::Status(models::Model&, Device)>& fn);
 
   int64_t global_step() const;
 

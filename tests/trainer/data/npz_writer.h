@@ -148,12 +148,6 @@ inline std::string ZipBytes(const std::vector<ZipMember>& members,
   return out;
 }
 
-inline void WriteBytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  ASSERT_TRUE(out.good()) << path;
-}
-
 }  // namespace mirrortrain::testing
 
 #endif  // MIRRORTRAIN_TESTS_TRAINER_DATA_NPZ_WRITER_H_
