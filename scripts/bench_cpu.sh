@@ -2,7 +2,9 @@
 # CPU training throughput: mirrortrain next to PyTorch, same model, batch and
 # thread count, on synthetic Fashion-MNIST-shaped data.
 #
-#   scripts/bench_cpu.sh              # mirrortrain vs PyTorch, MLP and CNN
+#   scripts/bench_cpu.sh              # mirrortrain vs PyTorch: MLP, CNN and
+#                                     # the batch-norm resnet config
+#   MODELS=resnet scripts/bench_cpu.sh  # only some of them
 #   scripts/bench_cpu.sh --strategies # also one_device vs mirrored-1 vs mirrored-2
 #   scripts/bench_cpu.sh --contention # MLP quiet vs with a process spinning
 #                                     # on the last core (issue: kernel pool
@@ -68,8 +70,12 @@ PY
 fi
 
 echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'); threads=$THREADS batch=$BATCH; median of $REPEAT runs"
-for model in mlp cnn; do
-  if [[ $model == mlp ]]; then steps=600; every=300; tsteps=300; else steps=40; every=20; tsteps=20; fi
+for model in ${MODELS:-mlp cnn resnet}; do
+  case $model in
+    mlp) steps=600; every=300; tsteps=300 ;;
+    cnn) steps=40; every=20; tsteps=20 ;;
+    resnet) steps=30; every=15; tsteps=15 ;;
+  esac
   mt=$(med mt_rate "$model" "$steps" "$every")
   if python3 -c "import torch" 2>/dev/null; then
     pt_version=$(python3 -c "import torch; print(torch.__version__)")

@@ -3,7 +3,12 @@
 Trains the same model (same layer sizes, SGD with momentum, batch and thread
 count) on random data shaped like Fashion-MNIST and prints train samples/s as
 one JSON line. Usage:
-  python3 scripts/bench/torch_cpu.py --model mlp|cnn --batch 128 --threads 2 --steps 200
+  python3 scripts/bench/torch_cpu.py --model mlp|cnn|resnet --batch 128 --threads 2 --steps 200
+
+resnet is configs/fashion_mnist_resnet.yaml: a 3x3 stem with batch norm and
+max pooling, one basic block per stage (32, 64, 128 filters; projection
+shortcuts where the shape changes), global average pooling, dropout, dense;
+batch norm with Keras' epsilon (1e-3) and momentum (0.99).
 """
 import argparse
 import json
@@ -13,7 +18,33 @@ import torch
 from torch import nn
 
 
+def conv_bn(cin: int, cout: int, k: int, stride: int = 1) -> list:
+    # padding same for odd kernels at stride 1 and 2 on even sizes.
+    return [nn.Conv2d(cin, cout, k, stride=stride, padding=k // 2, bias=False),
+            nn.BatchNorm2d(cout, eps=1e-3, momentum=0.01)]
+
+
+class Block(nn.Module):
+    """A basic residual block: relu(main(x) + shortcut(x))."""
+
+    def __init__(self, cin: int, cout: int, stride: int):
+        super().__init__()
+        self.main = nn.Sequential(*conv_bn(cin, cout, 3, stride), nn.ReLU(),
+                                  *conv_bn(cout, cout, 3))
+        self.shortcut = (nn.Sequential(*conv_bn(cin, cout, 1, stride))
+                         if stride != 1 or cin != cout else nn.Identity())
+
+    def forward(self, x):
+        return torch.relu(self.main(x) + self.shortcut(x))
+
+
 def build(model: str) -> nn.Module:
+    if model == "resnet":
+        return nn.Sequential(
+            *conv_bn(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2),
+            Block(32, 32, 1), Block(32, 64, 2), Block(64, 128, 2),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.3),
+            nn.Linear(128, 10))
     if model == "mlp":
         return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(),
                              nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
