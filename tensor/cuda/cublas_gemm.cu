@@ -56,6 +56,51 @@ absl::StatusOr<cublasHandle_t> HandleFor(int device) {
   return it->second->get();
 }
 
+// cuBLAS's per-dtype entry points behind one name.
+cublasStatus_t GemmCall(cublasHandle_t h, cublasOperation_t ta,
+                        cublasOperation_t tb, int m, int n, int k,
+                        const float* alpha, const float* a, int lda,
+                        long long stride_a, const float* b, int ldb,
+                        long long stride_b, const float* beta, float* c,
+                        int ldc, long long stride_c, int batch) {
+  if (batch == 1) {
+    return cublasSgemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  return cublasSgemmStridedBatched(h, ta, tb, m, n, k, alpha, a, lda, stride_a,
+                                   b, ldb, stride_b, beta, c, ldc, stride_c,
+                                   batch);
+}
+cublasStatus_t GemmCall(cublasHandle_t h, cublasOperation_t ta,
+                        cublasOperation_t tb, int m, int n, int k,
+                        const double* alpha, const double* a, int lda,
+                        long long stride_a, const double* b, int ldb,
+                        long long stride_b, const double* beta, double* c,
+                        int ldc, long long stride_c, int batch) {
+  if (batch == 1) {
+    return cublasDgemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  return cublasDgemmStridedBatched(h, ta, tb, m, n, k, alpha, a, lda, stride_a,
+                                   b, ldb, stride_b, beta, c, ldc, stride_c,
+                                   batch);
+}
+
+// Row-major C = op(A) op(B) per matrix as the column-major C^T = B^T A^T:
+// operands (and their strides) swapped.
+template <typename T>
+absl::Status TypedGemm(cublasHandle_t h, cublasOperation_t op_a,
+                       cublasOperation_t op_b, const GemmShape& s, double alpha,
+                       const void* a, int64_t lda, const void* b, int64_t ldb,
+                       double beta, void* c) {
+  const T al = static_cast<T>(alpha), be = static_cast<T>(beta);
+  MT_CUBLAS_RETURN_IF_ERROR(
+      GemmCall(h, op_b, op_a, static_cast<int>(s.n), static_cast<int>(s.m),
+               static_cast<int>(s.k), &al, static_cast<const T*>(b),
+               static_cast<int>(ldb), s.k * s.n, static_cast<const T*>(a),
+               static_cast<int>(lda), s.m * s.k, &be, static_cast<T*>(c),
+               static_cast<int>(s.n), s.m * s.n, static_cast<int>(s.batch)));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status GemmOnGpu(DType dtype, bool ta, bool tb, GemmShape shape,
@@ -93,40 +138,14 @@ absl::Status GemmOnGpu(DType dtype, bool ta, bool tb, GemmShape shape,
   MT_CUBLAS_RETURN_IF_ERROR(cublasSetStream(h, LaunchStream()));
   const cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const int in = static_cast<int>(n), im = static_cast<int>(m),
-            ik = static_cast<int>(k), ilda = static_cast<int>(lda),
-            ildb = static_cast<int>(ldb), ibatch = static_cast<int>(batch);
-  // Operands swapped (column-major C^T = B^T A^T), so are their strides.
-  const long long stride_a = m * k, stride_b = k * n, stride_c = m * n;
   if (dtype == DType::kF32) {
     MT_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(
         h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
-    const float al = static_cast<float>(alpha), be = static_cast<float>(beta);
-    const auto* fa = static_cast<const float*>(a);
-    const auto* fb = static_cast<const float*>(b);
-    auto* fc = static_cast<float*>(c);
-    if (batch == 1) {
-      MT_CUBLAS_RETURN_IF_ERROR(cublasSgemm(h, op_b, op_a, in, im, ik, &al, fb,
-                                            ildb, fa, ilda, &be, fc, in));
-    } else {
-      MT_CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(
-          h, op_b, op_a, in, im, ik, &al, fb, ildb, stride_b, fa, ilda,
-          stride_a, &be, fc, in, stride_c, ibatch));
-    }
-    return absl::OkStatus();
+    return TypedGemm<float>(h, op_a, op_b, shape, alpha, a, lda, b, ldb, beta,
+                            c);
   }
-  const auto* da = static_cast<const double*>(a);
-  const auto* db = static_cast<const double*>(b);
-  auto* dc = static_cast<double*>(c);
-  if (batch == 1) {
-    MT_CUBLAS_RETURN_IF_ERROR(cublasDgemm(h, op_b, op_a, in, im, ik, &alpha, db,
-                                          ildb, da, ilda, &beta, dc, in));
-  } else {
-    MT_CUBLAS_RETURN_IF_ERROR(cublasDgemmStridedBatched(
-        h, op_b, op_a, in, im, ik, &alpha, db, ildb, stride_b, da, ilda,
-        stride_a, &beta, dc, in, stride_c, ibatch));
-  }
-  return absl::OkStatus();
+  return TypedGemm<double>(h, op_a, op_b, shape, alpha, a, lda, b, ldb, beta,
+                           c);
 }
 
 MT_DEFINE_CUDA_KERNEL(Gemm, GemmOnGpu);
