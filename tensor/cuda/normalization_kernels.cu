@@ -120,15 +120,12 @@ absl::Status ChannelAffineOnGpu(DType dtype, const void* x, const void* a,
   if (n == 0) return absl::OkStatus();
   return LaunchFloatIndexWidthOn(
       "ChannelAffine", dtype, device, n,
-      [&](auto zero, auto index, cudaStream_t stream) {
-        using T = decltype(zero);
-        using I = decltype(index);
-        ChannelAffineKernel<T, I>
-            <<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
-                static_cast<const T*>(x), static_cast<const T*>(a),
-                static_cast<const T*>(b), static_cast<T*>(y),
-                static_cast<I>(cols), static_cast<I>(n));
-      });
+      KernelLaunch(
+          LaunchBlocks(n),
+          [](auto t, auto i) {
+            return ChannelAffineKernel<decltype(t), decltype(i)>;
+          },
+          x, a, b, y, cols, n));
 }
 
 absl::Status ChannelSumsOnGpu(DType dtype, const void* x, const void* w,
@@ -152,20 +149,18 @@ absl::Status ChannelSumsOnGpu(DType dtype, const void* x, const void* w,
   return status;
 }
 
+// One block per row.
 absl::Status LayerNormForwardOnGpu(DType dtype, const void* x,
                                    const void* gamma, const void* beta, void* y,
                                    void* mean, void* rstd, int64_t rows,
                                    int64_t cols, double epsilon, int device) {
   if (rows == 0 || cols == 0) return absl::OkStatus();
-  const int blocks = static_cast<int>(rows < 65535 ? rows : 65535);
   return LaunchFloatOn(
-      "LayerNormForward", dtype, device, [&](auto zero, cudaStream_t stream) {
-        using T = decltype(zero);
-        LayerNormForwardKernel<T><<<blocks, kLaunchThreads, 0, stream>>>(
-            static_cast<const T*>(x), static_cast<const T*>(gamma),
-            static_cast<const T*>(beta), static_cast<T*>(y),
-            static_cast<T*>(mean), static_cast<T*>(rstd), rows, cols, epsilon);
-      });
+      "LayerNormForward", dtype, device,
+      KernelLaunch(
+          GridBlocks(rows),
+          [](auto t) { return LayerNormForwardKernel<decltype(t)>; }, x, gamma,
+          beta, y, mean, rstd, rows, cols, epsilon));
 }
 
 absl::Status LayerNormBackwardOnGpu(DType dtype, const void* x,
@@ -174,16 +169,12 @@ absl::Status LayerNormBackwardOnGpu(DType dtype, const void* x,
                                     void* dx, void* xhat, int64_t rows,
                                     int64_t cols, int device) {
   if (rows == 0 || cols == 0) return absl::OkStatus();
-  const int blocks = static_cast<int>(rows < 65535 ? rows : 65535);
   return LaunchFloatOn(
-      "LayerNormBackward", dtype, device, [&](auto zero, cudaStream_t stream) {
-        using T = decltype(zero);
-        LayerNormBackwardKernel<T><<<blocks, kLaunchThreads, 0, stream>>>(
-            static_cast<const T*>(x), static_cast<const T*>(gamma),
-            static_cast<const T*>(dy), static_cast<const T*>(mean),
-            static_cast<const T*>(rstd), static_cast<T*>(dx),
-            static_cast<T*>(xhat), rows, cols);
-      });
+      "LayerNormBackward", dtype, device,
+      KernelLaunch(
+          GridBlocks(rows),
+          [](auto t) { return LayerNormBackwardKernel<decltype(t)>; }, x, gamma,
+          dy, mean, rstd, dx, xhat, rows, cols));
 }
 
 MT_DEFINE_CUDA_KERNEL(ChannelAffine, ChannelAffineOnGpu);

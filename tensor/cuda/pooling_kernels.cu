@@ -175,12 +175,14 @@ __global__ void AvgPoolBackwardKernel(ImageWindowOn<I> g, const T* dy, T* dx,
 // Which elements a kernel's threads walk.
 enum class Over { kOutputs, kInputs };
 
-// Checks `g`, then calls launch(T{}, ImageWindowOn<I>, count, blocks, stream)
-// with T the dtype's type, I an index type wide enough for the input and
-// the output, and `count` the elements walked; nothing when there are none.
-template <typename F>
+// Checks `g`, then launches kernel_of(T{}, I{}) (KernelLaunch) with
+// arguments (g, buffers..., count): T the dtype's type, I an index type
+// wide enough for the input and the output, `count` the elements walked;
+// nothing when there are none.
+template <typename KernelOf, typename... Buffers>
 absl::Status LaunchPool(const char* what, DType dtype, const Pool2DGeometry& g,
-                        Over over, int device, F launch) {
+                        Over over, int device, KernelOf kernel_of,
+                        Buffers... buffers) {
   MT_RETURN_IF_ERROR(CheckImageWindow(what, g));
   const int64_t inputs = g.n * g.h * g.w * g.c;
   const int64_t outputs = g.n * g.oh * g.ow * g.c;
@@ -188,11 +190,7 @@ absl::Status LaunchPool(const char* what, DType dtype, const Pool2DGeometry& g,
   if (count == 0) return absl::OkStatus();
   return LaunchFloatIndexWidthOn(
       what, dtype, device, std::max(inputs, outputs),
-      [&](auto zero, auto index, cudaStream_t stream) {
-        using I = decltype(index);
-        launch(zero, ImageWindowOn<I>(g), static_cast<I>(count),
-               LaunchBlocks(count), stream);
-      });
+      KernelLaunch(LaunchBlocks(count), kernel_of, g, buffers..., count));
 }
 
 }  // namespace
@@ -202,11 +200,10 @@ absl::Status MaxPool2DForwardOnGpu(DType dtype, const void* x,
                                    int32_t* argmax, int device) {
   return LaunchPool(
       "MaxPool2DForward", dtype, g, Over::kOutputs, device,
-      [&](auto zero, auto geo, auto count, auto blocks, cudaStream_t stream) {
-        using T = decltype(zero);
-        MaxPoolForwardKernel<<<blocks, kLaunchThreads, 0, stream>>>(
-            geo, static_cast<const T*>(x), static_cast<T*>(y), argmax, count);
-      });
+      [](auto t, auto i) {
+        return MaxPoolForwardKernel<decltype(t), decltype(i)>;
+      },
+      x, y, argmax);
 }
 
 absl::Status MaxPool2DBackwardOnGpu(DType dtype, const int32_t* argmax,
@@ -214,11 +211,10 @@ absl::Status MaxPool2DBackwardOnGpu(DType dtype, const int32_t* argmax,
                                     void* dx, int device) {
   return LaunchPool(
       "MaxPool2DBackward", dtype, g, Over::kInputs, device,
-      [&](auto zero, auto geo, auto count, auto blocks, cudaStream_t stream) {
-        using T = decltype(zero);
-        MaxPoolBackwardKernel<<<blocks, kLaunchThreads, 0, stream>>>(
-            geo, argmax, static_cast<const T*>(dy), static_cast<T*>(dx), count);
-      });
+      [](auto t, auto i) {
+        return MaxPoolBackwardKernel<decltype(t), decltype(i)>;
+      },
+      argmax, dy, dx);
 }
 
 absl::Status AvgPool2DForwardOnGpu(DType dtype, const void* x,
@@ -226,11 +222,10 @@ absl::Status AvgPool2DForwardOnGpu(DType dtype, const void* x,
                                    int device) {
   return LaunchPool(
       "AvgPool2DForward", dtype, g, Over::kOutputs, device,
-      [&](auto zero, auto geo, auto count, auto blocks, cudaStream_t stream) {
-        using T = decltype(zero);
-        AvgPoolForwardKernel<<<blocks, kLaunchThreads, 0, stream>>>(
-            geo, static_cast<const T*>(x), static_cast<T*>(y), count);
-      });
+      [](auto t, auto i) {
+        return AvgPoolForwardKernel<decltype(t), decltype(i)>;
+      },
+      x, y);
 }
 
 absl::Status AvgPool2DBackwardOnGpu(DType dtype, const void* dy,
@@ -238,11 +233,10 @@ absl::Status AvgPool2DBackwardOnGpu(DType dtype, const void* dy,
                                     int device) {
   return LaunchPool(
       "AvgPool2DBackward", dtype, g, Over::kInputs, device,
-      [&](auto zero, auto geo, auto count, auto blocks, cudaStream_t stream) {
-        using T = decltype(zero);
-        AvgPoolBackwardKernel<<<blocks, kLaunchThreads, 0, stream>>>(
-            geo, static_cast<const T*>(dy), static_cast<T*>(dx), count);
-      });
+      [](auto t, auto i) {
+        return AvgPoolBackwardKernel<decltype(t), decltype(i)>;
+      },
+      dy, dx);
 }
 
 MT_DEFINE_CUDA_KERNEL(MaxPool2DForward, MaxPool2DForwardOnGpu);
