@@ -59,9 +59,9 @@ __device__ double2 BlockSum2(double a, double b, double* partial) {
 
 template <typename T>
 __global__ void LayerNormForwardKernel(const T* x, const T* gamma,
-                                       const T* beta, T* y, T* mean, T* rstd,
-                                       int64_t rows, int64_t cols,
-                                       double epsilon) {
+                                       const T* beta, double epsilon, T* y,
+                                       T* mean, T* rstd, int64_t rows,
+                                       int64_t cols) {
   __shared__ double partial[2 * kLaunchThreads];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* xr = x + r * cols;
@@ -111,6 +111,18 @@ __global__ void LayerNormBackwardKernel(const T* x, const T* gamma, const T* dy,
   }
 }
 
+// Launches kernel_of(T{}) with one block per row of [rows, cols] and
+// arguments (args..., rows, cols); nothing when the matrix is empty.
+template <typename KernelOf, typename... A>
+absl::Status LaunchPerRow(const char* what, DType dtype, int device,
+                          int64_t rows, int64_t cols, KernelOf kernel_of,
+                          A... args) {
+  if (rows == 0 || cols == 0) return absl::OkStatus();
+  return LaunchFloatOn(
+      what, dtype, device,
+      KernelLaunch(GridBlocks(rows), kernel_of, args..., rows, cols));
+}
+
 }  // namespace
 
 absl::Status ChannelAffineOnGpu(DType dtype, const void* x, const void* a,
@@ -149,18 +161,14 @@ absl::Status ChannelSumsOnGpu(DType dtype, const void* x, const void* w,
   return status;
 }
 
-// One block per row.
 absl::Status LayerNormForwardOnGpu(DType dtype, const void* x,
                                    const void* gamma, const void* beta, void* y,
                                    void* mean, void* rstd, int64_t rows,
                                    int64_t cols, double epsilon, int device) {
-  if (rows == 0 || cols == 0) return absl::OkStatus();
-  return LaunchFloatOn(
-      "LayerNormForward", dtype, device,
-      KernelLaunch(
-          GridBlocks(rows),
-          [](auto t) { return LayerNormForwardKernel<decltype(t)>; }, x, gamma,
-          beta, y, mean, rstd, rows, cols, epsilon));
+  return LaunchPerRow(
+      "LayerNormForward", dtype, device, rows, cols,
+      [](auto t) { return LayerNormForwardKernel<decltype(t)>; }, x, gamma,
+      beta, epsilon, y, mean, rstd);
 }
 
 absl::Status LayerNormBackwardOnGpu(DType dtype, const void* x,
@@ -168,13 +176,10 @@ absl::Status LayerNormBackwardOnGpu(DType dtype, const void* x,
                                     const void* mean, const void* rstd,
                                     void* dx, void* xhat, int64_t rows,
                                     int64_t cols, int device) {
-  if (rows == 0 || cols == 0) return absl::OkStatus();
-  return LaunchFloatOn(
-      "LayerNormBackward", dtype, device,
-      KernelLaunch(
-          GridBlocks(rows),
-          [](auto t) { return LayerNormBackwardKernel<decltype(t)>; }, x, gamma,
-          dy, mean, rstd, dx, xhat, rows, cols));
+  return LaunchPerRow(
+      "LayerNormBackward", dtype, device, rows, cols,
+      [](auto t) { return LayerNormBackwardKernel<decltype(t)>; }, x, gamma, dy,
+      mean, rstd, dx, xhat);
 }
 
 MT_DEFINE_CUDA_KERNEL(ChannelAffine, ChannelAffineOnGpu);
