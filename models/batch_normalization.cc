@@ -14,9 +14,9 @@
 // read), which keeps them identical on every replica.
 #include <cmath>
 
-#include "absl/strings/str_cat.h"
 #include "models/layer.h"
 #include "models/layer_registry.h"
+#include "models/normalization_params.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/collective_ops.h"
 #include "tensor/ops/math_ops.h"
@@ -36,41 +36,29 @@ class BatchNormalizationLayer final : public Layer {
   static absl::StatusOr<std::unique_ptr<Layer>> Create(
       std::string name, int64_t channels, const BatchNormOptions& options,
       Device device) {
-    auto make = [&](const char* var, double value,
-                    bool trainable) -> absl::StatusOr<Variable> {
-      MT_ASSIGN_OR_RETURN(Tensor t,
-                          ops::Fill(DType::kF32, {channels}, value, device));
-      return Variable::Create(absl::StrCat(name, "/", var), t, trainable);
-    };
-    std::unique_ptr<BatchNormalizationLayer> layer(
-        new BatchNormalizationLayer(name, options));
-    // Keras's order: gamma, beta, moving_mean, moving_variance. A disabled
-    // gamma (beta) is a constant of ones (zeros) instead.
-    if (options.scale) {
-      MT_ASSIGN_OR_RETURN(layer->gamma_, make("gamma", 1, true));
-    } else {
-      MT_ASSIGN_OR_RETURN(layer->ones_,
-                          ops::Fill(DType::kF32, {channels}, 1, device));
-    }
-    if (options.center) {
-      MT_ASSIGN_OR_RETURN(layer->beta_, make("beta", 0, true));
-    } else {
-      MT_ASSIGN_OR_RETURN(layer->zeros_,
-                          ops::Fill(DType::kF32, {channels}, 0, device));
-    }
-    MT_ASSIGN_OR_RETURN(layer->moving_mean_, make("moving_mean", 0, false));
-    MT_ASSIGN_OR_RETURN(layer->moving_variance_,
-                        make("moving_variance", 1, false));
-    return layer;
+    // Keras's order: gamma, beta, moving_mean, moving_variance.
+    MT_ASSIGN_OR_RETURN(
+        NormalizationParams params,
+        NormalizationParams::Create(name, channels, options.scale,
+                                    options.center, device));
+    MT_ASSIGN_OR_RETURN(Variable moving_mean,
+                        ChannelVariable(name, "moving_mean", channels, 0,
+                                        /*trainable=*/false, device));
+    MT_ASSIGN_OR_RETURN(Variable moving_variance,
+                        ChannelVariable(name, "moving_variance", channels, 1,
+                                        /*trainable=*/false, device));
+    return std::unique_ptr<Layer>(new BatchNormalizationLayer(
+        std::move(name), options, std::move(params), std::move(moving_mean),
+        std::move(moving_variance)));
   }
 
   absl::StatusOr<Tensor> Call(const Tensor& x,
                               const ForwardContext& ctx) override {
-    const Tensor& scale = gamma_ ? gamma_->value() : ones_;
-    const Tensor& offset = beta_ ? beta_->value() : zeros_;
+    const Tensor& scale = params_.gamma();
+    const Tensor& offset = params_.beta();
     if (!ctx.training) {
-      return ops::BatchNormalization(x, moving_mean_->value(),
-                                     moving_variance_->value(), offset, scale,
+      return ops::BatchNormalization(x, moving_mean_.value(),
+                                     moving_variance_.value(), offset, scale,
                                      options_.epsilon);
     }
     MT_ASSIGN_OR_RETURN(ops::ChannelSumsResult sums, ops::ChannelSums(x));
@@ -102,26 +90,26 @@ class BatchNormalizationLayer final : public Layer {
   }
 
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
-    if (input.size() < 2 || input.back() != moving_mean_->shape()[0]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name(), ": expects input [batch, ..., ", moving_mean_->shape()[0],
-          "], got ", ShapeToString(input)));
-    }
-    return input;
+    return NormalizedOutputShape(name(), input, moving_mean_.shape()[0]);
   }
 
   std::vector<Variable*> variables() override {
     std::vector<Variable*> out;
-    if (gamma_) out.push_back(&*gamma_);
-    if (beta_) out.push_back(&*beta_);
-    out.push_back(&*moving_mean_);
-    out.push_back(&*moving_variance_);
+    params_.AppendVariables(out);
+    out.push_back(&moving_mean_);
+    out.push_back(&moving_variance_);
     return out;
   }
 
  private:
-  BatchNormalizationLayer(std::string name, const BatchNormOptions& options)
-      : Layer(std::move(name)), options_(options) {}
+  BatchNormalizationLayer(std::string name, const BatchNormOptions& options,
+                          NormalizationParams params, Variable moving_mean,
+                          Variable moving_variance)
+      : Layer(std::move(name)),
+        options_(options),
+        params_(std::move(params)),
+        moving_mean_(std::move(moving_mean)),
+        moving_variance_(std::move(moving_variance)) {}
 
   // moving = moving * momentum + batch * (1 - momentum), Keras's update.
   // `average` (unsynchronized replicas) first replaces the batch
@@ -146,8 +134,8 @@ class BatchNormalizationLayer final : public Layer {
       MT_ASSIGN_OR_RETURN(m, packed.SliceRows(0, c));
       MT_ASSIGN_OR_RETURN(v, packed.SliceRows(c, c));
     }
-    MT_RETURN_IF_ERROR(MoveTowards(*moving_mean_, m));
-    return MoveTowards(*moving_variance_, v);
+    MT_RETURN_IF_ERROR(MoveTowards(moving_mean_, m));
+    return MoveTowards(moving_variance_, v);
   }
 
   absl::Status MoveTowards(Variable& moving, const Tensor& batch) {
@@ -160,8 +148,8 @@ class BatchNormalizationLayer final : public Layer {
   }
 
   BatchNormOptions options_;
-  std::optional<Variable> gamma_, beta_, moving_mean_, moving_variance_;
-  Tensor ones_, zeros_;
+  NormalizationParams params_;
+  Variable moving_mean_, moving_variance_;
 };
 
 }  // namespace
@@ -189,14 +177,11 @@ MT_REGISTER(
                     "each replica's shard")}},
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
-       const Shape& in = b.input_shape();
-       if (in.size() < 2) {
-         return absl::InvalidArgumentError(absl::StrCat(
-             "expects input [batch, ..., channels], got ", ShapeToString(in)));
-       }
+       MT_ASSIGN_OR_RETURN(const int64_t channels,
+                           NormalizedAxis(b.input_shape(), "channels"));
        const Params& p = spec.params;
        return BatchNormalizationLayer::Create(
-           b.name(), in.back(),
+           b.name(), channels,
            {p.Float("momentum"), p.Float("epsilon"), p.Bool("center"),
             p.Bool("scale"), p.Bool("synchronized")},
            b.device());

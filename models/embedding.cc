@@ -36,11 +36,7 @@ class EmbeddingLayer final : public Layer {
   }
 
   absl::StatusOr<Tensor> Call(const Tensor& x, const ForwardContext&) override {
-    Tensor ids = x;
-    if (IsFloating(x.dtype())) {
-      MT_ASSIGN_OR_RETURN(ids, ops::Cast(x, DType::kI64));
-    }
-    absl::StatusOr<Tensor> y = ops::Gather(embeddings_.value(), ids);
+    absl::StatusOr<Tensor> y = Lookup(x);
     if (!y.ok()) {
       return absl::Status(
           y.status().code(),
@@ -63,6 +59,15 @@ class EmbeddingLayer final : public Layer {
   std::vector<Variable*> variables() override { return {&embeddings_}; }
 
  private:
+  // Float ids (NaN or past i64 is a Cast error) are cast to integers first.
+  absl::StatusOr<Tensor> Lookup(const Tensor& x) {
+    Tensor ids = x;
+    if (IsFloating(x.dtype())) {
+      MT_ASSIGN_OR_RETURN(ids, ops::Cast(x, DType::kI64));
+    }
+    return ops::Gather(embeddings_.value(), ids);
+  }
+
   EmbeddingLayer(std::string name, Variable embeddings)
       : Layer(std::move(name)), embeddings_(std::move(embeddings)) {}
 

@@ -2,10 +2,9 @@
 // with axis -1: each example position is normalised over its last axis with
 // its own mean and variance, then scaled by gamma and shifted by beta. No
 // batch statistics, so nothing is synchronised across replicas.
-#include "absl/strings/str_cat.h"
 #include "models/layer.h"
 #include "models/layer_registry.h"
-#include "tensor/ops/array_ops.h"
+#include "models/normalization_params.h"
 #include "tensor/ops/normalization_ops.h"
 #include "tensor/status_macros.h"
 
@@ -19,58 +18,39 @@ class LayerNormalizationLayer final : public Layer {
                                                        double epsilon,
                                                        bool center, bool scale,
                                                        Device device) {
-    std::unique_ptr<LayerNormalizationLayer> layer(
-        new LayerNormalizationLayer(name, channels, epsilon));
-    auto make = [&](const char* var, double value) -> absl::StatusOr<Variable> {
-      MT_ASSIGN_OR_RETURN(Tensor t,
-                          ops::Fill(DType::kF32, {channels}, value, device));
-      return Variable::Create(absl::StrCat(name, "/", var), t, true);
-    };
-    // Keras's order: gamma, beta. A disabled one is a constant.
-    if (scale) {
-      MT_ASSIGN_OR_RETURN(layer->gamma_, make("gamma", 1));
-    } else {
-      MT_ASSIGN_OR_RETURN(layer->ones_,
-                          ops::Fill(DType::kF32, {channels}, 1, device));
-    }
-    if (center) {
-      MT_ASSIGN_OR_RETURN(layer->beta_, make("beta", 0));
-    } else {
-      MT_ASSIGN_OR_RETURN(layer->zeros_,
-                          ops::Fill(DType::kF32, {channels}, 0, device));
-    }
-    return layer;
+    MT_ASSIGN_OR_RETURN(
+        NormalizationParams params,
+        NormalizationParams::Create(name, channels, scale, center, device));
+    return std::unique_ptr<Layer>(new LayerNormalizationLayer(
+        std::move(name), channels, epsilon, std::move(params)));
   }
 
   absl::StatusOr<Tensor> Call(const Tensor& x, const ForwardContext&) override {
-    return ops::LayerNormalization(x, gamma_ ? gamma_->value() : ones_,
-                                   beta_ ? beta_->value() : zeros_, epsilon_);
+    return ops::LayerNormalization(x, params_.gamma(), params_.beta(),
+                                   epsilon_);
   }
 
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
-    if (input.size() < 2 || input.back() != channels_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name(), ": expects input [batch, ..., ", channels_,
-                       "], got ", ShapeToString(input)));
-    }
-    return input;
+    return NormalizedOutputShape(name(), input, channels_);
   }
 
   std::vector<Variable*> variables() override {
     std::vector<Variable*> out;
-    if (gamma_) out.push_back(&*gamma_);
-    if (beta_) out.push_back(&*beta_);
+    params_.AppendVariables(out);
     return out;
   }
 
  private:
-  LayerNormalizationLayer(std::string name, int64_t channels, double epsilon)
-      : Layer(std::move(name)), channels_(channels), epsilon_(epsilon) {}
+  LayerNormalizationLayer(std::string name, int64_t channels, double epsilon,
+                          NormalizationParams params)
+      : Layer(std::move(name)),
+        channels_(channels),
+        epsilon_(epsilon),
+        params_(std::move(params)) {}
 
   int64_t channels_;
   double epsilon_;
-  std::optional<Variable> gamma_, beta_;
-  Tensor ones_, zeros_;
+  NormalizationParams params_;
 };
 
 }  // namespace
@@ -88,14 +68,11 @@ MT_REGISTER(
            Param::Bool("scale").Default(true).Doc("learn a scale (gamma)")}},
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
-       const Shape& in = b.input_shape();
-       if (in.size() < 2) {
-         return absl::InvalidArgumentError(absl::StrCat(
-             "expects input [batch, ..., features], got ", ShapeToString(in)));
-       }
+       MT_ASSIGN_OR_RETURN(const int64_t features,
+                           NormalizedAxis(b.input_shape(), "features"));
        const Params& p = spec.params;
        return LayerNormalizationLayer::Create(
-           b.name(), in.back(), p.Float("epsilon"), p.Bool("center"),
+           b.name(), features, p.Float("epsilon"), p.Bool("center"),
            p.Bool("scale"), b.device());
      }});
 

@@ -1,6 +1,8 @@
 #include "models/model.h"
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -50,15 +52,32 @@ std::string Model::Summary() const {
     for (size_t i = 1; i < s.size(); ++i) dims.push_back(absl::StrCat(s[i]));
     return absl::StrCat("(", absl::StrJoin(dims, ", "), ")");
   };
-  const std::string rule(78, '=');
-  std::string out = absl::StrFormat("%-36s %-24s %12s\n%s\n", "Layer (type)",
-                                    "Output Shape", "Param #", rule);
+  struct Row {
+    std::string layer, shape, params, note;
+  };
+  std::vector<Row> rows;
+  // Keras's column widths, widened to the longest cell (with a space to
+  // spare) so that long layer names and shapes keep the columns aligned.
+  size_t layer_width = 36, shape_width = 24, params_width = 12;
   for (const LayerSummary& row : summary_) {
-    absl::StrAppendFormat(&out, "%-36s %-24s %12d%s\n",
-                          absl::StrCat(row.name, " (", row.type, ")"),
-                          shape(row.output_shape), row.params,
-                          row.note.empty() ? "" : "  " + row.note);
+    rows.push_back({absl::StrCat(row.name, " (", row.type, ")"),
+                    shape(row.output_shape), absl::StrCat(row.params),
+                    row.note.empty() ? "" : "  " + row.note});
+    layer_width = std::max(layer_width, rows.back().layer.size() + 1);
+    shape_width = std::max(shape_width, rows.back().shape.size() + 1);
+    params_width = std::max(params_width, rows.back().params.size());
   }
+  const std::string rule(
+      78 + (layer_width - 36) + (shape_width - 24) + (params_width - 12), '=');
+  auto line = [&](const Row& row) {
+    return absl::StrFormat("%-*s %-*s %*s%s\n", static_cast<int>(layer_width),
+                           row.layer, static_cast<int>(shape_width), row.shape,
+                           static_cast<int>(params_width), row.params,
+                           row.note);
+  };
+  std::string out = absl::StrCat(
+      line({"Layer (type)", "Output Shape", "Param #", ""}), rule, "\n");
+  for (const Row& row : rows) out += line(row);
   int64_t total = 0, trainable = 0;
   for (Variable* v : variables_) {
     const int64_t n = NumElements(v->shape());

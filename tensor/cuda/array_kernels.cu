@@ -157,19 +157,16 @@ absl::Status ScatterAddOnGpu(DType dtype, const void* updates, int64_t row,
                              int64_t num_indices, int64_t rows, void* out,
                              int device) {
   if (row == 0 || num_indices == 0 || rows == 0) return absl::OkStatus();
-  const int64_t blocks = rows * ((row + kLaunchThreads - 1) / kLaunchThreads);
+  // One block per (row of out, tile of kLaunchThreads columns).
+  const int64_t tiles = (row + kLaunchThreads - 1) / kLaunchThreads;
   return LaunchFloatIndexOn(
       "ScatterAdd", dtype, index_dtype, device,
-      [&](auto zero, auto index_zero, cudaStream_t stream) {
-        using T = decltype(zero);
-        using I = decltype(index_zero);
-        ScatterAddKernel<T, I>
-            <<<static_cast<int>(blocks < 65535 ? blocks : 65535),
-               kLaunchThreads, 0, stream>>>(static_cast<const T*>(updates), row,
-                                            static_cast<const I*>(indices),
-                                            num_indices, rows,
-                                            static_cast<T*>(out));
-      });
+      KernelLaunch(
+          GridBlocks(rows * tiles),
+          [](auto t, auto i) {
+            return ScatterAddKernel<decltype(t), decltype(i)>;
+          },
+          updates, row, indices, num_indices, rows, out));
 }
 
 absl::Status OneHotOnGpu(DType index_dtype, const void* indices, int64_t n,

@@ -13,39 +13,19 @@
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/cuda/device_guard.h"
+#include "tensor/cuda/image_window.cuh"
 #include "tensor/cuda/launch.h"
-#include "tensor/int_divisor.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::cuda {
 namespace {
-
-// Conv2DGeometry in index type I (see DispatchIndexWidth), with the
-// sizes that indices are divided by as IntDivisors.
-template <typename I>
-struct Geometry {
-  explicit Geometry(const Conv2DGeometry& g)
-      : h(g.h),
-        w(g.w),
-        c(g.c),
-        kw(g.kw),
-        oh(g.oh),
-        ow(g.ow),
-        sh(g.sh),
-        sw(g.sw),
-        kh(g.kh),
-        pt(g.pt),
-        pl(g.pl) {}
-  IntDivisor<I> h, w, c, kw, oh, ow, sh, sw;
-  I kh, pt, pl;
-};
 
 // Column-buffer rows (i * oh + oy) * ow + ox, blockDim.y of them per block
 // and blockDim.x threads along each row's kh * kw * c entries (ky, kx, ch
 // order, consecutive in memory): writes are coalesced, and the row index
 // is split once per row rather than once per entry.
 template <typename T, typename I>
-__global__ void Im2ColKernel(Geometry<I> g, const T* x, T* cols, I rows) {
+__global__ void Im2ColKernel(ImageWindowOn<I> g, const T* x, T* cols, I rows) {
   const I c = g.c.value(), w = g.w.value(), h = g.h.value();
   const I patch = g.kh * g.kw.value() * c;
   const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.y);
@@ -72,15 +52,12 @@ __global__ void Im2ColKernel(Geometry<I> g, const T* x, T* cols, I rows) {
 // and lies in [0, oh). ky runs downwards so that oy, and likewise ox, run
 // upwards: the CPU's order.
 template <typename T, typename I>
-__device__ T Col2ImAt(const Geometry<I>& g, const T* cols, I idx) {
+__device__ T Col2ImAt(const ImageWindowOn<I>& g, const T* cols, I idx) {
   const I c = g.c.value(), kw = g.kw.value();
   const I oh = g.oh.value(), ow = g.ow.value();
   const I patch = g.kh * kw * c;
-  I rest = g.c.Div(idx);
-  const I ch = idx - rest * c;
-  const I ix = g.w.Mod(rest);
-  rest = g.w.Div(rest);
-  const I iy = g.h.Mod(rest), i = g.h.Div(rest);
+  const NhwcIndex<I> at = SplitNhwc(idx, g.h, g.w, g.c);
+  const I i = at.i, iy = at.y, ix = at.x, ch = at.ch;
   T acc = T(0);
   for (I ky = g.kh - 1; ky >= 0; --ky) {
     const I ty = iy + g.pt - ky;
@@ -99,25 +76,18 @@ __device__ T Col2ImAt(const Geometry<I>& g, const T* cols, I idx) {
 }
 
 template <typename T, typename I>
-__global__ void Col2ImKernel(Geometry<I> g, const T* cols, T* dx, I total) {
+__global__ void Col2ImKernel(ImageWindowOn<I> g, const T* cols, T* dx,
+                             I total) {
   for (I idx = GridStart<I>(); idx < total; idx += GridStep<I>()) {
     dx[idx] = Col2ImAt(g, cols, idx);
   }
-}
-
-absl::Status CheckGeometry(const char* what, const Conv2DGeometry& g) {
-  if (g.kh < 1 || g.kw < 1 || g.sh < 1 || g.sw < 1 || g.pt < 0 || g.pl < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": kernel sizes and strides must be >= 1 and padding >= 0"));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
 
 absl::Status Im2ColOnGpu(DType dtype, const void* x, const Conv2DGeometry& g,
                          int64_t images, void* cols, int device) {
-  MT_RETURN_IF_ERROR(CheckGeometry("Im2Col", g));
+  MT_RETURN_IF_ERROR(CheckImageWindow("Im2Col", g));
   const int64_t rows = images * g.oh * g.ow;
   const int64_t patch = g.kh * g.kw * g.c;
   if (rows * patch == 0) return absl::OkStatus();
@@ -134,14 +104,14 @@ absl::Status Im2ColOnGpu(DType dtype, const void* x, const Conv2DGeometry& g,
         using T = decltype(zero);
         using I = decltype(index);
         Im2ColKernel<T, I><<<blocks, threads, 0, stream>>>(
-            Geometry<I>(g), static_cast<const T*>(x), static_cast<T*>(cols),
-            static_cast<I>(rows));
+            ImageWindowOn<I>(g), static_cast<const T*>(x),
+            static_cast<T*>(cols), static_cast<I>(rows));
       });
 }
 
 absl::Status Col2ImOnGpu(DType dtype, const void* cols, const Conv2DGeometry& g,
                          int64_t images, void* dx, int device) {
-  MT_RETURN_IF_ERROR(CheckGeometry("Col2Im", g));
+  MT_RETURN_IF_ERROR(CheckImageWindow("Col2Im", g));
   const int64_t total = images * g.h * g.w * g.c;
   if (total == 0) return absl::OkStatus();
   return LaunchFloatIndexWidthOn(
@@ -151,8 +121,8 @@ absl::Status Col2ImOnGpu(DType dtype, const void* cols, const Conv2DGeometry& g,
         using T = decltype(zero);
         using I = decltype(index);
         Col2ImKernel<T, I><<<LaunchBlocks(total), kLaunchThreads, 0, stream>>>(
-            Geometry<I>(g), static_cast<const T*>(cols), static_cast<T*>(dx),
-            static_cast<I>(total));
+            ImageWindowOn<I>(g), static_cast<const T*>(cols),
+            static_cast<T*>(dx), static_cast<I>(total));
       });
 }
 

@@ -14,6 +14,7 @@
 #include "tensor/cuda/cuda_kernel.h"
 #include "tensor/dtype.h"
 #include "tensor/elementwise_kind.h"
+#include "tensor/image_window.h"
 
 namespace mirrortrain::cuda {
 
@@ -112,16 +113,9 @@ MT_CUDA_KERNEL(ClipByValueGrad,
                             int device));
 
 // A 2-D pooling window over NHWC images: input [n, h, w, c], output
-// [n, out_h, out_w, c]; output (oy, ox) covers input rows
-// [oy * stride_h - pad_top, + ksize_h) and the columns likewise, clipped
-// to the image.
-struct Pool2DGeometry {
-  int64_t n = 0, h = 0, w = 0, c = 0;
-  int64_t out_h = 0, out_w = 0;
-  int64_t ksize_h = 1, ksize_w = 1;
-  int64_t stride_h = 1, stride_w = 1;
-  int64_t pad_top = 0, pad_left = 0;
-};
+// [n, oh, ow, c]; output (oy, ox) covers input rows [oy * sh - pt, + kh)
+// and the columns likewise, clipped to the image.
+using Pool2DGeometry = ImageWindow;
 
 // y = the maximum of each window (the first maximum in row-major order
 // wins; a NaN beats every number and the first NaN stays). With `argmax`
@@ -234,15 +228,11 @@ MT_CUDA_KERNEL(BiasAddReluGrad,
 
 // ---- Conv2D (conv_kernels.cu): NHWC input [n, h, w, c], HWIO filter
 // [kh, kw, c, o], output [n, oh, ow, o]; output (oy, ox) reads input rows
-// oy * sh - pt + [0, kh) and columns likewise (outside: zeros).
-struct Conv2DGeometry {
-  int64_t n = 0, h = 0, w = 0, c = 0;
-  int64_t kh = 1, kw = 1, o = 0;
-  int64_t oh = 0, ow = 0;
-  int64_t sh = 1, sw = 1;
-  int64_t pt = 0, pl = 0;
+// oy * sh - pt + [0, kh) and columns likewise (outside: zeros): the image
+// window and the filter's output channels.
+struct Conv2DGeometry : ImageWindow {
+  int64_t o = 0;
   int64_t patch() const { return kh * kw * c; }  // One column-buffer row.
-  int64_t pixels() const { return oh * ow; }     // Output pixels per image.
 };
 
 // The column buffer of `images` images starting at x, row-major

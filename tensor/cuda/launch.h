@@ -7,6 +7,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <tuple>
+#include <type_traits>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -20,11 +22,16 @@ namespace mirrortrain::cuda {
 
 inline constexpr int kLaunchThreads = 256;
 
-// Blocks for a grid-stride loop over n items (at least 1, capped so huge
-// tensors loop instead of exceeding the grid limit).
+// Blocks for a grid-stride loop over `units` units of one block each (rows,
+// tiles): at least 1, capped so huge tensors loop instead of exceeding the
+// grid limit.
+inline int GridBlocks(int64_t units) {
+  return static_cast<int>(units < 65535 ? (units > 0 ? units : 1) : 65535);
+}
+
+// Blocks for a grid-stride loop over n items, kLaunchThreads per block.
 inline int LaunchBlocks(int64_t n) {
-  const int64_t blocks = (n + kLaunchThreads - 1) / kLaunchThreads;
-  return static_cast<int>(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
+  return GridBlocks((n + kLaunchThreads - 1) / kLaunchThreads);
 }
 
 // The calling thread's current stream (see SetCurrentStream).
@@ -148,6 +155,74 @@ absl::Status LaunchFloatIndexOn(const char* what, DType dtype,
       });
   return launched.ok() ? index_status : launched;
 }
+
+// The value a kernel parameter of type P receives for `a`, an argument of
+// the type-erased kernel API: a buffer (void*, const void*) becomes the
+// kernel's typed pointer (static_cast cannot drop const, so a const buffer
+// never becomes a mutable pointer), an int64 size the kernel's index type
+// (callers pick one wide enough, see DispatchIndexWidth), and a host struct
+// its device form through that form's explicit constructor. Integers and
+// floating point never convert into each other.
+template <typename P, typename A>
+P KernelArg(const A& a) {
+  if constexpr (std::is_pointer_v<A> &&
+                std::is_void_v<std::remove_pointer_t<A>>) {
+    static_assert(std::is_pointer_v<P>, "a buffer needs a pointer parameter");
+  } else if constexpr (std::is_arithmetic_v<A> && std::is_arithmetic_v<P>) {
+    static_assert(std::is_floating_point_v<A> == std::is_floating_point_v<P>,
+                  "integer and floating-point kernel arguments do not mix");
+  }
+  return static_cast<P>(a);
+}
+
+// Launches `kernel` on `blocks` blocks of `threads` on `stream`, each
+// argument converted to its parameter's type by KernelArg.
+template <typename... P, typename... A>
+void LaunchKernel(void (*kernel)(P...), dim3 blocks, dim3 threads,
+                  cudaStream_t stream, const A&... args) {
+  static_assert(sizeof...(P) == sizeof...(A), "kernel argument count");
+  kernel<<<blocks, threads, 0, stream>>>(KernelArg<P>(args)...);
+}
+
+// The one launch pattern of the kernel files: the `launch` callback of
+// LaunchFloatOn, LaunchFloatIndexWidthOn and LaunchFloatIndexOn that
+// launches kernel_of(T{}) or kernel_of(T{}, I{}) (the kernel template
+// instantiated for the dispatched types) on `blocks` blocks of
+// kLaunchThreads with `args` (copied) converted by KernelArg:
+//
+//   return LaunchFloatOn(
+//       "Foo", dtype, device,
+//       KernelLaunch(LaunchBlocks(n),
+//                    [](auto t) { return FooKernel<decltype(t)>; }, x, y, n));
+template <typename KernelOf, typename... A>
+class KernelLaunch {
+ public:
+  KernelLaunch(int blocks, KernelOf kernel_of, A... args)
+      : blocks_(blocks), kernel_of_(kernel_of), args_(args...) {}
+
+  template <typename T>
+  void operator()(T zero, cudaStream_t stream) const {
+    Launch(kernel_of_(zero), stream);
+  }
+  template <typename T, typename I>
+  void operator()(T zero, I index, cudaStream_t stream) const {
+    Launch(kernel_of_(zero, index), stream);
+  }
+
+ private:
+  template <typename Kernel>
+  void Launch(Kernel kernel, cudaStream_t stream) const {
+    std::apply(
+        [&](const A&... args) {
+          LaunchKernel(kernel, blocks_, kLaunchThreads, stream, args...);
+        },
+        args_);
+  }
+
+  int blocks_;
+  KernelOf kernel_of_;
+  std::tuple<A...> args_;
+};
 
 }  // namespace mirrortrain::cuda
 

@@ -59,9 +59,9 @@ __device__ double2 BlockSum2(double a, double b, double* partial) {
 
 template <typename T>
 __global__ void LayerNormForwardKernel(const T* x, const T* gamma,
-                                       const T* beta, T* y, T* mean, T* rstd,
-                                       int64_t rows, int64_t cols,
-                                       double epsilon) {
+                                       const T* beta, double epsilon, T* y,
+                                       T* mean, T* rstd, int64_t rows,
+                                       int64_t cols) {
   __shared__ double partial[2 * kLaunchThreads];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* xr = x + r * cols;
@@ -111,6 +111,18 @@ __global__ void LayerNormBackwardKernel(const T* x, const T* gamma, const T* dy,
   }
 }
 
+// Launches kernel_of(T{}) with one block per row of [rows, cols] and
+// arguments (args..., rows, cols); nothing when the matrix is empty.
+template <typename KernelOf, typename... A>
+absl::Status LaunchPerRow(const char* what, DType dtype, int device,
+                          int64_t rows, int64_t cols, KernelOf kernel_of,
+                          A... args) {
+  if (rows == 0 || cols == 0) return absl::OkStatus();
+  return LaunchFloatOn(
+      what, dtype, device,
+      KernelLaunch(GridBlocks(rows), kernel_of, args..., rows, cols));
+}
+
 }  // namespace
 
 absl::Status ChannelAffineOnGpu(DType dtype, const void* x, const void* a,
@@ -120,15 +132,12 @@ absl::Status ChannelAffineOnGpu(DType dtype, const void* x, const void* a,
   if (n == 0) return absl::OkStatus();
   return LaunchFloatIndexWidthOn(
       "ChannelAffine", dtype, device, n,
-      [&](auto zero, auto index, cudaStream_t stream) {
-        using T = decltype(zero);
-        using I = decltype(index);
-        ChannelAffineKernel<T, I>
-            <<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
-                static_cast<const T*>(x), static_cast<const T*>(a),
-                static_cast<const T*>(b), static_cast<T*>(y),
-                static_cast<I>(cols), static_cast<I>(n));
-      });
+      KernelLaunch(
+          LaunchBlocks(n),
+          [](auto t, auto i) {
+            return ChannelAffineKernel<decltype(t), decltype(i)>;
+          },
+          x, a, b, y, cols, n));
 }
 
 absl::Status ChannelSumsOnGpu(DType dtype, const void* x, const void* w,
@@ -156,16 +165,10 @@ absl::Status LayerNormForwardOnGpu(DType dtype, const void* x,
                                    const void* gamma, const void* beta, void* y,
                                    void* mean, void* rstd, int64_t rows,
                                    int64_t cols, double epsilon, int device) {
-  if (rows == 0 || cols == 0) return absl::OkStatus();
-  const int blocks = static_cast<int>(rows < 65535 ? rows : 65535);
-  return LaunchFloatOn(
-      "LayerNormForward", dtype, device, [&](auto zero, cudaStream_t stream) {
-        using T = decltype(zero);
-        LayerNormForwardKernel<T><<<blocks, kLaunchThreads, 0, stream>>>(
-            static_cast<const T*>(x), static_cast<const T*>(gamma),
-            static_cast<const T*>(beta), static_cast<T*>(y),
-            static_cast<T*>(mean), static_cast<T*>(rstd), rows, cols, epsilon);
-      });
+  return LaunchPerRow(
+      "LayerNormForward", dtype, device, rows, cols,
+      [](auto t) { return LayerNormForwardKernel<decltype(t)>; }, x, gamma,
+      beta, epsilon, y, mean, rstd);
 }
 
 absl::Status LayerNormBackwardOnGpu(DType dtype, const void* x,
@@ -173,17 +176,10 @@ absl::Status LayerNormBackwardOnGpu(DType dtype, const void* x,
                                     const void* mean, const void* rstd,
                                     void* dx, void* xhat, int64_t rows,
                                     int64_t cols, int device) {
-  if (rows == 0 || cols == 0) return absl::OkStatus();
-  const int blocks = static_cast<int>(rows < 65535 ? rows : 65535);
-  return LaunchFloatOn(
-      "LayerNormBackward", dtype, device, [&](auto zero, cudaStream_t stream) {
-        using T = decltype(zero);
-        LayerNormBackwardKernel<T><<<blocks, kLaunchThreads, 0, stream>>>(
-            static_cast<const T*>(x), static_cast<const T*>(gamma),
-            static_cast<const T*>(dy), static_cast<const T*>(mean),
-            static_cast<const T*>(rstd), static_cast<T*>(dx),
-            static_cast<T*>(xhat), rows, cols);
-      });
+  return LaunchPerRow(
+      "LayerNormBackward", dtype, device, rows, cols,
+      [](auto t) { return LayerNormBackwardKernel<decltype(t)>; }, x, gamma, dy,
+      mean, rstd, dx, xhat);
 }
 
 MT_DEFINE_CUDA_KERNEL(ChannelAffine, ChannelAffineOnGpu);

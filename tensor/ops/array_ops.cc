@@ -1,7 +1,10 @@
 #include "tensor/ops/array_ops.h"
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 
+#include "absl/strings/str_format.h"
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/op.h"
@@ -275,8 +278,53 @@ absl::StatusOr<Tensor> OneHot(const Tensor& indices, int64_t depth, DType dtype,
   return y;
 }
 
+// A float converts to an integer dtype by truncation toward zero, as in
+// tf.cast. NaN, infinities and values whose truncation lies outside the
+// integer's range have no such value: C++ leaves the conversion undefined
+// and TensorFlow inherits that (TF 2.21 on x86 CPUs gives the integer's
+// minimum for every one of them; CUDA's conversion saturates and gives 0
+// for NaN, so TF's answer depends on the device). Here they are an
+// InvalidArgument error naming the element and its value, the same on both
+// devices: the values are checked on the host before either device
+// converts (a GPU input is copied to the host for it, as Gather's indices
+// are). An error and not saturation, because token ids come through this
+// cast (embedding) and a NaN saturated to 0 would read a real row.
+template <typename S, typename D>
+absl::Status CheckFitsInteger(const Tensor& host_x, const Tensor& x) {
+  // -2^(bits-1) and 2^(bits-1) are exact in float and double.
+  constexpr S kLow = static_cast<S>(std::numeric_limits<D>::min());
+  const S* v = host_x.data<S>();
+  for (int64_t i = 0; i < host_x.num_elements(); ++i) {
+    const S t = std::trunc(v[i]);
+    if (!(t >= kLow && t < -kLow)) {  // False for NaN.
+      return OpError(
+          "Cast",
+          absl::StrFormat("element %d is %.17g, which has no value in %s", i,
+                          static_cast<double>(v[i]),
+                          DTypeName(DTypeOf<D>::value)),
+          {&x});
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckCastable(const Tensor& x, DType dtype) {
+  if (!IsFloating(x.dtype()) || IsFloating(dtype)) return absl::OkStatus();
+  Tensor host_x = x;
+  if (x.device().is_cuda()) {
+    MT_ASSIGN_OR_RETURN(host_x, x.To(Device::Cpu()));
+  }
+  absl::Status status;
+  MT_DISPATCH_FLOAT(x.dtype(), S, {
+    status = dtype == DType::kI32 ? CheckFitsInteger<S, int32_t>(host_x, x)
+                                  : CheckFitsInteger<S, int64_t>(host_x, x);
+  });
+  return status;
+}
+
 absl::StatusOr<Tensor> Cast(const Tensor& x, DType dtype) {
   MT_RETURN_IF_ERROR(CheckDefined("Cast", {&x}));
+  MT_RETURN_IF_ERROR(CheckCastable(x, dtype));
   MT_ASSIGN_OR_RETURN(Tensor y, Tensor::Empty(dtype, x.shape(), x.device()));
   if (x.device().is_cuda()) {
     MT_RETURN_IF_ERROR(

@@ -115,23 +115,9 @@ absl::StatusOr<ConvGeometry> Geometry(const Tensor& x, const Tensor& f,
   if (opt.stride_h < 1 || opt.stride_w < 1) {
     return OpError(kOp, "strides must be >= 1", {&x, &f});
   }
-  ConvGeometry g;
-  g.n = x.dim(0);
-  g.h = x.dim(1);
-  g.w = x.dim(2);
-  g.c = x.dim(3);
-  g.kh = f.dim(0);
-  g.kw = f.dim(1);
-  g.o = f.dim(3);
-  g.sh = opt.stride_h;
-  g.sw = opt.stride_w;
-  Window1D wy = ComputeWindow(g.h, g.kh, g.sh, opt.padding);
-  Window1D wx = ComputeWindow(g.w, g.kw, g.sw, opt.padding);
-  g.oh = wy.out;
-  g.ow = wx.out;
-  g.pt = wy.pad_before;
-  g.pl = wx.pad_before;
-  return g;
+  return ConvGeometry{MakeImageWindow(x.shape(), f.dim(0), f.dim(1),
+                                      opt.stride_h, opt.stride_w, opt.padding),
+                      f.dim(3)};
 }
 
 // Runs `body(chunk, i0, images, cols)` for every chunk of the batch, the

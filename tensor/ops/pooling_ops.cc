@@ -30,10 +30,10 @@ struct PoolWindow {
   int64_t cells() const { return (y1 - y0) * (x1 - x0); }
 };
 PoolWindow WindowOf(const PoolGeometry& g, int64_t oy, int64_t ox) {
-  const int64_t top = oy * g.stride_h - g.pad_top;
-  const int64_t left = ox * g.stride_w - g.pad_left;
-  return {std::max<int64_t>(top, 0), std::min(top + g.ksize_h, g.h),
-          std::max<int64_t>(left, 0), std::min(left + g.ksize_w, g.w)};
+  const int64_t top = oy * g.sh - g.pt;
+  const int64_t left = ox * g.sw - g.pl;
+  return {std::max<int64_t>(top, 0), std::min(top + g.kh, g.h),
+          std::max<int64_t>(left, 0), std::min(left + g.kw, g.w)};
 }
 
 // `argmax` (int32, shaped like the output) holds, per output, the offset
@@ -48,11 +48,11 @@ struct PoolAttrs {
 // output, `win` its window. Rows of outputs are split over threads.
 template <typename F>
 void ForEachWindow(const PoolGeometry& g, F fn) {
-  ParallelFor(g.n * g.out_h, 1, [&](int64_t row_begin, int64_t row_end) {
+  ParallelFor(g.n * g.oh, 1, [&](int64_t row_begin, int64_t row_end) {
     for (int64_t row = row_begin; row < row_end; ++row) {
-      const int64_t i = row / g.out_h, oy = row % g.out_h;
-      for (int64_t ox = 0; ox < g.out_w; ++ox) {
-        fn(i * g.h * g.w * g.c, ((i * g.out_h + oy) * g.out_w + ox) * g.c,
+      const int64_t i = row / g.oh, oy = row % g.oh;
+      for (int64_t ox = 0; ox < g.ow; ++ox) {
+        fn(i * g.h * g.w * g.c, ((i * g.oh + oy) * g.ow + ox) * g.c,
            WindowOf(g, oy, ox));
       }
     }
@@ -110,7 +110,7 @@ void MaxPoolForward(const PoolGeometry& g, const T* x, T* y, int32_t* argmax) {
 template <typename T>
 void MaxPoolBackward(const PoolGeometry& g, const int32_t* argmax, const T* dy,
                      T* dx) {
-  const int64_t outputs = g.out_h * g.out_w * g.c;
+  const int64_t outputs = g.oh * g.ow * g.c;
   const int64_t image = g.h * g.w * g.c;
   ParallelFor(g.n, 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
@@ -148,9 +148,9 @@ void AvgPoolBackward(const PoolGeometry& g, const T* dy, T* dx) {
   ParallelFor(g.n, 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       T* d = dx + i * image;
-      for (int64_t oy = 0; oy < g.out_h; ++oy) {
-        for (int64_t ox = 0; ox < g.out_w; ++ox) {
-          const T* grad = dy + ((i * g.out_h + oy) * g.out_w + ox) * g.c;
+      for (int64_t oy = 0; oy < g.oh; ++oy) {
+        for (int64_t ox = 0; ox < g.ow; ++ox) {
+          const T* grad = dy + ((i * g.oh + oy) * g.ow + ox) * g.c;
           const PoolWindow win = WindowOf(g, oy, ox);
           const T n = static_cast<T>(win.cells());
           for (int64_t yy = win.y0; yy < win.y1; ++yy) {
@@ -173,23 +173,9 @@ absl::StatusOr<PoolGeometry> MakeGeometry(const char* op, const Tensor& x,
       opt.stride_w < 1) {
     return internal::OpError(op, "window sizes and strides must be >= 1", {&x});
   }
-  PoolGeometry g;
-  g.n = x.dim(0);
-  g.h = x.dim(1);
-  g.w = x.dim(2);
-  g.c = x.dim(3);
-  g.ksize_h = opt.ksize_h;
-  g.ksize_w = opt.ksize_w;
-  g.stride_h = opt.stride_h;
-  g.stride_w = opt.stride_w;
-  const Window1D wy =
-      ComputeWindow(g.h, opt.ksize_h, opt.stride_h, opt.padding);
-  const Window1D wx =
-      ComputeWindow(g.w, opt.ksize_w, opt.stride_w, opt.padding);
-  g.out_h = wy.out;
-  g.out_w = wx.out;
-  g.pad_top = wy.pad_before;
-  g.pad_left = wx.pad_before;
+  const PoolGeometry g =
+      MakeImageWindow(x.shape(), opt.ksize_h, opt.ksize_w, opt.stride_h,
+                      opt.stride_w, opt.padding);
   if (g.h * g.w * g.c > std::numeric_limits<int32_t>::max()) {
     return internal::OpError(op, "an image holds more than 2^31-1 values",
                              {&x});
@@ -202,7 +188,7 @@ absl::StatusOr<PoolGeometry> MakeGeometry(const char* op, const Tensor& x,
 absl::StatusOr<Tensor> MaxPool2D(const Tensor& x, const Pool2DOptions& opt) {
   constexpr const char* kOp = "MaxPool2D";
   MT_ASSIGN_OR_RETURN(const PoolGeometry g, MakeGeometry(kOp, x, opt));
-  const Shape out_shape{g.n, g.out_h, g.out_w, g.c};
+  const Shape out_shape{g.n, g.oh, g.ow, g.c};
   MT_ASSIGN_OR_RETURN(Tensor y,
                       Tensor::Empty(x.dtype(), out_shape, x.device()));
   // The winners are only needed for a gradient.
@@ -234,8 +220,7 @@ absl::StatusOr<Tensor> AvgPool2D(const Tensor& x, const Pool2DOptions& opt) {
   constexpr const char* kOp = "AvgPool2D";
   MT_ASSIGN_OR_RETURN(const PoolGeometry g, MakeGeometry(kOp, x, opt));
   MT_ASSIGN_OR_RETURN(
-      Tensor y,
-      Tensor::Empty(x.dtype(), {g.n, g.out_h, g.out_w, g.c}, x.device()));
+      Tensor y, Tensor::Empty(x.dtype(), {g.n, g.oh, g.ow, g.c}, x.device()));
   if (x.device().is_cuda()) {
     MT_RETURN_IF_ERROR(internal::KernelError(
         kOp,

@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "tensor/image_window.h"
+#include "tensor/shape.h"
+
 namespace mirrortrain::ops {
 
 enum class Padding { kSame, kValid };
@@ -28,6 +31,26 @@ inline Window1D ComputeWindow(int64_t in, int64_t k, int64_t stride,
     w.out = in >= k ? (in - k) / stride + 1 : 0;
   }
   return w;
+}
+
+// The window of kh x kw cells with strides sh x sw over NHWC input of shape
+// `nhwc` (rank 4, checked by the caller) under `padding`.
+inline ImageWindow MakeImageWindow(const Shape& nhwc, int64_t kh, int64_t kw,
+                                   int64_t sh, int64_t sw, Padding padding) {
+  const Window1D wy = ComputeWindow(nhwc[1], kh, sh, padding);
+  const Window1D wx = ComputeWindow(nhwc[2], kw, sw, padding);
+  return {.n = nhwc[0],
+          .h = nhwc[1],
+          .w = nhwc[2],
+          .c = nhwc[3],
+          .kh = kh,
+          .kw = kw,
+          .oh = wy.out,
+          .ow = wx.out,
+          .sh = sh,
+          .sw = sw,
+          .pt = wy.pad_before,
+          .pl = wx.pad_before};
 }
 
 }  // namespace mirrortrain::ops

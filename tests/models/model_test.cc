@@ -2,6 +2,8 @@
 // against their hand-written expansion, shape errors naming the path.
 #include "models/model.h"
 
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/presets.h"
@@ -73,6 +75,49 @@ TEST(ModelTest, ResidualBlocksRepeatWithKerasNames) {
   auto grads = tape.Gradient(*ops::ReduceSum(*y), vars);
   ASSERT_TRUE(grads.ok()) << grads.status();
   for (const auto& g : *grads) EXPECT_TRUE(g.has_value());
+}
+
+// Columns sized to their content: a layer name longer than Keras's 36
+// columns moves the shape and parameter columns of every row alike.
+TEST(ModelTest, SummaryColumnsAlignWithLongLayerNames) {
+  ModelDef def;
+  def.input_shape = {3};
+  LayerSpec named = Spec("dense", {{"units", 123456}});
+  named.name = std::string(50, 'n');
+  def.layers = {Spec("dense", {{"units", 4}}), named};
+  auto m = Model::Build(def, 1, Device::Cpu());
+  ASSERT_TRUE(m.ok()) << m.status();
+  const std::vector<std::string> lines = absl::StrSplit((*m)->Summary(), '\n');
+  ASSERT_GE(lines.size(), 4u);
+  const size_t shape_at = lines[0].find("Output Shape");
+  const size_t params_end = lines[0].find("Param #") + 7;
+  ASSERT_NE(shape_at, std::string::npos);
+  EXPECT_EQ(lines[1], std::string(lines[1].size(), '='));
+  EXPECT_GE(lines[1].size(), lines[0].size());
+  for (int row : {2, 3}) {
+    SCOPED_TRACE(lines[row]);
+    EXPECT_EQ(lines[row].find("(None, "), shape_at);
+    EXPECT_EQ(lines[row].size(), params_end);  // Params right-aligned.
+    EXPECT_EQ(lines[row][shape_at - 1], ' ');
+    EXPECT_EQ(lines[row][shape_at - 2], ' ');  // Names never touch shapes.
+  }
+  EXPECT_THAT(lines[3], HasSubstr(std::string(50, 'n') + " (dense)"));
+  EXPECT_THAT(lines[3], HasSubstr(" 617280"));  // 4 * 123456 + 123456.
+}
+
+// Short names keep Keras's layout: 36, 24 and 12 columns.
+TEST(ModelTest, SummaryKeepsKerasWidthsForShortNames) {
+  ModelDef def;
+  def.input_shape = {3};
+  def.layers = {Spec("dense", {{"units", 4}})};
+  auto m = Model::Build(def, 1, Device::Cpu());
+  ASSERT_TRUE(m.ok()) << m.status();
+  const std::vector<std::string> lines = absl::StrSplit((*m)->Summary(), '\n');
+  ASSERT_GE(lines.size(), 3u);
+  EXPECT_EQ(lines[0].find("Output Shape"), 37u);
+  EXPECT_EQ(lines[1], std::string(78, '='));
+  EXPECT_EQ(lines[2], absl::StrFormat("%-36s %-24s %12d", "dense (dense)",
+                                      "(None, 4)", 16));
 }
 
 TEST(ModelTest, IdentityShortcutMustKeepTheShape) {

@@ -4,6 +4,7 @@
 // plus their variables, initialisers and errors; and position_embedding
 // (exact small cases: it is an add and a gather).
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -174,6 +175,24 @@ TEST(EmbeddingTest, IdOutsideTheVocabularyIsAnErrorNamingTheLayer) {
     EXPECT_NE(y.status().message().find("embedding"), std::string::npos)
         << y.status();
     EXPECT_NE(y.status().message().find("out of range"), std::string::npos)
+        << y.status();
+  }
+}
+
+TEST(EmbeddingTest, FloatIdWithoutIntegerValueIsAnErrorNamingTheLayer) {
+  auto model =
+      BuildOne("embedding", {2},
+               {{"input_dim", int64_t{4}}, {"output_dim", int64_t{3}}});
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), 1e30f}) {
+    const Tensor ids = Tensor::FromVector<float>({0, 1, bad, 3}, {2, 2});
+    absl::StatusOr<Tensor> y = model->Call(ids, {});
+    ASSERT_FALSE(y.ok());
+    EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(y.status().message().find("embedding: token ids"),
+              std::string::npos)
+        << y.status();
+    EXPECT_NE(y.status().message().find("Cast: element 2 is"),
+              std::string::npos)
         << y.status();
   }
 }

@@ -196,6 +196,22 @@ TEST_F(CudaArrayTest, CastMatchesCpuBetweenAllDtypes) {
       {RandomTensor({3, 4}, 10, DType::kF32)}, 0, 0);
 }
 
+// A float with no integer value is the same error on both devices.
+TEST_F(CudaArrayTest, CastToIntegerChecksTheRangeAsTheCpuDoes) {
+  const Tensor x = Tensor::FromVector<float>(
+      {1, 2, std::numeric_limits<float>::quiet_NaN()}, {3});
+  for (DType to : {DType::kI32, DType::kI64}) {
+    const absl::StatusOr<Tensor> cpu = ops::Cast(x, to);
+    const absl::StatusOr<Tensor> gpu = ops::Cast(CopyTo(x, kGpu), to);
+    ASSERT_FALSE(cpu.ok());
+    ASSERT_FALSE(gpu.ok());
+    EXPECT_EQ(gpu.status().code(), cpu.status().code());
+    EXPECT_NE(gpu.status().message().find("element 2 is nan"),
+              std::string::npos)
+        << gpu.status();
+  }
+}
+
 TEST_F(CudaArrayTest, ArgMaxMatchesCpuIncludingTiesAndNaNs) {
   // Few distinct values: many ties, where the first index must win.
   Tensor ties = SmallIntegers({6, 7, 5}, DType::kF32, 11);

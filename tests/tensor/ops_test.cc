@@ -118,6 +118,48 @@ TEST(OpsTest, ArrayOps) {
   EXPECT_FALSE(ops::Reshape(x, {4, -1}).ok());
 }
 
+// A float with no integer value (NaN, infinities, a truncation outside the
+// integer's range) is an error naming the element and value, never the
+// undefined conversion; in-range values truncate toward zero.
+TEST(OpsTest, CastToIntegerChecksTheRange) {
+  const float kNaN = std::numeric_limits<float>::quiet_NaN();
+  const float kInf = std::numeric_limits<float>::infinity();
+  for (DType to : {DType::kI32, DType::kI64}) {
+    for (float bad : {kNaN, kInf, -kInf}) {
+      absl::StatusOr<Tensor> y = ops::Cast(V({1, bad}, {2}), to);
+      ASSERT_FALSE(y.ok()) << bad;
+      EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(y.status().message(), HasSubstr("Cast: element 1 is "));
+    }
+  }
+  EXPECT_THAT(ops::Cast(V({0, kNaN}, {2}), DType::kI64).status().message(),
+              HasSubstr("element 1 is nan, which has no value in i64"));
+  auto f64 = [](double v) { return Tensor::FromVector<double>({v}, {1}); };
+  // f64 -> i32 at the edges of the range: the truncation decides.
+  EXPECT_EQ(ops::Cast(f64(2147483647.9), DType::kI32)->ToVector<int32_t>(),
+            (std::vector<int32_t>{2147483647}));
+  EXPECT_EQ(ops::Cast(f64(-2147483648.9), DType::kI32)->ToVector<int32_t>(),
+            (std::vector<int32_t>{std::numeric_limits<int32_t>::min()}));
+  EXPECT_THAT(ops::Cast(f64(2147483648.0), DType::kI32).status().message(),
+              HasSubstr("element 0 is 2147483648, which has no value in i32"));
+  EXPECT_FALSE(ops::Cast(f64(-2147483649.0), DType::kI32).ok());
+  // f32 -> i32: 2^31 is the first float past the range, -2^31 is inside.
+  EXPECT_FALSE(ops::Cast(V({2147483648.0f}, {1}), DType::kI32).ok());
+  EXPECT_EQ(
+      ops::Cast(V({-2147483648.0f}, {1}), DType::kI32)->ToVector<int32_t>(),
+      (std::vector<int32_t>{std::numeric_limits<int32_t>::min()}));
+  EXPECT_EQ(ops::Cast(V({3e9f}, {1}), DType::kI64)->ToVector<int64_t>(),
+            (std::vector<int64_t>{3000000000}));
+  // f64 -> i64: 2^63 is past the range, -2^63 is inside.
+  EXPECT_FALSE(ops::Cast(f64(9223372036854775808.0), DType::kI64).ok());
+  EXPECT_EQ(
+      ops::Cast(f64(-9223372036854775808.0), DType::kI64)->ToVector<int64_t>(),
+      (std::vector<int64_t>{std::numeric_limits<int64_t>::min()}));
+  // Between floating dtypes NaN and infinities still convert.
+  EXPECT_TRUE(std::isnan(
+      ops::Cast(V({kNaN}, {1}), DType::kF64)->ToVector<double>()[0]));
+}
+
 TEST(OpsTest, NonDifferentiableOpsGiveNoGradient) {
   GradientTape tape;
   Tensor x = V({1, 5, 2}, {3});
