@@ -56,33 +56,19 @@ absl::StatusOr<cublasHandle_t> HandleFor(int device) {
   return it->second->get();
 }
 
-// cuBLAS's per-dtype entry points behind one name.
-cublasStatus_t GemmCall(cublasHandle_t h, cublasOperation_t ta,
-                        cublasOperation_t tb, int m, int n, int k,
-                        const float* alpha, const float* a, int lda,
-                        long long stride_a, const float* b, int ldb,
-                        long long stride_b, const float* beta, float* c,
-                        int ldc, long long stride_c, int batch) {
-  if (batch == 1) {
-    return cublasSgemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  }
-  return cublasSgemmStridedBatched(h, ta, tb, m, n, k, alpha, a, lda, stride_a,
-                                   b, ldb, stride_b, beta, c, ldc, stride_c,
-                                   batch);
-}
-cublasStatus_t GemmCall(cublasHandle_t h, cublasOperation_t ta,
-                        cublasOperation_t tb, int m, int n, int k,
-                        const double* alpha, const double* a, int lda,
-                        long long stride_a, const double* b, int ldb,
-                        long long stride_b, const double* beta, double* c,
-                        int ldc, long long stride_c, int batch) {
-  if (batch == 1) {
-    return cublasDgemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  }
-  return cublasDgemmStridedBatched(h, ta, tb, m, n, k, alpha, a, lda, stride_a,
-                                   b, ldb, stride_b, beta, c, ldc, stride_c,
-                                   batch);
-}
+// cuBLAS's per-dtype entry points.
+template <typename T>
+struct CublasFor;
+template <>
+struct CublasFor<float> {
+  static constexpr auto gemm = cublasSgemm;
+  static constexpr auto batched = cublasSgemmStridedBatched;
+};
+template <>
+struct CublasFor<double> {
+  static constexpr auto gemm = cublasDgemm;
+  static constexpr auto batched = cublasDgemmStridedBatched;
+};
 
 // Row-major C = op(A) op(B) per matrix as the column-major C^T = B^T A^T:
 // operands (and their strides) swapped.
@@ -92,12 +78,21 @@ absl::Status TypedGemm(cublasHandle_t h, cublasOperation_t op_a,
                        const void* a, int64_t lda, const void* b, int64_t ldb,
                        double beta, void* c) {
   const T al = static_cast<T>(alpha), be = static_cast<T>(beta);
-  MT_CUBLAS_RETURN_IF_ERROR(
-      GemmCall(h, op_b, op_a, static_cast<int>(s.n), static_cast<int>(s.m),
-               static_cast<int>(s.k), &al, static_cast<const T*>(b),
-               static_cast<int>(ldb), s.k * s.n, static_cast<const T*>(a),
-               static_cast<int>(lda), s.m * s.k, &be, static_cast<T*>(c),
-               static_cast<int>(s.n), s.m * s.n, static_cast<int>(s.batch)));
+  const int m = static_cast<int>(s.m), n = static_cast<int>(s.n),
+            k = static_cast<int>(s.k);
+  const auto* ta = static_cast<const T*>(a);
+  const auto* tb = static_cast<const T*>(b);
+  auto* tc = static_cast<T*>(c);
+  if (s.batch == 1) {
+    MT_CUBLAS_RETURN_IF_ERROR(CublasFor<T>::gemm(
+        h, op_b, op_a, n, m, k, &al, tb, static_cast<int>(ldb), ta,
+        static_cast<int>(lda), &be, tc, n));
+  } else {
+    MT_CUBLAS_RETURN_IF_ERROR(CublasFor<T>::batched(
+        h, op_b, op_a, n, m, k, &al, tb, static_cast<int>(ldb), s.k * s.n, ta,
+        static_cast<int>(lda), s.m * s.k, &be, tc, n, s.m * s.n,
+        static_cast<int>(s.batch)));
+  }
   return absl::OkStatus();
 }
 
