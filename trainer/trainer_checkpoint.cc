@@ -215,7 +215,7 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
        absl::StrCat("counter-based; seed ", config_.seed, ", step ", step)},
       {"seed", absl::StrCat(config_.seed)},
       {"config_hash", absl::StrCat(config_.hash)},
-      {"replicas", absl::StrCat(num_replicas())},
+      {"replicas", absl::StrCat(strategy_->num_replicas_in_sync())},
   };
   MT_ASSIGN_OR_RETURN(
       std::string path,
