@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <numbers>
 #include <optional>
 
@@ -351,6 +352,20 @@ std::vector<Variable*> Trainer::TrainingState() const {
 absl::Status Trainer::CheckReplicasIdentical() const {
   for (const distribute::MirroredVariable& v : mirrored_) {
     MT_RETURN_IF_ERROR(v.CheckIdentical());
+  }
+  if (processes_->size() == 1) return absl::OkStatus();
+  // Across processes: every process against the chief's copy, bytewise.
+  for (const distribute::MirroredVariable& v : mirrored_) {
+    MT_ASSIGN_OR_RETURN(const Tensor mine, v.value().To(Device::Cpu()));
+    MT_ASSIGN_OR_RETURN(const Tensor chiefs, mine.Clone());
+    MT_RETURN_IF_ERROR(processes_->Broadcast(
+        chiefs.raw_data(), static_cast<int64_t>(chiefs.bytes()), 0,
+        "the replica check"));
+    if (std::memcmp(mine.raw_data(), chiefs.raw_data(), mine.bytes()) != 0) {
+      return absl::InternalError(absl::StrCat(v.name(), " of process ",
+                                              processes_->rank(),
+                                              " differs from process 0's"));
+    }
   }
   return absl::OkStatus();
 }

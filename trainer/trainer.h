@@ -130,7 +130,8 @@ class Trainer {
   // parameter_server: the largest staleness of any applied update.
   int64_t MaxStaleness() const;
   // Fails (Internal, naming the variable and replicas) unless every
-  // replica's state is bitwise identical to replica 0's.
+  // replica's state is bitwise identical to replica 0's, and (several
+  // processes; a collective) every process's to the chief's.
   absl::Status CheckReplicasIdentical() const;
   // This process's replicas.
   int num_replicas() const { return strategy_->num_replicas(); }

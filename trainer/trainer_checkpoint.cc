@@ -170,7 +170,8 @@ absl::Status Trainer::Restore(const CheckedCheckpoint& checkpoint) {
   }
   auto hash = file.metadata().find("config_hash");
   if (hash != file.metadata().end() &&
-      hash->second != absl::StrCat(config_.hash) && progress_ == nullptr) {
+      hash->second != absl::StrCat(config_.hash) && progress_ == nullptr &&
+      processes_->chief()) {
     std::fprintf(stderr,
                  "mirrortrain: note: %s was written with a different config\n",
                  path.c_str());

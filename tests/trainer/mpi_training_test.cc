@@ -100,15 +100,31 @@ TEST(MpiTrainingTest, TwoProcessesEqualTwoReplicasInOneProcess) {
   MT_SKIP_WITHOUT_MPI();
   const std::string one = testing::FreshTestDir("one_process");
   const std::string two = testing::FreshTestDir("two_processes");
-  Result a = RunCli(Job(one, 2));
+  const std::string check = "distribute.check_replicas_every_steps=1";
+  Result a = RunCli(Job(one, 2, {check}));
   ASSERT_EQ(a.exit_code, 0) << a.err;
-  Result b = RunMpi(2, Job(two, 1));
+  // Every step also compares each process's state with the chief's.
+  Result b = RunMpi(2, Job(two, 1, {check}));
   ASSERT_EQ(b.exit_code, 0) << b.err;
   // Summed in the same order: bitwise equal variables, slots and EMA.
   ExpectSameTensors(Ckpt(one, kSteps), Ckpt(two, kSteps));
   EXPECT_EQ(TrainLosses(one), TrainLosses(two));
   // The chief alone wrote: one progress stream, one run directory.
   EXPECT_EQ(Lines(a.err).size(), Lines(b.err).size()) << b.err;
+}
+
+// The cross-process replica check can fail: without communication the
+// processes drift apart after the first step.
+TEST(MpiTrainingTest, ReplicaCheckNamesAProcessThatDrifted) {
+  MT_SKIP_WITHOUT_MPI();
+  const std::string dir = testing::FreshTestDir("drift");
+  std::vector<std::string> args =
+      Job(dir, 1, {"distribute.check_replicas_every_steps=1"});
+  args.insert(args.end(), {"--set", "distribute.cross_device_ops=none"});
+  Result r = RunMpi(2, args);
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "of process 1 differs from process 0's"))
+      << r.err;
 }
 
 TEST(MpiTrainingTest, TwoByTwoMatchesFourReplicasWithinRounding) {
