@@ -240,6 +240,40 @@ void ExpectFaultNamesProcess(int sig) {
   EXPECT_TRUE(trainer::SafetensorsFile::Open(*latest).ok());
 }
 
+// SIGTERM to mpirun reaches both processes: they stop after the same
+// step, the chief checkpoints it, and each exits 143 (mpirun then 1).
+TEST(MpiTrainingTest, SigtermToTheLauncherCheckpointsAndStops) {
+  MT_SKIP_WITHOUT_MPI();
+  const std::string dir = testing::FreshTestDir("sigterm");
+  const std::string prefix = dir + "_log";
+  const pid_t mpirun = StartProgram(
+      Launcher(),
+      MpiArgs(2, Job(dir, 1,
+                     // Little output: a line per step kept the chief
+                     // writing to mpirun, which stops reading as it tears
+                     // the job down (seen here: SIGKILL 1 s later).
+                     {"train.epochs=500", "checkpoint.every_steps=0",
+                      "train.log_every_steps=100000",
+                      "train.eval_every_epochs=0"})),
+      prefix + "_out.txt", prefix + "_err.txt");
+  // The chief writes config.yaml once its trainer is built.
+  for (int i = 0; i < 600 && !fs::exists(dir + "/config.yaml"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  kill(mpirun, SIGTERM);
+  const int code = Wait(mpirun, 60);
+  const std::string err = ReadFile(prefix + "_err.txt");
+  EXPECT_NE(code, 0) << err;
+  EXPECT_NE(code, 128 + SIGKILL) << err;
+  const size_t stopped = err.find("stopped by signal after step ");
+  ASSERT_NE(stopped, std::string::npos) << err;
+  const std::string step =
+      err.substr(stopped + 29, err.find('\n', stopped) - stopped - 29);
+  EXPECT_TRUE(fs::exists(Ckpt(dir, std::stoi(step)))) << err;
+  EXPECT_FALSE(absl::StrContains(err, "did not reach")) << err;
+}
+
 TEST(MpiTrainingTest, KilledProcessMakesTheOtherExitNamingIt) {
   MT_SKIP_WITHOUT_MPI();
   ExpectFaultNamesProcess(SIGKILL);
