@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "distribute/local_all_reduce.h"
+#include "distribute/multi_process_all_reduce.h"
 #include "distribute/nccl_all_reduce.h"
 #include "tensor/cpu_threads.h"
 #include "tensor/cuda/stream.h"
@@ -34,14 +35,22 @@ class NoCommunication final : public CrossDeviceOps {
 // runs on the caller) and its communication thread.
 class MirroredStrategy::Replica final : public ReplicaContext {
  public:
-  Replica(int id, int count, Device device, CrossDeviceOps* ops)
-      : id_(id), count_(count), device_(device), ops_(ops) {
+  Replica(int id, int count, int first, int in_sync, Device device,
+          CrossDeviceOps* ops)
+      : id_(id),
+        count_(count),
+        first_(first),
+        in_sync_(in_sync),
+        device_(device),
+        ops_(ops) {
     if (id > 0) worker_ = std::make_unique<ThreadPool>(1);
   }
   int replica_id() const override { return id_; }
   int num_replicas() const override { return count_; }
+  int global_replica_id() const override { return first_ + id_; }
+  int num_replicas_in_sync() const override { return in_sync_; }
   Device device() const override { return device_; }
-  bool reduces() const override { return count_ > 1 && ops_->reduces(); }
+  bool reduces() const override { return in_sync_ > 1 && ops_->reduces(); }
   int64_t bucket_bytes() const override { return bucket_bytes_; }
   void set_bucket_bytes(int64_t bytes) { bucket_bytes_ = bytes; }
 
@@ -133,7 +142,7 @@ class MirroredStrategy::Replica final : public ReplicaContext {
     return absl::OkStatus();
   }
 
-  const int id_, count_;
+  const int id_, count_, first_, in_sync_;
   const Device device_;
   CrossDeviceOps* ops_;
   cuda::Stream compute_, communication_;
@@ -143,14 +152,37 @@ class MirroredStrategy::Replica final : public ReplicaContext {
 };
 
 MirroredStrategy::MirroredStrategy(std::vector<Device> devices,
-                                   std::unique_ptr<CrossDeviceOps> ops)
-    : devices_(std::move(devices)), ops_(std::move(ops)) {
+                                   std::unique_ptr<CrossDeviceOps> ops,
+                                   int first_replica, int replicas_in_sync)
+    : devices_(std::move(devices)),
+      first_replica_(first_replica),
+      replicas_in_sync_(replicas_in_sync),
+      ops_(std::move(ops)) {
   for (size_t r = 0; r < devices_.size(); ++r) {
     replicas_.push_back(std::make_unique<Replica>(
-        static_cast<int>(r), static_cast<int>(devices_.size()), devices_[r],
-        ops_.get()));
+        static_cast<int>(r), static_cast<int>(devices_.size()), first_replica,
+        replicas_in_sync, devices_[r], ops_.get()));
   }
 }
+
+namespace {
+
+// Every process must drive the same number of replicas (global replica
+// indices are rank * L + local index).
+absl::Status CheckSameReplicaCount(ProcessGroup& processes, int local) {
+  int64_t chiefs = local;
+  MT_RETURN_IF_ERROR(processes.Broadcast(&chiefs, sizeof(chiefs), 0,
+                                         "the replica count check"));
+  if (chiefs != local) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("distribute.devices: process ", processes.rank(), " has ",
+                     local, " device(s) but process 0 has ", chiefs,
+                     "; every process must drive the same number of replicas"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 MirroredStrategy::~MirroredStrategy() = default;
 
@@ -159,16 +191,25 @@ int64_t MirroredStrategy::collectives_started() const {
 }
 
 absl::StatusOr<std::unique_ptr<MirroredStrategy>> MirroredStrategy::Create(
-    const std::vector<Device>& devices, const MirroredOptions& options) {
+    const std::vector<Device>& devices, const MirroredOptions& options,
+    ProcessGroup* processes) {
   if (devices.empty()) return absl::InvalidArgumentError("no devices");
   const int n = static_cast<int>(devices.size());
+  const int process_count = processes != nullptr ? processes->size() : 1;
+  if (process_count > 1)
+    MT_RETURN_IF_ERROR(CheckSameReplicaCount(*processes, n));
+  const int rank = process_count > 1 ? processes->rank() : 0;
+  const std::chrono::milliseconds watchdog(
+      static_cast<int64_t>(options.watchdog_seconds * 1000));
   // NCCL only between distinct physical GPUs (one rank per GPU).
   bool distinct_gpus = devices[0].is_cuda();
   for (int i = 0; i < n && distinct_gpus; ++i) {
     for (int j = 0; j < i; ++j) distinct_gpus &= devices[i] != devices[j];
   }
   std::string kind = options.cross_device_ops;
-  if (kind == "auto") kind = distinct_gpus && n > 1 ? "nccl" : "local";
+  if (kind == "auto") {
+    kind = distinct_gpus && n * process_count > 1 ? "nccl" : "local";
+  }
   std::unique_ptr<CrossDeviceOps> ops;
   if (kind == "nccl") {
     if (!distinct_gpus) {
@@ -178,7 +219,7 @@ absl::StatusOr<std::unique_ptr<MirroredStrategy>> MirroredStrategy::Create(
     }
     std::vector<int> ids;
     for (const Device& d : devices) ids.push_back(d.index);
-    MT_ASSIGN_OR_RETURN(ops, MakeNcclAllReduce(ids));
+    MT_ASSIGN_OR_RETURN(ops, MakeNcclAllReduce(ids, processes));
   } else if (kind == "none") {
     ops = std::make_unique<NoCommunication>();
   } else {
@@ -191,15 +232,18 @@ absl::StatusOr<std::unique_ptr<MirroredStrategy>> MirroredStrategy::Create(
             "; distinct GPUs use nccl"));
       }
     }
-    ops = std::make_unique<LocalAllReduce>(
-        n, std::chrono::milliseconds(
-               static_cast<int64_t>(options.watchdog_seconds * 1000)));
+    ops = std::make_unique<LocalAllReduce>(n, watchdog);
+    if (process_count > 1) {
+      ops = std::make_unique<MultiProcessAllReduce>(std::move(ops), n,
+                                                    processes, watchdog);
+    }
   }
   if (devices[0].is_cpu() && n > 1) {
     SetCpuMathThreads(std::max(1, HardwareConcurrency() / n));
   }
-  MT_ASSIGN_OR_RETURN(std::unique_ptr<MirroredStrategy> strategy,
-                      CreateWithOps(devices, std::move(ops)));
+  MT_ASSIGN_OR_RETURN(
+      std::unique_ptr<MirroredStrategy> strategy,
+      CreateWithOps(devices, std::move(ops), rank * n, process_count * n));
   for (auto& replica : strategy->replicas_) {
     replica->set_bucket_bytes(options.bucket_bytes);
   }
@@ -208,10 +252,14 @@ absl::StatusOr<std::unique_ptr<MirroredStrategy>> MirroredStrategy::Create(
 
 absl::StatusOr<std::unique_ptr<MirroredStrategy>>
 MirroredStrategy::CreateWithOps(const std::vector<Device>& devices,
-                                std::unique_ptr<CrossDeviceOps> ops) {
+                                std::unique_ptr<CrossDeviceOps> ops,
+                                int first_replica, int replicas_in_sync) {
   if (devices.empty()) return absl::InvalidArgumentError("no devices");
-  std::unique_ptr<MirroredStrategy> strategy(
-      new MirroredStrategy(devices, std::move(ops)));
+  if (replicas_in_sync == 0) {
+    replicas_in_sync = static_cast<int>(devices.size());
+  }
+  std::unique_ptr<MirroredStrategy> strategy(new MirroredStrategy(
+      devices, std::move(ops), first_replica, replicas_in_sync));
   for (auto& replica : strategy->replicas_) {
     MT_RETURN_IF_ERROR(replica->CreateStreams());
   }

@@ -15,6 +15,12 @@
 // compute stream by events, so gradient buckets are reduced while backward
 // goes on.
 //
+// Several processes (`processes` of size P > 1, each with the same number
+// L of devices): this process's replicas are global replicas rank*L ..
+// rank*L+L-1, and all-reduces span every process: NCCL over all their GPUs
+// (ncclCommInitRank, the unique id broadcast over the group), or the local
+// all-reduce followed by the process group (MultiProcessAllReduce).
+//
 // Thread contract: Run() from one thread. On a replica error (or the
 // watchdog) the collectives are aborted so no replica waits forever; the
 // strategy is then unusable and Run keeps failing.
@@ -26,6 +32,7 @@
 
 #include "absl/status/statusor.h"
 #include "distribute/cross_device_ops.h"
+#include "distribute/process_group.h"
 #include "distribute/strategy.h"
 #include "distribute/strategy_factory.h"
 
@@ -33,17 +40,25 @@ namespace mirrortrain::distribute {
 
 class MirroredStrategy final : public Strategy {
  public:
+  // `processes` (not owned, may be null: this process alone) must outlive
+  // the strategy.
   static absl::StatusOr<std::unique_ptr<MirroredStrategy>> Create(
-      const std::vector<Device>& devices, const MirroredOptions& options);
-  // For tests: any CrossDeviceOps (e.g. one that stalls).
+      const std::vector<Device>& devices, const MirroredOptions& options,
+      ProcessGroup* processes = nullptr);
+  // For tests: any CrossDeviceOps (e.g. one that stalls). `first_replica`
+  // and `replicas_in_sync`: where this process's replicas lie among all
+  // (0 and devices.size() in one process).
   static absl::StatusOr<std::unique_ptr<MirroredStrategy>> CreateWithOps(
-      const std::vector<Device>& devices, std::unique_ptr<CrossDeviceOps> ops);
+      const std::vector<Device>& devices, std::unique_ptr<CrossDeviceOps> ops,
+      int first_replica = 0, int replicas_in_sync = 0);
   ~MirroredStrategy() override;
 
   int num_replicas() const override {
     return static_cast<int>(devices_.size());
   }
   const std::vector<Device>& devices() const override { return devices_; }
+  int num_replicas_in_sync() const override { return replicas_in_sync_; }
+  int first_replica() const override { return first_replica_; }
   absl::Status Run(const ReplicaFn& fn) override;
   const CrossDeviceOps& cross_device_ops() const { return *ops_; }
   int64_t collectives_started() const override;
@@ -51,9 +66,11 @@ class MirroredStrategy final : public Strategy {
  private:
   class Replica;
   MirroredStrategy(std::vector<Device> devices,
-                   std::unique_ptr<CrossDeviceOps> ops);
+                   std::unique_ptr<CrossDeviceOps> ops, int first_replica,
+                   int replicas_in_sync);
 
   std::vector<Device> devices_;
+  int first_replica_, replicas_in_sync_;
   std::unique_ptr<CrossDeviceOps> ops_;
   std::vector<std::unique_ptr<Replica>> replicas_;
   absl::Status broken_;

@@ -95,12 +95,62 @@ class NcclAllReduce final : public CrossDeviceOps {
 
 bool NcclBuilt() { return true; }
 
+namespace {
+
+// Process p's devices as ranks p*L .. p*L+L-1 of all processes' GPUs.
+absl::Status InitAcrossProcesses(const std::vector<int>& devices,
+                                 ProcessGroup& processes,
+                                 std::vector<ncclComm_t>& raw) {
+  ncclUniqueId id;
+  if (processes.chief()) MT_NCCL_RETURN_IF_ERROR(ncclGetUniqueId(&id));
+  MT_RETURN_IF_ERROR(
+      processes.Broadcast(&id, sizeof(id), 0, "the NCCL unique id"));
+  const int local = static_cast<int>(devices.size());
+  const int ranks = local * processes.size();
+  // One thread initialises several ranks: inside a group call, so that
+  // ncclCommInitRank does not wait for the next local rank.
+  MT_NCCL_RETURN_IF_ERROR(ncclGroupStart());
+  absl::Status status;
+  for (int i = 0; i < local && status.ok(); ++i) {
+    cuda::DeviceGuard guard;
+    status = guard.Set(devices[i]);
+    if (!status.ok()) break;
+    const ncclResult_t r =
+        ncclCommInitRank(&raw[i], ranks, id, processes.rank() * local + i);
+    if (r != ncclSuccess) {
+      status = absl::InternalError(
+          absl::StrCat("ncclCommInitRank(rank ", processes.rank() * local + i,
+                       " of ", ranks, ") failed: ", ncclGetErrorString(r)));
+    }
+  }
+  const ncclResult_t ended = ncclGroupEnd();
+  MT_RETURN_IF_ERROR(status);
+  if (ended != ncclSuccess) {
+    return absl::InternalError(absl::StrCat(
+        "ncclCommInitRank (", ranks, " ranks over ", processes.size(),
+        " processes) failed: ", ncclGetErrorString(ended)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<CrossDeviceOps>> MakeNcclAllReduce(
-    const std::vector<int>& devices) {
+    const std::vector<int>& devices, ProcessGroup* processes) {
   for (int d : devices) MT_RETURN_IF_ERROR(cuda::CheckDevice(d));
   std::vector<ncclComm_t> raw(devices.size(), nullptr);
-  MT_NCCL_RETURN_IF_ERROR(ncclCommInitAll(
-      raw.data(), static_cast<int>(devices.size()), devices.data()));
+  if (processes != nullptr && processes->size() > 1) {
+    absl::Status s = InitAcrossProcesses(devices, *processes, raw);
+    if (!s.ok()) {
+      for (ncclComm_t c : raw) {
+        if (c != nullptr) ncclCommDestroy(c);
+      }
+      return s;
+    }
+  } else {
+    MT_NCCL_RETURN_IF_ERROR(ncclCommInitAll(
+        raw.data(), static_cast<int>(devices.size()), devices.data()));
+  }
   std::vector<NcclComm> comms;
   for (ncclComm_t c : raw) comms.emplace_back(c);
   return std::unique_ptr<CrossDeviceOps>(

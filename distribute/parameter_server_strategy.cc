@@ -16,6 +16,8 @@ class ParameterServerStrategy::Worker final : public ReplicaContext {
   int replica_id() const override { return id_; }
   int num_replicas() const override { return count_; }
   Device device() const override { return device_; }
+  // A worker reads an input stream of its own: all of a batch is its.
+  ShardRange InputShard(int64_t rows) const override { return {0, rows}; }
   bool reduces() const override { return false; }
   absl::Status AllReduce(ReduceOp, absl::Span<Tensor>) override {
     return absl::OkStatus();

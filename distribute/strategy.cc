@@ -64,6 +64,10 @@ double Strategy::Reduce(ReduceOp op, absl::Span<const double> per_replica) {
   return sum;
 }
 
+ShardRange ReplicaContext::InputShard(int64_t rows) const {
+  return ShardOf(rows, global_replica_id(), num_replicas_in_sync());
+}
+
 ShardRange ShardOf(int64_t batch, int replica, int replicas) {
   const int64_t base = batch / replicas, extra = batch % replicas;
   const int64_t begin = replica * base + std::min<int64_t>(replica, extra);

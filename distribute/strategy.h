@@ -25,16 +25,34 @@ namespace mirrortrain::distribute {
 
 enum class ReduceOp { kSum, kMean };
 
+// Rows [begin, end) of a batch of `batch` rows that replica `replica` of
+// `replicas` gets: contiguous, as even as possible (the first batch %
+// replicas replicas get one more row); may be empty.
+struct ShardRange {
+  int64_t begin, end;
+};
+ShardRange ShardOf(int64_t batch, int replica, int replicas);
+
 class ReplicaContext {
  public:
   virtual ~ReplicaContext() = default;
+  // This replica among the replicas of this process, and their number.
   virtual int replica_id() const = 0;
   virtual int num_replicas() const = 0;
+  // This replica among the replicas of every process of the job (process p
+  // of L replicas each holds p*L .. p*L+L-1; TF's replica_id_in_sync_group),
+  // and their number: replica_id() and num_replicas() in one process.
+  virtual int global_replica_id() const { return replica_id(); }
+  virtual int num_replicas_in_sync() const { return num_replicas(); }
   virtual Device device() const = 0;
+  // The rows of a global batch of `rows` this replica computes on: its
+  // contiguous shard by global replica index (ShardOf), so the shards do
+  // not depend on how the replicas are spread over processes.
+  virtual ShardRange InputShard(int64_t rows) const;
   // Whether an all-reduce combines anything: false with one replica, and
   // with distribute.cross_device_ops=none (measuring a step without its
   // communication). Gradient buckets skip packing when it is false.
-  virtual bool reduces() const { return num_replicas() > 1; }
+  virtual bool reduces() const { return num_replicas_in_sync() > 1; }
   // Replaces each tensor's values by their sum over all replicas. Every
   // replica must call it with the same number of tensors of the same shapes,
   // in the same order.
@@ -100,8 +118,13 @@ enum class VariablePlacement {
 class Strategy {
  public:
   virtual ~Strategy() = default;
+  // The replicas of this process (one per entry of devices()).
   virtual int num_replicas() const = 0;
   virtual const std::vector<Device>& devices() const = 0;
+  // The replicas of every process of the job, and the global index of this
+  // process's first (ReplicaContext::global_replica_id).
+  virtual int num_replicas_in_sync() const { return num_replicas(); }
+  virtual int first_replica() const { return 0; }
   // Runs `fn` once per replica; returns the first replica error.
   virtual absl::Status Run(const ReplicaFn& fn) = 0;
   virtual VariablePlacement variable_placement() const {
@@ -127,14 +150,6 @@ absl::Status RootCause(absl::Span<const absl::Status> per_replica,
 // Copies `parts` into consecutive elements of `buffer` on the current
 // stream (see PackAndAllReduceAsync); no parts: leaves buffer as it is.
 absl::Status PackInto(absl::Span<const Tensor> parts, const Tensor& buffer);
-
-// Rows [begin, end) of a batch of `batch` rows that replica `replica` of
-// `replicas` gets: contiguous, as even as possible (the first batch %
-// replicas replicas get one more row); may be empty.
-struct ShardRange {
-  int64_t begin, end;
-};
-ShardRange ShardOf(int64_t batch, int replica, int replicas);
 
 }  // namespace mirrortrain::distribute
 

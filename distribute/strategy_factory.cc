@@ -35,7 +35,8 @@ const std::vector<std::pair<std::string, Maker>>& Strategies() {
        }},
       {"mirrored",
        [](const std::vector<Device>& devices, const StrategyOptions& o) {
-         return Upcast(MirroredStrategy::Create(devices, o.mirrored));
+         return Upcast(
+             MirroredStrategy::Create(devices, o.mirrored, o.processes));
        }},
       {"central_storage",
        [](const std::vector<Device>& devices, const StrategyOptions& o) {
@@ -67,6 +68,13 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(
     const std::string& name, const std::vector<Device>& devices,
     const StrategyOptions& options) {
   if (devices.empty()) return absl::InvalidArgumentError("no devices");
+  if (options.processes != nullptr && options.processes->size() > 1 &&
+      name != "mirrored") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "distribute.strategy: ", name,
+        " runs in one process, but this job has ", options.processes->size(),
+        " (an MPI launcher started it); use mirrored"));
+  }
   for (const auto& [known, maker] : Strategies()) {
     if (known == name) return maker(devices, options);
   }

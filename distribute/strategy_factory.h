@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "distribute/parameter_server_strategy.h"
+#include "distribute/process_group.h"
 #include "distribute/strategy.h"
 
 namespace mirrortrain::distribute {
@@ -23,6 +24,9 @@ struct StrategyOptions {
   MirroredOptions mirrored;                 // mirrored, central_storage
   Device variables_device = Device::Cpu();  // central_storage
   ParameterServerOptions parameter_server;  // parameter_server
+  // The job's processes (not owned; null: this process alone). Only
+  // mirrored spans more than one.
+  ProcessGroup* processes = nullptr;
 };
 
 // The strategies MakeStrategy builds, and MirroredOptions' cross-device

@@ -19,6 +19,8 @@ PACKAGES=(
   libbenchmark-dev libopenblas-dev zlib1g-dev dataset-fashion-mnist
   # Text for the `text` data source: /usr/share/games/fortunes/.
   fortunes
+  # Multi-process jobs (mpirun) and their tests.
+  libopenmpi-dev openmpi-bin
 )
 
 CMAKE_ARGS=()

@@ -1,6 +1,9 @@
 #include "trainer/cli.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -11,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "distribute/process_group.h"
 #include "nlohmann/json.hpp"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/status_macros.h"
@@ -188,14 +192,52 @@ int ExitCodeFor(const absl::Status& s) {
   }
 }
 
+// The job's processes (set by RunCli): under an MPI launcher every process
+// runs the same command; only the chief reports what all of them find.
+distribute::ProcessGroup* processes = nullptr;
+
+bool Reports() { return processes == nullptr || processes->chief(); }
+bool MultiProcess() { return processes != nullptr && processes->size() > 1; }
+
+// A failure every process finds alike (usage, config, a status all agreed
+// on): reported once, by the chief.
 int Fail(const absl::Status& s) {
-  std::fprintf(stderr, "mirrortrain: %s\n", std::string(s.message()).c_str());
+  if (Reports()) {
+    std::fprintf(stderr, "mirrortrain: %s\n", std::string(s.message()).c_str());
+  }
   return ExitCodeFor(s);
+}
+
+// A failure of this process while the job runs: reported by it, naming it;
+// then every process of the job ends (the others may be waiting for this
+// one in a collective).
+int FailHere(const absl::Status& s) {
+  if (!MultiProcess()) return Fail(s);
+  std::fprintf(stderr, "mirrortrain: process %d: %s\n", processes->rank(),
+               std::string(s.message()).c_str());
+  std::fflush(stderr);
+  const int code = ExitCodeFor(s);
+  processes->Abort(code);
+  return code;
+}
+
+// Every process's `mine`, agreed: nullopt when all are OK, else the exit
+// code after the chief reported the first failure.
+std::optional<int> FailIfAnyFailed(const absl::Status& mine) {
+  if (!MultiProcess()) {
+    if (mine.ok()) return std::nullopt;
+    return Fail(mine);
+  }
+  absl::StatusOr<absl::Status> agreed = processes->Agree(mine);
+  if (!agreed.ok()) return FailHere(agreed.status());
+  if (agreed->ok()) return std::nullopt;
+  return Fail(*agreed);
 }
 
 // A usage error: one line naming the verb and the problem, and where the
 // usage is (the usage text itself would bury the problem).
 int Usage(absl::string_view verb, absl::string_view problem) {
+  if (!Reports()) return kExitUsage;
   std::fprintf(stderr, "mirrortrain %s: %s (see mirrortrain %s --help)\n",
                std::string(verb).c_str(), std::string(problem).c_str(),
                std::string(verb).c_str());
@@ -238,16 +280,20 @@ int Train(int argc, char** argv) {
   }
   if (args->config.empty()) return Usage("train", "--config FILE is required");
   absl::StatusOr<Config> config = LoadConfig(args->config, args->sets);
-  if (!config.ok()) return Fail(config.status());
-  if (args->dry_run) return DryRun(*config);
+  if (std::optional<int> failed = FailIfAnyFailed(config.status())) {
+    return *failed;
+  }
+  if (args->dry_run) return Reports() ? DryRun(*config) : kExitOk;
   std::string run_dir = args->run_dir.empty()
                             ? absl::StrCat("runs/", config->name)
                             : args->run_dir;
   InstallStopSignalHandlers();
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-      Trainer::Create(*config, run_dir, /*need_train_data=*/true);
-  if (!trainer.ok()) return Fail(trainer.status());
-  if (config->distribute.cross_device_ops == "none") {
+      Trainer::Create(*config, run_dir, /*need_train_data=*/true, processes);
+  if (std::optional<int> failed = FailIfAnyFailed(trainer.status())) {
+    return *failed;
+  }
+  if (config->distribute.cross_device_ops == "none" && Reports()) {
     std::fprintf(stderr,
                  "mirrortrain: distribute.cross_device_ops=none: gradients are "
                  "not all-reduced and replicas drift apart (for measuring "
@@ -255,7 +301,7 @@ int Train(int argc, char** argv) {
   }
   absl::Status s = (*trainer)->Train();
   if (absl::IsCancelled(s) && StopSignal() != 0) return 128 + StopSignal();
-  if (!s.ok()) return Fail(s);
+  if (!s.ok()) return FailHere(s);
   return kExitOk;
 }
 
@@ -266,8 +312,8 @@ std::optional<std::unique_ptr<Trainer>> RestoredTrainer(const Args& args,
                                                         std::string* weights,
                                                         int* code) {
   absl::StatusOr<Config> config = LoadConfig(args.config, args.sets);
-  if (!config.ok()) {
-    *code = Fail(config.status());
+  if (std::optional<int> failed = FailIfAnyFailed(config.status())) {
+    *code = *failed;
     return std::nullopt;
   }
   *weights = args.weights;
@@ -279,12 +325,13 @@ std::optional<std::unique_ptr<Trainer>> RestoredTrainer(const Args& args,
         absl::StrCat("--weights: expected raw or ema, got '", *weights, "'")));
     return std::nullopt;
   }
-  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-      Trainer::Create(*config, /*run_dir=*/"", /*need_train_data=*/false);
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(
+      *config, /*run_dir=*/"", /*need_train_data=*/false, processes);
   absl::Status s = trainer.status();
+  // Every process reads the checkpoint (a shared file system across hosts).
   if (s.ok()) s = (*trainer)->RestoreCheckpoint(args.checkpoint);
-  if (!s.ok()) {
-    *code = Fail(s);
+  if (std::optional<int> failed = FailIfAnyFailed(s)) {
+    *code = *failed;
     return std::nullopt;
   }
   return *std::move(trainer);
@@ -309,7 +356,8 @@ int Eval(int argc, char** argv) {
       RestoredTrainer(*args, &weights, &code);
   if (!trainer.has_value()) return code;
   absl::StatusOr<EvalResult> result = (*trainer)->Evaluate(weights == "ema");
-  if (!result.ok()) return Fail(result.status());
+  if (!result.ok()) return FailHere(result.status());
+  if (!Reports()) return kExitOk;
   // A path need not be UTF-8: `replace` writes U+FFFD for a bad byte where
   // dump() would otherwise throw.
   const std::string checkpoint =
@@ -391,7 +439,9 @@ int Sample(int argc, char** argv) {
         MT_ASSIGN_OR_RETURN(text, SampleText(model, device, options));
         return absl::OkStatus();
       });
+  // Every process of a job computes the same text; the chief prints it.
   if (!s.ok()) return Fail(s);
+  if (!Reports()) return kExitOk;
   std::fwrite(options.prompt.data(), 1, options.prompt.size(), stdout);
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fputc('\n', stdout);
@@ -480,15 +530,36 @@ int Dispatch(int argc, char** argv) {
   return kExitUsage;
 }
 
+// How long a collective still waits for the other processes once a stop
+// signal arrived: half the time Open MPI leaves between the SIGTERM and the
+// SIGKILL of a job it tears down (odls_base_sigkill_timeout, 1 s unless
+// set), so the line naming a dead process comes out before the SIGKILL.
+std::chrono::milliseconds StopGrace() {
+  double seconds = 1;
+  if (const char* v = std::getenv("OMPI_MCA_odls_base_sigkill_timeout")) {
+    seconds = std::max(1.0, std::atof(v));
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 500));
+}
+
 }  // namespace
 
 int RunCli(int argc, char** argv) {
+  // Joins the job when an MPI launcher started this process; alone
+  // otherwise. MPI is finalised when `group` goes, after the verb.
+  absl::StatusOr<std::unique_ptr<distribute::ProcessGroup>> group =
+      distribute::JoinProcessGroup();
+  if (!group.ok()) return Fail(group.status());
+  processes = group->get();
+  processes->set_stop_check([] { return StopSignal() != 0; }, StopGrace());
   int code = kExitFailure;
   const absl::Status s = CatchAllocationFailure([&] {
     code = Dispatch(argc, argv);
     return absl::OkStatus();
   });
-  return s.ok() ? code : Fail(s);
+  if (!s.ok()) code = FailHere(s);
+  processes = nullptr;
+  return code;
 }
 
 }  // namespace mirrortrain::trainer

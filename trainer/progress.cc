@@ -20,8 +20,9 @@ std::string FormatDuration(double seconds) {
 }  // namespace
 
 Progress::Progress(int64_t total_steps, int64_t steps_per_epoch,
-                   int64_t log_every)
-    : tty_(isatty(STDERR_FILENO) != 0),
+                   int64_t log_every, bool silent)
+    : silent_(silent),
+      tty_(isatty(STDERR_FILENO) != 0),
       total_steps_(total_steps),
       steps_per_epoch_(std::max<int64_t>(steps_per_epoch, 1)),
       log_every_(std::max<int64_t>(log_every, 1)),
@@ -33,6 +34,7 @@ void Progress::Update(int64_t step, double loss, double samples_per_sec) {
     first_step_ = step - 1;
     start_ = std::chrono::steady_clock::now();
   }
+  if (silent_) return;
   auto now = std::chrono::steady_clock::now();
   if (tty_) {
     // Redraw at most ~10 times a second, and always at the last step.
@@ -74,6 +76,7 @@ void Progress::Draw(int64_t step, double loss, double samples_per_sec) {
 }
 
 void Progress::Message(const std::string& line) {
+  if (silent_) return;
   if (bar_visible_) std::fputs("\r\033[K", stderr);
   std::fprintf(stderr, "%s\n", line.c_str());
   bar_visible_ = false;

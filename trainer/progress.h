@@ -12,7 +12,9 @@ namespace mirrortrain::trainer {
 class Progress {
  public:
   // `total_steps` for the ETA; `log_every` is the plain-line period.
-  Progress(int64_t total_steps, int64_t steps_per_epoch, int64_t log_every);
+  // `silent`: prints nothing (processes other than a job's chief).
+  Progress(int64_t total_steps, int64_t steps_per_epoch, int64_t log_every,
+           bool silent = false);
 
   // After each step.
   void Update(int64_t step, double loss, double samples_per_sec);
@@ -23,6 +25,7 @@ class Progress {
  private:
   void Draw(int64_t step, double loss, double samples_per_sec);
 
+  bool silent_;
   bool tty_;
   int64_t total_steps_;
   int64_t steps_per_epoch_;

@@ -24,4 +24,9 @@ void InstallStopSignalHandlers() {
 
 int StopSignal() { return stop_signal.load(std::memory_order_relaxed); }
 
+void RecordStopSignal(int sig) {
+  int none = 0;
+  stop_signal.compare_exchange_strong(none, sig, std::memory_order_relaxed);
+}
+
 }  // namespace mirrortrain::trainer

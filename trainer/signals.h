@@ -8,6 +8,9 @@ namespace mirrortrain::trainer {
 void InstallStopSignalHandlers();
 // The signal number received, or 0.
 int StopSignal();
+// Records `sig` as if received (another process of the job got it, and all
+// stop together), unless a signal was received already.
+void RecordStopSignal(int sig);
 
 }  // namespace mirrortrain::trainer
 

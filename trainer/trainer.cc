@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <numbers>
 #include <optional>
 
@@ -146,16 +147,28 @@ double Trainer::HostValue(const Tensor& t) {
 }
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
-    const Config& config, const std::string& run_dir, bool need_train_data) {
+    const Config& config, const std::string& run_dir, bool need_train_data,
+    distribute::ProcessGroup* processes) {
   std::unique_ptr<Trainer> t(new Trainer());
   t->config_ = config;
-  t->run_dir_ = run_dir;
+  if (processes == nullptr) {
+    t->single_process_ = distribute::SingleProcessGroup();
+    processes = t->single_process_.get();
+  }
+  t->processes_ = processes;
+  processes->set_watchdog(std::chrono::milliseconds(
+      static_cast<int64_t>(config.distribute.watchdog_seconds * 1000)));
+  const bool chief = processes->chief();
+  // Only the chief uses the run directory; the others get its state.
+  t->run_dir_ = chief ? run_dir : "";
   // Owned before anything in it is read or written.
-  if (!run_dir.empty()) {
+  if (!t->run_dir_.empty()) {
     MT_ASSIGN_OR_RETURN(RunDirLock lock, RunDirLock::Acquire(run_dir));
     t->run_dir_lock_.emplace(std::move(lock));
   }
-  if (need_train_data) MT_RETURN_IF_ERROR(t->PrepareRestoreForTraining());
+  if (need_train_data && chief) {
+    MT_RETURN_IF_ERROR(t->PrepareRestoreForTraining());
+  }
   // Validated by the config; process-wide, like TensorFlow's switch.
   MT_ASSIGN_OR_RETURN(MatMulPrecision precision,
                       ParseMatMulPrecision(config.precision));
@@ -172,6 +185,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
                       distribute::ResolveDevices(dist.ps_devices));
   options.parameter_server.max_staleness = dist.max_staleness.value_or(-1);
   options.parameter_server.min_shard_bytes = dist.ps_min_shard_bytes;
+  options.processes = processes;
   MT_ASSIGN_OR_RETURN(
       t->strategy_, distribute::MakeStrategy(dist.strategy, devices, options));
   // The test split first: it gives the model its input shape and classes.
@@ -253,8 +267,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
         t->placement() == distribute::VariablePlacement::kParameterServers;
     // Asynchronous workers take whole batches, copied in their own step.
     if (t->strategy_->devices()[0].is_cuda() && !async) {
-      MT_ASSIGN_OR_RETURN(t->stager_,
-                          DeviceStager::Create(t->strategy_->devices()));
+      MT_ASSIGN_OR_RETURN(
+          t->stager_,
+          DeviceStager::Create(t->strategy_->devices(),
+                               t->strategy_->first_replica(),
+                               t->strategy_->num_replicas_in_sync()));
       opt.stage = [stager = t->stager_.get()](Batch& batch) {
         return stager->Stage(batch);
       };
@@ -281,7 +298,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   // Restore before writing anything, so a bad checkpoint leaves the run
   // directory as it was.
   if (need_train_data) MT_RETURN_IF_ERROR(t->RestoreForTraining());
-  if (!run_dir.empty()) {
+  if (need_train_data && processes->size() > 1) {
+    MT_RETURN_IF_ERROR(t->SyncFromChief());
+  }
+  if (!t->run_dir_.empty()) {
     t->run_dir_lock_->KeepFiles();
     MT_RETURN_IF_ERROR(
         WriteFileAtomically(run_dir + "/config.yaml", config.resolved_yaml));
@@ -334,6 +354,20 @@ absl::Status Trainer::CheckReplicasIdentical() const {
   for (const distribute::MirroredVariable& v : mirrored_) {
     MT_RETURN_IF_ERROR(v.CheckIdentical());
   }
+  if (processes_->size() == 1) return absl::OkStatus();
+  // Across processes: every process against the chief's copy, bytewise.
+  for (const distribute::MirroredVariable& v : mirrored_) {
+    MT_ASSIGN_OR_RETURN(const Tensor mine, v.value().To(Device::Cpu()));
+    MT_ASSIGN_OR_RETURN(const Tensor chiefs, mine.Clone());
+    MT_RETURN_IF_ERROR(processes_->Broadcast(
+        chiefs.raw_data(), static_cast<int64_t>(chiefs.bytes()), 0,
+        "the replica check"));
+    if (std::memcmp(mine.raw_data(), chiefs.raw_data(), mine.bytes()) != 0) {
+      return absl::InternalError(absl::StrCat(v.name(), " of process ",
+                                              processes_->rank(),
+                                              " differs from process 0's"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -379,10 +413,7 @@ absl::Status Trainer::AddL2Regularization(const std::vector<Variable*>& vars,
 absl::StatusOr<Trainer::ShardInputs> Trainer::ReplicaShard(
     distribute::ReplicaContext& ctx, const Batch& batch) const {
   ShardInputs in;
-  // A parameter-server worker reads a stream of its own: all of it is its.
-  in.shard = ps_ ? distribute::ShardRange{0, batch.labels.dim(0)}
-                 : distribute::ShardOf(batch.labels.dim(0), ctx.replica_id(),
-                                       ctx.num_replicas());
+  in.shard = ctx.InputShard(batch.labels.dim(0));
   if (!batch.device_shards.empty()) {
     // Already on the GPU (DeviceStager): wait for the copy on the GPU only.
     const DeviceShard& staged = batch.device_shards[ctx.replica_id()];
@@ -612,8 +643,7 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
         }
         for (int64_t begin = 0; begin < n; begin += eval_batch) {
           const int64_t count = std::min(eval_batch, n - begin);
-          const distribute::ShardRange shard =
-              distribute::ShardOf(count, id, ctx.num_replicas());
+          const distribute::ShardRange shard = ctx.InputShard(count);
           const int64_t rows = shard.end - shard.begin;
           if (rows == 0) continue;
           MT_ASSIGN_OR_RETURN(Tensor images, test_data_.images.SliceRows(
@@ -634,10 +664,15 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
         if (swap) MT_RETURN_IF_ERROR(swap->Restore());
         return absl::OkStatus();
       }));
-  const double loss_sum =
-      distribute::Strategy::Reduce(distribute::ReduceOp::kSum, loss_sums);
-  const double correct =
-      distribute::Strategy::Reduce(distribute::ReduceOp::kSum, corrects);
+  // This process's sums, then (in rank order) every process's.
+  double sums[2] = {
+      distribute::Strategy::Reduce(distribute::ReduceOp::kSum, loss_sums),
+      distribute::Strategy::Reduce(distribute::ReduceOp::kSum, corrects)};
+  if (runner == strategy_.get()) {
+    MT_RETURN_IF_ERROR(
+        processes_->AllReduceSum(absl::MakeSpan(sums), "the evaluation sums"));
+  }
+  const double loss_sum = sums[0], correct = sums[1];
   EvalResult result;
   result.examples = n;
   result.labels = n * labels_per_example;
@@ -761,14 +796,66 @@ absl::Status Trainer::AfterSteps(LoopState& loop, int64_t step, double loss_sum,
 }
 
 absl::Status Trainer::FinishTraining(LoopState& loop, int64_t step) {
-  if (!loop.evaluated_at_end && StopSignal() == 0) {
+  double no_loss = 0;
+  MT_ASSIGN_OR_RETURN(int stop, AgreeAfterStep(no_loss));
+  if (!loop.evaluated_at_end && stop == 0) {
     MT_RETURN_IF_ERROR(EvaluateAndLog(step));
+    MT_ASSIGN_OR_RETURN(stop, AgreeAfterStep(no_loss));
   }
   // A signal during the last step's evaluation (or the one above) still
   // ends the run as a signal does.
-  if (StopSignal() != 0) return StopBySignal(step);
+  if (stop != 0) return StopBySignal(step);
   MT_RETURN_IF_ERROR(SaveIfNew());
   progress_->Finish();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> Trainer::AgreeAfterStep(double& loss) {
+  if (processes_->size() == 1) return StopSignal();
+  // Processes that received a signal, and the sum of their signal numbers
+  // (one launcher signal reaches all with the same number).
+  const int mine = StopSignal();
+  double values[3] = {loss, mine != 0 ? 1.0 : 0.0, static_cast<double>(mine)};
+  MT_RETURN_IF_ERROR(
+      processes_->AllReduceSum(absl::MakeSpan(values), "the end of the step"));
+  loss = values[0];
+  if (values[1] == 0) return 0;
+  RecordStopSignal(static_cast<int>(std::lround(values[2] / values[1])));
+  return StopSignal();
+}
+
+absl::Status Trainer::SyncFromChief() {
+  // The chief's step, input position and config hash; `restored`: whether
+  // it restored a checkpoint.
+  const BatchIterator::Position pos = train_iterator_->position();
+  int64_t header[5] = {global_step(), pos.epoch, pos.batch,
+                       restored_from_.empty() ? 0 : 1,
+                       static_cast<int64_t>(config_.hash)};
+  MT_RETURN_IF_ERROR(processes_->Broadcast(header, sizeof(header), 0,
+                                           "the chief's training state"));
+  absl::Status same;
+  if (static_cast<uint64_t>(header[4]) != config_.hash) {
+    same = absl::InvalidArgumentError(absl::StrCat(
+        "process ", processes_->rank(),
+        ": the resolved config differs from process 0's (every process must "
+        "read the same config file and --set overrides)"));
+  }
+  MT_ASSIGN_OR_RETURN(const absl::Status agreed, processes_->Agree(same));
+  MT_RETURN_IF_ERROR(agreed);
+  if (header[3] == 0) return absl::OkStatus();  // Same seed, same start.
+  for (distribute::MirroredVariable& v : mirrored_) {
+    MT_ASSIGN_OR_RETURN(Tensor host, v.value().To(Device::Cpu()));
+    MT_RETURN_IF_ERROR(processes_->Broadcast(host.raw_data(),
+                                             static_cast<int64_t>(host.bytes()),
+                                             0, "the chief's training state"));
+    if (!processes_->chief()) MT_RETURN_IF_ERROR(v.AssignAll(host));
+  }
+  MT_RETURN_IF_ERROR(processes_->BroadcastString(restored_from_, 0,
+                                                 "the chief's training state"));
+  if (processes_->chief()) return absl::OkStatus();
+  for (Replica& r : replicas_) r.optimizer->set_iterations(header[0]);
+  MT_RETURN_IF_ERROR(train_iterator_->Seek({header[1], header[2]}));
+  last_saved_step_ = header[0];
   return absl::OkStatus();
 }
 
@@ -778,21 +865,35 @@ absl::Status Trainer::Train() {
   MT_ASSIGN_OR_RETURN(loop.total_steps, TotalSteps());
   loop.window_start = std::chrono::steady_clock::now();
   progress_ = std::make_unique<Progress>(loop.total_steps, loop.steps_per_epoch,
-                                         config_.train.log_every_steps);
+                                         config_.train.log_every_steps,
+                                         /*silent=*/!processes_->chief());
   if (!restored_from_.empty()) {
     progress_->Message(
         absl::StrCat("restored ", restored_from_, " at step ", global_step()));
   }
   if (ps_) return TrainAsync(loop);
   int64_t step = global_step();
+  double no_loss = 0;
+  MT_ASSIGN_OR_RETURN(int stop, AgreeAfterStep(no_loss));
   while (step < loop.total_steps) {
-    if (StopSignal() != 0) return StopBySignal(step);
+    // One process: a signal received since (during logging, evaluation or
+    // saving) counts at once, as it always did.
+    if (processes_->size() == 1) stop = StopSignal();
+    if (stop != 0) return StopBySignal(step);
     MT_ASSIGN_OR_RETURN(const std::vector<Batch> micro_batches,
                         NextMicroBatches());
     MT_RETURN_IF_ERROR(Step(micro_batches, step));
     ++step;
     double loss = 0;
     for (const Replica& r : replicas_) loss += HostValue(r.loss);
+    // The job's loss and stop decision, the same in every process.
+    absl::StatusOr<int> agreed = AgreeAfterStep(loss);
+    if (!agreed.ok()) {
+      return absl::Status(
+          agreed.status().code(),
+          absl::StrCat("step ", step, ": ", agreed.status().message()));
+    }
+    stop = *agreed;
     if (!std::isfinite(loss)) {
       progress_->Finish();
       return absl::AbortedError(

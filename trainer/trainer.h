@@ -18,6 +18,16 @@
 // parameter-server shards (parameter_server: trainer_async.cc; each worker
 // loops on its own input and the Train() thread only coordinates).
 //
+// A job of several processes (an MPI launcher; distribute/process_group.h):
+// every process runs a Trainer on the same config; process p's replicas are
+// global replicas p*L .. p*L+L-1, each computing its global-replica shard of
+// the same global batch. Only the chief (process 0) locks and writes the run
+// directory (config, metrics, events, checkpoints) and prints progress; it
+// alone restores a checkpoint and broadcasts the state to the others, so
+// checkpoints do not depend on the process count. Losses, evaluations and
+// stop signals are reduced over all processes, so every process takes the
+// same decisions at the same step.
+//
 // Ownership: the Trainer owns the strategy, the per-replica models,
 // optimizers and EMAs (or the one central / parameter-server state), the
 // datasets and the loggers. Thread contract: all public methods from one
@@ -35,6 +45,7 @@
 
 #include "absl/status/statusor.h"
 #include "distribute/mirrored_variable.h"
+#include "distribute/process_group.h"
 #include "distribute/strategy.h"
 #include "distribute/update_clock.h"
 #include "models/model.h"
@@ -78,8 +89,11 @@ class Trainer {
   // Loads the training split only when `need_train_data`. A run directory
   // is locked for the trainer's lifetime (RunDirLock: a second trainer on
   // it fails); when Create fails, nothing in it has been written.
+  // `processes` (not owned; null: this process alone) must outlive the
+  // trainer.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(
-      const Config& config, const std::string& run_dir, bool need_train_data);
+      const Config& config, const std::string& run_dir, bool need_train_data,
+      distribute::ProcessGroup* processes = nullptr);
   ~Trainer();
 
   // Trains to train.steps / train.epochs. Returns Cancelled when a stop
@@ -122,8 +136,10 @@ class Trainer {
   // parameter_server: the largest staleness of any applied update.
   int64_t MaxStaleness() const;
   // Fails (Internal, naming the variable and replicas) unless every
-  // replica's state is bitwise identical to replica 0's.
+  // replica's state is bitwise identical to replica 0's, and (several
+  // processes; a collective) every process's to the chief's.
   absl::Status CheckReplicasIdentical() const;
+  // This process's replicas.
   int num_replicas() const { return strategy_->num_replicas(); }
   const distribute::Strategy& strategy() const { return *strategy_; }
   // Called by Train() on its own thread after every step with the new
@@ -212,6 +228,14 @@ class Trainer {
                           int64_t steps, int64_t samples);
   // Writes a checkpoint unless the state at this step is saved already.
   absl::Status SaveIfNew();
+  // Multi-process: every process takes the chief's training state, step
+  // and input position (after the chief restored a checkpoint), and fails
+  // unless its config hashes as the chief's.
+  absl::Status SyncFromChief();
+  // The stop signal any process of the job has received (0: none), the
+  // same in every process; `loss` (this process's replicas' sum) becomes the
+  // sum over all processes. One collective per step.
+  absl::StatusOr<int> AgreeAfterStep(double& loss);
   // A stop signal: checkpoint, then Cancelled.
   absl::Status StopBySignal(int64_t step);
   // The final evaluation (unless done) and checkpoint.
@@ -260,6 +284,9 @@ class Trainer {
 
   // Declared first, so that it is released last, after every writer.
   std::optional<RunDirLock> run_dir_lock_;
+  // The job's processes: `processes_`, or this process alone.
+  std::unique_ptr<distribute::ProcessGroup> single_process_;
+  distribute::ProcessGroup* processes_ = nullptr;
   Config config_;
   std::optional<CheckedCheckpoint> pending_restore_;
   std::string restored_from_;

@@ -170,7 +170,8 @@ absl::Status Trainer::Restore(const CheckedCheckpoint& checkpoint) {
   }
   auto hash = file.metadata().find("config_hash");
   if (hash != file.metadata().end() &&
-      hash->second != absl::StrCat(config_.hash) && progress_ == nullptr) {
+      hash->second != absl::StrCat(config_.hash) && progress_ == nullptr &&
+      processes_->chief()) {
     std::fprintf(stderr,
                  "mirrortrain: note: %s was written with a different config\n",
                  path.c_str());
@@ -215,7 +216,7 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
        absl::StrCat("counter-based; seed ", config_.seed, ", step ", step)},
       {"seed", absl::StrCat(config_.seed)},
       {"config_hash", absl::StrCat(config_.hash)},
-      {"replicas", absl::StrCat(num_replicas())},
+      {"replicas", absl::StrCat(strategy_->num_replicas_in_sync())},
   };
   MT_ASSIGN_OR_RETURN(
       std::string path,

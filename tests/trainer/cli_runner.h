@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
+#include "trainer/checkpoint/safetensors.h"
 
 namespace mirrortrain {
 
@@ -31,9 +33,10 @@ inline std::string Binary() {
 
 using testing::ReadFile;
 
-// Starts the binary with `args`, stdout/stderr to files; returns the pid.
-inline pid_t Start(const std::vector<std::string>& args, const std::string& out,
-                   const std::string& err) {
+// Starts `program` with `args`, stdout/stderr to files; returns the pid.
+inline pid_t StartProgram(const std::string& program,
+                          const std::vector<std::string>& args,
+                          const std::string& out, const std::string& err) {
   pid_t pid = fork();
   if (pid == 0) {
     int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -41,7 +44,7 @@ inline pid_t Start(const std::vector<std::string>& args, const std::string& out,
     dup2(o, 1);
     dup2(e, 2);
     std::vector<char*> argv;
-    std::string bin = Binary();
+    std::string bin = program;
     argv.push_back(bin.data());
     std::vector<std::string> copy = args;
     for (std::string& a : copy) argv.push_back(a.data());
@@ -50,6 +53,12 @@ inline pid_t Start(const std::vector<std::string>& args, const std::string& out,
     _exit(127);
   }
   return pid;
+}
+
+// Starts the binary with `args`, stdout/stderr to files; returns the pid.
+inline pid_t Start(const std::vector<std::string>& args, const std::string& out,
+                   const std::string& err) {
+  return StartProgram(Binary(), args, out, err);
 }
 
 // The exit code (128 + signal when killed). With `timeout_seconds` > 0 a
@@ -126,6 +135,21 @@ inline Result RunCli(const std::vector<std::string>& args,
   r.out = ReadFile(out);
   r.err = ReadFile(err);
   return r;
+}
+
+// The tensors (not the metadata, which names the config) of two files.
+inline void ExpectSameTensors(const std::string& a, const std::string& b) {
+  auto fa = trainer::SafetensorsFile::Open(a);
+  auto fb = trainer::SafetensorsFile::Open(b);
+  ASSERT_TRUE(fa.ok()) << fa.status();
+  ASSERT_TRUE(fb.ok()) << fb.status();
+  ASSERT_EQ(fa->names(), fb->names());
+  for (const std::string& name : fa->names()) {
+    Tensor x = *fa->Get(name), y = *fb->Get(name);
+    ASSERT_EQ(x.bytes(), y.bytes()) << name;
+    EXPECT_EQ(std::memcmp(x.raw_data(), y.raw_data(), x.bytes()), 0)
+        << name << " differs";
+  }
 }
 
 }  // namespace mirrortrain

@@ -274,21 +274,6 @@ TEST(CliTest, BadCheckpointsExit2AndChangeNothing) {
   EXPECT_EQ(ReadFile(dir + "/metrics.jsonl"), metrics_before);
 }
 
-// The tensors (not the metadata, which names the config) of two files.
-void ExpectSameTensors(const std::string& a, const std::string& b) {
-  auto fa = trainer::SafetensorsFile::Open(a);
-  auto fb = trainer::SafetensorsFile::Open(b);
-  ASSERT_TRUE(fa.ok()) << fa.status();
-  ASSERT_TRUE(fb.ok()) << fb.status();
-  ASSERT_EQ(fa->names(), fb->names());
-  for (const std::string& name : fa->names()) {
-    Tensor x = *fa->Get(name), y = *fb->Get(name);
-    ASSERT_EQ(x.bytes(), y.bytes()) << name;
-    EXPECT_EQ(std::memcmp(x.raw_data(), y.raw_data(), x.bytes()), 0)
-        << name << " differs";
-  }
-}
-
 TEST(CliTest, SigintCheckpointsAndExits130) {
   const std::string dir = FreshDir("sigint");
   const std::string tmp = ::testing::TempDir();

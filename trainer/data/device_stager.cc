@@ -10,9 +10,14 @@
 namespace mirrortrain::trainer {
 
 absl::StatusOr<std::unique_ptr<DeviceStager>> DeviceStager::Create(
-    const std::vector<Device>& replica_devices) {
+    const std::vector<Device>& replica_devices, int first_replica,
+    int replicas_in_sync) {
   std::unique_ptr<DeviceStager> stager(new DeviceStager());
   stager->devices_ = replica_devices;
+  stager->first_replica_ = first_replica;
+  stager->replicas_in_sync_ = replicas_in_sync > 0
+                                  ? replicas_in_sync
+                                  : static_cast<int>(replica_devices.size());
   MT_ASSIGN_OR_RETURN(stager->pinned_, cuda::PinnedHostAllocator());
   for (const Device& d : replica_devices) {
     if (!d.is_cuda()) {
@@ -45,7 +50,8 @@ absl::Status DeviceStager::Stage(Batch& batch) {
   batch.device_shards.clear();
   for (int r = 0; r < n; ++r) {
     const Device device = devices_[r];
-    const distribute::ShardRange shard = distribute::ShardOf(rows, r, n);
+    const distribute::ShardRange shard =
+        distribute::ShardOf(rows, first_replica_ + r, replicas_in_sync_);
     const cuda::Stream& stream = streams_.at(device.index);
     cuda::ScopedCurrentStream current(stream.handle());
     DeviceShard out;

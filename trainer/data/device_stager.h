@@ -25,9 +25,12 @@ namespace mirrortrain::trainer {
 
 class DeviceStager {
  public:
-  // One entry per replica, in replica order; all GPUs.
+  // One entry per replica of this process, in replica order; all GPUs.
+  // They are global replicas first_replica.. of `replicas_in_sync` (0: as
+  // many as replica_devices), whose shards they take.
   static absl::StatusOr<std::unique_ptr<DeviceStager>> Create(
-      const std::vector<Device>& replica_devices);
+      const std::vector<Device>& replica_devices, int first_replica = 0,
+      int replicas_in_sync = 0);
 
   // Fills batch.device_shards (contiguous shards as distribute::ShardOf).
   // The copies read batch.images/labels until `ready`: they must stay alive
@@ -44,6 +47,7 @@ class DeviceStager {
                                   int64_t count, Device device);
 
   std::vector<Device> devices_;
+  int first_replica_ = 0, replicas_in_sync_ = 0;
   std::map<int, cuda::Stream> streams_;  // Copy stream per GPU index.
   Allocator* pinned_ = nullptr;
 };

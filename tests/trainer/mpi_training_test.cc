@@ -1,0 +1,288 @@
+// Multi-process jobs (distribute/process_group.h) run by mpirun on this
+// host's CPU (scripts/mpirun_local.sh): 2 processes x 1 replica train the
+// same variables, bit for bit, as 1 process x 2 replicas; checkpoints
+// resume across process counts; a config error is reported once; a killed
+// or stalled process makes the job exit non-zero naming it. Skipped when
+// the build has no MPI or mpirun is not installed.
+#include <signal.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "distribute/process_group.h"
+#include "gtest/gtest.h"
+#include "tests/trainer/cli_runner.h"
+#include "trainer/checkpoint/saver.h"
+
+namespace mirrortrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Launcher() {
+  return std::string(MT_SOURCE_DIR) + "/scripts/mpirun_local.sh";
+}
+
+bool HaveMpirun() {
+  for (const char* dir : {"/usr/bin", "/usr/local/bin"}) {
+    if (fs::exists(std::string(dir) + "/mpirun")) return true;
+  }
+  return false;
+}
+
+#define MT_SKIP_WITHOUT_MPI()                                         \
+  do {                                                                \
+    if (!distribute::MpiBuilt()) GTEST_SKIP() << "built without MPI"; \
+    if (!HaveMpirun()) GTEST_SKIP() << "mpirun not installed";        \
+  } while (0)
+
+// `mpirun -np <processes> mirrortrain <args>`.
+std::vector<std::string> MpiArgs(int processes,
+                                 const std::vector<std::string>& args) {
+  std::vector<std::string> all = {"-np", absl::StrCat(processes), Binary()};
+  all.insert(all.end(), args.begin(), args.end());
+  return all;
+}
+
+Result RunMpi(int processes, const std::vector<std::string>& args,
+              int timeout_seconds = 120) {
+  static int calls = 0;
+  const std::string prefix =
+      absl::StrCat(::testing::TempDir(), "/mpi_", getpid(), "_", calls++);
+  Result r;
+  r.exit_code = Wait(StartProgram(Launcher(), MpiArgs(processes, args),
+                                  prefix + "_out.txt", prefix + "_err.txt"),
+                     timeout_seconds);
+  r.out = ReadFile(prefix + "_out.txt");
+  r.err = ReadFile(prefix + "_err.txt");
+  return r;
+}
+
+// The small CLI job on `replicas` logical CPU devices per process.
+std::vector<std::string> Job(const std::string& dir, int replicas,
+                             std::vector<std::string> extra = {}) {
+  std::string devices = "distribute.devices=[";
+  for (int i = 0; i < replicas; ++i) {
+    absl::StrAppend(&devices, i ? "," : "", "cpu:", i);
+  }
+  extra.push_back(devices + "]");
+  extra.push_back("distribute.strategy=mirrored");
+  extra.push_back("model.dropout=0.25");
+  return SmallTrain(dir, std::move(extra));
+}
+
+// The train-split lines of metrics.jsonl without the timing.
+std::vector<std::string> TrainLosses(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const std::string& line : Lines(ReadFile(dir + "/metrics.jsonl"))) {
+    if (!absl::StrContains(line, "\"train\"")) continue;
+    out.push_back(line.substr(0, line.find("\"learning_rate\"")));
+  }
+  return out;
+}
+
+std::string Ckpt(const std::string& dir, int step) {
+  return absl::StrCat(dir, "/checkpoints/ckpt-", step, ".safetensors");
+}
+
+// 64 steps (2 epochs of 32) of the small job.
+constexpr int kSteps = 64;
+
+TEST(MpiTrainingTest, TwoProcessesEqualTwoReplicasInOneProcess) {
+  MT_SKIP_WITHOUT_MPI();
+  const std::string one = testing::FreshTestDir("one_process");
+  const std::string two = testing::FreshTestDir("two_processes");
+  const std::string check = "distribute.check_replicas_every_steps=1";
+  Result a = RunCli(Job(one, 2, {check}));
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  // Every step also compares each process's state with the chief's.
+  Result b = RunMpi(2, Job(two, 1, {check}));
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  // Summed in the same order: bitwise equal variables, slots and EMA.
+  ExpectSameTensors(Ckpt(one, kSteps), Ckpt(two, kSteps));
+  EXPECT_EQ(TrainLosses(one), TrainLosses(two));
+  // The chief alone wrote: one progress stream, one run directory.
+  EXPECT_EQ(Lines(a.err).size(), Lines(b.err).size()) << b.err;
+}
+
+// The cross-process replica check can fail: without communication the
+// processes drift apart after the first step.
+TEST(MpiTrainingTest, ReplicaCheckNamesAProcessThatDrifted) {
+  MT_SKIP_WITHOUT_MPI();
+  const std::string dir = testing::FreshTestDir("drift");
+  std::vector<std::string> args =
+      Job(dir, 1, {"distribute.check_replicas_every_steps=1"});
+  args.insert(args.end(), {"--set", "distribute.cross_device_ops=none"});
+  Result r = RunMpi(2, args);
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "of process 1 differs from process 0's"))
+      << r.err;
+}
+
+TEST(MpiTrainingTest, TwoByTwoMatchesFourReplicasWithinRounding) {
+  MT_SKIP_WITHOUT_MPI();
+  const std::string one = testing::FreshTestDir("four_replicas");
+  const std::string two = testing::FreshTestDir("two_by_two");
+  ASSERT_EQ(RunCli(Job(one, 4)).exit_code, 0);
+  Result b = RunMpi(2, Job(two, 2));
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  auto fa = trainer::SafetensorsFile::Open(Ckpt(one, kSteps));
+  auto fb = trainer::SafetensorsFile::Open(Ckpt(two, kSteps));
+  ASSERT_TRUE(fa.ok() && fb.ok());
+  for (const std::string& name : fa->names()) {
+    Tensor x = *fa->Get(name), y = *fb->Get(name);
+    if (x.dtype() != DType::kF32) continue;
+    // Partial sums per process: float rounding, not a different result.
+    const testing::DiffAndNorm d = testing::L2DiffAndNorm(y, x);
+    EXPECT_LE(d.diff, 1e-5 * d.norm + 1e-7) << name;
+  }
+}
+
+TEST(MpiTrainingTest, CheckpointsResumeAcrossProcessCounts) {
+  MT_SKIP_WITHOUT_MPI();
+  const std::string ref = testing::FreshTestDir("uninterrupted");
+  ASSERT_EQ(RunCli(Job(ref, 2)).exit_code, 0);
+  // Half the run on 2 processes x 1 replica...
+  const std::string half = testing::FreshTestDir("half");
+  Result h = RunMpi(2, Job(half, 1, {"train.steps=32"}));
+  ASSERT_EQ(h.exit_code, 0) << h.err;
+  const std::string saved = Ckpt(half, 32);
+  // ...resumed as 1 x 2 and as 2 x 1: both equal the uninterrupted run.
+  const std::string as_one = testing::FreshTestDir("resumed_1x2");
+  Result r1 = RunCli(Job(as_one, 2, {"checkpoint.restore=" + saved}));
+  ASSERT_EQ(r1.exit_code, 0) << r1.err;
+  const std::string as_two = testing::FreshTestDir("resumed_2x1");
+  Result r2 = RunMpi(2, Job(as_two, 1, {"checkpoint.restore=" + saved}));
+  ASSERT_EQ(r2.exit_code, 0) << r2.err;
+  EXPECT_TRUE(absl::StrContains(r2.err, "restored " + saved)) << r2.err;
+  ExpectSameTensors(Ckpt(ref, kSteps), Ckpt(as_one, kSteps));
+  ExpectSameTensors(Ckpt(ref, kSteps), Ckpt(as_two, kSteps));
+}
+
+TEST(MpiTrainingTest, ConfigErrorIsReportedOnceAndExits2) {
+  MT_SKIP_WITHOUT_MPI();
+  const std::string dir = testing::FreshTestDir("bad_config");
+  Result r = RunMpi(2, Job(dir, 1, {"optimizer.learning_rate=-1"}));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  int reports = 0;
+  for (const std::string& line : Lines(r.err)) {
+    reports += absl::StartsWith(line, "mirrortrain:");
+  }
+  EXPECT_EQ(reports, 1) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "optimizer.learning_rate")) << r.err;
+  // A strategy that cannot span processes is a config error too.
+  std::vector<std::string> central = Job(dir, 1);
+  central.insert(central.end(),
+                 {"--set", "distribute.strategy=central_storage"});
+  r = RunMpi(2, central);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "use mirrored")) << r.err;
+}
+
+// The pid of rank `rank` among mpirun's children.
+pid_t RankPid(pid_t mpirun, int rank) {
+  const std::string wanted = absl::StrCat("OMPI_COMM_WORLD_RANK=", rank);
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string pid, comm, state;
+    pid_t parent = 0;
+    if (!(stat >> pid >> comm >> state >> parent) || parent != mpirun) continue;
+    const std::string env = ReadFile(entry.path() / "environ");
+    for (const auto& var : absl::StrSplit(env, '\0')) {
+      if (var == wanted) return std::stoi(name);
+    }
+  }
+  return -1;
+}
+
+// Rank 1 gets `sig` once the job has saved a checkpoint; the job must end
+// non-zero within the watchdog (3 s) plus start-up, naming process 1.
+void ExpectFaultNamesProcess(int sig) {
+  const std::string dir = testing::FreshTestDir("fault");
+  const std::string prefix = dir + "_log";
+  const pid_t mpirun = StartProgram(
+      Launcher(),
+      MpiArgs(2, Job(dir, 1,
+                     {"train.epochs=500", "checkpoint.every_steps=8",
+                      "distribute.watchdog_seconds=3"})),
+      prefix + "_out.txt", prefix + "_err.txt");
+  const std::string index = dir + "/checkpoints/checkpoint";
+  for (int i = 0; i < 600 && ReadFile(index).empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  pid_t victim = RankPid(mpirun, 1);
+  ASSERT_GT(victim, 0) << "rank 1 not found";
+  const auto start = std::chrono::steady_clock::now();
+  kill(victim, sig);
+  const int code = Wait(mpirun, 60);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  const std::string err = ReadFile(prefix + "_err.txt");
+  EXPECT_NE(code, 0) << err;
+  // Not the test's own timeout (60 s).
+  EXPECT_LT(seconds, 3 + 10) << err;
+  EXPECT_TRUE(absl::StrContains(err, "process 1 did not reach")) << err;
+  EXPECT_TRUE(absl::StrContains(err, "step ")) << err;
+  // The last checkpoint stays loadable.
+  auto latest = trainer::LatestCheckpoint(dir + "/checkpoints");
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_TRUE(trainer::SafetensorsFile::Open(*latest).ok());
+}
+
+// SIGTERM to mpirun reaches both processes: they stop after the same
+// step, the chief checkpoints it, and each exits 143 (mpirun then 1).
+TEST(MpiTrainingTest, SigtermToTheLauncherCheckpointsAndStops) {
+  MT_SKIP_WITHOUT_MPI();
+  const std::string dir = testing::FreshTestDir("sigterm");
+  const std::string prefix = dir + "_log";
+  const pid_t mpirun = StartProgram(
+      Launcher(),
+      MpiArgs(2, Job(dir, 1,
+                     // Little output: a line per step kept the chief
+                     // writing to mpirun, which stops reading as it tears
+                     // the job down (seen here: SIGKILL 1 s later).
+                     {"train.epochs=500", "checkpoint.every_steps=0",
+                      "train.log_every_steps=100000",
+                      "train.eval_every_epochs=0"})),
+      prefix + "_out.txt", prefix + "_err.txt");
+  // The chief writes config.yaml once its trainer is built.
+  for (int i = 0; i < 600 && !fs::exists(dir + "/config.yaml"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  kill(mpirun, SIGTERM);
+  const int code = Wait(mpirun, 60);
+  const std::string err = ReadFile(prefix + "_err.txt");
+  EXPECT_NE(code, 0) << err;
+  EXPECT_NE(code, 128 + SIGKILL) << err;
+  const size_t stopped = err.find("stopped by signal after step ");
+  ASSERT_NE(stopped, std::string::npos) << err;
+  const std::string step =
+      err.substr(stopped + 29, err.find('\n', stopped) - stopped - 29);
+  EXPECT_TRUE(fs::exists(Ckpt(dir, std::stoi(step)))) << err;
+  EXPECT_FALSE(absl::StrContains(err, "did not reach")) << err;
+}
+
+TEST(MpiTrainingTest, KilledProcessMakesTheOtherExitNamingIt) {
+  MT_SKIP_WITHOUT_MPI();
+  ExpectFaultNamesProcess(SIGKILL);
+}
+
+TEST(MpiTrainingTest, StalledProcessMakesTheOtherExitNamingIt) {
+  MT_SKIP_WITHOUT_MPI();
+  ExpectFaultNamesProcess(SIGSTOP);
+}
+
+}  // namespace
+}  // namespace mirrortrain
