@@ -4,7 +4,8 @@
 #
 #   scripts/sanitizers.sh asan   # AddressSanitizer + LeakSanitizer +
 #                                # UndefinedBehaviorSanitizer (build-asan):
-#                                # the whole suite
+#                                # the whole suite (the mpi tests without
+#                                # LeakSanitizer: Open MPI's own leaks)
 #   scripts/sanitizers.sh tsan   # ThreadSanitizer (build-tsan): the
 #                                # distribute and trainer tests, then the
 #                                # watchdog tests again: the all-reduce's
@@ -27,7 +28,13 @@ case "$mode" in
     # and expect a Status, which is what a failed malloc gives without ASan.
     export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1:abort_on_error=0"
     export UBSAN_OPTIONS="print_stacktrace=1"
-    ctest --test-dir build-asan -j "$jobs" --output-on-failure
+    ctest --test-dir build-asan -j "$jobs" --output-on-failure -LE mpi
+    # The multi-process tests without LeakSanitizer: Open MPI 4.1 leaves
+    # allocations of its dlopen'ed components (and ompi_op_base_op_select)
+    # unfreed at MPI_Finalize, reported from modules already unloaded, which
+    # no suppression can name. Address and UB checks stay on.
+    ASAN_OPTIONS="${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}" \
+      ctest --test-dir build-asan -j "$jobs" --output-on-failure -L mpi
     ;;
   tsan)
     BUILD_DIR=build-tsan scripts/setup.sh "${common[@]}" -DMIRRORTRAIN_TSAN=ON
