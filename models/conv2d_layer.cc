@@ -14,19 +14,11 @@ absl::StatusOr<std::unique_ptr<Conv2DLayer>> Conv2DLayer::Create(
     const ops::Conv2DOptions& options, const ActivationDef& activation,
     bool use_bias, uint64_t seed, Device device) {
   MT_ASSIGN_OR_RETURN(
-      Tensor initial,
-      GlorotUniform({kernel_size, kernel_size, in_channels, filters}, seed));
-  MT_ASSIGN_OR_RETURN(Tensor k, initial.To(device));
-  MT_ASSIGN_OR_RETURN(Variable kernel,
-                      Variable::Create(absl::StrCat(name, "/kernel"), k));
-  std::optional<Variable> bias;
-  if (use_bias) {
-    MT_ASSIGN_OR_RETURN(Tensor b,
-                        Tensor::Zeros(DType::kF32, {filters}, device));
-    MT_ASSIGN_OR_RETURN(bias, Variable::Create(absl::StrCat(name, "/bias"), b));
-  }
+      KernelAndBias w,
+      MakeKernelAndBias(name, {kernel_size, kernel_size, in_channels, filters},
+                        {filters}, use_bias, seed, device));
   return std::unique_ptr<Conv2DLayer>(
-      new Conv2DLayer(std::move(name), std::move(kernel), std::move(bias),
+      new Conv2DLayer(std::move(name), std::move(w.kernel), std::move(w.bias),
                       options, activation));
 }
 

@@ -15,17 +15,11 @@ absl::StatusOr<std::unique_ptr<DenseLayer>> DenseLayer::Create(
     std::string name, int64_t in, int64_t units,
     const ActivationDef& activation, bool use_bias, uint64_t seed,
     Device device) {
-  MT_ASSIGN_OR_RETURN(Tensor initial, GlorotUniform({in, units}, seed));
-  MT_ASSIGN_OR_RETURN(Tensor k, initial.To(device));
-  MT_ASSIGN_OR_RETURN(Variable kernel,
-                      Variable::Create(absl::StrCat(name, "/kernel"), k));
-  std::optional<Variable> bias;
-  if (use_bias) {
-    MT_ASSIGN_OR_RETURN(Tensor b, Tensor::Zeros(DType::kF32, {units}, device));
-    MT_ASSIGN_OR_RETURN(bias, Variable::Create(absl::StrCat(name, "/bias"), b));
-  }
+  MT_ASSIGN_OR_RETURN(
+      KernelAndBias w,
+      MakeKernelAndBias(name, {in, units}, {units}, use_bias, seed, device));
   return std::unique_ptr<DenseLayer>(new DenseLayer(
-      std::move(name), std::move(kernel), std::move(bias), activation));
+      std::move(name), std::move(w.kernel), std::move(w.bias), activation));
 }
 
 absl::StatusOr<Tensor> DenseLayer::Call(const Tensor& x,

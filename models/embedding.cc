@@ -27,10 +27,9 @@ class EmbeddingLayer final : public Layer {
     MT_ASSIGN_OR_RETURN(
         Tensor initial,
         RandomUniform({input_dim, output_dim}, seed, kEmbeddingInitLimit));
-    MT_ASSIGN_OR_RETURN(Tensor table, initial.To(device));
     MT_ASSIGN_OR_RETURN(
         Variable embeddings,
-        Variable::Create(absl::StrCat(name, "/embeddings"), table));
+        VariableOn(absl::StrCat(name, "/embeddings"), initial, device));
     return std::unique_ptr<Layer>(
         new EmbeddingLayer(std::move(name), std::move(embeddings)));
   }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::models {
@@ -44,6 +45,31 @@ absl::StatusOr<Tensor> GlorotUniform(const Shape& shape, uint64_t seed,
   ComputeFans(shape, &fan_in, &fan_out);
   const double limit = std::sqrt(6.0 / std::max(1.0, fan_in + fan_out));
   return RandomUniform(shape, seed, limit, dtype);
+}
+
+absl::StatusOr<Variable> VariableOn(const std::string& name,
+                                    const Tensor& initial, Device device) {
+  MT_ASSIGN_OR_RETURN(Tensor on_device, initial.To(device));
+  return Variable::Create(name, on_device);
+}
+
+absl::StatusOr<KernelAndBias> MakeKernelAndBias(const std::string& layer,
+                                                const Shape& kernel_shape,
+                                                const Shape& bias_shape,
+                                                bool use_bias, uint64_t seed,
+                                                Device device) {
+  MT_ASSIGN_OR_RETURN(Tensor initial, GlorotUniform(kernel_shape, seed));
+  MT_ASSIGN_OR_RETURN(
+      Variable kernel,
+      VariableOn(absl::StrCat(layer, "/kernel"), initial, device));
+  KernelAndBias w{std::move(kernel), std::nullopt};
+  if (use_bias) {
+    MT_ASSIGN_OR_RETURN(Tensor b,
+                        Tensor::Zeros(DType::kF32, bias_shape, device));
+    MT_ASSIGN_OR_RETURN(w.bias,
+                        Variable::Create(absl::StrCat(layer, "/bias"), b));
+  }
+  return w;
 }
 
 }  // namespace mirrortrain::models

@@ -3,8 +3,12 @@
 #define MIRRORTRAIN_MODELS_INITIALIZERS_H_
 
 #include <cstdint>
+#include <optional>
+#include <string>
 
+#include "tensor/device.h"
 #include "tensor/tensor.h"
+#include "tensor/variable.h"
 
 namespace mirrortrain::models {
 
@@ -24,6 +28,23 @@ absl::StatusOr<Tensor> RandomUniform(const Shape& shape, uint64_t seed,
 
 // Fan-in and fan-out of a kernel shape, as Keras computes them.
 void ComputeFans(const Shape& shape, double* fan_in, double* fan_out);
+
+// Variable `name` holding `initial` (drawn on the host) on `device`.
+absl::StatusOr<Variable> VariableOn(const std::string& name,
+                                    const Tensor& initial, Device device);
+
+// A layer's weights as Keras builds them: "<layer>/kernel" glorot_uniform
+// of `kernel_shape` (the stream of `seed`) and, with `use_bias`,
+// "<layer>/bias" zeros of `bias_shape`, on `device`.
+struct KernelAndBias {
+  Variable kernel;
+  std::optional<Variable> bias;
+};
+absl::StatusOr<KernelAndBias> MakeKernelAndBias(const std::string& layer,
+                                                const Shape& kernel_shape,
+                                                const Shape& bias_shape,
+                                                bool use_bias, uint64_t seed,
+                                                Device device);
 
 }  // namespace mirrortrain::models
 

@@ -32,29 +32,7 @@ namespace {
 constexpr double kMaskedScore = -1e9;
 
 // One of the query/key/value/attention_output projections.
-struct Projection {
-  Variable kernel;
-  std::optional<Variable> bias;
-};
-
-absl::StatusOr<Projection> MakeProjection(const std::string& name,
-                                          const Shape& kernel_shape,
-                                          const Shape& bias_shape,
-                                          bool use_bias, uint64_t seed,
-                                          Device device) {
-  MT_ASSIGN_OR_RETURN(Tensor initial, GlorotUniform(kernel_shape, seed));
-  MT_ASSIGN_OR_RETURN(Tensor k, initial.To(device));
-  MT_ASSIGN_OR_RETURN(Variable kernel,
-                      Variable::Create(absl::StrCat(name, "/kernel"), k));
-  Projection p{std::move(kernel), std::nullopt};
-  if (use_bias) {
-    MT_ASSIGN_OR_RETURN(Tensor b,
-                        Tensor::Zeros(DType::kF32, bias_shape, device));
-    MT_ASSIGN_OR_RETURN(p.bias,
-                        Variable::Create(absl::StrCat(name, "/bias"), b));
-  }
-  return p;
-}
+using Projection = KernelAndBias;
 
 // rows [n, in] @ kernel viewed as [in, out] (+ bias viewed as [out]).
 absl::StatusOr<Tensor> Project(const Projection& p, const Tensor& rows) {
@@ -88,14 +66,15 @@ class MultiHeadAttentionLayer final : public Layer {
     for (const char* part : {"query", "key", "value"}) {
       MT_ASSIGN_OR_RETURN(
           Projection p,
-          MakeProjection(absl::StrCat(name, "/", part), in_kernel, head_bias,
-                         o.use_bias, b.NextSeed(), b.device()));
+          MakeKernelAndBias(absl::StrCat(name, "/", part), in_kernel, head_bias,
+                            o.use_bias, b.NextSeed(), b.device()));
       projections.push_back(std::move(p));
     }
-    MT_ASSIGN_OR_RETURN(Projection out,
-                        MakeProjection(absl::StrCat(name, "/attention_output"),
-                                       {o.heads, o.key_dim, o.width}, {o.width},
-                                       o.use_bias, b.NextSeed(), b.device()));
+    MT_ASSIGN_OR_RETURN(
+        Projection out,
+        MakeKernelAndBias(absl::StrCat(name, "/attention_output"),
+                          {o.heads, o.key_dim, o.width}, {o.width}, o.use_bias,
+                          b.NextSeed(), b.device()));
     projections.push_back(std::move(out));
     std::unique_ptr<Layer> layer(new MultiHeadAttentionLayer(
         std::move(name), o, std::move(projections)));

@@ -26,10 +26,9 @@ class PositionEmbeddingLayer final : public Layer {
                                                        Device device) {
     MT_ASSIGN_OR_RETURN(Tensor initial,
                         GlorotUniform({sequence_length, width}, seed));
-    MT_ASSIGN_OR_RETURN(Tensor table, initial.To(device));
     MT_ASSIGN_OR_RETURN(
         Variable embeddings,
-        Variable::Create(absl::StrCat(name, "/embeddings"), table));
+        VariableOn(absl::StrCat(name, "/embeddings"), initial, device));
     return std::unique_ptr<Layer>(
         new PositionEmbeddingLayer(std::move(name), std::move(embeddings)));
   }
