@@ -6,8 +6,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "tensor/host_device.h"
+#include "tensor/vector_math.h"
 
 namespace mirrortrain {
 
@@ -46,6 +48,35 @@ enum class BinaryKind : uint8_t {
 #define MT_MATH(fn) std::fn
 #endif
 
+// The standard normal CDF and density, and tanh where only its absolute
+// error matters (inside the gelu). Host float loops use vector_math.h's
+// branch-free forms, so they vectorise; device code and double use the C
+// library's.
+template <typename T>
+MT_HOST_DEVICE inline T NormalCdf(T x) {
+#if !defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, float>) return vmath::NormalCdf(x);
+#endif
+  return T(0.5) * (T(1) + MT_MATH(erf)(x * T(0.7071067811865476)));
+}
+
+template <typename T>
+MT_HOST_DEVICE inline T NormalPdf(T x) {
+#if !defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, float>) return vmath::NormalPdf(x);
+#endif
+  return T(0.3989422804014327) * MT_MATH(exp)(T(-0.5) * x * x);
+}
+
+template <typename T>
+MT_HOST_DEVICE inline T GeluTanhInner(T x) {
+  const T u = T(0.7978845608028654) * (x + T(0.044715) * x * x * x);
+#if !defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, float>) return vmath::TanhAbs(u);
+#endif
+  return MT_MATH(tanh)(u);
+}
+
 template <typename T>
 MT_HOST_DEVICE inline T ApplyUnary(UnaryKind kind, T x) {
   switch (kind) {
@@ -66,11 +97,9 @@ MT_HOST_DEVICE inline T ApplyUnary(UnaryKind kind, T x) {
     case UnaryKind::kTanh:
       return MT_MATH(tanh)(x);
     case UnaryKind::kGelu:
-      return T(0.5) * x * (T(1) + MT_MATH(erf)(x * T(0.7071067811865476)));
-    case UnaryKind::kGeluTanh: {
-      const T u = T(0.7978845608028654) * (x + T(0.044715) * x * x * x);
-      return T(0.5) * x * (T(1) + MT_MATH(tanh)(u));
-    }
+      return x * NormalCdf(x);
+    case UnaryKind::kGeluTanh:
+      return T(0.5) * x * (T(1) + GeluTanhInner(x));
   }
   return x;
 }
@@ -92,15 +121,12 @@ MT_HOST_DEVICE inline T ApplyBinary(BinaryKind kind, T a, T b) {
       return a * b * (T(1) - b);
     case BinaryKind::kTanhGrad:
       return a * (T(1) - b * b);
-    case BinaryKind::kGeluGrad: {
-      // Phi(x) + x * phi(x), phi the standard normal density.
-      const T cdf = T(0.5) * (T(1) + MT_MATH(erf)(b * T(0.7071067811865476)));
-      const T pdf = T(0.3989422804014327) * MT_MATH(exp)(T(-0.5) * b * b);
-      return a * (cdf + b * pdf);
-    }
+    case BinaryKind::kGeluGrad:
+      // Phi(x) + x * phi(x).
+      return a * (NormalCdf(b) + b * NormalPdf(b));
     case BinaryKind::kGeluTanhGrad: {
       const T c = T(0.7978845608028654);
-      const T t = MT_MATH(tanh)(c * (b + T(0.044715) * b * b * b));
+      const T t = GeluTanhInner(b);
       return a * (T(0.5) * (T(1) + t) + T(0.5) * b * (T(1) - t * t) * c *
                                             (T(1) + T(3 * 0.044715) * b * b));
     }

@@ -40,19 +40,36 @@ void UnaryLoop(const T* x, T* y, int64_t n, F f) {
   });
 }
 
+template <typename T, UnaryKind K>
+void CpuUnaryOf(const T* x, T* y, int64_t n) {
+  UnaryLoop(x, y, n, [](T v) { return ApplyUnary(K, v); });
+}
+
 template <typename T>
 void CpuUnary(UnaryKind kind, const T* x, T* y, int64_t n) {
   // One instantiation per kind keeps the switch out of the loop, so each
   // loop vectorises.
   switch (kind) {
     case UnaryKind::kNeg:
-      return UnaryLoop(x, y, n, [](T v) { return -v; });
+      return CpuUnaryOf<T, UnaryKind::kNeg>(x, y, n);
+    case UnaryKind::kExp:
+      return CpuUnaryOf<T, UnaryKind::kExp>(x, y, n);
+    case UnaryKind::kLog:
+      return CpuUnaryOf<T, UnaryKind::kLog>(x, y, n);
+    case UnaryKind::kSqrt:
+      return CpuUnaryOf<T, UnaryKind::kSqrt>(x, y, n);
     case UnaryKind::kSquare:
-      return UnaryLoop(x, y, n, [](T v) { return v * v; });
+      return CpuUnaryOf<T, UnaryKind::kSquare>(x, y, n);
     case UnaryKind::kRelu:
-      return UnaryLoop(x, y, n, [](T v) { return v > T(0) ? v : T(0); });
-    default:
-      return UnaryLoop(x, y, n, [kind](T v) { return ApplyUnary(kind, v); });
+      return CpuUnaryOf<T, UnaryKind::kRelu>(x, y, n);
+    case UnaryKind::kSigmoid:
+      return CpuUnaryOf<T, UnaryKind::kSigmoid>(x, y, n);
+    case UnaryKind::kTanh:
+      return CpuUnaryOf<T, UnaryKind::kTanh>(x, y, n);
+    case UnaryKind::kGelu:
+      return CpuUnaryOf<T, UnaryKind::kGelu>(x, y, n);
+    case UnaryKind::kGeluTanh:
+      return CpuUnaryOf<T, UnaryKind::kGeluTanh>(x, y, n);
   }
 }
 
