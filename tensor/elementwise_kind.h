@@ -48,10 +48,10 @@ enum class BinaryKind : uint8_t {
 #define MT_MATH(fn) std::fn
 #endif
 
-// The standard normal CDF and density, and tanh where only its absolute
-// error matters (inside the gelu). Host float loops use vector_math.h's
-// branch-free forms, so they vectorise; device code and double use the C
-// library's.
+// The standard normal CDF, the exact gelu's derivative, and tanh where only
+// its absolute error matters (inside the gelu). Host float loops use
+// vector_math.h's branch-free forms, so they vectorise; device code and double
+// use the C library's.
 template <typename T>
 MT_HOST_DEVICE inline T NormalCdf(T x) {
 #if !defined(__CUDA_ARCH__)
@@ -60,12 +60,14 @@ MT_HOST_DEVICE inline T NormalCdf(T x) {
   return T(0.5) * (T(1) + MT_MATH(erf)(x * T(0.7071067811865476)));
 }
 
+// Phi(x) + x * phi(x), phi the standard normal density.
 template <typename T>
-MT_HOST_DEVICE inline T NormalPdf(T x) {
+MT_HOST_DEVICE inline T GeluDerivative(T x) {
 #if !defined(__CUDA_ARCH__)
-  if constexpr (std::is_same_v<T, float>) return vmath::NormalPdf(x);
+  if constexpr (std::is_same_v<T, float>) return vmath::GeluDerivative(x);
 #endif
-  return T(0.3989422804014327) * MT_MATH(exp)(T(-0.5) * x * x);
+  return NormalCdf(x) +
+         x * (T(0.3989422804014327) * MT_MATH(exp)(T(-0.5) * x * x));
 }
 
 template <typename T>
@@ -122,8 +124,7 @@ MT_HOST_DEVICE inline T ApplyBinary(BinaryKind kind, T a, T b) {
     case BinaryKind::kTanhGrad:
       return a * (T(1) - b * b);
     case BinaryKind::kGeluGrad:
-      // Phi(x) + x * phi(x).
-      return a * (NormalCdf(b) + b * NormalPdf(b));
+      return a * GeluDerivative(b);
     case BinaryKind::kGeluTanhGrad: {
       const T c = T(0.7978845608028654);
       const T t = GeluTanhInner(b);

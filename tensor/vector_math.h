@@ -46,13 +46,10 @@ inline float ExpF(float x) {
   return underflow ? 0.0f : p * scale;
 }
 
-// Phi(-|x|) = exp(-x^2/2) H(|x|), with H a polynomial in t = 1/(1 + 0.4|x|)
-// fitted by scripts/fit/normal_tail.py (max relative error 7.5e-8 on
-// [0, 14]; float evaluation adds a few ulp). Beyond |x| = 14 the tail is
-// below 1e-44, so |x| is clamped there.
-inline float NormalTail(float x) {
-  float a = x < 0.0f ? -x : x;
-  a = a > 14.0f ? 14.0f : a;
+// Phi(-a) = exp(-a^2/2) H(a) for a >= 0, with H a polynomial in
+// t = 1/(1 + 0.4a) fitted by scripts/fit/normal_tail.py (max relative error
+// 7.5e-8 on [0, 14]; float evaluation adds a few ulp).
+inline float NormalTailFactor(float a) {
   const float t = 1.0f / (1.0f + 0.4f * a);
   float h = -1.084029369e-03f;
   h = h * t - 3.455204060e-02f;
@@ -64,19 +61,34 @@ inline float NormalTail(float x) {
   h = h * t + 1.559356994e-01f;
   h = h * t + 1.598904928e-01f;
   h = h * t - 1.145807981e-05f;
-  return ExpF(-0.5f * a * a) * h;
+  return h;
+}
+
+// |x| clamped to 14, beyond which the tail is below 1e-44.
+inline float ClampedAbs(float x) {
+  const float a = x < 0.0f ? -x : x;
+  return a > 14.0f ? 14.0f : a;
 }
 
 // Phi(x), the standard normal CDF. The lower tail is computed directly, not
 // as 1 + erf(x) - 1, so it keeps its relative accuracy for negative x.
 inline float NormalCdf(float x) {
-  const float tail = NormalTail(x);
+  const float a = ClampedAbs(x);
+  const float tail = ExpF(-0.5f * a * a) * NormalTailFactor(a);
   return x < 0.0f ? tail : 1.0f - tail;
 }
 
 // phi(x), the standard normal density.
 inline float NormalPdf(float x) {
   return 0.3989422804014327f * ExpF(-0.5f * x * x);
+}
+
+// Phi(x) + x phi(x), the exact gelu's derivative, with one exp for both.
+inline float GeluDerivative(float x) {
+  const float a = ClampedAbs(x);
+  const float e = ExpF(-0.5f * a * a);  // 0 where |x| > 13.2
+  const float tail = e * NormalTailFactor(a);
+  return (x < 0.0f ? tail : 1.0f - tail) + x * (0.3989422804014327f * e);
 }
 
 // tanh(x) for the gelu tanh approximation: absolute error a few 1e-8, but
