@@ -1,5 +1,6 @@
 #include "tensor/ops/array_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -9,6 +10,7 @@
 #include "tensor/gradient_tape.h"
 #include "tensor/op.h"
 #include "tensor/ops/op_util.h"
+#include "tensor/parallel.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::ops {
@@ -33,6 +35,8 @@ struct ConcatAttrs {
   int axis;
 };
 
+// Output rows (the last output dimension) split over the kernel threads;
+// each row reads x with one stride (contiguous when the last axis stays).
 template <typename T>
 void CpuTranspose(const Tensor& x, const std::vector<int>& perm, Tensor& out) {
   const int rank = x.rank();
@@ -40,23 +44,44 @@ void CpuTranspose(const Tensor& x, const std::vector<int>& perm, Tensor& out) {
   T* po = out.data<T>();
   const int64_t n = x.num_elements();
   if (n == 0) return;
+  if (rank == 0) {
+    po[0] = px[0];
+    return;
+  }
   std::vector<int64_t> xs = RowMajorStrides(x.shape());
   // Input stride for each output dimension.
   std::vector<int64_t> in_strides(rank);
   for (int i = 0; i < rank; ++i) in_strides[i] = xs[perm[i]];
   const Shape& shape = out.shape();
-  std::vector<int64_t> counter(rank, 0);
-  int64_t off = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    po[i] = px[off];
-    for (int d = rank - 1; d >= 0; --d) {
-      ++counter[d];
-      off += in_strides[d];
-      if (counter[d] < shape[d]) break;
-      off -= in_strides[d] * shape[d];
-      counter[d] = 0;
-    }
-  }
+  const int64_t inner = shape[rank - 1], step = in_strides[rank - 1];
+  ParallelFor(n / inner, std::max<int64_t>(1, (1 << 14) / inner),
+              [&](int64_t begin, int64_t end) {
+                // The multi-index of row `begin` over the outer dimensions.
+                std::vector<int64_t> counter(rank, 0);
+                int64_t off = 0;
+                int64_t rest = begin;
+                for (int d = rank - 2; d >= 0; --d) {
+                  counter[d] = rest % shape[d];
+                  rest /= shape[d];
+                  off += counter[d] * in_strides[d];
+                }
+                for (int64_t row = begin; row < end; ++row) {
+                  const T* src = px + off;
+                  T* dst = po + row * inner;
+                  if (step == 1) {
+                    std::copy(src, src + inner, dst);
+                  } else {
+                    for (int64_t c = 0; c < inner; ++c) dst[c] = src[c * step];
+                  }
+                  for (int d = rank - 2; d >= 0; --d) {
+                    ++counter[d];
+                    off += in_strides[d];
+                    if (counter[d] < shape[d]) break;
+                    off -= in_strides[d] * shape[d];
+                    counter[d] = 0;
+                  }
+                }
+              });
 }
 
 // Copies the block `part` to or from its place in `whole` along `axis`,
