@@ -20,12 +20,15 @@
 
 namespace mirrortrain::vmath {
 
-// e^x. Arguments below -87.3 give 0, above 88.3 give e^88.3 (only the gelu
-// and its gradient use it, with arguments <= 0 or saturating tanh).
+// e^x. Arguments below -87.3 give 0, above 88.3 give e^88.3 (its users,
+// the gelu, its gradient and the float softmax, pass arguments <= 0 or
+// saturate, as tanh does); NaN stays NaN.
 inline float ExpF(float x) {
-  const bool underflow = x < -87.3f;
-  x = x < -87.3f ? -87.3f : x;
-  x = x > 88.3f ? 88.3f : x;
+  // Clamped so that the exponent always converts to an int: NaN fails both
+  // comparisons, becomes -87.3 here and is given back at the end.
+  const float in = x;
+  x = x > -87.3f ? x : -87.3f;
+  x = x < 88.3f ? x : 88.3f;
   // x = n ln2 + r with |r| <= ln2/2; n by the add-and-subtract rounding
   // trick (round to nearest without a rounding instruction SSE2 lacks).
   constexpr float kShift = 12582912.0f;  // 1.5 * 2^23
@@ -43,7 +46,8 @@ inline float ExpF(float x) {
   p = p * r + 1.0f;
   const float scale =
       std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-  return underflow ? 0.0f : p * scale;
+  const float y = p * scale;
+  return in < -87.3f ? 0.0f : (in == in ? y : in);
 }
 
 // Phi(-a) = exp(-a^2/2) H(a) for a >= 0, with H a polynomial in

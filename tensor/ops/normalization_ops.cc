@@ -6,6 +6,7 @@
 
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/gradient_tape.h"
+#include "tensor/lane_reduce.h"
 #include "tensor/op.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/op_util.h"
@@ -147,24 +148,10 @@ struct LayerNormSaved {
   Tensor mean, rstd;  // [rows]
 };
 
-// sum of term(0..n) in double over 8 interleaved lanes: one serial chain of
-// dependent adds per row was most of layer norm's time; the fixed lane order
-// keeps the bits the same from run to run.
-template <typename F>
-double LaneSum(int64_t n, F term) {
-  double lane[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int k = 0; k < 8; ++k) lane[k] += term(i + k);
-  }
-  for (; i < n; ++i) lane[i % 8] += term(i);
-  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
-         ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-}
-
 // The CPU kernels of layer normalization, the same arithmetic as the CUDA
 // ones (tensor/cuda/normalization_kernels.cu): per row in double (summed in
-// another order).
+// another order, over lanes: one dependent chain per row was most of the
+// time).
 template <typename T>
 void LayerNormForwardCpu(const T* x, const T* gamma, const T* beta, T* y,
                          T* mean, T* rstd, int64_t rows, int64_t cols,
@@ -175,8 +162,9 @@ void LayerNormForwardCpu(const T* x, const T* gamma, const T* beta, T* y,
         for (int64_t r = begin; r < end; ++r) {
           const T* xr = x + r * cols;
           const double m =
-              LaneSum(cols, [&](int64_t c) { return double{xr[c]}; }) / cols;
-          const double v = LaneSum(
+              LaneSum<double>(cols, [&](int64_t c) { return double{xr[c]}; }) /
+              cols;
+          const double v = LaneSum<double>(
               cols, [&](int64_t c) { return (xr[c] - m) * (xr[c] - m); });
           const double inv = 1.0 / std::sqrt(v / cols + epsilon);
           for (int64_t c = 0; c < cols; ++c) {
@@ -200,10 +188,10 @@ void LayerNormBackwardCpu(const T* x, const T* gamma, const T* dy,
           const T* xr = x + r * cols;
           const T* gr = dy + r * cols;
           const double m = mean[r], inv = rstd[r];
-          const double s1 = LaneSum(cols, [&](int64_t c) {
+          const double s1 = LaneSum<double>(cols, [&](int64_t c) {
             return static_cast<double>(gr[c]) * gamma[c];
           });
-          const double s2 = LaneSum(cols, [&](int64_t c) {
+          const double s2 = LaneSum<double>(cols, [&](int64_t c) {
             return static_cast<double>(gr[c]) * gamma[c] * ((xr[c] - m) * inv);
           });
           const double mean_gg = s1 / cols, mean_ggx = s2 / cols;
