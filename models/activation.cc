@@ -4,6 +4,7 @@
 #include "absl/strings/str_join.h"
 #include "tensor/ops/fused_ops.h"
 #include "tensor/ops/math_ops.h"
+#include "tensor/ops/matmul.h"
 #include "tensor/ops/nn_ops.h"
 #include "tensor/status_macros.h"
 
@@ -56,6 +57,18 @@ absl::StatusOr<Tensor> BiasActivate(const ActivationDef& activation,
                                     const Tensor& x, const Tensor& bias) {
   if (activation.apply == ops::Relu) return ops::BiasAddRelu(x, bias);
   MT_ASSIGN_OR_RETURN(Tensor z, ops::BiasAdd(x, bias));
+  return Activate(activation, z);
+}
+
+absl::StatusOr<Tensor> ProductBiasActivate(const ActivationDef& activation,
+                                           const Tensor& x,
+                                           const Tensor& kernel,
+                                           const Tensor& bias) {
+  if (activation.apply == ops::Relu) {
+    MT_ASSIGN_OR_RETURN(Tensor h, ops::MatMul(x, kernel));
+    return ops::BiasAddRelu(h, bias);
+  }
+  MT_ASSIGN_OR_RETURN(Tensor z, ops::MatMulBias(x, kernel, bias));
   return Activate(activation, z);
 }
 

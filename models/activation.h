@@ -36,6 +36,13 @@ absl::StatusOr<Tensor> Activate(const ActivationDef& activation,
 // activation(x + bias): a layer's epilogue, one fused op for relu.
 absl::StatusOr<Tensor> BiasActivate(const ActivationDef& activation,
                                     const Tensor& x, const Tensor& bias);
+// activation(x @ kernel + bias) for dense layers: the bias accumulated by
+// the product (ops::MatMulBias), except before relu, where the product is
+// followed by BiasActivate's single bias+relu pass (and its fused gradient).
+absl::StatusOr<Tensor> ProductBiasActivate(const ActivationDef& activation,
+                                           const Tensor& x,
+                                           const Tensor& kernel,
+                                           const Tensor& bias);
 
 }  // namespace mirrortrain::models
 

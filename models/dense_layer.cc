@@ -36,9 +36,11 @@ absl::StatusOr<Tensor> DenseLayer::Call(const Tensor& x,
     out.back() = kernel_.shape()[1];
     return ops::Reshape(y, out);
   }
+  if (bias_.has_value()) {
+    return ProductBiasActivate(activation_, x, kernel_.value(), bias_->value());
+  }
   MT_ASSIGN_OR_RETURN(Tensor h, ops::MatMul(x, kernel_.value()));
-  if (!bias_.has_value()) return Activate(activation_, h);
-  return BiasActivate(activation_, h, bias_->value());
+  return Activate(activation_, h);
 }
 
 absl::StatusOr<Shape> DenseLayer::OutputShape(const Shape& input) const {

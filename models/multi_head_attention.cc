@@ -39,10 +39,9 @@ absl::StatusOr<Tensor> Project(const Projection& p, const Tensor& rows) {
   const Tensor& kernel = p.kernel.value();
   const int64_t out = kernel.num_elements() / rows.dim(1);
   MT_ASSIGN_OR_RETURN(Tensor w, ops::Reshape(kernel, {rows.dim(1), out}));
-  MT_ASSIGN_OR_RETURN(Tensor y, ops::MatMul(rows, w));
-  if (!p.bias.has_value()) return y;
+  if (!p.bias.has_value()) return ops::MatMul(rows, w);
   MT_ASSIGN_OR_RETURN(Tensor b, ops::Reshape(p.bias->value(), {out}));
-  return ops::BiasAdd(y, b);
+  return ops::MatMulBias(rows, w, b);
 }
 
 class MultiHeadAttentionLayer final : public Layer {

@@ -3,12 +3,15 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "tensor/cpu_threads.h"
 #include "tensor/cuda/cuda_backend.h"
+#include "tensor/cuda/cuda_kernels.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/matmul_precision.h"
 #include "tensor/op.h"
+#include "tensor/ops/nn_ops.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/parallel.h"
 #include "tensor/status_macros.h"
@@ -16,6 +19,7 @@
 namespace mirrortrain::ops {
 namespace {
 MT_DECLARE_OP(kMatMulOp);
+MT_DECLARE_OP(kMatMulBiasOp);
 }  // namespace
 namespace {
 
@@ -210,28 +214,94 @@ absl::StatusOr<Tensor> MatMul(const Tensor& a, const Tensor& b,
 
 namespace {
 
+// Fills each row of out [..., n] with bias [n].
+absl::Status BroadcastRows(const Tensor& bias, Tensor& out) {
+  const int64_t n = bias.num_elements();
+  const int64_t rows = n == 0 ? 0 : out.num_elements() / n;
+  if (rows == 0) return absl::OkStatus();
+  if (out.device().is_cuda()) {
+    const int64_t shape[] = {rows, n}, src_strides[] = {0, 1},
+                  dst_strides[] = {n, 1};
+    return internal::KernelError(
+        "MatMulBias",
+        cuda::StridedCopy(DTypeSize(out.dtype()), shape, bias.raw_data(), 0,
+                          src_strides, out.raw_data(), 0, dst_strides,
+                          out.device().index),
+        {&bias});
+  }
+  const size_t row_bytes = n * DTypeSize(out.dtype());
+  const char* src = static_cast<const char*>(bias.raw_data());
+  char* dst = static_cast<char*>(out.raw_data());
+  ParallelFor(rows, std::max<int64_t>(1, (1 << 15) / n),
+              [&](int64_t begin, int64_t end) {
+                for (int64_t r = begin; r < end; ++r) {
+                  std::memcpy(dst + r * row_bytes, src, row_bytes);
+                }
+              });
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> MatMulBias(const Tensor& a, const Tensor& b,
+                                  const Tensor& bias, bool transpose_a,
+                                  bool transpose_b) {
+  constexpr const char* kOp = "MatMulBias";
+  MT_ASSIGN_OR_RETURN(const GemmDims d,
+                      CheckMatMul(kOp, a, b, transpose_a, transpose_b));
+  MT_RETURN_IF_ERROR(internal::CheckSameDevice(kOp, {&a, &bias}));
+  if (bias.dtype() != a.dtype() || bias.rank() != 1 || bias.dim(0) != d.n) {
+    return internal::OpError(
+        kOp, "bias must be 1-D, of the product's dtype and n", {&a, &b, &bias});
+  }
+  MT_ASSIGN_OR_RETURN(Tensor out,
+                      Tensor::Empty(a.dtype(), ProductShape(a, d), a.device()));
+  MT_RETURN_IF_ERROR(BroadcastRows(bias, out));
+  MT_RETURN_IF_ERROR(
+      internal::Gemm(a, b, transpose_a, transpose_b, 1.0, 1.0, out));
+  tape::RecordOperation(kMatMulBiasOp, {a, b, bias}, {out},
+                        MatMulAttrs{transpose_a, transpose_b});
+  return out;
+}
+
+namespace {
+
 // With C = op(A) op(B): dA and dB per transpose combination, as TensorFlow's
 // _MatMulGrad.
+absl::Status ProductGrads(const OpRecord& op, const Tensor& gc,
+                          absl::Span<const bool> needs, Grads* grads) {
+  const auto& at = std::any_cast<const MatMulAttrs&>(op.attrs);
+  const Tensor& a = op.inputs[0];
+  const Tensor& b = op.inputs[1];
+  const bool ta = at.transpose_a, tb = at.transpose_b;
+  if (needs[0]) {
+    if (!ta) {
+      MT_ASSIGN_OR_RETURN((*grads)[0], MatMul(gc, b, false, !tb));
+    } else {
+      MT_ASSIGN_OR_RETURN((*grads)[0], MatMul(b, gc, tb, true));
+    }
+  }
+  if (needs[1]) {
+    if (!tb) {
+      MT_ASSIGN_OR_RETURN((*grads)[1], MatMul(a, gc, !ta, false));
+    } else {
+      MT_ASSIGN_OR_RETURN((*grads)[1], MatMul(gc, a, true, ta));
+    }
+  }
+  return absl::OkStatus();
+}
+
 MT_OP(kMatMulOp, "MatMul",
       [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
-        const auto& at = std::any_cast<const MatMulAttrs&>(op.attrs);
-        const Tensor& a = op.inputs[0];
-        const Tensor& b = op.inputs[1];
-        const Tensor& gc = g[0];
-        const bool ta = at.transpose_a, tb = at.transpose_b;
-        if (needs[0]) {
-          if (!ta) {
-            MT_ASSIGN_OR_RETURN((*grads)[0], MatMul(gc, b, false, !tb));
-          } else {
-            MT_ASSIGN_OR_RETURN((*grads)[0], MatMul(b, gc, tb, true));
-          }
-        }
-        if (needs[1]) {
-          if (!tb) {
-            MT_ASSIGN_OR_RETURN((*grads)[1], MatMul(a, gc, !ta, false));
-          } else {
-            MT_ASSIGN_OR_RETURN((*grads)[1], MatMul(gc, a, true, ta));
-          }
+        return ProductGrads(op, g[0], needs, grads);
+      });
+
+MT_OP(kMatMulBiasOp, "MatMulBias",
+      [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+        MT_RETURN_IF_ERROR(ProductGrads(op, g[0], needs, grads));
+        if (needs[2]) {
+          MT_ASSIGN_OR_RETURN(
+              (*grads)[2], internal::BiasGradient(g[0], op.inputs[2].shape()));
         }
         return absl::OkStatus();
       });

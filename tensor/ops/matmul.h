@@ -12,6 +12,14 @@ absl::StatusOr<Tensor> MatMul(const Tensor& a, const Tensor& b,
                               bool transpose_a = false,
                               bool transpose_b = false);
 
+// op(a) @ op(b) + bias, bias [n] along the product's last axis. The bias is
+// written into the output and the product accumulated onto it (BLAS beta =
+// 1, as PyTorch's addmm): one pass over the output fewer than MatMul then
+// BiasAdd, and none for BLAS's beta = 0 clearing.
+absl::StatusOr<Tensor> MatMulBias(const Tensor& a, const Tensor& b,
+                                  const Tensor& bias, bool transpose_a = false,
+                                  bool transpose_b = false);
+
 namespace internal {
 // out = alpha * op(a) @ op(b) + beta * out, into an existing tensor
 // (unrecorded; for fused layers and gradient kernels). `parallel` false

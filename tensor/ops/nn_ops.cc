@@ -157,6 +157,24 @@ absl::StatusOr<Tensor> BiasAdd(const Tensor& x, const Tensor& bias) {
   return y;
 }
 
+namespace internal {
+
+absl::StatusOr<Tensor> BiasGradient(const Tensor& dy, const Shape& bias_shape) {
+  if (!dy.device().is_cuda()) return SumToShape(dy, bias_shape);
+  int64_t rows, cols;
+  Rows(dy, &rows, &cols);
+  MT_ASSIGN_OR_RETURN(Tensor db,
+                      Tensor::Empty(dy.dtype(), bias_shape, dy.device()));
+  MT_RETURN_IF_ERROR(
+      KernelError("BiasAddGrad",
+                  cuda::ColumnSum(dy.dtype(), dy.raw_data(), rows, cols,
+                                  db.raw_data(), dy.device().index),
+                  {&dy}));
+  return db;
+}
+
+}  // namespace internal
+
 absl::StatusOr<Tensor> Softmax(const Tensor& logits) {
   return SoftmaxImpl(kSoftmaxOp, logits, /*log=*/false);
 }
@@ -275,23 +293,8 @@ MT_OP(kBiasAddOp, "BiasAdd",
       [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
         if (needs[0]) (*grads)[0] = g[0];
         if (!needs[1]) return absl::OkStatus();
-        const Tensor& dy = g[0];
-        if (!dy.device().is_cuda()) {
-          MT_ASSIGN_OR_RETURN((*grads)[1],
-                              SumToShape(dy, op.inputs[1].shape()));
-          return absl::OkStatus();
-        }
-        int64_t rows, cols;
-        Rows(dy, &rows, &cols);
-        MT_ASSIGN_OR_RETURN(
-            Tensor db,
-            Tensor::Empty(dy.dtype(), op.inputs[1].shape(), dy.device()));
-        MT_RETURN_IF_ERROR(
-            KernelError("BiasAddGrad",
-                        cuda::ColumnSum(dy.dtype(), dy.raw_data(), rows, cols,
-                                        db.raw_data(), dy.device().index),
-                        {&dy}));
-        (*grads)[1] = std::move(db);
+        MT_ASSIGN_OR_RETURN((*grads)[1],
+                            internal::BiasGradient(g[0], op.inputs[1].shape()));
         return absl::OkStatus();
       });
 

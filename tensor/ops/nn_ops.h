@@ -12,6 +12,11 @@ namespace mirrortrain::ops {
 
 // x + bias along the last dimension (NHWC / [batch, units]).
 absl::StatusOr<Tensor> BiasAdd(const Tensor& x, const Tensor& bias);
+namespace internal {
+// The gradient of a bias added along dy's last dimension: dy summed over
+// every other axis (BiasAdd's and MatMulBias's).
+absl::StatusOr<Tensor> BiasGradient(const Tensor& dy, const Shape& bias_shape);
+}  // namespace internal
 // Along the last axis.
 absl::StatusOr<Tensor> Softmax(const Tensor& logits);
 absl::StatusOr<Tensor> LogSoftmax(const Tensor& logits);

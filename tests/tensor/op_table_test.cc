@@ -111,6 +111,15 @@ const std::vector<OpRow>& Rows() {
          return ops::Concat({plain, batched}, 0);
        },
        Args(Rand({3, 4}), Rand({4, 5}), Rand({2, 4, 3}), Rand({2, 5, 4}))},
+      {"MatMulBias",
+       [](const Inputs& in) -> absl::StatusOr<Tensor> {
+         // Plain, and with the first operand transposed.
+         MT_ASSIGN_OR_RETURN(Tensor plain, ops::MatMulBias(in[0], in[1], in[2]));
+         MT_ASSIGN_OR_RETURN(Tensor transposed,
+                             ops::MatMulBias(in[3], in[1], in[2], true));
+         return ops::Concat({plain, transposed}, 0);
+       },
+       Args(Rand({3, 4}), Rand({4, 5}), Rand({5}), Rand({4, 3}))},
       {"BiasAdd", [](const Inputs& in) { return ops::BiasAdd(in[0], in[1]); },
        Args(Rand({2, 3, 4}), Rand({4}))},
       {"BiasAddRelu",
