@@ -11,6 +11,7 @@
 #include "tensor/ops/reduction_ops.h"
 #include "tensor/parallel.h"
 #include "tensor/status_macros.h"
+#include "tensor/vector_clones.h"
 
 namespace mirrortrain::ops {
 namespace {
@@ -33,16 +34,16 @@ namespace {
 // Elementwise loops split over threads above this many elements.
 constexpr int64_t kParallelGrain = 1 << 15;
 
-template <typename T, typename F>
-void UnaryLoop(const T* x, T* y, int64_t n, F f) {
-  ParallelFor(n, kParallelGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) y[i] = f(x[i]);
-  });
+template <typename T, UnaryKind K>
+MT_VECTOR_CLONES void UnaryRange(const T* x, T* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = ApplyUnary(K, x[i]);
 }
 
 template <typename T, UnaryKind K>
 void CpuUnaryOf(const T* x, T* y, int64_t n) {
-  UnaryLoop(x, y, n, [](T v) { return ApplyUnary(K, v); });
+  ParallelFor(n, kParallelGrain, [&](int64_t begin, int64_t end) {
+    UnaryRange<T, K>(x + begin, y + begin, end - begin);
+  });
 }
 
 template <typename T>
@@ -75,7 +76,12 @@ void CpuUnary(UnaryKind kind, const T* x, T* y, int64_t n) {
 
 using internal::BroadcastStrides;
 
-template <typename T, typename F>
+template <typename T, BinaryKind K>
+MT_VECTOR_CLONES void BinaryRange(const T* a, const T* b, T* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = ApplyBinary(K, a[i], b[i]);
+}
+
+template <typename T, BinaryKind K, typename F>
 void BinaryLoop(const Tensor& a, const Tensor& b, Tensor& out, F f) {
   const T* pa = a.data<T>();
   const T* pb = b.data<T>();
@@ -84,7 +90,7 @@ void BinaryLoop(const Tensor& a, const Tensor& b, Tensor& out, F f) {
   if (n == 0) return;
   if (a.shape() == b.shape()) {
     ParallelFor(n, kParallelGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) po[i] = f(pa[i], pb[i]);
+      BinaryRange<T, K>(pa + begin, pb + begin, po + begin, end - begin);
     });
     return;
   }
@@ -138,7 +144,7 @@ void BinaryLoop(const Tensor& a, const Tensor& b, Tensor& out, F f) {
 // loop vectorises.
 template <typename T, BinaryKind K>
 void CpuBinaryOf(const Tensor& a, const Tensor& b, Tensor& out) {
-  BinaryLoop<T>(a, b, out, [](T x, T y) { return ApplyBinary(K, x, y); });
+  BinaryLoop<T, K>(a, b, out, [](T x, T y) { return ApplyBinary(K, x, y); });
 }
 
 template <typename T>

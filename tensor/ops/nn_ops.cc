@@ -16,6 +16,7 @@
 #include "tensor/ops/reduction_ops.h"
 #include "tensor/parallel.h"
 #include "tensor/status_macros.h"
+#include "tensor/vector_clones.h"
 #include "tensor/vector_math.h"
 
 namespace mirrortrain::ops {
@@ -63,7 +64,7 @@ T ExpOfNonPositive(T d) {
 // Writes exp(x - max) of one row to e; returns the max and the sum (both
 // over lanes, lane_reduce.h).
 template <typename T>
-std::pair<T, T> ExpRow(const T* x, T* e, int64_t cols) {
+MT_VECTOR_CLONES std::pair<T, T> ExpRow(const T* x, T* e, int64_t cols) {
   const T mx = LaneReduce<T>(
       cols, -std::numeric_limits<T>::infinity(),
       [&](int64_t c) { return x[c]; }, [](T a, T b) { return std::max(a, b); });

@@ -5,11 +5,16 @@
 // (elementwise_kind.h) against the exact formula.
 #include "tensor/vector_math.h"
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "tensor/elementwise_kind.h"
+#include "tensor/ops/math_ops.h"
+#include "tensor/tensor.h"
 
 namespace mirrortrain {
 namespace {
@@ -104,6 +109,42 @@ TEST(VectorMathTest, FloatGeluAndGradientMatchDouble) {
   EXPECT_LT(worst[1], 2e-7) << "gelu (tanh)";
   EXPECT_LT(worst[2], 3e-7) << "gelu gradient";
   EXPECT_LT(worst[3], 6e-7) << "gelu (tanh) gradient";
+}
+
+// The CPU kernels are compiled twice, for AVX2 and baseline x86-64
+// (vector_clones.h), and run whichever this CPU supports: either must give
+// the bits of the functions evaluated one by one in this (baseline) file,
+// so results do not depend on the machine.
+TEST(VectorMathTest, CpuKernelsComputeTheBitsOfTheScalarFunctions) {
+  std::vector<float> xs = {0.0f, -0.0f, 1e-30f, -1e-30f, 40.0f, -40.0f};
+  for (int i = 0; i <= 10007; ++i) xs.push_back(-14.0f + 28.0f * i / 10007);
+  std::vector<float> gs(xs.size());
+  for (size_t i = 0; i < gs.size(); ++i) gs[i] = std::sin(0.37f * i);
+  const Shape shape = {static_cast<int64_t>(xs.size())};
+  const Tensor x = Tensor::FromVector(xs, shape);
+  const Tensor g = Tensor::FromVector(gs, shape);
+  const auto same_bits = [&](const Tensor& got, auto expected, const char* f) {
+    for (size_t i = 0; i < xs.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(got.data<float>()[i]),
+                std::bit_cast<uint32_t>(expected(i)))
+          << f << " at x = " << xs[i];
+    }
+  };
+  for (UnaryKind kind : {UnaryKind::kGelu, UnaryKind::kGeluTanh,
+                         UnaryKind::kSigmoid, UnaryKind::kExp}) {
+    auto y = ops::internal::UnaryKernel("Unary", kind, x);
+    ASSERT_TRUE(y.ok()) << y.status();
+    same_bits(
+        *y, [&](size_t i) { return ApplyUnary(kind, xs[i]); }, "unary");
+  }
+  for (BinaryKind kind : {BinaryKind::kGeluGrad, BinaryKind::kGeluTanhGrad,
+                          BinaryKind::kMul, BinaryKind::kDiv}) {
+    auto y = ops::internal::BinaryKernel("Binary", kind, g, x);
+    ASSERT_TRUE(y.ok()) << y.status();
+    same_bits(
+        *y, [&](size_t i) { return ApplyBinary(kind, gs[i], xs[i]); },
+        "binary");
+  }
 }
 
 }  // namespace
