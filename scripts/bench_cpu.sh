@@ -31,11 +31,18 @@ mt_rate() {  # model steps log_every [extra --set args...]
   local model=$1 steps=$2 every=$3
   shift 3
   local dir="$OUT/$model-$RANDOM"
+  # The PyTorch twins do not augment, so neither does this run (the resnet
+  # config's crops and flips are switched off).
+  local no_augment=()
+  if grep -q '^  augment:' "configs/fashion_mnist_$model.yaml"; then
+    no_augment=(--set data.augment.random_crop_padding=0
+                --set data.augment.horizontal_flip=false)
+  fi
   "$MT" train --config "configs/fashion_mnist_$model.yaml" \
     --run_dir "$dir" --set data.name=synthetic --set data.test_examples=1000 \
     --set data.global_batch_size="$BATCH" --set train.steps="$steps" \
     --set train.log_every_steps="$every" --set train.eval_every_epochs=0 \
-    --set checkpoint.every_steps=0 "$@" 2>/dev/null
+    --set checkpoint.every_steps=0 "${no_augment[@]}" "$@" 2>/dev/null
   python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1]) if '\"train\"' in l]; print(round(r[-1]['samples_per_sec'],1))" "$dir/metrics.jsonl"
 }
 
