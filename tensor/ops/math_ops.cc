@@ -81,8 +81,9 @@ MT_VECTOR_CLONES void BinaryRange(const T* a, const T* b, T* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = ApplyBinary(K, a[i], b[i]);
 }
 
-template <typename T, BinaryKind K, typename F>
-void BinaryLoop(const Tensor& a, const Tensor& b, Tensor& out, F f) {
+template <typename T, BinaryKind K>
+void BinaryLoop(const Tensor& a, const Tensor& b, Tensor& out) {
+  const auto f = [](T x, T y) { return ApplyBinary(K, x, y); };
   const T* pa = a.data<T>();
   const T* pb = b.data<T>();
   T* po = out.data<T>();
@@ -144,7 +145,7 @@ void BinaryLoop(const Tensor& a, const Tensor& b, Tensor& out, F f) {
 // loop vectorises.
 template <typename T, BinaryKind K>
 void CpuBinaryOf(const Tensor& a, const Tensor& b, Tensor& out) {
-  BinaryLoop<T, K>(a, b, out, [](T x, T y) { return ApplyBinary(K, x, y); });
+  BinaryLoop<T, K>(a, b, out);
 }
 
 template <typename T>
