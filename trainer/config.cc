@@ -106,7 +106,34 @@ const ParamSchema& AugmentSchema() {
                 "at a random offset (0: no crop)"),
        Param::Bool("horizontal_flip")
            .Default(false)
-           .Doc("mirror left-right with probability 1/2")}};
+           .Doc("mirror left-right with probability 1/2"),
+       Param::Float("random_erasing")
+           .Default(0.0)
+           .Min(0)
+           .Max(1)
+           .Doc("probability of setting a random rectangle to 0 after the "
+                "crop and flip (torchvision's RandomErasing)"),
+       Param::FloatList("erasing_scale")
+           .Default(std::vector<double>{0.02, 0.33})
+           .Min(0, false)
+           .Max(1)
+           .Doc("[lo, hi]: the erased area, a uniform fraction of the "
+                "image's"),
+       Param::FloatList("erasing_ratio")
+           .Default(std::vector<double>{0.3, 3.3})
+           .Min(0, false)
+           .Doc("[lo, hi]: the erased height / width, log-uniform")},
+      [](const Params& p) -> absl::Status {
+        for (const char* key : {"erasing_scale", "erasing_ratio"}) {
+          const std::vector<double> range = p.FloatList(key);
+          if (range.size() != 2 || range[0] > range[1]) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(key, ": must be [lo, hi] with lo <= hi, got [",
+                             absl::StrJoin(range, ", "), "]"));
+          }
+        }
+        return absl::OkStatus();
+      }};
   return *s;
 }
 
@@ -822,8 +849,13 @@ absl::Status ReadData(const Reader& r, const YAML::Node& node, Config* c,
   if (!normalize.IsNull("mean")) {
     d.normalize = {normalize.FloatList("mean"), normalize.FloatList("std")};
   }
-  d.augment = {augment.Int("random_crop_padding"),
-               augment.Bool("horizontal_flip")};
+  const std::vector<double> scale = augment.FloatList("erasing_scale"),
+                            ratio = augment.FloatList("erasing_ratio");
+  d.augment = {.random_crop_padding = augment.Int("random_crop_padding"),
+               .horizontal_flip = augment.Bool("horizontal_flip"),
+               .random_erasing = augment.Float("random_erasing"),
+               .erasing_scale = {scale[0], scale[1]},
+               .erasing_ratio = {ratio[0], ratio[1]}};
   const Params& common = d.source;
   d.name = name;
   d.global_batch_size = common.Int("global_batch_size");

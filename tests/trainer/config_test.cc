@@ -1,5 +1,6 @@
 #include "trainer/config.h"
 
+#include <array>
 #include <fstream>
 #include <sstream>
 
@@ -266,13 +267,18 @@ TEST(ConfigTest, DataNormalizeAndAugment) {
   auto c = ParseConfig(
       "data:\n  name: synthetic\n"
       "  normalize: {mean: [0.5, 0.25, 0], std: [0.25, 1, 2]}\n"
-      "  augment: {random_crop_padding: 4}\n",
+      "  augment: {random_crop_padding: 4, random_erasing: 0.25,\n"
+      "            erasing_scale: [0.05, 0.2]}\n",
       "a.yaml", {"data.augment.horizontal_flip=true"});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->data.normalize.mean, (std::vector<double>{0.5, 0.25, 0}));
   EXPECT_EQ(c->data.normalize.stddev, (std::vector<double>{0.25, 1, 2}));
   EXPECT_EQ(c->data.augment.random_crop_padding, 4);
   EXPECT_TRUE(c->data.augment.horizontal_flip);
+  EXPECT_EQ(c->data.augment.random_erasing, 0.25);
+  EXPECT_EQ(c->data.augment.erasing_scale, (std::array<double, 2>{0.05, 0.2}));
+  // torchvision's default.
+  EXPECT_EQ(c->data.augment.erasing_ratio, (std::array<double, 2>{0.3, 3.3}));
   // The resolved config reads back to the same.
   auto again = ParseConfig(c->resolved_yaml, "r.yaml", {});
   ASSERT_TRUE(again.ok()) << again.status();
@@ -302,6 +308,15 @@ TEST(ConfigTest, BadDataNormalizeAndAugmentNameTheKey) {
        "b.yaml:1: data.normalize: expected a mapping of keys"},
       {"data: {augment: {random_crop_padding: -1}}",
        "b.yaml:1: data.augment.random_crop_padding: "},
+      {"data: {augment: {random_erasing: 1.5}}",
+       "b.yaml:1: data.augment.random_erasing: "},
+      {"data: {augment: {erasing_scale: [0.3, 0.1]}}",
+       "b.yaml:1: data.augment.erasing_scale: must be [lo, hi] with lo <= hi, "
+       "got [0.3, 0.1]"},
+      {"data: {augment: {erasing_ratio: [0.5]}}",
+       "b.yaml:1: data.augment.erasing_ratio: must be [lo, hi]"},
+      {"data: {augment: {erasing_ratio: [0, 2]}}",
+       "b.yaml:1: data.augment.erasing_ratio: "},
       {"data: {augment: {vertical_flip: true}}",
        "b.yaml:1: data.augment.vertical_flip: unknown key"},
       {"data: {name: cifar10}", "b.yaml:1: data.dir: required"},

@@ -80,7 +80,8 @@ checkpoint: {every_steps: 0}
 constexpr char kCifarData[] = R"(  name: cifar10
   dir: DIR
   normalize: {mean: [0.2, 0.2, 0.25], std: [0.3, 0.3, 0.3]}
-  augment: {random_crop_padding: 4, horizontal_flip: true})";
+  augment: {random_crop_padding: 4, horizontal_flip: true,
+            random_erasing: 0.5})";
 
 std::string CifarData(const std::string& dir) {
   std::string data = kCifarData;
@@ -101,6 +102,7 @@ TEST(DataCliTest, TrainsOnCifarFilesWithAugmentAndNormalize) {
   const std::string resolved = ReadFile(dir + "/run/config.yaml");
   EXPECT_THAT(resolved, HasSubstr("random_crop_padding: 4"));
   EXPECT_THAT(resolved, HasSubstr("horizontal_flip: true"));
+  EXPECT_THAT(resolved, HasSubstr("random_erasing: 0.5"));
   EXPECT_THAT(resolved, HasSubstr("std: [0.3, 0.3, 0.3]"));
   const std::vector<std::string> metrics =
       Lines(ReadFile(dir + "/run/metrics.jsonl"));
@@ -311,12 +313,13 @@ TEST(DataCliTest, NormalizeAndAugmentThatDoNotFitTheDataExit2) {
                        {"y_train.npy", NpyBytes("<i8", {4}, RawBytes(y))},
                        {"x_test.npy", NpyBytes("|u1", {4, 6}, RawBytes(x))},
                        {"y_test.npy", NpyBytes("<i8", {4}, RawBytes(y))}}));
-  ExpectExit2({"train", "--config", config, "--run_dir", dir + "/run", "--set",
-               absl::StrCat("data={name: npz, path: ", dir,
-                            "/flat.npz, augment: {horizontal_flip: true}}"),
-               "--set", "model={name: mlp}"},
-              "data.augment: crops and flips need images [N, H, W, C], the "
-              "data is [4,6]");
+  ExpectExit2(
+      {"train", "--config", config, "--run_dir", dir + "/run", "--set",
+       absl::StrCat("data={name: npz, path: ", dir,
+                    "/flat.npz, augment: {horizontal_flip: true}}"),
+       "--set", "model={name: mlp}"},
+      "data.augment: crops, flips and erasing need images [N, H, W, C], "
+      "the data is [4,6]");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "trainer/data/augment.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -11,8 +12,9 @@
 namespace mirrortrain::trainer {
 namespace {
 
-// The hash stream of augmentation draws (synthetic data uses 1..3).
+// The hash streams of augmentation draws (synthetic data uses 1..3).
 constexpr uint64_t kAugmentStream = 0x61756720;  // "aug "
+constexpr uint64_t kEraseStream = 0x65726173;    // "eras"
 
 // Uniform in [0, range) from 31 random bits (range <= 2^31), by
 // multiply-shift; its bias (range / 2^31) is negligible for crop offsets.
@@ -20,10 +22,43 @@ int64_t Below(uint64_t bits31, int64_t range) {
   return static_cast<int64_t>((bits31 * static_cast<uint64_t>(range)) >> 31);
 }
 
+// Random erasing as torchvision draws it: whether to erase, then up to 10
+// tries of (area, aspect ratio) until the rectangle fits, then its corner.
+// The draws come from one hash chain per (seed, epoch, index).
+void DrawErase(const AugmentOptions& options, int64_t h, int64_t w,
+               uint64_t bits, AugmentDraw* draw) {
+  const auto uniform = [&bits] {
+    bits = Mix64(bits);
+    return static_cast<double>(bits >> 11) * 0x1.0p-53;  // [0, 1)
+  };
+  const auto below = [&bits](int64_t range) {
+    bits = Mix64(bits);
+    return Below(bits & 0x7fffffff, range);
+  };
+  if (uniform() >= options.random_erasing) return;
+  const auto [scale_lo, scale_hi] = options.erasing_scale;
+  const double log_lo = std::log(options.erasing_ratio[0]);
+  const double log_hi = std::log(options.erasing_ratio[1]);
+  constexpr int kTries = 10;
+  for (int t = 0; t < kTries; ++t) {
+    const double area = static_cast<double>(h * w) *
+                        (scale_lo + (scale_hi - scale_lo) * uniform());
+    const double aspect = std::exp(log_lo + (log_hi - log_lo) * uniform());
+    const auto eh = static_cast<int64_t>(std::lround(std::sqrt(area * aspect)));
+    const auto ew = static_cast<int64_t>(std::lround(std::sqrt(area / aspect)));
+    if (eh >= h || ew >= w) continue;
+    draw->erase_h = eh;
+    draw->erase_w = ew;
+    draw->erase_y = below(h - eh + 1);
+    draw->erase_x = below(w - ew + 1);
+    return;
+  }
+}
+
 }  // namespace
 
-AugmentDraw DrawAugment(const AugmentOptions& options, uint64_t seed,
-                        int64_t epoch, int64_t index) {
+AugmentDraw DrawAugment(const AugmentOptions& options, int64_t h, int64_t w,
+                        uint64_t seed, int64_t epoch, int64_t index) {
   const uint64_t bits =
       Mix64(CounterHash(seed, kAugmentStream, static_cast<uint64_t>(epoch)) +
             static_cast<uint64_t>(index));
@@ -32,6 +67,13 @@ AugmentDraw DrawAugment(const AugmentOptions& options, uint64_t seed,
   draw.offset_y = Below(bits & 0x7fffffff, positions);
   draw.offset_x = Below((bits >> 31) & 0x7fffffff, positions);
   draw.flip = options.horizontal_flip && (bits >> 63) != 0;
+  if (options.random_erasing > 0) {
+    DrawErase(
+        options, h, w,
+        Mix64(CounterHash(seed, kEraseStream, static_cast<uint64_t>(epoch)) +
+              static_cast<uint64_t>(index)),
+        &draw);
+  }
   return draw;
 }
 
@@ -57,14 +99,19 @@ void AugmentImage(const AugmentDraw& draw, int64_t padding, const float* src,
       }
     }
   }
+  for (int64_t y = draw.erase_y; y < draw.erase_y + draw.erase_h; ++y) {
+    float* row = dst + (y * w + draw.erase_x) * c;
+    std::fill(row, row + draw.erase_w * c, 0.0f);
+  }
 }
 
 absl::Status CheckAugmentable(const AugmentOptions& options,
                               const Shape& images) {
   if (!options.enabled() || images.size() == 4) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "data.augment: crops and flips need images [N, H, W, C], the data is ",
-      ShapeToString(images)));
+  return absl::InvalidArgumentError(
+      absl::StrCat("data.augment: crops, flips and erasing need images [N, H, "
+                   "W, C], the data is ",
+                   ShapeToString(images)));
 }
 
 absl::Status AugmentBatch(const AugmentOptions& options, uint64_t seed,
@@ -86,7 +133,7 @@ absl::Status AugmentBatch(const AugmentOptions& options, uint64_t seed,
   for (size_t i = 0; i < indices.size(); ++i) {
     float* image = data + static_cast<int64_t>(i) * pixels;
     std::memcpy(original.data(), image, pixels * sizeof(float));
-    AugmentImage(DrawAugment(options, seed, epoch, indices[i]),
+    AugmentImage(DrawAugment(options, h, w, seed, epoch, indices[i]),
                  options.random_crop_padding, original.data(), h, w, c, image);
   }
   return absl::OkStatus();

@@ -1,8 +1,9 @@
-// Augmentation: crops and flips on hand-made images, draws that depend on
-// (seed, epoch, example index) only, and the batch iterator applying them
+// Augmentation: crops, flips and erasing on hand-made images, draws that depend
+// on (seed, epoch, example index) only, and the batch iterator applying them
 // the same whatever the batch size or resume point.
 #include "trainer/data/augment.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -98,6 +99,75 @@ TEST(AugmentImageTest, FlipAppliesToTheCrop) {
   }
 }
 
+TEST(AugmentImageTest, ErasingZeroesTheRectangleOfTheOutput) {
+  // Flip, then erase rows 1..2, column 2 of the flipped image.
+  const std::vector<float> out = Apply(
+      {.flip = true, .erase_y = 1, .erase_x = 2, .erase_h = 2, .erase_w = 1},
+      0);
+  for (int64_t y = 0; y < kH; ++y) {
+    for (int64_t x = 0; x < kW; ++x) {
+      for (int64_t c = 0; c < kC; ++c) {
+        const bool erased = y >= 1 && x == 2;
+        EXPECT_EQ(At(out, y, x, c), erased ? 0.0f : Value(y, kW - 1 - x, c))
+            << y << "," << x << "," << c;
+      }
+    }
+  }
+}
+
+TEST(DrawAugmentTest, ErasingFollowsItsProbabilityScaleAndRatio) {
+  constexpr int64_t kSide = 28;
+  constexpr int kDraws = 4000;
+  const AugmentOptions always{.random_erasing = 1.0};
+  const AugmentOptions half{.random_erasing = 0.5};
+  int erased_half = 0;
+  std::set<int64_t> corners;
+  double min_area = 1, max_area = 0, min_ratio = 100, max_ratio = 0;
+  for (int64_t i = 0; i < kDraws; ++i) {
+    const AugmentDraw d = DrawAugment(always, kSide, kSide, 3, 1, i);
+    ASSERT_GT(d.erase_h, 0) << i;  // Every draw at these defaults fits.
+    ASSERT_GT(d.erase_w, 0) << i;
+    ASSERT_GE(d.erase_y, 0);
+    ASSERT_GE(d.erase_x, 0);
+    ASSERT_LE(d.erase_y + d.erase_h, kSide);
+    ASSERT_LE(d.erase_x + d.erase_w, kSide);
+    corners.insert(d.erase_y * kSide + d.erase_x);
+    const double area =
+        static_cast<double>(d.erase_h * d.erase_w) / (kSide * kSide);
+    const double ratio = static_cast<double>(d.erase_h) / d.erase_w;
+    min_area = std::min(min_area, area);
+    max_area = std::max(max_area, area);
+    min_ratio = std::min(min_ratio, ratio);
+    max_ratio = std::max(max_ratio, ratio);
+    const AugmentDraw again = DrawAugment(always, kSide, kSide, 3, 1, i);
+    EXPECT_EQ(again.erase_y, d.erase_y);
+    EXPECT_EQ(again.erase_x, d.erase_x);
+    EXPECT_EQ(again.erase_h, d.erase_h);
+    EXPECT_EQ(again.erase_w, d.erase_w);
+    erased_half += DrawAugment(half, kSide, kSide, 3, 1, i).erase_h > 0;
+    EXPECT_EQ(DrawAugment({}, kSide, kSide, 3, 1, i).erase_h, 0);
+  }
+  // Defaults [0.02, 0.33] and [0.3, 3.3], widened by rounding the sides to
+  // whole pixels (at most half a pixel each way).
+  EXPECT_GT(min_area, 0.012);
+  EXPECT_LT(min_area, 0.03);
+  EXPECT_GT(max_area, 0.30);
+  EXPECT_LT(max_area, 0.38);
+  EXPECT_GT(min_ratio, 0.2);
+  EXPECT_LT(min_ratio, 0.4);
+  EXPECT_GT(max_ratio, 2.5);
+  EXPECT_LT(max_ratio, 5.0);
+  EXPECT_GT(corners.size(), 300u);
+  // sd = sqrt(4000)/2 ~ 32; 5 of them.
+  EXPECT_NEAR(erased_half, kDraws / 2, 160);
+
+  // A rectangle that never fits (the whole image) erases nothing.
+  const AugmentOptions whole{.random_erasing = 1.0,
+                             .erasing_scale = {1.0, 1.0},
+                             .erasing_ratio = {1.0, 1.0}};
+  EXPECT_EQ(DrawAugment(whole, kSide, kSide, 3, 1, 0).erase_h, 0);
+}
+
 TEST(DrawAugmentTest, DependsOnSeedEpochAndIndexOnly) {
   const AugmentOptions options{.random_crop_padding = 4,
                                .horizontal_flip = true};
@@ -105,8 +175,8 @@ TEST(DrawAugmentTest, DependsOnSeedEpochAndIndexOnly) {
   std::set<int64_t> offsets;
   constexpr int kDraws = 2000;
   for (int64_t i = 0; i < kDraws; ++i) {
-    const AugmentDraw a = DrawAugment(options, 7, 3, i);
-    const AugmentDraw again = DrawAugment(options, 7, 3, i);
+    const AugmentDraw a = DrawAugment(options, 9, 9, 7, 3, i);
+    const AugmentDraw again = DrawAugment(options, 9, 9, 7, 3, i);
     EXPECT_EQ(a.offset_y, again.offset_y);
     EXPECT_EQ(a.offset_x, again.offset_x);
     EXPECT_EQ(a.flip, again.flip);
@@ -116,10 +186,10 @@ TEST(DrawAugmentTest, DependsOnSeedEpochAndIndexOnly) {
     ASSERT_LE(a.offset_x, 8);
     offsets.insert(a.offset_y * 9 + a.offset_x);
     flips += a.flip;
-    const AugmentDraw next = DrawAugment(options, 7, 4, i);
+    const AugmentDraw next = DrawAugment(options, 9, 9, 7, 4, i);
     differ_epoch += next.offset_y != a.offset_y ||
                     next.offset_x != a.offset_x || next.flip != a.flip;
-    const AugmentDraw seed = DrawAugment(options, 8, 3, i);
+    const AugmentDraw seed = DrawAugment(options, 9, 9, 8, 3, i);
     differ_seed += seed.offset_y != a.offset_y || seed.offset_x != a.offset_x ||
                    seed.flip != a.flip;
   }
@@ -131,11 +201,13 @@ TEST(DrawAugmentTest, DependsOnSeedEpochAndIndexOnly) {
   EXPECT_GT(differ_seed, kDraws * 9 / 10);
 
   // Disabled parts draw nothing.
-  const AugmentDraw flip_only = DrawAugment({.horizontal_flip = true}, 7, 3, 0);
+  const AugmentDraw flip_only =
+      DrawAugment({.horizontal_flip = true}, 9, 9, 7, 3, 0);
   EXPECT_EQ(flip_only.offset_y, 0);
   EXPECT_EQ(flip_only.offset_x, 0);
+  EXPECT_EQ(flip_only.erase_h, 0);
   for (int64_t i = 0; i < 100; ++i) {
-    EXPECT_FALSE(DrawAugment({.random_crop_padding = 2}, 7, 3, i).flip);
+    EXPECT_FALSE(DrawAugment({.random_crop_padding = 2}, 9, 9, 7, 3, i).flip);
   }
 }
 
@@ -157,7 +229,9 @@ InMemoryDataset Images(int64_t n) {
 
 constexpr uint64_t kSeed = 5;
 const AugmentOptions kOptions{.random_crop_padding = 2,
-                              .horizontal_flip = true};
+                              .horizontal_flip = true,
+                              .random_erasing = 0.5,
+                              .erasing_scale = {0.1, 0.3}};
 
 // Image of example `label` as the iterator gave it, keyed by
 // (epoch, example).
@@ -202,7 +276,7 @@ TEST(AugmentBatchTest, EachExampleGetsItsOwnDrawWhateverTheBatchSize) {
   for (const auto& [key, image] : by4) {
     const auto [epoch, k] = key;
     // What DrawAugment says, applied by hand to the raw image.
-    const AugmentDraw draw = DrawAugment(kOptions, kSeed, epoch, k);
+    const AugmentDraw draw = DrawAugment(kOptions, 4, 4, kSeed, epoch, k);
     const std::vector<float> raw(d.images.data<float>() + k * 16,
                                  d.images.data<float>() + (k + 1) * 16);
     std::vector<float> expected(16);
@@ -250,7 +324,7 @@ TEST(AugmentBatchTest, NeedsImages) {
       BatchIterator::Create(&flat, opt);
   ASSERT_FALSE(it.ok());
   EXPECT_THAT(it.status().message(),
-              HasSubstr("data.augment: crops and flips need images "
+              HasSubstr("data.augment: crops, flips and erasing need images "
                         "[N, H, W, C], the data is [6,5]"));
   EXPECT_TRUE(CheckAugmentable({}, {6, 5}).ok());
 }
