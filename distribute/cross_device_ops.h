@@ -23,6 +23,12 @@ class CrossDeviceOps {
   // replicas, in place. Every replica ends with bitwise-identical values.
   virtual absl::Status AllReduce(int replica, ReduceOp op, Tensor& buffer) = 0;
   virtual void Abort(const absl::Status& reason) = 0;
+  // An error the transport met after AllReduce returned (NCCL's
+  // asynchronous error on replica `replica`'s communicator); OK if none.
+  // Any thread; the collective watchdog polls it.
+  virtual absl::Status AsyncError(int /*replica*/) const {
+    return absl::OkStatus();
+  }
   virtual std::string name() const = 0;
   // Whether a collective gains from its own thread. Device collectives
   // (NCCL) only enqueue work and overlap compute; host collectives run on

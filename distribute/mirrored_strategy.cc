@@ -36,13 +36,14 @@ class NoCommunication final : public CrossDeviceOps {
 class MirroredStrategy::Replica final : public ReplicaContext {
  public:
   Replica(int id, int count, int first, int in_sync, Device device,
-          CrossDeviceOps* ops)
+          CrossDeviceOps* ops, CollectiveWatchdog* watchdog)
       : id_(id),
         count_(count),
         first_(first),
         in_sync_(in_sync),
         device_(device),
-        ops_(ops) {
+        ops_(ops),
+        watchdog_(watchdog) {
     if (id > 0) worker_ = std::make_unique<ThreadPool>(1);
   }
   int replica_id() const override { return id_; }
@@ -68,12 +69,12 @@ class MirroredStrategy::Replica final : public ReplicaContext {
 
   std::shared_future<absl::Status> PackAndAllReduceAsync(
       ReduceOp op, std::vector<Tensor> parts, Tensor buffer) override {
-    started_.fetch_add(1, std::memory_order_relaxed);
+    const int64_t index = started_.fetch_add(1, std::memory_order_relaxed);
     auto done = std::make_shared<std::promise<absl::Status>>();
     std::shared_future<absl::Status> future = done->get_future().share();
     if (device_.is_cuda()) {
-      absl::Status posted =
-          PostDeviceAllReduce(op, std::move(parts), std::move(buffer), done);
+      absl::Status posted = PostDeviceAllReduce(op, std::move(parts),
+                                                std::move(buffer), index, done);
       if (!posted.ok()) done->set_value(posted);
       return future;
     }
@@ -97,6 +98,7 @@ class MirroredStrategy::Replica final : public ReplicaContext {
     if (!device_.is_cuda()) return absl::OkStatus();
     MT_ASSIGN_OR_RETURN(compute_, cuda::Stream::Create(device_.index));
     MT_ASSIGN_OR_RETURN(communication_, cuda::Stream::Create(device_.index));
+    MT_ASSIGN_OR_RETURN(reduced_, cuda::Event::Create(device_.index));
     return absl::OkStatus();
   }
   // nullptr (the thread's default stream) for CPU replicas.
@@ -115,53 +117,81 @@ class MirroredStrategy::Replica final : public ReplicaContext {
   // The collective waits (on the GPU, not the host) for the compute stream
   // to have produced `parts` and `buffer`, packs and reduces on the
   // communication stream while the compute stream goes on with backward,
-  // and is finished (stream synchronised) before the future is set: the
-  // caller may then use the result on any stream, and the tensors may be
-  // freed (the allocator's cross-stream contract). Returns only errors met
-  // before posting; OkStatus means the posted task will set `done` itself.
+  // and is finished (stream synchronised, under the watchdog) before the
+  // future is set: the caller may then use the result on any stream, and
+  // the tensors may be freed (the allocator's cross-stream contract).
+  // Returns only errors met before posting; OkStatus means the posted task
+  // will set `done` itself. Local (device kernel) and NCCL reductions both
+  // take this path.
   absl::Status PostDeviceAllReduce(
-      ReduceOp op, std::vector<Tensor> parts, Tensor buffer,
+      ReduceOp op, std::vector<Tensor> parts, Tensor buffer, int64_t index,
       std::shared_ptr<std::promise<absl::Status>> done) {
     MT_ASSIGN_OR_RETURN(cuda::Event ready, cuda::Event::Create(device_.index));
     MT_RETURN_IF_ERROR(ready.Record(compute_.handle()));
     auto event = std::make_shared<cuda::Event>(std::move(ready));
-    comm_.Post(
-        [this, op, parts = std::move(parts), buffer, done, event]() mutable {
-          cuda::ScopedCurrentStream scope(communication_.handle());
-          absl::Status s = event->MakeStreamWait(communication_.handle());
-          if (s.ok()) s = PackInto(parts, buffer);
-          if (s.ok()) s = ops_->AllReduce(id_, op, buffer);
-          if (s.ok()) s = communication_.Synchronize();
-          // Drop this task's references before the waiter goes on, so the
-          // tensors return to their pools at a fixed point of the step.
-          parts.clear();
-          buffer = Tensor();
-          event.reset();
-          done->set_value(s);
-        });
+    comm_.Post([this, op, parts = std::move(parts), buffer, index, done,
+                event]() mutable {
+      cuda::ScopedCurrentStream scope(communication_.handle());
+      absl::Status s = event->MakeStreamWait(communication_.handle());
+      if (s.ok()) s = PackInto(parts, buffer);
+      if (s.ok()) s = ops_->AllReduce(id_, op, buffer);
+      if (s.ok()) {
+        s = WaitWatched(absl::StrCat("all-reduce #", index, " (",
+                                     buffer.DebugString(), ")"));
+      }
+      // Drop this task's references before the waiter goes on, so the
+      // tensors return to their pools at a fixed point of the step.
+      parts.clear();
+      buffer = Tensor();
+      event.reset();
+      done->set_value(s);
+    });
     return absl::OkStatus();
+  }
+
+  // Waits for the communication stream with the watchdog watching: a
+  // collective that a peer never joins is aborted and reported (its
+  // ncclCommAbort ends the wait), never waited for forever.
+  absl::Status WaitWatched(std::string what) {
+    MT_RETURN_IF_ERROR(reduced_.Record(communication_.handle()));
+    const uint64_t ticket = watchdog_->Watch(
+        id_, std::move(what), [this]() -> absl::StatusOr<bool> {
+          MT_RETURN_IF_ERROR(ops_->AsyncError(id_));
+          return reduced_.Query();
+        });
+    absl::Status synced = communication_.Synchronize();
+    absl::Status report = watchdog_->Finish(ticket);
+    return report.ok() ? synced : report;
   }
 
   const int id_, count_, first_, in_sync_;
   const Device device_;
   CrossDeviceOps* ops_;
+  CollectiveWatchdog* watchdog_;  // Null for CPU replicas.
   cuda::Stream compute_, communication_;
-  ThreadPool comm_{1};  // Runs this replica's device collectives in order.
+  cuda::Event reduced_;  // After the last collective (comm thread only).
+  ThreadPool comm_{1};   // Runs this replica's device collectives in order.
   std::atomic<int64_t> started_{0};  // Collectives started (any thread).
   std::unique_ptr<ThreadPool> worker_;
 };
 
 MirroredStrategy::MirroredStrategy(std::vector<Device> devices,
                                    std::unique_ptr<CrossDeviceOps> ops,
-                                   int first_replica, int replicas_in_sync)
+                                   int first_replica, int replicas_in_sync,
+                                   std::chrono::milliseconds watchdog)
     : devices_(std::move(devices)),
       first_replica_(first_replica),
       replicas_in_sync_(replicas_in_sync),
       ops_(std::move(ops)) {
+  if (devices_[0].is_cuda()) {
+    watchdog_ = std::make_unique<CollectiveWatchdog>(
+        watchdog,
+        [ops = ops_.get()](const absl::Status& report) { ops->Abort(report); });
+  }
   for (size_t r = 0; r < devices_.size(); ++r) {
     replicas_.push_back(std::make_unique<Replica>(
         static_cast<int>(r), static_cast<int>(devices_.size()), first_replica,
-        replicas_in_sync, devices_[r], ops_.get()));
+        replicas_in_sync, devices_[r], ops_.get(), watchdog_.get()));
   }
 }
 
@@ -241,9 +271,9 @@ absl::StatusOr<std::unique_ptr<MirroredStrategy>> MirroredStrategy::Create(
   if (devices[0].is_cpu() && n > 1) {
     SetCpuMathThreads(std::max(1, HardwareConcurrency() / n));
   }
-  MT_ASSIGN_OR_RETURN(
-      std::unique_ptr<MirroredStrategy> strategy,
-      CreateWithOps(devices, std::move(ops), rank * n, process_count * n));
+  MT_ASSIGN_OR_RETURN(std::unique_ptr<MirroredStrategy> strategy,
+                      CreateWithOps(devices, std::move(ops), rank * n,
+                                    process_count * n, watchdog));
   for (auto& replica : strategy->replicas_) {
     replica->set_bucket_bytes(options.bucket_bytes);
   }
@@ -253,13 +283,14 @@ absl::StatusOr<std::unique_ptr<MirroredStrategy>> MirroredStrategy::Create(
 absl::StatusOr<std::unique_ptr<MirroredStrategy>>
 MirroredStrategy::CreateWithOps(const std::vector<Device>& devices,
                                 std::unique_ptr<CrossDeviceOps> ops,
-                                int first_replica, int replicas_in_sync) {
+                                int first_replica, int replicas_in_sync,
+                                std::chrono::milliseconds watchdog) {
   if (devices.empty()) return absl::InvalidArgumentError("no devices");
   if (replicas_in_sync == 0) {
     replicas_in_sync = static_cast<int>(devices.size());
   }
   std::unique_ptr<MirroredStrategy> strategy(new MirroredStrategy(
-      devices, std::move(ops), first_replica, replicas_in_sync));
+      devices, std::move(ops), first_replica, replicas_in_sync, watchdog));
   for (auto& replica : strategy->replicas_) {
     MT_RETURN_IF_ERROR(replica->CreateStreams());
   }

@@ -13,7 +13,10 @@
 // replica function runs; synchronised before Run returns) and a
 // communication stream on which its all-reduces run, ordered after the
 // compute stream by events, so gradient buckets are reduced while backward
-// goes on.
+// goes on. Local (device kernel) and NCCL reductions take this one path,
+// and a CollectiveWatchdog bounds how long each may take to complete on
+// the device: a stalled one aborts the collectives and fails the step
+// with DeadlineExceeded naming the replica and the collective.
 //
 // Several processes (`processes` of size P > 1, each with the same number
 // L of devices): this process's replicas are global replicas rank*L ..
@@ -27,10 +30,12 @@
 #ifndef MIRRORTRAIN_DISTRIBUTE_MIRRORED_STRATEGY_H_
 #define MIRRORTRAIN_DISTRIBUTE_MIRRORED_STRATEGY_H_
 
+#include <chrono>
 #include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "distribute/collective_watchdog.h"
 #include "distribute/cross_device_ops.h"
 #include "distribute/process_group.h"
 #include "distribute/strategy.h"
@@ -47,10 +52,12 @@ class MirroredStrategy final : public Strategy {
       ProcessGroup* processes = nullptr);
   // For tests: any CrossDeviceOps (e.g. one that stalls). `first_replica`
   // and `replicas_in_sync`: where this process's replicas lie among all
-  // (0 and devices.size() in one process).
+  // (0 and devices.size() in one process); `watchdog`: the bound on a
+  // device collective (MirroredOptions::watchdog_seconds).
   static absl::StatusOr<std::unique_ptr<MirroredStrategy>> CreateWithOps(
       const std::vector<Device>& devices, std::unique_ptr<CrossDeviceOps> ops,
-      int first_replica = 0, int replicas_in_sync = 0);
+      int first_replica = 0, int replicas_in_sync = 0,
+      std::chrono::milliseconds watchdog = std::chrono::minutes(5));
   ~MirroredStrategy() override;
 
   int num_replicas() const override {
@@ -67,11 +74,13 @@ class MirroredStrategy final : public Strategy {
   class Replica;
   MirroredStrategy(std::vector<Device> devices,
                    std::unique_ptr<CrossDeviceOps> ops, int first_replica,
-                   int replicas_in_sync);
+                   int replicas_in_sync, std::chrono::milliseconds watchdog);
 
   std::vector<Device> devices_;
   int first_replica_, replicas_in_sync_;
   std::unique_ptr<CrossDeviceOps> ops_;
+  // GPU replicas only; destroyed after the replicas' threads, before ops_.
+  std::unique_ptr<CollectiveWatchdog> watchdog_;
   std::vector<std::unique_ptr<Replica>> replicas_;
   absl::Status broken_;
 };

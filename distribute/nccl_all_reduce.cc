@@ -3,6 +3,10 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <atomic>
+#include <mutex>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/cuda_check.h"
@@ -22,22 +26,30 @@
 namespace mirrortrain::distribute {
 namespace {
 
-// Owns one communicator; destroyed (never throwing) with its owner.
+// Owns one communicator; destroyed (never throwing) with its owner, unless
+// it was aborted: ncclCommAbort frees it, and destroying it again would be
+// a double free.
 class NcclComm {
  public:
   explicit NcclComm(ncclComm_t comm) : comm_(comm) {}
-  NcclComm(NcclComm&& other) noexcept : comm_(other.comm_) {
-    other.comm_ = nullptr;
-  }
+  NcclComm(NcclComm&& other) noexcept
+      : comm_(std::exchange(other.comm_, nullptr)), aborted_(other.aborted_) {}
   NcclComm& operator=(NcclComm&&) = delete;
   NcclComm(const NcclComm&) = delete;
   ~NcclComm() {
-    if (comm_ != nullptr) ncclCommDestroy(comm_);
+    if (comm_ != nullptr && !aborted_) ncclCommDestroy(comm_);
   }
   ncclComm_t get() const { return comm_; }
+  // Aborts the communicator (blocked kernels return); once.
+  void Abort() {
+    if (comm_ == nullptr || aborted_) return;
+    aborted_ = true;
+    ncclCommAbort(comm_);
+  }
 
  private:
   ncclComm_t comm_;
+  bool aborted_ = false;
 };
 
 absl::StatusOr<ncclDataType_t> NcclType(DType dtype) {
@@ -71,6 +83,10 @@ class NcclAllReduce final : public CrossDeviceOps {
     MT_RETURN_IF_ERROR(guard.Set(devices_[replica]));
     cudaStream_t stream = static_cast<cudaStream_t>(cuda::CurrentStream());
     if (stream == nullptr) stream = cudaStreamPerThread;
+    // Not under mu_: with one thread per GPU an enqueue may wait for its
+    // peers, which only an abort releases. An abort racing this check is
+    // the case ncclCommAbort exists for (as PyTorch's watchdog uses it).
+    if (aborted_flag_.load(std::memory_order_acquire)) return AbortReason();
     MT_NCCL_RETURN_IF_ERROR(ncclAllReduce(
         buffer.raw_data(), buffer.raw_data(), buffer.num_elements(), type,
         op == ReduceOp::kMean ? ncclAvg : ncclSum, comms_[replica].get(),
@@ -78,17 +94,43 @@ class NcclAllReduce final : public CrossDeviceOps {
     return absl::OkStatus();
   }
 
-  // Aborting makes blocked ranks return; communicators are unusable after.
-  void Abort(const absl::Status&) override {
-    for (NcclComm& c : comms_) ncclCommAbort(c.get());
+  // Aborting makes blocked ranks return; the communicators are unusable
+  // after (and freed: never destroyed again), and later collectives fail
+  // with the first reason. Any thread, any number of times.
+  void Abort(const absl::Status& reason) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (aborted_.ok()) aborted_ = reason;
+    aborted_flag_.store(true, std::memory_order_release);
+    for (NcclComm& c : comms_) c.Abort();
+  }
+
+  absl::Status AsyncError(int replica) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!aborted_.ok()) return absl::OkStatus();  // Reported already.
+    ncclResult_t async = ncclSuccess;
+    MT_NCCL_RETURN_IF_ERROR(
+        ncclCommGetAsyncError(comms_[replica].get(), &async));
+    if (async != ncclSuccess && async != ncclInProgress) {
+      return absl::InternalError(absl::StrCat("NCCL on gpu:", devices_[replica],
+                                              ": ", ncclGetErrorString(async)));
+    }
+    return absl::OkStatus();
   }
 
   std::string name() const override { return "nccl"; }
   bool overlaps_compute() const override { return true; }
 
  private:
+  absl::Status AbortReason() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return aborted_;
+  }
+
   std::vector<int> devices_;
+  mutable std::mutex mu_;  // Orders aborts and asynchronous-error queries.
   std::vector<NcclComm> comms_;
+  absl::Status aborted_;  // Guarded by mu_.
+  std::atomic<bool> aborted_flag_{false};
 };
 
 }  // namespace

@@ -103,4 +103,11 @@ absl::Status Event::Synchronize() const {
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> Event::Query() const {
+  const cudaError_t result = cudaEventQuery(static_cast<cudaEvent_t>(handle_));
+  if (result == cudaErrorNotReady) return false;
+  MT_CUDA_RETURN_IF_ERROR(result);
+  return true;
+}
+
 }  // namespace mirrortrain::cuda

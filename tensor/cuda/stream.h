@@ -53,6 +53,8 @@ class Event {
   absl::Status MakeStreamWait(StreamHandle stream) const;
   // Blocks the calling thread until the recorded point is reached.
   absl::Status Synchronize() const;
+  // Whether the recorded point was reached, without waiting (any thread).
+  absl::StatusOr<bool> Query() const;
 
  private:
   void* handle_ = nullptr;

@@ -22,5 +22,6 @@ Event::~Event() = default;
 absl::Status Event::Record(StreamHandle) { return NotBuilt(); }
 absl::Status Event::MakeStreamWait(StreamHandle) const { return NotBuilt(); }
 absl::Status Event::Synchronize() const { return NotBuilt(); }
+absl::StatusOr<bool> Event::Query() const { return NotBuilt(); }
 
 }  // namespace mirrortrain::cuda
