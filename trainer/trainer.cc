@@ -579,48 +579,44 @@ int64_t Trainer::StepsPerEpoch() const {
   return (train_iterator_->BatchesPerEpoch() + k - 1) / k;
 }
 
-absl::Status Trainer::WithModel(
-    bool ema, const std::function<absl::Status(models::Model&, Device)>& fn) {
+absl::Status Trainer::ReadyWeightsToRead(bool ema) {
   if (ema && primary().ema == nullptr) {
     return absl::InvalidArgumentError(
         "EMA weights requested but the config has no ema.decay");
   }
   if (placement() == distribute::VariablePlacement::kCentral) {
-    // The replicas hold copies; load the chosen weights into them.
-    MT_RETURN_IF_ERROR(LoadReplicaModels(ema));
+    return LoadReplicaModels(ema);  // The replicas hold copies.
+  }
+  return ps_ ? SnapshotShards() : absl::OkStatus();
+}
+
+absl::Status Trainer::WithModel(
+    bool ema, const std::function<absl::Status(models::Model&, Device)>& fn) {
+  MT_RETURN_IF_ERROR(ReadyWeightsToRead(ema));
+  if (placement() == distribute::VariablePlacement::kCentral) {
     return fn(*replicas_[0].model, strategy_->devices()[0]);
   }
-  Replica* r = &replicas_[0];
-  Device device = strategy_->devices()[0];
-  if (ps_) {
-    MT_RETURN_IF_ERROR(SnapshotShards());
-    r = state_.get();
-    device = strategy_->variables_device();
-  }
+  Replica& r = ps_ ? *state_ : replicas_[0];
+  const Device device =
+      ps_ ? strategy_->variables_device() : strategy_->devices()[0];
   std::optional<ScopedEmaWeights> swap;
   if (ema) {
-    MT_ASSIGN_OR_RETURN(swap, ScopedEmaWeights::Create(*r->ema));
+    MT_ASSIGN_OR_RETURN(swap, ScopedEmaWeights::Create(*r.ema));
   }
-  absl::Status s = fn(*r->model, device);
+  absl::Status s = fn(*r.model, device);
   if (swap) MT_RETURN_IF_ERROR(swap->Restore());
   return s;
 }
 
 absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
-  if (ema && primary().ema == nullptr) {
-    return absl::InvalidArgumentError(
-        "EMA weights requested but the config has no ema.decay");
-  }
   // Every eval batch is sharded over the replicas like a training batch;
   // per-replica sums are then reduced (Strategy::Reduce). Central storage
   // loads the weights into the replicas first; asynchronous workers never
   // stop for an evaluation: it runs on the gathered state, on its device.
+  MT_RETURN_IF_ERROR(ReadyWeightsToRead(ema));
   distribute::Strategy* runner = strategy_.get();
   std::optional<distribute::OneDeviceStrategy> on_state;
-  if (placement() == distribute::VariablePlacement::kCentral) {
-    MT_RETURN_IF_ERROR(LoadReplicaModels(ema));
-  } else if (ps_) {
-    MT_RETURN_IF_ERROR(SnapshotShards());
+  if (ps_) {
     on_state.emplace(strategy_->variables_device());
     runner = &*on_state;
   }

@@ -212,6 +212,11 @@ class Trainer {
   // central_storage: copies the central variables (their EMA shadows with
   // `ema`) into every replica's model.
   absl::Status LoadReplicaModels(bool ema);
+  // Readies the weights an evaluation or WithModel reads: central storage
+  // loads the chosen ones into the replicas, parameter_server gathers its
+  // shards into state_. InvalidArgument when `ema` is asked for without
+  // ema.decay.
+  absl::Status ReadyWeightsToRead(bool ema);
 
   // The loop's bookkeeping shared by the synchronous and the asynchronous
   // drivers: window of logged steps, evaluations, checkpoints.
