@@ -23,6 +23,14 @@ namespace mirrortrain {
 void ParallelFor(int64_t n, int64_t min_chunk,
                  const std::function<void(int64_t, int64_t)>& fn);
 
+// min_chunk for a ParallelFor over rows of `cols` elements: enough rows for
+// about `elements` elements per chunk (at least one row), so short rows are
+// not handed out one by one.
+inline int64_t RowsPerChunk(int64_t cols, int64_t elements) {
+  const int64_t per_row = cols > 1 ? cols : 1;
+  return elements > per_row ? elements / per_row : 1;
+}
+
 }  // namespace mirrortrain
 
 #endif  // MIRRORTRAIN_TENSOR_PARALLEL_H_

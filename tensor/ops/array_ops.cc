@@ -54,7 +54,7 @@ void CpuTranspose(const Tensor& x, const std::vector<int>& perm, Tensor& out) {
   for (int i = 0; i < rank; ++i) in_strides[i] = xs[perm[i]];
   const Shape& shape = out.shape();
   const int64_t inner = shape[rank - 1], step = in_strides[rank - 1];
-  ParallelFor(n / inner, std::max<int64_t>(1, (1 << 14) / inner),
+  ParallelFor(n / inner, RowsPerChunk(inner, 1 << 14),
               [&](int64_t begin, int64_t end) {
                 // The multi-index of row `begin` over the outer dimensions.
                 std::vector<int64_t> counter(rank, 0);

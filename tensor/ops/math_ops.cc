@@ -81,6 +81,8 @@ MT_VECTOR_CLONES void BinaryRange(const T* a, const T* b, T* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = ApplyBinary(K, a[i], b[i]);
 }
 
+// One instantiation per kind: the switch in ApplyBinary folds away, so each
+// loop vectorises.
 template <typename T, BinaryKind K>
 void BinaryLoop(const Tensor& a, const Tensor& b, Tensor& out) {
   const auto f = [](T x, T y) { return ApplyBinary(K, x, y); };
@@ -141,34 +143,27 @@ void BinaryLoop(const Tensor& a, const Tensor& b, Tensor& out) {
   }
 }
 
-// One instantiation per kind: the switch in ApplyBinary folds away, so each
-// loop vectorises.
-template <typename T, BinaryKind K>
-void CpuBinaryOf(const Tensor& a, const Tensor& b, Tensor& out) {
-  BinaryLoop<T, K>(a, b, out);
-}
-
 template <typename T>
 void CpuBinary(BinaryKind kind, const Tensor& a, const Tensor& b, Tensor& out) {
   switch (kind) {
     case BinaryKind::kAdd:
-      return CpuBinaryOf<T, BinaryKind::kAdd>(a, b, out);
+      return BinaryLoop<T, BinaryKind::kAdd>(a, b, out);
     case BinaryKind::kSub:
-      return CpuBinaryOf<T, BinaryKind::kSub>(a, b, out);
+      return BinaryLoop<T, BinaryKind::kSub>(a, b, out);
     case BinaryKind::kMul:
-      return CpuBinaryOf<T, BinaryKind::kMul>(a, b, out);
+      return BinaryLoop<T, BinaryKind::kMul>(a, b, out);
     case BinaryKind::kDiv:
-      return CpuBinaryOf<T, BinaryKind::kDiv>(a, b, out);
+      return BinaryLoop<T, BinaryKind::kDiv>(a, b, out);
     case BinaryKind::kReluGrad:
-      return CpuBinaryOf<T, BinaryKind::kReluGrad>(a, b, out);
+      return BinaryLoop<T, BinaryKind::kReluGrad>(a, b, out);
     case BinaryKind::kSigmoidGrad:
-      return CpuBinaryOf<T, BinaryKind::kSigmoidGrad>(a, b, out);
+      return BinaryLoop<T, BinaryKind::kSigmoidGrad>(a, b, out);
     case BinaryKind::kTanhGrad:
-      return CpuBinaryOf<T, BinaryKind::kTanhGrad>(a, b, out);
+      return BinaryLoop<T, BinaryKind::kTanhGrad>(a, b, out);
     case BinaryKind::kGeluGrad:
-      return CpuBinaryOf<T, BinaryKind::kGeluGrad>(a, b, out);
+      return BinaryLoop<T, BinaryKind::kGeluGrad>(a, b, out);
     case BinaryKind::kGeluTanhGrad:
-      return CpuBinaryOf<T, BinaryKind::kGeluTanhGrad>(a, b, out);
+      return BinaryLoop<T, BinaryKind::kGeluTanhGrad>(a, b, out);
   }
 }
 

@@ -232,12 +232,11 @@ absl::Status BroadcastRows(const Tensor& bias, Tensor& out) {
   const size_t row_bytes = n * DTypeSize(out.dtype());
   const char* src = static_cast<const char*>(bias.raw_data());
   char* dst = static_cast<char*>(out.raw_data());
-  ParallelFor(rows, std::max<int64_t>(1, (1 << 15) / n),
-              [&](int64_t begin, int64_t end) {
-                for (int64_t r = begin; r < end; ++r) {
-                  std::memcpy(dst + r * row_bytes, src, row_bytes);
-                }
-              });
+  ParallelFor(rows, RowsPerChunk(n, 1 << 15), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      std::memcpy(dst + r * row_bytes, src, row_bytes);
+    }
+  });
   return absl::OkStatus();
 }
 

@@ -73,9 +73,7 @@ MT_VECTOR_CLONES std::pair<T, T> ExpRow(const T* x, T* e, int64_t cols) {
 }
 
 // Rows per ParallelFor chunk for row-wise kernels of `cols` columns.
-int64_t RowGrain(int64_t cols) {
-  return std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(cols, 1));
-}
+int64_t RowGrain(int64_t cols) { return RowsPerChunk(cols, 1 << 15); }
 
 template <typename T>
 void CpuSoftmax(const T* x, T* y, int64_t rows, int64_t cols, bool log) {

@@ -55,8 +55,7 @@ absl::StatusOr<Tensor> ChannelAffine(const char* op, const Tensor& x,
     const T* pb = b == nullptr ? nullptr : b->data<T>();
     T* py = y.data<T>();
     ParallelFor(
-        rows, std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(cols, 1)),
-        [&](int64_t begin, int64_t end) {
+        rows, RowsPerChunk(cols, 1 << 15), [&](int64_t begin, int64_t end) {
           for (int64_t r = begin; r < end; ++r) {
             const T* xr = px + r * cols;
             T* yr = py + r * cols;
@@ -157,8 +156,7 @@ void LayerNormForwardCpu(const T* x, const T* gamma, const T* beta, T* y,
                          T* mean, T* rstd, int64_t rows, int64_t cols,
                          double epsilon) {
   ParallelFor(
-      rows, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(cols, 1)),
-      [&](int64_t begin, int64_t end) {
+      rows, RowsPerChunk(cols, 1 << 14), [&](int64_t begin, int64_t end) {
         for (int64_t r = begin; r < end; ++r) {
           const T* xr = x + r * cols;
           const double m =
@@ -182,8 +180,7 @@ void LayerNormBackwardCpu(const T* x, const T* gamma, const T* dy,
                           const T* mean, const T* rstd, T* dx, T* xhat,
                           int64_t rows, int64_t cols) {
   ParallelFor(
-      rows, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(cols, 1)),
-      [&](int64_t begin, int64_t end) {
+      rows, RowsPerChunk(cols, 1 << 14), [&](int64_t begin, int64_t end) {
         for (int64_t r = begin; r < end; ++r) {
           const T* xr = x + r * cols;
           const T* gr = dy + r * cols;
