@@ -32,11 +32,10 @@ mt_rate() {  # model steps log_every [extra --set args...]
   shift 3
   local dir="$OUT/$model-$RANDOM"
   # The PyTorch twins do not augment, so neither does this run (the resnet
-  # config's crops and flips are switched off).
+  # config's augmentation is reset to its defaults: none).
   local no_augment=()
   if grep -q '^  augment:' "configs/fashion_mnist_$model.yaml"; then
-    no_augment=(--set data.augment.random_crop_padding=0
-                --set data.augment.horizontal_flip=false)
+    no_augment=(--set 'data.augment={}')
   fi
   "$MT" train --config "configs/fashion_mnist_$model.yaml" \
     --run_dir "$dir" --set data.name=synthetic --set data.test_examples=1000 \
