@@ -55,24 +55,26 @@ void DrawErase(const AugmentOptions& options, int64_t h, int64_t w,
   }
 }
 
+// Example `index`'s random bits of `stream` in `epoch`.
+uint64_t ExampleBits(uint64_t stream, uint64_t seed, int64_t epoch,
+                     int64_t index) {
+  return Mix64(CounterHash(seed, stream, static_cast<uint64_t>(epoch)) +
+               static_cast<uint64_t>(index));
+}
+
 }  // namespace
 
 AugmentDraw DrawAugment(const AugmentOptions& options, int64_t h, int64_t w,
                         uint64_t seed, int64_t epoch, int64_t index) {
-  const uint64_t bits =
-      Mix64(CounterHash(seed, kAugmentStream, static_cast<uint64_t>(epoch)) +
-            static_cast<uint64_t>(index));
+  const uint64_t bits = ExampleBits(kAugmentStream, seed, epoch, index);
   AugmentDraw draw;
   const int64_t positions = 2 * options.random_crop_padding + 1;
   draw.offset_y = Below(bits & 0x7fffffff, positions);
   draw.offset_x = Below((bits >> 31) & 0x7fffffff, positions);
   draw.flip = options.horizontal_flip && (bits >> 63) != 0;
   if (options.random_erasing > 0) {
-    DrawErase(
-        options, h, w,
-        Mix64(CounterHash(seed, kEraseStream, static_cast<uint64_t>(epoch)) +
-              static_cast<uint64_t>(index)),
-        &draw);
+    DrawErase(options, h, w, ExampleBits(kEraseStream, seed, epoch, index),
+              &draw);
   }
   return draw;
 }
