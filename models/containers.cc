@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "models/layer_registry.h"
 #include "tensor/ops/math_ops.h"
+#include "tensor/ops/precision_ops.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::models {
@@ -18,6 +19,8 @@ absl::StatusOr<Tensor> SequentialLayer::Call(const Tensor& x,
   Tensor y = x;
   for (auto& layer : layers_) {
     MT_ASSIGN_OR_RETURN(y, layer->Call(y, ctx));
+    if (ctx.bf16_activations)
+      MT_RETURN_IF_ERROR(ops::RoundToBFloat16InPlace(y));
   }
   return y;
 }

@@ -30,6 +30,10 @@ struct ForwardContext {
   // null with one replica. Layers that synchronize (batch norm) call it in
   // the same order on every replica, also for a shard of 0 rows.
   const ops::AllReduceSumFn* all_reduce_sum = nullptr;
+  // Mixed bfloat16 (Model::SetMixedBFloat16): containers round each
+  // layer's output to bfloat16 in place (tensor/ops/precision_ops.h), so a
+  // layer computes in f32 from bf16 inputs and stores a bf16 result.
+  bool bf16_activations = false;
 };
 
 class Layer {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "tensor/ops/precision_ops.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::models {
@@ -35,7 +36,12 @@ absl::StatusOr<Tensor> Model::Call(const Tensor& inputs,
         "model input must be [batch, ", ShapeToString(input_shape_), "], got ",
         inputs.DebugString()));
   }
-  return body_->Call(inputs, ctx);
+  if (!mixed_bfloat16_) return body_->Call(inputs, ctx);
+  // A rounded copy: the caller's batch stays as it was.
+  MT_ASSIGN_OR_RETURN(Tensor x, ops::RoundedToBFloat16(inputs));
+  ForwardContext bf16_ctx = ctx;
+  bf16_ctx.bf16_activations = true;
+  return body_->Call(x, bf16_ctx);
 }
 
 std::vector<Variable*> Model::trainable_variables() const {

@@ -37,6 +37,12 @@ class Model {
   // The model's output for inputs [batch, ...input_shape].
   absl::StatusOr<Tensor> Call(const Tensor& inputs, const ForwardContext& ctx);
 
+  // TensorFlow's mixed_bfloat16 policy (`precision: bf16`): the inputs and
+  // every layer's output are rounded to bfloat16 (ForwardContext::
+  // bf16_activations); variables stay f32. Matrix products take bf16
+  // operands through the process-wide MatMulPrecision, set separately.
+  void SetMixedBFloat16(bool on) { mixed_bfloat16_ = on; }
+
   // Input and output shape of one example (no batch dimension).
   const Shape& input_shape() const { return input_shape_; }
   const Shape& output_shape() const { return output_shape_; }
@@ -54,6 +60,7 @@ class Model {
   std::vector<LayerSummary> summary_;
   Shape input_shape_;
   Shape output_shape_;
+  bool mixed_bfloat16_ = false;
 };
 
 }  // namespace mirrortrain::models

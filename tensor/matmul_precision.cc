@@ -21,8 +21,9 @@ MatMulPrecision GetMatMulPrecision() { return Precision(); }
 absl::StatusOr<MatMulPrecision> ParseMatMulPrecision(absl::string_view name) {
   if (name == "fp32") return MatMulPrecision::kFp32;
   if (name == "tf32") return MatMulPrecision::kTf32;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown precision '", name, "' (expected fp32 or tf32)"));
+  if (name == "bf16") return MatMulPrecision::kBf16;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown precision '", name, "' (expected fp32, tf32 or bf16)"));
 }
 
 }  // namespace mirrortrain

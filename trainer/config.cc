@@ -33,9 +33,11 @@ const ParamSchema& RootSchema() {
            "initialisers, shuffling and dropout derive from it"),
        Param::String("precision")
            .Default("fp32")
-           .OneOf({"fp32", "tf32"})
-           .Doc("f32 matrix products on GPUs: fp32, or tf32 (TensorFloat-32 "
-                "tensor cores); CPUs are always fp32")}};
+           .OneOf({"fp32", "tf32", "bf16"})
+           .Doc("fp32; tf32 (GPU matrix products on TensorFloat-32 tensor "
+                "cores, CPUs stay fp32); bf16 (mixed_bfloat16: bf16 "
+                "activations and matrix-product operands, f32 variables, "
+                "sums and statistics; emulated on CPUs)")}};
   return *s;
 }
 

@@ -100,7 +100,8 @@ struct CheckpointConfig {
 struct Config {
   std::string name;  // From the file name; names the default run dir.
   int64_t seed;
-  // f32 matrix products on GPUs: fp32 | tf32 (see tensor/matmul_precision.h).
+  // fp32 | tf32 (GPU matrix products) | bf16 (TensorFlow's mixed_bfloat16:
+  // tensor/matmul_precision.h, Model::SetMixedBFloat16).
   std::string precision;
   DataConfig data;
   ModelConfig model;

@@ -314,6 +314,9 @@ absl::StatusOr<Trainer::Replica> Trainer::BuildReplica(
     const models::ModelDef& def, Device device, bool with_state) const {
   Replica r;
   MT_ASSIGN_OR_RETURN(r.model, models::Model::Build(def, config_.seed, device));
+  MT_ASSIGN_OR_RETURN(const MatMulPrecision precision,
+                      ParseMatMulPrecision(config_.precision));
+  r.model->SetMixedBFloat16(precision == MatMulPrecision::kBf16);
   MT_RETURN_IF_ERROR(CheckClassifier(*r.model, test_data_));
   if (!with_state) return r;
   MT_ASSIGN_OR_RETURN(r.optimizer, MakeConfiguredOptimizer(config_.optimizer));

@@ -1,6 +1,7 @@
 // Matrix products on cuBLAS. cuBLAS is column-major: a row-major C = A B is
 // the column-major C^T = B^T A^T, so operands are passed swapped.
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/device_guard.h"
+#include "tensor/cuda/device_scratch.h"
 #include "tensor/cuda/launch.h"
 #include "tensor/status_macros.h"
 
@@ -96,6 +98,57 @@ absl::Status TypedGemm(cublasHandle_t h, cublasOperation_t op_a,
   return absl::OkStatus();
 }
 
+// y[i] = x[i] rounded to bfloat16 (nearest, ties to even: tensor/bfloat16.h).
+__global__ void ToBf16Kernel(const float* x, __nv_bfloat16* y, int64_t n) {
+  for (int64_t i = GridStart(); i < n; i += GridStep()) {
+    y[i] = __float2bfloat16_rn(x[i]);
+  }
+}
+
+// `n` f32 values as a bfloat16 copy in `scratch`.
+absl::StatusOr<const __nv_bfloat16*> ToBf16(const void* x, int64_t n,
+                                            int device,
+                                            DeviceScratch& scratch) {
+  MT_RETURN_IF_ERROR(scratch.Allocate(
+      device,
+      static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(__nv_bfloat16)));
+  ToBf16Kernel<<<LaunchBlocks(n), kLaunchThreads, 0, LaunchStream()>>>(
+      static_cast<const float*>(x), scratch.get<__nv_bfloat16>(), n);
+  MT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return scratch.get<__nv_bfloat16>();
+}
+
+// The f32 product with bfloat16 operands on tensor cores: the operands are
+// converted (one pass each), the products and sums are f32, and so is C.
+// Operands swapped as in TypedGemm.
+absl::Status Bf16Gemm(cublasHandle_t h, cublasOperation_t op_a,
+                      cublasOperation_t op_b, const GemmShape& s, double alpha,
+                      const void* a, int64_t lda, const void* b, int64_t ldb,
+                      double beta, void* c, int device) {
+  DeviceScratch a_scratch, b_scratch;
+  MT_ASSIGN_OR_RETURN(const __nv_bfloat16* a16,
+                      ToBf16(a, s.batch * s.m * s.k, device, a_scratch));
+  MT_ASSIGN_OR_RETURN(const __nv_bfloat16* b16,
+                      ToBf16(b, s.batch * s.k * s.n, device, b_scratch));
+  const float al = static_cast<float>(alpha), be = static_cast<float>(beta);
+  const int m = static_cast<int>(s.m), n = static_cast<int>(s.n),
+            k = static_cast<int>(s.k);
+  MT_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+  if (s.batch == 1) {
+    MT_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(
+        h, op_b, op_a, n, m, k, &al, b16, CUDA_R_16BF, static_cast<int>(ldb),
+        a16, CUDA_R_16BF, static_cast<int>(lda), &be, c, CUDA_R_32F, n,
+        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  } else {
+    MT_CUBLAS_RETURN_IF_ERROR(cublasGemmStridedBatchedEx(
+        h, op_b, op_a, n, m, k, &al, b16, CUDA_R_16BF, static_cast<int>(ldb),
+        s.k * s.n, a16, CUDA_R_16BF, static_cast<int>(lda), s.m * s.k, &be, c,
+        CUDA_R_32F, n, s.m * s.n, static_cast<int>(s.batch), CUBLAS_COMPUTE_32F,
+        CUBLAS_GEMM_DEFAULT));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status GemmOnGpu(DType dtype, bool ta, bool tb, GemmShape shape,
@@ -133,9 +186,14 @@ absl::Status GemmOnGpu(DType dtype, bool ta, bool tb, GemmShape shape,
   MT_CUBLAS_RETURN_IF_ERROR(cublasSetStream(h, LaunchStream()));
   const cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (dtype == DType::kF32 && precision == MatMulPrecision::kBf16) {
+    return Bf16Gemm(h, op_a, op_b, shape, alpha, a, lda, b, ldb, beta, c,
+                    device);
+  }
   if (dtype == DType::kF32) {
     MT_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(
-        h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+        h, precision == MatMulPrecision::kTf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                               : CUBLAS_DEFAULT_MATH));
     return TypedGemm<float>(h, op_a, op_b, shape, alpha, a, lda, b, ldb, beta,
                             c);
   }

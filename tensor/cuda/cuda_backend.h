@@ -21,6 +21,7 @@
 #include "tensor/device.h"
 #include "tensor/dtype.h"
 #include "tensor/elementwise_kind.h"
+#include "tensor/matmul_precision.h"
 
 namespace mirrortrain::cuda {
 
@@ -82,13 +83,15 @@ struct GemmShape {
 
 // Row-major C = alpha * op(A) @ op(B) + beta * C for every matrix of the
 // batch, on cuBLAS (f32 or f64); lda/ldb are the row-major leading
-// dimensions (columns as stored). `tf32` lets f32 products use TF32 tensor
-// cores.
+// dimensions (columns as stored). `precision` says how f32 products run
+// (tensor/matmul_precision.h): kTf32 on TF32 tensor cores, kBf16 with both
+// operands converted to bfloat16 (f32 accumulation and output).
 MT_CUDA_KERNEL(Gemm,
                absl::Status(DType dtype, bool transpose_a, bool transpose_b,
                             GemmShape shape, double alpha, const void* a,
                             int64_t lda, const void* b, int64_t ldb,
-                            double beta, void* c, int device, bool tf32));
+                            double beta, void* c, int device,
+                            MatMulPrecision precision));
 
 }  // namespace mirrortrain::cuda
 

@@ -102,6 +102,11 @@ MT_CUDA_KERNEL(ArgMax, absl::Status(DType dtype, const void* x, int64_t outer,
                                     int64_t n, int64_t inner, int64_t* out,
                                     int device));
 
+// y[i] = f32 x[i] rounded to the nearest bfloat16 (ties to even, as
+// tensor/bfloat16.h); y may be x.
+MT_CUDA_KERNEL(RoundToBFloat16,
+               absl::Status(const void* x, void* y, int64_t n, int device));
+
 // y[i] = min(max(x[i], lo), hi), NaN passing through.
 MT_CUDA_KERNEL(ClipByValue,
                absl::Status(DType dtype, const void* x, double lo, double hi,

@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
+#include <vector>
 
+#include "tensor/bfloat16.h"
 #include "tensor/cpu_threads.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/cuda_kernels.h"
@@ -160,6 +163,28 @@ void BatchedGemm(const T* a, const T* b, bool ta, bool tb, const GemmDims& d,
               });
 }
 
+// `t`'s elements rounded to bfloat16, in this thread's scratch buffer
+// `slot` (0 or 1: a product has two operands); valid until this thread
+// rounds into the same slot again. Same layout as `t`.
+const float* Bf16Operand(const Tensor& t, int slot) {
+  thread_local std::vector<float> scratch[2];
+  std::vector<float>& buffer = scratch[slot];
+  buffer.resize(static_cast<size_t>(t.num_elements()));
+  RoundToBFloat16(t.data<float>(), buffer.data(), t.num_elements());
+  return buffer.data();
+}
+
+// What the product reads of `t`: with `bf16`, the operands a bf16
+// tensor-core product reads (f32 only); the exact products of two bfloat16
+// values then sum in f32, as on the GPU.
+template <typename T>
+const T* GemmOperand(const Tensor& t, int slot, bool bf16) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (bf16) return Bf16Operand(t, slot);
+  }
+  return t.data<T>();
+}
+
 }  // namespace
 
 namespace internal {
@@ -174,14 +199,15 @@ absl::Status Gemm(const Tensor& a, const Tensor& b, bool ta, bool tb,
   if (d.batch == 0 || d.m == 0 || d.n == 0) return absl::OkStatus();
   const int64_t lda = a.dim(a.rank() - 1), ldb = b.dim(b.rank() - 1);
   if (a.device().is_cuda()) {
-    return cuda::Gemm(
-        a.dtype(), ta, tb, cuda::GemmShape{d.batch, d.m, d.n, d.k}, alpha,
-        a.raw_data(), lda, b.raw_data(), ldb, beta, out.raw_data(),
-        a.device().index, GetMatMulPrecision() == MatMulPrecision::kTf32);
+    return cuda::Gemm(a.dtype(), ta, tb,
+                      cuda::GemmShape{d.batch, d.m, d.n, d.k}, alpha,
+                      a.raw_data(), lda, b.raw_data(), ldb, beta,
+                      out.raw_data(), a.device().index, GetMatMulPrecision());
   }
+  const bool bf16 = GetMatMulPrecision() == MatMulPrecision::kBf16;
   MT_DISPATCH_FLOAT(a.dtype(), T, {
-    const T* pa = a.data<T>();
-    const T* pb = b.data<T>();
+    const T* pa = GemmOperand<T>(a, 0, bf16);
+    const T* pb = GemmOperand<T>(b, 1, bf16);
     T* pc = out.data<T>();
     if (d.batch > 1) {
       BatchedGemm<T>(pa, pb, ta, tb, d, lda, ldb, alpha, beta, pc);

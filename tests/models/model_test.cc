@@ -7,7 +7,12 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/presets.h"
+#include "tensor/bfloat16.h"
 #include "tensor/gradient_tape.h"
+#include "tensor/matmul_precision.h"
+#include "tensor/ops/math_ops.h"
+#include "tensor/ops/matmul.h"
+#include "tensor/ops/precision_ops.h"
 #include "tensor/ops/reduction_ops.h"
 #include "tests/test_util.h"
 
@@ -72,6 +77,57 @@ TEST(ModelTest, ResidualBlocksRepeatWithKerasNames) {
   EXPECT_EQ(y->shape(), (Shape{2, 10}));
   std::vector<Tensor> vars;
   for (Variable* v : (*m)->variables()) vars.push_back(v->value());
+  auto grads = tape.Gradient(*ops::ReduceSum(*y), vars);
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  for (const auto& g : *grads) EXPECT_TRUE(g.has_value());
+}
+
+bool OnBFloat16Grid(const Tensor& t) {
+  for (int64_t i = 0; i < t.num_elements(); ++i) {
+    const float v = t.data<float>()[i];
+    if (RoundToBFloat16(v) != v) return false;
+  }
+  return true;
+}
+
+// mixed_bfloat16: the input and each layer's output are rounded to bf16,
+// the products take bf16 operands, the variables stay f32; the caller's
+// batch is left as it was and gradients reach every variable.
+TEST(ModelTest, MixedBFloat16RoundsInputsAndLayerOutputs) {
+  ModelDef def;
+  def.input_shape = {20};
+  def.layers = {
+      Spec("dense", {{"units", 16}, {"activation", std::string("relu")}}),
+      Spec("dense", {{"units", 3}})};
+  auto m = Model::Build(def, 1, Device::Cpu());
+  ASSERT_TRUE(m.ok()) << m.status();
+  const Tensor x = testing::RandomTensor({8, 20}, 7, DType::kF32);
+  const Tensor x0 = *x.Clone();
+  const Tensor fp32 = *(*m)->Call(x, {});
+  std::vector<Tensor> vars;
+  for (Variable* v : (*m)->variables()) vars.push_back(v->value());
+
+  // By hand, in f32 from the rounded values.
+  auto r = [](const Tensor& t) { return *ops::RoundedToBFloat16(t); };
+  const Tensor h =
+      r(*ops::Relu(*ops::Add(*ops::MatMul(r(x), r(vars[0])), vars[1])));
+  const Tensor expected = r(*ops::Add(*ops::MatMul(h, r(vars[2])), vars[3]));
+
+  SetMatMulPrecision(MatMulPrecision::kBf16);
+  (*m)->SetMixedBFloat16(true);
+  GradientTape tape;
+  absl::StatusOr<Tensor> y = (*m)->Call(x, {});
+  SetMatMulPrecision(MatMulPrecision::kFp32);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_TRUE(testing::AllClose(x, x0, 0, 0));
+  EXPECT_TRUE(OnBFloat16Grid(*y));
+  // Summation order (bias first or last) can move a value across a bf16
+  // rounding boundary: one bf16 ulp (2^-7 relative) at most.
+  EXPECT_TRUE(testing::AllClose(*y, expected, 0x1p-7, 1e-6));
+  EXPECT_FALSE(testing::AllClose(*y, fp32, 0, 1e-4));
+  for (int kernel : {0, 2}) {  // (The biases start at zero.)
+    EXPECT_FALSE(OnBFloat16Grid(vars[kernel])) << "a variable was rounded";
+  }
   auto grads = tape.Gradient(*ops::ReduceSum(*y), vars);
   ASSERT_TRUE(grads.ok()) << grads.status();
   for (const auto& g : *grads) EXPECT_TRUE(g.has_value());

@@ -1,13 +1,17 @@
 // CUDA kernels against their CPU twins. Labelled `gpu`; skips with the
 // reason when no GPU is visible (the kernels are still compiled in CI).
+#include <bit>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tensor/bfloat16.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/matmul_precision.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/matmul.h"
+#include "tensor/ops/precision_ops.h"
 #include "tensor/variable.h"
 #include "tests/tensor/cuda_test_util.h"
 #include "tests/test_util.h"
@@ -159,6 +163,67 @@ TEST_F(CudaOpsTest, Tf32MatMulIsCloseButFp32IsExact) {
   EXPECT_LT(fp32, 5e-6);
   EXPECT_LT(tf32, 5e-3);
   EXPECT_GT(tf32, 10 * fp32) << "tf32 did not engage the tensor cores";
+}
+
+// bf16: the GPU converts the operands to bfloat16 as the CPU emulation
+// rounds them, and both sum exact products in f32, so they differ only in
+// summation order; the fp32 product is far from both.
+TEST_F(CudaOpsTest, Bf16MatMulMatchesTheCpuEmulation) {
+  struct Case {
+    Shape a, b;
+    bool ta, tb;
+  };
+  for (const Case& c :
+       std::vector<Case>{{{256, 512}, {512, 128}, false, false},
+                         {{512, 256}, {512, 128}, true, false},
+                         {{256, 512}, {128, 512}, false, true},
+                         {{4, 64, 96}, {4, 96, 32}, false, false}}) {
+    SCOPED_TRACE(ShapeToString(c.a) + " @ " + ShapeToString(c.b));
+    const Tensor a = testing::RandomTensor(c.a, 41, DType::kF32);
+    const Tensor b = testing::RandomTensor(c.b, 42, DType::kF32);
+    const Tensor ga = *a.To(Device::Cuda(0)), gb = *b.To(Device::Cuda(0));
+    const Tensor fp32 = *ops::MatMul(a, b, c.ta, c.tb);
+    SetMatMulPrecision(MatMulPrecision::kBf16);
+    const absl::StatusOr<Tensor> cpu = ops::MatMul(a, b, c.ta, c.tb);
+    const absl::StatusOr<Tensor> gpu = ops::MatMul(ga, gb, c.ta, c.tb);
+    SetMatMulPrecision(MatMulPrecision::kFp32);
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    const testing::DiffAndNorm same =
+        testing::L2DiffAndNorm(*gpu->To(Device::Cpu()), *cpu);
+    const testing::DiffAndNorm off = testing::L2DiffAndNorm(fp32, *cpu);
+    EXPECT_LT(same.diff / same.norm, 5e-6);
+    EXPECT_GT(off.diff / off.norm, 1e-3) << "the operands were not rounded";
+  }
+}
+
+// The device rounding (__float2bfloat16_rn) and the host's agree bit for
+// bit, ties, overflow, denormals and NaNs included.
+TEST_F(CudaOpsTest, RoundToBFloat16MatchesTheHostBitwise) {
+  Tensor x = testing::RandomTensor({4096}, 43, DType::kF32, -1e3, 1e3);
+  const std::vector<float> edges = {1.0f + 0x1p-8f,
+                                    1.0f + 3 * 0x1p-8f,
+                                    -(1.0f + 0x1p-8f),
+                                    std::numeric_limits<float>::max(),
+                                    0x1p-149f,
+                                    0x1p-133f,
+                                    -0.0f,
+                                    std::numeric_limits<float>::infinity(),
+                                    std::nanf("")};
+  for (size_t i = 0; i < edges.size(); ++i) x.data<float>()[i] = edges[i];
+  absl::StatusOr<Tensor> gpu = ops::RoundedToBFloat16(*x.To(Device::Cuda(0)));
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const Tensor host = *gpu->To(Device::Cpu());
+  for (int64_t i = 0; i < x.num_elements(); ++i) {
+    const float want = RoundToBFloat16(x.data<float>()[i]);
+    const float got = host.data<float>()[i];
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got)) << i;
+    } else {
+      ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want))
+          << "element " << i << " = " << x.data<float>()[i];
+    }
+  }
 }
 
 }  // namespace

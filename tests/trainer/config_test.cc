@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -58,13 +59,15 @@ TEST(ConfigTest, ResolvedYamlRoundTrips) {
   EXPECT_EQ(*again->train.steps, 3);
 }
 
-TEST(ConfigTest, PrecisionIsFp32UnlessTf32IsAsked) {
+TEST(ConfigTest, PrecisionIsFp32UnlessAnotherIsAsked) {
   auto c = ParseConfig("seed: 1\n", "a.yaml", {});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->precision, "fp32");
-  c = ParseConfig("precision: tf32\n", "a.yaml", {});
-  ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->precision, "tf32");
+  for (const char* p : {"tf32", "bf16"}) {
+    c = ParseConfig(absl::StrCat("precision: ", p, "\n"), "a.yaml", {});
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->precision, p);
+  }
   c = ParseConfig("precision: fp16\n", "a.yaml", {});
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(Message(c.status()), HasSubstr("precision"));

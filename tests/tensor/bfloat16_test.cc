@@ -1,0 +1,182 @@
+// bfloat16 rounding (tensor/bfloat16.h, ops/precision_ops.h) and matrix
+// products with bf16 operands on the CPU (MatMulPrecision::kBf16): exact
+// rounding cases, then products equal to f64 products of the rounded
+// operands within f32 summation error, and visibly not the fp32 product.
+#include "tensor/bfloat16.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tensor/matmul_precision.h"
+#include "tensor/ops/conv_ops.h"
+#include "tensor/ops/matmul.h"
+#include "tensor/ops/precision_ops.h"
+#include "tests/test_util.h"
+
+namespace mirrortrain {
+namespace {
+
+float FromBits(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+TEST(BFloat16Test, RoundsToNearestTiesToEven) {
+  EXPECT_EQ(BFloat16Bits(1.0f), 0x3f80);
+  EXPECT_EQ(RoundToBFloat16(-2.5f), -2.5f);
+  // Halfway between 1 and 1 + 2^-7: to the even one, 1.
+  EXPECT_EQ(RoundToBFloat16(1.0f + 0x1p-8f), 1.0f);
+  // Halfway between 1 + 2^-7 and 1 + 2^-6: to the even one, 1 + 2^-6.
+  EXPECT_EQ(RoundToBFloat16(1.0f + 3 * 0x1p-8f), 1.0f + 0x1p-6f);
+  // Just above halfway rounds up; just below rounds down.
+  EXPECT_EQ(RoundToBFloat16(1.0f + 0x1p-8f + 0x1p-20f), 1.0f + 0x1p-7f);
+  EXPECT_EQ(RoundToBFloat16(1.0f + 0x1p-8f - 0x1p-20f), 1.0f);
+  EXPECT_EQ(RoundToBFloat16(-(1.0f + 0x1p-8f + 0x1p-20f)), -(1.0f + 0x1p-7f));
+  // A carry into the exponent.
+  EXPECT_EQ(RoundToBFloat16(2.0f - 0x1p-9f), 2.0f);
+}
+
+TEST(BFloat16Test, EdgesOfTheRange) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(RoundToBFloat16(inf), inf);
+  EXPECT_EQ(RoundToBFloat16(-inf), -inf);
+  // The largest bfloat16 stays; float's largest is past it and overflows.
+  EXPECT_EQ(RoundToBFloat16(FromBits(0x7f7f0000)), FromBits(0x7f7f0000));
+  EXPECT_EQ(RoundToBFloat16(std::numeric_limits<float>::max()), inf);
+  EXPECT_EQ(RoundToBFloat16(0x1p-133f), 0x1p-133f);  // bf16's least denormal
+  EXPECT_EQ(RoundToBFloat16(0x1p-149f), 0.0f);
+  EXPECT_TRUE(std::signbit(RoundToBFloat16(-0.0f)));
+  // A NaN whose payload is only in the dropped bits stays a NaN (plain
+  // truncation would make it infinity), with its sign.
+  const float nan_low = FromBits(0xff800001);
+  EXPECT_TRUE(std::isnan(RoundToBFloat16(nan_low)));
+  EXPECT_TRUE(std::signbit(RoundToBFloat16(nan_low)));
+  EXPECT_TRUE(std::isnan(RoundToBFloat16(std::nanf(""))));
+}
+
+TEST(BFloat16Test, ArraysRoundAsScalarsInPlaceOrNot) {
+  const Tensor x = testing::RandomTensor({1000}, 3, DType::kF32, -50, 50);
+  std::vector<float> out(1000),
+      in_place(x.data<float>(), x.data<float>() + 1000);
+  RoundToBFloat16(x.data<float>(), out.data(), 1000);
+  RoundToBFloat16(in_place.data(), in_place.data(), 1000);
+  int changed = 0;
+  for (int i = 0; i < 1000; ++i) {
+    const float v = x.data<float>()[i];
+    ASSERT_EQ(out[i], RoundToBFloat16(v));
+    ASSERT_EQ(in_place[i], out[i]);
+    // Within half a bf16 ulp: 2^-9 relative.
+    ASSERT_LE(std::fabs(out[i] - v), std::ldexp(std::fabs(v), -8));
+    changed += out[i] != v;
+  }
+  EXPECT_GT(changed, 990);
+}
+
+TEST(PrecisionOpsTest, RoundsF32TensorsOnlyAndCopiesLeaveTheInput) {
+  Tensor x = testing::RandomTensor({7, 9}, 5, DType::kF32);
+  const Tensor original = *x.Clone();
+  absl::StatusOr<Tensor> copy = ops::RoundedToBFloat16(x);
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  EXPECT_TRUE(testing::AllClose(x, original, 0, 0));
+  ASSERT_TRUE(ops::RoundToBFloat16InPlace(x).ok());
+  for (int64_t i = 0; i < x.num_elements(); ++i) {
+    ASSERT_EQ(x.data<float>()[i], RoundToBFloat16(original.data<float>()[i]));
+    ASSERT_EQ(copy->data<float>()[i], x.data<float>()[i]);
+  }
+  Tensor d = testing::RandomTensor({5}, 6, DType::kF64);
+  const Tensor d0 = *d.Clone();
+  ASSERT_TRUE(ops::RoundToBFloat16InPlace(d).ok());
+  EXPECT_TRUE(testing::AllClose(d, d0, 0, 0));
+}
+
+// Sets the process-wide precision for one scope.
+class ScopedPrecision {
+ public:
+  explicit ScopedPrecision(MatMulPrecision p) : saved_(GetMatMulPrecision()) {
+    SetMatMulPrecision(p);
+  }
+  ~ScopedPrecision() { SetMatMulPrecision(saved_); }
+
+ private:
+  MatMulPrecision saved_;
+};
+
+Tensor Rounded(const Tensor& t) { return *ops::RoundedToBFloat16(t); }
+
+Tensor ToF64(const Tensor& t) {
+  Tensor out = Tensor::HostEmpty(DType::kF64, t.shape());
+  for (int64_t i = 0; i < t.num_elements(); ++i) {
+    out.data<double>()[i] = t.data<float>()[i];
+  }
+  return out;
+}
+
+TEST(Bf16MatMulTest, OneProductShowsTheRounding) {
+  const Tensor a = Tensor::FromVector<float>({1.0f + 0x1p-9f}, {1, 1});
+  const Tensor b = Tensor::FromVector<float>({3.0f}, {1, 1});
+  EXPECT_EQ(ops::MatMul(a, b)->data<float>()[0], 3.0f + 3 * 0x1p-9f);
+  ScopedPrecision bf16(MatMulPrecision::kBf16);
+  EXPECT_EQ(ops::MatMul(a, b)->data<float>()[0], 3.0f);
+}
+
+// Every transpose, a batched product and one large enough for the
+// threaded split: the f64 product of the rounded operands, within f32
+// summation error (K products of magnitude < 1), and the unrounded fp32
+// product is far from it.
+TEST(Bf16MatMulTest, ProductsOfRoundedOperandsSummedInF32) {
+  struct Case {
+    Shape a, b;
+    bool ta, tb;
+  };
+  for (const Case& c :
+       std::vector<Case>{{{33, 17}, {17, 29}, false, false},
+                         {{17, 33}, {17, 29}, true, false},
+                         {{33, 17}, {29, 17}, false, true},
+                         {{17, 33}, {29, 17}, true, true},
+                         {{3, 8, 16}, {3, 16, 5}, false, false},
+                         {{300, 200}, {200, 160}, false, false}}) {
+    SCOPED_TRACE(ShapeToString(c.a) + " @ " + ShapeToString(c.b));
+    const Tensor a = testing::RandomTensor(c.a, 11, DType::kF32);
+    const Tensor b = testing::RandomTensor(c.b, 12, DType::kF32);
+    const Tensor exact =
+        *ops::MatMul(ToF64(Rounded(a)), ToF64(Rounded(b)), c.ta, c.tb);
+    const Tensor fp32 = ToF64(*ops::MatMul(a, b, c.ta, c.tb));
+    ScopedPrecision bf16(MatMulPrecision::kBf16);
+    absl::StatusOr<Tensor> got = ops::MatMul(a, b, c.ta, c.tb);
+    ASSERT_TRUE(got.ok()) << got.status();
+    const double k = c.ta ? c.a.end()[-2] : c.a.back();
+    EXPECT_TRUE(testing::AllClose(ToF64(*got), exact, 0, k * 0x1p-23));
+    const testing::DiffAndNorm d = testing::L2DiffAndNorm(fp32, exact);
+    EXPECT_GT(d.diff / d.norm, 1e-3) << "the operands were not rounded";
+  }
+}
+
+TEST(Bf16MatMulTest, F64ProductsAreNotRounded) {
+  const Tensor a = Tensor::FromVector<double>({1.0 + 0x1p-30}, {1, 1});
+  ScopedPrecision bf16(MatMulPrecision::kBf16);
+  EXPECT_EQ(ops::MatMul(a, a)->data<double>()[0],
+            (1.0 + 0x1p-30) * (1.0 + 0x1p-30));
+}
+
+// Conv2D's GEMMs go through the same path: a bf16 convolution is the fp32
+// convolution of the rounded input and filter, up to summation order.
+TEST(Bf16MatMulTest, ConvolutionsRoundTheirOperands) {
+  const Tensor x = testing::RandomTensor({4, 9, 9, 3}, 21, DType::kF32);
+  const Tensor f = testing::RandomTensor({3, 3, 3, 8}, 22, DType::kF32);
+  ops::Conv2DOptions opt;
+  opt.padding = ops::Padding::kSame;
+  const Tensor of_rounded = *ops::Conv2D(Rounded(x), Rounded(f), opt);
+  const Tensor fp32 = *ops::Conv2D(x, f, opt);
+  ScopedPrecision bf16(MatMulPrecision::kBf16);
+  absl::StatusOr<Tensor> got = ops::Conv2D(x, f, opt);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(testing::AllClose(*got, of_rounded, 0, 27 * 0x1p-23));
+  EXPECT_FALSE(testing::AllClose(*got, fp32, 0, 1e-4));
+}
+
+}  // namespace
+}  // namespace mirrortrain
