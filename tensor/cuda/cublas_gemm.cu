@@ -154,7 +154,7 @@ absl::Status Bf16Gemm(cublasHandle_t h, cublasOperation_t op_a,
 absl::Status GemmOnGpu(DType dtype, bool ta, bool tb, GemmShape shape,
                        double alpha, const void* a, int64_t lda, const void* b,
                        int64_t ldb, double beta, void* c, int device,
-                       bool tf32) {
+                       MatMulPrecision precision) {
   if (dtype != DType::kF32 && dtype != DType::kF64) {
     return absl::InvalidArgumentError(
         absl::StrCat("cuBLAS GEMM takes f32 or f64, got ", DTypeName(dtype)));
