@@ -1,7 +1,11 @@
-// Rounding f32 tensors to bfloat16 values in f32 storage (precision_ops.h).
+// Rounding f32 tensors to bfloat16: values kept in f32 storage
+// (precision_ops.h), and bfloat16 operand copies (cublas_util.h).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
+#include "tensor/cuda/cublas_util.h"
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/cuda/device_guard.h"
@@ -17,7 +21,25 @@ __global__ void RoundToBFloat16Kernel(const float* x, float* y, int64_t n) {
   }
 }
 
+__global__ void ToBf16Kernel(const float* x, __nv_bfloat16* y, int64_t n) {
+  for (int64_t i = GridStart(); i < n; i += GridStep()) {
+    y[i] = __float2bfloat16_rn(x[i]);
+  }
+}
+
 }  // namespace
+
+absl::StatusOr<const __nv_bfloat16*> ToBf16(const void* x, int64_t n,
+                                            int device,
+                                            DeviceScratch& scratch) {
+  MT_RETURN_IF_ERROR(scratch.Allocate(
+      device,
+      static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(__nv_bfloat16)));
+  ToBf16Kernel<<<LaunchBlocks(n), kLaunchThreads, 0, LaunchStream()>>>(
+      static_cast<const float*>(x), scratch.get<__nv_bfloat16>(), n);
+  MT_CUDA_RETURN_IF_LAUNCH_ERROR("ToBf16");
+  return scratch.get<__nv_bfloat16>();
+}
 
 absl::Status RoundToBFloat16OnGpu(const void* x, void* y, int64_t n,
                                   int device) {
@@ -26,7 +48,7 @@ absl::Status RoundToBFloat16OnGpu(const void* x, void* y, int64_t n,
   MT_RETURN_IF_ERROR(guard.Set(device));
   RoundToBFloat16Kernel<<<LaunchBlocks(n), kLaunchThreads, 0, LaunchStream()>>>(
       static_cast<const float*>(x), static_cast<float*>(y), n);
-  MT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  MT_CUDA_RETURN_IF_LAUNCH_ERROR("RoundToBFloat16");
   return absl::OkStatus();
 }
 

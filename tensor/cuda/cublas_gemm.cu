@@ -10,23 +10,13 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "tensor/cuda/cublas_util.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/device_guard.h"
 #include "tensor/cuda/device_scratch.h"
 #include "tensor/cuda/launch.h"
 #include "tensor/status_macros.h"
-
-#define MT_CUBLAS_RETURN_IF_ERROR(call)                                     \
-  do {                                                                      \
-    cublasStatus_t _mt_cublas = (call);                                     \
-    if (_mt_cublas != CUBLAS_STATUS_SUCCESS) {                              \
-      return absl::InternalError(                                           \
-          absl::StrCat(#call, " failed at ", __FILE__, ":", __LINE__, ": ", \
-                       cublasGetStatusName(_mt_cublas), ": ",               \
-                       cublasGetStatusString(_mt_cublas)));                 \
-    }                                                                       \
-  } while (0)
 
 namespace mirrortrain::cuda {
 namespace {
@@ -96,26 +86,6 @@ absl::Status TypedGemm(cublasHandle_t h, cublasOperation_t op_a,
         static_cast<int>(s.batch)));
   }
   return absl::OkStatus();
-}
-
-// y[i] = x[i] rounded to bfloat16 (nearest, ties to even: tensor/bfloat16.h).
-__global__ void ToBf16Kernel(const float* x, __nv_bfloat16* y, int64_t n) {
-  for (int64_t i = GridStart(); i < n; i += GridStep()) {
-    y[i] = __float2bfloat16_rn(x[i]);
-  }
-}
-
-// `n` f32 values as a bfloat16 copy in `scratch`.
-absl::StatusOr<const __nv_bfloat16*> ToBf16(const void* x, int64_t n,
-                                            int device,
-                                            DeviceScratch& scratch) {
-  MT_RETURN_IF_ERROR(scratch.Allocate(
-      device,
-      static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(__nv_bfloat16)));
-  ToBf16Kernel<<<LaunchBlocks(n), kLaunchThreads, 0, LaunchStream()>>>(
-      static_cast<const float*>(x), scratch.get<__nv_bfloat16>(), n);
-  MT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return scratch.get<__nv_bfloat16>();
 }
 
 // The f32 product with bfloat16 operands on tensor cores: the operands are

@@ -93,6 +93,18 @@ MT_CUDA_KERNEL(Gemm,
                             double beta, void* c, int device,
                             MatMulPrecision precision));
 
+// Row-major C[m,n] = act(op(A) @ op(B) + bias) with bias [n] and act relu
+// or the identity, in one cuBLASLt call with the bias and relu in its
+// epilogue; f32 only, one matrix, k >= 1, `precision` as for Gemm.
+// NotFound when cuBLASLt has no algorithm for the case (the caller then
+// computes it unfused).
+MT_CUDA_KERNEL(GemmBias,
+               absl::Status(bool transpose_a, bool transpose_b, int64_t m,
+                            int64_t n, int64_t k, const void* a, int64_t lda,
+                            const void* b, int64_t ldb, const void* bias,
+                            bool relu, void* c, int device,
+                            MatMulPrecision precision));
+
 }  // namespace mirrortrain::cuda
 
 #endif  // MIRRORTRAIN_TENSOR_CUDA_CUDA_BACKEND_H_

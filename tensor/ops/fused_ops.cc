@@ -6,6 +6,7 @@
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/op.h"
+#include "tensor/ops/matmul.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/parallel.h"
 #include "tensor/status_macros.h"
@@ -13,6 +14,7 @@
 namespace mirrortrain::ops {
 namespace {
 MT_DECLARE_OP(kBiasAddReluOp);
+MT_DECLARE_OP(kMatMulBiasReluOp);
 }  // namespace
 namespace {
 
@@ -67,6 +69,23 @@ void BiasReluBackward(const T* y, const T* dy, T* dz, T* db, int64_t rows,
   }
 }
 
+// y = relu(x + bias), bias along the last dimension; y may be x.
+absl::Status BiasRelu(const Tensor& x, const Tensor& bias, Tensor& y) {
+  const int64_t cols = bias.dim(0);
+  const int64_t rows = cols == 0 ? 0 : x.num_elements() / cols;
+  if (x.device().is_cuda()) {
+    return internal::KernelError(
+        "BiasAddRelu",
+        cuda::BiasAddRelu(x.dtype(), x.raw_data(), bias.raw_data(),
+                          y.raw_data(), rows, cols, x.device().index),
+        {&x, &bias});
+  }
+  MT_DISPATCH_FLOAT(
+      x.dtype(), T,
+      BiasReluForward<T>(x.data<T>(), bias.data<T>(), y.data<T>(), rows, cols));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Tensor> BiasAddRelu(const Tensor& x, const Tensor& bias) {
@@ -78,61 +97,84 @@ absl::StatusOr<Tensor> BiasAddRelu(const Tensor& x, const Tensor& bias) {
   }
   MT_ASSIGN_OR_RETURN(Tensor y,
                       Tensor::Empty(x.dtype(), x.shape(), x.device()));
-  const int64_t cols = bias.dim(0);
-  const int64_t rows = cols == 0 ? 0 : x.num_elements() / cols;
-  if (x.device().is_cuda()) {
-    MT_RETURN_IF_ERROR(internal::KernelError(
-        kOp,
-        cuda::BiasAddRelu(x.dtype(), x.raw_data(), bias.raw_data(),
-                          y.raw_data(), rows, cols, x.device().index),
-        {&x, &bias}));
-  } else {
-    MT_DISPATCH_FLOAT(x.dtype(), T,
-                      BiasReluForward<T>(x.data<T>(), bias.data<T>(),
-                                         y.data<T>(), rows, cols));
-  }
+  MT_RETURN_IF_ERROR(BiasRelu(x, bias, y));
   tape::RecordOperation(kBiasAddReluOp, {x, bias}, {y});
+  return y;
+}
+
+absl::StatusOr<Tensor> MatMulBiasRelu(const Tensor& x, const Tensor& kernel,
+                                      const Tensor& bias) {
+  constexpr const char* kOp = "MatMulBiasRelu";
+  MT_RETURN_IF_ERROR(internal::CheckFloatingSame(kOp, {&x, &kernel, &bias}));
+  if (x.rank() != 2 || kernel.rank() != 2 || bias.rank() != 1 ||
+      x.dim(1) != kernel.dim(0) || bias.dim(0) != kernel.dim(1)) {
+    return internal::OpError(kOp, "need x [m, k], kernel [k, n] and bias [n]",
+                             {&x, &kernel, &bias});
+  }
+  const Shape shape = {x.dim(0), kernel.dim(1)};
+  MT_ASSIGN_OR_RETURN(
+      Tensor y, x.dim(1) == 0 ? Tensor::Zeros(x.dtype(), shape, x.device())
+                              : Tensor::Empty(x.dtype(), shape, x.device()));
+  MT_ASSIGN_OR_RETURN(const bool fused,
+                      internal::FusedGemmBias(x, kernel, false, false, bias,
+                                              /*relu=*/true, y));
+  if (!fused) {
+    // The product, then bias and relu in one pass over it, in place: the
+    // numbers of MatMul then BiasAddRelu.
+    MT_RETURN_IF_ERROR(internal::Gemm(x, kernel, false, false, 1.0, 0.0, y));
+    MT_RETURN_IF_ERROR(BiasRelu(y, bias, y));
+  }
+  tape::RecordOperation(kMatMulBiasReluOp, {x, kernel, bias}, {y});
   return y;
 }
 
 namespace {
 
+// dz = dy masked by y > 0 and db = dz summed over rows (one pass), for
+// relu(z + bias) with output y; db only when `need_db`.
+absl::Status BiasReluGrads(const Tensor& y, const Tensor& dy,
+                           const Shape& bias_shape, bool need_db, Tensor* dz,
+                           Tensor* db) {
+  const int64_t cols = bias_shape[0];
+  const int64_t rows = cols == 0 ? 0 : y.num_elements() / cols;
+  MT_ASSIGN_OR_RETURN(*dz, Tensor::Empty(y.dtype(), y.shape(), dy.device()));
+  if (need_db) {
+    MT_ASSIGN_OR_RETURN(*db, Tensor::Empty(y.dtype(), bias_shape, dy.device()));
+  }
+  if (dy.device().is_cuda()) {
+    return internal::KernelError(
+        "BiasAddReluGrad",
+        cuda::BiasAddReluGrad(
+            y.dtype(), y.raw_data(), dy.raw_data(), dz->raw_data(),
+            need_db ? db->raw_data() : nullptr, rows, cols, dy.device().index),
+        {&dy});
+  }
+  MT_RETURN_IF_ERROR(internal::CheckHost("BiasAddReluGrad", {&dy}));
+  MT_DISPATCH_FLOAT(
+      y.dtype(), T,
+      BiasReluBackward<T>(y.data<T>(), dy.data<T>(), dz->data<T>(),
+                          need_db ? db->data<T>() : nullptr, rows, cols));
+  return absl::OkStatus();
+}
+
 MT_OP(kBiasAddReluOp, "BiasAddRelu",
       [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
-        const Tensor& y = op.outputs[0];
-        const Tensor& dy = g[0];
-        const int64_t cols = op.inputs[1].dim(0);
-        const int64_t rows = cols == 0 ? 0 : y.num_elements() / cols;
-        if (dy.device().is_cuda()) {
-          MT_ASSIGN_OR_RETURN(Tensor dz,
-                              Tensor::Empty(y.dtype(), y.shape(), dy.device()));
-          Tensor db;
-          if (needs[1]) {
-            MT_ASSIGN_OR_RETURN(
-                db,
-                Tensor::Empty(y.dtype(), op.inputs[1].shape(), dy.device()));
-          }
-          MT_RETURN_IF_ERROR(internal::KernelError(
-              "BiasAddReluGrad",
-              cuda::BiasAddReluGrad(y.dtype(), y.raw_data(), dy.raw_data(),
-                                    dz.raw_data(),
-                                    needs[1] ? db.raw_data() : nullptr, rows,
-                                    cols, dy.device().index),
-              {&dy}));
-          if (needs[0]) (*grads)[0] = std::move(dz);
-          if (needs[1]) (*grads)[1] = std::move(db);
-          return absl::OkStatus();
-        }
-        MT_RETURN_IF_ERROR(internal::CheckHost("BiasAddReluGrad", {&dy}));
-        Tensor dz = Tensor::HostEmpty(y.dtype(), y.shape());
-        Tensor db;
-        if (needs[1]) db = Tensor::HostEmpty(y.dtype(), op.inputs[1].shape());
-        MT_DISPATCH_FLOAT(
-            y.dtype(), T,
-            BiasReluBackward<T>(y.data<T>(), dy.data<T>(), dz.data<T>(),
-                                needs[1] ? db.data<T>() : nullptr, rows, cols));
+        Tensor dz, db;
+        MT_RETURN_IF_ERROR(BiasReluGrads(
+            op.outputs[0], g[0], op.inputs[1].shape(), needs[1], &dz, &db));
         if (needs[0]) (*grads)[0] = std::move(dz);
         if (needs[1]) (*grads)[1] = std::move(db);
+        return absl::OkStatus();
+      });
+
+MT_OP(kMatMulBiasReluOp, "MatMulBiasRelu",
+      [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+        Tensor dz, db;
+        MT_RETURN_IF_ERROR(BiasReluGrads(
+            op.outputs[0], g[0], op.inputs[2].shape(), needs[2], &dz, &db));
+        MT_RETURN_IF_ERROR(internal::MatMulGrads(
+            op.inputs[0], op.inputs[1], false, false, dz, needs, grads));
+        if (needs[2]) (*grads)[2] = std::move(db);
         return absl::OkStatus();
       });
 

@@ -17,6 +17,14 @@ namespace mirrortrain::ops {
 // fusion (cuda/fused_kernels.cu; the bias sum there runs in double).
 absl::StatusOr<Tensor> BiasAddRelu(const Tensor& x, const Tensor& bias);
 
+// relu(x @ kernel + bias), x [m, k], kernel [k, n], bias [n]: a Dense
+// layer with relu as one op. On GPUs (f32) one cuBLASLt GEMM with the bias
+// and relu in its epilogue; elsewhere the product, then BiasAddRelu's pass
+// in place (the same numbers as MatMul then BiasAddRelu). The gradient is
+// BiasAddRelu's masked pass (dz and the bias sum together), then MatMul's.
+absl::StatusOr<Tensor> MatMulBiasRelu(const Tensor& x, const Tensor& kernel,
+                                      const Tensor& bias);
+
 }  // namespace mirrortrain::ops
 
 #endif  // MIRRORTRAIN_TENSOR_OPS_FUSED_OPS_H_

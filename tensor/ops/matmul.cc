@@ -220,6 +220,44 @@ absl::Status Gemm(const Tensor& a, const Tensor& b, bool ta, bool tb,
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> FusedGemmBias(const Tensor& a, const Tensor& b, bool ta,
+                                   bool tb, const Tensor& bias, bool relu,
+                                   Tensor& out) {
+  if (!a.device().is_cuda() || a.dtype() != DType::kF32 || a.rank() != 2) {
+    return false;
+  }
+  MT_ASSIGN_OR_RETURN(const GemmDims d, CheckMatMul("MatMul", a, b, ta, tb));
+  if (d.k == 0) return false;
+  const absl::Status s =
+      cuda::GemmBias(ta, tb, d.m, d.n, d.k, a.raw_data(), a.dim(1),
+                     b.raw_data(), b.dim(1), bias.raw_data(), relu,
+                     out.raw_data(), a.device().index, GetMatMulPrecision());
+  if (absl::IsNotFound(s)) return false;
+  MT_RETURN_IF_ERROR(KernelError("MatMulBias", s, {&a, &b, &bias}));
+  return true;
+}
+
+// With C = op(A) op(B): dA and dB per transpose combination.
+absl::Status MatMulGrads(const Tensor& a, const Tensor& b, bool ta, bool tb,
+                         const Tensor& gc, absl::Span<const bool> needs,
+                         Grads* grads) {
+  if (needs[0]) {
+    if (!ta) {
+      MT_ASSIGN_OR_RETURN((*grads)[0], MatMul(gc, b, false, !tb));
+    } else {
+      MT_ASSIGN_OR_RETURN((*grads)[0], MatMul(b, gc, tb, true));
+    }
+  }
+  if (needs[1]) {
+    if (!tb) {
+      MT_ASSIGN_OR_RETURN((*grads)[1], MatMul(a, gc, !ta, false));
+    } else {
+      MT_ASSIGN_OR_RETURN((*grads)[1], MatMul(gc, a, true, ta));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace internal
 
 absl::StatusOr<Tensor> MatMul(const Tensor& a, const Tensor& b,
@@ -281,9 +319,14 @@ absl::StatusOr<Tensor> MatMulBias(const Tensor& a, const Tensor& b,
   }
   MT_ASSIGN_OR_RETURN(Tensor out,
                       Tensor::Empty(a.dtype(), ProductShape(a, d), a.device()));
-  MT_RETURN_IF_ERROR(BroadcastRows(bias, out));
-  MT_RETURN_IF_ERROR(
-      internal::Gemm(a, b, transpose_a, transpose_b, 1.0, 1.0, out));
+  MT_ASSIGN_OR_RETURN(const bool fused,
+                      internal::FusedGemmBias(a, b, transpose_a, transpose_b,
+                                              bias, /*relu=*/false, out));
+  if (!fused) {
+    MT_RETURN_IF_ERROR(BroadcastRows(bias, out));
+    MT_RETURN_IF_ERROR(
+        internal::Gemm(a, b, transpose_a, transpose_b, 1.0, 1.0, out));
+  }
   tape::RecordOperation(kMatMulBiasOp, {a, b, bias}, {out},
                         MatMulAttrs{transpose_a, transpose_b});
   return out;
@@ -291,39 +334,19 @@ absl::StatusOr<Tensor> MatMulBias(const Tensor& a, const Tensor& b,
 
 namespace {
 
-// With C = op(A) op(B): dA and dB per transpose combination, as TensorFlow's
-// _MatMulGrad.
-absl::Status ProductGrads(const OpRecord& op, const Tensor& gc,
-                          absl::Span<const bool> needs, Grads* grads) {
-  const auto& at = std::any_cast<const MatMulAttrs&>(op.attrs);
-  const Tensor& a = op.inputs[0];
-  const Tensor& b = op.inputs[1];
-  const bool ta = at.transpose_a, tb = at.transpose_b;
-  if (needs[0]) {
-    if (!ta) {
-      MT_ASSIGN_OR_RETURN((*grads)[0], MatMul(gc, b, false, !tb));
-    } else {
-      MT_ASSIGN_OR_RETURN((*grads)[0], MatMul(b, gc, tb, true));
-    }
-  }
-  if (needs[1]) {
-    if (!tb) {
-      MT_ASSIGN_OR_RETURN((*grads)[1], MatMul(a, gc, !ta, false));
-    } else {
-      MT_ASSIGN_OR_RETURN((*grads)[1], MatMul(gc, a, true, ta));
-    }
-  }
-  return absl::OkStatus();
-}
-
 MT_OP(kMatMulOp, "MatMul",
       [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
-        return ProductGrads(op, g[0], needs, grads);
+        const auto& at = std::any_cast<const MatMulAttrs&>(op.attrs);
+        return internal::MatMulGrads(op.inputs[0], op.inputs[1], at.transpose_a,
+                                     at.transpose_b, g[0], needs, grads);
       });
 
 MT_OP(kMatMulBiasOp, "MatMulBias",
       [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
-        MT_RETURN_IF_ERROR(ProductGrads(op, g[0], needs, grads));
+        const auto& at = std::any_cast<const MatMulAttrs&>(op.attrs);
+        MT_RETURN_IF_ERROR(internal::MatMulGrads(op.inputs[0], op.inputs[1],
+                                                 at.transpose_a, at.transpose_b,
+                                                 g[0], needs, grads));
         if (needs[2]) {
           MT_ASSIGN_OR_RETURN(
               (*grads)[2], internal::BiasGradient(g[0], op.inputs[2].shape()));

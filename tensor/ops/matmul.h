@@ -3,6 +3,8 @@
 #define MIRRORTRAIN_TENSOR_OPS_MATMUL_H_
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "tensor/op.h"
 #include "tensor/tensor.h"
 
 namespace mirrortrain::ops {
@@ -27,6 +29,21 @@ namespace internal {
 absl::Status Gemm(const Tensor& a, const Tensor& b, bool transpose_a,
                   bool transpose_b, double alpha, double beta, Tensor& out,
                   bool parallel = true);
+
+// out = act(op(a) @ op(b) + bias), act relu or the identity, as one
+// cuBLASLt call with the bias and relu in the GEMM's epilogue, when it
+// applies: GPU f32 tensors of rank 2, k >= 1, an algorithm for the case.
+// Returns whether it ran (unrecorded); false leaves `out` untouched for the
+// caller's unfused path.
+absl::StatusOr<bool> FusedGemmBias(const Tensor& a, const Tensor& b,
+                                   bool transpose_a, bool transpose_b,
+                                   const Tensor& bias, bool relu, Tensor& out);
+
+// The gradients of op(a) @ op(b) for the product's gradient `gc`, as
+// TensorFlow's _MatMulGrad: (*grads)[0] for a where needs[0], [1] for b.
+absl::Status MatMulGrads(const Tensor& a, const Tensor& b, bool transpose_a,
+                         bool transpose_b, const Tensor& gc,
+                         absl::Span<const bool> needs, Grads* grads);
 }  // namespace internal
 
 }  // namespace mirrortrain::ops

@@ -9,6 +9,7 @@
 #include "tensor/bfloat16.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/matmul_precision.h"
+#include "tensor/ops/fused_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/precision_ops.h"
@@ -194,6 +195,43 @@ TEST_F(CudaOpsTest, Bf16MatMulMatchesTheCpuEmulation) {
     const testing::DiffAndNorm off = testing::L2DiffAndNorm(fp32, *cpu);
     EXPECT_LT(same.diff / same.norm, 5e-6);
     EXPECT_GT(off.diff / off.norm, 1e-3) << "the operands were not rounded";
+  }
+}
+
+// The cuBLASLt epilogue (bias, relu) against the CPU in each precision, on
+// operands that start off the 256-byte alignment cuBLASLt assumes (a
+// replica's shard starts at any row); tf32 and bf16 differ from the CPU's
+// f32 by their rounding of the operands.
+TEST_F(CudaOpsTest, FusedDenseEpiloguesMatchCpuInEveryPrecision) {
+  const Tensor x_all = testing::RandomTensor({301, 200}, 51, DType::kF32);
+  const Tensor x = *x_all.SliceRows(3, 298);
+  const Tensor w = testing::RandomTensor({200, 129}, 52, DType::kF32);
+  const Tensor b = testing::RandomTensor({129}, 53, DType::kF32);
+  const Tensor gx = *x_all.To(Device::Cuda(0))->SliceRows(3, 298);
+  const Tensor gw = *w.To(Device::Cuda(0)), gb = *b.To(Device::Cuda(0));
+  for (auto [precision, tol] : std::vector<std::pair<MatMulPrecision, double>>{
+           {MatMulPrecision::kFp32, 1e-5},
+           {MatMulPrecision::kTf32, 5e-3},
+           {MatMulPrecision::kBf16, 5e-6}}) {
+    SCOPED_TRACE(static_cast<int>(precision));
+    // bf16: the CPU emulation rounds the operands the same way.
+    SetMatMulPrecision(precision == MatMulPrecision::kBf16
+                           ? precision
+                           : MatMulPrecision::kFp32);
+    const Tensor cpu_relu = *ops::MatMulBiasRelu(x, w, b);
+    const Tensor cpu_bias = *ops::MatMulBias(x, w, b);
+    SetMatMulPrecision(precision);
+    const absl::StatusOr<Tensor> gpu_relu = ops::MatMulBiasRelu(gx, gw, gb);
+    const absl::StatusOr<Tensor> gpu_bias = ops::MatMulBias(gx, gw, gb);
+    SetMatMulPrecision(MatMulPrecision::kFp32);
+    ASSERT_TRUE(gpu_relu.ok()) << gpu_relu.status();
+    ASSERT_TRUE(gpu_bias.ok()) << gpu_bias.status();
+    for (const auto& [gpu, cpu] :
+         {std::pair{*gpu_relu, cpu_relu}, std::pair{*gpu_bias, cpu_bias}}) {
+      const testing::DiffAndNorm d =
+          testing::L2DiffAndNorm(*gpu.To(Device::Cpu()), cpu);
+      EXPECT_LT(d.diff / d.norm, tol);
+    }
   }
 }
 

@@ -125,6 +125,11 @@ const std::vector<OpRow>& Rows() {
       {"BiasAddRelu",
        [](const Inputs& in) { return ops::BiasAddRelu(in[0], in[1]); },
        Args(Rand({3, 4}), Rand({4}))},
+      {"MatMulBiasRelu",
+       [](const Inputs& in) {
+         return ops::MatMulBiasRelu(in[0], in[1], in[2]);
+       },
+       Args(Rand({6, 4}), Rand({4, 5}), Rand({5}))},
       {"Softmax", Unary(ops::Softmax), Args(Rand({3, 5}, -3, 3))},
       {"LogSoftmax", Unary(ops::LogSoftmax), Args(Rand({3, 5}, -3, 3))},
       {"SparseSoftmaxCrossEntropyWithLogits",

@@ -7,6 +7,7 @@
 #include "tensor/gradient_tape.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/conv_ops.h"
+#include "tensor/ops/fused_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/nn_ops.h"
@@ -262,6 +263,38 @@ TEST(OpsTest, NegativeShapesAreErrorsNotCrashes) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(ops::Reshape(x, {-2, -1}).ok());
   EXPECT_FALSE(ops::OneHot(Tensor::FromVector<int32_t>({0}, {1}), -3).ok());
+}
+
+// On CPUs the fused dense op computes exactly what its parts do, forward
+// and backward, so a model moved onto it keeps its numbers bit for bit.
+TEST(FusedOpsTest, MatMulBiasReluIsMatMulThenBiasAddReluExactly) {
+  const Tensor x = testing::RandomTensor({37, 19}, 1, DType::kF32);
+  const Tensor w = testing::RandomTensor({19, 23}, 2, DType::kF32);
+  const Tensor b = testing::RandomTensor({23}, 3, DType::kF32);
+  const Tensor dy = testing::RandomTensor({37, 23}, 4, DType::kF32);
+  auto run = [&](bool fused) {
+    GradientTape tape;
+    for (const Tensor& t : {x, w, b}) tape.Watch(t);
+    absl::StatusOr<Tensor> y = fused ? ops::MatMulBiasRelu(x, w, b)
+                                     : ops::BiasAddRelu(*ops::MatMul(x, w), b);
+    EXPECT_TRUE(y.ok()) << y.status();
+    auto g = tape.Gradient(*ops::ReduceSum(*ops::Mul(*y, dy)), {x, w, b});
+    EXPECT_TRUE(g.ok()) << g.status();
+    std::vector<Tensor> out = {*y};
+    for (const auto& gi : *g) {
+      EXPECT_TRUE(gi.has_value());
+      out.push_back(gi.value_or(Tensor()));
+    }
+    return out;
+  };
+  const std::vector<Tensor> fused = run(true), parts = run(false);
+  for (size_t i = 0; i < fused.size(); ++i) {
+    EXPECT_TRUE(testing::AllClose(fused[i], parts[i], 0, 0)) << i;
+  }
+  const absl::StatusOr<Tensor> bad = ops::MatMulBiasRelu(x, w, dy);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()),
+              ::testing::HasSubstr("MatMulBiasRelu"));
 }
 
 }  // namespace

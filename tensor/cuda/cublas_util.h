@@ -1,0 +1,38 @@
+// Shared by the cuBLAS and cuBLASLt files (compiled by nvcc only): the
+// checking macro for cublasStatus_t results, and bfloat16 copies of f32
+// operands for bf16 products (MatMulPrecision::kBf16).
+#ifndef MIRRORTRAIN_TENSOR_CUDA_CUBLAS_UTIL_H_
+#define MIRRORTRAIN_TENSOR_CUDA_CUBLAS_UTIL_H_
+
+#include <cublas_api.h>
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "tensor/cuda/device_scratch.h"
+
+#define MT_CUBLAS_RETURN_IF_ERROR(call)                                     \
+  do {                                                                      \
+    cublasStatus_t _mt_cublas = (call);                                     \
+    if (_mt_cublas != CUBLAS_STATUS_SUCCESS) {                              \
+      return absl::InternalError(                                           \
+          absl::StrCat(#call, " failed at ", __FILE__, ":", __LINE__, ": ", \
+                       cublasGetStatusName(_mt_cublas), ": ",               \
+                       cublasGetStatusString(_mt_cublas)));                 \
+    }                                                                       \
+  } while (0)
+
+namespace mirrortrain::cuda {
+
+// `n` f32 values of `x` (device memory of the current device `device`) as
+// bfloat16, round to nearest even, in `scratch` (allocated here), converted
+// on the calling thread's stream. Valid while `scratch` lives.
+absl::StatusOr<const __nv_bfloat16*> ToBf16(const void* x, int64_t n,
+                                            int device, DeviceScratch& scratch);
+
+}  // namespace mirrortrain::cuda
+
+#endif  // MIRRORTRAIN_TENSOR_CUDA_CUBLAS_UTIL_H_
