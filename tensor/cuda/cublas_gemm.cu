@@ -6,8 +6,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <map>
-#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "tensor/cuda/cublas_util.h"
@@ -21,31 +19,9 @@
 namespace mirrortrain::cuda {
 namespace {
 
-// Owns one cuBLAS handle; destroyed with its thread's handle table.
-class CublasHandle {
- public:
-  explicit CublasHandle(cublasHandle_t h) : handle_(h) {}
-  CublasHandle(const CublasHandle&) = delete;
-  CublasHandle& operator=(const CublasHandle&) = delete;
-  ~CublasHandle() {
-    if (handle_ != nullptr) cublasDestroy(handle_);
-  }
-  cublasHandle_t get() const { return handle_; }
-
- private:
-  cublasHandle_t handle_;
-};
-
 // cuBLAS handles are not thread-safe to share: one per (thread, device).
 absl::StatusOr<cublasHandle_t> HandleFor(int device) {
-  thread_local std::map<int, std::unique_ptr<CublasHandle>> handles;
-  auto it = handles.find(device);
-  if (it == handles.end()) {
-    cublasHandle_t h = nullptr;
-    MT_CUBLAS_RETURN_IF_ERROR(cublasCreate(&h));
-    it = handles.emplace(device, std::make_unique<CublasHandle>(h)).first;
-  }
-  return it->second->get();
+  return ThreadHandle<cublasHandle_t, cublasCreate, cublasDestroy>(device);
 }
 
 // cuBLAS's per-dtype entry points.

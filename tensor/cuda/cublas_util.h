@@ -1,6 +1,7 @@
 // Shared by the cuBLAS and cuBLASLt files (compiled by nvcc only): the
-// checking macro for cublasStatus_t results, and bfloat16 copies of f32
-// operands for bf16 products (MatMulPrecision::kBf16).
+// checking macro for cublasStatus_t results, per-thread library handles,
+// and bfloat16 copies of f32 operands for bf16 products
+// (MatMulPrecision::kBf16).
 #ifndef MIRRORTRAIN_TENSOR_CUDA_CUBLAS_UTIL_H_
 #define MIRRORTRAIN_TENSOR_CUDA_CUBLAS_UTIL_H_
 
@@ -8,6 +9,9 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <type_traits>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -26,6 +30,25 @@
   } while (0)
 
 namespace mirrortrain::cuda {
+
+// The calling thread's handle of a library (cuBLAS, cuBLASLt) for `device`,
+// created on first use and destroyed with the thread: the libraries'
+// handles must not be shared between threads.
+template <typename Handle, auto Create, auto Destroy>
+absl::StatusOr<Handle> ThreadHandle(int device) {
+  struct Deleter {
+    void operator()(std::remove_pointer_t<Handle>* h) const { Destroy(h); }
+  };
+  using Owned = std::unique_ptr<std::remove_pointer_t<Handle>, Deleter>;
+  thread_local std::map<int, Owned> handles;
+  auto it = handles.find(device);
+  if (it == handles.end()) {
+    Handle h = nullptr;
+    MT_CUBLAS_RETURN_IF_ERROR(Create(&h));
+    it = handles.emplace(device, Owned(h)).first;
+  }
+  return it->second.get();
+}
 
 // `n` f32 values of `x` (device memory of the current device `device`) as
 // bfloat16, round to nearest even, in `scratch` (allocated here), converted

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <map>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -25,31 +24,10 @@ namespace {
 // Workspace cuBLASLt may use (split-K and stream-K algorithms want it).
 constexpr uint64_t kMaxWorkspaceBytes = 32ull << 20;
 
-// Owns one cuBLASLt handle; destroyed with its thread's handle table.
-class LtHandle {
- public:
-  explicit LtHandle(cublasLtHandle_t h) : handle_(h) {}
-  LtHandle(const LtHandle&) = delete;
-  LtHandle& operator=(const LtHandle&) = delete;
-  ~LtHandle() {
-    if (handle_ != nullptr) cublasLtDestroy(handle_);
-  }
-  cublasLtHandle_t get() const { return handle_; }
-
- private:
-  cublasLtHandle_t handle_;
-};
-
 // One handle per (thread, device), as for cuBLAS.
 absl::StatusOr<cublasLtHandle_t> LtHandleFor(int device) {
-  thread_local std::map<int, std::unique_ptr<LtHandle>> handles;
-  auto it = handles.find(device);
-  if (it == handles.end()) {
-    cublasLtHandle_t h = nullptr;
-    MT_CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&h));
-    it = handles.emplace(device, std::make_unique<LtHandle>(h)).first;
-  }
-  return it->second->get();
+  return ThreadHandle<cublasLtHandle_t, cublasLtCreate, cublasLtDestroy>(
+      device);
 }
 
 // RAII owners of the descriptors one call creates.
