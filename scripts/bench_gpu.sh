@@ -2,10 +2,15 @@
 # GPU benchmarks of issue #5: mirrortrain next to PyTorch on the same GPU,
 # same model and batch.
 #   cnn   CNN of configs/fashion_mnist_cnn_gpu.yaml, batch 256, synthetic
-#         data: train samples/s
-#   mlp   MLP 784-4096x4-10 of configs/mlp_4096_gpu.yaml, batch 4096, tf32:
-#         TFLOP/s against the tf32 GEMM rate measured in the same run
-#         (cublasSgemm, the call mirrortrain makes; torch.matmul for PyTorch)
+#         data: train samples/s in the config's precision and in bf16
+#         (--set precision=bf16), each next to PyTorch eager and
+#         torch.compile (PyTorch bf16: torch.autocast to bfloat16)
+#   mlp   MLP 784-4096x4-10 of configs/mlp_4096_gpu.yaml, batch 4096, tf32
+#         and bf16: TFLOP/s against the GEMM rate of the same precision
+#         measured in the same run (the calls mirrortrain makes: cublasSgemm
+#         for tf32, cublasGemmEx with bf16 operands and f32 results for bf16;
+#         torch.matmul for PyTorch), each next to PyTorch eager and
+#         torch.compile
 #   comm  step time of one_device, mirrored on [gpu:0], mirrored on two
 #         logical replicas [gpu:0, gpu:0], and the latter with cross-device
 #         communication skipped (distribute.cross_device_ops=none): the
@@ -23,7 +28,10 @@
 # printed), bench_gpu.jsonl (raw JSON lines), bench_runs/<run>/ (each
 # mirrortrain run's metrics.jsonl, config.yaml and log). Every run has a time
 # limit and the whole stays within BENCH_BUDGET seconds (default 540), so it
-# fits one 10-minute device call once built.
+# fits one 10-minute device call once built. cnn and mlp are 12 runs, 4 of them
+# compiling with torch.compile; a run the budget has no room for is skipped
+# with a line that says so (then run the rest in a second call, e.g.
+# scripts/bench_gpu.sh comm tta).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/bench/gpu_host.sh
@@ -107,14 +115,28 @@ pt() {
 }
 
 if want cnn; then
-  gpu_section "cnn: train samples/s, batch 256, $CNN_PRECISION"
-  mt cnn_rate 90 "$CNN" -- --set data.name=synthetic --set data.test_examples=1000 \
-    --set train.steps=600 --set train.log_every_steps=100 --set train.eval_every_epochs=0
-  pt cnn_rate 120 --bench cnn_rate --cnn_precision "$CNN_PRECISION" --steps 200 --warmup 20 --repeat 3
+  gpu_section "cnn: train samples/s, batch 256, $CNN_PRECISION and bf16; PyTorch eager and torch.compile"
+  # Six runs where there were two. The timed steps take a second or two per run
+  # (mirrortrain: 600 steps in under one at 181k samples/s); what the new runs
+  # cost is process start-up and, for torch.compile, compilation (its warm-up).
+  # Trimmed to make room: mirrortrain 600 -> 400 steps (3 timed windows of 100
+  # after the first, which holds start-up), limits 90 -> 60 s (mirrortrain)
+  # and 120 -> 90 s (PyTorch eager); 150 s for the compiling runs.
+  CNN_SETS=(--set data.name=synthetic --set data.test_examples=1000 --set train.steps=400
+    --set train.log_every_steps=100 --set train.eval_every_epochs=0)
+  CNN_PT=(--bench cnn_rate --steps 200 --warmup 20 --repeat 3)
+  mt cnn_rate 60 "$CNN" -- "${CNN_SETS[@]}"
+  pt cnn_rate 90 "${CNN_PT[@]}" --cnn_precision "$CNN_PRECISION"
+  pt cnn_rate_compile 150 "${CNN_PT[@]}" --cnn_precision "$CNN_PRECISION" --compile
+  # bf16 (mixed_bfloat16: f32 variables, bf16 activations and product
+  # operands); PyTorch: bf16 autocast around the forward pass and the loss.
+  mt cnn_rate_bf16 60 "$CNN" -- "${CNN_SETS[@]}" --set precision=bf16
+  pt cnn_rate_bf16 90 "${CNN_PT[@]}" --cnn_precision bf16
+  pt cnn_rate_bf16_compile 150 "${CNN_PT[@]}" --cnn_precision bf16 --compile
 fi
 
 if want mlp; then
-  gpu_section "mlp: 784-4096x4-10, batch 4096, tf32"
+  gpu_section "mlp: 784-4096x4-10, batch 4096, tf32 and bf16; PyTorch eager and torch.compile"
   GEMM_BIN="$BUILD_DIR/bin/cublas_gemm_bench"
   if [[ ! -x $GEMM_BIN || scripts/bench/cublas_gemm.cu -nt $GEMM_BIN ]]; then
     nvcc -O2 -std=c++17 -arch="sm_${CUDA_ARCH:-90}" -o "$GEMM_BIN" scripts/bench/cublas_gemm.cu -lcublas ||
@@ -128,8 +150,19 @@ if want mlp; then
       missing cublas gemm "$(tail -2 "$WORK/gemm.err" | tr '\n' ' ')"
     fi
   fi
-  mt mlp 120 "$MLP" -- --set train.steps=300 --set train.log_every_steps=50
-  pt mlp 180 --bench mlp,matmul --mlp_steps 50 --warmup 10 --repeat 3
+  # The GEMM rows: tf32, fp32 and bf16 per shape (cublas_gemm.cu), and the
+  # same from torch.matmul in the eager tf32 run (--bench mlp,matmul).
+  # Trimmed as the CNN's: mirrortrain 300 -> 200 steps (3 timed windows of 50
+  # after the first), limits 120 -> 60 s (mirrortrain) and 180 -> 120 s
+  # (PyTorch eager with matmul: 90 s without); 120 s for the compiling runs.
+  MLP_SETS=(--set train.steps=200 --set train.log_every_steps=50)
+  MLP_PT=(--mlp_steps 50 --warmup 10 --repeat 3)
+  mt mlp 60 "$MLP" -- "${MLP_SETS[@]}"
+  pt mlp 120 --bench mlp,matmul "${MLP_PT[@]}"
+  pt mlp_compile 120 --bench mlp --compile "${MLP_PT[@]}"
+  mt mlp_bf16 60 "$MLP" -- "${MLP_SETS[@]}" --set precision=bf16
+  pt mlp_bf16 90 --bench mlp --mlp_precision bf16 "${MLP_PT[@]}"
+  pt mlp_bf16_compile 120 --bench mlp --mlp_precision bf16 --compile "${MLP_PT[@]}"
 fi
 
 if want comm; then

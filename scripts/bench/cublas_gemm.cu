@@ -1,12 +1,18 @@
-// cuBLAS f32 GEMM rate, the denominator of scripts/bench_gpu.sh's MLP
-// efficiency: the same call mirrortrain makes (cublasSgemm, with
-// CUBLAS_TF32_TENSOR_OP_MATH for tf32; see tensor/cuda/cublas_gemm.cu), timed
-// with CUDA events after warm-up. One JSON line per shape and precision.
+// cuBLAS GEMM rate, the denominator of scripts/bench_gpu.sh's MLP
+// efficiency: the same call mirrortrain makes (see tensor/cuda/cublas_gemm.cu),
+// timed with CUDA events after warm-up. One JSON line per shape and precision:
+//   tf32  cublasSgemm with CUBLAS_TF32_TENSOR_OP_MATH
+//   fp32  cublasSgemm with CUBLAS_DEFAULT_MATH
+//   bf16  cublasGemmEx with CUDA_R_16BF A and B, CUDA_R_32F C,
+//         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT, default math mode
+//         (mirrortrain's Bf16Gemm; the f32 -> bf16 operand conversion it
+//         also does is not timed here)
 //
 //   nvcc -O2 -o build/bin/cublas_gemm_bench scripts/bench/cublas_gemm.cu
 //   -lcublas build/bin/cublas_gemm_bench [M N K]...      # default: 8192 8192
 //   8192  4096 4096 4096
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -44,6 +50,14 @@ __global__ void Fill(float* p, size_t n, unsigned seed) {
   }
 }
 
+// The bf16 operands of the bf16 row: `in` rounded to nearest even.
+__global__ void ToBf16(const float* in, __nv_bfloat16* out, size_t n) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    out[i] = __float2bfloat16_rn(in[i]);
+  }
+}
+
 int main(int argc, char** argv) {
   std::vector<long> shapes;
   for (int i = 1; i < argc; ++i) shapes.push_back(std::atol(argv[i]));
@@ -66,19 +80,34 @@ int main(int argc, char** argv) {
   for (size_t s = 0; s < shapes.size(); s += 3) {
     const long m = shapes[s], n = shapes[s + 1], k = shapes[s + 2];
     float *a, *b, *c;
+    __nv_bfloat16 *a16, *b16;
     CHECK_CUDA(cudaMalloc(&a, sizeof(float) * m * k));
     CHECK_CUDA(cudaMalloc(&b, sizeof(float) * k * n));
     CHECK_CUDA(cudaMalloc(&c, sizeof(float) * m * n));
+    CHECK_CUDA(cudaMalloc(&a16, sizeof(__nv_bfloat16) * m * k));
+    CHECK_CUDA(cudaMalloc(&b16, sizeof(__nv_bfloat16) * k * n));
     Fill<<<1024, 256>>>(a, static_cast<size_t>(m) * k, 1);
     Fill<<<1024, 256>>>(b, static_cast<size_t>(k) * n, 2);
+    ToBf16<<<1024, 256>>>(a, a16, static_cast<size_t>(m) * k);
+    ToBf16<<<1024, 256>>>(b, b16, static_cast<size_t>(k) * n);
     CHECK_CUDA(cudaGetLastError());
-    for (const char* precision : {"tf32", "fp32"}) {
-      const bool tf32 = precision[0] == 't';
+    for (const char* precision : {"tf32", "fp32", "bf16"}) {
+      const bool tf32 = precision[0] == 't', bf16 = precision[0] == 'b';
+      const char* call = bf16 ? "cublasGemmEx" : "cublasSgemm";
       CHECK_CUBLAS(cublasSetMathMode(
           handle, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
       const float alpha = 1.0f, beta = 0.0f;
       // Row-major C[m,n] = A[m,k] B[k,n] as column-major C^T = B^T A^T.
       auto gemm = [&] {
+        if (bf16) {
+          CHECK_CUBLAS(cublasGemmEx(
+              handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(n),
+              static_cast<int>(m), static_cast<int>(k), &alpha, b16,
+              CUDA_R_16BF, static_cast<int>(n), a16, CUDA_R_16BF,
+              static_cast<int>(k), &beta, c, CUDA_R_32F, static_cast<int>(n),
+              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+          return;
+        }
         CHECK_CUBLAS(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N,
                                  static_cast<int>(n), static_cast<int>(m),
                                  static_cast<int>(k), &alpha, b,
@@ -104,15 +133,17 @@ int main(int argc, char** argv) {
       const double tflops = 2.0 * m * n * k * iters / (ms * 1e-3) / 1e12;
       std::printf(
           "{\"framework\": \"cublas\", \"version\": %d, \"gpu\": \"%s\", "
-          "\"bench\": \"gemm\", \"call\": \"cublasSgemm\", \"m\": %ld, "
+          "\"bench\": \"gemm\", \"call\": \"%s\", \"m\": %ld, "
           "\"n\": %ld, \"k\": %ld, \"precision\": \"%s\", \"iters\": %d, "
           "\"tflops\": %.2f}\n",
-          version, prop.name, m, n, k, precision, iters, tflops);
+          version, prop.name, call, m, n, k, precision, iters, tflops);
       std::fflush(stdout);
     }
     CHECK_CUDA(cudaFree(a));
     CHECK_CUDA(cudaFree(b));
     CHECK_CUDA(cudaFree(c));
+    CHECK_CUDA(cudaFree(a16));
+    CHECK_CUDA(cudaFree(b16));
   }
   CHECK_CUBLAS(cublasDestroy(handle));
   return 0;

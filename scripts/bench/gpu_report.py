@@ -4,9 +4,15 @@
   python3 scripts/bench/gpu_report.py --summary FILE   # one line per JSON line
 
 Lines come from scripts/bench/mt_run.py (framework mirrortrain, by name),
-scripts/bench/torch_gpu.py (framework pytorch, by bench) and
-scripts/bench/cublas_gemm.cu (framework cublas); a line with "error" says
-why a measurement is missing.
+scripts/bench/torch_gpu.py (framework pytorch, by bench, precision and
+compile) and scripts/bench/cublas_gemm.cu (framework cublas); a line with
+"error" says why a measurement is missing (by the run's name in
+scripts/bench_gpu.sh).
+
+Each mirrortrain row stands next to PyTorch eager and torch.compile of the
+same bench and precision; the MLP's TFLOP/s also as a share of the GEMM rate
+of its precision (tf32: cublasSgemm, bf16: cublasGemmEx; torch.matmul for
+PyTorch).
 """
 import json
 import sys
@@ -35,10 +41,11 @@ def summary(r: dict) -> str:
     if "error" in r:
         return f"{fw} {r.get('name') or r.get('bench')}: {r['error']}"
     if fw == "cublas":
-        return f"cublasSgemm {r['m']}x{r['n']}x{r['k']} {r['precision']}: {r['tflops']} TFLOP/s"
+        return (f"{r.get('call', 'cublasSgemm')} {r['m']}x{r['n']}x{r['k']} "
+                f"{r['precision']}: {r['tflops']} TFLOP/s")
     if fw == "pytorch":
-        keys = ("m", "precision", "samples_per_sec", "tflops", "reached", "epoch",
-                "seconds", "best_accuracy")
+        keys = ("m", "precision", "compile", "samples_per_sec", "tflops",
+                "warmup_seconds", "reached", "epoch", "seconds", "best_accuracy")
         return f"pytorch {r['bench']}: " + ", ".join(f"{k} {r[k]}" for k in keys if k in r)
     msg = f"mirrortrain {r['name']}: exit {r['exit_code']}"
     if r.get("stopped"):
@@ -73,13 +80,23 @@ def main() -> None:
                 except json.JSONDecodeError:
                     pass
     mt = {r["name"]: r for r in lines if r.get("framework") == "mirrortrain"}
-    pt = {}  # A measurement wins over an error line of the same call.
+    pt = {}  # (bench, precision, compiled): a torch_gpu.py measurement.
+    pt_errors = {}  # Run name in scripts/bench_gpu.sh: why it has none.
     for r in lines:
         if r.get("framework") == "pytorch" and r.get("bench") != "matmul":
-            if "error" not in r or r.get("bench") not in pt:
-                pt[r.get("bench")] = r
+            if "error" in r:
+                pt_errors[r.get("name") or r.get("bench")] = r
+            else:
+                pt[(r.get("bench"), r.get("precision"), bool(r.get("compile")))] = r
+
+    def pt_get(bench, precision, compiled, name):
+        """The measurement, else the error line of run `name`, else None."""
+        return pt.get((bench, precision, compiled)) or pt_errors.get(name)
+
     gemm = {(r.get("framework"), r.get("m"), r.get("precision")): r.get("tflops")
             for r in lines if r.get("bench") in ("gemm", "matmul") and "tflops" in r}
+    calls = {(r.get("m"), r.get("precision")): r.get("call")
+             for r in lines if r.get("framework") == "cublas" and r.get("call")}
     errors = [r for r in lines if "error" in r]
 
     def ok(r):  # A mirrortrain run that logged numbers.
@@ -95,19 +112,34 @@ def main() -> None:
             return f"failed (exit {r.get('exit_code')}): {tail[-1] if tail else '?'}"
         return ""
 
-    rows = [("benchmark", "mirrortrain", "PyTorch", "ratio")]
+    def cell(v, r, digits=1):
+        return fmt(v, digits) if v else why(r)
+
+    def ratio(a, b):
+        return f"{a / b:.2f}x" if a and b else "n/a"
+
+    def share(a, b):
+        return fmt(100 * a / b, 0, "%") if a and b else "n/a"
+
+    rows = [("benchmark", "mirrortrain", "PyTorch eager", "torch.compile",
+             "vs eager", "vs compile")]
     gpu = next((r.get("gpu") for r in lines if r.get("gpu")), "?")
 
-    # 1. CNN throughput.
-    m, p = mt.get("cnn_rate"), pt.get("cnn_rate")
-    mv = m["samples_per_sec"] if ok(m) else None
-    pv = (p or {}).get("samples_per_sec")
-    prec = (p or {}).get("precision", "fp32")
-    rows.append((f"CNN batch 256 {prec}: train samples/s", fmt(mv) if mv else why(m),
-                 fmt(pv), f"{mv / pv:.2f}x" if mv and pv else "n/a"))
+    # 1. CNN throughput: the config's precision (runs cnn_rate, cnn_rate_compile;
+    # read from PyTorch's lines, mirrortrain's carry none) and bf16 (*_bf16*).
+    cnn_prec = next((k[1] for k in pt if k[0] == "cnn_rate" and k[1] != "bf16"), "fp32")
+    for name, prec in (("cnn_rate", cnn_prec), ("cnn_rate_bf16", "bf16")):
+        m = mt.get(name)
+        pe = pt_get("cnn_rate", prec, False, name)
+        pc = pt_get("cnn_rate", prec, True, name + "_compile")
+        mv = m["samples_per_sec"] if ok(m) else None
+        pev, pcv = (pe or {}).get("samples_per_sec"), (pc or {}).get("samples_per_sec")
+        rows.append((f"CNN batch 256 {prec}: train samples/s", cell(mv, m), cell(pev, pe),
+                     cell(pcv, pc), ratio(mv, pev), ratio(mv, pcv)))
 
-    # 1b. Time to accuracy.
-    m, p = mt.get("cnn_tta"), pt.get("cnn_tta")
+    # 1b. Time to accuracy (eager PyTorch only).
+    m = mt.get("cnn_tta")
+    p = next((r for k, r in pt.items() if k[0] == "cnn_tta"), pt_errors.get("cnn_tta"))
 
     def tta(r, weights):
         if r is None:
@@ -125,24 +157,30 @@ def main() -> None:
     ms, mtime = tta(m, "ema")
     ps, ptime = tta(p, "plain")
     target = (m or p or {}).get("target", 0.916)
-    rows.append((f"CNN batch 256: wall time to test accuracy {target}", ms, ps,
-                 f"{ptime / mtime:.2f}x (PyTorch s / mirrortrain s)" if mtime and ptime else "n/a"))
+    rows.append((f"CNN batch 256: wall time to test accuracy {target}", ms, ps, "",
+                 f"{ptime / mtime:.2f}x (PyTorch s / mirrortrain s)" if mtime and ptime else "n/a",
+                 ""))
 
-    # 2. Large MLP in tf32.
-    m, p = mt.get("mlp"), pt.get("mlp")
-    mtf = None
-    if ok(m):
-        mtf = m["samples_per_sec"] * mlp_flops_per_example(m.get("hidden_units") or HIDDEN) / 1e12
-    ptf = (p or {}).get("tflops")
-    rows.append(("MLP 784-4096x4-10 batch 4096 tf32: TFLOP/s", fmt(mtf, 1) if mtf else why(m),
-                 fmt(ptf, 1), f"{mtf / ptf:.2f}x" if mtf and ptf else "n/a"))
-    for size in (8192, 4096):
-        cb, tm = gemm.get(("cublas", size, "tf32")), gemm.get(("pytorch", size, "tf32"))
-        rows.append((f"  tf32 GEMM {size}^3 rate, TFLOP/s (cublasSgemm | torch.matmul)",
-                     fmt(cb, 1), fmt(tm, 1), f"{cb / tm:.2f}x" if cb and tm else "n/a"))
-        rows.append((f"  MLP TFLOP/s as a share of that GEMM rate",
-                     fmt(100 * mtf / cb, 0, "%") if mtf and cb else "n/a",
-                     fmt(100 * ptf / tm, 0, "%") if ptf and tm else "n/a", ""))
+    # 2. Large MLP in tf32 (runs mlp, mlp_compile) and bf16 (mlp_bf16*), each
+    # against the GEMM rate of its precision: cuBLAS for mirrortrain,
+    # torch.matmul for PyTorch.
+    for name, prec, target in (("mlp", "tf32", 75), ("mlp_bf16", "bf16", 70)):
+        m = mt.get(name)
+        pe = pt_get("mlp", prec, False, name)
+        pc = pt_get("mlp", prec, True, name + "_compile")
+        mtf = None
+        if ok(m):
+            mtf = m["samples_per_sec"] * mlp_flops_per_example(m.get("hidden_units") or HIDDEN) / 1e12
+        petf, pctf = (pe or {}).get("tflops"), (pc or {}).get("tflops")
+        rows.append((f"MLP 784-4096x4-10 batch 4096 {prec}: TFLOP/s", cell(mtf, m),
+                     cell(petf, pe), cell(pctf, pc), ratio(mtf, petf), ratio(mtf, pctf)))
+        for size in (8192, 4096):
+            cb, tm = gemm.get(("cublas", size, prec)), gemm.get(("pytorch", size, prec))
+            call = calls.get((size, prec)) or ("cublasGemmEx" if prec == "bf16" else "cublasSgemm")
+            rows.append((f"  {prec} GEMM {size}^3 rate, TFLOP/s ({call} | torch.matmul)",
+                         fmt(cb, 1), fmt(tm, 1), "", ratio(cb, tm), ""))
+            rows.append((f"  MLP TFLOP/s as a share of that GEMM rate (target >={target}%)",
+                         share(mtf, cb), share(petf, tm), share(pctf, tm), "", ""))
 
     # 3. Communication not hidden by compute (mirrored, 2 logical replicas on gpu:0).
     comm_rows = []
@@ -157,13 +195,19 @@ def main() -> None:
             share = "exposed-communication share: n/a (needs mirrored-2 and mirrored-2 without communication)"
         comm_rows.append((model, cells, share))
 
-    width = [max(len(str(r[i])) for r in rows) for i in range(4)]
+    width = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     print(f"GPU: {gpu}")
     for i, r in enumerate(rows):
         print(" | ".join(str(c).ljust(w) for c, w in zip(r, width)).rstrip())
         if i == 0:
             print("-+-".join("-" * w for w in width))
-    print("ratio: mirrortrain / PyTorch (for time: PyTorch seconds / mirrortrain seconds); >1 favours mirrortrain")
+    print("vs eager, vs compile: mirrortrain / PyTorch eager, mirrortrain / torch.compile "
+          "(for time: PyTorch seconds / mirrortrain seconds); >1 favours mirrortrain; "
+          "GEMM rows: cuBLAS / torch.matmul")
+    print("PyTorch bf16: torch.autocast(bfloat16) around forward and loss, f32 weights; "
+          "torch.compile: default mode, compiled in the warm-up steps")
+    print("targets: CNN >=3x PyTorch eager and >1x torch.compile (fp32 and bf16); MLP >=75% "
+          "(tf32) / >=70% (bf16) of the cuBLAS GEMM rate of its precision, >1x PyTorch")
     print("mirrortrain time-to-accuracy: EMA weights, from process launch; PyTorch: plain weights, "
           "from before data loading (CUDA context included); both evaluated once per epoch on the 10000 test images")
     print("\nstep time (ms), mirrored with 2 logical replicas on gpu:0 (no PyTorch twin: "

@@ -3,19 +3,30 @@
 Same models, batches, optimizer and (for time-to-accuracy) schedule as
 configs/fashion_mnist_cnn_gpu.yaml and configs/mlp_4096_gpu.yaml. Prints one
 JSON line per measurement. Timing: CUDA events after torch.cuda.synchronize
-on a GPU (wall clock on the CPU), warm-up steps excluded. Eager PyTorch (no
-torch.compile, no CUDA graphs); the input batch is copied from pinned host
-memory each step (non_blocking), as mirrortrain's input pipeline does.
+on a GPU (wall clock on the CPU), warm-up steps excluded. Eager PyTorch by
+default; --compile wraps the model in torch.compile (default mode: Inductor,
+no CUDA graphs), compiled during the warm-up steps. The input batch is copied
+from pinned host memory each step (non_blocking), as mirrortrain's input
+pipeline does.
+
+Precision (--cnn_precision, --mlp_precision): fp32 and tf32 set PyTorch's
+matmul and cuDNN TensorFloat-32 switches; bf16 is mixed_bfloat16 as in
+mirrortrain: torch.autocast(dtype=torch.bfloat16) around the forward pass and
+the loss (bf16 activations and matrix-product and convolution operands, f32
+accumulation, the loss itself in f32), f32 weights and f32 optimizer, TF32 off.
 
   python3 scripts/bench/torch_gpu.py --bench cnn_rate,cnn_tta,mlp,matmul
+  python3 scripts/bench/torch_gpu.py --bench mlp --mlp_precision bf16 --compile
   python3 scripts/bench/torch_gpu.py --device cpu --smoke   # tiny sizes, any machine
 
 Benchmarks (--bench, comma separated):
   cnn_rate  TF tutorial CNN, batch 256, random Fashion-MNIST-shaped data: train samples/s
   cnn_tta   the CNN on Fashion-MNIST (--data_dir, IDX .gz): seconds until the test
             accuracy (plain weights, evaluated once per epoch) reaches --target
-  mlp       784-4096x4-10 relu MLP, batch 4096, tf32: samples/s and achieved TFLOP/s
-  matmul    torch.matmul rate (square 8192, and the MLP's 4096^3 layer shape), tf32 and fp32
+  mlp       784-4096x4-10 relu MLP, batch 4096, --mlp_precision (tf32 or bf16):
+            samples/s and achieved TFLOP/s
+  matmul    torch.matmul rate (square 8192, and the MLP's 4096^3 layer shape), tf32, fp32
+            and bf16 (bf16 tensors); never compiled
 """
 import argparse
 import gzip
@@ -35,10 +46,20 @@ MLP_IN, MLP_HIDDEN, MLP_CLASSES = 784, [4096, 4096, 4096, 4096], 10
 
 def set_precision(precision: str) -> None:
     """fp32: full f32 products and convolutions; tf32: TensorFloat-32 for both
-    (mirrortrain's `precision` covers MatMul and Conv2D's GEMMs)."""
+    (mirrortrain's `precision` covers MatMul and Conv2D's GEMMs); bf16: TF32
+    off, the bf16 products come from autocast()."""
     tf32 = precision == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
+
+
+def autocast(device: torch.device, precision: str):
+    """For bf16, autocast to bfloat16 around the forward pass and the loss
+    (as TensorFlow's mixed_bfloat16: bf16 product and convolution operands,
+    f32 accumulation, f32 weights; autocast keeps the loss in f32); a no-op
+    otherwise."""
+    return torch.autocast(device.type, dtype=torch.bfloat16,
+                          enabled=precision == "bf16")
 
 
 def keras_init(net: nn.Module) -> nn.Module:
@@ -112,34 +133,45 @@ def pinned(t: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 def train_rate(net: nn.Module, x_host: torch.Tensor, y_host: torch.Tensor,
                device: torch.device, steps: int, warmup: int, repeat: int,
-               lr: float) -> list:
+               lr: float, precision: str, compiled: bool) -> tuple:
     """samples/s of `repeat` timed windows of `steps` steps after `warmup`
-    steps; the batch is copied host -> device every step."""
+    steps (at least one with `compiled`: it compiles), and the warm-up's
+    seconds; the batch is copied host -> device every step."""
     opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     net.train()
+    model = torch.compile(net) if compiled else net
 
     def step() -> None:
         x = x_host.to(device, non_blocking=True)
         y = y_host.to(device, non_blocking=True)
         opt.zero_grad(set_to_none=True)
-        loss_fn(net(x), y).backward()
+        with autocast(device, precision):
+            loss = loss_fn(model(x), y)
+        loss.backward()
         opt.step()
 
-    for _ in range(warmup):
+    t0 = time.perf_counter()
+    for _ in range(max(warmup, 1) if compiled else warmup):
         step()
+    sync(device)
+    warmup_seconds = time.perf_counter() - t0
     timer, rates = Timer(device), []
     for _ in range(repeat):
         timer.start()
         for _ in range(steps):
             step()
         rates.append(steps * x_host.shape[0] / timer.stop())
-    return rates
+    return rates, warmup_seconds
 
 
-def common(a: argparse.Namespace, device: torch.device) -> dict:
+def common(a: argparse.Namespace, device: torch.device,
+           compiled: bool = None) -> dict:
+    """Fields of every line; `compile` is --compile unless `compiled` says
+    otherwise (matmul is never compiled)."""
     out = {"framework": "pytorch", "version": torch.__version__,
-           "device": str(device), "compile": False}
+           "device": str(device),
+           "compile": a.compile if compiled is None else compiled}
     if device.type == "cuda":
         out["gpu"] = torch.cuda.get_device_name(device)
         out["cudnn_benchmark"] = torch.backends.cudnn.benchmark
@@ -154,10 +186,13 @@ def bench_cnn_rate(a, device) -> dict:
     net = build_cnn(64 if a.smoke else 1024).to(device)
     x = pinned(torch.rand(batch, 1, 28, 28), device)
     y = pinned(torch.randint(0, 10, (batch,)), device)
-    rates = train_rate(net, x, y, device, steps, warmup, repeat, lr=0.1)
+    rates, warmup_s = train_rate(net, x, y, device, steps, warmup, repeat,
+                                 lr=0.1, precision=a.cnn_precision,
+                                 compiled=a.compile)
     return {**common(a, device), "bench": "cnn_rate", "model": "cnn",
             "batch": batch, "precision": a.cnn_precision, "steps": steps,
-            "warmup": warmup, "windows": [round(r, 1) for r in rates],
+            "warmup": warmup, "warmup_seconds": round(warmup_s, 2),
+            "windows": [round(r, 1) for r in rates],
             "samples_per_sec": round(statistics.median(rates), 1)}
 
 
@@ -220,6 +255,7 @@ def bench_cnn_tta(a, device) -> dict:
     net = build_cnn(64 if a.smoke else 1024).to(device)
     opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
+    model = torch.compile(net) if a.compile else net  # Compiles in epoch 1.
     curve, reached, step = [], None, 0
     for epoch in range(1, epochs + 1):
         net.train()
@@ -232,14 +268,16 @@ def bench_cnn_tta(a, device) -> dict:
             for g in opt.param_groups:
                 g["lr"] = lr_at(step, lr, warmup, decay_steps)
             opt.zero_grad(set_to_none=True)
-            loss_fn(net(xb), yb).backward()
+            with autocast(device, a.cnn_precision):
+                loss = loss_fn(model(xb), yb)
+            loss.backward()
             opt.step()
             step += 1
         net.eval()
         correct = 0
-        with torch.no_grad():
+        with torch.no_grad(), autocast(device, a.cnn_precision):
             for b in range(0, x_test.shape[0], 1000):
-                logits = net(x_test[b:b + 1000])
+                logits = model(x_test[b:b + 1000])
                 correct += (logits.argmax(1) == y_test[b:b + 1000]).sum().item()
         accuracy = correct / x_test.shape[0]
         seconds = time.perf_counter() - t0
@@ -265,17 +303,20 @@ def bench_mlp(a, device) -> dict:
     hidden = [64, 64] if a.smoke else MLP_HIDDEN
     batch = 32 if a.smoke else a.mlp_batch
     steps, warmup, repeat = (2, 1, 2) if a.smoke else (a.mlp_steps, a.warmup, a.repeat)
-    set_precision("tf32")
+    set_precision(a.mlp_precision)
     torch.manual_seed(0)
     net = build_mlp(hidden).to(device)
     x = pinned(torch.rand(batch, MLP_IN), device)
     y = pinned(torch.randint(0, MLP_CLASSES, (batch,)), device)
-    rates = train_rate(net, x, y, device, steps, warmup, repeat, lr=0.01)
+    rates, warmup_s = train_rate(net, x, y, device, steps, warmup, repeat,
+                                 lr=0.01, precision=a.mlp_precision,
+                                 compiled=a.compile)
     rate = statistics.median(rates)
     flops = mlp_flops_per_example(hidden)
     return {**common(a, device), "bench": "mlp", "model": "mlp",
-            "hidden": hidden, "batch": batch, "precision": "tf32",
+            "hidden": hidden, "batch": batch, "precision": a.mlp_precision,
             "steps": steps, "warmup": warmup,
+            "warmup_seconds": round(warmup_s, 2),
             "windows": [round(r, 1) for r in rates],
             "samples_per_sec": round(rate, 1),
             "gflop_per_example": flops / 1e9,
@@ -284,10 +325,13 @@ def bench_mlp(a, device) -> dict:
 
 def matmul_rate(m: int, n: int, k: int, precision: str, device, iters: int,
                 warmup: int) -> float:
+    """TFLOP/s of torch.matmul: f32 tensors for tf32 and fp32, bf16 tensors
+    (bf16 result) for bf16."""
     set_precision(precision)
-    a = torch.randn(m, k, device=device)
-    b = torch.randn(k, n, device=device)
-    c = torch.empty(m, n, device=device)
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    a = torch.randn(m, k, device=device, dtype=dtype)
+    b = torch.randn(k, n, device=device, dtype=dtype)
+    c = torch.empty(m, n, device=device, dtype=dtype)
     for _ in range(warmup):
         torch.matmul(a, b, out=c)
     timer = Timer(device)
@@ -302,11 +346,11 @@ def bench_matmul(a, device) -> list:
     iters, warmup = (2, 1) if a.smoke else (a.matmul_iters, 5)
     out = []
     for m, n, k in shapes:
-        for precision in ("tf32", "fp32"):
+        for precision in ("tf32", "fp32", "bf16"):
             tflops = matmul_rate(m, n, k, precision, device, iters, warmup)
-            out.append({**common(a, device), "bench": "matmul", "m": m, "n": n,
-                        "k": k, "precision": precision, "iters": iters,
-                        "tflops": round(tflops, 2)})
+            out.append({**common(a, device, compiled=False), "bench": "matmul",
+                        "m": m, "n": n, "k": k, "precision": precision,
+                        "iters": iters, "tflops": round(tflops, 2)})
     return out
 
 
@@ -321,11 +365,17 @@ def main() -> None:
     p.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist",
                    help="Fashion-MNIST IDX files (.gz or raw)")
     p.add_argument("--cnn_batch", type=int, default=256)
-    p.add_argument("--cnn_precision", default="fp32", choices=["fp32", "tf32"],
-                   help="matmul and cuDNN precision of the CNN (the config's `precision`)")
+    p.add_argument("--cnn_precision", default="fp32", choices=["fp32", "tf32", "bf16"],
+                   help="matmul and cuDNN precision of the CNN (the config's `precision`; "
+                        "bf16: autocast to bfloat16)")
     p.add_argument("--steps", type=int, default=200, help="CNN steps per timed window")
     p.add_argument("--mlp_batch", type=int, default=4096)
+    p.add_argument("--mlp_precision", default="tf32", choices=["tf32", "bf16"],
+                   help="precision of the MLP (bf16: autocast to bfloat16)")
     p.add_argument("--mlp_steps", type=int, default=50, help="MLP steps per timed window")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the model (default mode) for cnn_rate, cnn_tta "
+                        "and mlp; the warm-up steps compile it")
     p.add_argument("--warmup", type=int, default=20, help="untimed steps first")
     p.add_argument("--repeat", type=int, default=3, help="timed windows (median reported)")
     p.add_argument("--matmul_iters", type=int, default=50)
