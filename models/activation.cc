@@ -64,8 +64,9 @@ absl::StatusOr<Tensor> ProductBiasActivate(const ActivationDef& activation,
                                            const Tensor& x,
                                            const Tensor& kernel,
                                            const Tensor& bias) {
-  if (activation.apply == ops::Relu)
+  if (activation.apply == ops::Relu) {
     return ops::MatMulBiasRelu(x, kernel, bias);
+  }
   MT_ASSIGN_OR_RETURN(Tensor z, ops::MatMulBias(x, kernel, bias));
   return Activate(activation, z);
 }

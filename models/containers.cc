@@ -19,8 +19,9 @@ absl::StatusOr<Tensor> SequentialLayer::Call(const Tensor& x,
   Tensor y = x;
   for (auto& layer : layers_) {
     MT_ASSIGN_OR_RETURN(y, layer->Call(y, ctx));
-    if (ctx.bf16_activations)
+    if (ctx.bf16_activations) {
       MT_RETURN_IF_ERROR(ops::RoundToBFloat16InPlace(y));
+    }
   }
   return y;
 }
