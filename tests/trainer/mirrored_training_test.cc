@@ -87,6 +87,27 @@ TEST(MirroredTrainingTest, MlpSameWeightsFor1And2And4Replicas) {
   ExpectSameWeights(four, one, 1e-5);
 }
 
+// precision: bf16 keeps the mirrored contract: every replica applies the
+// same all-reduced f32 update, so the replicas stay bitwise identical (Train
+// checks after every step), and the bf16 run computes numbers of its own.
+TEST(MirroredTrainingTest, Bf16ReplicasStayIdentical) {
+  const std::vector<std::string> mlp = {"model.name=mlp",
+                                        "model.hidden_units=[32,16]",
+                                        "data.global_batch_size=32",
+                                        "train.steps=30",
+                                        "optimizer.name=adam",
+                                        "optimizer.learning_rate=0.001"};
+  std::vector<std::string> bf16 = mlp;
+  bf16.push_back("precision=bf16");
+  const TrainedState fp32_run = Train(2, mlp);
+  const TrainedState bf16_run = Train(2, bf16);
+  ASSERT_EQ(bf16_run.names, fp32_run.names);
+  ASSERT_FALSE(bf16_run.values.empty());
+  const testing::DiffAndNorm d =
+      testing::L2DiffAndNorm(bf16_run.values[0], fp32_run.values[0]);
+  EXPECT_GT(d.diff, 1e-4 * d.norm) << "bf16 trained the fp32 weights";
+}
+
 TEST(MirroredTrainingTest, CnnSameWeightsFor1And2And4Replicas) {
   // Replica counts differ only in the order float sums are taken (per-shard
   // GEMMs, then the all-reduce), ~1e-7 per step. At momentum 0.9 with lr
