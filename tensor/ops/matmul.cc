@@ -233,7 +233,8 @@ absl::StatusOr<bool> FusedGemmBias(const Tensor& a, const Tensor& b, bool ta,
                      b.raw_data(), b.dim(1), bias.raw_data(), relu,
                      out.raw_data(), a.device().index, GetMatMulPrecision());
   if (absl::IsNotFound(s)) return false;
-  MT_RETURN_IF_ERROR(KernelError("MatMulBias", s, {&a, &b, &bias}));
+  MT_RETURN_IF_ERROR(
+      KernelError(relu ? "MatMulBiasRelu" : "MatMulBias", s, {&a, &b, &bias}));
   return true;
 }
 
