@@ -19,7 +19,7 @@ namespace {
 
 thread_local cudaStream_t current_stream = nullptr;
 
-cudaStream_t Stream() {
+cudaStream_t ThreadStream() {
   return current_stream != nullptr ? current_stream : cudaStreamPerThread;
 }
 
@@ -95,7 +95,7 @@ class CachingAllocator final : public Allocator {
   // of the identity.
   using Owner = std::pair<cudaStream_t, std::thread::id>;
   static Owner CurrentOwner() {
-    const cudaStream_t stream = Stream();
+    const cudaStream_t stream = ThreadStream();
     return {stream, stream == cudaStreamPerThread ? std::this_thread::get_id()
                                                   : std::thread::id()};
   }
@@ -230,7 +230,7 @@ StreamHandle CurrentStream() { return current_stream; }
 absl::Status Memset(void* ptr, int value, size_t bytes, int device) {
   DeviceGuard guard;
   MT_RETURN_IF_ERROR(guard.Set(device));
-  MT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(ptr, value, bytes, Stream()));
+  MT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(ptr, value, bytes, ThreadStream()));
   return absl::OkStatus();
 }
 
@@ -251,13 +251,13 @@ absl::Status Copy(void* dst, Device dst_device, const void* src,
       MT_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
     }
     MT_CUDA_RETURN_IF_ERROR(cudaMemcpyPeerAsync(
-        dst, dst_device.index, src, src_device.index, bytes, Stream()));
-    MT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(Stream()));
+        dst, dst_device.index, src, src_device.index, bytes, ThreadStream()));
+    MT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ThreadStream()));
     return absl::OkStatus();
   }
   MT_RETURN_IF_ERROR(CopyAsync(dst, dst_device, src, src_device, bytes));
   if (dst_device.is_cpu() || src_device.is_cpu()) {
-    MT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(Stream()));
+    MT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ThreadStream()));
   }
   return absl::OkStatus();
 }
@@ -269,14 +269,14 @@ absl::Status CopyAsync(void* dst, Device dst_device, const void* src,
   MT_RETURN_IF_ERROR(
       guard.Set(dst_device.is_cuda() ? dst_device.index : src_device.index));
   MT_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, Stream()));
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ThreadStream()));
   return absl::OkStatus();
 }
 
 absl::Status Synchronize(int device) {
   DeviceGuard guard;
   MT_RETURN_IF_ERROR(guard.Set(device));
-  MT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(Stream()));
+  MT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ThreadStream()));
   return absl::OkStatus();
 }
 
