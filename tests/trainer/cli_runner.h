@@ -88,7 +88,7 @@ inline int Wait(pid_t pid, int timeout_seconds = 0) {
 
 // The MLP config the CLI tests train.
 inline std::string Config() {
-  return std::string(MT_SOURCE_DIR) + "/configs/fashion_mnist_mlp.yaml";
+  return absl::StrCat(MT_SOURCE_DIR, "/configs/fashion_mnist_mlp.yaml");
 }
 
 // A small, quick job on a subset of Fashion-MNIST; each of `extra` is one

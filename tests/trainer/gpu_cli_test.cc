@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "tensor/cuda/cuda_backend.h"
@@ -25,7 +26,7 @@ double FinalLoss(const std::string& model, const std::string& devices) {
   std::filesystem::remove_all(dir);
   std::vector<std::string> args = {
       "train", "--config",
-      std::string(MT_SOURCE_DIR) + "/configs/fashion_mnist_" + model + ".yaml",
+      absl::StrCat(MT_SOURCE_DIR, "/configs/fashion_mnist_", model, ".yaml"),
       "--run_dir", dir};
   for (const std::string& set : std::vector<std::string>{
            "data.name=synthetic", "data.test_examples=500",

@@ -149,7 +149,7 @@ void CheckConfigResult(const absl::StatusOr<Config>& c,
 TEST(InputFuzzTest, ConfigParserNeverCrashesAndErrsOnOneLine) {
   std::vector<std::string> seeds;
   for (const auto& entry :
-       fs::directory_iterator(std::string(MT_SOURCE_DIR) + "/configs")) {
+       fs::directory_iterator(absl::StrCat(MT_SOURCE_DIR, "/configs"))) {
     seeds.push_back(testing::ReadFile(entry.path().string()));
   }
   ASSERT_FALSE(seeds.empty());

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 #include "trainer/config.h"
@@ -214,8 +215,8 @@ TEST(MirroredTrainingTest, GptConfigSameWeightsFor1And2And4Replicas) {
       "train.eval_every_epochs=0",
       "checkpoint.every_steps=0",
       "distribute.bucket_bytes=65536"};
-  const std::string yaml = testing::ReadFile(std::string(MT_SOURCE_DIR) +
-                                             "/configs/fortunes_gpt.yaml");
+  const std::string yaml = testing::ReadFile(
+      absl::StrCat(MT_SOURCE_DIR, "/configs/fortunes_gpt.yaml"));
   TrainedState one = Train(1, job, "", yaml, /*own_data=*/true);
   TrainedState two = Train(2, job, "", yaml, /*own_data=*/true);
   TrainedState four = Train(4, job, "", yaml, /*own_data=*/true);

@@ -28,7 +28,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string Launcher() {
-  return std::string(MT_SOURCE_DIR) + "/scripts/mpirun_local.sh";
+  return absl::StrCat(MT_SOURCE_DIR, "/scripts/mpirun_local.sh");
 }
 
 bool HaveMpirun() {
