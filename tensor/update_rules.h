@@ -87,8 +87,12 @@ inline int UpdateRuleSlots(UpdateRule rule) {
 
 // The hyperparameters rounded to T, and the per-update constants TensorFlow
 // forms in T before its elementwise loop.
+//
+// Kernels read it from memory (ops::ApplyUpdate's `params` tensor: kCount
+// elements of T), so it is nothing but T fields.
 template <typename T>
 struct UpdateParams {
+  static constexpr int kCount = 10;
   T lr, momentum, epsilon, alpha, one_minus_beta1, one_minus_beta2,
       one_minus_rho;
   // AdamW (Keras): 1 - beta formed in float64 and then rounded (Keras

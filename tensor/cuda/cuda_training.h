@@ -15,15 +15,18 @@
 namespace mirrortrain::cuda {
 
 // Device pointers of n elements each; s0/s1 may be null when the rule has
-// fewer slots.
-MT_CUDA_KERNEL(ApplyUpdate, absl::Status(UpdateRule rule, DType dtype,
-                                         const UpdateHyperparams& hyper,
-                                         const void* grad, void* var, void* s0,
-                                         void* s1, int64_t n, int device));
+// fewer slots. `params`: an UpdateParams<T> in device memory, read by the
+// kernel when it runs (not when it is enqueued).
+MT_CUDA_KERNEL(ApplyUpdate,
+               absl::Status(UpdateRule rule, DType dtype, const void* params,
+                            const void* grad, void* var, void* s0, void* s1,
+                            int64_t n, int device));
 
-MT_CUDA_KERNEL(MovingAverage, absl::Status(DType dtype, double one_minus_decay,
-                                           const void* value, void* shadow,
-                                           int64_t n, int device));
+// `one_minus_decay`: one element of `dtype` in device memory.
+MT_CUDA_KERNEL(MovingAverage,
+               absl::Status(DType dtype, const void* one_minus_decay,
+                            const void* value, void* shadow, int64_t n,
+                            int device));
 
 }  // namespace mirrortrain::cuda
 

@@ -17,15 +17,32 @@
 
 namespace mirrortrain::ops {
 
+// Elements of an update's `params` tensor.
+inline constexpr int64_t kUpdateParamCount = UpdateParams<float>::kCount;
+
+// Writes UpdateParams<T>::From(hyper), T = params' dtype, into `params`: a
+// host tensor of kUpdateParamCount floating elements.
+absl::Status PackUpdateParams(const UpdateHyperparams& hyper,
+                              const Tensor& params);
+
 // var and its slots (UpdateRuleSlots(rule) of them, in the order listed in
 // update_rules.h) are updated from grad. All of one floating dtype, shape
-// and device.
+// and device; `params` (PackUpdateParams) has that dtype and device and is
+// read where the update runs, so a captured CUDA graph reads each step's.
+absl::Status ApplyUpdate(UpdateRule rule, const Tensor& params,
+                         const Tensor& grad, const Tensor& var,
+                         absl::Span<const Tensor> slots);
+// The same with the parameters packed here and copied to var's device (on a
+// GPU the host waits for that copy): for tests and one-off updates.
 absl::Status ApplyUpdate(UpdateRule rule, const UpdateHyperparams& hyper,
                          const Tensor& grad, const Tensor& var,
                          absl::Span<const Tensor> slots);
 
-// shadow -= (shadow - value) * one_minus_decay, with one_minus_decay
-// rounded to the dtype. Same dtype, shape and device.
+// shadow -= (shadow - value) * one_minus_decay. Same dtype, shape and
+// device; one_minus_decay is one element of that dtype on that device.
+absl::Status AssignMovingAverage(const Tensor& shadow, const Tensor& value,
+                                 const Tensor& one_minus_decay);
+// The same with one_minus_decay rounded to the dtype here.
 absl::Status AssignMovingAverage(const Tensor& shadow, const Tensor& value,
                                  double one_minus_decay);
 

@@ -2,6 +2,9 @@
 // bit against TensorFlow by trainer/optim/optimizer_golden_test.cc).
 #include "tensor/ops/training_ops.h"
 
+#include <cstring>
+#include <vector>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
@@ -43,6 +46,90 @@ TEST(TrainingOpsTest, GradientDescentAndMovingAverageUpdateInPlace) {
   Tensor shadow = Tensor::FromVector<float>({4, 4, 4}, {3});
   ASSERT_TRUE(ops::AssignMovingAverage(shadow, var, 0.25).ok());
   EXPECT_EQ(shadow.ToVector<float>(), (std::vector<float>{3, 3.25, 3.5}));
+}
+
+// The parameters as a tensor the kernels read: what PackUpdateParams writes
+// is UpdateParams<T>::From, field by field, and a packed update equals the
+// one given hyperparameters directly, for every rule and both dtypes.
+TEST(TrainingOpsTest, PackedParametersAreTheRoundedHyperparameters) {
+  UpdateHyperparams h;
+  h.lr = 0.1;
+  h.momentum = 0.9;
+  h.epsilon = 1e-7;
+  h.beta1 = 0.9;
+  h.beta2 = 0.999;
+  h.beta1_power = 0.9 * 0.9;
+  h.beta2_power = 0.999 * 0.999;
+  h.rho = 0.95;
+  h.weight_decay = 0.004;
+  Tensor packed = Tensor::HostEmpty(DType::kF32, {ops::kUpdateParamCount});
+  ASSERT_TRUE(ops::PackUpdateParams(h, packed).ok());
+  const UpdateParams<float> want = UpdateParams<float>::From(h);
+  const std::vector<float> got = packed.ToVector<float>();
+  EXPECT_EQ(got[0], want.lr);
+  EXPECT_EQ(got[3], want.alpha);
+  EXPECT_EQ(got[9], want.weight_decay);
+  EXPECT_EQ(std::memcmp(got.data(), &want, sizeof(want)), 0);
+
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    for (UpdateRule rule :
+         {UpdateRule::kGradientDescent, UpdateRule::kMomentum,
+          UpdateRule::kNesterovMomentum, UpdateRule::kAdagradV2,
+          UpdateRule::kAdam, UpdateRule::kRMSProp, UpdateRule::kAdamW}) {
+      SCOPED_TRACE(static_cast<int>(rule));
+      const Tensor grad = RandomTensor({5, 3}, 2, dtype);
+      std::vector<Tensor> vars, slots_a, slots_b;
+      Tensor var_a = RandomTensor({5, 3}, 3, dtype);
+      Tensor var_b = *var_a.Clone();
+      for (int i = 0; i < UpdateRuleSlots(rule); ++i) {
+        slots_a.push_back(RandomTensor({5, 3}, 4 + i, dtype, 0.1, 1.0));
+        slots_b.push_back(*slots_a.back().Clone());
+      }
+      Tensor params = Tensor::HostEmpty(dtype, {ops::kUpdateParamCount});
+      ASSERT_TRUE(ops::PackUpdateParams(h, params).ok());
+      ASSERT_TRUE(ops::ApplyUpdate(rule, h, grad, var_a, slots_a).ok());
+      ASSERT_TRUE(ops::ApplyUpdate(rule, params, grad, var_b, slots_b).ok());
+      EXPECT_EQ(std::memcmp(var_a.raw_data(), var_b.raw_data(), var_a.bytes()),
+                0);
+      for (size_t i = 0; i < slots_a.size(); ++i) {
+        EXPECT_EQ(std::memcmp(slots_a[i].raw_data(), slots_b[i].raw_data(),
+                              slots_a[i].bytes()),
+                  0);
+      }
+    }
+  }
+}
+
+TEST(TrainingOpsTest, ParameterTensorsAreChecked) {
+  Tensor var = RandomTensor({4, 3}, 1, DType::kF32);
+  Tensor grad = RandomTensor({4, 3}, 2, DType::kF32);
+  for (const Tensor& bad :
+       {Tensor::HostZeros(DType::kF64, {ops::kUpdateParamCount}),
+        Tensor::HostZeros(DType::kF32, {ops::kUpdateParamCount - 1}),
+        Tensor()}) {
+    absl::Status s =
+        ops::ApplyUpdate(UpdateRule::kGradientDescent, bad, grad, var, {});
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(s.message()), HasSubstr("params must be 10 f32"));
+  }
+  absl::Status s =
+      ops::AssignMovingAverage(var, grad, Tensor::HostZeros(DType::kF32, {2}));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("one_minus_decay must be 1 f32"));
+  s = ops::PackUpdateParams(UpdateHyperparams(),
+                            Tensor::HostZeros(DType::kF32, {3}));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("PackUpdateParams"));
+}
+
+TEST(TrainingOpsTest, MovingAverageReadsItsDecayFromATensor) {
+  Tensor value = RandomTensor({7}, 1, DType::kF64);
+  Tensor a = RandomTensor({7}, 2, DType::kF64);
+  Tensor b = *a.Clone();
+  ASSERT_TRUE(ops::AssignMovingAverage(a, value, 0.125).ok());
+  ASSERT_TRUE(ops::AssignMovingAverage(
+                  b, value, Tensor::HostFull(DType::kF64, {1}, 0.125))
+                  .ok());
+  EXPECT_EQ(a.ToVector<double>(), b.ToVector<double>());
 }
 
 }  // namespace

@@ -69,13 +69,51 @@ absl::Status ExponentialMovingAverage::Apply(int64_t num_updates) {
         "ExponentialMovingAverage.Apply: num_updates must be >= 0, got ",
         num_updates));
   }
-  // 1 - decay is formed in float32 and then cast to the variable's dtype,
-  // as TensorFlow's assign_moving_average does:
+  MT_RETURN_IF_ERROR(Stage(num_updates));
+  return ApplyStaged();
+}
+
+absl::Status ExponentialMovingAverage::ApplyStaged() {
   // shadow -= (shadow - value) * (1 - decay).
-  const float one_minus_decay = 1.0f - static_cast<float>(DecayAt(num_updates));
   for (size_t i = 0; i < vars_.size(); ++i) {
-    MT_RETURN_IF_ERROR(ops::AssignMovingAverage(
-        shadows_[i]->value(), vars_[i]->value(), one_minus_decay));
+    if (DecayTableOf(*vars_[i]) == nullptr) {
+      return absl::FailedPreconditionError(
+          "ExponentialMovingAverage.ApplyStaged: nothing staged (Stage first)");
+    }
+  }
+  for (size_t i = 0; i < vars_.size(); ++i) {
+    MT_RETURN_IF_ERROR(
+        ops::AssignMovingAverage(shadows_[i]->value(), vars_[i]->value(),
+                                 DecayTableOf(*vars_[i])->value.device()));
+  }
+  return absl::OkStatus();
+}
+
+ExponentialMovingAverage::DecayTable* ExponentialMovingAverage::DecayTableOf(
+    const Variable& var) {
+  for (DecayTable& t : decays_) {
+    if (t.device == var.device() && t.dtype == var.dtype()) return &t;
+  }
+  return nullptr;
+}
+
+absl::Status ExponentialMovingAverage::Stage(int64_t num_updates) {
+  for (const Variable* var : vars_) {
+    if (DecayTableOf(*var) != nullptr) continue;
+    MT_ASSIGN_OR_RETURN(StagedTensor value,
+                        StagedTensor::Create(var->dtype(), {1}, var->device()));
+    decays_.push_back(DecayTable{.device = var->device(),
+                                 .dtype = var->dtype(),
+                                 .value = std::move(value)});
+  }
+  // 1 - decay is formed in float32 and then cast to the variable's dtype,
+  // as TensorFlow's assign_moving_average does.
+  const float one_minus_decay = 1.0f - static_cast<float>(DecayAt(num_updates));
+  for (DecayTable& t : decays_) {
+    MT_ASSIGN_OR_RETURN(Tensor host, t.value.Host());
+    MT_RETURN_IF_ERROR(
+        host.CopyFrom(Tensor::HostFull(t.dtype, {1}, one_minus_decay)));
+    MT_RETURN_IF_ERROR(t.value.Upload());
   }
   return absl::OkStatus();
 }

@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "tensor/staged_tensor.h"
 #include "tensor/tensor.h"
 #include "tensor/variable.h"
 
@@ -46,10 +47,17 @@ class ExponentialMovingAverage {
   // value) for each float variable not tracked yet; tracking twice is a
   // no-op.
   absl::Status Track(absl::Span<Variable* const> vars);
-  // Updates every shadow from its variable's current value (host tensors).
-  // Fails, changing nothing, when a tracked variable is not on the host or
-  // when num_updates < 0 with use_num_updates.
+  // Updates every shadow from its variable's current value, on the
+  // variable's device. Fails, changing nothing, when num_updates < 0 with
+  // use_num_updates.
   absl::Status Apply(int64_t num_updates);
+  // Apply in two halves, for a captured CUDA graph that holds the update
+  // kernels: Stage makes the one-element tensors the kernels read (one per
+  // device and dtype, StagedTensor) hold 1 - DecayAt(num_updates), in stream
+  // order, and is called outside the capture before every replay;
+  // ApplyStaged enqueues the updates.
+  absl::Status Stage(int64_t num_updates);
+  absl::Status ApplyStaged();
   // The decay Apply(num_updates) uses, computed in float32 as TensorFlow
   // does (for every variable dtype).
   double DecayAt(int64_t num_updates) const;
@@ -70,6 +78,14 @@ class ExponentialMovingAverage {
   std::vector<Variable*> vars_;
   std::vector<std::unique_ptr<Variable>> shadows_;  // parallel to vars_
   absl::flat_hash_map<const Variable*, size_t> index_;
+  // 1 - decay for the variables of one device and dtype.
+  struct DecayTable {
+    Device device;
+    DType dtype;
+    StagedTensor value;
+  };
+  DecayTable* DecayTableOf(const Variable& var);
+  std::vector<DecayTable> decays_;
 };
 
 // Swaps the shadow values into the tracked variables for evaluation, and

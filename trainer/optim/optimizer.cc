@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "tensor/ops/training_ops.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::trainer {
@@ -86,8 +87,8 @@ absl::Status Optimizer::CreateSlots(absl::Span<Variable* const> vars) {
   return absl::OkStatus();
 }
 
-absl::Status Optimizer::ApplyGradients(
-    absl::Span<const GradAndVar> grads_and_vars) {
+absl::StatusOr<std::vector<Variable*>> Optimizer::CheckedVariables(
+    absl::Span<const GradAndVar> grads_and_vars) const {
   std::vector<Variable*> vars;
   vars.reserve(grads_and_vars.size());
   for (size_t i = 0; i < grads_and_vars.size(); ++i) {
@@ -113,20 +114,105 @@ absl::Status Optimizer::ApplyGradients(
     return absl::InvalidArgumentError(
         "optimizer: no gradients provided for any variable");
   }
-  MT_RETURN_IF_ERROR(CreateSlots(vars));
+  return vars;
+}
 
-  const double lr = (*schedule_)(iterations_);
+absl::Status Optimizer::ApplyGradients(
+    absl::Span<const GradAndVar> grads_and_vars) {
+  return Apply(grads_and_vars, /*stage=*/true);
+}
+
+absl::Status Optimizer::ApplyStagedGradients(
+    absl::Span<const GradAndVar> grads_and_vars) {
+  return Apply(grads_and_vars, /*stage=*/false);
+}
+
+absl::Status Optimizer::Apply(absl::Span<const GradAndVar> grads_and_vars,
+                              bool stage) {
+  MT_ASSIGN_OR_RETURN(const std::vector<Variable*> vars,
+                      CheckedVariables(grads_and_vars));
+  MT_RETURN_IF_ERROR(CreateSlots(vars));
+  if (stage) MT_RETURN_IF_ERROR(StageUpdate(vars));
+  MT_ASSIGN_OR_RETURN(const std::vector<Tensor> params, StagedRows(vars));
   std::vector<Tensor> slots;
+  size_t k = 0;
   for (const GradAndVar& gv : grads_and_vars) {
     if (!gv.grad.defined()) continue;
     const SlotSet& set = slot_sets_[slot_index_.at(gv.var)];
     slots.clear();
     for (const auto& slot : set.slots) slots.push_back(slot->value());
-    applying_ = gv.var;
-    MT_RETURN_IF_ERROR(ApplyDense(gv.grad, gv.var->value(), slots, lr));
+    MT_RETURN_IF_ERROR(
+        ops::ApplyUpdate(Rule(), params[k++], gv.grad, gv.var->value(), slots));
   }
   ++iterations_;
   return absl::OkStatus();
+}
+
+Optimizer::ParamTable* Optimizer::TableOf(const Variable& var) {
+  for (ParamTable& t : param_tables_) {
+    if (t.device == var.device() && t.dtype == var.dtype()) return &t;
+  }
+  return nullptr;
+}
+
+const Optimizer::ParamTable* Optimizer::TableOf(const Variable& var) const {
+  return const_cast<Optimizer*>(this)->TableOf(var);
+}
+
+absl::Status Optimizer::StageUpdate(absl::Span<Variable* const> vars) {
+  // A table has a row per variable it has seen; a new variable (only ever
+  // in the first updates) reallocates it.
+  for (Variable* var : vars) {
+    MT_RETURN_IF_ERROR(CheckVar(var, 0));
+    ParamTable* t = TableOf(*var);
+    if (t == nullptr) {
+      t = &param_tables_.emplace_back(
+          ParamTable{.device = var->device(), .dtype = var->dtype()});
+    }
+    if (t->rows.contains(var)) continue;
+    t->rows.emplace(var, static_cast<int64_t>(t->rows.size()));
+    t->params = StagedTensor();
+  }
+  for (ParamTable& t : param_tables_) {
+    if (t.params.device().defined()) continue;
+    MT_ASSIGN_OR_RETURN(
+        t.params, StagedTensor::Create(t.dtype,
+                                       {static_cast<int64_t>(t.rows.size()),
+                                        ops::kUpdateParamCount},
+                                       t.device));
+  }
+  std::vector<Tensor> hosts;
+  for (ParamTable& t : param_tables_) {
+    MT_ASSIGN_OR_RETURN(hosts.emplace_back(), t.params.Host());
+  }
+  const double lr = (*schedule_)(iterations_);
+  for (Variable* var : vars) {
+    const ParamTable* t = TableOf(*var);
+    MT_ASSIGN_OR_RETURN(
+        const Tensor row,
+        hosts[t - param_tables_.data()].SliceRows(t->rows.at(var), 1));
+    MT_RETURN_IF_ERROR(ops::PackUpdateParams(Hyperparameters(*var, lr), row));
+  }
+  for (ParamTable& t : param_tables_) MT_RETURN_IF_ERROR(t.params.Upload());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Tensor>> Optimizer::StagedRows(
+    absl::Span<Variable* const> vars) const {
+  std::vector<Tensor> rows;
+  rows.reserve(vars.size());
+  for (const Variable* var : vars) {
+    const ParamTable* t = TableOf(*var);
+    if (t == nullptr || !t->rows.contains(var) ||
+        !t->params.device().defined()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("optimizer: no staged update for variable '",
+                       var->name(), "' (StageUpdate first)"));
+    }
+    MT_ASSIGN_OR_RETURN(rows.emplace_back(),
+                        t->params.device().SliceRows(t->rows.at(var), 1));
+  }
+  return rows;
 }
 
 absl::Status Optimizer::Minimize(GradientTape& tape, const Tensor& loss,

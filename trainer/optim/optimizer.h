@@ -30,7 +30,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "tensor/gradient_tape.h"
+#include "tensor/staged_tensor.h"
 #include "tensor/tensor.h"
+#include "tensor/update_rules.h"
 #include "tensor/variable.h"
 #include "trainer/optim/lr_schedule.h"
 
@@ -57,10 +59,26 @@ class Optimizer {
   // Updates every variable with a defined gradient in place (creating its
   // slots first if needed), with lr = schedule(iterations()), then
   // increments iterations(). Everything is checked before anything is
-  // written: on error no variable, slot or counter has changed. Host
-  // (CPU) float tensors only; the gradient must match its variable's dtype
-  // and shape. Fails when no entry has a gradient (as TensorFlow does).
+  // written: on error no variable, slot or counter has changed. The
+  // gradient must match its variable's dtype, shape and device. Fails when
+  // no entry has a gradient (as TensorFlow does).
+  //
+  // The update's parameters (UpdateHyperparams rounded to each variable's
+  // dtype) are staged into one tensor per device and dtype (StagedTensor)
+  // that the update kernels read, so the kernels' arguments are the same
+  // every step (what a captured CUDA graph needs).
   absl::Status ApplyGradients(absl::Span<const GradAndVar> grads_and_vars);
+
+  // ApplyGradients in two halves, for a captured CUDA graph that holds the
+  // update kernels: StageUpdate writes the parameters of the next update
+  // (iterations() + 1) of `vars` where the kernels read them, and is called
+  // outside the capture before every replay; ApplyStagedGradients is
+  // ApplyGradients without staging (its variables must be those staged).
+  // A replay does not run ApplyStagedGradients: call
+  // set_iterations(iterations() + 1) after it.
+  absl::Status StageUpdate(absl::Span<Variable* const> vars);
+  absl::Status ApplyStagedGradients(
+      absl::Span<const GradAndVar> grads_and_vars);
 
   // ComputeGradients then ApplyGradients.
   absl::Status Minimize(GradientTape& tape, const Tensor& loss,
@@ -91,19 +109,34 @@ class Optimizer {
  protected:
   // Initial value of every element of slot `slot_name`.
   virtual double SlotInitialValue(absl::string_view slot_name) const;
-  // Applies one update in place to `var` and `slots` (GetSlotNames() order).
-  // All are defined tensors of one floating dtype, shape and device; `lr` is
-  // the schedule's value for this update. iterations() is the number of
-  // updates before this one.
-  virtual absl::Status ApplyDense(const Tensor& grad, const Tensor& var,
-                                  absl::Span<const Tensor> slots,
-                                  double lr) = 0;
-  // The variable `var` belongs to, valid inside ApplyDense (for rules that
-  // depend on it, e.g. AdamW's exclusions by name).
-  const Variable& applying() const { return *applying_; }
+  // The training op every variable is updated with; its slots are
+  // GetSlotNames() in order.
+  virtual UpdateRule Rule() const = 0;
+  // This update's hyperparameters for `var` (float64, rounded to the
+  // variable's dtype later): `lr` is the schedule's value for it, and
+  // iterations() the number of updates before it.
+  virtual UpdateHyperparams Hyperparameters(const Variable& var,
+                                            double lr) const = 0;
 
  private:
-  const Variable* applying_ = nullptr;
+  // The packed parameters of the variables of one device and dtype, a row
+  // of ops::kUpdateParamCount each.
+  struct ParamTable {
+    Device device;
+    DType dtype;
+    StagedTensor params;
+    absl::flat_hash_map<const Variable*, int64_t> rows;
+  };
+  // Checks the entries and returns the variables with a gradient.
+  absl::StatusOr<std::vector<Variable*>> CheckedVariables(
+      absl::Span<const GradAndVar> grads_and_vars) const;
+  // The tables' rows of `vars`, after StageUpdate(vars).
+  absl::StatusOr<std::vector<Tensor>> StagedRows(
+      absl::Span<Variable* const> vars) const;
+  absl::Status Apply(absl::Span<const GradAndVar> grads_and_vars, bool stage);
+  ParamTable* TableOf(const Variable& var);
+  const ParamTable* TableOf(const Variable& var) const;
+
   struct SlotSet {
     Variable* var;
     std::vector<std::unique_ptr<Variable>> slots;  // GetSlotNames() order
@@ -113,6 +146,7 @@ class Optimizer {
   int64_t iterations_ = 0;
   std::vector<SlotSet> slot_sets_;  // creation order
   absl::flat_hash_map<const Variable*, size_t> slot_index_;
+  std::vector<ParamTable> param_tables_;
 };
 
 }  // namespace mirrortrain::trainer

@@ -9,7 +9,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "tensor/ops/training_ops.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::trainer {
@@ -18,13 +17,15 @@ GradientDescentOptimizer::GradientDescentOptimizer(
     std::unique_ptr<LearningRateSchedule> schedule)
     : Optimizer(std::move(schedule)) {}
 
-absl::Status GradientDescentOptimizer::ApplyDense(const Tensor& grad,
-                                                  const Tensor& var,
-                                                  absl::Span<const Tensor>,
-                                                  double lr) {
+UpdateRule GradientDescentOptimizer::Rule() const {
+  return UpdateRule::kGradientDescent;
+}
+
+UpdateHyperparams GradientDescentOptimizer::Hyperparameters(const Variable&,
+                                                            double lr) const {
   UpdateHyperparams h;
   h.lr = lr;
-  return ops::ApplyUpdate(UpdateRule::kGradientDescent, h, grad, var, {});
+  return h;
 }
 
 MomentumOptimizer::MomentumOptimizer(
@@ -34,16 +35,16 @@ MomentumOptimizer::MomentumOptimizer(
       momentum_(momentum),
       nesterov_(nesterov) {}
 
-absl::Status MomentumOptimizer::ApplyDense(const Tensor& grad,
-                                           const Tensor& var,
-                                           absl::Span<const Tensor> slots,
-                                           double lr) {
+UpdateRule MomentumOptimizer::Rule() const {
+  return nesterov_ ? UpdateRule::kNesterovMomentum : UpdateRule::kMomentum;
+}
+
+UpdateHyperparams MomentumOptimizer::Hyperparameters(const Variable&,
+                                                     double lr) const {
   UpdateHyperparams h;
   h.lr = lr;
   h.momentum = momentum_;
-  return ops::ApplyUpdate(
-      nesterov_ ? UpdateRule::kNesterovMomentum : UpdateRule::kMomentum, h,
-      grad, var, slots);
+  return h;
 }
 
 AdagradOptimizer::AdagradOptimizer(
@@ -57,13 +58,14 @@ double AdagradOptimizer::SlotInitialValue(absl::string_view) const {
   return initial_accumulator_value_;
 }
 
-absl::Status AdagradOptimizer::ApplyDense(const Tensor& grad, const Tensor& var,
-                                          absl::Span<const Tensor> slots,
-                                          double lr) {
+UpdateRule AdagradOptimizer::Rule() const { return UpdateRule::kAdagradV2; }
+
+UpdateHyperparams AdagradOptimizer::Hyperparameters(const Variable&,
+                                                    double lr) const {
   UpdateHyperparams h;
   h.lr = lr;
   h.epsilon = epsilon_;
-  return ops::ApplyUpdate(UpdateRule::kAdagradV2, h, grad, var, slots);
+  return h;
 }
 
 AdamOptimizer::AdamOptimizer(std::unique_ptr<LearningRateSchedule> schedule,
@@ -73,9 +75,10 @@ AdamOptimizer::AdamOptimizer(std::unique_ptr<LearningRateSchedule> schedule,
       beta2_(beta2),
       epsilon_(epsilon) {}
 
-absl::Status AdamOptimizer::ApplyDense(const Tensor& grad, const Tensor& var,
-                                       absl::Span<const Tensor> slots,
-                                       double lr) {
+UpdateRule AdamOptimizer::Rule() const { return UpdateRule::kAdam; }
+
+UpdateHyperparams AdamOptimizer::Hyperparameters(const Variable&,
+                                                 double lr) const {
   // The powers follow from the step count alone (nothing extra to
   // checkpoint); float64 then rounded, as the golden TF run fed them.
   const double t = static_cast<double>(iterations()) + 1.0;
@@ -86,7 +89,7 @@ absl::Status AdamOptimizer::ApplyDense(const Tensor& grad, const Tensor& var,
   h.epsilon = epsilon_;
   h.beta1_power = std::pow(beta1_, t);
   h.beta2_power = std::pow(beta2_, t);
-  return ops::ApplyUpdate(UpdateRule::kAdam, h, grad, var, slots);
+  return h;
 }
 
 namespace {
@@ -122,9 +125,11 @@ class AdamWOptimizer : public Optimizer {
   }
 
  protected:
-  absl::Status ApplyDense(const Tensor& grad, const Tensor& var,
-                          absl::Span<const Tensor> slots, double lr) override {
-    const bool decayed = Decayed(applying().name());
+  UpdateRule Rule() const override { return UpdateRule::kAdamW; }
+
+  UpdateHyperparams Hyperparameters(const Variable& var,
+                                    double lr) const override {
+    const bool decayed = Decayed(var.name());
     const int64_t t = iterations() + 1;
     UpdateHyperparams h;
     h.lr = lr;
@@ -143,7 +148,7 @@ class AdamWOptimizer : public Optimizer {
       h.beta1_power = std::pow(beta1_, static_cast<double>(t));
       h.beta2_power = std::pow(beta2_, static_cast<double>(t));
     }
-    return ops::ApplyUpdate(UpdateRule::kAdamW, h, grad, var, slots);
+    return h;
   }
 
  private:
@@ -172,15 +177,16 @@ RMSPropOptimizer::RMSPropOptimizer(
       momentum_(momentum),
       epsilon_(epsilon) {}
 
-absl::Status RMSPropOptimizer::ApplyDense(const Tensor& grad, const Tensor& var,
-                                          absl::Span<const Tensor> slots,
-                                          double lr) {
+UpdateRule RMSPropOptimizer::Rule() const { return UpdateRule::kRMSProp; }
+
+UpdateHyperparams RMSPropOptimizer::Hyperparameters(const Variable&,
+                                                    double lr) const {
   UpdateHyperparams h;
   h.lr = lr;
   h.rho = rho_;
   h.momentum = momentum_;
   h.epsilon = epsilon_;
-  return ops::ApplyUpdate(UpdateRule::kRMSProp, h, grad, var, slots);
+  return h;
 }
 
 absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(

@@ -46,8 +46,9 @@ class GradientDescentOptimizer : public Optimizer {
   std::vector<std::string> GetSlotNames() const override { return {}; }
 
  protected:
-  absl::Status ApplyDense(const Tensor& grad, const Tensor& var,
-                          absl::Span<const Tensor> slots, double lr) override;
+  UpdateRule Rule() const override;
+  UpdateHyperparams Hyperparameters(const Variable& var,
+                                    double lr) const override;
 };
 
 class MomentumOptimizer : public Optimizer {
@@ -59,8 +60,9 @@ class MomentumOptimizer : public Optimizer {
   }
 
  protected:
-  absl::Status ApplyDense(const Tensor& grad, const Tensor& var,
-                          absl::Span<const Tensor> slots, double lr) override;
+  UpdateRule Rule() const override;
+  UpdateHyperparams Hyperparameters(const Variable& var,
+                                    double lr) const override;
 
  private:
   double momentum_;
@@ -75,8 +77,9 @@ class AdagradOptimizer : public Optimizer {
 
  protected:
   double SlotInitialValue(absl::string_view slot_name) const override;
-  absl::Status ApplyDense(const Tensor& grad, const Tensor& var,
-                          absl::Span<const Tensor> slots, double lr) override;
+  UpdateRule Rule() const override;
+  UpdateHyperparams Hyperparameters(const Variable& var,
+                                    double lr) const override;
 
  private:
   double initial_accumulator_value_;
@@ -93,8 +96,9 @@ class AdamOptimizer : public Optimizer {
   }
 
  protected:
-  absl::Status ApplyDense(const Tensor& grad, const Tensor& var,
-                          absl::Span<const Tensor> slots, double lr) override;
+  UpdateRule Rule() const override;
+  UpdateHyperparams Hyperparameters(const Variable& var,
+                                    double lr) const override;
 
  private:
   double beta1_;
@@ -112,8 +116,9 @@ class RMSPropOptimizer : public Optimizer {
   }
 
  protected:
-  absl::Status ApplyDense(const Tensor& grad, const Tensor& var,
-                          absl::Span<const Tensor> slots, double lr) override;
+  UpdateRule Rule() const override;
+  UpdateHyperparams Hyperparameters(const Variable& var,
+                                    double lr) const override;
 
  private:
   double rho_;

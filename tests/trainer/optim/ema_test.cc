@@ -119,6 +119,37 @@ TEST(EmaTest, BadArguments) {
   EXPECT_FALSE(ema.Apply(-1).ok());
 }
 
+// Stage + ApplyStaged (a replayed CUDA graph's halves) equal Apply, with
+// the decay changing every update (use_num_updates) and two dtypes.
+TEST(EmaTest, StagedUpdatesEqualApply) {
+  Variable f1 = *Variable::Create("f", Tensor::FromVector<float>({1, 2}, {2}));
+  Variable d1 = *Variable::Create("d", Tensor::FromVector<double>({3}, {1}));
+  Variable f2 = *Variable::Create("f", Tensor::FromVector<float>({1, 2}, {2}));
+  Variable d2 = *Variable::Create("d", Tensor::FromVector<double>({3}, {1}));
+  ExponentialMovingAverage a(0.99, true), b(0.99, true);
+  ASSERT_TRUE(a.Track({&f1, &d1}).ok());
+  ASSERT_TRUE(b.Track({&f2, &d2}).ok());
+  EXPECT_EQ(b.ApplyStaged().code(), absl::StatusCode::kFailedPrecondition);
+  for (int64_t n = 1; n <= 5; ++n) {
+    for (Variable* v : {&f1, &f2}) {
+      ASSERT_TRUE(
+          v->AssignAdd(Tensor::FromVector<float>({0.5f, -0.25f}, {2})).ok());
+    }
+    for (Variable* v : {&d1, &d2}) {
+      ASSERT_TRUE(v->AssignAdd(Tensor::FromVector<double>({0.125}, {1})).ok());
+    }
+    ASSERT_TRUE(a.Apply(n).ok());
+    ASSERT_TRUE(b.Stage(n).ok());
+    ASSERT_TRUE(b.ApplyStaged().ok());
+    EXPECT_EQ(a.Shadow(f1)->value().ToVector<float>(),
+              b.Shadow(f2)->value().ToVector<float>());
+    EXPECT_EQ(a.Shadow(d1)->value().ToVector<double>(),
+              b.Shadow(d2)->value().ToVector<double>());
+  }
+  EXPECT_NE(a.Shadow(f1)->value().ToVector<float>(),
+            (std::vector<float>{1, 2}));
+}
+
 TEST(EmaTest, ScopedEmaWeightsSwapsAndRestoresBitwise) {
   const Tensor init = testing::RandomTensor({7}, 3, DType::kF32);
   Variable w = *Variable::Create("w", init);

@@ -566,5 +566,55 @@ TEST(AdamWTest, ExclusionIsBySubstringOfTheName) {
   EXPECT_EQ(step({{"weight_decay", 0.0}}, "dense/kernel"), kept);
 }
 
+// What a replayed CUDA graph runs: StageUpdate outside the graph, the
+// update kernels inside it (ApplyStagedGradients). The two halves equal
+// ApplyGradients bit for bit, also when a variable first gets a gradient in
+// a later update (its parameter table grows a row) and when variables get
+// different parameters (AdamW decays "w" but not "bias").
+TEST(OptimizerTest, StagedUpdatesEqualApplyGradients) {
+  const testing::Values values = {
+      {"exclude_from_weight_decay", std::vector<std::string>{"bias"}}};
+  auto eager = testing::BuildOptimizer("adamw", 0.1, values);
+  auto staged = testing::BuildOptimizer("adamw", 0.1, values);
+  ASSERT_TRUE(eager.ok() && staged.ok());
+  Variable w1 = MakeVar("w", {1, -2, 3}), b1 = MakeVar("bias", {0.5f});
+  Variable w2 = MakeVar("w", {1, -2, 3}), b2 = MakeVar("bias", {0.5f});
+  for (int step = 0; step < 4; ++step) {
+    SCOPED_TRACE(step);
+    const Tensor gw = Tensor::FromVector<float>(
+        {0.1f * step, -0.2f, 0.3f + 0.01f * step}, {3});
+    const Tensor gb =
+        step == 0 ? Tensor() : Tensor::FromVector<float>({0.7f}, {1});
+    ASSERT_TRUE((*eager)->ApplyGradients({{gw, &w1}, {gb, &b1}}).ok());
+    std::vector<Variable*> with_grad = {&w2};
+    if (gb.defined()) with_grad.push_back(&b2);
+    ASSERT_TRUE((*staged)->StageUpdate(with_grad).ok());
+    ASSERT_TRUE((*staged)->ApplyStagedGradients({{gw, &w2}, {gb, &b2}}).ok());
+    EXPECT_EQ(w1.value().ToVector<float>(), w2.value().ToVector<float>());
+    EXPECT_EQ(b1.value().ToVector<float>(), b2.value().ToVector<float>());
+    EXPECT_EQ((*eager)->iterations(), (*staged)->iterations());
+  }
+  EXPECT_NE(w1.value().ToVector<float>(), (std::vector<float>{1, -2, 3}));
+  const std::vector<Variable*> a = (*eager)->SlotVariables();
+  const std::vector<Variable*> b = (*staged)->SlotVariables();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i]->value().ToVector<float>(), b[i]->value().ToVector<float>())
+        << a[i]->name();
+  }
+}
+
+TEST(OptimizerTest, ApplyingUnstagedParametersIsAnError) {
+  auto opt = testing::BuildOptimizer("sgd", 0.1);
+  ASSERT_TRUE(opt.ok());
+  Variable w = MakeVar("w", {1, 2});
+  const absl::Status s = (*opt)->ApplyStagedGradients(
+      {{Tensor::FromVector<float>({1, 1}, {2}), &w}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("StageUpdate first"), std::string::npos) << s;
+  EXPECT_EQ(w.value().ToVector<float>(), (std::vector<float>{1, 2}));
+  EXPECT_EQ((*opt)->iterations(), 0);
+}
+
 }  // namespace
 }  // namespace mirrortrain::trainer
