@@ -34,6 +34,15 @@ struct ForwardContext {
   // layer's output to bfloat16 in place (tensor/ops/precision_ops.h), so a
   // layer computes in f32 from bf16 inputs and stores a bf16 result.
   bool bf16_activations = false;
+  // When defined: the step's seed as one i64 element on the replica's
+  // device, which dropout reads where it draws its mask (a captured CUDA
+  // graph replays with each step's seed); step_seed is then not used.
+  Tensor step_seed_tensor;
+
+  // Dropout of this step: seed DropoutStepSeed(step seed, stream, salt)
+  // (tensor/dropout_mask.h), `stream` the layer's index, `salt` its kind's.
+  absl::StatusOr<Tensor> Dropout(const Tensor& x, double rate, uint64_t stream,
+                                 uint64_t salt, int64_t element_offset) const;
 };
 
 class Layer {

@@ -105,11 +105,11 @@ class MultiHeadAttentionLayer final : public Layer {
     MT_ASSIGN_OR_RETURN(Tensor probs, ops::Softmax(scores));
     if (ctx.training && options_.dropout > 0) {
       // Seeded by step and layer; salted apart from the dropout layers'.
-      const uint64_t seed = (ctx.step_seed * 0x9e3779b97f4a7c15ULL +
-                             static_cast<uint64_t>(options_.index)) ^
-                            0x6d756c7469686561ULL;
-      MT_ASSIGN_OR_RETURN(probs, ops::Dropout(probs, options_.dropout, seed,
-                                              ctx.row_offset * h * t * t));
+      MT_ASSIGN_OR_RETURN(probs,
+                          ctx.Dropout(probs, options_.dropout,
+                                      static_cast<uint64_t>(options_.index),
+                                      /*salt=*/0x6d756c7469686561ULL,
+                                      ctx.row_offset * h * t * t));
     }
     MT_ASSIGN_OR_RETURN(Tensor attended, ops::MatMul(probs, v));
     MT_ASSIGN_OR_RETURN(attended, ops::Transpose(attended, {0, 2, 1, 3}));

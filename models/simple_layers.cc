@@ -72,10 +72,9 @@ absl::StatusOr<Tensor> DropoutLayer::Call(const Tensor& x,
   if (!ctx.training || rate_ == 0.0) return x;
   // The seed mixes the step and this layer; the offset places the shard in
   // the global batch.
-  const uint64_t seed =
-      ctx.step_seed * 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(index_);
   const int64_t row = x.dim(0) == 0 ? 0 : x.num_elements() / x.dim(0);
-  return ops::Dropout(x, rate_, seed, ctx.row_offset * row);
+  return ctx.Dropout(x, rate_, static_cast<uint64_t>(index_), /*salt=*/0,
+                     ctx.row_offset * row);
 }
 
 absl::StatusOr<Tensor> ActivationLayer::Call(const Tensor& x,

@@ -20,6 +20,13 @@ MT_HOST_DEVICE inline uint64_t DropoutMix(uint64_t z) {
   return z ^ (z >> 31);
 }
 
+// The seed of a training step's dropout call: stream `stream` (a layer's
+// index) of the step's seed, `salt` keeping kinds of layers apart.
+MT_HOST_DEVICE inline uint64_t DropoutStepSeed(uint64_t step_seed,
+                                               uint64_t stream, uint64_t salt) {
+  return (step_seed * 0x9e3779b97f4a7c15ULL + stream) ^ salt;
+}
+
 // The per-call salt: DropoutMix(seed), computed once per op.
 MT_HOST_DEVICE inline uint64_t DropoutSalt(uint64_t seed) {
   return DropoutMix(seed);

@@ -179,9 +179,13 @@ MT_CUDA_KERNEL(SparseSoftmaxXentGrad,
                             const void* labels, const void* g, int64_t rows,
                             int64_t cols, void* d, int device));
 // mask[i] = DropoutKeep(salt, i + element_offset, rate) ? keep_scale : 0
-// (tensor/dropout_mask.h, the CPU's rule) and y[i] = x[i] * mask[i].
+// (tensor/dropout_mask.h, the CPU's rule) and y[i] = x[i] * mask[i], with
+// salt = DropoutSalt(seed): seed = `seed` when step_seed is null, else
+// DropoutStepSeed(*step_seed, seed, step_salt) with *step_seed (one int64
+// in device memory) read when the kernel runs.
 MT_CUDA_KERNEL(Dropout, absl::Status(DType dtype, const void* x, double rate,
-                                     double keep_scale, uint64_t salt,
+                                     double keep_scale, const void* step_seed,
+                                     uint64_t seed, uint64_t step_salt,
                                      int64_t element_offset, void* mask,
                                      void* y, int64_t n, int device));
 

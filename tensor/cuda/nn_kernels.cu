@@ -141,8 +141,13 @@ __global__ void XentGradKernel(const T* softmax, const L* labels, const T* g,
 
 template <typename T>
 __global__ void DropoutKernel(const T* x, double rate, T keep_scale,
-                              uint64_t salt, int64_t element_offset, T* mask,
-                              T* y, int64_t n) {
+                              const int64_t* step_seed, uint64_t seed,
+                              uint64_t step_salt, int64_t element_offset,
+                              T* mask, T* y, int64_t n) {
+  const uint64_t salt = DropoutSalt(
+      step_seed == nullptr ? seed
+                           : DropoutStepSeed(static_cast<uint64_t>(*step_seed),
+                                             seed, step_salt));
   for (int64_t i = GridStart(); i < n; i += GridStep()) {
     const T m = DropoutKeep(salt, i + element_offset, rate) ? keep_scale : T(0);
     mask[i] = m;
@@ -225,7 +230,8 @@ absl::Status SparseSoftmaxXentGradOnGpu(DType dtype, const void* softmax,
 }
 
 absl::Status DropoutOnGpu(DType dtype, const void* x, double rate,
-                          double keep_scale, uint64_t salt,
+                          double keep_scale, const void* step_seed,
+                          uint64_t seed, uint64_t step_salt,
                           int64_t element_offset, void* mask, void* y,
                           int64_t n, int device) {
   if (n == 0) return absl::OkStatus();
@@ -233,7 +239,8 @@ absl::Status DropoutOnGpu(DType dtype, const void* x, double rate,
       "Dropout", dtype, device, [&](auto zero, cudaStream_t stream) {
         using T = decltype(zero);
         DropoutKernel<T><<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
-            static_cast<const T*>(x), rate, static_cast<T>(keep_scale), salt,
+            static_cast<const T*>(x), rate, static_cast<T>(keep_scale),
+            static_cast<const int64_t*>(step_seed), seed, step_salt,
             element_offset, static_cast<T*>(mask), static_cast<T*>(y), n);
       });
 }

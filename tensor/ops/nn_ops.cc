@@ -245,28 +245,49 @@ absl::StatusOr<Tensor> SparseSoftmaxCrossEntropyWithLogits(
   return loss;
 }
 
-absl::StatusOr<Tensor> Dropout(const Tensor& x, double rate, uint64_t seed,
-                               int64_t element_offset) {
+namespace {
+
+// Dropout with seed `seed`, or DropoutStepSeed(*step_seed, seed, step_salt)
+// when step_seed is given.
+absl::StatusOr<Tensor> SeededDropout(const Tensor& x, double rate,
+                                     const Tensor* step_seed, uint64_t seed,
+                                     uint64_t step_salt,
+                                     int64_t element_offset) {
   constexpr const char* kOp = "Dropout";
   MT_RETURN_IF_ERROR(CheckFloatingSame(kOp, {&x}));
   if (!(rate >= 0.0 && rate < 1.0)) {
     return OpError(kOp, absl::StrCat("rate ", rate, " is outside [0, 1)"),
                    {&x});
   }
+  if (step_seed != nullptr &&
+      (!step_seed->defined() || step_seed->dtype() != DType::kI64 ||
+       step_seed->num_elements() != 1 || step_seed->device() != x.device())) {
+    return OpError(kOp,
+                   absl::StrCat("step seed must be one i64 element on ",
+                                x.device().ToString(), ", got ",
+                                step_seed->defined() ? step_seed->DebugString()
+                                                     : "undefined"),
+                   {&x});
+  }
   MT_ASSIGN_OR_RETURN(Tensor mask,
                       Tensor::Empty(x.dtype(), x.shape(), x.device()));
   MT_ASSIGN_OR_RETURN(Tensor y,
                       Tensor::Empty(x.dtype(), x.shape(), x.device()));
-  const uint64_t salt = DropoutSalt(seed);
   const double keep_scale = 1.0 / (1.0 - rate);
   if (x.device().is_cuda()) {
     MT_RETURN_IF_ERROR(KernelError(
         kOp,
-        cuda::Dropout(x.dtype(), x.raw_data(), rate, keep_scale, salt,
-                      element_offset, mask.raw_data(), y.raw_data(),
-                      x.num_elements(), x.device().index),
+        cuda::Dropout(x.dtype(), x.raw_data(), rate, keep_scale,
+                      step_seed != nullptr ? step_seed->raw_data() : nullptr,
+                      seed, step_salt, element_offset, mask.raw_data(),
+                      y.raw_data(), x.num_elements(), x.device().index),
         {&x}));
   } else {
+    const uint64_t salt = DropoutSalt(
+        step_seed == nullptr ? seed
+                             : DropoutStepSeed(static_cast<uint64_t>(
+                                                   *step_seed->data<int64_t>()),
+                                               seed, step_salt));
     MT_DISPATCH_FLOAT(x.dtype(), T, {
       const T scale = static_cast<T>(keep_scale);
       const T* px = x.data<T>();
@@ -280,6 +301,19 @@ absl::StatusOr<Tensor> Dropout(const Tensor& x, double rate, uint64_t seed,
   }
   tape::RecordOperation(kDropoutOp, {x}, {y}, DropoutAttrs{std::move(mask)});
   return y;
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> Dropout(const Tensor& x, double rate, uint64_t seed,
+                               int64_t element_offset) {
+  return SeededDropout(x, rate, nullptr, seed, 0, element_offset);
+}
+
+absl::StatusOr<Tensor> Dropout(const Tensor& x, double rate,
+                               const Tensor& step_seed, uint64_t stream,
+                               uint64_t salt, int64_t element_offset) {
+  return SeededDropout(x, rate, &step_seed, stream, salt, element_offset);
 }
 
 // ---------------------------------------------------------------- gradients

@@ -35,6 +35,13 @@ absl::StatusOr<Tensor> SparseSoftmaxCrossEntropyWithLogits(
 // as the whole batch. rate in [0, 1).
 absl::StatusOr<Tensor> Dropout(const Tensor& x, double rate, uint64_t seed,
                                int64_t element_offset = 0);
+// The same with seed DropoutStepSeed(step seed, stream, salt)
+// (tensor/dropout_mask.h), the step seed read from `step_seed` (one int64
+// element on x's device) where the mask is drawn: a captured CUDA graph
+// replays with each step's seed.
+absl::StatusOr<Tensor> Dropout(const Tensor& x, double rate,
+                               const Tensor& step_seed, uint64_t stream,
+                               uint64_t salt, int64_t element_offset = 0);
 
 }  // namespace mirrortrain::ops
 

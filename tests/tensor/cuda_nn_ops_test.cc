@@ -247,5 +247,20 @@ TEST_F(CudaNnOpsTest, DropoutMatchesCpuExactly) {
   }
 }
 
+// A step's seed in device memory (what a replayed CUDA graph reads) draws
+// the CPU's mask.
+TEST_F(CudaNnOpsTest, DropoutReadsItsStepSeedOnTheDevice) {
+  const Tensor x = RandomTensor({999, 7}, 5, DType::kF32);
+  for (uint64_t step : {uint64_t{3}, ~uint64_t{0} - 5}) {
+    const Tensor seed =
+        Tensor::FromVector<int64_t>({static_cast<int64_t>(step)}, {1});
+    const Tensor cpu = *ops::Dropout(x, 0.3, seed, 11, 0x55, 7);
+    absl::StatusOr<Tensor> gpu = ops::Dropout(
+        *x.To(Device::Cuda(0)), 0.3, *seed.To(Device::Cuda(0)), 11, 0x55, 7);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    EXPECT_EQ(cpu.ToVector<float>(), gpu->To(Device::Cpu())->ToVector<float>());
+  }
+}
+
 }  // namespace
 }  // namespace mirrortrain

@@ -4,6 +4,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tensor/dropout_mask.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/conv_ops.h"
@@ -198,6 +199,29 @@ TEST(OpsTest, DropoutIsSeededAndScales) {
   }
   EXPECT_NEAR(kept / 10000.0, 0.75, 0.02);
   EXPECT_FALSE(ops::Dropout(x, 1.0, 1).ok());
+}
+
+// A step's seed read from a tensor (what a replayed CUDA graph reads) draws
+// the mask of the seed DropoutStepSeed gives, for seeds with the top bit set
+// too (they travel as int64).
+TEST(OpsTest, DropoutWithAStepSeedTensorDrawsTheSameMask) {
+  const Tensor x = testing::RandomTensor({300, 7}, 3, DType::kF32);
+  for (uint64_t step : {uint64_t{0}, uint64_t{3}, ~uint64_t{0} - 5}) {
+    for (uint64_t salt : {uint64_t{0}, uint64_t{0x6d756c7469686561}}) {
+      const Tensor seed =
+          Tensor::FromVector<int64_t>({static_cast<int64_t>(step)}, {1});
+      const Tensor a = *ops::Dropout(x, 0.3, seed, 11, salt, 70);
+      const Tensor b =
+          *ops::Dropout(x, 0.3, DropoutStepSeed(step, 11, salt), 70);
+      EXPECT_EQ(a.ToVector<float>(), b.ToVector<float>());
+    }
+  }
+  const absl::StatusOr<Tensor> bad =
+      ops::Dropout(x, 0.3, Tensor::HostZeros(DType::kF32, {1}), 1, 0);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("step seed must be one i64"),
+            std::string::npos)
+      << bad.status();
 }
 
 TEST(OpsTest, ConvAndPoolShapes) {

@@ -1,0 +1,19 @@
+#include "models/layer.h"
+
+#include "tensor/dropout_mask.h"
+#include "tensor/ops/nn_ops.h"
+
+namespace mirrortrain::models {
+
+absl::StatusOr<Tensor> ForwardContext::Dropout(const Tensor& x, double rate,
+                                               uint64_t stream, uint64_t salt,
+                                               int64_t element_offset) const {
+  if (step_seed_tensor.defined()) {
+    return ops::Dropout(x, rate, step_seed_tensor, stream, salt,
+                        element_offset);
+  }
+  return ops::Dropout(x, rate, DropoutStepSeed(step_seed, stream, salt),
+                      element_offset);
+}
+
+}  // namespace mirrortrain::models
