@@ -4,7 +4,8 @@
 #   cnn   CNN of configs/fashion_mnist_cnn_gpu.yaml, batch 256, synthetic
 #         data: train samples/s in the config's precision and in bf16
 #         (--set precision=bf16), each next to PyTorch eager and
-#         torch.compile (PyTorch bf16: torch.autocast to bfloat16)
+#         torch.compile (PyTorch bf16: torch.autocast to bfloat16); and
+#         the config's precision with train.cuda_graph=off
 #   mlp   MLP 784-4096x4-10 of configs/mlp_4096_gpu.yaml, batch 4096, tf32
 #         and bf16: TFLOP/s against the GEMM rate of the same precision
 #         measured in the same run (the calls mirrortrain makes: cublasSgemm
@@ -28,7 +29,7 @@
 # printed), bench_gpu.jsonl (raw JSON lines), bench_runs/<run>/ (each
 # mirrortrain run's metrics.jsonl, config.yaml and log). Every run has a time
 # limit and the whole stays within BENCH_BUDGET seconds (default 540), so it
-# fits one 10-minute device call once built. cnn and mlp are 12 runs, 4 of them
+# fits one 10-minute device call once built. cnn and mlp are 13 runs, 4 of them
 # compiling with torch.compile; a run the budget has no room for is skipped
 # with a line that says so (then run the rest in a second call, e.g.
 # scripts/bench_gpu.sh comm tta).
@@ -126,6 +127,8 @@ if want cnn; then
     --set train.log_every_steps=100 --set train.eval_every_epochs=0)
   CNN_PT=(--bench cnn_rate --steps 200 --warmup 20 --repeat 3)
   mt cnn_rate 60 "$CNN" -- "${CNN_SETS[@]}"
+  # The step without CUDA graphs, for what replaying it is worth.
+  mt cnn_rate_eager 60 "$CNN" -- "${CNN_SETS[@]}" --set train.cuda_graph=off
   pt cnn_rate 90 "${CNN_PT[@]}" --cnn_precision "$CNN_PRECISION"
   pt cnn_rate_compile 150 "${CNN_PT[@]}" --cnn_precision "$CNN_PRECISION" --compile
   # bf16 (mixed_bfloat16: f32 variables, bf16 activations and product

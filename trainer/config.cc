@@ -279,7 +279,13 @@ const ParamSchema& TrainSchema() {
            .Default(1)
            .Min(1)
            .Doc("micro-batches of data.global_batch_size whose gradients "
-                "are summed into one all-reduce and one optimizer step")}};
+                "are summed into one all-reduce and one optimizer step"),
+       Param::String("cuda_graph")
+           .Default("auto")
+           .OneOf({"auto", "off"})
+           .Doc("auto: on GPUs, replay each step as one captured CUDA graph "
+                "where the step allows it (README); off: launch every "
+                "kernel")}};
   return *s;
 }
 
@@ -1007,9 +1013,9 @@ absl::StatusOr<Config> Parse(const std::string& yaml_text,
                   dist.OptionalInt("max_staleness")};
   MT_ASSIGN_OR_RETURN(Params train,
                       ReadFixed(r, root, "train", TrainSchema(), &resolved));
-  c.train = {train.OptionalInt("epochs"), train.OptionalInt("steps"),
-             train.Int("log_every_steps"), train.Int("eval_every_epochs"),
-             train.Int("accumulation_steps")};
+  c.train = {train.OptionalInt("epochs"),     train.OptionalInt("steps"),
+             train.Int("log_every_steps"),    train.Int("eval_every_epochs"),
+             train.Int("accumulation_steps"), train.String("cuda_graph")};
   MT_ASSIGN_OR_RETURN(Params ckpt, ReadFixed(r, root, "checkpoint",
                                              CheckpointSchema(), &resolved));
   c.checkpoint = {ckpt.Int("every_steps"), ckpt.Int("max_to_keep"),

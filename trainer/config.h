@@ -87,6 +87,9 @@ struct TrainConfig {
   // Micro-batches (of data.global_batch_size) per optimizer step: their
   // gradients are summed locally and all-reduced once.
   int64_t accumulation_steps = 1;
+  // auto | off: GPU steps replayed as a captured CUDA graph where the step
+  // allows it (trainer/cuda_graph_policy.h).
+  std::string cuda_graph = "auto";
 };
 
 struct CheckpointConfig {

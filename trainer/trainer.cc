@@ -215,6 +215,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     MT_ASSIGN_OR_RETURN(Replica r, t->BuildReplica(def, device, mirrored));
     t->replicas_.push_back(std::move(r));
   }
+  bool on_gpus = true;
+  for (const Device& device : t->strategy_->devices()) {
+    on_gpus = on_gpus && device.is_cuda();
+  }
+  t->cuda_graph_ =
+      DecideCudaGraph(config, {.replicas_on_gpus = on_gpus,
+                               .replicas = t->num_replicas(),
+                               .processes = processes->size(),
+                               .mirrored_variables = mirrored,
+                               .token_inputs = def.input_vocabulary > 0});
   if (mirrored) {
     std::vector<std::vector<Variable*>> states;
     for (int r = 0; r < t->num_replicas(); ++r) {
@@ -435,7 +445,8 @@ absl::StatusOr<Trainer::ShardInputs> Trainer::ReplicaShard(
 
 absl::StatusOr<std::vector<Tensor>> Trainer::ComputeGradients(
     distribute::ReplicaContext& ctx, Replica& r,
-    absl::Span<const Batch> micro_batches, int64_t step, uint64_t step_seed) {
+    absl::Span<const Batch> micro_batches, int64_t step, uint64_t step_seed,
+    const GraphedStep* graph) {
   // The loss is divided by the labels (examples, or tokens) of the whole
   // update, all micro-batches and replicas, so the summed gradients are the
   // gradient of the mean over the K-times-larger batch.
@@ -452,7 +463,12 @@ absl::StatusOr<std::vector<Tensor>> Trainer::ComputeGradients(
   int64_t row_offset = 0;
   for (size_t i = 0; i < micro_batches.size(); ++i) {
     const Batch& batch = micro_batches[i];
-    MT_ASSIGN_OR_RETURN(const ShardInputs in, ReplicaShard(ctx, batch));
+    ShardInputs in;
+    if (graph != nullptr) {
+      in = {ctx.InputShard(batch.labels.dim(0)), graph->images, graph->labels};
+    } else {
+      MT_ASSIGN_OR_RETURN(in, ReplicaShard(ctx, batch));
+    }
     Tensor loss;
     {
       GradientTape tape;
@@ -466,7 +482,9 @@ absl::StatusOr<std::vector<Tensor>> Trainer::ComputeGradients(
           .step_seed = step_seed,
           .row_offset = row_offset + in.shard.begin,
           .global_batch = batch.labels.dim(0),
-          .all_reduce_sum = ctx.reduces() ? &all_reduce : nullptr};
+          .all_reduce_sum = ctx.reduces() ? &all_reduce : nullptr,
+          .step_seed_tensor =
+              graph != nullptr ? graph->step_seed.device() : Tensor()};
       MT_ASSIGN_OR_RETURN(Tensor logits, r.model->Call(in.images, fctx));
       MT_ASSIGN_OR_RETURN(loss, models::SparseCategoricalCrossentropy(
                                     logits, in.labels, update_labels));
@@ -493,13 +511,19 @@ absl::StatusOr<std::vector<Tensor>> Trainer::ComputeGradients(
   return grads;
 }
 
-absl::Status Trainer::ApplyUpdate(Replica& target, std::vector<Tensor> grads) {
+absl::Status Trainer::ApplyUpdate(Replica& target, std::vector<Tensor> grads,
+                                  bool staged) {
   std::vector<Variable*> vars = target.model->trainable_variables();
   std::vector<GradAndVar> pairs;
   for (size_t i = 0; i < vars.size(); ++i) {
     // Central storage: the reduced gradients come to the central device.
     MT_ASSIGN_OR_RETURN(Tensor grad, grads[i].To(vars[i]->device()));
     pairs.push_back({std::move(grad), vars[i]});
+  }
+  if (staged) {
+    MT_RETURN_IF_ERROR(target.optimizer->ApplyStagedGradients(pairs));
+    if (target.ema) MT_RETURN_IF_ERROR(target.ema->ApplyStaged());
+    return absl::OkStatus();
   }
   MT_RETURN_IF_ERROR(target.optimizer->ApplyGradients(pairs));
   if (target.ema) {
@@ -511,6 +535,13 @@ absl::Status Trainer::ApplyUpdate(Replica& target, std::vector<Tensor> grads) {
 absl::Status Trainer::ReplicaStep(distribute::ReplicaContext& ctx,
                                   absl::Span<const Batch> micro_batches,
                                   int64_t step) {
+  if (cuda_graph_.capture) return GraphedReplicaStep(ctx, micro_batches, step);
+  return EagerReplicaStep(ctx, micro_batches, step);
+}
+
+absl::Status Trainer::EagerReplicaStep(distribute::ReplicaContext& ctx,
+                                       absl::Span<const Batch> micro_batches,
+                                       int64_t step) {
   Replica& r = replicas_[ctx.replica_id()];
   MT_ASSIGN_OR_RETURN(std::vector<Tensor> grads,
                       ComputeGradients(ctx, r, micro_batches, step,
@@ -869,6 +900,10 @@ absl::Status Trainer::Train() {
   if (!restored_from_.empty()) {
     progress_->Message(
         absl::StrCat("restored ", restored_from_, " at step ", global_step()));
+  }
+  if (!cuda_graph_.reason.empty() && strategy_->devices()[0].is_cuda()) {
+    progress_->Message(
+        absl::StrCat("train.cuda_graph: eager steps: ", cuda_graph_.reason));
   }
   if (ps_) return TrainAsync(loop);
   int64_t step = global_step();

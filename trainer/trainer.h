@@ -49,9 +49,12 @@
 #include "distribute/strategy.h"
 #include "distribute/update_clock.h"
 #include "models/model.h"
+#include "tensor/cuda/cuda_graph.h"
+#include "tensor/staged_tensor.h"
 #include "trainer/checkpoint/checkpoint_format.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/config.h"
+#include "trainer/cuda_graph_policy.h"
 #include "trainer/data/batch_iterator.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/device_stager.h"
@@ -151,6 +154,16 @@ class Trainer {
   }
 
  private:
+  // train.cuda_graph: a replica's captured step and what it reads and
+  // writes at fixed addresses.
+  struct GraphedStep {
+    int eager_steps = 0;  // warm-up steps run so far
+    uint64_t memory_pool = 0;
+    cuda::CudaGraph graph;
+    Tensor images, labels;   // the replica's shard, copied in before a replay
+    StagedTensor step_seed;  // i64[1]: dropout's seed
+    Tensor loss;             // the replica's loss, written by every replay
+  };
   struct Replica {
     std::unique_ptr<models::Model> model;
     std::unique_ptr<Optimizer> optimizer;
@@ -159,6 +172,7 @@ class Trainer {
     // after the step: reading it mid-step would stall a GPU replica between
     // forward and backward.
     Tensor loss;
+    std::unique_ptr<GraphedStep> graph;
   };
 
   // One replica's rows of a batch, on its device.
@@ -189,6 +203,16 @@ class Trainer {
   absl::Status Step(absl::Span<const Batch> micro_batches, int64_t step);
   absl::Status ReplicaStep(distribute::ReplicaContext& ctx,
                            absl::Span<const Batch> micro_batches, int64_t step);
+  absl::Status EagerReplicaStep(distribute::ReplicaContext& ctx,
+                                absl::Span<const Batch> micro_batches,
+                                int64_t step);
+  // ReplicaStep as a CUDA graph (trainer_graph.cc): warm-up steps, then one
+  // capture, then replays of it (eager steps for batches of another size).
+  absl::Status GraphedReplicaStep(distribute::ReplicaContext& ctx,
+                                  absl::Span<const Batch> micro_batches,
+                                  int64_t step);
+  absl::Status CaptureStep(distribute::ReplicaContext& ctx, Replica& r,
+                           absl::Span<const Batch> micro_batches, int64_t step);
   // The rows of `batch` replica ctx computes on, on its device: its shard
   // (ShardOf), or the whole batch for a parameter-server worker, which
   // reads its own input.
@@ -197,18 +221,22 @@ class Trainer {
   // Forward and backward of replica `r` on its rows of each micro-batch
   // (the loss divided by the labels of all of them), the gradients summed
   // and reduced over the replicas once, L2-regularised and clipped; sets
-  // r.loss.
+  // r.loss. With `graph` its fixed inputs and staged seed are read instead
+  // of the batch's and `step_seed` (one micro-batch).
   absl::StatusOr<std::vector<Tensor>> ComputeGradients(
       distribute::ReplicaContext& ctx, Replica& r,
-      absl::Span<const Batch> micro_batches, int64_t step, uint64_t step_seed);
+      absl::Span<const Batch> micro_batches, int64_t step, uint64_t step_seed,
+      const GraphedStep* graph = nullptr);
   // The next step's batches: train.accumulation_steps of them, or fewer
   // when the epoch ends first (a step never spans two epochs).
   absl::StatusOr<std::vector<Batch>> NextMicroBatches();
   // Optimizer steps per epoch: batches per epoch / accumulation_steps,
   // rounded up.
   int64_t StepsPerEpoch() const;
-  // One optimizer update of `target`'s trainable variables, then its EMA.
-  static absl::Status ApplyUpdate(Replica& target, std::vector<Tensor> grads);
+  // One optimizer update of `target`'s trainable variables, then its EMA;
+  // `staged`: their parameters are staged already (a graph capture).
+  static absl::Status ApplyUpdate(Replica& target, std::vector<Tensor> grads,
+                                  bool staged = false);
   // central_storage: copies the central variables (their EMA shadows with
   // `ema`) into every replica's model.
   absl::Status LoadReplicaModels(bool ema);
@@ -298,6 +326,7 @@ class Trainer {
   int64_t last_saved_step_ = -1;
   std::string run_dir_;
   std::unique_ptr<distribute::Strategy> strategy_;
+  CudaGraphDecision cuda_graph_;
   std::vector<Replica> replicas_;
   // The one copy of the training state (central_storage), or the gathered
   // copy of the parameter servers' (parameter_server); null when mirrored.

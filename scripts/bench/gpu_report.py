@@ -136,6 +136,16 @@ def main() -> None:
         pev, pcv = (pe or {}).get("samples_per_sec"), (pc or {}).get("samples_per_sec")
         rows.append((f"CNN batch 256 {prec}: train samples/s", cell(mv, m), cell(pev, pe),
                      cell(pcv, pc), ratio(mv, pev), ratio(mv, pcv)))
+    # The same without CUDA graphs (train.cuda_graph: off): what replaying the
+    # captured step is worth.
+    m = mt.get("cnn_rate_eager")
+    if m is not None:
+        mv = m["samples_per_sec"] if ok(m) else None
+        pe = pt_get("cnn_rate", cnn_prec, False, "cnn_rate")
+        pc = pt_get("cnn_rate", cnn_prec, True, "cnn_rate_compile")
+        pev, pcv = (pe or {}).get("samples_per_sec"), (pc or {}).get("samples_per_sec")
+        rows.append((f"CNN batch 256 {cnn_prec}, cuda_graph off: train samples/s", cell(mv, m),
+                     cell(pev, pe), cell(pcv, pc), ratio(mv, pev), ratio(mv, pcv)))
 
     # 1b. Time to accuracy (eager PyTorch only).
     m = mt.get("cnn_tta")

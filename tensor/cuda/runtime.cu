@@ -5,12 +5,14 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/cuda_check.h"
+#include "tensor/cuda/cuda_graph.h"
 #include "tensor/cuda/device_guard.h"
 #include "tensor/status_macros.h"
 
@@ -18,6 +20,8 @@ namespace mirrortrain::cuda {
 namespace {
 
 thread_local cudaStream_t current_stream = nullptr;
+// ScopedGraphMemoryPool's pool for this thread's allocations (0: none).
+thread_local uint64_t current_graph_pool = 0;
 
 cudaStream_t ThreadStream() {
   return current_stream != nullptr ? current_stream : cudaStreamPerThread;
@@ -35,6 +39,10 @@ cudaStream_t ThreadStream() {
 // Contract for work on other streams (the communication stream): it must be
 // finished (its stream synchronised) before the last reference to a block it
 // uses is dropped. MirroredStrategy's communication thread does that.
+//
+// A CUDA graph's memory (ScopedGraphMemoryPool) is one more owner: blocks
+// allocated under a pool id are reused only under that id, so what a
+// captured step writes on replay is never lent to eager work in between.
 class CachingAllocator final : public Allocator {
  public:
   explicit CachingAllocator(int device) : device_(device) {}
@@ -92,12 +100,14 @@ class CachingAllocator final : public Allocator {
  private:
   // The stream a block is ordered on. cudaStreamPerThread is one handle
   // for a different stream in every thread, so for it the thread is part
-  // of the identity.
-  using Owner = std::pair<cudaStream_t, std::thread::id>;
+  // of the identity; a graph memory pool id, when one is in scope, too.
+  using Owner = std::tuple<cudaStream_t, std::thread::id, uint64_t>;
   static Owner CurrentOwner() {
     const cudaStream_t stream = ThreadStream();
-    return {stream, stream == cudaStreamPerThread ? std::this_thread::get_id()
-                                                  : std::thread::id()};
+    return {stream,
+            stream == cudaStreamPerThread ? std::this_thread::get_id()
+                                          : std::thread::id(),
+            current_graph_pool};
   }
   struct Block {
     size_t size;
@@ -163,6 +173,10 @@ class PinnedHostCache final : public Allocator {
 }  // namespace
 
 bool Built() { return true; }
+
+uint64_t SetThreadGraphMemoryPool(uint64_t pool_id) {
+  return std::exchange(current_graph_pool, pool_id);
+}
 
 absl::StatusOr<Allocator*> PinnedHostAllocator() {
   if (DeviceCount() == 0) {

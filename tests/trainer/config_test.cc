@@ -74,6 +74,19 @@ TEST(ConfigTest, PrecisionIsFp32UnlessAnotherIsAsked) {
   EXPECT_THAT(Message(c.status()), HasSubstr("fp16"));
 }
 
+TEST(ConfigTest, CudaGraphIsAutoUnlessTurnedOff) {
+  auto c = ParseConfig("seed: 1\n", "a.yaml", {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->train.cuda_graph, "auto");
+  c = ParseConfig("train: {cuda_graph: off}\n", "a.yaml", {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->train.cuda_graph, "off");
+  c = ParseConfig("train: {cuda_graph: always}\n", "a.yaml", {});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(c.status()), HasSubstr("train.cuda_graph"));
+  EXPECT_THAT(Message(c.status()), HasSubstr("always"));
+}
+
 TEST(ConfigTest, UnknownKeyNamesFileLineAndKey) {
   auto c =
       ParseConfig("seed: 1\noptimizer:\n  learning_rat: 0.1\n", "j.yaml", {});
@@ -139,7 +152,7 @@ TEST(ConfigTest, BadOverrides) {
 
 // The README's key table is `mirrortrain config --schema`'s output.
 TEST(ConfigTest, ReadmeListsTheSchema) {
-  std::ifstream in(std::string(MT_SOURCE_DIR) + "/README.md");
+  std::ifstream in(absl::StrCat(MT_SOURCE_DIR, "/README.md"));
   std::stringstream readme;
   readme << in.rdbuf();
   const std::string text = readme.str();

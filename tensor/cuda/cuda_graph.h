@@ -1,0 +1,77 @@
+// CUDA graphs: the work one thread enqueues on its current stream, recorded
+// once (stream capture) and replayed with one launch. A replay runs the
+// recorded kernels with the recorded arguments and addresses, so values
+// that change between replays must be read from device memory
+// (StagedTensor), and memory the graph uses must not be handed to other
+// work between replays (ScopedGraphMemoryPool).
+//
+// No CUDA types cross this header; without CUDA, capture and launch return
+// FailedPrecondition and the memory pool scope does nothing.
+//
+// Thread contract: a capture begins and ends on one thread, which enqueues
+// nothing else meanwhile; a CudaGraph is launched by one thread at a time.
+#ifndef MIRRORTRAIN_TENSOR_CUDA_CUDA_GRAPH_H_
+#define MIRRORTRAIN_TENSOR_CUDA_CUDA_GRAPH_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace mirrortrain::cuda {
+
+class CudaGraph {
+ public:
+  // Starts recording the calling thread's current stream on `device`.
+  // Relaxed mode: other threads are unaffected, and the caching allocator
+  // may still take new memory from the driver.
+  static absl::Status BeginCapture(int device);
+  // Ends the capture this thread began on `device` and instantiates it.
+  // When the capture was invalidated (the step waited on the host, or made
+  // a synchronous copy) the graph is discarded and the error says so.
+  static absl::StatusOr<CudaGraph> EndCapture(int device);
+
+  CudaGraph() = default;
+  CudaGraph(CudaGraph&& other) noexcept;
+  CudaGraph& operator=(CudaGraph&& other) noexcept;
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+  ~CudaGraph();
+
+  bool defined() const { return exec_ != nullptr; }
+  // Enqueues one replay on the calling thread's current stream.
+  absl::Status Launch() const;
+  // Nodes (kernels, copies, memsets) of the recorded graph.
+  int64_t num_nodes() const { return num_nodes_; }
+
+ private:
+  void* graph_ = nullptr;
+  void* exec_ = nullptr;
+  int device_ = -1;
+  int64_t num_nodes_ = 0;
+};
+
+// A fresh id for ScopedGraphMemoryPool (never 0).
+uint64_t NewGraphMemoryPoolId();
+
+// While alive, the device memory the calling thread allocates comes from
+// the pool `pool_id` and goes back to it when freed, also after the scope
+// has ended: eager work between replays never gets memory a graph writes.
+// Scopes nest; the outermost restores the thread's own pools.
+class ScopedGraphMemoryPool {
+ public:
+  explicit ScopedGraphMemoryPool(uint64_t pool_id);
+  ~ScopedGraphMemoryPool();
+  ScopedGraphMemoryPool(const ScopedGraphMemoryPool&) = delete;
+  ScopedGraphMemoryPool& operator=(const ScopedGraphMemoryPool&) = delete;
+
+ private:
+  uint64_t previous_;
+};
+
+// The calling thread's graph memory pool (0: none); returns the previous.
+uint64_t SetThreadGraphMemoryPool(uint64_t pool_id);
+
+}  // namespace mirrortrain::cuda
+
+#endif  // MIRRORTRAIN_TENSOR_CUDA_CUDA_GRAPH_H_

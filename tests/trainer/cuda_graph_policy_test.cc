@@ -1,0 +1,74 @@
+// train.cuda_graph's decision, row by row: what is captured, and the reason
+// given for what is not.
+#include "trainer/cuda_graph_policy.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace mirrortrain::trainer {
+namespace {
+
+TEST(CudaGraphPolicyTest, CapturesOneGpuReplicaAndSaysWhyNotOtherwise) {
+  const CudaGraphFacts gpu{.replicas_on_gpus = true};
+  Config config;
+  EXPECT_TRUE(DecideCudaGraph(config, gpu).capture);
+  EXPECT_EQ(DecideCudaGraph(config, gpu).reason, "");
+
+  struct Row {
+    const char* name;
+    Config config;
+    CudaGraphFacts facts;
+    std::string reason;  // "" when captured
+  };
+  Config clipped;
+  clipped.optimizer.clip_global_norm = 1.0;
+  Config accumulating;
+  accumulating.train.accumulation_steps = 2;
+  Config clip_value;  // Elementwise clipping stays on the device.
+  clip_value.optimizer.clip_value = 0.5;
+  const Row rows[] = {
+      {"cpu", config, {}, "the replicas are not on GPUs"},
+      {"two replicas",
+       config,
+       {.replicas_on_gpus = true, .replicas = 2},
+       "the collectives of 2 replicas are not captured yet"},
+      {"two processes",
+       config,
+       {.replicas_on_gpus = true, .processes = 2},
+       "steps of several processes (NCCL across processes) are not captured "
+       "yet"},
+      {"central storage",
+       config,
+       {.replicas_on_gpus = true, .mirrored_variables = false},
+       "central storage and parameter servers update outside the replica's "
+       "step"},
+      {"global norm", clipped, gpu,
+       "optimizer.clip_global_norm reads the norm on the host"},
+      {"tokens",
+       config,
+       {.replicas_on_gpus = true, .token_inputs = true},
+       "token ids are range-checked on the host"},
+      {"accumulation", accumulating, gpu,
+       "train.accumulation_steps > 1 is not captured yet"},
+      {"clip value", clip_value, gpu, ""},
+  };
+  for (const Row& row : rows) {
+    SCOPED_TRACE(row.name);
+    const CudaGraphDecision d = DecideCudaGraph(row.config, row.facts);
+    EXPECT_EQ(d.capture, row.reason.empty());
+    EXPECT_EQ(d.reason, row.reason);
+  }
+}
+
+TEST(CudaGraphPolicyTest, OffCapturesNothingAndGivesNoReason) {
+  Config config;
+  config.train.cuda_graph = "off";
+  const CudaGraphDecision d =
+      DecideCudaGraph(config, {.replicas_on_gpus = true});
+  EXPECT_FALSE(d.capture);
+  EXPECT_EQ(d.reason, "");
+}
+
+}  // namespace
+}  // namespace mirrortrain::trainer

@@ -1,0 +1,43 @@
+#include "trainer/cuda_graph_policy.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace mirrortrain::trainer {
+
+CudaGraphDecision DecideCudaGraph(const Config& config,
+                                  const CudaGraphFacts& facts) {
+  CudaGraphDecision d;
+  if (config.train.cuda_graph == "off") return d;
+  auto no = [&d](std::string reason) {
+    d.reason = std::move(reason);
+    return d;
+  };
+  if (!facts.replicas_on_gpus) return no("the replicas are not on GPUs");
+  if (facts.processes > 1) {
+    return no(
+        "steps of several processes (NCCL across processes) are not "
+        "captured yet");
+  }
+  if (facts.replicas > 1) {
+    return no(absl::StrCat("the collectives of ", facts.replicas,
+                           " replicas are not captured yet"));
+  }
+  if (!facts.mirrored_variables) {
+    return no(
+        "central storage and parameter servers update outside the "
+        "replica's step");
+  }
+  if (config.optimizer.clip_global_norm) {
+    return no("optimizer.clip_global_norm reads the norm on the host");
+  }
+  if (facts.token_inputs) {
+    return no("token ids are range-checked on the host");
+  }
+  if (config.train.accumulation_steps > 1) {
+    return no("train.accumulation_steps > 1 is not captured yet");
+  }
+  d.capture = true;
+  return d;
+}
+
+}  // namespace mirrortrain::trainer

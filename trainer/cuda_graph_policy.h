@@ -1,0 +1,42 @@
+// Whether a training step runs as a captured CUDA graph (train.cuda_graph),
+// decided once per run from facts known before the first step.
+//
+// `auto` captures the step when everything in it can be replayed as
+// recorded: one GPU replica per process (collectives are not captured yet),
+// one process, mirrored variables, no per-step host reads (clipping by global
+// norm reads the norm; token models range-check their ids on the host) and
+// one micro-batch per step. Anything else trains eagerly; `reason` says why.
+#ifndef MIRRORTRAIN_TRAINER_CUDA_GRAPH_POLICY_H_
+#define MIRRORTRAIN_TRAINER_CUDA_GRAPH_POLICY_H_
+
+#include <string>
+
+#include "trainer/config.h"
+
+namespace mirrortrain::trainer {
+
+struct CudaGraphFacts {
+  bool replicas_on_gpus = false;  // every replica's device is a GPU
+  int replicas = 1;               // in this process
+  int processes = 1;
+  bool mirrored_variables = true;  // not central storage or parameter servers
+  bool token_inputs = false;       // the model reads token ids
+};
+
+struct CudaGraphDecision {
+  bool capture = false;
+  // Why not, for a one-line notice ("" when capturing or when
+  // train.cuda_graph is off).
+  std::string reason;
+};
+
+CudaGraphDecision DecideCudaGraph(const Config& config,
+                                  const CudaGraphFacts& facts);
+
+// Eager steps before the capture: they create the optimizer's slots and
+// staged parameters, the libraries' handles and the allocator's blocks.
+inline constexpr int kCudaGraphWarmupSteps = 2;
+
+}  // namespace mirrortrain::trainer
+
+#endif  // MIRRORTRAIN_TRAINER_CUDA_GRAPH_POLICY_H_
