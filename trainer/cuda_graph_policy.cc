@@ -30,6 +30,9 @@ CudaGraphDecision DecideCudaGraph(const Config& config,
   if (config.optimizer.clip_global_norm) {
     return no("optimizer.clip_global_norm reads the norm on the host");
   }
+  if (config.optimizer.clip_norm) {
+    return no("optimizer.clip_norm reads each gradient's norm on the host");
+  }
   if (facts.token_inputs) {
     return no("token ids are range-checked on the host");
   }

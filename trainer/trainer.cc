@@ -590,6 +590,7 @@ absl::Status Trainer::Step(absl::Span<const Batch> micro_batches,
       return ReplicaStep(ctx, micro_batches, step);
     });
   }
+  if (cuda_graph_.capture) ReportCudaGraphFailures(step);
   if (!s.ok()) {
     return absl::Status(s.code(),
                         absl::StrCat("step ", step + 1, ": ", s.message()));

@@ -163,6 +163,12 @@ class Trainer {
     Tensor images, labels;   // the replica's shard, copied in before a replay
     StagedTensor step_seed;  // i64[1]: dropout's seed
     Tensor loss;             // the replica's loss, written by every replay
+    // The optimizer's and EMA's staged tables the graph reads: a change
+    // means a new capture.
+    int64_t optimizer_generation = -1, ema_generation = -1;
+    // Why the capture failed (steps stay eager), once reported.
+    std::string failure;
+    bool failure_reported = false;
   };
   struct Replica {
     std::unique_ptr<models::Model> model;
@@ -213,6 +219,8 @@ class Trainer {
                                   int64_t step);
   absl::Status CaptureStep(distribute::ReplicaContext& ctx, Replica& r,
                            absl::Span<const Batch> micro_batches, int64_t step);
+  // Prints, once per replica, why a capture failed (main thread).
+  void ReportCudaGraphFailures(int64_t step);
   // The rows of `batch` replica ctx computes on, on its device: its shard
   // (ShardOf), or the whole batch for a parameter-server worker, which
   // reads its own input.

@@ -7,6 +7,9 @@
 // allocates comes from its own memory pool, so eager work between replays
 // (evaluation, checkpoints, an epoch's short last batch) never gets memory
 // the graph writes. The replay is then one launch on the replica's stream.
+#include <algorithm>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "tensor/status_macros.h"
 #include "trainer/trainer.h"
@@ -14,14 +17,28 @@
 namespace mirrortrain::trainer {
 namespace {
 
-absl::Status GraphError(int64_t step, const absl::Status& s) {
-  if (s.ok()) return s;
-  return absl::Status(
-      s.code(), absl::StrCat("train.cuda_graph: capturing step ", step + 1,
-                             " failed (train.cuda_graph: off trains without "
-                             "graphs): ",
-                             s.message()));
-}
+// Ends a capture that is still open when the scope is left early (an
+// error return or an exception), so the stream is usable again.
+class CaptureScope {
+ public:
+  explicit CaptureScope(int device) : device_(device) {}
+  ~CaptureScope() {
+    if (open_) cuda::CudaGraph::EndCapture(device_).status().IgnoreError();
+  }
+  absl::Status Begin() {
+    MT_RETURN_IF_ERROR(cuda::CudaGraph::BeginCapture(device_));
+    open_ = true;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<cuda::CudaGraph> End() {
+    open_ = false;
+    return cuda::CudaGraph::EndCapture(device_);
+  }
+
+ private:
+  const int device_;
+  bool open_ = false;
+};
 
 }  // namespace
 
@@ -31,16 +48,15 @@ absl::Status Trainer::GraphedReplicaStep(distribute::ReplicaContext& ctx,
   Replica& r = replicas_[ctx.replica_id()];
   if (r.graph == nullptr) r.graph = std::make_unique<GraphedStep>();
   GraphedStep& g = *r.graph;
-  if (g.eager_steps < kCudaGraphWarmupSteps) {
-    ++g.eager_steps;
+  // Warm-up, a failed capture, and batches of another size (an epoch's
+  // short last one) run eagerly; the graph has the global batch's shape.
+  if (g.eager_steps < kCudaGraphWarmupSteps || !g.failure.empty() ||
+      micro_batches[0].labels.dim(0) != config_.data.global_batch_size) {
+    g.eager_steps = std::min(g.eager_steps + 1, kCudaGraphWarmupSteps);
     return EagerReplicaStep(ctx, micro_batches, step);
   }
   MT_ASSIGN_OR_RETURN(const ShardInputs in,
                       ReplicaShard(ctx, micro_batches[0]));
-  if (g.images.defined() && (in.images.shape() != g.images.shape() ||
-                             in.labels.shape() != g.labels.shape())) {
-    return EagerReplicaStep(ctx, micro_batches, step);
-  }
   if (!g.images.defined()) {
     const Device device = ctx.device();
     MT_ASSIGN_OR_RETURN(
@@ -49,7 +65,6 @@ absl::Status Trainer::GraphedReplicaStep(distribute::ReplicaContext& ctx,
         g.labels, Tensor::Empty(in.labels.dtype(), in.labels.shape(), device));
     MT_ASSIGN_OR_RETURN(g.step_seed,
                         StagedTensor::Create(DType::kI64, {1}, device));
-    g.memory_pool = cuda::NewGraphMemoryPoolId();
   }
   // The host half of the step.
   MT_ASSIGN_OR_RETURN(const Tensor seed, g.step_seed.Host());
@@ -60,8 +75,20 @@ absl::Status Trainer::GraphedReplicaStep(distribute::ReplicaContext& ctx,
   if (r.ema) MT_RETURN_IF_ERROR(r.ema->Stage(iterations + 1));
   MT_RETURN_IF_ERROR(g.images.CopyFrom(in.images));
   MT_RETURN_IF_ERROR(g.labels.CopyFrom(in.labels));
-  if (!g.graph.defined()) {
-    MT_RETURN_IF_ERROR(CaptureStep(ctx, r, micro_batches, step));
+  const int64_t ema_generation = r.ema ? r.ema->staging_generation() : 0;
+  if (g.optimizer_generation != r.optimizer->staging_generation() ||
+      g.ema_generation != ema_generation) {
+    // The tables the graph would read were reallocated (or nothing is
+    // captured yet). An earlier graph's pool stays reserved.
+    g.graph = cuda::CudaGraph();
+    const absl::Status captured = CaptureStep(ctx, r, micro_batches, step);
+    if (!captured.ok()) {
+      // Recording ran nothing and changed no state the eager step reads.
+      g.failure = std::string(captured.message());
+      return EagerReplicaStep(ctx, micro_batches, step);
+    }
+    g.optimizer_generation = r.optimizer->staging_generation();
+    g.ema_generation = ema_generation;
   }
   MT_RETURN_IF_ERROR(g.graph.Launch());
   r.optimizer->set_iterations(iterations + 1);
@@ -73,29 +100,44 @@ absl::Status Trainer::CaptureStep(distribute::ReplicaContext& ctx, Replica& r,
                                   absl::Span<const Batch> micro_batches,
                                   int64_t step) {
   GraphedStep& g = *r.graph;
-  const int device = ctx.device().index;
+  g.memory_pool = cuda::NewGraphMemoryPoolId();
   const int64_t iterations = r.optimizer->iterations();
   absl::Status recorded;
   absl::StatusOr<cuda::CudaGraph> graph;
   {
     cuda::ScopedGraphMemoryPool pool(g.memory_pool);
-    MT_RETURN_IF_ERROR(GraphError(step, cuda::CudaGraph::BeginCapture(device)));
+    CaptureScope capture(ctx.device().index);
+    MT_RETURN_IF_ERROR(capture.Begin());
     recorded = [&]() -> absl::Status {
       MT_ASSIGN_OR_RETURN(std::vector<Tensor> grads,
                           ComputeGradients(ctx, r, micro_batches, step,
                                            StepSeed(config_.seed, step), &g));
       return ApplyUpdate(r, std::move(grads), /*staged=*/true);
     }();
-    // Ended whatever happened, so the stream is usable again.
-    graph = cuda::CudaGraph::EndCapture(device);
+    graph = capture.End();
   }
   // Recording ran nothing: the update the optimizer counted is the replay's.
   r.optimizer->set_iterations(iterations);
-  MT_RETURN_IF_ERROR(GraphError(step, recorded));
-  MT_RETURN_IF_ERROR(GraphError(step, graph.status()));
+  MT_RETURN_IF_ERROR(recorded);
+  MT_RETURN_IF_ERROR(graph.status());
   g.graph = *std::move(graph);
   g.loss = r.loss;
   return absl::OkStatus();
+}
+
+void Trainer::ReportCudaGraphFailures(int64_t step) {
+  for (Replica& r : replicas_) {
+    if (r.graph == nullptr || r.graph->failure.empty() ||
+        r.graph->failure_reported) {
+      continue;
+    }
+    r.graph->failure_reported = true;
+    if (progress_ == nullptr) continue;
+    progress_->Message(
+        absl::StrCat("train.cuda_graph: eager steps: capturing "
+                     "step ",
+                     step + 1, " failed: ", r.graph->failure));
+  }
 }
 
 }  // namespace mirrortrain::trainer

@@ -68,8 +68,11 @@ class CachingAllocator final : public Allocator {
     void* ptr = nullptr;
     cudaError_t err = cudaMalloc(&ptr, rounded);
     if (err != cudaSuccess) {
-      // Out of memory: give the cache back to the driver and retry once.
+      // Out of memory: give the cache back to the driver and retry once;
+      // not while this thread captures a graph, where the device-wide
+      // synchronisation would invalidate the capture.
       cudaGetLastError();
+      if (std::get<2>(owner) != 0) MT_CUDA_RETURN_IF_ERROR(err);
       ReleaseCached();
       MT_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, rounded));
     }
@@ -123,12 +126,18 @@ class CachingAllocator final : public Allocator {
     DeviceGuard guard;
     if (guard.Set(device_).ok()) cudaDeviceSynchronize();
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [key, ptr] : free_) {
-      if (cudaFree(ptr) == cudaSuccess) ++stats_.device_frees;
+    for (auto it = free_.begin(); it != free_.end();) {
+      // A graph pool's free blocks are the graph's temporaries between
+      // replays: they stay.
+      if (std::get<2>(it->first.first) != 0) {
+        ++it;
+        continue;
+      }
+      if (cudaFree(it->second) == cudaSuccess) ++stats_.device_frees;
+      stats_.bytes_cached -= static_cast<int64_t>(it->first.second);
+      it = free_.erase(it);
     }
     cudaGetLastError();  // Best effort: not blamed on later calls.
-    free_.clear();
-    stats_.bytes_cached = 0;
   }
 
   const int device_;

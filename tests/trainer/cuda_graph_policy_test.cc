@@ -25,6 +25,8 @@ TEST(CudaGraphPolicyTest, CapturesOneGpuReplicaAndSaysWhyNotOtherwise) {
   clipped.optimizer.clip_global_norm = 1.0;
   Config accumulating;
   accumulating.train.accumulation_steps = 2;
+  Config clip_norm;
+  clip_norm.optimizer.clip_norm = 1.0;
   Config clip_value;  // Elementwise clipping stays on the device.
   clip_value.optimizer.clip_value = 0.5;
   const Row rows[] = {
@@ -45,6 +47,8 @@ TEST(CudaGraphPolicyTest, CapturesOneGpuReplicaAndSaysWhyNotOtherwise) {
        "step"},
       {"global norm", clipped, gpu,
        "optimizer.clip_global_norm reads the norm on the host"},
+      {"norm", clip_norm, gpu,
+       "optimizer.clip_norm reads each gradient's norm on the host"},
       {"tokens",
        config,
        {.replicas_on_gpus = true, .token_inputs = true},

@@ -20,7 +20,8 @@ class CudaGraphCliTest : public testing::CudaTest {};
 
 // Trains the CNN config briefly on synthetic data; returns the run dir.
 std::string TrainCnn(const std::string& name, const std::string& cuda_graph,
-                     const std::string& devices, Result* result) {
+                     const std::string& strategy, const std::string& devices,
+                     Result* result) {
   const std::string dir = ::testing::TempDir() + "/mt_cuda_graph_" + name;
   std::filesystem::remove_all(dir);
   std::vector<std::string> args = {
@@ -35,6 +36,7 @@ std::string TrainCnn(const std::string& name, const std::string& cuda_graph,
            "optimizer.schedule.decay_steps=30", "train.steps=24",
            "train.log_every_steps=4", "train.eval_every_epochs=0",
            "checkpoint.every_steps=0", "train.cuda_graph=" + cuda_graph,
+           "distribute.strategy=" + strategy,
            "distribute.devices=" + devices}) {
     args.push_back("--set");
     args.push_back(set);
@@ -45,8 +47,10 @@ std::string TrainCnn(const std::string& name, const std::string& cuda_graph,
 
 TEST_F(CudaGraphCliTest, ReplayedStepsMatchEagerStepsBitwise) {
   Result eager, graphed;
-  const std::string eager_dir = TrainCnn("off", "off", "[gpu:0]", &eager);
-  const std::string graph_dir = TrainCnn("auto", "auto", "[gpu:0]", &graphed);
+  const std::string eager_dir =
+      TrainCnn("off", "off", "one_device", "[gpu:0]", &eager);
+  const std::string graph_dir =
+      TrainCnn("auto", "auto", "one_device", "[gpu:0]", &graphed);
   ASSERT_EQ(eager.exit_code, 0) << eager.err;
   ASSERT_EQ(graphed.exit_code, 0) << graphed.err;
   // Captured: no notice that steps stay eager.
@@ -74,7 +78,7 @@ TEST_F(CudaGraphCliTest, ReplayedStepsMatchEagerStepsBitwise) {
 
 TEST_F(CudaGraphCliTest, StepsThatCannotBeCapturedStayEagerWithANotice) {
   Result r;
-  TrainCnn("two_replicas", "auto", "[gpu:0,gpu:0]", &r);
+  TrainCnn("two_replicas", "auto", "mirrored", "[gpu:0,gpu:0]", &r);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("train.cuda_graph: eager steps: the collectives of 2 "
                        "replicas are not captured yet"),

@@ -58,6 +58,10 @@ class ExponentialMovingAverage {
   // ApplyStaged enqueues the updates.
   absl::Status Stage(int64_t num_updates);
   absl::Status ApplyStaged();
+  // Changes whenever a decay table is allocated (see Optimizer's).
+  int64_t staging_generation() const {
+    return static_cast<int64_t>(decays_.size());
+  }
   // The decay Apply(num_updates) uses, computed in float32 as TensorFlow
   // does (for every variable dtype).
   double DecayAt(int64_t num_updates) const;

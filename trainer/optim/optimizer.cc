@@ -180,6 +180,7 @@ absl::Status Optimizer::StageUpdate(absl::Span<Variable* const> vars) {
                                        {static_cast<int64_t>(t.rows.size()),
                                         ops::kUpdateParamCount},
                                        t.device));
+    ++staging_generation_;
   }
   std::vector<Tensor> hosts;
   for (ParamTable& t : param_tables_) {

@@ -79,6 +79,9 @@ class Optimizer {
   absl::Status StageUpdate(absl::Span<Variable* const> vars);
   absl::Status ApplyStagedGradients(
       absl::Span<const GradAndVar> grads_and_vars);
+  // Changes whenever a parameter table is (re)allocated: a graph captured
+  // before reads the old one.
+  int64_t staging_generation() const { return staging_generation_; }
 
   // ComputeGradients then ApplyGradients.
   absl::Status Minimize(GradientTape& tape, const Tensor& loss,
@@ -147,6 +150,7 @@ class Optimizer {
   std::vector<SlotSet> slot_sets_;  // creation order
   absl::flat_hash_map<const Variable*, size_t> slot_index_;
   std::vector<ParamTable> param_tables_;
+  int64_t staging_generation_ = 0;
 };
 
 }  // namespace mirrortrain::trainer
