@@ -5,6 +5,7 @@
 #include "gtest/gtest.h"
 #include "tensor/ops/training_ops.h"
 #include "tests/tensor/cuda_test_util.h"
+#include "tests/tensor/update_rule_cases.h"
 
 namespace mirrortrain {
 namespace {
@@ -16,19 +17,9 @@ using testing::RandomTensor;
 class CudaTrainingOpsTest : public testing::CudaTest {};
 
 TEST_F(CudaTrainingOpsTest, EveryRuleMatchesTheCpuBitwise) {
-  UpdateHyperparams h;
-  h.lr = 0.05;
-  h.momentum = 0.9;
-  h.epsilon = 1e-7;
-  h.beta1 = 0.9;
-  h.beta2 = 0.999;
-  h.rho = 0.9;
-  h.weight_decay = 0.004;
+  UpdateHyperparams h = testing::EveryHyperparameter();
   for (DType dtype : {DType::kF32, DType::kF64}) {
-    for (UpdateRule rule :
-         {UpdateRule::kGradientDescent, UpdateRule::kMomentum,
-          UpdateRule::kNesterovMomentum, UpdateRule::kAdagradV2,
-          UpdateRule::kAdam, UpdateRule::kRMSProp, UpdateRule::kAdamW}) {
+    for (UpdateRule rule : testing::kEveryUpdateRule) {
       SCOPED_TRACE(::testing::Message() << "rule " << static_cast<int>(rule)
                                         << " dtype " << DTypeName(dtype));
       // Odd size: several blocks and a partial one. Accumulators positive

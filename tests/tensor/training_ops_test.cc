@@ -7,6 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/tensor/update_rule_cases.h"
 #include "tests/test_util.h"
 
 namespace mirrortrain {
@@ -52,16 +53,7 @@ TEST(TrainingOpsTest, GradientDescentAndMovingAverageUpdateInPlace) {
 // is UpdateParams<T>::From, field by field, and a packed update equals the
 // one given hyperparameters directly, for every rule and both dtypes.
 TEST(TrainingOpsTest, PackedParametersAreTheRoundedHyperparameters) {
-  UpdateHyperparams h;
-  h.lr = 0.1;
-  h.momentum = 0.9;
-  h.epsilon = 1e-7;
-  h.beta1 = 0.9;
-  h.beta2 = 0.999;
-  h.beta1_power = 0.9 * 0.9;
-  h.beta2_power = 0.999 * 0.999;
-  h.rho = 0.95;
-  h.weight_decay = 0.004;
+  const UpdateHyperparams h = testing::EveryHyperparameter();
   Tensor packed = Tensor::HostEmpty(DType::kF32, {ops::kUpdateParamCount});
   ASSERT_TRUE(ops::PackUpdateParams(h, packed).ok());
   const UpdateParams<float> want = UpdateParams<float>::From(h);
@@ -72,10 +64,7 @@ TEST(TrainingOpsTest, PackedParametersAreTheRoundedHyperparameters) {
   EXPECT_EQ(std::memcmp(got.data(), &want, sizeof(want)), 0);
 
   for (DType dtype : {DType::kF32, DType::kF64}) {
-    for (UpdateRule rule :
-         {UpdateRule::kGradientDescent, UpdateRule::kMomentum,
-          UpdateRule::kNesterovMomentum, UpdateRule::kAdagradV2,
-          UpdateRule::kAdam, UpdateRule::kRMSProp, UpdateRule::kAdamW}) {
+    for (UpdateRule rule : testing::kEveryUpdateRule) {
       SCOPED_TRACE(static_cast<int>(rule));
       const Tensor grad = RandomTensor({5, 3}, 2, dtype);
       std::vector<Tensor> vars, slots_a, slots_b;
