@@ -123,8 +123,10 @@ if want cnn; then
   # Trimmed to make room: mirrortrain 600 -> 400 steps (3 timed windows of 100
   # after the first, which holds start-up), limits 90 -> 60 s (mirrortrain)
   # and 120 -> 90 s (PyTorch eager); 150 s for the compiling runs.
+  # Whole-step CUDA graphs on (train.cuda_graph is off by default until the
+  # graph path has been proven on a device); cnn_rate_eager turns them off.
   CNN_SETS=(--set data.name=synthetic --set data.test_examples=1000 --set train.steps=400
-    --set train.log_every_steps=100 --set train.eval_every_epochs=0)
+    --set train.log_every_steps=100 --set train.eval_every_epochs=0 --set train.cuda_graph=auto)
   CNN_PT=(--bench cnn_rate --steps 200 --warmup 20 --repeat 3)
   mt cnn_rate 60 "$CNN" -- "${CNN_SETS[@]}"
   # The step without CUDA graphs, for what replaying it is worth.
@@ -158,7 +160,7 @@ if want mlp; then
   # Trimmed as the CNN's: mirrortrain 300 -> 200 steps (3 timed windows of 50
   # after the first), limits 120 -> 60 s (mirrortrain) and 180 -> 120 s
   # (PyTorch eager with matmul: 90 s without); 120 s for the compiling runs.
-  MLP_SETS=(--set train.steps=200 --set train.log_every_steps=50)
+  MLP_SETS=(--set train.steps=200 --set train.log_every_steps=50 --set train.cuda_graph=auto)
   MLP_PT=(--mlp_steps 50 --warmup 10 --repeat 3)
   mt mlp 60 "$MLP" -- "${MLP_SETS[@]}"
   pt mlp 120 --bench mlp,matmul "${MLP_PT[@]}"
@@ -197,7 +199,7 @@ if want tta; then
   gpu_section "tta: CNN batch 256 on Fashion-MNIST to test accuracy 0.916"
   if DATA="$(gpu_data_dir)"; then
     echo "data: $DATA"
-    mt cnn_tta 300 "$CNN" --target 0.916 --weights ema -- --set "data.dir=$DATA"
+    mt cnn_tta 300 "$CNN" --target 0.916 --weights ema -- --set "data.dir=$DATA" --set train.cuda_graph=auto
     # Schedule defaults of torch_gpu.py are the config's: lr 0.1, warm-up 100, cosine 2250, 10 epochs.
     pt cnn_tta 240 --bench cnn_tta --data_dir "$DATA" --cnn_precision "$CNN_PRECISION" --target 0.916 --max_epochs 10
   else

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -136,6 +137,8 @@ inline Result RunCli(const std::vector<std::string>& args,
   r.exit_code = Wait(Start(args, out, err), timeout_seconds);
   r.out = ReadFile(out);
   r.err = ReadFile(err);
+  std::filesystem::remove(out);
+  std::filesystem::remove(err);
   return r;
 }
 

@@ -12,6 +12,7 @@ namespace {
 TEST(CudaGraphPolicyTest, CapturesOneGpuReplicaAndSaysWhyNotOtherwise) {
   const CudaGraphFacts gpu{.replicas_on_gpus = true};
   Config config;
+  config.train.cuda_graph = "auto";
   EXPECT_TRUE(DecideCudaGraph(config, gpu).capture);
   EXPECT_EQ(DecideCudaGraph(config, gpu).reason, "");
 
@@ -21,13 +22,13 @@ TEST(CudaGraphPolicyTest, CapturesOneGpuReplicaAndSaysWhyNotOtherwise) {
     CudaGraphFacts facts;
     std::string reason;  // "" when captured
   };
-  Config clipped;
+  Config clipped = config;
   clipped.optimizer.clip_global_norm = 1.0;
-  Config accumulating;
+  Config accumulating = config;
   accumulating.train.accumulation_steps = 2;
-  Config clip_norm;
+  Config clip_norm = config;
   clip_norm.optimizer.clip_norm = 1.0;
-  Config clip_value;  // Elementwise clipping stays on the device.
+  Config clip_value = config;  // Elementwise clipping stays on the device.
   clip_value.optimizer.clip_value = 0.5;
   const Row rows[] = {
       {"cpu", config, {}, "the replicas are not on GPUs"},
