@@ -5,7 +5,8 @@
 // recorded: one GPU replica per process (collectives are not captured yet),
 // one process, mirrored variables, no per-step host reads (clipping by norm
 // or global norm reads the norms; token models range-check their ids on the
-// host) and one micro-batch per step. Anything else trains eagerly; `reason` says why.
+// host) and one micro-batch per step. Anything else trains eagerly; `reason`
+// says why.
 #ifndef MIRRORTRAIN_TRAINER_CUDA_GRAPH_POLICY_H_
 #define MIRRORTRAIN_TRAINER_CUDA_GRAPH_POLICY_H_
 

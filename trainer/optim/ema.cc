@@ -74,17 +74,21 @@ absl::Status ExponentialMovingAverage::Apply(int64_t num_updates) {
 }
 
 absl::Status ExponentialMovingAverage::ApplyStaged() {
-  // shadow -= (shadow - value) * (1 - decay).
-  for (size_t i = 0; i < vars_.size(); ++i) {
-    if (DecayTableOf(*vars_[i]) == nullptr) {
+  // Every decay is looked up before any shadow changes.
+  std::vector<Tensor> decays;
+  decays.reserve(vars_.size());
+  for (const Variable* var : vars_) {
+    const DecayTable* t = DecayTableOf(*var);
+    if (t == nullptr) {
       return absl::FailedPreconditionError(
           "ExponentialMovingAverage.ApplyStaged: nothing staged (Stage first)");
     }
+    decays.push_back(t->value.device());
   }
+  // shadow -= (shadow - value) * (1 - decay).
   for (size_t i = 0; i < vars_.size(); ++i) {
-    MT_RETURN_IF_ERROR(
-        ops::AssignMovingAverage(shadows_[i]->value(), vars_[i]->value(),
-                                 DecayTableOf(*vars_[i])->value.device()));
+    MT_RETURN_IF_ERROR(ops::AssignMovingAverage(shadows_[i]->value(),
+                                                vars_[i]->value(), decays[i]));
   }
   return absl::OkStatus();
 }

@@ -155,10 +155,6 @@ Optimizer::ParamTable* Optimizer::TableOf(const Variable& var) {
   return nullptr;
 }
 
-const Optimizer::ParamTable* Optimizer::TableOf(const Variable& var) const {
-  return const_cast<Optimizer*>(this)->TableOf(var);
-}
-
 absl::Status Optimizer::StageUpdate(absl::Span<Variable* const> vars) {
   // A table has a row per variable it has seen; a new variable (only ever
   // in the first updates) reallocates it.
@@ -199,7 +195,7 @@ absl::Status Optimizer::StageUpdate(absl::Span<Variable* const> vars) {
 }
 
 absl::StatusOr<std::vector<Tensor>> Optimizer::StagedRows(
-    absl::Span<Variable* const> vars) const {
+    absl::Span<Variable* const> vars) {
   std::vector<Tensor> rows;
   rows.reserve(vars.size());
   for (const Variable* var : vars) {

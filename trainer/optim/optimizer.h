@@ -135,10 +135,9 @@ class Optimizer {
       absl::Span<const GradAndVar> grads_and_vars) const;
   // The tables' rows of `vars`, after StageUpdate(vars).
   absl::StatusOr<std::vector<Tensor>> StagedRows(
-      absl::Span<Variable* const> vars) const;
+      absl::Span<Variable* const> vars);
   absl::Status Apply(absl::Span<const GradAndVar> grads_and_vars, bool stage);
   ParamTable* TableOf(const Variable& var);
-  const ParamTable* TableOf(const Variable& var) const;
 
   struct SlotSet {
     Variable* var;
