@@ -215,16 +215,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     MT_ASSIGN_OR_RETURN(Replica r, t->BuildReplica(def, device, mirrored));
     t->replicas_.push_back(std::move(r));
   }
-  bool on_gpus = true;
-  for (const Device& device : t->strategy_->devices()) {
-    on_gpus = on_gpus && device.is_cuda();
-  }
-  t->cuda_graph_ =
-      DecideCudaGraph(config, {.replicas_on_gpus = on_gpus,
-                               .replicas = t->num_replicas(),
-                               .processes = processes->size(),
-                               .mirrored_variables = mirrored,
-                               .token_inputs = def.input_vocabulary > 0});
+  // A device list never mixes CPUs and GPUs (ResolveDevices).
+  t->cuda_graph_ = DecideCudaGraph(
+      config, {.replicas_on_gpus = t->strategy_->devices()[0].is_cuda(),
+               .replicas = t->num_replicas(),
+               .processes = processes->size(),
+               .mirrored_variables = mirrored,
+               .token_inputs = def.input_vocabulary > 0});
   if (mirrored) {
     std::vector<std::vector<Variable*>> states;
     for (int r = 0; r < t->num_replicas(); ++r) {
