@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "distribute/strategy.h"
 #include "tensor/tensor.h"
 
@@ -23,6 +24,14 @@ class CrossDeviceOps {
   // replicas, in place. Every replica ends with bitwise-identical values.
   virtual absl::Status AllReduce(int replica, ReduceOp op, Tensor& buffer) = 0;
   virtual void Abort(const absl::Status& reason) = 0;
+  // Makes collectives work again after Abort, once no replica is inside
+  // one: a step that was only being recorded into a CUDA graph, and failed,
+  // ran nothing, so the run can go on eagerly. Default: the ops stay
+  // aborted (FailedPrecondition).
+  virtual absl::Status Recover() {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name(), " collectives cannot recover from an abort"));
+  }
   // An error the transport met after AllReduce returned (NCCL's
   // asynchronous error on replica `replica`'s communicator); OK if none.
   // Any thread; the collective watchdog polls it.
@@ -34,6 +43,9 @@ class CrossDeviceOps {
   // (NCCL) only enqueue work and overlap compute; host collectives run on
   // the cores that compute, so they run inline on the replica thread.
   virtual bool overlaps_compute() const = 0;
+  // Whether AllReduce may be called on a stream that is being recorded
+  // into a CUDA graph (it then only enqueues; see MirroredStrategy).
+  virtual bool records_into_graphs() const { return false; }
   // False for the `none` ops, which leave every buffer as it is.
   virtual bool reduces() const { return true; }
 };

@@ -93,6 +93,7 @@ absl::StatusOr<std::vector<Tensor>> GradientBuckets::Finish() {
   }
   MT_RETURN_IF_ERROR(first_error);
   if (!ctx_->reduces()) return grads_;  // Nothing to reduce.
+  MT_RETURN_IF_ERROR(ctx_->OrderAfterCollectives());
   std::vector<Tensor> out(grads_.size());
   for (size_t b = 0; b < plan_->buckets.size(); ++b) {
     int64_t offset = 0;

@@ -36,25 +36,67 @@ LocalAllReduce::LocalAllReduce(int replicas, std::chrono::milliseconds watchdog)
     : replicas_(replicas),
       barrier_(replicas, watchdog),
       posted_(replicas, nullptr),
-      calls_(replicas, 0) {}
+      calls_(replicas, 0),
+      events_(replicas) {}
 
 absl::Status LocalAllReduce::AllReduce(int replica, ReduceOp op,
                                        Tensor& buffer) {
-  const bool on_gpu = buffer.device().is_cuda();
-  if (on_gpu) {
+  const std::string what = absl::StrCat("all-reduce #", calls_[replica]++, " (",
+                                        buffer.DebugString(), ")");
+  if (buffer.device().is_cuda()) {
+    MT_ASSIGN_OR_RETURN(const bool capturing,
+                        cuda::StreamIsCapturing(cuda::CurrentStream()));
+    if (capturing) return CapturedAllReduce(replica, op, buffer, what);
     // Other replicas' kernels will read this buffer: it must be complete,
     // not just enqueued, before this replica says it is posted.
     MT_RETURN_IF_ERROR(cuda::Synchronize(buffer.device().index));
   }
-  const std::string what = absl::StrCat("all-reduce #", calls_[replica]++, " (",
-                                        buffer.DebugString(), ")");
   posted_[replica] = &buffer;
   MT_RETURN_IF_ERROR(barrier_.Wait(replica, what));
   // Everyone's buffer is posted. From here on every replica reads and
   // writes the others' buffers, so none may return (and let its buffer be
   // freed) before all are done: errors wait for the Join too.
   absl::Status status = SumMySlice(replica, op);
+  // The slice is summed when the call returns.
+  if (status.ok() && buffer.device().is_cuda()) {
+    status = cuda::Synchronize(buffer.device().index);
+  }
   barrier_.Join();
+  if (!status.ok()) barrier_.Abort(status);
+  return status;
+}
+
+absl::Status LocalAllReduce::CapturedAllReduce(int replica, ReduceOp op,
+                                               Tensor& buffer,
+                                               const std::string& what) {
+  const cuda::StreamHandle stream = cuda::CurrentStream();
+  std::unique_ptr<CaptureEvents>& mine = events_[replica];
+  if (mine == nullptr) {
+    const int device = buffer.device().index;
+    MT_ASSIGN_OR_RETURN(cuda::Event posted, cuda::Event::Create(device));
+    MT_ASSIGN_OR_RETURN(cuda::Event summed, cuda::Event::Create(device));
+    mine = std::make_unique<CaptureEvents>(
+        CaptureEvents{std::move(posted), std::move(summed)});
+  }
+  MT_RETURN_IF_ERROR(mine->posted.Record(stream));
+  posted_[replica] = &buffer;
+  MT_RETURN_IF_ERROR(barrier_.Wait(replica, what));
+  // Every replica's events exist and are recorded for this collective. A
+  // replica re-records its events only in its next collective, after the
+  // next Wait, which needs every peer to be done waiting on them here.
+  absl::Status status;
+  for (int r = 0; r < replicas_ && status.ok(); ++r) {
+    if (r != replica) status = events_[r]->posted.MakeStreamWait(stream);
+  }
+  if (status.ok()) status = SumMySlice(replica, op);
+  if (status.ok()) status = mine->summed.Record(stream);
+  barrier_.Join();
+  // Every slice sum is recorded (or its replica failed and aborts): this
+  // replica's later work waits for all of them, as its buffer holds their
+  // results.
+  for (int r = 0; r < replicas_ && status.ok(); ++r) {
+    if (r != replica) status = events_[r]->summed.MakeStreamWait(stream);
+  }
   if (!status.ok()) barrier_.Abort(status);
   return status;
 }
@@ -76,13 +118,11 @@ absl::Status LocalAllReduce::SumMySlice(int replica, ReduceOp op) {
   const int64_t end = SliceStart(n, replica + 1, replicas_);
   const bool mean = op == ReduceOp::kMean;
   if (mine.device().is_cuda()) {
-    // Replicas sharing one GPU: the same slice sum as a kernel, finished
-    // before the Join.
+    // Replicas sharing one GPU: the same slice sum as a kernel.
     std::vector<void*> buffers;
     for (Tensor* t : posted_) buffers.push_back(t->raw_data());
-    MT_RETURN_IF_ERROR(DeviceSliceSum(mine.dtype(), buffers, begin, end, mean,
-                                      mine.device().index));
-    return cuda::Synchronize(mine.device().index);
+    return DeviceSliceSum(mine.dtype(), buffers, begin, end, mean,
+                          mine.device().index);
   }
   MT_DISPATCH_ALL(mine.dtype(), T, SumSlice<T>(posted_, begin, end, mean));
   return absl::OkStatus();

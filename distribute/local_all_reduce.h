@@ -7,14 +7,24 @@
 // replica's buffer. Each element is written by one thread with one value,
 // so all replicas end bitwise identical, whatever N. Buffers on different
 // GPUs are an error (that is NCCL's job).
+//
+// While the replicas' streams are being recorded into one CUDA graph (a
+// captured step), a GPU all-reduce waits on nothing on the host: each
+// replica records an event after its buffer, the slice sums wait for all
+// of them on the device, and each replica's stream then waits for every
+// slice sum, so the graph holds the same order the eager path enforces
+// with synchronisations.
 #ifndef MIRRORTRAIN_DISTRIBUTE_LOCAL_ALL_REDUCE_H_
 #define MIRRORTRAIN_DISTRIBUTE_LOCAL_ALL_REDUCE_H_
 
 #include <chrono>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "distribute/cross_device_ops.h"
 #include "distribute/replica_barrier.h"
+#include "tensor/cuda/stream.h"
 
 namespace mirrortrain::distribute {
 
@@ -23,17 +33,33 @@ class LocalAllReduce final : public CrossDeviceOps {
   LocalAllReduce(int replicas, std::chrono::milliseconds watchdog);
   absl::Status AllReduce(int replica, ReduceOp op, Tensor& buffer) override;
   void Abort(const absl::Status& reason) override { barrier_.Abort(reason); }
+  absl::Status Recover() override {
+    barrier_.Reset();
+    return absl::OkStatus();
+  }
   std::string name() const override { return "local"; }
   bool overlaps_compute() const override { return false; }
+  bool records_into_graphs() const override { return true; }
 
  private:
-  // Replica `replica`'s share of the sum, once every buffer is posted.
+  // Replica `replica`'s share of the sum, once every buffer is posted; on
+  // a GPU enqueued on the current stream, not waited for.
   absl::Status SumMySlice(int replica, ReduceOp op);
+  // The device all-reduce inside a stream capture (see above).
+  absl::Status CapturedAllReduce(int replica, ReduceOp op, Tensor& buffer,
+                                 const std::string& what);
+
+  // Per replica, created by its own thread on first capture: marks its
+  // buffer posted, and its slice summed, in the recorded streams.
+  struct CaptureEvents {
+    cuda::Event posted, summed;
+  };
 
   const int replicas_;
   ReplicaBarrier barrier_;
   std::vector<Tensor*> posted_;  // Per replica, valid between barriers.
   std::vector<uint64_t> calls_;  // Per replica: collectives so far.
+  std::vector<std::unique_ptr<CaptureEvents>> events_;
 };
 
 }  // namespace mirrortrain::distribute

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <functional>
+#include <latch>
 
 #include "absl/strings/str_cat.h"
 #include "distribute/local_all_reduce.h"
@@ -24,8 +25,10 @@ class NoCommunication final : public CrossDeviceOps {
     return absl::OkStatus();
   }
   void Abort(const absl::Status&) override {}
+  absl::Status Recover() override { return absl::OkStatus(); }
   std::string name() const override { return "none"; }
   bool overlaps_compute() const override { return false; }
+  bool records_into_graphs() const override { return true; }
   bool reduces() const override { return false; }
 };
 
@@ -59,7 +62,46 @@ class MirroredStrategy::Replica final : public ReplicaContext {
     for (Tensor& t : tensors) {
       MT_RETURN_IF_ERROR(AllReduceAsync(op, t).get());
     }
-    return absl::OkStatus();
+    return OrderAfterCollectives();
+  }
+
+  absl::Status OrderAfterCollectives() override {
+    // Eagerly a collective is complete when its future is; recorded ones
+    // end at the communication stream's last recorded point.
+    if (!capturing_ || !tail_recorded_) return absl::OkStatus();
+    return captured_tail_.MakeStreamWait(compute_.handle());
+  }
+
+  // CaptureRun's recording of `fn` on this replica, on its thread with its
+  // compute stream current and already part of the capture. Its
+  // allocations come from the graph's pool `pool`; its collectives are
+  // recorded on the communication stream, which has rejoined the compute
+  // stream when this returns.
+  absl::Status Record(const ReplicaFn& fn, uint64_t pool) {
+    capturing_ = true;
+    tail_recorded_ = false;
+    absl::Status s;
+    {
+      cuda::ScopedGraphMemoryPool scope(pool);
+      s = CatchAllocationFailure([&] { return fn(*this); });
+    }
+    // Collectives still queued after an error are recorded (or fail) first.
+    DrainCommunication();
+    absl::Status joined = OrderAfterCollectives();
+    // Their blocks go back to the graph's pool, which nothing else uses.
+    kept_.clear();
+    capturing_ = false;
+    return s.ok() ? joined : s;
+  }
+
+  // Whether a stream of this replica is still being recorded.
+  absl::StatusOr<bool> Recording() const {
+    if (!device_.is_cuda()) return false;
+    MT_ASSIGN_OR_RETURN(bool compute,
+                        cuda::StreamIsCapturing(compute_.handle()));
+    MT_ASSIGN_OR_RETURN(bool comm,
+                        cuda::StreamIsCapturing(communication_.handle()));
+    return compute || comm;
   }
 
   std::shared_future<absl::Status> AllReduceAsync(ReduceOp op,
@@ -99,6 +141,7 @@ class MirroredStrategy::Replica final : public ReplicaContext {
     MT_ASSIGN_OR_RETURN(compute_, cuda::Stream::Create(device_.index));
     MT_ASSIGN_OR_RETURN(communication_, cuda::Stream::Create(device_.index));
     MT_ASSIGN_OR_RETURN(reduced_, cuda::Event::Create(device_.index));
+    MT_ASSIGN_OR_RETURN(captured_tail_, cuda::Event::Create(device_.index));
     return absl::OkStatus();
   }
   // nullptr (the thread's default stream) for CPU replicas.
@@ -135,7 +178,16 @@ class MirroredStrategy::Replica final : public ReplicaContext {
       absl::Status s = event->MakeStreamWait(communication_.handle());
       if (s.ok()) s = PackInto(parts, buffer);
       if (s.ok()) s = ops_->AllReduce(id_, op, buffer);
-      if (s.ok()) {
+      if (capturing_) {
+        // Recorded, not run: nothing to wait for. The compute stream waits
+        // for the tail on the device (OrderAfterCollectives), and the
+        // tensors stay referenced until the recording ends, so no later
+        // recorded work on any stream is given their memory.
+        if (s.ok()) s = captured_tail_.Record(communication_.handle());
+        if (s.ok()) tail_recorded_ = true;
+        for (Tensor& t : parts) kept_.push_back(std::move(t));
+        kept_.push_back(std::move(buffer));
+      } else if (s.ok()) {
         s = WaitWatched(absl::StrCat("all-reduce #", index, " (",
                                      buffer.DebugString(), ")"));
       }
@@ -164,13 +216,28 @@ class MirroredStrategy::Replica final : public ReplicaContext {
     return report.ok() ? synced : report;
   }
 
+  // Returns once the communication thread has run every task posted so far.
+  void DrainCommunication() {
+    std::promise<void> drained;
+    std::future<void> done = drained.get_future();
+    comm_.Post([&drained] { drained.set_value(); });
+    done.wait();
+  }
+
   const int id_, count_, first_, in_sync_;
   const Device device_;
   CrossDeviceOps* ops_;
   CollectiveWatchdog* watchdog_;  // Null for CPU replicas.
   cuda::Stream compute_, communication_;
   cuda::Event reduced_;  // After the last collective (comm thread only).
-  ThreadPool comm_{1};   // Runs this replica's device collectives in order.
+  // While recording (Record): set and cleared by the replica thread around
+  // `fn`; the rest written by the communication thread, read by the replica
+  // thread once every collective's future is ready.
+  bool capturing_ = false;
+  cuda::Event captured_tail_;  // After the last recorded collective.
+  bool tail_recorded_ = false;
+  std::vector<Tensor> kept_;  // The recorded collectives' tensors.
+  ThreadPool comm_{1};  // Runs this replica's device collectives in order.
   std::atomic<int64_t> started_{0};  // Collectives started (any thread).
   std::unique_ptr<ThreadPool> worker_;
 };
@@ -297,19 +364,15 @@ MirroredStrategy::CreateWithOps(const std::vector<Device>& devices,
   return strategy;
 }
 
-absl::Status MirroredStrategy::Run(const ReplicaFn& fn) {
-  MT_RETURN_IF_ERROR(broken_);
+std::vector<absl::Status> MirroredStrategy::OnEveryReplica(
+    const std::function<absl::Status(Replica&)>& body) {
   const int n = num_replicas();
   std::vector<absl::Status> status(n);
   std::vector<std::promise<void>> done(n);
   auto run_one = [&](int r) {
     {
-      // The replica's kernels go to its compute stream, and are finished
-      // when Run returns (the caller reads results on its own stream).
       cuda::ScopedCurrentStream stream(replicas_[r]->compute_stream());
-      status[r] = CatchAllocationFailure([&] { return fn(*replicas_[r]); });
-      absl::Status synced = replicas_[r]->SynchronizeCompute();
-      if (status[r].ok()) status[r] = synced;
+      status[r] = body(*replicas_[r]);
     }
     // A failed replica would leave the others waiting in a collective.
     if (!status[r].ok()) {
@@ -323,9 +386,128 @@ absl::Status MirroredStrategy::Run(const ReplicaFn& fn) {
   }
   run_one(0);
   for (int r = 1; r < n; ++r) done[r].get_future().wait();
+  return status;
+}
+
+absl::Status MirroredStrategy::Run(const ReplicaFn& fn) {
+  MT_RETURN_IF_ERROR(broken_);
+  const std::vector<absl::Status> status = OnEveryReplica([&](Replica& r) {
+    // The replica's kernels go to its compute stream, and are finished
+    // when Run returns (the caller reads results on its own stream).
+    absl::Status s = CatchAllocationFailure([&] { return fn(r); });
+    absl::Status synced = r.SynchronizeCompute();
+    return s.ok() ? synced : s;
+  });
   absl::Status first = RootCause(status, "replica");
   if (!first.ok()) broken_ = first;
   return first;
+}
+
+absl::Status MirroredStrategy::CanCaptureRuns() const {
+  if (!devices_[0].is_cuda()) {
+    return absl::FailedPreconditionError("the replicas are not on GPUs");
+  }
+  if (replicas_in_sync_ > num_replicas()) {
+    return absl::FailedPreconditionError(
+        "steps of several processes are not recorded (a peer process that "
+        "never joins a collective inside a graph could not be detected)");
+  }
+  if (num_replicas() > 1 && !ops_->records_into_graphs()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the ", ops_->name(),
+                     " collectives between distinct GPUs are not recorded"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<cuda::CudaGraph> MirroredStrategy::CaptureRun(
+    const ReplicaFn& fn) {
+  MT_RETURN_IF_ERROR(broken_);
+  MT_RETURN_IF_ERROR(CanCaptureRuns());
+  const int n = num_replicas();
+  const int device = devices_[0].index;
+  // Replica r > 0 joins the capture by waiting on `fork` before its first
+  // work and rejoins it by recording joins[r - 1] after its last.
+  MT_ASSIGN_OR_RETURN(cuda::Event fork, cuda::Event::Create(device));
+  std::vector<cuda::Event> joins;
+  for (int r = 1; r < n; ++r) {
+    MT_ASSIGN_OR_RETURN(cuda::Event join, cuda::Event::Create(device));
+    joins.push_back(std::move(join));
+  }
+  const uint64_t pool = cuda::NewGraphMemoryPoolId();
+  std::latch forked(1), joined(n - 1);
+  bool began = false;  // Written by replica 0 before `forked` opens.
+  absl::StatusOr<cuda::CudaGraph> graph =
+      absl::InternalError("the capture did not end");
+  const auto fail = [this](int r, const absl::Status& s) {
+    // Before waiting at a latch: peers blocked in a collective with this
+    // replica would never get there.
+    ops_->Abort(absl::AbortedError(
+        absl::StrCat("replica ", r, " failed: ", s.message())));
+  };
+  const std::vector<absl::Status> status = OnEveryReplica([&](Replica& r) {
+    const int id = r.replica_id();
+    if (id > 0) {
+      forked.wait();
+      absl::Status s = began ? fork.MakeStreamWait(r.compute_stream())
+                             : absl::AbortedError("the capture did not begin");
+      if (s.ok()) s = r.Record(fn, pool);
+      if (s.ok()) s = joins[id - 1].Record(r.compute_stream());
+      if (!s.ok()) fail(id, s);
+      joined.count_down();
+      return s;
+    }
+    cuda::ScopedCapture capture(device);
+    absl::Status s = capture.Begin();
+    if (s.ok()) s = fork.Record(r.compute_stream());
+    began = s.ok();
+    forked.count_down();
+    if (s.ok()) s = r.Record(fn, pool);
+    if (!s.ok()) fail(id, s);
+    joined.wait();
+    for (cuda::Event& join : joins) {
+      if (s.ok()) s = join.MakeStreamWait(r.compute_stream());
+    }
+    if (began) graph = capture.End();
+    return s.ok() ? graph.status() : s;
+  });
+  absl::Status first = RootCause(status, "replica");
+  if (first.ok()) return graph;
+  RecoverFromCapture();
+  return first;
+}
+
+void MirroredStrategy::RecoverFromCapture() {
+  absl::Status s = ops_->Recover();
+  for (const auto& r : replicas_) {
+    if (!s.ok()) break;
+    absl::StatusOr<bool> recording = r->Recording();
+    if (!recording.ok()) {
+      s = recording.status();
+    } else if (*recording) {
+      s = absl::InternalError(absl::StrCat(
+          "replica ", r->replica_id(),
+          "'s streams are still recording after a failed capture"));
+    }
+  }
+  if (!s.ok()) broken_ = s;
+}
+
+absl::Status MirroredStrategy::Replay(const cuda::CudaGraph& graph) {
+  MT_RETURN_IF_ERROR(broken_);
+  MT_RETURN_IF_ERROR(CanCaptureRuns());
+  if (!graph.defined()) {
+    return absl::FailedPreconditionError("Replay: nothing was recorded");
+  }
+  // Every replica's stream was synchronised by the Run before; the graph
+  // holds all their work, so replica 0's stream is the one to wait for.
+  Replica& first = *replicas_[0];
+  cuda::ScopedCurrentStream stream(first.compute_stream());
+  absl::Status s = graph.Launch();
+  absl::Status synced = first.SynchronizeCompute();
+  if (s.ok()) s = synced;
+  if (!s.ok()) broken_ = s;
+  return s;
 }
 
 }  // namespace mirrortrain::distribute

@@ -24,13 +24,26 @@
 // (ncclCommInitRank, the unique id broadcast over the group), or the local
 // all-reduce followed by the process group (MultiProcessAllReduce).
 //
-// Thread contract: Run() from one thread. On a replica error (or the
-// watchdog) the collectives are aborted so no replica waits forever; the
-// strategy is then unusable and Run keeps failing.
+// CUDA graphs (CaptureRun): replica 0's compute stream is the capture's
+// origin; the other replicas' compute streams join it through an event
+// before their first work and rejoin it at the end, and each communication
+// stream joins through its collectives' events, so one graph holds every
+// replica's step. Collectives are then recorded, not waited for: the local
+// all-reduce orders the slice sums by events instead of host
+// synchronisation (local_all_reduce.h), and a replica's compute stream
+// waits on the device for the results it uses (OrderAfterCollectives).
+// The replicas' steps run concurrently in the replay, as they do eagerly.
+// NCCL steps (distinct GPUs, or several processes) are not recorded:
+// CanCaptureRuns says so.
+//
+// Thread contract: Run(), CaptureRun() and Replay() from one thread. On a
+// replica error (or the watchdog) the collectives are aborted so no replica
+// waits forever; the strategy is then unusable and Run keeps failing.
 #ifndef MIRRORTRAIN_DISTRIBUTE_MIRRORED_STRATEGY_H_
 #define MIRRORTRAIN_DISTRIBUTE_MIRRORED_STRATEGY_H_
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -67,6 +80,9 @@ class MirroredStrategy final : public Strategy {
   int num_replicas_in_sync() const override { return replicas_in_sync_; }
   int first_replica() const override { return first_replica_; }
   absl::Status Run(const ReplicaFn& fn) override;
+  absl::Status CanCaptureRuns() const override;
+  absl::StatusOr<cuda::CudaGraph> CaptureRun(const ReplicaFn& fn) override;
+  absl::Status Replay(const cuda::CudaGraph& graph) override;
   const CrossDeviceOps& cross_device_ops() const { return *ops_; }
   int64_t collectives_started() const override;
 
@@ -75,6 +91,14 @@ class MirroredStrategy final : public Strategy {
   MirroredStrategy(std::vector<Device> devices,
                    std::unique_ptr<CrossDeviceOps> ops, int first_replica,
                    int replicas_in_sync, std::chrono::milliseconds watchdog);
+  // Runs `body` once per replica, each on its thread with its compute
+  // stream current; a failing replica aborts the collectives. Per replica
+  // status.
+  std::vector<absl::Status> OnEveryReplica(
+      const std::function<absl::Status(Replica&)>& body);
+  // After a failed CaptureRun (which ran nothing): collectives usable again
+  // and no stream left recording, or the strategy is broken.
+  void RecoverFromCapture();
 
   std::vector<Device> devices_;
   int first_replica_, replicas_in_sync_;

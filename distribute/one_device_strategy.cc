@@ -27,4 +27,23 @@ absl::Status OneDeviceStrategy::Run(const ReplicaFn& fn) {
   return CatchAllocationFailure([&] { return fn(ctx); });
 }
 
+absl::Status OneDeviceStrategy::CanCaptureRuns() const {
+  if (devices_[0].is_cuda()) return absl::OkStatus();
+  return absl::FailedPreconditionError("the replicas are not on GPUs");
+}
+
+absl::StatusOr<cuda::CudaGraph> OneDeviceStrategy::CaptureRun(
+    const ReplicaFn& fn) {
+  MT_RETURN_IF_ERROR(CanCaptureRuns());
+  cuda::ScopedGraphMemoryPool pool(cuda::NewGraphMemoryPoolId());
+  cuda::ScopedCapture capture(devices_[0].index);
+  MT_RETURN_IF_ERROR(capture.Begin());
+  MT_RETURN_IF_ERROR(Run(fn));
+  return capture.End();
+}
+
+absl::Status OneDeviceStrategy::Replay(const cuda::CudaGraph& graph) {
+  return graph.Launch();
+}
+
 }  // namespace mirrortrain::distribute

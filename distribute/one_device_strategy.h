@@ -1,5 +1,5 @@
-// Everything on one device, on the calling thread; all-reduce is the
-// identity (tf.distribute.OneDeviceStrategy).
+// Everything on one device, on the calling thread and its current stream;
+// all-reduce is the identity (tf.distribute.OneDeviceStrategy).
 #ifndef MIRRORTRAIN_DISTRIBUTE_ONE_DEVICE_STRATEGY_H_
 #define MIRRORTRAIN_DISTRIBUTE_ONE_DEVICE_STRATEGY_H_
 
@@ -13,6 +13,11 @@ class OneDeviceStrategy final : public Strategy {
   int num_replicas() const override { return 1; }
   const std::vector<Device>& devices() const override { return devices_; }
   absl::Status Run(const ReplicaFn& fn) override;
+  // GPU only: the calling thread's current stream is recorded and replayed
+  // (no synchronisation: the caller's later work is ordered after it).
+  absl::Status CanCaptureRuns() const override;
+  absl::StatusOr<cuda::CudaGraph> CaptureRun(const ReplicaFn& fn) override;
+  absl::Status Replay(const cuda::CudaGraph& graph) override;
 
  private:
   std::vector<Device> devices_;

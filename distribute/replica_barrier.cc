@@ -1,5 +1,7 @@
 #include "distribute/replica_barrier.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -52,6 +54,14 @@ void ReplicaBarrier::Abort(const absl::Status& reason) {
   std::lock_guard<std::mutex> lock(mu_);
   if (aborted_.ok()) aborted_ = reason;
   cv_.notify_all();
+}
+
+void ReplicaBarrier::Reset() {
+  std::lock_guard<std::mutex> lock(mu_);
+  aborted_ = absl::OkStatus();
+  count_ = 0;
+  std::fill(arrived_.begin(), arrived_.end(), false);
+  joined_ = 0;
 }
 
 }  // namespace mirrortrain::distribute

@@ -28,6 +28,9 @@ class ReplicaBarrier {
   // Such a phase must be bounded work, not a wait for something else.
   void Join();
   void Abort(const absl::Status& reason);
+  // Undoes Abort, once no replica is inside Wait or Join: the next Wait
+  // starts a fresh generation.
+  void Reset();
 
  private:
   const int replicas_;

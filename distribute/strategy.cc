@@ -55,6 +55,23 @@ absl::Status RootCause(absl::Span<const absl::Status> per_replica,
   return first;
 }
 
+namespace {
+
+absl::Status NotCaptured() {
+  return absl::FailedPreconditionError(
+      "this strategy's steps are not recorded into CUDA graphs");
+}
+
+}  // namespace
+
+absl::Status Strategy::CanCaptureRuns() const { return NotCaptured(); }
+
+absl::StatusOr<cuda::CudaGraph> Strategy::CaptureRun(const ReplicaFn&) {
+  return NotCaptured();
+}
+
+absl::Status Strategy::Replay(const cuda::CudaGraph&) { return NotCaptured(); }
+
 double Strategy::Reduce(ReduceOp op, absl::Span<const double> per_replica) {
   double sum = 0;
   for (double v : per_replica) sum += v;

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "tensor/cuda/cuda_graph.h"
 #include "tensor/device.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/tensor.h"
@@ -72,6 +73,13 @@ class ReplicaContext {
   // thread's stream, then calls AllReduceAsync.
   virtual std::shared_future<absl::Status> PackAndAllReduceAsync(
       ReduceOp op, std::vector<Tensor> parts, Tensor buffer);
+
+  // Makes the calling thread's current stream wait for every collective
+  // this replica started; their futures must all be ready. A ready future
+  // means the result is complete, except while the step is being recorded
+  // into a CUDA graph (Strategy::CaptureRun): then it is only enqueued, on
+  // another stream, and a consumer calls this before using the results.
+  virtual absl::Status OrderAfterCollectives() { return absl::OkStatus(); }
 
   // Size of the gradient buckets of AllReduceGradients
   // (distribute.bucket_bytes).
@@ -136,9 +144,23 @@ class Strategy {
   // Reduces one host value per replica (metrics): sum or mean.
   static double Reduce(ReduceOp op, absl::Span<const double> per_replica);
   // Collectives (all-reduces, one per gradient bucket) replica 0 has started
-  // since creation; every replica starts the same ones. 0 where nothing is
-  // communicated (one device). For tests and tools; read between Run calls.
+  // since creation, eagerly or into a graph (replays are not counted);
+  // every replica starts the same ones. 0 where nothing is communicated
+  // (one device). For tests and tools; read between Run calls.
   virtual int64_t collectives_started() const { return 0; }
+
+  // CUDA graphs of whole steps (train.cuda_graph). OK when CaptureRun can
+  // record this strategy's steps, else FailedPrecondition saying why not.
+  virtual absl::Status CanCaptureRuns() const;
+  // Records one call of `fn` per replica, as Run would make it, into one
+  // graph over every replica's streams, collectives included, running
+  // nothing: `fn` may only enqueue device work (no host reads or
+  // synchronisation). The device memory it allocates comes from a pool of
+  // the graph's own. A failed recording leaves the strategy usable.
+  virtual absl::StatusOr<cuda::CudaGraph> CaptureRun(const ReplicaFn& fn);
+  // Runs a graph CaptureRun recorded, ordered after earlier Runs; when it
+  // returns, the graph's work is done (or ordered) as a Run's would be.
+  virtual absl::Status Replay(const cuda::CudaGraph& graph);
 };
 
 // The first error of `per_replica` that is not an abort (the root cause,

@@ -91,6 +91,15 @@ absl::Status CudaGraph::Launch() const {
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> StreamIsCapturing(StreamHandle stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  MT_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(
+      stream != nullptr ? static_cast<cudaStream_t>(stream)
+                        : cudaStreamPerThread,
+      &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
 uint64_t NewGraphMemoryPoolId() {
   static std::atomic<uint64_t> next{1};
   return next.fetch_add(1);

@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "tensor/cuda/cuda_backend.h"
 
 namespace mirrortrain::cuda {
 
@@ -50,6 +51,38 @@ class CudaGraph {
   int device_ = -1;
   int64_t num_nodes_ = 0;
 };
+
+// A capture of the calling thread's current stream for a scope: End()
+// returns the graph; a capture still open when the scope is left (an error
+// return, an exception) is ended and discarded, so the stream is usable
+// again.
+class ScopedCapture {
+ public:
+  explicit ScopedCapture(int device) : device_(device) {}
+  ~ScopedCapture() {
+    if (open_) CudaGraph::EndCapture(device_).status().IgnoreError();
+  }
+  ScopedCapture(const ScopedCapture&) = delete;
+  ScopedCapture& operator=(const ScopedCapture&) = delete;
+
+  absl::Status Begin() {
+    absl::Status begun = CudaGraph::BeginCapture(device_);
+    open_ = begun.ok();
+    return begun;
+  }
+  absl::StatusOr<CudaGraph> End() {
+    open_ = false;
+    return CudaGraph::EndCapture(device_);
+  }
+
+ private:
+  const int device_;
+  bool open_ = false;
+};
+
+// Whether `stream` (nullptr: the calling thread's default stream) is being
+// recorded into a graph; false without CUDA.
+absl::StatusOr<bool> StreamIsCapturing(StreamHandle stream);
 
 // A fresh id for ScopedGraphMemoryPool (never 0).
 uint64_t NewGraphMemoryPoolId();

@@ -12,6 +12,7 @@ CudaGraph& CudaGraph::operator=(CudaGraph&&) noexcept { return *this; }
 CudaGraph::~CudaGraph() = default;
 absl::Status CudaGraph::Launch() const { return NotBuiltError(); }
 
+absl::StatusOr<bool> StreamIsCapturing(StreamHandle) { return false; }
 uint64_t NewGraphMemoryPoolId() { return 1; }
 ScopedGraphMemoryPool::ScopedGraphMemoryPool(uint64_t) : previous_(0) {}
 ScopedGraphMemoryPool::~ScopedGraphMemoryPool() = default;

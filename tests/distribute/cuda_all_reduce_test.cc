@@ -172,5 +172,107 @@ TEST_F(CudaCollectivesTest, MirroredStrategyOnTwoLogicalGpus) {
   }
 }
 
+// One step of three logical replicas on gpu:0, as a training step uses
+// collectives: x_r holds the replica's state; a bucket packs 2*x_r and x_r
+// into one all-reduce (PackAndAllReduceAsync), a second all-reduce is a
+// blocking one (ctx.AllReduce, as synchronized batch norm makes), and the
+// state is updated in place from both sums.
+absl::Status LogicalReplicaStep(ReplicaContext& ctx, std::vector<Tensor>& x) {
+  Tensor& mine = x[ctx.replica_id()];
+  MT_ASSIGN_OR_RETURN(Tensor twice, ops::Scale(mine, 2.0));
+  MT_ASSIGN_OR_RETURN(
+      Tensor bucket,
+      Tensor::Empty(DType::kF32, {2 * mine.num_elements()}, ctx.device()));
+  std::shared_future<absl::Status> packed =
+      ctx.PackAndAllReduceAsync(ReduceOp::kSum, {twice, mine}, bucket);
+  MT_ASSIGN_OR_RETURN(Tensor squared, ops::Mul(mine, mine));
+  std::vector<Tensor> blocking = {squared};
+  MT_RETURN_IF_ERROR(ctx.AllReduce(ReduceOp::kSum, absl::MakeSpan(blocking)));
+  MT_RETURN_IF_ERROR(packed.get());
+  MT_RETURN_IF_ERROR(ctx.OrderAfterCollectives());
+  MT_ASSIGN_OR_RETURN(Tensor first, bucket.SliceRows(0, mine.num_elements()));
+  MT_ASSIGN_OR_RETURN(Tensor sum, ops::Add(first, blocking[0]));
+  MT_ASSIGN_OR_RETURN(Tensor next, ops::Scale(sum, 1.0 / 64));
+  return mine.CopyFrom(next);
+}
+
+// Three replicas' states, replica r's filled with RankFilled(r) / 1000.
+std::vector<Tensor> LogicalReplicaStates() {
+  std::vector<Tensor> x;
+  for (int r = 0; r < 3; ++r) {
+    x.push_back(*ops::Scale(
+        *RankFilled(r, 5000, DType::kF32).To(Device::Cuda(0)), 1e-3));
+  }
+  return x;
+}
+
+TEST_F(CudaCollectivesTest, RecordedStepsOfLogicalReplicasReplayAsEagerRuns) {
+  const std::vector<Device> devices(3, Device::Cuda(0));
+  auto eager = MirroredStrategy::Create(devices, {"auto", 1 << 20, 60.0});
+  auto graphed = MirroredStrategy::Create(devices, {"auto", 1 << 20, 60.0});
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  ASSERT_TRUE(graphed.ok()) << graphed.status();
+  ASSERT_TRUE((*graphed)->CanCaptureRuns().ok());
+  std::vector<Tensor> a = LogicalReplicaStates(), b = LogicalReplicaStates();
+  for (int step = 0; step < 3; ++step) {
+    ASSERT_TRUE((*eager)
+                    ->Run([&](ReplicaContext& ctx) {
+                      return LogicalReplicaStep(ctx, a);
+                    })
+                    .ok());
+  }
+  absl::StatusOr<cuda::CudaGraph> graph = (*graphed)->CaptureRun(
+      [&](ReplicaContext& ctx) { return LogicalReplicaStep(ctx, b); });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  // Recording ran nothing.
+  EXPECT_EQ(b[1].To(Device::Cpu())->ToVector<float>(),
+            LogicalReplicaStates()[1].To(Device::Cpu())->ToVector<float>());
+  for (int step = 0; step < 3; ++step) {
+    ASSERT_TRUE((*graphed)->Replay(*graph).ok());
+  }
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(a[r].To(Device::Cpu())->ToVector<float>(),
+              b[r].To(Device::Cpu())->ToVector<float>())
+        << "replica " << r;
+  }
+  // Every replica holds the same (reduced) state.
+  EXPECT_EQ(b[0].To(Device::Cpu())->ToVector<float>(),
+            b[2].To(Device::Cpu())->ToVector<float>());
+}
+
+TEST_F(CudaCollectivesTest, AFailedRecordingLeavesTheStrategyUsable) {
+  auto strategy = MirroredStrategy::Create({Device::Cuda(0), Device::Cuda(0)},
+                                           {"auto", 1 << 20, 60.0});
+  ASSERT_TRUE(strategy.ok()) << strategy.status();
+  std::vector<Tensor> x = LogicalReplicaStates();
+  // Replica 1 reads a value on the host after the first collective: the
+  // capture is invalidated, replica 0 is aborted out of the second one.
+  absl::StatusOr<cuda::CudaGraph> graph =
+      (*strategy)->CaptureRun([&](ReplicaContext& ctx) -> absl::Status {
+        std::vector<Tensor> t = {x[ctx.replica_id()]};
+        MT_RETURN_IF_ERROR(ctx.AllReduce(ReduceOp::kSum, absl::MakeSpan(t)));
+        if (ctx.replica_id() == 1) {
+          MT_RETURN_IF_ERROR(t[0].To(Device::Cpu()).status());
+        }
+        return ctx.AllReduce(ReduceOp::kSum, absl::MakeSpan(t));
+      });
+  ASSERT_FALSE(graph.ok());
+  std::vector<Tensor> want = LogicalReplicaStates();
+  ASSERT_TRUE(
+      (*strategy)
+          ->Run([&](ReplicaContext& ctx) { return LogicalReplicaStep(ctx, x); })
+          .ok());
+  auto reference = MirroredStrategy::Create({Device::Cuda(0), Device::Cuda(0)},
+                                            {"auto", 1 << 20, 60.0});
+  ASSERT_TRUE(reference.ok());
+  ASSERT_TRUE((*reference)
+                  ->Run([&](ReplicaContext& ctx) {
+                    return LogicalReplicaStep(ctx, want);
+                  })
+                  .ok());
+  EXPECT_EQ(x[1].To(Device::Cpu())->ToVector<float>(),
+            want[1].To(Device::Cpu())->ToVector<float>());
+}
+
 }  // namespace
 }  // namespace mirrortrain::distribute

@@ -149,6 +149,26 @@ TEST(LocalAllReduceWatchdogTest, AbortPathRunManyTimesNeverCrashes) {
   RecordProperty("timed_out", timed_out);
 }
 
+TEST(LocalAllReduceTest, RecoverMakesAbortedCollectivesWorkAgain) {
+  LocalAllReduce ops(3, milliseconds(10000));
+  ops.Abort(absl::AbortedError("replica 1 failed"));
+  std::vector<Tensor> buffers(3);
+  auto run = [&] {
+    return OnReplicas(3, [&](int r) {
+      buffers[r] = Tensor::HostFull(DType::kF32, {70}, r + 1);
+      return ops.AllReduce(r, ReduceOp::kSum, buffers[r]);
+    });
+  };
+  for (const absl::Status& s : run()) EXPECT_TRUE(absl::IsAborted(s)) << s;
+  ASSERT_TRUE(ops.Recover().ok());
+  for (int round = 0; round < 3; ++round) {
+    for (const absl::Status& s : run()) ASSERT_TRUE(s.ok()) << s;
+    for (const Tensor& b : buffers) {
+      EXPECT_EQ(b.ToVector<float>(), std::vector<float>(70, 6));
+    }
+  }
+}
+
 TEST(LocalAllReduceTest, MismatchedBuffersAreAnErrorOnEveryReplica) {
   LocalAllReduce ops(2, milliseconds(5000));
   std::vector<Tensor> buffers = {Tensor::HostZeros(DType::kF32, {4}),

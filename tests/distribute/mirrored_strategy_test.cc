@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "distribute/gradient_buckets.h"
+#include "distribute/one_device_strategy.h"
 #include "gtest/gtest.h"
 
 namespace mirrortrain::distribute {
@@ -88,6 +89,28 @@ TEST(MirroredStrategyTest, WatchdogNamesTheStalledReplica) {
   EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded) << st;
   EXPECT_NE(st.message().find("replica(s) 1 did not reach"), std::string::npos)
       << st;
+}
+
+TEST(MirroredStrategyTest, CpuStepsAreNotRecordedAndTheStrategyStaysUsable) {
+  auto s = MirroredStrategy::Create(Cpus(2), {});
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*s)->CanCaptureRuns().message(), "the replicas are not on GPUs");
+  bool ran = false;
+  absl::StatusOr<cuda::CudaGraph> graph =
+      (*s)->CaptureRun([&](ReplicaContext&) {
+        ran = true;
+        return absl::OkStatus();
+      });
+  EXPECT_EQ(graph.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(ran);
+  EXPECT_FALSE((*s)->Replay(cuda::CudaGraph()).ok());
+  EXPECT_TRUE((*s)->Run([](ReplicaContext&) { return absl::OkStatus(); }).ok());
+  OneDeviceStrategy one(Device::Cpu());
+  EXPECT_EQ(one.CanCaptureRuns().message(), "the replicas are not on GPUs");
+  EXPECT_EQ(one.CaptureRun([](ReplicaContext&) { return absl::OkStatus(); })
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(ShardTest, ContiguousEvenShards) {
