@@ -172,6 +172,8 @@ fi
 
 if want comm; then
   gpu_section "comm: one_device vs mirrored-1 vs mirrored-2 on [gpu:0, gpu:0]"
+  # All rows graphed: the logical replicas' all-reduce is recorded into the
+  # step's graph as the rest of it is.
   for model in cnn mlp; do
     if [[ $model == cnn ]]; then
       config=$CNN
@@ -181,6 +183,7 @@ if want comm; then
       config=$MLP
       sets=(--set train.steps=150 --set train.log_every_steps=50)
     fi
+    sets+=(--set train.cuda_graph=auto)
     mt "comm_${model}_one_device" 60 "$config" -- "${sets[@]}" \
       --set distribute.strategy=one_device --set "distribute.devices=[gpu:0]"
     mt "comm_${model}_mirrored1" 60 "$config" -- "${sets[@]}" \

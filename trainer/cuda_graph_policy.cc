@@ -1,7 +1,5 @@
 #include "trainer/cuda_graph_policy.h"
 
-#include "absl/strings/str_cat.h"
-
 namespace mirrortrain::trainer {
 
 CudaGraphDecision DecideCudaGraph(const Config& config,
@@ -13,20 +11,12 @@ CudaGraphDecision DecideCudaGraph(const Config& config,
     return d;
   };
   if (!facts.replicas_on_gpus) return no("the replicas are not on GPUs");
-  if (facts.processes > 1) {
-    return no(
-        "steps of several processes (NCCL across processes) are not "
-        "captured yet");
-  }
-  if (facts.replicas > 1) {
-    return no(absl::StrCat("the collectives of ", facts.replicas,
-                           " replicas are not captured yet"));
-  }
   if (!facts.mirrored_variables) {
     return no(
         "central storage and parameter servers update outside the "
         "replica's step");
   }
+  if (!facts.strategy_reason.empty()) return no(facts.strategy_reason);
   if (config.optimizer.clip_global_norm) {
     return no("optimizer.clip_global_norm reads the norm on the host");
   }

@@ -2,11 +2,11 @@
 // decided once per run from facts known before the first step.
 //
 // `auto` captures the step when everything in it can be replayed as
-// recorded: one GPU replica per process (collectives are not captured yet),
-// one process, mirrored variables, no per-step host reads (clipping by norm
-// or global norm reads the norms; token models range-check their ids on the
-// host) and one micro-batch per step. Anything else trains eagerly; `reason`
-// says why.
+// recorded: GPU replicas with mirrored variables whose strategy records its
+// steps (Strategy::CanCaptureRuns: one GPU, or logical replicas of one GPU,
+// in one process), no per-step host reads (clipping by norm or global norm
+// reads the norms; token models range-check their ids on the host) and one
+// micro-batch per step. Anything else trains eagerly; `reason` says why.
 #ifndef MIRRORTRAIN_TRAINER_CUDA_GRAPH_POLICY_H_
 #define MIRRORTRAIN_TRAINER_CUDA_GRAPH_POLICY_H_
 
@@ -17,11 +17,12 @@
 namespace mirrortrain::trainer {
 
 struct CudaGraphFacts {
-  bool replicas_on_gpus = false;  // every replica's device is a GPU
-  int replicas = 1;               // in this process
-  int processes = 1;
+  bool replicas_on_gpus = false;   // every replica's device is a GPU
   bool mirrored_variables = true;  // not central storage or parameter servers
-  bool token_inputs = false;       // the model reads token ids
+  // Why the strategy cannot record its steps (Strategy::CanCaptureRuns);
+  // "" when it can.
+  std::string strategy_reason;
+  bool token_inputs = false;  // the model reads token ids
 };
 
 struct CudaGraphDecision {

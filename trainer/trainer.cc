@@ -216,11 +216,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     t->replicas_.push_back(std::move(r));
   }
   // A device list never mixes CPUs and GPUs (ResolveDevices).
+  const absl::Status recordable = t->strategy_->CanCaptureRuns();
   t->cuda_graph_ = DecideCudaGraph(
       config, {.replicas_on_gpus = t->strategy_->devices()[0].is_cuda(),
-               .replicas = t->num_replicas(),
-               .processes = processes->size(),
                .mirrored_variables = mirrored,
+               .strategy_reason = std::string(recordable.message()),
                .token_inputs = def.input_vocabulary > 0});
   if (mirrored) {
     std::vector<std::vector<Variable*>> states;
@@ -443,7 +443,7 @@ absl::StatusOr<Trainer::ShardInputs> Trainer::ReplicaShard(
 absl::StatusOr<std::vector<Tensor>> Trainer::ComputeGradients(
     distribute::ReplicaContext& ctx, Replica& r,
     absl::Span<const Batch> micro_batches, int64_t step, uint64_t step_seed,
-    const GraphedStep* graph) {
+    const GraphInputs* graph) {
   // The loss is divided by the labels (examples, or tokens) of the whole
   // update, all micro-batches and replicas, so the summed gradients are the
   // gradient of the mean over the K-times-larger batch.
@@ -529,13 +529,6 @@ absl::Status Trainer::ApplyUpdate(Replica& target, std::vector<Tensor> grads,
   return absl::OkStatus();
 }
 
-absl::Status Trainer::ReplicaStep(distribute::ReplicaContext& ctx,
-                                  absl::Span<const Batch> micro_batches,
-                                  int64_t step) {
-  if (cuda_graph_.capture) return GraphedReplicaStep(ctx, micro_batches, step);
-  return EagerReplicaStep(ctx, micro_batches, step);
-}
-
 absl::Status Trainer::EagerReplicaStep(distribute::ReplicaContext& ctx,
                                        absl::Span<const Batch> micro_batches,
                                        int64_t step) {
@@ -582,12 +575,14 @@ absl::Status Trainer::Step(absl::Span<const Batch> micro_batches,
   if (placement() == distribute::VariablePlacement::kCentral) {
     s = LoadReplicaModels(/*ema=*/false);
   }
-  if (s.ok()) {
+  if (s.ok() && cuda_graph_.capture) {
+    s = GraphedStep(micro_batches, step);
+    ReportCudaGraphFailure(step);
+  } else if (s.ok()) {
     s = strategy_->Run([&](distribute::ReplicaContext& ctx) {
-      return ReplicaStep(ctx, micro_batches, step);
+      return EagerReplicaStep(ctx, micro_batches, step);
     });
   }
-  if (cuda_graph_.capture) ReportCudaGraphFailures(step);
   if (!s.ok()) {
     return absl::Status(s.code(),
                         absl::StrCat("step ", step + 1, ": ", s.message()));

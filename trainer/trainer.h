@@ -154,18 +154,22 @@ class Trainer {
   }
 
  private:
-  // train.cuda_graph: a replica's captured step and what it reads and
+  // train.cuda_graph: what a replica's part of the captured step reads and
   // writes at fixed addresses.
-  struct GraphedStep {
-    int eager_steps = 0;  // warm-up steps run so far
-    uint64_t memory_pool = 0;
-    cuda::CudaGraph graph;
+  struct GraphInputs {
     Tensor images, labels;   // the replica's shard, copied in before a replay
     StagedTensor step_seed;  // i64[1]: dropout's seed
     Tensor loss;             // the replica's loss, written by every replay
     // The optimizer's and EMA's staged tables the graph reads: a change
-    // means a new capture.
+    // means a new capture (`stale`, set when staging).
     int64_t optimizer_generation = -1, ema_generation = -1;
+    bool stale = true;
+  };
+  // train.cuda_graph: the step over all replicas, recorded once
+  // (Strategy::CaptureRun) and replayed.
+  struct StepGraph {
+    int eager_steps = 0;  // warm-up steps run so far
+    cuda::CudaGraph graph;
     // Why the capture failed (steps stay eager), once reported.
     std::string failure;
     bool failure_reported = false;
@@ -178,7 +182,7 @@ class Trainer {
     // after the step: reading it mid-step would stall a GPU replica between
     // forward and backward.
     Tensor loss;
-    std::unique_ptr<GraphedStep> graph;
+    std::unique_ptr<GraphInputs> graph;
   };
 
   // One replica's rows of a batch, on its device.
@@ -207,20 +211,19 @@ class Trainer {
   }
   // One optimizer step over its micro-batches (one without accumulation).
   absl::Status Step(absl::Span<const Batch> micro_batches, int64_t step);
-  absl::Status ReplicaStep(distribute::ReplicaContext& ctx,
-                           absl::Span<const Batch> micro_batches, int64_t step);
   absl::Status EagerReplicaStep(distribute::ReplicaContext& ctx,
                                 absl::Span<const Batch> micro_batches,
                                 int64_t step);
-  // ReplicaStep as a CUDA graph (trainer_graph.cc): warm-up steps, then one
+  // The step as a CUDA graph (trainer_graph.cc): warm-up steps, then one
   // capture, then replays of it (eager steps for batches of another size).
-  absl::Status GraphedReplicaStep(distribute::ReplicaContext& ctx,
-                                  absl::Span<const Batch> micro_batches,
-                                  int64_t step);
-  absl::Status CaptureStep(distribute::ReplicaContext& ctx, Replica& r,
-                           absl::Span<const Batch> micro_batches, int64_t step);
-  // Prints, once per replica, why a capture failed (main thread).
-  void ReportCudaGraphFailures(int64_t step);
+  absl::Status GraphedStep(absl::Span<const Batch> micro_batches, int64_t step);
+  // A replay's host half on one replica: the values the graph reads
+  // (dropout seed, optimizer and EMA parameters, the shard of `batch`).
+  absl::Status StageGraphInputs(distribute::ReplicaContext& ctx,
+                                const Batch& batch, int64_t step);
+  absl::Status CaptureStep(absl::Span<const Batch> micro_batches, int64_t step);
+  // Prints, once, why the capture failed (main thread).
+  void ReportCudaGraphFailure(int64_t step);
   // The rows of `batch` replica ctx computes on, on its device: its shard
   // (ShardOf), or the whole batch for a parameter-server worker, which
   // reads its own input.
@@ -234,7 +237,7 @@ class Trainer {
   absl::StatusOr<std::vector<Tensor>> ComputeGradients(
       distribute::ReplicaContext& ctx, Replica& r,
       absl::Span<const Batch> micro_batches, int64_t step, uint64_t step_seed,
-      const GraphedStep* graph = nullptr);
+      const GraphInputs* graph = nullptr);
   // The next step's batches: train.accumulation_steps of them, or fewer
   // when the epoch ends first (a step never spans two epochs).
   absl::StatusOr<std::vector<Batch>> NextMicroBatches();
@@ -335,6 +338,7 @@ class Trainer {
   std::string run_dir_;
   std::unique_ptr<distribute::Strategy> strategy_;
   CudaGraphDecision cuda_graph_;
+  StepGraph step_graph_;
   std::vector<Replica> replicas_;
   // The one copy of the training state (central_storage), or the gathered
   // copy of the parameter servers' (parameter_server); null when mirrored.

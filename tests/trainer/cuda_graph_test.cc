@@ -2,8 +2,10 @@
 // computes what the eager step computes, bit for bit, over warm-up, capture,
 // replays, an epoch's short last batch (eager) and the replays after it,
 // with dropout, a cosine learning rate and an EMA with num_updates (all
-// per-step values the graph reads from staged tensors). Labelled `gpu`;
-// skips with the reason without one.
+// per-step values the graph reads from staged tensors); for one replica,
+// and for logical replicas whose gradient all-reduce and synchronized batch
+// norm are recorded into the graph. Labelled `gpu`; skips with the reason
+// without one.
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -18,26 +20,31 @@ namespace {
 
 class CudaGraphCliTest : public testing::CudaTest {};
 
-// Trains the CNN config briefly on synthetic data; returns the run dir.
-std::string TrainCnn(const std::string& name, const std::string& cuda_graph,
-                     const std::string& strategy, const std::string& devices,
-                     Result* result) {
+// Trains `config` briefly on synthetic data; returns the run dir.
+std::string Train(const std::string& name, const std::string& config,
+                  const std::string& cuda_graph, const std::string& strategy,
+                  const std::string& devices,
+                  const std::vector<std::string>& more_sets, Result* result) {
   const std::string dir = ::testing::TempDir() + "/mt_cuda_graph_" + name;
   std::filesystem::remove_all(dir);
   std::vector<std::string> args = {
-      "train", "--config",
-      absl::StrCat(MT_SOURCE_DIR, "/configs/fashion_mnist_cnn.yaml"),
+      "train", "--config", absl::StrCat(MT_SOURCE_DIR, "/configs/", config),
       "--run_dir", dir};
   // 600 examples in batches of 64: 9 full batches and one of 24 per epoch.
-  for (const std::string& set : std::vector<std::string>{
-           "data.name=synthetic", "data.train_examples=600",
-           "data.test_examples=200", "data.global_batch_size=64",
-           "model.conv_filters=[4,8]", "model.dense_units=32",
-           "optimizer.schedule.decay_steps=30", "train.steps=24",
-           "train.log_every_steps=4", "train.eval_every_epochs=0",
-           "checkpoint.every_steps=0", "train.cuda_graph=" + cuda_graph,
-           "distribute.strategy=" + strategy,
-           "distribute.devices=" + devices}) {
+  std::vector<std::string> sets = {"data.name=synthetic",
+                                   "data.train_examples=600",
+                                   "data.test_examples=200",
+                                   "data.global_batch_size=64",
+                                   "optimizer.schedule.decay_steps=30",
+                                   "train.steps=24",
+                                   "train.log_every_steps=4",
+                                   "train.eval_every_epochs=0",
+                                   "checkpoint.every_steps=0",
+                                   "train.cuda_graph=" + cuda_graph,
+                                   "distribute.strategy=" + strategy,
+                                   "distribute.devices=" + devices};
+  sets.insert(sets.end(), more_sets.begin(), more_sets.end());
+  for (const std::string& set : sets) {
     args.push_back("--set");
     args.push_back(set);
   }
@@ -45,43 +52,69 @@ std::string TrainCnn(const std::string& name, const std::string& cuda_graph,
   return dir;
 }
 
-TEST_F(CudaGraphCliTest, ReplayedStepsMatchEagerStepsBitwise) {
+const std::vector<std::string> kSmallCnn = {"model.conv_filters=[4,8]",
+                                            "model.dense_units=32"};
+
+// The logged losses without their timing.
+std::vector<std::string> LossLines(const std::string& run_dir) {
+  std::vector<std::string> out;
+  for (const std::string& line : Lines(ReadFile(run_dir + "/metrics.jsonl"))) {
+    if (line.find("\"loss\"") != std::string::npos) {
+      out.push_back(line.substr(0, line.find("\"samples_per_sec\"")));
+    }
+  }
+  return out;
+}
+
+// Trains `config` eagerly and graphed; both runs must end bitwise equal
+// (checkpoints and logged losses), and the graphed one must have captured.
+void ExpectReplaysMatchEagerSteps(const std::string& name,
+                                  const std::string& config,
+                                  const std::string& strategy,
+                                  const std::string& devices,
+                                  const std::vector<std::string>& more_sets) {
   Result eager, graphed;
   const std::string eager_dir =
-      TrainCnn("off", "off", "one_device", "[gpu:0]", &eager);
-  const std::string graph_dir =
-      TrainCnn("auto", "auto", "one_device", "[gpu:0]", &graphed);
+      Train(name + "_off", config, "off", strategy, devices, more_sets, &eager);
+  const std::string graph_dir = Train(name + "_auto", config, "auto", strategy,
+                                      devices, more_sets, &graphed);
   ASSERT_EQ(eager.exit_code, 0) << eager.err;
   ASSERT_EQ(graphed.exit_code, 0) << graphed.err;
-  // Captured: no notice that steps stay eager.
   EXPECT_EQ(graphed.err.find("train.cuda_graph: eager steps"),
             std::string::npos)
       << graphed.err;
   ExpectSameTensors(eager_dir + "/checkpoints/ckpt-24.safetensors",
                     graph_dir + "/checkpoints/ckpt-24.safetensors");
-  // The logged losses are the replays' own.
-  std::vector<std::string> a, b;
-  for (const std::string& line :
-       Lines(ReadFile(eager_dir + "/metrics.jsonl"))) {
-    if (line.find("\"loss\"") != std::string::npos) a.push_back(line);
-  }
-  for (const std::string& line :
-       Lines(ReadFile(graph_dir + "/metrics.jsonl"))) {
-    if (line.find("\"loss\"") != std::string::npos) b.push_back(line);
-  }
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].substr(0, a[i].find("\"samples_per_sec\"")),
-              b[i].substr(0, b[i].find("\"samples_per_sec\"")));
-  }
+  EXPECT_EQ(LossLines(eager_dir), LossLines(graph_dir));
+  // Six training lines and the final evaluation's raw and EMA lines.
+  EXPECT_EQ(LossLines(graph_dir).size(), 8u);
+}
+
+TEST_F(CudaGraphCliTest, ReplayedStepsMatchEagerStepsBitwise) {
+  ExpectReplaysMatchEagerSteps("cnn", "fashion_mnist_cnn.yaml", "one_device",
+                               "[gpu:0]", kSmallCnn);
+}
+
+TEST_F(CudaGraphCliTest, ReplayedStepsOfLogicalReplicasMatchEagerSteps) {
+  ExpectReplaysMatchEagerSteps("cnn2", "fashion_mnist_cnn.yaml", "mirrored",
+                               "[gpu:0,gpu:0]", kSmallCnn);
+}
+
+// Three replicas (shards of 22, 21 and 21 rows) with synchronized batch
+// norm: its statistics' all-reduces are recorded too.
+TEST_F(CudaGraphCliTest, SynchronizedBatchNormOfLogicalReplicasIsRecorded) {
+  ExpectReplaysMatchEagerSteps("resnet3", "fashion_mnist_resnet.yaml",
+                               "mirrored", "[gpu:0,gpu:0,gpu:0]", {});
 }
 
 TEST_F(CudaGraphCliTest, StepsThatCannotBeCapturedStayEagerWithANotice) {
   Result r;
-  TrainCnn("two_replicas", "auto", "mirrored", "[gpu:0,gpu:0]", &r);
+  Train("clip_norm", "fashion_mnist_cnn.yaml", "auto", "mirrored",
+        "[gpu:0,gpu:0]", {"model.dense_units=32", "optimizer.clip_norm=1.0"},
+        &r);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.err.find("train.cuda_graph: eager steps: the collectives of 2 "
-                       "replicas are not captured yet"),
+  EXPECT_NE(r.err.find("train.cuda_graph: eager steps: optimizer.clip_norm "
+                       "reads each gradient's norm on the host"),
             std::string::npos)
       << r.err;
 }
