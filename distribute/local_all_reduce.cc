@@ -71,14 +71,21 @@ absl::Status LocalAllReduce::CapturedAllReduce(int replica, ReduceOp op,
                                                const std::string& what) {
   const cuda::StreamHandle stream = cuda::CurrentStream();
   std::unique_ptr<CaptureEvents>& mine = events_[replica];
-  if (mine == nullptr) {
-    const int device = buffer.device().index;
-    MT_ASSIGN_OR_RETURN(cuda::Event posted, cuda::Event::Create(device));
-    MT_ASSIGN_OR_RETURN(cuda::Event summed, cuda::Event::Create(device));
-    mine = std::make_unique<CaptureEvents>(
-        CaptureEvents{std::move(posted), std::move(summed)});
+  absl::Status posted = [&]() -> absl::Status {
+    if (mine == nullptr) {
+      const int device = buffer.device().index;
+      MT_ASSIGN_OR_RETURN(cuda::Event p, cuda::Event::Create(device));
+      MT_ASSIGN_OR_RETURN(cuda::Event s, cuda::Event::Create(device));
+      mine = std::make_unique<CaptureEvents>(
+          CaptureEvents{std::move(p), std::move(s)});
+    }
+    return mine->posted.Record(stream);
+  }();
+  if (!posted.ok()) {
+    // The peers must not pair this replica's next collective with this one.
+    barrier_.Abort(posted);
+    return posted;
   }
-  MT_RETURN_IF_ERROR(mine->posted.Record(stream));
   posted_[replica] = &buffer;
   MT_RETURN_IF_ERROR(barrier_.Wait(replica, what));
   // Every replica's events exist and are recorded for this collective. A

@@ -412,10 +412,17 @@ absl::Status MirroredStrategy::CanCaptureRuns() const {
         "steps of several processes are not recorded (a peer process that "
         "never joins a collective inside a graph could not be detected)");
   }
-  if (num_replicas() > 1 && !ops_->records_into_graphs()) {
+  for (const Device& d : devices_) {
+    // One graph holds one GPU's work (its events and streams).
+    if (d != devices_[0]) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("replicas on distinct GPUs (the ", ops_->name(),
+                       " collectives) are not recorded"));
+    }
+  }
+  if (replicas_in_sync_ > 1 && !ops_->records_into_graphs()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("the ", ops_->name(),
-                     " collectives between distinct GPUs are not recorded"));
+        absl::StrCat("the ", ops_->name(), " collectives are not recorded"));
   }
   return absl::OkStatus();
 }
@@ -472,13 +479,19 @@ absl::StatusOr<cuda::CudaGraph> MirroredStrategy::CaptureRun(
     return s.ok() ? graph.status() : s;
   });
   absl::Status first = RootCause(status, "replica");
-  if (first.ok()) return graph;
+  if (first.ok()) {
+    graph->AdoptMemoryPool(pool);
+    return graph;
+  }
   RecoverFromCapture();
+  // Nothing refers to the pool's blocks any more.
+  cuda::ReleaseGraphMemoryPool(device, pool).IgnoreError();
   return first;
 }
 
 void MirroredStrategy::RecoverFromCapture() {
-  absl::Status s = ops_->Recover();
+  // One replica in sync starts no collectives: its aborted ops stay unused.
+  absl::Status s = replicas_in_sync_ > 1 ? ops_->Recover() : absl::OkStatus();
   for (const auto& r : replicas_) {
     if (!s.ok()) break;
     absl::StatusOr<bool> recording = r->Recording();

@@ -58,7 +58,8 @@ CudaGraph::CudaGraph(CudaGraph&& other) noexcept
     : graph_(std::exchange(other.graph_, nullptr)),
       exec_(std::exchange(other.exec_, nullptr)),
       device_(std::exchange(other.device_, -1)),
-      num_nodes_(std::exchange(other.num_nodes_, 0)) {}
+      num_nodes_(std::exchange(other.num_nodes_, 0)),
+      memory_pool_(std::exchange(other.memory_pool_, 0)) {}
 
 // The old graph leaves with `other` and is released there.
 CudaGraph& CudaGraph::operator=(CudaGraph&& other) noexcept {
@@ -66,6 +67,7 @@ CudaGraph& CudaGraph::operator=(CudaGraph&& other) noexcept {
   std::swap(exec_, other.exec_);
   std::swap(device_, other.device_);
   std::swap(num_nodes_, other.num_nodes_);
+  std::swap(memory_pool_, other.memory_pool_);
   return *this;
 }
 
@@ -78,6 +80,10 @@ CudaGraph::~CudaGraph() {
   if (exec_ != nullptr)
     cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
   if (graph_ != nullptr) cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));
+  // After a replay still running: the release synchronises the device.
+  if (memory_pool_ != 0) {
+    ReleaseGraphMemoryPool(device_, memory_pool_).IgnoreError();
+  }
 }
 
 absl::Status CudaGraph::Launch() const {

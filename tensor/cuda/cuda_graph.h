@@ -40,6 +40,9 @@ class CudaGraph {
   ~CudaGraph();
 
   bool defined() const { return exec_ != nullptr; }
+  // The graph owns `pool_id` (ScopedGraphMemoryPool) from now on: the
+  // pool's free blocks go back to the driver when the graph is destroyed.
+  void AdoptMemoryPool(uint64_t pool_id) { memory_pool_ = pool_id; }
   // Enqueues one replay on the calling thread's current stream.
   absl::Status Launch() const;
   // Nodes (kernels, copies, memsets) of the recorded graph.
@@ -50,6 +53,7 @@ class CudaGraph {
   void* exec_ = nullptr;
   int device_ = -1;
   int64_t num_nodes_ = 0;
+  uint64_t memory_pool_ = 0;
 };
 
 // A capture of the calling thread's current stream for a scope: End()
@@ -104,6 +108,12 @@ class ScopedGraphMemoryPool {
 
 // The calling thread's graph memory pool (0: none); returns the previous.
 uint64_t SetThreadGraphMemoryPool(uint64_t pool_id);
+
+// Gives the free blocks of graph memory pool `pool_id` on `device` back to
+// the driver, after synchronising the device: for a pool whose graph is
+// gone or was never made (a failed capture). Blocks still referenced go
+// back to the pool when freed, and stay cached.
+absl::Status ReleaseGraphMemoryPool(int device, uint64_t pool_id);
 
 }  // namespace mirrortrain::cuda
 

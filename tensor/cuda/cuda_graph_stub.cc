@@ -17,5 +17,6 @@ uint64_t NewGraphMemoryPoolId() { return 1; }
 ScopedGraphMemoryPool::ScopedGraphMemoryPool(uint64_t) : previous_(0) {}
 ScopedGraphMemoryPool::~ScopedGraphMemoryPool() = default;
 uint64_t SetThreadGraphMemoryPool(uint64_t) { return 0; }
+absl::Status ReleaseGraphMemoryPool(int, uint64_t) { return absl::OkStatus(); }
 
 }  // namespace mirrortrain::cuda

@@ -100,6 +100,10 @@ class CachingAllocator final : public Allocator {
     return stats_;
   }
 
+  void ReleaseGraphPool(uint64_t pool) {
+    if (pool != 0) ReleaseCached(pool);
+  }
+
  private:
   // The stream a block is ordered on. cudaStreamPerThread is one handle
   // for a different stream in every thread, so for it the thread is part
@@ -121,15 +125,17 @@ class CachingAllocator final : public Allocator {
     constexpr size_t kQuantum = 512;
     return bytes == 0 ? kQuantum : (bytes + kQuantum - 1) / kQuantum * kQuantum;
   }
-  void ReleaseCached() {
+  // The free blocks of graph pool `pool` (0: the eager owners') back to
+  // the driver.
+  void ReleaseCached(uint64_t pool = 0) {
     // Cached blocks may still be in use by queued work of their streams.
     DeviceGuard guard;
     if (guard.Set(device_).ok()) cudaDeviceSynchronize();
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = free_.begin(); it != free_.end();) {
-      // A graph pool's free blocks are the graph's temporaries between
-      // replays: they stay.
-      if (std::get<2>(it->first.first) != 0) {
+      // Another graph pool's free blocks are its graph's temporaries
+      // between replays: they stay.
+      if (std::get<2>(it->first.first) != pool) {
         ++it;
         continue;
       }
@@ -238,6 +244,12 @@ absl::StatusOr<CachingAllocator*> CachingAllocatorOf(int device) {
 absl::StatusOr<Allocator*> DeviceAllocator(int device) {
   MT_ASSIGN_OR_RETURN(CachingAllocator * allocator, CachingAllocatorOf(device));
   return allocator;
+}
+
+absl::Status ReleaseGraphMemoryPool(int device, uint64_t pool_id) {
+  MT_ASSIGN_OR_RETURN(CachingAllocator * allocator, CachingAllocatorOf(device));
+  allocator->ReleaseGraphPool(pool_id);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<DeviceMemoryStats> GetDeviceMemoryStats(int device) {
