@@ -17,12 +17,6 @@ CudaGraphDecision DecideCudaGraph(const Config& config,
         "replica's step");
   }
   if (!facts.strategy_reason.empty()) return no(facts.strategy_reason);
-  if (config.optimizer.clip_global_norm) {
-    return no("optimizer.clip_global_norm reads the norm on the host");
-  }
-  if (config.optimizer.clip_norm) {
-    return no("optimizer.clip_norm reads each gradient's norm on the host");
-  }
   if (facts.token_inputs) {
     return no("token ids are range-checked on the host");
   }

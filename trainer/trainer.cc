@@ -382,7 +382,7 @@ absl::Status Trainer::CheckReplicasIdentical() const {
 }
 
 absl::Status Trainer::ClipGradients(std::vector<Tensor>& grads,
-                                    int64_t step) const {
+                                    Tensor* global_norm) const {
   const OptimizerConfig& o = config_.optimizer;
   if (o.clip_value) {
     for (Tensor& g : grads) {
@@ -398,13 +398,19 @@ absl::Status Trainer::ClipGradients(std::vector<Tensor>& grads,
   if (o.clip_global_norm) {
     MT_ASSIGN_OR_RETURN(ops::GlobalNormClipped clipped,
                         ops::ClipByGlobalNorm(grads, *o.clip_global_norm));
-    if (!std::isfinite(clipped.global_norm)) {
-      return absl::AbortedError(
-          absl::StrCat("non-finite gradient global norm at step ", step + 1));
-    }
     grads = std::move(clipped.tensors);
+    *global_norm = std::move(clipped.global_norm);
   }
   return absl::OkStatus();
+}
+
+absl::Status Trainer::CheckGlobalNorm(const Replica& r,
+                                      absl::string_view where) {
+  if (!r.global_norm.defined()) return absl::OkStatus();
+  const double norm = HostValue(r.global_norm);
+  if (std::isfinite(norm)) return absl::OkStatus();
+  return absl::AbortedError(
+      absl::StrCat("non-finite gradient global norm (", norm, ") ", where));
 }
 
 absl::Status Trainer::AddL2Regularization(const std::vector<Variable*>& vars,
@@ -442,7 +448,7 @@ absl::StatusOr<Trainer::ShardInputs> Trainer::ReplicaShard(
 
 absl::StatusOr<std::vector<Tensor>> Trainer::ComputeGradients(
     distribute::ReplicaContext& ctx, Replica& r,
-    absl::Span<const Batch> micro_batches, int64_t step, uint64_t step_seed,
+    absl::Span<const Batch> micro_batches, uint64_t step_seed,
     const GraphInputs* graph) {
   // The loss is divided by the labels (examples, or tokens) of the whole
   // update, all micro-batches and replicas, so the summed gradients are the
@@ -504,7 +510,7 @@ absl::StatusOr<std::vector<Tensor>> Trainer::ComputeGradients(
   }
   r.loss = loss_sum;
   MT_RETURN_IF_ERROR(AddL2Regularization(vars, grads));
-  MT_RETURN_IF_ERROR(ClipGradients(grads, step));
+  MT_RETURN_IF_ERROR(ClipGradients(grads, &r.global_norm));
   return grads;
 }
 
@@ -533,9 +539,9 @@ absl::Status Trainer::EagerReplicaStep(distribute::ReplicaContext& ctx,
                                        absl::Span<const Batch> micro_batches,
                                        int64_t step) {
   Replica& r = replicas_[ctx.replica_id()];
-  MT_ASSIGN_OR_RETURN(std::vector<Tensor> grads,
-                      ComputeGradients(ctx, r, micro_batches, step,
-                                       StepSeed(config_.seed, step)));
+  MT_ASSIGN_OR_RETURN(
+      std::vector<Tensor> grads,
+      ComputeGradients(ctx, r, micro_batches, StepSeed(config_.seed, step)));
   if (placement() == distribute::VariablePlacement::kMirrored) {
     return ApplyUpdate(r, std::move(grads));
   }
@@ -912,7 +918,14 @@ absl::Status Trainer::Train() {
     MT_RETURN_IF_ERROR(Step(micro_batches, step));
     ++step;
     double loss = 0;
-    for (const Replica& r : replicas_) loss += HostValue(r.loss);
+    for (const Replica& r : replicas_) {
+      loss += HostValue(r.loss);
+      absl::Status norm = CheckGlobalNorm(r, absl::StrCat("at step ", step));
+      if (!norm.ok()) {
+        progress_->Finish();
+        return norm;
+      }
+    }
     // The job's loss and stop decision, the same in every process.
     absl::StatusOr<int> agreed = AgreeAfterStep(loss);
     if (!agreed.ok()) {

@@ -160,6 +160,7 @@ class Trainer {
     Tensor images, labels;   // the replica's shard, copied in before a replay
     StagedTensor step_seed;  // i64[1]: dropout's seed
     Tensor loss;             // the replica's loss, written by every replay
+    Tensor global_norm;      // ... and its global norm (clip_global_norm)
     // The optimizer's and EMA's staged tables the graph reads: a change
     // means a new capture (`stale`, set when staging).
     int64_t optimizer_generation = -1, ema_generation = -1;
@@ -182,6 +183,9 @@ class Trainer {
     // after the step: reading it mid-step would stall a GPU replica between
     // forward and backward.
     Tensor loss;
+    // optimizer.clip_global_norm: the last step's global gradient norm, an
+    // f64 scalar read on the host after the step, as the loss is.
+    Tensor global_norm;
     std::unique_ptr<GraphInputs> graph;
   };
 
@@ -236,7 +240,7 @@ class Trainer {
   // of the batch's and `step_seed` (one micro-batch).
   absl::StatusOr<std::vector<Tensor>> ComputeGradients(
       distribute::ReplicaContext& ctx, Replica& r,
-      absl::Span<const Batch> micro_batches, int64_t step, uint64_t step_seed,
+      absl::Span<const Batch> micro_batches, uint64_t step_seed,
       const GraphInputs* graph = nullptr);
   // The next step's batches: train.accumulation_steps of them, or fewer
   // when the epoch ends first (a step never spans two epochs).
@@ -299,7 +303,15 @@ class Trainer {
   // grads[i] += l2_regularization * vars[i] for weights of rank >= 2.
   absl::Status AddL2Regularization(const std::vector<Variable*>& vars,
                                    std::vector<Tensor>& grads) const;
-  absl::Status ClipGradients(std::vector<Tensor>& grads, int64_t step) const;
+  // optimizer.clip_value / clip_norm / clip_global_norm, on the device;
+  // `global_norm` gets the global norm's tensor (clip_global_norm only),
+  // checked after the step (CheckGlobalNorm).
+  absl::Status ClipGradients(std::vector<Tensor>& grads,
+                             Tensor* global_norm) const;
+  // An error naming `where` when replica `r`'s last global norm is not
+  // finite (clip_global_norm; TensorFlow would go on with NaN gradients).
+  static absl::Status CheckGlobalNorm(const Replica& r,
+                                      absl::string_view where);
   absl::Status EvaluateAndLog(int64_t step);
   // train.steps, or train.epochs times the batches of an epoch; an error
   // naming train.epochs when that does not fit 64 bits.

@@ -75,15 +75,16 @@ absl::Status Trainer::WorkerLoop(distribute::ReplicaContext& ctx) {
     MT_RETURN_IF_ERROR(ps_->Read(vars));
     MT_ASSIGN_OR_RETURN(Batch batch, input.Next());
     const int64_t rows = batch.labels.dim(0);
-    MT_ASSIGN_OR_RETURN(
-        std::vector<Tensor> grads,
-        ComputeGradients(ctx, r, absl::MakeConstSpan(&batch, 1), *read,
-                         StepSeed(config_.seed, *read, w)));
+    MT_ASSIGN_OR_RETURN(std::vector<Tensor> grads,
+                        ComputeGradients(ctx, r, absl::MakeConstSpan(&batch, 1),
+                                         StepSeed(config_.seed, *read, w)));
     const double loss = HostValue(r.loss);
     if (!std::isfinite(loss)) {
       return absl::AbortedError(absl::StrCat(
           "non-finite loss (", loss, ") in the update read at step ", *read));
     }
+    MT_RETURN_IF_ERROR(
+        CheckGlobalNorm(r, absl::StrCat("in the update read at step ", *read)));
     absl::StatusOr<int64_t> ticket = updates.Reserve(w);
     // Over: this gradient is dropped, never pushed.
     if (absl::IsOutOfRange(ticket.status())) return absl::OkStatus();

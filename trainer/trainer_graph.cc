@@ -54,6 +54,7 @@ absl::Status Trainer::GraphedStep(absl::Span<const Batch> micro_batches,
   for (Replica& r : replicas_) {
     r.optimizer->set_iterations(r.optimizer->iterations() + 1);
     r.loss = r.graph->loss;
+    r.global_norm = r.graph->global_norm;
   }
   return absl::OkStatus();
 }
@@ -95,9 +96,8 @@ absl::Status Trainer::CaptureStep(absl::Span<const Batch> micro_batches,
   absl::StatusOr<cuda::CudaGraph> graph =
       strategy_->CaptureRun([&](distribute::ReplicaContext& ctx) {
         Replica& r = replicas_[ctx.replica_id()];
-        absl::StatusOr<std::vector<Tensor>> grads =
-            ComputeGradients(ctx, r, micro_batches, step,
-                             StepSeed(config_.seed, step), r.graph.get());
+        absl::StatusOr<std::vector<Tensor>> grads = ComputeGradients(
+            ctx, r, micro_batches, StepSeed(config_.seed, step), r.graph.get());
         if (!grads.ok()) return grads.status();
         return ApplyUpdate(r, *std::move(grads), /*staged=*/true);
       });
@@ -111,6 +111,7 @@ absl::Status Trainer::CaptureStep(absl::Span<const Batch> micro_batches,
   for (Replica& r : replicas_) {
     GraphInputs& g = *r.graph;
     g.loss = r.loss;
+    g.global_norm = r.global_norm;
     g.optimizer_generation = r.optimizer->staging_generation();
     g.ema_generation = r.ema ? r.ema->staging_generation() : 0;
     g.stale = false;

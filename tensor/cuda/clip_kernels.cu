@@ -1,4 +1,4 @@
-// ClipByValue and its gradient, elementwise.
+// ClipByValue and its gradient, elementwise; the scale of clipping by norm.
 #include <cuda_runtime.h>
 
 #include "tensor/cuda/cuda_check.h"
@@ -30,7 +30,33 @@ __global__ void ClipByValueGradKernel(const T* x, const T* g, T lo, T hi, T* dx,
   }
 }
 
+// std::max(norm, clip) spelled out: a NaN norm stays NaN.
+template <typename T>
+__global__ void ClipScaleKernel(const double* squares, int64_t n, double clip,
+                                bool nan_if_not_finite, T* scale,
+                                double* norm) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += squares[i];
+  const double g = sqrt(sum);
+  *norm = g;
+  const double s = nan_if_not_finite && !isfinite(g)
+                       ? __longlong_as_double(0x7ff8000000000000LL)
+                       : clip / (g < clip ? clip : g);
+  *scale = static_cast<T>(s);
+}
+
 }  // namespace
+
+absl::Status ClipScaleOnGpu(const double* squares, int64_t n, double clip,
+                            bool nan_if_not_finite, DType dtype, void* scale,
+                            double* norm, int device) {
+  return LaunchFloatOn(
+      "ClipScale", dtype, device, [&](auto zero, cudaStream_t stream) {
+        using T = decltype(zero);
+        ClipScaleKernel<T><<<1, 1, 0, stream>>>(
+            squares, n, clip, nan_if_not_finite, static_cast<T*>(scale), norm);
+      });
+}
 
 absl::Status ClipByValueOnGpu(DType dtype, const void* x, double lo, double hi,
                               void* y, int64_t n, int device) {
@@ -60,5 +86,6 @@ absl::Status ClipByValueGradOnGpu(DType dtype, const void* x, const void* g,
 
 MT_DEFINE_CUDA_KERNEL(ClipByValue, ClipByValueOnGpu);
 MT_DEFINE_CUDA_KERNEL(ClipByValueGrad, ClipByValueGradOnGpu);
+MT_DEFINE_CUDA_KERNEL(ClipScale, ClipScaleOnGpu);
 
 }  // namespace mirrortrain::cuda

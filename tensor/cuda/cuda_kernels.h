@@ -117,6 +117,15 @@ MT_CUDA_KERNEL(ClipByValueGrad,
                             double lo, double hi, void* dx, int64_t n,
                             int device));
 
+// One thread: *norm = sqrt(squares[0] + ... + squares[n-1]), added in
+// order in double, and *scale (dtype, one element) = clip / max(*norm,
+// clip), NaN instead for a non-finite norm when nan_if_not_finite: the
+// host's arithmetic of ClipByNorm / ClipByGlobalNorm, on the device.
+MT_CUDA_KERNEL(ClipScale,
+               absl::Status(const double* squares, int64_t n, double clip,
+                            bool nan_if_not_finite, DType dtype, void* scale,
+                            double* norm, int device));
+
 // A 2-D pooling window over NHWC images: input [n, h, w, c], output
 // [n, oh, ow, c]; output (oy, ox) covers input rows [oy * sh - pt, + kh)
 // and the columns likewise, clipped to the image.

@@ -32,6 +32,75 @@ absl::Status CheckClip(const char* op, double clip) {
   return absl::OkStatus();
 }
 
+// The sums of squares (in double) of tensors on GPU `device`, one element
+// each, computed there.
+absl::StatusOr<Tensor> SquaresOnGpu(absl::Span<const Tensor* const> tensors,
+                                    int device) {
+  MT_ASSIGN_OR_RETURN(
+      Tensor sq,
+      Tensor::Empty(DType::kF64, {static_cast<int64_t>(tensors.size())},
+                    Device::Cuda(device)));
+  for (size_t j = 0; j < tensors.size(); ++j) {
+    const Tensor& t = *tensors[j];
+    const Shape all{t.num_elements()};
+    MT_RETURN_IF_ERROR(internal::KernelError(
+        "GlobalNorm",
+        cuda::Reduce(cuda::ReduceKind::kSumOfSquares, t.dtype(), t.raw_data(),
+                     {}, {}, all, {1}, 1.0, DType::kF64, sq.data<double>() + j,
+                     device),
+        {&t}));
+  }
+  return sq;
+}
+
+// Whether `tensors` (at least one) share one GPU and one of f32 / f64: then
+// the clip scale is computed there (ClipOnDevice).
+bool ClipsOnDevice(absl::Span<const Tensor> tensors) {
+  if (tensors.empty()) return false;
+  const Tensor& first = tensors[0];
+  if (!first.device().is_cuda() ||
+      (first.dtype() != DType::kF32 && first.dtype() != DType::kF64)) {
+    return false;
+  }
+  for (const Tensor& t : tensors) {
+    if (t.device() != first.device() || t.dtype() != first.dtype()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Each tensor times clip / max(norm, clip), the norm and the scale computed
+// on the tensors' GPU (ClipsOnDevice), with the host's arithmetic.
+absl::StatusOr<GlobalNormClipped> ClipOnDevice(absl::Span<const Tensor> tensors,
+                                               double clip,
+                                               bool nan_if_not_finite) {
+  for (const Tensor& t : tensors) {
+    MT_RETURN_IF_ERROR(internal::CheckFloatingSame("ClipByNorm", {&t}));
+  }
+  const Tensor& first = tensors[0];
+  const int device = first.device().index;
+  std::vector<const Tensor*> all;
+  for (const Tensor& t : tensors) all.push_back(&t);
+  MT_ASSIGN_OR_RETURN(const Tensor squares, SquaresOnGpu(all, device));
+  MT_ASSIGN_OR_RETURN(Tensor scale,
+                      Tensor::Empty(first.dtype(), {}, first.device()));
+  GlobalNormClipped result;
+  MT_ASSIGN_OR_RETURN(result.global_norm,
+                      Tensor::Empty(DType::kF64, {}, first.device()));
+  MT_RETURN_IF_ERROR(internal::KernelError(
+      "ClipByNorm",
+      cuda::ClipScale(squares.data<double>(), squares.num_elements(), clip,
+                      nan_if_not_finite, first.dtype(), scale.raw_data(),
+                      result.global_norm.data<double>(), device),
+      {&first}));
+  for (const Tensor& t : tensors) {
+    MT_ASSIGN_OR_RETURN(Tensor clipped, Mul(t, scale));
+    result.tensors.push_back(std::move(clipped));
+  }
+  return result;
+}
+
 }  // namespace
 
 absl::StatusOr<double> GlobalNorm(absl::Span<const Tensor> tensors) {
@@ -48,20 +117,9 @@ absl::StatusOr<double> GlobalNorm(absl::Span<const Tensor> tensors) {
   }
   std::vector<double> squares(tensors.size(), 0.0);
   for (const auto& [device, indices] : on_gpu) {
-    MT_ASSIGN_OR_RETURN(
-        Tensor sq,
-        Tensor::Empty(DType::kF64, {static_cast<int64_t>(indices.size())},
-                      Device::Cuda(device)));
-    for (size_t j = 0; j < indices.size(); ++j) {
-      const Tensor& t = tensors[indices[j]];
-      const Shape all{t.num_elements()};
-      MT_RETURN_IF_ERROR(internal::KernelError(
-          "GlobalNorm",
-          cuda::Reduce(cuda::ReduceKind::kSumOfSquares, t.dtype(), t.raw_data(),
-                       {}, {}, all, {1}, 1.0, DType::kF64,
-                       sq.data<double>() + j, device),
-          {&t}));
-    }
+    std::vector<const Tensor*> these;
+    for (size_t k : indices) these.push_back(&tensors[k]);
+    MT_ASSIGN_OR_RETURN(const Tensor sq, SquaresOnGpu(these, device));
     MT_ASSIGN_OR_RETURN(Tensor host, sq.To(Device::Cpu()));
     for (size_t j = 0; j < indices.size(); ++j) {
       squares[indices[j]] = host.data<double>()[j];
@@ -86,6 +144,12 @@ absl::StatusOr<double> GlobalNorm(absl::Span<const Tensor> tensors) {
 
 absl::StatusOr<Tensor> ClipByNorm(const Tensor& t, double clip_norm) {
   MT_RETURN_IF_ERROR(CheckClip("ClipByNorm", clip_norm));
+  if (ClipsOnDevice({t})) {
+    MT_ASSIGN_OR_RETURN(GlobalNormClipped clipped,
+                        ClipOnDevice({t}, clip_norm,
+                                     /*nan_if_not_finite=*/false));
+    return std::move(clipped.tensors[0]);
+  }
   MT_ASSIGN_OR_RETURN(double norm, GlobalNorm({t}));
   return Scale(t, clip_norm / std::max(norm, clip_norm));
 }
@@ -93,8 +157,11 @@ absl::StatusOr<Tensor> ClipByNorm(const Tensor& t, double clip_norm) {
 absl::StatusOr<GlobalNormClipped> ClipByGlobalNorm(
     absl::Span<const Tensor> tensors, double clip_norm) {
   MT_RETURN_IF_ERROR(CheckClip("ClipByGlobalNorm", clip_norm));
+  if (ClipsOnDevice(tensors)) {
+    return ClipOnDevice(tensors, clip_norm, /*nan_if_not_finite=*/true);
+  }
   MT_ASSIGN_OR_RETURN(double norm, GlobalNorm(tensors));
-  GlobalNormClipped result{{}, norm};
+  GlobalNormClipped result{{}, Tensor::HostFull(DType::kF64, {}, norm)};
   const double scale = std::isfinite(norm)
                            ? clip_norm / std::max(norm, clip_norm)
                            : std::numeric_limits<double>::quiet_NaN();

@@ -12,15 +12,22 @@
 namespace mirrortrain::ops {
 
 // t * clip / max(||t||_2, clip). The norm is treated as a constant (no
-// gradient through it); these ops are meant for gradients.
+// gradient through it); these ops are meant for gradients. On a GPU (f32,
+// f64) the norm and the scale stay on the device: no host synchronisation,
+// so the op can be recorded into a CUDA graph.
 absl::StatusOr<Tensor> ClipByNorm(const Tensor& t, double clip_norm);
 
 struct GlobalNormClipped {
   std::vector<Tensor> tensors;
-  double global_norm;  // sqrt(sum of squared L2 norms), before clipping.
+  // sqrt(sum of squared L2 norms), before clipping: an f64 scalar on the
+  // tensors' GPU when they share one (computed there; read it after the
+  // step), else on the host.
+  Tensor global_norm;
 };
 // Each t * clip / max(global_norm, clip). A non-finite global norm makes
-// every entry NaN, as TensorFlow does, so the caller can detect it.
+// every entry NaN, as TensorFlow does, so the caller can detect it. Tensors
+// on one GPU (f32, f64, one dtype) are clipped without a host
+// synchronisation, as ClipByNorm.
 absl::StatusOr<GlobalNormClipped> ClipByGlobalNorm(
     absl::Span<const Tensor> tensors, double clip_norm);
 

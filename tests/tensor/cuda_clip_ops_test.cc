@@ -1,11 +1,15 @@
 // Clipping ops on GPU tensors against the CPU kernels. Labelled `gpu`;
 // skips with the reason when no GPU is visible.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tensor/cuda/cuda_graph.h"
+#include "tensor/cuda/stream.h"
 #include "tensor/ops/clip_ops.h"
+#include "tensor/ops/math_ops.h"
 #include "tests/tensor/cuda_test_util.h"
 #include "tests/test_util.h"
 
@@ -21,6 +25,50 @@ using testing::RandomTensor;
 const Device kGpu = Device::Cuda(0);
 
 class CudaClipOpsTest : public CudaTest {};
+
+double HostDouble(const Tensor& scalar) {
+  return CopyTo(scalar, Device::Cpu()).ToVector<double>()[0];
+}
+
+// f32 gradients on one GPU: the norm and the scale are computed there, with
+// the host's arithmetic (so bitwise what a host-read norm and Scale give),
+// and nothing waits on the host: the clip records into a CUDA graph.
+TEST_F(CudaClipOpsTest, ClipsOnTheDeviceAsTheHostWouldAndRecords) {
+  std::vector<Tensor> grads;
+  for (int i = 0; i < 3; ++i) {
+    grads.push_back(
+        CopyTo(RandomTensor({50 + i, 7}, 20 + i, DType::kF32), kGpu));
+  }
+  for (double clip : {0.5, 1e3}) {
+    SCOPED_TRACE(clip);
+    const double norm = *ops::GlobalNorm(grads);
+    auto clipped = ops::ClipByGlobalNorm(grads, clip);
+    ASSERT_TRUE(clipped.ok()) << clipped.status();
+    EXPECT_EQ(clipped->global_norm.device(), kGpu);
+    EXPECT_EQ(HostDouble(clipped->global_norm), norm);
+    for (size_t i = 0; i < grads.size(); ++i) {
+      const Tensor want = *ops::Scale(grads[i], clip / std::max(norm, clip));
+      EXPECT_EQ(CopyTo(clipped->tensors[i], Device::Cpu()).ToVector<float>(),
+                CopyTo(want, Device::Cpu()).ToVector<float>());
+    }
+    const double own = *ops::GlobalNorm({grads[0]});
+    const Tensor want = *ops::Scale(grads[0], clip / std::max(own, clip));
+    EXPECT_EQ(CopyTo(*ops::ClipByNorm(grads[0], clip), Device::Cpu())
+                  .ToVector<float>(),
+              CopyTo(want, Device::Cpu()).ToVector<float>());
+  }
+  absl::StatusOr<cuda::Stream> stream = cuda::Stream::Create(0);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  cuda::ScopedCurrentStream current(stream->handle());
+  cuda::ScopedCapture capture(0);
+  ASSERT_TRUE(capture.Begin().ok());
+  auto recorded = ops::ClipByGlobalNorm(grads, 0.5);
+  auto by_norm = ops::ClipByNorm(grads[1], 0.5);
+  absl::StatusOr<cuda::CudaGraph> graph = capture.End();
+  EXPECT_TRUE(recorded.ok()) << recorded.status();
+  EXPECT_TRUE(by_norm.ok()) << by_norm.status();
+  EXPECT_TRUE(graph.ok()) << graph.status();
+}
 
 TEST_F(CudaClipOpsTest, ClipByValueAndGradientMatchCpu) {
   for (DType dtype : {DType::kF32, DType::kF64}) {
@@ -77,8 +125,8 @@ TEST_F(CudaClipOpsTest, ClipByNormAndGlobalNormMatchCpu) {
     auto expected = ops::ClipByGlobalNorm(cpu, clip);
     auto actual = ops::ClipByGlobalNorm(gpu, clip);
     ASSERT_TRUE(actual.ok()) << actual.status();
-    EXPECT_NEAR(actual->global_norm, expected->global_norm,
-                1e-12 * expected->global_norm);
+    const double want = expected->global_norm.ToVector<double>()[0];
+    EXPECT_NEAR(HostDouble(actual->global_norm), want, 1e-12 * want);
     for (size_t i = 0; i < cpu.size(); ++i) {
       EXPECT_EQ(actual->tensors[i].device(), kGpu);
       EXPECT_TRUE(AllClose(CopyTo(actual->tensors[i], Device::Cpu()),
@@ -92,7 +140,7 @@ TEST_F(CudaClipOpsTest, NonFiniteGlobalNormMakesEverythingNaNOnGpu) {
   Tensor t = Tensor::FromVector<float>({1, INFINITY}, {2});
   auto r = ops::ClipByGlobalNorm({CopyTo(t, kGpu)}, 5.0);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_FALSE(std::isfinite(r->global_norm));
+  EXPECT_FALSE(std::isfinite(HostDouble(r->global_norm)));
   for (float v : CopyTo(r->tensors[0], Device::Cpu()).ToVector<float>()) {
     EXPECT_TRUE(std::isnan(v));
   }

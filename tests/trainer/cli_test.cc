@@ -268,6 +268,22 @@ TEST(CliTest, NonFiniteLossExits1NamingTheStep) {
   EXPECT_NE(r.err.find("at step "), std::string::npos) << r.err;
 }
 
+// clip_global_norm keeps the norm on the device and checks it after the
+// step, where the loss is read; a non-finite one ends the run, naming the
+// step, and no checkpoint of the broken state is written.
+TEST(CliTest, NonFiniteGlobalNormExits1NamingTheStep) {
+  const std::string dir = FreshDir("nan_norm");
+  Result r = RunCli(SmallTrain(
+      dir, {"optimizer={name: sgd, learning_rate: 1e38, clip_global_norm: 1}",
+            "ema.decay=null"}));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("non-finite gradient global norm (nan) at step 2"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(
+      std::filesystem::exists(dir + "/checkpoints/ckpt-2.safetensors"));
+}
+
 TEST(CliTest, BadCheckpointsExit2AndChangeNothing) {
   const std::string dir = FreshDir("badckpt");
   ASSERT_EQ(RunCli(SmallTrain(dir, {"train.epochs=1"})).exit_code, 0);

@@ -41,10 +41,9 @@ TEST(CudaGraphPolicyTest, CapturesGpuStepsAndSaysWhyNotOtherwise) {
        {.replicas_on_gpus = true, .mirrored_variables = false},
        "central storage and parameter servers update outside the replica's "
        "step"},
-      {"global norm", clipped, gpu,
-       "optimizer.clip_global_norm reads the norm on the host"},
-      {"norm", clip_norm, gpu,
-       "optimizer.clip_norm reads each gradient's norm on the host"},
+      // Clipping by norm keeps its norms on the device.
+      {"global norm", clipped, gpu, ""},
+      {"norm", clip_norm, gpu, ""},
       {"tokens",
        config,
        {.replicas_on_gpus = true, .token_inputs = true},
