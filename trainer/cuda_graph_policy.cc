@@ -20,9 +20,6 @@ CudaGraphDecision DecideCudaGraph(const Config& config,
   if (facts.token_inputs) {
     return no("token ids are range-checked on the host");
   }
-  if (config.train.accumulation_steps > 1) {
-    return no("train.accumulation_steps > 1 is not captured yet");
-  }
   d.capture = true;
   return d;
 }

@@ -468,7 +468,8 @@ absl::StatusOr<std::vector<Tensor>> Trainer::ComputeGradients(
     const Batch& batch = micro_batches[i];
     ShardInputs in;
     if (graph != nullptr) {
-      in = {ctx.InputShard(batch.labels.dim(0)), graph->images, graph->labels};
+      in = {ctx.InputShard(batch.labels.dim(0)), graph->images[i],
+            graph->labels[i]};
     } else {
       MT_ASSIGN_OR_RETURN(in, ReplicaShard(ctx, batch));
     }

@@ -157,7 +157,8 @@ class Trainer {
   // train.cuda_graph: what a replica's part of the captured step reads and
   // writes at fixed addresses.
   struct GraphInputs {
-    Tensor images, labels;   // the replica's shard, copied in before a replay
+    // The replica's shard of each micro-batch, copied in before a replay.
+    std::vector<Tensor> images, labels;
     StagedTensor step_seed;  // i64[1]: dropout's seed
     Tensor loss;             // the replica's loss, written by every replay
     Tensor global_norm;      // ... and its global norm (clip_global_norm)
@@ -222,9 +223,11 @@ class Trainer {
   // capture, then replays of it (eager steps for batches of another size).
   absl::Status GraphedStep(absl::Span<const Batch> micro_batches, int64_t step);
   // A replay's host half on one replica: the values the graph reads
-  // (dropout seed, optimizer and EMA parameters, the shard of `batch`).
+  // (dropout seed, optimizer and EMA parameters, its shard of each
+  // micro-batch).
   absl::Status StageGraphInputs(distribute::ReplicaContext& ctx,
-                                const Batch& batch, int64_t step);
+                                absl::Span<const Batch> micro_batches,
+                                int64_t step);
   absl::Status CaptureStep(absl::Span<const Batch> micro_batches, int64_t step);
   // Prints, once, why the capture failed (main thread).
   void ReportCudaGraphFailure(int64_t step);

@@ -27,21 +27,26 @@ absl::Status Trainer::GraphedStep(absl::Span<const Batch> micro_batches,
       return EagerReplicaStep(ctx, micro_batches, step);
     });
   };
-  // Warm-up, a failed capture, and batches of another size (an epoch's
-  // short last one) run eagerly; the graph has the global batch's shape.
-  if (g.eager_steps < kCudaGraphWarmupSteps || !g.failure.empty() ||
-      micro_batches[0].labels.dim(0) != config_.data.global_batch_size) {
+  // Warm-up, a failed capture, and steps of another shape (an epoch's
+  // short last batch, or its fewer last micro-batches) run eagerly; the
+  // graph has train.accumulation_steps global batches.
+  bool full = static_cast<int64_t>(micro_batches.size()) ==
+              config_.train.accumulation_steps;
+  for (const Batch& b : micro_batches) {
+    full &= b.labels.dim(0) == config_.data.global_batch_size;
+  }
+  if (g.eager_steps < kCudaGraphWarmupSteps || !g.failure.empty() || !full) {
     g.eager_steps = std::min(g.eager_steps + 1, kCudaGraphWarmupSteps);
     return eager();
   }
   MT_RETURN_IF_ERROR(strategy_->Run([&](distribute::ReplicaContext& ctx) {
-    return StageGraphInputs(ctx, micro_batches[0], step);
+    return StageGraphInputs(ctx, micro_batches, step);
   }));
   bool stale = !g.graph.defined();
   for (const Replica& r : replicas_) stale |= r.graph->stale;
   if (stale) {
     // The tables the graph would read were reallocated (or nothing is
-    // captured yet). An earlier graph's pool stays reserved.
+    // captured yet). Dropping the old graph frees its pool's blocks.
     g.graph = cuda::CudaGraph();
     const absl::Status captured = CaptureStep(micro_batches, step);
     if (!captured.ok()) {
@@ -60,27 +65,37 @@ absl::Status Trainer::GraphedStep(absl::Span<const Batch> micro_batches,
 }
 
 absl::Status Trainer::StageGraphInputs(distribute::ReplicaContext& ctx,
-                                       const Batch& batch, int64_t step) {
+                                       absl::Span<const Batch> micro_batches,
+                                       int64_t step) {
   Replica& r = replicas_[ctx.replica_id()];
   if (r.graph == nullptr) r.graph = std::make_unique<GraphInputs>();
   GraphInputs& g = *r.graph;
-  MT_ASSIGN_OR_RETURN(const ShardInputs in, ReplicaShard(ctx, batch));
-  if (!g.images.defined()) {
-    const Device device = ctx.device();
-    MT_ASSIGN_OR_RETURN(
-        g.images, Tensor::Empty(in.images.dtype(), in.images.shape(), device));
-    MT_ASSIGN_OR_RETURN(
-        g.labels, Tensor::Empty(in.labels.dtype(), in.labels.shape(), device));
+  const Device device = ctx.device();
+  if (!g.step_seed.device().defined()) {
     MT_ASSIGN_OR_RETURN(g.step_seed,
                         StagedTensor::Create(DType::kI64, {1}, device));
+  }
+  for (size_t i = 0; i < micro_batches.size(); ++i) {
+    MT_ASSIGN_OR_RETURN(const ShardInputs in,
+                        ReplicaShard(ctx, micro_batches[i]));
+    if (g.images.size() <= i) {
+      MT_ASSIGN_OR_RETURN(
+          Tensor images,
+          Tensor::Empty(in.images.dtype(), in.images.shape(), device));
+      MT_ASSIGN_OR_RETURN(
+          Tensor labels,
+          Tensor::Empty(in.labels.dtype(), in.labels.shape(), device));
+      g.images.push_back(std::move(images));
+      g.labels.push_back(std::move(labels));
+    }
+    MT_RETURN_IF_ERROR(g.images[i].CopyFrom(in.images));
+    MT_RETURN_IF_ERROR(g.labels[i].CopyFrom(in.labels));
   }
   MT_ASSIGN_OR_RETURN(const Tensor seed, g.step_seed.Host());
   *seed.data<int64_t>() = static_cast<int64_t>(StepSeed(config_.seed, step));
   MT_RETURN_IF_ERROR(g.step_seed.Upload());
   MT_RETURN_IF_ERROR(r.optimizer->StageUpdate(r.model->trainable_variables()));
   if (r.ema) MT_RETURN_IF_ERROR(r.ema->Stage(r.optimizer->iterations() + 1));
-  MT_RETURN_IF_ERROR(g.images.CopyFrom(in.images));
-  MT_RETURN_IF_ERROR(g.labels.CopyFrom(in.labels));
   const int64_t ema_generation = r.ema ? r.ema->staging_generation() : 0;
   g.stale = g.optimizer_generation != r.optimizer->staging_generation() ||
             g.ema_generation != ema_generation;
