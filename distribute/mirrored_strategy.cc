@@ -464,7 +464,9 @@ absl::StatusOr<cuda::CudaGraph> MirroredStrategy::CaptureRun(
       joined.count_down();
       return s;
     }
-    cuda::ScopedCapture capture(device);
+    // The graph owns the pool; a failed capture frees it when this scope
+    // ends, after every replica has dropped its blocks (`joined`).
+    cuda::ScopedCapture capture(device, pool);
     absl::Status s = capture.Begin();
     if (s.ok()) s = fork.Record(r.compute_stream());
     began = s.ok();
@@ -479,13 +481,8 @@ absl::StatusOr<cuda::CudaGraph> MirroredStrategy::CaptureRun(
     return s.ok() ? graph.status() : s;
   });
   absl::Status first = RootCause(status, "replica");
-  if (first.ok()) {
-    graph->AdoptMemoryPool(pool);
-    return graph;
-  }
+  if (first.ok()) return graph;
   RecoverFromCapture();
-  // Nothing refers to the pool's blocks any more.
-  cuda::ReleaseGraphMemoryPool(device, pool).IgnoreError();
   return first;
 }
 

@@ -35,22 +35,12 @@ absl::Status OneDeviceStrategy::CanCaptureRuns() const {
 absl::StatusOr<cuda::CudaGraph> OneDeviceStrategy::CaptureRun(
     const ReplicaFn& fn) {
   MT_RETURN_IF_ERROR(CanCaptureRuns());
-  const int device = devices_[0].index;
   const uint64_t pool = cuda::NewGraphMemoryPoolId();
-  absl::StatusOr<cuda::CudaGraph> graph = [&]() -> decltype(graph) {
-    cuda::ScopedGraphMemoryPool scope(pool);
-    cuda::ScopedCapture capture(device);
-    MT_RETURN_IF_ERROR(capture.Begin());
-    MT_RETURN_IF_ERROR(Run(fn));
-    return capture.End();
-  }();
-  if (graph.ok()) {
-    graph->AdoptMemoryPool(pool);
-  } else {
-    // Nothing refers to the pool's blocks any more.
-    cuda::ReleaseGraphMemoryPool(device, pool).IgnoreError();
-  }
-  return graph;
+  cuda::ScopedCapture capture(devices_[0].index, pool);
+  cuda::ScopedGraphMemoryPool scope(pool);
+  MT_RETURN_IF_ERROR(capture.Begin());
+  MT_RETURN_IF_ERROR(Run(fn));
+  return capture.End();
 }
 
 absl::Status OneDeviceStrategy::Replay(const cuda::CudaGraph& graph) {

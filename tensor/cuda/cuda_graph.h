@@ -14,6 +14,7 @@
 #define MIRRORTRAIN_TENSOR_CUDA_CUDA_GRAPH_H_
 
 #include <cstdint>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -40,15 +41,13 @@ class CudaGraph {
   ~CudaGraph();
 
   bool defined() const { return exec_ != nullptr; }
-  // The graph owns `pool_id` (ScopedGraphMemoryPool) from now on: the
-  // pool's free blocks go back to the driver when the graph is destroyed.
-  void AdoptMemoryPool(uint64_t pool_id) { memory_pool_ = pool_id; }
   // Enqueues one replay on the calling thread's current stream.
   absl::Status Launch() const;
   // Nodes (kernels, copies, memsets) of the recorded graph.
   int64_t num_nodes() const { return num_nodes_; }
 
  private:
+  friend class ScopedCapture;
   void* graph_ = nullptr;
   void* exec_ = nullptr;
   int device_ = -1;
@@ -56,15 +55,28 @@ class CudaGraph {
   uint64_t memory_pool_ = 0;
 };
 
+// Gives the free blocks of graph memory pool `pool_id` on `device` back to
+// the driver, after synchronising the device: for a pool whose graph is
+// gone or was never made (a failed capture). Blocks still referenced go
+// back to the pool when freed, and stay cached.
+absl::Status ReleaseGraphMemoryPool(int device, uint64_t pool_id);
+
 // A capture of the calling thread's current stream for a scope: End()
 // returns the graph; a capture still open when the scope is left (an error
 // return, an exception) is ended and discarded, so the stream is usable
-// again.
+// again. `memory_pool` (0: none) is the pool the recorded work allocates
+// from (ScopedGraphMemoryPool on its threads): the graph End() returns owns
+// it, and frees its blocks when destroyed; without a graph the scope frees
+// them when it ends.
 class ScopedCapture {
  public:
-  explicit ScopedCapture(int device) : device_(device) {}
+  explicit ScopedCapture(int device, uint64_t memory_pool = 0)
+      : device_(device), memory_pool_(memory_pool) {}
   ~ScopedCapture() {
     if (open_) CudaGraph::EndCapture(device_).status().IgnoreError();
+    if (memory_pool_ != 0) {
+      ReleaseGraphMemoryPool(device_, memory_pool_).IgnoreError();
+    }
   }
   ScopedCapture(const ScopedCapture&) = delete;
   ScopedCapture& operator=(const ScopedCapture&) = delete;
@@ -76,11 +88,14 @@ class ScopedCapture {
   }
   absl::StatusOr<CudaGraph> End() {
     open_ = false;
-    return CudaGraph::EndCapture(device_);
+    absl::StatusOr<CudaGraph> graph = CudaGraph::EndCapture(device_);
+    if (graph.ok()) graph->memory_pool_ = std::exchange(memory_pool_, 0);
+    return graph;
   }
 
  private:
   const int device_;
+  uint64_t memory_pool_;
   bool open_ = false;
 };
 
@@ -108,12 +123,6 @@ class ScopedGraphMemoryPool {
 
 // The calling thread's graph memory pool (0: none); returns the previous.
 uint64_t SetThreadGraphMemoryPool(uint64_t pool_id);
-
-// Gives the free blocks of graph memory pool `pool_id` on `device` back to
-// the driver, after synchronising the device: for a pool whose graph is
-// gone or was never made (a failed capture). Blocks still referenced go
-// back to the pool when freed, and stay cached.
-absl::Status ReleaseGraphMemoryPool(int device, uint64_t pool_id);
 
 }  // namespace mirrortrain::cuda
 
