@@ -142,8 +142,11 @@ class MirroredStrategy::Replica final : public ReplicaContext {
     MT_ASSIGN_OR_RETURN(communication_, cuda::Stream::Create(device_.index));
     MT_ASSIGN_OR_RETURN(reduced_, cuda::Event::Create(device_.index));
     MT_ASSIGN_OR_RETURN(captured_tail_, cuda::Event::Create(device_.index));
+    MT_ASSIGN_OR_RETURN(order_, cuda::Event::Create(device_.index));
     return absl::OkStatus();
   }
+  // Orders a replay with the other replicas' streams (Replay only).
+  cuda::Event& order() { return order_; }
   // nullptr (the thread's default stream) for CPU replicas.
   cuda::StreamHandle compute_stream() const { return compute_.handle(); }
   absl::Status SynchronizeCompute() const {
@@ -230,6 +233,7 @@ class MirroredStrategy::Replica final : public ReplicaContext {
   CollectiveWatchdog* watchdog_;  // Null for CPU replicas.
   cuda::Stream compute_, communication_;
   cuda::Event reduced_;  // After the last collective (comm thread only).
+  cuda::Event order_;
   // While recording (Record): set and cleared by the replica thread around
   // `fn`; the rest written by the communication thread, read by the replica
   // thread once every collective's future is ready.
@@ -390,17 +394,36 @@ std::vector<absl::Status> MirroredStrategy::OnEveryReplica(
 }
 
 absl::Status MirroredStrategy::Run(const ReplicaFn& fn) {
+  return RunReplicas(fn, /*wait=*/true);
+}
+
+absl::Status MirroredStrategy::Enqueue(const ReplicaFn& fn) {
+  return RunReplicas(fn, /*wait=*/false);
+}
+
+absl::Status MirroredStrategy::RunReplicas(const ReplicaFn& fn, bool wait) {
   MT_RETURN_IF_ERROR(broken_);
   const std::vector<absl::Status> status = OnEveryReplica([&](Replica& r) {
-    // The replica's kernels go to its compute stream, and are finished
-    // when Run returns (the caller reads results on its own stream).
+    // The replica's kernels go to its compute stream; Run's are finished
+    // when it returns (the caller reads results on its own stream).
     absl::Status s = CatchAllocationFailure([&] { return fn(r); });
-    absl::Status synced = r.SynchronizeCompute();
+    absl::Status synced = wait ? r.SynchronizeCompute() : absl::OkStatus();
     return s.ok() ? synced : s;
   });
   absl::Status first = RootCause(status, "replica");
   if (!first.ok()) broken_ = first;
   return first;
+}
+
+absl::StatusOr<DeviceFence> MirroredStrategy::Fence() {
+  if (!devices_[0].is_cuda()) return DeviceFence();
+  std::vector<cuda::Event> events;
+  for (const auto& r : replicas_) {
+    MT_ASSIGN_OR_RETURN(cuda::Event e, cuda::Event::Create(r->device().index));
+    MT_RETURN_IF_ERROR(e.Record(r->compute_stream()));
+    events.push_back(std::move(e));
+  }
+  return DeviceFence(std::move(events));
 }
 
 absl::Status MirroredStrategy::CanCaptureRuns() const {
@@ -509,13 +532,24 @@ absl::Status MirroredStrategy::Replay(const cuda::CudaGraph& graph) {
   if (!graph.defined()) {
     return absl::FailedPreconditionError("Replay: nothing was recorded");
   }
-  // Every replica's stream was synchronised by the Run before; the graph
-  // holds all their work, so replica 0's stream is the one to wait for.
+  // The graph holds every replica's part and runs on replica 0's stream
+  // (the capture's origin): it waits for the other replicas' earlier work
+  // (their staged inputs), and their later work waits for it. No host wait.
   Replica& first = *replicas_[0];
-  cuda::ScopedCurrentStream stream(first.compute_stream());
-  absl::Status s = graph.Launch();
-  absl::Status synced = first.SynchronizeCompute();
-  if (s.ok()) s = synced;
+  absl::Status s = absl::OkStatus();
+  for (size_t r = 1; r < replicas_.size() && s.ok(); ++r) {
+    s = replicas_[r]->order().Record(replicas_[r]->compute_stream());
+    if (s.ok())
+      s = replicas_[r]->order().MakeStreamWait(first.compute_stream());
+  }
+  if (s.ok()) {
+    cuda::ScopedCurrentStream stream(first.compute_stream());
+    s = graph.Launch();
+  }
+  if (s.ok()) s = first.order().Record(first.compute_stream());
+  for (size_t r = 1; r < replicas_.size() && s.ok(); ++r) {
+    s = first.order().MakeStreamWait(replicas_[r]->compute_stream());
+  }
   if (!s.ok()) broken_ = s;
   return s;
 }

@@ -10,7 +10,8 @@
 // between them, so replicas do not fight over cores.
 //
 // GPU replicas: each has a compute stream (current on its thread while the
-// replica function runs; synchronised before Run returns) and a
+// replica function runs; synchronised before Run returns, not before
+// Enqueue or Replay do) and a
 // communication stream on which its all-reduces run, ordered after the
 // compute stream by events, so gradient buckets are reduced while backward
 // goes on. Local (device kernel) and NCCL reductions take this one path,
@@ -36,7 +37,8 @@
 // NCCL steps (distinct GPUs, or several processes) are not recorded:
 // CanCaptureRuns says so.
 //
-// Thread contract: Run(), CaptureRun() and Replay() from one thread. On a
+// Thread contract: Run(), Enqueue(), Fence(), CaptureRun() and Replay()
+// from one thread. On a
 // replica error (or the watchdog) the collectives are aborted so no replica
 // waits forever; the strategy is then unusable and Run keeps failing.
 #ifndef MIRRORTRAIN_DISTRIBUTE_MIRRORED_STRATEGY_H_
@@ -80,6 +82,9 @@ class MirroredStrategy final : public Strategy {
   int num_replicas_in_sync() const override { return replicas_in_sync_; }
   int first_replica() const override { return first_replica_; }
   absl::Status Run(const ReplicaFn& fn) override;
+  // GPU replicas: without synchronising their compute streams.
+  absl::Status Enqueue(const ReplicaFn& fn) override;
+  absl::StatusOr<DeviceFence> Fence() override;
   absl::Status CanCaptureRuns() const override;
   absl::StatusOr<cuda::CudaGraph> CaptureRun(const ReplicaFn& fn) override;
   absl::Status Replay(const cuda::CudaGraph& graph) override;
@@ -91,6 +96,8 @@ class MirroredStrategy final : public Strategy {
   MirroredStrategy(std::vector<Device> devices,
                    std::unique_ptr<CrossDeviceOps> ops, int first_replica,
                    int replicas_in_sync, std::chrono::milliseconds watchdog);
+  // Run (`wait`: for the compute streams) or Enqueue.
+  absl::Status RunReplicas(const ReplicaFn& fn, bool wait);
   // Runs `body` once per replica, each on its thread with its compute
   // stream current; a failing replica aborts the collectives. Per replica
   // status.

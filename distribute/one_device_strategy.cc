@@ -1,5 +1,10 @@
 #include "distribute/one_device_strategy.h"
 
+#include <utility>
+#include <vector>
+
+#include "tensor/cuda/cuda_backend.h"
+#include "tensor/cuda/stream.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::distribute {
@@ -25,6 +30,15 @@ class SingleReplicaContext final : public ReplicaContext {
 absl::Status OneDeviceStrategy::Run(const ReplicaFn& fn) {
   SingleReplicaContext ctx(devices_[0]);
   return CatchAllocationFailure([&] { return fn(ctx); });
+}
+
+absl::StatusOr<DeviceFence> OneDeviceStrategy::Fence() {
+  if (!devices_[0].is_cuda()) return DeviceFence();
+  MT_ASSIGN_OR_RETURN(cuda::Event e, cuda::Event::Create(devices_[0].index));
+  MT_RETURN_IF_ERROR(e.Record(cuda::CurrentStream()));
+  std::vector<cuda::Event> events;
+  events.push_back(std::move(e));
+  return DeviceFence(std::move(events));
 }
 
 absl::Status OneDeviceStrategy::CanCaptureRuns() const {

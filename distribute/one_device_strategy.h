@@ -1,5 +1,7 @@
 // Everything on one device, on the calling thread and its current stream;
-// all-reduce is the identity (tf.distribute.OneDeviceStrategy).
+// all-reduce is the identity (tf.distribute.OneDeviceStrategy). Run never
+// waits for the GPU: its work is ordered before the caller's later work on
+// that stream (a host read of a result waits for it).
 #ifndef MIRRORTRAIN_DISTRIBUTE_ONE_DEVICE_STRATEGY_H_
 #define MIRRORTRAIN_DISTRIBUTE_ONE_DEVICE_STRATEGY_H_
 
@@ -13,6 +15,8 @@ class OneDeviceStrategy final : public Strategy {
   int num_replicas() const override { return 1; }
   const std::vector<Device>& devices() const override { return devices_; }
   absl::Status Run(const ReplicaFn& fn) override;
+  // GPU: the point on the calling thread's current stream.
+  absl::StatusOr<DeviceFence> Fence() override;
   // GPU only: the calling thread's current stream is recorded and replayed
   // (no synchronisation: the caller's later work is ordered after it).
   absl::Status CanCaptureRuns() const override;

@@ -72,6 +72,11 @@ absl::StatusOr<cuda::CudaGraph> Strategy::CaptureRun(const ReplicaFn&) {
 
 absl::Status Strategy::Replay(const cuda::CudaGraph&) { return NotCaptured(); }
 
+absl::Status DeviceFence::Wait() const {
+  for (const cuda::Event& e : events_) MT_RETURN_IF_ERROR(e.Synchronize());
+  return absl::OkStatus();
+}
+
 double Strategy::Reduce(ReduceOp op, absl::Span<const double> per_replica) {
   double sum = 0;
   for (double v : per_replica) sum += v;

@@ -7,6 +7,12 @@
 // the replica function once per replica, possibly on replica threads, and
 // returns when all are done. A ReplicaContext is valid only inside the call
 // it was passed to.
+//
+// Device work: each replica's work is ordered after everything it did in
+// earlier calls (Run, Enqueue, Replay). When Run returns its work is done,
+// or (OneDeviceStrategy) enqueued on the calling thread's current stream
+// before anything the caller enqueues there later. Enqueue and Replay may
+// return while it is still queued; a DeviceFence says when it is done.
 #ifndef MIRRORTRAIN_DISTRIBUTE_STRATEGY_H_
 #define MIRRORTRAIN_DISTRIBUTE_STRATEGY_H_
 
@@ -18,6 +24,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "tensor/cuda/cuda_graph.h"
+#include "tensor/cuda/stream.h"
 #include "tensor/device.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/tensor.h"
@@ -108,6 +115,22 @@ absl::Status AccumulateGradients(GradientTape& tape, const Tensor& target,
 
 using ReplicaFn = std::function<absl::Status(ReplicaContext&)>;
 
+// A point in the device work of every replica (Strategy::Fence): what was
+// enqueued before it. Inputs that work reads from memory of other streams
+// (staged batches, pinned host buffers) stay alive until it is reached;
+// host buffers it writes are read after. Empty: nothing was pending.
+class DeviceFence {
+ public:
+  DeviceFence() = default;
+  explicit DeviceFence(std::vector<cuda::Event> events)
+      : events_(std::move(events)) {}
+  // Blocks the calling thread until every replica has reached the point.
+  absl::Status Wait() const;
+
+ private:
+  std::vector<cuda::Event> events_;
+};
+
 // Where the training state (variables, optimizer slots, EMA shadows) lives,
 // which decides how a training loop applies an update.
 enum class VariablePlacement {
@@ -135,6 +158,14 @@ class Strategy {
   virtual int first_replica() const { return 0; }
   // Runs `fn` once per replica; returns the first replica error.
   virtual absl::Status Run(const ReplicaFn& fn) = 0;
+  // As Run, but returns once `fn` has returned on every replica, its device
+  // work possibly still queued (see the header comment): a training loop
+  // prepares the next step while the devices run this one. The default
+  // is Run, for strategies whose device work is done when `fn` returns.
+  virtual absl::Status Enqueue(const ReplicaFn& fn) { return Run(fn); }
+  // The point after every replica's work enqueued so far. The default is
+  // empty, for strategies that leave nothing pending.
+  virtual absl::StatusOr<DeviceFence> Fence() { return DeviceFence(); }
   virtual VariablePlacement variable_placement() const {
     return VariablePlacement::kMirrored;
   }
@@ -158,8 +189,9 @@ class Strategy {
   // synchronisation). The device memory it allocates comes from a pool of
   // the graph's own. A failed recording leaves the strategy usable.
   virtual absl::StatusOr<cuda::CudaGraph> CaptureRun(const ReplicaFn& fn);
-  // Runs a graph CaptureRun recorded, ordered after earlier Runs; when it
-  // returns, the graph's work is done (or ordered) as a Run's would be.
+  // Enqueues a graph CaptureRun recorded: each replica's part is ordered
+  // after that replica's earlier work and before its later work, as an
+  // Enqueue of `fn` would be. Returns without waiting (Fence).
   virtual absl::Status Replay(const cuda::CudaGraph& graph);
 };
 

@@ -6,6 +6,7 @@
 #include <numbers>
 #include <optional>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "distribute/device_set.h"
@@ -16,6 +17,7 @@
 #include "distribute/variable_partitioner.h"
 #include "models/losses.h"
 #include "models/presets.h"
+#include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/stream.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/matmul_precision.h"
@@ -404,10 +406,10 @@ absl::Status Trainer::ClipGradients(std::vector<Tensor>& grads,
   return absl::OkStatus();
 }
 
-absl::Status Trainer::CheckGlobalNorm(const Replica& r,
+absl::Status Trainer::CheckGlobalNorm(const Tensor& global_norm,
                                       absl::string_view where) {
-  if (!r.global_norm.defined()) return absl::OkStatus();
-  const double norm = HostValue(r.global_norm);
+  if (!global_norm.defined()) return absl::OkStatus();
+  const double norm = HostValue(global_norm);
   if (std::isfinite(norm)) return absl::OkStatus();
   return absl::AbortedError(
       absl::StrCat("non-finite gradient global norm (", norm, ") ", where));
@@ -813,16 +815,41 @@ absl::Status Trainer::AfterSteps(LoopState& loop, int64_t step, double loss_sum,
     loop.window_steps = loop.window_samples = 0;
     loop.window_start = std::chrono::steady_clock::now();
   }
-  const bool epoch_end = step % loop.steps_per_epoch == 0;
-  const int64_t every = config_.train.eval_every_epochs;
-  if (epoch_end && every > 0 && (step / loop.steps_per_epoch) % every == 0) {
+  if (EvaluationDue(loop, step)) {
     MT_RETURN_IF_ERROR(EvaluateAndLog(step));
     loop.evaluated_at_end = step == loop.total_steps;
   }
-  const int64_t every_save = config_.checkpoint.every_steps;
-  if (every_save > 0 && step % every_save == 0) MT_RETURN_IF_ERROR(SaveIfNew());
+  if (SaveDue(step)) MT_RETURN_IF_ERROR(SaveIfNew());
   if (step_observer_) step_observer_(step);
   return absl::OkStatus();
+}
+
+bool Trainer::EvaluationDue(const LoopState& loop, int64_t step) const {
+  const int64_t every = config_.train.eval_every_epochs;
+  return step % loop.steps_per_epoch == 0 && every > 0 &&
+         (step / loop.steps_per_epoch) % every == 0;
+}
+
+bool Trainer::SaveDue(int64_t step) const {
+  const int64_t every = config_.checkpoint.every_steps;
+  return every > 0 && step % every == 0;
+}
+
+bool Trainer::ReadsStateAfter(const LoopState& loop, int64_t step) const {
+  const int64_t check_every = config_.distribute.check_replicas_every_steps;
+  return step == loop.total_steps || EvaluationDue(loop, step) ||
+         SaveDue(step) || (check_every > 0 && step % check_every == 0) ||
+         step_observer_ != nullptr;
+}
+
+absl::StatusOr<Tensor> Trainer::HostCopyAsync(const Tensor& t) {
+  if (t.device().is_cpu()) return t;
+  MT_ASSIGN_OR_RETURN(Allocator * pinned, cuda::PinnedHostAllocator());
+  MT_ASSIGN_OR_RETURN(Tensor host,
+                      Tensor::EmptyWith(pinned, t.dtype(), t.shape()));
+  MT_RETURN_IF_ERROR(cuda::CopyAsync(host.raw_data(), Device::Cpu(),
+                                     t.raw_data(), t.device(), t.bytes()));
+  return host;
 }
 
 absl::Status Trainer::FinishTraining(LoopState& loop, int64_t step) {
@@ -889,6 +916,77 @@ absl::Status Trainer::SyncFromChief() {
   return absl::OkStatus();
 }
 
+absl::Status Trainer::PendStep(int64_t step, std::vector<Batch> micro_batches) {
+  PendingStep p;
+  p.step = step;
+  p.micro_batches = std::move(micro_batches);
+  p.losses.resize(replicas_.size());
+  p.global_norms.resize(replicas_.size());
+  // Each replica copies its scalars to the host on its own stream, after
+  // its step, so reading them later needs no other ordering.
+  MT_RETURN_IF_ERROR(strategy_->Enqueue([&](distribute::ReplicaContext& ctx) {
+    const int id = ctx.replica_id();
+    const Replica& r = replicas_[id];
+    MT_ASSIGN_OR_RETURN(p.losses[id], HostCopyAsync(r.loss));
+    if (r.global_norm.defined()) {
+      MT_ASSIGN_OR_RETURN(p.global_norms[id], HostCopyAsync(r.global_norm));
+    }
+    return absl::OkStatus();
+  }));
+  MT_ASSIGN_OR_RETURN(p.done, strategy_->Fence());
+  pending_.push_back(std::move(p));
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::FinishStep(LoopState& loop, int& stop) {
+  const PendingStep p = std::move(pending_.front());
+  pending_.pop_front();
+  MT_RETURN_IF_ERROR(p.done.Wait());
+  const int64_t step = p.step;
+  double loss = 0;
+  for (size_t i = 0; i < replicas_.size(); ++i) {
+    loss += HostValue(p.losses[i]);
+    absl::Status norm =
+        CheckGlobalNorm(p.global_norms[i], absl::StrCat("at step ", step));
+    if (!norm.ok()) {
+      progress_->Finish();
+      return norm;
+    }
+  }
+  // The job's loss and stop decision, the same in every process.
+  absl::StatusOr<int> agreed = AgreeAfterStep(loss);
+  if (!agreed.ok()) {
+    return absl::Status(
+        agreed.status().code(),
+        absl::StrCat("step ", step, ": ", agreed.status().message()));
+  }
+  stop = *agreed;
+  if (!std::isfinite(loss)) {
+    progress_->Finish();
+    return absl::AbortedError(
+        absl::StrCat("non-finite loss (", loss, ") at step ", step));
+  }
+  const int64_t check_every = config_.distribute.check_replicas_every_steps;
+  if (check_every > 0 && step % check_every == 0) {
+    absl::Status same = CheckReplicasIdentical();
+    if (!same.ok()) {
+      progress_->Finish();
+      return absl::InternalError(
+          absl::StrCat("step ", step, ": ", same.message()));
+    }
+  }
+  int64_t samples = 0;
+  for (const Batch& b : p.micro_batches) samples += b.labels.dim(0);
+  return AfterSteps(loop, step, loss, 1, samples);
+}
+
+void Trainer::DiscardPendingSteps() {
+  // An error here leaves nothing better to do than what the caller does
+  // with the error that ended the loop.
+  for (const PendingStep& p : pending_) p.done.Wait().IgnoreError();
+  pending_.clear();
+}
+
 absl::Status Trainer::Train() {
   LoopState loop;
   loop.steps_per_epoch = StepsPerEpoch();
@@ -906,6 +1004,9 @@ absl::Status Trainer::Train() {
         absl::StrCat("train.cuda_graph: eager steps: ", cuda_graph_.reason));
   }
   if (ps_) return TrainAsync(loop);
+  // However the loop ends, no device work is left reading or writing what
+  // the pending steps hold.
+  absl::Cleanup settle = [this] { DiscardPendingSteps(); };
   int64_t step = global_step();
   double no_loss = 0;
   MT_ASSIGN_OR_RETURN(int stop, AgreeAfterStep(no_loss));
@@ -913,45 +1014,18 @@ absl::Status Trainer::Train() {
     // One process: a signal received since (during logging, evaluation or
     // saving) counts at once, as it always did.
     if (processes_->size() == 1) stop = StopSignal();
-    if (stop != 0) return StopBySignal(step);
-    MT_ASSIGN_OR_RETURN(const std::vector<Batch> micro_batches,
-                        NextMicroBatches());
+    if (stop != 0) {
+      while (!pending_.empty()) MT_RETURN_IF_ERROR(FinishStep(loop, stop));
+      return StopBySignal(step);
+    }
+    MT_ASSIGN_OR_RETURN(std::vector<Batch> micro_batches, NextMicroBatches());
     MT_RETURN_IF_ERROR(Step(micro_batches, step));
     ++step;
-    double loss = 0;
-    for (const Replica& r : replicas_) {
-      loss += HostValue(r.loss);
-      absl::Status norm = CheckGlobalNorm(r, absl::StrCat("at step ", step));
-      if (!norm.ok()) {
-        progress_->Finish();
-        return norm;
-      }
-    }
-    // The job's loss and stop decision, the same in every process.
-    absl::StatusOr<int> agreed = AgreeAfterStep(loss);
-    if (!agreed.ok()) {
-      return absl::Status(
-          agreed.status().code(),
-          absl::StrCat("step ", step, ": ", agreed.status().message()));
-    }
-    stop = *agreed;
-    if (!std::isfinite(loss)) {
-      progress_->Finish();
-      return absl::AbortedError(
-          absl::StrCat("non-finite loss (", loss, ") at step ", step));
-    }
-    const int64_t check_every = config_.distribute.check_replicas_every_steps;
-    if (check_every > 0 && step % check_every == 0) {
-      absl::Status same = CheckReplicasIdentical();
-      if (!same.ok()) {
-        progress_->Finish();
-        return absl::InternalError(
-            absl::StrCat("step ", step, ": ", same.message()));
-      }
-    }
-    int64_t samples = 0;
-    for (const Batch& b : micro_batches) samples += b.labels.dim(0);
-    MT_RETURN_IF_ERROR(AfterSteps(loop, step, loss, 1, samples));
+    MT_RETURN_IF_ERROR(PendStep(step, std::move(micro_batches)));
+    // The devices run this step while the host prepares the next, unless
+    // the state after it is read (evaluation, checkpoint, checks).
+    const size_t keep = ReadsStateAfter(loop, step) ? 0 : kStepsInFlight - 1;
+    while (pending_.size() > keep) MT_RETURN_IF_ERROR(FinishStep(loop, stop));
   }
   return FinishTraining(loop, step);
 }

@@ -36,6 +36,7 @@
 #define MIRRORTRAIN_TRAINER_TRAINER_H_
 
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -279,6 +280,38 @@ class Trainer {
                           int64_t steps, int64_t samples);
   // Writes a checkpoint unless the state at this step is saved already.
   absl::Status SaveIfNew();
+  // Whether the loop evaluates, or saves, after `step`.
+  bool EvaluationDue(const LoopState& loop, int64_t step) const;
+  bool SaveDue(int64_t step) const;
+  // Whether anything reads the training state after `step` (evaluation,
+  // checkpoint, the replica check, a step observer, the end): then no
+  // later step may be enqueued before it is finished.
+  bool ReadsStateAfter(const LoopState& loop, int64_t step) const;
+
+  // Steps the synchronous loop has enqueued but not finished: one runs on
+  // the devices while the host prepares the next. A pending step keeps its
+  // batches (which its copies may still read) and gets host copies of its
+  // loss and global norms, read when `done` is reached.
+  static constexpr size_t kStepsInFlight = 2;
+  struct PendingStep {
+    int64_t step = 0;  // The global step after it.
+    std::vector<Batch> micro_batches;
+    std::vector<Tensor> losses, global_norms;  // Per replica, on the host.
+    distribute::DeviceFence done;
+  };
+  // Enqueues the copies of the step's scalars and its fence.
+  absl::Status PendStep(int64_t step, std::vector<Batch> micro_batches);
+  // Waits for the oldest pending step, then does what follows a step:
+  // checks its loss and global norm, agrees on `stop` with the other
+  // processes, checks the replicas, logs, evaluates and saves as due.
+  absl::Status FinishStep(LoopState& loop, int& stop);
+  // Waits for the pending steps' device work and drops them unread (the
+  // loop ended with an error).
+  void DiscardPendingSteps();
+  // `t` in host memory: itself on a CPU; else a pinned copy that is
+  // complete once the calling thread's current stream gets there.
+  static absl::StatusOr<Tensor> HostCopyAsync(const Tensor& t);
+
   // Multi-process: every process takes the chief's training state, step
   // and input position (after the chief restored a checkpoint), and fails
   // unless its config hashes as the chief's.
@@ -311,9 +344,10 @@ class Trainer {
   // checked after the step (CheckGlobalNorm).
   absl::Status ClipGradients(std::vector<Tensor>& grads,
                              Tensor* global_norm) const;
-  // An error naming `where` when replica `r`'s last global norm is not
-  // finite (clip_global_norm; TensorFlow would go on with NaN gradients).
-  static absl::Status CheckGlobalNorm(const Replica& r,
+  // An error naming `where` when a step's global norm (a scalar on any
+  // device; undefined without clip_global_norm) is not finite (TensorFlow
+  // would go on with NaN gradients).
+  static absl::Status CheckGlobalNorm(const Tensor& global_norm,
                                       absl::string_view where);
   absl::Status EvaluateAndLog(int64_t step);
   // train.steps, or train.epochs times the batches of an epoch; an error
@@ -354,6 +388,7 @@ class Trainer {
   std::unique_ptr<distribute::Strategy> strategy_;
   CudaGraphDecision cuda_graph_;
   StepGraph step_graph_;
+  std::deque<PendingStep> pending_;
   std::vector<Replica> replicas_;
   // The one copy of the training state (central_storage), or the gathered
   // copy of the parameter servers' (parameter_server); null when mirrored.

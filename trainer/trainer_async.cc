@@ -83,8 +83,8 @@ absl::Status Trainer::WorkerLoop(distribute::ReplicaContext& ctx) {
       return absl::AbortedError(absl::StrCat(
           "non-finite loss (", loss, ") in the update read at step ", *read));
     }
-    MT_RETURN_IF_ERROR(
-        CheckGlobalNorm(r, absl::StrCat("in the update read at step ", *read)));
+    MT_RETURN_IF_ERROR(CheckGlobalNorm(
+        r.global_norm, absl::StrCat("in the update read at step ", *read)));
     absl::StatusOr<int64_t> ticket = updates.Reserve(w);
     // Over: this gradient is dropped, never pushed.
     if (absl::IsOutOfRange(ticket.status())) return absl::OkStatus();

@@ -8,7 +8,8 @@
 // into one graph (Strategy::CaptureRun) whose memory comes from its own
 // pool, so eager work between replays (evaluation, checkpoints, an epoch's
 // short last batch) never gets memory the graph writes. A replay is then
-// one launch.
+// one launch, and neither it nor the staging waits for the devices: the
+// loop reads the step's loss once it is done (Trainer::PendStep).
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -39,7 +40,8 @@ absl::Status Trainer::GraphedStep(absl::Span<const Batch> micro_batches,
     g.eager_steps = std::min(g.eager_steps + 1, kCudaGraphWarmupSteps);
     return eager();
   }
-  MT_RETURN_IF_ERROR(strategy_->Run([&](distribute::ReplicaContext& ctx) {
+  // Enqueued: the copies wait on the devices for the previous replay.
+  MT_RETURN_IF_ERROR(strategy_->Enqueue([&](distribute::ReplicaContext& ctx) {
     return StageGraphInputs(ctx, micro_batches, step);
   }));
   bool stale = !g.graph.defined();

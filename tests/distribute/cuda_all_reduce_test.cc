@@ -13,6 +13,8 @@
 #include "tensor/cuda/stream.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/math_ops.h"
+#include "tensor/ops/matmul.h"
+#include "tensor/ops/reduction_ops.h"
 #include "tensor/status_macros.h"
 #include "tests/tensor/cuda_test_util.h"
 
@@ -230,6 +232,10 @@ TEST_F(CudaCollectivesTest, RecordedStepsOfLogicalReplicasReplayAsEagerRuns) {
   for (int step = 0; step < 3; ++step) {
     ASSERT_TRUE((*graphed)->Replay(*graph).ok());
   }
+  // Replay does not wait; the host reads below are on another stream.
+  absl::StatusOr<DeviceFence> done = (*graphed)->Fence();
+  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_TRUE(done->Wait().ok());
   for (int r = 0; r < 3; ++r) {
     EXPECT_EQ(a[r].To(Device::Cpu())->ToVector<float>(),
               b[r].To(Device::Cpu())->ToVector<float>())
@@ -238,6 +244,89 @@ TEST_F(CudaCollectivesTest, RecordedStepsOfLogicalReplicasReplayAsEagerRuns) {
   // Every replica holds the same (reduced) state.
   EXPECT_EQ(b[0].To(Device::Cpu())->ToVector<float>(),
             b[2].To(Device::Cpu())->ToVector<float>());
+}
+
+// A step that reads its input late: a chain of products first (a few
+// milliseconds on the GPU), then x += sum of the input's rows. Staging the
+// next input while a replay of this one still runs would change the sum.
+absl::Status LateReadingStep(ReplicaContext& ctx, const Tensor& slow,
+                             std::vector<Tensor>& inputs,
+                             std::vector<Tensor>& x) {
+  Tensor y = slow;
+  for (int i = 0; i < 24; ++i) {
+    MT_ASSIGN_OR_RETURN(y, ops::MatMul(y, slow));
+    MT_ASSIGN_OR_RETURN(y, ops::Scale(y, 1.0 / 1024));
+  }
+  const int id = ctx.replica_id();
+  MT_ASSIGN_OR_RETURN(Tensor rows, ops::ReduceSum(inputs[id], {0}));
+  MT_ASSIGN_OR_RETURN(Tensor zero, ops::ReduceSum(y, {0}));
+  MT_ASSIGN_OR_RETURN(zero, ops::Scale(zero, 0.0));
+  MT_ASSIGN_OR_RETURN(Tensor next, ops::Add(x[id], rows));
+  MT_ASSIGN_OR_RETURN(next, ops::Add(next, zero));
+  return x[id].CopyFrom(next);
+}
+
+TEST_F(CudaCollectivesTest, EnqueuedStagingAndReplaysKeepTheirOrderUnwaited) {
+  const std::vector<Device> devices(3, Device::Cuda(0));
+  auto strategy = MirroredStrategy::Create(devices, {"auto", 1 << 20, 60.0});
+  ASSERT_TRUE(strategy.ok()) << strategy.status();
+  const Device gpu = Device::Cuda(0);
+  const Tensor slow = *Tensor::HostFull(DType::kF32, {1024, 1024}, 1.0).To(gpu);
+  constexpr int kSteps = 6;
+  // Step k's input for replica r: 1024 rows of (k + 1) * (r + 1).
+  std::vector<std::vector<Tensor>> sources(kSteps);
+  for (int k = 0; k < kSteps; ++k) {
+    for (int r = 0; r < 3; ++r) {
+      sources[k].push_back(
+          *Tensor::HostFull(DType::kF32, {1024, 1024}, (k + 1) * (r + 1))
+               .To(gpu));
+    }
+  }
+  std::vector<Tensor> inputs, x;
+  for (int r = 0; r < 3; ++r) {
+    inputs.push_back(*Tensor::Zeros(DType::kF32, {1024, 1024}, gpu));
+    x.push_back(*Tensor::Zeros(DType::kF32, {1024}, gpu));
+  }
+  absl::StatusOr<cuda::CudaGraph> graph =
+      (*strategy)->CaptureRun([&](ReplicaContext& ctx) {
+        return LateReadingStep(ctx, slow, inputs, x);
+      });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  Allocator* pinned = *cuda::PinnedHostAllocator();
+  // x after each step, copied to the host by each replica after the
+  // replay, as the trainer copies its loss.
+  std::vector<std::vector<Tensor>> seen(kSteps, std::vector<Tensor>(3));
+  for (int k = 0; k < kSteps; ++k) {
+    ASSERT_TRUE((*strategy)
+                    ->Enqueue([&](ReplicaContext& ctx) {
+                      const int r = ctx.replica_id();
+                      return inputs[r].CopyFrom(sources[k][r]);
+                    })
+                    .ok());
+    ASSERT_TRUE((*strategy)->Replay(*graph).ok());
+    ASSERT_TRUE(
+        (*strategy)
+            ->Enqueue([&](ReplicaContext& ctx) -> absl::Status {
+              const int r = ctx.replica_id();
+              MT_ASSIGN_OR_RETURN(
+                  seen[k][r], Tensor::EmptyWith(pinned, DType::kF32, {1024}));
+              return cuda::CopyAsync(seen[k][r].raw_data(), Device::Cpu(),
+                                     x[r].raw_data(), gpu, x[r].bytes());
+            })
+            .ok());
+  }
+  absl::StatusOr<DeviceFence> done = (*strategy)->Fence();
+  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_TRUE(done->Wait().ok());
+  for (int r = 0; r < 3; ++r) {
+    double want = 0;
+    for (int k = 0; k < kSteps; ++k) {
+      want += 1024.0 * (k + 1) * (r + 1);
+      const std::vector<float> got = seen[k][r].ToVector<float>();
+      EXPECT_EQ(got.front(), want) << "replica " << r << " step " << k;
+      EXPECT_EQ(got.back(), want) << "replica " << r << " step " << k;
+    }
+  }
 }
 
 TEST_F(CudaCollectivesTest, AFailedRecordingLeavesTheStrategyUsable) {
