@@ -588,7 +588,7 @@ absl::Status Trainer::Step(absl::Span<const Batch> micro_batches,
     s = GraphedStep(micro_batches, step);
     ReportCudaGraphFailure(step);
   } else if (s.ok()) {
-    s = strategy_->Run([&](distribute::ReplicaContext& ctx) {
+    s = strategy_->Enqueue([&](distribute::ReplicaContext& ctx) {
       return EagerReplicaStep(ctx, micro_batches, step);
     });
   }

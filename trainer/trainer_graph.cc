@@ -24,7 +24,7 @@ absl::Status Trainer::GraphedStep(absl::Span<const Batch> micro_batches,
                                   int64_t step) {
   StepGraph& g = step_graph_;
   const auto eager = [&] {
-    return strategy_->Run([&](distribute::ReplicaContext& ctx) {
+    return strategy_->Enqueue([&](distribute::ReplicaContext& ctx) {
       return EagerReplicaStep(ctx, micro_batches, step);
     });
   };
