@@ -9,6 +9,7 @@
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/op.h"
+#include "tensor/ops/fused_ops.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/parallel.h"
@@ -17,6 +18,7 @@
 namespace mirrortrain::ops {
 namespace {
 MT_DECLARE_OP(kConv2DOp);
+MT_DECLARE_OP(kConv2DBiasReluOp);
 }  // namespace
 namespace {
 
@@ -195,9 +197,12 @@ absl::Status ForEachGpuChunk(const ConvGeometry& g, DType dtype, Device device,
   return absl::OkStatus();
 }
 
-// y2 [N * OH * OW, O] = im2col(x) @ w2, every row written.
+// y2 [N * OH * OW, O] = im2col(x) @ w2, every row written; with
+// `relu_bias`, relu(... + bias): in the GEMM's cuBLASLt epilogue where it
+// applies, else in one pass over the chunk's rows after it.
 absl::Status GpuForward(const ConvGeometry& g, const Tensor& x,
-                        const Tensor& w2, const Tensor& y2) {
+                        const Tensor& w2, const Tensor& y2,
+                        const Tensor* relu_bias) {
   return ForEachGpuChunk(
       g, x.dtype(), x.device(),
       [&](int64_t i0, int64_t images, Tensor& cols) -> absl::Status {
@@ -205,7 +210,16 @@ absl::Status GpuForward(const ConvGeometry& g, const Tensor& x,
                                         cols.raw_data(), x.device().index));
         MT_ASSIGN_OR_RETURN(Tensor out,
                             y2.SliceRows(i0 * g.pixels(), images * g.pixels()));
-        return internal::Gemm(cols, w2, false, false, 1.0, 0.0, out);
+        if (relu_bias == nullptr) {
+          return internal::Gemm(cols, w2, false, false, 1.0, 0.0, out);
+        }
+        MT_ASSIGN_OR_RETURN(const bool fused,
+                            internal::FusedGemmBias(cols, w2, false, false,
+                                                    *relu_bias, true, out));
+        if (fused) return absl::OkStatus();
+        MT_RETURN_IF_ERROR(
+            internal::Gemm(cols, w2, false, false, 1.0, 0.0, out));
+        return internal::BiasRelu(out, *relu_bias, out);
       });
 }
 
@@ -247,9 +261,12 @@ void SetConvGpuColumnBytes(int64_t bytes) {
 
 }  // namespace internal
 
-absl::StatusOr<Tensor> Conv2D(const Tensor& x, const Tensor& filter,
-                              const Conv2DOptions& options) {
-  MT_ASSIGN_OR_RETURN(ConvGeometry g, Geometry(x, filter, options));
+namespace {
+
+// Conv2D's forward, unrecorded; with `relu_bias`, relu(conv + bias).
+absl::StatusOr<Tensor> ConvForward(const ConvGeometry& g, const Tensor& x,
+                                   const Tensor& filter,
+                                   const Tensor* relu_bias) {
   // The GEMMs (beta 0) write every output; zeros only for an empty patch.
   const bool gemm = g.n * g.pixels() * g.o > 0 && g.patch() > 0;
   const Shape y_shape{g.n, g.oh, g.ow, g.o};
@@ -259,9 +276,12 @@ absl::StatusOr<Tensor> Conv2D(const Tensor& x, const Tensor& filter,
   if (gemm && x.device().is_cuda()) {
     MT_ASSIGN_OR_RETURN(Tensor w2, filter.Reshaped({g.patch(), g.o}));
     MT_ASSIGN_OR_RETURN(Tensor y2, y.Reshaped({g.n * g.pixels(), g.o}));
-    MT_RETURN_IF_ERROR(internal::KernelError("Conv2D", GpuForward(g, x, w2, y2),
-                                             {&x, &filter}));
-  } else if (gemm) {
+    MT_RETURN_IF_ERROR(internal::KernelError(
+        relu_bias != nullptr ? "Conv2DBiasRelu" : "Conv2D",
+        GpuForward(g, x, w2, y2, relu_bias), {&x, &filter}));
+    return y;
+  }
+  if (gemm) {
     MT_ASSIGN_OR_RETURN(Tensor w2, filter.Reshaped({g.patch(), g.o}));
     MT_ASSIGN_OR_RETURN(Tensor y2, y.Reshaped({g.n * g.pixels(), g.o}));
     MT_RETURN_IF_ERROR(ForEachChunk(
@@ -276,113 +296,156 @@ absl::StatusOr<Tensor> Conv2D(const Tensor& x, const Tensor& filter,
                                 /*parallel=*/false);
         }));
   }
+  // The CPU (and an empty product): Conv2D then BiasAddRelu's pass, in
+  // place, so the fused op's numbers are exactly its parts'.
+  if (relu_bias != nullptr)
+    MT_RETURN_IF_ERROR(internal::BiasRelu(y, *relu_bias, y));
+  return y;
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> Conv2D(const Tensor& x, const Tensor& filter,
+                              const Conv2DOptions& options) {
+  MT_ASSIGN_OR_RETURN(ConvGeometry g, Geometry(x, filter, options));
+  MT_ASSIGN_OR_RETURN(Tensor y, ConvForward(g, x, filter, nullptr));
   tape::RecordOperation(kConv2DOp, {x, filter}, {y}, ConvAttrs{g});
+  return y;
+}
+
+absl::StatusOr<Tensor> Conv2DBiasRelu(const Tensor& x, const Tensor& filter,
+                                      const Tensor& bias,
+                                      const Conv2DOptions& options) {
+  constexpr const char* kOp = "Conv2DBiasRelu";
+  MT_ASSIGN_OR_RETURN(ConvGeometry g, Geometry(x, filter, options));
+  MT_RETURN_IF_ERROR(internal::CheckFloatingSame(kOp, {&x, &filter, &bias}));
+  if (bias.rank() != 1 || bias.dim(0) != g.o) {
+    return OpError(kOp, "bias must be 1-D with one value per filter",
+                   {&filter, &bias});
+  }
+  MT_ASSIGN_OR_RETURN(Tensor y, ConvForward(g, x, filter, &bias));
+  tape::RecordOperation(kConv2DBiasReluOp, {x, filter, bias}, {y},
+                        ConvAttrs{g});
   return y;
 }
 
 namespace {
 
-// dfilter = cols^T @ dy and dx = col2im(dy @ filter^T), chunk by chunk.
-MT_OP(
-    kConv2DOp, "Conv2D",
-    [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
-      const ConvGeometry& geo = std::any_cast<const ConvAttrs&>(op.attrs).geo;
-      const Tensor& x = op.inputs[0];
-      const Tensor& filter = op.inputs[1];
-      const Tensor& dy = g[0];
-      const DType dt = x.dtype();
-      if (dy.device().is_cuda()) {
-        // The GEMMs write all of dw and col2im all of dx; zeros otherwise.
-        const bool gemm = dy.num_elements() > 0 && geo.patch() > 0;
-        auto make = [&](const Shape& shape) {
-          return gemm ? Tensor::Empty(dt, shape, dy.device())
-                      : Tensor::Zeros(dt, shape, dy.device());
-        };
-        Tensor dx, dw, dw2;
-        if (needs[0]) {
-          MT_ASSIGN_OR_RETURN(dx, make(x.shape()));
-        }
-        if (needs[1]) {
-          MT_ASSIGN_OR_RETURN(dw, make(filter.shape()));
-          MT_ASSIGN_OR_RETURN(dw2, dw.Reshaped({geo.patch(), geo.o}));
-        }
-        if (gemm) {
-          MT_ASSIGN_OR_RETURN(Tensor w2, filter.Reshaped({geo.patch(), geo.o}));
-          MT_ASSIGN_OR_RETURN(Tensor dy2,
-                              dy.Reshaped({geo.n * geo.pixels(), geo.o}));
-          MT_RETURN_IF_ERROR(internal::KernelError(
-              "Conv2DBackprop",
-              GpuBackward(geo, x, w2, dy2, needs[0] ? &dx : nullptr,
-                          needs[1] ? &dw2 : nullptr),
-              {&dy}));
-        }
-        if (needs[0]) (*grads)[0] = std::move(dx);
-        if (needs[1]) (*grads)[1] = std::move(dw);
+// dfilter = cols^T @ dy and dx = col2im(dy @ filter^T), chunk by chunk:
+// (*grads)[0] for x where needs[0], [1] for the filter where needs[1].
+absl::Status ConvGrads(const ConvGeometry& geo, const Tensor& x,
+                       const Tensor& filter, const Tensor& dy,
+                       absl::Span<const bool> needs, Grads* grads) {
+  const DType dt = x.dtype();
+  if (dy.device().is_cuda()) {
+    // The GEMMs write all of dw and col2im all of dx; zeros otherwise.
+    const bool gemm = dy.num_elements() > 0 && geo.patch() > 0;
+    auto make = [&](const Shape& shape) {
+      return gemm ? Tensor::Empty(dt, shape, dy.device())
+                  : Tensor::Zeros(dt, shape, dy.device());
+    };
+    Tensor dx, dw, dw2;
+    if (needs[0]) {
+      MT_ASSIGN_OR_RETURN(dx, make(x.shape()));
+    }
+    if (needs[1]) {
+      MT_ASSIGN_OR_RETURN(dw, make(filter.shape()));
+      MT_ASSIGN_OR_RETURN(dw2, dw.Reshaped({geo.patch(), geo.o}));
+    }
+    if (gemm) {
+      MT_ASSIGN_OR_RETURN(Tensor w2, filter.Reshaped({geo.patch(), geo.o}));
+      MT_ASSIGN_OR_RETURN(Tensor dy2,
+                          dy.Reshaped({geo.n * geo.pixels(), geo.o}));
+      MT_RETURN_IF_ERROR(internal::KernelError(
+          "Conv2DBackprop",
+          GpuBackward(geo, x, w2, dy2, needs[0] ? &dx : nullptr,
+                      needs[1] ? &dw2 : nullptr),
+          {&dy}));
+    }
+    if (needs[0]) (*grads)[0] = std::move(dx);
+    if (needs[1]) (*grads)[1] = std::move(dw);
+    return absl::OkStatus();
+  }
+  MT_RETURN_IF_ERROR(internal::CheckHost("Conv2DBackprop", {&dy}));
+  Tensor dx, dw;
+  if (needs[0]) dx = Tensor::HostZeros(dt, x.shape());
+  if (needs[1]) dw = Tensor::HostZeros(dt, filter.shape());
+  if (dy.num_elements() > 0 && geo.patch() > 0) {
+    MT_ASSIGN_OR_RETURN(Tensor w2, filter.Reshaped({geo.patch(), geo.o}));
+    MT_ASSIGN_OR_RETURN(Tensor dy2, dy.Reshaped({geo.n * geo.pixels(), geo.o}));
+    Tensor dw2;
+    if (needs[1]) dw2 = *dw.Reshaped({geo.patch(), geo.o});
+    const int64_t image_elems = geo.h * geo.w * geo.c;
+    const int64_t chunk = ChunkFor(geo, dt);
+    const int64_t chunks = (geo.n + chunk - 1) / chunk;
+    // One filter-gradient partial per chunk, summed in chunk order
+    // afterwards: the result does not depend on the thread count.
+    Tensor partials;
+    if (needs[1])
+      partials = Tensor::HostEmpty(dt, {chunks * geo.patch(), geo.o});
+    MT_RETURN_IF_ERROR(ForEachChunk(
+        geo, dt, chunk,
+        [&](int64_t c, int64_t i0, int64_t images,
+            Tensor& cols) -> absl::Status {
+          MT_ASSIGN_OR_RETURN(
+              Tensor dy_rows,
+              dy2.SliceRows(i0 * geo.pixels(), images * geo.pixels()));
+          if (needs[1]) {
+            MT_DISPATCH_FLOAT(dt, T,
+                              Im2Col<T>(geo, x.data<T>() + i0 * image_elems,
+                                        images, cols.data<T>()));
+            MT_ASSIGN_OR_RETURN(
+                Tensor part, partials.SliceRows(c * geo.patch(), geo.patch()));
+            MT_RETURN_IF_ERROR(internal::Gemm(cols, dy_rows, true, false, 1.0,
+                                              0.0, part,
+                                              /*parallel=*/false));
+          }
+          if (needs[0]) {
+            MT_RETURN_IF_ERROR(internal::Gemm(dy_rows, w2, false, true, 1.0,
+                                              0.0, cols,
+                                              /*parallel=*/false));
+            MT_DISPATCH_FLOAT(dt, T,
+                              Col2Im<T>(geo, cols.data<T>(), images,
+                                        dx.data<T>() + i0 * image_elems));
+          }
+          return absl::OkStatus();
+        }));
+    if (needs[1]) {
+      const int64_t size = geo.patch() * geo.o;
+      MT_DISPATCH_FLOAT(dt, T, {
+        const T* p = partials.data<T>();
+        T* out = dw2.data<T>();
+        ParallelFor(size, 1 << 14, [&](int64_t begin, int64_t end) {
+          for (int64_t c = 0; c < chunks; ++c) {
+            for (int64_t i = begin; i < end; ++i) out[i] += p[c * size + i];
+          }
+        });
+      });
+    }
+  }
+  if (needs[0]) (*grads)[0] = std::move(dx);
+  if (needs[1]) (*grads)[1] = std::move(dw);
+  return absl::OkStatus();
+}
+
+MT_OP(kConv2DOp, "Conv2D",
+      [](const OpRecord& op, auto g, auto needs, Grads* grads) {
+        return ConvGrads(std::any_cast<const ConvAttrs&>(op.attrs).geo,
+                         op.inputs[0], op.inputs[1], g[0], needs, grads);
+      });
+
+// BiasAddRelu's masked pass (dz, and the bias sum with it), then Conv2D's.
+MT_OP(kConv2DBiasReluOp, "Conv2DBiasRelu",
+      [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+        Tensor dz, db;
+        MT_RETURN_IF_ERROR(internal::BiasReluGrads(
+            op.outputs[0], g[0], op.inputs[2].shape(), needs[2], &dz, &db));
+        MT_RETURN_IF_ERROR(
+            ConvGrads(std::any_cast<const ConvAttrs&>(op.attrs).geo,
+                      op.inputs[0], op.inputs[1], dz, needs, grads));
+        if (needs[2]) (*grads)[2] = std::move(db);
         return absl::OkStatus();
-      }
-      MT_RETURN_IF_ERROR(internal::CheckHost("Conv2DBackprop", {&dy}));
-      Tensor dx, dw;
-      if (needs[0]) dx = Tensor::HostZeros(dt, x.shape());
-      if (needs[1]) dw = Tensor::HostZeros(dt, filter.shape());
-      if (dy.num_elements() > 0 && geo.patch() > 0) {
-        MT_ASSIGN_OR_RETURN(Tensor w2, filter.Reshaped({geo.patch(), geo.o}));
-        MT_ASSIGN_OR_RETURN(Tensor dy2,
-                            dy.Reshaped({geo.n * geo.pixels(), geo.o}));
-        Tensor dw2;
-        if (needs[1]) dw2 = *dw.Reshaped({geo.patch(), geo.o});
-        const int64_t image_elems = geo.h * geo.w * geo.c;
-        const int64_t chunk = ChunkFor(geo, dt);
-        const int64_t chunks = (geo.n + chunk - 1) / chunk;
-        // One filter-gradient partial per chunk, summed in chunk order
-        // afterwards: the result does not depend on the thread count.
-        Tensor partials;
-        if (needs[1])
-          partials = Tensor::HostEmpty(dt, {chunks * geo.patch(), geo.o});
-        MT_RETURN_IF_ERROR(ForEachChunk(
-            geo, dt, chunk,
-            [&](int64_t c, int64_t i0, int64_t images,
-                Tensor& cols) -> absl::Status {
-              MT_ASSIGN_OR_RETURN(
-                  Tensor dy_rows,
-                  dy2.SliceRows(i0 * geo.pixels(), images * geo.pixels()));
-              if (needs[1]) {
-                MT_DISPATCH_FLOAT(dt, T,
-                                  Im2Col<T>(geo, x.data<T>() + i0 * image_elems,
-                                            images, cols.data<T>()));
-                MT_ASSIGN_OR_RETURN(
-                    Tensor part,
-                    partials.SliceRows(c * geo.patch(), geo.patch()));
-                MT_RETURN_IF_ERROR(internal::Gemm(cols, dy_rows, true, false,
-                                                  1.0, 0.0, part,
-                                                  /*parallel=*/false));
-              }
-              if (needs[0]) {
-                MT_RETURN_IF_ERROR(internal::Gemm(dy_rows, w2, false, true, 1.0,
-                                                  0.0, cols,
-                                                  /*parallel=*/false));
-                MT_DISPATCH_FLOAT(dt, T,
-                                  Col2Im<T>(geo, cols.data<T>(), images,
-                                            dx.data<T>() + i0 * image_elems));
-              }
-              return absl::OkStatus();
-            }));
-        if (needs[1]) {
-          const int64_t size = geo.patch() * geo.o;
-          MT_DISPATCH_FLOAT(dt, T, {
-            const T* p = partials.data<T>();
-            T* out = dw2.data<T>();
-            ParallelFor(size, 1 << 14, [&](int64_t begin, int64_t end) {
-              for (int64_t c = 0; c < chunks; ++c) {
-                for (int64_t i = begin; i < end; ++i) out[i] += p[c * size + i];
-              }
-            });
-          });
-        }
-      }
-      if (needs[0]) (*grads)[0] = std::move(dx);
-      if (needs[1]) (*grads)[1] = std::move(dw);
-      return absl::OkStatus();
-    });
+      });
 
 }  // namespace
 }  // namespace mirrortrain::ops

@@ -21,6 +21,15 @@ struct Conv2DOptions {
 absl::StatusOr<Tensor> Conv2D(const Tensor& x, const Tensor& filter,
                               const Conv2DOptions& options = {});
 
+// relu(conv2d(x, filter) + bias), bias [O]: a Conv2D layer with relu as one
+// op. On GPUs (f32) each chunk's GEMM adds the bias and applies relu in its
+// cuBLASLt epilogue; elsewhere Conv2D, then BiasAddRelu's pass in place
+// (the same numbers as Conv2D then BiasAddRelu). The gradient is
+// BiasAddRelu's masked pass (dz and the bias sum together), then Conv2D's.
+absl::StatusOr<Tensor> Conv2DBiasRelu(const Tensor& x, const Tensor& filter,
+                                      const Tensor& bias,
+                                      const Conv2DOptions& options = {});
+
 namespace internal {
 // Caps the GPU column buffer at `bytes` (0 restores 256 MiB); tests use it
 // to force several chunks. Process-wide.

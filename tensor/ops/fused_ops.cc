@@ -69,7 +69,10 @@ void BiasReluBackward(const T* y, const T* dy, T* dz, T* db, int64_t rows,
   }
 }
 
-// y = relu(x + bias), bias along the last dimension; y may be x.
+}  // namespace
+
+namespace internal {
+
 absl::Status BiasRelu(const Tensor& x, const Tensor& bias, Tensor& y) {
   const int64_t cols = bias.dim(0);
   const int64_t rows = cols == 0 ? 0 : x.num_elements() / cols;
@@ -86,7 +89,7 @@ absl::Status BiasRelu(const Tensor& x, const Tensor& bias, Tensor& y) {
   return absl::OkStatus();
 }
 
-}  // namespace
+}  // namespace internal
 
 absl::StatusOr<Tensor> BiasAddRelu(const Tensor& x, const Tensor& bias) {
   constexpr const char* kOp = "BiasAddRelu";
@@ -97,7 +100,7 @@ absl::StatusOr<Tensor> BiasAddRelu(const Tensor& x, const Tensor& bias) {
   }
   MT_ASSIGN_OR_RETURN(Tensor y,
                       Tensor::Empty(x.dtype(), x.shape(), x.device()));
-  MT_RETURN_IF_ERROR(BiasRelu(x, bias, y));
+  MT_RETURN_IF_ERROR(internal::BiasRelu(x, bias, y));
   tape::RecordOperation(kBiasAddReluOp, {x, bias}, {y});
   return y;
 }
@@ -122,16 +125,14 @@ absl::StatusOr<Tensor> MatMulBiasRelu(const Tensor& x, const Tensor& kernel,
     // The product, then bias and relu in one pass over it, in place: the
     // numbers of MatMul then BiasAddRelu.
     MT_RETURN_IF_ERROR(internal::Gemm(x, kernel, false, false, 1.0, 0.0, y));
-    MT_RETURN_IF_ERROR(BiasRelu(y, bias, y));
+    MT_RETURN_IF_ERROR(internal::BiasRelu(y, bias, y));
   }
   tape::RecordOperation(kMatMulBiasReluOp, {x, kernel, bias}, {y});
   return y;
 }
 
-namespace {
+namespace internal {
 
-// dz = dy masked by y > 0 and db = dz summed over rows (one pass), for
-// relu(z + bias) with output y; db only when `need_db`.
 absl::Status BiasReluGrads(const Tensor& y, const Tensor& dy,
                            const Shape& bias_shape, bool need_db, Tensor* dz,
                            Tensor* db) {
@@ -157,10 +158,14 @@ absl::Status BiasReluGrads(const Tensor& y, const Tensor& dy,
   return absl::OkStatus();
 }
 
+}  // namespace internal
+
+namespace {
+
 MT_OP(kBiasAddReluOp, "BiasAddRelu",
       [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
         Tensor dz, db;
-        MT_RETURN_IF_ERROR(BiasReluGrads(
+        MT_RETURN_IF_ERROR(internal::BiasReluGrads(
             op.outputs[0], g[0], op.inputs[1].shape(), needs[1], &dz, &db));
         if (needs[0]) (*grads)[0] = std::move(dz);
         if (needs[1]) (*grads)[1] = std::move(db);
@@ -170,7 +175,7 @@ MT_OP(kBiasAddReluOp, "BiasAddRelu",
 MT_OP(kMatMulBiasReluOp, "MatMulBiasRelu",
       [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
         Tensor dz, db;
-        MT_RETURN_IF_ERROR(BiasReluGrads(
+        MT_RETURN_IF_ERROR(internal::BiasReluGrads(
             op.outputs[0], g[0], op.inputs[2].shape(), needs[2], &dz, &db));
         MT_RETURN_IF_ERROR(internal::MatMulGrads(
             op.inputs[0], op.inputs[1], false, false, dz, needs, grads));

@@ -25,6 +25,17 @@ absl::StatusOr<Tensor> BiasAddRelu(const Tensor& x, const Tensor& bias);
 absl::StatusOr<Tensor> MatMulBiasRelu(const Tensor& x, const Tensor& kernel,
                                       const Tensor& bias);
 
+namespace internal {
+// y = relu(x + bias), bias along the last dimension; y may be x
+// (unrecorded; the fused ops' forward pass).
+absl::Status BiasRelu(const Tensor& x, const Tensor& bias, Tensor& y);
+// For relu(z + bias) with output y and its gradient dy: dz = dy masked by
+// y > 0 and, when `need_db`, db = dz summed over rows, in one pass.
+absl::Status BiasReluGrads(const Tensor& y, const Tensor& dy,
+                           const Shape& bias_shape, bool need_db, Tensor* dz,
+                           Tensor* db);
+}  // namespace internal
+
 }  // namespace mirrortrain::ops
 
 #endif  // MIRRORTRAIN_TENSOR_OPS_FUSED_OPS_H_

@@ -8,11 +8,14 @@
 #include "gtest/gtest.h"
 #include "tensor/bfloat16.h"
 #include "tensor/cuda/cuda_backend.h"
+#include "tensor/gradient_tape.h"
 #include "tensor/matmul_precision.h"
+#include "tensor/ops/conv_ops.h"
 #include "tensor/ops/fused_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/precision_ops.h"
+#include "tensor/ops/reduction_ops.h"
 #include "tensor/variable.h"
 #include "tests/tensor/cuda_test_util.h"
 #include "tests/test_util.h"
@@ -233,6 +236,53 @@ TEST_F(CudaOpsTest, FusedDenseEpiloguesMatchCpuInEveryPrecision) {
       EXPECT_LT(d.diff / d.norm, tol);
     }
   }
+}
+
+// The convolution's fused epilogue against the CPU in each precision, in
+// one chunk and in several (each chunk's GEMM has its own epilogue, on rows
+// that start anywhere in the column buffer's output), forward and backward.
+TEST_F(CudaOpsTest, FusedConvEpilogueMatchesCpuInEveryPrecision) {
+  const Tensor x = testing::RandomTensor({5, 11, 9, 3}, 61, DType::kF32);
+  const Tensor f = testing::RandomTensor({3, 3, 3, 17}, 62, DType::kF32);
+  const Tensor b = testing::RandomTensor({17}, 63, DType::kF32);
+  const Tensor dy = testing::RandomTensor({5, 11, 9, 17}, 64, DType::kF32);
+  const Device gpu = Device::Cuda(0);
+  auto run = [&](const Tensor& xi, const Tensor& fi, const Tensor& bi,
+                 const Tensor& dyi) {
+    GradientTape tape;
+    for (const Tensor& t : {xi, fi, bi}) tape.Watch(t);
+    absl::StatusOr<Tensor> y = ops::Conv2DBiasRelu(xi, fi, bi);
+    EXPECT_TRUE(y.ok()) << y.status();
+    auto g = tape.Gradient(*ops::ReduceSum(*ops::Mul(*y, dyi)), {xi, fi, bi});
+    EXPECT_TRUE(g.ok()) << g.status();
+    std::vector<Tensor> out = {*y->To(Device::Cpu())};
+    for (const auto& gi : *g) out.push_back(*gi.value().To(Device::Cpu()));
+    return out;
+  };
+  for (const int64_t column_bytes : {int64_t{0}, int64_t{2} * 99 * 27 * 4}) {
+    ops::internal::SetConvGpuColumnBytes(column_bytes);
+    for (auto [precision, tol] :
+         std::vector<std::pair<MatMulPrecision, double>>{
+             {MatMulPrecision::kFp32, 1e-5},
+             {MatMulPrecision::kTf32, 5e-3},
+             {MatMulPrecision::kBf16, 1e-5}}) {
+      SCOPED_TRACE(static_cast<int>(precision));
+      SetMatMulPrecision(precision == MatMulPrecision::kBf16
+                             ? precision
+                             : MatMulPrecision::kFp32);
+      const std::vector<Tensor> cpu = run(x, f, b, dy);
+      SetMatMulPrecision(precision);
+      const std::vector<Tensor> on_gpu =
+          run(*x.To(gpu), *f.To(gpu), *b.To(gpu), *dy.To(gpu));
+      SetMatMulPrecision(MatMulPrecision::kFp32);
+      for (size_t i = 0; i < cpu.size(); ++i) {
+        const testing::DiffAndNorm d =
+            testing::L2DiffAndNorm(on_gpu[i], cpu[i]);
+        EXPECT_LT(d.diff / d.norm, tol) << "output " << i;
+      }
+    }
+  }
+  ops::internal::SetConvGpuColumnBytes(0);
 }
 
 // The device rounding (__float2bfloat16_rn) and the host's agree bit for

@@ -145,6 +145,12 @@ const std::vector<OpRow>& Rows() {
          return ops::Conv2D(in[0], in[1], {2, 2, ops::Padding::kSame});
        },
        Args(Rand({2, 5, 4, 2}), Rand({3, 3, 2, 3}))},
+      {"Conv2DBiasRelu",
+       [](const Inputs& in) {
+         return ops::Conv2DBiasRelu(in[0], in[1], in[2],
+                                    {1, 2, ops::Padding::kValid});
+       },
+       Args(Rand({2, 5, 6, 2}), Rand({3, 3, 2, 4}), Rand({4}))},
       {"MaxPool2D",
        [](const Inputs& in) {
          return ops::MaxPool2D(in[0], {3, 3, 2, 2, ops::Padding::kSame});
