@@ -1,6 +1,9 @@
 // Forward values and argument checking of the ops.
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -289,69 +292,64 @@ TEST(OpsTest, NegativeShapesAreErrorsNotCrashes) {
   EXPECT_FALSE(ops::OneHot(Tensor::FromVector<int32_t>({0}, {1}), -3).ok());
 }
 
-// As for the dense op: the fused convolution is exactly its parts on CPUs.
+// A fused op (`fused`) against the chain of ops it replaces (`parts`), each
+// a function of `inputs`: the output and the gradients of sum(y * dy) with
+// respect to every input must be equal bit for bit on CPUs, so a model
+// moved onto the fused op keeps its numbers. `bad` must fail naming `name`.
+void ExpectFusedIsItsPartsExactly(
+    const std::string& name,
+    const std::function<absl::StatusOr<Tensor>(bool)>& forward,
+    const std::vector<Tensor>& inputs, const Tensor& dy,
+    const absl::StatusOr<Tensor>& bad) {
+  auto run = [&](bool fused) {
+    GradientTape tape;
+    for (const Tensor& t : inputs) tape.Watch(t);
+    absl::StatusOr<Tensor> y = forward(fused);
+    EXPECT_TRUE(y.ok()) << y.status();
+    auto g = tape.Gradient(*ops::ReduceSum(*ops::Mul(*y, dy)), inputs);
+    EXPECT_TRUE(g.ok()) << g.status();
+    std::vector<Tensor> out = {*y};
+    for (const auto& gi : *g) {
+      EXPECT_TRUE(gi.has_value());
+      out.push_back(gi.value_or(Tensor()));
+    }
+    return out;
+  };
+  const std::vector<Tensor> fused = run(true), parts = run(false);
+  for (size_t i = 0; i < fused.size(); ++i) {
+    EXPECT_TRUE(testing::AllClose(fused[i], parts[i], 0, 0)) << i;
+  }
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr(name));
+}
+
+TEST(FusedOpsTest, MatMulBiasReluIsMatMulThenBiasAddReluExactly) {
+  const Tensor x = testing::RandomTensor({37, 19}, 1, DType::kF32);
+  const Tensor w = testing::RandomTensor({19, 23}, 2, DType::kF32);
+  const Tensor b = testing::RandomTensor({23}, 3, DType::kF32);
+  const Tensor dy = testing::RandomTensor({37, 23}, 4, DType::kF32);
+  ExpectFusedIsItsPartsExactly(
+      "MatMulBiasRelu",
+      [&](bool fused) {
+        return fused ? ops::MatMulBiasRelu(x, w, b)
+                     : ops::BiasAddRelu(*ops::MatMul(x, w), b);
+      },
+      {x, w, b}, dy, ops::MatMulBiasRelu(x, w, dy));
+}
+
 TEST(FusedOpsTest, Conv2DBiasReluIsConv2DThenBiasAddReluExactly) {
   const Tensor x = testing::RandomTensor({3, 9, 7, 4}, 1, DType::kF32);
   const Tensor f = testing::RandomTensor({3, 3, 4, 6}, 2, DType::kF32);
   const Tensor b = testing::RandomTensor({6}, 3, DType::kF32);
   const Tensor dy = testing::RandomTensor({3, 5, 4, 6}, 4, DType::kF32);
   const ops::Conv2DOptions same = {2, 2, ops::Padding::kSame};
-  auto run = [&](bool fused) {
-    GradientTape tape;
-    for (const Tensor& t : {x, f, b}) tape.Watch(t);
-    absl::StatusOr<Tensor> y =
-        fused ? ops::Conv2DBiasRelu(x, f, b, same)
-              : ops::BiasAddRelu(*ops::Conv2D(x, f, same), b);
-    EXPECT_TRUE(y.ok()) << y.status();
-    auto g = tape.Gradient(*ops::ReduceSum(*ops::Mul(*y, dy)), {x, f, b});
-    EXPECT_TRUE(g.ok()) << g.status();
-    std::vector<Tensor> out = {*y};
-    for (const auto& gi : *g) {
-      EXPECT_TRUE(gi.has_value());
-      out.push_back(gi.value_or(Tensor()));
-    }
-    return out;
-  };
-  const std::vector<Tensor> fused = run(true), parts = run(false);
-  for (size_t i = 0; i < fused.size(); ++i) {
-    EXPECT_TRUE(testing::AllClose(fused[i], parts[i], 0, 0)) << i;
-  }
-  const absl::StatusOr<Tensor> bad = ops::Conv2DBiasRelu(x, f, dy, same);
-  ASSERT_FALSE(bad.ok());
-  EXPECT_THAT(std::string(bad.status().message()),
-              ::testing::HasSubstr("Conv2DBiasRelu"));
-}
-
-// On CPUs the fused dense op computes exactly what its parts do, forward
-// and backward, so a model moved onto it keeps its numbers bit for bit.
-TEST(FusedOpsTest, MatMulBiasReluIsMatMulThenBiasAddReluExactly) {
-  const Tensor x = testing::RandomTensor({37, 19}, 1, DType::kF32);
-  const Tensor w = testing::RandomTensor({19, 23}, 2, DType::kF32);
-  const Tensor b = testing::RandomTensor({23}, 3, DType::kF32);
-  const Tensor dy = testing::RandomTensor({37, 23}, 4, DType::kF32);
-  auto run = [&](bool fused) {
-    GradientTape tape;
-    for (const Tensor& t : {x, w, b}) tape.Watch(t);
-    absl::StatusOr<Tensor> y = fused ? ops::MatMulBiasRelu(x, w, b)
-                                     : ops::BiasAddRelu(*ops::MatMul(x, w), b);
-    EXPECT_TRUE(y.ok()) << y.status();
-    auto g = tape.Gradient(*ops::ReduceSum(*ops::Mul(*y, dy)), {x, w, b});
-    EXPECT_TRUE(g.ok()) << g.status();
-    std::vector<Tensor> out = {*y};
-    for (const auto& gi : *g) {
-      EXPECT_TRUE(gi.has_value());
-      out.push_back(gi.value_or(Tensor()));
-    }
-    return out;
-  };
-  const std::vector<Tensor> fused = run(true), parts = run(false);
-  for (size_t i = 0; i < fused.size(); ++i) {
-    EXPECT_TRUE(testing::AllClose(fused[i], parts[i], 0, 0)) << i;
-  }
-  const absl::StatusOr<Tensor> bad = ops::MatMulBiasRelu(x, w, dy);
-  ASSERT_FALSE(bad.ok());
-  EXPECT_THAT(std::string(bad.status().message()),
-              ::testing::HasSubstr("MatMulBiasRelu"));
+  ExpectFusedIsItsPartsExactly(
+      "Conv2DBiasRelu",
+      [&](bool fused) {
+        return fused ? ops::Conv2DBiasRelu(x, f, b, same)
+                     : ops::BiasAddRelu(*ops::Conv2D(x, f, same), b);
+      },
+      {x, f, b}, dy, ops::Conv2DBiasRelu(x, f, dy, same));
 }
 
 }  // namespace
