@@ -411,7 +411,10 @@ absl::Status MirroredStrategy::RunReplicas(const ReplicaFn& fn, bool wait) {
     return s.ok() ? synced : s;
   });
   absl::Status first = RootCause(status, "replica");
-  if (!first.ok()) broken_ = first;
+  if (first.ok()) return first;
+  broken_ = first;
+  // The caller drops the step's inputs: nothing queued may still read them.
+  for (const auto& r : replicas_) r->SynchronizeCompute().IgnoreError();
   return first;
 }
 

@@ -924,16 +924,24 @@ absl::Status Trainer::PendStep(int64_t step, std::vector<Batch> micro_batches) {
   p.global_norms.resize(replicas_.size());
   // Each replica copies its scalars to the host on its own stream, after
   // its step, so reading them later needs no other ordering.
-  MT_RETURN_IF_ERROR(strategy_->Enqueue([&](distribute::ReplicaContext& ctx) {
-    const int id = ctx.replica_id();
-    const Replica& r = replicas_[id];
-    MT_ASSIGN_OR_RETURN(p.losses[id], HostCopyAsync(r.loss));
-    if (r.global_norm.defined()) {
-      MT_ASSIGN_OR_RETURN(p.global_norms[id], HostCopyAsync(r.global_norm));
-    }
-    return absl::OkStatus();
-  }));
-  MT_ASSIGN_OR_RETURN(p.done, strategy_->Fence());
+  absl::Status copied =
+      strategy_->Enqueue([&](distribute::ReplicaContext& ctx) -> absl::Status {
+        const int id = ctx.replica_id();
+        const Replica& r = replicas_[id];
+        MT_ASSIGN_OR_RETURN(p.losses[id], HostCopyAsync(r.loss));
+        if (r.global_norm.defined()) {
+          MT_ASSIGN_OR_RETURN(p.global_norms[id], HostCopyAsync(r.global_norm));
+        }
+        return absl::OkStatus();
+      });
+  absl::StatusOr<distribute::DeviceFence> done =
+      copied.ok() ? strategy_->Fence() : copied;
+  if (!done.ok()) {
+    // The copies already queued write into p's host buffers.
+    SettleDevices();
+    return done.status();
+  }
+  p.done = *std::move(done);
   pending_.push_back(std::move(p));
   return absl::OkStatus();
 }
@@ -987,6 +995,11 @@ void Trainer::DiscardPendingSteps() {
   pending_.clear();
 }
 
+void Trainer::SettleDevices() {
+  absl::StatusOr<distribute::DeviceFence> all = strategy_->Fence();
+  if (all.ok()) all->Wait().IgnoreError();
+}
+
 absl::Status Trainer::Train() {
   LoopState loop;
   loop.steps_per_epoch = StepsPerEpoch();
@@ -1004,6 +1017,14 @@ absl::Status Trainer::Train() {
         absl::StrCat("train.cuda_graph: eager steps: ", cuda_graph_.reason));
   }
   if (ps_) return TrainAsync(loop);
+  // Only GPU replicas that update their own copies run a step while the
+  // host prepares the next; elsewhere a step is done when it returns.
+  steps_in_flight_ = std::max<size_t>(
+      steps_in_flight_,
+      strategy_->devices()[0].is_cuda() &&
+              placement() == distribute::VariablePlacement::kMirrored
+          ? 2
+          : 1);
   // However the loop ends, no device work is left reading or writing what
   // the pending steps hold.
   absl::Cleanup settle = [this] { DiscardPendingSteps(); };
@@ -1019,12 +1040,16 @@ absl::Status Trainer::Train() {
       return StopBySignal(step);
     }
     MT_ASSIGN_OR_RETURN(std::vector<Batch> micro_batches, NextMicroBatches());
-    MT_RETURN_IF_ERROR(Step(micro_batches, step));
+    if (absl::Status s = Step(micro_batches, step); !s.ok()) {
+      // Nothing queued may still read the batches dropped with the error.
+      SettleDevices();
+      return s;
+    }
     ++step;
     MT_RETURN_IF_ERROR(PendStep(step, std::move(micro_batches)));
     // The devices run this step while the host prepares the next, unless
     // the state after it is read (evaluation, checkpoint, checks).
-    const size_t keep = ReadsStateAfter(loop, step) ? 0 : kStepsInFlight - 1;
+    const size_t keep = ReadsStateAfter(loop, step) ? 0 : steps_in_flight_ - 1;
     while (pending_.size() > keep) MT_RETURN_IF_ERROR(FinishStep(loop, stop));
   }
   return FinishTraining(loop, step);

@@ -149,10 +149,16 @@ class Trainer {
   // Called by Train() on its own thread after every step with the new
   // global step, once the step's work is finished (tests and tools, e.g. to
   // read allocator counters between steps); parameter_server: at every step
-  // where the coordinator holds the workers (log, eval, checkpoint).
+  // where the coordinator holds the workers (log, eval, checkpoint). No step
+  // is enqueued before the observer has seen the previous one, which
+  // changes the order of a process's collectives: with several processes,
+  // set it in all or none.
   void set_step_observer(std::function<void(int64_t step)> observer) {
     step_observer_ = std::move(observer);
   }
+  // At least `steps` steps in flight (tests: the pending-step path on CPUs,
+  // where a step is otherwise finished before the next starts).
+  void set_min_steps_in_flight(size_t steps) { steps_in_flight_ = steps; }
 
  private:
   // train.cuda_graph: what a replica's part of the captured step reads and
@@ -288,11 +294,11 @@ class Trainer {
   // later step may be enqueued before it is finished.
   bool ReadsStateAfter(const LoopState& loop, int64_t step) const;
 
-  // Steps the synchronous loop has enqueued but not finished: one runs on
-  // the devices while the host prepares the next. A pending step keeps its
-  // batches (which its copies may still read) and gets host copies of its
-  // loss and global norms, read when `done` is reached.
-  static constexpr size_t kStepsInFlight = 2;
+  // Steps the synchronous loop has enqueued but not finished: on GPUs one
+  // runs on the devices while the host prepares the next (Train sets
+  // steps_in_flight_ to 2; 1: each step is finished before the next). A pending
+  // step keeps its batches (which its copies may still read) and gets host
+  // copies of its loss and global norms, read when `done` is reached.
   struct PendingStep {
     int64_t step = 0;  // The global step after it.
     std::vector<Batch> micro_batches;
@@ -308,6 +314,9 @@ class Trainer {
   // Waits for the pending steps' device work and drops them unread (the
   // loop ended with an error).
   void DiscardPendingSteps();
+  // Waits for every replica's queued work, errors ignored (after a failed
+  // step, before its inputs are dropped).
+  void SettleDevices();
   // `t` in host memory: itself on a CPU; else a pinned copy that is
   // complete once the calling thread's current stream gets there.
   static absl::StatusOr<Tensor> HostCopyAsync(const Tensor& t);
@@ -389,6 +398,7 @@ class Trainer {
   CudaGraphDecision cuda_graph_;
   StepGraph step_graph_;
   std::deque<PendingStep> pending_;
+  size_t steps_in_flight_ = 1;
   std::vector<Replica> replicas_;
   // The one copy of the training state (central_storage), or the gathered
   // copy of the parameter servers' (parameter_server); null when mirrored.

@@ -92,6 +92,10 @@ absl::Status Event::Record(StreamHandle stream) {
 }
 
 absl::Status Event::MakeStreamWait(StreamHandle stream) const {
+  // The per-thread default stream (nullptr) is the event's device's, as
+  // for the kernels of that device's tensors (which set their device).
+  DeviceGuard guard;
+  MT_RETURN_IF_ERROR(guard.Set(device_));
   MT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(
       AsStream(stream), static_cast<cudaEvent_t>(handle_), 0));
   return absl::OkStatus();

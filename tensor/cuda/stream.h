@@ -49,7 +49,9 @@ class Event {
   // Marks the point after everything enqueued so far on `stream` (nullptr:
   // the calling thread's per-thread default stream).
   absl::Status Record(StreamHandle stream);
-  // Makes `stream`'s later work wait for the recorded point (no host wait).
+  // Makes `stream`'s later work wait for the recorded point (no host wait;
+  // nullptr: the calling thread's per-thread default stream of the event's
+  // device).
   absl::Status MakeStreamWait(StreamHandle stream) const;
   // Blocks the calling thread until the recorded point is reached.
   absl::Status Synchronize() const;
