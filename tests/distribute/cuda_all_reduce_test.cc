@@ -205,6 +205,8 @@ std::vector<Tensor> LogicalReplicaStates() {
     x.push_back(*ops::Scale(
         *RankFilled(r, 5000, DType::kF32).To(Device::Cuda(0)), 1e-3));
   }
+  // Made on this thread's stream; the replicas' streams read them.
+  EXPECT_TRUE(cuda::Synchronize(0).ok());
   return x;
 }
 
@@ -287,6 +289,7 @@ TEST_F(CudaCollectivesTest, EnqueuedStagingAndReplaysKeepTheirOrderUnwaited) {
     inputs.push_back(*Tensor::Zeros(DType::kF32, {1024, 1024}, gpu));
     x.push_back(*Tensor::Zeros(DType::kF32, {1024}, gpu));
   }
+  ASSERT_TRUE(cuda::Synchronize(0).ok());  // As in LogicalReplicaStates.
   absl::StatusOr<cuda::CudaGraph> graph =
       (*strategy)->CaptureRun([&](ReplicaContext& ctx) {
         return LateReadingStep(ctx, slow, inputs, x);
