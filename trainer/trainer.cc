@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numbers>
 #include <optional>
+#include <set>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -310,6 +311,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   if (need_train_data && processes->size() > 1) {
     MT_RETURN_IF_ERROR(t->SyncFromChief());
   }
+  MT_RETURN_IF_ERROR(t->FinishCallerWork());
   if (!t->run_dir_.empty()) {
     t->run_dir_lock_->KeepFiles();
     MT_RETURN_IF_ERROR(
@@ -575,6 +577,17 @@ absl::Status Trainer::LoadReplicaModels(bool ema) {
           shadow != nullptr ? shadow->value() : central[i]->value()));
     }
   }
+  return FinishCallerWork();
+}
+
+absl::Status Trainer::FinishCallerWork() const {
+  std::set<int> gpus;
+  for (const Device& d : strategy_->devices()) {
+    if (d.is_cuda()) gpus.insert(d.index);
+  }
+  const Device central = strategy_->variables_device();
+  if (central.is_cuda()) gpus.insert(central.index);
+  for (int gpu : gpus) MT_RETURN_IF_ERROR(cuda::Synchronize(gpu));
   return absl::OkStatus();
 }
 

@@ -262,6 +262,10 @@ class Trainer {
   // `staged`: their parameters are staged already (a graph capture).
   static absl::Status ApplyUpdate(Replica& target, std::vector<Tensor> grads,
                                   bool staged = false);
+  // Waits for what this thread enqueued on its own streams of the replicas'
+  // GPUs (initial values, restored or loaded weights): the replicas' streams
+  // read it, and are not ordered after this thread's.
+  absl::Status FinishCallerWork() const;
   // central_storage: copies the central variables (their EMA shadows with
   // `ema`) into every replica's model.
   absl::Status LoadReplicaModels(bool ema);
