@@ -17,9 +17,6 @@ CudaGraphDecision DecideCudaGraph(const Config& config,
         "replica's step");
   }
   if (!facts.strategy_reason.empty()) return no(facts.strategy_reason);
-  if (facts.token_inputs) {
-    return no("token ids are range-checked on the host");
-  }
   d.capture = true;
   return d;
 }

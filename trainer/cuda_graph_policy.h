@@ -21,7 +21,6 @@ struct CudaGraphFacts {
   // Why the strategy cannot record its steps (Strategy::CanCaptureRuns);
   // "" when it can.
   std::string strategy_reason;
-  bool token_inputs = false;  // the model reads token ids
 };
 
 struct CudaGraphDecision {

@@ -23,6 +23,7 @@
 #include "tensor/gradient_tape.h"
 #include "tensor/matmul_precision.h"
 #include "tensor/ops/clip_ops.h"
+#include "tensor/ops/index_checks.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/status_macros.h"
 #include "trainer/checkpoint/atomic_file.h"
@@ -223,8 +224,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   t->cuda_graph_ = DecideCudaGraph(
       config, {.replicas_on_gpus = t->strategy_->devices()[0].is_cuda(),
                .mirrored_variables = mirrored,
-               .strategy_reason = std::string(recordable.message()),
-               .token_inputs = def.input_vocabulary > 0});
+               .strategy_reason = std::string(recordable.message())});
   if (mirrored) {
     std::vector<std::vector<Variable*>> states;
     for (int r = 0; r < t->num_replicas(); ++r) {
@@ -329,6 +329,7 @@ absl::StatusOr<Trainer::Replica> Trainer::BuildReplica(
                       ParseMatMulPrecision(config_.precision));
   r.model->SetMixedBFloat16(precision == MatMulPrecision::kBf16);
   MT_RETURN_IF_ERROR(CheckClassifier(*r.model, test_data_));
+  MT_ASSIGN_OR_RETURN(r.index_checks, ops::IndexCheckRecord::Create(device));
   if (!with_state) return r;
   MT_ASSIGN_OR_RETURN(r.optimizer, MakeConfiguredOptimizer(config_.optimizer));
   MT_RETURN_IF_ERROR(r.optimizer->CreateSlots(r.model->trainable_variables()));
@@ -461,6 +462,13 @@ absl::StatusOr<std::vector<Tensor>> Trainer::ComputeGradients(
   for (const Batch& b : micro_batches) update_rows += b.labels.dim(0);
   const int64_t update_labels = update_rows * train_data_.labels_per_example();
   std::vector<Variable*> vars = r.model->trainable_variables();
+  // Steps in flight: token ids are checked on the device, read with the
+  // loss (FinishStep), not on the host in the middle of the step.
+  std::optional<ops::ScopedIndexChecks> index_checks;
+  if (steps_in_flight_ > 1) {
+    MT_RETURN_IF_ERROR(r.index_checks.Reset());
+    index_checks.emplace(&r.index_checks);
+  }
   // Earlier micro-batches' gradients, summed on this replica; the last
   // micro-batch's backward adds them before the one all-reduce.
   std::vector<Tensor> grads;
@@ -856,7 +864,7 @@ bool Trainer::ReadsStateAfter(const LoopState& loop, int64_t step) const {
 }
 
 absl::StatusOr<Tensor> Trainer::HostCopyAsync(const Tensor& t) {
-  if (t.device().is_cpu()) return t;
+  if (t.device().is_cpu()) return t.Clone();
   MT_ASSIGN_OR_RETURN(Allocator * pinned, cuda::PinnedHostAllocator());
   MT_ASSIGN_OR_RETURN(Tensor host,
                       Tensor::EmptyWith(pinned, t.dtype(), t.shape()));
@@ -935,6 +943,7 @@ absl::Status Trainer::PendStep(int64_t step, std::vector<Batch> micro_batches) {
   p.micro_batches = std::move(micro_batches);
   p.losses.resize(replicas_.size());
   p.global_norms.resize(replicas_.size());
+  p.index_checks.resize(replicas_.size());
   // Each replica copies its scalars to the host on its own stream, after
   // its step, so reading them later needs no other ordering.
   absl::Status copied =
@@ -942,6 +951,10 @@ absl::Status Trainer::PendStep(int64_t step, std::vector<Batch> micro_batches) {
         const int id = ctx.replica_id();
         const Replica& r = replicas_[id];
         MT_ASSIGN_OR_RETURN(p.losses[id], HostCopyAsync(r.loss));
+        if (steps_in_flight_ > 1) {
+          MT_ASSIGN_OR_RETURN(p.index_checks[id],
+                              HostCopyAsync(r.index_checks.tensor()));
+        }
         if (r.global_norm.defined()) {
           MT_ASSIGN_OR_RETURN(p.global_norms[id], HostCopyAsync(r.global_norm));
         }
@@ -964,6 +977,16 @@ absl::Status Trainer::FinishStep(LoopState& loop, int& stop) {
   pending_.pop_front();
   MT_RETURN_IF_ERROR(p.done.Wait());
   const int64_t step = p.step;
+  for (size_t i = 0; i < replicas_.size(); ++i) {
+    if (!p.index_checks[i].defined()) continue;
+    // First: a bad id is the cause of whatever the loss became.
+    const absl::Status ids = ops::IndexCheckRecord::ErrorIn(p.index_checks[i]);
+    if (!ids.ok()) {
+      progress_->Finish();
+      return absl::Status(ids.code(), absl::StrCat("step ", step, ": replica ",
+                                                   i, ": ", ids.message()));
+    }
+  }
   double loss = 0;
   for (size_t i = 0; i < replicas_.size(); ++i) {
     loss += HostValue(p.losses[i]);

@@ -51,6 +51,7 @@
 #include "distribute/update_clock.h"
 #include "models/model.h"
 #include "tensor/cuda/cuda_graph.h"
+#include "tensor/ops/index_checks.h"
 #include "tensor/staged_tensor.h"
 #include "trainer/checkpoint/checkpoint_format.h"
 #include "trainer/checkpoint/safetensors.h"
@@ -195,6 +196,9 @@ class Trainer {
     // f64 scalar read on the host after the step, as the loss is.
     Tensor global_norm;
     std::unique_ptr<GraphInputs> graph;
+    // Steps in flight: where the step's Gather and Cast record a bad token
+    // id (ops::ScopedIndexChecks), read with the loss.
+    ops::IndexCheckRecord index_checks;
   };
 
   // One replica's rows of a batch, on its device.
@@ -306,7 +310,8 @@ class Trainer {
   struct PendingStep {
     int64_t step = 0;  // The global step after it.
     std::vector<Batch> micro_batches;
-    std::vector<Tensor> losses, global_norms;  // Per replica, on the host.
+    // Per replica, on the host; index_checks with steps in flight only.
+    std::vector<Tensor> losses, global_norms, index_checks;
     distribute::DeviceFence done;
   };
   // Enqueues the copies of the step's scalars and its fence.
@@ -321,8 +326,8 @@ class Trainer {
   // Waits for every replica's queued work, errors ignored (after a failed
   // step, before its inputs are dropped).
   void SettleDevices();
-  // `t` in host memory: itself on a CPU; else a pinned copy that is
-  // complete once the calling thread's current stream gets there.
+  // A copy of `t` in host memory: pinned on a GPU, complete once the calling
+  // thread's current stream gets there.
   static absl::StatusOr<Tensor> HostCopyAsync(const Tensor& t);
 
   // Multi-process: every process takes the chief's training state, step

@@ -3,6 +3,9 @@
 // grid-stride loop.
 #include <cuda_runtime.h>
 
+#include <cstdint>
+#include <type_traits>
+
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/cuda/device_guard.h"
@@ -17,22 +20,67 @@ __global__ void FillKernel(T* dst, T value, int64_t n) {
   for (int64_t i = GridStart(); i < n; i += GridStep()) dst[i] = value;
 }
 
+constexpr int kSiteShift = 40;  // ops::internal::kSiteShift
+
+// A failure at `position` of the checked op `check` (see DeviceIndexCheck).
+__device__ void RecordFailure(const DeviceIndexCheck& check, int64_t position) {
+  atomicMin(reinterpret_cast<unsigned long long*>(check.record),
+            static_cast<unsigned long long>((check.site << kSiteShift) |
+                                            static_cast<uint64_t>(position)));
+}
+
 template <typename S, typename D>
-__global__ void CastKernel(const S* src, D* dst, int64_t n) {
+__global__ void CastKernel(const S* src, D* dst, int64_t n,
+                           DeviceIndexCheck check) {
   for (int64_t i = GridStart(); i < n; i += GridStep()) {
+    if constexpr (std::is_floating_point_v<S> && std::is_integral_v<D>) {
+      if (check.record != nullptr) {
+        // The host's rule (ops::Cast): trunc(v) in [-2^(b-1), 2^(b-1)).
+        const S low = -static_cast<S>(uint64_t{1} << (8 * sizeof(D) - 1));
+        const S t = trunc(src[i]);
+        if (!(t >= low && t < -low)) {  // False for NaN.
+          dst[i] = D(0);
+          RecordFailure(check, i);
+          continue;
+        }
+      }
+    }
     dst[i] = static_cast<D>(src[i]);
   }
 }
 
-// out[i, k] = params[indices[i], k]; indices were checked by the caller.
+// out[i, k] = params[indices[i], k]; indices were checked by the caller,
+// or are checked here (`check`).
 template <typename T, typename I>
-__global__ void GatherKernel(const T* params, int64_t row, const I* indices,
-                             int64_t num_indices, T* out) {
+__global__ void GatherKernel(const T* params, int64_t row, int64_t rows,
+                             const I* indices, int64_t num_indices, T* out,
+                             DeviceIndexCheck check) {
   const int64_t n = num_indices * row;
   for (int64_t j = GridStart(); j < n; j += GridStep()) {
     const int64_t i = j / row, k = j % row;
-    out[j] = params[static_cast<int64_t>(indices[i]) * row + k];
+    const int64_t index = static_cast<int64_t>(indices[i]);
+    if (check.record != nullptr && (index < 0 || index >= rows)) {
+      out[j] = T(0);
+      if (k == 0) RecordFailure(check, i);
+      continue;
+    }
+    out[j] = params[index * row + k];
   }
+}
+
+template <typename V>
+__global__ void FinishIndexCheckKernel(DeviceIndexCheck check, const V* values,
+                                       int64_t bound, int64_t op) {
+  const uint64_t key = static_cast<uint64_t>(check.record[0]);
+  if (key == ~uint64_t{0} || (key >> kSiteShift) != check.site) return;
+  const V value = values[key & ((uint64_t{1} << kSiteShift) - 1)];
+  if constexpr (std::is_floating_point_v<V>) {
+    check.record[1] = __double_as_longlong(static_cast<double>(value));
+  } else {
+    check.record[1] = static_cast<int64_t>(value);
+  }
+  check.record[2] = bound;
+  check.record[3] = op;
 }
 
 // out[v, k] += updates[i, k] for every i with indices[i] == v, added in
@@ -114,7 +162,8 @@ absl::Status FillOnGpu(DType dtype, void* dst, double value, int64_t n,
 }
 
 absl::Status CastOnGpu(DType src_dtype, const void* src, DType dst_dtype,
-                       void* dst, int64_t n, int device) {
+                       void* dst, int64_t n, DeviceIndexCheck check,
+                       int device) {
   if (n == 0) return absl::OkStatus();
   DeviceGuard guard;
   MT_RETURN_IF_ERROR(guard.Set(device));
@@ -124,7 +173,7 @@ absl::Status CastOnGpu(DType src_dtype, const void* src, DType dst_dtype,
     DispatchAll(dst_dtype, [&](auto d_zero) {
       using D = decltype(d_zero);
       CastKernel<S, D><<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
-          static_cast<const S*>(src), static_cast<D*>(dst), n);
+          static_cast<const S*>(src), static_cast<D*>(dst), n, check);
     });
   });
   MT_CUDA_RETURN_IF_LAUNCH_ERROR("CastKernel");
@@ -132,8 +181,9 @@ absl::Status CastOnGpu(DType src_dtype, const void* src, DType dst_dtype,
 }
 
 absl::Status GatherOnGpu(DType dtype, const void* params, int64_t row,
-                         DType index_dtype, const void* indices,
-                         int64_t num_indices, void* out, int device) {
+                         int64_t rows, DType index_dtype, const void* indices,
+                         int64_t num_indices, void* out, DeviceIndexCheck check,
+                         int device) {
   if (row == 0 || num_indices == 0) return absl::OkStatus();
   DeviceGuard guard;
   MT_RETURN_IF_ERROR(guard.Set(device));
@@ -144,11 +194,27 @@ absl::Status GatherOnGpu(DType dtype, const void* params, int64_t row,
     DispatchAll(dtype, [&](auto zero) {
       using T = decltype(zero);
       GatherKernel<T, I><<<blocks, kLaunchThreads, 0, stream>>>(
-          static_cast<const T*>(params), row, static_cast<const I*>(indices),
-          num_indices, static_cast<T*>(out));
+          static_cast<const T*>(params), row, rows,
+          static_cast<const I*>(indices), num_indices, static_cast<T*>(out),
+          check);
     });
   }));
   MT_CUDA_RETURN_IF_LAUNCH_ERROR("GatherKernel");
+  return absl::OkStatus();
+}
+
+absl::Status FinishIndexCheckOnGpu(DeviceIndexCheck check, DType values_dtype,
+                                   const void* values, int64_t bound,
+                                   int64_t op, int device) {
+  DeviceGuard guard;
+  MT_RETURN_IF_ERROR(guard.Set(device));
+  cudaStream_t stream = LaunchStream();
+  DispatchAll(values_dtype, [&](auto zero) {
+    using V = decltype(zero);
+    FinishIndexCheckKernel<V>
+        <<<1, 1, 0, stream>>>(check, static_cast<const V*>(values), bound, op);
+  });
+  MT_CUDA_RETURN_IF_LAUNCH_ERROR("FinishIndexCheckKernel");
   return absl::OkStatus();
 }
 
@@ -211,6 +277,7 @@ absl::Status ArgMaxOnGpu(DType dtype, const void* x, int64_t outer, int64_t n,
 MT_DEFINE_CUDA_KERNEL(Fill, FillOnGpu);
 MT_DEFINE_CUDA_KERNEL(Cast, CastOnGpu);
 MT_DEFINE_CUDA_KERNEL(Gather, GatherOnGpu);
+MT_DEFINE_CUDA_KERNEL(FinishIndexCheck, FinishIndexCheckOnGpu);
 MT_DEFINE_CUDA_KERNEL(ScatterAdd, ScatterAddOnGpu);
 MT_DEFINE_CUDA_KERNEL(OneHot, OneHotOnGpu);
 MT_DEFINE_CUDA_KERNEL(ArgMax, ArgMaxOnGpu);

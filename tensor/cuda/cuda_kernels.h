@@ -67,19 +67,38 @@ MT_CUDA_KERNEL(Reduce, absl::Status(ReduceKind kind, DType dtype, const void* x,
 MT_CUDA_KERNEL(Fill, absl::Status(DType dtype, void* dst, double value,
                                   int64_t n, int device));
 
+// A deferred check (ops::ScopedIndexChecks): an invalid index or value
+// gives 0 and min-updates record[0] with (site << kSiteShift) | position.
+// `record` null: the caller checked on the host.
+struct DeviceIndexCheck {
+  int64_t* record = nullptr;
+  uint64_t site = 0;
+};
+
 // dst[i] = static_cast<dst type>(src[i]) between any two dtypes.
 // Float-to-integer conversion of values out of the integer's range
-// saturates here (undefined behaviour on the CPU side).
-MT_CUDA_KERNEL(Cast,
-               absl::Status(DType src_dtype, const void* src, DType dst_dtype,
-                            void* dst, int64_t n, int device));
+// saturates here (undefined behaviour on the CPU side), unless `check`
+// records them (NaN, or a truncation outside the integer's range).
+MT_CUDA_KERNEL(Cast, absl::Status(DType src_dtype, const void* src,
+                                  DType dst_dtype, void* dst, int64_t n,
+                                  DeviceIndexCheck check, int device));
 
-// out[i, k] = params[indices[i], k] for rows of `row` elements; indices
-// (i32 or i64) must already be known to be in range.
+// out[i, k] = params[indices[i], k] for rows of `row` elements of a table
+// of `rows`; indices (i32 or i64) must already be known to be in range,
+// unless `check` records those that are not (their rows are zeros).
 MT_CUDA_KERNEL(Gather,
                absl::Status(DType dtype, const void* params, int64_t row,
-                            DType index_dtype, const void* indices,
-                            int64_t num_indices, void* out, int device));
+                            int64_t rows, DType index_dtype,
+                            const void* indices, int64_t num_indices, void* out,
+                            DeviceIndexCheck check, int device));
+
+// After a checked Gather or Cast (one thread): when record[0] holds a
+// failure of `check.site`, stores the offending element of `values` (an
+// index, or a float's value as double bits), `bound` and `op` in record[1..3].
+MT_CUDA_KERNEL(FinishIndexCheck,
+               absl::Status(DeviceIndexCheck check, DType values_dtype,
+                            const void* values, int64_t bound, int64_t op,
+                            int device));
 // out[indices[i], k] += updates[i, k] (Gather's gradient, floating dtypes)
 // for out of `rows` rows; indices known to be in range. Deterministic:
 // each output element adds its updates in increasing i, as the CPU does, so

@@ -1,14 +1,18 @@
 #include "tensor/ops/array_ops.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
+#include <type_traits>
 
 #include "absl/strings/str_format.h"
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/op.h"
+#include "tensor/ops/index_checks.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/parallel.h"
 #include "tensor/status_macros.h"
@@ -232,26 +236,38 @@ absl::StatusOr<Tensor> Gather(const Tensor& params, const Tensor& indices) {
   MT_ASSIGN_OR_RETURN(Tensor y,
                       Tensor::Empty(params.dtype(), shape, params.device()));
   const int64_t rows = params.dim(0);
+  const std::optional<internal::IndexCheckSite> site =
+      internal::NextIndexCheckSite();
   if (params.device().is_cuda()) {
-    // Range errors are reported as on the CPU, so the indices are checked
-    // on the host (one small copy) before the kernel trusts them.
-    MT_ASSIGN_OR_RETURN(Tensor host_indices, indices.To(Device::Cpu()));
-    for (int64_t i = 0; i < host_indices.num_elements(); ++i) {
-      int64_t idx = internal::IndexAt(host_indices, i);
-      if (idx < 0 || idx >= rows) {
-        return OpError(kOp,
-                       absl::StrCat("index ", idx, " at position ", i,
-                                    " is out of range [0, ", rows, ")"),
-                       {&params, &indices});
+    cuda::DeviceIndexCheck check;
+    if (site.has_value()) {
+      check = {site->record, site->site};  // Checked by the kernel.
+    } else {
+      // Range errors are reported as on the CPU, so the indices are checked
+      // on the host (one small copy) before the kernel trusts them.
+      MT_ASSIGN_OR_RETURN(Tensor host_indices, indices.To(Device::Cpu()));
+      for (int64_t i = 0; i < host_indices.num_elements(); ++i) {
+        int64_t idx = internal::IndexAt(host_indices, i);
+        if (idx < 0 || idx >= rows) {
+          return OpError(kOp,
+                         absl::StrCat("index ", idx, " at position ", i,
+                                      " is out of range [0, ", rows, ")"),
+                         {&params, &indices});
+        }
       }
     }
     const int64_t row = params.num_elements() / std::max<int64_t>(rows, 1);
-    MT_RETURN_IF_ERROR(KernelError(
-        kOp,
-        cuda::Gather(params.dtype(), params.raw_data(), row, indices.dtype(),
-                     indices.raw_data(), indices.num_elements(), y.raw_data(),
-                     params.device().index),
-        {&params, &indices}));
+    const int device = params.device().index;
+    absl::Status s =
+        cuda::Gather(params.dtype(), params.raw_data(), row, rows,
+                     indices.dtype(), indices.raw_data(),
+                     indices.num_elements(), y.raw_data(), check, device);
+    if (s.ok() && site.has_value()) {
+      s = cuda::FinishIndexCheck(
+          check, indices.dtype(), indices.raw_data(), rows,
+          static_cast<int64_t>(internal::IndexCheckOp::kGather), device);
+    }
+    MT_RETURN_IF_ERROR(KernelError(kOp, s, {&params, &indices}));
     tape::RecordOperation(kGatherOp, {params, indices}, {y});
     return y;
   }
@@ -261,6 +277,12 @@ absl::StatusOr<Tensor> Gather(const Tensor& params, const Tensor& indices) {
   char* dst = static_cast<char*>(y.raw_data());
   for (int64_t i = 0; i < indices.num_elements(); ++i) {
     int64_t idx = internal::IndexAt(indices, i);
+    if ((idx < 0 || idx >= rows) && site.has_value()) {
+      internal::RecordOnHost(*site, i, internal::IndexCheckOp::kGather, idx,
+                             rows);
+      std::memset(dst + i * row_bytes, 0, row_bytes);
+      continue;
+    }
     if (idx < 0 || idx >= rows) {
       return OpError(kOp,
                      absl::StrCat("index ", idx, " at position ", i,
@@ -312,16 +334,22 @@ absl::StatusOr<Tensor> OneHot(const Tensor& indices, int64_t depth, DType dtype,
 // InvalidArgument error naming the element and its value, the same on both
 // devices: the values are checked on the host before either device
 // converts (a GPU input is copied to the host for it, as Gather's indices
-// are). An error and not saturation, because token ids come through this
-// cast (embedding) and a NaN saturated to 0 would read a real row.
+// are; in a ScopedIndexChecks the kernel checks and records instead). An
+// error and not saturation, because token ids come through this cast
+// (embedding) and a NaN saturated to 0 would read a real row.
 template <typename S, typename D>
-absl::Status CheckFitsInteger(const Tensor& host_x, const Tensor& x) {
+bool FitsInteger(S v) {
   // -2^(bits-1) and 2^(bits-1) are exact in float and double.
   constexpr S kLow = static_cast<S>(std::numeric_limits<D>::min());
+  const S t = std::trunc(v);
+  return t >= kLow && t < -kLow;  // False for NaN.
+}
+
+template <typename S, typename D>
+absl::Status CheckFitsInteger(const Tensor& host_x, const Tensor& x) {
   const S* v = host_x.data<S>();
   for (int64_t i = 0; i < host_x.num_elements(); ++i) {
-    const S t = std::trunc(v[i]);
-    if (!(t >= kLow && t < -kLow)) {  // False for NaN.
+    if (!FitsInteger<S, D>(v[i])) {
       return OpError(
           "Cast",
           absl::StrFormat("element %d is %.17g, which has no value in %s", i,
@@ -349,20 +377,41 @@ absl::Status CheckCastable(const Tensor& x, DType dtype) {
 
 absl::StatusOr<Tensor> Cast(const Tensor& x, DType dtype) {
   MT_RETURN_IF_ERROR(CheckDefined("Cast", {&x}));
-  MT_RETURN_IF_ERROR(CheckCastable(x, dtype));
+  const std::optional<internal::IndexCheckSite> site =
+      IsFloating(x.dtype()) && !IsFloating(dtype)
+          ? internal::NextIndexCheckSite()
+          : std::nullopt;
+  if (!site.has_value()) MT_RETURN_IF_ERROR(CheckCastable(x, dtype));
   MT_ASSIGN_OR_RETURN(Tensor y, Tensor::Empty(dtype, x.shape(), x.device()));
+  const int64_t bits = 8 * static_cast<int64_t>(DTypeSize(dtype));
   if (x.device().is_cuda()) {
-    MT_RETURN_IF_ERROR(
-        KernelError("Cast",
-                    cuda::Cast(x.dtype(), x.raw_data(), dtype, y.raw_data(),
-                               x.num_elements(), x.device().index),
-                    {&x}));
+    cuda::DeviceIndexCheck check;
+    if (site.has_value()) check = {site->record, site->site};
+    const int device = x.device().index;
+    absl::Status s = cuda::Cast(x.dtype(), x.raw_data(), dtype, y.raw_data(),
+                                x.num_elements(), check, device);
+    if (s.ok() && site.has_value()) {
+      s = cuda::FinishIndexCheck(
+          check, x.dtype(), x.raw_data(), bits,
+          static_cast<int64_t>(internal::IndexCheckOp::kCast), device);
+    }
+    MT_RETURN_IF_ERROR(KernelError("Cast", s, {&x}));
   } else {
     MT_DISPATCH_ALL(x.dtype(), S, {
       const S* src = x.data<S>();
       MT_DISPATCH_ALL(dtype, D, {
         D* dst = y.data<D>();
         for (int64_t i = 0; i < x.num_elements(); ++i) {
+          if constexpr (std::is_floating_point_v<S> && std::is_integral_v<D>) {
+            // Without a site CheckCastable has passed every value.
+            if (site.has_value() && !FitsInteger<S, D>(src[i])) {
+              internal::RecordOnHost(
+                  *site, i, internal::IndexCheckOp::kCast,
+                  std::bit_cast<int64_t>(static_cast<double>(src[i])), bits);
+              dst[i] = D(0);
+              continue;
+            }
+          }
           dst[i] = static_cast<D>(src[i]);
         }
       });

@@ -44,10 +44,6 @@ TEST(CudaGraphPolicyTest, CapturesGpuStepsAndSaysWhyNotOtherwise) {
       // Clipping by norm keeps its norms on the device.
       {"global norm", clipped, gpu, ""},
       {"norm", clip_norm, gpu, ""},
-      {"tokens",
-       config,
-       {.replicas_on_gpus = true, .token_inputs = true},
-       "token ids are range-checked on the host"},
       {"accumulation", accumulating, gpu, ""},
       {"clip value", clip_value, gpu, ""},
   };

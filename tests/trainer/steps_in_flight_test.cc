@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
+#include "tests/trainer/data/npz_writer.h"
 #include "trainer/config.h"
 #include "trainer/trainer.h"
 
@@ -25,10 +26,12 @@ struct TrainedRun {
   std::string run_dir;
 };
 
+// Synthetic data and an mlp on two CPU replicas, unless `overrides` (applied
+// after these) say otherwise.
 TrainedRun TrainWith(size_t in_flight, const std::string& name,
                      std::vector<std::string> overrides) {
   overrides.insert(
-      overrides.end(),
+      overrides.begin(),
       {"data.name=synthetic", "data.test_examples=64",
        "data.global_batch_size=16", "model.name=mlp", "model.hidden_units=[16]",
        "distribute.strategy=mirrored", "distribute.devices=[cpu:0,cpu:1]"});
@@ -105,6 +108,47 @@ TEST(StepsInFlightTest, ANonFiniteStepIsReportedByItsNumberAndNotSaved) {
       << one.status;
   EXPECT_EQ(one.global_step, 2);
   EXPECT_EQ(two.global_step, 3);
+  EXPECT_FALSE(std::filesystem::exists(two.run_dir + "/checkpoints"));
+}
+
+// Token ids that the embedding has no row for (a NumPy input, not checked
+// against a vocabulary when loaded): with steps in flight the ids are
+// checked where the step runs and read back with the loss, and the run
+// still ends at that step, naming the replica, the index and its position.
+TEST(StepsInFlightTest, ABadTokenIdEndsTheRunAtItsStep) {
+  const std::string dir = testing::FreshTestDir("ids");
+  // 32 rows of 4 ids in [0, 8), but row 21's third id is 9. Batches of 16,
+  // not shuffled: step 2 holds rows 16..31, replica 0 rows 16..23, so the
+  // bad id is at position 5 * 4 + 2 of replica 0's ids.
+  std::vector<float> x(32 * 4);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 8);
+  x[21 * 4 + 2] = 9;
+  std::vector<int64_t> y(32);
+  for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<int64_t>(i % 10);
+  const std::string xs =
+      testing::NpyBytes("<f4", {32, 4}, testing::RawBytes(x));
+  const std::string ys = testing::NpyBytes("<i8", {32}, testing::RawBytes(y));
+  testing::WriteBytes(dir + "/ids.npz",
+                      testing::ZipBytes({{"x_train.npy", xs},
+                                         {"y_train.npy", ys},
+                                         {"x_test.npy", xs},
+                                         {"y_test.npy", ys}}));
+  const std::vector<std::string> job = {
+      "data={name: npz, path: " + dir + "/ids.npz, shuffle: false}",
+      "data.global_batch_size=16",
+      "model={layers: [{type: embedding, input_dim: 8, output_dim: 3}, "
+      "{type: flatten}, {type: dense, units: 10}]}",
+      "train.steps=2"};
+  const TrainedRun one = TrainWith(1, "one", job);
+  const TrainedRun two = TrainWith(2, "two", job);
+  const std::string what =
+      "Gather: index 9 at position 22 is out of range [0, 8)";
+  EXPECT_EQ(one.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(one.status.message().find(what), std::string::npos) << one.status;
+  EXPECT_EQ(one.status.message().substr(0, 19), "step 2: replica 0: ")
+      << one.status;
+  EXPECT_EQ(two.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(two.status.message(), "step 2: replica 0: " + what);
   EXPECT_FALSE(std::filesystem::exists(two.run_dir + "/checkpoints"));
 }
 

@@ -1,0 +1,81 @@
+#include "tensor/ops/index_checks.h"
+
+#include <bit>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "tensor/cuda/cuda_backend.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::ops {
+namespace {
+
+thread_local const IndexCheckRecord* current_record = nullptr;
+thread_local uint64_t next_site = 0;
+
+constexpr uint64_t kClean = ~uint64_t{0};
+
+}  // namespace
+
+absl::StatusOr<IndexCheckRecord> IndexCheckRecord::Create(Device device) {
+  IndexCheckRecord r;
+  MT_ASSIGN_OR_RETURN(
+      r.record_, Tensor::Empty(DType::kI64, {internal::kRecordSlots}, device));
+  MT_RETURN_IF_ERROR(r.Reset());
+  return r;
+}
+
+absl::Status IndexCheckRecord::Reset() const {
+  if (record_.device().is_cpu()) {
+    std::memset(record_.raw_data(), 0xff, record_.bytes());
+    return absl::OkStatus();
+  }
+  return cuda::Memset(record_.raw_data(), 0xff, record_.bytes(),
+                      record_.device().index);
+}
+
+absl::Status IndexCheckRecord::ErrorIn(const Tensor& host_record) {
+  const int64_t* slot = host_record.data<int64_t>();
+  const uint64_t key = static_cast<uint64_t>(slot[0]);
+  if (key == kClean) return absl::OkStatus();
+  const int64_t position =
+      static_cast<int64_t>(key & ((uint64_t{1} << internal::kSiteShift) - 1));
+  if (slot[3] == static_cast<int64_t>(internal::IndexCheckOp::kGather)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Gather: index ", slot[1], " at position ", position,
+                     " is out of range [0, ", slot[2], ")"));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrFormat("Cast: element %d is %.17g, which has no value in i%d",
+                      position, std::bit_cast<double>(slot[1]), slot[2]));
+}
+
+ScopedIndexChecks::ScopedIndexChecks(const IndexCheckRecord* record) {
+  current_record = record;
+  next_site = 0;
+}
+
+ScopedIndexChecks::~ScopedIndexChecks() { current_record = nullptr; }
+
+namespace internal {
+
+std::optional<IndexCheckSite> NextIndexCheckSite() {
+  if (current_record == nullptr) return std::nullopt;
+  return IndexCheckSite{
+      static_cast<int64_t*>(current_record->tensor().raw_data()), next_site++};
+}
+
+void RecordOnHost(const IndexCheckSite& site, int64_t position, IndexCheckOp op,
+                  int64_t value, int64_t bound) {
+  const uint64_t key =
+      (site.site << kSiteShift) | static_cast<uint64_t>(position);
+  if (static_cast<uint64_t>(site.record[0]) <= key) return;
+  site.record[0] = static_cast<int64_t>(key);
+  site.record[1] = value;
+  site.record[2] = bound;
+  site.record[3] = static_cast<int64_t>(op);
+}
+
+}  // namespace internal
+}  // namespace mirrortrain::ops

@@ -1,0 +1,87 @@
+// Deferred index checks: Gather's indices and the float-to-integer Cast of
+// token ids are checked on the host before a GPU kernel trusts them (a
+// copy and a wait in the middle of the forward pass, which a CUDA graph
+// cannot hold). Inside a ScopedIndexChecks the ops check on the device
+// instead: an invalid index or value gives zeros in the output and is
+// written into an IndexCheckRecord, which the caller reads after the step
+// (with the loss) and turns into the error the op would have returned.
+// Outside a scope nothing changes.
+//
+// The record keeps the first failure in program order: every checked call
+// in the scope gets the next site number, and the record keeps the
+// smallest (site, position); so eager steps and replays of a recorded step
+// (which repeat the same sites) report the same failure.
+//
+// Thread contract: a scope is per thread (a replica's); the record is
+// written in the order of the thread's current stream.
+#ifndef MIRRORTRAIN_TENSOR_OPS_INDEX_CHECKS_H_
+#define MIRRORTRAIN_TENSOR_OPS_INDEX_CHECKS_H_
+
+#include <cstdint>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "tensor/device.h"
+#include "tensor/dtype.h"
+#include "tensor/tensor.h"
+
+namespace mirrortrain::ops {
+
+class IndexCheckRecord {
+ public:
+  // Clean, on `device`.
+  static absl::StatusOr<IndexCheckRecord> Create(Device device);
+  IndexCheckRecord() = default;
+
+  // Clean again (on a GPU: enqueued on the current stream, recordable).
+  absl::Status Reset() const;
+  // The record's storage (i64[4]), for copying it to the host.
+  const Tensor& tensor() const { return record_; }
+  // The error a host copy of the record holds (as Gather or Cast would
+  // have returned it), or OK when it is clean.
+  static absl::Status ErrorIn(const Tensor& host_record);
+
+ private:
+  Tensor record_;
+};
+
+// While alive, Gather and float-to-integer Cast on this thread record into
+// `record` (which must outlive the scope) instead of failing. Scopes do not
+// nest.
+class ScopedIndexChecks {
+ public:
+  explicit ScopedIndexChecks(const IndexCheckRecord* record);
+  ~ScopedIndexChecks();
+  ScopedIndexChecks(const ScopedIndexChecks&) = delete;
+  ScopedIndexChecks& operator=(const ScopedIndexChecks&) = delete;
+};
+
+namespace internal {
+
+// What a checked op writes: the record's int64 slots and the op's site.
+enum class IndexCheckOp : int64_t { kGather = 1, kCast = 2 };
+struct IndexCheckSite {
+  int64_t* record;
+  uint64_t site;
+};
+// The site of the calling op when a scope is active on this thread (each
+// call takes the next), else nullopt: check on the host.
+std::optional<IndexCheckSite> NextIndexCheckSite();
+
+// The record's layout: slot 0 the key, (site << kSiteShift) | position,
+// all ones when clean; then the offending value (an integer index, or a
+// float's value as double bits), the bound (Gather's rows; Cast's integer
+// bits), and the op.
+inline constexpr int kSiteShift = 40;
+inline constexpr int64_t kRecordSlots = 4;
+
+// CPU ops: records a failure at `position` unless the record already holds
+// an earlier one.
+void RecordOnHost(const IndexCheckSite& site, int64_t position, IndexCheckOp op,
+                  int64_t value, int64_t bound);
+
+}  // namespace internal
+}  // namespace mirrortrain::ops
+
+#endif  // MIRRORTRAIN_TENSOR_OPS_INDEX_CHECKS_H_

@@ -1,0 +1,74 @@
+// Deferred index checks (ops::ScopedIndexChecks): inside a scope Gather and
+// the float-to-integer Cast record a bad index or value instead of failing,
+// the first one in program order wins, and the record's error reads as the
+// op's own; outside a scope they fail at once, as always. On the CPU here;
+// the GPU kernels' column is tests/tensor/cuda_index_checks_test.cc.
+#include "tensor/ops/index_checks.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tensor/ops/array_ops.h"
+
+namespace mirrortrain::ops {
+namespace {
+
+const Tensor kTable = Tensor::FromVector<float>({0, 1, 10, 11, 20, 21, 30, 31},
+                                                {4, 2});  // 4 rows of 2
+
+TEST(IndexChecksTest, OutsideAScopeTheOpsFailAtOnce) {
+  const absl::StatusOr<Tensor> gathered =
+      Gather(kTable, Tensor::FromVector<int64_t>({0, 4}, {2}));
+  ASSERT_FALSE(gathered.ok());
+  EXPECT_NE(gathered.status().message().find(
+                "index 4 at position 1 is out of range [0, 4)"),
+            std::string::npos);
+  EXPECT_FALSE(Cast(Tensor::FromVector<float>({NAN}, {1}), DType::kI32).ok());
+}
+
+TEST(IndexChecksTest, InAScopeABadIndexGivesZerosAndIsRecorded) {
+  absl::StatusOr<IndexCheckRecord> record =
+      IndexCheckRecord::Create(Device::Cpu());
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_TRUE(IndexCheckRecord::ErrorIn(record->tensor()).ok());
+  {
+    ScopedIndexChecks scope(&*record);
+    const absl::StatusOr<Tensor> y =
+        Gather(kTable, Tensor::FromVector<int64_t>({3, 7, 1, -1}, {4}));
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_EQ(y->ToVector<float>(),
+              (std::vector<float>{30, 31, 0, 0, 10, 11, 0, 0}));
+  }
+  const absl::Status error = IndexCheckRecord::ErrorIn(record->tensor());
+  EXPECT_EQ(error.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(error.message(),
+            "Gather: index 7 at position 1 is out of range [0, 4)");
+  ASSERT_TRUE(record->Reset().ok());
+  EXPECT_TRUE(IndexCheckRecord::ErrorIn(record->tensor()).ok());
+  // The scope is gone: the op fails at once again.
+  EXPECT_FALSE(Gather(kTable, Tensor::FromVector<int64_t>({9}, {1})).ok());
+}
+
+TEST(IndexChecksTest, TheFirstBadCallInProgramOrderIsKept) {
+  absl::StatusOr<IndexCheckRecord> record =
+      IndexCheckRecord::Create(Device::Cpu());
+  ASSERT_TRUE(record.ok()) << record.status();
+  {
+    ScopedIndexChecks scope(&*record);
+    // A good call, a cast with a NaN at element 2, then a Gather that fails
+    // at an earlier position: the cast's failure is the one kept.
+    ASSERT_TRUE(Gather(kTable, Tensor::FromVector<int64_t>({1}, {1})).ok());
+    const absl::StatusOr<Tensor> ids = Cast(
+        Tensor::FromVector<float>({2.5f, 1.0f, NAN, 3e10f}, {4}), DType::kI32);
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    EXPECT_EQ(ids->ToVector<int32_t>(), (std::vector<int32_t>{2, 1, 0, 0}));
+    ASSERT_TRUE(Gather(kTable, Tensor::FromVector<int64_t>({5}, {1})).ok());
+  }
+  EXPECT_EQ(IndexCheckRecord::ErrorIn(record->tensor()).message(),
+            "Cast: element 2 is nan, which has no value in i32");
+}
+
+}  // namespace
+}  // namespace mirrortrain::ops
