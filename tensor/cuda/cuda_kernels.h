@@ -100,7 +100,8 @@ MT_CUDA_KERNEL(FinishIndexCheck,
                             const void* values, int64_t bound, int64_t op,
                             int device));
 // out[indices[i], k] += updates[i, k] (Gather's gradient, floating dtypes)
-// for out of `rows` rows; indices known to be in range. Deterministic:
+// for out of `rows` rows; an index out of range adds to no row (memory
+// safe: each output row scans the indices for its own). Deterministic:
 // each output element adds its updates in increasing i, as the CPU does, so
 // both give the same bits (no atomics).
 MT_CUDA_KERNEL(ScatterAdd,

@@ -584,12 +584,16 @@ MT_OP(kGatherOp, "Gather",
         Tensor dp = Tensor::HostZeros(params.dtype(), params.shape());
         const int64_t row =
             params.num_elements() / std::max<int64_t>(params.dim(0), 1);
-        // In increasing i per row, the order the CUDA kernel keeps too.
+        // In increasing i per row, the order the CUDA kernel keeps too. An
+        // index out of range (only under ScopedIndexChecks, which gave its
+        // row zeros and recorded it) adds to no row, as on the GPU.
         MT_DISPATCH_FLOAT(params.dtype(), T, {
           const T* src = gy.data<T>();
           T* dst = dp.data<T>();
           for (int64_t i = 0; i < indices.num_elements(); ++i) {
-            T* out = dst + internal::IndexAt(indices, i) * row;
+            const int64_t index = internal::IndexAt(indices, i);
+            if (index < 0 || index >= params.dim(0)) continue;
+            T* out = dst + index * row;
             const T* in = src + i * row;
             for (int64_t k = 0; k < row; ++k) out[k] += in[k];
           }

@@ -6,11 +6,14 @@
 #include "tensor/ops/index_checks.h"
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tensor/gradient_tape.h"
 #include "tensor/ops/array_ops.h"
+#include "tensor/ops/reduction_ops.h"
 
 namespace mirrortrain::ops {
 namespace {
@@ -68,6 +71,29 @@ TEST(IndexChecksTest, TheFirstBadCallInProgramOrderIsKept) {
   }
   EXPECT_EQ(IndexCheckRecord::ErrorIn(record->tensor()).message(),
             "Cast: element 2 is nan, which has no value in i32");
+}
+
+// The backward pass runs before the record is read: a bad index's row of
+// the output gradient goes to no row of the table (a zeroed forward row
+// used none), and nothing is written outside it.
+TEST(IndexChecksTest, ABadIndexGetsNoGradient) {
+  absl::StatusOr<IndexCheckRecord> record =
+      IndexCheckRecord::Create(Device::Cpu());
+  ASSERT_TRUE(record.ok()) << record.status();
+  GradientTape tape;
+  tape.Watch(kTable);
+  Tensor y;
+  {
+    ScopedIndexChecks scope(&*record);
+    y = *Gather(kTable, Tensor::FromVector<int64_t>({2, 1000000, 2, -5}, {4}));
+  }
+  absl::StatusOr<std::vector<std::optional<Tensor>>> g =
+      tape.Gradient(*ReduceSum(y), {kTable});
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_TRUE((*g)[0].has_value());
+  EXPECT_EQ((*g)[0]->ToVector<float>(),
+            (std::vector<float>{0, 0, 0, 0, 2, 2, 0, 0}));
+  EXPECT_FALSE(IndexCheckRecord::ErrorIn(record->tensor()).ok());
 }
 
 }  // namespace
