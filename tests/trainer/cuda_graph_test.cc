@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/tensor/cuda_test_util.h"
+#include "tests/test_util.h"
 #include "tests/trainer/cli_runner.h"
 
 namespace mirrortrain {
@@ -123,6 +124,39 @@ TEST_F(CudaGraphCliTest, AccumulatedStepsAreRecorded) {
   sets.push_back("train.accumulation_steps=2");
   ExpectReplaysMatchEagerSteps("accumulation", "fashion_mnist_cnn.yaml",
                                "one_device", "[gpu:0]", sets);
+}
+
+// A token model (the gpt config: embeddings, attention, layer norm, AdamW
+// with global-norm clipping) on a text file: its embedding checks the ids
+// on the device (ops::ScopedIndexChecks), so its steps are recorded too.
+TEST_F(CudaGraphCliTest, TokenModelStepsAreRecorded) {
+  const std::string text = ::testing::TempDir() + "/mt_cuda_graph_text.txt";
+  std::string words;
+  uint64_t state = 1;
+  const char* kWords[] = {"the ", "graph ",  "replays ", "a ",     "step ",
+                          "of ",  "tokens ", "and ",     "bytes. "};
+  while (words.size() < 40000) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    words += kWords[(state >> 33) % 9];
+  }
+  testing::WriteBytes(text, words);
+  const std::vector<std::string> sets = {
+      "data={name: text, path: " + text +
+          ", sequence_length: 64, validation_fraction: 0.1}",
+      "data.global_batch_size=16"};
+  Result eager, graphed;
+  const std::string eager_dir = Train("gpt_off", "fortunes_gpt.yaml", "off",
+                                      "one_device", "[gpu:0]", sets, &eager);
+  const std::string graph_dir = Train("gpt_auto", "fortunes_gpt.yaml", "auto",
+                                      "one_device", "[gpu:0]", sets, &graphed);
+  ASSERT_EQ(eager.exit_code, 0) << eager.err;
+  ASSERT_EQ(graphed.exit_code, 0) << graphed.err;
+  EXPECT_EQ(graphed.err.find("train.cuda_graph: eager steps"),
+            std::string::npos)
+      << graphed.err;
+  ExpectSameTensors(eager_dir + "/checkpoints/ckpt-24.safetensors",
+                    graph_dir + "/checkpoints/ckpt-24.safetensors");
+  EXPECT_EQ(LossLines(eager_dir), LossLines(graph_dir));
 }
 
 TEST_F(CudaGraphCliTest, StepsThatCannotBeCapturedStayEagerWithANotice) {
