@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <future>
 #include <numbers>
 #include <optional>
 #include <set>
@@ -173,6 +174,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   if (need_train_data && chief) {
     MT_RETURN_IF_ERROR(t->PrepareRestoreForTraining());
   }
+  // The training split (the largest file to read and decompress) loads on
+  // a thread of its own while the devices start up and the model is built;
+  // its errors are reported where they were before.
+  std::future<absl::StatusOr<InMemoryDataset>> train_split;
+  if (need_train_data) {
+    train_split = std::async(std::launch::async, [&config] {
+      return LoadSplit(config.data, /*train=*/true, config.seed);
+    });
+  }
   // Validated by the config; process-wide, like TensorFlow's switch.
   MT_ASSIGN_OR_RETURN(MatMulPrecision precision,
                       ParseMatMulPrecision(config.precision));
@@ -262,8 +272,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     t->async_window_->pushes.assign(t->num_replicas(), 0);
   }
   if (need_train_data) {
-    MT_ASSIGN_OR_RETURN(t->train_data_,
-                        LoadSplit(config.data, /*train=*/true, config.seed));
+    MT_ASSIGN_OR_RETURN(t->train_data_, train_split.get());
     BatchIteratorOptions opt;
     opt.batch_size = config.data.global_batch_size;
     opt.shuffle = config.data.shuffle;
