@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <future>
+#include <limits>
 #include <numbers>
 #include <optional>
 #include <set>
@@ -474,7 +475,7 @@ absl::StatusOr<std::vector<Tensor>> Trainer::ComputeGradients(
   // Steps in flight: token ids are checked on the device, read with the
   // loss (FinishStep), not on the host in the middle of the step.
   std::optional<ops::ScopedIndexChecks> index_checks;
-  if (steps_in_flight_ > 1) {
+  if (defer_index_checks_) {
     MT_RETURN_IF_ERROR(r.index_checks.Reset());
     index_checks.emplace(&r.index_checks);
   }
@@ -960,7 +961,7 @@ absl::Status Trainer::PendStep(int64_t step, std::vector<Batch> micro_batches) {
         const int id = ctx.replica_id();
         const Replica& r = replicas_[id];
         MT_ASSIGN_OR_RETURN(p.losses[id], HostCopyAsync(r.loss));
-        if (steps_in_flight_ > 1) {
+        if (defer_index_checks_) {
           MT_ASSIGN_OR_RETURN(p.index_checks[id],
                               HostCopyAsync(r.index_checks.tensor()));
         }
@@ -986,18 +987,19 @@ absl::Status Trainer::FinishStep(LoopState& loop, int& stop) {
   pending_.pop_front();
   MT_RETURN_IF_ERROR(p.done.Wait());
   const int64_t step = p.step;
-  for (size_t i = 0; i < replicas_.size(); ++i) {
+  // A bad token id (its replica's record) is the cause of whatever the loss
+  // became: it is the error reported.
+  absl::Status ids = absl::OkStatus();
+  for (size_t i = 0; i < replicas_.size() && ids.ok(); ++i) {
     if (!p.index_checks[i].defined()) continue;
-    // First: a bad id is the cause of whatever the loss became.
-    const absl::Status ids = ops::IndexCheckRecord::ErrorIn(p.index_checks[i]);
+    ids = ops::IndexCheckRecord::ErrorIn(p.index_checks[i]);
     if (!ids.ok()) {
-      progress_->Finish();
-      return absl::Status(ids.code(), absl::StrCat("step ", step, ": replica ",
-                                                   i, ": ", ids.message()));
+      ids = absl::Status(ids.code(), absl::StrCat("step ", step, ": replica ",
+                                                  i, ": ", ids.message()));
     }
   }
   double loss = 0;
-  for (size_t i = 0; i < replicas_.size(); ++i) {
+  for (size_t i = 0; ids.ok() && i < replicas_.size(); ++i) {
     loss += HostValue(p.losses[i]);
     absl::Status norm =
         CheckGlobalNorm(p.global_norms[i], absl::StrCat("at step ", step));
@@ -1006,8 +1008,15 @@ absl::Status Trainer::FinishStep(LoopState& loop, int& stop) {
       return norm;
     }
   }
+  // Only this process saw its ids: a NaN in the agreed loss stops the
+  // others at this step too (they report the non-finite loss).
+  if (!ids.ok()) loss = std::numeric_limits<double>::quiet_NaN();
   // The job's loss and stop decision, the same in every process.
   absl::StatusOr<int> agreed = AgreeAfterStep(loss);
+  if (!ids.ok()) {
+    progress_->Finish();
+    return ids;
+  }
   if (!agreed.ok()) {
     return absl::Status(
         agreed.status().code(),
@@ -1070,6 +1079,7 @@ absl::Status Trainer::Train() {
               placement() == distribute::VariablePlacement::kMirrored
           ? 2
           : 1);
+  defer_index_checks_ = steps_in_flight_ > 1;
   // However the loop ends, no device work is left reading or writing what
   // the pending steps hold.
   absl::Cleanup settle = [this] { DiscardPendingSteps(); };

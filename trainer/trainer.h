@@ -408,6 +408,9 @@ class Trainer {
   StepGraph step_graph_;
   std::deque<PendingStep> pending_;
   size_t steps_in_flight_ = 1;
+  // Steps in flight (the synchronous loop only): token ids are checked on
+  // the device (ComputeGradients) and read with the loss (FinishStep).
+  bool defer_index_checks_ = false;
   std::vector<Replica> replicas_;
   // The one copy of the training state (central_storage), or the gathered
   // copy of the parameter servers' (parameter_server); null when mirrored.

@@ -236,8 +236,12 @@ absl::StatusOr<Tensor> Gather(const Tensor& params, const Tensor& indices) {
   MT_ASSIGN_OR_RETURN(Tensor y,
                       Tensor::Empty(params.dtype(), shape, params.device()));
   const int64_t rows = params.dim(0);
+  const int64_t row = params.num_elements() / std::max<int64_t>(rows, 1);
+  // Rows of no columns run no kernel that could check: on the host then.
   const std::optional<internal::IndexCheckSite> site =
-      internal::NextIndexCheckSite();
+      row > 0 ? internal::NextIndexCheckSite(params.device(),
+                                             indices.num_elements())
+              : std::nullopt;
   if (params.device().is_cuda()) {
     cuda::DeviceIndexCheck check;
     if (site.has_value()) {
@@ -256,7 +260,6 @@ absl::StatusOr<Tensor> Gather(const Tensor& params, const Tensor& indices) {
         }
       }
     }
-    const int64_t row = params.num_elements() / std::max<int64_t>(rows, 1);
     const int device = params.device().index;
     absl::Status s =
         cuda::Gather(params.dtype(), params.raw_data(), row, rows,
@@ -379,7 +382,7 @@ absl::StatusOr<Tensor> Cast(const Tensor& x, DType dtype) {
   MT_RETURN_IF_ERROR(CheckDefined("Cast", {&x}));
   const std::optional<internal::IndexCheckSite> site =
       IsFloating(x.dtype()) && !IsFloating(dtype)
-          ? internal::NextIndexCheckSite()
+          ? internal::NextIndexCheckSite(x.device(), x.num_elements())
           : std::nullopt;
   if (!site.has_value()) MT_RETURN_IF_ERROR(CheckCastable(x, dtype));
   MT_ASSIGN_OR_RETURN(Tensor y, Tensor::Empty(dtype, x.shape(), x.device()));

@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -51,17 +52,26 @@ absl::Status IndexCheckRecord::ErrorIn(const Tensor& host_record) {
                       position, std::bit_cast<double>(slot[1]), slot[2]));
 }
 
-ScopedIndexChecks::ScopedIndexChecks(const IndexCheckRecord* record) {
-  current_record = record;
-  next_site = 0;
-}
+ScopedIndexChecks::ScopedIndexChecks(const IndexCheckRecord* record)
+    : previous_record_(std::exchange(current_record, record)),
+      previous_site_(std::exchange(next_site, 0)) {}
 
-ScopedIndexChecks::~ScopedIndexChecks() { current_record = nullptr; }
+ScopedIndexChecks::~ScopedIndexChecks() {
+  current_record = previous_record_;
+  next_site = previous_site_;
+}
 
 namespace internal {
 
-std::optional<IndexCheckSite> NextIndexCheckSite() {
-  if (current_record == nullptr) return std::nullopt;
+std::optional<IndexCheckSite> NextIndexCheckSite(Device device,
+                                                 int64_t elements) {
+  constexpr uint64_t kPositions = uint64_t{1} << kSiteShift;
+  if (current_record == nullptr ||
+      current_record->tensor().device() != device ||
+      static_cast<uint64_t>(elements) >= kPositions ||
+      next_site >= (~uint64_t{0} >> kSiteShift)) {
+    return std::nullopt;
+  }
   return IndexCheckSite{
       static_cast<int64_t*>(current_record->tensor().raw_data()), next_site++};
 }

@@ -46,15 +46,19 @@ class IndexCheckRecord {
   Tensor record_;
 };
 
-// While alive, Gather and float-to-integer Cast on this thread record into
-// `record` (which must outlive the scope) instead of failing. Scopes do not
-// nest.
+// While alive, Gather and float-to-integer Cast on this thread, on the
+// record's device, record into `record` (which must outlive the scope)
+// instead of failing. An inner scope replaces the outer one until it ends.
 class ScopedIndexChecks {
  public:
   explicit ScopedIndexChecks(const IndexCheckRecord* record);
   ~ScopedIndexChecks();
   ScopedIndexChecks(const ScopedIndexChecks&) = delete;
   ScopedIndexChecks& operator=(const ScopedIndexChecks&) = delete;
+
+ private:
+  const IndexCheckRecord* previous_record_;
+  uint64_t previous_site_;
 };
 
 namespace internal {
@@ -65,9 +69,12 @@ struct IndexCheckSite {
   int64_t* record;
   uint64_t site;
 };
-// The site of the calling op when a scope is active on this thread (each
-// call takes the next), else nullopt: check on the host.
-std::optional<IndexCheckSite> NextIndexCheckSite();
+// The site of the calling op, which checks `elements` values on `device`,
+// when a scope with a record on that device is active on this thread (each
+// call takes the next); else nullopt: check on the host. Also nullopt when
+// the key could not hold the site or a position.
+std::optional<IndexCheckSite> NextIndexCheckSite(Device device,
+                                                 int64_t elements);
 
 // The record's layout: slot 0 the key, (site << kSiteShift) | position,
 // all ones when clean; then the offending value (an integer index, or a

@@ -103,8 +103,9 @@ TEST_F(CudaIndexChecksTest, ARecordedGatherChecksOnEveryReplay) {
     const std::vector<float> rows = y.To(Device::Cpu())->ToVector<float>();
     for (int i = 0; i < 3; ++i) {
       const int64_t id = replay.ids[i];
-      const float want = id >= 0 && id < 4 ? 10.0f * id : 0.0f;
-      EXPECT_EQ(rows[2 * i], want) << "row " << i;
+      const bool valid = id >= 0 && id < 4;
+      EXPECT_EQ(rows[2 * i], valid ? 10.0f * id : 0.0f) << "row " << i;
+      EXPECT_EQ(rows[2 * i + 1], valid ? 10.0f * id + 1 : 0.0f) << "row " << i;
     }
   }
 }

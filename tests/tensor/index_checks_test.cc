@@ -73,6 +73,27 @@ TEST(IndexChecksTest, TheFirstBadCallInProgramOrderIsKept) {
             "Cast: element 2 is nan, which has no value in i32");
 }
 
+TEST(IndexChecksTest, AnInnerScopeRecordsUntilItEnds) {
+  absl::StatusOr<IndexCheckRecord> outer =
+      IndexCheckRecord::Create(Device::Cpu());
+  absl::StatusOr<IndexCheckRecord> inner =
+      IndexCheckRecord::Create(Device::Cpu());
+  ASSERT_TRUE(outer.ok() && inner.ok());
+  {
+    ScopedIndexChecks outer_scope(&*outer);
+    {
+      ScopedIndexChecks inner_scope(&*inner);
+      ASSERT_TRUE(Gather(kTable, Tensor::FromVector<int64_t>({4}, {1})).ok());
+    }
+    ASSERT_TRUE(Gather(kTable, Tensor::FromVector<int64_t>({0, 5}, {2})).ok());
+  }
+  EXPECT_EQ(IndexCheckRecord::ErrorIn(inner->tensor()).message(),
+            "Gather: index 4 at position 0 is out of range [0, 4)");
+  EXPECT_EQ(IndexCheckRecord::ErrorIn(outer->tensor()).message(),
+            "Gather: index 5 at position 1 is out of range [0, 4)");
+  EXPECT_FALSE(Gather(kTable, Tensor::FromVector<int64_t>({4}, {1})).ok());
+}
+
 // The backward pass runs before the record is read: a bad index's row of
 // the output gradient goes to no row of the table (a zeroed forward row
 // used none), and nothing is written outside it.
