@@ -36,6 +36,9 @@ class CentralStorageStrategy final : public Strategy {
   const std::vector<Device>& devices() const override {
     return compute_->devices();
   }
+  // Enqueue and Fence are the defaults: the mirrored Run waits for the
+  // replicas' streams, so the loop thread's copies of the central state
+  // (LoadReplicaModels) never race a step.
   absl::Status Run(const ReplicaFn& fn) override { return compute_->Run(fn); }
   VariablePlacement variable_placement() const override {
     return VariablePlacement::kCentral;

@@ -411,10 +411,7 @@ absl::Status MirroredStrategy::RunReplicas(const ReplicaFn& fn, bool wait) {
     return s.ok() ? synced : s;
   });
   absl::Status first = RootCause(status, "replica");
-  if (first.ok()) return first;
-  broken_ = first;
-  // The caller drops the step's inputs: nothing queued may still read them.
-  for (const auto& r : replicas_) r->SynchronizeCompute().IgnoreError();
+  if (!first.ok()) broken_ = first;
   return first;
 }
 

@@ -11,7 +11,8 @@
 // Device work: each replica's work is ordered after everything it did in
 // earlier calls (Run, Enqueue, Replay). When Run returns its work is done,
 // or (OneDeviceStrategy) enqueued on the calling thread's current stream
-// before anything the caller enqueues there later. Enqueue and Replay may
+// before anything the caller enqueues there later (code that reads results
+// on another stream waits for Fence() first). Enqueue and Replay may
 // return while it is still queued; a DeviceFence says when it is done.
 #ifndef MIRRORTRAIN_DISTRIBUTE_STRATEGY_H_
 #define MIRRORTRAIN_DISTRIBUTE_STRATEGY_H_
@@ -177,7 +178,7 @@ class Strategy {
   // Collectives (all-reduces, one per gradient bucket) replica 0 has started
   // since creation, eagerly or into a graph (replays are not counted);
   // every replica starts the same ones. 0 where nothing is communicated
-  // (one device). For tests and tools; read between Run calls.
+  // (one device). For tests and tools; read between Run/Enqueue calls.
   virtual int64_t collectives_started() const { return 0; }
 
   // CUDA graphs of whole steps (train.cuda_graph). OK when CaptureRun can

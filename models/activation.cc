@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "tensor/ops/conv_ops.h"
 #include "tensor/ops/fused_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/matmul.h"
@@ -69,6 +70,17 @@ absl::StatusOr<Tensor> ProductBiasActivate(const ActivationDef& activation,
   }
   MT_ASSIGN_OR_RETURN(Tensor z, ops::MatMulBias(x, kernel, bias));
   return Activate(activation, z);
+}
+
+absl::StatusOr<Tensor> ConvBiasActivate(const ActivationDef& activation,
+                                        const Tensor& x, const Tensor& kernel,
+                                        const Tensor& bias,
+                                        const ops::Conv2DOptions& options) {
+  if (activation.apply == ops::Relu) {
+    return ops::Conv2DBiasRelu(x, kernel, bias, options);
+  }
+  MT_ASSIGN_OR_RETURN(Tensor y, ops::Conv2D(x, kernel, options));
+  return BiasActivate(activation, y, bias);
 }
 
 }  // namespace mirrortrain::models

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "tensor/ops/conv_ops.h"
 #include "tensor/params.h"
 #include "tensor/tensor.h"
 
@@ -37,12 +38,19 @@ absl::StatusOr<Tensor> Activate(const ActivationDef& activation,
 absl::StatusOr<Tensor> BiasActivate(const ActivationDef& activation,
                                     const Tensor& x, const Tensor& bias);
 // activation(x @ kernel + bias) for dense layers: the bias accumulated by
-// the product (ops::MatMulBias), except before relu, where the product is
-// followed by BiasActivate's single bias+relu pass (and its fused gradient).
+// the product (ops::MatMulBias), or, for relu, one ops::MatMulBiasRelu
+// (bias and relu in the GEMM's epilogue on GPUs).
 absl::StatusOr<Tensor> ProductBiasActivate(const ActivationDef& activation,
                                            const Tensor& x,
                                            const Tensor& kernel,
                                            const Tensor& bias);
+// activation(conv2d(x, kernel) + bias) for conv layers: for relu one
+// ops::Conv2DBiasRelu (bias and relu in the GEMMs' epilogue on GPUs), else
+// the convolution then BiasActivate.
+absl::StatusOr<Tensor> ConvBiasActivate(const ActivationDef& activation,
+                                        const Tensor& x, const Tensor& kernel,
+                                        const Tensor& bias,
+                                        const ops::Conv2DOptions& options);
 
 }  // namespace mirrortrain::models
 

@@ -4,7 +4,6 @@
 #include "models/initializers.h"
 #include "models/layer_registry.h"
 #include "models/simple_layers.h"
-#include "tensor/ops/math_ops.h"
 #include "tensor/ops/window.h"
 #include "tensor/status_macros.h"
 
@@ -25,10 +24,9 @@ absl::StatusOr<std::unique_ptr<Conv2DLayer>> Conv2DLayer::Create(
 
 absl::StatusOr<Tensor> Conv2DLayer::Call(const Tensor& x,
                                          const ForwardContext&) {
-  if (bias_.has_value() && !pool_.has_value() &&
-      activation_.apply == ops::Relu) {
-    // Bias and relu in the convolution's GEMM epilogue (on GPUs).
-    return ops::Conv2DBiasRelu(x, kernel_.value(), bias_->value(), options_);
+  if (bias_.has_value() && !pool_.has_value()) {
+    return ConvBiasActivate(activation_, x, kernel_.value(), bias_->value(),
+                            options_);
   }
   MT_ASSIGN_OR_RETURN(Tensor y, ops::Conv2D(x, kernel_.value(), options_));
   if (pool_.has_value()) {

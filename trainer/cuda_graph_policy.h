@@ -4,8 +4,7 @@
 // `auto` captures the step when everything in it can be replayed as
 // recorded: GPU replicas with mirrored variables whose strategy records its
 // steps (Strategy::CanCaptureRuns: one GPU, or logical replicas of one GPU,
-// in one process) and no per-step host reads (token models range-check
-// their ids on the host). Anything else trains eagerly; `reason` says why.
+// in one process). Anything else trains eagerly; `reason` says why.
 #ifndef MIRRORTRAIN_TRAINER_CUDA_GRAPH_POLICY_H_
 #define MIRRORTRAIN_TRAINER_CUDA_GRAPH_POLICY_H_
 

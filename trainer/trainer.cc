@@ -4,12 +4,10 @@
 #include <cmath>
 #include <cstring>
 #include <future>
-#include <limits>
 #include <numbers>
 #include <optional>
 #include <set>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "distribute/device_set.h"
@@ -34,7 +32,6 @@
 #include "trainer/data/normalize.h"
 #include "trainer/optim/lr_schedule.h"
 #include "trainer/optim/optimizers.h"
-#include "trainer/signals.h"
 
 namespace mirrortrain::trainer {
 namespace {
@@ -177,7 +174,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   }
   // The training split (the largest file to read and decompress) loads on
   // a thread of its own while the devices start up and the model is built;
-  // its errors are reported where they were before.
+  // its errors come after the test split's and the model's. `config` lives
+  // through Create, and every return waits for the load: a std::async
+  // future blocks in its destructor (so an early error waits for it too).
   std::future<absl::StatusOr<InMemoryDataset>> train_split;
   if (need_train_data) {
     train_split = std::async(std::launch::async, [&config] {
@@ -321,7 +320,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   if (need_train_data && processes->size() > 1) {
     MT_RETURN_IF_ERROR(t->SyncFromChief());
   }
-  MT_RETURN_IF_ERROR(t->FinishCallerWork());
+  MT_RETURN_IF_ERROR(t->WaitForLoopThreadWork());
   if (!t->run_dir_.empty()) {
     t->run_dir_lock_->KeepFiles();
     MT_RETURN_IF_ERROR(
@@ -595,10 +594,10 @@ absl::Status Trainer::LoadReplicaModels(bool ema) {
           shadow != nullptr ? shadow->value() : central[i]->value()));
     }
   }
-  return FinishCallerWork();
+  return WaitForLoopThreadWork();
 }
 
-absl::Status Trainer::FinishCallerWork() const {
+absl::Status Trainer::WaitForLoopThreadWork() const {
   std::set<int> gpus;
   for (const Device& d : strategy_->devices()) {
     if (d.is_cuda()) gpus.insert(d.index);
@@ -785,133 +784,6 @@ absl::StatusOr<int64_t> Trainer::TotalSteps() const {
   return total;
 }
 
-absl::Status Trainer::SaveIfNew() {
-  // Without a run directory (tests, tools) nothing is written.
-  if (run_dir_.empty() || last_saved_step_ == global_step()) {
-    return absl::OkStatus();
-  }
-  MT_ASSIGN_OR_RETURN(std::string path, SaveCheckpoint());
-  progress_->Message(absl::StrCat("saved ", path));
-  return absl::OkStatus();
-}
-
-absl::Status Trainer::StopBySignal(int64_t step) {
-  MT_RETURN_IF_ERROR(SaveIfNew());
-  progress_->Message(absl::StrCat("stopped by signal after step ", step));
-  return absl::CancelledError(absl::StrCat("stopped by signal at step ", step));
-}
-
-absl::Status Trainer::AfterSteps(LoopState& loop, int64_t step, double loss_sum,
-                                 int64_t steps, int64_t samples) {
-  loop.window_loss += loss_sum;
-  loop.window_steps += steps;
-  loop.window_samples += samples;
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                    loop.window_start)
-          .count();
-  const double samples_per_sec =
-      seconds > 0 ? loop.window_samples / seconds : 0;
-  progress_->Update(step, steps > 0 ? loss_sum / steps : 0, samples_per_sec);
-  if (step % config_.train.log_every_steps == 0 || step == loop.total_steps) {
-    MetricsRecord rec{step,
-                      step / loop.steps_per_epoch,
-                      "train",
-                      "",
-                      {{"loss", loop.window_loss / loop.window_steps},
-                       // The rate of the next update (from the step: the
-                       // parameter servers' snapshot may be older).
-                       {"learning_rate", primary().optimizer->schedule()(step)},
-                       {"samples_per_sec", samples_per_sec}}};
-    // Sequences: the labelled tokens per second too.
-    if (const int64_t t = train_data_.labels_per_example(); t > 1) {
-      rec.values.push_back(
-          {"tokens_per_sec", samples_per_sec * static_cast<double>(t)});
-    }
-    if (ps_) {
-      // How stale the window's updates were (UpdateClock).
-      const std::vector<int64_t> counts = clock().TakeStalenessCounts();
-      double updates = 0, sum = 0, max = 0;
-      for (size_t s = 0; s < counts.size(); ++s) {
-        updates += static_cast<double>(counts[s]);
-        sum += static_cast<double>(counts[s] * static_cast<int64_t>(s));
-        if (counts[s] > 0) max = static_cast<double>(s);
-      }
-      rec.values.push_back({"staleness_mean", updates > 0 ? sum / updates : 0});
-      rec.values.push_back({"staleness_max", max});
-      rec.histograms.push_back({"staleness", counts});
-    }
-    if (logger_) MT_RETURN_IF_ERROR(logger_->Log(rec));
-    loop.window_loss = 0;
-    loop.window_steps = loop.window_samples = 0;
-    loop.window_start = std::chrono::steady_clock::now();
-  }
-  if (EvaluationDue(loop, step)) {
-    MT_RETURN_IF_ERROR(EvaluateAndLog(step));
-    loop.evaluated_at_end = step == loop.total_steps;
-  }
-  if (SaveDue(step)) MT_RETURN_IF_ERROR(SaveIfNew());
-  if (step_observer_) step_observer_(step);
-  return absl::OkStatus();
-}
-
-bool Trainer::EvaluationDue(const LoopState& loop, int64_t step) const {
-  const int64_t every = config_.train.eval_every_epochs;
-  return step % loop.steps_per_epoch == 0 && every > 0 &&
-         (step / loop.steps_per_epoch) % every == 0;
-}
-
-bool Trainer::SaveDue(int64_t step) const {
-  const int64_t every = config_.checkpoint.every_steps;
-  return every > 0 && step % every == 0;
-}
-
-bool Trainer::ReadsStateAfter(const LoopState& loop, int64_t step) const {
-  const int64_t check_every = config_.distribute.check_replicas_every_steps;
-  return step == loop.total_steps || EvaluationDue(loop, step) ||
-         SaveDue(step) || (check_every > 0 && step % check_every == 0) ||
-         step_observer_ != nullptr;
-}
-
-absl::StatusOr<Tensor> Trainer::HostCopyAsync(const Tensor& t) {
-  if (t.device().is_cpu()) return t.Clone();
-  MT_ASSIGN_OR_RETURN(Allocator * pinned, cuda::PinnedHostAllocator());
-  MT_ASSIGN_OR_RETURN(Tensor host,
-                      Tensor::EmptyWith(pinned, t.dtype(), t.shape()));
-  MT_RETURN_IF_ERROR(cuda::CopyAsync(host.raw_data(), Device::Cpu(),
-                                     t.raw_data(), t.device(), t.bytes()));
-  return host;
-}
-
-absl::Status Trainer::FinishTraining(LoopState& loop, int64_t step) {
-  double no_loss = 0;
-  MT_ASSIGN_OR_RETURN(int stop, AgreeAfterStep(no_loss));
-  if (!loop.evaluated_at_end && stop == 0) {
-    MT_RETURN_IF_ERROR(EvaluateAndLog(step));
-    MT_ASSIGN_OR_RETURN(stop, AgreeAfterStep(no_loss));
-  }
-  // A signal during the last step's evaluation (or the one above) still
-  // ends the run as a signal does.
-  if (stop != 0) return StopBySignal(step);
-  MT_RETURN_IF_ERROR(SaveIfNew());
-  progress_->Finish();
-  return absl::OkStatus();
-}
-
-absl::StatusOr<int> Trainer::AgreeAfterStep(double& loss) {
-  if (processes_->size() == 1) return StopSignal();
-  // Processes that received a signal, and the sum of their signal numbers
-  // (one launcher signal reaches all with the same number).
-  const int mine = StopSignal();
-  double values[3] = {loss, mine != 0 ? 1.0 : 0.0, static_cast<double>(mine)};
-  MT_RETURN_IF_ERROR(
-      processes_->AllReduceSum(absl::MakeSpan(values), "the end of the step"));
-  loss = values[0];
-  if (values[1] == 0) return 0;
-  RecordStopSignal(static_cast<int>(std::lround(values[2] / values[1])));
-  return StopSignal();
-}
-
 absl::Status Trainer::SyncFromChief() {
   // The chief's step, input position and config hash; `restored`: whether
   // it restored a checkpoint.
@@ -945,169 +817,6 @@ absl::Status Trainer::SyncFromChief() {
   MT_RETURN_IF_ERROR(train_iterator_->Seek({header[1], header[2]}));
   last_saved_step_ = header[0];
   return absl::OkStatus();
-}
-
-absl::Status Trainer::PendStep(int64_t step, std::vector<Batch> micro_batches) {
-  PendingStep p;
-  p.step = step;
-  p.micro_batches = std::move(micro_batches);
-  p.losses.resize(replicas_.size());
-  p.global_norms.resize(replicas_.size());
-  p.index_checks.resize(replicas_.size());
-  // Each replica copies its scalars to the host on its own stream, after
-  // its step, so reading them later needs no other ordering.
-  absl::Status copied =
-      strategy_->Enqueue([&](distribute::ReplicaContext& ctx) -> absl::Status {
-        const int id = ctx.replica_id();
-        const Replica& r = replicas_[id];
-        MT_ASSIGN_OR_RETURN(p.losses[id], HostCopyAsync(r.loss));
-        if (defer_index_checks_) {
-          MT_ASSIGN_OR_RETURN(p.index_checks[id],
-                              HostCopyAsync(r.index_checks.tensor()));
-        }
-        if (r.global_norm.defined()) {
-          MT_ASSIGN_OR_RETURN(p.global_norms[id], HostCopyAsync(r.global_norm));
-        }
-        return absl::OkStatus();
-      });
-  absl::StatusOr<distribute::DeviceFence> done =
-      copied.ok() ? strategy_->Fence() : copied;
-  if (!done.ok()) {
-    // The copies already queued write into p's host buffers.
-    SettleDevices();
-    return done.status();
-  }
-  p.done = *std::move(done);
-  pending_.push_back(std::move(p));
-  return absl::OkStatus();
-}
-
-absl::Status Trainer::FinishStep(LoopState& loop, int& stop) {
-  const PendingStep p = std::move(pending_.front());
-  pending_.pop_front();
-  MT_RETURN_IF_ERROR(p.done.Wait());
-  const int64_t step = p.step;
-  // A bad token id (its replica's record) is the cause of whatever the loss
-  // became: it is the error reported.
-  absl::Status ids = absl::OkStatus();
-  for (size_t i = 0; i < replicas_.size() && ids.ok(); ++i) {
-    if (!p.index_checks[i].defined()) continue;
-    ids = ops::IndexCheckRecord::ErrorIn(p.index_checks[i]);
-    if (!ids.ok()) {
-      ids = absl::Status(ids.code(), absl::StrCat("step ", step, ": replica ",
-                                                  i, ": ", ids.message()));
-    }
-  }
-  double loss = 0;
-  for (size_t i = 0; ids.ok() && i < replicas_.size(); ++i) {
-    loss += HostValue(p.losses[i]);
-    absl::Status norm =
-        CheckGlobalNorm(p.global_norms[i], absl::StrCat("at step ", step));
-    if (!norm.ok()) {
-      progress_->Finish();
-      return norm;
-    }
-  }
-  // Only this process saw its ids: a NaN in the agreed loss stops the
-  // others at this step too (they report the non-finite loss).
-  if (!ids.ok()) loss = std::numeric_limits<double>::quiet_NaN();
-  // The job's loss and stop decision, the same in every process.
-  absl::StatusOr<int> agreed = AgreeAfterStep(loss);
-  if (!ids.ok()) {
-    progress_->Finish();
-    return ids;
-  }
-  if (!agreed.ok()) {
-    return absl::Status(
-        agreed.status().code(),
-        absl::StrCat("step ", step, ": ", agreed.status().message()));
-  }
-  stop = *agreed;
-  if (!std::isfinite(loss)) {
-    progress_->Finish();
-    return absl::AbortedError(
-        absl::StrCat("non-finite loss (", loss, ") at step ", step));
-  }
-  const int64_t check_every = config_.distribute.check_replicas_every_steps;
-  if (check_every > 0 && step % check_every == 0) {
-    absl::Status same = CheckReplicasIdentical();
-    if (!same.ok()) {
-      progress_->Finish();
-      return absl::InternalError(
-          absl::StrCat("step ", step, ": ", same.message()));
-    }
-  }
-  int64_t samples = 0;
-  for (const Batch& b : p.micro_batches) samples += b.labels.dim(0);
-  return AfterSteps(loop, step, loss, 1, samples);
-}
-
-void Trainer::DiscardPendingSteps() {
-  // An error here leaves nothing better to do than what the caller does
-  // with the error that ended the loop.
-  for (const PendingStep& p : pending_) p.done.Wait().IgnoreError();
-  pending_.clear();
-}
-
-void Trainer::SettleDevices() {
-  absl::StatusOr<distribute::DeviceFence> all = strategy_->Fence();
-  if (all.ok()) all->Wait().IgnoreError();
-}
-
-absl::Status Trainer::Train() {
-  LoopState loop;
-  loop.steps_per_epoch = StepsPerEpoch();
-  MT_ASSIGN_OR_RETURN(loop.total_steps, TotalSteps());
-  loop.window_start = std::chrono::steady_clock::now();
-  progress_ = std::make_unique<Progress>(loop.total_steps, loop.steps_per_epoch,
-                                         config_.train.log_every_steps,
-                                         /*silent=*/!processes_->chief());
-  if (!restored_from_.empty()) {
-    progress_->Message(
-        absl::StrCat("restored ", restored_from_, " at step ", global_step()));
-  }
-  if (!cuda_graph_.reason.empty() && strategy_->devices()[0].is_cuda()) {
-    progress_->Message(
-        absl::StrCat("train.cuda_graph: eager steps: ", cuda_graph_.reason));
-  }
-  if (ps_) return TrainAsync(loop);
-  // Only GPU replicas that update their own copies run a step while the
-  // host prepares the next; elsewhere a step is done when it returns.
-  steps_in_flight_ = std::max<size_t>(
-      steps_in_flight_,
-      strategy_->devices()[0].is_cuda() &&
-              placement() == distribute::VariablePlacement::kMirrored
-          ? 2
-          : 1);
-  defer_index_checks_ = steps_in_flight_ > 1;
-  // However the loop ends, no device work is left reading or writing what
-  // the pending steps hold.
-  absl::Cleanup settle = [this] { DiscardPendingSteps(); };
-  int64_t step = global_step();
-  double no_loss = 0;
-  MT_ASSIGN_OR_RETURN(int stop, AgreeAfterStep(no_loss));
-  while (step < loop.total_steps) {
-    // One process: a signal received since (during logging, evaluation or
-    // saving) counts at once, as it always did.
-    if (processes_->size() == 1) stop = StopSignal();
-    if (stop != 0) {
-      while (!pending_.empty()) MT_RETURN_IF_ERROR(FinishStep(loop, stop));
-      return StopBySignal(step);
-    }
-    MT_ASSIGN_OR_RETURN(std::vector<Batch> micro_batches, NextMicroBatches());
-    if (absl::Status s = Step(micro_batches, step); !s.ok()) {
-      // Nothing queued may still read the batches dropped with the error.
-      SettleDevices();
-      return s;
-    }
-    ++step;
-    MT_RETURN_IF_ERROR(PendStep(step, std::move(micro_batches)));
-    // The devices run this step while the host prepares the next, unless
-    // the state after it is read (evaluation, checkpoint, checks).
-    const size_t keep = ReadsStateAfter(loop, step) ? 0 : steps_in_flight_ - 1;
-    while (pending_.size() > keep) MT_RETURN_IF_ERROR(FinishStep(loop, stop));
-  }
-  return FinishTraining(loop, step);
 }
 
 }  // namespace mirrortrain::trainer

@@ -159,7 +159,9 @@ class Trainer {
   }
   // At least `steps` steps in flight (tests: the pending-step path on CPUs,
   // where a step is otherwise finished before the next starts).
-  void set_min_steps_in_flight(size_t steps) { steps_in_flight_ = steps; }
+  void set_min_steps_in_flight_for_testing(size_t steps) {
+    min_steps_in_flight_ = steps;
+  }
 
  private:
   // train.cuda_graph: what a replica's part of the captured step reads and
@@ -269,7 +271,7 @@ class Trainer {
   // Waits for what this thread enqueued on its own streams of the replicas'
   // GPUs (initial values, restored or loaded weights): the replicas' streams
   // read it, and are not ordered after this thread's.
-  absl::Status FinishCallerWork() const;
+  absl::Status WaitForLoopThreadWork() const;
   // central_storage: copies the central variables (their EMA shadows with
   // `ema`) into every replica's model.
   absl::Status LoadReplicaModels(bool ema);
@@ -302,11 +304,10 @@ class Trainer {
   // later step may be enqueued before it is finished.
   bool ReadsStateAfter(const LoopState& loop, int64_t step) const;
 
-  // Steps the synchronous loop has enqueued but not finished: on GPUs one
-  // runs on the devices while the host prepares the next (Train sets
-  // steps_in_flight_ to 2; 1: each step is finished before the next). A pending
-  // step keeps its batches (which its copies may still read) and gets host
-  // copies of its loss and global norms, read when `done` is reached.
+  // A step the synchronous loop has enqueued but not finished (pending_):
+  // it keeps its batches (which its copies may still read) and gets host
+  // copies of its loss, global norms and index-check records, read when
+  // `done` is reached.
   struct PendingStep {
     int64_t step = 0;  // The global step after it.
     std::vector<Batch> micro_batches;
@@ -317,8 +318,9 @@ class Trainer {
   // Enqueues the copies of the step's scalars and its fence.
   absl::Status PendStep(int64_t step, std::vector<Batch> micro_batches);
   // Waits for the oldest pending step, then does what follows a step:
-  // checks its loss and global norm, agrees on `stop` with the other
-  // processes, checks the replicas, logs, evaluates and saves as due.
+  // checks its token ids (index-check records), global norm and loss,
+  // agrees on `stop` with the other processes, checks the replicas, logs,
+  // evaluates and saves as due.
   absl::Status FinishStep(LoopState& loop, int& stop);
   // Waits for the pending steps' device work and drops them unread (the
   // loop ended with an error).
@@ -406,8 +408,12 @@ class Trainer {
   std::unique_ptr<distribute::Strategy> strategy_;
   CudaGraphDecision cuda_graph_;
   StepGraph step_graph_;
+  // Oldest first. On GPU replicas with their own copies Train keeps up to
+  // steps_in_flight_ = 2 (one runs while the host prepares the next);
+  // elsewhere 1: each step is finished before the next starts.
   std::deque<PendingStep> pending_;
-  size_t steps_in_flight_ = 1;
+  size_t min_steps_in_flight_ = 1;  // set_min_steps_in_flight_for_testing
+  size_t steps_in_flight_ = 1;      // Set by Train().
   // Steps in flight (the synchronous loop only): token ids are checked on
   // the device (ComputeGradients) and read with the loss (FinishStep).
   bool defer_index_checks_ = false;

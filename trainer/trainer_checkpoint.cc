@@ -178,7 +178,7 @@ absl::Status Trainer::Restore(const CheckedCheckpoint& checkpoint) {
   }
   restored_from_ = path;
   last_saved_step_ = position.step;
-  return FinishCallerWork();
+  return WaitForLoopThreadWork();
 }
 
 absl::StatusOr<std::string> Trainer::SaveCheckpoint() {

@@ -1,12 +1,12 @@
 // train.cuda_graph: the step over every replica recorded once and replayed.
 //
 // The step's host half runs before every replay, outside the graph, on
-// every replica (a Run): the dropout seed, the optimizer's parameters and
-// the EMA's decay are staged (StagedTensor) where the recorded kernels read
-// them, and the shard is copied into the graph's fixed input buffers. The
-// strategy records the device half of all replicas, collectives included,
-// into one graph (Strategy::CaptureRun) whose memory comes from its own
-// pool, so eager work between replays (evaluation, checkpoints, an epoch's
+// every replica (a Strategy::Enqueue): the dropout seed, the optimizer's
+// parameters and the EMA's decay are staged (StagedTensor) where the recorded
+// kernels read them, and the shard is copied into the graph's fixed input
+// buffers. The strategy records the device half of all replicas, collectives
+// included, into one graph (Strategy::CaptureRun) whose memory comes from its
+// own pool, so eager work between replays (evaluation, checkpoints, an epoch's
 // short last batch) never gets memory the graph writes. A replay is then
 // one launch, and neither it nor the staging waits for the devices: the
 // loop reads the step's loss once it is done (Trainer::PendStep).

@@ -18,7 +18,9 @@ absl::StatusOr<Tensor> Transpose(const Tensor& x, const std::vector<int>& perm);
 absl::StatusOr<Tensor> Concat(absl::Span<const Tensor> xs, int axis);
 // Rows of `params` along axis 0 picked by integer `indices`:
 // out.shape = indices.shape + params.shape[1:] (tf.gather, axis 0). The
-// gradient scatter-adds into zeros shaped like params.
+// gradient scatter-adds into zeros shaped like params. An index out of
+// range is an error; inside an ops::ScopedIndexChecks (index_checks.h) it
+// gives a row of zeros (and no gradient) and is recorded instead.
 absl::StatusOr<Tensor> Gather(const Tensor& params, const Tensor& indices);
 inline absl::StatusOr<Tensor> EmbeddingLookup(const Tensor& params,
                                               const Tensor& ids) {
@@ -29,7 +31,9 @@ inline absl::StatusOr<Tensor> EmbeddingLookup(const Tensor& params,
 absl::StatusOr<Tensor> OneHot(const Tensor& indices, int64_t depth,
                               DType dtype = DType::kF32, double on = 1.0,
                               double off = 0.0);
-// Converts dtype; differentiable between floating types.
+// Converts dtype; differentiable between floating types. Float to integer
+// truncates; NaN and values out of the integer's range are an error, or,
+// inside an ops::ScopedIndexChecks, give 0 and are recorded.
 absl::StatusOr<Tensor> Cast(const Tensor& x, DType dtype);
 // Index (i64) of the largest value along `axis`; the first one on ties.
 absl::StatusOr<Tensor> ArgMax(const Tensor& x, int axis);

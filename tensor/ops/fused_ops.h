@@ -2,6 +2,7 @@
 // remapper fuses them (_FusedConv2D / _FusedMatMul with BiasAdd + Relu):
 // one pass over the activations instead of one per op, forward and
 // backward. Results equal the unfused chain up to float summation order.
+// The convolution's (Conv2DBiasRelu) is in conv_ops.h, next to Conv2D.
 #ifndef MIRRORTRAIN_TENSOR_OPS_FUSED_OPS_H_
 #define MIRRORTRAIN_TENSOR_OPS_FUSED_OPS_H_
 

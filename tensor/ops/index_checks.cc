@@ -12,7 +12,7 @@
 namespace mirrortrain::ops {
 namespace {
 
-thread_local const IndexCheckRecord* current_record = nullptr;
+thread_local IndexCheckRecord* current_record = nullptr;
 thread_local uint64_t next_site = 0;
 
 constexpr uint64_t kClean = ~uint64_t{0};
@@ -27,7 +27,7 @@ absl::StatusOr<IndexCheckRecord> IndexCheckRecord::Create(Device device) {
   return r;
 }
 
-absl::Status IndexCheckRecord::Reset() const {
+absl::Status IndexCheckRecord::Reset() {
   if (record_.device().is_cpu()) {
     std::memset(record_.raw_data(), 0xff, record_.bytes());
     return absl::OkStatus();
@@ -52,7 +52,7 @@ absl::Status IndexCheckRecord::ErrorIn(const Tensor& host_record) {
                       position, std::bit_cast<double>(slot[1]), slot[2]));
 }
 
-ScopedIndexChecks::ScopedIndexChecks(const IndexCheckRecord* record)
+ScopedIndexChecks::ScopedIndexChecks(IndexCheckRecord* record)
     : previous_record_(std::exchange(current_record, record)),
       previous_site_(std::exchange(next_site, 0)) {}
 

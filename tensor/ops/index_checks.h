@@ -35,7 +35,7 @@ class IndexCheckRecord {
   IndexCheckRecord() = default;
 
   // Clean again (on a GPU: enqueued on the current stream, recordable).
-  absl::Status Reset() const;
+  absl::Status Reset();
   // The record's storage (i64[4]), for copying it to the host.
   const Tensor& tensor() const { return record_; }
   // The error a host copy of the record holds (as Gather or Cast would
@@ -51,13 +51,13 @@ class IndexCheckRecord {
 // instead of failing. An inner scope replaces the outer one until it ends.
 class ScopedIndexChecks {
  public:
-  explicit ScopedIndexChecks(const IndexCheckRecord* record);
+  explicit ScopedIndexChecks(IndexCheckRecord* record);
   ~ScopedIndexChecks();
   ScopedIndexChecks(const ScopedIndexChecks&) = delete;
   ScopedIndexChecks& operator=(const ScopedIndexChecks&) = delete;
 
  private:
-  const IndexCheckRecord* previous_record_;
+  IndexCheckRecord* previous_record_;
   uint64_t previous_site_;
 };
 

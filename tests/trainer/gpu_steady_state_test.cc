@@ -2,8 +2,10 @@
 // cudaFree: the Trainer's real loop (staged input, forward, backward,
 // bucketed all-reduce, clipping, optimizer, EMA, logging) on [gpu:0] and on
 // two logical replicas [gpu:0, gpu:0], with the caching allocator's
-// counters read between steps. Labelled `gpu`; skips with the reason when no
-// GPU is visible.
+// counters read between steps. The step observer that reads them makes the
+// loop finish every step before the next (no step in flight); the pending
+// step's own allocations (pinned host copies, a fence) are host-side. Labelled
+// `gpu`; skips with the reason when no GPU is visible.
 #include <map>
 #include <ostream>
 #include <string>

@@ -45,7 +45,7 @@ TrainedRun TrainWith(size_t in_flight, const std::string& name,
       Trainer::Create(*config, run.run_dir, /*need_train_data=*/true);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   if (!trainer.ok()) return run;
-  (*trainer)->set_min_steps_in_flight(in_flight);
+  (*trainer)->set_min_steps_in_flight_for_testing(in_flight);
   run.status = (*trainer)->Train();
   run.global_step = (*trainer)->global_step();
   return run;
@@ -96,7 +96,7 @@ TEST(StepsInFlightTest, PendingStepsLogSaveAndEvaluateAsFinishedOnes) {
 // error names the broken step, and neither step's state is saved.
 TEST(StepsInFlightTest, ANonFiniteStepIsReportedByItsNumberAndNotSaved) {
   const std::vector<std::string> job = {
-      "train.steps=6", "checkpoint.every_steps=4",
+      "train.steps=6", "checkpoint.every_steps=3",
       "optimizer={name: sgd, learning_rate: 1e38, clip_global_norm: 1}"};
   const TrainedRun one = TrainWith(1, "one", job);
   const TrainedRun two = TrainWith(2, "two", job);
@@ -138,7 +138,9 @@ TEST(StepsInFlightTest, ABadTokenIdEndsTheRunAtItsStep) {
       "data.global_batch_size=16",
       "model={layers: [{type: embedding, input_dim: 8, output_dim: 3}, "
       "{type: flatten}, {type: dense, units: 10}]}",
-      "train.steps=2"};
+      "train.steps=4",
+      "train.eval_every_epochs=0",
+      "checkpoint.every_steps=0"};
   const TrainedRun one = TrainWith(1, "one", job);
   const TrainedRun two = TrainWith(2, "two", job);
   const std::string what =
@@ -149,6 +151,8 @@ TEST(StepsInFlightTest, ABadTokenIdEndsTheRunAtItsStep) {
       << one.status;
   EXPECT_EQ(two.status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(two.status.message(), "step 2: replica 0: " + what);
+  // Step 3 was already enqueued; the run ended there, not at step 4.
+  EXPECT_EQ(two.global_step, 3);
   EXPECT_FALSE(std::filesystem::exists(two.run_dir + "/checkpoints"));
 }
 
