@@ -144,19 +144,8 @@ TEST_F(CudaGraphCliTest, TokenModelStepsAreRecorded) {
       "data={name: text, path: " + text +
           ", sequence_length: 64, validation_fraction: 0.1}",
       "data.global_batch_size=16"};
-  Result eager, graphed;
-  const std::string eager_dir = Train("gpt_off", "fortunes_gpt.yaml", "off",
-                                      "one_device", "[gpu:0]", sets, &eager);
-  const std::string graph_dir = Train("gpt_auto", "fortunes_gpt.yaml", "auto",
-                                      "one_device", "[gpu:0]", sets, &graphed);
-  ASSERT_EQ(eager.exit_code, 0) << eager.err;
-  ASSERT_EQ(graphed.exit_code, 0) << graphed.err;
-  EXPECT_EQ(graphed.err.find("train.cuda_graph: eager steps"),
-            std::string::npos)
-      << graphed.err;
-  ExpectSameTensors(eager_dir + "/checkpoints/ckpt-24.safetensors",
-                    graph_dir + "/checkpoints/ckpt-24.safetensors");
-  EXPECT_EQ(LossLines(eager_dir), LossLines(graph_dir));
+  ExpectReplaysMatchEagerSteps("gpt", "fortunes_gpt.yaml", "one_device",
+                               "[gpu:0]", sets);
 }
 
 TEST_F(CudaGraphCliTest, StepsThatCannotBeCapturedStayEagerWithANotice) {
