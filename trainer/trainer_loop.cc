@@ -157,22 +157,31 @@ absl::Status Trainer::PendStep(int64_t step, std::vector<Batch> micro_batches) {
   p.losses.resize(replicas_.size());
   p.global_norms.resize(replicas_.size());
   p.index_checks.resize(replicas_.size());
-  // Each replica copies its scalars to the host on its own stream, after
-  // its step, so reading them later needs no other ordering.
-  absl::Status copied =
-      strategy_->Enqueue([&](distribute::ReplicaContext& ctx) -> absl::Status {
-        const int id = ctx.replica_id();
-        const Replica& r = replicas_[id];
-        MT_ASSIGN_OR_RETURN(p.losses[id], HostCopyAsync(r.loss));
-        if (defer_index_checks_) {
-          MT_ASSIGN_OR_RETURN(p.index_checks[id],
-                              HostCopyAsync(r.index_checks.tensor()));
-        }
-        if (r.global_norm.defined()) {
-          MT_ASSIGN_OR_RETURN(p.global_norms[id], HostCopyAsync(r.global_norm));
-        }
-        return absl::OkStatus();
-      });
+  const auto copy = [&](int id) -> absl::Status {
+    const Replica& r = replicas_[id];
+    MT_ASSIGN_OR_RETURN(p.losses[id], HostCopyAsync(r.loss));
+    if (defer_index_checks_) {
+      MT_ASSIGN_OR_RETURN(p.index_checks[id],
+                          HostCopyAsync(r.index_checks.tensor()));
+    }
+    if (r.global_norm.defined()) {
+      MT_ASSIGN_OR_RETURN(p.global_norms[id], HostCopyAsync(r.global_norm));
+    }
+    return absl::OkStatus();
+  };
+  absl::Status copied = absl::OkStatus();
+  if (strategy_->devices()[0].is_cuda()) {
+    // Each replica copies its scalars to the host on its own stream, after
+    // its step, so reading them later needs no other ordering.
+    copied = strategy_->Enqueue([&](distribute::ReplicaContext& ctx) {
+      return copy(ctx.replica_id());
+    });
+  } else {
+    // CPU steps are done when they return: copies on this thread.
+    for (int id = 0; id < num_replicas() && copied.ok(); ++id) {
+      copied = copy(id);
+    }
+  }
   absl::StatusOr<distribute::DeviceFence> done =
       copied.ok() ? strategy_->Fence() : copied;
   if (!done.ok()) {
