@@ -4,11 +4,14 @@
 // are cast to integers; an id outside [0, input_dim) is an error naming the
 // layer. The table's gradient is Gather's scatter-add, deterministic on
 // both devices (tensor/ops/array_ops.h).
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "models/initializers.h"
 #include "models/layer.h"
 #include "models/layer_registry.h"
 #include "tensor/ops/array_ops.h"
+#include "tensor/ops/index_checks.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::models {
@@ -35,12 +38,14 @@ class EmbeddingLayer final : public Layer {
   }
 
   absl::StatusOr<Tensor> Call(const Tensor& x, const ForwardContext&) override {
+    const std::string context = absl::StrCat(name(), ": token ids (input_dim ",
+                                             embeddings_.shape()[0], "): ");
+    // The same context for an id checked later, on the device.
+    ops::ScopedIndexCheckLabel label(context);
     absl::StatusOr<Tensor> y = Lookup(x);
     if (!y.ok()) {
-      return absl::Status(
-          y.status().code(),
-          absl::StrCat(name(), ": token ids (input_dim ",
-                       embeddings_.shape()[0], "): ", y.status().message()));
+      return absl::Status(y.status().code(),
+                          absl::StrCat(context, y.status().message()));
     }
     return y;
   }

@@ -211,7 +211,7 @@ absl::Status Trainer::FinishStep(LoopState& loop, int& stop) {
   absl::Status failed = absl::OkStatus();
   for (size_t i = 0; i < replicas_.size() && failed.ok(); ++i) {
     if (!p.index_checks[i].defined()) continue;
-    failed = ops::IndexCheckRecord::ErrorIn(p.index_checks[i]);
+    failed = replicas_[i].index_checks.ErrorIn(p.index_checks[i]);
     if (!failed.ok()) {
       failed = absl::Status(
           failed.code(),

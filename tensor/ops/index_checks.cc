@@ -2,7 +2,9 @@
 
 #include <bit>
 #include <cstring>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -14,6 +16,7 @@ namespace {
 
 thread_local IndexCheckRecord* current_record = nullptr;
 thread_local uint64_t next_site = 0;
+thread_local const std::string* current_label = nullptr;
 
 constexpr uint64_t kClean = ~uint64_t{0};
 
@@ -36,21 +39,29 @@ absl::Status IndexCheckRecord::Reset() {
                       record_.device().index);
 }
 
-absl::Status IndexCheckRecord::ErrorIn(const Tensor& host_record) {
+absl::Status IndexCheckRecord::ErrorIn(const Tensor& host_record) const {
   const int64_t* slot = host_record.data<int64_t>();
   const uint64_t key = static_cast<uint64_t>(slot[0]);
   if (key == kClean) return absl::OkStatus();
+  const uint64_t site = key >> internal::kSiteShift;
   const int64_t position =
       static_cast<int64_t>(key & ((uint64_t{1} << internal::kSiteShift) - 1));
+  const std::string label = site < labels_.size() ? labels_[site] : "";
   if (slot[3] == static_cast<int64_t>(internal::IndexCheckOp::kGather)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("Gather: index ", slot[1], " at position ", position,
-                     " is out of range [0, ", slot[2], ")"));
+        absl::StrCat(label, "Gather: index ", slot[1], " at position ",
+                     position, " is out of range [0, ", slot[2], ")"));
   }
-  return absl::InvalidArgumentError(
-      absl::StrFormat("Cast: element %d is %.17g, which has no value in i%d",
-                      position, std::bit_cast<double>(slot[1]), slot[2]));
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "%sCast: element %d is %.17g, which has no value in i%d", label, position,
+      std::bit_cast<double>(slot[1]), slot[2]));
 }
+
+ScopedIndexCheckLabel::ScopedIndexCheckLabel(std::string label)
+    : label_(std::move(label)),
+      previous_(std::exchange(current_label, &label_)) {}
+
+ScopedIndexCheckLabel::~ScopedIndexCheckLabel() { current_label = previous_; }
 
 ScopedIndexChecks::ScopedIndexChecks(IndexCheckRecord* record)
     : previous_record_(std::exchange(current_record, record)),
@@ -72,6 +83,9 @@ std::optional<IndexCheckSite> NextIndexCheckSite(Device device,
       next_site >= (~uint64_t{0} >> kSiteShift)) {
     return std::nullopt;
   }
+  std::vector<std::string>& labels = current_record->labels_;
+  if (labels.size() <= next_site) labels.resize(next_site + 1);
+  labels[next_site] = current_label != nullptr ? *current_label : "";
   return IndexCheckSite{
       static_cast<int64_t*>(current_record->tensor().raw_data()), next_site++};
 }

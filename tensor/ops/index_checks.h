@@ -19,6 +19,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -28,39 +30,7 @@
 
 namespace mirrortrain::ops {
 
-class IndexCheckRecord {
- public:
-  // Clean, on `device`.
-  static absl::StatusOr<IndexCheckRecord> Create(Device device);
-  IndexCheckRecord() = default;
-
-  // Clean again (on a GPU: enqueued on the current stream, recordable).
-  absl::Status Reset();
-  // The record's storage (i64[4]), for copying it to the host.
-  const Tensor& tensor() const { return record_; }
-  // The error a host copy of the record holds (as Gather or Cast would
-  // have returned it), or OK when it is clean.
-  static absl::Status ErrorIn(const Tensor& host_record);
-
- private:
-  Tensor record_;
-};
-
-// While alive, Gather and float-to-integer Cast on this thread, on the
-// record's device, record into `record` (which must outlive the scope)
-// instead of failing. An inner scope replaces the outer one until it ends.
-class ScopedIndexChecks {
- public:
-  explicit ScopedIndexChecks(IndexCheckRecord* record);
-  ~ScopedIndexChecks();
-  ScopedIndexChecks(const ScopedIndexChecks&) = delete;
-  ScopedIndexChecks& operator=(const ScopedIndexChecks&) = delete;
-
- private:
-  IndexCheckRecord* previous_record_;
-  uint64_t previous_site_;
-};
-
+// For the checked ops (array_ops.cc); first, for IndexCheckRecord's friend.
 namespace internal {
 
 // What a checked op writes: the record's int64 slots and the op's site.
@@ -89,6 +59,61 @@ void RecordOnHost(const IndexCheckSite& site, int64_t position, IndexCheckOp op,
                   int64_t value, int64_t bound);
 
 }  // namespace internal
+
+class IndexCheckRecord {
+ public:
+  // Clean, on `device`.
+  static absl::StatusOr<IndexCheckRecord> Create(Device device);
+  IndexCheckRecord() = default;
+
+  // Clean again (on a GPU: enqueued on the current stream, recordable).
+  absl::Status Reset();
+  // The record's storage (i64[4]), for copying it to the host.
+  const Tensor& tensor() const { return record_; }
+  // The error a host copy of the record holds (as Gather or Cast would
+  // have returned it, after the label its site was called under), or OK
+  // when it is clean.
+  absl::Status ErrorIn(const Tensor& host_record) const;
+
+ private:
+  friend std::optional<internal::IndexCheckSite> internal::NextIndexCheckSite(
+      Device device, int64_t elements);
+  Tensor record_;
+  // Per site, the ScopedIndexCheckLabel it was called under (written by
+  // the scope's thread while it runs; read between steps).
+  std::vector<std::string> labels_;
+};
+
+// While alive, the checked ops called on this thread are recorded with
+// `label` (a layer's context, as it prefixes an immediate error, e.g.
+// "embedding: token ids (input_dim 8): "). Inner labels replace outer ones.
+class ScopedIndexCheckLabel {
+ public:
+  explicit ScopedIndexCheckLabel(std::string label);
+  ~ScopedIndexCheckLabel();
+  ScopedIndexCheckLabel(const ScopedIndexCheckLabel&) = delete;
+  ScopedIndexCheckLabel& operator=(const ScopedIndexCheckLabel&) = delete;
+
+ private:
+  std::string label_;
+  const std::string* previous_;
+};
+
+// While alive, Gather and float-to-integer Cast on this thread, on the
+// record's device, record into `record` (which must outlive the scope)
+// instead of failing. An inner scope replaces the outer one until it ends.
+class ScopedIndexChecks {
+ public:
+  explicit ScopedIndexChecks(IndexCheckRecord* record);
+  ~ScopedIndexChecks();
+  ScopedIndexChecks(const ScopedIndexChecks&) = delete;
+  ScopedIndexChecks& operator=(const ScopedIndexChecks&) = delete;
+
+ private:
+  IndexCheckRecord* previous_record_;
+  uint64_t previous_site_;
+};
+
 }  // namespace mirrortrain::ops
 
 #endif  // MIRRORTRAIN_TENSOR_OPS_INDEX_CHECKS_H_

@@ -30,7 +30,7 @@ Tensor Table() {
 absl::Status RecordedError(const IndexCheckRecord& record) {
   absl::StatusOr<Tensor> host = record.tensor().To(Device::Cpu());
   if (!host.ok()) return host.status();
-  return IndexCheckRecord::ErrorIn(*host);
+  return record.ErrorIn(*host);
 }
 
 TEST_F(CudaIndexChecksTest, KernelsRecordTheFirstFailureAsTheCpuDoes) {

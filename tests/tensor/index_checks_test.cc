@@ -35,7 +35,7 @@ TEST(IndexChecksTest, InAScopeABadIndexGivesZerosAndIsRecorded) {
   absl::StatusOr<IndexCheckRecord> record =
       IndexCheckRecord::Create(Device::Cpu());
   ASSERT_TRUE(record.ok()) << record.status();
-  EXPECT_TRUE(IndexCheckRecord::ErrorIn(record->tensor()).ok());
+  EXPECT_TRUE(record->ErrorIn(record->tensor()).ok());
   {
     ScopedIndexChecks scope(&*record);
     const absl::StatusOr<Tensor> y =
@@ -44,12 +44,12 @@ TEST(IndexChecksTest, InAScopeABadIndexGivesZerosAndIsRecorded) {
     EXPECT_EQ(y->ToVector<float>(),
               (std::vector<float>{30, 31, 0, 0, 10, 11, 0, 0}));
   }
-  const absl::Status error = IndexCheckRecord::ErrorIn(record->tensor());
+  const absl::Status error = record->ErrorIn(record->tensor());
   EXPECT_EQ(error.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(error.message(),
             "Gather: index 7 at position 1 is out of range [0, 4)");
   ASSERT_TRUE(record->Reset().ok());
-  EXPECT_TRUE(IndexCheckRecord::ErrorIn(record->tensor()).ok());
+  EXPECT_TRUE(record->ErrorIn(record->tensor()).ok());
   // The scope is gone: the op fails at once again.
   EXPECT_FALSE(Gather(kTable, Tensor::FromVector<int64_t>({9}, {1})).ok());
 }
@@ -69,8 +69,27 @@ TEST(IndexChecksTest, TheFirstBadCallInProgramOrderIsKept) {
     EXPECT_EQ(ids->ToVector<int32_t>(), (std::vector<int32_t>{2, 1, 0, 0}));
     ASSERT_TRUE(Gather(kTable, Tensor::FromVector<int64_t>({5}, {1})).ok());
   }
-  EXPECT_EQ(IndexCheckRecord::ErrorIn(record->tensor()).message(),
+  EXPECT_EQ(record->ErrorIn(record->tensor()).message(),
             "Cast: element 2 is nan, which has no value in i32");
+}
+
+// A layer's label (its context for an immediate error) comes with the
+// site, so the recorded error reads as the immediate one did.
+TEST(IndexChecksTest, TheLabelOfTheFailingSiteLeadsTheError) {
+  absl::StatusOr<IndexCheckRecord> record =
+      IndexCheckRecord::Create(Device::Cpu());
+  ASSERT_TRUE(record.ok()) << record.status();
+  {
+    ScopedIndexChecks scope(&*record);
+    {
+      ScopedIndexCheckLabel label("first: ");
+      ASSERT_TRUE(Gather(kTable, Tensor::FromVector<int64_t>({0}, {1})).ok());
+    }
+    ScopedIndexCheckLabel label("second: ");
+    ASSERT_TRUE(Gather(kTable, Tensor::FromVector<int64_t>({6}, {1})).ok());
+  }
+  EXPECT_EQ(record->ErrorIn(record->tensor()).message(),
+            "second: Gather: index 6 at position 0 is out of range [0, 4)");
 }
 
 TEST(IndexChecksTest, AnInnerScopeRecordsUntilItEnds) {
@@ -87,9 +106,9 @@ TEST(IndexChecksTest, AnInnerScopeRecordsUntilItEnds) {
     }
     ASSERT_TRUE(Gather(kTable, Tensor::FromVector<int64_t>({0, 5}, {2})).ok());
   }
-  EXPECT_EQ(IndexCheckRecord::ErrorIn(inner->tensor()).message(),
+  EXPECT_EQ(inner->ErrorIn(inner->tensor()).message(),
             "Gather: index 4 at position 0 is out of range [0, 4)");
-  EXPECT_EQ(IndexCheckRecord::ErrorIn(outer->tensor()).message(),
+  EXPECT_EQ(outer->ErrorIn(outer->tensor()).message(),
             "Gather: index 5 at position 1 is out of range [0, 4)");
   EXPECT_FALSE(Gather(kTable, Tensor::FromVector<int64_t>({4}, {1})).ok());
 }
@@ -114,7 +133,7 @@ TEST(IndexChecksTest, ABadIndexGetsNoGradient) {
   ASSERT_TRUE((*g)[0].has_value());
   EXPECT_EQ((*g)[0]->ToVector<float>(),
             (std::vector<float>{0, 0, 0, 0, 2, 2, 0, 0}));
-  EXPECT_FALSE(IndexCheckRecord::ErrorIn(record->tensor()).ok());
+  EXPECT_FALSE(record->ErrorIn(record->tensor()).ok());
 }
 
 }  // namespace
