@@ -474,7 +474,7 @@ absl::StatusOr<std::vector<Tensor>> Trainer::ComputeGradients(
   // Steps in flight: token ids are checked on the device, read with the
   // loss (FinishStep), not on the host in the middle of the step.
   std::optional<ops::ScopedIndexChecks> index_checks;
-  if (defer_index_checks_) {
+  if (DefersIndexChecks()) {
     MT_RETURN_IF_ERROR(r.index_checks.Reset());
     index_checks.emplace(&r.index_checks);
   }
@@ -608,6 +608,13 @@ absl::Status Trainer::WaitForLoopThreadWork() const {
   return absl::OkStatus();
 }
 
+absl::Status Trainer::EagerStep(absl::Span<const Batch> micro_batches,
+                                int64_t step) {
+  return strategy_->Enqueue([&](distribute::ReplicaContext& ctx) {
+    return EagerReplicaStep(ctx, micro_batches, step);
+  });
+}
+
 absl::Status Trainer::Step(absl::Span<const Batch> micro_batches,
                            int64_t step) {
   absl::Status s = absl::OkStatus();
@@ -618,9 +625,7 @@ absl::Status Trainer::Step(absl::Span<const Batch> micro_batches,
     s = GraphedStep(micro_batches, step);
     ReportCudaGraphFailure(step);
   } else if (s.ok()) {
-    s = strategy_->Enqueue([&](distribute::ReplicaContext& ctx) {
-      return EagerReplicaStep(ctx, micro_batches, step);
-    });
+    s = EagerStep(micro_batches, step);
   }
   if (!s.ok()) {
     return absl::Status(s.code(),

@@ -229,6 +229,8 @@ class Trainer {
   }
   // One optimizer step over its micro-batches (one without accumulation).
   absl::Status Step(absl::Span<const Batch> micro_batches, int64_t step);
+  // The step without a graph: EagerReplicaStep on every replica, enqueued.
+  absl::Status EagerStep(absl::Span<const Batch> micro_batches, int64_t step);
   absl::Status EagerReplicaStep(distribute::ReplicaContext& ctx,
                                 absl::Span<const Batch> micro_batches,
                                 int64_t step);
@@ -296,9 +298,10 @@ class Trainer {
                           int64_t steps, int64_t samples);
   // Writes a checkpoint unless the state at this step is saved already.
   absl::Status SaveIfNew();
-  // Whether the loop evaluates, or saves, after `step`.
+  // Whether the loop evaluates, saves, or checks the replicas after `step`.
   bool EvaluationDue(const LoopState& loop, int64_t step) const;
   bool SaveDue(int64_t step) const;
+  bool ReplicaCheckDue(int64_t step) const;
   // Whether anything reads the training state after `step` (evaluation,
   // checkpoint, the replica check, a step observer, the end): then no
   // later step may be enqueued before it is finished.
@@ -414,9 +417,10 @@ class Trainer {
   std::deque<PendingStep> pending_;
   size_t min_steps_in_flight_ = 1;  // set_min_steps_in_flight_for_testing
   size_t steps_in_flight_ = 1;      // Set by Train().
-  // Steps in flight (the synchronous loop only): token ids are checked on
-  // the device (ComputeGradients) and read with the loss (FinishStep).
-  bool defer_index_checks_ = false;
+  // Steps in flight (set by the synchronous loop only): token ids are
+  // checked on the device (ComputeGradients) and read with the loss
+  // (FinishStep).
+  bool DefersIndexChecks() const { return steps_in_flight_ > 1; }
   std::vector<Replica> replicas_;
   // The one copy of the training state (central_storage), or the gathered
   // copy of the parameter servers' (parameter_server); null when mirrored.

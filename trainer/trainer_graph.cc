@@ -23,11 +23,6 @@ namespace mirrortrain::trainer {
 absl::Status Trainer::GraphedStep(absl::Span<const Batch> micro_batches,
                                   int64_t step) {
   StepGraph& g = step_graph_;
-  const auto eager = [&] {
-    return strategy_->Enqueue([&](distribute::ReplicaContext& ctx) {
-      return EagerReplicaStep(ctx, micro_batches, step);
-    });
-  };
   // Warm-up, a failed capture, and steps of another shape (an epoch's
   // short last batch, or its fewer last micro-batches) run eagerly; the
   // graph has train.accumulation_steps global batches.
@@ -38,7 +33,7 @@ absl::Status Trainer::GraphedStep(absl::Span<const Batch> micro_batches,
   }
   if (g.eager_steps < kCudaGraphWarmupSteps || !g.failure.empty() || !full) {
     g.eager_steps = std::min(g.eager_steps + 1, kCudaGraphWarmupSteps);
-    return eager();
+    return EagerStep(micro_batches, step);
   }
   // Enqueued: the copies wait on the devices for the previous replay.
   MT_RETURN_IF_ERROR(strategy_->Enqueue([&](distribute::ReplicaContext& ctx) {
@@ -54,7 +49,7 @@ absl::Status Trainer::GraphedStep(absl::Span<const Batch> micro_batches,
     if (!captured.ok()) {
       // Recording ran nothing and changed no state the eager step reads.
       g.failure = std::string(captured.message());
-      return eager();
+      return EagerStep(micro_batches, step);
     }
   }
   MT_RETURN_IF_ERROR(strategy_->Replay(g.graph));

@@ -104,11 +104,14 @@ bool Trainer::SaveDue(int64_t step) const {
   return every > 0 && step % every == 0;
 }
 
+bool Trainer::ReplicaCheckDue(int64_t step) const {
+  const int64_t every = config_.distribute.check_replicas_every_steps;
+  return every > 0 && step % every == 0;
+}
+
 bool Trainer::ReadsStateAfter(const LoopState& loop, int64_t step) const {
-  const int64_t check_every = config_.distribute.check_replicas_every_steps;
   return step == loop.total_steps || EvaluationDue(loop, step) ||
-         SaveDue(step) || (check_every > 0 && step % check_every == 0) ||
-         step_observer_ != nullptr;
+         SaveDue(step) || ReplicaCheckDue(step) || step_observer_ != nullptr;
 }
 
 absl::StatusOr<Tensor> Trainer::HostCopyAsync(const Tensor& t) {
@@ -160,7 +163,7 @@ absl::Status Trainer::PendStep(int64_t step, std::vector<Batch> micro_batches) {
   const auto copy = [&](int id) -> absl::Status {
     const Replica& r = replicas_[id];
     MT_ASSIGN_OR_RETURN(p.losses[id], HostCopyAsync(r.loss));
-    if (defer_index_checks_) {
+    if (DefersIndexChecks()) {
       MT_ASSIGN_OR_RETURN(p.index_checks[id],
                           HostCopyAsync(r.index_checks.tensor()));
     }
@@ -246,8 +249,7 @@ absl::Status Trainer::FinishStep(LoopState& loop, int& stop) {
     return absl::AbortedError(
         absl::StrCat("non-finite loss (", loss, ") at step ", step));
   }
-  const int64_t check_every = config_.distribute.check_replicas_every_steps;
-  if (check_every > 0 && step % check_every == 0) {
+  if (ReplicaCheckDue(step)) {
     absl::Status same = CheckReplicasIdentical();
     if (!same.ok()) {
       progress_->Finish();
@@ -297,7 +299,6 @@ absl::Status Trainer::Train() {
               placement() == distribute::VariablePlacement::kMirrored
           ? 2
           : 1);
-  defer_index_checks_ = steps_in_flight_ > 1;
   // However the loop ends, no device work is left reading or writing what
   // the pending steps hold.
   absl::Cleanup discard_pending = [this] { DiscardPendingSteps(); };
