@@ -5,19 +5,25 @@
 # diff the outputs to prove a refactoring changed no arithmetic:
 #   MT=old/bin/mirrortrain scripts/checkpoint_hashes.sh > old.txt
 #   scripts/checkpoint_hashes.sh > new.txt && diff old.txt new.txt
+# CONFIGS names other configs (configs/NAME.yaml); SETS adds --set
+# overrides to every run, e.g. SETS="precision=bf16".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MT="${MT:-build/bin/mirrortrain}"
 STEPS="${STEPS:-40}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-for cfg in fashion_mnist_mlp fashion_mnist_cnn; do
+extra=()
+for kv in ${SETS:-}; do extra+=(--set "$kv"); done
+for cfg in ${CONFIGS:-fashion_mnist_mlp fashion_mnist_cnn}; do
+  data=()
+  [[ "$cfg" == fashion_mnist_* ]] && data=(--set data.test_examples=500)
   for devices in "[cpu:0]" "[cpu:0,cpu:1]"; do
     run="$cfg-$(tr -cd ',' <<<"$devices" | wc -c | awk '{print $1 + 1}')"
     "$MT" train --config "configs/$cfg.yaml" --run_dir "$work/$run" \
       --set "train.steps=$STEPS" --set "checkpoint.every_steps=$STEPS" \
-      --set data.test_examples=500 --set "distribute.strategy=mirrored" \
-      --set "distribute.devices=$devices" >/dev/null 2>"$work/$run.log" ||
+      "${data[@]}" --set "distribute.strategy=mirrored" \
+      --set "distribute.devices=$devices" "${extra[@]}" >/dev/null 2>"$work/$run.log" ||
       { cat "$work/$run.log" >&2; exit 1; }
     python3 - "$work/$run/checkpoints/ckpt-$STEPS.safetensors" "$run" <<'PY'
 import hashlib, sys

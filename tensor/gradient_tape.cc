@@ -233,6 +233,11 @@ namespace tape {
 
 bool AnyTapeActive() { return !active_tapes.empty(); }
 
+bool AnyTapeRecording() {
+  return std::any_of(active_tapes.begin(), active_tapes.end(),
+                     [](const GradientTape* t) { return t->recording(); });
+}
+
 void RecordOperation(const OpDef& op, absl::Span<const Tensor> inputs,
                      absl::Span<const Tensor> outputs, std::any attrs) {
   if (active_tapes.empty() || !op.differentiable) return;

@@ -65,6 +65,8 @@ class GradientTape {
 
   // Called by ops (through RecordOperation); not for users.
   void Record(OpRecord record);
+  // False while it computes a gradient (ops then run unrecorded by it).
+  bool recording() const { return recording_; }
 
  private:
   bool persistent_;
@@ -76,8 +78,12 @@ class GradientTape {
 
 namespace tape {
 
-// True when any tape on this thread is recording (the fast path for ops).
+// True when any tape on this thread is alive (the fast path for ops).
 bool AnyTapeActive();
+// True when a tape on this thread records ops run now: false inside the
+// only tape's Gradient(), true there when an outer tape watches (how
+// higher-order gradients work).
+bool AnyTapeRecording();
 // Records the op on every active tape that watches one of its inputs
 // (nothing for an op that is not differentiable).
 void RecordOperation(const OpDef& op, absl::Span<const Tensor> inputs,

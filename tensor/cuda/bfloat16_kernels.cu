@@ -1,11 +1,8 @@
 // Rounding f32 tensors to bfloat16: values kept in f32 storage
-// (precision_ops.h), and bfloat16 operand copies (cublas_util.h).
+// (precision_ops.h), and bfloat16 operand copies (ops/gemm_operand.h).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
-
-#include "tensor/cuda/cublas_util.h"
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/cuda/device_guard.h"
@@ -29,16 +26,14 @@ __global__ void ToBf16Kernel(const float* x, __nv_bfloat16* y, int64_t n) {
 
 }  // namespace
 
-absl::StatusOr<const __nv_bfloat16*> ToBf16(const void* x, int64_t n,
-                                            int device,
-                                            DeviceScratch& scratch) {
-  MT_RETURN_IF_ERROR(scratch.Allocate(
-      device,
-      static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(__nv_bfloat16)));
+absl::Status ToBFloat16OnGpu(const void* x, void* y, int64_t n, int device) {
+  if (n == 0) return absl::OkStatus();
+  DeviceGuard guard;
+  MT_RETURN_IF_ERROR(guard.Set(device));
   ToBf16Kernel<<<LaunchBlocks(n), kLaunchThreads, 0, LaunchStream()>>>(
-      static_cast<const float*>(x), scratch.get<__nv_bfloat16>(), n);
-  MT_CUDA_RETURN_IF_LAUNCH_ERROR("ToBf16");
-  return scratch.get<__nv_bfloat16>();
+      static_cast<const float*>(x), static_cast<__nv_bfloat16*>(y), n);
+  MT_CUDA_RETURN_IF_LAUNCH_ERROR("ToBFloat16");
+  return absl::OkStatus();
 }
 
 absl::Status RoundToBFloat16OnGpu(const void* x, void* y, int64_t n,
@@ -53,5 +48,6 @@ absl::Status RoundToBFloat16OnGpu(const void* x, void* y, int64_t n,
 }
 
 MT_DEFINE_CUDA_KERNEL(RoundToBFloat16, RoundToBFloat16OnGpu);
+MT_DEFINE_CUDA_KERNEL(ToBFloat16, ToBFloat16OnGpu);
 
 }  // namespace mirrortrain::cuda

@@ -1,7 +1,6 @@
 // Matrix products on cuBLAS. cuBLAS is column-major: a row-major C = A B is
 // the column-major C^T = B^T A^T, so operands are passed swapped.
 #include <cublas_v2.h>
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -12,7 +11,6 @@
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/device_guard.h"
-#include "tensor/cuda/device_scratch.h"
 #include "tensor/cuda/launch.h"
 #include "tensor/status_macros.h"
 
@@ -64,18 +62,13 @@ absl::Status TypedGemm(cublasHandle_t h, cublasOperation_t op_a,
   return absl::OkStatus();
 }
 
-// The f32 product with bfloat16 operands on tensor cores: the operands are
-// converted (one pass each), the products and sums are f32, and so is C.
-// Operands swapped as in TypedGemm.
+// The f32 product of bfloat16 operands (converted by the caller) on tensor
+// cores: the products and sums are f32, and so is C. Operands swapped as in
+// TypedGemm.
 absl::Status Bf16Gemm(cublasHandle_t h, cublasOperation_t op_a,
                       cublasOperation_t op_b, const GemmShape& s, double alpha,
-                      const void* a, int64_t lda, const void* b, int64_t ldb,
-                      double beta, void* c, int device) {
-  DeviceScratch a_scratch, b_scratch;
-  MT_ASSIGN_OR_RETURN(const __nv_bfloat16* a16,
-                      ToBf16(a, s.batch * s.m * s.k, device, a_scratch));
-  MT_ASSIGN_OR_RETURN(const __nv_bfloat16* b16,
-                      ToBf16(b, s.batch * s.k * s.n, device, b_scratch));
+                      const void* a16, int64_t lda, const void* b16,
+                      int64_t ldb, double beta, void* c) {
   const float al = static_cast<float>(alpha), be = static_cast<float>(beta);
   const int m = static_cast<int>(s.m), n = static_cast<int>(s.n),
             k = static_cast<int>(s.k);
@@ -133,8 +126,7 @@ absl::Status GemmOnGpu(DType dtype, bool ta, bool tb, GemmShape shape,
   const cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (dtype == DType::kF32 && precision == MatMulPrecision::kBf16) {
-    return Bf16Gemm(h, op_a, op_b, shape, alpha, a, lda, b, ldb, beta, c,
-                    device);
+    return Bf16Gemm(h, op_a, op_b, shape, alpha, a, lda, b, ldb, beta, c);
   }
   if (dtype == DType::kF32) {
     MT_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(

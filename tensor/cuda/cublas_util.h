@@ -1,12 +1,9 @@
 // Shared by the cuBLAS and cuBLASLt files (compiled by nvcc only): the
-// checking macro for cublasStatus_t results, per-thread library handles,
-// and bfloat16 copies of f32 operands for bf16 products
-// (MatMulPrecision::kBf16).
+// checking macro for cublasStatus_t results and per-thread library handles.
 #ifndef MIRRORTRAIN_TENSOR_CUDA_CUBLAS_UTIL_H_
 #define MIRRORTRAIN_TENSOR_CUDA_CUBLAS_UTIL_H_
 
 #include <cublas_api.h>
-#include <cuda_bf16.h>
 
 #include <cstdint>
 #include <map>
@@ -16,7 +13,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "tensor/cuda/device_scratch.h"
 
 #define MT_CUBLAS_RETURN_IF_ERROR(call)                                     \
   do {                                                                      \
@@ -49,12 +45,6 @@ absl::StatusOr<Handle> ThreadHandle(int device) {
   }
   return it->second.get();
 }
-
-// `n` f32 values of `x` (device memory of the current device `device`) as
-// bfloat16, round to nearest even, in `scratch` (allocated here), converted
-// on the calling thread's stream. Valid while `scratch` lives.
-absl::StatusOr<const __nv_bfloat16*> ToBf16(const void* x, int64_t n,
-                                            int device, DeviceScratch& scratch);
 
 }  // namespace mirrortrain::cuda
 

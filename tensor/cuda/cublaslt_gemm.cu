@@ -3,7 +3,6 @@
 // C = A B is the column-major C^T = B^T A^T, so operands are passed swapped
 // and the bias, per column of row-major C, is per row of cuBLASLt's D.
 #include <cublasLt.h>
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -97,12 +96,7 @@ absl::Status GemmBiasOnGpu(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
   // cuBLASLt's A is our B and its B our A.
   const void* lt_a = b;
   const void* lt_b = a;
-  DeviceScratch a16, b16;
   const bool bf16 = precision == MatMulPrecision::kBf16;
-  if (bf16) {
-    MT_ASSIGN_OR_RETURN(lt_a, ToBf16(b, k * n, device, b16));
-    MT_ASSIGN_OR_RETURN(lt_b, ToBf16(a, m * k, device, a16));
-  }
   const cudaDataType_t operand_type = bf16 ? CUDA_R_16BF : CUDA_R_32F;
   const cublasComputeType_t compute = precision == MatMulPrecision::kTf32
                                           ? CUBLAS_COMPUTE_32F_FAST_TF32

@@ -84,8 +84,9 @@ struct GemmShape {
 // Row-major C = alpha * op(A) @ op(B) + beta * C for every matrix of the
 // batch, on cuBLAS (f32 or f64); lda/ldb are the row-major leading
 // dimensions (columns as stored). `precision` says how f32 products run
-// (tensor/matmul_precision.h): kTf32 on TF32 tensor cores, kBf16 with both
-// operands converted to bfloat16 (f32 accumulation and output).
+// (tensor/matmul_precision.h): kTf32 on TF32 tensor cores; kBf16 on bf16
+// tensor cores with f32 accumulation and output, and then `a` and `b` hold
+// 2-byte bfloat16 values (converted by the caller: ToBFloat16).
 MT_CUDA_KERNEL(Gemm,
                absl::Status(DType dtype, bool transpose_a, bool transpose_b,
                             GemmShape shape, double alpha, const void* a,
@@ -95,7 +96,8 @@ MT_CUDA_KERNEL(Gemm,
 
 // Row-major C[m,n] = act(op(A) @ op(B) + bias) with bias [n] and act relu
 // or the identity, in one cuBLASLt call with the bias and relu in its
-// epilogue; f32 only, one matrix, k >= 1, `precision` as for Gemm.
+// epilogue; f32 only, one matrix, k >= 1, `precision` (and with it the
+// operands' type) as for Gemm.
 // NotFound when cuBLASLt has no algorithm for the case (the caller then
 // computes it unfused).
 MT_CUDA_KERNEL(GemmBias,

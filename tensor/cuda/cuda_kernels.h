@@ -126,6 +126,10 @@ MT_CUDA_KERNEL(ArgMax, absl::Status(DType dtype, const void* x, int64_t outer,
 // tensor/bfloat16.h); y may be x.
 MT_CUDA_KERNEL(RoundToBFloat16,
                absl::Status(const void* x, void* y, int64_t n, int device));
+// y[i] = f32 x[i] as bfloat16 (2-byte values, rounded as above): a
+// product's operand under precision bf16 (ops/gemm_operand.h).
+MT_CUDA_KERNEL(ToBFloat16,
+               absl::Status(const void* x, void* y, int64_t n, int device));
 
 // y[i] = min(max(x[i], lo), hi), NaN passing through.
 MT_CUDA_KERNEL(ClipByValue,

@@ -22,6 +22,7 @@ MT_DECLARE_OP(kConv2DBiasReluOp);
 }  // namespace
 namespace {
 
+using internal::GemmOperand;
 using internal::OpError;
 
 // One geometry for the CPU kernels and the CUDA ones (cuda_kernels.h).
@@ -203,6 +204,7 @@ absl::Status ForEachGpuChunk(const ConvGeometry& g, DType dtype, Device device,
 absl::Status GpuForward(const ConvGeometry& g, const Tensor& x,
                         const Tensor& w2, const Tensor& y2,
                         const Tensor* relu_bias) {
+  MT_ASSIGN_OR_RETURN(const GemmOperand w, GemmOperand::Of(w2));
   return ForEachGpuChunk(
       g, x.dtype(), x.device(),
       [&](int64_t i0, int64_t images, Tensor& cols) -> absl::Status {
@@ -210,15 +212,15 @@ absl::Status GpuForward(const ConvGeometry& g, const Tensor& x,
                                         cols.raw_data(), x.device().index));
         MT_ASSIGN_OR_RETURN(Tensor out,
                             y2.SliceRows(i0 * g.pixels(), images * g.pixels()));
+        MT_ASSIGN_OR_RETURN(const GemmOperand c, GemmOperand::Of(cols));
         if (relu_bias == nullptr) {
-          return internal::Gemm(cols, w2, false, false, 1.0, 0.0, out);
+          return internal::Gemm(c, w, false, false, 1.0, 0.0, out);
         }
-        MT_ASSIGN_OR_RETURN(const bool fused,
-                            internal::FusedGemmBias(cols, w2, false, false,
-                                                    *relu_bias, true, out));
+        MT_ASSIGN_OR_RETURN(
+            const bool fused,
+            internal::FusedGemmBias(c, w, false, false, *relu_bias, true, out));
         if (fused) return absl::OkStatus();
-        MT_RETURN_IF_ERROR(
-            internal::Gemm(cols, w2, false, false, 1.0, 0.0, out));
+        MT_RETURN_IF_ERROR(internal::Gemm(c, w, false, false, 1.0, 0.0, out));
         return internal::BiasRelu(out, *relu_bias, out);
       });
 }
@@ -230,20 +232,26 @@ absl::Status GpuBackward(const ConvGeometry& g, const Tensor& x,
                          const Tensor& w2, const Tensor& dy2, Tensor* dx,
                          Tensor* dw2) {
   const int device = x.device().index;
+  GemmOperand w;
+  if (dx != nullptr) {
+    MT_ASSIGN_OR_RETURN(w, GemmOperand::Of(w2));
+  }
   return ForEachGpuChunk(
       g, x.dtype(), x.device(),
       [&](int64_t i0, int64_t images, Tensor& cols) -> absl::Status {
         MT_ASSIGN_OR_RETURN(Tensor dy_rows, dy2.SliceRows(i0 * g.pixels(),
                                                           images * g.pixels()));
+        MT_ASSIGN_OR_RETURN(const GemmOperand dy, GemmOperand::Of(dy_rows));
         if (dw2 != nullptr) {
           MT_RETURN_IF_ERROR(cuda::Im2Col(x.dtype(), ImageAt(x, g, i0), g,
                                           images, cols.raw_data(), device));
-          MT_RETURN_IF_ERROR(internal::Gemm(cols, dy_rows, true, false, 1.0,
+          MT_ASSIGN_OR_RETURN(const GemmOperand c, GemmOperand::Of(cols));
+          MT_RETURN_IF_ERROR(internal::Gemm(c, dy, true, false, 1.0,
                                             i0 == 0 ? 0.0 : 1.0, *dw2));
         }
         if (dx != nullptr) {
           MT_RETURN_IF_ERROR(
-              internal::Gemm(dy_rows, w2, false, true, 1.0, 0.0, cols));
+              internal::Gemm(dy, w, false, true, 1.0, 0.0, cols));
           MT_RETURN_IF_ERROR(cuda::Col2Im(x.dtype(), cols.raw_data(), g, images,
                                           ImageAt(*dx, g, i0), device));
         }
@@ -284,6 +292,7 @@ absl::StatusOr<Tensor> ConvForward(const ConvGeometry& g, const Tensor& x,
   if (gemm) {
     MT_ASSIGN_OR_RETURN(Tensor w2, filter.Reshaped({g.patch(), g.o}));
     MT_ASSIGN_OR_RETURN(Tensor y2, y.Reshaped({g.n * g.pixels(), g.o}));
+    MT_ASSIGN_OR_RETURN(const GemmOperand w, GemmOperand::Of(w2));
     MT_RETURN_IF_ERROR(ForEachChunk(
         g, x.dtype(), ChunkFor(g, x.dtype()),
         [&](int64_t, int64_t i0, int64_t images, Tensor& cols) -> absl::Status {
@@ -292,7 +301,8 @@ absl::StatusOr<Tensor> ConvForward(const ConvGeometry& g, const Tensor& x,
                                       images, cols.data<T>()));
           MT_ASSIGN_OR_RETURN(
               Tensor out, y2.SliceRows(i0 * g.pixels(), images * g.pixels()));
-          return internal::Gemm(cols, w2, false, false, 1.0, 0.0, out,
+          MT_ASSIGN_OR_RETURN(const GemmOperand c, GemmOperand::Of(cols));
+          return internal::Gemm(c, w, false, false, 1.0, 0.0, out,
                                 /*parallel=*/false);
         }));
   }
@@ -373,6 +383,10 @@ absl::Status ConvGrads(const ConvGeometry& geo, const Tensor& x,
   if (dy.num_elements() > 0 && geo.patch() > 0) {
     MT_ASSIGN_OR_RETURN(Tensor w2, filter.Reshaped({geo.patch(), geo.o}));
     MT_ASSIGN_OR_RETURN(Tensor dy2, dy.Reshaped({geo.n * geo.pixels(), geo.o}));
+    GemmOperand w;
+    if (needs[0]) {
+      MT_ASSIGN_OR_RETURN(w, GemmOperand::Of(w2));
+    }
     Tensor dw2;
     if (needs[1]) dw2 = *dw.Reshaped({geo.patch(), geo.o});
     const int64_t image_elems = geo.h * geo.w * geo.c;
@@ -390,20 +404,20 @@ absl::Status ConvGrads(const ConvGeometry& geo, const Tensor& x,
           MT_ASSIGN_OR_RETURN(
               Tensor dy_rows,
               dy2.SliceRows(i0 * geo.pixels(), images * geo.pixels()));
+          MT_ASSIGN_OR_RETURN(const GemmOperand dyo, GemmOperand::Of(dy_rows));
           if (needs[1]) {
             MT_DISPATCH_FLOAT(dt, T,
                               Im2Col<T>(geo, x.data<T>() + i0 * image_elems,
                                         images, cols.data<T>()));
             MT_ASSIGN_OR_RETURN(
                 Tensor part, partials.SliceRows(c * geo.patch(), geo.patch()));
-            MT_RETURN_IF_ERROR(internal::Gemm(cols, dy_rows, true, false, 1.0,
-                                              0.0, part,
-                                              /*parallel=*/false));
+            MT_ASSIGN_OR_RETURN(const GemmOperand co, GemmOperand::Of(cols));
+            MT_RETURN_IF_ERROR(internal::Gemm(co, dyo, true, false, 1.0, 0.0,
+                                              part, /*parallel=*/false));
           }
           if (needs[0]) {
-            MT_RETURN_IF_ERROR(internal::Gemm(dy_rows, w2, false, true, 1.0,
-                                              0.0, cols,
-                                              /*parallel=*/false));
+            MT_RETURN_IF_ERROR(internal::Gemm(dyo, w, false, true, 1.0, 0.0,
+                                              cols, /*parallel=*/false));
             MT_DISPATCH_FLOAT(dt, T,
                               Col2Im<T>(geo, cols.data<T>(), images,
                                         dx.data<T>() + i0 * image_elems));

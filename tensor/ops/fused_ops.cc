@@ -118,16 +118,19 @@ absl::StatusOr<Tensor> MatMulBiasRelu(const Tensor& x, const Tensor& kernel,
   MT_ASSIGN_OR_RETURN(
       Tensor y, x.dim(1) == 0 ? Tensor::Zeros(x.dtype(), shape, x.device())
                               : Tensor::Empty(x.dtype(), shape, x.device()));
+  MT_ASSIGN_OR_RETURN(internal::SavedProduct p,
+                      internal::SaveProduct(x, kernel, false, false));
   MT_ASSIGN_OR_RETURN(const bool fused,
-                      internal::FusedGemmBias(x, kernel, false, false, bias,
+                      internal::FusedGemmBias(p.a, p.b, false, false, bias,
                                               /*relu=*/true, y));
   if (!fused) {
     // The product, then bias and relu in one pass over it, in place: the
     // numbers of MatMul then BiasAddRelu.
-    MT_RETURN_IF_ERROR(internal::Gemm(x, kernel, false, false, 1.0, 0.0, y));
+    MT_RETURN_IF_ERROR(internal::Gemm(p.a, p.b, false, false, 1.0, 0.0, y));
     MT_RETURN_IF_ERROR(internal::BiasRelu(y, bias, y));
   }
-  tape::RecordOperation(kMatMulBiasReluOp, {x, kernel, bias}, {y});
+  tape::RecordOperation(kMatMulBiasReluOp, {x, kernel, bias}, {y},
+                        std::move(p));
   return y;
 }
 
@@ -178,7 +181,8 @@ MT_OP(kMatMulBiasReluOp, "MatMulBiasRelu",
         MT_RETURN_IF_ERROR(internal::BiasReluGrads(
             op.outputs[0], g[0], op.inputs[2].shape(), needs[2], &dz, &db));
         MT_RETURN_IF_ERROR(internal::MatMulGrads(
-            op.inputs[0], op.inputs[1], false, false, dz, needs, grads));
+            std::any_cast<const internal::SavedProduct&>(op.attrs), dz, needs,
+            grads));
         if (needs[2]) (*grads)[2] = std::move(db);
         return absl::OkStatus();
       });

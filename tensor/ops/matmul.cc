@@ -7,7 +7,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "tensor/bfloat16.h"
 #include "tensor/cpu_threads.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/cuda_kernels.h"
@@ -26,10 +25,7 @@ MT_DECLARE_OP(kMatMulBiasOp);
 }  // namespace
 namespace {
 
-struct MatMulAttrs {
-  bool transpose_a;
-  bool transpose_b;
-};
+using internal::GemmOperand;
 
 // The operands' shared leading (batch) dimensions and the product's
 // m, k, n, as tf.linalg.matmul without batch broadcasting.
@@ -163,35 +159,32 @@ void BatchedGemm(const T* a, const T* b, bool ta, bool tb, const GemmDims& d,
               });
 }
 
-// `t`'s elements rounded to bfloat16, in this thread's scratch buffer
-// `slot` (0 or 1: a product has two operands); valid until this thread
-// rounds into the same slot again. Same layout as `t`.
-const float* Bf16Operand(const Tensor& t, int slot) {
-  thread_local std::vector<float> scratch[2];
-  std::vector<float>& buffer = scratch[slot];
-  buffer.resize(static_cast<size_t>(t.num_elements()));
-  RoundToBFloat16(t.data<float>(), buffer.data(), t.num_elements());
-  return buffer.data();
+// The precision a GPU product of these operands runs in: bf16 when they
+// were converted, else f32 or tf32 as set.
+MatMulPrecision PrecisionFor(const GemmOperand& a) {
+  if (a.bf16()) return MatMulPrecision::kBf16;
+  return GetMatMulPrecision() == MatMulPrecision::kTf32
+             ? MatMulPrecision::kTf32
+             : MatMulPrecision::kFp32;
 }
 
-// What the product reads of `t`: with `bf16`, the operands a bf16
-// tensor-core product reads (f32 only); the exact products of two bfloat16
-// values then sum in f32, as on the GPU.
-template <typename T>
-const T* GemmOperand(const Tensor& t, int slot, bool bf16) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (bf16) return Bf16Operand(t, slot);
-  }
-  return t.data<T>();
+absl::Status CheckConverted(const GemmOperand& a, const GemmOperand& b) {
+  if (a.bf16() == b.bf16()) return absl::OkStatus();
+  return absl::InternalError(
+      "MatMul: one operand converted to bfloat16 and the other not");
 }
 
 }  // namespace
 
 namespace internal {
 
-absl::Status Gemm(const Tensor& a, const Tensor& b, bool ta, bool tb,
-                  double alpha, double beta, Tensor& out, bool parallel) {
+absl::Status Gemm(const GemmOperand& ga, const GemmOperand& gb, bool ta,
+                  bool tb, double alpha, double beta, Tensor& out,
+                  bool parallel) {
+  const Tensor& a = ga.tensor();
+  const Tensor& b = gb.tensor();
   MT_ASSIGN_OR_RETURN(const GemmDims d, CheckMatMul("MatMul", a, b, ta, tb));
+  MT_RETURN_IF_ERROR(CheckConverted(ga, gb));
   if (out.shape() != ProductShape(a, d) || out.dtype() != a.dtype()) {
     return OpError("MatMul", "output has the wrong shape or dtype",
                    {&a, &b, &out});
@@ -200,14 +193,13 @@ absl::Status Gemm(const Tensor& a, const Tensor& b, bool ta, bool tb,
   const int64_t lda = a.dim(a.rank() - 1), ldb = b.dim(b.rank() - 1);
   if (a.device().is_cuda()) {
     return cuda::Gemm(a.dtype(), ta, tb,
-                      cuda::GemmShape{d.batch, d.m, d.n, d.k}, alpha,
-                      a.raw_data(), lda, b.raw_data(), ldb, beta,
-                      out.raw_data(), a.device().index, GetMatMulPrecision());
+                      cuda::GemmShape{d.batch, d.m, d.n, d.k}, alpha, ga.data(),
+                      lda, gb.data(), ldb, beta, out.raw_data(),
+                      a.device().index, PrecisionFor(ga));
   }
-  const bool bf16 = GetMatMulPrecision() == MatMulPrecision::kBf16;
   MT_DISPATCH_FLOAT(a.dtype(), T, {
-    const T* pa = GemmOperand<T>(a, 0, bf16);
-    const T* pb = GemmOperand<T>(b, 1, bf16);
+    const T* pa = static_cast<const T*>(ga.data());
+    const T* pb = static_cast<const T*>(gb.data());
     T* pc = out.data<T>();
     if (d.batch > 1) {
       BatchedGemm<T>(pa, pb, ta, tb, d, lda, ldb, alpha, beta, pc);
@@ -220,41 +212,94 @@ absl::Status Gemm(const Tensor& a, const Tensor& b, bool ta, bool tb,
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> FusedGemmBias(const Tensor& a, const Tensor& b, bool ta,
-                                   bool tb, const Tensor& bias, bool relu,
-                                   Tensor& out) {
+absl::Status Gemm(const Tensor& a, const Tensor& b, bool ta, bool tb,
+                  double alpha, double beta, Tensor& out, bool parallel) {
+  MT_ASSIGN_OR_RETURN(const GemmOperand ga, GemmOperand::Of(a));
+  MT_ASSIGN_OR_RETURN(const GemmOperand gb, GemmOperand::Of(b));
+  return Gemm(ga, gb, ta, tb, alpha, beta, out, parallel);
+}
+
+absl::StatusOr<bool> FusedGemmBias(const GemmOperand& ga, const GemmOperand& gb,
+                                   bool ta, bool tb, const Tensor& bias,
+                                   bool relu, Tensor& out) {
+  const Tensor& a = ga.tensor();
+  const Tensor& b = gb.tensor();
   if (!a.device().is_cuda() || a.dtype() != DType::kF32 || a.rank() != 2) {
     return false;
   }
   MT_ASSIGN_OR_RETURN(const GemmDims d, CheckMatMul("MatMul", a, b, ta, tb));
+  MT_RETURN_IF_ERROR(CheckConverted(ga, gb));
   if (d.k == 0) return false;
   const absl::Status s =
-      cuda::GemmBias(ta, tb, d.m, d.n, d.k, a.raw_data(), a.dim(1),
-                     b.raw_data(), b.dim(1), bias.raw_data(), relu,
-                     out.raw_data(), a.device().index, GetMatMulPrecision());
+      cuda::GemmBias(ta, tb, d.m, d.n, d.k, ga.data(), a.dim(1), gb.data(),
+                     b.dim(1), bias.raw_data(), relu, out.raw_data(),
+                     a.device().index, PrecisionFor(ga));
   if (absl::IsNotFound(s)) return false;
   MT_RETURN_IF_ERROR(
       KernelError(relu ? "MatMulBiasRelu" : "MatMulBias", s, {&a, &b, &bias}));
   return true;
 }
 
+absl::StatusOr<SavedProduct> SaveProduct(const Tensor& a, const Tensor& b,
+                                         bool transpose_a, bool transpose_b) {
+  SavedProduct p;
+  MT_ASSIGN_OR_RETURN(p.a, GemmOperand::Of(a));
+  MT_ASSIGN_OR_RETURN(p.b, GemmOperand::Of(b));
+  p.transpose_a = transpose_a;
+  p.transpose_b = transpose_b;
+  return p;
+}
+
+}  // namespace internal
+
+namespace {
+
+// op(a) @ op(b) into a new tensor, unrecorded; zeros for an empty sum
+// (k == 0).
+absl::StatusOr<Tensor> Product(const internal::GemmOperand& a,
+                               const internal::GemmOperand& b, bool ta,
+                               bool tb) {
+  MT_ASSIGN_OR_RETURN(const GemmDims d,
+                      CheckMatMul("MatMul", a.tensor(), b.tensor(), ta, tb));
+  const Shape shape = ProductShape(a.tensor(), d);
+  const Tensor& like = a.tensor();
+  MT_ASSIGN_OR_RETURN(
+      Tensor out, d.k == 0 ? Tensor::Zeros(like.dtype(), shape, like.device())
+                           : Tensor::Empty(like.dtype(), shape, like.device()));
+  MT_RETURN_IF_ERROR(internal::Gemm(a, b, ta, tb, 1.0, 0.0, out));
+  return out;
+}
+
+}  // namespace
+
+namespace internal {
+
 // With C = op(A) op(B): dA and dB per transpose combination.
-absl::Status MatMulGrads(const Tensor& a, const Tensor& b, bool ta, bool tb,
-                         const Tensor& gc, absl::Span<const bool> needs,
-                         Grads* grads) {
-  if (needs[0]) {
-    if (!ta) {
-      MT_ASSIGN_OR_RETURN((*grads)[0], MatMul(gc, b, false, !tb));
-    } else {
-      MT_ASSIGN_OR_RETURN((*grads)[0], MatMul(b, gc, tb, true));
+absl::Status MatMulGrads(const SavedProduct& p, const Tensor& gc,
+                         absl::Span<const bool> needs, Grads* grads) {
+  const bool ta = p.transpose_a, tb = p.transpose_b;
+  if (tape::AnyTapeRecording()) {
+    // An outer tape differentiates this backward pass: recorded products.
+    const Tensor& a = p.a.tensor();
+    const Tensor& b = p.b.tensor();
+    if (needs[0]) {
+      MT_ASSIGN_OR_RETURN((*grads)[0], ta ? MatMul(b, gc, tb, true)
+                                          : MatMul(gc, b, false, !tb));
     }
+    if (needs[1]) {
+      MT_ASSIGN_OR_RETURN((*grads)[1], tb ? MatMul(gc, a, true, ta)
+                                          : MatMul(a, gc, !ta, false));
+    }
+    return absl::OkStatus();
+  }
+  MT_ASSIGN_OR_RETURN(const GemmOperand g, GemmOperand::Of(gc, p.a.bf16()));
+  if (needs[0]) {
+    MT_ASSIGN_OR_RETURN((*grads)[0], ta ? Product(p.b, g, tb, true)
+                                        : Product(g, p.b, false, !tb));
   }
   if (needs[1]) {
-    if (!tb) {
-      MT_ASSIGN_OR_RETURN((*grads)[1], MatMul(a, gc, !ta, false));
-    } else {
-      MT_ASSIGN_OR_RETURN((*grads)[1], MatMul(gc, a, true, ta));
-    }
+    MT_ASSIGN_OR_RETURN((*grads)[1], tb ? Product(g, p.a, true, ta)
+                                        : Product(p.a, g, !ta, false));
   }
   return absl::OkStatus();
 }
@@ -263,17 +308,12 @@ absl::Status MatMulGrads(const Tensor& a, const Tensor& b, bool ta, bool tb,
 
 absl::StatusOr<Tensor> MatMul(const Tensor& a, const Tensor& b,
                               bool transpose_a, bool transpose_b) {
-  MT_ASSIGN_OR_RETURN(const GemmDims d,
-                      CheckMatMul("MatMul", a, b, transpose_a, transpose_b));
-  const Shape shape = ProductShape(a, d);
-  // Zeros when k == 0 (an empty sum), uninitialised otherwise.
-  MT_ASSIGN_OR_RETURN(Tensor out,
-                      d.k == 0 ? Tensor::Zeros(a.dtype(), shape, a.device())
-                               : Tensor::Empty(a.dtype(), shape, a.device()));
   MT_RETURN_IF_ERROR(
-      internal::Gemm(a, b, transpose_a, transpose_b, 1.0, 0.0, out));
-  tape::RecordOperation(kMatMulOp, {a, b}, {out},
-                        MatMulAttrs{transpose_a, transpose_b});
+      CheckMatMul("MatMul", a, b, transpose_a, transpose_b).status());
+  MT_ASSIGN_OR_RETURN(internal::SavedProduct p,
+                      internal::SaveProduct(a, b, transpose_a, transpose_b));
+  MT_ASSIGN_OR_RETURN(Tensor out, Product(p.a, p.b, transpose_a, transpose_b));
+  tape::RecordOperation(kMatMulOp, {a, b}, {out}, std::move(p));
   return out;
 }
 
@@ -320,16 +360,18 @@ absl::StatusOr<Tensor> MatMulBias(const Tensor& a, const Tensor& b,
   }
   MT_ASSIGN_OR_RETURN(Tensor out,
                       Tensor::Empty(a.dtype(), ProductShape(a, d), a.device()));
-  MT_ASSIGN_OR_RETURN(const bool fused,
-                      internal::FusedGemmBias(a, b, transpose_a, transpose_b,
-                                              bias, /*relu=*/false, out));
+  MT_ASSIGN_OR_RETURN(internal::SavedProduct p,
+                      internal::SaveProduct(a, b, transpose_a, transpose_b));
+  MT_ASSIGN_OR_RETURN(
+      const bool fused,
+      internal::FusedGemmBias(p.a, p.b, transpose_a, transpose_b, bias,
+                              /*relu=*/false, out));
   if (!fused) {
     MT_RETURN_IF_ERROR(BroadcastRows(bias, out));
     MT_RETURN_IF_ERROR(
-        internal::Gemm(a, b, transpose_a, transpose_b, 1.0, 1.0, out));
+        internal::Gemm(p.a, p.b, transpose_a, transpose_b, 1.0, 1.0, out));
   }
-  tape::RecordOperation(kMatMulBiasOp, {a, b, bias}, {out},
-                        MatMulAttrs{transpose_a, transpose_b});
+  tape::RecordOperation(kMatMulBiasOp, {a, b, bias}, {out}, std::move(p));
   return out;
 }
 
@@ -337,17 +379,16 @@ namespace {
 
 MT_OP(kMatMulOp, "MatMul",
       [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
-        const auto& at = std::any_cast<const MatMulAttrs&>(op.attrs);
-        return internal::MatMulGrads(op.inputs[0], op.inputs[1], at.transpose_a,
-                                     at.transpose_b, g[0], needs, grads);
+        return internal::MatMulGrads(
+            std::any_cast<const internal::SavedProduct&>(op.attrs), g[0], needs,
+            grads);
       });
 
 MT_OP(kMatMulBiasOp, "MatMulBias",
       [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
-        const auto& at = std::any_cast<const MatMulAttrs&>(op.attrs);
-        MT_RETURN_IF_ERROR(internal::MatMulGrads(op.inputs[0], op.inputs[1],
-                                                 at.transpose_a, at.transpose_b,
-                                                 g[0], needs, grads));
+        MT_RETURN_IF_ERROR(internal::MatMulGrads(
+            std::any_cast<const internal::SavedProduct&>(op.attrs), g[0], needs,
+            grads));
         if (needs[2]) {
           MT_ASSIGN_OR_RETURN(
               (*grads)[2], internal::BiasGradient(g[0], op.inputs[2].shape()));

@@ -5,6 +5,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "tensor/op.h"
+#include "tensor/ops/gemm_operand.h"
 #include "tensor/tensor.h"
 
 namespace mirrortrain::ops {
@@ -24,8 +25,14 @@ absl::StatusOr<Tensor> MatMulBias(const Tensor& a, const Tensor& b,
 
 namespace internal {
 // out = alpha * op(a) @ op(b) + beta * out, into an existing tensor
-// (unrecorded; for fused layers and gradient kernels). `parallel` false
-// runs on the calling thread only (for callers that parallelise around it).
+// (unrecorded; for fused layers and gradient kernels), reading the
+// operands as converted (gemm_operand.h; both bf16 or neither). `parallel`
+// false runs on the calling thread only (for callers that parallelise
+// around it).
+absl::Status Gemm(const GemmOperand& a, const GemmOperand& b, bool transpose_a,
+                  bool transpose_b, double alpha, double beta, Tensor& out,
+                  bool parallel = true);
+// The same with both tensors converted as the precision says.
 absl::Status Gemm(const Tensor& a, const Tensor& b, bool transpose_a,
                   bool transpose_b, double alpha, double beta, Tensor& out,
                   bool parallel = true);
@@ -35,14 +42,25 @@ absl::Status Gemm(const Tensor& a, const Tensor& b, bool transpose_a,
 // applies: GPU f32 tensors of rank 2, k >= 1, an algorithm for the case.
 // Returns whether it ran (unrecorded); false leaves `out` untouched for the
 // caller's unfused path.
-absl::StatusOr<bool> FusedGemmBias(const Tensor& a, const Tensor& b,
+absl::StatusOr<bool> FusedGemmBias(const GemmOperand& a, const GemmOperand& b,
                                    bool transpose_a, bool transpose_b,
                                    const Tensor& bias, bool relu, Tensor& out);
 
+// What a product op keeps for its gradient: its operands as its product
+// read them, and the transposes.
+struct SavedProduct {
+  GemmOperand a, b;
+  bool transpose_a = false, transpose_b = false;
+};
+absl::StatusOr<SavedProduct> SaveProduct(const Tensor& a, const Tensor& b,
+                                         bool transpose_a, bool transpose_b);
+
 // The gradients of op(a) @ op(b) for the product's gradient `gc`, as
 // TensorFlow's _MatMulGrad: (*grads)[0] for a where needs[0], [1] for b.
-absl::Status MatMulGrads(const Tensor& a, const Tensor& b, bool transpose_a,
-                         bool transpose_b, const Tensor& gc,
+// The products read the saved operands and `gc` converted once; when an
+// outer tape records (higher-order gradients) they are recorded MatMuls of
+// the tensors instead.
+absl::Status MatMulGrads(const SavedProduct& p, const Tensor& gc,
                          absl::Span<const bool> needs, Grads* grads);
 }  // namespace internal
 

@@ -6,12 +6,15 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tensor/gradient_tape.h"
 #include "tensor/matmul_precision.h"
 #include "tensor/ops/conv_ops.h"
+#include "tensor/ops/fused_ops.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/precision_ops.h"
 #include "tests/test_util.h"
@@ -176,6 +179,81 @@ TEST(Bf16MatMulTest, ConvolutionsRoundTheirOperands) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_TRUE(testing::AllClose(*got, of_rounded, 0, 27 * 0x1p-23));
   EXPECT_FALSE(testing::AllClose(*got, fp32, 0, 1e-4));
+}
+
+// The dense layer's product ops keep the bfloat16 operands their forward
+// product read for their gradient, and convert the incoming gradient once
+// for both backward products: changing x and the kernel in place after the
+// forward pass changes no gradient (a backward pass that converted the
+// tensors again would read the new values).
+TEST(Bf16MatMulTest, BackwardProductsReuseTheForwardConversions) {
+  using Run = std::function<absl::StatusOr<Tensor>(const Tensor&, const Tensor&,
+                                                   const Tensor&)>;
+  const std::pair<const char*, Run> product_ops[] = {
+      {"MatMul", [](const Tensor& x, const Tensor& k,
+                    const Tensor&) { return ops::MatMul(x, k); }},
+      {"MatMulBias", [](const Tensor& x, const Tensor& k,
+                        const Tensor& b) { return ops::MatMulBias(x, k, b); }},
+      {"MatMulBiasRelu", [](const Tensor& x, const Tensor& k, const Tensor& b) {
+         return ops::MatMulBiasRelu(x, k, b);
+       }}};
+  ScopedPrecision bf16(MatMulPrecision::kBf16);
+  for (const auto& [name, run] : product_ops) {
+    SCOPED_TRACE(name);
+    // Gradients of sum(y * w) for x, kernel and bias; `change_inputs`
+    // rewrites x and the kernel between the forward and backward passes.
+    auto gradients = [&](bool change_inputs) {
+      const Tensor x = testing::RandomTensor({6, 5}, 31, DType::kF32);
+      const Tensor kernel = testing::RandomTensor({5, 4}, 32, DType::kF32);
+      const Tensor bias = testing::RandomTensor({4}, 33, DType::kF32);
+      const Tensor w = testing::RandomTensor({6, 4}, 34, DType::kF32);
+      GradientTape tape;
+      for (const Tensor* t : {&x, &kernel, &bias}) tape.Watch(*t);
+      absl::StatusOr<Tensor> y = run(x, kernel, bias);
+      EXPECT_TRUE(y.ok()) << y.status();
+      if (!y.ok()) return std::vector<std::vector<float>>{};
+      if (change_inputs) {
+        for (const Tensor* t : {&x, &kernel}) {
+          float* p = t->data<float>();
+          for (int64_t i = 0; i < t->num_elements(); ++i) p[i] = 3 * p[i] + 1;
+        }
+      }
+      GradientOptions options;
+      options.output_gradient = w;
+      auto grads = tape.Gradient(*y, {x, kernel, bias}, options);
+      EXPECT_TRUE(grads.ok()) << grads.status();
+      if (!grads.ok()) return std::vector<std::vector<float>>{};
+      std::vector<std::vector<float>> values;
+      for (const auto& g : *grads) {  // None for MatMul's unused bias.
+        values.push_back(g ? g->ToVector<float>() : std::vector<float>{});
+      }
+      return values;
+    };
+    EXPECT_EQ(gradients(/*change_inputs=*/true),
+              gradients(/*change_inputs=*/false));
+  }
+}
+
+// With an outer tape recording the backward pass (higher-order
+// gradients), the backward products are recorded ops: d/dx of
+// d(x @ x)/dx = 2x for a 1x1 x is 2.
+TEST(Bf16MatMulTest, OuterTapesRecordTheBackwardProducts) {
+  ScopedPrecision bf16(MatMulPrecision::kBf16);
+  const Tensor x = Tensor::FromVector<float>({3.0f}, {1, 1});
+  GradientTape outer;
+  outer.Watch(x);
+  GradientTape inner;
+  inner.Watch(x);
+  absl::StatusOr<Tensor> y = ops::MatMul(x, x);
+  ASSERT_TRUE(y.ok()) << y.status();
+  auto dy = inner.Gradient(*y, {x});
+  ASSERT_TRUE(dy.ok()) << dy.status();
+  EXPECT_EQ((*dy)[0]->ScalarAt(0), 6.0);
+  auto d2y = outer.Gradient(*(*dy)[0], {x});
+  ASSERT_TRUE(d2y.ok()) << d2y.status();
+  ASSERT_TRUE((*d2y)[0].has_value())
+      << "the backward products were not recorded";
+  EXPECT_EQ((*d2y)[0]->ScalarAt(0), 2.0);
 }
 
 }  // namespace

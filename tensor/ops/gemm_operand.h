@@ -1,0 +1,56 @@
+// A matrix product's operand in the form the product reads it, converted
+// once so that an op's backward products reuse what its forward product
+// read.
+//
+// Under `precision: bf16` (tensor/matmul_precision.h) the products read an
+// f32 tensor's values rounded to bfloat16: on GPUs 2-byte bfloat16 values
+// (what cuBLAS's bf16 tensor cores read), on CPUs f32 values rounded to
+// bfloat16 (what OpenBLAS reads: the same numbers). Otherwise the operand is
+// the tensor itself. MatMul and the dense fusions keep their operands for
+// their gradient, so x, the kernel and the gradient dy are converted once
+// each per step instead of once per product reading them (three
+// conversions per layer instead of six), and the backward products read
+// the values the forward product read, as TensorFlow's saved bf16 tensors.
+//
+// Thread contract: a conversion runs on the calling thread (its stream on
+// GPUs); the storage is freed stream-ordered, like a Tensor's.
+#ifndef MIRRORTRAIN_TENSOR_OPS_GEMM_OPERAND_H_
+#define MIRRORTRAIN_TENSOR_OPS_GEMM_OPERAND_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "tensor/tensor.h"
+
+namespace mirrortrain::ops::internal {
+
+// Whether products read `t` as bfloat16: precision bf16 and `t` f32.
+bool ProductsReadBf16(const Tensor& t);
+
+class GemmOperand {
+ public:
+  GemmOperand() = default;  // Undefined.
+
+  // `t` as products read it: converted to bfloat16 when `bf16` and `t` is
+  // f32, else `t` itself. Holds `t` (shared, not copied).
+  static absl::StatusOr<GemmOperand> Of(const Tensor& t, bool bf16);
+  // Of(t, ProductsReadBf16(t)).
+  static absl::StatusOr<GemmOperand> Of(const Tensor& t);
+
+  // The tensor it stands for: shape, dtype and device.
+  const Tensor& tensor() const { return tensor_; }
+  // True when the products read bfloat16 (data() as above), false when
+  // they read tensor() itself.
+  bool bf16() const { return rounded_.defined() || device_bf16_ != nullptr; }
+  // What the product reads, in tensor()'s layout.
+  const void* data() const;
+
+ private:
+  Tensor tensor_;
+  Tensor rounded_;                       // CPU bf16: f32 rounded values.
+  std::shared_ptr<Buffer> device_bf16_;  // GPU bf16: 2-byte values.
+};
+
+}  // namespace mirrortrain::ops::internal
+
+#endif  // MIRRORTRAIN_TENSOR_OPS_GEMM_OPERAND_H_
