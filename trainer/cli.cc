@@ -24,6 +24,7 @@
 #include "trainer/sample.h"
 #include "trainer/signals.h"
 #include "trainer/trainer.h"
+#include "trainer/yaml_json.h"
 
 #ifndef MIRRORTRAIN_VERSION
 #define MIRRORTRAIN_VERSION "0.0.0"
@@ -43,7 +44,8 @@ constexpr char kUsage[] =
     "  mirrortrain sample  --config FILE --checkpoint PATH_OR_DIR "
     "[--prompt TEXT] [--length N] [--temperature T] [--seed S]\n"
     "  mirrortrain inspect CHECKPOINT\n"
-    "  mirrortrain config  --schema | --config FILE [--set KEY=VALUE]...\n"
+    "  mirrortrain config  --schema | --config FILE [--set KEY=VALUE]... "
+    "[--json]\n"
     "  mirrortrain --help | --version\n"
     "\n"
     "Run 'mirrortrain VERB --help' for a verb's options.\n";
@@ -66,12 +68,13 @@ constexpr char kTrainUsage[] =
 
 constexpr char kConfigUsage[] =
     "usage: mirrortrain config --schema\n"
-    "       mirrortrain config --config FILE [--set KEY=VALUE]...\n"
+    "       mirrortrain config --config FILE [--set KEY=VALUE]... [--json]\n"
     "\n"
     "  --schema           every config key with its type, default and meaning\n"
     "                     (Markdown), from the registered components\n"
     "  --config FILE      print the resolved config (defaults and overrides\n"
-    "                     applied), as a run writes it to config.yaml\n";
+    "                     applied), as a run writes it to config.yaml\n"
+    "  --json             print it as one line of JSON instead\n";
 
 constexpr char kEvalUsage[] =
     "usage: mirrortrain eval --config FILE --checkpoint PATH_OR_DIR "
@@ -114,11 +117,12 @@ struct Args {
   bool help = false;
   bool dry_run = false;
   bool schema = false;
+  bool json = false;
 };
 
 // Flags that take no value.
 bool IsSwitch(absl::string_view name) {
-  return name == "dry_run" || name == "schema";
+  return name == "dry_run" || name == "schema" || name == "json";
 }
 
 // Parses "--flag value" and "--flag=value" for the flags `allowed`.
@@ -155,6 +159,7 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv,
       }
       args.dry_run |= name == "dry_run";
       args.schema |= name == "schema";
+      args.json |= name == "json";
       continue;
     }
     if (!has_value) {
@@ -478,7 +483,7 @@ int Inspect(int argc, char** argv) {
 
 int ConfigVerb(int argc, char** argv) {
   std::optional<Args> args =
-      ParseVerbArgs(argc, argv, {"schema", "config", "set"}, 0);
+      ParseVerbArgs(argc, argv, {"schema", "config", "set", "json"}, 0);
   if (!args.has_value()) return kExitUsage;
   if (args->help) {
     std::fputs(kConfigUsage, stdout);
@@ -487,8 +492,8 @@ int ConfigVerb(int argc, char** argv) {
   if (args->schema == !args->config.empty()) {
     return Usage("config", "give either --schema or --config FILE");
   }
-  if (args->schema && !args->sets.empty()) {
-    return Usage("config", "--set applies to --config, not --schema");
+  if (args->schema && (!args->sets.empty() || args->json)) {
+    return Usage("config", "--set and --json apply to --config, not --schema");
   }
   if (args->schema) {
     std::fputs(SchemaMarkdown().c_str(), stdout);
@@ -496,6 +501,12 @@ int ConfigVerb(int argc, char** argv) {
   }
   absl::StatusOr<Config> config = LoadConfig(args->config, args->sets);
   if (!config.ok()) return Fail(config.status());
+  if (args->json) {
+    const std::string line =
+        YamlToJson(YAML::Load(config->resolved_yaml)).dump() + "\n";
+    std::fputs(line.c_str(), stdout);
+    return kExitOk;
+  }
   std::fputs(config->resolved_yaml.c_str(), stdout);
   return kExitOk;
 }

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/trainer/cli_runner.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/checkpoint/saver.h"
@@ -55,6 +57,26 @@ TEST(CliTest, UsageErrors) {
   r = RunCli({"train", "--config", Config(), "--bogus", "1"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("unknown flag '--bogus'"), std::string::npos);
+}
+
+// `config --json`: the resolved config (defaults and --set applied) as one
+// JSON line, typed (numbers, booleans, null), for tools without YAML.
+TEST(CliTest, ConfigVerbPrintsTheResolvedConfigAsJson) {
+  Result r = RunCli({"config", "--config", Config(), "--set",
+                     "data.global_batch_size=48", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  EXPECT_EQ(j["data"]["global_batch_size"], 48);
+  EXPECT_EQ(j["model"]["hidden_units"], nlohmann::json::array({256, 128}));
+  EXPECT_TRUE(j["data"]["shuffle"].is_boolean()) << r.out;
+  EXPECT_TRUE(j["optimizer"]["learning_rate"].is_number()) << r.out;
+  EXPECT_TRUE(j["distribute"]["devices"][0].is_string()) << r.out;
+  Result both = RunCli({"config", "--schema", "--json"});
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.err.find("--json apply to --config"), std::string::npos)
+      << both.err;
 }
 
 TEST(CliTest, TrainWritesTheRunDirectory) {
