@@ -19,9 +19,17 @@
 #   tta   the CNN on Fashion-MNIST: wall time to 0.916 test accuracy
 #         (mirrortrain: EMA weights; PyTorch: plain weights; once per epoch),
 #         each run stopped as soon as it gets there
+#   resnet  configs/fashion_mnist_resnet.yaml on gpu:0 (batch 128, synthetic
+#         data), fp32 and bf16: train samples/s and model FLOP utilisation,
+#         next to the same layer list in PyTorch (scripts/bench/torch_config.py,
+#         built from `mirrortrain config --json`), eager and torch.compile
+#   gpt   configs/fortunes_gpt.yaml on gpu:0 (batch 32 x 64 tokens, on a
+#         generated text file: the device has no fortunes package), fp32
+#         and bf16: train tokens/s and model FLOP utilisation, likewise
 #
 #   scripts/bench_gpu.sh              # cnn mlp comm tta
 #   scripts/bench_gpu.sh cnn mlp      # some of them
+#   scripts/bench_gpu.sh resnet gpt   # the config-built models
 #
 # Builds first (scripts/setup.sh --offline deps-bundle when deps-bundle/ is
 # there; see scripts/bench/gpu_host.sh). Prints a table with ratios and
@@ -44,6 +52,12 @@ JSONL="$RES/bench_gpu.jsonl"
 BUDGET="${BENCH_BUDGET:-540}"
 PARTS=("$@")
 ((${#PARTS[@]})) || PARTS=(cnn mlp comm tta)
+for part in "${PARTS[@]}"; do
+  case $part in
+  cnn | mlp | comm | tta | resnet | gpt) ;;
+  *) echo "bench_gpu.sh: unknown part '$part' (cnn mlp comm tta resnet gpt)" >&2; exit 2 ;;
+  esac
+done
 want() { [[ " ${PARTS[*]} " == *" $1 "* ]]; }
 
 gpu_section "host"
@@ -208,6 +222,42 @@ if want tta; then
   else
     missing mirrortrain cnn_tta "no Fashion-MNIST: set DATA_DIR or carry deps-bundle"
   fi
+fi
+
+# The model of a config next to its PyTorch twin (built from the resolved
+# config as JSON), in fp32 and bf16: model NAME CONFIG [--set ...]...
+config_model() {
+  local name=$1 config=$2
+  shift 2
+  if ! "$MT" config --config "$config" "$@" --json >"$WORK/$name.config.json"; then
+    missing mirrortrain "$name" "mirrortrain config --json failed"
+    return 0
+  fi
+  local prec suffix
+  for prec in fp32 bf16; do
+    suffix=$([[ $prec == fp32 ]] && echo "" || echo "_$prec")
+    mt "${name}_rate$suffix" 45 "$config" -- "$@" --set "precision=$prec"
+    pt "${name}_rate$suffix" 60 --bench config_rate --config_json "$WORK/$name.config.json" \
+      --model "$name" --precision "$prec" --steps 100 --warmup 10 --repeat 3
+    pt "${name}_rate${suffix}_compile" 120 --bench config_rate --config_json "$WORK/$name.config.json" \
+      --model "$name" --precision "$prec" --steps 100 --warmup 10 --repeat 3 --compile
+  done
+}
+
+if want resnet; then
+  gpu_section "resnet: configs/fashion_mnist_resnet.yaml, batch 128, fp32 and bf16; PyTorch eager and torch.compile"
+  config_model resnet configs/fashion_mnist_resnet.yaml --set data.name=synthetic \
+    --set data.test_examples=1000 --set train.steps=400 --set train.log_every_steps=100 \
+    --set train.eval_every_epochs=0 --set "distribute.devices=[gpu:0]" --set train.cuda_graph=auto
+fi
+
+if want gpt; then
+  gpu_section "gpt: configs/fortunes_gpt.yaml, batch 32 x 64 tokens, fp32 and bf16; PyTorch eager and torch.compile"
+  # 4 MB of printable bytes: the rate does not depend on what the text says.
+  python3 -c 'import random, sys; r = random.Random(1); sys.stdout.write("".join(chr(r.randrange(32, 127)) for _ in range(4 << 20)))' >"$WORK/text.txt"
+  config_model gpt configs/fortunes_gpt.yaml --set "data.path=[$WORK/text.txt]" \
+    --set train.steps=400 --set train.log_every_steps=100 \
+    --set "distribute.devices=[gpu:0]" --set train.cuda_graph=auto
 fi
 
 gpu_section "results ($RES)"

@@ -20,6 +20,27 @@ import sys
 # MLP of configs/mlp_4096_gpu.yaml: 784-4096x4-10.
 HIDDEN = [4096, 4096, 4096, 4096]
 
+# Dense (no sparsity) peak TFLOP/s per precision from NVIDIA's data sheets,
+# by a substring of the device name (first match): fp32 on CUDA cores, tf32
+# and bf16 on tensor cores. The denominator of model FLOP utilisation.
+PEAKS = [("H100 PCIe", {"fp32": 51.2, "tf32": 378.0, "bf16": 756.0}),
+         ("H100 NVL", {"fp32": 60.0, "tf32": 417.5, "bf16": 835.0}),
+         ("H100", {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4}),
+         ("H200", {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4}),
+         ("A100", {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0})]
+
+# The config-built models (scripts/bench_gpu.sh resnet, gpt): run name
+# prefix, label.
+CONFIG_MODELS = [("resnet", "ResNet (configs/fashion_mnist_resnet.yaml) batch 128"),
+                 ("gpt", "GPT (configs/fortunes_gpt.yaml) batch 32 x 64 tokens")]
+
+
+def peak_tflops(gpu: str, precision: str):
+    for key, peaks in PEAKS:
+        if key in (gpu or ""):
+            return peaks.get(precision)
+    return None
+
 
 def mlp_flops_per_example(hidden: list) -> int:
     """GEMM flops per example and step: forward, weight and input gradient
@@ -44,7 +65,7 @@ def summary(r: dict) -> str:
         return (f"{r.get('call', 'cublasSgemm')} {r['m']}x{r['n']}x{r['k']} "
                 f"{r['precision']}: {r['tflops']} TFLOP/s")
     if fw == "pytorch":
-        keys = ("m", "precision", "compile", "samples_per_sec", "tflops",
+        keys = ("model", "m", "precision", "compile", "samples_per_sec", "tokens_per_sec", "tflops",
                 "warmup_seconds", "reached", "epoch", "seconds", "best_accuracy")
         return f"pytorch {r['bench']}: " + ", ".join(f"{k} {r[k]}" for k in keys if k in r)
     msg = f"mirrortrain {r['name']}: exit {r['exit_code']}"
@@ -87,7 +108,10 @@ def main() -> None:
             if "error" in r:
                 pt_errors[r.get("name") or r.get("bench")] = r
             else:
-                pt[(r.get("bench"), r.get("precision"), bool(r.get("compile")))] = r
+                bench = r.get("bench")
+                if bench == "config_rate":  # One per model.
+                    bench = f"config_rate:{r.get('model')}"
+                pt[(bench, r.get("precision"), bool(r.get("compile")))] = r
 
     def pt_get(bench, precision, compiled, name):
         """The measurement, else the error line of run `name`, else None."""
@@ -191,6 +215,37 @@ def main() -> None:
                          fmt(cb, 1), fmt(tm, 1), "", ratio(cb, tm), ""))
             rows.append((f"  MLP TFLOP/s as a share of that GEMM rate (target >={target}%)",
                          share(mtf, cb), share(petf, tm), share(pctf, tm), "", ""))
+
+    # 2b. Models built from configs, next to the same layer list in PyTorch:
+    # samples/s (tokens/s for text) and model FLOP utilisation (the twin's
+    # FLOPs per sample, the same model, against the data-sheet peak).
+    for model, label in CONFIG_MODELS:
+        for prec in ("fp32", "bf16"):
+            name = f"{model}_rate" + ("" if prec == "fp32" else f"_{prec}")
+            m = mt.get(name)
+            pe = pt_get(f"config_rate:{model}", prec, False, name)
+            pc = pt_get(f"config_rate:{model}", prec, True, name + "_compile")
+            if m is None and pe is None and pc is None:
+                continue
+            twin = next((r for r in (pe, pc) if r and "flops_per_sample" in r), {})
+            per = twin.get("tokens_per_sample", 1)
+            unit = "tokens/s" if "tokens_per_sample" in twin else "samples/s"
+            mv = m["samples_per_sec"] * per if ok(m) else None
+            pev = (pe or {}).get("samples_per_sec")
+            pcv = (pc or {}).get("samples_per_sec")
+            pev, pcv = pev and pev * per, pcv and pcv * per
+            rows.append((f"{label} {prec}: train {unit}", cell(mv, m), cell(pev, pe),
+                         cell(pcv, pc), ratio(mv, pev), ratio(mv, pcv)))
+            flops, peak = twin.get("flops_per_sample"), peak_tflops(gpu, prec)
+            if flops and peak:
+                def mfu(v):
+                    if not v:
+                        return "n/a"
+                    pct = 100 * v / per * flops / 1e12 / peak
+                    return f"{pct:.{2 if pct < 1 else 1}f}%"
+                rows.append((f"  model FLOP utilisation ({fmt(flops / 1e6, 1)} MFLOP per sample "
+                             f"fwd+bwd; {prec} peak {fmt(peak, 1)} TFLOP/s)",
+                             mfu(mv), mfu(pev), mfu(pcv), "", ""))
 
     # 3. Communication not hidden by compute (mirrored, 2 logical replicas on gpu:0).
     comm_rows = []

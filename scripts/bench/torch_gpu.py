@@ -27,6 +27,10 @@ Benchmarks (--bench, comma separated):
             samples/s and achieved TFLOP/s
   matmul    torch.matmul rate (square 8192, and the MLP's 4096^3 layer shape), tf32, fp32
             and bf16 (bf16 tensors); never compiled
+  config_rate  the model of a config's layer list (--config_json: `mirrortrain config
+            --json`; scripts/bench/torch_config.py) at its global batch, --precision,
+            random data of its input's shape: train samples/s (and tokens/s), FLOPs
+            per sample (torch.utils.flop_counter, forward and backward)
 """
 import argparse
 import gzip
@@ -39,6 +43,7 @@ import time
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 # The MLP of configs/mlp_4096_gpu.yaml.
 MLP_IN, MLP_HIDDEN, MLP_CLASSES = 784, [4096, 4096, 4096, 4096], 10
@@ -133,11 +138,15 @@ def pinned(t: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 def train_rate(net: nn.Module, x_host: torch.Tensor, y_host: torch.Tensor,
                device: torch.device, steps: int, warmup: int, repeat: int,
-               lr: float, precision: str, compiled: bool) -> tuple:
+               lr: float, precision: str, compiled: bool,
+               opt: torch.optim.Optimizer = None) -> tuple:
     """samples/s of `repeat` timed windows of `steps` steps after `warmup`
     steps (at least one with `compiled`: it compiles), and the warm-up's
-    seconds; the batch is copied host -> device every step."""
-    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
+    seconds; the batch is copied host -> device every step. The optimizer is
+    SGD with momentum 0.9 at `lr` unless `opt` is given; the loss is the mean
+    cross-entropy of the logits' last axis (per example or per token)."""
+    if opt is None:
+        opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     net.train()
     model = torch.compile(net) if compiled else net
@@ -147,7 +156,8 @@ def train_rate(net: nn.Module, x_host: torch.Tensor, y_host: torch.Tensor,
         y = y_host.to(device, non_blocking=True)
         opt.zero_grad(set_to_none=True)
         with autocast(device, precision):
-            loss = loss_fn(model(x), y)
+            logits = model(x)
+            loss = loss_fn(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         loss.backward()
         opt.step()
 
@@ -194,6 +204,64 @@ def bench_cnn_rate(a, device) -> dict:
             "warmup": warmup, "warmup_seconds": round(warmup_s, 2),
             "windows": [round(r, 1) for r in rates],
             "samples_per_sec": round(statistics.median(rates), 1)}
+
+
+def step_flops(net: nn.Module, x: torch.Tensor, y: torch.Tensor,
+               precision: str) -> int:
+    """Floating-point operations of one training step's forward and backward
+    passes (torch.utils.flop_counter: matrix products, convolutions and
+    attention, 2 per multiply-add), uncompiled, on `net`'s device."""
+    from torch.utils.flop_counter import FlopCounterMode
+    device = next(net.parameters()).device
+    x, y = x.to(device), y.to(device)
+    counter = FlopCounterMode(display=False)
+    with counter:
+        with autocast(device, precision):
+            logits = net(x)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        loss.backward()
+    net.zero_grad(set_to_none=True)
+    return counter.get_total_flops()
+
+
+def bench_config_rate(a, device) -> dict:
+    """The model of a resolved config (--config_json, from `mirrortrain
+    config --json`; scripts/bench/torch_config.py) at the config's global
+    batch: train samples/s (tokens/s for text), and its FLOPs per sample."""
+    import torch_config
+    with open(a.config_json) as f:
+        config = json.load(f)
+    torch.manual_seed(0)
+    net, kind, shape = torch_config.build(config)
+    net = net.to(device)
+    batch = 4 if a.smoke else config["data"]["global_batch_size"]
+    steps, warmup, repeat = (2, 1, 2) if a.smoke else (a.steps, a.warmup, a.repeat)
+    set_precision(a.precision)
+    if kind == "tokens":
+        vocab = config["model"]["layers"][0]["input_dim"]
+        x = pinned(torch.randint(0, vocab, (batch,) + shape), device)
+        y = pinned(torch.randint(0, vocab, (batch,) + shape), device)
+    else:
+        x = pinned(torch.rand((batch,) + shape), device)
+        classes = config["model"]["layers"][-1]["units"]
+        y = pinned(torch.randint(0, classes, (batch,)), device)
+    flops = step_flops(net, x, y, a.precision)
+    opt = torch_config.optimizer(config, net.parameters())
+    rates, warmup_s = train_rate(net, x, y, device, steps, warmup, repeat,
+                                 lr=0.0, precision=a.precision,
+                                 compiled=a.compile, opt=opt)
+    rate = statistics.median(rates)
+    out = {**common(a, device), "bench": "config_rate", "model": a.model,
+           "batch": batch, "precision": a.precision, "steps": steps,
+           "warmup": warmup, "warmup_seconds": round(warmup_s, 2),
+           "windows": [round(r, 1) for r in rates],
+           "samples_per_sec": round(rate, 1),
+           "flops_per_sample": flops / batch,
+           "tflops": round(rate * flops / batch / 1e12, 3)}
+    if kind == "tokens":
+        out["tokens_per_sample"] = shape[0]
+        out["tokens_per_sec"] = round(rate * shape[0], 1)
+    return out
 
 
 def read_idx(path: str) -> torch.Tensor:
@@ -358,7 +426,7 @@ def main() -> None:
     p = argparse.ArgumentParser(
         description="PyTorch side of scripts/bench_gpu.sh: one JSON line per measurement.")
     p.add_argument("--bench", default="cnn_rate,cnn_tta,mlp,matmul",
-                   help="comma-separated: cnn_rate, cnn_tta, mlp, matmul")
+                   help="comma-separated: cnn_rate, cnn_tta, mlp, matmul, config_rate")
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     p.add_argument("--smoke", action="store_true",
                    help="tiny sizes and step counts, to check the script end to end")
@@ -379,6 +447,12 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=20, help="untimed steps first")
     p.add_argument("--repeat", type=int, default=3, help="timed windows (median reported)")
     p.add_argument("--matmul_iters", type=int, default=50)
+    p.add_argument("--config_json",
+                   help="config_rate: the resolved config (mirrortrain config --json)")
+    p.add_argument("--model", default="config",
+                   help="config_rate: the name its lines carry (e.g. resnet, gpt)")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"],
+                   help="config_rate's precision (bf16: autocast to bfloat16)")
     p.add_argument("--target", type=float, default=0.916, help="cnn_tta test accuracy")
     p.add_argument("--max_epochs", type=int, default=10, help="cnn_tta gives up after")
     p.add_argument("--lr", type=float, default=0.1)
@@ -391,7 +465,8 @@ def main() -> None:
     if device.type == "cpu":
         torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     benches = {"cnn_rate": bench_cnn_rate, "cnn_tta": bench_cnn_tta,
-               "mlp": bench_mlp, "matmul": bench_matmul}
+               "mlp": bench_mlp, "matmul": bench_matmul,
+               "config_rate": bench_config_rate}
     for name in a.bench.split(","):
         if name not in benches:
             raise SystemExit(f"torch_gpu.py: unknown benchmark '{name}'")
