@@ -22,8 +22,8 @@ for cfg in ${CONFIGS:-fashion_mnist_mlp fashion_mnist_cnn}; do
     run="$cfg-$(tr -cd ',' <<<"$devices" | wc -c | awk '{print $1 + 1}')"
     "$MT" train --config "configs/$cfg.yaml" --run_dir "$work/$run" \
       --set "train.steps=$STEPS" --set "checkpoint.every_steps=$STEPS" \
-      "${data[@]}" --set "distribute.strategy=mirrored" \
-      --set "distribute.devices=$devices" "${extra[@]}" >/dev/null 2>"$work/$run.log" ||
+      ${data[@]+"${data[@]}"} --set "distribute.strategy=mirrored" \
+      --set "distribute.devices=$devices" ${extra[@]+"${extra[@]}"} >/dev/null 2>"$work/$run.log" ||
       { cat "$work/$run.log" >&2; exit 1; }
     python3 - "$work/$run/checkpoints/ckpt-$STEPS.safetensors" "$run" <<'PY'
 import hashlib, sys

@@ -5,8 +5,8 @@
 //   fp32  cublasSgemm with CUBLAS_DEFAULT_MATH
 //   bf16  cublasGemmEx with CUDA_R_16BF A and B, CUDA_R_32F C,
 //         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT, default math mode
-//         (mirrortrain's Bf16Gemm; the f32 -> bf16 operand conversion it
-//         also does is not timed here)
+//         (mirrortrain's Bf16Gemm; its operands' f32 -> bf16 conversion,
+//         one pass per operand at the op layer, is not timed here)
 //
 //   nvcc -O2 -o build/bin/cublas_gemm_bench scripts/bench/cublas_gemm.cu
 //   -lcublas build/bin/cublas_gemm_bench [M N K]...      # default: 8192 8192

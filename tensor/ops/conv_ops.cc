@@ -158,8 +158,9 @@ int64_t ChunkFor(const ConvGeometry& g, DType dtype) {
                                        (g.n + threads - 1) / threads));
 }
 
-// ---- GPU: im2col/col2im kernels around cuBLAS GEMMs (internal::Gemm, which
-// honours GetMatMulPrecision), chunk by chunk on the current stream.
+// ---- GPU: im2col/col2im kernels around cuBLAS GEMMs (internal::Gemm on
+// operands converted as GetMatMulPrecision says: GemmOperand::Of), chunk by
+// chunk on the current stream.
 
 // Column buffer bound on GPUs: large enough that the GEMMs of a typical
 // batch run in one or a few chunks, small next to device memory.

@@ -48,6 +48,7 @@ absl::StatusOr<GemmOperand> GemmOperand::Of(const Tensor& t, bool bf16) {
 }
 
 const void* GemmOperand::data() const {
+  if (!tensor_.defined()) return nullptr;
   if (device_bf16_ != nullptr) return device_bf16_->data();
   if (rounded_.defined()) return rounded_.raw_data();
   return tensor_.raw_data();

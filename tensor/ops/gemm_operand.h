@@ -10,7 +10,10 @@
 // their gradient, so x, the kernel and the gradient dy are converted once
 // each per step instead of once per product reading them (three
 // conversions per layer instead of six), and the backward products read
-// the values the forward product read, as TensorFlow's saved bf16 tensors.
+// the values the forward product read, as TensorFlow's saved bf16 tensors
+// (under fp32 and tf32 they read the tensors themselves, as they are when
+// the gradient runs). The copies cost memory next to the f32 tensors the
+// tape holds: half an input's size on GPUs, its whole size on CPUs.
 //
 // Thread contract: a conversion runs on the calling thread (its stream on
 // GPUs); the storage is freed stream-ordered, like a Tensor's.
@@ -42,7 +45,7 @@ class GemmOperand {
   // True when the products read bfloat16 (data() as above), false when
   // they read tensor() itself.
   bool bf16() const { return rounded_.defined() || device_bf16_ != nullptr; }
-  // What the product reads, in tensor()'s layout.
+  // What the product reads, in tensor()'s layout; null when undefined.
   const void* data() const;
 
  private:
