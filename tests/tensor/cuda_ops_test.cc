@@ -201,6 +201,50 @@ TEST_F(CudaOpsTest, Bf16MatMulMatchesTheCpuEmulation) {
   }
 }
 
+// bf16 gradients: on the GPU the products keep their 2-byte bf16 operands
+// for the backward products and convert the incoming gradient once
+// (ops/gemm_operand.h); against the CPU emulation, forward and gradients
+// differ only in summation order (a backward product reading an unrounded
+// operand would be off by about 1e-3), for every transpose, a batched
+// product and the dense fusions.
+TEST_F(CudaOpsTest, Bf16ProductGradientsMatchTheCpuEmulation) {
+  struct Case {
+    Shape a, b;
+    bool ta, tb;
+  };
+  SetMatMulPrecision(MatMulPrecision::kBf16);
+  for (const Case& c :
+       std::vector<Case>{{{96, 160}, {160, 64}, false, false},
+                         {{160, 96}, {160, 64}, true, false},
+                         {{96, 160}, {64, 160}, false, true},
+                         {{160, 96}, {64, 160}, true, true},
+                         {{3, 40, 72}, {3, 72, 24}, false, false}}) {
+    SCOPED_TRACE(ShapeToString(c.a) + " @ " + ShapeToString(c.b));
+    testing::ExpectGpuMatchesCpu(
+        [&c](const std::vector<Tensor>& in) {
+          return ops::MatMul(in[0], in[1], c.ta, c.tb);
+        },
+        {testing::RandomTensor(c.a, 71, DType::kF32),
+         testing::RandomTensor(c.b, 72, DType::kF32)},
+        1e-4, 1e-4);
+  }
+  const std::vector<Tensor> dense = {
+      testing::RandomTensor({77, 160}, 73, DType::kF32),
+      testing::RandomTensor({160, 48}, 74, DType::kF32),
+      testing::RandomTensor({48}, 75, DType::kF32, -1.0, 1.0)};
+  testing::ExpectGpuMatchesCpu(
+      [](const std::vector<Tensor>& in) {
+        return ops::MatMulBias(in[0], in[1], in[2]);
+      },
+      dense, 1e-4, 1e-4);
+  testing::ExpectGpuMatchesCpu(
+      [](const std::vector<Tensor>& in) {
+        return ops::MatMulBiasRelu(in[0], in[1], in[2]);
+      },
+      dense, 1e-4, 1e-4);
+  SetMatMulPrecision(MatMulPrecision::kFp32);
+}
+
 // The cuBLASLt epilogue (bias, relu) against the CPU in each precision, on
 // operands that start off the 256-byte alignment cuBLASLt assumes (a
 // replica's shard starts at any row); tf32 and bf16 differ from the CPU's
