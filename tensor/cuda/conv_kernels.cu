@@ -6,10 +6,13 @@
 // the order the CPU's scatter adds them (output position ascending), so it
 // needs no atomics and its result is deterministic and equal to the CPU's
 // for equal columns.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
+#include "absl/strings/str_cat.h"
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/cuda/device_guard.h"
@@ -20,12 +23,23 @@
 namespace mirrortrain::cuda {
 namespace {
 
+// A column entry as stored: T itself, or f32 rounded to bfloat16 (a bf16
+// product's operand, written without an f32 copy first).
+template <typename O, typename T>
+__device__ inline O ColumnValue(T v) {
+  if constexpr (std::is_same_v<O, __nv_bfloat16>) {
+    return __float2bfloat16_rn(v);
+  } else {
+    return v;
+  }
+}
+
 // Column-buffer rows (i * oh + oy) * ow + ox, blockDim.y of them per block
 // and blockDim.x threads along each row's kh * kw * c entries (ky, kx, ch
 // order, consecutive in memory): writes are coalesced, and the row index
-// is split once per row rather than once per entry.
-template <typename T, typename I>
-__global__ void Im2ColKernel(ImageWindowOn<I> g, const T* x, T* cols, I rows) {
+// is split once per row rather than once per entry. O is T, or bfloat16.
+template <typename T, typename O, typename I>
+__global__ void Im2ColKernel(ImageWindowOn<I> g, const T* x, O* cols, I rows) {
   const I c = g.c.value(), w = g.w.value(), h = g.h.value();
   const I patch = g.kh * g.kw.value() * c;
   const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.y);
@@ -36,13 +50,13 @@ __global__ void Im2ColKernel(ImageWindowOn<I> g, const T* x, T* cols, I rows) {
     const I i = g.oh.Div(rest), oy = rest - i * g.oh.value();
     const I iy0 = oy * g.sh.value() - g.pt, ix0 = ox * g.sw.value() - g.pl;
     const T* image = x + i * h * w * c;
-    T* out = cols + row * patch;
+    O* out = cols + row * patch;
     for (I k = threadIdx.x; k < patch; k += blockDim.x) {
       const I cell = g.c.Div(k), ch = k - cell * c;
       const I ky = g.kw.Div(cell), kx = cell - ky * g.kw.value();
       const I iy = iy0 + ky, ix = ix0 + kx;
       const bool inside = iy >= 0 && iy < h && ix >= 0 && ix < w;
-      out[k] = inside ? image[(iy * w + ix) * c + ch] : T(0);
+      out[k] = ColumnValue<O>(inside ? image[(iy * w + ix) * c + ch] : T(0));
     }
   }
 }
@@ -86,8 +100,14 @@ __global__ void Col2ImKernel(ImageWindowOn<I> g, const T* cols, T* dx,
 }  // namespace
 
 absl::Status Im2ColOnGpu(DType dtype, const void* x, const Conv2DGeometry& g,
-                         int64_t images, void* cols, int device) {
+                         int64_t images, void* cols, bool bf16_cols,
+                         int device) {
   MT_RETURN_IF_ERROR(CheckImageWindow("Im2Col", g));
+  if (bf16_cols && dtype != DType::kF32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Im2Col: bfloat16 columns come from f32 images, got ",
+                     DTypeName(dtype)));
+  }
   const int64_t rows = images * g.oh * g.ow;
   const int64_t patch = g.kh * g.kw * g.c;
   if (rows * patch == 0) return absl::OkStatus();
@@ -103,7 +123,15 @@ absl::Status Im2ColOnGpu(DType dtype, const void* x, const Conv2DGeometry& g,
       [&](auto zero, auto index, cudaStream_t stream) {
         using T = decltype(zero);
         using I = decltype(index);
-        Im2ColKernel<T, I><<<blocks, threads, 0, stream>>>(
+        if constexpr (std::is_same_v<T, float>) {
+          if (bf16_cols) {
+            Im2ColKernel<T, __nv_bfloat16, I><<<blocks, threads, 0, stream>>>(
+                ImageWindowOn<I>(g), static_cast<const T*>(x),
+                static_cast<__nv_bfloat16*>(cols), static_cast<I>(rows));
+            return;
+          }
+        }
+        Im2ColKernel<T, T, I><<<blocks, threads, 0, stream>>>(
             ImageWindowOn<I>(g), static_cast<const T*>(x),
             static_cast<T*>(cols), static_cast<I>(rows));
       });

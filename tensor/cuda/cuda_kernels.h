@@ -280,10 +280,13 @@ struct Conv2DGeometry : ImageWindow {
 // The column buffer of `images` images starting at x, row-major
 // [images * oh * ow, kh * kw * c]:
 //   cols[(i * oh + oy) * ow + ox][(ky * kw + kx) * c + ch] =
-//       x[i][oy * sh - pt + ky][ox * sw - pl + kx][ch], 0 outside the image.
-MT_CUDA_KERNEL(Im2Col, absl::Status(DType dtype, const void* x,
-                                    const Conv2DGeometry& geometry,
-                                    int64_t images, void* cols, int device));
+//       x[i][oy * sh - pt + ky][ox * sw - pl + kx][ch], 0 outside the image;
+// with `bf16_cols` (f32 x only) cols holds the entries rounded to 2-byte
+// bfloat16: a bf16 product's operand (ops/gemm_operand.h).
+MT_CUDA_KERNEL(Im2Col,
+               absl::Status(DType dtype, const void* x,
+                            const Conv2DGeometry& geometry, int64_t images,
+                            void* cols, bool bf16_cols, int device));
 // Im2Col's adjoint: every element of the `images` images at dx is written
 // with the sum of the column entries Im2Col copies from it (deterministic,
 // in the CPU's order).

@@ -181,6 +181,25 @@ void* ImageAt(const Tensor& t, const ConvGeometry& g, int64_t i0) {
          i0 * g.h * g.w * g.c * static_cast<int64_t>(DTypeSize(t.dtype()));
 }
 
+// The columns of images i0.. of x as a product reads them: im2col into
+// `cols`, or, when products read bf16, straight into the bf16 operand (no
+// f32 columns written and converted; `cols` then only gives the shape).
+absl::StatusOr<GemmOperand> GpuColumns(const ConvGeometry& g, const Tensor& x,
+                                       int64_t i0, int64_t images,
+                                       const Tensor& cols) {
+  if (!internal::ProductsReadBf16(x)) {
+    MT_RETURN_IF_ERROR(cuda::Im2Col(x.dtype(), ImageAt(x, g, i0), g, images,
+                                    cols.raw_data(), /*bf16_cols=*/false,
+                                    x.device().index));
+    return GemmOperand::Of(cols, false);
+  }
+  MT_ASSIGN_OR_RETURN(GemmOperand c, GemmOperand::Bf16Storage(cols));
+  MT_RETURN_IF_ERROR(cuda::Im2Col(x.dtype(), ImageAt(x, g, i0), g, images,
+                                  c.bf16_storage(), /*bf16_cols=*/true,
+                                  x.device().index));
+  return c;
+}
+
 // Runs body(first_image, images, cols) over the batch in chunks sharing
 // one device column buffer ([images * OH * OW, patch]). Sequential: the
 // kernels of one stream run in order anyway.
@@ -209,11 +228,10 @@ absl::Status GpuForward(const ConvGeometry& g, const Tensor& x,
   return ForEachGpuChunk(
       g, x.dtype(), x.device(),
       [&](int64_t i0, int64_t images, Tensor& cols) -> absl::Status {
-        MT_RETURN_IF_ERROR(cuda::Im2Col(x.dtype(), ImageAt(x, g, i0), g, images,
-                                        cols.raw_data(), x.device().index));
+        MT_ASSIGN_OR_RETURN(const GemmOperand c,
+                            GpuColumns(g, x, i0, images, cols));
         MT_ASSIGN_OR_RETURN(Tensor out,
                             y2.SliceRows(i0 * g.pixels(), images * g.pixels()));
-        MT_ASSIGN_OR_RETURN(const GemmOperand c, GemmOperand::Of(cols));
         if (relu_bias == nullptr) {
           return internal::Gemm(c, w, false, false, 1.0, 0.0, out);
         }
@@ -244,9 +262,8 @@ absl::Status GpuBackward(const ConvGeometry& g, const Tensor& x,
                                                           images * g.pixels()));
         MT_ASSIGN_OR_RETURN(const GemmOperand dy, GemmOperand::Of(dy_rows));
         if (dw2 != nullptr) {
-          MT_RETURN_IF_ERROR(cuda::Im2Col(x.dtype(), ImageAt(x, g, i0), g,
-                                          images, cols.raw_data(), device));
-          MT_ASSIGN_OR_RETURN(const GemmOperand c, GemmOperand::Of(cols));
+          MT_ASSIGN_OR_RETURN(const GemmOperand c,
+                              GpuColumns(g, x, i0, images, cols));
           MT_RETURN_IF_ERROR(internal::Gemm(c, dy, true, false, 1.0,
                                             i0 == 0 ? 0.0 : 1.0, *dw2));
         }

@@ -32,18 +32,30 @@ absl::StatusOr<GemmOperand> GemmOperand::Of(const Tensor& t, bool bf16) {
                     t.num_elements());
     return op;
   }
-  constexpr size_t kBf16Bytes = 2;
-  const int64_t n = t.num_elements();
-  MT_ASSIGN_OR_RETURN(Allocator * allocator, AllocatorFor(t.device()));
-  MT_ASSIGN_OR_RETURN(
-      op.device_bf16_,
-      Buffer::Allocate(allocator, static_cast<size_t>(std::max<int64_t>(n, 1)) *
-                                      kBf16Bytes));
+  MT_ASSIGN_OR_RETURN(op, Bf16Storage(t));
   MT_RETURN_IF_ERROR(
       KernelError("ToBFloat16",
-                  cuda::ToBFloat16(t.raw_data(), op.device_bf16_->data(), n,
-                                   t.device().index),
+                  cuda::ToBFloat16(t.raw_data(), op.bf16_storage(),
+                                   t.num_elements(), t.device().index),
                   {&t}));
+  return op;
+}
+
+absl::StatusOr<GemmOperand> GemmOperand::Bf16Storage(const Tensor& like) {
+  if (!like.defined() || like.dtype() != DType::kF32 ||
+      !like.device().is_cuda()) {
+    return OpError("ToBFloat16", "bfloat16 storage is for GPU f32 tensors",
+                   {&like});
+  }
+  constexpr size_t kBf16Bytes = 2;
+  GemmOperand op;
+  op.tensor_ = like;
+  MT_ASSIGN_OR_RETURN(Allocator * allocator, AllocatorFor(like.device()));
+  MT_ASSIGN_OR_RETURN(
+      op.device_bf16_,
+      Buffer::Allocate(allocator, static_cast<size_t>(std::max<int64_t>(
+                                      like.num_elements(), 1)) *
+                                      kBf16Bytes));
   return op;
 }
 

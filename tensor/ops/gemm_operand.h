@@ -39,6 +39,11 @@ class GemmOperand {
   static absl::StatusOr<GemmOperand> Of(const Tensor& t, bool bf16);
   // Of(t, ProductsReadBf16(t)).
   static absl::StatusOr<GemmOperand> Of(const Tensor& t);
+  // A bf16 operand of `like`'s shape whose 2-byte storage (bf16_storage())
+  // a kernel then fills instead of writing f32 values first (conv's im2col):
+  // `like` (a GPU f32 tensor) gives the shape, dtype and device; its values
+  // are not read.
+  static absl::StatusOr<GemmOperand> Bf16Storage(const Tensor& like);
 
   // The tensor it stands for: shape, dtype and device.
   const Tensor& tensor() const { return tensor_; }
@@ -47,6 +52,11 @@ class GemmOperand {
   bool bf16() const { return rounded_.defined() || device_bf16_ != nullptr; }
   // What the product reads, in tensor()'s layout; null when undefined.
   const void* data() const;
+  // The storage a kernel fills, for operands made by Bf16Storage (null
+  // otherwise).
+  void* bf16_storage() const {
+    return device_bf16_ ? device_bf16_->data() : nullptr;
+  }
 
  private:
   Tensor tensor_;

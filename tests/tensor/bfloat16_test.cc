@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -15,6 +16,7 @@
 #include "tensor/matmul_precision.h"
 #include "tensor/ops/conv_ops.h"
 #include "tensor/ops/fused_ops.h"
+#include "tensor/ops/gemm_operand.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/precision_ops.h"
 #include "tests/test_util.h"
@@ -232,6 +234,23 @@ TEST(Bf16MatMulTest, BackwardProductsReuseTheForwardConversions) {
     EXPECT_EQ(gradients(/*change_inputs=*/true),
               gradients(/*change_inputs=*/false));
   }
+}
+
+// Kernel-filled bf16 storage (conv's im2col) is for GPU f32 tensors only;
+// on CPUs the operand is f32 storage of rounded values (GemmOperand::Of).
+TEST(Bf16MatMulTest, Bf16StorageIsForGpuTensors) {
+  const Tensor t = Tensor::HostZeros(DType::kF32, {2, 3});
+  const absl::StatusOr<ops::internal::GemmOperand> op =
+      ops::internal::GemmOperand::Bf16Storage(t);
+  ASSERT_FALSE(op.ok());
+  EXPECT_NE(op.status().message().find("GPU f32 tensors"), std::string::npos)
+      << op.status();
+  ScopedPrecision bf16(MatMulPrecision::kBf16);
+  absl::StatusOr<ops::internal::GemmOperand> of =
+      ops::internal::GemmOperand::Of(t);
+  ASSERT_TRUE(of.ok()) << of.status();
+  EXPECT_TRUE(of->bf16());
+  EXPECT_EQ(of->bf16_storage(), nullptr);
 }
 
 // With an outer tape recording the backward pass (higher-order
