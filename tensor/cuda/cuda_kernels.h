@@ -262,11 +262,12 @@ MT_CUDA_KERNEL(BiasAddRelu,
                absl::Status(DType dtype, const void* x, const void* bias,
                             void* y, int64_t rows, int64_t cols, int device));
 // dz = y > 0 ? dy : 0 and, when db is non-null, db = ColumnSum(dz) in the
-// same pass.
+// same pass; with `dz_bf16` (f32 only) dz is stored as 2-byte bfloat16 (a
+// bf16 product's operand; db sums the unrounded values).
 MT_CUDA_KERNEL(BiasAddReluGrad,
                absl::Status(DType dtype, const void* y, const void* dy,
-                            void* dz, void* db, int64_t rows, int64_t cols,
-                            int device));
+                            void* dz, bool dz_bf16, void* db, int64_t rows,
+                            int64_t cols, int device));
 
 // ---- Conv2D (conv_kernels.cu): NHWC input [n, h, w, c], HWIO filter
 // [kh, kw, c, o], output [n, oh, ow, o]; output (oy, ox) reads input rows

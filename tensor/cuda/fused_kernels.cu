@@ -2,8 +2,12 @@
 // one pass computing relu(x + bias); backward is one pass that masks dy by
 // y > 0, stores it as dx and feeds it straight into the bias column sum
 // (column_sum.cuh), so the masked gradient is read from memory only once.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
+#include "absl/strings/str_cat.h"
 #include "tensor/cuda/column_sum.cuh"
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/cuda_kernels.h"
@@ -23,21 +27,27 @@ __global__ void BiasReluKernel(const T* x, const T* bias, T* y, int64_t cols,
   }
 }
 
-// dz[i] = y[i] > 0 ? dy[i] : 0, stored as it is loaded for the column sum.
-template <typename T>
+// dz[i] = y[i] > 0 ? dy[i] : 0, stored as it is loaded for the column sum
+// (which sums the unrounded value); O is T, or bfloat16 for a dz that only
+// bf16 products read.
+template <typename T, typename O = T>
 struct LoadMaskedGrad {
   const T* y;
   const T* dy;
-  T* dz;
+  O* dz;
   __device__ T operator()(int64_t i) const {
     const T v = y[i] > T(0) ? dy[i] : T(0);
-    dz[i] = v;
+    if constexpr (std::is_same_v<O, __nv_bfloat16>) {
+      dz[i] = __float2bfloat16_rn(v);
+    } else {
+      dz[i] = v;
+    }
     return v;
   }
 };
 
-template <typename T>
-__global__ void MaskKernel(LoadMaskedGrad<T> load, int64_t n) {
+template <typename Load>
+__global__ void MaskKernel(Load load, int64_t n) {
   for (int64_t i = GridStart(); i < n; i += GridStep()) load(i);
 }
 
@@ -57,26 +67,42 @@ absl::Status BiasAddReluOnGpu(DType dtype, const void* x, const void* bias,
 }
 
 absl::Status BiasAddReluGradOnGpu(DType dtype, const void* y, const void* dy,
-                                  void* dz, void* db, int64_t rows,
-                                  int64_t cols, int device) {
+                                  void* dz, bool dz_bf16, void* db,
+                                  int64_t rows, int64_t cols, int device) {
+  if (dz_bf16 && dtype != DType::kF32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "BiasAddReluGrad: a bfloat16 dz comes from f32 values, got ",
+        DTypeName(dtype)));
+  }
   DeviceGuard guard;
   MT_RETURN_IF_ERROR(guard.Set(device));
   cudaStream_t stream = LaunchStream();
   absl::Status status;
-  MT_RETURN_IF_ERROR(DispatchFloat("BiasAddReluGrad", dtype, [&](auto zero) {
-    using T = decltype(zero);
-    const LoadMaskedGrad<T> load{static_cast<const T*>(y),
-                                 static_cast<const T*>(dy),
-                                 static_cast<T*>(dz)};
+  // The column sum touches every element once, writing dz on the way.
+  auto launch = [&](auto load, auto* sum) {
     if (db != nullptr) {
-      // The column sum touches every element once, writing dz on the way.
-      status.Update(
-          column_sum::Run(load, rows, cols, static_cast<T*>(db), device));
+      status.Update(column_sum::Run(load, rows, cols, sum, device));
       return;
     }
     const int64_t n = rows * cols;
     if (n == 0) return;
-    MaskKernel<T><<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(load, n);
+    MaskKernel<<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(load, n);
+  };
+  MT_RETURN_IF_ERROR(DispatchFloat("BiasAddReluGrad", dtype, [&](auto zero) {
+    using T = decltype(zero);
+    const T* ty = static_cast<const T*>(y);
+    const T* tdy = static_cast<const T*>(dy);
+    if constexpr (std::is_same_v<T, float>) {
+      if (dz_bf16) {
+        launch(
+            LoadMaskedGrad<T, __nv_bfloat16>{ty, tdy,
+                                             static_cast<__nv_bfloat16*>(dz)},
+            static_cast<T*>(db));
+        return;
+      }
+    }
+    launch(LoadMaskedGrad<T>{ty, tdy, static_cast<T*>(dz)},
+           static_cast<T*>(db));
   }));
   MT_RETURN_IF_ERROR(status);
   MT_CUDA_RETURN_IF_LAUNCH_ERROR("MaskKernel");

@@ -134,24 +134,46 @@ absl::StatusOr<Tensor> MatMulBiasRelu(const Tensor& x, const Tensor& kernel,
   return y;
 }
 
+namespace {
+
+// The rows and columns of relu(z + bias)'s output y for the bias's shape.
+int64_t BiasRows(const Tensor& y, const Shape& bias_shape) {
+  return bias_shape[0] == 0 ? 0 : y.num_elements() / bias_shape[0];
+}
+
+// The masked pass on a GPU, into dz (f32 storage, or bfloat16 with
+// `dz_bf16`), and db (allocated here) when `need_db`.
+absl::Status GpuBiasReluGrads(const Tensor& y, const Tensor& dy,
+                              const Shape& bias_shape, bool need_db, void* dz,
+                              bool dz_bf16, Tensor* db) {
+  if (need_db) {
+    MT_ASSIGN_OR_RETURN(*db, Tensor::Empty(y.dtype(), bias_shape, dy.device()));
+  }
+  return internal::KernelError(
+      "BiasAddReluGrad",
+      cuda::BiasAddReluGrad(y.dtype(), y.raw_data(), dy.raw_data(), dz, dz_bf16,
+                            need_db ? db->raw_data() : nullptr,
+                            BiasRows(y, bias_shape), bias_shape[0],
+                            dy.device().index),
+      {&dy});
+}
+
+}  // namespace
+
 namespace internal {
 
 absl::Status BiasReluGrads(const Tensor& y, const Tensor& dy,
                            const Shape& bias_shape, bool need_db, Tensor* dz,
                            Tensor* db) {
   const int64_t cols = bias_shape[0];
-  const int64_t rows = cols == 0 ? 0 : y.num_elements() / cols;
+  const int64_t rows = BiasRows(y, bias_shape);
   MT_ASSIGN_OR_RETURN(*dz, Tensor::Empty(y.dtype(), y.shape(), dy.device()));
+  if (dy.device().is_cuda()) {
+    return GpuBiasReluGrads(y, dy, bias_shape, need_db, dz->raw_data(),
+                            /*dz_bf16=*/false, db);
+  }
   if (need_db) {
     MT_ASSIGN_OR_RETURN(*db, Tensor::Empty(y.dtype(), bias_shape, dy.device()));
-  }
-  if (dy.device().is_cuda()) {
-    return internal::KernelError(
-        "BiasAddReluGrad",
-        cuda::BiasAddReluGrad(
-            y.dtype(), y.raw_data(), dy.raw_data(), dz->raw_data(),
-            need_db ? db->raw_data() : nullptr, rows, cols, dy.device().index),
-        {&dy});
   }
   MT_RETURN_IF_ERROR(internal::CheckHost("BiasAddReluGrad", {&dy}));
   MT_DISPATCH_FLOAT(
@@ -177,12 +199,26 @@ MT_OP(kBiasAddReluOp, "BiasAddRelu",
 
 MT_OP(kMatMulBiasReluOp, "MatMulBiasRelu",
       [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
-        Tensor dz, db;
-        MT_RETURN_IF_ERROR(internal::BiasReluGrads(
-            op.outputs[0], g[0], op.inputs[2].shape(), needs[2], &dz, &db));
-        MT_RETURN_IF_ERROR(internal::MatMulGrads(
-            std::any_cast<const internal::SavedProduct&>(op.attrs), dz, needs,
-            grads));
+        const auto& p = std::any_cast<const internal::SavedProduct&>(op.attrs);
+        const Tensor& y = op.outputs[0];
+        const Shape& bias_shape = op.inputs[2].shape();
+        Tensor db;
+        if (p.a.bf16() && y.device().is_cuda() && !tape::AnyTapeRecording()) {
+          // dz only feeds the two bf16 products: the masked pass writes it
+          // as their operand (y, of dz's shape, stands for it), not as f32
+          // values converted in a second pass.
+          MT_ASSIGN_OR_RETURN(internal::GemmOperand dz,
+                              internal::GemmOperand::Bf16Storage(y));
+          MT_RETURN_IF_ERROR(GpuBiasReluGrads(y, g[0], bias_shape, needs[2],
+                                              dz.bf16_storage(),
+                                              /*dz_bf16=*/true, &db));
+          MT_RETURN_IF_ERROR(internal::ProductGrads(p, dz, needs, grads));
+        } else {
+          Tensor dz;
+          MT_RETURN_IF_ERROR(
+              internal::BiasReluGrads(y, g[0], bias_shape, needs[2], &dz, &db));
+          MT_RETURN_IF_ERROR(internal::MatMulGrads(p, dz, needs, grads));
+        }
         if (needs[2]) (*grads)[2] = std::move(db);
         return absl::OkStatus();
       });

@@ -293,6 +293,12 @@ absl::Status MatMulGrads(const SavedProduct& p, const Tensor& gc,
     return absl::OkStatus();
   }
   MT_ASSIGN_OR_RETURN(const GemmOperand g, GemmOperand::Of(gc, p.a.bf16()));
+  return ProductGrads(p, g, needs, grads);
+}
+
+absl::Status ProductGrads(const SavedProduct& p, const GemmOperand& g,
+                          absl::Span<const bool> needs, Grads* grads) {
+  const bool ta = p.transpose_a, tb = p.transpose_b;
   if (needs[0]) {
     MT_ASSIGN_OR_RETURN((*grads)[0], ta ? Product(p.b, g, tb, true)
                                         : Product(g, p.b, false, !tb));

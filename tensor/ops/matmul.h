@@ -62,6 +62,10 @@ absl::StatusOr<SavedProduct> SaveProduct(const Tensor& a, const Tensor& b,
 // the tensors instead.
 absl::Status MatMulGrads(const SavedProduct& p, const Tensor& gc,
                          absl::Span<const bool> needs, Grads* grads);
+// The same, unrecorded, for a gradient already in the form the products
+// read (converted as p's operands are).
+absl::Status ProductGrads(const SavedProduct& p, const GemmOperand& gc,
+                          absl::Span<const bool> needs, Grads* grads);
 }  // namespace internal
 
 }  // namespace mirrortrain::ops
