@@ -203,7 +203,8 @@ MT_OP(kMatMulBiasReluOp, "MatMulBiasRelu",
         const Tensor& y = op.outputs[0];
         const Shape& bias_shape = op.inputs[2].shape();
         Tensor db;
-        if (p.a.bf16() && y.device().is_cuda() && !tape::AnyTapeRecording()) {
+        if (p.a.bf16() && y.device().is_cuda() && (needs[0] || needs[1]) &&
+            !tape::AnyTapeRecording()) {
           // dz only feeds the two bf16 products: the masked pass writes it
           // as their operand (y, of dz's shape, stands for it), not as f32
           // values converted in a second pass.
