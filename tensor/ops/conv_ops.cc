@@ -182,8 +182,8 @@ void* ImageAt(const Tensor& t, const ConvGeometry& g, int64_t i0) {
 }
 
 // The columns of images i0.. of x as a product reads them: im2col into
-// `cols`, or, when products read bf16, straight into the bf16 operand (no
-// f32 columns written and converted; `cols` then only gives the shape).
+// `cols`, or, when products read bf16, straight into a bf16 operand (no
+// f32 columns written and converted; `cols` is then not used).
 absl::StatusOr<GemmOperand> GpuColumns(const ConvGeometry& g, const Tensor& x,
                                        int64_t i0, int64_t images,
                                        const Tensor& cols) {
@@ -193,7 +193,9 @@ absl::StatusOr<GemmOperand> GpuColumns(const ConvGeometry& g, const Tensor& x,
                                     x.device().index));
     return GemmOperand::Of(cols, false);
   }
-  MT_ASSIGN_OR_RETURN(GemmOperand c, GemmOperand::Bf16Storage(cols));
+  MT_ASSIGN_OR_RETURN(
+      GemmOperand c,
+      GemmOperand::Bf16Storage({images * g.pixels(), g.patch()}, x.device()));
   MT_RETURN_IF_ERROR(cuda::Im2Col(x.dtype(), ImageAt(x, g, i0), g, images,
                                   c.bf16_storage(), /*bf16_cols=*/true,
                                   x.device().index));
@@ -201,18 +203,24 @@ absl::StatusOr<GemmOperand> GpuColumns(const ConvGeometry& g, const Tensor& x,
 }
 
 // Runs body(first_image, images, cols) over the batch in chunks sharing
-// one device column buffer ([images * OH * OW, patch]). Sequential: the
+// one device column buffer ([images * OH * OW, patch] of `dtype`; cols is
+// undefined without `dtype_cols`, for bf16 columns only). Sequential: the
 // kernels of one stream run in order anyway.
 template <typename Body>
 absl::Status ForEachGpuChunk(const ConvGeometry& g, DType dtype, Device device,
-                             Body body) {
+                             bool dtype_cols, Body body) {
   const int64_t chunk = GpuChunkImages(g, dtype);
-  MT_ASSIGN_OR_RETURN(
-      Tensor buffer,
-      Tensor::Empty(dtype, {chunk * g.pixels(), g.patch()}, device));
+  Tensor buffer;
+  if (dtype_cols) {
+    MT_ASSIGN_OR_RETURN(
+        buffer, Tensor::Empty(dtype, {chunk * g.pixels(), g.patch()}, device));
+  }
   for (int64_t i0 = 0; i0 < g.n; i0 += chunk) {
     const int64_t images = std::min(chunk, g.n - i0);
-    MT_ASSIGN_OR_RETURN(Tensor cols, buffer.SliceRows(0, images * g.pixels()));
+    Tensor cols;
+    if (dtype_cols) {
+      MT_ASSIGN_OR_RETURN(cols, buffer.SliceRows(0, images * g.pixels()));
+    }
     MT_RETURN_IF_ERROR(body(i0, images, cols));
   }
   return absl::OkStatus();
@@ -226,7 +234,7 @@ absl::Status GpuForward(const ConvGeometry& g, const Tensor& x,
                         const Tensor* relu_bias) {
   MT_ASSIGN_OR_RETURN(const GemmOperand w, GemmOperand::Of(w2));
   return ForEachGpuChunk(
-      g, x.dtype(), x.device(),
+      g, x.dtype(), x.device(), !internal::ProductsReadBf16(x),
       [&](int64_t i0, int64_t images, Tensor& cols) -> absl::Status {
         MT_ASSIGN_OR_RETURN(const GemmOperand c,
                             GpuColumns(g, x, i0, images, cols));
@@ -255,8 +263,10 @@ absl::Status GpuBackward(const ConvGeometry& g, const Tensor& x,
   if (dx != nullptr) {
     MT_ASSIGN_OR_RETURN(w, GemmOperand::Of(w2));
   }
+  // f32 columns: im2col's (unless bf16) and dx's product before col2im.
+  const bool dtype_cols = dx != nullptr || !internal::ProductsReadBf16(x);
   return ForEachGpuChunk(
-      g, x.dtype(), x.device(),
+      g, x.dtype(), x.device(), dtype_cols,
       [&](int64_t i0, int64_t images, Tensor& cols) -> absl::Status {
         MT_ASSIGN_OR_RETURN(Tensor dy_rows, dy2.SliceRows(i0 * g.pixels(),
                                                           images * g.pixels()));

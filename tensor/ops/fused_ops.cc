@@ -206,10 +206,10 @@ MT_OP(kMatMulBiasReluOp, "MatMulBiasRelu",
         if (p.a.bf16() && y.device().is_cuda() && (needs[0] || needs[1]) &&
             !tape::AnyTapeRecording()) {
           // dz only feeds the two bf16 products: the masked pass writes it
-          // as their operand (y, of dz's shape, stands for it), not as f32
-          // values converted in a second pass.
-          MT_ASSIGN_OR_RETURN(internal::GemmOperand dz,
-                              internal::GemmOperand::Bf16Storage(y));
+          // as their operand, not as f32 values converted in a second pass.
+          MT_ASSIGN_OR_RETURN(
+              internal::GemmOperand dz,
+              internal::GemmOperand::Bf16Storage(y.shape(), y.device()));
           MT_RETURN_IF_ERROR(GpuBiasReluGrads(y, g[0], bias_shape, needs[2],
                                               dz.bf16_storage(),
                                               /*dz_bf16=*/true, &db));

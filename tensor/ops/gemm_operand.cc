@@ -1,7 +1,9 @@
 #include "tensor/ops/gemm_operand.h"
 
 #include <algorithm>
+#include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "tensor/allocator.h"
 #include "tensor/bfloat16.h"
 #include "tensor/cuda/cuda_kernels.h"
@@ -22,8 +24,12 @@ absl::StatusOr<GemmOperand> GemmOperand::Of(const Tensor& t) {
 
 absl::StatusOr<GemmOperand> GemmOperand::Of(const Tensor& t, bool bf16) {
   GemmOperand op;
+  if (!t.defined()) return op;
   op.tensor_ = t;
-  if (!bf16 || !t.defined() || t.dtype() != DType::kF32) return op;
+  op.shape_ = t.shape();
+  op.dtype_ = t.dtype();
+  op.device_ = t.device();
+  if (!bf16 || t.dtype() != DType::kF32) return op;
   if (!t.device().is_cuda()) {
     // On the calling thread: conversions run inside parallel GEMM chunks
     // (conv), and cost little next to the product reading them.
@@ -32,7 +38,9 @@ absl::StatusOr<GemmOperand> GemmOperand::Of(const Tensor& t, bool bf16) {
                     t.num_elements());
     return op;
   }
-  MT_ASSIGN_OR_RETURN(op, Bf16Storage(t));
+  MT_ASSIGN_OR_RETURN(GemmOperand converted,
+                      Bf16Storage(t.shape(), t.device()));
+  op.device_bf16_ = std::move(converted.device_bf16_);
   MT_RETURN_IF_ERROR(
       KernelError("ToBFloat16",
                   cuda::ToBFloat16(t.raw_data(), op.bf16_storage(),
@@ -41,29 +49,37 @@ absl::StatusOr<GemmOperand> GemmOperand::Of(const Tensor& t, bool bf16) {
   return op;
 }
 
-absl::StatusOr<GemmOperand> GemmOperand::Bf16Storage(const Tensor& like) {
-  if (!like.defined() || like.dtype() != DType::kF32 ||
-      !like.device().is_cuda()) {
-    return OpError("ToBFloat16", "bfloat16 storage is for GPU f32 tensors",
-                   {&like});
+absl::StatusOr<GemmOperand> GemmOperand::Bf16Storage(Shape shape,
+                                                     Device device) {
+  if (!device.is_cuda()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ToBFloat16: bfloat16 storage is for GPU operands, not ",
+                     device.ToString()));
   }
   constexpr size_t kBf16Bytes = 2;
   GemmOperand op;
-  op.tensor_ = like;
-  MT_ASSIGN_OR_RETURN(Allocator * allocator, AllocatorFor(like.device()));
+  op.dtype_ = DType::kF32;
+  op.device_ = device;
+  op.shape_ = std::move(shape);
+  MT_ASSIGN_OR_RETURN(Allocator * allocator, AllocatorFor(device));
   MT_ASSIGN_OR_RETURN(
       op.device_bf16_,
       Buffer::Allocate(allocator, static_cast<size_t>(std::max<int64_t>(
-                                      like.num_elements(), 1)) *
+                                      NumElements(op.shape_), 1)) *
                                       kBf16Bytes));
   return op;
 }
 
+std::string GemmOperand::DebugString() const {
+  if (!defined()) return "undefined";
+  return absl::StrCat(DTypeName(dtype()), ShapeToString(shape_), "@",
+                      device_.ToString(), bf16() ? " as bf16" : "");
+}
+
 const void* GemmOperand::data() const {
-  if (!tensor_.defined()) return nullptr;
   if (device_bf16_ != nullptr) return device_bf16_->data();
   if (rounded_.defined()) return rounded_.raw_data();
-  return tensor_.raw_data();
+  return tensor_.defined() ? tensor_.raw_data() : nullptr;
 }
 
 }  // namespace mirrortrain::ops::internal

@@ -21,6 +21,8 @@
 #define MIRRORTRAIN_TENSOR_OPS_GEMM_OPERAND_H_
 
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "tensor/tensor.h"
@@ -39,18 +41,29 @@ class GemmOperand {
   static absl::StatusOr<GemmOperand> Of(const Tensor& t, bool bf16);
   // Of(t, ProductsReadBf16(t)).
   static absl::StatusOr<GemmOperand> Of(const Tensor& t);
-  // A bf16 operand of `like`'s shape whose 2-byte storage (bf16_storage())
-  // a kernel then fills instead of writing f32 values first (conv's im2col):
-  // `like` (a GPU f32 tensor) gives the shape, dtype and device; its values
-  // are not read.
-  static absl::StatusOr<GemmOperand> Bf16Storage(const Tensor& like);
+  // A bf16 operand of an f32 value of `shape` on the GPU `device`, whose
+  // 2-byte storage (bf16_storage()) a kernel fills instead of writing f32
+  // values for a conversion pass to read back (conv's im2col, a relu
+  // layer's masked gradient). No tensor stands behind it.
+  static absl::StatusOr<GemmOperand> Bf16Storage(Shape shape, Device device);
 
-  // The tensor it stands for: shape, dtype and device.
+  bool defined() const { return dtype_.has_value(); }
+  // The value it stands for: its shape, its dtype (f32 for bf16 operands:
+  // the products' inputs and results are f32 values) and device.
+  const Shape& shape() const { return shape_; }
+  DType dtype() const { return dtype_.value_or(DType::kF32); }
+  Device device() const { return device_; }
+  int rank() const { return static_cast<int>(shape_.size()); }
+  int64_t dim(int i) const { return shape_[i]; }
+  // "f32[2,3]@cuda:0 as bf16", for errors.
+  std::string DebugString() const;
+  // The tensor it was made from (Of); undefined for Bf16Storage operands.
   const Tensor& tensor() const { return tensor_; }
+
   // True when the products read bfloat16 (data() as above), false when
   // they read tensor() itself.
   bool bf16() const { return rounded_.defined() || device_bf16_ != nullptr; }
-  // What the product reads, in tensor()'s layout; null when undefined.
+  // What the product reads, row-major in shape(); null when undefined.
   const void* data() const;
   // The storage a kernel fills, for operands made by Bf16Storage (null
   // otherwise).
@@ -59,6 +72,9 @@ class GemmOperand {
   }
 
  private:
+  Shape shape_;
+  std::optional<DType> dtype_;  // Unset: undefined.
+  Device device_ = Device::Cpu();
   Tensor tensor_;
   Tensor rounded_;                       // CPU bf16: f32 rounded values.
   std::shared_ptr<Buffer> device_bf16_;  // GPU bf16: 2-byte values.

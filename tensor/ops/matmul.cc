@@ -34,40 +34,46 @@ struct GemmDims {
   int64_t m = 0, k = 0, n = 0;
 };
 
-absl::StatusOr<GemmDims> CheckMatMul(const char* op, const Tensor& a,
-                                     const Tensor& b, bool ta, bool tb) {
-  // Same device (checked here); host tensors use OpenBLAS, GPU ones cuBLAS.
-  MT_RETURN_IF_ERROR(internal::CheckFloatingSame(op, {&a, &b}));
-  if (a.rank() < 2 || a.rank() != b.rank()) {
-    return internal::OpError(
-        op, "operands must have the same rank >= 2 ([..., m, k] @ [..., k, n])",
-        {&a, &b});
+// The product's dimensions from the operands' shapes; the problem (for
+// the caller's error) when they do not fit.
+absl::StatusOr<GemmDims> ProductDims(const Shape& a, const Shape& b, bool ta,
+                                     bool tb) {
+  const int r = static_cast<int>(a.size());
+  if (r < 2 || a.size() != b.size()) {
+    return absl::InvalidArgumentError(
+        "operands must have the same rank >= 2 ([..., m, k] @ [..., k, n])");
   }
-  const int r = a.rank();
   GemmDims d;
   for (int i = 0; i < r - 2; ++i) {
-    if (a.dim(i) != b.dim(i)) {
-      return internal::OpError(op, "batch dimensions differ", {&a, &b});
+    if (a[i] != b[i]) {
+      return absl::InvalidArgumentError("batch dimensions differ");
     }
-    d.batch *= a.dim(i);
+    d.batch *= a[i];
   }
-  d.m = ta ? a.dim(r - 1) : a.dim(r - 2);
-  d.k = ta ? a.dim(r - 2) : a.dim(r - 1);
-  const int64_t kb = tb ? b.dim(r - 1) : b.dim(r - 2);
-  d.n = tb ? b.dim(r - 2) : b.dim(r - 1);
+  d.m = ta ? a[r - 1] : a[r - 2];
+  d.k = ta ? a[r - 2] : a[r - 1];
+  const int64_t kb = tb ? b[r - 1] : b[r - 2];
+  d.n = tb ? b[r - 2] : b[r - 1];
   if (d.k != kb) {
-    return internal::OpError(
-        op,
+    return absl::InvalidArgumentError(
         absl::StrCat("inner dimensions differ (", d.k, " vs ", kb,
-                     ", transpose_a=", ta, ", transpose_b=", tb, ")"),
-        {&a, &b});
+                     ", transpose_a=", ta, ", transpose_b=", tb, ")"));
   }
   return d;
 }
 
+absl::StatusOr<GemmDims> CheckMatMul(const char* op, const Tensor& a,
+                                     const Tensor& b, bool ta, bool tb) {
+  // Same device (checked here); host tensors use OpenBLAS, GPU ones cuBLAS.
+  MT_RETURN_IF_ERROR(internal::CheckFloatingSame(op, {&a, &b}));
+  absl::StatusOr<GemmDims> d = ProductDims(a.shape(), b.shape(), ta, tb);
+  if (!d.ok()) return internal::OpError(op, d.status().message(), {&a, &b});
+  return d;
+}
+
 // The product's shape: a's batch dimensions, then [m, n].
-Shape ProductShape(const Tensor& a, const GemmDims& d) {
-  Shape out(a.shape().begin(), a.shape().end() - 2);
+Shape ProductShape(const Shape& a, const GemmDims& d) {
+  Shape out(a.begin(), a.end() - 2);
   out.push_back(d.m);
   out.push_back(d.n);
   return out;
@@ -168,38 +174,53 @@ MatMulPrecision PrecisionFor(const GemmOperand& a) {
              : MatMulPrecision::kFp32;
 }
 
-absl::Status CheckConverted(const GemmOperand& a, const GemmOperand& b) {
-  if (a.bf16() == b.bf16()) return absl::OkStatus();
-  return absl::InternalError(
-      "MatMul: one operand converted to bfloat16 and the other not");
+// CheckMatMul for operands (unrecorded internal products): defined, one
+// floating dtype and device, both converted or neither, fitting shapes.
+absl::StatusOr<GemmDims> CheckOperands(const GemmOperand& a,
+                                       const GemmOperand& b, bool ta, bool tb) {
+  auto error = [&](absl::string_view problem) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MatMul: ", problem, " (operands ", a.DebugString(), ", ",
+                     b.DebugString(), ")"));
+  };
+  if (!a.defined() || !b.defined() || !IsFloating(a.dtype()) ||
+      a.dtype() != b.dtype() || a.device() != b.device()) {
+    return error("operands must be floating, of one dtype and device");
+  }
+  if (a.bf16() != b.bf16()) {
+    return error("one operand converted to bfloat16 and the other not");
+  }
+  absl::StatusOr<GemmDims> d = ProductDims(a.shape(), b.shape(), ta, tb);
+  if (!d.ok()) return error(d.status().message());
+  return d;
 }
 
 }  // namespace
 
 namespace internal {
 
-absl::Status Gemm(const GemmOperand& ga, const GemmOperand& gb, bool ta,
-                  bool tb, double alpha, double beta, Tensor& out,
-                  bool parallel) {
-  const Tensor& a = ga.tensor();
-  const Tensor& b = gb.tensor();
-  MT_ASSIGN_OR_RETURN(const GemmDims d, CheckMatMul("MatMul", a, b, ta, tb));
-  MT_RETURN_IF_ERROR(CheckConverted(ga, gb));
-  if (out.shape() != ProductShape(a, d) || out.dtype() != a.dtype()) {
-    return OpError("MatMul", "output has the wrong shape or dtype",
-                   {&a, &b, &out});
+absl::Status Gemm(const GemmOperand& a, const GemmOperand& b, bool ta, bool tb,
+                  double alpha, double beta, Tensor& out, bool parallel) {
+  MT_ASSIGN_OR_RETURN(const GemmDims d, CheckOperands(a, b, ta, tb));
+  if (out.shape() != ProductShape(a.shape(), d) || out.dtype() != a.dtype() ||
+      out.device() != a.device()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MatMul: output ", out.DebugString(),
+                     " has the wrong shape, dtype or "
+                     "device for operands ",
+                     a.DebugString(), ", ", b.DebugString()));
   }
   if (d.batch == 0 || d.m == 0 || d.n == 0) return absl::OkStatus();
   const int64_t lda = a.dim(a.rank() - 1), ldb = b.dim(b.rank() - 1);
   if (a.device().is_cuda()) {
     return cuda::Gemm(a.dtype(), ta, tb,
-                      cuda::GemmShape{d.batch, d.m, d.n, d.k}, alpha, ga.data(),
-                      lda, gb.data(), ldb, beta, out.raw_data(),
-                      a.device().index, PrecisionFor(ga));
+                      cuda::GemmShape{d.batch, d.m, d.n, d.k}, alpha, a.data(),
+                      lda, b.data(), ldb, beta, out.raw_data(),
+                      a.device().index, PrecisionFor(a));
   }
   MT_DISPATCH_FLOAT(a.dtype(), T, {
-    const T* pa = static_cast<const T*>(ga.data());
-    const T* pb = static_cast<const T*>(gb.data());
+    const T* pa = static_cast<const T*>(a.data());
+    const T* pb = static_cast<const T*>(b.data());
     T* pc = out.data<T>();
     if (d.batch > 1) {
       BatchedGemm<T>(pa, pb, ta, tb, d, lda, ldb, alpha, beta, pc);
@@ -219,24 +240,20 @@ absl::Status Gemm(const Tensor& a, const Tensor& b, bool ta, bool tb,
   return Gemm(ga, gb, ta, tb, alpha, beta, out, parallel);
 }
 
-absl::StatusOr<bool> FusedGemmBias(const GemmOperand& ga, const GemmOperand& gb,
+absl::StatusOr<bool> FusedGemmBias(const GemmOperand& a, const GemmOperand& b,
                                    bool ta, bool tb, const Tensor& bias,
                                    bool relu, Tensor& out) {
-  const Tensor& a = ga.tensor();
-  const Tensor& b = gb.tensor();
   if (!a.device().is_cuda() || a.dtype() != DType::kF32 || a.rank() != 2) {
     return false;
   }
-  MT_ASSIGN_OR_RETURN(const GemmDims d, CheckMatMul("MatMul", a, b, ta, tb));
-  MT_RETURN_IF_ERROR(CheckConverted(ga, gb));
+  MT_ASSIGN_OR_RETURN(const GemmDims d, CheckOperands(a, b, ta, tb));
   if (d.k == 0) return false;
-  const absl::Status s =
-      cuda::GemmBias(ta, tb, d.m, d.n, d.k, ga.data(), a.dim(1), gb.data(),
-                     b.dim(1), bias.raw_data(), relu, out.raw_data(),
-                     a.device().index, PrecisionFor(ga));
+  const absl::Status s = cuda::GemmBias(
+      ta, tb, d.m, d.n, d.k, a.data(), a.dim(1), b.data(), b.dim(1),
+      bias.raw_data(), relu, out.raw_data(), a.device().index, PrecisionFor(a));
   if (absl::IsNotFound(s)) return false;
   MT_RETURN_IF_ERROR(
-      KernelError(relu ? "MatMulBiasRelu" : "MatMulBias", s, {&a, &b, &bias}));
+      KernelError(relu ? "MatMulBiasRelu" : "MatMulBias", s, {&bias, &out}));
   return true;
 }
 
@@ -259,13 +276,11 @@ namespace {
 absl::StatusOr<Tensor> Product(const internal::GemmOperand& a,
                                const internal::GemmOperand& b, bool ta,
                                bool tb) {
-  MT_ASSIGN_OR_RETURN(const GemmDims d,
-                      CheckMatMul("MatMul", a.tensor(), b.tensor(), ta, tb));
-  const Shape shape = ProductShape(a.tensor(), d);
-  const Tensor& like = a.tensor();
-  MT_ASSIGN_OR_RETURN(
-      Tensor out, d.k == 0 ? Tensor::Zeros(like.dtype(), shape, like.device())
-                           : Tensor::Empty(like.dtype(), shape, like.device()));
+  MT_ASSIGN_OR_RETURN(const GemmDims d, CheckOperands(a, b, ta, tb));
+  const Shape shape = ProductShape(a.shape(), d);
+  MT_ASSIGN_OR_RETURN(Tensor out,
+                      d.k == 0 ? Tensor::Zeros(a.dtype(), shape, a.device())
+                               : Tensor::Empty(a.dtype(), shape, a.device()));
   MT_RETURN_IF_ERROR(internal::Gemm(a, b, ta, tb, 1.0, 0.0, out));
   return out;
 }
@@ -364,8 +379,9 @@ absl::StatusOr<Tensor> MatMulBias(const Tensor& a, const Tensor& b,
     return internal::OpError(
         kOp, "bias must be 1-D, of the product's dtype and n", {&a, &b, &bias});
   }
-  MT_ASSIGN_OR_RETURN(Tensor out,
-                      Tensor::Empty(a.dtype(), ProductShape(a, d), a.device()));
+  MT_ASSIGN_OR_RETURN(
+      Tensor out,
+      Tensor::Empty(a.dtype(), ProductShape(a.shape(), d), a.device()));
   MT_ASSIGN_OR_RETURN(internal::SavedProduct p,
                       internal::SaveProduct(a, b, transpose_a, transpose_b));
   MT_ASSIGN_OR_RETURN(

@@ -236,21 +236,36 @@ TEST(Bf16MatMulTest, BackwardProductsReuseTheForwardConversions) {
   }
 }
 
-// Kernel-filled bf16 storage (conv's im2col) is for GPU f32 tensors only;
-// on CPUs the operand is f32 storage of rounded values (GemmOperand::Of).
-TEST(Bf16MatMulTest, Bf16StorageIsForGpuTensors) {
+// Kernel-filled bf16 storage (conv's im2col) is for GPU operands only; on
+// CPUs a bf16 operand is f32 storage of rounded values (GemmOperand::Of),
+// and either kind stands for an f32 value of its shape.
+TEST(Bf16MatMulTest, OperandsDescribeTheValueTheyStandFor) {
+  const absl::StatusOr<ops::internal::GemmOperand> storage =
+      ops::internal::GemmOperand::Bf16Storage({2, 3}, Device::Cpu());
+  ASSERT_FALSE(storage.ok());
+  EXPECT_NE(storage.status().message().find("GPU operands"), std::string::npos)
+      << storage.status();
   const Tensor t = Tensor::HostZeros(DType::kF32, {2, 3});
-  const absl::StatusOr<ops::internal::GemmOperand> op =
-      ops::internal::GemmOperand::Bf16Storage(t);
-  ASSERT_FALSE(op.ok());
-  EXPECT_NE(op.status().message().find("GPU f32 tensors"), std::string::npos)
-      << op.status();
   ScopedPrecision bf16(MatMulPrecision::kBf16);
   absl::StatusOr<ops::internal::GemmOperand> of =
       ops::internal::GemmOperand::Of(t);
   ASSERT_TRUE(of.ok()) << of.status();
   EXPECT_TRUE(of->bf16());
   EXPECT_EQ(of->bf16_storage(), nullptr);
+  EXPECT_EQ(of->shape(), Shape({2, 3}));
+  EXPECT_EQ(of->dtype(), DType::kF32);
+  EXPECT_EQ(of->DebugString(), "f32[2,3]@cpu:0 as bf16");
+  EXPECT_FALSE(ops::internal::GemmOperand().defined());
+  // Mismatched operands are refused with both described.
+  const absl::StatusOr<ops::internal::GemmOperand> plain =
+      ops::internal::GemmOperand::Of(Tensor::HostZeros(DType::kF32, {3, 2}),
+                                     false);
+  Tensor out = Tensor::HostZeros(DType::kF32, {2, 2});
+  const absl::Status mixed =
+      ops::internal::Gemm(*of, *plain, false, false, 1.0, 0.0, out);
+  EXPECT_NE(mixed.message().find("one operand converted to bfloat16"),
+            std::string::npos)
+      << mixed;
 }
 
 // With an outer tape recording the backward pass (higher-order
