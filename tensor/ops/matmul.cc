@@ -206,8 +206,7 @@ absl::Status Gemm(const GemmOperand& a, const GemmOperand& b, bool ta, bool tb,
       out.device() != a.device()) {
     return absl::InvalidArgumentError(
         absl::StrCat("MatMul: output ", out.DebugString(),
-                     " has the wrong shape, dtype or "
-                     "device for operands ",
+                     " has the wrong shape, dtype or device for operands ",
                      a.DebugString(), ", ", b.DebugString()));
   }
   if (d.batch == 0 || d.m == 0 || d.n == 0) return absl::OkStatus();
