@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from golden_io import repo_path, write_tensors  # noqa: E402
+from golden_io import write_golden  # noqa: E402
 
 SEED = 777  # as scripts/golden/optimizers.py: same init and gradients
 STEPS = 10
@@ -173,12 +173,7 @@ BaseOptimizer._apply_weight_decay, then Adam.update_step):
   w = w - (m*alpha) / (sqrt(v) + f32(epsilon))
 """ % (SEED, keras.__version__, hp["weight_decay"], hp["beta_1"],
        hp["beta_2"], hp["epsilon"], EXCLUDE)
-    comment += "\n".join(notes)
-    out = repo_path("tests", "golden", "adamw.txt")
-    write_tensors(out, tensors, comment)
-    print("wrote", out)
-    for n in notes:
-        print(" ", n)
+    write_golden("adamw.txt", tensors, comment, notes, indent="")
 
 
 if __name__ == "__main__":

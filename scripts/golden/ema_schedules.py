@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from golden_io import repo_path, write_tensors  # noqa: E402
+from golden_io import write_golden  # noqa: E402
 
 SEED = 4242
 DECAY = 0.99
@@ -183,12 +183,7 @@ Schedules (f64; Keras %s, keras.optimizers.schedules, evaluated in float64
     warmup_target; the total schedule spans warmup_steps + decay_steps.)
 Checks:
 """ % (SEED, tf.keras.__version__ if hasattr(tf.keras, "__version__") else "?")
-    comment += "\n".join("  " + n for n in notes)
-    out = repo_path("tests", "golden", "ema_schedules.txt")
-    write_tensors(out, tensors, comment)
-    print("wrote", out)
-    for n in notes:
-        print(" ", n)
+    write_golden("ema_schedules.txt", tensors, comment, notes)
 
 
 if __name__ == "__main__":

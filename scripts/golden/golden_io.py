@@ -100,3 +100,15 @@ def repo_path(*parts):
     """Absolute path under the repository root (scripts/golden/../..)."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     return os.path.join(root, *parts)
+
+
+def write_golden(file_name, tensors, comment, notes=(), indent="  "):
+    """Writes tests/golden/<file_name> with `comment` followed by the
+    cross-check `notes` (one per line, after `indent`), and prints where it
+    went and the notes."""
+    comment += "\n".join(indent + n for n in notes)
+    out = repo_path("tests", "golden", file_name)
+    write_tensors(out, tensors, comment)
+    print("wrote", out)
+    for n in notes:
+        print(" ", n)

@@ -30,7 +30,7 @@ import tensorflow as tf
 import keras
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from golden_io import repo_path, write_tensors  # noqa: E402
+from golden_io import write_golden  # noqa: E402
 
 SEED = 1414
 
@@ -120,9 +120,7 @@ with gamma and beta assigned; emb: Embedding(7, 3) with the table assigned;
 mha*: MultiHeadAttention(num_heads=2, key_dim=3) self-attention, causal or
 not, every variable assigned; d* = gradients of sum(y * upstream).""" % (
         tf.__version__, keras.__version__, SEED)
-    out = repo_path("tests", "golden", "layers.txt")
-    write_tensors(out, tensors, comment)
-    print("wrote", out)
+    write_golden("layers.txt", tensors, comment)
 
 
 if __name__ == "__main__":

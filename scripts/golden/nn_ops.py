@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from golden_io import repo_path, write_tensors  # noqa: E402
+from golden_io import write_golden  # noqa: E402
 
 SEED = 20240601
 
@@ -247,12 +247,7 @@ gradient goes to the FIRST maximal element in row-major (h, then w) scan order
 of the valid (unpadded) cells; overlapping windows accumulate into dx.
 TF vs independent float64 numpy reference (confirms the conventions above):
 """ % SEED
-    comment += "\n".join("  " + n for n in notes)
-    out = repo_path("tests", "golden", "nn_ops.txt")
-    write_tensors(out, tensors, comment)
-    print("wrote", out)
-    for n in notes:
-        print(" ", n)
+    write_golden("nn_ops.txt", tensors, comment, notes)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import tensorflow as tf
 import keras
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from golden_io import repo_path, write_tensors  # noqa: E402
+from golden_io import write_golden  # noqa: E402
 
 SEED = 1313
 
@@ -111,9 +111,7 @@ epsilon=1e-3) with gamma, beta, moving_mean0, moving_variance0 assigned;
 d* = gradients of sum(y * upstream). *_pool: gradients of
 sum(y * <prefix>/upstream) with respect to pool_x.""" % (
         tf.__version__, keras.__version__, SEED)
-    out = repo_path("tests", "golden", "normalization.txt")
-    write_tensors(out, tensors, comment)
-    print("wrote", out)
+    write_golden("normalization.txt", tensors, comment)
 
 
 if __name__ == "__main__":

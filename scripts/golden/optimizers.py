@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from golden_io import repo_path, write_tensors  # noqa: E402
+from golden_io import write_golden  # noqa: E402
 
 SEED = 777
 STEPS = 10
@@ -205,12 +205,7 @@ which differs from 0.001 by 1.3e-5 relative; diffs below):
              var -= mom   (slots RMSProp=ms, RMSProp_1=mom, both init 0;
              eps INSIDE the sqrt; non-centered)
 """ % SEED
-    comment += "\n".join("  " + n for n in notes)
-    out = repo_path("tests", "golden", "optimizers.txt")
-    write_tensors(out, tensors, comment)
-    print("wrote", out)
-    for n in notes:
-        print(" ", n)
+    write_golden("optimizers.txt", tensors, comment, notes)
 
 
 if __name__ == "__main__":
