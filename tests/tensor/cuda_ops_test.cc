@@ -2,6 +2,7 @@
 // reason when no GPU is visible (the kernels are still compiled in CI).
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "tensor/matmul_precision.h"
 #include "tensor/ops/conv_ops.h"
 #include "tensor/ops/fused_ops.h"
+#include "tensor/ops/gemm_operand.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/precision_ops.h"
@@ -354,6 +356,39 @@ TEST_F(CudaOpsTest, RoundToBFloat16MatchesTheHostBitwise) {
     } else {
       ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want))
           << "element " << i << " = " << x.data<float>()[i];
+    }
+  }
+}
+
+// A product's 2-byte operand (GemmOperand::Of on a GPU tensor, the
+// ToBFloat16 kernel) holds the host's bfloat16 bits of every element,
+// ties, overflow, denormals and NaNs included.
+TEST_F(CudaOpsTest, Bf16OperandsHoldTheHostsBits) {
+  Tensor x = testing::RandomTensor({1029}, 44, DType::kF32, -1e3, 1e3);
+  const std::vector<float> edges = {1.0f + 0x1p-8f,
+                                    1.0f + 3 * 0x1p-8f,
+                                    -(1.0f + 0x1p-8f),
+                                    std::numeric_limits<float>::max(),
+                                    0x1p-149f,
+                                    0x1p-133f,
+                                    -0.0f,
+                                    -std::numeric_limits<float>::infinity(),
+                                    std::nanf("")};
+  for (size_t i = 0; i < edges.size(); ++i) x.data<float>()[i] = edges[i];
+  const absl::StatusOr<ops::internal::GemmOperand> op =
+      ops::internal::GemmOperand::Of(*x.To(Device::Cuda(0)), /*bf16=*/true);
+  ASSERT_TRUE(op.ok()) << op.status();
+  ASSERT_TRUE(op->bf16());
+  std::vector<uint16_t> bits(static_cast<size_t>(x.num_elements()));
+  ASSERT_TRUE(cuda::Copy(bits.data(), Device::Cpu(), op->data(),
+                         Device::Cuda(0), bits.size() * sizeof(uint16_t))
+                  .ok());
+  for (int64_t i = 0; i < x.num_elements(); ++i) {
+    const float v = x.data<float>()[i];
+    if (std::isnan(v)) {
+      EXPECT_TRUE(std::isnan(BFloat16ToFloat(bits[i]))) << i;
+    } else {
+      ASSERT_EQ(bits[i], BFloat16Bits(v)) << "element " << i << " = " << v;
     }
   }
 }
