@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # GPU tests of issue #5 on a GPU host: builds (as scripts/bench_gpu.sh), runs
 # `ctest -L gpu`, then compute-sanitizer over every CUDA test binary
-# ($BUILD_DIR/bin/cuda_*_test).
+# ($BUILD_DIR/bin/cuda_*_test) and the op table's GPU rows.
 #
 #   scripts/test_gpu.sh
 #   SANITIZER_TOOLS="memcheck racecheck synccheck initcheck" scripts/test_gpu.sh
+#   RACECHECK="cuda_reduction_test" scripts/test_gpu.sh   # racecheck runs
+# racecheck runs by default over the binaries whose kernels use shared
+# memory (RACECHECK; the op table on its GPU rows).
 #   ALL_TESTS=1 scripts/test_gpu.sh      # also the whole ctest suite
 #
 # Each sanitizer run gets at most SANITIZER_TIMEOUT seconds (240) and the
@@ -21,6 +24,8 @@ source scripts/bench/gpu_host.sh
 gpu_results_dir test_gpu
 exec > >(tee "$RES/test_gpu.txt") 2>&1
 TOOLS="${SANITIZER_TOOLS:-memcheck}"
+# Binaries (BINARY or BINARY:GTEST_FILTER) racecheck runs after the tools.
+RACECHECK="${RACECHECK:-cuda_reduction_test cuda_nn_ops_test cuda_array_test op_table_test:*Gpu*}"
 LIMIT="${SANITIZER_TIMEOUT:-240}"
 BUDGET="${TEST_BUDGET:-540}"
 failed=()
@@ -58,7 +63,45 @@ sanitizer_counts() {  # log
        END { print total + 0, probe + 0 }' "$1"
 }
 
-gpu_section "compute-sanitizer ($TOOLS)"
+# One compute-sanitizer run of a test binary (with gtest arguments) under
+# `tool`, within what the budget has left; adds to `failed`.
+sanitize() {  # tool binary [gtest args...]
+  local tool=$1 bin=$2 name
+  shift 2
+  name="$(basename "$bin")"
+  local log="$RES/sanitizer/$name.$tool.log" left rc=0 summary tests skipped
+  left=$((BUDGET - SECONDS - 15))
+  if ((left < 20)); then
+    printf '%-28s %-10s skipped: TEST_BUDGET=%ss spent\n' "$name" "$tool" "$BUDGET"
+    failed+=("$name under $tool not run (budget)")
+    return 0
+  fi
+  timeout -k 10 "$((LIMIT < left ? LIMIT : left))" compute-sanitizer --tool "$tool" --error-exitcode 99 \
+    --print-limit 50 "$bin" "$@" >"$log" 2>&1 || rc=$?
+  summary="$(grep -m1 -E "(ERROR|RACECHECK|SYNCCHECK|INITCHECK)? ?SUMMARY" "$log" | sed 's/^========= //' || true)"
+  tests="$(sed -n 's/^\[==========\] \([0-9]*\) tests\? from .* ran.*/\1/p' "$log" | tail -1)"
+  skipped="$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\?, listed below:.*/\1/p' "$log" | tail -1)"
+  printf '%-28s %-10s %-6s %-8s %-8s %s\n' "$name" "$tool" "$rc" "${tests:-?}" "${skipped:-0}" "${summary:-?}"
+  if ((rc == 99)); then
+    local errors probe
+    read -r errors probe < <(sanitizer_counts "$log")
+    # Only NCCL's probe, and the tests themselves passed: clean.
+    if ((errors > 0 && errors == probe)) && grep -q '^\[  PASSED  \]' "$log" &&
+      ! grep -q '^\[  FAILED  \]' "$log"; then
+      echo "  $name: the $errors errors are NCCL's kernel probe (ncclInitKernelsForDevice), handled by NCCL; no other error"
+      rc=0
+    fi
+  fi
+  if [[ "${skipped:-0}" != 0 ]]; then
+    failed+=("$name under $tool: ${skipped} tests skipped")
+  fi
+  if ((rc != 0)); then
+    failed+=("$name under $tool (exit $rc${summary:+: $summary})")
+    grep -m 20 -E "^========= (Invalid|Program hit|Race|Barrier|Uninitialized|.*error)" "$log" || true
+  fi
+}
+
+gpu_section "compute-sanitizer ($TOOLS; racecheck: $RACECHECK)"
 mkdir -p "$RES/sanitizer"
 if ! command -v compute-sanitizer >/dev/null; then
   echo "compute-sanitizer not found (looked in PATH and /usr/local/cuda/bin)"
@@ -70,38 +113,28 @@ else
   printf '%-28s %-10s %-6s %-8s %-8s %s\n' binary tool exit tests skipped "sanitizer summary"
   for bin in "${bins[@]}"; do
     for tool in $TOOLS; do
-      log="$RES/sanitizer/$(basename "$bin").$tool.log"
-      left=$((BUDGET - SECONDS - 15))
-      if ((left < 20)); then
-        printf '%-28s %-10s skipped: TEST_BUDGET=%ss spent\n' "$(basename "$bin")" "$tool" "$BUDGET"
-        failed+=("$(basename "$bin") under $tool not run (budget)")
-        continue
-      fi
-      rc=0
-      timeout -k 10 "$((LIMIT < left ? LIMIT : left))" compute-sanitizer --tool "$tool" --error-exitcode 99 \
-        --print-limit 50 "$bin" >"$log" 2>&1 || rc=$?
-      summary="$(grep -m1 -E "(ERROR|RACECHECK|SYNCCHECK|INITCHECK)? ?SUMMARY" "$log" | sed 's/^========= //' || true)"
-      tests="$(sed -n 's/^\[==========\] \([0-9]*\) tests\? from .* ran.*/\1/p' "$log" | tail -1)"
-      skipped="$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\?, listed below:.*/\1/p' "$log" | tail -1)"
-      printf '%-28s %-10s %-6s %-8s %-8s %s\n' "$(basename "$bin")" "$tool" "$rc" "${tests:-?}" "${skipped:-0}" "${summary:-?}"
-      if ((rc == 99)); then
-        read -r errors probe < <(sanitizer_counts "$log")
-        # Only NCCL's probe, and the tests themselves passed: clean.
-        if ((errors > 0 && errors == probe)) && grep -q '^\[  PASSED  \]' "$log" &&
-          ! grep -q '^\[  FAILED  \]' "$log"; then
-          echo "  $(basename "$bin"): the $errors errors are NCCL's kernel probe (ncclInitKernelsForDevice), handled by NCCL; no other error"
-          rc=0
-        fi
-      fi
-      if [[ "${skipped:-0}" != 0 ]]; then
-        failed+=("$(basename "$bin") under $tool: ${skipped} tests skipped")
-      fi
-      if ((rc != 0)); then
-        failed+=("$(basename "$bin") under $tool (exit $rc${summary:+: $summary})")
-        grep -m 20 -E "^========= (Invalid|Program hit|Race|Barrier|Uninitialized|.*error)" "$log" || true
-      fi
+      sanitize "$tool" "$bin"
     done
   done
+  # The op table's GPU column (every op's kernels, forward and gradient).
+  for tool in $TOOLS; do
+    sanitize "$tool" "$BUILD_DIR/bin/op_table_test" "--gtest_filter=*Gpu*"
+  done
+  # racecheck where kernels share memory between threads (column_sum.cuh,
+  # reduction, normalization and array kernels): the binaries that run
+  # them, the op table on its GPU rows only.
+  if [[ " $TOOLS " != *" racecheck "* ]]; then
+    # An array, not word splitting: a filter's '*' must not glob.
+    read -r -a runs <<<"$RACECHECK"
+    for run in "${runs[@]}"; do
+      bin="$BUILD_DIR/bin/${run%%:*}"
+      if [[ $run == *:* ]]; then
+        sanitize racecheck "$bin" "--gtest_filter=${run#*:}"
+      else
+        sanitize racecheck "$bin"
+      fi
+    done
+  fi
 fi
 
 gpu_section "result"
@@ -109,4 +142,4 @@ if ((${#failed[@]})); then
   printf 'FAILED: %s\n' "${failed[@]}"
   exit 1
 fi
-echo "all GPU tests passed; compute-sanitizer ($TOOLS) clean; logs in $RES"
+echo "all GPU tests passed; compute-sanitizer ($TOOLS; racecheck: $RACECHECK) clean; logs in $RES"
