@@ -136,7 +136,7 @@ absl::StatusOr<Tensor> MatMulBiasRelu(const Tensor& x, const Tensor& kernel,
 
 namespace {
 
-// The rows and columns of relu(z + bias)'s output y for the bias's shape.
+// The rows of relu(z + bias)'s output y: bias_shape[0] columns each.
 int64_t BiasRows(const Tensor& y, const Shape& bias_shape) {
   return bias_shape[0] == 0 ? 0 : y.num_elements() / bias_shape[0];
 }
