@@ -331,10 +331,11 @@ TEST_F(CudaOpsTest, FusedConvEpilogueMatchesCpuInEveryPrecision) {
   ops::internal::SetConvGpuColumnBytes(0);
 }
 
-// The device rounding (__float2bfloat16_rn) and the host's agree bit for
-// bit, ties, overflow, denormals and NaNs included.
-TEST_F(CudaOpsTest, RoundToBFloat16MatchesTheHostBitwise) {
-  Tensor x = testing::RandomTensor({4096}, 43, DType::kF32, -1e3, 1e3);
+// f32 values for bfloat16 rounding: random ones after the hard cases
+// (ties to even both ways, overflow, denormals, signed zero and infinity,
+// NaN).
+Tensor Bf16RoundingCases(int64_t n, uint64_t seed) {
+  Tensor x = testing::RandomTensor({n}, seed, DType::kF32, -1e3, 1e3);
   const std::vector<float> edges = {1.0f + 0x1p-8f,
                                     1.0f + 3 * 0x1p-8f,
                                     -(1.0f + 0x1p-8f),
@@ -343,8 +344,16 @@ TEST_F(CudaOpsTest, RoundToBFloat16MatchesTheHostBitwise) {
                                     0x1p-133f,
                                     -0.0f,
                                     std::numeric_limits<float>::infinity(),
+                                    -std::numeric_limits<float>::infinity(),
                                     std::nanf("")};
   for (size_t i = 0; i < edges.size(); ++i) x.data<float>()[i] = edges[i];
+  return x;
+}
+
+// The device rounding (__float2bfloat16_rn) and the host's agree bit for
+// bit, ties, overflow, denormals and NaNs included.
+TEST_F(CudaOpsTest, RoundToBFloat16MatchesTheHostBitwise) {
+  const Tensor x = Bf16RoundingCases(4096, 43);
   absl::StatusOr<Tensor> gpu = ops::RoundedToBFloat16(*x.To(Device::Cuda(0)));
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   const Tensor host = *gpu->To(Device::Cpu());
@@ -364,17 +373,7 @@ TEST_F(CudaOpsTest, RoundToBFloat16MatchesTheHostBitwise) {
 // ToBFloat16 kernel) holds the host's bfloat16 bits of every element,
 // ties, overflow, denormals and NaNs included.
 TEST_F(CudaOpsTest, Bf16OperandsHoldTheHostsBits) {
-  Tensor x = testing::RandomTensor({1029}, 44, DType::kF32, -1e3, 1e3);
-  const std::vector<float> edges = {1.0f + 0x1p-8f,
-                                    1.0f + 3 * 0x1p-8f,
-                                    -(1.0f + 0x1p-8f),
-                                    std::numeric_limits<float>::max(),
-                                    0x1p-149f,
-                                    0x1p-133f,
-                                    -0.0f,
-                                    -std::numeric_limits<float>::infinity(),
-                                    std::nanf("")};
-  for (size_t i = 0; i < edges.size(); ++i) x.data<float>()[i] = edges[i];
+  const Tensor x = Bf16RoundingCases(1029, 44);
   const absl::StatusOr<ops::internal::GemmOperand> op =
       ops::internal::GemmOperand::Of(*x.To(Device::Cuda(0)), /*bf16=*/true);
   ASSERT_TRUE(op.ok()) << op.status();
