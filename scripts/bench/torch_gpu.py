@@ -188,6 +188,17 @@ def common(a: argparse.Namespace, device: torch.device,
     return out
 
 
+def rate_line(a, device, bench: str, model: str, batch: int, precision: str,
+              steps: int, warmup: int, rates: list, warmup_s: float) -> dict:
+    """The fields every train-rate line has (train_rate's windows, their
+    median as samples_per_sec)."""
+    return {**common(a, device), "bench": bench, "model": model,
+            "batch": batch, "precision": precision, "steps": steps,
+            "warmup": warmup, "warmup_seconds": round(warmup_s, 2),
+            "windows": [round(r, 1) for r in rates],
+            "samples_per_sec": round(statistics.median(rates), 1)}
+
+
 def bench_cnn_rate(a, device) -> dict:
     batch = 8 if a.smoke else a.cnn_batch
     steps, warmup, repeat = (2, 1, 2) if a.smoke else (a.steps, a.warmup, a.repeat)
@@ -199,11 +210,8 @@ def bench_cnn_rate(a, device) -> dict:
     rates, warmup_s = train_rate(net, x, y, device, steps, warmup, repeat,
                                  lr=0.1, precision=a.cnn_precision,
                                  compiled=a.compile)
-    return {**common(a, device), "bench": "cnn_rate", "model": "cnn",
-            "batch": batch, "precision": a.cnn_precision, "steps": steps,
-            "warmup": warmup, "warmup_seconds": round(warmup_s, 2),
-            "windows": [round(r, 1) for r in rates],
-            "samples_per_sec": round(statistics.median(rates), 1)}
+    return rate_line(a, device, "cnn_rate", "cnn", batch, a.cnn_precision,
+                     steps, warmup, rates, warmup_s)
 
 
 def step_flops(net: nn.Module, x: torch.Tensor, y: torch.Tensor,
@@ -251,11 +259,8 @@ def bench_config_rate(a, device) -> dict:
                                  lr=0.0, precision=a.precision,
                                  compiled=a.compile, opt=opt)
     rate = statistics.median(rates)
-    out = {**common(a, device), "bench": "config_rate", "model": a.model,
-           "batch": batch, "precision": a.precision, "steps": steps,
-           "warmup": warmup, "warmup_seconds": round(warmup_s, 2),
-           "windows": [round(r, 1) for r in rates],
-           "samples_per_sec": round(rate, 1),
+    out = {**rate_line(a, device, "config_rate", a.model, batch, a.precision,
+                       steps, warmup, rates, warmup_s),
            "flops_per_sample": flops / batch,
            "tflops": round(rate * flops / batch / 1e12, 3)}
     if kind == "tokens":
@@ -381,13 +386,9 @@ def bench_mlp(a, device) -> dict:
                                  compiled=a.compile)
     rate = statistics.median(rates)
     flops = mlp_flops_per_example(hidden)
-    return {**common(a, device), "bench": "mlp", "model": "mlp",
-            "hidden": hidden, "batch": batch, "precision": a.mlp_precision,
-            "steps": steps, "warmup": warmup,
-            "warmup_seconds": round(warmup_s, 2),
-            "windows": [round(r, 1) for r in rates],
-            "samples_per_sec": round(rate, 1),
-            "gflop_per_example": flops / 1e9,
+    return {**rate_line(a, device, "mlp", "mlp", batch, a.mlp_precision,
+                        steps, warmup, rates, warmup_s),
+            "hidden": hidden, "gflop_per_example": flops / 1e9,
             "tflops": round(rate * flops / 1e12, 2)}
 
 

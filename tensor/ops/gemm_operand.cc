@@ -12,6 +12,17 @@
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::ops::internal {
+namespace {
+
+// Device memory for `n` 2-byte bfloat16 values on the GPU `device`.
+absl::StatusOr<std::shared_ptr<Buffer>> AllocateBf16(int64_t n, Device device) {
+  constexpr size_t kBf16Bytes = 2;
+  MT_ASSIGN_OR_RETURN(Allocator * allocator, AllocatorFor(device));
+  return Buffer::Allocate(
+      allocator, static_cast<size_t>(std::max<int64_t>(n, 1)) * kBf16Bytes);
+}
+
+}  // namespace
 
 bool ProductsReadBf16(const Tensor& t) {
   return t.defined() && t.dtype() == DType::kF32 &&
@@ -38,9 +49,8 @@ absl::StatusOr<GemmOperand> GemmOperand::Of(const Tensor& t, bool bf16) {
                     t.num_elements());
     return op;
   }
-  MT_ASSIGN_OR_RETURN(GemmOperand converted,
-                      Bf16Storage(t.shape(), t.device()));
-  op.device_bf16_ = std::move(converted.device_bf16_);
+  MT_ASSIGN_OR_RETURN(op.device_bf16_,
+                      AllocateBf16(t.num_elements(), t.device()));
   MT_RETURN_IF_ERROR(
       KernelError("ToBFloat16",
                   cuda::ToBFloat16(t.raw_data(), op.bf16_storage(),
@@ -56,17 +66,12 @@ absl::StatusOr<GemmOperand> GemmOperand::Bf16Storage(Shape shape,
         absl::StrCat("ToBFloat16: bfloat16 storage is for GPU operands, not ",
                      device.ToString()));
   }
-  constexpr size_t kBf16Bytes = 2;
   GemmOperand op;
   op.dtype_ = DType::kF32;
   op.device_ = device;
   op.shape_ = std::move(shape);
-  MT_ASSIGN_OR_RETURN(Allocator * allocator, AllocatorFor(device));
-  MT_ASSIGN_OR_RETURN(
-      op.device_bf16_,
-      Buffer::Allocate(allocator, static_cast<size_t>(std::max<int64_t>(
-                                      NumElements(op.shape_), 1)) *
-                                      kBf16Bytes));
+  MT_ASSIGN_OR_RETURN(op.device_bf16_,
+                      AllocateBf16(NumElements(op.shape_), device));
   return op;
 }
 

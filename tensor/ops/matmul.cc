@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <type_traits>
-#include <vector>
 
 #include "tensor/cpu_threads.h"
 #include "tensor/cuda/cuda_backend.h"
@@ -272,9 +270,8 @@ namespace {
 
 // op(a) @ op(b) into a new tensor, unrecorded; zeros for an empty sum
 // (k == 0).
-absl::StatusOr<Tensor> Product(const internal::GemmOperand& a,
-                               const internal::GemmOperand& b, bool ta,
-                               bool tb) {
+absl::StatusOr<Tensor> Product(const GemmOperand& a, const GemmOperand& b,
+                               bool ta, bool tb) {
   MT_ASSIGN_OR_RETURN(const GemmDims d, CheckOperands(a, b, ta, tb));
   const Shape shape = ProductShape(a.shape(), d);
   MT_ASSIGN_OR_RETURN(Tensor out,
