@@ -39,7 +39,7 @@ GradientBuckets::GradientBuckets(const BucketPlan* plan, ReplicaContext* ctx,
   }
 }
 
-absl::Status GradientBuckets::Ready(size_t index, const Tensor& grad) {
+absl::Status GradientBuckets::Ready(size_t index, Tensor grad) {
   if (index >= grads_.size() || bucket_of_[index] < 0 ||
       grads_[index].defined()) {
     return absl::InternalError(
@@ -50,7 +50,7 @@ absl::Status GradientBuckets::Ready(size_t index, const Tensor& grad) {
                                             grad.DebugString(), ", planned ",
                                             ShapeToString(shapes_[index])));
   }
-  grads_[index] = grad;
+  grads_[index] = std::move(grad);
   --missing_[bucket_of_[index]];
   return LaunchReadyBuckets();
 }
@@ -59,7 +59,16 @@ absl::Status GradientBuckets::LaunchReadyBuckets() {
   while (next_bucket_ < static_cast<int>(plan_->buckets.size()) &&
          missing_[next_bucket_] == 0) {
     const std::vector<size_t>& members = plan_->buckets[next_bucket_];
-    if (ctx_->reduces()) {
+    if (ctx_->reduces() && members.size() == 1 &&
+        grads_[members[0]].IsExclusive()) {
+      // Nothing else reads or writes it: reduced where it is, as one flat
+      // buffer on every replica (whichever way the others go).
+      MT_ASSIGN_OR_RETURN(
+          buffers_[next_bucket_],
+          grads_[members[0]].Reshaped({grads_[members[0]].num_elements()}));
+      pending_.push_back(
+          ctx_->AllReduceAsync(ReduceOp::kSum, buffers_[next_bucket_]));
+    } else if (ctx_->reduces()) {
       // Packed into one flat buffer by the collective: one collective per
       // bucket, and the reduced values never alias another gradient's
       // storage.
@@ -150,10 +159,10 @@ absl::StatusOr<std::vector<Tensor>> ReplicaContext::AllReduceGradients(
   GradientOptions options;
   options.unconnected = UnconnectedGradients::kZero;
   absl::Status bucket_status;
-  options.on_gradient_ready = [&](size_t k, const std::optional<Tensor>& g) {
+  options.on_gradient_ready = [&](size_t k, std::optional<Tensor> g) {
     if (!bucket_status.ok()) return;
     if (accumulated.empty()) {
-      bucket_status = buckets.Ready(k, *g);
+      bucket_status = buckets.Ready(k, *std::move(g));
       return;
     }
     absl::StatusOr<Tensor> sum = ops::Add(accumulated[k], *g);

@@ -95,12 +95,14 @@ absl::StatusOr<std::vector<std::optional<Tensor>>> GradientTape::Gradient(
   // Gradients already final (and reported) as backward goes, by source.
   std::vector<bool> reported(sources.size(), false);
   std::vector<std::optional<Tensor>> result(sources.size());
+  absl::flat_hash_set<int64_t> produced;  // Outputs of records.
   if (options.on_gradient_ready) {
     absl::flat_hash_map<int64_t, size_t> first_use;
     for (size_t i = records_.size(); i-- > 0;) {
       for (const Tensor& in : records_[i].inputs) {
         if (source_ids.contains(in.id())) first_use[in.id()] = i;
       }
+      for (const Tensor& out : records_[i].outputs) produced.insert(out.id());
     }
     ready_after.resize(records_.size());
     for (size_t k = 0; k < sources.size(); ++k) {
@@ -134,14 +136,28 @@ absl::StatusOr<std::vector<std::optional<Tensor>>> GradientTape::Gradient(
     }
     return std::optional<Tensor>();
   };
+  // Hands source k's gradient to the listener, keeping no reference.
+  auto hand_over = [&](size_t k) {
+    std::optional<Tensor> g = std::move(result[k]);
+    result[k].reset();
+    options.on_gradient_ready(k, std::move(g));
+  };
   auto report_ready = [&](size_t record_index) -> absl::Status {
     if (!options.on_gradient_ready) return absl::OkStatus();
+    std::vector<size_t> now;
     for (size_t k : ready_after[record_index]) {
       if (reported[k]) continue;
       reported[k] = true;
       MT_ASSIGN_OR_RETURN(result[k], final_gradient(k));
-      options.on_gradient_ready(k, result[k]);
+      now.push_back(k);
     }
+    // The walk reads a final gradient again only when a record outputs
+    // its source (a watched intermediate): otherwise the tape lets go of
+    // it, so the listener may hold the only reference.
+    for (size_t k : now) {
+      if (!produced.contains(sources[k].id())) grads.erase(sources[k].id());
+    }
+    for (size_t k : now) hand_over(k);
     return absl::OkStatus();
   };
   // Processes one record: its gradient function, then accumulation into
@@ -220,7 +236,7 @@ absl::StatusOr<std::vector<std::optional<Tensor>>> GradientTape::Gradient(
   for (size_t k = 0; k < sources.size(); ++k) {
     if (reported[k]) continue;
     MT_ASSIGN_OR_RETURN(result[k], final_gradient(k));
-    if (options.on_gradient_ready) options.on_gradient_ready(k, result[k]);
+    if (options.on_gradient_ready) hand_over(k);
   }
   if (!persistent_) {
     records_.clear();

@@ -40,8 +40,13 @@ struct GradientOptions {
   // source's gradient is final (no op left to process uses it), with the
   // source's index and its gradient (absent when unconnected: then at the
   // end). Lets a caller start communicating early gradients while backward
-  // goes on (gradient buckets). Runs on the calling thread.
-  std::function<void(size_t source, const std::optional<Tensor>& grad)>
+  // goes on (gradient buckets). Runs on the calling thread. The gradient is
+  // handed over: the tape keeps no reference to it (Gradient() returns no
+  // value for a reported source), so when nothing else does either
+  // (Tensor::IsExclusive; not so when it is also another tensor's
+  // gradient, as an Add passes one gradient to both inputs) the callback
+  // may overwrite it in place, e.g. all-reduce it without a copy.
+  std::function<void(size_t source, std::optional<Tensor> grad)>
       on_gradient_ready;
 };
 
@@ -58,7 +63,8 @@ class GradientTape {
   bool IsWatched(const Tensor& tensor) const;
 
   // One entry per source: its gradient, or empty (kNone) / zeros (kZero)
-  // when the target does not depend on it.
+  // when the target does not depend on it; empty for every source when
+  // options.on_gradient_ready was given (the listener got the gradients).
   absl::StatusOr<std::vector<std::optional<Tensor>>> Gradient(
       const Tensor& target, absl::Span<const Tensor> sources,
       const GradientOptions& options = {});

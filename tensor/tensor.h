@@ -96,6 +96,14 @@ class Tensor {
   bool SharesBufferWith(const Tensor& other) const {
     return impl_->buffer == other.impl_->buffer;
   }
+  // True when this handle is the only one to its tensor and no other
+  // tensor views its buffer: nothing else can read or write these bytes,
+  // so they may be overwritten in place. Exact when the caller's thread is
+  // the only one holding handles to the tensor (the counts only grow by
+  // copying a handle one already has).
+  bool IsExclusive() const {
+    return impl_.use_count() == 1 && impl_->buffer.use_count() == 1;
+  }
 
   // A view with a new shape and the same elements (no copy, new id).
   absl::StatusOr<Tensor> Reshaped(Shape shape) const;

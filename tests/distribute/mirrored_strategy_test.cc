@@ -6,6 +6,9 @@
 #include "distribute/gradient_buckets.h"
 #include "distribute/one_device_strategy.h"
 #include "gtest/gtest.h"
+#include "tensor/gradient_tape.h"
+#include "tensor/ops/math_ops.h"
+#include "tensor/ops/reduction_ops.h"
 
 namespace mirrortrain::distribute {
 namespace {
@@ -185,6 +188,83 @@ TEST(GradientBucketsTest, ReducesSeveralBucketsStartedDuringBackward) {
         EXPECT_EQ(v, 6.0f * (k + 1));  // (1 + 2 + 3) * (k + 1).
       }
     }
+  }
+}
+
+TEST(GradientBucketsTest,
+     ReducesALoneGradientInPlaceOnlyWhenNothingElseHoldsIt) {
+  auto s = MirroredStrategy::Create(Cpus(3), {});
+  ASSERT_TRUE(s.ok());
+  // Two buckets of one gradient each: the first reported while the test
+  // keeps a handle to it, the second handed over.
+  const std::vector<Shape> shapes = {{8}, {2}};
+  BucketPlan plan = PlanBuckets({32, 8}, 16, 16);
+  ASSERT_EQ(plan.buckets.size(), 2u);
+  std::vector<std::vector<Tensor>> results(3);
+  std::vector<Tensor> kept(3);
+  std::vector<const void*> handed(3);
+  ASSERT_TRUE(
+      (*s)->Run([&](ReplicaContext& ctx) -> absl::Status {
+            const int r = ctx.replica_id();
+            GradientBuckets buckets(&plan, &ctx, shapes, DType::kF32);
+            kept[r] = Tensor::HostFull(DType::kF32, shapes[1], r + 1);
+            if (auto st = buckets.Ready(1, kept[r]); !st.ok()) return st;
+            Tensor alone = Tensor::HostFull(DType::kF32, shapes[0], r + 1);
+            handed[r] = alone.raw_data();
+            if (auto st = buckets.Ready(0, std::move(alone)); !st.ok()) {
+              return st;
+            }
+            auto out = buckets.Finish();
+            if (!out.ok()) return out.status();
+            results[r] = *out;
+            return absl::OkStatus();
+          })
+          .ok());
+  for (int r = 0; r < 3; ++r) {
+    for (size_t k = 0; k < 2; ++k) {
+      ASSERT_EQ(results[r][k].shape(), shapes[k]);
+      EXPECT_EQ(results[r][k].ToVector<float>(),
+                std::vector<float>(NumElements(shapes[k]), 6.0f));
+    }
+    // The handed-over gradient was reduced where it was; the kept one was
+    // copied first and is still this replica's own.
+    EXPECT_EQ(results[r][0].raw_data(), handed[r]);
+    EXPECT_FALSE(results[r][1].SharesBufferWith(kept[r]));
+    EXPECT_EQ(kept[r].ToVector<float>(), std::vector<float>(2, r + 1.0f));
+  }
+}
+
+TEST(GradientBucketsTest, AGradientStillInUseByBackwardIsNotReducedInPlace) {
+  // y = sum((w * x + b) * c) per replica with its own x and c, every
+  // gradient in a bucket of its own. b's gradient is reported while the
+  // walk still needs it for w's (Add hands one tensor to both inputs):
+  // reduced in place, w's gradient would be computed from the sum.
+  MirroredOptions options;
+  options.bucket_bytes = 4;
+  auto s = MirroredStrategy::Create(Cpus(2), options);
+  ASSERT_TRUE(s.ok());
+  std::vector<std::vector<Tensor>> grads(2);
+  ASSERT_TRUE((*s)->Run([&](ReplicaContext& ctx) -> absl::Status {
+                    const float r = ctx.replica_id();
+                    Tensor w = Tensor::FromVector<float>({1, 2}, {2});
+                    Tensor b = Tensor::FromVector<float>({3, 4}, {2});
+                    Tensor x = Tensor::FromVector<float>({5 + r, 6 + r}, {2});
+                    Tensor c = Tensor::FromVector<float>({7 + r, 8 - r}, {2});
+                    GradientTape tape;
+                    tape.Watch(w);
+                    tape.Watch(b);
+                    Tensor y = *ops::ReduceSum(
+                        *ops::Mul(*ops::Add(*ops::Mul(w, x), b), c));
+                    auto out = ctx.AllReduceGradients(tape, y, {w, b});
+                    if (!out.ok()) return out.status();
+                    grads[ctx.replica_id()] = *out;
+                    return absl::OkStatus();
+                  })
+                  .ok());
+  for (int r = 0; r < 2; ++r) {
+    // dw = c * x summed: (7*5 + 8*6, 8*6 + 7*7); db = c summed: (15, 15).
+    EXPECT_EQ(grads[r][0].ToVector<float>(), (std::vector<float>{83, 97}));
+    EXPECT_EQ(grads[r][1].ToVector<float>(), (std::vector<float>{15, 15}));
   }
 }
 

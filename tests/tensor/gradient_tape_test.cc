@@ -178,7 +178,7 @@ TEST(GradientTapeTest, GradientReadyCallbackFiresOnceFinalInBackwardOrder) {
   std::vector<double> seen(4, -1);
   GradientOptions options;
   options.unconnected = UnconnectedGradients::kZero;
-  options.on_gradient_ready = [&](size_t k, const std::optional<Tensor>& g) {
+  options.on_gradient_ready = [&](size_t k, std::optional<Tensor> g) {
     order.push_back(k);
     ASSERT_TRUE(g.has_value());
     seen[k] = g->ScalarAt(0);
@@ -188,9 +188,36 @@ TEST(GradientTapeTest, GradientReadyCallbackFiresOnceFinalInBackwardOrder) {
   // x2 is final first (last used), then x0, x1 (its first use is earliest),
   // then the unconnected x3 at the end.
   EXPECT_EQ(order, (std::vector<size_t>{2, 0, 1, 3}));
-  for (size_t k = 0; k < 4; ++k) EXPECT_EQ(seen[k], (*grads)[k]->ScalarAt(0));
-  EXPECT_EQ(seen[1], 2.0 * 3 * 9);  // d(2*x0*x1^3)/dx1 = 6*x0*x1^2 = 54.
-  EXPECT_EQ(seen[3], 0.0);
+  // y = 2*x0*x1^3 + x2.
+  EXPECT_EQ(seen, (std::vector<double>{2.0 * 27, 6.0 * 9, 1.0, 0.0}));
+  // The listener was handed the gradients; the tape returns none.
+  for (const std::optional<Tensor>& g : *grads) EXPECT_FALSE(g.has_value());
+}
+
+TEST(GradientTapeTest, ReadyGradientsAreHandedOverExclusiveUnlessShared) {
+  // y = sum((w * x + b) * c): b's gradient is the one Add passes on to the
+  // product too (shared until the walk reaches w); w's is a fresh product.
+  Tensor w = Tensor::FromVector<float>({1, 2}, {2});
+  Tensor b = Tensor::FromVector<float>({3, 4}, {2});
+  Tensor x = Tensor::FromVector<float>({5, 6}, {2});
+  Tensor c = Tensor::FromVector<float>({7, 8}, {2});
+  GradientTape tape;
+  tape.Watch(w);
+  tape.Watch(b);
+  Tensor y = *ops::ReduceSum(*ops::Mul(*ops::Add(*ops::Mul(w, x), b), c));
+  std::vector<bool> exclusive(2, false);
+  std::vector<std::vector<float>> seen(2);
+  GradientOptions options;
+  options.on_gradient_ready = [&](size_t k, std::optional<Tensor> g) {
+    ASSERT_TRUE(g.has_value());
+    exclusive[k] = g->IsExclusive();
+    seen[k] = g->ToVector<float>();
+  };
+  ASSERT_TRUE(tape.Gradient(y, {w, b}, options).ok());
+  EXPECT_TRUE(exclusive[0]);
+  EXPECT_FALSE(exclusive[1]);
+  EXPECT_EQ(seen[0], (std::vector<float>{35, 48}));  // c * x.
+  EXPECT_EQ(seen[1], (std::vector<float>{7, 8}));    // c.
 }
 
 }  // namespace
