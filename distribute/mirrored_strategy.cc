@@ -83,7 +83,7 @@ class MirroredStrategy::Replica final : public ReplicaContext {
     absl::Status s;
     {
       cuda::ScopedGraphMemoryPool scope(pool);
-      s = CatchAllocationFailure([&] { return fn(*this); });
+      s = CatchExceptions([&] { return fn(*this); });
     }
     // Collectives still queued after an error are recorded (or fail) first.
     DrainCommunication();
@@ -406,7 +406,7 @@ absl::Status MirroredStrategy::RunReplicas(const ReplicaFn& fn, bool wait) {
   const std::vector<absl::Status> status = OnEveryReplica([&](Replica& r) {
     // The replica's kernels go to its compute stream; Run's are finished
     // when it returns (the caller reads results on its own stream).
-    absl::Status s = CatchAllocationFailure([&] { return fn(r); });
+    absl::Status s = CatchExceptions([&] { return fn(r); });
     absl::Status synced = wait ? r.SynchronizeCompute() : absl::OkStatus();
     return s.ok() ? synced : s;
   });

@@ -29,7 +29,7 @@ class SingleReplicaContext final : public ReplicaContext {
 
 absl::Status OneDeviceStrategy::Run(const ReplicaFn& fn) {
   SingleReplicaContext ctx(devices_[0]);
-  return CatchAllocationFailure([&] { return fn(ctx); });
+  return CatchExceptions([&] { return fn(ctx); });
 }
 
 absl::StatusOr<DeviceFence> OneDeviceStrategy::Fence() {

@@ -75,7 +75,7 @@ absl::Status ParameterServerStrategy::Run(const ReplicaFn& fn) {
   std::vector<std::thread> threads;
   for (int w = 0; w < n; ++w) {
     threads.emplace_back([&, w] {
-      status[w] = CatchAllocationFailure([&] { return fn(*contexts_[w]); });
+      status[w] = CatchExceptions([&] { return fn(*contexts_[w]); });
       if (!status[w].ok()) {
         clock_.Abort(absl::AbortedError(
             absl::StrCat("worker ", w, " failed: ", status[w].message())));

@@ -33,13 +33,16 @@
 
 namespace mirrortrain {
 
-// Runs `f` (returning absl::Status) and turns a std::bad_alloc or
-// std::length_error escaping it (a standard container or HostEmpty that
-// could not get its memory) into ResourceExhausted: where work runs on
-// behalf of a caller that expects a Status (a replica step, a command),
-// allocation failure is a Status, never the end of the process.
+// Runs `f` (returning absl::Status) and turns an exception escaping it
+// into a Status: std::bad_alloc or std::length_error (a standard container
+// or HostEmpty that could not get its memory) into ResourceExhausted, any
+// other (a library that throws: the standard library, yaml-cpp) into
+// Internal naming it. Where work runs on behalf of a caller that expects a
+// Status (a replica step, a command), a failure is a Status, never the end
+// of the process, and a replica that fails this way still reaches the
+// points its peers wait at (a capture's latches).
 template <typename F>
-absl::Status CatchAllocationFailure(F&& f) {
+absl::Status CatchExceptions(F&& f) {
   try {
     return f();
   } catch (const std::bad_alloc&) {
@@ -47,6 +50,11 @@ absl::Status CatchAllocationFailure(F&& f) {
   } catch (const std::length_error& e) {
     return absl::ResourceExhaustedError(std::string("allocation too large: ") +
                                         e.what());
+  } catch (const std::exception& e) {
+    return absl::InternalError(std::string("unexpected exception: ") +
+                               e.what());
+  } catch (...) {
+    return absl::InternalError("unexpected exception of an unknown type");
   }
 }
 

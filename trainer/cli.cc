@@ -564,7 +564,7 @@ int RunCli(int argc, char** argv) {
   processes = group->get();
   processes->set_stop_check([] { return StopSignal() != 0; }, StopGrace());
   int code = kExitFailure;
-  const absl::Status s = CatchAllocationFailure([&] {
+  const absl::Status s = CatchExceptions([&] {
     code = Dispatch(argc, argv);
     return absl::OkStatus();
   });

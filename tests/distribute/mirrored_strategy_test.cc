@@ -1,6 +1,7 @@
 #include "distribute/mirrored_strategy.h"
 
 #include <atomic>
+#include <stdexcept>
 #include <thread>
 
 #include "distribute/gradient_buckets.h"
@@ -75,6 +76,24 @@ TEST(MirroredStrategyTest, ReplicaErrorAbortsTheOthersAndNamesTheRootCause) {
   EXPECT_NE(st.message().find("replica 1: bad shard"), std::string::npos) << st;
   EXPECT_FALSE(
       (*s)->Run([](ReplicaContext&) { return absl::OkStatus(); }).ok());
+}
+
+TEST(MirroredStrategyTest, AReplicaThatThrowsIsAnErrorNotACrash) {
+  // A library exception in a replica's work (not a Status) ends the run
+  // with an error naming it; the other replica's collective is aborted.
+  MirroredOptions options;
+  options.watchdog_seconds = 60;
+  auto s = MirroredStrategy::Create(Cpus(2), options);
+  ASSERT_TRUE(s.ok());
+  absl::Status st = (*s)->Run([&](ReplicaContext& ctx) -> absl::Status {
+    if (ctx.replica_id() == 1) throw std::runtime_error("bad node");
+    std::vector<Tensor> ts = {Tensor::HostZeros(DType::kF32, {2})};
+    return ctx.AllReduce(ReduceOp::kSum, absl::MakeSpan(ts));
+  });
+  EXPECT_EQ(st.code(), absl::StatusCode::kInternal) << st;
+  EXPECT_NE(st.message().find("replica 1: unexpected exception: bad node"),
+            std::string::npos)
+      << st;
 }
 
 TEST(MirroredStrategyTest, WatchdogNamesTheStalledReplica) {

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <new>
 #include <optional>
+#include <stdexcept>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -98,14 +99,24 @@ TEST(TensorTest, SizesThatCannotBeAllocatedAreStatusesNotCrashes) {
 
 TEST(TensorTest, AllocationFailureEscapingWorkIsAStatus) {
   absl::Status s =
-      CatchAllocationFailure([]() -> absl::Status { throw std::bad_alloc(); });
+      CatchExceptions([]() -> absl::Status { throw std::bad_alloc(); });
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
-  s = CatchAllocationFailure([] {
+  s = CatchExceptions([] {
     std::vector<int> v;
     v.reserve(v.max_size() + 1);
     return absl::OkStatus();
   });
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(TensorTest, OtherExceptionsEscapingWorkAreInternalStatuses) {
+  absl::Status s = CatchExceptions(
+      []() -> absl::Status { throw std::runtime_error("bad yaml node"); });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(s.message(), "unexpected exception: bad yaml node");
+  s = CatchExceptions([]() -> absl::Status { throw 42; });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(CatchExceptions([] { return absl::OkStatus(); }), absl::OkStatus());
 }
 
 }  // namespace
