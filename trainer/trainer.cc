@@ -174,15 +174,20 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   }
   // The training split (the largest file to read and decompress) loads on
   // a thread of its own while the devices start up and the model is built;
-  // its errors come after the test split's and the model's. `config` lives
-  // through Create, and every return waits for the load: a std::async
-  // future blocks in its destructor (so an early error waits for it too).
+  // its errors come after the test split's and the model's. The test split
+  // loads on another while the devices start. `config` lives through
+  // Create, and every return waits for the loads: a std::async future
+  // blocks in its destructor (so an early error waits for them too).
   std::future<absl::StatusOr<InMemoryDataset>> train_split;
   if (need_train_data) {
     train_split = std::async(std::launch::async, [&config] {
       return LoadSplit(config.data, /*train=*/true, config.seed);
     });
   }
+  std::future<absl::StatusOr<InMemoryDataset>> test_split =
+      std::async(std::launch::async, [&config] {
+        return LoadSplit(config.data, /*train=*/false, config.seed);
+      });
   // Validated by the config; process-wide, like TensorFlow's switch.
   MT_ASSIGN_OR_RETURN(MatMulPrecision precision,
                       ParseMatMulPrecision(config.precision));
@@ -203,8 +208,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   MT_ASSIGN_OR_RETURN(
       t->strategy_, distribute::MakeStrategy(dist.strategy, devices, options));
   // The test split first: it gives the model its input shape and classes.
-  MT_ASSIGN_OR_RETURN(t->test_data_,
-                      LoadSplit(config.data, /*train=*/false, config.seed));
+  MT_ASSIGN_OR_RETURN(t->test_data_, test_split.get());
   if (const Shape& images = t->test_data_.images.shape();
       !config.model.input_shape.empty() &&
       !std::equal(images.begin() + 1, images.end(),
