@@ -60,7 +60,8 @@ absl::Status GradientBuckets::LaunchReadyBuckets() {
          missing_[next_bucket_] == 0) {
     const std::vector<size_t>& members = plan_->buckets[next_bucket_];
     if (ctx_->reduces() && members.size() == 1 &&
-        grads_[members[0]].IsExclusive()) {
+        grads_[members[0]].IsExclusive() &&
+        grads_[members[0]].device().SameMemory(ctx_->device())) {
       // Nothing else reads or writes it: reduced where it is, as one flat
       // buffer on every replica (whichever way the others go).
       MT_ASSIGN_OR_RETURN(

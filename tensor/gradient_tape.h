@@ -41,11 +41,14 @@ struct GradientOptions {
   // source's index and its gradient (absent when unconnected: then at the
   // end). Lets a caller start communicating early gradients while backward
   // goes on (gradient buckets). Runs on the calling thread. The gradient is
-  // handed over: the tape keeps no reference to it (Gradient() returns no
-  // value for a reported source), so when nothing else does either
-  // (Tensor::IsExclusive; not so when it is also another tensor's
-  // gradient, as an Add passes one gradient to both inputs) the callback
-  // may overwrite it in place, e.g. all-reduce it without a copy.
+  // handed over (Gradient() returns no value for a reported source) and
+  // the tape keeps no reference to it, except for a source some record
+  // outputs (a watched intermediate) and the sources reported at the end
+  // (the target itself), whose gradients it holds until Gradient()
+  // returns. So when nothing else holds it either (Tensor::IsExclusive;
+  // not so when it is also another tensor's gradient, as an Add passes one
+  // gradient to both inputs) the callback may overwrite it in place, e.g.
+  // all-reduce it without a copy.
   std::function<void(size_t source, std::optional<Tensor> grad)>
       on_gradient_ready;
 };

@@ -98,9 +98,12 @@ class Tensor {
   }
   // True when this handle is the only one to its tensor and no other
   // tensor views its buffer: nothing else can read or write these bytes,
-  // so they may be overwritten in place. Exact when the caller's thread is
-  // the only one holding handles to the tensor (the counts only grow by
-  // copying a handle one already has).
+  // so they may be overwritten in place. Exact only when no other thread
+  // can hold a handle to the tensor or a view of its buffer (the counts
+  // only grow by copying a handle one already has, but a count another
+  // thread just lowered is not ordered after that thread's last access):
+  // a thread that gets a handle gets it from the caller, who keeps its
+  // own until that thread is done, or is joined before the check.
   bool IsExclusive() const {
     return impl_.use_count() == 1 && impl_->buffer.use_count() == 1;
   }

@@ -1,5 +1,6 @@
 #include "distribute/mirrored_strategy.h"
 
+#include <algorithm>
 #include <atomic>
 #include <stdexcept>
 #include <thread>
@@ -10,6 +11,7 @@
 #include "tensor/gradient_tape.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/reduction_ops.h"
+#include "tensor/status_macros.h"
 
 namespace mirrortrain::distribute {
 namespace {
@@ -226,9 +228,16 @@ TEST(GradientBucketsTest,
       (*s)->Run([&](ReplicaContext& ctx) -> absl::Status {
             const int r = ctx.replica_id();
             GradientBuckets buckets(&plan, &ctx, shapes, DType::kF32);
-            kept[r] = Tensor::HostFull(DType::kF32, shapes[1], r + 1);
+            // On the replica's device (cpu:r), as the trainer's gradients.
+            auto full = [&](const Shape& shape) -> absl::StatusOr<Tensor> {
+              MT_ASSIGN_OR_RETURN(
+                  Tensor t, Tensor::Empty(DType::kF32, shape, ctx.device()));
+              std::fill_n(t.data<float>(), t.num_elements(), r + 1.0f);
+              return t;
+            };
+            MT_ASSIGN_OR_RETURN(kept[r], full(shapes[1]));
             if (auto st = buckets.Ready(1, kept[r]); !st.ok()) return st;
-            Tensor alone = Tensor::HostFull(DType::kF32, shapes[0], r + 1);
+            MT_ASSIGN_OR_RETURN(Tensor alone, full(shapes[0]));
             handed[r] = alone.raw_data();
             if (auto st = buckets.Ready(0, std::move(alone)); !st.ok()) {
               return st;
