@@ -152,7 +152,9 @@ double Trainer::HostValue(const Tensor& t) {
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     const Config& config, const std::string& run_dir, bool need_train_data,
     distribute::ProcessGroup* processes) {
+  using Clock = std::chrono::steady_clock;
   std::unique_ptr<Trainer> t(new Trainer());
+  t->startup_.began = Clock::now();
   t->config_ = config;
   if (processes == nullptr) {
     t->single_process_ = distribute::SingleProcessGroup();
@@ -178,16 +180,22 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   // loads on another while the devices start. `config` lives through
   // Create, and every return waits for the loads: a std::async future
   // blocks in its destructor (so an early error waits for them too).
+  // Each load times itself; read after its future's get().
+  auto timed_load = [&config](bool train, std::chrono::duration<double>* took) {
+    const Clock::time_point began = Clock::now();
+    absl::StatusOr<InMemoryDataset> split =
+        LoadSplit(config.data, train, config.seed);
+    *took = Clock::now() - began;
+    return split;
+  };
   std::future<absl::StatusOr<InMemoryDataset>> train_split;
   if (need_train_data) {
-    train_split = std::async(std::launch::async, [&config] {
-      return LoadSplit(config.data, /*train=*/true, config.seed);
-    });
+    train_split = std::async(std::launch::async, timed_load, /*train=*/true,
+                             &t->startup_.training_split);
   }
-  std::future<absl::StatusOr<InMemoryDataset>> test_split =
-      std::async(std::launch::async, [&config] {
-        return LoadSplit(config.data, /*train=*/false, config.seed);
-      });
+  std::future<absl::StatusOr<InMemoryDataset>> test_split = std::async(
+      std::launch::async, timed_load, /*train=*/false, &t->startup_.test_split);
+  const Clock::time_point devices_began = Clock::now();
   // Validated by the config; process-wide, like TensorFlow's switch.
   MT_ASSIGN_OR_RETURN(MatMulPrecision precision,
                       ParseMatMulPrecision(config.precision));
@@ -207,8 +215,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   options.processes = processes;
   MT_ASSIGN_OR_RETURN(
       t->strategy_, distribute::MakeStrategy(dist.strategy, devices, options));
+  t->startup_.devices = Clock::now() - devices_began;
   // The test split first: it gives the model its input shape and classes.
   MT_ASSIGN_OR_RETURN(t->test_data_, test_split.get());
+  const Clock::time_point model_began = Clock::now();
   if (const Shape& images = t->test_data_.images.shape();
       !config.model.input_shape.empty() &&
       !std::equal(images.begin() + 1, images.end(),
@@ -275,6 +285,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     t->async_window_ = std::make_unique<AsyncWindow>();
     t->async_window_->pushes.assign(t->num_replicas(), 0);
   }
+  t->startup_.model = Clock::now() - model_began;
   if (need_train_data) {
     MT_ASSIGN_OR_RETURN(t->train_data_, train_split.get());
     BatchIteratorOptions opt;

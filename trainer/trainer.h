@@ -406,6 +406,14 @@ class Trainer {
   Config config_;
   std::optional<CheckedCheckpoint> pending_restore_;
   std::string restored_from_;
+  // Where Create's time went, for the start-up line Train() prints first
+  // (the loads run on threads of their own, meanwhile).
+  struct StartupTimes {
+    std::chrono::steady_clock::time_point began;
+    std::chrono::duration<double> devices{0}, test_split{0}, training_split{0},
+        model{0};
+  };
+  StartupTimes startup_;
   int64_t last_saved_step_ = -1;
   std::string run_dir_;
   std::unique_ptr<distribute::Strategy> strategy_;

@@ -15,6 +15,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/ops/index_checks.h"
 #include "tensor/status_macros.h"
@@ -282,6 +283,17 @@ absl::Status Trainer::Train() {
   progress_ = std::make_unique<Progress>(loop.total_steps, loop.steps_per_epoch,
                                          config_.train.log_every_steps,
                                          /*silent=*/!processes_->chief());
+  {
+    // The time to the first step, where it went (a time-to-accuracy run
+    // pays it once).
+    const std::chrono::duration<double> total =
+        std::chrono::steady_clock::now() - startup_.began;
+    progress_->Message(absl::StrFormat(
+        "start-up %.2f s: devices %.2f s, model %.2f s; test split %.2f s "
+        "and training split %.2f s loading meanwhile",
+        total.count(), startup_.devices.count(), startup_.model.count(),
+        startup_.test_split.count(), startup_.training_split.count()));
+  }
   if (!restored_from_.empty()) {
     progress_->Message(
         absl::StrCat("restored ", restored_from_, " at step ", global_step()));
