@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <filesystem>
 #include <system_error>
 #include <vector>
 
@@ -82,6 +83,16 @@ void GzFile::SetStreamError(const char* message) {
   absl::string_view text = message == nullptr ? "gzip error" : message;
   absl::ConsumePrefix(&text, absl::StrCat(path_, ": "));
   stream_error_ = std::string(text);
+}
+
+uint64_t ReservableBytes(const std::string& path, uint64_t promised) {
+  // Deflate's best ratio is 1032:1 (258-byte matches in ~2 bits); the
+  // gzip header and trailer only lower it.
+  constexpr uint64_t kMaxExpansion = 1032;
+  std::error_code ec;
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  if (ec) return 0;
+  return std::min({promised, kMaxPayloadBytes, size * kMaxExpansion});
 }
 
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {

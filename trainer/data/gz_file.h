@@ -63,6 +63,14 @@ class GzFile {
 // InvalidArgument. The buffer grows as data arrives, up to kMaxPayloadBytes.
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 
+// How much of the `promised` decompressed size of `path` a reader may
+// reserve before reading: at most what the file could decompress to
+// (deflate expands at most ~1032x), so a lying header still cannot make it
+// allocate more than the file could hold, while a true one is read without
+// the buffer growing (no reallocation copies). 0 when the file cannot be
+// sized.
+uint64_t ReservableBytes(const std::string& path, uint64_t promised);
+
 // InvalidArgument "<path>: <reason>": bad content of a data file.
 absl::Status BadData(absl::string_view path, absl::string_view reason);
 

@@ -74,8 +74,10 @@ absl::StatusOr<RawIdx> ReadIdx(const std::string& path, uint32_t magic) {
                                       idx.dims[2], " in the IDX header"));
   }
 
-  // Grows as data arrives, so a lying header cannot make us allocate a
-  // terabyte before noticing the file is short.
+  // Grows as data arrives beyond what the file could hold, so a lying
+  // header cannot make us allocate a terabyte before noticing the file is
+  // short.
+  idx.data.reserve(ReservableBytes(path, bytes));
   while (idx.data.size() < bytes) {
     const size_t old = idx.data.size();
     const size_t chunk = std::min<uint64_t>(bytes - old, kReadChunkBytes);

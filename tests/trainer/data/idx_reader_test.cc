@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 #include "trainer/data/dataset.h"
+#include "trainer/data/gz_file.h"
 
 namespace mirrortrain::trainer {
 namespace {
@@ -178,6 +179,26 @@ TEST(IdxReaderTest, TruncatedImages) {
             path +
                 ": truncated: header promises 3 images of 28x28 (2352 "
                 "bytes), file holds 2351 bytes");
+}
+
+TEST(IdxReaderTest, ReservesWhatTheHeaderPromisesOnlyIfTheFileCouldHoldIt) {
+  const std::string dir = TestDir();
+  // 5 MB of images, more than one read chunk: read into a buffer reserved
+  // once (a growing one would end with spare capacity, after copies).
+  const std::string path = dir + "/images.gz";
+  const std::vector<uint32_t> dims = {5, 1000, 1000};
+  WriteGz(path, IdxBytes(kIdxImagesMagic, dims, Pattern(5000000, 3)));
+  absl::StatusOr<IdxImages> read = ReadIdxImages(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->pixels.size(), 5000000u);
+  EXPECT_EQ(read->pixels.capacity(), 5000000u);
+  EXPECT_EQ(ReservableBytes(path, 5000000), 5000000u);
+  // A header promising a terabyte in a 16-byte file: at most what 16
+  // deflated bytes could expand to.
+  const std::string liar = dir + "/liar";
+  WriteRaw(liar, IdxBytes(kIdxImagesMagic, {1 << 20, 1024, 1024}, {}));
+  EXPECT_EQ(ReservableBytes(liar, uint64_t{1} << 40), 16u * 1032);
+  EXPECT_EQ(ReservableBytes(dir + "/missing", 100), 0u);
 }
 
 TEST(IdxReaderTest, TruncatedHeader) {
