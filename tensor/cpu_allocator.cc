@@ -1,3 +1,4 @@
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,7 +40,7 @@ class CachingCpuAllocator final : public Allocator {
         return ptr;
       }
     }
-    void* ptr = std::aligned_alloc(kCpuAlignment, rounded);
+    void* ptr = NewBlock(rounded);
     if (ptr == nullptr) {
       return absl::ResourceExhaustedError(
           absl::StrCat("host allocation of ", bytes, " bytes failed"));
@@ -57,7 +58,7 @@ class CachingCpuAllocator final : public Allocator {
         return;
       }
     }
-    std::free(ptr);
+    FreeBlock(ptr, rounded);
   }
 
   Device device() const override { return Device::Cpu(); }
@@ -65,6 +66,32 @@ class CachingCpuAllocator final : public Allocator {
  private:
   static constexpr size_t kCacheMin = 64 << 10;
   static constexpr size_t kCacheMax = size_t{2} << 30;
+  // Blocks of these sizes are mapped with their pages populated in one
+  // call: a freshly loaded dataset (Fashion-MNIST's training images are
+  // 188 MB of f32) otherwise takes a page fault per 4 KiB on first touch,
+  // and the traps cost more than zeroing the pages (188 MB on this VM:
+  // about 150 ms populated, 240 ms faulted). Larger blocks stay lazy, so a
+  // huge allocation does not commit all its memory at once.
+  static constexpr size_t kPopulateMin = size_t{16} << 20;
+  static constexpr size_t kPopulateMax = size_t{1} << 30;
+  static bool Populated(size_t rounded) {
+    return rounded >= kPopulateMin && rounded <= kPopulateMax;
+  }
+  static void* NewBlock(size_t rounded) {
+    if (!Populated(rounded)) {
+      return std::aligned_alloc(kCpuAlignment, rounded);
+    }
+    void* ptr = mmap(nullptr, rounded, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    return ptr == MAP_FAILED ? nullptr : ptr;
+  }
+  static void FreeBlock(void* ptr, size_t rounded) {
+    if (Populated(rounded)) {
+      munmap(ptr, rounded);
+    } else {
+      std::free(ptr);
+    }
+  }
   static size_t Round(size_t bytes) {
     // aligned_alloc wants a multiple of the alignment; large blocks round to
     // pages so near sizes share a bucket.

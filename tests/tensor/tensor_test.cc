@@ -1,5 +1,6 @@
 #include "tensor/tensor.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <new>
 #include <optional>
@@ -14,11 +15,19 @@ namespace mirrortrain {
 namespace {
 
 TEST(TensorTest, HostStorageIsAlignedAndSized) {
-  for (int64_t n : {0, 1, 3, 17, 1000}) {
+  // Small, cached (>= 64 KiB) and populated (>= 16 MiB) blocks; each
+  // size twice, the second time from the cache.
+  for (int64_t n : {0, 1, 3, 17, 1000, 20000, 5 << 20, 5 << 20}) {
     Tensor t = Tensor::HostEmpty(DType::kF32, {n});
     EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw_data()) % kCpuAlignment, 0u);
     EXPECT_EQ(t.num_elements(), n);
     EXPECT_EQ(t.bytes(), static_cast<size_t>(n) * 4);
+    // Every byte is the tensor's to write and read back.
+    float* p = t.data<float>();
+    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(i);
+    for (int64_t i = 0; i < n; i += std::max<int64_t>(n / 97, 1)) {
+      ASSERT_EQ(p[i], static_cast<float>(i));
+    }
   }
 }
 
