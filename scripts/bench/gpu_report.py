@@ -181,7 +181,12 @@ def main() -> None:
         if "error" in r:
             return r["error"], None
         if r.get("reached"):
-            return f"{r['seconds']:.1f} s (epoch {r['epoch']}, {weights})", r["seconds"]
+            st = r.get("startup")
+            where = (f"; start-up {st['total']:.2f} s: devices {st['devices']:.2f}, "
+                     f"model {st['model']:.2f}, training split {st['training_split']:.2f}"
+                     if st else "")
+            return (f"{r['seconds']:.1f} s (epoch {r['epoch']}, {weights}{where})",
+                    r["seconds"])
         best = max((t["accuracy"] for t in r.get("tests", [])
                     if t.get("weights") == weights), default=r.get("best_accuracy"))
         if r.get("exit_code") not in (0, 143, None) and not r.get("tests"):

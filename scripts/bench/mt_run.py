@@ -17,7 +17,8 @@ step, samples_per_sec, seconds), "samples_per_sec" (median of the windows
 after the first, which holds start-up and warm-up; the first alone if it is
 the only one), "step_ms", "tests" (test records with seconds), "target",
 "reached" (first test record of --weights at or above the target),
-"stderr_tail" (when the run failed)}.
+"startup" (the trainer's start-up line in seconds: total, devices, model,
+test_split, training_split), "stderr_tail" (when the run failed)}.
 """
 import argparse
 import json
@@ -52,6 +53,24 @@ def stop(proc: subprocess.Popen, grace: float) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+STARTUP = re.compile(
+    r"^start-up ([\d.]+) s: devices ([\d.]+) s, model ([\d.]+) s; test split "
+    r"([\d.]+) s and training split ([\d.]+) s loading meanwhile$", re.M)
+
+
+def read_startup(log_path: str) -> dict:
+    """The trainer's start-up line (its first), in seconds; {} if absent."""
+    try:
+        with open(log_path, "rb") as f:
+            m = STARTUP.search(f.read(1 << 16).decode(errors="replace"))
+    except FileNotFoundError:
+        return {}
+    if not m:
+        return {}
+    keys = ("total", "devices", "model", "test_split", "training_split")
+    return dict(zip(keys, (float(v) for v in m.groups())))
 
 
 def main() -> None:
@@ -135,6 +154,9 @@ def main() -> None:
                     "seconds": reached["seconds"] if reached else None,
                     "timing": "from process launch (start-up, data loading, CUDA "
                               "context included) to the crossing test record"})
+    startup = read_startup(log_path)
+    if startup:
+        out["startup"] = startup
     ok = proc.returncode == 0 or (stopped and proc.returncode == 128 + signal.SIGTERM)
     if not ok or not windows:
         with open(log_path, "rb") as f:
