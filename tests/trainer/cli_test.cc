@@ -109,11 +109,12 @@ TEST(CliTest, TrainWritesTheRunDirectory) {
   EXPECT_TRUE(fs::exists(dir + "/checkpoints/ckpt-64.safetensors"));
   // Not a terminal: plain progress lines.
   EXPECT_NE(r.err.find("step 8/64"), std::string::npos) << r.err;
-  // First, where the start-up went.
+  // Where the start-up went.
   EXPECT_TRUE(std::regex_search(
-      r.err, std::regex(R"(^start-up \d+\.\d\d s: devices \d+\.\d\d s, model )"
-                        R"(\d+\.\d\d s; test split \d+\.\d\d s and training )"
-                        R"(split \d+\.\d\d s loading meanwhile\n)")))
+      r.err,
+      std::regex(R"((^|\n)start-up \d+\.\d\d s: devices \d+\.\d\d s, model )"
+                 R"(\d+\.\d\d s; test split \d+\.\d\d s and training )"
+                 R"(split \d+\.\d\d s loading meanwhile\n)")))
       << r.err;
 }
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <filesystem>
+#include <fstream>
 #include <system_error>
 #include <vector>
 
@@ -85,14 +85,37 @@ void GzFile::SetStreamError(const char* message) {
   stream_error_ = std::string(text);
 }
 
-uint64_t ReservableBytes(const std::string& path, uint64_t promised) {
-  // Deflate's best ratio is 1032:1 (258-byte matches in ~2 bits); the
-  // gzip header and trailer only lower it.
+uint64_t ReservableBytes(const std::string& path, uint64_t offset,
+                         uint64_t promised) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return 0;
+  const std::streamoff end = in.tellg();
+  if (end < 0) return 0;
+  const uint64_t size = static_cast<uint64_t>(end);
+  unsigned char head[2] = {0, 0};
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(head), 2);
+  if (in.gcount() < 2 || head[0] != 0x1f || head[1] != 0x8b) {
+    // Not gzip: zlib passes the file through, so it holds what it holds.
+    return std::min(promised, size > offset ? size - offset : 0);
+  }
+  // A gzip trailer ends with the decompressed size mod 2^32 (ISIZE): a
+  // promise that disagrees with it is not trusted. Nor is one beyond
+  // deflate's best ratio, 1032:1 (258-byte matches in ~2 bits).
   constexpr uint64_t kMaxExpansion = 1032;
-  std::error_code ec;
-  const uint64_t size = std::filesystem::file_size(path, ec);
-  if (ec) return 0;
-  return std::min({promised, kMaxPayloadBytes, size * kMaxExpansion});
+  constexpr uint64_t kGzipMinBytes = 18;  // 10-byte header, 8-byte trailer.
+  if (size < kGzipMinBytes || promised / kMaxExpansion > size ||
+      promised > kMaxPayloadBytes) {
+    return 0;
+  }
+  unsigned char isize[4];
+  in.seekg(static_cast<std::streamoff>(size - 4));
+  in.read(reinterpret_cast<char*>(isize), 4);
+  if (in.gcount() != 4) return 0;
+  const uint32_t trailer = uint32_t{isize[0]} | (uint32_t{isize[1]} << 8) |
+                           (uint32_t{isize[2]} << 16) |
+                           (uint32_t{isize[3]} << 24);
+  return static_cast<uint32_t>(offset + promised) == trailer ? promised : 0;
 }
 
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {

@@ -63,13 +63,16 @@ class GzFile {
 // InvalidArgument. The buffer grows as data arrives, up to kMaxPayloadBytes.
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 
-// How much of the `promised` decompressed size of `path` a reader may
-// reserve before reading: at most what the file could decompress to
-// (deflate expands at most ~1032x), so a lying header still cannot make it
-// allocate more than the file could hold, while a true one is read without
-// the buffer growing (no reallocation copies). 0 when the file cannot be
-// sized.
-uint64_t ReservableBytes(const std::string& path, uint64_t promised);
+// How many bytes a reader may reserve before reading for the `promised`
+// payload at decompressed `offset` of `path`: a raw file holds what it
+// holds; a gzip file is trusted only when its trailer's size (ISIZE, mod
+// 2^32) agrees with offset + promised and the promise is within deflate's
+// 1032:1 ratio, else 0. So a true header is read into a buffer reserved
+// once (no reallocation copies) while a lying one still cannot make the
+// reader allocate what the file could not hold. 0 when the file cannot be
+// read.
+uint64_t ReservableBytes(const std::string& path, uint64_t offset,
+                         uint64_t promised);
 
 // InvalidArgument "<path>: <reason>": bad content of a data file.
 absl::Status BadData(absl::string_view path, absl::string_view reason);

@@ -1,6 +1,7 @@
 #include "trainer/data/idx_reader.h"
 
 #include <algorithm>
+#include <new>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -77,7 +78,11 @@ absl::StatusOr<RawIdx> ReadIdx(const std::string& path, uint32_t magic) {
   // Grows as data arrives beyond what the file could hold, so a lying
   // header cannot make us allocate a terabyte before noticing the file is
   // short.
-  idx.data.reserve(ReservableBytes(path, bytes));
+  try {
+    idx.data.reserve(ReservableBytes(path, header_bytes, bytes));
+  } catch (const std::bad_alloc&) {
+    // More than this machine grants at once: grown as data arrives.
+  }
   while (idx.data.size() < bytes) {
     const size_t old = idx.data.size();
     const size_t chunk = std::min<uint64_t>(bytes - old, kReadChunkBytes);

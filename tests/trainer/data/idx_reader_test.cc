@@ -192,13 +192,26 @@ TEST(IdxReaderTest, ReservesWhatTheHeaderPromisesOnlyIfTheFileCouldHoldIt) {
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(read->pixels.size(), 5000000u);
   EXPECT_EQ(read->pixels.capacity(), 5000000u);
-  EXPECT_EQ(ReservableBytes(path, 5000000), 5000000u);
-  // A header promising a terabyte in a 16-byte file: at most what 16
-  // deflated bytes could expand to.
-  const std::string liar = dir + "/liar";
-  WriteRaw(liar, IdxBytes(kIdxImagesMagic, {1 << 20, 1024, 1024}, {}));
-  EXPECT_EQ(ReservableBytes(liar, uint64_t{1} << 40), 16u * 1032);
-  EXPECT_EQ(ReservableBytes(dir + "/missing", 100), 0u);
+  EXPECT_EQ(ReservableBytes(path, 16, 5000000), 5000000u);
+  // A raw file holds what it holds.
+  const std::string raw = dir + "/images";
+  WriteRaw(raw, IdxBytes(kIdxImagesMagic, {5, 10, 10}, Pattern(500, 3)));
+  EXPECT_EQ(ReservableBytes(raw, 16, 500), 500u);
+  EXPECT_EQ(ReservableBytes(raw, 16, uint64_t{1} << 40), 500u);
+  // Headers promising more than their files hold: a raw one, a gzip one
+  // its trailer contradicts, and a gzip one whose trailer agrees mod 2^32
+  // but which could not decompress to a terabyte.
+  const std::vector<uint32_t> liar = {1 << 20, 28, 28};
+  WriteRaw(raw, IdxBytes(kIdxImagesMagic, liar, {}));
+  EXPECT_EQ(ReservableBytes(raw, 16, uint64_t{28 * 28} << 20), 0u);
+  WriteGz(path, IdxBytes(kIdxImagesMagic, liar, {}));
+  EXPECT_EQ(ReservableBytes(path, 16, uint64_t{28 * 28} << 20), 0u);
+  EXPECT_EQ(ReservableBytes(path, 16, uint64_t{1} << 40), 0u);
+  absl::StatusOr<IdxImages> truncated = ReadIdxImages(path);
+  ASSERT_FALSE(truncated.ok());
+  EXPECT_THAT(std::string(truncated.status().message()),
+              HasSubstr("truncated: header promises 1048576 images"));
+  EXPECT_EQ(ReservableBytes(dir + "/missing", 16, 100), 0u);
 }
 
 TEST(IdxReaderTest, TruncatedHeader) {
