@@ -59,14 +59,13 @@ absl::Status GradientBuckets::LaunchReadyBuckets() {
   while (next_bucket_ < static_cast<int>(plan_->buckets.size()) &&
          missing_[next_bucket_] == 0) {
     const std::vector<size_t>& members = plan_->buckets[next_bucket_];
-    if (ctx_->reduces() && members.size() == 1 &&
-        grads_[members[0]].IsExclusive() &&
-        grads_[members[0]].device().SameMemory(ctx_->device())) {
+    const Tensor& first = grads_[members[0]];
+    if (ctx_->reduces() && members.size() == 1 && first.IsExclusive() &&
+        first.device().SameMemory(ctx_->device())) {
       // Nothing else reads or writes it: reduced where it is, as one flat
       // buffer on every replica (whichever way the others go).
-      MT_ASSIGN_OR_RETURN(
-          buffers_[next_bucket_],
-          grads_[members[0]].Reshaped({grads_[members[0]].num_elements()}));
+      MT_ASSIGN_OR_RETURN(buffers_[next_bucket_],
+                          first.Reshaped({first.num_elements()}));
       pending_.push_back(
           ctx_->AllReduceAsync(ReduceOp::kSum, buffers_[next_bucket_]));
     } else if (ctx_->reduces()) {

@@ -406,8 +406,8 @@ class Trainer {
   Config config_;
   std::optional<CheckedCheckpoint> pending_restore_;
   std::string restored_from_;
-  // Where Create's time went, for the start-up line Train() prints first
-  // (the loads run on threads of their own, meanwhile).
+  // Where Create's time went, for the start-up line Train() prints before
+  // its first step (the loads run on threads of their own, meanwhile).
   struct StartupTimes {
     std::chrono::steady_clock::time_point began;
     std::chrono::duration<double> devices{0}, test_split{0}, training_split{0},

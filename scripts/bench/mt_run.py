@@ -61,7 +61,7 @@ STARTUP = re.compile(
 
 
 def read_startup(log_path: str) -> dict:
-    """The trainer's start-up line (its first), in seconds; {} if absent."""
+    """The trainer's start-up line, in seconds; {} if absent."""
     try:
         with open(log_path, "rb") as f:
             m = STARTUP.search(f.read(1 << 16).decode(errors="replace"))
