@@ -17,10 +17,12 @@ bool SequentialLayer::Append(std::unique_ptr<Layer> layer) {
 absl::StatusOr<Tensor> SequentialLayer::Call(const Tensor& x,
                                              const ForwardContext& ctx) {
   Tensor y = x;
-  for (auto& layer : layers_) {
-    MT_ASSIGN_OR_RETURN(y, layer->Call(y, ctx));
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    MT_ASSIGN_OR_RETURN(y, layers_[i]->Call(y, ctx));
     if (ctx.bf16_activations) {
-      MT_RETURN_IF_ERROR(ops::RoundToBFloat16InPlace(y));
+      const bool feeds_product =
+          i + 1 < layers_.size() && layers_[i + 1]->InputFeedsProduct();
+      MT_RETURN_IF_ERROR(ops::RoundToBFloat16InPlace(y, feeds_product));
     }
   }
   return y;

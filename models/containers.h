@@ -24,6 +24,9 @@ class SequentialLayer final : public Layer {
                               const ForwardContext& ctx) override;
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override;
   std::vector<Variable*> variables() override;
+  bool InputFeedsProduct() const override {
+    return !layers_.empty() && layers_.front()->InputFeedsProduct();
+  }
 
  private:
   std::vector<std::unique_ptr<Layer>> layers_;
@@ -42,6 +45,10 @@ class ResidualLayer final : public Layer {
                               const ForwardContext& ctx) override;
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override;
   std::vector<Variable*> variables() override;
+  bool InputFeedsProduct() const override {
+    return main_->InputFeedsProduct() ||
+           (shortcut_ != nullptr && shortcut_->InputFeedsProduct());
+  }
 
  private:
   std::unique_ptr<Layer> main_;

@@ -26,6 +26,7 @@ class DenseLayer final : public Layer {
                               const ForwardContext& ctx) override;
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override;
   std::vector<Variable*> variables() override;
+  bool InputFeedsProduct() const override { return true; }
 
  private:
   DenseLayer(std::string name, Variable kernel, std::optional<Variable> bias,

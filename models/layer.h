@@ -58,6 +58,12 @@ class Layer {
   // The output shape for an input shape (batch dimension included).
   virtual absl::StatusOr<Shape> OutputShape(const Shape& input) const = 0;
   virtual std::vector<Variable*> variables() { return {}; }
+  // True when the layer reads its input first as a matrix product's operand
+  // (dense, attention's projections): under mixed bfloat16 the pass that
+  // rounds the input then also writes the 2-byte copy that the product
+  // reads (tensor/ops/precision_ops.h), instead of the product converting
+  // it again.
+  virtual bool InputFeedsProduct() const { return false; }
   // Offered the layer that follows this one in a sequence (so it reads only
   // this layer's output): returns true when this layer now computes `next`
   // itself, exactly, and the sequence then skips `next`. Conv2D absorbs a

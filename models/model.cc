@@ -38,7 +38,8 @@ absl::StatusOr<Tensor> Model::Call(const Tensor& inputs,
   }
   if (!mixed_bfloat16_) return body_->Call(inputs, ctx);
   // A rounded copy: the caller's batch stays as it was.
-  MT_ASSIGN_OR_RETURN(Tensor x, ops::RoundedToBFloat16(inputs));
+  MT_ASSIGN_OR_RETURN(
+      Tensor x, ops::RoundedToBFloat16(inputs, body_->InputFeedsProduct()));
   ForwardContext bf16_ctx = ctx;
   bf16_ctx.bf16_activations = true;
   return body_->Call(x, bf16_ctx);

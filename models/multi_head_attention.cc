@@ -135,6 +135,7 @@ class MultiHeadAttentionLayer final : public Layer {
     }
     return vars;
   }
+  bool InputFeedsProduct() const override { return true; }
 
  private:
   MultiHeadAttentionLayer(std::string name, const Options& options,

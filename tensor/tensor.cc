@@ -150,10 +150,27 @@ absl::StatusOr<Tensor> Tensor::To(Device device) const {
   return t;
 }
 
+const Bf16Rendering* Tensor::bf16_rendering() const {
+  const std::optional<Bf16Rendering>& r = impl_->buffer->bf16_rendering();
+  if (!r.has_value() || dtype() != DType::kF32) return nullptr;
+  const size_t begin = impl_->byte_offset;
+  return begin >= r->begin && begin + bytes() <= r->end ? &*r : nullptr;
+}
+
+void Tensor::set_bf16_rendering(std::shared_ptr<Buffer> halves) const {
+  impl_->buffer->set_bf16_rendering(Bf16Rendering{
+      impl_->byte_offset, impl_->byte_offset + bytes(), std::move(halves)});
+}
+
 absl::Status Tensor::CopyFrom(const Tensor& src) {
   if (src.dtype() != dtype() || src.num_elements() != num_elements()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "CopyFrom: cannot copy ", src.DebugString(), " into ", DebugString()));
+  }
+  // Checked first: threads may copy into views of one buffer at once,
+  // and only a rendered buffer (one thread's, by contract) is written.
+  if (impl_->buffer->bf16_rendering().has_value()) {
+    impl_->buffer->set_bf16_rendering(std::nullopt);
   }
   if (bytes() == 0) return absl::OkStatus();
   Device from = src.device(), to = device();

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,26 @@
 
 namespace mirrortrain {
 
+class Buffer;
+
+// What a buffer's f32 bytes [begin, end) are known to hold under mixed
+// bfloat16 (tensor/ops/precision_ops.h): values exactly representable in
+// bfloat16, and on GPUs the same values as 2-byte bfloat16 in `halves` (the
+// f32 element at byte begin + 4 i is halves' element i; null when not
+// made). Lets a matrix product read a rounded layer output as it is instead
+// of converting it again.
+struct Bf16Rendering {
+  size_t begin = 0;
+  size_t end = 0;
+  std::shared_ptr<Buffer> halves;
+};
+
 // One allocation. Frees itself through its allocator.
+//
+// Thread contract for the rendering: set by the thread that wrote the bytes
+// before it shares the buffer (only layer outputs and rounded copies get
+// one), dropped by whoever writes the bytes in place afterwards
+// (Tensor::CopyFrom does; ops never write their inputs).
 class Buffer {
  public:
   static absl::StatusOr<std::shared_ptr<Buffer>> Allocate(Allocator* allocator,
@@ -40,12 +60,20 @@ class Buffer {
   size_t bytes() const { return bytes_; }
   Device device() const { return allocator_->device(); }
 
+  const std::optional<Bf16Rendering>& bf16_rendering() const {
+    return bf16_rendering_;
+  }
+  void set_bf16_rendering(std::optional<Bf16Rendering> rendering) {
+    bf16_rendering_ = std::move(rendering);
+  }
+
  private:
   Buffer(Allocator* allocator, void* data, size_t bytes)
       : allocator_(allocator), data_(data), bytes_(bytes) {}
   Allocator* allocator_;
   void* data_;
   size_t bytes_;
+  std::optional<Bf16Rendering> bf16_rendering_;
 };
 
 class Tensor {
@@ -85,6 +113,8 @@ class Tensor {
   // Unique per tensor (not per handle); the tape keys on it.
   int64_t id() const { return impl_->id; }
 
+  // Where its elements start in its buffer (views of one buffer differ).
+  size_t byte_offset() const { return impl_->byte_offset; }
   void* raw_data() const {
     return static_cast<char*>(impl_->buffer->data()) + impl_->byte_offset;
   }
@@ -92,6 +122,13 @@ class Tensor {
   T* data() const {
     return static_cast<T*>(raw_data());
   }
+  // The buffer's bfloat16 rendering when it covers this tensor's bytes
+  // (Bf16Rendering), else null.
+  const Bf16Rendering* bf16_rendering() const;
+  // Records that this tensor's bytes hold bfloat16-exact values (and their
+  // 2-byte copy, `halves`, on GPUs); replaces the buffer's rendering.
+  void set_bf16_rendering(std::shared_ptr<Buffer> halves) const;
+
   // True when both handles address the same bytes.
   bool SharesBufferWith(const Tensor& other) const {
     return impl_->buffer == other.impl_->buffer;
@@ -117,7 +154,8 @@ class Tensor {
   absl::StatusOr<Tensor> Clone() const;
   // A copy on `device` (this tensor itself when already there).
   absl::StatusOr<Tensor> To(Device device) const;
-  // Copies `src` (same dtype and element count, any device) into this.
+  // Copies `src` (same dtype and element count, any device) into this;
+  // drops the buffer's bfloat16 rendering.
   absl::Status CopyFrom(const Tensor& src);
 
   // Host-only convenience accessors for tests and I/O.

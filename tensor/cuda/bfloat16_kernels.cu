@@ -12,9 +12,12 @@
 namespace mirrortrain::cuda {
 namespace {
 
-__global__ void RoundToBFloat16Kernel(const float* x, float* y, int64_t n) {
+__global__ void RoundToBFloat16Kernel(const float* x, float* y,
+                                      __nv_bfloat16* halves, int64_t n) {
   for (int64_t i = GridStart(); i < n; i += GridStep()) {
-    y[i] = __bfloat162float(__float2bfloat16_rn(x[i]));
+    const __nv_bfloat16 h = __float2bfloat16_rn(x[i]);
+    y[i] = __bfloat162float(h);
+    if (halves != nullptr) halves[i] = h;
   }
 }
 
@@ -36,13 +39,14 @@ absl::Status ToBFloat16OnGpu(const void* x, void* y, int64_t n, int device) {
   return absl::OkStatus();
 }
 
-absl::Status RoundToBFloat16OnGpu(const void* x, void* y, int64_t n,
-                                  int device) {
+absl::Status RoundToBFloat16OnGpu(const void* x, void* y, void* halves,
+                                  int64_t n, int device) {
   if (n == 0) return absl::OkStatus();
   DeviceGuard guard;
   MT_RETURN_IF_ERROR(guard.Set(device));
   RoundToBFloat16Kernel<<<LaunchBlocks(n), kLaunchThreads, 0, LaunchStream()>>>(
-      static_cast<const float*>(x), static_cast<float*>(y), n);
+      static_cast<const float*>(x), static_cast<float*>(y),
+      static_cast<__nv_bfloat16*>(halves), n);
   MT_CUDA_RETURN_IF_LAUNCH_ERROR("RoundToBFloat16");
   return absl::OkStatus();
 }

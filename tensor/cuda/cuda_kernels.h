@@ -123,9 +123,11 @@ MT_CUDA_KERNEL(ArgMax, absl::Status(DType dtype, const void* x, int64_t outer,
                                     int device));
 
 // y[i] = f32 x[i] rounded to the nearest bfloat16 (ties to even, as
-// tensor/bfloat16.h); y may be x.
+// tensor/bfloat16.h); y may be x. When `halves` is not null it also gets
+// the values as 2-byte bfloat16 (a product's operand, as ToBFloat16).
 MT_CUDA_KERNEL(RoundToBFloat16,
-               absl::Status(const void* x, void* y, int64_t n, int device));
+               absl::Status(const void* x, void* y, void* halves, int64_t n,
+                            int device));
 // y[i] = f32 x[i] as bfloat16 (2-byte values, rounded as above): a
 // product's operand under precision bf16 (ops/gemm_operand.h).
 MT_CUDA_KERNEL(ToBFloat16,
@@ -263,11 +265,13 @@ MT_CUDA_KERNEL(BiasAddRelu,
                             void* y, int64_t rows, int64_t cols, int device));
 // dz = y > 0 ? dy : 0 and, when db is non-null, db = ColumnSum(dz) in the
 // same pass; with `dz_bf16` (f32 only) dz is stored as 2-byte bfloat16 (a
-// bf16 product's operand; db sums the unrounded values).
+// bf16 product's operand; db sums the unrounded values). With `y_bf16`
+// (f32 only) y is read as 2-byte bfloat16 (a rounded output's halves, the
+// same signs in half the bytes).
 MT_CUDA_KERNEL(BiasAddReluGrad,
-               absl::Status(DType dtype, const void* y, const void* dy,
-                            void* dz, bool dz_bf16, void* db, int64_t rows,
-                            int64_t cols, int device));
+               absl::Status(DType dtype, const void* y, bool y_bf16,
+                            const void* dy, void* dz, bool dz_bf16, void* db,
+                            int64_t rows, int64_t cols, int device));
 
 // ---- Conv2D (conv_kernels.cu): NHWC input [n, h, w, c], HWIO filter
 // [kh, kw, c, o], output [n, oh, ow, o]; output (oy, ox) reads input rows

@@ -29,14 +29,20 @@ __global__ void BiasReluKernel(const T* x, const T* bias, T* y, int64_t cols,
 
 // dz[i] = y[i] > 0 ? dy[i] : 0, stored as it is loaded for the column sum
 // (which sums the unrounded value); O is T, or bfloat16 for a dz that only
-// bf16 products read.
-template <typename T, typename O = T>
+// bf16 products read; Y is T, or bfloat16 for a rounded y's halves.
+template <typename T, typename O = T, typename Y = T>
 struct LoadMaskedGrad {
-  const T* y;
+  const Y* y;
   const T* dy;
   O* dz;
   __device__ T operator()(int64_t i) const {
-    const T v = y[i] > T(0) ? dy[i] : T(0);
+    bool positive;
+    if constexpr (std::is_same_v<Y, __nv_bfloat16>) {
+      positive = __bfloat162float(y[i]) > 0.0f;
+    } else {
+      positive = y[i] > T(0);
+    }
+    const T v = positive ? dy[i] : T(0);
     if constexpr (std::is_same_v<O, __nv_bfloat16>) {
       dz[i] = __float2bfloat16_rn(v);
     } else {
@@ -66,12 +72,13 @@ absl::Status BiasAddReluOnGpu(DType dtype, const void* x, const void* bias,
       });
 }
 
-absl::Status BiasAddReluGradOnGpu(DType dtype, const void* y, const void* dy,
-                                  void* dz, bool dz_bf16, void* db,
-                                  int64_t rows, int64_t cols, int device) {
-  if (dz_bf16 && dtype != DType::kF32) {
+absl::Status BiasAddReluGradOnGpu(DType dtype, const void* y, bool y_bf16,
+                                  const void* dy, void* dz, bool dz_bf16,
+                                  void* db, int64_t rows, int64_t cols,
+                                  int device) {
+  if ((dz_bf16 || y_bf16) && dtype != DType::kF32) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "BiasAddReluGrad: a bfloat16 dz comes from f32 values, got ",
+        "BiasAddReluGrad: bfloat16 y or dz stand for f32 values, got ",
         DTypeName(dtype)));
   }
   DeviceGuard guard;
@@ -90,19 +97,29 @@ absl::Status BiasAddReluGradOnGpu(DType dtype, const void* y, const void* dy,
   };
   MT_RETURN_IF_ERROR(DispatchFloat("BiasAddReluGrad", dtype, [&](auto zero) {
     using T = decltype(zero);
-    const T* ty = static_cast<const T*>(y);
     const T* tdy = static_cast<const T*>(dy);
+    // y and dz each as T or as bfloat16 (f32 only).
+    auto with_dz = [&](auto* ty) {
+      using Y = std::remove_const_t<std::remove_pointer_t<decltype(ty)>>;
+      if constexpr (std::is_same_v<T, float>) {
+        if (dz_bf16) {
+          launch(
+              LoadMaskedGrad<T, __nv_bfloat16, Y>{
+                  ty, tdy, static_cast<__nv_bfloat16*>(dz)},
+              static_cast<T*>(db));
+          return;
+        }
+      }
+      launch(LoadMaskedGrad<T, T, Y>{ty, tdy, static_cast<T*>(dz)},
+             static_cast<T*>(db));
+    };
     if constexpr (std::is_same_v<T, float>) {
-      if (dz_bf16) {
-        launch(
-            LoadMaskedGrad<T, __nv_bfloat16>{ty, tdy,
-                                             static_cast<__nv_bfloat16*>(dz)},
-            static_cast<T*>(db));
+      if (y_bf16) {
+        with_dz(static_cast<const __nv_bfloat16*>(y));
         return;
       }
     }
-    launch(LoadMaskedGrad<T>{ty, tdy, static_cast<T*>(dz)},
-           static_cast<T*>(db));
+    with_dz(static_cast<const T*>(y));
   }));
   MT_RETURN_IF_ERROR(status);
   MT_CUDA_RETURN_IF_LAUNCH_ERROR("MaskKernel");

@@ -8,6 +8,7 @@
 #include "tensor/op.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/op_util.h"
+#include "tensor/ops/precision_ops.h"
 #include "tensor/parallel.h"
 #include "tensor/status_macros.h"
 
@@ -142,19 +143,22 @@ int64_t BiasRows(const Tensor& y, const Shape& bias_shape) {
 }
 
 // The masked pass on a GPU, into dz (f32 storage, or bfloat16 with
-// `dz_bf16`), and db (allocated here) when `need_db`.
+// `dz_bf16`), and db (allocated here) when `need_db`. It reads y's halves
+// when y was rounded with them (a layer output that feeds a product).
 absl::Status GpuBiasReluGrads(const Tensor& y, const Tensor& dy,
                               const Shape& bias_shape, bool need_db, void* dz,
                               bool dz_bf16, Tensor* db) {
   if (need_db) {
     MT_ASSIGN_OR_RETURN(*db, Tensor::Empty(y.dtype(), bias_shape, dy.device()));
   }
+  const void* y_halves = internal::Bf16Halves(y);
   return internal::KernelError(
       "BiasAddReluGrad",
-      cuda::BiasAddReluGrad(y.dtype(), y.raw_data(), dy.raw_data(), dz, dz_bf16,
-                            need_db ? db->raw_data() : nullptr,
-                            BiasRows(y, bias_shape), bias_shape[0],
-                            dy.device().index),
+      cuda::BiasAddReluGrad(
+          y.dtype(), y_halves != nullptr ? y_halves : y.raw_data(),
+          y_halves != nullptr, dy.raw_data(), dz, dz_bf16,
+          need_db ? db->raw_data() : nullptr, BiasRows(y, bias_shape),
+          bias_shape[0], dy.device().index),
       {&dy});
 }
 

@@ -9,17 +9,17 @@
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/matmul_precision.h"
 #include "tensor/ops/op_util.h"
+#include "tensor/ops/precision_ops.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::ops::internal {
 namespace {
 
-// Device memory for `n` 2-byte bfloat16 values on the GPU `device`.
-absl::StatusOr<std::shared_ptr<Buffer>> AllocateBf16(int64_t n, Device device) {
-  constexpr size_t kBf16Bytes = 2;
-  MT_ASSIGN_OR_RETURN(Allocator * allocator, AllocatorFor(device));
-  return Buffer::Allocate(
-      allocator, static_cast<size_t>(std::max<int64_t>(n, 1)) * kBf16Bytes);
+// `n` 2-byte values in a fresh buffer on the GPU `device`, owning it.
+absl::StatusOr<std::shared_ptr<void>> NewBf16(int64_t n, Device device) {
+  MT_ASSIGN_OR_RETURN(std::shared_ptr<Buffer> buffer, AllocateBf16(n, device));
+  void* data = buffer->data();
+  return std::shared_ptr<void>(std::move(buffer), data);
 }
 
 }  // namespace
@@ -41,6 +41,18 @@ absl::StatusOr<GemmOperand> GemmOperand::Of(const Tensor& t, bool bf16) {
   op.dtype_ = t.dtype();
   op.device_ = t.device();
   if (!bf16 || t.dtype() != DType::kF32) return op;
+  if (const Bf16Rendering* r = t.bf16_rendering(); r != nullptr) {
+    // Rounded already (a layer output): read as it is.
+    if (!t.device().is_cuda()) {
+      op.exact_ = true;
+      return op;
+    }
+    if (r->halves != nullptr) {
+      // Shares the halves' ownership, points at t's first value.
+      op.device_bf16_ = std::shared_ptr<void>(r->halves, Bf16Halves(t));
+      return op;
+    }
+  }
   if (!t.device().is_cuda()) {
     // On the calling thread: conversions run inside parallel GEMM chunks
     // (conv), and cost little next to the product reading them.
@@ -49,8 +61,7 @@ absl::StatusOr<GemmOperand> GemmOperand::Of(const Tensor& t, bool bf16) {
                     t.num_elements());
     return op;
   }
-  MT_ASSIGN_OR_RETURN(op.device_bf16_,
-                      AllocateBf16(t.num_elements(), t.device()));
+  MT_ASSIGN_OR_RETURN(op.device_bf16_, NewBf16(t.num_elements(), t.device()));
   MT_RETURN_IF_ERROR(
       KernelError("ToBFloat16",
                   cuda::ToBFloat16(t.raw_data(), op.bf16_storage(),
@@ -70,8 +81,7 @@ absl::StatusOr<GemmOperand> GemmOperand::Bf16Storage(Shape shape,
   op.dtype_ = DType::kF32;
   op.device_ = device;
   op.shape_ = std::move(shape);
-  MT_ASSIGN_OR_RETURN(op.device_bf16_,
-                      AllocateBf16(NumElements(op.shape_), device));
+  MT_ASSIGN_OR_RETURN(op.device_bf16_, NewBf16(NumElements(op.shape_), device));
   return op;
 }
 
@@ -82,7 +92,7 @@ std::string GemmOperand::DebugString() const {
 }
 
 const void* GemmOperand::data() const {
-  if (device_bf16_ != nullptr) return device_bf16_->data();
+  if (device_bf16_ != nullptr) return device_bf16_.get();
   if (rounded_.defined()) return rounded_.raw_data();
   return tensor_.defined() ? tensor_.raw_data() : nullptr;
 }

@@ -6,9 +6,11 @@
 // f32 tensor's values rounded to bfloat16: on GPUs 2-byte bfloat16 values
 // (what cuBLAS's bf16 tensor cores read), on CPUs f32 values rounded to
 // bfloat16 (what OpenBLAS reads: the same numbers). Otherwise the operand is
-// the tensor itself. MatMul and the dense fusions keep their operands for
-// their gradient, so x, the kernel and the gradient dy are converted once
-// each per step instead of once per product reading them (three
+// the tensor itself; a tensor rounded already (a layer output under mixed
+// bfloat16, ops/precision_ops.h) is read as it is, through its 2-byte copy
+// on GPUs when the rounding pass wrote one. MatMul and the dense fusions keep
+// their operands for their gradient, so x, the kernel and the gradient dy are
+// converted once each per step instead of once per product reading them (three
 // conversions per layer instead of six), and the backward products read
 // the values the forward product read, as TensorFlow's saved bf16 tensors
 // (under fp32 and tf32 they read the tensors themselves, as they are when
@@ -62,22 +64,24 @@ class GemmOperand {
 
   // True when the products read bfloat16 (data() as above), false when
   // they read tensor() itself.
-  bool bf16() const { return rounded_.defined() || device_bf16_ != nullptr; }
+  bool bf16() const {
+    return exact_ || rounded_.defined() || device_bf16_ != nullptr;
+  }
   // What the product reads, row-major in shape(); null when undefined.
   const void* data() const;
   // The storage a kernel fills, for operands made by Bf16Storage (null
   // otherwise).
-  void* bf16_storage() const {
-    return device_bf16_ ? device_bf16_->data() : nullptr;
-  }
+  void* bf16_storage() const { return device_bf16_.get(); }
 
  private:
   Shape shape_;
   std::optional<DType> dtype_;  // Unset: undefined.
   Device device_ = Device::Cpu();
   Tensor tensor_;
-  Tensor rounded_;                       // CPU bf16: f32 rounded values.
-  std::shared_ptr<Buffer> device_bf16_;  // GPU bf16: 2-byte values.
+  Tensor rounded_;      // CPU bf16: f32 rounded values.
+  bool exact_ = false;  // CPU bf16: tensor_ holds rounded values itself.
+  // GPU bf16: the first of its 2-byte values (owning their buffer).
+  std::shared_ptr<void> device_bf16_;
 };
 
 }  // namespace mirrortrain::ops::internal

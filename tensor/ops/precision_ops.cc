@@ -1,5 +1,9 @@
 #include "tensor/ops/precision_ops.h"
 
+#include <algorithm>
+#include <utility>
+
+#include "tensor/allocator.h"
 #include "tensor/bfloat16.h"
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/ops/op_util.h"
@@ -9,36 +13,74 @@
 namespace mirrortrain::ops {
 namespace {
 
-// y = x rounded; y has x's shape, dtype f32 and device; y may be x.
-absl::Status Round(const Tensor& x, Tensor& y) {
+// y = x rounded, and recorded as rounded; y has x's shape, dtype f32 and
+// device; y may be x. With `halves` on a GPU the pass also writes y's
+// 2-byte copy.
+absl::Status Round(const Tensor& x, const Tensor& y, bool halves) {
   const int64_t n = x.num_elements();
-  if (x.device().is_cuda()) {
-    return internal::KernelError(
-        "RoundToBFloat16",
-        cuda::RoundToBFloat16(x.raw_data(), y.raw_data(), n, x.device().index),
-        {&x});
+  if (!x.device().is_cuda()) {
+    const float* in = x.data<float>();
+    float* out = y.data<float>();
+    ParallelFor(n, 1 << 16, [&](int64_t begin, int64_t end) {
+      RoundToBFloat16(in + begin, out + begin, end - begin);
+    });
+    y.set_bf16_rendering(nullptr);
+    return absl::OkStatus();
   }
-  const float* in = x.data<float>();
-  float* out = y.data<float>();
-  ParallelFor(n, 1 << 16, [&](int64_t begin, int64_t end) {
-    RoundToBFloat16(in + begin, out + begin, end - begin);
-  });
+  std::shared_ptr<Buffer> copy;
+  if (halves) {
+    MT_ASSIGN_OR_RETURN(copy, internal::AllocateBf16(n, x.device()));
+  }
+  MT_RETURN_IF_ERROR(internal::KernelError(
+      "RoundToBFloat16",
+      cuda::RoundToBFloat16(x.raw_data(), y.raw_data(),
+                            copy != nullptr ? copy->data() : nullptr, n,
+                            x.device().index),
+      {&x}));
+  y.set_bf16_rendering(std::move(copy));
   return absl::OkStatus();
+}
+
+// Whether `t` holds rounded values already, with halves if `halves` asks
+// for them (CPU products read f32 storage: they need none).
+bool AlreadyRounded(const Tensor& t, bool halves) {
+  const Bf16Rendering* r = t.bf16_rendering();
+  return r != nullptr &&
+         (!halves || !t.device().is_cuda() || r->halves != nullptr);
 }
 
 }  // namespace
 
-absl::Status RoundToBFloat16InPlace(Tensor& t) {
-  if (t.dtype() != DType::kF32) return absl::OkStatus();
-  return Round(t, t);
+absl::Status RoundToBFloat16InPlace(Tensor& t, bool halves) {
+  if (t.dtype() != DType::kF32 || AlreadyRounded(t, halves)) {
+    return absl::OkStatus();
+  }
+  return Round(t, t, halves);
 }
 
-absl::StatusOr<Tensor> RoundedToBFloat16(const Tensor& x) {
+absl::StatusOr<Tensor> RoundedToBFloat16(const Tensor& x, bool halves) {
   if (x.dtype() != DType::kF32) return x;
   MT_ASSIGN_OR_RETURN(Tensor y,
                       Tensor::Empty(x.dtype(), x.shape(), x.device()));
-  MT_RETURN_IF_ERROR(Round(x, y));
+  MT_RETURN_IF_ERROR(Round(x, y, halves));
   return y;
 }
 
+namespace internal {
+
+void* Bf16Halves(const Tensor& t) {
+  const Bf16Rendering* r = t.bf16_rendering();
+  if (r == nullptr || r->halves == nullptr) return nullptr;
+  return static_cast<char*>(r->halves->data()) +
+         (t.byte_offset() - r->begin) / 2;
+}
+
+absl::StatusOr<std::shared_ptr<Buffer>> AllocateBf16(int64_t n, Device device) {
+  constexpr size_t kBf16Bytes = 2;
+  MT_ASSIGN_OR_RETURN(Allocator * allocator, AllocatorFor(device));
+  return Buffer::Allocate(
+      allocator, static_cast<size_t>(std::max<int64_t>(n, 1)) * kBf16Bytes);
+}
+
+}  // namespace internal
 }  // namespace mirrortrain::ops

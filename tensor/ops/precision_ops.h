@@ -4,11 +4,21 @@
 // TensorFlow's Cast pair, whose gradient is a cast of the gradient, which
 // the next bf16 matrix product rounds in any case).
 //
+// A rounded tensor's buffer records it (Bf16Rendering, tensor/tensor.h):
+// rounding it again is skipped, and a matrix product reads it as it is
+// (ops/gemm_operand.h) instead of converting it once more. Asked for
+// `halves`, the rounding pass on a GPU also writes the values as 2-byte
+// bfloat16, the form the products read, in the same pass: a layer output
+// that feeds a product is then read by it with no conversion pass.
+//
 // Only f32 tensors round; f64 and integer tensors are left as they are (the
 // f64 gradient checks, token ids). Kernels run on the tensor's device, on
 // the calling thread's stream.
 #ifndef MIRRORTRAIN_TENSOR_OPS_PRECISION_OPS_H_
 #define MIRRORTRAIN_TENSOR_OPS_PRECISION_OPS_H_
+
+#include <cstdint>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -18,12 +28,25 @@ namespace mirrortrain::ops {
 
 // Rounds `t`'s elements in place. For an op's output that the tape already
 // holds: gradients that read the output (relu's, softmax's) then see the
-// stored bf16 value, as they would with bf16 storage.
-absl::Status RoundToBFloat16InPlace(Tensor& t);
+// stored bf16 value, as they would with bf16 storage. Does nothing to a
+// tensor already rounded (with its halves, if asked for them, on GPUs).
+absl::Status RoundToBFloat16InPlace(Tensor& t, bool halves = false);
 
 // A rounded copy of `x` (`x` itself when it does not round).
-absl::StatusOr<Tensor> RoundedToBFloat16(const Tensor& x);
+absl::StatusOr<Tensor> RoundedToBFloat16(const Tensor& x, bool halves = false);
 
+namespace internal {
+
+// `t`'s values as 2-byte bfloat16 when its rounding pass wrote them (GPUs:
+// RoundToBFloat16InPlace with `halves`), else null. The pointer lives as
+// long as `t`'s buffer keeps its rendering; hold `t` while using it. Only
+// the rounding pass writes through it.
+void* Bf16Halves(const Tensor& t);
+
+// Device memory for `n` 2-byte bfloat16 values on the GPU `device`.
+absl::StatusOr<std::shared_ptr<Buffer>> AllocateBf16(int64_t n, Device device);
+
+}  // namespace internal
 }  // namespace mirrortrain::ops
 
 #endif  // MIRRORTRAIN_TENSOR_OPS_PRECISION_OPS_H_

@@ -2,10 +2,15 @@
 // against their hand-written expansion, shape errors naming the path.
 #include "models/model.h"
 
+#include <memory>
+#include <utility>
+#include <vector>
+
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "models/containers.h"
 #include "models/presets.h"
 #include "tensor/bfloat16.h"
 #include "tensor/gradient_tape.h"
@@ -14,6 +19,7 @@
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/precision_ops.h"
 #include "tensor/ops/reduction_ops.h"
+#include "tests/tensor/cuda_test_util.h"
 #include "tests/test_util.h"
 
 namespace mirrortrain::models {
@@ -131,6 +137,108 @@ TEST(ModelTest, MixedBFloat16RoundsInputsAndLayerOutputs) {
   auto grads = tape.Gradient(*ops::ReduceSum(*y), vars);
   ASSERT_TRUE(grads.ok()) << grads.status();
   for (const auto& g : *grads) EXPECT_TRUE(g.has_value());
+}
+
+// What reached a probe layer: its input recorded as rounded to bfloat16,
+// and with the 2-byte copy products read (GPUs only).
+struct Seen {
+  bool rounded = false;
+  bool halves = false;
+  bool operator==(const Seen&) const = default;
+};
+
+// Passes x * 1.5 on (a new tensor, not on the bfloat16 grid) and logs what
+// it was given; says whether its input feeds a product as told.
+class ProbeLayer final : public Layer {
+ public:
+  ProbeLayer(bool feeds_product, std::vector<Seen>* log)
+      : Layer("probe"), feeds_product_(feeds_product), log_(log) {}
+  absl::StatusOr<Tensor> Call(const Tensor& x, const ForwardContext&) override {
+    const Bf16Rendering* r = x.bf16_rendering();
+    log_->push_back({r != nullptr, r != nullptr && r->halves != nullptr});
+    return ops::Scale(x, 1.5);
+  }
+  absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
+    return input;
+  }
+  bool InputFeedsProduct() const override { return feeds_product_; }
+
+ private:
+  bool feeds_product_;
+  std::vector<Seen>* log_;
+};
+
+// probes [no, yes, no, residual(main [no], shortcut yes), no]: which
+// inputs feed a product.
+std::unique_ptr<SequentialLayer> ProbeSequence(std::vector<Seen>* log) {
+  auto seq = std::make_unique<SequentialLayer>("seq");
+  seq->Append(std::make_unique<ProbeLayer>(false, log));
+  seq->Append(std::make_unique<ProbeLayer>(true, log));
+  seq->Append(std::make_unique<ProbeLayer>(false, log));
+  auto main = std::make_unique<SequentialLayer>("main");
+  main->Append(std::make_unique<ProbeLayer>(false, log));
+  seq->Append(std::make_unique<ResidualLayer>(
+      "residual", std::move(main), std::make_unique<ProbeLayer>(true, log)));
+  seq->Append(std::make_unique<ProbeLayer>(false, log));
+  return seq;
+}
+
+// Under mixed bfloat16 every layer gets a recorded rounded input (a product
+// then reads it as it is); on GPUs the rounding pass in front of a layer
+// whose input feeds a product (directly, first in a sequence, or in either
+// branch of a residual) also writes the halves, and no other does.
+void CheckProbes(Device device) {
+  std::vector<Seen> log;
+  const std::unique_ptr<SequentialLayer> seq = ProbeSequence(&log);
+  EXPECT_FALSE(seq->InputFeedsProduct());
+  const Tensor x = *testing::RandomTensor({3, 4}, 12, DType::kF32).To(device);
+  ASSERT_TRUE(seq->Call(*ops::RoundedToBFloat16(x), {}).ok());
+  // Without mixed bfloat16 only the first probe gets a rounded tensor.
+  std::vector<Seen> first_only(6, Seen{false, false});
+  first_only[0].rounded = true;
+  EXPECT_EQ(log, first_only);
+  log.clear();
+  ForwardContext bf16;
+  bf16.bf16_activations = true;
+  ASSERT_TRUE(seq->Call(*ops::RoundedToBFloat16(x), bf16).ok());
+  const bool gpu = device.is_cuda();
+  EXPECT_EQ(log, (std::vector<Seen>{{true, false},
+                                    {true, gpu},
+                                    {true, false},
+                                    {true, gpu},
+                                    {true, gpu},
+                                    {true, false}}));
+  log.clear();
+  ASSERT_TRUE(seq->Call(x, {}).ok());
+  EXPECT_EQ(log, std::vector<Seen>(6, Seen{false, false}));
+}
+
+TEST(MixedBFloat16Test, LayerInputsAreRecordedRounded) {
+  CheckProbes(Device::Cpu());
+}
+
+class MixedBFloat16GpuTest : public testing::CudaTest {};
+
+TEST_F(MixedBFloat16GpuTest, InputsThatFeedProductsGetTheirHalves) {
+  CheckProbes(Device::Cuda(0));
+}
+
+// Which built layers read their input as a product's operand.
+TEST(MixedBFloat16Test, DenseAndAttentionInputsFeedProducts) {
+  auto feeds = [](const std::string& type, Shape input, Values values) {
+    LayerBuilder b(1, Device::Cpu());
+    absl::StatusOr<std::unique_ptr<Layer>> layer =
+        b.BuildSequence({Spec(type, std::move(values))}, input);
+    EXPECT_TRUE(layer.ok()) << layer.status();
+    return layer.ok() && (*layer)->InputFeedsProduct();
+  };
+  EXPECT_TRUE(feeds("dense", {2, 3}, {{"units", int64_t{4}}}));
+  EXPECT_TRUE(
+      feeds("multi_head_attention", {2, 5, 4}, {{"num_heads", int64_t{2}}}));
+  EXPECT_FALSE(feeds("layer_normalization", {2, 3}, {}));
+  EXPECT_FALSE(feeds("conv2d", {2, 5, 5, 1},
+                     {{"filters", int64_t{2}}, {"kernel_size", int64_t{3}}}));
+  EXPECT_FALSE(feeds("flatten", {2, 3}, {}));
 }
 
 // Columns sized to their content: a layer name longer than Keras's 36

@@ -98,6 +98,38 @@ TEST(PrecisionOpsTest, RoundsF32TensorsOnlyAndCopiesLeaveTheInput) {
   EXPECT_TRUE(testing::AllClose(d, d0, 0, 0));
 }
 
+// A rounded tensor records it on its buffer (Bf16Rendering): rounding it
+// again does not run (seen here through a value written behind the
+// record's back, which no op does), views inside it share the record, and
+// writing the buffer through CopyFrom drops it.
+TEST(PrecisionOpsTest, RoundedTensorsAreRecordedUntilOverwritten) {
+  Tensor x = testing::RandomTensor({4, 3}, 7, DType::kF32);
+  EXPECT_EQ(x.bf16_rendering(), nullptr);
+  ASSERT_TRUE(ops::RoundToBFloat16InPlace(x).ok());
+  ASSERT_NE(x.bf16_rendering(), nullptr);
+  EXPECT_EQ(x.bf16_rendering()->halves, nullptr);  // CPUs read f32 storage.
+  EXPECT_NE(x.SliceRows(1, 2)->bf16_rendering(), nullptr);
+  EXPECT_NE(x.Reshaped({12})->bf16_rendering(), nullptr);
+  const float unrounded = 1.0f + 0x1p-20f;
+  x.data<float>()[0] = unrounded;
+  ASSERT_TRUE(ops::RoundToBFloat16InPlace(x, /*halves=*/true).ok());
+  EXPECT_EQ(x.data<float>()[0], unrounded);
+
+  ASSERT_TRUE(x.CopyFrom(testing::RandomTensor({4, 3}, 8, DType::kF32)).ok());
+  EXPECT_EQ(x.bf16_rendering(), nullptr);
+  EXPECT_EQ(x.SliceRows(1, 2)->bf16_rendering(), nullptr);
+  // A record of part of a buffer covers that part only.
+  Tensor rows = *x.SliceRows(1, 2);
+  ASSERT_TRUE(ops::RoundToBFloat16InPlace(rows).ok());
+  EXPECT_NE(x.SliceRows(2, 1)->bf16_rendering(), nullptr);
+  EXPECT_EQ(x.SliceRows(0, 2)->bf16_rendering(), nullptr);
+  EXPECT_EQ(x.bf16_rendering(), nullptr);
+  // The copy is recorded, its input is not.
+  const Tensor y = testing::RandomTensor({5}, 9, DType::kF32);
+  EXPECT_NE(ops::RoundedToBFloat16(y)->bf16_rendering(), nullptr);
+  EXPECT_EQ(y.bf16_rendering(), nullptr);
+}
+
 // Sets the process-wide precision for one scope.
 class ScopedPrecision {
  public:
@@ -266,6 +298,34 @@ TEST(Bf16MatMulTest, OperandsDescribeTheValueTheyStandFor) {
   EXPECT_NE(mixed.message().find("one operand converted to bfloat16"),
             std::string::npos)
       << mixed;
+}
+
+// A product reads a rounded tensor (a layer output under mixed bfloat16)
+// as it is, and a tensor not known to be rounded through a rounded copy;
+// both products are the same numbers.
+TEST(Bf16MatMulTest, RoundedOperandsAreReadWithoutACopy) {
+  ScopedPrecision bf16(MatMulPrecision::kBf16);
+  const Tensor raw = testing::RandomTensor({6, 5}, 10, DType::kF32);
+  Tensor rounded = *raw.Clone();
+  ASSERT_TRUE(ops::RoundToBFloat16InPlace(rounded).ok());
+  const Tensor view = *rounded.SliceRows(2, 3);
+  for (const Tensor* t : {static_cast<const Tensor*>(&rounded), &view}) {
+    const absl::StatusOr<ops::internal::GemmOperand> op =
+        ops::internal::GemmOperand::Of(*t);
+    ASSERT_TRUE(op.ok()) << op.status();
+    EXPECT_TRUE(op->bf16());
+    EXPECT_EQ(op->data(), t->raw_data());
+  }
+  const absl::StatusOr<ops::internal::GemmOperand> copied =
+      ops::internal::GemmOperand::Of(raw);
+  ASSERT_TRUE(copied.ok()) << copied.status();
+  EXPECT_TRUE(copied->bf16());
+  EXPECT_NE(copied->data(), raw.raw_data());
+  const Tensor w = testing::RandomTensor({5, 4}, 11, DType::kF32);
+  const absl::StatusOr<Tensor> from_raw = ops::MatMul(raw, w);
+  const absl::StatusOr<Tensor> from_rounded = ops::MatMul(rounded, w);
+  ASSERT_TRUE(from_raw.ok() && from_rounded.ok());
+  EXPECT_TRUE(testing::AllClose(*from_raw, *from_rounded, 0, 0));
 }
 
 // With an outer tape recording the backward pass (higher-order

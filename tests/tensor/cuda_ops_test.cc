@@ -392,6 +392,98 @@ TEST_F(CudaOpsTest, Bf16OperandsHoldTheHostsBits) {
   }
 }
 
+// The rounding pass asked for halves (a layer output that feeds a product)
+// writes the host's bfloat16 bits of every element next to the rounded f32
+// values, and products read those halves, views at their offset, with no
+// conversion: the same bits, so the same product as through a conversion.
+TEST_F(CudaOpsTest, RoundingWritesTheHalvesThatProductsRead) {
+  const Tensor x = Bf16RoundingCases(1029, 45);
+  Tensor gpu = *x.To(Device::Cuda(0));
+  ASSERT_TRUE(ops::RoundToBFloat16InPlace(gpu, /*halves=*/true).ok());
+  const Bf16Rendering* r = gpu.bf16_rendering();
+  ASSERT_TRUE(r != nullptr && r->halves != nullptr);
+  std::vector<uint16_t> bits(static_cast<size_t>(x.num_elements()));
+  ASSERT_TRUE(cuda::Copy(bits.data(), Device::Cpu(), r->halves->data(),
+                         Device::Cuda(0), bits.size() * sizeof(uint16_t))
+                  .ok());
+  const Tensor rounded = *gpu.To(Device::Cpu());
+  for (int64_t i = 0; i < x.num_elements(); ++i) {
+    const float v = x.data<float>()[i];
+    if (std::isnan(v)) {
+      EXPECT_TRUE(std::isnan(BFloat16ToFloat(bits[i]))) << i;
+      continue;
+    }
+    ASSERT_EQ(bits[i], BFloat16Bits(v)) << "element " << i << " = " << v;
+    ASSERT_EQ(std::bit_cast<uint32_t>(rounded.data<float>()[i]),
+              std::bit_cast<uint32_t>(RoundToBFloat16(v)))
+        << i;
+  }
+  const Tensor view = *gpu.SliceRows(100, 200);
+  const absl::StatusOr<ops::internal::GemmOperand> op =
+      ops::internal::GemmOperand::Of(view, /*bf16=*/true);
+  ASSERT_TRUE(op.ok()) << op.status();
+  EXPECT_EQ(op->data(), static_cast<const char*>(r->halves->data()) + 200);
+
+  // [33, 31] @ [31, 17] from rounded values read through their halves and
+  // through a conversion pass.
+  const Tensor a = testing::RandomTensor({33, 31}, 46, DType::kF32);
+  const Tensor b =
+      *testing::RandomTensor({31, 17}, 47, DType::kF32).To(Device::Cuda(0));
+  const Tensor with_halves =
+      *ops::RoundedToBFloat16(*a.To(Device::Cuda(0)), /*halves=*/true);
+  const Tensor without = *ops::RoundedToBFloat16(*a.To(Device::Cuda(0)));
+  ASSERT_NE(with_halves.bf16_rendering()->halves, nullptr);
+  ASSERT_EQ(without.bf16_rendering()->halves, nullptr);
+  SetMatMulPrecision(MatMulPrecision::kBf16);
+  const absl::StatusOr<Tensor> p1 = ops::MatMul(with_halves, b);
+  const absl::StatusOr<Tensor> p2 = ops::MatMul(without, b);
+  SetMatMulPrecision(MatMulPrecision::kFp32);
+  ASSERT_TRUE(p1.ok() && p2.ok()) << p1.status() << p2.status();
+  EXPECT_TRUE(
+      testing::AllClose(*p1->To(Device::Cpu()), *p2->To(Device::Cpu()), 0, 0));
+}
+
+// A relu layer's rounded output read through its halves (the masked
+// gradient pass, then the next layer's product) gives the gradients it
+// gives read as f32: the same mask and the same bf16 operand bits, so the
+// same numbers bit for bit.
+TEST_F(CudaOpsTest, ReluLayersReadTheirOutputsHalvesAsTheirValues) {
+  const Tensor x =
+      *testing::RandomTensor({64, 48}, 48, DType::kF32).To(Device::Cuda(0));
+  const Tensor w1 =
+      *testing::RandomTensor({48, 40}, 49, DType::kF32).To(Device::Cuda(0));
+  const Tensor b1 =
+      *testing::RandomTensor({40}, 50, DType::kF32).To(Device::Cuda(0));
+  const Tensor w2 =
+      *testing::RandomTensor({40, 24}, 51, DType::kF32).To(Device::Cuda(0));
+  const Tensor dy =
+      *testing::RandomTensor({64, 24}, 52, DType::kF32).To(Device::Cuda(0));
+  auto gradients = [&](bool halves) {
+    GradientTape tape;
+    for (const Tensor& t : {x, w1, b1, w2}) tape.Watch(t);
+    Tensor h = *ops::MatMulBiasRelu(x, w1, b1);
+    EXPECT_TRUE(ops::RoundToBFloat16InPlace(h, halves).ok());
+    EXPECT_EQ(ops::internal::Bf16Halves(h) != nullptr, halves);
+    const Tensor y = *ops::MatMul(h, w2);
+    auto g = tape.Gradient(*ops::ReduceSum(*ops::Mul(y, dy)), {x, w1, b1, w2});
+    EXPECT_TRUE(g.ok()) << g.status();
+    std::vector<Tensor> host = {*y.To(Device::Cpu())};
+    if (g.ok()) {
+      for (const auto& gi : *g) host.push_back(*gi->To(Device::Cpu()));
+    }
+    return host;
+  };
+  SetMatMulPrecision(MatMulPrecision::kBf16);
+  const std::vector<Tensor> from_f32 = gradients(false);
+  const std::vector<Tensor> from_halves = gradients(true);
+  SetMatMulPrecision(MatMulPrecision::kFp32);
+  ASSERT_EQ(from_f32.size(), 5u);
+  ASSERT_EQ(from_halves.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_TRUE(testing::AllClose(from_halves[i], from_f32[i], 0, 0)) << i;
+  }
+}
+
 }  // namespace
 }  // namespace mirrortrain
 
