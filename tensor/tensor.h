@@ -44,10 +44,13 @@ struct Bf16Rendering {
 
 // One allocation. Frees itself through its allocator.
 //
-// Thread contract for the rendering: set by the thread that wrote the bytes
-// before it shares the buffer (only layer outputs and rounded copies get
-// one), dropped by whoever writes the bytes in place afterwards
-// (Tensor::CopyFrom does; ops never write their inputs).
+// The rendering: set by the thread that wrote the bytes, before it shares
+// the buffer. Only layer outputs and rounded copies get one
+// (ops/precision_ops.h), and of the in-place writers only CopyFrom can
+// reach those (it drops the rendering): ops never write their inputs, and
+// the others (Variable::Assign*, optimizer and moving-average updates, the
+// in-place all-reduce of gradients) write variables, slots and gradients.
+// A new in-place writer of op outputs must drop it too.
 class Buffer {
  public:
   static absl::StatusOr<std::shared_ptr<Buffer>> Allocate(Allocator* allocator,

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "tensor/cuda/cublas_util.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/device_guard.h"
@@ -81,6 +82,14 @@ absl::Status GemmBiasOnGpu(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
     return absl::InvalidArgumentError(
         "GemmBias: k must be >= 1 (an empty product is the bias alone)");
   }
+  // Very tall products (a large conv chunk's rows) have failed at run time
+  // with epilogues in some cuBLAS releases (pytorch/pytorch#73455); PyTorch
+  // keeps cuBLASLt below this bound, and so does this: the unfused path.
+  constexpr int64_t kMaxLtDimension = int64_t{65535} * 32;
+  if (std::max({m, n, k}) >= kMaxLtDimension) {
+    return absl::NotFoundError(absl::StrCat(
+        "GemmBias: m=", m, " n=", n, " k=", k, " beyond the epilogue bound"));
+  }
   for (int64_t v : {m, n, k, lda, ldb}) {
     if (v > std::numeric_limits<int>::max()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -149,22 +158,31 @@ absl::Status GemmBiasOnGpu(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
   const cublasStatus_t heuristic = cublasLtMatmulAlgoGetHeuristic(
       h, raw_desc, layout_a.get(), layout_b.get(), layout_d.get(),
       layout_d.get(), raw_pref, 1, &result, &found);
-  // NotFound (not Internal): the caller then takes the unfused path.
-  if (heuristic == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) {
+  // NotFound (not Internal): the caller then takes the unfused path. Any
+  // other failure (a bad descriptor) is an error, not a silent fallback.
+  const auto not_found = [&](absl::string_view why) {
     return absl::NotFoundError(absl::StrCat(
-        "GemmBias: cuBLASLt has no algorithm for m=", m, " n=", n, " k=", k,
+        "GemmBias: cuBLASLt ", why, " for m=", m, " n=", n, " k=", k,
         " transpose_a=", ta, " transpose_b=", tb, " bf16=", bf16));
-  }
+  };
+  if (heuristic == CUBLAS_STATUS_NOT_SUPPORTED) return not_found("refused");
   MT_CUBLAS_RETURN_IF_ERROR(heuristic);
+  if (found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
+    return not_found("has no algorithm");
+  }
   DeviceScratch workspace;
   if (result.workspaceSize > 0) {
     MT_RETURN_IF_ERROR(workspace.Allocate(device, result.workspaceSize));
   }
   const float alpha = 1.0f, beta = 0.0f;
-  MT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(
+  const cublasStatus_t run = cublasLtMatmul(
       h, raw_desc, &alpha, lt_a, layout_a.get(), lt_b, layout_b.get(), &beta, c,
       layout_d.get(), c, layout_d.get(), &result.algo, workspace.get<void>(),
-      result.workspaceSize, stream));
+      result.workspaceSize, stream);
+  // A heuristic's pick may still be refused before it launches (the
+  // header's caveat): nothing was written, so the unfused path can run.
+  if (run == CUBLAS_STATUS_NOT_SUPPORTED) return not_found("refused to run");
+  MT_CUBLAS_RETURN_IF_ERROR(run);
   return absl::OkStatus();
 }
 

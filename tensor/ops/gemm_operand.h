@@ -69,8 +69,9 @@ class GemmOperand {
   }
   // What the product reads, row-major in shape(); null when undefined.
   const void* data() const;
-  // The storage a kernel fills, for operands made by Bf16Storage (null
-  // otherwise).
+  // The 2-byte storage of a bf16 GPU operand (null otherwise). Kernels fill
+  // only a Bf16Storage operand's: an Of operand's may be a rounded tensor's
+  // halves, which other operands share.
   void* bf16_storage() const { return device_bf16_.get(); }
 
  private:

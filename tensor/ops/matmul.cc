@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "tensor/cpu_threads.h"
@@ -196,6 +197,11 @@ absl::StatusOr<GemmDims> CheckOperands(const GemmOperand& a,
 }  // namespace
 
 namespace internal {
+namespace {
+
+std::atomic<int64_t> fused_gemm_bias_calls{0};
+
+}  // namespace
 
 absl::Status Gemm(const GemmOperand& a, const GemmOperand& b, bool ta, bool tb,
                   double alpha, double beta, Tensor& out, bool parallel) {
@@ -251,7 +257,12 @@ absl::StatusOr<bool> FusedGemmBias(const GemmOperand& a, const GemmOperand& b,
   if (absl::IsNotFound(s)) return false;
   MT_RETURN_IF_ERROR(
       KernelError(relu ? "MatMulBiasRelu" : "MatMulBias", s, {&bias, &out}));
+  fused_gemm_bias_calls.fetch_add(1, std::memory_order_relaxed);
   return true;
+}
+
+int64_t FusedGemmBiasCalls() {
+  return fused_gemm_bias_calls.load(std::memory_order_relaxed);
 }
 
 absl::StatusOr<SavedProduct> SaveProduct(const Tensor& a, const Tensor& b,

@@ -45,6 +45,10 @@ absl::Status Gemm(const Tensor& a, const Tensor& b, bool transpose_a,
 absl::StatusOr<bool> FusedGemmBias(const GemmOperand& a, const GemmOperand& b,
                                    bool transpose_a, bool transpose_b,
                                    const Tensor& bias, bool relu, Tensor& out);
+// How many FusedGemmBias calls ran fused in this process (any thread): the
+// fallback computes the same numbers, so tests ask this whether the
+// epilogue ran.
+int64_t FusedGemmBiasCalls();
 
 // What a product op keeps for its gradient: its operands as its product
 // read them, and the transposes.

@@ -270,11 +270,15 @@ TEST_F(CudaOpsTest, FusedDenseEpiloguesMatchCpuInEveryPrecision) {
     const Tensor cpu_relu = *ops::MatMulBiasRelu(x, w, b);
     const Tensor cpu_bias = *ops::MatMulBias(x, w, b);
     SetMatMulPrecision(precision);
+    const int64_t fused = ops::internal::FusedGemmBiasCalls();
     const absl::StatusOr<Tensor> gpu_relu = ops::MatMulBiasRelu(gx, gw, gb);
     const absl::StatusOr<Tensor> gpu_bias = ops::MatMulBias(gx, gw, gb);
     SetMatMulPrecision(MatMulPrecision::kFp32);
     ASSERT_TRUE(gpu_relu.ok()) << gpu_relu.status();
     ASSERT_TRUE(gpu_bias.ok()) << gpu_bias.status();
+    // The unfused fallback computes the same numbers: ask which one ran.
+    EXPECT_EQ(ops::internal::FusedGemmBiasCalls() - fused, 2)
+        << "an epilogue fell back to the unfused path";
     for (const auto& [gpu, cpu] :
          {std::pair{*gpu_relu, cpu_relu}, std::pair{*gpu_bias, cpu_bias}}) {
       const testing::DiffAndNorm d =
@@ -318,9 +322,13 @@ TEST_F(CudaOpsTest, FusedConvEpilogueMatchesCpuInEveryPrecision) {
                              : MatMulPrecision::kFp32);
       const std::vector<Tensor> cpu = run(x, f, b, dy);
       SetMatMulPrecision(precision);
+      const int64_t fused = ops::internal::FusedGemmBiasCalls();
       const std::vector<Tensor> on_gpu =
           run(*x.To(gpu), *f.To(gpu), *b.To(gpu), *dy.To(gpu));
       SetMatMulPrecision(MatMulPrecision::kFp32);
+      // One epilogue per chunk (1 or 3 here): none may fall back.
+      EXPECT_EQ(ops::internal::FusedGemmBiasCalls() - fused,
+                column_bytes == 0 ? 1 : 3);
       for (size_t i = 0; i < cpu.size(); ++i) {
         const testing::DiffAndNorm d =
             testing::L2DiffAndNorm(on_gpu[i], cpu[i]);
@@ -423,6 +431,14 @@ TEST_F(CudaOpsTest, RoundingWritesTheHalvesThatProductsRead) {
       ops::internal::GemmOperand::Of(view, /*bf16=*/true);
   ASSERT_TRUE(op.ok()) << op.status();
   EXPECT_EQ(op->data(), static_cast<const char*>(r->halves->data()) + 200);
+  // Overwritten, the tensor is converted again, not read through its old
+  // halves (which the operand above still holds).
+  ASSERT_TRUE(gpu.CopyFrom(x).ok());
+  EXPECT_EQ(gpu.bf16_rendering(), nullptr);
+  const absl::StatusOr<ops::internal::GemmOperand> again =
+      ops::internal::GemmOperand::Of(view, /*bf16=*/true);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_NE(again->data(), op->data());
 
   // [33, 31] @ [31, 17] from rounded values read through their halves and
   // through a conversion pass.
@@ -446,7 +462,8 @@ TEST_F(CudaOpsTest, RoundingWritesTheHalvesThatProductsRead) {
 // A relu layer's rounded output read through its halves (the masked
 // gradient pass, then the next layer's product) gives the gradients it
 // gives read as f32: the same mask and the same bf16 operand bits, so the
-// same numbers bit for bit.
+// same numbers bit for bit. Each masked pass: the fused dense op's (dz as
+// bf16) with and without the bias gradient, and BiasAddRelu's (dz f32).
 TEST_F(CudaOpsTest, ReluLayersReadTheirOutputsHalvesAsTheirValues) {
   const Tensor x =
       *testing::RandomTensor({64, 48}, 48, DType::kF32).To(Device::Cuda(0));
@@ -458,14 +475,19 @@ TEST_F(CudaOpsTest, ReluLayersReadTheirOutputsHalvesAsTheirValues) {
       *testing::RandomTensor({40, 24}, 51, DType::kF32).To(Device::Cuda(0));
   const Tensor dy =
       *testing::RandomTensor({64, 24}, 52, DType::kF32).To(Device::Cuda(0));
-  auto gradients = [&](bool halves) {
+  enum class Pass { kFused, kFusedNoBiasGradient, kBiasAddRelu };
+  auto gradients = [&](Pass pass, bool halves) {
+    std::vector<Tensor> sources = {x, w1, w2};
+    if (pass != Pass::kFusedNoBiasGradient) sources.push_back(b1);
     GradientTape tape;
-    for (const Tensor& t : {x, w1, b1, w2}) tape.Watch(t);
-    Tensor h = *ops::MatMulBiasRelu(x, w1, b1);
+    for (const Tensor& t : sources) tape.Watch(t);
+    Tensor h = pass == Pass::kBiasAddRelu
+                   ? *ops::BiasAddRelu(*ops::MatMul(x, w1), b1)
+                   : *ops::MatMulBiasRelu(x, w1, b1);
     EXPECT_TRUE(ops::RoundToBFloat16InPlace(h, halves).ok());
     EXPECT_EQ(ops::internal::Bf16Halves(h) != nullptr, halves);
     const Tensor y = *ops::MatMul(h, w2);
-    auto g = tape.Gradient(*ops::ReduceSum(*ops::Mul(y, dy)), {x, w1, b1, w2});
+    auto g = tape.Gradient(*ops::ReduceSum(*ops::Mul(y, dy)), sources);
     EXPECT_TRUE(g.ok()) << g.status();
     std::vector<Tensor> host = {*y.To(Device::Cpu())};
     if (g.ok()) {
@@ -473,14 +495,18 @@ TEST_F(CudaOpsTest, ReluLayersReadTheirOutputsHalvesAsTheirValues) {
     }
     return host;
   };
-  SetMatMulPrecision(MatMulPrecision::kBf16);
-  const std::vector<Tensor> from_f32 = gradients(false);
-  const std::vector<Tensor> from_halves = gradients(true);
-  SetMatMulPrecision(MatMulPrecision::kFp32);
-  ASSERT_EQ(from_f32.size(), 5u);
-  ASSERT_EQ(from_halves.size(), 5u);
-  for (size_t i = 0; i < 5; ++i) {
-    EXPECT_TRUE(testing::AllClose(from_halves[i], from_f32[i], 0, 0)) << i;
+  for (Pass pass :
+       {Pass::kFused, Pass::kFusedNoBiasGradient, Pass::kBiasAddRelu}) {
+    SCOPED_TRACE(static_cast<int>(pass));
+    SetMatMulPrecision(MatMulPrecision::kBf16);
+    const std::vector<Tensor> from_f32 = gradients(pass, false);
+    const std::vector<Tensor> from_halves = gradients(pass, true);
+    SetMatMulPrecision(MatMulPrecision::kFp32);
+    ASSERT_GE(from_f32.size(), 4u);
+    ASSERT_EQ(from_halves.size(), from_f32.size());
+    for (size_t i = 0; i < from_f32.size(); ++i) {
+      EXPECT_TRUE(testing::AllClose(from_halves[i], from_f32[i], 0, 0)) << i;
+    }
   }
 }
 
