@@ -41,21 +41,31 @@ absl::Status Round(const Tensor& x, const Tensor& y, bool halves) {
   return absl::OkStatus();
 }
 
-// Whether `t` holds rounded values already, with halves if `halves` asks
-// for them (CPU products read f32 storage: they need none).
-bool AlreadyRounded(const Tensor& t, bool halves) {
-  const Bf16Rendering* r = t.bf16_rendering();
-  return r != nullptr &&
-         (!halves || !t.device().is_cuda() || r->halves != nullptr);
+// Writes the halves of `t`, which holds rounded values already (a view of
+// a layer output, flatten's, that now feeds a product): the conversion
+// alone, not the rounding again.
+absl::Status AddHalves(const Tensor& t) {
+  const int64_t n = t.num_elements();
+  MT_ASSIGN_OR_RETURN(std::shared_ptr<Buffer> copy,
+                      internal::AllocateBf16(n, t.device()));
+  MT_RETURN_IF_ERROR(internal::KernelError(
+      "ToBFloat16",
+      cuda::ToBFloat16(t.raw_data(), copy->data(), n, t.device().index), {&t}));
+  t.set_bf16_rendering(std::move(copy));
+  return absl::OkStatus();
 }
 
 }  // namespace
 
 absl::Status RoundToBFloat16InPlace(Tensor& t, bool halves) {
-  if (t.dtype() != DType::kF32 || AlreadyRounded(t, halves)) {
+  if (t.dtype() != DType::kF32) return absl::OkStatus();
+  const Bf16Rendering* r = t.bf16_rendering();
+  if (r == nullptr) return Round(t, t, halves);
+  // CPU products read f32 storage: they need no halves.
+  if (!halves || !t.device().is_cuda() || r->halves != nullptr) {
     return absl::OkStatus();
   }
-  return Round(t, t, halves);
+  return AddHalves(t);
 }
 
 absl::StatusOr<Tensor> RoundedToBFloat16(const Tensor& x, bool halves) {

@@ -406,25 +406,35 @@ TEST_F(CudaOpsTest, Bf16OperandsHoldTheHostsBits) {
 // conversion: the same bits, so the same product as through a conversion.
 TEST_F(CudaOpsTest, RoundingWritesTheHalvesThatProductsRead) {
   const Tensor x = Bf16RoundingCases(1029, 45);
-  Tensor gpu = *x.To(Device::Cuda(0));
-  ASSERT_TRUE(ops::RoundToBFloat16InPlace(gpu, /*halves=*/true).ok());
-  const Bf16Rendering* r = gpu.bf16_rendering();
-  ASSERT_TRUE(r != nullptr && r->halves != nullptr);
-  std::vector<uint16_t> bits(static_cast<size_t>(x.num_elements()));
-  ASSERT_TRUE(cuda::Copy(bits.data(), Device::Cpu(), r->halves->data(),
-                         Device::Cuda(0), bits.size() * sizeof(uint16_t))
-                  .ok());
-  const Tensor rounded = *gpu.To(Device::Cpu());
-  for (int64_t i = 0; i < x.num_elements(); ++i) {
-    const float v = x.data<float>()[i];
-    if (std::isnan(v)) {
-      EXPECT_TRUE(std::isnan(BFloat16ToFloat(bits[i]))) << i;
-      continue;
+  // In the rounding pass, or added to a tensor rounded without them.
+  Tensor gpu;
+  const Bf16Rendering* r = nullptr;
+  for (const bool added_later : {false, true}) {
+    SCOPED_TRACE(added_later);
+    gpu = *x.To(Device::Cuda(0));
+    if (added_later) {
+      ASSERT_TRUE(ops::RoundToBFloat16InPlace(gpu).ok());
+      ASSERT_EQ(ops::internal::Bf16Halves(gpu), nullptr);
     }
-    ASSERT_EQ(bits[i], BFloat16Bits(v)) << "element " << i << " = " << v;
-    ASSERT_EQ(std::bit_cast<uint32_t>(rounded.data<float>()[i]),
-              std::bit_cast<uint32_t>(RoundToBFloat16(v)))
-        << i;
+    ASSERT_TRUE(ops::RoundToBFloat16InPlace(gpu, /*halves=*/true).ok());
+    r = gpu.bf16_rendering();
+    ASSERT_TRUE(r != nullptr && r->halves != nullptr);
+    std::vector<uint16_t> bits(static_cast<size_t>(x.num_elements()));
+    ASSERT_TRUE(cuda::Copy(bits.data(), Device::Cpu(), r->halves->data(),
+                           Device::Cuda(0), bits.size() * sizeof(uint16_t))
+                    .ok());
+    const Tensor rounded = *gpu.To(Device::Cpu());
+    for (int64_t i = 0; i < x.num_elements(); ++i) {
+      const float v = x.data<float>()[i];
+      if (std::isnan(v)) {
+        EXPECT_TRUE(std::isnan(BFloat16ToFloat(bits[i]))) << i;
+        continue;
+      }
+      ASSERT_EQ(bits[i], BFloat16Bits(v)) << "element " << i << " = " << v;
+      ASSERT_EQ(std::bit_cast<uint32_t>(rounded.data<float>()[i]),
+                std::bit_cast<uint32_t>(RoundToBFloat16(v)))
+          << i;
+    }
   }
   const Tensor view = *gpu.SliceRows(100, 200);
   const absl::StatusOr<ops::internal::GemmOperand> op =
