@@ -4,6 +4,7 @@
 #define MIRRORTRAIN_TENSOR_CUDA_CUBLAS_UTIL_H_
 
 #include <cublas_api.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
 #include <map>
@@ -14,10 +15,14 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 
+// A failed call may also leave the runtime's per-thread error set (a
+// launch into an invalidated capture): cleared here, so the thread's next
+// kernel launch is not blamed for it.
 #define MT_CUBLAS_RETURN_IF_ERROR(call)                                     \
   do {                                                                      \
     cublasStatus_t _mt_cublas = (call);                                     \
     if (_mt_cublas != CUBLAS_STATUS_SUCCESS) {                              \
+      cudaGetLastError();                                                   \
       return absl::InternalError(                                           \
           absl::StrCat(#call, " failed at ", __FILE__, ":", __LINE__, ": ", \
                        cublasGetStatusName(_mt_cublas), ": ",               \

@@ -49,7 +49,11 @@ absl::StatusOr<CudaGraph> CudaGraph::EndCapture(int device) {
   MT_CUDA_RETURN_IF_ERROR(cudaGraphGetNodes(graph, nullptr, &nodes));
   g.num_nodes_ = static_cast<int64_t>(nodes);
   cudaGraphExec_t exec = nullptr;
-  MT_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&exec, graph, 0));
+  // A library may allocate inside the capture (cuBLAS takes its workspace
+  // stream-ordered since CUDA 12.2) without freeing it there; such a graph
+  // could not be launched twice unless the launch frees it first.
+  MT_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(
+      &exec, graph, cudaGraphInstantiateFlagAutoFreeOnLaunch));
   g.exec_ = exec;
   return g;
 }

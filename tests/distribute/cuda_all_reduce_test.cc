@@ -289,6 +289,13 @@ TEST_F(CudaCollectivesTest, EnqueuedStagingAndReplaysKeepTheirOrderUnwaited) {
     inputs.push_back(*Tensor::Zeros(DType::kF32, {1024, 1024}, gpu));
     x.push_back(*Tensor::Zeros(DType::kF32, {1024}, gpu));
   }
+  // Each replica thread's cuBLAS handle is made before the capture, as the
+  // trainer's eager warm-up steps make them.
+  ASSERT_TRUE((*strategy)
+                  ->Run([&](ReplicaContext&) {
+                    return ops::MatMul(slow, slow).status();
+                  })
+                  .ok());
   ASSERT_TRUE(cuda::Synchronize(0).ok());  // As in LogicalReplicaStates.
   absl::StatusOr<cuda::CudaGraph> graph =
       (*strategy)->CaptureRun([&](ReplicaContext& ctx) {
