@@ -37,10 +37,16 @@ absl::StatusOr<CudaGraph> CudaGraph::EndCapture(int device) {
   if (ended != cudaSuccess) {
     cudaGetLastError();  // Not blamed on later calls.
     if (graph != nullptr) cudaGraphDestroy(graph);
+    // The likely cause, where the error says it.
+    const char* hint =
+        ended == cudaErrorStreamCaptureInvalidated
+            ? " (the step waited on the host or copied synchronously)"
+        : ended == cudaErrorStreamCaptureUnjoined
+            ? " (a stream joined the capture and did not rejoin its origin)"
+            : "";
     return absl::FailedPreconditionError(
         absl::StrCat("CUDA graph capture failed: ", cudaGetErrorName(ended),
-                     ": ", cudaGetErrorString(ended),
-                     " (the step waited on the host or copied synchronously)"));
+                     ": ", cudaGetErrorString(ended), hint));
   }
   CudaGraph g;
   g.graph_ = graph;
