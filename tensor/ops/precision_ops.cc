@@ -18,25 +18,24 @@ namespace {
 // 2-byte copy.
 absl::Status Round(const Tensor& x, const Tensor& y, bool halves) {
   const int64_t n = x.num_elements();
+  std::shared_ptr<Buffer> copy;  // Stays null on CPUs.
   if (!x.device().is_cuda()) {
     const float* in = x.data<float>();
     float* out = y.data<float>();
     ParallelFor(n, 1 << 16, [&](int64_t begin, int64_t end) {
       RoundToBFloat16(in + begin, out + begin, end - begin);
     });
-    y.set_bf16_rendering(nullptr);
-    return absl::OkStatus();
+  } else {
+    if (halves) {
+      MT_ASSIGN_OR_RETURN(copy, internal::AllocateBf16(n, x.device()));
+    }
+    MT_RETURN_IF_ERROR(internal::KernelError(
+        "RoundToBFloat16",
+        cuda::RoundToBFloat16(x.raw_data(), y.raw_data(),
+                              copy != nullptr ? copy->data() : nullptr, n,
+                              x.device().index),
+        {&x}));
   }
-  std::shared_ptr<Buffer> copy;
-  if (halves) {
-    MT_ASSIGN_OR_RETURN(copy, internal::AllocateBf16(n, x.device()));
-  }
-  MT_RETURN_IF_ERROR(internal::KernelError(
-      "RoundToBFloat16",
-      cuda::RoundToBFloat16(x.raw_data(), y.raw_data(),
-                            copy != nullptr ? copy->data() : nullptr, n,
-                            x.device().index),
-      {&x}));
   y.set_bf16_rendering(std::move(copy));
   return absl::OkStatus();
 }
