@@ -40,7 +40,9 @@
 # fits one 10-minute device call once built. cnn and mlp are 13 runs, 4 of them
 # compiling with torch.compile; a run the budget has no room for is skipped
 # with a line that says so (then run the rest in a second call, e.g.
-# scripts/bench_gpu.sh comm tta).
+# scripts/bench_gpu.sh comm tta). TORCH_COMPILE=0 skips the torch.compile
+# runs (each compiles for a minute or more), for a first call that must also
+# leave room for the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/bench/gpu_host.sh
@@ -117,6 +119,10 @@ pt() {
   shift 2
   if ((limit < 15)); then
     missing pytorch "$name" "skipped: BENCH_BUDGET=${BUDGET}s spent"
+    return 0
+  fi
+  if [[ ${TORCH_COMPILE:-1} == 0 && " $* " == *" --compile "* ]]; then
+    missing pytorch "$name" "skipped: TORCH_COMPILE=0"
     return 0
   fi
   # TORCH_GPU_ARGS: extra arguments (e.g. "--device cpu --smoke" for a dry run).

@@ -6,7 +6,8 @@
 #   scripts/setup.sh --offline DIR
 # CUDA, cuBLAS and NCCL come from the host (NCCL also from the nvidia-nccl
 # wheel: set NCCL_ROOT). The bundle is the Debian .deb files of the
-# libraries (about 50 MB with the dataset), unpacked on the host.
+# libraries (about 50 MB with the dataset; zlib too, which images often lack
+# the headers of), unpacked on the host.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR="${1:-deps-bundle}"
@@ -14,7 +15,7 @@ PACKAGES=(
   libabsl-dev libabsl20220623 libyaml-cpp-dev libyaml-cpp0.7 nlohmann-json3-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev libbenchmark1debian
   libopenblas-dev libopenblas0 libopenblas-pthread-dev libopenblas0-pthread
-  libgfortran5 dataset-fashion-mnist
+  libgfortran5 zlib1g zlib1g-dev dataset-fashion-mnist
 )
 mkdir -p "$DIR/debs"
 (cd "$DIR/debs" && apt-get download "${PACKAGES[@]}" 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)

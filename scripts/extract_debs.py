@@ -4,6 +4,7 @@
 A .deb is an ar archive whose data.tar.{xz,gz,zst} holds the files.
 """
 import io
+import os
 import pathlib
 import sys
 import tarfile
@@ -36,6 +37,16 @@ def main() -> None:
                     else:
                         tar.extractall(root)
         print(f"unpacked {deb.name}")
+    # A package's absolute links (zlib1g-dev: libz.so -> /lib/.../libz.so.1.2.13)
+    # name the host's files; point those whose target was unpacked here
+    # into the root, so the host's own version of the library is not needed.
+    for link in root.rglob("*"):
+        if link.is_symlink():
+            target = pathlib.Path(link.readlink())
+            inside = root / target.relative_to("/") if target.is_absolute() else None
+            if inside is not None and inside.exists():
+                link.unlink()
+                link.symlink_to(os.path.relpath(inside, link.parent))
 
 
 if __name__ == "__main__":

@@ -62,4 +62,8 @@ fi
 
 BUILD_DIR="${BUILD_DIR:-build}"
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "${CMAKE_ARGS[@]}" "$@" >/dev/null
-cmake --build "$BUILD_DIR" -j "$(nproc)"
+# MT_BUILD_TARGETS (space-separated): only these targets, for a device call
+# whose minutes are counted (scripts/bench/gpu_host.sh: the GPU tests' binaries).
+targets=()
+[[ -n "${MT_BUILD_TARGETS:-}" ]] && read -r -a targets <<<"$MT_BUILD_TARGETS"
+cmake --build "$BUILD_DIR" -j "$(nproc)" ${targets[@]+--target "${targets[@]}"}

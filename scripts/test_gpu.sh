@@ -10,6 +10,8 @@
 # memory (RACECHECK; the op table on its GPU rows).
 #   ALL_TESTS=1 scripts/test_gpu.sh      # also the whole ctest suite
 #
+# ctest runs CTEST_JOBS tests at once (4), each for at most CTEST_TIMEOUT
+# seconds (300). GPU_TARGETS=1 builds only the binaries it runs.
 # Each sanitizer run gets at most SANITIZER_TIMEOUT seconds (240) and the
 # whole script TEST_BUDGET seconds (540, build included): runs that no longer
 # fit are listed as skipped, so it ends within one 10-minute device call.
@@ -37,7 +39,8 @@ gpu_build
 
 gpu_section "ctest -L gpu"
 rc=0
-ctest --test-dir "$BUILD_DIR" -L gpu --output-on-failure -j 4 --timeout 300 >"$RES/ctest_gpu.log" 2>&1 || rc=$?
+ctest --test-dir "$BUILD_DIR" -L gpu --output-on-failure -j "${CTEST_JOBS:-4}" \
+  --timeout "${CTEST_TIMEOUT:-300}" >"$RES/ctest_gpu.log" 2>&1 || rc=$?
 grep -E "tests passed|Total Test time|No tests were found|\((Failed|Not Run|Timeout|SEGFAULT|Subprocess aborted)\)" "$RES/ctest_gpu.log" || true
 skipped="$(grep -c '(Skipped)' "$RES/ctest_gpu.log" || true)"
 echo "skipped: $skipped (0 expected on a GPU host)"

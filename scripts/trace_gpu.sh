@@ -39,8 +39,9 @@ WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 CNN=(--config configs/fashion_mnist_cnn_gpu.yaml --set data.name=synthetic
   --set data.test_examples=1000 --set train.steps=200 --set train.log_every_steps=100
-  --set train.eval_every_epochs=0)
-MLP=(--config configs/mlp_4096_gpu.yaml --set train.steps=60 --set train.log_every_steps=30)
+  --set train.eval_every_epochs=0 --set train.cuda_graph=auto)
+MLP=(--config configs/mlp_4096_gpu.yaml --set train.steps=60 --set train.log_every_steps=30
+  --set train.cuda_graph=auto)
 ONE=(--set distribute.strategy=one_device --set "distribute.devices=[gpu:0]")
 TWO=(--set distribute.strategy=mirrored --set "distribute.devices=[gpu:0,gpu:0]")
 

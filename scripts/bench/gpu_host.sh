@@ -11,6 +11,8 @@
 #   CUBLAS_ROOT  likewise for cuBLAS (the nvidia-cublas wheel)
 #   BUILD_DIR    default build
 #   SKIP_BUILD   set: use $BUILD_DIR as it is
+#   GPU_TARGETS  set: build only the CLI and the test binaries labelled gpu
+#                (a shorter build on a device whose minutes are counted)
 
 # Results folder: $OUT or runs/NAME-DATE. Sets RES.
 gpu_results_dir() {  # name
@@ -74,6 +76,12 @@ gpu_build() {
   if [[ -n "${SKIP_BUILD:-}" ]]; then
     echo "build: skipped (SKIP_BUILD); $("$BUILD_DIR/bin/mirrortrain" --version)"
     return 0
+  fi
+  if [[ -n "${GPU_TARGETS:-}" ]]; then
+    # tests/CMakeLists.txt: mt_test(NAME SOURCE ... LABELS ... gpu ...).
+    MT_BUILD_TARGETS="mirrortrain $(sed -n 's/^mt_test(\([a-z0-9_]*\) .*LABELS.* gpu\b.*/\1/p' tests/CMakeLists.txt | tr '\n' ' ')"
+    export MT_BUILD_TARGETS
+    echo "build: targets $MT_BUILD_TARGETS"
   fi
   if [[ -d "$bundle/debs" || -d "$bundle/root/usr" ]]; then
     echo "build: scripts/setup.sh --offline $bundle -> $BUILD_DIR (log: $RES/build.log)"
