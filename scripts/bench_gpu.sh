@@ -18,7 +18,8 @@
 #         difference is the communication not hidden by compute
 #   tta   the CNN on Fashion-MNIST: wall time to 0.916 test accuracy
 #         (mirrortrain: EMA weights; PyTorch: plain weights; once per epoch),
-#         each run stopped as soon as it gets there
+#         each run stopped as soon as it gets there; the config's precision
+#         and bf16
 #   resnet  configs/fashion_mnist_resnet.yaml on gpu:0 (batch 128, synthetic
 #         data), fp32 and bf16: train samples/s and model FLOP utilisation,
 #         next to the same layer list in PyTorch (scripts/bench/torch_config.py,
@@ -143,8 +144,8 @@ if want cnn; then
   # Trimmed to make room: mirrortrain 600 -> 400 steps (3 timed windows of 100
   # after the first, which holds start-up), limits 90 -> 60 s (mirrortrain)
   # and 120 -> 90 s (PyTorch eager); 150 s for the compiling runs.
-  # Whole-step CUDA graphs on (train.cuda_graph is off by default until the
-  # graph path has been proven on a device); cnn_rate_eager turns them off.
+  # Whole-step CUDA graphs on (train.cuda_graph: auto, the default, named
+  # so the row says what it measured); cnn_rate_eager turns them off.
   CNN_SETS=(--set data.name=synthetic --set data.test_examples=1000 --set train.steps=400
     --set train.log_every_steps=100 --set train.eval_every_epochs=0 --set train.cuda_graph=auto)
   CNN_PT=(--bench cnn_rate --steps 200 --warmup 20 --repeat 3)
@@ -225,6 +226,10 @@ if want tta; then
     mt cnn_tta 300 "$CNN" --target 0.916 --weights ema -- --set "data.dir=$DATA" --set train.cuda_graph=auto
     # Schedule defaults of torch_gpu.py are the config's: lr 0.1, warm-up 100, cosine 2250, 10 epochs.
     pt cnn_tta 240 --bench cnn_tta --data_dir "$DATA" --cnn_precision "$CNN_PRECISION" --target 0.916 --max_epochs 10
+    # The same in bf16 (PyTorch: bf16 autocast).
+    mt cnn_tta_bf16 300 "$CNN" --target 0.916 --weights ema -- --set "data.dir=$DATA" \
+      --set train.cuda_graph=auto --set precision=bf16
+    pt cnn_tta_bf16 240 --bench cnn_tta --data_dir "$DATA" --cnn_precision bf16 --target 0.916 --max_epochs 10
   else
     missing mirrortrain cnn_tta "no Fashion-MNIST: set DATA_DIR or carry deps-bundle"
   fi

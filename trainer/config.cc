@@ -281,7 +281,7 @@ const ParamSchema& TrainSchema() {
            .Doc("micro-batches of data.global_batch_size whose gradients "
                 "are summed into one all-reduce and one optimizer step"),
        Param::String("cuda_graph")
-           .Default("off")
+           .Default("auto")
            .OneOf({"auto", "off"})
            .Doc("auto: on GPUs, replay each step as one captured CUDA graph "
                 "where the step allows it (README); off: launch every "

@@ -88,9 +88,8 @@ struct TrainConfig {
   // gradients are summed locally and all-reduced once.
   int64_t accumulation_steps = 1;
   // auto | off: GPU steps replayed as a captured CUDA graph where the step
-  // allows it (trainer/cuda_graph_policy.h). Off by default until the graph
-  // path has run on a device (README).
-  std::string cuda_graph = "off";
+  // allows it (trainer/cuda_graph_policy.h); CPU steps are always eager.
+  std::string cuda_graph = "auto";
 };
 
 struct CheckpointConfig {

@@ -74,13 +74,13 @@ TEST(ConfigTest, PrecisionIsFp32UnlessAnotherIsAsked) {
   EXPECT_THAT(Message(c.status()), HasSubstr("fp16"));
 }
 
-TEST(ConfigTest, CudaGraphIsOffUnlessAsked) {
+TEST(ConfigTest, CudaGraphIsAutoUnlessTurnedOff) {
   auto c = ParseConfig("seed: 1\n", "a.yaml", {});
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->train.cuda_graph, "off");
-  c = ParseConfig("train: {cuda_graph: auto}\n", "a.yaml", {});
-  ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->train.cuda_graph, "auto");
+  c = ParseConfig("train: {cuda_graph: off}\n", "a.yaml", {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->train.cuda_graph, "off");
   c = ParseConfig("train: {cuda_graph: always}\n", "a.yaml", {});
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(Message(c.status()), HasSubstr("train.cuda_graph"));
