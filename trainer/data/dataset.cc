@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "tensor/parallel.h"
 #include "tensor/status_macros.h"
 #include "trainer/data/counter_hash.h"
 #include "trainer/data/data_source.h"
@@ -91,11 +92,17 @@ absl::StatusOr<InMemoryDataset> LoadFashionMnist(const std::string& dir,
                                                   kFashionMnistImageSize, 1}));
   MT_ASSIGN_OR_RETURN(dataset.labels, Tensor::Empty(DType::kI32, {n}));
 
+  // Over the math threads: the training split's 47M pixels took a third of
+  // its load time on one thread, on the time-to-accuracy critical path.
   const std::array<float, 256>& scale = ByteToUnitTable();
   float* pixels = dataset.images.data<float>();
-  for (size_t i = 0; i < idx_images.pixels.size(); ++i) {
-    pixels[i] = scale[idx_images.pixels[i]];
-  }
+  const uint8_t* bytes = idx_images.pixels.data();
+  ParallelFor(static_cast<int64_t>(idx_images.pixels.size()), int64_t{1} << 18,
+              [&](int64_t begin, int64_t end) {
+                for (int64_t i = begin; i < end; ++i) {
+                  pixels[i] = scale[bytes[i]];
+                }
+              });
   int32_t* labels = dataset.labels.data<int32_t>();
   for (int64_t i = 0; i < n; ++i) labels[i] = idx_labels[i];
   return dataset;
