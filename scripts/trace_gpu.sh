@@ -17,7 +17,8 @@ source scripts/bench/gpu_host.sh
 gpu_results_dir trace_gpu
 exec > >(tee "$RES/trace_gpu.txt") 2>&1
 RUNS=("$@")
-((${#RUNS[@]})) || RUNS=(cnn_one_device cnn_mirrored2 mlp_one_device mlp_mirrored2 mlp_mirrored2_nocomm torch_cnn)
+((${#RUNS[@]})) || RUNS=(cnn_one_device cnn_bf16 cnn_mirrored2 mlp_one_device mlp_bf16 mlp_mirrored2
+  mlp_mirrored2_nocomm torch_cnn)
 
 gpu_section "host"
 gpu_preflight
@@ -40,7 +41,7 @@ trap 'rm -rf "$WORK"' EXIT
 CNN=(--config configs/fashion_mnist_cnn_gpu.yaml --set data.name=synthetic
   --set data.test_examples=1000 --set train.steps=200 --set train.log_every_steps=100
   --set train.eval_every_epochs=0 --set train.cuda_graph=auto)
-MLP=(--config configs/mlp_4096_gpu.yaml --set train.steps=60 --set train.log_every_steps=30
+MLP=(--config configs/mlp_4096_gpu.yaml --set train.steps=150 --set train.log_every_steps=50
   --set train.cuda_graph=auto)
 ONE=(--set distribute.strategy=one_device --set "distribute.devices=[gpu:0]")
 TWO=(--set distribute.strategy=mirrored --set "distribute.devices=[gpu:0,gpu:0]")
@@ -49,8 +50,10 @@ for run in "${RUNS[@]}"; do
   gpu_section "$run"
   case $run in
     cnn_one_device) args=("${CNN[@]}" "${ONE[@]}") ;;
+    cnn_bf16) args=("${CNN[@]}" "${ONE[@]}" --set precision=bf16) ;;
     cnn_mirrored2) args=("${CNN[@]}" "${TWO[@]}") ;;
     mlp_one_device) args=("${MLP[@]}" "${ONE[@]}") ;;
+    mlp_bf16) args=("${MLP[@]}" "${ONE[@]}" --set precision=bf16) ;;
     mlp_mirrored2) args=("${MLP[@]}" "${TWO[@]}") ;;
     mlp_mirrored2_nocomm) args=("${MLP[@]}" "${TWO[@]}" --set distribute.cross_device_ops=none) ;;
     torch_cnn) args=() ;;

@@ -30,6 +30,11 @@ using ConvGeometry = cuda::Conv2DGeometry;
 
 struct ConvAttrs {
   ConvGeometry geo;
+  // On GPUs, when the batch fits one column chunk: the columns the forward
+  // product read (im2col of x, as f32 or bf16), which the filter gradient
+  // reads instead of running im2col again. They live as long as the record:
+  // the tape holds one column buffer per such conv until its backward.
+  GemmOperand columns;
 };
 
 // Images per im2col chunk: bounds the column buffer to ~4 MiB, so it is
@@ -228,16 +233,18 @@ absl::Status ForEachGpuChunk(const ConvGeometry& g, DType dtype, Device device,
 
 // y2 [N * OH * OW, O] = im2col(x) @ w2, every row written; with
 // `relu_bias`, relu(... + bias): in the GEMM's cuBLASLt epilogue where it
-// applies, else in one pass over the chunk's rows after it.
+// applies, else in one pass over the chunk's rows after it. When the batch
+// is one chunk, *columns keeps the columns for the backward pass.
 absl::Status GpuForward(const ConvGeometry& g, const Tensor& x,
                         const Tensor& w2, const Tensor& y2,
-                        const Tensor* relu_bias) {
+                        const Tensor* relu_bias, GemmOperand* columns) {
   MT_ASSIGN_OR_RETURN(const GemmOperand w, GemmOperand::Of(w2));
   return ForEachGpuChunk(
       g, x.dtype(), x.device(), !internal::ProductsReadBf16(x),
       [&](int64_t i0, int64_t images, Tensor& cols) -> absl::Status {
         MT_ASSIGN_OR_RETURN(const GemmOperand c,
                             GpuColumns(g, x, i0, images, cols));
+        if (images == g.n) *columns = c;
         MT_ASSIGN_OR_RETURN(Tensor out,
                             y2.SliceRows(i0 * g.pixels(), images * g.pixels()));
         if (relu_bias == nullptr) {
@@ -255,16 +262,21 @@ absl::Status GpuForward(const ConvGeometry& g, const Tensor& x,
 // dw2 = sum over chunks of cols^T @ dy (accumulated by the GEMM, beta 1
 // after the first chunk: a fixed order); dx = col2im(dy @ w2^T), every
 // element of dx written. Either output may be undefined (not needed).
+// `saved` (may be undefined): the forward's columns of the whole batch,
+// read instead of im2col when the batch is one chunk here too.
 absl::Status GpuBackward(const ConvGeometry& g, const Tensor& x,
                          const Tensor& w2, const Tensor& dy2, Tensor* dx,
-                         Tensor* dw2) {
+                         Tensor* dw2, const GemmOperand& saved) {
   const int device = x.device().index;
   GemmOperand w;
   if (dx != nullptr) {
     MT_ASSIGN_OR_RETURN(w, GemmOperand::Of(w2));
   }
-  // f32 columns: im2col's (unless bf16) and dx's product before col2im.
-  const bool dtype_cols = dx != nullptr || !internal::ProductsReadBf16(x);
+  const bool reuse = saved.defined() && GpuChunkImages(g, x.dtype()) >= g.n;
+  // f32 columns: im2col's (unless bf16 or saved) and dx's product before
+  // col2im.
+  const bool dtype_cols =
+      dx != nullptr || (!internal::ProductsReadBf16(x) && !reuse);
   return ForEachGpuChunk(
       g, x.dtype(), x.device(), dtype_cols,
       [&](int64_t i0, int64_t images, Tensor& cols) -> absl::Status {
@@ -272,8 +284,10 @@ absl::Status GpuBackward(const ConvGeometry& g, const Tensor& x,
                                                           images * g.pixels()));
         MT_ASSIGN_OR_RETURN(const GemmOperand dy, GemmOperand::Of(dy_rows));
         if (dw2 != nullptr) {
-          MT_ASSIGN_OR_RETURN(const GemmOperand c,
-                              GpuColumns(g, x, i0, images, cols));
+          GemmOperand c = saved;
+          if (!reuse) {
+            MT_ASSIGN_OR_RETURN(c, GpuColumns(g, x, i0, images, cols));
+          }
           MT_RETURN_IF_ERROR(internal::Gemm(c, dy, true, false, 1.0,
                                             i0 == 0 ? 0.0 : 1.0, *dw2));
         }
@@ -299,10 +313,12 @@ void SetConvGpuColumnBytes(int64_t bytes) {
 
 namespace {
 
-// Conv2D's forward, unrecorded; with `relu_bias`, relu(conv + bias).
+// Conv2D's forward, unrecorded; with `relu_bias`, relu(conv + bias). On
+// GPUs, when a tape records, *columns gets what GpuForward keeps.
 absl::StatusOr<Tensor> ConvForward(const ConvGeometry& g, const Tensor& x,
                                    const Tensor& filter,
-                                   const Tensor* relu_bias) {
+                                   const Tensor* relu_bias,
+                                   GemmOperand* columns) {
   // The GEMMs (beta 0) write every output; zeros only for an empty patch.
   const bool gemm = g.n * g.pixels() * g.o > 0 && g.patch() > 0;
   const Shape y_shape{g.n, g.oh, g.ow, g.o};
@@ -312,9 +328,12 @@ absl::StatusOr<Tensor> ConvForward(const ConvGeometry& g, const Tensor& x,
   if (gemm && x.device().is_cuda()) {
     MT_ASSIGN_OR_RETURN(Tensor w2, filter.Reshaped({g.patch(), g.o}));
     MT_ASSIGN_OR_RETURN(Tensor y2, y.Reshaped({g.n * g.pixels(), g.o}));
+    GemmOperand kept;
     MT_RETURN_IF_ERROR(internal::KernelError(
         relu_bias != nullptr ? "Conv2DBiasRelu" : "Conv2D",
-        GpuForward(g, x, w2, y2, relu_bias), {&x, &filter}));
+        GpuForward(g, x, w2, y2, relu_bias, &kept), {&x, &filter}));
+    // Unrecorded (evaluation, an inner tape's gradient): freed now.
+    if (tape::AnyTapeRecording()) *columns = std::move(kept);
     return y;
   }
   if (gemm) {
@@ -346,8 +365,10 @@ absl::StatusOr<Tensor> ConvForward(const ConvGeometry& g, const Tensor& x,
 absl::StatusOr<Tensor> Conv2D(const Tensor& x, const Tensor& filter,
                               const Conv2DOptions& options) {
   MT_ASSIGN_OR_RETURN(ConvGeometry g, Geometry(x, filter, options));
-  MT_ASSIGN_OR_RETURN(Tensor y, ConvForward(g, x, filter, nullptr));
-  tape::RecordOperation(kConv2DOp, {x, filter}, {y}, ConvAttrs{g});
+  ConvAttrs attrs{g};
+  MT_ASSIGN_OR_RETURN(Tensor y,
+                      ConvForward(g, x, filter, nullptr, &attrs.columns));
+  tape::RecordOperation(kConv2DOp, {x, filter}, {y}, std::move(attrs));
   return y;
 }
 
@@ -361,9 +382,11 @@ absl::StatusOr<Tensor> Conv2DBiasRelu(const Tensor& x, const Tensor& filter,
     return OpError(kOp, "bias must be 1-D with one value per filter",
                    {&filter, &bias});
   }
-  MT_ASSIGN_OR_RETURN(Tensor y, ConvForward(g, x, filter, &bias));
+  ConvAttrs attrs{g};
+  MT_ASSIGN_OR_RETURN(Tensor y,
+                      ConvForward(g, x, filter, &bias, &attrs.columns));
   tape::RecordOperation(kConv2DBiasReluOp, {x, filter, bias}, {y},
-                        ConvAttrs{g});
+                        std::move(attrs));
   return y;
 }
 
@@ -371,9 +394,10 @@ namespace {
 
 // dfilter = cols^T @ dy and dx = col2im(dy @ filter^T), chunk by chunk:
 // (*grads)[0] for x where needs[0], [1] for the filter where needs[1].
-absl::Status ConvGrads(const ConvGeometry& geo, const Tensor& x,
+absl::Status ConvGrads(const ConvAttrs& attrs, const Tensor& x,
                        const Tensor& filter, const Tensor& dy,
                        absl::Span<const bool> needs, Grads* grads) {
+  const ConvGeometry& geo = attrs.geo;
   const DType dt = x.dtype();
   if (dy.device().is_cuda()) {
     // The GEMMs write all of dw and col2im all of dx; zeros otherwise.
@@ -397,7 +421,7 @@ absl::Status ConvGrads(const ConvGeometry& geo, const Tensor& x,
       MT_RETURN_IF_ERROR(internal::KernelError(
           "Conv2DBackprop",
           GpuBackward(geo, x, w2, dy2, needs[0] ? &dx : nullptr,
-                      needs[1] ? &dw2 : nullptr),
+                      needs[1] ? &dw2 : nullptr, attrs.columns),
           {&dy}));
     }
     if (needs[0]) (*grads)[0] = std::move(dx);
@@ -472,7 +496,7 @@ absl::Status ConvGrads(const ConvGeometry& geo, const Tensor& x,
 
 MT_OP(kConv2DOp, "Conv2D",
       [](const OpRecord& op, auto g, auto needs, Grads* grads) {
-        return ConvGrads(std::any_cast<const ConvAttrs&>(op.attrs).geo,
+        return ConvGrads(std::any_cast<const ConvAttrs&>(op.attrs),
                          op.inputs[0], op.inputs[1], g[0], needs, grads);
       });
 
@@ -482,9 +506,9 @@ MT_OP(kConv2DBiasReluOp, "Conv2DBiasRelu",
         Tensor dz, db;
         MT_RETURN_IF_ERROR(internal::BiasReluGrads(
             op.outputs[0], g[0], op.inputs[2].shape(), needs[2], &dz, &db));
-        MT_RETURN_IF_ERROR(
-            ConvGrads(std::any_cast<const ConvAttrs&>(op.attrs).geo,
-                      op.inputs[0], op.inputs[1], dz, needs, grads));
+        MT_RETURN_IF_ERROR(ConvGrads(std::any_cast<const ConvAttrs&>(op.attrs),
+                                     op.inputs[0], op.inputs[1], dz, needs,
+                                     grads));
         if (needs[2]) (*grads)[2] = std::move(db);
         return absl::OkStatus();
       });
