@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# A session's GPU work as one device call, in priority order within a time
+# budget, every result written under $OUT as it comes: a call cut off at its
+# limit still returns what it got so far (the device tool collects $OUT
+# whatever the exit). Carry deps-bundle (scripts/bundle_deps.sh) with it.
+#
+#   scripts/gpu_session.sh [SECONDS]      # default 540
+#   PARTS="cnn tta" TRACES="cnn_bf16" scripts/gpu_session.sh 200
+#
+# Steps, each given what the budget has left and skipped (with a line that
+# says so) when that is too little:
+#   1. unpack the carried bundle (a carried deps-bundle replaces the one
+#      unpacked by an earlier call, so every call unpacks it again);
+#   2. build the CLI and the gpu-labelled tests (GPU_TARGETS) and run
+#      `ctest -L gpu` (scripts/test_gpu.sh without sanitizers);
+#   3. scripts/bench_gpu.sh $PARTS (default "cnn tta mlp comm resnet gpt",
+#      TORCH_COMPILE=0 unless set);
+#   4. scripts/trace_gpu.sh $TRACES (default "cnn_one_device cnn_bf16
+#      mlp_one_device mlp_bf16");
+#   5. compute-sanitizer (scripts/test_gpu.sh's memcheck and racecheck).
+# Writes $OUT/session.txt (every step's output, appended as it runs) and
+# $OUT/results.tgz (the steps' result folders, packed again after each
+# step): two files, within what the device tool brings back.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit
+BUDGET="${1:-540}"
+OUT="${OUT:-runs/gpu_session-$(date +%Y%m%d-%H%M%S)}"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+LOG="$OUT/session.txt"
+RESULTS="$(mktemp -d)"
+PARTS="${PARTS:-cnn tta mlp comm resnet gpt}"
+TRACES="${TRACES:-cnn_one_device cnn_bf16 mlp_one_device mlp_bf16}"
+export TORCH_COMPILE="${TORCH_COMPILE:-0}"
+: >"$LOG"
+
+say() { printf '\n=== %s (+%ds of %ds)\n' "$1" "$SECONDS" "$BUDGET" | tee -a "$LOG"; }
+left() { echo $((BUDGET - SECONDS)); }
+pack() { tar czf "$OUT/results.tgz.tmp" -C "$RESULTS" . && mv "$OUT/results.tgz.tmp" "$OUT/results.tgz"; }
+
+# step NAME MIN_SECONDS RESERVE COMMAND...: runs COMMAND with at most what
+# is left minus RESERVE seconds (kept for the steps after it), its output
+# appended to the log; skipped when that is under MIN_SECONDS.
+step() {
+  local name=$1 min=$2 reserve=$3 rc=0
+  shift 3
+  local limit=$(($(left) - reserve))
+  say "$name (limit ${limit}s)"
+  if ((limit < min)); then
+    echo "skipped: ${limit}s left for it, needs ${min}s" | tee -a "$LOG"
+    return 0
+  fi
+  timeout -k 10 "$limit" "$@" >>"$LOG" 2>&1 || rc=$?
+  echo "$name: exit $rc at +${SECONDS}s" | tee -a "$LOG"
+  pack
+}
+
+if [[ -d deps-bundle/debs && ! -d deps-bundle/root/usr ]]; then
+  say "unpack deps-bundle"
+  python3 scripts/extract_debs.py deps-bundle/debs deps-bundle/root >/dev/null
+fi
+# The dataset where the tests and the time-to-accuracy runs look first.
+if [[ ! -e /usr/share/datasets/fashion-mnist && -d deps-bundle/root/usr/share/datasets/fashion-mnist ]]; then
+  mkdir -p /usr/share/datasets 2>/dev/null &&
+    ln -sfn "$PWD/deps-bundle/root/usr/share/datasets/fashion-mnist" /usr/share/datasets/fashion-mnist
+fi
+
+# Reserves: what the later steps need at least, so a slow build or test run
+# does not leave the benchmarks nothing.
+step "build and ctest -L gpu" 60 100 env OUT="$RESULTS/test" GPU_TARGETS=1 \
+  CTEST_JOBS=8 CTEST_TIMEOUT=120 SANITIZER_TOOLS= RACECHECK= TEST_BUDGET=100000 \
+  scripts/test_gpu.sh
+# shellcheck disable=SC2086
+step "bench_gpu.sh $PARTS" 30 40 env OUT="$RESULTS/bench" SKIP_BUILD=1 \
+  BENCH_BUDGET=$(($(left) - 40)) scripts/bench_gpu.sh $PARTS
+# shellcheck disable=SC2086
+step "trace_gpu.sh $TRACES" 20 20 env OUT="$RESULTS/trace" SKIP_BUILD=1 \
+  scripts/trace_gpu.sh $TRACES
+step "compute-sanitizer" 30 5 env OUT="$RESULTS/sanitizer" SKIP_BUILD=1 \
+  SKIP_CTEST=1 TEST_BUDGET=$(($(left) - 5)) scripts/test_gpu.sh
+say "done"
+grep -hE "tests passed|\((Failed|Timeout)\)|skipped: [0-9]|FAILED|all GPU tests passed" \
+  "$RESULTS"/test/test_gpu.txt "$RESULTS"/sanitizer/test_gpu.txt 2>/dev/null | tee -a "$LOG"
+if [[ -f $RESULTS/bench/bench_gpu_table.txt ]]; then
+  tee -a "$LOG" <"$RESULTS/bench/bench_gpu_table.txt"
+fi
+pack
