@@ -41,9 +41,9 @@
 # fits one 10-minute device call once built. cnn and mlp are 13 runs, 4 of them
 # compiling with torch.compile; a run the budget has no room for is skipped
 # with a line that says so (then run the rest in a second call, e.g.
-# scripts/bench_gpu.sh comm tta). TORCH_COMPILE=0 skips the torch.compile
-# runs (each compiles for a minute or more), for a first call that must also
-# leave room for the tests.
+# scripts/bench_gpu.sh comm tta). The torch.compile runs (each compiles for
+# a minute or more) run last, after every other part; TORCH_COMPILE=0 skips
+# them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/bench/gpu_host.sh
@@ -113,17 +113,28 @@ mt() {
   cp "$WORK/$name"/{metrics.jsonl,config.yaml,mirrortrain.log} "$RES/bench_runs/$name/" 2>/dev/null || true
 }
 
+# torch.compile runs, queued (as quoted `pt` arguments) to run after all
+# the others: each compiles for a minute or more, so a budget that runs out
+# drops them rather than the rows they are compared with.
+DEFERRED=()
+
 # One scripts/bench/torch_gpu.py call: pt NAME LIMIT [torch_gpu.py args...]
 pt() {
   local name=$1 limit rc=0
+  if [[ " $* " == *" --compile "* ]]; then
+    if [[ ${TORCH_COMPILE:-1} == 0 ]]; then
+      missing pytorch "$name" "skipped: TORCH_COMPILE=0"
+      return 0
+    fi
+    if [[ -z ${RUNNING_DEFERRED:-} ]]; then
+      DEFERRED+=("$(printf '%q ' "$@")")
+      return 0
+    fi
+  fi
   limit=$(limit_for "$2")
   shift 2
   if ((limit < 15)); then
     missing pytorch "$name" "skipped: BENCH_BUDGET=${BUDGET}s spent"
-    return 0
-  fi
-  if [[ ${TORCH_COMPILE:-1} == 0 && " $* " == *" --compile "* ]]; then
-    missing pytorch "$name" "skipped: TORCH_COMPILE=0"
     return 0
   fi
   # TORCH_GPU_ARGS: extra arguments (e.g. "--device cpu --smoke" for a dry run).
@@ -269,6 +280,14 @@ if want gpt; then
   config_model gpt configs/fortunes_gpt.yaml --set "data.path=[$WORK/text.txt]" \
     --set train.steps=400 --set train.log_every_steps=100 \
     --set "distribute.devices=[gpu:0]" --set train.cuda_graph=auto
+fi
+
+if ((${#DEFERRED[@]})); then
+  gpu_section "torch.compile runs (queued until now)"
+  RUNNING_DEFERRED=1
+  for run in "${DEFERRED[@]}"; do
+    eval "pt $run"
+  done
 fi
 
 gpu_section "results ($RES)"

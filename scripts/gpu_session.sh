@@ -13,8 +13,8 @@
 #      unpacked by an earlier call, so every call unpacks it again);
 #   2. build the CLI and the gpu-labelled tests (GPU_TARGETS) and run
 #      `ctest -L gpu` (scripts/test_gpu.sh without sanitizers);
-#   3. scripts/bench_gpu.sh $PARTS (default "cnn tta mlp comm resnet gpt",
-#      TORCH_COMPILE=0 unless set);
+#   3. scripts/bench_gpu.sh $PARTS (default "cnn tta mlp comm resnet gpt";
+#      its torch.compile runs come last; TORCH_COMPILE=0 skips them);
 #   4. scripts/trace_gpu.sh $TRACES (default "cnn_one_device cnn_bf16
 #      mlp_one_device mlp_bf16");
 #   5. compute-sanitizer (scripts/test_gpu.sh's memcheck and racecheck).
@@ -31,7 +31,6 @@ LOG="$OUT/session.txt"
 RESULTS="$(mktemp -d)"
 PARTS="${PARTS:-cnn tta mlp comm resnet gpt}"
 TRACES="${TRACES:-cnn_one_device cnn_bf16 mlp_one_device mlp_bf16}"
-export TORCH_COMPILE="${TORCH_COMPILE:-0}"
 : >"$LOG"
 
 say() { printf '\n=== %s (+%ds of %ds)\n' "$1" "$SECONDS" "$BUDGET" | tee -a "$LOG"; }
