@@ -3,8 +3,12 @@
 
     trace_report.py TRACE.tsv [--skip 0.5]
 
-Looks at the steady state (the part of the run after --skip of its GPU
-span): how busy the GPU is, each stream's kernel time and how much of it
+Looks at the steady state: with CUDA graphs (8 or more cudaGraphLaunch
+calls), the time between the host's launch of the step halfway through the
+run and its last launch (the host runs at most a few steps ahead, so the
+GPU is then busy with steady-state steps only, not with warm-up or with
+the evaluation and checkpoint after the last step); else the part of the
+run after --skip of its GPU span. In it: how busy the GPU is, each stream's kernel time and how much of it
 ran while another stream was busy (overlap), the kernels that take the
 time, and where the host threads wait in the CUDA runtime.
 """
@@ -80,13 +84,23 @@ def main():
     if not gpu:
         raise SystemExit("no GPU records")
     first, last = min(r[1] for r in gpu), max(r[2] for r in gpu)
-    t0 = first + int((last - first) * args.skip)
-    window = last - t0
-    gpu = [r for r in gpu if r[1] >= t0]
-    host = [r for r in records if r[0] == "R" and r[1] >= t0 and r[2] <= last]
+    launches = sorted(r[2] for r in records
+                      if r[0] == "R" and r[4].startswith("cudaGraphLaunch"))
+    if len(launches) >= 8:
+        t0, t1 = launches[len(launches) // 2], launches[-1]
+        how = (f"between graph launches {len(launches) // 2 + 1} and "
+               f"{len(launches)} (host times)")
+    else:
+        t0, t1 = first + int((last - first) * args.skip), last
+        how = f"after {args.skip:.0%} of the GPU span"
+    window = t1 - t0
+    # GPU activities clipped to the window.
+    gpu = [(k, max(s, t0), min(e, t1), w, n) for k, s, e, w, n in gpu
+           if e > t0 and s < t1]
+    host = [r for r in records if r[0] == "R" and r[1] >= t0 and r[2] <= t1]
     ms = 1e-6
 
-    print(f"window: last {window * ms:.1f} ms of {(last - first) * ms:.1f} ms")
+    print(f"window: {window * ms:.1f} ms of {(last - first) * ms:.1f} ms, {how}")
     busy = union_length([(r[1], r[2]) for r in gpu])
     print(f"GPU busy (any stream): {busy * ms:.1f} ms = {100 * busy / window:.1f}%")
 
