@@ -26,9 +26,11 @@ cd "$(dirname "$0")/.."
 source scripts/bench/gpu_host.sh
 gpu_results_dir test_gpu
 exec > >(tee "$RES/test_gpu.txt") 2>&1
-TOOLS="${SANITIZER_TOOLS:-memcheck}"
+# Empty values turn them off ("-", not ":-"): SANITIZER_TOOLS= RACECHECK=
+# runs no sanitizer.
+TOOLS="${SANITIZER_TOOLS-memcheck}"
 # Binaries (BINARY or BINARY:GTEST_FILTER) racecheck runs after the tools.
-RACECHECK="${RACECHECK:-cuda_reduction_test cuda_nn_ops_test cuda_array_test op_table_test:*Gpu*}"
+RACECHECK="${RACECHECK-cuda_reduction_test cuda_nn_ops_test cuda_array_test op_table_test:*Gpu*}"
 LIMIT="${SANITIZER_TIMEOUT:-240}"
 BUDGET="${TEST_BUDGET:-540}"
 failed=()
@@ -71,6 +73,7 @@ PLANTED_CAPTURE_ERRORS="CudaCollectivesTest.AFailedRecordingLeavesTheStrategyUsa
 sanitizer_counts() {  # log
   awk -v planted=" $PLANTED_CAPTURE_ERRORS " '
        /^\[ RUN      \] / { test = $4 }
+       /^\[ +(OK|FAILED) +\] / { test = "" }
        /ERROR SUMMARY: [0-9]+ error/ { for (i = 1; i <= NF; ++i) if ($i == "SUMMARY:") total = $(i + 1) }
        /^========= Program hit / {
          if ($0 ~ /cudaErrorStreamCapture/ && index(planted, " " test " ")) { ++known; next }
@@ -119,7 +122,9 @@ sanitize() {  # tool binary [gtest args...]
 
 gpu_section "compute-sanitizer ($TOOLS; racecheck: $RACECHECK)"
 mkdir -p "$RES/sanitizer"
-if ! command -v compute-sanitizer >/dev/null; then
+if [[ -z ${TOOLS// /} && -z ${RACECHECK// /} ]]; then
+  echo "none asked for (SANITIZER_TOOLS and RACECHECK empty)"
+elif ! command -v compute-sanitizer >/dev/null; then
   echo "compute-sanitizer not found (looked in PATH and /usr/local/cuda/bin)"
   failed+=("compute-sanitizer missing")
 else

@@ -263,7 +263,8 @@ absl::Status GpuForward(const ConvGeometry& g, const Tensor& x,
 // after the first chunk: a fixed order); dx = col2im(dy @ w2^T), every
 // element of dx written. Either output may be undefined (not needed).
 // `saved` (may be undefined): the forward's columns of the whole batch,
-// read instead of im2col when the batch is one chunk here too.
+// read instead of im2col when the batch is one chunk here too and the
+// products read the same type as when they were made.
 absl::Status GpuBackward(const ConvGeometry& g, const Tensor& x,
                          const Tensor& w2, const Tensor& dy2, Tensor* dx,
                          Tensor* dw2, const GemmOperand& saved) {
@@ -272,7 +273,10 @@ absl::Status GpuBackward(const ConvGeometry& g, const Tensor& x,
   if (dx != nullptr) {
     MT_ASSIGN_OR_RETURN(w, GemmOperand::Of(w2));
   }
-  const bool reuse = saved.defined() && GpuChunkImages(g, x.dtype()) >= g.n;
+  // Also only in the precision they were made in: a gradient taken after
+  // the precision changed reads dy as that precision says.
+  const bool reuse = saved.defined() && GpuChunkImages(g, x.dtype()) >= g.n &&
+                     saved.bf16() == internal::ProductsReadBf16(x);
   // f32 columns: im2col's (unless bf16 or saved) and dx's product before
   // col2im.
   const bool dtype_cols =

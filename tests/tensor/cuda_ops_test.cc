@@ -363,6 +363,49 @@ TEST_F(CudaOpsTest, FusedConvEpilogueMatchesCpuInEveryPrecision) {
   ops::internal::SetConvGpuColumnBytes(0);
 }
 
+// A conv's gradient taken after the precision changed (forward in bf16,
+// gradient in fp32, and back): the GPU's forward keeps its columns for the
+// filter gradient, and must not pair columns of one precision with a dy of
+// the other; it recomputes them, as the CPU (which keeps none) does.
+TEST_F(CudaOpsTest, ConvGradientsTakenInAnotherPrecisionMatchCpu) {
+  const Tensor x = testing::RandomTensor({4, 10, 10, 3}, 71, DType::kF32);
+  const Tensor f = testing::RandomTensor({3, 3, 3, 8}, 72, DType::kF32);
+  const Tensor b = testing::RandomTensor({8}, 73, DType::kF32);
+  const Tensor dy = testing::RandomTensor({4, 10, 10, 8}, 74, DType::kF32);
+  const Device gpu = Device::Cuda(0);
+  auto run = [&](MatMulPrecision forward, MatMulPrecision gradient,
+                 const Tensor& xi, const Tensor& fi, const Tensor& bi,
+                 const Tensor& dyi) {
+    GradientTape tape;
+    for (const Tensor& t : {xi, fi, bi}) tape.Watch(t);
+    SetMatMulPrecision(forward);
+    absl::StatusOr<Tensor> y = ops::Conv2DBiasRelu(xi, fi, bi);
+    SetMatMulPrecision(gradient);
+    EXPECT_TRUE(y.ok()) << y.status();
+    auto g = tape.Gradient(*ops::ReduceSum(*ops::Mul(*y, dyi)), {xi, fi, bi});
+    SetMatMulPrecision(MatMulPrecision::kFp32);
+    EXPECT_TRUE(g.ok()) << g.status();
+    std::vector<Tensor> out;
+    if (g.ok()) {
+      for (const auto& gi : *g) out.push_back(*gi.value().To(Device::Cpu()));
+    }
+    return out;
+  };
+  for (auto [forward, gradient] :
+       {std::pair{MatMulPrecision::kBf16, MatMulPrecision::kFp32},
+        std::pair{MatMulPrecision::kFp32, MatMulPrecision::kBf16}}) {
+    SCOPED_TRACE(static_cast<int>(forward));
+    const std::vector<Tensor> cpu = run(forward, gradient, x, f, b, dy);
+    const std::vector<Tensor> on_gpu =
+        run(forward, gradient, *x.To(gpu), *f.To(gpu), *b.To(gpu), *dy.To(gpu));
+    ASSERT_EQ(on_gpu.size(), cpu.size());
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      const testing::DiffAndNorm d = testing::L2DiffAndNorm(on_gpu[i], cpu[i]);
+      EXPECT_LT(d.diff / d.norm, 1e-5) << "gradient " << i;
+    }
+  }
+}
+
 // f32 values for bfloat16 rounding: random ones after the hard cases
 // (ties to even both ways, overflow, denormals, signed zero and infinity,
 // NaN).
