@@ -190,7 +190,9 @@ def main() -> None:
             return why(r) if "stderr_tail" in r else "failed", None
         return f"not reached (best {fmt(best, 4)})", None
 
-    for name, prec in (("cnn_tta", cnn_prec), ("cnn_tta_bf16", "bf16")):
+    # The config's precision as the PyTorch twin of its run recorded it.
+    tta_prec = next((k[1] for k in pt if k[0] == "cnn_tta" and k[1] != "bf16"), cnn_prec)
+    for name, prec in (("cnn_tta", tta_prec), ("cnn_tta_bf16", "bf16")):
         m = mt.get(name)
         if m is None and name != "cnn_tta":
             continue
