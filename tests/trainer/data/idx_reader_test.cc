@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tensor/cpu_threads.h"
 #include "tests/test_util.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/gz_file.h"
@@ -473,6 +474,26 @@ TEST(SyntheticTest, ShapeRangeAndDeterminism) {
   }
   for (int count : seen) EXPECT_GT(count, 0);
   EXPECT_EQ(MakeSynthetic(0, 10, 1).size(), 0);
+}
+
+// A split starting at `first` is those rows of one longer draw, bit for bit
+// (so the source's training and test splits are made separately and still
+// share their prototypes), whatever the thread count splits the work into.
+TEST(SyntheticTest, SplitsAreRowsOfOneSequence) {
+  const InMemoryDataset whole = MakeSynthetic(150, 10, 7);
+  const InMemoryDataset tail = MakeSynthetic(100, 10, 7, /*first=*/50);
+  const std::vector<float> pixels = whole.images.ToVector<float>();
+  const std::vector<int32_t> labels = whole.labels.ToVector<int32_t>();
+  EXPECT_EQ(tail.images.ToVector<float>(),
+            std::vector<float>(pixels.begin() + 50 * 784, pixels.end()));
+  EXPECT_EQ(tail.labels.ToVector<int32_t>(),
+            std::vector<int32_t>(labels.begin() + 50, labels.end()));
+  const int threads = CpuMathThreads();
+  SetCpuMathThreads(1);
+  const InMemoryDataset serial = MakeSynthetic(150, 10, 7);
+  SetCpuMathThreads(threads);
+  EXPECT_EQ(serial.images.ToVector<float>(), pixels);
+  EXPECT_EQ(serial.labels.ToVector<int32_t>(), labels);
 }
 
 TEST(SyntheticTest, IsLearnable) {
