@@ -164,6 +164,12 @@ class Trainer {
   }
 
  private:
+  // Copies the test examples once to each GPU of `devices` (those that
+  // have room for them, kMaxTestBytesOnDevice); CPUs read them where they
+  // are. Main thread, before the replicas run.
+  absl::Status CopyTestImagesTo(const std::vector<Device>& devices);
+  // The copy on `device`, or null (read and copy per batch).
+  const Tensor* TestImagesOn(Device device) const;
   // train.cuda_graph: what a replica's part of the captured step reads and
   // writes at fixed addresses.
   struct GraphInputs {
@@ -446,6 +452,9 @@ class Trainer {
   std::vector<distribute::MirroredVariable> mirrored_;
   InMemoryDataset train_data_;
   InMemoryDataset test_data_;
+  // test_data_'s examples on each GPU that evaluates, copied at the first
+  // evaluation (TestImagesOn); main thread only.
+  std::vector<std::pair<Device, Tensor>> test_images_on_;
   // GPU replicas: copies batches to the devices ahead of their step. Used
   // by train_iterator_'s worker thread, so it is destroyed after it.
   std::unique_ptr<DeviceStager> stager_;
