@@ -166,7 +166,8 @@ class Trainer {
  private:
   // Copies the test examples once to each GPU of `devices` (those that
   // have room for them, kMaxTestBytesOnDevice); CPUs read them where they
-  // are. Main thread, before the replicas run.
+  // are. On Evaluate's thread, before the replicas run (Evaluate never
+  // runs twice at once).
   absl::Status CopyTestImagesTo(const std::vector<Device>& devices);
   // The copy on `device`, or null (read and copy per batch).
   const Tensor* TestImagesOn(Device device) const;
@@ -453,7 +454,7 @@ class Trainer {
   InMemoryDataset train_data_;
   InMemoryDataset test_data_;
   // test_data_'s examples on each GPU that evaluates, copied at the first
-  // evaluation (TestImagesOn); main thread only.
+  // evaluation (TestImagesOn); written only by CopyTestImagesTo.
   std::vector<std::pair<Device, Tensor>> test_images_on_;
   // GPU replicas: copies batches to the devices ahead of their step. Used
   // by train_iterator_'s worker thread, so it is destroyed after it.
