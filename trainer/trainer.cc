@@ -710,7 +710,7 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
     runner = &*on_state;
   }
   const int replicas = runner->num_replicas();
-  MT_RETURN_IF_ERROR(CopyTestImagesTo(runner->devices()));
+  CopyTestImagesTo(runner->devices());
   const int64_t n = test_data_.labels.dim(0);
   const int64_t labels_per_example = test_data_.labels_per_example();
   const int64_t eval_batch =
@@ -773,18 +773,19 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
   return result;
 }
 
-absl::Status Trainer::CopyTestImagesTo(const std::vector<Device>& devices) {
+void Trainer::CopyTestImagesTo(const std::vector<Device>& devices) {
   const Tensor& images = test_data_.images;
   if (images.num_elements() * static_cast<int64_t>(DTypeSize(images.dtype())) >
       kMaxTestBytesOnDevice) {
-    return absl::OkStatus();
+    return;
   }
   for (const Device& device : devices) {
     if (!device.is_cuda() || TestImagesOn(device) != nullptr) continue;
-    MT_ASSIGN_OR_RETURN(Tensor copy, images.To(device));
-    test_images_on_.emplace_back(device, std::move(copy));
+    // A GPU without room for it evaluates as before, batch by batch (whose
+    // copies report any other error).
+    absl::StatusOr<Tensor> copy = images.To(device);
+    if (copy.ok()) test_images_on_.emplace_back(device, *std::move(copy));
   }
-  return absl::OkStatus();
 }
 
 const Tensor* Trainer::TestImagesOn(Device device) const {

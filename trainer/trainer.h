@@ -164,11 +164,11 @@ class Trainer {
   }
 
  private:
-  // Copies the test examples once to each GPU of `devices` (those that
-  // have room for them, kMaxTestBytesOnDevice); CPUs read them where they
+  // Copies the test examples once to each GPU of `devices` that has room
+  // for them (at most kMaxTestBytesOnDevice); CPUs read them where they
   // are. On Evaluate's thread, before the replicas run (Evaluate never
   // runs twice at once).
-  absl::Status CopyTestImagesTo(const std::vector<Device>& devices);
+  void CopyTestImagesTo(const std::vector<Device>& devices);
   // The copy on `device`, or null (read and copy per batch).
   const Tensor* TestImagesOn(Device device) const;
   // train.cuda_graph: what a replica's part of the captured step reads and
