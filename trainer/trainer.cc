@@ -42,7 +42,7 @@ constexpr int64_t kEvalBatch = 1000;
 constexpr int64_t kEvalLabels = 8192;
 // Test splits up to this size are copied to each evaluating GPU once, not
 // batch by batch at every evaluation (Fashion-MNIST's: 31 MB of f32).
-constexpr int64_t kMaxTestBytesOnDevice = int64_t{256} << 20;
+constexpr size_t kMaxTestBytesOnDevice = size_t{256} << 20;
 
 // The first `limit` examples (0: all) as views.
 absl::StatusOr<InMemoryDataset> Subset(InMemoryDataset data, int64_t limit) {
@@ -775,8 +775,7 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
 
 void Trainer::CopyTestImagesTo(const std::vector<Device>& devices) {
   const Tensor& images = test_data_.images;
-  if (images.num_elements() * static_cast<int64_t>(DTypeSize(images.dtype())) >
-      kMaxTestBytesOnDevice) {
+  if (images.bytes() > kMaxTestBytesOnDevice) {
     return;
   }
   for (const Device& device : devices) {

@@ -234,7 +234,8 @@ absl::Status ForEachGpuChunk(const ConvGeometry& g, DType dtype, Device device,
 // y2 [N * OH * OW, O] = im2col(x) @ w2, every row written; with
 // `relu_bias`, relu(... + bias): in the GEMM's cuBLASLt epilogue where it
 // applies, else in one pass over the chunk's rows after it. When the batch
-// is one chunk, *columns keeps the columns for the backward pass.
+// is one chunk and `columns` is not null, *columns keeps the columns for
+// the backward pass.
 absl::Status GpuForward(const ConvGeometry& g, const Tensor& x,
                         const Tensor& w2, const Tensor& y2,
                         const Tensor* relu_bias, GemmOperand* columns) {
@@ -244,7 +245,7 @@ absl::Status GpuForward(const ConvGeometry& g, const Tensor& x,
       [&](int64_t i0, int64_t images, Tensor& cols) -> absl::Status {
         MT_ASSIGN_OR_RETURN(const GemmOperand c,
                             GpuColumns(g, x, i0, images, cols));
-        if (images == g.n) *columns = c;
+        if (columns != nullptr && images == g.n) *columns = c;
         MT_ASSIGN_OR_RETURN(Tensor out,
                             y2.SliceRows(i0 * g.pixels(), images * g.pixels()));
         if (relu_bias == nullptr) {
@@ -332,12 +333,12 @@ absl::StatusOr<Tensor> ConvForward(const ConvGeometry& g, const Tensor& x,
   if (gemm && x.device().is_cuda()) {
     MT_ASSIGN_OR_RETURN(Tensor w2, filter.Reshaped({g.patch(), g.o}));
     MT_ASSIGN_OR_RETURN(Tensor y2, y.Reshaped({g.n * g.pixels(), g.o}));
-    GemmOperand kept;
+    // Unrecorded (evaluation, an inner tape's gradient): none kept.
     MT_RETURN_IF_ERROR(internal::KernelError(
         relu_bias != nullptr ? "Conv2DBiasRelu" : "Conv2D",
-        GpuForward(g, x, w2, y2, relu_bias, &kept), {&x, &filter}));
-    // Unrecorded (evaluation, an inner tape's gradient): freed now.
-    if (tape::AnyTapeRecording()) *columns = std::move(kept);
+        GpuForward(g, x, w2, y2, relu_bias,
+                   tape::AnyTapeRecording() ? columns : nullptr),
+        {&x, &filter}));
     return y;
   }
   if (gemm) {
