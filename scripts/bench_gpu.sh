@@ -222,12 +222,16 @@ if want comm; then
       --set distribute.strategy=mirrored --set "distribute.devices=[gpu:0]"
     mt "comm_${model}_mirrored2" 60 "$config" -- "${sets[@]}" \
       --set distribute.strategy=mirrored --set "distribute.devices=[gpu:0,gpu:0]"
-    # Smaller buckets: the CNN's 12.8 MB dense kernel gets a bucket of its
-    # own and reduces while the convolutions' backward runs, instead of with
-    # them after the backward pass (the 25 MiB default holds all three).
+    # Smaller buckets (4 and 1 MiB): the CNN's 12.8 MB dense kernel gets a
+    # bucket of its own and reduces while the convolutions' backward runs,
+    # instead of with them after the backward pass (the 25 MiB default holds
+    # all three).
     mt "comm_${model}_mirrored2_b4m" 60 "$config" -- "${sets[@]}" \
       --set distribute.strategy=mirrored --set "distribute.devices=[gpu:0,gpu:0]" \
       --set distribute.bucket_bytes=4194304
+    mt "comm_${model}_mirrored2_b1m" 60 "$config" -- "${sets[@]}" \
+      --set distribute.strategy=mirrored --set "distribute.devices=[gpu:0,gpu:0]" \
+      --set distribute.bucket_bytes=1048576
     # distribute.cross_device_ops=none: the same step with gradients not
     # reduced (replicas drift apart; only for this measurement).
     mt "comm_${model}_mirrored2_nocomm" 60 "$config" -- "${sets[@]}" \

@@ -44,6 +44,7 @@ CNN=(--config configs/fashion_mnist_cnn_gpu.yaml --set data.name=synthetic
 MLP=(--config configs/mlp_4096_gpu.yaml --set train.steps=150 --set train.log_every_steps=50
   --set train.cuda_graph=auto)
 ONE=(--set distribute.strategy=one_device --set "distribute.devices=[gpu:0]")
+ONE_MIRRORED=(--set distribute.strategy=mirrored --set "distribute.devices=[gpu:0]")
 TWO=(--set distribute.strategy=mirrored --set "distribute.devices=[gpu:0,gpu:0]")
 
 for run in "${RUNS[@]}"; do
@@ -51,6 +52,7 @@ for run in "${RUNS[@]}"; do
   case $run in
     cnn_one_device) args=("${CNN[@]}" "${ONE[@]}") ;;
     cnn_bf16) args=("${CNN[@]}" "${ONE[@]}" --set precision=bf16) ;;
+    cnn_mirrored1) args=("${CNN[@]}" "${ONE_MIRRORED[@]}") ;;
     cnn_mirrored2) args=("${CNN[@]}" "${TWO[@]}") ;;
     mlp_one_device) args=("${MLP[@]}" "${ONE[@]}") ;;
     mlp_bf16) args=("${MLP[@]}" "${ONE[@]}" --set precision=bf16) ;;

@@ -267,11 +267,12 @@ def main() -> None:
             share = f"exposed communication {exposed:.2f} ms = {100 * exposed / ms_['mirrored2']:.1f}% of the mirrored-2 step"
         else:
             share = "exposed-communication share: n/a (needs mirrored-2 and mirrored-2 without communication)"
-        small = mt.get(f"comm_{model}_mirrored2_b4m")
-        if ok(small) and ms_["mirrored2_nocomm"]:
-            exposed = small["step_ms"] - ms_["mirrored2_nocomm"]
-            share += (f"; with 4 MiB buckets {small['step_ms']:.2f} ms, exposed {exposed:.2f} ms = "
-                      f"{100 * exposed / small['step_ms']:.1f}%")
+        for mib in (4, 1):
+            small = mt.get(f"comm_{model}_mirrored2_b{mib}m")
+            if ok(small) and ms_["mirrored2_nocomm"]:
+                exposed = small["step_ms"] - ms_["mirrored2_nocomm"]
+                share += (f"; with {mib} MiB buckets {small['step_ms']:.2f} ms, exposed {exposed:.2f} ms = "
+                          f"{100 * exposed / small['step_ms']:.1f}%")
         comm_rows.append((model, cells, share))
 
     width = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]

@@ -36,13 +36,16 @@ struct LoadMaskedGrad {
   const T* dy;
   O* dz;
   __device__ T operator()(int64_t i) const {
+    // __ldg: y and dy are not written here, so the column sum may load
+    // later rows before this one's dz is stored (column_sum.cuh).
     bool positive;
     if constexpr (std::is_same_v<Y, __nv_bfloat16>) {
-      positive = __bfloat162float(y[i]) > 0.0f;
+      positive = __bfloat162float(__ldg(y + i)) > 0.0f;
     } else {
-      positive = y[i] > T(0);
+      positive = __ldg(y + i) > T(0);
     }
-    const T v = positive ? dy[i] : T(0);
+    const T dyi = __ldg(dy + i);
+    const T v = positive ? dyi : T(0);
     if constexpr (std::is_same_v<O, __nv_bfloat16>) {
       dz[i] = __float2bfloat16_rn(v);
     } else {

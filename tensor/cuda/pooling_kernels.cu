@@ -108,6 +108,19 @@ __device__ T MaxPoolGradAt(const ImageWindowOn<I>& g, const int32_t* argmax,
   // comparison rejects it.
   const I cell = (at.yy * g.w.value() + at.xx) * c + at.ch;
   T acc = T(0);
+  if (g.sh.value() >= g.kh && g.sw.value() >= g.kw.value()) {
+    // Windows that do not overlap (the usual 2x2 stride 2): only the one
+    // starting at or before the cell can hold it, so one argmax is read
+    // instead of up to four.
+    const I ry = at.yy + g.pt, rx = at.xx + g.pl;
+    const I oy = g.sh.Div(ry), ox = g.sw.Div(rx);
+    if (oy < oh && ox < ow && ry - oy * g.sh.value() < g.kh &&
+        rx - ox * g.sw.value() < g.kw.value()) {
+      const I o = ((at.i * oh + oy) * ow + ox) * c + at.ch;
+      if (argmax[o] == cell) acc += dy[o];
+    }
+    return acc;
+  }
   for (I oy = at.oy0; oy <= at.oy1; ++oy) {
     for (I ox = at.ox0; ox <= at.ox1; ++ox) {
       const I o = ((at.i * oh + oy) * ow + ox) * c + at.ch;

@@ -65,6 +65,9 @@ std::vector<PoolCase> Cases() {
       {{0, 4, 4, 2}, opt(2, 2, 2, 2, Padding::kValid)},  // Empty batch.
       {{1, 3, 3, 2}, opt(4, 4, 1, 1, Padding::kValid)},  // Empty output.
       {{4, 33, 17, 3}, opt(2, 2, 2, 2, Padding::kValid)},
+      // Strides past the window: cells between windows get no gradient.
+      {{2, 8, 7, 3}, opt(2, 2, 3, 3, Padding::kValid)},
+      {{2, 8, 7, 3}, opt(2, 1, 3, 2, Padding::kSame)},
   };
 }
 
