@@ -49,10 +49,17 @@ std::vector<ConvCase> Cases() {
       {{1, 1, 1, 1}, {3, 3, 1, 1}, 1, 1, Padding::kSame},
       {{4, 28, 28, 1}, {3, 3, 1, 4}, 1, 1, Padding::kSame},  // The cnn's.
       {{2, 9, 9, 40}, {3, 3, 40, 3}, 2, 1, Padding::kSame},  // Long patches.
-      {{0, 5, 5, 2}, {3, 3, 2, 2}, 1, 1, Padding::kSame},    // Empty batch.
-      {{1, 3, 3, 2}, {4, 4, 2, 2}, 1, 1, Padding::kValid},   // Empty output.
-      {{2, 4, 4, 0}, {3, 3, 0, 2}, 1, 1, Padding::kSame},    // No channels.
-      {{2, 4, 4, 2}, {3, 3, 2, 0}, 1, 1, Padding::kSame},    // No filters.
+      // Channels a multiple of 4: im2col and col2im move four at a time.
+      {{3, 7, 7, 8},
+       {5, 5, 8, 4},
+       1,
+       1,
+       Padding::kSame},  // Like the cnn's 2nd.
+      {{2, 6, 5, 4}, {3, 2, 4, 3}, 2, 2, Padding::kValid},
+      {{0, 5, 5, 2}, {3, 3, 2, 2}, 1, 1, Padding::kSame},   // Empty batch.
+      {{1, 3, 3, 2}, {4, 4, 2, 2}, 1, 1, Padding::kValid},  // Empty output.
+      {{2, 4, 4, 0}, {3, 3, 0, 2}, 1, 1, Padding::kSame},   // No channels.
+      {{2, 4, 4, 2}, {3, 3, 2, 0}, 1, 1, Padding::kSame},   // No filters.
   };
 }
 

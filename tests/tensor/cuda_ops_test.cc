@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tensor/bfloat16.h"
 #include "tensor/cuda/cuda_backend.h"
@@ -298,17 +299,9 @@ Tensor OnGrid(const Tensor& t, float step, float offset) {
   return out;
 }
 
-// The convolution's fused epilogue against the CPU in each precision, in
-// one chunk and in several (each chunk's GEMM has its own epilogue, on rows
-// that start anywhere in the column buffer's output), forward and backward.
-// tf32 runs on grid values (inputs multiples of 2^-6, biases odd multiples
-// of 2^-13): tf32 holds them exactly and every product and sum of this
-// size is exact in f32, so tf32 must equal the CPU's f32; on random values
-// a pre-activation near zero can take the other side of the relu in tf32
-// and move a bias gradient by a whole dy value.
-TEST_F(CudaOpsTest, FusedConvEpilogueMatchesCpuInEveryPrecision) {
-  const Tensor x = testing::RandomTensor({5, 11, 9, 3}, 61, DType::kF32);
-  const Tensor f = testing::RandomTensor({3, 3, 3, 17}, 62, DType::kF32);
+void ExpectFusedConvEpilogueMatchesCpu(int64_t channels) {
+  const Tensor x = testing::RandomTensor({5, 11, 9, channels}, 61, DType::kF32);
+  const Tensor f = testing::RandomTensor({3, 3, channels, 17}, 62, DType::kF32);
   const Tensor b = testing::RandomTensor({17}, 63, DType::kF32);
   const Tensor dy = testing::RandomTensor({5, 11, 9, 17}, 64, DType::kF32);
   constexpr float kStep = 1.0f / 64, kBiasStep = kStep * kStep;
@@ -328,7 +321,8 @@ TEST_F(CudaOpsTest, FusedConvEpilogueMatchesCpuInEveryPrecision) {
     for (const auto& gi : *g) out.push_back(*gi.value().To(Device::Cpu()));
     return out;
   };
-  for (const int64_t column_bytes : {int64_t{0}, int64_t{2} * 99 * 27 * 4}) {
+  for (const int64_t column_bytes :
+       {int64_t{0}, int64_t{2} * 99 * 9 * channels * 4}) {
     ops::internal::SetConvGpuColumnBytes(column_bytes);
     for (auto [precision, tol] :
          std::vector<std::pair<MatMulPrecision, double>>{
@@ -361,6 +355,22 @@ TEST_F(CudaOpsTest, FusedConvEpilogueMatchesCpuInEveryPrecision) {
     }
   }
   ops::internal::SetConvGpuColumnBytes(0);
+}
+
+// The convolution's fused epilogue against the CPU in each precision, in
+// one chunk and in several (each chunk's GEMM has its own epilogue, on rows
+// that start anywhere in the column buffer's output), forward and backward.
+// tf32 runs on grid values (inputs multiples of 2^-6, biases odd multiples
+// of 2^-13): tf32 holds them exactly and every product and sum of this
+// size is exact in f32, so tf32 must equal the CPU's f32; on random values
+// a pre-activation near zero can take the other side of the relu in tf32
+// and move a bias gradient by a whole dy value. 3 and 8 input channels:
+// with a multiple of 4, im2col and col2im move four channels at a time.
+TEST_F(CudaOpsTest, FusedConvEpilogueMatchesCpuInEveryPrecision) {
+  for (const int64_t channels : {int64_t{3}, int64_t{8}}) {
+    SCOPED_TRACE(absl::StrCat(channels, " input channels"));
+    ExpectFusedConvEpilogueMatchesCpu(channels);
+  }
 }
 
 // A conv's gradient taken after the precision changed (forward in bf16,
