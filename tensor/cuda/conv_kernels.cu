@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "tensor/cuda/bf16_pack.cuh"
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/cuda/device_guard.h"
@@ -63,12 +64,7 @@ __device__ inline void StoreChannels(const Channels<T, kVec>& c, O* p) {
                 std::is_same_v<O, float>) {
     *reinterpret_cast<float4*>(p) = make_float4(c.v[0], c.v[1], c.v[2], c.v[3]);
   } else if constexpr (kVec == 4 && std::is_same_v<O, __nv_bfloat16>) {
-    const __nv_bfloat162 lo = __floats2bfloat162_rn(c.v[0], c.v[1]);
-    const __nv_bfloat162 hi = __floats2bfloat162_rn(c.v[2], c.v[3]);
-    uint2 bits;
-    memcpy(&bits.x, &lo, sizeof(bits.x));
-    memcpy(&bits.y, &hi, sizeof(bits.y));
-    *reinterpret_cast<uint2*>(p) = bits;
+    *reinterpret_cast<uint2*>(p) = PackBf16x4(c.v[0], c.v[1], c.v[2], c.v[3]);
   } else {
 #pragma unroll
     for (int j = 0; j < kVec; ++j) p[j] = ColumnValue<O>(c.v[j]);

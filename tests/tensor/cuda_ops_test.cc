@@ -456,23 +456,31 @@ TEST_F(CudaOpsTest, RoundToBFloat16MatchesTheHostBitwise) {
 
 // A product's 2-byte operand (GemmOperand::Of on a GPU tensor, the
 // ToBFloat16 kernel) holds the host's bfloat16 bits of every element,
-// ties, overflow, denormals and NaNs included.
+// ties, overflow, denormals and NaNs included: four at a time with a tail
+// (1029 elements from an aligned start), and one at a time (a view one
+// element in, not 16-byte aligned).
 TEST_F(CudaOpsTest, Bf16OperandsHoldTheHostsBits) {
   const Tensor x = Bf16RoundingCases(1029, 44);
-  const absl::StatusOr<ops::internal::GemmOperand> op =
-      ops::internal::GemmOperand::Of(*x.To(Device::Cuda(0)), /*bf16=*/true);
-  ASSERT_TRUE(op.ok()) << op.status();
-  ASSERT_TRUE(op->bf16());
-  std::vector<uint16_t> bits(static_cast<size_t>(x.num_elements()));
-  ASSERT_TRUE(cuda::Copy(bits.data(), Device::Cpu(), op->data(),
-                         Device::Cuda(0), bits.size() * sizeof(uint16_t))
-                  .ok());
-  for (int64_t i = 0; i < x.num_elements(); ++i) {
-    const float v = x.data<float>()[i];
-    if (std::isnan(v)) {
-      EXPECT_TRUE(std::isnan(BFloat16ToFloat(bits[i]))) << i;
-    } else {
-      ASSERT_EQ(bits[i], BFloat16Bits(v)) << "element " << i << " = " << v;
+  const Tensor on_gpu = *x.To(Device::Cuda(0));
+  for (const int64_t offset : {int64_t{0}, int64_t{1}}) {
+    SCOPED_TRACE(absl::StrCat("offset ", offset));
+    const int64_t n = x.num_elements() - offset;
+    const absl::StatusOr<ops::internal::GemmOperand> op =
+        ops::internal::GemmOperand::Of(*on_gpu.SliceRows(offset, n),
+                                       /*bf16=*/true);
+    ASSERT_TRUE(op.ok()) << op.status();
+    ASSERT_TRUE(op->bf16());
+    std::vector<uint16_t> bits(static_cast<size_t>(n));
+    ASSERT_TRUE(cuda::Copy(bits.data(), Device::Cpu(), op->data(),
+                           Device::Cuda(0), bits.size() * sizeof(uint16_t))
+                    .ok());
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = x.data<float>()[i + offset];
+      if (std::isnan(v)) {
+        EXPECT_TRUE(std::isnan(BFloat16ToFloat(bits[i]))) << i;
+      } else {
+        ASSERT_EQ(bits[i], BFloat16Bits(v)) << "element " << i << " = " << v;
+      }
     }
   }
 }
