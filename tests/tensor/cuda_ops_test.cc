@@ -128,6 +128,49 @@ TEST_F(CudaOpsTest, MatMulOnCublasMatchesCpuForEveryTranspose) {
   }
 }
 
+// A long sum with a small output (a first conv layer's filter gradient)
+// runs as slices of the sum added in order (cublas_gemm.cu): 20000 terms
+// are 19 slices of 1052 and a rest of 12. Every transpose, in f32, f64
+// and bf16 (against the CPU's emulation), alone and accumulated into C
+// (beta 1, as conv chunks add up their filter gradients), scaled by alpha.
+TEST_F(CudaOpsTest, LongSumsWithSmallOutputsMatchCpu) {
+  constexpr int64_t kTerms = 20000;
+  for (const auto& [dtype, precision] :
+       std::vector<std::pair<DType, MatMulPrecision>>{
+           {DType::kF32, MatMulPrecision::kFp32},
+           {DType::kF64, MatMulPrecision::kFp32},
+           {DType::kF32, MatMulPrecision::kBf16}}) {
+    for (const bool ta : {false, true}) {
+      for (const bool tb : {false, true}) {
+        SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " precision ",
+                                  static_cast<int>(precision), " ta=", ta,
+                                  " tb=", tb));
+        const Tensor a = testing::RandomTensor(
+            ta ? Shape{kTerms, 25} : Shape{25, kTerms}, 81, dtype);
+        const Tensor b = testing::RandomTensor(
+            tb ? Shape{32, kTerms} : Shape{kTerms, 32}, 82, dtype);
+        const Tensor c0 = testing::RandomTensor({25, 32}, 83, dtype);
+        SetMatMulPrecision(precision);
+        for (const double beta : {0.0, 1.0}) {
+          Tensor cpu = *c0.To(Device::Cpu()), gpu = *c0.To(Device::Cuda(0));
+          ASSERT_TRUE(
+              ops::internal::Gemm(a, b, ta, tb, 0.5, beta, cpu, false).ok());
+          const absl::Status s = ops::internal::Gemm(*a.To(Device::Cuda(0)),
+                                                     *b.To(Device::Cuda(0)), ta,
+                                                     tb, 0.5, beta, gpu, false);
+          ASSERT_TRUE(s.ok()) << s;
+          const testing::DiffAndNorm d =
+              testing::L2DiffAndNorm(*gpu.To(Device::Cpu()), cpu);
+          // Sums of 20000 products in another order: ~1e-6 relative in f32.
+          EXPECT_LT(d.diff / d.norm, dtype == DType::kF64 ? 1e-12 : 2e-5)
+              << "beta " << beta;
+        }
+        SetMatMulPrecision(MatMulPrecision::kFp32);
+      }
+    }
+  }
+}
+
 // An empty inner dimension: zeros, as on the CPU (cuBLAS alone rejects
 // the zero leading dimension of an empty operand).
 TEST_F(CudaOpsTest, MatMulWithEmptyInnerDimensionIsZeros) {
