@@ -5,6 +5,8 @@
 #
 #   scripts/test_gpu.sh
 #   SANITIZER_TOOLS="memcheck racecheck synccheck initcheck" scripts/test_gpu.sh
+#   SANITIZE_RUNS="cuda_conv_test cuda_graph_test:-*Cli*" scripts/test_gpu.sh
+#                                        # the tools over these runs only
 #   RACECHECK="cuda_reduction_test" scripts/test_gpu.sh   # racecheck runs
 # racecheck runs by default over the binaries whose kernels use shared
 # memory (RACECHECK; the op table on its GPU rows).
@@ -130,33 +132,41 @@ elif ! command -v compute-sanitizer >/dev/null; then
   echo "compute-sanitizer not found (looked in PATH and /usr/local/cuda/bin)"
   failed+=("compute-sanitizer missing")
 else
-  shopt -s nullglob
-  bins=("$BUILD_DIR"/bin/cuda_*_test)
-  ((${#bins[@]})) || failed+=("no $BUILD_DIR/bin/cuda_*_test binaries")
-  printf '%-28s %-10s %-6s %-8s %-8s %s\n' binary tool exit tests skipped "sanitizer summary"
-  for bin in "${bins[@]}"; do
-    for tool in $TOOLS; do
-      sanitize "$tool" "$bin"
+  # sanitize_runs TOOL RUN...: each RUN a binary of $BUILD_DIR/bin, or
+  # BINARY:GTEST_FILTER.
+  sanitize_runs() {
+    local tool=$1 run
+    shift
+    for run in "$@"; do
+      if [[ $run == *:* ]]; then
+        sanitize "$tool" "$BUILD_DIR/bin/${run%%:*}" "--gtest_filter=${run#*:}"
+      else
+        sanitize "$tool" "$BUILD_DIR/bin/$run"
+      fi
     done
-  done
-  # The op table's GPU column (every op's kernels, forward and gradient).
+  }
+  # What the tools run over: SANITIZE_RUNS when given, else every CUDA test
+  # binary and the op table's GPU column (every op's kernels, forward and
+  # gradient). An array, not word splitting: a filter's '*' must not glob.
+  if [[ -n ${SANITIZE_RUNS:-} ]]; then
+    read -r -a runs <<<"$SANITIZE_RUNS"
+  else
+    shopt -s nullglob
+    runs=()
+    for bin in "$BUILD_DIR"/bin/cuda_*_test; do runs+=("$(basename "$bin")"); done
+    ((${#runs[@]})) || failed+=("no $BUILD_DIR/bin/cuda_*_test binaries")
+    runs+=("op_table_test:*Gpu*")
+  fi
+  printf '%-28s %-10s %-6s %-8s %-8s %s\n' binary tool exit tests skipped "sanitizer summary"
   for tool in $TOOLS; do
-    sanitize "$tool" "$BUILD_DIR/bin/op_table_test" "--gtest_filter=*Gpu*"
+    sanitize_runs "$tool" "${runs[@]}"
   done
   # racecheck where kernels share memory between threads (column_sum.cuh,
   # reduction, normalization and array kernels): the binaries that run
   # them, the op table on its GPU rows only.
   if [[ " $TOOLS " != *" racecheck "* ]]; then
-    # An array, not word splitting: a filter's '*' must not glob.
     read -r -a runs <<<"$RACECHECK"
-    for run in "${runs[@]}"; do
-      bin="$BUILD_DIR/bin/${run%%:*}"
-      if [[ $run == *:* ]]; then
-        sanitize racecheck "$bin" "--gtest_filter=${run#*:}"
-      else
-        sanitize racecheck "$bin"
-      fi
-    done
+    ((${#runs[@]} == 0)) || sanitize_runs racecheck "${runs[@]}"
   fi
 fi
 

@@ -53,6 +53,12 @@ for run in "${RUNS[@]}"; do
     cnn_one_device) args=("${CNN[@]}" "${ONE[@]}") ;;
     cnn_bf16) args=("${CNN[@]}" "${ONE[@]}" --set precision=bf16) ;;
     cnn_mirrored1) args=("${CNN[@]}" "${ONE_MIRRORED[@]}") ;;
+    # One epoch on Fashion-MNIST from process launch: the start-up and the
+    # first steps' warm-up as the time-to-accuracy run has them.
+    cnn_fashion)
+      DATA="$(gpu_data_dir)" || { echo "no Fashion-MNIST"; continue; }
+      args=(--config configs/fashion_mnist_cnn_gpu.yaml --set "data.dir=$DATA"
+        --set train.epochs=1 --set train.cuda_graph=auto) ;;
     cnn_mirrored2) args=("${CNN[@]}" "${TWO[@]}") ;;
     mlp_one_device) args=("${MLP[@]}" "${ONE[@]}") ;;
     mlp_bf16) args=("${MLP[@]}" "${ONE[@]}" --set precision=bf16) ;;
