@@ -20,8 +20,8 @@ namespace mirrortrain::cuda {
 namespace {
 
 // cuBLAS handles are not thread-safe to share: one per (thread, device).
-absl::StatusOr<cublasHandle_t> HandleFor(int device) {
-  return ThreadHandle<cublasHandle_t, cublasCreate, cublasDestroy>(device);
+absl::StatusOr<cublasHandle_t> HandleFor(const CublasLibrary& l, int device) {
+  return ThreadHandle<cublasHandle_t>(device, l.Create, l.Destroy);
 }
 
 // cuBLAS's per-dtype entry points.
@@ -29,13 +29,13 @@ template <typename T>
 struct CublasFor;
 template <>
 struct CublasFor<float> {
-  static constexpr auto gemm = cublasSgemm;
-  static constexpr auto batched = cublasSgemmStridedBatched;
+  static auto gemm(const CublasLibrary& l) { return l.Sgemm; }
+  static auto batched(const CublasLibrary& l) { return l.SgemmStridedBatched; }
 };
 template <>
 struct CublasFor<double> {
-  static constexpr auto gemm = cublasDgemm;
-  static constexpr auto batched = cublasDgemmStridedBatched;
+  static auto gemm(const CublasLibrary& l) { return l.Dgemm; }
+  static auto batched(const CublasLibrary& l) { return l.DgemmStridedBatched; }
 };
 
 // One cuBLAS call: row-major C_i = alpha op(A_i) op(B_i) + beta C_i for the
@@ -57,7 +57,8 @@ struct GemmCall {
 };
 
 template <typename T>
-absl::Status TypedGemm(cublasHandle_t h, const GemmCall& g) {
+absl::Status TypedGemm(const CublasLibrary& l, cublasHandle_t h,
+                       const GemmCall& g) {
   const T al = static_cast<T>(g.alpha), be = static_cast<T>(g.beta);
   const int m = static_cast<int>(g.m), n = static_cast<int>(g.n),
             k = static_cast<int>(g.k);
@@ -65,11 +66,11 @@ absl::Status TypedGemm(cublasHandle_t h, const GemmCall& g) {
   const auto* tb = static_cast<const T*>(g.b);
   auto* tc = static_cast<T*>(g.c);
   if (g.batch == 1) {
-    MT_CUBLAS_RETURN_IF_ERROR(CublasFor<T>::gemm(
+    MT_CUBLAS_RETURN_IF_ERROR(CublasFor<T>::gemm(l)(
         h, g.op_b, g.op_a, n, m, k, &al, tb, static_cast<int>(g.ldb), ta,
         static_cast<int>(g.lda), &be, tc, n));
   } else {
-    MT_CUBLAS_RETURN_IF_ERROR(CublasFor<T>::batched(
+    MT_CUBLAS_RETURN_IF_ERROR(CublasFor<T>::batched(l)(
         h, g.op_b, g.op_a, n, m, k, &al, tb, static_cast<int>(g.ldb),
         g.stride_b, ta, static_cast<int>(g.lda), g.stride_a, &be, tc, n,
         g.stride_c, static_cast<int>(g.batch)));
@@ -77,18 +78,19 @@ absl::Status TypedGemm(cublasHandle_t h, const GemmCall& g) {
   return absl::OkStatus();
 }
 
-absl::Status Bf16Gemm(cublasHandle_t h, const GemmCall& g) {
+absl::Status Bf16Gemm(const CublasLibrary& l, cublasHandle_t h,
+                      const GemmCall& g) {
   const float al = static_cast<float>(g.alpha), be = static_cast<float>(g.beta);
   const int m = static_cast<int>(g.m), n = static_cast<int>(g.n),
             k = static_cast<int>(g.k);
-  MT_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+  MT_CUBLAS_RETURN_IF_ERROR(l.SetMathMode(h, CUBLAS_DEFAULT_MATH));
   if (g.batch == 1) {
-    MT_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(
+    MT_CUBLAS_RETURN_IF_ERROR(l.GemmEx(
         h, g.op_b, g.op_a, n, m, k, &al, g.b, CUDA_R_16BF,
         static_cast<int>(g.ldb), g.a, CUDA_R_16BF, static_cast<int>(g.lda), &be,
         g.c, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   } else {
-    MT_CUBLAS_RETURN_IF_ERROR(cublasGemmStridedBatchedEx(
+    MT_CUBLAS_RETURN_IF_ERROR(l.GemmStridedBatchedEx(
         h, g.op_b, g.op_a, n, m, k, &al, g.b, CUDA_R_16BF,
         static_cast<int>(g.ldb), g.stride_b, g.a, CUDA_R_16BF,
         static_cast<int>(g.lda), g.stride_a, &be, g.c, CUDA_R_32F, n,
@@ -99,18 +101,18 @@ absl::Status Bf16Gemm(cublasHandle_t h, const GemmCall& g) {
 }
 
 // Dispatches one call by dtype and precision (the math mode set first).
-absl::Status RunGemm(cublasHandle_t h, DType dtype, MatMulPrecision precision,
-                     const GemmCall& g) {
+absl::Status RunGemm(const CublasLibrary& l, cublasHandle_t h, DType dtype,
+                     MatMulPrecision precision, const GemmCall& g) {
   if (dtype == DType::kF32 && precision == MatMulPrecision::kBf16) {
-    return Bf16Gemm(h, g);
+    return Bf16Gemm(l, h, g);
   }
   if (dtype == DType::kF32) {
-    MT_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(
+    MT_CUBLAS_RETURN_IF_ERROR(l.SetMathMode(
         h, precision == MatMulPrecision::kTf32 ? CUBLAS_TF32_TENSOR_OP_MATH
                                                : CUBLAS_DEFAULT_MATH));
-    return TypedGemm<float>(h, g);
+    return TypedGemm<float>(l, h, g);
   }
-  return TypedGemm<double>(h, g);
+  return TypedGemm<double>(l, h, g);
 }
 
 // Split K: a product with a long sum and a small output (a first conv
@@ -151,7 +153,7 @@ __global__ void SumSlicesKernel(const P* partial, int64_t slices, int64_t count,
 
 // C = alpha op(A) op(B) + beta C through `slices` partial products (the
 // last one also takes the k % slices terms past the equal slices).
-absl::Status SplitKGemm(cublasHandle_t h, DType dtype,
+absl::Status SplitKGemm(const CublasLibrary& l, cublasHandle_t h, DType dtype,
                         MatMulPrecision precision, GemmCall g, int64_t slices,
                         int device) {
   const bool f64 = dtype == DType::kF64;
@@ -180,14 +182,14 @@ absl::Status SplitKGemm(cublasHandle_t h, DType dtype,
   g.beta = 0;
   g.c = partial.get<char>();
   g.stride_c = count;
-  MT_RETURN_IF_ERROR(RunGemm(h, dtype, precision, g));
+  MT_RETURN_IF_ERROR(RunGemm(l, h, dtype, precision, g));
   if (rest > 0) {
     g.batch = 1;
     g.k = rest;
     g.a = static_cast<const char*>(g.a) + slices * step_a * operand;
     g.b = static_cast<const char*>(g.b) + slices * step_b * operand;
     g.c = partial.get<char>() + slices * count * elem;
-    MT_RETURN_IF_ERROR(RunGemm(h, dtype, precision, g));
+    MT_RETURN_IF_ERROR(RunGemm(l, h, dtype, precision, g));
   }
   const cudaStream_t stream = LaunchStream();
   if (f64) {
@@ -236,8 +238,9 @@ absl::Status GemmOnGpu(DType dtype, bool ta, bool tb, GemmShape shape,
   // BLAS wants leading dimensions >= 1 even for empty operands.
   lda = std::max<int64_t>(lda, 1);
   ldb = std::max<int64_t>(ldb, 1);
-  MT_ASSIGN_OR_RETURN(cublasHandle_t h, HandleFor(device));
-  MT_CUBLAS_RETURN_IF_ERROR(cublasSetStream(h, LaunchStream()));
+  MT_ASSIGN_OR_RETURN(const CublasLibrary* l, LoadCublas());
+  MT_ASSIGN_OR_RETURN(cublasHandle_t h, HandleFor(*l, device));
+  MT_CUBLAS_RETURN_IF_ERROR(l->SetStream(h, LaunchStream()));
   const GemmCall call{.op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                       .op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N,
                       .batch = batch,
@@ -255,9 +258,9 @@ absl::Status GemmOnGpu(DType dtype, bool ta, bool tb, GemmShape shape,
                       .c = c,
                       .stride_c = m * n};
   if (const int64_t slices = SlicesFor(shape); slices > 1) {
-    return SplitKGemm(h, dtype, precision, call, slices, device);
+    return SplitKGemm(*l, h, dtype, precision, call, slices, device);
   }
-  return RunGemm(h, dtype, precision, call);
+  return RunGemm(*l, h, dtype, precision, call);
 }
 
 MT_DEFINE_CUDA_KERNEL(Gemm, GemmOnGpu);

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "tensor/cuda/cublas_library.h"
 
 // A failed call may also leave the runtime's per-thread error set (a
 // launch into an invalidated capture): cleared here, so the thread's next
@@ -25,8 +26,7 @@
       cudaGetLastError();                                                   \
       return absl::InternalError(                                           \
           absl::StrCat(#call, " failed at ", __FILE__, ":", __LINE__, ": ", \
-                       cublasGetStatusName(_mt_cublas), ": ",               \
-                       cublasGetStatusString(_mt_cublas)));                 \
+                       ::mirrortrain::cuda::CublasStatusText(_mt_cublas))); \
     }                                                                       \
   } while (0)
 
@@ -34,19 +34,23 @@ namespace mirrortrain::cuda {
 
 // The calling thread's handle of a library (cuBLAS, cuBLASLt) for `device`,
 // created on first use and destroyed with the thread: the libraries'
-// handles must not be shared between threads.
-template <typename Handle, auto Create, auto Destroy>
-absl::StatusOr<Handle> ThreadHandle(int device) {
+// handles must not be shared between threads. `create` and `destroy` are
+// the loaded library's (cublas_library.h).
+template <typename Handle>
+absl::StatusOr<Handle> ThreadHandle(int device,
+                                    cublasStatus_t (*create)(Handle*),
+                                    cublasStatus_t (*destroy)(Handle)) {
   struct Deleter {
-    void operator()(std::remove_pointer_t<Handle>* h) const { Destroy(h); }
+    cublasStatus_t (*destroy)(Handle);
+    void operator()(std::remove_pointer_t<Handle>* h) const { destroy(h); }
   };
   using Owned = std::unique_ptr<std::remove_pointer_t<Handle>, Deleter>;
   thread_local std::map<int, Owned> handles;
   auto it = handles.find(device);
   if (it == handles.end()) {
     Handle h = nullptr;
-    MT_CUBLAS_RETURN_IF_ERROR(Create(&h));
-    it = handles.emplace(device, Owned(h)).first;
+    MT_CUBLAS_RETURN_IF_ERROR(create(&h));
+    it = handles.emplace(device, Owned(h, Deleter{destroy})).first;
   }
   return it->second.get();
 }

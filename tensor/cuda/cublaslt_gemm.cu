@@ -25,39 +25,32 @@ namespace {
 constexpr uint64_t kMaxWorkspaceBytes = 32ull << 20;
 
 // One handle per (thread, device), as for cuBLAS.
-absl::StatusOr<cublasLtHandle_t> LtHandleFor(int device) {
-  return ThreadHandle<cublasLtHandle_t, cublasLtCreate, cublasLtDestroy>(
-      device);
+absl::StatusOr<cublasLtHandle_t> LtHandleFor(const CublasLibrary& l,
+                                             int device) {
+  return ThreadHandle<cublasLtHandle_t>(device, l.LtCreate, l.LtDestroy);
 }
 
-// RAII owners of the descriptors one call creates.
-template <auto Destroy>
-struct LtDestroy {
-  template <typename P>
-  void operator()(P* p) const {
-    Destroy(p);
-  }
-};
-using MatmulDesc = std::unique_ptr<cublasLtMatmulDescOpaque_t,
-                                   LtDestroy<cublasLtMatmulDescDestroy>>;
-using Layout = std::unique_ptr<cublasLtMatrixLayoutOpaque_t,
-                               LtDestroy<cublasLtMatrixLayoutDestroy>>;
-using Preference = std::unique_ptr<cublasLtMatmulPreferenceOpaque_t,
-                                   LtDestroy<cublasLtMatmulPreferenceDestroy>>;
+// RAII owners of the descriptors one call creates, destroyed by the loaded
+// library's functions.
+template <typename Opaque>
+using LtOwned = std::unique_ptr<Opaque, cublasStatus_t (*)(Opaque*)>;
+using MatmulDesc = LtOwned<cublasLtMatmulDescOpaque_t>;
+using Layout = LtOwned<cublasLtMatrixLayoutOpaque_t>;
+using Preference = LtOwned<cublasLtMatmulPreferenceOpaque_t>;
 
-absl::StatusOr<Layout> MakeLayout(cudaDataType_t type, int64_t rows,
-                                  int64_t cols, int64_t ld) {
+absl::StatusOr<Layout> MakeLayout(const CublasLibrary& lib, cudaDataType_t type,
+                                  int64_t rows, int64_t cols, int64_t ld) {
   cublasLtMatrixLayout_t l = nullptr;
-  MT_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(
-      &l, type, rows, cols, std::max<int64_t>(ld, 1)));
-  return Layout(l);
+  MT_CUBLAS_RETURN_IF_ERROR(
+      lib.LtMatrixLayoutCreate(&l, type, rows, cols, std::max<int64_t>(ld, 1)));
+  return Layout(l, lib.LtMatrixLayoutDestroy);
 }
 
 template <typename T>
-absl::Status SetDesc(cublasLtMatmulDesc_t desc,
+absl::Status SetDesc(const CublasLibrary& lib, cublasLtMatmulDesc_t desc,
                      cublasLtMatmulDescAttributes_t attr, const T& value) {
   MT_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
+      lib.LtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
   return absl::OkStatus();
 }
 
@@ -99,7 +92,8 @@ absl::Status GemmBiasOnGpu(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
   }
   DeviceGuard guard;
   MT_RETURN_IF_ERROR(guard.Set(device));
-  MT_ASSIGN_OR_RETURN(cublasLtHandle_t h, LtHandleFor(device));
+  MT_ASSIGN_OR_RETURN(const CublasLibrary* lib, LoadCublas());
+  MT_ASSIGN_OR_RETURN(cublasLtHandle_t h, LtHandleFor(*lib, device));
   const cudaStream_t stream = LaunchStream();
 
   // cuBLASLt's A is our B and its B our A.
@@ -113,34 +107,36 @@ absl::Status GemmBiasOnGpu(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
 
   cublasLtMatmulDesc_t raw_desc = nullptr;
   MT_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatmulDescCreate(&raw_desc, compute, CUDA_R_32F));
-  const MatmulDesc desc(raw_desc);
+      lib->LtMatmulDescCreate(&raw_desc, compute, CUDA_R_32F));
+  const MatmulDesc desc(raw_desc, lib->LtMatmulDescDestroy);
   const cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-  MT_RETURN_IF_ERROR(SetDesc(raw_desc, CUBLASLT_MATMUL_DESC_TRANSA, op_a));
-  MT_RETURN_IF_ERROR(SetDesc(raw_desc, CUBLASLT_MATMUL_DESC_TRANSB, op_b));
+  MT_RETURN_IF_ERROR(
+      SetDesc(*lib, raw_desc, CUBLASLT_MATMUL_DESC_TRANSA, op_a));
+  MT_RETURN_IF_ERROR(
+      SetDesc(*lib, raw_desc, CUBLASLT_MATMUL_DESC_TRANSB, op_b));
   const cublasLtEpilogue_t epilogue =
       relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
   MT_RETURN_IF_ERROR(
-      SetDesc(raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue));
+      SetDesc(*lib, raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue));
   MT_RETURN_IF_ERROR(
-      SetDesc(raw_desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias));
+      SetDesc(*lib, raw_desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias));
   const cudaDataType_t bias_type = CUDA_R_32F;
   MT_RETURN_IF_ERROR(
-      SetDesc(raw_desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type));
+      SetDesc(*lib, raw_desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type));
 
   // Column-major views: our row-major B [k, n] (or [n, k] transposed) is
   // n x k (k x n) with leading dimension ldb; likewise A; D is n x m.
-  MT_ASSIGN_OR_RETURN(Layout layout_a,
-                      MakeLayout(operand_type, tb ? k : n, tb ? n : k, ldb));
-  MT_ASSIGN_OR_RETURN(Layout layout_b,
-                      MakeLayout(operand_type, ta ? m : k, ta ? k : m, lda));
-  MT_ASSIGN_OR_RETURN(Layout layout_d, MakeLayout(CUDA_R_32F, n, m, n));
+  MT_ASSIGN_OR_RETURN(Layout layout_a, MakeLayout(*lib, operand_type,
+                                                  tb ? k : n, tb ? n : k, ldb));
+  MT_ASSIGN_OR_RETURN(Layout layout_b, MakeLayout(*lib, operand_type,
+                                                  ta ? m : k, ta ? k : m, lda));
+  MT_ASSIGN_OR_RETURN(Layout layout_d, MakeLayout(*lib, CUDA_R_32F, n, m, n));
 
   cublasLtMatmulPreference_t raw_pref = nullptr;
-  MT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&raw_pref));
-  const Preference pref(raw_pref);
-  MT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+  MT_CUBLAS_RETURN_IF_ERROR(lib->LtMatmulPreferenceCreate(&raw_pref));
+  const Preference pref(raw_pref, lib->LtMatmulPreferenceDestroy);
+  MT_CUBLAS_RETURN_IF_ERROR(lib->LtMatmulPreferenceSetAttribute(
       raw_pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kMaxWorkspaceBytes,
       sizeof(kMaxWorkspaceBytes)));
   const std::pair<cublasLtMatmulPreferenceAttributes_t, const void*>
@@ -150,12 +146,12 @@ absl::Status GemmBiasOnGpu(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, c}};
   for (const auto& [attr, ptr] : alignments) {
     const uint32_t align = Alignment(ptr);
-    MT_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+    MT_CUBLAS_RETURN_IF_ERROR(lib->LtMatmulPreferenceSetAttribute(
         raw_pref, attr, &align, sizeof(align)));
   }
   cublasLtMatmulHeuristicResult_t result = {};
   int found = 0;
-  const cublasStatus_t heuristic = cublasLtMatmulAlgoGetHeuristic(
+  const cublasStatus_t heuristic = lib->LtMatmulAlgoGetHeuristic(
       h, raw_desc, layout_a.get(), layout_b.get(), layout_d.get(),
       layout_d.get(), raw_pref, 1, &result, &found);
   // NotFound (not Internal): the caller then takes the unfused path. Any
@@ -175,7 +171,7 @@ absl::Status GemmBiasOnGpu(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
     MT_RETURN_IF_ERROR(workspace.Allocate(device, result.workspaceSize));
   }
   const float alpha = 1.0f, beta = 0.0f;
-  const cublasStatus_t run = cublasLtMatmul(
+  const cublasStatus_t run = lib->LtMatmul(
       h, raw_desc, &alpha, lt_a, layout_a.get(), lt_b, layout_b.get(), &beta, c,
       layout_d.get(), c, layout_d.get(), &result.algo, workspace.get<void>(),
       result.workspaceSize, stream);

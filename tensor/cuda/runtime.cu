@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "tensor/cuda/cublas_library.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/cuda_graph.h"
@@ -225,6 +226,9 @@ namespace {
 // allocators are made once for the GPUs visible at first use.
 absl::StatusOr<CachingAllocator*> CachingAllocatorOf(int device) {
   static const auto* allocators = [] {
+    // The first GPU allocation: a GPU job, which will want cuBLAS. Its
+    // load takes a while (cublas_library.h): done meanwhile.
+    PreloadCublas();
     auto* all = new std::vector<std::unique_ptr<CachingAllocator>>;
     for (int d = 0; d < DeviceCount(); ++d) {
       all->push_back(std::make_unique<CachingAllocator>(d));
