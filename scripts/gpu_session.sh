@@ -6,6 +6,7 @@
 #
 #   scripts/gpu_session.sh [SECONDS]      # default 540
 #   PARTS="cnn tta" TRACES="cnn_bf16" scripts/gpu_session.sh 200
+#   BENCH_RESERVE=120 scripts/gpu_session.sh 330   # more left for steps 4-5
 #
 # Steps, each given what the budget has left and skipped (with a line that
 # says so) when that is too little:
@@ -69,9 +70,11 @@ fi
 step "build and ctest -L gpu" 60 100 env OUT="$RESULTS/test" GPU_TARGETS=1 \
   CTEST_JOBS=8 CTEST_TIMEOUT=120 SANITIZER_TOOLS= RACECHECK= TEST_BUDGET=100000 \
   scripts/test_gpu.sh
+# BENCH_RESERVE: seconds the benchmarks leave for the traces and sanitizers.
+RESERVE="${BENCH_RESERVE:-40}"
 # shellcheck disable=SC2086
-step "bench_gpu.sh $PARTS" 30 40 env OUT="$RESULTS/bench" SKIP_BUILD=1 \
-  BENCH_BUDGET=$(($(left) - 40)) scripts/bench_gpu.sh $PARTS
+step "bench_gpu.sh $PARTS" 30 "$RESERVE" env OUT="$RESULTS/bench" SKIP_BUILD=1 \
+  BENCH_BUDGET=$(($(left) - RESERVE)) scripts/bench_gpu.sh $PARTS
 # shellcheck disable=SC2086
 step "trace_gpu.sh $TRACES" 20 20 env OUT="$RESULTS/trace" SKIP_BUILD=1 \
   scripts/trace_gpu.sh $TRACES
