@@ -12,7 +12,6 @@
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/device_guard.h"
-#include "tensor/cuda/device_scratch.h"
 #include "tensor/cuda/launch.h"
 #include "tensor/status_macros.h"
 
@@ -115,96 +114,6 @@ absl::Status RunGemm(const CublasLibrary& l, cublasHandle_t h, DType dtype,
   return TypedGemm<double>(l, h, g);
 }
 
-// Split K: a product with a long sum and a small output (a first conv
-// layer's filter gradient, 25x32 outputs each summed over 200k pixels) is
-// one tile or two, which cuBLAS runs on a block or two of the GPU with the
-// whole sum in one loop (0.13 ms for 0.3 GFLOP on the H100, 2026-11-26).
-// Here the sum is cut into slices of kSliceK terms, one strided-batched
-// call computes every slice's partial product, and SumSlicesKernel adds the
-// partials in slice order in double: deterministic, like any GEMM here.
-constexpr int64_t kSplitMaxOutputs = 64 * 64 * 4;  // at most ~4 tiles
-constexpr int64_t kSplitMinK = 16384;
-constexpr int64_t kSliceK = 1024;
-constexpr int64_t kMaxSlices = 256;
-
-// Slices of the sum for a product of this shape; 1 when not split.
-int64_t SlicesFor(const GemmShape& s) {
-  if (s.batch != 1 || s.m * s.n > kSplitMaxOutputs || s.k < kSplitMinK) {
-    return 1;
-  }
-  return std::min(kMaxSlices, s.k / kSliceK);
-}
-
-// c[i] = alpha * (sum over s < slices of partial[s * count + i]) + beta *
-// c[i] (beta 0: c is not read).
-template <typename T, typename P>
-__global__ void SumSlicesKernel(const P* partial, int64_t slices, int64_t count,
-                                double alpha, double beta, T* c) {
-  for (int64_t i = GridStart(); i < count; i += GridStep()) {
-    double sum = 0;
-    for (int64_t s = 0; s < slices; ++s) {
-      sum += static_cast<double>(partial[s * count + i]);
-    }
-    sum *= alpha;
-    if (beta != 0) sum += beta * static_cast<double>(c[i]);
-    c[i] = static_cast<T>(sum);
-  }
-}
-
-// C = alpha op(A) op(B) + beta C through `slices` partial products (the
-// last one also takes the k % slices terms past the equal slices).
-absl::Status SplitKGemm(const CublasLibrary& l, cublasHandle_t h, DType dtype,
-                        MatMulPrecision precision, GemmCall g, int64_t slices,
-                        int device) {
-  const bool f64 = dtype == DType::kF64;
-  const size_t elem = f64 ? sizeof(double) : sizeof(float);
-  // bf16 operands are 2 bytes, f32 and f64 their dtype's size.
-  const size_t operand =
-      precision == MatMulPrecision::kBf16 && !f64 ? 2 : DTypeSize(dtype);
-  const int64_t count = g.m * g.n, slice_k = g.k / slices;
-  const int64_t rest = g.k - slices * slice_k;
-  const int64_t partials = slices + (rest > 0 ? 1 : 0);
-  DeviceScratch partial;
-  MT_RETURN_IF_ERROR(
-      partial.Allocate(device, static_cast<size_t>(partials * count) * elem));
-  // Where slice s of the sum starts in each operand, in elements: row-major
-  // A is [m, k] (its sum runs along a row) or, transposed, [k, m] (down a
-  // column); B likewise [k, n] or [n, k].
-  const int64_t step_a = g.op_a == CUBLAS_OP_T ? slice_k * g.lda : slice_k;
-  const int64_t step_b = g.op_b == CUBLAS_OP_T ? slice_k : slice_k * g.ldb;
-  const double alpha = g.alpha, beta = g.beta;
-  void* const c = g.c;
-  g.batch = slices;
-  g.k = slice_k;
-  g.stride_a = step_a;
-  g.stride_b = step_b;
-  g.alpha = 1;
-  g.beta = 0;
-  g.c = partial.get<char>();
-  g.stride_c = count;
-  MT_RETURN_IF_ERROR(RunGemm(l, h, dtype, precision, g));
-  if (rest > 0) {
-    g.batch = 1;
-    g.k = rest;
-    g.a = static_cast<const char*>(g.a) + slices * step_a * operand;
-    g.b = static_cast<const char*>(g.b) + slices * step_b * operand;
-    g.c = partial.get<char>() + slices * count * elem;
-    MT_RETURN_IF_ERROR(RunGemm(l, h, dtype, precision, g));
-  }
-  const cudaStream_t stream = LaunchStream();
-  if (f64) {
-    SumSlicesKernel<<<LaunchBlocks(count), kLaunchThreads, 0, stream>>>(
-        partial.get<double>(), partials, count, alpha, beta,
-        static_cast<double*>(c));
-  } else {
-    SumSlicesKernel<<<LaunchBlocks(count), kLaunchThreads, 0, stream>>>(
-        partial.get<float>(), partials, count, alpha, beta,
-        static_cast<float*>(c));
-  }
-  MT_CUDA_RETURN_IF_LAUNCH_ERROR("SumSlicesKernel");
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::Status GemmOnGpu(DType dtype, bool ta, bool tb, GemmShape shape,
@@ -257,9 +166,6 @@ absl::Status GemmOnGpu(DType dtype, bool ta, bool tb, GemmShape shape,
                       .beta = beta,
                       .c = c,
                       .stride_c = m * n};
-  if (const int64_t slices = SlicesFor(shape); slices > 1) {
-    return SplitKGemm(*l, h, dtype, precision, call, slices, device);
-  }
   return RunGemm(*l, h, dtype, precision, call);
 }
 

@@ -128,11 +128,10 @@ TEST_F(CudaOpsTest, MatMulOnCublasMatchesCpuForEveryTranspose) {
   }
 }
 
-// A long sum with a small output (a first conv layer's filter gradient)
-// runs as slices of the sum added in order (cublas_gemm.cu): 20000 terms
-// are 19 slices of 1052 and a rest of 12. Every transpose, in f32, f64
-// and bf16 (against the CPU's emulation), alone and accumulated into C
-// (beta 1, as conv chunks add up their filter gradients), scaled by alpha.
+// A long sum with a small output (a first conv layer's filter gradient:
+// 20000 terms for 25x32 outputs), for every transpose, in f32, f64 and
+// bf16 (against the CPU's emulation), alone and accumulated into C (beta
+// 1, as conv chunks add up their filter gradients), scaled by alpha.
 TEST_F(CudaOpsTest, LongSumsWithSmallOutputsMatchCpu) {
   constexpr int64_t kTerms = 20000;
   for (const auto& [dtype, precision] :
