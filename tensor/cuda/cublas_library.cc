@@ -2,9 +2,6 @@
 
 #include <dlfcn.h>
 
-#include <mutex>
-#include <thread>
-
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
@@ -83,16 +80,6 @@ absl::StatusOr<CublasLibrary> Load() {
   return l;
 }
 
-// The background load: joined when the process exits, so it never runs
-// on while static objects are destroyed.
-struct Preloader {
-  std::once_flag started;
-  std::thread thread;
-  ~Preloader() {
-    if (thread.joinable()) thread.join();
-  }
-};
-
 }  // namespace
 
 absl::StatusOr<const CublasLibrary*> LoadCublas() {
@@ -101,13 +88,6 @@ absl::StatusOr<const CublasLibrary*> LoadCublas() {
       new absl::StatusOr<CublasLibrary>(Load());
   if (!library->ok()) return library->status();
   return &**library;
-}
-
-void PreloadCublas() {
-  static Preloader preloader;
-  std::call_once(preloader.started, [] {
-    preloader.thread = std::thread([] { (void)LoadCublas(); });
-  });
 }
 
 std::string CublasStatusText(cublasStatus_t status) {

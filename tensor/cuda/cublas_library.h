@@ -1,14 +1,17 @@
 // cuBLAS and cuBLASLt, loaded with dlopen on first use instead of linked:
 // loading cuBLASLt runs static initialisers that take about 0.2 s and
 // 200 MB (measured on this project's build machine), which every process
-// of a CUDA build paid before main, GPU jobs or not. GPU jobs start
-// loading them in the background at their first device allocation
-// (PreloadCublas), so the load overlaps data loading; CPU jobs never load
-// them. TensorFlow's stream executor loads its CUDA libraries the same way.
+// of a CUDA build paid before main, GPU jobs or not. A GPU job loads them
+// at its first device allocation (the caching allocator's creation, in
+// runtime.cu): in a training run that is the model's variables, built
+// while the data set loads on other threads, so the load is off the
+// critical path. CPU jobs never load them. (Not on a background thread:
+// a process that exits while cuBLASLt's initialisers run crashes in them.)
 //
 // The libraries are looked for first where the build found them
 // (MT_CUBLAS_LIBRARY_DIR), then by soname (the executable's run path, then
-// the loader's search path).
+// the loader's search path). TensorFlow's stream executor loads its CUDA
+// libraries the same way.
 //
 // Thread contract: every function may be called from any thread; the first
 // LoadCublas() loads once, later and concurrent callers wait for it.
@@ -67,10 +70,6 @@ struct CublasLibrary {
 // The loaded libraries (never unloaded), or FailedPrecondition naming the
 // library and the loader's error, or the missing symbol.
 absl::StatusOr<const CublasLibrary*> LoadCublas();
-
-// Starts LoadCublas() on a background thread, once; the process waits for
-// it at exit.
-void PreloadCublas();
 
 // "CUBLAS_STATUS_X: description" (the status number when the library did
 // not load).

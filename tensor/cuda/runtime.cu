@@ -226,9 +226,10 @@ namespace {
 // allocators are made once for the GPUs visible at first use.
 absl::StatusOr<CachingAllocator*> CachingAllocatorOf(int device) {
   static const auto* allocators = [] {
-    // The first GPU allocation: a GPU job, which will want cuBLAS. Its
-    // load takes a while (cublas_library.h): done meanwhile.
-    PreloadCublas();
+    // The first GPU allocation of a process with GPUs: a GPU job, which
+    // will want cuBLAS; loading it takes a while (cublas_library.h), here
+    // while the job's data loads. A failure is reported by the products.
+    if (DeviceCount() > 0) (void)LoadCublas();
     auto* all = new std::vector<std::unique_ptr<CachingAllocator>>;
     for (int d = 0; d < DeviceCount(); ++d) {
       all->push_back(std::make_unique<CachingAllocator>(d));

@@ -40,7 +40,6 @@ TEST(CublasLibraryTest, LoadsEveryEntryPoint) {
 }
 
 TEST(CublasLibraryTest, StatusesReadAsTheLibraryNamesThem) {
-  PreloadCublas();
   const std::string text = CublasStatusText(CUBLAS_STATUS_NOT_SUPPORTED);
   EXPECT_NE(text.find("CUBLAS_STATUS_NOT_SUPPORTED"), std::string::npos)
       << text;
