@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <memory>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "tensor/cuda/cublas_util.h"
@@ -21,6 +24,31 @@ namespace {
 // cuBLAS handles are not thread-safe to share: one per (thread, device).
 absl::StatusOr<cublasHandle_t> HandleFor(const CublasLibrary& l, int device) {
   return ThreadHandle<cublasHandle_t>(device, l.Create, l.Destroy);
+}
+
+// cuBLAS's workspace, ours (as PyTorch sets one per handle and stream):
+// without one, cuBLAS takes its workspace stream-ordered inside a CUDA graph
+// capture, which puts allocation nodes of its own in the graph (one per
+// recorded product's stream; with logical replicas, several branches). One
+// buffer per (thread, device, stream), made outside any graph pool and kept
+// until the thread ends, so every graph that recorded its address can be
+// replayed. 32 MiB: cuBLAS's own default on Hopper.
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+absl::StatusOr<void*> WorkspaceFor(int device, cudaStream_t stream) {
+  struct Free {
+    void operator()(void* p) const { cudaFree(p); }  // Best effort at exit.
+  };
+  thread_local std::map<std::pair<int, cudaStream_t>,
+                        std::unique_ptr<void, Free>>
+      workspaces;
+  auto& slot = workspaces[{device, stream}];
+  if (slot == nullptr) {
+    void* p = nullptr;
+    MT_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, kWorkspaceBytes));
+    slot.reset(p);
+  }
+  return slot.get();
 }
 
 // cuBLAS's per-dtype entry points.
@@ -149,7 +177,11 @@ absl::Status GemmOnGpu(DType dtype, bool ta, bool tb, GemmShape shape,
   ldb = std::max<int64_t>(ldb, 1);
   MT_ASSIGN_OR_RETURN(const CublasLibrary* l, LoadCublas());
   MT_ASSIGN_OR_RETURN(cublasHandle_t h, HandleFor(*l, device));
-  MT_CUBLAS_RETURN_IF_ERROR(l->SetStream(h, LaunchStream()));
+  const cudaStream_t stream = LaunchStream();
+  MT_CUBLAS_RETURN_IF_ERROR(l->SetStream(h, stream));
+  // After SetStream, which resets the handle to cuBLAS's own workspace.
+  MT_ASSIGN_OR_RETURN(void* workspace, WorkspaceFor(device, stream));
+  MT_CUBLAS_RETURN_IF_ERROR(l->SetWorkspace(h, workspace, kWorkspaceBytes));
   const GemmCall call{.op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                       .op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N,
                       .batch = batch,

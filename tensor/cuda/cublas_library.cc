@@ -53,6 +53,7 @@ absl::StatusOr<CublasLibrary> Load() {
   MT_RESOLVE(*blas, Create, cublasCreate);
   MT_RESOLVE(*blas, Destroy, cublasDestroy);
   MT_RESOLVE(*blas, SetStream, cublasSetStream);
+  MT_RESOLVE(*blas, SetWorkspace, cublasSetWorkspace);
   MT_RESOLVE(*blas, SetMathMode, cublasSetMathMode);
   MT_RESOLVE(*blas, Sgemm, cublasSgemm);
   MT_RESOLVE(*blas, Dgemm, cublasDgemm);

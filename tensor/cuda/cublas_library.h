@@ -32,6 +32,7 @@ struct CublasLibrary {
   decltype(&cublasCreate) Create;
   decltype(&cublasDestroy) Destroy;
   decltype(&cublasSetStream) SetStream;
+  decltype(&cublasSetWorkspace) SetWorkspace;
   decltype(&cublasSetMathMode) SetMathMode;
   decltype(&cublasSgemm) Sgemm;
   decltype(&cublasDgemm) Dgemm;
