@@ -4,7 +4,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <limits>
 #include <map>
 #include <memory>
@@ -66,21 +65,19 @@ struct CublasFor<double> {
 };
 
 // One cuBLAS call: row-major C_i = alpha op(A_i) op(B_i) + beta C_i for the
-// `batch` matrices at the given element strides apart, as the column-major
+// `batch` matrices stored one after another, as the column-major
 // C^T = B^T A^T (operands and their strides swapped); C's leading dimension
-// is n. f32 and f64 operands are T; bf16 operands (precision kBf16, already
-// converted by the caller) are 2-byte with f32 products, sums and C.
+// is n.
 struct GemmCall {
   cublasOperation_t op_a, op_b;
   int64_t batch, m, n, k;
   double alpha;
   const void* a;
-  int64_t lda, stride_a;
+  int64_t lda;
   const void* b;
-  int64_t ldb, stride_b;
+  int64_t ldb;
   double beta;
   void* c;
-  int64_t stride_c;
 };
 
 template <typename T>
@@ -98,13 +95,15 @@ absl::Status TypedGemm(const CublasLibrary& l, cublasHandle_t h,
         static_cast<int>(g.lda), &be, tc, n));
   } else {
     MT_CUBLAS_RETURN_IF_ERROR(CublasFor<T>::batched(l)(
-        h, g.op_b, g.op_a, n, m, k, &al, tb, static_cast<int>(g.ldb),
-        g.stride_b, ta, static_cast<int>(g.lda), g.stride_a, &be, tc, n,
-        g.stride_c, static_cast<int>(g.batch)));
+        h, g.op_b, g.op_a, n, m, k, &al, tb, static_cast<int>(g.ldb), g.k * g.n,
+        ta, static_cast<int>(g.lda), g.m * g.k, &be, tc, n, g.m * g.n,
+        static_cast<int>(g.batch)));
   }
   return absl::OkStatus();
 }
 
+// The f32 product of bfloat16 operands (converted by the caller) on tensor
+// cores: the products and sums are f32, and so is C.
 absl::Status Bf16Gemm(const CublasLibrary& l, cublasHandle_t h,
                       const GemmCall& g) {
   const float al = static_cast<float>(g.alpha), be = static_cast<float>(g.beta);
@@ -119,10 +118,9 @@ absl::Status Bf16Gemm(const CublasLibrary& l, cublasHandle_t h,
   } else {
     MT_CUBLAS_RETURN_IF_ERROR(l.GemmStridedBatchedEx(
         h, g.op_b, g.op_a, n, m, k, &al, g.b, CUDA_R_16BF,
-        static_cast<int>(g.ldb), g.stride_b, g.a, CUDA_R_16BF,
-        static_cast<int>(g.lda), g.stride_a, &be, g.c, CUDA_R_32F, n,
-        g.stride_c, static_cast<int>(g.batch), CUBLAS_COMPUTE_32F,
-        CUBLAS_GEMM_DEFAULT));
+        static_cast<int>(g.ldb), g.k * g.n, g.a, CUDA_R_16BF,
+        static_cast<int>(g.lda), g.m * g.k, &be, g.c, CUDA_R_32F, n, g.m * g.n,
+        static_cast<int>(g.batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
   return absl::OkStatus();
 }
@@ -191,13 +189,10 @@ absl::Status GemmOnGpu(DType dtype, bool ta, bool tb, GemmShape shape,
                       .alpha = alpha,
                       .a = a,
                       .lda = lda,
-                      .stride_a = m * k,
                       .b = b,
                       .ldb = ldb,
-                      .stride_b = k * n,
                       .beta = beta,
-                      .c = c,
-                      .stride_c = m * n};
+                      .c = c};
   return RunGemm(*l, h, dtype, precision, call);
 }
 
