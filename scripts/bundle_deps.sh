@@ -15,10 +15,13 @@ PACKAGES=(
   libabsl-dev libabsl20220623 libyaml-cpp-dev libyaml-cpp0.7 nlohmann-json3-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev libbenchmark1debian
   libopenblas-dev libopenblas0 libopenblas-pthread-dev libopenblas0-pthread
-  libgfortran5 zlib1g zlib1g-dev dataset-fashion-mnist
+  libgfortran5 zlib1g zlib1g-dev libdeflate0 libdeflate-dev dataset-fashion-mnist
 )
 mkdir -p "$DIR/debs"
-(cd "$DIR/debs" && apt-get download "${PACKAGES[@]}" 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
-n=$(ls "$DIR/debs"/*.deb | wc -l)
+(
+  cd "$DIR/debs"
+  apt-get download "${PACKAGES[@]}" 2>&1 | grep -v '^W: Download is performed unsandboxed' || true
+)
+n=$(find "$DIR/debs" -maxdepth 1 -name '*.deb' | wc -l)
 [[ $n -eq ${#PACKAGES[@]} ]] || { echo "bundle_deps: expected ${#PACKAGES[@]} packages, got $n" >&2; exit 1; }
 echo "bundle_deps: $n packages, $(du -sh "$DIR/debs" | cut -f1) in $DIR/debs"

@@ -16,7 +16,7 @@ fi
 PACKAGES=(
   g++ cmake ninja-build pkg-config
   libabsl-dev libyaml-cpp-dev nlohmann-json3-dev libgtest-dev libgmock-dev
-  libbenchmark-dev libopenblas-dev zlib1g-dev dataset-fashion-mnist
+  libbenchmark-dev libopenblas-dev zlib1g-dev libdeflate-dev dataset-fashion-mnist
   # Text for the `text` data source: /usr/share/games/fortunes/.
   fortunes
   # Multi-process jobs (mpirun) and their tests.
@@ -28,6 +28,7 @@ if [[ -n "$OFFLINE" ]]; then
   ROOT="$OFFLINE/root"
   [[ -d "$ROOT/usr" ]] || python3 scripts/extract_debs.py "$OFFLINE/debs" "$ROOT" >/dev/null
   LIB="$ROOT/usr/lib/x86_64-linux-gnu"
+  # shellcheck disable=SC2054  # The commas are the linker flag's own.
   CMAKE_ARGS+=(
     -DCMAKE_PREFIX_PATH="$ROOT/usr"
     -Dabsl_DIR="$LIB/cmake/absl" -Dyaml-cpp_DIR="$LIB/cmake/yaml-cpp"

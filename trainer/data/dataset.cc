@@ -96,9 +96,9 @@ absl::StatusOr<InMemoryDataset> LoadFashionMnist(const std::string& dir,
   // its load time on one thread, on the time-to-accuracy critical path.
   const std::array<float, 256>& scale = ByteToUnitTable();
   float* pixels = dataset.images.data<float>();
-  const uint8_t* bytes = idx_images.pixels.data();
-  ParallelFor(static_cast<int64_t>(idx_images.pixels.size()), int64_t{1} << 18,
-              [&](int64_t begin, int64_t end) {
+  const uint8_t* bytes = idx_images.pixels().data();
+  ParallelFor(static_cast<int64_t>(idx_images.pixels().size()),
+              int64_t{1} << 18, [&](int64_t begin, int64_t end) {
                 for (int64_t i = begin; i < end; ++i) {
                   pixels[i] = scale[bytes[i]];
                 }

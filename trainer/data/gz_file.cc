@@ -1,8 +1,11 @@
 #include "trainer/data/gz_file.h"
 
+#include <libdeflate.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <fstream>
+#include <new>
 #include <system_error>
 #include <vector>
 
@@ -137,6 +140,46 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
                                       " bytes: ", file.stream_error()));
   }
   return data;
+}
+
+std::optional<std::vector<uint8_t>> InflateExactly(const std::string& path,
+                                                   uint64_t expected) {
+  // The trailer must agree and the size be one deflate could produce, so a
+  // lying file cannot make us allocate what it could not hold.
+  if (ReservableBytes(path, 0, expected) != expected) return std::nullopt;
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  const std::streamoff size = in ? static_cast<std::streamoff>(in.tellg()) : -1;
+  if (size < 2) return std::nullopt;
+  struct Free {
+    void operator()(libdeflate_decompressor* d) const {
+      libdeflate_free_decompressor(d);
+    }
+  };
+  try {
+    std::vector<char> compressed(static_cast<size_t>(size));
+    in.seekg(0);
+    in.read(compressed.data(), size);
+    if (in.gcount() != size || static_cast<uint8_t>(compressed[0]) != 0x1f ||
+        static_cast<uint8_t>(compressed[1]) != 0x8b) {
+      return std::nullopt;  // Short read, or raw (ReservableBytes allows it).
+    }
+    const std::unique_ptr<libdeflate_decompressor, Free> inflater(
+        libdeflate_alloc_decompressor());
+    if (inflater == nullptr) return std::nullopt;
+    std::vector<uint8_t> out(expected);
+    size_t consumed = 0, produced = 0;
+    // Checks the CRC and size of the trailer; `consumed` short of the file
+    // means another member or garbage follows, which GzFile reports.
+    if (libdeflate_gzip_decompress_ex(
+            inflater.get(), compressed.data(), compressed.size(), out.data(),
+            out.size(), &consumed, &produced) != LIBDEFLATE_SUCCESS ||
+        consumed != compressed.size() || produced != out.size()) {
+      return std::nullopt;
+    }
+    return out;
+  } catch (const std::bad_alloc&) {
+    return std::nullopt;
+  }
 }
 
 }  // namespace mirrortrain::trainer

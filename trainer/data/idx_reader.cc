@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <new>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -22,7 +23,8 @@ uint32_t BigEndian32(const unsigned char* p) {
 
 struct RawIdx {
   std::vector<uint32_t> dims;
-  std::vector<uint8_t> data;
+  std::vector<uint8_t> data;  // The elements start at `offset`.
+  size_t offset = 0;
 };
 
 // What the header promises, for error messages: "60000 labels" or
@@ -75,6 +77,15 @@ absl::StatusOr<RawIdx> ReadIdx(const std::string& path, uint32_t magic) {
                                       idx.dims[2], " in the IDX header"));
   }
 
+  // Most files are one well-formed gzip member: inflated in one pass, the
+  // header included. Anything else is read through zlib, which names what
+  // is wrong with it.
+  if (std::optional<std::vector<uint8_t>> whole =
+          InflateExactly(path, header_bytes + bytes)) {
+    idx.data = std::move(*whole);
+    idx.offset = header_bytes;
+    return idx;
+  }
   // Grows as data arrives beyond what the file could hold, so a lying
   // header cannot make us allocate a terabyte before noticing the file is
   // short.
@@ -118,7 +129,8 @@ absl::StatusOr<IdxImages> ReadIdxImages(const std::string& path) {
   images.count = idx.dims[0];
   images.rows = idx.dims[1];
   images.cols = idx.dims[2];
-  images.pixels = std::move(idx.data);
+  images.data = std::move(idx.data);
+  images.pixels_offset = idx.offset;
   return images;
 }
 
@@ -130,14 +142,15 @@ absl::StatusOr<std::vector<uint8_t>> ReadIdxLabels(const std::string& path,
                      " is not in [1, 256] as u8 labels need"));
   }
   MT_ASSIGN_OR_RETURN(RawIdx idx, ReadIdx(path, kIdxLabelsMagic));
-  for (size_t i = 0; i < idx.data.size(); ++i) {
-    if (idx.data[i] >= num_classes) {
+  std::vector<uint8_t> labels(idx.data.begin() + idx.offset, idx.data.end());
+  for (size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] >= num_classes) {
       return BadData(path,
-                     absl::StrCat("label ", int{idx.data[i]}, " at index ", i,
+                     absl::StrCat("label ", int{labels[i]}, " at index ", i,
                                   " is out of range [0, ", num_classes, ")"));
     }
   }
-  return std::move(idx.data);
+  return labels;
 }
 
 }  // namespace mirrortrain::trainer

@@ -3,8 +3,9 @@
 // is the number of dimensions, then one u32 per dimension) followed by the
 // elements, row-major.
 //
-// Files are read through zlib, so gzip-compressed (`.gz`) and raw files are
-// both accepted, whatever their name. A file must hold exactly the bytes its
+// Files are read through zlib (a single gzip member in one pass through
+// libdeflate), so gzip-compressed (`.gz`) and raw files are both accepted,
+// whatever their name. A file must hold exactly the bytes its
 // header promises: a short file is "truncated", a longer one has "trailing
 // garbage". Every error is one line "<path>: <reason>": InvalidArgument for
 // bad content, NotFound for a missing file, Internal for a read error.
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 
 namespace mirrortrain::trainer {
 
@@ -28,7 +30,15 @@ struct IdxImages {
   int64_t count = 0;
   int64_t rows = 0;
   int64_t cols = 0;
-  std::vector<uint8_t> pixels;  // count * rows * cols, row-major.
+  // The decompressed file; its pixels start at `pixels_offset` (past the
+  // header when the file was inflated in one pass, so nothing is moved).
+  std::vector<uint8_t> data;
+  size_t pixels_offset = 0;
+
+  // count * rows * cols, row-major.
+  absl::Span<const uint8_t> pixels() const {
+    return absl::MakeConstSpan(data).subspan(pixels_offset);
+  }
 };
 
 // Reads an IDX image file (magic 0x00000803).

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,7 @@
 namespace mirrortrain::trainer {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -67,6 +70,26 @@ void WriteGz(const std::string& path, const std::string& bytes) {
               static_cast<int>(bytes.size()));
   }
   ASSERT_EQ(gzclose(f), Z_OK);
+}
+
+// One gzip member per part, concatenated (as `cat a.gz b.gz` makes).
+void WriteGzMembers(const std::string& path,
+                    const std::vector<std::string>& parts) {
+  std::string file;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const std::string member = path + ".member";
+    WriteGz(member, parts[i]);
+    std::ifstream in(member, std::ios::binary);
+    file.append(std::istreambuf_iterator<char>(in),
+                std::istreambuf_iterator<char>());
+  }
+  WriteRaw(path, file);
+}
+
+std::string ReadFileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in),
+                     std::istreambuf_iterator<char>());
 }
 
 std::vector<uint8_t> Pattern(size_t n, uint32_t salt) {
@@ -121,7 +144,7 @@ TEST(IdxReaderTest, ReadsRawAndGzipImages) {
     EXPECT_EQ(read->count, 5);
     EXPECT_EQ(read->rows, 4);
     EXPECT_EQ(read->cols, 3);
-    EXPECT_EQ(read->pixels, pixels) << name;
+    EXPECT_THAT(read->pixels(), ::testing::ElementsAreArray(pixels)) << name;
   }
 }
 
@@ -184,18 +207,22 @@ TEST(IdxReaderTest, TruncatedImages) {
 
 TEST(IdxReaderTest, ReservesWhatTheHeaderPromisesOnlyIfTheFileCouldHoldIt) {
   const std::string dir = TestDir();
-  // 5 MB of images, more than one read chunk: read into a buffer reserved
-  // once (a growing one would end with spare capacity, after copies).
-  const std::string path = dir + "/images.gz";
+  // 5 MB of images, more than one read chunk, in a file read through zlib
+  // (raw; a single gzip member inflates in one pass): read into a buffer
+  // reserved once (a growing one would end with spare capacity, after
+  // copies).
+  const std::string raw = dir + "/images";
   const std::vector<uint32_t> dims = {5, 1000, 1000};
-  WriteGz(path, IdxBytes(kIdxImagesMagic, dims, Pattern(5000000, 3)));
-  absl::StatusOr<IdxImages> read = ReadIdxImages(path);
+  WriteRaw(raw, IdxBytes(kIdxImagesMagic, dims, Pattern(5000000, 3)));
+  absl::StatusOr<IdxImages> read = ReadIdxImages(raw);
   ASSERT_TRUE(read.ok()) << read.status();
-  EXPECT_EQ(read->pixels.size(), 5000000u);
-  EXPECT_EQ(read->pixels.capacity(), 5000000u);
+  EXPECT_EQ(read->pixels_offset, 0u);
+  EXPECT_EQ(read->pixels().size(), 5000000u);
+  EXPECT_EQ(read->data.capacity(), 5000000u);
+  const std::string path = dir + "/images.gz";
+  WriteGz(path, IdxBytes(kIdxImagesMagic, dims, Pattern(5000000, 3)));
   EXPECT_EQ(ReservableBytes(path, 16, 5000000), 5000000u);
   // A raw file holds what it holds.
-  const std::string raw = dir + "/images";
   WriteRaw(raw, IdxBytes(kIdxImagesMagic, {5, 10, 10}, Pattern(500, 3)));
   EXPECT_EQ(ReservableBytes(raw, 16, 500), 500u);
   EXPECT_EQ(ReservableBytes(raw, 16, uint64_t{1} << 40), 500u);
@@ -213,6 +240,56 @@ TEST(IdxReaderTest, ReservesWhatTheHeaderPromisesOnlyIfTheFileCouldHoldIt) {
   EXPECT_THAT(std::string(truncated.status().message()),
               HasSubstr("truncated: header promises 1048576 images"));
   EXPECT_EQ(ReservableBytes(dir + "/missing", 16, 100), 0u);
+}
+
+TEST(IdxReaderTest, OneGzipMemberInflatesInOnePass) {
+  const std::string dir = TestDir();
+  const std::string path = dir + "/images.gz";
+  const std::vector<uint8_t> pixels = Noise(3 * 28 * 28);
+  const std::string bytes = IdxBytes(kIdxImagesMagic, {3, 28, 28}, pixels);
+  WriteGz(path, bytes);
+  std::optional<std::vector<uint8_t>> whole =
+      InflateExactly(path, bytes.size());
+  ASSERT_TRUE(whole.has_value());
+  EXPECT_EQ(std::string(whole->begin(), whole->end()), bytes);
+  // Any other size is declined, whatever the trailer says.
+  EXPECT_FALSE(InflateExactly(path, bytes.size() - 1).has_value());
+  EXPECT_FALSE(InflateExactly(path, bytes.size() + 1).has_value());
+  // The reader keeps the inflated header in front of the pixels.
+  absl::StatusOr<IdxImages> read = ReadIdxImages(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->pixels_offset, 16u);
+  EXPECT_EQ(read->data.size(), bytes.size());
+  EXPECT_THAT(read->pixels(), ::testing::ElementsAreArray(pixels));
+}
+
+TEST(IdxReaderTest, WhatOnePassDeclinesZlibReadsOrNames) {
+  const std::string dir = TestDir();
+  const std::vector<uint8_t> labels = Labels(300, 10);
+  const std::string bytes = IdxBytes(kIdxLabelsMagic, {300}, labels);
+  // Raw bytes, and two gzip members: declined, read by zlib all the same.
+  const std::string raw = dir + "/raw";
+  WriteRaw(raw, bytes);
+  const std::string members = dir + "/members.gz";
+  WriteGzMembers(members, {bytes.substr(0, 100), bytes.substr(100)});
+  for (const std::string& path : {raw, members}) {
+    EXPECT_FALSE(InflateExactly(path, bytes.size()).has_value()) << path;
+    absl::StatusOr<std::vector<uint8_t>> read = ReadIdxLabels(path, 10);
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(*read, labels) << path;
+  }
+  // A flipped bit in the CRC: declined, and zlib names it.
+  const std::string bad = dir + "/bad-crc.gz";
+  WriteGz(bad, bytes);
+  std::string file = ReadFileBytes(bad);
+  file[file.size() - 8] ^= 1;
+  WriteRaw(bad, file);
+  EXPECT_FALSE(InflateExactly(bad, bytes.size()).has_value());
+  absl::StatusOr<std::vector<uint8_t>> read = ReadIdxLabels(bad, 10);
+  ASSERT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(read.status().message()),
+              AllOf(StartsWith(bad + ": "), HasSubstr("incorrect data check")));
+  EXPECT_FALSE(InflateExactly(dir + "/missing.gz", 10).has_value());
 }
 
 TEST(IdxReaderTest, TruncatedHeader) {
