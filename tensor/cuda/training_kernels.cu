@@ -1,8 +1,10 @@
-// CUDA kernels of the training ops: one grid-stride loop per update rule
-// over the shared per-element arithmetic (tensor/update_rules.h). This file
-// is compiled with --fmad=false (tensor/CMakeLists.txt), so no multiply-add
+// CUDA kernels of the training ops: the shared per-element arithmetic
+// (tensor/update_rules.h) over many tensors per launch. This file is
+// compiled with --fmad=false (tensor/CMakeLists.txt), so no multiply-add
 // is fused and every rounding matches the CPU loop's.
 #include <cuda_runtime.h>
+
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "tensor/cuda/cuda_check.h"
@@ -14,15 +16,52 @@
 namespace mirrortrain::cuda {
 namespace {
 
+// Tensors per launch: their pointers travel as a kernel parameter, which
+// must stay under the classic 4 KiB limit (about 1.3 KiB here).
+constexpr int kMaxTensors = 24;
+// Elements per block; a block updates a chunk of one tensor.
+constexpr int64_t kChunk = 16 * kLaunchThreads;
+// Blocks per launch stay in int range (a tensor of more than 2^30 chunks
+// would need 4e12 elements).
+constexpr int64_t kMaxBlocks = int64_t{1} << 30;
+
+// Up to kMaxTensors tensors of one launch: their pointers (what each is
+// depends on the kernel, see the launchers) and where each one's blocks
+// begin, so a block finds its tensor by a short scan.
+struct TensorBatch {
+  const void* scalars[kMaxTensors];
+  const void* in[kMaxTensors];
+  void* out[kMaxTensors];
+  void* s0[kMaxTensors];
+  void* s1[kMaxTensors];
+  int64_t n[kMaxTensors];
+  int first_block[kMaxTensors + 1];
+  int count;
+};
+
+// The tensor of this block, and its chunk [begin, end).
+__device__ inline int BlockTensor(const TensorBatch& batch, int64_t& begin,
+                                  int64_t& end) {
+  int t = 0;
+  while (static_cast<int>(blockIdx.x) >= batch.first_block[t + 1]) ++t;
+  begin = static_cast<int64_t>(blockIdx.x - batch.first_block[t]) * kChunk;
+  end = min(begin + kChunk, batch.n[t]);
+  return t;
+}
+
 template <UpdateRule R, typename T>
-__global__ void UpdateKernel(const UpdateParams<T>* __restrict__ params,
-                             const T* __restrict__ g, T* __restrict__ w,
-                             T* __restrict__ s0, T* __restrict__ s1,
-                             int64_t n) {
-  const UpdateParams<T> p = *params;
+__global__ void UpdatesKernel(const __grid_constant__ TensorBatch batch) {
+  int64_t begin, end;
+  const int t = BlockTensor(batch, begin, end);
+  const UpdateParams<T> p =
+      *static_cast<const UpdateParams<T>*>(batch.scalars[t]);
+  const T* __restrict__ g = static_cast<const T*>(batch.in[t]);
+  T* __restrict__ w = static_cast<T*>(batch.out[t]);
+  T* __restrict__ s0 = static_cast<T*>(batch.s0[t]);
+  T* __restrict__ s1 = static_cast<T*>(batch.s1[t]);
   // Rules with fewer slots get null pointers: they use a local dummy.
   T unused0 = T(0), unused1 = T(0);
-  for (int64_t i = GridStart(); i < n; i += GridStep()) {
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     T& slot0 = s0 != nullptr ? s0[i] : unused0;
     T& slot1 = s1 != nullptr ? s1[i] : unused1;
     UpdateElement<R, T>(p, g[i], w[i], slot0, slot1);
@@ -30,57 +69,92 @@ __global__ void UpdateKernel(const UpdateParams<T>* __restrict__ params,
 }
 
 template <typename T>
-__global__ void MovingAverageKernel(const T* __restrict__ decay,
-                                    const T* __restrict__ value,
-                                    T* __restrict__ shadow, int64_t n) {
-  const T one_minus_decay = *decay;
-  for (int64_t i = GridStart(); i < n; i += GridStep()) {
+__global__ void MovingAveragesKernel(
+    const __grid_constant__ TensorBatch batch) {
+  int64_t begin, end;
+  const int t = BlockTensor(batch, begin, end);
+  const T one_minus_decay = *static_cast<const T*>(batch.scalars[t]);
+  const T* __restrict__ value = static_cast<const T*>(batch.in[t]);
+  T* __restrict__ shadow = static_cast<T*>(batch.out[t]);
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     MovingAverageElement(one_minus_decay, value[i], shadow[i]);
   }
 }
 
-template <UpdateRule R, typename T>
-void LaunchUpdate(const void* params, const void* g, void* w, void* s0,
-                  void* s1, int64_t n, cudaStream_t stream) {
-  UpdateKernel<R, T><<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
-      static_cast<const UpdateParams<T>*>(params), static_cast<const T*>(g),
-      static_cast<T*>(w), static_cast<T*>(s0), static_cast<T*>(s1), n);
-}
-
-template <typename T>
-void LaunchRule(UpdateRule rule, const void* params, const void* g, void* w,
-                void* s0, void* s1, int64_t n, cudaStream_t stream) {
-  DispatchUpdateRule(rule, [&](auto r) {
-    LaunchUpdate<decltype(r)::value, T>(params, g, w, s0, s1, n, stream);
-  });
+// Packs the non-empty tensors into batches and calls launch(batch, blocks)
+// for each; `fill(batch, slot, tensor)` sets one tensor's pointers.
+template <typename Operands, typename Fill, typename Launch>
+void ForEachBatch(absl::Span<const Operands> tensors, Fill fill,
+                  Launch launch) {
+  TensorBatch batch{};
+  int64_t blocks = 0;
+  auto flush = [&] {
+    if (batch.count == 0) return;
+    batch.first_block[batch.count] = static_cast<int>(blocks);
+    launch(batch, static_cast<int>(blocks));
+    batch = TensorBatch{};
+    blocks = 0;
+  };
+  for (const Operands& t : tensors) {
+    if (t.n == 0) continue;
+    const int64_t chunks = (t.n + kChunk - 1) / kChunk;
+    if (batch.count == kMaxTensors || blocks + chunks > kMaxBlocks) flush();
+    const int k = batch.count++;
+    fill(batch, k, t);
+    batch.n[k] = t.n;
+    batch.first_block[k] = static_cast<int>(blocks);
+    blocks += chunks;
+  }
+  flush();
 }
 
 }  // namespace
 
-absl::Status ApplyUpdateOnGpu(UpdateRule rule, DType dtype, const void* params,
-                              const void* grad, void* var, void* s0, void* s1,
-                              int64_t n, int device) {
-  if (n == 0) return absl::OkStatus();
+absl::Status ApplyUpdatesOnGpu(UpdateRule rule, DType dtype,
+                               absl::Span<const UpdateOperands> tensors,
+                               int device) {
+  if (tensors.empty()) return absl::OkStatus();
   return LaunchFloatOn(
-      "ApplyUpdate", dtype, device, [&](auto zero, cudaStream_t stream) {
-        LaunchRule<decltype(zero)>(rule, params, grad, var, s0, s1, n, stream);
-      });
-}
-
-absl::Status MovingAverageOnGpu(DType dtype, const void* one_minus_decay,
-                                const void* value, void* shadow, int64_t n,
-                                int device) {
-  if (n == 0) return absl::OkStatus();
-  return LaunchFloatOn(
-      "MovingAverage", dtype, device, [&](auto zero, cudaStream_t stream) {
+      "ApplyUpdates", dtype, device, [&](auto zero, cudaStream_t stream) {
         using T = decltype(zero);
-        MovingAverageKernel<<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
-            static_cast<const T*>(one_minus_decay),
-            static_cast<const T*>(value), static_cast<T*>(shadow), n);
+        DispatchUpdateRule(rule, [&](auto r) {
+          ForEachBatch(
+              tensors,
+              [](TensorBatch& b, int k, const UpdateOperands& t) {
+                b.scalars[k] = t.params;
+                b.in[k] = t.grad;
+                b.out[k] = t.var;
+                b.s0[k] = t.s0;
+                b.s1[k] = t.s1;
+              },
+              [&](const TensorBatch& b, int blocks) {
+                UpdatesKernel<decltype(r)::value, T>
+                    <<<blocks, kLaunchThreads, 0, stream>>>(b);
+              });
+        });
       });
 }
 
-MT_DEFINE_CUDA_KERNEL(ApplyUpdate, ApplyUpdateOnGpu);
-MT_DEFINE_CUDA_KERNEL(MovingAverage, MovingAverageOnGpu);
+absl::Status MovingAveragesOnGpu(
+    DType dtype, absl::Span<const MovingAverageOperands> tensors, int device) {
+  if (tensors.empty()) return absl::OkStatus();
+  return LaunchFloatOn(
+      "MovingAverages", dtype, device, [&](auto zero, cudaStream_t stream) {
+        using T = decltype(zero);
+        ForEachBatch(
+            tensors,
+            [](TensorBatch& b, int k, const MovingAverageOperands& t) {
+              b.scalars[k] = t.one_minus_decay;
+              b.in[k] = t.value;
+              b.out[k] = t.shadow;
+            },
+            [&](const TensorBatch& b, int blocks) {
+              MovingAveragesKernel<T><<<blocks, kLaunchThreads, 0, stream>>>(b);
+            });
+      });
+}
+
+MT_DEFINE_CUDA_KERNEL(ApplyUpdates, ApplyUpdatesOnGpu);
+MT_DEFINE_CUDA_KERNEL(MovingAverages, MovingAveragesOnGpu);
 
 }  // namespace mirrortrain::cuda

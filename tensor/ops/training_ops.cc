@@ -3,6 +3,7 @@
 #include <cstring>
 #include <initializer_list>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "tensor/cuda/cuda_training.h"
 #include "tensor/ops/op_util.h"
@@ -66,6 +67,59 @@ absl::Status CheckAlike(const char* op,
   return absl::OkStatus();
 }
 
+// Validates one update as ApplyUpdate documents.
+absl::Status CheckUpdate(UpdateRule rule, const UpdateTarget& t) {
+  constexpr const char* kOp = "ApplyUpdate";
+  const int want = UpdateRuleSlots(rule);
+  if (static_cast<int>(t.slots.size()) != want) {
+    return internal::OpError(
+        kOp,
+        absl::StrCat("rule takes ", want, " slot(s), got ", t.slots.size()),
+        {&t.grad, &t.var});
+  }
+  // Missing slots stand in as var itself, so one check covers every case.
+  const Tensor& slot0 = want > 0 ? t.slots[0] : t.var;
+  const Tensor& slot1 = want > 1 ? t.slots[1] : t.var;
+  MT_RETURN_IF_ERROR(CheckAlike(kOp, {&t.var, &t.grad, &slot0, &slot1}));
+  return CheckScalars(kOp, "params", t.params, kUpdateParamCount, t.var);
+}
+
+// Updating one buffer twice in a list would race on a GPU (one launch) and
+// is never what an optimizer means.
+template <typename Target>
+absl::Status CheckDistinct(const char* op, absl::Span<const Target> targets,
+                           const Tensor* (*updated)(const Target&)) {
+  absl::flat_hash_set<const void*> seen;
+  for (const Target& t : targets) {
+    const Tensor& tensor = *updated(t);
+    if (tensor.num_elements() > 0 && !seen.insert(tensor.raw_data()).second) {
+      return internal::OpError(op, "a tensor is listed twice", {&tensor});
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The GPU operands of a list, one group per (device, dtype), in list order.
+template <typename Operands>
+struct GpuGroups {
+  struct Group {
+    int device;
+    DType dtype;
+    std::vector<Operands> tensors;
+  };
+  std::vector<Group> groups;
+
+  std::vector<Operands>& Of(const Tensor& t) {
+    for (Group& g : groups) {
+      if (g.device == t.device().index && g.dtype == t.dtype()) {
+        return g.tensors;
+      }
+    }
+    groups.push_back({t.device().index, t.dtype(), {}});
+    return groups.back().tensors;
+  }
+};
+
 }  // namespace
 
 absl::Status PackUpdateParams(const UpdateHyperparams& hyper,
@@ -88,33 +142,44 @@ absl::Status PackUpdateParams(const UpdateHyperparams& hyper,
 absl::Status ApplyUpdate(UpdateRule rule, const Tensor& params,
                          const Tensor& grad, const Tensor& var,
                          absl::Span<const Tensor> slots) {
-  constexpr const char* kOp = "ApplyUpdate";
-  const int want = UpdateRuleSlots(rule);
-  if (static_cast<int>(slots.size()) != want) {
-    return internal::OpError(
-        kOp, absl::StrCat("rule takes ", want, " slot(s), got ", slots.size()),
-        {&grad, &var});
+  const UpdateTarget target{.params = params,
+                            .grad = grad,
+                            .var = var,
+                            .slots = {slots.begin(), slots.end()}};
+  return ApplyUpdates(rule, {&target, 1});
+}
+
+absl::Status ApplyUpdates(UpdateRule rule,
+                          absl::Span<const UpdateTarget> targets) {
+  for (const UpdateTarget& t : targets) {
+    MT_RETURN_IF_ERROR(CheckUpdate(rule, t));
   }
-  // Missing slots stand in as var itself, so one check covers every case.
-  const Tensor& slot0 = want > 0 ? slots[0] : var;
-  const Tensor& slot1 = want > 1 ? slots[1] : var;
-  MT_RETURN_IF_ERROR(CheckAlike(kOp, {&var, &grad, &slot0, &slot1}));
-  MT_RETURN_IF_ERROR(
-      CheckScalars(kOp, "params", params, kUpdateParamCount, var));
-  const int64_t n = var.num_elements();
-  void* s0 = want > 0 ? slots[0].raw_data() : nullptr;
-  void* s1 = want > 1 ? slots[1].raw_data() : nullptr;
-  if (var.device().is_cuda()) {
-    return cuda::ApplyUpdate(rule, var.dtype(), params.raw_data(),
-                             grad.raw_data(), var.raw_data(), s0, s1, n,
-                             var.device().index);
+  MT_RETURN_IF_ERROR(CheckDistinct<UpdateTarget>(
+      "ApplyUpdates", targets, [](const UpdateTarget& t) { return &t.var; }));
+  GpuGroups<cuda::UpdateOperands> gpu;
+  for (const UpdateTarget& t : targets) {
+    void* s0 = t.slots.size() > 0 ? t.slots[0].raw_data() : nullptr;
+    void* s1 = t.slots.size() > 1 ? t.slots[1].raw_data() : nullptr;
+    const int64_t n = t.var.num_elements();
+    if (t.var.device().is_cuda()) {
+      gpu.Of(t.var).push_back({.params = t.params.raw_data(),
+                               .grad = t.grad.raw_data(),
+                               .var = t.var.raw_data(),
+                               .s0 = s0,
+                               .s1 = s1,
+                               .n = n});
+      continue;
+    }
+    MT_DISPATCH_FLOAT(t.var.dtype(), T, {
+      UpdateParams<T> p;
+      std::memcpy(&p, t.params.raw_data(), sizeof(p));
+      CpuRule<T>(rule, p, t.grad.data<T>(), t.var.data<T>(),
+                 static_cast<T*>(s0), static_cast<T*>(s1), n);
+    });
   }
-  MT_DISPATCH_FLOAT(var.dtype(), T, {
-    UpdateParams<T> p;
-    std::memcpy(&p, params.raw_data(), sizeof(p));
-    CpuRule<T>(rule, p, grad.data<T>(), var.data<T>(), static_cast<T*>(s0),
-               static_cast<T*>(s1), n);
-  });
+  for (const auto& g : gpu.groups) {
+    MT_RETURN_IF_ERROR(cuda::ApplyUpdates(rule, g.dtype, g.tensors, g.device));
+  }
   return absl::OkStatus();
 }
 
@@ -132,26 +197,47 @@ absl::Status ApplyUpdate(UpdateRule rule, const UpdateHyperparams& hyper,
 
 absl::Status AssignMovingAverage(const Tensor& shadow, const Tensor& value,
                                  const Tensor& one_minus_decay) {
+  const MovingAverageTarget target{
+      .shadow = shadow, .value = value, .one_minus_decay = one_minus_decay};
+  return AssignMovingAverages({&target, 1});
+}
+
+absl::Status AssignMovingAverages(
+    absl::Span<const MovingAverageTarget> targets) {
   constexpr const char* kOp = "AssignMovingAverage";
-  MT_RETURN_IF_ERROR(CheckAlike(kOp, {&shadow, &value}));
-  MT_RETURN_IF_ERROR(
-      CheckScalars(kOp, "one_minus_decay", one_minus_decay, 1, shadow));
-  const int64_t n = shadow.num_elements();
-  if (shadow.device().is_cuda()) {
-    return cuda::MovingAverage(shadow.dtype(), one_minus_decay.raw_data(),
-                               value.raw_data(), shadow.raw_data(), n,
-                               shadow.device().index);
+  for (const MovingAverageTarget& t : targets) {
+    MT_RETURN_IF_ERROR(CheckAlike(kOp, {&t.shadow, &t.value}));
+    MT_RETURN_IF_ERROR(
+        CheckScalars(kOp, "one_minus_decay", t.one_minus_decay, 1, t.shadow));
   }
-  MT_DISPATCH_FLOAT(shadow.dtype(), T, {
-    const T decay = *one_minus_decay.data<T>();
-    const T* v = value.data<T>();
-    T* s = shadow.data<T>();
-    ParallelFor(n, kGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        MovingAverageElement(decay, v[i], s[i]);
-      }
+  MT_RETURN_IF_ERROR(CheckDistinct<MovingAverageTarget>(
+      "AssignMovingAverages", targets,
+      [](const MovingAverageTarget& t) { return &t.shadow; }));
+  GpuGroups<cuda::MovingAverageOperands> gpu;
+  for (const MovingAverageTarget& t : targets) {
+    const int64_t n = t.shadow.num_elements();
+    if (t.shadow.device().is_cuda()) {
+      gpu.Of(t.shadow).push_back(
+          {.one_minus_decay = t.one_minus_decay.raw_data(),
+           .value = t.value.raw_data(),
+           .shadow = t.shadow.raw_data(),
+           .n = n});
+      continue;
+    }
+    MT_DISPATCH_FLOAT(t.shadow.dtype(), T, {
+      const T decay = *t.one_minus_decay.data<T>();
+      const T* v = t.value.data<T>();
+      T* s = t.shadow.data<T>();
+      ParallelFor(n, kGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          MovingAverageElement(decay, v[i], s[i]);
+        }
+      });
     });
-  });
+  }
+  for (const auto& g : gpu.groups) {
+    MT_RETURN_IF_ERROR(cuda::MovingAverages(g.dtype, g.tensors, g.device));
+  }
   return absl::OkStatus();
 }
 

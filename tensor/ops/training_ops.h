@@ -10,6 +10,8 @@
 #ifndef MIRRORTRAIN_TENSOR_OPS_TRAINING_OPS_H_
 #define MIRRORTRAIN_TENSOR_OPS_TRAINING_OPS_H_
 
+#include <vector>
+
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "tensor/tensor.h"
@@ -32,6 +34,22 @@ absl::Status PackUpdateParams(const UpdateHyperparams& hyper,
 absl::Status ApplyUpdate(UpdateRule rule, const Tensor& params,
                          const Tensor& grad, const Tensor& var,
                          absl::Span<const Tensor> slots);
+
+// One variable's operands for ApplyUpdates, as ApplyUpdate takes them.
+struct UpdateTarget {
+  Tensor params;
+  Tensor grad;
+  Tensor var;
+  std::vector<Tensor> slots;
+};
+// ApplyUpdate for each target, with the same results; the GPU targets of
+// one device and dtype update in one kernel launch (per few dozen): a
+// model's many small variables would otherwise cost a launch each, every
+// step. No two targets may share a buffer (an optimizer's never do); a
+// variable listed twice is an error. Everything is checked before anything
+// is updated.
+absl::Status ApplyUpdates(UpdateRule rule,
+                          absl::Span<const UpdateTarget> targets);
 // The same with the parameters packed here and copied to var's device (on a
 // GPU the host waits for that copy): for tests and one-off updates.
 absl::Status ApplyUpdate(UpdateRule rule, const UpdateHyperparams& hyper,
@@ -45,6 +63,16 @@ absl::Status AssignMovingAverage(const Tensor& shadow, const Tensor& value,
 // The same with one_minus_decay rounded to the dtype here.
 absl::Status AssignMovingAverage(const Tensor& shadow, const Tensor& value,
                                  double one_minus_decay);
+
+// AssignMovingAverage's operands, for AssignMovingAverages.
+struct MovingAverageTarget {
+  Tensor shadow;
+  Tensor value;
+  Tensor one_minus_decay;
+};
+// AssignMovingAverage for each target, batched on GPUs as ApplyUpdates.
+absl::Status AssignMovingAverages(
+    absl::Span<const MovingAverageTarget> targets);
 
 }  // namespace mirrortrain::ops
 

@@ -67,6 +67,68 @@ TEST_F(CudaTrainingOpsTest, MovingAverageMatchesTheCpuBitwise) {
   EXPECT_TRUE(AllClose(CopyTo(gpu_shadow, Device::Cpu()), shadow, 0, 0));
 }
 
+// A list longer than one launch takes (24 tensors), sizes around the
+// kernel's 4096-element chunks, an empty one, and f32 and f64 lists in one
+// call: each target updated with its own parameters, bit for bit as on the
+// CPU.
+TEST_F(CudaTrainingOpsTest, ListsOfManyVariablesMatchTheCpuBitwise) {
+  std::vector<int64_t> sizes;
+  for (int i = 0; i < 30; ++i) {
+    constexpr int64_t kCycle[] = {1, 4095, 4096, 4097, 0, 37, 70001};
+    sizes.push_back(kCycle[i % 7]);
+  }
+  auto on_gpu = [](std::vector<ops::UpdateTarget> targets) {
+    for (ops::UpdateTarget& t : targets) {
+      t.params = CopyTo(t.params, Device::Cuda(0));
+      t.grad = CopyTo(t.grad, Device::Cuda(0));
+      t.var = CopyTo(t.var, Device::Cuda(0));
+      for (Tensor& slot : t.slots) slot = CopyTo(slot, Device::Cuda(0));
+    }
+    return targets;
+  };
+  for (UpdateRule rule : testing::kEveryUpdateRule) {
+    SCOPED_TRACE(static_cast<int>(rule));
+    std::vector<ops::UpdateTarget> cpu =
+        testing::UpdateTargets(rule, DType::kF32, sizes);
+    for (ops::UpdateTarget& t :
+         testing::UpdateTargets(rule, DType::kF64, {{5000, 3}})) {
+      cpu.push_back(std::move(t));
+    }
+    const std::vector<ops::UpdateTarget> gpu = on_gpu(cpu);
+    ASSERT_TRUE(ops::ApplyUpdates(rule, cpu).ok());
+    absl::Status s = ops::ApplyUpdates(rule, gpu);
+    ASSERT_TRUE(s.ok()) << s;
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      EXPECT_TRUE(AllClose(CopyTo(gpu[i].var, Device::Cpu()), cpu[i].var, 0, 0))
+          << "variable " << i;
+      for (size_t k = 0; k < cpu[i].slots.size(); ++k) {
+        EXPECT_TRUE(AllClose(CopyTo(gpu[i].slots[k], Device::Cpu()),
+                             cpu[i].slots[k], 0, 0))
+            << "variable " << i << " slot " << k;
+      }
+    }
+  }
+  std::vector<ops::MovingAverageTarget> cpu, gpu;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    cpu.push_back({.shadow = RandomTensor({sizes[i]}, i, DType::kF32),
+                   .value = RandomTensor({sizes[i]}, 50 + i, DType::kF32),
+                   .one_minus_decay =
+                       Tensor::HostFull(DType::kF32, {1}, 0.01 * (i + 1))});
+    gpu.push_back({.shadow = CopyTo(cpu.back().shadow, Device::Cuda(0)),
+                   .value = CopyTo(cpu.back().value, Device::Cuda(0)),
+                   .one_minus_decay =
+                       CopyTo(cpu.back().one_minus_decay, Device::Cuda(0))});
+  }
+  ASSERT_TRUE(ops::AssignMovingAverages(cpu).ok());
+  absl::Status s = ops::AssignMovingAverages(gpu);
+  ASSERT_TRUE(s.ok()) << s;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    EXPECT_TRUE(
+        AllClose(CopyTo(gpu[i].shadow, Device::Cpu()), cpu[i].shadow, 0, 0))
+        << "shadow " << i;
+  }
+}
+
 TEST_F(CudaTrainingOpsTest, MixedDevicesAreRejected) {
   Tensor var = RandomTensor({8}, 1, DType::kF32);
   Tensor grad = CopyTo(RandomTensor({8}, 2, DType::kF32), Device::Cuda(0));

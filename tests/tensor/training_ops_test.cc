@@ -121,5 +121,95 @@ TEST(TrainingOpsTest, MovingAverageReadsItsDecayFromATensor) {
   EXPECT_EQ(a.ToVector<double>(), b.ToVector<double>());
 }
 
+// Deep copies, to update separately.
+std::vector<ops::UpdateTarget> Clones(
+    const std::vector<ops::UpdateTarget>& targets) {
+  std::vector<ops::UpdateTarget> out = targets;
+  for (ops::UpdateTarget& t : out) {
+    t.var = *t.var.Clone();
+    for (Tensor& slot : t.slots) slot = *slot.Clone();
+  }
+  return out;
+}
+
+bool SameBits(const Tensor& a, const Tensor& b) {
+  return a.bytes() == b.bytes() &&
+         std::memcmp(a.raw_data(), b.raw_data(), a.bytes()) == 0;
+}
+
+TEST(TrainingOpsTest, AListUpdatesAsOneCallPerVariable) {
+  const std::vector<int64_t> sizes = {5, 0, 1, 300, 17};
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    for (UpdateRule rule : testing::kEveryUpdateRule) {
+      SCOPED_TRACE(static_cast<int>(rule));
+      const std::vector<ops::UpdateTarget> list =
+          testing::UpdateTargets(rule, dtype, sizes);
+      const std::vector<ops::UpdateTarget> each = Clones(list);
+      ASSERT_TRUE(ops::ApplyUpdates(rule, list).ok());
+      for (size_t i = 0; i < each.size(); ++i) {
+        const ops::UpdateTarget& t = each[i];
+        ASSERT_TRUE(
+            ops::ApplyUpdate(rule, t.params, t.grad, t.var, t.slots).ok());
+        EXPECT_TRUE(SameBits(list[i].var, t.var)) << "variable " << i;
+        for (size_t s = 0; s < t.slots.size(); ++s) {
+          EXPECT_TRUE(SameBits(list[i].slots[s], t.slots[s])) << i << " " << s;
+        }
+      }
+    }
+  }
+  // Moving averages: each shadow with a decay of its own.
+  std::vector<ops::MovingAverageTarget> averages;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    averages.push_back(
+        {.shadow = RandomTensor({sizes[i]}, i, DType::kF32),
+         .value = RandomTensor({sizes[i]}, 50 + i, DType::kF32),
+         .one_minus_decay = Tensor::HostFull(DType::kF32, {1}, 0.1 * (i + 1))});
+  }
+  std::vector<Tensor> expected;
+  for (const ops::MovingAverageTarget& t : averages) {
+    expected.push_back(*t.shadow.Clone());
+    ASSERT_TRUE(
+        ops::AssignMovingAverage(expected.back(), t.value, t.one_minus_decay)
+            .ok());
+  }
+  ASSERT_TRUE(ops::AssignMovingAverages(averages).ok());
+  for (size_t i = 0; i < averages.size(); ++i) {
+    EXPECT_TRUE(SameBits(averages[i].shadow, expected[i])) << i;
+  }
+}
+
+TEST(TrainingOpsTest, ABadListUpdatesNothing) {
+  const UpdateRule rule = UpdateRule::kMomentum;
+  std::vector<ops::UpdateTarget> list =
+      testing::UpdateTargets(rule, DType::kF32, {{4, 6, 8}});
+  const std::vector<ops::UpdateTarget> before = Clones(list);
+  // The last target's slot has the wrong shape.
+  list[2].slots[0] = RandomTensor({7}, 1, DType::kF32);
+  absl::Status s = ops::ApplyUpdates(rule, list);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("same shape"));
+  // A variable listed twice (here as a view of the same buffer).
+  list[2] = before[2];
+  list[2].var = *list[0].var.Reshaped({4});
+  list[2].grad = list[0].grad;
+  list[2].slots = {RandomTensor({4}, 2, DType::kF32)};
+  s = ops::ApplyUpdates(rule, list);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("listed twice"));
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_TRUE(SameBits(list[i].var, before[i].var)) << i;
+    EXPECT_TRUE(SameBits(list[i].slots[0], before[i].slots[0])) << i;
+  }
+  Tensor shadow = RandomTensor({3}, 1, DType::kF32);
+  const Tensor kept = *shadow.Clone();
+  const Tensor decay = Tensor::HostFull(DType::kF32, {1}, 0.5);
+  const std::vector<ops::MovingAverageTarget> twice = {
+      {shadow, RandomTensor({3}, 2, DType::kF32), decay},
+      {shadow, RandomTensor({3}, 3, DType::kF32), decay}};
+  s = ops::AssignMovingAverages(twice);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("listed twice"));
+  EXPECT_TRUE(SameBits(shadow, kept));
+}
+
 }  // namespace
 }  // namespace mirrortrain

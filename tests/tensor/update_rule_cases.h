@@ -3,7 +3,14 @@
 #ifndef MIRRORTRAIN_TESTS_TENSOR_UPDATE_RULE_CASES_H_
 #define MIRRORTRAIN_TESTS_TENSOR_UPDATE_RULE_CASES_H_
 
+#include <cstdint>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "gtest/gtest.h"
+#include "tensor/ops/training_ops.h"
 #include "tensor/update_rules.h"
+#include "tests/test_util.h"
 
 namespace mirrortrain::testing {
 
@@ -28,6 +35,30 @@ inline UpdateHyperparams EveryHyperparameter() {
   h.rho = 0.95;
   h.weight_decay = 0.004;
   return h;
+}
+
+// Host targets for ops::ApplyUpdates, one per size, each with a learning
+// rate of its own (so updating with another target's parameters shows) and
+// positive slots (accumulators hold sums of squares).
+inline std::vector<ops::UpdateTarget> UpdateTargets(
+    UpdateRule rule, DType dtype, absl::Span<const int64_t> sizes) {
+  std::vector<ops::UpdateTarget> targets;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    UpdateHyperparams h = EveryHyperparameter();
+    h.lr = 0.01 * static_cast<double>(i + 1);
+    ops::UpdateTarget& t = targets.emplace_back();
+    t.params = Tensor::HostEmpty(dtype, {ops::kUpdateParamCount});
+    if (absl::Status s = ops::PackUpdateParams(h, t.params); !s.ok()) {
+      ADD_FAILURE() << s;
+    }
+    const uint64_t seed = 10 * i;
+    t.var = RandomTensor({sizes[i]}, seed + 1, dtype);
+    t.grad = RandomTensor({sizes[i]}, seed + 2, dtype);
+    for (int s = 0; s < UpdateRuleSlots(rule); ++s) {
+      t.slots.push_back(RandomTensor({sizes[i]}, seed + 3 + s, dtype, 0.1, 1));
+    }
+  }
+  return targets;
 }
 
 }  // namespace mirrortrain::testing

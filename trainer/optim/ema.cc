@@ -74,23 +74,22 @@ absl::Status ExponentialMovingAverage::Apply(int64_t num_updates) {
 }
 
 absl::Status ExponentialMovingAverage::ApplyStaged() {
-  // Every decay is looked up before any shadow changes.
-  std::vector<Tensor> decays;
-  decays.reserve(vars_.size());
-  for (const Variable* var : vars_) {
-    const DecayTable* t = DecayTableOf(*var);
+  // Every decay is looked up before any shadow changes; one list, so a
+  // GPU's shadows update in one launch.
+  std::vector<ops::MovingAverageTarget> targets;
+  targets.reserve(vars_.size());
+  for (size_t i = 0; i < vars_.size(); ++i) {
+    const DecayTable* t = DecayTableOf(*vars_[i]);
     if (t == nullptr) {
       return absl::FailedPreconditionError(
           "ExponentialMovingAverage.ApplyStaged: nothing staged (Stage first)");
     }
-    decays.push_back(t->value.device());
+    // shadow -= (shadow - value) * (1 - decay).
+    targets.push_back({.shadow = shadows_[i]->value(),
+                       .value = vars_[i]->value(),
+                       .one_minus_decay = t->value.device()});
   }
-  // shadow -= (shadow - value) * (1 - decay).
-  for (size_t i = 0; i < vars_.size(); ++i) {
-    MT_RETURN_IF_ERROR(ops::AssignMovingAverage(shadows_[i]->value(),
-                                                vars_[i]->value(), decays[i]));
-  }
-  return absl::OkStatus();
+  return ops::AssignMovingAverages(targets);
 }
 
 ExponentialMovingAverage::DecayTable* ExponentialMovingAverage::DecayTableOf(

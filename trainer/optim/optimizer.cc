@@ -134,16 +134,21 @@ absl::Status Optimizer::Apply(absl::Span<const GradAndVar> grads_and_vars,
   MT_RETURN_IF_ERROR(CreateSlots(vars));
   if (stage) MT_RETURN_IF_ERROR(StageUpdate(vars));
   MT_ASSIGN_OR_RETURN(const std::vector<Tensor> params, StagedRows(vars));
-  std::vector<Tensor> slots;
+  // One list, so a GPU's variables update in one launch.
+  std::vector<ops::UpdateTarget> targets;
+  targets.reserve(vars.size());
   size_t k = 0;
   for (const GradAndVar& gv : grads_and_vars) {
     if (!gv.grad.defined()) continue;
-    const SlotSet& set = slot_sets_[slot_index_.at(gv.var)];
-    slots.clear();
-    for (const auto& slot : set.slots) slots.push_back(slot->value());
-    MT_RETURN_IF_ERROR(
-        ops::ApplyUpdate(Rule(), params[k++], gv.grad, gv.var->value(), slots));
+    ops::UpdateTarget& t = targets.emplace_back();
+    t.params = params[k++];
+    t.grad = gv.grad;
+    t.var = gv.var->value();
+    for (const auto& slot : slot_sets_[slot_index_.at(gv.var)].slots) {
+      t.slots.push_back(slot->value());
+    }
   }
+  MT_RETURN_IF_ERROR(ops::ApplyUpdates(Rule(), targets));
   ++iterations_;
   return absl::OkStatus();
 }
