@@ -76,7 +76,8 @@ __device__ inline void StoreChannels(const Channels<T, kVec>& c, O* p) {
 // order, consecutive in memory): writes are coalesced, and the row index
 // is split once per row rather than once per entry. O is T, or bfloat16.
 template <typename T, typename O, typename I, int kVec>
-__global__ void Im2ColKernel(ImageWindowOn<I> g, const T* x, O* cols, I rows) {
+__global__ void Im2ColKernel(ImageWindowOn<I> g, const T* x, O* cols, I rows,
+                             I row_stride) {
   const I c = g.c.value(), w = g.w.value(), h = g.h.value();
   const I patch = g.kh * g.kw.value() * c;
   const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.y);
@@ -87,7 +88,7 @@ __global__ void Im2ColKernel(ImageWindowOn<I> g, const T* x, O* cols, I rows) {
     const I i = g.oh.Div(rest), oy = rest - i * g.oh.value();
     const I iy0 = oy * g.sh.value() - g.pt, ix0 = ox * g.sw.value() - g.pl;
     const T* image = x + i * h * w * c;
-    O* out = cols + row * patch;
+    O* out = cols + row * row_stride;
     for (I k = threadIdx.x * kVec; k < patch; k += blockDim.x * kVec) {
       const I cell = g.c.Div(k), ch = k - cell * c;
       const I ky = g.kw.Div(cell), kx = cell - ky * g.kw.value();
@@ -157,8 +158,8 @@ bool FourChannelsAtOnce(DType dtype, int64_t channels,
 }  // namespace
 
 absl::Status Im2ColOnGpu(DType dtype, const void* x, const Conv2DGeometry& g,
-                         int64_t images, void* cols, bool bf16_cols,
-                         int device) {
+                         int64_t images, void* cols, int64_t row_stride,
+                         bool bf16_cols, int device) {
   MT_RETURN_IF_ERROR(CheckImageWindow("Im2Col", g));
   if (bf16_cols && dtype != DType::kF32) {
     return absl::InvalidArgumentError(
@@ -167,8 +168,14 @@ absl::Status Im2ColOnGpu(DType dtype, const void* x, const Conv2DGeometry& g,
   }
   const int64_t rows = images * g.oh * g.ow;
   const int64_t patch = g.kh * g.kw * g.c;
+  if (row_stride < patch) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Im2Col: row stride ", row_stride, " is less than the patch ", patch));
+  }
   if (rows * patch == 0) return absl::OkStatus();
-  const bool four = FourChannelsAtOnce(dtype, g.c, {x, cols});
+  // Rows start on 16-byte boundaries too when the stride keeps them there.
+  const bool four =
+      FourChannelsAtOnce(dtype, g.c, {x, cols}) && row_stride % 4 == 0;
   const int64_t units = four ? patch / 4 : patch;
   // A warp or more along the row, up to kLaunchThreads; the rest of the
   // block takes further rows.
@@ -178,7 +185,8 @@ absl::Status Im2ColOnGpu(DType dtype, const void* x, const Conv2DGeometry& g,
   const int blocks = static_cast<int>(
       std::min<int64_t>((rows + threads.y - 1) / threads.y, 65535));
   return LaunchFloatIndexWidthOn(
-      "Im2Col", dtype, device, std::max(rows * patch, images * g.h * g.w * g.c),
+      "Im2Col", dtype, device,
+      std::max(rows * row_stride, images * g.h * g.w * g.c),
       [&](auto zero, auto index, cudaStream_t stream) {
         using T = decltype(zero);
         using I = decltype(index);
@@ -186,9 +194,9 @@ absl::Status Im2ColOnGpu(DType dtype, const void* x, const Conv2DGeometry& g,
           using O = std::remove_pointer_t<decltype(out)>;
           auto kernel =
               four ? Im2ColKernel<T, O, I, 4> : Im2ColKernel<T, O, I, 1>;
-          kernel<<<blocks, threads, 0, stream>>>(ImageWindowOn<I>(g),
-                                                 static_cast<const T*>(x), out,
-                                                 static_cast<I>(rows));
+          kernel<<<blocks, threads, 0, stream>>>(
+              ImageWindowOn<I>(g), static_cast<const T*>(x), out,
+              static_cast<I>(rows), static_cast<I>(row_stride));
         };
         if constexpr (std::is_same_v<T, float>) {
           if (bf16_cols) {

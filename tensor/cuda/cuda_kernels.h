@@ -283,7 +283,8 @@ struct Conv2DGeometry : ImageWindow {
 };
 
 // The column buffer of `images` images starting at x, row-major
-// [images * oh * ow, kh * kw * c]:
+// [images * oh * ow, kh * kw * c] with rows `row_stride` (>= kh * kw * c)
+// values apart, the values between a row's end and the next row untouched:
 //   cols[(i * oh + oy) * ow + ox][(ky * kw + kx) * c + ch] =
 //       x[i][oy * sh - pt + ky][ox * sw - pl + kx][ch], 0 outside the image;
 // with `bf16_cols` (f32 x only) cols holds the entries rounded to 2-byte
@@ -291,7 +292,8 @@ struct Conv2DGeometry : ImageWindow {
 MT_CUDA_KERNEL(Im2Col,
                absl::Status(DType dtype, const void* x,
                             const Conv2DGeometry& geometry, int64_t images,
-                            void* cols, bool bf16_cols, int device));
+                            void* cols, int64_t row_stride, bool bf16_cols,
+                            int device));
 // Im2Col's adjoint: every element of the `images` images at dx is written
 // with the sum of the column entries Im2Col copies from it (deterministic,
 // in the CPU's order).

@@ -172,9 +172,22 @@ int64_t ChunkFor(const ConvGeometry& g, DType dtype) {
 constexpr int64_t kGpuColumnBytes = int64_t{256} << 20;
 std::atomic<int64_t> gpu_column_bytes{kGpuColumnBytes};
 
-int64_t GpuChunkImages(const ConvGeometry& g, DType dtype) {
-  const int64_t per_image =
-      g.pixels() * g.patch() * static_cast<int64_t>(DTypeSize(dtype));
+// Values between the starts of GPU column rows: the patch rounded up to
+// 16 bytes of the column type (bf16 when products read bf16), so cuBLAS can
+// run its vectorised kernels. A 5x5 single-channel patch, 25 wide, made it
+// run align-1 kernels: the first conv's products took 45 + 50 us of a
+// 1.09 ms CNN step (2026-11-26 trace) for 46 MB read and written each.
+int64_t ColumnStride(const ConvGeometry& g, const Tensor& x) {
+  const int64_t bytes = internal::ProductsReadBf16(x)
+                            ? 2
+                            : static_cast<int64_t>(DTypeSize(x.dtype()));
+  const int64_t per_16 = std::max<int64_t>(1, 16 / bytes);
+  return (g.patch() + per_16 - 1) / per_16 * per_16;
+}
+
+int64_t GpuChunkImages(const ConvGeometry& g, const Tensor& x) {
+  const int64_t per_image = g.pixels() * ColumnStride(g, x) *
+                            static_cast<int64_t>(DTypeSize(x.dtype()));
   return std::clamp<int64_t>(
       gpu_column_bytes.load() / std::max<int64_t>(per_image, 1), 1,
       std::max<int64_t>(g.n, 1));
@@ -192,33 +205,45 @@ void* ImageAt(const Tensor& t, const ConvGeometry& g, int64_t i0) {
 absl::StatusOr<GemmOperand> GpuColumns(const ConvGeometry& g, const Tensor& x,
                                        int64_t i0, int64_t images,
                                        const Tensor& cols) {
+  const int64_t stride = ColumnStride(g, x);
   if (!internal::ProductsReadBf16(x)) {
     MT_RETURN_IF_ERROR(cuda::Im2Col(x.dtype(), ImageAt(x, g, i0), g, images,
-                                    cols.raw_data(), /*bf16_cols=*/false,
-                                    x.device().index));
-    return GemmOperand::Of(cols, false);
+                                    cols.raw_data(), stride,
+                                    /*bf16_cols=*/false, x.device().index));
+    return GemmOperand::Columns(cols, g.patch());
   }
-  MT_ASSIGN_OR_RETURN(
-      GemmOperand c,
-      GemmOperand::Bf16Storage({images * g.pixels(), g.patch()}, x.device()));
+  MT_ASSIGN_OR_RETURN(GemmOperand c,
+                      GemmOperand::Bf16Storage({images * g.pixels(), g.patch()},
+                                               x.device(), stride));
   MT_RETURN_IF_ERROR(cuda::Im2Col(x.dtype(), ImageAt(x, g, i0), g, images,
-                                  c.bf16_storage(), /*bf16_cols=*/true,
+                                  c.bf16_storage(), stride, /*bf16_cols=*/true,
                                   x.device().index));
   return c;
 }
 
+// The first rows * g.patch() values of a chunk's column buffer as a dense
+// [rows, patch] matrix: what dx's product writes and col2im reads.
+absl::StatusOr<Tensor> DenseColumns(const ConvGeometry& g, const Tensor& cols) {
+  const int64_t rows = cols.dim(0);
+  MT_ASSIGN_OR_RETURN(Tensor flat, cols.Reshaped({cols.num_elements()}));
+  MT_ASSIGN_OR_RETURN(flat, flat.SliceRows(0, rows * g.patch()));
+  return flat.Reshaped({rows, g.patch()});
+}
+
 // Runs body(first_image, images, cols) over the batch in chunks sharing
-// one device column buffer ([images * OH * OW, patch] of `dtype`; cols is
-// undefined without `dtype_cols`, for bf16 columns only). Sequential: the
-// kernels of one stream run in order anyway.
+// one device column buffer of x's dtype ([images * OH * OW, ColumnStride];
+// cols is undefined without `dtype_cols`, for bf16 columns only).
+// Sequential: the kernels of one stream run in order anyway.
 template <typename Body>
-absl::Status ForEachGpuChunk(const ConvGeometry& g, DType dtype, Device device,
+absl::Status ForEachGpuChunk(const ConvGeometry& g, const Tensor& x,
                              bool dtype_cols, Body body) {
-  const int64_t chunk = GpuChunkImages(g, dtype);
+  const int64_t chunk = GpuChunkImages(g, x);
   Tensor buffer;
   if (dtype_cols) {
     MT_ASSIGN_OR_RETURN(
-        buffer, Tensor::Empty(dtype, {chunk * g.pixels(), g.patch()}, device));
+        buffer,
+        Tensor::Empty(x.dtype(), {chunk * g.pixels(), ColumnStride(g, x)},
+                      x.device()));
   }
   for (int64_t i0 = 0; i0 < g.n; i0 += chunk) {
     const int64_t images = std::min(chunk, g.n - i0);
@@ -241,7 +266,7 @@ absl::Status GpuForward(const ConvGeometry& g, const Tensor& x,
                         const Tensor* relu_bias, GemmOperand* columns) {
   MT_ASSIGN_OR_RETURN(const GemmOperand w, GemmOperand::Of(w2));
   return ForEachGpuChunk(
-      g, x.dtype(), x.device(), !internal::ProductsReadBf16(x),
+      g, x, !internal::ProductsReadBf16(x),
       [&](int64_t i0, int64_t images, Tensor& cols) -> absl::Status {
         MT_ASSIGN_OR_RETURN(const GemmOperand c,
                             GpuColumns(g, x, i0, images, cols));
@@ -276,14 +301,14 @@ absl::Status GpuBackward(const ConvGeometry& g, const Tensor& x,
   }
   // Also only in the precision they were made in: a gradient taken after
   // the precision changed reads dy as that precision says.
-  const bool reuse = saved.defined() && GpuChunkImages(g, x.dtype()) >= g.n &&
+  const bool reuse = saved.defined() && GpuChunkImages(g, x) >= g.n &&
                      saved.bf16() == internal::ProductsReadBf16(x);
   // f32 columns: im2col's (unless bf16 or saved) and dx's product before
   // col2im.
   const bool dtype_cols =
       dx != nullptr || (!internal::ProductsReadBf16(x) && !reuse);
   return ForEachGpuChunk(
-      g, x.dtype(), x.device(), dtype_cols,
+      g, x, dtype_cols,
       [&](int64_t i0, int64_t images, Tensor& cols) -> absl::Status {
         MT_ASSIGN_OR_RETURN(Tensor dy_rows, dy2.SliceRows(i0 * g.pixels(),
                                                           images * g.pixels()));
@@ -297,10 +322,11 @@ absl::Status GpuBackward(const ConvGeometry& g, const Tensor& x,
                                             i0 == 0 ? 0.0 : 1.0, *dw2));
         }
         if (dx != nullptr) {
+          MT_ASSIGN_OR_RETURN(Tensor dense, DenseColumns(g, cols));
           MT_RETURN_IF_ERROR(
-              internal::Gemm(dy, w, false, true, 1.0, 0.0, cols));
-          MT_RETURN_IF_ERROR(cuda::Col2Im(x.dtype(), cols.raw_data(), g, images,
-                                          ImageAt(*dx, g, i0), device));
+              internal::Gemm(dy, w, false, true, 1.0, 0.0, dense));
+          MT_RETURN_IF_ERROR(cuda::Col2Im(x.dtype(), dense.raw_data(), g,
+                                          images, ImageAt(*dx, g, i0), device));
         }
         return absl::OkStatus();
       });

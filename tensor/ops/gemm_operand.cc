@@ -70,18 +70,41 @@ absl::StatusOr<GemmOperand> GemmOperand::Of(const Tensor& t, bool bf16) {
   return op;
 }
 
-absl::StatusOr<GemmOperand> GemmOperand::Bf16Storage(Shape shape,
-                                                     Device device) {
+absl::StatusOr<GemmOperand> GemmOperand::Bf16Storage(Shape shape, Device device,
+                                                     int64_t row_stride) {
   if (!device.is_cuda()) {
     return absl::InvalidArgumentError(
         absl::StrCat("ToBFloat16: bfloat16 storage is for GPU operands, not ",
                      device.ToString()));
   }
+  if (row_stride != 0 && (shape.size() != 2 || row_stride < shape[1])) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ToBFloat16: row stride ", row_stride,
+                     " for bfloat16 storage of ", ShapeToString(shape)));
+  }
   GemmOperand op;
   op.dtype_ = DType::kF32;
   op.device_ = device;
   op.shape_ = std::move(shape);
-  MT_ASSIGN_OR_RETURN(op.device_bf16_, NewBf16(NumElements(op.shape_), device));
+  op.row_stride_ = row_stride;
+  const int64_t n =
+      row_stride == 0 ? NumElements(op.shape_) : op.shape_[0] * row_stride;
+  MT_ASSIGN_OR_RETURN(op.device_bf16_, NewBf16(n, device));
+  return op;
+}
+
+absl::StatusOr<GemmOperand> GemmOperand::Columns(const Tensor& t,
+                                                 int64_t cols) {
+  if (!t.defined() || t.rank() != 2 || !IsFloating(t.dtype()) || cols < 1 ||
+      cols > t.dim(1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MatMul: columns ", cols, " of ",
+                     t.defined() ? t.DebugString() : "undefined",
+                     " (want a rank-2 floating tensor at least that wide)"));
+  }
+  MT_ASSIGN_OR_RETURN(GemmOperand op, Of(t, /*bf16=*/false));
+  op.shape_ = {t.dim(0), cols};
+  op.row_stride_ = t.dim(1);
   return op;
 }
 

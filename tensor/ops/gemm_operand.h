@@ -47,7 +47,13 @@ class GemmOperand {
   // 2-byte storage (bf16_storage()) a kernel fills instead of writing f32
   // values for a conversion pass to read back (conv's im2col, a relu
   // layer's masked gradient). No tensor stands behind it.
-  static absl::StatusOr<GemmOperand> Bf16Storage(Shape shape, Device device);
+  // Its rows `row_stride` values apart (0: shape's last dim), so a kernel
+  // can start every row 16-byte aligned (conv columns, see ColumnStride).
+  static absl::StatusOr<GemmOperand> Bf16Storage(Shape shape, Device device,
+                                                 int64_t row_stride = 0);
+  // The first `cols` columns of the rank-2 f32 or f64 tensor `t`, read as
+  // they are (never bf16): a matrix whose rows are t's row length apart.
+  static absl::StatusOr<GemmOperand> Columns(const Tensor& t, int64_t cols);
 
   bool defined() const { return dtype_.has_value(); }
   // The value it stands for: its shape, its dtype (f32 for bf16 operands:
@@ -67,8 +73,12 @@ class GemmOperand {
   bool bf16() const {
     return exact_ || rounded_.defined() || device_bf16_ != nullptr;
   }
-  // What the product reads, row-major in shape(); null when undefined.
+  // What the product reads, row-major in shape() with rows leading_dim()
+  // values apart; null when undefined.
   const void* data() const;
+  int64_t leading_dim() const {
+    return row_stride_ > 0 ? row_stride_ : shape_.back();
+  }
   // The 2-byte storage of a bf16 GPU operand (null otherwise). Kernels fill
   // only a Bf16Storage operand's: an Of operand's may be a rounded tensor's
   // halves, which other operands share.
@@ -83,6 +93,7 @@ class GemmOperand {
   bool exact_ = false;  // CPU bf16: tensor_ holds rounded values itself.
   // GPU bf16: the first of its 2-byte values (owning their buffer).
   std::shared_ptr<void> device_bf16_;
+  int64_t row_stride_ = 0;  // 0: dense rows.
 };
 
 }  // namespace mirrortrain::ops::internal

@@ -214,7 +214,7 @@ absl::Status Gemm(const GemmOperand& a, const GemmOperand& b, bool ta, bool tb,
                      a.DebugString(), ", ", b.DebugString()));
   }
   if (d.batch == 0 || d.m == 0 || d.n == 0) return absl::OkStatus();
-  const int64_t lda = a.dim(a.rank() - 1), ldb = b.dim(b.rank() - 1);
+  const int64_t lda = a.leading_dim(), ldb = b.leading_dim();
   if (a.device().is_cuda()) {
     return cuda::Gemm(a.dtype(), ta, tb,
                       cuda::GemmShape{d.batch, d.m, d.n, d.k}, alpha, a.data(),
@@ -251,9 +251,10 @@ absl::StatusOr<bool> FusedGemmBias(const GemmOperand& a, const GemmOperand& b,
   }
   MT_ASSIGN_OR_RETURN(const GemmDims d, CheckOperands(a, b, ta, tb));
   if (d.k == 0) return false;
-  const absl::Status s = cuda::GemmBias(
-      ta, tb, d.m, d.n, d.k, a.data(), a.dim(1), b.data(), b.dim(1),
-      bias.raw_data(), relu, out.raw_data(), a.device().index, PrecisionFor(a));
+  const absl::Status s =
+      cuda::GemmBias(ta, tb, d.m, d.n, d.k, a.data(), a.leading_dim(), b.data(),
+                     b.leading_dim(), bias.raw_data(), relu, out.raw_data(),
+                     a.device().index, PrecisionFor(a));
   if (absl::IsNotFound(s)) return false;
   MT_RETURN_IF_ERROR(
       KernelError(relu ? "MatMulBiasRelu" : "MatMulBias", s, {&bias, &out}));

@@ -12,6 +12,7 @@
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/conv_ops.h"
 #include "tensor/ops/fused_ops.h"
+#include "tensor/ops/gemm_operand.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/nn_ops.h"
@@ -350,6 +351,51 @@ TEST(FusedOpsTest, Conv2DBiasReluIsConv2DThenBiasAddReluExactly) {
                      : ops::BiasAddRelu(*ops::Conv2D(x, f, same), b);
       },
       {x, f, b}, dy, ops::Conv2DBiasRelu(x, f, dy, same));
+}
+
+// A matrix stored with rows wider than it (conv columns aligned for
+// cuBLAS) multiplies as its dense copy, plain and transposed; the padding
+// (NaN here) is never read.
+TEST(GemmOperandTest, ColumnsOfAWiderMatrixMultiplyAsTheirDenseCopy) {
+  using ops::internal::GemmOperand;
+  const Tensor dense = testing::RandomTensor({5, 6}, 1, DType::kF32);
+  Tensor padded = Tensor::HostFull(DType::kF32, {5, 8}, std::nan(""));
+  for (int64_t r = 0; r < 5; ++r) {
+    for (int64_t c = 0; c < 6; ++c) {
+      padded.data<float>()[r * 8 + c] = dense.data<float>()[r * 6 + c];
+    }
+  }
+  const absl::StatusOr<GemmOperand> columns = GemmOperand::Columns(padded, 6);
+  ASSERT_TRUE(columns.ok()) << columns.status();
+  EXPECT_EQ(columns->shape(), Shape({5, 6}));
+  EXPECT_EQ(columns->leading_dim(), 8);
+  const absl::StatusOr<GemmOperand> plain = GemmOperand::Of(dense, false);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->leading_dim(), 6);
+  // [5, 6] @ [6, 3], and [5, 6]^T @ [5, 3] (a filter gradient).
+  for (const bool transpose : {false, true}) {
+    const Tensor b =
+        testing::RandomTensor({transpose ? 5 : 6, 3}, 2, DType::kF32);
+    const GemmOperand gb = *GemmOperand::Of(b, false);
+    const Shape out_shape = {transpose ? 6 : 5, 3};
+    Tensor want = Tensor::HostZeros(DType::kF32, out_shape);
+    Tensor got = Tensor::HostZeros(DType::kF32, out_shape);
+    ASSERT_TRUE(
+        ops::internal::Gemm(*plain, gb, transpose, false, 1.0, 0.0, want).ok());
+    ASSERT_TRUE(
+        ops::internal::Gemm(*columns, gb, transpose, false, 1.0, 0.0, got)
+            .ok());
+    EXPECT_TRUE(testing::AllClose(got, want, 0, 0)) << transpose;
+  }
+  for (const int64_t cols : {int64_t{0}, int64_t{9}}) {
+    const absl::Status wrong = GemmOperand::Columns(padded, cols).status();
+    EXPECT_EQ(wrong.code(), absl::StatusCode::kInvalidArgument) << cols;
+    EXPECT_THAT(std::string(wrong.message()), HasSubstr("columns"));
+  }
+  EXPECT_FALSE(
+      GemmOperand::Columns(Tensor::HostZeros(DType::kF32, {2, 2, 2}), 2).ok());
+  EXPECT_FALSE(
+      GemmOperand::Columns(Tensor::HostZeros(DType::kI32, {2, 2}), 2).ok());
 }
 
 }  // namespace
