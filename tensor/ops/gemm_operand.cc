@@ -95,7 +95,7 @@ absl::StatusOr<GemmOperand> GemmOperand::Bf16Storage(Shape shape, Device device,
 
 absl::StatusOr<GemmOperand> GemmOperand::Columns(const Tensor& t,
                                                  int64_t cols) {
-  if (!t.defined() || t.rank() != 2 || !IsFloating(t.dtype()) || cols < 1 ||
+  if (!t.defined() || t.rank() != 2 || !IsFloating(t.dtype()) || cols < 0 ||
       cols > t.dim(1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("MatMul: columns ", cols, " of ",

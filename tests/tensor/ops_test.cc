@@ -387,7 +387,11 @@ TEST(GemmOperandTest, ColumnsOfAWiderMatrixMultiplyAsTheirDenseCopy) {
             .ok());
     EXPECT_TRUE(testing::AllClose(got, want, 0, 0)) << transpose;
   }
-  for (const int64_t cols : {int64_t{0}, int64_t{9}}) {
+  // None at all (a conv over no channels) is an empty matrix.
+  const absl::StatusOr<GemmOperand> none = GemmOperand::Columns(padded, 0);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->shape(), Shape({5, 0}));
+  for (const int64_t cols : {int64_t{-1}, int64_t{9}}) {
     const absl::Status wrong = GemmOperand::Columns(padded, cols).status();
     EXPECT_EQ(wrong.code(), absl::StatusCode::kInvalidArgument) << cols;
     EXPECT_THAT(std::string(wrong.message()), HasSubstr("columns"));
