@@ -7,6 +7,7 @@
 #   scripts/gpu_session.sh [SECONDS]      # default 540
 #   PARTS="cnn tta" TRACES="cnn_bf16" scripts/gpu_session.sh 200
 #   BENCH_RESERVE=120 scripts/gpu_session.sh 330   # more left for steps 4-5
+#   REPEAT="cuda_graph_test:*OfLogicalReplicas*:12" scripts/gpu_session.sh
 #
 # Steps, each given what the budget has left and skipped (with a line that
 # says so) when that is too little:
@@ -14,6 +15,10 @@
 #      unpacked by an earlier call, so every call unpacks it again);
 #   2. build the CLI and the gpu-labelled tests (GPU_TARGETS) and run
 #      `ctest -L gpu` (scripts/test_gpu.sh without sanitizers);
+#   2b. REPEAT (space-separated BINARY:GTEST_FILTER:COUNT): each test
+#      binary of build/bin run COUNT times with that filter, for failures
+#      that come and go; every run's exit code and a failing run's output
+#      (CUDA errors name the kernel when CUDA_LAUNCH_BLOCKING=1 is set);
 #   3. scripts/bench_gpu.sh $PARTS (default "cnn tta mlp comm resnet gpt";
 #      its torch.compile runs come last; TORCH_COMPILE=0 skips them);
 #   4. scripts/trace_gpu.sh $TRACES (default "cnn_one_device cnn_bf16
@@ -70,6 +75,30 @@ fi
 step "build and ctest -L gpu" 60 100 env OUT="$RESULTS/test" GPU_TARGETS=1 \
   CTEST_JOBS=8 CTEST_TIMEOUT=120 SANITIZER_TOOLS= RACECHECK= TEST_BUDGET=100000 \
   scripts/test_gpu.sh
+# Repeated runs: passes and failures per entry, each failing run's tail.
+repeat_runs() {
+  local entry binary filter count i rc
+  for entry in $REPEAT; do
+    IFS=: read -r binary filter count <<<"$entry"
+    local failed=0
+    for ((i = 1; i <= count; i++)); do
+      rc=0
+      "build/bin/$binary" --gtest_filter="$filter" >"$RESULTS/repeat_run.txt" 2>&1 || rc=$?
+      if ((rc != 0)); then
+        failed=$((failed + 1))
+        echo "--- $binary $filter run $i: exit $rc"
+        tail -40 "$RESULTS/repeat_run.txt"
+      fi
+    done
+    echo "repeat $binary:$filter: $((count - failed)) of $count passed"
+  done
+  rm -f "$RESULTS/repeat_run.txt"
+}
+if [[ -n ${REPEAT:-} ]]; then
+  export -f repeat_runs
+  export REPEAT RESULTS
+  step "repeat $REPEAT" 20 60 bash -c repeat_runs
+fi
 # BENCH_RESERVE: seconds the benchmarks leave for the traces and sanitizers.
 RESERVE="${BENCH_RESERVE:-40}"
 # shellcheck disable=SC2086
@@ -83,6 +112,8 @@ step "compute-sanitizer" 30 5 env OUT="$RESULTS/sanitizer" SKIP_BUILD=1 \
 say "done"
 grep -hE "tests passed|\((Failed|Timeout)\)|skipped: [0-9]|FAILED|all GPU tests passed" \
   "$RESULTS"/test/test_gpu.txt "$RESULTS"/sanitizer/test_gpu.txt 2>/dev/null | tee -a "$LOG"
+repeats="$(grep -h "^repeat .* passed$" "$LOG")"
+[[ -z $repeats ]] || echo "$repeats" | tee -a "$LOG"
 if [[ -f $RESULTS/bench/bench_gpu_table.txt ]]; then
   tee -a "$LOG" <"$RESULTS/bench/bench_gpu_table.txt"
 fi
