@@ -108,12 +108,31 @@ void ForEachBatch(absl::Span<const Operands> tensors, Fill fill,
   flush();
 }
 
+// Whether every tensor fits a launch; *any: whether one has elements (a
+// list of empty ones launches nothing, so no error of an earlier kernel is
+// reported under this one's name).
+template <typename Operands>
+absl::Status CheckSizes(const char* what, absl::Span<const Operands> tensors,
+                        bool* any) {
+  *any = false;
+  for (const Operands& t : tensors) {
+    if (t.n > kChunk * kMaxBlocks) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": ", t.n, " elements in one tensor"));
+    }
+    *any = *any || t.n > 0;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ApplyUpdatesOnGpu(UpdateRule rule, DType dtype,
                                absl::Span<const UpdateOperands> tensors,
                                int device) {
-  if (tensors.empty()) return absl::OkStatus();
+  bool any = false;
+  MT_RETURN_IF_ERROR(CheckSizes("ApplyUpdates", tensors, &any));
+  if (!any) return absl::OkStatus();
   return LaunchFloatOn(
       "ApplyUpdates", dtype, device, [&](auto zero, cudaStream_t stream) {
         using T = decltype(zero);
@@ -137,7 +156,9 @@ absl::Status ApplyUpdatesOnGpu(UpdateRule rule, DType dtype,
 
 absl::Status MovingAveragesOnGpu(
     DType dtype, absl::Span<const MovingAverageOperands> tensors, int device) {
-  if (tensors.empty()) return absl::OkStatus();
+  bool any = false;
+  MT_RETURN_IF_ERROR(CheckSizes("MovingAverages", tensors, &any));
+  if (!any) return absl::OkStatus();
   return LaunchFloatOn(
       "MovingAverages", dtype, device, [&](auto zero, cudaStream_t stream) {
         using T = decltype(zero);

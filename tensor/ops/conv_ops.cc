@@ -231,8 +231,9 @@ absl::StatusOr<Tensor> DenseColumns(const ConvGeometry& g, const Tensor& cols) {
 }
 
 // Runs body(first_image, images, cols) over the batch in chunks sharing
-// one device column buffer of x's dtype ([images * OH * OW, ColumnStride];
-// cols is undefined without `dtype_cols`, for bf16 columns only).
+// one device column buffer of x's dtype ([images * OH * OW, ColumnStride],
+// or dense when products read bf16 columns of their own and this buffer
+// only holds dx's product; cols is undefined without `dtype_cols`).
 // Sequential: the kernels of one stream run in order anyway.
 template <typename Body>
 absl::Status ForEachGpuChunk(const ConvGeometry& g, const Tensor& x,
@@ -240,10 +241,11 @@ absl::Status ForEachGpuChunk(const ConvGeometry& g, const Tensor& x,
   const int64_t chunk = GpuChunkImages(g, x);
   Tensor buffer;
   if (dtype_cols) {
+    const int64_t width =
+        internal::ProductsReadBf16(x) ? g.patch() : ColumnStride(g, x);
     MT_ASSIGN_OR_RETURN(
         buffer,
-        Tensor::Empty(x.dtype(), {chunk * g.pixels(), ColumnStride(g, x)},
-                      x.device()));
+        Tensor::Empty(x.dtype(), {chunk * g.pixels(), width}, x.device()));
   }
   for (int64_t i0 = 0; i0 < g.n; i0 += chunk) {
     const int64_t images = std::min(chunk, g.n - i0);

@@ -110,8 +110,10 @@ absl::StatusOr<GemmOperand> GemmOperand::Columns(const Tensor& t,
 
 std::string GemmOperand::DebugString() const {
   if (!defined()) return "undefined";
-  return absl::StrCat(DTypeName(dtype()), ShapeToString(shape_), "@",
-                      device_.ToString(), bf16() ? " as bf16" : "");
+  return absl::StrCat(
+      DTypeName(dtype()), ShapeToString(shape_), "@", device_.ToString(),
+      bf16() ? " as bf16" : "",
+      row_stride_ > 0 ? absl::StrCat(", rows ", row_stride_, " apart") : "");
 }
 
 const void* GemmOperand::data() const {

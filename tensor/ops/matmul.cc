@@ -215,6 +215,12 @@ absl::Status Gemm(const GemmOperand& a, const GemmOperand& b, bool ta, bool tb,
   }
   if (d.batch == 0 || d.m == 0 || d.n == 0) return absl::OkStatus();
   const int64_t lda = a.leading_dim(), ldb = b.leading_dim();
+  // Batched products step from matrix to matrix by their dense sizes.
+  if (d.batch > 1 && (lda != a.shape().back() || ldb != b.shape().back())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MatMul: batched operands must be dense (operands ",
+                     a.DebugString(), ", ", b.DebugString(), ")"));
+  }
   if (a.device().is_cuda()) {
     return cuda::Gemm(a.dtype(), ta, tb,
                       cuda::GemmShape{d.batch, d.m, d.n, d.k}, alpha, a.data(),
