@@ -79,7 +79,11 @@ step "build and ctest -L gpu" 60 100 env OUT="$RESULTS/test" GPU_TARGETS=1 \
 repeat_runs() {
   local entry binary filter count i rc
   for entry in $REPEAT; do
-    IFS=: read -r binary filter count <<<"$entry"
+    # The filter may hold colons itself (gtest's pattern separator).
+    binary=${entry%%:*}
+    count=${entry##*:}
+    filter=${entry#*:}
+    filter=${filter%:*}
     local failed=0
     for ((i = 1; i <= count; i++)); do
       rc=0
