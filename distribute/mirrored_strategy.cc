@@ -9,6 +9,7 @@
 #include "distribute/multi_process_all_reduce.h"
 #include "distribute/nccl_all_reduce.h"
 #include "tensor/cpu_threads.h"
+#include "tensor/cuda/cuda_graph.h"
 #include "tensor/cuda/stream.h"
 #include "tensor/status_macros.h"
 #include "tensor/thread_pool.h"
@@ -79,6 +80,7 @@ class MirroredStrategy::Replica final : public ReplicaContext {
   // stream when this returns.
   absl::Status Record(const ReplicaFn& fn, uint64_t pool) {
     capturing_ = true;
+    capture_pool_ = pool;
     tail_recorded_ = false;
     absl::Status s;
     {
@@ -87,6 +89,7 @@ class MirroredStrategy::Replica final : public ReplicaContext {
     }
     // Collectives still queued after an error are recorded (or fail) first.
     DrainCommunication();
+    capture_pool_ = 0;
     absl::Status joined = OrderAfterCollectives();
     // Their blocks go back to the graph's pool, which nothing else uses.
     kept_.clear();
@@ -178,6 +181,9 @@ class MirroredStrategy::Replica final : public ReplicaContext {
     comm_.Post([this, op, parts = std::move(parts), buffer, index, done,
                 event]() mutable {
       cuda::ScopedCurrentStream scope(communication_.handle());
+      // While recording, what a collective allocates belongs to the graph
+      // too (pool 0, none, otherwise): eager work must never be given it.
+      cuda::ScopedGraphMemoryPool memory(capture_pool_);
       absl::Status s = event->MakeStreamWait(communication_.handle());
       if (s.ok()) s = PackInto(parts, buffer);
       if (s.ok()) s = ops_->AllReduce(id_, op, buffer);
@@ -238,6 +244,7 @@ class MirroredStrategy::Replica final : public ReplicaContext {
   // `fn`; the rest written by the communication thread, read by the replica
   // thread once every collective's future is ready.
   bool capturing_ = false;
+  uint64_t capture_pool_ = 0;  // The graph's memory pool while recording.
   cuda::Event captured_tail_;  // After the last recorded collective.
   bool tail_recorded_ = false;
   std::vector<Tensor> kept_;  // The recorded collectives' tensors.
