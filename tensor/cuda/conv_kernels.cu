@@ -15,7 +15,7 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
-#include "tensor/cuda/bf16_pack.cuh"
+#include "tensor/cuda/channels.cuh"
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/cuda/device_guard.h"
@@ -25,51 +25,6 @@
 
 namespace mirrortrain::cuda {
 namespace {
-
-// A column entry as stored: T itself, or f32 rounded to bfloat16 (a bf16
-// product's operand, written without an f32 copy first).
-template <typename O, typename T>
-__device__ inline O ColumnValue(T v) {
-  if constexpr (std::is_same_v<O, __nv_bfloat16>) {
-    return __float2bfloat16_rn(v);
-  } else {
-    return v;
-  }
-}
-
-// kVec consecutive channels of one cell: loaded and stored as one 16-byte
-// (f32) or 8-byte (bf16) access when kVec is 4, which the callers pick only
-// for f32 with channels a multiple of 4 and 16-byte aligned buffers. One
-// element per access keeps these memory-bound kernels at about half the
-// bandwidth (2026-11-26 trace: im2col and col2im 0.2 ms of a 1.2 ms step).
-template <typename T, int kVec>
-struct Channels {
-  T v[kVec];
-};
-template <int kVec, typename T>
-__device__ inline Channels<T, kVec> LoadChannels(const T* p) {
-  Channels<T, kVec> c;
-  if constexpr (kVec == 4 && std::is_same_v<T, float>) {
-    const float4 f = *reinterpret_cast<const float4*>(p);
-    c.v[0] = f.x, c.v[1] = f.y, c.v[2] = f.z, c.v[3] = f.w;
-  } else {
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) c.v[j] = p[j];
-  }
-  return c;
-}
-template <typename O, int kVec, typename T>
-__device__ inline void StoreChannels(const Channels<T, kVec>& c, O* p) {
-  if constexpr (kVec == 4 && std::is_same_v<T, float> &&
-                std::is_same_v<O, float>) {
-    *reinterpret_cast<float4*>(p) = make_float4(c.v[0], c.v[1], c.v[2], c.v[3]);
-  } else if constexpr (kVec == 4 && std::is_same_v<O, __nv_bfloat16>) {
-    *reinterpret_cast<uint2*>(p) = PackBf16x4(c.v[0], c.v[1], c.v[2], c.v[3]);
-  } else {
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) p[j] = ColumnValue<O>(c.v[j]);
-  }
-}
 
 // Column-buffer rows (i * oh + oy) * ow + ox, blockDim.y of them per block
 // and blockDim.x threads along each row's kh * kw * c entries (ky, kx, ch
@@ -142,17 +97,6 @@ __global__ void Col2ImKernel(ImageWindowOn<I> g, const T* cols, T* dx,
        idx += GridStep<I>() * kVec) {
     StoreChannels<T>(Col2ImAt<T, I, kVec>(g, cols, idx), dx + idx);
   }
-}
-
-// Whether f32 buffers of `channels` channels can be read and written four
-// channels at a time.
-bool FourChannelsAtOnce(DType dtype, int64_t channels,
-                        std::initializer_list<const void*> buffers) {
-  if (dtype != DType::kF32 || channels % 4 != 0) return false;
-  for (const void* p : buffers) {
-    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
-  }
-  return true;
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // MaxPool2D and AvgPool2D over NHWC images. Forward: one thread per output,
 // walking its window in row-major order with the CPU rule (the first maximum
 // wins; a NaN beats every number and the first NaN stays), recording the
-// winner's offset within its image. Backward: one thread per input cell,
+// winner's offset within its image. Backward: one thread per input cell
+// (four channels of it when they can move as one access, channels.cuh),
 // gathering dy from the windows whose recorded winner it is. No atomics: the
 // result is deterministic and adds the same terms in the same order as the CPU
 // scatter, so CPU and GPU gradients agree bit for bit.
@@ -9,6 +10,7 @@
 
 #include <algorithm>
 
+#include "tensor/cuda/channels.cuh"
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/cuda/device_guard.h"
@@ -97,17 +99,27 @@ __device__ void MaxPoolAt(const ImageWindowOn<I>& g, const T* x, I o, T* y,
   if (argmax != nullptr) argmax[o] = static_cast<int32_t>(arg);
 }
 
-// dx at input cell idx of [n, h, w, c]: the sum of dy over the outputs
-// that recorded this cell as winner, in increasing output order.
-template <typename T, typename I>
-__device__ T MaxPoolGradAt(const ImageWindowOn<I>& g, const int32_t* argmax,
-                           const T* dy, I idx) {
+// dx at the kVec channels from input element idx of [n, h, w, c] (a
+// multiple of kVec, and c of kVec): for each, the sum of dy over the outputs
+// that recorded its cell as winner, in increasing output order.
+template <typename T, typename I, int kVec>
+__device__ Channels<T, kVec> MaxPoolGradAt(const ImageWindowOn<I>& g,
+                                           const int32_t* argmax, const T* dy,
+                                           I idx) {
   const I c = g.c.value(), oh = g.oh.value(), ow = g.ow.value();
   const InputCell<I> at = CellOf(g, idx);
   // A window that misses the cell has its winner elsewhere: the argmax
   // comparison rejects it.
   const I cell = (at.yy * g.w.value() + at.xx) * c + at.ch;
-  T acc = T(0);
+  Channels<T, kVec> acc{};
+  auto add = [&](I o) {
+    const Channels<int32_t, kVec> winner = LoadChannels<kVec>(argmax + o);
+    const Channels<T, kVec> d = LoadChannels<kVec>(dy + o);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      if (winner.v[j] == cell + j) acc.v[j] += d.v[j];
+    }
+  };
   if (g.sh.value() >= g.kh && g.sw.value() >= g.kw.value()) {
     // Windows that do not overlap (the usual 2x2 stride 2): only the one
     // starting at or before the cell can hold it, so one argmax is read
@@ -116,15 +128,13 @@ __device__ T MaxPoolGradAt(const ImageWindowOn<I>& g, const int32_t* argmax,
     const I oy = g.sh.Div(ry), ox = g.sw.Div(rx);
     if (oy < oh && ox < ow && ry - oy * g.sh.value() < g.kh &&
         rx - ox * g.sw.value() < g.kw.value()) {
-      const I o = ((at.i * oh + oy) * ow + ox) * c + at.ch;
-      if (argmax[o] == cell) acc += dy[o];
+      add(((at.i * oh + oy) * ow + ox) * c + at.ch);
     }
     return acc;
   }
   for (I oy = at.oy0; oy <= at.oy1; ++oy) {
     for (I ox = at.ox0; ox <= at.ox1; ++ox) {
-      const I o = ((at.i * oh + oy) * ow + ox) * c + at.ch;
-      if (argmax[o] == cell) acc += dy[o];
+      add(((at.i * oh + oy) * ow + ox) * c + at.ch);
     }
   }
   return acc;
@@ -138,11 +148,13 @@ __global__ void MaxPoolForwardKernel(ImageWindowOn<I> g, const T* x, T* y,
   }
 }
 
-template <typename T, typename I>
+// One thread per kVec channels of an input cell.
+template <typename T, typename I, int kVec>
 __global__ void MaxPoolBackwardKernel(ImageWindowOn<I> g, const int32_t* argmax,
                                       const T* dy, T* dx, I inputs) {
-  for (I idx = GridStart<I>(); idx < inputs; idx += GridStep<I>()) {
-    dx[idx] = MaxPoolGradAt(g, argmax, dy, idx);
+  for (I idx = GridStart<I>() * kVec; idx < inputs;
+       idx += GridStep<I>() * kVec) {
+    StoreChannels<T>(MaxPoolGradAt<T, I, kVec>(g, argmax, dy, idx), dx + idx);
   }
 }
 
@@ -192,18 +204,27 @@ enum class Over { kOutputs, kInputs };
 // arguments (g, buffers..., count): T the dtype's type, I an index type
 // wide enough for the input and the output, `count` the elements walked;
 // nothing when there are none.
+// A thread walks `per_thread` consecutive elements (which divides count).
 template <typename KernelOf, typename... Buffers>
-absl::Status LaunchPool(const char* what, DType dtype, const Pool2DGeometry& g,
-                        Over over, int device, KernelOf kernel_of,
-                        Buffers... buffers) {
+absl::Status LaunchPoolVec(const char* what, DType dtype,
+                           const Pool2DGeometry& g, Over over, int per_thread,
+                           int device, KernelOf kernel_of, Buffers... buffers) {
   MT_RETURN_IF_ERROR(CheckImageWindow(what, g));
   const int64_t inputs = g.n * g.h * g.w * g.c;
   const int64_t outputs = g.n * g.oh * g.ow * g.c;
   const int64_t count = over == Over::kOutputs ? outputs : inputs;
   if (count == 0) return absl::OkStatus();
-  return LaunchFloatIndexWidthOn(
-      what, dtype, device, std::max(inputs, outputs),
-      KernelLaunch(LaunchBlocks(count), kernel_of, g, buffers..., count));
+  return LaunchFloatIndexWidthOn(what, dtype, device, std::max(inputs, outputs),
+                                 KernelLaunch(LaunchBlocks(count / per_thread),
+                                              kernel_of, g, buffers..., count));
+}
+
+// LaunchPoolVec with one element per thread.
+template <typename KernelOf, typename... Buffers>
+absl::Status LaunchPool(const char* what, DType dtype, const Pool2DGeometry& g,
+                        Over over, int device, KernelOf kernel_of,
+                        Buffers... buffers) {
+  return LaunchPoolVec(what, dtype, g, over, 1, device, kernel_of, buffers...);
 }
 
 }  // namespace
@@ -222,10 +243,18 @@ absl::Status MaxPool2DForwardOnGpu(DType dtype, const void* x,
 absl::Status MaxPool2DBackwardOnGpu(DType dtype, const int32_t* argmax,
                                     const void* dy, const Pool2DGeometry& g,
                                     void* dx, int device) {
+  if (FourChannelsAtOnce(dtype, g.c, {argmax, dy, dx})) {
+    return LaunchPoolVec(
+        "MaxPool2DBackward", dtype, g, Over::kInputs, 4, device,
+        [](auto t, auto i) {
+          return MaxPoolBackwardKernel<decltype(t), decltype(i), 4>;
+        },
+        argmax, dy, dx);
+  }
   return LaunchPool(
       "MaxPool2DBackward", dtype, g, Over::kInputs, device,
       [](auto t, auto i) {
-        return MaxPoolBackwardKernel<decltype(t), decltype(i)>;
+        return MaxPoolBackwardKernel<decltype(t), decltype(i), 1>;
       },
       argmax, dy, dx);
 }

@@ -68,6 +68,10 @@ std::vector<PoolCase> Cases() {
       // Strides past the window: cells between windows get no gradient.
       {{2, 8, 7, 3}, opt(2, 2, 3, 3, Padding::kValid)},
       {{2, 8, 7, 3}, opt(2, 1, 3, 2, Padding::kSame)},
+      // Channels a multiple of 4: the backward moves four at once (f32).
+      {{2, 8, 8, 4}, opt(2, 2, 2, 2, Padding::kValid)},
+      {{2, 7, 9, 8}, opt(3, 3, 2, 2, Padding::kSame)},
+      {{1, 8, 7, 4}, opt(2, 2, 3, 3, Padding::kSame)},
   };
 }
 
