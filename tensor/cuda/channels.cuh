@@ -58,6 +58,9 @@ __device__ inline void StoreChannels(const Channels<T, kVec>& c, O* p) {
   if constexpr (kVec == 4 && std::is_same_v<T, float> &&
                 std::is_same_v<O, float>) {
     *reinterpret_cast<float4*>(p) = make_float4(c.v[0], c.v[1], c.v[2], c.v[3]);
+  } else if constexpr (kVec == 4 && std::is_same_v<T, int32_t> &&
+                       std::is_same_v<O, int32_t>) {
+    *reinterpret_cast<int4*>(p) = make_int4(c.v[0], c.v[1], c.v[2], c.v[3]);
   } else if constexpr (kVec == 4 && std::is_same_v<O, __nv_bfloat16>) {
     *reinterpret_cast<uint2*>(p) = PackBf16x4(c.v[0], c.v[1], c.v[2], c.v[3]);
   } else {

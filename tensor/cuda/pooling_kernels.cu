@@ -1,4 +1,5 @@
-// MaxPool2D and AvgPool2D over NHWC images. Forward: one thread per output,
+// MaxPool2D and AvgPool2D over NHWC images. Forward: one thread per output
+// (max pooling: four channels of it when they can move as one access),
 // walking its window in row-major order with the CPU rule (the first maximum
 // wins; a NaN beats every number and the first NaN stays), recording the
 // winner's offset within its image. Backward: one thread per input cell
@@ -70,9 +71,10 @@ __device__ InputCell<I> CellOf(const ImageWindowOn<I>& g, I idx) {
   return cell;
 }
 
-// Output o of [n, oh, ow, c]: its maximum into y[o] and, when argmax
-// is non-null, the winner's offset within the image into argmax[o].
-template <typename T, typename I>
+// Outputs o.. o + kVec - 1 of [n, oh, ow, c] (o a multiple of kVec, and c
+// of kVec): each one's maximum into y and, when argmax is non-null, its
+// winner's offset within the image into argmax.
+template <typename T, typename I, int kVec>
 __device__ void MaxPoolAt(const ImageWindowOn<I>& g, const T* x, I o, T* y,
                           int32_t* argmax) {
   const I h = g.h.value(), w = g.w.value(), c = g.c.value();
@@ -82,21 +84,27 @@ __device__ void MaxPoolAt(const ImageWindowOn<I>& g, const T* x, I o, T* y,
   const T* img = x + at.i * h * w * c;
   // Windows always hold at least one real cell: start from the first.
   const I first = (win.y0 * w + win.x0) * c + ch;
-  T best = img[first];
-  I arg = first;
+  Channels<T, kVec> best = LoadChannels<kVec>(img + first);
+  Channels<int32_t, kVec> arg;
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) arg.v[j] = static_cast<int32_t>(first + j);
   for (I yy = win.y0; yy < win.y1; ++yy) {
     for (I xx = win.x0; xx < win.x1; ++xx) {
       const I off = (yy * w + xx) * c + ch;
       if (off == first) continue;
-      const T v = img[off];
-      if (v > best || (v != v && best == best)) {
-        best = v;
-        arg = off;
+      const Channels<T, kVec> v = LoadChannels<kVec>(img + off);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        if (v.v[j] > best.v[j] ||
+            (v.v[j] != v.v[j] && best.v[j] == best.v[j])) {
+          best.v[j] = v.v[j];
+          arg.v[j] = static_cast<int32_t>(off + j);
+        }
       }
     }
   }
-  y[o] = best;
-  if (argmax != nullptr) argmax[o] = static_cast<int32_t>(arg);
+  StoreChannels<T>(best, y + o);
+  if (argmax != nullptr) StoreChannels<int32_t>(arg, argmax + o);
 }
 
 // dx at the kVec channels from input element idx of [n, h, w, c] (a
@@ -140,11 +148,12 @@ __device__ Channels<T, kVec> MaxPoolGradAt(const ImageWindowOn<I>& g,
   return acc;
 }
 
-template <typename T, typename I>
+// One thread per kVec channels of an output cell.
+template <typename T, typename I, int kVec>
 __global__ void MaxPoolForwardKernel(ImageWindowOn<I> g, const T* x, T* y,
                                      int32_t* argmax, I outputs) {
-  for (I o = GridStart<I>(); o < outputs; o += GridStep<I>()) {
-    MaxPoolAt(g, x, o, y, argmax);
+  for (I o = GridStart<I>() * kVec; o < outputs; o += GridStep<I>() * kVec) {
+    MaxPoolAt<T, I, kVec>(g, x, o, y, argmax);
   }
 }
 
@@ -232,10 +241,18 @@ absl::Status LaunchPool(const char* what, DType dtype, const Pool2DGeometry& g,
 absl::Status MaxPool2DForwardOnGpu(DType dtype, const void* x,
                                    const Pool2DGeometry& g, void* y,
                                    int32_t* argmax, int device) {
+  if (FourChannelsAtOnce(dtype, g.c, {x, y, argmax})) {
+    return LaunchPoolVec(
+        "MaxPool2DForward", dtype, g, Over::kOutputs, 4, device,
+        [](auto t, auto i) {
+          return MaxPoolForwardKernel<decltype(t), decltype(i), 4>;
+        },
+        x, y, argmax);
+  }
   return LaunchPool(
       "MaxPool2DForward", dtype, g, Over::kOutputs, device,
       [](auto t, auto i) {
-        return MaxPoolForwardKernel<decltype(t), decltype(i)>;
+        return MaxPoolForwardKernel<decltype(t), decltype(i), 1>;
       },
       x, y, argmax);
 }

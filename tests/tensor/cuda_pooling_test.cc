@@ -98,15 +98,20 @@ TEST_F(CudaPoolingTest, ForwardAndGradientMatchCpuExactly) {
 }
 
 TEST_F(CudaPoolingTest, ForwardWithoutTapeMatchesCpu) {
-  // No tape: no argmax is recorded and the kernel skips writing it.
-  Tensor x = TiedInput({2, 7, 7, 3}, DType::kF32, 99, true);
-  ops::Pool2DOptions opt;
-  opt.ksize_h = opt.ksize_w = 3;
-  opt.padding = ops::Padding::kSame;
-  Tensor cpu = *ops::MaxPool2D(x, opt);
-  absl::StatusOr<Tensor> gpu = ops::MaxPool2D(CopyTo(x, Device::Cuda(0)), opt);
-  ASSERT_TRUE(gpu.ok()) << gpu.status();
-  EXPECT_TRUE(testing::AllClose(CopyTo(*gpu, Device::Cpu()), cpu, 0, 0));
+  // No tape: no argmax is recorded and the kernel skips writing it (one
+  // channel at a time, and four).
+  for (const int64_t channels : {3, 8}) {
+    Tensor x = TiedInput({2, 7, 7, channels}, DType::kF32, 99, true);
+    ops::Pool2DOptions opt;
+    opt.ksize_h = opt.ksize_w = 3;
+    opt.padding = ops::Padding::kSame;
+    Tensor cpu = *ops::MaxPool2D(x, opt);
+    absl::StatusOr<Tensor> gpu =
+        ops::MaxPool2D(CopyTo(x, Device::Cuda(0)), opt);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    EXPECT_TRUE(testing::AllClose(CopyTo(*gpu, Device::Cpu()), cpu, 0, 0))
+        << channels << " channels";
+  }
 }
 
 }  // namespace
