@@ -86,10 +86,14 @@ absl::Status LaunchFloatOn(const char* what, DType dtype, int device,
 
 // Calls f(int32_t{}) when every index below `max_index` fits 32 bits, else
 // f(int64_t{}): index arithmetic in the narrower type where it suffices,
-// since the GPU's 64-bit division costs several times the 32-bit one.
+// since the GPU's 64-bit division costs several times the 32-bit one. A
+// grid-stride loop steps past its end by up to a whole grid (65535 blocks
+// of kLaunchThreads, four elements a thread at most) before it stops, so
+// that much headroom must fit too.
 template <typename F>
 void DispatchIndexWidth(int64_t max_index, F f) {
-  if (max_index <= INT32_MAX) {
+  constexpr int64_t kOvershoot = int64_t{65535} * kLaunchThreads * 4;
+  if (max_index <= INT32_MAX - kOvershoot) {
     f(int32_t{});
   } else {
     f(int64_t{});

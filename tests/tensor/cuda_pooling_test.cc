@@ -72,6 +72,7 @@ std::vector<PoolCase> Cases() {
       {{2, 8, 8, 4}, opt(2, 2, 2, 2, Padding::kValid)},
       {{2, 7, 9, 8}, opt(3, 3, 2, 2, Padding::kSame)},
       {{1, 8, 7, 4}, opt(2, 2, 3, 3, Padding::kSame)},
+      {{1, 7, 7, 4}, opt(3, 3, 3, 3, Padding::kSame)},  // Leading padding.
   };
 }
 
