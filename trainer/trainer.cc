@@ -30,6 +30,7 @@
 #include "trainer/data/augment.h"
 #include "trainer/data/data_source.h"
 #include "trainer/data/normalize.h"
+#include "trainer/gpu_warm_up.h"
 #include "trainer/optim/lr_schedule.h"
 #include "trainer/optim/optimizers.h"
 
@@ -219,6 +220,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   MT_ASSIGN_OR_RETURN(
       t->strategy_, distribute::MakeStrategy(dist.strategy, devices, options));
   t->startup_.devices = Clock::now() - devices_began;
+  // cuBLAS and cuBLASLt initialise on a thread of their own while the model
+  // is built and the data loads (gpu_warm_up.h). Every return waits for it,
+  // as for the loads. A failure here shows again, reported, at the first
+  // step's products.
+  std::future<void> products_warmed;
+  if (devices[0].is_cuda()) {
+    // Logical replicas repeat a GPU: warm already, its products are quick.
+    products_warmed = std::async(std::launch::async, [devices] {
+      for (const Device& d : devices) WarmUpProducts(d).IgnoreError();
+    });
+  }
   // The test split first: it gives the model its input shape and classes.
   MT_ASSIGN_OR_RETURN(t->test_data_, test_split.get());
   const Clock::time_point model_began = Clock::now();

@@ -6,6 +6,7 @@
 // the loss, ReduceSum, the momentum update). Labelled `gpu`; skips with the
 // reason when no GPU is visible.
 #include <cmath>
+#include <future>
 #include <memory>
 #include <random>
 #include <string>
@@ -21,6 +22,7 @@
 #include "tests/tensor/cuda_test_util.h"
 #include "tests/test_util.h"
 #include "tests/trainer/optim/build_optimizer.h"
+#include "trainer/gpu_warm_up.h"
 #include "trainer/optim/optimizers.h"
 
 namespace mirrortrain {
@@ -175,6 +177,25 @@ TEST_F(GpuTrainingTest, CnnFollowsCpuTrajectory) {
   const Trained cpu = Train(spec, 0.001, batches, Device::Cpu());
   const Trained gpu = Train(spec, 0.001, batches, Device::Cuda(0));
   ExpectSameTrajectory(gpu, cpu);
+}
+
+// The start-up's warm-up of the product libraries (trainer/gpu_warm_up.h)
+// runs on a thread of its own in every precision, and is a no-op on CPUs.
+TEST_F(GpuTrainingTest, ProductsWarmUpOnAnotherThreadInEveryPrecision) {
+  for (MatMulPrecision precision :
+       {MatMulPrecision::kFp32, MatMulPrecision::kTf32,
+        MatMulPrecision::kBf16}) {
+    SetMatMulPrecision(precision);
+    const absl::Status s = std::async(std::launch::async, [] {
+                             return trainer::WarmUpProducts(Device::Cuda(0));
+                           }).get();
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  SetMatMulPrecision(MatMulPrecision::kFp32);
+}
+
+TEST(GpuWarmUpTest, NothingToDoOnCpus) {
+  EXPECT_TRUE(trainer::WarmUpProducts(Device::Cpu()).ok());
 }
 
 }  // namespace
