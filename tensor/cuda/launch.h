@@ -21,12 +21,16 @@
 namespace mirrortrain::cuda {
 
 inline constexpr int kLaunchThreads = 256;
+// Blocks a grid-stride launch uses at most (the grid's y and z limit, kept
+// for x too).
+inline constexpr int64_t kMaxGridBlocks = 65535;
 
 // Blocks for a grid-stride loop over `units` units of one block each (rows,
 // tiles): at least 1, capped so huge tensors loop instead of exceeding the
 // grid limit.
 inline int GridBlocks(int64_t units) {
-  return static_cast<int>(units < 65535 ? (units > 0 ? units : 1) : 65535);
+  return static_cast<int>(units < kMaxGridBlocks ? (units > 0 ? units : 1)
+                                                 : kMaxGridBlocks);
 }
 
 // Blocks for a grid-stride loop over n items, kLaunchThreads per block.
@@ -87,12 +91,12 @@ absl::Status LaunchFloatOn(const char* what, DType dtype, int device,
 // Calls f(int32_t{}) when every index below `max_index` fits 32 bits, else
 // f(int64_t{}): index arithmetic in the narrower type where it suffices,
 // since the GPU's 64-bit division costs several times the 32-bit one. A
-// grid-stride loop steps past its end by up to a whole grid (65535 blocks
-// of kLaunchThreads, four elements a thread at most) before it stops, so
-// that much headroom must fit too.
+// grid-stride loop steps past its end by up to a whole grid
+// (kMaxGridBlocks of kLaunchThreads, four elements a thread at most) before
+// it stops, so that much headroom must fit too.
 template <typename F>
 void DispatchIndexWidth(int64_t max_index, F f) {
-  constexpr int64_t kOvershoot = int64_t{65535} * kLaunchThreads * 4;
+  constexpr int64_t kOvershoot = kMaxGridBlocks * kLaunchThreads * 4;
   if (max_index <= INT32_MAX - kOvershoot) {
     f(int32_t{});
   } else {

@@ -241,18 +241,14 @@ absl::Status LaunchPool(const char* what, DType dtype, const Pool2DGeometry& g,
 absl::Status MaxPool2DForwardOnGpu(DType dtype, const void* x,
                                    const Pool2DGeometry& g, void* y,
                                    int32_t* argmax, int device) {
-  if (FourChannelsAtOnce(dtype, g.c, {x, y, argmax})) {
-    return LaunchPoolVec(
-        "MaxPool2DForward", dtype, g, Over::kOutputs, 4, device,
-        [](auto t, auto i) {
-          return MaxPoolForwardKernel<decltype(t), decltype(i), 4>;
-        },
-        x, y, argmax);
-  }
-  return LaunchPool(
-      "MaxPool2DForward", dtype, g, Over::kOutputs, device,
-      [](auto t, auto i) {
-        return MaxPoolForwardKernel<decltype(t), decltype(i), 1>;
+  const bool four = FourChannelsAtOnce(dtype, g.c, {x, y, argmax});
+  return LaunchPoolVec(
+      "MaxPool2DForward", dtype, g, Over::kOutputs, four ? 4 : 1, device,
+      [four](auto t, auto i) {
+        using T = decltype(t);
+        using I = decltype(i);
+        return four ? MaxPoolForwardKernel<T, I, 4>
+                    : MaxPoolForwardKernel<T, I, 1>;
       },
       x, y, argmax);
 }
@@ -260,18 +256,14 @@ absl::Status MaxPool2DForwardOnGpu(DType dtype, const void* x,
 absl::Status MaxPool2DBackwardOnGpu(DType dtype, const int32_t* argmax,
                                     const void* dy, const Pool2DGeometry& g,
                                     void* dx, int device) {
-  if (FourChannelsAtOnce(dtype, g.c, {argmax, dy, dx})) {
-    return LaunchPoolVec(
-        "MaxPool2DBackward", dtype, g, Over::kInputs, 4, device,
-        [](auto t, auto i) {
-          return MaxPoolBackwardKernel<decltype(t), decltype(i), 4>;
-        },
-        argmax, dy, dx);
-  }
-  return LaunchPool(
-      "MaxPool2DBackward", dtype, g, Over::kInputs, device,
-      [](auto t, auto i) {
-        return MaxPoolBackwardKernel<decltype(t), decltype(i), 1>;
+  const bool four = FourChannelsAtOnce(dtype, g.c, {argmax, dy, dx});
+  return LaunchPoolVec(
+      "MaxPool2DBackward", dtype, g, Over::kInputs, four ? 4 : 1, device,
+      [four](auto t, auto i) {
+        using T = decltype(t);
+        using I = decltype(i);
+        return four ? MaxPoolBackwardKernel<T, I, 4>
+                    : MaxPoolBackwardKernel<T, I, 1>;
       },
       argmax, dy, dx);
 }
