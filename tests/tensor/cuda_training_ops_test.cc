@@ -69,19 +69,30 @@ TEST_F(CudaTrainingOpsTest, MovingAverageMatchesTheCpuBitwise) {
 
 // A list longer than one launch takes (24 tensors), sizes around the
 // kernel's 4096-element chunks, an empty one, and f32 and f64 lists in one
-// call: each target updated with its own parameters, bit for bit as on the
-// CPU.
+// call, aligned tensors (16 bytes at a time, with tails) and misaligned
+// ones (one element at a time): each target updated with its own
+// parameters, bit for bit as on the CPU.
 TEST_F(CudaTrainingOpsTest, ListsOfManyVariablesMatchTheCpuBitwise) {
   std::vector<int64_t> sizes;
   for (int i = 0; i < 30; ++i) {
     constexpr int64_t kCycle[] = {1, 4095, 4096, 4097, 0, 37, 70001};
     sizes.push_back(kCycle[i % 7]);
   }
-  auto on_gpu = [](std::vector<ops::UpdateTarget> targets) {
-    for (ops::UpdateTarget& t : targets) {
+  // Every fourth variable a view one element into its buffer: not 16-byte
+  // aligned, so that tensor is updated one element at a time.
+  auto misaligned = [](const Tensor& t) {
+    const Tensor buffer =
+        *Tensor::Empty(t.dtype(), {t.num_elements() + 1}, Device::Cuda(0));
+    Tensor view = *buffer.SliceRows(1, t.num_elements());
+    EXPECT_TRUE(view.CopyFrom(t).ok());
+    return view;
+  };
+  auto on_gpu = [&](std::vector<ops::UpdateTarget> targets) {
+    for (size_t i = 0; i < targets.size(); ++i) {
+      ops::UpdateTarget& t = targets[i];
       t.params = CopyTo(t.params, Device::Cuda(0));
       t.grad = CopyTo(t.grad, Device::Cuda(0));
-      t.var = CopyTo(t.var, Device::Cuda(0));
+      t.var = i % 4 == 1 ? misaligned(t.var) : CopyTo(t.var, Device::Cuda(0));
       for (Tensor& slot : t.slots) slot = CopyTo(slot, Device::Cuda(0));
     }
     return targets;
@@ -114,7 +125,9 @@ TEST_F(CudaTrainingOpsTest, ListsOfManyVariablesMatchTheCpuBitwise) {
                    .value = RandomTensor({sizes[i]}, 50 + i, DType::kF32),
                    .one_minus_decay =
                        Tensor::HostFull(DType::kF32, {1}, 0.01 * (i + 1))});
-    gpu.push_back({.shadow = CopyTo(cpu.back().shadow, Device::Cuda(0)),
+    gpu.push_back({.shadow = i % 4 == 1
+                                 ? misaligned(cpu.back().shadow)
+                                 : CopyTo(cpu.back().shadow, Device::Cuda(0)),
                    .value = CopyTo(cpu.back().value, Device::Cuda(0)),
                    .one_minus_decay =
                        CopyTo(cpu.back().one_minus_decay, Device::Cuda(0))});
