@@ -17,13 +17,21 @@ bool SequentialLayer::Append(std::unique_ptr<Layer> layer) {
 absl::StatusOr<Tensor> SequentialLayer::Call(const Tensor& x,
                                              const ForwardContext& ctx) {
   Tensor y = x;
+  ForwardContext inner = ctx;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    MT_ASSIGN_OR_RETURN(y, layers_[i]->Call(y, ctx));
-    if (ctx.bf16_activations) {
-      const bool feeds_product =
-          i + 1 < layers_.size() && layers_[i + 1]->InputFeedsProduct();
-      MT_RETURN_IF_ERROR(ops::RoundToBFloat16InPlace(y, feeds_product));
-    }
+    // Under mixed bfloat16 every layer's output is rounded, with halves
+    // when a product reads it next (the last: when the caller's does).
+    const bool feeds_product =
+        i + 1 < layers_.size()
+            ? layers_[i + 1]->InputFeedsProduct()
+            : ctx.output_rounding == ops::OutputRounding::kBf16WithHalves;
+    inner.output_rounding = !ctx.bf16_activations ? ops::OutputRounding::kNone
+                            : feeds_product
+                                ? ops::OutputRounding::kBf16WithHalves
+                                : ops::OutputRounding::kBf16;
+    MT_ASSIGN_OR_RETURN(y, layers_[i]->Call(y, inner));
+    // Nothing left to do when the layer stored it so already.
+    MT_RETURN_IF_ERROR(ops::RoundOutput(y, inner.output_rounding));
   }
   return y;
 }
@@ -46,9 +54,12 @@ std::vector<Variable*> SequentialLayer::variables() {
 
 absl::StatusOr<Tensor> ResidualLayer::Call(const Tensor& x,
                                            const ForwardContext& ctx) {
-  MT_ASSIGN_OR_RETURN(Tensor y, main_->Call(x, ctx));
+  // The request for the sum's storage is not the branches'.
+  ForwardContext branch = ctx;
+  branch.output_rounding = ops::OutputRounding::kNone;
+  MT_ASSIGN_OR_RETURN(Tensor y, main_->Call(x, branch));
   if (shortcut_ == nullptr) return ops::Add(y, x);
-  MT_ASSIGN_OR_RETURN(Tensor s, shortcut_->Call(x, ctx));
+  MT_ASSIGN_OR_RETURN(Tensor s, shortcut_->Call(x, branch));
   return ops::Add(y, s);
 }
 

@@ -23,7 +23,7 @@ absl::StatusOr<std::unique_ptr<DenseLayer>> DenseLayer::Create(
 }
 
 absl::StatusOr<Tensor> DenseLayer::Call(const Tensor& x,
-                                        const ForwardContext&) {
+                                        const ForwardContext& ctx) {
   if (x.rank() > 2) {
     // [..., in] -> [rows, in] -> [rows, units] -> [..., units]: one product
     // over every position (Keras Dense on the last axis).
@@ -31,13 +31,16 @@ absl::StatusOr<Tensor> DenseLayer::Call(const Tensor& x,
     MT_ASSIGN_OR_RETURN(
         Tensor rows,
         ops::Reshape(x, {x.num_elements() / std::max<int64_t>(in, 1), in}));
-    MT_ASSIGN_OR_RETURN(Tensor y, Call(rows, {}));
+    ForwardContext rows_ctx;
+    rows_ctx.output_rounding = ctx.output_rounding;
+    MT_ASSIGN_OR_RETURN(Tensor y, Call(rows, rows_ctx));
     Shape out = x.shape();
     out.back() = kernel_.shape()[1];
     return ops::Reshape(y, out);
   }
   if (bias_.has_value()) {
-    return ProductBiasActivate(activation_, x, kernel_.value(), bias_->value());
+    return ProductBiasActivate(activation_, x, kernel_.value(), bias_->value(),
+                               ctx.output_rounding);
   }
   MT_ASSIGN_OR_RETURN(Tensor h, ops::MatMul(x, kernel_.value()));
   return Activate(activation_, h);

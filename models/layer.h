@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "tensor/ops/collective_ops.h"
+#include "tensor/ops/precision_ops.h"
 #include "tensor/tensor.h"
 #include "tensor/variable.h"
 
@@ -34,6 +35,10 @@ struct ForwardContext {
   // layer's output to bfloat16 in place (tensor/ops/precision_ops.h), so a
   // layer computes in f32 from bf16 inputs and stores a bf16 result.
   bool bf16_activations = false;
+  // How the caller stores this layer's output (a container under mixed
+  // bfloat16 sets it per layer): a layer may hand it over rounded so
+  // already (a product rounding in its epilogue), else the caller rounds.
+  ops::OutputRounding output_rounding = ops::OutputRounding::kNone;
   // When defined: the step's seed as one i64 element on the replica's
   // device, which dropout reads where it draws its mask (a captured CUDA
   // graph replays with each step's seed); step_seed is then not used.

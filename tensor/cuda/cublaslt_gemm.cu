@@ -69,11 +69,15 @@ uint32_t Alignment(const void* p) {
 absl::Status GemmBiasOnGpu(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                            const void* a, int64_t lda, const void* b,
                            int64_t ldb, const void* bias, bool relu, void* c,
-                           int device, MatMulPrecision precision) {
+                           bool c_bf16, int device, MatMulPrecision precision) {
   if (m == 0 || n == 0) return absl::OkStatus();
   if (k < 1) {
     return absl::InvalidArgumentError(
         "GemmBias: k must be >= 1 (an empty product is the bias alone)");
+  }
+  if (c_bf16 && precision != MatMulPrecision::kBf16) {
+    return absl::InvalidArgumentError(
+        "GemmBias: a bfloat16 result needs bfloat16 operands");
   }
   // Very tall products (a large conv chunk's rows) have failed at run time
   // with epilogues in some cuBLAS releases (pytorch/pytorch#73455); PyTorch
@@ -131,7 +135,12 @@ absl::Status GemmBiasOnGpu(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                                                   tb ? k : n, tb ? n : k, ldb));
   MT_ASSIGN_OR_RETURN(Layout layout_b, MakeLayout(*lib, operand_type,
                                                   ta ? m : k, ta ? k : m, lda));
-  MT_ASSIGN_OR_RETURN(Layout layout_d, MakeLayout(*lib, CUDA_R_32F, n, m, n));
+  // The bias stays f32 with a bf16 D (BIAS_DATA_TYPE above): the epilogue
+  // adds it in f32 and rounds the sum once, as the f32 path then a
+  // rounding pass would.
+  MT_ASSIGN_OR_RETURN(
+      Layout layout_d,
+      MakeLayout(*lib, c_bf16 ? CUDA_R_16BF : CUDA_R_32F, n, m, n));
 
   cublasLtMatmulPreference_t raw_pref = nullptr;
   MT_CUBLAS_RETURN_IF_ERROR(lib->LtMatmulPreferenceCreate(&raw_pref));
@@ -157,9 +166,10 @@ absl::Status GemmBiasOnGpu(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
   // NotFound (not Internal): the caller then takes the unfused path. Any
   // other failure (a bad descriptor) is an error, not a silent fallback.
   const auto not_found = [&](absl::string_view why) {
-    return absl::NotFoundError(absl::StrCat(
-        "GemmBias: cuBLASLt ", why, " for m=", m, " n=", n, " k=", k,
-        " transpose_a=", ta, " transpose_b=", tb, " bf16=", bf16));
+    return absl::NotFoundError(
+        absl::StrCat("GemmBias: cuBLASLt ", why, " for m=", m, " n=", n,
+                     " k=", k, " transpose_a=", ta, " transpose_b=", tb,
+                     " bf16=", bf16, " bf16 result=", c_bf16));
   };
   if (heuristic == CUBLAS_STATUS_NOT_SUPPORTED) return not_found("refused");
   MT_CUBLAS_RETURN_IF_ERROR(heuristic);

@@ -97,14 +97,15 @@ MT_CUDA_KERNEL(Gemm,
 // Row-major C[m,n] = act(op(A) @ op(B) + bias) with bias [n] and act relu
 // or the identity, in one cuBLASLt call with the bias and relu in its
 // epilogue; f32 only, one matrix, k >= 1, `precision` (and with it the
-// operands' type) as for Gemm.
+// operands' type) as for Gemm. With `c_bf16` (kBf16 only) C holds 2-byte
+// bfloat16 values: the epilogue's f32 result rounded to nearest even.
 // NotFound when cuBLASLt has no algorithm for the case (the caller then
 // computes it unfused).
 MT_CUDA_KERNEL(GemmBias,
                absl::Status(bool transpose_a, bool transpose_b, int64_t m,
                             int64_t n, int64_t k, const void* a, int64_t lda,
                             const void* b, int64_t ldb, const void* bias,
-                            bool relu, void* c, int device,
+                            bool relu, void* c, bool c_bf16, int device,
                             MatMulPrecision precision));
 
 }  // namespace mirrortrain::cuda

@@ -107,7 +107,8 @@ absl::StatusOr<Tensor> BiasAddRelu(const Tensor& x, const Tensor& bias) {
 }
 
 absl::StatusOr<Tensor> MatMulBiasRelu(const Tensor& x, const Tensor& kernel,
-                                      const Tensor& bias) {
+                                      const Tensor& bias,
+                                      OutputRounding rounding) {
   constexpr const char* kOp = "MatMulBiasRelu";
   MT_RETURN_IF_ERROR(internal::CheckFloatingSame(kOp, {&x, &kernel, &bias}));
   if (x.rank() != 2 || kernel.rank() != 2 || bias.rank() != 1 ||
@@ -123,13 +124,14 @@ absl::StatusOr<Tensor> MatMulBiasRelu(const Tensor& x, const Tensor& kernel,
                       internal::SaveProduct(x, kernel, false, false));
   MT_ASSIGN_OR_RETURN(const bool fused,
                       internal::FusedGemmBias(p.a, p.b, false, false, bias,
-                                              /*relu=*/true, y));
+                                              /*relu=*/true, y, rounding));
   if (!fused) {
     // The product, then bias and relu in one pass over it, in place: the
     // numbers of MatMul then BiasAddRelu.
     MT_RETURN_IF_ERROR(internal::Gemm(p.a, p.b, false, false, 1.0, 0.0, y));
     MT_RETURN_IF_ERROR(internal::BiasRelu(y, bias, y));
   }
+  MT_RETURN_IF_ERROR(RoundOutput(y, rounding));
   tape::RecordOperation(kMatMulBiasReluOp, {x, kernel, bias}, {y},
                         std::move(p));
   return y;

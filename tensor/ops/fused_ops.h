@@ -7,6 +7,7 @@
 #define MIRRORTRAIN_TENSOR_OPS_FUSED_OPS_H_
 
 #include "absl/status/statusor.h"
+#include "tensor/ops/precision_ops.h"
 #include "tensor/tensor.h"
 
 namespace mirrortrain::ops {
@@ -23,8 +24,11 @@ absl::StatusOr<Tensor> BiasAddRelu(const Tensor& x, const Tensor& bias);
 // and relu in its epilogue; elsewhere the product, then BiasAddRelu's pass
 // in place (the same numbers as MatMul then BiasAddRelu). The gradient is
 // BiasAddRelu's masked pass (dz and the bias sum together), then MatMul's.
-absl::StatusOr<Tensor> MatMulBiasRelu(const Tensor& x, const Tensor& kernel,
-                                      const Tensor& bias);
+// The result is stored as `rounding` asks (precision_ops.h); on GPUs under
+// precision bf16 the epilogue then writes it as bfloat16.
+absl::StatusOr<Tensor> MatMulBiasRelu(
+    const Tensor& x, const Tensor& kernel, const Tensor& bias,
+    OutputRounding rounding = OutputRounding::kNone);
 
 namespace internal {
 // y = relu(x + bias), bias along the last dimension; y may be x

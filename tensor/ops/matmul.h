@@ -6,6 +6,7 @@
 #include "absl/types/span.h"
 #include "tensor/op.h"
 #include "tensor/ops/gemm_operand.h"
+#include "tensor/ops/precision_ops.h"
 #include "tensor/tensor.h"
 
 namespace mirrortrain::ops {
@@ -18,10 +19,13 @@ absl::StatusOr<Tensor> MatMul(const Tensor& a, const Tensor& b,
 // op(a) @ op(b) + bias, bias [n] along the product's last axis. The bias is
 // written into the output and the product accumulated onto it (BLAS beta =
 // 1, as PyTorch's addmm): one pass over the output fewer than MatMul then
-// BiasAdd, and none for BLAS's beta = 0 clearing.
-absl::StatusOr<Tensor> MatMulBias(const Tensor& a, const Tensor& b,
-                                  const Tensor& bias, bool transpose_a = false,
-                                  bool transpose_b = false);
+// BiasAdd, and none for BLAS's beta = 0 clearing. The result is stored as
+// `rounding` asks (precision_ops.h); on GPUs under precision bf16 the
+// product's epilogue then writes it as bfloat16 (FusedGemmBias).
+absl::StatusOr<Tensor> MatMulBias(
+    const Tensor& a, const Tensor& b, const Tensor& bias,
+    bool transpose_a = false, bool transpose_b = false,
+    OutputRounding rounding = OutputRounding::kNone);
 
 namespace internal {
 // out = alpha * op(a) @ op(b) + beta * out, into an existing tensor
@@ -41,14 +45,19 @@ absl::Status Gemm(const Tensor& a, const Tensor& b, bool transpose_a,
 // cuBLASLt call with the bias and relu in the GEMM's epilogue, when it
 // applies: GPU f32 tensors of rank 2, k >= 1, an algorithm for the case.
 // Returns whether it ran (unrecorded); false leaves `out` untouched for the
-// caller's unfused path.
-absl::StatusOr<bool> FusedGemmBias(const GemmOperand& a, const GemmOperand& b,
-                                   bool transpose_a, bool transpose_b,
-                                   const Tensor& bias, bool relu, Tensor& out);
+// caller's unfused path. With a `rounding` and bf16 operands the epilogue
+// writes the result as bfloat16 and one pass widens it into `out`, rounded
+// (and its halves kept) as RoundOutput would leave it; without an
+// algorithm for that, `out` is left as computed, for the caller to round.
+absl::StatusOr<bool> FusedGemmBias(
+    const GemmOperand& a, const GemmOperand& b, bool transpose_a,
+    bool transpose_b, const Tensor& bias, bool relu, Tensor& out,
+    OutputRounding rounding = OutputRounding::kNone);
 // How many FusedGemmBias calls ran fused in this process (any thread): the
 // fallback computes the same numbers, so tests ask this whether the
-// epilogue ran.
+// epilogue ran; and how many of them wrote a bfloat16 result.
 int64_t FusedGemmBiasCalls();
+int64_t Bf16EpilogueCalls();
 
 // What a product op keeps for its gradient: its operands as its product
 // read them, and the transposes.

@@ -75,6 +75,11 @@ absl::StatusOr<Tensor> RoundedToBFloat16(const Tensor& x, bool halves) {
   return y;
 }
 
+absl::Status RoundOutput(Tensor& t, OutputRounding rounding) {
+  if (rounding == OutputRounding::kNone) return absl::OkStatus();
+  return RoundToBFloat16InPlace(t, rounding == OutputRounding::kBf16WithHalves);
+}
+
 namespace internal {
 
 void* Bf16Halves(const Tensor& t) {

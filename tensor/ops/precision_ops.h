@@ -35,6 +35,16 @@ absl::Status RoundToBFloat16InPlace(Tensor& t, bool halves = false);
 // A rounded copy of `x` (`x` itself when it does not round).
 absl::StatusOr<Tensor> RoundedToBFloat16(const Tensor& x, bool halves = false);
 
+// How an op stores an f32 result that its caller would round next (a
+// layer's output under mixed bfloat16, models/containers.cc): as computed,
+// or rounded as RoundToBFloat16InPlace(result, halves) rounds it. An op
+// asked to round may do it in a pass it makes anyway (a GPU product's
+// epilogue writes bfloat16); the caller's rounding then finds nothing left.
+enum class OutputRounding { kNone, kBf16, kBf16WithHalves };
+
+// RoundToBFloat16InPlace(t, halves) as `rounding` says; nothing for kNone.
+absl::Status RoundOutput(Tensor& t, OutputRounding rounding);
+
 namespace internal {
 
 // `t`'s values as 2-byte bfloat16 when its rounding pass wrote them (GPUs:

@@ -10,7 +10,9 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "models/activation.h"
 #include "models/containers.h"
+#include "models/dense_layer.h"
 #include "models/presets.h"
 #include "tensor/bfloat16.h"
 #include "tensor/gradient_tape.h"
@@ -140,10 +142,12 @@ TEST(ModelTest, MixedBFloat16RoundsInputsAndLayerOutputs) {
 }
 
 // What reached a probe layer: its input recorded as rounded to bfloat16,
-// and with the 2-byte copy products read (GPUs only).
+// and with the 2-byte copy products read (GPUs only); how its caller said
+// it would store the probe's output.
 struct Seen {
   bool rounded = false;
   bool halves = false;
+  ops::OutputRounding asked = ops::OutputRounding::kNone;
   bool operator==(const Seen&) const = default;
 };
 
@@ -153,9 +157,11 @@ class ProbeLayer final : public Layer {
  public:
   ProbeLayer(bool feeds_product, std::vector<Seen>* log)
       : Layer("probe"), feeds_product_(feeds_product), log_(log) {}
-  absl::StatusOr<Tensor> Call(const Tensor& x, const ForwardContext&) override {
+  absl::StatusOr<Tensor> Call(const Tensor& x,
+                              const ForwardContext& ctx) override {
     const Bf16Rendering* r = x.bf16_rendering();
-    log_->push_back({r != nullptr, r != nullptr && r->halves != nullptr});
+    log_->push_back({r != nullptr, r != nullptr && r->halves != nullptr,
+                     ctx.output_rounding});
     return ops::Scale(x, 1.5);
   }
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
@@ -186,7 +192,11 @@ std::unique_ptr<SequentialLayer> ProbeSequence(std::vector<Seen>* log) {
 // Under mixed bfloat16 every layer gets a recorded rounded input (a product
 // then reads it as it is); on GPUs the rounding pass in front of a layer
 // whose input feeds a product (directly, first in a sequence, or in either
-// branch of a residual) also writes the halves, and no other does.
+// branch of a residual) also writes the halves, and no other does. Each
+// layer is told how its output will be stored (with halves where the next
+// layer's input feeds a product; a residual's branches are told nothing,
+// as their outputs are summed, and a sequence's last layer is told what
+// its caller told the sequence).
 void CheckProbes(Device device) {
   std::vector<Seen> log;
   const std::unique_ptr<SequentialLayer> seq = ProbeSequence(&log);
@@ -194,7 +204,7 @@ void CheckProbes(Device device) {
   const Tensor x = *testing::RandomTensor({3, 4}, 12, DType::kF32).To(device);
   ASSERT_TRUE(seq->Call(*ops::RoundedToBFloat16(x), {}).ok());
   // Without mixed bfloat16 only the first probe gets a rounded tensor.
-  std::vector<Seen> first_only(6, Seen{false, false});
+  std::vector<Seen> first_only(6, Seen{});
   first_only[0].rounded = true;
   EXPECT_EQ(log, first_only);
   log.clear();
@@ -202,15 +212,22 @@ void CheckProbes(Device device) {
   bf16.bf16_activations = true;
   ASSERT_TRUE(seq->Call(*ops::RoundedToBFloat16(x), bf16).ok());
   const bool gpu = device.is_cuda();
-  EXPECT_EQ(log, (std::vector<Seen>{{true, false},
-                                    {true, gpu},
-                                    {true, false},
-                                    {true, gpu},
-                                    {true, gpu},
-                                    {true, false}}));
+  using R = ops::OutputRounding;
+  std::vector<Seen> want = {{true, false, R::kBf16WithHalves},
+                            {true, gpu, R::kBf16},
+                            {true, false, R::kBf16WithHalves},
+                            {true, gpu, R::kBf16},
+                            {true, gpu, R::kNone},
+                            {true, false, R::kBf16}};
+  EXPECT_EQ(log, want);
+  log.clear();
+  bf16.output_rounding = R::kBf16WithHalves;
+  ASSERT_TRUE(seq->Call(*ops::RoundedToBFloat16(x), bf16).ok());
+  want.back().asked = R::kBf16WithHalves;
+  EXPECT_EQ(log, want);
   log.clear();
   ASSERT_TRUE(seq->Call(x, {}).ok());
-  EXPECT_EQ(log, std::vector<Seen>(6, Seen{false, false}));
+  EXPECT_EQ(log, std::vector<Seen>(6, Seen{}));
 }
 
 TEST(MixedBFloat16Test, LayerInputsAreRecordedRounded) {
@@ -221,6 +238,32 @@ class MixedBFloat16GpuTest : public testing::CudaTest {};
 
 TEST_F(MixedBFloat16GpuTest, InputsThatFeedProductsGetTheirHalves) {
   CheckProbes(Device::Cuda(0));
+}
+
+// A dense layer whose product op computes its output (relu or linear)
+// hands it over stored as its caller asked (rounded, on GPUs by the
+// product's epilogue), for [rows, in] and [..., in] inputs; one that
+// applies another activation after the product leaves it to the caller.
+TEST(MixedBFloat16Test, DenseLayersStoreTheirOutputAsAsked) {
+  for (const char* name : {"relu", "linear", "tanh"}) {
+    SCOPED_TRACE(name);
+    auto layer = DenseLayer::Create("dense", 3, 4, **FindActivation(name),
+                                    /*use_bias=*/true, 1, Device::Cpu());
+    ASSERT_TRUE(layer.ok()) << layer.status();
+    for (const Shape& shape : {Shape{5, 3}, Shape{2, 5, 3}}) {
+      const Tensor x = testing::RandomTensor(shape, 13, DType::kF32);
+      ForwardContext ctx;
+      ctx.output_rounding = ops::OutputRounding::kBf16;
+      const absl::StatusOr<Tensor> asked = (*layer)->Call(x, ctx);
+      const absl::StatusOr<Tensor> plain = (*layer)->Call(x, {});
+      ASSERT_TRUE(asked.ok() && plain.ok());
+      EXPECT_EQ(plain->bf16_rendering(), nullptr);
+      const bool stored = std::string(name) != "tanh";
+      EXPECT_EQ(asked->bf16_rendering() != nullptr, stored);
+      EXPECT_TRUE(testing::AllClose(
+          *asked, stored ? *ops::RoundedToBFloat16(*plain) : *plain, 0, 0));
+    }
+  }
 }
 
 // Which built layers read their input as a product's operand.

@@ -1,5 +1,6 @@
 // CUDA kernels against their CPU twins. Labelled `gpu`; skips with the
 // reason when no GPU is visible (the kernels are still compiled in CI).
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -331,6 +332,69 @@ TEST_F(CudaOpsTest, FusedDenseEpiloguesMatchCpuInEveryPrecision) {
   }
 }
 
+// Asked for a rounded result (a layer output under mixed bfloat16), the
+// bf16 epilogue writes it as bfloat16 and the op widens it: the f32 values
+// are the halves' values, and both are the CPU emulation's rounded result
+// within one bfloat16 step where the f32 sums differ in their last bits
+// (the summation orders differ). Without halves asked for none are kept.
+TEST_F(CudaOpsTest, Bf16EpiloguesWriteTheRoundedResult) {
+  const Tensor x_all = testing::RandomTensor({301, 200}, 54, DType::kF32);
+  const Tensor x = *x_all.SliceRows(3, 298);
+  const Tensor w = testing::RandomTensor({200, 132}, 55, DType::kF32);
+  const Tensor b = testing::RandomTensor({132}, 56, DType::kF32);
+  const Tensor gx = *x_all.To(Device::Cuda(0))->SliceRows(3, 298);
+  const Tensor gw = *w.To(Device::Cuda(0)), gb = *b.To(Device::Cuda(0));
+  SetMatMulPrecision(MatMulPrecision::kBf16);
+  const Tensor cpu_relu =
+      *ops::RoundedToBFloat16(*ops::MatMulBiasRelu(x, w, b));
+  const Tensor cpu_bias = *ops::RoundedToBFloat16(*ops::MatMulBias(x, w, b));
+  for (const ops::OutputRounding rounding :
+       {ops::OutputRounding::kBf16, ops::OutputRounding::kBf16WithHalves}) {
+    const bool halves = rounding == ops::OutputRounding::kBf16WithHalves;
+    SCOPED_TRACE(halves);
+    const int64_t written = ops::internal::Bf16EpilogueCalls();
+    const absl::StatusOr<Tensor> relu =
+        ops::MatMulBiasRelu(gx, gw, gb, rounding);
+    const absl::StatusOr<Tensor> bias =
+        ops::MatMulBias(gx, gw, gb, false, false, rounding);
+    ASSERT_TRUE(relu.ok()) << relu.status();
+    ASSERT_TRUE(bias.ok()) << bias.status();
+    EXPECT_EQ(ops::internal::Bf16EpilogueCalls() - written, 2)
+        << "cuBLASLt had no algorithm with a bfloat16 result";
+    for (const auto& [gpu, cpu] :
+         {std::pair{*relu, cpu_relu}, std::pair{*bias, cpu_bias}}) {
+      ASSERT_NE(gpu.bf16_rendering(), nullptr);
+      ASSERT_EQ(ops::internal::Bf16Halves(gpu) != nullptr, halves);
+      const Tensor host = *gpu.To(Device::Cpu());
+      std::vector<uint16_t> bits(static_cast<size_t>(host.num_elements()));
+      if (halves) {
+        ASSERT_TRUE(cuda::Copy(bits.data(), Device::Cpu(),
+                               ops::internal::Bf16Halves(gpu), Device::Cuda(0),
+                               bits.size() * sizeof(uint16_t))
+                        .ok());
+      }
+      int64_t off_by_one_step = 0;
+      for (int64_t i = 0; i < host.num_elements(); ++i) {
+        const float got = host.data<float>()[i], want = cpu.data<float>()[i];
+        ASSERT_EQ(RoundToBFloat16(got), got) << "element " << i;
+        if (halves) {
+          ASSERT_EQ(bits[i], BFloat16Bits(got)) << "element " << i;
+        }
+        if (got != want) {
+          ++off_by_one_step;
+          // (Or a sum within f32 error of zero on either side of relu.)
+          ASSERT_LE(std::abs(got - want),
+                    0x1p-7f * std::max(std::abs(want), std::abs(got)) + 1e-4f)
+              << "element " << i;
+        }
+      }
+      // Rare: only sums within f32 rounding of a bfloat16 tie differ.
+      EXPECT_LT(off_by_one_step, host.num_elements() / 100);
+    }
+  }
+  SetMatMulPrecision(MatMulPrecision::kFp32);
+}
+
 // `t` moved to the nearest multiple of `step`, plus `offset`.
 Tensor OnGrid(const Tensor& t, float step, float offset) {
   Tensor out = Tensor::HostEmpty(DType::kF32, t.shape());
@@ -478,20 +542,46 @@ Tensor Bf16RoundingCases(int64_t n, uint64_t seed) {
 }
 
 // The device rounding (__float2bfloat16_rn) and the host's agree bit for
-// bit, ties, overflow, denormals and NaNs included.
+// bit, ties, overflow, denormals and NaNs included: four elements at a
+// time with a tail (4099 from an aligned start) and one at a time (a view
+// one element in), with and without the halves.
 TEST_F(CudaOpsTest, RoundToBFloat16MatchesTheHostBitwise) {
-  const Tensor x = Bf16RoundingCases(4096, 43);
-  absl::StatusOr<Tensor> gpu = ops::RoundedToBFloat16(*x.To(Device::Cuda(0)));
-  ASSERT_TRUE(gpu.ok()) << gpu.status();
-  const Tensor host = *gpu->To(Device::Cpu());
-  for (int64_t i = 0; i < x.num_elements(); ++i) {
-    const float want = RoundToBFloat16(x.data<float>()[i]);
-    const float got = host.data<float>()[i];
-    if (std::isnan(want)) {
-      EXPECT_TRUE(std::isnan(got)) << i;
-    } else {
-      ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want))
-          << "element " << i << " = " << x.data<float>()[i];
+  const Tensor x = Bf16RoundingCases(4099, 43);
+  const Tensor on_gpu = *x.To(Device::Cuda(0));
+  for (const int64_t offset : {int64_t{0}, int64_t{1}}) {
+    for (const bool halves : {false, true}) {
+      SCOPED_TRACE(absl::StrCat("offset ", offset, " halves ", halves));
+      const int64_t n = x.num_elements() - offset;
+      absl::StatusOr<Tensor> gpu =
+          ops::RoundedToBFloat16(*on_gpu.SliceRows(offset, n), halves);
+      ASSERT_TRUE(gpu.ok()) << gpu.status();
+      const Tensor host = *gpu->To(Device::Cpu());
+      std::vector<uint16_t> bits;
+      if (halves) {
+        ASSERT_NE(ops::internal::Bf16Halves(*gpu), nullptr);
+        bits.resize(static_cast<size_t>(n));
+        ASSERT_TRUE(cuda::Copy(bits.data(), Device::Cpu(),
+                               ops::internal::Bf16Halves(*gpu), Device::Cuda(0),
+                               bits.size() * sizeof(uint16_t))
+                        .ok());
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = x.data<float>()[i + offset];
+        const float want = RoundToBFloat16(v);
+        const float got = host.data<float>()[i];
+        if (std::isnan(want)) {
+          EXPECT_TRUE(std::isnan(got)) << i;
+          if (halves) {
+            EXPECT_TRUE(std::isnan(BFloat16ToFloat(bits[i]))) << i;
+          }
+          continue;
+        }
+        ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want))
+            << "element " << i << " = " << v;
+        if (halves) {
+          ASSERT_EQ(bits[i], BFloat16Bits(v)) << "element " << i;
+        }
+      }
     }
   }
 }
