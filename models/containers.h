@@ -27,6 +27,8 @@ class SequentialLayer final : public Layer {
   bool InputFeedsProduct() const override {
     return !layers_.empty() && layers_.front()->InputFeedsProduct();
   }
+  // Its layers in call order (Keras's model.layers), owned here.
+  const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
 
  private:
   std::vector<std::unique_ptr<Layer>> layers_;

@@ -6,13 +6,12 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "models/activation.h"
 #include "models/containers.h"
-#include "models/dense_layer.h"
 #include "models/presets.h"
 #include "tensor/bfloat16.h"
 #include "tensor/gradient_tape.h"
@@ -240,29 +239,50 @@ TEST_F(MixedBFloat16GpuTest, InputsThatFeedProductsGetTheirHalves) {
   CheckProbes(Device::Cuda(0));
 }
 
-// A dense layer whose product op computes its output (relu or linear)
-// hands it over stored as its caller asked (rounded, on GPUs by the
-// product's epilogue), for [rows, in] and [..., in] inputs; one that
-// applies another activation after the product leaves it to the caller.
-TEST(MixedBFloat16Test, DenseLayersStoreTheirOutputAsAsked) {
-  for (const char* name : {"relu", "linear", "tanh"}) {
-    SCOPED_TRACE(name);
-    auto layer = DenseLayer::Create("dense", 3, 4, **FindActivation(name),
-                                    /*use_bias=*/true, 1, Device::Cpu());
-    ASSERT_TRUE(layer.ok()) << layer.status();
-    for (const Shape& shape : {Shape{5, 3}, Shape{2, 5, 3}}) {
-      const Tensor x = testing::RandomTensor(shape, 13, DType::kF32);
-      ForwardContext ctx;
-      ctx.output_rounding = ops::OutputRounding::kBf16;
-      const absl::StatusOr<Tensor> asked = (*layer)->Call(x, ctx);
-      const absl::StatusOr<Tensor> plain = (*layer)->Call(x, {});
-      ASSERT_TRUE(asked.ok() && plain.ok());
-      EXPECT_EQ(plain->bf16_rendering(), nullptr);
-      const bool stored = std::string(name) != "tanh";
-      EXPECT_EQ(asked->bf16_rendering() != nullptr, stored);
-      EXPECT_TRUE(testing::AllClose(
-          *asked, stored ? *ops::RoundedToBFloat16(*plain) : *plain, 0, 0));
-    }
+// A layer whose last op is a product with a bias (dense with relu or
+// linear, attention's output projection) hands its output over stored as
+// its caller asked (rounded, on GPUs by the product's epilogue); a dense
+// layer that applies another activation after the product, or attention
+// without biases, leaves it to the caller. Same values either way.
+TEST(MixedBFloat16Test, ProductLayersStoreTheirOutputAsAsked) {
+  struct Case {
+    const char* type;
+    Values values;
+    Shape input;
+    bool stored;
+  };
+  const Case cases[] = {
+      {"dense",
+       {{"units", int64_t{4}}, {"activation", std::string("relu")}},
+       {5, 3},
+       true},
+      {"dense", {{"units", int64_t{4}}}, {2, 5, 3}, true},
+      {"dense",
+       {{"units", int64_t{4}}, {"activation", std::string("tanh")}},
+       {5, 3},
+       false},
+      {"multi_head_attention", {{"num_heads", int64_t{2}}}, {2, 5, 4}, true},
+      {"multi_head_attention",
+       {{"num_heads", int64_t{2}}, {"use_bias", false}},
+       {2, 5, 4},
+       false}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrCat(c.type, " ", ShapeToString(c.input)));
+    LayerBuilder b(1, Device::Cpu());
+    absl::StatusOr<std::unique_ptr<Layer>> seq =
+        b.BuildSequence({Spec(c.type, c.values)}, c.input);
+    ASSERT_TRUE(seq.ok()) << seq.status();
+    Layer& layer = *static_cast<SequentialLayer&>(**seq).layers().at(0);
+    const Tensor x = testing::RandomTensor(c.input, 13, DType::kF32);
+    ForwardContext ctx;
+    ctx.output_rounding = ops::OutputRounding::kBf16;
+    const absl::StatusOr<Tensor> asked = layer.Call(x, ctx);
+    const absl::StatusOr<Tensor> plain = layer.Call(x, {});
+    ASSERT_TRUE(asked.ok() && plain.ok());
+    EXPECT_EQ(plain->bf16_rendering(), nullptr);
+    EXPECT_EQ(asked->bf16_rendering() != nullptr, c.stored);
+    EXPECT_TRUE(testing::AllClose(
+        *asked, c.stored ? *ops::RoundedToBFloat16(*plain) : *plain, 0, 0));
   }
 }
 
