@@ -64,33 +64,57 @@ uint32_t Alignment(const void* p) {
   return align;
 }
 
-}  // namespace
+// One cuBLASLt product with an epilogue, row-major C[m,n] = op(A) @ op(B)
+// then the epilogue (the entry points below fill it in).
+struct LtCall {
+  bool ta = false, tb = false;
+  int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  int64_t lda = 0;
+  const void* b = nullptr;
+  int64_t ldb = 0;
+  void* c = nullptr;
+  bool c_bf16 = false;
+  int device = 0;
+  MatMulPrecision precision = MatMulPrecision::kFp32;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  // The bias read (forward) or the bias gradient written (DRELU_BGRAD),
+  // f32, [n].
+  const void* bias = nullptr;
+  // The relu bit mask written (RELU_AUX_BIAS) or read (DRELU_BGRAD).
+  const void* relu_mask = nullptr;
+  const char* name = "GemmBias";
+};
 
-absl::Status GemmBiasOnGpu(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                           const void* a, int64_t lda, const void* b,
-                           int64_t ldb, const void* bias, bool relu, void* c,
-                           bool c_bf16, int device, MatMulPrecision precision) {
+absl::Status LtProduct(const LtCall& call) {
+  const bool ta = call.ta, tb = call.tb, c_bf16 = call.c_bf16;
+  const int64_t m = call.m, n = call.n, k = call.k;
+  const int64_t lda = call.lda, ldb = call.ldb;
+  const int device = call.device;
+  const MatMulPrecision precision = call.precision;
+  void* const c = call.c;
+  const absl::string_view name = call.name;
   if (m == 0 || n == 0) return absl::OkStatus();
   if (k < 1) {
-    return absl::InvalidArgumentError(
-        "GemmBias: k must be >= 1 (an empty product is the bias alone)");
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": k must be >= 1 (an empty product is the bias alone)"));
   }
   if (c_bf16 && precision != MatMulPrecision::kBf16) {
     return absl::InvalidArgumentError(
-        "GemmBias: a bfloat16 result needs bfloat16 operands");
+        absl::StrCat(name, ": a bfloat16 result needs bfloat16 operands"));
   }
   // Very tall products (a large conv chunk's rows) have failed at run time
   // with epilogues in some cuBLAS releases (pytorch/pytorch#73455); PyTorch
   // keeps cuBLASLt below this bound, and so does this: the unfused path.
   constexpr int64_t kMaxLtDimension = int64_t{65535} * 32;
   if (std::max({m, n, k}) >= kMaxLtDimension) {
-    return absl::NotFoundError(absl::StrCat(
-        "GemmBias: m=", m, " n=", n, " k=", k, " beyond the epilogue bound"));
+    return absl::NotFoundError(absl::StrCat(name, ": m=", m, " n=", n, " k=", k,
+                                            " beyond the epilogue bound"));
   }
   for (int64_t v : {m, n, k, lda, ldb}) {
     if (v > std::numeric_limits<int>::max()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "GemmBias: dimension ", v, " exceeds the 32-bit API (m=", m, " n=", n,
+          name, ": dimension ", v, " exceeds the 32-bit API (m=", m, " n=", n,
           " k=", k, ")"));
     }
   }
@@ -101,8 +125,8 @@ absl::Status GemmBiasOnGpu(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
   const cudaStream_t stream = LaunchStream();
 
   // cuBLASLt's A is our B and its B our A.
-  const void* lt_a = b;
-  const void* lt_b = a;
+  const void* lt_a = call.b;
+  const void* lt_b = call.a;
   const bool bf16 = precision == MatMulPrecision::kBf16;
   const cudaDataType_t operand_type = bf16 ? CUDA_R_16BF : CUDA_R_32F;
   const cublasComputeType_t compute = precision == MatMulPrecision::kTf32
@@ -119,15 +143,25 @@ absl::Status GemmBiasOnGpu(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
       SetDesc(*lib, raw_desc, CUBLASLT_MATMUL_DESC_TRANSA, op_a));
   MT_RETURN_IF_ERROR(
       SetDesc(*lib, raw_desc, CUBLASLT_MATMUL_DESC_TRANSB, op_b));
-  const cublasLtEpilogue_t epilogue =
-      relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
   MT_RETURN_IF_ERROR(
-      SetDesc(*lib, raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue));
+      SetDesc(*lib, raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE, call.epilogue));
   MT_RETURN_IF_ERROR(
-      SetDesc(*lib, raw_desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias));
+      SetDesc(*lib, raw_desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, call.bias));
+  // The bias (or its gradient) stays f32 with a bf16 D: the epilogue adds
+  // it in f32 and rounds the sum once, as the f32 path then a rounding
+  // pass would. (cuBLASLt's default is D's type; without an algorithm for
+  // this the caller takes its unfused path.)
   const cudaDataType_t bias_type = CUDA_R_32F;
   MT_RETURN_IF_ERROR(
       SetDesc(*lib, raw_desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type));
+  if (call.relu_mask != nullptr) {
+    MT_RETURN_IF_ERROR(SetDesc(*lib, raw_desc,
+                               CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                               call.relu_mask));
+    const int64_t mask_ld = ReluMaskLd(n);
+    MT_RETURN_IF_ERROR(
+        SetDesc(*lib, raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, mask_ld));
+  }
 
   // Column-major views: our row-major B [k, n] (or [n, k] transposed) is
   // n x k (k x n) with leading dimension ldb; likewise A; D is n x m.
@@ -135,9 +169,6 @@ absl::Status GemmBiasOnGpu(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                                                   tb ? k : n, tb ? n : k, ldb));
   MT_ASSIGN_OR_RETURN(Layout layout_b, MakeLayout(*lib, operand_type,
                                                   ta ? m : k, ta ? k : m, lda));
-  // The bias stays f32 with a bf16 D (BIAS_DATA_TYPE above): the epilogue
-  // adds it in f32 and rounds the sum once, as the f32 path then a
-  // rounding pass would.
   MT_ASSIGN_OR_RETURN(
       Layout layout_d,
       MakeLayout(*lib, c_bf16 ? CUDA_R_16BF : CUDA_R_32F, n, m, n));
@@ -167,9 +198,9 @@ absl::Status GemmBiasOnGpu(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
   // other failure (a bad descriptor) is an error, not a silent fallback.
   const auto not_found = [&](absl::string_view why) {
     return absl::NotFoundError(
-        absl::StrCat("GemmBias: cuBLASLt ", why, " for m=", m, " n=", n,
-                     " k=", k, " transpose_a=", ta, " transpose_b=", tb,
-                     " bf16=", bf16, " bf16 result=", c_bf16));
+        absl::StrCat(name, ": cuBLASLt ", why, " for m=", m, " n=", n, " k=", k,
+                     " transpose_a=", ta, " transpose_b=", tb, " bf16=", bf16,
+                     " bf16 result=", c_bf16));
   };
   if (heuristic == CUBLAS_STATUS_NOT_SUPPORTED) return not_found("refused");
   MT_CUBLAS_RETURN_IF_ERROR(heuristic);
@@ -192,6 +223,68 @@ absl::Status GemmBiasOnGpu(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
   return absl::OkStatus();
 }
 
+}  // namespace
+
+absl::Status GemmBiasOnGpu(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                           const void* a, int64_t lda, const void* b,
+                           int64_t ldb, const void* bias, bool relu,
+                           void* relu_mask, void* c, bool c_bf16, int device,
+                           MatMulPrecision precision) {
+  if (relu_mask != nullptr && !relu) {
+    return absl::InvalidArgumentError("GemmBias: a relu mask without relu");
+  }
+  return LtProduct({.ta = ta,
+                    .tb = tb,
+                    .m = m,
+                    .n = n,
+                    .k = k,
+                    .a = a,
+                    .lda = lda,
+                    .b = b,
+                    .ldb = ldb,
+                    .c = c,
+                    .c_bf16 = c_bf16,
+                    .device = device,
+                    .precision = precision,
+                    .epilogue = relu_mask != nullptr
+                                    ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS
+                                : relu ? CUBLASLT_EPILOGUE_RELU_BIAS
+                                       : CUBLASLT_EPILOGUE_BIAS,
+                    .bias = bias,
+                    .relu_mask = relu_mask,
+                    .name = "GemmBias"});
+}
+
+absl::Status GemmReluGradOnGpu(bool ta, bool tb, int64_t m, int64_t n,
+                               int64_t k, const void* a, int64_t lda,
+                               const void* b, int64_t ldb,
+                               const void* relu_mask, void* bias_grad, void* c,
+                               bool c_bf16, int device,
+                               MatMulPrecision precision) {
+  if (relu_mask == nullptr || bias_grad == nullptr) {
+    return absl::InvalidArgumentError(
+        "GemmReluGrad: needs the relu mask and the bias gradient");
+  }
+  return LtProduct({.ta = ta,
+                    .tb = tb,
+                    .m = m,
+                    .n = n,
+                    .k = k,
+                    .a = a,
+                    .lda = lda,
+                    .b = b,
+                    .ldb = ldb,
+                    .c = c,
+                    .c_bf16 = c_bf16,
+                    .device = device,
+                    .precision = precision,
+                    .epilogue = CUBLASLT_EPILOGUE_DRELU_BGRAD,
+                    .bias = bias_grad,
+                    .relu_mask = relu_mask,
+                    .name = "GemmReluGrad"});
+}
+
 MT_DEFINE_CUDA_KERNEL(GemmBias, GemmBiasOnGpu);
+MT_DEFINE_CUDA_KERNEL(GemmReluGrad, GemmReluGradOnGpu);
 
 }  // namespace mirrortrain::cuda

@@ -20,6 +20,7 @@
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/precision_ops.h"
 #include "tensor/ops/reduction_ops.h"
+#include "tensor/status_macros.h"
 #include "tensor/variable.h"
 #include "tests/tensor/cuda_test_util.h"
 #include "tests/test_util.h"
@@ -393,6 +394,39 @@ TEST_F(CudaOpsTest, Bf16EpiloguesWriteTheRoundedResult) {
     }
   }
   SetMatMulPrecision(MatMulPrecision::kFp32);
+}
+
+// A relu product's masked pass handed to the product that reads its output
+// (GradientLinks) runs as one cuBLASLt product with the mask its forward
+// epilogue kept (DRELU_BGRAD): for both relu layers of a 3-layer MLP, in
+// fp32 and bf16, gradients as the CPU's (which runs the product, then the
+// masked pass).
+TEST_F(CudaOpsTest, ReluHandOffsRunAsOneProductInEveryPrecision) {
+  const std::vector<Tensor> mlp = {
+      testing::RandomTensor({64, 48}, 81, DType::kF32),
+      testing::RandomTensor({48, 40}, 82, DType::kF32),
+      testing::RandomTensor({40}, 83, DType::kF32),
+      testing::RandomTensor({40, 32}, 84, DType::kF32),
+      testing::RandomTensor({32}, 85, DType::kF32),
+      testing::RandomTensor({32, 10}, 86, DType::kF32),
+      testing::RandomTensor({10}, 87, DType::kF32)};
+  for (const MatMulPrecision precision :
+       {MatMulPrecision::kFp32, MatMulPrecision::kBf16}) {
+    SCOPED_TRACE(static_cast<int>(precision));
+    SetMatMulPrecision(precision);
+    const int64_t fused = ops::internal::FusedReluHandOffs();
+    testing::ExpectGpuMatchesCpu(
+        [](const std::vector<Tensor>& in) -> absl::StatusOr<Tensor> {
+          MT_ASSIGN_OR_RETURN(Tensor h,
+                              ops::MatMulBiasRelu(in[0], in[1], in[2]));
+          MT_ASSIGN_OR_RETURN(h, ops::MatMulBiasRelu(h, in[3], in[4]));
+          return ops::MatMulBias(h, in[5], in[6]);
+        },
+        mlp, 1e-4, 1e-4);
+    SetMatMulPrecision(MatMulPrecision::kFp32);
+    EXPECT_EQ(ops::internal::FusedReluHandOffs() - fused, 2)
+        << "cuBLASLt had no DRELU_BGRAD algorithm (or no relu mask)";
+  }
 }
 
 // `t` moved to the nearest multiple of `step`, plus `offset`.

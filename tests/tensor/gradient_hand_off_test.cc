@@ -1,0 +1,166 @@
+// Gradient hand-offs (GradientLinks, tensor/op.h): a relu product's masked
+// pass done by the product that reads its output. On CPUs the hand-off
+// runs the same kernels in the same order, so every gradient equals the
+// unfused chain's (MatMul + BiasAddRelu) bit for bit, in fp32 and in the
+// bf16 emulation; the tape arranges it only for an output with one reader
+// that is neither a source nor the target, and never while an outer tape
+// records the backward pass.
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tensor/gradient_tape.h"
+#include "tensor/matmul_precision.h"
+#include "tensor/ops/fused_ops.h"
+#include "tensor/ops/math_ops.h"
+#include "tensor/ops/matmul.h"
+#include "tensor/ops/nn_ops.h"
+#include "tensor/ops/reduction_ops.h"
+#include "tests/test_util.h"
+
+namespace mirrortrain {
+namespace {
+
+// x [9, 6] -> relu 5 -> relu 4 -> linear 3.
+struct Mlp {
+  Tensor x = testing::RandomTensor({9, 6}, 1, DType::kF32);
+  Tensor w1 = testing::RandomTensor({6, 5}, 2, DType::kF32);
+  Tensor b1 = testing::RandomTensor({5}, 3, DType::kF32);
+  Tensor w2 = testing::RandomTensor({5, 4}, 4, DType::kF32);
+  Tensor b2 = testing::RandomTensor({4}, 5, DType::kF32);
+  Tensor w3 = testing::RandomTensor({4, 3}, 6, DType::kF32);
+  Tensor b3 = testing::RandomTensor({3}, 7, DType::kF32);
+  Tensor probe = testing::RandomTensor({9, 3}, 8, DType::kF32);
+  std::vector<Tensor> sources() const { return {x, w1, b1, w2, b2, w3, b3}; }
+};
+
+struct Options {
+  bool fused = true;           // MatMulBiasRelu, else MatMul + BiasAddRelu.
+  bool y1_read_twice = false;  // sum(y1) added to the loss.
+  bool y1_source = false;      // y1 watched and asked for.
+};
+
+// relu(x @ w + b), one op or two.
+Tensor Layer(const Tensor& x, const Tensor& w, const Tensor& b, bool fused) {
+  if (fused) return *ops::MatMulBiasRelu(x, w, b);
+  return *ops::BiasAddRelu(*ops::MatMul(x, w), b);
+}
+
+// The gradients of sum(y * probe) (+ sum(y1)) for every source (and y1).
+std::vector<Tensor> Gradients(const Mlp& m, const Options& o) {
+  GradientTape tape;
+  for (const Tensor& s : m.sources()) tape.Watch(s);
+  const Tensor y1 = Layer(m.x, m.w1, m.b1, o.fused);
+  if (o.y1_source) tape.Watch(y1);
+  const Tensor y2 = Layer(y1, m.w2, m.b2, o.fused);
+  const Tensor y3 = *ops::MatMulBias(y2, m.w3, m.b3);
+  Tensor loss = *ops::ReduceSum(*ops::Mul(y3, m.probe));
+  if (o.y1_read_twice) loss = *ops::Add(loss, *ops::ReduceSum(y1));
+  std::vector<Tensor> sources = m.sources();
+  if (o.y1_source) sources.push_back(y1);
+  auto grads = tape.Gradient(loss, sources);
+  EXPECT_TRUE(grads.ok()) << grads.status();
+  std::vector<Tensor> out;
+  if (!grads.ok()) return out;
+  for (const auto& g : *grads) {
+    EXPECT_TRUE(g.has_value());
+    if (g.has_value()) out.push_back(*g);
+  }
+  return out;
+}
+
+void ExpectSame(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(testing::AllClose(a[i], b[i], 0, 0)) << "gradient " << i;
+  }
+}
+
+class GradientHandOffTest : public ::testing::TestWithParam<MatMulPrecision> {
+ protected:
+  void SetUp() override { SetMatMulPrecision(GetParam()); }
+  void TearDown() override { SetMatMulPrecision(MatMulPrecision::kFp32); }
+};
+
+// Each relu product hands its masked pass to the product reading its
+// output: two hand-offs, the unfused chain's gradients.
+TEST_P(GradientHandOffTest, ReluProductsHandTheirMaskedPassToTheirReader) {
+  const Mlp m;
+  const std::vector<Tensor> unfused = Gradients(m, {.fused = false});
+  const int64_t before = ops::internal::ReluHandOffs();
+  const std::vector<Tensor> fused = Gradients(m, {});
+  EXPECT_EQ(ops::internal::ReluHandOffs() - before, 2);
+  ExpectSame(fused, unfused);
+}
+
+// y1 read by a second op, or asked for as a source: its producer keeps
+// its masked pass (one hand-off, from y2's producer), same gradients.
+TEST_P(GradientHandOffTest, OutputsWithAnotherUseKeepTheirPass) {
+  const Mlp m;
+  for (const Options& o :
+       {Options{.y1_read_twice = true}, Options{.y1_source = true}}) {
+    SCOPED_TRACE(o.y1_read_twice ? "read twice" : "source");
+    Options unfused = o;
+    unfused.fused = false;
+    const std::vector<Tensor> want = Gradients(m, unfused);
+    const int64_t before = ops::internal::ReluHandOffs();
+    const std::vector<Tensor> got = Gradients(m, o);
+    EXPECT_EQ(ops::internal::ReluHandOffs() - before, 1);
+    ExpectSame(got, want);
+  }
+}
+
+// A relu product's output as the target: nothing reads it, nothing is
+// handed over, and its gradient is its own masked pass's.
+TEST_P(GradientHandOffTest, TheTargetIsNotHandedOver) {
+  const Mlp m;
+  auto grads = [&](bool fused) {
+    GradientTape tape;
+    tape.Watch(m.w1);
+    const Tensor y1 = Layer(m.x, m.w1, m.b1, fused);
+    auto g = tape.Gradient(y1, {m.w1});
+    EXPECT_TRUE(g.ok()) << g.status();
+    return std::vector<Tensor>{*(*g)[0]};
+  };
+  const std::vector<Tensor> want = grads(false);
+  const int64_t before = ops::internal::ReluHandOffs();
+  ExpectSame(grads(true), want);
+  EXPECT_EQ(ops::internal::ReluHandOffs(), before);
+}
+
+// While an outer tape records the backward pass (higher-order gradients)
+// no hand-off runs: the backward ops are recorded ones. A persistent
+// tape hands off on every Gradient call.
+TEST_P(GradientHandOffTest, RecordedBackwardPassesAndPersistentTapes) {
+  const Mlp m;
+  const std::vector<Tensor> want = Gradients(m, {.fused = false});
+  {
+    GradientTape outer;
+    outer.Watch(m.w1);
+    const int64_t before = ops::internal::ReluHandOffs();
+    const std::vector<Tensor> got = Gradients(m, {});
+    EXPECT_EQ(ops::internal::ReluHandOffs(), before);
+    ExpectSame(got, want);
+  }
+  GradientTape tape(/*persistent=*/true);
+  for (const Tensor& s : m.sources()) tape.Watch(s);
+  const Tensor y2 = Layer(Layer(m.x, m.w1, m.b1, true), m.w2, m.b2, true);
+  const Tensor loss =
+      *ops::ReduceSum(*ops::Mul(*ops::MatMulBias(y2, m.w3, m.b3), m.probe));
+  for (int call = 0; call < 2; ++call) {
+    SCOPED_TRACE(call);
+    const int64_t before = ops::internal::ReluHandOffs();
+    auto grads = tape.Gradient(loss, m.sources());
+    ASSERT_TRUE(grads.ok()) << grads.status();
+    EXPECT_EQ(ops::internal::ReluHandOffs() - before, 2);
+    std::vector<Tensor> got;
+    for (const auto& g : *grads) got.push_back(*g);
+    ExpectSame(got, want);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, GradientHandOffTest,
+                         ::testing::Values(MatMulPrecision::kFp32,
+                                           MatMulPrecision::kBf16));
+
+}  // namespace
+}  // namespace mirrortrain
