@@ -64,36 +64,40 @@ uint32_t Alignment(const void* p) {
   return align;
 }
 
-// One cuBLASLt product with an epilogue, row-major C[m,n] = op(A) @ op(B)
-// then the epilogue (the entry points below fill it in).
-struct LtCall {
-  bool ta = false, tb = false;
-  int64_t m = 0, n = 0, k = 0;
-  const void* a = nullptr;
-  int64_t lda = 0;
-  const void* b = nullptr;
-  int64_t ldb = 0;
-  void* c = nullptr;
-  bool c_bf16 = false;
-  int device = 0;
-  MatMulPrecision precision = MatMulPrecision::kFp32;
-  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+// One cuBLASLt product, row-major C[m,n] = op(A) @ op(B) (A [m,k] with
+// leading dimension lda, B [k,n] with ldb, as stored row-major)...
+struct LtOperands {
+  bool ta, tb;
+  int64_t m, n, k;
+  const void* a;
+  int64_t lda;
+  const void* b;
+  int64_t ldb;
+  void* c;
+  bool c_bf16;
+  int device;
+  MatMulPrecision precision;
+};
+// ...and then its epilogue.
+struct LtEpilogue {
+  cublasLtEpilogue_t kind;
   // The bias read (forward) or the bias gradient written (DRELU_BGRAD),
   // f32, [n].
-  const void* bias = nullptr;
-  // The relu bit mask written (RELU_AUX_BIAS) or read (DRELU_BGRAD).
-  const void* relu_mask = nullptr;
-  const char* name = "GemmBias";
+  const void* bias;
+  // The relu bit mask written (RELU_AUX_BIAS) or read (DRELU_BGRAD); null
+  // for none.
+  const void* relu_mask;
+  const char* name;  // For errors.
 };
 
-absl::Status LtProduct(const LtCall& call) {
+absl::Status LtProduct(const LtOperands& call, const LtEpilogue& epilogue) {
   const bool ta = call.ta, tb = call.tb, c_bf16 = call.c_bf16;
   const int64_t m = call.m, n = call.n, k = call.k;
   const int64_t lda = call.lda, ldb = call.ldb;
   const int device = call.device;
   const MatMulPrecision precision = call.precision;
   void* const c = call.c;
-  const absl::string_view name = call.name;
+  const absl::string_view name = epilogue.name;
   if (m == 0 || n == 0) return absl::OkStatus();
   if (k < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -144,9 +148,9 @@ absl::Status LtProduct(const LtCall& call) {
   MT_RETURN_IF_ERROR(
       SetDesc(*lib, raw_desc, CUBLASLT_MATMUL_DESC_TRANSB, op_b));
   MT_RETURN_IF_ERROR(
-      SetDesc(*lib, raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE, call.epilogue));
-  MT_RETURN_IF_ERROR(
-      SetDesc(*lib, raw_desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, call.bias));
+      SetDesc(*lib, raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue.kind));
+  MT_RETURN_IF_ERROR(SetDesc(*lib, raw_desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                             epilogue.bias));
   // The bias (or its gradient) stays f32 with a bf16 D: the epilogue adds
   // it in f32 and rounds the sum once, as the f32 path then a rounding
   // pass would. (cuBLASLt's default is D's type; without an algorithm for
@@ -154,10 +158,10 @@ absl::Status LtProduct(const LtCall& call) {
   const cudaDataType_t bias_type = CUDA_R_32F;
   MT_RETURN_IF_ERROR(
       SetDesc(*lib, raw_desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type));
-  if (call.relu_mask != nullptr) {
+  if (epilogue.relu_mask != nullptr) {
     MT_RETURN_IF_ERROR(SetDesc(*lib, raw_desc,
                                CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
-                               call.relu_mask));
+                               epilogue.relu_mask));
     const int64_t mask_ld = ReluMaskLd(n);
     MT_RETURN_IF_ERROR(
         SetDesc(*lib, raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, mask_ld));
@@ -203,6 +207,13 @@ absl::Status LtProduct(const LtCall& call) {
                      " bf16 result=", c_bf16));
   };
   if (heuristic == CUBLAS_STATUS_NOT_SUPPORTED) return not_found("refused");
+  // The optional forms (a bf16 result with an f32 bias, the relu mask)
+  // rest on attribute combinations cuBLASLt's header does not promise: a
+  // descriptor it calls invalid there means the plain form is the one.
+  const bool optional_form = c_bf16 || epilogue.relu_mask != nullptr;
+  if (heuristic == CUBLAS_STATUS_INVALID_VALUE && optional_form) {
+    return not_found("calls the descriptor invalid");
+  }
   MT_CUBLAS_RETURN_IF_ERROR(heuristic);
   if (found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
     return not_found("has no algorithm");
@@ -219,6 +230,9 @@ absl::Status LtProduct(const LtCall& call) {
   // A heuristic's pick may still be refused before it launches (the
   // header's caveat): nothing was written, so the unfused path can run.
   if (run == CUBLAS_STATUS_NOT_SUPPORTED) return not_found("refused to run");
+  if (run == CUBLAS_STATUS_INVALID_VALUE && optional_form) {
+    return not_found("calls the descriptor invalid at run time");
+  }
   MT_CUBLAS_RETURN_IF_ERROR(run);
   return absl::OkStatus();
 }
@@ -233,26 +247,13 @@ absl::Status GemmBiasOnGpu(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
   if (relu_mask != nullptr && !relu) {
     return absl::InvalidArgumentError("GemmBias: a relu mask without relu");
   }
-  return LtProduct({.ta = ta,
-                    .tb = tb,
-                    .m = m,
-                    .n = n,
-                    .k = k,
-                    .a = a,
-                    .lda = lda,
-                    .b = b,
-                    .ldb = ldb,
-                    .c = c,
-                    .c_bf16 = c_bf16,
-                    .device = device,
-                    .precision = precision,
-                    .epilogue = relu_mask != nullptr
-                                    ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS
-                                : relu ? CUBLASLT_EPILOGUE_RELU_BIAS
-                                       : CUBLASLT_EPILOGUE_BIAS,
-                    .bias = bias,
-                    .relu_mask = relu_mask,
-                    .name = "GemmBias"});
+  const cublasLtEpilogue_t kind = relu_mask != nullptr
+                                      ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS
+                                  : relu ? CUBLASLT_EPILOGUE_RELU_BIAS
+                                         : CUBLASLT_EPILOGUE_BIAS;
+  return LtProduct(
+      {ta, tb, m, n, k, a, lda, b, ldb, c, c_bf16, device, precision},
+      {kind, bias, relu_mask, "GemmBias"});
 }
 
 absl::Status GemmReluGradOnGpu(bool ta, bool tb, int64_t m, int64_t n,
@@ -265,23 +266,9 @@ absl::Status GemmReluGradOnGpu(bool ta, bool tb, int64_t m, int64_t n,
     return absl::InvalidArgumentError(
         "GemmReluGrad: needs the relu mask and the bias gradient");
   }
-  return LtProduct({.ta = ta,
-                    .tb = tb,
-                    .m = m,
-                    .n = n,
-                    .k = k,
-                    .a = a,
-                    .lda = lda,
-                    .b = b,
-                    .ldb = ldb,
-                    .c = c,
-                    .c_bf16 = c_bf16,
-                    .device = device,
-                    .precision = precision,
-                    .epilogue = CUBLASLT_EPILOGUE_DRELU_BGRAD,
-                    .bias = bias_grad,
-                    .relu_mask = relu_mask,
-                    .name = "GemmReluGrad"});
+  return LtProduct(
+      {ta, tb, m, n, k, a, lda, b, ldb, c, c_bf16, device, precision},
+      {CUBLASLT_EPILOGUE_DRELU_BGRAD, bias_grad, relu_mask, "GemmReluGrad"});
 }
 
 MT_DEFINE_CUDA_KERNEL(GemmBias, GemmBiasOnGpu);

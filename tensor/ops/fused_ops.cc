@@ -255,6 +255,9 @@ absl::StatusOr<std::optional<ReluGradient>> FusedMaskedProduct(
   const auto& p = std::any_cast<const internal::SavedProduct&>(op.attrs);
   const Tensor& y = op.outputs[0];
   const int64_t m = y.dim(0), n = y.dim(1), k = g.dim(1);
+  // An empty product writes nothing (not even the bias gradient's zeros):
+  // the unfused path's.
+  if (m == 0 || n == 0 || k == 0) return std::nullopt;
   ReluGradient out;
   MT_ASSIGN_OR_RETURN(out.db, Tensor::Empty(DType::kF32, {n}, y.device()));
   Tensor dz;
@@ -319,16 +322,17 @@ absl::StatusOr<std::any> ReluProductHandOff(const OpRecord& producer,
   const auto& p = std::any_cast<const SavedProduct&>(producer.attrs);
   // The product reads what the producer's products read: g in that form.
   if (g.bf16() != p.a.bf16()) return std::any();
-  relu_hand_offs.fetch_add(1, std::memory_order_relaxed);
+  std::optional<ReluGradient> r;
   if (p.relu_mask != nullptr) {
-    MT_ASSIGN_OR_RETURN(std::optional<ReluGradient> fused,
-                        FusedMaskedProduct(producer, g, w, transpose_w));
-    if (fused.has_value()) return std::any(*std::move(fused));
+    MT_ASSIGN_OR_RETURN(r, FusedMaskedProduct(producer, g, w, transpose_w));
   }
-  // The product, then the masked pass: the numbers without the hand-off.
-  MT_ASSIGN_OR_RETURN(const Tensor dy, Product(g, w, false, transpose_w));
-  MT_ASSIGN_OR_RETURN(ReluGradient r, MaskedGradient(producer, dy));
-  return std::any(std::move(r));
+  if (!r.has_value()) {
+    // The product, then the masked pass: the numbers without the hand-off.
+    MT_ASSIGN_OR_RETURN(const Tensor dy, Product(g, w, false, transpose_w));
+    MT_ASSIGN_OR_RETURN(r, MaskedGradient(producer, dy));
+  }
+  relu_hand_offs.fetch_add(1, std::memory_order_relaxed);
+  return std::any(*std::move(r));
 }
 
 int64_t ReluHandOffs() {

@@ -317,7 +317,9 @@ absl::StatusOr<bool> FusedGemmBias(const GemmOperand& a, const GemmOperand& b,
   // The most fused form cuBLASLt has an algorithm for, first: a bf16 result
   // when asked to round (and the operands are bf16), the mask when asked.
   const bool bf16_result = rounding != OutputRounding::kNone && a.bf16();
-  std::shared_ptr<Buffer>* mask = relu ? relu_mask : nullptr;
+  // (No mask for an empty result: nothing would be written into it.)
+  std::shared_ptr<Buffer>* mask =
+      relu && d.m > 0 && d.n > 0 ? relu_mask : nullptr;
   std::vector<std::pair<bool, std::shared_ptr<Buffer>*>> tries;
   for (const bool bf16 : {true, false}) {
     if (bf16 && !bf16_result) continue;

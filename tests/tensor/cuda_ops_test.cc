@@ -399,13 +399,19 @@ TEST_F(CudaOpsTest, Bf16EpiloguesWriteTheRoundedResult) {
 // A relu product's masked pass handed to the product that reads its output
 // (GradientLinks) runs as one cuBLASLt product with the mask its forward
 // epilogue kept (DRELU_BGRAD): for both relu layers of a 3-layer MLP, in
-// fp32 and bf16, gradients as the CPU's (which runs the product, then the
-// masked pass).
+// fp32 and bf16 (there with the layers' outputs rounded by the forward
+// epilogue, as the containers ask), gradients as the CPU's (which runs the
+// product, then the masked pass). The first layer's bias is zero and the
+// first input row too, so that row's pre-activations are exactly 0: relu's
+// gradient passes nothing there (y > 0, as TensorFlow's ReluGrad), which
+// the mask must say as well.
 TEST_F(CudaOpsTest, ReluHandOffsRunAsOneProductInEveryPrecision) {
+  Tensor x = testing::RandomTensor({64, 48}, 81, DType::kF32);
+  for (int64_t i = 0; i < 48; ++i) x.data<float>()[i] = 0;
   const std::vector<Tensor> mlp = {
-      testing::RandomTensor({64, 48}, 81, DType::kF32),
+      x,
       testing::RandomTensor({48, 40}, 82, DType::kF32),
-      testing::RandomTensor({40}, 83, DType::kF32),
+      Tensor::HostFull(DType::kF32, {40}, 0.0),
       testing::RandomTensor({40, 32}, 84, DType::kF32),
       testing::RandomTensor({32}, 85, DType::kF32),
       testing::RandomTensor({32, 10}, 86, DType::kF32),
@@ -414,19 +420,41 @@ TEST_F(CudaOpsTest, ReluHandOffsRunAsOneProductInEveryPrecision) {
        {MatMulPrecision::kFp32, MatMulPrecision::kBf16}) {
     SCOPED_TRACE(static_cast<int>(precision));
     SetMatMulPrecision(precision);
+    const ops::OutputRounding rounding =
+        precision == MatMulPrecision::kBf16
+            ? ops::OutputRounding::kBf16WithHalves
+            : ops::OutputRounding::kNone;
     const int64_t fused = ops::internal::FusedReluHandOffs();
+    const int64_t written = ops::internal::Bf16EpilogueCalls();
     testing::ExpectGpuMatchesCpu(
-        [](const std::vector<Tensor>& in) -> absl::StatusOr<Tensor> {
-          MT_ASSIGN_OR_RETURN(Tensor h,
-                              ops::MatMulBiasRelu(in[0], in[1], in[2]));
-          MT_ASSIGN_OR_RETURN(h, ops::MatMulBiasRelu(h, in[3], in[4]));
+        [rounding](const std::vector<Tensor>& in) -> absl::StatusOr<Tensor> {
+          MT_ASSIGN_OR_RETURN(
+              Tensor h, ops::MatMulBiasRelu(in[0], in[1], in[2], rounding));
+          MT_ASSIGN_OR_RETURN(h,
+                              ops::MatMulBiasRelu(h, in[3], in[4], rounding));
           return ops::MatMulBias(h, in[5], in[6]);
         },
         mlp, 1e-4, 1e-4);
     SetMatMulPrecision(MatMulPrecision::kFp32);
     EXPECT_EQ(ops::internal::FusedReluHandOffs() - fused, 2)
         << "cuBLASLt had no DRELU_BGRAD algorithm (or no relu mask)";
+    if (rounding != ops::OutputRounding::kNone) {
+      // Both relu layers of the one GPU forward.
+      EXPECT_EQ(ops::internal::Bf16EpilogueCalls() - written, 2)
+          << "no algorithm for a bf16 result with the relu mask";
+    }
   }
+  // A replica's empty shard: no mask kept, no product run, and the bias
+  // gradients zeros as the CPU's (not a never-written buffer).
+  std::vector<Tensor> empty = mlp;
+  empty[0] = testing::RandomTensor({0, 48}, 88, DType::kF32);
+  testing::ExpectGpuMatchesCpu(
+      [](const std::vector<Tensor>& in) -> absl::StatusOr<Tensor> {
+        MT_ASSIGN_OR_RETURN(Tensor h, ops::MatMulBiasRelu(in[0], in[1], in[2]));
+        MT_ASSIGN_OR_RETURN(h, ops::MatMulBiasRelu(h, in[3], in[4]));
+        return ops::MatMulBias(h, in[5], in[6]);
+      },
+      empty, 0, 0);
 }
 
 // `t` moved to the nearest multiple of `step`, plus `offset`.

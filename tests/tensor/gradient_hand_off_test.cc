@@ -20,16 +20,19 @@
 namespace mirrortrain {
 namespace {
 
-// x [9, 6] -> relu 5 -> relu 4 -> linear 3.
+// x [rows, 6] -> relu 5 -> relu 4 -> linear 3.
 struct Mlp {
-  Tensor x = testing::RandomTensor({9, 6}, 1, DType::kF32);
+  explicit Mlp(int64_t rows = 9)
+      : x(testing::RandomTensor({rows, 6}, 1, DType::kF32)),
+        probe(testing::RandomTensor({rows, 3}, 8, DType::kF32)) {}
+  Tensor x;
   Tensor w1 = testing::RandomTensor({6, 5}, 2, DType::kF32);
   Tensor b1 = testing::RandomTensor({5}, 3, DType::kF32);
   Tensor w2 = testing::RandomTensor({5, 4}, 4, DType::kF32);
   Tensor b2 = testing::RandomTensor({4}, 5, DType::kF32);
   Tensor w3 = testing::RandomTensor({4, 3}, 6, DType::kF32);
   Tensor b3 = testing::RandomTensor({3}, 7, DType::kF32);
-  Tensor probe = testing::RandomTensor({9, 3}, 8, DType::kF32);
+  Tensor probe;
   std::vector<Tensor> sources() const { return {x, w1, b1, w2, b2, w3, b3}; }
 };
 
@@ -90,6 +93,20 @@ TEST_P(GradientHandOffTest, ReluProductsHandTheirMaskedPassToTheirReader) {
   const std::vector<Tensor> fused = Gradients(m, {});
   EXPECT_EQ(ops::internal::ReluHandOffs() - before, 2);
   ExpectSame(fused, unfused);
+}
+
+// A replica's empty shard (no rows): the hand-offs still run, and every
+// gradient is the unfused chain's (zeros for the weights and biases).
+TEST_P(GradientHandOffTest, EmptyBatchesHandOffZeros) {
+  const Mlp m(0);
+  const std::vector<Tensor> unfused = Gradients(m, {.fused = false});
+  const int64_t before = ops::internal::ReluHandOffs();
+  const std::vector<Tensor> fused = Gradients(m, {});
+  EXPECT_EQ(ops::internal::ReluHandOffs() - before, 2);
+  ExpectSame(fused, unfused);
+  ASSERT_EQ(fused.size(), 7u);
+  EXPECT_EQ(fused[2].dim(0), 5);  // b1's gradient: zeros, not undefined.
+  for (int64_t i = 0; i < 5; ++i) EXPECT_EQ(fused[2].data<float>()[i], 0.0f);
 }
 
 // y1 read by a second op, or asked for as a source: its producer keeps
