@@ -7,7 +7,11 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -89,6 +93,35 @@ struct LtEpilogue {
   const void* relu_mask;
   const char* name;  // For errors.
 };
+
+// What the heuristic said about one problem: everything its answer depends
+// on (shapes, types, transposes, the epilogue, the pointers' alignments).
+using PickKey = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t,
+                           int64_t, bool, int, int, uint32_t, uint32_t,
+                           uint32_t, uint32_t, uint32_t>;
+struct Pick {
+  cublasLtMatmulAlgo_t algo = {};
+  size_t workspace_bytes = 0;
+  std::string refusal;  // Not empty: no algorithm, and why.
+};
+
+// The heuristic takes tens of microseconds of host time per query
+// (cuBLASLt's guide recommends keeping its answers); eager steps and
+// evaluations ask the same few problems again and again, and after a
+// refusal the optional forms' next tries are immediate. Per thread, as the
+// handles are; cleared if it ever holds more than kMaxPicks problems.
+constexpr size_t kMaxPicks = 4096;
+thread_local std::map<PickKey, Pick> picks;
+
+Pick* CachedPick(const PickKey& key) {
+  auto it = picks.find(key);
+  return it == picks.end() ? nullptr : &it->second;
+}
+
+Pick* RememberPick(const PickKey& key, Pick pick) {
+  if (picks.size() >= kMaxPicks) picks.clear();
+  return &picks.emplace(key, std::move(pick)).first->second;
+}
 
 absl::Status LtProduct(const LtOperands& call, const LtEpilogue& epilogue) {
   const bool ta = call.ta, tb = call.tb, c_bf16 = call.c_bf16;
@@ -177,27 +210,6 @@ absl::Status LtProduct(const LtOperands& call, const LtEpilogue& epilogue) {
       Layout layout_d,
       MakeLayout(*lib, c_bf16 ? CUDA_R_16BF : CUDA_R_32F, n, m, n));
 
-  cublasLtMatmulPreference_t raw_pref = nullptr;
-  MT_CUBLAS_RETURN_IF_ERROR(lib->LtMatmulPreferenceCreate(&raw_pref));
-  const Preference pref(raw_pref, lib->LtMatmulPreferenceDestroy);
-  MT_CUBLAS_RETURN_IF_ERROR(lib->LtMatmulPreferenceSetAttribute(
-      raw_pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kMaxWorkspaceBytes,
-      sizeof(kMaxWorkspaceBytes)));
-  const std::pair<cublasLtMatmulPreferenceAttributes_t, const void*>
-      alignments[] = {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, lt_a},
-                      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, lt_b},
-                      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, c},
-                      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, c}};
-  for (const auto& [attr, ptr] : alignments) {
-    const uint32_t align = Alignment(ptr);
-    MT_CUBLAS_RETURN_IF_ERROR(lib->LtMatmulPreferenceSetAttribute(
-        raw_pref, attr, &align, sizeof(align)));
-  }
-  cublasLtMatmulHeuristicResult_t result = {};
-  int found = 0;
-  const cublasStatus_t heuristic = lib->LtMatmulAlgoGetHeuristic(
-      h, raw_desc, layout_a.get(), layout_b.get(), layout_d.get(),
-      layout_d.get(), raw_pref, 1, &result, &found);
   // NotFound (not Internal): the caller then takes the unfused path. Any
   // other failure (a bad descriptor) is an error, not a silent fallback.
   const auto not_found = [&](absl::string_view why) {
@@ -206,33 +218,84 @@ absl::Status LtProduct(const LtOperands& call, const LtEpilogue& epilogue) {
                      " transpose_a=", ta, " transpose_b=", tb, " bf16=", bf16,
                      " bf16 result=", c_bf16));
   };
-  if (heuristic == CUBLAS_STATUS_NOT_SUPPORTED) return not_found("refused");
   // The optional forms (a bf16 result with an f32 bias, the relu mask)
   // rest on attribute combinations cuBLASLt's header does not promise: a
   // descriptor it calls invalid there means the plain form is the one.
   const bool optional_form = c_bf16 || epilogue.relu_mask != nullptr;
-  if (heuristic == CUBLAS_STATUS_INVALID_VALUE && optional_form) {
-    return not_found("calls the descriptor invalid");
+  const PickKey key{device,
+                    ta,
+                    tb,
+                    m,
+                    n,
+                    k,
+                    lda,
+                    ldb,
+                    c_bf16,
+                    static_cast<int>(precision),
+                    static_cast<int>(epilogue.kind),
+                    Alignment(lt_a),
+                    Alignment(lt_b),
+                    Alignment(c),
+                    Alignment(epilogue.bias),
+                    Alignment(epilogue.relu_mask)};
+  Pick* pick = CachedPick(key);
+  if (pick == nullptr) {
+    cublasLtMatmulPreference_t raw_pref = nullptr;
+    MT_CUBLAS_RETURN_IF_ERROR(lib->LtMatmulPreferenceCreate(&raw_pref));
+    const Preference pref(raw_pref, lib->LtMatmulPreferenceDestroy);
+    MT_CUBLAS_RETURN_IF_ERROR(lib->LtMatmulPreferenceSetAttribute(
+        raw_pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kMaxWorkspaceBytes,
+        sizeof(kMaxWorkspaceBytes)));
+    const std::pair<cublasLtMatmulPreferenceAttributes_t, const void*>
+        alignments[] = {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, lt_a},
+                        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, lt_b},
+                        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, c},
+                        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, c}};
+    for (const auto& [attr, ptr] : alignments) {
+      const uint32_t align = Alignment(ptr);
+      MT_CUBLAS_RETURN_IF_ERROR(lib->LtMatmulPreferenceSetAttribute(
+          raw_pref, attr, &align, sizeof(align)));
+    }
+    cublasLtMatmulHeuristicResult_t result = {};
+    int found = 0;
+    const cublasStatus_t heuristic = lib->LtMatmulAlgoGetHeuristic(
+        h, raw_desc, layout_a.get(), layout_b.get(), layout_d.get(),
+        layout_d.get(), raw_pref, 1, &result, &found);
+    Pick answer;
+    if (heuristic == CUBLAS_STATUS_NOT_SUPPORTED) {
+      answer.refusal = "refused";
+    } else if (heuristic == CUBLAS_STATUS_INVALID_VALUE && optional_form) {
+      answer.refusal = "calls the descriptor invalid";
+    } else {
+      MT_CUBLAS_RETURN_IF_ERROR(heuristic);  // Not remembered.
+      if (found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
+        answer.refusal = "has no algorithm";
+      } else {
+        answer.algo = result.algo;
+        answer.workspace_bytes = result.workspaceSize;
+      }
+    }
+    pick = RememberPick(key, std::move(answer));
   }
-  MT_CUBLAS_RETURN_IF_ERROR(heuristic);
-  if (found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
-    return not_found("has no algorithm");
-  }
+  if (!pick->refusal.empty()) return not_found(pick->refusal);
   DeviceScratch workspace;
-  if (result.workspaceSize > 0) {
-    MT_RETURN_IF_ERROR(workspace.Allocate(device, result.workspaceSize));
+  if (pick->workspace_bytes > 0) {
+    MT_RETURN_IF_ERROR(workspace.Allocate(device, pick->workspace_bytes));
   }
   const float alpha = 1.0f, beta = 0.0f;
   const cublasStatus_t run = lib->LtMatmul(
       h, raw_desc, &alpha, lt_a, layout_a.get(), lt_b, layout_b.get(), &beta, c,
-      layout_d.get(), c, layout_d.get(), &result.algo, workspace.get<void>(),
-      result.workspaceSize, stream);
+      layout_d.get(), c, layout_d.get(), &pick->algo, workspace.get<void>(),
+      pick->workspace_bytes, stream);
   // A heuristic's pick may still be refused before it launches (the
-  // header's caveat): nothing was written, so the unfused path can run.
-  if (run == CUBLAS_STATUS_NOT_SUPPORTED) return not_found("refused to run");
-  if (run == CUBLAS_STATUS_INVALID_VALUE && optional_form) {
-    return not_found("calls the descriptor invalid at run time");
+  // header's caveat): nothing was written, so the unfused path can run,
+  // now and for this problem from now on.
+  if (run == CUBLAS_STATUS_NOT_SUPPORTED) {
+    pick->refusal = "refused to run";
+  } else if (run == CUBLAS_STATUS_INVALID_VALUE && optional_form) {
+    pick->refusal = "calls the descriptor invalid at run time";
   }
+  if (!pick->refusal.empty()) return not_found(pick->refusal);
   MT_CUBLAS_RETURN_IF_ERROR(run);
   return absl::OkStatus();
 }

@@ -333,6 +333,33 @@ TEST_F(CudaOpsTest, FusedDenseEpiloguesMatchCpuInEveryPrecision) {
   }
 }
 
+// cuBLASLt's answers are kept per problem (shapes, epilogue, alignments):
+// the same product again gives the same bits, and the same shapes at
+// other alignments (a shard one row further in) are asked again, not
+// given an algorithm picked for 256-byte-aligned pointers.
+TEST_F(CudaOpsTest, FusedProductsReuseTheirAlgorithmPerProblem) {
+  const Tensor x_all = testing::RandomTensor({130, 96}, 57, DType::kF32);
+  const Tensor w = testing::RandomTensor({96, 72}, 58, DType::kF32);
+  const Tensor b = testing::RandomTensor({72}, 59, DType::kF32);
+  const Tensor gx = *x_all.To(Device::Cuda(0));
+  const Tensor gw = *w.To(Device::Cuda(0)), gb = *b.To(Device::Cuda(0));
+  for (const int64_t first_row : {int64_t{0}, int64_t{1}, int64_t{0}}) {
+    SCOPED_TRACE(first_row);
+    const Tensor cpu =
+        *ops::MatMulBiasRelu(*x_all.SliceRows(first_row, 128), w, b);
+    const int64_t fused = ops::internal::FusedGemmBiasCalls();
+    const Tensor once =
+        *ops::MatMulBiasRelu(*gx.SliceRows(first_row, 128), gw, gb);
+    const Tensor again =
+        *ops::MatMulBiasRelu(*gx.SliceRows(first_row, 128), gw, gb);
+    EXPECT_EQ(ops::internal::FusedGemmBiasCalls() - fused, 2);
+    const Tensor host = *once.To(Device::Cpu());
+    EXPECT_TRUE(testing::AllClose(*again.To(Device::Cpu()), host, 0, 0));
+    const testing::DiffAndNorm d = testing::L2DiffAndNorm(host, cpu);
+    EXPECT_LT(d.diff / d.norm, 1e-5);
+  }
+}
+
 // Asked for a rounded result (a layer output under mixed bfloat16), the
 // bf16 epilogue writes it as bfloat16 and the op widens it: the f32 values
 // are the halves' values, and both are the CPU emulation's rounded result
