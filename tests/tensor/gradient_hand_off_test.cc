@@ -175,9 +175,12 @@ TEST_P(GradientHandOffTest, RecordedBackwardPassesAndPersistentTapes) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Precisions, GradientHandOffTest,
-                         ::testing::Values(MatMulPrecision::kFp32,
-                                           MatMulPrecision::kBf16));
+INSTANTIATE_TEST_SUITE_P(
+    Precisions, GradientHandOffTest,
+    ::testing::Values(MatMulPrecision::kFp32, MatMulPrecision::kBf16),
+    [](const ::testing::TestParamInfo<MatMulPrecision>& info) {
+      return info.param == MatMulPrecision::kBf16 ? "bf16" : "fp32";
+    });
 
 }  // namespace
 }  // namespace mirrortrain
