@@ -202,7 +202,11 @@ const ParamSchema& EmaSchema() {
            "null turns EMA off"),
        Param::Bool("use_num_updates")
            .Default(true)
-           .Doc("decay = min(decay, (1+n)/(10+n)) with n the step")}};
+           .Doc("decay = min(decay, (1+n)/(10+n)) with n the step"),
+       Param::Bool("evaluate_raw")
+           .Default(true)
+           .Doc("evaluations also run on the raw weights (false: the EMA "
+                "weights only, one test pass instead of two)")}};
   return *s;
 }
 
@@ -908,6 +912,11 @@ absl::Status Validate(const Reader& r, const YAML::Node& root,
     return r.Error("train.epochs", node("train", "epochs"),
                    "set train.epochs or train.steps");
   }
+  if (!c.ema.decay && !c.ema.evaluate_raw) {
+    return r.Error("ema.evaluate_raw", node("ema", "evaluate_raw"),
+                   "false leaves nothing to evaluate without an EMA "
+                   "(ema.decay is null)");
+  }
   absl::StatusOr<std::vector<Device>> devices =
       distribute::ResolveDevices(c.distribute.devices);
   if (!devices.ok()) {
@@ -998,7 +1007,8 @@ absl::StatusOr<Config> Parse(const std::string& yaml_text,
   MT_RETURN_IF_ERROR(ReadOptimizer(r, Child(root, "optimizer"), &c, &resolved));
   MT_ASSIGN_OR_RETURN(Params ema,
                       ReadFixed(r, root, "ema", EmaSchema(), &resolved));
-  c.ema = {ema.OptionalFloat("decay"), ema.Bool("use_num_updates")};
+  c.ema = {ema.OptionalFloat("decay"), ema.Bool("use_num_updates"),
+           ema.Bool("evaluate_raw")};
   MT_ASSIGN_OR_RETURN(Params dist, ReadFixed(r, root, "distribute",
                                              DistributeSchema(), &resolved));
   c.distribute = {dist.String("strategy"),

@@ -64,6 +64,7 @@ struct OptimizerConfig {
 struct EmaConfig {
   std::optional<double> decay;  // Absent: no EMA.
   bool use_num_updates;
+  bool evaluate_raw = true;  // Evaluations also on the raw weights.
 };
 
 struct DistributeConfig {

@@ -808,7 +808,8 @@ const Tensor* Trainer::TestImagesOn(Device device) const {
 
 absl::Status Trainer::EvaluateAndLog(int64_t step) {
   const int64_t steps_per_epoch = StepsPerEpoch();
-  std::vector<bool> which = {false};
+  std::vector<bool> which;  // Raw (false) and EMA (true) weights.
+  if (!primary().ema || config_.ema.evaluate_raw) which.push_back(false);
   if (primary().ema) which.push_back(true);
   std::string line = absl::StrCat("eval step ", step);
   for (bool ema : which) {

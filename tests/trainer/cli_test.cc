@@ -118,6 +118,35 @@ TEST(CliTest, TrainWritesTheRunDirectory) {
       << r.err;
 }
 
+// ema.evaluate_raw: false evaluates the EMA weights only, the same numbers
+// as when the raw weights are evaluated too; without an EMA there would be
+// nothing to evaluate, which is a config error naming the key.
+TEST(CliTest, EvaluateRawFalseEvaluatesTheEmaWeightsOnly) {
+  const std::string both = FreshDir("eval_both");
+  const std::string ema_only = FreshDir("eval_ema_only");
+  ASSERT_EQ(RunCli(SmallTrain(both)).exit_code, 0);
+  Result r = RunCli(SmallTrain(ema_only, {"ema.evaluate_raw=false"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto test_lines = [](const std::string& dir, const std::string& weights) {
+    std::vector<std::string> out;
+    for (const std::string& l : Lines(ReadFile(dir + "/metrics.jsonl"))) {
+      if (l.find("\"weights\": \"" + weights + "\"") != std::string::npos) {
+        out.push_back(l);
+      }
+    }
+    return out;
+  };
+  EXPECT_TRUE(test_lines(ema_only, "raw").empty());
+  EXPECT_EQ(test_lines(ema_only, "ema").size(), 2u);
+  EXPECT_EQ(test_lines(ema_only, "ema"), test_lines(both, "ema"));
+  Result bad = RunCli(SmallTrain(FreshDir("eval_nothing"),
+                                 {"ema.decay=null", "ema.evaluate_raw=false"}));
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("ema.evaluate_raw: false leaves nothing to evaluate"),
+            std::string::npos)
+      << bad.err;
+}
+
 TEST(CliTest, EvalReproducesTheLoggedNumbersExactly) {
   const std::string dir = FreshDir("eval");
   ASSERT_EQ(RunCli(SmallTrain(dir, {"train.epochs=10"})).exit_code, 0);
