@@ -292,17 +292,30 @@ TEST_F(CudaOpsTest, Bf16ProductGradientsMatchTheCpuEmulation) {
   SetMatMulPrecision(MatMulPrecision::kFp32);
 }
 
+// A dense layer's operands on the host and on gpu:0: x [298, 200], rows
+// 3.. of a larger tensor, so it starts off the 256-byte alignment cuBLASLt
+// assumes (a replica's shard starts at any row); kernel [200, units], bias
+// [units]; random from seed, seed + 1 and seed + 2.
+struct DenseOperands {
+  Tensor x, w, b, gx, gw, gb;
+};
+DenseOperands MakeDenseOperands(int64_t units, uint64_t seed) {
+  const Tensor x_all = testing::RandomTensor({301, 200}, seed, DType::kF32);
+  DenseOperands d;
+  d.x = *x_all.SliceRows(3, 298);
+  d.w = testing::RandomTensor({200, units}, seed + 1, DType::kF32);
+  d.b = testing::RandomTensor({units}, seed + 2, DType::kF32);
+  d.gx = *x_all.To(Device::Cuda(0))->SliceRows(3, 298);
+  d.gw = *d.w.To(Device::Cuda(0));
+  d.gb = *d.b.To(Device::Cuda(0));
+  return d;
+}
+
 // The cuBLASLt epilogue (bias, relu) against the CPU in each precision, on
-// operands that start off the 256-byte alignment cuBLASLt assumes (a
-// replica's shard starts at any row); tf32 and bf16 differ from the CPU's
-// f32 by their rounding of the operands.
+// operands that start off the 256-byte alignment cuBLASLt assumes; tf32
+// and bf16 differ from the CPU's f32 by their rounding of the operands.
 TEST_F(CudaOpsTest, FusedDenseEpiloguesMatchCpuInEveryPrecision) {
-  const Tensor x_all = testing::RandomTensor({301, 200}, 51, DType::kF32);
-  const Tensor x = *x_all.SliceRows(3, 298);
-  const Tensor w = testing::RandomTensor({200, 129}, 52, DType::kF32);
-  const Tensor b = testing::RandomTensor({129}, 53, DType::kF32);
-  const Tensor gx = *x_all.To(Device::Cuda(0))->SliceRows(3, 298);
-  const Tensor gw = *w.To(Device::Cuda(0)), gb = *b.To(Device::Cuda(0));
+  const auto [x, w, b, gx, gw, gb] = MakeDenseOperands(129, 51);
   for (auto [precision, tol] : std::vector<std::pair<MatMulPrecision, double>>{
            {MatMulPrecision::kFp32, 1e-5},
            {MatMulPrecision::kTf32, 5e-3},
@@ -366,12 +379,7 @@ TEST_F(CudaOpsTest, FusedProductsReuseTheirAlgorithmPerProblem) {
 // within one bfloat16 step where the f32 sums differ in their last bits
 // (the summation orders differ). Without halves asked for none are kept.
 TEST_F(CudaOpsTest, Bf16EpiloguesWriteTheRoundedResult) {
-  const Tensor x_all = testing::RandomTensor({301, 200}, 54, DType::kF32);
-  const Tensor x = *x_all.SliceRows(3, 298);
-  const Tensor w = testing::RandomTensor({200, 132}, 55, DType::kF32);
-  const Tensor b = testing::RandomTensor({132}, 56, DType::kF32);
-  const Tensor gx = *x_all.To(Device::Cuda(0))->SliceRows(3, 298);
-  const Tensor gw = *w.To(Device::Cuda(0)), gb = *b.To(Device::Cuda(0));
+  const auto [x, w, b, gx, gw, gb] = MakeDenseOperands(132, 54);
   SetMatMulPrecision(MatMulPrecision::kBf16);
   const Tensor cpu_relu =
       *ops::RoundedToBFloat16(*ops::MatMulBiasRelu(x, w, b));
