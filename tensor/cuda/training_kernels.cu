@@ -61,6 +61,25 @@ __device__ inline void StoreWide(T* p, int64_t i, const Wide<T>& v) {
 // Whether `p` (null: no operand) allows 16-byte accesses.
 bool Wide16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// A block's chunk [begin, end) of one tensor: with `wide` (every pointer
+// of the tensor 16-byte aligned; a chunk starts a multiple of kChunk
+// elements in) group(i) for each group of Wide<T>::kLanes elements from i,
+// then one(i) for each element left; else one(i) for every element.
+template <typename T, typename Group, typename One>
+__device__ inline void VisitChunk(bool wide, int64_t begin, int64_t end,
+                                  Group group, One one) {
+  if (wide) {
+    constexpr int kLanes = Wide<T>::kLanes;
+    const int64_t wide_end = begin + (end - begin) / kLanes * kLanes;
+    for (int64_t i = begin + threadIdx.x * kLanes; i < wide_end;
+         i += blockDim.x * kLanes) {
+      group(i);
+    }
+    begin = wide_end;
+  }
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) one(i);
+}
+
 // The tensor of this block, and its chunk [begin, end).
 __device__ inline int BlockTensor(const TensorBatch& batch, int64_t& begin,
                                   int64_t& end) {
@@ -81,34 +100,28 @@ __global__ void UpdatesKernel(const __grid_constant__ TensorBatch batch) {
   T* __restrict__ w = static_cast<T*>(batch.out[t]);
   T* __restrict__ s0 = static_cast<T*>(batch.s0[t]);
   T* __restrict__ s1 = static_cast<T*>(batch.s1[t]);
-  // The chunk 16 bytes at a time (a chunk starts a multiple of kChunk
-  // elements in), the same arithmetic per element; then any tail one by
-  // one. Rules with fewer slots get null pointers and use zeros.
-  if (batch.wide[t]) {
-    constexpr int kLanes = Wide<T>::kLanes;
-    const int64_t wide_end = begin + (end - begin) / kLanes * kLanes;
-    for (int64_t i = begin + threadIdx.x * kLanes; i < wide_end;
-         i += blockDim.x * kLanes) {
-      const Wide<T> gv = LoadWide(g, i);
-      Wide<T> wv = LoadWide(w, i), a{}, b{};
-      if (s0 != nullptr) a = LoadWide(s0, i);
-      if (s1 != nullptr) b = LoadWide(s1, i);
+  // Rules with fewer slots get null pointers and use zeros.
+  VisitChunk<T>(
+      batch.wide[t], begin, end,
+      [&](int64_t i) {
+        const Wide<T> gv = LoadWide(g, i);
+        Wide<T> wv = LoadWide(w, i), a{}, b{};
+        if (s0 != nullptr) a = LoadWide(s0, i);
+        if (s1 != nullptr) b = LoadWide(s1, i);
 #pragma unroll
-      for (int l = 0; l < kLanes; ++l) {
-        UpdateElement<R, T>(p, gv.v[l], wv.v[l], a.v[l], b.v[l]);
-      }
-      StoreWide(w, i, wv);
-      if (s0 != nullptr) StoreWide(s0, i, a);
-      if (s1 != nullptr) StoreWide(s1, i, b);
-    }
-    begin = wide_end;
-  }
-  T unused0 = T(0), unused1 = T(0);
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    T& slot0 = s0 != nullptr ? s0[i] : unused0;
-    T& slot1 = s1 != nullptr ? s1[i] : unused1;
-    UpdateElement<R, T>(p, g[i], w[i], slot0, slot1);
-  }
+        for (int l = 0; l < Wide<T>::kLanes; ++l) {
+          UpdateElement<R, T>(p, gv.v[l], wv.v[l], a.v[l], b.v[l]);
+        }
+        StoreWide(w, i, wv);
+        if (s0 != nullptr) StoreWide(s0, i, a);
+        if (s1 != nullptr) StoreWide(s1, i, b);
+      },
+      [&](int64_t i) {
+        T unused0 = T(0), unused1 = T(0);
+        T& slot0 = s0 != nullptr ? s0[i] : unused0;
+        T& slot1 = s1 != nullptr ? s1[i] : unused1;
+        UpdateElement<R, T>(p, g[i], w[i], slot0, slot1);
+      });
 }
 
 template <typename T>
@@ -119,24 +132,20 @@ __global__ void MovingAveragesKernel(
   const T one_minus_decay = *static_cast<const T*>(batch.scalars[t]);
   const T* __restrict__ value = static_cast<const T*>(batch.in[t]);
   T* __restrict__ shadow = static_cast<T*>(batch.out[t]);
-  if (batch.wide[t]) {  // As in UpdatesKernel.
-    constexpr int kLanes = Wide<T>::kLanes;
-    const int64_t wide_end = begin + (end - begin) / kLanes * kLanes;
-    for (int64_t i = begin + threadIdx.x * kLanes; i < wide_end;
-         i += blockDim.x * kLanes) {
-      const Wide<T> v = LoadWide(value, i);
-      Wide<T> s = LoadWide(shadow, i);
+  VisitChunk<T>(
+      batch.wide[t], begin, end,
+      [&](int64_t i) {
+        const Wide<T> v = LoadWide(value, i);
+        Wide<T> s = LoadWide(shadow, i);
 #pragma unroll
-      for (int l = 0; l < kLanes; ++l) {
-        MovingAverageElement(one_minus_decay, v.v[l], s.v[l]);
-      }
-      StoreWide(shadow, i, s);
-    }
-    begin = wide_end;
-  }
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    MovingAverageElement(one_minus_decay, value[i], shadow[i]);
-  }
+        for (int l = 0; l < Wide<T>::kLanes; ++l) {
+          MovingAverageElement(one_minus_decay, v.v[l], s.v[l]);
+        }
+        StoreWide(shadow, i, s);
+      },
+      [&](int64_t i) {
+        MovingAverageElement(one_minus_decay, value[i], shadow[i]);
+      });
 }
 
 // Packs the non-empty tensors into batches and calls launch(batch, blocks)
