@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "distribute/strategy.h"
 #include "tensor/tensor.h"
 
@@ -23,6 +24,16 @@ class CrossDeviceOps {
   // Replaces `buffer` (replica `replica`'s) by the sum (or mean) over all
   // replicas, in place. Every replica ends with bitwise-identical values.
   virtual absl::Status AllReduce(int replica, ReduceOp op, Tensor& buffer) = 0;
+  // The same for `tensors` taken as one buffer, their elements in order,
+  // in place: one collective, no packing. Only where reduces_lists() is
+  // true; the default reduces a list of one and refuses longer ones.
+  virtual absl::Status AllReduceList(int replica, ReduceOp op,
+                                     absl::Span<Tensor> tensors) {
+    if (tensors.size() == 1) return AllReduce(replica, op, tensors[0]);
+    return absl::UnimplementedError(
+        absl::StrCat(name(), " collectives do not reduce lists"));
+  }
+  virtual bool reduces_lists() const { return false; }
   virtual void Abort(const absl::Status& reason) = 0;
   // Makes collectives work again after Abort, once no replica is inside
   // one: a step that was only being recorded into a CUDA graph, and failed,

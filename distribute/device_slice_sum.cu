@@ -12,12 +12,23 @@
 namespace mirrortrain::distribute {
 namespace {
 
-template <typename E>
-struct Buffers {
-  E* ptr[kMaxReplicasPerGpu];
+// Segments per launch: their pointers travel as a kernel parameter, which
+// must stay under the classic 4 KiB limit (about 2.3 KiB here).
+constexpr int kMaxSegments = 16;
+// Elements per block; a block sums a chunk of one segment.
+constexpr int64_t kChunk = 16 * cuda::kLaunchThreads;
+constexpr int64_t kMaxBlocks = int64_t{1} << 30;
+
+struct SegmentBatch {
+  void* at[kMaxSegments][kMaxReplicasPerGpu];
+  int64_t n[kMaxSegments];
+  int first_block[kMaxSegments + 1];
+  // Every replica's copy 16-byte aligned: summed 16 bytes at a time.
+  bool wide[kMaxSegments];
+  int replicas;
 };
 
-// 16 bytes of T: one load or store instruction per buffer and element.
+// 16 bytes of T: one load or store instruction per replica and group.
 template <typename T>
 struct alignas(16) Pack {
   static constexpr int kSize = 16 / sizeof(T);
@@ -43,73 +54,103 @@ __device__ inline void DivideBy(Pack<T>& acc, int n) {
   for (int k = 0; k < Pack<T>::kSize; ++k) acc.v[k] /= static_cast<T>(n);
 }
 
-// Elements [0, n) of every buffer: the sum in replica order, as the host
-// path adds. The replica loops are unrolled to constant indices so the
-// pointers stay in parameter space; a runtime index would make every
-// thread copy the array to local memory (that made this kernel 5x slower
-// than a memcpy of the same bytes).
+// Element i (in units of E) of segment s: the sum in replica order, as the
+// host path adds, written to every replica. The replica loops are unrolled
+// to constant indices, and the batch is a __grid_constant__ parameter, so
+// the pointers are read from parameter space, never copied per thread
+// (a local copy once made this kernel 5x slower than a memcpy).
 template <typename E>
-__global__ void SliceSumKernel(Buffers<E> b, int count, int64_t n, bool mean) {
-  for (int64_t i = cuda::GridStart(); i < n; i += cuda::GridStep()) {
-    E acc = b.ptr[0][i];
+__device__ inline void SumElement(const SegmentBatch& b, int s, int64_t i,
+                                  bool mean) {
+  E acc = static_cast<const E*>(b.at[s][0])[i];
 #pragma unroll
-    for (int r = 1; r < kMaxReplicasPerGpu; ++r) {
-      if (r < count) AddInto(acc, b.ptr[r][i]);
-    }
-    if (mean) DivideBy(acc, count);
+  for (int r = 1; r < kMaxReplicasPerGpu; ++r) {
+    if (r < b.replicas) AddInto(acc, static_cast<const E*>(b.at[s][r])[i]);
+  }
+  if (mean) DivideBy(acc, b.replicas);
 #pragma unroll
-    for (int r = 0; r < kMaxReplicasPerGpu; ++r) {
-      if (r < count) b.ptr[r][i] = acc;
-    }
+  for (int r = 0; r < kMaxReplicasPerGpu; ++r) {
+    if (r < b.replicas) static_cast<E*>(b.at[s][r])[i] = acc;
   }
 }
 
-// Launches the kernel over elements [begin, begin + n * E's size / T's
-// size) of every buffer, as n elements of type E.
-template <typename E, typename T>
-void LaunchSliceSum(absl::Span<void* const> buffers, int64_t begin, int64_t n,
-                    bool mean, cudaStream_t stream) {
-  if (n <= 0) return;
-  Buffers<E> b{};
-  const int count = static_cast<int>(buffers.size());
-  for (int r = 0; r < count; ++r) {
-    b.ptr[r] = reinterpret_cast<E*>(static_cast<T*>(buffers[r]) + begin);
+template <typename T>
+__global__ void SliceSumKernel(const __grid_constant__ SegmentBatch b,
+                               bool mean) {
+  int s = 0;
+  while (static_cast<int>(blockIdx.x) >= b.first_block[s + 1]) ++s;
+  int64_t begin = static_cast<int64_t>(blockIdx.x - b.first_block[s]) * kChunk;
+  const int64_t end = min(begin + kChunk, b.n[s]);
+  if (b.wide[s]) {
+    // A chunk starts a multiple of kChunk elements in: aligned as well.
+    constexpr int kSize = Pack<T>::kSize;
+    const int64_t wide_end = begin + (end - begin) / kSize * kSize;
+    for (int64_t i = begin + threadIdx.x * kSize; i < wide_end;
+         i += blockDim.x * kSize) {
+      SumElement<Pack<T>>(b, s, i / kSize, mean);
+    }
+    begin = wide_end;
   }
-  SliceSumKernel<E><<<cuda::LaunchBlocks(n), cuda::kLaunchThreads, 0, stream>>>(
-      b, count, n, mean);
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    SumElement<T>(b, s, i, mean);
+  }
 }
 
 }  // namespace
 
-absl::Status DeviceSliceSum(DType dtype, absl::Span<void* const> buffers,
-                            int64_t begin, int64_t end, bool mean, int device) {
-  const int count = static_cast<int>(buffers.size());
-  if (count < 1 || count > kMaxReplicasPerGpu) {
+absl::Status DeviceSliceSum(DType dtype,
+                            absl::Span<const SliceSegment> segments, bool mean,
+                            int device) {
+  if (segments.empty()) return absl::OkStatus();
+  const int replicas = static_cast<int>(segments[0].at.size());
+  if (replicas < 1 || replicas > kMaxReplicasPerGpu) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "device all-reduce: ", count, " replicas share gpu:", device,
+        "device all-reduce: ", replicas, " replicas share gpu:", device,
         "; at most ", kMaxReplicasPerGpu, " can"));
   }
-  if (end <= begin) return absl::OkStatus();
+  for (const SliceSegment& segment : segments) {
+    if (static_cast<int>(segment.at.size()) != replicas ||
+        segment.n > kChunk * kMaxBlocks) {
+      return absl::InternalError(
+          absl::StrCat("device all-reduce: a segment of ", segment.n,
+                       " elements over ", segment.at.size(), " replicas"));
+    }
+  }
   cuda::DeviceGuard guard;
   MT_RETURN_IF_ERROR(guard.Set(device));
   const cudaStream_t stream = cuda::LaunchStream();
-  cuda::DispatchAll(dtype, [&](auto zero) {
-    using T = decltype(zero);
-    constexpr int kPack = Pack<T>::kSize;
-    // 16-byte accesses when every buffer's slice starts 16-byte aligned
-    // (LocalAllReduce cuts slices at multiples of 64 elements); the tail
-    // that does not fill a Pack goes element by element.
-    bool aligned = true;
-    for (void* p : buffers) {
-      aligned &= reinterpret_cast<uintptr_t>(static_cast<T*>(p) + begin) %
-                     alignof(Pack<T>) ==
-                 0;
+  SegmentBatch batch{};
+  int count = 0;
+  int64_t blocks = 0;
+  auto flush = [&] {
+    if (count == 0) return;
+    batch.first_block[count] = static_cast<int>(blocks);
+    batch.replicas = replicas;
+    cuda::DispatchAll(dtype, [&](auto zero) {
+      SliceSumKernel<decltype(zero)>
+          <<<static_cast<int>(blocks), cuda::kLaunchThreads, 0, stream>>>(batch,
+                                                                          mean);
+    });
+    batch = SegmentBatch{};
+    count = 0;
+    blocks = 0;
+  };
+  for (const SliceSegment& segment : segments) {
+    if (segment.n == 0) continue;
+    const int64_t chunks = (segment.n + kChunk - 1) / kChunk;
+    if (count == kMaxSegments || blocks + chunks > kMaxBlocks) flush();
+    bool wide = true;
+    for (int r = 0; r < replicas; ++r) {
+      batch.at[count][r] = segment.at[r];
+      wide &= reinterpret_cast<uintptr_t>(segment.at[r]) % 16 == 0;
     }
-    const int64_t packs = aligned ? (end - begin) / kPack : 0;
-    LaunchSliceSum<Pack<T>, T>(buffers, begin, packs, mean, stream);
-    LaunchSliceSum<T, T>(buffers, begin + packs * kPack,
-                         end - begin - packs * kPack, mean, stream);
-  });
+    batch.n[count] = segment.n;
+    batch.wide[count] = wide;
+    batch.first_block[count] = static_cast<int>(blocks);
+    blocks += chunks;
+    ++count;
+  }
+  flush();
   MT_CUDA_RETURN_IF_LAUNCH_ERROR("SliceSumKernel");
   return absl::OkStatus();
 }

@@ -1,16 +1,17 @@
 // The device half of LocalAllReduce for replicas that share one GPU
-// (logical GPU devices; NCCL allows one rank per GPU): sums elements
-// [begin, end) over the replicas' buffers in replica order and writes the
-// result into every buffer, as LocalAllReduce does on the host, so all
+// (logical GPU devices; NCCL allows one rank per GPU): sums each segment's
+// elements over the replicas in replica order and writes the result into
+// every replica's copy, as LocalAllReduce does on the host, so all
 // replicas end bitwise identical. No CUDA types cross this header; without
 // CUDA it returns FailedPrecondition.
 //
-// Stream contract: one kernel on the calling thread's current stream, not
-// synchronised; the buffers must be ready for that stream.
+// Stream contract: the kernels go on the calling thread's current stream,
+// not synchronised; the buffers must be ready for that stream.
 #ifndef MIRRORTRAIN_DISTRIBUTE_DEVICE_SLICE_SUM_H_
 #define MIRRORTRAIN_DISTRIBUTE_DEVICE_SLICE_SUM_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -22,8 +23,18 @@ namespace mirrortrain::distribute {
 // value).
 inline constexpr int kMaxReplicasPerGpu = 16;
 
-absl::Status DeviceSliceSum(DType dtype, absl::Span<void* const> buffers,
-                            int64_t begin, int64_t end, bool mean, int device);
+// `n` elements that lie contiguously in every replica's memory: at[r] is
+// where they start in replica r's copy.
+struct SliceSegment {
+  std::vector<void*> at;
+  int64_t n = 0;
+};
+
+// Every segment (each with the same number of replicas) in as few kernels
+// as their count allows.
+absl::Status DeviceSliceSum(DType dtype,
+                            absl::Span<const SliceSegment> segments, bool mean,
+                            int device);
 
 }  // namespace mirrortrain::distribute
 

@@ -4,8 +4,7 @@
 
 namespace mirrortrain::distribute {
 
-absl::Status DeviceSliceSum(DType, absl::Span<void* const>, int64_t, int64_t,
-                            bool, int) {
+absl::Status DeviceSliceSum(DType, absl::Span<const SliceSegment>, bool, int) {
   return cuda::NotBuiltError();
 }
 

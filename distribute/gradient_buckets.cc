@@ -60,8 +60,20 @@ absl::Status GradientBuckets::LaunchReadyBuckets() {
          missing_[next_bucket_] == 0) {
     const std::vector<size_t>& members = plan_->buckets[next_bucket_];
     const Tensor& first = grads_[members[0]];
-    if (ctx_->reduces() && members.size() == 1 && first.IsExclusive() &&
-        first.device().SameMemory(ctx_->device())) {
+    // Whether nothing but this bucket holds its gradients, in this
+    // replica's memory: then they may be reduced where they are.
+    bool own = true;
+    for (size_t i : members) {
+      own &= grads_[i].IsExclusive() &&
+             grads_[i].device().SameMemory(ctx_->device());
+    }
+    if (ctx_->reduces() && own && members.size() > 1 && ctx_->reduces_lists()) {
+      // Reduced where they are, as one list and one collective.
+      std::vector<Tensor> members_grads;
+      for (size_t i : members) members_grads.push_back(grads_[i]);
+      pending_.push_back(
+          ctx_->AllReduceListAsync(ReduceOp::kSum, std::move(members_grads)));
+    } else if (ctx_->reduces() && own && members.size() == 1) {
       // Nothing else reads or writes it: reduced where it is, as one flat
       // buffer on every replica (whichever way the others go).
       MT_ASSIGN_OR_RETURN(buffers_[next_bucket_],
@@ -105,6 +117,11 @@ absl::StatusOr<std::vector<Tensor>> GradientBuckets::Finish() {
   MT_RETURN_IF_ERROR(ctx_->OrderAfterCollectives());
   std::vector<Tensor> out(grads_.size());
   for (size_t b = 0; b < plan_->buckets.size(); ++b) {
+    if (!buffers_[b].defined()) {
+      // Reduced in place as a list.
+      for (size_t i : plan_->buckets[b]) out[i] = grads_[i];
+      continue;
+    }
     int64_t offset = 0;
     for (size_t i : plan_->buckets[b]) {
       const int64_t n = NumElements(shapes_[i]);

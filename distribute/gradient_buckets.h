@@ -32,14 +32,18 @@ class GradientBuckets {
   GradientBuckets(const BucketPlan* plan, ReplicaContext* ctx,
                   std::vector<Shape> shapes, DType dtype);
   // Gradient `index` is final. Starts every bucket, in plan order, whose
-  // gradients are now all present. A bucket of one gradient that nothing
-  // else references (Tensor::IsExclusive) is reduced in place, without
-  // packing: the large layers' kernels, which fill buckets of their own,
-  // cost no copy (the MLP's 4096x4096 kernels: 2 x 64 MB of traffic each
-  // per replica and step).
+  // gradients are now all present. A bucket whose gradients nothing else
+  // references (Tensor::IsExclusive) is reduced in place, without packing:
+  // alone, as one flat buffer with any collective (the large layers'
+  // kernels, which fill buckets of their own: the MLP's 4096x4096 kernels
+  // save 2 x 64 MB of traffic each per replica and step); several, as one
+  // list where the replica context reduces lists (logical devices; the
+  // CNN's 13 MB bucket then costs its sum's 52 MB of traffic over two
+  // replicas, not 104 MB with the packing). A bucket that others still
+  // read is packed, so the reduced values never alias their storage.
   absl::Status Ready(size_t index, Tensor grad);
   // Waits for all buckets; the SUM-reduced gradients in index order (views
-  // of the bucket buffers, or of the gradients reduced in place).
+  // of the bucket buffers, or the gradients reduced in place).
   absl::StatusOr<std::vector<Tensor>> Finish();
   int buckets_started() const { return next_bucket_; }
 
@@ -53,7 +57,7 @@ class GradientBuckets {
   std::vector<Tensor> grads_;
   std::vector<int> missing_;  // Per bucket: gradients not yet ready.
   std::vector<int> bucket_of_;
-  std::vector<Tensor> buffers_;
+  std::vector<Tensor> buffers_;  // Per bucket; none if reduced as a list.
   std::vector<std::shared_future<absl::Status>> pending_;
   int next_bucket_ = 0;
 };

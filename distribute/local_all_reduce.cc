@@ -1,5 +1,7 @@
 #include "distribute/local_all_reduce.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "distribute/device_slice_sum.h"
 #include "tensor/cuda/cuda_backend.h"
@@ -10,15 +12,14 @@ namespace mirrortrain::distribute {
 namespace {
 
 template <typename T>
-void SumSlice(const std::vector<Tensor*>& buffers, int64_t begin, int64_t end,
-              bool mean) {
-  const int n = static_cast<int>(buffers.size());
-  T* first = buffers[0]->data<T>();
-  for (int64_t i = begin; i < end; ++i) {
+void SumSegment(const SliceSegment& segment, bool mean) {
+  const int n = static_cast<int>(segment.at.size());
+  const T* first = static_cast<const T*>(segment.at[0]);
+  for (int64_t i = 0; i < segment.n; ++i) {
     T acc = first[i];
-    for (int r = 1; r < n; ++r) acc += buffers[r]->data<T>()[i];
+    for (int r = 1; r < n; ++r) acc += static_cast<const T*>(segment.at[r])[i];
     if (mean) acc /= static_cast<T>(n);
-    for (int r = 0; r < n; ++r) buffers[r]->data<T>()[i] = acc;
+    for (int r = 0; r < n; ++r) static_cast<T*>(segment.at[r])[i] = acc;
   }
 }
 
@@ -30,36 +31,94 @@ int64_t SliceStart(int64_t n, int r, int replicas) {
   return n * r / replicas / 64 * 64;
 }
 
+int64_t TotalElements(absl::Span<const Tensor> tensors) {
+  int64_t n = 0;
+  for (const Tensor& t : tensors) n += t.num_elements();
+  return n;
+}
+
+std::string Describe(absl::Span<const Tensor> tensors) {
+  if (tensors.size() == 1) return tensors[0].DebugString();
+  return absl::StrCat(tensors.size(), " tensors of ", TotalElements(tensors),
+                      " elements");
+}
+
+// Elements [begin, end) of the replicas' lists (each taken as one buffer,
+// all of `element_size` bytes) as runs that are contiguous in every
+// replica's memory: cut wherever any replica's tensor ends.
+std::vector<SliceSegment> Segments(absl::Span<const absl::Span<Tensor>> posted,
+                                   int64_t begin, int64_t end,
+                                   size_t element_size) {
+  struct Cursor {
+    size_t tensor = 0;
+    int64_t offset = 0;  // Elements into that tensor.
+  };
+  std::vector<Cursor> at(posted.size());
+  for (size_t r = 0; r < posted.size(); ++r) {
+    at[r].offset = begin;
+    // Past every tensor that ends at or before `begin` (and empty ones).
+    while (at[r].tensor < posted[r].size() &&
+           at[r].offset >= posted[r][at[r].tensor].num_elements()) {
+      at[r].offset -= posted[r][at[r].tensor].num_elements();
+      ++at[r].tensor;
+    }
+  }
+  std::vector<SliceSegment> segments;
+  for (int64_t position = begin; position < end;) {
+    SliceSegment segment;
+    segment.n = end - position;
+    for (size_t r = 0; r < posted.size(); ++r) {
+      const Tensor& t = posted[r][at[r].tensor];
+      segment.n = std::min(segment.n, t.num_elements() - at[r].offset);
+      segment.at.push_back(static_cast<char*>(t.raw_data()) +
+                           at[r].offset * element_size);
+    }
+    for (size_t r = 0; r < posted.size(); ++r) {
+      at[r].offset += segment.n;
+      while (at[r].tensor < posted[r].size() &&
+             at[r].offset == posted[r][at[r].tensor].num_elements()) {
+        at[r].offset = 0;
+        ++at[r].tensor;
+      }
+    }
+    position += segment.n;
+    segments.push_back(std::move(segment));
+  }
+  return segments;
+}
+
 }  // namespace
 
 LocalAllReduce::LocalAllReduce(int replicas, std::chrono::milliseconds watchdog)
     : replicas_(replicas),
       barrier_(replicas, watchdog),
-      posted_(replicas, nullptr),
+      posted_(replicas),
       calls_(replicas, 0),
       events_(replicas) {}
 
-absl::Status LocalAllReduce::AllReduce(int replica, ReduceOp op,
-                                       Tensor& buffer) {
+absl::Status LocalAllReduce::AllReduceList(int replica, ReduceOp op,
+                                           absl::Span<Tensor> tensors) {
   const std::string what = absl::StrCat("all-reduce #", calls_[replica]++, " (",
-                                        buffer.DebugString(), ")");
-  if (buffer.device().is_cuda()) {
+                                        Describe(tensors), ")");
+  const bool on_gpu = !tensors.empty() && tensors[0].device().is_cuda();
+  posted_[replica] = tensors;
+  if (on_gpu) {
+    const int device = tensors[0].device().index;
     MT_ASSIGN_OR_RETURN(const bool capturing,
                         cuda::StreamIsCapturing(cuda::CurrentStream()));
-    if (capturing) return CapturedAllReduce(replica, op, buffer, what);
-    // Other replicas' kernels will read this buffer: it must be complete,
-    // not just enqueued, before this replica says it is posted.
-    MT_RETURN_IF_ERROR(cuda::Synchronize(buffer.device().index));
+    if (capturing) return CapturedAllReduce(replica, op, device, what);
+    // Other replicas' kernels will read these buffers: they must be
+    // complete, not just enqueued, before this replica says they are posted.
+    MT_RETURN_IF_ERROR(cuda::Synchronize(device));
   }
-  posted_[replica] = &buffer;
   MT_RETURN_IF_ERROR(barrier_.Wait(replica, what));
   // Everyone's buffer is posted. From here on every replica reads and
   // writes the others' buffers, so none may return (and let its buffer be
   // freed) before all are done: errors wait for the Join too.
   absl::Status status = SumMySlice(replica, op);
   // The slice is summed when the call returns.
-  if (status.ok() && buffer.device().is_cuda()) {
-    status = cuda::Synchronize(buffer.device().index);
+  if (status.ok() && on_gpu) {
+    status = cuda::Synchronize(tensors[0].device().index);
   }
   barrier_.Join();
   if (!status.ok()) barrier_.Abort(status);
@@ -67,13 +126,12 @@ absl::Status LocalAllReduce::AllReduce(int replica, ReduceOp op,
 }
 
 absl::Status LocalAllReduce::CapturedAllReduce(int replica, ReduceOp op,
-                                               Tensor& buffer,
+                                               int device,
                                                const std::string& what) {
   const cuda::StreamHandle stream = cuda::CurrentStream();
   std::unique_ptr<CaptureEvents>& mine = events_[replica];
   absl::Status posted = [&]() -> absl::Status {
     if (mine == nullptr) {
-      const int device = buffer.device().index;
       MT_ASSIGN_OR_RETURN(cuda::Event p, cuda::Event::Create(device));
       MT_ASSIGN_OR_RETURN(cuda::Event s, cuda::Event::Create(device));
       mine = std::make_unique<CaptureEvents>(
@@ -86,7 +144,6 @@ absl::Status LocalAllReduce::CapturedAllReduce(int replica, ReduceOp op,
     barrier_.Abort(posted);
     return posted;
   }
-  posted_[replica] = &buffer;
   MT_RETURN_IF_ERROR(barrier_.Wait(replica, what));
   // Every replica's events exist and are recorded for this collective. A
   // replica re-records its events only in its next collective, after the
@@ -99,7 +156,7 @@ absl::Status LocalAllReduce::CapturedAllReduce(int replica, ReduceOp op,
   if (status.ok()) status = mine->summed.Record(stream);
   barrier_.Join();
   // Every slice sum is recorded (or its replica failed and aborts): this
-  // replica's later work waits for all of them, as its buffer holds their
+  // replica's later work waits for all of them, as its buffers hold their
   // results.
   for (int r = 0; r < replicas_ && status.ok(); ++r) {
     if (r != replica) status = events_[r]->summed.MakeStreamWait(stream);
@@ -109,29 +166,41 @@ absl::Status LocalAllReduce::CapturedAllReduce(int replica, ReduceOp op,
 }
 
 absl::Status LocalAllReduce::SumMySlice(int replica, ReduceOp op) {
-  const Tensor& mine = *posted_[replica];
+  const absl::Span<Tensor> mine = posted_[replica];
+  const int64_t n = TotalElements(mine);
+  // Every replica runs the same checks over the same lists, so all see the
+  // same mismatch and none sums.
+  const Tensor* first = nullptr;
   for (int r = 0; r < replicas_; ++r) {
-    if (posted_[r]->dtype() != mine.dtype() ||
-        posted_[r]->num_elements() != mine.num_elements() ||
-        posted_[r]->device() != mine.device()) {
-      // Every replica sees the same mismatch, so none sums.
+    bool same = TotalElements(posted_[r]) == n;
+    for (const Tensor& t : posted_[r]) {
+      if (first == nullptr) first = &t;
+      same &= t.dtype() == first->dtype() && t.device() == first->device();
+    }
+    if (!same) {
       return absl::InternalError(absl::StrCat(
-          "all-reduce: replica ", r, " posted ", posted_[r]->DebugString(),
-          " but replica ", replica, " posted ", mine.DebugString()));
+          "all-reduce: replica ", r, " posted ", Describe(posted_[r]),
+          " but replica ", replica, " posted ", Describe(mine)));
     }
   }
-  const int64_t n = mine.num_elements();
-  const int64_t begin = SliceStart(n, replica, replicas_);
-  const int64_t end = SliceStart(n, replica + 1, replicas_);
-  const bool mean = op == ReduceOp::kMean;
-  if (mine.device().is_cuda()) {
-    // Replicas sharing one GPU: the same slice sum as a kernel.
-    std::vector<void*> buffers;
-    for (Tensor* t : posted_) buffers.push_back(t->raw_data());
-    return DeviceSliceSum(mine.dtype(), buffers, begin, end, mean,
-                          mine.device().index);
+  if (n == 0) return absl::OkStatus();
+  const Device device = first->device();
+  if (device.is_cuda() && replicas_ > kMaxReplicasPerGpu) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device all-reduce: ", replicas_, " replicas share gpu:", device.index,
+        "; at most ", kMaxReplicasPerGpu, " can"));
   }
-  MT_DISPATCH_ALL(mine.dtype(), T, SumSlice<T>(posted_, begin, end, mean));
+  const std::vector<SliceSegment> segments = Segments(
+      posted_, SliceStart(n, replica, replicas_),
+      SliceStart(n, replica + 1, replicas_), DTypeSize(first->dtype()));
+  const bool mean = op == ReduceOp::kMean;
+  if (device.is_cuda()) {
+    // Replicas sharing one GPU: the same sums as kernels.
+    return DeviceSliceSum(first->dtype(), segments, mean, device.index);
+  }
+  for (const SliceSegment& segment : segments) {
+    MT_DISPATCH_ALL(first->dtype(), T, SumSegment<T>(segment, mean));
+  }
   return absl::OkStatus();
 }
 

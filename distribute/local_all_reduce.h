@@ -1,12 +1,18 @@
 // All-reduce between replicas whose buffers are in host memory (logical CPU
 // devices) or on one shared GPU (logical GPU devices; the slice sums then
 // run as kernels, see device_slice_sum.h), without copies through a central
-// buffer: after all replicas
-// posted their buffers, replica r sums elements [r*n/N, (r+1)*n/N) over the
-// replicas, always in replica order 0..N-1, and writes the result into every
-// replica's buffer. Each element is written by one thread with one value,
-// so all replicas end bitwise identical, whatever N. Buffers on different
-// GPUs are an error (that is NCCL's job).
+// buffer: after all replicas posted their buffers, replica r sums elements
+// [r*n/N, (r+1)*n/N) over the replicas, always in replica order 0..N-1,
+// and writes the result into every replica's buffer. Each element is
+// written by one thread with one value, so all replicas end bitwise
+// identical, whatever N. Buffers on different GPUs are an error (that is
+// NCCL's job).
+//
+// A list of tensors is reduced in place as one buffer, their elements in
+// order (AllReduceList): no packing, so a gradient bucket costs only its
+// sum's reads and writes. Replicas may post the same elements cut into
+// different tensors (one packed its bucket, another did not); only the
+// total count must agree.
 //
 // While the replicas' streams are being recorded into one CUDA graph (a
 // captured step), a GPU all-reduce waits on nothing on the host: each
@@ -31,7 +37,12 @@ namespace mirrortrain::distribute {
 class LocalAllReduce final : public CrossDeviceOps {
  public:
   LocalAllReduce(int replicas, std::chrono::milliseconds watchdog);
-  absl::Status AllReduce(int replica, ReduceOp op, Tensor& buffer) override;
+  absl::Status AllReduce(int replica, ReduceOp op, Tensor& buffer) override {
+    return AllReduceList(replica, op, absl::MakeSpan(&buffer, 1));
+  }
+  absl::Status AllReduceList(int replica, ReduceOp op,
+                             absl::Span<Tensor> tensors) override;
+  bool reduces_lists() const override { return true; }
   void Abort(const absl::Status& reason) override { barrier_.Abort(reason); }
   absl::Status Recover() override {
     barrier_.Reset();
@@ -46,7 +57,7 @@ class LocalAllReduce final : public CrossDeviceOps {
   // a GPU enqueued on the current stream, not waited for.
   absl::Status SumMySlice(int replica, ReduceOp op);
   // The device all-reduce inside a stream capture (see above).
-  absl::Status CapturedAllReduce(int replica, ReduceOp op, Tensor& buffer,
+  absl::Status CapturedAllReduce(int replica, ReduceOp op, int device,
                                  const std::string& what);
 
   // Per replica, created by its own thread on first capture: marks its
@@ -57,7 +68,8 @@ class LocalAllReduce final : public CrossDeviceOps {
 
   const int replicas_;
   ReplicaBarrier barrier_;
-  std::vector<Tensor*> posted_;  // Per replica, valid between barriers.
+  // Per replica, valid between barriers.
+  std::vector<absl::Span<Tensor>> posted_;
   std::vector<uint64_t> calls_;  // Per replica: collectives so far.
   std::vector<std::unique_ptr<CaptureEvents>> events_;
 };

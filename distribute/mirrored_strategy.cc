@@ -60,8 +60,20 @@ class MirroredStrategy::Replica final : public ReplicaContext {
   void set_bucket_bytes(int64_t bytes) { bucket_bytes_ = bytes; }
 
   absl::Status AllReduce(ReduceOp op, absl::Span<Tensor> tensors) override {
-    for (Tensor& t : tensors) {
-      MT_RETURN_IF_ERROR(AllReduceAsync(op, t).get());
+    // One collective for the whole list where the ops take lists of one
+    // dtype and device (synchronized batch norm's statistics).
+    bool one_list = reduces_lists() && !tensors.empty();
+    for (const Tensor& t : tensors) {
+      one_list &=
+          t.dtype() == tensors[0].dtype() && t.device() == tensors[0].device();
+    }
+    if (one_list) {
+      MT_RETURN_IF_ERROR(
+          AllReduceListAsync(op, {tensors.begin(), tensors.end()}).get());
+    } else {
+      for (Tensor& t : tensors) {
+        MT_RETURN_IF_ERROR(AllReduceAsync(op, t).get());
+      }
     }
     return OrderAfterCollectives();
   }
@@ -109,11 +121,25 @@ class MirroredStrategy::Replica final : public ReplicaContext {
 
   std::shared_future<absl::Status> AllReduceAsync(ReduceOp op,
                                                   Tensor buffer) override {
-    return PackAndAllReduceAsync(op, {}, std::move(buffer));
+    return Start(op, {}, std::move(buffer));
   }
-
   std::shared_future<absl::Status> PackAndAllReduceAsync(
       ReduceOp op, std::vector<Tensor> parts, Tensor buffer) override {
+    return Start(op, std::move(parts), std::move(buffer));
+  }
+  bool reduces_lists() const override { return ops_->reduces_lists(); }
+  std::shared_future<absl::Status> AllReduceListAsync(
+      ReduceOp op, std::vector<Tensor> tensors) override {
+    if (!reduces_lists()) {
+      return ReplicaContext::AllReduceListAsync(op, std::move(tensors));
+    }
+    return Start(op, std::move(tensors), Tensor());
+  }
+
+  // Every collective of this replica: `parts` packed into `buffer` and
+  // reduced, or without a buffer the parts reduced in place as one list.
+  std::shared_future<absl::Status> Start(ReduceOp op, std::vector<Tensor> parts,
+                                         Tensor buffer) {
     const int64_t index = started_.fetch_add(1, std::memory_order_relaxed);
     auto done = std::make_shared<std::promise<absl::Status>>();
     std::shared_future<absl::Status> future = done->get_future().share();
@@ -124,8 +150,7 @@ class MirroredStrategy::Replica final : public ReplicaContext {
       return future;
     }
     auto reduce = [this, op, parts = std::move(parts), buffer]() mutable {
-      absl::Status s = PackInto(parts, buffer);
-      return s.ok() ? ops_->AllReduce(id_, op, buffer) : s;
+      return Reduce(op, parts, buffer);
     };
     if (!ops_->overlaps_compute()) {
       done->set_value(reduce());
@@ -185,8 +210,7 @@ class MirroredStrategy::Replica final : public ReplicaContext {
       // too (pool 0, none, otherwise): eager work must never be given it.
       cuda::ScopedGraphMemoryPool memory(capture_pool_);
       absl::Status s = event->MakeStreamWait(communication_.handle());
-      if (s.ok()) s = PackInto(parts, buffer);
-      if (s.ok()) s = ops_->AllReduce(id_, op, buffer);
+      if (s.ok()) s = Reduce(op, parts, buffer);
       if (capturing_) {
         // Recorded, not run: nothing to wait for. The compute stream waits
         // for the tail on the device (OrderAfterCollectives), and the
@@ -197,8 +221,11 @@ class MirroredStrategy::Replica final : public ReplicaContext {
         for (Tensor& t : parts) kept_.push_back(std::move(t));
         kept_.push_back(std::move(buffer));
       } else if (s.ok()) {
-        s = WaitWatched(absl::StrCat("all-reduce #", index, " (",
-                                     buffer.DebugString(), ")"));
+        s = WaitWatched(absl::StrCat(
+            "all-reduce #", index, " (",
+            buffer.defined() ? buffer.DebugString()
+                             : absl::StrCat(parts.size(), " tensors"),
+            ")"));
       }
       // Drop this task's references before the waiter goes on, so the
       // tensors return to their pools at a fixed point of the step.
@@ -208,6 +235,14 @@ class MirroredStrategy::Replica final : public ReplicaContext {
       done->set_value(s);
     });
     return absl::OkStatus();
+  }
+
+  absl::Status Reduce(ReduceOp op, std::vector<Tensor>& parts, Tensor& buffer) {
+    if (!buffer.defined()) {
+      return ops_->AllReduceList(id_, op, absl::MakeSpan(parts));
+    }
+    MT_RETURN_IF_ERROR(PackInto(parts, buffer));
+    return ops_->AllReduce(id_, op, buffer);
   }
 
   // Waits for the communication stream with the watchdog watching: a

@@ -25,6 +25,13 @@ std::shared_future<absl::Status> ReplicaContext::PackAndAllReduceAsync(
   return AllReduceAsync(op, std::move(buffer));
 }
 
+std::shared_future<absl::Status> ReplicaContext::AllReduceListAsync(
+    ReduceOp op, std::vector<Tensor> tensors) {
+  std::promise<absl::Status> done;
+  done.set_value(AllReduce(op, absl::MakeSpan(tensors)));
+  return done.get_future().share();
+}
+
 absl::Status PackInto(absl::Span<const Tensor> parts, const Tensor& buffer) {
   if (parts.empty()) return absl::OkStatus();  // Nothing to pack.
   int64_t offset = 0;

@@ -81,6 +81,15 @@ class ReplicaContext {
   // thread's stream, then calls AllReduceAsync.
   virtual std::shared_future<absl::Status> PackAndAllReduceAsync(
       ReduceOp op, std::vector<Tensor> parts, Tensor buffer);
+  // Whether AllReduceListAsync reduces its tensors where they are as one
+  // collective (logical devices: LocalAllReduce), so a gradient bucket
+  // need not be packed.
+  virtual bool reduces_lists() const { return false; }
+  // Starts an all-reduce of `tensors` in place, as AllReduceAsync does for
+  // one buffer; they must stay unchanged by others until the future is
+  // ready. The default reduces them one by one, synchronously.
+  virtual std::shared_future<absl::Status> AllReduceListAsync(
+      ReduceOp op, std::vector<Tensor> tensors);
 
   // Makes the calling thread's current stream wait for every collective
   // this replica started; their futures must all be ready. A ready future

@@ -2,6 +2,7 @@
 // logical replicas sharing one GPU, NCCL with a one-GPU communicator, and
 // MirroredStrategy's stream-ordered AllReduceAsync. Labelled `gpu`; skips
 // with the reason when no GPU is visible.
+#include <algorithm>
 #include <thread>
 
 #include "distribute/device_set.h"
@@ -38,10 +39,13 @@ Tensor RankFilled(int r, int64_t size, DType dtype) {
 // Logical replicas on gpu:0, each on its own thread and stream, as the
 // mirrored strategy runs them: replica r all-reduces RankFilled(r, size),
 // stored `offset` elements into its device buffer (offset 1 leaves the
-// slices unaligned for 16-byte accesses). Returns each replica's result as
-// f64 on the host.
+// slices unaligned for 16-byte accesses). With `as_list`, each replica
+// posts its buffer as a list of views cut at its own places (as when some
+// replicas pack a gradient bucket and others reduce it in place). Returns
+// each replica's result as f64 on the host.
 std::vector<Tensor> AllReduceOnOneGpu(int n, DType dtype, int64_t size,
-                                      ReduceOp op, int64_t offset) {
+                                      ReduceOp op, int64_t offset,
+                                      bool as_list = false) {
   LocalAllReduce ops(n, milliseconds(30000));
   std::vector<Tensor> buffers(n);
   std::vector<absl::Status> status(n);
@@ -63,7 +67,20 @@ std::vector<Tensor> AllReduceOnOneGpu(int n, DType dtype, int64_t size,
         return;
       }
       buffers[r] = *b;
-      status[r] = ops.AllReduce(r, op, buffers[r]);
+      if (!as_list) {
+        status[r] = ops.AllReduce(r, op, buffers[r]);
+        return;
+      }
+      std::vector<Tensor> pieces;
+      int64_t begin = 0;
+      for (int64_t cut : {int64_t{3} * r + 1, size / 2 + r, size / 2 + r}) {
+        cut = std::min(cut, size);
+        if (cut < begin) continue;
+        pieces.push_back(*buffers[r].SliceRows(begin, cut - begin));
+        begin = cut;
+      }
+      pieces.push_back(*buffers[r].SliceRows(begin, size - begin));
+      status[r] = ops.AllReduceList(r, op, absl::MakeSpan(pieces));
     });
   }
   for (auto& t : threads) t.join();
@@ -112,6 +129,29 @@ TEST_P(CudaAllReduceTest, MeanOnAlignedAndUnalignedBuffers) {
         for (int r = 0; r < n; ++r) {
           for (int64_t i = 0; i < size; ++i) {
             ASSERT_EQ(got[r].data<double>()[i], (i + 1) * (n + 1) / 2.0)
+                << "replica " << r << " element " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Lists cut differently per replica (an empty piece among them), with and
+// without 16-byte alignment: the same sums as one buffer.
+TEST_P(CudaAllReduceTest, ListsCutDifferentlyPerReplica) {
+  const int n = GetParam();
+  for (DType dtype : {DType::kF32, DType::kI64}) {
+    for (int64_t offset : {0, 1}) {
+      for (int64_t size : {1, 9, 1001, 65537}) {
+        SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " size "
+                                          << size << " offset " << offset);
+        std::vector<Tensor> got = AllReduceOnOneGpu(
+            n, dtype, size, ReduceOp::kSum, offset, /*as_list=*/true);
+        ASSERT_EQ(got.size(), static_cast<size_t>(n));
+        for (int r = 0; r < n; ++r) {
+          for (int64_t i = 0; i < size; ++i) {
+            ASSERT_EQ(got[r].data<double>()[i], (i + 1.0) * n * (n + 1) / 2)
                 << "replica " << r << " element " << i;
           }
         }
@@ -187,13 +227,23 @@ absl::Status LogicalReplicaStep(ReplicaContext& ctx, std::vector<Tensor>& x) {
       Tensor::Empty(DType::kF32, {2 * mine.num_elements()}, ctx.device()));
   std::shared_future<absl::Status> packed =
       ctx.PackAndAllReduceAsync(ReduceOp::kSum, {twice, mine}, bucket);
+  // And two tensors reduced in place as one list, where the replicas' ops
+  // take lists (local ones do).
+  MT_ASSIGN_OR_RETURN(Tensor thrice, ops::Scale(mine, 3.0));
+  MT_ASSIGN_OR_RETURN(Tensor negated, ops::Scale(mine, -1.0));
+  if (!ctx.reduces_lists()) return absl::InternalError("expected list ops");
+  std::shared_future<absl::Status> listed =
+      ctx.AllReduceListAsync(ReduceOp::kSum, {thrice, negated});
   MT_ASSIGN_OR_RETURN(Tensor squared, ops::Mul(mine, mine));
   std::vector<Tensor> blocking = {squared};
   MT_RETURN_IF_ERROR(ctx.AllReduce(ReduceOp::kSum, absl::MakeSpan(blocking)));
   MT_RETURN_IF_ERROR(packed.get());
+  MT_RETURN_IF_ERROR(listed.get());
   MT_RETURN_IF_ERROR(ctx.OrderAfterCollectives());
   MT_ASSIGN_OR_RETURN(Tensor first, bucket.SliceRows(0, mine.num_elements()));
-  MT_ASSIGN_OR_RETURN(Tensor sum, ops::Add(first, blocking[0]));
+  MT_ASSIGN_OR_RETURN(Tensor both, ops::Add(thrice, negated));
+  MT_ASSIGN_OR_RETURN(Tensor partial, ops::Add(first, blocking[0]));
+  MT_ASSIGN_OR_RETURN(Tensor sum, ops::Add(partial, both));
   MT_ASSIGN_OR_RETURN(Tensor next, ops::Scale(sum, 1.0 / 64));
   return mine.CopyFrom(next);
 }

@@ -71,6 +71,62 @@ TEST_P(LocalAllReduceTest, MeanAndRepeatedCollectivesAndIntegers) {
   for (const auto& s : status) EXPECT_TRUE(s.ok()) << s;
 }
 
+// The same 2000 elements per replica, cut into tensors differently by each
+// (as when one replica packed a gradient bucket and another did not), empty
+// tensors included: reduced in place as one buffer. Replica r fills global
+// element g with (r + 1) * (g + 1).
+TEST_P(LocalAllReduceTest, ListsCutDifferentlyAreSummedAsOneBuffer) {
+  const int n = GetParam();
+  const std::vector<std::vector<int64_t>> cuts = {
+      {2000}, {3, 0, 997, 1000}, {1, 1, 1998, 0}, {64, 1935, 1}};
+  LocalAllReduce ops(n, milliseconds(10000));
+  std::vector<std::vector<Tensor>> lists(n);
+  auto status = OnReplicas(n, [&](int r) {
+    int64_t g = 0;
+    for (int64_t size : cuts[r]) {
+      Tensor t = Tensor::HostEmpty(DType::kF32, {size});
+      for (int64_t i = 0; i < size; ++i, ++g) {
+        t.data<float>()[i] = static_cast<float>((r + 1) * (g + 1));
+      }
+      lists[r].push_back(t);
+    }
+    return ops.AllReduceList(r, ReduceOp::kSum, absl::MakeSpan(lists[r]));
+  });
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(status[r].ok()) << status[r];
+    int64_t g = 0;
+    for (const Tensor& t : lists[r]) {
+      for (float v : t.ToVector<float>()) {
+        ASSERT_EQ(v, static_cast<float>(n * (n + 1) / 2 * (g + 1)))
+            << "replica " << r << " element " << g;
+        ++g;
+      }
+    }
+    EXPECT_EQ(g, 2000);
+  }
+}
+
+// Every replica must see the mismatch, so none sums and none waits.
+TEST_P(LocalAllReduceTest, ListsOfDifferentTotalsAreAnErrorEverywhere) {
+  const int n = GetParam();
+  if (n == 1) GTEST_SKIP() << "one replica has nothing to disagree with";
+  LocalAllReduce ops(n, milliseconds(10000));
+  std::vector<std::vector<Tensor>> lists(n);
+  auto status = OnReplicas(n, [&](int r) {
+    lists[r] = {Tensor::HostFull(DType::kF32, {4}, 1),
+                Tensor::HostFull(DType::kF32, {r == n - 1 ? 7 : 6}, 1)};
+    return ops.AllReduceList(r, ReduceOp::kSum, absl::MakeSpan(lists[r]));
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(status[r].code(), absl::StatusCode::kInternal) << status[r];
+    EXPECT_NE(status[r].message().find("2 tensors of 11 elements"),
+              std::string::npos)
+        << status[r];
+    // Nothing was summed.
+    EXPECT_EQ(lists[r][0].ToVector<float>(), std::vector<float>(4, 1));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Replicas, LocalAllReduceTest,
                          ::testing::Values(1, 2, 3, 4));
 

@@ -62,6 +62,35 @@ TEST(MirroredStrategyTest, AllReduceInsideRun) {
   }
 }
 
+// A span of one dtype goes as one list collective; mixed dtypes one by one.
+TEST(MirroredStrategyTest, AllReduceOfSeveralTensorsAndDtypes) {
+  auto s = MirroredStrategy::Create(Cpus(3), {});
+  ASSERT_TRUE(s.ok());
+  std::vector<std::vector<Tensor>> out(3);
+  ASSERT_TRUE((*s)->Run([&](ReplicaContext& ctx) -> absl::Status {
+                    const int r = ctx.replica_id();
+                    std::vector<Tensor> same = {
+                        Tensor::HostFull(DType::kF32, {2}, r),
+                        Tensor::HostFull(DType::kF32, {3}, 10 * r)};
+                    MT_RETURN_IF_ERROR(
+                        ctx.AllReduce(ReduceOp::kMean, absl::MakeSpan(same)));
+                    std::vector<Tensor> mixed = {
+                        Tensor::HostFull(DType::kI64, {1}, r),
+                        Tensor::HostFull(DType::kF64, {2}, r)};
+                    MT_RETURN_IF_ERROR(
+                        ctx.AllReduce(ReduceOp::kSum, absl::MakeSpan(mixed)));
+                    out[r] = {same[0], same[1], mixed[0], mixed[1]};
+                    return absl::OkStatus();
+                  })
+                  .ok());
+  for (const std::vector<Tensor>& t : out) {
+    EXPECT_EQ(t[0].ToVector<float>(), (std::vector<float>{1, 1}));
+    EXPECT_EQ(t[1].ToVector<float>(), (std::vector<float>{10, 10, 10}));
+    EXPECT_EQ(t[2].ToVector<int64_t>(), (std::vector<int64_t>{3}));
+    EXPECT_EQ(t[3].ToVector<double>(), (std::vector<double>{3, 3}));
+  }
+}
+
 TEST(MirroredStrategyTest, ReplicaErrorAbortsTheOthersAndNamesTheRootCause) {
   MirroredOptions options;
   options.watchdog_seconds = 60;  // The abort, not the watchdog, must end it.
@@ -260,6 +289,59 @@ TEST(GradientBucketsTest,
     EXPECT_FALSE(results[r][1].SharesBufferWith(kept[r]));
     EXPECT_EQ(kept[r].ToVector<float>(), std::vector<float>(2, r + 1.0f));
   }
+}
+
+// One bucket of three gradients. Replica 0 keeps a handle to one of its
+// gradients, so it packs its bucket; the others hand theirs over, and their
+// local collective reduces them where they are, as one list, paired with
+// replica 0's packed buffer.
+TEST(GradientBucketsTest, ReducesABucketOfSeveralGradientsInPlaceAsOneList) {
+  auto s = MirroredStrategy::Create(Cpus(3), {});
+  ASSERT_TRUE(s.ok());
+  const std::vector<Shape> shapes = {{5}, {2, 3}, {1}};
+  BucketPlan plan = PlanBuckets({20, 24, 4}, 1024, 1024);
+  ASSERT_EQ(plan.buckets.size(), 1u);
+  std::vector<std::vector<Tensor>> results(3);
+  std::vector<std::vector<const void*>> handed(3);
+  std::vector<Tensor> kept(3);
+  ASSERT_TRUE((*s)->Run([&](ReplicaContext& ctx) -> absl::Status {
+                    const int r = ctx.replica_id();
+                    if (!ctx.reduces_lists()) {
+                      return absl::InternalError(
+                          "local ops should reduce lists");
+                    }
+                    GradientBuckets buckets(&plan, &ctx, shapes, DType::kF32);
+                    for (size_t k = shapes.size(); k-- > 0;) {
+                      MT_ASSIGN_OR_RETURN(
+                          Tensor g,
+                          Tensor::Empty(DType::kF32, shapes[k], ctx.device()));
+                      for (int64_t i = 0; i < g.num_elements(); ++i) {
+                        g.data<float>()[i] = (r + 1.0f) * (10 * k + i);
+                      }
+                      handed[r].push_back(g.raw_data());
+                      if (r == 0 && k == 1) kept[r] = g;
+                      MT_RETURN_IF_ERROR(buckets.Ready(k, std::move(g)));
+                    }
+                    MT_ASSIGN_OR_RETURN(results[r], buckets.Finish());
+                    return absl::OkStatus();
+                  })
+                  .ok());
+  for (int r = 0; r < 3; ++r) {
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      ASSERT_EQ(results[r][k].shape(), shapes[k]);
+      const std::vector<float> got = results[r][k].ToVector<float>();
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(got[i], 6.0f * (10 * k + i)) << r << " " << k << " " << i;
+      }
+      // handed[r] is in report order: k = 2, 1, 0.
+      const void* own = handed[r][shapes.size() - 1 - k];
+      EXPECT_EQ(results[r][k].raw_data() == own, r != 0)
+          << "replica " << r << " gradient " << k;
+    }
+  }
+  // The kept handle still holds replica 0's own values.
+  EXPECT_EQ(kept[0].ToVector<float>(),
+            (std::vector<float>{10, 11, 12, 13, 14, 15}));
 }
 
 TEST(GradientBucketsTest, AGradientStillInUseByBackwardIsNotReducedInPlace) {
