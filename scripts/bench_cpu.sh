@@ -9,9 +9,10 @@
 #   scripts/bench_cpu.sh --contention # MLP quiet vs with a process spinning
 #                                     # on the last core (issue: kernel pool
 #                                     # under contention)
-#   scripts/bench_cpu.sh --baseline OLD_BINARY
+#   scripts/bench_cpu.sh --baseline OLD_BINARY [--set KEY=VALUE]...
 #                                     # this build against another mirrortrain,
-#                                     # runs interleaved (before/after a change)
+#                                     # runs interleaved (before/after a change),
+#                                     # both with the given overrides
 #
 # Needs python3 with torch (pip install torch) for the PyTorch column.
 set -euo pipefail
@@ -112,12 +113,13 @@ done
 
 if [[ "${1:-}" == "--baseline" ]]; then
   baseline="${2:?--baseline needs a mirrortrain binary}"
+  overrides=("${@:3}")
   for model in mlp cnn; do
     if [[ $model == mlp ]]; then steps=600; every=300; else steps=40; every=20; fi
     old=() new=()
     for ((i = 0; i < REPEAT; i++)); do  # interleaved: the VM's speed drifts
-      old+=("$(MT=$baseline mt_rate "$model" "$steps" "$every")")
-      new+=("$(mt_rate "$model" "$steps" "$every")")
+      old+=("$(MT=$baseline mt_rate "$model" "$steps" "$every" "${overrides[@]}")")
+      new+=("$(mt_rate "$model" "$steps" "$every" "${overrides[@]}")")
     done
     python3 - "$model" "$(median "${old[@]}")" "$(median "${new[@]}")" "${old[*]}" "${new[*]}" <<'PY'
 import sys
