@@ -100,7 +100,10 @@ absl::Status LocalAllReduce::AllReduceList(int replica, ReduceOp op,
                                            absl::Span<Tensor> tensors) {
   const std::string what = absl::StrCat("all-reduce #", calls_[replica]++, " (",
                                         Describe(tensors), ")");
-  const bool on_gpu = !tensors.empty() && tensors[0].device().is_cuda();
+  // Nothing to sum (every replica must agree; SumMySlice checks): no
+  // device work and no events, even while recording.
+  const bool on_gpu =
+      TotalElements(tensors) > 0 && tensors[0].device().is_cuda();
   posted_[replica] = tensors;
   if (on_gpu) {
     const int device = tensors[0].device().index;
@@ -148,7 +151,9 @@ absl::Status LocalAllReduce::CapturedAllReduce(int replica, ReduceOp op,
   // Every replica's events exist and are recorded for this collective. A
   // replica re-records its events only in its next collective, after the
   // next Wait, which needs every peer to be done waiting on them here.
-  absl::Status status;
+  // Checked before any peer's events are used: a peer that posted nothing
+  // recorded none.
+  absl::Status status = CheckPosted(replica);
   for (int r = 0; r < replicas_ && status.ok(); ++r) {
     if (r != replica) status = events_[r]->posted.MakeStreamWait(stream);
   }
@@ -165,7 +170,7 @@ absl::Status LocalAllReduce::CapturedAllReduce(int replica, ReduceOp op,
   return status;
 }
 
-absl::Status LocalAllReduce::SumMySlice(int replica, ReduceOp op) {
+absl::Status LocalAllReduce::CheckPosted(int replica) const {
   const absl::Span<Tensor> mine = posted_[replica];
   const int64_t n = TotalElements(mine);
   // Every replica runs the same checks over the same lists, so all see the
@@ -183,23 +188,31 @@ absl::Status LocalAllReduce::SumMySlice(int replica, ReduceOp op) {
           " but replica ", replica, " posted ", Describe(mine)));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status LocalAllReduce::SumMySlice(int replica, ReduceOp op) {
+  MT_RETURN_IF_ERROR(CheckPosted(replica));
+  const int64_t n = TotalElements(posted_[replica]);
   if (n == 0) return absl::OkStatus();
-  const Device device = first->device();
+  // Checked: every tensor of every list has this dtype and device.
+  const Tensor& first = posted_[replica][0];
+  const Device device = first.device();
   if (device.is_cuda() && replicas_ > kMaxReplicasPerGpu) {
     return absl::InvalidArgumentError(absl::StrCat(
         "device all-reduce: ", replicas_, " replicas share gpu:", device.index,
         "; at most ", kMaxReplicasPerGpu, " can"));
   }
-  const std::vector<SliceSegment> segments = Segments(
-      posted_, SliceStart(n, replica, replicas_),
-      SliceStart(n, replica + 1, replicas_), DTypeSize(first->dtype()));
+  const std::vector<SliceSegment> segments =
+      Segments(posted_, SliceStart(n, replica, replicas_),
+               SliceStart(n, replica + 1, replicas_), DTypeSize(first.dtype()));
   const bool mean = op == ReduceOp::kMean;
   if (device.is_cuda()) {
     // Replicas sharing one GPU: the same sums as kernels.
-    return DeviceSliceSum(first->dtype(), segments, mean, device.index);
+    return DeviceSliceSum(first.dtype(), segments, mean, device.index);
   }
   for (const SliceSegment& segment : segments) {
-    MT_DISPATCH_ALL(first->dtype(), T, SumSegment<T>(segment, mean));
+    MT_DISPATCH_ALL(first.dtype(), T, SumSegment<T>(segment, mean));
   }
   return absl::OkStatus();
 }

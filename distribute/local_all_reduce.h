@@ -56,6 +56,9 @@ class LocalAllReduce final : public CrossDeviceOps {
   // Replica `replica`'s share of the sum, once every buffer is posted; on
   // a GPU enqueued on the current stream, not waited for.
   absl::Status SumMySlice(int replica, ReduceOp op);
+  // Whether every replica posted the same number of elements, of one dtype
+  // on one device; the same answer on every replica.
+  absl::Status CheckPosted(int replica) const;
   // The device all-reduce inside a stream capture (see above).
   absl::Status CapturedAllReduce(int replica, ReduceOp op, int device,
                                  const std::string& what);
