@@ -18,6 +18,12 @@
 
 namespace mirrortrain::distribute {
 
+// How the replicas of a list collective may cut its elements into tensors:
+// anywhere, as long as the totals agree (gradient buckets, which one
+// replica may pack and another not), or into tensors of the same sizes
+// (ReplicaContext::AllReduce's contract).
+enum class ListCuts { kAny, kSame };
+
 class CrossDeviceOps {
  public:
   virtual ~CrossDeviceOps() = default;
@@ -28,7 +34,8 @@ class CrossDeviceOps {
   // in place: one collective, no packing. Only where reduces_lists() is
   // true; the default reduces a list of one and refuses longer ones.
   virtual absl::Status AllReduceList(int replica, ReduceOp op,
-                                     absl::Span<Tensor> tensors) {
+                                     absl::Span<Tensor> tensors,
+                                     ListCuts /*cuts*/) {
     if (tensors.size() == 1) return AllReduce(replica, op, tensors[0]);
     return absl::UnimplementedError(
         absl::StrCat(name(), " collectives do not reduce lists"));

@@ -1,5 +1,6 @@
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
@@ -119,11 +120,12 @@ absl::Status DeviceSliceSum(DType dtype,
   cuda::DeviceGuard guard;
   MT_RETURN_IF_ERROR(guard.Set(device));
   const cudaStream_t stream = cuda::LaunchStream();
+  const int64_t size = static_cast<int64_t>(DTypeSize(dtype));
   SegmentBatch batch{};
   int count = 0;
   int64_t blocks = 0;
-  auto flush = [&] {
-    if (count == 0) return;
+  auto flush = [&]() -> absl::Status {
+    if (count == 0) return absl::OkStatus();
     batch.first_block[count] = static_cast<int>(blocks);
     batch.replicas = replicas;
     cuda::DispatchAll(dtype, [&](auto zero) {
@@ -134,25 +136,45 @@ absl::Status DeviceSliceSum(DType dtype,
     batch = SegmentBatch{};
     count = 0;
     blocks = 0;
+    MT_CUDA_RETURN_IF_LAUNCH_ERROR("SliceSumKernel");
+    return absl::OkStatus();
   };
-  for (const SliceSegment& segment : segments) {
-    if (segment.n == 0) continue;
-    const int64_t chunks = (segment.n + kChunk - 1) / kChunk;
-    if (count == kMaxSegments || blocks + chunks > kMaxBlocks) flush();
+  // Adds elements [begin, end) of `segment` to the batch.
+  auto add = [&](const SliceSegment& segment, int64_t begin,
+                 int64_t end) -> absl::Status {
+    if (end <= begin) return absl::OkStatus();
+    const int64_t chunks = (end - begin + kChunk - 1) / kChunk;
+    if (count == kMaxSegments || blocks + chunks > kMaxBlocks) {
+      MT_RETURN_IF_ERROR(flush());
+    }
     bool wide = true;
     for (int r = 0; r < replicas; ++r) {
-      batch.at[count][r] = segment.at[r];
-      wide &= reinterpret_cast<uintptr_t>(segment.at[r]) % 16 == 0;
+      batch.at[count][r] = static_cast<char*>(segment.at[r]) + begin * size;
+      wide &= reinterpret_cast<uintptr_t>(batch.at[count][r]) % 16 == 0;
     }
-    batch.n[count] = segment.n;
+    batch.n[count] = end - begin;
     batch.wide[count] = wide;
     batch.first_block[count] = static_cast<int>(blocks);
     blocks += chunks;
     ++count;
+    return absl::OkStatus();
+  };
+  for (const SliceSegment& segment : segments) {
+    // Where every replica's copy is off 16 bytes by the same amount (a
+    // slice that starts inside a tensor), the elements up to the next
+    // 16-byte boundary go alone and the rest 16 bytes at a time.
+    auto off16 = [](const void* p) {
+      return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p) % 16);
+    };
+    const int64_t off = off16(segment.at[0]);
+    bool same_off = off % size == 0;
+    for (void* p : segment.at) same_off &= off16(p) == off;
+    const int64_t head =
+        same_off && off != 0 ? std::min(segment.n, (16 - off) / size) : 0;
+    MT_RETURN_IF_ERROR(add(segment, 0, head));
+    MT_RETURN_IF_ERROR(add(segment, head, segment.n));
   }
-  flush();
-  MT_CUDA_RETURN_IF_LAUNCH_ERROR("SliceSumKernel");
-  return absl::OkStatus();
+  return flush();
 }
 
 }  // namespace mirrortrain::distribute

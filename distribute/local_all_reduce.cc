@@ -24,8 +24,10 @@ void SumSegment(const SliceSegment& segment, bool mean) {
 }
 
 // Where replica r's slice of n elements starts: equal shares cut at
-// multiples of 64 elements, so every slice of a GPU buffer starts 256-byte
-// aligned and the device sum can use 16-byte accesses.
+// multiples of 64 elements, so every slice of one GPU buffer starts
+// 256-byte aligned and the device sum can use 16-byte accesses (a slice
+// that starts inside one of a list's tensors may not be; the device sum
+// then takes the elements up to the next 16 bytes alone).
 int64_t SliceStart(int64_t n, int r, int replicas) {
   if (r >= replicas) return n;
   return n * r / replicas / 64 * 64;
@@ -39,8 +41,13 @@ int64_t TotalElements(absl::Span<const Tensor> tensors) {
 
 std::string Describe(absl::Span<const Tensor> tensors) {
   if (tensors.size() == 1) return tensors[0].DebugString();
+  std::string shapes;
+  for (const Tensor& t : tensors) {
+    absl::StrAppend(&shapes, shapes.empty() ? "" : ", ",
+                    ShapeToString(t.shape()));
+  }
   return absl::StrCat(tensors.size(), " tensors of ", TotalElements(tensors),
-                      " elements");
+                      " elements (", shapes, ")");
 }
 
 // Elements [begin, end) of the replicas' lists (each taken as one buffer,
@@ -93,11 +100,13 @@ LocalAllReduce::LocalAllReduce(int replicas, std::chrono::milliseconds watchdog)
     : replicas_(replicas),
       barrier_(replicas, watchdog),
       posted_(replicas),
+      cuts_(replicas, ListCuts::kAny),
       calls_(replicas, 0),
       events_(replicas) {}
 
 absl::Status LocalAllReduce::AllReduceList(int replica, ReduceOp op,
-                                           absl::Span<Tensor> tensors) {
+                                           absl::Span<Tensor> tensors,
+                                           ListCuts cuts) {
   const std::string what = absl::StrCat("all-reduce #", calls_[replica]++, " (",
                                         Describe(tensors), ")");
   // Nothing to sum (every replica must agree; SumMySlice checks): no
@@ -105,14 +114,23 @@ absl::Status LocalAllReduce::AllReduceList(int replica, ReduceOp op,
   const bool on_gpu =
       TotalElements(tensors) > 0 && tensors[0].device().is_cuda();
   posted_[replica] = tensors;
+  cuts_[replica] = cuts;
   if (on_gpu) {
     const int device = tensors[0].device().index;
-    MT_ASSIGN_OR_RETURN(const bool capturing,
-                        cuda::StreamIsCapturing(cuda::CurrentStream()));
-    if (capturing) return CapturedAllReduce(replica, op, device, what);
+    absl::StatusOr<bool> capturing =
+        cuda::StreamIsCapturing(cuda::CurrentStream());
+    if (capturing.ok() && *capturing) {
+      return CapturedAllReduce(replica, op, device, what);
+    }
     // Other replicas' kernels will read these buffers: they must be
     // complete, not just enqueued, before this replica says they are posted.
-    MT_RETURN_IF_ERROR(cuda::Synchronize(device));
+    absl::Status ready = capturing.status();
+    if (ready.ok()) ready = cuda::Synchronize(device);
+    if (!ready.ok()) {
+      // The peers must not wait for a replica that will not post.
+      barrier_.Abort(ready);
+      return ready;
+    }
   }
   MT_RETURN_IF_ERROR(barrier_.Wait(replica, what));
   // Everyone's buffer is posted. From here on every replica reads and
@@ -178,6 +196,12 @@ absl::Status LocalAllReduce::CheckPosted(int replica) const {
   const Tensor* first = nullptr;
   for (int r = 0; r < replicas_; ++r) {
     bool same = TotalElements(posted_[r]) == n;
+    if (std::find(cuts_.begin(), cuts_.end(), ListCuts::kSame) != cuts_.end()) {
+      same &= posted_[r].size() == mine.size();
+      for (size_t i = 0; same && i < mine.size(); ++i) {
+        same &= posted_[r][i].shape() == mine[i].shape();
+      }
+    }
     for (const Tensor& t : posted_[r]) {
       if (first == nullptr) first = &t;
       same &= t.dtype() == first->dtype() && t.device() == first->device();

@@ -12,7 +12,7 @@
 // order (AllReduceList): no packing, so a gradient bucket costs only its
 // sum's reads and writes. Replicas may post the same elements cut into
 // different tensors (one packed its bucket, another did not); only the
-// total count must agree.
+// total count must agree, unless a replica asks for the same cuts.
 //
 // While the replicas' streams are being recorded into one CUDA graph (a
 // captured step), a GPU all-reduce waits on nothing on the host: each
@@ -38,10 +38,12 @@ class LocalAllReduce final : public CrossDeviceOps {
  public:
   LocalAllReduce(int replicas, std::chrono::milliseconds watchdog);
   absl::Status AllReduce(int replica, ReduceOp op, Tensor& buffer) override {
-    return AllReduceList(replica, op, absl::MakeSpan(&buffer, 1));
+    return AllReduceList(replica, op, absl::MakeSpan(&buffer, 1),
+                         ListCuts::kAny);
   }
   absl::Status AllReduceList(int replica, ReduceOp op,
-                             absl::Span<Tensor> tensors) override;
+                             absl::Span<Tensor> tensors,
+                             ListCuts cuts) override;
   bool reduces_lists() const override { return true; }
   void Abort(const absl::Status& reason) override { barrier_.Abort(reason); }
   absl::Status Recover() override {
@@ -57,7 +59,8 @@ class LocalAllReduce final : public CrossDeviceOps {
   // a GPU enqueued on the current stream, not waited for.
   absl::Status SumMySlice(int replica, ReduceOp op);
   // Whether every replica posted the same number of elements, of one dtype
-  // on one device; the same answer on every replica.
+  // on one device, cut the same way where any replica asked for that
+  // (ListCuts::kSame); the same answer on every replica.
   absl::Status CheckPosted(int replica) const;
   // The device all-reduce inside a stream capture (see above).
   absl::Status CapturedAllReduce(int replica, ReduceOp op, int device,
@@ -73,6 +76,7 @@ class LocalAllReduce final : public CrossDeviceOps {
   ReplicaBarrier barrier_;
   // Per replica, valid between barriers.
   std::vector<absl::Span<Tensor>> posted_;
+  std::vector<ListCuts> cuts_;
   std::vector<uint64_t> calls_;  // Per replica: collectives so far.
   std::vector<std::unique_ptr<CaptureEvents>> events_;
 };

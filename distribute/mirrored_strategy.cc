@@ -3,6 +3,7 @@
 #include <atomic>
 #include <functional>
 #include <latch>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "distribute/local_all_reduce.h"
@@ -61,15 +62,22 @@ class MirroredStrategy::Replica final : public ReplicaContext {
 
   absl::Status AllReduce(ReduceOp op, absl::Span<Tensor> tensors) override {
     // One collective for the whole list where the ops take lists of one
-    // dtype and device (synchronized batch norm's statistics).
+    // dtype and device (synchronized batch norm's statistics), and no two
+    // tensors share memory (those are reduced in turn, as before).
     bool one_list = reduces_lists() && !tensors.empty();
-    for (const Tensor& t : tensors) {
-      one_list &=
-          t.dtype() == tensors[0].dtype() && t.device() == tensors[0].device();
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      one_list &= tensors[i].dtype() == tensors[0].dtype() &&
+                  tensors[i].device() == tensors[0].device();
+      for (size_t j = 0; j < i; ++j) {
+        one_list &= !tensors[i].SharesBufferWith(tensors[j]);
+      }
     }
     if (one_list) {
+      // Every replica's tensors must have the same sizes, as one by one.
       MT_RETURN_IF_ERROR(
-          AllReduceListAsync(op, {tensors.begin(), tensors.end()}).get());
+          Start(
+              {op, {tensors.begin(), tensors.end()}, Tensor(), ListCuts::kSame})
+              .get());
     } else {
       for (Tensor& t : tensors) {
         MT_RETURN_IF_ERROR(AllReduceAsync(op, t).get());
@@ -121,11 +129,11 @@ class MirroredStrategy::Replica final : public ReplicaContext {
 
   std::shared_future<absl::Status> AllReduceAsync(ReduceOp op,
                                                   Tensor buffer) override {
-    return Start(op, {}, std::move(buffer));
+    return Start({op, {}, std::move(buffer), std::nullopt});
   }
   std::shared_future<absl::Status> PackAndAllReduceAsync(
       ReduceOp op, std::vector<Tensor> parts, Tensor buffer) override {
-    return Start(op, std::move(parts), std::move(buffer));
+    return Start({op, std::move(parts), std::move(buffer), std::nullopt});
   }
   bool reduces_lists() const override { return ops_->reduces_lists(); }
   std::shared_future<absl::Status> AllReduceListAsync(
@@ -133,25 +141,29 @@ class MirroredStrategy::Replica final : public ReplicaContext {
     if (!reduces_lists()) {
       return ReplicaContext::AllReduceListAsync(op, std::move(tensors));
     }
-    return Start(op, std::move(tensors), Tensor());
+    return Start({op, std::move(tensors), Tensor(), ListCuts::kAny});
   }
 
-  // Every collective of this replica: `parts` packed into `buffer` and
-  // reduced, or without a buffer the parts reduced in place as one list.
-  std::shared_future<absl::Status> Start(ReduceOp op, std::vector<Tensor> parts,
-                                         Tensor buffer) {
+  // One collective of this replica: `parts` packed into `buffer` and
+  // reduced, or with `list` the parts reduced in place as one list
+  // (`buffer` unused).
+  struct Collective {
+    ReduceOp op;
+    std::vector<Tensor> parts;
+    Tensor buffer;
+    std::optional<ListCuts> list;
+  };
+
+  std::shared_future<absl::Status> Start(Collective c) {
     const int64_t index = started_.fetch_add(1, std::memory_order_relaxed);
     auto done = std::make_shared<std::promise<absl::Status>>();
     std::shared_future<absl::Status> future = done->get_future().share();
     if (device_.is_cuda()) {
-      absl::Status posted = PostDeviceAllReduce(op, std::move(parts),
-                                                std::move(buffer), index, done);
+      absl::Status posted = PostDeviceAllReduce(std::move(c), index, done);
       if (!posted.ok()) done->set_value(posted);
       return future;
     }
-    auto reduce = [this, op, parts = std::move(parts), buffer]() mutable {
-      return Reduce(op, parts, buffer);
-    };
+    auto reduce = [this, c = std::move(c)]() mutable { return Reduce(c); };
     if (!ops_->overlaps_compute()) {
       done->set_value(reduce());
       return future;
@@ -189,7 +201,7 @@ class MirroredStrategy::Replica final : public ReplicaContext {
  private:
   int64_t bucket_bytes_ = 25 << 20;
   // The collective waits (on the GPU, not the host) for the compute stream
-  // to have produced `parts` and `buffer`, packs and reduces on the
+  // to have produced the parts and the buffer, packs and reduces on the
   // communication stream while the compute stream goes on with backward,
   // and is finished (stream synchronised, under the watchdog) before the
   // future is set: the caller may then use the result on any stream, and
@@ -198,19 +210,18 @@ class MirroredStrategy::Replica final : public ReplicaContext {
   // will set `done` itself. Local (device kernel) and NCCL reductions both
   // take this path.
   absl::Status PostDeviceAllReduce(
-      ReduceOp op, std::vector<Tensor> parts, Tensor buffer, int64_t index,
+      Collective c, int64_t index,
       std::shared_ptr<std::promise<absl::Status>> done) {
     MT_ASSIGN_OR_RETURN(cuda::Event ready, cuda::Event::Create(device_.index));
     MT_RETURN_IF_ERROR(ready.Record(compute_.handle()));
     auto event = std::make_shared<cuda::Event>(std::move(ready));
-    comm_.Post([this, op, parts = std::move(parts), buffer, index, done,
-                event]() mutable {
+    comm_.Post([this, c = std::move(c), index, done, event]() mutable {
       cuda::ScopedCurrentStream scope(communication_.handle());
       // While recording, what a collective allocates belongs to the graph
       // too (pool 0, none, otherwise): eager work must never be given it.
       cuda::ScopedGraphMemoryPool memory(capture_pool_);
       absl::Status s = event->MakeStreamWait(communication_.handle());
-      if (s.ok()) s = Reduce(op, parts, buffer);
+      if (s.ok()) s = Reduce(c);
       if (capturing_) {
         // Recorded, not run: nothing to wait for. The compute stream waits
         // for the tail on the device (OrderAfterCollectives), and the
@@ -218,31 +229,31 @@ class MirroredStrategy::Replica final : public ReplicaContext {
         // recorded work on any stream is given their memory.
         if (s.ok()) s = captured_tail_.Record(communication_.handle());
         if (s.ok()) tail_recorded_ = true;
-        for (Tensor& t : parts) kept_.push_back(std::move(t));
-        kept_.push_back(std::move(buffer));
+        for (Tensor& t : c.parts) kept_.push_back(std::move(t));
+        if (c.buffer.defined()) kept_.push_back(std::move(c.buffer));
       } else if (s.ok()) {
-        s = WaitWatched(absl::StrCat(
-            "all-reduce #", index, " (",
-            buffer.defined() ? buffer.DebugString()
-                             : absl::StrCat(parts.size(), " tensors"),
-            ")"));
+        s = WaitWatched(
+            absl::StrCat("all-reduce #", index, " (",
+                         c.list ? absl::StrCat(c.parts.size(), " tensors")
+                                : c.buffer.DebugString(),
+                         ")"));
       }
       // Drop this task's references before the waiter goes on, so the
       // tensors return to their pools at a fixed point of the step.
-      parts.clear();
-      buffer = Tensor();
+      c.parts.clear();
+      c.buffer = Tensor();
       event.reset();
       done->set_value(s);
     });
     return absl::OkStatus();
   }
 
-  absl::Status Reduce(ReduceOp op, std::vector<Tensor>& parts, Tensor& buffer) {
-    if (!buffer.defined()) {
-      return ops_->AllReduceList(id_, op, absl::MakeSpan(parts));
+  absl::Status Reduce(Collective& c) {
+    if (c.list) {
+      return ops_->AllReduceList(id_, c.op, absl::MakeSpan(c.parts), *c.list);
     }
-    MT_RETURN_IF_ERROR(PackInto(parts, buffer));
-    return ops_->AllReduce(id_, op, buffer);
+    MT_RETURN_IF_ERROR(PackInto(c.parts, c.buffer));
+    return ops_->AllReduce(id_, c.op, c.buffer);
   }
 
   // Waits for the communication stream with the watchdog watching: a

@@ -71,16 +71,24 @@ std::vector<Tensor> AllReduceOnOneGpu(int n, DType dtype, int64_t size,
         status[r] = ops.AllReduce(r, op, buffers[r]);
         return;
       }
+      // Three cuts (one twice: an empty piece), then 20 more past the
+      // middle: more segments than one launch takes.
+      std::vector<int64_t> cuts = {int64_t{3} * r + 1, size / 2 + r,
+                                   size / 2 + r};
+      for (int64_t k = 1; k <= 20; ++k) {
+        cuts.push_back(size / 2 + r + k * std::max<int64_t>(1, size / 50));
+      }
       std::vector<Tensor> pieces;
       int64_t begin = 0;
-      for (int64_t cut : {int64_t{3} * r + 1, size / 2 + r, size / 2 + r}) {
+      for (int64_t cut : cuts) {
         cut = std::min(cut, size);
         if (cut < begin) continue;
         pieces.push_back(*buffers[r].SliceRows(begin, cut - begin));
         begin = cut;
       }
       pieces.push_back(*buffers[r].SliceRows(begin, size - begin));
-      status[r] = ops.AllReduceList(r, op, absl::MakeSpan(pieces));
+      status[r] =
+          ops.AllReduceList(r, op, absl::MakeSpan(pieces), ListCuts::kAny);
     });
   }
   for (auto& t : threads) t.join();

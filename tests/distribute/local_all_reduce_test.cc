@@ -73,12 +73,14 @@ TEST_P(LocalAllReduceTest, MeanAndRepeatedCollectivesAndIntegers) {
 
 // The same 2000 elements per replica, cut into tensors differently by each
 // (as when one replica packed a gradient bucket and another did not), empty
-// tensors included: reduced in place as one buffer. Replica r fills global
-// element g with (r + 1) * (g + 1).
+// tensors included, one first, and tensors that end exactly where a
+// replica's slice starts (448, 640 and 960 for 4, 3 and 2 replicas):
+// reduced in place as one buffer. Replica r fills global element g with
+// (r + 1) * (g + 1).
 TEST_P(LocalAllReduceTest, ListsCutDifferentlyAreSummedAsOneBuffer) {
   const int n = GetParam();
   const std::vector<std::vector<int64_t>> cuts = {
-      {2000}, {3, 0, 997, 1000}, {1, 1, 1998, 0}, {64, 1935, 1}};
+      {2000}, {0, 448, 192, 320, 0, 1040}, {3, 0, 997, 1000}, {1, 1, 1998, 0}};
   LocalAllReduce ops(n, milliseconds(10000));
   std::vector<std::vector<Tensor>> lists(n);
   auto status = OnReplicas(n, [&](int r) {
@@ -90,7 +92,8 @@ TEST_P(LocalAllReduceTest, ListsCutDifferentlyAreSummedAsOneBuffer) {
       }
       lists[r].push_back(t);
     }
-    return ops.AllReduceList(r, ReduceOp::kSum, absl::MakeSpan(lists[r]));
+    return ops.AllReduceList(r, ReduceOp::kSum, absl::MakeSpan(lists[r]),
+                             ListCuts::kAny);
   });
   for (int r = 0; r < n; ++r) {
     ASSERT_TRUE(status[r].ok()) << status[r];
@@ -115,7 +118,8 @@ TEST_P(LocalAllReduceTest, ListsOfDifferentTotalsAreAnErrorEverywhere) {
   auto status = OnReplicas(n, [&](int r) {
     lists[r] = {Tensor::HostFull(DType::kF32, {4}, 1),
                 Tensor::HostFull(DType::kF32, {r == n - 1 ? 7 : 6}, 1)};
-    return ops.AllReduceList(r, ReduceOp::kSum, absl::MakeSpan(lists[r]));
+    return ops.AllReduceList(r, ReduceOp::kSum, absl::MakeSpan(lists[r]),
+                             ListCuts::kAny);
   });
   for (int r = 0; r < n; ++r) {
     EXPECT_EQ(status[r].code(), absl::StatusCode::kInternal) << status[r];
@@ -124,6 +128,38 @@ TEST_P(LocalAllReduceTest, ListsOfDifferentTotalsAreAnErrorEverywhere) {
         << status[r];
     // Nothing was summed.
     EXPECT_EQ(lists[r][0].ToVector<float>(), std::vector<float>(4, 1));
+  }
+}
+
+// ListCuts::kSame (ReplicaContext::AllReduce's contract): the same totals
+// cut into other sizes are an error on every replica where any replica
+// asked for the same cuts, and fine where none did.
+TEST_P(LocalAllReduceTest, SameCutsAreRequiredWhereAsked) {
+  const int n = GetParam();
+  if (n == 1) GTEST_SKIP() << "one replica has nothing to disagree with";
+  for (ListCuts cuts : {ListCuts::kSame, ListCuts::kAny}) {
+    LocalAllReduce ops(n, milliseconds(10000));
+    std::vector<std::vector<Tensor>> lists(n);
+    auto status = OnReplicas(n, [&](int r) {
+      const bool last = r == n - 1;
+      lists[r] = {Tensor::HostFull(DType::kF32, {last ? 3 : 2}, 1),
+                  Tensor::HostFull(DType::kF32, {last ? 2 : 3}, 1)};
+      // Only replica 0 says which: the others' kAny must not loosen it.
+      return ops.AllReduceList(r, ReduceOp::kSum, absl::MakeSpan(lists[r]),
+                               r == 0 ? cuts : ListCuts::kAny);
+    });
+    for (int r = 0; r < n; ++r) {
+      if (cuts == ListCuts::kAny) {
+        EXPECT_TRUE(status[r].ok()) << status[r];
+        EXPECT_EQ(lists[r][0].ToVector<float>()[0], n);
+        continue;
+      }
+      EXPECT_EQ(status[r].code(), absl::StatusCode::kInternal) << status[r];
+      EXPECT_NE(status[r].message().find("2 tensors of 5 elements ([3], [2])"),
+                std::string::npos)
+          << status[r];
+      EXPECT_EQ(lists[r][0].ToVector<float>()[0], 1);
+    }
   }
 }
 

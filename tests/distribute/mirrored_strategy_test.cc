@@ -62,7 +62,8 @@ TEST(MirroredStrategyTest, AllReduceInsideRun) {
   }
 }
 
-// A span of one dtype goes as one list collective; mixed dtypes one by one.
+// A span of one dtype goes as one list collective; mixed dtypes, or tensors
+// sharing memory, one by one.
 TEST(MirroredStrategyTest, AllReduceOfSeveralTensorsAndDtypes) {
   auto s = MirroredStrategy::Create(Cpus(3), {});
   ASSERT_TRUE(s.ok());
@@ -79,7 +80,12 @@ TEST(MirroredStrategyTest, AllReduceOfSeveralTensorsAndDtypes) {
                         Tensor::HostFull(DType::kF64, {2}, r)};
                     MT_RETURN_IF_ERROR(
                         ctx.AllReduce(ReduceOp::kSum, absl::MakeSpan(mixed)));
-                    out[r] = {same[0], same[1], mixed[0], mixed[1]};
+                    // One tensor twice: reduced in turn, as before lists.
+                    Tensor t = Tensor::HostFull(DType::kF32, {2}, r);
+                    std::vector<Tensor> twice = {t, t};
+                    MT_RETURN_IF_ERROR(
+                        ctx.AllReduce(ReduceOp::kSum, absl::MakeSpan(twice)));
+                    out[r] = {same[0], same[1], mixed[0], mixed[1], t};
                     return absl::OkStatus();
                   })
                   .ok());
@@ -88,6 +94,7 @@ TEST(MirroredStrategyTest, AllReduceOfSeveralTensorsAndDtypes) {
     EXPECT_EQ(t[1].ToVector<float>(), (std::vector<float>{10, 10, 10}));
     EXPECT_EQ(t[2].ToVector<int64_t>(), (std::vector<int64_t>{3}));
     EXPECT_EQ(t[3].ToVector<double>(), (std::vector<double>{3, 3}));
+    EXPECT_EQ(t[4].ToVector<float>(), (std::vector<float>{9, 9}));
   }
 }
 
