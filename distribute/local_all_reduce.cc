@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "distribute/device_slice_sum.h"
+#include "distribute/ordered_sum.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/status_macros.h"
@@ -11,28 +12,12 @@
 namespace mirrortrain::distribute {
 namespace {
 
-// The sum in replica order, written to every replica. Blocks of elements
-// are summed in a local buffer, which no replica's pointer can alias, so
-// the loops vectorise; each element's additions are the same as one by one.
+// The sum in replica order, written to every replica.
 template <typename T>
 void SumSegment(const SliceSegment& segment, bool mean) {
-  constexpr int64_t kBlock = 2048;
-  T acc[kBlock];
-  const int n = static_cast<int>(segment.at.size());
-  for (int64_t begin = 0; begin < segment.n; begin += kBlock) {
-    const int64_t len = std::min(kBlock, segment.n - begin);
-    std::copy_n(static_cast<const T*>(segment.at[0]) + begin, len, acc);
-    for (int r = 1; r < n; ++r) {
-      const T* part = static_cast<const T*>(segment.at[r]) + begin;
-      for (int64_t i = 0; i < len; ++i) acc[i] += part[i];
-    }
-    if (mean) {
-      for (int64_t i = 0; i < len; ++i) acc[i] /= static_cast<T>(n);
-    }
-    for (int r = 0; r < n; ++r) {
-      std::copy_n(acc, len, static_cast<T*>(segment.at[r]) + begin);
-    }
-  }
+  std::vector<T*> at;
+  for (void* p : segment.at) at.push_back(static_cast<T*>(p));
+  OrderedSum<T>({at.data(), at.size()}, segment.n, mean, at);
 }
 
 // Where replica r's slice of n elements starts: equal shares cut at

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "distribute/ordered_sum.h"
 #include "distribute/process_group.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/status_macros.h"
@@ -230,11 +231,10 @@ class MpiWorld final : public ProcessGroup {
       MT_RETURN_IF_ERROR(Wait(exchange, what));
     }
     std::copy(data + mine, data + mine + count, copies.data() + rank_ * count);
-    for (int64_t i = 0; i < count; ++i) {
-      T acc = copies[i];
-      for (int p = 1; p < size_; ++p) acc += copies[p * count + i];
-      data[mine + i] = acc;
-    }
+    std::vector<const T*> parts;
+    for (int p = 0; p < size_; ++p) parts.push_back(copies.data() + p * count);
+    T* const out = data + mine;
+    OrderedSum<T>(parts, count, /*mean=*/false, {&out, 1});
     Exchange exchange(NextTag());
     for (int p = 0; p < size_; ++p) {
       if (p == rank_) continue;
