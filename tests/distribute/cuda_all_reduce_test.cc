@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "distribute/device_set.h"
+#include "distribute/gradient_buckets.h"
 #include "distribute/local_all_reduce.h"
 #include "distribute/mirrored_strategy.h"
 #include "distribute/nccl_all_reduce.h"
@@ -304,6 +305,83 @@ TEST_F(CudaCollectivesTest, RecordedStepsOfLogicalReplicasReplayAsEagerRuns) {
   // Every replica holds the same (reduced) state.
   EXPECT_EQ(b[0].To(Device::Cpu())->ToVector<float>(),
             b[2].To(Device::Cpu())->ToVector<float>());
+}
+
+// One gradient bucket of three odd-sized gradients per replica (k + 1 times
+// slice k of the replica's state). Replica 0 keeps a handle to one of its
+// gradients, so it packs its bucket; the others' local ops reduce theirs
+// where they are, as one list, and the collective pairs them all the same.
+// The state becomes the reduced gradients / 64.
+absl::Status BucketStep(ReplicaContext& ctx, std::vector<Tensor>& x) {
+  Tensor& mine = x[ctx.replica_id()];
+  const std::vector<int64_t> sizes = {1000, 999, 1001},
+                             starts = {0, 1000, 1999};
+  const BucketPlan plan = PlanBuckets({4000, 3996, 4004}, 1 << 20, 1 << 20);
+  GradientBuckets buckets(&plan, &ctx, {{1000}, {999}, {1001}}, DType::kF32);
+  Tensor kept;
+  for (size_t k = sizes.size(); k-- > 0;) {
+    MT_ASSIGN_OR_RETURN(Tensor slice, mine.SliceRows(starts[k], sizes[k]));
+    MT_ASSIGN_OR_RETURN(Tensor g, ops::Scale(slice, k + 1.0));
+    if (ctx.replica_id() == 0 && k == 1) kept = g;
+    MT_RETURN_IF_ERROR(buckets.Ready(k, std::move(g)));
+  }
+  MT_ASSIGN_OR_RETURN(std::vector<Tensor> reduced, buckets.Finish());
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    MT_ASSIGN_OR_RETURN(Tensor slice, mine.SliceRows(starts[k], sizes[k]));
+    MT_ASSIGN_OR_RETURN(Tensor next, ops::Scale(reduced[k], 1.0 / 64));
+    MT_RETURN_IF_ERROR(slice.CopyFrom(next));
+  }
+  return absl::OkStatus();
+}
+
+TEST_F(CudaCollectivesTest, PackedAndListBucketsPairInRecordedSteps) {
+  const std::vector<Device> devices(3, Device::Cuda(0));
+  auto eager = MirroredStrategy::Create(devices, {"auto", 1 << 20, 60.0});
+  auto graphed = MirroredStrategy::Create(devices, {"auto", 1 << 20, 60.0});
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  ASSERT_TRUE(graphed.ok()) << graphed.status();
+  auto states = [] {
+    std::vector<Tensor> x;
+    for (int r = 0; r < 3; ++r) {
+      x.push_back(*ops::Scale(
+          *RankFilled(r, 3000, DType::kF32).To(Device::Cuda(0)), 1e-3));
+    }
+    EXPECT_TRUE(cuda::Synchronize(0).ok());
+    return x;
+  };
+  std::vector<Tensor> a = states(), b = states();
+  ASSERT_TRUE((*eager)
+                  ->Run([&](ReplicaContext& ctx) { return BucketStep(ctx, a); })
+                  .ok());
+  // One eager step: element i of slice k is (k + 1) * 6e-3 * (i' + 1) / 64
+  // on every replica (i' its index in the state), the sum of 1, 2 and 3
+  // times the same values.
+  const std::vector<float> first = a[2].To(Device::Cpu())->ToVector<float>();
+  // (A few f32 roundings from the exact value.)
+  EXPECT_NEAR(first[1000], 2 * 6e-3 * 1001 / 64, 1e-6 * first[1000]);
+  EXPECT_NEAR(first[2999], 3 * 6e-3 * 3000 / 64, 1e-6 * first[2999]);
+  for (int step = 1; step < 3; ++step) {
+    ASSERT_TRUE(
+        (*eager)
+            ->Run([&](ReplicaContext& ctx) { return BucketStep(ctx, a); })
+            .ok());
+  }
+  absl::StatusOr<cuda::CudaGraph> graph = (*graphed)->CaptureRun(
+      [&](ReplicaContext& ctx) { return BucketStep(ctx, b); });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  for (int step = 0; step < 3; ++step) {
+    ASSERT_TRUE((*graphed)->Replay(*graph).ok());
+  }
+  absl::StatusOr<DeviceFence> done = (*graphed)->Fence();
+  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_TRUE(done->Wait().ok());
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(a[r].To(Device::Cpu())->ToVector<float>(),
+              b[r].To(Device::Cpu())->ToVector<float>())
+        << "replica " << r;
+  }
+  EXPECT_EQ(b[0].To(Device::Cpu())->ToVector<float>(),
+            b[1].To(Device::Cpu())->ToVector<float>());
 }
 
 // A step that reads its input late: a chain of products first (a few
