@@ -222,9 +222,10 @@ struct ReluGradient {
 std::atomic<int64_t> relu_hand_offs{0}, fused_relu_hand_offs{0};
 
 // relu's masked pass of the MatMulBiasRelu record `op` for its output's
-// gradient dy.
+// gradient dy; the bias gradient only with `need_db` (not for a frozen
+// bias).
 absl::StatusOr<ReluGradient> MaskedGradient(const OpRecord& op,
-                                            const Tensor& dy) {
+                                            const Tensor& dy, bool need_db) {
   const auto& p = std::any_cast<const internal::SavedProduct&>(op.attrs);
   const Tensor& y = op.outputs[0];
   const Shape& bias_shape = op.inputs[2].shape();
@@ -234,14 +235,14 @@ absl::StatusOr<ReluGradient> MaskedGradient(const OpRecord& op,
     // their operand, not as f32 values converted in a second pass.
     MT_ASSIGN_OR_RETURN(
         out.dz, internal::GemmOperand::Bf16Storage(y.shape(), y.device()));
-    MT_RETURN_IF_ERROR(GpuBiasReluGrads(y, dy, bias_shape, /*need_db=*/true,
+    MT_RETURN_IF_ERROR(GpuBiasReluGrads(y, dy, bias_shape, need_db,
                                         out.dz.bf16_storage(),
                                         /*dz_bf16=*/true, &out.db));
     return out;
   }
   Tensor dz;
-  MT_RETURN_IF_ERROR(internal::BiasReluGrads(y, dy, bias_shape,
-                                             /*need_db=*/true, &dz, &out.db));
+  MT_RETURN_IF_ERROR(
+      internal::BiasReluGrads(y, dy, bias_shape, need_db, &dz, &out.db));
   MT_ASSIGN_OR_RETURN(out.dz, internal::GemmOperand::Of(dz, p.a.bf16()));
   return out;
 }
@@ -300,7 +301,7 @@ MT_HANDING_OFF_OP(
         if (needs[2]) (*grads)[2] = std::move(r.db);
         return absl::OkStatus();
       } else {
-        MT_ASSIGN_OR_RETURN(r, MaskedGradient(op, g[0]));
+        MT_ASSIGN_OR_RETURN(r, MaskedGradient(op, g[0], needs[2]));
       }
       MT_RETURN_IF_ERROR(
           internal::ProductGrads(p, r.dz, needs, grads, op.links));
@@ -329,7 +330,8 @@ absl::StatusOr<std::any> ReluProductHandOff(const OpRecord& producer,
   if (!r.has_value()) {
     // The product, then the masked pass: the numbers without the hand-off.
     MT_ASSIGN_OR_RETURN(const Tensor dy, Product(g, w, false, transpose_w));
-    MT_ASSIGN_OR_RETURN(r, MaskedGradient(producer, dy));
+    // Whether the producer's bias needs a gradient is not known here.
+    MT_ASSIGN_OR_RETURN(r, MaskedGradient(producer, dy, /*need_db=*/true));
   }
   relu_hand_offs.fetch_add(1, std::memory_order_relaxed);
   return std::any(*std::move(r));

@@ -182,5 +182,27 @@ INSTANTIATE_TEST_SUITE_P(
       return info.param == MatMulPrecision::kBf16 ? "bf16" : "fp32";
     });
 
+// A relu product whose bias is not asked for (frozen) skips its bias
+// gradient and gives the other gradients unchanged, bit for bit.
+TEST(GradientHandOffTest, AFrozenBiasGetsNoGradientAndChangesNothing) {
+  const Mlp m;
+  auto grads = [&](bool with_bias) {
+    GradientTape tape;
+    std::vector<Tensor> sources = {m.x, m.w1};
+    if (with_bias) sources.push_back(m.b1);
+    for (const Tensor& s : sources) tape.Watch(s);
+    const Tensor y = *ops::MatMulBiasRelu(m.x, m.w1, m.b1);
+    const Tensor loss = *ops::ReduceSum(*ops::Mul(y, y));
+    auto g = tape.Gradient(loss, sources);
+    EXPECT_TRUE(g.ok()) << g.status();
+    std::vector<Tensor> out;
+    for (const auto& gi : *g) out.push_back(*gi);
+    return out;
+  };
+  const std::vector<Tensor> all = grads(true), frozen = grads(false);
+  ASSERT_EQ(frozen.size(), 2u);
+  ExpectSame(frozen, {all[0], all[1]});
+}
+
 }  // namespace
 }  // namespace mirrortrain
