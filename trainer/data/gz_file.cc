@@ -142,8 +142,8 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   return data;
 }
 
-std::optional<std::vector<uint8_t>> InflateExactly(const std::string& path,
-                                                   uint64_t expected) {
+std::optional<UninitializedBytes> InflateExactly(const std::string& path,
+                                                 uint64_t expected) {
   // The trailer must agree and the size be one deflate could produce, so a
   // lying file cannot make us allocate what it could not hold.
   if (ReservableBytes(path, 0, expected) != expected) return std::nullopt;
@@ -156,17 +156,16 @@ std::optional<std::vector<uint8_t>> InflateExactly(const std::string& path,
     }
   };
   try {
-    std::vector<char> compressed(static_cast<size_t>(size));
+    UninitializedBytes compressed(static_cast<size_t>(size));
     in.seekg(0);
-    in.read(compressed.data(), size);
-    if (in.gcount() != size || static_cast<uint8_t>(compressed[0]) != 0x1f ||
-        static_cast<uint8_t>(compressed[1]) != 0x8b) {
+    in.read(reinterpret_cast<char*>(compressed.data()), size);
+    if (in.gcount() != size || compressed[0] != 0x1f || compressed[1] != 0x8b) {
       return std::nullopt;  // Short read, or raw (ReservableBytes allows it).
     }
     const std::unique_ptr<libdeflate_decompressor, Free> inflater(
         libdeflate_alloc_decompressor());
     if (inflater == nullptr) return std::nullopt;
-    std::vector<uint8_t> out(expected);
+    UninitializedBytes out(expected);
     size_t consumed = 0, produced = 0;
     // Checks the CRC and size of the trailer; `consumed` short of the file
     // means another member or garbage follows, which GzFile reports.

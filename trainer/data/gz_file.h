@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "trainer/data/uninitialized_bytes.h"
 
 namespace mirrortrain::trainer {
 
@@ -83,8 +84,8 @@ uint64_t ReservableBytes(const std::string& path, uint64_t offset,
 // else (a raw file, several members, a corrupt or lying stream, too little
 // memory): the caller then reads through GzFile, which names the fault.
 // Holds the compressed file in memory meanwhile.
-std::optional<std::vector<uint8_t>> InflateExactly(const std::string& path,
-                                                   uint64_t expected);
+std::optional<UninitializedBytes> InflateExactly(const std::string& path,
+                                                 uint64_t expected);
 
 // InvalidArgument "<path>: <reason>": bad content of a data file.
 absl::Status BadData(absl::string_view path, absl::string_view reason);

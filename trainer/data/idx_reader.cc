@@ -23,7 +23,7 @@ uint32_t BigEndian32(const unsigned char* p) {
 
 struct RawIdx {
   std::vector<uint32_t> dims;
-  std::vector<uint8_t> data;  // The elements start at `offset`.
+  UninitializedBytes data;  // The elements start at `offset`.
   size_t offset = 0;
 };
 
@@ -80,7 +80,7 @@ absl::StatusOr<RawIdx> ReadIdx(const std::string& path, uint32_t magic) {
   // Most files are one well-formed gzip member: inflated in one pass, the
   // header included. Anything else is read through zlib, which names what
   // is wrong with it.
-  if (std::optional<std::vector<uint8_t>> whole =
+  if (std::optional<UninitializedBytes> whole =
           InflateExactly(path, header_bytes + bytes)) {
     idx.data = std::move(*whole);
     idx.offset = header_bytes;

@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "trainer/data/uninitialized_bytes.h"
 
 namespace mirrortrain::trainer {
 
@@ -32,7 +33,7 @@ struct IdxImages {
   int64_t cols = 0;
   // The decompressed file; its pixels start at `pixels_offset` (past the
   // header when the file was inflated in one pass, so nothing is moved).
-  std::vector<uint8_t> data;
+  UninitializedBytes data;
   size_t pixels_offset = 0;
 
   // count * rows * cols, row-major.

@@ -248,8 +248,7 @@ TEST(IdxReaderTest, OneGzipMemberInflatesInOnePass) {
   const std::vector<uint8_t> pixels = Noise(3 * 28 * 28);
   const std::string bytes = IdxBytes(kIdxImagesMagic, {3, 28, 28}, pixels);
   WriteGz(path, bytes);
-  std::optional<std::vector<uint8_t>> whole =
-      InflateExactly(path, bytes.size());
+  std::optional<UninitializedBytes> whole = InflateExactly(path, bytes.size());
   ASSERT_TRUE(whole.has_value());
   EXPECT_EQ(std::string(whole->begin(), whole->end()), bytes);
   // Any other size is declined, whatever the trailer says.
