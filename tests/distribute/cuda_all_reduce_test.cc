@@ -269,6 +269,29 @@ std::vector<Tensor> LogicalReplicaStates() {
   return x;
 }
 
+// Replays `graph` three times, waits, and expects each replica's state
+// `b` equal to the three eager steps' `a`, and every replica alike.
+void ExpectReplaysMatchEager(MirroredStrategy& graphed,
+                             const cuda::CudaGraph& graph,
+                             const std::vector<Tensor>& a,
+                             const std::vector<Tensor>& b) {
+  for (int step = 0; step < 3; ++step) {
+    ASSERT_TRUE(graphed.Replay(graph).ok());
+  }
+  // Replay does not wait; the host reads below are on another stream.
+  absl::StatusOr<DeviceFence> done = graphed.Fence();
+  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_TRUE(done->Wait().ok());
+  for (size_t r = 0; r < a.size(); ++r) {
+    EXPECT_EQ(a[r].To(Device::Cpu())->ToVector<float>(),
+              b[r].To(Device::Cpu())->ToVector<float>())
+        << "replica " << r;
+  }
+  // Every replica holds the same (reduced) state.
+  EXPECT_EQ(b.front().To(Device::Cpu())->ToVector<float>(),
+            b.back().To(Device::Cpu())->ToVector<float>());
+}
+
 TEST_F(CudaCollectivesTest, RecordedStepsOfLogicalReplicasReplayAsEagerRuns) {
   const std::vector<Device> devices(3, Device::Cuda(0));
   auto eager = MirroredStrategy::Create(devices, {"auto", 1 << 20, 60.0});
@@ -290,21 +313,7 @@ TEST_F(CudaCollectivesTest, RecordedStepsOfLogicalReplicasReplayAsEagerRuns) {
   // Recording ran nothing.
   EXPECT_EQ(b[1].To(Device::Cpu())->ToVector<float>(),
             LogicalReplicaStates()[1].To(Device::Cpu())->ToVector<float>());
-  for (int step = 0; step < 3; ++step) {
-    ASSERT_TRUE((*graphed)->Replay(*graph).ok());
-  }
-  // Replay does not wait; the host reads below are on another stream.
-  absl::StatusOr<DeviceFence> done = (*graphed)->Fence();
-  ASSERT_TRUE(done.ok()) << done.status();
-  ASSERT_TRUE(done->Wait().ok());
-  for (int r = 0; r < 3; ++r) {
-    EXPECT_EQ(a[r].To(Device::Cpu())->ToVector<float>(),
-              b[r].To(Device::Cpu())->ToVector<float>())
-        << "replica " << r;
-  }
-  // Every replica holds the same (reduced) state.
-  EXPECT_EQ(b[0].To(Device::Cpu())->ToVector<float>(),
-            b[2].To(Device::Cpu())->ToVector<float>());
+  ExpectReplaysMatchEager(**graphed, *graph, a, b);
 }
 
 // One gradient bucket of three odd-sized gradients per replica (k + 1 times
@@ -369,19 +378,7 @@ TEST_F(CudaCollectivesTest, PackedAndListBucketsPairInRecordedSteps) {
   absl::StatusOr<cuda::CudaGraph> graph = (*graphed)->CaptureRun(
       [&](ReplicaContext& ctx) { return BucketStep(ctx, b); });
   ASSERT_TRUE(graph.ok()) << graph.status();
-  for (int step = 0; step < 3; ++step) {
-    ASSERT_TRUE((*graphed)->Replay(*graph).ok());
-  }
-  absl::StatusOr<DeviceFence> done = (*graphed)->Fence();
-  ASSERT_TRUE(done.ok()) << done.status();
-  ASSERT_TRUE(done->Wait().ok());
-  for (int r = 0; r < 3; ++r) {
-    EXPECT_EQ(a[r].To(Device::Cpu())->ToVector<float>(),
-              b[r].To(Device::Cpu())->ToVector<float>())
-        << "replica " << r;
-  }
-  EXPECT_EQ(b[0].To(Device::Cpu())->ToVector<float>(),
-            b[1].To(Device::Cpu())->ToVector<float>());
+  ExpectReplaysMatchEager(**graphed, *graph, a, b);
 }
 
 // A step that reads its input late: a chain of products first (a few
