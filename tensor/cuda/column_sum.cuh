@@ -100,8 +100,9 @@ absl::Status Run(Load load, int64_t rows, int64_t cols, T* out, int device) {
       device, static_cast<size_t>(std::max<int64_t>(chunks * cols, 1)) *
                   sizeof(double)));
   if (chunks > 0) {
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tiles, 65535)),
-                    static_cast<unsigned>(std::min<int64_t>(chunks, 65535)));
+    const dim3 grid(
+        static_cast<unsigned>(std::min<int64_t>(tiles, kMaxGridBlocks)),
+        static_cast<unsigned>(std::min<int64_t>(chunks, kMaxGridBlocks)));
     PartialKernel<<<grid, kLaunchThreads, 0, stream>>>(
         load, rows, cols, tiles, chunks, partial.get<double>());
     MT_CUDA_RETURN_IF_LAUNCH_ERROR("column_sum::PartialKernel");

@@ -127,7 +127,7 @@ absl::Status Im2ColOnGpu(DType dtype, const void* x, const Conv2DGeometry& g,
       std::min<int64_t>(kLaunchThreads, (units + 31) / 32 * 32));
   const dim3 threads(along, kLaunchThreads / along);
   const int blocks = static_cast<int>(
-      std::min<int64_t>((rows + threads.y - 1) / threads.y, 65535));
+      std::min<int64_t>((rows + threads.y - 1) / threads.y, kMaxGridBlocks));
   return LaunchFloatIndexWidthOn(
       "Im2Col", dtype, device,
       std::max(rows * row_stride, images * g.h * g.w * g.c),

@@ -36,8 +36,7 @@ __device__ inline double MulRn(double a, double b) { return __dmul_rn(a, b); }
 
 // Blocks for warp-per-row kernels over `rows` rows.
 int RowBlocks(int64_t rows) {
-  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  return static_cast<int>(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
+  return GridBlocks((rows + kRowsPerBlock - 1) / kRowsPerBlock);
 }
 
 // The maximum over the warp, ignoring NaNs as the CPU's std::max(mx, v)

@@ -191,7 +191,7 @@ absl::Status ReduceOnGpu(ReduceKind kind, DType dtype, const void* x,
               kind, kept, reduced, scale, px, po);
     } else {
       const int blocks = static_cast<int>(
-          kept.num_elements < 65535 ? kept.num_elements : 65535);
+          std::min<int64_t>(kept.num_elements, kMaxGridBlocks));
       ReduceBlockKernel<T, O><<<blocks, kLaunchThreads, 0, stream>>>(
           kind, kept, reduced, scale, px, po);
     }
