@@ -230,10 +230,13 @@ class MpiWorld final : public ProcessGroup {
       }
       MT_RETURN_IF_ERROR(Wait(exchange, what));
     }
-    std::copy(data + mine, data + mine + count, copies.data() + rank_ * count);
-    std::vector<const T*> parts;
-    for (int p = 0; p < size_; ++p) parts.push_back(copies.data() + p * count);
+    // This process's own copy is read where it is (OrderedSum reads a block
+    // of every part before writing it); its slot in `copies` stays unused.
     T* const out = data + mine;
+    std::vector<const T*> parts;
+    for (int p = 0; p < size_; ++p) {
+      parts.push_back(p == rank_ ? out : copies.data() + p * count);
+    }
     OrderedSum<T>(parts, count, /*mean=*/false, {&out, 1});
     Exchange exchange(NextTag());
     for (int p = 0; p < size_; ++p) {
