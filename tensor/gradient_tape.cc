@@ -1,7 +1,6 @@
 #include "tensor/gradient_tape.h"
 
 #include <algorithm>
-#include <any>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -161,33 +160,10 @@ absl::StatusOr<std::vector<std::optional<Tensor>>> GradientTape::Gradient(
     for (size_t k : now) hand_over(k);
     return absl::OkStatus();
   };
-  // Hand-offs (GradientLinks): the records that offer their first step, by
-  // their output 0, and how many input slots read each tensor.
-  absl::flat_hash_map<int64_t, const OpRecord*> offered;
-  absl::flat_hash_map<int64_t, int> readers;
-  for (const OpRecord& r : records_) {
-    for (const Tensor& in : r.inputs) ++readers[in.id()];
-    if (r.op->hands_off && !r.outputs.empty()) {
-      offered[r.outputs[0].id()] = &r;
-    }
-  }
-  auto may_hand_off = [&](const Tensor& t) {
-    const int64_t id = t.id();
-    return offered.contains(id) && readers[id] == 1 && id != target.id() &&
-           !source_ids.contains(id) && !stop_ids.contains(id);
-  };
-  // What readers handed over, by tensor, until its producer takes it.
-  absl::flat_hash_map<int64_t, std::any> handed;
-
   // Processes one record: its gradient function, then accumulation into
   // the inputs' gradients.
-  auto process = [&](OpRecord* r) -> absl::Status {
-    GradientLinks links;
-    if (!r->outputs.empty()) {
-      auto it = handed.find(r->outputs[0].id());
-      if (it != handed.end()) links.received = &it->second;
-    }
-    bool has_grad = links.received != nullptr;
+  auto process = [&](const OpRecord* r) -> absl::Status {
+    bool has_grad = false;
     for (const Tensor& out : r->outputs) {
       if (grads.contains(out.id()) && !stop_ids.contains(out.id())) {
         has_grad = true;
@@ -206,9 +182,7 @@ absl::StatusOr<std::vector<std::optional<Tensor>>> GradientTape::Gradient(
     out_grads.reserve(r->outputs.size());
     for (const Tensor& out : r->outputs) {
       auto it = grads.find(out.id());
-      if (links.received != nullptr && out.id() == r->outputs[0].id()) {
-        out_grads.emplace_back();  // Handed over instead (links.received).
-      } else if (it != grads.end() && !stop_ids.contains(out.id())) {
+      if (it != grads.end() && !stop_ids.contains(out.id())) {
         out_grads.push_back(it->second);
       } else {
         MT_ASSIGN_OR_RETURN(Tensor zeros, ops::ZerosLike(out));
@@ -226,34 +200,14 @@ absl::StatusOr<std::vector<std::optional<Tensor>>> GradientTape::Gradient(
     std::unique_ptr<bool[]> needs(new bool[needs_vec.size()]);
     std::copy(needs_vec.begin(), needs_vec.end(), needs.get());
     std::vector<std::optional<Tensor>> in_grads(r->inputs.size());
-    links.producers.assign(r->inputs.size(), nullptr);
-    links.handed.resize(r->inputs.size());
-    for (size_t j = 0; j < r->inputs.size(); ++j) {
-      if (needs_vec[j] && may_hand_off(r->inputs[j])) {
-        links.producers[j] = offered[r->inputs[j].id()];
-      }
-    }
-    r->links = &links;
-    const absl::Status ran =
-        fn(*r, out_grads, absl::MakeConstSpan(needs.get(), needs_vec.size()),
-           &in_grads);
-    r->links = nullptr;
-    MT_RETURN_IF_ERROR(ran);
+    MT_RETURN_IF_ERROR(fn(*r, out_grads,
+                          absl::MakeConstSpan(needs.get(), needs_vec.size()),
+                          &in_grads));
     // Intermediate gradients are dead once their producer is processed.
     for (const Tensor& out : r->outputs) {
       if (!source_ids.contains(out.id())) grads.erase(out.id());
-      handed.erase(out.id());
     }
     for (size_t j = 0; j < r->inputs.size(); ++j) {
-      if (links.handed[j].has_value()) {
-        if (links.producers[j] == nullptr || in_grads[j].has_value()) {
-          return absl::InternalError(absl::StrCat(
-              "gradient of ", r->op->name, " handed over input ", j,
-              " without a producer's offer, or with its gradient too"));
-        }
-        handed[r->inputs[j].id()] = std::move(links.handed[j]);
-        continue;
-      }
       if (!needs_vec[j] || !in_grads[j].has_value()) continue;
       const Tensor& in = r->inputs[j];
       Tensor& g = *in_grads[j];

@@ -31,30 +31,6 @@
 namespace mirrortrain {
 
 struct OpDef;
-struct OpRecord;
-
-// A gradient's first step handed from the op that made a tensor to the one
-// op that reads it. An op whose gradient begins with a pass over its
-// output's gradient (relu's mask) may offer it (OpDef::hands_off): the
-// reader then does that pass in the last step of its own gradient (the
-// epilogue of the product that makes the gradient), and the producer's
-// gradient starts from what it was handed. The tape arranges it only when
-// the tensor is output 0 of the producer, read once by one record, and is
-// neither the target nor a source; either side may decline, and then the
-// gradient flows as usual.
-struct GradientLinks {
-  // Reader side, set by the tape: per input, the record that produced it
-  // and offers its first step (null: none).
-  std::vector<const OpRecord*> producers;
-  // Reader side, set by its gradient for an input whose producer's step it
-  // did (the input's own gradient then stays empty): the producer's
-  // op-specific payload.
-  std::vector<std::any> handed;
-  // Producer side, set by the tape: what the reader handed over for
-  // output 0 (null: nothing; output_grads[0] is then the gradient as
-  // usual, else it is undefined).
-  const std::any* received = nullptr;
-};
 
 // What the tape keeps of one executed op.
 struct OpRecord {
@@ -64,8 +40,6 @@ struct OpRecord {
   // Op-specific attributes and saved intermediates (e.g. a softmax, a
   // pooling argmax), read back with std::any_cast by the gradient function.
   std::any attrs;
-  // Set by the tape while this record's gradient runs (null otherwise).
-  GradientLinks* links = nullptr;
 };
 
 using Grads = std::vector<std::optional<Tensor>>;
@@ -82,9 +56,6 @@ struct OpDef {
   const char* name;
   GradientFn gradient = nullptr;  // Null: differentiating is an error.
   bool differentiable = true;     // False: outputs carry no gradient.
-  // Offers its gradient's first step to the reader of output 0
-  // (GradientLinks).
-  bool hands_off = false;
 };
 
 // Every defined op, for the op table test.
@@ -103,12 +74,6 @@ using OpRegistry = Registry<OpEntry>;
 // gradient lambda with unparenthesised commas can be passed.
 #define MT_OP(var, name, ...)                                  \
   constinit const ::mirrortrain::OpDef var{name, __VA_ARGS__}; \
-  MT_REGISTER(::mirrortrain::OpEntry, {name, &var})
-
-// An op whose gradient may start from what its output's reader handed
-// over (OpDef::hands_off).
-#define MT_HANDING_OFF_OP(var, name, gradient)                          \
-  constinit const ::mirrortrain::OpDef var{name, gradient, true, true}; \
   MT_REGISTER(::mirrortrain::OpEntry, {name, &var})
 
 #define MT_NOT_DIFFERENTIABLE_OP(var, name)                       \

@@ -78,27 +78,21 @@ struct LtOperands {
   const void* b;
   int64_t ldb;
   void* c;
-  bool c_bf16;
   int device;
   MatMulPrecision precision;
 };
-// ...and then its epilogue.
+// ...and then its epilogue: relu or not, after the f32 bias [n].
 struct LtEpilogue {
   cublasLtEpilogue_t kind;
-  // The bias read (forward) or the bias gradient written (DRELU_BGRAD),
-  // f32, [n].
   const void* bias;
-  // The relu bit mask written (RELU_AUX_BIAS) or read (DRELU_BGRAD); null
-  // for none.
-  const void* relu_mask;
   const char* name;  // For errors.
 };
 
 // What the heuristic said about one problem: everything its answer depends
 // on (shapes, types, transposes, the epilogue, the pointers' alignments).
-using PickKey = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t,
-                           int64_t, bool, int, int, uint32_t, uint32_t,
-                           uint32_t, uint32_t, uint32_t>;
+using PickKey =
+    std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t,
+               int, int, uint32_t, uint32_t, uint32_t, uint32_t>;
 struct Pick {
   cublasLtMatmulAlgo_t algo = {};
   size_t workspace_bytes = 0;
@@ -108,7 +102,7 @@ struct Pick {
 // The heuristic takes tens of microseconds of host time per query
 // (cuBLASLt's guide recommends keeping its answers); eager steps and
 // evaluations ask the same few problems again and again, and after a
-// refusal the optional forms' next tries are immediate. Per thread, as the
+// refusal the unfused path follows at once. Per thread, as the
 // handles are; cleared if it ever holds more than kMaxPicks problems.
 constexpr size_t kMaxPicks = 4096;
 thread_local std::map<PickKey, Pick> picks;
@@ -124,7 +118,7 @@ Pick* RememberPick(const PickKey& key, Pick pick) {
 }
 
 absl::Status LtProduct(const LtOperands& call, const LtEpilogue& epilogue) {
-  const bool ta = call.ta, tb = call.tb, c_bf16 = call.c_bf16;
+  const bool ta = call.ta, tb = call.tb;
   const int64_t m = call.m, n = call.n, k = call.k;
   const int64_t lda = call.lda, ldb = call.ldb;
   const int device = call.device;
@@ -135,10 +129,6 @@ absl::Status LtProduct(const LtOperands& call, const LtEpilogue& epilogue) {
   if (k < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         name, ": k must be >= 1 (an empty product is the bias alone)"));
-  }
-  if (c_bf16 && precision != MatMulPrecision::kBf16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ": a bfloat16 result needs bfloat16 operands"));
   }
   // Very tall products (a large conv chunk's rows) have failed at run time
   // with epilogues in some cuBLAS releases (pytorch/pytorch#73455); PyTorch
@@ -184,21 +174,6 @@ absl::Status LtProduct(const LtOperands& call, const LtEpilogue& epilogue) {
       SetDesc(*lib, raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue.kind));
   MT_RETURN_IF_ERROR(SetDesc(*lib, raw_desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                              epilogue.bias));
-  // The bias (or its gradient) stays f32 with a bf16 D: the epilogue adds
-  // it in f32 and rounds the sum once, as the f32 path then a rounding
-  // pass would. (cuBLASLt's default is D's type; without an algorithm for
-  // this the caller takes its unfused path.)
-  const cudaDataType_t bias_type = CUDA_R_32F;
-  MT_RETURN_IF_ERROR(
-      SetDesc(*lib, raw_desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type));
-  if (epilogue.relu_mask != nullptr) {
-    MT_RETURN_IF_ERROR(SetDesc(*lib, raw_desc,
-                               CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
-                               epilogue.relu_mask));
-    const int64_t mask_ld = ReluMaskLd(n);
-    MT_RETURN_IF_ERROR(
-        SetDesc(*lib, raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, mask_ld));
-  }
 
   // Column-major views: our row-major B [k, n] (or [n, k] transposed) is
   // n x k (k x n) with leading dimension ldb; likewise A; D is n x m.
@@ -206,22 +181,15 @@ absl::Status LtProduct(const LtOperands& call, const LtEpilogue& epilogue) {
                                                   tb ? k : n, tb ? n : k, ldb));
   MT_ASSIGN_OR_RETURN(Layout layout_b, MakeLayout(*lib, operand_type,
                                                   ta ? m : k, ta ? k : m, lda));
-  MT_ASSIGN_OR_RETURN(
-      Layout layout_d,
-      MakeLayout(*lib, c_bf16 ? CUDA_R_16BF : CUDA_R_32F, n, m, n));
+  MT_ASSIGN_OR_RETURN(Layout layout_d, MakeLayout(*lib, CUDA_R_32F, n, m, n));
 
   // NotFound (not Internal): the caller then takes the unfused path. Any
   // other failure (a bad descriptor) is an error, not a silent fallback.
   const auto not_found = [&](absl::string_view why) {
     return absl::NotFoundError(
         absl::StrCat(name, ": cuBLASLt ", why, " for m=", m, " n=", n, " k=", k,
-                     " transpose_a=", ta, " transpose_b=", tb, " bf16=", bf16,
-                     " bf16 result=", c_bf16));
+                     " transpose_a=", ta, " transpose_b=", tb, " bf16=", bf16));
   };
-  // The optional forms (a bf16 result with an f32 bias, the relu mask)
-  // rest on attribute combinations cuBLASLt's header does not promise: a
-  // descriptor it calls invalid there means the plain form is the one.
-  const bool optional_form = c_bf16 || epilogue.relu_mask != nullptr;
   const PickKey key{device,
                     ta,
                     tb,
@@ -230,14 +198,12 @@ absl::Status LtProduct(const LtOperands& call, const LtEpilogue& epilogue) {
                     k,
                     lda,
                     ldb,
-                    c_bf16,
                     static_cast<int>(precision),
                     static_cast<int>(epilogue.kind),
                     Alignment(lt_a),
                     Alignment(lt_b),
                     Alignment(c),
-                    Alignment(epilogue.bias),
-                    Alignment(epilogue.relu_mask)};
+                    Alignment(epilogue.bias)};
   Pick* pick = CachedPick(key);
   if (pick == nullptr) {
     cublasLtMatmulPreference_t raw_pref = nullptr;
@@ -264,8 +230,6 @@ absl::Status LtProduct(const LtOperands& call, const LtEpilogue& epilogue) {
     Pick answer;
     if (heuristic == CUBLAS_STATUS_NOT_SUPPORTED) {
       answer.refusal = "refused";
-    } else if (heuristic == CUBLAS_STATUS_INVALID_VALUE && optional_form) {
-      answer.refusal = "calls the descriptor invalid";
     } else {
       MT_CUBLAS_RETURN_IF_ERROR(heuristic);  // Not remembered.
       if (found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
@@ -292,10 +256,8 @@ absl::Status LtProduct(const LtOperands& call, const LtEpilogue& epilogue) {
   // now and for this problem from now on.
   if (run == CUBLAS_STATUS_NOT_SUPPORTED) {
     pick->refusal = "refused to run";
-  } else if (run == CUBLAS_STATUS_INVALID_VALUE && optional_form) {
-    pick->refusal = "calls the descriptor invalid at run time";
+    return not_found(pick->refusal);
   }
-  if (!pick->refusal.empty()) return not_found(pick->refusal);
   MT_CUBLAS_RETURN_IF_ERROR(run);
   return absl::OkStatus();
 }
@@ -304,37 +266,13 @@ absl::Status LtProduct(const LtOperands& call, const LtEpilogue& epilogue) {
 
 absl::Status GemmBiasOnGpu(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                            const void* a, int64_t lda, const void* b,
-                           int64_t ldb, const void* bias, bool relu,
-                           void* relu_mask, void* c, bool c_bf16, int device,
-                           MatMulPrecision precision) {
-  if (relu_mask != nullptr && !relu) {
-    return absl::InvalidArgumentError("GemmBias: a relu mask without relu");
-  }
-  const cublasLtEpilogue_t kind = relu_mask != nullptr
-                                      ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS
-                                  : relu ? CUBLASLT_EPILOGUE_RELU_BIAS
-                                         : CUBLASLT_EPILOGUE_BIAS;
-  return LtProduct(
-      {ta, tb, m, n, k, a, lda, b, ldb, c, c_bf16, device, precision},
-      {kind, bias, relu_mask, "GemmBias"});
-}
-
-absl::Status GemmReluGradOnGpu(bool ta, bool tb, int64_t m, int64_t n,
-                               int64_t k, const void* a, int64_t lda,
-                               const void* b, int64_t ldb,
-                               const void* relu_mask, void* bias_grad, void* c,
-                               bool c_bf16, int device,
-                               MatMulPrecision precision) {
-  if (relu_mask == nullptr || bias_grad == nullptr) {
-    return absl::InvalidArgumentError(
-        "GemmReluGrad: needs the relu mask and the bias gradient");
-  }
-  return LtProduct(
-      {ta, tb, m, n, k, a, lda, b, ldb, c, c_bf16, device, precision},
-      {CUBLASLT_EPILOGUE_DRELU_BGRAD, bias_grad, relu_mask, "GemmReluGrad"});
+                           int64_t ldb, const void* bias, bool relu, void* c,
+                           int device, MatMulPrecision precision) {
+  return LtProduct({ta, tb, m, n, k, a, lda, b, ldb, c, device, precision},
+                   {relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS,
+                    bias, "GemmBias"});
 }
 
 MT_DEFINE_CUDA_KERNEL(GemmBias, GemmBiasOnGpu);
-MT_DEFINE_CUDA_KERNEL(GemmReluGrad, GemmReluGradOnGpu);
 
 }  // namespace mirrortrain::cuda

@@ -94,40 +94,16 @@ MT_CUDA_KERNEL(Gemm,
                             double beta, void* c, int device,
                             MatMulPrecision precision));
 
-// A relu layer's mask as cuBLASLt's epilogues keep it: one bit per element
-// of row-major C[m,n] (whether it is > 0), n bits rounded up to a multiple
-// of 128 per row of C.
-inline constexpr int64_t ReluMaskLd(int64_t n) { return (n + 127) / 128 * 128; }
-inline constexpr int64_t ReluMaskBytes(int64_t m, int64_t n) {
-  return m * ReluMaskLd(n) / 8;
-}
-
 // Row-major C[m,n] = act(op(A) @ op(B) + bias) with bias [n] and act relu
 // or the identity, in one cuBLASLt call with the bias and relu in its
-// epilogue; f32 only, one matrix, k >= 1, `precision` (and with it the
-// operands' type) as for Gemm. With `c_bf16` (kBf16 only) C holds 2-byte
-// bfloat16 values: the epilogue's f32 result rounded to nearest even. With
-// `relu_mask` (relu only; ReluMaskBytes(m, n)) the epilogue also writes
-// which outputs are > 0, for GemmReluGrad.
-// NotFound when cuBLASLt has no algorithm for the case (the caller then
-// computes it unfused).
+// epilogue; f32 result and bias, one matrix, k >= 1, `precision` (and with
+// it the operands' type) as for Gemm. NotFound when cuBLASLt has no
+// algorithm for the case (the caller then computes it unfused).
 MT_CUDA_KERNEL(GemmBias,
                absl::Status(bool transpose_a, bool transpose_b, int64_t m,
                             int64_t n, int64_t k, const void* a, int64_t lda,
                             const void* b, int64_t ldb, const void* bias,
-                            bool relu, void* relu_mask, void* c, bool c_bf16,
-                            int device, MatMulPrecision precision));
-
-// The gradient of a relu layer's pre-activation, computed by the product
-// that makes its output's gradient: row-major C[m,n] = (op(A) @ op(B))
-// where `relu_mask` (GemmBias's, of the same [m, n]) is set, else 0, and
-// bias_grad[n] (f32) = C's column sums, in one cuBLASLt call
-// (DRELU_BGRAD). Types and NotFound as for GemmBias.
-MT_CUDA_KERNEL(GemmReluGrad,
-               absl::Status(bool transpose_a, bool transpose_b, int64_t m,
-                            int64_t n, int64_t k, const void* a, int64_t lda,
-                            const void* b, int64_t ldb, const void* relu_mask,
-                            void* bias_grad, void* c, bool c_bf16, int device,
+                            bool relu, void* c, int device,
                             MatMulPrecision precision));
 
 }  // namespace mirrortrain::cuda

@@ -1,13 +1,9 @@
 #include "tensor/ops/fused_ops.h"
 
 #include <algorithm>
-#include <any>
-#include <atomic>
-#include <optional>
 #include <utility>
 #include <vector>
 
-#include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/op.h"
@@ -127,13 +123,9 @@ absl::StatusOr<Tensor> MatMulBiasRelu(const Tensor& x, const Tensor& kernel,
                               : Tensor::Empty(x.dtype(), shape, x.device()));
   MT_ASSIGN_OR_RETURN(internal::SavedProduct p,
                       internal::SaveProduct(x, kernel, false, false));
-  // The epilogue keeps the relu mask when a gradient may be taken, for the
-  // next product's gradient to apply (ReluProductHandOff).
-  MT_ASSIGN_OR_RETURN(
-      const bool fused,
-      internal::FusedGemmBias(p.a, p.b, false, false, bias,
-                              /*relu=*/true, y, rounding,
-                              tape::AnyTapeActive() ? &p.relu_mask : nullptr));
+  MT_ASSIGN_OR_RETURN(const bool fused,
+                      internal::FusedGemmBias(p.a, p.b, false, false, bias,
+                                              /*relu=*/true, y));
   if (!fused) {
     // The product, then bias and relu in one pass over it, in place: the
     // numbers of MatMul then BiasAddRelu.
@@ -212,138 +204,32 @@ MT_OP(kBiasAddReluOp, "BiasAddRelu",
         return absl::OkStatus();
       });
 
-// What a MatMulBiasRelu's gradient starts from: dz, its output's gradient
-// masked by y > 0, in the form its products read, and the bias gradient.
-struct ReluGradient {
-  internal::GemmOperand dz;
-  Tensor db;
-};
-
-std::atomic<int64_t> relu_hand_offs{0}, fused_relu_hand_offs{0};
-
-// relu's masked pass of the MatMulBiasRelu record `op` for its output's
-// gradient dy; the bias gradient only with `need_db` (not for a frozen
-// bias).
-absl::StatusOr<ReluGradient> MaskedGradient(const OpRecord& op,
-                                            const Tensor& dy, bool need_db) {
-  const auto& p = std::any_cast<const internal::SavedProduct&>(op.attrs);
-  const Tensor& y = op.outputs[0];
-  const Shape& bias_shape = op.inputs[2].shape();
-  ReluGradient out;
-  if (p.a.bf16() && y.device().is_cuda() && !tape::AnyTapeRecording()) {
-    // dz only feeds the two bf16 products: the masked pass writes it as
-    // their operand, not as f32 values converted in a second pass.
-    MT_ASSIGN_OR_RETURN(
-        out.dz, internal::GemmOperand::Bf16Storage(y.shape(), y.device()));
-    MT_RETURN_IF_ERROR(GpuBiasReluGrads(y, dy, bias_shape, need_db,
-                                        out.dz.bf16_storage(),
-                                        /*dz_bf16=*/true, &out.db));
-    return out;
-  }
-  Tensor dz;
-  MT_RETURN_IF_ERROR(
-      internal::BiasReluGrads(y, dy, bias_shape, need_db, &dz, &out.db));
-  MT_ASSIGN_OR_RETURN(out.dz, internal::GemmOperand::Of(dz, p.a.bf16()));
-  return out;
-}
-
-// The masked pass in the product's epilogue (cuBLASLt's DRELU_BGRAD with
-// the mask the forward's epilogue kept); nullopt when cuBLASLt has no
-// algorithm for it.
-absl::StatusOr<std::optional<ReluGradient>> FusedMaskedProduct(
-    const OpRecord& op, const internal::GemmOperand& g,
-    const internal::GemmOperand& w, bool transpose_w) {
-  const auto& p = std::any_cast<const internal::SavedProduct&>(op.attrs);
-  const Tensor& y = op.outputs[0];
-  const int64_t m = y.dim(0), n = y.dim(1), k = g.dim(1);
-  // An empty product writes nothing (not even the bias gradient's zeros):
-  // the unfused path's.
-  if (m == 0 || n == 0 || k == 0) return std::nullopt;
-  ReluGradient out;
-  MT_ASSIGN_OR_RETURN(out.db, Tensor::Empty(DType::kF32, {n}, y.device()));
-  Tensor dz;
-  void* c = nullptr;
-  if (p.a.bf16()) {
-    MT_ASSIGN_OR_RETURN(
-        out.dz, internal::GemmOperand::Bf16Storage(y.shape(), y.device()));
-    c = out.dz.bf16_storage();
-  } else {
-    MT_ASSIGN_OR_RETURN(dz, Tensor::Empty(DType::kF32, y.shape(), y.device()));
-    c = dz.raw_data();
-  }
-  const absl::Status s = cuda::GemmReluGrad(
-      false, transpose_w, m, n, k, g.data(), g.leading_dim(), w.data(),
-      w.leading_dim(), p.relu_mask->data(), out.db.raw_data(), c, p.a.bf16(),
-      y.device().index, internal::PrecisionFor(g));
-  if (absl::IsNotFound(s)) return std::nullopt;
-  MT_RETURN_IF_ERROR(internal::KernelError("MatMulBiasRelu", s, {&y}));
-  if (!p.a.bf16()) {
-    MT_ASSIGN_OR_RETURN(out.dz, internal::GemmOperand::Of(dz, false));
-  }
-  fused_relu_hand_offs.fetch_add(1, std::memory_order_relaxed);
-  return out;
-}
-
-MT_HANDING_OFF_OP(
-    kMatMulBiasReluOp, "MatMulBiasRelu",
-    [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
-      const auto& p = std::any_cast<const internal::SavedProduct&>(op.attrs);
-      // Handed over by the product that reads y, or the masked pass here.
-      ReluGradient r;
-      if (op.links != nullptr && op.links->received != nullptr) {
-        r = std::any_cast<const ReluGradient&>(*op.links->received);
-      } else if (tape::AnyTapeRecording()) {
-        // An outer tape differentiates this backward pass: recorded ops.
-        Tensor dz;
-        MT_RETURN_IF_ERROR(internal::BiasReluGrads(
-            op.outputs[0], g[0], op.inputs[2].shape(), needs[2], &dz, &r.db));
-        MT_RETURN_IF_ERROR(internal::MatMulGrads(p, dz, needs, grads, nullptr));
-        if (needs[2]) (*grads)[2] = std::move(r.db);
+MT_OP(kMatMulBiasReluOp, "MatMulBiasRelu",
+      [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+        const auto& p = std::any_cast<const internal::SavedProduct&>(op.attrs);
+        const Tensor& y = op.outputs[0];
+        const Shape& bias_shape = op.inputs[2].shape();
+        Tensor db;
+        if (p.a.bf16() && y.device().is_cuda() && (needs[0] || needs[1]) &&
+            !tape::AnyTapeRecording()) {
+          // dz only feeds the two bf16 products: the masked pass writes it
+          // as their operand, not as f32 values converted in a second pass.
+          MT_ASSIGN_OR_RETURN(
+              internal::GemmOperand dz,
+              internal::GemmOperand::Bf16Storage(y.shape(), y.device()));
+          MT_RETURN_IF_ERROR(GpuBiasReluGrads(y, g[0], bias_shape, needs[2],
+                                              dz.bf16_storage(),
+                                              /*dz_bf16=*/true, &db));
+          MT_RETURN_IF_ERROR(internal::ProductGrads(p, dz, needs, grads));
+        } else {
+          Tensor dz;
+          MT_RETURN_IF_ERROR(
+              internal::BiasReluGrads(y, g[0], bias_shape, needs[2], &dz, &db));
+          MT_RETURN_IF_ERROR(internal::MatMulGrads(p, dz, needs, grads));
+        }
+        if (needs[2]) (*grads)[2] = std::move(db);
         return absl::OkStatus();
-      } else {
-        MT_ASSIGN_OR_RETURN(r, MaskedGradient(op, g[0], needs[2]));
-      }
-      MT_RETURN_IF_ERROR(
-          internal::ProductGrads(p, r.dz, needs, grads, op.links));
-      if (needs[2]) (*grads)[2] = std::move(r.db);
-      return absl::OkStatus();
-    });
+      });
 
 }  // namespace
-
-namespace internal {
-
-absl::StatusOr<std::any> ReluProductHandOff(const OpRecord& producer,
-                                            const GemmOperand& g,
-                                            const GemmOperand& w,
-                                            bool transpose_w) {
-  if (producer.op != &kMatMulBiasReluOp || tape::AnyTapeRecording()) {
-    return std::any();
-  }
-  const auto& p = std::any_cast<const SavedProduct&>(producer.attrs);
-  // The product reads what the producer's products read: g in that form.
-  if (g.bf16() != p.a.bf16()) return std::any();
-  std::optional<ReluGradient> r;
-  if (p.relu_mask != nullptr) {
-    MT_ASSIGN_OR_RETURN(r, FusedMaskedProduct(producer, g, w, transpose_w));
-  }
-  if (!r.has_value()) {
-    // The product, then the masked pass: the numbers without the hand-off.
-    MT_ASSIGN_OR_RETURN(const Tensor dy, Product(g, w, false, transpose_w));
-    // Whether the producer's bias needs a gradient is not known here.
-    MT_ASSIGN_OR_RETURN(r, MaskedGradient(producer, dy, /*need_db=*/true));
-  }
-  relu_hand_offs.fetch_add(1, std::memory_order_relaxed);
-  return std::any(*std::move(r));
-}
-
-int64_t ReluHandOffs() {
-  return relu_hand_offs.load(std::memory_order_relaxed);
-}
-
-int64_t FusedReluHandOffs() {
-  return fused_relu_hand_offs.load(std::memory_order_relaxed);
-}
-
-}  // namespace internal
 }  // namespace mirrortrain::ops

@@ -6,11 +6,7 @@
 #ifndef MIRRORTRAIN_TENSOR_OPS_FUSED_OPS_H_
 #define MIRRORTRAIN_TENSOR_OPS_FUSED_OPS_H_
 
-#include <any>
-
 #include "absl/status/statusor.h"
-#include "tensor/op.h"
-#include "tensor/ops/gemm_operand.h"
 #include "tensor/ops/precision_ops.h"
 #include "tensor/tensor.h"
 
@@ -28,33 +24,12 @@ absl::StatusOr<Tensor> BiasAddRelu(const Tensor& x, const Tensor& bias);
 // and relu in its epilogue; elsewhere the product, then BiasAddRelu's pass
 // in place (the same numbers as MatMul then BiasAddRelu). The gradient is
 // BiasAddRelu's masked pass (dz and the bias sum together), then MatMul's.
-// The result is stored as `rounding` asks (precision_ops.h); on GPUs under
-// precision bf16 the epilogue then writes it as bfloat16.
+// The result is stored as `rounding` asks (precision_ops.h).
 absl::StatusOr<Tensor> MatMulBiasRelu(
     const Tensor& x, const Tensor& kernel, const Tensor& bias,
     OutputRounding rounding = OutputRounding::kNone);
 
 namespace internal {
-// For a product whose operand a is the output y of the MatMulBiasRelu
-// record `producer` (read by nothing else: GradientLinks), with a's
-// gradient g @ op(w): relu's masked pass of `producer`'s gradient done
-// together with that product. Returns what `producer`'s gradient starts
-// from (GradientLinks::handed), or an empty any when `producer` is not a
-// MatMulBiasRelu or an outer tape records. On GPUs where the forward's
-// epilogue kept the relu mask, one cuBLASLt product with the mask and the
-// bias sum in its epilogue (DRELU_BGRAD): the product's result is written
-// once, as the masked gradient, instead of written, read back with y and
-// written again. Elsewhere the product, then the masked pass: the numbers
-// of the gradient without the hand-off.
-absl::StatusOr<std::any> ReluProductHandOff(const OpRecord& producer,
-                                            const GemmOperand& g,
-                                            const GemmOperand& w,
-                                            bool transpose_w);
-// How many hand-offs ran in this process (any thread), and how many of
-// them as one cuBLASLt product: tests ask whether the fusion ran.
-int64_t ReluHandOffs();
-int64_t FusedReluHandOffs();
-
 // y = relu(x + bias), bias along the last dimension; y may be x
 // (unrecorded; the fused ops' forward pass).
 absl::Status BiasRelu(const Tensor& x, const Tensor& bias, Tensor& y);

@@ -15,7 +15,6 @@
 #include "tensor/gradient_tape.h"
 #include "tensor/matmul_precision.h"
 #include "tensor/op.h"
-#include "tensor/ops/fused_ops.h"
 #include "tensor/ops/nn_ops.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/ops/precision_ops.h"
@@ -204,7 +203,6 @@ MatMulPrecision PrecisionFor(const GemmOperand& a) {
 namespace {
 
 std::atomic<int64_t> fused_gemm_bias_calls{0};
-std::atomic<int64_t> bf16_epilogue_calls{0};
 
 }  // namespace
 
@@ -254,95 +252,27 @@ absl::Status Gemm(const Tensor& a, const Tensor& b, bool ta, bool tb,
   return Gemm(ga, gb, ta, tb, alpha, beta, out, parallel);
 }
 
-namespace {
-
-// One try of FusedGemmBias's cuBLASLt call: into `out` (f32), or with
-// `bf16_result` as bfloat16 into fresh halves that one pass widens into
-// `out` (2 + 2 + 4 bytes per element moved instead of the f32 result's 4
-// and a rounding pass's 4 + 4, + 2 for the halves), keeping the relu mask
-// in a new buffer when `mask` is not null. False (nothing kept) when
-// cuBLASLt has no algorithm for it.
-absl::StatusOr<bool> TryGemmBias(const GemmOperand& a, const GemmOperand& b,
-                                 bool ta, bool tb, const GemmDims& d,
-                                 const Tensor& bias, bool relu,
-                                 bool bf16_result, OutputRounding rounding,
-                                 Tensor& out, std::shared_ptr<Buffer>* mask) {
-  const char* op = relu ? "MatMulBiasRelu" : "MatMulBias";
-  const int device = a.device().index;
-  std::shared_ptr<Buffer> halves, kept;
-  if (bf16_result) {
-    MT_ASSIGN_OR_RETURN(halves, AllocateBf16(out.num_elements(), out.device()));
-  }
-  if (mask != nullptr) {
-    MT_ASSIGN_OR_RETURN(Allocator * allocator, AllocatorFor(out.device()));
-    MT_ASSIGN_OR_RETURN(
-        kept,
-        Buffer::Allocate(allocator, static_cast<size_t>(std::max<int64_t>(
-                                        cuda::ReluMaskBytes(d.m, d.n), 1))));
-  }
-  const absl::Status s =
-      cuda::GemmBias(ta, tb, d.m, d.n, d.k, a.data(), a.leading_dim(), b.data(),
-                     b.leading_dim(), bias.raw_data(), relu,
-                     kept != nullptr ? kept->data() : nullptr,
-                     bf16_result ? halves->data() : out.raw_data(), bf16_result,
-                     device, PrecisionFor(a));
-  if (absl::IsNotFound(s)) return false;
-  MT_RETURN_IF_ERROR(KernelError(op, s, {&bias, &out}));
-  if (bf16_result) {
-    MT_RETURN_IF_ERROR(
-        KernelError(op,
-                    cuda::FromBFloat16(halves->data(), out.raw_data(),
-                                       out.num_elements(), device),
-                    {&out}));
-    if (rounding != OutputRounding::kBf16WithHalves) halves = nullptr;
-    out.set_bf16_rendering(std::move(halves));
-    bf16_epilogue_calls.fetch_add(1, std::memory_order_relaxed);
-  }
-  if (mask != nullptr) *mask = std::move(kept);
-  return true;
-}
-
-}  // namespace
-
 absl::StatusOr<bool> FusedGemmBias(const GemmOperand& a, const GemmOperand& b,
                                    bool ta, bool tb, const Tensor& bias,
-                                   bool relu, Tensor& out,
-                                   OutputRounding rounding,
-                                   std::shared_ptr<Buffer>* relu_mask) {
+                                   bool relu, Tensor& out) {
   if (!a.device().is_cuda() || a.dtype() != DType::kF32 || a.rank() != 2) {
     return false;
   }
   MT_ASSIGN_OR_RETURN(const GemmDims d, CheckOperands(a, b, ta, tb));
   if (d.k == 0) return false;
-  // The most fused form cuBLASLt has an algorithm for, first: a bf16 result
-  // when asked to round (and the operands are bf16), the mask when asked.
-  const bool bf16_result = rounding != OutputRounding::kNone && a.bf16();
-  // (No mask for an empty result: nothing would be written into it.)
-  std::shared_ptr<Buffer>* mask =
-      relu && d.m > 0 && d.n > 0 ? relu_mask : nullptr;
-  std::vector<std::pair<bool, std::shared_ptr<Buffer>*>> tries;
-  for (const bool bf16 : {true, false}) {
-    if (bf16 && !bf16_result) continue;
-    if (mask != nullptr) tries.emplace_back(bf16, mask);
-    tries.emplace_back(bf16, nullptr);
-  }
-  for (const auto& [bf16, kept] : tries) {
-    MT_ASSIGN_OR_RETURN(const bool ran, TryGemmBias(a, b, ta, tb, d, bias, relu,
-                                                    bf16, rounding, out, kept));
-    if (ran) {
-      fused_gemm_bias_calls.fetch_add(1, std::memory_order_relaxed);
-      return true;
-    }
-  }
-  return false;
+  const absl::Status s =
+      cuda::GemmBias(ta, tb, d.m, d.n, d.k, a.data(), a.leading_dim(), b.data(),
+                     b.leading_dim(), bias.raw_data(), relu, out.raw_data(),
+                     a.device().index, PrecisionFor(a));
+  if (absl::IsNotFound(s)) return false;
+  MT_RETURN_IF_ERROR(
+      KernelError(relu ? "MatMulBiasRelu" : "MatMulBias", s, {&bias, &out}));
+  fused_gemm_bias_calls.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 int64_t FusedGemmBiasCalls() {
   return fused_gemm_bias_calls.load(std::memory_order_relaxed);
-}
-
-int64_t Bf16EpilogueCalls() {
-  return bf16_epilogue_calls.load(std::memory_order_relaxed);
 }
 
 absl::StatusOr<SavedProduct> SaveProduct(const Tensor& a, const Tensor& b,
@@ -368,12 +298,10 @@ absl::StatusOr<Tensor> Product(const GemmOperand& a, const GemmOperand& b,
 
 // With C = op(A) op(B): dA and dB per transpose combination.
 absl::Status MatMulGrads(const SavedProduct& p, const Tensor& gc,
-                         absl::Span<const bool> needs, Grads* grads,
-                         GradientLinks* links) {
+                         absl::Span<const bool> needs, Grads* grads) {
   const bool ta = p.transpose_a, tb = p.transpose_b;
   if (tape::AnyTapeRecording()) {
-    // An outer tape differentiates this backward pass: recorded products
-    // (and no hand-off: the producer's gradient runs as recorded ops too).
+    // An outer tape differentiates this backward pass: recorded products.
     const Tensor& a = p.a.tensor();
     const Tensor& b = p.b.tensor();
     if (needs[0]) {
@@ -387,25 +315,15 @@ absl::Status MatMulGrads(const SavedProduct& p, const Tensor& gc,
     return absl::OkStatus();
   }
   MT_ASSIGN_OR_RETURN(const GemmOperand g, GemmOperand::Of(gc, p.a.bf16()));
-  return ProductGrads(p, g, needs, grads, links);
+  return ProductGrads(p, g, needs, grads);
 }
 
 absl::Status ProductGrads(const SavedProduct& p, const GemmOperand& g,
-                          absl::Span<const bool> needs, Grads* grads,
-                          GradientLinks* links) {
+                          absl::Span<const bool> needs, Grads* grads) {
   const bool ta = p.transpose_a, tb = p.transpose_b;
   if (needs[0]) {
-    // a's gradient g @ op(b)^T, done with its producer's first step when
-    // it offers one (a relu product's masked pass).
-    if (!ta && links != nullptr && links->producers[0] != nullptr) {
-      MT_ASSIGN_OR_RETURN(
-          links->handed[0],
-          ReluProductHandOff(*links->producers[0], g, p.b, !tb));
-    }
-    if (links == nullptr || !links->handed[0].has_value()) {
-      MT_ASSIGN_OR_RETURN((*grads)[0], ta ? Product(p.b, g, tb, true)
-                                          : Product(g, p.b, false, !tb));
-    }
+    MT_ASSIGN_OR_RETURN((*grads)[0], ta ? Product(p.b, g, tb, true)
+                                        : Product(g, p.b, false, !tb));
   }
   if (needs[1]) {
     MT_ASSIGN_OR_RETURN((*grads)[1], tb ? Product(g, p.a, true, ta)
@@ -477,7 +395,7 @@ absl::StatusOr<Tensor> MatMulBias(const Tensor& a, const Tensor& b,
   MT_ASSIGN_OR_RETURN(
       const bool fused,
       internal::FusedGemmBias(p.a, p.b, transpose_a, transpose_b, bias,
-                              /*relu=*/false, out, rounding));
+                              /*relu=*/false, out));
   if (!fused) {
     MT_RETURN_IF_ERROR(BroadcastRows(bias, out));
     MT_RETURN_IF_ERROR(
@@ -494,14 +412,14 @@ MT_OP(kMatMulOp, "MatMul",
       [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
         return internal::MatMulGrads(
             std::any_cast<const internal::SavedProduct&>(op.attrs), g[0], needs,
-            grads, op.links);
+            grads);
       });
 
 MT_OP(kMatMulBiasOp, "MatMulBias",
       [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
         MT_RETURN_IF_ERROR(internal::MatMulGrads(
             std::any_cast<const internal::SavedProduct&>(op.attrs), g[0], needs,
-            grads, op.links));
+            grads));
         if (needs[2]) {
           MT_ASSIGN_OR_RETURN(
               (*grads)[2], internal::BiasGradient(g[0], op.inputs[2].shape()));

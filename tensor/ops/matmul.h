@@ -2,8 +2,6 @@
 #ifndef MIRRORTRAIN_TENSOR_OPS_MATMUL_H_
 #define MIRRORTRAIN_TENSOR_OPS_MATMUL_H_
 
-#include <memory>
-
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "tensor/matmul_precision.h"
@@ -48,35 +46,26 @@ absl::Status Gemm(const Tensor& a, const Tensor& b, bool transpose_a,
 // cuBLASLt call with the bias and relu in the GEMM's epilogue, when it
 // applies: GPU f32 tensors of rank 2, k >= 1, an algorithm for the case.
 // Returns whether it ran (unrecorded); false leaves `out` untouched for the
-// caller's unfused path. With a `rounding` and bf16 operands the epilogue
-// writes the result as bfloat16 and one pass widens it into `out`, rounded
-// (and its halves kept) as RoundOutput would leave it; without an
-// algorithm for that, `out` is left as computed, for the caller to round.
-// With `relu_mask` (relu only) the epilogue also keeps which outputs are
-// > 0 in a new buffer there (cuda::ReluMaskBytes), for GemmReluGrad; left
-// null when cuBLASLt has no algorithm that keeps it.
-absl::StatusOr<bool> FusedGemmBias(
-    const GemmOperand& a, const GemmOperand& b, bool transpose_a,
-    bool transpose_b, const Tensor& bias, bool relu, Tensor& out,
-    OutputRounding rounding = OutputRounding::kNone,
-    std::shared_ptr<Buffer>* relu_mask = nullptr);
+// caller's unfused path. The result is f32 (a rounding the caller asks
+// for is its own pass): cuBLASLt takes a bias only of its result's type
+// outside fp8, and a bf16 bias would round it before the sum.
+absl::StatusOr<bool> FusedGemmBias(const GemmOperand& a, const GemmOperand& b,
+                                   bool transpose_a, bool transpose_b,
+                                   const Tensor& bias, bool relu, Tensor& out);
 // How many FusedGemmBias calls ran fused in this process (any thread): the
 // fallback computes the same numbers, so tests ask this whether the
-// epilogue ran; and how many of them wrote a bfloat16 result.
+// epilogue ran.
 int64_t FusedGemmBiasCalls();
-int64_t Bf16EpilogueCalls();
 
 // The precision a GPU product of these operands runs in: bf16 when they
 // were converted, else f32 or tf32 as set.
 MatMulPrecision PrecisionFor(const GemmOperand& a);
 
 // What a product op keeps for its gradient: its operands as its product
-// read them, the transposes, and for a relu product on a GPU the mask its
-// epilogue kept (FusedGemmBias; null when none).
+// read them, and the transposes.
 struct SavedProduct {
   GemmOperand a, b;
   bool transpose_a = false, transpose_b = false;
-  std::shared_ptr<Buffer> relu_mask;
 };
 absl::StatusOr<SavedProduct> SaveProduct(const Tensor& a, const Tensor& b,
                                          bool transpose_a, bool transpose_b);
@@ -90,17 +79,13 @@ absl::StatusOr<Tensor> Product(const GemmOperand& a, const GemmOperand& b,
 // TensorFlow's _MatMulGrad: (*grads)[0] for a where needs[0], [1] for b.
 // The products read the saved operands and `gc` converted once; when an
 // outer tape records (higher-order gradients) they are recorded MatMuls of
-// the tensors instead. `links` (the record's, may be null): when a's
-// producer offers its first gradient step (a relu product's masked pass,
-// fused_ops.h), a's gradient is handed to it instead (links->handed[0]).
+// the tensors instead.
 absl::Status MatMulGrads(const SavedProduct& p, const Tensor& gc,
-                         absl::Span<const bool> needs, Grads* grads,
-                         GradientLinks* links);
+                         absl::Span<const bool> needs, Grads* grads);
 // The same, unrecorded, for a gradient already in the form the products
 // read (converted as p's operands are).
 absl::Status ProductGrads(const SavedProduct& p, const GemmOperand& gc,
-                          absl::Span<const bool> needs, Grads* grads,
-                          GradientLinks* links);
+                          absl::Span<const bool> needs, Grads* grads);
 }  // namespace internal
 
 }  // namespace mirrortrain::ops
