@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "tensor/parallel.h"
 #include "tensor/status_macros.h"
 #include "trainer/data/counter_hash.h"
 
@@ -76,18 +77,29 @@ absl::StatusOr<Batch> GatherRows(const InMemoryDataset& dataset,
   const int32_t* src_labels = dataset.labels.data<int32_t>();
   float* dst_images = batch.images.data<float>();
   int32_t* dst_labels = batch.labels.data<int32_t>();
-  for (int64_t i = 0; i < b; ++i) {
-    const int64_t row = rows[i];
+  for (const int64_t row : rows) {
     if (row < 0 || row >= n) {
       return absl::InvalidArgumentError(
           absl::StrCat("GatherRows: row ", row, " out of range [0, ", n,
                        ") of dataset '", dataset.name, "'"));
     }
-    std::memcpy(dst_images + i * row_elements, src_images + row * row_elements,
-                row_elements * sizeof(float));
-    std::memcpy(dst_labels + i * row_labels, src_labels + row * row_labels,
-                row_labels * sizeof(int32_t));
   }
+  // Large batches are gathered on several threads (small ones, up to about
+  // 2 MB, inline): the 784-4096 MLP's bf16 step on an H200 (2.9 ms) found
+  // its 12.8 MB batch not yet gathered, the GPU idle 6.5% of the time and
+  // the training thread not waiting for it.
+  ParallelFor(b, RowsPerChunk(row_elements + row_labels, int64_t{1} << 18),
+              [&](int64_t begin, int64_t end) {
+                for (int64_t i = begin; i < end; ++i) {
+                  const int64_t row = rows[i];
+                  std::memcpy(dst_images + i * row_elements,
+                              src_images + row * row_elements,
+                              row_elements * sizeof(float));
+                  std::memcpy(dst_labels + i * row_labels,
+                              src_labels + row * row_labels,
+                              row_labels * sizeof(int32_t));
+                }
+              });
   return batch;
 }
 
