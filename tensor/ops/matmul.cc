@@ -189,10 +189,8 @@ absl::StatusOr<GemmDims> CheckOperands(const GemmOperand& a,
   return d;
 }
 
-}  // namespace
-
-namespace internal {
-
+// The precision a GPU product of these operands runs in: bf16 when they
+// were converted, else f32 or tf32 as set.
 MatMulPrecision PrecisionFor(const GemmOperand& a) {
   if (a.bf16()) return MatMulPrecision::kBf16;
   return GetMatMulPrecision() == MatMulPrecision::kTf32
@@ -200,6 +198,9 @@ MatMulPrecision PrecisionFor(const GemmOperand& a) {
              : MatMulPrecision::kFp32;
 }
 
+}  // namespace
+
+namespace internal {
 namespace {
 
 std::atomic<int64_t> fused_gemm_bias_calls{0};

@@ -4,7 +4,6 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "tensor/matmul_precision.h"
 #include "tensor/op.h"
 #include "tensor/ops/gemm_operand.h"
 #include "tensor/ops/precision_ops.h"
@@ -56,10 +55,6 @@ absl::StatusOr<bool> FusedGemmBias(const GemmOperand& a, const GemmOperand& b,
 // fallback computes the same numbers, so tests ask this whether the
 // epilogue ran.
 int64_t FusedGemmBiasCalls();
-
-// The precision a GPU product of these operands runs in: bf16 when they
-// were converted, else f32 or tf32 as set.
-MatMulPrecision PrecisionFor(const GemmOperand& a);
 
 // What a product op keeps for its gradient: its operands as its product
 // read them, and the transposes.
