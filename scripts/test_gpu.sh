@@ -153,9 +153,15 @@ else
   else
     shopt -s nullglob
     runs=()
-    for bin in "$BUILD_DIR"/bin/cuda_*_test; do runs+=("$(basename "$bin")"); done
+    for bin in "$BUILD_DIR"/bin/cuda_*_test; do
+      [[ $(basename "$bin") == cuda_graph_test ]] || runs+=("$(basename "$bin")")
+    done
     ((${#runs[@]})) || failed+=("no $BUILD_DIR/bin/cuda_*_test binaries")
     runs+=("op_table_test:*Gpu*")
+    # Last: it trains whole models and did not finish under memcheck in
+    # 100 s on the H200 (2026-11-27), so a budget that runs out drops it
+    # rather than the kernels' binaries.
+    [[ ! -x "$BUILD_DIR/bin/cuda_graph_test" ]] || runs+=(cuda_graph_test)
   fi
   printf '%-28s %-10s %-6s %-8s %-8s %s\n' binary tool exit tests skipped "sanitizer summary"
   for tool in $TOOLS; do
