@@ -64,13 +64,9 @@ absl::StatusOr<Tensor> BiasActivate(const ActivationDef& activation,
 absl::StatusOr<Tensor> ProductBiasActivate(const ActivationDef& activation,
                                            const Tensor& x,
                                            const Tensor& kernel,
-                                           const Tensor& bias,
-                                           ops::OutputRounding rounding) {
+                                           const Tensor& bias) {
   if (activation.apply == ops::Relu) {
-    return ops::MatMulBiasRelu(x, kernel, bias, rounding);
-  }
-  if (activation.apply == nullptr) {
-    return ops::MatMulBias(x, kernel, bias, false, false, rounding);
+    return ops::MatMulBiasRelu(x, kernel, bias);
   }
   MT_ASSIGN_OR_RETURN(Tensor z, ops::MatMulBias(x, kernel, bias));
   return Activate(activation, z);

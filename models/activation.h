@@ -40,12 +40,11 @@ absl::StatusOr<Tensor> BiasActivate(const ActivationDef& activation,
                                     const Tensor& x, const Tensor& bias);
 // activation(x @ kernel + bias) for dense layers: the bias accumulated by
 // the product (ops::MatMulBias), or, for relu, one ops::MatMulBiasRelu
-// (bias and relu in the GEMM's epilogue on GPUs). When the product's op
-// computes the result (relu, linear), it stores it as `rounding` asks.
-absl::StatusOr<Tensor> ProductBiasActivate(
-    const ActivationDef& activation, const Tensor& x, const Tensor& kernel,
-    const Tensor& bias,
-    ops::OutputRounding rounding = ops::OutputRounding::kNone);
+// (bias and relu in the GEMM's epilogue on GPUs).
+absl::StatusOr<Tensor> ProductBiasActivate(const ActivationDef& activation,
+                                           const Tensor& x,
+                                           const Tensor& kernel,
+                                           const Tensor& bias);
 // activation(conv2d(x, kernel) + bias) for conv layers: for relu one
 // ops::Conv2DBiasRelu (bias and relu in the GEMMs' epilogue on GPUs), else
 // the convolution then BiasActivate.

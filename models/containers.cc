@@ -30,7 +30,7 @@ absl::StatusOr<Tensor> SequentialLayer::Call(const Tensor& x,
                                 ? ops::OutputRounding::kBf16WithHalves
                                 : ops::OutputRounding::kBf16;
     MT_ASSIGN_OR_RETURN(y, layers_[i]->Call(y, inner));
-    // Nothing left to do when the layer stored it so already.
+    // A nested sequence rounded its own output already: nothing left then.
     MT_RETURN_IF_ERROR(ops::RoundOutput(y, inner.output_rounding));
   }
   return y;

@@ -31,16 +31,13 @@ absl::StatusOr<Tensor> DenseLayer::Call(const Tensor& x,
     MT_ASSIGN_OR_RETURN(
         Tensor rows,
         ops::Reshape(x, {x.num_elements() / std::max<int64_t>(in, 1), in}));
-    ForwardContext rows_ctx;
-    rows_ctx.output_rounding = ctx.output_rounding;
-    MT_ASSIGN_OR_RETURN(Tensor y, Call(rows, rows_ctx));
+    MT_ASSIGN_OR_RETURN(Tensor y, Call(rows, ctx));
     Shape out = x.shape();
     out.back() = kernel_.shape()[1];
     return ops::Reshape(y, out);
   }
   if (bias_.has_value()) {
-    return ProductBiasActivate(activation_, x, kernel_.value(), bias_->value(),
-                               ctx.output_rounding);
+    return ProductBiasActivate(activation_, x, kernel_.value(), bias_->value());
   }
   MT_ASSIGN_OR_RETURN(Tensor h, ops::MatMul(x, kernel_.value()));
   return Activate(activation_, h);

@@ -36,8 +36,8 @@ struct ForwardContext {
   // layer computes in f32 from bf16 inputs and stores a bf16 result.
   bool bf16_activations = false;
   // How the caller stores this layer's output (a container under mixed
-  // bfloat16 sets it per layer): a layer may hand it over rounded so
-  // already (a product rounding in its epilogue), else the caller rounds.
+  // bfloat16 sets it per layer): a nested sequence rounds its last layer's
+  // output so, with halves when its caller's next layer reads a product.
   ops::OutputRounding output_rounding = ops::OutputRounding::kNone;
   // When defined: the step's seed as one i64 element on the replica's
   // device, which dropout reads where it draws its mask (a captured CUDA

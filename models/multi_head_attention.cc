@@ -34,18 +34,14 @@ constexpr double kMaskedScore = -1e9;
 // One of the query/key/value/attention_output projections.
 using Projection = KernelAndBias;
 
-// rows [n, in] @ kernel viewed as [in, out] (+ bias viewed as [out]),
-// with a bias stored as `rounding` asks (the output projection's: the
-// layer's output).
-absl::StatusOr<Tensor> Project(
-    const Projection& p, const Tensor& rows,
-    ops::OutputRounding rounding = ops::OutputRounding::kNone) {
+// rows [n, in] @ kernel viewed as [in, out] (+ bias viewed as [out]).
+absl::StatusOr<Tensor> Project(const Projection& p, const Tensor& rows) {
   const Tensor& kernel = p.kernel.value();
   const int64_t out = kernel.num_elements() / rows.dim(1);
   MT_ASSIGN_OR_RETURN(Tensor w, ops::Reshape(kernel, {rows.dim(1), out}));
   if (!p.bias.has_value()) return ops::MatMul(rows, w);
   MT_ASSIGN_OR_RETURN(Tensor b, ops::Reshape(p.bias->value(), {out}));
-  return ops::MatMulBias(rows, w, b, false, false, rounding);
+  return ops::MatMulBias(rows, w, b);
 }
 
 class MultiHeadAttentionLayer final : public Layer {
@@ -118,8 +114,7 @@ class MultiHeadAttentionLayer final : public Layer {
     MT_ASSIGN_OR_RETURN(Tensor attended, ops::MatMul(probs, v));
     MT_ASSIGN_OR_RETURN(attended, ops::Transpose(attended, {0, 2, 1, 3}));
     MT_ASSIGN_OR_RETURN(attended, ops::Reshape(attended, {batch * t, h * k}));
-    MT_ASSIGN_OR_RETURN(
-        Tensor y, Project(projections_[3], attended, ctx.output_rounding));
+    MT_ASSIGN_OR_RETURN(Tensor y, Project(projections_[3], attended));
     return ops::Reshape(y, x.shape());
   }
 

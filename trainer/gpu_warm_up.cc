@@ -1,6 +1,5 @@
 #include "trainer/gpu_warm_up.h"
 
-#include "tensor/matmul_precision.h"
 #include "tensor/ops/fused_ops.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/status_macros.h"
@@ -16,14 +15,7 @@ absl::Status WarmUpProducts(Device device) {
   MT_ASSIGN_OR_RETURN(const Tensor bias,
                       Tensor::Zeros(DType::kF32, {kSize}, device));
   MT_ASSIGN_OR_RETURN(const Tensor plain, ops::MatMul(a, a));
-  // Under bf16 a layer's fused product writes a bfloat16 result (another
-  // cuBLASLt kernel), so the warm-up's does too.
-  const ops::OutputRounding rounding =
-      GetMatMulPrecision() == MatMulPrecision::kBf16
-          ? ops::OutputRounding::kBf16
-          : ops::OutputRounding::kNone;
-  MT_ASSIGN_OR_RETURN(const Tensor fused,
-                      ops::MatMulBiasRelu(a, a, bias, rounding));
+  MT_ASSIGN_OR_RETURN(const Tensor fused, ops::MatMulBiasRelu(a, a, bias));
   // Copies to the host wait for the products (see the thread contract).
   MT_RETURN_IF_ERROR(plain.To(Device::Cpu()).status());
   return fused.To(Device::Cpu()).status();

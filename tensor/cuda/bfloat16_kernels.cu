@@ -45,26 +45,6 @@ __global__ void RoundToBFloat16x4Kernel(const float* x, float* y,
   RoundTail(x, y, halves, quads * 4, n);
 }
 
-// y[i] = the f32 value of halves[i]; four at a time when aligned.
-__global__ void FromBf16Kernel(const __nv_bfloat16* halves, float* y,
-                               int64_t n) {
-  for (int64_t i = GridStart(); i < n; i += GridStep()) {
-    y[i] = __bfloat162float(halves[i]);
-  }
-}
-
-__global__ void FromBf16x4Kernel(const __nv_bfloat16* halves, float* y,
-                                 int64_t n) {
-  const int64_t quads = n / 4;
-  for (int64_t i = GridStart(); i < quads; i += GridStep()) {
-    reinterpret_cast<float4*>(y)[i] =
-        UnpackBf16x4(reinterpret_cast<const uint2*>(halves)[i]);
-  }
-  for (int64_t i = quads * 4 + GridStart(); i < n; i += GridStep()) {
-    y[i] = __bfloat162float(halves[i]);
-  }
-}
-
 // Whether f32 `x` and the 2-byte `halves` (null: none) allow four
 // elements per access.
 bool FourAtATime(const void* x, const void* halves) {
@@ -129,22 +109,7 @@ absl::Status RoundToBFloat16OnGpu(const void* x, void* y, void* halves,
   return absl::OkStatus();
 }
 
-absl::Status FromBFloat16OnGpu(const void* halves, void* y, int64_t n,
-                               int device) {
-  if (n == 0) return absl::OkStatus();
-  DeviceGuard guard;
-  MT_RETURN_IF_ERROR(guard.Set(device));
-  const bool four = FourAtATime(y, halves);
-  (four ? FromBf16x4Kernel
-        : FromBf16Kernel)<<<LaunchBlocks(four ? (n + 3) / 4 : n),
-                            kLaunchThreads, 0, LaunchStream()>>>(
-      static_cast<const __nv_bfloat16*>(halves), static_cast<float*>(y), n);
-  MT_CUDA_RETURN_IF_LAUNCH_ERROR("FromBFloat16");
-  return absl::OkStatus();
-}
-
 MT_DEFINE_CUDA_KERNEL(RoundToBFloat16, RoundToBFloat16OnGpu);
 MT_DEFINE_CUDA_KERNEL(ToBFloat16, ToBFloat16OnGpu);
-MT_DEFINE_CUDA_KERNEL(FromBFloat16, FromBFloat16OnGpu);
 
 }  // namespace mirrortrain::cuda

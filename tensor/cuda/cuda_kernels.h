@@ -132,10 +132,6 @@ MT_CUDA_KERNEL(RoundToBFloat16,
 // product's operand under precision bf16 (ops/gemm_operand.h).
 MT_CUDA_KERNEL(ToBFloat16,
                absl::Status(const void* x, void* y, int64_t n, int device));
-// y[i] = the f32 value of the 2-byte bfloat16 halves[i] (exact): a
-// result a product's epilogue wrote as bfloat16, widened to its tensor.
-MT_CUDA_KERNEL(FromBFloat16, absl::Status(const void* halves, void* y,
-                                          int64_t n, int device));
 
 // y[i] = min(max(x[i], lo), hi), NaN passing through.
 MT_CUDA_KERNEL(ClipByValue,

@@ -108,8 +108,7 @@ absl::StatusOr<Tensor> BiasAddRelu(const Tensor& x, const Tensor& bias) {
 }
 
 absl::StatusOr<Tensor> MatMulBiasRelu(const Tensor& x, const Tensor& kernel,
-                                      const Tensor& bias,
-                                      OutputRounding rounding) {
+                                      const Tensor& bias) {
   constexpr const char* kOp = "MatMulBiasRelu";
   MT_RETURN_IF_ERROR(internal::CheckFloatingSame(kOp, {&x, &kernel, &bias}));
   if (x.rank() != 2 || kernel.rank() != 2 || bias.rank() != 1 ||
@@ -132,7 +131,6 @@ absl::StatusOr<Tensor> MatMulBiasRelu(const Tensor& x, const Tensor& kernel,
     MT_RETURN_IF_ERROR(internal::Gemm(p.a, p.b, false, false, 1.0, 0.0, y));
     MT_RETURN_IF_ERROR(internal::BiasRelu(y, bias, y));
   }
-  MT_RETURN_IF_ERROR(RoundOutput(y, rounding));
   tape::RecordOperation(kMatMulBiasReluOp, {x, kernel, bias}, {y},
                         std::move(p));
   return y;

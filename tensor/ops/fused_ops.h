@@ -24,10 +24,8 @@ absl::StatusOr<Tensor> BiasAddRelu(const Tensor& x, const Tensor& bias);
 // and relu in its epilogue; elsewhere the product, then BiasAddRelu's pass
 // in place (the same numbers as MatMul then BiasAddRelu). The gradient is
 // BiasAddRelu's masked pass (dz and the bias sum together), then MatMul's.
-// The result is stored as `rounding` asks (precision_ops.h).
-absl::StatusOr<Tensor> MatMulBiasRelu(
-    const Tensor& x, const Tensor& kernel, const Tensor& bias,
-    OutputRounding rounding = OutputRounding::kNone);
+absl::StatusOr<Tensor> MatMulBiasRelu(const Tensor& x, const Tensor& kernel,
+                                      const Tensor& bias);
 
 namespace internal {
 // y = relu(x + bias), bias along the last dimension; y may be x

@@ -379,7 +379,7 @@ absl::Status BroadcastRows(const Tensor& bias, Tensor& out) {
 
 absl::StatusOr<Tensor> MatMulBias(const Tensor& a, const Tensor& b,
                                   const Tensor& bias, bool transpose_a,
-                                  bool transpose_b, OutputRounding rounding) {
+                                  bool transpose_b) {
   constexpr const char* kOp = "MatMulBias";
   MT_ASSIGN_OR_RETURN(const GemmDims d,
                       CheckMatMul(kOp, a, b, transpose_a, transpose_b));
@@ -402,7 +402,6 @@ absl::StatusOr<Tensor> MatMulBias(const Tensor& a, const Tensor& b,
     MT_RETURN_IF_ERROR(
         internal::Gemm(p.a, p.b, transpose_a, transpose_b, 1.0, 1.0, out));
   }
-  MT_RETURN_IF_ERROR(RoundOutput(out, rounding));
   tape::RecordOperation(kMatMulBiasOp, {a, b, bias}, {out}, std::move(p));
   return out;
 }

@@ -19,13 +19,11 @@ absl::StatusOr<Tensor> MatMul(const Tensor& a, const Tensor& b,
 // op(a) @ op(b) + bias, bias [n] along the product's last axis. The bias is
 // written into the output and the product accumulated onto it (BLAS beta =
 // 1, as PyTorch's addmm): one pass over the output fewer than MatMul then
-// BiasAdd, and none for BLAS's beta = 0 clearing. The result is stored as
-// `rounding` asks (precision_ops.h); on GPUs under precision bf16 the
-// product's epilogue then writes it as bfloat16 (FusedGemmBias).
-absl::StatusOr<Tensor> MatMulBias(
-    const Tensor& a, const Tensor& b, const Tensor& bias,
-    bool transpose_a = false, bool transpose_b = false,
-    OutputRounding rounding = OutputRounding::kNone);
+// BiasAdd, and none for BLAS's beta = 0 clearing. On GPUs (f32) one
+// cuBLASLt call with the bias in its epilogue (FusedGemmBias).
+absl::StatusOr<Tensor> MatMulBias(const Tensor& a, const Tensor& b,
+                                  const Tensor& bias, bool transpose_a = false,
+                                  bool transpose_b = false);
 
 namespace internal {
 // out = alpha * op(a) @ op(b) + beta * out, into an existing tensor

@@ -35,11 +35,9 @@ absl::Status RoundToBFloat16InPlace(Tensor& t, bool halves = false);
 // A rounded copy of `x` (`x` itself when it does not round).
 absl::StatusOr<Tensor> RoundedToBFloat16(const Tensor& x, bool halves = false);
 
-// How an op stores an f32 result that its caller would round next (a
-// layer's output under mixed bfloat16, models/containers.cc): as computed,
-// or rounded as RoundToBFloat16InPlace(result, halves) rounds it. An op
-// asked to round may do it in a pass it makes anyway (a GPU product's
-// epilogue writes bfloat16); the caller's rounding then finds nothing left.
+// How a layer's f32 output is stored under mixed bfloat16
+// (models/containers.cc): as computed, or rounded as
+// RoundToBFloat16InPlace(result, halves) rounds it.
 enum class OutputRounding { kNone, kBf16, kBf16WithHalves };
 
 // RoundToBFloat16InPlace(t, halves) as `rounding` says; nothing for kNone.

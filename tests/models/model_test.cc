@@ -239,53 +239,6 @@ TEST_F(MixedBFloat16GpuTest, InputsThatFeedProductsGetTheirHalves) {
   CheckProbes(Device::Cuda(0));
 }
 
-// A layer whose last op is a product with a bias (dense with relu or
-// linear, attention's output projection) hands its output over stored as
-// its caller asked (rounded, on GPUs by the product's epilogue); a dense
-// layer that applies another activation after the product, or attention
-// without biases, leaves it to the caller. Same values either way.
-TEST(MixedBFloat16Test, ProductLayersStoreTheirOutputAsAsked) {
-  struct Case {
-    const char* type;
-    Values values;
-    Shape input;
-    bool stored;
-  };
-  const Case cases[] = {
-      {"dense",
-       {{"units", int64_t{4}}, {"activation", std::string("relu")}},
-       {5, 3},
-       true},
-      {"dense", {{"units", int64_t{4}}}, {2, 5, 3}, true},
-      {"dense",
-       {{"units", int64_t{4}}, {"activation", std::string("tanh")}},
-       {5, 3},
-       false},
-      {"multi_head_attention", {{"num_heads", int64_t{2}}}, {2, 5, 4}, true},
-      {"multi_head_attention",
-       {{"num_heads", int64_t{2}}, {"use_bias", false}},
-       {2, 5, 4},
-       false}};
-  for (const Case& c : cases) {
-    SCOPED_TRACE(absl::StrCat(c.type, " ", ShapeToString(c.input)));
-    LayerBuilder b(1, Device::Cpu());
-    absl::StatusOr<std::unique_ptr<Layer>> seq =
-        b.BuildSequence({Spec(c.type, c.values)}, c.input);
-    ASSERT_TRUE(seq.ok()) << seq.status();
-    Layer& layer = *static_cast<SequentialLayer&>(**seq).layers().at(0);
-    const Tensor x = testing::RandomTensor(c.input, 13, DType::kF32);
-    ForwardContext ctx;
-    ctx.output_rounding = ops::OutputRounding::kBf16;
-    const absl::StatusOr<Tensor> asked = layer.Call(x, ctx);
-    const absl::StatusOr<Tensor> plain = layer.Call(x, {});
-    ASSERT_TRUE(asked.ok() && plain.ok());
-    EXPECT_EQ(plain->bf16_rendering(), nullptr);
-    EXPECT_EQ(asked->bf16_rendering() != nullptr, c.stored);
-    EXPECT_TRUE(testing::AllClose(
-        *asked, c.stored ? *ops::RoundedToBFloat16(*plain) : *plain, 0, 0));
-  }
-}
-
 // Which built layers read their input as a product's operand.
 TEST(MixedBFloat16Test, DenseAndAttentionInputsFeedProducts) {
   auto feeds = [](const std::string& type, Shape input, Values values) {

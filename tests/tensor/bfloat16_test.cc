@@ -328,69 +328,6 @@ TEST(Bf16MatMulTest, RoundedOperandsAreReadWithoutACopy) {
   EXPECT_TRUE(testing::AllClose(*from_raw, *from_rounded, 0, 0));
 }
 
-// A product op asked to store its result rounded (a layer output under
-// mixed bfloat16) returns what rounding its plain result gives, bit for
-// bit, recorded as rounded so the container's rounding finds nothing left;
-// its gradient is that of the plain op followed by the rounding (which the
-// tape passes through). Asked for nothing, it leaves the result as is.
-TEST(Bf16MatMulTest, ProductOpsStoreTheRoundedResultWhenAsked) {
-  using Run = std::function<absl::StatusOr<Tensor>(
-      const Tensor&, const Tensor&, const Tensor&, ops::OutputRounding)>;
-  const std::pair<const char*, Run> product_ops[] = {
-      {"MatMulBias",
-       [](const Tensor& x, const Tensor& k, const Tensor& b,
-          ops::OutputRounding r) {
-         return ops::MatMulBias(x, k, b, false, false, r);
-       }},
-      {"MatMulBiasRelu",
-       [](const Tensor& x, const Tensor& k, const Tensor& b,
-          ops::OutputRounding r) { return ops::MatMulBiasRelu(x, k, b, r); }}};
-  const Tensor x = testing::RandomTensor({7, 5}, 41, DType::kF32);
-  const Tensor kernel = testing::RandomTensor({5, 6}, 42, DType::kF32);
-  const Tensor bias = testing::RandomTensor({6}, 43, DType::kF32);
-  const Tensor w = testing::RandomTensor({7, 6}, 44, DType::kF32);
-  for (const MatMulPrecision precision :
-       {MatMulPrecision::kBf16, MatMulPrecision::kFp32}) {
-    ScopedPrecision scoped(precision);
-    for (const auto& [name, run] : product_ops) {
-      SCOPED_TRACE(name);
-      // The result and the gradients of sum(y * w) for x, kernel and bias.
-      auto outputs = [&](ops::OutputRounding rounding) {
-        GradientTape tape;
-        for (const Tensor* t : {&x, &kernel, &bias}) tape.Watch(*t);
-        absl::StatusOr<Tensor> y = run(x, kernel, bias, rounding);
-        EXPECT_TRUE(y.ok()) << y.status();
-        if (!y.ok()) return std::vector<Tensor>{};
-        if (rounding == ops::OutputRounding::kNone) {
-          EXPECT_EQ(y->bf16_rendering(), nullptr);
-        } else {
-          EXPECT_NE(y->bf16_rendering(), nullptr);
-        }
-        std::vector<Tensor> out = {*y};
-        // What the container's rounding would do after a plain op.
-        EXPECT_TRUE(ops::RoundToBFloat16InPlace(out[0]).ok());
-        GradientOptions options;
-        options.output_gradient = w;
-        auto grads = tape.Gradient(*y, {x, kernel, bias}, options);
-        EXPECT_TRUE(grads.ok()) << grads.status();
-        if (!grads.ok()) return std::vector<Tensor>{};
-        for (const auto& g : *grads) out.push_back(*g);
-        return out;
-      };
-      const std::vector<Tensor> plain = outputs(ops::OutputRounding::kNone);
-      for (const ops::OutputRounding rounding :
-           {ops::OutputRounding::kBf16, ops::OutputRounding::kBf16WithHalves}) {
-        const std::vector<Tensor> rounded = outputs(rounding);
-        ASSERT_EQ(rounded.size(), plain.size());
-        for (size_t i = 0; i < plain.size(); ++i) {
-          EXPECT_TRUE(testing::AllClose(rounded[i], plain[i], 0, 0))
-              << "output " << i;
-        }
-      }
-    }
-  }
-}
-
 // With an outer tape recording the backward pass (higher-order
 // gradients), the backward products are recorded ops: d/dx of
 // d(x @ x)/dx = 2x for a 1x1 x is 2.

@@ -401,10 +401,11 @@ TEST_F(CudaOpsTest, ReluMlpGradientsMatchCpuInEveryPrecision) {
             : ops::OutputRounding::kNone;
     testing::ExpectGpuMatchesCpu(
         [rounding](const std::vector<Tensor>& in) -> absl::StatusOr<Tensor> {
-          MT_ASSIGN_OR_RETURN(
-              Tensor h, ops::MatMulBiasRelu(in[0], in[1], in[2], rounding));
-          MT_ASSIGN_OR_RETURN(h,
-                              ops::MatMulBiasRelu(h, in[3], in[4], rounding));
+          MT_ASSIGN_OR_RETURN(Tensor h,
+                              ops::MatMulBiasRelu(in[0], in[1], in[2]));
+          MT_RETURN_IF_ERROR(ops::RoundOutput(h, rounding));
+          MT_ASSIGN_OR_RETURN(h, ops::MatMulBiasRelu(h, in[3], in[4]));
+          MT_RETURN_IF_ERROR(ops::RoundOutput(h, rounding));
           return ops::MatMulBias(h, in[5], in[6]);
         },
         mlp, 1e-4, 1e-4);
