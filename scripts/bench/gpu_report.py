@@ -56,6 +56,17 @@ def fmt(v, digits=1, unit=""):
     return f"{v:,.{digits}f}{unit}".replace(",", " ")
 
 
+def final_accuracy(r) -> dict:
+    """The test accuracy of a run's last evaluation by weights ("raw",
+    "ema"), with its "epoch"; empty when it made none (or did not end)."""
+    if not r or r.get("exit_code") != 0 or not r.get("tests"):
+        return {}
+    last = max(t["step"] for t in r["tests"])
+    out = {t["weights"]: t["accuracy"] for t in r["tests"] if t["step"] == last}
+    out["epoch"] = next(t["epoch"] for t in r["tests"] if t["step"] == last)
+    return out
+
+
 def summary(r: dict) -> str:
     """One readable line for the log of scripts/bench_gpu.sh."""
     fw = r.get("framework")
@@ -275,6 +286,32 @@ def main() -> None:
                           f"{100 * exposed / small['step_ms']:.1f}%")
         comm_rows.append((model, cells, share))
 
+    # 4. bf16 accuracy parity: each model's final test accuracy in both.
+    parity_rows = []
+    for model in ("cnn", "resnet"):
+        runs = {p: mt.get(f"parity_{model}_{p}") for p in ("fp32", "bf16")}
+        if not any(runs.values()):
+            continue
+        final = {p: final_accuracy(r) for p, r in runs.items()}
+        cells = []
+        for p, r in runs.items():
+            acc = final[p]
+            if acc:
+                values = " / ".join(f"{acc[w]:.4f}" for w in ("raw", "ema") if w in acc)
+                cells.append(f"{p} {values} (epoch {acc['epoch']}, {r['wall_seconds']:.0f} s)")
+            else:
+                cells.append(f"{p} " + (why(r) if r else "not run"))
+        verdict = []
+        for w in ("raw", "ema"):
+            if w in final["fp32"] and w in final["bf16"]:
+                points = 100 * (final["bf16"][w] - final["fp32"][w])
+                verdict.append(f"{w} {points:+.2f} points")
+        if verdict:
+            worst = min(100 * (final["bf16"][w] - final["fp32"][w])
+                        for w in ("raw", "ema") if w in final["fp32"] and w in final["bf16"])
+            verdict.append("within 0.3: " + ("yes" if worst >= -0.3 else "no"))
+        parity_rows.append((model, cells, "; ".join(verdict) or "n/a (needs both runs to end)"))
+
     width = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     print(f"GPU: {gpu}")
     for i, r in enumerate(rows):
@@ -295,6 +332,12 @@ def main() -> None:
     for model, cells, share in comm_rows:
         print(f"  {model}: " + "; ".join(cells))
         print(f"       {share}")
+    if parity_rows:
+        print("\nbf16 accuracy parity, final test accuracy raw / EMA on Fashion-MNIST (target: bf16 "
+              "within 0.3 points of fp32):")
+        for model, cells, verdict in parity_rows:
+            print(f"  {model}: " + "; ".join(cells))
+            print(f"       bf16 - fp32: {verdict}")
     for e in errors:
         print(f"error: {e.get('bench') or e.get('name')}: {e['error']}")
 
