@@ -10,7 +10,6 @@
 
 #include "absl/status/statusor.h"
 #include "tensor/ops/conv_ops.h"
-#include "tensor/ops/precision_ops.h"
 #include "tensor/params.h"
 #include "tensor/tensor.h"
 

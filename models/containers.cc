@@ -30,7 +30,8 @@ absl::StatusOr<Tensor> SequentialLayer::Call(const Tensor& x,
                                 ? ops::OutputRounding::kBf16WithHalves
                                 : ops::OutputRounding::kBf16;
     MT_ASSIGN_OR_RETURN(y, layers_[i]->Call(y, inner));
-    // A nested sequence rounded its own output already: nothing left then.
+    // A layer handing back a rounded tensor (a nested sequence's output, a
+    // view of its input): nothing left then.
     MT_RETURN_IF_ERROR(ops::RoundOutput(y, inner.output_rounding));
   }
   return y;

@@ -153,10 +153,11 @@ else
   else
     shopt -s nullglob
     runs=()
-    for bin in "$BUILD_DIR"/bin/cuda_*_test; do
+    bins=("$BUILD_DIR"/bin/cuda_*_test)
+    ((${#bins[@]})) || failed+=("no $BUILD_DIR/bin/cuda_*_test binaries")
+    for bin in "${bins[@]}"; do
       [[ $(basename "$bin") == cuda_graph_test ]] || runs+=("$(basename "$bin")")
     done
-    ((${#runs[@]})) || failed+=("no $BUILD_DIR/bin/cuda_*_test binaries")
     runs+=("op_table_test:*Gpu*")
     # Last: it trains whole models and did not finish under memcheck in
     # 100 s on the H200 (2026-11-27), so a budget that runs out drops it

@@ -19,9 +19,9 @@
 
 namespace mirrortrain::trainer {
 
-// A small plain product (cuBLAS) and a fused bias+relu one (cuBLASLt, with
-// a bfloat16 result under bf16, as the layers' products) on `device`, in
-// the process's matrix-product precision; nothing on CPUs.
+// A small plain product (cuBLAS) and a fused bias+relu one (cuBLASLt's
+// epilogue, its operands bfloat16 under bf16) on `device`, in the
+// process's matrix-product precision; nothing on CPUs.
 absl::Status WarmUpProducts(Device device);
 
 }  // namespace mirrortrain::trainer

@@ -299,8 +299,12 @@ def main() -> None:
             if acc:
                 values = " / ".join(f"{acc[w]:.4f}" for w in ("raw", "ema") if w in acc)
                 cells.append(f"{p} {values} (epoch {acc['epoch']}, {r['wall_seconds']:.0f} s)")
-            else:
-                cells.append(f"{p} " + (why(r) if r else "not run"))
+            elif r is None:
+                cells.append(f"{p} not run")
+            else:  # Stopped, failed or skipped before its last evaluation.
+                cells.append(f"{p} " + (why(r) or (
+                    f"no final test (exit {r.get('exit_code')}, stopped: {r.get('stopped')}, "
+                    f"{r.get('wall_seconds')} s)")))
         verdict = []
         for w in ("raw", "ema"):
             if w in final["fp32"] and w in final["bf16"]:
@@ -309,7 +313,7 @@ def main() -> None:
         if verdict:
             worst = min(100 * (final["bf16"][w] - final["fp32"][w])
                         for w in ("raw", "ema") if w in final["fp32"] and w in final["bf16"])
-            verdict.append("within 0.3: " + ("yes" if worst >= -0.3 else "no"))
+            verdict.append("bf16 at most 0.3 points below fp32: " + ("yes" if worst >= -0.3 else "no"))
         parity_rows.append((model, cells, "; ".join(verdict) or "n/a (needs both runs to end)"))
 
     width = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
@@ -334,7 +338,7 @@ def main() -> None:
         print(f"       {share}")
     if parity_rows:
         print("\nbf16 accuracy parity, final test accuracy raw / EMA on Fashion-MNIST (target: bf16 "
-              "within 0.3 points of fp32):")
+              "reaches fp32's accuracy within 0.3 points):")
         for model, cells, verdict in parity_rows:
             print(f"  {model}: " + "; ".join(cells))
             print(f"       bf16 - fp32: {verdict}")

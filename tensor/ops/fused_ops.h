@@ -7,7 +7,6 @@
 #define MIRRORTRAIN_TENSOR_OPS_FUSED_OPS_H_
 
 #include "absl/status/statusor.h"
-#include "tensor/ops/precision_ops.h"
 #include "tensor/tensor.h"
 
 namespace mirrortrain::ops {

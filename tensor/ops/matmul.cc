@@ -5,9 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <memory>
 #include <utility>
-#include <vector>
 
 #include "tensor/cpu_threads.h"
 #include "tensor/cuda/cuda_backend.h"
@@ -17,7 +15,6 @@
 #include "tensor/op.h"
 #include "tensor/ops/nn_ops.h"
 #include "tensor/ops/op_util.h"
-#include "tensor/ops/precision_ops.h"
 #include "tensor/parallel.h"
 #include "tensor/status_macros.h"
 

@@ -6,7 +6,6 @@
 #include "absl/types/span.h"
 #include "tensor/op.h"
 #include "tensor/ops/gemm_operand.h"
-#include "tensor/ops/precision_ops.h"
 #include "tensor/tensor.h"
 
 namespace mirrortrain::ops {

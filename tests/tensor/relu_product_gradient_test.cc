@@ -167,8 +167,10 @@ INSTANTIATE_TEST_SUITE_P(
       return info.param == MatMulPrecision::kBf16 ? "bf16" : "fp32";
     });
 
-// A relu product whose bias is not asked for (frozen) skips its bias
-// gradient and gives the other gradients unchanged, bit for bit.
+// A relu product whose bias is not asked for (frozen): no bias gradient
+// comes back, and the other gradients are unchanged, bit for bit. (The
+// tape drops gradients it did not ask for, so this cannot tell whether
+// the masked pass skipped the bias sum; that is read in the code.)
 TEST(ReluProductGradientTest, AFrozenBiasGetsNoGradientAndChangesNothing) {
   const Mlp m;
   auto grads = [&](bool with_bias) {
