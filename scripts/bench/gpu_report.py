@@ -305,15 +305,12 @@ def main() -> None:
                 cells.append(f"{p} " + (why(r) or (
                     f"no final test (exit {r.get('exit_code')}, stopped: {r.get('stopped')}, "
                     f"{r.get('wall_seconds')} s)")))
-        verdict = []
-        for w in ("raw", "ema"):
-            if w in final["fp32"] and w in final["bf16"]:
-                points = 100 * (final["bf16"][w] - final["fp32"][w])
-                verdict.append(f"{w} {points:+.2f} points")
-        if verdict:
-            worst = min(100 * (final["bf16"][w] - final["fp32"][w])
-                        for w in ("raw", "ema") if w in final["fp32"] and w in final["bf16"])
-            verdict.append("bf16 at most 0.3 points below fp32: " + ("yes" if worst >= -0.3 else "no"))
+        points = {w: 100 * (final["bf16"][w] - final["fp32"][w])
+                  for w in ("raw", "ema") if w in final["fp32"] and w in final["bf16"]}
+        verdict = [f"{w} {d:+.2f} points" for w, d in points.items()]
+        if points:
+            verdict.append("bf16 at most 0.3 points below fp32: "
+                           + ("yes" if min(points.values()) >= -0.3 else "no"))
         parity_rows.append((model, cells, "; ".join(verdict) or "n/a (needs both runs to end)"))
 
     width = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]

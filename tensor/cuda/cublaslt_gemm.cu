@@ -85,7 +85,6 @@ struct LtOperands {
 struct LtEpilogue {
   cublasLtEpilogue_t kind;
   const void* bias;
-  const char* name;  // For errors.
 };
 
 // What the heuristic said about one problem: everything its answer depends
@@ -124,7 +123,7 @@ absl::Status LtProduct(const LtOperands& call, const LtEpilogue& epilogue) {
   const int device = call.device;
   const MatMulPrecision precision = call.precision;
   void* const c = call.c;
-  const absl::string_view name = epilogue.name;
+  constexpr absl::string_view name = "GemmBias";  // For errors.
   if (m == 0 || n == 0) return absl::OkStatus();
   if (k < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -268,9 +267,9 @@ absl::Status GemmBiasOnGpu(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                            const void* a, int64_t lda, const void* b,
                            int64_t ldb, const void* bias, bool relu, void* c,
                            int device, MatMulPrecision precision) {
-  return LtProduct({ta, tb, m, n, k, a, lda, b, ldb, c, device, precision},
-                   {relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS,
-                    bias, "GemmBias"});
+  return LtProduct(
+      {ta, tb, m, n, k, a, lda, b, ldb, c, device, precision},
+      {relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS, bias});
 }
 
 MT_DEFINE_CUDA_KERNEL(GemmBias, GemmBiasOnGpu);
