@@ -50,4 +50,40 @@ __global__ void ToBf16(const float* in, __nv_bfloat16* out, size_t n) {
   }
 }
 
+// What TimeLoop measured: the mean time per call and how many calls.
+struct Timing {
+  double ms_per_call;
+  int iters;
+};
+
+// Times `run` (work on the default stream) with CUDA events: `warm` calls,
+// one timed call to size the loop to about `target_ms` (100 calls if it
+// read 0), then the loop, its length clamped to [min_iters, max_iters].
+template <typename Run>
+Timing TimeLoop(Run run, float target_ms, int warm, int min_iters,
+                int max_iters) {
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+  for (int i = 0; i < warm; ++i) run();
+  CHECK_CUDA(cudaEventRecord(start));
+  run();
+  CHECK_CUDA(cudaEventRecord(stop));
+  CHECK_CUDA(cudaEventSynchronize(stop));
+  float one_ms = 0;
+  CHECK_CUDA(cudaEventElapsedTime(&one_ms, start, stop));
+  int iters = one_ms > 0 ? static_cast<int>(target_ms / one_ms) : 100;
+  iters =
+      iters < min_iters ? min_iters : (iters > max_iters ? max_iters : iters);
+  CHECK_CUDA(cudaEventRecord(start));
+  for (int i = 0; i < iters; ++i) run();
+  CHECK_CUDA(cudaEventRecord(stop));
+  CHECK_CUDA(cudaEventSynchronize(stop));
+  float ms = 0;
+  CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+  CHECK_CUDA(cudaEventDestroy(start));
+  CHECK_CUDA(cudaEventDestroy(stop));
+  return {ms / iters, iters};
+}
+
 #endif  // MIRRORTRAIN_SCRIPTS_BENCH_BENCH_CUDA_CUH_

@@ -33,9 +33,6 @@ int main(int argc, char** argv) {
   CHECK_CUBLAS(cublasCreate(&handle));
   int version = 0;
   CHECK_CUBLAS(cublasGetVersion(handle, &version));
-  cudaEvent_t start, stop;
-  CHECK_CUDA(cudaEventCreate(&start));
-  CHECK_CUDA(cudaEventCreate(&stop));
   for (size_t s = 0; s < shapes.size(); s += 3) {
     const long m = shapes[s], n = shapes[s + 1], k = shapes[s + 2];
     float *a, *b, *c;
@@ -73,22 +70,10 @@ int main(int argc, char** argv) {
                                  static_cast<int>(n), a, static_cast<int>(k),
                                  &beta, c, static_cast<int>(n)));
       };
-      for (int i = 0; i < 5; ++i) gemm();
       // About half a second of work per measurement, at least 10 calls.
-      CHECK_CUDA(cudaEventRecord(start));
-      gemm();
-      CHECK_CUDA(cudaEventRecord(stop));
-      CHECK_CUDA(cudaEventSynchronize(stop));
-      float one_ms = 0;
-      CHECK_CUDA(cudaEventElapsedTime(&one_ms, start, stop));
-      int iters = one_ms > 0 ? static_cast<int>(500.0f / one_ms) : 100;
-      iters = iters < 10 ? 10 : (iters > 1000 ? 1000 : iters);
-      CHECK_CUDA(cudaEventRecord(start));
-      for (int i = 0; i < iters; ++i) gemm();
-      CHECK_CUDA(cudaEventRecord(stop));
-      CHECK_CUDA(cudaEventSynchronize(stop));
-      float ms = 0;
-      CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+      const Timing t = TimeLoop(gemm, 500.0f, 5, 10, 1000);
+      const int iters = t.iters;
+      const double ms = t.ms_per_call * iters;
       const double tflops = 2.0 * m * n * k * iters / (ms * 1e-3) / 1e12;
       std::printf(
           "{\"framework\": \"cublas\", \"version\": %d, \"gpu\": \"%s\", "

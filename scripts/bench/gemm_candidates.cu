@@ -51,23 +51,8 @@ std::vector<Product> CnnProducts(bool bf16) {
 
 // Mean microseconds per call of `run`, about 20 ms of calls after warm-up.
 template <typename Run>
-double TimeUs(Run run, cudaEvent_t start, cudaEvent_t stop) {
-  for (int i = 0; i < 3; ++i) run();
-  CHECK_CUDA(cudaEventRecord(start));
-  run();
-  CHECK_CUDA(cudaEventRecord(stop));
-  CHECK_CUDA(cudaEventSynchronize(stop));
-  float one_ms = 0;
-  CHECK_CUDA(cudaEventElapsedTime(&one_ms, start, stop));
-  int iters = one_ms > 0 ? static_cast<int>(20.0f / one_ms) : 100;
-  iters = iters < 5 ? 5 : (iters > 2000 ? 2000 : iters);
-  CHECK_CUDA(cudaEventRecord(start));
-  for (int i = 0; i < iters; ++i) run();
-  CHECK_CUDA(cudaEventRecord(stop));
-  CHECK_CUDA(cudaEventSynchronize(stop));
-  float ms = 0;
-  CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
-  return 1000.0 * ms / iters;
+double TimeUs(Run run) {
+  return 1000.0 * TimeLoop(run, 20.0f, 3, 5, 2000).ms_per_call;
 }
 
 // "tile T, stages S, split-K N, reduction R" of one cuBLASLt algorithm.
@@ -107,9 +92,6 @@ int main(int argc, char** argv) {
   void* workspace = nullptr;
   CHECK_CUDA(cudaMalloc(&workspace, workspace_bytes));
   CHECK_CUBLAS(cublasSetWorkspace(handle, workspace, workspace_bytes));
-  cudaEvent_t start, stop;
-  CHECK_CUDA(cudaEventCreate(&start));
-  CHECK_CUDA(cudaEventCreate(&stop));
   for (const std::string& precision : precisions) {
     const bool bf16 = precision == "bf16", tf32 = precision == "tf32";
     if (!bf16 && !tf32 && precision != "fp32") {
@@ -147,21 +129,19 @@ int main(int argc, char** argv) {
       // mirrortrain's cuBLAS call: column-major C^T = op(B)^T op(A)^T.
       CHECK_CUBLAS(cublasSetMathMode(
           handle, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
-      const double cublas_us = TimeUs(
-          [&] {
-            if (bf16) {
-              CHECK_CUBLAS(cublasGemmEx(
-                  handle, op_b, op_a, n, m, k, &alpha, b, CUDA_R_16BF,
-                  static_cast<int>(p.ldb), a, CUDA_R_16BF,
-                  static_cast<int>(p.lda), &beta, c, CUDA_R_32F, n,
-                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-            } else {
-              CHECK_CUBLAS(cublasSgemm(handle, op_b, op_a, n, m, k, &alpha, b32,
-                                       static_cast<int>(p.ldb), a32,
-                                       static_cast<int>(p.lda), &beta, c, n));
-            }
-          },
-          start, stop);
+      const double cublas_us = TimeUs([&] {
+        if (bf16) {
+          CHECK_CUBLAS(cublasGemmEx(handle, op_b, op_a, n, m, k, &alpha, b,
+                                    CUDA_R_16BF, static_cast<int>(p.ldb), a,
+                                    CUDA_R_16BF, static_cast<int>(p.lda), &beta,
+                                    c, CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT));
+        } else {
+          CHECK_CUBLAS(cublasSgemm(handle, op_b, op_a, n, m, k, &alpha, b32,
+                                   static_cast<int>(p.ldb), a32,
+                                   static_cast<int>(p.lda), &beta, c, n));
+        }
+      });
 
       // The same product on cuBLASLt, every heuristic answer timed.
       cublasLtMatmulDesc_t desc;
@@ -200,14 +180,11 @@ int main(int argc, char** argv) {
           continue;
         }
         ++runnable;
-        const double us = TimeUs(
-            [&] {
-              CHECK_CUBLAS(cublasLtMatmul(lt, desc, &alpha, b, la, a, lb, &beta,
-                                          c, ld, c, ld, &results[i].algo,
-                                          workspace, results[i].workspaceSize,
-                                          nullptr));
-            },
-            start, stop);
+        const double us = TimeUs([&] {
+          CHECK_CUBLAS(cublasLtMatmul(lt, desc, &alpha, b, la, a, lb, &beta, c,
+                                      ld, c, ld, &results[i].algo, workspace,
+                                      results[i].workspaceSize, nullptr));
+        });
         if (i == 0) first_us = us;
         if (best < 0 || us < best_us) {
           best_us = us;
