@@ -148,6 +148,10 @@ else
   # What the tools run over: SANITIZE_RUNS when given, else every CUDA test
   # binary and the op table's GPU column (every op's kernels, forward and
   # gradient). An array, not word splitting: a filter's '*' must not glob.
+  # `last` runs after racecheck: cuda_graph_test trains whole models and
+  # takes 100 s or more under memcheck (H200, 2026-11-27), so a budget that
+  # runs out drops it rather than the kernels' binaries or racecheck.
+  last=()
   if [[ -n ${SANITIZE_RUNS:-} ]]; then
     read -r -a runs <<<"$SANITIZE_RUNS"
   else
@@ -159,10 +163,7 @@ else
       [[ $(basename "$bin") == cuda_graph_test ]] || runs+=("$(basename "$bin")")
     done
     runs+=("op_table_test:*Gpu*")
-    # Last: it trains whole models and did not finish under memcheck in
-    # 100 s on the H200 (2026-11-27), so a budget that runs out drops it
-    # rather than the kernels' binaries.
-    [[ ! -x "$BUILD_DIR/bin/cuda_graph_test" ]] || runs+=(cuda_graph_test)
+    [[ ! -x "$BUILD_DIR/bin/cuda_graph_test" ]] || last+=(cuda_graph_test)
   fi
   printf '%-28s %-10s %-6s %-8s %-8s %s\n' binary tool exit tests skipped "sanitizer summary"
   for tool in $TOOLS; do
@@ -172,8 +173,13 @@ else
   # reduction, normalization and array kernels): the binaries that run
   # them, the op table on its GPU rows only.
   if [[ " $TOOLS " != *" racecheck "* ]]; then
-    read -r -a runs <<<"$RACECHECK"
-    ((${#runs[@]} == 0)) || sanitize_runs racecheck "${runs[@]}"
+    read -r -a races <<<"$RACECHECK"
+    ((${#races[@]} == 0)) || sanitize_runs racecheck "${races[@]}"
+  fi
+  if ((${#last[@]})); then
+    for tool in $TOOLS; do
+      sanitize_runs "$tool" "${last[@]}"
+    done
   fi
 fi
 
