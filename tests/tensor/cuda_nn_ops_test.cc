@@ -29,11 +29,13 @@ const Device kGpu = Device::Cuda(0);
 class CudaNnOpsTest : public CudaTest {};
 
 // Shapes [..., cols] for the bias ops: odd sizes, empty ones, more rows
-// than one column-sum chunk (512) and more columns than one tile (32).
+// than one column-sum chunk (64 to 512 rows: column_sum::ChunkRows), more
+// chunks than pass 2 has lanes (32: 65 chunks of 64 rows for 4099 rows),
+// and more columns than one tile (32), with a partial last tile.
 const std::vector<Shape>& BiasShapes() {
-  static const std::vector<Shape> shapes = {{5, 7},    {3, 4, 5, 6}, {1, 1},
-                                            {0, 4},    {4, 0},       {1031, 33},
-                                            {2000, 3}, {2, 3, 70}};
+  static const std::vector<Shape> shapes = {
+      {5, 7},     {3, 4, 5, 6}, {1, 1},    {0, 4},     {4, 0},
+      {1031, 33}, {2000, 3},    {4099, 3}, {2, 3, 70}, {300, 1030}};
   return shapes;
 }
 
