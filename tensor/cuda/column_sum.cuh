@@ -94,10 +94,13 @@ __global__ void PartialKernel(Load load, int64_t rows, int64_t cols,
   }
 }
 
-// A block per tile of 32 columns, kFinishLanes lanes along the chunks.
+// A block per tile of 32 columns, kFinishLanes lanes along the chunks. The
+// launch bound keeps the compiler within the registers a 1024-thread block
+// may use.
 template <typename T>
-__global__ void FinishKernel(const double* partial, int64_t chunks,
-                             int64_t cols, int64_t tiles, T* out) {
+__global__ void __launch_bounds__(kTileCols* kFinishLanes)
+    FinishKernel(const double* partial, int64_t chunks, int64_t cols,
+                 int64_t tiles, T* out) {
   __shared__ double lane_sums[kFinishLanes][kTileCols];
   const int tx = threadIdx.x % kTileCols, ty = threadIdx.x / kTileCols;
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
