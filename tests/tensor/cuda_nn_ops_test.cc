@@ -69,6 +69,26 @@ TEST_F(CudaNnOpsTest, BiasAddMatchesCpu) {
   }
 }
 
+// The column sums' other chunk sizes (column_sum::ChunkRows; BiasShapes
+// all get 64-row chunks): 128 rows for [131073, 1] (1025 chunks, 32 or 33
+// per pass-2 lane), 256 for [1024, 8192], 512 for [600, 16384] (a short
+// last chunk). In f64, where the CPU's sequential sums and the GPU's
+// chunked ones agree to rounding.
+TEST_F(CudaNnOpsTest, BiasGradientMatchesCpuAtEveryChunkSize) {
+  uint64_t seed = 50;
+  for (const Shape& shape :
+       std::vector<Shape>{{131073, 1}, {1024, 8192}, {600, 16384}}) {
+    SCOPED_TRACE(ShapeToString(shape));
+    ExpectGpuMatchesCpu(
+        [](const std::vector<Tensor>& in) {
+          return ops::BiasAdd(in[0], in[1]);
+        },
+        {RandomTensor(shape, ++seed, DType::kF64),
+         RandomTensor({shape.back()}, ++seed, DType::kF64)},
+        1e-12, 1e-12);
+  }
+}
+
 TEST_F(CudaNnOpsTest, BiasAddReluMatchesCpu) {
   uint64_t seed = 100;
   for (DType dtype : {DType::kF32, DType::kF64}) {
