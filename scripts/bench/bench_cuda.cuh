@@ -1,6 +1,6 @@
 // Helpers of the standalone cuBLAS benchmarks in scripts/bench: checking
-// macros that print and exit (these are programs, not library code) and
-// deterministic operand fills.
+// macros that print and exit (these are programs, not library code),
+// deterministic operand fills, and an event-timed loop.
 #ifndef MIRRORTRAIN_SCRIPTS_BENCH_BENCH_CUDA_CUH_
 #define MIRRORTRAIN_SCRIPTS_BENCH_BENCH_CUDA_CUH_
 

@@ -1,11 +1,12 @@
 // How much a per-shape algorithm search could win over the algorithms
 // cuBLAS picks by itself, for the products of one CNN training step
-// (configs/fashion_mnist_cnn_gpu.yaml at batch 256: what GemmOnGpu and
-// GemmBiasOnGpu are asked, row-major, with the same operand strides). Per
-// shape and precision, one JSON line: the time of the call mirrortrain
-// makes (cublasSgemm, or cublasGemmEx with bf16 operands), of cuBLASLt's
-// first heuristic answer, and of the fastest of its first 32 answers, each
-// the mean of a timed loop after warm-up.
+// (configs/fashion_mnist_cnn_gpu.yaml at batch 256: the shapes GemmOnGpu
+// and GemmBiasOnGpu are asked, row-major, with the same operand strides;
+// all timed without an epilogue, though mirrortrain adds the dense layers'
+// forward bias in cuBLASLt's). Per shape and precision, one JSON line: the
+// time of GemmOnGpu's call (cublasSgemm, or cublasGemmEx with bf16
+// operands), of cuBLASLt's first heuristic answer, and of the fastest of
+// its first 32 answers, each the mean of a timed loop after warm-up.
 //
 //   nvcc -O2 -std=c++17 -arch=sm_90 -o build/bin/gemm_candidates \
 //     scripts/bench/gemm_candidates.cu -lcublas -lcublasLt
@@ -73,6 +74,79 @@ std::string Describe(const cublasLtMatmulAlgo_t& algo) {
          std::to_string(get(CUBLASLT_ALGO_CONFIG_STAGES_ID)) + " split-k " +
          std::to_string(get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM)) + " reduction " +
          std::to_string(get(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME));
+}
+
+// What the cuBLASLt candidates of one product timed: the first heuristic
+// answer's time (-1 if it did not run), the fastest answer's time and rank,
+// how many ran, and the first and fastest algorithms described.
+struct Candidates {
+  double first_us = -1, best_us = -1;
+  int best = -1, runnable = 0;
+  std::string first, best_algo;
+};
+
+// Row-major C = op(A) op(B) of `p` on cuBLASLt (A and B of type `operand`,
+// C f32), each of the heuristic's first 32 answers timed.
+Candidates TimeLtCandidates(cublasLtHandle_t lt, const Product& p,
+                            cudaDataType_t operand, bool tf32, const void* a,
+                            const void* b, float* c, void* workspace,
+                            size_t workspace_bytes) {
+  const float alpha = 1.0f, beta = 0.0f;
+  const cublasOperation_t op_a = p.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = p.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasLtMatmulDesc_t desc;
+  CHECK_CUBLAS(cublasLtMatmulDescCreate(
+      &desc, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+      CUDA_R_32F));
+  CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                                              &op_b, sizeof(op_b)));
+  CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                                              &op_a, sizeof(op_a)));
+  cublasLtMatrixLayout_t la, lb, ld;
+  CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&la, operand, p.tb ? p.k : p.n,
+                                          p.tb ? p.n : p.k, p.ldb));
+  CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&lb, operand, p.ta ? p.m : p.k,
+                                          p.ta ? p.k : p.m, p.lda));
+  CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, p.n, p.m, p.n));
+  cublasLtMatmulPreference_t pref;
+  CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t max_workspace = workspace_bytes;
+  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
+      sizeof(max_workspace)));
+  cublasLtMatmulHeuristicResult_t results[32];
+  int found = 0;
+  CHECK_CUBLAS(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref,
+                                              32, results, &found));
+  Candidates out;
+  for (int i = 0; i < found; ++i) {
+    if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    // A candidate may still refuse to run; it is then left out.
+    if (cublasLtMatmul(lt, desc, &alpha, b, la, a, lb, &beta, c, ld, c, ld,
+                       &results[i].algo, workspace, results[i].workspaceSize,
+                       nullptr) != CUBLAS_STATUS_SUCCESS) {
+      continue;
+    }
+    ++out.runnable;
+    const double us = TimeUs([&] {
+      CHECK_CUBLAS(cublasLtMatmul(lt, desc, &alpha, b, la, a, lb, &beta, c, ld,
+                                  c, ld, &results[i].algo, workspace,
+                                  results[i].workspaceSize, nullptr));
+    });
+    if (i == 0) out.first_us = us;
+    if (out.best < 0 || us < out.best_us) {
+      out.best_us = us;
+      out.best = i;
+    }
+  }
+  if (found > 0) out.first = Describe(results[0].algo);
+  if (out.best >= 0) out.best_algo = Describe(results[out.best].algo);
+  CHECK_CUBLAS(cublasLtMatmulPreferenceDestroy(pref));
+  CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(la));
+  CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(lb));
+  CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(ld));
+  CHECK_CUBLAS(cublasLtMatmulDescDestroy(desc));
+  return out;
 }
 
 }  // namespace
@@ -143,54 +217,8 @@ int main(int argc, char** argv) {
         }
       });
 
-      // The same product on cuBLASLt, every heuristic answer timed.
-      cublasLtMatmulDesc_t desc;
-      CHECK_CUBLAS(cublasLtMatmulDescCreate(
-          &desc, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
-          CUDA_R_32F));
-      CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(
-          desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof(op_b)));
-      CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(
-          desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof(op_a)));
-      cublasLtMatrixLayout_t la, lb, ld;
-      CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&la, operand, p.tb ? p.k : p.n,
-                                              p.tb ? p.n : p.k, p.ldb));
-      CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&lb, operand, p.ta ? p.m : p.k,
-                                              p.ta ? p.k : p.m, p.lda));
-      CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, p.n, p.m, p.n));
-      cublasLtMatmulPreference_t pref;
-      CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
-      const uint64_t max_workspace = workspace_bytes;
-      CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
-          pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
-          sizeof(max_workspace)));
-      cublasLtMatmulHeuristicResult_t results[32];
-      int found = 0;
-      CHECK_CUBLAS(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld,
-                                                  pref, 32, results, &found));
-      double first_us = -1, best_us = -1;
-      int best = -1, runnable = 0;
-      for (int i = 0; i < found; ++i) {
-        if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
-        // A candidate may still refuse to run; it is then left out.
-        if (cublasLtMatmul(lt, desc, &alpha, b, la, a, lb, &beta, c, ld, c, ld,
-                           &results[i].algo, workspace,
-                           results[i].workspaceSize,
-                           nullptr) != CUBLAS_STATUS_SUCCESS) {
-          continue;
-        }
-        ++runnable;
-        const double us = TimeUs([&] {
-          CHECK_CUBLAS(cublasLtMatmul(lt, desc, &alpha, b, la, a, lb, &beta, c,
-                                      ld, c, ld, &results[i].algo, workspace,
-                                      results[i].workspaceSize, nullptr));
-        });
-        if (i == 0) first_us = us;
-        if (best < 0 || us < best_us) {
-          best_us = us;
-          best = i;
-        }
-      }
+      const Candidates lt_times = TimeLtCandidates(
+          lt, p, operand, tf32, a, b, c, workspace, workspace_bytes);
       std::printf(
           "{\"gpu\": \"%s\", \"precision\": \"%s\", \"product\": \"%s\", "
           "\"m\": %ld, \"n\": %ld, \"k\": %ld, \"gflop\": %.3f, "
@@ -198,15 +226,10 @@ int main(int argc, char** argv) {
           "\"lt_best_rank\": %d, \"lt_candidates\": %d, "
           "\"lt_first\": \"%s\", \"lt_best\": \"%s\"}\n",
           prop.name, precision.c_str(), p.name, p.m, p.n, p.k,
-          2e-9 * p.m * p.n * p.k, cublas_us, first_us, best_us, best, runnable,
-          found > 0 ? Describe(results[0].algo).c_str() : "",
-          best >= 0 ? Describe(results[best].algo).c_str() : "");
+          2e-9 * p.m * p.n * p.k, cublas_us, lt_times.first_us,
+          lt_times.best_us, lt_times.best, lt_times.runnable,
+          lt_times.first.c_str(), lt_times.best_algo.c_str());
       std::fflush(stdout);
-      CHECK_CUBLAS(cublasLtMatmulPreferenceDestroy(pref));
-      CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(la));
-      CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(lb));
-      CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(ld));
-      CHECK_CUBLAS(cublasLtMatmulDescDestroy(desc));
       if (bf16) {
         CHECK_CUDA(cudaFree(a));
         CHECK_CUDA(cudaFree(b));

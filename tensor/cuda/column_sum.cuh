@@ -39,13 +39,12 @@ inline constexpr int kRowLanes = kLaunchThreads / kTileCols;  // 8
 inline constexpr int kUnroll = 4;
 inline constexpr int kFinishLanes = 32;  // Pass 2: 32 x 32 threads a block.
 
-// Rows per chunk: 512, halved (down to 64) while pass 1 would have fewer
-// than 1024 blocks. A narrow matrix is tall (the first conv's bias: 32
-// columns, 50 176 rows at batch 256): with 512-row chunks it had 98 blocks
-// of one tile each, too few to keep memory busy (17.7 us for 19 MB read
-// and written on the H200, 2026-11-27).
-inline int64_t ChunkRows(int64_t rows, int64_t cols) {
-  const int64_t tiles = (cols + kTileCols - 1) / kTileCols;
+// Rows per chunk of a matrix of `tiles` column tiles: 512, halved (down
+// to 64) while pass 1 would have fewer than 1024 blocks. A narrow matrix is
+// tall (the first conv's bias: 32 columns, 50 176 rows at batch 256): with
+// 512-row chunks it had 98 blocks of one tile each, too few to keep memory busy
+// (17.7 us for 19 MB read and written on the H200, 2026-11-27).
+inline int64_t ChunkRows(int64_t rows, int64_t tiles) {
   int64_t chunk_rows = 512;
   while (chunk_rows > 64 &&
          tiles * ((rows + chunk_rows - 1) / chunk_rows) < 1024) {
@@ -130,9 +129,9 @@ template <typename T, typename Load>
 absl::Status Run(Load load, int64_t rows, int64_t cols, T* out, int device) {
   if (cols == 0) return absl::OkStatus();
   cudaStream_t stream = LaunchStream();
-  const int64_t chunk_rows = ChunkRows(rows, cols);
-  const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
   const int64_t tiles = (cols + kTileCols - 1) / kTileCols;
+  const int64_t chunk_rows = ChunkRows(rows, tiles);
+  const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
   DeviceScratch partial;
   MT_RETURN_IF_ERROR(partial.Allocate(
       device, static_cast<size_t>(std::max<int64_t>(chunks * cols, 1)) *
