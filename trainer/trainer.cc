@@ -33,6 +33,7 @@
 #include "trainer/gpu_warm_up.h"
 #include "trainer/optim/lr_schedule.h"
 #include "trainer/optim/optimizers.h"
+#include "trainer/process_age.h"
 
 namespace mirrortrain::trainer {
 namespace {
@@ -159,6 +160,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   using Clock = std::chrono::steady_clock;
   std::unique_ptr<Trainer> t(new Trainer());
   t->startup_.began = Clock::now();
+  t->startup_.before = ProcessAgeSeconds();
   t->config_ = config;
   if (processes == nullptr) {
     t->single_process_ = distribute::SingleProcessGroup();
@@ -227,9 +229,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   std::future<void> products_warmed;
   if (devices[0].is_cuda()) {
     // Logical replicas repeat a GPU: warm already, its products are quick.
-    products_warmed = std::async(std::launch::async, [devices] {
+    // `took` outlives the thread: the future, declared after `t`, is
+    // destroyed (and waits) first.
+    auto warm_up = [devices, took = &t->startup_.gpu_libraries] {
+      const Clock::time_point began = Clock::now();
       for (const Device& d : devices) WarmUpProducts(d).IgnoreError();
-    });
+      *took = Clock::now() - began;
+    };
+    products_warmed = std::async(std::launch::async, warm_up);
   }
   // The test split first: it gives the model its input shape and classes.
   MT_ASSIGN_OR_RETURN(t->test_data_, test_split.get());

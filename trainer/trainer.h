@@ -419,6 +419,10 @@ class Trainer {
     std::chrono::steady_clock::time_point began;
     std::chrono::duration<double> devices{0}, test_split{0}, training_split{0},
         model{0};
+    // The product libraries' warm-up on GPUs (its own thread); zero on CPUs.
+    std::chrono::duration<double> gpu_libraries{0};
+    // How long the process had run when the start-up began.
+    std::optional<double> before;
   };
   StartupTimes startup_;
   int64_t last_saved_step_ = -1;

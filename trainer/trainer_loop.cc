@@ -288,11 +288,20 @@ absl::Status Trainer::Train() {
     // pays it once).
     const std::chrono::duration<double> total =
         std::chrono::steady_clock::now() - startup_.began;
-    progress_->Message(absl::StrFormat(
+    std::string line = absl::StrFormat(
         "start-up %.2f s: devices %.2f s, model %.2f s; test split %.2f s "
         "and training split %.2f s loading meanwhile",
         total.count(), startup_.devices.count(), startup_.model.count(),
-        startup_.test_split.count(), startup_.training_split.count()));
+        startup_.test_split.count(), startup_.training_split.count());
+    if (startup_.gpu_libraries.count() > 0) {
+      absl::StrAppendFormat(&line, "; GPU libraries %.2f s meanwhile",
+                            startup_.gpu_libraries.count());
+    }
+    if (startup_.before.has_value()) {
+      absl::StrAppendFormat(&line, "; process launch to start-up %.2f s",
+                            *startup_.before);
+    }
+    progress_->Message(line);
   }
   if (!restored_from_.empty()) {
     progress_->Message(

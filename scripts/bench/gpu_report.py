@@ -193,6 +193,10 @@ def main() -> None:
             where = (f"; start-up {st['total']:.2f} s: devices {st['devices']:.2f}, "
                      f"model {st['model']:.2f}, training split {st['training_split']:.2f}"
                      if st else "")
+            if st and "gpu_libraries" in st:
+                where += f", GPU libraries {st['gpu_libraries']:.2f}"
+            if st and "before" in st:
+                where += f"; {st['before']:.2f} s before it"
             return (f"{r['seconds']:.1f} s (epoch {r['epoch']}, {weights}{where})",
                     r["seconds"])
         best = max((t["accuracy"] for t in r.get("tests", [])

@@ -18,7 +18,9 @@ after the first, which holds start-up and warm-up; the first alone if it is
 the only one), "step_ms", "tests" (test records with seconds), "target",
 "reached" (first test record of --weights at or above the target),
 "startup" (the trainer's start-up line in seconds: total, devices, model,
-test_split, training_split), "stderr_tail" (when the run failed)}.
+test_split, training_split, and where the line has them gpu_libraries and
+before, the process's age when the start-up began), "stderr_tail" (when the
+run failed)}.
 """
 import argparse
 import json
@@ -57,7 +59,9 @@ def stop(proc: subprocess.Popen, grace: float) -> None:
 
 STARTUP = re.compile(
     r"^start-up ([\d.]+) s: devices ([\d.]+) s, model ([\d.]+) s; test split "
-    r"([\d.]+) s and training split ([\d.]+) s loading meanwhile$", re.M)
+    r"([\d.]+) s and training split ([\d.]+) s loading meanwhile"
+    r"(?:; GPU libraries ([\d.]+) s meanwhile)?"
+    r"(?:; process launch to start-up ([\d.]+) s)?$", re.M)
 
 
 def read_startup(log_path: str) -> dict:
@@ -69,8 +73,9 @@ def read_startup(log_path: str) -> dict:
         return {}
     if not m:
         return {}
-    keys = ("total", "devices", "model", "test_split", "training_split")
-    return dict(zip(keys, (float(v) for v in m.groups())))
+    keys = ("total", "devices", "model", "test_split", "training_split",
+            "gpu_libraries", "before")
+    return {k: float(v) for k, v in zip(keys, m.groups()) if v is not None}
 
 
 def main() -> None:

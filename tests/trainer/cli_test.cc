@@ -114,7 +114,8 @@ TEST(CliTest, TrainWritesTheRunDirectory) {
       r.err,
       std::regex(R"((^|\n)start-up \d+\.\d\d s: devices \d+\.\d\d s, model )"
                  R"(\d+\.\d\d s; test split \d+\.\d\d s and training )"
-                 R"(split \d+\.\d\d s loading meanwhile\n)")))
+                 R"(split \d+\.\d\d s loading meanwhile; process launch to )"
+                 R"(start-up \d+\.\d\d s\n)")))
       << r.err;
 }
 
