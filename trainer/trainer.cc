@@ -222,18 +222,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   MT_ASSIGN_OR_RETURN(
       t->strategy_, distribute::MakeStrategy(dist.strategy, devices, options));
   t->startup_.devices = Clock::now() - devices_began;
-  // cuBLAS and cuBLASLt initialise on a thread of their own while the model
-  // is built and the data loads (gpu_warm_up.h). Every return waits for it,
-  // as for the loads. A failure here shows again, reported, at the first
-  // step's products.
+  // The GPUs' contexts and the product libraries start on a thread of
+  // their own while the model is built and the data loads (gpu_warm_up.h).
+  // Every return waits for it, as for the loads. A failure here shows
+  // again, reported, where the model or the first step uses the GPU.
   std::future<void> products_warmed;
   if (devices[0].is_cuda()) {
-    // Logical replicas repeat a GPU: warm already, its products are quick.
     // `took` outlives the thread: the future, declared after `t`, is
     // destroyed (and waits) first.
     auto warm_up = [devices, took = &t->startup_.gpu_libraries] {
       const Clock::time_point began = Clock::now();
-      for (const Device& d : devices) WarmUpProducts(d).IgnoreError();
+      WarmUpGpus(devices).IgnoreError();
       *took = Clock::now() - began;
     };
     products_warmed = std::async(std::launch::async, warm_up);

@@ -3,10 +3,11 @@
 // 200 MB (measured on this project's build machine), which every process
 // of a CUDA build paid before main, GPU jobs or not. A GPU job loads them
 // at its first device allocation (the caching allocator's creation, in
-// runtime.cu): in a training run that is the model's variables, built
-// while the data set loads on other threads, so the load is off the
-// critical path. CPU jobs never load them. (Not on a background thread:
-// a process that exits while cuBLASLt's initialisers run crashes in them.)
+// runtime.cu), or earlier, while its CUDA contexts are created, when it
+// calls cuda::StartDevices (the trainer does, on its warm-up thread while
+// the data set loads). CPU jobs never load them. (Only on a thread the
+// process waits for: a process that exits while cuBLASLt's initialisers
+// run crashes in them.)
 //
 // The libraries are looked for first where the build found them
 // (MT_CUBLAS_LIBRARY_DIR), then by soname (the executable's run path, then

@@ -18,6 +18,7 @@ absl::Status CheckDevice(int device) {
       absl::StrCat("gpu:", device,
                    " requested but this mirrortrain was built without CUDA"));
 }
+absl::Status StartDevices(const std::vector<int>&) { return NotBuilt(); }
 absl::StatusOr<Allocator*> DeviceAllocator(int) { return NotBuilt(); }
 absl::StatusOr<DeviceMemoryStats> GetDeviceMemoryStats(int) {
   return NotBuilt();

@@ -222,6 +222,30 @@ absl::Status CheckDevice(int device) {
 
 namespace {
 
+absl::Status CreateContexts(const std::vector<int>& devices) {
+  for (int device : devices) {
+    DeviceGuard guard;
+    MT_RETURN_IF_ERROR(guard.Set(device));
+    // The runtime creates the primary context at its first call that
+    // needs one.
+    MT_CUDA_RETURN_IF_ERROR(cudaFree(nullptr));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status StartDevices(const std::vector<int>& devices) {
+  // Joined on every path: the process may not exit while cuBLASLt's
+  // initialisers run (cublas_library.h).
+  std::thread load([] { (void)LoadCublas(); });
+  const absl::Status s = CreateContexts(devices);
+  load.join();
+  return s;
+}
+
+namespace {
+
 // Every tensor allocation comes here, so no driver call and no lock: the
 // allocators are made once for the GPUs visible at first use.
 absl::StatusOr<CachingAllocator*> CachingAllocatorOf(int device) {

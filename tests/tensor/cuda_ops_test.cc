@@ -110,6 +110,20 @@ TEST_F(CudaOpsTest, MissingGpuIsReported) {
   EXPECT_NE(s.message().find("visible"), std::string::npos) << s;
 }
 
+// The start-up's contexts (cuda_backend.h): a GPU listed twice (logical
+// replicas) is started once more, harmlessly; a missing one is the
+// runtime's error, after the libraries' load has been waited for.
+TEST_F(CudaOpsTest, StartDevicesCreatesContextsAndReportsMissingGpus) {
+  EXPECT_TRUE(cuda::StartDevices({0, 0}).ok());
+  const absl::Status s = cuda::StartDevices({0, cuda::DeviceCount()});
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("cudaSetDevice"), std::string::npos) << s;
+  // The GPU still works.
+  const Tensor x = Tensor::FromVector<float>({1, 2, 3}, {3});
+  EXPECT_EQ(x.To(Device::Cuda(0))->To(Device::Cpu())->ToVector<float>(),
+            x.ToVector<float>());
+}
+
 TEST_F(CudaOpsTest, MatMulOnCublasMatchesCpuForEveryTranspose) {
   for (DType dtype : {DType::kF32, DType::kF64}) {
     for (bool ta : {false, true}) {

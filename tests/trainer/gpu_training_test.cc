@@ -179,23 +179,31 @@ TEST_F(GpuTrainingTest, CnnFollowsCpuTrajectory) {
   ExpectSameTrajectory(gpu, cpu);
 }
 
-// The start-up's warm-up of the product libraries (trainer/gpu_warm_up.h)
-// runs on a thread of its own in every precision, and is a no-op on CPUs.
-TEST_F(GpuTrainingTest, ProductsWarmUpOnAnotherThreadInEveryPrecision) {
+// The start-up's warm-up of the GPUs and the product libraries
+// (trainer/gpu_warm_up.h) runs on a thread of its own in every precision,
+// logical replicas included, and is a no-op on CPUs.
+TEST_F(GpuTrainingTest, GpusWarmUpOnAnotherThreadInEveryPrecision) {
   for (MatMulPrecision precision :
        {MatMulPrecision::kFp32, MatMulPrecision::kTf32,
         MatMulPrecision::kBf16}) {
     SetMatMulPrecision(precision);
-    const absl::Status s = std::async(std::launch::async, [] {
-                             return trainer::WarmUpProducts(Device::Cuda(0));
-                           }).get();
+    const absl::Status s =
+        std::async(std::launch::async, [] {
+          return trainer::WarmUpGpus({Device::Cuda(0), Device::Cuda(0)});
+        }).get();
     EXPECT_TRUE(s.ok()) << s;
   }
   SetMatMulPrecision(MatMulPrecision::kFp32);
 }
 
+TEST_F(GpuTrainingTest, GpuWarmUpReportsAMissingGpu) {
+  const absl::Status s =
+      trainer::WarmUpGpus({Device::Cuda(0), Device::Cuda(cuda::DeviceCount())});
+  EXPECT_FALSE(s.ok());
+}
+
 TEST(GpuWarmUpTest, NothingToDoOnCpus) {
-  EXPECT_TRUE(trainer::WarmUpProducts(Device::Cpu()).ok());
+  EXPECT_TRUE(trainer::WarmUpGpus({Device::Cpu(), Device::Cpu(1)}).ok());
 }
 
 }  // namespace
