@@ -32,7 +32,7 @@ exec > >(tee "$RES/test_gpu.txt") 2>&1
 # runs no sanitizer.
 TOOLS="${SANITIZER_TOOLS-memcheck}"
 # Binaries (BINARY or BINARY:GTEST_FILTER) racecheck runs after the tools.
-RACECHECK="${RACECHECK-cuda_reduction_test cuda_nn_ops_test cuda_array_test op_table_test:*Gpu*}"
+RACECHECK="${RACECHECK-cuda_reduction_test cuda_nn_ops_test cuda_array_test cuda_conv_test op_table_test:*Gpu*}"
 LIMIT="${SANITIZER_TIMEOUT:-240}"
 BUDGET="${TEST_BUDGET:-540}"
 failed=()
@@ -170,8 +170,8 @@ else
     sanitize_runs "$tool" "${runs[@]}"
   done
   # racecheck where kernels share memory between threads (column_sum.cuh,
-  # reduction, normalization and array kernels): the binaries that run
-  # them, the op table on its GPU rows only.
+  # reduction, normalization, array and direct conv kernels): the binaries
+  # that run them, the op table on its GPU rows only.
   if [[ " $TOOLS " != *" racecheck "* ]]; then
     read -r -a races <<<"$RACECHECK"
     ((${#races[@]} == 0)) || sanitize_runs racecheck "${races[@]}"

@@ -301,6 +301,52 @@ MT_CUDA_KERNEL(Col2Im, absl::Status(DType dtype, const void* cols,
                                     const Conv2DGeometry& geometry,
                                     int64_t images, void* dx, int device));
 
+// ---- Direct Conv2D (direct_conv_kernels.cu): a convolution whose patch is
+// a few taps (a first layer: 5x5 over one channel, 3x3 over RGB) as its
+// own loops instead of im2col and a GEMM whose inner dimension is the
+// patch. Such a GEMM moves the column buffer (patch values per output
+// pixel) through memory for a handful of multiply-adds per value: the
+// cnn's first conv took 56 us forward and 55 us for the filter gradient
+// of a 0.98 ms H100 step (2026-11-27 trace) for 0.3 GFLOP each.
+
+// Patches of at most this many values (kh * kw * c) go direct.
+inline constexpr int64_t kDirectConvMaxPatch = 32;
+
+// Whether the direct kernels take `g`: square 3x3 or 5x5 filters, column
+// stride 1 (any row stride and padding), a patch of at most
+// kDirectConvMaxPatch values, at most 8192 filters (the filter gradient's
+// grid), and every index within 32 bits.
+inline bool DirectConvTakes(const Conv2DGeometry& g) {
+  const int64_t limit = int64_t{1} << 30;
+  return g.kh == g.kw && (g.kw == 3 || g.kw == 5) && g.sw == 1 &&
+         g.patch() <= kDirectConvMaxPatch && g.o <= 8192 &&
+         g.n * g.h * g.w * g.c < limit && g.n * g.oh * g.ow * g.o < limit;
+}
+
+// y [n, oh, ow, o] = Conv2D(x, filter), every element written; with
+// `relu_bias` (may be null) max(conv + relu_bias[o], 0), NaN giving 0 as
+// BiasAddRelu. With `bf16` (f32 only) x and the filter are read rounded
+// to bfloat16 and the exact products summed in f32: a bf16 product's
+// numbers; without, full f32 (also under tf32, which permits rounding and
+// does not require it). Input rows above and below the image are skipped,
+// not multiplied as zeros: there an Inf or NaN filter value gives no NaN,
+// where im2col's zero columns times it would. InvalidArgument unless
+// DirectConvTakes(g).
+MT_CUDA_KERNEL(DirectConv2D,
+               absl::Status(DType dtype, const void* x, const void* filter,
+                            const void* relu_bias,
+                            const Conv2DGeometry& geometry, bool bf16, void* y,
+                            int device));
+// dfilter [kh, kw, c, o] = the sum over every output pixel of x's window
+// times dy [n, oh, ow, o], every element written; `bf16` and the skipped
+// rows as above (x and dy rounded; an Inf or NaN in dy). Partial sums in a
+// fixed split of the pixels, added in a fixed order (ColumnSum's):
+// deterministic, the same on every GPU.
+MT_CUDA_KERNEL(DirectConv2DFilterGrad,
+               absl::Status(DType dtype, const void* x, const void* dy,
+                            const Conv2DGeometry& geometry, bool bf16,
+                            void* dfilter, int device));
+
 }  // namespace mirrortrain::cuda
 
 #endif  // MIRRORTRAIN_TENSOR_CUDA_CUDA_KERNELS_H_

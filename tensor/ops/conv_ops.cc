@@ -185,6 +185,20 @@ int64_t ColumnStride(const ConvGeometry& g, const Tensor& x) {
   return (g.patch() + per_16 - 1) / per_16 * per_16;
 }
 
+std::atomic<bool> gpu_direct{true};
+std::atomic<int64_t> direct_calls{0};
+
+// Whether x's convolution runs on the direct kernels (cuda_kernels.h):
+// patches of a few taps, where im2col + GEMM is memory traffic.
+bool GoesDirect(const ConvGeometry& g) {
+  return gpu_direct.load(std::memory_order_relaxed) && cuda::DirectConvTakes(g);
+}
+
+absl::Status CountDirect(absl::Status s) {
+  if (s.ok()) direct_calls.fetch_add(1, std::memory_order_relaxed);
+  return s;
+}
+
 int64_t GpuChunkImages(const ConvGeometry& g, const Tensor& x) {
   const int64_t per_image = g.pixels() * ColumnStride(g, x) *
                             static_cast<int64_t>(DTypeSize(x.dtype()));
@@ -266,6 +280,12 @@ absl::Status ForEachGpuChunk(const ConvGeometry& g, const Tensor& x,
 absl::Status GpuForward(const ConvGeometry& g, const Tensor& x,
                         const Tensor& w2, const Tensor& y2,
                         const Tensor* relu_bias, GemmOperand* columns) {
+  if (GoesDirect(g)) {
+    return CountDirect(cuda::DirectConv2D(
+        x.dtype(), x.raw_data(), w2.raw_data(),
+        relu_bias != nullptr ? relu_bias->raw_data() : nullptr, g,
+        internal::ProductsReadBf16(x), y2.raw_data(), x.device().index));
+  }
   MT_ASSIGN_OR_RETURN(const GemmOperand w, GemmOperand::Of(w2));
   return ForEachGpuChunk(
       g, x, !internal::ProductsReadBf16(x),
@@ -297,6 +317,13 @@ absl::Status GpuBackward(const ConvGeometry& g, const Tensor& x,
                          const Tensor& w2, const Tensor& dy2, Tensor* dx,
                          Tensor* dw2, const GemmOperand& saved) {
   const int device = x.device().index;
+  if (dw2 != nullptr && GoesDirect(g)) {
+    MT_RETURN_IF_ERROR(CountDirect(cuda::DirectConv2DFilterGrad(
+        x.dtype(), x.raw_data(), dy2.raw_data(), g,
+        internal::ProductsReadBf16(x), dw2->raw_data(), device)));
+    dw2 = nullptr;
+    if (dx == nullptr) return absl::OkStatus();
+  }
   GemmOperand w;
   if (dx != nullptr) {
     MT_ASSIGN_OR_RETURN(w, GemmOperand::Of(w2));
@@ -340,6 +367,12 @@ namespace internal {
 
 void SetConvGpuColumnBytes(int64_t bytes) {
   gpu_column_bytes.store(bytes > 0 ? bytes : kGpuColumnBytes);
+}
+
+void SetConvGpuDirect(bool enabled) { gpu_direct.store(enabled); }
+
+int64_t DirectConvCalls() {
+  return direct_calls.load(std::memory_order_relaxed);
 }
 
 }  // namespace internal

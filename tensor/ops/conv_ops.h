@@ -34,6 +34,13 @@ namespace internal {
 // Caps the GPU column buffer at `bytes` (0 restores 256 MiB); tests use it
 // to force several chunks. Process-wide.
 void SetConvGpuColumnBytes(int64_t bytes);
+// Whether GPU convolutions that cuda::DirectConvTakes run on the direct
+// kernels (default true) or on im2col and GEMMs like the rest; tests
+// compare the two. Process-wide.
+void SetConvGpuDirect(bool enabled);
+// Direct forward or filter-gradient kernel calls so far (tests check
+// which path a convolution took).
+int64_t DirectConvCalls();
 }  // namespace internal
 
 }  // namespace mirrortrain::ops

@@ -1,22 +1,30 @@
-// Conv2D on GPU tensors (im2col + cuBLAS GEMM, gather-form col2im) against
-// the CPU kernel: output, input gradient and filter gradient, over strides,
-// SAME/VALID padding, odd and empty sizes, and a batch forced into several
+// Conv2D on GPU tensors (im2col + cuBLAS GEMM, gather-form col2im, and the
+// direct kernels for patches of a few taps) against the CPU kernel:
+// output, input gradient and filter gradient, over strides, SAME/VALID
+// padding, odd and empty sizes, and a batch forced into several
 // column-buffer chunks. Labelled `gpu`; skips with the reason when no GPU
 // is visible.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tensor/cuda/cuda_kernels.h"
+#include "tensor/gradient_tape.h"
 #include "tensor/matmul_precision.h"
 #include "tensor/ops/conv_ops.h"
+#include "tensor/ops/math_ops.h"
+#include "tensor/ops/reduction_ops.h"
+#include "tensor/ops/window.h"
 #include "tests/tensor/cuda_test_util.h"
 #include "tests/test_util.h"
 
 namespace mirrortrain {
 namespace {
 
+using testing::CopyTo;
 using testing::CudaTest;
 using testing::ExpectGpuMatchesCpu;
 using testing::RandomTensor;
@@ -27,7 +35,10 @@ class CudaConvTest : public CudaTest {
     CudaTest::SetUp();
     SetMatMulPrecision(MatMulPrecision::kFp32);
   }
-  void TearDown() override { ops::internal::SetConvGpuColumnBytes(0); }
+  void TearDown() override {
+    ops::internal::SetConvGpuColumnBytes(0);
+    ops::internal::SetConvGpuDirect(true);
+  }
 };
 
 struct ConvCase {
@@ -60,17 +71,44 @@ std::vector<ConvCase> Cases() {
       {{1, 3, 3, 2}, {4, 4, 2, 2}, 1, 1, Padding::kValid},  // Empty output.
       {{2, 4, 4, 0}, {3, 3, 0, 2}, 1, 1, Padding::kSame},   // No channels.
       {{2, 4, 4, 2}, {3, 3, 2, 0}, 1, 1, Padding::kSame},   // No filters.
+      // Direct-kernel shapes (patch <= 32, square 3x3 or 5x5, column
+      // stride 1): the cnn's first conv; a row stride with two channel
+      // tiles, the second partly used; a row of 9 outputs (a full pixel
+      // group and one pixel); 15 outputs and 33 filters; enough pixel
+      // groups for several filter-gradient blocks.
+      {{3, 28, 28, 1}, {5, 5, 1, 32}, 1, 1, Padding::kSame},
+      {{2, 9, 11, 3}, {3, 3, 3, 40}, 2, 1, Padding::kSame},
+      {{2, 7, 13, 1}, {5, 5, 1, 7}, 1, 1, Padding::kValid},
+      {{1, 3, 17, 3}, {3, 3, 3, 33}, 1, 1, Padding::kValid},
+      {{40, 12, 12, 2}, {3, 3, 2, 8}, 3, 1, Padding::kSame},
   };
+}
+
+ops::Conv2DOptions OptionsOf(const ConvCase& c) {
+  ops::Conv2DOptions opt;
+  opt.stride_h = c.sh;
+  opt.stride_w = c.sw;
+  opt.padding = c.padding;
+  return opt;
+}
+
+// Whether the direct kernels take the case (cuda::DirectConvTakes, as
+// conv_ops.cc's geometry gives it) and it has something to compute.
+bool DirectCase(const ConvCase& c) {
+  const ops::Conv2DOptions opt = OptionsOf(c);
+  cuda::Conv2DGeometry g;
+  static_cast<ImageWindow&>(g) = ops::MakeImageWindow(
+      c.x, c.filter[0], c.filter[1], opt.stride_h, opt.stride_w, opt.padding);
+  g.o = c.filter[3];
+  return cuda::DirectConvTakes(g) && g.n * g.pixels() * g.o > 0 &&
+         g.patch() > 0;
 }
 
 void ExpectConvMatchesCpu(const ConvCase& c, DType dtype, uint64_t seed) {
   SCOPED_TRACE(absl::StrCat(
       ShapeToString(c.x), " * ", ShapeToString(c.filter), " s", c.sh, "x", c.sw,
       " same ", c.padding == ops::Padding::kSame, " ", DTypeName(dtype)));
-  ops::Conv2DOptions opt;
-  opt.stride_h = c.sh;
-  opt.stride_w = c.sw;
-  opt.padding = c.padding;
+  const ops::Conv2DOptions opt = OptionsOf(c);
   // GEMMs sum in a different order than OpenBLAS. Rounding differences of
   // a K-term f32 sum grow like sqrt(K) ulps of its terms (|terms| <= ~1.5
   // here), and the filter gradient sums over every output pixel of the
@@ -93,27 +131,84 @@ void ExpectConvMatchesCpu(const ConvCase& c, DType dtype, uint64_t seed) {
       rtol, atol);
 }
 
+// Every case on im2col + GEMMs, then with the direct kernels on, which
+// must take exactly the cases they claim (forward and filter gradient:
+// two calls; the input gradient stays on the GEMM path).
 TEST_F(CudaConvTest, ForwardAndGradientsMatchCpu) {
   uint64_t seed = 1;
-  for (DType dtype : {DType::kF32, DType::kF64}) {
-    for (const ConvCase& c : Cases()) {
-      ExpectConvMatchesCpu(c, dtype, seed += 2);
+  int direct_cases = 0;
+  for (const bool direct : {false, true}) {
+    ops::internal::SetConvGpuDirect(direct);
+    for (DType dtype : {DType::kF32, DType::kF64}) {
+      for (const ConvCase& c : Cases()) {
+        SCOPED_TRACE(direct ? "direct" : "im2col + GEMM");
+        const int64_t calls = ops::internal::DirectConvCalls();
+        ExpectConvMatchesCpu(c, dtype, seed += 2);
+        const bool takes = direct && DirectCase(c);
+        EXPECT_EQ(ops::internal::DirectConvCalls() - calls, takes ? 2 : 0);
+        direct_cases += takes;
+      }
+    }
+  }
+  EXPECT_GE(direct_cases, 2 * 8);  // The cases above go direct.
+}
+
+// The cnn's first layer as training runs it: the input is data (no
+// gradient), so only the filter gradient is taken. Direct and GEMM paths
+// agree with the CPU, and the direct one is the same bits every run (its
+// partial sums are added in a fixed order).
+TEST_F(CudaConvTest, DirectFilterGradientAloneMatchesCpuAndRepeats) {
+  const Tensor x = RandomTensor({9, 28, 28, 1}, 5, DType::kF32);
+  const Tensor f = RandomTensor({5, 5, 1, 32}, 6, DType::kF32);
+  const Tensor dy = RandomTensor({9, 28, 28, 32}, 7, DType::kF32);
+  auto filter_grad = [&](const Tensor& xi, const Tensor& fi,
+                         const Tensor& dyi) {
+    GradientTape tape;
+    tape.Watch(fi);
+    absl::StatusOr<Tensor> y = ops::Conv2D(xi, fi);
+    EXPECT_TRUE(y.ok()) << y.status();
+    auto g = tape.Gradient(*ops::ReduceSum(*ops::Mul(*y, dyi)), {fi});
+    EXPECT_TRUE(g.ok()) << g.status();
+    return CopyTo(*(*g)[0], Device::Cpu());
+  };
+  const Tensor cpu = filter_grad(x, f, dy);
+  const Device gpu = Device::Cuda(0);
+  const Tensor xg = CopyTo(x, gpu), fg = CopyTo(f, gpu), dyg = CopyTo(dy, gpu);
+  // 7056 output pixels per filter tap: atol as ExpectConvMatchesCpu's.
+  const double atol = 4e-6 * std::sqrt(9.0 * 28 * 28);
+  for (const bool direct : {false, true}) {
+    SCOPED_TRACE(direct ? "direct" : "im2col + GEMM");
+    ops::internal::SetConvGpuDirect(direct);
+    const int64_t calls = ops::internal::DirectConvCalls();
+    const Tensor first = filter_grad(xg, fg, dyg);
+    EXPECT_EQ(ops::internal::DirectConvCalls() - calls, direct ? 2 : 0);
+    EXPECT_TRUE(testing::AllClose(first, cpu, 1e-5, atol));
+    if (direct) {
+      const Tensor again = filter_grad(xg, fg, dyg);
+      EXPECT_EQ(std::memcmp(first.raw_data(), again.raw_data(),
+                            first.num_elements() * sizeof(float)),
+                0);
     }
   }
 }
 
 // A column buffer of one image (or a few) per chunk: the filter gradient
 // accumulates over chunks and each chunk's images land in the right place.
+// With the direct kernels on, the first case's input gradient alone runs
+// in chunks.
 TEST_F(CudaConvTest, SeveralChunksMatchCpu) {
   uint64_t seed = 100;
   const ops::Padding same = ops::Padding::kSame;
   for (int64_t bytes : {int64_t{1}, int64_t{3 * 5 * 5 * 27 * 8}}) {
     ops::internal::SetConvGpuColumnBytes(bytes);
-    for (DType dtype : {DType::kF32, DType::kF64}) {
-      ExpectConvMatchesCpu({{7, 5, 5, 3}, {3, 3, 3, 4}, 1, 1, same}, dtype,
-                           seed += 2);
-      ExpectConvMatchesCpu({{5, 9, 8, 2}, {3, 3, 2, 3}, 2, 2, same}, dtype,
-                           seed += 2);
+    for (const bool direct : {false, true}) {
+      ops::internal::SetConvGpuDirect(direct);
+      for (DType dtype : {DType::kF32, DType::kF64}) {
+        ExpectConvMatchesCpu({{7, 5, 5, 3}, {3, 3, 3, 4}, 1, 1, same}, dtype,
+                             seed += 2);
+        ExpectConvMatchesCpu({{5, 9, 8, 2}, {3, 3, 2, 3}, 2, 2, same}, dtype,
+                             seed += 2);
+      }
     }
   }
 }

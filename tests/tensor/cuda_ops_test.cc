@@ -448,9 +448,13 @@ Tensor OnGrid(const Tensor& t, float step, float offset) {
   return out;
 }
 
-void ExpectFusedConvEpilogueMatchesCpu(int64_t channels) {
+// With `direct`, the direct kernels must take the conv (forward and filter
+// gradient: bias and relu in the forward kernel); without, cuBLASLt's
+// epilogue in every chunk.
+void ExpectFusedConvEpilogueMatchesCpu(int64_t channels, int64_t k,
+                                       bool direct) {
   const Tensor x = testing::RandomTensor({5, 11, 9, channels}, 61, DType::kF32);
-  const Tensor f = testing::RandomTensor({3, 3, channels, 17}, 62, DType::kF32);
+  const Tensor f = testing::RandomTensor({k, k, channels, 17}, 62, DType::kF32);
   const Tensor b = testing::RandomTensor({17}, 63, DType::kF32);
   const Tensor dy = testing::RandomTensor({5, 11, 9, 17}, 64, DType::kF32);
   constexpr float kStep = 1.0f / 64, kBiasStep = kStep * kStep;
@@ -472,9 +476,11 @@ void ExpectFusedConvEpilogueMatchesCpu(int64_t channels) {
   };
   // Two images' columns per chunk: 99 rows each, their starts 16-byte
   // aligned (the patch rounded up to 4 f32 or 8 bf16 values, ColumnStride).
-  const int64_t stride = (9 * channels + 7) / 8 * 8;
+  const int64_t stride = (k * k * channels + 7) / 8 * 8;
+  ops::internal::SetConvGpuDirect(direct);
   for (const int64_t column_bytes :
        {int64_t{0}, int64_t{2} * 99 * stride * 4}) {
+    if (direct && column_bytes > 0) continue;  // No columns.
     ops::internal::SetConvGpuColumnBytes(column_bytes);
     for (auto [precision, tol] :
          std::vector<std::pair<MatMulPrecision, double>>{
@@ -493,12 +499,15 @@ void ExpectFusedConvEpilogueMatchesCpu(int64_t channels) {
       const std::vector<Tensor> cpu = run(xi, fi, bi, dyi);
       SetMatMulPrecision(precision);
       const int64_t fused = ops::internal::FusedGemmBiasCalls();
+      const int64_t direct_calls = ops::internal::DirectConvCalls();
       const std::vector<Tensor> on_gpu =
           run(*xi.To(gpu), *fi.To(gpu), *bi.To(gpu), *dyi.To(gpu));
       SetMatMulPrecision(MatMulPrecision::kFp32);
       // One epilogue per chunk (1 or 3 here): none may fall back.
       EXPECT_EQ(ops::internal::FusedGemmBiasCalls() - fused,
-                column_bytes == 0 ? 1 : 3);
+                direct ? 0 : (column_bytes == 0 ? 1 : 3));
+      EXPECT_EQ(ops::internal::DirectConvCalls() - direct_calls,
+                direct ? 2 : 0);
       for (size_t i = 0; i < cpu.size(); ++i) {
         const testing::DiffAndNorm d =
             testing::L2DiffAndNorm(on_gpu[i], cpu[i]);
@@ -507,6 +516,7 @@ void ExpectFusedConvEpilogueMatchesCpu(int64_t channels) {
     }
   }
   ops::internal::SetConvGpuColumnBytes(0);
+  ops::internal::SetConvGpuDirect(true);
 }
 
 // The convolution's fused epilogue against the CPU in each precision, in
@@ -518,10 +528,22 @@ void ExpectFusedConvEpilogueMatchesCpu(int64_t channels) {
 // a pre-activation near zero can take the other side of the relu in tf32
 // and move a bias gradient by a whole dy value. 3 and 8 input channels:
 // with a multiple of 4, im2col and col2im move four channels at a time.
+// The direct kernels off: a 3x3 filter over 3 channels would go direct.
 TEST_F(CudaOpsTest, FusedConvEpilogueMatchesCpuInEveryPrecision) {
   for (const int64_t channels : {int64_t{3}, int64_t{8}}) {
     SCOPED_TRACE(absl::StrCat(channels, " input channels"));
-    ExpectFusedConvEpilogueMatchesCpu(channels);
+    ExpectFusedConvEpilogueMatchesCpu(channels, 3, /*direct=*/false);
+  }
+}
+
+// The same on the direct kernels (bias and relu in the forward kernel; in
+// bf16 the operands rounded in the kernels as the CPU rounds them): 3x3
+// over 3 channels and 5x5 over one.
+TEST_F(CudaOpsTest, DirectConvWithBiasReluMatchesCpuInEveryPrecision) {
+  for (const auto& [channels, k] :
+       {std::pair<int64_t, int64_t>{3, 3}, std::pair<int64_t, int64_t>{1, 5}}) {
+    SCOPED_TRACE(absl::StrCat(k, "x", k, " over ", channels, " channels"));
+    ExpectFusedConvEpilogueMatchesCpu(channels, k, /*direct=*/true);
   }
 }
 
@@ -553,19 +575,29 @@ TEST_F(CudaOpsTest, ConvGradientsTakenInAnotherPrecisionMatchCpu) {
     }
     return out;
   };
-  for (auto [forward, gradient] :
-       {std::pair{MatMulPrecision::kBf16, MatMulPrecision::kFp32},
-        std::pair{MatMulPrecision::kFp32, MatMulPrecision::kBf16}}) {
-    SCOPED_TRACE(static_cast<int>(forward));
-    const std::vector<Tensor> cpu = run(forward, gradient, x, f, b, dy);
-    const std::vector<Tensor> on_gpu =
-        run(forward, gradient, *x.To(gpu), *f.To(gpu), *b.To(gpu), *dy.To(gpu));
-    ASSERT_EQ(on_gpu.size(), cpu.size());
-    for (size_t i = 0; i < cpu.size(); ++i) {
-      const testing::DiffAndNorm d = testing::L2DiffAndNorm(on_gpu[i], cpu[i]);
-      EXPECT_LT(d.diff / d.norm, 1e-5) << "gradient " << i;
+  // The direct kernels keep no columns; each reads the precision of its
+  // own call.
+  for (const bool direct : {false, true}) {
+    ops::internal::SetConvGpuDirect(direct);
+    for (auto [forward, gradient] :
+         {std::pair{MatMulPrecision::kBf16, MatMulPrecision::kFp32},
+          std::pair{MatMulPrecision::kFp32, MatMulPrecision::kBf16}}) {
+      SCOPED_TRACE(absl::StrCat("forward ", static_cast<int>(forward),
+                                direct ? " direct" : " im2col + GEMM"));
+      const std::vector<Tensor> cpu = run(forward, gradient, x, f, b, dy);
+      const int64_t calls = ops::internal::DirectConvCalls();
+      const std::vector<Tensor> on_gpu = run(
+          forward, gradient, *x.To(gpu), *f.To(gpu), *b.To(gpu), *dy.To(gpu));
+      EXPECT_EQ(ops::internal::DirectConvCalls() - calls, direct ? 2 : 0);
+      ASSERT_EQ(on_gpu.size(), cpu.size());
+      for (size_t i = 0; i < cpu.size(); ++i) {
+        const testing::DiffAndNorm d =
+            testing::L2DiffAndNorm(on_gpu[i], cpu[i]);
+        EXPECT_LT(d.diff / d.norm, 1e-5) << "gradient " << i;
+      }
     }
   }
+  ops::internal::SetConvGpuDirect(true);
 }
 
 // f32 values for bfloat16 rounding: random ones after the hard cases
