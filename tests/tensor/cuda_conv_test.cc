@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -157,21 +158,24 @@ TEST_F(CudaConvTest, ForwardAndGradientsMatchCpu) {
 // gradient), so only the filter gradient is taken. Direct and GEMM paths
 // agree with the CPU, and the direct one is the same bits every run (its
 // partial sums are added in a fixed order).
+// The filter gradient of Conv2D(x, f, opt) for the output gradient dy,
+// with only f watched, on the host.
+Tensor FilterGradient(const Tensor& x, const Tensor& f, const Tensor& dy,
+                      const ops::Conv2DOptions& opt = {}) {
+  GradientTape tape;
+  tape.Watch(f);
+  absl::StatusOr<Tensor> y = ops::Conv2D(x, f, opt);
+  EXPECT_TRUE(y.ok()) << y.status();
+  auto g = tape.Gradient(*ops::ReduceSum(*ops::Mul(*y, dy)), {f});
+  EXPECT_TRUE(g.ok()) << g.status();
+  return CopyTo(*(*g)[0], Device::Cpu());
+}
+
 TEST_F(CudaConvTest, DirectFilterGradientAloneMatchesCpuAndRepeats) {
   const Tensor x = RandomTensor({9, 28, 28, 1}, 5, DType::kF32);
   const Tensor f = RandomTensor({5, 5, 1, 32}, 6, DType::kF32);
   const Tensor dy = RandomTensor({9, 28, 28, 32}, 7, DType::kF32);
-  auto filter_grad = [&](const Tensor& xi, const Tensor& fi,
-                         const Tensor& dyi) {
-    GradientTape tape;
-    tape.Watch(fi);
-    absl::StatusOr<Tensor> y = ops::Conv2D(xi, fi);
-    EXPECT_TRUE(y.ok()) << y.status();
-    auto g = tape.Gradient(*ops::ReduceSum(*ops::Mul(*y, dyi)), {fi});
-    EXPECT_TRUE(g.ok()) << g.status();
-    return CopyTo(*(*g)[0], Device::Cpu());
-  };
-  const Tensor cpu = filter_grad(x, f, dy);
+  const Tensor cpu = FilterGradient(x, f, dy);
   const Device gpu = Device::Cuda(0);
   const Tensor xg = CopyTo(x, gpu), fg = CopyTo(f, gpu), dyg = CopyTo(dy, gpu);
   // 7056 output pixels per filter tap: atol as ExpectConvMatchesCpu's.
@@ -180,16 +184,47 @@ TEST_F(CudaConvTest, DirectFilterGradientAloneMatchesCpuAndRepeats) {
     SCOPED_TRACE(direct ? "direct" : "im2col + GEMM");
     ops::internal::SetConvGpuDirect(direct);
     const int64_t calls = ops::internal::DirectConvCalls();
-    const Tensor first = filter_grad(xg, fg, dyg);
+    const Tensor first = FilterGradient(xg, fg, dyg);
     EXPECT_EQ(ops::internal::DirectConvCalls() - calls, direct ? 2 : 0);
     EXPECT_TRUE(testing::AllClose(first, cpu, 1e-5, atol));
     if (direct) {
-      const Tensor again = filter_grad(xg, fg, dyg);
+      const Tensor again = FilterGradient(xg, fg, dyg);
       EXPECT_EQ(std::memcmp(first.raw_data(), again.raw_data(),
                             first.num_elements() * sizeof(float)),
                 0);
     }
   }
+}
+
+// An Inf in the input's last column: a VALID 3x3 conv over 11 columns
+// has 9 outputs, a full pixel group and one pixel of the next. The
+// direct kernel's loads for that group reach past the last output; the
+// Inf must reach only the taps whose pixels read it (the CPU's infinite
+// and NaN entries), not a sum through a pixel beyond the row.
+TEST_F(CudaConvTest, DirectFilterGradientKeepsNonFiniteInputsToTheirTaps) {
+  Tensor x = RandomTensor({2, 4, 11, 1}, 8, DType::kF32);
+  x.data<float>()[1 * 11 + 10] = std::numeric_limits<float>::infinity();
+  const Tensor f = RandomTensor({3, 3, 1, 5}, 9, DType::kF32);
+  const Tensor dy = RandomTensor({2, 2, 9, 5}, 10, DType::kF32, 0.5, 1.5);
+  ops::Conv2DOptions opt;
+  opt.padding = ops::Padding::kValid;
+  const Tensor cpu = FilterGradient(x, f, dy, opt);
+  const Device gpu = Device::Cuda(0);
+  const int64_t calls = ops::internal::DirectConvCalls();
+  const Tensor on_gpu =
+      FilterGradient(CopyTo(x, gpu), CopyTo(f, gpu), CopyTo(dy, gpu), opt);
+  EXPECT_EQ(ops::internal::DirectConvCalls() - calls, 2);
+  int finite = 0;
+  for (int64_t i = 0; i < cpu.num_elements(); ++i) {
+    const float want = cpu.data<float>()[i], got = on_gpu.data<float>()[i];
+    SCOPED_TRACE(absl::StrCat("element ", i, ": CPU ", want, ", GPU ", got));
+    ASSERT_EQ(std::isfinite(want), std::isfinite(got));
+    if (!std::isfinite(want)) continue;
+    ++finite;
+    EXPECT_NEAR(got, want, 1e-5 * (1 + std::abs(want)));
+  }
+  // Taps kx = 0 and 1 of every row never read column 10: finite.
+  EXPECT_GE(finite, 2 * 3 * 5);
 }
 
 // A column buffer of one image (or a few) per chunk: the filter gradient
