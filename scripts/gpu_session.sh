@@ -19,6 +19,10 @@
 #      binary of build/bin run COUNT times with that filter, for failures
 #      that come and go; every run's exit code and a failing run's output
 #      (CUDA errors name the kernel when CUDA_LAUNCH_BLOCKING=1 is set);
+#   2c. build/bin/conv_gpu_bench (CONV_BENCH=0 skips it): each conv layer
+#      of the benchmark models, forward and backward replayed as a CUDA
+#      graph, on the direct kernels or im2col + GEMMs and at several column
+#      chunk sizes (tests/bench/conv_gpu_bench.cc), about a minute;
 #   3. scripts/bench_gpu.sh $PARTS (default "cnn tta mlp comm resnet gpt";
 #      its torch.compile runs come last; TORCH_COMPILE=0 skips them);
 #   4. scripts/trace_gpu.sh $TRACES (default "cnn_one_device cnn_bf16
@@ -105,6 +109,18 @@ if [[ -n ${REPEAT:-} ]]; then
 fi
 # BENCH_RESERVE: seconds the benchmarks leave for the traces and sanitizers.
 RESERVE="${BENCH_RESERVE:-40}"
+conv_bench() {  # results folder
+  mkdir -p "$1" &&
+    cmake --build "${BUILD_DIR:-build}" --target conv_gpu_bench >/dev/null &&
+    "${BUILD_DIR:-build}/bin/conv_gpu_bench" --benchmark_min_time=0.3 \
+      --benchmark_out="$1/conv_gpu_bench.json"
+}
+if [[ ${CONV_BENCH:-1} != 0 ]]; then
+  export -f conv_bench
+  # shellcheck disable=SC2016  # $1 is bash -c's argument.
+  step "conv_gpu_bench" 30 $((RESERVE + 60)) bash -c 'conv_bench "$1"' _ \
+    "$RESULTS/conv"
+fi
 # shellcheck disable=SC2086
 step "bench_gpu.sh $PARTS" 30 "$RESERVE" env OUT="$RESULTS/bench" SKIP_BUILD=1 \
   BENCH_BUDGET=$(($(left) - RESERVE)) scripts/bench_gpu.sh $PARTS
