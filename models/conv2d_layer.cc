@@ -28,10 +28,10 @@ absl::StatusOr<Tensor> Conv2DLayer::Call(const Tensor& x,
     return ConvBiasActivate(activation_, x, kernel_.value(), bias_->value(),
                             options_);
   }
-  MT_ASSIGN_OR_RETURN(Tensor y, ops::Conv2D(x, kernel_.value(), options_));
-  if (pool_.has_value()) {
-    MT_ASSIGN_OR_RETURN(y, ops::MaxPool2D(y, *pool_));
-  }
+  MT_ASSIGN_OR_RETURN(
+      Tensor y, pool_.has_value()
+                    ? ops::Conv2DMaxPool(x, kernel_.value(), options_, *pool_)
+                    : ops::Conv2D(x, kernel_.value(), options_));
   if (!bias_.has_value()) return Activate(activation_, y);
   return BiasActivate(activation_, y, bias_->value());
 }

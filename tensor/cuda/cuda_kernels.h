@@ -346,6 +346,23 @@ MT_CUDA_KERNEL(DirectConv2DFilterGrad,
                absl::Status(DType dtype, const void* x, const void* dy,
                             const Conv2DGeometry& geometry, bool bf16,
                             void* dfilter, int device));
+// The 2x2, stride-2 VALID max pool of DirectConv2D(x, filter) in one pass
+// (the convolution's output never stored): y [n, oh / 2, ow / 2, o] and,
+// when `argmax` is non-null (int32, shaped like y), MaxPool2DForward's
+// winners over the convolution's output [n, oh, ow, o]: the same values
+// and winners as DirectConv2D then MaxPool2DForward.
+MT_CUDA_KERNEL(DirectConv2DMaxPool,
+               absl::Status(DType dtype, const void* x, const void* filter,
+                            const Conv2DGeometry& geometry, bool bf16, void* y,
+                            int32_t* argmax, int device));
+// DirectConv2DFilterGrad of the pooled convolution: dy is the pool
+// output's gradient [n, oh / 2, ow / 2, o], `argmax` the forward's; each
+// window's gradient reaches its winner alone (MaxPool2DBackward's rule).
+MT_CUDA_KERNEL(DirectConv2DMaxPoolFilterGrad,
+               absl::Status(DType dtype, const void* x, const void* dy,
+                            const int32_t* argmax,
+                            const Conv2DGeometry& geometry, bool bf16,
+                            void* dfilter, int device));
 
 }  // namespace mirrortrain::cuda
 

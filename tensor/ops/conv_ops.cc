@@ -12,6 +12,7 @@
 #include "tensor/ops/fused_ops.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/op_util.h"
+#include "tensor/ops/pooling_ops.h"
 #include "tensor/parallel.h"
 #include "tensor/status_macros.h"
 
@@ -19,6 +20,7 @@ namespace mirrortrain::ops {
 namespace {
 MT_DECLARE_OP(kConv2DOp);
 MT_DECLARE_OP(kConv2DBiasReluOp);
+MT_DECLARE_OP(kConv2DMaxPoolOp);
 }  // namespace
 namespace {
 
@@ -458,6 +460,54 @@ absl::StatusOr<Tensor> Conv2DBiasRelu(const Tensor& x, const Tensor& filter,
 
 namespace {
 
+// The fused Conv2DMaxPool's record: the convolution's geometry and the
+// pool's winners over its output.
+struct ConvPoolAttrs {
+  ConvGeometry geo;
+  Tensor argmax;
+};
+
+// The pool Conv2DMaxPool fuses: 2x2, stride 2, VALID.
+bool FusablePool(const Pool2DOptions& p) {
+  return p.ksize_h == 2 && p.ksize_w == 2 && p.stride_h == 2 &&
+         p.stride_w == 2 && p.padding == Padding::kValid;
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> Conv2DMaxPool(const Tensor& x, const Tensor& filter,
+                                     const Conv2DOptions& options,
+                                     const Pool2DOptions& pool) {
+  MT_ASSIGN_OR_RETURN(const ConvGeometry g, Geometry(x, filter, options));
+  if (!x.device().is_cuda() || !FusablePool(pool) || !GoesDirect(g) ||
+      g.n == 0 || g.oh < 2 || g.ow < 2 || g.o == 0 || g.patch() == 0) {
+    MT_ASSIGN_OR_RETURN(Tensor y, Conv2D(x, filter, options));
+    return MaxPool2D(y, pool);
+  }
+  const Shape shape{g.n, g.oh / 2, g.ow / 2, g.o};
+  MT_ASSIGN_OR_RETURN(Tensor y, Tensor::Empty(x.dtype(), shape, x.device()));
+  // The winners only for a gradient, as MaxPool2D.
+  const bool record = tape::AnyTapeActive();
+  Tensor argmax;
+  if (record) {
+    MT_ASSIGN_OR_RETURN(argmax, Tensor::Empty(DType::kI32, shape, x.device()));
+  }
+  MT_RETURN_IF_ERROR(internal::KernelError(
+      "Conv2DMaxPool",
+      CountDirect(cuda::DirectConv2DMaxPool(
+          x.dtype(), x.raw_data(), filter.raw_data(), g,
+          internal::ProductsReadBf16(x), y.raw_data(),
+          record ? argmax.data<int32_t>() : nullptr, x.device().index)),
+      {&x, &filter}));
+  if (record) {
+    tape::RecordOperation(kConv2DMaxPoolOp, {x, filter}, {y},
+                          ConvPoolAttrs{g, argmax});
+  }
+  return y;
+}
+
+namespace {
+
 // dfilter = cols^T @ dy and dx = col2im(dy @ filter^T), chunk by chunk:
 // (*grads)[0] for x where needs[0], [1] for the filter where needs[1].
 absl::Status ConvGrads(const ConvAttrs& attrs, const Tensor& x,
@@ -564,6 +614,42 @@ MT_OP(kConv2DOp, "Conv2D",
       [](const OpRecord& op, auto g, auto needs, Grads* grads) {
         return ConvGrads(std::any_cast<const ConvAttrs&>(op.attrs),
                          op.inputs[0], op.inputs[1], g[0], needs, grads);
+      });
+
+// The filter gradient from the pool's gradient and winners (one kernel);
+// the input gradient through the convolution's output gradient (the
+// pool's backward) and Conv2D's.
+MT_OP(kConv2DMaxPoolOp, "Conv2DMaxPool",
+      [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+        const auto& attrs = std::any_cast<const ConvPoolAttrs&>(op.attrs);
+        const ConvGeometry& geo = attrs.geo;
+        const Tensor &x = op.inputs[0], &filter = op.inputs[1], &dy = g[0];
+        const int device = dy.device().index;
+        if (needs[1]) {
+          MT_ASSIGN_OR_RETURN(
+              Tensor dw, Tensor::Empty(x.dtype(), filter.shape(), dy.device()));
+          MT_RETURN_IF_ERROR(internal::KernelError(
+              "Conv2DMaxPoolBackprop",
+              CountDirect(cuda::DirectConv2DMaxPoolFilterGrad(
+                  x.dtype(), x.raw_data(), dy.raw_data(),
+                  attrs.argmax.data<int32_t>(), geo,
+                  internal::ProductsReadBf16(x), dw.raw_data(), device)),
+              {&dy}));
+          (*grads)[1] = std::move(dw);
+        }
+        if (!needs[0]) return absl::OkStatus();
+        const Shape conv_shape{geo.n, geo.oh, geo.ow, geo.o};
+        MT_ASSIGN_OR_RETURN(Tensor dconv,
+                            Tensor::Empty(x.dtype(), conv_shape, dy.device()));
+        MT_RETURN_IF_ERROR(internal::KernelError(
+            "Conv2DMaxPoolBackprop",
+            cuda::MaxPool2DBackward(
+                dy.dtype(), attrs.argmax.data<int32_t>(), dy.raw_data(),
+                MakeImageWindow(conv_shape, 2, 2, 2, 2, Padding::kValid),
+                dconv.raw_data(), device),
+            {&dy}));
+        const bool input_only[] = {true, false};
+        return ConvGrads(ConvAttrs{geo}, x, filter, dconv, input_only, grads);
       });
 
 // BiasAddRelu's masked pass (dz, and the bias sum with it), then Conv2D's.

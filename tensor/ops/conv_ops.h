@@ -3,6 +3,7 @@
 #define MIRRORTRAIN_TENSOR_OPS_CONV_OPS_H_
 
 #include "absl/status/statusor.h"
+#include "tensor/ops/pooling_ops.h"
 #include "tensor/ops/window.h"
 #include "tensor/tensor.h"
 
@@ -17,7 +18,9 @@ struct Conv2DOptions {
 // x [N,H,W,C] * filter [KH,KW,C,O] -> [N,OH,OW,O]. im2col over chunks of
 // the batch, then one GEMM per chunk: on CPUs chunks sized for the cache
 // and split over threads; on GPUs chunks under a 256 MiB column buffer,
-// with cuBLAS GEMMs (MatMulPrecision applies) and a gather-form col2im.
+// with cuBLAS GEMMs (MatMulPrecision applies) and a gather-form col2im,
+// except patches of a few taps (cuda::DirectConvTakes), which run on
+// direct kernels with no columns.
 absl::StatusOr<Tensor> Conv2D(const Tensor& x, const Tensor& filter,
                               const Conv2DOptions& options = {});
 
@@ -29,6 +32,15 @@ absl::StatusOr<Tensor> Conv2D(const Tensor& x, const Tensor& filter,
 absl::StatusOr<Tensor> Conv2DBiasRelu(const Tensor& x, const Tensor& filter,
                                       const Tensor& bias,
                                       const Conv2DOptions& options = {});
+
+// MaxPool2D(Conv2D(x, filter, options), pool): the same values, winners
+// and gradients. On GPUs, for a 2x2 stride-2 VALID pool over a convolution
+// the direct kernels take, one op whose kernel pools as it convolves (the
+// convolution's output is never stored) and whose filter gradient reads
+// the pool's gradient and winners; elsewhere the two ops.
+absl::StatusOr<Tensor> Conv2DMaxPool(const Tensor& x, const Tensor& filter,
+                                     const Conv2DOptions& options,
+                                     const Pool2DOptions& pool);
 
 namespace internal {
 // Caps the GPU column buffer at `bytes` (0 restores 256 MiB); tests use it

@@ -227,6 +227,98 @@ TEST_F(CudaConvTest, DirectFilterGradientKeepsNonFiniteInputsToTheirTaps) {
   EXPECT_GE(finite, 2 * 3 * 5);
 }
 
+// x rounded to multiples of 1/64 (bf16 holds them exactly: 7 bits).
+Tensor OnGrid(const Tensor& x) {
+  Tensor out = Tensor::HostEmpty(DType::kF32, x.shape());
+  for (int64_t i = 0; i < x.num_elements(); ++i) {
+    out.data<float>()[i] = std::round(x.data<float>()[i] * 64) / 64;
+  }
+  return out;
+}
+
+// Conv2DMaxPool on the GPU (fused where the direct kernels take it)
+// against the CPU's Conv2D then MaxPool2D, in fp32 and bf16. Inputs on a
+// 1/64 grid make every convolution output exact in both, so the pooled
+// values and the winners (ties included: the grid makes many) must be
+// the CPU's exactly; the gradients sum in other orders.
+void ExpectConvMaxPoolMatchesCpu(const ConvCase& c, int direct_calls,
+                                 uint64_t seed) {
+  SCOPED_TRACE(absl::StrCat(ShapeToString(c.x), " * ", ShapeToString(c.filter),
+                            " s", c.sh, "x", c.sw));
+  const ops::Conv2DOptions opt = OptionsOf(c);
+  const Tensor x = OnGrid(RandomTensor(c.x, seed, DType::kF32));
+  const Tensor f = OnGrid(RandomTensor(c.filter, seed + 1, DType::kF32));
+  auto run = [&](const Tensor& xi, const Tensor& fi) {
+    GradientTape tape;
+    tape.Watch(xi);
+    tape.Watch(fi);
+    absl::StatusOr<Tensor> y = ops::Conv2DMaxPool(xi, fi, opt, {});
+    EXPECT_TRUE(y.ok()) << y.status();
+    const Tensor dy = OnGrid(RandomTensor(y->shape(), seed + 2, DType::kF32));
+    GradientOptions options;
+    options.output_gradient = CopyTo(dy, xi.device());
+    auto g = tape.Gradient(*y, {xi, fi}, options);
+    EXPECT_TRUE(g.ok()) << g.status();
+    return std::vector<Tensor>{CopyTo(*y, Device::Cpu()),
+                               CopyTo(*(*g)[0], Device::Cpu()),
+                               CopyTo(*(*g)[1], Device::Cpu())};
+  };
+  const Device gpu = Device::Cuda(0);
+  for (const MatMulPrecision precision :
+       {MatMulPrecision::kFp32, MatMulPrecision::kBf16}) {
+    SCOPED_TRACE(precision == MatMulPrecision::kBf16 ? "bf16" : "fp32");
+    SetMatMulPrecision(precision);
+    const std::vector<Tensor> cpu = run(x, f);
+    const int64_t calls = ops::internal::DirectConvCalls();
+    const std::vector<Tensor> on_gpu = run(CopyTo(x, gpu), CopyTo(f, gpu));
+    SetMatMulPrecision(MatMulPrecision::kFp32);
+    // Fused: the pooled forward and the filter gradient.
+    EXPECT_EQ(ops::internal::DirectConvCalls() - calls, direct_calls);
+    EXPECT_EQ(on_gpu[0].ToVector<float>(), cpu[0].ToVector<float>());
+    for (int i : {1, 2}) {
+      const testing::DiffAndNorm d = testing::L2DiffAndNorm(on_gpu[i], cpu[i]);
+      EXPECT_LT(d.diff, 1e-5 * d.norm) << (i == 1 ? "dx" : "dfilter");
+    }
+  }
+}
+
+// The cnn's first conv and its pool; odd output sizes (the pool drops the
+// last row and column); a row stride; a second channel tile; then shapes
+// that are not fused (a column stride; a 1x1 filter).
+TEST_F(CudaConvTest, ConvMaxPoolMatchesCpu) {
+  using ops::Padding;
+  uint64_t seed = 300;
+  ExpectConvMaxPoolMatchesCpu(
+      {{4, 28, 28, 1}, {5, 5, 1, 32}, 1, 1, Padding::kSame}, 2, seed += 3);
+  ExpectConvMaxPoolMatchesCpu(
+      {{2, 7, 9, 3}, {3, 3, 3, 40}, 1, 1, Padding::kSame}, 2, seed += 3);
+  ExpectConvMaxPoolMatchesCpu(
+      {{3, 11, 13, 2}, {3, 3, 2, 5}, 2, 1, Padding::kValid}, 2, seed += 3);
+  ExpectConvMaxPoolMatchesCpu(
+      {{2, 8, 8, 2}, {3, 3, 2, 4}, 1, 2, Padding::kSame}, 0, seed += 3);
+  ExpectConvMaxPoolMatchesCpu(
+      {{2, 6, 6, 3}, {1, 1, 3, 4}, 1, 1, Padding::kSame}, 0, seed += 3);
+  // The direct kernels off: the two ops on the GEMM path.
+  ops::internal::SetConvGpuDirect(false);
+  ExpectConvMaxPoolMatchesCpu(
+      {{2, 7, 9, 3}, {3, 3, 3, 40}, 1, 1, Padding::kSame}, 0, seed += 3);
+}
+
+// Forward alone (no tape: no winners kept) equals the recorded forward.
+TEST_F(CudaConvTest, ConvMaxPoolWithoutTapeMatchesCpu) {
+  const Tensor x = OnGrid(RandomTensor({3, 12, 10, 1}, 11, DType::kF32));
+  const Tensor f = OnGrid(RandomTensor({5, 5, 1, 8}, 12, DType::kF32));
+  const ops::Conv2DOptions opt;
+  absl::StatusOr<Tensor> cpu = ops::Conv2DMaxPool(x, f, opt, {});
+  const Device gpu = Device::Cuda(0);
+  absl::StatusOr<Tensor> on_gpu =
+      ops::Conv2DMaxPool(CopyTo(x, gpu), CopyTo(f, gpu), opt, {});
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  ASSERT_TRUE(on_gpu.ok()) << on_gpu.status();
+  EXPECT_EQ(CopyTo(*on_gpu, Device::Cpu()).ToVector<float>(),
+            cpu->ToVector<float>());
+}
+
 // A column buffer of one image (or a few) per chunk: the filter gradient
 // accumulates over chunks and each chunk's images land in the right place.
 // With the direct kernels on, the first case's input gradient alone runs

@@ -151,6 +151,13 @@ const std::vector<OpRow>& Rows() {
                                     {1, 2, ops::Padding::kValid});
        },
        Args(Rand({2, 5, 6, 2}), Rand({3, 3, 2, 4}), Rand({4}))},
+      // The fused GPU op (direct 3x3 conv, 2x2 pool): odd output columns.
+      {"Conv2DMaxPool",
+       [](const Inputs& in) {
+         return ops::Conv2DMaxPool(in[0], in[1], {1, 1, ops::Padding::kSame},
+                                   {});
+       },
+       Args(Rand({2, 6, 7, 2}), Rand({3, 3, 2, 3}))},
       {"MaxPool2D",
        [](const Inputs& in) {
          return ops::MaxPool2D(in[0], {3, 3, 2, 2, ops::Padding::kSame});
