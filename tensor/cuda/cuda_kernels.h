@@ -358,6 +358,9 @@ MT_CUDA_KERNEL(DirectConv2DMaxPool,
 // DirectConv2DFilterGrad of the pooled convolution: dy is the pool
 // output's gradient [n, oh / 2, ow / 2, o], `argmax` the forward's; each
 // window's gradient reaches its winner alone (MaxPool2DBackward's rule).
+// Outputs of a row or column the pool drops (an odd last one) are left
+// out, not multiplied by a zero gradient: an Inf or NaN input that only
+// they read gives no NaN.
 MT_CUDA_KERNEL(DirectConv2DMaxPoolFilterGrad,
                absl::Status(DType dtype, const void* x, const void* dy,
                             const int32_t* argmax,

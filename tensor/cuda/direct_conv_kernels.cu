@@ -203,24 +203,22 @@ __device__ inline void OutputGradients(const DirectGeometry& g, const T* dy,
 #pragma unroll
   for (int p = 0; p < kPx; ++p) {
     const bool in = live && ox0 + p < g.cols;
-    if (kRows == 1) {
-      d[0][p] =
-          in ? Operand<kBf16>(__ldg(
-                   dy +
-                   ((static_cast<int64_t>(i) * g.oh + row) * g.ow + ox0 + p) *
-                       g.o +
-                   oc))
-             : T(0);
-      continue;
-    }
-    const int64_t at =
-        ((static_cast<int64_t>(i) * g.ph + row) * g.pw + (ox0 + p) / 2) * g.o +
-        oc;
-    const int32_t winner = in ? __ldg(argmax + at) : -1;
-    const T grad = in ? Operand<kBf16>(__ldg(dy + at)) : T(0);
+    if constexpr (kRows == 1) {
+      const int64_t at =
+          ((static_cast<int64_t>(i) * g.oh + row) * g.ow + ox0 + p) * g.o + oc;
+      d[0][p] = in ? Operand<kBf16>(__ldg(dy + at)) : T(0);
+    } else {
+      const int64_t at =
+          ((static_cast<int64_t>(i) * g.ph + row) * g.pw + (ox0 + p) / 2) *
+              g.o +
+          oc;
+      const int32_t winner = in ? __ldg(argmax + at) : -1;
+      const T grad = in ? Operand<kBf16>(__ldg(dy + at)) : T(0);
 #pragma unroll
-    for (int q = 0; q < kRows; ++q) {
-      d[q][p] = winner == CellOf(g, kRows * row + q, ox0 + p, oc) ? grad : T(0);
+      for (int q = 0; q < kRows; ++q) {
+        d[q][p] =
+            winner == CellOf(g, kRows * row + q, ox0 + p, oc) ? grad : T(0);
+      }
     }
   }
 }

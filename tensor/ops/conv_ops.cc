@@ -189,6 +189,7 @@ int64_t ColumnStride(const ConvGeometry& g, const Tensor& x) {
 
 std::atomic<bool> gpu_direct{true};
 std::atomic<int64_t> direct_calls{0};
+std::atomic<int64_t> fused_pool_calls{0};
 
 // Whether x's convolution runs on the direct kernels (cuda_kernels.h):
 // patches of a few taps, where im2col + GEMM is memory traffic.
@@ -377,6 +378,10 @@ int64_t DirectConvCalls() {
   return direct_calls.load(std::memory_order_relaxed);
 }
 
+int64_t FusedConvMaxPoolCalls() {
+  return fused_pool_calls.load(std::memory_order_relaxed);
+}
+
 }  // namespace internal
 
 namespace {
@@ -499,6 +504,7 @@ absl::StatusOr<Tensor> Conv2DMaxPool(const Tensor& x, const Tensor& filter,
           internal::ProductsReadBf16(x), y.raw_data(),
           record ? argmax.data<int32_t>() : nullptr, x.device().index)),
       {&x, &filter}));
+  fused_pool_calls.fetch_add(1, std::memory_order_relaxed);
   if (record) {
     tape::RecordOperation(kConv2DMaxPoolOp, {x, filter}, {y},
                           ConvPoolAttrs{g, argmax});
@@ -635,6 +641,7 @@ MT_OP(kConv2DMaxPoolOp, "Conv2DMaxPool",
                   attrs.argmax.data<int32_t>(), geo,
                   internal::ProductsReadBf16(x), dw.raw_data(), device)),
               {&dy}));
+          fused_pool_calls.fetch_add(1, std::memory_order_relaxed);
           (*grads)[1] = std::move(dw);
         }
         if (!needs[0]) return absl::OkStatus();

@@ -37,7 +37,9 @@ absl::StatusOr<Tensor> Conv2DBiasRelu(const Tensor& x, const Tensor& filter,
 // and gradients. On GPUs, for a 2x2 stride-2 VALID pool over a convolution
 // the direct kernels take, one op whose kernel pools as it convolves (the
 // convolution's output is never stored) and whose filter gradient reads
-// the pool's gradient and winners; elsewhere the two ops.
+// the pool's gradient and winners (an Inf or NaN input read only by
+// outputs the pool drops gives no NaN there, see
+// cuda::DirectConv2DMaxPoolFilterGrad); elsewhere the two ops.
 absl::StatusOr<Tensor> Conv2DMaxPool(const Tensor& x, const Tensor& filter,
                                      const Conv2DOptions& options,
                                      const Pool2DOptions& pool);
@@ -53,6 +55,8 @@ void SetConvGpuDirect(bool enabled);
 // Direct forward or filter-gradient kernel calls so far (tests check
 // which path a convolution took).
 int64_t DirectConvCalls();
+// Fused Conv2DMaxPool forward or filter-gradient calls so far (of those).
+int64_t FusedConvMaxPoolCalls();
 }  // namespace internal
 
 }  // namespace mirrortrain::ops

@@ -236,25 +236,46 @@ Tensor OnGrid(const Tensor& x) {
   return out;
 }
 
-// Conv2DMaxPool on the GPU (fused where the direct kernels take it)
-// against the CPU's Conv2D then MaxPool2D, in fp32 and bf16. Inputs on a
-// 1/64 grid make every convolution output exact in both, so the pooled
-// values and the winners (ties included: the grid makes many) must be
-// the CPU's exactly; the gradients sum in other orders.
-void ExpectConvMaxPoolMatchesCpu(const ConvCase& c, int direct_calls,
+// Whether got and want hold NaN in the same places, equal values
+// elsewhere with `exact`, else values within relative L2 distance 1e-5.
+void ExpectSameUpToNaN(const Tensor& got, const Tensor& want, bool exact,
+                       const char* what) {
+  SCOPED_TRACE(what);
+  const std::vector<float> g = got.ToVector<float>(),
+                           w = want.ToVector<float>();
+  ASSERT_EQ(g.size(), w.size());
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    ASSERT_EQ(std::isnan(g[i]), std::isnan(w[i])) << "element " << i;
+    if (std::isnan(w[i])) continue;
+    if (exact) {
+      ASSERT_EQ(g[i], w[i]) << "element " << i;
+    }
+    diff += (static_cast<double>(g[i]) - w[i]) * (g[i] - w[i]);
+    norm += static_cast<double>(w[i]) * w[i];
+  }
+  EXPECT_LE(std::sqrt(diff), 1e-5 * std::sqrt(norm));
+}
+
+// Conv2DMaxPool on the GPU against the CPU's Conv2D then MaxPool2D, in
+// fp32 and bf16, forward and both gradients. Inputs on a 1/64 grid make
+// every convolution output exact in both, so the pooled values and the
+// winners must be the CPU's exactly; the gradients sum in other orders.
+// `fused`: the fused kernels must have run (forward and filter gradient),
+// else none; `direct_calls` counts them with the unfused direct kernels.
+void ExpectConvMaxPoolMatchesCpu(const ConvCase& c, const Tensor& x,
+                                 const Tensor& f, bool fused, int direct_calls,
                                  uint64_t seed) {
   SCOPED_TRACE(absl::StrCat(ShapeToString(c.x), " * ", ShapeToString(c.filter),
                             " s", c.sh, "x", c.sw));
   const ops::Conv2DOptions opt = OptionsOf(c);
-  const Tensor x = OnGrid(RandomTensor(c.x, seed, DType::kF32));
-  const Tensor f = OnGrid(RandomTensor(c.filter, seed + 1, DType::kF32));
   auto run = [&](const Tensor& xi, const Tensor& fi) {
     GradientTape tape;
     tape.Watch(xi);
     tape.Watch(fi);
     absl::StatusOr<Tensor> y = ops::Conv2DMaxPool(xi, fi, opt, {});
     EXPECT_TRUE(y.ok()) << y.status();
-    const Tensor dy = OnGrid(RandomTensor(y->shape(), seed + 2, DType::kF32));
+    const Tensor dy = OnGrid(RandomTensor(y->shape(), seed, DType::kF32));
     GradientOptions options;
     options.output_gradient = CopyTo(dy, xi.device());
     auto g = tape.Gradient(*y, {xi, fi}, options);
@@ -270,38 +291,73 @@ void ExpectConvMaxPoolMatchesCpu(const ConvCase& c, int direct_calls,
     SetMatMulPrecision(precision);
     const std::vector<Tensor> cpu = run(x, f);
     const int64_t calls = ops::internal::DirectConvCalls();
+    const int64_t fused_calls = ops::internal::FusedConvMaxPoolCalls();
     const std::vector<Tensor> on_gpu = run(CopyTo(x, gpu), CopyTo(f, gpu));
     SetMatMulPrecision(MatMulPrecision::kFp32);
-    // Fused: the pooled forward and the filter gradient.
+    EXPECT_EQ(ops::internal::FusedConvMaxPoolCalls() - fused_calls,
+              fused ? 2 : 0);
     EXPECT_EQ(ops::internal::DirectConvCalls() - calls, direct_calls);
-    EXPECT_EQ(on_gpu[0].ToVector<float>(), cpu[0].ToVector<float>());
-    for (int i : {1, 2}) {
-      const testing::DiffAndNorm d = testing::L2DiffAndNorm(on_gpu[i], cpu[i]);
-      EXPECT_LT(d.diff, 1e-5 * d.norm) << (i == 1 ? "dx" : "dfilter");
-    }
+    ExpectSameUpToNaN(on_gpu[0], cpu[0], /*exact=*/true, "y");
+    ExpectSameUpToNaN(on_gpu[1], cpu[1], /*exact=*/false, "dx");
+    ExpectSameUpToNaN(on_gpu[2], cpu[2], /*exact=*/false, "dfilter");
   }
+}
+
+// On random grid inputs.
+void ExpectConvMaxPoolMatchesCpu(const ConvCase& c, bool fused,
+                                 int direct_calls, uint64_t seed) {
+  ExpectConvMaxPoolMatchesCpu(
+      c, OnGrid(RandomTensor(c.x, seed, DType::kF32)),
+      OnGrid(RandomTensor(c.filter, seed + 1, DType::kF32)), fused,
+      direct_calls, seed + 2);
 }
 
 // The cnn's first conv and its pool; odd output sizes (the pool drops the
 // last row and column); a row stride; a second channel tile; then shapes
-// that are not fused (a column stride; a 1x1 filter).
+// that are not fused (a column stride; a 1x1 filter: direct kernels
+// neither).
 TEST_F(CudaConvTest, ConvMaxPoolMatchesCpu) {
   using ops::Padding;
   uint64_t seed = 300;
   ExpectConvMaxPoolMatchesCpu(
-      {{4, 28, 28, 1}, {5, 5, 1, 32}, 1, 1, Padding::kSame}, 2, seed += 3);
+      {{4, 28, 28, 1}, {5, 5, 1, 32}, 1, 1, Padding::kSame}, true, 2,
+      seed += 3);
   ExpectConvMaxPoolMatchesCpu(
-      {{2, 7, 9, 3}, {3, 3, 3, 40}, 1, 1, Padding::kSame}, 2, seed += 3);
+      {{2, 7, 9, 3}, {3, 3, 3, 40}, 1, 1, Padding::kSame}, true, 2, seed += 3);
   ExpectConvMaxPoolMatchesCpu(
-      {{3, 11, 13, 2}, {3, 3, 2, 5}, 2, 1, Padding::kValid}, 2, seed += 3);
+      {{3, 11, 13, 2}, {3, 3, 2, 5}, 2, 1, Padding::kValid}, true, 2,
+      seed += 3);
   ExpectConvMaxPoolMatchesCpu(
-      {{2, 8, 8, 2}, {3, 3, 2, 4}, 1, 2, Padding::kSame}, 0, seed += 3);
+      {{2, 8, 8, 2}, {3, 3, 2, 4}, 1, 2, Padding::kSame}, false, 0, seed += 3);
   ExpectConvMaxPoolMatchesCpu(
-      {{2, 6, 6, 3}, {1, 1, 3, 4}, 1, 1, Padding::kSame}, 0, seed += 3);
+      {{2, 6, 6, 3}, {1, 1, 3, 4}, 1, 1, Padding::kSame}, false, 0, seed += 3);
   // The direct kernels off: the two ops on the GEMM path.
   ops::internal::SetConvGpuDirect(false);
   ExpectConvMaxPoolMatchesCpu(
-      {{2, 7, 9, 3}, {3, 3, 3, 40}, 1, 1, Padding::kSame}, 0, seed += 3);
+      {{2, 7, 9, 3}, {3, 3, 3, 40}, 1, 1, Padding::kSame}, false, 0, seed += 3);
+}
+
+// Ties: a constant input makes every output of a channel equal under
+// VALID padding (each window's four cells tie: the first, top left, wins)
+// and the inner ones under SAME. A NaN input: the windows over it hold NaN,
+// which wins, and the filter taps that read it get NaN; the NaN lies
+// where every output reading it is in a pool window.
+TEST_F(CudaConvTest, ConvMaxPoolTiesAndNaNMatchCpu) {
+  using ops::Padding;
+  const ConvCase valid{{2, 9, 11, 3}, {3, 3, 3, 40}, 1, 1, Padding::kValid};
+  const ConvCase same{{2, 12, 12, 1}, {5, 5, 1, 8}, 1, 1, Padding::kSame};
+  for (const ConvCase& c : {valid, same}) {
+    Tensor x = Tensor::HostEmpty(DType::kF32, c.x);
+    for (int64_t i = 0; i < x.num_elements(); ++i) x.data<float>()[i] = 0.5f;
+    const Tensor f = OnGrid(RandomTensor(c.filter, 41, DType::kF32));
+    ExpectConvMaxPoolMatchesCpu(c, x, f, true, 2, 42);
+  }
+  const ConvCase nan{{2, 7, 9, 3}, {3, 3, 3, 40}, 1, 1, Padding::kSame};
+  Tensor x = OnGrid(RandomTensor(nan.x, 43, DType::kF32));
+  x.data<float>()[((1 * 7 + 3) * 9 + 4) * 3 + 1] =
+      std::numeric_limits<float>::quiet_NaN();
+  ExpectConvMaxPoolMatchesCpu(
+      nan, x, OnGrid(RandomTensor(nan.filter, 44, DType::kF32)), true, 2, 45);
 }
 
 // Forward alone (no tape: no winners kept) equals the recorded forward.
@@ -311,12 +367,14 @@ TEST_F(CudaConvTest, ConvMaxPoolWithoutTapeMatchesCpu) {
   const ops::Conv2DOptions opt;
   absl::StatusOr<Tensor> cpu = ops::Conv2DMaxPool(x, f, opt, {});
   const Device gpu = Device::Cuda(0);
+  const int64_t fused_calls = ops::internal::FusedConvMaxPoolCalls();
   absl::StatusOr<Tensor> on_gpu =
       ops::Conv2DMaxPool(CopyTo(x, gpu), CopyTo(f, gpu), opt, {});
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   ASSERT_TRUE(on_gpu.ok()) << on_gpu.status();
   EXPECT_EQ(CopyTo(*on_gpu, Device::Cpu()).ToVector<float>(),
             cpu->ToVector<float>());
+  EXPECT_EQ(ops::internal::FusedConvMaxPoolCalls() - fused_calls, 1);
 }
 
 // A column buffer of one image (or a few) per chunk: the filter gradient
