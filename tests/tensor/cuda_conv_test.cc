@@ -154,10 +154,6 @@ TEST_F(CudaConvTest, ForwardAndGradientsMatchCpu) {
   EXPECT_GE(direct_cases, 2 * 8);  // The cases above go direct.
 }
 
-// The cnn's first layer as training runs it: the input is data (no
-// gradient), so only the filter gradient is taken. Direct and GEMM paths
-// agree with the CPU, and the direct one is the same bits every run (its
-// partial sums are added in a fixed order).
 // The filter gradient of Conv2D(x, f, opt) for the output gradient dy,
 // with only f watched, on the host.
 Tensor FilterGradient(const Tensor& x, const Tensor& f, const Tensor& dy,
@@ -171,6 +167,10 @@ Tensor FilterGradient(const Tensor& x, const Tensor& f, const Tensor& dy,
   return CopyTo(*(*g)[0], Device::Cpu());
 }
 
+// The cnn's first layer as training runs it: the input is data (no
+// gradient), so only the filter gradient is taken. Direct and GEMM paths
+// agree with the CPU, and the direct one is the same bits every run (its
+// partial sums are added in a fixed order).
 TEST_F(CudaConvTest, DirectFilterGradientAloneMatchesCpuAndRepeats) {
   const Tensor x = RandomTensor({9, 28, 28, 1}, 5, DType::kF32);
   const Tensor f = RandomTensor({5, 5, 1, 32}, 6, DType::kF32);
