@@ -22,7 +22,8 @@
 #   2c. build/bin/conv_gpu_bench (CONV_BENCH=0 skips it): each conv layer
 #      of the benchmark models, forward and backward replayed as a CUDA
 #      graph, on the direct kernels or im2col + GEMMs and at several column
-#      chunk sizes (tests/bench/conv_gpu_bench.cc), about a minute;
+#      chunk sizes, all columns' or the input gradient's
+#      (tests/bench/conv_gpu_bench.cc), about a minute;
 #   3. scripts/bench_gpu.sh $PARTS (default "cnn tta mlp comm resnet gpt";
 #      its torch.compile runs come last; TORCH_COMPILE=0 skips them);
 #   4. scripts/trace_gpu.sh $TRACES (default "cnn_one_device cnn_bf16

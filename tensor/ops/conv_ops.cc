@@ -187,6 +187,8 @@ int64_t ColumnStride(const ConvGeometry& g, const Tensor& x) {
   return (g.patch() + per_16 - 1) / per_16 * per_16;
 }
 
+// 0: the input gradient's columns go in the column buffer's chunks.
+std::atomic<int64_t> gpu_input_gradient_bytes{0};
 std::atomic<bool> gpu_direct{true};
 std::atomic<int64_t> direct_calls{0};
 std::atomic<int64_t> fused_pool_calls{0};
@@ -208,6 +210,18 @@ int64_t GpuChunkImages(const ConvGeometry& g, const Tensor& x) {
   return std::clamp<int64_t>(
       gpu_column_bytes.load() / std::max<int64_t>(per_image, 1), 1,
       std::max<int64_t>(g.n, 1));
+}
+
+// Images per chunk of the input gradient's columns when the filter
+// gradient reads the forward's saved columns, so that no im2col shares
+// their loop (SetConvGpuInputGradientBytes).
+int64_t GpuInputGradientChunkImages(const ConvGeometry& g, const Tensor& x) {
+  const int64_t bytes = gpu_input_gradient_bytes.load();
+  if (bytes <= 0) return GpuChunkImages(g, x);
+  const int64_t per_image =
+      g.pixels() * g.patch() * static_cast<int64_t>(DTypeSize(x.dtype()));
+  return std::clamp<int64_t>(bytes / std::max<int64_t>(per_image, 1), 1,
+                             std::max<int64_t>(g.n, 1));
 }
 
 // Image i0 of a GPU NHWC tensor.
@@ -247,15 +261,14 @@ absl::StatusOr<Tensor> DenseColumns(const ConvGeometry& g, const Tensor& cols) {
   return flat.Reshaped({rows, g.patch()});
 }
 
-// Runs body(first_image, images, cols) over the batch in chunks sharing
-// one device column buffer of x's dtype ([images * OH * OW, ColumnStride],
-// or dense when products read bf16 columns of their own and this buffer
-// only holds dx's product; cols is undefined without `dtype_cols`).
+// Runs body(first_image, images, cols) over the batch in chunks of
+// `chunk` images sharing one device column buffer of x's dtype ([images * OH *
+// OW, ColumnStride], or dense when products read bf16 columns of their own and
+// this buffer only holds dx's product; cols is undefined without `dtype_cols`).
 // Sequential: the kernels of one stream run in order anyway.
 template <typename Body>
 absl::Status ForEachGpuChunk(const ConvGeometry& g, const Tensor& x,
-                             bool dtype_cols, Body body) {
-  const int64_t chunk = GpuChunkImages(g, x);
+                             int64_t chunk, bool dtype_cols, Body body) {
   Tensor buffer;
   if (dtype_cols) {
     const int64_t width =
@@ -291,7 +304,7 @@ absl::Status GpuForward(const ConvGeometry& g, const Tensor& x,
   }
   MT_ASSIGN_OR_RETURN(const GemmOperand w, GemmOperand::Of(w2));
   return ForEachGpuChunk(
-      g, x, !internal::ProductsReadBf16(x),
+      g, x, GpuChunkImages(g, x), !internal::ProductsReadBf16(x),
       [&](int64_t i0, int64_t images, Tensor& cols) -> absl::Status {
         MT_ASSIGN_OR_RETURN(const GemmOperand c,
                             GpuColumns(g, x, i0, images, cols));
@@ -339,8 +352,19 @@ absl::Status GpuBackward(const ConvGeometry& g, const Tensor& x,
   // col2im.
   const bool dtype_cols =
       dx != nullptr || (!internal::ProductsReadBf16(x) && !reuse);
+  int64_t chunk = GpuChunkImages(g, x);
+  if (reuse && dw2 != nullptr && dx != nullptr &&
+      GpuInputGradientChunkImages(g, x) < g.n) {
+    // The filter gradient from the saved columns in one product; then the
+    // input gradient's columns in chunks of their own (under bf16 dy is
+    // then converted twice: for this product and chunk by chunk).
+    MT_ASSIGN_OR_RETURN(const GemmOperand dy, GemmOperand::Of(dy2));
+    MT_RETURN_IF_ERROR(internal::Gemm(saved, dy, true, false, 1.0, 0.0, *dw2));
+    dw2 = nullptr;
+    chunk = GpuInputGradientChunkImages(g, x);
+  }
   return ForEachGpuChunk(
-      g, x, dtype_cols,
+      g, x, chunk, dtype_cols,
       [&](int64_t i0, int64_t images, Tensor& cols) -> absl::Status {
         MT_ASSIGN_OR_RETURN(Tensor dy_rows, dy2.SliceRows(i0 * g.pixels(),
                                                           images * g.pixels()));
@@ -373,6 +397,10 @@ void SetConvGpuColumnBytes(int64_t bytes) {
 }
 
 void SetConvGpuDirect(bool enabled) { gpu_direct.store(enabled); }
+
+void SetConvGpuInputGradientBytes(int64_t bytes) {
+  gpu_input_gradient_bytes.store(std::max<int64_t>(bytes, 0));
+}
 
 int64_t DirectConvCalls() {
   return direct_calls.load(std::memory_order_relaxed);

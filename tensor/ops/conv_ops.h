@@ -48,6 +48,12 @@ namespace internal {
 // Caps the GPU column buffer at `bytes` (0 restores 256 MiB); tests use it
 // to force several chunks. Process-wide.
 void SetConvGpuColumnBytes(int64_t bytes);
+// Caps the input gradient's GPU column chunks at `bytes` when the filter
+// gradient reads the forward's saved columns (the batch in one column
+// chunk), so that they may stay in L2 between the product that writes
+// them and col2im; 0 (the default) keeps them in the column buffer's
+// chunks. An experiment for tests/bench/conv_gpu_bench.cc. Process-wide.
+void SetConvGpuInputGradientBytes(int64_t bytes);
 // Whether GPU convolutions that cuda::DirectConvTakes run on the direct
 // kernels (default true) or on im2col and GEMMs like the rest; tests
 // compare the two. Process-wide.

@@ -3,10 +3,12 @@
 // GPU time of one layer's three passes, without host launch costs. Compares
 // the direct kernels with im2col + GEMMs, and column-buffer sizes (one
 // chunk keeps the forward's columns for the filter gradient; smaller
-// chunks may stay in L2). Exits with a message when no GPU is visible.
+// chunks may stay in L2, for all columns or the input gradient's alone).
+// Each run says so when no GPU is visible.
 //   build/bin/conv_gpu_bench [--benchmark_filter=...]
 // Args: layer (kLayers), direct (0/1), column MiB (0: the default 256),
-// bf16 (0/1).
+// bf16 (0/1), input-gradient column MiB (0: the column chunks;
+// SetConvGpuInputGradientBytes).
 #include <chrono>
 #include <optional>
 #include <vector>
@@ -92,6 +94,7 @@ void BM_GpuConv2DForwardBackward(benchmark::State& state) {
   const Layer& layer = kLayers[state.range(0)];
   ops::internal::SetConvGpuDirect(state.range(1) != 0);
   ops::internal::SetConvGpuColumnBytes(state.range(2) << 20);
+  ops::internal::SetConvGpuInputGradientBytes(state.range(4) << 20);
   SetMatMulPrecision(state.range(3) != 0 ? MatMulPrecision::kBf16
                                          : MatMulPrecision::kFp32);
   state.SetLabel(layer.name);
@@ -125,6 +128,7 @@ void BM_GpuConv2DForwardBackward(benchmark::State& state) {
   }
   ops::internal::SetConvGpuDirect(true);
   ops::internal::SetConvGpuColumnBytes(0);
+  ops::internal::SetConvGpuInputGradientBytes(0);
   SetMatMulPrecision(MatMulPrecision::kFp32);
 }
 
@@ -132,11 +136,12 @@ void Arguments(benchmark::internal::Benchmark* b) {
   for (int64_t bf16 : {0, 1}) {
     // The first layers: direct against im2col + GEMMs.
     for (int64_t layer : {0, 2}) {
-      for (int64_t direct : {1, 0}) b->Args({layer, direct, 0, bf16});
+      for (int64_t direct : {1, 0}) b->Args({layer, direct, 0, bf16, 0});
     }
     // The second conv (never direct): one chunk (columns kept) against
-    // L2-sized chunks.
-    for (int64_t mib : {0, 64, 32, 16, 8}) b->Args({1, 0, mib, bf16});
+    // L2-sized chunks, of all its columns or of the input gradient's alone.
+    for (int64_t mib : {0, 64, 32, 16, 8}) b->Args({1, 0, mib, bf16, 0});
+    for (int64_t mib : {32, 16, 8}) b->Args({1, 0, 0, bf16, mib});
   }
 }
 

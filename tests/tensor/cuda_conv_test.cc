@@ -39,6 +39,7 @@ class CudaConvTest : public CudaTest {
   void TearDown() override {
     ops::internal::SetConvGpuColumnBytes(0);
     ops::internal::SetConvGpuDirect(true);
+    ops::internal::SetConvGpuInputGradientBytes(0);
   }
 };
 
@@ -394,6 +395,32 @@ TEST_F(CudaConvTest, SeveralChunksMatchCpu) {
         ExpectConvMatchesCpu({{5, 9, 8, 2}, {3, 3, 2, 3}, 2, 2, same}, dtype,
                              seed += 2);
       }
+    }
+  }
+}
+
+// The batch in one column chunk (the filter gradient reads the forward's
+// saved columns) and the input gradient's columns in chunks of their own:
+// one image per chunk, then a few (SetConvGpuInputGradientBytes); f32 in
+// fp32 and bf16 (saved bf16 columns), and f64.
+TEST_F(CudaConvTest, InputGradientChunksMatchCpu) {
+  uint64_t seed = 200;
+  ops::internal::SetConvGpuDirect(false);
+  const std::vector<ConvCase> cases = {
+      {{5, 9, 8, 2}, {3, 3, 2, 3}, 2, 2, ops::Padding::kSame},
+      {{3, 14, 14, 8}, {5, 5, 8, 4}, 1, 1, ops::Padding::kSame}};
+  for (int64_t bytes : {int64_t{1}, int64_t{2 * 5 * 4 * 18 * 8}}) {
+    ops::internal::SetConvGpuInputGradientBytes(bytes);
+    for (const MatMulPrecision precision :
+         {MatMulPrecision::kFp32, MatMulPrecision::kBf16}) {
+      SetMatMulPrecision(precision);
+      for (const ConvCase& c : cases) {
+        ExpectConvMatchesCpu(c, DType::kF32, seed += 2);
+      }
+    }
+    SetMatMulPrecision(MatMulPrecision::kFp32);
+    for (const ConvCase& c : cases) {
+      ExpectConvMatchesCpu(c, DType::kF64, seed += 2);
     }
   }
 }
