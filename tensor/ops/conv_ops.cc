@@ -204,12 +204,16 @@ absl::Status CountDirect(absl::Status s) {
   return s;
 }
 
-int64_t GpuChunkImages(const ConvGeometry& g, const Tensor& x) {
+// Images whose column rows fit `bytes` (at least one, at most the batch).
+int64_t ImagesWithin(const ConvGeometry& g, const Tensor& x, int64_t bytes) {
   const int64_t per_image = g.pixels() * ColumnStride(g, x) *
                             static_cast<int64_t>(DTypeSize(x.dtype()));
-  return std::clamp<int64_t>(
-      gpu_column_bytes.load() / std::max<int64_t>(per_image, 1), 1,
-      std::max<int64_t>(g.n, 1));
+  return std::clamp<int64_t>(bytes / std::max<int64_t>(per_image, 1), 1,
+                             std::max<int64_t>(g.n, 1));
+}
+
+int64_t GpuChunkImages(const ConvGeometry& g, const Tensor& x) {
+  return ImagesWithin(g, x, gpu_column_bytes.load());
 }
 
 // Images per chunk of the input gradient's columns when the filter
@@ -217,11 +221,7 @@ int64_t GpuChunkImages(const ConvGeometry& g, const Tensor& x) {
 // their loop (SetConvGpuInputGradientBytes).
 int64_t GpuInputGradientChunkImages(const ConvGeometry& g, const Tensor& x) {
   const int64_t bytes = gpu_input_gradient_bytes.load();
-  if (bytes <= 0) return GpuChunkImages(g, x);
-  const int64_t per_image =
-      g.pixels() * g.patch() * static_cast<int64_t>(DTypeSize(x.dtype()));
-  return std::clamp<int64_t>(bytes / std::max<int64_t>(per_image, 1), 1,
-                             std::max<int64_t>(g.n, 1));
+  return bytes > 0 ? ImagesWithin(g, x, bytes) : GpuChunkImages(g, x);
 }
 
 // Image i0 of a GPU NHWC tensor.

@@ -229,13 +229,7 @@ TEST_F(CudaConvTest, DirectFilterGradientKeepsNonFiniteInputsToTheirTaps) {
 }
 
 // x rounded to multiples of 1/64 (bf16 holds them exactly: 7 bits).
-Tensor OnGrid(const Tensor& x) {
-  Tensor out = Tensor::HostEmpty(DType::kF32, x.shape());
-  for (int64_t i = 0; i < x.num_elements(); ++i) {
-    out.data<float>()[i] = std::round(x.data<float>()[i] * 64) / 64;
-  }
-  return out;
-}
+Tensor OnGrid(const Tensor& x) { return testing::OnGrid(x, 1.0f / 64); }
 
 // Whether got and want hold NaN in the same places, equal values
 // elsewhere with `exact`, else values within relative L2 distance 1e-5.

@@ -438,19 +438,11 @@ TEST_F(CudaOpsTest, ReluMlpGradientsMatchCpuInEveryPrecision) {
       empty, 0, 0);
 }
 
-// `t` moved to the nearest multiple of `step`, plus `offset`.
-Tensor OnGrid(const Tensor& t, float step, float offset) {
-  Tensor out = Tensor::HostEmpty(DType::kF32, t.shape());
-  for (int64_t i = 0; i < t.num_elements(); ++i) {
-    out.data<float>()[i] =
-        std::round(t.data<float>()[i] / step) * step + offset;
-  }
-  return out;
-}
-
 // With `direct`, the direct kernels must take the conv (forward and filter
 // gradient: bias and relu in the forward kernel); without, cuBLASLt's
 // epilogue in every chunk.
+using testing::OnGrid;
+
 void ExpectFusedConvEpilogueMatchesCpu(int64_t channels, int64_t k,
                                        bool direct) {
   const Tensor x = testing::RandomTensor({5, 11, 9, channels}, 61, DType::kF32);

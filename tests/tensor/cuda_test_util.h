@@ -3,6 +3,7 @@
 #ifndef MIRRORTRAIN_TESTS_TENSOR_CUDA_TEST_UTIL_H_
 #define MIRRORTRAIN_TESTS_TENSOR_CUDA_TEST_UTIL_H_
 
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,6 +25,18 @@ class CudaTest : public ::testing::Test {
     if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no GPU visible";
   }
 };
+
+// The f32 tensor `t` moved to the nearest multiple of `step`, plus
+// `offset`, on the host: values whose products and sums are exact in f32
+// (and, on a coarse enough grid, in bf16 and tf32).
+inline Tensor OnGrid(const Tensor& t, float step, float offset = 0) {
+  Tensor out = Tensor::HostEmpty(DType::kF32, t.shape());
+  for (int64_t i = 0; i < t.num_elements(); ++i) {
+    out.data<float>()[i] =
+        std::round(t.data<float>()[i] / step) * step + offset;
+  }
+  return out;
+}
 
 // A copy on `device`; an undefined tensor (and a test failure) on error.
 inline Tensor CopyTo(const Tensor& t, Device device) {
