@@ -21,9 +21,10 @@
 #      (CUDA errors name the kernel when CUDA_LAUNCH_BLOCKING=1 is set);
 #   2c. build/bin/conv_gpu_bench (CONV_BENCH=0 skips it): each conv layer
 #      of the benchmark models, forward and backward replayed as a CUDA
-#      graph, on the direct kernels or im2col + GEMMs and at several column
-#      chunk sizes, all columns' or the input gradient's
-#      (tests/bench/conv_gpu_bench.cc), about a minute;
+#      graph, on the direct kernels and the implicit input gradient or on
+#      im2col + GEMMs + col2im (tests/bench/conv_gpu_bench.cc); each
+#      benchmark runs 0.02 s of GPU time (20 replays an iteration, so
+#      about 0.4 s of wall time), some 20 s in all;
 #   3. scripts/bench_gpu.sh $PARTS (default "cnn tta mlp comm resnet gpt";
 #      its torch.compile runs come last; TORCH_COMPILE=0 skips them);
 #   4. scripts/trace_gpu.sh $TRACES (default "cnn_one_device cnn_bf16
@@ -113,7 +114,7 @@ RESERVE="${BENCH_RESERVE:-40}"
 conv_bench() {  # results folder
   mkdir -p "$1" &&
     cmake --build "${BUILD_DIR:-build}" --target conv_gpu_bench >/dev/null &&
-    "${BUILD_DIR:-build}/bin/conv_gpu_bench" --benchmark_min_time=0.3 \
+    "${BUILD_DIR:-build}/bin/conv_gpu_bench" --benchmark_min_time=0.02 \
       --benchmark_out="$1/conv_gpu_bench.json"
 }
 if [[ ${CONV_BENCH:-1} != 0 ]]; then

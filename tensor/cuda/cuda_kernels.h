@@ -313,13 +313,13 @@ MT_CUDA_KERNEL(Col2Im, absl::Status(DType dtype, const void* cols,
 inline constexpr int64_t kDirectConvMaxPatch = 32;
 
 // Whether the direct kernels take `g`: square 3x3 or 5x5 filters, column
-// stride 1 (any row stride and padding), a patch of at most
-// kDirectConvMaxPatch values, at most 8192 filters (the filter gradient's
-// grid), and every index within 32 bits.
+// stride 1 and a row stride of at most the filter's height (any padding),
+// a patch of at most kDirectConvMaxPatch values, at most 8192 filters (the
+// filter gradient's grid), and every index within 32 bits.
 inline bool DirectConvTakes(const Conv2DGeometry& g) {
   const int64_t limit = int64_t{1} << 30;
   return g.kh == g.kw && (g.kw == 3 || g.kw == 5) && g.sw == 1 &&
-         g.patch() <= kDirectConvMaxPatch && g.o <= 8192 &&
+         g.sh <= g.kh && g.patch() <= kDirectConvMaxPatch && g.o <= 8192 &&
          g.n * g.h * g.w * g.c < limit && g.n * g.oh * g.ow * g.o < limit;
 }
 
@@ -328,20 +328,19 @@ inline bool DirectConvTakes(const Conv2DGeometry& g) {
 // BiasAddRelu. With `bf16` (f32 only) x and the filter are read rounded
 // to bfloat16 and the exact products summed in f32: a bf16 product's
 // numbers; without, full f32 (also under tf32, which permits rounding and
-// does not require it). Input rows above and below the image are skipped,
-// not multiplied as zeros: there an Inf or NaN filter value gives no NaN,
-// where im2col's zero columns times it would. InvalidArgument unless
-// DirectConvTakes(g).
+// does not require it). Padding is multiplied as zeros, as im2col's zero
+// columns are (an Inf or NaN filter value gives NaN there too).
+// InvalidArgument unless DirectConvTakes(g).
 MT_CUDA_KERNEL(DirectConv2D,
                absl::Status(DType dtype, const void* x, const void* filter,
                             const void* relu_bias,
                             const Conv2DGeometry& geometry, bool bf16, void* y,
                             int device));
 // dfilter [kh, kw, c, o] = the sum over every output pixel of x's window
-// times dy [n, oh, ow, o], every element written; `bf16` and the skipped
-// rows as above (x and dy rounded; an Inf or NaN in dy). Partial sums in a
-// fixed split of the pixels, added in a fixed order (ColumnSum's):
-// deterministic, the same on every GPU.
+// times dy [n, oh, ow, o], every element written; `bf16` and padding as
+// above (x and dy rounded; zeros times an Inf or NaN in dy give NaN).
+// Partial sums in a fixed split of the pixels, added in a fixed order
+// (ColumnSum's): deterministic, the same on every GPU.
 MT_CUDA_KERNEL(DirectConv2DFilterGrad,
                absl::Status(DType dtype, const void* x, const void* dy,
                             const Conv2DGeometry& geometry, bool bf16,
@@ -366,6 +365,35 @@ MT_CUDA_KERNEL(DirectConv2DMaxPoolFilterGrad,
                             const int32_t* argmax,
                             const Conv2DGeometry& geometry, bool bf16,
                             void* dfilter, int device));
+
+// ---- Conv2D's input gradient as one implicit GEMM
+// (conv_input_grad_kernels.cu): dy times the filter summed straight into
+// dx, no column buffer written and read back by col2im. FMAs in the
+// input's type (exact f32 or f64 products; the GEMM path serves tf32 and
+// bf16 on tensor cores).
+
+// Filters a step of the kernel's sum takes: its dy rows are read in
+// 16-value pieces, so the filter count is a multiple of it.
+inline constexpr int64_t kConvInputGradChannelStep = 16;
+
+// Whether ConvInputGrad takes `g`: filters a positive multiple of
+// kConvInputGradChannelStep, every index within 32 bits.
+inline bool ConvInputGradTakes(const Conv2DGeometry& g) {
+  const int64_t limit = int64_t{1} << 30;
+  return g.o > 0 && g.o % kConvInputGradChannelStep == 0 &&
+         g.n * g.h * g.w * g.c < limit && g.n * g.oh * g.ow * g.o < limit &&
+         g.patch() * g.o < limit;
+}
+
+// dx [n, h, w, c] = the gradient of Conv2D(x, filter) for the output
+// gradient dy [n, oh, ow, o]: every element written, each the sum over the
+// filter taps and output channels that read it, in a fixed order
+// (deterministic). dy and filter must be 16-byte aligned (f32; 32-byte
+// for f64). InvalidArgument unless ConvInputGradTakes(g).
+MT_CUDA_KERNEL(ConvInputGrad,
+               absl::Status(DType dtype, const void* dy, const void* filter,
+                            const Conv2DGeometry& geometry, void* dx,
+                            int device));
 
 }  // namespace mirrortrain::cuda
 

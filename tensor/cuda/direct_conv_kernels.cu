@@ -1,15 +1,16 @@
 // Direct Conv2D for patches of a few taps (cuda_kernels.h): no column
-// buffer. A warp takes kPx neighbouring output pixels of one output row,
-// its lanes 32 output channels (coalesced writes of dy and y rows). For
-// each filter row and input channel it loads the kPx + k - 1 input values
-// under those pixels once (the same address in every lane: one broadcast
-// load through L1) and reuses each for k taps, so loads stay a fraction of
-// the multiply-adds. Under a 2x2 max pool a warp takes two output rows and
-// writes each window's maximum and winner instead of the outputs. The
-// filter gradient keeps one sum per tap in each lane (under a pool, the
-// pool's gradient goes to each window's winner as it is read), adds the
-// warps of a block in a fixed tree in shared memory and writes one partial
-// per block; ColumnSum's two passes add the partials.
+// buffer. A warp takes a unit of kUnitRows x kUnitCols output pixels, its
+// lanes 32 output channels (coalesced loads and stores of dy and y). Per
+// input channel the warp's lanes copy the input rows under the unit into
+// the warp's shared memory once, zeros outside the image, so the
+// multiply-adds read them as whole rows (two 16-byte broadcast loads in
+// f32) at fixed offsets, with no bounds checks: each value loaded feeds
+// up to k * kUnitCols multiply-adds. Under a 2x2 max pool a unit is 2x2
+// pool windows; the kernel writes each window's maximum and winner instead
+// of the outputs. The filter gradient keeps one sum per tap in each lane
+// (under a pool, the pool's gradient goes to each window's winner as it is
+// read), adds the warps of a block in a fixed tree in shared memory and
+// writes one partial per block; ColumnSum's two passes add the partials.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -30,13 +31,26 @@
 namespace mirrortrain::cuda {
 namespace {
 
-// Output pixels along a row per warp: 8 keeps a 5x5 filter's loads at 17
-// per 40 multiply-adds (12 inputs, 5 taps) per filter row.
-constexpr int kPx = 8;
+// A unit's output rows and columns: 4 x 4 keeps the multiply-adds (16 per
+// tap) well above the shared loads (two per staged row) and the unit
+// small enough that 28- and 32-wide images split into whole units.
+constexpr int kUnitRows = 4;
+constexpr int kUnitCols = 4;
+// Values of a staged input row: the kUnitCols + k - 1 <= 8 that a unit
+// reads along one input row, padded to 8 so that a row is one aligned
+// 32-byte (f32) load.
+constexpr int kRowValues = 8;
+// Staged rows a unit reads at most: (kUnitRows - 1) * sh + k with the row
+// stride at most k (DirectConvTakes) and k <= 5.
+constexpr int kMaxStagedRows = kUnitRows * 5;
 constexpr int kWarps = kLaunchThreads / 32;
-// Pixel groups per warp the filter gradient aims at: enough work to hide
-// the loads' latency, few enough partials (blocks) to add.
-constexpr int64_t kGroupsPerWarp = 8;
+// Units per warp the filter gradient aims at: enough blocks to fill the
+// GPU, few enough partials to add.
+constexpr int64_t kUnitsPerWarp = 4;
+
+static_assert(kUnitRows % 2 == 0 && kUnitCols % 2 == 0,
+              "a unit holds whole 2x2 pool windows");
+static_assert(kUnitCols + 5 - 1 <= kRowValues, "a staged row holds 5x5's");
 
 // What a direct convolution writes: its output (kStore), relu(output +
 // bias) (kReluBias), or the 2x2 stride-2 VALID max pool of its output and
@@ -44,8 +58,8 @@ constexpr int64_t kGroupsPerWarp = 8;
 enum class Epilogue { kStore, kReluBias, kMaxPool };
 
 // The geometry in 32-bit ints (DirectConvTakes bounds every index), and
-// the work units: a unit is `kRows` output rows (2 under a pool: one
-// pooled row) by kPx output columns.
+// the work units: kUnitRows x kUnitCols outputs, of those the units cover
+// (under a pool, the outputs its windows read).
 struct DirectGeometry {
   DirectGeometry(const Conv2DGeometry& g, bool pooled)
       : n(static_cast<int>(g.n)),
@@ -60,16 +74,26 @@ struct DirectGeometry {
         pl(static_cast<int>(g.pl)),
         ph(oh / 2),
         pw(ow / 2),
-        rows(pooled ? ph : oh),
+        out_rows(pooled ? 2 * ph : oh),
         cols(pooled ? 2 * pw : ow),
-        groups((cols + kPx - 1) / kPx),
-        tiles((o + 31) / 32) {}
+        rows((out_rows + kUnitRows - 1) / kUnitRows),
+        groups((cols + kUnitCols - 1) / kUnitCols),
+        tiles((o + 31) / 32),
+        staged_rows((kUnitRows - 1) * sh + static_cast<int>(g.kh)) {}
   int n, h, w, c, oh, ow, o, sh, pt, pl;
-  int ph, pw;  // The pool's output rows and columns.
-  int rows;    // Unit rows per image.
-  int cols;    // Output columns the units cover (those a pool reads).
-  int groups;  // Units along a unit row.
-  int tiles;   // 32-channel tiles of the output channels.
+  int ph, pw;       // The pool's output rows and columns.
+  int out_rows;     // Output rows the units cover.
+  int cols;         // Output columns the units cover.
+  int rows;         // Unit rows per image.
+  int groups;       // Units along a unit row.
+  int tiles;        // 32-channel tiles of the output channels.
+  int staged_rows;  // Input rows under a unit.
+};
+
+// A staged input row, aligned for vector loads.
+template <typename T>
+struct alignas(sizeof(T) * kRowValues) StagedRow {
+  T v[kRowValues];
 };
 
 // A value as a product reads it: rounded to bfloat16 with kBf16.
@@ -82,42 +106,54 @@ __device__ inline T Operand(T v) {
   }
 }
 
-// The kPx + kK - 1 input values of channel ch, image row iy (inside the
-// image), that output pixels ox0.. read with column offsets 0..kK-1
-// (zeros left and right of the image).
-template <int kK, bool kBf16, typename T>
-__device__ inline void LoadInputRow(const DirectGeometry& g, const T* row,
-                                    int ox0, int ch, T (&v)[kPx + kK - 1]) {
-#pragma unroll
-  for (int j = 0; j < kPx + kK - 1; ++j) {
-    const int ix = ox0 - g.pl + j;
-    v[j] =
-        ix >= 0 && ix < g.w ? Operand<kBf16>(__ldg(row + ix * g.c + ch)) : T(0);
+// The calling warp copies channel ch of the input under the unit at output
+// (oy0, ox0) of `image` into its rows: rows[r].v[j] = x[oy0 * sh - pt + r]
+// [ox0 - pl + j][ch], zero outside the image, rounded as a product reads
+// it. Every lane of the warp calls it; on return every lane sees the rows
+// (and none still reads the previous ones when they are overwritten).
+template <bool kBf16, typename T>
+__device__ inline void StageRows(const DirectGeometry& g, const T* image,
+                                 int oy0, int ox0, int ch, int lane,
+                                 StagedRow<T>* rows) {
+  const int iy0 = oy0 * g.sh - g.pt, ix0 = ox0 - g.pl;
+  __syncwarp();
+  for (int e = lane; e < g.staged_rows * kRowValues; e += 32) {
+    const int iy = iy0 + e / kRowValues, ix = ix0 + e % kRowValues;
+    rows[e / kRowValues].v[e % kRowValues] =
+        iy >= 0 && iy < g.h && ix >= 0 && ix < g.w
+            ? Operand<kBf16>(__ldg(image + (iy * g.w + ix) * g.c + ch))
+            : T(0);
   }
+  __syncwarp();
 }
 
-// acc[q][p] = the convolution at output (oy0 + q, ox0 + p) for channel oc
-// (garbage past the last column; zero filter taps in dead lanes).
-template <int kK, int kRows, bool kBf16, typename T>
-__device__ inline void ConvOutputs(const DirectGeometry& g, const T* image,
-                                   const T* filter, int oy0, int ox0, int oc,
-                                   bool live, T (&acc)[kRows][kPx]) {
+// acc[q][p] += the convolution at output (oy0 + q, ox0 + p) for channel oc
+// (garbage past the covered outputs; zero filter taps in dead lanes).
+template <int kK, bool kBf16, typename T>
+__device__ inline void ConvUnit(const DirectGeometry& g, const T* image,
+                                const T* filter, int oy0, int ox0, int oc,
+                                bool live, int lane, StagedRow<T>* rows,
+                                T (&acc)[kUnitRows][kUnitCols]) {
+  for (int ch = 0; ch < g.c; ++ch) {
+    T taps[kK * kK];
 #pragma unroll
-  for (int q = 0; q < kRows; ++q) {
-    for (int ky = 0; ky < kK; ++ky) {
-      const int iy = (oy0 + q) * g.sh - g.pt + ky;
-      if (iy < 0 || iy >= g.h) continue;  // The same in every lane.
-      for (int ch = 0; ch < g.c; ++ch) {
-        T v[kPx + kK - 1];
-        LoadInputRow<kK, kBf16>(g, image + iy * g.w * g.c, ox0, ch, v);
+    for (int t = 0; t < kK * kK; ++t) {
+      taps[t] = live ? Operand<kBf16>(__ldg(filter + (t * g.c + ch) * g.o + oc))
+                     : T(0);
+    }
+    StageRows<kBf16>(g, image, oy0, ox0, ch, lane, rows);
+#pragma unroll
+    for (int q = 0; q < kUnitRows; ++q) {
+      const StagedRow<T>* under = rows + q * g.sh;
+#pragma unroll
+      for (int ky = 0; ky < kK; ++ky) {
+        const StagedRow<T> row = under[ky];
 #pragma unroll
         for (int kx = 0; kx < kK; ++kx) {
-          const T wv =
-              live ? Operand<kBf16>(
-                         __ldg(filter + ((ky * kK + kx) * g.c + ch) * g.o + oc))
-                   : T(0);
 #pragma unroll
-          for (int p = 0; p < kPx; ++p) acc[q][p] += v[p + kx] * wv;
+          for (int p = 0; p < kUnitCols; ++p) {
+            acc[q][p] += row.v[p + kx] * taps[ky * kK + kx];
+          }
         }
       }
     }
@@ -131,93 +167,146 @@ __device__ inline int32_t CellOf(const DirectGeometry& g, int oy, int ox,
   return (oy * g.ow + ox) * g.o + oc;
 }
 
+// A unit's place: image i, output (oy0, ox0).
+struct UnitAt {
+  int i, oy0, ox0;
+};
+__device__ inline UnitAt UnitOf(const DirectGeometry& g, int u) {
+  const int rest = u / g.groups;
+  return {rest / g.rows, rest % g.rows * kUnitRows, u % g.groups * kUnitCols};
+}
+
 // One warp per (image, unit row, unit, channel tile), the tile innermost
 // so that a block's warps read the same inputs.
 template <typename T, int kK, bool kBf16, Epilogue kEpilogue>
 __global__ void __launch_bounds__(kLaunchThreads)
     DirectConvKernel(DirectGeometry g, const T* x, const T* filter,
                      const T* bias, T* y, int32_t* argmax) {
-  constexpr int kRows = kEpilogue == Epilogue::kMaxPool ? 2 : 1;
-  const int lane = threadIdx.x % 32;
+  __shared__ StagedRow<T> staged[kWarps][kMaxStagedRows];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int warps = gridDim.x * kWarps;
   const int units = g.n * g.rows * g.groups * g.tiles;
-  for (int u = blockIdx.x * kWarps + threadIdx.x / 32; u < units; u += warps) {
-    int rest = u;
-    const int tile = rest % g.tiles;
-    rest /= g.tiles;
-    const int ox0 = rest % g.groups * kPx;
-    rest /= g.groups;
-    const int row = rest % g.rows, i = rest / g.rows;
+  for (int u = blockIdx.x * kWarps + warp; u < units; u += warps) {
+    const int tile = u % g.tiles;
+    const UnitAt at = UnitOf(g, u / g.tiles);
     const int oc = tile * 32 + lane;
     const bool live = oc < g.o;
-    T acc[kRows][kPx] = {};
-    ConvOutputs<kK, kRows, kBf16>(g,
-                                  x + static_cast<int64_t>(i) * g.h * g.w * g.c,
-                                  filter, row * kRows, ox0, oc, live, acc);
+    T acc[kUnitRows][kUnitCols] = {};
+    ConvUnit<kK, kBf16>(g, x + static_cast<int64_t>(at.i) * g.h * g.w * g.c,
+                        filter, at.oy0, at.ox0, oc, live, lane, staged[warp],
+                        acc);
+    // Dead lanes still stage rows: every lane runs the same units.
     if (!live) continue;
     if constexpr (kEpilogue == Epilogue::kMaxPool) {
       // Cells in row-major order; the first maximum wins, a NaN beats
       // every number and the first NaN stays (MaxPool2DForward's rule).
-      const int64_t out0 = (static_cast<int64_t>(i) * g.ph + row) * g.pw;
 #pragma unroll
-      for (int pp = 0; pp < kPx / 2; ++pp) {
-        const int px = ox0 / 2 + pp;
-        if (px >= g.pw) break;
-        T best = acc[0][2 * pp];
-        int32_t at = CellOf(g, 2 * row, 2 * px, oc);
+      for (int a = 0; a < kUnitRows / 2; ++a) {
 #pragma unroll
-        for (int k = 1; k < 4; ++k) {
-          const T v = acc[k / 2][2 * pp + k % 2];
-          if (v > best || (v != v && best == best)) {
-            best = v;
-            at = CellOf(g, 2 * row + k / 2, 2 * px + k % 2, oc);
+        for (int b = 0; b < kUnitCols / 2; ++b) {
+          const int py = at.oy0 / 2 + a, px = at.ox0 / 2 + b;
+          if (py >= g.ph || px >= g.pw) continue;
+          T best = acc[2 * a][2 * b];
+          int32_t winner = CellOf(g, 2 * py, 2 * px, oc);
+#pragma unroll
+          for (int k = 1; k < 4; ++k) {
+            const T v = acc[2 * a + k / 2][2 * b + k % 2];
+            if (v > best || (v != v && best == best)) {
+              best = v;
+              winner = CellOf(g, 2 * py + k / 2, 2 * px + k % 2, oc);
+            }
           }
+          const int64_t out =
+              ((static_cast<int64_t>(at.i) * g.ph + py) * g.pw + px) * g.o + oc;
+          y[out] = best;
+          if (argmax != nullptr) argmax[out] = winner;
         }
-        y[(out0 + px) * g.o + oc] = best;
-        if (argmax != nullptr) argmax[(out0 + px) * g.o + oc] = at;
       }
     } else {
-      T* out = y + (static_cast<int64_t>(i) * g.oh + row) * g.ow * g.o + oc;
 #pragma unroll
-      for (int p = 0; p < kPx; ++p) {
-        if (ox0 + p >= g.ow) break;
-        T r = acc[0][p];
-        if constexpr (kEpilogue == Epilogue::kReluBias) {
-          r += __ldg(bias + oc);
-          r = r > T(0) ? r : T(0);
+      for (int q = 0; q < kUnitRows; ++q) {
+        const int oy = at.oy0 + q;
+        if (oy >= g.oh) break;
+        T* out = y + (static_cast<int64_t>(at.i) * g.oh + oy) * g.ow * g.o + oc;
+#pragma unroll
+        for (int p = 0; p < kUnitCols; ++p) {
+          if (at.ox0 + p >= g.ow) break;
+          T r = acc[q][p];
+          if constexpr (kEpilogue == Epilogue::kReluBias) {
+            r += __ldg(bias + oc);
+            r = r > T(0) ? r : T(0);
+          }
+          out[(at.ox0 + p) * g.o] = r;
         }
-        out[(ox0 + p) * g.o] = r;
       }
     }
   }
 }
 
 // d[q][p]: the output gradient at (oy0 + q, ox0 + p), channel oc, rounded
-// as a product reads it. Under a pool (argmax non-null) dy is the pool
-// output's gradient and reaches only each window's winner.
-template <int kRows, bool kBf16, typename T>
+// as a product reads it, zero past the covered outputs. Under a pool
+// (argmax non-null) dy is the pool output's gradient and reaches only
+// each window's winner.
+template <bool kPooled, bool kBf16, typename T>
 __device__ inline void OutputGradients(const DirectGeometry& g, const T* dy,
-                                       const int32_t* argmax, int i, int row,
-                                       int ox0, int oc, bool live,
-                                       T (&d)[kRows][kPx]) {
+                                       const int32_t* argmax, const UnitAt& at,
+                                       int oc, bool live,
+                                       T (&d)[kUnitRows][kUnitCols]) {
+  if constexpr (!kPooled) {
 #pragma unroll
-  for (int p = 0; p < kPx; ++p) {
-    const bool in = live && ox0 + p < g.cols;
-    if constexpr (kRows == 1) {
-      const int64_t at =
-          ((static_cast<int64_t>(i) * g.oh + row) * g.ow + ox0 + p) * g.o + oc;
-      d[0][p] = in ? Operand<kBf16>(__ldg(dy + at)) : T(0);
-    } else {
-      const int64_t at =
-          ((static_cast<int64_t>(i) * g.ph + row) * g.pw + (ox0 + p) / 2) *
-              g.o +
-          oc;
-      const int32_t winner = in ? __ldg(argmax + at) : -1;
-      const T grad = in ? Operand<kBf16>(__ldg(dy + at)) : T(0);
+    for (int q = 0; q < kUnitRows; ++q) {
 #pragma unroll
-      for (int q = 0; q < kRows; ++q) {
-        d[q][p] =
-            winner == CellOf(g, kRows * row + q, ox0 + p, oc) ? grad : T(0);
+      for (int p = 0; p < kUnitCols; ++p) {
+        const int oy = at.oy0 + q, ox = at.ox0 + p;
+        const bool in = live && oy < g.out_rows && ox < g.cols;
+        const int64_t cell =
+            ((static_cast<int64_t>(at.i) * g.oh + oy) * g.ow + ox) * g.o + oc;
+        d[q][p] = in ? Operand<kBf16>(__ldg(dy + cell)) : T(0);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int a = 0; a < kUnitRows / 2; ++a) {
+#pragma unroll
+      for (int b = 0; b < kUnitCols / 2; ++b) {
+        const int py = at.oy0 / 2 + a, px = at.ox0 / 2 + b;
+        const bool in = live && py < g.ph && px < g.pw;
+        const int64_t window =
+            ((static_cast<int64_t>(at.i) * g.ph + py) * g.pw + px) * g.o + oc;
+        const int32_t winner = in ? __ldg(argmax + window) : -1;
+        const T grad = in ? Operand<kBf16>(__ldg(dy + window)) : T(0);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          d[2 * a + k / 2][2 * b + k % 2] =
+              winner == CellOf(g, 2 * py + k / 2, 2 * px + k % 2, oc) ? grad
+                                                                      : T(0);
+        }
+      }
+    }
+  }
+}
+
+// acc[ky * kK + kx] += the staged input at each output's tap (ky, kx) times
+// the output's gradient d. kEdge: only outputs q < rows, p < cols, the
+// others left out rather than multiplied by a zero gradient (an Inf or NaN
+// input that only they read gives no NaN).
+template <int kK, bool kEdge, typename T>
+__device__ inline void AddTaps(const StagedRow<T>* rows, int sh,
+                               const T (&d)[kUnitRows][kUnitCols], int q_end,
+                               int p_end, T (&acc)[kK * kK]) {
+#pragma unroll
+  for (int q = 0; q < kUnitRows; ++q) {
+    if (kEdge && q >= q_end) break;  // The same in every lane.
+    const StagedRow<T>* under = rows + q * sh;
+#pragma unroll
+    for (int ky = 0; ky < kK; ++ky) {
+      const StagedRow<T> row = under[ky];
+#pragma unroll
+      for (int kx = 0; kx < kK; ++kx) {
+#pragma unroll
+        for (int p = 0; p < kUnitCols; ++p) {
+          if (!kEdge || p < p_end) acc[ky * kK + kx] += row.v[p + kx] * d[q][p];
+        }
       }
     }
   }
@@ -231,7 +320,7 @@ template <typename T, int kK, bool kBf16, bool kPooled>
 __global__ void __launch_bounds__(kLaunchThreads)
     DirectConvFilterGradKernel(DirectGeometry g, const T* x, const T* dy,
                                const int32_t* argmax, T* partial) {
-  constexpr int kRows = kPooled ? 2 : 1;
+  __shared__ StagedRow<T> staged[kWarps][kMaxStagedRows];
   __shared__ T halves[kWarps / 2][kK * kK][32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int tile = blockIdx.y % g.tiles, ch = blockIdx.y / g.tiles;
@@ -246,30 +335,17 @@ __global__ void __launch_bounds__(kLaunchThreads)
   const int last = static_cast<int>(begin + len * (warp + 1) / kWarps);
   T acc[kK * kK] = {};
   for (int u = first; u < last; ++u) {
-    const int ox0 = u % g.groups * kPx;
-    const int rest = u / g.groups;
-    const int row = rest % g.rows, i = rest / g.rows;
-    T d[kRows][kPx];
-    OutputGradients<kRows, kBf16>(g, dy, argmax, i, row, ox0, oc, live, d);
-    const T* image = x + static_cast<int64_t>(i) * g.h * g.w * g.c;
-#pragma unroll
-    for (int q = 0; q < kRows; ++q) {
-#pragma unroll
-      for (int ky = 0; ky < kK; ++ky) {
-        const int iy = (row * kRows + q) * g.sh - g.pt + ky;
-        if (iy < 0 || iy >= g.h) continue;  // The same in every lane.
-        T v[kPx + kK - 1];
-        LoadInputRow<kK, kBf16>(g, image + iy * g.w * g.c, ox0, ch, v);
-#pragma unroll
-        for (int kx = 0; kx < kK; ++kx) {
-#pragma unroll
-          for (int p = 0; p < kPx; ++p) {
-            // Past the covered columns v may hold columns no output reads
-            // at this tap: an Inf there times d = 0 must not add a NaN.
-            if (ox0 + p < g.cols) acc[ky * kK + kx] += v[p + kx] * d[q][p];
-          }
-        }
-      }
+    const UnitAt at = UnitOf(g, u);
+    T d[kUnitRows][kUnitCols];
+    OutputGradients<kPooled, kBf16>(g, dy, argmax, at, oc, live, d);
+    StageRows<kBf16>(g, x + static_cast<int64_t>(at.i) * g.h * g.w * g.c,
+                     at.oy0, at.ox0, ch, lane, staged[warp]);
+    const int q_end = min(kUnitRows, g.out_rows - at.oy0);
+    const int p_end = min(kUnitCols, g.cols - at.ox0);
+    if (q_end == kUnitRows && p_end == kUnitCols) {
+      AddTaps<kK, false>(staged[warp], g.sh, d, q_end, p_end, acc);
+    } else {
+      AddTaps<kK, true>(staged[warp], g.sh, d, q_end, p_end, acc);
     }
   }
   // Warps [half, 2 * half) hand their sums to warps [0, half), halving
@@ -374,7 +450,7 @@ absl::Status LaunchFilterGrad(const char* what, DType dtype, const void* x,
   const int64_t units = int64_t{d.n} * d.rows * d.groups;
   const int64_t elem = static_cast<int64_t>(DTypeSize(dtype));
   const int64_t blocks = std::clamp<int64_t>(
-      (units + kWarps * kGroupsPerWarp - 1) / (kWarps * kGroupsPerWarp), 1,
+      (units + kWarps * kUnitsPerWarp - 1) / (kWarps * kUnitsPerWarp), 1,
       std::clamp<int64_t>((int64_t{64} << 20) / (size * elem), 1, 4096));
   DeviceGuard guard;
   MT_RETURN_IF_ERROR(guard.Set(device));

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "tensor/cpu_threads.h"
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/gradient_tape.h"
+#include "tensor/matmul_precision.h"
 #include "tensor/op.h"
 #include "tensor/ops/fused_ops.h"
 #include "tensor/ops/matmul.h"
@@ -187,11 +189,11 @@ int64_t ColumnStride(const ConvGeometry& g, const Tensor& x) {
   return (g.patch() + per_16 - 1) / per_16 * per_16;
 }
 
-// 0: the input gradient's columns go in the column buffer's chunks.
-std::atomic<int64_t> gpu_input_gradient_bytes{0};
 std::atomic<bool> gpu_direct{true};
 std::atomic<int64_t> direct_calls{0};
 std::atomic<int64_t> fused_pool_calls{0};
+std::atomic<bool> gpu_implicit_input_grad{true};
+std::atomic<int64_t> implicit_input_grad_calls{0};
 
 // Whether x's convolution runs on the direct kernels (cuda_kernels.h):
 // patches of a few taps, where im2col + GEMM is memory traffic.
@@ -204,24 +206,31 @@ absl::Status CountDirect(absl::Status s) {
   return s;
 }
 
-// Images whose column rows fit `bytes` (at least one, at most the batch).
-int64_t ImagesWithin(const ConvGeometry& g, const Tensor& x, int64_t bytes) {
+// Whether t's data starts at a multiple of four of its values' size.
+bool QuadAligned(const Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.raw_data()) %
+             (4 * DTypeSize(t.dtype())) ==
+         0;
+}
+
+// Whether dx = conv's input gradient for dy2 runs as the implicit GEMM:
+// where its FMAs are the products' own precision (full f32 or f64; tf32
+// and bf16 go to tensor-core GEMMs) and it takes the shape.
+bool GoesImplicit(const ConvGeometry& g, const Tensor& dy2, const Tensor& w2) {
+  return gpu_implicit_input_grad.load(std::memory_order_relaxed) &&
+         (dy2.dtype() == DType::kF64 ||
+          GetMatMulPrecision() == MatMulPrecision::kFp32) &&
+         cuda::ConvInputGradTakes(g) && QuadAligned(dy2) && QuadAligned(w2);
+}
+
+// Images whose column rows fit the column buffer's cap (at least one, at
+// most the batch).
+int64_t GpuChunkImages(const ConvGeometry& g, const Tensor& x) {
   const int64_t per_image = g.pixels() * ColumnStride(g, x) *
                             static_cast<int64_t>(DTypeSize(x.dtype()));
-  return std::clamp<int64_t>(bytes / std::max<int64_t>(per_image, 1), 1,
-                             std::max<int64_t>(g.n, 1));
-}
-
-int64_t GpuChunkImages(const ConvGeometry& g, const Tensor& x) {
-  return ImagesWithin(g, x, gpu_column_bytes.load());
-}
-
-// Images per chunk of the input gradient's columns when the filter
-// gradient reads the forward's saved columns, so that no im2col shares
-// their loop (SetConvGpuInputGradientBytes).
-int64_t GpuInputGradientChunkImages(const ConvGeometry& g, const Tensor& x) {
-  const int64_t bytes = gpu_input_gradient_bytes.load();
-  return bytes > 0 ? ImagesWithin(g, x, bytes) : GpuChunkImages(g, x);
+  return std::clamp<int64_t>(
+      gpu_column_bytes.load() / std::max<int64_t>(per_image, 1), 1,
+      std::max<int64_t>(g.n, 1));
 }
 
 // Image i0 of a GPU NHWC tensor.
@@ -340,6 +349,13 @@ absl::Status GpuBackward(const ConvGeometry& g, const Tensor& x,
     dw2 = nullptr;
     if (dx == nullptr) return absl::OkStatus();
   }
+  if (dx != nullptr && GoesImplicit(g, dy2, w2)) {
+    MT_RETURN_IF_ERROR(cuda::ConvInputGrad(
+        x.dtype(), dy2.raw_data(), w2.raw_data(), g, dx->raw_data(), device));
+    implicit_input_grad_calls.fetch_add(1, std::memory_order_relaxed);
+    dx = nullptr;
+    if (dw2 == nullptr) return absl::OkStatus();
+  }
   GemmOperand w;
   if (dx != nullptr) {
     MT_ASSIGN_OR_RETURN(w, GemmOperand::Of(w2));
@@ -352,19 +368,8 @@ absl::Status GpuBackward(const ConvGeometry& g, const Tensor& x,
   // col2im.
   const bool dtype_cols =
       dx != nullptr || (!internal::ProductsReadBf16(x) && !reuse);
-  int64_t chunk = GpuChunkImages(g, x);
-  if (reuse && dw2 != nullptr && dx != nullptr &&
-      GpuInputGradientChunkImages(g, x) < g.n) {
-    // The filter gradient from the saved columns in one product; then the
-    // input gradient's columns in chunks of their own (under bf16 dy is
-    // then converted twice: for this product and chunk by chunk).
-    MT_ASSIGN_OR_RETURN(const GemmOperand dy, GemmOperand::Of(dy2));
-    MT_RETURN_IF_ERROR(internal::Gemm(saved, dy, true, false, 1.0, 0.0, *dw2));
-    dw2 = nullptr;
-    chunk = GpuInputGradientChunkImages(g, x);
-  }
   return ForEachGpuChunk(
-      g, x, chunk, dtype_cols,
+      g, x, GpuChunkImages(g, x), dtype_cols,
       [&](int64_t i0, int64_t images, Tensor& cols) -> absl::Status {
         MT_ASSIGN_OR_RETURN(Tensor dy_rows, dy2.SliceRows(i0 * g.pixels(),
                                                           images * g.pixels()));
@@ -398,16 +403,20 @@ void SetConvGpuColumnBytes(int64_t bytes) {
 
 void SetConvGpuDirect(bool enabled) { gpu_direct.store(enabled); }
 
-void SetConvGpuInputGradientBytes(int64_t bytes) {
-  gpu_input_gradient_bytes.store(std::max<int64_t>(bytes, 0));
-}
-
 int64_t DirectConvCalls() {
   return direct_calls.load(std::memory_order_relaxed);
 }
 
 int64_t FusedConvMaxPoolCalls() {
   return fused_pool_calls.load(std::memory_order_relaxed);
+}
+
+void SetConvGpuImplicitInputGrad(bool enabled) {
+  gpu_implicit_input_grad.store(enabled);
+}
+
+int64_t ImplicitInputGradCalls() {
+  return implicit_input_grad_calls.load(std::memory_order_relaxed);
 }
 
 }  // namespace internal

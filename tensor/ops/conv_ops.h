@@ -20,7 +20,9 @@ struct Conv2DOptions {
 // and split over threads; on GPUs chunks under a 256 MiB column buffer,
 // with cuBLAS GEMMs (MatMulPrecision applies) and a gather-form col2im,
 // except patches of a few taps (cuda::DirectConvTakes), which run on
-// direct kernels with no columns.
+// direct kernels with no columns. The GPU input gradient of full-f32 (or
+// f64) products is one implicit GEMM (cuda::ConvInputGrad) where it takes
+// the shape: no columns written for col2im to read back.
 absl::StatusOr<Tensor> Conv2D(const Tensor& x, const Tensor& filter,
                               const Conv2DOptions& options = {});
 
@@ -48,12 +50,6 @@ namespace internal {
 // Caps the GPU column buffer at `bytes` (0 restores 256 MiB); tests use it
 // to force several chunks. Process-wide.
 void SetConvGpuColumnBytes(int64_t bytes);
-// Caps the input gradient's GPU column chunks at `bytes` when the filter
-// gradient reads the forward's saved columns (the batch in one column
-// chunk), so that they may stay in L2 between the product that writes
-// them and col2im; 0 (the default) keeps them in the column buffer's
-// chunks. An experiment for tests/bench/conv_gpu_bench.cc. Process-wide.
-void SetConvGpuInputGradientBytes(int64_t bytes);
 // Whether GPU convolutions that cuda::DirectConvTakes run on the direct
 // kernels (default true) or on im2col and GEMMs like the rest; tests
 // compare the two. Process-wide.
@@ -63,6 +59,12 @@ void SetConvGpuDirect(bool enabled);
 int64_t DirectConvCalls();
 // Fused Conv2DMaxPool forward or filter-gradient calls so far (of those).
 int64_t FusedConvMaxPoolCalls();
+// Whether GPU input gradients that cuda::ConvInputGradTakes run on the
+// implicit GEMM (default true) or on a GEMM and col2im; tests compare the
+// two. Process-wide.
+void SetConvGpuImplicitInputGrad(bool enabled);
+// Implicit input-gradient calls so far.
+int64_t ImplicitInputGradCalls();
 }  // namespace internal
 
 }  // namespace mirrortrain::ops

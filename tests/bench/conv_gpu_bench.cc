@@ -1,14 +1,12 @@
 // GPU Conv2D forward + backward at the benchmark models' shapes, each
 // captured once as a CUDA graph and replayed (as training steps run): the
-// GPU time of one layer's three passes, without host launch costs. Compares
-// the direct kernels with im2col + GEMMs, and column-buffer sizes (one
-// chunk keeps the forward's columns for the filter gradient; smaller
-// chunks may stay in L2, for all columns or the input gradient's alone).
-// Each run says so when no GPU is visible.
+// GPU time of one layer's passes, without host launch costs. Compares the
+// direct kernels (first layers) and the implicit input gradient (the
+// second conv, fp32) with im2col + GEMMs + col2im. Each run says so when no
+// GPU is visible.
 //   build/bin/conv_gpu_bench [--benchmark_filter=...]
-// Args: layer (kLayers), direct (0/1), column MiB (0: the default 256),
-// bf16 (0/1), input-gradient column MiB (0: the column chunks;
-// SetConvGpuInputGradientBytes).
+// Args: layer (kLayers), ours (1: direct kernels and implicit input
+// gradient on; 0: off), bf16 (0/1). Counters: which of ours ran.
 #include <chrono>
 #include <optional>
 #include <vector>
@@ -93,9 +91,8 @@ void BM_GpuConv2DForwardBackward(benchmark::State& state) {
   }
   const Layer& layer = kLayers[state.range(0)];
   ops::internal::SetConvGpuDirect(state.range(1) != 0);
-  ops::internal::SetConvGpuColumnBytes(state.range(2) << 20);
-  ops::internal::SetConvGpuInputGradientBytes(state.range(4) << 20);
-  SetMatMulPrecision(state.range(3) != 0 ? MatMulPrecision::kBf16
+  ops::internal::SetConvGpuImplicitInputGrad(state.range(1) != 0);
+  SetMatMulPrecision(state.range(2) != 0 ? MatMulPrecision::kBf16
                                          : MatMulPrecision::kFp32);
   state.SetLabel(layer.name);
   absl::StatusOr<cuda::Stream> stream = cuda::Stream::Create(0);
@@ -105,6 +102,7 @@ void BM_GpuConv2DForwardBackward(benchmark::State& state) {
   }
   cuda::ScopedCurrentStream current(stream->handle());
   const int64_t direct_calls = ops::internal::DirectConvCalls();
+  const int64_t implicit_calls = ops::internal::ImplicitInputGradCalls();
   absl::StatusOr<Captured> c = Capture(layer);
   if (!c.ok()) {
     state.SkipWithError(c.status().ToString().c_str());
@@ -112,6 +110,8 @@ void BM_GpuConv2DForwardBackward(benchmark::State& state) {
   }
   state.counters["direct"] =
       static_cast<double>(ops::internal::DirectConvCalls() > direct_calls);
+  state.counters["implicit"] = static_cast<double>(
+      ops::internal::ImplicitInputGradCalls() > implicit_calls);
   for (auto _ : state) {
     const auto start = std::chrono::steady_clock::now();
     absl::Status s;
@@ -127,21 +127,15 @@ void BM_GpuConv2DForwardBackward(benchmark::State& state) {
         kReplays);
   }
   ops::internal::SetConvGpuDirect(true);
-  ops::internal::SetConvGpuColumnBytes(0);
-  ops::internal::SetConvGpuInputGradientBytes(0);
+  ops::internal::SetConvGpuImplicitInputGrad(true);
   SetMatMulPrecision(MatMulPrecision::kFp32);
 }
 
 void Arguments(benchmark::internal::Benchmark* b) {
   for (int64_t bf16 : {0, 1}) {
-    // The first layers: direct against im2col + GEMMs.
-    for (int64_t layer : {0, 2}) {
-      for (int64_t direct : {1, 0}) b->Args({layer, direct, 0, bf16, 0});
+    for (int64_t layer : {0, 1, 2}) {
+      for (int64_t ours : {1, 0}) b->Args({layer, ours, bf16});
     }
-    // The second conv (never direct): one chunk (columns kept) against
-    // L2-sized chunks, of all its columns or of the input gradient's alone.
-    for (int64_t mib : {0, 64, 32, 16, 8}) b->Args({1, 0, mib, bf16, 0});
-    for (int64_t mib : {32, 16, 8}) b->Args({1, 0, 0, bf16, mib});
   }
 }
 

@@ -39,7 +39,7 @@ class CudaConvTest : public CudaTest {
   void TearDown() override {
     ops::internal::SetConvGpuColumnBytes(0);
     ops::internal::SetConvGpuDirect(true);
-    ops::internal::SetConvGpuInputGradientBytes(0);
+    ops::internal::SetConvGpuImplicitInputGrad(true);
   }
 };
 
@@ -83,6 +83,16 @@ std::vector<ConvCase> Cases() {
       {{2, 7, 13, 1}, {5, 5, 1, 7}, 1, 1, Padding::kValid},
       {{1, 3, 17, 3}, {3, 3, 3, 33}, 1, 1, Padding::kValid},
       {{40, 12, 12, 2}, {3, 3, 2, 8}, 3, 1, Padding::kSame},
+      // Implicit input-gradient shapes (filters a multiple of 16): the
+      // cnn's second conv (4 pixel tiles, the last partial); both strides
+      // 2 and two channel tiles, the second partial; an uneven filter with
+      // a column stride; a row stride of 3; inputs no output reads
+      // (stride above the filter: their gradient is zero).
+      {{2, 14, 14, 32}, {5, 5, 32, 64}, 1, 1, Padding::kSame},
+      {{2, 9, 7, 40}, {3, 3, 40, 16}, 2, 2, Padding::kSame},
+      {{1, 8, 10, 3}, {4, 3, 3, 16}, 1, 2, Padding::kValid},
+      {{3, 11, 5, 5}, {5, 5, 5, 32}, 3, 1, Padding::kSame},
+      {{1, 9, 9, 4}, {2, 2, 4, 16}, 3, 3, Padding::kValid},
   };
 }
 
@@ -94,16 +104,33 @@ ops::Conv2DOptions OptionsOf(const ConvCase& c) {
   return opt;
 }
 
-// Whether the direct kernels take the case (cuda::DirectConvTakes, as
-// conv_ops.cc's geometry gives it) and it has something to compute.
-bool DirectCase(const ConvCase& c) {
+// The case's geometry, as conv_ops.cc gives it.
+cuda::Conv2DGeometry GeometryOf(const ConvCase& c) {
   const ops::Conv2DOptions opt = OptionsOf(c);
   cuda::Conv2DGeometry g;
   static_cast<ImageWindow&>(g) = ops::MakeImageWindow(
       c.x, c.filter[0], c.filter[1], opt.stride_h, opt.stride_w, opt.padding);
   g.o = c.filter[3];
-  return cuda::DirectConvTakes(g) && g.n * g.pixels() * g.o > 0 &&
-         g.patch() > 0;
+  return g;
+}
+
+// Whether the GPU's gradient pass runs: dy and the patch are not empty.
+bool HasGradientWork(const cuda::Conv2DGeometry& g) {
+  return g.n * g.pixels() * g.o > 0 && g.patch() > 0;
+}
+
+// Whether the direct kernels take the case and it has something to
+// compute.
+bool DirectCase(const ConvCase& c) {
+  const cuda::Conv2DGeometry g = GeometryOf(c);
+  return cuda::DirectConvTakes(g) && HasGradientWork(g);
+}
+
+// Whether the implicit GEMM takes the case's input gradient (full-f32 or
+// f64 products, as these tests run).
+bool ImplicitCase(const ConvCase& c) {
+  const cuda::Conv2DGeometry g = GeometryOf(c);
+  return cuda::ConvInputGradTakes(g) && HasGradientWork(g);
 }
 
 void ExpectConvMatchesCpu(const ConvCase& c, DType dtype, uint64_t seed) {
@@ -133,26 +160,77 @@ void ExpectConvMatchesCpu(const ConvCase& c, DType dtype, uint64_t seed) {
       rtol, atol);
 }
 
-// Every case on im2col + GEMMs, then with the direct kernels on, which
-// must take exactly the cases they claim (forward and filter gradient:
-// two calls; the input gradient stays on the GEMM path).
+// Every case on im2col + GEMMs, then with the direct kernels and the
+// implicit input gradient on, which must take exactly the cases they claim
+// (direct: forward and filter gradient, two calls; implicit: one).
 TEST_F(CudaConvTest, ForwardAndGradientsMatchCpu) {
   uint64_t seed = 1;
-  int direct_cases = 0;
-  for (const bool direct : {false, true}) {
-    ops::internal::SetConvGpuDirect(direct);
+  int direct_cases = 0, implicit_cases = 0;
+  for (const bool ours : {false, true}) {
+    ops::internal::SetConvGpuDirect(ours);
+    ops::internal::SetConvGpuImplicitInputGrad(ours);
     for (DType dtype : {DType::kF32, DType::kF64}) {
       for (const ConvCase& c : Cases()) {
-        SCOPED_TRACE(direct ? "direct" : "im2col + GEMM");
+        SCOPED_TRACE(ours ? "direct and implicit" : "im2col + GEMM");
         const int64_t calls = ops::internal::DirectConvCalls();
+        const int64_t implicit = ops::internal::ImplicitInputGradCalls();
         ExpectConvMatchesCpu(c, dtype, seed += 2);
-        const bool takes = direct && DirectCase(c);
-        EXPECT_EQ(ops::internal::DirectConvCalls() - calls, takes ? 2 : 0);
-        direct_cases += takes;
+        const bool direct_takes = ours && DirectCase(c);
+        const bool implicit_takes = ours && ImplicitCase(c);
+        EXPECT_EQ(ops::internal::DirectConvCalls() - calls,
+                  direct_takes ? 2 : 0);
+        EXPECT_EQ(ops::internal::ImplicitInputGradCalls() - implicit,
+                  implicit_takes ? 1 : 0);
+        direct_cases += direct_takes;
+        implicit_cases += implicit_takes;
       }
     }
   }
-  EXPECT_GE(direct_cases, 2 * 8);  // The cases above go direct.
+  EXPECT_GE(direct_cases, 2 * 8);    // The cases above go direct,
+  EXPECT_GE(implicit_cases, 2 * 6);  // and these implicit.
+}
+
+// The implicit input gradient follows the precision of the call: under
+// tf32 and bf16 the GEMM path (tensor cores) runs, under fp32 the implicit
+// GEMM. Inputs on a 1/64 grid make every product and sum exact in f32,
+// tf32 and bf16 alike, so each must equal the CPU exactly.
+TEST_F(CudaConvTest, ImplicitInputGradientOnlyForFullF32Products) {
+  const ConvCase c{{2, 14, 14, 32}, {5, 5, 32, 64}, 1, 1, ops::Padding::kSame};
+  constexpr float kStep = 1.0f / 64;
+  const Tensor x = testing::OnGrid(RandomTensor(c.x, 401, DType::kF32), kStep);
+  const Tensor f =
+      testing::OnGrid(RandomTensor(c.filter, 402, DType::kF32), kStep);
+  const Tensor dy =
+      testing::OnGrid(RandomTensor({2, 14, 14, 64}, 403, DType::kF32), kStep);
+  const Device gpu = Device::Cuda(0);
+  for (const MatMulPrecision precision :
+       {MatMulPrecision::kFp32, MatMulPrecision::kTf32,
+        MatMulPrecision::kBf16}) {
+    SCOPED_TRACE(static_cast<int>(precision));
+    auto input_gradient = [&](const Tensor& xi, const Tensor& fi,
+                              const Tensor& dyi) {
+      GradientTape tape;
+      tape.Watch(xi);
+      absl::StatusOr<Tensor> y = ops::Conv2D(xi, fi);
+      EXPECT_TRUE(y.ok()) << y.status();
+      auto g = tape.Gradient(*ops::ReduceSum(*ops::Mul(*y, dyi)), {xi});
+      EXPECT_TRUE(g.ok()) << g.status();
+      return CopyTo(*(*g)[0], Device::Cpu());
+    };
+    // The CPU computes tf32 as full f32.
+    SetMatMulPrecision(precision == MatMulPrecision::kBf16
+                           ? precision
+                           : MatMulPrecision::kFp32);
+    const Tensor cpu = input_gradient(x, f, dy);
+    SetMatMulPrecision(precision);
+    const int64_t implicit = ops::internal::ImplicitInputGradCalls();
+    const Tensor on_gpu =
+        input_gradient(CopyTo(x, gpu), CopyTo(f, gpu), CopyTo(dy, gpu));
+    SetMatMulPrecision(MatMulPrecision::kFp32);
+    EXPECT_EQ(ops::internal::ImplicitInputGradCalls() - implicit,
+              precision == MatMulPrecision::kFp32 ? 1 : 0);
+    EXPECT_EQ(on_gpu.ToVector<float>(), cpu.ToVector<float>());
+  }
 }
 
 // The filter gradient of Conv2D(x, f, opt) for the output gradient dy,
@@ -197,14 +275,15 @@ TEST_F(CudaConvTest, DirectFilterGradientAloneMatchesCpuAndRepeats) {
   }
 }
 
-// An Inf in the input's last column: a VALID 3x3 conv over 11 columns
-// has 9 outputs, a full pixel group and one pixel of the next. The
-// direct kernel's loads for that group reach past the last output; the
-// Inf must reach only the taps whose pixels read it (the CPU's infinite
-// and NaN entries), not a sum through a pixel beyond the row.
+// An Inf in the input's last column and one in its last row: a VALID 3x3
+// conv over 4 x 11 inputs has 2 x 9 outputs, so the direct kernel's units
+// (4 x 4 outputs) reach past the last output column and row. Each Inf
+// must reach only the taps whose pixels read it (the CPU's infinite
+// entries), not a sum through an output beyond the image's.
 TEST_F(CudaConvTest, DirectFilterGradientKeepsNonFiniteInputsToTheirTaps) {
   Tensor x = RandomTensor({2, 4, 11, 1}, 8, DType::kF32);
   x.data<float>()[1 * 11 + 10] = std::numeric_limits<float>::infinity();
+  x.data<float>()[3 * 11 + 2] = std::numeric_limits<float>::infinity();
   const Tensor f = RandomTensor({3, 3, 1, 5}, 9, DType::kF32);
   const Tensor dy = RandomTensor({2, 2, 9, 5}, 10, DType::kF32, 0.5, 1.5);
   ops::Conv2DOptions opt;
@@ -224,8 +303,9 @@ TEST_F(CudaConvTest, DirectFilterGradientKeepsNonFiniteInputsToTheirTaps) {
     ++finite;
     EXPECT_NEAR(got, want, 1e-5 * (1 + std::abs(want)));
   }
-  // Taps kx = 0 and 1 of every row never read column 10: finite.
-  EXPECT_GE(finite, 2 * 3 * 5);
+  // Row 1, column 10 reaches taps (0, 2) and (1, 2); row 3, column 2 the
+  // taps (2, *). The other four taps stay finite in all 5 channels.
+  EXPECT_EQ(finite, 4 * 5);
 }
 
 // x rounded to multiples of 1/64 (bf16 holds them exactly: 7 bits).
@@ -389,32 +469,6 @@ TEST_F(CudaConvTest, SeveralChunksMatchCpu) {
         ExpectConvMatchesCpu({{5, 9, 8, 2}, {3, 3, 2, 3}, 2, 2, same}, dtype,
                              seed += 2);
       }
-    }
-  }
-}
-
-// The batch in one column chunk (the filter gradient reads the forward's
-// saved columns) and the input gradient's columns in chunks of their own:
-// one image per chunk, then a few (SetConvGpuInputGradientBytes); f32 in
-// fp32 and bf16 (saved bf16 columns), and f64.
-TEST_F(CudaConvTest, InputGradientChunksMatchCpu) {
-  uint64_t seed = 200;
-  ops::internal::SetConvGpuDirect(false);
-  const std::vector<ConvCase> cases = {
-      {{5, 9, 8, 2}, {3, 3, 2, 3}, 2, 2, ops::Padding::kSame},
-      {{3, 14, 14, 8}, {5, 5, 8, 4}, 1, 1, ops::Padding::kSame}};
-  for (int64_t bytes : {int64_t{1}, int64_t{2 * 5 * 4 * 18 * 8}}) {
-    ops::internal::SetConvGpuInputGradientBytes(bytes);
-    for (const MatMulPrecision precision :
-         {MatMulPrecision::kFp32, MatMulPrecision::kBf16}) {
-      SetMatMulPrecision(precision);
-      for (const ConvCase& c : cases) {
-        ExpectConvMatchesCpu(c, DType::kF32, seed += 2);
-      }
-    }
-    SetMatMulPrecision(MatMulPrecision::kFp32);
-    for (const ConvCase& c : cases) {
-      ExpectConvMatchesCpu(c, DType::kF64, seed += 2);
     }
   }
 }
