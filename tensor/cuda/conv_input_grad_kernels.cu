@@ -7,16 +7,15 @@
 // dy @ filter^T as columns, kh * kw * c values per output pixel (160 MB for
 // the cnn's second conv at batch 256), for col2im to read back.
 //
-// A block computes kTileM input pixels by kTileN input channels, stepping
-// through K kTileK output channels of one tap at a time: its threads load
-// the next step's tiles into registers while they multiply the current
-// ones from shared memory (one barrier pair per step), each thread
-// kThreadM x kThreadN outputs. Every output is one thread's sum, in a
-// fixed order: deterministic.
+// A block computes 128 input pixels by 32 input channels, stepping through
+// K 16 output channels of one tap at a time: its threads load the next
+// step's tiles into registers while they multiply the current ones from
+// shared memory (one barrier pair per step), each thread 8 x 4 outputs
+// (or 8 x 8, `wide_tiles`). Every output is one thread's sum, in a fixed
+// order: deterministic.
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "tensor/cuda/cuda_kernels.h"
@@ -27,15 +26,30 @@
 namespace mirrortrain::cuda {
 namespace {
 
-constexpr int kTileM = 128;                        // Input pixels per block.
 constexpr int kTileN = 32;                         // Input channels per block.
 constexpr int kTileK = kConvInputGradChannelStep;  // dy channels per step.
-constexpr int kThreadM = 8;                        // Pixels per thread.
-constexpr int kThreadN = 4;                        // Channels per thread.
-constexpr int kGemmThreads = (kTileM / kThreadM) * (kTileN / kThreadN);
-static_assert(kGemmThreads == kTileM, "a thread gathers one pixel's row");
-static_assert(kTileN * kTileK == 4 * kGemmThreads,
-              "a thread loads four filter values a step");
+
+// A block's kTileM input pixels (by kTileN channels) and each thread's
+// kThreadM x kThreadN outputs of them. Each thread gathers kTileM / kThreads
+// pixels' rows of A and loads kTileN * kTileK / 4 / kThreads quads of B.
+template <int kTileM_, int kThreadM_, int kThreadN_>
+struct TileShape {
+  static constexpr int kTileM = kTileM_;
+  static constexpr int kThreadM = kThreadM_;
+  static constexpr int kThreadN = kThreadN_;
+  static constexpr int kThreads = (kTileM / kThreadM) * (kTileN / kThreadN);
+  static constexpr int kRows = kTileM / kThreads;
+  static constexpr int kQuads = kTileN * kTileK / 4 / kThreads;
+  static_assert(kTileM % kThreads == 0 && kRows >= 1, "whole pixel rows");
+  static_assert(kQuads >= 1 && kTileN * kTileK % (4 * kThreads) == 0,
+                "whole filter quads");
+  static_assert(kThreadM % 4 == 0 && kThreadN % 4 == 0, "whole quads");
+};
+// 8 x 4 outputs a thread, 128 threads: the measured default. 8 x 8, 64
+// threads: twice the multiply-adds per shared-memory load, for
+// conv_gpu_bench to weigh against the lower occupancy.
+using NarrowTiles = TileShape<128, 8, 4>;
+using WideTiles = TileShape<128, 8, 8>;
 
 // Four values, aligned for one (f32) or two (f64) 16-byte accesses.
 template <typename T>
@@ -90,110 +104,151 @@ struct Step {
   }
 };
 
-// The registers a thread carries from global memory to shared memory for
-// one step: its pixel's kTileK values of A and four of B.
-template <typename T>
-struct StepValues {
-  T a[kTileK];
-  Quad<T> b;
+// An input pixel whose row of A a thread gathers.
+struct Pixel {
+  int image, iy, ix;
+  bool in;  // Inside dx (the last block's tail is not).
 };
 
-// Loads step `at` for thread t of the block whose channels start at c0;
-// the thread's pixel is (image, iy, ix), inside dx when pixel_in.
-template <typename T>
+// The registers a thread carries from global memory to shared memory for
+// one step: its pixels' kTileK values of A and its quads of B.
+template <typename T, typename S>
+struct StepValues {
+  T a[S::kRows][kTileK];
+  Quad<T> b[S::kQuads];
+};
+
+// Loads step `at` for thread t of the block whose channels start at c0.
+template <typename S, typename T>
 __device__ inline void LoadStep(const GradGeometry& g, const T* dy,
-                                const T* filter, const Step& at, int t, int iy,
-                                int ix, int image, bool pixel_in, int c0,
-                                StepValues<T>& s) {
-  const int oy = pixel_in ? OutputAt(iy, g.pt, at.ky, g.sh, g.oh) : -1;
-  const int ox = oy >= 0 ? OutputAt(ix, g.pl, at.kx, g.sw, g.ow) : -1;
-  if (ox >= 0) {
-    const Quad<T>* row = reinterpret_cast<const Quad<T>*>(
-        dy + ((image * g.oh + oy) * g.ow + ox) * g.o + at.oc0);
+                                const T* filter, const Step& at, int t,
+                                const Pixel (&pixels)[S::kRows], int c0,
+                                StepValues<T, S>& s) {
 #pragma unroll
-    for (int q = 0; q < kTileK / 4; ++q) {
-      const Quad<T> v = row[q];
+  for (int r = 0; r < S::kRows; ++r) {
+    const Pixel& p = pixels[r];
+    const int oy = p.in ? OutputAt(p.iy, g.pt, at.ky, g.sh, g.oh) : -1;
+    const int ox = oy >= 0 ? OutputAt(p.ix, g.pl, at.kx, g.sw, g.ow) : -1;
+    if (ox >= 0) {
+      const Quad<T>* row = reinterpret_cast<const Quad<T>*>(
+          dy + ((p.image * g.oh + oy) * g.ow + ox) * g.o + at.oc0);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) s.a[q * 4 + j] = v.v[j];
+      for (int q = 0; q < kTileK / 4; ++q) {
+        const Quad<T> v = row[q];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) s.a[r][q * 4 + j] = v.v[j];
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < kTileK; ++k) s.a[r][k] = T(0);
     }
-  } else {
-#pragma unroll
-    for (int k = 0; k < kTileK; ++k) s.a[k] = T(0);
   }
-  // Thread t: channel c0 + t / 4, dy channels oc0 + t % 4 * 4 .. + 3.
-  const int ch = c0 + t / 4;
-  if (ch < g.c) {
-    const int tap = at.ky * g.kw + at.kx;
-    s.b = *reinterpret_cast<const Quad<T>*>(filter + (tap * g.c + ch) * g.o +
-                                            at.oc0 + t % 4 * 4);
-  } else {
-    s.b = Quad<T>{};
+  const int tap = at.ky * g.kw + at.kx;
+#pragma unroll
+  for (int r = 0; r < S::kQuads; ++r) {
+    // Quad q: channel c0 + q / 4, dy channels oc0 + q % 4 * 4 .. + 3.
+    const int q = t + r * S::kThreads, ch = c0 + q / 4;
+    s.b[r] = ch < g.c
+                 ? *reinterpret_cast<const Quad<T>*>(
+                       filter + (tap * g.c + ch) * g.o + at.oc0 + q % 4 * 4)
+                 : Quad<T>{};
   }
 }
 
 // Block (mb, nb): dx rows [mb * kTileM, + kTileM) and channels
 // [nb * kTileN, + kTileN), every one of them inside dx written.
-template <typename T>
-__global__ void __launch_bounds__(kGemmThreads)
+template <typename T, typename S>
+__global__ void __launch_bounds__(S::kThreads)
     ConvInputGradKernel(GradGeometry g, const T* dy, const T* filter, T* dx) {
   // a_tile[k][m / 4].v[m % 4] = A [m0 + m][step's k];
   // b_tile[k][n / 4].v[n % 4] = B [step's k][c0 + n].
-  __shared__ Quad<T> a_tile[kTileK][kTileM / 4];
+  __shared__ Quad<T> a_tile[kTileK][S::kTileM / 4];
   __shared__ Quad<T> b_tile[kTileK][kTileN / 4];
   const int t = threadIdx.x;
-  const int m0 = blockIdx.x * kTileM, c0 = blockIdx.y * kTileN;
-  // The pixel this thread gathers A's row for.
-  const int m = m0 + t;
-  const bool pixel_in = m < g.pixels;
-  const int ix = m % g.w, iy = m / g.w % g.h, image = m / (g.w * g.h);
+  const int m0 = blockIdx.x * S::kTileM, c0 = blockIdx.y * kTileN;
+  // The pixels this thread gathers A's rows for: m0 + t + r * kThreads.
+  Pixel pixels[S::kRows];
+#pragma unroll
+  for (int r = 0; r < S::kRows; ++r) {
+    const int m = m0 + t + r * S::kThreads;
+    pixels[r] = {m / (g.w * g.h), m / g.w % g.h, m % g.w, m < g.pixels};
+  }
   // The outputs this thread sums: pixels m0 + tm * kThreadM + i, channels
   // c0 + tn * kThreadN + j.
-  const int tn = t % (kTileN / kThreadN), tm = t / (kTileN / kThreadN);
-  T acc[kThreadM][kThreadN] = {};
-  StepValues<T> next;
+  constexpr int kAcross = kTileN / S::kThreadN;
+  const int tn = t % kAcross, tm = t / kAcross;
+  T acc[S::kThreadM][S::kThreadN] = {};
+  StepValues<T, S> next;
   Step at;
-  LoadStep(g, dy, filter, at, t, iy, ix, image, pixel_in, c0, next);
+  LoadStep<S>(g, dy, filter, at, t, pixels, c0, next);
   for (int step = 0; step < g.steps; ++step) {
 #pragma unroll
-    for (int k = 0; k < kTileK; ++k) a_tile[k][t / 4].v[t % 4] = next.a[k];
+    for (int r = 0; r < S::kRows; ++r) {
+      const int m = t + r * S::kThreads;
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
-      b_tile[t % 4 * 4 + j][t / 16].v[t / 4 % 4] = next.b.v[j];
+      for (int k = 0; k < kTileK; ++k) a_tile[k][m / 4].v[m % 4] = next.a[r][k];
+    }
+#pragma unroll
+    for (int r = 0; r < S::kQuads; ++r) {
+      const int q = t + r * S::kThreads, n = q / 4;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        b_tile[q % 4 * 4 + j][n / 4].v[n % 4] = next.b[r].v[j];
+      }
+    }
     __syncthreads();
     // The next step's loads are in flight while this one multiplies.
     if (step + 1 < g.steps) {
       at.Advance(g.kw, g.o);
-      LoadStep(g, dy, filter, at, t, iy, ix, image, pixel_in, c0, next);
+      LoadStep<S>(g, dy, filter, at, t, pixels, c0, next);
     }
 #pragma unroll
     for (int k = 0; k < kTileK; ++k) {
-      const Quad<T> a0 = a_tile[k][tm * 2], a1 = a_tile[k][tm * 2 + 1];
-      const Quad<T> b = b_tile[k][tn];
+      Quad<T> a[S::kThreadM / 4], b[S::kThreadN / 4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
+      for (int i = 0; i < S::kThreadM / 4; ++i) {
+        a[i] = a_tile[k][tm * (S::kThreadM / 4) + i];
+      }
 #pragma unroll
-        for (int j = 0; j < kThreadN; ++j) {
-          acc[i][j] += a0.v[i] * b.v[j];
-          acc[4 + i][j] += a1.v[i] * b.v[j];
+      for (int j = 0; j < S::kThreadN / 4; ++j) {
+        b[j] = b_tile[k][tn * (S::kThreadN / 4) + j];
+      }
+#pragma unroll
+      for (int i = 0; i < S::kThreadM; ++i) {
+#pragma unroll
+        for (int j = 0; j < S::kThreadN; ++j) {
+          acc[i][j] += a[i / 4].v[i % 4] * b[j / 4].v[j % 4];
         }
       }
     }
     __syncthreads();
   }
 #pragma unroll
-  for (int i = 0; i < kThreadM; ++i) {
-    const int row = m0 + tm * kThreadM + i;
+  for (int i = 0; i < S::kThreadM; ++i) {
+    const int row = m0 + tm * S::kThreadM + i;
     if (row >= g.pixels) break;
 #pragma unroll
-    for (int j = 0; j < kThreadN; ++j) {
-      const int ch = c0 + tn * kThreadN + j;
+    for (int j = 0; j < S::kThreadN; ++j) {
+      const int ch = c0 + tn * S::kThreadN + j;
       if (ch < g.c) dx[row * g.c + ch] = acc[i][j];
     }
   }
 }
 
+// Launches the kernel for tile shape S on `stream`.
+template <typename T, typename S>
+void LaunchInputGrad(const GradGeometry& d, const void* dy, const void* filter,
+                     void* dx, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((d.pixels + S::kTileM - 1) / S::kTileM),
+                  static_cast<unsigned>((d.c + kTileN - 1) / kTileN));
+  ConvInputGradKernel<T, S><<<grid, S::kThreads, 0, stream>>>(
+      d, static_cast<const T*>(dy), static_cast<const T*>(filter),
+      static_cast<T*>(dx));
+}
+
 absl::Status ConvInputGradOnGpu(DType dtype, const void* dy, const void* filter,
-                                const Conv2DGeometry& g, void* dx, int device) {
+                                const Conv2DGeometry& g, bool wide_tiles,
+                                void* dx, int device) {
   constexpr const char* kWhat = "ConvInputGrad";
   MT_RETURN_IF_ERROR(CheckImageWindow(kWhat, g));
   if (!ConvInputGradTakes(g)) {
@@ -210,14 +265,14 @@ absl::Status ConvInputGradOnGpu(DType dtype, const void* dy, const void* filter,
   }
   const GradGeometry d(g);
   if (d.pixels == 0 || d.c == 0) return absl::OkStatus();
-  const dim3 grid(static_cast<unsigned>((d.pixels + kTileM - 1) / kTileM),
-                  static_cast<unsigned>((d.c + kTileN - 1) / kTileN));
   return LaunchFloatOn(
       kWhat, dtype, device, [&](auto zero, cudaStream_t stream) {
         using T = decltype(zero);
-        ConvInputGradKernel<T><<<grid, kGemmThreads, 0, stream>>>(
-            d, static_cast<const T*>(dy), static_cast<const T*>(filter),
-            static_cast<T*>(dx));
+        if (wide_tiles) {
+          LaunchInputGrad<T, WideTiles>(d, dy, filter, dx, stream);
+        } else {
+          LaunchInputGrad<T, NarrowTiles>(d, dy, filter, dx, stream);
+        }
       });
 }
 

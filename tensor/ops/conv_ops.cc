@@ -193,6 +193,7 @@ std::atomic<bool> gpu_direct{true};
 std::atomic<int64_t> direct_calls{0};
 std::atomic<int64_t> fused_pool_calls{0};
 std::atomic<bool> gpu_implicit_input_grad{true};
+std::atomic<bool> gpu_implicit_wide_tiles{false};
 std::atomic<int64_t> implicit_input_grad_calls{0};
 
 // Whether x's convolution runs on the direct kernels (cuda_kernels.h):
@@ -351,7 +352,9 @@ absl::Status GpuBackward(const ConvGeometry& g, const Tensor& x,
   }
   if (dx != nullptr && GoesImplicit(g, dy2, w2)) {
     MT_RETURN_IF_ERROR(cuda::ConvInputGrad(
-        x.dtype(), dy2.raw_data(), w2.raw_data(), g, dx->raw_data(), device));
+        x.dtype(), dy2.raw_data(), w2.raw_data(), g,
+        gpu_implicit_wide_tiles.load(std::memory_order_relaxed), dx->raw_data(),
+        device));
     implicit_input_grad_calls.fetch_add(1, std::memory_order_relaxed);
     dx = nullptr;
     if (dw2 == nullptr) return absl::OkStatus();
@@ -413,6 +416,10 @@ int64_t FusedConvMaxPoolCalls() {
 
 void SetConvGpuImplicitInputGrad(bool enabled) {
   gpu_implicit_input_grad.store(enabled);
+}
+
+void SetConvGpuImplicitWideTiles(bool wide) {
+  gpu_implicit_wide_tiles.store(wide);
 }
 
 int64_t ImplicitInputGradCalls() {

@@ -6,7 +6,8 @@
 // GPU is visible.
 //   build/bin/conv_gpu_bench [--benchmark_filter=...]
 // Args: layer (kLayers), ours (1: direct kernels and implicit input
-// gradient on; 0: off), bf16 (0/1). Counters: which of ours ran.
+// gradient on; 2: the same with the implicit input gradient's wide tiles;
+// 0: off), bf16 (0/1). Counters: which of ours ran.
 #include <chrono>
 #include <optional>
 #include <vector>
@@ -92,6 +93,7 @@ void BM_GpuConv2DForwardBackward(benchmark::State& state) {
   const Layer& layer = kLayers[state.range(0)];
   ops::internal::SetConvGpuDirect(state.range(1) != 0);
   ops::internal::SetConvGpuImplicitInputGrad(state.range(1) != 0);
+  ops::internal::SetConvGpuImplicitWideTiles(state.range(1) == 2);
   SetMatMulPrecision(state.range(2) != 0 ? MatMulPrecision::kBf16
                                          : MatMulPrecision::kFp32);
   state.SetLabel(layer.name);
@@ -128,6 +130,7 @@ void BM_GpuConv2DForwardBackward(benchmark::State& state) {
   }
   ops::internal::SetConvGpuDirect(true);
   ops::internal::SetConvGpuImplicitInputGrad(true);
+  ops::internal::SetConvGpuImplicitWideTiles(false);
   SetMatMulPrecision(MatMulPrecision::kFp32);
 }
 
@@ -137,6 +140,7 @@ void Arguments(benchmark::internal::Benchmark* b) {
       for (int64_t ours : {1, 0}) b->Args({layer, ours, bf16});
     }
   }
+  b->Args({1, 2, 0});  // The second conv's input gradient, wide tiles.
 }
 
 BENCHMARK(BM_GpuConv2DForwardBackward)

@@ -40,6 +40,7 @@ class CudaConvTest : public CudaTest {
     ops::internal::SetConvGpuColumnBytes(0);
     ops::internal::SetConvGpuDirect(true);
     ops::internal::SetConvGpuImplicitInputGrad(true);
+    ops::internal::SetConvGpuImplicitWideTiles(false);
   }
 };
 
@@ -188,6 +189,25 @@ TEST_F(CudaConvTest, ForwardAndGradientsMatchCpu) {
   }
   EXPECT_GE(direct_cases, 2 * 8);    // The cases above go direct,
   EXPECT_GE(implicit_cases, 2 * 6);  // and these implicit.
+}
+
+// The implicit input gradient's other tile shape (8 x 8 outputs a thread,
+// two pixel rows and two filter quads gathered per thread) on the cases
+// it takes.
+TEST_F(CudaConvTest, ImplicitInputGradientWideTilesMatchCpu) {
+  ops::internal::SetConvGpuImplicitWideTiles(true);
+  uint64_t seed = 500;
+  int cases = 0;
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    for (const ConvCase& c : Cases()) {
+      if (!ImplicitCase(c)) continue;
+      const int64_t implicit = ops::internal::ImplicitInputGradCalls();
+      ExpectConvMatchesCpu(c, dtype, seed += 2);
+      EXPECT_EQ(ops::internal::ImplicitInputGradCalls() - implicit, 1);
+      ++cases;
+    }
+  }
+  EXPECT_GE(cases, 2 * 6);
 }
 
 // The implicit input gradient follows the precision of the call: under
