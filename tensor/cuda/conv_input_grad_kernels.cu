@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "tensor/cuda/conv_geometry.cuh"
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/cuda/image_window.cuh"
 #include "tensor/cuda/launch.h"
@@ -58,23 +59,9 @@ struct alignas(sizeof(T) * 4) Quad {
 };
 
 // The geometry in 32-bit ints (ConvInputGradTakes bounds every index).
-struct GradGeometry {
+struct GradGeometry : Conv2DGeometry32 {
   explicit GradGeometry(const Conv2DGeometry& g)
-      : n(static_cast<int>(g.n)),
-        h(static_cast<int>(g.h)),
-        w(static_cast<int>(g.w)),
-        c(static_cast<int>(g.c)),
-        oh(static_cast<int>(g.oh)),
-        ow(static_cast<int>(g.ow)),
-        o(static_cast<int>(g.o)),
-        kw(static_cast<int>(g.kw)),
-        sh(static_cast<int>(g.sh)),
-        sw(static_cast<int>(g.sw)),
-        pt(static_cast<int>(g.pt)),
-        pl(static_cast<int>(g.pl)),
-        pixels(n * h * w),
-        steps(static_cast<int>(g.kh * g.kw) * (o / kTileK)) {}
-  int n, h, w, c, oh, ow, o, kw, sh, sw, pt, pl;
+      : Conv2DGeometry32(g), pixels(n * h * w), steps(kh * kw * (o / kTileK)) {}
   int pixels;  // Rows of dx.
   int steps;   // K / kTileK.
 };

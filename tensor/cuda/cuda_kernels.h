@@ -377,12 +377,13 @@ MT_CUDA_KERNEL(DirectConv2DMaxPoolFilterGrad,
 inline constexpr int64_t kConvInputGradChannelStep = 16;
 
 // Whether ConvInputGrad takes `g`: filters a positive multiple of
-// kConvInputGradChannelStep, every index within 32 bits.
+// kConvInputGradChannelStep, input channels within the grid's 65535
+// blocks of 32, every index within 32 bits.
 inline bool ConvInputGradTakes(const Conv2DGeometry& g) {
   const int64_t limit = int64_t{1} << 30;
   return g.o > 0 && g.o % kConvInputGradChannelStep == 0 &&
-         g.n * g.h * g.w * g.c < limit && g.n * g.oh * g.ow * g.o < limit &&
-         g.patch() * g.o < limit;
+         g.c <= int64_t{65535} * 32 && g.n * g.h * g.w * g.c < limit &&
+         g.n * g.oh * g.ow * g.o < limit && g.patch() * g.o < limit;
 }
 
 // dx [n, h, w, c] = the gradient of Conv2D(x, filter) for the output

@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tensor/cuda/column_sum.cuh"
+#include "tensor/cuda/conv_geometry.cuh"
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/cuda/device_guard.h"
@@ -60,18 +61,9 @@ enum class Epilogue { kStore, kReluBias, kMaxPool };
 // The geometry in 32-bit ints (DirectConvTakes bounds every index), and
 // the work units: kUnitRows x kUnitCols outputs, of those the units cover
 // (under a pool, the outputs its windows read).
-struct DirectGeometry {
+struct DirectGeometry : Conv2DGeometry32 {
   DirectGeometry(const Conv2DGeometry& g, bool pooled)
-      : n(static_cast<int>(g.n)),
-        h(static_cast<int>(g.h)),
-        w(static_cast<int>(g.w)),
-        c(static_cast<int>(g.c)),
-        oh(static_cast<int>(g.oh)),
-        ow(static_cast<int>(g.ow)),
-        o(static_cast<int>(g.o)),
-        sh(static_cast<int>(g.sh)),
-        pt(static_cast<int>(g.pt)),
-        pl(static_cast<int>(g.pl)),
+      : Conv2DGeometry32(g),
         ph(oh / 2),
         pw(ow / 2),
         out_rows(pooled ? 2 * ph : oh),
@@ -79,8 +71,7 @@ struct DirectGeometry {
         rows((out_rows + kUnitRows - 1) / kUnitRows),
         groups((cols + kUnitCols - 1) / kUnitCols),
         tiles((o + 31) / 32),
-        staged_rows((kUnitRows - 1) * sh + static_cast<int>(g.kh)) {}
-  int n, h, w, c, oh, ow, o, sh, pt, pl;
+        staged_rows((kUnitRows - 1) * sh + kh) {}
   int ph, pw;       // The pool's output rows and columns.
   int out_rows;     // Output rows the units cover.
   int cols;         // Output columns the units cover.
@@ -127,6 +118,31 @@ __device__ inline void StageRows(const DirectGeometry& g, const T* image,
   __syncwarp();
 }
 
+// Calls f(q, ky, kx, p, v) for every output (q, p) of a unit whose rows are
+// staged at `rows`, and every filter tap (ky, kx), with v the staged input
+// value the output reads through the tap; all unrolled, so f's indices
+// are constants. kEdge: only outputs q < q_end, p < p_end.
+template <int kK, bool kEdge, typename T, typename F>
+__device__ inline void ForEachProduct(const StagedRow<T>* rows, int sh,
+                                      int q_end, int p_end, F f) {
+#pragma unroll
+  for (int q = 0; q < kUnitRows; ++q) {
+    if (kEdge && q >= q_end) break;  // The same in every lane.
+    const StagedRow<T>* under = rows + q * sh;
+#pragma unroll
+    for (int ky = 0; ky < kK; ++ky) {
+      const StagedRow<T> row = under[ky];
+#pragma unroll
+      for (int kx = 0; kx < kK; ++kx) {
+#pragma unroll
+        for (int p = 0; p < kUnitCols; ++p) {
+          if (!kEdge || p < p_end) f(q, ky, kx, p, row.v[p + kx]);
+        }
+      }
+    }
+  }
+}
+
 // acc[q][p] += the convolution at output (oy0 + q, ox0 + p) for channel oc
 // (garbage past the covered outputs; zero filter taps in dead lanes).
 template <int kK, bool kBf16, typename T>
@@ -142,21 +158,10 @@ __device__ inline void ConvUnit(const DirectGeometry& g, const T* image,
                      : T(0);
     }
     StageRows<kBf16>(g, image, oy0, ox0, ch, lane, rows);
-#pragma unroll
-    for (int q = 0; q < kUnitRows; ++q) {
-      const StagedRow<T>* under = rows + q * g.sh;
-#pragma unroll
-      for (int ky = 0; ky < kK; ++ky) {
-        const StagedRow<T> row = under[ky];
-#pragma unroll
-        for (int kx = 0; kx < kK; ++kx) {
-#pragma unroll
-          for (int p = 0; p < kUnitCols; ++p) {
-            acc[q][p] += row.v[p + kx] * taps[ky * kK + kx];
-          }
-        }
-      }
-    }
+    ForEachProduct<kK, false>(rows, g.sh, kUnitRows, kUnitCols,
+                              [&](int q, int ky, int kx, int p, T v) {
+                                acc[q][p] += v * taps[ky * kK + kx];
+                              });
   }
 }
 
@@ -286,32 +291,6 @@ __device__ inline void OutputGradients(const DirectGeometry& g, const T* dy,
   }
 }
 
-// acc[ky * kK + kx] += the staged input at each output's tap (ky, kx) times
-// the output's gradient d. kEdge: only outputs q < rows, p < cols, the
-// others left out rather than multiplied by a zero gradient (an Inf or NaN
-// input that only they read gives no NaN).
-template <int kK, bool kEdge, typename T>
-__device__ inline void AddTaps(const StagedRow<T>* rows, int sh,
-                               const T (&d)[kUnitRows][kUnitCols], int q_end,
-                               int p_end, T (&acc)[kK * kK]) {
-#pragma unroll
-  for (int q = 0; q < kUnitRows; ++q) {
-    if (kEdge && q >= q_end) break;  // The same in every lane.
-    const StagedRow<T>* under = rows + q * sh;
-#pragma unroll
-    for (int ky = 0; ky < kK; ++ky) {
-      const StagedRow<T> row = under[ky];
-#pragma unroll
-      for (int kx = 0; kx < kK; ++kx) {
-#pragma unroll
-        for (int p = 0; p < kUnitCols; ++p) {
-          if (!kEdge || p < p_end) acc[ky * kK + kx] += row.v[p + kx] * d[q][p];
-        }
-      }
-    }
-  }
-}
-
 // Block (b, ch * tiles + tile) sums x's window times the output gradient
 // over the units [U * b / B, U * (b + 1) / B) of the U = n * rows * groups,
 // its warps each over an eighth of them, and writes row b of `partial`
@@ -342,10 +321,17 @@ __global__ void __launch_bounds__(kLaunchThreads)
                      at.oy0, at.ox0, ch, lane, staged[warp]);
     const int q_end = min(kUnitRows, g.out_rows - at.oy0);
     const int p_end = min(kUnitCols, g.cols - at.ox0);
+    // acc[tap] += the staged input at each output's tap times the output's
+    // gradient. Outputs past the covered ones (a unit's edge) are left out
+    // rather than multiplied by a zero gradient: an Inf or NaN input that
+    // only they read gives no NaN.
+    auto add = [&](int q, int ky, int kx, int p, T v) {
+      acc[ky * kK + kx] += v * d[q][p];
+    };
     if (q_end == kUnitRows && p_end == kUnitCols) {
-      AddTaps<kK, false>(staged[warp], g.sh, d, q_end, p_end, acc);
+      ForEachProduct<kK, false>(staged[warp], g.sh, q_end, p_end, add);
     } else {
-      AddTaps<kK, true>(staged[warp], g.sh, d, q_end, p_end, acc);
+      ForEachProduct<kK, true>(staged[warp], g.sh, q_end, p_end, add);
     }
   }
   // Warps [half, 2 * half) hand their sums to warps [0, half), halving
