@@ -1,5 +1,6 @@
-// Conv2D on GPU tensors (im2col + cuBLAS GEMM, gather-form col2im, and the
-// direct kernels for patches of a few taps) against the CPU kernel:
+// Conv2D on GPU tensors (im2col + cuBLAS GEMM, gather-form col2im, the
+// direct kernels for patches of a few taps, and the implicit input
+// gradient) against the CPU kernel:
 // output, input gradient and filter gradient, over strides, SAME/VALID
 // padding, odd and empty sizes, and a batch forced into several
 // column-buffer chunks. Labelled `gpu`; skips with the reason when no GPU
