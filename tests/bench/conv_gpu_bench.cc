@@ -31,12 +31,16 @@ struct Layer {
   bool input_gradient;  // A first layer's input is data: no dx.
 };
 
-// The cnn config's two convs at batch 256 (SAME, stride 1) and the resnet
-// config's stem at batch 128.
+// The cnn config's two convs at batch 256 (SAME, stride 1), the resnet
+// config's stem at batch 128, and two of its block convs (16 channels: half
+// of the implicit input gradient's 32-channel tile idle; 64 channels: two
+// tiles).
 const Layer kLayers[] = {
     {"cnn conv1", {256, 28, 28, 1}, {5, 5, 1, 32}, false},
     {"cnn conv2", {256, 14, 14, 32}, {5, 5, 32, 64}, true},
     {"resnet stem", {128, 28, 28, 1}, {3, 3, 1, 16}, false},
+    {"resnet 16", {128, 28, 28, 16}, {3, 3, 16, 16}, true},
+    {"resnet 64", {128, 7, 7, 64}, {3, 3, 64, 64}, true},
 };
 
 constexpr int kReplays = 20;
@@ -140,7 +144,12 @@ void Arguments(benchmark::internal::Benchmark* b) {
       for (int64_t ours : {1, 0}) b->Args({layer, ours, bf16});
     }
   }
-  b->Args({1, 2, 0});  // The second conv's input gradient, wide tiles.
+  // The implicit input gradient's other shapes (fp32 only: under bf16
+  // the input gradient is a tensor-core GEMM either way), and its wide tiles.
+  for (int64_t layer : {3, 4}) {
+    for (int64_t ours : {1, 0}) b->Args({layer, ours, 0});
+  }
+  for (int64_t layer : {1, 3, 4}) b->Args({layer, 2, 0});
 }
 
 BENCHMARK(BM_GpuConv2DForwardBackward)
