@@ -271,14 +271,15 @@ absl::StatusOr<Tensor> DenseColumns(const ConvGeometry& g, const Tensor& cols) {
   return flat.Reshaped({rows, g.patch()});
 }
 
-// Runs body(first_image, images, cols) over the batch in chunks of
-// `chunk` images sharing one device column buffer of x's dtype ([images * OH *
-// OW, ColumnStride], or dense when products read bf16 columns of their own and
-// this buffer only holds dx's product; cols is undefined without `dtype_cols`).
-// Sequential: the kernels of one stream run in order anyway.
+// Runs body(first_image, images, cols) over the batch in chunks
+// (GpuChunkImages) sharing one device column buffer of x's dtype ([images *
+// OH * OW, ColumnStride], or dense when products read bf16 columns of their
+// own and this buffer only holds dx's product; cols is undefined without
+// `dtype_cols`). Sequential: the kernels of one stream run in order anyway.
 template <typename Body>
 absl::Status ForEachGpuChunk(const ConvGeometry& g, const Tensor& x,
-                             int64_t chunk, bool dtype_cols, Body body) {
+                             bool dtype_cols, Body body) {
+  const int64_t chunk = GpuChunkImages(g, x);
   Tensor buffer;
   if (dtype_cols) {
     const int64_t width =
@@ -314,7 +315,7 @@ absl::Status GpuForward(const ConvGeometry& g, const Tensor& x,
   }
   MT_ASSIGN_OR_RETURN(const GemmOperand w, GemmOperand::Of(w2));
   return ForEachGpuChunk(
-      g, x, GpuChunkImages(g, x), !internal::ProductsReadBf16(x),
+      g, x, !internal::ProductsReadBf16(x),
       [&](int64_t i0, int64_t images, Tensor& cols) -> absl::Status {
         MT_ASSIGN_OR_RETURN(const GemmOperand c,
                             GpuColumns(g, x, i0, images, cols));
@@ -372,7 +373,7 @@ absl::Status GpuBackward(const ConvGeometry& g, const Tensor& x,
   const bool dtype_cols =
       dx != nullptr || (!internal::ProductsReadBf16(x) && !reuse);
   return ForEachGpuChunk(
-      g, x, GpuChunkImages(g, x), dtype_cols,
+      g, x, dtype_cols,
       [&](int64_t i0, int64_t images, Tensor& cols) -> absl::Status {
         MT_ASSIGN_OR_RETURN(Tensor dy_rows, dy2.SliceRows(i0 * g.pixels(),
                                                           images * g.pixels()));
