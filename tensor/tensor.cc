@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tensor/cuda/cuda_backend.h"
+#include "tensor/cuda/cuda_kernels.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain {
@@ -35,6 +36,24 @@ absl::StatusOr<std::shared_ptr<Buffer>> Buffer::Allocate(Allocator* allocator,
 }
 
 Buffer::~Buffer() { allocator_->Deallocate(data_, bytes_); }
+
+absl::Status Buffer::SetBf16Copy(std::shared_ptr<Buffer> copy) {
+  constexpr size_t kF32Bytes = 4, kBf16Bytes = 2;
+  if (copy == nullptr || !device().is_cuda() || copy->device() != device() ||
+      copy->bytes() < bytes_ / kF32Bytes * kBf16Bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bfloat16 copy of a ", bytes_, "-byte buffer on ", device().ToString(),
+        ": want a GPU buffer of half its size on the same device"));
+  }
+  bf16_copy_ = std::move(copy);
+  return RefreshBf16Copy();
+}
+
+absl::Status Buffer::RefreshBf16Copy() {
+  if (bf16_copy_ == nullptr) return absl::OkStatus();
+  return cuda::ToBFloat16(data_, bf16_copy_->data(),
+                          static_cast<int64_t>(bytes_ / 4), device().index);
+}
 
 Tensor Tensor::Wrap(std::shared_ptr<Buffer> buffer, size_t byte_offset,
                     Shape shape, DType dtype) {
@@ -162,6 +181,13 @@ void Tensor::set_bf16_rendering(std::shared_ptr<Buffer> halves) const {
       impl_->byte_offset, impl_->byte_offset + bytes(), std::move(halves)});
 }
 
+std::shared_ptr<void> Tensor::bf16_copy() const {
+  const std::shared_ptr<Buffer>& copy = impl_->buffer->bf16_copy();
+  if (copy == nullptr || dtype() != DType::kF32) return nullptr;
+  return std::shared_ptr<void>(
+      copy, static_cast<char*>(copy->data()) + impl_->byte_offset / 2);
+}
+
 absl::Status Tensor::CopyFrom(const Tensor& src) {
   if (src.dtype() != dtype() || src.num_elements() != num_elements()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -178,7 +204,8 @@ absl::Status Tensor::CopyFrom(const Tensor& src) {
     std::memmove(raw_data(), src.raw_data(), bytes());
     return absl::OkStatus();
   }
-  return cuda::Copy(raw_data(), to, src.raw_data(), from, bytes());
+  MT_RETURN_IF_ERROR(cuda::Copy(raw_data(), to, src.raw_data(), from, bytes()));
+  return impl_->buffer->RefreshBf16Copy();
 }
 
 double Tensor::ScalarAt(int64_t i) const {

@@ -51,6 +51,17 @@ struct Bf16Rendering {
 // the others (Variable::Assign*, optimizer and moving-average updates, the
 // in-place all-reduce of gradients) write variables, slots and gradients.
 // A new in-place writer of op outputs must drop it too.
+//
+// The bfloat16 copy: under mixed bfloat16 on a GPU, the value buffer of a
+// variable an optimizer updates holds its f32 values also as 2-byte
+// bfloat16 (rounded to nearest even), the form the matrix products read,
+// so no step converts the weights again (ops::KeepBf16Copy). Unlike the
+// rendering it says nothing of the f32 values, and every in-place writer
+// keeps it equal to their rounding: CopyFrom and RefreshBf16Copy convert
+// the buffer again, ops::ApplyUpdates writes it in the update's own pass.
+// A captured CUDA graph reads it at a fixed address, so it is never
+// dropped or moved while the buffer lives. A new in-place writer of
+// variables must refresh it too.
 class Buffer {
  public:
   static absl::StatusOr<std::shared_ptr<Buffer>> Allocate(Allocator* allocator,
@@ -70,6 +81,14 @@ class Buffer {
     bf16_rendering_ = std::move(rendering);
   }
 
+  // The bfloat16 copy of the f32 values, 2 bytes per 4 (null: none).
+  const std::shared_ptr<Buffer>& bf16_copy() const { return bf16_copy_; }
+  // Gives the buffer `copy` and fills it from the f32 values.
+  absl::Status SetBf16Copy(std::shared_ptr<Buffer> copy);
+  // After an in-place write of the f32 values: converts them into the copy
+  // again (on the calling thread's stream). Nothing without a copy.
+  absl::Status RefreshBf16Copy();
+
  private:
   Buffer(Allocator* allocator, void* data, size_t bytes)
       : allocator_(allocator), data_(data), bytes_(bytes) {}
@@ -77,6 +96,7 @@ class Buffer {
   void* data_;
   size_t bytes_;
   std::optional<Bf16Rendering> bf16_rendering_;
+  std::shared_ptr<Buffer> bf16_copy_;
 };
 
 class Tensor {
@@ -131,6 +151,17 @@ class Tensor {
   // Records that this tensor's bytes hold bfloat16-exact values (and their
   // 2-byte copy, `halves`, on GPUs); replaces the buffer's rendering.
   void set_bf16_rendering(std::shared_ptr<Buffer> halves) const;
+  // The buffer's bfloat16 copy (Buffer::bf16_copy) from this tensor's first
+  // value on, sharing the copy's ownership; null when the buffer has none
+  // or this is not an f32 tensor.
+  std::shared_ptr<void> bf16_copy() const;
+  // Buffer::SetBf16Copy and Buffer::RefreshBf16Copy of this tensor's buffer.
+  absl::Status SetBf16Copy(std::shared_ptr<Buffer> copy) const {
+    return impl_->buffer->SetBf16Copy(std::move(copy));
+  }
+  absl::Status RefreshBf16Copy() const {
+    return impl_->buffer->RefreshBf16Copy();
+  }
 
   // True when both handles address the same bytes.
   bool SharesBufferWith(const Tensor& other) const {
@@ -158,7 +189,7 @@ class Tensor {
   // A copy on `device` (this tensor itself when already there).
   absl::StatusOr<Tensor> To(Device device) const;
   // Copies `src` (same dtype and element count, any device) into this;
-  // drops the buffer's bfloat16 rendering.
+  // drops the buffer's bfloat16 rendering and refreshes its bfloat16 copy.
   absl::Status CopyFrom(const Tensor& src);
 
   // Host-only convenience accessors for tests and I/O.

@@ -55,12 +55,13 @@ absl::Status Variable::Accumulate(const char* op, const Tensor& delta,
   if (value_.device().is_cuda() && IsFloating(dtype())) {
     // In place on the GPU: value = value +/- delta, elementwise.
     MT_RETURN_IF_ERROR(ops::internal::CheckSameDevice(op, {&value_, &delta}));
-    return ops::internal::KernelError(
+    MT_RETURN_IF_ERROR(ops::internal::KernelError(
         op,
         cuda::Binary(sign > 0 ? BinaryKind::kAdd : BinaryKind::kSub, dtype(),
                      value_.raw_data(), delta.raw_data(), value_.raw_data(),
                      value_.num_elements(), value_.device().index),
-        {&value_, &delta});
+        {&value_, &delta}));
+    return value_.RefreshBf16Copy();
   }
   MT_RETURN_IF_ERROR(ops::internal::CheckHost(op, {&value_, &delta}));
   MT_DISPATCH_ALL(dtype(), T, {

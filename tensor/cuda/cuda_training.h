@@ -23,12 +23,16 @@ namespace mirrortrain::cuda {
 // One variable's update, device pointers of n elements each; s0/s1 null
 // when the rule has fewer slots. `params`: an UpdateParams<T> in device
 // memory, read by the kernel when it runs (not when it is enqueued).
+// `bf16` (f32 only; null: none): n 2-byte bfloat16 values that get the
+// updated variable rounded to nearest even, as ToBFloat16 writes them
+// (the variable's bfloat16 copy, Buffer::bf16_copy).
 struct UpdateOperands {
   const void* params = nullptr;
   const void* grad = nullptr;
   void* var = nullptr;
   void* s0 = nullptr;
   void* s1 = nullptr;
+  void* bf16 = nullptr;
   int64_t n = 0;
 };
 

@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "tensor/cuda/bf16_pack.cuh"
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/cuda_training.h"
 #include "tensor/cuda/device_guard.h"
@@ -18,7 +20,7 @@ namespace mirrortrain::cuda {
 namespace {
 
 // Tensors per launch: their pointers travel as a kernel parameter, which
-// must stay under the classic 4 KiB limit (about 1.3 KiB here).
+// must stay under the classic 4 KiB limit (about 1.7 KiB here).
 constexpr int kMaxTensors = 24;
 // Elements per block; a block updates a chunk of one tensor.
 constexpr int64_t kChunk = 16 * kLaunchThreads;
@@ -35,9 +37,12 @@ struct TensorBatch {
   void* out[kMaxTensors];
   void* s0[kMaxTensors];
   void* s1[kMaxTensors];
+  // ApplyUpdates: the variable's bfloat16 copy, or null.
+  void* bf16[kMaxTensors];
   int64_t n[kMaxTensors];
   int first_block[kMaxTensors + 1];
-  // Every pointer of the tensor 16-byte aligned: moved 16 bytes at a time.
+  // Every pointer of the tensor 16-byte aligned (the bfloat16 copy 8-byte):
+  // moved 16 bytes at a time.
   bool wide[kMaxTensors];
   int count;
 };
@@ -60,6 +65,25 @@ __device__ inline void StoreWide(T* p, int64_t i, const Wide<T>& v) {
 
 // Whether `p` (null: no operand) allows 16-byte accesses.
 bool Wide16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+// Whether `p` (null: none) allows 8-byte accesses: four bfloat16 values.
+bool Wide8(const void* p) { return reinterpret_cast<uintptr_t>(p) % 8 == 0; }
+
+// The bfloat16 copy's elements of the updated f32 values (a variable's
+// copy, Buffer::bf16_copy): one 8-byte store per Wide<float>, rounded as
+// ToBFloat16 rounds. Other types never have a copy.
+template <typename T>
+__device__ inline void StoreBf16(void* copy, int64_t i, const Wide<T>& v) {
+  if constexpr (std::is_same_v<T, float>) {
+    reinterpret_cast<uint2*>(copy)[i / 4] =
+        PackBf16x4(v.v[0], v.v[1], v.v[2], v.v[3]);
+  }
+}
+template <typename T>
+__device__ inline void StoreBf16(void* copy, int64_t i, T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    static_cast<__nv_bfloat16*>(copy)[i] = __float2bfloat16_rn(v);
+  }
+}
 
 // A block's chunk [begin, end) of one tensor: with `wide` (every pointer
 // of the tensor 16-byte aligned; a chunk starts a multiple of kChunk
@@ -100,6 +124,7 @@ __global__ void UpdatesKernel(const __grid_constant__ TensorBatch batch) {
   T* __restrict__ w = static_cast<T*>(batch.out[t]);
   T* __restrict__ s0 = static_cast<T*>(batch.s0[t]);
   T* __restrict__ s1 = static_cast<T*>(batch.s1[t]);
+  void* __restrict__ copy = batch.bf16[t];
   // Rules with fewer slots get null pointers and use zeros.
   VisitChunk<T>(
       batch.wide[t], begin, end,
@@ -115,12 +140,14 @@ __global__ void UpdatesKernel(const __grid_constant__ TensorBatch batch) {
         StoreWide(w, i, wv);
         if (s0 != nullptr) StoreWide(s0, i, a);
         if (s1 != nullptr) StoreWide(s1, i, b);
+        if (copy != nullptr) StoreBf16(copy, i, wv);
       },
       [&](int64_t i) {
         T unused0 = T(0), unused1 = T(0);
         T& slot0 = s0 != nullptr ? s0[i] : unused0;
         T& slot1 = s1 != nullptr ? s1[i] : unused1;
         UpdateElement<R, T>(p, g[i], w[i], slot0, slot1);
+        if (copy != nullptr) StoreBf16(copy, i, w[i]);
       });
 }
 
@@ -212,8 +239,9 @@ absl::Status ApplyUpdatesOnGpu(UpdateRule rule, DType dtype,
                 b.out[k] = t.var;
                 b.s0[k] = t.s0;
                 b.s1[k] = t.s1;
+                b.bf16[k] = t.bf16;
                 b.wide[k] = Wide16(t.grad) && Wide16(t.var) && Wide16(t.s0) &&
-                            Wide16(t.s1);
+                            Wide16(t.s1) && Wide8(t.bf16);
               },
               [&](const TensorBatch& b, int blocks) {
                 UpdatesKernel<decltype(r)::value, T>

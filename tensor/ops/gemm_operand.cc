@@ -53,6 +53,11 @@ absl::StatusOr<GemmOperand> GemmOperand::Of(const Tensor& t, bool bf16) {
       return op;
     }
   }
+  if (std::shared_ptr<void> copy = t.bf16_copy(); copy != nullptr) {
+    // A variable's copy, kept current by its writers (Buffer::bf16_copy).
+    op.device_bf16_ = std::move(copy);
+    return op;
+  }
   if (!t.device().is_cuda()) {
     // On the calling thread: conversions run inside parallel GEMM chunks
     // (conv), and cost little next to the product reading them.

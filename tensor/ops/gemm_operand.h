@@ -14,8 +14,10 @@
 // conversions per layer instead of six), and the backward products read
 // the values the forward product read, as TensorFlow's saved bf16 tensors
 // (under fp32 and tf32 they read the tensors themselves, as they are when
-// the gradient runs). The copies cost memory next to the f32 tensors the
-// tape holds: half an input's size on GPUs, its whole size on CPUs.
+// the gradient runs). A variable with a bfloat16 copy (ops::KeepBf16Copy) is
+// read through it, unconverted: like fp32 and tf32, its backward product
+// reads the copy as it is then. The copies cost memory next to the f32 tensors
+// the tape holds: half an input's size on GPUs, its whole size on CPUs.
 //
 // Thread contract: a conversion runs on the calling thread (its stream on
 // GPUs); the storage is freed stream-ordered, like a Tensor's.

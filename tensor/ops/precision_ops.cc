@@ -1,17 +1,22 @@
 #include "tensor/ops/precision_ops.h"
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "tensor/allocator.h"
 #include "tensor/bfloat16.h"
 #include "tensor/cuda/cuda_kernels.h"
+#include "tensor/ops/gemm_operand.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/parallel.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::ops {
 namespace {
+
+std::atomic<bool> bf16_copies{true};
 
 // y = x rounded, and recorded as rounded; y has x's shape, dtype f32 and
 // device; y may be x. With `halves` on a GPU the pass also writes y's
@@ -80,7 +85,26 @@ absl::Status RoundOutput(Tensor& t, OutputRounding rounding) {
   return RoundToBFloat16InPlace(t, rounding == OutputRounding::kBf16WithHalves);
 }
 
+absl::StatusOr<bool> KeepBf16Copy(const Tensor& value) {
+  if (!bf16_copies.load(std::memory_order_relaxed) ||
+      !internal::ProductsReadBf16(value) || !value.device().is_cuda() ||
+      value.bf16_copy() != nullptr) {
+    return false;
+  }
+  if (value.byte_offset() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KeepBf16Copy: ", value.DebugString(), " is a view into its buffer"));
+  }
+  MT_ASSIGN_OR_RETURN(
+      std::shared_ptr<Buffer> copy,
+      internal::AllocateBf16(value.num_elements(), value.device()));
+  MT_RETURN_IF_ERROR(value.SetBf16Copy(std::move(copy)));
+  return true;
+}
+
 namespace internal {
+
+void SetBf16Copies(bool enabled) { bf16_copies.store(enabled); }
 
 void* Bf16Halves(const Tensor& t) {
   const Bf16Rendering* r = t.bf16_rendering();

@@ -43,7 +43,22 @@ enum class OutputRounding { kNone, kBf16, kBf16WithHalves };
 // RoundToBFloat16InPlace(t, halves) as `rounding` says; nothing for kNone.
 absl::Status RoundOutput(Tensor& t, OutputRounding rounding);
 
+// Gives `value`, a variable's value that the products read as bfloat16 (f32
+// on a GPU under mixed bfloat16), a bfloat16 copy of its buffer
+// (Buffer::bf16_copy, tensor/tensor.h): the products read it instead of
+// converting the weights every step, and ApplyUpdates writes it in the
+// update's own pass (what an optimizer calls it for). Returns whether it
+// made one: false when `value` has one, or when its products do not read
+// bfloat16 (CPUs, f64, fp32 and tf32). `value` must span its whole buffer.
+// On the calling thread's stream.
+absl::StatusOr<bool> KeepBf16Copy(const Tensor& value);
+
 namespace internal {
+
+// Whether KeepBf16Copy makes copies (on by default). Off, every product
+// converts the weights again, as before the copies: for tests comparing
+// the two.
+void SetBf16Copies(bool enabled);
 
 // `t`'s values as 2-byte bfloat16 when its rounding pass wrote them (GPUs:
 // RoundToBFloat16InPlace with `halves`), else null. The pointer lives as

@@ -162,11 +162,14 @@ absl::Status ApplyUpdates(UpdateRule rule,
     void* s1 = t.slots.size() > 1 ? t.slots[1].raw_data() : nullptr;
     const int64_t n = t.var.num_elements();
     if (t.var.device().is_cuda()) {
+      // The variable's bfloat16 copy, if it has one, is written in the
+      // same pass (Buffer::bf16_copy).
       gpu.Of(t.var).push_back({.params = t.params.raw_data(),
                                .grad = t.grad.raw_data(),
                                .var = t.var.raw_data(),
                                .s0 = s0,
                                .s1 = s1,
+                               .bf16 = t.var.bf16_copy().get(),
                                .n = n});
       continue;
     }

@@ -6,7 +6,8 @@
 // without FMA contraction, so both devices compute the same roundings.
 //
 // Not recorded on tapes. The tensors' buffers are updated in place: every
-// view of them (Variables included) sees the new values.
+// view of them (Variables included) sees the new values, and the update
+// also writes a variable's bfloat16 copy (Buffer::bf16_copy) on GPUs.
 #ifndef MIRRORTRAIN_TENSOR_OPS_TRAINING_OPS_H_
 #define MIRRORTRAIN_TENSOR_OPS_TRAINING_OPS_H_
 

@@ -592,31 +592,12 @@ TEST_F(CudaOpsTest, ConvGradientsTakenInAnotherPrecisionMatchCpu) {
   ops::internal::SetConvGpuDirect(true);
 }
 
-// f32 values for bfloat16 rounding: random ones after the hard cases
-// (ties to even both ways, overflow, denormals, signed zero and infinity,
-// NaN).
-Tensor Bf16RoundingCases(int64_t n, uint64_t seed) {
-  Tensor x = testing::RandomTensor({n}, seed, DType::kF32, -1e3, 1e3);
-  const std::vector<float> edges = {1.0f + 0x1p-8f,
-                                    1.0f + 3 * 0x1p-8f,
-                                    -(1.0f + 0x1p-8f),
-                                    std::numeric_limits<float>::max(),
-                                    0x1p-149f,
-                                    0x1p-133f,
-                                    -0.0f,
-                                    std::numeric_limits<float>::infinity(),
-                                    -std::numeric_limits<float>::infinity(),
-                                    std::nanf("")};
-  for (size_t i = 0; i < edges.size(); ++i) x.data<float>()[i] = edges[i];
-  return x;
-}
-
 // The device rounding (__float2bfloat16_rn) and the host's agree bit for
 // bit, ties, overflow, denormals and NaNs included: four elements at a
 // time with a tail (4099 from an aligned start) and one at a time (a view
 // one element in), with and without the halves.
 TEST_F(CudaOpsTest, RoundToBFloat16MatchesTheHostBitwise) {
-  const Tensor x = Bf16RoundingCases(4099, 43);
+  const Tensor x = testing::Bf16RoundingCases(4099, 43);
   const Tensor on_gpu = *x.To(Device::Cuda(0));
   for (const int64_t offset : {int64_t{0}, int64_t{1}}) {
     for (const bool halves : {false, true}) {
@@ -662,7 +643,7 @@ TEST_F(CudaOpsTest, RoundToBFloat16MatchesTheHostBitwise) {
 // (1029 elements from an aligned start), and one at a time (a view one
 // element in, not 16-byte aligned).
 TEST_F(CudaOpsTest, Bf16OperandsHoldTheHostsBits) {
-  const Tensor x = Bf16RoundingCases(1029, 44);
+  const Tensor x = testing::Bf16RoundingCases(1029, 44);
   const Tensor on_gpu = *x.To(Device::Cuda(0));
   for (const int64_t offset : {int64_t{0}, int64_t{1}}) {
     SCOPED_TRACE(absl::StrCat("offset ", offset));
@@ -692,7 +673,7 @@ TEST_F(CudaOpsTest, Bf16OperandsHoldTheHostsBits) {
 // values, and products read those halves, views at their offset, with no
 // conversion: the same bits, so the same product as through a conversion.
 TEST_F(CudaOpsTest, RoundingWritesTheHalvesThatProductsRead) {
-  const Tensor x = Bf16RoundingCases(1029, 45);
+  const Tensor x = testing::Bf16RoundingCases(1029, 45);
   // In the rounding pass, or added to a tensor rounded without them.
   Tensor gpu;
   const Bf16Rendering* r = nullptr;

@@ -4,6 +4,8 @@
 #define MIRRORTRAIN_TESTS_TENSOR_CUDA_TEST_UTIL_H_
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -112,6 +114,27 @@ inline void ExpectGpuMatchesCpu(const TensorFn& f,
                          *cpu->grads[i], rtol, atol))
         << "gradient " << i;
   }
+}
+
+// f32 values for bfloat16 rounding: random ones after the hard cases
+// (ties to even both ways, overflow, denormals, signed zero and infinity,
+// NaN), on the host.
+inline Tensor Bf16RoundingCases(int64_t n, uint64_t seed) {
+  Tensor x = RandomTensor({n}, seed, DType::kF32, -1e3, 1e3);
+  const std::vector<float> edges = {1.0f + 0x1p-8f,
+                                    1.0f + 3 * 0x1p-8f,
+                                    -(1.0f + 0x1p-8f),
+                                    std::numeric_limits<float>::max(),
+                                    0x1p-149f,
+                                    0x1p-133f,
+                                    -0.0f,
+                                    std::numeric_limits<float>::infinity(),
+                                    -std::numeric_limits<float>::infinity(),
+                                    std::nanf("")};
+  for (size_t i = 0; i < edges.size() && i < static_cast<size_t>(n); ++i) {
+    x.data<float>()[i] = edges[i];
+  }
+  return x;
 }
 
 }  // namespace mirrortrain::testing

@@ -73,7 +73,8 @@ void ExpectReplaysMatchEagerSteps(const std::string& name,
                                   const std::string& config,
                                   const std::string& strategy,
                                   const std::string& devices,
-                                  const std::vector<std::string>& more_sets) {
+                                  const std::vector<std::string>& more_sets,
+                                  size_t loss_lines = 8) {
   Result eager, graphed;
   const std::string eager_dir =
       Train(name + "_off", config, "off", strategy, devices, more_sets, &eager);
@@ -87,8 +88,9 @@ void ExpectReplaysMatchEagerSteps(const std::string& name,
   ExpectSameTensors(eager_dir + "/checkpoints/ckpt-24.safetensors",
                     graph_dir + "/checkpoints/ckpt-24.safetensors");
   EXPECT_EQ(LossLines(eager_dir), LossLines(graph_dir));
-  // Six training lines and the final evaluation's raw and EMA lines.
-  EXPECT_EQ(LossLines(graph_dir).size(), 8u);
+  // Six training lines and the final evaluation's raw and EMA lines (8),
+  // plus any evaluations' lines between.
+  EXPECT_EQ(LossLines(graph_dir).size(), loss_lines);
 }
 
 TEST_F(CudaGraphCliTest, ReplayedStepsMatchEagerStepsBitwise) {
@@ -99,6 +101,20 @@ TEST_F(CudaGraphCliTest, ReplayedStepsMatchEagerStepsBitwise) {
 TEST_F(CudaGraphCliTest, ReplayedStepsOfLogicalReplicasMatchEagerSteps) {
   ExpectReplaysMatchEagerSteps("cnn2", "fashion_mnist_cnn.yaml", "mirrored",
                                "[gpu:0,gpu:0]", kSmallCnn);
+}
+
+// Under mixed bfloat16 each update also writes the variables' bfloat16
+// copies that the next step's products read (ops::KeepBf16Copy): recorded
+// too, on two replicas. The evaluations after each epoch swap the EMA
+// weights in and out (assignments, which convert the copies again), and
+// the replays after them read the copies as the eager steps do.
+TEST_F(CudaGraphCliTest, Bf16StepsAndTheirWeightCopiesAreRecorded) {
+  std::vector<std::string> sets = kSmallCnn;
+  sets.push_back("precision=bf16");
+  sets.push_back("train.eval_every_epochs=1");
+  // Evaluations after steps 10 and 20 and at the end: 6 lines.
+  ExpectReplaysMatchEagerSteps("bf16", "fashion_mnist_cnn.yaml", "mirrored",
+                               "[gpu:0,gpu:0]", sets, 12);
 }
 
 // Clipping by norm and by global norm stays on the device: recorded too.

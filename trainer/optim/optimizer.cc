@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "tensor/ops/precision_ops.h"
 #include "tensor/ops/training_ops.h"
 #include "tensor/status_macros.h"
 
@@ -170,6 +171,10 @@ absl::Status Optimizer::StageUpdate(absl::Span<Variable* const> vars) {
       t = &param_tables_.emplace_back(
           ParamTable{.device = var->device(), .dtype = var->dtype()});
     }
+    // Under mixed bfloat16 on a GPU the update also writes the variable's
+    // bfloat16 copy, which the products read instead of converting it.
+    MT_ASSIGN_OR_RETURN(const bool made, ops::KeepBf16Copy(var->value()));
+    if (made) ++staging_generation_;
     if (t->rows.contains(var)) continue;
     t->rows.emplace(var, static_cast<int64_t>(t->rows.size()));
     t->params = StagedTensor();

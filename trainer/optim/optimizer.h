@@ -66,7 +66,9 @@ class Optimizer {
   // The update's parameters (UpdateHyperparams rounded to each variable's
   // dtype) are staged into one tensor per device and dtype (StagedTensor)
   // that the update kernels read, so the kernels' arguments are the same
-  // every step (what a captured CUDA graph needs).
+  // every step (what a captured CUDA graph needs). Under mixed bfloat16 on a
+  // GPU, staging also gives each variable a bfloat16 copy
+  // (ops::KeepBf16Copy) that the update writes and the products read.
   absl::Status ApplyGradients(absl::Span<const GradAndVar> grads_and_vars);
 
   // ApplyGradients in two halves, for a captured CUDA graph that holds the
@@ -79,8 +81,9 @@ class Optimizer {
   absl::Status StageUpdate(absl::Span<Variable* const> vars);
   absl::Status ApplyStagedGradients(
       absl::Span<const GradAndVar> grads_and_vars);
-  // Changes whenever a parameter table is (re)allocated: a graph captured
-  // before reads the old one.
+  // Changes whenever a parameter table is (re)allocated or a variable gets
+  // its bfloat16 copy: a graph captured before reads the old table, or
+  // neither reads nor writes the copy.
   int64_t staging_generation() const { return staging_generation_; }
 
   // ComputeGradients then ApplyGradients.
