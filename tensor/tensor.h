@@ -189,7 +189,9 @@ class Tensor {
   // A copy on `device` (this tensor itself when already there).
   absl::StatusOr<Tensor> To(Device device) const;
   // Copies `src` (same dtype and element count, any device) into this;
-  // drops the buffer's bfloat16 rendering and refreshes its bfloat16 copy.
+  // drops the buffer's bfloat16 rendering and refreshes its bfloat16 copy
+  // (the whole buffer's, on the calling thread's stream after the copy, not
+  // waited for).
   absl::Status CopyFrom(const Tensor& src);
 
   // Host-only convenience accessors for tests and I/O.

@@ -20,7 +20,7 @@ namespace mirrortrain::cuda {
 namespace {
 
 // Tensors per launch: their pointers travel as a kernel parameter, which
-// must stay under the classic 4 KiB limit (about 1.7 KiB here).
+// must stay under the classic 4 KiB limit (about 1.5 KiB here).
 constexpr int kMaxTensors = 24;
 // Elements per block; a block updates a chunk of one tensor.
 constexpr int64_t kChunk = 16 * kLaunchThreads;

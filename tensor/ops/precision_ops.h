@@ -55,9 +55,10 @@ absl::StatusOr<bool> KeepBf16Copy(const Tensor& value);
 
 namespace internal {
 
-// Whether KeepBf16Copy makes copies (on by default). Off, every product
-// converts the weights again, as before the copies: for tests comparing
-// the two.
+// Whether KeepBf16Copy makes copies (on by default). Off, no new copies:
+// the products of tensors without one convert them again, as before the
+// copies (copies made already are still read and written). For tests
+// comparing the two.
 void SetBf16Copies(bool enabled);
 
 // `t`'s values as 2-byte bfloat16 when its rounding pass wrote them (GPUs:

@@ -104,10 +104,12 @@ TEST_F(CudaGraphCliTest, ReplayedStepsOfLogicalReplicasMatchEagerSteps) {
 }
 
 // Under mixed bfloat16 each update also writes the variables' bfloat16
-// copies that the next step's products read (ops::KeepBf16Copy): recorded
-// too, on two replicas. The evaluations after each epoch swap the EMA
-// weights in and out (assignments, which convert the copies again), and
-// the replays after them read the copies as the eager steps do.
+// copies that the next step's products read (ops::KeepBf16Copy): the
+// recorded update must write them as the eager one does, on two replicas,
+// or the replays' products would read stale weights. The evaluations after
+// each epoch swap the EMA weights in and out (assignments, which convert
+// the copies again) between replays. (That the copies hold the right bits
+// at all is tests/tensor/cuda_bf16_copy_test.cc's to show.)
 TEST_F(CudaGraphCliTest, Bf16StepsAndTheirWeightCopiesAreRecorded) {
   std::vector<std::string> sets = kSmallCnn;
   sets.push_back("precision=bf16");
