@@ -20,15 +20,22 @@ absl::StatusOr<Tensor> SequentialLayer::Call(const Tensor& x,
   ForwardContext inner = ctx;
   for (size_t i = 0; i < layers_.size(); ++i) {
     // Under mixed bfloat16 every layer's output is rounded, with halves
-    // when a product reads it next (the last: when the caller's does).
+    // when a product reads it next, as halves alone when nothing else
+    // reads it (the last layer's: as the caller asks).
+    const bool last = i + 1 == layers_.size();
     const bool feeds_product =
-        i + 1 < layers_.size()
-            ? layers_[i + 1]->InputFeedsProduct()
-            : ctx.output_rounding == ops::OutputRounding::kBf16WithHalves;
-    inner.output_rounding = !ctx.bf16_activations ? ops::OutputRounding::kNone
-                            : feeds_product
-                                ? ops::OutputRounding::kBf16WithHalves
-                                : ops::OutputRounding::kBf16;
+        last ? ctx.output_rounding == ops::OutputRounding::kBf16WithHalves ||
+                   ctx.output_rounding == ops::OutputRounding::kBf16HalvesOnly
+             : layers_[i + 1]->InputFeedsProduct();
+    const bool only_products =
+        last ? ctx.output_rounding == ops::OutputRounding::kBf16HalvesOnly
+             : layers_[i]->OutputNeedsOnlyHalves() &&
+                   layers_[i + 1]->InputOnlyFeedsProducts();
+    inner.output_rounding =
+        !ctx.bf16_activations ? ops::OutputRounding::kNone
+        : only_products       ? ops::OutputRounding::kBf16HalvesOnly
+        : feeds_product       ? ops::OutputRounding::kBf16WithHalves
+                              : ops::OutputRounding::kBf16;
     MT_ASSIGN_OR_RETURN(y, layers_[i]->Call(y, inner));
     // A layer handing back a rounded tensor (a nested sequence's output, a
     // view of its input): nothing left then.

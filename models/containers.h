@@ -27,6 +27,13 @@ class SequentialLayer final : public Layer {
   bool InputFeedsProduct() const override {
     return !layers_.empty() && layers_.front()->InputFeedsProduct();
   }
+  bool InputOnlyFeedsProducts() const override {
+    return !layers_.empty() && layers_.front()->InputOnlyFeedsProducts();
+  }
+  // Its last layer's output is its output, stored as its caller asks.
+  bool OutputNeedsOnlyHalves() const override {
+    return !layers_.empty() && layers_.back()->OutputNeedsOnlyHalves();
+  }
   // Its layers in call order (Keras's model.layers), owned here.
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
 

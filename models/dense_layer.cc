@@ -6,6 +6,7 @@
 #include "models/initializers.h"
 #include "models/layer_registry.h"
 #include "tensor/ops/array_ops.h"
+#include "tensor/ops/math_ops.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/status_macros.h"
 
@@ -41,6 +42,11 @@ absl::StatusOr<Tensor> DenseLayer::Call(const Tensor& x,
   }
   MT_ASSIGN_OR_RETURN(Tensor h, ops::MatMul(x, kernel_.value()));
   return Activate(activation_, h);
+}
+
+bool DenseLayer::OutputNeedsOnlyHalves() const {
+  return activation_.apply == nullptr ||
+         (activation_.apply == ops::Relu && bias_.has_value());
 }
 
 absl::StatusOr<Shape> DenseLayer::OutputShape(const Shape& input) const {

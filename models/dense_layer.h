@@ -27,6 +27,10 @@ class DenseLayer final : public Layer {
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override;
   std::vector<Variable*> variables() override;
   bool InputFeedsProduct() const override { return true; }
+  bool InputOnlyFeedsProducts() const override { return true; }
+  // Linear (MatMul, MatMulBias: no gradient reads y) or relu with a bias
+  // (MatMulBiasRelu: its mask reads y's halves when it has them).
+  bool OutputNeedsOnlyHalves() const override;
 
  private:
   DenseLayer(std::string name, Variable kernel, std::optional<Variable> bias,

@@ -69,6 +69,16 @@ class Layer {
   // reads (tensor/ops/precision_ops.h), instead of the product converting
   // it again.
   virtual bool InputFeedsProduct() const { return false; }
+  // Stricter: true when the layer reads its input only as matrix products'
+  // operands (dense). With OutputNeedsOnlyHalves of the layer before it,
+  // that layer's output is then stored as its 2-byte copy alone on GPUs
+  // (ops::OutputRounding::kBf16HalvesOnly); a wrong true would let f32
+  // readers see unrounded values.
+  virtual bool InputOnlyFeedsProducts() const { return false; }
+  // True when nothing this layer records reads its output's f32 values:
+  // its backward reads at most the output's 2-byte copy (relu's mask of a
+  // dense layer) or nothing of it (a linear dense layer).
+  virtual bool OutputNeedsOnlyHalves() const { return false; }
   // Offered the layer that follows this one in a sequence (so it reads only
   // this layer's output): returns true when this layer now computes `next`
   // itself, exactly, and the sequence then skips `next`. Conv2D absorbs a

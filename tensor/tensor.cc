@@ -176,9 +176,18 @@ const Bf16Rendering* Tensor::bf16_rendering() const {
   return begin >= r->begin && begin + bytes() <= r->end ? &*r : nullptr;
 }
 
-void Tensor::set_bf16_rendering(std::shared_ptr<Buffer> halves) const {
-  impl_->buffer->set_bf16_rendering(Bf16Rendering{
-      impl_->byte_offset, impl_->byte_offset + bytes(), std::move(halves)});
+void Tensor::set_bf16_rendering(std::shared_ptr<Buffer> halves,
+                                bool values_rounded) const {
+  impl_->buffer->set_bf16_rendering(
+      Bf16Rendering{impl_->byte_offset, impl_->byte_offset + bytes(),
+                    std::move(halves), values_rounded});
+}
+
+void Tensor::set_bf16_values_rounded() const {
+  std::optional<Bf16Rendering> r = impl_->buffer->bf16_rendering();
+  if (!r.has_value()) return;
+  r->values_rounded = true;
+  impl_->buffer->set_bf16_rendering(std::move(r));
 }
 
 std::shared_ptr<void> Tensor::bf16_copy() const {

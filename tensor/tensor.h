@@ -35,11 +35,15 @@ class Buffer;
 // bfloat16, and on GPUs the same values as 2-byte bfloat16 in `halves` (the
 // f32 element at byte begin + 4 i is halves' element i; null when not
 // made). Lets a matrix product read a rounded layer output as it is instead
-// of converting it again.
+// of converting it again. Without `values_rounded` (GPUs, with halves: a
+// layer output that only products read) the f32 bytes still hold the
+// values before rounding and the halves alone hold the rounded ones, until
+// RoundToBFloat16InPlace rounds the f32 bytes too.
 struct Bf16Rendering {
   size_t begin = 0;
   size_t end = 0;
   std::shared_ptr<Buffer> halves;
+  bool values_rounded = true;
 };
 
 // One allocation. Frees itself through its allocator.
@@ -149,8 +153,13 @@ class Tensor {
   // (Bf16Rendering), else null.
   const Bf16Rendering* bf16_rendering() const;
   // Records that this tensor's bytes hold bfloat16-exact values (and their
-  // 2-byte copy, `halves`, on GPUs); replaces the buffer's rendering.
-  void set_bf16_rendering(std::shared_ptr<Buffer> halves) const;
+  // 2-byte copy, `halves`, on GPUs), or without `values_rounded` that the
+  // halves hold them (Bf16Rendering); replaces the buffer's rendering.
+  void set_bf16_rendering(std::shared_ptr<Buffer> halves,
+                          bool values_rounded = true) const;
+  // Records that the f32 bytes of the buffer's rendering now hold the
+  // rounded values too (Bf16Rendering::values_rounded).
+  void set_bf16_values_rounded() const;
   // The buffer's bfloat16 copy (Buffer::bf16_copy) from this tensor's first
   // value on, sharing the copy's ownership; null when the buffer has none
   // or this is not an f32 tensor.

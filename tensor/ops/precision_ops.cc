@@ -17,6 +17,8 @@ namespace mirrortrain::ops {
 namespace {
 
 std::atomic<bool> bf16_copies{true};
+std::atomic<bool> halves_only_outputs{true};
+std::atomic<int64_t> halves_only_requests{0};
 
 // y = x rounded, and recorded as rounded; y has x's shape, dtype f32 and
 // device; y may be x. With `halves` on a GPU the pass also writes y's
@@ -59,12 +61,39 @@ absl::Status AddHalves(const Tensor& t) {
   return absl::OkStatus();
 }
 
+// The halves alone of the GPU f32 tensor `t`, which has no rendering:
+// its f32 values stay as they are (Bf16Rendering::values_rounded).
+absl::Status WriteHalvesOnly(const Tensor& t) {
+  const int64_t n = t.num_elements();
+  MT_ASSIGN_OR_RETURN(std::shared_ptr<Buffer> copy,
+                      internal::AllocateBf16(n, t.device()));
+  MT_RETURN_IF_ERROR(internal::KernelError(
+      "ToBFloat16",
+      cuda::ToBFloat16(t.raw_data(), copy->data(), n, t.device().index), {&t}));
+  t.set_bf16_rendering(std::move(copy), /*values_rounded=*/false);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status RoundToBFloat16InPlace(Tensor& t, bool halves) {
   if (t.dtype() != DType::kF32) return absl::OkStatus();
   const Bf16Rendering* r = t.bf16_rendering();
   if (r == nullptr) return Round(t, t, halves);
+  if (!r->values_rounded) {
+    // Halves only, now read as f32 values too: round those of the whole
+    // rendering (t may be a view into it), in place; the halves hold the
+    // same values already.
+    char* first =
+        static_cast<char*>(t.raw_data()) - (t.byte_offset() - r->begin);
+    const int64_t n = static_cast<int64_t>((r->end - r->begin) / 4);
+    MT_RETURN_IF_ERROR(internal::KernelError(
+        "RoundToBFloat16",
+        cuda::RoundToBFloat16(first, first, nullptr, n, t.device().index),
+        {&t}));
+    t.set_bf16_values_rounded();
+    return absl::OkStatus();
+  }
   // CPU products read f32 storage: they need no halves.
   if (!halves || !t.device().is_cuda() || r->halves != nullptr) {
     return absl::OkStatus();
@@ -82,7 +111,18 @@ absl::StatusOr<Tensor> RoundedToBFloat16(const Tensor& x, bool halves) {
 
 absl::Status RoundOutput(Tensor& t, OutputRounding rounding) {
   if (rounding == OutputRounding::kNone) return absl::OkStatus();
-  return RoundToBFloat16InPlace(t, rounding == OutputRounding::kBf16WithHalves);
+  if (rounding == OutputRounding::kBf16HalvesOnly) {
+    halves_only_requests.fetch_add(1, std::memory_order_relaxed);
+    if (t.dtype() == DType::kF32 && t.device().is_cuda() &&
+        halves_only_outputs.load(std::memory_order_relaxed)) {
+      const Bf16Rendering* r = t.bf16_rendering();
+      if (r == nullptr) return WriteHalvesOnly(t);
+      // Its halves are there (a nested sequence's output, stored so by
+      // the sequence already): nothing more.
+      if (r->halves != nullptr) return absl::OkStatus();
+    }
+  }
+  return RoundToBFloat16InPlace(t, rounding != OutputRounding::kBf16);
 }
 
 absl::StatusOr<bool> KeepBf16Copy(const Tensor& value) {
@@ -105,6 +145,14 @@ absl::StatusOr<bool> KeepBf16Copy(const Tensor& value) {
 namespace internal {
 
 void SetBf16Copies(bool enabled) { bf16_copies.store(enabled); }
+
+void SetBf16HalvesOnlyOutputs(bool enabled) {
+  halves_only_outputs.store(enabled);
+}
+
+int64_t HalvesOnlyOutputRequests() {
+  return halves_only_requests.load(std::memory_order_relaxed);
+}
 
 void* Bf16Halves(const Tensor& t) {
   const Bf16Rendering* r = t.bf16_rendering();

@@ -146,29 +146,39 @@ struct Seen {
   bool rounded = false;
   bool halves = false;
   ops::OutputRounding asked = ops::OutputRounding::kNone;
+  // The f32 values rounded too (not halves alone).
+  bool values = true;
   bool operator==(const Seen&) const = default;
 };
 
 // Passes x * 1.5 on (a new tensor, not on the bfloat16 grid) and logs what
-// it was given; says whether its input feeds a product as told.
+// it was given; says whether its input feeds a product (only products) and
+// whether its output needs only halves, as told.
 class ProbeLayer final : public Layer {
  public:
-  ProbeLayer(bool feeds_product, std::vector<Seen>* log)
-      : Layer("probe"), feeds_product_(feeds_product), log_(log) {}
+  ProbeLayer(bool feeds_product, std::vector<Seen>* log,
+             bool only_products = false, bool output_halves_only = false)
+      : Layer("probe"),
+        feeds_product_(feeds_product),
+        only_products_(only_products),
+        output_halves_only_(output_halves_only),
+        log_(log) {}
   absl::StatusOr<Tensor> Call(const Tensor& x,
                               const ForwardContext& ctx) override {
     const Bf16Rendering* r = x.bf16_rendering();
     log_->push_back({r != nullptr, r != nullptr && r->halves != nullptr,
-                     ctx.output_rounding});
+                     ctx.output_rounding, r == nullptr || r->values_rounded});
     return ops::Scale(x, 1.5);
   }
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
     return input;
   }
   bool InputFeedsProduct() const override { return feeds_product_; }
+  bool InputOnlyFeedsProducts() const override { return only_products_; }
+  bool OutputNeedsOnlyHalves() const override { return output_halves_only_; }
 
  private:
-  bool feeds_product_;
+  bool feeds_product_, only_products_, output_halves_only_;
   std::vector<Seen>* log_;
 };
 
@@ -232,10 +242,123 @@ TEST(MixedBFloat16Test, LayerInputsAreRecordedRounded) {
   CheckProbes(Device::Cpu());
 }
 
+// An output that only products read, and whose own gradient reads at most
+// its halves, is stored as halves alone (GPUs; rounded f32 values on CPUs):
+// probes A-F, E in a nested sequence. A (its output needs only halves)
+// feeds B (only products): halves alone. B's output does not need only
+// halves: rounded with halves. C feeds D (only products): halves alone. D
+// feeds the nested sequence, whose first layer E reads only products, but
+// D's output needs more than halves. The nested sequence's output (E's)
+// feeds F (only products) and E needs only halves: E is told so by its
+// sequence. F is told what the caller asks.
+void CheckHalvesOnlyProbes(Device device) {
+  std::vector<Seen> log;
+  auto seq = std::make_unique<SequentialLayer>("seq");
+  seq->Append(std::make_unique<ProbeLayer>(false, &log, false, true));  // A
+  seq->Append(std::make_unique<ProbeLayer>(true, &log, true, false));   // B
+  seq->Append(std::make_unique<ProbeLayer>(true, &log, false, true));   // C
+  seq->Append(std::make_unique<ProbeLayer>(true, &log, true, false));   // D
+  auto nested = std::make_unique<SequentialLayer>("nested");
+  nested->Append(std::make_unique<ProbeLayer>(true, &log, true, true));  // E
+  seq->Append(std::move(nested));
+  seq->Append(std::make_unique<ProbeLayer>(true, &log, true, true));  // F
+  EXPECT_FALSE(seq->InputOnlyFeedsProducts());
+  EXPECT_TRUE(seq->OutputNeedsOnlyHalves());
+  const Tensor x = *testing::RandomTensor({3, 4}, 13, DType::kF32).To(device);
+  ForwardContext bf16;
+  bf16.bf16_activations = true;
+  const int64_t requests = ops::internal::HalvesOnlyOutputRequests();
+  ASSERT_TRUE(seq->Call(*ops::RoundedToBFloat16(x), bf16).ok());
+  // A, C, E (in its sequence) and the nested sequence's output (again, by
+  // the outer sequence: nothing left to do then).
+  EXPECT_EQ(ops::internal::HalvesOnlyOutputRequests() - requests, 4);
+  const bool gpu = device.is_cuda();
+  using R = ops::OutputRounding;
+  const std::vector<Seen> want = {
+      {true, false, R::kBf16HalvesOnly, true},  // A
+      {true, gpu, R::kBf16WithHalves, !gpu},    // B: A's halves alone
+      {true, gpu, R::kBf16HalvesOnly, true},    // C
+      {true, gpu, R::kBf16WithHalves, !gpu},    // D
+      {true, gpu, R::kBf16HalvesOnly, true},    // E
+      {true, gpu, R::kBf16, !gpu}};             // F
+  EXPECT_EQ(log, want);
+}
+
+TEST(MixedBFloat16Test, OutputsOnlyProductsReadAreStoredAsHalvesAlone) {
+  CheckHalvesOnlyProbes(Device::Cpu());
+}
+
 class MixedBFloat16GpuTest : public testing::CudaTest {};
 
 TEST_F(MixedBFloat16GpuTest, InputsThatFeedProductsGetTheirHalves) {
   CheckProbes(Device::Cuda(0));
+}
+
+TEST_F(MixedBFloat16GpuTest, OutputsOnlyProductsReadGetTheirHalvesAlone) {
+  CheckHalvesOnlyProbes(Device::Cuda(0));
+}
+
+// An MLP of relu and linear dense layers under mixed bfloat16 on a GPU, its
+// hidden outputs stored as halves alone or as rounded values with halves:
+// the same output and gradients, bit for bit (every reader of those outputs
+// reads the halves, which hold the rounded values either way). Read as f32
+// by a product of another precision, such an output is rounded first.
+TEST_F(MixedBFloat16GpuTest, HalvesAloneTrainAsRoundedOutputs) {
+  ModelDef def;
+  def.input_shape = {48};
+  def.layers = {
+      Spec("dense", {{"units", 40}, {"activation", std::string("relu")}}),
+      Spec("dense", {{"units", 36}}),
+      Spec("dense", {{"units", 32}, {"activation", std::string("relu")}}),
+      Spec("dense", {{"units", 10}})};
+  auto m = Model::Build(def, 3, Device::Cuda(0));
+  ASSERT_TRUE(m.ok()) << m.status();
+  (*m)->SetMixedBFloat16(true);
+  const Tensor x =
+      *testing::RandomTensor({64, 48}, 14, DType::kF32).To(Device::Cuda(0));
+  std::vector<Tensor> vars;
+  for (Variable* v : (*m)->variables()) vars.push_back(v->value());
+  auto run = [&](bool halves_alone) {
+    ops::internal::SetBf16HalvesOnlyOutputs(halves_alone);
+    SetMatMulPrecision(MatMulPrecision::kBf16);
+    std::vector<Tensor> host;
+    GradientTape tape;
+    absl::StatusOr<Tensor> y = (*m)->Call(x, {});
+    EXPECT_TRUE(y.ok()) << y.status();
+    if (y.ok()) {
+      auto grads = tape.Gradient(*ops::ReduceSum(*ops::Mul(*y, *y)), vars);
+      EXPECT_TRUE(grads.ok()) << grads.status();
+      host.push_back(*y->To(Device::Cpu()));
+      for (const auto& g : *grads) host.push_back(*g->To(Device::Cpu()));
+    }
+    SetMatMulPrecision(MatMulPrecision::kFp32);
+    ops::internal::SetBf16HalvesOnlyOutputs(true);
+    return host;
+  };
+  const int64_t requests = ops::internal::HalvesOnlyOutputRequests();
+  const std::vector<Tensor> alone = run(true);
+  // The three hidden outputs: each feeds a dense layer, and each layer is
+  // relu with a bias or linear.
+  EXPECT_EQ(ops::internal::HalvesOnlyOutputRequests() - requests, 3);
+  const std::vector<Tensor> rounded = run(false);
+  ASSERT_EQ(alone.size(), 1 + vars.size());
+  ASSERT_EQ(rounded.size(), alone.size());
+  for (size_t i = 0; i < alone.size(); ++i) {
+    EXPECT_TRUE(testing::AllClose(alone[i], rounded[i], 0, 0)) << i;
+  }
+
+  // A hidden output stored as halves alone, then read by an fp32 product:
+  // it reads the rounded values.
+  ops::internal::SetBf16HalvesOnlyOutputs(true);
+  Tensor h = *ops::MatMul(x, vars[0]);
+  ASSERT_TRUE(ops::RoundOutput(h, ops::OutputRounding::kBf16HalvesOnly).ok());
+  ASSERT_NE(h.bf16_rendering(), nullptr);
+  EXPECT_FALSE(h.bf16_rendering()->values_rounded);
+  const Tensor expected = *ops::MatMul(*ops::RoundedToBFloat16(h), vars[2]);
+  const Tensor got = *ops::MatMul(h, vars[2]);
+  EXPECT_TRUE(h.bf16_rendering()->values_rounded);
+  EXPECT_TRUE(testing::AllClose(*got.To(Device::Cpu()),
+                                *expected.To(Device::Cpu()), 0, 0));
 }
 
 // Which built layers read their input as a product's operand.
