@@ -47,30 +47,19 @@ absl::Status Round(const Tensor& x, const Tensor& y, bool halves) {
   return absl::OkStatus();
 }
 
-// Writes the halves of `t`, which holds rounded values already (a view of
-// a layer output, flatten's, that now feeds a product): the conversion
-// alone, not the rounding again.
-absl::Status AddHalves(const Tensor& t) {
+// Writes the halves of the GPU f32 tensor `t` by the conversion alone,
+// not the rounding again: `t` holds rounded values already (a view of a
+// layer output, flatten's, that now feeds a product), or, without
+// `values_rounded`, keeps its values as they are and the halves alone hold
+// the rounded ones (an output that only products read).
+absl::Status AddHalves(const Tensor& t, bool values_rounded) {
   const int64_t n = t.num_elements();
   MT_ASSIGN_OR_RETURN(std::shared_ptr<Buffer> copy,
                       internal::AllocateBf16(n, t.device()));
   MT_RETURN_IF_ERROR(internal::KernelError(
       "ToBFloat16",
       cuda::ToBFloat16(t.raw_data(), copy->data(), n, t.device().index), {&t}));
-  t.set_bf16_rendering(std::move(copy));
-  return absl::OkStatus();
-}
-
-// The halves alone of the GPU f32 tensor `t`, which has no rendering:
-// its f32 values stay as they are (Bf16Rendering::values_rounded).
-absl::Status WriteHalvesOnly(const Tensor& t) {
-  const int64_t n = t.num_elements();
-  MT_ASSIGN_OR_RETURN(std::shared_ptr<Buffer> copy,
-                      internal::AllocateBf16(n, t.device()));
-  MT_RETURN_IF_ERROR(internal::KernelError(
-      "ToBFloat16",
-      cuda::ToBFloat16(t.raw_data(), copy->data(), n, t.device().index), {&t}));
-  t.set_bf16_rendering(std::move(copy), /*values_rounded=*/false);
+  t.set_bf16_rendering(std::move(copy), values_rounded);
   return absl::OkStatus();
 }
 
@@ -98,7 +87,7 @@ absl::Status RoundToBFloat16InPlace(Tensor& t, bool halves) {
   if (!halves || !t.device().is_cuda() || r->halves != nullptr) {
     return absl::OkStatus();
   }
-  return AddHalves(t);
+  return AddHalves(t, /*values_rounded=*/true);
 }
 
 absl::StatusOr<Tensor> RoundedToBFloat16(const Tensor& x, bool halves) {
@@ -116,7 +105,7 @@ absl::Status RoundOutput(Tensor& t, OutputRounding rounding) {
     if (t.dtype() == DType::kF32 && t.device().is_cuda() &&
         halves_only_outputs.load(std::memory_order_relaxed)) {
       const Bf16Rendering* r = t.bf16_rendering();
-      if (r == nullptr) return WriteHalvesOnly(t);
+      if (r == nullptr) return AddHalves(t, /*values_rounded=*/false);
       // Its halves are there (a nested sequence's output, stored so by
       // the sequence already): nothing more.
       if (r->halves != nullptr) return absl::OkStatus();
