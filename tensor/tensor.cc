@@ -49,6 +49,23 @@ absl::Status Buffer::SetBf16Copy(std::shared_ptr<Buffer> copy) {
   return RefreshBf16Copy();
 }
 
+absl::Status Buffer::RoundRenderedValues() {
+  if (!bf16_rendering_.has_value() || bf16_rendering_->values_rounded) {
+    return absl::OkStatus();
+  }
+  if (!device().is_cuda()) {
+    return absl::InternalError(
+        "a bfloat16 rendering with its values in halves alone off a GPU");
+  }
+  void* first = static_cast<char*>(data_) + bf16_rendering_->begin;
+  MT_RETURN_IF_ERROR(cuda::RoundToBFloat16(
+      first, first, nullptr,
+      static_cast<int64_t>((bf16_rendering_->end - bf16_rendering_->begin) / 4),
+      device().index));
+  bf16_rendering_->values_rounded = true;
+  return absl::OkStatus();
+}
+
 absl::Status Buffer::RefreshBf16Copy() {
   if (bf16_copy_ == nullptr) return absl::OkStatus();
   return cuda::ToBFloat16(data_, bf16_copy_->data(),
@@ -183,13 +200,6 @@ void Tensor::set_bf16_rendering(std::shared_ptr<Buffer> halves,
                     std::move(halves), values_rounded});
 }
 
-void Tensor::set_bf16_values_rounded() const {
-  std::optional<Bf16Rendering> r = impl_->buffer->bf16_rendering();
-  if (!r.has_value()) return;
-  r->values_rounded = true;
-  impl_->buffer->set_bf16_rendering(std::move(r));
-}
-
 std::shared_ptr<void> Tensor::bf16_copy() const {
   const std::shared_ptr<Buffer>& copy = impl_->buffer->bf16_copy();
   if (copy == nullptr || dtype() != DType::kF32) return nullptr;
@@ -202,9 +212,15 @@ absl::Status Tensor::CopyFrom(const Tensor& src) {
     return absl::InvalidArgumentError(absl::StrCat(
         "CopyFrom: cannot copy ", src.DebugString(), " into ", DebugString()));
   }
+  // A source whose rounded values are in its halves alone: its f32 bytes
+  // are made to hold them (a layer output only products read, copied
+  // after all). Only ever one thread's buffer.
+  MT_RETURN_IF_ERROR(src.impl_->buffer->RoundRenderedValues());
   // Checked first: threads may copy into views of one buffer at once,
-  // and only a rendered buffer (one thread's, by contract) is written.
+  // and only a rendered buffer (one thread's, by contract) is written;
+  // what this copy does not overwrite keeps rounded values.
   if (impl_->buffer->bf16_rendering().has_value()) {
+    MT_RETURN_IF_ERROR(impl_->buffer->RoundRenderedValues());
     impl_->buffer->set_bf16_rendering(std::nullopt);
   }
   if (bytes() == 0) return absl::OkStatus();

@@ -85,6 +85,12 @@ class Buffer {
     bf16_rendering_ = std::move(rendering);
   }
 
+  // When the rendering's rounded values are in its halves alone
+  // (Bf16Rendering::values_rounded false): rounds the f32 bytes of its
+  // range in place, on the calling thread's stream, and records it.
+  // Nothing otherwise.
+  absl::Status RoundRenderedValues();
+
   // The bfloat16 copy of the f32 values, 2 bytes per 4 (null: none).
   const std::shared_ptr<Buffer>& bf16_copy() const { return bf16_copy_; }
   // Gives the buffer `copy` and fills it from the f32 values.
@@ -157,9 +163,10 @@ class Tensor {
   // halves hold them (Bf16Rendering); replaces the buffer's rendering.
   void set_bf16_rendering(std::shared_ptr<Buffer> halves,
                           bool values_rounded = true) const;
-  // Records that the f32 bytes of the buffer's rendering now hold the
-  // rounded values too (Bf16Rendering::values_rounded).
-  void set_bf16_values_rounded() const;
+  // Buffer::RoundRenderedValues of this tensor's buffer.
+  absl::Status RoundRenderedValues() const {
+    return impl_->buffer->RoundRenderedValues();
+  }
   // The buffer's bfloat16 copy (Buffer::bf16_copy) from this tensor's first
   // value on, sharing the copy's ownership; null when the buffer has none
   // or this is not an f32 tensor.
@@ -197,8 +204,10 @@ class Tensor {
   absl::StatusOr<Tensor> Clone() const;
   // A copy on `device` (this tensor itself when already there).
   absl::StatusOr<Tensor> To(Device device) const;
-  // Copies `src` (same dtype and element count, any device) into this;
-  // drops the buffer's bfloat16 rendering and refreshes its bfloat16 copy
+  // Copies `src` (same dtype and element count, any device) into this (a
+  // source whose values are in its halves alone is rounded first); drops
+  // the buffer's bfloat16 rendering (rounding the f32 values it left
+  // unrounded first) and refreshes its bfloat16 copy
   // (the whole buffer's, on the calling thread's stream after the copy, not
   // waited for).
   absl::Status CopyFrom(const Tensor& src);

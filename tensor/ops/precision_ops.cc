@@ -70,18 +70,11 @@ absl::Status RoundToBFloat16InPlace(Tensor& t, bool halves) {
   const Bf16Rendering* r = t.bf16_rendering();
   if (r == nullptr) return Round(t, t, halves);
   if (!r->values_rounded) {
-    // Halves only, now read as f32 values too: round those of the whole
-    // rendering (t may be a view into it), in place; the halves hold the
+    // Halves alone, now read as f32 values too: the whole rendering's (t
+    // may be a view into it) are rounded in place; the halves hold the
     // same values already.
-    char* first =
-        static_cast<char*>(t.raw_data()) - (t.byte_offset() - r->begin);
-    const int64_t n = static_cast<int64_t>((r->end - r->begin) / 4);
-    MT_RETURN_IF_ERROR(internal::KernelError(
-        "RoundToBFloat16",
-        cuda::RoundToBFloat16(first, first, nullptr, n, t.device().index),
-        {&t}));
-    t.set_bf16_values_rounded();
-    return absl::OkStatus();
+    return internal::KernelError("RoundToBFloat16", t.RoundRenderedValues(),
+                                 {&t});
   }
   // CPU products read f32 storage: they need no halves.
   if (!halves || !t.device().is_cuda() || r->halves != nullptr) {

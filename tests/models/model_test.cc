@@ -19,6 +19,7 @@
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/precision_ops.h"
 #include "tensor/ops/reduction_ops.h"
+#include "tensor/status_macros.h"
 #include "tests/tensor/cuda_test_util.h"
 #include "tests/test_util.h"
 
@@ -314,26 +315,34 @@ TEST_F(MixedBFloat16GpuTest, HalvesAloneTrainAsRoundedOutputs) {
   auto m = Model::Build(def, 3, Device::Cuda(0));
   ASSERT_TRUE(m.ok()) << m.status();
   (*m)->SetMixedBFloat16(true);
-  const Tensor x =
-      *testing::RandomTensor({64, 48}, 14, DType::kF32).To(Device::Cuda(0));
+  const absl::StatusOr<Tensor> x =
+      testing::RandomTensor({64, 48}, 14, DType::kF32).To(Device::Cuda(0));
+  ASSERT_TRUE(x.ok()) << x.status();
   std::vector<Tensor> vars;
   for (Variable* v : (*m)->variables()) vars.push_back(v->value());
-  auto run = [&](bool halves_alone) {
+  // The output and every gradient on the host; empty on any error.
+  auto run = [&](bool halves_alone) -> std::vector<Tensor> {
     ops::internal::SetBf16HalvesOnlyOutputs(halves_alone);
     SetMatMulPrecision(MatMulPrecision::kBf16);
-    std::vector<Tensor> host;
-    GradientTape tape;
-    absl::StatusOr<Tensor> y = (*m)->Call(x, {});
-    EXPECT_TRUE(y.ok()) << y.status();
-    if (y.ok()) {
-      auto grads = tape.Gradient(*ops::ReduceSum(*ops::Mul(*y, *y)), vars);
-      EXPECT_TRUE(grads.ok()) << grads.status();
-      host.push_back(*y->To(Device::Cpu()));
-      for (const auto& g : *grads) host.push_back(*g->To(Device::Cpu()));
-    }
+    auto forward_backward = [&]() -> absl::StatusOr<std::vector<Tensor>> {
+      GradientTape tape;
+      MT_ASSIGN_OR_RETURN(const Tensor y, (*m)->Call(*x, {}));
+      MT_ASSIGN_OR_RETURN(const Tensor squares, ops::Mul(y, y));
+      MT_ASSIGN_OR_RETURN(const Tensor loss, ops::ReduceSum(squares));
+      MT_ASSIGN_OR_RETURN(auto grads, tape.Gradient(loss, vars));
+      std::vector<Tensor> host;
+      MT_ASSIGN_OR_RETURN(host.emplace_back(), y.To(Device::Cpu()));
+      for (const auto& g : grads) {
+        if (!g.has_value()) return absl::InternalError("a missing gradient");
+        MT_ASSIGN_OR_RETURN(host.emplace_back(), g->To(Device::Cpu()));
+      }
+      return host;
+    };
+    absl::StatusOr<std::vector<Tensor>> host = forward_backward();
     SetMatMulPrecision(MatMulPrecision::kFp32);
     ops::internal::SetBf16HalvesOnlyOutputs(true);
-    return host;
+    EXPECT_TRUE(host.ok()) << host.status();
+    return host.ok() ? *std::move(host) : std::vector<Tensor>();
   };
   const int64_t requests = ops::internal::HalvesOnlyOutputRequests();
   const std::vector<Tensor> alone = run(true);
@@ -347,18 +356,94 @@ TEST_F(MixedBFloat16GpuTest, HalvesAloneTrainAsRoundedOutputs) {
     EXPECT_TRUE(testing::AllClose(alone[i], rounded[i], 0, 0)) << i;
   }
 
-  // A hidden output stored as halves alone, then read by an fp32 product:
-  // it reads the rounded values.
-  ops::internal::SetBf16HalvesOnlyOutputs(true);
-  Tensor h = *ops::MatMul(x, vars[0]);
-  ASSERT_TRUE(ops::RoundOutput(h, ops::OutputRounding::kBf16HalvesOnly).ok());
-  ASSERT_NE(h.bf16_rendering(), nullptr);
-  EXPECT_FALSE(h.bf16_rendering()->values_rounded);
-  const Tensor expected = *ops::MatMul(*ops::RoundedToBFloat16(h), vars[2]);
-  const Tensor got = *ops::MatMul(h, vars[2]);
-  EXPECT_TRUE(h.bf16_rendering()->values_rounded);
-  EXPECT_TRUE(testing::AllClose(*got.To(Device::Cpu()),
-                                *expected.To(Device::Cpu()), 0, 0));
+  // A hidden output stored as halves alone, then read by an fp32 product
+  // or copied: either reads the rounded values.
+  for (const bool copied : {false, true}) {
+    SCOPED_TRACE(copied ? "copied" : "fp32 product");
+    absl::StatusOr<Tensor> h = ops::MatMul(*x, vars[0]);
+    ASSERT_TRUE(h.ok()) << h.status();
+    ASSERT_TRUE(
+        ops::RoundOutput(*h, ops::OutputRounding::kBf16HalvesOnly).ok());
+    ASSERT_NE(h->bf16_rendering(), nullptr);
+    EXPECT_FALSE(h->bf16_rendering()->values_rounded);
+    const absl::StatusOr<Tensor> rounded_h = ops::RoundedToBFloat16(*h);
+    ASSERT_TRUE(rounded_h.ok()) << rounded_h.status();
+    absl::StatusOr<Tensor> want = ops::MatMul(*rounded_h, vars[2]);
+    absl::StatusOr<Tensor> got = absl::InternalError("not run");
+    if (copied) {
+      want = rounded_h->To(Device::Cpu());
+      got = h->To(Device::Cpu());
+    } else {
+      got = ops::MatMul(*h, vars[2]);
+      if (got.ok()) got = got->To(Device::Cpu());
+      if (want.ok()) want = want->To(Device::Cpu());
+    }
+    ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
+    ASSERT_NE(h->bf16_rendering(), nullptr);
+    EXPECT_TRUE(h->bf16_rendering()->values_rounded);
+    EXPECT_TRUE(testing::AllClose(*got, *want, 0, 0));
+  }
+}
+
+// Which built layers read their input only as products' operands, and
+// whose gradients read at most their output's halves: dense layers, linear
+// or relu with a bias; nothing else.
+TEST(MixedBFloat16Test, OnlyDenseLayersStoreOrReadHalvesAlone) {
+  struct Row {
+    std::string type;
+    Shape input;
+    Values values;
+    bool only_products, halves_only;
+  };
+  const std::vector<Row> rows = {
+      {"dense", {2, 3}, {{"units", int64_t{4}}}, true, true},
+      {"dense",
+       {2, 3},
+       {{"units", int64_t{4}}, {"activation", std::string("relu")}},
+       true,
+       true},
+      {"dense",
+       {2, 3},
+       {{"units", int64_t{4}},
+        {"activation", std::string("relu")},
+        {"use_bias", false}},
+       true,
+       false},
+      {"dense",
+       {2, 3},
+       {{"units", int64_t{4}}, {"activation", std::string("tanh")}},
+       true,
+       false},
+      {"dense",
+       {2, 5, 3},
+       {{"units", int64_t{4}}, {"activation", std::string("gelu")}},
+       true,
+       false},
+      {"multi_head_attention",
+       {2, 5, 4},
+       {{"num_heads", int64_t{2}}},
+       false,
+       false},
+      {"layer_normalization", {2, 3}, {}, false, false},
+      {"dropout", {2, 3}, {{"rate", 0.5}}, false, false},
+      {"flatten", {2, 3}, {}, false, false},
+      {"conv2d",
+       {2, 5, 5, 1},
+       {{"filters", int64_t{2}},
+        {"kernel_size", int64_t{3}},
+        {"activation", std::string("relu")}},
+       false,
+       false},
+  };
+  for (const Row& row : rows) {
+    SCOPED_TRACE(row.type);
+    LayerBuilder b(1, Device::Cpu());
+    absl::StatusOr<std::unique_ptr<Layer>> layer =
+        b.BuildSequence({Spec(row.type, row.values)}, row.input);
+    ASSERT_TRUE(layer.ok()) << layer.status();
+    EXPECT_EQ((*layer)->InputOnlyFeedsProducts(), row.only_products);
+    EXPECT_EQ((*layer)->OutputNeedsOnlyHalves(), row.halves_only);
+  }
 }
 
 // Which built layers read their input as a product's operand.
