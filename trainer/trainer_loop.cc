@@ -164,7 +164,8 @@ absl::Status Trainer::PendStep(int64_t step, std::vector<Batch> micro_batches) {
   const auto copy = [&](int id) -> absl::Status {
     const Replica& r = replicas_[id];
     MT_ASSIGN_OR_RETURN(p.losses[id], HostCopyAsync(r.loss));
-    if (DefersIndexChecks()) {
+    // Only a step whose ops were given the record can have written it.
+    if (DefersIndexChecks() && r.index_checks.written()) {
       MT_ASSIGN_OR_RETURN(p.index_checks[id],
                           HostCopyAsync(r.index_checks.tensor()));
     }

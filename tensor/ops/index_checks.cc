@@ -31,12 +31,15 @@ absl::StatusOr<IndexCheckRecord> IndexCheckRecord::Create(Device device) {
 }
 
 absl::Status IndexCheckRecord::Reset() {
+  if (!written_) return absl::OkStatus();
   if (record_.device().is_cpu()) {
     std::memset(record_.raw_data(), 0xff, record_.bytes());
-    return absl::OkStatus();
+  } else {
+    MT_RETURN_IF_ERROR(cuda::Memset(record_.raw_data(), 0xff, record_.bytes(),
+                                    record_.device().index));
   }
-  return cuda::Memset(record_.raw_data(), 0xff, record_.bytes(),
-                      record_.device().index);
+  written_ = false;
+  return absl::OkStatus();
 }
 
 absl::Status IndexCheckRecord::ErrorIn(const Tensor& host_record) const {
@@ -83,6 +86,7 @@ std::optional<IndexCheckSite> NextIndexCheckSite(Device device,
       next_site >= (~uint64_t{0} >> kSiteShift)) {
     return std::nullopt;
   }
+  current_record->written_ = true;
   std::vector<std::string>& labels = current_record->labels_;
   if (labels.size() <= next_site) labels.resize(next_site + 1);
   labels[next_site] = current_label != nullptr ? *current_label : "";

@@ -67,7 +67,15 @@ class IndexCheckRecord {
   IndexCheckRecord() = default;
 
   // Clean again (on a GPU: enqueued on the current stream, recordable).
+  // Nothing to do, and nothing enqueued, when no checked op has been given
+  // this record since the last Reset: no kernel can have written it.
   absl::Status Reset();
+  // Whether a checked op has been given this record since the last Reset:
+  // only then can it hold a failure, and need reading. A model without
+  // checked ops never sets it, so its steps neither reset nor read the
+  // record. (Replays of a recorded step run the recording's ops: it stays
+  // as the recording left it.)
+  bool written() const { return written_; }
   // The record's storage (i64[4]), for copying it to the host.
   const Tensor& tensor() const { return record_; }
   // The error a host copy of the record holds (as Gather or Cast would
@@ -82,6 +90,7 @@ class IndexCheckRecord {
   // Per site, the ScopedIndexCheckLabel it was called under (written by
   // the scope's thread while it runs; read between steps).
   std::vector<std::string> labels_;
+  bool written_ = true;  // Until the first Reset.
 };
 
 // While alive, the checked ops called on this thread are recorded with

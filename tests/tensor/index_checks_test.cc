@@ -54,6 +54,44 @@ TEST(IndexChecksTest, InAScopeABadIndexGivesZerosAndIsRecorded) {
   EXPECT_FALSE(Gather(kTable, Tensor::FromVector<int64_t>({9}, {1})).ok());
 }
 
+// A record is written only by the ops given it: without them it needs no
+// reset (and the trainer no read); after them it does, once.
+TEST(IndexChecksTest, OnlyARecordGivenToOpsNeedsAReset) {
+  absl::StatusOr<IndexCheckRecord> record =
+      IndexCheckRecord::Create(Device::Cpu());
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_FALSE(record->written());
+  {
+    ScopedIndexChecks scope(&*record);
+    // Ops the record does not check: a float cast, a sum.
+    ASSERT_TRUE(Cast(kTable, DType::kF64).ok());
+    ASSERT_TRUE(ReduceSum(kTable).ok());
+  }
+  EXPECT_FALSE(record->written());
+  {
+    ScopedIndexChecks scope(&*record);
+    ASSERT_TRUE(Gather(kTable, Tensor::FromVector<int64_t>({2, 5}, {2})).ok());
+  }
+  EXPECT_TRUE(record->written());
+  EXPECT_FALSE(record->ErrorIn(record->tensor()).ok());
+  ASSERT_TRUE(record->Reset().ok());
+  EXPECT_FALSE(record->written());
+  EXPECT_TRUE(record->ErrorIn(record->tensor()).ok());
+  // A good index writes nothing, but the record was given to the op.
+  {
+    ScopedIndexChecks scope(&*record);
+    ASSERT_TRUE(Gather(kTable, Tensor::FromVector<int64_t>({1}, {1})).ok());
+  }
+  EXPECT_TRUE(record->written());
+  ASSERT_TRUE(record->Reset().ok());
+  EXPECT_TRUE(record->ErrorIn(record->tensor()).ok());
+  // With nothing given since, a Reset leaves the clean record alone; a bad
+  // value written behind its back (no op does that) stays.
+  record->tensor().data<int64_t>()[0] = 0;
+  ASSERT_TRUE(record->Reset().ok());
+  EXPECT_FALSE(record->ErrorIn(record->tensor()).ok());
+}
+
 TEST(IndexChecksTest, TheFirstBadCallInProgramOrderIsKept) {
   absl::StatusOr<IndexCheckRecord> record =
       IndexCheckRecord::Create(Device::Cpu());
