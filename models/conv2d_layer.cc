@@ -4,6 +4,8 @@
 #include "models/initializers.h"
 #include "models/layer_registry.h"
 #include "models/simple_layers.h"
+#include "tensor/ops/conv_ops.h"
+#include "tensor/ops/math_ops.h"
 #include "tensor/ops/window.h"
 #include "tensor/status_macros.h"
 
@@ -27,6 +29,11 @@ absl::StatusOr<Tensor> Conv2DLayer::Call(const Tensor& x,
   if (bias_.has_value() && !pool_.has_value()) {
     return ConvBiasActivate(activation_, x, kernel_.value(), bias_->value(),
                             options_);
+  }
+  if (bias_.has_value() && activation_.apply == ops::Relu) {
+    // Pooled, then the bias and relu: in the pooled kernel's epilogue.
+    return ops::Conv2DMaxPoolBiasRelu(x, kernel_.value(), bias_->value(),
+                                      options_, *pool_);
   }
   MT_ASSIGN_OR_RETURN(
       Tensor y, pool_.has_value()

@@ -349,9 +349,12 @@ MT_CUDA_KERNEL(DirectConv2DFilterGrad,
 // (the convolution's output never stored): y [n, oh / 2, ow / 2, o] and,
 // when `argmax` is non-null (int32, shaped like y), MaxPool2DForward's
 // winners over the convolution's output [n, oh, ow, o]: the same values
-// and winners as DirectConv2D then MaxPool2DForward.
+// and winners as DirectConv2D then MaxPool2DForward. With `relu_bias`
+// ([o], non-null) y is relu(maximum + bias), as BiasAddRelu then computes
+// it (the winners are the maximum's).
 MT_CUDA_KERNEL(DirectConv2DMaxPool,
                absl::Status(DType dtype, const void* x, const void* filter,
+                            const void* relu_bias,
                             const Conv2DGeometry& geometry, bool bf16, void* y,
                             int32_t* argmax, int device));
 // DirectConv2DFilterGrad of the pooled convolution: dy is the pool

@@ -54,9 +54,21 @@ static_assert(kUnitRows % 2 == 0 && kUnitCols % 2 == 0,
 static_assert(kUnitCols + 5 - 1 <= kRowValues, "a staged row holds 5x5's");
 
 // What a direct convolution writes: its output (kStore), relu(output +
-// bias) (kReluBias), or the 2x2 stride-2 VALID max pool of its output and
-// the pool's winners (kMaxPool).
-enum class Epilogue { kStore, kReluBias, kMaxPool };
+// bias) (kReluBias), the 2x2 stride-2 VALID max pool of its output and
+// the pool's winners (kMaxPool), or relu(the pool + bias) and the winners
+// (kMaxPoolReluBias).
+enum class Epilogue { kStore, kReluBias, kMaxPool, kMaxPoolReluBias };
+
+__host__ __device__ constexpr bool Pools(Epilogue e) {
+  return e == Epilogue::kMaxPool || e == Epilogue::kMaxPoolReluBias;
+}
+
+// relu(v + bias[oc]), the formula of BiasAddRelu's kernel (NaN -> 0).
+template <typename T>
+__device__ inline T ReluBias(T v, const T* bias, int oc) {
+  v += __ldg(bias + oc);
+  return v > T(0) ? v : T(0);
+}
 
 // The geometry in 32-bit ints (DirectConvTakes bounds every index), and
 // the work units: kUnitRows x kUnitCols outputs, of those the units cover
@@ -202,7 +214,7 @@ __global__ void __launch_bounds__(kLaunchThreads)
                         acc);
     // Dead lanes still stage rows: every lane runs the same units.
     if (!live) continue;
-    if constexpr (kEpilogue == Epilogue::kMaxPool) {
+    if constexpr (Pools(kEpilogue)) {
       // Cells in row-major order; the first maximum wins, a NaN beats
       // every number and the first NaN stays (MaxPool2DForward's rule).
 #pragma unroll
@@ -223,6 +235,9 @@ __global__ void __launch_bounds__(kLaunchThreads)
           }
           const int64_t out =
               ((static_cast<int64_t>(at.i) * g.ph + py) * g.pw + px) * g.o + oc;
+          if constexpr (kEpilogue == Epilogue::kMaxPoolReluBias) {
+            best = ReluBias(best, bias, oc);
+          }
           y[out] = best;
           if (argmax != nullptr) argmax[out] = winner;
         }
@@ -238,8 +253,7 @@ __global__ void __launch_bounds__(kLaunchThreads)
           if (at.ox0 + p >= g.ow) break;
           T r = acc[q][p];
           if constexpr (kEpilogue == Epilogue::kReluBias) {
-            r += __ldg(bias + oc);
-            r = r > T(0) ? r : T(0);
+            r = ReluBias(r, bias, oc);
           }
           out[(at.ox0 + p) * g.o] = r;
         }
@@ -394,7 +408,7 @@ absl::Status LaunchForward(const char* what, DType dtype, const void* x,
                            Epilogue epilogue, void* y, int32_t* argmax,
                            int device) {
   MT_RETURN_IF_ERROR(CheckDirect(what, dtype, g, bf16));
-  const DirectGeometry d(g, epilogue == Epilogue::kMaxPool);
+  const DirectGeometry d(g, Pools(epilogue));
   const int64_t units = int64_t{d.n} * d.rows * d.groups * d.tiles;
   if (units == 0) return absl::OkStatus();
   const int blocks = GridBlocks((units + kWarps - 1) / kWarps);
@@ -406,7 +420,9 @@ absl::Status LaunchForward(const char* what, DType dtype, const void* x,
           constexpr bool kBf16 = decltype(bf16_const)::value;
           if constexpr (!kBf16 || std::is_same_v<T, float>) {
             auto kernel =
-                epilogue == Epilogue::kMaxPool
+                epilogue == Epilogue::kMaxPoolReluBias
+                    ? DirectConvKernel<T, kK, kBf16, Epilogue::kMaxPoolReluBias>
+                : epilogue == Epilogue::kMaxPool
                     ? DirectConvKernel<T, kK, kBf16, Epilogue::kMaxPool>
                 : epilogue == Epilogue::kReluBias
                     ? DirectConvKernel<T, kK, kBf16, Epilogue::kReluBias>
@@ -493,11 +509,13 @@ absl::Status DirectConv2DFilterGradOnGpu(DType dtype, const void* x,
 }
 
 absl::Status DirectConv2DMaxPoolOnGpu(DType dtype, const void* x,
-                                      const void* filter,
+                                      const void* filter, const void* relu_bias,
                                       const Conv2DGeometry& g, bool bf16,
                                       void* y, int32_t* argmax, int device) {
-  return LaunchForward("DirectConv2DMaxPool", dtype, x, filter, nullptr, g,
-                       bf16, Epilogue::kMaxPool, y, argmax, device);
+  return LaunchForward(
+      "DirectConv2DMaxPool", dtype, x, filter, relu_bias, g, bf16,
+      relu_bias != nullptr ? Epilogue::kMaxPoolReluBias : Epilogue::kMaxPool, y,
+      argmax, device);
 }
 
 absl::Status DirectConv2DMaxPoolFilterGradOnGpu(

@@ -23,6 +23,7 @@ namespace {
 MT_DECLARE_OP(kConv2DOp);
 MT_DECLARE_OP(kConv2DBiasReluOp);
 MT_DECLARE_OP(kConv2DMaxPoolOp);
+MT_DECLARE_OP(kConv2DMaxPoolBiasReluOp);
 }  // namespace
 namespace {
 
@@ -523,16 +524,29 @@ bool FusablePool(const Pool2DOptions& p) {
          p.stride_w == 2 && p.padding == Padding::kValid;
 }
 
-}  // namespace
-
-absl::StatusOr<Tensor> Conv2DMaxPool(const Tensor& x, const Tensor& filter,
-                                     const Conv2DOptions& options,
-                                     const Pool2DOptions& pool) {
+// Conv2DMaxPool, and with `relu_bias` (non-null) relu(... + bias) after
+// it: one op where the pooled direct kernel takes the convolution, else
+// the ops in turn.
+absl::StatusOr<Tensor> ConvMaxPool(const Tensor& x, const Tensor& filter,
+                                   const Tensor* relu_bias,
+                                   const Conv2DOptions& options,
+                                   const Pool2DOptions& pool) {
   MT_ASSIGN_OR_RETURN(const ConvGeometry g, Geometry(x, filter, options));
+  if (relu_bias != nullptr) {
+    constexpr const char* kOp = "Conv2DMaxPoolBiasRelu";
+    MT_RETURN_IF_ERROR(
+        internal::CheckFloatingSame(kOp, {&x, &filter, relu_bias}));
+    if (relu_bias->rank() != 1 || relu_bias->dim(0) != g.o) {
+      return OpError(kOp, "bias must be 1-D with one value per filter",
+                     {&filter, relu_bias});
+    }
+  }
   if (!x.device().is_cuda() || !FusablePool(pool) || !GoesDirect(g) ||
       g.n == 0 || g.oh < 2 || g.ow < 2 || g.o == 0 || g.patch() == 0) {
-    MT_ASSIGN_OR_RETURN(Tensor y, Conv2D(x, filter, options));
-    return MaxPool2D(y, pool);
+    MT_ASSIGN_OR_RETURN(Tensor conv, Conv2D(x, filter, options));
+    MT_ASSIGN_OR_RETURN(Tensor y, MaxPool2D(conv, pool));
+    if (relu_bias == nullptr) return y;
+    return BiasAddRelu(y, *relu_bias);
   }
   const Shape shape{g.n, g.oh / 2, g.ow / 2, g.o};
   MT_ASSIGN_OR_RETURN(Tensor y, Tensor::Empty(x.dtype(), shape, x.device()));
@@ -543,18 +557,38 @@ absl::StatusOr<Tensor> Conv2DMaxPool(const Tensor& x, const Tensor& filter,
     MT_ASSIGN_OR_RETURN(argmax, Tensor::Empty(DType::kI32, shape, x.device()));
   }
   MT_RETURN_IF_ERROR(internal::KernelError(
-      "Conv2DMaxPool",
+      relu_bias != nullptr ? "Conv2DMaxPoolBiasRelu" : "Conv2DMaxPool",
       CountDirect(cuda::DirectConv2DMaxPool(
-          x.dtype(), x.raw_data(), filter.raw_data(), g,
+          x.dtype(), x.raw_data(), filter.raw_data(),
+          relu_bias != nullptr ? relu_bias->raw_data() : nullptr, g,
           internal::ProductsReadBf16(x), y.raw_data(),
           record ? argmax.data<int32_t>() : nullptr, x.device().index)),
       {&x, &filter}));
   fused_pool_calls.fetch_add(1, std::memory_order_relaxed);
-  if (record) {
+  if (record && relu_bias == nullptr) {
     tape::RecordOperation(kConv2DMaxPoolOp, {x, filter}, {y},
                           ConvPoolAttrs{g, argmax});
+  } else if (record) {
+    tape::RecordOperation(kConv2DMaxPoolBiasReluOp, {x, filter, *relu_bias},
+                          {y}, ConvPoolAttrs{g, argmax});
   }
   return y;
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> Conv2DMaxPool(const Tensor& x, const Tensor& filter,
+                                     const Conv2DOptions& options,
+                                     const Pool2DOptions& pool) {
+  return ConvMaxPool(x, filter, nullptr, options, pool);
+}
+
+absl::StatusOr<Tensor> Conv2DMaxPoolBiasRelu(const Tensor& x,
+                                             const Tensor& filter,
+                                             const Tensor& bias,
+                                             const Conv2DOptions& options,
+                                             const Pool2DOptions& pool) {
+  return ConvMaxPool(x, filter, &bias, options, pool);
 }
 
 namespace {
@@ -667,41 +701,61 @@ MT_OP(kConv2DOp, "Conv2D",
                          op.inputs[0], op.inputs[1], g[0], needs, grads);
       });
 
-// The filter gradient from the pool's gradient and winners (one kernel);
-// the input gradient through the convolution's output gradient (the
-// pool's backward) and Conv2D's.
+// The fused Conv2DMaxPool's gradients from the pool output's gradient dy:
+// the filter's from dy and the pool's winners (one kernel), x's through
+// the convolution's output gradient (the pool's backward) and Conv2D's.
+// (*grads)[0] for x where needs[0], [1] for the filter where needs[1].
+absl::Status ConvPoolGrads(const ConvPoolAttrs& attrs, const Tensor& x,
+                           const Tensor& filter, const Tensor& dy,
+                           absl::Span<const bool> needs, Grads* grads) {
+  const ConvGeometry& geo = attrs.geo;
+  const int device = dy.device().index;
+  if (needs[1]) {
+    MT_ASSIGN_OR_RETURN(Tensor dw,
+                        Tensor::Empty(x.dtype(), filter.shape(), dy.device()));
+    MT_RETURN_IF_ERROR(internal::KernelError(
+        "Conv2DMaxPoolBackprop",
+        CountDirect(cuda::DirectConv2DMaxPoolFilterGrad(
+            x.dtype(), x.raw_data(), dy.raw_data(),
+            attrs.argmax.data<int32_t>(), geo, internal::ProductsReadBf16(x),
+            dw.raw_data(), device)),
+        {&dy}));
+    fused_pool_calls.fetch_add(1, std::memory_order_relaxed);
+    (*grads)[1] = std::move(dw);
+  }
+  if (!needs[0]) return absl::OkStatus();
+  const Shape conv_shape{geo.n, geo.oh, geo.ow, geo.o};
+  MT_ASSIGN_OR_RETURN(Tensor dconv,
+                      Tensor::Empty(x.dtype(), conv_shape, dy.device()));
+  MT_RETURN_IF_ERROR(internal::KernelError(
+      "Conv2DMaxPoolBackprop",
+      cuda::MaxPool2DBackward(
+          dy.dtype(), attrs.argmax.data<int32_t>(), dy.raw_data(),
+          MakeImageWindow(conv_shape, 2, 2, 2, 2, Padding::kValid),
+          dconv.raw_data(), device),
+      {&dy}));
+  const bool input_only[] = {true, false};
+  return ConvGrads(ConvAttrs{geo}, x, filter, dconv, input_only, grads);
+}
+
 MT_OP(kConv2DMaxPoolOp, "Conv2DMaxPool",
+      [](const OpRecord& op, auto g, auto needs, Grads* grads) {
+        return ConvPoolGrads(std::any_cast<const ConvPoolAttrs&>(op.attrs),
+                             op.inputs[0], op.inputs[1], g[0], needs, grads);
+      });
+
+// BiasAddRelu's masked pass (dz, and the bias sum with it), then the fused
+// Conv2DMaxPool's.
+MT_OP(kConv2DMaxPoolBiasReluOp, "Conv2DMaxPoolBiasRelu",
       [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
-        const auto& attrs = std::any_cast<const ConvPoolAttrs&>(op.attrs);
-        const ConvGeometry& geo = attrs.geo;
-        const Tensor &x = op.inputs[0], &filter = op.inputs[1], &dy = g[0];
-        const int device = dy.device().index;
-        if (needs[1]) {
-          MT_ASSIGN_OR_RETURN(
-              Tensor dw, Tensor::Empty(x.dtype(), filter.shape(), dy.device()));
-          MT_RETURN_IF_ERROR(internal::KernelError(
-              "Conv2DMaxPoolBackprop",
-              CountDirect(cuda::DirectConv2DMaxPoolFilterGrad(
-                  x.dtype(), x.raw_data(), dy.raw_data(),
-                  attrs.argmax.data<int32_t>(), geo,
-                  internal::ProductsReadBf16(x), dw.raw_data(), device)),
-              {&dy}));
-          fused_pool_calls.fetch_add(1, std::memory_order_relaxed);
-          (*grads)[1] = std::move(dw);
-        }
-        if (!needs[0]) return absl::OkStatus();
-        const Shape conv_shape{geo.n, geo.oh, geo.ow, geo.o};
-        MT_ASSIGN_OR_RETURN(Tensor dconv,
-                            Tensor::Empty(x.dtype(), conv_shape, dy.device()));
-        MT_RETURN_IF_ERROR(internal::KernelError(
-            "Conv2DMaxPoolBackprop",
-            cuda::MaxPool2DBackward(
-                dy.dtype(), attrs.argmax.data<int32_t>(), dy.raw_data(),
-                MakeImageWindow(conv_shape, 2, 2, 2, 2, Padding::kValid),
-                dconv.raw_data(), device),
-            {&dy}));
-        const bool input_only[] = {true, false};
-        return ConvGrads(ConvAttrs{geo}, x, filter, dconv, input_only, grads);
+        Tensor dz, db;
+        MT_RETURN_IF_ERROR(internal::BiasReluGrads(
+            op.outputs[0], g[0], op.inputs[2].shape(), needs[2], &dz, &db));
+        MT_RETURN_IF_ERROR(
+            ConvPoolGrads(std::any_cast<const ConvPoolAttrs&>(op.attrs),
+                          op.inputs[0], op.inputs[1], dz, needs, grads));
+        if (needs[2]) (*grads)[2] = std::move(db);
+        return absl::OkStatus();
       });
 
 // BiasAddRelu's masked pass (dz, and the bias sum with it), then Conv2D's.

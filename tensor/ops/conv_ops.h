@@ -45,6 +45,17 @@ absl::StatusOr<Tensor> Conv2DBiasRelu(const Tensor& x, const Tensor& filter,
 absl::StatusOr<Tensor> Conv2DMaxPool(const Tensor& x, const Tensor& filter,
                                      const Conv2DOptions& options,
                                      const Pool2DOptions& pool);
+// relu(Conv2DMaxPool(x, filter, options, pool) + bias), bias [O]: the same
+// values and gradients as Conv2DMaxPool then BiasAddRelu. Where
+// Conv2DMaxPool is one op (GPUs), its kernel adds the bias and applies
+// relu as it writes each window's maximum (one op, no pass over the
+// pooled output); its gradient is BiasAddRelu's masked pass, then
+// Conv2DMaxPool's. Elsewhere the two ops.
+absl::StatusOr<Tensor> Conv2DMaxPoolBiasRelu(const Tensor& x,
+                                             const Tensor& filter,
+                                             const Tensor& bias,
+                                             const Conv2DOptions& options,
+                                             const Pool2DOptions& pool);
 
 namespace internal {
 // Caps the GPU column buffer at `bytes` (0 restores 256 MiB); tests use it
@@ -57,7 +68,8 @@ void SetConvGpuDirect(bool enabled);
 // Direct forward or filter-gradient kernel calls so far (tests check
 // which path a convolution took).
 int64_t DirectConvCalls();
-// Fused Conv2DMaxPool forward or filter-gradient calls so far (of those).
+// Fused Conv2DMaxPool (or Conv2DMaxPoolBiasRelu) forward or
+// filter-gradient calls so far (of those).
 int64_t FusedConvMaxPoolCalls();
 // Whether GPU input gradients that cuda::ConvInputGradTakes run on the
 // implicit GEMM (default true) or on a GEMM and col2im; tests compare the

@@ -1,13 +1,17 @@
 // cuBLASLt's candidate algorithms for the benchmark models' matrix
-// products, each timed on the GPU: does a product run faster on another
-// algorithm than the heuristic's first answer (the one the project runs,
-// tensor/cuda/cublaslt_gemm.cu), and does that algorithm give the same bits?
+// products, each timed on the GPU next to the product as the trainer makes
+// it (cuBLAS's own choice, or cuBLASLt's first answer for the epilogue
+// products, tensor/cuda/cublaslt_gemm.cu): does it run faster on another
+// algorithm, and does that algorithm give the same bits?
 // The answers decide whether choosing algorithms by measurement (as
 // PyTorch's TunableOp does) is worth building. Each run says so when no GPU
 // is visible.
 //   build/bin/gemm_algo_bench [--benchmark_filter=...]
-// Args: problem (kProblems), candidate (0: the heuristic's first answer).
-// Counters: same_bits (1 when the output equals candidate 0's bit for bit),
+// Args: problem (kProblems), candidate (0: the heuristic's first answer;
+// -1: the project's own call, cuda::Gemm or cuda::GemmBias, which is what
+// a training step runs).
+// Counters: same_bits (1 when the output equals the project's call's bit
+// for bit: whether choosing that candidate keeps a run's numbers),
 // TFLOP/s. A candidate the heuristic did not offer is skipped with a
 // message.
 #include <cublasLt.h>
@@ -29,13 +33,12 @@
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/cuda/stream.h"
+#include "tensor/matmul_precision.h"
 #include "tensor/status_macros.h"
 #include "tensor/tensor.h"
 
 namespace mirrortrain {
 namespace {
-
-enum class Precision { kFp32, kTf32, kBf16 };
 
 // Row-major C[m, n] = op(A) op(B), as the project's products are written
 // (A [m, k], or [k, m] transposed; B [k, n], or [n, k]), with the bias
@@ -45,7 +48,7 @@ struct Problem {
   bool ta, tb;
   int64_t m, n, k;
   bool relu_bias;
-  Precision precision;
+  MatMulPrecision precision;
 };
 
 // The fp32 cnn config's products at batch 256 (its second conv as im2col
@@ -53,27 +56,27 @@ struct Problem {
 // 784-4096x4-10 MLP's 4096-wide layers at batch 4096, tf32 and bf16.
 const Problem kProblems[] = {
     {"cnn conv2 forward", false, false, 50176, 64, 800, false,
-     Precision::kFp32},
+     MatMulPrecision::kFp32},
     {"cnn conv2 filter gradient", true, false, 800, 64, 50176, false,
-     Precision::kFp32},
+     MatMulPrecision::kFp32},
     {"cnn dense forward", false, false, 256, 1024, 3136, true,
-     Precision::kFp32},
+     MatMulPrecision::kFp32},
     {"cnn dense input gradient", false, true, 256, 3136, 1024, false,
-     Precision::kFp32},
+     MatMulPrecision::kFp32},
     {"cnn dense filter gradient", true, false, 3136, 1024, 256, false,
-     Precision::kFp32},
+     MatMulPrecision::kFp32},
     {"mlp forward tf32", false, false, 4096, 4096, 4096, true,
-     Precision::kTf32},
+     MatMulPrecision::kTf32},
     {"mlp input gradient tf32", false, true, 4096, 4096, 4096, false,
-     Precision::kTf32},
+     MatMulPrecision::kTf32},
     {"mlp filter gradient tf32", true, false, 4096, 4096, 4096, false,
-     Precision::kTf32},
+     MatMulPrecision::kTf32},
     {"mlp forward bf16", false, false, 4096, 4096, 4096, true,
-     Precision::kBf16},
+     MatMulPrecision::kBf16},
     {"mlp input gradient bf16", false, true, 4096, 4096, 4096, false,
-     Precision::kBf16},
+     MatMulPrecision::kBf16},
     {"mlp filter gradient bf16", true, false, 4096, 4096, 4096, false,
-     Precision::kBf16},
+     MatMulPrecision::kBf16},
 };
 
 constexpr int kCandidates = 8;
@@ -88,7 +91,7 @@ absl::Status LtError(cublasStatus_t s, const char* what) {
 
 // One problem's operands on the GPU, its cuBLASLt descriptors (the same
 // mapping as cublaslt_gemm.cu: row-major C = A B is column-major
-// C^T = B^T A^T), the heuristic's candidates, and candidate 0's output.
+// C^T = B^T A^T), the heuristic's candidates, and the project's output.
 // Owns its handle and descriptors.
 struct Setup {
   Setup() = default;
@@ -108,7 +111,7 @@ struct Setup {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   Tensor lt_a, lt_b, c, bias, workspace;
   std::vector<cublasLtMatmulHeuristicResult_t> candidates;
-  std::vector<float> first_output;
+  std::vector<float> project_output;
 };
 
 // Per problem, made at its first benchmark; cleared before the process
@@ -141,11 +144,11 @@ absl::StatusOr<Setup*> SetUp(int index) {
   MT_ASSIGN_OR_RETURN(s->lib, cuda::LoadCublas());
   const cuda::CublasLibrary& lib = *s->lib;
   MT_RETURN_IF_ERROR(LtError(lib.LtCreate(&s->handle), "cublasLtCreate"));
-  const bool bf16 = p.precision == Precision::kBf16;
+  const bool bf16 = p.precision == MatMulPrecision::kBf16;
   const cudaDataType_t type = bf16 ? CUDA_R_16BF : CUDA_R_32F;
   MT_RETURN_IF_ERROR(
       LtError(lib.LtMatmulDescCreate(&s->desc,
-                                     p.precision == Precision::kTf32
+                                     p.precision == MatMulPrecision::kTf32
                                          ? CUBLAS_COMPUTE_32F_FAST_TF32
                                          : CUBLAS_COMPUTE_32F,
                                      CUDA_R_32F),
@@ -226,6 +229,21 @@ absl::Status Launch(const Setup& s, int candidate, cudaStream_t stream) {
       "cublasLtMatmul");
 }
 
+// The product as the trainer makes it: cuBLAS (cuda::Gemm), or cuBLASLt
+// with the epilogue (cuda::GemmBias), on the thread's current stream.
+absl::Status ProjectLaunch(const Problem& p, const Setup& s) {
+  const int64_t lda = p.ta ? p.m : p.k, ldb = p.tb ? p.k : p.n;
+  if (p.relu_bias) {
+    return cuda::GemmBias(p.ta, p.tb, p.m, p.n, p.k, s.lt_b.raw_data(), lda,
+                          s.lt_a.raw_data(), ldb, s.bias.raw_data(),
+                          /*relu=*/true, s.c.raw_data(), 0, p.precision);
+  }
+  return cuda::Gemm(DType::kF32, p.ta, p.tb,
+                    {.batch = 1, .m = p.m, .n = p.n, .k = p.k}, 1.0,
+                    s.lt_b.raw_data(), lda, s.lt_a.raw_data(), ldb, 0.0,
+                    s.c.raw_data(), 0, p.precision);
+}
+
 void BM_GemmCandidate(benchmark::State& state) {
   if (cuda::DeviceCount() == 0) {
     state.SkipWithError("no GPU visible");
@@ -233,7 +251,8 @@ void BM_GemmCandidate(benchmark::State& state) {
   }
   const Problem& p = kProblems[state.range(0)];
   const int candidate = static_cast<int>(state.range(1));
-  state.SetLabel(p.name);
+  state.SetLabel(candidate < 0 ? absl::StrCat(p.name, ", as trained")
+                               : std::string(p.name));
   absl::StatusOr<Setup*> setup = SetUp(static_cast<int>(state.range(0)));
   if (!setup.ok()) {
     state.SkipWithError(setup.status().ToString().c_str());
@@ -251,8 +270,12 @@ void BM_GemmCandidate(benchmark::State& state) {
     return;
   }
   const auto raw = static_cast<cudaStream_t>(stream->handle());
-  // One run for the bits, compared with candidate 0's.
-  absl::Status ran = Launch(s, candidate, raw);
+  cuda::ScopedCurrentStream current(stream->handle());
+  const auto launch = [&] {
+    return candidate < 0 ? ProjectLaunch(p, s) : Launch(s, candidate, raw);
+  };
+  // One run for the bits, compared with the project's call's.
+  absl::Status ran = launch();
   if (ran.ok()) ran = stream->Synchronize();
   absl::StatusOr<Tensor> out =
       ran.ok() ? s.c.To(Device::Cpu()) : absl::StatusOr<Tensor>(ran);
@@ -261,11 +284,11 @@ void BM_GemmCandidate(benchmark::State& state) {
     return;
   }
   const std::vector<float> bits = out->ToVector<float>();
-  if (candidate == 0) s.first_output = bits;
-  // Only next to candidate 0's output (a filter may have left it out).
-  if (!s.first_output.empty()) {
+  if (candidate < 0) s.project_output = bits;
+  // Only next to the project's output (a filter may have left it out).
+  if (!s.project_output.empty()) {
     state.counters["same_bits"] =
-        std::memcmp(bits.data(), s.first_output.data(),
+        std::memcmp(bits.data(), s.project_output.data(),
                     bits.size() * sizeof(float)) == 0
             ? 1
             : 0;
@@ -276,7 +299,7 @@ void BM_GemmCandidate(benchmark::State& state) {
     const auto start = std::chrono::steady_clock::now();
     absl::Status st;
     for (int i = 0; i < kLaunches && st.ok(); ++i) {
-      st = Launch(s, candidate, raw);
+      st = launch();
     }
     if (st.ok()) st = stream->Synchronize();
     if (!st.ok()) {
@@ -301,7 +324,7 @@ void BM_GemmCandidate(benchmark::State& state) {
 void Candidates(benchmark::internal::Benchmark* b) {
   for (int problem = 0; problem < static_cast<int>(std::size(kProblems));
        ++problem) {
-    for (int candidate = 0; candidate < kCandidates; ++candidate) {
+    for (int candidate = -1; candidate < kCandidates; ++candidate) {
       b->Args({problem, candidate});
     }
   }

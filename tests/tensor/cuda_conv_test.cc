@@ -353,49 +353,74 @@ void ExpectSameUpToNaN(const Tensor& got, const Tensor& want, bool exact,
   EXPECT_LE(std::sqrt(diff), 1e-5 * std::sqrt(norm));
 }
 
-// Conv2DMaxPool on the GPU against the CPU's Conv2D then MaxPool2D, in
-// fp32 and bf16, forward and both gradients. Inputs on a 1/64 grid make
-// every convolution output exact in both, so the pooled values and the
-// winners must be the CPU's exactly; the gradients sum in other orders.
-// `fused`: the fused kernels must have run (forward and filter gradient),
-// else none; `direct_calls` counts them with the unfused direct kernels.
+// Conv2DMaxPool on the GPU against the CPU's Conv2D then MaxPool2D, and
+// Conv2DMaxPoolBiasRelu against those then BiasAddRelu, in fp32 and bf16,
+// forward and every gradient. Inputs (and the bias) on a 1/64 grid make
+// every convolution output exact in both, so the pooled values, relu's
+// and the winners must be the CPU's exactly; the gradients sum in other
+// orders. `fused`: the fused kernels must have run (forward and filter
+// gradient), else none; `direct_calls` counts them with the unfused direct
+// kernels.
 void ExpectConvMaxPoolMatchesCpu(const ConvCase& c, const Tensor& x,
                                  const Tensor& f, bool fused, int direct_calls,
                                  uint64_t seed) {
   SCOPED_TRACE(absl::StrCat(ShapeToString(c.x), " * ", ShapeToString(c.filter),
                             " s", c.sh, "x", c.sw));
   const ops::Conv2DOptions opt = OptionsOf(c);
-  auto run = [&](const Tensor& xi, const Tensor& fi) {
+  const Tensor b = OnGrid(RandomTensor({c.filter[3]}, seed + 7, DType::kF32));
+  // y, then the gradients of x, the filter and (with_bias) the bias.
+  auto run = [&](const Tensor& xi, const Tensor& fi, const Tensor& bi,
+                 bool with_bias) {
     GradientTape tape;
-    tape.Watch(xi);
-    tape.Watch(fi);
-    absl::StatusOr<Tensor> y = ops::Conv2DMaxPool(xi, fi, opt, {});
+    std::vector<Tensor> sources = {xi, fi};
+    if (with_bias) sources.push_back(bi);
+    for (const Tensor& s : sources) tape.Watch(s);
+    absl::StatusOr<Tensor> y =
+        with_bias ? ops::Conv2DMaxPoolBiasRelu(xi, fi, bi, opt, {})
+                  : ops::Conv2DMaxPool(xi, fi, opt, {});
     EXPECT_TRUE(y.ok()) << y.status();
+    std::vector<Tensor> out;
+    if (!y.ok()) return out;
     const Tensor dy = OnGrid(RandomTensor(y->shape(), seed, DType::kF32));
     GradientOptions options;
     options.output_gradient = CopyTo(dy, xi.device());
-    auto g = tape.Gradient(*y, {xi, fi}, options);
+    auto g = tape.Gradient(*y, sources, options);
     EXPECT_TRUE(g.ok()) << g.status();
-    return std::vector<Tensor>{CopyTo(*y, Device::Cpu()),
-                               CopyTo(*(*g)[0], Device::Cpu()),
-                               CopyTo(*(*g)[1], Device::Cpu())};
+    if (!g.ok()) return out;
+    out.push_back(CopyTo(*y, Device::Cpu()));
+    for (const auto& gi : *g) {
+      EXPECT_TRUE(gi.has_value());
+      if (gi.has_value()) out.push_back(CopyTo(*gi, Device::Cpu()));
+    }
+    return out;
   };
   const Device gpu = Device::Cuda(0);
-  for (const MatMulPrecision precision :
-       {MatMulPrecision::kFp32, MatMulPrecision::kBf16}) {
-    SCOPED_TRACE(precision == MatMulPrecision::kBf16 ? "bf16" : "fp32");
-    SetMatMulPrecision(precision);
-    const std::vector<Tensor> cpu = run(x, f);
-    const int64_t calls = ops::internal::DirectConvCalls();
-    const int64_t fused_calls = ops::internal::FusedConvMaxPoolCalls();
-    const std::vector<Tensor> on_gpu = run(CopyTo(x, gpu), CopyTo(f, gpu));
-    SetMatMulPrecision(MatMulPrecision::kFp32);
-    EXPECT_EQ(ops::internal::FusedConvMaxPoolCalls() - fused_calls,
-              fused ? 2 : 0);
-    EXPECT_EQ(ops::internal::DirectConvCalls() - calls, direct_calls);
-    ExpectSameUpToNaN(on_gpu[0], cpu[0], /*exact=*/true, "y");
-    ExpectSameUpToNaN(on_gpu[1], cpu[1], /*exact=*/false, "dx");
-    ExpectSameUpToNaN(on_gpu[2], cpu[2], /*exact=*/false, "dfilter");
+  for (const bool with_bias : {false, true}) {
+    for (const MatMulPrecision precision :
+         {MatMulPrecision::kFp32, MatMulPrecision::kBf16}) {
+      SCOPED_TRACE(
+          absl::StrCat(precision == MatMulPrecision::kBf16 ? "bf16" : "fp32",
+                       with_bias ? ", bias and relu" : ""));
+      SetMatMulPrecision(precision);
+      const std::vector<Tensor> cpu = run(x, f, b, with_bias);
+      const int64_t calls = ops::internal::DirectConvCalls();
+      const int64_t fused_calls = ops::internal::FusedConvMaxPoolCalls();
+      const std::vector<Tensor> on_gpu =
+          run(CopyTo(x, gpu), CopyTo(f, gpu), CopyTo(b, gpu), with_bias);
+      SetMatMulPrecision(MatMulPrecision::kFp32);
+      EXPECT_EQ(ops::internal::FusedConvMaxPoolCalls() - fused_calls,
+                fused ? 2 : 0);
+      EXPECT_EQ(ops::internal::DirectConvCalls() - calls, direct_calls);
+      const size_t outputs = with_bias ? 4 : 3;
+      ASSERT_EQ(cpu.size(), outputs);
+      ASSERT_EQ(on_gpu.size(), outputs);
+      ExpectSameUpToNaN(on_gpu[0], cpu[0], /*exact=*/true, "y");
+      ExpectSameUpToNaN(on_gpu[1], cpu[1], /*exact=*/false, "dx");
+      ExpectSameUpToNaN(on_gpu[2], cpu[2], /*exact=*/false, "dfilter");
+      if (with_bias) {
+        ExpectSameUpToNaN(on_gpu[3], cpu[3], /*exact=*/false, "dbias");
+      }
+    }
   }
 }
 

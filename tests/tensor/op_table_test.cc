@@ -158,6 +158,13 @@ const std::vector<OpRow>& Rows() {
                                    {});
        },
        Args(Rand({2, 6, 7, 2}), Rand({3, 3, 2, 3}))},
+      // The same with the bias and relu in the pooled kernel's epilogue.
+      {"Conv2DMaxPoolBiasRelu",
+       [](const Inputs& in) {
+         return ops::Conv2DMaxPoolBiasRelu(
+             in[0], in[1], in[2], {1, 1, ops::Padding::kSame}, {});
+       },
+       Args(Rand({2, 6, 7, 2}), Rand({3, 3, 2, 3}), Rand({3}))},
       {"MaxPool2D",
        [](const Inputs& in) {
          return ops::MaxPool2D(in[0], {3, 3, 2, 2, ops::Padding::kSame});
