@@ -25,10 +25,6 @@
 #      im2col + GEMMs + col2im (tests/bench/conv_gpu_bench.cc); each
 #      benchmark runs 0.02 s of GPU time (20 replays an iteration, so
 #      about 0.4 s of wall time), some 20 s in all;
-#   2d. build/bin/gemm_algo_bench (GEMM_BENCH=0 skips it): cuBLASLt's first
-#      8 candidate algorithms for each product of the fp32 CNN and of the
-#      MLP (tf32, bf16), timed, and whether each gives the first one's bits
-#      (tests/bench/gemm_algo_bench.cc);
 #   3. scripts/bench_gpu.sh $PARTS (default "cnn tta mlp comm resnet gpt";
 #      its torch.compile runs come last; TORCH_COMPILE=0 skips them);
 #   4. scripts/trace_gpu.sh $TRACES (default "cnn_one_device cnn_bf16
@@ -115,22 +111,17 @@ if [[ -n ${REPEAT:-} ]]; then
 fi
 # BENCH_RESERVE: seconds the benchmarks leave for the traces and sanitizers.
 RESERVE="${BENCH_RESERVE:-40}"
-micro_bench() {  # benchmark binary, results folder
-  mkdir -p "$2" &&
-    cmake --build "${BUILD_DIR:-build}" --target "$1" >/dev/null &&
-    "${BUILD_DIR:-build}/bin/$1" --benchmark_min_time=0.02 \
-      --benchmark_out="$2/$1.json"
+conv_bench() {  # results folder
+  mkdir -p "$1" &&
+    cmake --build "${BUILD_DIR:-build}" --target conv_gpu_bench >/dev/null &&
+    "${BUILD_DIR:-build}/bin/conv_gpu_bench" --benchmark_min_time=0.02 \
+      --benchmark_out="$1/conv_gpu_bench.json"
 }
-export -f micro_bench
-# shellcheck disable=SC2016  # $1 and $2 are bash -c's arguments.
 if [[ ${CONV_BENCH:-1} != 0 ]]; then
-  step "conv_gpu_bench" 30 $((RESERVE + 60)) bash -c 'micro_bench "$1" "$2"' _ \
-    conv_gpu_bench "$RESULTS/conv"
-fi
-# shellcheck disable=SC2016
-if [[ ${GEMM_BENCH:-1} != 0 ]]; then
-  step "gemm_algo_bench" 30 $((RESERVE + 60)) bash -c 'micro_bench "$1" "$2"' _ \
-    gemm_algo_bench "$RESULTS/gemm"
+  export -f conv_bench
+  # shellcheck disable=SC2016  # $1 is bash -c's argument.
+  step "conv_gpu_bench" 30 $((RESERVE + 60)) bash -c 'conv_bench "$1"' _ \
+    "$RESULTS/conv"
 fi
 # shellcheck disable=SC2086
 step "bench_gpu.sh $PARTS" 30 "$RESERVE" env OUT="$RESULTS/bench" SKIP_BUILD=1 \
