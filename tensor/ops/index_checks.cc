@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "tensor/cuda/cuda_backend.h"
+#include "tensor/cuda/cuda_graph.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::ops {
@@ -31,7 +32,15 @@ absl::StatusOr<IndexCheckRecord> IndexCheckRecord::Create(Device device) {
 }
 
 absl::Status IndexCheckRecord::Reset() {
-  if (!written_) return absl::OkStatus();
+  if (!written_) {
+    // Clean already, and no op can have written it since; but a recording
+    // must hold the memset all the same: its replays run the checked ops it
+    // records, and nothing resets the record between them.
+    if (record_.device().is_cpu()) return absl::OkStatus();
+    MT_ASSIGN_OR_RETURN(const bool recording,
+                        cuda::StreamIsCapturing(cuda::CurrentStream()));
+    if (!recording) return absl::OkStatus();
+  }
   if (record_.device().is_cpu()) {
     std::memset(record_.raw_data(), 0xff, record_.bytes());
   } else {

@@ -481,21 +481,30 @@ TEST_F(CudaConvTest, ConvMaxPoolTiesAndNaNMatchCpu) {
       nan, x, OnGrid(RandomTensor(nan.filter, 44, DType::kF32)), true, 2, 45);
 }
 
-// Forward alone (no tape: no winners kept) equals the recorded forward.
+// Forward alone (no tape: no winners kept) equals the recorded forward,
+// with and without the bias and relu.
 TEST_F(CudaConvTest, ConvMaxPoolWithoutTapeMatchesCpu) {
   const Tensor x = OnGrid(RandomTensor({3, 12, 10, 1}, 11, DType::kF32));
   const Tensor f = OnGrid(RandomTensor({5, 5, 1, 8}, 12, DType::kF32));
+  const Tensor b = OnGrid(RandomTensor({8}, 13, DType::kF32));
   const ops::Conv2DOptions opt;
-  absl::StatusOr<Tensor> cpu = ops::Conv2DMaxPool(x, f, opt, {});
   const Device gpu = Device::Cuda(0);
-  const int64_t fused_calls = ops::internal::FusedConvMaxPoolCalls();
-  absl::StatusOr<Tensor> on_gpu =
-      ops::Conv2DMaxPool(CopyTo(x, gpu), CopyTo(f, gpu), opt, {});
-  ASSERT_TRUE(cpu.ok()) << cpu.status();
-  ASSERT_TRUE(on_gpu.ok()) << on_gpu.status();
-  EXPECT_EQ(CopyTo(*on_gpu, Device::Cpu()).ToVector<float>(),
-            cpu->ToVector<float>());
-  EXPECT_EQ(ops::internal::FusedConvMaxPoolCalls() - fused_calls, 1);
+  for (const bool with_bias : {false, true}) {
+    SCOPED_TRACE(with_bias ? "bias and relu" : "pool alone");
+    auto run = [&](const Tensor& xi, const Tensor& fi, const Tensor& bi) {
+      return with_bias ? ops::Conv2DMaxPoolBiasRelu(xi, fi, bi, opt, {})
+                       : ops::Conv2DMaxPool(xi, fi, opt, {});
+    };
+    absl::StatusOr<Tensor> cpu = run(x, f, b);
+    const int64_t fused_calls = ops::internal::FusedConvMaxPoolCalls();
+    absl::StatusOr<Tensor> on_gpu =
+        run(CopyTo(x, gpu), CopyTo(f, gpu), CopyTo(b, gpu));
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    ASSERT_TRUE(on_gpu.ok()) << on_gpu.status();
+    EXPECT_EQ(CopyTo(*on_gpu, Device::Cpu()).ToVector<float>(),
+              cpu->ToVector<float>());
+    EXPECT_EQ(ops::internal::FusedConvMaxPoolCalls() - fused_calls, 1);
+  }
 }
 
 // A column buffer of one image (or a few) per chunk: the filter gradient
