@@ -32,22 +32,22 @@ absl::StatusOr<IndexCheckRecord> IndexCheckRecord::Create(Device device) {
 }
 
 absl::Status IndexCheckRecord::Reset() {
-  if (!written_) {
-    // Clean already, and no op can have written it since; but a recording
-    // must hold the memset all the same: its replays run the checked ops it
-    // records, and nothing resets the record between them.
-    if (record_.device().is_cpu()) return absl::OkStatus();
-    MT_ASSIGN_OR_RETURN(const bool recording,
-                        cuda::StreamIsCapturing(cuda::CurrentStream()));
-    if (!recording) return absl::OkStatus();
-  }
   if (record_.device().is_cpu()) {
-    std::memset(record_.raw_data(), 0xff, record_.bytes());
-  } else {
-    MT_RETURN_IF_ERROR(cuda::Memset(record_.raw_data(), 0xff, record_.bytes(),
-                                    record_.device().index));
+    if (written_) std::memset(record_.raw_data(), 0xff, record_.bytes());
+    written_ = false;
+    return absl::OkStatus();
   }
-  written_ = false;
+  MT_ASSIGN_OR_RETURN(const bool recording,
+                      cuda::StreamIsCapturing(cuda::CurrentStream()));
+  // Clean already, and no op can have written it since: nothing to do,
+  // unless the stream is being recorded. A recording holds the memset all
+  // the same (its replays run the checked ops it records, and nothing
+  // resets the record between them), and runs it at its replays, not now:
+  // until then the record holds what it held.
+  if (!written_ && !recording) return absl::OkStatus();
+  MT_RETURN_IF_ERROR(cuda::Memset(record_.raw_data(), 0xff, record_.bytes(),
+                                  record_.device().index));
+  if (!recording) written_ = false;
   return absl::OkStatus();
 }
 

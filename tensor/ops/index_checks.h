@@ -69,7 +69,8 @@ class IndexCheckRecord {
   // Clean again (on a GPU: enqueued on the current stream, recordable).
   // Nothing to do, and nothing enqueued, when no checked op has been given
   // this record since the last Reset (no kernel can have written it),
-  // unless the current stream is being recorded: a graph's replays need it.
+  // unless the current stream is being recorded: a graph's replays need it
+  // (a recorded Reset leaves written() as it was: it runs at the replays).
   absl::Status Reset();
   // Whether a checked op has been given this record since the last Reset:
   // only then can it hold a failure, and need reading. A model without
