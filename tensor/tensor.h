@@ -51,10 +51,11 @@ struct Bf16Rendering {
 // The rendering: set by the thread that wrote the bytes, before it shares
 // the buffer. Only layer outputs and rounded copies get one
 // (ops/precision_ops.h), and of the in-place writers only CopyFrom can
-// reach those (it drops the rendering): ops never write their inputs, and
-// the others (Variable::Assign*, optimizer and moving-average updates, the
-// in-place all-reduce of gradients) write variables, slots and gradients.
-// A new in-place writer of op outputs must drop it too.
+// reach those (it drops the rendering, after RoundRenderedValues has
+// rounded values left in the halves alone): ops never write their inputs,
+// and the others (Variable::Assign*, optimizer and moving-average updates,
+// the in-place all-reduce of gradients) write variables, slots and
+// gradients. A new in-place writer of op outputs must do the same.
 //
 // The bfloat16 copy: under mixed bfloat16 on a GPU, the value buffer of a
 // variable an optimizer updates holds its f32 values also as 2-byte
