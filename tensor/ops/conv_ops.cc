@@ -479,6 +479,19 @@ absl::StatusOr<Tensor> ConvForward(const ConvGeometry& g, const Tensor& x,
   return y;
 }
 
+// A conv's bias for `op`: x's floating dtype and device, one value per
+// filter.
+absl::Status CheckConvBias(const char* op, const ConvGeometry& g,
+                           const Tensor& x, const Tensor& filter,
+                           const Tensor& bias) {
+  MT_RETURN_IF_ERROR(internal::CheckFloatingSame(op, {&x, &filter, &bias}));
+  if (bias.rank() != 1 || bias.dim(0) != g.o) {
+    return OpError(op, "bias must be 1-D with one value per filter",
+                   {&filter, &bias});
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Tensor> Conv2D(const Tensor& x, const Tensor& filter,
@@ -494,13 +507,8 @@ absl::StatusOr<Tensor> Conv2D(const Tensor& x, const Tensor& filter,
 absl::StatusOr<Tensor> Conv2DBiasRelu(const Tensor& x, const Tensor& filter,
                                       const Tensor& bias,
                                       const Conv2DOptions& options) {
-  constexpr const char* kOp = "Conv2DBiasRelu";
   MT_ASSIGN_OR_RETURN(ConvGeometry g, Geometry(x, filter, options));
-  MT_RETURN_IF_ERROR(internal::CheckFloatingSame(kOp, {&x, &filter, &bias}));
-  if (bias.rank() != 1 || bias.dim(0) != g.o) {
-    return OpError(kOp, "bias must be 1-D with one value per filter",
-                   {&filter, &bias});
-  }
+  MT_RETURN_IF_ERROR(CheckConvBias("Conv2DBiasRelu", g, x, filter, bias));
   ConvAttrs attrs{g};
   MT_ASSIGN_OR_RETURN(Tensor y,
                       ConvForward(g, x, filter, &bias, &attrs.columns));
@@ -533,13 +541,8 @@ absl::StatusOr<Tensor> ConvMaxPool(const Tensor& x, const Tensor& filter,
                                    const Pool2DOptions& pool) {
   MT_ASSIGN_OR_RETURN(const ConvGeometry g, Geometry(x, filter, options));
   if (relu_bias != nullptr) {
-    constexpr const char* kOp = "Conv2DMaxPoolBiasRelu";
     MT_RETURN_IF_ERROR(
-        internal::CheckFloatingSame(kOp, {&x, &filter, relu_bias}));
-    if (relu_bias->rank() != 1 || relu_bias->dim(0) != g.o) {
-      return OpError(kOp, "bias must be 1-D with one value per filter",
-                     {&filter, relu_bias});
-    }
+        CheckConvBias("Conv2DMaxPoolBiasRelu", g, x, filter, *relu_bias));
   }
   if (!x.device().is_cuda() || !FusablePool(pool) || !GoesDirect(g) ||
       g.n == 0 || g.oh < 2 || g.ow < 2 || g.o == 0 || g.patch() == 0) {

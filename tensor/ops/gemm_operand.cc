@@ -40,12 +40,11 @@ absl::StatusOr<GemmOperand> GemmOperand::Of(const Tensor& t, bool bf16) {
   op.shape_ = t.shape();
   op.dtype_ = t.dtype();
   op.device_ = t.device();
-  if (const Bf16Rendering* r = t.bf16_rendering();
-      !bf16 && r != nullptr && !r->values_rounded) {
+  if (!bf16) {
     // A layer output kept as halves alone, read as f32 by a product of
     // another precision: its f32 values must be the rounded ones.
-    Tensor values = t;
-    MT_RETURN_IF_ERROR(RoundToBFloat16InPlace(values));
+    MT_RETURN_IF_ERROR(
+        KernelError("RoundToBFloat16", t.RoundRenderedValues(), {&t}));
   }
   if (!bf16 || t.dtype() != DType::kF32) return op;
   if (const Bf16Rendering* r = t.bf16_rendering(); r != nullptr) {
