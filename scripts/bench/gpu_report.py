@@ -15,6 +15,8 @@ of its precision (tf32: cublasSgemm, bf16: cublasGemmEx; torch.matmul for
 PyTorch).
 """
 import json
+import re
+import statistics
 import sys
 
 # MLP of configs/mlp_4096_gpu.yaml: 784-4096x4-10.
@@ -54,6 +56,27 @@ def fmt(v, digits=1, unit=""):
     if v is None:
         return "n/a"
     return f"{v:,.{digits}f}{unit}".replace(",", " ")
+
+
+def median_range(values: list, digits: int, unit: str = "", signed: bool = False) -> str:
+    """The median, with the range when there are several values."""
+    sign = "+" if signed else ""
+    out = f"{statistics.median(values):{sign}.{digits}f}{unit}"
+    if len(values) > 1:
+        out += f" ({min(values):{sign}.{digits}f} to {max(values):{sign}.{digits}f})"
+    return out
+
+
+def comm_rounds(mt: dict, model: str, variant: str) -> dict:
+    """The runs of one comm variant by round: comm_<model>_<variant>_r<K>
+    (round 1 also as comm_<model>_<variant>, the name before rounds)."""
+    pattern = re.compile(rf"comm_{model}_{variant}(?:_r(\d+))?$")
+    out = {}
+    for name, r in mt.items():
+        m = pattern.match(name)
+        if m:
+            out[int(m.group(1) or 1)] = r
+    return dict(sorted(out.items()))
 
 
 def final_accuracy(r) -> dict:
@@ -271,24 +294,41 @@ def main() -> None:
                              f"fwd+bwd; {prec} peak {fmt(peak, 1)} TFLOP/s)",
                              mfu(mv), mfu(pev), mfu(pcv), "", ""))
 
-    # 3. Communication not hidden by compute (mirrored, 2 logical replicas on gpu:0).
+    # 3. Communication not hidden by compute (mirrored, 2 logical replicas on
+    # gpu:0), and mirrored on [gpu:0] against one_device. Each variant ran in
+    # rounds (comm_<model>_<variant>_r<K>), the variants interleaved; a
+    # comparison pairs the two variants' runs of one round, so drift between
+    # rounds cancels, and gives the median over the rounds (and the range).
     comm_rows = []
     for model in ("cnn", "mlp"):
-        runs = {v: mt.get(f"comm_{model}_{v}") for v in ("one_device", "mirrored1", "mirrored2", "mirrored2_nocomm")}
-        ms_ = {v: r["step_ms"] if ok(r) else None for v, r in runs.items()}
-        cells = [f"{v} {fmt(t, 2, ' ms') if t else why(runs[v])}" for v, t in ms_.items()]
-        if ms_["mirrored2"] and ms_["mirrored2_nocomm"]:
-            exposed = ms_["mirrored2"] - ms_["mirrored2_nocomm"]
-            share = f"exposed communication {exposed:.2f} ms = {100 * exposed / ms_['mirrored2']:.1f}% of the mirrored-2 step"
-        else:
-            share = "exposed-communication share: n/a (needs mirrored-2 and mirrored-2 without communication)"
-        for mib in (4, 1):
-            small = mt.get(f"comm_{model}_mirrored2_b{mib}m")
-            if ok(small) and ms_["mirrored2_nocomm"]:
-                exposed = small["step_ms"] - ms_["mirrored2_nocomm"]
-                share += (f"; with {mib} MiB buckets {small['step_ms']:.2f} ms, exposed {exposed:.2f} ms = "
-                          f"{100 * exposed / small['step_ms']:.1f}%")
-        comm_rows.append((model, cells, share))
+        variants = ("one_device", "mirrored1", "mirrored2", "mirrored2_b4m",
+                    "mirrored2_b1m", "mirrored2_nocomm")
+        rounds = {v: comm_rounds(mt, model, v) for v in variants}
+        cells = []
+        for v in ("one_device", "mirrored1", "mirrored2", "mirrored2_nocomm"):
+            times = [r["step_ms"] for r in rounds[v].values() if ok(r)]
+            if times:
+                cells.append(f"{v} {median_range(times, 3, ' ms')}")
+            else:
+                cells.append(f"{v} {why(next(iter(rounds[v].values()), None))}")
+
+        def paired(a, b, f):
+            """f(a's step, b's step) for each round both logged."""
+            return [f(rounds[a][k]["step_ms"], rounds[b][k]["step_ms"])
+                    for k in rounds[a] if ok(rounds[a][k]) and ok(rounds[b].get(k))]
+
+        notes = []
+        slower = paired("mirrored1", "one_device", lambda m, o: 100 * (m / o - 1))
+        notes.append("mirrored-1 vs one_device: " + (
+            f"{median_range(slower, 1, '%', signed=True)} ({len(slower)} rounds)" if slower
+            else "n/a (needs both)"))
+        for v, label in (("mirrored2", "25 MiB buckets"), ("mirrored2_b4m", "4 MiB"),
+                         ("mirrored2_b1m", "1 MiB")):
+            shares = paired(v, "mirrored2_nocomm", lambda m, n: 100 * (m - n) / m)
+            notes.append(f"exposed communication, {label}: " + (
+                f"{median_range(shares, 1, '%')} of the mirrored-2 step" if shares
+                else "n/a (needs it and mirrored-2 without communication)"))
+        comm_rows.append((model, cells, "; ".join(notes)))
 
     # 4. bf16 accuracy parity: each model's final test accuracy in both.
     parity_rows = []
@@ -333,7 +373,8 @@ def main() -> None:
     print("mirrortrain time-to-accuracy: EMA weights, from process launch; PyTorch: plain weights, "
           "from before data loading (CUDA context included); both evaluated once per epoch on the 10000 test images")
     print("\nstep time (ms), mirrored with 2 logical replicas on gpu:0 (no PyTorch twin: "
-          "DDP/NCCL needs one GPU per rank):")
+          "DDP/NCCL needs one GPU per rank); median over the rounds (range), each comparison "
+          "between the runs of one round:")
     for model, cells, share in comm_rows:
         print(f"  {model}: " + "; ".join(cells))
         print(f"       {share}")
