@@ -176,10 +176,12 @@ class MirroredStrategy::Replica final : public ReplicaContext {
 
   // GPU replicas: a compute stream for the replica's kernels and a
   // communication stream for its collectives.
-  absl::Status CreateStreams() {
+  absl::Status CreateStreams(cuda::StreamPriority communication_priority) {
     if (!device_.is_cuda()) return absl::OkStatus();
     MT_ASSIGN_OR_RETURN(compute_, cuda::Stream::Create(device_.index));
-    MT_ASSIGN_OR_RETURN(communication_, cuda::Stream::Create(device_.index));
+    MT_ASSIGN_OR_RETURN(communication_,
+                        cuda::Stream::Create(device_.index,
+                                             communication_priority));
     MT_ASSIGN_OR_RETURN(reduced_, cuda::Event::Create(device_.index));
     MT_ASSIGN_OR_RETURN(captured_tail_, cuda::Event::Create(device_.index));
     MT_ASSIGN_OR_RETURN(order_, cuda::Event::Create(device_.index));
@@ -397,7 +399,8 @@ absl::StatusOr<std::unique_ptr<MirroredStrategy>> MirroredStrategy::Create(
   }
   MT_ASSIGN_OR_RETURN(std::unique_ptr<MirroredStrategy> strategy,
                       CreateWithOps(devices, std::move(ops), rank * n,
-                                    process_count * n, watchdog));
+                                    process_count * n, watchdog,
+                                    options.communication_priority));
   for (auto& replica : strategy->replicas_) {
     replica->set_bucket_bytes(options.bucket_bytes);
   }
@@ -408,7 +411,8 @@ absl::StatusOr<std::unique_ptr<MirroredStrategy>>
 MirroredStrategy::CreateWithOps(const std::vector<Device>& devices,
                                 std::unique_ptr<CrossDeviceOps> ops,
                                 int first_replica, int replicas_in_sync,
-                                std::chrono::milliseconds watchdog) {
+                                std::chrono::milliseconds watchdog,
+                                cuda::StreamPriority communication_priority) {
   if (devices.empty()) return absl::InvalidArgumentError("no devices");
   if (replicas_in_sync == 0) {
     replicas_in_sync = static_cast<int>(devices.size());
@@ -416,7 +420,7 @@ MirroredStrategy::CreateWithOps(const std::vector<Device>& devices,
   std::unique_ptr<MirroredStrategy> strategy(new MirroredStrategy(
       devices, std::move(ops), first_replica, replicas_in_sync, watchdog));
   for (auto& replica : strategy->replicas_) {
-    MT_RETURN_IF_ERROR(replica->CreateStreams());
+    MT_RETURN_IF_ERROR(replica->CreateStreams(communication_priority));
   }
   return strategy;
 }

@@ -14,7 +14,10 @@
 // Enqueue or Replay do) and a
 // communication stream on which its all-reduces run, ordered after the
 // compute stream by events, so gradient buckets are reduced while backward
-// goes on. Local (device kernel) and NCCL reductions take this one path,
+// goes on. The communication stream has the device's highest priority by
+// default (MirroredOptions::communication_priority), so a reduction's
+// blocks are scheduled as soon as SMs free up rather than behind the
+// backward kernels queued before it, also in a replayed graph. Local (device kernel) and NCCL reductions take this one path,
 // and a CollectiveWatchdog bounds how long each may take to complete on
 // the device: a stalled one aborts the collectives and fails the step
 // with DeadlineExceeded naming the replica and the collective.
@@ -68,11 +71,14 @@ class MirroredStrategy final : public Strategy {
   // For tests: any CrossDeviceOps (e.g. one that stalls). `first_replica`
   // and `replicas_in_sync`: where this process's replicas lie among all
   // (0 and devices.size() in one process); `watchdog`: the bound on a
-  // device collective (MirroredOptions::watchdog_seconds).
+  // device collective (MirroredOptions::watchdog_seconds);
+  // `communication_priority`: MirroredOptions' too.
   static absl::StatusOr<std::unique_ptr<MirroredStrategy>> CreateWithOps(
       const std::vector<Device>& devices, std::unique_ptr<CrossDeviceOps> ops,
       int first_replica = 0, int replicas_in_sync = 0,
-      std::chrono::milliseconds watchdog = std::chrono::minutes(5));
+      std::chrono::milliseconds watchdog = std::chrono::minutes(5),
+      cuda::StreamPriority communication_priority =
+          cuda::StreamPriority::kHigh);
   ~MirroredStrategy() override;
 
   int num_replicas() const override {

@@ -64,6 +64,17 @@ std::vector<std::string> CrossDeviceOpsNames() {
   return {"auto", "nccl", "local", "none"};
 }
 
+std::vector<std::string> StreamPriorityNames() { return {"high", "normal"}; }
+
+absl::StatusOr<cuda::StreamPriority> ParseStreamPriority(
+    const std::string& name) {
+  if (name == "high") return cuda::StreamPriority::kHigh;
+  if (name == "normal") return cuda::StreamPriority::kNormal;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "distribute.communication_priority: '", name,
+      "' is not one of high, normal"));
+}
+
 absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(
     const std::string& name, const std::vector<Device>& devices,
     const StrategyOptions& options) {

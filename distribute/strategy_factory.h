@@ -10,6 +10,7 @@
 #include "distribute/parameter_server_strategy.h"
 #include "distribute/process_group.h"
 #include "distribute/strategy.h"
+#include "tensor/cuda/stream.h"
 
 namespace mirrortrain::distribute {
 
@@ -17,7 +18,14 @@ struct MirroredOptions {
   std::string cross_device_ops = "auto";  // auto | nccl | local | none
   int64_t bucket_bytes = 25 << 20;
   double watchdog_seconds = 300;
+  // GPU replicas' communication streams (distribute.communication_priority).
+  cuda::StreamPriority communication_priority = cuda::StreamPriority::kHigh;
 };
+
+// distribute.communication_priority: one of StreamPriorityNames().
+std::vector<std::string> StreamPriorityNames();
+absl::StatusOr<cuda::StreamPriority> ParseStreamPriority(
+    const std::string& name);
 
 // What every strategy may take from `distribute.*`; each reads its part.
 struct StrategyOptions {

@@ -244,6 +244,11 @@ if want comm; then
       mt "comm_${model}_mirrored2_b1m$r" 60 "$config" -- "${sets[@]}" \
         --set distribute.strategy=mirrored --set "distribute.devices=[gpu:0,gpu:0]" \
         --set distribute.bucket_bytes=1048576
+      # The communication streams at normal priority (the default is high):
+      # the reductions' kernels then queue behind the backward's.
+      mt "comm_${model}_mirrored2_normal$r" 60 "$config" -- "${sets[@]}" \
+        --set distribute.strategy=mirrored --set "distribute.devices=[gpu:0,gpu:0]" \
+        --set distribute.communication_priority=normal
       # distribute.cross_device_ops=none: the same step with gradients not
       # reduced (replicas drift apart; only for this measurement).
       mt "comm_${model}_mirrored2_nocomm$r" 60 "$config" -- "${sets[@]}" \

@@ -230,6 +230,12 @@ const ParamSchema& DistributeSchema() {
            .Default(26214400)
            .Min(1)
            .Doc("gradient bucket size (the first bucket is 1 MiB)"),
+       Param::String("communication_priority")
+           .Default("high")
+           .OneOf(distribute::StreamPriorityNames())
+           .Doc("GPUs: the priority of the replicas' communication streams; "
+                "high schedules a reduction's blocks ahead of backward "
+                "kernels queued before it"),
        Param::Int("check_replicas_every_steps")
            .Default(0)
            .Min(0)
@@ -1015,6 +1021,7 @@ absl::StatusOr<Config> Parse(const std::string& yaml_text,
                   dist.StringList("devices"),
                   dist.String("cross_device_ops"),
                   dist.Int("bucket_bytes"),
+                  dist.String("communication_priority"),
                   dist.Int("check_replicas_every_steps"),
                   dist.Float("watchdog_seconds"),
                   dist.String("variables_device"),

@@ -72,6 +72,7 @@ struct DistributeConfig {
   std::vector<std::string> devices;
   std::string cross_device_ops;  // auto | nccl | local
   int64_t bucket_bytes;
+  std::string communication_priority;  // high | normal
   int64_t check_replicas_every_steps;  // 0: never.
   double watchdog_seconds;
   std::string variables_device;         // central_storage

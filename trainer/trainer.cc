@@ -210,8 +210,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
                       distribute::ResolveDevices(config.distribute.devices));
   const DistributeConfig& dist = config.distribute;
   distribute::StrategyOptions options;
+  MT_ASSIGN_OR_RETURN(
+      const cuda::StreamPriority communication_priority,
+      distribute::ParseStreamPriority(dist.communication_priority));
   options.mirrored = {dist.cross_device_ops, dist.bucket_bytes,
-                      dist.watchdog_seconds};
+                      dist.watchdog_seconds, communication_priority};
   MT_ASSIGN_OR_RETURN(options.variables_device,
                       ParseDevice(dist.variables_device));
   MT_ASSIGN_OR_RETURN(options.parameter_server.ps_devices,

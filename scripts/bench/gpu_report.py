@@ -302,7 +302,7 @@ def main() -> None:
     comm_rows = []
     for model in ("cnn", "mlp"):
         variants = ("one_device", "mirrored1", "mirrored2", "mirrored2_b4m",
-                    "mirrored2_b1m", "mirrored2_nocomm")
+                    "mirrored2_b1m", "mirrored2_normal", "mirrored2_nocomm")
         rounds = {v: comm_rounds(mt, model, v) for v in variants}
         cells = []
         for v in ("one_device", "mirrored1", "mirrored2", "mirrored2_nocomm"):
@@ -323,7 +323,8 @@ def main() -> None:
             f"{median_range(slower, 1, '%', signed=True)} ({len(slower)} rounds)" if slower
             else "n/a (needs both)"))
         for v, label in (("mirrored2", "25 MiB buckets"), ("mirrored2_b4m", "4 MiB"),
-                         ("mirrored2_b1m", "1 MiB")):
+                         ("mirrored2_b1m", "1 MiB"),
+                         ("mirrored2_normal", "25 MiB, normal-priority streams")):
             shares = paired(v, "mirrored2_nocomm", lambda m, n: 100 * (m - n) / m)
             notes.append(f"exposed communication, {label}: " + (
                 f"{median_range(shares, 1, '%')} of the mirrored-2 step" if shares

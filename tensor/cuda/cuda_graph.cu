@@ -57,9 +57,14 @@ absl::StatusOr<CudaGraph> CudaGraph::EndCapture(int device) {
   cudaGraphExec_t exec = nullptr;
   // A library may allocate inside the capture (cuBLAS takes its workspace
   // stream-ordered since CUDA 12.2) without freeing it there; such a graph
-  // could not be launched twice unless the launch frees it first.
+  // could not be launched twice unless the launch frees it first. Kernels
+  // keep the priority of the stream they were captured from (a replica's
+  // collectives run ahead of its queued backward work, as eagerly), rather
+  // than all taking the launch stream's.
   MT_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(
-      &exec, graph, cudaGraphInstantiateFlagAutoFreeOnLaunch));
+      &exec, graph,
+      cudaGraphInstantiateFlagAutoFreeOnLaunch |
+          cudaGraphInstantiateFlagUseNodePriority));
   g.exec_ = exec;
   return g;
 }

@@ -17,13 +17,19 @@ cudaStream_t AsStream(StreamHandle handle) {
 
 }  // namespace
 
-absl::StatusOr<Stream> Stream::Create(int device) {
+absl::StatusOr<Stream> Stream::Create(int device, StreamPriority priority) {
   MT_RETURN_IF_ERROR(CheckDevice(device));
   DeviceGuard guard;
   MT_RETURN_IF_ERROR(guard.Set(device));
+  int least = 0, greatest = 0;
+  if (priority == StreamPriority::kHigh) {
+    MT_CUDA_RETURN_IF_ERROR(
+        cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  }
   cudaStream_t stream = nullptr;
-  MT_CUDA_RETURN_IF_ERROR(
-      cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  MT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(
+      &stream, cudaStreamNonBlocking,
+      priority == StreamPriority::kHigh ? greatest : least));
   Stream s;
   s.handle_ = stream;
   s.device_ = device;
@@ -52,6 +58,12 @@ Stream::~Stream() {
 absl::Status Stream::Synchronize() const {
   MT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(AsStream(handle_)));
   return absl::OkStatus();
+}
+
+absl::StatusOr<int> Stream::Priority() const {
+  int priority = 0;
+  MT_CUDA_RETURN_IF_ERROR(cudaStreamGetPriority(AsStream(handle_), &priority));
+  return priority;
 }
 
 absl::StatusOr<Event> Event::Create(int device) {

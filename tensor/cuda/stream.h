@@ -13,11 +13,18 @@
 
 namespace mirrortrain::cuda {
 
+// How the block scheduler ranks a stream's kernels against other streams'
+// pending ones (it never preempts blocks already running): kHigh is the
+// device's greatest priority. A kernel captured into a graph keeps its
+// stream's priority (CudaGraph instantiates with node priorities).
+enum class StreamPriority { kNormal, kHigh };
+
 // A non-blocking stream on one device (does not serialise with the legacy
 // default stream).
 class Stream {
  public:
-  static absl::StatusOr<Stream> Create(int device);
+  static absl::StatusOr<Stream> Create(
+      int device, StreamPriority priority = StreamPriority::kNormal);
   Stream() = default;
   Stream(Stream&& other) noexcept;
   Stream& operator=(Stream&& other) noexcept;
@@ -29,6 +36,8 @@ class Stream {
   int device() const { return device_; }
   // Blocks the calling thread until the stream's work is done.
   absl::Status Synchronize() const;
+  // The priority as CUDA numbers it: 0 normal, lower runs first.
+  absl::StatusOr<int> Priority() const;
 
  private:
   StreamHandle handle_ = nullptr;

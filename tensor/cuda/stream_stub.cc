@@ -9,11 +9,14 @@ absl::Status NotBuilt() { return NotBuiltError(); }
 
 }  // namespace
 
-absl::StatusOr<Stream> Stream::Create(int) { return NotBuilt(); }
+absl::StatusOr<Stream> Stream::Create(int, StreamPriority) {
+  return NotBuilt();
+}
 Stream::Stream(Stream&&) noexcept {}
 Stream& Stream::operator=(Stream&&) noexcept { return *this; }
 Stream::~Stream() = default;
 absl::Status Stream::Synchronize() const { return NotBuilt(); }
+absl::StatusOr<int> Stream::Priority() const { return NotBuilt(); }
 
 absl::StatusOr<Event> Event::Create(int) { return NotBuilt(); }
 Event::Event(Event&&) noexcept {}

@@ -185,6 +185,17 @@ TEST_F(CudaCollectivesTest, NcclWithOneGpuCommunicator) {
             RankFilled(2, 4099, DType::kF32).ToVector<float>());
 }
 
+TEST_F(CudaCollectivesTest, HighPriorityStreamsRankAboveNormalOnes) {
+  absl::StatusOr<cuda::Stream> high =
+      cuda::Stream::Create(0, cuda::StreamPriority::kHigh);
+  absl::StatusOr<cuda::Stream> normal = cuda::Stream::Create(0);
+  ASSERT_TRUE(high.ok()) << high.status();
+  ASSERT_TRUE(normal.ok()) << normal.status();
+  EXPECT_EQ(*normal->Priority(), 0);
+  // Every GPU with compute capability 3.5 or later has a range.
+  EXPECT_LT(*high->Priority(), 0);
+}
+
 TEST_F(CudaCollectivesTest, RepeatedGpuEntriesAreLogicalReplicas) {
   absl::StatusOr<std::vector<Device>> d = ResolveDevices({"gpu:0", "gpu:0"});
   ASSERT_TRUE(d.ok()) << d.status();
@@ -292,28 +303,35 @@ void ExpectReplaysMatchEager(MirroredStrategy& graphed,
             b.back().To(Device::Cpu())->ToVector<float>());
 }
 
+// With the communication streams at either priority (the graph keeps its
+// kernels' priorities): the order comes from events, not from priorities.
 TEST_F(CudaCollectivesTest, RecordedStepsOfLogicalReplicasReplayAsEagerRuns) {
-  const std::vector<Device> devices(3, Device::Cuda(0));
-  auto eager = MirroredStrategy::Create(devices, {"auto", 1 << 20, 60.0});
-  auto graphed = MirroredStrategy::Create(devices, {"auto", 1 << 20, 60.0});
-  ASSERT_TRUE(eager.ok()) << eager.status();
-  ASSERT_TRUE(graphed.ok()) << graphed.status();
-  ASSERT_TRUE((*graphed)->CanCaptureRuns().ok());
-  std::vector<Tensor> a = LogicalReplicaStates(), b = LogicalReplicaStates();
-  for (int step = 0; step < 3; ++step) {
-    ASSERT_TRUE((*eager)
-                    ->Run([&](ReplicaContext& ctx) {
-                      return LogicalReplicaStep(ctx, a);
-                    })
-                    .ok());
+  for (const auto priority :
+       {cuda::StreamPriority::kHigh, cuda::StreamPriority::kNormal}) {
+    SCOPED_TRACE(priority == cuda::StreamPriority::kHigh ? "high" : "normal");
+    const std::vector<Device> devices(3, Device::Cuda(0));
+    const MirroredOptions options{"auto", 1 << 20, 60.0, priority};
+    auto eager = MirroredStrategy::Create(devices, options);
+    auto graphed = MirroredStrategy::Create(devices, options);
+    ASSERT_TRUE(eager.ok()) << eager.status();
+    ASSERT_TRUE(graphed.ok()) << graphed.status();
+    ASSERT_TRUE((*graphed)->CanCaptureRuns().ok());
+    std::vector<Tensor> a = LogicalReplicaStates(), b = LogicalReplicaStates();
+    for (int step = 0; step < 3; ++step) {
+      ASSERT_TRUE((*eager)
+                      ->Run([&](ReplicaContext& ctx) {
+                        return LogicalReplicaStep(ctx, a);
+                      })
+                      .ok());
+    }
+    absl::StatusOr<cuda::CudaGraph> graph = (*graphed)->CaptureRun(
+        [&](ReplicaContext& ctx) { return LogicalReplicaStep(ctx, b); });
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    // Recording ran nothing.
+    EXPECT_EQ(b[1].To(Device::Cpu())->ToVector<float>(),
+              LogicalReplicaStates()[1].To(Device::Cpu())->ToVector<float>());
+    ExpectReplaysMatchEager(**graphed, *graph, a, b);
   }
-  absl::StatusOr<cuda::CudaGraph> graph = (*graphed)->CaptureRun(
-      [&](ReplicaContext& ctx) { return LogicalReplicaStep(ctx, b); });
-  ASSERT_TRUE(graph.ok()) << graph.status();
-  // Recording ran nothing.
-  EXPECT_EQ(b[1].To(Device::Cpu())->ToVector<float>(),
-            LogicalReplicaStates()[1].To(Device::Cpu())->ToVector<float>());
-  ExpectReplaysMatchEager(**graphed, *graph, a, b);
 }
 
 // One gradient bucket of three odd-sized gradients per replica (k + 1 times

@@ -98,6 +98,19 @@ TEST(MirroredStrategyTest, AllReduceOfSeveralTensorsAndDtypes) {
   }
 }
 
+TEST(MirroredStrategyTest, CommunicationPriorityNamesParse) {
+  for (const std::string& name : StreamPriorityNames()) {
+    EXPECT_TRUE(ParseStreamPriority(name).ok()) << name;
+  }
+  EXPECT_EQ(*ParseStreamPriority("high"), cuda::StreamPriority::kHigh);
+  EXPECT_EQ(*ParseStreamPriority("normal"), cuda::StreamPriority::kNormal);
+  EXPECT_EQ(MirroredOptions().communication_priority,
+            cuda::StreamPriority::kHigh);
+  absl::StatusOr<cuda::StreamPriority> bad = ParseStreamPriority("low");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("'low'"), std::string::npos);
+}
+
 TEST(MirroredStrategyTest, ReplicaErrorAbortsTheOthersAndNamesTheRootCause) {
   MirroredOptions options;
   options.watchdog_seconds = 60;  // The abort, not the watchdog, must end it.

@@ -87,6 +87,21 @@ TEST(ConfigTest, CudaGraphIsAutoUnlessTurnedOff) {
   EXPECT_THAT(Message(c.status()), HasSubstr("always"));
 }
 
+TEST(ConfigTest, CommunicationIsHighPriorityUnlessAskedOtherwise) {
+  auto c = ParseConfig("seed: 1\n", "a.yaml", {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->distribute.communication_priority, "high");
+  c = ParseConfig("distribute: {communication_priority: normal}\n", "a.yaml",
+                  {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->distribute.communication_priority, "normal");
+  c = ParseConfig("distribute:\n  communication_priority: urgent\n", "a.yaml",
+                  {});
+  EXPECT_THAT(Message(c.status()),
+              HasSubstr("a.yaml:2: distribute.communication_priority: "
+                        "unknown value 'urgent'"));
+}
+
 TEST(ConfigTest, UnknownKeyNamesFileLineAndKey) {
   auto c =
       ParseConfig("seed: 1\noptimizer:\n  learning_rat: 0.1\n", "j.yaml", {});
