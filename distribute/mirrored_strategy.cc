@@ -179,9 +179,9 @@ class MirroredStrategy::Replica final : public ReplicaContext {
   absl::Status CreateStreams(cuda::StreamPriority communication_priority) {
     if (!device_.is_cuda()) return absl::OkStatus();
     MT_ASSIGN_OR_RETURN(compute_, cuda::Stream::Create(device_.index));
-    MT_ASSIGN_OR_RETURN(communication_,
-                        cuda::Stream::Create(device_.index,
-                                             communication_priority));
+    MT_ASSIGN_OR_RETURN(
+        communication_,
+        cuda::Stream::Create(device_.index, communication_priority));
     MT_ASSIGN_OR_RETURN(reduced_, cuda::Event::Create(device_.index));
     MT_ASSIGN_OR_RETURN(captured_tail_, cuda::Event::Create(device_.index));
     MT_ASSIGN_OR_RETURN(order_, cuda::Event::Create(device_.index));
@@ -397,10 +397,10 @@ absl::StatusOr<std::unique_ptr<MirroredStrategy>> MirroredStrategy::Create(
   if (devices[0].is_cpu() && n > 1) {
     SetCpuMathThreads(std::max(1, HardwareConcurrency() / n));
   }
-  MT_ASSIGN_OR_RETURN(std::unique_ptr<MirroredStrategy> strategy,
-                      CreateWithOps(devices, std::move(ops), rank * n,
-                                    process_count * n, watchdog,
-                                    options.communication_priority));
+  MT_ASSIGN_OR_RETURN(
+      std::unique_ptr<MirroredStrategy> strategy,
+      CreateWithOps(devices, std::move(ops), rank * n, process_count * n,
+                    watchdog, options.communication_priority));
   for (auto& replica : strategy->replicas_) {
     replica->set_bucket_bytes(options.bucket_bytes);
   }

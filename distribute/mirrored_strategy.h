@@ -17,10 +17,11 @@
 // goes on. The communication stream has the device's highest priority by
 // default (MirroredOptions::communication_priority), so a reduction's
 // blocks are scheduled as soon as SMs free up rather than behind the
-// backward kernels queued before it, also in a replayed graph. Local (device kernel) and NCCL reductions take this one path,
-// and a CollectiveWatchdog bounds how long each may take to complete on
-// the device: a stalled one aborts the collectives and fails the step
-// with DeadlineExceeded naming the replica and the collective.
+// backward kernels queued before it, also in a replayed graph. Local (device
+// kernel) and NCCL reductions take this one path, and a CollectiveWatchdog
+// bounds how long each may take to complete on the device: a stalled one aborts
+// the collectives and fails the step with DeadlineExceeded naming the replica
+// and the collective.
 //
 // Several processes (`processes` of size P > 1, each with the same number
 // L of devices): this process's replicas are global replicas rank*L ..

@@ -70,9 +70,9 @@ absl::StatusOr<cuda::StreamPriority> ParseStreamPriority(
     const std::string& name) {
   if (name == "high") return cuda::StreamPriority::kHigh;
   if (name == "normal") return cuda::StreamPriority::kNormal;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "distribute.communication_priority: '", name,
-      "' is not one of high, normal"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("distribute.communication_priority: '", name,
+                   "' is not one of high, normal"));
 }
 
 absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(

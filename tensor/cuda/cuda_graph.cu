@@ -61,10 +61,10 @@ absl::StatusOr<CudaGraph> CudaGraph::EndCapture(int device) {
   // keep the priority of the stream they were captured from (a replica's
   // collectives run ahead of its queued backward work, as eagerly), rather
   // than all taking the launch stream's.
-  MT_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(
-      &exec, graph,
-      cudaGraphInstantiateFlagAutoFreeOnLaunch |
-          cudaGraphInstantiateFlagUseNodePriority));
+  MT_CUDA_RETURN_IF_ERROR(
+      cudaGraphInstantiate(&exec, graph,
+                           cudaGraphInstantiateFlagAutoFreeOnLaunch |
+                               cudaGraphInstantiateFlagUseNodePriority));
   g.exec_ = exec;
   return g;
 }
