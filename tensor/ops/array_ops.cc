@@ -238,10 +238,11 @@ absl::StatusOr<Tensor> Gather(const Tensor& params, const Tensor& indices) {
   const int64_t rows = params.dim(0);
   const int64_t row = params.num_elements() / std::max<int64_t>(rows, 1);
   // Rows of no columns run no kernel that could check: on the host then.
-  const std::optional<internal::IndexCheckSite> site =
-      row > 0 ? internal::NextIndexCheckSite(params.device(),
-                                             indices.num_elements())
-              : std::nullopt;
+  std::optional<internal::IndexCheckSite> site;
+  if (row > 0) {
+    MT_ASSIGN_OR_RETURN(site, internal::NextIndexCheckSite(
+                                  params.device(), indices.num_elements()));
+  }
   if (params.device().is_cuda()) {
     cuda::DeviceIndexCheck check;
     if (site.has_value()) {
@@ -380,10 +381,11 @@ absl::Status CheckCastable(const Tensor& x, DType dtype) {
 
 absl::StatusOr<Tensor> Cast(const Tensor& x, DType dtype) {
   MT_RETURN_IF_ERROR(CheckDefined("Cast", {&x}));
-  const std::optional<internal::IndexCheckSite> site =
-      IsFloating(x.dtype()) && !IsFloating(dtype)
-          ? internal::NextIndexCheckSite(x.device(), x.num_elements())
-          : std::nullopt;
+  std::optional<internal::IndexCheckSite> site;
+  if (IsFloating(x.dtype()) && !IsFloating(dtype)) {
+    MT_ASSIGN_OR_RETURN(
+        site, internal::NextIndexCheckSite(x.device(), x.num_elements()));
+  }
   if (!site.has_value()) MT_RETURN_IF_ERROR(CheckCastable(x, dtype));
   MT_ASSIGN_OR_RETURN(Tensor y, Tensor::Empty(dtype, x.shape(), x.device()));
   const int64_t bits = 8 * static_cast<int64_t>(DTypeSize(dtype));

@@ -27,6 +27,13 @@ absl::StatusOr<IndexCheckRecord> IndexCheckRecord::Create(Device device) {
   IndexCheckRecord r;
   MT_ASSIGN_OR_RETURN(
       r.record_, Tensor::Empty(DType::kI64, {internal::kRecordSlots}, device));
+  // Clean at once, whatever stream reads it first.
+  if (device.is_cuda()) {
+    MT_RETURN_IF_ERROR(cuda::Memset(r.record_.raw_data(), 0xff,
+                                    r.record_.bytes(), device.index));
+    r.written_ = false;
+    return r;
+  }
   MT_RETURN_IF_ERROR(r.Reset());
   return r;
 }
@@ -39,14 +46,13 @@ absl::Status IndexCheckRecord::Reset() {
   }
   MT_ASSIGN_OR_RETURN(const bool recording,
                       cuda::StreamIsCapturing(cuda::CurrentStream()));
-  // Clean already, and no op can have written it since: nothing to do,
+  // Clean already, and no op can have written it since: nothing to clear,
   // unless the stream is being recorded. A recording holds the memset all
   // the same (its replays run the checked ops it records, and nothing
   // resets the record between them), and runs it at its replays, not now:
-  // until then the record holds what it held.
-  if (!written_ && !recording) return absl::OkStatus();
-  MT_RETURN_IF_ERROR(cuda::Memset(record_.raw_data(), 0xff, record_.bytes(),
-                                  record_.device().index));
+  // until then the record holds what it held. A clearing still pending
+  // from an earlier Reset stays pending.
+  clear_pending_ |= written_ || recording;
   if (!recording) written_ = false;
   return absl::OkStatus();
 }
@@ -86,14 +92,20 @@ ScopedIndexChecks::~ScopedIndexChecks() {
 
 namespace internal {
 
-std::optional<IndexCheckSite> NextIndexCheckSite(Device device,
-                                                 int64_t elements) {
+absl::StatusOr<std::optional<IndexCheckSite>> NextIndexCheckSite(
+    Device device, int64_t elements) {
   constexpr uint64_t kPositions = uint64_t{1} << kSiteShift;
   if (current_record == nullptr ||
       current_record->tensor().device() != device ||
       static_cast<uint64_t>(elements) >= kPositions ||
       next_site >= (~uint64_t{0} >> kSiteShift)) {
     return std::nullopt;
+  }
+  if (current_record->clear_pending_) {
+    const Tensor& record = current_record->tensor();
+    MT_RETURN_IF_ERROR(
+        cuda::Memset(record.raw_data(), 0xff, record.bytes(), device.index));
+    current_record->clear_pending_ = false;
   }
   current_record->written_ = true;
   std::vector<std::string>& labels = current_record->labels_;

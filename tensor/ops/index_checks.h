@@ -42,9 +42,11 @@ struct IndexCheckSite {
 // The site of the calling op, which checks `elements` values on `device`,
 // when a scope with a record on that device is active on this thread (each
 // call takes the next); else nullopt: check on the host. Also nullopt when
-// the key could not hold the site or a position.
-std::optional<IndexCheckSite> NextIndexCheckSite(Device device,
-                                                 int64_t elements);
+// the key could not hold the site or a position. On a GPU, the first site
+// after a Reset first enqueues the record's clearing on the current stream
+// (an error here is that memset's).
+absl::StatusOr<std::optional<IndexCheckSite>> NextIndexCheckSite(
+    Device device, int64_t elements);
 
 // The record's layout: slot 0 the key, (site << kSiteShift) | position,
 // all ones when clean; then the offending value (an integer index, or a
@@ -66,10 +68,13 @@ class IndexCheckRecord {
   static absl::StatusOr<IndexCheckRecord> Create(Device device);
   IndexCheckRecord() = default;
 
-  // Clean again (on a GPU: enqueued on the current stream, recordable).
-  // Nothing to do, and nothing enqueued, when no checked op has been given
-  // this record since the last Reset (no kernel can have written it),
-  // unless the current stream is being recorded: a graph's replays need it
+  // Clean again before the next checked op. On a CPU at once. On a GPU
+  // lazily: the clearing memset is enqueued (or recorded) on the current
+  // stream by the next checked op given the record, right before it, so a
+  // step or recording without checked ops holds none. Nothing to clear
+  // when no checked op has been given the record since the last Reset (no
+  // kernel can have written it), unless the current stream is being
+  // recorded: a graph's replays need the memset before their checked ops
   // (a recorded Reset leaves written() as it was: it runs at the replays).
   absl::Status Reset();
   // Whether a checked op has been given this record since the last Reset:
@@ -86,13 +91,15 @@ class IndexCheckRecord {
   absl::Status ErrorIn(const Tensor& host_record) const;
 
  private:
-  friend std::optional<internal::IndexCheckSite> internal::NextIndexCheckSite(
-      Device device, int64_t elements);
+  friend absl::StatusOr<std::optional<internal::IndexCheckSite>>
+  internal::NextIndexCheckSite(Device device, int64_t elements);
   Tensor record_;
   // Per site, the ScopedIndexCheckLabel it was called under (written by
   // the scope's thread while it runs; read between steps).
   std::vector<std::string> labels_;
   bool written_ = true;  // Until the first Reset.
+  // GPU: a Reset's memset, left to the next checked op.
+  bool clear_pending_ = false;
 };
 
 // While alive, the checked ops called on this thread are recorded with

@@ -110,5 +110,67 @@ TEST_F(CudaIndexChecksTest, ARecordedGatherChecksOnEveryReplay) {
   }
 }
 
+// A Reset enqueues nothing itself: the clearing memset comes with the next
+// checked op, right before it, so steps and recordings without checked ops
+// (the CNN's, the MLP's) hold none.
+TEST_F(CudaIndexChecksTest, TheClearingComesWithTheNextCheckedOp) {
+  absl::StatusOr<cuda::Stream> stream = cuda::Stream::Create(0);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  cuda::ScopedCurrentStream current(stream->handle());
+  const Tensor table = Table();
+  const Tensor bad = *Tensor::FromVector<int64_t>({5}, {1}).To(kGpu);
+  const Tensor good = *Tensor::FromVector<int64_t>({1}, {1}).To(kGpu);
+  absl::StatusOr<IndexCheckRecord> record = IndexCheckRecord::Create(kGpu);
+  ASSERT_TRUE(record.ok()) << record.status();
+  {
+    ScopedIndexChecks scope(&*record);
+    ASSERT_TRUE(Gather(table, bad).ok());
+  }
+  EXPECT_FALSE(RecordedError(*record).ok());
+  ASSERT_TRUE(record->Reset().ok());
+  EXPECT_FALSE(record->written());
+  EXPECT_FALSE(RecordedError(*record).ok()) << "cleared before an op needs it";
+  {
+    ScopedIndexChecks scope(&*record);
+    ASSERT_TRUE(Cast(table, DType::kF64).ok());  // Not a checked op.
+  }
+  EXPECT_FALSE(record->written());
+  EXPECT_FALSE(RecordedError(*record).ok());
+  {
+    ScopedIndexChecks scope(&*record);
+    ASSERT_TRUE(Gather(table, good).ok());
+  }
+  EXPECT_TRUE(record->written());
+  EXPECT_TRUE(RecordedError(*record).ok()) << "not cleared before the Gather";
+
+  // The nodes of a recording of Reset (or not) and one op.
+  const auto nodes = [&](bool reset, bool checked) -> int64_t {
+    const uint64_t pool = cuda::NewGraphMemoryPoolId();
+    absl::StatusOr<cuda::CudaGraph> graph;
+    {
+      cuda::ScopedCapture capture(0, pool);
+      cuda::ScopedGraphMemoryPool memory(pool);
+      EXPECT_TRUE(capture.Begin().ok());
+      ScopedIndexChecks scope(&*record);
+      if (reset) {
+        EXPECT_TRUE(record->Reset().ok());
+      }
+      EXPECT_TRUE(
+          (checked ? Gather(table, good) : Cast(table, DType::kF64)).ok());
+      graph = capture.End();
+    }
+    EXPECT_TRUE(graph.ok()) << graph.status();
+    return graph.ok() ? graph->num_nodes() : -1;
+  };
+  const int64_t reset_unchecked = nodes(true, false);
+  const int64_t unchecked = nodes(false, false);
+  EXPECT_EQ(reset_unchecked, unchecked);
+  // The recorded Reset's memset goes in front of the recorded Gather; with
+  // nothing pending a recorded Gather holds none.
+  const int64_t reset_checked = nodes(true, true);
+  const int64_t checked = nodes(false, true);
+  EXPECT_EQ(reset_checked, checked + 1);
+}
+
 }  // namespace
 }  // namespace mirrortrain::ops
