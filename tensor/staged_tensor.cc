@@ -54,8 +54,15 @@ absl::StatusOr<Tensor> StagedTensor::Host() {
   return host_;
 }
 
-absl::Status StagedTensor::Upload() {
+absl::Status StagedTensor::Upload(BatchedCopy* batch) {
   if (device_.device().is_cpu()) return absl::OkStatus();
+  if (batch != nullptr) {
+    MT_RETURN_IF_ERROR(batch->AddUpload(device_.raw_data(), host_.raw_data(),
+                                        static_cast<int64_t>(host_.bytes()),
+                                        device_.device().index, copied_.get()));
+    copy_pending_ = true;
+    return absl::OkStatus();
+  }
   MT_RETURN_IF_ERROR(cuda::CopyAsync(device_.raw_data(), device_.device(),
                                      host_.raw_data(), host_.device(),
                                      host_.bytes()));

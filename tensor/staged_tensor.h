@@ -19,6 +19,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "tensor/batched_copy.h"
 #include "tensor/cuda/stream.h"
 #include "tensor/device.h"
 #include "tensor/dtype.h"
@@ -42,8 +43,9 @@ class StagedTensor {
   // every earlier Host() result). Waits until the GPU has copied the values
   // of the previous Upload().
   absl::StatusOr<Tensor> Host();
-  // Makes device() hold what was written into Host(), in stream order.
-  absl::Status Upload();
+  // Makes device() hold what was written into Host(), in stream order;
+  // with `batch`, at its Flush(), as one of its copies.
+  absl::Status Upload(BatchedCopy* batch = nullptr);
   // What kernels read; its buffer never changes.
   const Tensor& device() const { return device_; }
 

@@ -179,6 +179,12 @@ class Tensor {
   absl::Status RefreshBf16Copy() const {
     return impl_->buffer->RefreshBf16Copy();
   }
+  // Whether the buffer has a bfloat16 rendering or copy, which CopyFrom
+  // into or out of it keeps in step with the bytes (no plain byte copy).
+  bool HasBf16Forms() const {
+    return impl_->buffer->bf16_rendering().has_value() ||
+           impl_->buffer->bf16_copy() != nullptr;
+  }
 
   // True when both handles address the same bytes.
   bool SharesBufferWith(const Tensor& other) const {

@@ -4,17 +4,19 @@
 // every replica (a Strategy::Enqueue): the dropout seed, the optimizer's
 // parameters and the EMA's decay are staged (StagedTensor) where the recorded
 // kernels read them, and the shard is copied into the graph's fixed input
-// buffers. The strategy records the device half of all replicas, collectives
-// included, into one graph (Strategy::CaptureRun) whose memory comes from its
-// own pool, so eager work between replays (evaluation, checkpoints, an epoch's
-// short last batch) never gets memory the graph writes. A replay is then
-// one launch, and neither it nor the staging waits for the devices: the
-// loop reads the step's loss once it is done (Trainer::PendStep).
+// buffers, all of it as one kernel on a GPU (BatchedCopy). The strategy records
+// the device half of all replicas, collectives included, into one graph
+// (Strategy::CaptureRun) whose memory comes from its own pool, so eager work
+// between replays (evaluation, checkpoints, an epoch's short last batch) never
+// gets memory the graph writes. A replay is then one launch, and neither it nor
+// the staging waits for the devices: the loop reads the step's loss once it is
+// done (Trainer::PendStep).
 #include <algorithm>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "tensor/batched_copy.h"
 #include "tensor/status_macros.h"
 #include "trainer/trainer.h"
 
@@ -72,6 +74,9 @@ absl::Status Trainer::StageGraphInputs(distribute::ReplicaContext& ctx,
     MT_ASSIGN_OR_RETURN(g.step_seed,
                         StagedTensor::Create(DType::kI64, {1}, device));
   }
+  // The inputs' copies and the staged values' uploads as one kernel at the
+  // end (on a GPU; on a CPU the copies run at once).
+  BatchedCopy copies;
   for (size_t i = 0; i < micro_batches.size(); ++i) {
     MT_ASSIGN_OR_RETURN(const ShardInputs in,
                         ReplicaShard(ctx, micro_batches[i]));
@@ -85,14 +90,18 @@ absl::Status Trainer::StageGraphInputs(distribute::ReplicaContext& ctx,
       g.images.push_back(std::move(images));
       g.labels.push_back(std::move(labels));
     }
-    MT_RETURN_IF_ERROR(g.images[i].CopyFrom(in.images));
-    MT_RETURN_IF_ERROR(g.labels[i].CopyFrom(in.labels));
+    MT_RETURN_IF_ERROR(copies.Add(g.images[i], in.images));
+    MT_RETURN_IF_ERROR(copies.Add(g.labels[i], in.labels));
   }
   MT_ASSIGN_OR_RETURN(const Tensor seed, g.step_seed.Host());
   *seed.data<int64_t>() = static_cast<int64_t>(StepSeed(config_.seed, step));
-  MT_RETURN_IF_ERROR(g.step_seed.Upload());
-  MT_RETURN_IF_ERROR(r.optimizer->StageUpdate(r.model->trainable_variables()));
-  if (r.ema) MT_RETURN_IF_ERROR(r.ema->Stage(r.optimizer->iterations() + 1));
+  MT_RETURN_IF_ERROR(g.step_seed.Upload(&copies));
+  MT_RETURN_IF_ERROR(
+      r.optimizer->StageUpdate(r.model->trainable_variables(), &copies));
+  if (r.ema) {
+    MT_RETURN_IF_ERROR(r.ema->Stage(r.optimizer->iterations() + 1, &copies));
+  }
+  MT_RETURN_IF_ERROR(copies.Flush());
   const int64_t ema_generation = r.ema ? r.ema->staging_generation() : 0;
   g.stale = g.optimizer_generation != r.optimizer->staging_generation() ||
             g.ema_generation != ema_generation;

@@ -43,6 +43,22 @@ MT_CUDA_KERNEL(StridedCopy,
                             int64_t dst_offset,
                             absl::Span<const int64_t> dst_strides, int device));
 
+// A copy of `bytes` bytes into device memory, from device memory or from
+// pinned host memory (PinnedHostAllocator's: mapped, so the kernel reads it
+// over the bus, as a copy engine would).
+struct CopySegment {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  int64_t bytes = 0;
+};
+// Every segment's copy, in one kernel per 8 segments on the current stream:
+// the small copies at a step's start (staged scalars, the batch into a
+// graph's inputs) without a copy launch each (tensor/batched_copy.h). No
+// destination may overlap another segment's source or destination.
+MT_CUDA_KERNEL(CopySegments,
+               absl::Status(absl::Span<const CopySegment> segments,
+                            int device));
+
 enum class ReduceKind : uint8_t {
   kSum,           // sum of x
   kSumOfSquares,  // sum of x * x

@@ -100,7 +100,8 @@ ExponentialMovingAverage::DecayTable* ExponentialMovingAverage::DecayTableOf(
   return nullptr;
 }
 
-absl::Status ExponentialMovingAverage::Stage(int64_t num_updates) {
+absl::Status ExponentialMovingAverage::Stage(int64_t num_updates,
+                                             BatchedCopy* uploads) {
   for (const Variable* var : vars_) {
     if (DecayTableOf(*var) != nullptr) continue;
     MT_ASSIGN_OR_RETURN(StagedTensor value,
@@ -116,7 +117,7 @@ absl::Status ExponentialMovingAverage::Stage(int64_t num_updates) {
     MT_ASSIGN_OR_RETURN(Tensor host, t.value.Host());
     MT_RETURN_IF_ERROR(
         host.CopyFrom(Tensor::HostFull(t.dtype, {1}, one_minus_decay)));
-    MT_RETURN_IF_ERROR(t.value.Upload());
+    MT_RETURN_IF_ERROR(t.value.Upload(uploads));
   }
   return absl::OkStatus();
 }

@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "tensor/batched_copy.h"
 #include "tensor/staged_tensor.h"
 #include "tensor/tensor.h"
 #include "tensor/variable.h"
@@ -54,9 +55,9 @@ class ExponentialMovingAverage {
   // Apply in two halves, for a captured CUDA graph that holds the update
   // kernels: Stage makes the one-element tensors the kernels read (one per
   // device and dtype, StagedTensor) hold 1 - DecayAt(num_updates), in stream
-  // order, and is called outside the capture before every replay;
-  // ApplyStaged enqueues the updates.
-  absl::Status Stage(int64_t num_updates);
+  // order, and is called outside the capture before every replay (with
+  // `uploads`: at its Flush()); ApplyStaged enqueues the updates.
+  absl::Status Stage(int64_t num_updates, BatchedCopy* uploads = nullptr);
   absl::Status ApplyStaged();
   // Changes whenever a decay table is allocated (see Optimizer's).
   int64_t staging_generation() const {

@@ -161,7 +161,8 @@ Optimizer::ParamTable* Optimizer::TableOf(const Variable& var) {
   return nullptr;
 }
 
-absl::Status Optimizer::StageUpdate(absl::Span<Variable* const> vars) {
+absl::Status Optimizer::StageUpdate(absl::Span<Variable* const> vars,
+                                    BatchedCopy* uploads) {
   // A table has a row per variable it has seen; a new variable (only ever
   // in the first updates) reallocates it.
   for (Variable* var : vars) {
@@ -200,7 +201,9 @@ absl::Status Optimizer::StageUpdate(absl::Span<Variable* const> vars) {
         hosts[t - param_tables_.data()].SliceRows(t->rows.at(var), 1));
     MT_RETURN_IF_ERROR(ops::PackUpdateParams(Hyperparameters(*var, lr), row));
   }
-  for (ParamTable& t : param_tables_) MT_RETURN_IF_ERROR(t.params.Upload());
+  for (ParamTable& t : param_tables_) {
+    MT_RETURN_IF_ERROR(t.params.Upload(uploads));
+  }
   return absl::OkStatus();
 }
 

@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "tensor/batched_copy.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/staged_tensor.h"
 #include "tensor/tensor.h"
@@ -77,8 +78,10 @@ class Optimizer {
   // outside the capture before every replay; ApplyStagedGradients is
   // ApplyGradients without staging (its variables must be those staged).
   // A replay does not run ApplyStagedGradients: call
-  // set_iterations(iterations() + 1) after it.
-  absl::Status StageUpdate(absl::Span<Variable* const> vars);
+  // set_iterations(iterations() + 1) after it. With `uploads`, the
+  // parameters reach the kernels at its Flush().
+  absl::Status StageUpdate(absl::Span<Variable* const> vars,
+                           BatchedCopy* uploads = nullptr);
   absl::Status ApplyStagedGradients(
       absl::Span<const GradAndVar> grads_and_vars);
   // Changes whenever a parameter table is (re)allocated or a variable gets

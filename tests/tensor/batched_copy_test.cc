@@ -1,0 +1,142 @@
+// BatchedCopy: deferred copies land as CopyFrom's would, uploads of staged
+// tensors among them; what is not a plain copy on one GPU runs at once.
+#include "tensor/batched_copy.h"
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tensor/cuda/cuda_backend.h"
+#include "tensor/ops/array_ops.h"
+#include "tensor/ops/math_ops.h"
+#include "tensor/staged_tensor.h"
+#include "tests/tensor/cuda_test_util.h"
+
+namespace mirrortrain {
+namespace {
+
+// n bytes' worth of distinct int8-like values as i32 (or bytes as f32).
+Tensor Ramp(DType dtype, int64_t n, int64_t start) {
+  Tensor t = Tensor::HostEmpty(DType::kF64, {n});
+  for (int64_t i = 0; i < n; ++i) t.data<double>()[i] = start + i;
+  return *ops::Cast(t, dtype);
+}
+
+TEST(BatchedCopyTest, OnTheCpuCopiesRunAtOnce) {
+  BatchedCopy batch;
+  const Tensor src = Ramp(DType::kF32, 10, 3);
+  Tensor dst = Tensor::HostZeros(DType::kF32, {10});
+  ASSERT_TRUE(batch.Add(dst, src).ok());
+  EXPECT_EQ(batch.pending(), 0u);
+  EXPECT_EQ(dst.ToVector<float>(), src.ToVector<float>());
+  EXPECT_FALSE(batch.Add(dst, Ramp(DType::kF32, 9, 0)).ok());
+  EXPECT_TRUE(batch.Flush().ok());
+}
+
+class BatchedCopyGpuTest : public testing::CudaTest {};
+
+// Aligned and unaligned views, a tail of fewer than 16 bytes, a segment of
+// a megabyte and more segments than one launch takes: every destination
+// gets its source, and nothing else changes.
+TEST_F(BatchedCopyGpuTest, DeferredCopiesLandAsCopyFromWould) {
+  const Device gpu = Device::Cuda(0);
+  const std::vector<int64_t> sizes = {1,      3, 4,  5, 17, 1000,
+                                      262145, 2, 33, 8, 7};
+  std::vector<Tensor> sources, destinations, expected;
+  BatchedCopy batch;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const int64_t n = sizes[k], offset = k % 2;  // Odd k: 4 bytes in.
+    const DType dtype = k % 3 == 0 ? DType::kI32 : DType::kF32;
+    Tensor src = *Ramp(dtype, n + offset, 1000 * k).To(gpu);
+    Tensor dst = *Tensor::Zeros(dtype, {n + 2}, gpu);
+    src = *src.SliceRows(offset, n);
+    Tensor dst_view = *dst.SliceRows(1 - offset, n);
+    ASSERT_TRUE(batch.Add(dst_view, src).ok());
+    Tensor want = Tensor::HostZeros(dtype, {n + 2});
+    ASSERT_TRUE(
+        want.SliceRows(1 - offset, n)->CopyFrom(*src.To(Device::Cpu())).ok());
+    sources.push_back(src);
+    destinations.push_back(dst);
+    expected.push_back(want);
+  }
+  EXPECT_EQ(batch.pending(), sizes.size());
+  ASSERT_TRUE(batch.Flush().ok());
+  EXPECT_EQ(batch.pending(), 0u);
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const Tensor got = *destinations[k].To(Device::Cpu());
+    if (got.dtype() == DType::kI32) {
+      EXPECT_EQ(got.ToVector<int32_t>(), expected[k].ToVector<int32_t>())
+          << "segment " << k;
+    } else {
+      EXPECT_EQ(got.ToVector<float>(), expected[k].ToVector<float>())
+          << "segment " << k;
+    }
+  }
+}
+
+// Staged uploads through a batch: each reaches the kernel after its
+// Flush(), and Host() waits for the batch's copy before the next values.
+TEST_F(BatchedCopyGpuTest, StagedUploadsReachTheKernelsAfterTheFlush) {
+  const Device gpu = Device::Cuda(0);
+  absl::StatusOr<StagedTensor> a = StagedTensor::Create(DType::kF32, {1}, gpu);
+  absl::StatusOr<StagedTensor> b = StagedTensor::Create(DType::kI64, {3}, gpu);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  std::vector<Tensor> sums, copies;
+  const Tensor one = *Tensor::HostFull(DType::kF32, {1}, 1.0).To(gpu);
+  for (int i = 0; i < 5; ++i) {
+    BatchedCopy batch;
+    absl::StatusOr<Tensor> ha = a->Host(), hb = b->Host();
+    ASSERT_TRUE(ha.ok() && hb.ok());
+    ha->data<float>()[0] = 10.0f * i;
+    for (int k = 0; k < 3; ++k) hb->data<int64_t>()[k] = 100 * i + k;
+    ASSERT_TRUE(a->Upload(&batch).ok());
+    ASSERT_TRUE(b->Upload(&batch).ok());
+    EXPECT_EQ(batch.pending(), 2u);
+    ASSERT_TRUE(batch.Flush().ok());
+    sums.push_back(*ops::Add(a->device(), one));
+    Tensor copy = *Tensor::Empty(DType::kI64, {3}, gpu);
+    ASSERT_TRUE(copy.CopyFrom(b->device()).ok());
+    copies.push_back(copy);
+  }
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(sums[i].To(Device::Cpu())->ToVector<float>()[0], 10.0f * i + 1);
+    EXPECT_EQ(copies[i].To(Device::Cpu())->ToVector<int64_t>(),
+              (std::vector<int64_t>{100 * i, 100 * i + 1, 100 * i + 2}));
+  }
+}
+
+// A destination with a bfloat16 copy is copied at once, by CopyFrom, which
+// refreshes the copy; so is one on another device than its source.
+TEST_F(BatchedCopyGpuTest, CopiesThatAreNotPlainRunAtOnce) {
+  const Device gpu = Device::Cuda(0);
+  const Tensor src = *Ramp(DType::kF32, 8, 1).To(gpu);
+  Tensor dst = *Tensor::Zeros(DType::kF32, {8}, gpu);
+  absl::StatusOr<std::shared_ptr<Buffer>> halves =
+      Buffer::Allocate(*cuda::DeviceAllocator(0), 16);
+  ASSERT_TRUE(halves.ok()) << halves.status();
+  ASSERT_TRUE(dst.SetBf16Copy(*halves).ok());
+  BatchedCopy batch;
+  ASSERT_TRUE(batch.Add(dst, src).ok());
+  Tensor host = Tensor::HostZeros(DType::kF32, {8});
+  ASSERT_TRUE(batch.Add(host, src).ok());
+  EXPECT_EQ(batch.pending(), 0u);
+  const std::vector<float> want = src.To(Device::Cpu())->ToVector<float>();
+  EXPECT_EQ(dst.To(Device::Cpu())->ToVector<float>(), want);
+  EXPECT_EQ(host.ToVector<float>(), want);
+  // The copy was refreshed: 1..8 are exact in bfloat16, the upper halves.
+  std::vector<uint16_t> bits(8);
+  ASSERT_TRUE(
+      cuda::Copy(bits.data(), Device::Cpu(), dst.bf16_copy().get(), gpu, 16)
+          .ok());
+  for (int i = 0; i < 8; ++i) {
+    uint32_t f;
+    std::memcpy(&f, &want[i], 4);
+    EXPECT_EQ(bits[i], f >> 16) << i;
+  }
+}
+
+}  // namespace
+}  // namespace mirrortrain
