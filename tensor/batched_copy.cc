@@ -14,40 +14,65 @@ BatchedCopy::~BatchedCopy() {
 
 absl::Status BatchedCopy::Add(Tensor& dst, const Tensor& src) {
   const bool plain = dst.device().is_cuda() && src.device() == dst.device() &&
+                     (device_ < 0 || dst.device().index == device_) &&
                      src.dtype() == dst.dtype() &&
                      src.num_elements() == dst.num_elements() &&
                      !src.HasBf16Forms() && !dst.HasBf16Forms();
   if (!plain) return dst.CopyFrom(src);
-  if (dst.bytes() == 0) return absl::OkStatus();
-  return Defer(dst.device().index,
-               {.dst = dst.raw_data(),
-                .src = src.raw_data(),
-                .bytes = static_cast<int64_t>(dst.bytes())});
+  return Defer(dst, src);
 }
 
-absl::Status BatchedCopy::AddUpload(void* dst, const void* src, int64_t bytes,
-                                    int device, cuda::Event* done) {
-  MT_RETURN_IF_ERROR(Defer(device, {.dst = dst, .src = src, .bytes = bytes}));
-  if (done != nullptr) events_.push_back(done);
+absl::Status BatchedCopy::AddUpload(const Tensor& dst, const Tensor& host,
+                                    std::shared_ptr<cuda::Event> done,
+                                    std::shared_ptr<bool> unflushed) {
+  if (!dst.device().is_cuda() || !host.device().is_cpu() ||
+      dst.bytes() != host.bytes() ||
+      (device_ >= 0 && dst.device().index != device_)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "BatchedCopy: cannot upload ", host.DebugString(), " into ",
+        dst.DebugString(), " in a batch for gpu:", device_));
+  }
+  MT_RETURN_IF_ERROR(Defer(dst, host));
+  *unflushed = true;
+  uploads_.push_back({host, std::move(done), std::move(unflushed)});
   return absl::OkStatus();
 }
 
-absl::Status BatchedCopy::Defer(int device, cuda::CopySegment segment) {
-  if (device != device_ && !segments_.empty()) MT_RETURN_IF_ERROR(Flush());
-  device_ = device;
-  segments_.push_back(segment);
+absl::Status BatchedCopy::Defer(const Tensor& dst, const Tensor& src) {
+  device_ = dst.device().index;
+  if (dst.bytes() == 0) return absl::OkStatus();
+  segments_.push_back({.dst = dst.raw_data(),
+                       .src = src.raw_data(),
+                       .bytes = static_cast<int64_t>(dst.bytes())});
+  held_.push_back(dst);
+  held_.push_back(src);
   return absl::OkStatus();
 }
 
 absl::Status BatchedCopy::Flush() {
-  std::vector<cuda::CopySegment> segments = std::exchange(segments_, {});
-  std::vector<cuda::Event*> events = std::exchange(events_, {});
-  if (segments.empty()) return absl::OkStatus();
-  MT_RETURN_IF_ERROR(cuda::CopySegments(segments, device_));
-  for (cuda::Event* e : events) {
-    MT_RETURN_IF_ERROR(e->Record(cuda::CurrentStream()));
+  const std::vector<cuda::CopySegment> segments = std::exchange(segments_, {});
+  const std::vector<Upload> uploads = std::exchange(uploads_, {});
+  std::vector<Tensor> held = std::exchange(held_, {});
+  absl::Status status = segments.empty()
+                            ? absl::OkStatus()
+                            : cuda::CopySegments(segments, device_);
+  // Every event, even after a failed launch: an earlier launch of this
+  // batch may still be reading its upload's host values.
+  for (const Upload& u : uploads) {
+    absl::Status recorded = u.done->Record(cuda::CurrentStream());
+    *u.unflushed = false;
+    if (status.ok()) status = recorded;
   }
-  return absl::OkStatus();
+  held.clear();
+  for (const Upload& u : uploads) {
+    // Its StagedTensor is gone, and it would wait for this copy before
+    // giving the pinned memory back: so does the batch.
+    if (u.host.IsExclusive()) {
+      absl::Status waited = u.done->Synchronize();
+      if (status.ok()) status = waited;
+    }
+  }
+  return status;
 }
 
 }  // namespace mirrortrain

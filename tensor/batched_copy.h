@@ -7,16 +7,20 @@
 // Copies are deferred to Flush() only where they are plain bytes into one
 // GPU's memory (no bfloat16 rendering or copy on either tensor, see
 // tensor.h); the rest run at once as Tensor::CopyFrom would. Flush()
-// enqueues the deferred ones on the calling thread's current stream, then
-// records the events given with them. Sources must stay alive and
-// unchanged, and destinations unread, until then; a batch left unflushed
-// is flushed by the destructor, which cannot report an error.
+// enqueues the deferred ones on the calling thread's current stream (one
+// of that GPU's), then records the events given with them. The batch holds
+// its tensors until then, so a source or destination dropped by its owner
+// is not handed to other work before the copy; a pinned host source that
+// only the batch still holds (its StagedTensor gone) is waited for before
+// the batch lets it go. A batch left unflushed is flushed by the
+// destructor, which cannot report an error.
 //
 // Thread contract: one thread (a replica's) uses a batch.
 #ifndef MIRRORTRAIN_TENSOR_BATCHED_COPY_H_
 #define MIRRORTRAIN_TENSOR_BATCHED_COPY_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -33,25 +37,34 @@ class BatchedCopy {
   BatchedCopy(const BatchedCopy&) = delete;
   BatchedCopy& operator=(const BatchedCopy&) = delete;
 
-  // dst.CopyFrom(src): deferred when both are on the same GPU and plain,
-  // else done now.
+  // dst.CopyFrom(src): deferred when both are on the batch's GPU (the first
+  // one given) and plain, else done now.
   absl::Status Add(Tensor& dst, const Tensor& src);
-  // `bytes` from pinned host memory `src` into `dst` on GPU `device`, and
-  // `done` (may be null) recorded after the copy (StagedTensor::Upload).
-  absl::Status AddUpload(void* dst, const void* src, int64_t bytes, int device,
-                         cuda::Event* done);
-  // Enqueues the deferred copies and records their events.
+  // A StagedTensor's upload: `host` (pinned memory) into `dst` (same bytes,
+  // on the batch's GPU); then `done` is recorded after the copy and
+  // `*unflushed` (set true here) is cleared.
+  absl::Status AddUpload(const Tensor& dst, const Tensor& host,
+                         std::shared_ptr<cuda::Event> done,
+                         std::shared_ptr<bool> unflushed);
+  // Enqueues the deferred copies, records their events (all of them, even
+  // after an error) and lets the tensors go.
   absl::Status Flush();
   // Deferred copies not flushed yet.
   size_t pending() const { return segments_.size(); }
 
  private:
-  // Flushes first when `device` is not the batch's.
-  absl::Status Defer(int device, cuda::CopySegment segment);
+  struct Upload {
+    Tensor host;
+    std::shared_ptr<cuda::Event> done;
+    std::shared_ptr<bool> unflushed;
+  };
+  // Defers a copy of dst.bytes() into `dst`, holding both tensors.
+  absl::Status Defer(const Tensor& dst, const Tensor& src);
 
   int device_ = -1;
   std::vector<cuda::CopySegment> segments_;
-  std::vector<cuda::Event*> events_;
+  std::vector<Tensor> held_;
+  std::vector<Upload> uploads_;
 };
 
 }  // namespace mirrortrain

@@ -41,7 +41,8 @@ class StagedTensor {
 
   // The host tensor to write the next values into (shares its buffer with
   // every earlier Host() result). Waits until the GPU has copied the values
-  // of the previous Upload().
+  // of the previous Upload(); FailedPrecondition while that upload is in a
+  // BatchedCopy not flushed yet (its values are still to be read).
   absl::StatusOr<Tensor> Host();
   // Makes device() hold what was written into Host(), in stream order;
   // with `batch`, at its Flush(), as one of its copies.
@@ -50,10 +51,15 @@ class StagedTensor {
   const Tensor& device() const { return device_; }
 
  private:
+  // Waits for the last upload's copy unless a batch still holds it.
+  void WaitForCopy();
+
   Tensor host_;
   Tensor device_;
-  // GPU only: recorded after the last Upload()'s copy.
-  std::unique_ptr<cuda::Event> copied_;
+  // GPU only: recorded after the last Upload()'s copy (by the batch that
+  // holds it, when there is one), and whether a batch still holds it.
+  std::shared_ptr<cuda::Event> copied_;
+  std::shared_ptr<bool> in_unflushed_batch_;
   bool copy_pending_ = false;
 };
 

@@ -191,6 +191,8 @@ TEST_F(CudaCollectivesTest, HighPriorityStreamsRankAboveNormalOnes) {
   absl::StatusOr<cuda::Stream> normal = cuda::Stream::Create(0);
   ASSERT_TRUE(high.ok()) << high.status();
   ASSERT_TRUE(normal.ok()) << normal.status();
+  ASSERT_TRUE(normal->Priority().ok());
+  ASSERT_TRUE(high->Priority().ok());
   EXPECT_EQ(*normal->Priority(), 0);
   // Every GPU with compute capability 3.5 or later has a range.
   EXPECT_LT(*high->Priority(), 0);

@@ -37,27 +37,31 @@ TEST(BatchedCopyTest, OnTheCpuCopiesRunAtOnce) {
 
 class BatchedCopyGpuTest : public testing::CudaTest {};
 
-// Aligned and unaligned views, a tail of fewer than 16 bytes, a segment of
-// a megabyte and more segments than one launch takes: every destination
-// gets its source, and nothing else changes.
+// Views with both ends 16-byte aligned (the 16-byte path, a tail of 1 to
+// 3 values after it), with the source or the destination 4 bytes in (the
+// byte path), segments of a megabyte and more, and more segments than one
+// launch takes: every destination gets its source and nothing else
+// changes. The sources are dropped before the flush: the batch holds them.
 TEST_F(BatchedCopyGpuTest, DeferredCopiesLandAsCopyFromWould) {
   const Device gpu = Device::Cuda(0);
-  const std::vector<int64_t> sizes = {1,      3, 4,  5, 17, 1000,
-                                      262145, 2, 33, 8, 7};
-  std::vector<Tensor> sources, destinations, expected;
+  const std::vector<int64_t> sizes = {1,      3, 4,  5, 17, 1000, 262145,
+                                      262144, 2, 33, 8, 7,  4097};
+  std::vector<Tensor> destinations, expected;
   BatchedCopy batch;
   for (size_t k = 0; k < sizes.size(); ++k) {
-    const int64_t n = sizes[k], offset = k % 2;  // Odd k: 4 bytes in.
-    const DType dtype = k % 3 == 0 ? DType::kI32 : DType::kF32;
-    Tensor src = *Ramp(dtype, n + offset, 1000 * k).To(gpu);
+    const int64_t n = sizes[k];
+    // k % 3: 0 both aligned (allocations start 16-byte aligned), 1 the
+    // source 4 bytes in, 2 the destination 4 bytes in.
+    const int64_t src_offset = k % 3 == 1, dst_offset = k % 3 == 2;
+    const DType dtype = k % 2 == 0 ? DType::kI32 : DType::kF32;
+    Tensor src = *Ramp(dtype, n + src_offset, 1000 * k).To(gpu);
     Tensor dst = *Tensor::Zeros(dtype, {n + 2}, gpu);
-    src = *src.SliceRows(offset, n);
-    Tensor dst_view = *dst.SliceRows(1 - offset, n);
+    src = *src.SliceRows(src_offset, n);
+    Tensor dst_view = *dst.SliceRows(dst_offset, n);
     ASSERT_TRUE(batch.Add(dst_view, src).ok());
     Tensor want = Tensor::HostZeros(dtype, {n + 2});
     ASSERT_TRUE(
-        want.SliceRows(1 - offset, n)->CopyFrom(*src.To(Device::Cpu())).ok());
-    sources.push_back(src);
+        want.SliceRows(dst_offset, n)->CopyFrom(*src.To(Device::Cpu())).ok());
     destinations.push_back(dst);
     expected.push_back(want);
   }
@@ -106,6 +110,33 @@ TEST_F(BatchedCopyGpuTest, StagedUploadsReachTheKernelsAfterTheFlush) {
     EXPECT_EQ(copies[i].To(Device::Cpu())->ToVector<int64_t>(),
               (std::vector<int64_t>{100 * i, 100 * i + 1, 100 * i + 2}));
   }
+}
+
+// A Host() between an Upload(&batch) and its Flush() would let the host
+// overwrite values still to be copied: it is an error. A StagedTensor
+// dropped before the flush still delivers its upload (the batch holds its
+// memory and waits for the copy before letting it go).
+TEST_F(BatchedCopyGpuTest, UnflushedUploadsAreHeldByTheBatch) {
+  const Device gpu = Device::Cuda(0);
+  absl::StatusOr<StagedTensor> t = StagedTensor::Create(DType::kF32, {4}, gpu);
+  ASSERT_TRUE(t.ok()) << t.status();
+  Tensor device;
+  {
+    BatchedCopy batch;
+    for (int k = 0; k < 4; ++k) t->Host()->data<float>()[k] = k + 0.5f;
+    ASSERT_TRUE(t->Upload(&batch).ok());
+    EXPECT_EQ(t->Host().status().code(), absl::StatusCode::kFailedPrecondition);
+    ASSERT_TRUE(batch.Flush().ok());
+    EXPECT_EQ(t->device().To(Device::Cpu())->ToVector<float>(),
+              (std::vector<float>{0.5f, 1.5f, 2.5f, 3.5f}));
+    ASSERT_TRUE(t->Host().ok());
+    for (int k = 0; k < 4; ++k) t->Host()->data<float>()[k] = 7.0f * k;
+    ASSERT_TRUE(t->Upload(&batch).ok());
+    device = t->device();
+    *t = StagedTensor();  // Dropped before the batch's flush.
+  }                       // The batch's destructor flushes.
+  EXPECT_EQ(device.To(Device::Cpu())->ToVector<float>(),
+            (std::vector<float>{0, 7, 14, 21}));
 }
 
 // A destination with a bfloat16 copy is copied at once, by CopyFrom, which

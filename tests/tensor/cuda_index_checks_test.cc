@@ -162,6 +162,9 @@ TEST_F(CudaIndexChecksTest, TheClearingComesWithTheNextCheckedOp) {
     EXPECT_TRUE(graph.ok()) << graph.status();
     return graph.ok() ? graph->num_nodes() : -1;
   };
+  // In this order: the first recorded Reset leaves its clearing pending
+  // (nothing checked took it), the third's Gather takes it, so none is
+  // pending for the fourth.
   const int64_t reset_unchecked = nodes(true, false);
   const int64_t unchecked = nodes(false, false);
   EXPECT_EQ(reset_unchecked, unchecked);
