@@ -180,7 +180,11 @@ absl::StatusOr<Tensor> Tensor::Clone() const {
 }
 
 absl::StatusOr<Tensor> Tensor::To(Device device) const {
-  if (this->device() == device) return *this;
+  if (this->device() == device) {
+    // Its f32 bytes are what the caller gets: they must hold its values.
+    MT_RETURN_IF_ERROR(RoundRenderedValues());
+    return *this;
+  }
   MT_ASSIGN_OR_RETURN(Tensor t, Empty(dtype(), shape(), device));
   MT_RETURN_IF_ERROR(t.CopyFrom(*this));
   return t;

@@ -209,7 +209,8 @@ class Tensor {
   absl::StatusOr<Tensor> SliceRows(int64_t start, int64_t count) const;
   // A fresh copy on the same device.
   absl::StatusOr<Tensor> Clone() const;
-  // A copy on `device` (this tensor itself when already there).
+  // A copy on `device` (this tensor itself when already there, its values
+  // first rounded into its f32 bytes when its halves alone held them).
   absl::StatusOr<Tensor> To(Device device) const;
   // Copies `src` (same dtype and element count, any device) into this (a
   // source whose values are in its halves alone is rounded first); drops

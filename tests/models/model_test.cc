@@ -15,6 +15,7 @@
 #include "tensor/bfloat16.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/matmul_precision.h"
+#include "tensor/ops/array_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/precision_ops.h"
@@ -356,10 +357,14 @@ TEST_F(MixedBFloat16GpuTest, HalvesAloneTrainAsRoundedOutputs) {
     EXPECT_TRUE(testing::AllClose(alone[i], rounded[i], 0, 0)) << i;
   }
 
-  // A hidden output stored as halves alone, then read by an fp32 product
-  // or copied: either reads the rounded values.
-  for (const bool copied : {false, true}) {
-    SCOPED_TRACE(copied ? "copied" : "fp32 product");
+  // A hidden output stored as halves alone, then read by an fp32 product,
+  // copied, or asked for on its own device (To gives the tensor itself):
+  // each reads the rounded values.
+  enum class Read { kProduct, kCopy, kSameDevice };
+  for (const Read read : {Read::kProduct, Read::kCopy, Read::kSameDevice}) {
+    SCOPED_TRACE(read == Read::kProduct ? "fp32 product"
+                 : read == Read::kCopy  ? "copied"
+                                        : "To its own device");
     absl::StatusOr<Tensor> h = ops::MatMul(*x, vars[0]);
     ASSERT_TRUE(h.ok()) << h.status();
     ASSERT_TRUE(
@@ -370,9 +375,16 @@ TEST_F(MixedBFloat16GpuTest, HalvesAloneTrainAsRoundedOutputs) {
     ASSERT_TRUE(rounded_h.ok()) << rounded_h.status();
     absl::StatusOr<Tensor> want = ops::MatMul(*rounded_h, vars[2]);
     absl::StatusOr<Tensor> got = absl::InternalError("not run");
-    if (copied) {
+    if (read == Read::kCopy) {
       want = rounded_h->To(Device::Cpu());
       got = h->To(Device::Cpu());
+    } else if (read == Read::kSameDevice) {
+      want = rounded_h->To(Device::Cpu());
+      got = h->To(h->device());
+      // The f32 bytes themselves, read past the rendering.
+      if (got.ok()) got = ops::Cast(*got, DType::kF64);
+      if (got.ok()) got = ops::Cast(*got, DType::kF32);
+      if (got.ok()) got = got->To(Device::Cpu());
     } else {
       got = ops::MatMul(*h, vars[2]);
       if (got.ok()) got = got->To(Device::Cpu());
