@@ -5,7 +5,9 @@
 #         data: train samples/s in the config's precision and in bf16
 #         (--set precision=bf16), each next to PyTorch eager and
 #         torch.compile (PyTorch bf16: torch.autocast to bfloat16); and
-#         the config's precision with train.cuda_graph=off
+#         the config's precision with train.cuda_graph=off, and with an
+#         internal switch flipped (A/B rows, README; AB=0 skips them, as
+#         it does the MLP's)
 #   mlp   MLP 784-4096x4-10 of configs/mlp_4096_gpu.yaml, batch 4096, tf32
 #         and bf16: TFLOP/s against the GEMM rate of the same precision
 #         measured in the same run (the calls mirrortrain makes: cublasSgemm
@@ -177,6 +179,14 @@ if want cnn; then
   pt cnn_rate_compile 150 "${CNN_PT[@]}" --cnn_precision "$CNN_PRECISION" --compile
   # bf16 (mixed_bfloat16: f32 variables, bf16 activations and product
   # operands); PyTorch: bf16 autocast around the forward pass and the loss.
+  if [[ ${AB:-1} == 1 ]]; then
+    # A/B rows (README, internal switches): the default run against one
+    # switch flipped, in the same session.
+    mt cnn_rate_ab_unbatched 60 "$CNN" --env MIRRORTRAIN_SWITCHES=batched_step_copies=off \
+      -- "${CNN_SETS[@]}"
+    mt cnn_rate_ab_wide_tiles 60 "$CNN" --env MIRRORTRAIN_SWITCHES=conv_gpu_implicit_wide_tiles=on \
+      -- "${CNN_SETS[@]}"
+  fi
   mt cnn_rate_bf16 60 "$CNN" -- "${CNN_SETS[@]}" --set precision=bf16
   pt cnn_rate_bf16 90 "${CNN_PT[@]}" --cnn_precision bf16
   pt cnn_rate_bf16_compile 150 "${CNN_PT[@]}" --cnn_precision bf16 --compile
@@ -208,6 +218,12 @@ if want mlp; then
   pt mlp 120 --bench mlp,matmul "${MLP_PT[@]}"
   pt mlp_compile 120 --bench mlp --compile "${MLP_PT[@]}"
   mt mlp_bf16 60 "$MLP" -- "${MLP_SETS[@]}" --set precision=bf16
+  if [[ ${AB:-1} == 1 ]]; then
+    mt mlp_bf16_ab_no_copies 60 "$MLP" --env MIRRORTRAIN_SWITCHES=bf16_copies=off \
+      -- "${MLP_SETS[@]}" --set precision=bf16
+    mt mlp_bf16_ab_no_halves_alone 60 "$MLP" --env MIRRORTRAIN_SWITCHES=bf16_halves_only_outputs=off \
+      -- "${MLP_SETS[@]}" --set precision=bf16
+  fi
   pt mlp_bf16 90 --bench mlp --mlp_precision bf16 "${MLP_PT[@]}"
   pt mlp_bf16_compile 120 --bench mlp --mlp_precision bf16 --compile "${MLP_PT[@]}"
 fi

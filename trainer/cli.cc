@@ -17,6 +17,7 @@
 #include "distribute/process_group.h"
 #include "nlohmann/json.hpp"
 #include "tensor/cuda/cuda_backend.h"
+#include "tensor/internal_switches.h"
 #include "tensor/status_macros.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/config.h"
@@ -529,6 +530,19 @@ int Dispatch(int argc, char** argv) {
     std::printf("mirrortrain %s (CUDA backend: %s)\n", MIRRORTRAIN_VERSION,
                 cuda::Built() ? "built" : "not built");
     return kExitOk;
+  }
+  // Measurement knobs (tensor/internal_switches.h), before any work.
+  if (const char* spec = std::getenv("MIRRORTRAIN_SWITCHES");
+      spec != nullptr && *spec != '\0') {
+    absl::StatusOr<std::string> applied = ApplyInternalSwitches(spec);
+    if (!applied.ok()) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("MIRRORTRAIN_SWITCHES: ", applied.status().message())));
+    }
+    if (Reports()) {
+      std::fprintf(stderr, "mirrortrain: internal switches: %s\n",
+                   applied->c_str());
+    }
   }
   if (verb == "train") return Train(argc, argv);
   if (verb == "eval") return Eval(argc, argv);

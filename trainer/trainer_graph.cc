@@ -12,15 +12,30 @@
 // the staging waits for the devices: the loop reads the step's loss once it is
 // done (Trainer::PendStep).
 #include <algorithm>
+#include <atomic>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "tensor/batched_copy.h"
+#include "tensor/internal_switches.h"
 #include "tensor/status_macros.h"
 #include "trainer/trainer.h"
 
 namespace mirrortrain::trainer {
+namespace {
+
+// Whether a replay's inputs and staged values go as one BatchedCopy (on by
+// default), for bench_gpu.sh to measure against a copy launch each.
+std::atomic<bool> batched_step_copies{true};
+
+MT_REGISTER(InternalSwitch,
+            {.name = "batched_step_copies",
+             .doc = "a replayed step's input copies and staged values' "
+                    "uploads as one kernel; off: a copy launch each",
+             .set = [](bool on) { batched_step_copies.store(on); }});
+
+}  // namespace
 
 absl::Status Trainer::GraphedStep(absl::Span<const Batch> micro_batches,
                                   int64_t step) {
@@ -77,6 +92,8 @@ absl::Status Trainer::StageGraphInputs(distribute::ReplicaContext& ctx,
   // The inputs' copies and the staged values' uploads as one kernel at the
   // end (on a GPU; on a CPU the copies run at once).
   BatchedCopy copies;
+  BatchedCopy* const uploads =
+      batched_step_copies.load(std::memory_order_relaxed) ? &copies : nullptr;
   for (size_t i = 0; i < micro_batches.size(); ++i) {
     MT_ASSIGN_OR_RETURN(const ShardInputs in,
                         ReplicaShard(ctx, micro_batches[i]));
@@ -90,16 +107,21 @@ absl::Status Trainer::StageGraphInputs(distribute::ReplicaContext& ctx,
       g.images.push_back(std::move(images));
       g.labels.push_back(std::move(labels));
     }
-    MT_RETURN_IF_ERROR(copies.Add(g.images[i], in.images));
-    MT_RETURN_IF_ERROR(copies.Add(g.labels[i], in.labels));
+    if (uploads != nullptr) {
+      MT_RETURN_IF_ERROR(copies.Add(g.images[i], in.images));
+      MT_RETURN_IF_ERROR(copies.Add(g.labels[i], in.labels));
+    } else {
+      MT_RETURN_IF_ERROR(g.images[i].CopyFrom(in.images));
+      MT_RETURN_IF_ERROR(g.labels[i].CopyFrom(in.labels));
+    }
   }
   MT_ASSIGN_OR_RETURN(const Tensor seed, g.step_seed.Host());
   *seed.data<int64_t>() = static_cast<int64_t>(StepSeed(config_.seed, step));
-  MT_RETURN_IF_ERROR(g.step_seed.Upload(&copies));
+  MT_RETURN_IF_ERROR(g.step_seed.Upload(uploads));
   MT_RETURN_IF_ERROR(
-      r.optimizer->StageUpdate(r.model->trainable_variables(), &copies));
+      r.optimizer->StageUpdate(r.model->trainable_variables(), uploads));
   if (r.ema) {
-    MT_RETURN_IF_ERROR(r.ema->Stage(r.optimizer->iterations() + 1, &copies));
+    MT_RETURN_IF_ERROR(r.ema->Stage(r.optimizer->iterations() + 1, uploads));
   }
   MT_RETURN_IF_ERROR(copies.Flush());
   const int64_t ema_generation = r.ema ? r.ema->staging_generation() : 0;

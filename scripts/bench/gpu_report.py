@@ -331,6 +331,23 @@ def main() -> None:
                 else "n/a (needs it and mirrored-2 without communication)"))
         comm_rows.append((model, cells, "; ".join(notes)))
 
+    # 3b. A/B rows: <base>_ab_<what> ran <base> with an internal switch
+    # flipped (README, internal switches); each against its base run.
+    ab_rows = []
+    for name, r in sorted(mt.items()):
+        base, sep, _ = name.partition("_ab_")
+        if not sep:
+            continue
+        b = mt.get(base)
+        switches = ", ".join(e.partition("=")[2] for e in r.get("env", [])) or name
+        if ok(r) and ok(b):
+            change = 100 * (r["samples_per_sec"] / b["samples_per_sec"] - 1)
+            ab_rows.append(f"  {base}: {switches}: {fmt(r['samples_per_sec'])} samples/s, "
+                           f"{r['step_ms']:.3f} ms/step against {fmt(b['samples_per_sec'])}, "
+                           f"{b['step_ms']:.3f} ms ({change:+.1f}% samples/s)")
+        else:
+            ab_rows.append(f"  {base}: {switches}: {why(r) or why(b) or 'n/a'}")
+
     # 4. bf16 accuracy parity: each model's final test accuracy in both.
     parity_rows = []
     for model in ("cnn", "resnet"):
@@ -379,6 +396,11 @@ def main() -> None:
     for model, cells, share in comm_rows:
         print(f"  {model}: " + "; ".join(cells))
         print(f"       {share}")
+    if ab_rows:
+        print("\nA/B, one internal switch flipped against the default run (single runs; "
+              "mirrortrain's run-to-run spread is about 1%):")
+        for line in ab_rows:
+            print(line)
     if parity_rows:
         print("\nbf16 accuracy parity, final test accuracy raw / EMA on Fashion-MNIST (target: bf16 "
               "reaches fp32's accuracy within 0.3 points):")

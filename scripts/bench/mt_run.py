@@ -11,7 +11,8 @@ the same way when time is up; the windows logged so far still count.
   python3 scripts/bench/mt_run.py --name cnn_rate --run_dir DIR --timeout 90 \
       -- build/bin/mirrortrain train --config configs/fashion_mnist_cnn_gpu.yaml --set ...
 
-Output: {"framework": "mirrortrain", "name", "exit_code", "stopped" (target,
+Output: {"framework": "mirrortrain", "name", "env" (the --env settings),
+"exit_code", "stopped" (target,
 timeout or null), "wall_seconds", "batch", "hidden_units", "windows" (train records:
 step, samples_per_sec, seconds), "samples_per_sec" (median of the windows
 after the first, which holds start-up and warm-up; the first alone if it is
@@ -90,6 +91,8 @@ def main() -> None:
     # average to a two-second time-to-accuracy.
     p.add_argument("--poll", type=float, default=0.01,
                    help="seconds between reads of metrics.jsonl")
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="set in the run's environment (e.g. MIRRORTRAIN_SWITCHES=...)")
     p.add_argument("cmd", nargs=argparse.REMAINDER,
                    help="-- mirrortrain train ... (--run_dir is added)")
     a = p.parse_args()
@@ -101,10 +104,16 @@ def main() -> None:
     log_path = os.path.join(a.run_dir, "mirrortrain.log")
     cmd = cmd + ["--run_dir", a.run_dir]
 
+    env = dict(os.environ)
+    for item in a.env:
+        name, sep, value = item.partition("=")
+        if not sep:
+            p.error(f"--env {item}: expected NAME=VALUE")
+        env[name] = value
     records, offset, stopped, reached = [], 0, None, None
     t0 = time.perf_counter()
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         while True:
             done = proc.poll() is not None
             lines, offset = read_new(metrics, offset)
@@ -146,7 +155,7 @@ def main() -> None:
     rates = [w["samples_per_sec"] for w in windows]
     rate = statistics.median(rates[1:]) if len(rates) > 1 else (rates[0] if rates else None)
     out = {"framework": "mirrortrain", "name": a.name,
-           "command": " ".join(cmd), "exit_code": proc.returncode,
+           "command": " ".join(cmd), "env": a.env, "exit_code": proc.returncode,
            "stopped": stopped, "wall_seconds": round(wall, 2), "batch": batch,
            "hidden_units": hidden,
            "windows": windows,

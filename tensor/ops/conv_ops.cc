@@ -9,6 +9,7 @@
 #include "tensor/cpu_threads.h"
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/gradient_tape.h"
+#include "tensor/internal_switches.h"
 #include "tensor/matmul_precision.h"
 #include "tensor/op.h"
 #include "tensor/ops/fused_ops.h"
@@ -429,6 +430,22 @@ int64_t ImplicitInputGradCalls() {
 }
 
 }  // namespace internal
+
+MT_REGISTER(InternalSwitch,
+            {.name = "conv_gpu_direct",
+             .doc = "the direct conv kernels (first layers, fused max pool) "
+                    "where they take a conv; off: im2col and GEMMs",
+             .set = &internal::SetConvGpuDirect});
+MT_REGISTER(InternalSwitch,
+            {.name = "conv_gpu_implicit_input_grad",
+             .doc = "fp32 conv input gradients as an implicit GEMM; off: a "
+                    "GEMM and col2im",
+             .set = &internal::SetConvGpuImplicitInputGrad});
+MT_REGISTER(InternalSwitch,
+            {.name = "conv_gpu_implicit_wide_tiles",
+             .doc = "the implicit input gradient's threads sum 8 x 8 outputs "
+                    "instead of 8 x 4 (default off)",
+             .set = &internal::SetConvGpuImplicitWideTiles});
 
 namespace {
 

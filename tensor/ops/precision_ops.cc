@@ -8,6 +8,7 @@
 #include "tensor/allocator.h"
 #include "tensor/bfloat16.h"
 #include "tensor/cuda/cuda_kernels.h"
+#include "tensor/internal_switches.h"
 #include "tensor/ops/gemm_operand.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/parallel.h"
@@ -135,6 +136,19 @@ void SetBf16HalvesOnlyOutputs(bool enabled) {
 int64_t HalvesOnlyOutputRequests() {
   return halves_only_requests.load(std::memory_order_relaxed);
 }
+
+MT_REGISTER(InternalSwitch,
+            {.name = "bf16_copies",
+             .doc = "bf16 on GPUs: the optimizer's update writes each "
+                    "variable's bfloat16 copy, which products read; off: "
+                    "products convert the weights every step",
+             .set = &SetBf16Copies});
+MT_REGISTER(InternalSwitch,
+            {.name = "bf16_halves_only_outputs",
+             .doc = "bf16 on GPUs: hidden outputs only products read are "
+                    "stored as their 2-byte halves alone; off: f32 rounded "
+                    "values and halves",
+             .set = &SetBf16HalvesOnlyOutputs});
 
 void* Bf16Halves(const Tensor& t) {
   const Bf16Rendering* r = t.bf16_rendering();

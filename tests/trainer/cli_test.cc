@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/trainer/cli_runner.h"
@@ -116,6 +117,39 @@ TEST(CliTest, TrainWritesTheRunDirectory) {
                  R"(\d+\.\d\d s; test split \d+\.\d\d s and training )"
                  R"(split \d+\.\d\d s loading meanwhile; process launch to )"
                  R"(start-up \d+\.\d\d s\n)")))
+      << r.err;
+}
+
+// MIRRORTRAIN_SWITCHES (tensor/internal_switches.h): a bad list is a usage
+// error naming the variable and every known switch (each in the README),
+// before anything is written; a good one is said once and the run trains.
+TEST(CliTest, InternalSwitchesComeFromTheEnvironment) {
+  const std::string dir = FreshDir("switches");
+  ASSERT_EQ(setenv("MIRRORTRAIN_SWITCHES", "bf16_copies=off,bogus=on", 1), 0);
+  Result r = RunCli(SmallTrain(dir));
+  EXPECT_EQ(r.exit_code, 2);
+  const std::string prefix =
+      "mirrortrain: MIRRORTRAIN_SWITCHES: unknown switch 'bogus' (known: ";
+  ASSERT_EQ(r.err.rfind(prefix, 0), 0u) << r.err;
+  EXPECT_EQ(Lines(r.err).size(), 1u) << r.err;
+  EXPECT_FALSE(fs::exists(dir));
+  const std::string known =
+      r.err.substr(prefix.size(), r.err.find(')') - prefix.size());
+  const std::string readme =
+      ReadFile(std::string(MT_SOURCE_DIR) + "/README.md");
+  for (const absl::string_view name : absl::StrSplit(known, ", ")) {
+    EXPECT_NE(readme.find(absl::StrCat("`", name, "`")), std::string::npos)
+        << name;
+  }
+  EXPECT_NE(known.find("batched_step_copies"), std::string::npos) << known;
+
+  ASSERT_EQ(setenv("MIRRORTRAIN_SWITCHES", "conv_gpu_direct=off", 1), 0);
+  r = RunCli(SmallTrain(dir, {"train.epochs=1"}));
+  unsetenv("MIRRORTRAIN_SWITCHES");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(
+      r.err.rfind("mirrortrain: internal switches: conv_gpu_direct=off\n", 0),
+      0u)
       << r.err;
 }
 

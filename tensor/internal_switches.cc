@@ -1,0 +1,42 @@
+#include "tensor/internal_switches.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace mirrortrain {
+
+absl::StatusOr<std::string> ApplyInternalSwitches(absl::string_view spec) {
+  const Registry<InternalSwitch>& registry = Registry<InternalSwitch>::Global();
+  std::vector<std::pair<const InternalSwitch*, bool>> settings;
+  for (absl::string_view item : absl::StrSplit(spec, ',')) {
+    item = absl::StripAsciiWhitespace(item);
+    if (item.empty()) continue;
+    const std::pair<absl::string_view, absl::string_view> kv =
+        absl::StrSplit(item, absl::MaxSplits('=', 1));
+    const absl::string_view name = absl::StripAsciiWhitespace(kv.first);
+    const absl::string_view value = absl::StripAsciiWhitespace(kv.second);
+    const InternalSwitch* s = registry.Find(name);
+    if (s == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown switch '", name, "' (known: ", registry.NameList(), ")"));
+    }
+    if (value != "on" && value != "off") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "switch '", name, "': expected on or off, got '", value, "'"));
+    }
+    settings.emplace_back(s, value == "on");
+  }
+  std::vector<std::string> applied;
+  for (const auto& [s, on] : settings) {
+    s->set(on);
+    applied.push_back(absl::StrCat(s->name, on ? "=on" : "=off"));
+  }
+  return absl::StrJoin(applied, ", ");
+}
+
+}  // namespace mirrortrain

@@ -1,0 +1,38 @@
+// Internal switches: the on/off knobs of optimizations whose worth can only
+// be measured on a device, so that one benchmark session runs a model both
+// ways (scripts/bench_gpu.sh's A/B rows) instead of comparing builds. Each
+// is registered next to its setter (MT_REGISTER(InternalSwitch, ...)), the
+// one tests call. Not config: a switch changes how a step is computed,
+// never what it means (some change float rounding: which kernel sums), and
+// none is kept with a run.
+//
+// The CLI reads them from the environment, as XLA_FLAGS:
+//   MIRRORTRAIN_SWITCHES=bf16_copies=off,conv_gpu_implicit_wide_tiles=on
+//
+// Thread contract: set before any work (the setters are process-wide).
+#ifndef MIRRORTRAIN_TENSOR_INTERNAL_SWITCHES_H_
+#define MIRRORTRAIN_TENSOR_INTERNAL_SWITCHES_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "tensor/registry.h"
+
+namespace mirrortrain {
+
+struct InternalSwitch {
+  std::string name;
+  std::string doc;  // What it switches; "on" is the default unless said.
+  void (*set)(bool on) = nullptr;
+};
+
+// Sets the switches of `spec`, "name=on|off" joined by commas (spaces and
+// empty items ignored). Checks all before setting any: an unknown name or
+// value is InvalidArgument naming it and the known switches. Returns the
+// settings applied, normalised ("a=off, b=on"), for the run's log.
+absl::StatusOr<std::string> ApplyInternalSwitches(absl::string_view spec);
+
+}  // namespace mirrortrain
+
+#endif  // MIRRORTRAIN_TENSOR_INTERNAL_SWITCHES_H_

@@ -1,0 +1,69 @@
+// Internal switches: parsed from "name=on|off" lists, all checked before
+// any is set; every registered switch is documented in the README.
+#include "tensor/internal_switches.h"
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace mirrortrain {
+namespace {
+
+// Switches of this test binary alone.
+int test_a = -1, test_b = -1;
+MT_REGISTER(InternalSwitch, {.name = "test_switch_a",
+                             .doc = "a test's",
+                             .set = [](bool on) { test_a = on; }});
+MT_REGISTER(InternalSwitch, {.name = "test_switch_b",
+                             .doc = "a test's",
+                             .set = [](bool on) { test_b = on; }});
+
+TEST(InternalSwitchesTest, SetsEachNamedSwitchAndSaysWhat) {
+  test_a = test_b = -1;
+  absl::StatusOr<std::string> applied =
+      ApplyInternalSwitches(" test_switch_a=off, ,test_switch_b = on,");
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  EXPECT_EQ(*applied, "test_switch_a=off, test_switch_b=on");
+  EXPECT_EQ(test_a, 0);
+  EXPECT_EQ(test_b, 1);
+  EXPECT_EQ(*ApplyInternalSwitches(""), "");
+}
+
+TEST(InternalSwitchesTest, ABadItemSetsNothing) {
+  test_a = test_b = -1;
+  absl::StatusOr<std::string> applied =
+      ApplyInternalSwitches("test_switch_a=on,no_such_switch=on");
+  EXPECT_EQ(applied.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(applied.status().message().find("unknown switch 'no_such_switch' "
+                                            "(known: "),
+            std::string::npos)
+      << applied.status();
+  EXPECT_NE(applied.status().message().find("test_switch_b"),
+            std::string::npos);
+  applied = ApplyInternalSwitches("test_switch_b=on,test_switch_a=yes");
+  EXPECT_EQ(applied.status().message(),
+            "switch 'test_switch_a': expected on or off, got 'yes'");
+  applied = ApplyInternalSwitches("test_switch_a");
+  EXPECT_EQ(applied.status().message(),
+            "switch 'test_switch_a': expected on or off, got ''");
+  EXPECT_EQ(test_a, -1);
+  EXPECT_EQ(test_b, -1);
+}
+
+TEST(InternalSwitchesTest, TheReadmeNamesEverySwitch) {
+  std::ifstream f(absl::StrCat(MT_SOURCE_DIR, "/README.md"));
+  std::stringstream readme;
+  readme << f.rdbuf();
+  for (const InternalSwitch* s : Registry<InternalSwitch>::Global().Entries()) {
+    if (s->name.rfind("test_", 0) == 0) continue;
+    EXPECT_NE(readme.str().find(absl::StrCat("`", s->name, "`")),
+              std::string::npos)
+        << s->name;
+  }
+}
+
+}  // namespace
+}  // namespace mirrortrain
