@@ -50,8 +50,9 @@
 # printed), bench_gpu.jsonl (raw JSON lines), bench_runs/<run>/ (each
 # mirrortrain run's metrics.jsonl, config.yaml and log). Every run has a time
 # limit and the whole stays within BENCH_BUDGET seconds (default 540), so it
-# fits one 10-minute device call once built. cnn and mlp are 13 runs, 4 of them
-# compiling with torch.compile; a run the budget has no room for is skipped
+# fits one 10-minute device call once built. cnn and mlp are 13 runs (4 of
+# them compiling with torch.compile) and 12 A/B runs (AB=0: none, AB_ROUNDS=1:
+# 6); a run the budget has no room for is skipped
 # with a line that says so (then run the rest in a second call, e.g.
 # scripts/bench_gpu.sh comm tta). The torch.compile runs (each compiles for
 # a minute or more) run last, after every other part; TORCH_COMPILE=0 skips
@@ -125,6 +126,28 @@ mt() {
   cp "$WORK/$name"/{metrics.jsonl,config.yaml,mirrortrain.log} "$RES/bench_runs/$name/" 2>/dev/null || true
 }
 
+# A/B rows: ab BASE CONFIG [train args...] -- SWITCH=VALUE...: in each of
+# AB_ROUNDS rounds (2; AB=0: none), BASE_ab_default_rK with the defaults and
+# BASE_ab_<switch>_rK with MIRRORTRAIN_SWITCHES=SWITCH=VALUE, one after the
+# other; the report pairs each with the default run of its round.
+ab() {
+  local base=$1 config=$2 args=() switches=() round s
+  shift 2
+  while [[ $# -gt 0 && $1 != "--" ]]; do
+    args+=("$1")
+    shift
+  done
+  [[ ${1:-} == "--" ]] && shift
+  switches=("$@")
+  [[ ${AB:-1} == 1 ]] || return 0
+  for ((round = 1; round <= ${AB_ROUNDS:-2}; ++round)); do
+    mt "${base}_ab_default_r$round" 60 "$config" -- "${args[@]}"
+    for s in "${switches[@]}"; do
+      mt "${base}_ab_${s%%=*}_r$round" 60 "$config" --env "MIRRORTRAIN_SWITCHES=$s" -- "${args[@]}"
+    done
+  done
+}
+
 # torch.compile runs, queued (as quoted `pt` arguments) to run after all
 # the others: each compiles for a minute or more, so a budget that runs out
 # drops them rather than the rows they are compared with.
@@ -179,14 +202,9 @@ if want cnn; then
   pt cnn_rate_compile 150 "${CNN_PT[@]}" --cnn_precision "$CNN_PRECISION" --compile
   # bf16 (mixed_bfloat16: f32 variables, bf16 activations and product
   # operands); PyTorch: bf16 autocast around the forward pass and the loss.
-  if [[ ${AB:-1} == 1 ]]; then
-    # A/B rows (README, internal switches): the default run against one
-    # switch flipped, in the same session.
-    mt cnn_rate_ab_unbatched 60 "$CNN" --env MIRRORTRAIN_SWITCHES=batched_step_copies=off \
-      -- "${CNN_SETS[@]}"
-    mt cnn_rate_ab_wide_tiles 60 "$CNN" --env MIRRORTRAIN_SWITCHES=conv_gpu_implicit_wide_tiles=on \
-      -- "${CNN_SETS[@]}"
-  fi
+  # A/B rows (README, internal switches): the default run and one switch
+  # flipped, interleaved in AB_ROUNDS rounds (2) as comm's are.
+  ab cnn_rate "$CNN" "${CNN_SETS[@]}" -- batched_step_copies=off conv_gpu_implicit_wide_tiles=on
   mt cnn_rate_bf16 60 "$CNN" -- "${CNN_SETS[@]}" --set precision=bf16
   pt cnn_rate_bf16 90 "${CNN_PT[@]}" --cnn_precision bf16
   pt cnn_rate_bf16_compile 150 "${CNN_PT[@]}" --cnn_precision bf16 --compile
@@ -218,12 +236,8 @@ if want mlp; then
   pt mlp 120 --bench mlp,matmul "${MLP_PT[@]}"
   pt mlp_compile 120 --bench mlp --compile "${MLP_PT[@]}"
   mt mlp_bf16 60 "$MLP" -- "${MLP_SETS[@]}" --set precision=bf16
-  if [[ ${AB:-1} == 1 ]]; then
-    mt mlp_bf16_ab_no_copies 60 "$MLP" --env MIRRORTRAIN_SWITCHES=bf16_copies=off \
-      -- "${MLP_SETS[@]}" --set precision=bf16
-    mt mlp_bf16_ab_no_halves_alone 60 "$MLP" --env MIRRORTRAIN_SWITCHES=bf16_halves_only_outputs=off \
-      -- "${MLP_SETS[@]}" --set precision=bf16
-  fi
+  ab mlp_bf16 "$MLP" "${MLP_SETS[@]}" --set precision=bf16 \
+    -- bf16_copies=off bf16_halves_only_outputs=off
   pt mlp_bf16 90 --bench mlp --mlp_precision bf16 "${MLP_PT[@]}"
   pt mlp_bf16_compile 120 --bench mlp --mlp_precision bf16 --compile "${MLP_PT[@]}"
 fi

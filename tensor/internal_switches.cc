@@ -20,6 +20,10 @@ absl::StatusOr<std::string> ApplyInternalSwitches(absl::string_view spec) {
         absl::StrSplit(item, absl::MaxSplits('=', 1));
     const absl::string_view name = absl::StripAsciiWhitespace(kv.first);
     const absl::string_view value = absl::StripAsciiWhitespace(kv.second);
+    if (name.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", item, "' names no switch"));
+    }
     const InternalSwitch* s = registry.Find(name);
     if (s == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -28,6 +32,12 @@ absl::StatusOr<std::string> ApplyInternalSwitches(absl::string_view spec) {
     if (value != "on" && value != "off") {
       return absl::InvalidArgumentError(absl::StrCat(
           "switch '", name, "': expected on or off, got '", value, "'"));
+    }
+    for (const auto& [earlier, on] : settings) {
+      if (earlier == s) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("switch '", name, "' is given twice"));
+      }
     }
     settings.emplace_back(s, value == "on");
   }

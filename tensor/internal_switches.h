@@ -6,8 +6,10 @@
 // never what it means (some change float rounding: which kernel sums), and
 // none is kept with a run.
 //
-// The CLI reads them from the environment, as XLA_FLAGS:
+// The CLI reads them from the environment, as XLA_FLAGS, for the verbs
+// that run a model (train, eval, sample):
 //   MIRRORTRAIN_SWITCHES=bf16_copies=off,conv_gpu_implicit_wide_tiles=on
+// Every process reads its own environment (mpirun -x passes it on).
 //
 // Thread contract: set before any work (the setters are process-wide).
 #ifndef MIRRORTRAIN_TENSOR_INTERNAL_SWITCHES_H_
@@ -28,9 +30,11 @@ struct InternalSwitch {
 };
 
 // Sets the switches of `spec`, "name=on|off" joined by commas (spaces and
-// empty items ignored). Checks all before setting any: an unknown name or
-// value is InvalidArgument naming it and the known switches. Returns the
-// settings applied, normalised ("a=off, b=on"), for the run's log.
+// empty items ignored). Checks all before setting any: a missing, unknown
+// or repeated name, or a value other than on or off, is InvalidArgument
+// naming it (an unknown name also lists the known switches). Returns the
+// settings applied, normalised ("a=off, b=on"; empty when none), for the
+// run's log.
 absl::StatusOr<std::string> ApplyInternalSwitches(absl::string_view spec);
 
 }  // namespace mirrortrain

@@ -531,15 +531,17 @@ int Dispatch(int argc, char** argv) {
                 cuda::Built() ? "built" : "not built");
     return kExitOk;
   }
-  // Measurement knobs (tensor/internal_switches.h), before any work.
-  if (const char* spec = std::getenv("MIRRORTRAIN_SWITCHES");
-      spec != nullptr && *spec != '\0') {
+  // Measurement knobs (tensor/internal_switches.h) for the verbs that run
+  // a model, before any work.
+  const char* spec = std::getenv("MIRRORTRAIN_SWITCHES");
+  if ((verb == "train" || verb == "eval" || verb == "sample") &&
+      spec != nullptr) {
     absl::StatusOr<std::string> applied = ApplyInternalSwitches(spec);
     if (!applied.ok()) {
       return Fail(absl::InvalidArgumentError(
           absl::StrCat("MIRRORTRAIN_SWITCHES: ", applied.status().message())));
     }
-    if (Reports()) {
+    if (Reports() && !applied->empty()) {
       std::fprintf(stderr, "mirrortrain: internal switches: %s\n",
                    applied->c_str());
     }

@@ -160,6 +160,9 @@ def main() -> None:
     def ok(r):  # A mirrortrain run that logged numbers.
         return r is not None and r.get("samples_per_sec") is not None
 
+    def timed(r):  # ... and knew its batch, so has a step time too.
+        return ok(r) and r.get("step_ms") is not None
+
     def why(r):
         if r is None:
             return "not run"
@@ -306,7 +309,7 @@ def main() -> None:
         rounds = {v: comm_rounds(mt, model, v) for v in variants}
         cells = []
         for v in ("one_device", "mirrored1", "mirrored2", "mirrored2_nocomm"):
-            times = [r["step_ms"] for r in rounds[v].values() if ok(r)]
+            times = [r["step_ms"] for r in rounds[v].values() if timed(r)]
             if times:
                 cells.append(f"{v} {median_range(times, 3, ' ms')}")
             else:
@@ -315,7 +318,7 @@ def main() -> None:
         def paired(a, b, f):
             """f(a's step, b's step) for each round both logged."""
             return [f(rounds[a][k]["step_ms"], rounds[b][k]["step_ms"])
-                    for k in rounds[a] if ok(rounds[a][k]) and ok(rounds[b].get(k))]
+                    for k in rounds[a] if timed(rounds[a][k]) and timed(rounds[b].get(k))]
 
         notes = []
         slower = paired("mirrored1", "one_device", lambda m, o: 100 * (m / o - 1))
@@ -331,22 +334,29 @@ def main() -> None:
                 else "n/a (needs it and mirrored-2 without communication)"))
         comm_rows.append((model, cells, "; ".join(notes)))
 
-    # 3b. A/B rows: <base>_ab_<what> ran <base> with an internal switch
-    # flipped (README, internal switches); each against its base run.
+    # 3b. A/B rows: <base>_ab_<switch>_r<K> ran <base>'s run with one
+    # internal switch flipped (README, internal switches), next to
+    # <base>_ab_default_r<K>; each pair of one round compared, medians.
     ab_rows = []
-    for name, r in sorted(mt.items()):
-        base, sep, _ = name.partition("_ab_")
-        if not sep:
+    ab_runs = {}  # (base, switch) -> {round: run}
+    for name, r in mt.items():
+        m = re.match(r"(.+)_ab_(.+)_r(\d+)$", name)
+        if m:
+            ab_runs.setdefault((m.group(1), m.group(2)), {})[int(m.group(3))] = r
+    for (base, switch), runs in sorted(ab_runs.items()):
+        if switch == "default":
             continue
-        b = mt.get(base)
-        switches = ", ".join(e.partition("=")[2] for e in r.get("env", [])) or name
-        if ok(r) and ok(b):
-            change = 100 * (r["samples_per_sec"] / b["samples_per_sec"] - 1)
-            ab_rows.append(f"  {base}: {switches}: {fmt(r['samples_per_sec'])} samples/s, "
-                           f"{r['step_ms']:.3f} ms/step against {fmt(b['samples_per_sec'])}, "
-                           f"{b['step_ms']:.3f} ms ({change:+.1f}% samples/s)")
+        defaults = ab_runs.get((base, "default"), {})
+        changes = [100 * (r["samples_per_sec"] / defaults[k]["samples_per_sec"] - 1)
+                   for k, r in sorted(runs.items()) if timed(r) and timed(defaults.get(k))]
+        setting = next((e.partition("=")[2] for r in runs.values() for e in r.get("env", [])),
+                       switch)
+        if changes:
+            ab_rows.append(f"  {base}: {setting}: {median_range(changes, 1, '%', signed=True)} "
+                           f"samples/s against the defaults ({len(changes)} rounds)")
         else:
-            ab_rows.append(f"  {base}: {switches}: {why(r) or why(b) or 'n/a'}")
+            first = runs[min(runs)]
+            ab_rows.append(f"  {base}: {setting}: {why(first) or 'n/a (no default run to pair with)'}")
 
     # 4. bf16 accuracy parity: each model's final test accuracy in both.
     parity_rows = []
@@ -397,8 +407,8 @@ def main() -> None:
         print(f"  {model}: " + "; ".join(cells))
         print(f"       {share}")
     if ab_rows:
-        print("\nA/B, one internal switch flipped against the default run (single runs; "
-              "mirrortrain's run-to-run spread is about 1%):")
+        print("\nA/B, one internal switch flipped, against the default run of the same round "
+              "(median over the rounds, range):")
         for line in ab_rows:
             print(line)
     if parity_rows:

@@ -104,10 +104,11 @@ def main() -> None:
     log_path = os.path.join(a.run_dir, "mirrortrain.log")
     cmd = cmd + ["--run_dir", a.run_dir]
 
-    env = dict(os.environ)
+    # Switches come only from --env, so the JSON line says what the run had.
+    env = {k: v for k, v in os.environ.items() if k != "MIRRORTRAIN_SWITCHES"}
     for item in a.env:
         name, sep, value = item.partition("=")
-        if not sep:
+        if not sep or not name:
             p.error(f"--env {item}: expected NAME=VALUE")
         env[name] = value
     records, offset, stopped, reached = [], 0, None, None

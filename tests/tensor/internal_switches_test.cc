@@ -30,6 +30,7 @@ TEST(InternalSwitchesTest, SetsEachNamedSwitchAndSaysWhat) {
   EXPECT_EQ(test_a, 0);
   EXPECT_EQ(test_b, 1);
   EXPECT_EQ(*ApplyInternalSwitches(""), "");
+  EXPECT_EQ(*ApplyInternalSwitches(" , ,"), "");
 }
 
 TEST(InternalSwitchesTest, ABadItemSetsNothing) {
@@ -49,6 +50,11 @@ TEST(InternalSwitchesTest, ABadItemSetsNothing) {
   applied = ApplyInternalSwitches("test_switch_a");
   EXPECT_EQ(applied.status().message(),
             "switch 'test_switch_a': expected on or off, got ''");
+  applied = ApplyInternalSwitches("test_switch_b=on, =on");
+  EXPECT_EQ(applied.status().message(), "'=on' names no switch");
+  applied = ApplyInternalSwitches("test_switch_a=on,test_switch_a=off");
+  EXPECT_EQ(applied.status().message(),
+            "switch 'test_switch_a' is given twice");
   EXPECT_EQ(test_a, -1);
   EXPECT_EQ(test_b, -1);
 }

@@ -124,6 +124,11 @@ TEST(CliTest, TrainWritesTheRunDirectory) {
 // error naming the variable and every known switch (each in the README),
 // before anything is written; a good one is said once and the run trains.
 TEST(CliTest, InternalSwitchesComeFromTheEnvironment) {
+  // Unset again however the test ends: later tests of this binary run the
+  // CLI with this process's environment.
+  struct Unset {
+    ~Unset() { unsetenv("MIRRORTRAIN_SWITCHES"); }
+  } unset;
   const std::string dir = FreshDir("switches");
   ASSERT_EQ(setenv("MIRRORTRAIN_SWITCHES", "bf16_copies=off,bogus=on", 1), 0);
   Result r = RunCli(SmallTrain(dir));
@@ -136,7 +141,7 @@ TEST(CliTest, InternalSwitchesComeFromTheEnvironment) {
   const std::string known =
       r.err.substr(prefix.size(), r.err.find(')') - prefix.size());
   const std::string readme =
-      ReadFile(std::string(MT_SOURCE_DIR) + "/README.md");
+      ReadFile(absl::StrCat(MT_SOURCE_DIR, "/README.md"));
   for (const absl::string_view name : absl::StrSplit(known, ", ")) {
     EXPECT_NE(readme.find(absl::StrCat("`", name, "`")), std::string::npos)
         << name;
@@ -145,7 +150,6 @@ TEST(CliTest, InternalSwitchesComeFromTheEnvironment) {
 
   ASSERT_EQ(setenv("MIRRORTRAIN_SWITCHES", "conv_gpu_direct=off", 1), 0);
   r = RunCli(SmallTrain(dir, {"train.epochs=1"}));
-  unsetenv("MIRRORTRAIN_SWITCHES");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(
       r.err.rfind("mirrortrain: internal switches: conv_gpu_direct=off\n", 0),
