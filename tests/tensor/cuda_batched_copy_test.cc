@@ -1,13 +1,12 @@
 // BatchedCopy: deferred copies land as CopyFrom's would, uploads of staged
 // tensors among them; what is not a plain copy on one GPU runs at once.
-#include "tensor/batched_copy.h"
-
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tensor/batched_copy.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/math_ops.h"
@@ -32,6 +31,12 @@ TEST(BatchedCopyTest, OnTheCpuCopiesRunAtOnce) {
   EXPECT_EQ(batch.pending(), 0u);
   EXPECT_EQ(dst.ToVector<float>(), src.ToVector<float>());
   EXPECT_FALSE(batch.Add(dst, Ramp(DType::kF32, 9, 0)).ok());
+  // An upload needs a GPU destination; nothing is deferred.
+  auto unflushed = std::make_shared<bool>(false);
+  EXPECT_EQ(batch.AddUpload(dst, src, nullptr, unflushed).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(*unflushed);
+  EXPECT_EQ(batch.pending(), 0u);
   EXPECT_TRUE(batch.Flush().ok());
 }
 
