@@ -10,7 +10,8 @@
 // device() on the calling thread's current stream and records an event, and
 // the next Host() waits for that event, so the host never rewrites values the
 // GPU has not copied yet. Kernels that read device() must be enqueued after
-// Upload() on the same stream (or a stream ordered after it).
+// Upload() on the same stream (or a stream ordered after it); with a
+// BatchedCopy, after the batch's Flush(), which then records the event.
 //
 // Thread contract: used by one thread at a time (its replica's). Movable.
 #ifndef MIRRORTRAIN_TENSOR_STAGED_TENSOR_H_
