@@ -49,7 +49,11 @@ constexpr char kUsage[] =
     "[--json]\n"
     "  mirrortrain --help | --version\n"
     "\n"
-    "Run 'mirrortrain VERB --help' for a verb's options.\n";
+    "Run 'mirrortrain VERB --help' for a verb's options.\n"
+    "Environment: MIRRORTRAIN_SWITCHES=NAME=on|off,... switches "
+    "optimizations\n"
+    "off or on for measuring them (train, eval, sample; README, "
+    "\"Internal switches\").\n";
 
 constexpr char kTrainUsage[] =
     "usage: mirrortrain train --config FILE [--set KEY=VALUE]... "

@@ -39,6 +39,7 @@ TEST(CliTest, HelpAndVersion) {
   Result help = RunCli({"--help"});
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.out.find("mirrortrain train"), std::string::npos);
+  EXPECT_NE(help.out.find("MIRRORTRAIN_SWITCHES="), std::string::npos);
   for (const char* verb : {"train", "eval", "inspect"}) {
     Result r = RunCli({verb, "--help"});
     EXPECT_EQ(r.exit_code, 0) << verb;
