@@ -135,21 +135,25 @@ struct ForkJoin::Side {
 };
 
 absl::StatusOr<ForkJoin> ForkJoin::Fork(int device) {
-  thread_local std::map<int, Side> sides;
-  auto it = sides.find(device);
+  // One side stream per origin: what it allocates (freed to its own pool)
+  // is reused only after a later fork from the same origin, so after every
+  // reader on that origin.
+  thread_local std::map<std::pair<int, StreamHandle>, Side> sides;
+  const StreamHandle origin = CurrentStream();
+  auto it = sides.find({device, origin});
   if (it == sides.end()) {
     Side side;
     MT_ASSIGN_OR_RETURN(side.stream, Stream::Create(device));
     MT_ASSIGN_OR_RETURN(side.forked, Event::Create(device));
     MT_ASSIGN_OR_RETURN(side.joined, Event::Create(device));
-    it = sides.emplace(device, std::move(side)).first;
+    it = sides.emplace(std::make_pair(device, origin), std::move(side)).first;
   }
   Side& side = it->second;
   if (side.in_use) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "ForkJoin: this thread has forked on device ", device, " already"));
+        "ForkJoin: this thread has forked from this stream on device ", device,
+        " already"));
   }
-  const StreamHandle origin = CurrentStream();
   MT_RETURN_IF_ERROR(side.forked.Record(origin));
   MT_RETURN_IF_ERROR(side.forked.MakeStreamWait(side.stream.handle()));
   side.in_use = true;
@@ -182,8 +186,14 @@ absl::Status ForkJoin::Join() {
   if (side_ == nullptr) return absl::OkStatus();
   Side* side = std::exchange(side_, nullptr);
   side->in_use = false;
-  MT_RETURN_IF_ERROR(side->joined.Record(side->stream.handle()));
-  return side->joined.MakeStreamWait(origin_);
+  const absl::Status recorded = side->joined.Record(side->stream.handle());
+  const absl::Status joined =
+      recorded.ok() ? side->joined.MakeStreamWait(origin_) : recorded;
+  // Unjoined, the origin's later work could reuse memory the side stream
+  // still reads: wait for it on the host instead (best effort; in a
+  // capture the capture fails anyway).
+  if (!joined.ok()) side->stream.Synchronize().IgnoreError();
+  return joined;
 }
 
 }  // namespace mirrortrain::cuda

@@ -207,6 +207,7 @@ std::atomic<int64_t> fused_gemm_bias_calls{0};
 // Whether a product's two gradient products run concurrently on GPUs
 // (ProductGrads); off by default until a device has measured it.
 std::atomic<bool> concurrent_grad_products{false};
+std::atomic<int64_t> concurrent_grad_product_calls{0};
 
 MT_REGISTER(InternalSwitch,
             {.name = "concurrent_grad_products",
@@ -285,6 +286,10 @@ int64_t FusedGemmBiasCalls() {
   return fused_gemm_bias_calls.load(std::memory_order_relaxed);
 }
 
+int64_t ConcurrentGradProductCalls() {
+  return concurrent_grad_product_calls.load(std::memory_order_relaxed);
+}
+
 absl::StatusOr<SavedProduct> SaveProduct(const Tensor& a, const Tensor& b,
                                          bool transpose_a, bool transpose_b) {
   SavedProduct p;
@@ -337,14 +342,20 @@ absl::Status ProductGrads(const SavedProduct& p, const GemmOperand& g,
   const auto db = [&] {
     return tb ? Product(g, p.a, true, ta) : Product(p.a, g, !ta, false);
   };
+  absl::StatusOr<cuda::ForkJoin> forked =
+      absl::FailedPreconditionError("one stream");
   if (needs[0] && needs[1] && g.device().is_cuda() &&
       concurrent_grad_products.load(std::memory_order_relaxed)) {
+    forked = cuda::ForkJoin::Fork(g.device().index);
+  }
+  // Not forked (off, one gradient, CPUs, or a fork refused): one stream.
+  if (forked.ok()) {
     // dB on the thread's side stream while dA runs on the current one, so
     // either fills the SMs the other's last wave leaves idle; the current
     // stream waits for both before anything reads them (or frees what they
     // read). The same cuBLAS calls either way: the same numbers.
-    MT_ASSIGN_OR_RETURN(cuda::ForkJoin fork,
-                        cuda::ForkJoin::Fork(g.device().index));
+    cuda::ForkJoin fork = *std::move(forked);
+    concurrent_grad_product_calls.fetch_add(1, std::memory_order_relaxed);
     absl::StatusOr<Tensor> b_grad;
     {
       cuda::ScopedCurrentStream side(fork.side());

@@ -52,6 +52,9 @@ absl::StatusOr<bool> FusedGemmBias(const GemmOperand& a, const GemmOperand& b,
 // fallback computes the same numbers, so tests ask this whether the
 // epilogue ran.
 int64_t FusedGemmBiasCalls();
+// Gradient products run on two streams so far (the internal switch
+// concurrent_grad_products): tests check the fork was taken.
+int64_t ConcurrentGradProductCalls();
 
 // What a product op keeps for its gradient: its operands as its product
 // read them, and the transposes.

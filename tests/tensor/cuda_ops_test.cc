@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tensor/bfloat16.h"
@@ -447,12 +448,19 @@ TEST_F(CudaOpsTest, ReluMlpGradientsMatchCpuInEveryPrecision) {
 // fp32 and bf16.
 TEST_F(CudaOpsTest, ConcurrentGradientProductsGiveTheSameGradients) {
   const Device gpu = Device::Cuda(0);
+  // Products of several waves of tiles, so the two streams' kernels
+  // overlap and a missing join would show.
   const std::vector<Tensor> mlp = {
-      testing::CopyTo(testing::RandomTensor({256, 96}, 91, DType::kF32), gpu),
-      testing::CopyTo(testing::RandomTensor({96, 128}, 92, DType::kF32), gpu),
-      testing::CopyTo(testing::RandomTensor({128}, 93, DType::kF32), gpu),
-      testing::CopyTo(testing::RandomTensor({128, 10}, 94, DType::kF32), gpu),
+      testing::CopyTo(testing::RandomTensor({2048, 512}, 91, DType::kF32), gpu),
+      testing::CopyTo(testing::RandomTensor({512, 1024}, 92, DType::kF32), gpu),
+      testing::CopyTo(testing::RandomTensor({1024}, 93, DType::kF32), gpu),
+      testing::CopyTo(testing::RandomTensor({1024, 10}, 94, DType::kF32), gpu),
       testing::CopyTo(testing::RandomTensor({10}, 95, DType::kF32), gpu)};
+  // Back to the defaults however the test ends.
+  absl::Cleanup defaults = [] {
+    ApplyInternalSwitches("concurrent_grad_products=off").IgnoreError();
+    SetMatMulPrecision(MatMulPrecision::kFp32);
+  };
   // The gradients of sum(mlp(x)) with respect to x, the kernels and biases.
   const auto gradients = [&]() -> absl::StatusOr<std::vector<Tensor>> {
     GradientTape tape;
@@ -481,11 +489,16 @@ TEST_F(CudaOpsTest, ConcurrentGradientProductsGiveTheSameGradients) {
     absl::StatusOr<std::vector<Tensor>> one_stream = gradients();
     ASSERT_TRUE(one_stream.ok()) << one_stream.status();
     ASSERT_TRUE(ApplyInternalSwitches("concurrent_grad_products=on").ok());
+    const int64_t forks = ops::internal::ConcurrentGradProductCalls();
     absl::StatusOr<std::vector<Tensor>> two_streams = gradients();
     ASSERT_TRUE(two_streams.ok()) << two_streams.status();
+    // One fork per layer: x is watched, so the first layer's product needs
+    // both gradients too.
+    EXPECT_EQ(ops::internal::ConcurrentGradProductCalls() - forks, 2);
     EXPECT_EQ(host(*two_streams), host(*one_stream));
 
-    // Recorded on a stream of its own, then replayed.
+    // Recorded on a stream of its own, then replayed: its first fork (a
+    // side stream of its own) is made inside the capture.
     absl::StatusOr<cuda::Stream> stream = cuda::Stream::Create(0);
     ASSERT_TRUE(stream.ok()) << stream.status();
     cuda::ScopedCurrentStream current(stream->handle());
@@ -505,7 +518,6 @@ TEST_F(CudaOpsTest, ConcurrentGradientProductsGiveTheSameGradients) {
     ASSERT_TRUE(stream->Synchronize().ok());
     EXPECT_EQ(host(*recorded), host(*one_stream));
     ASSERT_TRUE(ApplyInternalSwitches("concurrent_grad_products=off").ok());
-    SetMatMulPrecision(MatMulPrecision::kFp32);
   }
 }
 
