@@ -4,10 +4,12 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "tensor/cpu_threads.h"
 #include "tensor/cuda/cuda_kernels.h"
+#include "tensor/cuda/stream.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/internal_switches.h"
 #include "tensor/matmul_precision.h"
@@ -353,11 +355,21 @@ absl::Status GpuBackward(const ConvGeometry& g, const Tensor& x,
     dw2 = nullptr;
     if (dx == nullptr) return absl::OkStatus();
   }
+  // With the filter gradient still to come: on a side stream, beside it,
+  // under the internal switch concurrent_grad_products (ForkGradProducts);
+  // joined below, before anything reads dx or frees what it reads.
+  absl::StatusOr<cuda::ForkJoin> forked =
+      absl::FailedPreconditionError("one stream");
   if (dx != nullptr && GoesImplicit(g, dy2, w2)) {
-    MT_RETURN_IF_ERROR(cuda::ConvInputGrad(
-        x.dtype(), dy2.raw_data(), w2.raw_data(), g,
-        gpu_implicit_wide_tiles.load(std::memory_order_relaxed), dx->raw_data(),
-        device));
+    if (dw2 != nullptr) forked = internal::ForkGradProducts(x.device());
+    {
+      std::optional<cuda::ScopedCurrentStream> side;
+      if (forked.ok()) side.emplace(forked->side());
+      MT_RETURN_IF_ERROR(cuda::ConvInputGrad(
+          x.dtype(), dy2.raw_data(), w2.raw_data(), g,
+          gpu_implicit_wide_tiles.load(std::memory_order_relaxed),
+          dx->raw_data(), device));
+    }
     implicit_input_grad_calls.fetch_add(1, std::memory_order_relaxed);
     dx = nullptr;
     if (dw2 == nullptr) return absl::OkStatus();
@@ -374,7 +386,7 @@ absl::Status GpuBackward(const ConvGeometry& g, const Tensor& x,
   // col2im.
   const bool dtype_cols =
       dx != nullptr || (!internal::ProductsReadBf16(x) && !reuse);
-  return ForEachGpuChunk(
+  const absl::Status products = ForEachGpuChunk(
       g, x, dtype_cols,
       [&](int64_t i0, int64_t images, Tensor& cols) -> absl::Status {
         MT_ASSIGN_OR_RETURN(Tensor dy_rows, dy2.SliceRows(i0 * g.pixels(),
@@ -397,6 +409,8 @@ absl::Status GpuBackward(const ConvGeometry& g, const Tensor& x,
         }
         return absl::OkStatus();
       });
+  const absl::Status joined = forked.ok() ? forked->Join() : absl::OkStatus();
+  return products.ok() ? joined : products;
 }
 
 }  // namespace

@@ -211,8 +211,9 @@ std::atomic<int64_t> concurrent_grad_product_calls{0};
 
 MT_REGISTER(InternalSwitch,
             {.name = "concurrent_grad_products",
-             .doc = "a product's input and weight gradient products run "
-                    "concurrently on two streams (default off)",
+             .doc = "a product's input and weight gradient products (and "
+                    "a conv's implicit input gradient and filter gradient) "
+                    "run concurrently on two streams (default off)",
              .set = [](bool on) { concurrent_grad_products.store(on); }});
 
 }  // namespace
@@ -286,6 +287,16 @@ int64_t FusedGemmBiasCalls() {
   return fused_gemm_bias_calls.load(std::memory_order_relaxed);
 }
 
+absl::StatusOr<cuda::ForkJoin> ForkGradProducts(Device device) {
+  if (!device.is_cuda() ||
+      !concurrent_grad_products.load(std::memory_order_relaxed)) {
+    return absl::FailedPreconditionError("concurrent_grad_products is off");
+  }
+  MT_ASSIGN_OR_RETURN(cuda::ForkJoin fork, cuda::ForkJoin::Fork(device.index));
+  concurrent_grad_product_calls.fetch_add(1, std::memory_order_relaxed);
+  return fork;
+}
+
 int64_t ConcurrentGradProductCalls() {
   return concurrent_grad_product_calls.load(std::memory_order_relaxed);
 }
@@ -343,11 +354,8 @@ absl::Status ProductGrads(const SavedProduct& p, const GemmOperand& g,
     return tb ? Product(g, p.a, true, ta) : Product(p.a, g, !ta, false);
   };
   absl::StatusOr<cuda::ForkJoin> forked =
-      absl::FailedPreconditionError("one stream");
-  if (needs[0] && needs[1] && g.device().is_cuda() &&
-      concurrent_grad_products.load(std::memory_order_relaxed)) {
-    forked = cuda::ForkJoin::Fork(g.device().index);
-  }
+      needs[0] && needs[1] ? ForkGradProducts(g.device())
+                           : absl::FailedPreconditionError("one gradient");
   // Not forked (off, one gradient, CPUs, or a fork refused): one stream.
   if (forked.ok()) {
     // dB on the thread's side stream while dA runs on the current one, so
@@ -355,7 +363,6 @@ absl::Status ProductGrads(const SavedProduct& p, const GemmOperand& g,
     // stream waits for both before anything reads them (or frees what they
     // read). The same cuBLAS calls either way: the same numbers.
     cuda::ForkJoin fork = *std::move(forked);
-    concurrent_grad_product_calls.fetch_add(1, std::memory_order_relaxed);
     absl::StatusOr<Tensor> b_grad;
     {
       cuda::ScopedCurrentStream side(fork.side());

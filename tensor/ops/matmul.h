@@ -4,6 +4,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "tensor/cuda/stream.h"
 #include "tensor/op.h"
 #include "tensor/ops/gemm_operand.h"
 #include "tensor/tensor.h"
@@ -52,8 +53,12 @@ absl::StatusOr<bool> FusedGemmBias(const GemmOperand& a, const GemmOperand& b,
 // fallback computes the same numbers, so tests ask this whether the
 // epilogue ran.
 int64_t FusedGemmBiasCalls();
-// Gradient products run on two streams so far (the internal switch
-// concurrent_grad_products): tests check the fork was taken.
+// Under the internal switch concurrent_grad_products (off by default) on
+// GPUs: a fork (cuda::ForkJoin) from the current stream for a pass's two
+// independent gradient products, counted; else an error (off, or a fork
+// refused), and the caller runs them on one stream.
+absl::StatusOr<cuda::ForkJoin> ForkGradProducts(Device device);
+// Forks ForkGradProducts made so far: tests check the fork was taken.
 int64_t ConcurrentGradProductCalls();
 
 // What a product op keeps for its gradient: its operands as its product
