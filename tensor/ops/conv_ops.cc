@@ -358,13 +358,12 @@ absl::Status GpuBackward(const ConvGeometry& g, const Tensor& x,
   // With the filter gradient still to come: on a side stream, beside it,
   // under the internal switch concurrent_grad_products (ForkGradProducts);
   // joined below, before anything reads dx or frees what it reads.
-  absl::StatusOr<cuda::ForkJoin> forked =
-      absl::FailedPreconditionError("one stream");
+  std::optional<cuda::ForkJoin> forked;
   if (dx != nullptr && GoesImplicit(g, dy2, w2)) {
     if (dw2 != nullptr) forked = internal::ForkGradProducts(x.device());
     {
       std::optional<cuda::ScopedCurrentStream> side;
-      if (forked.ok()) side.emplace(forked->side());
+      if (forked.has_value()) side.emplace(forked->side());
       MT_RETURN_IF_ERROR(cuda::ConvInputGrad(
           x.dtype(), dy2.raw_data(), w2.raw_data(), g,
           gpu_implicit_wide_tiles.load(std::memory_order_relaxed),
@@ -409,7 +408,8 @@ absl::Status GpuBackward(const ConvGeometry& g, const Tensor& x,
         }
         return absl::OkStatus();
       });
-  const absl::Status joined = forked.ok() ? forked->Join() : absl::OkStatus();
+  const absl::Status joined =
+      forked.has_value() ? forked->Join() : absl::OkStatus();
   return products.ok() ? joined : products;
 }
 

@@ -287,14 +287,15 @@ int64_t FusedGemmBiasCalls() {
   return fused_gemm_bias_calls.load(std::memory_order_relaxed);
 }
 
-absl::StatusOr<cuda::ForkJoin> ForkGradProducts(Device device) {
+std::optional<cuda::ForkJoin> ForkGradProducts(Device device) {
   if (!device.is_cuda() ||
       !concurrent_grad_products.load(std::memory_order_relaxed)) {
-    return absl::FailedPreconditionError("concurrent_grad_products is off");
+    return std::nullopt;
   }
-  MT_ASSIGN_OR_RETURN(cuda::ForkJoin fork, cuda::ForkJoin::Fork(device.index));
+  absl::StatusOr<cuda::ForkJoin> fork = cuda::ForkJoin::Fork(device.index);
+  if (!fork.ok()) return std::nullopt;
   concurrent_grad_product_calls.fetch_add(1, std::memory_order_relaxed);
-  return fork;
+  return *std::move(fork);
 }
 
 int64_t ConcurrentGradProductCalls() {
@@ -353,11 +354,10 @@ absl::Status ProductGrads(const SavedProduct& p, const GemmOperand& g,
   const auto db = [&] {
     return tb ? Product(g, p.a, true, ta) : Product(p.a, g, !ta, false);
   };
-  absl::StatusOr<cuda::ForkJoin> forked =
-      needs[0] && needs[1] ? ForkGradProducts(g.device())
-                           : absl::FailedPreconditionError("one gradient");
+  std::optional<cuda::ForkJoin> forked;
+  if (needs[0] && needs[1]) forked = ForkGradProducts(g.device());
   // Not forked (off, one gradient, CPUs, or a fork refused): one stream.
-  if (forked.ok()) {
+  if (forked.has_value()) {
     // dB on the thread's side stream while dA runs on the current one, so
     // either fills the SMs the other's last wave leaves idle; the current
     // stream waits for both before anything reads them (or frees what they
