@@ -51,8 +51,8 @@
 # mirrortrain run's metrics.jsonl, config.yaml and log). Every run has a time
 # limit and the whole stays within BENCH_BUDGET seconds (default 540), so it
 # fits one 10-minute device call once built. cnn and mlp are 13 runs (4 of
-# them compiling with torch.compile) and 20 A/B runs (AB=0: none, AB_ROUNDS=1:
-# 10); a run the budget has no room for is skipped
+# them compiling with torch.compile) and 10 A/B runs (AB=0: none, AB_ROUNDS=1:
+# 5); a run the budget has no room for is skipped
 # with a line that says so (then run the rest in a second call, e.g.
 # scripts/bench_gpu.sh comm tta). The torch.compile runs (each compiles for
 # a minute or more) run last, after every other part; TORCH_COMPILE=0 skips
@@ -204,8 +204,7 @@ if want cnn; then
   # operands); PyTorch: bf16 autocast around the forward pass and the loss.
   # A/B rows (README, internal switches): the default run and one switch
   # flipped, interleaved in AB_ROUNDS rounds (2) as comm's are.
-  ab cnn_rate "$CNN" "${CNN_SETS[@]}" -- batched_step_copies=off conv_gpu_implicit_wide_tiles=on \
-    concurrent_grad_products=on
+  ab cnn_rate "$CNN" "${CNN_SETS[@]}" -- batched_step_copies=off
   mt cnn_rate_bf16 60 "$CNN" -- "${CNN_SETS[@]}" --set precision=bf16
   pt cnn_rate_bf16 90 "${CNN_PT[@]}" --cnn_precision bf16
   pt cnn_rate_bf16_compile 150 "${CNN_PT[@]}" --cnn_precision bf16 --compile
@@ -237,9 +236,8 @@ if want mlp; then
   pt mlp 120 --bench mlp,matmul "${MLP_PT[@]}"
   pt mlp_compile 120 --bench mlp --compile "${MLP_PT[@]}"
   mt mlp_bf16 60 "$MLP" -- "${MLP_SETS[@]}" --set precision=bf16
-  ab mlp "$MLP" "${MLP_SETS[@]}" -- concurrent_grad_products=on
   ab mlp_bf16 "$MLP" "${MLP_SETS[@]}" --set precision=bf16 \
-    -- bf16_copies=off bf16_halves_only_outputs=off concurrent_grad_products=on
+    -- bf16_copies=off bf16_halves_only_outputs=off
   pt mlp_bf16 90 --bench mlp --mlp_precision bf16 "${MLP_PT[@]}"
   pt mlp_bf16_compile 120 --bench mlp --mlp_precision bf16 --compile "${MLP_PT[@]}"
 fi

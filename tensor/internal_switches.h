@@ -8,7 +8,7 @@
 //
 // The CLI reads them from the environment, as XLA_FLAGS, for the verbs
 // that run a model (train, eval, sample):
-//   MIRRORTRAIN_SWITCHES=bf16_copies=off,conv_gpu_implicit_wide_tiles=on
+//   MIRRORTRAIN_SWITCHES=bf16_copies=off,batched_step_copies=off
 // Every process reads its own environment (mpirun -x passes it on).
 //
 // Thread contract: set before any work (the setters are process-wide).

@@ -409,14 +409,11 @@ inline bool ConvInputGradTakes(const Conv2DGeometry& g) {
 // gradient dy [n, oh, ow, o]: every element written, each the sum over the
 // filter taps and output channels that read it, in a fixed order
 // (deterministic). dy and filter must be 16-byte aligned (f32; 32-byte
-// for f64). `wide_tiles`: each thread sums 8 pixels x 8 channels (64 a
-// block) instead of 8 x 4 (128 a block), the same numbers; an experiment
-// for tests/bench/conv_gpu_bench.cc. InvalidArgument unless
-// ConvInputGradTakes(g).
+// for f64). InvalidArgument unless ConvInputGradTakes(g).
 MT_CUDA_KERNEL(ConvInputGrad,
                absl::Status(DType dtype, const void* dy, const void* filter,
-                            const Conv2DGeometry& geometry, bool wide_tiles,
-                            void* dx, int device));
+                            const Conv2DGeometry& geometry, void* dx,
+                            int device));
 
 }  // namespace mirrortrain::cuda
 

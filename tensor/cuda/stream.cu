@@ -1,9 +1,7 @@
 #include <cuda_runtime.h>
 
-#include <map>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/device_guard.h"
 #include "tensor/cuda/stream.h"
@@ -126,74 +124,6 @@ absl::StatusOr<bool> Event::Query() const {
   if (result == cudaErrorNotReady) return false;
   MT_CUDA_RETURN_IF_ERROR(result);
   return true;
-}
-
-struct ForkJoin::Side {
-  Stream stream;
-  Event forked, joined;
-  bool in_use = false;
-};
-
-absl::StatusOr<ForkJoin> ForkJoin::Fork(int device) {
-  // One side stream per origin: what it allocates (freed to its own pool)
-  // is reused only after a later fork from the same origin, so after every
-  // reader on that origin.
-  thread_local std::map<std::pair<int, StreamHandle>, Side> sides;
-  const StreamHandle origin = CurrentStream();
-  auto it = sides.find({device, origin});
-  if (it == sides.end()) {
-    Side side;
-    MT_ASSIGN_OR_RETURN(side.stream, Stream::Create(device));
-    MT_ASSIGN_OR_RETURN(side.forked, Event::Create(device));
-    MT_ASSIGN_OR_RETURN(side.joined, Event::Create(device));
-    it = sides.emplace(std::make_pair(device, origin), std::move(side)).first;
-  }
-  Side& side = it->second;
-  if (side.in_use) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "ForkJoin: this thread has forked from this stream on device ", device,
-        " already"));
-  }
-  MT_RETURN_IF_ERROR(side.forked.Record(origin));
-  MT_RETURN_IF_ERROR(side.forked.MakeStreamWait(side.stream.handle()));
-  side.in_use = true;
-  ForkJoin f;
-  f.side_ = &side;
-  f.origin_ = origin;
-  return f;
-}
-
-ForkJoin::ForkJoin(ForkJoin&& other) noexcept
-    : side_(std::exchange(other.side_, nullptr)),
-      origin_(std::exchange(other.origin_, nullptr)) {}
-
-ForkJoin& ForkJoin::operator=(ForkJoin&& other) noexcept {
-  if (this != &other) {
-    Join().IgnoreError();
-    side_ = std::exchange(other.side_, nullptr);
-    origin_ = std::exchange(other.origin_, nullptr);
-  }
-  return *this;
-}
-
-ForkJoin::~ForkJoin() { Join().IgnoreError(); }
-
-StreamHandle ForkJoin::side() const {
-  return side_ != nullptr ? side_->stream.handle() : nullptr;
-}
-
-absl::Status ForkJoin::Join() {
-  if (side_ == nullptr) return absl::OkStatus();
-  Side* side = std::exchange(side_, nullptr);
-  side->in_use = false;
-  const absl::Status recorded = side->joined.Record(side->stream.handle());
-  const absl::Status joined =
-      recorded.ok() ? side->joined.MakeStreamWait(origin_) : recorded;
-  // Unjoined, the origin's later work could reuse memory the side stream
-  // still reads: wait for it on the host instead (best effort; in a
-  // capture the capture fails anyway).
-  if (!joined.ok()) side->stream.Synchronize().IgnoreError();
-  return joined;
 }
 
 }  // namespace mirrortrain::cuda

@@ -72,36 +72,6 @@ class Event {
   int device_ = -1;
 };
 
-// Work on a second stream beside the calling thread's current one, for two
-// independent kernels that each leave SMs idle in their last wave (a
-// layer's two gradient products). Fork() makes the thread's side stream of
-// `device` and the current stream (made on first use, kept until the
-// thread ends) wait for everything enqueued on the current stream so far; work
-// enqueued with side() current then runs concurrently with the current
-// stream's; Join() makes the current stream wait for it. Events, not host
-// waits, and both record into a stream capture (the side stream joins it at the
-// fork). The destructor joins when Join() was not called (errors then lost); a
-// join that fails waits for the side stream on the host. One fork per thread,
-// device and current stream at a time.
-class ForkJoin {
- public:
-  static absl::StatusOr<ForkJoin> Fork(int device);
-  ForkJoin() = default;
-  ForkJoin(ForkJoin&& other) noexcept;
-  ForkJoin& operator=(ForkJoin&& other) noexcept;
-  ForkJoin(const ForkJoin&) = delete;
-  ForkJoin& operator=(const ForkJoin&) = delete;
-  ~ForkJoin();
-
-  StreamHandle side() const;
-  absl::Status Join();
-
- private:
-  struct Side;
-  Side* side_ = nullptr;
-  StreamHandle origin_ = nullptr;
-};
-
 // Makes `stream` the calling thread's current stream (see cuda_backend.h)
 // for the scope, then restores the previous one.
 class ScopedCurrentStream {

@@ -19,13 +19,6 @@ absl::Status Stream::Synchronize() const { return NotBuilt(); }
 absl::StatusOr<int> Stream::Priority() const { return NotBuilt(); }
 
 absl::StatusOr<Event> Event::Create(int) { return NotBuilt(); }
-struct ForkJoin::Side {};
-absl::StatusOr<ForkJoin> ForkJoin::Fork(int) { return NotBuilt(); }
-ForkJoin::ForkJoin(ForkJoin&&) noexcept {}
-ForkJoin& ForkJoin::operator=(ForkJoin&&) noexcept { return *this; }
-ForkJoin::~ForkJoin() = default;
-StreamHandle ForkJoin::side() const { return nullptr; }
-absl::Status ForkJoin::Join() { return absl::OkStatus(); }
 Event::Event(Event&&) noexcept {}
 Event& Event::operator=(Event&&) noexcept { return *this; }
 Event::~Event() = default;

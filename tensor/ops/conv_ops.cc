@@ -4,12 +4,10 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
-#include <optional>
 #include <vector>
 
 #include "tensor/cpu_threads.h"
 #include "tensor/cuda/cuda_kernels.h"
-#include "tensor/cuda/stream.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/internal_switches.h"
 #include "tensor/matmul_precision.h"
@@ -197,7 +195,6 @@ std::atomic<bool> gpu_direct{true};
 std::atomic<int64_t> direct_calls{0};
 std::atomic<int64_t> fused_pool_calls{0};
 std::atomic<bool> gpu_implicit_input_grad{true};
-std::atomic<bool> gpu_implicit_wide_tiles{false};
 std::atomic<int64_t> implicit_input_grad_calls{0};
 
 // Whether x's convolution runs on the direct kernels (cuda_kernels.h):
@@ -355,20 +352,9 @@ absl::Status GpuBackward(const ConvGeometry& g, const Tensor& x,
     dw2 = nullptr;
     if (dx == nullptr) return absl::OkStatus();
   }
-  // With the filter gradient still to come: on a side stream, beside it,
-  // under the internal switch concurrent_grad_products (ForkGradProducts);
-  // joined below, before anything reads dx or frees what it reads.
-  std::optional<cuda::ForkJoin> forked;
   if (dx != nullptr && GoesImplicit(g, dy2, w2)) {
-    if (dw2 != nullptr) forked = internal::ForkGradProducts(x.device());
-    {
-      std::optional<cuda::ScopedCurrentStream> side;
-      if (forked.has_value()) side.emplace(forked->side());
-      MT_RETURN_IF_ERROR(cuda::ConvInputGrad(
-          x.dtype(), dy2.raw_data(), w2.raw_data(), g,
-          gpu_implicit_wide_tiles.load(std::memory_order_relaxed),
-          dx->raw_data(), device));
-    }
+    MT_RETURN_IF_ERROR(cuda::ConvInputGrad(
+        x.dtype(), dy2.raw_data(), w2.raw_data(), g, dx->raw_data(), device));
     implicit_input_grad_calls.fetch_add(1, std::memory_order_relaxed);
     dx = nullptr;
     if (dw2 == nullptr) return absl::OkStatus();
@@ -385,7 +371,7 @@ absl::Status GpuBackward(const ConvGeometry& g, const Tensor& x,
   // col2im.
   const bool dtype_cols =
       dx != nullptr || (!internal::ProductsReadBf16(x) && !reuse);
-  const absl::Status products = ForEachGpuChunk(
+  return ForEachGpuChunk(
       g, x, dtype_cols,
       [&](int64_t i0, int64_t images, Tensor& cols) -> absl::Status {
         MT_ASSIGN_OR_RETURN(Tensor dy_rows, dy2.SliceRows(i0 * g.pixels(),
@@ -408,9 +394,6 @@ absl::Status GpuBackward(const ConvGeometry& g, const Tensor& x,
         }
         return absl::OkStatus();
       });
-  const absl::Status joined =
-      forked.has_value() ? forked->Join() : absl::OkStatus();
-  return products.ok() ? joined : products;
 }
 
 }  // namespace
@@ -435,10 +418,6 @@ void SetConvGpuImplicitInputGrad(bool enabled) {
   gpu_implicit_input_grad.store(enabled);
 }
 
-void SetConvGpuImplicitWideTiles(bool wide) {
-  gpu_implicit_wide_tiles.store(wide);
-}
-
 int64_t ImplicitInputGradCalls() {
   return implicit_input_grad_calls.load(std::memory_order_relaxed);
 }
@@ -455,11 +434,6 @@ MT_REGISTER(InternalSwitch,
              .doc = "fp32 conv input gradients as an implicit GEMM; off: a "
                     "GEMM and col2im",
              .set = &internal::SetConvGpuImplicitInputGrad});
-MT_REGISTER(InternalSwitch,
-            {.name = "conv_gpu_implicit_wide_tiles",
-             .doc = "the implicit input gradient's threads sum 8 x 8 outputs "
-                    "instead of 8 x 4 (default off)",
-             .set = &internal::SetConvGpuImplicitWideTiles});
 
 namespace {
 

@@ -75,10 +75,6 @@ int64_t FusedConvMaxPoolCalls();
 // implicit GEMM (default true) or on a GEMM and col2im; tests compare the
 // two. Process-wide.
 void SetConvGpuImplicitInputGrad(bool enabled);
-// Whether the implicit input gradient's threads sum 8 x 8 outputs each
-// instead of 8 x 4 (default false; cuda::ConvInputGrad's `wide_tiles`),
-// for conv_gpu_bench to compare. Process-wide.
-void SetConvGpuImplicitWideTiles(bool wide);
 // Implicit input-gradient calls so far.
 int64_t ImplicitInputGradCalls();
 }  // namespace internal

@@ -10,9 +10,7 @@
 #include "tensor/cpu_threads.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/cuda_kernels.h"
-#include "tensor/cuda/stream.h"
 #include "tensor/gradient_tape.h"
-#include "tensor/internal_switches.h"
 #include "tensor/matmul_precision.h"
 #include "tensor/op.h"
 #include "tensor/ops/nn_ops.h"
@@ -204,18 +202,6 @@ namespace {
 
 std::atomic<int64_t> fused_gemm_bias_calls{0};
 
-// Whether a product's two gradient products run concurrently on GPUs
-// (ProductGrads); off by default until a device has measured it.
-std::atomic<bool> concurrent_grad_products{false};
-std::atomic<int64_t> concurrent_grad_product_calls{0};
-
-MT_REGISTER(InternalSwitch,
-            {.name = "concurrent_grad_products",
-             .doc = "a product's input and weight gradient products (and "
-                    "a conv's implicit input gradient and filter gradient) "
-                    "run concurrently on two streams (default off)",
-             .set = [](bool on) { concurrent_grad_products.store(on); }});
-
 }  // namespace
 
 absl::Status Gemm(const GemmOperand& a, const GemmOperand& b, bool ta, bool tb,
@@ -287,21 +273,6 @@ int64_t FusedGemmBiasCalls() {
   return fused_gemm_bias_calls.load(std::memory_order_relaxed);
 }
 
-std::optional<cuda::ForkJoin> ForkGradProducts(Device device) {
-  if (!device.is_cuda() ||
-      !concurrent_grad_products.load(std::memory_order_relaxed)) {
-    return std::nullopt;
-  }
-  absl::StatusOr<cuda::ForkJoin> fork = cuda::ForkJoin::Fork(device.index);
-  if (!fork.ok()) return std::nullopt;
-  concurrent_grad_product_calls.fetch_add(1, std::memory_order_relaxed);
-  return *std::move(fork);
-}
-
-int64_t ConcurrentGradProductCalls() {
-  return concurrent_grad_product_calls.load(std::memory_order_relaxed);
-}
-
 absl::StatusOr<SavedProduct> SaveProduct(const Tensor& a, const Tensor& b,
                                          bool transpose_a, bool transpose_b) {
   SavedProduct p;
@@ -348,37 +319,13 @@ absl::Status MatMulGrads(const SavedProduct& p, const Tensor& gc,
 absl::Status ProductGrads(const SavedProduct& p, const GemmOperand& g,
                           absl::Span<const bool> needs, Grads* grads) {
   const bool ta = p.transpose_a, tb = p.transpose_b;
-  const auto da = [&] {
-    return ta ? Product(p.b, g, tb, true) : Product(g, p.b, false, !tb);
-  };
-  const auto db = [&] {
-    return tb ? Product(g, p.a, true, ta) : Product(p.a, g, !ta, false);
-  };
-  std::optional<cuda::ForkJoin> forked;
-  if (needs[0] && needs[1]) forked = ForkGradProducts(g.device());
-  // Not forked (off, one gradient, CPUs, or a fork refused): one stream.
-  if (forked.has_value()) {
-    // dB on the thread's side stream while dA runs on the current one, so
-    // either fills the SMs the other's last wave leaves idle; the current
-    // stream waits for both before anything reads them (or frees what they
-    // read). The same cuBLAS calls either way: the same numbers.
-    cuda::ForkJoin fork = *std::move(forked);
-    absl::StatusOr<Tensor> b_grad;
-    {
-      cuda::ScopedCurrentStream side(fork.side());
-      b_grad = db();
-    }
-    absl::StatusOr<Tensor> a_grad = da();
-    const absl::Status joined = fork.Join();
-    MT_ASSIGN_OR_RETURN((*grads)[0], std::move(a_grad));
-    MT_ASSIGN_OR_RETURN((*grads)[1], std::move(b_grad));
-    return joined;
-  }
   if (needs[0]) {
-    MT_ASSIGN_OR_RETURN((*grads)[0], da());
+    MT_ASSIGN_OR_RETURN((*grads)[0], ta ? Product(p.b, g, tb, true)
+                                        : Product(g, p.b, false, !tb));
   }
   if (needs[1]) {
-    MT_ASSIGN_OR_RETURN((*grads)[1], db());
+    MT_ASSIGN_OR_RETURN((*grads)[1], tb ? Product(g, p.a, true, ta)
+                                        : Product(p.a, g, !ta, false));
   }
   return absl::OkStatus();
 }

@@ -2,11 +2,8 @@
 #ifndef MIRRORTRAIN_TENSOR_OPS_MATMUL_H_
 #define MIRRORTRAIN_TENSOR_OPS_MATMUL_H_
 
-#include <optional>
-
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "tensor/cuda/stream.h"
 #include "tensor/op.h"
 #include "tensor/ops/gemm_operand.h"
 #include "tensor/tensor.h"
@@ -55,14 +52,6 @@ absl::StatusOr<bool> FusedGemmBias(const GemmOperand& a, const GemmOperand& b,
 // fallback computes the same numbers, so tests ask this whether the
 // epilogue ran.
 int64_t FusedGemmBiasCalls();
-// Under the internal switch concurrent_grad_products (off by default) on
-// GPUs: a fork (cuda::ForkJoin) from the current stream for a pass's two
-// independent gradient products, counted; else nullopt (off, not a GPU,
-// or a fork refused), and the caller runs them on one stream. Off, it is
-// one flag read: it sits on every product's backward pass.
-std::optional<cuda::ForkJoin> ForkGradProducts(Device device);
-// Forks ForkGradProducts made so far: tests check the fork was taken.
-int64_t ConcurrentGradProductCalls();
 
 // What a product op keeps for its gradient: its operands as its product
 // read them, and the transposes.

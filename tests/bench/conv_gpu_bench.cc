@@ -6,8 +6,7 @@
 // GPU is visible.
 //   build/bin/conv_gpu_bench [--benchmark_filter=...]
 // Args: layer (kLayers), ours (1: direct kernels and implicit input
-// gradient on; 2: the same with the implicit input gradient's wide tiles;
-// 0: off), bf16 (0/1). Counters: which of ours ran.
+// gradient on; 0: off), bf16 (0/1). Counters: which of ours ran.
 #include <chrono>
 #include <optional>
 #include <vector>
@@ -97,7 +96,6 @@ void BM_GpuConv2DForwardBackward(benchmark::State& state) {
   const Layer& layer = kLayers[state.range(0)];
   ops::internal::SetConvGpuDirect(state.range(1) != 0);
   ops::internal::SetConvGpuImplicitInputGrad(state.range(1) != 0);
-  ops::internal::SetConvGpuImplicitWideTiles(state.range(1) == 2);
   SetMatMulPrecision(state.range(2) != 0 ? MatMulPrecision::kBf16
                                          : MatMulPrecision::kFp32);
   state.SetLabel(layer.name);
@@ -134,7 +132,6 @@ void BM_GpuConv2DForwardBackward(benchmark::State& state) {
   }
   ops::internal::SetConvGpuDirect(true);
   ops::internal::SetConvGpuImplicitInputGrad(true);
-  ops::internal::SetConvGpuImplicitWideTiles(false);
   SetMatMulPrecision(MatMulPrecision::kFp32);
 }
 
@@ -145,11 +142,10 @@ void Arguments(benchmark::internal::Benchmark* b) {
     }
   }
   // The implicit input gradient's other shapes (fp32 only: under bf16
-  // the input gradient is a tensor-core GEMM either way), and its wide tiles.
+  // the input gradient is a tensor-core GEMM either way).
   for (int64_t layer : {3, 4}) {
     for (int64_t ours : {1, 0}) b->Args({layer, ours, 0});
   }
-  for (int64_t layer : {1, 3, 4}) b->Args({layer, 2, 0});
 }
 
 BENCHMARK(BM_GpuConv2DForwardBackward)

@@ -11,16 +11,13 @@
 #include <limits>
 #include <vector>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/gradient_tape.h"
-#include "tensor/internal_switches.h"
 #include "tensor/matmul_precision.h"
 #include "tensor/ops/conv_ops.h"
 #include "tensor/ops/math_ops.h"
-#include "tensor/ops/matmul.h"
 #include "tensor/ops/reduction_ops.h"
 #include "tensor/ops/window.h"
 #include "tests/tensor/cuda_test_util.h"
@@ -44,7 +41,6 @@ class CudaConvTest : public CudaTest {
     ops::internal::SetConvGpuColumnBytes(0);
     ops::internal::SetConvGpuDirect(true);
     ops::internal::SetConvGpuImplicitInputGrad(true);
-    ops::internal::SetConvGpuImplicitWideTiles(false);
   }
 };
 
@@ -193,77 +189,6 @@ TEST_F(CudaConvTest, ForwardAndGradientsMatchCpu) {
   }
   EXPECT_GE(direct_cases, 2 * 8);    // The cases above go direct,
   EXPECT_GE(implicit_cases, 2 * 6);  // and these implicit.
-}
-
-// The implicit input gradient's other tile shape (8 x 8 outputs a thread,
-// two pixel rows and two filter quads gathered per thread) on the cases
-// it takes.
-TEST_F(CudaConvTest, ImplicitInputGradientWideTilesMatchCpu) {
-  ops::internal::SetConvGpuImplicitWideTiles(true);
-  uint64_t seed = 500;
-  int cases = 0;
-  for (DType dtype : {DType::kF32, DType::kF64}) {
-    for (const ConvCase& c : Cases()) {
-      if (!ImplicitCase(c)) continue;
-      const int64_t implicit = ops::internal::ImplicitInputGradCalls();
-      ExpectConvMatchesCpu(c, dtype, seed += 2);
-      EXPECT_EQ(ops::internal::ImplicitInputGradCalls() - implicit, 1);
-      ++cases;
-    }
-  }
-  EXPECT_GE(cases, 2 * 6);
-}
-
-// concurrent_grad_products: the implicit input gradient on a side stream
-// beside the filter gradient's GEMMs. Every implicit case matches the CPU
-// with one fork, and the cnn's second conv gives the one-stream gradients
-// bit for bit.
-TEST_F(CudaConvTest, ConcurrentInputAndFilterGradientsMatch) {
-  absl::Cleanup off = [] {
-    ApplyInternalSwitches("concurrent_grad_products=off").IgnoreError();
-  };
-  ASSERT_TRUE(ApplyInternalSwitches("concurrent_grad_products=on").ok());
-  uint64_t seed = 900;
-  int cases = 0;
-  for (DType dtype : {DType::kF32, DType::kF64}) {
-    for (const ConvCase& c : Cases()) {
-      if (!ImplicitCase(c)) continue;
-      const int64_t forks = ops::internal::ConcurrentGradProductCalls();
-      ExpectConvMatchesCpu(c, dtype, seed += 2);
-      EXPECT_EQ(ops::internal::ConcurrentGradProductCalls() - forks, 1);
-      ++cases;
-    }
-  }
-  EXPECT_GE(cases, 2 * 6);
-
-  const Device gpu = Device::Cuda(0);
-  const Tensor x =
-      CopyTo(RandomTensor({64, 14, 14, 32}, 950, DType::kF32), gpu);
-  const Tensor w = CopyTo(RandomTensor({5, 5, 32, 64}, 951, DType::kF32), gpu);
-  ops::Conv2DOptions opt;
-  opt.padding = ops::Padding::kSame;
-  const auto gradients = [&]() -> std::vector<std::vector<float>> {
-    GradientTape tape;
-    tape.Watch(x);
-    tape.Watch(w);
-    absl::StatusOr<Tensor> y = ops::Conv2D(x, w, opt);
-    EXPECT_TRUE(y.ok()) << y.status();
-    absl::StatusOr<Tensor> loss = ops::ReduceSum(*ops::Square(*y));
-    EXPECT_TRUE(loss.ok()) << loss.status();
-    absl::StatusOr<std::vector<std::optional<Tensor>>> g =
-        tape.Gradient(*loss, {x, w});
-    EXPECT_TRUE(g.ok()) << g.status();
-    std::vector<std::vector<float>> out;
-    for (const std::optional<Tensor>& t : *g) {
-      out.push_back(CopyTo(*t, Device::Cpu()).ToVector<float>());
-    }
-    return out;
-  };
-  const int64_t forks = ops::internal::ConcurrentGradProductCalls();
-  const std::vector<std::vector<float>> two_streams = gradients();
-  EXPECT_EQ(ops::internal::ConcurrentGradProductCalls() - forks, 1);
-  ASSERT_TRUE(ApplyInternalSwitches("concurrent_grad_products=off").ok());
-  EXPECT_EQ(two_streams, gradients());
 }
 
 // The implicit input gradient follows the precision of the call: under

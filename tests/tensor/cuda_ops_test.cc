@@ -7,15 +7,11 @@
 #include <limits>
 #include <vector>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tensor/bfloat16.h"
 #include "tensor/cuda/cuda_backend.h"
-#include "tensor/cuda/cuda_graph.h"
-#include "tensor/cuda/stream.h"
 #include "tensor/gradient_tape.h"
-#include "tensor/internal_switches.h"
 #include "tensor/matmul_precision.h"
 #include "tensor/ops/conv_ops.h"
 #include "tensor/ops/fused_ops.h"
@@ -440,85 +436,6 @@ TEST_F(CudaOpsTest, ReluMlpGradientsMatchCpuInEveryPrecision) {
         return ops::MatMulBias(h, in[5], in[6]);
       },
       empty, 0, 0);
-}
-
-// concurrent_grad_products: a product's two gradient products on two
-// streams give the gradients of one stream bit for bit (the same cuBLAS
-// calls), eagerly and replayed from a capture the side stream joined, in
-// fp32 and bf16.
-TEST_F(CudaOpsTest, ConcurrentGradientProductsGiveTheSameGradients) {
-  const Device gpu = Device::Cuda(0);
-  // Products of several waves of tiles, so the two streams' kernels
-  // overlap and a missing join would show.
-  const std::vector<Tensor> mlp = {
-      testing::CopyTo(testing::RandomTensor({2048, 512}, 91, DType::kF32), gpu),
-      testing::CopyTo(testing::RandomTensor({512, 1024}, 92, DType::kF32), gpu),
-      testing::CopyTo(testing::RandomTensor({1024}, 93, DType::kF32), gpu),
-      testing::CopyTo(testing::RandomTensor({1024, 10}, 94, DType::kF32), gpu),
-      testing::CopyTo(testing::RandomTensor({10}, 95, DType::kF32), gpu)};
-  // Back to the defaults however the test ends.
-  absl::Cleanup defaults = [] {
-    ApplyInternalSwitches("concurrent_grad_products=off").IgnoreError();
-    SetMatMulPrecision(MatMulPrecision::kFp32);
-  };
-  // The gradients of sum(mlp(x)) with respect to x, the kernels and biases.
-  const auto gradients = [&]() -> absl::StatusOr<std::vector<Tensor>> {
-    GradientTape tape;
-    for (const Tensor& t : mlp) tape.Watch(t);
-    MT_ASSIGN_OR_RETURN(Tensor h, ops::MatMulBiasRelu(mlp[0], mlp[1], mlp[2]));
-    MT_ASSIGN_OR_RETURN(h, ops::MatMulBias(h, mlp[3], mlp[4]));
-    MT_ASSIGN_OR_RETURN(const Tensor loss, ops::ReduceSum(h));
-    MT_ASSIGN_OR_RETURN(std::vector<std::optional<Tensor>> grads,
-                        tape.Gradient(loss, mlp));
-    std::vector<Tensor> out;
-    for (std::optional<Tensor>& g : grads) out.push_back(*std::move(g));
-    return out;
-  };
-  const auto host = [](const std::vector<Tensor>& ts) {
-    std::vector<std::vector<float>> out;
-    for (const Tensor& t : ts) {
-      out.push_back(t.To(Device::Cpu())->ToVector<float>());
-    }
-    return out;
-  };
-  for (const MatMulPrecision precision :
-       {MatMulPrecision::kFp32, MatMulPrecision::kBf16}) {
-    SCOPED_TRACE(static_cast<int>(precision));
-    SetMatMulPrecision(precision);
-    ASSERT_TRUE(ApplyInternalSwitches("concurrent_grad_products=off").ok());
-    absl::StatusOr<std::vector<Tensor>> one_stream = gradients();
-    ASSERT_TRUE(one_stream.ok()) << one_stream.status();
-    ASSERT_TRUE(ApplyInternalSwitches("concurrent_grad_products=on").ok());
-    const int64_t forks = ops::internal::ConcurrentGradProductCalls();
-    absl::StatusOr<std::vector<Tensor>> two_streams = gradients();
-    ASSERT_TRUE(two_streams.ok()) << two_streams.status();
-    // One fork per layer: x is watched, so the first layer's product needs
-    // both gradients too.
-    EXPECT_EQ(ops::internal::ConcurrentGradProductCalls() - forks, 2);
-    EXPECT_EQ(host(*two_streams), host(*one_stream));
-
-    // Recorded on a stream of its own, then replayed: its first fork (a
-    // side stream of its own) is made inside the capture.
-    absl::StatusOr<cuda::Stream> stream = cuda::Stream::Create(0);
-    ASSERT_TRUE(stream.ok()) << stream.status();
-    cuda::ScopedCurrentStream current(stream->handle());
-    const uint64_t pool = cuda::NewGraphMemoryPoolId();
-    absl::StatusOr<std::vector<Tensor>> recorded;
-    absl::StatusOr<cuda::CudaGraph> graph;
-    {
-      cuda::ScopedCapture capture(0, pool);
-      cuda::ScopedGraphMemoryPool memory(pool);
-      ASSERT_TRUE(capture.Begin().ok());
-      recorded = gradients();
-      graph = capture.End();
-    }
-    ASSERT_TRUE(recorded.ok()) << recorded.status();
-    ASSERT_TRUE(graph.ok()) << graph.status();
-    ASSERT_TRUE(graph->Launch().ok());
-    ASSERT_TRUE(stream->Synchronize().ok());
-    EXPECT_EQ(host(*recorded), host(*one_stream));
-    ASSERT_TRUE(ApplyInternalSwitches("concurrent_grad_products=off").ok());
-  }
 }
 
 // With `direct`, the direct kernels must take the conv (forward and filter
