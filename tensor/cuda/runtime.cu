@@ -224,6 +224,9 @@ namespace {
 
 absl::Status CreateContexts(const std::vector<int>& devices) {
   for (int device : devices) {
+    // Checked first, so that a missing GPU is an error of ours, not a CUDA
+    // API error (compute-sanitizer reports those).
+    MT_RETURN_IF_ERROR(CheckDevice(device));
     DeviceGuard guard;
     MT_RETURN_IF_ERROR(guard.Set(device));
     // The runtime creates the primary context at its first call that
