@@ -15,6 +15,8 @@
 # ctest runs CTEST_JOBS tests at once (4), each for at most CTEST_TIMEOUT
 # seconds (300); SKIP_CTEST=1 runs the sanitizers alone. GPU_TARGETS=1
 # builds only the binaries it runs.
+# cuda_graph_test runs last, its tests split into SANITIZER_SHARDS (4) gtest
+# shards under the tool at once (logs cuda_graph_test.KofN.<tool>.log).
 # Each sanitizer run gets at most SANITIZER_TIMEOUT seconds (240) and the
 # whole script TEST_BUDGET seconds (540, build included): runs that no longer
 # fit are listed as skipped, so it ends within one 10-minute device call.
@@ -87,12 +89,14 @@ sanitizer_counts() {  # log
 }
 
 # One compute-sanitizer run of a test binary (with gtest arguments) under
-# `tool`, within what the budget has left; adds to `failed`.
+# `tool`, within what the budget has left; adds to `failed`. SHARD_LABEL
+# (e.g. "/2of4") tells a gtest shard's run (sanitize_sharded) by its name
+# and log.
 sanitize() {  # tool binary [gtest args...]
   local tool=$1 bin=$2 name
   shift 2
-  name="$(basename "$bin")"
-  local log="$RES/sanitizer/$name.$tool.log" left rc=0 summary tests skipped
+  name="$(basename "$bin")${SHARD_LABEL:-}"
+  local log="$RES/sanitizer/${name//\//.}.$tool.log" left rc=0 summary tests skipped
   left=$((BUDGET - SECONDS - 15))
   if ((left < 20)); then
     printf '%-28s %-10s skipped: TEST_BUDGET=%ss spent\n' "$name" "$tool" "$BUDGET"
@@ -124,6 +128,37 @@ sanitize() {  # tool binary [gtest args...]
   fi
 }
 
+# sanitize_sharded TOOL BINARY: BINARY's tests in SHARDS gtest shards
+# (GTEST_TOTAL_SHARDS), each under TOOL in its own process, all at once on
+# the one GPU. cuda_graph_test's whole-model tests took 6 s to over 100 s
+# each under memcheck (H200), one after another past the budget.
+SHARDS="${SANITIZER_SHARDS:-4}"
+sanitize_sharded() {  # tool binary
+  local tool=$1 bin=$2 dir i line pids=()
+  dir="$(mktemp -d)"
+  for ((i = 0; i < SHARDS; ++i)); do
+    # Each shard's subshell collects its own failures into a file.
+    # shellcheck disable=SC2030,SC2031
+    (
+      failed=()
+      export GTEST_TOTAL_SHARDS=$SHARDS GTEST_SHARD_INDEX=$i
+      SHARD_LABEL="/$((i + 1))of$SHARDS" sanitize "$tool" "$bin" >"$dir/$i.out"
+      ((${#failed[@]} == 0)) || printf '%s\n' "${failed[@]}" >"$dir/$i.failed"
+    ) &
+    pids+=($!)
+  done
+  # By pid: a bare `wait` would also wait for the tee that this script's
+  # output goes through (a process substitution), which never ends.
+  wait "${pids[@]}"
+  for ((i = 0; i < SHARDS; ++i)); do
+    cat "$dir/$i.out"
+    [[ -f $dir/$i.failed ]] || continue
+    # shellcheck disable=SC2031  # The parent's array, not the subshells'.
+    while IFS= read -r line; do failed+=("$line"); done <"$dir/$i.failed"
+  done
+  rm -rf "$dir"
+}
+
 gpu_section "compute-sanitizer ($TOOLS; racecheck: $RACECHECK)"
 mkdir -p "$RES/sanitizer"
 if [[ -z ${TOOLS// /} && -z ${RACECHECK// /} ]]; then
@@ -148,9 +183,10 @@ else
   # What the tools run over: SANITIZE_RUNS when given, else every CUDA test
   # binary and the op table's GPU column (every op's kernels, forward and
   # gradient). An array, not word splitting: a filter's '*' must not glob.
-  # `last` runs after racecheck: cuda_graph_test trains whole models and
-  # takes 100 s or more under memcheck (H200, 2026-11-27), so a budget that
-  # runs out drops it rather than the kernels' binaries or racecheck.
+  # `last` runs after racecheck, in SANITIZER_SHARDS shards at once (4):
+  # cuda_graph_test trains whole models and takes 100 s or more under
+  # memcheck (H200, 2026-11-27), so a budget that runs out drops it rather
+  # than the kernels' binaries or racecheck.
   last=()
   if [[ -n ${SANITIZE_RUNS:-} ]]; then
     read -r -a runs <<<"$SANITIZE_RUNS"
@@ -178,7 +214,9 @@ else
   fi
   if ((${#last[@]})); then
     for tool in $TOOLS; do
-      sanitize_runs "$tool" "${last[@]}"
+      for run in "${last[@]}"; do
+        sanitize_sharded "$tool" "$BUILD_DIR/bin/$run"
+      done
     done
   fi
 fi
