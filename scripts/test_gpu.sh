@@ -37,6 +37,8 @@ TOOLS="${SANITIZER_TOOLS-memcheck}"
 RACECHECK="${RACECHECK-cuda_reduction_test cuda_nn_ops_test cuda_array_test cuda_conv_test op_table_test:*Gpu*}"
 LIMIT="${SANITIZER_TIMEOUT:-240}"
 BUDGET="${TEST_BUDGET:-540}"
+SHARDS="${SANITIZER_SHARDS:-4}"  # sanitize_sharded
+[[ $SHARDS =~ ^[1-9][0-9]*$ ]] || { echo "SANITIZER_SHARDS must be a positive integer, got '$SHARDS'" >&2; exit 2; }
 failed=()
 
 gpu_section "host"
@@ -132,7 +134,6 @@ sanitize() {  # tool binary [gtest args...]
 # (GTEST_TOTAL_SHARDS), each under TOOL in its own process, all at once on
 # the one GPU. cuda_graph_test's whole-model tests took 6 s to over 100 s
 # each under memcheck (H200), one after another past the budget.
-SHARDS="${SANITIZER_SHARDS:-4}"
 sanitize_sharded() {  # tool binary
   local tool=$1 bin=$2 dir i line pids=()
   dir="$(mktemp -d)"
