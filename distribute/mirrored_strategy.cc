@@ -603,7 +603,11 @@ absl::Status MirroredStrategy::Replay(const cuda::CudaGraph& graph) {
     cuda::ScopedCurrentStream stream(first.compute_stream());
     s = graph.Launch();
   }
-  if (s.ok()) s = first.order().Record(first.compute_stream());
+  // Only the other replicas wait for it: one replica records nothing
+  // after its graph (one_device's replay is the launch alone).
+  if (s.ok() && replicas_.size() > 1) {
+    s = first.order().Record(first.compute_stream());
+  }
   for (size_t r = 1; r < replicas_.size() && s.ok(); ++r) {
     s = first.order().MakeStreamWait(replicas_[r]->compute_stream());
   }
