@@ -204,6 +204,8 @@ if want cnn; then
   # operands); PyTorch: bf16 autocast around the forward pass and the loss.
   # A/B rows (README, internal switches): the default run and one switch
   # flipped, interleaved in AB_ROUNDS rounds (2) as comm's are.
+  # batched_step_copies=off also turns off the loss read back with the
+  # next replay's copies: its row measures both.
   ab cnn_rate "$CNN" "${CNN_SETS[@]}" -- batched_step_copies=off
   mt cnn_rate_bf16 60 "$CNN" -- "${CNN_SETS[@]}" --set precision=bf16
   pt cnn_rate_bf16 90 "${CNN_PT[@]}" --cnn_precision bf16

@@ -19,7 +19,7 @@ absl::Status BatchedCopy::Add(Tensor& dst, const Tensor& src) {
                      src.num_elements() == dst.num_elements() &&
                      !src.HasBf16Forms() && !dst.HasBf16Forms();
   if (!plain) return dst.CopyFrom(src);
-  return Defer(dst, src);
+  return Defer(dst, src, dst.device().index);
 }
 
 absl::Status BatchedCopy::AddUpload(const Tensor& dst, const Tensor& host,
@@ -32,14 +32,26 @@ absl::Status BatchedCopy::AddUpload(const Tensor& dst, const Tensor& host,
         "BatchedCopy: cannot upload ", host.DebugString(), " into ",
         dst.DebugString(), " in a batch for gpu:", device_));
   }
-  MT_RETURN_IF_ERROR(Defer(dst, host));
+  MT_RETURN_IF_ERROR(Defer(dst, host, dst.device().index));
   *unflushed = true;
   uploads_.push_back({host, std::move(done), std::move(unflushed)});
   return absl::OkStatus();
 }
 
-absl::Status BatchedCopy::Defer(const Tensor& dst, const Tensor& src) {
-  device_ = dst.device().index;
+absl::Status BatchedCopy::AddReadback(const Tensor& host, const Tensor& src) {
+  if (!src.device().is_cuda() || !host.device().is_cpu() ||
+      src.bytes() != host.bytes() ||
+      (device_ >= 0 && src.device().index != device_)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "BatchedCopy: cannot read ", src.DebugString(), " back into ",
+        host.DebugString(), " in a batch for gpu:", device_));
+  }
+  return Defer(host, src, src.device().index);
+}
+
+absl::Status BatchedCopy::Defer(const Tensor& dst, const Tensor& src,
+                                int device) {
+  device_ = device;
   if (dst.bytes() == 0) return absl::OkStatus();
   segments_.push_back({.dst = dst.raw_data(),
                        .src = src.raw_data(),

@@ -5,15 +5,18 @@
 // with its own launch gap, and they sit between two steps on the GPU.
 //
 // Copies are deferred to Flush() only where they are plain bytes into one
-// GPU's memory (no bfloat16 rendering or copy on either tensor, see
+// GPU's memory, or (readbacks) out of it into pinned host memory (no
+// bfloat16 rendering or copy on either tensor, see
 // tensor.h); the rest run at once as Tensor::CopyFrom would. Flush()
 // enqueues the deferred ones on the calling thread's current stream (one
 // of that GPU's), then records the events given with them. The batch holds
 // its tensors until then, so a source or destination dropped by its owner
 // is not handed to other work before the copy; a pinned host source that
 // only the batch still holds (its StagedTensor gone) is waited for before
-// the batch lets it go. A batch left unflushed is flushed by the
-// destructor, which cannot report an error.
+// the batch lets it go. A readback writes pinned host memory through its
+// mapped address (unified addressing), so a step's scalars come back in the
+// same kernel as the next step's inputs go in. A batch left unflushed is
+// flushed by the destructor, which cannot report an error.
 //
 // Thread contract: one thread (a replica's) uses a batch.
 #ifndef MIRRORTRAIN_TENSOR_BATCHED_COPY_H_
@@ -46,6 +49,12 @@ class BatchedCopy {
   absl::Status AddUpload(const Tensor& dst, const Tensor& host,
                          std::shared_ptr<cuda::Event> done,
                          std::shared_ptr<bool> unflushed);
+  // A readback: `src` (on the batch's GPU) into `host`, the same bytes in
+  // pinned memory (cuda::PinnedHostAllocator; the kernel writes it through
+  // its mapped address). The host may read it once an event recorded on
+  // the stream after Flush() has completed; both stay with their owners
+  // until then (the batch lets them go at Flush()).
+  absl::Status AddReadback(const Tensor& host, const Tensor& src);
   // Enqueues the deferred copies, records their events (all of them, even
   // after an error) and lets the tensors go.
   absl::Status Flush();
@@ -58,8 +67,9 @@ class BatchedCopy {
     std::shared_ptr<cuda::Event> done;
     std::shared_ptr<bool> unflushed;
   };
-  // Defers a copy of dst.bytes() into `dst`, holding both tensors.
-  absl::Status Defer(const Tensor& dst, const Tensor& src);
+  // Defers a copy of dst.bytes() into `dst` on gpu:`device`, holding both
+  // tensors.
+  absl::Status Defer(const Tensor& dst, const Tensor& src, int device);
 
   int device_ = -1;
   std::vector<cuda::CopySegment> segments_;

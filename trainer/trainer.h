@@ -187,7 +187,8 @@ class Trainer {
   // train.cuda_graph: the step over all replicas, recorded once
   // (Strategy::CaptureRun) and replayed.
   struct StepGraph {
-    int eager_steps = 0;  // warm-up steps run so far
+    int eager_steps = 0;    // warm-up steps run so far
+    bool replayed = false;  // the last step was a replay
     cuda::CudaGraph graph;
     // Why the capture failed (steps stay eager), once reported.
     std::string failure;
@@ -318,15 +319,33 @@ class Trainer {
   // it keeps its batches (which its copies may still read) and gets host
   // copies of its loss, global norms and index-check records, read when
   // `done` is reached.
+  //
+  // A replayed step's loss and global norm (the graph's fixed outputs,
+  // which only the next replay overwrites) are read back by the next
+  // replay's BatchedCopy, in the kernel that copies its inputs in, instead
+  // of by a copy launch of their own after the replay (`deferred`: the
+  // device tensors are kept until then; `done` then comes after that
+  // kernel). FinishStep reads back what no replay took (the next step ran
+  // eagerly, or none came before the state was read).
   struct PendingStep {
     int64_t step = 0;  // The global step after it.
     std::vector<Batch> micro_batches;
     // Per replica, on the host; index_checks with steps in flight only.
     std::vector<Tensor> losses, global_norms, index_checks;
     distribute::DeviceFence done;
+    bool deferred = false;
+    // Per replica, on the device, while `deferred`: what losses and
+    // global_norms (where defined) get.
+    std::vector<Tensor> device_losses, device_global_norms;
   };
-  // Enqueues the copies of the step's scalars and its fence.
-  absl::Status PendStep(int64_t step, std::vector<Batch> micro_batches);
+  // Enqueues the copies of the step's scalars and its fence; a replay's
+  // loss and norm are left to the next replay's staging (`deferred`) when
+  // the step stays `in_flight` (the loop does not finish it at once).
+  absl::Status PendStep(int64_t step, std::vector<Batch> micro_batches,
+                        bool in_flight);
+  // ReadBackNow for every deferred pending step (before an eager step:
+  // otherwise their copies would queue behind it).
+  absl::Status ReadBackDeferred();
   // Waits for the oldest pending step, then does what follows a step:
   // checks its token ids (index-check records), global norm and loss,
   // agrees on `stop` with the other processes, checks the replicas, logs,
@@ -341,6 +360,14 @@ class Trainer {
   // A copy of `t` in host memory: pinned on a GPU, complete once the calling
   // thread's current stream gets there.
   static absl::StatusOr<Tensor> HostCopyAsync(const Tensor& t);
+  // Pinned host memory for `t`'s bytes, unwritten.
+  static absl::StatusOr<Tensor> PinnedHostLike(const Tensor& t);
+  // Enqueues a deferred step's read-backs on every replica's stream, with
+  // the fence after them.
+  absl::Status ReadBackNow(PendingStep& p);
+  // Whether replays batch their copies (the internal switch
+  // batched_step_copies, trainer_graph.cc).
+  static bool BatchedStepCopies();
 
   // Multi-process: every process takes the chief's training state, step
   // and input position (after the chief restored a checkpoint), and fails

@@ -10,7 +10,8 @@
 // between replays (evaluation, checkpoints, an epoch's short last batch) never
 // gets memory the graph writes. A replay is then one launch, and neither it nor
 // the staging waits for the devices: the loop reads the step's loss once it is
-// done (Trainer::PendStep).
+// done (Trainer::PendStep), read back by the next replay's staging kernel (or
+// by a copy of its own when no replay comes first).
 #include <algorithm>
 #include <atomic>
 #include <string>
@@ -32,14 +33,20 @@ std::atomic<bool> batched_step_copies{true};
 MT_REGISTER(InternalSwitch,
             {.name = "batched_step_copies",
              .doc = "a replayed step's input copies and staged values' "
-                    "uploads as one kernel; off: a copy launch each",
+                    "uploads as one kernel, which also reads the last "
+                    "replay's loss back; off: a copy launch each",
              .set = [](bool on) { batched_step_copies.store(on); }});
 
 }  // namespace
 
+bool Trainer::BatchedStepCopies() {
+  return batched_step_copies.load(std::memory_order_relaxed);
+}
+
 absl::Status Trainer::GraphedStep(absl::Span<const Batch> micro_batches,
                                   int64_t step) {
   StepGraph& g = step_graph_;
+  g.replayed = false;
   // Warm-up, a failed capture, and steps of another shape (an epoch's
   // short last batch, or its fewer last micro-batches) run eagerly; the
   // graph has train.accumulation_steps global batches.
@@ -50,12 +57,25 @@ absl::Status Trainer::GraphedStep(absl::Span<const Batch> micro_batches,
   }
   if (g.eager_steps < kCudaGraphWarmupSteps || !g.failure.empty() || !full) {
     g.eager_steps = std::min(g.eager_steps + 1, kCudaGraphWarmupSteps);
+    // A replay's loss read back now, not behind this step (FinishStep
+    // would wait for both).
+    MT_RETURN_IF_ERROR(ReadBackDeferred());
     return EagerStep(micro_batches, step);
   }
   // Enqueued: the copies wait on the devices for the previous replay.
   MT_RETURN_IF_ERROR(strategy_->Enqueue([&](distribute::ReplicaContext& ctx) {
     return StageGraphInputs(ctx, micro_batches, step);
   }));
+  // The pending steps whose loss the staging read back: done after it, on
+  // every replica's stream, before this replay overwrites the graph's
+  // outputs.
+  for (PendingStep& p : pending_) {
+    if (!p.deferred) continue;
+    MT_ASSIGN_OR_RETURN(p.done, strategy_->Fence());
+    p.deferred = false;
+    p.device_losses.clear();
+    p.device_global_norms.clear();
+  }
   bool stale = !g.graph.defined();
   for (const Replica& r : replicas_) stale |= r.graph->stale;
   if (stale) {
@@ -70,6 +90,7 @@ absl::Status Trainer::GraphedStep(absl::Span<const Batch> micro_batches,
     }
   }
   MT_RETURN_IF_ERROR(strategy_->Replay(g.graph));
+  g.replayed = true;
   for (Replica& r : replicas_) {
     r.optimizer->set_iterations(r.optimizer->iterations() + 1);
     r.loss = r.graph->loss;
@@ -122,6 +143,17 @@ absl::Status Trainer::StageGraphInputs(distribute::ReplicaContext& ctx,
       r.optimizer->StageUpdate(r.model->trainable_variables(), uploads));
   if (r.ema) {
     MT_RETURN_IF_ERROR(r.ema->Stage(r.optimizer->iterations() + 1, uploads));
+  }
+  // The earlier replays' losses and norms that wait for it (PendStep), back
+  // with the same kernel. Read-only here: the main thread waits in Enqueue.
+  for (const PendingStep& p : pending_) {
+    if (!p.deferred) continue;
+    const int id = ctx.replica_id();
+    MT_RETURN_IF_ERROR(copies.AddReadback(p.losses[id], p.device_losses[id]));
+    if (p.device_global_norms[id].defined()) {
+      MT_RETURN_IF_ERROR(
+          copies.AddReadback(p.global_norms[id], p.device_global_norms[id]));
+    }
   }
   MT_RETURN_IF_ERROR(copies.Flush());
   const int64_t ema_generation = r.ema ? r.ema->staging_generation() : 0;

@@ -115,14 +115,51 @@ bool Trainer::ReadsStateAfter(const LoopState& loop, int64_t step) const {
          SaveDue(step) || ReplicaCheckDue(step) || step_observer_ != nullptr;
 }
 
+absl::StatusOr<Tensor> Trainer::PinnedHostLike(const Tensor& t) {
+  MT_ASSIGN_OR_RETURN(Allocator * pinned, cuda::PinnedHostAllocator());
+  return Tensor::EmptyWith(pinned, t.dtype(), t.shape());
+}
+
 absl::StatusOr<Tensor> Trainer::HostCopyAsync(const Tensor& t) {
   if (t.device().is_cpu()) return t.Clone();
-  MT_ASSIGN_OR_RETURN(Allocator * pinned, cuda::PinnedHostAllocator());
-  MT_ASSIGN_OR_RETURN(Tensor host,
-                      Tensor::EmptyWith(pinned, t.dtype(), t.shape()));
+  MT_ASSIGN_OR_RETURN(Tensor host, PinnedHostLike(t));
   MT_RETURN_IF_ERROR(cuda::CopyAsync(host.raw_data(), Device::Cpu(),
                                      t.raw_data(), t.device(), t.bytes()));
   return host;
+}
+
+absl::Status Trainer::ReadBackNow(PendingStep& p) {
+  absl::Status copied =
+      strategy_->Enqueue([&](distribute::ReplicaContext& ctx) -> absl::Status {
+        const int id = ctx.replica_id();
+        const Tensor& loss = p.device_losses[id];
+        MT_RETURN_IF_ERROR(cuda::CopyAsync(p.losses[id].raw_data(),
+                                           Device::Cpu(), loss.raw_data(),
+                                           loss.device(), loss.bytes()));
+        const Tensor& norm = p.device_global_norms[id];
+        if (!norm.defined()) return absl::OkStatus();
+        return cuda::CopyAsync(p.global_norms[id].raw_data(), Device::Cpu(),
+                               norm.raw_data(), norm.device(), norm.bytes());
+      });
+  absl::StatusOr<distribute::DeviceFence> done =
+      copied.ok() ? strategy_->Fence() : copied;
+  if (!done.ok()) {
+    // Copies already queued write into p's host buffers.
+    SettleDevices();
+    return done.status();
+  }
+  p.done = *std::move(done);
+  p.deferred = false;
+  p.device_losses.clear();
+  p.device_global_norms.clear();
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::ReadBackDeferred() {
+  for (PendingStep& p : pending_) {
+    if (p.deferred) MT_RETURN_IF_ERROR(ReadBackNow(p));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::FinishTraining(LoopState& loop, int64_t step) {
@@ -154,30 +191,49 @@ absl::StatusOr<int> Trainer::AgreeAfterStep(double& loss) {
   return StopSignal();
 }
 
-absl::Status Trainer::PendStep(int64_t step, std::vector<Batch> micro_batches) {
+absl::Status Trainer::PendStep(int64_t step, std::vector<Batch> micro_batches,
+                               bool in_flight) {
   PendingStep p;
   p.step = step;
   p.micro_batches = std::move(micro_batches);
   p.losses.resize(replicas_.size());
   p.global_norms.resize(replicas_.size());
   p.index_checks.resize(replicas_.size());
+  // A replay's loss and norm wait for the next replay's batched copy,
+  // unless the step is finished before the next one starts.
+  p.deferred = in_flight && step_graph_.replayed && BatchedStepCopies();
+  if (p.deferred) {
+    p.device_losses.resize(replicas_.size());
+    p.device_global_norms.resize(replicas_.size());
+  }
   const auto copy = [&](int id) -> absl::Status {
     const Replica& r = replicas_[id];
-    MT_ASSIGN_OR_RETURN(p.losses[id], HostCopyAsync(r.loss));
+    if (p.deferred) {
+      MT_ASSIGN_OR_RETURN(p.losses[id], PinnedHostLike(r.loss));
+      p.device_losses[id] = r.loss;
+      if (r.global_norm.defined()) {
+        MT_ASSIGN_OR_RETURN(p.global_norms[id], PinnedHostLike(r.global_norm));
+        p.device_global_norms[id] = r.global_norm;
+      }
+    } else {
+      MT_ASSIGN_OR_RETURN(p.losses[id], HostCopyAsync(r.loss));
+      if (r.global_norm.defined()) {
+        MT_ASSIGN_OR_RETURN(p.global_norms[id], HostCopyAsync(r.global_norm));
+      }
+    }
     // Only a step whose ops were given the record can have written it.
     if (DefersIndexChecks() && r.index_checks.written()) {
       MT_ASSIGN_OR_RETURN(p.index_checks[id],
                           HostCopyAsync(r.index_checks.tensor()));
-    }
-    if (r.global_norm.defined()) {
-      MT_ASSIGN_OR_RETURN(p.global_norms[id], HostCopyAsync(r.global_norm));
     }
     return absl::OkStatus();
   };
   absl::Status copied = absl::OkStatus();
   if (strategy_->devices()[0].is_cuda()) {
     // Each replica copies its scalars to the host on its own stream, after
-    // its step, so reading them later needs no other ordering.
+    // its step, so reading them later needs no other ordering (a deferred
+    // replay's loss and norm: the next staging on the same stream, or
+    // ReadBackNow).
     copied = strategy_->Enqueue([&](distribute::ReplicaContext& ctx) {
       return copy(ctx.replica_id());
     });
@@ -200,9 +256,12 @@ absl::Status Trainer::PendStep(int64_t step, std::vector<Batch> micro_batches) {
 }
 
 absl::Status Trainer::FinishStep(LoopState& loop, int& stop) {
-  const PendingStep p = std::move(pending_.front());
+  PendingStep p = std::move(pending_.front());
   pending_.pop_front();
   const int64_t step = p.step;
+  // No replay read it back (the next step ran eagerly, or the state after
+  // this step is read before any): the graph's outputs still hold it.
+  if (p.deferred) MT_RETURN_IF_ERROR(ReadBackNow(p));
   if (absl::Status done = p.done.Wait(); !done.ok()) {
     // A device fault surfaces at the first wait after it: this step's, or
     // (steps in flight) the next one's.
@@ -273,7 +332,15 @@ void Trainer::DiscardPendingSteps() {
 
 void Trainer::SettleDevices() {
   absl::StatusOr<distribute::DeviceFence> all = strategy_->Fence();
-  if (all.ok()) all->Wait().IgnoreError();
+  if (all.ok()) {
+    all->Wait().IgnoreError();
+    return;
+  }
+  // No fence: every GPU of the strategy waited for whole, so nothing queued
+  // still writes into host buffers about to be dropped.
+  for (const Device& d : strategy_->devices()) {
+    if (d.is_cuda()) cuda::Synchronize(d.index).IgnoreError();
+  }
 }
 
 absl::Status Trainer::Train() {
@@ -342,10 +409,11 @@ absl::Status Trainer::Train() {
       return s;
     }
     ++step;
-    MT_RETURN_IF_ERROR(PendStep(step, std::move(micro_batches)));
     // The devices run this step while the host prepares the next, unless
     // the state after it is read (evaluation, checkpoint, checks).
     const size_t keep = ReadsStateAfter(loop, step) ? 0 : steps_in_flight_ - 1;
+    MT_RETURN_IF_ERROR(
+        PendStep(step, std::move(micro_batches), /*in_flight=*/keep > 0));
     while (pending_.size() > keep) MT_RETURN_IF_ERROR(FinishStep(loop, stop));
   }
   return FinishTraining(loop, step);

@@ -1,5 +1,5 @@
-// CopySegments: several small copies into one GPU's memory as one kernel
-// (cuda_kernels.h).
+// CopySegments: several small copies between one GPU's memory and pinned
+// host memory as one kernel (cuda_kernels.h).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -14,8 +14,10 @@
 namespace mirrortrain::cuda {
 namespace {
 
-// Segments per launch: passed by value, as the kernel's parameter.
-constexpr int kSegmentsPerLaunch = 8;
+// Segments per launch: passed by value, as the kernel's parameter (384
+// bytes): a step with two micro-batches, the staged values and the last
+// replay's loss and norm back still fit one launch.
+constexpr int kSegmentsPerLaunch = 16;
 // Blocks per segment at most; larger segments loop.
 constexpr int64_t kMaxBlocksPerSegment = 512;
 

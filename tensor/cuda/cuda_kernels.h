@@ -43,17 +43,20 @@ MT_CUDA_KERNEL(StridedCopy,
                             int64_t dst_offset,
                             absl::Span<const int64_t> dst_strides, int device));
 
-// A copy of `bytes` bytes into device memory, from device memory or from
-// pinned host memory (PinnedHostAllocator's: mapped, so the kernel reads it
-// over the bus, as a copy engine would).
+// A copy of `bytes` bytes between device memory and pinned host memory
+// (PinnedHostAllocator's: mapped, so the kernel reads or writes it over the
+// bus, as a copy engine would): device to device, host to device (staged
+// scalars) or device to host (a step's loss read back).
 struct CopySegment {
   void* dst = nullptr;
   const void* src = nullptr;
   int64_t bytes = 0;
 };
-// Every segment's copy, in one kernel per 8 segments on the current stream:
+// Every segment's copy, in one kernel per 16 segments on the current stream:
 // the small copies at a step's start (staged scalars, the batch into a
-// graph's inputs) without a copy launch each (tensor/batched_copy.h). No
+// graph's inputs, the last step's scalars back) without a copy launch each
+// (tensor/batched_copy.h). A host destination holds the bytes once the
+// kernel is complete (an event after it has been waited for). No
 // destination may overlap another segment's source or destination.
 MT_CUDA_KERNEL(CopySegments,
                absl::Status(absl::Span<const CopySegment> segments,

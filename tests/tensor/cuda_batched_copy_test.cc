@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "tensor/batched_copy.h"
 #include "tensor/cuda/cuda_backend.h"
+#include "tensor/cuda/stream.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/staged_tensor.h"
@@ -36,6 +37,9 @@ TEST(BatchedCopyTest, OnTheCpuCopiesRunAtOnce) {
   EXPECT_EQ(batch.AddUpload(dst, src, nullptr, unflushed).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(*unflushed);
+  // A readback needs a GPU source.
+  EXPECT_EQ(batch.AddReadback(dst, src).code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(batch.pending(), 0u);
   EXPECT_TRUE(batch.Flush().ok());
 }
@@ -49,8 +53,10 @@ class BatchedCopyGpuTest : public testing::CudaTest {};
 // changes. The sources are dropped before the flush: the batch holds them.
 TEST_F(BatchedCopyGpuTest, DeferredCopiesLandAsCopyFromWould) {
   const Device gpu = Device::Cuda(0);
-  const std::vector<int64_t> sizes = {1,      3, 4,  5, 17, 1000, 262145,
-                                      262144, 2, 33, 8, 7,  4097};
+  // 19 segments: more than one launch takes (16).
+  const std::vector<int64_t> sizes = {1,      3,  4,  5,  17, 1000, 262145,
+                                      262144, 2,  33, 8,  7,  4097, 6,
+                                      9,      12, 64, 65, 3};
   std::vector<Tensor> destinations, expected;
   BatchedCopy batch;
   for (size_t k = 0; k < sizes.size(); ++k) {
@@ -142,6 +148,60 @@ TEST_F(BatchedCopyGpuTest, UnflushedUploadsAreHeldByTheBatch) {
   }                       // The batch's destructor flushes.
   EXPECT_EQ(device.To(Device::Cpu())->ToVector<float>(),
             (std::vector<float>{0, 7, 14, 21}));
+}
+
+// Readbacks into pinned host memory in the kernel that also uploads a
+// staged value and copies on the device (a step's loss and global norm as
+// the next step's inputs go in): the host reads the bytes once an event
+// after the flush is reached, an f32 and an f64 scalar written by kernels
+// just before the flush and an unaligned view among them. A readback of
+// the wrong size is refused.
+TEST_F(BatchedCopyGpuTest, ReadbacksLandInPinnedMemoryWithTheBatch) {
+  const Device gpu = Device::Cuda(0);
+  absl::StatusOr<Allocator*> pinned = cuda::PinnedHostAllocator();
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  const Tensor quarter = *Tensor::HostFull(DType::kF32, {}, 0.25).To(gpu);
+  const Tensor third = *Tensor::HostFull(DType::kF64, {}, 1.0 / 3).To(gpu);
+  const Tensor ramp = *Ramp(DType::kF32, 9, 5).To(gpu);
+  const Tensor ramp_view = *ramp.SliceRows(1, 7);  // 4 bytes in.
+  Tensor host_loss = *Tensor::EmptyWith(*pinned, DType::kF32, {});
+  Tensor host_norm = *Tensor::EmptyWith(*pinned, DType::kF64, {});
+  Tensor host_ramp = *Tensor::EmptyWith(*pinned, DType::kF32, {7});
+  // Pinned blocks are reused: whatever they held must be overwritten.
+  host_loss.data<float>()[0] = -1;
+  host_norm.data<double>()[0] = -1;
+  for (int k = 0; k < 7; ++k) host_ramp.data<float>()[k] = -1;
+  absl::StatusOr<StagedTensor> seed =
+      StagedTensor::Create(DType::kI64, {1}, gpu);
+  ASSERT_TRUE(seed.ok()) << seed.status();
+  seed->Host()->data<int64_t>()[0] = 77;
+  Tensor dst = *Tensor::Zeros(DType::kF32, {9}, gpu);
+  // Written by kernels on this stream right before the flush, as a
+  // replay writes a step's loss and norm.
+  const Tensor loss = *ops::Add(quarter, quarter);
+  const Tensor norm = *ops::Add(third, third);
+  BatchedCopy batch;
+  ASSERT_TRUE(batch.Add(dst, ramp).ok());
+  ASSERT_TRUE(seed->Upload(&batch).ok());
+  ASSERT_TRUE(batch.AddReadback(host_loss, loss).ok());
+  ASSERT_TRUE(batch.AddReadback(host_norm, norm).ok());
+  ASSERT_TRUE(batch.AddReadback(host_ramp, ramp_view).ok());
+  EXPECT_EQ(batch.AddReadback(host_ramp, loss).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(batch.pending(), 5u);
+  ASSERT_TRUE(batch.Flush().ok());
+  absl::StatusOr<cuda::Event> done = cuda::Event::Create(0);
+  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_TRUE(done->Record(cuda::CurrentStream()).ok());
+  ASSERT_TRUE(done->Synchronize().ok());
+  EXPECT_EQ(host_loss.data<float>()[0], 0.5f);
+  EXPECT_EQ(host_norm.data<double>()[0], 1.0 / 3 + 1.0 / 3);
+  EXPECT_EQ(host_ramp.ToVector<float>(),
+            (std::vector<float>{6, 7, 8, 9, 10, 11, 12}));
+  EXPECT_EQ(dst.To(Device::Cpu())->ToVector<float>(),
+            Ramp(DType::kF32, 9, 5).ToVector<float>());
+  EXPECT_EQ(seed->device().To(Device::Cpu())->ToVector<int64_t>(),
+            std::vector<int64_t>{77});
 }
 
 // A destination with a bfloat16 copy is copied at once, by CopyFrom, which
