@@ -343,6 +343,10 @@ class Trainer {
   // the step stays `in_flight` (the loop does not finish it at once).
   absl::Status PendStep(int64_t step, std::vector<Batch> micro_batches,
                         bool in_flight);
+  // The fence after a pending step's copies (`copied`: their status); on
+  // an error the devices are settled first.
+  absl::StatusOr<distribute::DeviceFence> FenceAfterCopies(
+      const absl::Status& copied);
   // ReadBackNow for every deferred pending step (before an eager step:
   // otherwise their copies would queue behind it).
   absl::Status ReadBackDeferred();

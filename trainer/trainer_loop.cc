@@ -128,6 +128,16 @@ absl::StatusOr<Tensor> Trainer::HostCopyAsync(const Tensor& t) {
   return host;
 }
 
+absl::StatusOr<distribute::DeviceFence> Trainer::FenceAfterCopies(
+    const absl::Status& copied) {
+  absl::StatusOr<distribute::DeviceFence> done =
+      copied.ok() ? strategy_->Fence() : copied;
+  // Copies already queued write into a pending step's host buffers, which
+  // the caller drops with the error.
+  if (!done.ok()) SettleDevices();
+  return done;
+}
+
 absl::Status Trainer::ReadBackNow(PendingStep& p) {
   absl::Status copied =
       strategy_->Enqueue([&](distribute::ReplicaContext& ctx) -> absl::Status {
@@ -141,14 +151,7 @@ absl::Status Trainer::ReadBackNow(PendingStep& p) {
         return cuda::CopyAsync(p.global_norms[id].raw_data(), Device::Cpu(),
                                norm.raw_data(), norm.device(), norm.bytes());
       });
-  absl::StatusOr<distribute::DeviceFence> done =
-      copied.ok() ? strategy_->Fence() : copied;
-  if (!done.ok()) {
-    // Copies already queued write into p's host buffers.
-    SettleDevices();
-    return done.status();
-  }
-  p.done = *std::move(done);
+  MT_ASSIGN_OR_RETURN(p.done, FenceAfterCopies(copied));
   p.deferred = false;
   p.device_losses.clear();
   p.device_global_norms.clear();
@@ -243,14 +246,7 @@ absl::Status Trainer::PendStep(int64_t step, std::vector<Batch> micro_batches,
       copied = copy(id);
     }
   }
-  absl::StatusOr<distribute::DeviceFence> done =
-      copied.ok() ? strategy_->Fence() : copied;
-  if (!done.ok()) {
-    // The copies already queued write into p's host buffers.
-    SettleDevices();
-    return done.status();
-  }
-  p.done = *std::move(done);
+  MT_ASSIGN_OR_RETURN(p.done, FenceAfterCopies(copied));
   pending_.push_back(std::move(p));
   return absl::OkStatus();
 }
