@@ -22,16 +22,22 @@ absl::Status BatchedCopy::Add(Tensor& dst, const Tensor& src) {
   return Defer(dst, src, dst.device().index);
 }
 
+absl::Status BatchedCopy::CheckHostCopy(const Tensor& gpu, const Tensor& host,
+                                        const char* what) const {
+  if (gpu.device().is_cuda() && host.device().is_cpu() &&
+      gpu.bytes() == host.bytes() &&
+      (device_ < 0 || gpu.device().index == device_)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "BatchedCopy: cannot ", what, " between ", host.DebugString(), " and ",
+      gpu.DebugString(), " in a batch for gpu:", device_));
+}
+
 absl::Status BatchedCopy::AddUpload(const Tensor& dst, const Tensor& host,
                                     std::shared_ptr<cuda::Event> done,
                                     std::shared_ptr<bool> unflushed) {
-  if (!dst.device().is_cuda() || !host.device().is_cpu() ||
-      dst.bytes() != host.bytes() ||
-      (device_ >= 0 && dst.device().index != device_)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "BatchedCopy: cannot upload ", host.DebugString(), " into ",
-        dst.DebugString(), " in a batch for gpu:", device_));
-  }
+  MT_RETURN_IF_ERROR(CheckHostCopy(dst, host, "upload"));
   MT_RETURN_IF_ERROR(Defer(dst, host, dst.device().index));
   *unflushed = true;
   uploads_.push_back({host, std::move(done), std::move(unflushed)});
@@ -39,13 +45,7 @@ absl::Status BatchedCopy::AddUpload(const Tensor& dst, const Tensor& host,
 }
 
 absl::Status BatchedCopy::AddReadback(const Tensor& host, const Tensor& src) {
-  if (!src.device().is_cuda() || !host.device().is_cpu() ||
-      src.bytes() != host.bytes() ||
-      (device_ >= 0 && src.device().index != device_)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "BatchedCopy: cannot read ", src.DebugString(), " back into ",
-        host.DebugString(), " in a batch for gpu:", device_));
-  }
+  MT_RETURN_IF_ERROR(CheckHostCopy(src, host, "read back"));
   return Defer(host, src, src.device().index);
 }
 

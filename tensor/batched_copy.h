@@ -67,6 +67,11 @@ class BatchedCopy {
     std::shared_ptr<cuda::Event> done;
     std::shared_ptr<bool> unflushed;
   };
+  // OK when `gpu` is on the batch's GPU (or the batch has none yet) and
+  // `host` in host memory with the same bytes; else InvalidArgument
+  // naming `what` (upload, read back).
+  absl::Status CheckHostCopy(const Tensor& gpu, const Tensor& host,
+                             const char* what) const;
   // Defers a copy of dst.bytes() into `dst` on gpu:`device`, holding both
   // tensors.
   absl::Status Defer(const Tensor& dst, const Tensor& src, int device);
