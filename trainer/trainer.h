@@ -320,13 +320,13 @@ class Trainer {
   // copies of its loss, global norms and index-check records, read when
   // `done` is reached.
   //
-  // A replayed step's loss and global norm (the graph's fixed outputs,
-  // which only the next replay overwrites) are read back by the next
-  // replay's BatchedCopy, in the kernel that copies its inputs in, instead
-  // of by a copy launch of their own after the replay (`deferred`: the
-  // device tensors are kept until then; `done` then comes after that
-  // kernel). FinishStep reads back what no replay took (the next step ran
-  // eagerly, or none came before the state was read).
+  // A replayed step's loss, global norm and token-id check record (the
+  // graph's fixed outputs, which only the next replay or eager step
+  // overwrites) are read back by the next replay's BatchedCopy, in the kernel
+  // that copies its inputs in, instead of by a copy launch of their own after
+  // the replay (`deferred`: the device tensors are kept until then; `done` then
+  // comes after that kernel). FinishStep reads back what no replay took (the
+  // next step ran eagerly, or none came before the state was read).
   struct PendingStep {
     int64_t step = 0;  // The global step after it.
     std::vector<Batch> micro_batches;
@@ -334,9 +334,16 @@ class Trainer {
     std::vector<Tensor> losses, global_norms, index_checks;
     distribute::DeviceFence done;
     bool deferred = false;
-    // Per replica, on the device, while `deferred`: what losses and
-    // global_norms (where defined) get.
-    std::vector<Tensor> device_losses, device_global_norms;
+    // Per replica, on the device, while `deferred`: what losses,
+    // global_norms and index_checks (where defined) get.
+    std::vector<Tensor> device_losses, device_global_norms, device_index_checks;
+    // Once the read-back copies are queued (`done` after them).
+    void MarkReadBack() {
+      deferred = false;
+      device_losses.clear();
+      device_global_norms.clear();
+      device_index_checks.clear();
+    }
   };
   // Enqueues the copies of the step's scalars and its fence; a replay's
   // loss and norm are left to the next replay's staging (`deferred`) when

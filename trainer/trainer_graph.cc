@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <atomic>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -72,9 +73,7 @@ absl::Status Trainer::GraphedStep(absl::Span<const Batch> micro_batches,
   for (PendingStep& p : pending_) {
     if (!p.deferred) continue;
     MT_ASSIGN_OR_RETURN(p.done, strategy_->Fence());
-    p.deferred = false;
-    p.device_losses.clear();
-    p.device_global_norms.clear();
+    p.MarkReadBack();
   }
   bool stale = !g.graph.defined();
   for (const Replica& r : replicas_) stale |= r.graph->stale;
@@ -144,15 +143,18 @@ absl::Status Trainer::StageGraphInputs(distribute::ReplicaContext& ctx,
   if (r.ema) {
     MT_RETURN_IF_ERROR(r.ema->Stage(r.optimizer->iterations() + 1, uploads));
   }
-  // The earlier replays' losses and norms that wait for it (PendStep), back
-  // with the same kernel. Read-only here: the main thread waits in Enqueue.
+  // The earlier replays' scalars that wait for it (PendStep), back with the
+  // same kernel. Read-only here: the main thread waits in Enqueue.
   for (const PendingStep& p : pending_) {
     if (!p.deferred) continue;
     const int id = ctx.replica_id();
     MT_RETURN_IF_ERROR(copies.AddReadback(p.losses[id], p.device_losses[id]));
-    if (p.device_global_norms[id].defined()) {
-      MT_RETURN_IF_ERROR(
-          copies.AddReadback(p.global_norms[id], p.device_global_norms[id]));
+    for (const auto& [host, device] :
+         {std::pair{&p.global_norms[id], &p.device_global_norms[id]},
+          std::pair{&p.index_checks[id], &p.device_index_checks[id]}}) {
+      if (device->defined()) {
+        MT_RETURN_IF_ERROR(copies.AddReadback(*host, *device));
+      }
     }
   }
   MT_RETURN_IF_ERROR(copies.Flush());

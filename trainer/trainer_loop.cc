@@ -146,15 +146,18 @@ absl::Status Trainer::ReadBackNow(PendingStep& p) {
         MT_RETURN_IF_ERROR(cuda::CopyAsync(p.losses[id].raw_data(),
                                            Device::Cpu(), loss.raw_data(),
                                            loss.device(), loss.bytes()));
-        const Tensor& norm = p.device_global_norms[id];
-        if (!norm.defined()) return absl::OkStatus();
-        return cuda::CopyAsync(p.global_norms[id].raw_data(), Device::Cpu(),
-                               norm.raw_data(), norm.device(), norm.bytes());
+        for (const auto& [host, device] :
+             {std::pair{&p.global_norms[id], &p.device_global_norms[id]},
+              std::pair{&p.index_checks[id], &p.device_index_checks[id]}}) {
+          if (!device->defined()) continue;
+          MT_RETURN_IF_ERROR(cuda::CopyAsync(
+              host->raw_data(), Device::Cpu(), device->raw_data(),
+              device->device(), device->bytes()));
+        }
+        return absl::OkStatus();
       });
   MT_ASSIGN_OR_RETURN(p.done, FenceAfterCopies(copied));
-  p.deferred = false;
-  p.device_losses.clear();
-  p.device_global_norms.clear();
+  p.MarkReadBack();
   return absl::OkStatus();
 }
 
@@ -208,6 +211,7 @@ absl::Status Trainer::PendStep(int64_t step, std::vector<Batch> micro_batches,
   if (p.deferred) {
     p.device_losses.resize(replicas_.size());
     p.device_global_norms.resize(replicas_.size());
+    p.device_index_checks.resize(replicas_.size());
   }
   const auto copy = [&](int id) -> absl::Status {
     const Replica& r = replicas_[id];
@@ -226,8 +230,13 @@ absl::Status Trainer::PendStep(int64_t step, std::vector<Batch> micro_batches,
     }
     // Only a step whose ops were given the record can have written it.
     if (DefersIndexChecks() && r.index_checks.written()) {
-      MT_ASSIGN_OR_RETURN(p.index_checks[id],
-                          HostCopyAsync(r.index_checks.tensor()));
+      const Tensor& record = r.index_checks.tensor();
+      if (p.deferred) {
+        MT_ASSIGN_OR_RETURN(p.index_checks[id], PinnedHostLike(record));
+        p.device_index_checks[id] = record;
+      } else {
+        MT_ASSIGN_OR_RETURN(p.index_checks[id], HostCopyAsync(record));
+      }
     }
     return absl::OkStatus();
   };

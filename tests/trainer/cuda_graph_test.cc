@@ -15,6 +15,7 @@
 #include "tests/tensor/cuda_test_util.h"
 #include "tests/test_util.h"
 #include "tests/trainer/cli_runner.h"
+#include "tests/trainer/data/npz_writer.h"
 
 namespace mirrortrain {
 namespace {
@@ -164,6 +165,73 @@ TEST_F(CudaGraphCliTest, TokenModelStepsAreRecorded) {
       "data.global_batch_size=16"};
   ExpectReplaysMatchEagerSteps("gpt", "fortunes_gpt.yaml", "one_device",
                                "[gpu:0]", sets);
+}
+
+// A token id the embedding has no row for, in a replayed step: the
+// device's check record is read back with the next replay's copies
+// (Trainer::PendStep), and the run ends at that step with the error the
+// eager run reports, naming the replica, the index and its position.
+TEST_F(CudaGraphCliTest, ABadTokenIdInAReplayEndsTheRunAtItsStep) {
+  const std::string dir = ::testing::TempDir() + "/mt_cuda_graph_ids";
+  std::filesystem::create_directories(dir);
+  // 80 rows of 4 ids in [0, 8), row 69's third id 9. Batches of 16, not
+  // shuffled: step 5 (after 2 eager warm-up steps, a capture and a
+  // replay) holds rows 64..79, so the bad id is at position 5 * 4 + 2.
+  std::vector<float> x(80 * 4);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 8);
+  x[69 * 4 + 2] = 9;
+  std::vector<int64_t> y(80);
+  for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<int64_t>(i % 10);
+  const std::string xs =
+      testing::NpyBytes("<f4", {80, 4}, testing::RawBytes(x));
+  const std::string ys = testing::NpyBytes("<i8", {80}, testing::RawBytes(y));
+  testing::WriteBytes(dir + "/ids.npz",
+                      testing::ZipBytes({{"x_train.npy", xs},
+                                         {"y_train.npy", ys},
+                                         {"x_test.npy", xs},
+                                         {"y_test.npy", ys}}));
+  std::string messages[2];
+  for (int graphed = 0; graphed < 2; ++graphed) {
+    const std::string run_dir =
+        absl::StrCat(dir, "/run", graphed ? "_auto" : "_off");
+    std::filesystem::remove_all(run_dir);
+    const Result r = RunCli(
+        {"train",
+         "--config",
+         absl::StrCat(MT_SOURCE_DIR, "/configs/fashion_mnist_mlp.yaml"),
+         "--run_dir",
+         run_dir,
+         "--set",
+         "data={name: npz, path: " + dir + "/ids.npz, shuffle: false}",
+         "--set",
+         "data.global_batch_size=16",
+         "--set",
+         "model={layers: [{type: embedding, input_dim: 8, output_dim: 3}, "
+         "{type: flatten}, {type: dense, units: 10}]}",
+         "--set",
+         "train.steps=10",
+         "--set",
+         "train.eval_every_epochs=0",
+         "--set",
+         "checkpoint.every_steps=0",
+         "--set",
+         "distribute.strategy=one_device",
+         "--set",
+         "distribute.devices=[gpu:0]",
+         "--set",
+         absl::StrCat("train.cuda_graph=", graphed ? "auto" : "off")});
+    EXPECT_NE(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("step 5: replica 0: "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("Gather: index 9 at position 22 is out of range "
+                         "[0, 8)"),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.err.find("train.cuda_graph: eager steps"), std::string::npos)
+        << r.err;
+    const size_t at = r.err.find("step 5: ");
+    if (at != std::string::npos) messages[graphed] = r.err.substr(at);
+  }
+  EXPECT_EQ(messages[1], messages[0]);
 }
 
 TEST_F(CudaGraphCliTest, StepsThatCannotBeCapturedStayEagerWithANotice) {
