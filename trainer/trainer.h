@@ -35,6 +35,7 @@
 #ifndef MIRRORTRAIN_TRAINER_TRAINER_H_
 #define MIRRORTRAIN_TRAINER_TRAINER_H_
 
+#include <array>
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -42,6 +43,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -337,12 +339,19 @@ class Trainer {
     // Per replica, on the device, while `deferred`: what losses,
     // global_norms and index_checks (where defined) get.
     std::vector<Tensor> device_losses, device_global_norms, device_index_checks;
+    // Replica `id`'s host tensors (loss, global norm, check record) and the
+    // device tensors each gets while `deferred` (undefined: none).
+    std::array<std::pair<Tensor*, Tensor*>, 3> Readbacks(int id) {
+      return {{{&losses[id], &device_losses[id]},
+               {&global_norms[id], &device_global_norms[id]},
+               {&index_checks[id], &device_index_checks[id]}}};
+    }
     // Once the read-back copies are queued (`done` after them).
     void MarkReadBack() {
       deferred = false;
-      device_losses.clear();
-      device_global_norms.clear();
-      device_index_checks.clear();
+      for (int id = 0; id < static_cast<int>(losses.size()); ++id) {
+        for (const auto& [host, device] : Readbacks(id)) *device = Tensor();
+      }
     }
   };
   // Enqueues the copies of the step's scalars and its fence; a replay's

@@ -145,13 +145,9 @@ absl::Status Trainer::StageGraphInputs(distribute::ReplicaContext& ctx,
   }
   // The earlier replays' scalars that wait for it (PendStep), back with the
   // same kernel. Read-only here: the main thread waits in Enqueue.
-  for (const PendingStep& p : pending_) {
+  for (PendingStep& p : pending_) {
     if (!p.deferred) continue;
-    const int id = ctx.replica_id();
-    MT_RETURN_IF_ERROR(copies.AddReadback(p.losses[id], p.device_losses[id]));
-    for (const auto& [host, device] :
-         {std::pair{&p.global_norms[id], &p.device_global_norms[id]},
-          std::pair{&p.index_checks[id], &p.device_index_checks[id]}}) {
+    for (const auto& [host, device] : p.Readbacks(ctx.replica_id())) {
       if (device->defined()) {
         MT_RETURN_IF_ERROR(copies.AddReadback(*host, *device));
       }

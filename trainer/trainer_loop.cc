@@ -141,14 +141,7 @@ absl::StatusOr<distribute::DeviceFence> Trainer::FenceAfterCopies(
 absl::Status Trainer::ReadBackNow(PendingStep& p) {
   absl::Status copied =
       strategy_->Enqueue([&](distribute::ReplicaContext& ctx) -> absl::Status {
-        const int id = ctx.replica_id();
-        const Tensor& loss = p.device_losses[id];
-        MT_RETURN_IF_ERROR(cuda::CopyAsync(p.losses[id].raw_data(),
-                                           Device::Cpu(), loss.raw_data(),
-                                           loss.device(), loss.bytes()));
-        for (const auto& [host, device] :
-             {std::pair{&p.global_norms[id], &p.device_global_norms[id]},
-              std::pair{&p.index_checks[id], &p.device_index_checks[id]}}) {
+        for (const auto& [host, device] : p.Readbacks(ctx.replica_id())) {
           if (!device->defined()) continue;
           MT_RETURN_IF_ERROR(cuda::CopyAsync(
               host->raw_data(), Device::Cpu(), device->raw_data(),
@@ -202,40 +195,30 @@ absl::Status Trainer::PendStep(int64_t step, std::vector<Batch> micro_batches,
   PendingStep p;
   p.step = step;
   p.micro_batches = std::move(micro_batches);
-  p.losses.resize(replicas_.size());
-  p.global_norms.resize(replicas_.size());
-  p.index_checks.resize(replicas_.size());
-  // A replay's loss and norm wait for the next replay's batched copy,
-  // unless the step is finished before the next one starts.
-  p.deferred = in_flight && step_graph_.replayed && BatchedStepCopies();
-  if (p.deferred) {
-    p.device_losses.resize(replicas_.size());
-    p.device_global_norms.resize(replicas_.size());
-    p.device_index_checks.resize(replicas_.size());
+  for (std::vector<Tensor>* v :
+       {&p.losses, &p.global_norms, &p.index_checks, &p.device_losses,
+        &p.device_global_norms, &p.device_index_checks}) {
+    v->resize(replicas_.size());
   }
+  // A replay's scalars wait for the next replay's batched copy, unless the
+  // step is finished before the next one starts.
+  p.deferred = in_flight && step_graph_.replayed && BatchedStepCopies();
   const auto copy = [&](int id) -> absl::Status {
     const Replica& r = replicas_[id];
-    if (p.deferred) {
-      MT_ASSIGN_OR_RETURN(p.losses[id], PinnedHostLike(r.loss));
-      p.device_losses[id] = r.loss;
-      if (r.global_norm.defined()) {
-        MT_ASSIGN_OR_RETURN(p.global_norms[id], PinnedHostLike(r.global_norm));
-        p.device_global_norms[id] = r.global_norm;
-      }
-    } else {
-      MT_ASSIGN_OR_RETURN(p.losses[id], HostCopyAsync(r.loss));
-      if (r.global_norm.defined()) {
-        MT_ASSIGN_OR_RETURN(p.global_norms[id], HostCopyAsync(r.global_norm));
-      }
-    }
     // Only a step whose ops were given the record can have written it.
-    if (DefersIndexChecks() && r.index_checks.written()) {
-      const Tensor& record = r.index_checks.tensor();
+    const Tensor record = DefersIndexChecks() && r.index_checks.written()
+                              ? r.index_checks.tensor()
+                              : Tensor();
+    const Tensor* scalars[] = {&r.loss, &r.global_norm, &record};
+    int k = 0;
+    for (const auto& [host, device] : p.Readbacks(id)) {
+      const Tensor& t = *scalars[k++];
+      if (!t.defined()) continue;
       if (p.deferred) {
-        MT_ASSIGN_OR_RETURN(p.index_checks[id], PinnedHostLike(record));
-        p.device_index_checks[id] = record;
+        MT_ASSIGN_OR_RETURN(*host, PinnedHostLike(t));
+        *device = t;
       } else {
-        MT_ASSIGN_OR_RETURN(p.index_checks[id], HostCopyAsync(record));
+        MT_ASSIGN_OR_RETURN(*host, HostCopyAsync(t));
       }
     }
     return absl::OkStatus();

@@ -177,19 +177,7 @@ TEST_F(CudaGraphCliTest, ABadTokenIdInAReplayEndsTheRunAtItsStep) {
   // 80 rows of 4 ids in [0, 8), row 69's third id 9. Batches of 16, not
   // shuffled: step 5 (after 2 eager warm-up steps, a capture and a
   // replay) holds rows 64..79, so the bad id is at position 5 * 4 + 2.
-  std::vector<float> x(80 * 4);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 8);
-  x[69 * 4 + 2] = 9;
-  std::vector<int64_t> y(80);
-  for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<int64_t>(i % 10);
-  const std::string xs =
-      testing::NpyBytes("<f4", {80, 4}, testing::RawBytes(x));
-  const std::string ys = testing::NpyBytes("<i8", {80}, testing::RawBytes(y));
-  testing::WriteBytes(dir + "/ids.npz",
-                      testing::ZipBytes({{"x_train.npy", xs},
-                                         {"y_train.npy", ys},
-                                         {"x_test.npy", xs},
-                                         {"y_test.npy", ys}}));
+  testing::WriteBytes(dir + "/ids.npz", testing::TokenIdsNpzBytes(80, 69));
   std::string messages[2];
   for (int graphed = 0; graphed < 2; ++graphed) {
     const std::string run_dir =

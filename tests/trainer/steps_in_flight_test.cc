@@ -120,19 +120,7 @@ TEST(StepsInFlightTest, ABadTokenIdEndsTheRunAtItsStep) {
   // 32 rows of 4 ids in [0, 8), but row 21's third id is 9. Batches of 16,
   // not shuffled: step 2 holds rows 16..31, replica 0 rows 16..23, so the
   // bad id is at position 5 * 4 + 2 of replica 0's ids.
-  std::vector<float> x(32 * 4);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 8);
-  x[21 * 4 + 2] = 9;
-  std::vector<int64_t> y(32);
-  for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<int64_t>(i % 10);
-  const std::string xs =
-      testing::NpyBytes("<f4", {32, 4}, testing::RawBytes(x));
-  const std::string ys = testing::NpyBytes("<i8", {32}, testing::RawBytes(y));
-  testing::WriteBytes(dir + "/ids.npz",
-                      testing::ZipBytes({{"x_train.npy", xs},
-                                         {"y_train.npy", ys},
-                                         {"x_test.npy", xs},
-                                         {"y_test.npy", ys}}));
+  testing::WriteBytes(dir + "/ids.npz", testing::TokenIdsNpzBytes(32, 21));
   const std::vector<std::string> job = {
       "data={name: npz, path: " + dir + "/ids.npz, shuffle: false}",
       "data.global_batch_size=16",

@@ -148,6 +148,24 @@ inline std::string ZipBytes(const std::vector<ZipMember>& members,
   return out;
 }
 
+// An npz of `rows` rows of 4 token ids (x, f32: i % 8 over the flattened
+// rows) with labels i % 10 (y, i64), the same arrays as the training and
+// test splits, except row `bad_row`'s third id: 9, which an embedding of
+// input_dim 8 has no row for.
+inline std::string TokenIdsNpzBytes(int64_t rows, int64_t bad_row) {
+  std::vector<float> x(static_cast<size_t>(rows * 4));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 8);
+  x[static_cast<size_t>(bad_row * 4 + 2)] = 9;
+  std::vector<int64_t> y(static_cast<size_t>(rows));
+  for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<int64_t>(i % 10);
+  const std::string xs = NpyBytes("<f4", {rows, 4}, RawBytes(x));
+  const std::string ys = NpyBytes("<i8", {rows}, RawBytes(y));
+  return ZipBytes({{"x_train.npy", xs},
+                   {"y_train.npy", ys},
+                   {"x_test.npy", xs},
+                   {"y_test.npy", ys}});
+}
+
 }  // namespace mirrortrain::testing
 
 #endif  // MIRRORTRAIN_TESTS_TRAINER_DATA_NPZ_WRITER_H_
