@@ -8,6 +8,7 @@
 
 #include "tensor/cpu_threads.h"
 #include "tensor/cuda/cuda_kernels.h"
+#include "tensor/device_byte_budget.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/internal_switches.h"
 #include "tensor/matmul_precision.h"
@@ -36,11 +37,14 @@ using ConvGeometry = cuda::Conv2DGeometry;
 
 struct ConvAttrs {
   ConvGeometry geo;
-  // On GPUs, when the batch fits one column chunk: the columns the forward
-  // product read (im2col of x, as f32 or bf16), which the filter gradient
-  // reads instead of running im2col again. They live as long as the record:
-  // the tape holds one column buffer per such conv until its backward.
+  // On GPUs, when the batch fits one column chunk and the budget for kept
+  // columns allows (kept_columns): the columns the forward product read
+  // (im2col of x, as f32 or bf16), which the filter gradient reads instead
+  // of running im2col again (the same values). They live as long as the
+  // record: the tape holds one column buffer per such conv until its
+  // backward, and `columns_reserved` their bytes of the budget.
   GemmOperand columns;
+  DeviceByteBudget::Reservation columns_reserved;
 };
 
 // Images per im2col chunk: bounds the column buffer to ~4 MiB, so it is
@@ -178,6 +182,15 @@ int64_t ChunkFor(const ConvGeometry& g, DType dtype) {
 constexpr int64_t kGpuColumnBytes = int64_t{256} << 20;
 std::atomic<int64_t> gpu_column_bytes{kGpuColumnBytes};
 
+// What the convs' kept columns (ConvAttrs) may hold at once per GPU, over
+// every tape and thread: a deep net at a large batch would otherwise keep a
+// buffer per conv (up to kGpuColumnBytes each) until its backward, memory
+// that PyTorch and TensorFlow (cuDNN) never spend. Past it a filter
+// gradient runs im2col again. The configs' models keep all theirs under it
+// (the most: cifar10_resnet20's at batch 128, 0.77 GB in f32).
+constexpr int64_t kGpuKeptColumnBytes = int64_t{1} << 30;
+DeviceByteBudget kept_columns(kGpuKeptColumnBytes);
+
 // Values between the starts of GPU column rows: the patch rounded up to
 // 16 bytes of the column type (bf16 when products read bf16), so cuBLAS can
 // run its vectorised kernels. A 5x5 single-channel patch, 25 wide, made it
@@ -303,11 +316,11 @@ absl::Status ForEachGpuChunk(const ConvGeometry& g, const Tensor& x,
 // y2 [N * OH * OW, O] = im2col(x) @ w2, every row written; with
 // `relu_bias`, relu(... + bias): in the GEMM's cuBLASLt epilogue where it
 // applies, else in one pass over the chunk's rows after it. When the batch
-// is one chunk and `columns` is not null, *columns keeps the columns for
-// the backward pass.
+// is one chunk and `keep` is not null, keep->columns keeps the columns for
+// the backward pass if the budget for kept columns grants their bytes.
 absl::Status GpuForward(const ConvGeometry& g, const Tensor& x,
                         const Tensor& w2, const Tensor& y2,
-                        const Tensor* relu_bias, GemmOperand* columns) {
+                        const Tensor* relu_bias, ConvAttrs* keep) {
   if (GoesDirect(g)) {
     return CountDirect(cuda::DirectConv2D(
         x.dtype(), x.raw_data(), w2.raw_data(),
@@ -320,7 +333,15 @@ absl::Status GpuForward(const ConvGeometry& g, const Tensor& x,
       [&](int64_t i0, int64_t images, Tensor& cols) -> absl::Status {
         MT_ASSIGN_OR_RETURN(const GemmOperand c,
                             GpuColumns(g, x, i0, images, cols));
-        if (columns != nullptr && images == g.n) *columns = c;
+        if (keep != nullptr && images == g.n) {
+          const int64_t bytes =
+              images * g.pixels() * ColumnStride(g, x) *
+              (c.bf16() ? int64_t{2}
+                        : static_cast<int64_t>(DTypeSize(x.dtype())));
+          keep->columns_reserved =
+              kept_columns.TryReserve(x.device().index, bytes);
+          if (keep->columns_reserved != nullptr) keep->columns = c;
+        }
         MT_ASSIGN_OR_RETURN(Tensor out,
                             y2.SliceRows(i0 * g.pixels(), images * g.pixels()));
         if (relu_bias == nullptr) {
@@ -404,6 +425,12 @@ void SetConvGpuColumnBytes(int64_t bytes) {
   gpu_column_bytes.store(bytes > 0 ? bytes : kGpuColumnBytes);
 }
 
+void SetConvGpuKeptColumnBytes(int64_t bytes) {
+  kept_columns.set_limit(bytes > 0 ? bytes : kGpuKeptColumnBytes);
+}
+
+int64_t ConvGpuKeptColumnBytes(int gpu) { return kept_columns.reserved(gpu); }
+
 void SetConvGpuDirect(bool enabled) { gpu_direct.store(enabled); }
 
 int64_t DirectConvCalls() {
@@ -438,11 +465,10 @@ MT_REGISTER(InternalSwitch,
 namespace {
 
 // Conv2D's forward, unrecorded; with `relu_bias`, relu(conv + bias). On
-// GPUs, when a tape records, *columns gets what GpuForward keeps.
+// GPUs, when a tape records, *attrs gets the columns GpuForward keeps.
 absl::StatusOr<Tensor> ConvForward(const ConvGeometry& g, const Tensor& x,
                                    const Tensor& filter,
-                                   const Tensor* relu_bias,
-                                   GemmOperand* columns) {
+                                   const Tensor* relu_bias, ConvAttrs* attrs) {
   // The GEMMs (beta 0) write every output; zeros only for an empty patch.
   const bool gemm = g.n * g.pixels() * g.o > 0 && g.patch() > 0;
   const Shape y_shape{g.n, g.oh, g.ow, g.o};
@@ -456,7 +482,7 @@ absl::StatusOr<Tensor> ConvForward(const ConvGeometry& g, const Tensor& x,
     MT_RETURN_IF_ERROR(internal::KernelError(
         relu_bias != nullptr ? "Conv2DBiasRelu" : "Conv2D",
         GpuForward(g, x, w2, y2, relu_bias,
-                   tape::AnyTapeRecording() ? columns : nullptr),
+                   tape::AnyTapeRecording() ? attrs : nullptr),
         {&x, &filter}));
     return y;
   }
@@ -503,8 +529,7 @@ absl::StatusOr<Tensor> Conv2D(const Tensor& x, const Tensor& filter,
                               const Conv2DOptions& options) {
   MT_ASSIGN_OR_RETURN(ConvGeometry g, Geometry(x, filter, options));
   ConvAttrs attrs{g};
-  MT_ASSIGN_OR_RETURN(Tensor y,
-                      ConvForward(g, x, filter, nullptr, &attrs.columns));
+  MT_ASSIGN_OR_RETURN(Tensor y, ConvForward(g, x, filter, nullptr, &attrs));
   tape::RecordOperation(kConv2DOp, {x, filter}, {y}, std::move(attrs));
   return y;
 }
@@ -515,8 +540,7 @@ absl::StatusOr<Tensor> Conv2DBiasRelu(const Tensor& x, const Tensor& filter,
   MT_ASSIGN_OR_RETURN(ConvGeometry g, Geometry(x, filter, options));
   MT_RETURN_IF_ERROR(CheckConvBias("Conv2DBiasRelu", g, x, filter, bias));
   ConvAttrs attrs{g};
-  MT_ASSIGN_OR_RETURN(Tensor y,
-                      ConvForward(g, x, filter, &bias, &attrs.columns));
+  MT_ASSIGN_OR_RETURN(Tensor y, ConvForward(g, x, filter, &bias, &attrs));
   tape::RecordOperation(kConv2DBiasReluOp, {x, filter, bias}, {y},
                         std::move(attrs));
   return y;

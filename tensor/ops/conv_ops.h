@@ -61,6 +61,12 @@ namespace internal {
 // Caps the GPU column buffer at `bytes` (0 restores 256 MiB); tests use it
 // to force several chunks. Process-wide.
 void SetConvGpuColumnBytes(int64_t bytes);
+// Caps what convs' kept columns (for their filter gradients) may hold at
+// once per GPU at `bytes` (0 restores 1 GiB); tests use it to make filter
+// gradients run im2col again. Process-wide.
+void SetConvGpuKeptColumnBytes(int64_t bytes);
+// Bytes that kept columns hold on `gpu` now.
+int64_t ConvGpuKeptColumnBytes(int gpu);
 // Whether GPU convolutions that cuda::DirectConvTakes run on the direct
 // kernels (default true) or on im2col and GEMMs like the rest; tests
 // compare the two. Process-wide.

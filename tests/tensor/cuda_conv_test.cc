@@ -39,6 +39,7 @@ class CudaConvTest : public CudaTest {
   }
   void TearDown() override {
     ops::internal::SetConvGpuColumnBytes(0);
+    ops::internal::SetConvGpuKeptColumnBytes(0);
     ops::internal::SetConvGpuDirect(true);
     ops::internal::SetConvGpuImplicitInputGrad(true);
   }
@@ -245,6 +246,47 @@ Tensor FilterGradient(const Tensor& x, const Tensor& f, const Tensor& dy,
   auto g = tape.Gradient(*ops::ReduceSum(*ops::Mul(*y, dy)), {f});
   EXPECT_TRUE(g.ok()) << g.status();
   return CopyTo(*(*g)[0], Device::Cpu());
+}
+
+// Kept columns stay within their budget: a recorded forward keeps its
+// columns (the batch's rows at the 16-byte column stride) while they fit,
+// and they go with the tape. A filter gradient whose columns were not kept
+// runs im2col again: the same bits.
+TEST_F(CudaConvTest, KeptColumnsStayWithinTheirBudget) {
+  ops::internal::SetConvGpuDirect(false);  // Columns for every conv.
+  const Device gpu = Device::Cuda(0);
+  // Patch 5 * 5 * 6 = 150 values, rows 152 apart; 3 images of 7 x 7.
+  const int64_t kept_bytes = 3 * 7 * 7 * 152 * 4;
+  const Tensor x = CopyTo(RandomTensor({3, 7, 7, 6}, 31, DType::kF32), gpu);
+  const Tensor f1 = CopyTo(RandomTensor({5, 5, 6, 6}, 32, DType::kF32), gpu);
+  const Tensor f2 = CopyTo(RandomTensor({5, 5, 6, 4}, 33, DType::kF32), gpu);
+  const Tensor dy = CopyTo(RandomTensor({3, 7, 7, 4}, 34, DType::kF32), gpu);
+  ASSERT_EQ(ops::internal::ConvGpuKeptColumnBytes(0), 0);
+  // Two convs in a row; `limit` bytes for kept columns (0: the default).
+  auto filter_gradients = [&](int64_t limit, int64_t expect_kept) {
+    ops::internal::SetConvGpuKeptColumnBytes(limit);
+    std::vector<std::vector<float>> grads;
+    {
+      GradientTape tape;
+      tape.Watch(f1);
+      tape.Watch(f2);
+      absl::StatusOr<Tensor> h = ops::Conv2D(x, f1, {});
+      EXPECT_TRUE(h.ok()) << h.status();
+      absl::StatusOr<Tensor> y = ops::Conv2D(*h, f2, {});
+      EXPECT_TRUE(y.ok()) << y.status();
+      EXPECT_EQ(ops::internal::ConvGpuKeptColumnBytes(0), expect_kept);
+      auto g = tape.Gradient(*ops::ReduceSum(*ops::Mul(*y, dy)), {f1, f2});
+      EXPECT_TRUE(g.ok()) << g.status();
+      for (const auto& gi : *g) {
+        grads.push_back(CopyTo(*gi, Device::Cpu()).ToVector<float>());
+      }
+    }
+    EXPECT_EQ(ops::internal::ConvGpuKeptColumnBytes(0), 0);
+    return grads;
+  };
+  const auto both_kept = filter_gradients(0, 2 * kept_bytes);
+  EXPECT_EQ(filter_gradients(2 * kept_bytes - 1, kept_bytes), both_kept);
+  EXPECT_EQ(filter_gradients(1, 0), both_kept);
 }
 
 // The cnn's first layer as training runs it: the input is data (no
