@@ -15,8 +15,9 @@
 # ctest runs CTEST_JOBS tests at once (4), each for at most CTEST_TIMEOUT
 # seconds (300); SKIP_CTEST=1 runs the sanitizers alone. GPU_TARGETS=1
 # builds only the binaries it runs.
-# cuda_graph_test runs last, its tests split into SANITIZER_SHARDS (4) gtest
-# shards under the tool at once (logs cuda_graph_test.KofN.<tool>.log).
+# Without SANITIZE_RUNS, cuda_graph_test runs last, its tests split into
+# SANITIZER_SHARDS (4) gtest shards under the tool at once (logs
+# cuda_graph_test.KofN.<tool>.log); named in SANITIZE_RUNS it runs whole.
 # Each sanitizer run gets at most SANITIZER_TIMEOUT seconds (240) and the
 # whole script TEST_BUDGET seconds (540, build included): runs that no longer
 # fit are listed as skipped, so it ends within one 10-minute device call.
@@ -135,7 +136,7 @@ sanitize() {  # tool binary [gtest args...]
 # the one GPU. cuda_graph_test's whole-model tests took 6 s to over 100 s
 # each under memcheck (H200), one after another past the budget.
 sanitize_sharded() {  # tool binary
-  local tool=$1 bin=$2 dir i line pids=()
+  local tool=$1 bin=$2 dir i line rc pids=()
   dir="$(mktemp -d)"
   for ((i = 0; i < SHARDS; ++i)); do
     # Each shard's subshell collects its own failures into a file.
@@ -146,11 +147,17 @@ sanitize_sharded() {  # tool binary
       SHARD_LABEL="/$((i + 1))of$SHARDS" sanitize "$tool" "$bin" >"$dir/$i.out"
       ((${#failed[@]} == 0)) || printf '%s\n' "${failed[@]}" >"$dir/$i.failed"
     ) &
-    pids+=($!)
+    pids+=("$!")
   done
   # By pid: a bare `wait` would also wait for the tee that this script's
-  # output goes through (a process substitution), which never ends.
-  wait "${pids[@]}"
+  # output goes through (a process substitution), which never ends. Each
+  # one: a shard that died without its list of failures is a failure too.
+  for i in "${!pids[@]}"; do
+    rc=0
+    wait "${pids[i]}" || rc=$?
+    # shellcheck disable=SC2031  # The parent's array, not the subshells'.
+    ((rc == 0)) || failed+=("$(basename "$bin") shard $((i + 1))/$SHARDS exited $rc")
+  done
   for ((i = 0; i < SHARDS; ++i)); do
     cat "$dir/$i.out"
     [[ -f $dir/$i.failed ]] || continue

@@ -24,9 +24,10 @@ absl::Status BatchedCopy::Add(Tensor& dst, const Tensor& src) {
 
 absl::Status BatchedCopy::CheckHostCopy(const Tensor& gpu, const Tensor& host,
                                         const char* what) const {
+  // Bytes as they are: no bfloat16 form to keep in step (Add's rule).
   if (gpu.device().is_cuda() && host.device().is_cpu() &&
-      gpu.bytes() == host.bytes() &&
-      (device_ < 0 || gpu.device().index == device_)) {
+      gpu.bytes() == host.bytes() && !gpu.HasBf16Forms() &&
+      !host.HasBf16Forms() && (device_ < 0 || gpu.device().index == device_)) {
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(

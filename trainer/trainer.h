@@ -327,8 +327,9 @@ class Trainer {
   // overwrites) are read back by the next replay's BatchedCopy, in the kernel
   // that copies its inputs in, instead of by a copy launch of their own after
   // the replay (`deferred`: the device tensors are kept until then; `done` then
-  // comes after that kernel). FinishStep reads back what no replay took (the
-  // next step ran eagerly, or none came before the state was read).
+  // comes after that kernel). An eager next step reads it back before it runs
+  // (ReadBackDeferred), a step whose state is read next is never deferred,
+  // and FinishStep reads back what is left (a stop signal came first).
   struct PendingStep {
     int64_t step = 0;  // The global step after it.
     std::vector<Batch> micro_batches;
@@ -355,8 +356,10 @@ class Trainer {
     }
   };
   // Enqueues the copies of the step's scalars and its fence; a replay's
-  // loss and norm are left to the next replay's staging (`deferred`) when
-  // the step stays `in_flight` (the loop does not finish it at once).
+  // loss, norm and check record are left to the next replay's staging
+  // (`deferred`) when the step stays `in_flight` (the loop does not finish
+  // it at once). A deferred step's fence is replaced once its copies are
+  // queued; the first one covers its replay for DiscardPendingSteps.
   absl::Status PendStep(int64_t step, std::vector<Batch> micro_batches,
                         bool in_flight);
   // The fence after a pending step's copies (`copied`: their status); on

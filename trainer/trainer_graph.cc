@@ -64,9 +64,17 @@ absl::Status Trainer::GraphedStep(absl::Span<const Batch> micro_batches,
     return EagerStep(micro_batches, step);
   }
   // Enqueued: the copies wait on the devices for the previous replay.
-  MT_RETURN_IF_ERROR(strategy_->Enqueue([&](distribute::ReplicaContext& ctx) {
-    return StageGraphInputs(ctx, micro_batches, step);
-  }));
+  if (absl::Status staged =
+          strategy_->Enqueue([&](distribute::ReplicaContext& ctx) {
+            return StageGraphInputs(ctx, micro_batches, step);
+          });
+      !staged.ok()) {
+    // Some replicas may have queued read-backs into the pending steps'
+    // host tensors that their fences do not cover: let them land before
+    // anything drops those.
+    SettleDevices();
+    return staged;
+  }
   // The pending steps whose loss the staging read back: done after it, on
   // every replica's stream, before this replay overwrites the graph's
   // outputs.
@@ -147,9 +155,9 @@ absl::Status Trainer::StageGraphInputs(distribute::ReplicaContext& ctx,
   // same kernel. Read-only here: the main thread waits in Enqueue.
   for (PendingStep& p : pending_) {
     if (!p.deferred) continue;
-    for (const auto& [host, device] : p.Readbacks(ctx.replica_id())) {
-      if (device->defined()) {
-        MT_RETURN_IF_ERROR(copies.AddReadback(*host, *device));
+    for (const auto& [host, on_device] : p.Readbacks(ctx.replica_id())) {
+      if (on_device->defined()) {
+        MT_RETURN_IF_ERROR(copies.AddReadback(*host, *on_device));
       }
     }
   }

@@ -227,7 +227,7 @@ absl::Status Trainer::PendStep(int64_t step, std::vector<Batch> micro_batches,
   if (strategy_->devices()[0].is_cuda()) {
     // Each replica copies its scalars to the host on its own stream, after
     // its step, so reading them later needs no other ordering (a deferred
-    // replay's loss and norm: the next staging on the same stream, or
+    // replay's scalars: the next staging on the same stream, or
     // ReadBackNow).
     copied = strategy_->Enqueue([&](distribute::ReplicaContext& ctx) {
       return copy(ctx.replica_id());
@@ -247,9 +247,14 @@ absl::Status Trainer::FinishStep(LoopState& loop, int& stop) {
   PendingStep p = std::move(pending_.front());
   pending_.pop_front();
   const int64_t step = p.step;
-  // No replay read it back (the next step ran eagerly, or the state after
-  // this step is read before any): the graph's outputs still hold it.
-  if (p.deferred) MT_RETURN_IF_ERROR(ReadBackNow(p));
+  // No replay read it back (the loop stops before the next step: a stop
+  // signal): the graph's outputs still hold it.
+  if (p.deferred) {
+    if (absl::Status read = ReadBackNow(p); !read.ok()) {
+      return absl::Status(read.code(),
+                          absl::StrCat("step ", step, ": ", read.message()));
+    }
+  }
   if (absl::Status done = p.done.Wait(); !done.ok()) {
     // A device fault surfaces at the first wait after it: this step's, or
     // (steps in flight) the next one's.
