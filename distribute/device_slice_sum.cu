@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "distribute/device_slice_sum.h"
+#include "tensor/cuda/chunked_batch.cuh"
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/device_guard.h"
 #include "tensor/cuda/launch.h"
@@ -29,30 +30,25 @@ struct SegmentBatch {
   int replicas;
 };
 
-// 16 bytes of T: one load or store instruction per replica and group.
-template <typename T>
-struct alignas(16) Pack {
-  static constexpr int kSize = 16 / sizeof(T);
-  T v[kSize];
-};
+using cuda::Wide;
 
 template <typename T>
 __device__ inline void AddInto(T& acc, const T& x) {
   acc += x;
 }
 template <typename T>
-__device__ inline void AddInto(Pack<T>& acc, const Pack<T>& x) {
+__device__ inline void AddInto(Wide<T>& acc, const Wide<T>& x) {
 #pragma unroll
-  for (int k = 0; k < Pack<T>::kSize; ++k) acc.v[k] += x.v[k];
+  for (int k = 0; k < Wide<T>::kLanes; ++k) acc.v[k] += x.v[k];
 }
 template <typename T>
 __device__ inline void DivideBy(T& acc, int n) {
   acc /= static_cast<T>(n);
 }
 template <typename T>
-__device__ inline void DivideBy(Pack<T>& acc, int n) {
+__device__ inline void DivideBy(Wide<T>& acc, int n) {
 #pragma unroll
-  for (int k = 0; k < Pack<T>::kSize; ++k) acc.v[k] /= static_cast<T>(n);
+  for (int k = 0; k < Wide<T>::kLanes; ++k) acc.v[k] /= static_cast<T>(n);
 }
 
 // Element i (in units of E) of segment s: the sum in replica order, as the
@@ -78,23 +74,13 @@ __device__ inline void SumElement(const SegmentBatch& b, int s, int64_t i,
 template <typename T>
 __global__ void SliceSumKernel(const __grid_constant__ SegmentBatch b,
                                bool mean) {
-  int s = 0;
-  while (static_cast<int>(blockIdx.x) >= b.first_block[s + 1]) ++s;
-  int64_t begin = static_cast<int64_t>(blockIdx.x - b.first_block[s]) * kChunk;
-  const int64_t end = min(begin + kChunk, b.n[s]);
-  if (b.wide[s]) {
-    // A chunk starts a multiple of kChunk elements in: aligned as well.
-    constexpr int kSize = Pack<T>::kSize;
-    const int64_t wide_end = begin + (end - begin) / kSize * kSize;
-    for (int64_t i = begin + threadIdx.x * kSize; i < wide_end;
-         i += blockDim.x * kSize) {
-      SumElement<Pack<T>>(b, s, i / kSize, mean);
-    }
-    begin = wide_end;
-  }
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    SumElement<T>(b, s, i, mean);
-  }
+  int64_t begin, end;
+  const int s = cuda::BlockChunk(b.first_block, b.n, kChunk, begin, end);
+  // A chunk starts a multiple of kChunk elements in: aligned as well.
+  cuda::VisitChunk<T>(
+      b.wide[s], begin, end,
+      [&](int64_t i) { SumElement<Wide<T>>(b, s, i / Wide<T>::kLanes, mean); },
+      [&](int64_t i) { SumElement<T>(b, s, i, mean); });
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tensor/cuda/bf16_pack.cuh"
+#include "tensor/cuda/chunked_batch.cuh"
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/cuda_training.h"
 #include "tensor/cuda/device_guard.h"
@@ -47,22 +48,6 @@ struct TensorBatch {
   int count;
 };
 
-// 16 bytes of T, one load or store instruction.
-template <typename T>
-struct alignas(16) Wide {
-  static constexpr int kLanes = 16 / sizeof(T);
-  T v[kLanes];
-};
-
-template <typename T>
-__device__ inline Wide<T> LoadWide(const T* p, int64_t i) {
-  return *reinterpret_cast<const Wide<T>*>(p + i);
-}
-template <typename T>
-__device__ inline void StoreWide(T* p, int64_t i, const Wide<T>& v) {
-  *reinterpret_cast<Wide<T>*>(p + i) = v;
-}
-
 // Whether `p` (null: no operand) allows 16-byte accesses.
 bool Wide16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 // Whether `p` (null: none) allows 8-byte accesses: four bfloat16 values.
@@ -85,33 +70,10 @@ __device__ inline void StoreBf16(void* copy, int64_t i, T v) {
   }
 }
 
-// A block's chunk [begin, end) of one tensor: with `wide` (every pointer
-// of the tensor 16-byte aligned; a chunk starts a multiple of kChunk
-// elements in) group(i) for each group of Wide<T>::kLanes elements from i,
-// then one(i) for each element left; else one(i) for every element.
-template <typename T, typename Group, typename One>
-__device__ inline void VisitChunk(bool wide, int64_t begin, int64_t end,
-                                  Group group, One one) {
-  if (wide) {
-    constexpr int kLanes = Wide<T>::kLanes;
-    const int64_t wide_end = begin + (end - begin) / kLanes * kLanes;
-    for (int64_t i = begin + threadIdx.x * kLanes; i < wide_end;
-         i += blockDim.x * kLanes) {
-      group(i);
-    }
-    begin = wide_end;
-  }
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) one(i);
-}
-
 // The tensor of this block, and its chunk [begin, end).
 __device__ inline int BlockTensor(const TensorBatch& batch, int64_t& begin,
                                   int64_t& end) {
-  int t = 0;
-  while (static_cast<int>(blockIdx.x) >= batch.first_block[t + 1]) ++t;
-  begin = static_cast<int64_t>(blockIdx.x - batch.first_block[t]) * kChunk;
-  end = min(begin + kChunk, batch.n[t]);
-  return t;
+  return BlockChunk(batch.first_block, batch.n, kChunk, begin, end);
 }
 
 template <UpdateRule R, typename T>
