@@ -77,7 +77,9 @@ absl::Status ParameterServerStrategy::Run(const ReplicaFn& fn) {
     threads.emplace_back([&, w] {
       status[w] = CatchExceptions([&] { return fn(*contexts_[w]); });
       if (!status[w].ok()) {
-        clock_.Abort(absl::AbortedError(
+        // Cancelled: the others pass it on, and RootCause reports the
+        // failed worker's own error, not theirs.
+        clock_.Abort(absl::CancelledError(
             absl::StrCat("worker ", w, " failed: ", status[w].message())));
       }
     });

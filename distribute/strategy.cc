@@ -48,13 +48,24 @@ absl::Status PackInto(absl::Span<const Tensor> parts, const Tensor& buffer) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// How much an error says about its cause: another replica's failure passed
+// on (Cancelled), an abort that failure caused (Aborted), or its own.
+int CauseRank(const absl::Status& s) {
+  if (absl::IsCancelled(s)) return 0;
+  return absl::IsAborted(s) ? 1 : 2;
+}
+
+}  // namespace
+
 absl::Status RootCause(absl::Span<const absl::Status> per_replica,
                        absl::string_view what) {
   absl::Status first;
   for (size_t r = 0; r < per_replica.size(); ++r) {
     const absl::Status& s = per_replica[r];
     if (s.ok()) continue;
-    if (first.ok() || (absl::IsAborted(first) && !absl::IsAborted(s))) {
+    if (first.ok() || CauseRank(s) > CauseRank(first)) {
       first =
           absl::Status(s.code(), absl::StrCat(what, " ", r, ": ", s.message()));
     }

@@ -205,9 +205,10 @@ class Strategy {
   virtual absl::Status Replay(const cuda::CudaGraph& graph);
 };
 
-// The first error of `per_replica` that is not an abort (the root cause,
-// not the aborts it caused in the others), else the first error, prefixed
-// with "<what> <index>: "; OK when all are.
+// The first error of `per_replica` that is neither Cancelled (another
+// replica's failure passed on) nor Aborted (an abort it caused in the
+// others): the root cause; else the first Aborted one, else the first
+// error; prefixed with "<what> <index>: "; OK when all are.
 absl::Status RootCause(absl::Span<const absl::Status> per_replica,
                        absl::string_view what);
 

@@ -1,6 +1,9 @@
 #include "trainer/parameter_server_shards.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "tensor/ops/math_ops.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::trainer {
@@ -110,19 +113,46 @@ absl::Status ParameterServerShards::Read(
   return Copy(values, /*to_full=*/true);
 }
 
+absl::StatusOr<std::vector<Tensor>> ParameterServerShards::ForwardState(
+    absl::Span<Variable* const> vars) {
+  std::vector<Tensor> state;
+  for (Variable* v : vars) {
+    if (v->trainable()) continue;
+    MT_ASSIGN_OR_RETURN(Tensor copy, v->value().Clone());
+    state.push_back(std::move(copy));
+  }
+  return state;
+}
+
 absl::Status ParameterServerShards::Push(absl::Span<Variable* const> vars,
-                                         absl::Span<const Tensor> grads) {
+                                         absl::Span<const Tensor> read,
+                                         absl::Span<const Tensor> grads,
+                                         int64_t update) {
+  std::vector<int> state_index(vars.size(), -1);  // Into `read`.
+  int states = 0;
+  for (size_t i = 0; i < vars.size(); ++i) {
+    if (grad_index_[i] < 0) state_index[i] = states++;
+  }
+  if (states != static_cast<int>(read.size())) {
+    return absl::InternalError("Push: `read` does not fit the variables");
+  }
   for (auto& shard : shards_) {
     std::lock_guard<std::mutex> lock(shard->mu);
     std::vector<GradAndVar> pairs;
     for (Part& part : shard->parts) {
       const int g = grad_index_[part.var];
       if (g < 0) {
-        // Forward-pass state: the last push's value wins.
+        // Forward-pass state: its change since the worker's read.
         MT_ASSIGN_OR_RETURN(
-            Tensor rows,
+            Tensor now,
             Rows(vars[part.var]->value(), part.begin, part.rows, part.whole));
-        MT_RETURN_IF_ERROR(part.value->Assign(rows));
+        MT_ASSIGN_OR_RETURN(Tensor then,
+                            Rows(read[state_index[part.var]], part.begin,
+                                 part.rows, part.whole));
+        MT_ASSIGN_OR_RETURN(Tensor change, ops::Sub(now, then));
+        MT_ASSIGN_OR_RETURN(change, change.To(shard->device));
+        MT_ASSIGN_OR_RETURN(Tensor sum, ops::Add(part.value->value(), change));
+        MT_RETURN_IF_ERROR(part.value->Assign(sum));
         continue;
       }
       if (g >= static_cast<int>(grads.size())) {
@@ -134,10 +164,15 @@ absl::Status ParameterServerShards::Push(absl::Span<Variable* const> vars,
       pairs.push_back({rows, part.value.get()});
     }
     if (pairs.empty()) continue;
-    MT_RETURN_IF_ERROR(shard->optimizer->ApplyGradients(pairs));
-    if (shard->ema) {
-      MT_RETURN_IF_ERROR(shard->ema->Apply(shard->optimizer->iterations()));
-    }
+    // The update's own number on every device, whatever order pushes
+    // reach them in (ApplyGradients steps from update - 1 to update).
+    Optimizer& optimizer = *shard->optimizer;
+    const int64_t highest = std::max(optimizer.iterations(), update);
+    optimizer.set_iterations(update - 1);
+    absl::Status applied = optimizer.ApplyGradients(pairs);
+    if (applied.ok() && shard->ema) applied = shard->ema->Apply(update);
+    optimizer.set_iterations(highest);
+    MT_RETURN_IF_ERROR(applied);
   }
   return absl::OkStatus();
 }

@@ -7,9 +7,12 @@
 // (TensorFlow's asynchronous parameter servers).
 //
 // An update is elementwise, so applying it partition by partition gives the
-// bits applying it to the whole variable gives; each ps device's optimizer
-// counts its own updates (the learning-rate schedule's and EMA's step),
-// which equal the global step once no push is under way.
+// bits applying it to the whole variable gives. Every ps device applies an
+// update at its own number (UpdateClock's ticket: the learning-rate
+// schedule's, Adam's and the EMA's step), even when two pushes reach the
+// devices in different orders; each device's optimizer then counts the
+// highest number it applied, which is the global step once no push is
+// under way.
 //
 // Ownership: owns the partitions, optimizers and EMAs; refers to no
 // variable of the caller beyond a call. Thread contract: Read and Push from
@@ -57,12 +60,21 @@ class ParameterServerShards {
   // Copies the current values into `vars` (a worker model's variables, in
   // Create's order), each ps device's under its lock.
   absl::Status Read(absl::Span<Variable* const> vars) const;
-  // Applies `grads` (one per trainable variable of `vars`, in order) and
-  // stores the values of the non-trainable ones (written by the forward
-  // pass: batch-norm moving statistics); each ps device under its lock: its
+  // The values of the non-trainable variables of `vars` (the forward
+  // pass's own state: batch-norm moving statistics), copied: what Push
+  // takes as `read` after a Read.
+  static absl::StatusOr<std::vector<Tensor>> ForwardState(
+      absl::Span<Variable* const> vars);
+  // Applies `grads` (one per trainable variable of `vars`, in order) as
+  // update number `update` (1-based), and adds to the non-trainable ones
+  // the change the worker's forward pass made to them since `read`
+  // (ForwardState after its Read): concurrent workers' changes add up, as
+  // TensorFlow's parameter servers apply a layer's assign_sub, instead of
+  // the last push's value winning. Each ps device under its lock: its
   // optimizer's update, then its EMA's.
   absl::Status Push(absl::Span<Variable* const> vars,
-                    absl::Span<const Tensor> grads);
+                    absl::Span<const Tensor> read,
+                    absl::Span<const Tensor> grads, int64_t update);
 
   // Copies the whole state into full-size variables: `vars` (Create's
   // order), `optimizer`'s slots of the trainable ones and `ema`'s shadows

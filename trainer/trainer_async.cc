@@ -73,23 +73,26 @@ absl::Status Trainer::WorkerLoop(distribute::ReplicaContext& ctx) {
     if (absl::IsOutOfRange(read.status())) return absl::OkStatus();
     MT_RETURN_IF_ERROR(read.status());
     MT_RETURN_IF_ERROR(ps_->Read(vars));
+    MT_ASSIGN_OR_RETURN(const std::vector<Tensor> read_state,
+                        ParameterServerShards::ForwardState(vars));
     MT_ASSIGN_OR_RETURN(Batch batch, input.Next());
     const int64_t rows = batch.labels.dim(0);
     MT_ASSIGN_OR_RETURN(std::vector<Tensor> grads,
                         ComputeGradients(ctx, r, absl::MakeConstSpan(&batch, 1),
                                          StepSeed(config_.seed, *read, w)));
     const double loss = HostValue(r.loss);
+    absl::StatusOr<int64_t> ticket = updates.Reserve(w);
+    // Over (the last update is taken, or a stop signal): this gradient is
+    // dropped, never pushed, so nothing wrong with it can fail the run.
+    if (absl::IsOutOfRange(ticket.status())) return absl::OkStatus();
+    MT_RETURN_IF_ERROR(ticket.status());
     if (!std::isfinite(loss)) {
       return absl::AbortedError(absl::StrCat(
           "non-finite loss (", loss, ") in the update read at step ", *read));
     }
     MT_RETURN_IF_ERROR(CheckGlobalNorm(
         r.global_norm, absl::StrCat("in the update read at step ", *read)));
-    absl::StatusOr<int64_t> ticket = updates.Reserve(w);
-    // Over: this gradient is dropped, never pushed.
-    if (absl::IsOutOfRange(ticket.status())) return absl::OkStatus();
-    MT_RETURN_IF_ERROR(ticket.status());
-    MT_RETURN_IF_ERROR(ps_->Push(vars, grads));
+    MT_RETURN_IF_ERROR(ps_->Push(vars, read_state, grads, *ticket));
     {
       std::lock_guard<std::mutex> lock(async_window_->mu);
       async_window_->loss += loss;
@@ -104,7 +107,8 @@ absl::Status Trainer::WorkerLoop(distribute::ReplicaContext& ctx) {
 absl::Status Trainer::TrainAsync(LoopState& loop) {
   distribute::UpdateClock& updates = clock();
   int64_t step = global_step();
-  updates.SetLimit(step);
+  // Also makes the clock usable again after an earlier Train's Finish.
+  updates.Reset(step);
   std::future<absl::Status> workers = std::async(std::launch::async, [this] {
     return strategy_->Run(
         [this](distribute::ReplicaContext& ctx) { return WorkerLoop(ctx); });
@@ -136,7 +140,9 @@ absl::Status Trainer::TrainAsync(LoopState& loop) {
   };
   bool stopped = false;
   while (step < loop.total_steps && !stopped) {
-    updates.SetLimit(next_due(step));
+    // A signal that came during the last logging, evaluation or saving
+    // lets no more updates through.
+    if (StopSignal() == 0) updates.SetLimit(next_due(step));
     while (true) {
       if (StopSignal() != 0 && !stopped) {
         updates.HoldAtReserved();

@@ -6,6 +6,7 @@
 #include <random>
 #include <thread>
 
+#include "distribute/parameter_server_strategy.h"
 #include "distribute/update_clock.h"
 #include "distribute/variable_partitioner.h"
 #include "gtest/gtest.h"
@@ -145,6 +146,28 @@ TEST(UpdateClockTest, AbortWakesWaitingWorkers) {
   worker.join();
   EXPECT_TRUE(absl::IsAborted(
       clock.WaitForLimit(std::chrono::milliseconds(1)).status()));
+}
+
+// Worker 1 fails (as a non-finite loss does, Aborted) while worker 0 waits
+// on the clock: the run reports worker 1's own error, not the clock's abort
+// as worker 0 passed it on.
+TEST(ParameterServerStrategyTest, AFailedWorkerIsNamedNotTheOnesItStopped) {
+  auto strategy = ParameterServerStrategy::Create(
+      {Device::Cpu(0), Device::Cpu(1)}, ParameterServerOptions{});
+  ASSERT_TRUE(strategy.ok()) << strategy.status();
+  UpdateClock& clock = (*strategy)->clock();
+  clock.SetLimit(0);  // Worker 0 waits in Reserve until the abort.
+  const absl::Status s = (*strategy)->Run([&](ReplicaContext& ctx) {
+    if (ctx.replica_id() == 1) {
+      return absl::AbortedError("non-finite loss (nan)");
+    }
+    if (absl::Status read = clock.BeginRead(0).status(); !read.ok()) {
+      return read;
+    }
+    return clock.Reserve(0).status();
+  });
+  EXPECT_TRUE(absl::IsAborted(s)) << s;
+  EXPECT_EQ(s.message(), "worker 1: non-finite loss (nan)");
 }
 
 TEST(UpdateClockTest, ResetStartsCountingAtARestoredStep) {
