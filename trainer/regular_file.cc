@@ -42,7 +42,20 @@ class Fd {
   int fd_;
 };
 
+absl::Status NotRegular(const std::string& path, mode_t mode) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(path, ": is ", KindOf(mode), ", not a regular file"));
+}
+
 }  // namespace
+
+absl::Status CheckRegularFile(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return ErrnoError(errno, path, "cannot stat");
+  }
+  return S_ISREG(st.st_mode) ? absl::OkStatus() : NotRegular(path, st.st_mode);
+}
 
 absl::StatusOr<std::string> ReadRegularFile(const std::string& path,
                                             uint64_t max_bytes) {
@@ -53,10 +66,7 @@ absl::StatusOr<std::string> ReadRegularFile(const std::string& path,
   struct stat st;
   if (::fstat(fd.get(), &st) != 0)
     return ErrnoError(errno, path, "cannot stat");
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": is ", KindOf(st.st_mode), ", not a regular file"));
-  }
+  if (!S_ISREG(st.st_mode)) return NotRegular(path, st.st_mode);
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   auto too_large = [&](uint64_t bytes) {
     return absl::InvalidArgumentError(

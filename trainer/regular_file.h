@@ -19,6 +19,12 @@ namespace mirrortrain::trainer {
 absl::StatusOr<std::string> ReadRegularFile(const std::string& path,
                                             uint64_t max_bytes);
 
+// OK when `path` is a regular file (after symlinks); checked without
+// opening it, so a FIFO is refused rather than waited on. Errors as
+// ReadRegularFile's: InvalidArgument "<path>: is a FIFO, not a regular
+// file", or the errno's code ("<path>: cannot stat: ...").
+absl::Status CheckRegularFile(const std::string& path);
+
 }  // namespace mirrortrain::trainer
 
 #endif  // MIRRORTRAIN_TRAINER_REGULAR_FILE_H_

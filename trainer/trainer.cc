@@ -685,8 +685,11 @@ absl::StatusOr<std::vector<Batch>> Trainer::NextMicroBatches() {
 }
 
 int64_t Trainer::StepsPerEpoch() const {
+  // Rounded up without forming batches + k - 1, which overflows for a k
+  // near 2^63 (a step then takes the whole epoch).
   const int64_t k = config_.train.accumulation_steps;
-  return (train_iterator_->BatchesPerEpoch() + k - 1) / k;
+  const int64_t batches = train_iterator_->BatchesPerEpoch();
+  return batches / k + (batches % k != 0 ? 1 : 0);
 }
 
 absl::Status Trainer::ReadyWeightsToRead(bool ema) {

@@ -118,6 +118,18 @@ TEST(AccumulationResumeTest, ResumedRunContinuesExactly) {
   ExpectSameState(resumed, straight, 0.0);
 }
 
+// More micro-batches than an epoch has, up to the largest count: a step
+// takes the whole epoch (25 micro-batches), the same update as 25 (the
+// epoch's count once overflowed in the step arithmetic: SIGFPE).
+TEST(AccumulationResumeTest, MoreMicroBatchesThanAnEpochTakeTheEpoch) {
+  const TrainedRun whole = Train(1, {"train.accumulation_steps=25",
+                                     "train.steps=2"});
+  const TrainedRun most = Train(
+      1, {"train.accumulation_steps=9223372036854775807", "train.steps=2"});
+  EXPECT_EQ(most.global_step, 2);
+  ExpectSameState(most, whole, 0);
+}
+
 TEST(AccumulationConfigTest, StepsMustBeAtLeastOne) {
   auto config =
       ParseConfig("", "accumulation_test.yaml", {"train.accumulation_steps=0"});

@@ -92,6 +92,33 @@ TEST(AdversarialInputTest, NonRegularFilesAreRefusedWithoutReadingThem) {
     ExpectOneLineError(RunCli({"inspect", c.path}, kTimeoutSeconds),
                        {c.path + ": " + c.kind}, "inspect " + c.path);
   }
+  // Data files too (a FIFO's open would wait for a writer forever). An npz
+  // path may be a directory of .npy files: there a member is the file.
+  const std::string npz_dir = dir + "/npz";
+  for (const char* member : {"x_train", "y_train", "x_test", "y_test"}) {
+    fs::create_directories(npz_dir + "/" + member + ".npy");
+  }
+  struct DataCase {
+    std::string data, want;
+  };
+  for (const DataCase& c : {
+           DataCase{"{name: npz, path: " + fifo + "}",
+                    fifo + ": is a FIFO, not a regular file"},
+           DataCase{"{name: npz, path: " + npz_dir + "}",
+                    ".npy: is a directory, not a regular file"},
+           DataCase{"{name: text, path: " + fifo + ", sequence_length: 8}",
+                    fifo + ": is a FIFO, not a regular file"},
+           DataCase{"{name: text, path: " + folder + ", sequence_length: 8}",
+                    folder + ": is a directory, not a regular file"},
+       }) {
+    const std::string config = dir + "/data.yaml";
+    WriteText(config,
+              "data: " + c.data +
+                  "\nmodel: {layers: [{type: embedding, input_dim: 256, "
+                  "output_dim: 8}, {type: dense, units: 256}]}\n");
+    ExpectOneLineError(RunCli(Train(config, dir + "/run"), kTimeoutSeconds),
+                       {c.want}, "data " + c.data);
+  }
   // A regular file past the size cap is refused without parsing it.
   const std::string big = dir + "/big.yaml";
   WriteText(big, std::string(trainer::kMaxConfigBytes + 1, '#'));

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "tensor/status_macros.h"
+#include "trainer/regular_file.h"
 
 namespace mirrortrain::trainer {
 absl::Status BadData(absl::string_view path, absl::string_view reason) {
@@ -20,6 +21,12 @@ absl::Status BadData(absl::string_view path, absl::string_view reason) {
 }
 
 absl::StatusOr<GzFile> GzFile::Open(const std::string& path) {
+  // Not opened otherwise: a FIFO would block the open, a directory fail
+  // only at the first read.
+  if (absl::Status regular = CheckRegularFile(path);
+      !regular.ok() && !absl::IsNotFound(regular)) {
+    return regular;
+  }
   errno = 0;
   Handle handle(gzopen(path.c_str(), "rb"));
   if (handle == nullptr) {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "tensor/status_macros.h"
 #include "trainer/data/gz_file.h"
+#include "trainer/regular_file.h"
 
 namespace mirrortrain::trainer {
 namespace {
@@ -44,6 +45,11 @@ uint64_t LittleEndian(const std::string& bytes, size_t offset, int n) {
 }  // namespace
 
 absl::StatusOr<ZipArchive> ZipArchive::Open(const std::string& path) {
+  // Not opened otherwise: a FIFO would block the open.
+  if (absl::Status regular = CheckRegularFile(path);
+      !regular.ok() && !absl::IsNotFound(regular)) {
+    return regular;
+  }
   errno = 0;
   auto file = std::make_unique<std::ifstream>(path, std::ios::binary);
   if (!file->is_open()) {
