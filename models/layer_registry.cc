@@ -1,5 +1,7 @@
 #include "models/layer_registry.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "models/containers.h"
 #include "tensor/status_macros.h"
@@ -57,6 +59,19 @@ absl::Status LayerBuilder::CheckWindow(const std::string& key, int64_t k,
            : " with padding valid"));
 }
 
+int64_t ExpandedLayerCount(const std::vector<LayerSpec>& specs) {
+  constexpr int64_t kCap = kMaxLayers + 1;
+  int64_t total = 0;
+  for (const LayerSpec& spec : specs) {
+    int64_t one = 1 + ExpandedLayerCount(spec.layers);
+    if (spec.shortcut.has_value()) one += ExpandedLayerCount(*spec.shortcut);
+    // Both factors are at most kCap here, so the product fits.
+    total += std::min(kCap, one) * std::min(kCap, spec.repeat);
+    if (total >= kCap) return kCap;
+  }
+  return total;
+}
+
 uint64_t LayerBuilder::NextSeed() { return LayerSeed(seed_, seeds_drawn_++); }
 
 absl::StatusOr<std::unique_ptr<Layer>> LayerBuilder::BuildOne(
@@ -73,6 +88,16 @@ absl::StatusOr<std::unique_ptr<Layer>> LayerBuilder::BuildOne(
   name_ = !spec.name.empty() ? spec.name
           : type_index_ == 0 ? type->name
                              : absl::StrCat(type->name, "_", type_index_);
+  // Variables are saved under their layer's name (Keras refuses the same
+  // name twice in a model too).
+  if (const auto [taken, fresh] = names_.try_emplace(name_, spec.path);
+      !fresh) {
+    error_named_ = true;  // Containers pass it on as it is.
+    return absl::InvalidArgumentError(absl::StrCat(
+        spec.path, spec.name.empty() ? "" : ".name", ": the layer name '",
+        name_, "' is taken by ", taken->second,
+        spec.name.empty() ? " (give this one a name)" : ""));
+  }
   input_shape_ = input;
   const size_t row = summary_.size();
   summary_.push_back({absl::StrCat(std::string(2 * depth_, ' '), name_),

@@ -40,6 +40,14 @@ struct LayerSpec {
   std::string path;  // "model.layers[3]", for errors.
 };
 
+// The most layers a model may have, containers and repeats expanded: far
+// beyond any real model, and refused before anything is built (nested
+// repeats multiply).
+inline constexpr int64_t kMaxLayers = 100000;
+// The layers `specs` build, containers and repeats expanded, saturating
+// just above kMaxLayers.
+int64_t ExpandedLayerCount(const std::vector<LayerSpec>& specs);
+
 class LayerBuilder;
 
 // The `use_bias` key of layers with a bias vector.
@@ -124,6 +132,8 @@ class LayerBuilder {
   int depth_ = 0;
   bool error_named_ = false;  // A failing layer has prefixed its path.
   absl::flat_hash_map<std::string, int> type_counts_;
+  // Every layer name given so far, and the path of the spec that has it.
+  absl::flat_hash_map<std::string, std::string> names_;
   Shape input_shape_;
   std::string name_;
   int type_index_ = 0;

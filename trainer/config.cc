@@ -787,6 +787,12 @@ absl::Status ReadModel(const Reader& r, const YAML::Node& node, Config* c,
         r.Read(node, path, {&ModelSchema()}, {"layers"}, "", &common));
     MT_ASSIGN_OR_RETURN(m.layers,
                         r.ReadLayers(Child(node, "layers"), "model.layers"));
+    if (const int64_t n = models::ExpandedLayerCount(m.layers);
+        n > models::kMaxLayers) {
+      return r.Error("model.layers", Child(node, "layers"),
+                     absl::StrCat("expands to more than ", models::kMaxLayers,
+                                  " layers (repeat multiplies)"));
+    }
   } else {
     const models::ModelPreset* preset =
         models::PresetRegistry::Global().Find(name);

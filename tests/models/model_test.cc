@@ -45,6 +45,41 @@ std::vector<std::string> Names(const Model& m) {
   return out;
 }
 
+// Variables are saved under their layers' names: two layers of one name
+// (given twice, or given and then made by the Keras auto-naming) are a
+// config error naming both paths, before anything trains.
+TEST(ModelTest, LayerNamesAreUnique) {
+  auto build = [](LayerSpec a, LayerSpec b) {
+    a.path = "model.layers[0]";
+    b.path = "model.layers[1]";
+    LayerBuilder builder(1, Device::Cpu());
+    return builder.BuildSequence({a, b}, {2, 3}).status();
+  };
+  auto named = [](const std::string& name) {
+    LayerSpec s = Spec("dense", {{"units", int64_t{3}}});
+    s.name = name;
+    return s;
+  };
+  EXPECT_EQ(build(named("x"), named("x")).message(),
+            "model.layers[1].name: the layer name 'x' is taken by "
+            "model.layers[0]");
+  EXPECT_EQ(build(named("dense_1"), named("")).message(),
+            "model.layers[1]: the layer name 'dense_1' is taken by "
+            "model.layers[0] (give this one a name)");
+  EXPECT_TRUE(build(named("x"), named("")).ok());
+  // Inside a container the path is the inner spec's, as it is.
+  LayerSpec inner = named("x");
+  inner.path = "model.layers[1].layers[0]";
+  LayerSpec block = Spec("sequential", {}, {inner});
+  block.path = "model.layers[1]";
+  LayerBuilder builder(1, Device::Cpu());
+  LayerSpec first = named("x");
+  first.path = "model.layers[0]";
+  EXPECT_EQ(builder.BuildSequence({first, block}, {2, 3}).status().message(),
+            "model.layers[1].layers[0].name: the layer name 'x' is taken by "
+            "model.layers[0]");
+}
+
 TEST(ModelTest, ResidualBlocksRepeatWithKerasNames) {
   ModelDef def;
   def.input_shape = {8, 8, 3};

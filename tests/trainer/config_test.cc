@@ -223,6 +223,19 @@ TEST(ConfigTest, LayerListsNestAndReportPaths) {
   c = ParseConfig("model:\n  layers: []\n", "m.yaml", {});
   EXPECT_THAT(Message(c.status()),
               HasSubstr("model.layers: expected a non-empty list of layers"));
+  // Nested repeats multiply: refused before anything is built.
+  const std::string nested =
+      "model:\n  layers:\n    - type: sequential\n      repeat: 10000\n"
+      "      layers:\n        - {type: activation, activation: relu, "
+      "repeat: ";
+  c = ParseConfig(nested + "9}\n", "m.yaml", {});
+  EXPECT_TRUE(c.ok()) << c.status();  // 10 000 x (1 + 9): the most.
+  for (const char* inner : {"10}\n", "10000}\n"}) {
+    c = ParseConfig(nested + inner, "m.yaml", {});
+    EXPECT_EQ(Message(c.status()),
+              "m.yaml:3: model.layers: expands to more than 100000 layers "
+              "(repeat multiplies)");
+  }
 }
 
 TEST(ConfigTest, EveryComponentsDefaultsResolve) {
