@@ -313,8 +313,8 @@ const ParamSchema& CheckpointSchema() {
            "latest, none, or a checkpoint path"),
        Param::Bool("allow_non_finite")
            .Default(false)
-           .Doc("restore a checkpoint whose tensors hold NaN or infinity "
-                "(otherwise an error)")}};
+           .Doc("save and restore a checkpoint whose tensors hold NaN or "
+                "infinity (otherwise an error, and nothing saved)")}};
   return *s;
 }
 

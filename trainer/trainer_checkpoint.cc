@@ -218,6 +218,11 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
       {"config_hash", absl::StrCat(config_.hash)},
       {"replicas", absl::StrCat(strategy_->num_replicas_in_sync())},
   };
+  // A file that restoring would refuse is not written (the last one stays):
+  // an update that went non-finite after the last loss was checked.
+  if (!config_.checkpoint.allow_non_finite) {
+    MT_RETURN_IF_ERROR(CheckFiniteState(vars, step));
+  }
   MT_ASSIGN_OR_RETURN(
       std::string path,
       Saver(vars).Save(CheckpointDir(), step, metadata,

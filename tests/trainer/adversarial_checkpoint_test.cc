@@ -346,6 +346,23 @@ TEST_F(AdversarialCheckpointTest, CorruptOrInconsistentCheckpointsExit2) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
+// A state that went non-finite in the last update (after the last loss
+// was checked: here its learning rate overflows f32) is not saved, since
+// restoring would refuse it: exit 1 naming the tensor, the checkpoint
+// before it kept as the latest.
+TEST_F(AdversarialCheckpointTest, ANonFiniteStateIsNotSaved) {
+  Result r = RunCli(SmallTrain(
+      run_, {"train.steps=17",
+             "optimizer.schedule={name: exponential_decay, decay_rate: 1e300, "
+             "decay_steps: 16, staircase: true}"}));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("the state after step 17 is not finite: "
+                               "'dense/kernel' holds"));
+  EXPECT_TRUE(fs::exists(Ckpt(16)));
+  EXPECT_FALSE(fs::exists(Ckpt(17)));
+  ASSERT_EQ(Eval(ckpts_).exit_code, 0);
+}
+
 // The damaged latest of a run directory: train refuses to resume from it
 // (and does not start over) and leaves the directory as it was.
 TEST_F(AdversarialCheckpointTest, CorruptLatestBlocksResume) {

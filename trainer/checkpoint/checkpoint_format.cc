@@ -1,7 +1,10 @@
 #include "trainer/checkpoint/checkpoint_format.h"
 
 #include <cmath>
+#include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
@@ -83,33 +86,74 @@ int64_t CountNonFinite(const Tensor& t) {
   return count;
 }
 
-// One tensor at a time, so the extra memory stays at one tensor.
-absl::Status CheckFinite(const SafetensorsFile& file) {
+// Which named tensors hold NaN or infinity: "'name' holds K NaN or
+// infinite of N values (and M more tensors)", or "" when none does.
+// `get(i)` gives the i-th (name, host tensor), one at a time, so the extra
+// memory stays at one tensor.
+absl::StatusOr<std::string> NonFiniteReport(
+    size_t count,
+    const std::function<absl::StatusOr<std::pair<std::string, Tensor>>(size_t)>&
+        get) {
   std::string first;
   int tensors = 0;
-  for (const std::string& name : file.names()) {
-    MT_ASSIGN_OR_RETURN(SafetensorsFile::Info info, file.GetInfo(name));
-    if (info.dtype != DType::kF32 && info.dtype != DType::kF64) continue;
-    MT_ASSIGN_OR_RETURN(Tensor t, file.Get(name));
-    const int64_t bad = info.dtype == DType::kF32 ? CountNonFinite<float>(t)
-                                                  : CountNonFinite<double>(t);
+  for (size_t i = 0; i < count; ++i) {
+    MT_ASSIGN_OR_RETURN(auto named, get(i));
+    const auto& [name, t] = named;
+    if (!t.defined() || (t.dtype() != DType::kF32 && t.dtype() != DType::kF64))
+      continue;
+    const int64_t bad = t.dtype() == DType::kF32 ? CountNonFinite<float>(t)
+                                                 : CountNonFinite<double>(t);
     if (bad == 0) continue;
     if (tensors++ == 0) {
       first = absl::StrCat("'", name, "' holds ", bad, " NaN or infinite of ",
                            t.num_elements(), " values");
     }
   }
-  if (tensors == 0) return absl::OkStatus();
+  if (tensors > 1)
+    absl::StrAppend(&first, " (and ", tensors - 1, " more tensors)");
+  return first;
+}
+
+absl::Status CheckFinite(const SafetensorsFile& file) {
+  const std::vector<std::string>& names = file.names();
+  MT_ASSIGN_OR_RETURN(
+      const std::string bad,
+      NonFiniteReport(
+          names.size(),
+          [&](size_t i) -> absl::StatusOr<std::pair<std::string, Tensor>> {
+            MT_ASSIGN_OR_RETURN(SafetensorsFile::Info info,
+                                file.GetInfo(names[i]));
+            if (info.dtype != DType::kF32 && info.dtype != DType::kF64) {
+              return std::pair<std::string, Tensor>(names[i], Tensor());
+            }
+            MT_ASSIGN_OR_RETURN(Tensor t, file.Get(names[i]));
+            return std::pair<std::string, Tensor>(names[i], std::move(t));
+          }));
+  if (bad.empty()) return absl::OkStatus();
   return Invalid(
       file,
       absl::StrCat(
-          first,
-          tensors > 1 ? absl::StrCat(" (and ", tensors - 1, " more tensors)")
-                      : "",
-          "; set checkpoint.allow_non_finite=true to restore it anyway"));
+          bad, "; set checkpoint.allow_non_finite=true to restore it anyway"));
 }
 
 }  // namespace
+
+absl::Status CheckFiniteState(absl::Span<Variable* const> vars, int64_t step) {
+  MT_ASSIGN_OR_RETURN(
+      const std::string bad,
+      NonFiniteReport(
+          vars.size(),
+          [&](size_t i) -> absl::StatusOr<std::pair<std::string, Tensor>> {
+            MT_ASSIGN_OR_RETURN(Tensor host,
+                                vars[i]->value().To(Device::Cpu()));
+            return std::pair<std::string, Tensor>(vars[i]->name(),
+                                                  std::move(host));
+          }));
+  if (bad.empty()) return absl::OkStatus();
+  return absl::AbortedError(absl::StrCat(
+      "the state after step ", step, " is not finite: ", bad,
+      "; not saved (checkpoint.allow_non_finite: true saves it anyway)"));
+}
 
 absl::StatusOr<CheckpointPosition> CheckTrainingCheckpoint(
     const SafetensorsFile& file, bool allow_non_finite) {

@@ -12,6 +12,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "tensor/variable.h"
 #include "trainer/checkpoint/safetensors.h"
 
 namespace mirrortrain::trainer {
@@ -38,6 +40,11 @@ struct CheckpointPosition {
 // or a step past kMaxCheckpointStep; a "global_step" tensor that is missing,
 // not an int64 scalar, or not equal to "step"; and, unless
 // `allow_non_finite`, NaN or infinity in any floating-point tensor.
+// Before saving the state after `step`: Aborted naming the first of `vars`
+// with a NaN or infinity in its floating-point values (and how many more
+// there are), since CheckTrainingCheckpoint would refuse the file.
+absl::Status CheckFiniteState(absl::Span<Variable* const> vars, int64_t step);
+
 absl::StatusOr<CheckpointPosition> CheckTrainingCheckpoint(
     const SafetensorsFile& file, bool allow_non_finite);
 

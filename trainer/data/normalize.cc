@@ -1,5 +1,7 @@
 #include "trainer/data/normalize.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 
 namespace mirrortrain::trainer {
@@ -27,10 +29,24 @@ absl::Status NormalizeChannels(const NormalizeOptions& options,
   std::vector<float> stddev(options.stddev.begin(), options.stddev.end());
   float* x = images.data<float>();
   const int64_t rows = images.num_elements() / channels;
+  bool finite = true;
   for (int64_t r = 0; r < rows; ++r) {
     float* row = x + r * channels;
-    for (int64_t k = 0; k < channels; ++k)
+    for (int64_t k = 0; k < channels; ++k) {
       row[k] = (row[k] - mean[k]) / stddev[k];
+      finite &= std::isfinite(row[k]);
+    }
+  }
+  if (finite) return absl::OkStatus();
+  // The inputs were finite (checked when read): the mean or std did it.
+  const int64_t per_example = images.num_elements() / images.dim(0);
+  for (int64_t i = 0; i < images.num_elements(); ++i) {
+    if (std::isfinite(x[i])) continue;
+    const int64_t k = i % channels;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.normalize: mean ", options.mean[k], " and std ",
+        options.stddev[k], " of channel ", k,
+        " make an input non-finite (example ", i / per_example, ")"));
   }
   return absl::OkStatus();
 }

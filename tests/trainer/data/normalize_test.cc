@@ -32,6 +32,18 @@ TEST(NormalizeTest, DisabledChangesNothing) {
   EXPECT_EQ(images.ToVector<float>(), (std::vector<float>{0.25f, 0.5f}));
 }
 
+// Finite inputs that the mean or std turn into infinities: the config's
+// fault, named with the channel (its std underflows here).
+TEST(NormalizeTest, ANonFiniteResultNamesTheChannel) {
+  Tensor images = Tensor::FromVector<float>({0.5f, 0.5f, 0.5f, 0.25f}, {2, 2});
+  const absl::Status status =
+      NormalizeChannels({.mean = {0, 0}, .stddev = {1, 1e-45}}, images);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            "data.normalize: mean 0 and std 1e-45 of channel 1 make an input "
+            "non-finite (example 0)");
+}
+
 TEST(NormalizeTest, ChannelCountMustMatch) {
   Tensor images =
       Tensor::FromVector<float>(std::vector<float>(8), {2, 2, 2, 1});
