@@ -174,6 +174,12 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv,
       }
       value = argv[++i];
     }
+    // An empty value would read as the flag left out (--run_dir "" as the
+    // default run directory); a prompt may be empty.
+    if (value.empty() && name != "prompt") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("flag '--", name, "' needs a value, got an empty one"));
+    }
     if (name == "config") args.config = value;
     if (name == "set") args.sets.push_back(value);
     if (name == "run_dir") args.run_dir = value;
@@ -404,7 +410,11 @@ absl::StatusOr<T> FlagNumber(absl::string_view flag, const std::string& text,
   }
   if (!ok) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, ": expected a number, got '", text, "'"));
+        absl::StrCat("--", flag, ": expected ",
+                     std::is_floating_point_v<T> ? "a number"
+                     : std::is_unsigned_v<T>     ? "an integer >= 0"
+                                                 : "an integer",
+                     ", got '", text, "'"));
   }
   return value;
 }

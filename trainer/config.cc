@@ -451,6 +451,13 @@ class Reader {
     if (node.IsDefined() && node.Mark().line >= 0) {
       return absl::StrCat(file_, ":", node.Mark().line + 1);
     }
+    // Not in the file: made by a --set whose path goes through it.
+    for (auto it = overrides_.rbegin(); it != overrides_.rend(); ++it) {
+      if (absl::StartsWith(it->path, path + ".") ||
+          absl::StartsWith(it->path, path + "[")) {
+        return absl::StrCat("--set ", it->arg);
+      }
+    }
     return file_;
   }
 
@@ -691,7 +698,10 @@ absl::StatusOr<std::vector<std::string>> SplitPath(const std::string& path) {
     current += c;
   }
   if (!current.empty()) out.push_back(current);
-  if (out.empty()) return absl::InvalidArgumentError("empty key");
+  // "a." (and "a[1].") name nothing after the dot.
+  if (out.empty() || path.back() == '.') {
+    return absl::InvalidArgumentError("empty key");
+  }
   return out;
 }
 

@@ -50,7 +50,8 @@ absl::StatusOr<std::string> SampleText(models::Model& model, Device device,
     return absl::InvalidArgumentError("--length: must be >= 0");
   }
   if (!(options.temperature >= 0) || !std::isfinite(options.temperature)) {
-    return absl::InvalidArgumentError("--temperature: must be >= 0");
+    return absl::InvalidArgumentError(
+        "--temperature: must be a finite number >= 0");
   }
   const int64_t window = in[0];
   std::string text = options.prompt.empty() ? "\n" : options.prompt;

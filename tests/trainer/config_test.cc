@@ -163,6 +163,14 @@ TEST(ConfigTest, BadOverrides) {
   EXPECT_THAT(Message(c.status()), HasSubstr("expected KEY=VALUE"));
   c = ParseConfig("", "j.yaml", {"seed=[1"});
   EXPECT_THAT(Message(c.status()), HasSubstr("seed: malformed YAML"));
+  // A key the file does not have, made by a --set that goes through it.
+  c = ParseConfig("data: {name: synthetic}\n", "j.yaml", {"data.nope.a=1"});
+  EXPECT_EQ(Message(c.status()).rfind("--set data.nope.a=1: data.nope: ", 0),
+            0u)
+      << Message(c.status());
+  // A trailing dot names no key.
+  c = ParseConfig("", "j.yaml", {"seed.=5"});
+  EXPECT_EQ(Message(c.status()), "--set seed.=5: seed.: empty key");
 }
 
 // The README's key table is `mirrortrain config --schema`'s output.

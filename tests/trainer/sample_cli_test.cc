@@ -107,9 +107,15 @@ TEST(SampleCliTest, TrainsATransformerAndContinuesAPrompt) {
   EXPECT_EQ(ema.out.size(), 3u + 1u);
   // Bad flags.
   ExpectExit2(args_with({"--length", "x"}),
-              "mirrortrain sample: --length: expected a number, got 'x'");
-  ExpectExit2(args_with({"--temperature", "-1"}),
-              "--temperature: must be >= 0");
+              "mirrortrain sample: --length: expected an integer, got 'x'");
+  ExpectExit2(args_with({"--seed", "-1"}),
+              "--seed: expected an integer >= 0, got '-1'");
+  for (const char* t : {"-1", "inf", "nan"}) {
+    ExpectExit2(args_with({"--temperature", t}),
+                "--temperature: must be a finite number >= 0");
+  }
+  ExpectExit2(args_with({"--length", ""}),
+              "flag '--length' needs a value, got an empty one");
   ExpectExit2({"sample", "--config", config},
               "--config FILE and --checkpoint PATH_OR_DIR are required");
 }
