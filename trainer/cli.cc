@@ -22,6 +22,7 @@
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/config.h"
 #include "trainer/metrics_logger.h"
+#include "trainer/one_line.h"
 #include "trainer/sample.h"
 #include "trainer/signals.h"
 #include "trainer/trainer.h"
@@ -218,8 +219,10 @@ bool MultiProcess() { return processes != nullptr && processes->size() > 1; }
 // A failure every process finds alike (usage, config, a status all agreed
 // on): reported once, by the chief.
 int Fail(const absl::Status& s) {
+  // One line whatever the message quotes (a path read from a checkpoint
+  // index may hold a newline).
   if (Reports()) {
-    std::fprintf(stderr, "mirrortrain: %s\n", std::string(s.message()).c_str());
+    std::fprintf(stderr, "mirrortrain: %s\n", OneLine(s.message()).c_str());
   }
   return ExitCodeFor(s);
 }
@@ -230,7 +233,7 @@ int Fail(const absl::Status& s) {
 int FailHere(const absl::Status& s) {
   if (!MultiProcess()) return Fail(s);
   std::fprintf(stderr, "mirrortrain: process %d: %s\n", processes->rank(),
-               std::string(s.message()).c_str());
+               OneLine(s.message()).c_str());
   std::fflush(stderr);
   const int code = ExitCodeFor(s);
   processes->Abort(code);

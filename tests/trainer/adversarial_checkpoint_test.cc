@@ -181,6 +181,18 @@ TEST_F(AdversarialCheckpointTest, DeletedIndexNeverStartsOver) {
   ExpectUsageError(Eval(ckpts_), {"no checkpoint found"});
 }
 
+// An index entry with an escaped newline names a file that does not
+// exist; the error quotes it escaped again, on one line.
+TEST_F(AdversarialCheckpointTest, AnIndexPathWithANewlineStaysOneLine) {
+  TrainOneEpoch();
+  std::ofstream(ckpts_ + "/checkpoint", std::ios::trunc)
+      << "model_checkpoint_path: \"ckpt-32.safetensors\\nx\"\n";
+  const std::string want =
+      "names 'ckpt-32.safetensors\\nx' as the latest checkpoint";
+  ExpectUsageError(Eval(ckpts_), {want});
+  ExpectUsageError(RunCli(SmallTrain(run_)), {want});
+}
+
 // Index entries that lead outside the checkpoint directory: rejected by
 // train (whose pruning would otherwise delete them) and eval; the files
 // they name survive.

@@ -279,6 +279,9 @@ TEST(DataCliTest, BadTextInputsExit2NamingTheFileOrKey) {
   const std::vector<std::pair<std::string, std::string>> bad_keys = {
       {"sequence_length: 500",
        "data.sequence_length: 500 needs 501 bytes per window"},
+      {"sequence_length: 9223372036854775807",
+       "data.sequence_length: 9223372036854775807 needs 9223372036854775808 "
+       "bytes per window"},
       {"validation_fraction: 0",
        "data.validation_fraction: 0 holds out 0 of the 200 bytes"},
       // Out of range in the config: file:line and the key.

@@ -167,8 +167,8 @@ absl::StatusOr<Tensor> ImagesTensor(const NpyArray& x,
   return images;
 }
 
-// The labels as int64 (u64 values above int64's range saturate, and are
-// then out of range). Elements are little-endian, as the host's.
+// The labels as int64 (u64 values above int64's range are out of range,
+// and named as they are). Elements are little-endian, as the host's.
 absl::StatusOr<std::vector<int64_t>> LabelValues(const NpyArray& y,
                                                  const std::string& where) {
   const NpyHeader& h = y.header;
@@ -181,15 +181,18 @@ absl::StatusOr<std::vector<int64_t>> LabelValues(const NpyArray& y,
   }
   const int64_t n = h.shape[0];
   std::vector<int64_t> out(n);
+  std::string huge;  // The first u64 label past int64, as it is.
   auto widen = [&](auto element) {
     using T = decltype(element);
     for (int64_t i = 0; i < n; ++i) {
       T v;
       std::memcpy(&v, y.data() + i * sizeof(T), sizeof(T));
       if constexpr (std::is_same_v<T, uint64_t>) {
-        out[i] = v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
-                     ? std::numeric_limits<int64_t>::max()
-                     : static_cast<int64_t>(v);
+        const bool past =
+            v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+        if (past && huge.empty()) huge = absl::StrCat(v);
+        out[i] = past ? std::numeric_limits<int64_t>::max()
+                      : static_cast<int64_t>(v);
       } else {
         out[i] = static_cast<int64_t>(v);
       }
@@ -219,9 +222,14 @@ absl::StatusOr<std::vector<int64_t>> LabelValues(const NpyArray& y,
   }
   for (int64_t i = 0; i < n; ++i) {
     if (out[i] < 0 || out[i] > kMaxLabel) {
-      return BadData(where, absl::StrCat("label ", out[i], " at index ", i,
-                                         out[i] < 0 ? " is negative"
-                                                    : " is implausibly large"));
+      // A saturated u64 is the first past int64 (any below it is smaller).
+      const bool saturated =
+          out[i] == std::numeric_limits<int64_t>::max() && !huge.empty();
+      return BadData(
+          where,
+          absl::StrCat("label ", saturated ? huge : absl::StrCat(out[i]),
+                       " at index ", i,
+                       out[i] < 0 ? " is negative" : " is implausibly large"));
     }
   }
   return out;

@@ -65,18 +65,19 @@ absl::StatusOr<InMemoryDataset> LoadText(const std::vector<std::string>& paths,
   const std::string files = absl::StrJoin(paths, ", ");
   // Both splits are checked whichever is loaded, so a config fails the
   // same way for training and for evaluation.
-  if (train_bytes < sequence_length + 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data.sequence_length: ", sequence_length, " needs ",
-        sequence_length + 1, " bytes per window but the training split of ",
-        files, " has ", train_bytes, " bytes"));
+  // As unsigned: sequence_length + 1 overflows int64 at its largest.
+  const uint64_t window = static_cast<uint64_t>(sequence_length) + 1;
+  if (static_cast<uint64_t>(train_bytes) < window) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.sequence_length: ", sequence_length, " needs ",
+                     window, " bytes per window but the training split of ",
+                     files, " has ", train_bytes, " bytes"));
   }
-  if (test_bytes < sequence_length + 1) {
+  if (static_cast<uint64_t>(test_bytes) < window) {
     return absl::InvalidArgumentError(absl::StrCat(
         "data.validation_fraction: ", validation_fraction, " holds out ",
         test_bytes, " of the ", n, " bytes of ", files,
-        ", fewer than one window of data.sequence_length + 1 = ",
-        sequence_length + 1));
+        ", fewer than one window of data.sequence_length + 1 = ", window));
   }
   const int64_t begin = train ? 0 : train_bytes;
   const int64_t m = train ? train_bytes : test_bytes;

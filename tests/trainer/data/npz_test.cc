@@ -228,6 +228,16 @@ TEST(NpzTest, NegativeLabel) {
   ExpectBad(a, false, "y_test: label -1 at index 1 is negative");
 }
 
+// A u64 label past int64's range is named as it is in the file.
+TEST(NpzTest, HugeUnsignedLabel) {
+  std::vector<ZipMember> a = Arrays(true);
+  a[3].bytes =
+      NpyBytes("<u8", {2}, RawBytes(std::vector<uint64_t>{0, ~uint64_t{0}}));
+  ExpectBad(a, false,
+            "y_test: label 18446744073709551615 at index 1 is implausibly "
+            "large");
+}
+
 TEST(NpzTest, FortranOrder) {
   std::vector<ZipMember> a = Arrays(false);
   a[0].bytes = NpyBytes("|u1", {4, 3, 2}, std::string(24, '\0'), true);
