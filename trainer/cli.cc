@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -135,6 +136,7 @@ bool IsSwitch(absl::string_view name) {
 absl::StatusOr<Args> ParseArgs(int argc, char** argv,
                                std::initializer_list<const char*> allowed) {
   Args args;
+  std::set<std::string> given;  // Every flag but --set is given once.
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -157,6 +159,10 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv,
     if (!known) {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown flag '--", name, "'"));
+    }
+    if (name != "set" && !given.insert(name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("flag '--", name, "' given twice"));
     }
     if (IsSwitch(name)) {
       if (has_value) {

@@ -246,6 +246,8 @@ TEST(AdversarialInputTest, UsageErrorsAreOneLineWithAPointerToHelp) {
        "mirrortrain train: unexpected argument 'stray'"},
       {{"train", "--config", tiny, "--bogus"},
        "mirrortrain train: unknown flag '--bogus'"},
+      {{"train", "--config", tiny, "--config=" + tiny},
+       "mirrortrain train: flag '--config' given twice"},
       {{"eval", "--config", tiny}, "mirrortrain eval: --config FILE and"},
       {{"eval", "--config", tiny, "--checkpoint", dir, "stray"},
        "mirrortrain eval: unexpected argument 'stray'"},
