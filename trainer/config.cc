@@ -628,6 +628,11 @@ class Reader {
                             absl::StrCat("layer type ", spec.type),
                             &spec.params));
     if (type->container) {
+      if (!Child(node, "layers")) {
+        return Error(path + ".layers", node,
+                     absl::StrCat("required: layer type ", spec.type,
+                                  " holds a list of layers"));
+      }
       MT_ASSIGN_OR_RETURN(spec.layers,
                           ReadLayers(Child(node, "layers"), path + ".layers"));
     }

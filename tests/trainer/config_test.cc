@@ -228,6 +228,10 @@ TEST(ConfigTest, LayerListsNestAndReportPaths) {
                   "m.yaml", {});
   EXPECT_THAT(Message(c.status()),
               HasSubstr("model.name: give either a preset name or layers"));
+  c = ParseConfig("model:\n  layers:\n    - {type: residual}\n", "m.yaml", {});
+  EXPECT_EQ(Message(c.status()),
+            "m.yaml:3: model.layers[0].layers: required: layer type residual "
+            "holds a list of layers");
   c = ParseConfig("model:\n  layers: []\n", "m.yaml", {});
   EXPECT_THAT(Message(c.status()),
               HasSubstr("model.layers: expected a non-empty list of layers"));

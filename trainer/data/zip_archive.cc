@@ -203,7 +203,11 @@ absl::Status ZipArchive::ReadCentralDirectory() {
       }
       x += 4 + len;
     }
-    entries_[name] = e;
+    // Two members of one name: which one a reader takes differs (numpy's
+    // zipfile takes the last), so neither is.
+    if (!entries_.emplace(name, e).second) {
+      return BadData(path_, absl::StrCat("member ", name, " appears twice"));
+    }
     pos = next;
   }
   return absl::OkStatus();

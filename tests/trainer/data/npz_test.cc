@@ -206,6 +206,12 @@ TEST(NpzTest, MissingArray) {
             "y_train.npy; it needs x_train, y_train, x_test, y_test)");
 }
 
+TEST(NpzTest, AMemberTwiceIsRefused) {
+  std::vector<ZipMember> a = Arrays(false);
+  a.push_back(a[1]);
+  ExpectBad(a, true, "member y_train.npy appears twice");
+}
+
 TEST(NpzTest, ShapeMismatches) {
   std::vector<ZipMember> a = Arrays(false);
   a[1].bytes = NpyBytes("<i2", {3}, RawBytes(std::vector<int16_t>{1, 0, 6}));
