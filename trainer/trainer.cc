@@ -724,8 +724,9 @@ absl::Status Trainer::WithModel(
 absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
   // Every eval batch is sharded over the replicas like a training batch;
   // per-replica sums are then reduced (Strategy::Reduce). Central storage
-  // loads the weights into the replicas first; asynchronous workers never
-  // stop for an evaluation: it runs on the gathered state, on its device.
+  // loads the weights into the replicas first; parameter servers' workers
+  // are held by the coordinator meanwhile (TrainAsync), and the evaluation
+  // runs on the state gathered from the shards, on its own device.
   MT_RETURN_IF_ERROR(ReadyWeightsToRead(ema));
   distribute::Strategy* runner = strategy_.get();
   std::optional<distribute::OneDeviceStrategy> on_state;
