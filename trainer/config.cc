@@ -240,7 +240,7 @@ const ParamSchema& DistributeSchema() {
            .Default(0)
            .Min(0)
            .Doc("check every N steps that all replicas are bitwise "
-                "identical (0: never)"),
+                "identical (0: never; one_device and mirrored)"),
        Param::Float("watchdog_seconds")
            .Default(300.0)
            .Min(0.001)
@@ -981,6 +981,16 @@ absl::Status Validate(const Reader& r, const YAML::Node& root,
                    node("train", "accumulation_steps"),
                    "parameter_server workers take no accumulation (use a "
                    "larger data.global_batch_size)");
+  }
+  // Only mirrored replicas each hold a copy of the variables to compare.
+  if (c.distribute.check_replicas_every_steps > 0 &&
+      (c.distribute.strategy == "central_storage" ||
+       c.distribute.strategy == "parameter_server")) {
+    return r.Error("distribute.check_replicas_every_steps",
+                   node("distribute", "check_replicas_every_steps"),
+                   absl::StrCat(c.distribute.strategy,
+                                " keeps one copy of the variables: there are "
+                                "no replicas' copies to compare"));
   }
   return absl::OkStatus();
 }

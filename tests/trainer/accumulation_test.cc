@@ -122,8 +122,8 @@ TEST(AccumulationResumeTest, ResumedRunContinuesExactly) {
 // takes the whole epoch (25 micro-batches), the same update as 25 (the
 // epoch's count once overflowed in the step arithmetic: SIGFPE).
 TEST(AccumulationResumeTest, MoreMicroBatchesThanAnEpochTakeTheEpoch) {
-  const TrainedRun whole = Train(1, {"train.accumulation_steps=25",
-                                     "train.steps=2"});
+  const TrainedRun whole =
+      Train(1, {"train.accumulation_steps=25", "train.steps=2"});
   const TrainedRun most = Train(
       1, {"train.accumulation_steps=9223372036854775807", "train.steps=2"});
   EXPECT_EQ(most.global_step, 2);
@@ -137,6 +137,21 @@ TEST(AccumulationConfigTest, StepsMustBeAtLeastOne) {
   EXPECT_NE(config.status().message().find("train.accumulation_steps"),
             std::string::npos)
       << config.status();
+}
+
+TEST(AccumulationConfigTest, OneCopyOfTheVariablesHasNoReplicasToCheck) {
+  for (const char* strategy : {"central_storage", "parameter_server"}) {
+    auto config = ParseConfig(
+        absl::StrCat("distribute: {strategy: ", strategy,
+                     ", devices: [cpu:0, cpu:1], check_replicas_every_steps: "
+                     "5}\n"),
+        "c.yaml", {});
+    ASSERT_FALSE(config.ok()) << strategy;
+    EXPECT_NE(config.status().message().find(
+                  "c.yaml:1: distribute.check_replicas_every_steps: "),
+              std::string::npos)
+        << config.status();
+  }
 }
 
 TEST(AccumulationConfigTest, ParameterServerWorkersTakeNone) {
