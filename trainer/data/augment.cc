@@ -44,9 +44,15 @@ void DrawErase(const AugmentOptions& options, int64_t h, int64_t w,
     const double area = static_cast<double>(h * w) *
                         (scale_lo + (scale_hi - scale_lo) * uniform());
     const double aspect = std::exp(log_lo + (log_hi - log_lo) * uniform());
-    const auto eh = static_cast<int64_t>(std::lround(std::sqrt(area * aspect)));
-    const auto ew = static_cast<int64_t>(std::lround(std::sqrt(area / aspect)));
-    if (eh >= h || ew >= w) continue;
+    // Fitted in double first: lround of a side past int64 (an extreme
+    // erasing_ratio) is undefined.
+    const double side_h = std::round(std::sqrt(area * aspect));
+    const double side_w = std::round(std::sqrt(area / aspect));
+    if (!(side_h < static_cast<double>(h) && side_w < static_cast<double>(w))) {
+      continue;
+    }
+    const auto eh = static_cast<int64_t>(side_h);
+    const auto ew = static_cast<int64_t>(side_w);
     draw->erase_h = eh;
     draw->erase_w = ew;
     draw->erase_y = below(h - eh + 1);

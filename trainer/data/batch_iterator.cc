@@ -132,11 +132,12 @@ absl::StatusOr<Batch> BatchIterator::Producer::Produce() {
                                   position_.epoch, rows, batch.images));
   batch.epoch = position_.epoch;
   batch.index = position_.batch;
+  // Staged before the position moves: it advances only on success.
+  if (options_.stage) MT_RETURN_IF_ERROR(options_.stage(batch));
   if (++position_.batch == batches_per_epoch_) {
     position_.batch = 0;
     ++position_.epoch;
   }
-  if (options_.stage) MT_RETURN_IF_ERROR(options_.stage(batch));
   return batch;
 }
 
@@ -154,10 +155,11 @@ absl::StatusOr<std::unique_ptr<BatchIterator>> BatchIterator::Create(
   MT_RETURN_IF_ERROR(
       CheckAugmentable(options.augment, dataset->images.shape()));
   const int64_t n = dataset->size();
+  // Rounded up without forming n + batch_size - 1 (it overflows for a
+  // batch size near 2^63).
   const int64_t batches =
-      options.drop_remainder
-          ? n / options.batch_size
-          : (n + options.batch_size - 1) / options.batch_size;
+      n / options.batch_size +
+      (!options.drop_remainder && n % options.batch_size != 0 ? 1 : 0);
   if (batches == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("BatchIterator: dataset '", dataset->name, "' has ", n,

@@ -166,6 +166,24 @@ TEST(DrawAugmentTest, ErasingFollowsItsProbabilityScaleAndRatio) {
                              .erasing_scale = {1.0, 1.0},
                              .erasing_ratio = {1.0, 1.0}};
   EXPECT_EQ(DrawAugment(whole, kSide, kSide, 3, 1, 0).erase_h, 0);
+  // Ratios so extreme that one side passes int64 on most tries: those tries
+  // are retried, as tries that do not fit are, and any rectangle drawn
+  // lies inside the image.
+  const AugmentOptions extreme{.random_erasing = 1.0,
+                               .erasing_ratio = {1e-40, 1e40}};
+  int fitted = 0;
+  for (int64_t i = 0; i < kDraws; ++i) {
+    const AugmentDraw d = DrawAugment(extreme, kSide, kSide, 3, 1, i);
+    if (d.erase_h == 0) continue;
+    ++fitted;
+    ASSERT_GT(d.erase_h, 0) << i;
+    ASSERT_GT(d.erase_w, 0) << i;
+    ASSERT_GE(d.erase_y, 0);
+    ASSERT_GE(d.erase_x, 0);
+    ASSERT_LE(d.erase_y + d.erase_h, kSide) << i;
+    ASSERT_LE(d.erase_x + d.erase_w, kSide) << i;
+  }
+  EXPECT_GT(fitted, 0);
 }
 
 TEST(DrawAugmentTest, DependsOnSeedEpochAndIndexOnly) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <set>
@@ -202,6 +203,11 @@ TEST(BatchIteratorTest, DropRemainder) {
   EXPECT_EQ(
       BatchIterator::Create(&even, Opts(64, true, true, 1)).status().code(),
       absl::StatusCode::kInvalidArgument);
+  // Up to the largest batch size (the count once overflowed to none).
+  auto most = MakeIterator(
+      even, Opts(std::numeric_limits<int64_t>::max(), true, false, 0));
+  ASSERT_NE(most, nullptr);
+  EXPECT_EQ(most->BatchesPerEpoch(), 1);
 }
 
 TEST(BatchIteratorTest, PrefetchDepthDoesNotChangeBatches) {
