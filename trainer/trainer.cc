@@ -120,6 +120,19 @@ absl::Status CheckClassifier(const models::Model& model,
   return absl::OkStatus();
 }
 
+// Under several processes, `mine` agreed by all (ProcessGroup::Agree): a
+// failure only some processes found (the chief's run directory, one host's
+// devices or data) stops every one of them here, reported with the failing
+// process's own message and code, instead of leaving the others waiting in
+// the next collective while its agreement messages land in that
+// collective's receives.
+absl::Status AgreeBeforeCollectives(distribute::ProcessGroup& processes,
+                                    const absl::Status& mine) {
+  if (processes.size() == 1) return mine;
+  MT_ASSIGN_OR_RETURN(const absl::Status agreed, processes.Agree(mine));
+  return agreed;
+}
+
 absl::StatusOr<std::unique_ptr<Optimizer>> MakeConfiguredOptimizer(
     const OptimizerConfig& o) {
   MT_ASSIGN_OR_RETURN(
@@ -173,13 +186,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   // Only the chief uses the run directory; the others get its state.
   t->run_dir_ = chief ? run_dir : "";
   // Owned before anything in it is read or written.
-  if (!t->run_dir_.empty()) {
-    MT_ASSIGN_OR_RETURN(RunDirLock lock, RunDirLock::Acquire(run_dir));
-    t->run_dir_lock_.emplace(std::move(lock));
-  }
-  if (need_train_data && chief) {
-    MT_RETURN_IF_ERROR(t->PrepareRestoreForTraining());
-  }
+  const absl::Status chief_part = [&]() -> absl::Status {
+    if (!t->run_dir_.empty()) {
+      MT_ASSIGN_OR_RETURN(RunDirLock lock, RunDirLock::Acquire(run_dir));
+      t->run_dir_lock_.emplace(std::move(lock));
+    }
+    if (need_train_data && chief) {
+      MT_RETURN_IF_ERROR(t->PrepareRestoreForTraining());
+    }
+    return absl::OkStatus();
+  }();
+  MT_RETURN_IF_ERROR(AgreeBeforeCollectives(*processes, chief_part));
   // The training split (the largest file to read and decompress) loads on
   // a thread of its own while the devices start up and the model is built;
   // its errors come after the test split's and the model's. The test split
@@ -202,26 +219,33 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   std::future<absl::StatusOr<InMemoryDataset>> test_split = std::async(
       std::launch::async, timed_load, /*train=*/false, &t->startup_.test_split);
   const Clock::time_point devices_began = Clock::now();
-  // Validated by the config; process-wide, like TensorFlow's switch.
-  MT_ASSIGN_OR_RETURN(MatMulPrecision precision,
-                      ParseMatMulPrecision(config.precision));
-  SetMatMulPrecision(precision);
-  MT_ASSIGN_OR_RETURN(std::vector<Device> devices,
-                      distribute::ResolveDevices(config.distribute.devices));
   const DistributeConfig& dist = config.distribute;
+  std::vector<Device> devices;
   distribute::StrategyOptions options;
-  MT_ASSIGN_OR_RETURN(
-      const cuda::StreamPriority communication_priority,
-      distribute::ParseStreamPriority(dist.communication_priority));
-  options.mirrored = {dist.cross_device_ops, dist.bucket_bytes,
-                      dist.watchdog_seconds, communication_priority};
-  MT_ASSIGN_OR_RETURN(options.variables_device,
-                      ParseDevice(dist.variables_device));
-  MT_ASSIGN_OR_RETURN(options.parameter_server.ps_devices,
-                      distribute::ResolveDevices(dist.ps_devices));
-  options.parameter_server.max_staleness = dist.max_staleness.value_or(-1);
-  options.parameter_server.min_shard_bytes = dist.ps_min_shard_bytes;
-  options.processes = processes;
+  // A device one host lacks fails there alone: agreed before the strategy's
+  // first collective.
+  const absl::Status devices_found = [&]() -> absl::Status {
+    // Validated by the config; process-wide, like TensorFlow's switch.
+    MT_ASSIGN_OR_RETURN(MatMulPrecision precision,
+                        ParseMatMulPrecision(config.precision));
+    SetMatMulPrecision(precision);
+    MT_ASSIGN_OR_RETURN(devices,
+                        distribute::ResolveDevices(config.distribute.devices));
+    MT_ASSIGN_OR_RETURN(
+        const cuda::StreamPriority communication_priority,
+        distribute::ParseStreamPriority(dist.communication_priority));
+    options.mirrored = {dist.cross_device_ops, dist.bucket_bytes,
+                        dist.watchdog_seconds, communication_priority};
+    MT_ASSIGN_OR_RETURN(options.variables_device,
+                        ParseDevice(dist.variables_device));
+    MT_ASSIGN_OR_RETURN(options.parameter_server.ps_devices,
+                        distribute::ResolveDevices(dist.ps_devices));
+    options.parameter_server.max_staleness = dist.max_staleness.value_or(-1);
+    options.parameter_server.min_shard_bytes = dist.ps_min_shard_bytes;
+    options.processes = processes;
+    return absl::OkStatus();
+  }();
+  MT_RETURN_IF_ERROR(AgreeBeforeCollectives(*processes, devices_found));
   MT_ASSIGN_OR_RETURN(
       t->strategy_, distribute::MakeStrategy(dist.strategy, devices, options));
   t->startup_.devices = Clock::now() - devices_began;
@@ -230,132 +254,140 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   // Every return waits for it, as for the loads. A failure here shows
   // again, reported, where the model or the first step uses the GPU.
   std::future<void> products_warmed;
-  if (devices[0].is_cuda()) {
-    // `took` outlives the thread: the future, declared after `t`, is
-    // destroyed (and waits) first.
-    auto warm_up = [devices, took = &t->startup_.gpu_libraries] {
-      const Clock::time_point began = Clock::now();
-      WarmUpGpus(devices).IgnoreError();
-      *took = Clock::now() - began;
-    };
-    products_warmed = std::async(std::launch::async, warm_up);
-  }
-  // The test split first: it gives the model its input shape and classes.
-  MT_ASSIGN_OR_RETURN(t->test_data_, test_split.get());
-  const Clock::time_point model_began = Clock::now();
-  if (const Shape& images = t->test_data_.images.shape();
-      !config.model.input_shape.empty() &&
-      !std::equal(images.begin() + 1, images.end(),
-                  config.model.input_shape.begin(),
-                  config.model.input_shape.end())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.input_shape: ", ShapeToString(config.model.input_shape),
-        " but the examples of ", t->test_data_.name, " are ",
-        ShapeToString(Shape(images.begin() + 1, images.end()))));
-  }
-  // Evaluating nothing would report loss 0 and accuracy 0 as if measured.
-  if (t->test_data_.labels.dim(0) == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data: the test split (", t->test_data_.name,
-                     ") has no examples: nothing to evaluate"));
-  }
-  MT_ASSIGN_OR_RETURN(const models::ModelDef def,
-                      ModelDefinition(config.model, t->test_data_));
-  const bool mirrored =
-      t->placement() == distribute::VariablePlacement::kMirrored;
-  for (const Device& device : t->strategy_->devices()) {
-    MT_ASSIGN_OR_RETURN(Replica r, t->BuildReplica(def, device, mirrored));
-    t->replicas_.push_back(std::move(r));
-  }
-  // A device list never mixes CPUs and GPUs (ResolveDevices).
-  const absl::Status recordable = t->strategy_->CanCaptureRuns();
-  t->cuda_graph_ = DecideCudaGraph(
-      config, {.replicas_on_gpus = t->strategy_->devices()[0].is_cuda(),
-               .mirrored_variables = mirrored,
-               .strategy_reason = std::string(recordable.message())});
-  if (mirrored) {
-    std::vector<std::vector<Variable*>> states;
-    for (int r = 0; r < t->num_replicas(); ++r) {
-      states.push_back(t->ReplicaState(r));
-    }
-    MT_ASSIGN_OR_RETURN(t->mirrored_, distribute::MirrorReplicaStates(states));
-  } else {
-    MT_ASSIGN_OR_RETURN(
-        Replica state,
-        t->BuildReplica(def, t->strategy_->variables_device(), true));
-    t->state_ = std::make_unique<Replica>(std::move(state));
-  }
-  if (t->placement() == distribute::VariablePlacement::kParameterServers) {
-    const auto& ps =
-        static_cast<const distribute::ParameterServerStrategy&>(*t->strategy_)
-            .options();
-    const std::vector<Variable*> vars = t->state_->model->variables();
-    std::vector<Shape> shapes;
-    for (const Variable* v : vars) shapes.push_back(v->shape());
-    std::optional<ParameterServerShards::EmaOptions> ema;
-    if (config.ema.decay) {
-      ema = {{*config.ema.decay, config.ema.use_num_updates}};
-    }
-    MT_ASSIGN_OR_RETURN(
-        t->ps_,
-        ParameterServerShards::Create(
-            vars,
-            distribute::PartitionVariables(
-                shapes, sizeof(float), static_cast<int>(ps.ps_devices.size()),
-                ps.min_shard_bytes),
-            ps.ps_devices,
-            [&config] { return MakeConfiguredOptimizer(config.optimizer); },
-            ema));
-    t->async_window_ = std::make_unique<AsyncWindow>();
-    t->async_window_->pushes.assign(t->num_replicas(), 0);
-  }
-  t->startup_.model = Clock::now() - model_began;
-  if (need_train_data) {
-    MT_ASSIGN_OR_RETURN(t->train_data_, train_split.get());
-    BatchIteratorOptions opt;
-    opt.batch_size = config.data.global_batch_size;
-    opt.shuffle = config.data.shuffle;
-    opt.drop_remainder = config.data.drop_remainder;
-    opt.seed = static_cast<uint64_t>(config.seed);
-    opt.prefetch = config.data.prefetch;
-    opt.augment = config.data.augment;
-    MT_RETURN_IF_ERROR(
-        CheckAugmentable(opt.augment, t->train_data_.images.shape()));
-    const bool async =
-        t->placement() == distribute::VariablePlacement::kParameterServers;
-    // Asynchronous workers take whole batches, copied in their own step.
-    if (t->strategy_->devices()[0].is_cuda() && !async) {
-      MT_ASSIGN_OR_RETURN(
-          t->stager_,
-          DeviceStager::Create(t->strategy_->devices(),
-                               t->strategy_->first_replica(),
-                               t->strategy_->num_replicas_in_sync()));
-      opt.stage = [stager = t->stager_.get()](Batch& batch) {
-        return stager->Stage(batch);
+  // Data, model, state and the restore: what fails here in one process
+  // alone (its host's data, the chief's checkpoint) is agreed before
+  // SyncFromChief's collectives.
+  const absl::Status built = [&]() -> absl::Status {
+    if (devices[0].is_cuda()) {
+      // `took` outlives the thread: the future, declared after `t`, is
+      // destroyed (and waits) first.
+      auto warm_up = [devices, took = &t->startup_.gpu_libraries] {
+        const Clock::time_point began = Clock::now();
+        WarmUpGpus(devices).IgnoreError();
+        *took = Clock::now() - began;
       };
-      opt.host_allocator = t->stager_->host_allocator();
+      products_warmed = std::async(std::launch::async, warm_up);
     }
-    absl::StatusOr<std::unique_ptr<BatchIterator>> it =
-        BatchIterator::Create(&t->train_data_, opt);
-    if (!it.ok()) {
+    // The test split first: it gives the model its input shape and classes.
+    MT_ASSIGN_OR_RETURN(t->test_data_, test_split.get());
+    const Clock::time_point model_began = Clock::now();
+    if (const Shape& images = t->test_data_.images.shape();
+        !config.model.input_shape.empty() &&
+        !std::equal(images.begin() + 1, images.end(),
+                    config.model.input_shape.begin(),
+                    config.model.input_shape.end())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.input_shape: ", ShapeToString(config.model.input_shape),
+          " but the examples of ", t->test_data_.name, " are ",
+          ShapeToString(Shape(images.begin() + 1, images.end()))));
+    }
+    // Evaluating nothing would report loss 0 and accuracy 0 as if measured.
+    if (t->test_data_.labels.dim(0) == 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("data: ", it.status().message()));
+          absl::StrCat("data: the test split (", t->test_data_.name,
+                       ") has no examples: nothing to evaluate"));
     }
-    t->train_iterator_ = *std::move(it);
-    // parameter_server: every worker its own shuffle of the data (TF's
-    // per-worker datasets); worker 0's is the one a single device reads.
-    for (int w = 1; async && w < t->num_replicas(); ++w) {
-      BatchIteratorOptions worker = opt;
-      worker.seed = StepSeed(opt.seed, -1 - w);
-      MT_ASSIGN_OR_RETURN(std::unique_ptr<BatchIterator> input,
-                          BatchIterator::Create(&t->train_data_, worker));
-      t->worker_iterators_.push_back(std::move(input));
+    MT_ASSIGN_OR_RETURN(const models::ModelDef def,
+                        ModelDefinition(config.model, t->test_data_));
+    const bool mirrored =
+        t->placement() == distribute::VariablePlacement::kMirrored;
+    for (const Device& device : t->strategy_->devices()) {
+      MT_ASSIGN_OR_RETURN(Replica r, t->BuildReplica(def, device, mirrored));
+      t->replicas_.push_back(std::move(r));
     }
-    MT_RETURN_IF_ERROR(t->TotalSteps().status());
-  }
-  // Restore before writing anything, so a bad checkpoint leaves the run
-  // directory as it was.
-  if (need_train_data) MT_RETURN_IF_ERROR(t->RestoreForTraining());
+    // A device list never mixes CPUs and GPUs (ResolveDevices).
+    const absl::Status recordable = t->strategy_->CanCaptureRuns();
+    t->cuda_graph_ = DecideCudaGraph(
+        config, {.replicas_on_gpus = t->strategy_->devices()[0].is_cuda(),
+                 .mirrored_variables = mirrored,
+                 .strategy_reason = std::string(recordable.message())});
+    if (mirrored) {
+      std::vector<std::vector<Variable*>> states;
+      for (int r = 0; r < t->num_replicas(); ++r) {
+        states.push_back(t->ReplicaState(r));
+      }
+      MT_ASSIGN_OR_RETURN(t->mirrored_,
+                          distribute::MirrorReplicaStates(states));
+    } else {
+      MT_ASSIGN_OR_RETURN(
+          Replica state,
+          t->BuildReplica(def, t->strategy_->variables_device(), true));
+      t->state_ = std::make_unique<Replica>(std::move(state));
+    }
+    if (t->placement() == distribute::VariablePlacement::kParameterServers) {
+      const auto& ps =
+          static_cast<const distribute::ParameterServerStrategy&>(*t->strategy_)
+              .options();
+      const std::vector<Variable*> vars = t->state_->model->variables();
+      std::vector<Shape> shapes;
+      for (const Variable* v : vars) shapes.push_back(v->shape());
+      std::optional<ParameterServerShards::EmaOptions> ema;
+      if (config.ema.decay) {
+        ema = {{*config.ema.decay, config.ema.use_num_updates}};
+      }
+      MT_ASSIGN_OR_RETURN(
+          t->ps_,
+          ParameterServerShards::Create(
+              vars,
+              distribute::PartitionVariables(
+                  shapes, sizeof(float), static_cast<int>(ps.ps_devices.size()),
+                  ps.min_shard_bytes),
+              ps.ps_devices,
+              [&config] { return MakeConfiguredOptimizer(config.optimizer); },
+              ema));
+      t->async_window_ = std::make_unique<AsyncWindow>();
+      t->async_window_->pushes.assign(t->num_replicas(), 0);
+    }
+    t->startup_.model = Clock::now() - model_began;
+    if (need_train_data) {
+      MT_ASSIGN_OR_RETURN(t->train_data_, train_split.get());
+      BatchIteratorOptions opt;
+      opt.batch_size = config.data.global_batch_size;
+      opt.shuffle = config.data.shuffle;
+      opt.drop_remainder = config.data.drop_remainder;
+      opt.seed = static_cast<uint64_t>(config.seed);
+      opt.prefetch = config.data.prefetch;
+      opt.augment = config.data.augment;
+      MT_RETURN_IF_ERROR(
+          CheckAugmentable(opt.augment, t->train_data_.images.shape()));
+      const bool async =
+          t->placement() == distribute::VariablePlacement::kParameterServers;
+      // Asynchronous workers take whole batches, copied in their own step.
+      if (t->strategy_->devices()[0].is_cuda() && !async) {
+        MT_ASSIGN_OR_RETURN(
+            t->stager_,
+            DeviceStager::Create(t->strategy_->devices(),
+                                 t->strategy_->first_replica(),
+                                 t->strategy_->num_replicas_in_sync()));
+        opt.stage = [stager = t->stager_.get()](Batch& batch) {
+          return stager->Stage(batch);
+        };
+        opt.host_allocator = t->stager_->host_allocator();
+      }
+      absl::StatusOr<std::unique_ptr<BatchIterator>> it =
+          BatchIterator::Create(&t->train_data_, opt);
+      if (!it.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("data: ", it.status().message()));
+      }
+      t->train_iterator_ = *std::move(it);
+      // parameter_server: every worker its own shuffle of the data (TF's
+      // per-worker datasets); worker 0's is the one a single device reads.
+      for (int w = 1; async && w < t->num_replicas(); ++w) {
+        BatchIteratorOptions worker = opt;
+        worker.seed = StepSeed(opt.seed, -1 - w);
+        MT_ASSIGN_OR_RETURN(std::unique_ptr<BatchIterator> input,
+                            BatchIterator::Create(&t->train_data_, worker));
+        t->worker_iterators_.push_back(std::move(input));
+      }
+      MT_RETURN_IF_ERROR(t->TotalSteps().status());
+    }
+    // Restore before writing anything, so a bad checkpoint leaves the run
+    // directory as it was.
+    if (need_train_data) MT_RETURN_IF_ERROR(t->RestoreForTraining());
+    return absl::OkStatus();
+  }();
+  MT_RETURN_IF_ERROR(AgreeBeforeCollectives(*processes, built));
   if (need_train_data && processes->size() > 1) {
     MT_RETURN_IF_ERROR(t->SyncFromChief());
   }

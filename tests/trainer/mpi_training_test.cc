@@ -185,6 +185,34 @@ TEST(MpiTrainingTest, ConfigErrorIsReportedOnceAndExits2) {
   r = RunMpi(2, central);
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_TRUE(absl::StrContains(r.err, "use mirrored")) << r.err;
+  // An error only the chief finds (its restore; the others read no
+  // checkpoint) is agreed before the next collective: reported once with
+  // its own code, at once, not after the others' watchdog.
+  const auto start = std::chrono::steady_clock::now();
+  r = RunMpi(2, Job(dir, 1,
+                    {"checkpoint.restore=" + dir + "/missing.safetensors",
+                     "distribute.watchdog_seconds=30"}));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_LT(seconds, 20) << r.err;
+  reports = 0;
+  for (const std::string& line : Lines(r.err)) {
+    reports += absl::StartsWith(line, "mirrortrain:");
+  }
+  EXPECT_EQ(reports, 1) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "missing.safetensors")) << r.err;
+  // The chief's restore itself failing (a checkpoint of another width),
+  // after the strategy's collectives.
+  const std::string run = dir + "/wide";
+  ASSERT_EQ(RunMpi(1, Job(run, 1, {"train.steps=2"})).exit_code, 0);
+  r = RunMpi(
+      2, Job(run, 1,
+             {"model.hidden_units=[16]", "distribute.watchdog_seconds=30"}));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "in the checkpoint but [784,16]"))
+      << r.err;
 }
 
 // The pid of rank `rank` among mpirun's children.
