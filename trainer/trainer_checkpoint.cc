@@ -128,8 +128,26 @@ absl::StatusOr<Trainer::CheckedCheckpoint> Trainer::OpenCheckpoint(
 }
 
 absl::Status Trainer::RestoreCheckpoint(const std::string& path_or_dir) {
-  MT_ASSIGN_OR_RETURN(const CheckedCheckpoint checkpoint,
-                      OpenCheckpoint(path_or_dir));
+  std::string path = path_or_dir;
+  if (processes_->size() > 1) {
+    // One file for every process: the chief resolves a directory's latest
+    // (a run still saving, or hosts that see the index change at different
+    // times, could give each process its own) and sends its path.
+    absl::Status resolved = absl::OkStatus();
+    if (processes_->chief()) {
+      absl::StatusOr<std::string> latest = ResolveCheckpoint(path_or_dir);
+      if (latest.ok()) {
+        path = *std::move(latest);
+      } else {
+        resolved = latest.status();
+      }
+    }
+    MT_ASSIGN_OR_RETURN(const absl::Status agreed, processes_->Agree(resolved));
+    MT_RETURN_IF_ERROR(agreed);
+    MT_RETURN_IF_ERROR(
+        processes_->BroadcastString(path, 0, "the checkpoint to restore"));
+  }
+  MT_ASSIGN_OR_RETURN(const CheckedCheckpoint checkpoint, OpenCheckpoint(path));
   return Restore(checkpoint);
 }
 

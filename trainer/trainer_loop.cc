@@ -178,15 +178,20 @@ absl::Status Trainer::FinishTraining(LoopState& loop, int64_t step) {
 
 absl::StatusOr<int> Trainer::AgreeAfterStep(double& loss) {
   if (processes_->size() == 1) return StopSignal();
-  // Processes that received a signal, and the sum of their signal numbers
-  // (one launcher signal reaches all with the same number).
+  // Processes that received a signal, the sum of their signal numbers (one
+  // launcher signal reaches all with the same number) and the chief's, which
+  // decides when the processes got different ones (SIGINT here, SIGTERM
+  // there: their mean would name a third signal).
   const int mine = StopSignal();
-  double values[3] = {loss, mine != 0 ? 1.0 : 0.0, static_cast<double>(mine)};
+  double values[4] = {loss, mine != 0 ? 1.0 : 0.0, static_cast<double>(mine),
+                      processes_->chief() ? static_cast<double>(mine) : 0.0};
   MT_RETURN_IF_ERROR(
       processes_->AllReduceSum(absl::MakeSpan(values), "the end of the step"));
   loss = values[0];
   if (values[1] == 0) return 0;
-  RecordStopSignal(static_cast<int>(std::lround(values[2] / values[1])));
+  RecordStopSignal(values[3] != 0
+                       ? static_cast<int>(values[3])
+                       : static_cast<int>(std::lround(values[2] / values[1])));
   return StopSignal();
 }
 

@@ -111,6 +111,28 @@ TEST(MpiTrainingTest, TwoProcessesEqualTwoReplicasInOneProcess) {
   EXPECT_EQ(TrainLosses(one), TrainLosses(two));
   // The chief alone wrote: one progress stream, one run directory.
   EXPECT_EQ(Lines(a.err).size(), Lines(b.err).size()) << b.err;
+  // eval over two processes: the latest checkpoint of the directory, as
+  // the chief resolves it, and the metrics of two replicas in one process.
+  auto eval = [](const std::string& dir, int replicas) {
+    std::vector<std::string> args = Job(dir, replicas);
+    args[0] = "eval";
+    args.insert(args.begin() + 1, {"--checkpoint", dir + "/checkpoints"});
+    // Job's --run_dir is train's.
+    const auto run_dir = std::find(args.begin(), args.end(), "--run_dir");
+    args.erase(run_dir, run_dir + 2);
+    return args;
+  };
+  Result eval_one = RunCli(eval(one, 2));
+  Result eval_two = RunMpi(2, eval(two, 1));
+  ASSERT_EQ(eval_one.exit_code, 0) << eval_one.err;
+  ASSERT_EQ(eval_two.exit_code, 0) << eval_two.err;
+  EXPECT_TRUE(
+      absl::StrContains(eval_two.out, absl::StrCat("\"step\": ", kSteps)))
+      << eval_two.out;
+  const auto metrics = [](const std::string& out) {
+    return out.substr(out.find("\"step\""));
+  };
+  EXPECT_EQ(metrics(eval_two.out), metrics(eval_one.out));
 }
 
 // The cross-process replica check can fail: without communication the
