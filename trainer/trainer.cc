@@ -185,8 +185,25 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   const bool chief = processes->chief();
   // Only the chief uses the run directory; the others get its state.
   t->run_dir_ = chief ? run_dir : "";
+  // Every process must run the same job: the chief's config hash, sent
+  // before any other collective (a config that differs in its devices or
+  // cross_device_ops would otherwise meet other collectives than the
+  // chief's).
+  absl::Status same_config = absl::OkStatus();
+  if (processes->size() > 1) {
+    uint64_t chief_hash = config.hash;
+    MT_RETURN_IF_ERROR(processes->Broadcast(&chief_hash, sizeof(chief_hash), 0,
+                                            "the chief's config hash"));
+    if (chief_hash != config.hash) {
+      // Agree names the process.
+      same_config = absl::InvalidArgumentError(
+          "the resolved config differs from process 0's (every process must "
+          "read the same config file and --set overrides)");
+    }
+  }
   // Owned before anything in it is read or written.
   const absl::Status chief_part = [&]() -> absl::Status {
+    MT_RETURN_IF_ERROR(same_config);
     if (!t->run_dir_.empty()) {
       MT_ASSIGN_OR_RETURN(RunDirLock lock, RunDirLock::Acquire(run_dir));
       t->run_dir_lock_.emplace(std::move(lock));
@@ -891,20 +908,24 @@ absl::StatusOr<int64_t> Trainer::TotalSteps() const {
 }
 
 absl::Status Trainer::SyncFromChief() {
-  // The chief's step, input position and config hash; `restored`: whether
-  // it restored a checkpoint.
+  // The chief's step, input position and split sizes; `restored`: whether
+  // it restored a checkpoint. (Create compared the configs already.)
   const BatchIterator::Position pos = train_iterator_->position();
-  int64_t header[5] = {global_step(), pos.epoch, pos.batch,
-                       restored_from_.empty() ? 0 : 1,
-                       static_cast<int64_t>(config_.hash)};
+  const int64_t train_examples = train_data_.size();
+  const int64_t test_examples = test_data_.size();
+  int64_t header[6] = {global_step(),  pos.epoch,
+                       pos.batch,      restored_from_.empty() ? 0 : 1,
+                       train_examples, test_examples};
   MT_RETURN_IF_ERROR(processes_->Broadcast(header, sizeof(header), 0,
                                            "the chief's training state"));
+  // Hosts that read different data would count their epochs and
+  // evaluations differently, and meet different collectives.
   absl::Status same;
-  if (static_cast<uint64_t>(header[4]) != config_.hash) {
+  if (header[4] != train_examples || header[5] != test_examples) {
     same = absl::InvalidArgumentError(absl::StrCat(
-        "process ", processes_->rank(),
-        ": the resolved config differs from process 0's (every process must "
-        "read the same config file and --set overrides)"));
+        "its data has ", train_examples, " training and ", test_examples,
+        " test examples, process 0's ", header[4], " and ", header[5],
+        " (every process must read the same data)"));
   }
   MT_ASSIGN_OR_RETURN(const absl::Status agreed, processes_->Agree(same));
   MT_RETURN_IF_ERROR(agreed);

@@ -237,6 +237,36 @@ TEST(MpiTrainingTest, ConfigErrorIsReportedOnceAndExits2) {
       << r.err;
 }
 
+// Processes started with different configs (mpirun's MPMD form): refused
+// before any other collective, naming the process, once, exit 2.
+TEST(MpiTrainingTest, ProcessesOfDifferentConfigsAreRefused) {
+  MT_SKIP_WITHOUT_MPI();
+  const std::string dir = testing::FreshTestDir("mpmd");
+  std::vector<std::string> args = {"-np", "1", Binary()};
+  for (const std::string& a : Job(dir, 1, {"seed=1"})) args.push_back(a);
+  for (const std::string& a :
+       {std::string(":"), std::string("-np"), std::string("1"), Binary()}) {
+    args.push_back(a);
+  }
+  for (const std::string& a : Job(dir, 1, {"seed=2"})) args.push_back(a);
+  const std::string prefix = dir + "_log";
+  const int code = Wait(
+      StartProgram(Launcher(), args, prefix + "_out.txt", prefix + "_err.txt"),
+      60);
+  const std::string err = ReadFile(prefix + "_err.txt");
+  EXPECT_EQ(code, 2) << err;
+  int reports = 0;
+  for (const std::string& line : Lines(err)) {
+    reports += absl::StartsWith(line, "mirrortrain:");
+  }
+  EXPECT_EQ(reports, 1) << err;
+  EXPECT_TRUE(absl::StrContains(
+      err,
+      "mirrortrain: process 1: the resolved config differs from process "
+      "0's"))
+      << err;
+}
+
 // The pid of rank `rank` among mpirun's children.
 pid_t RankPid(pid_t mpirun, int rank) {
   const std::string wanted = absl::StrCat("OMPI_COMM_WORLD_RANK=", rank);
