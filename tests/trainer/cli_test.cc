@@ -455,6 +455,32 @@ TEST(CliTest, SigintCheckpointsAndExits130) {
 // SIGKILL at arbitrary moments (with a checkpoint every step, many land
 // inside a checkpoint write), resume each time: the final checkpoint equals
 // an uninterrupted run's, bit for bit.
+// Resumed right after an epoch's short last batch and again in the middle
+// of the next epoch, with augmentation and dropout drawing per example:
+// the state of one uninterrupted run, bit for bit.
+TEST(CliTest, ResumesAroundAShortLastBatchEqualOneRun) {
+  // 2000 examples in batches of 64: 31 full batches and one of 16.
+  const std::vector<std::string> job = {
+      "data.train_examples=2000", "model.dropout=0.25",
+      "data.augment={random_crop_padding: 2, horizontal_flip: true, "
+      "random_erasing: 0.5}",
+      "train.eval_every_epochs=0", "checkpoint.every_steps=0"};
+  auto steps = [&job](int n) {
+    std::vector<std::string> j = job;
+    j.push_back("train.steps=" + std::to_string(n));
+    return j;
+  };
+  const std::string ref = FreshDir("short_ref");
+  ASSERT_EQ(RunCli(SmallTrain(ref, steps(45))).exit_code, 0);
+  const std::string dir = FreshDir("short_resumed");
+  for (int n : {32, 40, 45}) {
+    Result r = RunCli(SmallTrain(dir, steps(n)));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  ExpectSameTensors(ref + "/checkpoints/ckpt-45.safetensors",
+                    dir + "/checkpoints/ckpt-45.safetensors");
+}
+
 TEST(CliTest, SigkillAnywhereThenResumeEqualsUninterruptedRun) {
   const std::vector<std::string> job = {
       "train.epochs=3", "checkpoint.every_steps=1", "model.dropout=0.25",
