@@ -550,6 +550,12 @@ int Dispatch(int argc, char** argv) {
     return kExitOk;
   }
   if (verb == "--version") {
+    if (argc > 2) {
+      std::fprintf(stderr,
+                   "mirrortrain: --version takes no arguments, got '%s'\n",
+                   OneLine(argv[2]).c_str());
+      return kExitUsage;
+    }
     std::printf("mirrortrain %s (CUDA backend: %s)\n", MIRRORTRAIN_VERSION,
                 cuda::Built() ? "built" : "not built");
     return kExitOk;

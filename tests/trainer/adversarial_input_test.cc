@@ -248,6 +248,8 @@ TEST(AdversarialInputTest, UsageErrorsAreOneLineWithAPointerToHelp) {
        "mirrortrain train: unknown flag '--bogus'"},
       {{"train", "--config", tiny, "--config=" + tiny},
        "mirrortrain train: flag '--config' given twice"},
+      {{"--version", "extra"},
+       "mirrortrain: --version takes no arguments, got 'extra'"},
       {{"eval", "--config", tiny}, "mirrortrain eval: --config FILE and"},
       {{"eval", "--config", tiny, "--checkpoint", dir, "stray"},
        "mirrortrain eval: unexpected argument 'stray'"},
