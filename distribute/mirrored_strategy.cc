@@ -329,13 +329,14 @@ absl::Status CheckSameReplicaCount(ProcessGroup& processes, int local) {
   int64_t chiefs = local;
   MT_RETURN_IF_ERROR(processes.Broadcast(&chiefs, sizeof(chiefs), 0,
                                          "the replica count check"));
+  absl::Status same;
   if (chiefs != local) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("distribute.devices: process ", processes.rank(), " has ",
-                     local, " device(s) but process 0 has ", chiefs,
-                     "; every process must drive the same number of replicas"));
+    same = absl::InvalidArgumentError(absl::StrCat(
+        "distribute.devices: ", local, " device(s) here but process 0 has ",
+        chiefs, "; every process must drive the same number of replicas"));
   }
-  return absl::OkStatus();
+  // Agreed (Agree names the process), so every process stops here alike.
+  return processes.AgreedStatus(same);
 }
 
 }  // namespace

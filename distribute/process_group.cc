@@ -82,6 +82,11 @@ absl::Status ProcessGroup::BroadcastString(std::string& s, int root,
   return Broadcast(s.data(), length, root, what);
 }
 
+absl::Status ProcessGroup::AgreedStatus(const absl::Status& mine) {
+  MT_ASSIGN_OR_RETURN(const absl::Status agreed, Agree(mine));
+  return agreed;
+}
+
 absl::StatusOr<absl::Status> ProcessGroup::Agree(const absl::Status& mine) {
   if (size() == 1) return mine;
   // Process p's status code at index p: after the sum every process knows

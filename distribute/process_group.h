@@ -89,6 +89,10 @@ class ProcessGroup {
   // "process <k>: " in front when k is not this process). So a failure
   // found by some processes only is known to all and reported once.
   absl::StatusOr<absl::Status> Agree(const absl::Status& mine);
+  // Agree's result as one status: the agreed one, or the agreement's own
+  // failure. For a step every process takes before its next collective, so
+  // a failure some processes found alone stops all of them there.
+  absl::Status AgreedStatus(const absl::Status& mine);
   // Ends every process of the job now with `code` (MPI_Abort): the last
   // resort after an error, so that no peer waits for this one. Only the
   // CLI calls it; returns only in a group of one.

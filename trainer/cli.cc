@@ -352,10 +352,14 @@ std::optional<std::unique_ptr<Trainer>> RestoredTrainer(const Args& args,
   }
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(
       *config, /*run_dir=*/"", /*need_train_data=*/false, processes);
-  absl::Status s = trainer.status();
+  // Agreed before the restore, whose own collectives every process makes.
+  if (std::optional<int> failed = FailIfAnyFailed(trainer.status())) {
+    *code = *failed;
+    return std::nullopt;
+  }
   // Every process reads the checkpoint (a shared file system across hosts).
-  if (s.ok()) s = (*trainer)->RestoreCheckpoint(args.checkpoint);
-  if (std::optional<int> failed = FailIfAnyFailed(s)) {
+  if (std::optional<int> failed =
+          FailIfAnyFailed((*trainer)->RestoreCheckpoint(args.checkpoint))) {
     *code = *failed;
     return std::nullopt;
   }

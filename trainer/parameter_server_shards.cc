@@ -21,6 +21,7 @@ struct ParameterServerShards::Shard {
   std::vector<Part> parts;
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<ExponentialMovingAverage> ema;
+  int64_t applied = 0;  // Pushes applied since Create or CopyFrom.
 };
 
 namespace {
@@ -173,6 +174,7 @@ absl::Status ParameterServerShards::Push(absl::Span<Variable* const> vars,
     if (applied.ok() && shard->ema) applied = shard->ema->Apply(update);
     optimizer.set_iterations(highest);
     MT_RETURN_IF_ERROR(applied);
+    ++shard->applied;
   }
   return absl::OkStatus();
 }
@@ -237,6 +239,7 @@ absl::Status ParameterServerShards::CopyFrom(
   for (auto& shard : shards_) {
     std::lock_guard<std::mutex> lock(shard->mu);
     shard->optimizer->set_iterations(updates);
+    shard->applied = updates;
   }
   return absl::OkStatus();
 }
@@ -248,7 +251,7 @@ std::vector<int64_t> ParameterServerShards::UpdatesPerShard() const {
     bool trainable = false;
     for (const Part& part : shard->parts)
       trainable |= grad_index_[part.var] >= 0;
-    if (trainable) out.push_back(shard->optimizer->iterations());
+    if (trainable) out.push_back(shard->applied);
   }
   return out;
 }

@@ -86,8 +86,9 @@ class ParameterServerShards {
                         const Optimizer& optimizer,
                         const ExponentialMovingAverage* ema, int64_t updates);
 
-  // Updates each ps device's optimizer has applied (tests: every push is
-  // applied exactly once on every device that holds a trainable partition).
+  // Updates each ps device has applied, counted one by one (tests: every
+  // push is applied exactly once on every device that holds a trainable
+  // partition; the optimizers' iterations hold the highest update number).
   std::vector<int64_t> UpdatesPerShard() const;
 
  private:

@@ -120,19 +120,6 @@ absl::Status CheckClassifier(const models::Model& model,
   return absl::OkStatus();
 }
 
-// Under several processes, `mine` agreed by all (ProcessGroup::Agree): a
-// failure only some processes found (the chief's run directory, one host's
-// devices or data) stops every one of them here, reported with the failing
-// process's own message and code, instead of leaving the others waiting in
-// the next collective while its agreement messages land in that
-// collective's receives.
-absl::Status AgreeBeforeCollectives(distribute::ProcessGroup& processes,
-                                    const absl::Status& mine) {
-  if (processes.size() == 1) return mine;
-  MT_ASSIGN_OR_RETURN(const absl::Status agreed, processes.Agree(mine));
-  return agreed;
-}
-
 absl::StatusOr<std::unique_ptr<Optimizer>> MakeConfiguredOptimizer(
     const OptimizerConfig& o) {
   MT_ASSIGN_OR_RETURN(
@@ -213,7 +200,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     }
     return absl::OkStatus();
   }();
-  MT_RETURN_IF_ERROR(AgreeBeforeCollectives(*processes, chief_part));
+  MT_RETURN_IF_ERROR(processes->AgreedStatus(chief_part));
   // The training split (the largest file to read and decompress) loads on
   // a thread of its own while the devices start up and the model is built;
   // its errors come after the test split's and the model's. The test split
@@ -262,9 +249,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     options.processes = processes;
     return absl::OkStatus();
   }();
-  MT_RETURN_IF_ERROR(AgreeBeforeCollectives(*processes, devices_found));
-  MT_ASSIGN_OR_RETURN(
-      t->strategy_, distribute::MakeStrategy(dist.strategy, devices, options));
+  MT_RETURN_IF_ERROR(processes->AgreedStatus(devices_found));
+  // A failure some processes meet alone in it (after its own agreed
+  // checks) is agreed too.
+  auto strategy = distribute::MakeStrategy(dist.strategy, devices, options);
+  MT_RETURN_IF_ERROR(processes->AgreedStatus(strategy.status()));
+  t->strategy_ = *std::move(strategy);
   t->startup_.devices = Clock::now() - devices_began;
   // The GPUs' contexts and the product libraries start on a thread of
   // their own while the model is built and the data loads (gpu_warm_up.h).
@@ -404,7 +394,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     if (need_train_data) MT_RETURN_IF_ERROR(t->RestoreForTraining());
     return absl::OkStatus();
   }();
-  MT_RETURN_IF_ERROR(AgreeBeforeCollectives(*processes, built));
+  MT_RETURN_IF_ERROR(processes->AgreedStatus(built));
   if (need_train_data && processes->size() > 1) {
     MT_RETURN_IF_ERROR(t->SyncFromChief());
   }
@@ -927,8 +917,7 @@ absl::Status Trainer::SyncFromChief() {
         " test examples, process 0's ", header[4], " and ", header[5],
         " (every process must read the same data)"));
   }
-  MT_ASSIGN_OR_RETURN(const absl::Status agreed, processes_->Agree(same));
-  MT_RETURN_IF_ERROR(agreed);
+  MT_RETURN_IF_ERROR(processes_->AgreedStatus(same));
   if (header[3] == 0) return absl::OkStatus();  // Same seed, same start.
   for (distribute::MirroredVariable& v : mirrored_) {
     MT_ASSIGN_OR_RETURN(Tensor host, v.value().To(Device::Cpu()));

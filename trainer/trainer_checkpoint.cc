@@ -142,8 +142,7 @@ absl::Status Trainer::RestoreCheckpoint(const std::string& path_or_dir) {
         resolved = latest.status();
       }
     }
-    MT_ASSIGN_OR_RETURN(const absl::Status agreed, processes_->Agree(resolved));
-    MT_RETURN_IF_ERROR(agreed);
+    MT_RETURN_IF_ERROR(processes_->AgreedStatus(resolved));
     MT_RETURN_IF_ERROR(
         processes_->BroadcastString(path, 0, "the checkpoint to restore"));
   }

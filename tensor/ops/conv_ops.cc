@@ -38,7 +38,7 @@ using ConvGeometry = cuda::Conv2DGeometry;
 struct ConvAttrs {
   ConvGeometry geo;
   // On GPUs, when the batch fits one column chunk and the budget for kept
-  // columns allows (kept_columns): the columns the forward product read
+  // columns allows (KeptColumns): the columns the forward product read
   // (im2col of x, as f32 or bf16), which the filter gradient reads instead
   // of running im2col again (the same values). They live as long as the
   // record: the tape holds one column buffer per such conv until its
@@ -189,7 +189,11 @@ std::atomic<int64_t> gpu_column_bytes{kGpuColumnBytes};
 // gradient runs im2col again. The configs' models keep all theirs under it
 // (the most: cifar10_resnet20's at batch 128, 0.77 GB in f32).
 constexpr int64_t kGpuKeptColumnBytes = int64_t{1} << 30;
-DeviceByteBudget kept_columns(kGpuKeptColumnBytes);
+// Never destroyed: a record may still hold a reservation at exit.
+DeviceByteBudget& KeptColumns() {
+  static auto* const budget = new DeviceByteBudget(kGpuKeptColumnBytes);
+  return *budget;
+}
 
 // Values between the starts of GPU column rows: the patch rounded up to
 // 16 bytes of the column type (bf16 when products read bf16), so cuBLAS can
@@ -339,7 +343,7 @@ absl::Status GpuForward(const ConvGeometry& g, const Tensor& x,
               (c.bf16() ? int64_t{2}
                         : static_cast<int64_t>(DTypeSize(x.dtype())));
           keep->columns_reserved =
-              kept_columns.TryReserve(x.device().index, bytes);
+              KeptColumns().TryReserve(x.device().index, bytes);
           if (keep->columns_reserved != nullptr) keep->columns = c;
         }
         MT_ASSIGN_OR_RETURN(Tensor out,
@@ -426,10 +430,10 @@ void SetConvGpuColumnBytes(int64_t bytes) {
 }
 
 void SetConvGpuKeptColumnBytes(int64_t bytes) {
-  kept_columns.set_limit(bytes > 0 ? bytes : kGpuKeptColumnBytes);
+  KeptColumns().set_limit(bytes > 0 ? bytes : kGpuKeptColumnBytes);
 }
 
-int64_t ConvGpuKeptColumnBytes(int gpu) { return kept_columns.reserved(gpu); }
+int64_t ConvGpuKeptColumnBytes(int gpu) { return KeptColumns().reserved(gpu); }
 
 void SetConvGpuDirect(bool enabled) { gpu_direct.store(enabled); }
 

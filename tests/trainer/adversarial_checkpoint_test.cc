@@ -370,6 +370,8 @@ TEST_F(AdversarialCheckpointTest, ANonFiniteStateIsNotSaved) {
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_THAT(r.err, HasSubstr("the state after step 17 is not finite: "
                                "'dense/kernel' holds"));
+  EXPECT_THAT(r.err, HasSubstr("set checkpoint.allow_non_finite=true to "
+                               "save it anyway"));
   EXPECT_TRUE(fs::exists(Ckpt(16)));
   EXPECT_FALSE(fs::exists(Ckpt(17)));
   ASSERT_EQ(Eval(ckpts_).exit_code, 0);

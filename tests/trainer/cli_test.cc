@@ -452,9 +452,6 @@ TEST(CliTest, SigintCheckpointsAndExits130) {
       std::string::npos);
 }
 
-// SIGKILL at arbitrary moments (with a checkpoint every step, many land
-// inside a checkpoint write), resume each time: the final checkpoint equals
-// an uninterrupted run's, bit for bit.
 // Resumed right after an epoch's short last batch and again in the middle
 // of the next epoch, with augmentation and dropout drawing per example:
 // the state of one uninterrupted run, bit for bit.
@@ -481,6 +478,9 @@ TEST(CliTest, ResumesAroundAShortLastBatchEqualOneRun) {
                     dir + "/checkpoints/ckpt-45.safetensors");
 }
 
+// SIGKILL at arbitrary moments (with a checkpoint every step, many land
+// inside a checkpoint write), resume each time: the final checkpoint equals
+// an uninterrupted run's, bit for bit.
 TEST(CliTest, SigkillAnywhereThenResumeEqualsUninterruptedRun) {
   const std::vector<std::string> job = {
       "train.epochs=3", "checkpoint.every_steps=1", "model.dropout=0.25",

@@ -152,7 +152,7 @@ absl::Status CheckFiniteState(absl::Span<Variable* const> vars, int64_t step) {
   if (bad.empty()) return absl::OkStatus();
   return absl::AbortedError(absl::StrCat(
       "the state after step ", step, " is not finite: ", bad,
-      "; not saved (checkpoint.allow_non_finite: true saves it anyway)"));
+      "; not saved (set checkpoint.allow_non_finite=true to save it anyway)"));
 }
 
 absl::StatusOr<CheckpointPosition> CheckTrainingCheckpoint(

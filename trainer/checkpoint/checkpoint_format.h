@@ -33,6 +33,11 @@ struct CheckpointPosition {
   int64_t input_batch = 0;
 };
 
+// Before saving the state after `step`: Aborted naming the first of `vars`
+// with a NaN or infinity in its floating-point values (and how many more
+// there are), since CheckTrainingCheckpoint would refuse the file.
+absl::Status CheckFiniteState(absl::Span<Variable* const> vars, int64_t step);
+
 // Checks that `file` is a training checkpoint this build can resume from and
 // returns its position. InvalidArgument naming the file and the problem for:
 // a missing or unknown "format"; a mirrortrain/2 file without its checksum;
@@ -40,11 +45,6 @@ struct CheckpointPosition {
 // or a step past kMaxCheckpointStep; a "global_step" tensor that is missing,
 // not an int64 scalar, or not equal to "step"; and, unless
 // `allow_non_finite`, NaN or infinity in any floating-point tensor.
-// Before saving the state after `step`: Aborted naming the first of `vars`
-// with a NaN or infinity in its floating-point values (and how many more
-// there are), since CheckTrainingCheckpoint would refuse the file.
-absl::Status CheckFiniteState(absl::Span<Variable* const> vars, int64_t step);
-
 absl::StatusOr<CheckpointPosition> CheckTrainingCheckpoint(
     const SafetensorsFile& file, bool allow_non_finite);
 

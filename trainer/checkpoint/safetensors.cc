@@ -313,6 +313,8 @@ absl::Status WriteSafetensors(
     // made sure it is new): header[t.name] made saving quadratic in the
     // tensors, 2.3 s for 10 000 of them.
     using Members = std::vector<ordered_json::object_t::value_type>;
+    static_assert(std::is_base_of_v<Members, ordered_json::object_t>,
+                  "nlohmann's ordered_map is no longer a vector of members");
     static_cast<Members&>(header.get_ref<ordered_json::object_t&>())
         .emplace_back(t.name, std::move(entry));
     offset = end;

@@ -181,7 +181,9 @@ absl::StatusOr<std::vector<int64_t>> LabelValues(const NpyArray& y,
   }
   const int64_t n = h.shape[0];
   std::vector<int64_t> out(n);
-  std::string huge;  // The first u64 label past int64, as it is.
+  // The first u64 label past int64: its index and its value as it is.
+  int64_t huge_at = -1;
+  std::string huge;
   auto widen = [&](auto element) {
     using T = decltype(element);
     for (int64_t i = 0; i < n; ++i) {
@@ -190,7 +192,10 @@ absl::StatusOr<std::vector<int64_t>> LabelValues(const NpyArray& y,
       if constexpr (std::is_same_v<T, uint64_t>) {
         const bool past =
             v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
-        if (past && huge.empty()) huge = absl::StrCat(v);
+        if (past && huge_at < 0) {
+          huge_at = i;
+          huge = absl::StrCat(v);
+        }
         out[i] = past ? std::numeric_limits<int64_t>::max()
                       : static_cast<int64_t>(v);
       } else {
@@ -222,9 +227,7 @@ absl::StatusOr<std::vector<int64_t>> LabelValues(const NpyArray& y,
   }
   for (int64_t i = 0; i < n; ++i) {
     if (out[i] < 0 || out[i] > kMaxLabel) {
-      // A saturated u64 is the first past int64 (any below it is smaller).
-      const bool saturated =
-          out[i] == std::numeric_limits<int64_t>::max() && !huge.empty();
+      const bool saturated = i == huge_at;
       return BadData(
           where,
           absl::StrCat("label ", saturated ? huge : absl::StrCat(out[i]),
