@@ -168,9 +168,10 @@ const ParamSchema& OptimizerSchema() {
            .Default(0.0)
            .Min(0)
            .Doc("adds l2 * w to the gradient of every weight of rank >= 2 "
-                "(kernels, embeddings; not biases or normalization "
-                "parameters) after the all-reduce: PyTorch SGD's "
-                "weight_decay, a Keras l2(l2 / 2) kernel regularizer"),
+                "but biases (kernels, embeddings; not biases, attention's "
+                "included, or normalization parameters) after the "
+                "all-reduce: PyTorch SGD's weight_decay, a Keras l2(l2 / 2) "
+                "kernel regularizer"),
        Param::Float("clip_global_norm")
            .Nullable()
            .Min(0, false)

@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "distribute/device_set.h"
@@ -510,8 +511,12 @@ absl::Status Trainer::AddL2Regularization(const std::vector<Variable*>& vars,
   const double l2 = config_.optimizer.l2_regularization;
   if (l2 == 0) return absl::OkStatus();
   for (size_t i = 0; i < vars.size(); ++i) {
-    // Biases and normalization parameters (rank 1) are not decayed.
-    if (vars[i]->shape().size() < 2) continue;
+    // Biases and normalization parameters are not decayed: rank 1, or
+    // named a bias (attention's query/key/value biases are [heads, key_dim]).
+    if (vars[i]->shape().size() < 2 ||
+        absl::EndsWith(vars[i]->name(), "/bias")) {
+      continue;
+    }
     MT_ASSIGN_OR_RETURN(Tensor decay, ops::Scale(vars[i]->value(), l2));
     MT_ASSIGN_OR_RETURN(grads[i], ops::Add(grads[i], decay));
   }
