@@ -803,6 +803,17 @@ absl::Status ReadModel(const Reader& r, const YAML::Node& node, Config* c,
         r.Read(node, path, {&ModelSchema()}, {"layers"}, "", &common));
     MT_ASSIGN_OR_RETURN(m.layers,
                         r.ReadLayers(Child(node, "layers"), "model.layers"));
+    // The loss takes logits (Keras's from_logits=True): a softmax on the
+    // last layer would be applied twice and train slowly.
+    const models::LayerSpec& last = m.layers.back();
+    if (last.params.Has("activation") &&
+        last.params.String("activation") == "softmax") {
+      const YAML::Node list = Child(node, "layers");
+      return r.Error(
+          absl::StrCat(last.path, ".activation"), list[list.size() - 1],
+          "softmax on the last layer: the loss takes the logits (Keras's "
+          "from_logits=True) and applies the softmax itself; leave it out");
+    }
     if (const int64_t n = models::ExpandedLayerCount(m.layers);
         n > models::kMaxLayers) {
       return r.Error("model.layers", Child(node, "layers"),

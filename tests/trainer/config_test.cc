@@ -228,6 +228,14 @@ TEST(ConfigTest, LayerListsNestAndReportPaths) {
                   "m.yaml", {});
   EXPECT_THAT(Message(c.status()),
               HasSubstr("model.name: give either a preset name or layers"));
+  c = ParseConfig(
+      "model:\n  layers:\n    - {type: flatten}\n"
+      "    - {type: dense, units: 10, activation: softmax}\n",
+      "m.yaml", {});
+  EXPECT_EQ(Message(c.status()),
+            "m.yaml:4: model.layers[1].activation: softmax on the last layer: "
+            "the loss takes the logits (Keras's from_logits=True) and applies "
+            "the softmax itself; leave it out");
   c = ParseConfig("model:\n  layers:\n    - {type: residual}\n", "m.yaml", {});
   EXPECT_EQ(Message(c.status()),
             "m.yaml:3: model.layers[0].layers: required: layer type residual "
