@@ -212,34 +212,31 @@ TEST(ConfigTest, LayerListsNestAndReportPaths) {
   ASSERT_TRUE(again.ok()) << again.status() << "\n" << c->resolved_yaml;
   EXPECT_EQ(again->resolved_yaml, c->resolved_yaml);
 
-  c = ParseConfig(
-      "model:\n  layers:\n    - type: residual\n      layers:\n"
-      "        - {type: conv2d, filters: abc, kernel_size: 3}\n",
-      "m.yaml", {});
-  EXPECT_EQ(Message(c.status()),
-            "m.yaml:5: model.layers[0].layers[0].filters: expected an integer "
-            "in [1, 2147483647], got abc");
-  c = ParseConfig("model:\n  layers:\n    - {type: flatten, units: 3}\n",
-                  "m.yaml", {});
-  EXPECT_EQ(Message(c.status()),
-            "m.yaml:3: model.layers[0].units: unknown key for layer type "
-            "flatten");
+  // Layer lists that are wrong, and the one line each gets.
+  const std::vector<std::pair<std::string, std::string>> bad_layers = {
+      {"model:\n  layers:\n    - type: residual\n      layers:\n"
+       "        - {type: conv2d, filters: abc, kernel_size: 3}\n",
+       "m.yaml:5: model.layers[0].layers[0].filters: expected an integer in "
+       "[1, 2147483647], got abc"},
+      {"model:\n  layers:\n    - {type: flatten, units: 3}\n",
+       "m.yaml:3: model.layers[0].units: unknown key for layer type flatten"},
+      {"model:\n  layers:\n    - {type: flatten}\n"
+       "    - {type: dense, units: 10, activation: softmax}\n",
+       "m.yaml:4: model.layers[1].activation: softmax on the last layer: the "
+       "loss takes the logits (Keras's from_logits=True) and applies the "
+       "softmax itself; leave it out"},
+      {"model:\n  layers:\n    - {type: residual}\n",
+       "m.yaml:3: model.layers[0].layers: required: layer type residual holds "
+       "a list of layers"},
+  };
+  for (const auto& [yaml, message] : bad_layers) {
+    c = ParseConfig(yaml, "m.yaml", {});
+    EXPECT_EQ(Message(c.status()), message);
+  }
   c = ParseConfig("model:\n  name: mlp\n  layers: [{type: flatten}]\n",
                   "m.yaml", {});
   EXPECT_THAT(Message(c.status()),
               HasSubstr("model.name: give either a preset name or layers"));
-  c = ParseConfig(
-      "model:\n  layers:\n    - {type: flatten}\n"
-      "    - {type: dense, units: 10, activation: softmax}\n",
-      "m.yaml", {});
-  EXPECT_EQ(Message(c.status()),
-            "m.yaml:4: model.layers[1].activation: softmax on the last layer: "
-            "the loss takes the logits (Keras's from_logits=True) and applies "
-            "the softmax itself; leave it out");
-  c = ParseConfig("model:\n  layers:\n    - {type: residual}\n", "m.yaml", {});
-  EXPECT_EQ(Message(c.status()),
-            "m.yaml:3: model.layers[0].layers: required: layer type residual "
-            "holds a list of layers");
   c = ParseConfig("model:\n  layers: []\n", "m.yaml", {});
   EXPECT_THAT(Message(c.status()),
               HasSubstr("model.layers: expected a non-empty list of layers"));
