@@ -17,6 +17,9 @@ extern "C" void OnStopSignal(int sig) {
 void InstallStopSignalHandlers() {
   struct sigaction sa = {};
   sa.sa_handler = OnStopSignal;
+  // Once: a second Ctrl-C (or SIGTERM) ends the process at once, as the
+  // default action does, when the graceful stop takes too long.
+  sa.sa_flags = SA_RESETHAND;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);

@@ -1,5 +1,8 @@
 // SIGINT/SIGTERM handling: the handler only records the signal; the loop
-// finishes its step, checkpoints and exits 128 + signal (130/143).
+// finishes its step, checkpoints and exits 128 + signal (130/143). The
+// handler runs once: a second signal takes the default action (the process
+// ends at once; checkpoints are written atomically, so the last one stays
+// whole).
 #ifndef MIRRORTRAIN_TRAINER_SIGNALS_H_
 #define MIRRORTRAIN_TRAINER_SIGNALS_H_
 
