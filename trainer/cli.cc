@@ -472,8 +472,9 @@ int Sample(int argc, char** argv) {
         MT_ASSIGN_OR_RETURN(text, SampleText(model, device, options));
         return absl::OkStatus();
       });
-  // Every process of a job computes the same text; the chief prints it.
-  if (!s.ok()) return Fail(s);
+  // Every process of a job computes the same text; the chief prints it, or
+  // the error, agreed (a failure in another process alone is named too).
+  if (std::optional<int> failed = FailIfAnyFailed(s)) return *failed;
   if (!Reports()) return kExitOk;
   std::fwrite(options.prompt.data(), 1, options.prompt.size(), stdout);
   std::fwrite(text.data(), 1, text.size(), stdout);
