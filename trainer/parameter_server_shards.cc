@@ -61,6 +61,7 @@ ParameterServerShards::Create(
   for (size_t i = 0; i < vars.size(); ++i) {
     const Variable& v = *vars[i];
     out->grad_index_.push_back(v.trainable() ? grads++ : -1);
+    out->state_index_.push_back(v.trainable() ? -1 : out->states_++);
     const int64_t all_rows = v.shape().empty() ? 1 : v.shape()[0];
     for (const distribute::VariablePartition& p : plan[i]) {
       Shard& shard = *out->shards_[p.ps];
@@ -129,12 +130,7 @@ absl::Status ParameterServerShards::Push(absl::Span<Variable* const> vars,
                                          absl::Span<const Tensor> read,
                                          absl::Span<const Tensor> grads,
                                          int64_t update) {
-  std::vector<int> state_index(vars.size(), -1);  // Into `read`.
-  int states = 0;
-  for (size_t i = 0; i < vars.size(); ++i) {
-    if (grad_index_[i] < 0) state_index[i] = states++;
-  }
-  if (states != static_cast<int>(read.size())) {
+  if (states_ != static_cast<int>(read.size())) {
     return absl::InternalError("Push: `read` does not fit the variables");
   }
   for (auto& shard : shards_) {
@@ -148,7 +144,7 @@ absl::Status ParameterServerShards::Push(absl::Span<Variable* const> vars,
             Tensor now,
             Rows(vars[part.var]->value(), part.begin, part.rows, part.whole));
         MT_ASSIGN_OR_RETURN(Tensor then,
-                            Rows(read[state_index[part.var]], part.begin,
+                            Rows(read[state_index_[part.var]], part.begin,
                                  part.rows, part.whole));
         MT_ASSIGN_OR_RETURN(Tensor change, ops::Sub(now, then));
         MT_ASSIGN_OR_RETURN(change, change.To(shard->device));

@@ -110,6 +110,9 @@ class ParameterServerShards {
   ParameterServerShards() = default;
   std::vector<std::unique_ptr<Shard>> shards_;
   std::vector<int> grad_index_;  // Per variable: its gradient's, or -1.
+  // Per variable: its index in Push's `read` (non-trainable ones), or -1.
+  std::vector<int> state_index_;
+  int states_ = 0;  // Non-trainable variables.
 };
 
 }  // namespace mirrortrain::trainer

@@ -52,18 +52,33 @@ std::vector<std::string> MpiArgs(int processes,
   return all;
 }
 
-Result RunMpi(int processes, const std::vector<std::string>& args,
-              int timeout_seconds = 120) {
+// The launcher with `launcher_args` (mpirun's own: -np, the program, ...).
+Result RunLauncher(const std::vector<std::string>& launcher_args,
+                   int timeout_seconds = 120) {
   static int calls = 0;
   const std::string prefix =
       absl::StrCat(::testing::TempDir(), "/mpi_", getpid(), "_", calls++);
   Result r;
-  r.exit_code = Wait(StartProgram(Launcher(), MpiArgs(processes, args),
+  r.exit_code = Wait(StartProgram(Launcher(), launcher_args,
                                   prefix + "_out.txt", prefix + "_err.txt"),
                      timeout_seconds);
   r.out = ReadFile(prefix + "_out.txt");
   r.err = ReadFile(prefix + "_err.txt");
   return r;
+}
+
+Result RunMpi(int processes, const std::vector<std::string>& args,
+              int timeout_seconds = 120) {
+  return RunLauncher(MpiArgs(processes, args), timeout_seconds);
+}
+
+// The error lines the job printed (each starts "mirrortrain:").
+int Reports(const std::string& err) {
+  int reports = 0;
+  for (const std::string& line : Lines(err)) {
+    reports += absl::StartsWith(line, "mirrortrain:");
+  }
+  return reports;
 }
 
 // The small CLI job on `replicas` logical CPU devices per process.
@@ -194,11 +209,7 @@ TEST(MpiTrainingTest, ConfigErrorIsReportedOnceAndExits2) {
   const std::string dir = testing::FreshTestDir("bad_config");
   Result r = RunMpi(2, Job(dir, 1, {"optimizer.learning_rate=-1"}));
   EXPECT_EQ(r.exit_code, 2) << r.err;
-  int reports = 0;
-  for (const std::string& line : Lines(r.err)) {
-    reports += absl::StartsWith(line, "mirrortrain:");
-  }
-  EXPECT_EQ(reports, 1) << r.err;
+  EXPECT_EQ(Reports(r.err), 1) << r.err;
   EXPECT_TRUE(absl::StrContains(r.err, "optimizer.learning_rate")) << r.err;
   // A strategy that cannot span processes is a config error too.
   std::vector<std::string> central = Job(dir, 1);
@@ -219,11 +230,7 @@ TEST(MpiTrainingTest, ConfigErrorIsReportedOnceAndExits2) {
           .count();
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_LT(seconds, 20) << r.err;
-  reports = 0;
-  for (const std::string& line : Lines(r.err)) {
-    reports += absl::StartsWith(line, "mirrortrain:");
-  }
-  EXPECT_EQ(reports, 1) << r.err;
+  EXPECT_EQ(Reports(r.err), 1) << r.err;
   EXPECT_TRUE(absl::StrContains(r.err, "missing.safetensors")) << r.err;
   // The chief's restore itself failing (a checkpoint of another width),
   // after the strategy's collectives.
@@ -242,24 +249,15 @@ TEST(MpiTrainingTest, ConfigErrorIsReportedOnceAndExits2) {
 TEST(MpiTrainingTest, ProcessesOfDifferentConfigsAreRefused) {
   MT_SKIP_WITHOUT_MPI();
   const std::string dir = testing::FreshTestDir("mpmd");
-  std::vector<std::string> args = {"-np", "1", Binary()};
-  for (const std::string& a : Job(dir, 1, {"seed=1"})) args.push_back(a);
-  for (const std::string& a :
-       {std::string(":"), std::string("-np"), std::string("1"), Binary()}) {
+  std::vector<std::string> args = MpiArgs(1, Job(dir, 1, {"seed=1"}));
+  args.push_back(":");
+  for (const std::string& a : MpiArgs(1, Job(dir, 1, {"seed=2"}))) {
     args.push_back(a);
   }
-  for (const std::string& a : Job(dir, 1, {"seed=2"})) args.push_back(a);
-  const std::string prefix = dir + "_log";
-  const int code = Wait(
-      StartProgram(Launcher(), args, prefix + "_out.txt", prefix + "_err.txt"),
-      60);
-  const std::string err = ReadFile(prefix + "_err.txt");
-  EXPECT_EQ(code, 2) << err;
-  int reports = 0;
-  for (const std::string& line : Lines(err)) {
-    reports += absl::StartsWith(line, "mirrortrain:");
-  }
-  EXPECT_EQ(reports, 1) << err;
+  const Result r = RunLauncher(args, 60);
+  const std::string& err = r.err;
+  EXPECT_EQ(r.exit_code, 2) << err;
+  EXPECT_EQ(Reports(err), 1) << err;
   EXPECT_TRUE(absl::StrContains(
       err,
       "mirrortrain: process 1: the resolved config differs from process "
