@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "tensor/status_macros.h"
 
@@ -94,6 +95,17 @@ absl::StatusOr<absl::Status> ProcessGroup::Agree(const absl::Status& mine) {
   std::vector<double> codes(size(), 0.0);
   codes[rank()] = static_cast<double>(mine.code());
   MT_RETURN_IF_ERROR(AllReduceSum(absl::MakeSpan(codes), "status agreement"));
+  return AgreeOnCodes(mine, codes);
+}
+
+absl::StatusOr<absl::Status> ProcessGroup::AgreeOnCodes(
+    const absl::Status& mine, absl::Span<const double> codes) {
+  if (size() == 1) return mine;
+  if (codes.size() != static_cast<size_t>(size())) {
+    return absl::InternalError(absl::StrCat("status agreement: ", codes.size(),
+                                            " codes for ", size(),
+                                            " processes"));
+  }
   int first = -1;
   for (int p = 0; p < size() && first < 0; ++p) {
     if (codes[p] != 0) first = p;
@@ -102,12 +114,26 @@ absl::StatusOr<absl::Status> ProcessGroup::Agree(const absl::Status& mine) {
   if (first == rank()) {
     std::string message(mine.message());
     MT_RETURN_IF_ERROR(BroadcastString(message, first, "status agreement"));
-    return mine;
+    return MarkAgreed(mine);
   }
   std::string message;
   MT_RETURN_IF_ERROR(BroadcastString(message, first, "status agreement"));
-  return absl::Status(static_cast<absl::StatusCode>(codes[first]),
-                      absl::StrCat("process ", first, ": ", message));
+  return MarkAgreed(
+      absl::Status(static_cast<absl::StatusCode>(codes[first]),
+                   absl::StrCat("process ", first, ": ", message)));
+}
+
+namespace {
+constexpr absl::string_view kAgreedPayload = "mirrortrain/agreed";
+}  // namespace
+
+absl::Status MarkAgreed(absl::Status failure) {
+  if (!failure.ok()) failure.SetPayload(kAgreedPayload, absl::Cord());
+  return failure;
+}
+
+bool IsAgreed(const absl::Status& status) {
+  return status.GetPayload(kAgreedPayload).has_value();
 }
 
 }  // namespace mirrortrain::distribute

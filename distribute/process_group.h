@@ -87,8 +87,15 @@ class ProcessGroup {
   // Every process passes its own status and gets the same one back: OK when
   // all are; else the first failing process's (its code, its message, with
   // "process <k>: " in front when k is not this process). So a failure
-  // found by some processes only is known to all and reported once.
+  // found by some processes only is known to all and reported once. A
+  // failed result is marked (IsAgreed) in a group of more than one.
   absl::StatusOr<absl::Status> Agree(const absl::Status& mine);
+  // Agree's second half, for a caller that summed every process's status
+  // code into `codes` (process p's at index p, size() entries) within a
+  // collective of its own, so a step pays no extra one when all are OK.
+  // Every process calls it after that sum.
+  absl::StatusOr<absl::Status> AgreeOnCodes(const absl::Status& mine,
+                                            absl::Span<const double> codes);
   // Agree's result as one status: the agreed one, or the agreement's own
   // failure. For a step every process takes before its next collective, so
   // a failure some processes found alone stops all of them there.
@@ -108,6 +115,13 @@ class ProcessGroup {
   std::function<bool()> stop_requested_;
   std::chrono::milliseconds stop_grace_{500};
 };
+
+// A failure that every process of the job holds alike: agreed (Agree), or
+// made from values every process agreed on (the job's loss). The CLI
+// reports it once, from the chief, and the processes end together; any
+// other failure is this process's own, reported by it.
+absl::Status MarkAgreed(absl::Status failure);
+bool IsAgreed(const absl::Status& status);
 
 // The group this process belongs to (see the file comment). Fails when a
 // launcher is detected but this build has no MPI, or MPI cannot start.

@@ -326,7 +326,7 @@ int Train(int argc, char** argv) {
   }
   absl::Status s = (*trainer)->Train();
   if (absl::IsCancelled(s) && StopSignal() != 0) return 128 + StopSignal();
-  if (!s.ok()) return FailHere(s);
+  if (!s.ok()) return distribute::IsAgreed(s) ? Fail(s) : FailHere(s);
   return kExitOk;
 }
 

@@ -454,24 +454,30 @@ std::vector<Variable*> Trainer::TrainingState() const {
 }
 
 absl::Status Trainer::CheckReplicasIdentical() const {
+  absl::Status local = absl::OkStatus();
   for (const distribute::MirroredVariable& v : mirrored_) {
-    MT_RETURN_IF_ERROR(v.CheckIdentical());
+    local = v.CheckIdentical();
+    if (!local.ok()) break;
   }
-  if (processes_->size() == 1) return absl::OkStatus();
+  if (processes_->size() == 1) return local;
   // Across processes: every process against the chief's copy, bytewise.
+  // Every process makes all the broadcasts, whatever it found, so the
+  // caller's agreement on the result meets them all there.
+  absl::Status across = absl::OkStatus();
   for (const distribute::MirroredVariable& v : mirrored_) {
     MT_ASSIGN_OR_RETURN(const Tensor mine, v.value().To(Device::Cpu()));
     MT_ASSIGN_OR_RETURN(const Tensor chiefs, mine.Clone());
     MT_RETURN_IF_ERROR(processes_->Broadcast(
         chiefs.raw_data(), static_cast<int64_t>(chiefs.bytes()), 0,
         "the replica check"));
-    if (std::memcmp(mine.raw_data(), chiefs.raw_data(), mine.bytes()) != 0) {
-      return absl::InternalError(absl::StrCat(v.name(), " of process ",
-                                              processes_->rank(),
-                                              " differs from process 0's"));
+    if (across.ok() &&
+        std::memcmp(mine.raw_data(), chiefs.raw_data(), mine.bytes()) != 0) {
+      across = absl::InternalError(absl::StrCat(v.name(), " of process ",
+                                                processes_->rank(),
+                                                " differs from process 0's"));
     }
   }
-  return absl::OkStatus();
+  return local.ok() ? across : local;
 }
 
 absl::Status Trainer::ClipGradients(std::vector<Tensor>& grads,

@@ -398,8 +398,12 @@ class Trainer {
   absl::Status SyncFromChief();
   // The stop signal any process of the job has received (0: none), the
   // same in every process; `loss` (this process's replicas' sum) becomes the
-  // sum over all processes. One collective per step.
-  absl::StatusOr<int> AgreeAfterStep(double& loss);
+  // sum over all processes. One collective per step, which also agrees on
+  // `failed` (this process's failure of the step): when any process failed,
+  // every one returns the first failing one's status, marked agreed. When
+  // the collective itself fails, `failed` is returned if set (its cause).
+  absl::StatusOr<int> AgreeAfterStep(double& loss,
+                                     const absl::Status& failed = {});
   // A stop signal: checkpoint, then Cancelled.
   absl::Status StopBySignal(int64_t step);
   // The final evaluation (unless done) and checkpoint.

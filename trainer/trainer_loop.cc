@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
-#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -176,18 +175,34 @@ absl::Status Trainer::FinishTraining(LoopState& loop, int64_t step) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> Trainer::AgreeAfterStep(double& loss) {
-  if (processes_->size() == 1) return StopSignal();
+absl::StatusOr<int> Trainer::AgreeAfterStep(double& loss,
+                                            const absl::Status& failed) {
+  if (processes_->size() == 1) {
+    MT_RETURN_IF_ERROR(failed);
+    return StopSignal();
+  }
   // Processes that received a signal, the sum of their signal numbers (one
   // launcher signal reaches all with the same number) and the chief's, which
   // decides when the processes got different ones (SIGINT here, SIGTERM
-  // there: their mean would name a third signal).
+  // there: their mean would name a third signal); then each process's
+  // status code at 4 + its rank.
   const int mine = StopSignal();
-  double values[4] = {loss, mine != 0 ? 1.0 : 0.0, static_cast<double>(mine),
-                      processes_->chief() ? static_cast<double>(mine) : 0.0};
-  MT_RETURN_IF_ERROR(
-      processes_->AllReduceSum(absl::MakeSpan(values), "the end of the step"));
+  std::vector<double> values(4 + processes_->size(), 0.0);
+  values[0] = loss;
+  values[1] = mine != 0 ? 1.0 : 0.0;
+  values[2] = static_cast<double>(mine);
+  values[3] = processes_->chief() ? static_cast<double>(mine) : 0.0;
+  values[4 + processes_->rank()] = static_cast<double>(failed.code());
+  if (absl::Status summed = processes_->AllReduceSum(absl::MakeSpan(values),
+                                                     "the end of the step");
+      !summed.ok()) {
+    return failed.ok() ? summed : failed;
+  }
   loss = values[0];
+  MT_ASSIGN_OR_RETURN(
+      const absl::Status agreed,
+      processes_->AgreeOnCodes(failed, absl::MakeSpan(values).subspan(4)));
+  MT_RETURN_IF_ERROR(agreed);
   if (values[1] == 0) return 0;
   RecordStopSignal(values[3] != 0
                        ? static_cast<int>(values[3])
@@ -288,16 +303,15 @@ absl::Status Trainer::FinishStep(LoopState& loop, int& stop) {
           CheckGlobalNorm(p.global_norms[i], absl::StrCat("at step ", step));
     }
   }
-  // Processes may see different failures (ids are per replica): a NaN in
-  // the agreed loss stops every process at this step, after agreeing.
-  if (!failed.ok()) loss = std::numeric_limits<double>::quiet_NaN();
-  // The job's loss and stop decision, the same in every process.
-  absl::StatusOr<int> agreed = AgreeAfterStep(loss);
-  if (!failed.ok()) {
-    progress_->Finish();
-    return failed;
-  }
+  // The job's loss, stop decision and failure (processes may find different
+  // ones: ids are checked per replica), the same in every process.
+  absl::StatusOr<int> agreed = AgreeAfterStep(loss, failed);
   if (!agreed.ok()) {
+    progress_->Finish();
+    // An agreed failure, or this process's own, names its step already.
+    if (!failed.ok() || distribute::IsAgreed(agreed.status())) {
+      return agreed.status();
+    }
     return absl::Status(
         agreed.status().code(),
         absl::StrCat("step ", step, ": ", agreed.status().message()));
@@ -305,15 +319,21 @@ absl::Status Trainer::FinishStep(LoopState& loop, int& stop) {
   stop = *agreed;
   if (!std::isfinite(loss)) {
     progress_->Finish();
-    return absl::AbortedError(
-        absl::StrCat("non-finite loss (", loss, ") at step ", step));
+    // Every process has this loss: one report, from the chief.
+    return distribute::MarkAgreed(absl::AbortedError(
+        absl::StrCat("non-finite loss (", loss, ") at step ", step)));
   }
   if (ReplicaCheckDue(step)) {
     absl::Status same = CheckReplicasIdentical();
     if (!same.ok()) {
-      progress_->Finish();
-      return absl::InternalError(
+      same = absl::InternalError(
           absl::StrCat("step ", step, ": ", same.message()));
+    }
+    // A process that drifted alone stops every one here.
+    same = processes_->AgreedStatus(same);
+    if (!same.ok()) {
+      progress_->Finish();
+      return same;
     }
   }
   int64_t samples = 0;

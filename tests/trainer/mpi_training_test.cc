@@ -151,7 +151,8 @@ TEST(MpiTrainingTest, TwoProcessesEqualTwoReplicasInOneProcess) {
 }
 
 // The cross-process replica check can fail: without communication the
-// processes drift apart after the first step.
+// processes drift apart after the first step. Only the drifted process
+// finds it; the processes agree on it, so it is reported once.
 TEST(MpiTrainingTest, ReplicaCheckNamesAProcessThatDrifted) {
   MT_SKIP_WITHOUT_MPI();
   const std::string dir = testing::FreshTestDir("drift");
@@ -159,9 +160,29 @@ TEST(MpiTrainingTest, ReplicaCheckNamesAProcessThatDrifted) {
       Job(dir, 1, {"distribute.check_replicas_every_steps=1"});
   args.insert(args.end(), {"--set", "distribute.cross_device_ops=none"});
   Result r = RunMpi(2, args);
-  EXPECT_NE(r.exit_code, 0) << r.err;
-  EXPECT_TRUE(absl::StrContains(r.err, "of process 1 differs from process 0's"))
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  // The chief's warning about cross_device_ops=none, then the error.
+  EXPECT_EQ(Reports(r.err), 2) << r.err;
+  EXPECT_TRUE(absl::StrContains(
+      r.err,
+      "mirrortrain: process 1: step 1: dense/kernel of process 1 "
+      "differs from process 0's"))
       << r.err;
+}
+
+// A non-finite loss is the job's (every process has the agreed loss):
+// reported once, by the chief, and every process exits 1 at that step.
+TEST(MpiTrainingTest, NonFiniteLossIsReportedOnce) {
+  MT_SKIP_WITHOUT_MPI();
+  const std::string dir = testing::FreshTestDir("nan");
+  Result r = RunMpi(2, Job(dir, 1, {"optimizer.learning_rate=1e30"}));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(Reports(r.err), 1) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err,
+                                "mirrortrain: non-finite loss (nan) at "
+                                "step "))
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/checkpoints")) << r.err;
 }
 
 TEST(MpiTrainingTest, TwoByTwoMatchesFourReplicasWithinRounding) {

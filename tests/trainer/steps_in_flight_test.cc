@@ -8,10 +8,12 @@
 #include <filesystem>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "tests/distribute/thread_process_group.h"
 #include "tests/test_util.h"
 #include "tests/trainer/data/npz_writer.h"
 #include "trainer/config.h"
@@ -27,22 +29,25 @@ struct TrainedRun {
 };
 
 // Synthetic data and an mlp on two CPU replicas, unless `overrides` (applied
-// after these) say otherwise.
+// after these) say otherwise; one process of `processes` when given (the
+// processes share `run_dir` when given; only the chief writes there).
 TrainedRun TrainWith(size_t in_flight, const std::string& name,
-                     std::vector<std::string> overrides) {
+                     std::vector<std::string> overrides,
+                     distribute::ProcessGroup* processes = nullptr,
+                     const std::string& run_dir = "") {
   overrides.insert(
       overrides.begin(),
       {"data.name=synthetic", "data.test_examples=64",
        "data.global_batch_size=16", "model.name=mlp", "model.hidden_units=[16]",
        "distribute.strategy=mirrored", "distribute.devices=[cpu:0,cpu:1]"});
   TrainedRun run;
-  run.run_dir = testing::FreshTestDir(name);
+  run.run_dir = run_dir.empty() ? testing::FreshTestDir(name) : run_dir;
   absl::StatusOr<Config> config =
       ParseConfig("", "steps_in_flight_test.yaml", overrides);
   EXPECT_TRUE(config.ok()) << config.status();
   if (!config.ok()) return run;
-  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-      Trainer::Create(*config, run.run_dir, /*need_train_data=*/true);
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(
+      *config, run.run_dir, /*need_train_data=*/true, processes);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   if (!trainer.ok()) return run;
   (*trainer)->set_min_steps_in_flight_for_testing(in_flight);
@@ -147,6 +152,52 @@ TEST(StepsInFlightTest, ABadTokenIdEndsTheRunAtItsStep) {
   // Step 3 was already enqueued; the run ended there, not at step 4.
   EXPECT_EQ(two.global_step, 3);
   EXPECT_FALSE(std::filesystem::exists(two.run_dir + "/checkpoints"));
+}
+
+// Two processes (threads here, as mpirun's would be), each with two
+// replicas: a bad token id in process 1's shard is found there only, after
+// the step, yet both processes end at that step with process 1's error,
+// marked agreed (the CLI reports it once, from the chief, and every
+// process exits with its code).
+TEST(StepsInFlightTest, AFailureInOneProcessEndsEveryProcessAgreed) {
+  const std::string dir = testing::FreshTestDir("ids_two_processes");
+  // Step 2 holds rows 16..31: global replicas 2 and 3 (process 1's local
+  // replicas 0 and 1) rows 24..27 and 28..31; row 29's third id is bad, at
+  // position 1 * 4 + 2 of process 1's replica 1.
+  testing::WriteBytes(dir + "/ids.npz", testing::TokenIdsNpzBytes(32, 29));
+  const std::vector<std::string> job = {
+      "data={name: npz, path: " + dir + "/ids.npz, shuffle: false}",
+      "data.global_batch_size=16",
+      "model={layers: [{type: embedding, input_dim: 8, output_dim: 3}, "
+      "{type: flatten}, {type: dense, units: 10}]}",
+      "train.steps=4",
+      "train.eval_every_epochs=0",
+      "checkpoint.every_steps=0"};
+  testing::ThreadWorld world(2);
+  std::vector<std::unique_ptr<distribute::ProcessGroup>> members;
+  for (int p = 0; p < 2; ++p) members.push_back(world.Member(p));
+  std::vector<TrainedRun> runs(2);
+  std::vector<std::thread> processes;
+  for (int p = 0; p < 2; ++p) {
+    processes.emplace_back([&, p] {
+      runs[p] = TrainWith(2, "", job, members[p].get(), dir + "/run");
+    });
+  }
+  for (std::thread& t : processes) t.join();
+  const std::string what = "Gather: index 9 at position 6 is out of range";
+  for (int p = 0; p < 2; ++p) {
+    const absl::Status& s = runs[p].status;
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << p << ": " << s;
+    EXPECT_TRUE(distribute::IsAgreed(s)) << p << ": " << s;
+    // Step 3 was already enqueued in both.
+    EXPECT_EQ(runs[p].global_step, 3) << p;
+  }
+  const std::string mine(runs[1].status.message());
+  EXPECT_EQ(mine.substr(0, 19), "step 2: replica 1: ") << mine;
+  EXPECT_NE(mine.find(what), std::string::npos) << mine;
+  EXPECT_EQ(runs[0].status.message(),
+            absl::StrCat("process 1: ", runs[1].status.message()));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/run/checkpoints"));
 }
 
 }  // namespace
