@@ -3,7 +3,8 @@
 Writes tests/golden/optimizers.txt (float32): 10 steps of SGD, Momentum,
 Nesterov momentum, AdagradV2, Adam, RMSProp (momentum 0 and 0.5) on one
 6-element resource variable, with the variable and slot values after each
-step. The update ops are tf.raw_ops.ResourceApply{GradientDescent, Momentum,
+step; at the registered defaults, and again (hp/*) with every
+hyperparameter and the learning rate away from them. The update ops are tf.raw_ops.ResourceApply{GradientDescent, Momentum,
 AdagradV2, Adam, RMSProp}; each trajectory is also checked against an
 independent float64 NumPy implementation of the formulas listed in the output
 comments.
@@ -27,13 +28,17 @@ SEED = 777
 STEPS = 10
 N = 6
 
-LR = 0.1
-MOMENTUM = 0.9
-ADAGRAD_INIT = 0.1
-ADAGRAD_EPS = 1e-7
-ADAM_B1, ADAM_B2, ADAM_EPS = 0.9, 0.999, 1e-7
-RMS_RHO, RMS_EPS = 0.9, 1e-7
-RMS_MOM2 = 0.5
+# The defaults the optimizers are registered with (and lr 0.1); the tensors
+# of these runs are named <opt>/<tensor>.
+DEFAULTS = {"lr": 0.1, "momentum": 0.9, "adagrad_init": 0.1,
+            "adagrad_eps": 1e-7, "adam_b1": 0.9, "adam_b2": 0.999,
+            "adam_eps": 1e-7, "rms_rho": 0.9, "rms_eps": 1e-7,
+            "rms_momentum": 0.5}
+# Every hyperparameter away from its default, and another rate: hp/<opt>/...
+NON_DEFAULT = {"lr": 0.03, "momentum": 0.5, "adagrad_init": 0.5,
+               "adagrad_eps": 1e-3, "adam_b1": 0.5, "adam_b2": 0.9,
+               "adam_eps": 1e-2, "rms_rho": 0.5, "rms_eps": 1e-3,
+               "rms_momentum": 0.3}
 
 
 def c32(v):
@@ -52,21 +57,24 @@ def run(init, grads, slot_inits, step_fn):
     return [np.stack(h).astype(np.float32) for h in hist]
 
 
-def ref(init, grads, kind, mom=0.0, b1_pow=None, b2_pow=None):
-    """float64 reference implementations of the TF kernel formulas.
+def powers(beta):
+    """f32(beta^t), t = 1..STEPS, the power computed in float64."""
+    return np.array([beta ** (k + 1) for k in range(STEPS)]).astype(np.float32)
 
-    For adam, b1_pow/b2_pow are the (f32-rounded) beta powers fed to the op.
-    """
-    # hyperparameters exactly as the f32 kernel sees them
+
+def ref(init, grads, kind, hp, mom=0.0):
+    """float64 reference implementations of the TF kernel formulas, with the
+    hyperparameters exactly as the f32 kernel sees them."""
     def h(v):
         return float(np.float32(v))
 
-    lr, m_, eps_ag = h(LR), h(MOMENTUM), h(ADAGRAD_EPS)
-    b1, b2, eps_ad = h(ADAM_B1), h(ADAM_B2), h(ADAM_EPS)
-    rho, eps_rms, mom = h(RMS_RHO), h(RMS_EPS), h(mom)
+    lr, m_, eps_ag = h(hp["lr"]), h(hp["momentum"]), h(hp["adagrad_eps"])
+    b1, b2, eps_ad = h(hp["adam_b1"]), h(hp["adam_b2"]), h(hp["adam_eps"])
+    rho, eps_rms, mom = h(hp["rms_rho"]), h(hp["rms_eps"]), h(mom)
+    b1_pow, b2_pow = powers(hp["adam_b1"]), powers(hp["adam_b2"])
     w = init.astype(np.float64)
     g_all = grads.astype(np.float64)
-    a = np.zeros(N) + (h(ADAGRAD_INIT) if kind == "adagrad" else 0.0)
+    a = np.zeros(N) + (h(hp["adagrad_init"]) if kind == "adagrad" else 0.0)
     b = np.zeros(N)
     out = [[], [], []]
     for k in range(STEPS):
@@ -95,6 +103,81 @@ def ref(init, grads, kind, mom=0.0, b1_pow=None, b2_pow=None):
     return [np.stack(o) for o in out]
 
 
+def trajectories(init, grads, hp, prefix, tensors, notes):
+    """Every optimizer's run at `hp`, recorded as <prefix><opt>/<tensor>."""
+    lr = hp["lr"]
+    b1_pow, b2_pow = powers(hp["adam_b1"]), powers(hp["adam_b2"])
+
+    def record(name, results, slot_names, refs):
+        tensors.append((prefix + name + "/var", results[0]))
+        for nm, arr in zip(slot_names, results[1:]):
+            tensors.append((prefix + name + "/" + nm, arr))
+        diffs = [float(np.max(np.abs(got - want)))
+                 for got, want in zip(results, refs)]
+        assert max(diffs) < 1e-5, (prefix + name, diffs)
+        notes.append("%s: max abs diff vs float64 ref (var, slots) = %s"
+                     % (prefix + name, ", ".join("%.2g" % d for d in diffs)))
+
+    def sgd(k, var, slots, g):
+        tf.raw_ops.ResourceApplyGradientDescent(var=var.handle, alpha=c32(lr),
+                                                delta=g)
+    record("sgd", run(init, grads, [], sgd), [],
+           ref(init, grads, "sgd", hp)[:1])
+
+    for name, nest in (("momentum", False), ("nesterov", True)):
+        def mom(k, var, slots, g, nest=nest):
+            tf.raw_ops.ResourceApplyMomentum(
+                var=var.handle, accum=slots[0].handle, lr=c32(lr), grad=g,
+                momentum=c32(hp["momentum"]), use_locking=False,
+                use_nesterov=nest)
+        record(name, run(init, grads, [0.0], mom), ["Momentum"],
+               ref(init, grads, name, hp)[:2])
+
+    def adagrad(k, var, slots, g):
+        tf.raw_ops.ResourceApplyAdagradV2(
+            var=var.handle, accum=slots[0].handle, lr=c32(lr),
+            epsilon=c32(hp["adagrad_eps"]), grad=g, update_slots=True)
+    record("adagrad", run(init, grads, [hp["adagrad_init"]], adagrad),
+           ["Adagrad"], ref(init, grads, "adagrad", hp)[:2])
+
+    def adam(k, var, slots, g):
+        tf.raw_ops.ResourceApplyAdam(
+            var=var.handle, m=slots[0].handle, v=slots[1].handle,
+            beta1_power=c32(b1_pow[k]), beta2_power=c32(b2_pow[k]),
+            lr=c32(lr), beta1=c32(hp["adam_b1"]), beta2=c32(hp["adam_b2"]),
+            epsilon=c32(hp["adam_eps"]), grad=g, use_nesterov=False)
+    record("adam", run(init, grads, [0.0, 0.0], adam), ["Adam", "Adam_1"],
+           ref(init, grads, "adam", hp))
+
+    # RMSProp (ms0 = 0, mom0 = 0): at the defaults without and with
+    # momentum; away from them, with it.
+    cases = (("rmsprop", 0.0), ("rmsprop_mom", hp["rms_momentum"]))
+    if prefix:
+        cases = (("rmsprop", hp["rms_momentum"]),)
+    for name, m in cases:
+        def rms(k, var, slots, g, m=m):
+            tf.raw_ops.ResourceApplyRMSProp(
+                var=var.handle, ms=slots[0].handle, mom=slots[1].handle,
+                lr=c32(lr), rho=c32(hp["rms_rho"]), momentum=c32(m),
+                epsilon=c32(hp["rms_eps"]), grad=g)
+        record(name, run(init, grads, [0.0, 0.0], rms),
+               ["RMSProp", "RMSProp_1"], ref(init, grads, "rmsprop", hp, m))
+
+
+def hyperparameters(hp, prefix):
+    """The f32 scalars a test checks its optimizers' settings against."""
+    names = (("lr", "lr"), ("momentum", "momentum"),
+             ("adagrad_initial_accumulator", "adagrad_init"),
+             ("adagrad_epsilon", "adagrad_eps"), ("adam_beta1", "adam_b1"),
+             ("adam_beta2", "adam_b2"), ("adam_epsilon", "adam_eps"),
+             ("rmsprop_rho", "rms_rho"), ("rmsprop_epsilon", "rms_eps"))
+    out = [(prefix + name, np.float32(hp[key])) for name, key in names]
+    out += [(prefix + "adam/beta1_power", powers(hp["adam_b1"])),
+            (prefix + "adam/beta2_power", powers(hp["adam_b2"]))]
+    mom_name = "rmsprop_momentum" if prefix else "rmsprop_mom_momentum"
+    return out + [(prefix + mom_name, np.float32(hp["rms_momentum"]))]
+
+
 def main():
     rng = np.random.default_rng(SEED)
     init = rng.normal(size=N).astype(np.float32)
@@ -103,77 +186,12 @@ def main():
     grads[3, 2] = np.float32(1e-4)
     grads[6, 5] = np.float32(5.0)
 
-    b1_pow = np.array([ADAM_B1 ** (k + 1) for k in range(STEPS)]).astype(np.float32)
-    b2_pow = np.array([ADAM_B2 ** (k + 1) for k in range(STEPS)]).astype(np.float32)
-
-    tensors = [("init", init), ("grads", grads),
-               ("lr", np.float32(LR)), ("momentum", np.float32(MOMENTUM)),
-               ("adagrad_initial_accumulator", np.float32(ADAGRAD_INIT)),
-               ("adagrad_epsilon", np.float32(ADAGRAD_EPS)),
-               ("adam_beta1", np.float32(ADAM_B1)),
-               ("adam_beta2", np.float32(ADAM_B2)),
-               ("adam_epsilon", np.float32(ADAM_EPS)),
-               ("adam/beta1_power", b1_pow), ("adam/beta2_power", b2_pow),
-               ("rmsprop_rho", np.float32(RMS_RHO)),
-               ("rmsprop_epsilon", np.float32(RMS_EPS)),
-               ("rmsprop_mom_momentum", np.float32(RMS_MOM2))]
+    tensors = [("init", init), ("grads", grads)]
+    tensors += hyperparameters(DEFAULTS, "")
+    tensors += hyperparameters(NON_DEFAULT, "hp/")
     notes = []
-
-    def record(prefix, results, slot_names, refs):
-        tensors.append((prefix + "/var", results[0]))
-        for nm, arr in zip(slot_names, results[1:]):
-            tensors.append((prefix + "/" + nm, arr))
-        diffs = []
-        for got, want in zip(results, refs):
-            d = float(np.max(np.abs(got - want)))
-            diffs.append(d)
-        assert max(diffs) < 1e-5, (prefix, diffs)
-        notes.append("%s: max abs diff vs float64 ref (var, slots) = %s"
-                     % (prefix, ", ".join("%.2g" % d for d in diffs)))
-
-    # SGD
-    def sgd(k, var, slots, g):
-        tf.raw_ops.ResourceApplyGradientDescent(var=var.handle, alpha=c32(LR), delta=g)
-    r = run(init, grads, [], sgd)
-    record("sgd", r, [], ref(init, grads, "sgd")[:1])
-
-    # Momentum / Nesterov
-    for prefix, nest in (("momentum", False), ("nesterov", True)):
-        def mom(k, var, slots, g, nest=nest):
-            tf.raw_ops.ResourceApplyMomentum(
-                var=var.handle, accum=slots[0].handle, lr=c32(LR), grad=g,
-                momentum=c32(MOMENTUM), use_locking=False, use_nesterov=nest)
-        r = run(init, grads, [0.0], mom)
-        rr = ref(init, grads, prefix)
-        record(prefix, r, ["Momentum"], rr[:2])
-
-    # AdagradV2
-    def adagrad(k, var, slots, g):
-        tf.raw_ops.ResourceApplyAdagradV2(
-            var=var.handle, accum=slots[0].handle, lr=c32(LR),
-            epsilon=c32(ADAGRAD_EPS), grad=g, update_slots=True)
-    r = run(init, grads, [ADAGRAD_INIT], adagrad)
-    record("adagrad", r, ["Adagrad"], ref(init, grads, "adagrad")[:2])
-
-    # Adam
-    def adam(k, var, slots, g):
-        tf.raw_ops.ResourceApplyAdam(
-            var=var.handle, m=slots[0].handle, v=slots[1].handle,
-            beta1_power=c32(b1_pow[k]), beta2_power=c32(b2_pow[k]), lr=c32(LR),
-            beta1=c32(ADAM_B1), beta2=c32(ADAM_B2), epsilon=c32(ADAM_EPS),
-            grad=g, use_nesterov=False)
-    r = run(init, grads, [0.0, 0.0], adam)
-    record("adam", r, ["Adam", "Adam_1"], ref(init, grads, "adam", b1_pow=b1_pow, b2_pow=b2_pow))
-
-    # RMSProp (ms0 = 0, mom0 = 0)
-    for prefix, m in (("rmsprop", 0.0), ("rmsprop_mom", RMS_MOM2)):
-        def rms(k, var, slots, g, m=m):
-            tf.raw_ops.ResourceApplyRMSProp(
-                var=var.handle, ms=slots[0].handle, mom=slots[1].handle,
-                lr=c32(LR), rho=c32(RMS_RHO), momentum=c32(m),
-                epsilon=c32(RMS_EPS), grad=g)
-        r = run(init, grads, [0.0, 0.0], rms)
-        record(prefix, r, ["RMSProp", "RMSProp_1"], ref(init, grads, "rmsprop", m))
+    trajectories(init, grads, DEFAULTS, "", tensors, notes)
+    trajectories(init, grads, NON_DEFAULT, "hp/", tensors, notes)
 
     comment = """\
 Generated by scripts/golden/optimizers.py (numpy seed %d), all f32.
@@ -184,6 +202,10 @@ Ops: tf.raw_ops.ResourceApply* on resource variables, float32, lr = 0.1 const.
 Hyperparameters (also written as f32 scalars): lr=0.1, momentum=0.9,
 adagrad initial accumulator=0.1 eps=1e-7, adam b1=0.9 b2=0.999 eps=1e-7,
 rmsprop rho=0.9 eps=1e-7 momentum=0 (rmsprop) / 0.5 (rmsprop_mom).
+hp/<opt>/*: the same runs with every hyperparameter away from its default
+(written as hp/<name> scalars and hp/adam/beta*_power): lr=0.03,
+momentum=0.5, adagrad initial accumulator=0.5 eps=1e-3, adam b1=0.5 b2=0.9
+eps=1e-2, rmsprop rho=0.5 eps=1e-3 momentum=0.3 (hp/rmsprop).
 Update formulas (TF kernels; verified vs a float64 numpy implementation that
 uses the f32-rounded hyperparameters, e.g. 1-f32(0.999) = 0.00099998713,
 which differs from 0.001 by 1.3e-5 relative; diffs below):

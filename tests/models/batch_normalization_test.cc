@@ -98,6 +98,43 @@ TEST(BatchNormalizationTest, TrainingMatchesKeras) {
       "bn_train");
 }
 
+// center: false, scale: false: no gamma or beta (Keras creates neither),
+// y = (x - mean) / sqrt(var + eps).
+TEST(BatchNormalizationTest, WithoutCenterAndScaleMatchesKeras) {
+  ASSERT_FALSE(Golden().empty()) << "cannot load normalization.txt";
+  absl::StatusOr<LayerSpec> spec =
+      MakeLayerSpec("batch_normalization",
+                    {{"momentum", 0.9}, {"center", false}, {"scale", false}});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  spec->path = "model.layers[0]";
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      Model::Build(ModelDef{{3, 2, 4}, {*spec}}, 1, Device::Cpu());
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<Variable*>& vars = (*model)->variables();
+  ASSERT_EQ(vars.size(), 2u);
+  EXPECT_EQ(vars[0]->name(), "batch_normalization/moving_mean");
+  EXPECT_EQ(vars[1]->name(), "batch_normalization/moving_variance");
+  ASSERT_TRUE(vars[0]->Assign(F32("moving_mean0")).ok());
+  ASSERT_TRUE(vars[1]->Assign(F32("moving_variance0")).ok());
+  const Tensor x = F32("x");
+  GradientTape tape;
+  tape.Watch(x);
+  absl::StatusOr<Tensor> y = (*model)->Call(x, {.training = true});
+  ASSERT_TRUE(y.ok()) << y.status();
+  GradientOptions options;
+  options.output_gradient = F32("upstream");
+  auto grads = tape.Gradient(*y, {x}, options);
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  const auto& g = Golden();
+  EXPECT_TRUE(testing::AllClose(F64(*y), g.at("bn_plain/y"), kTol, kTol));
+  EXPECT_TRUE(
+      testing::AllClose(F64(*(*grads)[0]), g.at("bn_plain/dx"), kTol, kTol));
+  EXPECT_TRUE(testing::AllClose(F64(vars[0]->value()),
+                                g.at("bn_plain/moving_mean"), kTol, kTol));
+  EXPECT_TRUE(testing::AllClose(F64(vars[1]->value()),
+                                g.at("bn_plain/moving_variance"), kTol, kTol));
+}
+
 TEST(BatchNormalizationTest, InferenceUsesTheMovingStatistics) {
   ASSERT_FALSE(Golden().empty()) << "cannot load normalization.txt";
   auto model = BuildLayer(false, Device::Cpu());

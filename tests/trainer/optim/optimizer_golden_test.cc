@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -26,8 +27,6 @@ namespace mirrortrain::trainer {
 namespace {
 
 constexpr int kSteps = 10;
-constexpr double kRtol = 1e-6;
-constexpr double kAtol = 1e-6;
 
 std::map<std::string, Tensor>* LoadOrEmpty(const std::string& file) {
   auto loaded = testing::LoadGolden(testing::GoldenPath(file));
@@ -50,23 +49,57 @@ Tensor Row(const Tensor& t, int64_t row) {
 }
 
 // Hyperparameters as a user writes them; the golden file holds their f32
-// roundings, which the test checks these agree with.
+// roundings, which the tests check these agree with.
 constexpr double kLr = 0.1;
+// The hp/* runs: every hyperparameter away from its default.
+constexpr double kHpLr = 0.03;
+constexpr double kHpMomentum = 0.5;
+constexpr double kHpAdagradInitial = 0.5;
+constexpr double kHpAdagradEpsilon = 1e-3;
+constexpr double kHpBeta1 = 0.5;
+constexpr double kHpBeta2 = 0.9;
+constexpr double kHpAdamEpsilon = 1e-2;
+constexpr double kHpRho = 0.5;
+constexpr double kHpRmsMomentum = 0.3;
+constexpr double kHpRmsEpsilon = 1e-3;
 
 struct GoldenCase {
   std::string prefix;  // tensor name prefix in the golden file
   std::string optimizer;
+  double learning_rate;
   testing::Values values;  // Keys that differ from the defaults.
 };
 
 std::vector<GoldenCase> GoldenCases() {
-  return {{"sgd", "sgd", {}},
-          {"momentum", "momentum", {}},
-          {"nesterov", "momentum", {{"nesterov", true}}},
-          {"adagrad", "adagrad", {}},
-          {"adam", "adam", {}},
-          {"rmsprop", "rmsprop", {}},
-          {"rmsprop_mom", "rmsprop", {{"momentum", 0.5}}}};
+  return {
+      {"sgd", "sgd", kLr, {}},
+      {"momentum", "momentum", kLr, {}},
+      {"nesterov", "momentum", kLr, {{"nesterov", true}}},
+      {"adagrad", "adagrad", kLr, {}},
+      {"adam", "adam", kLr, {}},
+      {"rmsprop", "rmsprop", kLr, {}},
+      {"rmsprop_mom", "rmsprop", kLr, {{"momentum", 0.5}}},
+      {"hp/sgd", "sgd", kHpLr, {}},
+      {"hp/momentum", "momentum", kHpLr, {{"momentum", kHpMomentum}}},
+      {"hp/nesterov",
+       "momentum",
+       kHpLr,
+       {{"momentum", kHpMomentum}, {"nesterov", true}}},
+      {"hp/adagrad",
+       "adagrad",
+       kHpLr,
+       {{"initial_accumulator_value", kHpAdagradInitial},
+        {"epsilon", kHpAdagradEpsilon}}},
+      {"hp/adam",
+       "adam",
+       kHpLr,
+       {{"beta1", kHpBeta1}, {"beta2", kHpBeta2}, {"epsilon", kHpAdamEpsilon}}},
+      {"hp/rmsprop",
+       "rmsprop",
+       kHpLr,
+       {{"rho", kHpRho},
+        {"momentum", kHpRmsMomentum},
+        {"epsilon", kHpRmsEpsilon}}}};
 }
 
 // A registered default, for checking against the golden file.
@@ -109,11 +142,53 @@ TEST(OptimizerGoldenFileTest, HyperparametersMatchTheFile) {
   }
 }
 
+TEST(OptimizerGoldenFileTest, NonDefaultHyperparametersMatchTheFile) {
+  const auto& g = Golden();
+  ASSERT_FALSE(g.empty());
+  auto f32 = [&](const std::string& name) {
+    return static_cast<float>(g.at("hp/" + name).ScalarAt(0));
+  };
+  const std::pair<const char*, double> expected[] = {
+      {"lr", kHpLr},
+      {"momentum", kHpMomentum},
+      {"adagrad_initial_accumulator", kHpAdagradInitial},
+      {"adagrad_epsilon", kHpAdagradEpsilon},
+      {"adam_beta1", kHpBeta1},
+      {"adam_beta2", kHpBeta2},
+      {"adam_epsilon", kHpAdamEpsilon},
+      {"rmsprop_rho", kHpRho},
+      {"rmsprop_momentum", kHpRmsMomentum},
+      {"rmsprop_epsilon", kHpRmsEpsilon}};
+  for (const auto& [name, value] : expected) {
+    EXPECT_EQ(f32(name), static_cast<float>(value)) << name;
+  }
+  // Each away from its default, or its run would test nothing new.
+  const std::tuple<const char*, const char*, double> registered[] = {
+      {"momentum", "momentum", kHpMomentum},
+      {"adagrad", "initial_accumulator_value", kHpAdagradInitial},
+      {"adagrad", "epsilon", kHpAdagradEpsilon},
+      {"adam", "beta1", kHpBeta1},
+      {"adam", "beta2", kHpBeta2},
+      {"adam", "epsilon", kHpAdamEpsilon},
+      {"rmsprop", "rho", kHpRho},
+      {"rmsprop", "momentum", kHpRmsMomentum},
+      {"rmsprop", "epsilon", kHpRmsEpsilon}};
+  for (const auto& [optimizer, key, value] : registered) {
+    EXPECT_NE(value, Default(optimizer, key)) << optimizer << "." << key;
+  }
+  for (int t = 1; t <= kSteps; ++t) {
+    EXPECT_EQ(static_cast<float>(std::pow(kHpBeta1, t)),
+              g.at("hp/adam/beta1_power").data<float>()[t - 1]);
+    EXPECT_EQ(static_cast<float>(std::pow(kHpBeta2, t)),
+              g.at("hp/adam/beta2_power").data<float>()[t - 1]);
+  }
+}
+
 TEST_P(OptimizerGoldenTest, TenStepsMatchTensorFlow) {
   const GoldenCase& c = GetParam();
   const auto& g = Golden();
   ASSERT_FALSE(g.empty());
-  auto opt = testing::BuildOptimizer(c.optimizer, kLr, c.values);
+  auto opt = testing::BuildOptimizer(c.optimizer, c.learning_rate, c.values);
   ASSERT_TRUE(opt.ok()) << opt.status();
   auto var = Variable::Create("var", g.at("init"));
   ASSERT_TRUE(var.ok()) << var.status();
@@ -133,14 +208,15 @@ TEST_P(OptimizerGoldenTest, TenStepsMatchTensorFlow) {
     ASSERT_EQ((*opt)->iterations(), k);
     ASSERT_TRUE((*opt)->ApplyGradients({{Row(g.at("grads"), k), v}}).ok());
     const Tensor want = Row(g.at(c.prefix + "/var"), k);
-    EXPECT_TRUE(testing::AllClose(v->value(), want, kRtol, kAtol))
+    // Bit for bit: the same f32 operations in the same order.
+    EXPECT_TRUE(testing::AllClose(v->value(), want, 0, 0))
         << c.prefix << " var after step " << k + 1;
     track(v->value(), want);
     for (const std::string& slot : (*opt)->GetSlotNames()) {
       Variable* s = (*opt)->GetSlot(*v, slot);
       ASSERT_NE(s, nullptr) << slot;
       const Tensor want_slot = Row(g.at(c.prefix + "/" + slot), k);
-      EXPECT_TRUE(testing::AllClose(s->value(), want_slot, kRtol, kAtol))
+      EXPECT_TRUE(testing::AllClose(s->value(), want_slot, 0, 0))
           << c.prefix << " slot " << slot << " after step " << k + 1;
       track(s->value(), want_slot);
     }
@@ -154,7 +230,9 @@ TEST_P(OptimizerGoldenTest, TenStepsMatchTensorFlow) {
 INSTANTIATE_TEST_SUITE_P(AllOptimizers, OptimizerGoldenTest,
                          ::testing::ValuesIn(GoldenCases()),
                          [](const ::testing::TestParamInfo<GoldenCase>& info) {
-                           return info.param.prefix;
+                           std::string name = info.param.prefix;
+                           std::replace(name.begin(), name.end(), '/', '_');
+                           return name;
                          });
 
 // ---------------------------------------------------------------------------
