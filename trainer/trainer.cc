@@ -57,14 +57,19 @@ absl::StatusOr<InMemoryDataset> Subset(InMemoryDataset data, int64_t limit) {
 }
 
 absl::StatusOr<InMemoryDataset> LoadSplit(const DataConfig& d, bool train,
-                                          uint64_t seed) {
+                                          uint64_t seed,
+                                          const Shape& example_shape) {
   const DataSource* source = DataSourceRegistry::Global().Find(d.name);
   if (source == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("data.name: unknown data source '", d.name, "'"));
   }
-  MT_ASSIGN_OR_RETURN(InMemoryDataset data,
-                      source->load(d.source, train, seed));
+  const SplitRequest request{
+      .train = train,
+      .seed = seed,
+      .example_shape = example_shape,
+      .max_examples = train ? d.train_examples : d.test_examples};
+  MT_ASSIGN_OR_RETURN(InMemoryDataset data, source->load(d.source, request));
   MT_ASSIGN_OR_RETURN(data, Subset(std::move(data),
                                    train ? d.train_examples : d.test_examples));
   // In place: the source's tensors are ours alone until the split is built.
@@ -133,7 +138,8 @@ absl::StatusOr<std::unique_ptr<Optimizer>> MakeConfiguredOptimizer(
 
 absl::StatusOr<std::string> ModelSummary(const Config& config) {
   MT_ASSIGN_OR_RETURN(InMemoryDataset data,
-                      LoadSplit(config.data, /*train=*/false, config.seed));
+                      LoadSplit(config.data, /*train=*/false, config.seed,
+                                config.model.input_shape));
   MT_ASSIGN_OR_RETURN(const models::ModelDef def,
                       ModelDefinition(config.model, data));
   MT_ASSIGN_OR_RETURN(std::unique_ptr<models::Model> model,
@@ -212,7 +218,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   auto timed_load = [&config](bool train, std::chrono::duration<double>* took) {
     const Clock::time_point began = Clock::now();
     absl::StatusOr<InMemoryDataset> split =
-        LoadSplit(config.data, train, config.seed);
+        LoadSplit(config.data, train, config.seed, config.model.input_shape);
     *took = Clock::now() - began;
     return split;
   };

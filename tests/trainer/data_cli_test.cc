@@ -160,6 +160,31 @@ void ExpectExit2(const std::vector<std::string>& args,
   }
 }
 
+// Synthetic data has the model's input shape when the config gives one
+// (colour images here); one too large for memory is a config-time error
+// naming the key that shrinks it.
+TEST(DataCliTest, SyntheticDataTakesTheModelsInputShape) {
+  const std::string dir = FreshTestDir("data_cli");
+  const std::string config = WriteConfig(
+      dir, "  name: synthetic\n  train_examples: 256\n  test_examples: 64");
+  Result r = RunCli({"train", "--config", config, "--run_dir", dir + "/run",
+                     "--set", "model.input_shape=[6,6,3]"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Result summary = RunCli({"train", "--config", config, "--dry_run", "--set",
+                           "model.input_shape=[6,6,3]"});
+  ASSERT_EQ(summary.exit_code, 0) << summary.err;
+  // The conv's 3x3 kernel over 3 channels into 4 filters, + 4 biases.
+  EXPECT_THAT(summary.out, ::testing::ContainsRegex(
+                               "\\(None, 6, 6, 4\\) +112\n"))
+      << summary.out;
+  ExpectExit2({"train", "--config", config, "--run_dir", dir + "/huge",
+               "--set", "model.input_shape=[512,512,3]", "--set",
+               "data.train_examples=0"},
+              "data: synthetic: 60000 examples of [512,512,3] "
+              "(model.input_shape) take more than 4 GiB; set "
+              "data.train_examples lower");
+}
+
 TEST(DataCliTest, BadCifarFilesExit2NamingTheFile) {
   const std::string dir = FreshTestDir("data_cli");
   const std::string cifar = WriteCifarDir(dir + "/cifar");
@@ -282,13 +307,16 @@ TEST(DataCliTest, BadTextInputsExit2NamingTheFileOrKey) {
       {"sequence_length: 9223372036854775807",
        "data.sequence_length: 9223372036854775807 needs 9223372036854775808 "
        "bytes per window"},
-      {"validation_fraction: 0",
-       "data.validation_fraction: 0 holds out 0 of the 200 bytes"},
+      {"validation_fraction: 0.001",
+       "data.validation_fraction: 0.001 holds out 0 of the 200 bytes"},
       // Out of range in the config: file:line and the key.
       {"sequence_length: 0",
        "job.yaml:5: data.sequence_length: expected an integer >= 1, got 0"},
+      {"validation_fraction: 0",
+       "job.yaml:5: data.validation_fraction: expected a number in (0, 1), got "
+       "0"},
       {"validation_fraction: 1",
-       "job.yaml:5: data.validation_fraction: expected a number in [0, 1), got "
+       "job.yaml:5: data.validation_fraction: expected a number in (0, 1), got "
        "1"}};
   for (const auto& [key, error] : bad_keys) {
     ExpectExit2(run(absl::StrCat("  name: text\n  path: ", text, "\n  ", key)),

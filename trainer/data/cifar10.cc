@@ -117,8 +117,8 @@ MT_REGISTER(
             "10000 test",
      .params = {{Param::String("dir").Doc("the cifar-10-batches-bin folder of "
                                           "cifar-10-binary.tar.gz")}},
-     .load = [](const Params& p, bool train, uint64_t) {
-       return LoadCifar10(p.String("dir"), train);
+     .load = [](const Params& p, const SplitRequest& split) {
+       return LoadCifar10(p.String("dir"), split.train);
      }});
 
 }  // namespace

@@ -16,15 +16,28 @@
 
 namespace mirrortrain::trainer {
 
+// What a split is loaded for.
+struct SplitRequest {
+  bool train = true;  // The training split, else the test split.
+  // The config's seed (sources that generate data draw from it).
+  uint64_t seed = 0;
+  // model.input_shape (one example) when the config gives one, else empty.
+  // Sources that generate data make examples of it; the others read what
+  // their files hold (the trainer compares the two).
+  Shape example_shape;
+  // Only the first this many examples are used (data.train_examples or
+  // test_examples; 0: all). A source may stop there; the caller cuts.
+  int64_t max_examples = 0;
+};
+
 struct DataSource {
   std::string name;
   std::string doc;
   ParamSchema params;
-  // One split (train or test) with `params` checked; `seed` is the config's
-  // (sources that generate data draw from it). Errors name the file. The
-  // returned tensors are the caller's alone (data.normalize rewrites them).
+  // One split with `params` checked. Errors name the file. The returned
+  // tensors are the caller's alone (data.normalize rewrites them).
   std::function<absl::StatusOr<InMemoryDataset>(const Params& params,
-                                                bool train, uint64_t seed)>
+                                                const SplitRequest& split)>
       load;
 };
 using DataSourceRegistry = Registry<DataSource>;

@@ -109,17 +109,23 @@ absl::StatusOr<InMemoryDataset> LoadFashionMnist(const std::string& dir,
 }
 
 InMemoryDataset MakeSynthetic(int64_t n, int num_classes, uint64_t seed,
-                              int64_t first) {
+                              int64_t first, const Shape& example_shape) {
   n = std::max<int64_t>(n, 0);
   first = std::max<int64_t>(first, 0);
   num_classes = std::max(num_classes, 1);
-  constexpr int64_t kPixels = kFashionMnistImageSize * kFashionMnistImageSize;
+  Shape shape = {n};
+  int64_t values_per_example = 1;
+  for (const int64_t d : example_shape) {
+    shape.push_back(std::max<int64_t>(d, 1));
+    values_per_example *= shape.back();
+  }
   // Streams of the hash: one per kind of draw.
   constexpr uint64_t kPrototypeStream = 1, kLabelStream = 2, kNoiseStream = 3;
   // Mostly signal, so a small model separates the classes in a few steps.
   constexpr float kSignal = 0.6f;
 
-  std::vector<float> prototypes(static_cast<size_t>(num_classes) * kPixels);
+  std::vector<float> prototypes(static_cast<size_t>(num_classes) *
+                                values_per_example);
   for (size_t k = 0; k < prototypes.size(); ++k) {
     prototypes[k] = UnitFloat(CounterHash(seed, kPrototypeStream, k));
   }
@@ -127,8 +133,7 @@ InMemoryDataset MakeSynthetic(int64_t n, int num_classes, uint64_t seed,
   InMemoryDataset dataset;
   dataset.num_classes = num_classes;
   dataset.name = "synthetic";
-  dataset.images = Tensor::HostEmpty(
-      DType::kF32, {n, kFashionMnistImageSize, kFashionMnistImageSize, 1});
+  dataset.images = Tensor::HostEmpty(DType::kF32, shape);
   dataset.labels = Tensor::HostEmpty(DType::kI32, {n});
   float* pixels = dataset.images.data<float>();
   int32_t* labels = dataset.labels.data<int32_t>();
@@ -141,11 +146,12 @@ InMemoryDataset MakeSynthetic(int64_t n, int num_classes, uint64_t seed,
           static_cast<int32_t>(CounterHash(seed, kLabelStream, index) %
                                static_cast<uint64_t>(num_classes));
       labels[i] = label;
-      const float* prototype = prototypes.data() + label * kPixels;
-      float* out = pixels + i * kPixels;
-      for (int64_t k = 0; k < kPixels; ++k) {
-        const float noise = UnitFloat(CounterHash(
-            seed, kNoiseStream, index * kPixels + static_cast<uint64_t>(k)));
+      const float* prototype = prototypes.data() + label * values_per_example;
+      float* out = pixels + i * values_per_example;
+      for (int64_t k = 0; k < values_per_example; ++k) {
+        const float noise = UnitFloat(
+            CounterHash(seed, kNoiseStream,
+                        index * values_per_example + static_cast<uint64_t>(k)));
         out[k] = kSignal * prototype[k] + (1.0f - kSignal) * noise;
       }
     }
@@ -161,21 +167,49 @@ MT_REGISTER(DataSource,
                              .Default("/usr/share/datasets/fashion-mnist")
                              .Doc("folder of the IDX files (Debian "
                                   "dataset-fashion-mnist)")}},
-             .load = [](const Params& p, bool train, uint64_t) {
-               return LoadFashionMnist(p.String("dir"), train);
+             .load = [](const Params& p, const SplitRequest& split) {
+               return LoadFashionMnist(p.String("dir"), split.train);
              }});
 
-MT_REGISTER(
-    DataSource,
-    {.name = "synthetic",
-     .doc = "learnable random data of Fashion-MNIST's shape (60000 / 10000), "
-            "for benchmarks and tests",
-     .load = [](const Params&, bool train,
-                uint64_t seed) -> absl::StatusOr<InMemoryDataset> {
-       // Examples 0-59999 and 60000-69999 of one sequence, split as
-       // Fashion-MNIST: both splits share the class prototypes.
-       return MakeSynthetic(train ? 60000 : 10000, kFashionMnistClasses, seed,
-                            train ? 0 : 60000);
-     }});
+namespace {
+
+// The synthetic splits' size: at most this many bytes of examples each.
+constexpr int64_t kMaxSyntheticBytes = int64_t{4} << 30;
+
+absl::StatusOr<InMemoryDataset> LoadSynthetic(const SplitRequest& split) {
+  const Shape shape =
+      split.example_shape.empty()
+          ? Shape{kFashionMnistImageSize, kFashionMnistImageSize, 1}
+          : split.example_shape;
+  // Examples 0-59999 and 60000-69999 of one sequence, split as
+  // Fashion-MNIST: both splits share the class prototypes. Only those
+  // used are made.
+  int64_t n = split.train ? 60000 : 10000;
+  if (split.max_examples > 0) n = std::min(n, split.max_examples);
+  int64_t bytes = n * static_cast<int64_t>(sizeof(float));
+  for (const int64_t d : shape) {
+    if (d < 1 || bytes > kMaxSyntheticBytes / d) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data: synthetic: ", n, " examples of ", ShapeToString(shape),
+          " (model.input_shape) take more than ", kMaxSyntheticBytes >> 30,
+          " GiB; set data.", split.train ? "train" : "test",
+          "_examples lower"));
+    }
+    bytes *= d;
+  }
+  return MakeSynthetic(n, kFashionMnistClasses, split.seed,
+                       split.train ? 0 : 60000, shape);
+}
+
+}  // namespace
+
+MT_REGISTER(DataSource,
+            {.name = "synthetic",
+             .doc = "learnable random data of the model's input shape "
+                    "(model.input_shape; 28x28x1 without one), 10 classes, "
+                    "60000 / 10000 examples, for benchmarks and tests",
+             .load = [](const Params&, const SplitRequest& split) {
+               return LoadSynthetic(split);
+             }});
 
 }  // namespace mirrortrain::trainer

@@ -54,16 +54,21 @@ const std::array<float, 256>& ByteToUnitTable();
 absl::StatusOr<InMemoryDataset> LoadFashionMnist(const std::string& dir,
                                                  bool train);
 
-// A deterministic, learnable dataset of Fashion-MNIST's shape: each class has
-// a fixed random prototype image and an example is its class's prototype
-// blended with uniform noise. Examples first .. first + n - 1 of one endless
-// sequence that depends only on (num_classes, seed), on every platform: each
-// example is drawn from its own index, so a split is made without the
-// examples before it. Labels are uniform over [0, num_classes). The caller
-// validates the arguments (n >= 0, first >= 0, num_classes >= 1); others are
-// clamped to those.
+// A deterministic, learnable dataset of examples of `example_shape`
+// (Fashion-MNIST's, 28x28x1, by default): each class has a fixed random
+// prototype example and an example is its class's prototype blended with
+// uniform noise. Examples first .. first + n - 1 of one endless sequence
+// that depends only on (num_classes, seed, example_shape), on every
+// platform: each example is drawn from its own index, so a split is made
+// without the examples before it. Labels are uniform over
+// [0, num_classes). The caller validates the arguments (n >= 0,
+// first >= 0, num_classes >= 1, dimensions >= 1); others are clamped to
+// those.
 InMemoryDataset MakeSynthetic(int64_t n, int num_classes, uint64_t seed,
-                              int64_t first = 0);
+                              int64_t first = 0,
+                              const Shape& example_shape = {
+                                  kFashionMnistImageSize,
+                                  kFashionMnistImageSize, 1});
 
 // One split of the `text` source (text.cc): the files of `paths` read in
 // order, the last `validation_fraction` of the bytes the test split, cut

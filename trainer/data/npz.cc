@@ -321,8 +321,8 @@ MT_REGISTER(DataSource,
                              .Max(kMaxLabel + 1)
                              .Doc("null: the largest label of both splits "
                                   "+ 1; else labels must be below it")}},
-             .load = [](const Params& p, bool train, uint64_t) {
-               return LoadNpz(p.String("path"), train,
+             .load = [](const Params& p, const SplitRequest& split) {
+               return LoadNpz(p.String("path"), split.train,
                               p.OptionalInt("num_classes"));
              }});
 

@@ -115,12 +115,12 @@ MT_REGISTER(
                      .Doc("tokens per example window"),
                  Param::Float("validation_fraction")
                      .Default(0.1)
-                     .Min(0)
+                     .Min(0, false)
                      .Max(1, false)
                      .Doc("the last fraction of the bytes: the test split")}},
-     .load = [](const Params& p, bool train, uint64_t) {
+     .load = [](const Params& p, const SplitRequest& split) {
        return LoadText(p.StringList("path"), p.Int("sequence_length"),
-                       p.Float("validation_fraction"), train);
+                       p.Float("validation_fraction"), split.train);
      }});
 
 }  // namespace mirrortrain::trainer

@@ -64,7 +64,7 @@ absl::StatusOr<InMemoryDataset> Load(const std::string& dir, bool train) {
   if (source == nullptr) return absl::NotFoundError("cifar10 not registered");
   absl::StatusOr<Params> params = MakeParams(source->params, {{"dir", dir}});
   if (!params.ok()) return params.status();
-  return source->load(*params, train, /*seed=*/1);
+  return source->load(*params, {.train = train, .seed = 1});
 }
 
 // Every pixel against the record it came from: R, G, B planes to NHWC,

@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "tensor/cpu_threads.h"
 #include "tests/test_util.h"
+#include "trainer/data/data_source.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/gz_file.h"
 
@@ -570,6 +571,50 @@ TEST(SyntheticTest, SplitsAreRowsOfOneSequence) {
   SetCpuMathThreads(threads);
   EXPECT_EQ(serial.images.ToVector<float>(), pixels);
   EXPECT_EQ(serial.labels.ToVector<int32_t>(), labels);
+}
+
+// The registered source: examples of the model's input shape when the config
+// gives one (DESIGN.md), only as many as data.*_examples asks for, and a
+// shape too large for memory refused naming the key that fixes it.
+absl::StatusOr<InMemoryDataset> LoadSyntheticSplit(const SplitRequest& split) {
+  const DataSource* source = DataSourceRegistry::Global().Find("synthetic");
+  if (source == nullptr) return absl::NotFoundError("synthetic");
+  return source->load(Params(), split);
+}
+
+TEST(SyntheticTest, SourceMakesTheModelsInputShape) {
+  absl::StatusOr<InMemoryDataset> preset =
+      LoadSyntheticSplit({.train = false, .seed = 7, .max_examples = 20});
+  ASSERT_TRUE(preset.ok()) << preset.status();
+  EXPECT_EQ(preset->images.shape(), (Shape{20, 28, 28, 1}));
+  absl::StatusOr<InMemoryDataset> colour = LoadSyntheticSplit(
+      {.train = true, .seed = 7, .example_shape = {6, 5, 3}});
+  ASSERT_TRUE(colour.ok()) << colour.status();
+  EXPECT_EQ(colour->images.shape(), (Shape{60000, 6, 5, 3}));
+  EXPECT_EQ(colour->num_classes, 10);
+  // The first examples of the whole split, made alone.
+  absl::StatusOr<InMemoryDataset> first =
+      LoadSyntheticSplit({.train = true,
+                          .seed = 7,
+                          .example_shape = {6, 5, 3},
+                          .max_examples = 30});
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->images.ToVector<float>(),
+            colour->images.SliceRows(0, 30)->ToVector<float>());
+  EXPECT_EQ(first->labels.ToVector<int32_t>(),
+            colour->labels.SliceRows(0, 30)->ToVector<int32_t>());
+  absl::StatusOr<InMemoryDataset> huge = LoadSyntheticSplit(
+      {.train = true, .seed = 7, .example_shape = {224, 224, 3}});
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(huge.status().message()),
+              ::testing::HasSubstr("60000 examples of [224,224,3]"));
+  EXPECT_THAT(std::string(huge.status().message()),
+              ::testing::HasSubstr("set data.train_examples lower"));
+  EXPECT_TRUE(LoadSyntheticSplit({.train = true,
+                                  .seed = 7,
+                                  .example_shape = {224, 224, 3},
+                                  .max_examples = 100})
+                  .ok());
 }
 
 TEST(SyntheticTest, IsLearnable) {

@@ -39,7 +39,7 @@ absl::StatusOr<InMemoryDataset> Load(const std::string& path, bool train,
   if (classes) values.push_back({"num_classes", *classes});
   absl::StatusOr<Params> params = MakeParams(source->params, values);
   if (!params.ok()) return params.status();
-  return source->load(*params, train, /*seed=*/1);
+  return source->load(*params, {.train = train, .seed = 1});
 }
 
 // The fixtures' arrays, as scripts/golden/npz_fixtures.py defines them.
