@@ -152,7 +152,6 @@ absl::Status Trainer::TrainAsync(LoopState& loop) {
       if (!reached.ok()) {
         // A worker failed: report its error, not the abort.
         join();
-        progress_->Finish();
         return workers_status.ok() ? reached.status() : workers_status;
       }
       if (*reached) break;
@@ -174,10 +173,7 @@ absl::Status Trainer::TrainAsync(LoopState& loop) {
   }
   join();
   std::move(stop_workers).Cancel();
-  if (!workers_status.ok()) {
-    progress_->Finish();
-    return workers_status;
-  }
+  MT_RETURN_IF_ERROR(workers_status);
   if (stopped) return StopBySignal(step);
   return FinishTraining(loop, step);
 }

@@ -170,9 +170,7 @@ absl::Status Trainer::FinishTraining(LoopState& loop, int64_t step) {
   // A signal during the last step's evaluation (or the one above) still
   // ends the run as a signal does.
   if (stop != 0) return StopBySignal(step);
-  MT_RETURN_IF_ERROR(SaveIfNew());
-  progress_->Finish();
-  return absl::OkStatus();
+  return SaveIfNew();
 }
 
 absl::StatusOr<int> Trainer::AgreeAfterStep(double& loss,
@@ -307,7 +305,6 @@ absl::Status Trainer::FinishStep(LoopState& loop, int& stop) {
   // ones: ids are checked per replica), the same in every process.
   absl::StatusOr<int> agreed = AgreeAfterStep(loss, failed);
   if (!agreed.ok()) {
-    progress_->Finish();
     // An agreed failure, or this process's own, names its step already.
     if (!failed.ok() || distribute::IsAgreed(agreed.status())) {
       return agreed.status();
@@ -318,7 +315,6 @@ absl::Status Trainer::FinishStep(LoopState& loop, int& stop) {
   }
   stop = *agreed;
   if (!std::isfinite(loss)) {
-    progress_->Finish();
     // Every process has this loss: one report, from the chief.
     return distribute::MarkAgreed(absl::AbortedError(
         absl::StrCat("non-finite loss (", loss, ") at step ", step)));
@@ -330,11 +326,7 @@ absl::Status Trainer::FinishStep(LoopState& loop, int& stop) {
           absl::StrCat("step ", step, ": ", same.message()));
     }
     // A process that drifted alone stops every one here.
-    same = processes_->AgreedStatus(same);
-    if (!same.ok()) {
-      progress_->Finish();
-      return same;
-    }
+    MT_RETURN_IF_ERROR(processes_->AgreedStatus(same));
   }
   int64_t samples = 0;
   for (const Batch& b : p.micro_batches) samples += b.labels.dim(0);
@@ -369,6 +361,9 @@ absl::Status Trainer::Train() {
   progress_ = std::make_unique<Progress>(loop.total_steps, loop.steps_per_epoch,
                                          config_.train.log_every_steps,
                                          /*silent=*/!processes_->chief());
+  // However training ends, the bar's line is ended before anything else is
+  // printed (an error, the shell's prompt).
+  absl::Cleanup end_bar = [this] { progress_->Finish(); };
   {
     // The time to the first step, where it went (a time-to-accuracy run
     // pays it once).

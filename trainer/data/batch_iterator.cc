@@ -244,8 +244,17 @@ void BatchIterator::WorkerLoop() {
       if (stop_) return;
     }
     // Gathering runs unlocked so Next() can take queued batches meanwhile;
-    // only this thread touches producer_ while it runs.
-    absl::StatusOr<Batch> batch = producer_.Produce();
+    // only this thread touches producer_ while it runs. An exception (a
+    // batch's memory not to be had) is the consumer's error, not
+    // std::terminate on this thread.
+    absl::StatusOr<Batch> batch;
+    if (absl::Status thrown = CatchExceptions([&] {
+          batch = producer_.Produce();
+          return absl::OkStatus();
+        });
+        !thrown.ok()) {
+      batch = thrown;
+    }
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return;
     if (!batch.ok()) {
