@@ -133,6 +133,7 @@ absl::Status ParameterServerShards::Push(absl::Span<Variable* const> vars,
   if (states_ != static_cast<int>(read.size())) {
     return absl::InternalError("Push: `read` does not fit the variables");
   }
+  version_.fetch_add(1, std::memory_order_acq_rel);
   for (auto& shard : shards_) {
     std::lock_guard<std::mutex> lock(shard->mu);
     std::vector<GradAndVar> pairs;
@@ -230,6 +231,7 @@ absl::Status ParameterServerShards::CopyTo(
 absl::Status ParameterServerShards::CopyFrom(
     absl::Span<Variable* const> vars, const Optimizer& optimizer,
     const ExponentialMovingAverage* ema, int64_t updates) {
+  version_.fetch_add(1, std::memory_order_acq_rel);
   MT_RETURN_IF_ERROR(
       Copy(StateTensors(vars, optimizer, ema), /*to_full=*/false));
   for (auto& shard : shards_) {

@@ -22,6 +22,7 @@
 #ifndef MIRRORTRAIN_TRAINER_PARAMETER_SERVER_SHARDS_H_
 #define MIRRORTRAIN_TRAINER_PARAMETER_SERVER_SHARDS_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -91,6 +92,10 @@ class ParameterServerShards {
   // partition; the optimizers' iterations hold the highest update number).
   std::vector<int64_t> UpdatesPerShard() const;
 
+  // Changes with every Push and CopyFrom (from their start): a copy made by
+  // CopyTo at one version is still the state while the version holds.
+  int64_t version() const { return version_.load(std::memory_order_acquire); }
+
  private:
   struct Part;
   struct Shard;
@@ -113,6 +118,7 @@ class ParameterServerShards {
   // Per variable: its index in Push's `read` (non-trainable ones), or -1.
   std::vector<int> state_index_;
   int states_ = 0;  // Non-trainable variables.
+  std::atomic<int64_t> version_{0};
 };
 
 }  // namespace mirrortrain::trainer

@@ -499,6 +499,8 @@ class Trainer {
   // copy of the parameter servers' (parameter_server); null when mirrored.
   std::unique_ptr<Replica> state_;
   std::unique_ptr<ParameterServerShards> ps_;
+  // The ps_->version() that state_ holds a gather of (-1: none).
+  int64_t snapshot_version_ = -1;
   // parameter_server: what the workers did since the last log line.
   struct AsyncWindow {
     std::mutex mu;

@@ -42,9 +42,15 @@ absl::Status Trainer::SeekWorkers(int64_t step) {
 }
 
 absl::Status Trainer::SnapshotShards() {
+  // An epoch boundary evaluates raw and EMA weights and may save: one
+  // gather for all three while the workers are held.
+  const int64_t version = ps_->version();
+  if (version == snapshot_version_) return absl::OkStatus();
+  snapshot_version_ = -1;  // Until the copy is whole.
   MT_RETURN_IF_ERROR(ps_->CopyTo(state_->model->variables(), *state_->optimizer,
                                  state_->ema.get()));
   state_->optimizer->set_iterations(global_step());
+  snapshot_version_ = version;
   return absl::OkStatus();
 }
 

@@ -97,5 +97,34 @@ TEST(ParameterServerShardsTest, EveryDeviceAppliesAnUpdateAtItsNumber) {
   EXPECT_EQ(shards->UpdatesPerShard(), (std::vector<int64_t>{2, 2}));
 }
 
+// The version a gathered copy is keyed by: every Push and CopyFrom moves it
+// (a failed push too: it may have changed some devices), reads and
+// gathers do not.
+TEST(ParameterServerShardsTest, VersionMovesWithEveryChangeOnly) {
+  WorkerModel worker, all;
+  std::unique_ptr<ParameterServerShards> shards = TwoDeviceShards(all);
+  ASSERT_NE(shards, nullptr);
+  const int64_t start = shards->version();
+  ASSERT_TRUE(shards->Read(worker.vars()).ok());
+  Gathered(*shards, all, 0);
+  EXPECT_EQ(shards->version(), start);
+  auto read = ParameterServerShards::ForwardState(worker.vars());
+  ASSERT_TRUE(read.ok());
+  const Tensor grad = Tensor::FromVector<float>({1, 1}, {2});
+  ASSERT_TRUE(shards->Push(worker.vars(), *read, {grad}, 1).ok());
+  const int64_t pushed = shards->version();
+  EXPECT_NE(pushed, start);
+  // No gradient for the trainable variable: fails after changing nothing
+  // it can tell, and still moves the version.
+  EXPECT_FALSE(shards->Push(worker.vars(), *read, {}, 2).ok());
+  const int64_t failed = shards->version();
+  EXPECT_NE(failed, pushed);
+  auto optimizer = Sgd();
+  ASSERT_TRUE(optimizer.ok());
+  ASSERT_TRUE((*optimizer)->CreateSlots({&all.w}).ok());
+  ASSERT_TRUE(shards->CopyFrom(all.vars(), **optimizer, nullptr, 5).ok());
+  EXPECT_NE(shards->version(), failed);
+}
+
 }  // namespace
 }  // namespace mirrortrain::trainer
