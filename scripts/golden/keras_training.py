@@ -1,0 +1,179 @@
+"""A whole training run of a small Keras model, for an end-to-end test.
+
+Writes tests/golden/keras_training.txt: a Keras Sequential model (conv2d with
+relu, max pooling, synchronized batch normalization, flatten, dense with
+gelu, dense logits) trained with keras.optimizers.SGD(momentum=0.9) on
+SparseCategoricalCrossentropy(from_logits=True) for STEPS steps on
+consecutive, unshuffled batches of BATCH examples, all float32:
+  * x [64, 8, 8, 1], y [64] (i64): the data;
+  * init/<variable>: every variable before the first step (Keras's own
+    initializers, seeded), under mirrortrain's checkpoint names;
+  * final/<variable>: every variable after the last step (batch
+    normalization's moving statistics included);
+  * loss [STEPS]: each step's mean loss, before its update.
+tests/trainer/keras_training_test.cc starts mirrortrain's trainer from
+init/* on two replicas and requires final/* after the same steps.
+
+Run from the repository root:
+    python3 scripts/golden/keras_training.py
+"""
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from golden_io import write_golden  # noqa: E402
+
+SEED = 2121
+LR = 0.1
+MOMENTUM = 0.9
+CNN_EXAMPLES, CNN_BATCH, CNN_STEPS = 64, 16, 8  # two epochs
+# The language model: byte windows of LM_LENGTH as the text source cuts
+# them (training split: the first LM_TRAIN_BYTES; 16 windows).
+LM_LENGTH, LM_BATCH, LM_STEPS = 8, 8, 6  # three epochs
+LM_BYTES, LM_FRACTION = 170, 0.2
+LM_LR = 0.01
+
+
+def named_variables(model):
+    """(mirrortrain checkpoint name, keras variable) for every variable:
+    its Keras path without the Sequential model's own name."""
+    own = model.name + "/"
+    return [(v.path[len(own):] if v.path.startswith(own) else v.path, v)
+            for v in model.weights]
+
+
+def train(model, optimizer, batches, steps):
+    """`steps` steps on batches(step); returns each step's mean loss."""
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    trainable = model.trainable_variables
+    losses = []
+    for step in range(steps):
+        xb, yb = batches(step)
+        with tf.GradientTape() as tape:
+            logits = model(tf.constant(xb), training=True)
+            loss = loss_fn(tf.constant(yb), logits)
+        # Dense gradients: an Embedding's is a tf.IndexedSlices with a slice
+        # per occurrence of an id, and Keras 3's Adam then squares each
+        # slice on its own (v gains the sum of g^2 over a repeated id's
+        # occurrences, not the square of their sum). TF1's optimizers summed
+        # duplicates first (_deduplicate_indexed_slices), as a dense
+        # gradient does and as mirrortrain (and PyTorch) do.
+        grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, trainable)]
+        optimizer.apply_gradients(zip(grads, trainable))
+        losses.append(float(loss.numpy()))
+    assert losses[-1] < losses[0], losses
+    return losses
+
+
+def record(prefix, model, run):
+    """init/*, final/* and loss of `model` trained by run()."""
+    named = named_variables(model)
+    init = [(prefix + "init/" + name, v.numpy().astype(np.float32))
+            for name, v in named]
+    losses = run()
+    final = [(prefix + "final/" + name, v.numpy().astype(np.float32))
+             for name, v in named]
+    return init + final + [(prefix + "loss",
+                            np.array(losses, dtype=np.float32))]
+
+
+def cnn(rng):
+    # Classes a small net can tell apart: a bright 3x3 patch whose place
+    # is the label, on noise.
+    y = rng.integers(0, 10, size=CNN_EXAMPLES).astype(np.int64)
+    x = rng.uniform(0.0, 0.4, size=(CNN_EXAMPLES, 8, 8, 1)).astype(np.float32)
+    for i, label in enumerate(y):
+        r, c = 2 * (label // 4), 2 * (label % 4)
+        x[i, r:r + 3, c:c + 3, 0] += 0.6
+    keras.utils.set_random_seed(SEED)
+    model = keras.Sequential([
+        keras.Input((8, 8, 1)),
+        keras.layers.Conv2D(4, 3, padding="same", activation="relu",
+                            name="conv2d"),
+        keras.layers.MaxPooling2D(2, name="max_pooling2d"),
+        keras.layers.BatchNormalization(synchronized=True,
+                                        name="batch_normalization"),
+        keras.layers.Flatten(name="flatten"),
+        keras.layers.Dense(16, activation="gelu", name="dense"),
+        keras.layers.Dense(10, name="dense_1"),
+    ])
+
+    def batches(step):
+        first = (step * CNN_BATCH) % CNN_EXAMPLES
+        return x[first:first + CNN_BATCH], y[first:first + CNN_BATCH]
+
+    optimizer = keras.optimizers.SGD(learning_rate=LR, momentum=MOMENTUM)
+    return [("cnn/x", x), ("cnn/y", y)] + record(
+        "cnn/", model, lambda: train(model, optimizer, batches, CNN_STEPS))
+
+
+def language_model(rng):
+    # Words from a small vocabulary, so the next byte is often predictable.
+    words = [b"the ", b"cat ", b"sat ", b"on ", b"a ", b"mat. "]
+    text = b""
+    while len(text) < LM_BYTES:
+        text += words[rng.integers(0, len(words))]
+    text = np.frombuffer(text[:LM_BYTES], dtype=np.uint8)
+    train_bytes = LM_BYTES - int(np.floor(LM_BYTES * LM_FRACTION))
+    windows = (train_bytes - 1) // LM_LENGTH
+    inputs = np.stack([text[i * LM_LENGTH:(i + 1) * LM_LENGTH]
+                       for i in range(windows)]).astype(np.int32)
+    targets = np.stack([text[i * LM_LENGTH + 1:(i + 1) * LM_LENGTH + 1]
+                        for i in range(windows)]).astype(np.int64)
+    keras.utils.set_random_seed(SEED + 1)
+    ids = keras.Input((LM_LENGTH,), dtype="int32")
+    x = keras.layers.Embedding(256, 8, name="embedding")(ids)
+    attended = keras.layers.MultiHeadAttention(
+        num_heads=2, key_dim=4, name="multi_head_attention")(
+            x, x, use_causal_mask=True)
+    x = keras.layers.Add()([x, attended])
+    x = keras.layers.LayerNormalization(epsilon=1e-3,
+                                        name="layer_normalization")(x)
+    logits = keras.layers.Dense(256, name="dense")(x)
+    model = keras.Model(ids, logits)
+
+    def batches(step):
+        first = (step * LM_BATCH) % windows
+        return inputs[first:first + LM_BATCH], targets[first:first + LM_BATCH]
+
+    optimizer = keras.optimizers.Adam(learning_rate=LM_LR)
+    return [("lm/text", text.astype(np.int64))] + record(
+        "lm/", model, lambda: train(model, optimizer, batches, LM_STEPS))
+
+
+def main():
+    rng = np.random.default_rng(SEED)
+    tensors = cnn(rng) + language_model(rng)
+    comment = """\
+Generated by scripts/golden/keras_training.py with Keras %s (seed %d).
+Every run: float32, SparseCategoricalCrossentropy(from_logits=True) (the
+mean over the batch's labels), training=True, consecutive unshuffled
+batches; <run>/init/* and <run>/final/*: every variable before the first
+step and after the last, named as mirrortrain's checkpoints (Keras's
+variable paths); <run>/loss: each step's loss, before its update. The
+gradients are made dense before the update (an Embedding's IndexedSlices
+summed per id, as TF1's optimizers deduplicated them).
+cnn: Conv2D(4, 3, same, relu) "conv2d", MaxPooling2D(2),
+BatchNormalization(synchronized=True) (momentum 0.99, epsilon 1e-3),
+Flatten, Dense(16, gelu) "dense", Dense(10) "dense_1";
+SGD(learning_rate=%g, momentum=%g); %d steps of %d of cnn/x, cnn/y.
+lm: the bytes lm/text (%d; the last %g held out) as the text source cuts
+them: windows of %d inputs and next-byte targets; Embedding(256, 8),
+x + MultiHeadAttention(num_heads=2, key_dim=4)(x, x, use_causal_mask=True),
+LayerNormalization(epsilon=1e-3), Dense(256) "dense"; Adam(learning_rate=
+%g); %d steps of %d windows.""" % (
+        keras.__version__, SEED, LR, MOMENTUM, CNN_STEPS, CNN_BATCH,
+        LM_BYTES, LM_FRACTION, LM_LENGTH, LM_LR, LM_STEPS, LM_BATCH)
+    write_golden("keras_training.txt", tensors, comment)
+
+
+if __name__ == "__main__":
+    main()

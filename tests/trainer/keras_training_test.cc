@@ -1,0 +1,193 @@
+// Whole training runs against Keras (tests/golden/keras_training.txt,
+// written by scripts/golden/keras_training.py): the same model, started
+// from Keras's initial values, trained by the Trainer on two CPU replicas
+// (the gradient all-reduce, the update on each) on the same unshuffled
+// batches, ends where Keras on one device ends, with the same loss at
+// every step. Every layer, the loss and its scaling, the optimizer and the
+// input order are checked together, as a user moving a Keras job would
+// check them: a CNN with synchronized batch norm under SGD with momentum,
+// and a byte-level attention model under Adam.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/test_util.h"
+#include "tests/trainer/data/npz_writer.h"
+#include "trainer/config.h"
+#include "trainer/trainer.h"
+
+namespace mirrortrain::trainer {
+namespace {
+
+const std::map<std::string, Tensor>& Golden() {
+  return testing::CachedGolden("keras_training.txt");
+}
+
+// The cnn run's examples as an .npz, the same ones for both splits.
+std::string CnnData(const std::string& dir) {
+  const Tensor& x = Golden().at("cnn/x");
+  const Tensor& y = Golden().at("cnn/y");
+  const std::string xs = testing::NpyBytes(
+      "<f4", x.shape(), testing::RawBytes(x.ToVector<float>()));
+  const std::string ys = testing::NpyBytes(
+      "<i8", y.shape(), testing::RawBytes(y.ToVector<int64_t>()));
+  const std::string path = dir + "/data.npz";
+  testing::WriteBytes(path, testing::ZipBytes({{"x_train.npy", xs},
+                                               {"y_train.npy", ys},
+                                               {"x_test.npy", xs},
+                                               {"y_test.npy", ys}}));
+  return "{name: npz, path: " + path + ", shuffle: false}";
+}
+
+// The lm run's bytes as a text file.
+std::string LmData(const std::string& dir) {
+  std::string bytes;
+  for (const int64_t b : Golden().at("lm/text").ToVector<int64_t>()) {
+    bytes.push_back(static_cast<char>(b));
+  }
+  const std::string path = dir + "/data.txt";
+  testing::WriteBytes(path, bytes);
+  return "{name: text, path: " + path +
+         ", sequence_length: 8, validation_fraction: 0.2, shuffle: false}";
+}
+
+struct KerasRun {
+  std::string name;  // The golden tensors' prefix, without its '/'.
+  std::string (*data)(const std::string& dir);  // data: config value.
+  std::vector<std::string> config;
+  int variables;
+  int steps;
+};
+
+std::vector<KerasRun> Runs() {
+  return {
+      {"cnn",
+       CnnData,
+       {"data.global_batch_size=16",
+        "model={layers: ["
+        "{type: conv2d, filters: 4, kernel_size: 3, padding: same, "
+        "activation: relu}, "
+        "{type: max_pooling2d, pool_size: 2}, "
+        "{type: batch_normalization, synchronized: true}, "
+        "{type: flatten}, "
+        "{type: dense, units: 16, activation: gelu}, "
+        "{type: dense, units: 10}]}",
+        "optimizer={name: momentum, learning_rate: 0.1, momentum: 0.9}"},
+       10,
+       8},
+      {"lm",
+       LmData,
+       {"data.global_batch_size=8",
+        "model={layers: ["
+        "{type: embedding, input_dim: 256, output_dim: 8}, "
+        "{type: residual, layers: [{type: multi_head_attention, "
+        "num_heads: 2, key_dim: 4, causal: true}]}, "
+        "{type: layer_normalization}, "
+        "{type: dense, units: 256}]}",
+        "optimizer={name: adam, learning_rate: 0.01}"},
+       13,
+       6},
+  };
+}
+
+void PrintTo(const KerasRun& run, std::ostream* os) { *os << run.name; }
+
+class KerasTrainingTest : public ::testing::TestWithParam<KerasRun> {};
+
+TEST_P(KerasTrainingTest, TwoReplicasEndWhereKerasOnOneDeviceEnds) {
+  const KerasRun& run = GetParam();
+  ASSERT_FALSE(Golden().empty()) << "cannot load keras_training.txt";
+  const std::string dir = testing::FreshTestDir("keras_" + run.name);
+  std::vector<std::string> overrides = {"data=" + run.data(dir),
+                                        "distribute.strategy=mirrored",
+                                        "distribute.devices=[cpu:0,cpu:1]",
+                                        absl::StrCat("train.steps=", run.steps),
+                                        "train.eval_every_epochs=0",
+                                        "train.log_every_steps=1",
+                                        "checkpoint.every_steps=0"};
+  overrides.insert(overrides.end(), run.config.begin(), run.config.end());
+  absl::StatusOr<Config> config =
+      ParseConfig("", "keras_training_test.yaml", overrides);
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create(*config, dir + "/run", /*need_train_data=*/true);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  const std::string prefix = run.name + "/";
+
+  // Keras's initial values into the training state, then to every replica
+  // through a checkpoint, as a restore does.
+  int assigned = 0;
+  for (Variable* v : (*trainer)->TrainingState()) {
+    auto it = Golden().find(prefix + "init/" + v->name());
+    if (it == Golden().end()) continue;
+    ASSERT_TRUE(v->Assign(it->second).ok()) << v->name();
+    ++assigned;
+  }
+  ASSERT_EQ(assigned, run.variables);
+  absl::StatusOr<std::string> start = (*trainer)->SaveCheckpoint();
+  ASSERT_TRUE(start.ok()) << start.status();
+  ASSERT_TRUE((*trainer)->RestoreCheckpoint(*start).ok());
+
+  ASSERT_TRUE((*trainer)->Train().ok());
+  EXPECT_EQ((*trainer)->global_step(), run.steps);
+  EXPECT_TRUE((*trainer)->CheckReplicasIdentical().ok());
+  int compared = 0;
+  double worst = 0, moved = 0;
+  for (Variable* v : (*trainer)->TrainingState()) {
+    auto it = Golden().find(prefix + "final/" + v->name());
+    if (it == Golden().end()) continue;
+    const Tensor& want = it->second;
+    const Tensor& init = Golden().at(prefix + "init/" + v->name());
+    ASSERT_EQ(v->value().shape(), want.shape()) << v->name();
+    // Float32 sums in other orders (im2col products, the two replicas'
+    // halves, Keras's own Adam arithmetic), compounded over the steps
+    // (below 1e-6 seen): far below the steps' own changes.
+    EXPECT_TRUE(testing::AllClose(v->value(), want, 1e-5, 2e-6)) << v->name();
+    for (int64_t i = 0; i < want.num_elements(); ++i) {
+      worst =
+          std::max(worst, std::abs(v->value().ScalarAt(i) - want.ScalarAt(i)));
+      moved = std::max(moved, std::abs(want.ScalarAt(i) - init.ScalarAt(i)));
+    }
+    ++compared;
+  }
+  EXPECT_EQ(compared, run.variables);
+  std::printf("[ golden   ] %s: max |diff| vs Keras after %d steps: %.3g\n",
+              run.name.c_str(), run.steps, worst);
+  // The runs moved: the comparison is not of the initial values.
+  EXPECT_GT(moved, 100 * worst);
+
+  // Each step's loss (logged every step: the mean over the global batch's
+  // labels, before the update) as Keras computed it, up to what the
+  // weights' rounding above makes of it (2e-6 relative seen at lm's step 6).
+  const Tensor& losses = Golden().at(prefix + "loss");
+  int logged = 0;
+  for (absl::string_view line :
+       absl::StrSplit(testing::ReadFile(dir + "/run/metrics.jsonl"), '\n',
+                      absl::SkipEmpty())) {
+    const nlohmann::json record = nlohmann::json::parse(line);
+    if (record["split"] != "train") continue;
+    const int64_t step = record["step"].get<int64_t>();
+    ASSERT_EQ(step, logged + 1) << line;
+    const double want = losses.ScalarAt(step - 1);
+    EXPECT_NEAR(record["loss"].get<double>(), want, 1e-5 * want) << line;
+    ++logged;
+  }
+  EXPECT_EQ(logged, run.steps);
+}
+
+INSTANTIATE_TEST_SUITE_P(Runs, KerasTrainingTest, ::testing::ValuesIn(Runs()),
+                         [](const ::testing::TestParamInfo<KerasRun>& info) {
+                           return info.param.name;
+                         });
+
+}  // namespace
+}  // namespace mirrortrain::trainer
