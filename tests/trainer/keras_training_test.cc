@@ -32,10 +32,11 @@ const std::map<std::string, Tensor>& Golden() {
   return testing::CachedGolden("keras_training.txt");
 }
 
-// The cnn run's examples as an .npz, the same ones for both splits.
-std::string CnnData(const std::string& dir) {
-  const Tensor& x = Golden().at("cnn/x");
-  const Tensor& y = Golden().at("cnn/y");
+// A run's examples (<run>/x, <run>/y) as an .npz, the same ones for both
+// splits.
+std::string NpzData(const std::string& run, const std::string& dir) {
+  const Tensor& x = Golden().at(run + "/x");
+  const Tensor& y = Golden().at(run + "/y");
   const std::string xs = testing::NpyBytes(
       "<f4", x.shape(), testing::RawBytes(x.ToVector<float>()));
   const std::string ys = testing::NpyBytes(
@@ -47,6 +48,9 @@ std::string CnnData(const std::string& dir) {
                                                {"y_test.npy", ys}}));
   return "{name: npz, path: " + path + ", shuffle: false}";
 }
+
+std::string CnnData(const std::string& dir) { return NpzData("cnn", dir); }
+std::string RegData(const std::string& dir) { return NpzData("reg", dir); }
 
 // The lm run's bytes as a text file.
 std::string LmData(const std::string& dir) {
@@ -96,6 +100,17 @@ std::vector<KerasRun> Runs() {
         "optimizer={name: adam, learning_rate: 0.01}"},
        13,
        6},
+      // L2 and the global-norm clipping apply to the all-reduced gradient
+      // in Keras's order: the penalty's gradient is clipped with it.
+      {"reg",
+       RegData,
+       {"data.global_batch_size=12",
+        "model={layers: [{type: dense, units: 16, activation: relu}, "
+        "{type: dense, units: 4}]}",
+        "optimizer={name: rmsprop, learning_rate: 0.01, "
+        "l2_regularization: 0.05, clip_global_norm: 0.5}"},
+       4,
+       8},
   };
 }
 
