@@ -51,6 +51,7 @@ std::string NpzData(const std::string& run, const std::string& dir) {
 
 std::string CnnData(const std::string& dir) { return NpzData("cnn", dir); }
 std::string RegData(const std::string& dir) { return NpzData("reg", dir); }
+std::string ResData(const std::string& dir) { return NpzData("res", dir); }
 
 // The lm run's bytes as a text file.
 std::string LmData(const std::string& dir) {
@@ -111,6 +112,31 @@ std::vector<KerasRun> Runs() {
         "l2_regularization: 0.05, clip_global_norm: 0.5}"},
        4,
        8},
+      // A residual block (strided main path, 1x1 strided shortcut) and
+      // both poolings; Keras's auto-names are ours.
+      {"res",
+       ResData,
+       {"data.global_batch_size=16",
+        "model={layers: ["
+        "{type: conv2d, filters: 8, kernel_size: 3, padding: same, "
+        "use_bias: false}, "
+        "{type: batch_normalization, synchronized: true}, "
+        "{type: activation, activation: relu}, "
+        "{type: residual, layers: ["
+        "{type: conv2d, filters: 8, kernel_size: 3, strides: 2, "
+        "padding: same}, "
+        "{type: batch_normalization, synchronized: true}, "
+        "{type: activation, activation: relu}, "
+        "{type: conv2d, filters: 8, kernel_size: 3, padding: same}], "
+        "shortcut: [{type: conv2d, filters: 8, kernel_size: 1, strides: 2}]}, "
+        "{type: activation, activation: relu}, "
+        "{type: average_pooling2d, pool_size: 2}, "
+        "{type: global_average_pooling2d}, "
+        "{type: dense, units: 10}]}",
+        "optimizer={name: momentum, learning_rate: 0.05, momentum: 0.9, "
+        "nesterov: true}"},
+       17,
+       6},
   };
 }
 
