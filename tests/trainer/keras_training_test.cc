@@ -1,8 +1,9 @@
 // Whole training runs against Keras (tests/golden/keras_training.txt,
 // written by scripts/golden/keras_training.py): the same model, started
-// from Keras's initial values, trained by the Trainer on two CPU replicas
-// (the gradient all-reduce, the update on each) on the same unshuffled
-// batches, ends where Keras on one device ends, with the same loss at
+// from Keras's initial values, trained by the Trainer (two mirrored CPU
+// replicas: the gradient all-reduce and the update on each; two replicas
+// on one central copy; one device) on the same unshuffled batches, ends
+// where Keras on one device ends, with the same loss at
 // every step. Every layer, the loss and its scaling, the optimizer and the
 // input order are checked together, as a user moving a Keras job would
 // check them: a CNN with synchronized batch norm under SGD with momentum,
@@ -14,6 +15,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -142,19 +144,38 @@ std::vector<KerasRun> Runs() {
 
 void PrintTo(const KerasRun& run, std::ostream* os) { *os << run.name; }
 
-class KerasTrainingTest : public ::testing::TestWithParam<KerasRun> {};
+// How the trainer runs the job: two mirrored replicas, two replicas on one
+// central copy of the variables, or one device.
+struct Placement {
+  std::string name;
+  std::string strategy;
+  std::string devices;
+};
 
-TEST_P(KerasTrainingTest, TwoReplicasEndWhereKerasOnOneDeviceEnds) {
-  const KerasRun& run = GetParam();
+std::vector<Placement> Placements() {
+  return {{"mirrored", "mirrored", "[cpu:0,cpu:1]"},
+          {"central_storage", "central_storage", "[cpu:0,cpu:1]"},
+          {"one_device", "one_device", "[cpu:0]"}};
+}
+
+void PrintTo(const Placement& p, std::ostream* os) { *os << p.name; }
+
+class KerasTrainingTest
+    : public ::testing::TestWithParam<std::tuple<KerasRun, Placement>> {};
+
+TEST_P(KerasTrainingTest, EndsWhereKerasOnOneDeviceEnds) {
+  const auto& [run, placement] = GetParam();
   ASSERT_FALSE(Golden().empty()) << "cannot load keras_training.txt";
-  const std::string dir = testing::FreshTestDir("keras_" + run.name);
-  std::vector<std::string> overrides = {"data=" + run.data(dir),
-                                        "distribute.strategy=mirrored",
-                                        "distribute.devices=[cpu:0,cpu:1]",
-                                        absl::StrCat("train.steps=", run.steps),
-                                        "train.eval_every_epochs=0",
-                                        "train.log_every_steps=1",
-                                        "checkpoint.every_steps=0"};
+  const std::string dir = testing::FreshTestDir(
+      absl::StrCat("keras_", run.name, "_", placement.name));
+  std::vector<std::string> overrides = {
+      "data=" + run.data(dir),
+      "distribute.strategy=" + placement.strategy,
+      "distribute.devices=" + placement.devices,
+      absl::StrCat("train.steps=", run.steps),
+      "train.eval_every_epochs=0",
+      "train.log_every_steps=1",
+      "checkpoint.every_steps=0"};
   overrides.insert(overrides.end(), run.config.begin(), run.config.end());
   absl::StatusOr<Config> config =
       ParseConfig("", "keras_training_test.yaml", overrides);
@@ -225,10 +246,14 @@ TEST_P(KerasTrainingTest, TwoReplicasEndWhereKerasOnOneDeviceEnds) {
   EXPECT_EQ(logged, run.steps);
 }
 
-INSTANTIATE_TEST_SUITE_P(Runs, KerasTrainingTest, ::testing::ValuesIn(Runs()),
-                         [](const ::testing::TestParamInfo<KerasRun>& info) {
-                           return info.param.name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Runs, KerasTrainingTest,
+    ::testing::Combine(::testing::ValuesIn(Runs()),
+                       ::testing::ValuesIn(Placements())),
+    [](const ::testing::TestParamInfo<std::tuple<KerasRun, Placement>>& info) {
+      return absl::StrCat(std::get<0>(info.param).name, "_",
+                          std::get<1>(info.param).name);
+    });
 
 }  // namespace
 }  // namespace mirrortrain::trainer
