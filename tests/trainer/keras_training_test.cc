@@ -22,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tensor/cuda/cuda_backend.h"
 #include "tests/test_util.h"
 #include "tests/trainer/data/npz_writer.h"
 #include "trainer/config.h"
@@ -145,17 +146,29 @@ std::vector<KerasRun> Runs() {
 void PrintTo(const KerasRun& run, std::ostream* os) { *os << run.name; }
 
 // How the trainer runs the job: two mirrored replicas, two replicas on one
-// central copy of the variables, or one device.
+// central copy of the variables, or one device; on CPUs, and on a GPU (two
+// logical replicas of gpu:0, and gpu:0 alone: recorded CUDA graphs, the
+// GPU kernels and cuBLAS), which skip without one.
 struct Placement {
   std::string name;
   std::string strategy;
   std::string devices;
+  bool gpu = false;
 };
 
 std::vector<Placement> Placements() {
   return {{"mirrored", "mirrored", "[cpu:0,cpu:1]"},
           {"central_storage", "central_storage", "[cpu:0,cpu:1]"},
-          {"one_device", "one_device", "[cpu:0]"}};
+          {"one_device", "one_device", "[cpu:0]"},
+          {"gpu_mirrored", "mirrored", "[gpu:0,gpu:0]", true},
+          {"gpu", "one_device", "[gpu:0]", true}};
+}
+
+// A host copy (an undefined tensor, and a test failure, on error).
+Tensor OnHost(const Tensor& t) {
+  absl::StatusOr<Tensor> host = t.To(Device::Cpu());
+  EXPECT_TRUE(host.ok()) << host.status();
+  return host.ok() ? *host : Tensor();
 }
 
 void PrintTo(const Placement& p, std::ostream* os) { *os << p.name; }
@@ -165,6 +178,10 @@ class KerasTrainingTest
 
 TEST_P(KerasTrainingTest, EndsWhereKerasOnOneDeviceEnds) {
   const auto& [run, placement] = GetParam();
+  if (placement.gpu && !cuda::Built()) GTEST_SKIP() << "built without CUDA";
+  if (placement.gpu && cuda::DeviceCount() == 0) {
+    GTEST_SKIP() << "no GPU visible";
+  }
   ASSERT_FALSE(Golden().empty()) << "cannot load keras_training.txt";
   const std::string dir = testing::FreshTestDir(
       absl::StrCat("keras_", run.name, "_", placement.name));
@@ -191,7 +208,9 @@ TEST_P(KerasTrainingTest, EndsWhereKerasOnOneDeviceEnds) {
   for (Variable* v : (*trainer)->TrainingState()) {
     auto it = Golden().find(prefix + "init/" + v->name());
     if (it == Golden().end()) continue;
-    ASSERT_TRUE(v->Assign(it->second).ok()) << v->name();
+    absl::StatusOr<Tensor> value = it->second.To(v->value().device());
+    ASSERT_TRUE(value.ok()) << value.status();
+    ASSERT_TRUE(v->Assign(*value).ok()) << v->name();
     ++assigned;
   }
   ASSERT_EQ(assigned, run.variables);
@@ -209,14 +228,15 @@ TEST_P(KerasTrainingTest, EndsWhereKerasOnOneDeviceEnds) {
     if (it == Golden().end()) continue;
     const Tensor& want = it->second;
     const Tensor& init = Golden().at(prefix + "init/" + v->name());
-    ASSERT_EQ(v->value().shape(), want.shape()) << v->name();
+    const Tensor got = OnHost(v->value());
+    ASSERT_EQ(got.shape(), want.shape()) << v->name();
     // Float32 sums in other orders (im2col products, the two replicas'
     // halves, Keras's own Adam arithmetic), compounded over the steps
-    // (below 1e-6 seen): far below the steps' own changes.
-    EXPECT_TRUE(testing::AllClose(v->value(), want, 1e-5, 2e-6)) << v->name();
+    // (below 1.1e-6 seen on CPUs; GPUs not yet measured): far below the
+    // steps' own changes.
+    EXPECT_TRUE(testing::AllClose(got, want, 1e-5, 2e-6)) << v->name();
     for (int64_t i = 0; i < want.num_elements(); ++i) {
-      worst =
-          std::max(worst, std::abs(v->value().ScalarAt(i) - want.ScalarAt(i)));
+      worst = std::max(worst, std::abs(got.ScalarAt(i) - want.ScalarAt(i)));
       moved = std::max(moved, std::abs(want.ScalarAt(i) - init.ScalarAt(i)));
     }
     ++compared;
