@@ -26,8 +26,9 @@ import tensorflow as tf  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from golden_io import write_golden  # noqa: E402
+import optimizers  # noqa: E402  (the same init and gradients)
 
-SEED = 777  # as scripts/golden/optimizers.py: same init and gradients
+SEED = optimizers.SEED  # optimizers.inputs() draws the init and gradients
 STEPS = 10
 N = 6
 LR = 0.1
@@ -110,11 +111,8 @@ def ref_f64(init, grads, hp, decay):
 
 
 def main():
-    rng = np.random.default_rng(SEED)
-    init = rng.normal(size=N).astype(np.float32)
-    grads = rng.normal(size=(STEPS, N)).astype(np.float32)
-    grads[3, 2] = np.float32(1e-4)
-    grads[6, 5] = np.float32(5.0)
+    init, grads = optimizers.inputs()
+    assert grads.shape == (STEPS, N)
 
     hp = keras_defaults()
     got = run_keras(init, grads, hp)

@@ -35,14 +35,19 @@ from golden_io import write_golden  # noqa: E402
 SEED = 1313
 
 
-def batch_norm(prefix, x, up, gamma, beta, mean0, var0, training,
-               synchronized=False):
+def batch_norm(prefix, x, up, mean0, var0, training, synchronized=False,
+               gamma=None, beta=None):
+    """The layer's output, gradients and moving statistics; without gamma
+    and beta, center=False and scale=False (the layer has neither)."""
+    affine = gamma is not None
     layer = keras.layers.BatchNormalization(
-        momentum=0.9, epsilon=1e-3, synchronized=synchronized,
-        dtype="float64")
+        momentum=0.9, epsilon=1e-3, center=affine, scale=affine,
+        synchronized=synchronized, dtype="float64")
     layer.build(x.shape)
-    layer.gamma.assign(gamma)
-    layer.beta.assign(beta)
+    assert len(layer.trainable_weights) == (2 if affine else 0)
+    if affine:
+        layer.gamma.assign(gamma)
+        layer.beta.assign(beta)
     layer.moving_mean.assign(mean0)
     layer.moving_variance.assign(var0)
     xt = tf.constant(x)
@@ -50,32 +55,15 @@ def batch_norm(prefix, x, up, gamma, beta, mean0, var0, training,
         tape.watch(xt)
         y = layer(xt, training=training)
         obj = tf.reduce_sum(y * up)
-    dx, dgamma, dbeta = tape.gradient(obj, [xt, layer.gamma, layer.beta])
-    return [(prefix + "/y", y.numpy()), (prefix + "/dx", dx.numpy()),
-            (prefix + "/dgamma", dgamma.numpy()),
-            (prefix + "/dbeta", dbeta.numpy()),
-            (prefix + "/moving_mean", layer.moving_mean.numpy()),
-            (prefix + "/moving_variance", layer.moving_variance.numpy())]
-
-
-def batch_norm_plain(prefix, x, up, mean0, var0):
-    """center=False, scale=False: no gamma or beta, training=True."""
-    layer = keras.layers.BatchNormalization(
-        momentum=0.9, epsilon=1e-3, center=False, scale=False,
-        dtype="float64")
-    layer.build(x.shape)
-    assert len(layer.trainable_weights) == 0
-    layer.moving_mean.assign(mean0)
-    layer.moving_variance.assign(var0)
-    xt = tf.constant(x)
-    with tf.GradientTape() as tape:
-        tape.watch(xt)
-        y = layer(xt, training=True)
-        obj = tf.reduce_sum(y * up)
-    dx = tape.gradient(obj, xt)
-    return [(prefix + "/y", y.numpy()), (prefix + "/dx", dx.numpy()),
-            (prefix + "/moving_mean", layer.moving_mean.numpy()),
-            (prefix + "/moving_variance", layer.moving_variance.numpy())]
+    sources = [xt] + ([layer.gamma, layer.beta] if affine else [])
+    grads = tape.gradient(obj, sources)
+    out = [(prefix + "/y", y.numpy()), (prefix + "/dx", grads[0].numpy())]
+    if affine:
+        out += [(prefix + "/dgamma", grads[1].numpy()),
+                (prefix + "/dbeta", grads[2].numpy())]
+    return out + [(prefix + "/moving_mean", layer.moving_mean.numpy()),
+                  (prefix + "/moving_variance",
+                   layer.moving_variance.numpy())]
 
 
 def pooling(prefix, fn, x, up):
@@ -99,11 +87,12 @@ def main():
     var0 = rng.uniform(0.5, 2.0, size=4)
     tensors = [("x", x), ("upstream", up), ("gamma", gamma), ("beta", beta),
                ("moving_mean0", mean0), ("moving_variance0", var0)]
-    tensors += batch_norm("bn_train", x, up, gamma, beta, mean0, var0, True)
-    tensors += batch_norm("bn_sync", x, up, gamma, beta, mean0, var0, True,
-                          synchronized=True)
-    tensors += batch_norm("bn_infer", x, up, gamma, beta, mean0, var0, False)
-    tensors += batch_norm_plain("bn_plain", x, up, mean0, var0)
+    affine = {"gamma": gamma, "beta": beta}
+    tensors += batch_norm("bn_train", x, up, mean0, var0, True, **affine)
+    tensors += batch_norm("bn_sync", x, up, mean0, var0, True,
+                          synchronized=True, **affine)
+    tensors += batch_norm("bn_infer", x, up, mean0, var0, False, **affine)
+    tensors += batch_norm("bn_plain", x, up, mean0, var0, True)
 
     px = rng.normal(size=(2, 5, 6, 3))
     pool_up = {}

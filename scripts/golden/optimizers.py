@@ -178,13 +178,20 @@ def hyperparameters(hp, prefix):
     return out + [(prefix + mom_name, np.float32(hp["rms_momentum"]))]
 
 
-def main():
+def inputs():
+    """The initial variable [N] and the STEPS gradients [STEPS, N] (also
+    scripts/golden/adamw.py's)."""
     rng = np.random.default_rng(SEED)
     init = rng.normal(size=N).astype(np.float32)
     grads = rng.normal(size=(STEPS, N)).astype(np.float32)
     # one tiny and one large gradient component to exercise eps / scaling
     grads[3, 2] = np.float32(1e-4)
     grads[6, 5] = np.float32(5.0)
+    return init, grads
+
+
+def main():
+    init, grads = inputs()
 
     tensors = [("init", init), ("grads", grads)]
     tensors += hyperparameters(DEFAULTS, "")

@@ -116,6 +116,20 @@ TEST(StepsInFlightTest, ANonFiniteStepIsReportedByItsNumberAndNotSaved) {
   EXPECT_FALSE(std::filesystem::exists(two.run_dir + "/checkpoints"));
 }
 
+// 4 steps of batches of 16 (unshuffled) of 32 rows of 4 token ids in
+// [0, 8) written to `dir`, but row `bad_row`'s third id is 9, into an
+// embedding of 8 rows.
+std::vector<std::string> BadIdJob(const std::string& dir, int64_t bad_row) {
+  testing::WriteBytes(dir + "/ids.npz", testing::TokenIdsNpzBytes(32, bad_row));
+  return {"data={name: npz, path: " + dir + "/ids.npz, shuffle: false}",
+          "data.global_batch_size=16",
+          "model={layers: [{type: embedding, input_dim: 8, output_dim: 3}, "
+          "{type: flatten}, {type: dense, units: 10}]}",
+          "train.steps=4",
+          "train.eval_every_epochs=0",
+          "checkpoint.every_steps=0"};
+}
+
 // Token ids that the embedding has no row for (a NumPy input, not checked
 // against a vocabulary when loaded): with steps in flight the ids are
 // checked where the step runs and read back with the loss, and the run
@@ -125,15 +139,7 @@ TEST(StepsInFlightTest, ABadTokenIdEndsTheRunAtItsStep) {
   // 32 rows of 4 ids in [0, 8), but row 21's third id is 9. Batches of 16,
   // not shuffled: step 2 holds rows 16..31, replica 0 rows 16..23, so the
   // bad id is at position 5 * 4 + 2 of replica 0's ids.
-  testing::WriteBytes(dir + "/ids.npz", testing::TokenIdsNpzBytes(32, 21));
-  const std::vector<std::string> job = {
-      "data={name: npz, path: " + dir + "/ids.npz, shuffle: false}",
-      "data.global_batch_size=16",
-      "model={layers: [{type: embedding, input_dim: 8, output_dim: 3}, "
-      "{type: flatten}, {type: dense, units: 10}]}",
-      "train.steps=4",
-      "train.eval_every_epochs=0",
-      "checkpoint.every_steps=0"};
+  const std::vector<std::string> job = BadIdJob(dir, 21);
   const TrainedRun one = TrainWith(1, "one", job);
   const TrainedRun two = TrainWith(2, "two", job);
   const std::string what =
@@ -164,15 +170,7 @@ TEST(StepsInFlightTest, AFailureInOneProcessEndsEveryProcessAgreed) {
   // Step 2 holds rows 16..31: global replicas 2 and 3 (process 1's local
   // replicas 0 and 1) rows 24..27 and 28..31; row 29's third id is bad, at
   // position 1 * 4 + 2 of process 1's replica 1.
-  testing::WriteBytes(dir + "/ids.npz", testing::TokenIdsNpzBytes(32, 29));
-  const std::vector<std::string> job = {
-      "data={name: npz, path: " + dir + "/ids.npz, shuffle: false}",
-      "data.global_batch_size=16",
-      "model={layers: [{type: embedding, input_dim: 8, output_dim: 3}, "
-      "{type: flatten}, {type: dense, units: 10}]}",
-      "train.steps=4",
-      "train.eval_every_epochs=0",
-      "checkpoint.every_steps=0"};
+  const std::vector<std::string> job = BadIdJob(dir, 29);
   testing::ThreadWorld world(2);
   std::vector<std::unique_ptr<distribute::ProcessGroup>> members;
   for (int p = 0; p < 2; ++p) members.push_back(world.Member(p));
