@@ -179,32 +179,34 @@ absl::StatusOr<int> Trainer::AgreeAfterStep(double& loss,
     MT_RETURN_IF_ERROR(failed);
     return StopSignal();
   }
-  // Processes that received a signal, the sum of their signal numbers (one
-  // launcher signal reaches all with the same number) and the chief's, which
-  // decides when the processes got different ones (SIGINT here, SIGTERM
-  // there: their mean would name a third signal); then each process's
-  // status code at 4 + its rank.
-  const int mine = StopSignal();
-  std::vector<double> values(4 + processes_->size(), 0.0);
+  // The loss, then each process's status code at 1 + its rank and its stop
+  // signal at 1 + P + its rank: every process then knows who failed and
+  // which signals came where. One launcher signal reaches all with the
+  // same number; when they got different ones (SIGINT here, SIGTERM
+  // there), the lowest rank's decides, the chief's first.
+  const int processes = processes_->size();
+  const int rank = processes_->rank();
+  std::vector<double> values(1 + 2 * processes, 0.0);
   values[0] = loss;
-  values[1] = mine != 0 ? 1.0 : 0.0;
-  values[2] = static_cast<double>(mine);
-  values[3] = processes_->chief() ? static_cast<double>(mine) : 0.0;
-  values[4 + processes_->rank()] = static_cast<double>(failed.code());
+  values[1 + rank] = static_cast<double>(failed.code());
+  values[1 + processes + rank] = static_cast<double>(StopSignal());
   if (absl::Status summed = processes_->AllReduceSum(absl::MakeSpan(values),
                                                      "the end of the step");
       !summed.ok()) {
     return failed.ok() ? summed : failed;
   }
   loss = values[0];
-  MT_ASSIGN_OR_RETURN(
-      const absl::Status agreed,
-      processes_->AgreeOnCodes(failed, absl::MakeSpan(values).subspan(4)));
+  const absl::Span<const double> codes =
+      absl::MakeConstSpan(values).subspan(1, processes);
+  MT_ASSIGN_OR_RETURN(const absl::Status agreed,
+                      processes_->AgreeOnCodes(failed, codes));
   MT_RETURN_IF_ERROR(agreed);
-  if (values[1] == 0) return 0;
-  RecordStopSignal(values[3] != 0
-                       ? static_cast<int>(values[3])
-                       : static_cast<int>(std::lround(values[2] / values[1])));
+  for (int p = 0; p < processes; ++p) {
+    if (const double signal = values[1 + processes + p]; signal != 0) {
+      RecordStopSignal(static_cast<int>(signal));
+      break;
+    }
+  }
   return StopSignal();
 }
 
