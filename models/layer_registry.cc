@@ -82,12 +82,15 @@ absl::StatusOr<std::unique_ptr<Layer>> LayerBuilder::BuildOne(
         spec.path, ".type: unknown layer type '", spec.type,
         "' (expected one of ", LayerRegistry::Global().NameList(), ")"));
   }
-  // Keras names the n-th layer of a kind "kind", "kind_1", "kind_2", ...
-  int& count = type_counts_[type->name];
-  type_index_ = count++;
-  name_ = !spec.name.empty() ? spec.name
-          : type_index_ == 0 ? type->name
-                             : absl::StrCat(type->name, "_", type_index_);
+  type_index_ = type_counts_[type->name]++;
+  // Keras names the n-th unnamed layer of a kind "kind", "kind_1",
+  // "kind_2", ...; a layer given a name takes no number.
+  if (spec.name.empty()) {
+    const int n = auto_name_counts_[type->name]++;
+    name_ = n == 0 ? type->name : absl::StrCat(type->name, "_", n);
+  } else {
+    name_ = spec.name;
+  }
   // Variables are saved under their layer's name (Keras refuses the same
   // name twice in a model too).
   if (const auto [taken, fresh] = names_.try_emplace(name_, spec.path);

@@ -131,7 +131,10 @@ class LayerBuilder {
   int seeds_drawn_ = 0;
   int depth_ = 0;
   bool error_named_ = false;  // A failing layer has prefixed its path.
+  // Per type: the layers built (type_index), and the unnamed ones (the
+  // next auto-name's number).
   absl::flat_hash_map<std::string, int> type_counts_;
+  absl::flat_hash_map<std::string, int> auto_name_counts_;
   // Every layer name given so far, and the path of the spec that has it.
   absl::flat_hash_map<std::string, std::string> names_;
   Shape input_shape_;

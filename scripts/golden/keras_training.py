@@ -45,6 +45,11 @@ REG_LR, REG_L2, REG_CLIP = 0.01, 0.05, 0.5
 RES_EXAMPLES, RES_BATCH, RES_STEPS, RES_LR = 48, 16, 6, 0.05
 
 
+def fresh_session():
+    """Keras's auto-name counters from zero, as each mirrortrain model's."""
+    keras.backend.clear_session()
+
+
 def named_variables(model):
     """(mirrortrain checkpoint name, keras variable) for every variable:
     its Keras path without the Sequential model's own name."""
@@ -99,6 +104,7 @@ def cnn(rng):
     for i, label in enumerate(y):
         r, c = 2 * (label // 4), 2 * (label % 4)
         x[i, r:r + 3, c:c + 3, 0] += 0.6
+    fresh_session()
     keras.utils.set_random_seed(SEED)
     model = keras.Sequential([
         keras.Input((8, 8, 1)),
@@ -134,6 +140,7 @@ def language_model(rng):
                        for i in range(windows)]).astype(np.int32)
     targets = np.stack([text[i * LM_LENGTH + 1:(i + 1) * LM_LENGTH + 1]
                         for i in range(windows)]).astype(np.int64)
+    fresh_session()
     keras.utils.set_random_seed(SEED + 1)
     ids = keras.Input((LM_LENGTH,), dtype="int32")
     x = keras.layers.Embedding(256, 8, name="embedding")(ids)
@@ -161,15 +168,17 @@ def regularized(rng):
     x = rng.normal(size=(REG_EXAMPLES, REG_FEATURES)).astype(np.float32)
     w = rng.normal(size=(REG_FEATURES, 4))
     y = np.argmax(x @ w, axis=1).astype(np.int64)
+    fresh_session()
     keras.utils.set_random_seed(SEED + 2)
     # mirrortrain's l2_regularization adds l2 * w to a kernel's gradient:
     # Keras's L2(l2 / 2) penalty.
     l2 = keras.regularizers.L2(REG_L2 / 2)
     model = keras.Sequential([
         keras.Input((REG_FEATURES,)),
+        # A named layer takes no auto-name number: the next is "dense".
         keras.layers.Dense(16, activation="relu", kernel_regularizer=l2,
-                           name="dense"),
-        keras.layers.Dense(4, kernel_regularizer=l2, name="dense_1"),
+                           name="hidden"),
+        keras.layers.Dense(4, kernel_regularizer=l2),
     ])
 
     def batches(step):
@@ -190,6 +199,7 @@ def residual(rng):
     x = rng.uniform(0.0, 0.5, size=(RES_EXAMPLES, 8, 8, 3)).astype(np.float32)
     for i, label in enumerate(y):
         x[i, label % 8, :, label % 3] += 0.5
+    fresh_session()
     keras.utils.set_random_seed(SEED + 3)
     L = keras.layers
     inputs = keras.Input((8, 8, 3))
@@ -239,7 +249,7 @@ them: windows of %d inputs and next-byte targets; Embedding(256, 8),
 x + MultiHeadAttention(num_heads=2, key_dim=4)(x, x, use_causal_mask=True),
 LayerNormalization(epsilon=1e-3), Dense(256) "dense"; Adam(learning_rate=
 %g); %d steps of %d windows.
-reg: Dense(16, relu) "dense", Dense(4) "dense_1", both with
+reg: Dense(16, relu) "hidden", Dense(4) (auto-named "dense"), both with
 kernel_regularizer=L2(%g / 2) (the penalty in the loss differentiated, not
 in reg/loss); RMSprop(learning_rate=%g, global_clipnorm=%g); %d steps of
 %d of reg/x, reg/y.

@@ -63,10 +63,13 @@ TEST(ModelTest, LayerNamesAreUnique) {
   EXPECT_EQ(build(named("x"), named("x")).message(),
             "model.layers[1].name: the layer name 'x' is taken by "
             "model.layers[0]");
-  EXPECT_EQ(build(named("dense_1"), named("")).message(),
-            "model.layers[1]: the layer name 'dense_1' is taken by "
+  EXPECT_EQ(build(named("dense"), named("")).message(),
+            "model.layers[1]: the layer name 'dense' is taken by "
             "model.layers[0] (give this one a name)");
   EXPECT_TRUE(build(named("x"), named("")).ok());
+  // A named layer takes no auto-name number (Keras 3): the next unnamed
+  // dense is `dense`, not `dense_1`.
+  EXPECT_TRUE(build(named("dense_1"), named("")).ok());
   // Inside a container the path is the inner spec's, as it is.
   LayerSpec inner = named("x");
   inner.path = "model.layers[1].layers[0]";
@@ -78,6 +81,23 @@ TEST(ModelTest, LayerNamesAreUnique) {
   EXPECT_EQ(builder.BuildSequence({first, block}, {2, 3}).status().message(),
             "model.layers[1].layers[0].name: the layer name 'x' is taken by "
             "model.layers[0]");
+}
+
+// Keras 3 numbers only the layers it names: [foo, dense, dense_1] for a
+// named dense and two unnamed ones.
+TEST(ModelTest, NamedLayersTakeNoAutoNameNumber) {
+  LayerSpec foo = Spec("dense", {{"units", int64_t{3}}});
+  foo.name = "foo";
+  ModelDef def{{2},
+               {foo, Spec("dense", {{"units", int64_t{3}}}),
+                Spec("dense", {{"units", int64_t{2}}})}};
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      Model::Build(def, 1, Device::Cpu());
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(Names(**model),
+            (std::vector<std::string>{"foo/kernel", "foo/bias", "dense/kernel",
+                                      "dense/bias", "dense_1/kernel",
+                                      "dense_1/bias"}));
 }
 
 TEST(ModelTest, ResidualBlocksRepeatWithKerasNames) {

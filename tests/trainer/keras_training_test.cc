@@ -105,12 +105,13 @@ std::vector<KerasRun> Runs() {
        13,
        6},
       // L2 and the global-norm clipping apply to the all-reduced gradient
-      // in Keras's order: the penalty's gradient is clipped with it.
+      // in Keras's order: the penalty's gradient is clipped with it. The
+      // named layer takes no auto-name number: the other is `dense`.
       {"reg",
        RegData,
        {"data.global_batch_size=12",
-        "model={layers: [{type: dense, units: 16, activation: relu}, "
-        "{type: dense, units: 4}]}",
+        "model={layers: [{type: dense, units: 16, activation: relu, "
+        "name: hidden}, {type: dense, units: 4}]}",
         "optimizer={name: rmsprop, learning_rate: 0.01, "
         "l2_regularization: 0.05, clip_global_norm: 0.5}"},
        4,
