@@ -40,9 +40,14 @@ absl::StatusOr<Tensor> RandomUniform(const Shape& shape, uint64_t seed,
 }
 
 absl::StatusOr<Tensor> GlorotUniform(const Shape& shape, uint64_t seed,
-                                     DType dtype) {
+                                     DType dtype, std::optional<Fans> fans) {
   double fan_in, fan_out;
-  ComputeFans(shape, &fan_in, &fan_out);
+  if (fans.has_value()) {
+    fan_in = fans->in;
+    fan_out = fans->out;
+  } else {
+    ComputeFans(shape, &fan_in, &fan_out);
+  }
   const double limit = std::sqrt(6.0 / std::max(1.0, fan_in + fan_out));
   return RandomUniform(shape, seed, limit, dtype);
 }
@@ -57,8 +62,10 @@ absl::StatusOr<KernelAndBias> MakeKernelAndBias(const std::string& layer,
                                                 const Shape& kernel_shape,
                                                 const Shape& bias_shape,
                                                 bool use_bias, uint64_t seed,
-                                                Device device) {
-  MT_ASSIGN_OR_RETURN(Tensor initial, GlorotUniform(kernel_shape, seed));
+                                                Device device,
+                                                std::optional<Fans> fans) {
+  MT_ASSIGN_OR_RETURN(Tensor initial,
+                      GlorotUniform(kernel_shape, seed, DType::kF32, fans));
   MT_ASSIGN_OR_RETURN(
       Variable kernel,
       VariableOn(absl::StrCat(layer, "/kernel"), initial, device));

@@ -12,13 +12,23 @@
 
 namespace mirrortrain::models {
 
+// A kernel's fans when its shape alone does not give them: an einsum
+// kernel's are the products of its input and of its output axes (Keras
+// 3.15's EinsumDense hands those to its initializer).
+struct Fans {
+  double in = 0;
+  double out = 0;
+};
+
 // U(-limit, limit) with limit = sqrt(6 / (fan_in + fan_out)), as
-// keras.initializers.GlorotUniform. For a kernel [..., in, out] the fans are
-// in * receptive field and out * receptive field (receptive field = product
-// of the leading dims). The stream of numbers depends only on `seed`. A
-// shape too large for host memory is ResourceExhausted.
+// keras.initializers.GlorotUniform. Without `fans`, for a kernel
+// [..., in, out] the fans are in * receptive field and out * receptive
+// field (receptive field = product of the leading dims). The stream of
+// numbers depends only on `seed`. A shape too large for host memory is
+// ResourceExhausted.
 absl::StatusOr<Tensor> GlorotUniform(const Shape& shape, uint64_t seed,
-                                     DType dtype = DType::kF32);
+                                     DType dtype = DType::kF32,
+                                     std::optional<Fans> fans = std::nullopt);
 
 // U(-limit, limit), as keras.initializers.RandomUniform(-limit, limit)
 // (Embedding's default has limit 0.05); the stream of numbers depends only
@@ -34,17 +44,16 @@ absl::StatusOr<Variable> VariableOn(const std::string& name,
                                     const Tensor& initial, Device device);
 
 // A layer's weights as Keras builds them: "<layer>/kernel" glorot_uniform
-// of `kernel_shape` (the stream of `seed`) and, with `use_bias`,
-// "<layer>/bias" zeros of `bias_shape`, on `device`.
+// of `kernel_shape` (the stream of `seed`; `fans` as GlorotUniform's) and,
+// with `use_bias`, "<layer>/bias" zeros of `bias_shape`, on `device`.
 struct KernelAndBias {
   Variable kernel;
   std::optional<Variable> bias;
 };
-absl::StatusOr<KernelAndBias> MakeKernelAndBias(const std::string& layer,
-                                                const Shape& kernel_shape,
-                                                const Shape& bias_shape,
-                                                bool use_bias, uint64_t seed,
-                                                Device device);
+absl::StatusOr<KernelAndBias> MakeKernelAndBias(
+    const std::string& layer, const Shape& kernel_shape,
+    const Shape& bias_shape, bool use_bias, uint64_t seed, Device device,
+    std::optional<Fans> fans = std::nullopt);
 
 }  // namespace mirrortrain::models
 

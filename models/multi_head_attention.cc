@@ -7,7 +7,9 @@
 // Variables carry Keras' names and shapes: query/kernel [D, heads, key_dim],
 // query/bias [heads, key_dim], likewise key/ and value/, and
 // attention_output/kernel [heads, key_dim, D], attention_output/bias [D];
-// kernels glorot_uniform with Keras' fans for those shapes, biases zero.
+// kernels glorot_uniform with the fans Keras 3.15's EinsumDense gives them
+// (the einsum's input and output axes: D and heads * key_dim, and back),
+// biases zero.
 //
 // Heads are laid out batch-first ([batch, heads, T, T] probabilities), so a
 // replica's shard of the batch is a contiguous block of every intermediate
@@ -61,19 +63,23 @@ class MultiHeadAttentionLayer final : public Layer {
                                                        LayerBuilder& b) {
     const Shape in_kernel = {o.width, o.heads, o.key_dim};
     const Shape head_bias = {o.heads, o.key_dim};
+    const double heads_width = static_cast<double>(o.heads * o.key_dim);
+    const double width = static_cast<double>(o.width);
     std::vector<Projection> projections;
     for (const char* part : {"query", "key", "value"}) {
       MT_ASSIGN_OR_RETURN(
           Projection p,
           MakeKernelAndBias(absl::StrCat(name, "/", part), in_kernel, head_bias,
-                            o.use_bias, b.NextSeed(), b.device()));
+                            o.use_bias, b.NextSeed(), b.device(),
+                            Fans{.in = width, .out = heads_width}));
       projections.push_back(std::move(p));
     }
     MT_ASSIGN_OR_RETURN(
         Projection out,
         MakeKernelAndBias(absl::StrCat(name, "/attention_output"),
                           {o.heads, o.key_dim, o.width}, {o.width}, o.use_bias,
-                          b.NextSeed(), b.device()));
+                          b.NextSeed(), b.device(),
+                          Fans{.in = heads_width, .out = width}));
     projections.push_back(std::move(out));
     std::unique_ptr<Layer> layer(new MultiHeadAttentionLayer(
         std::move(name), o, std::move(projections)));

@@ -14,8 +14,9 @@ recipe, read from the config where it is data:
   * model: token embedding U(-0.05, 0.05); learned positions, Keras
     glorot_uniform; per block (pre-norm): x + attention(layer_norm(x)),
     x + dense(gelu(dense(layer_norm(x)))); a final layer norm and a dense
-    head. Kernels glorot_uniform with Keras' fans (attention projections as
-    Keras' [width, heads, key_dim] and [heads, key_dim, width] kernels),
+    head. Kernels glorot_uniform with Keras' fans (attention projections
+    with those Keras 3.15's EinsumDense gives its [width, heads, key_dim]
+    and [heads, key_dim, width] kernels: width and heads * key_dim),
     biases zero, layer norm epsilon 1e-3, exact (erf) gelu;
   * AdamW with Keras' defaults (betas 0.9/0.999, epsilon 1e-7), the
     config's weight decay and exclusions (by name, as mirrortrain matches
@@ -67,11 +68,10 @@ class Block(nn.Module):
         super().__init__()
         self.heads, self.key_dim = heads, key_dim
         self.layer_normalization = nn.LayerNorm(width, eps=1e-3)
-        self.query = linear(width, heads * key_dim, (width, heads, key_dim))
-        self.key = linear(width, heads * key_dim, (width, heads, key_dim))
-        self.value = linear(width, heads * key_dim, (width, heads, key_dim))
-        self.attention_output = linear(heads * key_dim, width,
-                                       (heads, key_dim, width))
+        self.query = linear(width, heads * key_dim)
+        self.key = linear(width, heads * key_dim)
+        self.value = linear(width, heads * key_dim)
+        self.attention_output = linear(heads * key_dim, width)
         self.layer_normalization_mlp = nn.LayerNorm(width, eps=1e-3)
         self.dense_up = linear(width, mlp_units)
         self.dense_down = linear(mlp_units, width)

@@ -4,9 +4,11 @@
 // plus their variables, initialisers and errors; and position_embedding
 // (exact small cases: it is an add and a gather).
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "models/model.h"
 #include "tensor/gradient_tape.h"
@@ -296,6 +298,39 @@ TEST_P(AttentionGoldenTest, LayerMatchesKeras) {
 
 INSTANTIATE_TEST_SUITE_P(Masks, AttentionGoldenTest,
                          ::testing::Values("mha", "mha_causal"));
+
+// Keras 3.15 (EinsumDense) draws each kernel from glorot_uniform with the
+// einsum's fans: query/key/value [D, heads, key_dim] with fan_in D and
+// fan_out heads * key_dim, attention_output the other way round. Width 256,
+// 4 heads of 64: every kernel's limit is sqrt(6 / 512) = 0.108 (the shape's
+// receptive-field fans would give 0.0186 and 0.0685), as Keras's own layer
+// measures.
+TEST(AttentionTest, KernelsInitialisedWithTheEinsumFans) {
+  auto model = BuildOne("multi_head_attention", {2, 256},
+                        {{"num_heads", int64_t{4}}, {"key_dim", int64_t{64}}});
+  const double limit = std::sqrt(6.0 / (256 + 4 * 64));
+  int kernels = 0;
+  for (Variable* v : model->variables()) {
+    if (!absl::EndsWith(v->name(), "/kernel")) continue;
+    const Tensor& t = v->value();
+    const float* x = t.data<float>();
+    const int64_t n = t.num_elements();
+    double sum_sq = 0, top = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      sum_sq += double{x[i]} * x[i];
+      top = std::max(top, std::abs(double{x[i]}));
+    }
+    // 65536 draws each: the range's ends are reached, and the deviation is
+    // the uniform's limit / sqrt(3) within 1%.
+    EXPECT_LE(top, limit) << v->name();
+    EXPECT_GT(top, 0.999 * limit) << v->name();
+    EXPECT_NEAR(std::sqrt(sum_sq / n), limit / std::sqrt(3.0),
+                0.01 * limit / std::sqrt(3.0))
+        << v->name();
+    ++kernels;
+  }
+  EXPECT_EQ(kernels, 4);
+}
 
 TEST(AttentionTest, CausalOutputIgnoresLaterPositions) {
   auto model = BuildOne("multi_head_attention", {6, 4},
