@@ -97,6 +97,11 @@ MT_REGISTER(
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
        const int64_t input_dim = spec.params.Int("input_dim");
+       if (b.continuous_inputs()) {
+         return absl::InvalidArgumentError(
+             "the data's examples are real values, not token ids (every one "
+             "would be id 0): train it on text or npz ids");
+       }
        if (b.input_vocabulary() > input_dim) {
          // Found when the model is built, not at the first unlucky batch.
          return absl::InvalidArgumentError(absl::StrCat(

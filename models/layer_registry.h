@@ -92,8 +92,12 @@ struct LayerSummary {
 class LayerBuilder {
  public:
   // `input_vocabulary` > 0: the model's inputs are token ids below it.
-  LayerBuilder(uint64_t seed, Device device, int64_t input_vocabulary = 0)
-      : seed_(seed), device_(device), input_vocabulary_(input_vocabulary) {}
+  LayerBuilder(uint64_t seed, Device device, int64_t input_vocabulary = 0,
+               bool continuous_inputs = false)
+      : seed_(seed),
+        device_(device),
+        input_vocabulary_(input_vocabulary),
+        continuous_inputs_(continuous_inputs) {}
 
   // The current layer's input shape (batch dimension first), name and
   // device, valid inside a factory.
@@ -102,6 +106,8 @@ class LayerBuilder {
   Device device() const { return device_; }
   // The number of token ids the data can hold (0: inputs are not tokens).
   int64_t input_vocabulary() const { return input_vocabulary_; }
+  // The model's inputs are real values, never token ids (ModelDef).
+  bool continuous_inputs() const { return continuous_inputs_; }
   // How many layers of this type were built before this one (0 for the
   // first); dropout layers use it to draw different masks.
   int type_index() const { return type_index_; }
@@ -128,6 +134,7 @@ class LayerBuilder {
   uint64_t seed_;
   Device device_;
   int64_t input_vocabulary_ = 0;
+  bool continuous_inputs_ = false;
   int seeds_drawn_ = 0;
   int depth_ = 0;
   bool error_named_ = false;  // A failing layer has prefixed its path.

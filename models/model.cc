@@ -20,7 +20,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Build(const ModelDef& def,
   // Shapes carry a batch dimension of 1 while building.
   Shape input = {1};
   input.insert(input.end(), def.input_shape.begin(), def.input_shape.end());
-  LayerBuilder builder(seed, device, def.input_vocabulary);
+  LayerBuilder builder(seed, device, def.input_vocabulary,
+                       def.continuous_inputs);
   MT_ASSIGN_OR_RETURN(m->body_, builder.BuildSequence(def.layers, input));
   MT_ASSIGN_OR_RETURN(Shape out, m->body_->OutputShape(input));
   m->output_shape_.assign(out.begin() + 1, out.end());

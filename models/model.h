@@ -25,6 +25,10 @@ struct ModelDef {
   // > 0 when the inputs are token ids in [0, input_vocabulary) (text):
   // embedding layers must cover them.
   int64_t input_vocabulary = 0;
+  // The inputs are real values, never token ids (synthetic data): an
+  // embedding would read every one as id 0 (a cast truncates), so it is
+  // refused.
+  bool continuous_inputs = false;
 };
 
 class Model {

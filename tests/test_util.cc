@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -126,6 +127,31 @@ DiffAndNorm L2DiffAndNorm(const Tensor& actual, const Tensor& expected) {
     norm += e * e;
   }
   return {std::sqrt(diff), std::sqrt(norm)};
+}
+
+::testing::AssertionResult SameBits(const Tensor& actual,
+                                    const Tensor& expected) {
+  if (!actual.defined() || !expected.defined()) {
+    return ::testing::AssertionFailure() << "undefined tensor";
+  }
+  if (actual.dtype() != expected.dtype() ||
+      actual.shape() != expected.shape()) {
+    return ::testing::AssertionFailure()
+           << ShapeToString(actual.shape()) << " vs expected "
+           << ShapeToString(expected.shape()) << " (or another dtype)";
+  }
+  const size_t width =
+      actual.bytes() / std::max<int64_t>(1, actual.num_elements());
+  const auto* a = static_cast<const char*>(actual.raw_data());
+  const auto* e = static_cast<const char*>(expected.raw_data());
+  for (int64_t i = 0; i < actual.num_elements(); ++i) {
+    if (std::memcmp(a + i * width, e + i * width, width) != 0) {
+      return ::testing::AssertionFailure()
+             << "element " << i << ": " << actual.ScalarAt(i) << " vs expected "
+             << expected.ScalarAt(i) << " (other bits)";
+    }
+  }
+  return ::testing::AssertionSuccess();
 }
 
 ::testing::AssertionResult AllClose(const Tensor& actual,

@@ -44,6 +44,12 @@ struct DiffAndNorm {
 };
 DiffAndNorm L2DiffAndNorm(const Tensor& actual, const Tensor& expected);
 
+// The same dtype, shape and bytes (so -0 is not +0, and a NaN equals only
+// the same NaN): what "bit for bit" means. Host tensors; reports the first
+// element that differs.
+::testing::AssertionResult SameBits(const Tensor& actual,
+                                    const Tensor& expected);
+
 // Elementwise |a - b| <= atol + rtol * |b| (host tensors, any float dtype);
 // reports the worst element.
 ::testing::AssertionResult AllClose(const Tensor& actual,

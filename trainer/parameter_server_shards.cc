@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/status_macros.h"
@@ -133,7 +134,12 @@ absl::Status ParameterServerShards::Push(absl::Span<Variable* const> vars,
   if (states_ != static_cast<int>(read.size())) {
     return absl::InternalError("Push: `read` does not fit the variables");
   }
+  // Moved at the start and again at the end (whatever the exit): a copy
+  // that overlapped a push has neither version.
   version_.fetch_add(1, std::memory_order_acq_rel);
+  absl::Cleanup moved = [this] {
+    version_.fetch_add(1, std::memory_order_acq_rel);
+  };
   for (auto& shard : shards_) {
     std::lock_guard<std::mutex> lock(shard->mu);
     std::vector<GradAndVar> pairs;

@@ -92,8 +92,9 @@ class ParameterServerShards {
   // partition; the optimizers' iterations hold the highest update number).
   std::vector<int64_t> UpdatesPerShard() const;
 
-  // Changes with every Push and CopyFrom (from their start): a copy made by
-  // CopyTo at one version is still the state while the version holds.
+  // Changes with every Push (at its start and its end) and CopyFrom (at its
+  // start): a copy made by CopyTo at one version, the same before and
+  // after it, is still the state while the version holds.
   int64_t version() const { return version_.load(std::memory_order_acquire); }
 
  private:

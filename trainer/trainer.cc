@@ -89,6 +89,7 @@ absl::StatusOr<models::ModelDef> ModelDefinition(const ModelConfig& m,
     def.input_shape.assign(images.begin() + 1, images.end());
   }
   if (data.bytes_as_tokens) def.input_vocabulary = data.num_classes;
+  def.continuous_inputs = data.continuous;
   if (m.preset.empty()) {
     def.layers = m.layers;
     return def;
@@ -471,13 +472,20 @@ absl::Status Trainer::CheckReplicasIdentical() const {
   // caller's agreement on the result meets them all there.
   absl::Status across = absl::OkStatus();
   for (const distribute::MirroredVariable& v : mirrored_) {
-    MT_ASSIGN_OR_RETURN(const Tensor mine, v.value().To(Device::Cpu()));
-    MT_ASSIGN_OR_RETURN(const Tensor chiefs, mine.Clone());
+    // A copy that fails here is this process's finding too: the broadcast
+    // still takes the variable's bytes.
+    absl::StatusOr<Tensor> mine = v.value().To(Device::Cpu());
+    Tensor chiefs = Tensor::HostEmpty(v.value().dtype(), v.value().shape());
+    if (mine.ok()) {
+      std::memcpy(chiefs.raw_data(), mine->raw_data(), chiefs.bytes());
+    } else if (across.ok()) {
+      across = mine.status();
+    }
     MT_RETURN_IF_ERROR(processes_->Broadcast(
         chiefs.raw_data(), static_cast<int64_t>(chiefs.bytes()), 0,
         "the replica check"));
     if (across.ok() &&
-        std::memcmp(mine.raw_data(), chiefs.raw_data(), mine.bytes()) != 0) {
+        std::memcmp(mine->raw_data(), chiefs.raw_data(), mine->bytes()) != 0) {
       across = absl::InternalError(absl::StrCat(v.name(), " of process ",
                                                 processes_->rank(),
                                                 " differs from process 0's"));

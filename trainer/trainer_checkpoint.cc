@@ -156,7 +156,8 @@ absl::Status Trainer::Restore(const CheckedCheckpoint& checkpoint) {
   const std::string& path = file.path();
   // Restored once into the training state (all checks before any
   // assignment), then mirrored to the other replicas, or scattered to the
-  // parameter servers.
+  // parameter servers; state_ no longer holds a gather of them.
+  snapshot_version_ = -1;
   MT_RETURN_IF_ERROR(Saver(TrainingState()).Restore(file));
   for (distribute::MirroredVariable& v : mirrored_) {
     MT_ASSIGN_OR_RETURN(Tensor value, v.value().Clone());

@@ -198,16 +198,19 @@ absl::StatusOr<int> Trainer::AgreeAfterStep(double& loss,
   loss = values[0];
   const absl::Span<const double> codes =
       absl::MakeConstSpan(values).subspan(1, processes);
-  MT_ASSIGN_OR_RETURN(const absl::Status agreed,
-                      processes_->AgreeOnCodes(failed, codes));
-  MT_RETURN_IF_ERROR(agreed);
+  absl::StatusOr<absl::Status> agreed = processes_->AgreeOnCodes(failed, codes);
+  if (!agreed.ok()) return failed.ok() ? agreed.status() : failed;
+  MT_RETURN_IF_ERROR(*agreed);
+  // The decision is the summed values' alone: a signal that reached this
+  // process after it wrote its own stops it at the next agreement, with
+  // the others.
   for (int p = 0; p < processes; ++p) {
     if (const double signal = values[1 + processes + p]; signal != 0) {
-      RecordStopSignal(static_cast<int>(signal));
-      break;
+      RecordStopSignal(static_cast<int>(signal));  // Kept if it has its own.
+      return StopSignal();
     }
   }
-  return StopSignal();
+  return 0;
 }
 
 absl::Status Trainer::PendStep(int64_t step, std::vector<Batch> micro_batches,

@@ -5,10 +5,14 @@
 // what each process returns.
 //
 // Collectives keep ProcessGroup's contract: sums run in rank order, so
-// every member ends with the same bytes. A member that does not arrive
-// within the watchdog breaks the world (DeadlineExceeded), and so does
-// Abort: every later collective fails at once, so a broken test fails
-// rather than hangs.
+// every member ends with the same bytes. Members that meet in different
+// collectives (kind, dtype, bytes or root) all fail there with Internal
+// naming both, before any operand is read: the collective-order bugs a
+// test of several processes exists to catch. A member that does not
+// arrive within the watchdog breaks the world (DeadlineExceeded), and so
+// does Abort: every later collective fails at once, so a broken test
+// fails rather than hangs (a member leaving a collective on such a break
+// may leave another still reading its operand).
 //
 // Thread contract: each member is used by one thread at a time (as an MPI
 // process is); the world outlives its members.
@@ -43,10 +47,47 @@ class ThreadWorld {
 
  private:
   class Group;
+  enum class Kind { kAllReduceSum, kBroadcast, kBarrier };
+  // A member's part in the collective under way.
   struct Slot {
-    const void* data = nullptr;
+    Kind kind = Kind::kBarrier;
+    DType dtype = DType::kF32;  // kAllReduceSum only.
     int64_t bytes = 0;
+    int root = 0;  // kBroadcast only.
+    const void* data = nullptr;
   };
+
+  static const char* KindName(Kind kind) {
+    switch (kind) {
+      case Kind::kAllReduceSum:
+        return "AllReduceSum";
+      case Kind::kBroadcast:
+        return "Broadcast";
+      case Kind::kBarrier:
+        return "Barrier";
+    }
+    return "?";
+  }
+
+  // Publishes `mine` as member `rank`'s slot and waits for every member;
+  // then fails (every member alike: they compare the same slots) unless
+  // all are in the same collective.
+  absl::Status Meet(int rank, const Slot& mine, absl::string_view what) {
+    slots_[rank] = mine;
+    if (absl::Status s = Arrive(what); !s.ok()) return s;
+    for (size_t r = 1; r < slots_.size(); ++r) {
+      const Slot& a = slots_[0];
+      const Slot& b = slots_[r];
+      if (a.kind != b.kind || a.dtype != b.dtype || a.bytes != b.bytes ||
+          a.root != b.root) {
+        return absl::InternalError(absl::StrCat(
+            what, ": member 0 is in ", KindName(a.kind), " of ", a.bytes,
+            " bytes (root ", a.root, "), member ", r, " in ", KindName(b.kind),
+            " of ", b.bytes, " bytes (root ", b.root, ")"));
+      }
+    }
+    return absl::OkStatus();
+  }
 
   // Waits until every member has arrived (a rendezvous of all `size_`).
   absl::Status Arrive(absl::string_view what) {
@@ -78,8 +119,8 @@ class ThreadWorld {
 
   const int size_;
   const std::chrono::milliseconds watchdog_;
-  // Each member's operand in the collective under way (written by its owner
-  // before the first rendezvous, read by the others before the second).
+  // Each member's part in the collective under way (written by its owner
+  // before the first rendezvous, read by every member before the second).
   std::vector<Slot> slots_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -98,9 +139,11 @@ class ThreadWorld::Group final : public distribute::ProcessGroup {
 
   absl::Status AllReduceSum(const Tensor& buffer,
                             absl::string_view what) override {
-    world_->slots_[rank_] = {buffer.raw_data(),
-                             static_cast<int64_t>(buffer.bytes())};
-    if (absl::Status s = world_->Arrive(what); !s.ok()) return s;
+    const Slot mine = {.kind = Kind::kAllReduceSum,
+                       .dtype = buffer.dtype(),
+                       .bytes = static_cast<int64_t>(buffer.bytes()),
+                       .data = buffer.raw_data()};
+    if (absl::Status s = world_->Meet(rank_, mine, what); !s.ok()) return s;
     std::vector<char> sum(buffer.bytes());
     absl::Status summed = absl::OkStatus();
     switch (buffer.dtype()) {
@@ -129,20 +172,18 @@ class ThreadWorld::Group final : public distribute::ProcessGroup {
 
   absl::Status Broadcast(void* data, int64_t bytes, int root,
                          absl::string_view what) override {
-    world_->slots_[rank_] = {data, bytes};
-    if (absl::Status s = world_->Arrive(what); !s.ok()) return s;
-    const Slot& from = world_->slots_[root];
-    const bool same_size = from.bytes == bytes;
-    if (rank_ != root && same_size) std::memcpy(data, from.data, bytes);
-    if (absl::Status s = world_->Arrive(what); !s.ok()) return s;
-    if (!same_size) {
-      return absl::InternalError(absl::StrCat(
-          what, ": ", bytes, " bytes here, ", from.bytes, " at the root"));
-    }
-    return absl::OkStatus();
+    const Slot mine = {
+        .kind = Kind::kBroadcast, .bytes = bytes, .root = root, .data = data};
+    if (absl::Status s = world_->Meet(rank_, mine, what); !s.ok()) return s;
+    if (rank_ != root) std::memcpy(data, world_->slots_[root].data, bytes);
+    // The root's buffer is read by all before it may change.
+    return world_->Arrive(what);
   }
 
   absl::Status Barrier(absl::string_view what) override {
+    // Two rendezvous, as the others: the slots are read before the next
+    // collective rewrites them.
+    if (absl::Status s = world_->Meet(rank_, {}, what); !s.ok()) return s;
     return world_->Arrive(what);
   }
 

@@ -15,6 +15,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::RandomTensor;
+using testing::SameBits;
 
 TEST(TrainingOpsTest, SlotCountShapeAndDtypeAreChecked) {
   Tensor var = RandomTensor({4, 3}, 1, DType::kF32);
@@ -130,11 +131,6 @@ std::vector<ops::UpdateTarget> Clones(
     for (Tensor& slot : t.slots) slot = *slot.Clone();
   }
   return out;
-}
-
-bool SameBits(const Tensor& a, const Tensor& b) {
-  return a.bytes() == b.bytes() &&
-         std::memcmp(a.raw_data(), b.raw_data(), a.bytes()) == 0;
 }
 
 TEST(TrainingOpsTest, AListUpdatesAsOneCallPerVariable) {

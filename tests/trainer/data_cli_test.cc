@@ -174,15 +174,23 @@ TEST(DataCliTest, SyntheticDataTakesTheModelsInputShape) {
                            "model.input_shape=[6,6,3]"});
   ASSERT_EQ(summary.exit_code, 0) << summary.err;
   // The conv's 3x3 kernel over 3 channels into 4 filters, + 4 biases.
-  EXPECT_THAT(summary.out, ::testing::ContainsRegex(
-                               "\\(None, 6, 6, 4\\) +112\n"))
+  EXPECT_THAT(summary.out,
+              ::testing::ContainsRegex("\\(None, 6, 6, 4\\) +112\n"))
       << summary.out;
-  ExpectExit2({"train", "--config", config, "--run_dir", dir + "/huge",
-               "--set", "model.input_shape=[512,512,3]", "--set",
-               "data.train_examples=0"},
-              "data: synthetic: 60000 examples of [512,512,3] "
-              "(model.input_shape) take more than 4 GiB; set "
-              "data.train_examples lower");
+  ExpectExit2(
+      {"train", "--config", config, "--run_dir", dir + "/huge", "--set",
+       "model.input_shape=[512,512,3]", "--set", "data.train_examples=0"},
+      "data: synthetic: 60000 examples of [512,512,3] "
+      "(model.input_shape) and their 10 class prototypes take more "
+      "than 4 GiB; set data.train_examples lower or the shape "
+      "smaller");
+  // Its values are not token ids: an embedding would read each as id 0.
+  ExpectExit2({"train", "--config", config, "--run_dir", dir + "/ids", "--set",
+               "model.input_shape=[8]", "--set",
+               "model.layers=[{type: embedding, input_dim: 4, output_dim: 2}, "
+               "{type: flatten}, {type: dense, units: 10}]"},
+              "model.layers[0] (embedding): the data's examples are real "
+              "values, not token ids");
 }
 
 TEST(DataCliTest, BadCifarFilesExit2NamingTheFile) {

@@ -133,6 +133,7 @@ InMemoryDataset MakeSynthetic(int64_t n, int num_classes, uint64_t seed,
   InMemoryDataset dataset;
   dataset.num_classes = num_classes;
   dataset.name = "synthetic";
+  dataset.continuous = true;
   dataset.images = Tensor::HostEmpty(DType::kF32, shape);
   dataset.labels = Tensor::HostEmpty(DType::kI32, {n});
   float* pixels = dataset.images.data<float>();
@@ -186,14 +187,17 @@ absl::StatusOr<InMemoryDataset> LoadSynthetic(const SplitRequest& split) {
   // used are made.
   int64_t n = split.train ? 60000 : 10000;
   if (split.max_examples > 0) n = std::min(n, split.max_examples);
-  int64_t bytes = n * static_cast<int64_t>(sizeof(float));
+  // The examples and the class prototypes they blend.
+  int64_t bytes =
+      (n + kFashionMnistClasses) * static_cast<int64_t>(sizeof(float));
   for (const int64_t d : shape) {
     if (d < 1 || bytes > kMaxSyntheticBytes / d) {
       return absl::InvalidArgumentError(absl::StrCat(
           "data: synthetic: ", n, " examples of ", ShapeToString(shape),
-          " (model.input_shape) take more than ", kMaxSyntheticBytes >> 30,
+          " (model.input_shape) and their ", kFashionMnistClasses,
+          " class prototypes take more than ", kMaxSyntheticBytes >> 30,
           " GiB; set data.", split.train ? "train" : "test",
-          "_examples lower"));
+          "_examples lower or the shape smaller"));
     }
     bytes *= d;
   }

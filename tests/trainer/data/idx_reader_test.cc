@@ -610,6 +610,15 @@ TEST(SyntheticTest, SourceMakesTheModelsInputShape) {
               ::testing::HasSubstr("60000 examples of [224,224,3]"));
   EXPECT_THAT(std::string(huge.status().message()),
               ::testing::HasSubstr("set data.train_examples lower"));
+  // One example, but its class prototypes alone are over the bound.
+  absl::StatusOr<InMemoryDataset> wide =
+      LoadSyntheticSplit({.train = false,
+                          .seed = 7,
+                          .example_shape = {1 << 27},
+                          .max_examples = 1});
+  EXPECT_EQ(wide.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(wide.status().message()),
+              ::testing::HasSubstr("1 examples of [134217728]"));
   EXPECT_TRUE(LoadSyntheticSplit({.train = true,
                                   .seed = 7,
                                   .example_shape = {224, 224, 3},

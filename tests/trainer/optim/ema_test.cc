@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -26,11 +25,6 @@ Tensor Row(const Tensor& t, int64_t row) {
   return *t.SliceRows(row, 1)->Reshaped({t.dim(1)});
 }
 
-bool BitwiseEqual(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
-         std::memcmp(a.raw_data(), b.raw_data(), a.bytes()) == 0;
-}
-
 // The golden protocol: shadow_0 = init; for k = 1..10 the variable takes
 // ema/values[k-1] (as an optimizer step would), then Apply(k).
 void CheckGolden(bool use_num_updates, const std::string& name) {
@@ -46,7 +40,7 @@ void CheckGolden(bool use_num_updates, const std::string& name) {
   ASSERT_TRUE((*ema)->Track({&*var}).ok());
   Variable* shadow = (*ema)->Shadow(*var);
   ASSERT_NE(shadow, nullptr);
-  EXPECT_TRUE(BitwiseEqual(shadow->value(), g.at("ema/init")));
+  EXPECT_TRUE(testing::SameBits(shadow->value(), g.at("ema/init")));
   const Tensor& want = g.at(name);
   double worst = 0;
   for (int k = 1; k <= 10; ++k) {
@@ -54,7 +48,7 @@ void CheckGolden(bool use_num_updates, const std::string& name) {
     ASSERT_TRUE((*ema)->Apply(k).ok());
     const Tensor row = Row(want, k - 1);
     // Bit for bit: the same f32 operations in the same order.
-    EXPECT_TRUE(testing::AllClose(shadow->value(), row, 0, 0))
+    EXPECT_TRUE(testing::SameBits(shadow->value(), row))
         << name << " after apply " << k;
     for (int64_t i = 0; i < row.num_elements(); ++i) {
       worst = std::max(worst,
@@ -162,27 +156,27 @@ TEST(EmaTest, ScopedEmaWeightsSwapsAndRestoresBitwise) {
   }
   const Tensor trained = *w.value().Clone();
   const Tensor shadow = *ema.Shadow(w)->value().Clone();
-  ASSERT_FALSE(BitwiseEqual(trained, shadow));
+  ASSERT_FALSE(testing::SameBits(trained, shadow));
   {
     auto swapped = ScopedEmaWeights::Create(ema);
     ASSERT_TRUE(swapped.ok()) << swapped.status();
-    EXPECT_TRUE(BitwiseEqual(w.value(), shadow));
+    EXPECT_TRUE(testing::SameBits(w.value(), shadow));
     // Moving the guard hands over the restore duty exactly once.
     ScopedEmaWeights moved = *std::move(swapped);
-    EXPECT_TRUE(BitwiseEqual(w.value(), shadow));
+    EXPECT_TRUE(testing::SameBits(w.value(), shadow));
   }
-  EXPECT_TRUE(BitwiseEqual(w.value(), trained));
-  EXPECT_TRUE(BitwiseEqual(ema.Shadow(w)->value(), shadow));
+  EXPECT_TRUE(testing::SameBits(w.value(), trained));
+  EXPECT_TRUE(testing::SameBits(ema.Shadow(w)->value(), shadow));
 
   auto swapped = ScopedEmaWeights::Create(ema);
   ASSERT_TRUE(swapped.ok());
-  EXPECT_TRUE(BitwiseEqual(w.value(), shadow));
+  EXPECT_TRUE(testing::SameBits(w.value(), shadow));
   EXPECT_TRUE(swapped->Restore().ok());
-  EXPECT_TRUE(BitwiseEqual(w.value(), trained));
+  EXPECT_TRUE(testing::SameBits(w.value(), trained));
   // Restoring again (explicitly or on destruction) is a no-op.
   ASSERT_TRUE(w.Assign(init).ok());
   EXPECT_TRUE(swapped->Restore().ok());
-  EXPECT_TRUE(BitwiseEqual(w.value(), init));
+  EXPECT_TRUE(testing::SameBits(w.value(), init));
 }
 
 }  // namespace

@@ -209,14 +209,14 @@ TEST_P(OptimizerGoldenTest, TenStepsMatchTensorFlow) {
     ASSERT_TRUE((*opt)->ApplyGradients({{Row(g.at("grads"), k), v}}).ok());
     const Tensor want = Row(g.at(c.prefix + "/var"), k);
     // Bit for bit: the same f32 operations in the same order.
-    EXPECT_TRUE(testing::AllClose(v->value(), want, 0, 0))
+    EXPECT_TRUE(testing::SameBits(v->value(), want))
         << c.prefix << " var after step " << k + 1;
     track(v->value(), want);
     for (const std::string& slot : (*opt)->GetSlotNames()) {
       Variable* s = (*opt)->GetSlot(*v, slot);
       ASSERT_NE(s, nullptr) << slot;
       const Tensor want_slot = Row(g.at(c.prefix + "/" + slot), k);
-      EXPECT_TRUE(testing::AllClose(s->value(), want_slot, 0, 0))
+      EXPECT_TRUE(testing::SameBits(s->value(), want_slot))
           << c.prefix << " slot " << slot << " after step " << k + 1;
       track(s->value(), want_slot);
     }
@@ -303,7 +303,7 @@ TEST(AdamWGoldenTest, TenStepsMatchKerasBitForBit) {
       max_abs = std::max(max_abs, std::abs(double{a} - double{b}));
       max_ulps = std::max(max_ulps, UlpDistance(a, b));
     }
-    EXPECT_TRUE(testing::AllClose(got, want, 0, 0)) << what;
+    EXPECT_TRUE(testing::SameBits(got, want)) << what;
   };
   for (int k = 0; k < kSteps; ++k) {
     const Tensor grad = Row(g.at("grads"), k);
