@@ -6,6 +6,7 @@
 #include "models/simple_layers.h"
 #include "tensor/ops/conv_ops.h"
 #include "tensor/ops/math_ops.h"
+#include "tensor/ops/precision_ops.h"
 #include "tensor/ops/window.h"
 #include "tensor/status_macros.h"
 
@@ -25,22 +26,34 @@ absl::StatusOr<std::unique_ptr<Conv2DLayer>> Conv2DLayer::Create(
 }
 
 absl::StatusOr<Tensor> Conv2DLayer::Call(const Tensor& x,
-                                         const ForwardContext&) {
-  if (bias_.has_value() && !pool_.has_value()) {
-    return ConvBiasActivate(activation_, x, kernel_.value(), bias_->value(),
-                            options_);
+                                         const ForwardContext& ctx) {
+  if (pool_.has_value() && ctx.bf16_activations) {
+    // The pool's winners among the bf16 values (the fused pool would pick
+    // them among the f32 ones before the rounding: another value of a tie,
+    // and so another gradient, than Keras's).
+    MT_ASSIGN_OR_RETURN(Tensor y, Unpooled(x));
+    MT_RETURN_IF_ERROR(ops::RoundOutput(y, ops::OutputRounding::kBf16));
+    return ops::MaxPool2D(y, *pool_);
   }
+  if (!pool_.has_value()) return Unpooled(x);
   if (bias_.has_value() && activation_.apply == ops::Relu) {
     // Pooled, then the bias and relu: in the pooled kernel's epilogue.
     return ops::Conv2DMaxPoolBiasRelu(x, kernel_.value(), bias_->value(),
                                       options_, *pool_);
   }
-  MT_ASSIGN_OR_RETURN(
-      Tensor y, pool_.has_value()
-                    ? ops::Conv2DMaxPool(x, kernel_.value(), options_, *pool_)
-                    : ops::Conv2D(x, kernel_.value(), options_));
+  MT_ASSIGN_OR_RETURN(Tensor y,
+                      ops::Conv2DMaxPool(x, kernel_.value(), options_, *pool_));
   if (!bias_.has_value()) return Activate(activation_, y);
   return BiasActivate(activation_, y, bias_->value());
+}
+
+absl::StatusOr<Tensor> Conv2DLayer::Unpooled(const Tensor& x) const {
+  if (bias_.has_value()) {
+    return ConvBiasActivate(activation_, x, kernel_.value(), bias_->value(),
+                            options_);
+  }
+  MT_ASSIGN_OR_RETURN(Tensor y, ops::Conv2D(x, kernel_.value(), options_));
+  return Activate(activation_, y);
 }
 
 absl::StatusOr<Shape> Conv2DLayer::OutputShape(const Shape& input) const {

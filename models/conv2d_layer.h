@@ -10,7 +10,9 @@
 // pooled values (a quarter for 2x2 pooling). Gradients equal the unfused
 // chain's too, except which of several values that round to the same
 // maximum receives it. Activations that are not non-decreasing are never
-// fused.
+// fused. Under mixed bfloat16 the pool runs on the rounded outputs, as
+// Keras pools the layer's bf16 output: values the rounding ties are common
+// there, and the first of them takes the gradient.
 #ifndef MIRRORTRAIN_MODELS_CONV2D_LAYER_H_
 #define MIRRORTRAIN_MODELS_CONV2D_LAYER_H_
 
@@ -48,6 +50,9 @@ class Conv2DLayer final : public Layer {
         bias_(std::move(bias)),
         options_(options),
         activation_(activation) {}
+  // activation(conv2d(x) + bias), without the absorbed pool.
+  absl::StatusOr<Tensor> Unpooled(const Tensor& x) const;
+
   Variable kernel_;
   std::optional<Variable> bias_;
   ops::Conv2DOptions options_;

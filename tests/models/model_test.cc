@@ -196,6 +196,61 @@ TEST(ModelTest, MixedBFloat16RoundsInputsAndLayerOutputs) {
   for (const auto& g : *grads) EXPECT_TRUE(g.has_value());
 }
 
+// Under mixed bfloat16 an absorbed max pool takes its winners among the
+// rounded outputs, as Keras pools the layer's bf16 output: a conv with the
+// pool absorbed gives the same output and the same gradients, bit for bit,
+// as the chain the pool is kept apart from (an identity activation between
+// them stops the absorption). Random data makes ties in bf16 that f32 does
+// not have (a few in a thousand windows), and each moved the kernel's
+// gradient when the pool picked among the f32 values.
+TEST(ModelTest, MixedBFloat16PoolsAbsorbedOrNotAlike) {
+  auto model = [](bool apart) {
+    ModelDef def;
+    def.input_shape = {12, 12, 3};
+    def.layers = {Spec("conv2d", {{"filters", int64_t{8}},
+                                  {"kernel_size", int64_t{3}},
+                                  {"padding", std::string("same")},
+                                  {"activation", std::string("relu")}})};
+    if (apart) {
+      def.layers.push_back(
+          Spec("activation", {{"activation", std::string("linear")}}));
+    }
+    def.layers.push_back(Spec("max_pooling2d", {{"pool_size", int64_t{2}}}));
+    def.layers.push_back(Spec("flatten"));
+    def.layers.push_back(Spec("dense", {{"units", int64_t{4}}}));
+    absl::StatusOr<std::unique_ptr<Model>> m =
+        Model::Build(def, 3, Device::Cpu());
+    EXPECT_TRUE(m.ok()) << m.status();
+    (*m)->SetMixedBFloat16(true);
+    return *std::move(m);
+  };
+  std::unique_ptr<Model> absorbed = model(false), apart = model(true);
+  ASSERT_EQ(Names(*absorbed), Names(*apart));
+  const Tensor x = testing::RandomTensor({32, 12, 12, 3}, 9, DType::kF32);
+  auto run = [&](Model& m) {
+    SetMatMulPrecision(MatMulPrecision::kBf16);
+    GradientTape tape;
+    absl::StatusOr<Tensor> y = m.Call(x, {});
+    EXPECT_TRUE(y.ok()) << y.status();
+    std::vector<Tensor> vars;
+    for (Variable* v : m.variables()) vars.push_back(v->value());
+    GradientOptions options;
+    options.output_gradient =
+        testing::RandomTensor(y->shape(), 10, DType::kF32);
+    auto grads = tape.Gradient(*y, vars, options);
+    SetMatMulPrecision(MatMulPrecision::kFp32);
+    EXPECT_TRUE(grads.ok()) << grads.status();
+    std::vector<Tensor> out = {*y};
+    for (const auto& g : *grads) out.push_back(*g);
+    return out;
+  };
+  const std::vector<Tensor> a = run(*absorbed), b = run(*apart);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(testing::SameBits(a[i], b[i])) << "output " << i;
+  }
+}
+
 // What reached a probe layer: its input recorded as rounded to bfloat16,
 // and with the 2-byte copy products read (GPUs only); how its caller said
 // it would store the probe's output.
