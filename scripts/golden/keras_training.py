@@ -43,6 +43,7 @@ LM_LR = 0.01
 REG_EXAMPLES, REG_FEATURES, REG_BATCH, REG_STEPS = 48, 12, 12, 8
 REG_LR, REG_L2, REG_CLIP = 0.01, 0.05, 0.5
 RES_EXAMPLES, RES_BATCH, RES_STEPS, RES_LR = 48, 16, 6, 0.05
+CLIP_NORM, CLIP_VALUE = 0.05, 0.02
 
 
 def fresh_session():
@@ -58,7 +59,7 @@ def named_variables(model):
             for v in model.weights]
 
 
-def train(model, optimizer, batches, steps):
+def train(model, optimizer, batches, steps, per_epoch):
     """`steps` steps on batches(step); returns each step's mean loss (the
     data's: regularization penalties are added to the loss differentiated,
     not to the one returned)."""
@@ -80,7 +81,8 @@ def train(model, optimizer, batches, steps):
         grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, trainable)]
         optimizer.apply_gradients(zip(grads, trainable))
         losses.append(float(data_loss.numpy()))
-    assert losses[-1] < losses[0], losses
+    # It learns: the last epoch's batches cost less than the first's.
+    assert sum(losses[-per_epoch:]) < sum(losses[:per_epoch]), losses
     return losses
 
 
@@ -124,7 +126,8 @@ def cnn(rng):
 
     optimizer = keras.optimizers.SGD(learning_rate=LR, momentum=MOMENTUM)
     return [("cnn/x", x), ("cnn/y", y)] + record(
-        "cnn/", model, lambda: train(model, optimizer, batches, CNN_STEPS))
+        "cnn/", model, lambda: train(model, optimizer, batches, CNN_STEPS,
+                                    CNN_EXAMPLES // CNN_BATCH))
 
 
 def language_model(rng):
@@ -159,15 +162,29 @@ def language_model(rng):
 
     optimizer = keras.optimizers.Adam(learning_rate=LM_LR)
     return [("lm/text", text.astype(np.int64))] + record(
-        "lm/", model, lambda: train(model, optimizer, batches, LM_STEPS))
+        "lm/", model, lambda: train(model, optimizer, batches, LM_STEPS,
+                                   windows // LM_BATCH))
+
+
+def mlp_data(rng):
+    """REG_EXAMPLES points of REG_FEATURES and the 4 classes of a random
+    linear map of them."""
+    x = rng.normal(size=(REG_EXAMPLES, REG_FEATURES)).astype(np.float32)
+    w = rng.normal(size=(REG_FEATURES, 4))
+    return x, np.argmax(x @ w, axis=1).astype(np.int64)
+
+
+def mlp_batches(x, y):
+    def batches(step):
+        first = (step * REG_BATCH) % REG_EXAMPLES
+        return x[first:first + REG_BATCH], y[first:first + REG_BATCH]
+    return batches
 
 
 def regularized(rng):
     """An MLP under RMSprop with L2 on its kernels and gradients clipped by
     their global norm (the penalty's gradient included, as Keras clips)."""
-    x = rng.normal(size=(REG_EXAMPLES, REG_FEATURES)).astype(np.float32)
-    w = rng.normal(size=(REG_FEATURES, 4))
-    y = np.argmax(x @ w, axis=1).astype(np.int64)
+    x, y = mlp_data(rng)
     fresh_session()
     keras.utils.set_random_seed(SEED + 2)
     # mirrortrain's l2_regularization adds l2 * w to a kernel's gradient:
@@ -180,15 +197,29 @@ def regularized(rng):
                            name="hidden"),
         keras.layers.Dense(4, kernel_regularizer=l2),
     ])
-
-    def batches(step):
-        first = (step * REG_BATCH) % REG_EXAMPLES
-        return x[first:first + REG_BATCH], y[first:first + REG_BATCH]
-
     optimizer = keras.optimizers.RMSprop(learning_rate=REG_LR,
                                          global_clipnorm=REG_CLIP)
     return [("reg/x", x), ("reg/y", y)] + record(
-        "reg/", model, lambda: train(model, optimizer, batches, REG_STEPS))
+        "reg/", model,
+        lambda: train(model, optimizer, mlp_batches(x, y), REG_STEPS,
+                      REG_EXAMPLES // REG_BATCH))
+
+
+def clipped(rng, name, optimizer, seed):
+    """An MLP (16 relu, 4) under `optimizer`, which clips each gradient."""
+    x, y = mlp_data(rng)
+    fresh_session()
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([
+        keras.Input((REG_FEATURES,)),
+        keras.layers.Dense(16, activation="relu"),
+        keras.layers.Dense(4),
+    ])
+    prefix = name + "/"
+    return [(prefix + "x", x), (prefix + "y", y)] + record(
+        prefix, model,
+        lambda: train(model, optimizer, mlp_batches(x, y), REG_STEPS,
+                      REG_EXAMPLES // REG_BATCH))
 
 
 def residual(rng):
@@ -224,13 +255,24 @@ def residual(rng):
     optimizer = keras.optimizers.SGD(learning_rate=RES_LR, momentum=MOMENTUM,
                                      nesterov=True)
     return [("res/x", x), ("res/y", y)] + record(
-        "res/", model, lambda: train(model, optimizer, batches, RES_STEPS))
+        "res/", model, lambda: train(model, optimizer, batches, RES_STEPS,
+                                    RES_EXAMPLES // RES_BATCH))
 
 
 def main():
     rng = np.random.default_rng(SEED)
     tensors = (cnn(rng) + language_model(rng) + regularized(rng) +
                residual(rng))
+    # Each gradient clipped by its own norm (Keras's clipnorm), under
+    # Adagrad; each element clipped (clipvalue), under SGD.
+    tensors += clipped(rng, "clipn",
+                       keras.optimizers.Adagrad(learning_rate=0.1,
+                                                clipnorm=CLIP_NORM),
+                       SEED + 4)
+    tensors += clipped(rng, "clipv",
+                       keras.optimizers.SGD(learning_rate=0.5,
+                                            clipvalue=CLIP_VALUE),
+                       SEED + 5)
     comment = """\
 Generated by scripts/golden/keras_training.py with Keras %s (seed %d).
 Every run: float32, SparseCategoricalCrossentropy(from_logits=True) (the
@@ -259,11 +301,15 @@ BatchNormalization(synchronized=True), relu, Conv2D(8, 3, same) and
 shortcut Conv2D(8, 1, strides 2), AveragePooling2D(2),
 GlobalAveragePooling2D, Dense(10), Keras's auto-names;
 SGD(learning_rate=%g, momentum=%g, nesterov=True); %d steps of %d of
-res/x, res/y.""" % (
+res/x, res/y.
+clipn, clipv: Dense(16, relu), Dense(4) (auto-named dense, dense_1) on
+<run>/x, <run>/y, %d steps of %d; clipn: Adagrad(learning_rate=0.1,
+clipnorm=%g) (each gradient by its own norm); clipv: SGD(learning_rate=0.5,
+clipvalue=%g).""" % (
         keras.__version__, SEED, LR, MOMENTUM, CNN_STEPS, CNN_BATCH,
         LM_BYTES, LM_FRACTION, LM_LENGTH, LM_LR, LM_STEPS, LM_BATCH,
         REG_L2, REG_LR, REG_CLIP, REG_STEPS, REG_BATCH, RES_LR, MOMENTUM,
-        RES_STEPS, RES_BATCH)
+        RES_STEPS, RES_BATCH, REG_STEPS, REG_BATCH, CLIP_NORM, CLIP_VALUE)
     write_golden("keras_training.txt", tensors, comment)
 
 

@@ -55,6 +55,8 @@ std::string NpzData(const std::string& run, const std::string& dir) {
 std::string CnnData(const std::string& dir) { return NpzData("cnn", dir); }
 std::string RegData(const std::string& dir) { return NpzData("reg", dir); }
 std::string ResData(const std::string& dir) { return NpzData("res", dir); }
+std::string ClipnData(const std::string& dir) { return NpzData("clipn", dir); }
+std::string ClipvData(const std::string& dir) { return NpzData("clipv", dir); }
 
 // The lm run's bytes as a text file.
 std::string LmData(const std::string& dir) {
@@ -141,6 +143,24 @@ std::vector<KerasRun> Runs() {
         "nesterov: true}"},
        17,
        6},
+      // Each gradient clipped by its own norm (Keras's clipnorm) under
+      // Adagrad, and each element (clipvalue) under SGD.
+      {"clipn",
+       ClipnData,
+       {"data.global_batch_size=12",
+        "model={layers: [{type: dense, units: 16, activation: relu}, "
+        "{type: dense, units: 4}]}",
+        "optimizer={name: adagrad, learning_rate: 0.1, clip_norm: 0.05}"},
+       4,
+       8},
+      {"clipv",
+       ClipvData,
+       {"data.global_batch_size=12",
+        "model={layers: [{type: dense, units: 16, activation: relu}, "
+        "{type: dense, units: 4}]}",
+        "optimizer={name: sgd, learning_rate: 0.5, clip_value: 0.02}"},
+       4,
+       8},
   };
 }
 
