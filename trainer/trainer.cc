@@ -478,8 +478,9 @@ absl::Status Trainer::CheckReplicasIdentical() const {
     Tensor chiefs = Tensor::HostEmpty(v.value().dtype(), v.value().shape());
     if (mine.ok()) {
       std::memcpy(chiefs.raw_data(), mine->raw_data(), chiefs.bytes());
-    } else if (across.ok()) {
-      across = mine.status();
+    } else {
+      std::memset(chiefs.raw_data(), 0, chiefs.bytes());
+      if (across.ok()) across = mine.status();
     }
     MT_RETURN_IF_ERROR(processes_->Broadcast(
         chiefs.raw_data(), static_cast<int64_t>(chiefs.bytes()), 0,
