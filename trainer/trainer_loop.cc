@@ -183,7 +183,8 @@ absl::StatusOr<int> Trainer::AgreeAfterStep(double& loss,
   // signal at 1 + P + its rank: every process then knows who failed and
   // which signals came where. One launcher signal reaches all with the
   // same number; when they got different ones (SIGINT here, SIGTERM
-  // there), the lowest rank's decides, the chief's first.
+  // there), a process that got none takes the lowest rank's (the chief's
+  // first) and one that got its own keeps it (its exit code).
   const int processes = processes_->size();
   const int rank = processes_->rank();
   std::vector<double> values(1 + 2 * processes, 0.0);

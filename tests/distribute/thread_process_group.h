@@ -71,22 +71,27 @@ class ThreadWorld {
 
   // Publishes `mine` as member `rank`'s slot and waits for every member;
   // then fails (every member alike: they compare the same slots) unless
-  // all are in the same collective.
+  // all are in the same collective. A failing member meets the others
+  // once more first, so none rewrites its slot for its next collective
+  // while another still compares this one's.
   absl::Status Meet(int rank, const Slot& mine, absl::string_view what) {
     slots_[rank] = mine;
     if (absl::Status s = Arrive(what); !s.ok()) return s;
-    for (size_t r = 1; r < slots_.size(); ++r) {
+    absl::Status verdict = absl::OkStatus();
+    for (size_t r = 1; r < slots_.size() && verdict.ok(); ++r) {
       const Slot& a = slots_[0];
       const Slot& b = slots_[r];
       if (a.kind != b.kind || a.dtype != b.dtype || a.bytes != b.bytes ||
           a.root != b.root) {
-        return absl::InternalError(absl::StrCat(
+        verdict = absl::InternalError(absl::StrCat(
             what, ": member 0 is in ", KindName(a.kind), " of ", a.bytes,
             " bytes (root ", a.root, "), member ", r, " in ", KindName(b.kind),
             " of ", b.bytes, " bytes (root ", b.root, ")"));
       }
     }
-    return absl::OkStatus();
+    if (verdict.ok()) return verdict;
+    if (absl::Status s = Arrive(what); !s.ok()) return s;
+    return verdict;
   }
 
   // Waits until every member has arrived (a rendezvous of all `size_`).

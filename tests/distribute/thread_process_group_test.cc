@@ -46,12 +46,16 @@ TEST(ThreadWorldTest, CollectivesGiveEveryMemberTheSameResult) {
 }
 
 TEST(ThreadWorldTest, MembersInDifferentCollectivesAllFail) {
-  std::vector<absl::Status> status(2);
+  std::vector<absl::Status> status(2), after(2);
   OnMembers(2, [&](int rank, distribute::ProcessGroup& group) {
     Tensor t = Tensor::FromVector<float>({1, 2}, {2});
     int64_t word = 7;
     status[rank] = rank == 0 ? group.AllReduceSum(t, "step")
                              : group.Broadcast(&word, sizeof(word), 0, "step");
+    // Both go on to the same next collectives (an agreement: a sum, then
+    // a broadcast), which work: neither left the failed one while the
+    // other still read it.
+    after[rank] = group.AgreedStatus(status[rank]);
   });
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(status[r].code(), absl::StatusCode::kInternal) << status[r];
@@ -60,6 +64,8 @@ TEST(ThreadWorldTest, MembersInDifferentCollectivesAllFail) {
                   "in Broadcast of 8 bytes (root 0)"),
               std::string::npos)
         << status[r];
+    EXPECT_EQ(after[r].code(), absl::StatusCode::kInternal) << after[r];
+    EXPECT_TRUE(distribute::IsAgreed(after[r])) << after[r];
   }
 }
 
