@@ -52,16 +52,10 @@ std::string NpzData(const std::string& run, const std::string& dir) {
   return "{name: npz, path: " + path + ", shuffle: false}";
 }
 
-std::string CnnData(const std::string& dir) { return NpzData("cnn", dir); }
-std::string RegData(const std::string& dir) { return NpzData("reg", dir); }
-std::string ResData(const std::string& dir) { return NpzData("res", dir); }
-std::string ClipnData(const std::string& dir) { return NpzData("clipn", dir); }
-std::string ClipvData(const std::string& dir) { return NpzData("clipv", dir); }
-
-// The lm run's bytes as a text file.
-std::string LmData(const std::string& dir) {
+// A run's bytes (<run>/text) as a text file.
+std::string LmData(const std::string& run, const std::string& dir) {
   std::string bytes;
-  for (const int64_t b : Golden().at("lm/text").ToVector<int64_t>()) {
+  for (const int64_t b : Golden().at(run + "/text").ToVector<int64_t>()) {
     bytes.push_back(static_cast<char>(b));
   }
   const std::string path = dir + "/data.txt";
@@ -72,7 +66,8 @@ std::string LmData(const std::string& dir) {
 
 struct KerasRun {
   std::string name;  // The golden tensors' prefix, without its '/'.
-  std::string (*data)(const std::string& dir);  // data: config value.
+  // Writes the run's data into `dir`; returns the `data:` config value.
+  std::string (*data)(const std::string& run, const std::string& dir);
   std::vector<std::string> config;
   int variables;
   int steps;
@@ -81,7 +76,7 @@ struct KerasRun {
 std::vector<KerasRun> Runs() {
   return {
       {"cnn",
-       CnnData,
+       NpzData,
        {"data.global_batch_size=16",
         "model={layers: ["
         "{type: conv2d, filters: 4, kernel_size: 3, padding: same, "
@@ -110,7 +105,7 @@ std::vector<KerasRun> Runs() {
       // in Keras's order: the penalty's gradient is clipped with it. The
       // named layer takes no auto-name number: the other is `dense`.
       {"reg",
-       RegData,
+       NpzData,
        {"data.global_batch_size=12",
         "model={layers: [{type: dense, units: 16, activation: relu, "
         "name: hidden}, {type: dense, units: 4}]}",
@@ -121,7 +116,7 @@ std::vector<KerasRun> Runs() {
       // A residual block (strided main path, 1x1 strided shortcut) and
       // both poolings; Keras's auto-names are ours.
       {"res",
-       ResData,
+       NpzData,
        {"data.global_batch_size=16",
         "model={layers: ["
         "{type: conv2d, filters: 8, kernel_size: 3, padding: same, "
@@ -146,7 +141,7 @@ std::vector<KerasRun> Runs() {
       // Each gradient clipped by its own norm (Keras's clipnorm) under
       // Adagrad, and each element (clipvalue) under SGD.
       {"clipn",
-       ClipnData,
+       NpzData,
        {"data.global_batch_size=12",
         "model={layers: [{type: dense, units: 16, activation: relu}, "
         "{type: dense, units: 4}]}",
@@ -154,7 +149,7 @@ std::vector<KerasRun> Runs() {
        4,
        8},
       {"clipv",
-       ClipvData,
+       NpzData,
        {"data.global_batch_size=12",
         "model={layers: [{type: dense, units: 16, activation: relu}, "
         "{type: dense, units: 4}]}",
@@ -207,7 +202,7 @@ TEST_P(KerasTrainingTest, EndsWhereKerasOnOneDeviceEnds) {
   const std::string dir = testing::FreshTestDir(
       absl::StrCat("keras_", run.name, "_", placement.name));
   std::vector<std::string> overrides = {
-      "data=" + run.data(dir),
+      "data=" + run.data(run.name, dir),
       "distribute.strategy=" + placement.strategy,
       "distribute.devices=" + placement.devices,
       absl::StrCat("train.steps=", run.steps),

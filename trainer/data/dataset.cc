@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <filesystem>
+#include <optional>
 #include <system_error>
 #include <vector>
 
@@ -188,18 +189,17 @@ absl::StatusOr<InMemoryDataset> LoadSynthetic(const SplitRequest& split) {
   int64_t n = split.train ? 60000 : 10000;
   if (split.max_examples > 0) n = std::min(n, split.max_examples);
   // The examples and the class prototypes they blend.
-  int64_t bytes =
-      (n + kFashionMnistClasses) * static_cast<int64_t>(sizeof(float));
-  for (const int64_t d : shape) {
-    if (d < 1 || bytes > kMaxSyntheticBytes / d) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "data: synthetic: ", n, " examples of ", ShapeToString(shape),
-          " (model.input_shape) and their ", kFashionMnistClasses,
-          " class prototypes take more than ", kMaxSyntheticBytes >> 30,
-          " GiB; set data.", split.train ? "train" : "test",
-          "_examples lower or the shape smaller"));
-    }
-    bytes *= d;
+  const std::optional<int64_t> values = CheckedNumElements(shape);
+  const int64_t most_values = kMaxSyntheticBytes /
+                              static_cast<int64_t>(sizeof(float)) /
+                              (n + kFashionMnistClasses);
+  if (!values.has_value() || *values < 1 || *values > most_values) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data: synthetic: ", n, " examples of ", ShapeToString(shape),
+        " (model.input_shape) and their ", kFashionMnistClasses,
+        " class prototypes take more than ", kMaxSyntheticBytes >> 30,
+        " GiB; set data.", split.train ? "train" : "test",
+        "_examples lower or the shape smaller"));
   }
   return MakeSynthetic(n, kFashionMnistClasses, split.seed,
                        split.train ? 0 : 60000, shape);
