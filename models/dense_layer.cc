@@ -76,12 +76,14 @@ MT_REGISTER(
            UseBiasParam()}},
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
-       if (b.input_shape().size() < 2 || b.input_shape().size() > 3) {
-         return absl::InvalidArgumentError(absl::StrCat(
-             "expects [batch, features] or [batch, steps, features] input, "
-             "got ",
-             ShapeToString(b.input_shape()),
-             " (put a flatten layer before it)"));
+       // Any rank, as Keras: a dense layer on [batch, H, W, C] is a 1x1
+       // convolution (ConvNeXt's and MLP-Mixer's pointwise layers). A
+       // classifier left without its flatten is named by the trainer's
+       // check of the model's output.
+       if (b.input_shape().size() < 2) {
+         return absl::InvalidArgumentError(
+             absl::StrCat("expects [batch, ..., features] input, got ",
+                          ShapeToString(b.input_shape())));
        }
        MT_ASSIGN_OR_RETURN(const ActivationDef* act,
                            FindActivation(spec.params.String("activation")));

@@ -120,9 +120,17 @@ absl::Status CheckClassifier(const models::Model& model,
             ? absl::StrCat("the data has ", data.num_classes, " classes")
             : absl::StrCat("the data needs ", ShapeToString(expected),
                            " (one logit per class and label)");
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model: the last layer gives ", ShapeToString(out), " per example but ",
-        needs, " (end with a dense layer of ", data.num_classes, " units)"));
+    // More axes than the labels have: a dense layer keeps the others
+    // (Keras's last-axis Dense), so a flatten is probably missing.
+    const std::string hint =
+        out.size() > expected.size()
+            ? absl::StrCat(" (flatten before the last dense layer of ",
+                           data.num_classes, " units)")
+            : absl::StrCat(" (end with a dense layer of ", data.num_classes,
+                           " units)");
+    return absl::InvalidArgumentError(
+        absl::StrCat("model: the last layer gives ", ShapeToString(out),
+                     " per example but ", needs, hint));
   }
   return absl::OkStatus();
 }

@@ -678,6 +678,44 @@ TEST(ModelTest, GlobalAveragePoolingIsTheSpatialMean) {
   EXPECT_EQ((*m)->output_shape(), (Shape{1, 1, 2}));
 }
 
+// Dense on an image acts on its last axis, as Keras's Dense does (a 1x1
+// convolution): [batch, H, W, C] -> [batch, H, W, units], each position's
+// C values times the kernel plus the bias.
+TEST(ModelTest, DenseActsOnTheLastAxisOfAnyRank) {
+  ModelDef def;
+  def.input_shape = {2, 3, 4};
+  def.layers = {Spec("dense", {{"units", 5}})};
+  auto m = Model::Build(def, 1, Device::Cpu());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->output_shape(), (Shape{2, 3, 5}));
+  const std::vector<Variable*> vars = (*m)->variables();
+  ASSERT_EQ(vars.size(), 2u);
+  ASSERT_TRUE(
+      vars[1]
+          ->Assign(Tensor::FromVector<float>({0.5, -1, 2, 0.25, 3}, {5}))
+          .ok());
+  const std::vector<float> kernel = vars[0]->value().ToVector<float>();
+  const std::vector<float> bias = vars[1]->value().ToVector<float>();
+  std::vector<float> xs(2 * 2 * 3 * 4);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = 0.1f * float(i % 7) - 0.3f;
+  const Tensor x = Tensor::FromVector<float>(xs, {2, 2, 3, 4});
+  auto y = (*m)->Call(x, {});
+  ASSERT_TRUE(y.ok()) << y.status();
+  ASSERT_EQ(y->shape(), (Shape{2, 2, 3, 5}));
+  const std::vector<float> got = y->ToVector<float>();
+  for (int p = 0; p < 2 * 2 * 3; ++p) {
+    for (int u = 0; u < 5; ++u) {
+      double want = bias[u];
+      for (int c = 0; c < 4; ++c)
+        want += double(xs[p * 4 + c]) * kernel[c * 5 + u];
+      EXPECT_NEAR(got[p * 5 + u], want, 1e-5)
+          << "position " << p << " unit " << u;
+    }
+  }
+  // Its parameter count is the 1x1 convolution's: 4 * 5 + 5.
+  EXPECT_THAT((*m)->Summary(), HasSubstr("Total params: 25"));
+}
+
 // The cnn preset and its expansion written out by hand build the same
 // variables, initial values included, and compute the same logits.
 TEST(ModelTest, PresetEqualsItsExpansion) {

@@ -311,8 +311,8 @@ TEST(CliTest, BadConfigsExit2WithOneLineNamingFileAndKey) {
       {"model:\n  layers:\n    - {type: conv3d}\n", "",
        "bad.yaml:3: model.layers[0].type: unknown value 'conv3d'"},
       {"model:\n  layers:\n    - {type: dense, units: 10}\n", "",
-       "model.layers[0] (dense): expects [batch, features] or [batch, steps, "
-       "features] input, got [1,28,28,1] (put a flatten layer before it)"},
+       "model: the last layer gives [28,28,10] per example but the data has "
+       "10 classes (flatten before the last dense layer of 10 units)"},
       {"model:\n  layers:\n    - {type: flatten}\n    - {type: dense, "
        "units: 7}\n",
        "", "the data has 10 classes"},

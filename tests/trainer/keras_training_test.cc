@@ -156,6 +156,22 @@ std::vector<KerasRun> Runs() {
         "optimizer={name: sgd, learning_rate: 0.5, clip_value: 0.02}"},
        4,
        8},
+      // Dense layers on the last axis of a [4, 4, 8] image (pointwise, as
+      // ConvNeXt's), after a layer normalization of its channels.
+      {"pw",
+       NpzData,
+       {"data.global_batch_size=16",
+        "model={layers: ["
+        "{type: conv2d, filters: 8, kernel_size: 3, strides: 2, "
+        "padding: same}, "
+        "{type: layer_normalization}, "
+        "{type: dense, units: 16, activation: gelu}, "
+        "{type: dense, units: 8}, "
+        "{type: flatten}, "
+        "{type: dense, units: 10}]}",
+        "optimizer={name: adam, learning_rate: 0.01}"},
+       10,
+       6},
   };
 }
 
