@@ -20,6 +20,9 @@ constexpr ActivationDef kActivations[] = {
     // Not monotone (a dip below 0): never pooled inside a conv layer.
     {"gelu", [](const Tensor& x) { return ops::Gelu(x, false); }, false},
     {"gelu_tanh", [](const Tensor& x) { return ops::Gelu(x, true); }, false},
+    // Also a dip below 0; `swish` is Keras's other name for it.
+    {"silu", ops::Silu, false},
+    {"swish", ops::Silu, false},
     // Over the last axis, as Keras; not elementwise.
     {"softmax", ops::Softmax, false},
 };

@@ -24,6 +24,7 @@ enum class UnaryKind : uint8_t {
   kTanh,
   kGelu,      // x * Phi(x), Phi the standard normal CDF (erf form)
   kGeluTanh,  // the tanh approximation of Gelu
+  kSilu,      // x * sigmoid(x) (swish)
 };
 
 // Binary functions of two same-shaped operands. The *Grad kinds take
@@ -38,6 +39,7 @@ enum class BinaryKind : uint8_t {
   kTanhGrad,      // g * (1 - y^2)
   kGeluGrad,      // (g, x) -> g * Gelu'(x)
   kGeluTanhGrad,  // (g, x) -> g * GeluTanh'(x)
+  kSiluGrad,      // (g, x) -> g * s * (1 + x * (1 - s)), s = sigmoid(x)
 };
 
 // Device code calls CUDA's overloads of the C math functions; host code
@@ -79,6 +81,17 @@ MT_HOST_DEVICE inline T GeluTanhInner(T x) {
   return MT_MATH(tanh)(u);
 }
 
+// The logistic function; host float loops use vector_math.h's exp, so they
+// vectorise.
+template <typename T>
+MT_HOST_DEVICE inline T Logistic(T x) {
+#if !defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, float>)
+    return 1.0f / (1.0f + vmath::ExpF(-x));
+#endif
+  return T(1) / (T(1) + MT_MATH(exp)(-x));
+}
+
 template <typename T>
 MT_HOST_DEVICE inline T ApplyUnary(UnaryKind kind, T x) {
   switch (kind) {
@@ -102,6 +115,8 @@ MT_HOST_DEVICE inline T ApplyUnary(UnaryKind kind, T x) {
       return x * NormalCdf(x);
     case UnaryKind::kGeluTanh:
       return T(0.5) * x * (T(1) + GeluTanhInner(x));
+    case UnaryKind::kSilu:
+      return x * Logistic(x);
   }
   return x;
 }
@@ -130,6 +145,11 @@ MT_HOST_DEVICE inline T ApplyBinary(BinaryKind kind, T a, T b) {
       const T t = GeluTanhInner(b);
       return a * (T(0.5) * (T(1) + t) + T(0.5) * b * (T(1) - t * t) * c *
                                             (T(1) + T(3 * 0.044715) * b * b));
+    }
+    case BinaryKind::kSiluGrad: {
+      // TensorFlow's SiluGrad formula and order.
+      const T s = Logistic(b);
+      return a * (s * (T(1) + b * (T(1) - s)));
     }
   }
   return a;

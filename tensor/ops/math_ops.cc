@@ -28,6 +28,7 @@ MT_DECLARE_OP(kReluOp);
 MT_DECLARE_OP(kSigmoidOp);
 MT_DECLARE_OP(kTanhOp);
 MT_DECLARE_OP(kGeluOp);
+MT_DECLARE_OP(kSiluOp);
 }  // namespace
 namespace {
 
@@ -71,6 +72,8 @@ void CpuUnary(UnaryKind kind, const T* x, T* y, int64_t n) {
       return CpuUnaryOf<T, UnaryKind::kGelu>(x, y, n);
     case UnaryKind::kGeluTanh:
       return CpuUnaryOf<T, UnaryKind::kGeluTanh>(x, y, n);
+    case UnaryKind::kSilu:
+      return CpuUnaryOf<T, UnaryKind::kSilu>(x, y, n);
   }
 }
 
@@ -164,6 +167,8 @@ void CpuBinary(BinaryKind kind, const Tensor& a, const Tensor& b, Tensor& out) {
       return BinaryLoop<T, BinaryKind::kGeluGrad>(a, b, out);
     case BinaryKind::kGeluTanhGrad:
       return BinaryLoop<T, BinaryKind::kGeluTanhGrad>(a, b, out);
+    case BinaryKind::kSiluGrad:
+      return BinaryLoop<T, BinaryKind::kSiluGrad>(a, b, out);
   }
 }
 
@@ -188,6 +193,8 @@ const OpDef& UnaryOp(UnaryKind kind) {
     case UnaryKind::kGelu:
     case UnaryKind::kGeluTanh:
       return kGeluOp;
+    case UnaryKind::kSilu:
+      return kSiluOp;
   }
   return kNegOp;
 }
@@ -325,6 +332,9 @@ absl::StatusOr<Tensor> Sigmoid(const Tensor& x) {
 absl::StatusOr<Tensor> Tanh(const Tensor& x) {
   return RecordedUnary(UnaryKind::kTanh, x);
 }
+absl::StatusOr<Tensor> Silu(const Tensor& x) {
+  return RecordedUnary(UnaryKind::kSilu, x);
+}
 absl::StatusOr<Tensor> Gelu(const Tensor& x, bool approximate) {
   MT_ASSIGN_OR_RETURN(
       Tensor y,
@@ -442,6 +452,14 @@ MT_OP(kGeluOp, "Gelu",
                 "GeluGrad",
                 approximate ? BinaryKind::kGeluTanhGrad : BinaryKind::kGeluGrad,
                 g[0], rec.inputs[0]));
+        return absl::OkStatus();
+      });
+// Silu's too: one kernel of (g, x).
+MT_OP(kSiluOp, "Silu",
+      [](const OpRecord& rec, auto g, auto, Grads* grads) -> absl::Status {
+        MT_ASSIGN_OR_RETURN((*grads)[0], internal::BinaryKernel(
+                                             "SiluGrad", BinaryKind::kSiluGrad,
+                                             g[0], rec.inputs[0]));
         return absl::OkStatus();
       });
 

@@ -33,6 +33,8 @@ absl::StatusOr<Tensor> Tanh(const Tensor& x);
 // x * Phi(x) with Phi the standard normal CDF (TensorFlow's gelu); with
 // `approximate`, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 absl::StatusOr<Tensor> Gelu(const Tensor& x, bool approximate = false);
+// x * sigmoid(x) (TensorFlow's silu, Keras's silu and swish).
+absl::StatusOr<Tensor> Silu(const Tensor& x);
 
 // The broadcast result shape of a and b, or an error naming `op`.
 absl::StatusOr<Shape> BroadcastShape(const char* op, const Tensor& a,

@@ -100,6 +100,7 @@ const std::vector<OpRow>& Rows() {
          return ops::Concat({*exact, *approximate}, 0);
        },
        Args(Rand({3, 4}, -3, 3))},
+      {"Silu", Unary(ops::Silu), Args(Rand({3, 4}, -4, 4))},
       {"MatMul",
        [](const Inputs& in) -> absl::StatusOr<Tensor> {
          // A plain product and a batched one with both operands
