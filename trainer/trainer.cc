@@ -72,6 +72,14 @@ absl::StatusOr<InMemoryDataset> LoadSplit(const DataConfig& d, bool train,
   MT_ASSIGN_OR_RETURN(InMemoryDataset data, source->load(d.source, request));
   MT_ASSIGN_OR_RETURN(data, Subset(std::move(data),
                                    train ? d.train_examples : d.test_examples));
+  // Token ids are not measurements: normalizing them would change which
+  // embedding rows they pick (augmentation refuses them likewise).
+  if (data.bytes_as_tokens && d.normalize.enabled()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.normalize: ", d.name,
+                     " gives token ids, which are not "
+                     "normalized (remove data.normalize)"));
+  }
   // In place: the source's tensors are ours alone until the split is built.
   MT_RETURN_IF_ERROR(NormalizeChannels(d.normalize, data.images));
   return data;
@@ -131,6 +139,35 @@ absl::Status CheckClassifier(const models::Model& model,
     return absl::InvalidArgumentError(
         absl::StrCat("model: the last layer gives ", ShapeToString(out),
                      " per example but ", needs, hint));
+  }
+  return absl::OkStatus();
+}
+
+// Token ids from files (npz) for a model whose first layer is an
+// embedding: checked when the split is loaded, naming the example, not at
+// the first step whose batch holds a bad one (after the run directory got
+// its files). The embedding truncates ids to integers (Keras's cast), so an
+// id is good when it truncates into [0, input_dim). The text source's
+// bytes are checked against input_dim when the model is built.
+absl::Status CheckTokenIds(const models::ModelDef& def,
+                           const InMemoryDataset& data) {
+  if (def.layers.empty() || def.layers[0].type != "embedding" ||
+      data.bytes_as_tokens) {
+    return absl::OkStatus();
+  }
+  const models::LayerSpec& embedding = def.layers[0];
+  const double input_dim =
+      static_cast<double>(embedding.params.Int("input_dim"));
+  const float* x = data.images.data<float>();
+  const int64_t n = data.images.num_elements();
+  const int64_t per_example =
+      data.images.dim(0) > 0 ? n / data.images.dim(0) : 1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (x[i] > -1.0f && x[i] < input_dim) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data: ", data.name, ": example ", i / per_example, " holds ", x[i],
+        " at position ", i % per_example, ", not a token id in [0, ", input_dim,
+        ") of ", embedding.path, " (embedding)"));
   }
   return absl::OkStatus();
 }
@@ -312,6 +349,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     }
     MT_ASSIGN_OR_RETURN(const models::ModelDef def,
                         ModelDefinition(config.model, t->test_data_));
+    MT_RETURN_IF_ERROR(CheckTokenIds(def, t->test_data_));
     const bool mirrored =
         t->placement() == distribute::VariablePlacement::kMirrored;
     for (const Device& device : t->strategy_->devices()) {
@@ -364,6 +402,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     t->startup_.model = Clock::now() - model_began;
     if (need_train_data) {
       MT_ASSIGN_OR_RETURN(t->train_data_, train_split.get());
+      MT_RETURN_IF_ERROR(CheckTokenIds(def, t->train_data_));
       BatchIteratorOptions opt;
       opt.batch_size = config.data.global_batch_size;
       opt.shuffle = config.data.shuffle;

@@ -232,6 +232,55 @@ TEST(DataCliTest, BadNpzExit2NamingFileAndArray) {
               path + ": truncated, or not a ZIP archive");
 }
 
+// Token ids read from an npz for a model that starts with an embedding are
+// checked when a split loads, naming the example: before, a bad id ended
+// the run at the first step whose batch held it, after the run directory
+// got its files.
+TEST(DataCliTest, NpzTokenIdsOutsideTheEmbeddingExit2NamingTheExample) {
+  const std::string dir = FreshTestDir("data_cli");
+  const std::string path = dir + "/ids.npz";
+  auto write = [&](float bad_train, float bad_test) {
+    std::vector<float> train(6 * 4), test(6 * 4);
+    for (size_t i = 0; i < train.size(); ++i) train[i] = float(i % 8);
+    test = train;
+    train[2 * 4 + 3] = bad_train;  // Example 2, position 3.
+    test[5 * 4 + 1] = bad_test;    // Example 5, position 1.
+    std::vector<int64_t> y = {0, 1, 2, 3, 0, 1};
+    WriteBytes(
+        path,
+        ZipBytes({{"x_train.npy", NpyBytes("<f4", {6, 4}, RawBytes(train))},
+                  {"y_train.npy", NpyBytes("<i8", {6}, RawBytes(y))},
+                  {"x_test.npy", NpyBytes("<f4", {6, 4}, RawBytes(test))},
+                  {"y_test.npy", NpyBytes("<i8", {6}, RawBytes(y))}}));
+  };
+  const std::vector<std::string> args = {
+      "train",
+      "--config",
+      WriteConfig(dir, absl::StrCat("  name: npz\n  path: ", path)),
+      "--run_dir",
+      dir + "/run",
+      "--set",
+      "model={layers: [{type: embedding, input_dim: 8, output_dim: 3}, "
+      "{type: flatten}, {type: dense, units: 4}]}",
+      "--set",
+      "data.global_batch_size=2"};
+  // Ids truncate to integers, as Keras casts them: 7.9 is id 7, -0.5 id 0.
+  write(7.9f, -0.5f);
+  Result ok = RunCli(args);
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  fs::remove_all(dir + "/run");
+  write(8.0f, 1.0f);
+  ExpectExit2(args,
+              "data: npz/train: example 2 holds 8 at position 3, not a token "
+              "id in [0, 8) of model.layers[0] (embedding)");
+  write(1.0f, -1.0f);
+  ExpectExit2(args,
+              "data: npz/test: example 5 holds -1 at position 1, not a token "
+              "id in [0, 8) of model.layers[0] (embedding)");
+  write(3e9f, 1.0f);
+  ExpectExit2(args, "data: npz/train: example 2 holds 3e+09 at position 3");
+}
+
 TEST(DataCliTest, TrainsOnTextAndReportsBitsPerByte) {
   const std::string dir = FreshTestDir("data_cli");
   std::string a, b;
@@ -330,6 +379,11 @@ TEST(DataCliTest, BadTextInputsExit2NamingTheFileOrKey) {
     ExpectExit2(run(absl::StrCat("  name: text\n  path: ", text, "\n  ", key)),
                 error);
   }
+  // Token ids are not normalized (the embedding would pick other rows).
+  ExpectExit2(run(absl::StrCat("  name: text\n  path: ", text,
+                               "\n  sequence_length: 4\n  normalize: {mean: "
+                               "[0, 0, 0, 0], std: [2, 2, 2, 2]}")),
+              "data.normalize: text gives token ids, which are not normalized");
 }
 
 TEST(DataCliTest, NormalizeAndAugmentThatDoNotFitTheDataExit2) {
