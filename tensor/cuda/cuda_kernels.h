@@ -6,6 +6,7 @@
 #ifndef MIRRORTRAIN_TENSOR_CUDA_CUDA_KERNELS_H_
 #define MIRRORTRAIN_TENSOR_CUDA_CUDA_KERNELS_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -202,6 +203,40 @@ MT_CUDA_KERNEL(AvgPool2DForward, absl::Status(DType dtype, const void* x,
 MT_CUDA_KERNEL(AvgPool2DBackward, absl::Status(DType dtype, const void* dy,
                                                const Pool2DGeometry& geometry,
                                                void* dx, int device));
+
+// ---- depthwise convolution (depthwise_conv_kernels.cu).
+
+// Input [n, h, w, c] under `window`, `m` filters per input channel (filter
+// [kh, kw, c, m]), output [n, oh, ow, c * m], channel c * m + k from input
+// channel c and filter [:, :, c, k].
+struct DepthwiseGeometry {
+  ImageWindow window;
+  int64_t m = 1;
+};
+// y = each output's taps summed in row-major window order (the CPU's).
+MT_CUDA_KERNEL(DepthwiseConv2DForward,
+               absl::Status(DType dtype, const void* x, const void* filter,
+                            const DepthwiseGeometry& geometry, void* y,
+                            int device));
+// dx (every element written) = for each input cell, the sum over the
+// outputs whose windows cover it of dy times the tap. No atomics.
+MT_CUDA_KERNEL(DepthwiseConv2DInputGrad,
+               absl::Status(DType dtype, const void* dy, const void* filter,
+                            const DepthwiseGeometry& geometry, void* dx,
+                            int device));
+// The filter gradient sums over the n * oh * ow output pixels in this many
+// segments, each into its own row of a scratch buffer, which a second
+// kernel adds in segment order: deterministic, fixed by the shape alone.
+inline int64_t DepthwiseFilterGradSegments(const DepthwiseGeometry& g) {
+  const int64_t pixels = g.window.n * g.window.oh * g.window.ow;
+  return std::clamp<int64_t>(pixels / 4096, 1, 64);
+}
+// dw [kh, kw, c, m]; `partial` holds DepthwiseFilterGradSegments(geometry)
+// rows of kh * kw * c * m elements of scratch.
+MT_CUDA_KERNEL(DepthwiseConv2DFilterGrad,
+               absl::Status(DType dtype, const void* x, const void* dy,
+                            const DepthwiseGeometry& geometry, void* partial,
+                            void* dw, int device));
 
 // ---- nn ops (nn_kernels.cu), over row-major [rows, cols] matrices.
 

@@ -15,6 +15,7 @@
 #include "tensor/gradient_tape.h"
 #include "tensor/matmul_precision.h"
 #include "tensor/ops/conv_ops.h"
+#include "tensor/ops/depthwise_conv_ops.h"
 #include "tensor/ops/fused_ops.h"
 #include "tensor/ops/gemm_operand.h"
 #include "tensor/ops/matmul.h"
@@ -213,6 +214,39 @@ TEST(Bf16MatMulTest, ConvolutionsRoundTheirOperands) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_TRUE(testing::AllClose(*got, of_rounded, 0, 27 * 0x1p-23));
   EXPECT_FALSE(testing::AllClose(*got, fp32, 0, 1e-4));
+}
+
+// A depthwise convolution reads its operands as the products do: x, the
+// filter and, for the gradients, dy rounded to bfloat16, sums in f32. Its
+// loops are the same either way, so the results are those of the rounded
+// operands bit for bit.
+TEST(Bf16MatMulTest, DepthwiseConvolutionsRoundTheirOperands) {
+  const Tensor x = testing::RandomTensor({2, 7, 6, 3}, 31, DType::kF32);
+  const Tensor f = testing::RandomTensor({3, 3, 3, 2}, 32, DType::kF32);
+  const Tensor dy = testing::RandomTensor({2, 4, 6, 6}, 33, DType::kF32);
+  const ops::Conv2DOptions opt{2, 1, ops::Padding::kSame};
+  auto run = [&](const Tensor& xs, const Tensor& fs, const Tensor& dys) {
+    GradientTape tape;
+    tape.Watch(xs);
+    tape.Watch(fs);
+    absl::StatusOr<Tensor> y = ops::DepthwiseConv2D(xs, fs, opt);
+    EXPECT_TRUE(y.ok()) << y.status();
+    GradientOptions options;
+    options.output_gradient = dys;
+    auto grads = tape.Gradient(*y, {xs, fs}, options);
+    EXPECT_TRUE(grads.ok()) << grads.status();
+    return std::vector<Tensor>{*y, *(*grads)[0], *(*grads)[1]};
+  };
+  const std::vector<Tensor> of_rounded =
+      run(Rounded(x), Rounded(f), Rounded(dy));
+  const std::vector<Tensor> fp32 = run(x, f, dy);
+  ScopedPrecision bf16(MatMulPrecision::kBf16);
+  const std::vector<Tensor> got = run(x, f, dy);
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_TRUE(testing::SameBits(got[i], of_rounded[i]));
+    EXPECT_FALSE(testing::AllClose(got[i], fp32[i], 0, 1e-4));
+  }
 }
 
 // The dense layer's product ops keep the bfloat16 operands their forward

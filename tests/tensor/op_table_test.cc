@@ -17,6 +17,7 @@
 #include "tensor/ops/clip_ops.h"
 #include "tensor/ops/collective_ops.h"
 #include "tensor/ops/conv_ops.h"
+#include "tensor/ops/depthwise_conv_ops.h"
 #include "tensor/ops/fused_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/matmul.h"
@@ -146,6 +147,21 @@ const std::vector<OpRow>& Rows() {
          return ops::Conv2D(in[0], in[1], {2, 2, ops::Padding::kSame});
        },
        Args(Rand({2, 5, 4, 2}), Rand({3, 3, 2, 3}))},
+      {"DepthwiseConv2D",
+       [](const Inputs& in) -> absl::StatusOr<Tensor> {
+         // Two filters per channel, strided SAME padding; one filter per
+         // channel, VALID, a wider window: both in one output.
+         MT_ASSIGN_OR_RETURN(
+             Tensor two,
+             ops::DepthwiseConv2D(in[0], in[1], {2, 1, ops::Padding::kSame}));
+         MT_ASSIGN_OR_RETURN(
+             Tensor one,
+             ops::DepthwiseConv2D(in[0], in[2], {1, 1, ops::Padding::kValid}));
+         MT_ASSIGN_OR_RETURN(two, ops::Reshape(two, {-1}));
+         MT_ASSIGN_OR_RETURN(one, ops::Reshape(one, {-1}));
+         return ops::Concat({two, one}, 0);
+       },
+       Args(Rand({2, 5, 6, 3}), Rand({3, 3, 3, 2}), Rand({2, 4, 3, 1}))},
       {"Conv2DBiasRelu",
        [](const Inputs& in) {
          return ops::Conv2DBiasRelu(in[0], in[1], in[2],

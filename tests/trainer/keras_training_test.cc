@@ -172,6 +172,26 @@ std::vector<KerasRun> Runs() {
         "optimizer={name: adam, learning_rate: 0.01}"},
        10,
        6},
+      // A ConvNeXt-style block (depthwise conv, layer norm, pointwise dense
+      // layers, in a residual) and a strided depthwise conv with two
+      // filters per channel.
+      {"dw",
+       NpzData,
+       {"data.global_batch_size=16",
+        "model={layers: ["
+        "{type: conv2d, filters: 8, kernel_size: 3, padding: same}, "
+        "{type: residual, layers: ["
+        "{type: depthwise_conv2d, kernel_size: 3, padding: same}, "
+        "{type: layer_normalization}, "
+        "{type: dense, units: 16, activation: gelu}, "
+        "{type: dense, units: 8}]}, "
+        "{type: depthwise_conv2d, kernel_size: 3, strides: 2, "
+        "depth_multiplier: 2, activation: relu}, "
+        "{type: global_average_pooling2d}, "
+        "{type: dense, units: 10}]}",
+        "optimizer={name: adam, learning_rate: 0.01}"},
+       14,
+       6},
   };
 }
 

@@ -1,0 +1,127 @@
+// Depthwise 2-D convolution layer (config type `depthwise_conv2d`), Keras
+// DepthwiseConv2D: activation(depthwise_conv2d(x, kernel) + bias), NHWC,
+// kernel [k, k, channels, depth_multiplier] named `<name>/kernel`
+// (glorot_uniform with Keras's fans: channels and depth_multiplier times
+// the window), bias [channels * depth_multiplier].
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "models/activation.h"
+#include "models/initializers.h"
+#include "models/layer.h"
+#include "models/layer_registry.h"
+#include "tensor/ops/depthwise_conv_ops.h"
+#include "tensor/ops/math_ops.h"
+#include "tensor/ops/window.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::models {
+namespace {
+
+class DepthwiseConv2DLayer final : public Layer {
+ public:
+  DepthwiseConv2DLayer(std::string name, KernelAndBias weights,
+                       ops::Conv2DOptions options,
+                       const ActivationDef& activation)
+      : Layer(std::move(name)),
+        kernel_(std::move(weights.kernel)),
+        bias_(std::move(weights.bias)),
+        options_(options),
+        activation_(activation) {}
+
+  absl::StatusOr<Tensor> Call(const Tensor& x, const ForwardContext&) override {
+    MT_ASSIGN_OR_RETURN(Tensor y,
+                        ops::DepthwiseConv2D(x, kernel_.value(), options_));
+    if (!bias_.has_value()) return Activate(activation_, y);
+    return BiasActivate(activation_, y, bias_->value());
+  }
+
+  absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
+    const Shape& k = kernel_.shape();
+    if (input.size() != 4 || input[3] != k[2]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name(), ": expects NHWC input with ", k[2],
+                       " channels, got ", ShapeToString(input)));
+    }
+    return Shape{
+        input[0],
+        ops::ComputeWindow(input[1], k[0], options_.stride_h, options_.padding)
+            .out,
+        ops::ComputeWindow(input[2], k[1], options_.stride_w, options_.padding)
+            .out,
+        k[2] * k[3]};
+  }
+
+  std::vector<Variable*> variables() override {
+    if (!bias_.has_value()) return {&kernel_};
+    return {&kernel_, &*bias_};
+  }
+
+ private:
+  Variable kernel_;
+  std::optional<Variable> bias_;
+  ops::Conv2DOptions options_;
+  const ActivationDef& activation_;
+};
+
+MT_REGISTER(
+    LayerType,
+    {.name = "depthwise_conv2d",
+     .doc = "activation(depthwise_conv2d(x, kernel) + bias), NHWC: each "
+            "channel convolved with its own depth_multiplier filters (Keras "
+            "DepthwiseConv2D)",
+     .params = {{Param::Int("kernel_size")
+                     .Min(1)
+                     .Max(kMaxDimension)
+                     .Doc("square kernel side"),
+                 Param::Int("depth_multiplier")
+                     .Default(1)
+                     .Min(1)
+                     .Max(kMaxDimension)
+                     .Doc("filters per input channel"),
+                 Param::Int("strides")
+                     .Default(1)
+                     .Min(1)
+                     .Max(kMaxDimension)
+                     .Doc("step in both spatial dimensions"),
+                 Param::String("padding")
+                     .Default("valid")
+                     .OneOf({"valid", "same"})
+                     .Doc("valid: no padding; same: output = ceil(in / "
+                          "strides)"),
+                 ActivationParam("linear", "applied after the bias"),
+                 UseBiasParam()}},
+     .create = [](const LayerSpec& spec,
+                  LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
+       const Shape& in = b.input_shape();
+       if (in.size() != 4) {
+         return absl::InvalidArgumentError(
+             absl::StrCat("expects NHWC input, got ", ShapeToString(in)));
+       }
+       const int64_t k = spec.params.Int("kernel_size");
+       const bool same = spec.params.String("padding") == "same";
+       MT_RETURN_IF_ERROR(b.CheckWindow("kernel_size", k, same));
+       MT_ASSIGN_OR_RETURN(const ActivationDef* act,
+                           FindActivation(spec.params.String("activation")));
+       const int64_t multiplier = spec.params.Int("depth_multiplier");
+       if (in[3] > kMaxDimension / multiplier) {
+         return absl::InvalidArgumentError(absl::StrCat(
+             "depth_multiplier: ", in[3], " channels times ", multiplier,
+             " is more than ", kMaxDimension, " output channels"));
+       }
+       const int64_t s = spec.params.Int("strides");
+       MT_ASSIGN_OR_RETURN(
+           KernelAndBias weights,
+           MakeKernelAndBias(b.name(), {k, k, in[3], multiplier},
+                             {in[3] * multiplier}, spec.params.Bool("use_bias"),
+                             b.NextSeed(), b.device()));
+       return std::unique_ptr<Layer>(new DepthwiseConv2DLayer(
+           b.name(), std::move(weights),
+           {s, s, same ? ops::Padding::kSame : ops::Padding::kValid}, *act));
+     }});
+
+}  // namespace
+}  // namespace mirrortrain::models
