@@ -350,6 +350,13 @@ std::optional<std::unique_ptr<Trainer>> RestoredTrainer(const Args& args,
         absl::StrCat("--weights: expected raw or ema, got '", *weights, "'")));
     return std::nullopt;
   }
+  // Before the restore, whose note on a changed config would otherwise be
+  // a first line in front of this error.
+  if (*weights == "ema" && !config->ema.decay.has_value()) {
+    *code = Fail(absl::InvalidArgumentError(
+        "--weights: EMA weights requested but the config has no ema.decay"));
+    return std::nullopt;
+  }
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(
       *config, /*run_dir=*/"", /*need_train_data=*/false, processes);
   // Agreed before the restore, whose own collectives every process makes.

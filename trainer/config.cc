@@ -441,23 +441,40 @@ class Reader {
       : file_(std::move(file)), overrides_(std::move(overrides)) {}
 
   // "file.yaml:12" for a node from the file, "--set a.b=c" for one that an
-  // override set (or is inside).
+  // override set, is inside, or changed a part of (an element of a list
+  // from the file: `--set model.hidden_units[0]=0`), or that made it.
   std::string Where(const std::string& path, const YAML::Node& node) const {
+    if (std::string s = Covering(path); !s.empty()) return s;
+    if (std::string s = Inside(path); !s.empty()) return s;
+    return InFile(node);
+  }
+
+  // "--set ..." of the latest override at `path` or above it, or "".
+  std::string Covering(const std::string& path) const {
     for (auto it = overrides_.rbegin(); it != overrides_.rend(); ++it) {
       if (path == it->path || absl::StartsWith(path, it->path + ".") ||
           absl::StartsWith(path, it->path + "[")) {
         return absl::StrCat("--set ", it->arg);
       }
     }
-    if (node.IsDefined() && node.Mark().line >= 0) {
-      return absl::StrCat(file_, ":", node.Mark().line + 1);
-    }
-    // Not in the file: made by a --set whose path goes through it.
+    return "";
+  }
+
+  // "--set ..." of the latest override below `path`, or "".
+  std::string Inside(const std::string& path) const {
     for (auto it = overrides_.rbegin(); it != overrides_.rend(); ++it) {
       if (absl::StartsWith(it->path, path + ".") ||
           absl::StartsWith(it->path, path + "[")) {
         return absl::StrCat("--set ", it->arg);
       }
+    }
+    return "";
+  }
+
+  // "file.yaml:12" for a node of the file, else the file.
+  std::string InFile(const YAML::Node& node) const {
+    if (node.IsDefined() && node.Mark().line >= 0) {
+      return absl::StrCat(file_, ":", node.Mark().line + 1);
     }
     return file_;
   }
@@ -467,11 +484,12 @@ class Reader {
   std::string WhereSection(const std::string& path,
                            const YAML::Node& node) const {
     std::vector<std::string> places;
-    const std::string own = Where(path, node);
-    if (!absl::StartsWith(own, "--set ") && node.IsDefined() &&
-        node.Mark().line >= 0) {
+    std::string own = Covering(path);
+    if (own.empty() && node.IsDefined() && node.Mark().line >= 0) {
+      own = InFile(node);
       places.push_back(own);
     }
+    if (own.empty()) own = Where(path, node);
     for (const Override& o : overrides_) {
       if (absl::StartsWith(o.path, path + ".") ||
           absl::StartsWith(o.path, path + "[") || o.path == path) {
@@ -482,12 +500,12 @@ class Reader {
   }
 
   // " (chosen by --set ...)" when an override picked the component of
-  // section `path` (its name), so a key of the file that no longer fits
-  // is not blamed on the file alone.
+  // section `path` (its name, or a layer's type), so a key of the file that
+  // no longer fits is not blamed on the file alone.
   std::string ChosenBy(const std::string& path) const {
-    const std::string name = Join(path, "name");
+    const std::string name = Join(path, "name"), type = Join(path, "type");
     for (auto it = overrides_.rbegin(); it != overrides_.rend(); ++it) {
-      if (it->path == name) {
+      if (it->path == name || it->path == type) {
         return absl::StrCat(" (chosen by --set ", it->arg, ")");
       }
     }

@@ -291,6 +291,21 @@ TEST(AdversarialInputTest, ConfigErrorsNameTheirSourceOnOneLine) {
       {"sched.yaml:2: model.hidden_units: unknown key for preset cnn (chosen "
        "by --set model.name=cnn)"},
       "component chosen by --set");
+  // A --set of one element of the file's list: the value it made is its.
+  ExpectOneLineError(
+      RunCli(Train(config, run, {"model.hidden_units[0]=0"}), kTimeoutSeconds),
+      {"--set model.hidden_units[0]=0: model.hidden_units: expected a list "
+       "of integers in [1, 2147483647], got [0]"},
+      "list element set");
+  // A layer type changed by --set: the file's keys for the old type.
+  ExpectOneLineError(
+      RunCli(Train(config, run,
+                   {"model={layers: [{type: dense, units: 4}]}",
+                    "model.layers[0].type=flatten"}),
+             kTimeoutSeconds),
+      {"model.layers[0].units: unknown key for layer type flatten (chosen by "
+       "--set model.layers[0].type=flatten)"},
+      "layer type chosen by --set");
   // Control characters in a key stay on the one line, escaped.
   ExpectOneLineError(
       RunCli(Train(config, run, {"optimizer.bad\nkey=1"}), kTimeoutSeconds),

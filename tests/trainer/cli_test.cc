@@ -215,6 +215,15 @@ TEST(CliTest, EvalReproducesTheLoggedNumbersExactly) {
               std::string::npos)
         << r.out;
   }
+  // EMA weights from a config without EMA: one line, before the restore
+  // (whose note on the changed config came first and made it two).
+  Result no_ema = RunCli({"eval", "--config", Config(), "--checkpoint",
+                          dir + "/checkpoints", "--weights", "ema", "--set",
+                          "ema=null", "--set", "model.hidden_units=[32]"});
+  EXPECT_EQ(no_ema.exit_code, 2) << no_ema.err;
+  EXPECT_EQ(no_ema.err,
+            "mirrortrain: --weights: EMA weights requested but the config has "
+            "no ema.decay\n");
 }
 
 // The last logged test line of `weights` (raw or ema), from "loss" on.
