@@ -1,6 +1,9 @@
 #include "trainer/config.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
+#include <type_traits>
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
@@ -336,14 +339,55 @@ const ParamSchema& LayerEntrySchema() {
 
 std::string Show(const YAML::Node& node) {
   if (node.IsNull()) return "null";  // Not the emitter's "~".
+  // The emitter drops the quotes that made it a string.
+  if (node.IsScalar() && node.Tag() == "!") {
+    return absl::StrCat("'", node.Scalar(), "' (quoted: a string)");
+  }
   YAML::Emitter out;
   out << YAML::Flow << node;
   return out.c_str();
 }
 
+// Whether a plain scalar reads as a boolean or a number in YAML 1.2's core
+// schema (true, False, 12, -0x1F, 1e-3, .inf, .NaN, ...).
+bool ReadsAsBoolOrNumber(const std::string& s) {
+  static const char* const kWords[] = {
+      "true",  "True",  "TRUE",  "false", "False", "FALSE",
+      ".inf",  ".Inf",  ".INF",  "-.inf", "-.Inf", "-.INF",
+      "+.inf", "+.Inf", "+.INF", ".nan",  ".NaN",  ".NAN"};
+  for (const char* w : kWords) {
+    if (s == w) return true;
+  }
+  if (s.empty()) return false;
+  // Digits with an optional sign, dot and exponent (what strtod takes,
+  // less its inf/nan spellings, which YAML writes with a dot), or 0x / 0o.
+  const bool digits_only =
+      s.find_first_not_of("0123456789+-.eE") == std::string::npos &&
+      s.find_first_of("0123456789") != std::string::npos;
+  if (digits_only) {
+    char* end = nullptr;
+    std::strtod(s.c_str(), &end);
+    if (end == s.c_str() + s.size()) return true;
+  }
+  return (absl::StartsWith(s, "0x") || absl::StartsWith(s, "0o")) &&
+         s.size() > 2 &&
+         s.find_first_not_of("0123456789abcdefABCDEF", 2) == std::string::npos;
+}
+
+// A scalar as T, with YAML's own typing, which yaml-cpp's conversions
+// ignore: a quoted scalar ('1', "true") is a string, never a number or a
+// boolean, and a plain one that reads as a number or a boolean is not a
+// string (`name: true` is no layer name: quote it).
 template <typename T>
 bool Decode(const YAML::Node& node, T* out) {
-  return node.IsScalar() && YAML::convert<T>::decode(node, *out);
+  if (!node.IsScalar()) return false;
+  const bool quoted = node.Tag() == "!";
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (!quoted && ReadsAsBoolOrNumber(node.Scalar())) return false;
+  } else {
+    if (quoted) return false;
+  }
+  return YAML::convert<T>::decode(node, *out);
 }
 
 // `node` as a value of `param`'s type, or nullopt when it is not one.
