@@ -176,6 +176,15 @@ std::string Param::CheckRange(const ParamValue& value) const {
       return absl::StrCat("expected ", Describe(), ", got ",
                           ParamValueToString(value));
     }
+    // Rates, epsilons and clip norms are used in float32: one that rounds
+    // to 0 there is not > 0 (1e-320 would pass, then divide by zero).
+    if (min_ && *min_ == 0 && !min_inclusive_ &&
+        (type_ == ParamType::kFloat || type_ == ParamType::kFloatList) &&
+        static_cast<float>(v) == 0.0f) {
+      return absl::StrCat("expected ", Describe(), ", got ",
+                          ParamValueToString(value),
+                          " (0 in float32, which computes it)");
+    }
   }
   if (!choices_.empty()) {
     for (const std::string& s : strings) {

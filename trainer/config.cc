@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <type_traits>
 
@@ -390,6 +391,25 @@ bool Decode(const YAML::Node& node, T* out) {
   return YAML::convert<T>::decode(node, *out);
 }
 
+// " (beyond the 64-bit integers)" for an integer key given an integer
+// literal that no int64 holds, whose "expected an integer >= 0" alone
+// would read as a contradiction; else "".
+std::string BeyondInt64(const YAML::Node& node, const Param& param) {
+  if (param.type() != ParamType::kInt || !node.IsScalar() ||
+      node.Tag() == "!") {
+    return "";
+  }
+  const std::string& s = node.Scalar();
+  const size_t digits = s.find_first_not_of("+-") == 1 ? 1 : 0;
+  if (s.size() <= digits ||
+      s.find_first_not_of("0123456789", digits) != std::string::npos) {
+    return "";
+  }
+  return absl::StrCat(" (beyond the 64-bit integers, [",
+                      std::numeric_limits<int64_t>::min(), ", ",
+                      std::numeric_limits<int64_t>::max(), "])");
+}
+
 // `node` as a value of `param`'s type, or nullopt when it is not one.
 std::optional<ParamValue> FromYaml(const YAML::Node& node, const Param& param) {
   if (node.IsNull()) {
@@ -600,7 +620,8 @@ class Reader {
         if (!value.has_value()) {
           return Error(key_path, item.second,
                        absl::StrCat("expected ", param->Describe(), ", got ",
-                                    Show(item.second)));
+                                    Show(item.second),
+                                    BeyondInt64(item.second, *param)));
         }
         const std::string problem = param->CheckRange(*value);
         if (!problem.empty()) return Error(key_path, item.second, problem);

@@ -317,6 +317,13 @@ TEST(CliTest, BadConfigsExit2WithOneLineNamingFileAndKey) {
        "2147483647], got 0"},
       {"model:\n  layers:\n    - {type: flatten}\n    - {type: dense}\n", "",
        "model.layers[1].units: required"},
+      // YAML's types: quoted is a string, a plain true is no name.
+      {"seed: '1'\n", "",
+       "bad.yaml:1: seed: expected an integer >= 0, got '1' (quoted: a "
+       "string)"},
+      {"model:\n  layers:\n    - {type: flatten, name: true}\n", "",
+       "bad.yaml:3: model.layers[0].name: expected a string, or null, got "
+       "true"},
       {"model:\n  layers:\n    - {type: conv3d}\n", "",
        "bad.yaml:3: model.layers[0].type: unknown value 'conv3d'"},
       {"model:\n  layers:\n    - {type: dense, units: 10}\n", "",

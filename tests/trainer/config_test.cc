@@ -120,6 +120,28 @@ TEST(ConfigTest, WrongTypes) {
   EXPECT_THAT(Message(c.status()), HasSubstr("expected a list of integers"));
   c = ParseConfig("data: 3\n", "j.yaml", {});
   EXPECT_THAT(Message(c.status()), HasSubstr("data: expected a mapping"));
+  // YAML's types: quoted scalars are strings, plain numbers and booleans
+  // are not.
+  c = ParseConfig("optimizer: {learning_rate: '0.1'}\n", "j.yaml", {});
+  EXPECT_EQ(Message(c.status()),
+            "j.yaml:1: optimizer.learning_rate: expected a number > 0, got "
+            "'0.1' (quoted: a string)");
+  c = ParseConfig("optimizer: {name: adamw, exclude_from_weight_decay: true}\n",
+                  "j.yaml", {});
+  EXPECT_THAT(Message(c.status()),
+              HasSubstr("optimizer.exclude_from_weight_decay: expected a list "
+                        "of strings, got true"));
+  c = ParseConfig(
+      "optimizer: {name: adamw, exclude_from_weight_decay: [1e3]}\n", "j.yaml",
+      {});
+  EXPECT_THAT(Message(c.status()), HasSubstr("got [1e3]"));
+  c = ParseConfig(
+      "model:\n  layers:\n    - {type: flatten, name: 'true'}\n"
+      "    - {type: dense, units: 10, name: '0x1F'}\n",
+      "j.yaml", {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model.layers[0].name, "true");
+  EXPECT_EQ(c->model.layers[1].name, "0x1F");
 }
 
 TEST(ConfigTest, OutOfRangeAndUnknownNames) {
@@ -134,6 +156,19 @@ TEST(ConfigTest, OutOfRangeAndUnknownNames) {
   c = ParseConfig("model: {dropout: 1.0}\n", "j.yaml", {});
   EXPECT_THAT(Message(c.status()),
               HasSubstr("model.dropout: expected a number in [0, 1), got 1"));
+  // > 0 in float32, which computes rates and epsilons: 1e-320 is 0 there.
+  c = ParseConfig("optimizer: {name: adam, epsilon: 1e-320}\n", "j.yaml", {});
+  EXPECT_EQ(Message(c.status()),
+            "j.yaml:1: optimizer.epsilon: expected a number > 0, got 1e-320 "
+            "(0 in float32, which computes it)");
+  c = ParseConfig("optimizer: {name: adam, epsilon: 1e-44}\n", "j.yaml", {});
+  EXPECT_TRUE(c.ok()) << c.status();
+  // An integer no 64 bits hold: not a contradiction with ">= 0".
+  c = ParseConfig("seed: 9223372036854775808\n", "j.yaml", {});
+  EXPECT_EQ(Message(c.status()),
+            "j.yaml:1: seed: expected an integer >= 0, got "
+            "9223372036854775808 (beyond the 64-bit integers, "
+            "[-9223372036854775808, 9223372036854775807])");
 }
 
 TEST(ConfigTest, MissingDeviceIsAConfigError) {

@@ -387,8 +387,14 @@ absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path_or_dir) {
   const fs::file_status status = fs::status(path_or_dir, ec);
   if (fs::is_directory(status)) return LatestCheckpoint(path_or_dir);
   if (fs::is_regular_file(status)) return path_or_dir;
-  return absl::NotFoundError(
-      absl::StrCat(path_or_dir, ": no such checkpoint file or directory"));
+  if (status.type() == fs::file_type::not_found) {
+    return absl::NotFoundError(
+        absl::StrCat(path_or_dir, ": no such checkpoint file or directory"));
+  }
+  // A FIFO, device or socket: said as `inspect` says it (not opened).
+  return absl::InvalidArgumentError(
+      absl::StrCat(path_or_dir, ": is ", FileTypeName(status.type()),
+                   ", not a checkpoint file or directory"));
 }
 
 absl::StatusOr<std::vector<std::string>> ListCheckpoints(

@@ -436,6 +436,16 @@ TEST_F(SaverTest, ResolveCheckpoint) {
   absl::StatusOr<std::string> r = ResolveCheckpoint(missing);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(r.status().message()), HasSubstr(missing));
+  // A FIFO or device is named for what it is, not as missing.
+  const std::string fifo = root_ + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  r = ResolveCheckpoint(fifo);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            fifo + ": is a FIFO, not a checkpoint file or directory");
+  r = ResolveCheckpoint("/dev/null");
+  EXPECT_EQ(r.status().message(),
+            "/dev/null: is a device, not a checkpoint file or directory");
 
   const std::string empty = root_ + "/empty";
   fs::create_directories(empty);
