@@ -16,9 +16,10 @@
 namespace mirrortrain {
 
 // TensorFlow's ResourceApply* ops (Adagrad is AdagradV2: epsilon outside
-// the square root), and Keras 3's AdamW (no TF training op: Keras's own
-// float ops, see UpdateElement). Slots: momentum/nesterov {accumulator},
-// adagrad {accumulator}, adam and adamw {m, v}, rmsprop {ms, mom}.
+// the square root), and Keras 3's AdamW, Adamax and Lion (no TF training
+// ops: Keras's own float ops, see UpdateElement). Slots: momentum/nesterov
+// {accumulator}, adagrad {accumulator}, adam and adamw {m, v}, rmsprop
+// {ms, mom}, adamax {m, u}, lion {m}.
 enum class UpdateRule {
   kGradientDescent,
   kMomentum,
@@ -27,16 +28,18 @@ enum class UpdateRule {
   kAdam,
   kRMSProp,
   kAdamW,
+  kAdamax,
+  kLion,
 };
 
 // Hyperparameters as the host computes them (float64), before rounding.
 struct UpdateHyperparams {
   double lr = 0;
   double momentum = 0;     // momentum, nesterov, rmsprop
-  double epsilon = 0;      // adagrad, adam, adamw, rmsprop
-  double beta1 = 0;        // adam, adamw
-  double beta2 = 0;        // adam, adamw
-  double beta1_power = 0;  // adam, adamw: beta1^t for update t (1-based)
+  double epsilon = 0;      // adagrad, adam, adamw, rmsprop, adamax
+  double beta1 = 0;        // adam, adamw, adamax, lion
+  double beta2 = 0;        // adam, adamw, adamax, lion
+  double beta1_power = 0;  // adam, adamw, adamax: beta1^t, update t (1-based)
   double beta2_power = 0;  // adam, adamw
   double rho = 0;          // rmsprop
   // adamw: the decoupled decay rate; 0 for a variable excluded from decay.
@@ -66,6 +69,10 @@ inline void DispatchUpdateRule(UpdateRule rule, F&& f) {
       return f(std::integral_constant<R, R::kRMSProp>());
     case R::kAdamW:
       return f(std::integral_constant<R, R::kAdamW>());
+    case R::kAdamax:
+      return f(std::integral_constant<R, R::kAdamax>());
+    case R::kLion:
+      return f(std::integral_constant<R, R::kLion>());
   }
 }
 
@@ -76,10 +83,12 @@ inline int UpdateRuleSlots(UpdateRule rule) {
     case UpdateRule::kMomentum:
     case UpdateRule::kNesterovMomentum:
     case UpdateRule::kAdagradV2:
+    case UpdateRule::kLion:
       return 1;
     case UpdateRule::kAdam:
     case UpdateRule::kRMSProp:
     case UpdateRule::kAdamW:
+    case UpdateRule::kAdamax:
       return 2;
   }
   return 0;
@@ -92,13 +101,16 @@ inline int UpdateRuleSlots(UpdateRule rule) {
 // elements of T), so it is nothing but T fields.
 template <typename T>
 struct UpdateParams {
-  static constexpr int kCount = 10;
+  static constexpr int kCount = 13;
   T lr, momentum, epsilon, alpha, one_minus_beta1, one_minus_beta2,
       one_minus_rho;
-  // AdamW (Keras): 1 - beta formed in float64 and then rounded (Keras
-  // multiplies by the Python float `1 - self.beta_1`), where ApplyAdam forms
-  // 1 - T(beta); f32: 0.1f against 0.100000024f for beta 0.9.
+  // AdamW and Adamax (Keras): 1 - beta formed in float64 and then rounded
+  // (Keras multiplies by the Python float `1 - self.beta_1`), where ApplyAdam
+  // forms 1 - T(beta); f32: 0.1f against 0.100000024f for beta 0.9.
   T keras_one_minus_beta1, keras_one_minus_beta2, weight_decay;
+  // Adamax and Lion (Keras): the betas in T, and Adamax's 1 - beta1^t
+  // formed in T from the power the optimizer computes in T.
+  T beta1, beta2, one_minus_beta1_power;
 
   static UpdateParams From(const UpdateHyperparams& h) {
     UpdateParams p{};
@@ -114,6 +126,9 @@ struct UpdateParams {
     p.keras_one_minus_beta1 = static_cast<T>(1.0 - h.beta1);
     p.keras_one_minus_beta2 = static_cast<T>(1.0 - h.beta2);
     p.weight_decay = static_cast<T>(h.weight_decay);
+    p.beta1 = static_cast<T>(h.beta1);
+    p.beta2 = static_cast<T>(h.beta2);
+    p.one_minus_beta1_power = T(1) - beta1_power;
     return p;
   }
 };
@@ -159,6 +174,20 @@ MT_HOST_DEVICE inline void UpdateElement(const UpdateParams<T>& p, T g, T& w,
     s0 += (g - s0) * p.keras_one_minus_beta1;
     s1 += (g * g - s1) * p.keras_one_minus_beta2;
     w -= (s0 * p.alpha) / (UpdateSqrt(s1) + p.epsilon);
+  } else if constexpr (R == UpdateRule::kAdamax) {
+    // Keras 3 Adamax.update_step: m, then u = max(beta2 * u, |g|), then
+    // w -= lr * m / ((1 - beta1^t) * (u + eps)).
+    s0 += (g - s0) * p.keras_one_minus_beta1;
+    const T decayed = p.beta2 * s1, magnitude = g < T(0) ? -g : g;
+    s1 = decayed > magnitude ? decayed : magnitude;
+    w -= (p.lr * s0) / (p.one_minus_beta1_power * (s1 + p.epsilon));
+  } else if constexpr (R == UpdateRule::kLion) {
+    // Keras 3 Lion.update_step: w -= lr * sign(beta1 * m + (1 - beta1) * g)
+    // with the old m, then m = beta2 * m + (1 - beta2) * g (the betas in T,
+    // 1 - beta formed in T).
+    const T c = s0 * p.beta1 + g * p.one_minus_beta1;
+    w -= p.lr * (c > T(0) ? T(1) : (c < T(0) ? T(-1) : T(0)));
+    s0 = s0 * p.beta2 + g * p.one_minus_beta2;
   }
 }
 

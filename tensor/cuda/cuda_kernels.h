@@ -227,9 +227,14 @@ MT_CUDA_KERNEL(DepthwiseConv2DInputGrad,
 // The filter gradient sums over the n * oh * ow output pixels in this many
 // segments, each into its own row of a scratch buffer, which a second
 // kernel adds in segment order: deterministic, fixed by the shape alone.
+// Enough segments for about 256K threads (one per filter value and
+// segment), each of at least 256 pixels.
 inline int64_t DepthwiseFilterGradSegments(const DepthwiseGeometry& g) {
   const int64_t pixels = g.window.n * g.window.oh * g.window.ow;
-  return std::clamp<int64_t>(pixels / 4096, 1, 64);
+  const int64_t values =
+      std::max<int64_t>(1, g.window.kh * g.window.kw * g.window.c * g.m);
+  const int64_t wanted = ((int64_t{1} << 18) + values - 1) / values;
+  return std::clamp<int64_t>(wanted, 1, std::max<int64_t>(1, pixels / 256));
 }
 // dw [kh, kw, c, m]; `partial` holds DepthwiseFilterGradSegments(geometry)
 // rows of kh * kw * c * m elements of scratch.

@@ -17,6 +17,7 @@
 #include "tensor/gradient_tape.h"
 #include "tensor/matmul_precision.h"
 #include "tensor/ops/conv_ops.h"
+#include "tensor/ops/depthwise_conv_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/reduction_ops.h"
 #include "tensor/ops/window.h"
@@ -190,6 +191,39 @@ TEST_F(CudaConvTest, ForwardAndGradientsMatchCpu) {
   }
   EXPECT_GE(direct_cases, 2 * 8);    // The cases above go direct,
   EXPECT_GE(implicit_cases, 2 * 6);  // and these implicit.
+}
+
+// Depthwise convolutions large enough for the filter gradient's segments
+// (9240 output pixels: several segments of uneven size) and for the
+// grid-stride loops, against the CPU loops, in f32 and f64.
+TEST_F(CudaConvTest, DepthwiseConvolutionsOfManySegmentsMatchCpu) {
+  struct Case {
+    Shape x, filter;
+    ops::Conv2DOptions opt;
+  };
+  const Case cases[] = {
+      {{8, 33, 35, 5}, {3, 3, 5, 2}, {1, 1, ops::Padding::kSame}},
+      {{4, 29, 31, 7}, {5, 4, 7, 1}, {2, 3, ops::Padding::kValid}},
+  };
+  uint64_t seed = 500;
+  for (const Case& c : cases) {
+    const ImageWindow w =
+        ops::MakeImageWindow(c.x, c.filter[0], c.filter[1], c.opt.stride_h,
+                             c.opt.stride_w, c.opt.padding);
+    EXPECT_GT(cuda::DepthwiseFilterGradSegments({w, c.filter[3]}), 1);
+    for (DType dtype : {DType::kF32, DType::kF64}) {
+      SCOPED_TRACE(absl::StrCat(ShapeToString(c.x), " ", DTypeName(dtype)));
+      const double tol = dtype == DType::kF32 ? 1e-4 : 1e-10;
+      ExpectGpuMatchesCpu(
+          [&](const std::vector<Tensor>& in) {
+            return ops::DepthwiseConv2D(in[0], in[1], c.opt);
+          },
+          {RandomTensor(c.x, seed, dtype),
+           RandomTensor(c.filter, seed + 1, dtype)},
+          tol, tol);
+      seed += 2;
+    }
+  }
 }
 
 // The implicit input gradient follows the precision of the call: under

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/tensor/update_rule_cases.h"
@@ -100,7 +101,9 @@ TEST(TrainingOpsTest, ParameterTensorsAreChecked) {
     absl::Status s =
         ops::ApplyUpdate(UpdateRule::kGradientDescent, bad, grad, var, {});
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(std::string(s.message()), HasSubstr("params must be 10 f32"));
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr(absl::StrCat("params must be ",
+                                       ops::kUpdateParamCount, " f32")));
   }
   absl::Status s =
       ops::AssignMovingAverage(var, grad, Tensor::HostZeros(DType::kF32, {2}));

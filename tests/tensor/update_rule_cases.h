@@ -20,7 +20,9 @@ inline constexpr UpdateRule kEveryUpdateRule[] = {UpdateRule::kGradientDescent,
                                                   UpdateRule::kAdagradV2,
                                                   UpdateRule::kAdam,
                                                   UpdateRule::kRMSProp,
-                                                  UpdateRule::kAdamW};
+                                                  UpdateRule::kAdamW,
+                                                  UpdateRule::kAdamax,
+                                                  UpdateRule::kLion};
 
 // Adam's powers are those of its first update.
 inline UpdateHyperparams EveryHyperparameter() {

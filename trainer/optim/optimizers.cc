@@ -167,6 +167,72 @@ class AdamWOptimizer : public Optimizer {
   std::vector<std::string> exclude_;
 };
 
+// beta^t as Keras's update_step forms it: ops.power in the variable's
+// dtype (float32: powf, AdamW's note above).
+double KerasPower(const Variable& var, double beta, int64_t t) {
+  if (var.dtype() == DType::kF32) {
+    return std::pow(static_cast<float>(beta), static_cast<float>(t));
+  }
+  return std::pow(beta, static_cast<double>(t));
+}
+
+// Keras 3's keras.optimizers.Adamax (UpdateRule::kAdamax), in the
+// variable's dtype: m += (g - m)*dtype(1-b1) (1 - b1 in float64);
+// u = max(dtype(b2)*u, |g|); w -= lr*m / ((1 - b1^t)*(u + eps)), b1^t in
+// the dtype. Slots "Adamax" (m) and "Adamax_1" (u).
+class AdamaxOptimizer : public Optimizer {
+ public:
+  AdamaxOptimizer(std::unique_ptr<LearningRateSchedule> schedule, double beta1,
+                  double beta2, double epsilon)
+      : Optimizer(std::move(schedule)),
+        beta1_(beta1),
+        beta2_(beta2),
+        epsilon_(epsilon) {}
+  std::vector<std::string> GetSlotNames() const override {
+    return {"Adamax", "Adamax_1"};
+  }
+
+ protected:
+  UpdateRule Rule() const override { return UpdateRule::kAdamax; }
+  UpdateHyperparams Hyperparameters(const Variable& var,
+                                    double lr) const override {
+    UpdateHyperparams h;
+    h.lr = lr;
+    h.beta1 = beta1_;
+    h.beta2 = beta2_;
+    h.epsilon = epsilon_;
+    h.beta1_power = KerasPower(var, beta1_, iterations() + 1);
+    return h;
+  }
+
+ private:
+  double beta1_, beta2_, epsilon_;
+};
+
+// Keras 3's keras.optimizers.Lion (Chen et al. 2023; UpdateRule::kLion):
+// w -= lr*sign(b1*m + (1-b1)*g), then m = b2*m + (1-b2)*g, the betas and
+// 1 - beta in the variable's dtype. Slot "Lion" (m).
+class LionOptimizer : public Optimizer {
+ public:
+  LionOptimizer(std::unique_ptr<LearningRateSchedule> schedule, double beta1,
+                double beta2)
+      : Optimizer(std::move(schedule)), beta1_(beta1), beta2_(beta2) {}
+  std::vector<std::string> GetSlotNames() const override { return {"Lion"}; }
+
+ protected:
+  UpdateRule Rule() const override { return UpdateRule::kLion; }
+  UpdateHyperparams Hyperparameters(const Variable&, double lr) const override {
+    UpdateHyperparams h;
+    h.lr = lr;
+    h.beta1 = beta1_;
+    h.beta2 = beta2_;
+    return h;
+  }
+
+ private:
+  double beta1_, beta2_;
+};
+
 }  // namespace
 
 RMSPropOptimizer::RMSPropOptimizer(
@@ -293,6 +359,31 @@ MT_REGISTER(
            p.Float("beta2"), p.Float("epsilon"),
            p.StringList("exclude_from_weight_decay")));
      }});
+
+MT_REGISTER(OptimizerType,
+            {.name = "adamax",
+             .doc = "Keras Adamax: m, then u = max(beta2*u, |g|), w -= "
+                    "lr*m / ((1 - beta1^t)*(u + epsilon))",
+             .params = {{UnitInterval("beta1", 0.9, "decay of m"),
+                         UnitInterval("beta2", 0.999, "decay of u"),
+                         Epsilon()}},
+             .create = [](const Params& p, Schedule schedule) {
+               return std::unique_ptr<Optimizer>(
+                   new AdamaxOptimizer(std::move(schedule), p.Float("beta1"),
+                                       p.Float("beta2"), p.Float("epsilon")));
+             }});
+
+MT_REGISTER(OptimizerType,
+            {.name = "lion",
+             .doc = "Keras Lion: w -= lr*sign(beta1*m + (1-beta1)*g), then "
+                    "m = beta2*m + (1-beta2)*g",
+             .params = {{UnitInterval("beta1", 0.9,
+                                      "weight of m in the update's sign"),
+                         UnitInterval("beta2", 0.99, "decay of m")}},
+             .create = [](const Params& p, Schedule schedule) {
+               return std::unique_ptr<Optimizer>(new LionOptimizer(
+                   std::move(schedule), p.Float("beta1"), p.Float("beta2")));
+             }});
 
 MT_REGISTER(OptimizerType,
             {.name = "rmsprop",

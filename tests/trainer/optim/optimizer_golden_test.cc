@@ -1,6 +1,7 @@
 // Optimizers against TensorFlow's training ops (tests/golden/optimizers.txt,
-// written by scripts/golden/optimizers.py), AdamW against Keras
-// (tests/golden/adamw.txt, scripts/golden/adamw.py), plus the Optimizer API.
+// written by scripts/golden/optimizers.py), AdamW, Adamax and Lion against
+// Keras (tests/golden/adamw.txt and keras_optimizers.txt, from
+// scripts/golden/adamw.py and keras_optimizers.py), plus the Optimizer API.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -328,6 +329,51 @@ TEST(AdamWGoldenTest, TenStepsMatchKerasBitForBit) {
   RecordProperty("max_abs_diff", std::to_string(max_abs));
 }
 
+// Adamax and Lion against keras.optimizers (tests/golden/keras_optimizers.txt):
+// 10 steps at Keras's defaults and learning rate 0.1, every value and slot
+// bit for bit.
+class KerasOptimizerGoldenTest : public ::testing::TestWithParam<std::string> {
+};
+
+TEST_P(KerasOptimizerGoldenTest, TenStepsMatchKerasBitForBit) {
+  static const auto* golden = LoadOrEmpty("keras_optimizers.txt");
+  const auto& g = *golden;
+  ASSERT_FALSE(g.empty()) << "cannot load keras_optimizers.txt";
+  const std::string name = GetParam();
+  // The file was written at Keras's defaults, which are ours.
+  EXPECT_EQ(static_cast<float>(g.at("lr").ScalarAt(0)),
+            static_cast<float>(kLr));
+  for (const char* key : {"beta1", "beta2", "epsilon"}) {
+    const std::string at = name + "/" + key;
+    if (!g.contains(at)) continue;
+    EXPECT_EQ(static_cast<float>(g.at(at).ScalarAt(0)),
+              static_cast<float>(Default(name, key)))
+        << at;
+  }
+  std::unique_ptr<Optimizer> opt = *testing::BuildOptimizer(name, kLr);
+  Variable var = *Variable::Create("dense/kernel", g.at("init"));
+  for (int k = 0; k < kSteps; ++k) {
+    const Tensor grad = Row(g.at("grads"), k);
+    ASSERT_TRUE(opt->ApplyGradients({{grad, &var}}).ok());
+    const std::string after = " after step " + std::to_string(k + 1);
+    EXPECT_TRUE(testing::SameBits(var.value(), Row(g.at(name + "/var"), k)))
+        << name << after;
+    for (const std::string& slot : opt->GetSlotNames()) {
+      Variable* s = opt->GetSlot(var, slot);
+      ASSERT_NE(s, nullptr) << slot;
+      EXPECT_TRUE(
+          testing::SameBits(s->value(), Row(g.at(name + "/" + slot), k)))
+          << name << " slot " << slot << after;
+    }
+  }
+  // It moved: the file's first row is not the start.
+  EXPECT_NE(Row(g.at(name + "/var"), 0).ToVector<float>(),
+            g.at("init").ToVector<float>());
+}
+
+INSTANTIATE_TEST_SUITE_P(Keras, KerasOptimizerGoldenTest,
+                         ::testing::Values("adamax", "lion"));
+
 // ---------------------------------------------------------------------------
 // API behaviour.
 
@@ -453,7 +499,7 @@ TEST(OptimizerTest, ResumingFromSlotsAndIterationsIsExact) {
     return testing::RandomTensor({5}, 100 + k, DType::kF32);
   };
   for (const std::string name :
-       {"adam", "rmsprop", "momentum", "adagrad", "adamw"}) {
+       {"adam", "rmsprop", "momentum", "adagrad", "adamw", "adamax", "lion"}) {
     Variable straight = *Variable::Create("w", init);
     auto opt = Make(name);
     for (int k = 0; k < 10; ++k) {
@@ -514,8 +560,8 @@ TEST(OptimizerTest, MinimizeDecreasesAQuadratic) {
   const Tensor target = Tensor::FromVector<double>({0.5, -1.5, 2.0}, {3});
   // Learning rates suited to each method's step size on this problem.
   const std::vector<std::pair<std::string, double>> cases = {
-      {"sgd", 0.1},  {"momentum", 0.05}, {"adagrad", 1.0},
-      {"adam", 0.2}, {"rmsprop", 0.05},  {"adamw", 0.2}};
+      {"sgd", 0.1},      {"momentum", 0.05}, {"adagrad", 1.0}, {"adam", 0.2},
+      {"rmsprop", 0.05}, {"adamw", 0.2},     {"adamax", 0.2},  {"lion", 0.1}};
   for (const auto& [name, lr] : cases) {
     Variable w = *Variable::Create(
         "w", Tensor::FromVector<double>({3.0, 2.0, -1.0}, {3}));
@@ -588,7 +634,8 @@ TEST(OptimizerTest, BadOptionsNameTheKey) {
     return BuildOptimizer(name, 0.1, values).status();
   };
   ExpectInvalid(bad("adamw_unknown", {}), "optimizer.name");
-  ExpectInvalid(bad("adamw_unknown", {}), "adagrad, adam, adamw, momentum");
+  ExpectInvalid(bad("adamw_unknown", {}),
+                "adagrad, adam, adamax, adamw, lion, momentum");
   ExpectInvalid(bad("momentum", {{"momentum", 1.0}}),
                 "optimizer.momentum: expected a number in [0, 1), got 1");
   ExpectInvalid(bad("momentum", {{"momentum", -0.1}}), "optimizer.momentum");
