@@ -125,6 +125,10 @@ Param Param::MinLength(size_t n) && {
   min_length_ = n;
   return std::move(*this);
 }
+Param Param::InFloat32() && {
+  in_float32_ = true;
+  return std::move(*this);
+}
 Param Param::Doc(std::string doc) && {
   doc_ = std::move(doc);
   return std::move(*this);
@@ -176,14 +180,20 @@ std::string Param::CheckRange(const ParamValue& value) const {
       return absl::StrCat("expected ", Describe(), ", got ",
                           ParamValueToString(value));
     }
-    // Rates, epsilons and clip norms are used in float32: one that rounds
-    // to 0 there is not > 0 (1e-320 would pass, then divide by zero).
-    if (min_ && *min_ == 0 && !min_inclusive_ &&
-        (type_ == ParamType::kFloat || type_ == ParamType::kFloatList) &&
+    // Used in float32 (InFloat32): one that rounds to 0 there is not > 0
+    // (an epsilon of 1e-320 would pass, then divide by zero), and one
+    // beyond its range is infinite.
+    const bool real = in_float32_;
+    if (real && min_ && *min_ == 0 && !min_inclusive_ &&
         static_cast<float>(v) == 0.0f) {
       return absl::StrCat("expected ", Describe(), ", got ",
                           ParamValueToString(value),
                           " (0 in float32, which computes it)");
+    }
+    if (real && !std::isfinite(static_cast<float>(v))) {
+      return absl::StrCat("expected ", Describe(), ", got ",
+                          ParamValueToString(value),
+                          " (infinite in float32, which computes it)");
     }
   }
   if (!choices_.empty()) {

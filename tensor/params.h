@@ -89,6 +89,9 @@ class Param {
   Param OneOf(std::vector<std::string> choices) &&;
   // A list must have at least this many elements.
   Param MinLength(size_t n) &&;
+  // The number is used in float32 (an optimizer's hyperparameter): it must
+  // be finite there, and nonzero there when it must be > 0 (1e-320 is).
+  Param InFloat32() &&;
   Param Doc(std::string doc) &&;
 
   const std::string& name() const { return name_; }
@@ -117,6 +120,7 @@ class Param {
   bool min_inclusive_ = true, max_inclusive_ = true;
   std::vector<std::string> choices_;
   size_t min_length_ = 0;
+  bool in_float32_ = false;
   std::string doc_;
 };
 

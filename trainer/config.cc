@@ -21,6 +21,7 @@
 #include "trainer/optim/optimizers.h"
 #include "trainer/regular_file.h"
 #include "trainer/yaml_document.h"
+#include "trainer/yaml_json.h"
 #include "yaml-cpp/yaml.h"
 
 namespace mirrortrain::trainer {
@@ -167,6 +168,7 @@ const ParamSchema& OptimizerSchema() {
        Param::Float("learning_rate")
            .Default(0.05)
            .Min(0, false)
+           .InFloat32()
            .Doc("peak rate of the schedule"),
        Param::Float("l2_regularization")
            .Default(0.0)
@@ -179,15 +181,18 @@ const ParamSchema& OptimizerSchema() {
        Param::Float("clip_global_norm")
            .Nullable()
            .Min(0, false)
+           .InFloat32()
            .Doc("clip all gradients by their global norm (after the "
                 "all-reduce)"),
        Param::Float("clip_norm")
            .Nullable()
            .Min(0, false)
+           .InFloat32()
            .Doc("clip each gradient by its norm"),
        Param::Float("clip_value")
            .Nullable()
            .Min(0, false)
+           .InFloat32()
            .Doc("clip each gradient element to [-v, v]")}};
   return *s;
 }
@@ -341,7 +346,7 @@ const ParamSchema& LayerEntrySchema() {
 std::string Show(const YAML::Node& node) {
   if (node.IsNull()) return "null";  // Not the emitter's "~".
   // The emitter drops the quotes that made it a string.
-  if (node.IsScalar() && node.Tag() == "!") {
+  if (IsStringScalar(node)) {
     return absl::StrCat("'", node.Scalar(), "' (quoted: a string)");
   }
   YAML::Emitter out;
@@ -349,46 +354,41 @@ std::string Show(const YAML::Node& node) {
   return out.c_str();
 }
 
-// Whether a plain scalar reads as a boolean or a number in YAML 1.2's core
-// schema (true, False, 12, -0x1F, 1e-3, .inf, .NaN, ...).
-bool ReadsAsBoolOrNumber(const std::string& s) {
-  static const char* const kWords[] = {
-      "true",  "True",  "TRUE",  "false", "False", "FALSE",
-      ".inf",  ".Inf",  ".INF",  "-.inf", "-.Inf", "-.INF",
-      "+.inf", "+.Inf", "+.INF", ".nan",  ".NaN",  ".NAN"};
-  for (const char* w : kWords) {
-    if (s == w) return true;
-  }
-  if (s.empty()) return false;
-  // Digits with an optional sign, dot and exponent (what strtod takes,
-  // less its inf/nan spellings, which YAML writes with a dot), or 0x / 0o.
-  const bool digits_only =
-      s.find_first_not_of("0123456789+-.eE") == std::string::npos &&
-      s.find_first_of("0123456789") != std::string::npos;
-  if (digits_only) {
-    char* end = nullptr;
-    std::strtod(s.c_str(), &end);
-    if (end == s.c_str() + s.size()) return true;
-  }
-  return (absl::StartsWith(s, "0x") || absl::StartsWith(s, "0o")) &&
-         s.size() > 2 &&
-         s.find_first_not_of("0123456789abcdefABCDEF", 2) == std::string::npos;
-}
-
-// A scalar as T, with YAML's own typing, which yaml-cpp's conversions
-// ignore: a quoted scalar ('1', "true") is a string, never a number or a
-// boolean, and a plain one that reads as a number or a boolean is not a
-// string (`name: true` is no layer name: quote it).
+// A scalar as T, typed as YAML 1.2's core schema types it
+// (ReadPlainScalar), not as yaml-cpp's conversions would: a quoted scalar
+// ('1', "true") or one tagged !!str is a string, never a number or a
+// boolean; a plain one that reads as a number, a boolean or null is not a
+// string (`name: true` is no layer name: quote it); `010` is ten.
 template <typename T>
 bool Decode(const YAML::Node& node, T* out) {
   if (!node.IsScalar()) return false;
-  const bool quoted = node.Tag() == "!";
+  const bool string = IsStringScalar(node);
   if constexpr (std::is_same_v<T, std::string>) {
-    if (!quoted && ReadsAsBoolOrNumber(node.Scalar())) return false;
+    if (!string &&
+        ReadPlainScalar(node.Scalar()).type != CoreScalar::Type::kString) {
+      return false;
+    }
+    *out = node.Scalar();
+    return true;
   } else {
-    if (quoted) return false;
+    if (string) return false;
+    const CoreScalar v = ReadPlainScalar(node.Scalar());
+    if constexpr (std::is_same_v<T, bool>) {
+      if (v.type != CoreScalar::Type::kBool) return false;
+      *out = v.boolean;
+    } else if constexpr (std::is_same_v<T, int64_t>) {
+      if (v.type != CoreScalar::Type::kInt || v.too_large) return false;
+      *out = v.integer;
+    } else {
+      static_assert(std::is_same_v<T, double>);
+      if (v.type != CoreScalar::Type::kInt &&
+          v.type != CoreScalar::Type::kFloat) {
+        return false;
+      }
+      *out = v.number;
+    }
+    return true;
   }
-  return YAML::convert<T>::decode(node, *out);
 }
 
 // " (beyond the 64-bit integers)" for an integer key given an integer
@@ -396,13 +396,7 @@ bool Decode(const YAML::Node& node, T* out) {
 // would read as a contradiction; else "".
 std::string BeyondInt64(const YAML::Node& node, const Param& param) {
   if (param.type() != ParamType::kInt || !node.IsScalar() ||
-      node.Tag() == "!") {
-    return "";
-  }
-  const std::string& s = node.Scalar();
-  const size_t digits = s.find_first_not_of("+-") == 1 ? 1 : 0;
-  if (s.size() <= digits ||
-      s.find_first_not_of("0123456789", digits) != std::string::npos) {
+      IsStringScalar(node) || !ReadPlainScalar(node.Scalar()).too_large) {
     return "";
   }
   return absl::StrCat(" (beyond the 64-bit integers, [",
@@ -459,17 +453,59 @@ std::optional<ParamValue> FromYaml(const YAML::Node& node, const Param& param) {
   return std::nullopt;
 }
 
+// A string as a scalar node, marked quoted (tag "!", EmitYaml writes it in
+// double quotes) when plain it would read as a number, boolean or null: a
+// layer named 'true' stays a string in the resolved config.
+YAML::Node StringNode(const std::string& s) {
+  YAML::Node node(s);
+  if (ReadPlainScalar(s).type != CoreScalar::Type::kString) node.SetTag("!");
+  return node;
+}
+
 YAML::Node ToYaml(const ParamValue& value) {
-  if (const auto* s = std::get_if<std::string>(&value)) return YAML::Node(*s);
+  if (const auto* s = std::get_if<std::string>(&value)) return StringNode(*s);
   if (const auto* l = std::get_if<std::vector<std::string>>(&value)) {
     YAML::Node seq(YAML::NodeType::Sequence);
-    for (const std::string& s : *l) seq.push_back(s);
+    for (const std::string& s : *l) seq.push_back(StringNode(s));
     seq.SetStyle(YAML::EmitterStyle::Flow);
     return seq;
   }
   YAML::Node node = YAML::Load(ParamValueToString(value));
   if (node.IsSequence()) node.SetStyle(YAML::EmitterStyle::Flow);
   return node;
+}
+
+// `node` as yaml-cpp's emitter writes it, but scalars marked quoted (tag
+// "!") in double quotes, which yaml-cpp's node emission cannot do.
+void EmitYaml(YAML::Emitter& out, const YAML::Node& node) {
+  const bool flow = node.Style() == YAML::EmitterStyle::Flow;
+  switch (node.Type()) {
+    case YAML::NodeType::Map:
+      if (flow) out << YAML::Flow;
+      out << YAML::BeginMap;
+      for (const auto& kv : node) {
+        out << YAML::Key;
+        EmitYaml(out, kv.first);
+        out << YAML::Value;
+        EmitYaml(out, kv.second);
+      }
+      out << YAML::EndMap;
+      return;
+    case YAML::NodeType::Sequence:
+      if (flow) out << YAML::Flow;
+      out << YAML::BeginSeq;
+      for (const auto& item : node) EmitYaml(out, item);
+      out << YAML::EndSeq;
+      return;
+    case YAML::NodeType::Scalar:
+      if (node.Tag() == "!") out << YAML::DoubleQuoted;
+      out << node.Scalar();
+      return;
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      out << YAML::Null;
+      return;
+  }
 }
 
 void EmitParams(const ParamSchema& schema, const Params& params,
@@ -505,12 +541,17 @@ class Reader {
       : file_(std::move(file)), overrides_(std::move(overrides)) {}
 
   // "file.yaml:12" for a node from the file, "--set a.b=c" for one that an
-  // override set, is inside, or changed a part of (an element of a list
-  // from the file: `--set model.hidden_units[0]=0`), or that made it.
+  // override set, is inside, or made; both for a node of the file that an
+  // override changed a part of (an element of its list:
+  // `--set model.hidden_units[0]=0`), either of which may be at fault.
   std::string Where(const std::string& path, const YAML::Node& node) const {
     if (std::string s = Covering(path); !s.empty()) return s;
-    if (std::string s = Inside(path); !s.empty()) return s;
-    return InFile(node);
+    const std::string inside = Inside(path);
+    if (inside.empty()) return InFile(node);
+    if (node.IsDefined() && node.Mark().line >= 0) {
+      return absl::StrCat(InFile(node), " and ", inside);
+    }
+    return inside;
   }
 
   // "--set ..." of the latest override at `path` or above it, or "".
@@ -738,7 +779,7 @@ YAML::Node EmitLayers(const std::vector<models::LayerSpec>& specs) {
   for (const models::LayerSpec& spec : specs) {
     YAML::Node layer(YAML::NodeType::Map);
     layer["type"] = spec.type;
-    if (!spec.name.empty()) layer["name"] = spec.name;
+    if (!spec.name.empty()) layer["name"] = StringNode(spec.name);
     if (spec.repeat != 1) layer["repeat"] = spec.repeat;
     const models::LayerType* type =
         models::LayerRegistry::Global().Find(spec.type);
@@ -1166,7 +1207,7 @@ absl::StatusOr<Config> Parse(const std::string& yaml_text,
   MT_RETURN_IF_ERROR(Validate(r, root, c));
 
   YAML::Emitter out;
-  out << resolved;
+  EmitYaml(out, resolved);
   c.resolved_yaml = std::string(out.c_str()) + "\n";
   c.hash = Fnv1a(c.resolved_yaml);
   std::string base = source.substr(source.find_last_of('/') + 1);

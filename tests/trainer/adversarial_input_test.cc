@@ -291,11 +291,11 @@ TEST(AdversarialInputTest, ConfigErrorsNameTheirSourceOnOneLine) {
       {"sched.yaml:2: model.hidden_units: unknown key for preset cnn (chosen "
        "by --set model.name=cnn)"},
       "component chosen by --set");
-  // A --set of one element of the file's list: the value it made is its.
+  // A --set of one element of the file's list: both may be at fault.
   ExpectOneLineError(
       RunCli(Train(config, run, {"model.hidden_units[0]=0"}), kTimeoutSeconds),
-      {"--set model.hidden_units[0]=0: model.hidden_units: expected a list "
-       "of integers in [1, 2147483647], got [0]"},
+      {"sched.yaml:2 and --set model.hidden_units[0]=0: model.hidden_units: "
+       "expected a list of integers in [1, 2147483647], got [0]"},
       "list element set");
   // A layer type changed by --set: the file's keys for the old type.
   ExpectOneLineError(

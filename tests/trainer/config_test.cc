@@ -59,6 +59,39 @@ TEST(ConfigTest, ResolvedYamlRoundTrips) {
   EXPECT_EQ(*again->train.steps, 3);
 }
 
+// Strings that would read as numbers, booleans or null plain are written
+// quoted, so a run's config.yaml reads back as the same config.
+TEST(ConfigTest, ResolvedYamlQuotesStringsThatLookLikeOtherTypes) {
+  auto c = ParseConfig(
+      "seed: 010\n"
+      "model:\n  layers:\n    - {type: flatten, name: 'true'}\n"
+      "    - {type: dense, units: 10, name: \"12\"}\n"
+      "optimizer: {name: adamw, exclude_from_weight_decay: ['1e3', 'null', "
+      "bias]}\n",
+      "a.yaml", {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->seed, 10);  // Decimal, not C's octal.
+  EXPECT_NE(c->resolved_yaml.find("name: \"true\""), std::string::npos)
+      << c->resolved_yaml;
+  EXPECT_NE(c->resolved_yaml.find("[\"1e3\", \"null\", bias]"),
+            std::string::npos)
+      << c->resolved_yaml;
+  auto again = ParseConfig(c->resolved_yaml, "b.yaml", {});
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << c->resolved_yaml;
+  EXPECT_EQ(again->resolved_yaml, c->resolved_yaml);
+  EXPECT_EQ(again->model.layers[0].name, "true");
+  EXPECT_EQ(again->model.layers[1].name, "12");
+  // yes/on are strings in YAML 1.2, not booleans.
+  EXPECT_THAT(
+      Message(ParseConfig("data: {shuffle: yes}\n", "j.yaml", {}).status()),
+      HasSubstr("data.shuffle: expected true or false, got yes"));
+  // 1e39 is infinite in float32.
+  EXPECT_THAT(
+      Message(ParseConfig("optimizer: {learning_rate: 1e39}\n", "j.yaml", {})
+                  .status()),
+      HasSubstr("(infinite in float32, which computes it)"));
+}
+
 TEST(ConfigTest, PrecisionIsFp32UnlessAnotherIsAsked) {
   auto c = ParseConfig("seed: 1\n", "a.yaml", {});
   ASSERT_TRUE(c.ok()) << c.status();
@@ -148,9 +181,9 @@ TEST(ConfigTest, OutOfRangeAndUnknownNames) {
   auto c = ParseConfig("optimizer: {learning_rate: -1}\n", "j.yaml", {});
   EXPECT_EQ(Message(c.status()),
             "j.yaml:1: optimizer.learning_rate: expected a number > 0, got -1");
-  c = ParseConfig("optimizer: {name: lion}\n", "j.yaml", {});
+  c = ParseConfig("optimizer: {name: lamb}\n", "j.yaml", {});
   EXPECT_THAT(Message(c.status()),
-              HasSubstr("optimizer.name: unknown value 'lion'"));
+              HasSubstr("optimizer.name: unknown value 'lamb'"));
   c = ParseConfig("model: {name: resnet}\n", "j.yaml", {});
   EXPECT_THAT(Message(c.status()), HasSubstr("model.name: unknown value"));
   c = ParseConfig("model: {dropout: 1.0}\n", "j.yaml", {});

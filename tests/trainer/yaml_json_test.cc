@@ -2,6 +2,9 @@
 // quoted ones, and the structure of mappings and sequences.
 #include "trainer/yaml_json.h"
 
+#include <cmath>
+#include <limits>
+
 #include "gtest/gtest.h"
 
 namespace mirrortrain::trainer {
@@ -21,6 +24,26 @@ TEST(YamlJsonTest, QuotedScalarsStayStrings) {
   const YAML::Node node = YAML::Load("{a: '1', b: \"true\", c: '~'}");
   EXPECT_EQ(YamlToJson(node),
             nlohmann::json::parse(R"({"a": "1", "b": "true", "c": "~"})"));
+}
+
+// The core schema's integers are decimal (010 is ten, not C's eight), 0o
+// octal or 0x hexadecimal; its booleans are true and false only (yes and on
+// are strings); a !!str tag makes a string.
+TEST(YamlJsonTest, CoreSchemaIntegersBooleansAndTags) {
+  const YAML::Node node = YAML::Load(
+      "{a: 010, b: 0x1F, c: 0o17, d: yes, e: on, f: !!str 5, g: -0x1F, "
+      "h: 99999999999999999999, i: 089}");
+  EXPECT_EQ(YamlToJson(node),
+            nlohmann::json::parse(R"({"a": 10, "b": 31, "c": 15, "d": "yes",
+                "e": "on", "f": "5", "g": "-0x1F", "h": 1e20, "i": 89})"));
+  const CoreScalar big = ReadPlainScalar("99999999999999999999");
+  EXPECT_EQ(big.type, CoreScalar::Type::kInt);
+  EXPECT_TRUE(big.too_large);
+  EXPECT_FALSE(ReadPlainScalar("9223372036854775807").too_large);
+  EXPECT_EQ(ReadPlainScalar("-.Inf").number,
+            -std::numeric_limits<double>::infinity());
+  EXPECT_TRUE(std::isnan(ReadPlainScalar(".NaN").number));
+  EXPECT_EQ(ReadPlainScalar("1e400").type, CoreScalar::Type::kFloat);
 }
 
 TEST(YamlJsonTest, NestedMappingsAndSequences) {

@@ -284,7 +284,7 @@ Param UnitInterval(const char* name, double default_value, const char* doc) {
       .Doc(doc);
 }
 Param Epsilon() {
-  return Param::Float("epsilon").Default(1e-7).Min(0, false).Doc(
+  return Param::Float("epsilon").Default(1e-7).Min(0, false).InFloat32().Doc(
       "added to the denominator for numerical stability");
 }
 
@@ -345,6 +345,7 @@ MT_REGISTER(
      .params = {{Param::Float("weight_decay")
                      .Default(0.004)
                      .Min(0)
+                     .InFloat32()
                      .Doc("decoupled decay: w -= lr*weight_decay*w before "
                           "each Adam step"),
                  UnitInterval("beta1", 0.9, "decay of m"),
