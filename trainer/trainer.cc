@@ -128,12 +128,15 @@ absl::Status CheckClassifier(const models::Model& model,
             ? absl::StrCat("the data has ", data.num_classes, " classes")
             : absl::StrCat("the data needs ", ShapeToString(expected),
                            " (one logit per class and label)");
-    // More axes than the labels have: a dense layer keeps the others
-    // (Keras's last-axis Dense), so a flatten is probably missing.
+    // More axes than the labels have: a flatten (or a global pooling) is
+    // probably missing before the classifier; a dense layer keeps the
+    // other axes (Keras's last-axis Dense).
     const std::string hint =
         out.size() > expected.size()
-            ? absl::StrCat(" (flatten before the last dense layer of ",
-                           data.num_classes, " units)")
+            ? absl::StrCat(
+                  " (flatten or pool the features before a last "
+                  "dense layer of ",
+                  data.num_classes, " units)")
             : absl::StrCat(" (end with a dense layer of ", data.num_classes,
                            " units)");
     return absl::InvalidArgumentError(
@@ -149,13 +152,25 @@ absl::Status CheckClassifier(const models::Model& model,
 // its files). The embedding truncates ids to integers (Keras's cast), so an
 // id is good when it truncates into [0, input_dim). The text source's
 // bytes are checked against input_dim when the model is built.
-absl::Status CheckTokenIds(const models::ModelDef& def,
+absl::Status CheckTokenIds(const models::ModelDef& def, const DataConfig& d,
                            const InMemoryDataset& data) {
   if (def.layers.empty() || def.layers[0].type != "embedding" ||
       data.bytes_as_tokens) {
     return absl::OkStatus();
   }
   const models::LayerSpec& embedding = def.layers[0];
+  // Ids are not measurements (as the text source's): normalizing or
+  // augmenting them would pick other rows.
+  for (const auto& [key, on] : {std::pair{"normalize", d.normalize.enabled()},
+                                std::pair{"augment", d.augment.enabled()}}) {
+    if (on) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.", key, ": ", embedding.path,
+          " (embedding) reads the data as token ids, which are not ",
+          key == std::string("normalize") ? "normalized" : "augmented",
+          " (remove data.", key, ")"));
+    }
+  }
   const double input_dim =
       static_cast<double>(embedding.params.Int("input_dim"));
   const float* x = data.images.data<float>();
@@ -349,7 +364,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     }
     MT_ASSIGN_OR_RETURN(const models::ModelDef def,
                         ModelDefinition(config.model, t->test_data_));
-    MT_RETURN_IF_ERROR(CheckTokenIds(def, t->test_data_));
+    MT_RETURN_IF_ERROR(CheckTokenIds(def, config.data, t->test_data_));
     const bool mirrored =
         t->placement() == distribute::VariablePlacement::kMirrored;
     for (const Device& device : t->strategy_->devices()) {
@@ -402,7 +417,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     t->startup_.model = Clock::now() - model_began;
     if (need_train_data) {
       MT_ASSIGN_OR_RETURN(t->train_data_, train_split.get());
-      MT_RETURN_IF_ERROR(CheckTokenIds(def, t->train_data_));
+      MT_RETURN_IF_ERROR(CheckTokenIds(def, config.data, t->train_data_));
       BatchIteratorOptions opt;
       opt.batch_size = config.data.global_batch_size;
       opt.shuffle = config.data.shuffle;

@@ -53,6 +53,11 @@ absl::StatusOr<Geometry> MakeGeometry(const Tensor& x, const Tensor& f,
   if (opt.stride_h < 1 || opt.stride_w < 1) {
     return internal::OpError(kOp, "strides must be >= 1", {&x, &f});
   }
+  if (f.dim(0) < 1 || f.dim(1) < 1 || f.dim(3) < 1) {
+    // As the GPU kernels refuse them: no window, or no filters.
+    return internal::OpError(
+        kOp, "the filter's window and multiplier must be >= 1", {&x, &f});
+  }
   return Geometry{MakeImageWindow(x.shape(), f.dim(0), f.dim(1), opt.stride_h,
                                   opt.stride_w, opt.padding),
                   f.dim(3)};
@@ -210,6 +215,8 @@ absl::Status DepthwiseGrads(const Attrs& a, const Tensor& dy_in,
               partial.raw_data(), dw.raw_data(), device.index),
           {&dy}));
     } else {
+      MT_RETURN_IF_ERROR(
+          internal::CheckHost("DepthwiseConv2DBackpropFilter", {&dy}));
       MT_DISPATCH_FLOAT(
           dy.dtype(), T,
           FilterGrad<T>(geo, a.x.data<T>(), dy.data<T>(), dw.data<T>()));

@@ -328,7 +328,8 @@ TEST(CliTest, BadConfigsExit2WithOneLineNamingFileAndKey) {
        "bad.yaml:3: model.layers[0].type: unknown value 'conv3d'"},
       {"model:\n  layers:\n    - {type: dense, units: 10}\n", "",
        "model: the last layer gives [28,28,10] per example but the data has "
-       "10 classes (flatten before the last dense layer of 10 units)"},
+       "10 classes (flatten or pool the features before a last dense layer "
+       "of 10 units)"},
       {"model:\n  layers:\n    - {type: flatten}\n    - {type: dense, "
        "units: 7}\n",
        "", "the data has 10 classes"},

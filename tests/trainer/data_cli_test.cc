@@ -277,6 +277,15 @@ TEST(DataCliTest, NpzTokenIdsOutsideTheEmbeddingExit2NamingTheExample) {
   ExpectExit2(args,
               "data: npz/test: example 5 holds -1 at position 1, not a token "
               "id in [0, 8) of model.layers[0] (embedding)");
+  // Normalizing ids would move them to other rows.
+  write(1.0f, 1.0f);
+  std::vector<std::string> normalized = args;
+  normalized.push_back("--set");
+  normalized.push_back(
+      "data.normalize={mean: [0, 0, 0, 0], std: [2, 2, 2, 2]}");
+  ExpectExit2(normalized,
+              "data.normalize: model.layers[0] (embedding) reads the data as "
+              "token ids, which are not normalized");
   write(3e9f, 1.0f);
   ExpectExit2(args, "data: npz/train: example 2 holds 3e+09 at position 3");
 }

@@ -391,6 +391,11 @@ absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path_or_dir) {
     return absl::NotFoundError(
         absl::StrCat(path_or_dir, ": no such checkpoint file or directory"));
   }
+  // A loop of links, a name too long, a directory not to be searched.
+  if (ec) {
+    return absl::ErrnoToStatus(ec.value(),
+                               absl::StrCat(path_or_dir, ": ", ec.message()));
+  }
   // A FIFO, device or socket: said as `inspect` says it (not opened).
   return absl::InvalidArgumentError(
       absl::StrCat(path_or_dir, ": is ", FileTypeName(status.type()),

@@ -446,6 +446,13 @@ TEST_F(SaverTest, ResolveCheckpoint) {
   r = ResolveCheckpoint("/dev/null");
   EXPECT_EQ(r.status().message(),
             "/dev/null: is a device, not a checkpoint file or directory");
+  // A loop of links: the system's reason, not a file type.
+  const std::string loop = root_ + "/loop";
+  fs::create_symlink(loop + "2", loop);
+  fs::create_symlink(loop, loop + "2");
+  r = ResolveCheckpoint(loop);
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr(loop + ": Too many levels of symbolic links"));
 
   const std::string empty = root_ + "/empty";
   fs::create_directories(empty);
