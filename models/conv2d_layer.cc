@@ -93,48 +93,62 @@ bool Conv2DLayer::AbsorbNext(const Layer& next) {
   return true;
 }
 
+std::vector<Param> WithConvWindowParams(std::vector<Param> first,
+                                        std::vector<Param> rest) {
+  first.push_back(Param::Int("kernel_size")
+                      .Min(1)
+                      .Max(kMaxDimension)
+                      .Doc("square kernel side"));
+  first.push_back(Param::Int("strides")
+                      .Default(1)
+                      .Min(1)
+                      .Max(kMaxDimension)
+                      .Doc("step in both spatial dimensions"));
+  first.push_back(Param::String("padding")
+                      .Default("valid")
+                      .OneOf({"valid", "same"})
+                      .Doc("valid: no padding; same: output = ceil(in / "
+                           "strides)"));
+  for (Param& p : rest) first.push_back(std::move(p));
+  return first;
+}
+
+absl::StatusOr<ConvWindow> ReadConvWindow(const LayerSpec& spec,
+                                          const LayerBuilder& b) {
+  const Shape& in = b.input_shape();
+  if (in.size() != 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expects NHWC input, got ", ShapeToString(in)));
+  }
+  ConvWindow w;
+  w.kernel_size = spec.params.Int("kernel_size");
+  const bool same = spec.params.String("padding") == "same";
+  MT_RETURN_IF_ERROR(b.CheckWindow("kernel_size", w.kernel_size, same));
+  const int64_t s = spec.params.Int("strides");
+  w.options = {s, s, same ? ops::Padding::kSame : ops::Padding::kValid};
+  return w;
+}
+
 MT_REGISTER(
     LayerType,
     {.name = "conv2d",
      .doc = "activation(conv2d(x, kernel) + bias), NHWC (Keras Conv2D)",
-     .params = {{Param::Int("filters")
-                     .Min(1)
-                     .Max(kMaxDimension)
-                     .Doc("output channels"),
-                 Param::Int("kernel_size")
-                     .Min(1)
-                     .Max(kMaxDimension)
-                     .Doc("square kernel side"),
-                 Param::Int("strides")
-                     .Default(1)
-                     .Min(1)
-                     .Max(kMaxDimension)
-                     .Doc("step in both spatial dimensions"),
-                 Param::String("padding")
-                     .Default("valid")
-                     .OneOf({"valid", "same"})
-                     .Doc("valid: no padding; same: output = ceil(in / "
-                          "strides)"),
-                 ActivationParam("linear", "applied after the bias"),
-                 UseBiasParam()}},
+     .params = {WithConvWindowParams({Param::Int("filters")
+                                          .Min(1)
+                                          .Max(kMaxDimension)
+                                          .Doc("output channels")},
+                                     {ActivationParam("linear",
+                                                      "applied after the bias"),
+                                      UseBiasParam()})},
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
-       const Shape& in = b.input_shape();
-       if (in.size() != 4) {
-         return absl::InvalidArgumentError(
-             absl::StrCat("expects NHWC input, got ", ShapeToString(in)));
-       }
-       const int64_t k = spec.params.Int("kernel_size");
-       const bool same = spec.params.String("padding") == "same";
-       MT_RETURN_IF_ERROR(b.CheckWindow("kernel_size", k, same));
+       MT_ASSIGN_OR_RETURN(const ConvWindow w, ReadConvWindow(spec, b));
        MT_ASSIGN_OR_RETURN(const ActivationDef* act,
                            FindActivation(spec.params.String("activation")));
-       const int64_t s = spec.params.Int("strides");
-       const ops::Conv2DOptions options{
-           s, s, same ? ops::Padding::kSame : ops::Padding::kValid};
-       return Conv2DLayer::Create(
-           b.name(), in[3], spec.params.Int("filters"), k, options, *act,
-           spec.params.Bool("use_bias"), b.NextSeed(), b.device());
+       return Conv2DLayer::Create(b.name(), b.input_shape()[3],
+                                  spec.params.Int("filters"), w.kernel_size,
+                                  w.options, *act, spec.params.Bool("use_bias"),
+                                  b.NextSeed(), b.device());
      }});
 
 }  // namespace mirrortrain::models

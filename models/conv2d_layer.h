@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "models/activation.h"
 #include "models/layer.h"
+#include "models/layer_registry.h"
 #include "tensor/ops/conv_ops.h"
 #include "tensor/ops/pooling_ops.h"
 
@@ -59,6 +60,21 @@ class Conv2DLayer final : public Layer {
   const ActivationDef& activation_;
   std::optional<ops::Pool2DOptions> pool_;
 };
+
+// The keys of a conv layer's window, Keras's: a square `kernel_size`,
+// `strides` and `padding`, between `first` and `rest` (conv2d's filters
+// come first, depthwise_conv2d's depth_multiplier after).
+std::vector<Param> WithConvWindowParams(std::vector<Param> first,
+                                        std::vector<Param> rest);
+
+// Those keys' values for the builder's input, which must be NHWC, the
+// window checked to fit it.
+struct ConvWindow {
+  int64_t kernel_size = 1;
+  ops::Conv2DOptions options;
+};
+absl::StatusOr<ConvWindow> ReadConvWindow(const LayerSpec& spec,
+                                          const LayerBuilder& b);
 
 }  // namespace mirrortrain::models
 

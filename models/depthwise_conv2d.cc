@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "models/activation.h"
+#include "models/conv2d_layer.h"
 #include "models/initializers.h"
 #include "models/layer.h"
 #include "models/layer_registry.h"
@@ -73,54 +74,34 @@ MT_REGISTER(
      .doc = "activation(depthwise_conv2d(x, kernel) + bias), NHWC: each "
             "channel convolved with its own depth_multiplier filters (Keras "
             "DepthwiseConv2D)",
-     .params = {{Param::Int("kernel_size")
-                     .Min(1)
-                     .Max(kMaxDimension)
-                     .Doc("square kernel side"),
-                 Param::Int("depth_multiplier")
-                     .Default(1)
-                     .Min(1)
-                     .Max(kMaxDimension)
-                     .Doc("filters per input channel"),
-                 Param::Int("strides")
-                     .Default(1)
-                     .Min(1)
-                     .Max(kMaxDimension)
-                     .Doc("step in both spatial dimensions"),
-                 Param::String("padding")
-                     .Default("valid")
-                     .OneOf({"valid", "same"})
-                     .Doc("valid: no padding; same: output = ceil(in / "
-                          "strides)"),
-                 ActivationParam("linear", "applied after the bias"),
-                 UseBiasParam()}},
+     .params = {WithConvWindowParams(
+         {}, {Param::Int("depth_multiplier")
+                  .Default(1)
+                  .Min(1)
+                  .Max(kMaxDimension)
+                  .Doc("filters per input channel"),
+              ActivationParam("linear", "applied after the bias"),
+              UseBiasParam()})},
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
-       const Shape& in = b.input_shape();
-       if (in.size() != 4) {
-         return absl::InvalidArgumentError(
-             absl::StrCat("expects NHWC input, got ", ShapeToString(in)));
-       }
-       const int64_t k = spec.params.Int("kernel_size");
-       const bool same = spec.params.String("padding") == "same";
-       MT_RETURN_IF_ERROR(b.CheckWindow("kernel_size", k, same));
+       MT_ASSIGN_OR_RETURN(const ConvWindow w, ReadConvWindow(spec, b));
        MT_ASSIGN_OR_RETURN(const ActivationDef* act,
                            FindActivation(spec.params.String("activation")));
+       const int64_t channels = b.input_shape()[3];
        const int64_t multiplier = spec.params.Int("depth_multiplier");
-       if (in[3] > kMaxDimension / multiplier) {
+       if (channels > kMaxDimension / multiplier) {
          return absl::InvalidArgumentError(absl::StrCat(
-             "depth_multiplier: ", in[3], " channels times ", multiplier,
+             "depth_multiplier: ", channels, " channels times ", multiplier,
              " is more than ", kMaxDimension, " output channels"));
        }
-       const int64_t s = spec.params.Int("strides");
+       const int64_t k = w.kernel_size;
        MT_ASSIGN_OR_RETURN(
            KernelAndBias weights,
-           MakeKernelAndBias(b.name(), {k, k, in[3], multiplier},
-                             {in[3] * multiplier}, spec.params.Bool("use_bias"),
-                             b.NextSeed(), b.device()));
+           MakeKernelAndBias(
+               b.name(), {k, k, channels, multiplier}, {channels * multiplier},
+               spec.params.Bool("use_bias"), b.NextSeed(), b.device()));
        return std::unique_ptr<Layer>(new DepthwiseConv2DLayer(
-           b.name(), std::move(weights),
-           {s, s, same ? ops::Padding::kSame : ops::Padding::kValid}, *act));
+           b.name(), std::move(weights), w.options, *act));
      }});
 
 }  // namespace

@@ -122,9 +122,7 @@ def cnn(rng):
         keras.layers.Dense(10, name="dense_1"),
     ])
 
-    def batches(step):
-        first = (step * CNN_BATCH) % CNN_EXAMPLES
-        return x[first:first + CNN_BATCH], y[first:first + CNN_BATCH]
+    batches = consecutive_batches(x, y, CNN_BATCH)
 
     optimizer = keras.optimizers.SGD(learning_rate=LR, momentum=MOMENTUM)
     return [("cnn/x", x), ("cnn/y", y)] + record(
@@ -158,9 +156,7 @@ def language_model(rng):
     logits = keras.layers.Dense(256, name="dense")(x)
     model = keras.Model(ids, logits)
 
-    def batches(step):
-        first = (step * LM_BATCH) % windows
-        return inputs[first:first + LM_BATCH], targets[first:first + LM_BATCH]
+    batches = consecutive_batches(inputs, targets, LM_BATCH)
 
     optimizer = keras.optimizers.Adam(learning_rate=LM_LR)
     return [("lm/text", text.astype(np.int64))] + record(
@@ -176,10 +172,12 @@ def mlp_data(rng):
     return x, np.argmax(x @ w, axis=1).astype(np.int64)
 
 
-def mlp_batches(x, y):
+def consecutive_batches(x, y, batch):
+    """Step k's batch: the next `batch` rows, from the top each epoch (the
+    trainer's unshuffled batches)."""
     def batches(step):
-        first = (step * REG_BATCH) % REG_EXAMPLES
-        return x[first:first + REG_BATCH], y[first:first + REG_BATCH]
+        first = (step * batch) % len(x)
+        return x[first:first + batch], y[first:first + batch]
     return batches
 
 
@@ -203,7 +201,7 @@ def regularized(rng):
                                          global_clipnorm=REG_CLIP)
     return [("reg/x", x), ("reg/y", y)] + record(
         "reg/", model,
-        lambda: train(model, optimizer, mlp_batches(x, y), REG_STEPS,
+        lambda: train(model, optimizer, consecutive_batches(x, y, REG_BATCH), REG_STEPS,
                       REG_EXAMPLES // REG_BATCH))
 
 
@@ -220,7 +218,7 @@ def clipped(rng, name, optimizer, seed):
     prefix = name + "/"
     return [(prefix + "x", x), (prefix + "y", y)] + record(
         prefix, model,
-        lambda: train(model, optimizer, mlp_batches(x, y), REG_STEPS,
+        lambda: train(model, optimizer, consecutive_batches(x, y, REG_BATCH), REG_STEPS,
                       REG_EXAMPLES // REG_BATCH))
 
 
@@ -250,9 +248,7 @@ def residual(rng):
     h = L.GlobalAveragePooling2D()(h)
     model = keras.Model(inputs, L.Dense(10)(h))
 
-    def batches(step):
-        first = (step * RES_BATCH) % RES_EXAMPLES
-        return x[first:first + RES_BATCH], y[first:first + RES_BATCH]
+    batches = consecutive_batches(x, y, RES_BATCH)
 
     optimizer = keras.optimizers.SGD(learning_rate=RES_LR, momentum=MOMENTUM,
                                      nesterov=True)
@@ -282,9 +278,7 @@ def pointwise(rng):
         L.Dense(10),
     ])
 
-    def batches(step):
-        first = (step * PW_BATCH) % PW_EXAMPLES
-        return x[first:first + PW_BATCH], y[first:first + PW_BATCH]
+    batches = consecutive_batches(x, y, PW_BATCH)
 
     optimizer = keras.optimizers.Adam(learning_rate=PW_LR)
     return [("pw/x", x), ("pw/y", y)] + record(
@@ -315,9 +309,7 @@ def depthwise(rng):
     h = L.GlobalAveragePooling2D()(h)
     model = keras.Model(inputs, L.Dense(10)(h))
 
-    def batches(step):
-        first = (step * DW_BATCH) % DW_EXAMPLES
-        return x[first:first + DW_BATCH], y[first:first + DW_BATCH]
+    batches = consecutive_batches(x, y, DW_BATCH)
 
     optimizer = keras.optimizers.Adam(learning_rate=DW_LR)
     return [("dw/x", x), ("dw/y", y)] + record(
