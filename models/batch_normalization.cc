@@ -167,7 +167,7 @@ MT_REGISTER(
                .Max(1)
                .Doc("moving statistics: moving * momentum + batch * (1 - "
                     "momentum)"),
-           Param::Float("epsilon").Default(0.001).Min(0, false).Doc(
+           Param::Float("epsilon").Default(0.001).Min(0, false).InFloat32().Doc(
                "added to the variance"),
            Param::Bool("center").Default(true).Doc("learn an offset (beta)"),
            Param::Bool("scale").Default(true).Doc("learn a scale (gamma)"),

@@ -62,7 +62,7 @@ MT_REGISTER(
             "and variance, then gamma * x + beta (Keras LayerNormalization, "
             "axis -1)",
      .params =
-         {{Param::Float("epsilon").Default(0.001).Min(0, false).Doc(
+         {{Param::Float("epsilon").Default(0.001).Min(0, false).InFloat32().Doc(
                "added to the variance"),
            Param::Bool("center").Default(true).Doc("learn an offset (beta)"),
            Param::Bool("scale").Default(true).Doc("learn a scale (gamma)")}},

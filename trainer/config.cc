@@ -173,6 +173,7 @@ const ParamSchema& OptimizerSchema() {
        Param::Float("l2_regularization")
            .Default(0.0)
            .Min(0)
+           .InFloat32()
            .Doc("adds l2 * w to the gradient of every weight of rank >= 2 "
                 "but biases (kernels, embeddings; not biases, attention's "
                 "included, or normalization parameters) after the "
@@ -565,15 +566,16 @@ class Reader {
     return "";
   }
 
-  // "--set ..." of the latest override below `path`, or "".
+  // "--set ... and --set ..." of the overrides below `path`, or "".
   std::string Inside(const std::string& path) const {
-    for (auto it = overrides_.rbegin(); it != overrides_.rend(); ++it) {
-      if (absl::StartsWith(it->path, path + ".") ||
-          absl::StartsWith(it->path, path + "[")) {
-        return absl::StrCat("--set ", it->arg);
+    std::vector<std::string> inside;
+    for (const Override& o : overrides_) {
+      if (absl::StartsWith(o.path, path + ".") ||
+          absl::StartsWith(o.path, path + "[")) {
+        inside.push_back(absl::StrCat("--set ", o.arg));
       }
     }
-    return "";
+    return absl::StrJoin(inside, " and ");
   }
 
   // "file.yaml:12" for a node of the file, else the file.

@@ -27,13 +27,13 @@ namespace mirrortrain::trainer {
 struct DataConfig {
   std::string name;  // A registered data source (trainer/data/data_source.h).
   Params source;     // Its own keys (data.dir, ...).
-  int64_t global_batch_size;
-  bool shuffle;
-  bool drop_remainder;
+  int64_t global_batch_size = 0;
+  bool shuffle = false;
+  bool drop_remainder = false;
   // Use only the first N examples of a split (0: all); for quick runs.
-  int64_t train_examples;
-  int64_t test_examples;
-  int prefetch;
+  int64_t train_examples = 0;
+  int64_t test_examples = 0;
+  int prefetch = 0;
   NormalizeOptions normalize;  // data.normalize: both splits, at load.
   AugmentOptions augment;      // data.augment: training batches only.
 };
@@ -51,7 +51,7 @@ struct ModelConfig {
 struct OptimizerConfig {
   std::string name;  // A registered optimizer (trainer/optim/optimizers.h).
   Params params;     // Its own keys (momentum, beta1, ...).
-  double learning_rate;
+  double learning_rate = 0;
   std::string schedule;    // A registered schedule (lr_schedule.h).
   Params schedule_params;  // Its keys plus warmup_steps.
   // Coupled weight decay on weights of rank >= 2 (grad += l2 * w).
@@ -63,7 +63,7 @@ struct OptimizerConfig {
 
 struct EmaConfig {
   std::optional<double> decay;  // Absent: no EMA.
-  bool use_num_updates;
+  bool use_num_updates = false;
   bool evaluate_raw = true;  // Evaluations also on the raw weights.
 };
 
@@ -71,21 +71,21 @@ struct DistributeConfig {
   std::string strategy;  // distribute::StrategyNames()
   std::vector<std::string> devices;
   std::string cross_device_ops;  // auto | nccl | local
-  int64_t bucket_bytes;
-  std::string communication_priority;  // high | normal
-  int64_t check_replicas_every_steps;  // 0: never.
-  double watchdog_seconds;
+  int64_t bucket_bytes = 0;
+  std::string communication_priority;      // high | normal
+  int64_t check_replicas_every_steps = 0;  // 0: never.
+  double watchdog_seconds = 0;
   std::string variables_device;         // central_storage
   std::vector<std::string> ps_devices;  // parameter_server
-  int64_t ps_min_shard_bytes;
+  int64_t ps_min_shard_bytes = 0;
   std::optional<int64_t> max_staleness;  // Unset: unbounded.
 };
 
 struct TrainConfig {
   std::optional<int64_t> epochs;
   std::optional<int64_t> steps;  // Wins over epochs when set.
-  int64_t log_every_steps;
-  int64_t eval_every_epochs;
+  int64_t log_every_steps = 0;
+  int64_t eval_every_epochs = 0;
   // Micro-batches (of data.global_batch_size) per optimizer step: their
   // gradients are summed locally and all-reduced once.
   int64_t accumulation_steps = 1;
@@ -95,16 +95,16 @@ struct TrainConfig {
 };
 
 struct CheckpointConfig {
-  int64_t every_steps;  // 0: only at the end and on signals.
-  int64_t max_to_keep;
+  int64_t every_steps = 0;  // 0: only at the end and on signals.
+  int64_t max_to_keep = 0;
   std::string restore;  // latest | none | a checkpoint path
   // Restore checkpoints holding NaN or infinity instead of rejecting them.
-  bool allow_non_finite;
+  bool allow_non_finite = false;
 };
 
 struct Config {
   std::string name;  // From the file name; names the default run dir.
-  int64_t seed;
+  int64_t seed = 0;
   // fp32 | tf32 (GPU matrix products) | bf16 (TensorFlow's mixed_bfloat16:
   // tensor/matmul_precision.h, Model::SetMixedBFloat16).
   std::string precision;

@@ -1,68 +1,118 @@
 #include "trainer/yaml_json.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <initializer_list>
 #include <limits>
-#include <regex>
 #include <string>
+#include <string_view>
 
 #include "absl/strings/numbers.h"
 
 namespace mirrortrain::trainer {
 
+namespace {
+
+// Linear scans, not std::regex, whose matcher recurses once per character
+// (a 30 000-digit scalar overflowed the stack).
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+// Where the digits of `s` from `i` on end, counted in *count.
+size_t SkipDigits(std::string_view s, size_t i, size_t* count) {
+  const size_t begin = i;
+  while (i < s.size() && IsDigit(s[i])) ++i;
+  *count = i - begin;
+  return i;
+}
+
+size_t SkipSign(std::string_view s) {
+  return !s.empty() && (s[0] == '+' || s[0] == '-') ? 1 : 0;
+}
+
+// [-+]?[0-9]+
+bool IsDecimalInt(std::string_view s) {
+  size_t digits = 0;
+  return SkipDigits(s, SkipSign(s), &digits) == s.size() && digits > 0;
+}
+
+// 0o[0-7]+ (octal) or 0x[0-9a-fA-F]+ (hexadecimal).
+bool IsPrefixedInt(std::string_view s, char prefix) {
+  if (s.size() < 3 || s[0] != '0' || s[1] != prefix) return false;
+  for (char c : s.substr(2)) {
+    const bool ok = prefix == 'o' ? (c >= '0' && c <= '7')
+                                  : (IsDigit(c) || (c >= 'a' && c <= 'f') ||
+                                     (c >= 'A' && c <= 'F'));
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?
+bool IsDecimalFloat(std::string_view s) {
+  size_t whole = 0, fraction = 0;
+  size_t i = SkipDigits(s, SkipSign(s), &whole);
+  if (i < s.size() && s[i] == '.') i = SkipDigits(s, i + 1, &fraction);
+  if (whole == 0 && fraction == 0) return false;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+    size_t exponent = 0;
+    i = SkipDigits(s, i, &exponent);
+    if (exponent == 0) return false;
+  }
+  return i == s.size();
+}
+
+bool OneOf(std::string_view s, std::initializer_list<std::string_view> words) {
+  for (std::string_view w : words) {
+    if (s == w) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 CoreScalar ReadPlainScalar(const std::string& s) {
-  static const std::regex kNull("~|null|Null|NULL|");
-  static const std::regex kTrue("true|True|TRUE");
-  static const std::regex kFalse("false|False|FALSE");
-  static const std::regex kInt("[-+]?[0-9]+");
-  static const std::regex kOctal("0o[0-7]+");
-  static const std::regex kHex("0x[0-9a-fA-F]+");
-  static const std::regex kFloat(
-      "[-+]?(\\.[0-9]+|[0-9]+(\\.[0-9]*)?)([eE][-+]?[0-9]+)?");
-  static const std::regex kInf("[-+]?\\.(inf|Inf|INF)");
-  static const std::regex kNan("\\.(nan|NaN|NAN)");
   using Type = CoreScalar::Type;
   CoreScalar v;
-  if (std::regex_match(s, kNull)) {
+  if (OneOf(s, {"", "~", "null", "Null", "NULL"})) {
     v.type = Type::kNull;
-  } else if (std::regex_match(s, kTrue) || std::regex_match(s, kFalse)) {
+  } else if (OneOf(s, {"true", "True", "TRUE", "false", "False", "FALSE"})) {
     v.type = Type::kBool;
-    v.boolean = std::regex_match(s, kTrue);
-  } else if (std::regex_match(s, kInt) || std::regex_match(s, kOctal) ||
-             std::regex_match(s, kHex)) {
+    v.boolean = s[0] == 't' || s[0] == 'T';
+  } else if (IsPrefixedInt(s, 'o')) {
     v.type = Type::kInt;
-    const bool hex = s.size() > 1 && s[1] == 'x';
-    const bool octal = s.size() > 1 && s[1] == 'o';
-    bool ok = false;
-    if (hex) {
-      ok = absl::SimpleHexAtoi(s.substr(2), &v.integer);
-    } else if (octal) {
-      // 0o plus at most 21 digits below 0o1000000000000000000000 fit.
-      const std::string digits = s.substr(2);
-      ok = digits.size() < 22 || (digits.size() == 22 && digits[0] == '0');
-      if (ok) v.integer = static_cast<int64_t>(std::stoull(digits, nullptr, 8));
-      ok = ok && v.integer >= 0;
-    } else {
-      ok = absl::SimpleAtoi(s, &v.integer);  // Base 10: 010 is ten.
-    }
-    v.too_large = !ok;
-    if (ok) {
-      v.number = static_cast<double>(v.integer);
-    } else if (!hex && !octal) {
-      v.number = std::strtod(s.c_str(), nullptr);
-    } else {
-      v.number = std::numeric_limits<double>::infinity();
-    }
-  } else if (std::regex_match(s, kFloat)) {
+    // Below 8^21 = 2^63 after its leading zeros.
+    const std::string_view digits = std::string_view(s).substr(
+        std::min(s.find_first_not_of('0', 2), s.size()));
+    v.too_large = digits.size() > 21;
+    uint64_t value = 0;
+    for (char c : digits.substr(0, 21)) value = value * 8 + (c - '0');
+    v.integer = static_cast<int64_t>(value);
+  } else if (IsPrefixedInt(s, 'x')) {
+    v.type = Type::kInt;
+    v.too_large = !absl::SimpleHexAtoi(s.substr(2), &v.integer);
+  } else if (IsDecimalInt(s)) {
+    v.type = Type::kInt;
+    v.too_large = !absl::SimpleAtoi(s, &v.integer);  // Base 10: 010 is ten.
+  } else if (IsDecimalFloat(s)) {
     v.type = Type::kFloat;
     v.number = std::strtod(s.c_str(), nullptr);  // Beyond double: inf.
-  } else if (std::regex_match(s, kInf)) {
+  } else if (OneOf(s, {".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF",
+                       "-.inf", "-.Inf", "-.INF"})) {
     v.type = Type::kFloat;
     v.number = s[0] == '-' ? -std::numeric_limits<double>::infinity()
                            : std::numeric_limits<double>::infinity();
-  } else if (std::regex_match(s, kNan)) {
+  } else if (OneOf(s, {".nan", ".NaN", ".NAN"})) {
     v.type = Type::kFloat;
     v.number = std::numeric_limits<double>::quiet_NaN();
+  }
+  if (v.type == Type::kInt) {
+    // An integer beyond int64 still has a value as a double (for --json).
+    v.number = !v.too_large      ? static_cast<double>(v.integer)
+               : IsDecimalInt(s) ? std::strtod(s.c_str(), nullptr)
+                                 : std::numeric_limits<double>::infinity();
   }
   return v;
 }

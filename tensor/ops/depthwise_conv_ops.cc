@@ -63,25 +63,24 @@ absl::StatusOr<Geometry> MakeGeometry(const Tensor& x, const Tensor& f,
                   f.dim(3)};
 }
 
-// Calls fn(pixel, in, tap) for every output pixel of images [i0, i1) in
-// order (image, row, column) and every tap of its window inside the image
-// in row-major order: `pixel` the output pixel's index (n * oh + oy) * ow +
-// ox, `in` the offset of its input cell's first channel, `tap` the index
-// kh * kw_size + kw.
+// Calls fn(pixel, in, tap) for every output pixel of output rows [r0, r1)
+// (row n * oh + oy) in order (image, row, column) and every tap of its
+// window inside the image in row-major order: `pixel` the output pixel's
+// index (n * oh + oy) * ow + ox, `in` the offset of its input cell's first
+// channel, `tap` the index kh * kw_size + kw.
 template <typename F>
-void ForEachTap(const ImageWindow& g, int64_t i0, int64_t i1, F fn) {
-  for (int64_t i = i0; i < i1; ++i) {
-    for (int64_t oy = 0; oy < g.oh; ++oy) {
-      for (int64_t ox = 0; ox < g.ow; ++ox) {
-        const int64_t pixel = (i * g.oh + oy) * g.ow + ox;
-        for (int64_t kh = 0; kh < g.kh; ++kh) {
-          const int64_t iy = oy * g.sh - g.pt + kh;
-          if (iy < 0 || iy >= g.h) continue;
-          for (int64_t kw = 0; kw < g.kw; ++kw) {
-            const int64_t ix = ox * g.sw - g.pl + kw;
-            if (ix < 0 || ix >= g.w) continue;
-            fn(pixel, ((i * g.h + iy) * g.w + ix) * g.c, kh * g.kw + kw);
-          }
+void ForEachTap(const ImageWindow& g, int64_t r0, int64_t r1, F fn) {
+  for (int64_t row = r0; row < r1; ++row) {
+    const int64_t i = row / g.oh, oy = row % g.oh;
+    for (int64_t ox = 0; ox < g.ow; ++ox) {
+      const int64_t pixel = row * g.ow + ox;
+      for (int64_t kh = 0; kh < g.kh; ++kh) {
+        const int64_t iy = oy * g.sh - g.pt + kh;
+        if (iy < 0 || iy >= g.h) continue;
+        for (int64_t kw = 0; kw < g.kw; ++kw) {
+          const int64_t ix = ox * g.sw - g.pl + kw;
+          if (ix < 0 || ix >= g.w) continue;
+          fn(pixel, ((i * g.h + iy) * g.w + ix) * g.c, kh * g.kw + kw);
         }
       }
     }
@@ -89,13 +88,14 @@ void ForEachTap(const ImageWindow& g, int64_t i0, int64_t i1, F fn) {
 }
 
 // y[n, oy, ox, c*M + m] = sum over taps (kh, kw), in row-major order, of
-// x[n, iy, ix, c] * f[kh, kw, c, m]. Images split over threads.
+// x[n, iy, ix, c] * f[kh, kw, c, m]. Output rows split over threads (a
+// batch of one still uses them all).
 template <typename T>
 void Forward(const Geometry& geo, const T* x, const T* f, T* y) {
   const ImageWindow& g = geo.window;
   const int64_t cm = g.c * geo.m;
-  ParallelFor(g.n, 1, [&](int64_t begin, int64_t end) {
-    std::fill(y + begin * g.oh * g.ow * cm, y + end * g.oh * g.ow * cm, T(0));
+  ParallelFor(g.n * g.oh, 1, [&](int64_t begin, int64_t end) {
+    std::fill(y + begin * g.ow * cm, y + end * g.ow * cm, T(0));
     ForEachTap(g, begin, end, [&](int64_t pixel, int64_t in, int64_t tap) {
       T* out = y + pixel * cm;
       const T* w = f + tap * cm;
@@ -115,17 +115,18 @@ void InputGrad(const Geometry& geo, const T* dy, const T* f, T* dx) {
   const ImageWindow& g = geo.window;
   const int64_t cm = g.c * geo.m;
   ParallelFor(g.n, 1, [&](int64_t begin, int64_t end) {
-    ForEachTap(g, begin, end, [&](int64_t pixel, int64_t in, int64_t tap) {
-      const T* grad = dy + pixel * cm;
-      const T* w = f + tap * cm;
-      for (int64_t c = 0; c < g.c; ++c) {
-        T sum = 0;
-        for (int64_t m = 0; m < geo.m; ++m) {
-          sum += grad[c * geo.m + m] * w[c * geo.m + m];
-        }
-        dx[in + c] += sum;
-      }
-    });
+    ForEachTap(g, begin * g.oh, end * g.oh,
+               [&](int64_t pixel, int64_t in, int64_t tap) {
+                 const T* grad = dy + pixel * cm;
+                 const T* w = f + tap * cm;
+                 for (int64_t c = 0; c < g.c; ++c) {
+                   T sum = 0;
+                   for (int64_t m = 0; m < geo.m; ++m) {
+                     sum += grad[c * geo.m + m] * w[c * geo.m + m];
+                   }
+                   dx[in + c] += sum;
+                 }
+               });
   });
 }
 
@@ -140,7 +141,7 @@ void FilterGrad(const Geometry& geo, const T* x, const T* dy, T* dw) {
   // Blocks of channels large enough to amortise the walk over the images.
   const int64_t grain = std::max<int64_t>(1, 16 / geo.m);
   ParallelFor(g.c, grain, [&](int64_t c0, int64_t c1) {
-    ForEachTap(g, 0, g.n, [&](int64_t pixel, int64_t in, int64_t tap) {
+    ForEachTap(g, 0, g.n * g.oh, [&](int64_t pixel, int64_t in, int64_t tap) {
       const T* grad = dy + pixel * cm;
       T* w = dw + tap * cm;
       for (int64_t c = c0; c < c1; ++c) {

@@ -85,6 +85,19 @@ TEST(ConfigTest, ResolvedYamlQuotesStringsThatLookLikeOtherTypes) {
   EXPECT_THAT(
       Message(ParseConfig("data: {shuffle: yes}\n", "j.yaml", {}).status()),
       HasSubstr("data.shuffle: expected true or false, got yes"));
+  // Two --set of elements of the file's list: the file and both named.
+  EXPECT_THAT(Message(ParseConfig("model:\n  hidden_units: [4, 4]\n", "j.yaml",
+                                  {"model.hidden_units[0]=0",
+                                   "model.hidden_units[1]=0"})
+                          .status()),
+              HasSubstr("j.yaml:2 and --set model.hidden_units[0]=0 and --set "
+                        "model.hidden_units[1]=0: model.hidden_units:"));
+  // A normalization's epsilon is float32 too.
+  EXPECT_THAT(Message(ParseConfig("model:\n  layers:\n    - {type: "
+                                  "batch_normalization, epsilon: 1e-50}\n",
+                                  "j.yaml", {})
+                          .status()),
+              HasSubstr("(0 in float32, which computes it)"));
   // 1e39 is infinite in float32.
   EXPECT_THAT(
       Message(ParseConfig("optimizer: {learning_rate: 1e39}\n", "j.yaml", {})

@@ -44,6 +44,25 @@ TEST(YamlJsonTest, CoreSchemaIntegersBooleansAndTags) {
             -std::numeric_limits<double>::infinity());
   EXPECT_TRUE(std::isnan(ReadPlainScalar(".NaN").number));
   EXPECT_EQ(ReadPlainScalar("1e400").type, CoreScalar::Type::kFloat);
+  // Leading zeros do not count against an octal's 63 bits.
+  const CoreScalar octal = ReadPlainScalar("0o0000000000000000000000000017");
+  EXPECT_FALSE(octal.too_large);
+  EXPECT_EQ(octal.integer, 15);
+  EXPECT_EQ(ReadPlainScalar("0o777777777777777777777").integer,
+            std::numeric_limits<int64_t>::max());
+  EXPECT_TRUE(ReadPlainScalar("0o1000000000000000000000").too_large);
+  for (const char* s : {".", "1e", "+", "0o", "0x", "-0x1F", "1_0", "+.nan"}) {
+    EXPECT_EQ(ReadPlainScalar(s).type, CoreScalar::Type::kString) << s;
+  }
+}
+
+// Scanned, not matched by std::regex, whose recursion per character
+// overflowed the stack on a scalar of 30 000 digits.
+TEST(YamlJsonTest, HugeScalarsAreReadWithoutRecursion) {
+  const std::string digits(200000, '7');
+  EXPECT_TRUE(ReadPlainScalar(digits).too_large);
+  EXPECT_EQ(ReadPlainScalar(digits + "x").type, CoreScalar::Type::kString);
+  EXPECT_EQ(ReadPlainScalar(digits + ".5").type, CoreScalar::Type::kFloat);
 }
 
 TEST(YamlJsonTest, NestedMappingsAndSequences) {

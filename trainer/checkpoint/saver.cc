@@ -220,9 +220,9 @@ absl::StatusOr<std::string> Saver::Save(
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
+    // ErrnoToStatus appends the system's reason itself.
     return absl::ErrnoToStatus(
-        ec.value(), absl::StrCat(dir, ": cannot create checkpoint directory: ",
-                                 ec.message()));
+        ec.value(), absl::StrCat(dir, ": cannot create checkpoint directory"));
   }
   // Read the index first: a malformed one fails the save before anything is
   // written, rather than being silently replaced.
@@ -284,7 +284,7 @@ absl::StatusOr<std::string> Saver::Save(
       return absl::ErrnoToStatus(
           error_number,
           absl::StrCat(path, " was saved, but deleting the old checkpoint ",
-                       old_path, " failed: ", std::strerror(error_number)));
+                       old_path, " failed"));
     }
   }
   return path;
@@ -393,8 +393,7 @@ absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path_or_dir) {
   }
   // A loop of links, a name too long, a directory not to be searched.
   if (ec) {
-    return absl::ErrnoToStatus(ec.value(),
-                               absl::StrCat(path_or_dir, ": ", ec.message()));
+    return absl::ErrnoToStatus(ec.value(), path_or_dir);  // Adds strerror.
   }
   // A FIFO, device or socket: said as `inspect` says it (not opened).
   return absl::InvalidArgumentError(

@@ -158,6 +158,7 @@ MT_REGISTER(
                  Param::FloatList("values")
                      .Default(std::vector<double>{})
                      .Min(0)
+                     .InFloat32()
                      .Doc("one more than boundaries")},
                 CheckPiecewise},
      .create = [](const Params& p, double) -> Made {

@@ -451,8 +451,7 @@ TEST_F(SaverTest, ResolveCheckpoint) {
   fs::create_symlink(loop + "2", loop);
   fs::create_symlink(loop, loop + "2");
   r = ResolveCheckpoint(loop);
-  EXPECT_THAT(std::string(r.status().message()),
-              HasSubstr(loop + ": Too many levels of symbolic links"));
+  EXPECT_EQ(r.status().message(), loop + ": Too many levels of symbolic links");
 
   const std::string empty = root_ + "/empty";
   fs::create_directories(empty);
