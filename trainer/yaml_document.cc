@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tensor/status_macros.h"
+#include "yaml-cpp/depthguard.h"
 #include "yaml-cpp/eventhandler.h"
 
 namespace mirrortrain::trainer {
@@ -65,6 +66,11 @@ absl::Status CheckKeys(const YAML::Node& node, const std::string& path,
     std::map<std::string, int> seen;  // Key -> line of its first use.
     for (const auto& item : node) {
       const std::string key = KeyText(item.first);
+      if (!item.first.IsScalar()) {
+        // `? [a, b]: 1`: no config key is a list or a mapping.
+        return error(LineOf(item.first), Join(path, key),
+                     "a key must be a name, not a list or a mapping");
+      }
       const auto [first, inserted] = seen.emplace(key, LineOf(item.first));
       if (!inserted) {
         return error(LineOf(item.first), Join(path, key),
@@ -99,6 +105,10 @@ absl::StatusOr<YAML::Node> LoadOneDocument(const std::string& text,
       return error(starts.line(), base,
                    "more than one YAML document ('---'): one is allowed");
     }
+  } catch (const YAML::DeepRecursion& e) {
+    // Its message is yaml-cpp's "bad file".
+    return error(e.mark.line >= 0 ? e.mark.line + 1 : 0, base,
+                 "malformed YAML: nested too deeply for the parser");
   } catch (const YAML::ParserException& e) {
     return error(e.mark.line >= 0 ? e.mark.line + 1 : 0, base,
                  absl::StrCat("malformed YAML: ", e.msg));

@@ -233,6 +233,17 @@ TEST(ConfigTest, MalformedYaml) {
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(Message(c.status()), HasSubstr("bad.yaml:"));
   EXPECT_THAT(Message(c.status()), HasSubstr("malformed YAML"));
+  // Beyond yaml-cpp's depth guard: said so, not its "bad file".
+  c = ParseConfig(
+      "seed: " + std::string(3000, '[') + std::string(3000, ']') + "\n",
+      "deep.yaml", {});
+  EXPECT_THAT(Message(c.status()),
+              HasSubstr("deep.yaml:1: malformed YAML: nested too deeply for "
+                        "the parser"));
+  // A complex key is no config key.
+  c = ParseConfig("? [a, b]\n: 1\n", "k.yaml", {});
+  EXPECT_EQ(Message(c.status()),
+            "k.yaml:1: [a, b]: a key must be a name, not a list or a mapping");
 }
 
 TEST(ConfigTest, BadOverrides) {
