@@ -257,6 +257,11 @@ absl::StatusOr<InMemoryDataset> LoadNpz(const std::string& path, bool train,
   MT_RETURN_IF_ERROR(CheckXDtype(other_header, arrays.Where(x_other)));
   MT_ASSIGN_OR_RETURN(Shape other_example,
                       ExampleShape(other_header, arrays.Where(x_other)));
+  // Said here too: the test split loads first, and the classes it counts
+  // from an empty training split would fail the model's check first.
+  if (other_header.shape[0] == 0) {
+    return BadData(arrays.Where(x_other), "holds no examples");
+  }
   const Shape& shape = dataset.images.shape();
   const Shape example(shape.begin() + 1, shape.end());
   if (example != other_example) {

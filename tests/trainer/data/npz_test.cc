@@ -213,6 +213,12 @@ TEST(NpzTest, AMemberTwiceIsRefused) {
 }
 
 TEST(NpzTest, ShapeMismatches) {
+  // An empty training split, found while loading the test split (which
+  // loads first and would otherwise count the classes without it).
+  std::vector<ZipMember> empty = Arrays(false);
+  empty[0].bytes = NpyBytes("|u1", {0, 3, 2}, "");
+  ExpectBad(empty, false, "x_train: holds no examples");
+  ExpectBad(empty, true, "x_train: holds no examples");
   std::vector<ZipMember> a = Arrays(false);
   a[1].bytes = NpyBytes("<i2", {3}, RawBytes(std::vector<int16_t>{1, 0, 6}));
   ExpectBad(a, true, "y_train has 3 labels but x_train has 4 examples");
