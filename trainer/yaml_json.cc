@@ -75,44 +75,43 @@ bool OneOf(std::string_view s, std::initializer_list<std::string_view> words) {
 
 CoreScalar ReadPlainScalar(const std::string& s) {
   using Type = CoreScalar::Type;
+  constexpr double kInf = std::numeric_limits<double>::infinity();
   CoreScalar v;
+  // An integer (v.integer set when `fits`), also as a double: `beyond`
+  // when no int64 holds it (--json then writes that).
+  auto integer = [&v](bool fits, double beyond) {
+    v.type = Type::kInt;
+    v.too_large = !fits;
+    v.number = fits ? static_cast<double>(v.integer) : beyond;
+  };
   if (OneOf(s, {"", "~", "null", "Null", "NULL"})) {
     v.type = Type::kNull;
   } else if (OneOf(s, {"true", "True", "TRUE", "false", "False", "FALSE"})) {
     v.type = Type::kBool;
     v.boolean = s[0] == 't' || s[0] == 'T';
   } else if (IsPrefixedInt(s, 'o')) {
-    v.type = Type::kInt;
     // Below 8^21 = 2^63 after its leading zeros.
     const std::string_view digits = std::string_view(s).substr(
         std::min(s.find_first_not_of('0', 2), s.size()));
-    v.too_large = digits.size() > 21;
     uint64_t value = 0;
     for (char c : digits.substr(0, 21)) value = value * 8 + (c - '0');
     v.integer = static_cast<int64_t>(value);
+    integer(digits.size() <= 21, kInf);
   } else if (IsPrefixedInt(s, 'x')) {
-    v.type = Type::kInt;
-    v.too_large = !absl::SimpleHexAtoi(s.substr(2), &v.integer);
+    integer(absl::SimpleHexAtoi(s.substr(2), &v.integer), kInf);
   } else if (IsDecimalInt(s)) {
-    v.type = Type::kInt;
-    v.too_large = !absl::SimpleAtoi(s, &v.integer);  // Base 10: 010 is ten.
+    // Base 10: 010 is ten.
+    integer(absl::SimpleAtoi(s, &v.integer), std::strtod(s.c_str(), nullptr));
   } else if (IsDecimalFloat(s)) {
     v.type = Type::kFloat;
     v.number = std::strtod(s.c_str(), nullptr);  // Beyond double: inf.
   } else if (OneOf(s, {".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF",
                        "-.inf", "-.Inf", "-.INF"})) {
     v.type = Type::kFloat;
-    v.number = s[0] == '-' ? -std::numeric_limits<double>::infinity()
-                           : std::numeric_limits<double>::infinity();
+    v.number = s[0] == '-' ? -kInf : kInf;
   } else if (OneOf(s, {".nan", ".NaN", ".NAN"})) {
     v.type = Type::kFloat;
     v.number = std::numeric_limits<double>::quiet_NaN();
-  }
-  if (v.type == Type::kInt) {
-    // An integer beyond int64 still has a value as a double (for --json).
-    v.number = !v.too_large      ? static_cast<double>(v.integer)
-               : IsDecimalInt(s) ? std::strtod(s.c_str(), nullptr)
-                                 : std::numeric_limits<double>::infinity();
   }
   return v;
 }

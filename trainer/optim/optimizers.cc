@@ -94,6 +94,17 @@ UpdateHyperparams AdamOptimizer::Hyperparameters(const Variable&,
 
 namespace {
 
+// beta^t as Keras's update_step forms it: ops.power in the variable's
+// dtype. std::pow(float, float) is powf, bit-identical to TensorFlow's f32
+// pow for normal results (checked for t <= 20000; it differs only where TF
+// flushes a subnormal power to 0, and 1 - p is 1 either way).
+double KerasPower(const Variable& var, double beta, int64_t t) {
+  if (var.dtype() == DType::kF32) {
+    return std::pow(static_cast<float>(beta), static_cast<float>(t));
+  }
+  return std::pow(beta, static_cast<double>(t));
+}
+
 // Keras 3's keras.optimizers.AdamW (not a TensorFlow training op): the
 // decoupled decay w -= w*wd*lr, then Adam as Keras's update_step computes it
 // (UpdateRule::kAdamW), every operation in the variable's dtype:
@@ -137,17 +148,8 @@ class AdamWOptimizer : public Optimizer {
     h.beta2 = beta2_;
     h.epsilon = epsilon_;
     h.weight_decay = decayed ? weight_decay_ : 0.0;
-    if (var.dtype() == DType::kF32) {
-      // std::pow(float, float) is powf, bit-identical to TensorFlow's f32
-      // pow for normal results (checked for t <= 20000; it differs only
-      // where TF flushes a subnormal power to 0, and 1 - p is 1 either way).
-      const float tf = static_cast<float>(t);
-      h.beta1_power = std::pow(static_cast<float>(beta1_), tf);
-      h.beta2_power = std::pow(static_cast<float>(beta2_), tf);
-    } else {
-      h.beta1_power = std::pow(beta1_, static_cast<double>(t));
-      h.beta2_power = std::pow(beta2_, static_cast<double>(t));
-    }
+    h.beta1_power = KerasPower(var, beta1_, t);
+    h.beta2_power = KerasPower(var, beta2_, t);
     return h;
   }
 
@@ -166,15 +168,6 @@ class AdamWOptimizer : public Optimizer {
   double epsilon_;
   std::vector<std::string> exclude_;
 };
-
-// beta^t as Keras's update_step forms it: ops.power in the variable's
-// dtype (float32: powf, AdamW's note above).
-double KerasPower(const Variable& var, double beta, int64_t t) {
-  if (var.dtype() == DType::kF32) {
-    return std::pow(static_cast<float>(beta), static_cast<float>(t));
-  }
-  return std::pow(beta, static_cast<double>(t));
-}
 
 // Keras 3's keras.optimizers.Adamax (UpdateRule::kAdamax), in the
 // variable's dtype: m += (g - m)*dtype(1-b1) (1 - b1 in float64);
