@@ -205,8 +205,10 @@ if want cnn; then
   # A/B rows (README, internal switches): the default run and one switch
   # flipped, interleaved in AB_ROUNDS rounds (2) as comm's are.
   # batched_step_copies=off also turns off the loss read back with the
-  # next replay's copies: its row measures both.
-  ab cnn_rate "$CNN" "${CNN_SETS[@]}" -- batched_step_copies=off
+  # next replay's copies: its row measures both. conv_gpu_winograd=on: the
+  # second conv (5x5, 32 -> 64 channels) as Winograd F(2x2, 5x5), off by
+  # default until this row measures it.
+  ab cnn_rate "$CNN" "${CNN_SETS[@]}" -- batched_step_copies=off conv_gpu_winograd=on
   mt cnn_rate_bf16 60 "$CNN" -- "${CNN_SETS[@]}" --set precision=bf16
   pt cnn_rate_bf16 90 "${CNN_PT[@]}" --cnn_precision bf16
   pt cnn_rate_bf16_compile 150 "${CNN_PT[@]}" --cnn_precision bf16 --compile

@@ -260,4 +260,31 @@ void ExpectGradientsMatch(const TensorFn& f, const std::vector<Tensor>& inputs,
   }
 }
 
+absl::StatusOr<OpRun> RunOp(const TensorFn& f,
+                            const std::vector<Tensor>& inputs, const Tensor& w,
+                            bool gradients) {
+  std::vector<Tensor> sources;
+  for (const Tensor& in : inputs) {
+    if (IsFloating(in.dtype())) sources.push_back(in);
+  }
+  OpRun run;
+  if (!gradients) {
+    absl::StatusOr<Tensor> y = f(inputs);
+    if (!y.ok()) return y.status();
+    run.y = *y;
+    return run;
+  }
+  GradientTape tape;
+  for (const Tensor& s : sources) tape.Watch(s);
+  absl::StatusOr<Tensor> y = f(inputs);
+  if (!y.ok()) return y.status();
+  run.y = *y;
+  GradientOptions options;
+  options.output_gradient = w;
+  auto grads = tape.Gradient(*y, sources, options);
+  if (!grads.ok()) return grads.status();
+  run.grads = *std::move(grads);
+  return run;
+}
+
 }  // namespace mirrortrain::testing

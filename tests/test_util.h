@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,16 @@ using TensorFn =
 // Non-floating inputs (labels, indices) are passed through unchanged.
 void ExpectGradientsMatch(const TensorFn& f, const std::vector<Tensor>& inputs,
                           double eps = 1e-6, double tol = 1e-6);
+
+// The output of f on `inputs` and, when `gradients`, the tape gradients of
+// sum(f(inputs) * w) for every floating input.
+struct OpRun {
+  Tensor y;
+  std::vector<std::optional<Tensor>> grads;
+};
+absl::StatusOr<OpRun> RunOp(const TensorFn& f,
+                            const std::vector<Tensor>& inputs, const Tensor& w,
+                            bool gradients);
 
 }  // namespace mirrortrain::testing
 

@@ -17,6 +17,7 @@
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/ops/pooling_ops.h"
+#include "tensor/ops/winograd_conv.h"
 #include "tensor/parallel.h"
 #include "tensor/status_macros.h"
 
@@ -230,6 +231,13 @@ bool QuadAligned(const Tensor& t) {
   return reinterpret_cast<uintptr_t>(t.raw_data()) %
              (4 * DTypeSize(t.dtype())) ==
          0;
+}
+
+// Whether x's convolution runs as Winograd (winograd_conv.h), which leaves
+// the direct kernels the few-tap convolutions they take.
+bool GoesWinograd(const ConvGeometry& g, const Tensor& x) {
+  return internal::WinogradConvTakes(g, x) &&
+         !(x.device().is_cuda() && GoesDirect(g));
 }
 
 // Whether dx = conv's input gradient for dy2 runs as the implicit GEMM:
@@ -479,6 +487,12 @@ absl::StatusOr<Tensor> ConvForward(const ConvGeometry& g, const Tensor& x,
   MT_ASSIGN_OR_RETURN(Tensor y,
                       gemm ? Tensor::Empty(x.dtype(), y_shape, x.device())
                            : Tensor::Zeros(x.dtype(), y_shape, x.device()));
+  if (gemm && GoesWinograd(g, x)) {
+    MT_RETURN_IF_ERROR(internal::KernelError(
+        relu_bias != nullptr ? "Conv2DBiasRelu" : "Conv2D",
+        internal::WinogradConv2D(g, x, filter, relu_bias, y), {&x, &filter}));
+    return y;
+  }
   if (gemm && x.device().is_cuda()) {
     MT_ASSIGN_OR_RETURN(Tensor w2, filter.Reshaped({g.patch(), g.o}));
     MT_ASSIGN_OR_RETURN(Tensor y2, y.Reshaped({g.n * g.pixels(), g.o}));
@@ -636,6 +650,25 @@ absl::Status ConvGrads(const ConvAttrs& attrs, const Tensor& x,
                        absl::Span<const bool> needs, Grads* grads) {
   const ConvGeometry& geo = attrs.geo;
   const DType dt = x.dtype();
+  // Nothing empty here (WinogradConvTakes).
+  if (GoesWinograd(geo, x) && dy.device() == x.device()) {
+    if (needs[0]) {
+      MT_ASSIGN_OR_RETURN(Tensor dx, Tensor::Empty(dt, x.shape(), dy.device()));
+      MT_RETURN_IF_ERROR(internal::KernelError(
+          "Conv2DBackpropInput",
+          internal::WinogradConv2DInputGrad(geo, dy, filter, dx), {&dy}));
+      (*grads)[0] = std::move(dx);
+    }
+    if (needs[1]) {
+      MT_ASSIGN_OR_RETURN(Tensor dw,
+                          Tensor::Empty(dt, filter.shape(), dy.device()));
+      MT_RETURN_IF_ERROR(internal::KernelError(
+          "Conv2DBackpropFilter",
+          internal::WinogradConv2DFilterGrad(geo, x, dy, dw), {&dy}));
+      (*grads)[1] = std::move(dw);
+    }
+    return absl::OkStatus();
+  }
   if (dy.device().is_cuda()) {
     // The GEMMs write all of dw and col2im all of dx; zeros otherwise.
     const bool gemm = dy.num_elements() > 0 && geo.patch() > 0;

@@ -22,7 +22,10 @@ struct Conv2DOptions {
 // except patches of a few taps (cuda::DirectConvTakes), which run on
 // direct kernels with no columns. The GPU input gradient of full-f32 (or
 // f64) products is one implicit GEMM (cuda::ConvInputGrad) where it takes
-// the shape: no columns written for col2im to read back.
+// the shape: no columns written for col2im to read back. With the internal
+// switch conv_gpu_winograd (off by default), stride-1 3x3 and 5x5 full-f32
+// convolutions on GPUs run as Winograd F(2x2, rxr) instead, forward and
+// both gradients (winograd_conv.h).
 absl::StatusOr<Tensor> Conv2D(const Tensor& x, const Tensor& filter,
                               const Conv2DOptions& options = {});
 

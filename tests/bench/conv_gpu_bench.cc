@@ -1,12 +1,14 @@
 // GPU Conv2D forward + backward at the benchmark models' shapes, each
 // captured once as a CUDA graph and replayed (as training steps run): the
 // GPU time of one layer's passes, without host launch costs. Compares the
-// direct kernels (first layers) and the implicit input gradient (the
-// second conv, fp32) with im2col + GEMMs + col2im. Each run says so when no
-// GPU is visible.
+// direct kernels (first layers), the implicit input gradient (the second
+// conv, fp32) and Winograd's F(2x2, rxr) (fp32, the switch
+// conv_gpu_winograd) with im2col + GEMMs + col2im. Each run says so when
+// no GPU is visible.
 //   build/bin/conv_gpu_bench [--benchmark_filter=...]
 // Args: layer (kLayers), ours (1: direct kernels and implicit input
-// gradient on; 0: off), bf16 (0/1). Counters: which of ours ran.
+// gradient on; 2: those and Winograd; 0: all off), bf16 (0/1). Counters:
+// which of ours ran.
 #include <chrono>
 #include <optional>
 #include <vector>
@@ -19,6 +21,7 @@
 #include "tensor/gradient_tape.h"
 #include "tensor/matmul_precision.h"
 #include "tensor/ops/conv_ops.h"
+#include "tensor/ops/winograd_conv.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain {
@@ -96,6 +99,7 @@ void BM_GpuConv2DForwardBackward(benchmark::State& state) {
   const Layer& layer = kLayers[state.range(0)];
   ops::internal::SetConvGpuDirect(state.range(1) != 0);
   ops::internal::SetConvGpuImplicitInputGrad(state.range(1) != 0);
+  ops::internal::SetConvGpuWinograd(state.range(1) == 2);
   SetMatMulPrecision(state.range(2) != 0 ? MatMulPrecision::kBf16
                                          : MatMulPrecision::kFp32);
   state.SetLabel(layer.name);
@@ -107,6 +111,7 @@ void BM_GpuConv2DForwardBackward(benchmark::State& state) {
   cuda::ScopedCurrentStream current(stream->handle());
   const int64_t direct_calls = ops::internal::DirectConvCalls();
   const int64_t implicit_calls = ops::internal::ImplicitInputGradCalls();
+  const int64_t winograd_calls = ops::internal::WinogradConvCalls();
   absl::StatusOr<Captured> c = Capture(layer);
   if (!c.ok()) {
     state.SkipWithError(c.status().ToString().c_str());
@@ -116,6 +121,8 @@ void BM_GpuConv2DForwardBackward(benchmark::State& state) {
       static_cast<double>(ops::internal::DirectConvCalls() > direct_calls);
   state.counters["implicit"] = static_cast<double>(
       ops::internal::ImplicitInputGradCalls() > implicit_calls);
+  state.counters["winograd"] = static_cast<double>(
+      ops::internal::WinogradConvCalls() > winograd_calls);
   for (auto _ : state) {
     const auto start = std::chrono::steady_clock::now();
     absl::Status s;
@@ -132,6 +139,7 @@ void BM_GpuConv2DForwardBackward(benchmark::State& state) {
   }
   ops::internal::SetConvGpuDirect(true);
   ops::internal::SetConvGpuImplicitInputGrad(true);
+  ops::internal::SetConvGpuWinograd(false);
   SetMatMulPrecision(MatMulPrecision::kFp32);
 }
 
@@ -146,6 +154,9 @@ void Arguments(benchmark::internal::Benchmark* b) {
   for (int64_t layer : {3, 4}) {
     for (int64_t ours : {1, 0}) b->Args({layer, ours, 0});
   }
+  // Winograd (fp32 only, as the switch takes): the 5x5 and 3x3 convs with
+  // channels on both sides.
+  for (int64_t layer : {1, 3, 4}) b->Args({layer, 2, 0});
 }
 
 BENCHMARK(BM_GpuConv2DForwardBackward)

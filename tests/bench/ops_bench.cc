@@ -10,6 +10,7 @@
 #include "tensor/ops/conv_ops.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/reduction_ops.h"
+#include "tensor/ops/winograd_conv.h"
 #include "tensor/parallel.h"
 
 namespace mirrortrain {
@@ -63,11 +64,13 @@ void BM_OpenBlasSgemmX3(benchmark::State& state) {
   SetFlops(state, 3 * 2.0 * m * k * n);
 }
 
-// Args: batch, size, in channels, out channels, kernel.
+// Args: batch, size, in channels, out channels, kernel, Winograd (1: the
+// CPU path of ops/winograd_conv.h, which tests use; 0: im2col + GEMMs).
 void BM_Conv2DForwardBackward(benchmark::State& state) {
   const int64_t n = state.range(0), hw = state.range(1), c = state.range(2),
                 o = state.range(3), k = state.range(4);
   Tensor x = Random({n, hw, hw, c}, 3), w = Random({k, k, c, o}, 4);
+  ops::internal::SetConvCpuWinograd(state.range(5) != 0);
   for (auto _ : state) {
     GradientTape tape;
     tape.Watch(x);
@@ -76,6 +79,7 @@ void BM_Conv2DForwardBackward(benchmark::State& state) {
     auto g = tape.Gradient(y, {x, w});
     benchmark::DoNotOptimize(g);
   }
+  ops::internal::SetConvCpuWinograd(false);
   SetFlops(state, 3 * 2.0 * n * hw * hw * k * k * c * o);
 }
 
@@ -155,7 +159,12 @@ BENCHMARK(BM_OpenBlasSgemmX3)
 // CNN conv layers (5x5 SAME) at batch 32.
 #define CNN_SHAPES Args({32, 28, 1, 32, 5})->Args({32, 14, 32, 64, 5})
 BENCHMARK(BM_Conv2DForwardBackward)
-    ->CNN_SHAPES->Unit(benchmark::kMillisecond)
+    ->Args({32, 28, 1, 32, 5, 0})
+    ->Args({32, 14, 32, 64, 5, 0})
+    ->Args({32, 14, 32, 64, 5, 1})
+    ->Args({32, 28, 16, 16, 3, 0})
+    ->Args({32, 28, 16, 16, 3, 1})
+    ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_OpenBlasSgemmConvShapeX3)
     ->CNN_SHAPES->Unit(benchmark::kMillisecond)

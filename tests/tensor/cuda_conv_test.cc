@@ -21,6 +21,7 @@
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/reduction_ops.h"
 #include "tensor/ops/window.h"
+#include "tensor/ops/winograd_conv.h"
 #include "tests/tensor/cuda_test_util.h"
 #include "tests/test_util.h"
 
@@ -43,6 +44,8 @@ class CudaConvTest : public CudaTest {
     ops::internal::SetConvGpuKeptColumnBytes(0);
     ops::internal::SetConvGpuDirect(true);
     ops::internal::SetConvGpuImplicitInputGrad(true);
+    ops::internal::SetConvGpuWinograd(false);
+    ops::internal::SetConvCpuWinograd(false);
   }
 };
 
@@ -582,6 +585,45 @@ TEST_F(CudaConvTest, SeveralChunksMatchCpu) {
       }
     }
   }
+}
+
+// The Winograd path on the GPU (conv_gpu_winograd) against the same path
+// on the CPU (winograd_conv_test compares that one with im2col + GEMM):
+// the same transforms, so only the batched products' sums differ in order.
+// Every case above and a few more: the cnn's second conv, 3x3 with 16 and
+// 64 channels (the resnet's), odd sizes, VALID. Each takes the path
+// exactly where it claims to: on the CPU for the probe, the forward and
+// both gradients (4 calls), on the GPU for all but the convolutions the
+// direct kernels take (3).
+TEST_F(CudaConvTest, WinogradMatchesTheCpuPath) {
+  using ops::Padding;
+  ops::internal::SetConvGpuWinograd(true);
+  ops::internal::SetConvCpuWinograd(true);
+  std::vector<ConvCase> cases = Cases();
+  cases.insert(cases.end(),
+               {
+                   {{2, 14, 14, 32}, {5, 5, 32, 64}, 1, 1, Padding::kSame},
+                   {{3, 10, 9, 16}, {3, 3, 16, 16}, 1, 1, Padding::kSame},
+                   {{2, 7, 7, 64}, {3, 3, 64, 64}, 1, 1, Padding::kSame},
+                   {{1, 11, 8, 6}, {5, 5, 6, 5}, 1, 1, Padding::kValid},
+                   {{2, 5, 13, 9}, {3, 3, 9, 7}, 1, 1, Padding::kValid},
+               });
+  uint64_t seed = 900;
+  int gpu_cases = 0;
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    for (const ConvCase& c : cases) {
+      const cuda::Conv2DGeometry g = GeometryOf(c);
+      const bool cpu_takes =
+          ops::internal::WinogradConvTakes(g, RandomTensor(c.x, 1, dtype));
+      const bool gpu_takes = cpu_takes && !DirectCase(c);
+      const int64_t calls = ops::internal::WinogradConvCalls();
+      ExpectConvMatchesCpu(c, dtype, seed += 2);
+      EXPECT_EQ(ops::internal::WinogradConvCalls() - calls,
+                (cpu_takes ? 4 : 0) + (gpu_takes ? 3 : 0));
+      gpu_cases += gpu_takes;
+    }
+  }
+  EXPECT_GE(gpu_cases, 2 * 7);
 }
 
 }  // namespace

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,40 +44,6 @@ inline Tensor CopyTo(const Tensor& t, Device device) {
   absl::StatusOr<Tensor> r = t.To(device);
   EXPECT_TRUE(r.ok()) << r.status();
   return r.ok() ? *r : Tensor();
-}
-
-// The output of f on `inputs` and, when `gradients`, the tape gradients of
-// sum(f(inputs) * w) for every floating input.
-struct OpRun {
-  Tensor y;
-  std::vector<std::optional<Tensor>> grads;
-};
-
-inline absl::StatusOr<OpRun> RunOp(const TensorFn& f,
-                                   const std::vector<Tensor>& inputs,
-                                   const Tensor& w, bool gradients) {
-  std::vector<Tensor> sources;
-  for (const Tensor& in : inputs) {
-    if (IsFloating(in.dtype())) sources.push_back(in);
-  }
-  OpRun run;
-  if (!gradients) {
-    absl::StatusOr<Tensor> y = f(inputs);
-    if (!y.ok()) return y.status();
-    run.y = *y;
-    return run;
-  }
-  GradientTape tape;
-  for (const Tensor& s : sources) tape.Watch(s);
-  absl::StatusOr<Tensor> y = f(inputs);
-  if (!y.ok()) return y.status();
-  run.y = *y;
-  GradientOptions options;
-  options.output_gradient = w;
-  auto grads = tape.Gradient(*y, sources, options);
-  if (!grads.ok()) return grads.status();
-  run.grads = *std::move(grads);
-  return run;
 }
 
 // Runs f on host `inputs` and on their copies on gpu:0 and expects the GPU

@@ -1,0 +1,184 @@
+#include "tensor/ops/winograd_conv.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "tensor/internal_switches.h"
+#include "tensor/matmul_precision.h"
+#include "tensor/ops/matmul.h"
+#include "tensor/ops/op_util.h"
+#include "tensor/parallel.h"
+#include "tensor/status_macros.h"
+#include "tensor/winograd.h"
+
+namespace mirrortrain::ops::internal {
+namespace {
+
+std::atomic<bool> gpu_winograd{false};
+std::atomic<bool> cpu_winograd{false};
+std::atomic<int64_t> winograd_calls{0};
+
+using winograd::Pass;
+
+// The forward correlation of g.
+winograd::Geometry ForwardGeometry(const cuda::Conv2DGeometry& g) {
+  return {.n = g.n,
+          .h = g.h,
+          .w = g.w,
+          .c = g.c,
+          .oh = g.oh,
+          .ow = g.ow,
+          .o = g.o,
+          .pt = g.pt,
+          .pl = g.pl,
+          .r = static_cast<int>(g.kh)};
+}
+
+// The input gradient's: dy [n, oh, ow, o] correlated with the turned
+// filter (o -> c channels) into [n, h, w, c], padded by r - 1 - pt.
+winograd::Geometry InputGradGeometry(const cuda::Conv2DGeometry& g) {
+  return {.n = g.n,
+          .h = g.oh,
+          .w = g.ow,
+          .c = g.o,
+          .oh = g.h,
+          .ow = g.w,
+          .o = g.c,
+          .pt = g.kh - 1 - g.pt,
+          .pl = g.kw - 1 - g.pl,
+          .r = static_cast<int>(g.kh)};
+}
+
+template <int R, typename T>
+void RunOnCpu(Pass pass, const winograd::Geometry& g, const T* in,
+              const T* bias, bool relu, T* out) {
+  static const winograd::Matrices<T> mx = winograd::MatricesFor<T>(R);
+  ParallelFor(winograd::Units(pass, g), 256, [&](int64_t begin, int64_t end) {
+    for (int64_t u = begin; u < end; ++u) {
+      winograd::RunUnit<R, T>(pass, g, mx, in, bias, relu, out, u);
+    }
+  });
+}
+
+// One pass from `in` into `out` on their device; `relu_bias` (kOutput
+// only, may be null): relu(... + bias).
+absl::Status Transform(Pass pass, const winograd::Geometry& g, const Tensor& in,
+                       const Tensor* relu_bias, const Tensor& out) {
+  const bool relu = relu_bias != nullptr;
+  const void* b = relu ? relu_bias->raw_data() : nullptr;
+  if (in.device().is_cuda()) {
+    return cuda::WinogradTransform(pass, in.dtype(), g, in.raw_data(), b, relu,
+                                   out.raw_data(), in.device().index);
+  }
+  MT_DISPATCH_FLOAT(in.dtype(), T, {
+    const T* src = in.data<T>();
+    const T* bias = static_cast<const T*>(b);
+    if (g.r == 3) {
+      RunOnCpu<3, T>(pass, g, src, bias, relu, out.data<T>());
+    } else {
+      RunOnCpu<5, T>(pass, g, src, bias, relu, out.data<T>());
+    }
+  });
+  return absl::OkStatus();
+}
+
+// [a^2 * matrices, rows, cols] scratch of `like`'s dtype and device:
+// `matrices` per transform point.
+absl::StatusOr<Tensor> Points(const winograd::Geometry& g, const Tensor& like,
+                              int64_t rows, int64_t cols,
+                              int64_t matrices = 1) {
+  const int64_t a = g.alpha();
+  return Tensor::Empty(like.dtype(), {a * a * matrices, rows, cols},
+                       like.device());
+}
+
+// Tiles per segment of the filter gradient's sum, about: enough products
+// (a^2 per segment) to spread over a GPU's SMs where the sum is long (the
+// cnn's second conv: 12 544 tiles, 13 segments, 468 products of 965 tiles
+// each, instead of 36 products 12 544 long).
+constexpr int64_t kSegmentTiles = 1024;
+constexpr int64_t kMaxSegments = 128;
+
+// out = the correlation g of `input` with `filter` (read by `filter_pass`),
+// with relu_bias in the output pass.
+absl::Status Correlate(const winograd::Geometry& g, const Tensor& input,
+                       const Tensor& filter, Pass filter_pass,
+                       const Tensor* relu_bias, Tensor& out) {
+  MT_ASSIGN_OR_RETURN(Tensor v, Points(g, input, g.tiles(), g.c));
+  MT_RETURN_IF_ERROR(Transform(Pass::kInput, g, input, nullptr, v));
+  MT_ASSIGN_OR_RETURN(Tensor u, Points(g, input, g.c, g.o));
+  MT_RETURN_IF_ERROR(Transform(filter_pass, g, filter, nullptr, u));
+  MT_ASSIGN_OR_RETURN(Tensor m, Points(g, input, g.tiles(), g.o));
+  MT_RETURN_IF_ERROR(Gemm(v, u, false, false, 1.0, 0.0, m));
+  MT_RETURN_IF_ERROR(Transform(Pass::kOutput, g, m, relu_bias, out));
+  winograd_calls.fetch_add(1, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool WinogradConvTakes(const cuda::Conv2DGeometry& g, const Tensor& x) {
+  const bool on =
+      x.device().is_cuda() ? gpu_winograd.load() : cpu_winograd.load();
+  if (!on || g.sh != 1 || g.sw != 1 || g.kh != g.kw ||
+      !winograd::Supported(g.kh) || g.pt < 0 || g.pl < 0 || g.pt > g.kh - 1 ||
+      g.pl > g.kw - 1) {
+    return false;
+  }
+  if (g.n == 0 || g.c == 0 || g.o == 0 || g.oh == 0 || g.ow == 0) return false;
+  return x.dtype() == DType::kF64 ||
+         (x.dtype() == DType::kF32 &&
+          GetMatMulPrecision() == MatMulPrecision::kFp32);
+}
+
+absl::Status WinogradConv2D(const cuda::Conv2DGeometry& g, const Tensor& x,
+                            const Tensor& filter, const Tensor* relu_bias,
+                            Tensor& y) {
+  return Correlate(ForwardGeometry(g), x, filter, Pass::kFilter, relu_bias, y);
+}
+
+absl::Status WinogradConv2DInputGrad(const cuda::Conv2DGeometry& g,
+                                     const Tensor& dy, const Tensor& filter,
+                                     Tensor& dx) {
+  return Correlate(InputGradGeometry(g), dy, filter, Pass::kFilterRotated,
+                   nullptr, dx);
+}
+
+absl::Status WinogradConv2DFilterGrad(const cuda::Conv2DGeometry& g,
+                                      const Tensor& x, const Tensor& dy,
+                                      Tensor& dfilter) {
+  winograd::Geometry wg = ForwardGeometry(g);
+  wg.segments = std::clamp<int64_t>(
+      (wg.tiles() + kSegmentTiles - 1) / kSegmentTiles, 1, kMaxSegments);
+  // V and dM as [a^2 * segments, segment_rows, channels]: one matrix per
+  // point and segment, the segments of a point adjacent.
+  const int64_t segment_rows = wg.segment_rows();
+  MT_ASSIGN_OR_RETURN(Tensor v, Points(wg, x, segment_rows, wg.c, wg.segments));
+  MT_RETURN_IF_ERROR(Transform(Pass::kInput, wg, x, nullptr, v));
+  MT_ASSIGN_OR_RETURN(Tensor dm,
+                      Points(wg, x, segment_rows, wg.o, wg.segments));
+  MT_RETURN_IF_ERROR(Transform(Pass::kOutputAdjoint, wg, dy, nullptr, dm));
+  // dU[p, s] = V[p, s]^T dM[p, s]: each point's [c, o] over one segment's
+  // tiles; the adjoint pass adds the segments in order.
+  MT_ASSIGN_OR_RETURN(Tensor du, Points(wg, x, wg.c, wg.o, wg.segments));
+  MT_RETURN_IF_ERROR(Gemm(v, dm, true, false, 1.0, 0.0, du));
+  MT_RETURN_IF_ERROR(Transform(Pass::kFilterAdjoint, wg, du, nullptr, dfilter));
+  winograd_calls.fetch_add(1, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+void SetConvGpuWinograd(bool enabled) { gpu_winograd.store(enabled); }
+void SetConvCpuWinograd(bool enabled) { cpu_winograd.store(enabled); }
+int64_t WinogradConvCalls() {
+  return winograd_calls.load(std::memory_order_relaxed);
+}
+
+MT_REGISTER(InternalSwitch,
+            {.name = "conv_gpu_winograd",
+             .doc = "stride-1 3x3 and 5x5 convolutions in full f32 as "
+                    "Winograd F(2x2, rxr): transforms around one batched "
+                    "GEMM; default off (on: instead of im2col, GEMMs and the "
+                    "implicit input gradient)",
+             .set = &SetConvGpuWinograd});
+
+}  // namespace mirrortrain::ops::internal

@@ -1,0 +1,269 @@
+// Winograd's F(2x2, r x r) convolution (tensor/winograd.h,
+// ops/winograd_conv.h) on CPUs, where the same per-unit functions as the
+// CUDA kernel run: the matrices compute a correlation (f64, to rounding),
+// and Conv2D on the Winograd path equals im2col + GEMM in its output and
+// both gradients (f64 to 1e-11; f32 within its rounding), over SAME and
+// VALID padding, partial edge tiles, filters wider than the image, and
+// Conv2DBiasRelu's fused output pass; the path takes exactly the
+// convolutions it claims.
+#include "tensor/ops/winograd_conv.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tensor/matmul_precision.h"
+#include "tensor/ops/array_ops.h"
+#include "tensor/ops/conv_ops.h"
+#include "tensor/winograd.h"
+#include "tests/test_util.h"
+
+namespace mirrortrain {
+namespace {
+
+using testing::AllClose;
+using testing::OpRun;
+using testing::RandomTensor;
+using testing::RunOp;
+
+class WinogradConvTest : public ::testing::Test {
+ protected:
+  void SetUp() override { SetMatMulPrecision(MatMulPrecision::kFp32); }
+  void TearDown() override {
+    ops::internal::SetConvCpuWinograd(false);
+    SetMatMulPrecision(MatMulPrecision::kFp32);
+  }
+};
+
+// Y = A^T [(G g G^T) (.) (B^T d B)] A for a random a x a tile d and r x r
+// filter g is their 2x2 correlation.
+TEST_F(WinogradConvTest, TheMatricesComputeACorrelation) {
+  for (const int r : {3, 5}) {
+    SCOPED_TRACE(absl::StrCat("r=", r));
+    const int a = r + 1;
+    const auto mx = winograd::MatricesFor<double>(r);
+    const Tensor d = RandomTensor({a, a}, 10 + r);
+    const Tensor g = RandomTensor({r, r}, 20 + r);
+    auto at = [](const Tensor& t, int i, int j) {
+      return t.data<double>()[i * t.dim(1) + j];
+    };
+    // U = G g G^T and V = B^T d B, a x a each.
+    std::vector<double> u(a * a), v(a * a);
+    for (int i = 0; i < a; ++i) {
+      for (int j = 0; j < a; ++j) {
+        double su = 0, sv = 0;
+        for (int k = 0; k < r; ++k) {
+          for (int l = 0; l < r; ++l)
+            su += mx.g[i][k] * at(g, k, l) * mx.g[j][l];
+        }
+        for (int k = 0; k < a; ++k) {
+          for (int l = 0; l < a; ++l) {
+            sv += mx.bt[i][k] * at(d, k, l) * mx.bt[j][l];
+          }
+        }
+        u[i * a + j] = su;
+        v[i * a + j] = sv;
+      }
+    }
+    for (int y = 0; y < winograd::kTile; ++y) {
+      for (int x = 0; x < winograd::kTile; ++x) {
+        double fast = 0, direct = 0;
+        for (int i = 0; i < a; ++i) {
+          for (int j = 0; j < a; ++j) {
+            fast += mx.at[y][i] * u[i * a + j] * v[i * a + j] * mx.at[x][j];
+          }
+        }
+        for (int k = 0; k < r; ++k) {
+          for (int l = 0; l < r; ++l)
+            direct += at(d, y + k, x + l) * at(g, k, l);
+        }
+        EXPECT_NEAR(fast, direct, 1e-13) << y << "," << x;
+      }
+    }
+  }
+}
+
+struct Case {
+  Shape x;       // NHWC
+  Shape filter;  // HWIO
+  ops::Padding padding;
+};
+
+// Convolutions the path takes: 3x3 and 5x5, stride 1.
+std::vector<Case> TakenCases() {
+  using ops::Padding;
+  return {
+      {{2, 5, 5, 3}, {3, 3, 3, 4}, Padding::kSame},
+      {{1, 7, 6, 2}, {3, 3, 2, 3}, Padding::kValid},  // 5x4: a half tile.
+      {{3, 8, 8, 1}, {5, 5, 1, 2}, Padding::kSame},
+      {{2, 14, 14, 8}, {5, 5, 8, 16}, Padding::kSame},  // The cnn's 2nd, thin.
+      {{1, 9, 7, 4}, {5, 5, 4, 3}, Padding::kValid},    // 5x3.
+      {{1, 1, 1, 2}, {3, 3, 2, 2}, Padding::kSame},     // One pixel.
+      {{2, 3, 6, 2}, {5, 5, 2, 2}, Padding::kSame},     // Filter > image.
+      {{1, 11, 13, 5}, {3, 3, 5, 7}, Padding::kSame},   // Odd everything.
+      // 2 025 tiles: the filter gradient sums two segments of 1 013 tiles,
+      // the second with a zero row of padding.
+      {{9, 30, 30, 2}, {3, 3, 2, 3}, Padding::kSame},
+  };
+}
+
+// The Conv2D of `c` (and its gradients) with the CPU's Winograd path on or
+// off.
+OpRun RunConv(const Case& c, DType dtype, bool winograd, uint64_t seed) {
+  ops::Conv2DOptions opt;
+  opt.padding = c.padding;
+  const Tensor x = RandomTensor(c.x, seed, dtype);
+  const Tensor f = RandomTensor(c.filter, seed + 1, dtype);
+  absl::StatusOr<Tensor> probe = ops::Conv2D(x, f, opt);
+  EXPECT_TRUE(probe.ok()) << probe.status();
+  const Tensor w = RandomTensor(probe->shape(), seed + 2, dtype, 0.5, 1.5);
+  ops::internal::SetConvCpuWinograd(winograd);
+  absl::StatusOr<OpRun> run = RunOp(
+      [&](const std::vector<Tensor>& in) {
+        return ops::Conv2D(in[0], in[1], opt);
+      },
+      {x, f}, w, /*gradients=*/true);
+  EXPECT_TRUE(run.ok()) << run.status();
+  ops::internal::SetConvCpuWinograd(false);
+  return run.ok() ? *run : OpRun{};
+}
+
+std::string Describe(const Case& c) {
+  return absl::StrCat(ShapeToString(c.x), " * ", ShapeToString(c.filter),
+                      c.padding == ops::Padding::kSame ? " same" : " valid");
+}
+
+TEST_F(WinogradConvTest, Conv2DAndItsGradientsMatchIm2ColInF64) {
+  uint64_t seed = 100;
+  for (const Case& c : TakenCases()) {
+    SCOPED_TRACE(Describe(c));
+    const OpRun want = RunConv(c, DType::kF64, false, seed);
+    const int64_t calls = ops::internal::WinogradConvCalls();
+    const OpRun got = RunConv(c, DType::kF64, true, seed);
+    // Forward, input gradient, filter gradient.
+    EXPECT_EQ(ops::internal::WinogradConvCalls() - calls, 3);
+    EXPECT_TRUE(AllClose(got.y, want.y, 1e-11, 1e-11)) << "forward";
+    ASSERT_EQ(got.grads.size(), 2u);
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_TRUE(got.grads[i].has_value() && want.grads[i].has_value());
+      EXPECT_TRUE(AllClose(*got.grads[i], *want.grads[i], 1e-11, 1e-11))
+          << (i == 0 ? "input gradient" : "filter gradient");
+    }
+    seed += 10;
+  }
+}
+
+// In f32 both paths round; each is compared with the f64 result of the same
+// inputs, as the worst error relative to the largest value. Measured: for
+// 3x3 filters the Winograd path's is im2col's (1e-7 to 3e-7); for 5x5 up
+// to 2.8e-6 against im2col's 1e-7 to 5e-7: B^T's entries (up to 5) make
+// transformed values larger than the outputs they combine into, and their
+// f32 roundings cancel less (accumulating the transforms in double only
+// took that to 2.1e-6). The bounds are about twice the worst seen; a wrong
+// tap or tile is off by O(0.1).
+TEST_F(WinogradConvTest, F32StaysWithinRoundingOfF64) {
+  uint64_t seed = 300;
+  for (const Case& c : TakenCases()) {
+    SCOPED_TRACE(Describe(c));
+    const OpRun exact = RunConv(c, DType::kF64, false, seed);
+    const OpRun im2col = RunConv(c, DType::kF32, false, seed);
+    const OpRun ours = RunConv(c, DType::kF32, true, seed);
+    const double bound = c.filter[0] == 3 ? 1e-6 : 6e-6;
+    auto worst = [](const Tensor& got, const Tensor& want) {
+      absl::StatusOr<Tensor> g64 = ops::Cast(got, DType::kF64);
+      double scale = 1e-30, err = 0;
+      for (int64_t i = 0; i < want.num_elements(); ++i) {
+        scale = std::max(scale, std::fabs(want.data<double>()[i]));
+        err = std::max(
+            err, std::fabs(g64->data<double>()[i] - want.data<double>()[i]));
+      }
+      return err / scale;
+    };
+    const double y_ours = worst(ours.y, exact.y);
+    const double y_im2col = worst(im2col.y, exact.y);
+    EXPECT_LT(y_ours, bound) << "forward (im2col: " << y_im2col << ")";
+    for (int i = 0; i < 2; ++i) {
+      const double g_ours = worst(*ours.grads[i], *exact.grads[i]);
+      const double g_im2col = worst(*im2col.grads[i], *exact.grads[i]);
+      EXPECT_LT(g_ours, bound) << (i == 0 ? "input" : "filter")
+                               << " gradient (im2col: " << g_im2col << ")";
+    }
+    seed += 10;
+  }
+}
+
+TEST_F(WinogradConvTest, BiasAndReluGoInTheOutputPass) {
+  ops::Conv2DOptions opt;
+  const Tensor x = RandomTensor({2, 6, 5, 3}, 7);
+  const Tensor f = RandomTensor({5, 5, 3, 4}, 8);
+  const Tensor b = RandomTensor({4}, 9);
+  const Tensor w = RandomTensor({2, 6, 5, 4}, 10, DType::kF64, 0.5, 1.5);
+  auto run = [&](bool winograd) {
+    ops::internal::SetConvCpuWinograd(winograd);
+    absl::StatusOr<OpRun> r = RunOp(
+        [&](const std::vector<Tensor>& in) {
+          return ops::Conv2DBiasRelu(in[0], in[1], in[2], opt);
+        },
+        {x, f, b}, w, true);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return *r;
+  };
+  const OpRun want = run(false);
+  const int64_t calls = ops::internal::WinogradConvCalls();
+  const OpRun got = run(true);
+  EXPECT_EQ(ops::internal::WinogradConvCalls() - calls, 3);
+  EXPECT_TRUE(AllClose(got.y, want.y, 1e-11, 1e-11));
+  int zeros = 0;  // Relu clipped some outputs (or the test would not say).
+  for (int64_t i = 0; i < got.y.num_elements(); ++i) {
+    zeros += got.y.data<double>()[i] == 0.0;
+  }
+  EXPECT_GT(zeros, 0);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(AllClose(*got.grads[i], *want.grads[i], 1e-11, 1e-11)) << i;
+  }
+}
+
+TEST_F(WinogradConvTest, OtherConvolutionsKeepTheirPath) {
+  using ops::Padding;
+  struct Other {
+    Case c;
+    int64_t stride;
+    const char* why;
+  };
+  const Other others[] = {
+      {{{1, 8, 8, 2}, {3, 3, 2, 2}, Padding::kSame}, 2, "stride 2"},
+      {{{1, 6, 6, 2}, {1, 1, 2, 2}, Padding::kSame}, 1, "1x1"},
+      {{{1, 9, 9, 2}, {7, 7, 2, 2}, Padding::kSame}, 1, "7x7"},
+      {{{1, 8, 8, 2}, {3, 5, 2, 2}, Padding::kSame}, 1, "3x5"},
+      {{{1, 2, 2, 2}, {3, 3, 2, 2}, Padding::kValid}, 1, "empty output"},
+      {{{0, 4, 4, 2}, {3, 3, 2, 2}, Padding::kSame}, 1, "empty batch"},
+  };
+  ops::internal::SetConvCpuWinograd(true);
+  for (const Other& o : others) {
+    SCOPED_TRACE(o.why);
+    ops::Conv2DOptions opt;
+    opt.stride_h = opt.stride_w = o.stride;
+    opt.padding = o.c.padding;
+    const int64_t calls = ops::internal::WinogradConvCalls();
+    EXPECT_TRUE(
+        ops::Conv2D(RandomTensor(o.c.x, 1), RandomTensor(o.c.filter, 2), opt)
+            .ok());
+    EXPECT_EQ(ops::internal::WinogradConvCalls(), calls);
+  }
+  // f32 products on tensor cores (tf32) keep im2col + GEMM; f64 ignores
+  // the precision.
+  SetMatMulPrecision(MatMulPrecision::kTf32);
+  const int64_t calls = ops::internal::WinogradConvCalls();
+  const Shape xs{1, 6, 6, 2}, fs{3, 3, 2, 2};
+  EXPECT_TRUE(ops::Conv2D(RandomTensor(xs, 1, DType::kF32),
+                          RandomTensor(fs, 2, DType::kF32))
+                  .ok());
+  EXPECT_EQ(ops::internal::WinogradConvCalls(), calls);
+  EXPECT_TRUE(ops::Conv2D(RandomTensor(xs, 1), RandomTensor(fs, 2)).ok());
+  EXPECT_EQ(ops::internal::WinogradConvCalls(), calls + 1);
+}
+
+}  // namespace
+}  // namespace mirrortrain
