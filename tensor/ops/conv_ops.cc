@@ -45,6 +45,9 @@ struct ConvAttrs {
   // record: the tape holds one column buffer per such conv until its
   // backward, and `columns_reserved` their bytes of the budget.
   GemmOperand columns;
+  // On the Winograd path, likewise: the forward's transformed input, which
+  // the filter gradient reads instead of transforming x again.
+  Tensor winograd_input;
   DeviceByteBudget::Reservation columns_reserved;
 };
 
@@ -488,9 +491,20 @@ absl::StatusOr<Tensor> ConvForward(const ConvGeometry& g, const Tensor& x,
                       gemm ? Tensor::Empty(x.dtype(), y_shape, x.device())
                            : Tensor::Zeros(x.dtype(), y_shape, x.device()));
   if (gemm && GoesWinograd(g, x)) {
+    const bool keep = attrs != nullptr && tape::AnyTapeRecording();
+    Tensor v;
     MT_RETURN_IF_ERROR(internal::KernelError(
         relu_bias != nullptr ? "Conv2DBiasRelu" : "Conv2D",
-        internal::WinogradConv2D(g, x, filter, relu_bias, y), {&x, &filter}));
+        internal::WinogradConv2D(g, x, filter, relu_bias, y,
+                                 keep ? &v : nullptr),
+        {&x, &filter}));
+    if (keep) {
+      // The CPU's path (tests) reserves under a key of its own.
+      attrs->columns_reserved = KeptColumns().TryReserve(
+          x.device().is_cuda() ? x.device().index : -1,
+          v.num_elements() * static_cast<int64_t>(DTypeSize(v.dtype())));
+      if (attrs->columns_reserved != nullptr) attrs->winograd_input = v;
+    }
     return y;
   }
   if (gemm && x.device().is_cuda()) {
@@ -662,9 +676,11 @@ absl::Status ConvGrads(const ConvAttrs& attrs, const Tensor& x,
     if (needs[1]) {
       MT_ASSIGN_OR_RETURN(Tensor dw,
                           Tensor::Empty(dt, filter.shape(), dy.device()));
-      MT_RETURN_IF_ERROR(internal::KernelError(
-          "Conv2DBackpropFilter",
-          internal::WinogradConv2DFilterGrad(geo, x, dy, dw), {&dy}));
+      MT_RETURN_IF_ERROR(
+          internal::KernelError("Conv2DBackpropFilter",
+                                internal::WinogradConv2DFilterGrad(
+                                    geo, x, dy, dw, attrs.winograd_input),
+                                {&dy}));
       (*grads)[1] = std::move(dw);
     }
     return absl::OkStatus();

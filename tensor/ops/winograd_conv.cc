@@ -20,18 +20,30 @@ std::atomic<int64_t> winograd_calls{0};
 
 using winograd::Pass;
 
-// The forward correlation of g.
+// Tiles per segment of the filter gradient's sum, about: enough products
+// (a^2 per segment) to spread over a GPU's SMs where the sum is long (the
+// cnn's second conv: 12 544 tiles, 13 segments, 468 products of 965 tiles
+// each, instead of 36 products 12 544 long).
+constexpr int64_t kSegmentTiles = 1024;
+constexpr int64_t kMaxSegments = 128;
+
+// The forward correlation of g, its tiles in the filter gradient's
+// segments (so that the forward's transformed input is the one the filter
+// gradient reads; the forward's product takes the padding rows along).
 winograd::Geometry ForwardGeometry(const cuda::Conv2DGeometry& g) {
-  return {.n = g.n,
-          .h = g.h,
-          .w = g.w,
-          .c = g.c,
-          .oh = g.oh,
-          .ow = g.ow,
-          .o = g.o,
-          .pt = g.pt,
-          .pl = g.pl,
-          .r = static_cast<int>(g.kh)};
+  winograd::Geometry wg{.n = g.n,
+                        .h = g.h,
+                        .w = g.w,
+                        .c = g.c,
+                        .oh = g.oh,
+                        .ow = g.ow,
+                        .o = g.o,
+                        .pt = g.pt,
+                        .pl = g.pl,
+                        .r = static_cast<int>(g.kh)};
+  wg.segments = std::clamp<int64_t>(
+      (wg.tiles() + kSegmentTiles - 1) / kSegmentTiles, 1, kMaxSegments);
+  return wg;
 }
 
 // The input gradient's: dy [n, oh, ow, o] correlated with the turned
@@ -92,24 +104,33 @@ absl::StatusOr<Tensor> Points(const winograd::Geometry& g, const Tensor& like,
                        like.device());
 }
 
-// Tiles per segment of the filter gradient's sum, about: enough products
-// (a^2 per segment) to spread over a GPU's SMs where the sum is long (the
-// cnn's second conv: 12 544 tiles, 13 segments, 468 products of 965 tiles
-// each, instead of 36 products 12 544 long).
-constexpr int64_t kSegmentTiles = 1024;
-constexpr int64_t kMaxSegments = 128;
+// The transform of `input` (kInput) for g: [a^2 * segments, segment rows,
+// c], one matrix per point and segment, a point's segments adjacent (so
+// also [a^2, rows, c]).
+absl::StatusOr<Tensor> TransformInput(const winograd::Geometry& g,
+                                      const Tensor& input) {
+  MT_ASSIGN_OR_RETURN(Tensor v,
+                      Points(g, input, g.segment_rows(), g.c, g.segments));
+  MT_RETURN_IF_ERROR(Transform(Pass::kInput, g, input, nullptr, v));
+  return v;
+}
 
 // out = the correlation g of `input` with `filter` (read by `filter_pass`),
-// with relu_bias in the output pass.
+// with relu_bias in the output pass; *transformed (if not null) gets the
+// input's transform.
 absl::Status Correlate(const winograd::Geometry& g, const Tensor& input,
                        const Tensor& filter, Pass filter_pass,
-                       const Tensor* relu_bias, Tensor& out) {
-  MT_ASSIGN_OR_RETURN(Tensor v, Points(g, input, g.tiles(), g.c));
-  MT_RETURN_IF_ERROR(Transform(Pass::kInput, g, input, nullptr, v));
+                       const Tensor* relu_bias, Tensor& out,
+                       Tensor* transformed = nullptr) {
+  MT_ASSIGN_OR_RETURN(Tensor v, TransformInput(g, input));
   MT_ASSIGN_OR_RETURN(Tensor u, Points(g, input, g.c, g.o));
   MT_RETURN_IF_ERROR(Transform(filter_pass, g, filter, nullptr, u));
-  MT_ASSIGN_OR_RETURN(Tensor m, Points(g, input, g.tiles(), g.o));
+  // One product per point over all its rows (the padding rows' outputs are
+  // never read).
+  MT_ASSIGN_OR_RETURN(v, v.Reshaped({g.alpha() * g.alpha(), g.rows(), g.c}));
+  MT_ASSIGN_OR_RETURN(Tensor m, Points(g, input, g.rows(), g.o));
   MT_RETURN_IF_ERROR(Gemm(v, u, false, false, 1.0, 0.0, m));
+  if (transformed != nullptr) *transformed = v;
   MT_RETURN_IF_ERROR(Transform(Pass::kOutput, g, m, relu_bias, out));
   winograd_calls.fetch_add(1, std::memory_order_relaxed);
   return absl::OkStatus();
@@ -133,8 +154,9 @@ bool WinogradConvTakes(const cuda::Conv2DGeometry& g, const Tensor& x) {
 
 absl::Status WinogradConv2D(const cuda::Conv2DGeometry& g, const Tensor& x,
                             const Tensor& filter, const Tensor* relu_bias,
-                            Tensor& y) {
-  return Correlate(ForwardGeometry(g), x, filter, Pass::kFilter, relu_bias, y);
+                            Tensor& y, Tensor* transformed_input) {
+  return Correlate(ForwardGeometry(g), x, filter, Pass::kFilter, relu_bias, y,
+                   transformed_input);
 }
 
 absl::Status WinogradConv2DInputGrad(const cuda::Conv2DGeometry& g,
@@ -146,15 +168,18 @@ absl::Status WinogradConv2DInputGrad(const cuda::Conv2DGeometry& g,
 
 absl::Status WinogradConv2DFilterGrad(const cuda::Conv2DGeometry& g,
                                       const Tensor& x, const Tensor& dy,
-                                      Tensor& dfilter) {
-  winograd::Geometry wg = ForwardGeometry(g);
-  wg.segments = std::clamp<int64_t>(
-      (wg.tiles() + kSegmentTiles - 1) / kSegmentTiles, 1, kMaxSegments);
-  // V and dM as [a^2 * segments, segment_rows, channels]: one matrix per
-  // point and segment, the segments of a point adjacent.
+                                      Tensor& dfilter,
+                                      const Tensor& transformed_input) {
+  const winograd::Geometry wg = ForwardGeometry(g);
   const int64_t segment_rows = wg.segment_rows();
-  MT_ASSIGN_OR_RETURN(Tensor v, Points(wg, x, segment_rows, wg.c, wg.segments));
-  MT_RETURN_IF_ERROR(Transform(Pass::kInput, wg, x, nullptr, v));
+  Tensor v;
+  if (transformed_input.defined()) {
+    MT_ASSIGN_OR_RETURN(
+        v, transformed_input.Reshaped(
+               {wg.alpha() * wg.alpha() * wg.segments, segment_rows, wg.c}));
+  } else {
+    MT_ASSIGN_OR_RETURN(v, TransformInput(wg, x));
+  }
   MT_ASSIGN_OR_RETURN(Tensor dm,
                       Points(wg, x, segment_rows, wg.o, wg.segments));
   MT_RETURN_IF_ERROR(Transform(Pass::kOutputAdjoint, wg, dy, nullptr, dm));

@@ -31,19 +31,23 @@ bool WinogradConvTakes(const cuda::Conv2DGeometry& g, const Tensor& x);
 
 // y [n, oh, ow, o], every element written: conv(x, filter), or with
 // `relu_bias` ([o], may be null) relu(conv + bias) in the output pass, as
-// BiasAddRelu computes it.
+// BiasAddRelu computes it. `transformed_input` (may be null) gets x's
+// transform, which WinogradConv2DFilterGrad can read instead of making it
+// again.
 absl::Status WinogradConv2D(const cuda::Conv2DGeometry& g, const Tensor& x,
                             const Tensor& filter, const Tensor* relu_bias,
-                            Tensor& y);
+                            Tensor& y, Tensor* transformed_input = nullptr);
 // dx [n, h, w, c], every element written, for dy [n, oh, ow, o]: the
 // correlation of dy with the filter turned 180 degrees.
 absl::Status WinogradConv2DInputGrad(const cuda::Conv2DGeometry& g,
                                      const Tensor& dy, const Tensor& filter,
                                      Tensor& dx);
-// dfilter [r, r, c, o], every element written.
+// dfilter [r, r, c, o], every element written; `transformed_input`
+// (undefined: transformed here) is WinogradConv2D's of the same x.
 absl::Status WinogradConv2DFilterGrad(const cuda::Conv2DGeometry& g,
                                       const Tensor& x, const Tensor& dy,
-                                      Tensor& dfilter);
+                                      Tensor& dfilter,
+                                      const Tensor& transformed_input = {});
 
 // GPUs: the switch conv_gpu_winograd (default off).
 void SetConvGpuWinograd(bool enabled);

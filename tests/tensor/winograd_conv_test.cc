@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tensor/gradient_tape.h"
 #include "tensor/matmul_precision.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/conv_ops.h"
@@ -33,6 +34,7 @@ class WinogradConvTest : public ::testing::Test {
   void SetUp() override { SetMatMulPrecision(MatMulPrecision::kFp32); }
   void TearDown() override {
     ops::internal::SetConvCpuWinograd(false);
+    ops::internal::SetConvGpuKeptColumnBytes(0);
     SetMatMulPrecision(MatMulPrecision::kFp32);
   }
 };
@@ -135,24 +137,48 @@ std::string Describe(const Case& c) {
                       c.padding == ops::Padding::kSame ? " same" : " valid");
 }
 
+// The filter gradient reads the forward's transformed input where the
+// budget for kept columns grants its bytes, and transforms x again where
+// it does not (a budget of one byte): both are checked.
 TEST_F(WinogradConvTest, Conv2DAndItsGradientsMatchIm2ColInF64) {
   uint64_t seed = 100;
-  for (const Case& c : TakenCases()) {
-    SCOPED_TRACE(Describe(c));
-    const OpRun want = RunConv(c, DType::kF64, false, seed);
-    const int64_t calls = ops::internal::WinogradConvCalls();
-    const OpRun got = RunConv(c, DType::kF64, true, seed);
-    // Forward, input gradient, filter gradient.
-    EXPECT_EQ(ops::internal::WinogradConvCalls() - calls, 3);
-    EXPECT_TRUE(AllClose(got.y, want.y, 1e-11, 1e-11)) << "forward";
-    ASSERT_EQ(got.grads.size(), 2u);
-    for (int i = 0; i < 2; ++i) {
-      ASSERT_TRUE(got.grads[i].has_value() && want.grads[i].has_value());
-      EXPECT_TRUE(AllClose(*got.grads[i], *want.grads[i], 1e-11, 1e-11))
-          << (i == 0 ? "input gradient" : "filter gradient");
+  for (const int64_t budget : {int64_t{0}, int64_t{1}}) {
+    ops::internal::SetConvGpuKeptColumnBytes(budget);
+    for (const Case& c : TakenCases()) {
+      SCOPED_TRACE(absl::StrCat(Describe(c), budget == 0 ? " kept" : " again"));
+      const OpRun want = RunConv(c, DType::kF64, false, seed);
+      const int64_t calls = ops::internal::WinogradConvCalls();
+      const OpRun got = RunConv(c, DType::kF64, true, seed);
+      // Forward, input gradient, filter gradient.
+      EXPECT_EQ(ops::internal::WinogradConvCalls() - calls, 3);
+      EXPECT_TRUE(AllClose(got.y, want.y, 1e-11, 1e-11)) << "forward";
+      ASSERT_EQ(got.grads.size(), 2u);
+      for (int i = 0; i < 2; ++i) {
+        ASSERT_TRUE(got.grads[i].has_value() && want.grads[i].has_value());
+        EXPECT_TRUE(AllClose(*got.grads[i], *want.grads[i], 1e-11, 1e-11))
+            << (i == 0 ? "input gradient" : "filter gradient");
+      }
+      seed += 10;
     }
-    seed += 10;
   }
+}
+
+// While a recorded forward's transformed input is kept, its bytes are
+// reserved in the budget; they return with the record.
+TEST_F(WinogradConvTest, TheKeptTransformIsReservedUntilTheBackward) {
+  ops::internal::SetConvCpuWinograd(true);
+  const Tensor x = RandomTensor({2, 9, 9, 3}, 1);
+  const Tensor f = RandomTensor({5, 5, 3, 4}, 2);
+  {
+    GradientTape tape;
+    tape.Watch(f);
+    absl::StatusOr<Tensor> y = ops::Conv2D(x, f);
+    ASSERT_TRUE(y.ok()) << y.status();
+    // 36 points x 50 tiles (2 images of 5 x 5) x 3 channels, f64.
+    EXPECT_EQ(ops::internal::ConvGpuKeptColumnBytes(-1), 36 * 50 * 3 * 8);
+    ASSERT_TRUE(tape.Gradient(*y, {f}).ok());
+  }
+  EXPECT_EQ(ops::internal::ConvGpuKeptColumnBytes(-1), 0);
 }
 
 // In f32 both paths round; each is compared with the f64 result of the same
