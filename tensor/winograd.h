@@ -86,6 +86,8 @@ enum class Pass {
   kFilter,         // filter [r, r, c, o] -> U: G g G^T per slice.
   kFilterRotated,  // filter [r, r, o, c] turned 180 degrees -> U [a^2, c, o].
   kOutput,         // M -> y [n, oh, ow, o]: A^T M A (+ bias, relu).
+  kOutputMaxPool,  // M -> the 2x2 stride-2 VALID max pool of y (+ bias,
+                   // relu after it) and the pool's winners.
   kOutputAdjoint,  // dy [n, oh, ow, o] -> dM: A dY A^T.
   kFilterAdjoint,  // dU -> dfilter [r, r, c, o]: G^T (sum of segments) G.
 };
@@ -99,11 +101,24 @@ MT_HOST_DEVICE inline int64_t Units(Pass pass, const Geometry& g) {
     case Pass::kOutputAdjoint:
       return g.rows() * g.o;
     case Pass::kOutput:
+    case Pass::kOutputMaxPool:
       return g.tiles() * g.o;
     default:
       return g.c * g.o;
   }
 }
+
+// What one pass reads and writes: memory of the pass's dtype on its
+// device (`argmax` int32).
+struct Buffers {
+  const void* in = nullptr;
+  const void* bias = nullptr;  // [o], kOutput and kOutputMaxPool; may be null.
+  bool relu = false;           // With bias: relu(... + bias).
+  void* out = nullptr;
+  // kOutputMaxPool (may be null): per pooled output, its winner's offset
+  // in its image of y, (oy * ow + ox) * o + channel (MaxPool2D's).
+  int32_t* argmax = nullptr;
+};
 
 namespace detail {
 
@@ -187,13 +202,28 @@ MT_HOST_DEVICE void Filter(const Geometry& g, const Matrices<T>& mx,
   }
 }
 
+// As BiasAddRelu's pass after a convolution (or its pool): the value, then
+// the bias, then relu's own formula (a NaN gives 0).
+template <typename T>
+MT_HOST_DEVICE T BiasRelu(T v, const Buffers& io, int64_t channel) {
+  if (io.bias != nullptr) v += static_cast<const T*>(io.bias)[channel];
+  if (io.relu) v = v > T(0) ? v : T(0);
+  return v;
+}
+
+// kOutput, or with `pool` kOutputMaxPool: a tile is one pool window, and
+// tiles past the last whole window (an odd last row or column, which VALID
+// pooling drops) write nothing.
 template <int R, typename T>
-MT_HOST_DEVICE void Output(const Geometry& g, const Matrices<T>& mx, const T* m,
-                           const T* bias, bool relu, T* y, int64_t u) {
+MT_HOST_DEVICE void Output(const Geometry& g, const Matrices<T>& mx,
+                           const Buffers& io, bool pool, int64_t u) {
   constexpr int A = R + 1;
   const int64_t oo = u % g.o;
   const int64_t tile = u / g.o;
   const TileOf t = Locate(g, tile);
+  if (pool && (t.y0 + 1 >= g.oh || t.x0 + 1 >= g.ow)) return;
+  const T* m = static_cast<const T*>(io.in);
+  T* y = static_cast<T*>(io.out);
   const int64_t plane = g.rows() * g.o;
   T am[kTile][A];  // A^T M
   for (int i = 0; i < kTile; ++i) {
@@ -203,20 +233,45 @@ MT_HOST_DEVICE void Output(const Geometry& g, const Matrices<T>& mx, const T* m,
       am[i][b] = s;
     }
   }
+  T out[kTile][kTile];
   for (int i = 0; i < kTile; ++i) {
-    const int64_t oy = t.y0 + i;
-    if (oy >= g.oh) continue;
     for (int j = 0; j < kTile; ++j) {
-      const int64_t ox = t.x0 + j;
-      if (ox >= g.ow) continue;
       T s = 0;
       for (int k = 0; k < A; ++k) s += am[i][k] * mx.at[j][k];
-      // As BiasAddRelu's pass after a convolution: the sum, then the bias,
-      // then relu's own formula (a NaN gives 0).
-      if (bias != nullptr) s += bias[oo];
-      if (relu) s = s > T(0) ? s : T(0);
-      y[((t.image * g.oh + oy) * g.ow + ox) * g.o + oo] = s;
+      out[i][j] = s;
     }
+  }
+  if (!pool) {
+    for (int i = 0; i < kTile; ++i) {
+      const int64_t oy = t.y0 + i;
+      if (oy >= g.oh) continue;
+      for (int j = 0; j < kTile; ++j) {
+        const int64_t ox = t.x0 + j;
+        if (ox >= g.ow) continue;
+        y[((t.image * g.oh + oy) * g.ow + ox) * g.o + oo] =
+            BiasRelu(out[i][j], io, oo);
+      }
+    }
+    return;
+  }
+  // Cells in row-major order; the first maximum wins, a NaN beats every
+  // number and the first NaN stays (MaxPool2D's rule).
+  T best = out[0][0];
+  int winner = 0;
+  for (int k = 1; k < kTile * kTile; ++k) {
+    const T v = out[k / kTile][k % kTile];
+    if (v > best || (v != v && best == best)) {
+      best = v;
+      winner = k;
+    }
+  }
+  const int64_t ph = g.oh / kTile, pw = g.ow / kTile;
+  const int64_t at =
+      ((t.image * ph + t.y0 / kTile) * pw + t.x0 / kTile) * g.o + oo;
+  y[at] = BiasRelu(best, io, oo);
+  if (io.argmax != nullptr) {
+    io.argmax[at] = static_cast<int32_t>(
+        ((t.y0 + winner / kTile) * g.ow + t.x0 + winner % kTile) * g.o + oo);
   }
 }
 
@@ -290,13 +345,14 @@ MT_HOST_DEVICE void FilterAdjoint(const Geometry& g, const Matrices<T>& mx,
 
 }  // namespace detail
 
-// Unit u of `pass` (u < Units(pass, g)): reads `in` (and `bias`, [o], may
-// be null, with `relu`, for kOutput) and writes its values of `out`.
-// Units write disjoint values, so any order or split gives the same result.
+// Unit u of `pass` (u < Units(pass, g)) of T values: reads io.in (and
+// the bias) and writes its values of io.out (and io.argmax). Units write
+// disjoint values, so any order or split gives the same result.
 template <int R, typename T>
 MT_HOST_DEVICE void RunUnit(Pass pass, const Geometry& g, const Matrices<T>& mx,
-                            const T* in, const T* bias, bool relu, T* out,
-                            int64_t u) {
+                            const Buffers& io, int64_t u) {
+  const T* in = static_cast<const T*>(io.in);
+  T* out = static_cast<T*>(io.out);
   switch (pass) {
     case Pass::kInput:
       detail::Input<R>(g, mx, in, out, u);
@@ -306,7 +362,8 @@ MT_HOST_DEVICE void RunUnit(Pass pass, const Geometry& g, const Matrices<T>& mx,
       detail::Filter<R>(g, mx, pass == Pass::kFilterRotated, in, out, u);
       return;
     case Pass::kOutput:
-      detail::Output<R>(g, mx, in, bias, relu, out, u);
+    case Pass::kOutputMaxPool:
+      detail::Output<R, T>(g, mx, io, pass == Pass::kOutputMaxPool, u);
       return;
     case Pass::kOutputAdjoint:
       detail::OutputAdjoint<R>(g, mx, in, out, u);

@@ -246,13 +246,12 @@ MT_CUDA_KERNEL(DepthwiseConv2DFilterGrad,
 
 // ---- Winograd convolution (winograd_kernels.cu): one pass between the
 // batched products of F(2x2, r x r), a thread per winograd::Units unit
-// running winograd::RunUnit (the CPU loops' function). `bias` ([o], may be
-// null) and `relu` only for kOutput. f32 or f64; r 3 or 5.
+// running winograd::RunUnit (the CPU loops' function). f32 or f64; r 3 or
+// 5.
 MT_CUDA_KERNEL(WinogradTransform,
                absl::Status(winograd::Pass pass, DType dtype,
-                            const winograd::Geometry& geometry, const void* in,
-                            const void* bias, bool relu, void* out,
-                            int device));
+                            const winograd::Geometry& geometry,
+                            const winograd::Buffers& buffers, int device));
 
 // ---- nn ops (nn_kernels.cu), over row-major [rows, cols] matrices.
 

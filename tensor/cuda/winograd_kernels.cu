@@ -16,11 +16,10 @@ namespace {
 
 template <int R, typename T>
 __global__ void WinogradKernel(winograd::Pass pass, winograd::Geometry g,
-                               winograd::Matrices<T> mx, const T* in,
-                               const T* bias, bool relu, T* out,
+                               winograd::Matrices<T> mx, winograd::Buffers io,
                                int64_t units) {
   for (int64_t u = GridStart(); u < units; u += GridStep()) {
-    winograd::RunUnit<R, T>(pass, g, mx, in, bias, relu, out, u);
+    winograd::RunUnit<R, T>(pass, g, mx, io, u);
   }
 }
 
@@ -33,9 +32,8 @@ const winograd::Matrices<T>& MatricesOf(int r) {
 }
 
 absl::Status WinogradTransformOnGpu(winograd::Pass pass, DType dtype,
-                                    const winograd::Geometry& g, const void* in,
-                                    const void* bias, bool relu, void* out,
-                                    int device) {
+                                    const winograd::Geometry& g,
+                                    const winograd::Buffers& io, int device) {
   if (!winograd::Supported(g.r)) {
     return absl::InvalidArgumentError(
         absl::StrCat("WinogradTransform: no F(2x2, ", g.r, "x", g.r, ")"));
@@ -45,19 +43,14 @@ absl::Status WinogradTransformOnGpu(winograd::Pass pass, DType dtype,
   return LaunchFloatOn(
       "WinogradTransform", dtype, device, [&](auto zero, cudaStream_t stream) {
         using T = decltype(zero);
-        const auto* typed_in = static_cast<const T*>(in);
-        const auto* typed_bias = static_cast<const T*>(bias);
-        auto* typed_out = static_cast<T*>(out);
         if (g.r == 3) {
           WinogradKernel<3, T>
               <<<LaunchBlocks(units), kLaunchThreads, 0, stream>>>(
-                  pass, g, MatricesOf<T>(3), typed_in, typed_bias, relu,
-                  typed_out, units);
+                  pass, g, MatricesOf<T>(3), io, units);
         } else {
           WinogradKernel<5, T>
               <<<LaunchBlocks(units), kLaunchThreads, 0, stream>>>(
-                  pass, g, MatricesOf<T>(5), typed_in, typed_bias, relu,
-                  typed_out, units);
+                  pass, g, MatricesOf<T>(5), io, units);
         }
       });
 }

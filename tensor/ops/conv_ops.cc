@@ -479,6 +479,16 @@ MT_REGISTER(InternalSwitch,
 
 namespace {
 
+// Keeps the Winograd path's transform v of x in `attrs` for the filter
+// gradient if the budget for kept columns grants its bytes (the CPU's path,
+// which tests use, under a key of its own).
+void KeepWinogradInput(const Tensor& x, const Tensor& v, ConvAttrs& attrs) {
+  attrs.columns_reserved = KeptColumns().TryReserve(
+      x.device().is_cuda() ? x.device().index : -1,
+      v.num_elements() * static_cast<int64_t>(DTypeSize(v.dtype())));
+  if (attrs.columns_reserved != nullptr) attrs.winograd_input = v;
+}
+
 // Conv2D's forward, unrecorded; with `relu_bias`, relu(conv + bias). On
 // GPUs, when a tape records, *attrs gets the columns GpuForward keeps.
 absl::StatusOr<Tensor> ConvForward(const ConvGeometry& g, const Tensor& x,
@@ -498,13 +508,7 @@ absl::StatusOr<Tensor> ConvForward(const ConvGeometry& g, const Tensor& x,
         internal::WinogradConv2D(g, x, filter, relu_bias, y,
                                  keep ? &v : nullptr),
         {&x, &filter}));
-    if (keep) {
-      // The CPU's path (tests) reserves under a key of its own.
-      attrs->columns_reserved = KeptColumns().TryReserve(
-          x.device().is_cuda() ? x.device().index : -1,
-          v.num_elements() * static_cast<int64_t>(DTypeSize(v.dtype())));
-      if (attrs->columns_reserved != nullptr) attrs->winograd_input = v;
-    }
+    if (keep) KeepWinogradInput(x, v, *attrs);
     return y;
   }
   if (gemm && x.device().is_cuda()) {
@@ -581,10 +585,13 @@ absl::StatusOr<Tensor> Conv2DBiasRelu(const Tensor& x, const Tensor& filter,
 namespace {
 
 // The fused Conv2DMaxPool's record: the convolution's geometry and the
-// pool's winners over its output.
+// pool's winners over its output; on the Winograd path (`winograd`), the
+// kept transform of x and its reservation, as ConvAttrs.
 struct ConvPoolAttrs {
   ConvGeometry geo;
   Tensor argmax;
+  bool winograd = false;
+  ConvAttrs conv;
 };
 
 // The pool Conv2DMaxPool fuses: 2x2, stride 2, VALID.
@@ -605,8 +612,11 @@ absl::StatusOr<Tensor> ConvMaxPool(const Tensor& x, const Tensor& filter,
     MT_RETURN_IF_ERROR(
         CheckConvBias("Conv2DMaxPoolBiasRelu", g, x, filter, *relu_bias));
   }
-  if (!x.device().is_cuda() || !FusablePool(pool) || !GoesDirect(g) ||
-      g.n == 0 || g.oh < 2 || g.ow < 2 || g.o == 0 || g.patch() == 0) {
+  const bool fusable = FusablePool(pool) && g.n > 0 && g.oh >= 2 && g.ow >= 2 &&
+                       g.o > 0 && g.patch() > 0;
+  const bool direct = fusable && x.device().is_cuda() && GoesDirect(g);
+  const bool winograd = fusable && !direct && GoesWinograd(g, x);
+  if (!direct && !winograd) {
     MT_ASSIGN_OR_RETURN(Tensor conv, Conv2D(x, filter, options));
     MT_ASSIGN_OR_RETURN(Tensor y, MaxPool2D(conv, pool));
     if (relu_bias == nullptr) return y;
@@ -620,21 +630,35 @@ absl::StatusOr<Tensor> ConvMaxPool(const Tensor& x, const Tensor& filter,
   if (record) {
     MT_ASSIGN_OR_RETURN(argmax, Tensor::Empty(DType::kI32, shape, x.device()));
   }
-  MT_RETURN_IF_ERROR(internal::KernelError(
-      relu_bias != nullptr ? "Conv2DMaxPoolBiasRelu" : "Conv2DMaxPool",
-      CountDirect(cuda::DirectConv2DMaxPool(
-          x.dtype(), x.raw_data(), filter.raw_data(),
-          relu_bias != nullptr ? relu_bias->raw_data() : nullptr, g,
-          internal::ProductsReadBf16(x), y.raw_data(),
-          record ? argmax.data<int32_t>() : nullptr, x.device().index)),
-      {&x, &filter}));
+  const char* op =
+      relu_bias != nullptr ? "Conv2DMaxPoolBiasRelu" : "Conv2DMaxPool";
+  ConvPoolAttrs attrs{g, argmax, winograd, ConvAttrs{g}};
+  if (direct) {
+    MT_RETURN_IF_ERROR(internal::KernelError(
+        op,
+        CountDirect(cuda::DirectConv2DMaxPool(
+            x.dtype(), x.raw_data(), filter.raw_data(),
+            relu_bias != nullptr ? relu_bias->raw_data() : nullptr, g,
+            internal::ProductsReadBf16(x), y.raw_data(),
+            record ? argmax.data<int32_t>() : nullptr, x.device().index)),
+        {&x, &filter}));
+  } else {
+    const bool keep = record && tape::AnyTapeRecording();
+    Tensor v;
+    MT_RETURN_IF_ERROR(internal::KernelError(
+        op,
+        internal::WinogradConv2DMaxPool(g, x, filter, relu_bias, y,
+                                        record ? &argmax : nullptr,
+                                        keep ? &v : nullptr),
+        {&x, &filter}));
+    if (keep) KeepWinogradInput(x, v, attrs.conv);
+  }
   fused_pool_calls.fetch_add(1, std::memory_order_relaxed);
   if (record && relu_bias == nullptr) {
-    tape::RecordOperation(kConv2DMaxPoolOp, {x, filter}, {y},
-                          ConvPoolAttrs{g, argmax});
+    tape::RecordOperation(kConv2DMaxPoolOp, {x, filter}, {y}, std::move(attrs));
   } else if (record) {
     tape::RecordOperation(kConv2DMaxPoolBiasReluOp, {x, filter, *relu_bias},
-                          {y}, ConvPoolAttrs{g, argmax});
+                          {y}, std::move(attrs));
   }
   return y;
 }
@@ -795,6 +819,17 @@ absl::Status ConvPoolGrads(const ConvPoolAttrs& attrs, const Tensor& x,
                            absl::Span<const bool> needs, Grads* grads) {
   const ConvGeometry& geo = attrs.geo;
   const int device = dy.device().index;
+  const Shape conv_shape{geo.n, geo.oh, geo.ow, geo.o};
+  const ImageWindow pool_window =
+      MakeImageWindow(conv_shape, 2, 2, 2, 2, Padding::kValid);
+  if (attrs.winograd) {
+    // The convolution's output gradient, then both gradients on the
+    // Winograd path (the filter's from the kept transform of x).
+    MT_ASSIGN_OR_RETURN(
+        Tensor dconv,
+        internal::MaxPool2DGrad(pool_window, attrs.argmax, dy, conv_shape));
+    return ConvGrads(attrs.conv, x, filter, dconv, needs, grads);
+  }
   if (needs[1]) {
     MT_ASSIGN_OR_RETURN(Tensor dw,
                         Tensor::Empty(x.dtype(), filter.shape(), dy.device()));
@@ -809,16 +844,9 @@ absl::Status ConvPoolGrads(const ConvPoolAttrs& attrs, const Tensor& x,
     (*grads)[1] = std::move(dw);
   }
   if (!needs[0]) return absl::OkStatus();
-  const Shape conv_shape{geo.n, geo.oh, geo.ow, geo.o};
-  MT_ASSIGN_OR_RETURN(Tensor dconv,
-                      Tensor::Empty(x.dtype(), conv_shape, dy.device()));
-  MT_RETURN_IF_ERROR(internal::KernelError(
-      "Conv2DMaxPoolBackprop",
-      cuda::MaxPool2DBackward(
-          dy.dtype(), attrs.argmax.data<int32_t>(), dy.raw_data(),
-          MakeImageWindow(conv_shape, 2, 2, 2, 2, Padding::kValid),
-          dconv.raw_data(), device),
-      {&dy}));
+  MT_ASSIGN_OR_RETURN(
+      Tensor dconv,
+      internal::MaxPool2DGrad(pool_window, attrs.argmax, dy, conv_shape));
   const bool input_only[] = {true, false};
   return ConvGrads(ConvAttrs{geo}, x, filter, dconv, input_only, grads);
 }

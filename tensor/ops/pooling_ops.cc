@@ -235,31 +235,40 @@ absl::StatusOr<Tensor> AvgPool2D(const Tensor& x, const Pool2DOptions& opt) {
   return y;
 }
 
+namespace internal {
+
+absl::StatusOr<Tensor> MaxPool2DGrad(const ImageWindow& window,
+                                     const Tensor& argmax, const Tensor& dy,
+                                     const Shape& x_shape) {
+  if (dy.device().is_cuda()) {
+    MT_ASSIGN_OR_RETURN(Tensor dx,
+                        Tensor::Empty(dy.dtype(), x_shape, dy.device()));
+    MT_RETURN_IF_ERROR(internal::KernelError(
+        "MaxPool2DGrad",
+        cuda::MaxPool2DBackward(dy.dtype(), argmax.data<int32_t>(),
+                                dy.raw_data(), window, dx.raw_data(),
+                                dy.device().index),
+        {&dy}));
+    return dx;
+  }
+  MT_RETURN_IF_ERROR(internal::CheckHost("MaxPool2DGrad", {&dy}));
+  Tensor dx = Tensor::HostZeros(dy.dtype(), x_shape);
+  MT_DISPATCH_FLOAT(dy.dtype(), T,
+                    MaxPoolBackward<T>(window, argmax.data<int32_t>(),
+                                       dy.data<T>(), dx.data<T>()));
+  return dx;
+}
+
+}  // namespace internal
+
 namespace {
 
 MT_OP(kMaxPool2DOp, "MaxPool2D",
       [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
         const PoolAttrs& attrs = std::any_cast<const PoolAttrs&>(op.attrs);
-        const Tensor& dy = g[0];
-        const Tensor& x = op.inputs[0];
-        if (dy.device().is_cuda()) {
-          MT_ASSIGN_OR_RETURN(
-              Tensor dx, Tensor::Empty(dy.dtype(), x.shape(), dy.device()));
-          MT_RETURN_IF_ERROR(internal::KernelError(
-              "MaxPool2DGrad",
-              cuda::MaxPool2DBackward(dy.dtype(), attrs.argmax.data<int32_t>(),
-                                      dy.raw_data(), attrs.geo, dx.raw_data(),
-                                      dy.device().index),
-              {&dy}));
-          (*grads)[0] = std::move(dx);
-          return absl::OkStatus();
-        }
-        MT_RETURN_IF_ERROR(internal::CheckHost("MaxPool2DGrad", {&dy}));
-        Tensor dx = Tensor::HostZeros(dy.dtype(), x.shape());
-        MT_DISPATCH_FLOAT(
-            dy.dtype(), T,
-            MaxPoolBackward<T>(attrs.geo, attrs.argmax.data<int32_t>(),
-                               dy.data<T>(), dx.data<T>()));
+        MT_ASSIGN_OR_RETURN(
+            Tensor dx, internal::MaxPool2DGrad(attrs.geo, attrs.argmax, g[0],
+                                               op.inputs[0].shape()));
         (*grads)[0] = std::move(dx);
         return absl::OkStatus();
       });

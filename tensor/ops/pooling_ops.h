@@ -4,6 +4,7 @@
 #define MIRRORTRAIN_TENSOR_OPS_POOLING_OPS_H_
 
 #include "absl/status/statusor.h"
+#include "tensor/image_window.h"
 #include "tensor/ops/window.h"
 #include "tensor/tensor.h"
 
@@ -23,6 +24,16 @@ absl::StatusOr<Tensor> MaxPool2D(const Tensor& x,
 // counted (TensorFlow's rule for SAME padding).
 absl::StatusOr<Tensor> AvgPool2D(const Tensor& x,
                                  const Pool2DOptions& options = {});
+
+namespace internal {
+// MaxPool2D's gradient (unrecorded): dx of `x_shape`, on dy's device, with
+// each output's gradient dy added at its winner `argmax` (int32, shaped as
+// dy: offsets within an image of x) and zeros elsewhere; `window` is the
+// pool's geometry over x. For fused ops that pool in a kernel of their own.
+absl::StatusOr<Tensor> MaxPool2DGrad(const ImageWindow& window,
+                                     const Tensor& argmax, const Tensor& dy,
+                                     const Shape& x_shape);
+}  // namespace internal
 
 }  // namespace mirrortrain::ops
 

@@ -62,33 +62,36 @@ winograd::Geometry InputGradGeometry(const cuda::Conv2DGeometry& g) {
 }
 
 template <int R, typename T>
-void RunOnCpu(Pass pass, const winograd::Geometry& g, const T* in,
-              const T* bias, bool relu, T* out) {
+void RunOnCpu(Pass pass, const winograd::Geometry& g,
+              const winograd::Buffers& io) {
   static const winograd::Matrices<T> mx = winograd::MatricesFor<T>(R);
   ParallelFor(winograd::Units(pass, g), 256, [&](int64_t begin, int64_t end) {
     for (int64_t u = begin; u < end; ++u) {
-      winograd::RunUnit<R, T>(pass, g, mx, in, bias, relu, out, u);
+      winograd::RunUnit<R, T>(pass, g, mx, io, u);
     }
   });
 }
 
-// One pass from `in` into `out` on their device; `relu_bias` (kOutput
-// only, may be null): relu(... + bias).
+// One pass from `in` into `out` on their device; `relu_bias` (the output
+// passes, may be null): relu(... + bias); `argmax` (kOutputMaxPool, may be
+// null): the pool's winners.
 absl::Status Transform(Pass pass, const winograd::Geometry& g, const Tensor& in,
-                       const Tensor* relu_bias, const Tensor& out) {
-  const bool relu = relu_bias != nullptr;
-  const void* b = relu ? relu_bias->raw_data() : nullptr;
+                       const Tensor* relu_bias, const Tensor& out,
+                       const Tensor* argmax = nullptr) {
+  const winograd::Buffers io{
+      .in = in.raw_data(),
+      .bias = relu_bias != nullptr ? relu_bias->raw_data() : nullptr,
+      .relu = relu_bias != nullptr,
+      .out = out.raw_data(),
+      .argmax = argmax != nullptr ? argmax->data<int32_t>() : nullptr};
   if (in.device().is_cuda()) {
-    return cuda::WinogradTransform(pass, in.dtype(), g, in.raw_data(), b, relu,
-                                   out.raw_data(), in.device().index);
+    return cuda::WinogradTransform(pass, in.dtype(), g, io, in.device().index);
   }
   MT_DISPATCH_FLOAT(in.dtype(), T, {
-    const T* src = in.data<T>();
-    const T* bias = static_cast<const T*>(b);
     if (g.r == 3) {
-      RunOnCpu<3, T>(pass, g, src, bias, relu, out.data<T>());
+      RunOnCpu<3, T>(pass, g, io);
     } else {
-      RunOnCpu<5, T>(pass, g, src, bias, relu, out.data<T>());
+      RunOnCpu<5, T>(pass, g, io);
     }
   });
   return absl::OkStatus();
@@ -115,12 +118,20 @@ absl::StatusOr<Tensor> TransformInput(const winograd::Geometry& g,
   return v;
 }
 
+// The output pass of a correlation: kOutput or kOutputMaxPool, with
+// relu(... + bias) (may be null), the pool's winners (may be null).
+struct OutputPass {
+  Pass pass = Pass::kOutput;
+  const Tensor* relu_bias = nullptr;
+  const Tensor* argmax = nullptr;
+};
+
 // out = the correlation g of `input` with `filter` (read by `filter_pass`),
-// with relu_bias in the output pass; *transformed (if not null) gets the
-// input's transform.
+// written by `output`; *transformed (if not null) gets the input's
+// transform.
 absl::Status Correlate(const winograd::Geometry& g, const Tensor& input,
                        const Tensor& filter, Pass filter_pass,
-                       const Tensor* relu_bias, Tensor& out,
+                       const OutputPass& output, Tensor& out,
                        Tensor* transformed = nullptr) {
   MT_ASSIGN_OR_RETURN(Tensor v, TransformInput(g, input));
   MT_ASSIGN_OR_RETURN(Tensor u, Points(g, input, g.c, g.o));
@@ -131,7 +142,8 @@ absl::Status Correlate(const winograd::Geometry& g, const Tensor& input,
   MT_ASSIGN_OR_RETURN(Tensor m, Points(g, input, g.rows(), g.o));
   MT_RETURN_IF_ERROR(Gemm(v, u, false, false, 1.0, 0.0, m));
   if (transformed != nullptr) *transformed = v;
-  MT_RETURN_IF_ERROR(Transform(Pass::kOutput, g, m, relu_bias, out));
+  MT_RETURN_IF_ERROR(
+      Transform(output.pass, g, m, output.relu_bias, out, output.argmax));
   winograd_calls.fetch_add(1, std::memory_order_relaxed);
   return absl::OkStatus();
 }
@@ -155,15 +167,25 @@ bool WinogradConvTakes(const cuda::Conv2DGeometry& g, const Tensor& x) {
 absl::Status WinogradConv2D(const cuda::Conv2DGeometry& g, const Tensor& x,
                             const Tensor& filter, const Tensor* relu_bias,
                             Tensor& y, Tensor* transformed_input) {
-  return Correlate(ForwardGeometry(g), x, filter, Pass::kFilter, relu_bias, y,
-                   transformed_input);
+  return Correlate(ForwardGeometry(g), x, filter, Pass::kFilter,
+                   {.relu_bias = relu_bias}, y, transformed_input);
+}
+
+absl::Status WinogradConv2DMaxPool(const cuda::Conv2DGeometry& g,
+                                   const Tensor& x, const Tensor& filter,
+                                   const Tensor* relu_bias, Tensor& y,
+                                   Tensor* argmax, Tensor* transformed_input) {
+  return Correlate(
+      ForwardGeometry(g), x, filter, Pass::kFilter,
+      {.pass = Pass::kOutputMaxPool, .relu_bias = relu_bias, .argmax = argmax},
+      y, transformed_input);
 }
 
 absl::Status WinogradConv2DInputGrad(const cuda::Conv2DGeometry& g,
                                      const Tensor& dy, const Tensor& filter,
                                      Tensor& dx) {
-  return Correlate(InputGradGeometry(g), dy, filter, Pass::kFilterRotated,
-                   nullptr, dx);
+  return Correlate(InputGradGeometry(g), dy, filter, Pass::kFilterRotated, {},
+                   dx);
 }
 
 absl::Status WinogradConv2DFilterGrad(const cuda::Conv2DGeometry& g,

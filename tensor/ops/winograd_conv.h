@@ -37,6 +37,16 @@ bool WinogradConvTakes(const cuda::Conv2DGeometry& g, const Tensor& x);
 absl::Status WinogradConv2D(const cuda::Conv2DGeometry& g, const Tensor& x,
                             const Tensor& filter, const Tensor* relu_bias,
                             Tensor& y, Tensor* transformed_input = nullptr);
+// The same convolution's 2x2 stride-2 VALID max pool, y [n, oh / 2, ow / 2,
+// o], in its output pass (each 2x2 tile is one window: the convolution's
+// output is never stored), with relu_bias after the pool; `argmax` (may
+// be null) gets MaxPool2D's winners: the offsets in an image of the
+// convolution's output. oh and ow >= 2.
+absl::Status WinogradConv2DMaxPool(const cuda::Conv2DGeometry& g,
+                                   const Tensor& x, const Tensor& filter,
+                                   const Tensor* relu_bias, Tensor& y,
+                                   Tensor* argmax,
+                                   Tensor* transformed_input = nullptr);
 // dx [n, h, w, c], every element written, for dy [n, oh, ow, o]: the
 // correlation of dy with the filter turned 180 degrees.
 absl::Status WinogradConv2DInputGrad(const cuda::Conv2DGeometry& g,

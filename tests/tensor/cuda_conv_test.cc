@@ -626,5 +626,42 @@ TEST_F(CudaConvTest, WinogradMatchesTheCpuPath) {
   EXPECT_GE(gpu_cases, 2 * 7);
 }
 
+// Conv2DMaxPoolBiasRelu with the pool in the Winograd output pass, on the
+// GPU against the CPU's same path: the cnn's second conv and its pool, and
+// odd output sizes (the pool drops a row and a column). The CPU runs the
+// probe, the forward and both gradients (4 Winograd calls, 2 fused
+// forwards), the GPU the forward and both gradients (3, 1). In f64 only:
+// in f32 the two sides' roundings may pick different winners of a window
+// whose values nearly tie, which sends the gradient elsewhere.
+TEST_F(CudaConvTest, WinogradMaxPoolMatchesTheCpuPath) {
+  using ops::Padding;
+  ops::internal::SetConvGpuWinograd(true);
+  ops::internal::SetConvCpuWinograd(true);
+  const ConvCase cases[] = {
+      {{4, 14, 14, 32}, {5, 5, 32, 64}, 1, 1, Padding::kSame},
+      {{2, 9, 11, 6}, {3, 3, 6, 5}, 1, 1, Padding::kSame},
+  };
+  uint64_t seed = 950;
+  for (DType dtype : {DType::kF64}) {
+    for (const ConvCase& c : cases) {
+      SCOPED_TRACE(absl::StrCat(ShapeToString(c.x), " ", DTypeName(dtype)));
+      const int64_t calls = ops::internal::WinogradConvCalls();
+      const int64_t fused = ops::internal::FusedConvMaxPoolCalls();
+      const ops::Conv2DOptions opt = OptionsOf(c);
+      ExpectGpuMatchesCpu(
+          [opt](const std::vector<Tensor>& in) {
+            return ops::Conv2DMaxPoolBiasRelu(in[0], in[1], in[2], opt, {});
+          },
+          {RandomTensor(c.x, seed, dtype),
+           RandomTensor(c.filter, seed + 1, dtype),
+           RandomTensor({c.filter[3]}, seed + 2, dtype)},
+          1e-10, 1e-10);
+      EXPECT_EQ(ops::internal::WinogradConvCalls() - calls, 7);
+      EXPECT_EQ(ops::internal::FusedConvMaxPoolCalls() - fused, 3);
+      seed += 3;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mirrortrain

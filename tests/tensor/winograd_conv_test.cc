@@ -18,6 +18,7 @@
 #include "tensor/matmul_precision.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/conv_ops.h"
+#include "tensor/ops/pooling_ops.h"
 #include "tensor/winograd.h"
 #include "tests/test_util.h"
 
@@ -248,6 +249,57 @@ TEST_F(WinogradConvTest, BiasAndReluGoInTheOutputPass) {
   EXPECT_GT(zeros, 0);
   for (int i = 0; i < 3; ++i) {
     EXPECT_TRUE(AllClose(*got.grads[i], *want.grads[i], 1e-11, 1e-11)) << i;
+  }
+}
+
+// Conv2DMaxPool and Conv2DMaxPoolBiasRelu on the Winograd path pool in
+// its output pass (one call for the forward, two for the gradients: the
+// pool's gradient, then the convolution's), and equal the ops in turn:
+// values, and through the winners, both gradients. Odd output sizes leave
+// a last row or column that VALID pooling drops.
+TEST_F(WinogradConvTest, MaxPoolGoesInTheOutputPass) {
+  struct PoolCase {
+    Case c;
+    bool bias;
+  };
+  const PoolCase cases[] = {
+      {{{2, 14, 14, 8}, {5, 5, 8, 6}, ops::Padding::kSame}, true},
+      {{{1, 9, 7, 3}, {3, 3, 3, 4}, ops::Padding::kSame}, false},
+      {{{2, 9, 8, 2}, {5, 5, 2, 3}, ops::Padding::kValid}, true},  // 5x4.
+  };
+  uint64_t seed = 500;
+  for (const PoolCase& pc : cases) {
+    SCOPED_TRACE(Describe(pc.c));
+    ops::Conv2DOptions opt;
+    opt.padding = pc.c.padding;
+    const ops::Pool2DOptions pool;  // 2x2, stride 2, VALID.
+    std::vector<Tensor> in = {RandomTensor(pc.c.x, seed),
+                              RandomTensor(pc.c.filter, seed + 1)};
+    if (pc.bias) in.push_back(RandomTensor({pc.c.filter[3]}, seed + 2));
+    auto f = [&](const std::vector<Tensor>& t) {
+      return pc.bias ? ops::Conv2DMaxPoolBiasRelu(t[0], t[1], t[2], opt, pool)
+                     : ops::Conv2DMaxPool(t[0], t[1], opt, pool);
+    };
+    absl::StatusOr<Tensor> probe = f(in);
+    ASSERT_TRUE(probe.ok()) << probe.status();
+    const Tensor w =
+        RandomTensor(probe->shape(), seed + 3, DType::kF64, 0.5, 1.5);
+    absl::StatusOr<OpRun> want = RunOp(f, in, w, true);
+    ASSERT_TRUE(want.ok()) << want.status();
+    ops::internal::SetConvCpuWinograd(true);
+    const int64_t calls = ops::internal::WinogradConvCalls();
+    const int64_t fused = ops::internal::FusedConvMaxPoolCalls();
+    absl::StatusOr<OpRun> got = RunOp(f, in, w, true);
+    ops::internal::SetConvCpuWinograd(false);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(ops::internal::WinogradConvCalls() - calls, 3);
+    EXPECT_EQ(ops::internal::FusedConvMaxPoolCalls() - fused, 1);
+    EXPECT_TRUE(AllClose(got->y, want->y, 1e-11, 1e-11)) << "forward";
+    for (size_t i = 0; i < in.size(); ++i) {
+      EXPECT_TRUE(AllClose(*got->grads[i], *want->grads[i], 1e-11, 1e-11))
+          << "gradient " << i;
+    }
+    seed += 10;
   }
 }
 
