@@ -10,4 +10,13 @@
 #define MT_HOST_DEVICE
 #endif
 
+// MT_UNROLL before a loop of a compile-time trip count unrolls it fully in
+// device code, so that the small arrays it indexes stay in registers
+// (tensor/winograd.h's transforms); nothing for the host compiler.
+#if defined(__CUDA_ARCH__)
+#define MT_UNROLL _Pragma("unroll")
+#else
+#define MT_UNROLL
+#endif
+
 #endif  // MIRRORTRAIN_TENSOR_HOST_DEVICE_H_

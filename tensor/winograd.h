@@ -143,8 +143,10 @@ MT_HOST_DEVICE void Input(const Geometry& g, const Matrices<T>& mx, const T* x,
   const TileOf t = Locate(g, tile);
   const bool padding = tile >= g.tiles();  // A zero row.
   T d[A][A];
+  MT_UNROLL
   for (int a = 0; a < A; ++a) {
     const int64_t iy = t.y0 - g.pt + a;
+    MT_UNROLL
     for (int b = 0; b < A; ++b) {
       const int64_t ix = t.x0 - g.pl + b;
       d[a][b] = !padding && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w
@@ -153,17 +155,23 @@ MT_HOST_DEVICE void Input(const Geometry& g, const Matrices<T>& mx, const T* x,
     }
   }
   T bd[A][A];  // B^T d
+  MT_UNROLL
   for (int a = 0; a < A; ++a) {
+    MT_UNROLL
     for (int b = 0; b < A; ++b) {
       T s = 0;
+      MT_UNROLL
       for (int k = 0; k < A; ++k) s += mx.bt[a][k] * d[k][b];
       bd[a][b] = s;
     }
   }
   const int64_t plane = g.rows() * g.c;
+  MT_UNROLL
   for (int a = 0; a < A; ++a) {
+    MT_UNROLL
     for (int b = 0; b < A; ++b) {
       T s = 0;
+      MT_UNROLL
       for (int k = 0; k < A; ++k) s += bd[a][k] * mx.bt[b][k];
       v[(a * A + b) * plane + u] = s;
     }
@@ -177,7 +185,9 @@ MT_HOST_DEVICE void Filter(const Geometry& g, const Matrices<T>& mx,
   const int64_t oo = u % g.o;
   const int64_t ch = u / g.o;
   T s[R][R];
+  MT_UNROLL
   for (int ky = 0; ky < R; ++ky) {
+    MT_UNROLL
     for (int kx = 0; kx < R; ++kx) {
       s[ky][kx] =
           rotated ? f[(((R - 1 - ky) * R + (R - 1 - kx)) * g.o + oo) * g.c + ch]
@@ -185,17 +195,23 @@ MT_HOST_DEVICE void Filter(const Geometry& g, const Matrices<T>& mx,
     }
   }
   T gs[A][R];  // G s
+  MT_UNROLL
   for (int a = 0; a < A; ++a) {
+    MT_UNROLL
     for (int k = 0; k < R; ++k) {
       T sum = 0;
+      MT_UNROLL
       for (int l = 0; l < R; ++l) sum += mx.g[a][l] * s[l][k];
       gs[a][k] = sum;
     }
   }
   const int64_t plane = g.c * g.o;
+  MT_UNROLL
   for (int a = 0; a < A; ++a) {
+    MT_UNROLL
     for (int b = 0; b < A; ++b) {
       T sum = 0;
+      MT_UNROLL
       for (int k = 0; k < R; ++k) sum += gs[a][k] * mx.g[b][k];
       uu[(a * A + b) * plane + u] = sum;
     }
@@ -226,25 +242,33 @@ MT_HOST_DEVICE void Output(const Geometry& g, const Matrices<T>& mx,
   T* y = static_cast<T*>(io.out);
   const int64_t plane = g.rows() * g.o;
   T am[kTile][A];  // A^T M
+  MT_UNROLL
   for (int i = 0; i < kTile; ++i) {
+    MT_UNROLL
     for (int b = 0; b < A; ++b) {
       T s = 0;
+      MT_UNROLL
       for (int k = 0; k < A; ++k) s += mx.at[i][k] * m[(k * A + b) * plane + u];
       am[i][b] = s;
     }
   }
   T out[kTile][kTile];
+  MT_UNROLL
   for (int i = 0; i < kTile; ++i) {
+    MT_UNROLL
     for (int j = 0; j < kTile; ++j) {
       T s = 0;
+      MT_UNROLL
       for (int k = 0; k < A; ++k) s += am[i][k] * mx.at[j][k];
       out[i][j] = s;
     }
   }
   if (!pool) {
+    MT_UNROLL
     for (int i = 0; i < kTile; ++i) {
       const int64_t oy = t.y0 + i;
       if (oy >= g.oh) continue;
+      MT_UNROLL
       for (int j = 0; j < kTile; ++j) {
         const int64_t ox = t.x0 + j;
         if (ox >= g.ow) continue;
@@ -258,6 +282,7 @@ MT_HOST_DEVICE void Output(const Geometry& g, const Matrices<T>& mx,
   // number and the first NaN stays (MaxPool2D's rule).
   T best = out[0][0];
   int winner = 0;
+  MT_UNROLL
   for (int k = 1; k < kTile * kTile; ++k) {
     const T v = out[k / kTile][k % kTile];
     if (v > best || (v != v && best == best)) {
@@ -284,8 +309,10 @@ MT_HOST_DEVICE void OutputAdjoint(const Geometry& g, const Matrices<T>& mx,
   const TileOf t = Locate(g, tile);
   const bool padding = tile >= g.tiles();  // A zero row.
   T d[kTile][kTile];
+  MT_UNROLL
   for (int i = 0; i < kTile; ++i) {
     const int64_t oy = t.y0 + i;
+    MT_UNROLL
     for (int j = 0; j < kTile; ++j) {
       const int64_t ox = t.x0 + j;
       d[i][j] = !padding && oy < g.oh && ox < g.ow
@@ -294,17 +321,23 @@ MT_HOST_DEVICE void OutputAdjoint(const Geometry& g, const Matrices<T>& mx,
     }
   }
   T ad[A][kTile];  // A dY
+  MT_UNROLL
   for (int a = 0; a < A; ++a) {
+    MT_UNROLL
     for (int j = 0; j < kTile; ++j) {
       T s = 0;
+      MT_UNROLL
       for (int i = 0; i < kTile; ++i) s += mx.at[i][a] * d[i][j];
       ad[a][j] = s;
     }
   }
   const int64_t plane = g.rows() * g.o;
+  MT_UNROLL
   for (int a = 0; a < A; ++a) {
+    MT_UNROLL
     for (int b = 0; b < A; ++b) {
       T s = 0;
+      MT_UNROLL
       for (int j = 0; j < kTile; ++j) s += ad[a][j] * mx.at[j][b];
       dm[(a * A + b) * plane + u] = s;
     }
@@ -319,6 +352,7 @@ MT_HOST_DEVICE void FilterAdjoint(const Geometry& g, const Matrices<T>& mx,
   const int64_t ch = u / g.o;
   const int64_t plane = g.c * g.o;
   T sum[A][A];  // dU: the segments' partial sums, in order.
+  MT_UNROLL
   for (int p = 0; p < A * A; ++p) {
     T s = 0;
     for (int64_t seg = 0; seg < g.segments; ++seg) {
@@ -327,16 +361,22 @@ MT_HOST_DEVICE void FilterAdjoint(const Geometry& g, const Matrices<T>& mx,
     sum[p / A][p % A] = s;
   }
   T gd[R][A];  // G^T dU
+  MT_UNROLL
   for (int k = 0; k < R; ++k) {
+    MT_UNROLL
     for (int b = 0; b < A; ++b) {
       T s = 0;
+      MT_UNROLL
       for (int a = 0; a < A; ++a) s += mx.g[a][k] * sum[a][b];
       gd[k][b] = s;
     }
   }
+  MT_UNROLL
   for (int ky = 0; ky < R; ++ky) {
+    MT_UNROLL
     for (int kx = 0; kx < R; ++kx) {
       T s = 0;
+      MT_UNROLL
       for (int b = 0; b < A; ++b) s += gd[ky][b] * mx.g[b][kx];
       df[((ky * R + kx) * g.c + ch) * g.o + oo] = s;
     }
