@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "tensor/status_macros.h"
 #include "yaml-cpp/depthguard.h"
 #include "yaml-cpp/eventhandler.h"
@@ -91,6 +92,21 @@ absl::Status CheckKeys(const YAML::Node& node, const std::string& path,
 absl::StatusOr<YAML::Node> LoadOneDocument(const std::string& text,
                                            const std::string& base,
                                            const YamlErrorFn& error) {
+  // YAML text holds no C0 control character but tab, line feed and
+  // carriage return, and no DEL; yaml-cpp reads them as something else (a
+  // NUL as "unknown escape character", on the next line).
+  int line = 1;
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte == '\n') {
+      ++line;
+    } else if ((byte < 0x20 && byte != '\t' && byte != '\r') || byte == 0x7f) {
+      return error(line, base,
+                   absl::StrFormat("malformed YAML: control character 0x%02x "
+                                   "(not a text file?)",
+                                   byte));
+    }
+  }
   // Not YAML::LoadAll: on some malformed text (",a") it never stops
   // reading empty documents. The first document is loaded, then the
   // parser is asked for at most one more.

@@ -240,6 +240,11 @@ TEST(ConfigTest, MalformedYaml) {
   EXPECT_THAT(Message(c.status()),
               HasSubstr("deep.yaml:1: malformed YAML: nested too deeply for "
                         "the parser"));
+  // A control character (a NUL: a binary file) is named at its line.
+  c = ParseConfig(std::string("seed: 1\ndata: \0\n", 16), "nul.yaml", {});
+  EXPECT_EQ(Message(c.status()),
+            "nul.yaml:2: malformed YAML: control character 0x00 (not a text "
+            "file?)");
   // A complex key is no config key.
   c = ParseConfig("? [a, b]\n: 1\n", "k.yaml", {});
   EXPECT_EQ(Message(c.status()),
