@@ -300,6 +300,10 @@ if want tta; then
     # (ema.evaluate_raw: false; one 10k-image test pass per epoch fewer).
     mt cnn_tta 300 "$CNN" --target 0.916 --weights ema -- --set "data.dir=$DATA" --set train.cuda_graph=auto \
       --set ema.evaluate_raw=false
+    # The same with the second conv as Winograd F(2x2, 5x5) (internal switch,
+    # off by default): its speed and that its f32 rounding trains as well.
+    mt cnn_tta_winograd 300 "$CNN" --target 0.916 --weights ema --env MIRRORTRAIN_SWITCHES=conv_gpu_winograd=on \
+      -- --set "data.dir=$DATA" --set train.cuda_graph=auto --set ema.evaluate_raw=false
     # Schedule defaults of torch_gpu.py are the config's: lr 0.1, warm-up 100, cosine 2250, 10 epochs.
     pt cnn_tta 240 --bench cnn_tta --data_dir "$DATA" --cnn_precision "$CNN_PRECISION" --target 0.916 --max_epochs 10
     # The same in bf16 (PyTorch: bf16 autocast).

@@ -233,7 +233,8 @@ def main() -> None:
 
     # The config's precision as the PyTorch twin of its run recorded it.
     tta_prec = next((k[1] for k in pt if k[0] == "cnn_tta" and k[1] != "bf16"), cnn_prec)
-    for name, prec in (("cnn_tta", tta_prec), ("cnn_tta_bf16", "bf16")):
+    for name, prec, label in (("cnn_tta", tta_prec, tta_prec), ("cnn_tta_bf16", "bf16", "bf16"),
+                              ("cnn_tta_winograd", tta_prec, f"{tta_prec} conv_gpu_winograd=on")):
         m = mt.get(name)
         if m is None and name != "cnn_tta":
             continue
@@ -241,7 +242,7 @@ def main() -> None:
         ms, mtime = tta(m, "ema")
         ps, ptime = tta(p, "plain")
         target = (m or p or {}).get("target", 0.916)
-        rows.append((f"CNN batch 256 {prec}: wall time to test accuracy {target}", ms, ps, "",
+        rows.append((f"CNN batch 256 {label}: wall time to test accuracy {target}", ms, ps, "",
                      f"{ptime / mtime:.2f}x (PyTorch s / mirrortrain s)" if mtime and ptime else "n/a",
                      ""))
 
