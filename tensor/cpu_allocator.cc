@@ -74,7 +74,7 @@ class CachingCpuAllocator final : public Allocator {
   // huge allocation does not commit all its memory at once.
   static constexpr size_t kPopulateMin = size_t{16} << 20;
   static constexpr size_t kPopulateMax = size_t{1} << 30;
-  static bool Populated(size_t rounded) {
+  static bool Populated([[maybe_unused]] size_t rounded) {
 #if defined(__SANITIZE_ADDRESS__)
     // AddressSanitizer watches malloc'd blocks only (redzones, leaks).
     return false;
