@@ -55,11 +55,13 @@ std::vector<std::vector<double>> Inverse(std::vector<std::vector<double>> m) {
 
 template <typename T>
 Matrices<T> MatricesFor(int r) {
-  // Small points symmetric about 0 keep the transforms' entries small
-  // (better f32 accuracy than 0, +-1, +-2).
+  // For r = 5, 2 and -1/2 beside 0, 1, -1: in a model of the cnn's second
+  // conv (32 -> 64 channels) in f32 its forward and filter gradient came
+  // 2.5 and 3 times closer to f64 than with +-1/2 or +-2 (NumPy, three
+  // seeds; the sets with both halves or both twos were the worst).
   const std::vector<double> points =
       r == 3 ? std::vector<double>{0, 1, -1}
-             : std::vector<double>{0, 1, -1, 0.5, -0.5};
+             : std::vector<double>{0, 1, -1, 2, -0.5};
   const int a = r + 1;
   // Transposing the Toom-Cook linear convolution s = V^-1 [(V_m u) (.)
   // (V_r g)] in u gives the correlation y = V_m^T [(V_r g) (.) (V^-T d)].

@@ -9,7 +9,7 @@
 // is 36 (r = 5) or 16 (r = 3) products per 4 outputs instead of 100 or 36.
 //
 // The matrices come from Toom-Cook interpolation at the points 0, 1, -1
-// (and 1/2, -1/2 for r = 5) and infinity: G and A^T are Vandermonde
+// (and 2, -1/2 for r = 5) and infinity: G and A^T are Vandermonde
 // matrices of the points and B^T the inverse transpose of the a x a one
 // (MatricesFor builds them on the host in double). The gradients use the
 // same pieces: the input gradient is the correlation of dy with the filter
@@ -20,8 +20,9 @@
 //
 // RunUnit is one thread's work (one tile and channel, or one filter slice),
 // shared by the CPU loops (ops/winograd_conv.cc) and the CUDA kernel
-// (cuda/winograd_kernels.cu), so both compute the same sums in the same
-// order.
+// (cuda/winograd_kernels.cu, built without fused multiply-adds), so both
+// compute the same transforms, rounding alike; only the batched products
+// between them may sum in other orders.
 #ifndef MIRRORTRAIN_TENSOR_WINOGRAD_H_
 #define MIRRORTRAIN_TENSOR_WINOGRAD_H_
 

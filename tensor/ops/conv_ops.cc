@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "tensor/cpu_threads.h"
@@ -615,7 +616,10 @@ absl::StatusOr<Tensor> ConvMaxPool(const Tensor& x, const Tensor& filter,
   const bool fusable = FusablePool(pool) && g.n > 0 && g.oh >= 2 && g.ow >= 2 &&
                        g.o > 0 && g.patch() > 0;
   const bool direct = fusable && x.device().is_cuda() && GoesDirect(g);
-  const bool winograd = fusable && !direct && GoesWinograd(g, x);
+  // The winners are int32 offsets within an image (MaxPool2D's).
+  const bool winograd =
+      fusable && !direct && GoesWinograd(g, x) &&
+      g.oh * g.ow * g.o <= std::numeric_limits<int32_t>::max();
   if (!direct && !winograd) {
     MT_ASSIGN_OR_RETURN(Tensor conv, Conv2D(x, filter, options));
     MT_ASSIGN_OR_RETURN(Tensor y, MaxPool2D(conv, pool));
@@ -823,6 +827,7 @@ absl::Status ConvPoolGrads(const ConvPoolAttrs& attrs, const Tensor& x,
   const ImageWindow pool_window =
       MakeImageWindow(conv_shape, 2, 2, 2, 2, Padding::kValid);
   if (attrs.winograd) {
+    if (!needs[0] && !needs[1]) return absl::OkStatus();  // The bias's alone.
     // The convolution's output gradient, then both gradients on the
     // Winograd path (the filter's from the kept transform of x).
     MT_ASSIGN_OR_RETURN(

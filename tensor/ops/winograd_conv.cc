@@ -27,6 +27,10 @@ using winograd::Pass;
 constexpr int64_t kSegmentTiles = 1024;
 constexpr int64_t kMaxSegments = 128;
 
+// The most one transformed tensor may take (the cnn's second conv at batch
+// 256: 116 MB).
+constexpr int64_t kMaxTransformBytes = int64_t{1} << 30;
+
 // The forward correlation of g, its tiles in the filter gradient's
 // segments (so that the forward's transformed input is the one the filter
 // gradient reads; the forward's product takes the padding rows along).
@@ -159,6 +163,18 @@ bool WinogradConvTakes(const cuda::Conv2DGeometry& g, const Tensor& x) {
     return false;
   }
   if (g.n == 0 || g.c == 0 || g.o == 0 || g.oh == 0 || g.ow == 0) return false;
+  // The transformed tensors (a^2 / 4 times an image's size, 9x for 5x5) are
+  // made whole, not in chunks as im2col's columns: larger ones (and sizes
+  // past cuBLAS's 32-bit dimensions) stay on im2col. The input gradient's
+  // tiles cover the input, the others' the output.
+  const int64_t a = g.kh + 1;
+  const int64_t tiles = g.n * std::max((g.oh + 1) / 2 * ((g.ow + 1) / 2),
+                                       (g.h + 1) / 2 * ((g.w + 1) / 2));
+  if (a * a * tiles * std::max(g.c, g.o) *
+          static_cast<int64_t>(DTypeSize(x.dtype())) >
+      kMaxTransformBytes) {
+    return false;
+  }
   return x.dtype() == DType::kF64 ||
          (x.dtype() == DType::kF32 &&
           GetMatMulPrecision() == MatMulPrecision::kFp32);

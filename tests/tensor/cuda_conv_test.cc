@@ -16,6 +16,7 @@
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/matmul_precision.h"
+#include "tensor/ops/array_ops.h"
 #include "tensor/ops/conv_ops.h"
 #include "tensor/ops/depthwise_conv_ops.h"
 #include "tensor/ops/math_ops.h"
@@ -587,14 +588,59 @@ TEST_F(CudaConvTest, SeveralChunksMatchCpu) {
   }
 }
 
+// The outputs and gradients of f on the GPU against the CPU's, each within
+// `bound` times the largest value of the CPU's.
+void ExpectMatchesCpuWithin(const testing::TensorFn& f,
+                            const std::vector<Tensor>& inputs, double bound) {
+  absl::StatusOr<Tensor> probe = f(inputs);
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  const Tensor w = RandomTensor(probe->shape(), 77, probe->dtype(), 0.5, 1.5);
+  absl::StatusOr<testing::OpRun> cpu = testing::RunOp(f, inputs, w, true);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  std::vector<Tensor> gpu_inputs;
+  for (const Tensor& in : inputs)
+    gpu_inputs.push_back(CopyTo(in, Device::Cuda(0)));
+  absl::StatusOr<testing::OpRun> gpu =
+      testing::RunOp(f, gpu_inputs, CopyTo(w, Device::Cuda(0)), true);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  auto expect = [&](const Tensor& on_gpu, const Tensor& want,
+                    const std::string& what) {
+    absl::StatusOr<Tensor> wide = ops::Cast(want, DType::kF64);
+    ASSERT_TRUE(wide.ok()) << wide.status();
+    double scale = 0;
+    for (double v : wide->ToVector<double>())
+      scale = std::max(scale, std::fabs(v));
+    EXPECT_TRUE(testing::AllClose(CopyTo(on_gpu, Device::Cpu()), want, 0,
+                                  bound * scale))
+        << what;
+  };
+  expect(gpu->y, cpu->y, "forward");
+  ASSERT_EQ(gpu->grads.size(), cpu->grads.size());
+  for (size_t i = 0; i < cpu->grads.size(); ++i) {
+    ASSERT_TRUE(gpu->grads[i].has_value() && cpu->grads[i].has_value()) << i;
+    expect(*gpu->grads[i], *cpu->grads[i], absl::StrCat("gradient ", i));
+  }
+}
+
+// The bound of ExpectMatchesCpuWithin for Winograd's r x r filters: in f32
+// the transforms round alike on both sides (no fused multiply-adds in the
+// kernels), the batched products may sum in other orders, whose roundings
+// the transforms amplify (winograd_conv_test measures up to 2.3e-6 of the
+// largest value against f64 for 5x5 filters, 7e-7 for 3x3).
+double WinogradBound(const ConvCase& c, DType dtype) {
+  if (dtype == DType::kF64) return 1e-10;
+  return c.filter[0] == 5 ? 1e-5 : 3e-6;
+}
+
 // The Winograd path on the GPU (conv_gpu_winograd) against the same path
-// on the CPU (winograd_conv_test compares that one with im2col + GEMM):
-// the same transforms, so only the batched products' sums differ in order.
+// on the CPU (winograd_conv_test compares that one with im2col + GEMM).
 // Every case above and a few more: the cnn's second conv, 3x3 with 16 and
-// 64 channels (the resnet's), odd sizes, VALID. Each takes the path
-// exactly where it claims to: on the CPU for the probe, the forward and
-// both gradients (4 calls), on the GPU for all but the convolutions the
-// direct kernels take (3).
+// 64 channels (the resnet's), odd sizes, VALID, and 2 025 tiles (the
+// filter gradient's two segments and a padding row); with the forward's
+// transform kept for the filter gradient, then (a budget of one byte)
+// made again. Each takes the path exactly where it claims to: on the CPU
+// for the probe, the forward and both gradients (4 calls), on the GPU for
+// all but the convolutions the direct kernels take (3).
 TEST_F(CudaConvTest, WinogradMatchesTheCpuPath) {
   using ops::Padding;
   ops::internal::SetConvGpuWinograd(true);
@@ -607,23 +653,38 @@ TEST_F(CudaConvTest, WinogradMatchesTheCpuPath) {
                    {{2, 7, 7, 64}, {3, 3, 64, 64}, 1, 1, Padding::kSame},
                    {{1, 11, 8, 6}, {5, 5, 6, 5}, 1, 1, Padding::kValid},
                    {{2, 5, 13, 9}, {3, 3, 9, 7}, 1, 1, Padding::kValid},
+                   {{9, 30, 30, 4}, {3, 3, 4, 3}, 1, 1, Padding::kSame},
                });
   uint64_t seed = 900;
   int gpu_cases = 0;
-  for (DType dtype : {DType::kF32, DType::kF64}) {
-    for (const ConvCase& c : cases) {
-      const cuda::Conv2DGeometry g = GeometryOf(c);
-      const bool cpu_takes =
-          ops::internal::WinogradConvTakes(g, RandomTensor(c.x, 1, dtype));
-      const bool gpu_takes = cpu_takes && !DirectCase(c);
-      const int64_t calls = ops::internal::WinogradConvCalls();
-      ExpectConvMatchesCpu(c, dtype, seed += 2);
-      EXPECT_EQ(ops::internal::WinogradConvCalls() - calls,
-                (cpu_takes ? 4 : 0) + (gpu_takes ? 3 : 0));
-      gpu_cases += gpu_takes;
+  for (const int64_t budget : {int64_t{0}, int64_t{1}}) {
+    ops::internal::SetConvGpuKeptColumnBytes(budget);
+    for (DType dtype : {DType::kF32, DType::kF64}) {
+      for (const ConvCase& c : cases) {
+        SCOPED_TRACE(absl::StrCat(
+            ShapeToString(c.x), " * ", ShapeToString(c.filter), " s", c.sh, "x",
+            c.sw, " ", DTypeName(dtype), " budget ", budget));
+        const cuda::Conv2DGeometry g = GeometryOf(c);
+        const bool cpu_takes =
+            ops::internal::WinogradConvTakes(g, RandomTensor(c.x, 1, dtype));
+        const bool gpu_takes = cpu_takes && !DirectCase(c);
+        const int64_t calls = ops::internal::WinogradConvCalls();
+        const ops::Conv2DOptions opt = OptionsOf(c);
+        seed += 2;
+        ExpectMatchesCpuWithin(
+            [opt](const std::vector<Tensor>& in) {
+              return ops::Conv2D(in[0], in[1], opt);
+            },
+            {RandomTensor(c.x, seed, dtype),
+             RandomTensor(c.filter, seed + 1, dtype)},
+            WinogradBound(c, dtype));
+        EXPECT_EQ(ops::internal::WinogradConvCalls() - calls,
+                  (cpu_takes ? 4 : 0) + (gpu_takes ? 3 : 0));
+        gpu_cases += gpu_takes;
+      }
     }
   }
-  EXPECT_GE(gpu_cases, 2 * 7);
+  EXPECT_EQ(gpu_cases, 2 * 2 * 8);
 }
 
 // Conv2DMaxPoolBiasRelu with the pool in the Winograd output pass, on the

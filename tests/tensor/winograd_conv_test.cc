@@ -109,6 +109,10 @@ std::vector<Case> TakenCases() {
       // 2 025 tiles: the filter gradient sums two segments of 1 013 tiles,
       // the second with a zero row of padding.
       {{9, 30, 30, 2}, {3, 3, 2, 3}, Padding::kSame},
+      // The cnn's second conv, and the resnet config's 3x3 widths.
+      {{4, 14, 14, 32}, {5, 5, 32, 64}, Padding::kSame},
+      {{2, 28, 28, 16}, {3, 3, 16, 16}, Padding::kSame},
+      {{4, 7, 7, 64}, {3, 3, 64, 64}, Padding::kSame},
   };
 }
 
@@ -184,12 +188,12 @@ TEST_F(WinogradConvTest, TheKeptTransformIsReservedUntilTheBackward) {
 
 // In f32 both paths round; each is compared with the f64 result of the same
 // inputs, as the worst error relative to the largest value. Measured: for
-// 3x3 filters the Winograd path's is im2col's (1e-7 to 3e-7); for 5x5 up
-// to 2.8e-6 against im2col's 1e-7 to 5e-7: B^T's entries (up to 5) make
-// transformed values larger than the outputs they combine into, and their
-// f32 roundings cancel less (accumulating the transforms in double only
-// took that to 2.1e-6). The bounds are about twice the worst seen; a wrong
-// tap or tile is off by O(0.1).
+// 3x3 filters the Winograd path's is im2col's (1e-7 to 7e-7, im2col up to
+// 1.8e-6); for 5x5 up to 2.3e-6 (the cnn's second conv's filter gradient;
+// 1.9e-6 at batch 32) against im2col's 1e-7 to 5e-7: B^T's entries (up to
+// 2.1) make transformed values larger than the outputs they combine into,
+// and their f32 roundings cancel less. The bounds are about twice the
+// worst seen; a wrong tap or tile is off by O(0.1).
 TEST_F(WinogradConvTest, F32StaysWithinRoundingOfF64) {
   uint64_t seed = 300;
   for (const Case& c : TakenCases()) {
@@ -197,7 +201,7 @@ TEST_F(WinogradConvTest, F32StaysWithinRoundingOfF64) {
     const OpRun exact = RunConv(c, DType::kF64, false, seed);
     const OpRun im2col = RunConv(c, DType::kF32, false, seed);
     const OpRun ours = RunConv(c, DType::kF32, true, seed);
-    const double bound = c.filter[0] == 3 ? 1e-6 : 6e-6;
+    const double bound = c.filter[0] == 3 ? 1e-6 : 5e-6;
     auto worst = [](const Tensor& got, const Tensor& want) {
       absl::StatusOr<Tensor> g64 = ops::Cast(got, DType::kF64);
       double scale = 1e-30, err = 0;
