@@ -8,6 +8,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -35,12 +36,13 @@ namespace mirrortrain {
 
 // Runs `f` (returning absl::Status) and turns an exception escaping it
 // into a Status: std::bad_alloc or std::length_error (a standard container
-// or HostEmpty that could not get its memory) into ResourceExhausted, any
-// other (a library that throws: the standard library, yaml-cpp) into
-// Internal naming it. Where work runs on behalf of a caller that expects a
-// Status (a replica step, a command), a failure is a Status, never the end
-// of the process, and a replica that fails this way still reaches the
-// points its peers wait at (a capture's latches).
+// or HostEmpty that could not get its memory) and a thread that could not
+// start (std::system_error with EAGAIN: the process's or user's thread
+// limit) into ResourceExhausted, any other (a library that throws: the
+// standard library, yaml-cpp) into Internal naming it. Where work runs on
+// behalf of a caller that expects a Status (a replica step, a command), a
+// failure is a Status, never the end of the process, and a replica that fails
+// this way still reaches the points its peers wait at (a capture's latches).
 template <typename F>
 absl::Status CatchExceptions(F&& f) {
   try {
@@ -50,6 +52,14 @@ absl::Status CatchExceptions(F&& f) {
   } catch (const std::length_error& e) {
     return absl::ResourceExhaustedError(std::string("allocation too large: ") +
                                         e.what());
+  } catch (const std::system_error& e) {
+    if (e.code() == std::errc::resource_unavailable_try_again) {
+      return absl::ResourceExhaustedError(
+          std::string("could not start a thread (") + e.what() +
+          "): the thread limit of the process or user (ulimit -u) is reached");
+    }
+    return absl::InternalError(std::string("unexpected exception: ") +
+                               e.what());
   } catch (const std::exception& e) {
     return absl::InternalError(std::string("unexpected exception: ") +
                                e.what());

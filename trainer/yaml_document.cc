@@ -95,10 +95,12 @@ absl::StatusOr<YAML::Node> LoadOneDocument(const std::string& text,
   // YAML text holds no C0 control character but tab, line feed and
   // carriage return, and no DEL; yaml-cpp reads them as something else (a
   // NUL as "unknown escape character", on the next line).
+  // Lines end at LF, CR LF or a lone CR (YAML's line breaks).
   int line = 1;
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte == '\n') {
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (byte == '\n' ||
+        (byte == '\r' && (i + 1 == text.size() || text[i + 1] != '\n'))) {
       ++line;
     } else if ((byte < 0x20 && byte != '\t' && byte != '\r') || byte == 0x7f) {
       return error(line, base,

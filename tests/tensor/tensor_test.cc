@@ -5,6 +5,7 @@
 #include <new>
 #include <optional>
 #include <stdexcept>
+#include <system_error>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -116,6 +117,15 @@ TEST(TensorTest, AllocationFailureEscapingWorkIsAStatus) {
     return absl::OkStatus();
   });
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  // std::thread's constructor at the thread limit.
+  s = CatchExceptions([]() -> absl::Status {
+    throw std::system_error(
+        std::make_error_code(std::errc::resource_unavailable_try_again));
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.message().rfind("could not start a thread (", 0), 0u)
+      << s.message();
+  EXPECT_NE(s.message().find("ulimit -u"), absl::string_view::npos);
 }
 
 TEST(TensorTest, OtherExceptionsEscapingWorkAreInternalStatuses) {
@@ -123,6 +133,10 @@ TEST(TensorTest, OtherExceptionsEscapingWorkAreInternalStatuses) {
       []() -> absl::Status { throw std::runtime_error("bad yaml node"); });
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
   EXPECT_EQ(s.message(), "unexpected exception: bad yaml node");
+  s = CatchExceptions([]() -> absl::Status {
+    throw std::system_error(std::make_error_code(std::errc::io_error));
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
   s = CatchExceptions([]() -> absl::Status { throw 42; });
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
   EXPECT_EQ(CatchExceptions([] { return absl::OkStatus(); }), absl::OkStatus());

@@ -245,6 +245,12 @@ TEST(ConfigTest, MalformedYaml) {
   EXPECT_EQ(Message(c.status()),
             "nul.yaml:2: malformed YAML: control character 0x00 (not a text "
             "file?)");
+  // Lines ending in CR LF or a lone CR count as lines.
+  c = ParseConfig(std::string("seed: 1\r\ndata: 2\rmodel: \x01\n", 26),
+                  "cr.yaml", {});
+  EXPECT_EQ(Message(c.status()),
+            "cr.yaml:3: malformed YAML: control character 0x01 (not a text "
+            "file?)");
   // A complex key is no config key.
   c = ParseConfig("? [a, b]\n: 1\n", "k.yaml", {});
   EXPECT_EQ(Message(c.status()),
