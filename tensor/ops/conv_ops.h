@@ -44,7 +44,9 @@ absl::StatusOr<Tensor> Conv2DBiasRelu(const Tensor& x, const Tensor& filter,
 // convolution's output is never stored) and whose filter gradient reads
 // the pool's gradient and winners (an Inf or NaN input read only by
 // outputs the pool drops gives no NaN there, see
-// cuda::DirectConv2DMaxPoolFilterGrad); elsewhere the two ops.
+// cuda::DirectConv2DMaxPoolFilterGrad); for one the Winograd path takes
+// (conv_gpu_winograd), one op whose output pass pools (winograd_conv.h),
+// with the pool's gradient then the convolution's; elsewhere the two ops.
 absl::StatusOr<Tensor> Conv2DMaxPool(const Tensor& x, const Tensor& filter,
                                      const Conv2DOptions& options,
                                      const Pool2DOptions& pool);
