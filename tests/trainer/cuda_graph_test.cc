@@ -4,8 +4,9 @@
 // with dropout, a cosine learning rate and an EMA with num_updates (all
 // per-step values the graph reads from staged tensors); for one replica,
 // and for logical replicas whose gradient all-reduce and synchronized batch
-// norm are recorded into the graph. Labelled `gpu`; skips with the reason
-// without one.
+// norm are recorded into the graph; and with the Winograd convolutions.
+// Labelled `gpu`; skips with the reason without one.
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -97,6 +98,29 @@ void ExpectReplaysMatchEagerSteps(const std::string& name,
 TEST_F(CudaGraphCliTest, ReplayedStepsMatchEagerStepsBitwise) {
   ExpectReplaysMatchEagerSteps("cnn", "fashion_mnist_cnn.yaml", "one_device",
                                "[gpu:0]", kSmallCnn);
+}
+
+// The Winograd convolutions (the internal switch conv_gpu_winograd, off by
+// default) recorded: the small CNN's second conv (5x5, 4 -> 8 channels, not
+// a direct kernel's) with its pool in the output pass, the forward's kept
+// transform, and the filter gradient's segments (batches of 64: 3 136
+// tiles in 4 segments; the short last batch, eager: 1 176 in 2).
+TEST_F(CudaGraphCliTest, WinogradStepsAreRecorded) {
+  // Unset again however the test ends: later tests run the CLI with this
+  // process's environment.
+  struct Unset {
+    ~Unset() { unsetenv("MIRRORTRAIN_SWITCHES"); }
+  } unset;
+  ASSERT_EQ(setenv("MIRRORTRAIN_SWITCHES", "conv_gpu_winograd=on", 1), 0);
+  ExpectReplaysMatchEagerSteps("winograd", "fashion_mnist_cnn.yaml",
+                               "one_device", "[gpu:0]", kSmallCnn);
+  Result r;
+  Train("winograd_said", "fashion_mnist_cnn.yaml", "auto", "one_device",
+        "[gpu:0]", kSmallCnn, &r);
+  EXPECT_EQ(
+      r.err.rfind("mirrortrain: internal switches: conv_gpu_winograd=on\n", 0),
+      0u)
+      << r.err;
 }
 
 TEST_F(CudaGraphCliTest, ReplayedStepsOfLogicalReplicasMatchEagerSteps) {
