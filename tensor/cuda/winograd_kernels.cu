@@ -1,7 +1,9 @@
 // The passes of Winograd's F(2x2, r x r) convolution (tensor/winograd.h) as
-// one grid-stride kernel per (r, dtype): a thread per unit, each running
-// the function the CPU loops run. The matrices go as a kernel argument
-// (uniform values in the constant bank).
+// one grid-stride kernel per (pass, r, dtype): a thread per unit, each
+// running the function the CPU loops run. The matrices go as a kernel
+// argument (uniform values in the constant bank). This file is built
+// without fused multiply-adds (tensor/CMakeLists.txt), so the transforms
+// round as the CPU's do.
 // Written without a GPU at hand: one thread per tile and channel, no
 // shared memory; the batched products between the passes are cuBLAS's.
 #include <cuda_runtime.h>
