@@ -135,6 +135,28 @@ MT_HOST_DEVICE inline TileOf Locate(const Geometry& g, int64_t tile) {
   return {rest / th, (rest % th) * kTile, tx * kTile};
 }
 
+// f(i, j) for i < I, j < J, unrolled in device code.
+template <int I, int J, typename F>
+MT_HOST_DEVICE void ForEach(const F& f) {
+  MT_UNROLL
+  for (int i = 0; i < I; ++i) {
+    MT_UNROLL
+    for (int j = 0; j < J; ++j) f(i, j);
+  }
+}
+
+// out[i][j] = the sum over k < K of a(i, k) * b(k, j), k increasing: the
+// transforms' small matrix products, whose arrays stay in registers.
+template <int I, int J, int K, typename T, typename A, typename B>
+MT_HOST_DEVICE void SmallProduct(const A& a, const B& b, T (&out)[I][J]) {
+  ForEach<I, J>([&](int i, int j) {
+    T s = 0;
+    MT_UNROLL
+    for (int k = 0; k < K; ++k) s += a(i, k) * b(k, j);
+    out[i][j] = s;
+  });
+}
+
 template <int R, typename T>
 MT_HOST_DEVICE void Input(const Geometry& g, const Matrices<T>& mx, const T* x,
                           T* v, int64_t u) {
@@ -144,39 +166,19 @@ MT_HOST_DEVICE void Input(const Geometry& g, const Matrices<T>& mx, const T* x,
   const TileOf t = Locate(g, tile);
   const bool padding = tile >= g.tiles();  // A zero row.
   T d[A][A];
-  MT_UNROLL
-  for (int a = 0; a < A; ++a) {
-    const int64_t iy = t.y0 - g.pt + a;
-    MT_UNROLL
-    for (int b = 0; b < A; ++b) {
-      const int64_t ix = t.x0 - g.pl + b;
-      d[a][b] = !padding && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w
-                    ? x[((t.image * g.h + iy) * g.w + ix) * g.c + ch]
-                    : T(0);
-    }
-  }
-  T bd[A][A];  // B^T d
-  MT_UNROLL
-  for (int a = 0; a < A; ++a) {
-    MT_UNROLL
-    for (int b = 0; b < A; ++b) {
-      T s = 0;
-      MT_UNROLL
-      for (int k = 0; k < A; ++k) s += mx.bt[a][k] * d[k][b];
-      bd[a][b] = s;
-    }
-  }
+  ForEach<A, A>([&](int a, int b) {
+    const int64_t iy = t.y0 - g.pt + a, ix = t.x0 - g.pl + b;
+    d[a][b] = !padding && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w
+                  ? x[((t.image * g.h + iy) * g.w + ix) * g.c + ch]
+                  : T(0);
+  });
+  T bd[A][A], bdb[A][A];  // B^T d, then B^T d B.
+  SmallProduct<A, A, A>([&](int i, int k) { return mx.bt[i][k]; },
+                        [&](int k, int j) { return d[k][j]; }, bd);
+  SmallProduct<A, A, A>([&](int i, int k) { return bd[i][k]; },
+                        [&](int k, int j) { return mx.bt[j][k]; }, bdb);
   const int64_t plane = g.rows() * g.c;
-  MT_UNROLL
-  for (int a = 0; a < A; ++a) {
-    MT_UNROLL
-    for (int b = 0; b < A; ++b) {
-      T s = 0;
-      MT_UNROLL
-      for (int k = 0; k < A; ++k) s += bd[a][k] * mx.bt[b][k];
-      v[(a * A + b) * plane + u] = s;
-    }
-  }
+  ForEach<A, A>([&](int a, int b) { v[(a * A + b) * plane + u] = bdb[a][b]; });
 }
 
 template <int R, typename T>
@@ -186,37 +188,18 @@ MT_HOST_DEVICE void Filter(const Geometry& g, const Matrices<T>& mx,
   const int64_t oo = u % g.o;
   const int64_t ch = u / g.o;
   T s[R][R];
-  MT_UNROLL
-  for (int ky = 0; ky < R; ++ky) {
-    MT_UNROLL
-    for (int kx = 0; kx < R; ++kx) {
-      s[ky][kx] =
-          rotated ? f[(((R - 1 - ky) * R + (R - 1 - kx)) * g.o + oo) * g.c + ch]
-                  : f[((ky * R + kx) * g.c + ch) * g.o + oo];
-    }
-  }
-  T gs[A][R];  // G s
-  MT_UNROLL
-  for (int a = 0; a < A; ++a) {
-    MT_UNROLL
-    for (int k = 0; k < R; ++k) {
-      T sum = 0;
-      MT_UNROLL
-      for (int l = 0; l < R; ++l) sum += mx.g[a][l] * s[l][k];
-      gs[a][k] = sum;
-    }
-  }
+  ForEach<R, R>([&](int ky, int kx) {
+    s[ky][kx] =
+        rotated ? f[(((R - 1 - ky) * R + (R - 1 - kx)) * g.o + oo) * g.c + ch]
+                : f[((ky * R + kx) * g.c + ch) * g.o + oo];
+  });
+  T gs[A][R], gsg[A][A];  // G s, then G s G^T.
+  SmallProduct<A, R, R>([&](int i, int k) { return mx.g[i][k]; },
+                        [&](int k, int j) { return s[k][j]; }, gs);
+  SmallProduct<A, A, R>([&](int i, int k) { return gs[i][k]; },
+                        [&](int k, int j) { return mx.g[j][k]; }, gsg);
   const int64_t plane = g.c * g.o;
-  MT_UNROLL
-  for (int a = 0; a < A; ++a) {
-    MT_UNROLL
-    for (int b = 0; b < A; ++b) {
-      T sum = 0;
-      MT_UNROLL
-      for (int k = 0; k < R; ++k) sum += gs[a][k] * mx.g[b][k];
-      uu[(a * A + b) * plane + u] = sum;
-    }
-  }
+  ForEach<A, A>([&](int a, int b) { uu[(a * A + b) * plane + u] = gsg[a][b]; });
 }
 
 // As BiasAddRelu's pass after a convolution (or its pool): the value, then
@@ -242,41 +225,21 @@ MT_HOST_DEVICE void Output(const Geometry& g, const Matrices<T>& mx,
   const T* m = static_cast<const T*>(io.in);
   T* y = static_cast<T*>(io.out);
   const int64_t plane = g.rows() * g.o;
-  T am[kTile][A];  // A^T M
-  MT_UNROLL
-  for (int i = 0; i < kTile; ++i) {
-    MT_UNROLL
-    for (int b = 0; b < A; ++b) {
-      T s = 0;
-      MT_UNROLL
-      for (int k = 0; k < A; ++k) s += mx.at[i][k] * m[(k * A + b) * plane + u];
-      am[i][b] = s;
-    }
-  }
-  T out[kTile][kTile];
-  MT_UNROLL
-  for (int i = 0; i < kTile; ++i) {
-    MT_UNROLL
-    for (int j = 0; j < kTile; ++j) {
-      T s = 0;
-      MT_UNROLL
-      for (int k = 0; k < A; ++k) s += am[i][k] * mx.at[j][k];
-      out[i][j] = s;
-    }
-  }
+  T mm[A][A];
+  ForEach<A, A>([&](int a, int b) { mm[a][b] = m[(a * A + b) * plane + u]; });
+  T am[kTile][A], out[kTile][kTile];  // A^T M, then A^T M A.
+  SmallProduct<kTile, A, A>([&](int i, int k) { return mx.at[i][k]; },
+                            [&](int k, int j) { return mm[k][j]; }, am);
+  SmallProduct<kTile, kTile, A>([&](int i, int k) { return am[i][k]; },
+                                [&](int k, int j) { return mx.at[j][k]; }, out);
   if (!pool) {
-    MT_UNROLL
-    for (int i = 0; i < kTile; ++i) {
-      const int64_t oy = t.y0 + i;
-      if (oy >= g.oh) continue;
-      MT_UNROLL
-      for (int j = 0; j < kTile; ++j) {
-        const int64_t ox = t.x0 + j;
-        if (ox >= g.ow) continue;
+    ForEach<kTile, kTile>([&](int i, int j) {
+      const int64_t oy = t.y0 + i, ox = t.x0 + j;
+      if (oy < g.oh && ox < g.ow) {
         y[((t.image * g.oh + oy) * g.ow + ox) * g.o + oo] =
             BiasRelu(out[i][j], io, oo);
       }
-    }
+    });
     return;
   }
   // Cells in row-major order; the first maximum wins, a NaN beats every
@@ -310,39 +273,19 @@ MT_HOST_DEVICE void OutputAdjoint(const Geometry& g, const Matrices<T>& mx,
   const TileOf t = Locate(g, tile);
   const bool padding = tile >= g.tiles();  // A zero row.
   T d[kTile][kTile];
-  MT_UNROLL
-  for (int i = 0; i < kTile; ++i) {
-    const int64_t oy = t.y0 + i;
-    MT_UNROLL
-    for (int j = 0; j < kTile; ++j) {
-      const int64_t ox = t.x0 + j;
-      d[i][j] = !padding && oy < g.oh && ox < g.ow
-                    ? dy[((t.image * g.oh + oy) * g.ow + ox) * g.o + oo]
-                    : T(0);
-    }
-  }
-  T ad[A][kTile];  // A dY
-  MT_UNROLL
-  for (int a = 0; a < A; ++a) {
-    MT_UNROLL
-    for (int j = 0; j < kTile; ++j) {
-      T s = 0;
-      MT_UNROLL
-      for (int i = 0; i < kTile; ++i) s += mx.at[i][a] * d[i][j];
-      ad[a][j] = s;
-    }
-  }
+  ForEach<kTile, kTile>([&](int i, int j) {
+    const int64_t oy = t.y0 + i, ox = t.x0 + j;
+    d[i][j] = !padding && oy < g.oh && ox < g.ow
+                  ? dy[((t.image * g.oh + oy) * g.ow + ox) * g.o + oo]
+                  : T(0);
+  });
+  T ad[A][kTile], ada[A][A];  // A dY, then A dY A^T.
+  SmallProduct<A, kTile, kTile>([&](int a, int i) { return mx.at[i][a]; },
+                                [&](int i, int j) { return d[i][j]; }, ad);
+  SmallProduct<A, A, kTile>([&](int a, int j) { return ad[a][j]; },
+                            [&](int j, int b) { return mx.at[j][b]; }, ada);
   const int64_t plane = g.rows() * g.o;
-  MT_UNROLL
-  for (int a = 0; a < A; ++a) {
-    MT_UNROLL
-    for (int b = 0; b < A; ++b) {
-      T s = 0;
-      MT_UNROLL
-      for (int j = 0; j < kTile; ++j) s += ad[a][j] * mx.at[j][b];
-      dm[(a * A + b) * plane + u] = s;
-    }
-  }
+  ForEach<A, A>([&](int a, int b) { dm[(a * A + b) * plane + u] = ada[a][b]; });
 }
 
 template <int R, typename T>
@@ -353,35 +296,21 @@ MT_HOST_DEVICE void FilterAdjoint(const Geometry& g, const Matrices<T>& mx,
   const int64_t ch = u / g.o;
   const int64_t plane = g.c * g.o;
   T sum[A][A];  // dU: the segments' partial sums, in order.
-  MT_UNROLL
-  for (int p = 0; p < A * A; ++p) {
+  ForEach<A, A>([&](int a, int b) {
     T s = 0;
     for (int64_t seg = 0; seg < g.segments; ++seg) {
-      s += du[(p * g.segments + seg) * plane + u];
+      s += du[((a * A + b) * g.segments + seg) * plane + u];
     }
-    sum[p / A][p % A] = s;
-  }
-  T gd[R][A];  // G^T dU
-  MT_UNROLL
-  for (int k = 0; k < R; ++k) {
-    MT_UNROLL
-    for (int b = 0; b < A; ++b) {
-      T s = 0;
-      MT_UNROLL
-      for (int a = 0; a < A; ++a) s += mx.g[a][k] * sum[a][b];
-      gd[k][b] = s;
-    }
-  }
-  MT_UNROLL
-  for (int ky = 0; ky < R; ++ky) {
-    MT_UNROLL
-    for (int kx = 0; kx < R; ++kx) {
-      T s = 0;
-      MT_UNROLL
-      for (int b = 0; b < A; ++b) s += gd[ky][b] * mx.g[b][kx];
-      df[((ky * R + kx) * g.c + ch) * g.o + oo] = s;
-    }
-  }
+    sum[a][b] = s;
+  });
+  T gd[R][A], gdg[R][R];  // G^T dU, then G^T dU G.
+  SmallProduct<R, A, A>([&](int k, int a) { return mx.g[a][k]; },
+                        [&](int a, int b) { return sum[a][b]; }, gd);
+  SmallProduct<R, R, A>([&](int k, int b) { return gd[k][b]; },
+                        [&](int b, int l) { return mx.g[b][l]; }, gdg);
+  ForEach<R, R>([&](int ky, int kx) {
+    df[((ky * R + kx) * g.c + ch) * g.o + oo] = gdg[ky][kx];
+  });
 }
 
 }  // namespace detail
