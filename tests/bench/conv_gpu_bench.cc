@@ -121,8 +121,8 @@ void BM_GpuConv2DForwardBackward(benchmark::State& state) {
       static_cast<double>(ops::internal::DirectConvCalls() > direct_calls);
   state.counters["implicit"] = static_cast<double>(
       ops::internal::ImplicitInputGradCalls() > implicit_calls);
-  state.counters["winograd"] = static_cast<double>(
-      ops::internal::WinogradConvCalls() > winograd_calls);
+  state.counters["winograd"] =
+      static_cast<double>(ops::internal::WinogradConvCalls() > winograd_calls);
   for (auto _ : state) {
     const auto start = std::chrono::steady_clock::now();
     absl::Status s;
