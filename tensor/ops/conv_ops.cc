@@ -585,11 +585,10 @@ absl::StatusOr<Tensor> Conv2DBiasRelu(const Tensor& x, const Tensor& filter,
 
 namespace {
 
-// The fused Conv2DMaxPool's record: the convolution's geometry and the
-// pool's winners over its output; on the Winograd path (`winograd`), the
-// kept transform of x and its reservation, as ConvAttrs.
+// The fused Conv2DMaxPool's record: the pool's winners over the
+// convolution's output, and the convolution's record (its geometry; on the
+// Winograd path, `winograd`, the kept transform of x and its reservation).
 struct ConvPoolAttrs {
-  ConvGeometry geo;
   Tensor argmax;
   bool winograd = false;
   ConvAttrs conv;
@@ -636,7 +635,7 @@ absl::StatusOr<Tensor> ConvMaxPool(const Tensor& x, const Tensor& filter,
   }
   const char* op =
       relu_bias != nullptr ? "Conv2DMaxPoolBiasRelu" : "Conv2DMaxPool";
-  ConvPoolAttrs attrs{g, argmax, winograd, ConvAttrs{g}};
+  ConvPoolAttrs attrs{argmax, winograd, ConvAttrs{g}};
   if (direct) {
     MT_RETURN_IF_ERROR(internal::KernelError(
         op,
@@ -821,7 +820,7 @@ MT_OP(kConv2DOp, "Conv2D",
 absl::Status ConvPoolGrads(const ConvPoolAttrs& attrs, const Tensor& x,
                            const Tensor& filter, const Tensor& dy,
                            absl::Span<const bool> needs, Grads* grads) {
-  const ConvGeometry& geo = attrs.geo;
+  const ConvGeometry& geo = attrs.conv.geo;
   const int device = dy.device().index;
   const Shape conv_shape{geo.n, geo.oh, geo.ow, geo.o};
   const ImageWindow pool_window =
