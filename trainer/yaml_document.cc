@@ -87,22 +87,37 @@ absl::Status CheckKeys(const YAML::Node& node, const std::string& path,
   return absl::OkStatus();
 }
 
+// `text` with its line breaks as YAML reads them, each one LF: CR LF and a
+// lone CR become LF (YAML normalises line breaks in scalars so; yaml-cpp
+// does not count a lone CR as one, so its marks would name wrong lines).
+std::string NormalizeLineBreaks(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\r') {
+      out.push_back(text[i]);
+    } else if (i + 1 == text.size() || text[i + 1] != '\n') {
+      out.push_back('\n');
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
-absl::StatusOr<YAML::Node> LoadOneDocument(const std::string& text,
+absl::StatusOr<YAML::Node> LoadOneDocument(const std::string& raw_text,
                                            const std::string& base,
                                            const YamlErrorFn& error) {
-  // YAML text holds no C0 control character but tab, line feed and
-  // carriage return, and no DEL; yaml-cpp reads them as something else (a
+  const std::string text = NormalizeLineBreaks(raw_text);
+  // YAML text holds no C0 control character but tab and line breaks, and
+  // no DEL; yaml-cpp reads them as something else (a
   // NUL as "unknown escape character", on the next line).
-  // Lines end at LF, CR LF or a lone CR (YAML's line breaks).
   int line = 1;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const auto byte = static_cast<unsigned char>(text[i]);
-    if (byte == '\n' ||
-        (byte == '\r' && (i + 1 == text.size() || text[i + 1] != '\n'))) {
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte == '\n') {
       ++line;
-    } else if ((byte < 0x20 && byte != '\t' && byte != '\r') || byte == 0x7f) {
+    } else if ((byte < 0x20 && byte != '\t') || byte == 0x7f) {
       return error(line, base,
                    absl::StrFormat("malformed YAML: control character 0x%02x "
                                    "(not a text file?)",

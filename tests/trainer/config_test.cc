@@ -155,6 +155,28 @@ TEST(ConfigTest, UnknownKeyNamesFileLineAndKey) {
   EXPECT_EQ(Message(c.status()),
             "j.yaml:3: optimizer.learning_rat: unknown key for optimizer "
             "momentum");
+  // Lines that end in a lone CR (old Mac text) or CR LF are lines too: the
+  // same key is named at the same line, and a config reads as it does with
+  // LF line breaks.
+  for (const std::string& eol : {"\r", "\r\n"}) {
+    c = ParseConfig(absl::StrCat("seed: 1", eol, "optimizer:", eol,
+                                 "  learning_rat: 0.1", eol),
+                    "j.yaml", {});
+    EXPECT_EQ(Message(c.status()),
+              "j.yaml:3: optimizer.learning_rat: unknown key for optimizer "
+              "momentum");
+    auto with =
+        ParseConfig(absl::StrCat("seed: 7", eol, "model:", eol, "  name: mlp",
+                                 eol, "data:", eol, "  name: synthetic", eol),
+                    "ok.yaml", {});
+    auto plain =
+        ParseConfig("seed: 7\nmodel:\n  name: mlp\ndata:\n  name: synthetic\n",
+                    "ok.yaml", {});
+    ASSERT_TRUE(with.ok()) << with.status();
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    EXPECT_EQ(with->seed, 7);
+    EXPECT_EQ(with->resolved_yaml, plain->resolved_yaml);
+  }
 }
 
 TEST(ConfigTest, WrongTypes) {
