@@ -188,12 +188,16 @@ TEST_F(WinogradConvTest, TheKeptTransformIsReservedUntilTheBackward) {
 
 // In f32 both paths round; each is compared with the f64 result of the same
 // inputs, as the worst error relative to the largest value. Measured: for
-// 3x3 filters the Winograd path's is im2col's (1e-7 to 7e-7, im2col up to
-// 1.8e-6); for 5x5 up to 2.3e-6 (the cnn's second conv's filter gradient;
-// 1.9e-6 at batch 32) against im2col's 1e-7 to 5e-7: B^T's entries (up to
-// 2.1) make transformed values larger than the outputs they combine into,
-// and their f32 roundings cancel less. The bounds are about twice the
-// worst seen; a wrong tap or tile is off by O(0.1).
+// 3x3 filters the Winograd path's is im2col's (up to 5.2e-7; im2col up to
+// 6e-7); for 5x5 filters the filter gradient's is the largest, and how
+// large depends on the order in which the BLAS kernel sums the products
+// over the tiles, which the filter transform's adjoint amplifies (G's row
+// for the point 2 is 1, 2, 4, 8, 16): the cnn's second conv at batch 4 gave
+// 2.5e-6 with OpenBLAS's Sandybridge kernels and 1.5e-5 with its Haswell
+// and Zen ones (OPENBLAS_CORETYPE; 4e-6 to 1.5e-5 over twelve seeds), 5e-6
+// with both kinds when the upstream gradient has both signs, against
+// im2col's 3e-7 to 5e-7. The bounds are about twice the worst seen; a wrong
+// tap or tile is off by O(0.1).
 TEST_F(WinogradConvTest, F32StaysWithinRoundingOfF64) {
   uint64_t seed = 300;
   for (const Case& c : TakenCases()) {
@@ -201,7 +205,7 @@ TEST_F(WinogradConvTest, F32StaysWithinRoundingOfF64) {
     const OpRun exact = RunConv(c, DType::kF64, false, seed);
     const OpRun im2col = RunConv(c, DType::kF32, false, seed);
     const OpRun ours = RunConv(c, DType::kF32, true, seed);
-    const double bound = c.filter[0] == 3 ? 1e-6 : 5e-6;
+    const double bound = c.filter[0] == 3 ? 1e-6 : 3e-5;
     auto worst = [](const Tensor& got, const Tensor& want) {
       absl::StatusOr<Tensor> g64 = ops::Cast(got, DType::kF64);
       double scale = 1e-30, err = 0;
