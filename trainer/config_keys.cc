@@ -1,0 +1,419 @@
+#include "trainer/config_keys.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "distribute/strategy_factory.h"
+#include "models/layer_registry.h"
+#include "models/presets.h"
+#include "trainer/config.h"
+#include "trainer/data/data_source.h"
+#include "trainer/optim/lr_schedule.h"
+#include "trainer/optim/optimizers.h"
+
+namespace mirrortrain::trainer::config_internal {
+
+const ParamSchema& RootSchema() {
+  static const auto* s = new ParamSchema{
+      {Param::Int("seed").Default(1).Min(0).Doc(
+           "initialisers, shuffling and dropout derive from it"),
+       Param::String("precision")
+           .Default("fp32")
+           .OneOf({"fp32", "tf32", "bf16"})
+           .Doc("fp32; tf32 (GPU matrix products on TensorFloat-32 tensor "
+                "cores, CPUs stay fp32); bf16 (mixed_bfloat16: bf16 "
+                "activations and matrix-product operands, f32 variables, "
+                "sums and statistics; emulated on CPUs)")}};
+  return *s;
+}
+
+const ParamSchema& DataSchema() {
+  static const auto* s = new ParamSchema{
+      {Param::String("name")
+           .Default("fashion_mnist")
+           .OneOf(DataSourceRegistry::Global().Names())
+           .Doc("the data source (its keys follow)"),
+       Param::Int("global_batch_size")
+           .Default(128)
+           .Min(1)
+           .Doc("examples per step, split over the replicas (per "
+                "micro-batch with train.accumulation_steps)"),
+       Param::Bool("shuffle").Default(true).Doc(
+           "reshuffle the training split every epoch"),
+       Param::Bool("drop_remainder")
+           .Default(false)
+           .Doc("drop the last, smaller batch of an epoch"),
+       Param::Int("train_examples")
+           .Default(0)
+           .Min(0)
+           .Doc("use only the first N training examples (0: all)"),
+       Param::Int("test_examples")
+           .Default(0)
+           .Min(0)
+           .Doc("use only the first N test examples (0: all)"),
+       Param::Int("prefetch")
+           .Default(2)
+           .Min(0)
+           .Max(1 << 20)
+           .Doc("batches gathered ahead on a background thread")}};
+  return *s;
+}
+
+const ParamSchema& NormalizeSchema() {
+  static const auto* s = new ParamSchema{
+      {Param::FloatList("mean").Nullable().MinLength(1).Doc(
+           "per channel, subtracted after scaling to [0, 1]; null: no "
+           "normalisation"),
+       Param::FloatList("std").Nullable().MinLength(1).Min(0, false).Doc(
+           "per channel, divides after the mean is subtracted")},
+      [](const Params& p) -> absl::Status {
+        if (p.IsNull("mean") != p.IsNull("std")) {
+          return absl::InvalidArgumentError(p.IsNull("mean")
+                                                ? "mean: required with std"
+                                                : "std: required with mean");
+        }
+        if (!p.IsNull("mean") &&
+            p.FloatList("mean").size() != p.FloatList("std").size()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("std: has ", p.FloatList("std").size(),
+                           " values, mean has ", p.FloatList("mean").size()));
+        }
+        return absl::OkStatus();
+      }};
+  return *s;
+}
+
+const ParamSchema& AugmentSchema() {
+  static const auto* s = new ParamSchema{
+      {Param::Int("random_crop_padding")
+           .Default(0)
+           .Min(0)
+           .Max(1024)
+           .Doc("pad each side with N zeros (after data.normalize), crop back "
+                "at a random offset (0: no crop)"),
+       Param::Bool("horizontal_flip")
+           .Default(false)
+           .Doc("mirror left-right with probability 1/2"),
+       Param::Float("random_erasing")
+           .Default(0.0)
+           .Min(0)
+           .Max(1)
+           .Doc("probability of setting a random rectangle to 0 after the "
+                "crop and flip (torchvision's RandomErasing)"),
+       Param::FloatList("erasing_scale")
+           .Default(std::vector<double>{0.02, 0.33})
+           .Min(0, false)
+           .Max(1)
+           .Doc("[lo, hi]: the erased area, a uniform fraction of the "
+                "image's"),
+       Param::FloatList("erasing_ratio")
+           .Default(std::vector<double>{0.3, 3.3})
+           .Min(0, false)
+           .Doc("[lo, hi]: the erased height / width, log-uniform")},
+      [](const Params& p) -> absl::Status {
+        for (const char* key : {"erasing_scale", "erasing_ratio"}) {
+          const std::vector<double> range = p.FloatList(key);
+          if (range.size() != 2 || range[0] > range[1]) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(key, ": must be [lo, hi] with lo <= hi, got [",
+                             absl::StrJoin(range, ", "), "]"));
+          }
+        }
+        return absl::OkStatus();
+      }};
+  return *s;
+}
+
+const ParamSchema& ModelSchema() {
+  static const auto* s = new ParamSchema{
+      {Param::String("name")
+           .Nullable()
+           .OneOf(models::PresetRegistry::Global().Names())
+           .Doc("a preset (its keys follow); null with `layers`, mlp when "
+                "both are absent"),
+       Param::IntList("input_shape")
+           .Nullable()
+           .Min(1)
+           .Max(kMaxDimension)
+           .Doc("one example's shape; null: the data source's")}};
+  return *s;
+}
+
+const ParamSchema& OptimizerSchema() {
+  static const auto* s = new ParamSchema{
+      {Param::String("name")
+           .Default("momentum")
+           .OneOf(OptimizerRegistry::Global().Names())
+           .Doc("the optimizer (its keys follow)"),
+       Param::Float("learning_rate")
+           .Default(0.05)
+           .Min(0, false)
+           .InFloat32()
+           .Doc("peak rate of the schedule"),
+       Param::Float("l2_regularization")
+           .Default(0.0)
+           .Min(0)
+           .InFloat32()
+           .Doc("adds l2 * w to the gradient of every weight of rank >= 2 "
+                "but biases (kernels, embeddings; not biases, attention's "
+                "included, or normalization parameters) after the "
+                "all-reduce: PyTorch SGD's weight_decay, a Keras l2(l2 / 2) "
+                "kernel regularizer"),
+       Param::Float("clip_global_norm")
+           .Nullable()
+           .Min(0, false)
+           .InFloat32()
+           .Doc("clip all gradients by their global norm (after the "
+                "all-reduce)"),
+       Param::Float("clip_norm")
+           .Nullable()
+           .Min(0, false)
+           .InFloat32()
+           .Doc("clip each gradient by its norm"),
+       Param::Float("clip_value")
+           .Nullable()
+           .Min(0, false)
+           .InFloat32()
+           .Doc("clip each gradient element to [-v, v]")}};
+  return *s;
+}
+
+const ParamSchema& ScheduleSchema() {
+  static const auto* s = new ParamSchema{
+      {Param::String("name")
+           .Default("constant")
+           .OneOf(ScheduleRegistry::Global().Names())
+           .Doc("the learning-rate schedule (its keys follow)")}};
+  return *s;
+}
+
+const ParamSchema& EmaSchema() {
+  static const auto* s = new ParamSchema{
+      {Param::Float("decay").Default(0.999).Nullable().Min(0).Max(1).Doc(
+           "null turns EMA off"),
+       Param::Bool("use_num_updates")
+           .Default(true)
+           .Doc("decay = min(decay, (1+n)/(10+n)) with n the step"),
+       Param::Bool("evaluate_raw")
+           .Default(true)
+           .Doc("evaluations also run on the raw weights (false: the EMA "
+                "weights only, one test pass instead of two)")}};
+  return *s;
+}
+
+const ParamSchema& DistributeSchema() {
+  static const auto* s = new ParamSchema{
+      {Param::String("strategy")
+           .Default("mirrored")
+           .OneOf(distribute::StrategyNames())
+           .Doc("how the devices share the job"),
+       Param::StringList("devices")
+           .Default(std::vector<std::string>{"cpu:0"})
+           .MinLength(1)
+           .Doc("cpu:K (logical CPU devices), gpu:K (twice: two logical "
+                "replicas on one GPU), or all_gpus"),
+       Param::String("cross_device_ops")
+           .Default("auto")
+           .OneOf(distribute::CrossDeviceOpsNames())
+           .Doc("none skips the all-reduce (replicas drift apart: only for "
+                "measuring what communication costs)"),
+       Param::Int("bucket_bytes")
+           .Default(26214400)
+           .Min(1)
+           .Doc("gradient bucket size (the first bucket is 1 MiB)"),
+       Param::String("communication_priority")
+           .Default("high")
+           .OneOf(distribute::StreamPriorityNames())
+           .Doc("GPUs: the priority of the replicas' communication streams; "
+                "high schedules a reduction's blocks ahead of backward "
+                "kernels queued before it"),
+       Param::Int("check_replicas_every_steps")
+           .Default(0)
+           .Min(0)
+           .Doc("check every N steps that all replicas are bitwise "
+                "identical (0: never; one_device and mirrored)"),
+       Param::Float("watchdog_seconds")
+           .Default(300.0)
+           .Min(0.001)
+           .Max(1e6)
+           .Doc("a replica that does not reach a collective in time stops "
+                "the run"),
+       Param::String("variables_device")
+           .Default("cpu:0")
+           .Doc("central_storage: the device holding the one copy of "
+                "variables, slots and EMA"),
+       Param::StringList("ps_devices")
+           .Default(std::vector<std::string>{"cpu:0"})
+           .MinLength(1)
+           .Doc("parameter_server: the host devices (cpu:K) the variables "
+                "are partitioned over, round-robin"),
+       Param::Int("ps_min_shard_bytes")
+           .Default(262144)
+           .Min(1)
+           .Doc("parameter_server: a variable is cut along its first axis "
+                "into at most one partition per ps device, none smaller "
+                "than this (TF's MinSizePartitioner)"),
+       Param::Int("max_staleness")
+           .Nullable()
+           .Min(0)
+           .Doc("parameter_server: no update is applied more than N "
+                "updates stale; workers wait instead (null: unbounded)")}};
+  return *s;
+}
+
+const ParamSchema& TrainSchema() {
+  static const auto* s = new ParamSchema{
+      {Param::Int("epochs").Default(10).Nullable().Min(1).Doc(
+           "passes over the training split"),
+       Param::Int("steps").Nullable().Min(1).Doc(
+           "optimizer steps; wins over epochs when set"),
+       Param::Int("log_every_steps")
+           .Default(100)
+           .Min(1)
+           .Doc("train metrics every N steps"),
+       Param::Int("eval_every_epochs")
+           .Default(1)
+           .Min(0)
+           .Doc("evaluate on the test split every N epochs (0: only at the "
+                "end)"),
+       Param::Int("accumulation_steps")
+           .Default(1)
+           .Min(1)
+           .Doc("micro-batches of data.global_batch_size whose gradients "
+                "are summed into one all-reduce and one optimizer step"),
+       Param::String("cuda_graph")
+           .Default("auto")
+           .OneOf({"auto", "off"})
+           .Doc("auto: on GPUs, replay each step as one captured CUDA graph "
+                "where the step allows it (README); off: launch every "
+                "kernel")}};
+  return *s;
+}
+
+const ParamSchema& CheckpointSchema() {
+  static const auto* s = new ParamSchema{
+      {Param::Int("every_steps")
+           .Default(1000)
+           .Min(0)
+           .Doc("save every N steps (0: only at the end and on signals)"),
+       Param::Int("max_to_keep")
+           .Default(5)
+           .Min(1)
+           .Doc("older checkpoints are deleted"),
+       Param::String("restore").Default("latest").Doc(
+           "latest, none, or a checkpoint path"),
+       Param::Bool("allow_non_finite")
+           .Default(false)
+           .Doc("save and restore a checkpoint whose tensors hold NaN or "
+                "infinity (otherwise an error, and nothing saved)")}};
+  return *s;
+}
+
+const ParamSchema& LayerEntrySchema() {
+  static const auto* s = new ParamSchema{
+      {Param::String("type")
+           .OneOf(models::LayerRegistry::Global().Names())
+           .Doc("a registered layer type"),
+       Param::String("name").Nullable().Doc(
+           "overrides the Keras auto-name (checkpoint names use it)"),
+       Param::Int("repeat").Default(1).Min(1).Max(10000).Doc(
+           "build this entry N times (names keep counting)")}};
+  return *s;
+}
+
+}  // namespace mirrortrain::trainer::config_internal
+
+namespace mirrortrain::trainer {
+namespace {
+
+void AppendTable(const std::string& title, const std::string& doc,
+                 const std::string& prefix,
+                 const std::vector<const ParamSchema*>& schemas,
+                 std::string* out) {
+  absl::StrAppend(out, "#### ", title, "\n\n");
+  if (!doc.empty()) absl::StrAppend(out, doc, "\n\n");
+  bool any = false;
+  for (const ParamSchema* s : schemas) any = any || !s->params.empty();
+  if (!any) {
+    absl::StrAppend(out, "No keys.\n\n");
+    return;
+  }
+  absl::StrAppend(out,
+                  "| key | type | default | meaning |\n|---|---|---|---|\n");
+  for (const ParamSchema* s : schemas) {
+    for (const Param& p : s->params) {
+      std::optional<ParamValue> d = p.default_value();
+      absl::StrAppend(
+          out, "| `", prefix, p.name(), "` | ", p.Describe(), " | ",
+          d ? absl::StrCat("`", ParamValueToString(*d), "`") : "required",
+          " | ", p.doc(), " |\n");
+    }
+  }
+  absl::StrAppend(out, "\n");
+}
+
+}  // namespace
+
+std::string SchemaMarkdown() {
+  using config_internal::AugmentSchema, config_internal::CheckpointSchema,
+      config_internal::DataSchema, config_internal::DistributeSchema,
+      config_internal::EmaSchema, config_internal::LayerEntrySchema,
+      config_internal::ModelSchema, config_internal::NormalizeSchema,
+      config_internal::OptimizerSchema, config_internal::RootSchema,
+      config_internal::ScheduleSchema, config_internal::TrainSchema;
+  std::string out;
+  AppendTable("Top level", "", "", {&RootSchema()}, &out);
+  AppendTable("`data`", "The input pipeline; `data.name` picks a source.",
+              "data.", {&DataSchema()}, &out);
+  AppendTable("`data.normalize`",
+              "Optional: `(x - mean) / std` per channel (the last dimension), "
+              "for every source, both splits.",
+              "data.normalize.", {&NormalizeSchema()}, &out);
+  AppendTable("`data.augment`",
+              "Training batches only; drawn from (seed, epoch, example "
+              "index), so the same for any replica count and after a resume. "
+              "Needs images [N, H, W, C].",
+              "data.augment.", {&AugmentSchema()}, &out);
+  for (const DataSource* s : DataSourceRegistry::Global().Entries()) {
+    AppendTable(absl::StrCat("`data.name: ", s->name, "`"), s->doc, "data.",
+                {&s->params}, &out);
+  }
+  AppendTable("`model`",
+              "A preset (`model.name`) or a list of layers (`model.layers`).",
+              "model.", {&ModelSchema()}, &out);
+  for (const models::ModelPreset* p :
+       models::PresetRegistry::Global().Entries()) {
+    AppendTable(absl::StrCat("`model.name: ", p->name, "`"), p->doc, "model.",
+                {&p->params}, &out);
+  }
+  AppendTable("Every entry of `model.layers`",
+              "Containers (`sequential`, `residual`) also take `layers` "
+              "(and `residual` a `shortcut` list).",
+              "", {&LayerEntrySchema()}, &out);
+  for (const models::LayerType* t : models::LayerRegistry::Global().Entries()) {
+    AppendTable(absl::StrCat("`type: ", t->name, "`"), t->doc, "", {&t->params},
+                &out);
+  }
+  AppendTable("`optimizer`", "`optimizer.name` picks the optimizer.",
+              "optimizer.", {&OptimizerSchema()}, &out);
+  for (const OptimizerType* o : OptimizerRegistry::Global().Entries()) {
+    AppendTable(absl::StrCat("`optimizer.name: ", o->name, "`"), o->doc,
+                "optimizer.", {&o->params}, &out);
+  }
+  AppendTable("`optimizer.schedule`", "", "optimizer.schedule.",
+              {&ScheduleSchema(), &ScheduleCommonParams()}, &out);
+  for (const ScheduleType* s : ScheduleRegistry::Global().Entries()) {
+    AppendTable(absl::StrCat("`optimizer.schedule.name: ", s->name, "`"),
+                s->doc, "optimizer.schedule.", {&s->params}, &out);
+  }
+  AppendTable("`ema`", "", "ema.", {&EmaSchema()}, &out);
+  AppendTable("`distribute`", "", "distribute.", {&DistributeSchema()}, &out);
+  AppendTable("`train`", "", "train.", {&TrainSchema()}, &out);
+  AppendTable("`checkpoint`", "", "checkpoint.", {&CheckpointSchema()}, &out);
+  return out;
+}
+
+}  // namespace mirrortrain::trainer

@@ -1,0 +1,34 @@
+// The keys of the config sections the trainer itself owns (the top level,
+// data and its normalize and augment mappings, model, optimizer and its
+// schedule, ema, distribute, train, checkpoint) and of every layer entry,
+// with the `name` keys that pick a component; components (data sources,
+// presets, layers, optimizers, schedules) declare their own keys next to
+// their code. SchemaMarkdown (config.h) tables all of them.
+//
+// Thread contract: each schema is built on first use (thread-safe static
+// initialisation) and never changes after.
+#ifndef MIRRORTRAIN_TRAINER_CONFIG_KEYS_H_
+#define MIRRORTRAIN_TRAINER_CONFIG_KEYS_H_
+
+#include "tensor/params.h"
+
+namespace mirrortrain::trainer::config_internal {
+
+const ParamSchema& RootSchema();
+const ParamSchema& DataSchema();
+// data.normalize: a mapping, so the per-channel lists stay together.
+const ParamSchema& NormalizeSchema();
+const ParamSchema& AugmentSchema();
+const ParamSchema& ModelSchema();
+const ParamSchema& OptimizerSchema();
+const ParamSchema& ScheduleSchema();
+const ParamSchema& EmaSchema();
+const ParamSchema& DistributeSchema();
+const ParamSchema& TrainSchema();
+const ParamSchema& CheckpointSchema();
+// Keys of a layer entry that are not the layer's own.
+const ParamSchema& LayerEntrySchema();
+
+}  // namespace mirrortrain::trainer::config_internal
+
+#endif  // MIRRORTRAIN_TRAINER_CONFIG_KEYS_H_

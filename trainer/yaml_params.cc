@@ -1,0 +1,183 @@
+#include "trainer/yaml_params.h"
+
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "trainer/yaml_json.h"
+
+namespace mirrortrain::trainer::config_internal {
+namespace {
+
+// A scalar as T, typed as YAML 1.2's core schema types it
+// (ReadPlainScalar), not as yaml-cpp's conversions would: a quoted scalar
+// ('1', "true") or one tagged !!str is a string, never a number or a
+// boolean; a plain one that reads as a number, a boolean or null is not a
+// string (`name: true` is no layer name: quote it); `010` is ten.
+template <typename T>
+bool Decode(const YAML::Node& node, T* out) {
+  if (!node.IsScalar()) return false;
+  const bool string = IsStringScalar(node);
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (!string &&
+        ReadPlainScalar(node.Scalar()).type != CoreScalar::Type::kString) {
+      return false;
+    }
+    *out = node.Scalar();
+    return true;
+  } else {
+    if (string) return false;
+    const CoreScalar v = ReadPlainScalar(node.Scalar());
+    if constexpr (std::is_same_v<T, bool>) {
+      if (v.type != CoreScalar::Type::kBool) return false;
+      *out = v.boolean;
+    } else if constexpr (std::is_same_v<T, int64_t>) {
+      if (v.type != CoreScalar::Type::kInt || v.too_large) return false;
+      *out = v.integer;
+    } else {
+      static_assert(std::is_same_v<T, double>);
+      if (v.type != CoreScalar::Type::kInt &&
+          v.type != CoreScalar::Type::kFloat) {
+        return false;
+      }
+      *out = v.number;
+    }
+    return true;
+  }
+}
+
+}  // namespace
+
+std::string Show(const YAML::Node& node) {
+  if (node.IsNull()) return "null";  // Not the emitter's "~".
+  // The emitter drops the quotes that made it a string.
+  if (IsStringScalar(node)) {
+    return absl::StrCat("'", node.Scalar(), "' (quoted: a string)");
+  }
+  YAML::Emitter out;
+  out << YAML::Flow << node;
+  return out.c_str();
+}
+
+std::string BeyondInt64(const YAML::Node& node, const Param& param) {
+  if (param.type() != ParamType::kInt || !node.IsScalar() ||
+      IsStringScalar(node) || !ReadPlainScalar(node.Scalar()).too_large) {
+    return "";
+  }
+  return absl::StrCat(" (beyond the 64-bit integers, [",
+                      std::numeric_limits<int64_t>::min(), ", ",
+                      std::numeric_limits<int64_t>::max(), "])");
+}
+
+std::optional<ParamValue> FromYaml(const YAML::Node& node, const Param& param) {
+  if (node.IsNull()) {
+    if (param.nullable()) return ParamValue();
+    return std::nullopt;
+  }
+  auto list = [&](auto element) -> std::optional<ParamValue> {
+    using T = decltype(element);
+    if (!node.IsSequence()) return std::nullopt;
+    std::vector<T> out;
+    for (const YAML::Node& item : node) {
+      T v{};
+      if (!Decode(item, &v)) return std::nullopt;
+      out.push_back(std::move(v));
+    }
+    return ParamValue(std::move(out));
+  };
+  auto scalar = [&](auto element) -> std::optional<ParamValue> {
+    using T = decltype(element);
+    T v{};
+    if (!Decode(node, &v)) return std::nullopt;
+    return ParamValue(std::move(v));
+  };
+  switch (param.type()) {
+    case ParamType::kInt:
+      return scalar(int64_t{});
+    case ParamType::kFloat:
+      return scalar(double{});
+    case ParamType::kBool:
+      return scalar(bool{});
+    case ParamType::kString:
+      return scalar(std::string());
+    case ParamType::kIntList:
+      return list(int64_t{});
+    case ParamType::kFloatList:
+      return list(double{});
+    case ParamType::kStringList:
+      // One string stands for a list of one ("path: a.txt").
+      if (node.IsScalar()) {
+        std::optional<ParamValue> one = scalar(std::string());
+        if (!one) return std::nullopt;
+        return ParamValue(
+            std::vector<std::string>{std::get<std::string>(*std::move(one))});
+      }
+      return list(std::string());
+  }
+  return std::nullopt;
+}
+
+YAML::Node StringNode(const std::string& s) {
+  YAML::Node node(s);
+  if (ReadPlainScalar(s).type != CoreScalar::Type::kString) node.SetTag("!");
+  return node;
+}
+
+YAML::Node ToYaml(const ParamValue& value) {
+  if (const auto* s = std::get_if<std::string>(&value)) return StringNode(*s);
+  if (const auto* l = std::get_if<std::vector<std::string>>(&value)) {
+    YAML::Node seq(YAML::NodeType::Sequence);
+    for (const std::string& s : *l) seq.push_back(StringNode(s));
+    seq.SetStyle(YAML::EmitterStyle::Flow);
+    return seq;
+  }
+  YAML::Node node = YAML::Load(ParamValueToString(value));
+  if (node.IsSequence()) node.SetStyle(YAML::EmitterStyle::Flow);
+  return node;
+}
+
+void EmitYaml(YAML::Emitter& out, const YAML::Node& node) {
+  const bool flow = node.Style() == YAML::EmitterStyle::Flow;
+  switch (node.Type()) {
+    case YAML::NodeType::Map:
+      if (flow) out << YAML::Flow;
+      out << YAML::BeginMap;
+      for (const auto& kv : node) {
+        out << YAML::Key;
+        EmitYaml(out, kv.first);
+        out << YAML::Value;
+        EmitYaml(out, kv.second);
+      }
+      out << YAML::EndMap;
+      return;
+    case YAML::NodeType::Sequence:
+      if (flow) out << YAML::Flow;
+      out << YAML::BeginSeq;
+      for (const auto& item : node) EmitYaml(out, item);
+      out << YAML::EndSeq;
+      return;
+    case YAML::NodeType::Scalar:
+      if (node.Tag() == "!") out << YAML::DoubleQuoted;
+      out << node.Scalar();
+      return;
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      out << YAML::Null;
+      return;
+  }
+}
+
+void EmitParams(const ParamSchema& schema, const Params& params,
+                YAML::Node* out) {
+  for (const Param& p : schema.params) {
+    if (const ParamValue* v = params.Get(p.name())) {
+      (*out)[p.name()] = ToYaml(*v);
+    }
+  }
+}
+
+}  // namespace mirrortrain::trainer::config_internal
