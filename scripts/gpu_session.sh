@@ -25,6 +25,11 @@
 #      im2col + GEMMs + col2im (tests/bench/conv_gpu_bench.cc); each
 #      benchmark runs 0.02 s of GPU time (20 replays an iteration, so
 #      about 0.4 s of wall time), some 20 s in all;
+#   2d. GEMM_CANDIDATES (off unless set, e.g. "mlp tf32 bf16"): each
+#      product of one step of that model timed as cuBLAS picks it and as
+#      the fastest of cuBLASLt's first 32 answers
+#      (scripts/bench/gemm_candidates.cu; about 20 s per model and
+#      precision), so a session learns what an algorithm search would win;
 #   3. scripts/bench_gpu.sh $PARTS (default "cnn tta mlp comm resnet gpt";
 #      its torch.compile runs come last; TORCH_COMPILE=0 skips them);
 #   4. scripts/trace_gpu.sh $TRACES (default "cnn_one_device cnn_bf16
@@ -122,6 +127,24 @@ if [[ ${CONV_BENCH:-1} != 0 ]]; then
   # shellcheck disable=SC2016  # $1 is bash -c's argument.
   step "conv_gpu_bench" 30 $((RESERVE + 60)) bash -c 'conv_bench "$1"' _ \
     "$RESULTS/conv"
+fi
+gemm_candidates() {  # results folder, then gemm_candidates' arguments
+  local dir=$1
+  shift
+  mkdir -p "$dir" &&
+    nvcc -O2 -std=c++17 -arch="sm_${CUDA_ARCH:-90}" -o "$dir/gemm_candidates" \
+      scripts/bench/gemm_candidates.cu -lcublas -lcublasLt &&
+    "$dir/gemm_candidates" "$@" >"$dir/gemm_candidates.jsonl"
+  local rc=$?
+  rm -f "$dir/gemm_candidates"
+  cat "$dir/gemm_candidates.jsonl"
+  return "$rc"
+}
+if [[ -n ${GEMM_CANDIDATES:-} ]]; then
+  export -f gemm_candidates
+  # shellcheck disable=SC2016,SC2086  # $1 is bash -c's; the words are arguments.
+  step "gemm_candidates $GEMM_CANDIDATES" 30 $((RESERVE + 60)) \
+    bash -c 'gemm_candidates "$@"' _ "$RESULTS/gemm" $GEMM_CANDIDATES
 fi
 # shellcheck disable=SC2086
 step "bench_gpu.sh $PARTS" 30 "$RESERVE" env OUT="$RESULTS/bench" SKIP_BUILD=1 \

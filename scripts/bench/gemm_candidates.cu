@@ -1,16 +1,19 @@
 // How much a per-shape algorithm search could win over the algorithms
-// cuBLAS picks by itself, for the products of one CNN training step
-// (configs/fashion_mnist_cnn_gpu.yaml at batch 256: the shapes GemmOnGpu
-// and GemmBiasOnGpu are asked, row-major, with the same operand strides;
-// all timed without an epilogue, though mirrortrain adds the dense layers'
-// forward bias in cuBLASLt's). Per shape and precision, one JSON line: the
-// time of GemmOnGpu's call (cublasSgemm, or cublasGemmEx with bf16
-// operands), of cuBLASLt's first heuristic answer, and of the fastest of
-// its first 32 answers, each the mean of a timed loop after warm-up.
+// cuBLAS picks by itself, for the products of one training step of the CNN
+// (configs/fashion_mnist_cnn_gpu.yaml at batch 256) or of the MLP
+// (configs/mlp_4096_gpu.yaml: 784-4096x4-10 at batch 4096): the shapes
+// GemmOnGpu and GemmBiasOnGpu are asked, row-major, with the same operand
+// strides; all timed without an epilogue, though mirrortrain adds the
+// dense layers' forward bias (and relu) in cuBLASLt's. Per shape and
+// precision, one JSON line: the time of GemmOnGpu's call (cublasSgemm, or
+// cublasGemmEx with bf16 operands), of cuBLASLt's first heuristic answer,
+// and of the fastest of its first 32 answers, each the mean of a timed loop
+// after warm-up; `count` is how often a step makes that product.
 //
 //   nvcc -O2 -std=c++17 -arch=sm_90 -o build/bin/gemm_candidates \
 //     scripts/bench/gemm_candidates.cu -lcublas -lcublasLt
-//   build/bin/gemm_candidates [fp32] [tf32] [bf16]    # default: fp32 bf16
+//   build/bin/gemm_candidates [cnn|mlp] [fp32] [tf32] [bf16]
+//   # default: cnn fp32 bf16
 #include <cublasLt.h>
 
 #include <cstdint>
@@ -27,6 +30,7 @@ struct Product {
   const char* name;
   bool ta, tb;
   long m, n, k, lda, ldb;
+  int count = 1;  // Products of this shape per step.
 };
 
 // The CNN's step at batch 256 (28x28x1 -> conv 5x5x32 -> pool -> conv
@@ -47,6 +51,26 @@ std::vector<Product> CnnProducts(bool bf16) {
       {"dense2 forward", false, false, 256, 10, 1024, 1024, 10},
       {"dense2 weight gradient", true, false, 1024, 10, 256, 1024, 10},
       {"dense2 input gradient", false, true, 256, 1024, 10, 10, 10},
+  };
+}
+
+// The MLP's step at batch 4096 (784 -> 4096 -> 4096 -> 4096 -> 4096 -> 10;
+// unpadded rows, as the CNN's dense layers). The first
+// layer has no input gradient; the three 4096 x 4096 layers' products are
+// one shape each, made three times.
+std::vector<Product> MlpProducts() {
+  constexpr long kBatch = 4096, kIn = 784, kWide = 4096, kOut = 10;
+  return {
+      {"dense1 forward", false, false, kBatch, kWide, kIn, kIn, kWide},
+      {"dense1 weight gradient", true, false, kIn, kWide, kBatch, kIn, kWide},
+      {"dense2-4 forward", false, false, kBatch, kWide, kWide, kWide, kWide, 3},
+      {"dense2-4 weight gradient", true, false, kWide, kWide, kBatch, kWide,
+       kWide, 3},
+      {"dense2-4 input gradient", false, true, kBatch, kWide, kWide, kWide,
+       kWide, 3},
+      {"dense5 forward", false, false, kBatch, kOut, kWide, kWide, kOut},
+      {"dense5 weight gradient", true, false, kWide, kOut, kBatch, kWide, kOut},
+      {"dense5 input gradient", false, true, kBatch, kWide, kOut, kOut, kOut},
   };
 }
 
@@ -153,7 +177,15 @@ Candidates TimeLtCandidates(cublasLtHandle_t lt, const Product& p,
 
 int main(int argc, char** argv) {
   std::vector<std::string> precisions;
-  for (int i = 1; i < argc; ++i) precisions.push_back(argv[i]);
+  std::string model = "cnn";
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "cnn" || arg == "mlp") {
+      model = arg;
+    } else {
+      precisions.push_back(arg);
+    }
+  }
   if (precisions.empty()) precisions = {"fp32", "bf16"};
   CHECK_CUDA(cudaSetDevice(0));
   cudaDeviceProp prop;
@@ -169,13 +201,13 @@ int main(int argc, char** argv) {
   for (const std::string& precision : precisions) {
     const bool bf16 = precision == "bf16", tf32 = precision == "tf32";
     if (!bf16 && !tf32 && precision != "fp32") {
-      std::fprintf(stderr, "unknown precision %s (fp32, tf32, bf16)\n",
+      std::fprintf(stderr, "unknown argument %s (cnn, mlp, fp32, tf32, bf16)\n",
                    precision.c_str());
       return 2;
     }
     const size_t value_bytes = bf16 ? 2 : 4;
     const cudaDataType_t operand = bf16 ? CUDA_R_16BF : CUDA_R_32F;
-    for (const Product& p : CnnProducts(bf16)) {
+    for (const Product& p : model == "mlp" ? MlpProducts() : CnnProducts(bf16)) {
       const long a_values = (p.ta ? p.k : p.m) * p.lda;
       const long b_values = (p.tb ? p.n : p.k) * p.ldb;
       float *a32, *b32, *c;
@@ -220,12 +252,14 @@ int main(int argc, char** argv) {
       const Candidates lt_times = TimeLtCandidates(
           lt, p, operand, tf32, a, b, c, workspace, workspace_bytes);
       std::printf(
-          "{\"gpu\": \"%s\", \"precision\": \"%s\", \"product\": \"%s\", "
+          "{\"gpu\": \"%s\", \"model\": \"%s\", \"precision\": \"%s\", "
+          "\"product\": \"%s\", \"count\": %d, "
           "\"m\": %ld, \"n\": %ld, \"k\": %ld, \"gflop\": %.3f, "
           "\"cublas_us\": %.1f, \"lt_first_us\": %.1f, \"lt_best_us\": %.1f, "
           "\"lt_best_rank\": %d, \"lt_candidates\": %d, "
           "\"lt_first\": \"%s\", \"lt_best\": \"%s\"}\n",
-          prop.name, precision.c_str(), p.name, p.m, p.n, p.k,
+          prop.name, model.c_str(), precision.c_str(), p.name, p.count, p.m,
+          p.n, p.k,
           2e-9 * p.m * p.n * p.k, cublas_us, lt_times.first_us,
           lt_times.best_us, lt_times.best, lt_times.runnable,
           lt_times.first.c_str(), lt_times.best_algo.c_str());
