@@ -125,6 +125,19 @@ absl::StatusOr<std::unique_ptr<Layer>> LayerBuilder::BuildOne(
     return absl::InvalidArgumentError(absl::StrCat(
         spec.path, " (", type->name, "): ", out.status().message()));
   }
+  // Checkpoints save variables by name. A container lists its children's
+  // variables again (the same objects, recorded when they were built).
+  for (const Variable* v : (*layer)->variables()) {
+    const auto [owner, fresh] =
+        variable_owners_.try_emplace(v->name(), v, spec.path);
+    if (!fresh && owner->second.first != v) {
+      error_named_ = true;
+      return absl::InvalidArgumentError(absl::StrCat(
+          spec.path, spec.name.empty() ? "" : ".name", ": its variable '",
+          v->name(), "' has the name of a variable of ", owner->second.second,
+          " (layer names that extend one another collide: rename one)"));
+    }
+  }
   summary_[row].output_shape = *out;
   summary_[row].params = CountParams(**layer);
   return layer;

@@ -144,6 +144,11 @@ class LayerBuilder {
   absl::flat_hash_map<std::string, int> auto_name_counts_;
   // Every layer name given so far, and the path of the spec that has it.
   absl::flat_hash_map<std::string, std::string> names_;
+  // Variable name -> the variable and the path of the layer that made it:
+  // layer names that extend one another ('m' and 'm/query') could give
+  // two variables one name.
+  absl::flat_hash_map<std::string, std::pair<const Variable*, std::string>>
+      variable_owners_;
   Shape input_shape_;
   std::string name_;
   int type_index_ = 0;

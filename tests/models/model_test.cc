@@ -81,6 +81,26 @@ TEST(ModelTest, LayerNamesAreUnique) {
   EXPECT_EQ(builder.BuildSequence({first, block}, {2, 3}).status().message(),
             "model.layers[1].layers[0].name: the layer name 'x' is taken by "
             "model.layers[0]");
+  // Distinct layer names whose variables' names meet: attention 'm' has
+  // m/query/kernel, and so would a dense named 'm/query'. Found when the
+  // model is built, not when the first checkpoint is saved.
+  LayerSpec attention = Spec("multi_head_attention", {{"num_heads", int64_t{1}},
+                                                      {"key_dim", int64_t{2}}});
+  attention.name = "m";
+  attention.path = "model.layers[0]";
+  LayerSpec query = named("m/query");
+  query.path = "model.layers[1]";
+  LayerBuilder tokens(1, Device::Cpu());
+  EXPECT_EQ(
+      tokens.BuildSequence({attention, query}, {1, 4, 3}).status().message(),
+      "model.layers[1].name: its variable 'm/query/kernel' has the name "
+      "of a variable of model.layers[0] (layer names that extend one "
+      "another collide: rename one)");
+  // A container lists its children's variables again: no collision.
+  LayerSpec child = named("y");
+  child.path = "model.layers[1].layers[0]";
+  LayerSpec holder = Spec("sequential", {}, {child});
+  EXPECT_TRUE(build(named("x"), holder).ok());
 }
 
 // Keras 3 numbers only the layers it names: [foo, dense, dense_1] for a
