@@ -99,8 +99,9 @@ MT_REGISTER(
        const int64_t input_dim = spec.params.Int("input_dim");
        if (b.continuous_inputs()) {
          return absl::InvalidArgumentError(
-             "the data's examples are real values, not token ids (every one "
-             "would be id 0): train it on text or npz ids");
+             "the data's examples are real values (synthetic, or pixels "
+             "scaled to [0, 1]), not token ids (each would be id 0): train "
+             "it on text, or on npz ids stored as float32");
        }
        if (b.input_vocabulary() > input_dim) {
          // Found when the model is built, not at the first unlucky batch.

@@ -190,7 +190,7 @@ TEST(DataCliTest, SyntheticDataTakesTheModelsInputShape) {
                "model.layers=[{type: embedding, input_dim: 4, output_dim: 2}, "
                "{type: flatten}, {type: dense, units: 10}]"},
               "model.layers[0] (embedding): the data's examples are real "
-              "values, not token ids");
+              "values (synthetic, or pixels scaled to [0, 1]), not token ids");
 }
 
 TEST(DataCliTest, BadCifarFilesExit2NamingTheFile) {
@@ -288,6 +288,26 @@ TEST(DataCliTest, NpzTokenIdsOutsideTheEmbeddingExit2NamingTheExample) {
               "token ids, which are not normalized");
   write(3e9f, 1.0f);
   ExpectExit2(args, "data: npz/train: example 2 holds 3e+09 at position 3");
+  // uint8 x are pixels, scaled to [0, 1]: as ids every one would be 0 (it
+  // trained silently on them before). In either split.
+  std::vector<uint8_t> bytes(6 * 4, 7);
+  std::vector<float> floats(6 * 4, 7.0f);
+  std::vector<int64_t> y = {0, 1, 2, 3, 0, 1};
+  for (const bool train_bytes : {true, false}) {
+    SCOPED_TRACE(train_bytes ? "uint8 x_train" : "uint8 x_test");
+    const std::string u1 = NpyBytes("|u1", {6, 4}, RawBytes(bytes));
+    const std::string f4 = NpyBytes("<f4", {6, 4}, RawBytes(floats));
+    WriteBytes(path,
+               ZipBytes({{"x_train.npy", train_bytes ? u1 : f4},
+                         {"y_train.npy", NpyBytes("<i8", {6}, RawBytes(y))},
+                         {"x_test.npy", train_bytes ? f4 : u1},
+                         {"y_test.npy", NpyBytes("<i8", {6}, RawBytes(y))}}));
+    ExpectExit2(args,
+                "model.layers[0] (embedding): the data's examples are real "
+                "values (synthetic, or pixels scaled to [0, 1]), not token "
+                "ids (each would be id 0): train it on text, or on npz ids "
+                "stored as float32");
+  }
 }
 
 TEST(DataCliTest, TrainsOnTextAndReportsBitsPerByte) {

@@ -83,6 +83,7 @@ absl::StatusOr<InMemoryDataset> LoadCifar10(const std::string& dir,
   InMemoryDataset dataset;
   dataset.num_classes = kClasses;
   dataset.name = absl::StrCat("cifar10/", train ? "train" : "test");
+  dataset.continuous = true;  // Pixels scaled to [0, 1].
   MT_ASSIGN_OR_RETURN(dataset.images,
                       Tensor::Empty(DType::kF32, {n, kSide, kSide, kChannels}));
   MT_ASSIGN_OR_RETURN(dataset.labels, Tensor::Empty(DType::kI32, {n}));

@@ -88,6 +88,7 @@ absl::StatusOr<InMemoryDataset> LoadFashionMnist(const std::string& dir,
   InMemoryDataset dataset;
   dataset.num_classes = kFashionMnistClasses;
   dataset.name = absl::StrCat("fashion_mnist/", train ? "train" : "test");
+  dataset.continuous = true;  // Pixels scaled to [0, 1].
   MT_ASSIGN_OR_RETURN(dataset.images,
                       Tensor::Empty(DType::kF32, {n, kFashionMnistImageSize,
                                                   kFashionMnistImageSize, 1}));

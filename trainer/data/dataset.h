@@ -33,8 +33,8 @@ struct InMemoryDataset {
   // Tokens are bytes (the `text` source): evaluation also reports bits per
   // byte, the per-token loss in bits.
   bool bytes_as_tokens = false;
-  // The examples are real values that are never token ids (synthetic): a
-  // model may not read them as ids.
+  // The examples are real values that are never token ids (synthetic
+  // values, or pixels scaled to [0, 1]): a model may not read them as ids.
   bool continuous = false;
 
   int64_t size() const { return labels.defined() ? labels.dim(0) : 0; }

@@ -249,6 +249,7 @@ absl::StatusOr<InMemoryDataset> LoadNpz(const std::string& path, bool train,
   InMemoryDataset dataset;
   dataset.name = "npz/" + split;
   MT_ASSIGN_OR_RETURN(dataset.images, ImagesTensor(x, arrays.Where(x_name)));
+  const bool bytes = x.header.kind == 'u';
   x = NpyArray();  // Converted; free the bytes.
 
   // Both splits must feed the same model.
@@ -269,6 +270,9 @@ absl::StatusOr<InMemoryDataset> LoadNpz(const std::string& path, bool train,
                                       ShapeToString(example), " but ", x_other,
                                       " has ", ShapeToString(other_example)));
   }
+  // uint8 x (of either split) are pixels scaled to [0, 1], never token
+  // ids: an embedding would read every one as id 0.
+  dataset.continuous = bytes || other_header.kind == 'u';
 
   MT_ASSIGN_OR_RETURN(NpyArray y, arrays.Read(y_name));
   MT_ASSIGN_OR_RETURN(std::vector<int64_t> labels,
