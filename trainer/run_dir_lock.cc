@@ -24,11 +24,6 @@ namespace fs = std::filesystem;
 // progress.
 constexpr int kMaxAttempts = 16;
 
-absl::Status ErrnoError(int error_number, absl::string_view message) {
-  return absl::ErrnoToStatus(
-      error_number, absl::StrCat(message, ": ", std::strerror(error_number)));
-}
-
 // The pid a holder wrote, or "unknown" (it may not have written it yet).
 std::string HolderPid(int fd) {
   char buffer[32] = {};
@@ -83,7 +78,8 @@ absl::StatusOr<RunDirLock> RunDirLock::Acquire(const std::string& run_dir) {
         return absl::InvalidArgumentError(absl::StrCat(
             lock.path_, ": is a symbolic link, not mirrortrain's lock file"));
       }
-      return ErrnoError(errno, absl::StrCat(lock.path_, ": cannot open"));
+      return absl::ErrnoToStatus(errno,
+                                 absl::StrCat(lock.path_, ": cannot open"));
     }
     struct stat st;
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -103,7 +99,8 @@ absl::StatusOr<RunDirLock> RunDirLock::Acquire(const std::string& run_dir) {
             ", holding ", lock.path_,
             "); wait for it to finish or use another --run_dir"));
       }
-      return ErrnoError(error_number, absl::StrCat(lock.path_, ": flock"));
+      return absl::ErrnoToStatus(error_number,
+                                 absl::StrCat(lock.path_, ": flock"));
     }
     if (!StillAtPath(fd, lock.path_)) {
       ::close(fd);
@@ -114,8 +111,8 @@ absl::StatusOr<RunDirLock> RunDirLock::Acquire(const std::string& run_dir) {
                                        static_cast<ssize_t>(pid.size())) {
       const int error_number = errno;
       ::close(fd);
-      return ErrnoError(error_number,
-                        absl::StrCat(lock.path_, ": cannot write the pid"));
+      return absl::ErrnoToStatus(
+          error_number, absl::StrCat(lock.path_, ": cannot write the pid"));
     }
     lock.fd_ = fd;
     lock.created_file_ = created;

@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -98,7 +100,14 @@ TEST_F(RunDirLockTest, RejectsALinkOrNonFileAsTheLockFile) {
 
   fs::remove(LockFile(dir));
   fs::create_directories(LockFile(dir));
-  EXPECT_FALSE(RunDirLock::Acquire(dir).ok());
+  const absl::Status on_dir = RunDirLock::Acquire(dir).status();
+  EXPECT_FALSE(on_dir.ok());
+  // The system's reason once (absl::ErrnoToStatus appends it itself; it
+  // was said twice).
+  const std::string message(on_dir.message());
+  const std::string reason = std::strerror(EISDIR);
+  EXPECT_NE(message.find(reason), std::string::npos) << message;
+  EXPECT_EQ(message.find(reason), message.rfind(reason)) << message;
 
   std::ofstream(root_ + "/file") << "x";
   lock = RunDirLock::Acquire(root_ + "/file");

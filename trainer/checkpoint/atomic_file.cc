@@ -17,11 +17,6 @@
 namespace mirrortrain::trainer {
 namespace {
 
-absl::Status ErrnoError(int error_number, absl::string_view message) {
-  return absl::ErrnoToStatus(
-      error_number, absl::StrCat(message, ": ", std::strerror(error_number)));
-}
-
 // The directory holding `path` ("." for a bare file name).
 std::string DirectoryOf(const std::string& path) {
   const std::string parent = std::filesystem::path(path).parent_path();
@@ -38,7 +33,7 @@ absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Create(
   const int fd =
       ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return ErrnoError(
+    return absl::ErrnoToStatus(
         errno,
         absl::StrCat(path, ": cannot create temporary file ", temp_path));
   }
@@ -87,8 +82,8 @@ absl::Status AtomicFileWriter::Append(absl::string_view data) {
       if (errno == EINTR) continue;
       const int error_number = errno;
       Discard();
-      return ErrnoError(error_number,
-                        absl::StrCat(path_, ": write to ", temp_path_));
+      return absl::ErrnoToStatus(
+          error_number, absl::StrCat(path_, ": write to ", temp_path_));
     }
     data.remove_prefix(static_cast<size_t>(n));
   }
@@ -103,8 +98,8 @@ absl::Status AtomicFileWriter::Commit() {
   if (::fsync(fd_) != 0) {
     const int error_number = errno;
     Discard();
-    return ErrnoError(error_number,
-                      absl::StrCat(path_, ": fsync of ", temp_path_));
+    return absl::ErrnoToStatus(error_number,
+                               absl::StrCat(path_, ": fsync of ", temp_path_));
   }
   // close() can report deferred write errors (e.g. on NFS).
   const int close_result = ::close(fd_);
@@ -112,14 +107,14 @@ absl::Status AtomicFileWriter::Commit() {
   if (close_result != 0) {
     const int error_number = errno;
     Discard();
-    return ErrnoError(error_number,
-                      absl::StrCat(path_, ": close of ", temp_path_));
+    return absl::ErrnoToStatus(error_number,
+                               absl::StrCat(path_, ": close of ", temp_path_));
   }
   if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
     const int error_number = errno;
     Discard();
-    return ErrnoError(error_number,
-                      absl::StrCat(path_, ": rename from ", temp_path_));
+    return absl::ErrnoToStatus(
+        error_number, absl::StrCat(path_, ": rename from ", temp_path_));
   }
   committed_ = true;
   // Without this the rename may not survive a power loss, and a later step
@@ -127,15 +122,15 @@ absl::Status AtomicFileWriter::Commit() {
   const std::string dir = DirectoryOf(path_);
   const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd < 0) {
-    return ErrnoError(
+    return absl::ErrnoToStatus(
         errno, absl::StrCat(path_, ": open directory ", dir, " to fsync it"));
   }
   const int sync_result = ::fsync(dir_fd);
   const int sync_errno = errno;
   ::close(dir_fd);
   if (sync_result != 0) {
-    return ErrnoError(sync_errno,
-                      absl::StrCat(path_, ": fsync of directory ", dir));
+    return absl::ErrnoToStatus(
+        sync_errno, absl::StrCat(path_, ": fsync of directory ", dir));
   }
   return absl::OkStatus();
 }

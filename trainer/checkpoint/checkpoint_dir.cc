@@ -98,11 +98,10 @@ absl::StatusOr<std::vector<std::string>> RemoveCheckpointLeftovers(
     const std::string path = (fs::path(dir) / name).string();
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
       const int error_number = errno;
-      return absl::ErrnoToStatus(error_number,
-                                 absl::StrCat(path,
-                                              ": cannot remove what an "
-                                              "interrupted save left: ",
-                                              std::strerror(error_number)));
+      // ErrnoToStatus appends the system's reason.
+      return absl::ErrnoToStatus(
+          error_number,
+          absl::StrCat(path, ": cannot remove what an interrupted save left"));
     }
     removed.push_back(name);
   }
