@@ -309,9 +309,19 @@ int Train(int argc, char** argv) {
     return *failed;
   }
   if (args->dry_run) return Reports() ? DryRun(*config) : kExitOk;
-  std::string run_dir = args->run_dir.empty()
-                            ? absl::StrCat("runs/", config->name)
-                            : args->run_dir;
+  std::string run_dir = args->run_dir;
+  if (run_dir.empty()) {
+    // runs/<config name>, unless that name would be runs/ itself or leave
+    // it ("..yaml", "...yaml") and put the run's files among others.
+    if (config->name.empty() || config->name == "." || config->name == "..") {
+      return Usage("train",
+                   absl::StrCat("--config ", args->config,
+                                ": the file's name gives no run directory "
+                                "name (runs/",
+                                config->name, "); give --run_dir"));
+    }
+    run_dir = absl::StrCat("runs/", config->name);
+  }
   InstallStopSignalHandlers();
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
       Trainer::Create(*config, run_dir, /*need_train_data=*/true, processes);

@@ -104,6 +104,11 @@ absl::Status ReadOptimizer(const Reader& r, const YAML::Node& node, Config* c,
                             {"schedule"}, absl::StrCat("optimizer ", name),
                             &o.params));
   o.name = name;
+  // Left out (or null): Keras's default for this optimizer, written into
+  // the resolved config.
+  if (o.params.IsNull("learning_rate")) {
+    o.params.Set("learning_rate", type->learning_rate);
+  }
   o.learning_rate = o.params.Float("learning_rate");
   o.l2_regularization = o.params.Float("l2_regularization");
   o.clip_global_norm = o.params.OptionalFloat("clip_global_norm");
@@ -216,12 +221,17 @@ absl::Status Validate(const Reader& r, const YAML::Node& root,
                    absl::StrCat("one_device takes exactly one device, got ",
                                 devices->size()));
   }
-  if (absl::StatusOr<Device> central =
-          ParseDevice(c.distribute.variables_device);
+  // Central storage's device must exist as its replicas' devices must
+  // (other strategies do not use it).
+  if (absl::Status central =
+          c.distribute.strategy == "central_storage"
+              ? distribute::ResolveDevices({c.distribute.variables_device})
+                    .status()
+              : ParseDevice(c.distribute.variables_device).status();
       !central.ok()) {
     return r.Error("distribute.variables_device",
                    node("distribute", "variables_device"),
-                   std::string(central.status().message()));
+                   std::string(central.message()));
   }
   absl::StatusOr<std::vector<Device>> ps =
       distribute::ResolveDevices(c.distribute.ps_devices);

@@ -64,11 +64,15 @@ const ParamSchema& DataSchema() {
 
 const ParamSchema& NormalizeSchema() {
   static const auto* s = new ParamSchema{
-      {Param::FloatList("mean").Nullable().MinLength(1).Doc(
+      {Param::FloatList("mean").Nullable().MinLength(1).InFloat32().Doc(
            "per channel, subtracted after scaling to [0, 1]; null: no "
            "normalisation"),
-       Param::FloatList("std").Nullable().MinLength(1).Min(0, false).Doc(
-           "per channel, divides after the mean is subtracted")},
+       Param::FloatList("std")
+           .Nullable()
+           .MinLength(1)
+           .Min(0, false)
+           .InFloat32()
+           .Doc("per channel, divides after the mean is subtracted")},
       [](const Params& p) -> absl::Status {
         if (p.IsNull("mean") != p.IsNull("std")) {
           return absl::InvalidArgumentError(p.IsNull("mean")
@@ -136,6 +140,7 @@ const ParamSchema& ModelSchema() {
                 "both are absent"),
        Param::IntList("input_shape")
            .Nullable()
+           .MinLength(1)
            .Min(1)
            .Max(kMaxDimension)
            .Doc("one example's shape; null: the data source's")}};
@@ -149,10 +154,11 @@ const ParamSchema& OptimizerSchema() {
            .OneOf(OptimizerRegistry::Global().Names())
            .Doc("the optimizer (its keys follow)"),
        Param::Float("learning_rate")
-           .Default(0.05)
+           .Nullable()
            .Min(0, false)
            .InFloat32()
-           .Doc("peak rate of the schedule"),
+           .Doc("peak rate of the schedule; null: the optimizer's Keras "
+                "default (its table says which)"),
        Param::Float("l2_regularization")
            .Default(0.0)
            .Min(0)
@@ -400,7 +406,10 @@ std::string SchemaMarkdown() {
   AppendTable("`optimizer`", "`optimizer.name` picks the optimizer.",
               "optimizer.", {&OptimizerSchema()}, &out);
   for (const OptimizerType* o : OptimizerRegistry::Global().Entries()) {
-    AppendTable(absl::StrCat("`optimizer.name: ", o->name, "`"), o->doc,
+    AppendTable(absl::StrCat("`optimizer.name: ", o->name, "`"),
+                absl::StrCat(o->doc, ". Default `learning_rate`: ",
+                             ParamValueToString(ParamValue(o->learning_rate)),
+                             " (Keras's)."),
                 "optimizer.", {&o->params}, &out);
   }
   AppendTable("`optimizer.schedule`", "", "optimizer.schedule.",

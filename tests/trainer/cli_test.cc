@@ -62,6 +62,30 @@ TEST(CliTest, UsageErrors) {
   EXPECT_NE(r.err.find("unknown flag '--bogus'"), std::string::npos);
 }
 
+// The default run directory is runs/<the config file's name without its
+// extension>: a name that would make it runs/ itself or its parent
+// ("...yaml" -> runs/.., the working directory) asks for --run_dir, and
+// nothing is written.
+TEST(CliTest, ConfigNamesThatLeaveRunsAskForARunDir) {
+  const std::string dir = FreshDir("dot_names");
+  fs::create_directories(dir);
+  for (const std::string name : {".yaml", "..yaml", "...yaml"}) {
+    SCOPED_TRACE(name);
+    const std::string path = absl::StrCat(dir, "/", name);
+    fs::copy_file(Config(), path, fs::copy_options::overwrite_existing);
+    const auto before = fs::file_time_type::clock::now();
+    Result r = RunCli({"train", "--config", path, "--set", "train.steps=1"});
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find(absl::StrCat("mirrortrain train: --config ", path,
+                                      ": the file's name gives no run "
+                                      "directory name")),
+              std::string::npos)
+        << r.err;
+    EXPECT_FALSE(fs::exists("runs/../config.yaml") &&
+                 fs::last_write_time("runs/../config.yaml") >= before);
+  }
+}
+
 // `config --json`: the resolved config (defaults and --set applied) as one
 // JSON line, typed (numbers, booleans, null), for tools without YAML.
 TEST(CliTest, ConfigVerbPrintsTheResolvedConfigAsJson) {
@@ -302,7 +326,8 @@ TEST(CliTest, BadConfigsExit2WithOneLineNamingFileAndKey) {
        "bad.yaml:2: data.global_batch_size: expected an integer >= 1, got "
        "many"},
       {"optimizer: {learning_rate: -2}\n", "",
-       "bad.yaml:1: optimizer.learning_rate: expected a number > 0, got -2"},
+       "bad.yaml:1: optimizer.learning_rate: expected a number > 0, or null, got "
+       "-2"},
       {"model: {name: resnet}\n", "",
        "bad.yaml:1: model.name: unknown value 'resnet'"},
       {"optimizer: {name: lamb}\n", "",

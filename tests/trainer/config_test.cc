@@ -29,6 +29,35 @@ TEST(ConfigTest, DefaultsApplyToAnEmptyFile) {
   EXPECT_EQ(c->name, "empty");
 }
 
+// Without optimizer.learning_rate (or with it null) an optimizer trains at
+// Keras's default for it, as `keras.optimizers.Adam()` does, and the
+// resolved config says which.
+TEST(ConfigTest, LearningRateDefaultsToTheOptimizersKerasDefault) {
+  const std::pair<const char*, double> keras[] = {
+      {"sgd", 0.01},   {"momentum", 0.01}, {"adagrad", 0.001},
+      {"adam", 0.001}, {"adamax", 0.001},  {"adamw", 0.001},
+      {"lion", 0.001}, {"rmsprop", 0.001}};
+  for (const auto& [name, rate] : keras) {
+    SCOPED_TRACE(name);
+    auto c = ParseConfig(absl::StrCat("optimizer: {name: ", name, "}\n"),
+                         "o.yaml", {});
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_DOUBLE_EQ(c->optimizer.learning_rate, rate);
+    auto again = ParseConfig(c->resolved_yaml, "o.yaml", {});
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_DOUBLE_EQ(again->optimizer.learning_rate, rate);
+    EXPECT_THAT(c->resolved_yaml,
+                HasSubstr(absl::StrCat("learning_rate: ", rate)));
+  }
+  auto c = ParseConfig("optimizer: {name: adam, learning_rate: 0.1}\n",
+                       "o.yaml", {"optimizer.learning_rate=null"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->optimizer.learning_rate, 0.001);
+  c = ParseConfig("", "o.yaml", {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->optimizer.learning_rate, 0.01);  // momentum
+}
+
 TEST(ConfigTest, FileValuesAndOverrides) {
   auto c = ParseConfig(
       "optimizer:\n  name: adam\n  learning_rate: 0.001\n"
@@ -158,7 +187,7 @@ TEST(ConfigTest, UnknownKeyNamesFileLineAndKey) {
   // Lines that end in a lone CR (old Mac text) or CR LF are lines too: the
   // same key is named at the same line, and a config reads as it does with
   // LF line breaks.
-  for (const std::string& eol : {"\r", "\r\n"}) {
+  for (const char* eol : {"\r", "\r\n"}) {
     c = ParseConfig(absl::StrCat("seed: 1", eol, "optimizer:", eol,
                                  "  learning_rat: 0.1", eol),
                     "j.yaml", {});
@@ -191,9 +220,10 @@ TEST(ConfigTest, WrongTypes) {
   // YAML's types: quoted scalars are strings, plain numbers and booleans
   // are not.
   c = ParseConfig("optimizer: {learning_rate: '0.1'}\n", "j.yaml", {});
-  EXPECT_EQ(Message(c.status()),
-            "j.yaml:1: optimizer.learning_rate: expected a number > 0, got "
-            "'0.1' (quoted: a string)");
+  EXPECT_EQ(
+      Message(c.status()),
+      "j.yaml:1: optimizer.learning_rate: expected a number > 0, or null, got "
+      "'0.1' (quoted: a string)");
   c = ParseConfig("optimizer: {name: adamw, exclude_from_weight_decay: true}\n",
                   "j.yaml", {});
   EXPECT_THAT(Message(c.status()),
@@ -214,8 +244,10 @@ TEST(ConfigTest, WrongTypes) {
 
 TEST(ConfigTest, OutOfRangeAndUnknownNames) {
   auto c = ParseConfig("optimizer: {learning_rate: -1}\n", "j.yaml", {});
-  EXPECT_EQ(Message(c.status()),
-            "j.yaml:1: optimizer.learning_rate: expected a number > 0, got -1");
+  EXPECT_EQ(
+      Message(c.status()),
+      "j.yaml:1: optimizer.learning_rate: expected a number > 0, or null, "
+      "got -1");
   c = ParseConfig("optimizer: {name: lamb}\n", "j.yaml", {});
   EXPECT_THAT(Message(c.status()),
               HasSubstr("optimizer.name: unknown value 'lamb'"));
@@ -231,6 +263,22 @@ TEST(ConfigTest, OutOfRangeAndUnknownNames) {
             "(0 in float32, which computes it)");
   c = ParseConfig("optimizer: {name: adam, epsilon: 1e-44}\n", "j.yaml", {});
   EXPECT_TRUE(c.ok()) << c.status();
+  // Finite in float32, where the slots and inputs live: 1e39 would train
+  // on infinities (an accumulator of 1e39 makes every update 0, and the
+  // first checkpoint refuses the state). A schedule's decay_rate may grow
+  // the rate past float32 on its own: the trainer stops on that state.
+  for (const char* yaml :
+       {"optimizer: {name: adagrad, initial_accumulator_value: 1e39}",
+        "data: {normalize: {mean: [1e39], std: [1]}}",
+        "data: {normalize: {mean: [0], std: [1e39]}}"}) {
+    c = ParseConfig(absl::StrCat(yaml, "\n"), "j.yaml", {});
+    EXPECT_THAT(Message(c.status()),
+                HasSubstr("(infinite in float32, which computes it)"))
+        << yaml;
+  }
+  // An empty shape is no example shape (null means the data's).
+  c = ParseConfig("model: {input_shape: []}\n", "j.yaml", {});
+  EXPECT_THAT(Message(c.status()), HasSubstr("j.yaml:1: model.input_shape: "));
   // An integer no 64 bits hold: not a contradiction with ">= 0".
   c = ParseConfig("seed: 9223372036854775808\n", "j.yaml", {});
   EXPECT_EQ(Message(c.status()),
@@ -248,6 +296,18 @@ TEST(ConfigTest, MissingDeviceIsAConfigError) {
       "distribute: {strategy: one_device, devices: [cpu:0, cpu:1]}\n", "j.yaml",
       {});
   EXPECT_THAT(Message(c.status()), HasSubstr("one_device takes exactly one"));
+  // Central storage's own device too, named as its key (it was found when
+  // the model was built, blamed on the first layer).
+  c = ParseConfig(
+      "distribute: {strategy: central_storage, variables_device: gpu:7}\n",
+      "j.yaml", {});
+  EXPECT_THAT(Message(c.status()),
+              HasSubstr("j.yaml:1: distribute.variables_device: "));
+  EXPECT_THAT(Message(c.status()), HasSubstr("gpu:7"));
+  // Other strategies do not use it.
+  EXPECT_TRUE(
+      ParseConfig("distribute: {variables_device: gpu:7}\n", "j.yaml", {})
+          .ok());
 }
 
 TEST(ConfigTest, MalformedYaml) {

@@ -286,6 +286,7 @@ Param Epsilon() {
 MT_REGISTER(OptimizerType,
             {.name = "sgd",
              .doc = "w -= lr*g (ApplyGradientDescent)",
+             .learning_rate = 0.01,
              .create = [](const Params&, Schedule schedule) {
                return std::unique_ptr<Optimizer>(
                    new GradientDescentOptimizer(std::move(schedule)));
@@ -294,6 +295,7 @@ MT_REGISTER(OptimizerType,
 MT_REGISTER(OptimizerType,
             {.name = "momentum",
              .doc = "a = m*a + g; w -= lr*a (ApplyMomentum)",
+             .learning_rate = 0.01,
              .params = {{UnitInterval("momentum", 0.9, "m"),
                          Param::Bool("nesterov")
                              .Default(false)
@@ -310,6 +312,7 @@ MT_REGISTER(OptimizerType,
              .params = {{Param::Float("initial_accumulator_value")
                              .Default(0.1)
                              .Min(0)
+                             .InFloat32()
                              .Doc("a's starting value"),
                          Epsilon()}},
              .create = [](const Params& p, Schedule schedule) {

@@ -133,6 +133,9 @@ class RMSPropOptimizer : public Optimizer {
 struct OptimizerType {
   std::string name;
   std::string doc;
+  // optimizer.learning_rate when the config leaves it out: Keras's default
+  // for this optimizer (0.01 for SGD, 0.001 for the adaptive ones).
+  double learning_rate = 0.001;
   ParamSchema params;
   // `params` are checked against `params` already.
   std::function<std::unique_ptr<Optimizer>(
