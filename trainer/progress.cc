@@ -56,7 +56,7 @@ void Progress::Draw(int64_t step, double loss, double samples_per_sec) {
   const int64_t done = step - first_step_;
   const double eta =
       done > 0 ? elapsed / done * static_cast<double>(total_steps_ - step) : 0;
-  const int64_t epoch = (step - 1) / steps_per_epoch_;
+  const int64_t epoch = step / steps_per_epoch_;
   std::string stats = absl::StrFormat(
       "step %d/%d epoch %d loss %.4f %.0f samples/s ETA %s", step, total_steps_,
       epoch, loss, samples_per_sec, FormatDuration(eta));

@@ -16,7 +16,9 @@ class Progress {
   Progress(int64_t total_steps, int64_t steps_per_epoch, int64_t log_every,
            bool silent = false);
 
-  // After each step.
+  // After each step. `loss` is the mean since the last logged step, and the
+  // epoch shown the epochs completed: a plain line says what the
+  // metrics.jsonl line of its step says.
   void Update(int64_t step, double loss, double samples_per_sec);
   // A line that must not be overwritten (evaluations, warnings).
   void Message(const std::string& line);

@@ -50,7 +50,9 @@ absl::Status Trainer::AfterSteps(LoopState& loop, int64_t step, double loss_sum,
           .count();
   const double samples_per_sec =
       seconds > 0 ? loop.window_samples / seconds : 0;
-  progress_->Update(step, steps > 0 ? loss_sum / steps : 0, samples_per_sec);
+  progress_->Update(
+      step, loop.window_steps > 0 ? loop.window_loss / loop.window_steps : 0,
+      samples_per_sec);
   if (step % config_.train.log_every_steps == 0 || step == loop.total_steps) {
     MetricsRecord rec{step,
                       step / loop.steps_per_epoch,

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -133,8 +134,17 @@ TEST(CliTest, TrainWritesTheRunDirectory) {
   }
   EXPECT_TRUE(events);
   EXPECT_TRUE(fs::exists(dir + "/checkpoints/ckpt-64.safetensors"));
-  // Not a terminal: plain progress lines.
-  EXPECT_NE(r.err.find("step 8/64"), std::string::npos) << r.err;
+  // Not a terminal: plain progress lines, with the logged line's loss (the
+  // mean since the last logged step) and epoch (epochs completed).
+  for (const std::string& line : metrics) {
+    const nlohmann::json m = nlohmann::json::parse(line);
+    if (m["split"] != "train") continue;
+    const std::string progress =
+        absl::StrFormat("step %d/64 epoch %d loss %.4f ", m["step"].get<int>(),
+                        m["epoch"].get<int>(), m["loss"].get<double>());
+    EXPECT_NE(r.err.find(progress), std::string::npos) << progress << "\n"
+                                                       << r.err;
+  }
   // Where the start-up went.
   EXPECT_TRUE(std::regex_search(
       r.err,
@@ -326,7 +336,8 @@ TEST(CliTest, BadConfigsExit2WithOneLineNamingFileAndKey) {
        "bad.yaml:2: data.global_batch_size: expected an integer >= 1, got "
        "many"},
       {"optimizer: {learning_rate: -2}\n", "",
-       "bad.yaml:1: optimizer.learning_rate: expected a number > 0, or null, got "
+       "bad.yaml:1: optimizer.learning_rate: expected a number > 0, or null, "
+       "got "
        "-2"},
       {"model: {name: resnet}\n", "",
        "bad.yaml:1: model.name: unknown value 'resnet'"},
