@@ -343,9 +343,15 @@ int Train(int argc, char** argv) {
 // The config's trainer restored from --checkpoint, for eval and sample;
 // sets *weights to the resolved raw/ema choice. nullopt after printing the
 // error (its exit code in *code).
-std::optional<std::unique_ptr<Trainer>> RestoredTrainer(const Args& args,
+std::optional<std::unique_ptr<Trainer>> RestoredTrainer(absl::string_view verb,
+                                                        const Args& args,
                                                         std::string* weights,
                                                         int* code) {
+  if (!args.weights.empty() && args.weights != "ema" && args.weights != "raw") {
+    *code = Usage(verb, absl::StrCat("--weights: expected raw or ema, got '",
+                                     args.weights, "'"));
+    return std::nullopt;
+  }
   absl::StatusOr<Config> config = LoadConfig(args.config, args.sets);
   if (std::optional<int> failed = FailIfAnyFailed(config.status())) {
     *code = *failed;
@@ -354,11 +360,6 @@ std::optional<std::unique_ptr<Trainer>> RestoredTrainer(const Args& args,
   *weights = args.weights;
   if (weights->empty()) {
     *weights = config->ema.decay.has_value() ? "ema" : "raw";
-  }
-  if (*weights != "ema" && *weights != "raw") {
-    *code = Fail(absl::InvalidArgumentError(
-        absl::StrCat("--weights: expected raw or ema, got '", *weights, "'")));
-    return std::nullopt;
   }
   // Before the restore, whose note on a changed config would otherwise be
   // a first line in front of this error.
@@ -399,7 +400,7 @@ int Eval(int argc, char** argv) {
   std::string weights;
   int code = kExitFailure;
   std::optional<std::unique_ptr<Trainer>> trainer =
-      RestoredTrainer(*args, &weights, &code);
+      RestoredTrainer("eval", *args, &weights, &code);
   if (!trainer.has_value()) return code;
   absl::StatusOr<EvalResult> result = (*trainer)->Evaluate(weights == "ema");
   if (!result.ok()) return FailHere(result.status());
@@ -478,10 +479,13 @@ int Sample(int argc, char** argv) {
   options.length = *length;
   options.temperature = *temperature;
   options.seed = *seed;
+  if (absl::Status s = CheckSampleOptions(options); !s.ok()) {
+    return Usage("sample", s.message());
+  }
   std::string weights;
   int code = kExitFailure;
   std::optional<std::unique_ptr<Trainer>> trainer =
-      RestoredTrainer(*args, &weights, &code);
+      RestoredTrainer("sample", *args, &weights, &code);
   if (!trainer.has_value()) return code;
   std::string text;
   absl::Status s = (*trainer)->WithModel(

@@ -201,6 +201,10 @@ absl::Status Validate(const Reader& r, const YAML::Node& root,
   auto node = [&](const char* section, const char* key) {
     return Child(Child(root, section), key);
   };
+  if (c.checkpoint.restore.empty()) {
+    return r.Error("checkpoint.restore", node("checkpoint", "restore"),
+                   "expected latest, none, or a checkpoint path, got ''");
+  }
   if (!c.train.epochs && !c.train.steps) {
     return r.Error("train.epochs", node("train", "epochs"),
                    "set train.epochs or train.steps");

@@ -46,13 +46,7 @@ absl::StatusOr<std::string> SampleText(models::Model& model, Device device,
         kBytes, "] logits: data.name text), this one maps ", ShapeToString(in),
         " to ", ShapeToString(out)));
   }
-  if (options.length < 0) {
-    return absl::InvalidArgumentError("--length: must be >= 0");
-  }
-  if (!(options.temperature >= 0) || !std::isfinite(options.temperature)) {
-    return absl::InvalidArgumentError(
-        "--temperature: must be a finite number >= 0");
-  }
+  MT_RETURN_IF_ERROR(CheckSampleOptions(options));
   const int64_t window = in[0];
   std::string text = options.prompt.empty() ? "\n" : options.prompt;
   const size_t generated_from = options.prompt.empty() ? 1 : text.size();
@@ -74,6 +68,17 @@ absl::StatusOr<std::string> SampleText(models::Model& model, Device device,
         logits.data<float>() + (used - 1) * kBytes, options.temperature, rng)));
   }
   return text.substr(generated_from);
+}
+
+absl::Status CheckSampleOptions(const SampleOptions& options) {
+  if (options.length < 0) {
+    return absl::InvalidArgumentError("--length: must be >= 0");
+  }
+  if (!(options.temperature >= 0) || !std::isfinite(options.temperature)) {
+    return absl::InvalidArgumentError(
+        "--temperature: must be a finite number >= 0");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace mirrortrain::trainer

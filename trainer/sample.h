@@ -29,6 +29,10 @@ struct SampleOptions {
 absl::StatusOr<std::string> SampleText(models::Model& model, Device device,
                                        const SampleOptions& options);
 
+// InvalidArgument naming the flag ("--length: ...") when `options` cannot
+// be sampled with, whatever the model.
+absl::Status CheckSampleOptions(const SampleOptions& options);
+
 }  // namespace mirrortrain::trainer
 
 #endif  // MIRRORTRAIN_TRAINER_SAMPLE_H_

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "tensor/status_macros.h"
 #include "trainer/checkpoint/checkpoint_dir.h"
@@ -79,7 +80,18 @@ absl::Status Trainer::PrepareRestoreForTraining() {
     }
   } else if (restore != "none") {
     absl::StatusOr<std::string> resolved = ResolveCheckpoint(restore);
-    if (!resolved.ok()) return WithStartOver(resolved.status());
+    if (!resolved.ok()) {
+      // Named as the key; a keyword in other case ("Latest") reads as a
+      // path.
+      const bool keyword = absl::EqualsIgnoreCase(restore, "latest") ||
+                           absl::EqualsIgnoreCase(restore, "none");
+      return WithStartOver(absl::Status(
+          resolved.status().code(),
+          absl::StrCat("checkpoint.restore: ", resolved.status().message(),
+                       keyword ? " (the keywords are lower case: latest, "
+                                 "none)"
+                               : "")));
+    }
     source = *std::move(resolved);
   }
   // Only a continuation of the run there may save over its checkpoints.

@@ -250,6 +250,21 @@ TEST_F(AdversarialCheckpointTest, OnlyAContinuationTrainsInARunDirectory) {
         {run_ + " holds the checkpoints of a run", kStartOver});
     EXPECT_TRUE(Unchanged(before, run_));
   }
+  // A path that is not there is named as the key; a keyword in another
+  // case reads as a path, and is said to be one.
+  for (const std::string& restore : {std::string("Latest"), other + "/nope"}) {
+    SCOPED_TRACE(restore);
+    const std::string fresh = root_ + "/typo";
+    ExpectUsageError(
+        RunCli(SmallTrain(fresh, {"checkpoint.restore=" + restore})),
+        {"checkpoint.restore: " + restore +
+             ": no such checkpoint file or directory" +
+             (restore == "Latest"
+                  ? " (the keywords are lower case: latest, none)"
+                  : ""),
+         kStartOver});
+    EXPECT_FALSE(fs::exists(fresh));
+  }
   // Into a new directory the same restores are fine.
   Result r = RunCli(SmallTrain(
       root_ + "/fresh",

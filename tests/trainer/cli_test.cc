@@ -332,6 +332,9 @@ TEST(CliTest, BadConfigsExit2WithOneLineNamingFileAndKey) {
       {"optimizer:\n  learning_rat: 0.1\n", "",
        "bad.yaml:2: optimizer.learning_rat: unknown key for optimizer "
        "momentum"},
+      {"checkpoint:\n  restore: ''\n", "",
+       "bad.yaml:2: checkpoint.restore: expected latest, none, or a checkpoint "
+       "path, got ''"},
       {"data:\n  global_batch_size: many\n", "",
        "bad.yaml:2: data.global_batch_size: expected an integer >= 1, got "
        "many"},

@@ -110,10 +110,20 @@ TEST(SampleCliTest, TrainsATransformerAndContinuesAPrompt) {
               "mirrortrain sample: --length: expected an integer, got 'x'");
   ExpectExit2(args_with({"--seed", "-1"}),
               "--seed: expected an integer >= 0, got '-1'");
+  // Usage errors, said before the checkpoint is read, with the pointer to
+  // the verb's help.
   for (const char* t : {"-1", "inf", "nan"}) {
     ExpectExit2(args_with({"--temperature", t}),
-                "--temperature: must be a finite number >= 0");
+                "mirrortrain sample: --temperature: must be a finite number "
+                ">= 0 (see mirrortrain sample --help)");
   }
+  ExpectExit2(args_with({"--length", "-3"}),
+              "mirrortrain sample: --length: must be >= 0 (see mirrortrain "
+              "sample --help)");
+  ExpectExit2({"sample", "--config", config, "--checkpoint",
+               dir + "/run/checkpoints", "--weights", "best"},
+              "mirrortrain sample: --weights: expected raw or ema, got 'best' "
+              "(see mirrortrain sample --help)");
   ExpectExit2(args_with({"--length", ""}),
               "flag '--length' needs a value, got an empty one");
   ExpectExit2({"sample", "--config", config},
