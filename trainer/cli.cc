@@ -368,6 +368,9 @@ std::optional<std::unique_ptr<Trainer>> RestoredTrainer(absl::string_view verb,
         "--weights: EMA weights requested but the config has no ema.decay"));
     return std::nullopt;
   }
+  // The raw weights need no EMA shadows: a checkpoint of a run without an
+  // EMA evaluates under a config that has one.
+  if (*weights == "raw") config->ema.decay.reset();
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(
       *config, /*run_dir=*/"", /*need_train_data=*/false, processes);
   // Agreed before the restore, whose own collectives every process makes.

@@ -260,6 +260,35 @@ TEST(CliTest, EvalReproducesTheLoggedNumbersExactly) {
             "no ema.decay\n");
 }
 
+// The raw weights of a run trained without an EMA evaluate under a config
+// that has one (its shadows are not in the checkpoint, and not needed):
+// the numbers the run logged.
+TEST(CliTest, RawWeightsEvaluateWithoutTheConfigsEmaShadows) {
+  const std::string dir = FreshDir("eval_no_ema");
+  ASSERT_EQ(RunCli(SmallTrain(dir, {"ema=null"})).exit_code, 0);
+  std::string raw_line;
+  for (const std::string& l : Lines(ReadFile(dir + "/metrics.jsonl"))) {
+    if (l.find("\"weights\": \"raw\"") != std::string::npos) raw_line = l;
+  }
+  ASSERT_FALSE(raw_line.empty());
+  Result r =
+      RunCli({"eval", "--config", Config(), "--checkpoint",
+              dir + "/checkpoints", "--weights", "raw", "--set",
+              "data.test_examples=500", "--set", "model.hidden_units=[32]"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(raw_line.substr(raw_line.find("\"loss\""))),
+            std::string::npos)
+      << r.out << "\n"
+      << raw_line;
+  // The EMA weights are not there to evaluate.
+  r = RunCli({"eval", "--config", Config(), "--checkpoint",
+              dir + "/checkpoints", "--set", "model.hidden_units=[32]"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("ExponentialMovingAverage' not found in checkpoint"),
+            std::string::npos)
+      << r.err;
+}
+
 // The last logged test line of `weights` (raw or ema), from "loss" on.
 std::string LastTestNumbers(const std::string& run_dir,
                             const std::string& weights) {
