@@ -39,6 +39,19 @@ std::string Holds(const std::vector<uint32_t>& dims, uint64_t bytes) {
   return dims.size() == 1 ? absl::StrCat(bytes) : absl::StrCat(bytes, " bytes");
 }
 
+// Fewer bytes than `what` needs: a truncated file, or a corrupt gzip
+// stream that zlib gave up on (its check value, say) before they came.
+absl::Status Short(const GzFile& file, const std::string& path,
+                   const std::string& what) {
+  const std::string& error = file.stream_error();
+  if (error.empty() || error == "unexpected end of file") {
+    return BadData(path,
+                   absl::StrCat("truncated: ", what, file.StreamErrorSuffix()));
+  }
+  return BadData(path,
+                 absl::StrCat("corrupt gzip stream (", error, "): ", what));
+}
+
 // Reads a u8 IDX file with the given magic (which fixes the rank).
 absl::StatusOr<RawIdx> ReadIdx(const std::string& path, uint32_t magic) {
   MT_ASSIGN_OR_RETURN(GzFile file, GzFile::Open(path));
@@ -54,10 +67,9 @@ absl::StatusOr<RawIdx> ReadIdx(const std::string& path, uint32_t magic) {
                            rank, rank == 1 ? " dimension)" : " dimensions)"));
   }
   if (got < header_bytes) {
-    return BadData(path,
-                   absl::StrCat("truncated: file holds ", got,
-                                " bytes, less than the ", header_bytes,
-                                "-byte IDX header", file.StreamErrorSuffix()));
+    return Short(file, path,
+                 absl::StrCat("file holds ", got, " bytes, less than the ",
+                              header_bytes, "-byte IDX header"));
   }
 
   RawIdx idx;
@@ -103,10 +115,10 @@ absl::StatusOr<RawIdx> ReadIdx(const std::string& path, uint32_t magic) {
     if (n < chunk) break;
   }
   if (idx.data.size() < bytes) {
-    return BadData(path, absl::StrCat("truncated: header promises ",
-                                      Promise(idx.dims, bytes), ", file holds ",
-                                      Holds(idx.dims, idx.data.size()),
-                                      file.StreamErrorSuffix()));
+    return Short(
+        file, path,
+        absl::StrCat("header promises ", Promise(idx.dims, bytes),
+                     ", file holds ", Holds(idx.dims, idx.data.size())));
   }
   MT_ASSIGN_OR_RETURN(uint64_t extra, file.CountRest());
   if (extra > 0) {

@@ -335,6 +335,17 @@ TEST(IdxReaderTest, TruncatedGzipStream) {
             path +
                 ": corrupt gzip stream after the data: unexpected end of "
                 "file");
+
+  // A wrong check value is a corrupt stream, not a short file, though zlib
+  // hands out none of the member's bytes.
+  std::string bad_crc = compressed;
+  bad_crc[bad_crc.size() - 8] ^= 0x01;
+  WriteRaw(path, bad_crc);
+  read = ReadIdxImages(path);
+  ASSERT_FALSE(read.ok());
+  EXPECT_THAT(std::string(read.status().message()),
+              StartsWith(path + ": corrupt gzip stream (incorrect data "
+                                "check): "));
 }
 
 TEST(IdxReaderTest, TrailingBytes) {
