@@ -308,6 +308,10 @@ absl::StatusOr<models::LayerSpec> Reader::ReadLayer(
   spec.path = path;
   spec.type = entry.String("type");
   spec.name = entry.IsNull("name") ? "" : entry.String("name");
+  if (!entry.IsNull("name") && spec.name.empty()) {
+    return Error(path + ".name", Child(node, "name"),
+                 "empty (leave it out, or null, for the Keras auto-name)");
+  }
   spec.repeat = entry.Int("repeat");
   if (!spec.name.empty() && spec.repeat > 1) {
     return Error(path + ".name", Child(node, "name"),

@@ -418,6 +418,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     if (need_train_data) {
       MT_ASSIGN_OR_RETURN(t->train_data_, train_split.get());
       MT_RETURN_IF_ERROR(CheckTokenIds(def, config.data, t->train_data_));
+      // Said with the keys that cause it (BatchIterator would name itself).
+      if (config.data.drop_remainder &&
+          t->train_data_.size() < config.data.global_batch_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "data.global_batch_size: ", config.data.global_batch_size,
+            " is more than the ", t->train_data_.size(), " examples of ",
+            t->train_data_.name,
+            ", and data.drop_remainder: true leaves no batch"));
+      }
       BatchIteratorOptions opt;
       opt.batch_size = config.data.global_batch_size;
       opt.shuffle = config.data.shuffle;

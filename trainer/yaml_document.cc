@@ -3,6 +3,7 @@
 #include <map>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "tensor/status_macros.h"
@@ -108,6 +109,12 @@ std::string NormalizeLineBreaks(const std::string& text) {
 absl::StatusOr<YAML::Node> LoadOneDocument(const std::string& raw_text,
                                            const std::string& base,
                                            const YamlErrorFn& error) {
+  // A byte-order mark of UTF-16 (yaml-cpp would decode the rest as such,
+  // into other characters); UTF-32's are NULs, refused below.
+  if (absl::StartsWith(raw_text, "\xFF\xFE") ||
+      absl::StartsWith(raw_text, "\xFE\xFF")) {
+    return error(1, base, "malformed YAML: UTF-16 text (save it as UTF-8)");
+  }
   const std::string text = NormalizeLineBreaks(raw_text);
   // YAML text holds no C0 control character but tab and line breaks, and
   // no DEL; yaml-cpp reads them as something else (a

@@ -503,10 +503,15 @@ TEST(CliTest, BadCheckpointsExit2AndChangeNothing) {
   EXPECT_NE(r.err.find("[784,32] in the checkpoint but [784,64]"),
             std::string::npos)
       << r.err;
-  // A directory without checkpoints.
+  // A directory without checkpoints: here the run directory, whose
+  // checkpoints folder is named.
   r = eval(dir, {"model.hidden_units=[32]"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find("no checkpoint found"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no checkpoint found (no 'checkpoint' index file; a "
+                       "run directory? its checkpoints are in " +
+                       dir + "/checkpoints)"),
+            std::string::npos)
+      << r.err;
   EXPECT_EQ(ReadFile(good), bytes);
   // Training that must restore a bad checkpoint fails before writing: the
   // run directory is untouched.

@@ -327,6 +327,11 @@ TEST(ConfigTest, MalformedYaml) {
   EXPECT_EQ(Message(c.status()),
             "nul.yaml:2: malformed YAML: control character 0x00 (not a text "
             "file?)");
+  // UTF-16 (its byte-order mark): said so, not decoded into other
+  // characters.
+  c = ParseConfig(std::string("\xFF\xFEseed: 1\n"), "u16.yaml", {});
+  EXPECT_EQ(Message(c.status()),
+            "u16.yaml:1: malformed YAML: UTF-16 text (save it as UTF-8)");
   // Lines ending in CR LF or a lone CR count as lines.
   c = ParseConfig(std::string("seed: 1\r\ndata: 2\rmodel: \x01\n", 26),
                   "cr.yaml", {});
@@ -372,6 +377,23 @@ TEST(ConfigTest, ReadmeListsTheSchema) {
   EXPECT_EQ(text.substr(a + begin.size(), b - a - begin.size()),
             SchemaMarkdown())
       << "regenerate: build/bin/mirrortrain config --schema";
+}
+
+// An empty layer name is no name: the key left out (or null) gives the
+// Keras auto-name, an empty string is an error.
+TEST(ConfigTest, EmptyLayerNameIsAnError) {
+  auto c = ParseConfig(
+      "model:\n  layers:\n    - {type: flatten, name: ''}\n"
+      "    - {type: dense, units: 10}\n",
+      "n.yaml", {});
+  EXPECT_EQ(Message(c.status()),
+            "n.yaml:3: model.layers[0].name: empty (leave it out, or null, "
+            "for the Keras auto-name)");
+  c = ParseConfig(
+      "model:\n  layers:\n    - {type: flatten, name: null}\n"
+      "    - {type: dense, units: 10}\n",
+      "n.yaml", {});
+  EXPECT_TRUE(c.ok()) << c.status();
 }
 
 TEST(ConfigTest, LayerListsNestAndReportPaths) {

@@ -184,6 +184,12 @@ TEST(DataCliTest, SyntheticDataTakesTheModelsInputShape) {
       "(model.input_shape) and their 10 class prototypes take more "
       "than 4 GiB; set data.train_examples lower or the shape "
       "smaller");
+  // Fewer examples than one batch, with drop_remainder: named by its keys.
+  ExpectExit2({"train", "--config", config, "--run_dir", dir + "/few", "--set",
+               "data.train_examples=4", "--set", "data.global_batch_size=16",
+               "--set", "data.drop_remainder=true"},
+              "data.global_batch_size: 16 is more than the 4 examples of "
+              "synthetic, and data.drop_remainder: true leaves no batch");
   // Its values are not token ids: an embedding would read each as id 0.
   ExpectExit2({"train", "--config", config, "--run_dir", dir + "/ids", "--set",
                "model.input_shape=[8]", "--set",

@@ -363,8 +363,16 @@ absl::Status Saver::Restore(const SafetensorsFile& file) {
 absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
   MT_ASSIGN_OR_RETURN(std::optional<CheckpointIndex> index, ReadIndex(dir));
   if (!index.has_value()) {
-    return absl::NotFoundError(absl::StrCat(dir, ": no checkpoint found (no '",
-                                            kIndexFileName, "' index file)"));
+    // A run directory given for its checkpoints folder.
+    std::error_code ec;
+    const std::string inner = (fs::path(dir) / "checkpoints").string();
+    const bool run_dir = fs::is_directory(inner, ec);
+    return absl::NotFoundError(absl::StrCat(
+        dir, ": no checkpoint found (no '", kIndexFileName, "' index file",
+        run_dir
+            ? absl::StrCat("; a run directory? its checkpoints are in ", inner)
+            : "",
+        ")"));
   }
   const std::string path = ResolveEntry(dir, index->latest);
   std::error_code ec;
