@@ -5,10 +5,11 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "tensor/status_macros.h"
 
 namespace mirrortrain::trainer {
 namespace {
@@ -23,58 +24,71 @@ const char* KindOf(mode_t mode) {
 }
 
 absl::Status ErrnoError(int error_number, const std::string& path,
-                        const char* doing) {
+                        absl::string_view doing) {
   // ErrnoToStatus appends strerror itself.
   return absl::ErrnoToStatus(error_number, absl::StrCat(path, ": ", doing));
 }
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-absl::Status NotRegular(const std::string& path, mode_t mode) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(path, ": is ", KindOf(mode), ", not a regular file"));
-}
-
 }  // namespace
 
-absl::Status CheckRegularFile(const std::string& path) {
+UniqueFd::~UniqueFd() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = other.Release();
+  }
+  return *this;
+}
+
+int UniqueFd::Release() { return std::exchange(fd_, -1); }
+
+absl::StatusOr<RegularFile> OpenRegularFile(const std::string& path) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+  // writer. It changes nothing for regular files.
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (fd.get() < 0) return ErrnoError(errno, path, "cannot open");
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) {
+  if (::fstat(fd.get(), &st) != 0) {
     return ErrnoError(errno, path, "cannot stat");
   }
-  return S_ISREG(st.st_mode) ? absl::OkStatus() : NotRegular(path, st.st_mode);
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": is ", KindOf(st.st_mode), ", not a regular file"));
+  }
+  return RegularFile{std::move(fd), static_cast<uint64_t>(st.st_size)};
+}
+
+absl::StatusOr<size_t> ReadAt(int fd, const std::string& path, uint64_t offset,
+                              void* dst, size_t size) {
+  size_t filled = 0;
+  while (filled < size) {
+    const ssize_t n =
+        ::pread(fd, static_cast<char*>(dst) + filled, size - filled,
+                static_cast<off_t>(offset + filled));
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError(errno, path,
+                        absl::StrCat("read failed at byte ", offset + filled));
+    }
+    filled += static_cast<size_t>(n);
+  }
+  return filled;
 }
 
 absl::StatusOr<std::string> ReadRegularFile(const std::string& path,
                                             uint64_t max_bytes) {
-  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
-  // writer. It changes nothing for regular files.
-  const Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  if (fd.get() < 0) return ErrnoError(errno, path, "cannot open");
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0)
-    return ErrnoError(errno, path, "cannot stat");
-  if (!S_ISREG(st.st_mode)) return NotRegular(path, st.st_mode);
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  MT_ASSIGN_OR_RETURN(RegularFile file, OpenRegularFile(path));
   auto too_large = [&](uint64_t bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": file is ", bytes,
                      " bytes, more than the limit of ", max_bytes, " bytes"));
   };
-  if (size > max_bytes) return too_large(size);
-  std::string contents(size, '\0');
+  if (file.size > max_bytes) return too_large(file.size);
+  std::string contents(file.size, '\0');
   size_t filled = 0;
   while (true) {
     // One byte past the size seen: a file that grew is noticed.
@@ -82,14 +96,11 @@ absl::StatusOr<std::string> ReadRegularFile(const std::string& path,
       if (contents.size() > max_bytes) return too_large(contents.size());
       contents.resize(contents.size() + (1 << 16));
     }
-    const ssize_t n =
-        ::read(fd.get(), contents.data() + filled, contents.size() - filled);
+    MT_ASSIGN_OR_RETURN(const size_t n, ReadAt(file.fd.get(), path, filled,
+                                               contents.data() + filled,
+                                               contents.size() - filled));
     if (n == 0) break;
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError(errno, path, "read failed");
-    }
-    filled += static_cast<size_t>(n);
+    filled += n;
   }
   if (filled > max_bytes) return too_large(filled);
   contents.resize(filled);

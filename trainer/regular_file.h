@@ -1,7 +1,9 @@
-// Reading a file the user named as input (a config, a checkpoint): it must
-// be a regular file of bounded size. A directory, FIFO, device or socket is
-// refused without blocking on it or reading it, so `--config /dev/zero` or a
-// FIFO neither hangs nor exhausts memory.
+// Reading a file the user named as input (a config, a checkpoint, a data
+// file): it must be a regular file of bounded size. A directory, FIFO,
+// device or socket is refused without blocking on it or reading it, so
+// `--config /dev/zero` or a FIFO neither hangs nor exhausts memory. The
+// check is made on the open descriptor, so a file swapped for a FIFO after
+// it is not waited on either.
 #ifndef MIRRORTRAIN_TRAINER_REGULAR_FILE_H_
 #define MIRRORTRAIN_TRAINER_REGULAR_FILE_H_
 
@@ -12,18 +14,47 @@
 
 namespace mirrortrain::trainer {
 
-// The whole file. Errors are one line starting with `path`:
-// InvalidArgument for a file that is not regular or is larger than
-// `max_bytes`, the errno's code (NotFound, PermissionDenied, ...) when it
-// cannot be opened or read.
+// An open file descriptor, closed when destroyed. Movable, not copyable.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  ~UniqueFd();
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.Release()) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept;
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+
+  int get() const { return fd_; }
+  // Gives up ownership: the caller closes it.
+  int Release();
+
+ private:
+  int fd_ = -1;
+};
+
+// A regular file open for reading, and its size when opened.
+struct RegularFile {
+  UniqueFd fd;
+  uint64_t size = 0;
+};
+
+// Opens `path` for reading (without waiting on a FIFO) and checks on the
+// descriptor that it is a regular file. Errors are one line starting with
+// `path`: InvalidArgument "<path>: is a FIFO, not a regular file", or the
+// errno's code ("<path>: cannot open: No such file or directory").
+absl::StatusOr<RegularFile> OpenRegularFile(const std::string& path);
+
+// Reads `size` bytes at `offset` of the open file `fd` (pread: the
+// descriptor's position is untouched, so threads may share it). Fewer
+// bytes only at the end of the file; errors name `path`.
+absl::StatusOr<size_t> ReadAt(int fd, const std::string& path, uint64_t offset,
+                              void* dst, size_t size);
+
+// The whole file. Errors as OpenRegularFile's, and InvalidArgument for a
+// file larger than `max_bytes`.
 absl::StatusOr<std::string> ReadRegularFile(const std::string& path,
                                             uint64_t max_bytes);
-
-// OK when `path` is a regular file (after symlinks); checked without
-// opening it, so a FIFO is refused rather than waited on. Errors as
-// ReadRegularFile's: InvalidArgument "<path>: is a FIFO, not a regular
-// file", or the errno's code ("<path>: cannot stat: ...").
-absl::Status CheckRegularFile(const std::string& path);
 
 }  // namespace mirrortrain::trainer
 

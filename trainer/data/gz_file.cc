@@ -4,14 +4,13 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <fstream>
 #include <new>
 #include <system_error>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
+#include "absl/strings/match.h"
 #include "tensor/status_macros.h"
 #include "trainer/regular_file.h"
 
@@ -21,23 +20,15 @@ absl::Status BadData(absl::string_view path, absl::string_view reason) {
 }
 
 absl::StatusOr<GzFile> GzFile::Open(const std::string& path) {
-  // Not opened otherwise: a FIFO would block the open, a directory fail
-  // only at the first read.
-  if (absl::Status regular = CheckRegularFile(path);
-      !regular.ok() && !absl::IsNotFound(regular)) {
-    return regular;
-  }
-  errno = 0;
-  Handle handle(gzopen(path.c_str(), "rb"));
+  // Checked on the descriptor zlib then reads: a FIFO would block a plain
+  // open, a directory fail only at the first read.
+  MT_ASSIGN_OR_RETURN(RegularFile file, OpenRegularFile(path));
+  Handle handle(gzdopen(file.fd.get(), "rb"));
   if (handle == nullptr) {
-    const int err = errno;
-    const std::string reason =
-        err == 0 ? std::string("out of memory")
-                 : std::error_code(err, std::generic_category()).message();
-    const std::string message = absl::StrCat(path, ": cannot open: ", reason);
-    return err == ENOENT ? absl::NotFoundError(message)
-                         : absl::InternalError(message);
+    return absl::ResourceExhaustedError(
+        absl::StrCat(path, ": cannot open: out of memory"));
   }
+  file.fd.Release();                // zlib closes it.
   gzbuffer(handle.get(), 1 << 17);  // Fewer syscalls than the 8 KiB default.
   return GzFile(path, std::move(handle));
 }
@@ -87,25 +78,27 @@ std::string GzFile::StreamErrorSuffix() const {
                                : absl::StrCat(" (gzip: ", stream_error_, ")");
 }
 
-// zlib prefixes its messages with the path, which our errors already start
-// with.
+// zlib prefixes its messages with what it opened, "<fd:N>: " for a
+// descriptor; our errors already start with the path.
 void GzFile::SetStreamError(const char* message) {
   absl::string_view text = message == nullptr ? "gzip error" : message;
-  absl::ConsumePrefix(&text, absl::StrCat(path_, ": "));
+  if (absl::StartsWith(text, "<fd:")) {
+    if (const size_t end = text.find(">: "); end != text.npos) {
+      text.remove_prefix(end + 3);
+    }
+  }
   stream_error_ = std::string(text);
 }
 
 uint64_t ReservableBytes(const std::string& path, uint64_t offset,
                          uint64_t promised) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return 0;
-  const std::streamoff end = in.tellg();
-  if (end < 0) return 0;
-  const uint64_t size = static_cast<uint64_t>(end);
+  absl::StatusOr<RegularFile> file = OpenRegularFile(path);
+  if (!file.ok()) return 0;
+  const uint64_t size = file->size;
   unsigned char head[2] = {0, 0};
-  in.seekg(0);
-  in.read(reinterpret_cast<char*>(head), 2);
-  if (in.gcount() < 2 || head[0] != 0x1f || head[1] != 0x8b) {
+  absl::StatusOr<size_t> got = ReadAt(file->fd.get(), path, 0, head, 2);
+  if (!got.ok()) return 0;
+  if (*got < 2 || head[0] != 0x1f || head[1] != 0x8b) {
     // Not gzip: zlib passes the file through, so it holds what it holds.
     return std::min(promised, size > offset ? size - offset : 0);
   }
@@ -119,9 +112,8 @@ uint64_t ReservableBytes(const std::string& path, uint64_t offset,
     return 0;
   }
   unsigned char isize[4];
-  in.seekg(static_cast<std::streamoff>(size - 4));
-  in.read(reinterpret_cast<char*>(isize), 4);
-  if (in.gcount() != 4) return 0;
+  got = ReadAt(file->fd.get(), path, size - 4, isize, 4);
+  if (!got.ok() || *got != 4) return 0;
   const uint32_t trailer = uint32_t{isize[0]} | (uint32_t{isize[1]} << 8) |
                            (uint32_t{isize[2]} << 16) |
                            (uint32_t{isize[3]} << 24);
@@ -154,9 +146,9 @@ std::optional<UninitializedBytes> InflateExactly(const std::string& path,
   // The trailer must agree and the size be one deflate could produce, so a
   // lying file cannot make us allocate what it could not hold.
   if (ReservableBytes(path, 0, expected) != expected) return std::nullopt;
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  const std::streamoff size = in ? static_cast<std::streamoff>(in.tellg()) : -1;
-  if (size < 2) return std::nullopt;
+  absl::StatusOr<RegularFile> file = OpenRegularFile(path);
+  if (!file.ok() || file->size < 2) return std::nullopt;
+  const uint64_t size = file->size;
   struct Free {
     void operator()(libdeflate_decompressor* d) const {
       libdeflate_free_decompressor(d);
@@ -164,9 +156,10 @@ std::optional<UninitializedBytes> InflateExactly(const std::string& path,
   };
   try {
     UninitializedBytes compressed(static_cast<size_t>(size));
-    in.seekg(0);
-    in.read(reinterpret_cast<char*>(compressed.data()), size);
-    if (in.gcount() != size || compressed[0] != 0x1f || compressed[1] != 0x8b) {
+    const absl::StatusOr<size_t> got =
+        ReadAt(file->fd.get(), path, 0, compressed.data(), size);
+    if (!got.ok() || *got != size || compressed[0] != 0x1f ||
+        compressed[1] != 0x8b) {
       return std::nullopt;  // Short read, or raw (ReservableBytes allows it).
     }
     const std::unique_ptr<libdeflate_decompressor, Free> inflater(

@@ -3,8 +3,6 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <system_error>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -45,28 +43,9 @@ uint64_t LittleEndian(const std::string& bytes, size_t offset, int n) {
 }  // namespace
 
 absl::StatusOr<ZipArchive> ZipArchive::Open(const std::string& path) {
-  // Not opened otherwise: a FIFO would block the open.
-  if (absl::Status regular = CheckRegularFile(path);
-      !regular.ok() && !absl::IsNotFound(regular)) {
-    return regular;
-  }
-  errno = 0;
-  auto file = std::make_unique<std::ifstream>(path, std::ios::binary);
-  if (!file->is_open()) {
-    const int err = errno;
-    const std::string message = absl::StrCat(
-        path, ": cannot open: ",
-        err == 0 ? std::string("unknown error")
-                 : std::error_code(err, std::generic_category()).message());
-    return err == ENOENT ? absl::NotFoundError(message)
-                         : absl::InternalError(message);
-  }
-  file->seekg(0, std::ios::end);
-  const std::streamoff size = file->tellg();
-  if (!*file || size < 0) {
-    return absl::InternalError(absl::StrCat(path, ": cannot seek"));
-  }
-  ZipArchive archive(path, std::move(file), static_cast<uint64_t>(size));
+  // A FIFO is refused, not waited on.
+  MT_ASSIGN_OR_RETURN(RegularFile file, OpenRegularFile(path));
+  ZipArchive archive(path, std::move(file.fd), file.size);
   MT_RETURN_IF_ERROR(archive.ReadCentralDirectory());
   return archive;
 }
@@ -85,13 +64,14 @@ absl::StatusOr<std::string> ZipArchive::ReadAt(uint64_t offset, uint64_t n,
                             offset + n, " but the file has ", file_size_));
   }
   std::string bytes(n, '\0');
-  file_->clear();
-  file_->seekg(static_cast<std::streamoff>(offset));
-  file_->read(bytes.data(), static_cast<std::streamsize>(n));
-  if (!*file_) {
-    return absl::InternalError(absl::StrCat(
-        path_, ": read error at byte ", offset, ": ",
-        std::error_code(errno, std::generic_category()).message()));
+  MT_ASSIGN_OR_RETURN(
+      const size_t got,
+      trainer::ReadAt(file_.get(), path_, offset, bytes.data(), n));
+  if (got < n) {
+    // The file shrank since it was opened.
+    return BadData(path_, absl::StrCat("truncated: ", what, " needs bytes ",
+                                       offset, "..", offset + n,
+                                       " but the file ends at ", offset + got));
   }
   return bytes;
 }

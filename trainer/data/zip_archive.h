@@ -9,18 +9,17 @@
 // NotFound for a missing file, Internal for a failing read.
 //
 // Ownership: a ZipArchive owns its open file. Thread contract: one thread
-// at a time per archive (reads move the file position).
+// at a time per archive.
 #ifndef MIRRORTRAIN_TRAINER_DATA_ZIP_ARCHIVE_H_
 #define MIRRORTRAIN_TRAINER_DATA_ZIP_ARCHIVE_H_
 
 #include <cstdint>
-#include <fstream>
 #include <limits>
 #include <map>
-#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "trainer/regular_file.h"
 
 namespace mirrortrain::trainer {
 
@@ -52,8 +51,7 @@ class ZipArchive {
     uint64_t local_header_offset = 0;
   };
 
-  ZipArchive(std::string path, std::unique_ptr<std::ifstream> file,
-             uint64_t file_size)
+  ZipArchive(std::string path, UniqueFd file, uint64_t file_size)
       : path_(std::move(path)), file_(std::move(file)), file_size_(file_size) {}
 
   // Reads `n` bytes at `offset`; reading past the end is "truncated".
@@ -65,7 +63,7 @@ class ZipArchive {
                                       uint64_t limit);
 
   std::string path_;
-  std::unique_ptr<std::ifstream> file_;
+  UniqueFd file_;
   uint64_t file_size_ = 0;
   std::map<std::string, Entry> entries_;
 };
