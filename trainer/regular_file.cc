@@ -31,20 +31,6 @@ absl::Status ErrnoError(int error_number, const std::string& path,
 
 }  // namespace
 
-UniqueFd::~UniqueFd() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = other.Release();
-  }
-  return *this;
-}
-
-int UniqueFd::Release() { return std::exchange(fd_, -1); }
-
 absl::StatusOr<RegularFile> OpenRegularFile(const std::string& path) {
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
   // writer. It changes nothing for regular files.

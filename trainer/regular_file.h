@@ -11,27 +11,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "trainer/unique_fd.h"
 
 namespace mirrortrain::trainer {
-
-// An open file descriptor, closed when destroyed. Movable, not copyable.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  ~UniqueFd();
-  UniqueFd(UniqueFd&& other) noexcept : fd_(other.Release()) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept;
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-
-  int get() const { return fd_; }
-  // Gives up ownership: the caller closes it.
-  int Release();
-
- private:
-  int fd_ = -1;
-};
 
 // A regular file open for reading, and its size when opened.
 struct RegularFile {

@@ -13,6 +13,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "trainer/unique_fd.h"
 
 namespace mirrortrain::trainer {
 namespace {
@@ -66,13 +67,13 @@ absl::StatusOr<RunDirLock> RunDirLock::Acquire(const std::string& run_dir) {
   const char* path = lock.path_.c_str();
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     // O_NOFOLLOW: a link planted here must not make us write elsewhere.
-    int fd =
-        ::open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    const bool created = fd >= 0;
+    UniqueFd fd(
+        ::open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+    const bool created = fd.get() >= 0;
     if (!created && errno == EEXIST) {
-      fd = ::open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+      fd = UniqueFd(::open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
     }
-    if (fd < 0) {
+    if (fd.get() < 0) {
       if (errno == ENOENT) continue;  // Removed since: try again.
       if (errno == ELOOP) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -82,17 +83,15 @@ absl::StatusOr<RunDirLock> RunDirLock::Acquire(const std::string& run_dir) {
                                  absl::StrCat(lock.path_, ": cannot open"));
     }
     struct stat st;
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd);
+    if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
       return absl::InvalidArgumentError(
           absl::StrCat(lock.path_,
                        ": is not a regular file, so it cannot be "
                        "mirrortrain's lock file"));
     }
-    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
       const int error_number = errno;
-      const std::string holder = HolderPid(fd);
-      ::close(fd);
+      const std::string holder = HolderPid(fd.get());
       if (error_number == EWOULDBLOCK) {
         return absl::InvalidArgumentError(absl::StrCat(
             run_dir, " is in use by another mirrortrain process (pid ", holder,
@@ -102,19 +101,16 @@ absl::StatusOr<RunDirLock> RunDirLock::Acquire(const std::string& run_dir) {
       return absl::ErrnoToStatus(error_number,
                                  absl::StrCat(lock.path_, ": flock"));
     }
-    if (!StillAtPath(fd, lock.path_)) {
-      ::close(fd);
-      continue;
-    }
+    if (!StillAtPath(fd.get(), lock.path_)) continue;
     const std::string pid = absl::StrCat(::getpid(), "\n");
-    if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) !=
-                                       static_cast<ssize_t>(pid.size())) {
+    if (::ftruncate(fd.get(), 0) != 0 ||
+        ::pwrite(fd.get(), pid.data(), pid.size(), 0) !=
+            static_cast<ssize_t>(pid.size())) {
       const int error_number = errno;
-      ::close(fd);
       return absl::ErrnoToStatus(
           error_number, absl::StrCat(lock.path_, ": cannot write the pid"));
     }
-    lock.fd_ = fd;
+    lock.fd_ = fd.Release();
     lock.created_file_ = created;
     return lock;
   }
