@@ -79,8 +79,10 @@ absl::StatusOr<RunDirLock> RunDirLock::Acquire(const std::string& run_dir) {
         return absl::InvalidArgumentError(absl::StrCat(
             lock.path_, ": is a symbolic link, not mirrortrain's lock file"));
       }
-      return absl::ErrnoToStatus(errno,
-                                 absl::StrCat(lock.path_, ": cannot open"));
+      // The run directory is the user's choice, as when it cannot be
+      // created: bad input (a read-only file system, say), exit 2.
+      return absl::InvalidArgumentError(
+          absl::StrCat(lock.path_, ": cannot open: ", std::strerror(errno)));
     }
     struct stat st;
     if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {

@@ -101,7 +101,9 @@ TEST_F(RunDirLockTest, RejectsALinkOrNonFileAsTheLockFile) {
   fs::remove(LockFile(dir));
   fs::create_directories(LockFile(dir));
   const absl::Status on_dir = RunDirLock::Acquire(dir).status();
-  EXPECT_FALSE(on_dir.ok());
+  // A run directory that cannot be written is bad input, as one that cannot
+  // be created (exit 2).
+  EXPECT_EQ(on_dir.code(), absl::StatusCode::kInvalidArgument);
   // The system's reason once (absl::ErrnoToStatus appends it itself; it
   // was said twice).
   const std::string message(on_dir.message());
