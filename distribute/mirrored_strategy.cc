@@ -395,8 +395,15 @@ absl::StatusOr<std::unique_ptr<MirroredStrategy>> MirroredStrategy::Create(
                                                     processes, watchdog);
     }
   }
-  if (devices[0].is_cpu() && n > 1) {
-    SetCpuMathThreads(std::max(1, HardwareConcurrency() / n));
+  // The host's cores over every replica on it, of this process and of the
+  // job's other processes here: kernels then split their work as one
+  // process of all those replicas does (the same bits: P processes of one
+  // replica equal one process of P replicas), and the processes do not
+  // oversubscribe the cores.
+  const int host_replicas =
+      n * (processes != nullptr ? std::max(1, processes->local_size()) : 1);
+  if (devices[0].is_cpu() && host_replicas > 1) {
+    SetCpuMathThreads(std::max(1, HardwareConcurrency() / host_replicas));
   }
   MT_ASSIGN_OR_RETURN(
       std::unique_ptr<MirroredStrategy> strategy,

@@ -146,7 +146,8 @@ class Exchange {
 
 class MpiWorld final : public ProcessGroup {
  public:
-  MpiWorld(int rank, int size) : rank_(rank), size_(size) {}
+  MpiWorld(int rank, int size, int local_size)
+      : rank_(rank), size_(size), local_size_(local_size) {}
   ~MpiWorld() override {
     // After a failure a peer may never arrive at MPI_Finalize's own
     // synchronisation: leave it to the launcher (the process exits non-zero
@@ -155,6 +156,7 @@ class MpiWorld final : public ProcessGroup {
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  int local_size() const override { return local_size_; }
   std::string name() const override { return "mpi"; }
 
   absl::Status AllReduceSum(const Tensor& buffer,
@@ -262,7 +264,7 @@ class MpiWorld final : public ProcessGroup {
   // message of one from matching another.
   int NextTag() { return static_cast<int>(calls_++ % 32000); }
 
-  const int rank_, size_;
+  const int rank_, size_, local_size_;
   uint64_t calls_ = 0;
   absl::Status broken_;
 };
@@ -285,7 +287,15 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> JoinMpiWorld() {
   int rank = 0, size = 1;
   MT_MPI_RETURN_IF_ERROR(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   MT_MPI_RETURN_IF_ERROR(MPI_Comm_size(MPI_COMM_WORLD, &size));
-  return std::unique_ptr<ProcessGroup>(new MpiWorld(rank, size));
+  // The processes that share this host's memory (and cores).
+  MPI_Comm host;
+  MT_MPI_RETURN_IF_ERROR(MPI_Comm_split_type(
+      MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &host));
+  int local_size = 1;
+  const int got = MPI_Comm_size(host, &local_size);
+  MPI_Comm_free(&host);
+  MT_MPI_RETURN_IF_ERROR(got);
+  return std::unique_ptr<ProcessGroup>(new MpiWorld(rank, size, local_size));
 }
 
 }  // namespace mirrortrain::distribute

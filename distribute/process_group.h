@@ -44,6 +44,9 @@ class ProcessGroup {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // The job's processes on this host (this one included), which share its
+  // CPU cores.
+  virtual int local_size() const { return 1; }
   // Process 0, which alone writes logs, metrics and checkpoints.
   bool chief() const { return rank() == 0; }
   // The transport's name: "single" or "mpi".

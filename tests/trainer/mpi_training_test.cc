@@ -111,15 +111,21 @@ std::string Ckpt(const std::string& dir, int step) {
 // 64 steps (2 epochs of 32) of the small job.
 constexpr int kSteps = 64;
 
+// With layers wide enough that the CPU kernels split a product over their
+// threads (32 rows x 784 x 256 per replica), which they do by the thread
+// count: the two processes on this host share its cores as the two
+// replicas of one process do (they trained 2e-7 apart when each process
+// took every core).
 TEST(MpiTrainingTest, TwoProcessesEqualTwoReplicasInOneProcess) {
   MT_SKIP_WITHOUT_MPI();
   const std::string one = testing::FreshTestDir("one_process");
   const std::string two = testing::FreshTestDir("two_processes");
   const std::string check = "distribute.check_replicas_every_steps=1";
-  Result a = RunCli(Job(one, 2, {check}));
+  const std::string wide = "model.hidden_units=[256]";
+  Result a = RunCli(Job(one, 2, {check, wide}));
   ASSERT_EQ(a.exit_code, 0) << a.err;
   // Every step also compares each process's state with the chief's.
-  Result b = RunMpi(2, Job(two, 1, {check}));
+  Result b = RunMpi(2, Job(two, 1, {check, wide}));
   ASSERT_EQ(b.exit_code, 0) << b.err;
   // Summed in the same order: bitwise equal variables, slots and EMA.
   ExpectSameTensors(Ckpt(one, kSteps), Ckpt(two, kSteps));
@@ -128,8 +134,8 @@ TEST(MpiTrainingTest, TwoProcessesEqualTwoReplicasInOneProcess) {
   EXPECT_EQ(Lines(a.err).size(), Lines(b.err).size()) << b.err;
   // eval over two processes: the latest checkpoint of the directory, as
   // the chief resolves it, and the metrics of two replicas in one process.
-  auto eval = [](const std::string& dir, int replicas) {
-    std::vector<std::string> args = Job(dir, replicas);
+  auto eval = [&wide](const std::string& dir, int replicas) {
+    std::vector<std::string> args = Job(dir, replicas, {wide});
     args[0] = "eval";
     args.insert(args.begin() + 1, {"--checkpoint", dir + "/checkpoints"});
     // Job's --run_dir is train's.
