@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "distribute/device_set.h"
+#include "models/layer_registry.h"
 #include "models/presets.h"
 #include "tensor/status_macros.h"
 #include "trainer/config_keys.h"

@@ -9,6 +9,7 @@
 #define MIRRORTRAIN_TRAINER_CONFIG_READER_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"

@@ -34,7 +34,9 @@ absl::Status ErrnoError(int error_number, const std::string& path,
 absl::StatusOr<RegularFile> OpenRegularFile(const std::string& path) {
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
   // writer. It changes nothing for regular files.
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  // O_NOCTTY: a terminal named as input does not become ours.
+  UniqueFd fd(
+      ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   if (fd.get() < 0) return ErrnoError(errno, path, "cannot open");
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) {
@@ -44,7 +46,7 @@ absl::StatusOr<RegularFile> OpenRegularFile(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": is ", KindOf(st.st_mode), ", not a regular file"));
   }
-  return RegularFile{std::move(fd), static_cast<uint64_t>(st.st_size)};
+  return RegularFile{std::move(fd), static_cast<uint64_t>(st.st_size), path};
 }
 
 absl::StatusOr<size_t> ReadAt(int fd, const std::string& path, uint64_t offset,
@@ -56,8 +58,9 @@ absl::StatusOr<size_t> ReadAt(int fd, const std::string& path, uint64_t offset,
                 static_cast<off_t>(offset + filled));
     if (n == 0) break;
     if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError(errno, path,
+      const int error_number = errno;  // Before StrCat allocates.
+      if (error_number == EINTR) continue;
+      return ErrnoError(error_number, path,
                         absl::StrCat("read failed at byte ", offset + filled));
     }
     filled += static_cast<size_t>(n);

@@ -15,10 +15,12 @@
 
 namespace mirrortrain::trainer {
 
-// A regular file open for reading, and its size when opened.
+// A regular file open for reading, its size when opened, and its path (for
+// messages).
 struct RegularFile {
   UniqueFd fd;
   uint64_t size = 0;
+  std::string path;
 };
 
 // Opens `path` for reading (without waiting on a FIFO) and checks on the

@@ -79,10 +79,23 @@ absl::StatusOr<RunDirLock> RunDirLock::Acquire(const std::string& run_dir) {
         return absl::InvalidArgumentError(absl::StrCat(
             lock.path_, ": is a symbolic link, not mirrortrain's lock file"));
       }
-      // The run directory is the user's choice, as when it cannot be
-      // created: bad input (a read-only file system, say), exit 2.
-      return absl::InvalidArgumentError(
-          absl::StrCat(lock.path_, ": cannot open: ", std::strerror(errno)));
+      const int error_number = errno;
+      // A run directory that cannot be written (read-only, not ours) is the
+      // user's choice, as one that cannot be created: bad input, exit 2.
+      // A full disk or an I/O error is not.
+      switch (error_number) {
+        case EACCES:
+        case EPERM:
+        case EROFS:
+        case ENOTDIR:
+        case EISDIR:
+        case ENAMETOOLONG:
+          return absl::InvalidArgumentError(absl::StrCat(
+              lock.path_, ": cannot open: ", std::strerror(error_number)));
+        default:
+          return absl::ErrnoToStatus(error_number,
+                                     absl::StrCat(lock.path_, ": cannot open"));
+      }
     }
     struct stat st;
     if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -104,16 +117,18 @@ absl::StatusOr<RunDirLock> RunDirLock::Acquire(const std::string& run_dir) {
                                  absl::StrCat(lock.path_, ": flock"));
     }
     if (!StillAtPath(fd.get(), lock.path_)) continue;
+    // The lock is held: from here `lock` owns the file, so a failure below
+    // removes what it created (the file, the directories) on the way out.
+    lock.fd_ = fd.Release();
+    lock.created_file_ = created;
     const std::string pid = absl::StrCat(::getpid(), "\n");
-    if (::ftruncate(fd.get(), 0) != 0 ||
-        ::pwrite(fd.get(), pid.data(), pid.size(), 0) !=
+    if (::ftruncate(lock.fd_, 0) != 0 ||
+        ::pwrite(lock.fd_, pid.data(), pid.size(), 0) !=
             static_cast<ssize_t>(pid.size())) {
       const int error_number = errno;
       return absl::ErrnoToStatus(
           error_number, absl::StrCat(lock.path_, ": cannot write the pid"));
     }
-    lock.fd_ = fd.Release();
-    lock.created_file_ = created;
     return lock;
   }
   return absl::UnavailableError(absl::StrCat(

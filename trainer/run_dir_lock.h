@@ -28,8 +28,10 @@ class RunDirLock {
 
   // Creates `run_dir` if needed and locks it. InvalidArgument when another
   // process holds the lock ("... in use by another mirrortrain process (pid
-  // N) ..."), when `run_dir` cannot be created or the lock file is not a
-  // regular file; other errors from the file system.
+  // N) ..."), when `run_dir` cannot be created, when its lock file cannot
+  // be opened for want of permission or a writable file system, or is not
+  // a regular file; other errors from the file system (a full disk) with
+  // their errno's code. A failure removes what it created.
   static absl::StatusOr<RunDirLock> Acquire(const std::string& run_dir);
 
   RunDirLock(RunDirLock&& other) noexcept;

@@ -2,6 +2,7 @@
 
 #include <map>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -109,11 +110,19 @@ std::string NormalizeLineBreaks(const std::string& text) {
 absl::StatusOr<YAML::Node> LoadOneDocument(const std::string& raw_text,
                                            const std::string& base,
                                            const YamlErrorFn& error) {
-  // A byte-order mark of UTF-16 (yaml-cpp would decode the rest as such,
-  // into other characters); UTF-32's are NULs, refused below.
-  if (absl::StartsWith(raw_text, "\xFF\xFE") ||
-      absl::StartsWith(raw_text, "\xFE\xFF")) {
-    return error(1, base, "malformed YAML: UTF-16 text (save it as UTF-8)");
+  // A byte-order mark of UTF-32 or UTF-16 (yaml-cpp would decode the rest
+  // as such, into other characters). UTF-32's first: FF FE 00 00 starts as
+  // UTF-16LE's does.
+  for (const auto& [bom, encoding] :
+       {std::pair{absl::string_view("\xFF\xFE\0\0", 4), "UTF-32"},
+        std::pair{absl::string_view("\0\0\xFE\xFF", 4), "UTF-32"},
+        std::pair{absl::string_view("\xFF\xFE"), "UTF-16"},
+        std::pair{absl::string_view("\xFE\xFF"), "UTF-16"}}) {
+    if (absl::StartsWith(raw_text, bom)) {
+      return error(1, base,
+                   absl::StrCat("malformed YAML: ", encoding,
+                                " text (save it as UTF-8)"));
+    }
   }
   const std::string text = NormalizeLineBreaks(raw_text);
   // YAML text holds no C0 control character but tab and line breaks, and

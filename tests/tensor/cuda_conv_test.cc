@@ -626,11 +626,13 @@ void ExpectMatchesCpuWithin(const testing::TensorFn& f,
 // the transforms round alike on both sides (no fused multiply-adds in the
 // kernels), the batched products may sum in other orders, whose roundings
 // the transforms amplify (winograd_conv_test measures up to 1.5e-5 of the
-// largest value against f64 for 5x5 filters, depending on the BLAS
-// kernel's order, and 5.2e-7 for 3x3): each side may be that far off.
+// largest value against f64 for 5x5 filters' filter gradient, depending on
+// the BLAS kernel's order, 2.1e-6 for their other outputs, and 5.2e-7 for
+// 3x3): each side may be that far off, in opposite directions, and
+// cuBLAS's order is not measured, so twice their sum.
 double WinogradBound(const ConvCase& c, DType dtype) {
   if (dtype == DType::kF64) return 1e-10;
-  return c.filter[0] == 5 ? 3e-5 : 3e-6;
+  return c.filter[0] == 5 ? 6e-5 : 3e-6;
 }
 
 // The Winograd path on the GPU (conv_gpu_winograd) against the same path

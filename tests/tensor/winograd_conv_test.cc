@@ -196,8 +196,9 @@ TEST_F(WinogradConvTest, TheKeptTransformIsReservedUntilTheBackward) {
 // 2.5e-6 with OpenBLAS's Sandybridge kernels and 1.5e-5 with its Haswell
 // and Zen ones (OPENBLAS_CORETYPE; 4e-6 to 1.5e-5 over twelve seeds), 5e-6
 // with both kinds when the upstream gradient has both signs, against
-// im2col's 3e-7 to 5e-7. The bounds are about twice the worst seen; a wrong
-// tap or tile is off by O(0.1).
+// im2col's 3e-7 to 5e-7; the forward and input gradient up to 1.8e-6 and
+// 2.1e-6 with either kernel. The bounds are about twice the worst seen, per
+// output; a wrong tap or tile is off by O(0.1).
 TEST_F(WinogradConvTest, F32StaysWithinRoundingOfF64) {
   uint64_t seed = 300;
   for (const Case& c : TakenCases()) {
@@ -205,7 +206,10 @@ TEST_F(WinogradConvTest, F32StaysWithinRoundingOfF64) {
     const OpRun exact = RunConv(c, DType::kF64, false, seed);
     const OpRun im2col = RunConv(c, DType::kF32, false, seed);
     const OpRun ours = RunConv(c, DType::kF32, true, seed);
-    const double bound = c.filter[0] == 3 ? 1e-6 : 3e-5;
+    const bool r3 = c.filter[0] == 3;
+    // Forward, input gradient, filter gradient.
+    const double bounds[3] = {r3 ? 1e-6 : 5e-6, r3 ? 1e-6 : 5e-6,
+                              r3 ? 1e-6 : 3e-5};
     auto worst = [](const Tensor& got, const Tensor& want) {
       absl::StatusOr<Tensor> g64 = ops::Cast(got, DType::kF64);
       double scale = 1e-30, err = 0;
@@ -218,12 +222,13 @@ TEST_F(WinogradConvTest, F32StaysWithinRoundingOfF64) {
     };
     const double y_ours = worst(ours.y, exact.y);
     const double y_im2col = worst(im2col.y, exact.y);
-    EXPECT_LT(y_ours, bound) << "forward (im2col: " << y_im2col << ")";
+    EXPECT_LT(y_ours, bounds[0]) << "forward (im2col: " << y_im2col << ")";
     for (int i = 0; i < 2; ++i) {
       const double g_ours = worst(*ours.grads[i], *exact.grads[i]);
       const double g_im2col = worst(*im2col.grads[i], *exact.grads[i]);
-      EXPECT_LT(g_ours, bound) << (i == 0 ? "input" : "filter")
-                               << " gradient (im2col: " << g_im2col << ")";
+      EXPECT_LT(g_ours, bounds[1 + i])
+          << (i == 0 ? "input" : "filter") << " gradient (im2col: " << g_im2col
+          << ")";
     }
     seed += 10;
   }

@@ -332,6 +332,9 @@ TEST(ConfigTest, MalformedYaml) {
   c = ParseConfig(std::string("\xFF\xFEseed: 1\n"), "u16.yaml", {});
   EXPECT_EQ(Message(c.status()),
             "u16.yaml:1: malformed YAML: UTF-16 text (save it as UTF-8)");
+  c = ParseConfig(std::string("\xFF\xFE\0\0s\0\0\0", 8), "u32.yaml", {});
+  EXPECT_EQ(Message(c.status()),
+            "u32.yaml:1: malformed YAML: UTF-32 text (save it as UTF-8)");
   // Lines ending in CR LF or a lone CR count as lines.
   c = ParseConfig(std::string("seed: 1\r\ndata: 2\rmodel: \x01\n", 26),
                   "cr.yaml", {});

@@ -6,7 +6,6 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <string>
 #include <utility>
@@ -33,8 +32,9 @@ absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Create(
   const int fd =
       ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
+    const int error_number = errno;  // Before StrCat allocates.
     return absl::ErrnoToStatus(
-        errno,
+        error_number,
         absl::StrCat(path, ": cannot create temporary file ", temp_path));
   }
   return AtomicFileWriter(path, std::move(temp_path), fd);
@@ -122,8 +122,10 @@ absl::Status AtomicFileWriter::Commit() {
   const std::string dir = DirectoryOf(path_);
   const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd < 0) {
+    const int error_number = errno;
     return absl::ErrnoToStatus(
-        errno, absl::StrCat(path_, ": open directory ", dir, " to fsync it"));
+        error_number,
+        absl::StrCat(path_, ": open directory ", dir, " to fsync it"));
   }
   const int sync_result = ::fsync(dir_fd);
   const int sync_errno = errno;

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <set>
 #include <string>
@@ -62,8 +61,7 @@ absl::StatusOr<CheckpointDirContents> ScanCheckpointDir(
     }
   }
   if (ec) {
-    return absl::ErrnoToStatus(
-        ec.value(), absl::StrCat(dir, ": cannot list: ", ec.message()));
+    return absl::ErrnoToStatus(ec.value(), absl::StrCat(dir, ": cannot list"));
   }
   absl::c_sort(contents.checkpoints);
   absl::c_sort(contents.temporaries);

@@ -1,6 +1,7 @@
 #include "trainer/data/gz_file.h"
 
 #include <libdeflate.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -9,8 +10,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "tensor/status_macros.h"
 #include "trainer/regular_file.h"
 
@@ -23,14 +24,22 @@ absl::StatusOr<GzFile> GzFile::Open(const std::string& path) {
   // Checked on the descriptor zlib then reads: a FIFO would block a plain
   // open, a directory fail only at the first read.
   MT_ASSIGN_OR_RETURN(RegularFile file, OpenRegularFile(path));
-  Handle handle(gzdopen(file.fd.get(), "rb"));
+  // zlib gets a duplicate of the descriptor, which gzclose closes; ours
+  // stays for positioned reads (pread moves no file position).
+  UniqueFd zlib_fd(::dup(file.fd.get()));
+  if (zlib_fd.get() < 0) {
+    const int error_number = errno;
+    return absl::ErrnoToStatus(error_number,
+                               absl::StrCat(path, ": cannot open"));
+  }
+  Handle handle(gzdopen(zlib_fd.get(), "rb"));
   if (handle == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat(path, ": cannot open: out of memory"));
   }
-  file.fd.Release();                // zlib closes it.
+  zlib_fd.Release();
   gzbuffer(handle.get(), 1 << 17);  // Fewer syscalls than the 8 KiB default.
-  return GzFile(path, std::move(handle));
+  return GzFile(path, std::move(file), std::move(handle));
 }
 
 absl::StatusOr<size_t> GzFile::Read(void* dst, size_t n) {
@@ -90,13 +99,11 @@ void GzFile::SetStreamError(const char* message) {
   stream_error_ = std::string(text);
 }
 
-uint64_t ReservableBytes(const std::string& path, uint64_t offset,
+uint64_t ReservableBytes(const RegularFile& file, uint64_t offset,
                          uint64_t promised) {
-  absl::StatusOr<RegularFile> file = OpenRegularFile(path);
-  if (!file.ok()) return 0;
-  const uint64_t size = file->size;
+  const uint64_t size = file.size;
   unsigned char head[2] = {0, 0};
-  absl::StatusOr<size_t> got = ReadAt(file->fd.get(), path, 0, head, 2);
+  absl::StatusOr<size_t> got = ReadAt(file.fd.get(), file.path, 0, head, 2);
   if (!got.ok()) return 0;
   if (*got < 2 || head[0] != 0x1f || head[1] != 0x8b) {
     // Not gzip: zlib passes the file through, so it holds what it holds.
@@ -112,7 +119,7 @@ uint64_t ReservableBytes(const std::string& path, uint64_t offset,
     return 0;
   }
   unsigned char isize[4];
-  got = ReadAt(file->fd.get(), path, size - 4, isize, 4);
+  got = ReadAt(file.fd.get(), file.path, size - 4, isize, 4);
   if (!got.ok() || *got != 4) return 0;
   const uint32_t trailer = uint32_t{isize[0]} | (uint32_t{isize[1]} << 8) |
                            (uint32_t{isize[2]} << 16) |
@@ -141,14 +148,13 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   return data;
 }
 
-std::optional<UninitializedBytes> InflateExactly(const std::string& path,
+std::optional<UninitializedBytes> InflateExactly(const RegularFile& file,
                                                  uint64_t expected) {
   // The trailer must agree and the size be one deflate could produce, so a
   // lying file cannot make us allocate what it could not hold.
-  if (ReservableBytes(path, 0, expected) != expected) return std::nullopt;
-  absl::StatusOr<RegularFile> file = OpenRegularFile(path);
-  if (!file.ok() || file->size < 2) return std::nullopt;
-  const uint64_t size = file->size;
+  if (ReservableBytes(file, 0, expected) != expected) return std::nullopt;
+  const uint64_t size = file.size;
+  if (size < 2) return std::nullopt;
   struct Free {
     void operator()(libdeflate_decompressor* d) const {
       libdeflate_free_decompressor(d);
@@ -157,7 +163,7 @@ std::optional<UninitializedBytes> InflateExactly(const std::string& path,
   try {
     UninitializedBytes compressed(static_cast<size_t>(size));
     const absl::StatusOr<size_t> got =
-        ReadAt(file->fd.get(), path, 0, compressed.data(), size);
+        ReadAt(file.fd.get(), file.path, 0, compressed.data(), size);
     if (!got.ok() || *got != size || compressed[0] != 0x1f ||
         compressed[1] != 0x8b) {
       return std::nullopt;  // Short read, or raw (ReservableBytes allows it).

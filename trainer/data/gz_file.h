@@ -2,7 +2,9 @@
 // their name (gzread passes a file without the gzip magic through as is).
 // The dataset readers share this so each reports missing files, read
 // errors and corrupt gzip streams the same way: one line "<path>: <reason>",
-// NotFound for a missing file, Internal for a failing read.
+// NotFound for a missing file, InvalidArgument for one that is not a
+// regular file or a corrupt stream, else the errno's code of a failing
+// open or read.
 //
 // Ownership: a GzFile owns its zlib handle. Thread contract: one thread at a
 // time per GzFile; the free functions keep no state.
@@ -21,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "trainer/data/uninitialized_bytes.h"
+#include "trainer/regular_file.h"
 
 namespace mirrortrain::trainer {
 
@@ -42,6 +45,10 @@ class GzFile {
   absl::StatusOr<uint64_t> CountRest();
 
   const std::string& path() const { return path_; }
+  // The file zlib reads, for positioned reads beside it (ReservableBytes,
+  // InflateExactly): the descriptor is its own (a duplicate), but of the
+  // file that was checked and opened.
+  const RegularFile& file() const { return file_; }
   // Why the gzip stream ended early, or "".
   const std::string& stream_error() const { return stream_error_; }
   // " (gzip: <why>)" after a corrupt stream, else "": for "truncated" errors.
@@ -53,11 +60,12 @@ class GzFile {
   };
   using Handle = std::unique_ptr<gzFile_s, Closer>;
 
-  GzFile(const std::string& path, Handle handle)
-      : path_(path), handle_(std::move(handle)) {}
+  GzFile(const std::string& path, RegularFile file, Handle handle)
+      : path_(path), file_(std::move(file)), handle_(std::move(handle)) {}
   void SetStreamError(const char* message);
 
   std::string path_;
+  RegularFile file_;
   Handle handle_;
   std::string stream_error_;
 };
@@ -67,24 +75,24 @@ class GzFile {
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 
 // How many bytes a reader may reserve before reading for the `promised`
-// payload at decompressed `offset` of `path`: a raw file holds what it
+// payload at decompressed `offset` of `file`: a raw file holds what it
 // holds; a gzip file is trusted only when its trailer's size (ISIZE, mod
 // 2^32) agrees with offset + promised and the promise is within deflate's
 // 1032:1 ratio, else 0. So a true header is read into a buffer reserved
 // once (no reallocation copies) while a lying one still cannot make the
 // reader allocate what the file could not hold. 0 when the file cannot be
 // read.
-uint64_t ReservableBytes(const std::string& path, uint64_t offset,
+uint64_t ReservableBytes(const RegularFile& file, uint64_t offset,
                          uint64_t promised);
 
-// The whole decompressed content of `path` when it is one gzip member that
+// The whole decompressed content of `file` when it is one gzip member that
 // inflates to exactly `expected` bytes (its trailer agreeing), in one pass
 // with libdeflate: about twice zlib's speed, and the training split's
 // inflate is on the time-to-accuracy critical path. nullopt for anything
 // else (a raw file, several members, a corrupt or lying stream, too little
 // memory): the caller then reads through GzFile, which names the fault.
 // Holds the compressed file in memory meanwhile.
-std::optional<UninitializedBytes> InflateExactly(const std::string& path,
+std::optional<UninitializedBytes> InflateExactly(const RegularFile& file,
                                                  uint64_t expected);
 
 // InvalidArgument "<path>: <reason>": bad content of a data file.

@@ -93,7 +93,7 @@ absl::StatusOr<RawIdx> ReadIdx(const std::string& path, uint32_t magic) {
   // header included. Anything else is read through zlib, which names what
   // is wrong with it.
   if (std::optional<UninitializedBytes> whole =
-          InflateExactly(path, header_bytes + bytes)) {
+          InflateExactly(file.file(), header_bytes + bytes)) {
     idx.data = std::move(*whole);
     idx.offset = header_bytes;
     return idx;
@@ -102,7 +102,7 @@ absl::StatusOr<RawIdx> ReadIdx(const std::string& path, uint32_t magic) {
   // header cannot make us allocate a terabyte before noticing the file is
   // short.
   try {
-    idx.data.reserve(ReservableBytes(path, header_bytes, bytes));
+    idx.data.reserve(ReservableBytes(file.file(), header_bytes, bytes));
   } catch (const std::bad_alloc&) {
     // More than this machine grants at once: grown as data arrives.
   }

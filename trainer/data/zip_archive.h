@@ -6,7 +6,8 @@
 // Errors are one line naming the archive (and the member):
 // InvalidArgument for bad content ("truncated", "not a ZIP archive",
 // "CRC mismatch", an unsupported compression method or encryption),
-// NotFound for a missing file, Internal for a failing read.
+// NotFound for a missing file, the errno's code for a failing open or
+// read.
 //
 // Ownership: a ZipArchive owns its open file. Thread contract: one thread
 // at a time per archive.
@@ -17,9 +18,10 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
-#include "trainer/regular_file.h"
+#include "trainer/unique_fd.h"
 
 namespace mirrortrain::trainer {
 
