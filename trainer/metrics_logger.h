@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,8 +38,13 @@ std::string ToJson(const MetricsRecord& record);
 
 class MetricsLogger {
  public:
+  // Appends to run_dir's metrics.jsonl. A run resumed at step
+  // `resumed_at` first drops the file's lines of later steps (what the
+  // interrupted run logged after its checkpoint is logged again), so the
+  // file holds one line per logged step as an uninterrupted run's does.
   static absl::StatusOr<std::unique_ptr<MetricsLogger>> Create(
-      const std::string& run_dir);
+      const std::string& run_dir,
+      std::optional<int64_t> resumed_at = std::nullopt);
   ~MetricsLogger();
   MetricsLogger(const MetricsLogger&) = delete;
   MetricsLogger& operator=(const MetricsLogger&) = delete;

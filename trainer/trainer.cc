@@ -482,7 +482,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     t->run_dir_lock_->KeepFiles();
     MT_RETURN_IF_ERROR(
         WriteFileAtomically(run_dir + "/config.yaml", config.resolved_yaml));
-    MT_ASSIGN_OR_RETURN(t->logger_, MetricsLogger::Create(run_dir));
+    MT_ASSIGN_OR_RETURN(
+        t->logger_,
+        MetricsLogger::Create(run_dir, t->restored_from_.empty()
+                                           ? std::nullopt
+                                           : std::optional(t->global_step())));
   }
   return t;
 }

@@ -297,8 +297,8 @@ class Trainer {
   // drivers: window of logged steps, evaluations, checkpoints.
   struct LoopState {
     int64_t total_steps = 0, steps_per_epoch = 0;
-    double window_loss = 0;  // Sum of step losses in the window.
-    int64_t window_steps = 0, window_samples = 0;
+    // Since the last logged step (the losses: log_window_).
+    int64_t window_samples = 0;
     std::chrono::steady_clock::time_point window_start;
     bool evaluated_at_end = false;
   };
@@ -467,6 +467,12 @@ class Trainer {
   Config config_;
   std::optional<CheckedCheckpoint> pending_restore_;
   std::string restored_from_;
+  // The step losses since the last logged step: summed, and how many. Kept
+  // in checkpoints, so a resumed run logs what an uninterrupted one does.
+  struct LogWindow {
+    double loss = 0;
+    int64_t steps = 0;
+  } log_window_;
   // Where Create's time went, for the start-up line Train() prints before
   // its first step (the loads run on threads of their own, meanwhile).
   struct StartupTimes {

@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "tensor/status_macros.h"
 #include "trainer/checkpoint/checkpoint_dir.h"
 #include "trainer/checkpoint/checkpoint_format.h"
@@ -208,6 +209,7 @@ absl::Status Trainer::Restore(const CheckedCheckpoint& checkpoint) {
   }
   restored_from_ = path;
   last_saved_step_ = position.step;
+  log_window_ = {position.log_window_loss, position.log_window_steps};
   return WaitForLoopThreadWork();
 }
 
@@ -247,6 +249,9 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
       {"seed", absl::StrCat(config_.seed)},
       {"config_hash", absl::StrCat(config_.hash)},
       {"replicas", absl::StrCat(strategy_->num_replicas_in_sync())},
+      // %.17g: the sum comes back to the same double.
+      {"log_window_loss", absl::StrFormat("%.17g", log_window_.loss)},
+      {"log_window_steps", absl::StrCat(log_window_.steps)},
   };
   // A file that restoring would refuse is not written (the last one stays):
   // an update that went non-finite after the last loss was checked.

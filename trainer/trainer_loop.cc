@@ -41,8 +41,8 @@ absl::Status Trainer::StopBySignal(int64_t step) {
 
 absl::Status Trainer::AfterSteps(LoopState& loop, int64_t step, double loss_sum,
                                  int64_t steps, int64_t samples) {
-  loop.window_loss += loss_sum;
-  loop.window_steps += steps;
+  log_window_.loss += loss_sum;
+  log_window_.steps += steps;
   loop.window_samples += samples;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() -
@@ -51,14 +51,14 @@ absl::Status Trainer::AfterSteps(LoopState& loop, int64_t step, double loss_sum,
   const double samples_per_sec =
       seconds > 0 ? loop.window_samples / seconds : 0;
   progress_->Update(
-      step, loop.window_steps > 0 ? loop.window_loss / loop.window_steps : 0,
+      step, log_window_.steps > 0 ? log_window_.loss / log_window_.steps : 0,
       samples_per_sec);
   if (step % config_.train.log_every_steps == 0 || step == loop.total_steps) {
     MetricsRecord rec{step,
                       step / loop.steps_per_epoch,
                       "train",
                       "",
-                      {{"loss", loop.window_loss / loop.window_steps},
+                      {{"loss", log_window_.loss / log_window_.steps},
                        // The rate of the next update (from the step: the
                        // parameter servers' snapshot may be older).
                        {"learning_rate", primary().optimizer->schedule()(step)},
@@ -82,8 +82,8 @@ absl::Status Trainer::AfterSteps(LoopState& loop, int64_t step, double loss_sum,
       rec.histograms.push_back({"staleness", counts});
     }
     if (logger_) MT_RETURN_IF_ERROR(logger_->Log(rec));
-    loop.window_loss = 0;
-    loop.window_steps = loop.window_samples = 0;
+    log_window_ = {};
+    loop.window_samples = 0;
     loop.window_start = std::chrono::steady_clock::now();
   }
   if (EvaluationDue(loop, step)) {

@@ -607,6 +607,18 @@ TEST(CliTest, SigkillAnywhereThenResumeEqualsUninterruptedRun) {
   ASSERT_EQ(last.exit_code, 0) << last.err;
   ExpectSameTensors(ref + "/checkpoints/ckpt-96.safetensors",
                     dir + "/checkpoints/ckpt-96.safetensors");
+  // And the same metrics: what a killed run logged after its checkpoint is
+  // dropped and logged again, and the first line after a resume averages
+  // the steps since the last logged one, those before the kill included
+  // (the checkpoint keeps their losses). Timing aside.
+  auto untimed = [](const std::string& run) {
+    std::vector<std::string> out;
+    for (const std::string& line : Lines(ReadFile(run + "/metrics.jsonl"))) {
+      out.push_back(line.substr(0, line.find(", \"samples_per_sec\"")));
+    }
+    return out;
+  };
+  EXPECT_EQ(untimed(dir), untimed(ref));
 }
 
 }  // namespace

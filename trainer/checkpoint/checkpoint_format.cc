@@ -166,6 +166,18 @@ absl::StatusOr<CheckpointPosition> CheckTrainingCheckpoint(
   MT_ASSIGN_OR_RETURN(position.input_batch,
                       MetadataCount(file, "input_batch", kMaxCheckpointStep));
   MT_RETURN_IF_ERROR(CheckGlobalStep(file, position.step));
+  const auto& metadata = file.metadata();
+  if (metadata.contains("log_window_loss") ||
+      metadata.contains("log_window_steps")) {
+    MT_ASSIGN_OR_RETURN(position.log_window_steps,
+                        MetadataCount(file, "log_window_steps", position.step));
+    auto loss = metadata.find("log_window_loss");
+    if (loss == metadata.end() ||
+        !absl::SimpleAtod(loss->second, &position.log_window_loss)) {
+      return Invalid(file,
+                     "metadata 'log_window_loss' is missing or not a number");
+    }
+  }
   if (!allow_non_finite) MT_RETURN_IF_ERROR(CheckFinite(file));
   return position;
 }

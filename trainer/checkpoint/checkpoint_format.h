@@ -31,6 +31,12 @@ struct CheckpointPosition {
   // The input pipeline's next batch.
   int64_t input_epoch = 0;
   int64_t input_batch = 0;
+  // The training loss summed over the steps since the last logged one, and
+  // how many: the next logged line averages them with the steps after the
+  // resume, as an uninterrupted run's does. Metadata "log_window_loss" and
+  // "log_window_steps" (both or neither: older files have none).
+  double log_window_loss = 0;
+  int64_t log_window_steps = 0;
 };
 
 // Before saving the state after `step`: Aborted naming the first of `vars`
@@ -44,7 +50,8 @@ absl::Status CheckFiniteState(absl::Span<Variable* const> vars, int64_t step);
 // "step", "input_epoch" or "input_batch" missing, not an integer, negative,
 // or a step past kMaxCheckpointStep; a "global_step" tensor that is missing,
 // not an int64 scalar, or not equal to "step"; and, unless
-// `allow_non_finite`, NaN or infinity in any floating-point tensor.
+// `allow_non_finite`, NaN or infinity in any floating-point tensor; a log
+// window that is half there, not a number, or longer than the steps.
 absl::StatusOr<CheckpointPosition> CheckTrainingCheckpoint(
     const SafetensorsFile& file, bool allow_non_finite);
 
