@@ -8,6 +8,7 @@
 #include <system_error>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tensor/allocator.h"
 #include "tensor/status_macros.h"
@@ -91,6 +92,17 @@ TEST(TensorTest, DeviceParsing) {
   EXPECT_FALSE(ParseDevice("tpu:0").ok());
   EXPECT_FALSE(ParseDevice("gpu:-1").ok());
   EXPECT_FALSE(ParseDevice("gpu:x").ok());
+  // The shorthands PyTorch users write; K only in plain digits.
+  EXPECT_EQ(*ParseDevice("cpu"), Device::Cpu(0));
+  EXPECT_EQ(*ParseDevice("cuda:2"), Device::Cuda(2));
+  EXPECT_EQ(*ParseDevice("cpu:10"), Device::Cpu(10));
+  for (const char* odd :
+       {"cpu:+1", "cpu: 1", "cpu:01", "cpu:", "gpu", "cpu:1 "}) {
+    EXPECT_EQ(ParseDevice(odd).status().message(),
+              absl::StrCat("bad device '", odd,
+                           "': expected cpu, cpu:K, gpu:K or cuda:K with K a "
+                           "non-negative integer"));
+  }
 }
 
 TEST(TensorTest, SizesThatCannotBeAllocatedAreStatusesNotCrashes) {
