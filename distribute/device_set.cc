@@ -46,4 +46,15 @@ absl::StatusOr<std::vector<Device>> ResolveDevices(
   return devices;
 }
 
+bool DistinctGpus(const std::vector<Device>& devices) {
+  if (devices.empty() || !devices[0].is_cuda()) return false;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (!devices[i].is_cuda()) return false;
+    for (size_t j = 0; j < i; ++j) {
+      if (devices[i] == devices[j]) return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace mirrortrain::distribute

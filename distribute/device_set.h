@@ -18,6 +18,15 @@ namespace mirrortrain::distribute {
 absl::StatusOr<std::vector<Device>> ResolveDevices(
     const std::vector<std::string>& entries);
 
+// Whether `devices` are GPUs, none listed twice: what NCCL takes (one rank
+// per GPU).
+bool DistinctGpus(const std::vector<Device>& devices);
+
+// The error for cross_device_ops nccl on other devices.
+inline constexpr char kNcclNeedsDistinctGpus[] =
+    "nccl needs distinct GPU devices (NCCL allows one rank per GPU); use "
+    "local";
+
 }  // namespace mirrortrain::distribute
 
 #endif  // MIRRORTRAIN_DISTRIBUTE_DEVICE_SET_H_

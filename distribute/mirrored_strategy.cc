@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "distribute/device_set.h"
 #include "distribute/local_all_reduce.h"
 #include "distribute/multi_process_all_reduce.h"
 #include "distribute/nccl_all_reduce.h"
@@ -359,10 +360,7 @@ absl::StatusOr<std::unique_ptr<MirroredStrategy>> MirroredStrategy::Create(
   const std::chrono::milliseconds watchdog(
       static_cast<int64_t>(options.watchdog_seconds * 1000));
   // NCCL only between distinct physical GPUs (one rank per GPU).
-  bool distinct_gpus = devices[0].is_cuda();
-  for (int i = 0; i < n && distinct_gpus; ++i) {
-    for (int j = 0; j < i; ++j) distinct_gpus &= devices[i] != devices[j];
-  }
+  const bool distinct_gpus = DistinctGpus(devices);
   std::string kind = options.cross_device_ops;
   if (kind == "auto") {
     kind = distinct_gpus && n * process_count > 1 ? "nccl" : "local";
@@ -370,9 +368,8 @@ absl::StatusOr<std::unique_ptr<MirroredStrategy>> MirroredStrategy::Create(
   std::unique_ptr<CrossDeviceOps> ops;
   if (kind == "nccl") {
     if (!distinct_gpus) {
-      return absl::InvalidArgumentError(
-          "distribute.cross_device_ops: nccl needs distinct GPU devices (NCCL "
-          "allows one rank per GPU); use local");
+      return absl::InvalidArgumentError(absl::StrCat(
+          "distribute.cross_device_ops: ", kNcclNeedsDistinctGpus));
     }
     std::vector<int> ids;
     for (const Device& d : devices) ids.push_back(d.index);

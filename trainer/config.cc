@@ -221,6 +221,12 @@ absl::Status Validate(const Reader& r, const YAML::Node& root,
     return r.Error("distribute.devices", node("distribute", "devices"),
                    std::string(devices.status().message()));
   }
+  if (c.distribute.cross_device_ops == "nccl" &&
+      !distribute::DistinctGpus(*devices)) {
+    return r.Error("distribute.cross_device_ops",
+                   node("distribute", "cross_device_ops"),
+                   distribute::kNcclNeedsDistinctGpus);
+  }
   if (c.distribute.strategy == "one_device" && devices->size() != 1) {
     return r.Error("distribute.devices", node("distribute", "devices"),
                    absl::StrCat("one_device takes exactly one device, got ",

@@ -308,6 +308,13 @@ TEST(ConfigTest, MissingDeviceIsAConfigError) {
   EXPECT_TRUE(
       ParseConfig("distribute: {variables_device: gpu:7}\n", "j.yaml", {})
           .ok());
+  // NCCL on devices it cannot take: said at the key, with the file's line.
+  c = ParseConfig(
+      "distribute:\n  devices: [cpu:0, cpu:1]\n  cross_device_ops: nccl\n",
+      "j.yaml", {});
+  EXPECT_EQ(Message(c.status()),
+            "j.yaml:3: distribute.cross_device_ops: nccl needs distinct GPU "
+            "devices (NCCL allows one rank per GPU); use local");
 }
 
 TEST(ConfigTest, MalformedYaml) {
