@@ -207,7 +207,8 @@ int main(int argc, char** argv) {
     }
     const size_t value_bytes = bf16 ? 2 : 4;
     const cudaDataType_t operand = bf16 ? CUDA_R_16BF : CUDA_R_32F;
-    for (const Product& p : model == "mlp" ? MlpProducts() : CnnProducts(bf16)) {
+    for (const Product& p :
+         model == "mlp" ? MlpProducts() : CnnProducts(bf16)) {
       const long a_values = (p.ta ? p.k : p.m) * p.lda;
       const long b_values = (p.tb ? p.n : p.k) * p.ldb;
       float *a32, *b32, *c;
@@ -259,8 +260,7 @@ int main(int argc, char** argv) {
           "\"lt_best_rank\": %d, \"lt_candidates\": %d, "
           "\"lt_first\": \"%s\", \"lt_best\": \"%s\"}\n",
           prop.name, model.c_str(), precision.c_str(), p.name, p.count, p.m,
-          p.n, p.k,
-          2e-9 * p.m * p.n * p.k, cublas_us, lt_times.first_us,
+          p.n, p.k, 2e-9 * p.m * p.n * p.k, cublas_us, lt_times.first_us,
           lt_times.best_us, lt_times.best, lt_times.runnable,
           lt_times.first.c_str(), lt_times.best_algo.c_str());
       std::fflush(stdout);
