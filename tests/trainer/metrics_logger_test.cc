@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 
@@ -13,15 +14,7 @@ namespace mirrortrain::trainer {
 namespace {
 
 std::vector<std::string> Lines(const std::string& text) {
-  std::vector<std::string> out;
-  size_t begin = 0;
-  while (begin < text.size()) {
-    const size_t end = text.find('\n', begin);
-    out.push_back(text.substr(begin, end - begin));
-    if (end == std::string::npos) break;
-    begin = end + 1;
-  }
-  return out;
+  return absl::StrSplit(text, '\n', absl::SkipEmpty());
 }
 
 MetricsRecord Train(int64_t step, double loss) {
