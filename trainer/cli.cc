@@ -575,8 +575,29 @@ int Dispatch(int argc, char** argv) {
   }
   absl::string_view verb = argv[1];
   if (verb == "--help" || verb == "-h" || verb == "help") {
-    std::fputs(kUsage, stdout);
-    return kExitOk;
+    if (argc == 2) {
+      std::fputs(kUsage, stdout);
+      return kExitOk;
+    }
+    // `mirrortrain help train`: that verb's usage, as `train --help`.
+    const std::pair<absl::string_view, const char*> verbs[] = {
+        {"train", kTrainUsage},
+        {"eval", kEvalUsage},
+        {"sample", kSampleUsage},
+        {"inspect", kInspectUsage},
+        {"config", kConfigUsage}};
+    for (const auto& [name, usage] : verbs) {
+      if (argc == 3 && argv[2] == name) {
+        std::fputs(usage, stdout);
+        return kExitOk;
+      }
+    }
+    std::fprintf(stderr,
+                 "mirrortrain: %s takes one command (train, eval, sample, "
+                 "inspect or config), got '%s'%s\n",
+                 std::string(verb).c_str(), OneLine(argv[2]).c_str(),
+                 argc > 3 ? " and more" : "");
+    return kExitUsage;
   }
   if (verb == "--version") {
     if (argc > 2) {

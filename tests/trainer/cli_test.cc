@@ -47,6 +47,14 @@ TEST(CliTest, HelpAndVersion) {
     EXPECT_NE(r.out.find(absl::StrCat("usage: mirrortrain ", verb)),
               std::string::npos);
   }
+  // `help VERB` as `VERB --help`; anything else after --help is an error,
+  // not ignored.
+  EXPECT_EQ(RunCli({"help", "eval"}).out, RunCli({"eval", "--help"}).out);
+  Result stray = RunCli({"--help", "x"});
+  EXPECT_EQ(stray.exit_code, 2);
+  EXPECT_EQ(stray.err,
+            "mirrortrain: --help takes one command (train, eval, sample, "
+            "inspect or config), got 'x'\n");
   Result version = RunCli({"--version"});
   EXPECT_EQ(version.exit_code, 0);
   EXPECT_EQ(version.out.rfind("mirrortrain ", 0), 0u) << version.out;
