@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "distribute/device_set.h"
 #include "models/layer_registry.h"
@@ -34,6 +35,27 @@ uint64_t Fnv1a(absl::string_view text) {
 
 // --------------------------------------------------------- the sections
 
+// The layer that makes the model's output: the last entry, looked into
+// (sequential) and past the layers that pass values on unchanged at
+// evaluation (dropout, reshape, flatten). nullptr if there is none.
+const models::LayerSpec* OutputLayer(
+    const std::vector<models::LayerSpec>& layers) {
+  for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+    if (it->type == "dropout" || it->type == "reshape" ||
+        it->type == "flatten") {
+      continue;
+    }
+    if (it->type == "sequential") {
+      if (const models::LayerSpec* inner = OutputLayer(it->layers)) {
+        return inner;
+      }
+      continue;  // Only pass-through layers inside.
+    }
+    return &*it;
+  }
+  return nullptr;
+}
+
 absl::Status ReadModel(const Reader& r, const YAML::Node& node, Config* c,
                        YAML::Node* resolved) {
   const std::string path = "model";
@@ -54,13 +76,20 @@ absl::Status ReadModel(const Reader& r, const YAML::Node& node, Config* c,
     MT_ASSIGN_OR_RETURN(m.layers,
                         r.ReadLayers(Child(node, "layers"), "model.layers"));
     // The loss takes logits (Keras's from_logits=True): a softmax on the
-    // last layer would be applied twice and train slowly.
-    const models::LayerSpec& last = m.layers.back();
-    if (last.params.Has("activation") &&
-        last.params.String("activation") == "softmax") {
+    // layer that makes them would be applied twice and train slowly.
+    const models::LayerSpec* last = OutputLayer(m.layers);
+    if (last != nullptr && last->params.Has("activation") &&
+        last->params.String("activation") == "softmax") {
+      // The top-level entry that holds it, for its line.
       const YAML::Node list = Child(node, "layers");
+      size_t entry = 0;
+      while (entry + 1 < m.layers.size() &&
+             !absl::StartsWith(last->path, m.layers[entry].path + ".") &&
+             last->path != m.layers[entry].path) {
+        ++entry;
+      }
       return r.Error(
-          absl::StrCat(last.path, ".activation"), list[list.size() - 1],
+          absl::StrCat(last->path, ".activation"), list[entry],
           "softmax on the last layer: the loss takes the logits (Keras's "
           "from_logits=True) and applies the softmax itself; leave it out");
     }

@@ -442,6 +442,15 @@ TEST(ConfigTest, LayerListsNestAndReportPaths) {
        "m.yaml:4: model.layers[1].activation: softmax on the last layer: the "
        "loss takes the logits (Keras's from_logits=True) and applies the "
        "softmax itself; leave it out"},
+      // Inside a container, or before layers that pass values on
+      // unchanged: still the layer that makes the logits.
+      {"model:\n  layers:\n    - {type: flatten}\n    - type: sequential\n"
+       "      layers:\n        - {type: dense, units: 10, activation: "
+       "softmax}\n        - {type: dropout, rate: 0.1}\n"
+       "    - {type: reshape, target_shape: [10]}\n",
+       "m.yaml:4: model.layers[1].layers[0].activation: softmax on the last "
+       "layer: the loss takes the logits (Keras's from_logits=True) and "
+       "applies the softmax itself; leave it out"},
       {"model:\n  layers:\n    - {type: residual}\n",
        "m.yaml:3: model.layers[0].layers: required: layer type residual holds "
        "a list of layers"},
