@@ -206,6 +206,11 @@ absl::StatusOr<std::string> ModelSummary(const Config& config) {
   MT_ASSIGN_OR_RETURN(std::unique_ptr<models::Model> model,
                       models::Model::Build(def, config.seed, Device::Cpu()));
   MT_RETURN_IF_ERROR(CheckClassifier(*model, data));
+  // What `train` checks of the data before its first step, on the split
+  // loaded here (the training split's examples are not read).
+  MT_RETURN_IF_ERROR(CheckTokenIds(def, config.data, data));
+  MT_RETURN_IF_ERROR(
+      CheckAugmentable(config.data.augment, data.images.shape()));
   return model->Summary();
 }
 

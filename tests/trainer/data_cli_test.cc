@@ -283,6 +283,12 @@ TEST(DataCliTest, NpzTokenIdsOutsideTheEmbeddingExit2NamingTheExample) {
   ExpectExit2(args,
               "data: npz/test: example 5 holds -1 at position 1, not a token "
               "id in [0, 8) of model.layers[0] (embedding)");
+  // The dry run checks what train checks of the split it loads.
+  std::vector<std::string> dry = args;
+  dry.push_back("--dry_run");
+  ExpectExit2(dry,
+              "data: npz/test: example 5 holds -1 at position 1, not a token "
+              "id in [0, 8) of model.layers[0] (embedding)");
   // Normalizing ids would move them to other rows.
   write(1.0f, 1.0f);
   std::vector<std::string> normalized = args;
@@ -441,13 +447,23 @@ TEST(DataCliTest, NormalizeAndAugmentThatDoNotFitTheDataExit2) {
                        {"y_train.npy", NpyBytes("<i8", {4}, RawBytes(y))},
                        {"x_test.npy", NpyBytes("|u1", {4, 6}, RawBytes(x))},
                        {"y_test.npy", NpyBytes("<i8", {4}, RawBytes(y))}}));
-  ExpectExit2(
-      {"train", "--config", config, "--run_dir", dir + "/run", "--set",
-       absl::StrCat("data={name: npz, path: ", dir,
-                    "/flat.npz, augment: {horizontal_flip: true}}"),
-       "--set", "model={name: mlp}"},
-      "data.augment: crops, flips and erasing need images [N, H, W, C], "
-      "the data is [4,6]");
+  for (const bool dry_run : {false, true}) {
+    std::vector<std::string> args = {
+        "train",
+        "--config",
+        config,
+        "--run_dir",
+        dir + "/run",
+        "--set",
+        absl::StrCat("data={name: npz, path: ", dir,
+                     "/flat.npz, augment: {horizontal_flip: true}}"),
+        "--set",
+        "model={name: mlp}"};
+    if (dry_run) args.push_back("--dry_run");
+    ExpectExit2(args,
+                "data.augment: crops, flips and erasing need images [N, H, "
+                "W, C], the data is [4,6]");
+  }
 }
 
 }  // namespace
