@@ -336,8 +336,15 @@ int Train(int argc, char** argv) {
   }
   absl::Status s = (*trainer)->Train();
   if (absl::IsCancelled(s) && StopSignal() != 0) return 128 + StopSignal();
-  if (!s.ok()) return distribute::IsAgreed(s) ? Fail(s) : FailHere(s);
-  return kExitOk;
+  if (s.ok()) return kExitOk;
+  // The run directory now holds this run's files: whatever stops the run
+  // here (a bad token id in a batch, say) is a failure while running, exit
+  // 1, never exit 2's "refused, nothing on disk touched".
+  const absl::Status running(ExitCodeFor(s) == kExitUsage
+                                 ? absl::StatusCode::kFailedPrecondition
+                                 : s.code(),
+                             s.message());
+  return distribute::IsAgreed(s) ? Fail(running) : FailHere(running);
 }
 
 // The config's trainer restored from --checkpoint, for eval and sample;

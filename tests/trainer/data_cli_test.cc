@@ -283,6 +283,21 @@ TEST(DataCliTest, NpzTokenIdsOutsideTheEmbeddingExit2NamingTheExample) {
   ExpectExit2(args,
               "data: npz/test: example 5 holds -1 at position 1, not a token "
               "id in [0, 8) of model.layers[0] (embedding)");
+  // Behind another layer the ids are not checked when the data loads: the
+  // step that gathers a bad one ends the run, a failure while running
+  // (exit 1: the run directory has its files by then), naming the step.
+  write(8.0f, 1.0f);
+  std::vector<std::string> behind = args;
+  behind[6] =
+      "model={layers: [{type: reshape, target_shape: [4]}, {type: embedding, "
+      "input_dim: 8, output_dim: 3}, {type: flatten}, {type: dense, units: "
+      "4}]}";
+  Result running = RunCli(behind);
+  EXPECT_EQ(running.exit_code, 1) << running.err;
+  EXPECT_THAT(running.err, HasSubstr(": Gather: index 8 at position"));
+  EXPECT_THAT(running.err, HasSubstr("\nmirrortrain: step "));
+  fs::remove_all(dir + "/run");
+  write(1.0f, -1.0f);
   // The dry run checks what train checks of the split it loads.
   std::vector<std::string> dry = args;
   dry.push_back("--dry_run");
