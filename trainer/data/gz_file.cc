@@ -39,7 +39,7 @@ absl::StatusOr<GzFile> GzFile::Open(const std::string& path) {
   }
   zlib_fd.Release();
   gzbuffer(handle.get(), 1 << 17);  // Fewer syscalls than the 8 KiB default.
-  return GzFile(path, std::move(file), std::move(handle));
+  return GzFile(std::move(file), std::move(handle));
 }
 
 absl::StatusOr<size_t> GzFile::Read(void* dst, size_t n) {
@@ -53,7 +53,7 @@ absl::StatusOr<size_t> GzFile::Read(void* dst, size_t n) {
       const char* message = gzerror(handle_.get(), &errnum);
       if (errnum == Z_ERRNO) {
         return absl::InternalError(absl::StrCat(
-            path_, ": read error: ",
+            path(), ": read error: ",
             std::error_code(errno, std::generic_category()).message()));
       }
       SetStreamError(message);

@@ -44,7 +44,7 @@ class GzFile {
   // Reads all that is left, counting the bytes.
   absl::StatusOr<uint64_t> CountRest();
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_.path; }
   // The file zlib reads, for positioned reads beside it (ReservableBytes,
   // InflateExactly): the descriptor is its own (a duplicate), but of the
   // file that was checked and opened.
@@ -60,11 +60,10 @@ class GzFile {
   };
   using Handle = std::unique_ptr<gzFile_s, Closer>;
 
-  GzFile(const std::string& path, RegularFile file, Handle handle)
-      : path_(path), file_(std::move(file)), handle_(std::move(handle)) {}
+  GzFile(RegularFile file, Handle handle)
+      : file_(std::move(file)), handle_(std::move(handle)) {}
   void SetStreamError(const char* message);
 
-  std::string path_;
   RegularFile file_;
   Handle handle_;
   std::string stream_error_;

@@ -45,7 +45,7 @@ uint64_t LittleEndian(const std::string& bytes, size_t offset, int n) {
 absl::StatusOr<ZipArchive> ZipArchive::Open(const std::string& path) {
   // A FIFO is refused, not waited on.
   MT_ASSIGN_OR_RETURN(RegularFile file, OpenRegularFile(path));
-  ZipArchive archive(path, std::move(file.fd), file.size);
+  ZipArchive archive(std::move(file));
   MT_RETURN_IF_ERROR(archive.ReadCentralDirectory());
   return archive;
 }
@@ -58,20 +58,22 @@ std::string ZipArchive::ListMembers() const {
 
 absl::StatusOr<std::string> ZipArchive::ReadAt(uint64_t offset, uint64_t n,
                                                const std::string& what) {
-  if (offset > file_size_ || n > file_size_ - offset) {
+  if (offset > file_.size || n > file_.size - offset) {
     return BadData(
-        path_, absl::StrCat("truncated: ", what, " needs bytes ", offset, "..",
-                            offset + n, " but the file has ", file_size_));
+        file_.path,
+        absl::StrCat("truncated: ", what, " needs bytes ", offset, "..",
+                     offset + n, " but the file has ", file_.size));
   }
   std::string bytes(n, '\0');
   MT_ASSIGN_OR_RETURN(
       const size_t got,
-      trainer::ReadAt(file_.get(), path_, offset, bytes.data(), n));
+      trainer::ReadAt(file_.fd.get(), file_.path, offset, bytes.data(), n));
   if (got < n) {
     // The file shrank since it was opened.
-    return BadData(path_, absl::StrCat("truncated: ", what, " needs bytes ",
-                                       offset, "..", offset + n,
-                                       " but the file ends at ", offset + got));
+    return BadData(
+        file_.path,
+        absl::StrCat("truncated: ", what, " needs bytes ", offset, "..",
+                     offset + n, " but the file ends at ", offset + got));
   }
   return bytes;
 }
@@ -79,9 +81,9 @@ absl::StatusOr<std::string> ZipArchive::ReadAt(uint64_t offset, uint64_t n,
 absl::Status ZipArchive::ReadCentralDirectory() {
   // The end record is the last 22 bytes unless a comment follows it.
   const uint64_t tail_bytes =
-      std::min(file_size_, kEndBytes + kMaxCommentBytes);
+      std::min(file_.size, kEndBytes + kMaxCommentBytes);
   MT_ASSIGN_OR_RETURN(std::string tail,
-                      ReadAt(file_size_ - tail_bytes, tail_bytes, "the end"));
+                      ReadAt(file_.size - tail_bytes, tail_bytes, "the end"));
   int64_t end = -1;
   for (int64_t i = static_cast<int64_t>(tail.size()) - kEndBytes; i >= 0; --i) {
     if (LittleEndian(tail, i, 4) == kEndSignature) {
@@ -91,47 +93,49 @@ absl::Status ZipArchive::ReadCentralDirectory() {
   }
   if (end < 0) {
     MT_ASSIGN_OR_RETURN(std::string head,
-                        ReadAt(0, std::min<uint64_t>(file_size_, 6), "magic"));
+                        ReadAt(0, std::min<uint64_t>(file_.size, 6), "magic"));
     if (head == "\x93NUMPY") {
-      return BadData(path_,
+      return BadData(file_.path,
                      "is a .npy array, not an .npz archive (give a "
                      "directory of x_train.npy, ... or an np.savez "
                      "file)");
     }
-    return BadData(path_, file_size_ == 0
-                              ? "empty file"
-                              : "truncated, or not a ZIP archive (.npz): no "
-                                "end-of-central-directory record");
+    return BadData(file_.path,
+                   file_.size == 0
+                       ? "empty file"
+                       : "truncated, or not a ZIP archive (.npz): no "
+                         "end-of-central-directory record");
   }
-  const uint64_t end_offset = file_size_ - tail_bytes + end;
+  const uint64_t end_offset = file_.size - tail_bytes + end;
   uint64_t count = LittleEndian(tail, end + 10, 2);
   uint64_t cd_size = LittleEndian(tail, end + 12, 4);
   uint64_t cd_offset = LittleEndian(tail, end + 16, 4);
   if (count == 0xffff || cd_size == 0xffffffff || cd_offset == 0xffffffff) {
     // ZIP64: a locator just before the end record points at the real one.
     if (end_offset < kZip64LocatorBytes) {
-      return BadData(path_, "ZIP64 archive without its locator");
+      return BadData(file_.path, "ZIP64 archive without its locator");
     }
     MT_ASSIGN_OR_RETURN(std::string locator,
                         ReadAt(end_offset - kZip64LocatorBytes,
                                kZip64LocatorBytes, "the ZIP64 locator"));
     if (LittleEndian(locator, 0, 4) != kZip64LocatorSignature) {
-      return BadData(path_, "ZIP64 archive without its locator");
+      return BadData(file_.path, "ZIP64 archive without its locator");
     }
     MT_ASSIGN_OR_RETURN(std::string end64,
                         ReadAt(LittleEndian(locator, 8, 8), kZip64EndBytes,
                                "the ZIP64 end record"));
     if (LittleEndian(end64, 0, 4) != kZip64EndSignature) {
-      return BadData(path_, "bad ZIP64 end-of-central-directory record");
+      return BadData(file_.path, "bad ZIP64 end-of-central-directory record");
     }
     count = LittleEndian(end64, 32, 8);
     cd_size = LittleEndian(end64, 40, 8);
     cd_offset = LittleEndian(end64, 48, 8);
   }
   if (cd_offset > end_offset || cd_size > end_offset - cd_offset) {
-    return BadData(path_, absl::StrCat("corrupt: the central directory (",
-                                       cd_size, " bytes at ", cd_offset,
-                                       ") does not end before its end record"));
+    return BadData(
+        file_.path,
+        absl::StrCat("corrupt: the central directory (", cd_size, " bytes at ",
+                     cd_offset, ") does not end before its end record"));
   }
   MT_ASSIGN_OR_RETURN(std::string cd,
                       ReadAt(cd_offset, cd_size, "the central directory"));
@@ -140,8 +144,9 @@ absl::Status ZipArchive::ReadCentralDirectory() {
   for (uint64_t i = 0; i < count; ++i) {
     if (pos + kCentralBytes > cd.size() ||
         LittleEndian(cd, pos, 4) != kCentralSignature) {
-      return BadData(path_, absl::StrCat("corrupt central directory at entry ",
-                                         i, " of ", count));
+      return BadData(file_.path,
+                     absl::StrCat("corrupt central directory at entry ", i,
+                                  " of ", count));
     }
     Entry e;
     e.flags = LittleEndian(cd, pos + 8, 2);
@@ -156,8 +161,9 @@ absl::Status ZipArchive::ReadCentralDirectory() {
     const uint64_t next =
         pos + kCentralBytes + name_len + extra_len + comment_len;
     if (next > cd.size()) {
-      return BadData(path_, absl::StrCat("corrupt central directory at entry ",
-                                         i, " of ", count));
+      return BadData(file_.path,
+                     absl::StrCat("corrupt central directory at entry ", i,
+                                  " of ", count));
     }
     const std::string name = cd.substr(pos + kCentralBytes, name_len);
     // ZIP64 sizes and offsets replace the 32-bit fields that are all ones,
@@ -174,8 +180,9 @@ absl::Status ZipArchive::ReadCentralDirectory() {
              {&e.size, &e.compressed_size, &e.local_header_offset}) {
           if (*field != 0xffffffff) continue;
           if (f + 8 > field_end) {
-            return BadData(path_, absl::StrCat("member ", name,
-                                               ": short ZIP64 extra field"));
+            return BadData(
+                file_.path,
+                absl::StrCat("member ", name, ": short ZIP64 extra field"));
           }
           *field = LittleEndian(cd, f, 8);
           f += 8;
@@ -186,7 +193,8 @@ absl::Status ZipArchive::ReadCentralDirectory() {
     // Two members of one name: which one a reader takes differs (numpy's
     // zipfile takes the last), so neither is.
     if (!entries_.emplace(name, e).second) {
-      return BadData(path_, absl::StrCat("member ", name, " appears twice"));
+      return BadData(file_.path,
+                     absl::StrCat("member ", name, " appears twice"));
     }
     pos = next;
   }
@@ -197,43 +205,45 @@ absl::StatusOr<std::string> ZipArchive::Read(const std::string& member,
                                              uint64_t limit) {
   auto it = entries_.find(member);
   if (it == entries_.end()) {
-    return BadData(path_, absl::StrCat("no member ", member, " (it has ",
-                                       ListMembers(), ")"));
+    return BadData(file_.path, absl::StrCat("no member ", member, " (it has ",
+                                            ListMembers(), ")"));
   }
   const Entry& e = it->second;
   const std::string where = absl::StrCat("member ", member);
   if (e.flags & kEncryptedFlag) {
-    return BadData(path_, absl::StrCat(where, " is encrypted"));
+    return BadData(file_.path, absl::StrCat(where, " is encrypted"));
   }
   if (e.method != kStored && e.method != kDeflated) {
-    return BadData(path_,
+    return BadData(file_.path,
                    absl::StrCat(where, ": compression method ", e.method,
                                 " is not supported (numpy writes stored or "
                                 "deflate)"));
   }
   if (e.size > kMaxPayloadBytes) {
-    return BadData(path_, absl::StrCat(where, ": implausible size ", e.size));
+    return BadData(file_.path,
+                   absl::StrCat(where, ": implausible size ", e.size));
   }
   MT_ASSIGN_OR_RETURN(
       std::string local,
       ReadAt(e.local_header_offset, kLocalBytes, where + "'s local header"));
   if (LittleEndian(local, 0, 4) != kLocalSignature) {
-    return BadData(path_, absl::StrCat(where, ": bad local header signature"));
+    return BadData(file_.path,
+                   absl::StrCat(where, ": bad local header signature"));
   }
   const uint64_t data_offset = e.local_header_offset + kLocalBytes +
                                LittleEndian(local, 26, 2) +
                                LittleEndian(local, 28, 2);
-  if (data_offset > file_size_ ||
-      e.compressed_size > file_size_ - data_offset) {
-    return BadData(
-        path_, absl::StrCat("truncated: ", where, " needs ", e.compressed_size,
-                            " bytes at ", data_offset, " but the file has ",
-                            file_size_));
+  if (data_offset > file_.size ||
+      e.compressed_size > file_.size - data_offset) {
+    return BadData(file_.path,
+                   absl::StrCat("truncated: ", where, " needs ",
+                                e.compressed_size, " bytes at ", data_offset,
+                                " but the file has ", file_.size));
   }
   std::string bytes;
   if (e.method == kStored) {
     if (e.compressed_size != e.size) {
-      return BadData(path_,
+      return BadData(file_.path,
                      absl::StrCat(where, ": stored with ", e.compressed_size,
                                   " bytes for ", e.size));
     }
@@ -252,7 +262,8 @@ absl::StatusOr<std::string> ZipArchive::Read(const std::string& member,
       done += n;
     }
     if (crc != e.crc) {
-      return BadData(path_, absl::StrCat(where, ": CRC mismatch (corrupt)"));
+      return BadData(file_.path,
+                     absl::StrCat(where, ": CRC mismatch (corrupt)"));
     }
   }
   return bytes;
@@ -266,7 +277,8 @@ absl::StatusOr<std::string> ZipArchive::Inflate(const std::string& member,
   z_stream z{};
   // Negative window bits: a raw deflate stream, as ZIP stores it.
   if (inflateInit2(&z, -MAX_WBITS) != Z_OK) {
-    return absl::InternalError(absl::StrCat(path_, ": inflateInit2 failed"));
+    return absl::InternalError(
+        absl::StrCat(file_.path, ": inflateInit2 failed"));
   }
   struct End {
     z_stream* z;
@@ -289,8 +301,9 @@ absl::StatusOr<std::string> ZipArchive::Inflate(const std::string& member,
     return absl::OkStatus();
   };
   auto corrupt = [&] {
-    return BadData(path_, absl::StrCat(where, ": corrupt deflate data: ",
-                                       z.msg != nullptr ? z.msg : "error"));
+    return BadData(file_.path,
+                   absl::StrCat(where, ": corrupt deflate data: ",
+                                z.msg != nullptr ? z.msg : "error"));
   };
 
   const uint64_t want = std::min(limit, e.size);
@@ -312,9 +325,9 @@ absl::StatusOr<std::string> ZipArchive::Inflate(const std::string& member,
     if (rc != Z_OK && rc != Z_STREAM_END && rc != Z_BUF_ERROR) return corrupt();
   }
   if (out.size() < want) {
-    return BadData(
-        path_, absl::StrCat("truncated: ", where, " inflates to ", out.size(),
-                            " of its ", e.size, " bytes"));
+    return BadData(file_.path,
+                   absl::StrCat("truncated: ", where, " inflates to ",
+                                out.size(), " of its ", e.size, " bytes"));
   }
   // Everything promised came out; the stream must end right there.
   while (want == e.size && rc != Z_STREAM_END) {
@@ -324,12 +337,14 @@ absl::StatusOr<std::string> ZipArchive::Inflate(const std::string& member,
     z.avail_out = 1;
     rc = inflate(&z, Z_NO_FLUSH);
     if (z.avail_out == 0) {
-      return BadData(path_, absl::StrCat(where, ": inflates to more than its ",
-                                         e.size, " bytes"));
+      return BadData(file_.path,
+                     absl::StrCat(where, ": inflates to more than its ", e.size,
+                                  " bytes"));
     }
     if (rc == Z_BUF_ERROR) {
-      return BadData(path_, absl::StrCat("truncated: ", where,
-                                         ": the deflate stream does not end"));
+      return BadData(file_.path,
+                     absl::StrCat("truncated: ", where,
+                                  ": the deflate stream does not end"));
     }
     if (rc != Z_OK && rc != Z_STREAM_END) return corrupt();
   }

@@ -21,7 +21,7 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
-#include "trainer/unique_fd.h"
+#include "trainer/regular_file.h"
 
 namespace mirrortrain::trainer {
 
@@ -41,7 +41,7 @@ class ZipArchive {
       const std::string& member,
       uint64_t limit = std::numeric_limits<uint64_t>::max());
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_.path; }
 
  private:
   struct Entry {
@@ -53,8 +53,7 @@ class ZipArchive {
     uint64_t local_header_offset = 0;
   };
 
-  ZipArchive(std::string path, UniqueFd file, uint64_t file_size)
-      : path_(std::move(path)), file_(std::move(file)), file_size_(file_size) {}
+  explicit ZipArchive(RegularFile file) : file_(std::move(file)) {}
 
   // Reads `n` bytes at `offset`; reading past the end is "truncated".
   absl::StatusOr<std::string> ReadAt(uint64_t offset, uint64_t n,
@@ -64,9 +63,7 @@ class ZipArchive {
                                       const Entry& entry, uint64_t data_offset,
                                       uint64_t limit);
 
-  std::string path_;
-  UniqueFd file_;
-  uint64_t file_size_ = 0;
+  RegularFile file_;  // Its size is the archive's, as opened.
   std::map<std::string, Entry> entries_;
 };
 
