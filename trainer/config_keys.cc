@@ -324,7 +324,8 @@ const ParamSchema& LayerEntrySchema() {
            .OneOf(models::LayerRegistry::Global().Names())
            .Doc("a registered layer type"),
        Param::String("name").Nullable().Doc(
-           "overrides the Keras auto-name (checkpoint names use it)"),
+           "overrides the Keras auto-name (checkpoint names use it; no '/' or "
+           "control characters)"),
        Param::Int("repeat").Default(1).Min(1).Max(10000).Doc(
            "build this entry N times (names keep counting)")}};
   return *s;

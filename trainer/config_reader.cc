@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/algorithm/container.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -311,6 +312,20 @@ absl::StatusOr<models::LayerSpec> Reader::ReadLayer(
   if (!entry.IsNull("name") && spec.name.empty()) {
     return Error(path + ".name", Child(node, "name"),
                  "empty (leave it out, or null, for the Keras auto-name)");
+  }
+  // Variable names join layer names with '/' (Keras 3 refuses it in a
+  // name, as here); control characters would garble logs and TensorBoard
+  // tags.
+  const auto bad = absl::c_find_if(spec.name, [](unsigned char c) {
+    return c == '/' || c < 0x20 || c == 0x7f;
+  });
+  if (bad != spec.name.end()) {
+    return Error(
+        path + ".name", Child(node, "name"),
+        absl::StrCat("'", absl::CHexEscape(spec.name), "' has the character '",
+                     absl::CHexEscape(std::string(1, *bad)),
+                     "' (a layer name may not contain '/' or "
+                     "control characters)"));
   }
   spec.repeat = entry.Int("repeat");
   if (!spec.name.empty() && spec.repeat > 1) {

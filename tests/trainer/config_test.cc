@@ -406,6 +406,30 @@ TEST(ConfigTest, EmptyLayerNameIsAnError) {
   EXPECT_TRUE(c.ok()) << c.status();
 }
 
+// Variable names are the layer names joined by '/': a '/' in a name would
+// make one layer's variables look like another's (Keras 3 refuses it too).
+TEST(ConfigTest, LayerNamesTakeNoSlashOrControlCharacters) {
+  const auto parse = [](absl::string_view name) {
+    return Message(
+        ParseConfig(absl::StrCat("model:\n  layers:\n    - {type: flatten}\n"
+                                 "    - {type: dense, units: 10, name: \"",
+                                 name, "\"}\n"),
+                    "n.yaml", {})
+            .status());
+  };
+  EXPECT_EQ(parse("head/out"),
+            "n.yaml:4: model.layers[1].name: 'head/out' has the character "
+            "'/' (a layer name may not contain '/' or control characters)");
+  EXPECT_EQ(parse("a\\tb"),
+            "n.yaml:4: model.layers[1].name: 'a\\tb' has the character "
+            "'\\t' (a layer name may not contain '/' or control characters)");
+  EXPECT_EQ(parse("a\\x7f.b"),
+            "n.yaml:4: model.layers[1].name: 'a\\x7f.b' has the character "
+            "'\\x7f' (a layer name may not contain '/' or control "
+            "characters)");
+  EXPECT_EQ(parse("head.out-1 \\u00e9"), "");
+}
+
 TEST(ConfigTest, LayerListsNestAndReportPaths) {
   auto c = ParseConfig(
       "model:\n"
