@@ -79,7 +79,7 @@ absl::StatusOr<std::unique_ptr<Layer>> LayerBuilder::BuildOne(
   const LayerType* type = LayerRegistry::Global().Find(spec.type);
   if (type == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
-        spec.path, ".type: unknown layer type '", spec.type,
+        spec.Where(), ".type: unknown layer type '", spec.type,
         "' (expected one of ", LayerRegistry::Global().NameList(), ")"));
   }
   type_index_ = type_counts_[type->name]++;
@@ -97,7 +97,7 @@ absl::StatusOr<std::unique_ptr<Layer>> LayerBuilder::BuildOne(
       !fresh) {
     error_named_ = true;  // Containers pass it on as it is.
     return absl::InvalidArgumentError(absl::StrCat(
-        spec.path, spec.name.empty() ? "" : ".name", ": the layer name '",
+        spec.Where(), spec.name.empty() ? "" : ".name", ": the layer name '",
         name_, "' is taken by ", taken->second,
         spec.name.empty() ? " (give this one a name)" : ""));
   }
@@ -117,13 +117,13 @@ absl::StatusOr<std::unique_ptr<Layer>> LayerBuilder::BuildOne(
     if (error_named_) return layer.status();
     error_named_ = true;
     return absl::InvalidArgumentError(absl::StrCat(
-        spec.path, " (", type->name, "): ", layer.status().message()));
+        spec.Where(), " (", type->name, "): ", layer.status().message()));
   }
   absl::StatusOr<Shape> out = (*layer)->OutputShape(input);
   if (!out.ok()) {
     error_named_ = true;
     return absl::InvalidArgumentError(absl::StrCat(
-        spec.path, " (", type->name, "): ", out.status().message()));
+        spec.Where(), " (", type->name, "): ", out.status().message()));
   }
   // Checkpoints save variables by name. A container lists its children's
   // variables again (the same objects, recorded when they were built).
@@ -133,7 +133,7 @@ absl::StatusOr<std::unique_ptr<Layer>> LayerBuilder::BuildOne(
     if (!fresh && owner->second.first != v) {
       error_named_ = true;
       return absl::InvalidArgumentError(absl::StrCat(
-          spec.path, spec.name.empty() ? "" : ".name", ": its variable '",
+          spec.Where(), spec.name.empty() ? "" : ".name", ": its variable '",
           v->name(), "' has the name of a variable of ", owner->second.second,
           " (layer names that extend one another collide: rename one)"));
     }

@@ -38,6 +38,15 @@ struct LayerSpec {
   // residual: the shortcut branch (absent: identity).
   std::optional<std::vector<LayerSpec>> shortcut;
   std::string path;  // "model.layers[3]", for errors.
+  // Where the entry was written ("file.yaml:4", "--set ..."), for errors;
+  // "" for specs made in code (presets, tests).
+  std::string location;
+
+  // "file.yaml:4: model.layers[3]", or the path alone without a location:
+  // how errors about this entry start.
+  std::string Where() const {
+    return location.empty() ? path : location + ": " + path;
+  }
 };
 
 // The most layers a model may have, containers and repeats expanded: far

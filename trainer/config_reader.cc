@@ -307,6 +307,7 @@ absl::StatusOr<models::LayerSpec> Reader::ReadLayer(
       Read(only_entry, path, {&LayerEntrySchema()}, {}, "", &entry));
   models::LayerSpec spec;
   spec.path = path;
+  spec.location = WhereSection(path, node);
   spec.type = entry.String("type");
   spec.name = entry.IsNull("name") ? "" : entry.String("name");
   if (!entry.IsNull("name") && spec.name.empty()) {

@@ -391,9 +391,11 @@ checkpoint: {every_steps: 0}
                "model.layers=[{type: dense, units: 256}]"},
               "model: the last layer gives [256] per example but the data "
               "needs [8,256]");
-  // A reshape that does not hold the elements it is given.
+  // A reshape that does not hold the elements it is given: the error
+  // names the entry's line and the override inside it.
   ExpectExit2({"train", "--config", config, "--run_dir", dir + "/run2", "--set",
                "model.layers[2].target_shape=[8, 255]"},
+              "text.yaml:13 and --set model.layers[2].target_shape=[8, 255]: "
               "model.layers[2] (reshape): target_shape: [8,255] holds 2040 "
               "elements but an input example [2048] holds 2048");
 }
