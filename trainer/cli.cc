@@ -279,7 +279,7 @@ std::optional<Args> ParseVerbArgs(int argc, char** argv,
     Usage(argv[1], args.status().message());
     return std::nullopt;
   }
-  if (!args->help && args->positional.size() > max_positional) {
+  if (args->positional.size() > max_positional) {
     Usage(argv[1], absl::StrCat("unexpected argument '",
                                 args->positional[max_positional], "'"));
     return std::nullopt;

@@ -195,12 +195,35 @@ absl::StatusOr<std::unique_ptr<Optimizer>> MakeConfiguredOptimizer(
   return MakeOptimizer(o.name, o.params, std::move(schedule));
 }
 
+// The test split gives the model its input shape: a configured one must
+// agree, and evaluating no examples would report loss 0 and accuracy 0 as
+// if measured.
+absl::Status CheckTestSplit(const ModelConfig& model,
+                            const InMemoryDataset& test) {
+  if (const Shape& images = test.images.shape();
+      !model.input_shape.empty() &&
+      !std::equal(images.begin() + 1, images.end(), model.input_shape.begin(),
+                  model.input_shape.end())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.input_shape: ", ShapeToString(model.input_shape),
+                     " but the examples of ", test.name, " are ",
+                     ShapeToString(Shape(images.begin() + 1, images.end()))));
+  }
+  if (test.labels.dim(0) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data: the test split (", test.name,
+                     ") has no examples: nothing to evaluate"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> ModelSummary(const Config& config) {
   MT_ASSIGN_OR_RETURN(InMemoryDataset data,
                       LoadSplit(config.data, /*train=*/false, config.seed,
                                 config.model.input_shape));
+  MT_RETURN_IF_ERROR(CheckTestSplit(config.model, data));
   MT_ASSIGN_OR_RETURN(const models::ModelDef def,
                       ModelDefinition(config.model, data));
   MT_ASSIGN_OR_RETURN(std::unique_ptr<models::Model> model,
@@ -351,22 +374,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     // The test split first: it gives the model its input shape and classes.
     MT_ASSIGN_OR_RETURN(t->test_data_, test_split.get());
     const Clock::time_point model_began = Clock::now();
-    if (const Shape& images = t->test_data_.images.shape();
-        !config.model.input_shape.empty() &&
-        !std::equal(images.begin() + 1, images.end(),
-                    config.model.input_shape.begin(),
-                    config.model.input_shape.end())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model.input_shape: ", ShapeToString(config.model.input_shape),
-          " but the examples of ", t->test_data_.name, " are ",
-          ShapeToString(Shape(images.begin() + 1, images.end()))));
-    }
-    // Evaluating nothing would report loss 0 and accuracy 0 as if measured.
-    if (t->test_data_.labels.dim(0) == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("data: the test split (", t->test_data_.name,
-                       ") has no examples: nothing to evaluate"));
-    }
+    MT_RETURN_IF_ERROR(CheckTestSplit(config.model, t->test_data_));
     MT_ASSIGN_OR_RETURN(const models::ModelDef def,
                         ModelDefinition(config.model, t->test_data_));
     MT_RETURN_IF_ERROR(CheckTokenIds(def, config.data, t->test_data_));

@@ -55,6 +55,11 @@ TEST(CliTest, HelpAndVersion) {
   EXPECT_EQ(stray.err,
             "mirrortrain: --help takes one command (train, eval, sample, "
             "inspect or config), got 'x'\n");
+  stray = RunCli({"train", "--help", "x"});
+  EXPECT_EQ(stray.exit_code, 2);
+  EXPECT_EQ(stray.err,
+            "mirrortrain train: unexpected argument 'x' (see mirrortrain "
+            "train --help)\n");
   Result version = RunCli({"--version"});
   EXPECT_EQ(version.exit_code, 0);
   EXPECT_EQ(version.out.rfind("mirrortrain ", 0), 0u) << version.out;

@@ -480,6 +480,10 @@ TEST(DataCliTest, NormalizeAndAugmentThatDoNotFitTheDataExit2) {
     ExpectExit2(args,
                 "data.augment: crops, flips and erasing need images [N, H, "
                 "W, C], the data is [4,6]");
+    // A model input that is not the examples' shape: refused by both too.
+    args[6] = absl::StrCat("data={name: npz, path: ", dir, "/flat.npz}");
+    args[8] = "model={name: mlp, input_shape: [5]}";
+    ExpectExit2(args, "model.input_shape: [5] but the examples of ");
   }
 }
 
