@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -39,27 +40,36 @@ std::string ToJson(const MetricsRecord& r) {
 
 namespace {
 
-// The step of a metrics.jsonl line (ToJson's `{"step": N, ...`), or nullopt
-// for a line of another form (kept as it is).
-std::optional<int64_t> StepOf(absl::string_view line) {
-  if (!absl::ConsumePrefix(&line, "{\"step\": ")) return std::nullopt;
+// The step and split of a metrics.jsonl line (ToJson's `{"step": N,
+// "epoch": E, "split": "S"`), or nullopt for a line of another form (kept
+// as it is).
+struct LineKey {
   int64_t step = 0;
-  if (!absl::SimpleAtoi(line.substr(0, line.find(',')), &step)) {
-    return std::nullopt;
-  }
-  return step;
+  absl::string_view split;
+};
+std::optional<LineKey> KeyOf(absl::string_view line) {
+  LineKey key;
+  if (!absl::ConsumePrefix(&line, "{\"step\": ")) return std::nullopt;
+  const size_t comma = line.find(',');
+  if (!absl::SimpleAtoi(line.substr(0, comma), &key.step)) return std::nullopt;
+  const size_t split = line.find("\"split\": \"");
+  if (split == absl::string_view::npos) return std::nullopt;
+  key.split = line.substr(split + 10);
+  key.split = key.split.substr(0, key.split.find('"'));
+  return key;
 }
 
-// Rewrites `path` without its lines of steps after `step` (atomically: a
-// crash leaves the old file or the new one), unless it has none.
-absl::Status DropLinesAfter(const std::string& path, int64_t step) {
+// Rewrites `path` without the lines `drop` picks (atomically: a crash
+// leaves the old file or the new one), unless it has none.
+absl::Status DropLines(const std::string& path,
+                       absl::FunctionRef<bool(const LineKey&)> drop) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::OkStatus();  // No file yet.
   std::string kept, line;
   bool dropped = false;
   while (std::getline(in, line)) {
-    const std::optional<int64_t> at = StepOf(line);
-    if (at.has_value() && *at > step) {
+    const std::optional<LineKey> key = KeyOf(line);
+    if (key.has_value() && drop(*key)) {
       dropped = true;
       continue;
     }
@@ -71,18 +81,25 @@ absl::Status DropLinesAfter(const std::string& path, int64_t step) {
   return dropped ? WriteFileAtomically(path, kept) : absl::OkStatus();
 }
 
+std::FILE* OpenForAppend(const std::string& path) {
+  return std::fopen(path.c_str(), "a");
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsLogger>> MetricsLogger::Create(
     const std::string& run_dir, std::optional<int64_t> resumed_at) {
   std::string path = absl::StrCat(run_dir, "/metrics.jsonl");
-  if (resumed_at.has_value()) {
-    MT_RETURN_IF_ERROR(DropLinesAfter(path, *resumed_at));
-  }
+  // A fresh run's file starts empty: lines there are from a run that ended
+  // before its first checkpoint (train starts fresh nowhere else), logged
+  // again now.
+  const int64_t after = resumed_at.value_or(-1);
+  MT_RETURN_IF_ERROR(
+      DropLines(path, [&](const LineKey& key) { return key.step > after; }));
   MT_ASSIGN_OR_RETURN(std::unique_ptr<EventWriter> events,
                       EventWriter::Create(run_dir));
   // Append: a resumed run continues the same file.
-  std::FILE* f = std::fopen(path.c_str(), "a");
+  std::FILE* f = OpenForAppend(path);
   if (f == nullptr) {
     return absl::InternalError(
         absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
@@ -112,6 +129,21 @@ absl::Status MetricsLogger::Log(const MetricsRecord& record) {
         absl::StrCat(prefix, "/", name), record.step, counts));
   }
   return Flush();
+}
+
+absl::Status MetricsLogger::DropEvaluationsAt(int64_t step) {
+  MT_RETURN_IF_ERROR(Flush());
+  std::fclose(jsonl_);
+  jsonl_ = nullptr;
+  absl::Status dropped = DropLines(path_, [&](const LineKey& key) {
+    return key.step == step && key.split != "train";
+  });
+  jsonl_ = OpenForAppend(path_);
+  if (jsonl_ == nullptr) {
+    return absl::InternalError(
+        absl::StrCat(path_, ": cannot open: ", std::strerror(errno)));
+  }
+  return dropped;
 }
 
 absl::Status MetricsLogger::Flush() {

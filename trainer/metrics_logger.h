@@ -41,7 +41,8 @@ class MetricsLogger {
   // Appends to run_dir's metrics.jsonl. A run resumed at step
   // `resumed_at` first drops the file's lines of later steps (what the
   // interrupted run logged after its checkpoint is logged again), so the
-  // file holds one line per logged step as an uninterrupted run's does.
+  // file holds one line per logged step as an uninterrupted run's does; a
+  // fresh run (nullopt) drops every line.
   static absl::StatusOr<std::unique_ptr<MetricsLogger>> Create(
       const std::string& run_dir,
       std::optional<int64_t> resumed_at = std::nullopt);
@@ -51,6 +52,10 @@ class MetricsLogger {
 
   absl::Status Log(const MetricsRecord& record);
   absl::Status Flush();
+  // Drops the file's evaluation records (every split but "train") of
+  // `step`: a run's final evaluation, made again by a rerun of the
+  // finished run, replaces the earlier one.
+  absl::Status DropEvaluationsAt(int64_t step);
 
  private:
   MetricsLogger(std::FILE* jsonl, std::string path,

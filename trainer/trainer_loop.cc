@@ -166,6 +166,8 @@ absl::Status Trainer::FinishTraining(LoopState& loop, int64_t step) {
   double no_loss = 0;
   MT_ASSIGN_OR_RETURN(int stop, AgreeAfterStep(no_loss));
   if (!loop.evaluated_at_end && stop == 0) {
+    // A rerun of a finished run evaluates its last step again.
+    if (logger_) MT_RETURN_IF_ERROR(logger_->DropEvaluationsAt(step));
     MT_RETURN_IF_ERROR(EvaluateAndLog(step));
     MT_ASSIGN_OR_RETURN(stop, AgreeAfterStep(no_loss));
   }

@@ -45,12 +45,49 @@ TEST(MetricsLoggerTest, AResumeDropsTheLinesAfterItsStep) {
                 ToJson(Train(8, 0.5)), ToJson(Train(16, 0.5)),
                 ToJson({16, 1, "test", "raw", {{"accuracy", 0.25}}}),
                 ToJson(Train(24, 0.25))}));
-  // A fresh run (no resume) and a resume with nothing after it append.
+  // A resume with nothing after it appends.
   {
     auto logger = MetricsLogger::Create(dir, 24);
     ASSERT_TRUE(logger.ok()) << logger.status();
   }
   EXPECT_EQ(Lines(testing::ReadFile(path)).size(), 4u);
+  // A fresh run (train starts one only where no checkpoint is: the lines
+  // are from a run that ended before its first) starts the file over.
+  {
+    auto logger = MetricsLogger::Create(dir);
+    ASSERT_TRUE(logger.ok()) << logger.status();
+    ASSERT_TRUE((*logger)->Log(Train(8, 0.75)).ok());
+  }
+  EXPECT_EQ(Lines(testing::ReadFile(path)),
+            std::vector<std::string>{ToJson(Train(8, 0.75))});
+  std::filesystem::remove_all(dir);
+}
+
+// A rerun of a finished run evaluates its last step again: the new records
+// replace the old ones, the training lines stay.
+TEST(MetricsLoggerTest, EvaluationsAtAStepAreReplaced) {
+  const std::string dir = testing::FreshTestDir("metrics_logger_test");
+  const MetricsRecord raw = {16, 1, "test", "raw", {{"accuracy", 0.25}}};
+  const MetricsRecord ema = {16, 1, "test", "ema", {{"accuracy", 0.5}}};
+  const MetricsRecord early = {8, 0, "test", "raw", {{"accuracy", 0.125}}};
+  {
+    auto logger = MetricsLogger::Create(dir);
+    ASSERT_TRUE(logger.ok()) << logger.status();
+    for (const MetricsRecord& r :
+         {Train(8, 0.5), early, Train(16, 0.5), raw, ema}) {
+      ASSERT_TRUE((*logger)->Log(r).ok());
+    }
+  }
+  auto logger = MetricsLogger::Create(dir, 16);
+  ASSERT_TRUE(logger.ok()) << logger.status();
+  ASSERT_TRUE((*logger)->DropEvaluationsAt(16).ok());
+  ASSERT_TRUE((*logger)->Log(raw).ok());
+  ASSERT_TRUE((*logger)->Log(ema).ok());
+  EXPECT_EQ(Lines(testing::ReadFile(dir + "/metrics.jsonl")),
+            (std::vector<std::string>{ToJson(Train(8, 0.5)), ToJson(early),
+                                      ToJson(Train(16, 0.5)), ToJson(raw),
+                                      ToJson(ema)}));
+  logger->reset();
   std::filesystem::remove_all(dir);
 }
 
