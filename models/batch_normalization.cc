@@ -74,13 +74,14 @@ class BatchNormalizationLayer final : public Layer {
       sums = {global[0], global[1]};
       count = ctx.global_batch * per_row;
     }
-    // divide_no_nan: a shard of 0 rows has statistics 0 (and no output).
-    const double inv_n = count > 0 ? 1.0 / static_cast<double>(count) : 0.0;
-    MT_ASSIGN_OR_RETURN(Tensor mean, ops::Scale(sums.sum, inv_n));
-    MT_ASSIGN_OR_RETURN(Tensor mean_sq, ops::Scale(sums.sum_sq, inv_n));
-    MT_ASSIGN_OR_RETURN(Tensor square, ops::Square(mean));
-    MT_ASSIGN_OR_RETURN(Tensor variance, ops::Sub(mean_sq, square));
-    MT_ASSIGN_OR_RETURN(variance, ops::Relu(variance));
+    // mean = sum / n, variance = max(sum_sq / n - mean^2, 0) (0 for a shard
+    // of no rows, which has no output), from float64 sums in double: in
+    // float32, E[x^2] - E[x]^2 would lose the variance of inputs whose mean
+    // is large against their spread, which Keras's two-pass moments keep.
+    MT_ASSIGN_OR_RETURN(ops::MomentsResult moments,
+                        ops::MomentsFromSums(sums, count, x.dtype()));
+    const Tensor& mean = moments.mean;
+    const Tensor& variance = moments.variance;
     MT_ASSIGN_OR_RETURN(
         Tensor y, ops::BatchNormalization(x, mean, variance, offset, scale,
                                           options_.epsilon));

@@ -303,11 +303,27 @@ MT_CUDA_KERNEL(ChannelAffine,
                             int device));
 // sum[c] = the sum over r of w[r, c]; dot[c] = the sum over r of
 // w[r, c] * (x[r, c] - shift[c]) (shift null: 0). With w == x: the sum and
-// the sum of squares. Summed in double in fixed chunks, as ColumnSum.
+// the sum of squares. Summed in double in fixed chunks, as ColumnSum;
+// `double_sums`: the products too, and sum and dot are double, not dtype.
 MT_CUDA_KERNEL(ChannelSums,
                absl::Status(DType dtype, const void* x, const void* w,
                             const void* shift, int64_t rows, int64_t cols,
-                            void* sum, void* dot, int device));
+                            void* sum, void* dot, bool double_sums,
+                            int device));
+// From float64 per-channel sums over n elements (inv_n = 1 / n, or 0):
+// mean = sum * inv_n and variance = max(sum_sq * inv_n - mean^2, 0), in
+// double, stored as dtype.
+MT_CUDA_KERNEL(MomentsFromSums,
+               absl::Status(DType dtype, const void* sum, const void* sum_sq,
+                            double inv_n, void* mean, void* variance,
+                            int64_t cols, int device));
+// Their gradient: g_sq = g_var' * inv_n and g_sum = (g_mean - 2 mean
+// g_var') * inv_n (float64), with g_var' = g_var where the variance before
+// the max was positive, else 0; g_mean, g_var of dtype.
+MT_CUDA_KERNEL(MomentsFromSumsGrad,
+               absl::Status(DType dtype, const void* sum, const void* sum_sq,
+                            double inv_n, const void* g_mean, const void* g_var,
+                            void* g_sum, void* g_sq, int64_t cols, int device));
 // Layer normalization over rows of `cols` elements (one block per row,
 // each row's sums in double over a fixed tree, so deterministic):
 // mean[r], rstd[r] = 1 / sqrt(var[r] + epsilon) (var the mean squared

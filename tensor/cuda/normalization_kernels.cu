@@ -24,18 +24,45 @@ __global__ void ChannelAffineKernel(const T* x, const T* a, const T* b, T* y,
   }
 }
 
-// w[i] * (x[i] - shift[c]), the element of the second sum.
-template <typename T>
+// w[i] * (x[i] - shift[c]), the element of the second sum, computed in
+// Acc (T, or double for the statistics' sums).
+template <typename T, typename Acc>
 struct LoadShiftedProduct {
   const T* x;
   const T* w;
   const T* shift;
   int64_t cols;
-  __device__ T operator()(int64_t i) const {
-    const T xs = shift == nullptr ? x[i] : x[i] - shift[i % cols];
-    return w[i] * xs;
+  __device__ Acc operator()(int64_t i) const {
+    const Acc xs = shift == nullptr ? Acc{x[i]} : Acc{x[i]} - shift[i % cols];
+    return Acc{w[i]} * xs;
   }
 };
+
+template <typename T>
+__global__ void MomentsFromSumsKernel(const double* sum, const double* sum_sq,
+                                      double inv_n, T* mean, T* variance,
+                                      int64_t cols) {
+  for (int64_t c = GridStart(); c < cols; c += GridStep()) {
+    const double m = sum[c] * inv_n;
+    mean[c] = static_cast<T>(m);
+    variance[c] = static_cast<T>(fmax(sum_sq[c] * inv_n - m * m, 0.0));
+  }
+}
+
+template <typename T>
+__global__ void MomentsFromSumsGradKernel(const double* sum,
+                                          const double* sum_sq, double inv_n,
+                                          const T* g_mean, const T* g_var,
+                                          double* g_sum, double* g_sq,
+                                          int64_t cols) {
+  for (int64_t c = GridStart(); c < cols; c += GridStep()) {
+    const double m = sum[c] * inv_n;
+    const double gv =
+        sum_sq[c] * inv_n - m * m > 0 ? static_cast<double>(g_var[c]) : 0.0;
+    g_sq[c] = gv * inv_n;
+    g_sum[c] = (static_cast<double>(g_mean[c]) - 2 * m * gv) * inv_n;
+  }
+}
 
 // The block's sums of (a, b) over a fixed-shape tree, returned to every
 // thread; `partial` is 2 * kLaunchThreads doubles of shared memory, free
@@ -142,7 +169,8 @@ absl::Status ChannelAffineOnGpu(DType dtype, const void* x, const void* a,
 
 absl::Status ChannelSumsOnGpu(DType dtype, const void* x, const void* w,
                               const void* shift, int64_t rows, int64_t cols,
-                              void* sum, void* dot, int device) {
+                              void* sum, void* dot, bool double_sums,
+                              int device) {
   if (cols == 0) return absl::OkStatus();
   DeviceGuard guard;
   MT_RETURN_IF_ERROR(guard.Set(device));
@@ -150,15 +178,57 @@ absl::Status ChannelSumsOnGpu(DType dtype, const void* x, const void* w,
   MT_RETURN_IF_ERROR(DispatchFloat("ChannelSums", dtype, [&](auto zero) {
     using T = decltype(zero);
     const T* pw = static_cast<const T*>(w);
-    status.Update(column_sum::Run(column_sum::LoadPlain<T>{pw}, rows, cols,
-                                  static_cast<T*>(sum), device));
-    if (!status.ok()) return;
-    status.Update(column_sum::Run(
-        LoadShiftedProduct<T>{static_cast<const T*>(x), pw,
-                              static_cast<const T*>(shift), cols},
-        rows, cols, static_cast<T*>(dot), device));
+    const auto run = [&](auto acc) {
+      using Acc = decltype(acc);
+      status.Update(column_sum::Run(column_sum::LoadPlain<T>{pw}, rows, cols,
+                                    static_cast<Acc*>(sum), device));
+      if (!status.ok()) return;
+      status.Update(column_sum::Run(
+          LoadShiftedProduct<T, Acc>{static_cast<const T*>(x), pw,
+                                     static_cast<const T*>(shift), cols},
+          rows, cols, static_cast<Acc*>(dot), device));
+    };
+    if (double_sums) {
+      run(double{});
+    } else {
+      run(T{});
+    }
   }));
   return status;
+}
+
+absl::Status MomentsFromSumsOnGpu(DType dtype, const void* sum,
+                                  const void* sum_sq, double inv_n, void* mean,
+                                  void* variance, int64_t cols, int device) {
+  if (cols == 0) return absl::OkStatus();
+  return LaunchFloatOn(
+      "MomentsFromSums", dtype, device, [&](auto zero, cudaStream_t stream) {
+        using T = decltype(zero);
+        MomentsFromSumsKernel<T>
+            <<<LaunchBlocks(cols), kLaunchThreads, 0, stream>>>(
+                static_cast<const double*>(sum),
+                static_cast<const double*>(sum_sq), inv_n,
+                static_cast<T*>(mean), static_cast<T*>(variance), cols);
+      });
+}
+
+absl::Status MomentsFromSumsGradOnGpu(DType dtype, const void* sum,
+                                      const void* sum_sq, double inv_n,
+                                      const void* g_mean, const void* g_var,
+                                      void* g_sum, void* g_sq, int64_t cols,
+                                      int device) {
+  if (cols == 0) return absl::OkStatus();
+  return LaunchFloatOn(
+      "MomentsFromSumsGrad", dtype, device,
+      [&](auto zero, cudaStream_t stream) {
+        using T = decltype(zero);
+        MomentsFromSumsGradKernel<T>
+            <<<LaunchBlocks(cols), kLaunchThreads, 0, stream>>>(
+                static_cast<const double*>(sum),
+                static_cast<const double*>(sum_sq), inv_n,
+                static_cast<const T*>(g_mean), static_cast<const T*>(g_var),
+                static_cast<double*>(g_sum), static_cast<double*>(g_sq), cols);
+      });
 }
 
 absl::Status LayerNormForwardOnGpu(DType dtype, const void* x,
@@ -184,6 +254,8 @@ absl::Status LayerNormBackwardOnGpu(DType dtype, const void* x,
 
 MT_DEFINE_CUDA_KERNEL(ChannelAffine, ChannelAffineOnGpu);
 MT_DEFINE_CUDA_KERNEL(ChannelSums, ChannelSumsOnGpu);
+MT_DEFINE_CUDA_KERNEL(MomentsFromSums, MomentsFromSumsOnGpu);
+MT_DEFINE_CUDA_KERNEL(MomentsFromSumsGrad, MomentsFromSumsGradOnGpu);
 MT_DEFINE_CUDA_KERNEL(LayerNormForward, LayerNormForwardOnGpu);
 MT_DEFINE_CUDA_KERNEL(LayerNormBackward, LayerNormBackwardOnGpu);
 

@@ -8,6 +8,7 @@
 #include "tensor/gradient_tape.h"
 #include "tensor/lane_reduce.h"
 #include "tensor/op.h"
+#include "tensor/ops/array_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/parallel.h"
@@ -16,6 +17,7 @@
 namespace mirrortrain::ops {
 namespace {
 MT_DECLARE_OP(kChannelSumsOp);
+MT_DECLARE_OP(kMomentsFromSumsOp);
 MT_DECLARE_OP(kBatchNormalizationOp);
 MT_DECLARE_OP(kLayerNormalizationOp);
 
@@ -69,21 +71,24 @@ absl::StatusOr<Tensor> ChannelAffine(const char* op, const Tensor& x,
 }
 
 // sum[c] = sum of w[r, c]; dot[c] = sum of w[r, c] * (x[r, c] - shift[c])
-// (shift undefined: 0). On the CPU: fixed blocks of rows summed in double,
-// then the blocks in order, so the result does not depend on the threads.
+// (shift undefined: 0), as x's dtype or (`double_sums`) float64. On the
+// CPU: fixed blocks of rows summed in double, then the blocks in order, so
+// the result does not depend on the threads.
 absl::StatusOr<ChannelSumsResult> Sums(const char* op, const Tensor& x,
-                                       const Tensor& w, const Tensor* shift) {
+                                       const Tensor& w, const Tensor* shift,
+                                       bool double_sums = false) {
   int64_t rows, cols;
   RowsCols(x, &rows, &cols);
   const Shape shape = {cols};
-  MT_ASSIGN_OR_RETURN(Tensor sum, Tensor::Empty(x.dtype(), shape, x.device()));
-  MT_ASSIGN_OR_RETURN(Tensor dot, Tensor::Empty(x.dtype(), shape, x.device()));
+  const DType out = double_sums ? DType::kF64 : x.dtype();
+  MT_ASSIGN_OR_RETURN(Tensor sum, Tensor::Empty(out, shape, x.device()));
+  MT_ASSIGN_OR_RETURN(Tensor dot, Tensor::Empty(out, shape, x.device()));
   if (x.device().is_cuda()) {
     MT_RETURN_IF_ERROR(KernelError(
         op,
         cuda::ChannelSums(x.dtype(), x.raw_data(), w.raw_data(),
                           shift == nullptr ? nullptr : shift->raw_data(), rows,
-                          cols, sum.raw_data(), dot.raw_data(),
+                          cols, sum.raw_data(), dot.raw_data(), double_sums,
                           x.device().index),
         {&x, &w}));
     return ChannelSumsResult{std::move(sum), std::move(dot)};
@@ -110,16 +115,19 @@ absl::StatusOr<ChannelSumsResult> Sums(const char* op, const Tensor& x,
         }
       }
     });
-    T* out_s = sum.data<T>();
-    T* out_d = dot.data<T>();
     for (int64_t c = 0; c < cols; ++c) {
       double s = 0, d = 0;
       for (int64_t blk = 0; blk < blocks; ++blk) {
         s += partial[blk * 2 * cols + c];
         d += partial[blk * 2 * cols + cols + c];
       }
-      out_s[c] = static_cast<T>(s);
-      out_d[c] = static_cast<T>(d);
+      if (double_sums) {
+        sum.data<double>()[c] = s;
+        dot.data<double>()[c] = d;
+      } else {
+        sum.data<T>()[c] = static_cast<T>(s);
+        dot.data<T>()[c] = static_cast<T>(d);
+      }
     }
   });
   return ChannelSumsResult{std::move(sum), std::move(dot)};
@@ -209,8 +217,52 @@ absl::StatusOr<ChannelSumsResult> ChannelSums(const Tensor& x) {
   constexpr const char* kOp = "ChannelSums";
   MT_RETURN_IF_ERROR(CheckFloatingSame(kOp, {&x}));
   if (x.rank() < 1) return OpError(kOp, "needs rank >= 1", {&x});
-  MT_ASSIGN_OR_RETURN(ChannelSumsResult r, Sums(kOp, x, x, nullptr));
+  MT_ASSIGN_OR_RETURN(ChannelSumsResult r,
+                      Sums(kOp, x, x, nullptr, /*double_sums=*/true));
   tape::RecordOperation(kChannelSumsOp, {x}, {r.sum, r.sum_sq});
+  return r;
+}
+
+absl::StatusOr<MomentsResult> MomentsFromSums(const ChannelSumsResult& sums,
+                                              int64_t count, DType dtype) {
+  constexpr const char* kOp = "MomentsFromSums";
+  const Tensor& sum = sums.sum;
+  const Tensor& sum_sq = sums.sum_sq;
+  if (sum.dtype() != DType::kF64 || sum_sq.dtype() != DType::kF64 ||
+      sum.rank() != 1 || sum_sq.shape() != sum.shape() ||
+      sum_sq.device() != sum.device() || !IsFloating(dtype) || count < 0) {
+    return OpError(kOp,
+                   "needs float64 [C] sums on one device, a floating dtype "
+                   "and a count >= 0",
+                   {&sum, &sum_sq});
+  }
+  const int64_t cols = sum.dim(0);
+  // divide_no_nan: a shard of no rows has statistics 0.
+  const double inv_n = count > 0 ? 1.0 / static_cast<double>(count) : 0.0;
+  MomentsResult r;
+  MT_ASSIGN_OR_RETURN(r.mean, Tensor::Empty(dtype, {cols}, sum.device()));
+  MT_ASSIGN_OR_RETURN(r.variance, Tensor::Empty(dtype, {cols}, sum.device()));
+  if (sum.device().is_cuda()) {
+    MT_RETURN_IF_ERROR(KernelError(
+        kOp,
+        cuda::MomentsFromSums(dtype, sum.raw_data(), sum_sq.raw_data(), inv_n,
+                              r.mean.raw_data(), r.variance.raw_data(), cols,
+                              sum.device().index),
+        {&sum, &sum_sq}));
+  } else {
+    MT_DISPATCH_FLOAT(dtype, T, {
+      const double* s = sum.data<double>();
+      const double* ss = sum_sq.data<double>();
+      for (int64_t c = 0; c < cols; ++c) {
+        const double m = s[c] * inv_n;
+        r.mean.data<T>()[c] = static_cast<T>(m);
+        r.variance.data<T>()[c] =
+            static_cast<T>(std::max(ss[c] * inv_n - m * m, 0.0));
+      }
+    });
+  }
+  tape::RecordOperation(kMomentsFromSumsOp, {sum, sum_sq}, {r.mean, r.variance},
+                        inv_n);
   return r;
 }
 
@@ -284,13 +336,60 @@ absl::StatusOr<Tensor> LayerNormalization(const Tensor& x, const Tensor& gamma,
 
 namespace {
 
-// d/dx of (sum, sum_sq) = g_sum + 2 x g_sq, per channel.
+// d/dx of (sum, sum_sq) = g_sum + 2 x g_sq, per channel (the float64
+// gradients of the float64 sums, applied in x's dtype).
 MT_OP(kChannelSumsOp, "ChannelSums",
       [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+        const Tensor& x = op.inputs[0];
         MT_ASSIGN_OR_RETURN(Tensor two_g_sq, Scale(g[1], 2.0));
+        MT_ASSIGN_OR_RETURN(two_g_sq, Cast(two_g_sq, x.dtype()));
+        MT_ASSIGN_OR_RETURN(Tensor g_sum, Cast(g[0], x.dtype()));
         MT_ASSIGN_OR_RETURN(
-            (*grads)[0],
-            ChannelAffine("ChannelSumsGrad", op.inputs[0], two_g_sq, &g[0]));
+            (*grads)[0], ChannelAffine("ChannelSumsGrad", x, two_g_sq, &g_sum));
+        return absl::OkStatus();
+      });
+
+// With m = sum / n and g_var' = g_var where the variance before its max
+// with 0 was positive (else 0): d sum = (g_mean - 2 m g_var') / n and
+// d sum_sq = g_var' / n, in float64 as the sums.
+MT_OP(kMomentsFromSumsOp, "MomentsFromSums",
+      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+        const Tensor& sum = op.inputs[0];
+        const Tensor& sum_sq = op.inputs[1];
+        const Tensor& g_mean = g[0];
+        const Tensor& g_var = g[1];
+        const double inv_n = std::any_cast<double>(op.attrs);
+        const int64_t cols = sum.dim(0);
+        MT_ASSIGN_OR_RETURN(Tensor g_sum,
+                            Tensor::Empty(DType::kF64, {cols}, sum.device()));
+        MT_ASSIGN_OR_RETURN(Tensor g_sq,
+                            Tensor::Empty(DType::kF64, {cols}, sum.device()));
+        if (sum.device().is_cuda()) {
+          MT_RETURN_IF_ERROR(KernelError(
+              "MomentsFromSumsGrad",
+              cuda::MomentsFromSumsGrad(
+                  g_mean.dtype(), sum.raw_data(), sum_sq.raw_data(), inv_n,
+                  g_mean.raw_data(), g_var.raw_data(), g_sum.raw_data(),
+                  g_sq.raw_data(), cols, sum.device().index),
+              {&g_mean, &g_var}));
+        } else {
+          MT_DISPATCH_FLOAT(g_mean.dtype(), T, {
+            const double* s = sum.data<double>();
+            const double* ss = sum_sq.data<double>();
+            for (int64_t c = 0; c < cols; ++c) {
+              const double m = s[c] * inv_n;
+              const double gv = ss[c] * inv_n - m * m > 0
+                                    ? static_cast<double>(g_var.data<T>()[c])
+                                    : 0.0;
+              g_sq.data<double>()[c] = gv * inv_n;
+              g_sum.data<double>()[c] =
+                  (static_cast<double>(g_mean.data<T>()[c]) - 2 * m * gv) *
+                  inv_n;
+            }
+          });
+        }
+        (*grads)[0] = std::move(g_sum);
+        (*grads)[1] = std::move(g_sq);
         return absl::OkStatus();
       });
 

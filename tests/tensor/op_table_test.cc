@@ -200,6 +200,17 @@ const std::vector<OpRow>& Rows() {
          return ops::Add(r.sum, half);
        },
        Args(Rand({2, 3, 4, 5}))},
+      // From the float64 sums of x (40 elements per channel; inputs away
+      // from 0 as real activations are): mean + 0.5 * variance.
+      {"MomentsFromSums",
+       [](const Inputs& in) -> absl::StatusOr<Tensor> {
+         MT_ASSIGN_OR_RETURN(ops::ChannelSumsResult s, ops::ChannelSums(in[0]));
+         MT_ASSIGN_OR_RETURN(ops::MomentsResult m,
+                             ops::MomentsFromSums(s, 40, in[0].dtype()));
+         MT_ASSIGN_OR_RETURN(Tensor half, ops::Scale(m.variance, 0.5));
+         return ops::Add(m.mean, half);
+       },
+       Args(Rand({2, 4, 5, 3}, 2, 4))},
       {"BatchNormalization",
        [](const Inputs& in) {
          return ops::BatchNormalization(in[0], in[1], in[2], in[3], in[4],
