@@ -167,7 +167,8 @@ const ParamSchema& OptimizerSchema() {
                 "but biases (kernels, embeddings; not biases, attention's "
                 "included, or normalization parameters) after the "
                 "all-reduce: PyTorch SGD's weight_decay, a Keras l2(l2 / 2) "
-                "kernel regularizer"),
+                "kernel regularizer (the logged loss leaves the penalty "
+                "out; Keras's adds it)"),
        Param::Float("clip_global_norm")
            .Nullable()
            .Min(0, false)
