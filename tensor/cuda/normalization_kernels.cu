@@ -202,14 +202,11 @@ absl::Status MomentsFromSumsOnGpu(DType dtype, const void* sum,
                                   void* variance, int64_t cols, int device) {
   if (cols == 0) return absl::OkStatus();
   return LaunchFloatOn(
-      "MomentsFromSums", dtype, device, [&](auto zero, cudaStream_t stream) {
-        using T = decltype(zero);
-        MomentsFromSumsKernel<T>
-            <<<LaunchBlocks(cols), kLaunchThreads, 0, stream>>>(
-                static_cast<const double*>(sum),
-                static_cast<const double*>(sum_sq), inv_n,
-                static_cast<T*>(mean), static_cast<T*>(variance), cols);
-      });
+      "MomentsFromSums", dtype, device,
+      KernelLaunch(
+          LaunchBlocks(cols),
+          [](auto t) { return MomentsFromSumsKernel<decltype(t)>; }, sum,
+          sum_sq, inv_n, mean, variance, cols));
 }
 
 absl::Status MomentsFromSumsGradOnGpu(DType dtype, const void* sum,
@@ -220,15 +217,10 @@ absl::Status MomentsFromSumsGradOnGpu(DType dtype, const void* sum,
   if (cols == 0) return absl::OkStatus();
   return LaunchFloatOn(
       "MomentsFromSumsGrad", dtype, device,
-      [&](auto zero, cudaStream_t stream) {
-        using T = decltype(zero);
-        MomentsFromSumsGradKernel<T>
-            <<<LaunchBlocks(cols), kLaunchThreads, 0, stream>>>(
-                static_cast<const double*>(sum),
-                static_cast<const double*>(sum_sq), inv_n,
-                static_cast<const T*>(g_mean), static_cast<const T*>(g_var),
-                static_cast<double*>(g_sum), static_cast<double*>(g_sq), cols);
-      });
+      KernelLaunch(
+          LaunchBlocks(cols),
+          [](auto t) { return MomentsFromSumsGradKernel<decltype(t)>; }, sum,
+          sum_sq, inv_n, g_mean, g_var, g_sum, g_sq, cols));
 }
 
 absl::Status LayerNormForwardOnGpu(DType dtype, const void* x,
