@@ -102,7 +102,7 @@ constexpr char kSampleUsage[] =
     "  --length N         bytes to generate (default 200)\n"
     "  --temperature T    0 (default): greedy; > 0: draw from\n"
     "                     softmax(logits / T)\n"
-    "  --seed S           the draws' seed (default 0)\n"
+    "  --seed S           the draws' seed (default 0; needs T > 0)\n"
     "  --weights W        ema (default when the config has EMA) or raw\n";
 
 constexpr char kInspectUsage[] =
@@ -491,6 +491,12 @@ int Sample(int argc, char** argv) {
   options.seed = *seed;
   if (absl::Status s = CheckSampleOptions(options); !s.ok()) {
     return Usage("sample", s.message());
+  }
+  // Greedy decoding draws nothing: a seed there is a forgotten temperature.
+  if (!args->seed.empty() && options.temperature == 0) {
+    return Usage("sample",
+                 "--seed: greedy decoding (--temperature 0) draws nothing; "
+                 "give --temperature T > 0 to sample");
   }
   std::string weights;
   int code = kExitFailure;

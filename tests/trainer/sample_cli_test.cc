@@ -117,6 +117,11 @@ TEST(SampleCliTest, TrainsATransformerAndContinuesAPrompt) {
                 "mirrortrain sample: --temperature: must be a finite number "
                 ">= 0 (see mirrortrain sample --help)");
   }
+  ExpectExit2(args_with({"--seed", "3"}),
+              "mirrortrain sample: --seed: greedy decoding (--temperature 0) "
+              "draws nothing; give --temperature T > 0 to sample");
+  ExpectExit2(args_with({"--seed", "3", "--temperature", "0"}),
+              "--seed: greedy decoding");
   ExpectExit2(args_with({"--length", "-3"}),
               "mirrortrain sample: --length: must be >= 0 (see mirrortrain "
               "sample --help)");
