@@ -324,7 +324,7 @@ int Train(int argc, char** argv) {
   }
   InstallStopSignalHandlers();
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-      Trainer::Create(*config, run_dir, /*need_train_data=*/true, processes);
+      Trainer::Create(*config, run_dir, DataNeeds::kTrainAndTest, processes);
   if (std::optional<int> failed = FailIfAnyFailed(trainer.status())) {
     return *failed;
   }
@@ -352,6 +352,7 @@ int Train(int argc, char** argv) {
 // error (its exit code in *code).
 std::optional<std::unique_ptr<Trainer>> RestoredTrainer(absl::string_view verb,
                                                         const Args& args,
+                                                        DataNeeds data,
                                                         std::string* weights,
                                                         int* code) {
   if (!args.weights.empty() && args.weights != "ema" && args.weights != "raw") {
@@ -378,8 +379,8 @@ std::optional<std::unique_ptr<Trainer>> RestoredTrainer(absl::string_view verb,
   // The raw weights need no EMA shadows: a checkpoint of a run without an
   // EMA evaluates under a config that has one.
   if (*weights == "raw") config->ema.decay.reset();
-  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(
-      *config, /*run_dir=*/"", /*need_train_data=*/false, processes);
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create(*config, /*run_dir=*/"", data, processes);
   // Agreed before the restore, whose own collectives every process makes.
   if (std::optional<int> failed = FailIfAnyFailed(trainer.status())) {
     *code = *failed;
@@ -410,7 +411,7 @@ int Eval(int argc, char** argv) {
   std::string weights;
   int code = kExitFailure;
   std::optional<std::unique_ptr<Trainer>> trainer =
-      RestoredTrainer("eval", *args, &weights, &code);
+      RestoredTrainer("eval", *args, DataNeeds::kTest, &weights, &code);
   if (!trainer.has_value()) return code;
   absl::StatusOr<EvalResult> result = (*trainer)->Evaluate(weights == "ema");
   if (!result.ok()) return FailHere(result.status());
@@ -501,7 +502,7 @@ int Sample(int argc, char** argv) {
   std::string weights;
   int code = kExitFailure;
   std::optional<std::unique_ptr<Trainer>> trainer =
-      RestoredTrainer("sample", *args, &weights, &code);
+      RestoredTrainer("sample", *args, DataNeeds::kShapes, &weights, &code);
   if (!trainer.has_value()) return code;
   std::string text;
   absl::Status s = (*trainer)->WithModel(

@@ -58,7 +58,8 @@ absl::StatusOr<InMemoryDataset> Subset(InMemoryDataset data, int64_t limit) {
 
 absl::StatusOr<InMemoryDataset> LoadSplit(const DataConfig& d, bool train,
                                           uint64_t seed,
-                                          const Shape& example_shape) {
+                                          const Shape& example_shape,
+                                          bool shapes_only = false) {
   const DataSource* source = DataSourceRegistry::Global().Find(d.name);
   if (source == nullptr) {
     return absl::InvalidArgumentError(
@@ -68,7 +69,8 @@ absl::StatusOr<InMemoryDataset> LoadSplit(const DataConfig& d, bool train,
       .train = train,
       .seed = seed,
       .example_shape = example_shape,
-      .max_examples = train ? d.train_examples : d.test_examples};
+      .max_examples = train ? d.train_examples : d.test_examples,
+      .shapes_only = shapes_only};
   MT_ASSIGN_OR_RETURN(InMemoryDataset data, source->load(d.source, request));
   MT_ASSIGN_OR_RETURN(data, Subset(std::move(data),
                                    train ? d.train_examples : d.test_examples));
@@ -199,7 +201,8 @@ absl::StatusOr<std::unique_ptr<Optimizer>> MakeConfiguredOptimizer(
 // agree, and evaluating no examples would report loss 0 and accuracy 0 as
 // if measured.
 absl::Status CheckTestSplit(const ModelConfig& model,
-                            const InMemoryDataset& test) {
+                            const InMemoryDataset& test,
+                            bool need_examples = true) {
   if (const Shape& images = test.images.shape();
       !model.input_shape.empty() &&
       !std::equal(images.begin() + 1, images.end(), model.input_shape.begin(),
@@ -209,7 +212,7 @@ absl::Status CheckTestSplit(const ModelConfig& model,
                      " but the examples of ", test.name, " are ",
                      ShapeToString(Shape(images.begin() + 1, images.end()))));
   }
-  if (test.labels.dim(0) == 0) {
+  if (need_examples && test.labels.dim(0) == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("data: the test split (", test.name,
                      ") has no examples: nothing to evaluate"));
@@ -251,13 +254,16 @@ double Trainer::HostValue(const Tensor& t) {
 }
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
-    const Config& config, const std::string& run_dir, bool need_train_data,
+    const Config& config, const std::string& run_dir, DataNeeds data,
     distribute::ProcessGroup* processes) {
+  const bool need_train_data = data == DataNeeds::kTrainAndTest;
+  const bool shapes_only = data == DataNeeds::kShapes;
   using Clock = std::chrono::steady_clock;
   std::unique_ptr<Trainer> t(new Trainer());
   t->startup_.began = Clock::now();
   t->startup_.before = ProcessAgeSeconds();
   t->config_ = config;
+  t->data_needs_ = data;
   if (processes == nullptr) {
     t->single_process_ = distribute::SingleProcessGroup();
     processes = t->single_process_.get();
@@ -304,10 +310,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   // Create, and every return waits for the loads: a std::async future
   // blocks in its destructor (so an early error waits for them too).
   // Each load times itself; read after its future's get().
-  auto timed_load = [&config](bool train, std::chrono::duration<double>* took) {
+  auto timed_load = [&config, shapes_only](
+                        bool train, std::chrono::duration<double>* took) {
     const Clock::time_point began = Clock::now();
-    absl::StatusOr<InMemoryDataset> split =
-        LoadSplit(config.data, train, config.seed, config.model.input_shape);
+    absl::StatusOr<InMemoryDataset> split = LoadSplit(
+        config.data, train, config.seed, config.model.input_shape, shapes_only);
     *took = Clock::now() - began;
     return split;
   };
@@ -374,7 +381,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     // The test split first: it gives the model its input shape and classes.
     MT_ASSIGN_OR_RETURN(t->test_data_, test_split.get());
     const Clock::time_point model_began = Clock::now();
-    MT_RETURN_IF_ERROR(CheckTestSplit(config.model, t->test_data_));
+    MT_RETURN_IF_ERROR(
+        CheckTestSplit(config.model, t->test_data_, !shapes_only));
     MT_ASSIGN_OR_RETURN(const models::ModelDef def,
                         ModelDefinition(config.model, t->test_data_));
     MT_RETURN_IF_ERROR(CheckTokenIds(def, config.data, t->test_data_));
@@ -880,6 +888,10 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
   // loads the weights into the replicas first; parameter servers' workers
   // are held by the coordinator meanwhile (TrainAsync), and the evaluation
   // runs on the state gathered from the shards, on its own device.
+  if (data_needs_ == DataNeeds::kShapes) {
+    return absl::FailedPreconditionError(
+        "Evaluate: this trainer loaded the data's shapes only");
+  }
   MT_RETURN_IF_ERROR(ReadyWeightsToRead(ema));
   distribute::Strategy* runner = strategy_.get();
   std::optional<distribute::OneDeviceStrategy> on_state;

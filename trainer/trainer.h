@@ -90,16 +90,22 @@ absl::StatusOr<models::ModelDef> ModelDefinition(const ModelConfig& model,
 // `train --dry_run`: loads the test split for its shape, builds on cpu:0.
 absl::StatusOr<std::string> ModelSummary(const Config& config);
 
+// What a trainer reads of the data: both splits (training), the test split
+// (evaluation), or only the examples' shape (sampling: a source that knows
+// it from its keys reads no file, SplitRequest::shapes_only).
+enum class DataNeeds { kTrainAndTest, kTest, kShapes };
+
 class Trainer {
  public:
   // Builds everything; `run_dir` empty means no logging (evaluation only).
-  // Loads the training split only when `need_train_data`. A run directory
+  // Loads what `data` says (the training split only for kTrainAndTest;
+  // Train() needs it, Evaluate() needs more than kShapes). A run directory
   // is locked for the trainer's lifetime (RunDirLock: a second trainer on
   // it fails); when Create fails, nothing in it has been written.
   // `processes` (not owned; null: this process alone) must outlive the
   // trainer.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(
-      const Config& config, const std::string& run_dir, bool need_train_data,
+      const Config& config, const std::string& run_dir, DataNeeds data,
       distribute::ProcessGroup* processes = nullptr);
   ~Trainer();
 
@@ -517,8 +523,9 @@ class Trainer {
   std::unique_ptr<AsyncWindow> async_window_;
   // Replica copies of every model variable, slot and EMA shadow.
   std::vector<distribute::MirroredVariable> mirrored_;
+  DataNeeds data_needs_ = DataNeeds::kTrainAndTest;
   InMemoryDataset train_data_;
-  InMemoryDataset test_data_;
+  InMemoryDataset test_data_;  // No examples, maybe, under kShapes.
   // test_data_'s examples on each GPU that evaluates, copied at the first
   // evaluation (TestImagesOn); written only by CopyTestImagesTo.
   std::vector<std::pair<Device, Tensor>> test_images_on_;

@@ -364,6 +364,10 @@ void Trainer::SettleDevices() {
 }
 
 absl::Status Trainer::Train() {
+  if (data_needs_ != DataNeeds::kTrainAndTest) {
+    return absl::FailedPreconditionError(
+        "Train: this trainer loaded no training split");
+  }
   LoopState loop;
   loop.steps_per_epoch = StepsPerEpoch();
   MT_ASSIGN_OR_RETURN(loop.total_steps, TotalSteps());

@@ -50,7 +50,7 @@ TEST_P(GpuSteadyStateTest, StepsAfterWarmupAllocateNoDeviceMemory) {
        "distribute.bucket_bytes=65536",
        std::string("distribute.devices=") + c.devices});
   ASSERT_TRUE(config.ok()) << config.status();
-  auto trainer = Trainer::Create(*config, "", /*need_train_data=*/true);
+  auto trainer = Trainer::Create(*config, "", DataNeeds::kTrainAndTest);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   std::map<int64_t, cuda::DeviceMemoryStats> seen;
   (*trainer)->set_step_observer([&seen](int64_t step) {

@@ -250,7 +250,7 @@ TEST_P(KerasTrainingTest, EndsWhereKerasOnOneDeviceEnds) {
       ParseConfig("", "keras_training_test.yaml", overrides);
   ASSERT_TRUE(config.ok()) << config.status();
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-      Trainer::Create(*config, dir + "/run", /*need_train_data=*/true);
+      Trainer::Create(*config, dir + "/run", DataNeeds::kTrainAndTest);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   const std::string prefix = run.name + "/";
 

@@ -43,7 +43,7 @@ TrainedState Train(int replicas, std::vector<std::string> overrides,
   auto config = ParseConfig(yaml, "mirrored_test.yaml", overrides);
   EXPECT_TRUE(config.ok()) << config.status();
   if (!config.ok()) return {};
-  auto trainer = Trainer::Create(*config, run_dir, /*need_train_data=*/true);
+  auto trainer = Trainer::Create(*config, run_dir, DataNeeds::kTrainAndTest);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   if (!trainer.ok()) return {};
   EXPECT_EQ((*trainer)->num_replicas(), replicas);

@@ -30,7 +30,7 @@ std::map<std::string, std::vector<float>> AfterOneStep(double l2) {
        "distribute.devices=[cpu:0]"});
   EXPECT_TRUE(config.ok()) << config.status();
   if (!config.ok()) return {};
-  auto trainer = Trainer::Create(*config, "", /*need_train_data=*/true);
+  auto trainer = Trainer::Create(*config, "", DataNeeds::kTrainAndTest);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   if (!trainer.ok()) return {};
   std::map<std::string, std::vector<float>> before;

@@ -133,6 +133,19 @@ TEST(SampleCliTest, TrainsATransformerAndContinuesAPrompt) {
               "flag '--length' needs a value, got an empty one");
   ExpectExit2({"sample", "--config", config},
               "--config FILE and --checkpoint PATH_OR_DIR are required");
+  // Sampling reads no example: it works with the text gone (a checkpoint
+  // taken elsewhere); evaluation needs the text and names it.
+  std::error_code moved;
+  std::filesystem::rename(dir + "/digits.txt", dir + "/moved.txt", moved);
+  ASSERT_FALSE(moved) << moved.message();
+  Result without_text = with({"--prompt", "2345", "--length", "12"});
+  ASSERT_EQ(without_text.exit_code, 0) << without_text.err;
+  EXPECT_EQ(without_text.out, greedy.out);
+  Result eval_without_text =
+      RunCli({"eval", "--config", config, "--checkpoint",
+              dir + "/run/checkpoints", "--weights", "raw"});
+  EXPECT_EQ(eval_without_text.exit_code, 2) << eval_without_text.err;
+  EXPECT_THAT(eval_without_text.err, HasSubstr(dir + "/digits.txt"));
 }
 
 TEST(SampleCliTest, SampleNeedsAByteLevelModel) {

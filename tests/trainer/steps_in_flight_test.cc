@@ -47,7 +47,7 @@ TrainedRun TrainWith(size_t in_flight, const std::string& name,
   EXPECT_TRUE(config.ok()) << config.status();
   if (!config.ok()) return run;
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(
-      *config, run.run_dir, /*need_train_data=*/true, processes);
+      *config, run.run_dir, DataNeeds::kTrainAndTest, processes);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   if (!trainer.ok()) return run;
   (*trainer)->set_min_steps_in_flight_for_testing(in_flight);

@@ -48,7 +48,7 @@ std::unique_ptr<Trainer> MakeTrainer(std::vector<std::string> overrides,
   auto config = ParseConfig("", "strategies_test.yaml", overrides);
   EXPECT_TRUE(config.ok()) << config.status();
   if (!config.ok()) return nullptr;
-  auto trainer = Trainer::Create(*config, run_dir, /*need_train_data=*/true);
+  auto trainer = Trainer::Create(*config, run_dir, DataNeeds::kTrainAndTest);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   return trainer.ok() ? *std::move(trainer) : nullptr;
 }

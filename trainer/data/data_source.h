@@ -28,6 +28,11 @@ struct SplitRequest {
   // Only the first this many examples are used (data.train_examples or
   // test_examples; 0: all). A source may stop there; the caller cuts.
   int64_t max_examples = 0;
+  // Only the examples' shape and kind are wanted (`sample` builds the model
+  // and never reads an example): a source that knows them from its keys
+  // returns a split of zero examples without reading its files; the others
+  // load as usual.
+  bool shapes_only = false;
 };
 
 struct DataSource {

@@ -42,6 +42,21 @@ absl::StatusOr<std::string> ReadFilesInOrder(
   return bytes;
 }
 
+// A split of `windows` windows of `sequence_length` tokens, unfilled.
+absl::StatusOr<InMemoryDataset> EmptyTextSplit(int64_t windows,
+                                               int64_t sequence_length,
+                                               bool train) {
+  InMemoryDataset dataset;
+  dataset.num_classes = kByteVocabulary;
+  dataset.bytes_as_tokens = true;
+  dataset.name = absl::StrCat("text/", train ? "train" : "test");
+  MT_ASSIGN_OR_RETURN(dataset.images,
+                      Tensor::Empty(DType::kF32, {windows, sequence_length}));
+  MT_ASSIGN_OR_RETURN(dataset.labels,
+                      Tensor::Empty(DType::kI32, {windows, sequence_length}));
+  return dataset;
+}
+
 }  // namespace
 
 absl::StatusOr<InMemoryDataset> LoadText(const std::vector<std::string>& paths,
@@ -83,14 +98,8 @@ absl::StatusOr<InMemoryDataset> LoadText(const std::vector<std::string>& paths,
   const int64_t m = train ? train_bytes : test_bytes;
   const int64_t windows = (m - 1) / sequence_length;
 
-  InMemoryDataset dataset;
-  dataset.num_classes = kByteVocabulary;
-  dataset.bytes_as_tokens = true;
-  dataset.name = absl::StrCat("text/", train ? "train" : "test");
-  MT_ASSIGN_OR_RETURN(dataset.images,
-                      Tensor::Empty(DType::kF32, {windows, sequence_length}));
-  MT_ASSIGN_OR_RETURN(dataset.labels,
-                      Tensor::Empty(DType::kI32, {windows, sequence_length}));
+  MT_ASSIGN_OR_RETURN(InMemoryDataset dataset,
+                      EmptyTextSplit(windows, sequence_length, train));
   const auto* data = reinterpret_cast<const uint8_t*>(bytes.data()) + begin;
   float* inputs = dataset.images.data<float>();
   int32_t* targets = dataset.labels.data<int32_t>();
@@ -118,7 +127,12 @@ MT_REGISTER(
                      .Min(0, false)
                      .Max(1, false)
                      .Doc("the last fraction of the bytes: the test split")}},
-     .load = [](const Params& p, const SplitRequest& split) {
+     .load = [](const Params& p,
+                const SplitRequest& split) -> absl::StatusOr<InMemoryDataset> {
+       // The keys give the shape: no file need exist to sample.
+       if (split.shapes_only) {
+         return EmptyTextSplit(0, p.Int("sequence_length"), split.train);
+       }
        return LoadText(p.StringList("path"), p.Int("sequence_length"),
                        p.Float("validation_fraction"), split.train);
      }});
