@@ -236,6 +236,12 @@ class Trainer {
   // holds its own copy of the training state (`with_state`).
   absl::StatusOr<Replica> BuildReplica(const models::ModelDef& def,
                                        Device device, bool with_state) const;
+  // Create's stages once the strategy exists: the replicas and the
+  // training state as the strategy places it (mirrored copies, one central
+  // copy, or parameter-server shards); then, with train_data_ loaded, the
+  // input pipeline (batch iterators, the GPU stager).
+  absl::Status BuildState(const models::ModelDef& def);
+  absl::Status PrepareTrainingInput(const models::ModelDef& def);
   static std::vector<Variable*> StateOf(const Replica& r);
   // The replica whose optimizer and EMA hold the training state (replica 0,
   // the central copy or the parameter-server snapshot).
