@@ -1,10 +1,13 @@
 #include "trainer/config.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "distribute/device_set.h"
 #include "models/layer_registry.h"
 #include "models/presets.h"
@@ -226,6 +229,25 @@ absl::StatusOr<Params> ReadFixed(const Reader& r, const YAML::Node& root,
   return params;
 }
 
+// The distribute keys only some strategies read, with those strategies.
+// The others' configs neither take them nor resolve them.
+const std::vector<std::pair<std::string, std::vector<std::string>>>&
+StrategyKeys() {
+  static const auto* keys = [] {
+    const std::vector<std::string> reducing = {"mirrored", "central_storage"};
+    const std::vector<std::string> servers = {"parameter_server"};
+    return new std::vector<std::pair<std::string, std::vector<std::string>>>{
+        {"cross_device_ops", reducing},
+        {"bucket_bytes", reducing},
+        {"communication_priority", reducing},
+        {"variables_device", {"central_storage"}},
+        {"ps_devices", servers},
+        {"ps_min_shard_bytes", servers},
+        {"max_staleness", servers}};
+  }();
+  return *keys;
+}
+
 absl::Status Validate(const Reader& r, const YAML::Node& root,
                       const Config& c) {
   auto node = [&](const char* section, const char* key) {
@@ -244,6 +266,19 @@ absl::Status Validate(const Reader& r, const YAML::Node& root,
                    "false leaves nothing to evaluate without an EMA "
                    "(ema.decay is null)");
   }
+  // Written under another strategy they would do nothing: an error, as an
+  // optimizer's key under another optimizer. A null is "not set".
+  for (const auto& [key, users] : StrategyKeys()) {
+    const YAML::Node written = node("distribute", key.c_str());
+    if (!written.IsDefined() || written.IsNull() ||
+        absl::c_linear_search(users, c.distribute.strategy)) {
+      continue;
+    }
+    return r.Error(absl::StrCat("distribute.", key), written,
+                   absl::StrCat("a key of ", absl::StrJoin(users, " and "),
+                                ", unused by strategy ", c.distribute.strategy,
+                                r.ChosenBy("distribute", "strategy")));
+  }
   absl::StatusOr<std::vector<Device>> devices =
       distribute::ResolveDevices(c.distribute.devices);
   if (!devices.ok()) {
@@ -261,13 +296,12 @@ absl::Status Validate(const Reader& r, const YAML::Node& root,
                    absl::StrCat("one_device takes exactly one device, got ",
                                 devices->size()));
   }
-  // Central storage's device must exist as its replicas' devices must
-  // (other strategies do not use it).
+  // Central storage's device must exist as its replicas' devices must.
   if (absl::Status central =
           c.distribute.strategy == "central_storage"
               ? distribute::ResolveDevices({c.distribute.variables_device})
                     .status()
-              : ParseDevice(c.distribute.variables_device).status();
+              : absl::OkStatus();
       !central.ok()) {
     return r.Error("distribute.variables_device",
                    node("distribute", "variables_device"),
@@ -359,6 +393,11 @@ absl::StatusOr<Config> Parse(const std::string& yaml_text,
            ema.Bool("evaluate_raw")};
   MT_ASSIGN_OR_RETURN(Params dist, ReadFixed(r, root, "distribute",
                                              DistributeSchema(), &resolved));
+  for (const auto& [key, users] : StrategyKeys()) {
+    if (!absl::c_linear_search(users, dist.String("strategy"))) {
+      resolved["distribute"].remove(key);
+    }
+  }
   c.distribute = {dist.String("strategy"),
                   dist.StringList("devices"),
                   dist.String("cross_device_ops"),

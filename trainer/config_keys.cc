@@ -225,16 +225,19 @@ const ParamSchema& DistributeSchema() {
        Param::String("cross_device_ops")
            .Default("auto")
            .OneOf(distribute::CrossDeviceOpsNames())
-           .Doc("none skips the all-reduce (replicas drift apart: only for "
+           .Doc("mirrored, central_storage: how gradients are summed; none "
+                "skips the all-reduce (replicas drift apart: only for "
                 "measuring what communication costs)"),
        Param::Int("bucket_bytes")
            .Default(26214400)
            .Min(1)
-           .Doc("gradient bucket size (the first bucket is 1 MiB)"),
+           .Doc("mirrored, central_storage: gradient bucket size (the first "
+                "bucket is 1 MiB)"),
        Param::String("communication_priority")
            .Default("high")
            .OneOf(distribute::StreamPriorityNames())
-           .Doc("GPUs: the priority of the replicas' communication streams; "
+           .Doc("mirrored, central_storage on GPUs: the priority of the "
+                "replicas' communication streams; "
                 "high schedules a reduction's blocks ahead of backward "
                 "kernels queued before it"),
        Param::Int("check_replicas_every_steps")

@@ -183,8 +183,10 @@ std::string Reader::WhereSection(const std::string& path,
   return places.empty() ? own : absl::StrJoin(places, " and ");
 }
 
-std::string Reader::ChosenBy(const std::string& path) const {
-  const std::string name = Join(path, "name"), type = Join(path, "type");
+std::string Reader::ChosenBy(const std::string& path,
+                             const std::string& selector) const {
+  const std::string name = Join(path, selector.empty() ? "name" : selector);
+  const std::string type = Join(path, selector.empty() ? "type" : selector);
   for (auto it = overrides_.rbegin(); it != overrides_.rend(); ++it) {
     if (it->path == name || it->path == type) {
       return absl::StrCat(" (chosen by --set ", it->arg, ")");

@@ -69,6 +69,13 @@ class Reader {
   absl::StatusOr<std::vector<models::LayerSpec>> ReadLayers(
       const YAML::Node& node, const std::string& path) const;
 
+  // " (chosen by --set ...)" when an override picked the component of
+  // section `path` (its name, or a layer's type; or the key `selector`
+  // when given), so a key of the file that no longer fits is not blamed on
+  // the file alone.
+  std::string ChosenBy(const std::string& path,
+                       const std::string& selector = "") const;
+
  private:
   // "file.yaml:12" for a node from the file, "--set a.b=c" for one that an
   // override set, is inside, or made; both for a node of the file that an
@@ -89,11 +96,6 @@ class Reader {
   // the file and every --set inside it, since any of them may be at fault.
   std::string WhereSection(const std::string& path,
                            const YAML::Node& node) const;
-
-  // " (chosen by --set ...)" when an override picked the component of
-  // section `path` (its name, or a layer's type), so a key of the file that
-  // no longer fits is not blamed on the file alone.
-  std::string ChosenBy(const std::string& path) const;
 
   absl::StatusOr<models::LayerSpec> ReadLayer(const YAML::Node& node,
                                               const std::string& path) const;

@@ -12,6 +12,7 @@ namespace mirrortrain::trainer {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string Message(const absl::Status& s) { return std::string(s.message()); }
 
@@ -287,6 +288,50 @@ TEST(ConfigTest, OutOfRangeAndUnknownNames) {
             "[-9223372036854775808, 9223372036854775807])");
 }
 
+// A strategy takes its own keys only, and resolves only those (so the
+// resolved config parses again).
+TEST(ConfigTest, StrategiesTakeOnlyTheirOwnKeys) {
+  const std::string ps =
+      "distribute:\n  strategy: parameter_server\n  ps_devices: [cpu:0]\n"
+      "  max_staleness: 2\n";
+  absl::StatusOr<Config> c = ParseConfig(ps, "ps.yaml", {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->resolved_yaml, HasSubstr("max_staleness: 2"));
+  EXPECT_THAT(c->resolved_yaml, HasSubstr("ps_min_shard_bytes: 262144"));
+  EXPECT_THAT(c->resolved_yaml, Not(HasSubstr("bucket_bytes")));
+  EXPECT_THAT(c->resolved_yaml, Not(HasSubstr("variables_device")));
+  ASSERT_TRUE(ParseConfig(c->resolved_yaml, "again.yaml", {}).ok());
+  for (const char* strategy :
+       {"one_device", "mirrored", "central_storage", "parameter_server"}) {
+    c = ParseConfig(absl::StrCat("distribute: {strategy: ", strategy, "}\n"),
+                    "s.yaml", {});
+    ASSERT_TRUE(c.ok()) << c.status();
+    absl::StatusOr<Config> again =
+        ParseConfig(c->resolved_yaml, "again.yaml", {});
+    EXPECT_TRUE(again.ok()) << strategy << ": " << again.status();
+    EXPECT_EQ(c->resolved_yaml.find("variables_device") != std::string::npos,
+              std::string(strategy) == "central_storage")
+        << strategy;
+  }
+  // Switching the strategy on the command line names the switch.
+  c = ParseConfig(ps, "ps.yaml", {"distribute.strategy=mirrored"});
+  EXPECT_EQ(Message(c.status()),
+            "ps.yaml:3: distribute.ps_devices: a key of parameter_server, "
+            "unused by strategy mirrored (chosen by --set "
+            "distribute.strategy=mirrored)");
+  c = ParseConfig("distribute: {strategy: one_device}\n", "o.yaml",
+                  {"distribute.bucket_bytes=4096"});
+  EXPECT_EQ(Message(c.status()),
+            "--set distribute.bucket_bytes=4096: distribute.bucket_bytes: a "
+            "key of mirrored and central_storage, unused by strategy "
+            "one_device");
+  // A null is "not set".
+  EXPECT_TRUE(
+      ParseConfig("distribute: {strategy: mirrored, max_staleness: null}\n",
+                  "m.yaml", {})
+          .ok());
+}
+
 TEST(ConfigTest, MissingDeviceIsAConfigError) {
   auto c = ParseConfig("distribute: {devices: [gpu:7]}\n", "j.yaml", {});
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
@@ -304,10 +349,12 @@ TEST(ConfigTest, MissingDeviceIsAConfigError) {
   EXPECT_THAT(Message(c.status()),
               HasSubstr("j.yaml:1: distribute.variables_device: "));
   EXPECT_THAT(Message(c.status()), HasSubstr("gpu:7"));
-  // Other strategies do not use it.
-  EXPECT_TRUE(
-      ParseConfig("distribute: {variables_device: gpu:7}\n", "j.yaml", {})
-          .ok());
+  // Other strategies do not take it.
+  EXPECT_EQ(Message(ParseConfig("distribute: {variables_device: gpu:7}\n",
+                                "j.yaml", {})
+                        .status()),
+            "j.yaml:1: distribute.variables_device: a key of central_storage, "
+            "unused by strategy mirrored");
   // NCCL on devices it cannot take: said at the key, with the file's line.
   c = ParseConfig(
       "distribute:\n  devices: [cpu:0, cpu:1]\n  cross_device_ops: nccl\n",
