@@ -2,10 +2,12 @@
 
 #include <cerrno>
 #include <cmath>
-#include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <system_error>
 
 #include "absl/functional/function_ref.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -40,16 +42,26 @@ std::string ToJson(const MetricsRecord& r) {
 
 namespace {
 
-// The step and split of a metrics.jsonl line (ToJson's `{"step": N,
-// "epoch": E, "split": "S"`), or nullopt for a line of another form (kept
-// as it is).
+// "<path>: <what>: <errno's reason>".
+absl::Status ErrnoError(const std::string& path, absl::string_view what) {
+  const int error_number = errno;
+  return absl::ErrnoToStatus(error_number, absl::StrCat(path, ": ", what));
+}
+
+// The step and split of a whole metrics.jsonl line (ToJson's `{"step": N,
+// "epoch": E, "split": "S", ...}`), or nullopt for a line of another form:
+// a write torn by a crash or a full disk (ToJson's only '}' is its last
+// character).
 struct LineKey {
   int64_t step = 0;
   absl::string_view split;
 };
 std::optional<LineKey> KeyOf(absl::string_view line) {
   LineKey key;
-  if (!absl::ConsumePrefix(&line, "{\"step\": ")) return std::nullopt;
+  if (!absl::ConsumePrefix(&line, "{\"step\": ") ||
+      !absl::EndsWith(line, "}")) {
+    return std::nullopt;
+  }
   const size_t comma = line.find(',');
   if (!absl::SimpleAtoi(line.substr(0, comma), &key.step)) return std::nullopt;
   const size_t split = line.find("\"split\": \"");
@@ -59,26 +71,34 @@ std::optional<LineKey> KeyOf(absl::string_view line) {
   return key;
 }
 
-// Rewrites `path` without the lines `drop` picks (atomically: a crash
-// leaves the old file or the new one), unless it has none.
+// Rewrites `path` without the lines `drop` picks and without torn ones
+// (atomically: a crash leaves the old file or the new one), unless it has
+// none. A whole last line that lost only its newline keeps its record.
 absl::Status DropLines(const std::string& path,
                        absl::FunctionRef<bool(const LineKey&)> drop) {
+  std::error_code error;
+  const std::filesystem::file_status status =
+      std::filesystem::status(path, error);
+  if (status.type() == std::filesystem::file_type::not_found) {
+    return absl::OkStatus();  // No file yet.
+  }
+  if (status.type() != std::filesystem::file_type::regular) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, ": not a regular file"));
+  }
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::OkStatus();  // No file yet.
+  if (!in) return ErrnoError(path, "cannot open");
   std::string kept, line;
-  bool dropped = false;
+  bool rewrite = false;
   while (std::getline(in, line)) {
     const std::optional<LineKey> key = KeyOf(line);
-    if (key.has_value() && drop(*key)) {
-      dropped = true;
-      continue;
-    }
-    absl::StrAppend(&kept, line, "\n");
+    const bool keep = key.has_value() && !drop(*key);
+    if (keep) absl::StrAppend(&kept, line, "\n");
+    // Without a newline the last line is rewritten with one.
+    if (!keep || in.eof()) rewrite = true;
   }
-  if (in.bad()) {
-    return absl::InternalError(absl::StrCat(path, ": read failed"));
-  }
-  return dropped ? WriteFileAtomically(path, kept) : absl::OkStatus();
+  if (in.bad()) return ErrnoError(path, "read failed");
+  return rewrite ? WriteFileAtomically(path, kept) : absl::OkStatus();
 }
 
 std::FILE* OpenForAppend(const std::string& path) {
@@ -100,10 +120,7 @@ absl::StatusOr<std::unique_ptr<MetricsLogger>> MetricsLogger::Create(
                       EventWriter::Create(run_dir));
   // Append: a resumed run continues the same file.
   std::FILE* f = OpenForAppend(path);
-  if (f == nullptr) {
-    return absl::InternalError(
-        absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
-  }
+  if (f == nullptr) return ErrnoError(path, "cannot open");
   return std::unique_ptr<MetricsLogger>(
       new MetricsLogger(f, std::move(path), std::move(events)));
 }
@@ -115,7 +132,7 @@ MetricsLogger::~MetricsLogger() {
 absl::Status MetricsLogger::Log(const MetricsRecord& record) {
   std::string line = ToJson(record) + "\n";
   if (std::fputs(line.c_str(), jsonl_) < 0) {
-    return absl::InternalError(absl::StrCat(path_, ": write failed"));
+    return ErrnoError(path_, "write failed");
   }
   std::string prefix = record.weights.empty()
                            ? record.split
@@ -139,17 +156,12 @@ absl::Status MetricsLogger::DropEvaluationsAt(int64_t step) {
     return key.step == step && key.split != "train";
   });
   jsonl_ = OpenForAppend(path_);
-  if (jsonl_ == nullptr) {
-    return absl::InternalError(
-        absl::StrCat(path_, ": cannot open: ", std::strerror(errno)));
-  }
+  if (jsonl_ == nullptr) return ErrnoError(path_, "cannot open");
   return dropped;
 }
 
 absl::Status MetricsLogger::Flush() {
-  if (std::fflush(jsonl_) != 0) {
-    return absl::InternalError(absl::StrCat(path_, ": flush failed"));
-  }
+  if (std::fflush(jsonl_) != 0) return ErrnoError(path_, "write failed");
   return events_->Flush();
 }
 

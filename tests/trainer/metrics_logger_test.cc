@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
@@ -60,6 +61,52 @@ TEST(MetricsLoggerTest, AResumeDropsTheLinesAfterItsStep) {
   }
   EXPECT_EQ(Lines(testing::ReadFile(path)),
             std::vector<std::string>{ToJson(Train(8, 0.75))});
+  std::filesystem::remove_all(dir);
+}
+
+// A write torn by a crash or a full disk leaves part of a line: a resume
+// drops it (and any other line not of ours), so the file stays JSON lines.
+TEST(MetricsLoggerTest, TornLinesAreDropped) {
+  const std::string dir = testing::FreshTestDir("metrics_logger_test");
+  const std::string path = dir + "/metrics.jsonl";
+  const std::string whole = ToJson(Train(8, 0.5));
+  for (const std::string& torn :
+       {std::string("{\""), std::string("{\"step\": 3"),
+        whole.substr(0, whole.size() - 1), std::string("junk")}) {
+    SCOPED_TRACE(torn);
+    // In the middle (a torn write, then a restart that appended) and last.
+    testing::WriteBytes(path, absl::StrCat(whole, "\n", torn, "\n",
+                                           ToJson(Train(16, 0.5)), "\n", torn));
+    {
+      auto logger = MetricsLogger::Create(dir, 16);
+      ASSERT_TRUE(logger.ok()) << logger.status();
+      ASSERT_TRUE((*logger)->Log(Train(24, 0.25)).ok());
+    }
+    EXPECT_EQ(Lines(testing::ReadFile(path)),
+              (std::vector<std::string>{whole, ToJson(Train(16, 0.5)),
+                                        ToJson(Train(24, 0.25))}));
+  }
+  // A whole last line that lost only its newline keeps its record.
+  testing::WriteBytes(path, whole);
+  {
+    auto logger = MetricsLogger::Create(dir, 8);
+    ASSERT_TRUE(logger.ok()) << logger.status();
+    ASSERT_TRUE((*logger)->Log(Train(16, 0.25)).ok());
+  }
+  EXPECT_EQ(testing::ReadFile(path),
+            absl::StrCat(whole, "\n", ToJson(Train(16, 0.25)), "\n"));
+  // A fresh run starts over from junk too.
+  testing::WriteBytes(path, "junk line\n" + whole + "\n");
+  {
+    auto logger = MetricsLogger::Create(dir);
+    ASSERT_TRUE(logger.ok()) << logger.status();
+  }
+  EXPECT_EQ(testing::ReadFile(path), "");
+  // Something that is not a file is said so.
+  std::filesystem::remove(path);
+  std::filesystem::create_directory(path);
+  auto logger = MetricsLogger::Create(dir);
+  EXPECT_EQ(logger.status().message(), path + ": not a regular file");
   std::filesystem::remove_all(dir);
 }
 
