@@ -1,6 +1,7 @@
 #include "trainer/cli.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -678,6 +679,15 @@ int RunCli(int argc, char** argv) {
     return absl::OkStatus();
   });
   if (!s.ok()) code = FailHere(s);
+  // Output lost to a full disk or a closed file is a failure, not a result
+  // (a script's `eval > result.json` would record success otherwise).
+  const bool flushed = std::fflush(stdout) == 0;
+  const int error_number = errno;
+  if (code == kExitOk && (!flushed || std::ferror(stdout))) {
+    code = Fail(flushed ? absl::InternalError("standard output: write failed")
+                        : absl::ErrnoToStatus(error_number,
+                                              "standard output: write failed"));
+  }
   processes = nullptr;
   return code;
 }

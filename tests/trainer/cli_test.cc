@@ -65,6 +65,28 @@ TEST(CliTest, HelpAndVersion) {
   EXPECT_EQ(version.out.rfind("mirrortrain ", 0), 0u) << version.out;
 }
 
+// Output that cannot be written (a full disk) fails the command: a script's
+// `eval > result.json` must not record success and an empty result.
+TEST(CliTest, OutputThatCannotBeWrittenIsAFailure) {
+  if (!std::filesystem::exists("/dev/full")) {
+    GTEST_SKIP() << "no /dev/full on this machine to stand for a full disk";
+  }
+  const std::string err =
+      absl::StrCat(::testing::TempDir(), "/cli_full_", getpid(), "_err.txt");
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{
+           {"--version"}, {"--help"}, {"config", "--schema"}}) {
+    SCOPED_TRACE(args[0]);
+    EXPECT_EQ(Wait(Start(args, "/dev/full", err)), 1);
+    // With errno's reason where the failing write is the last flush.
+    const std::string said = ReadFile(err);
+    EXPECT_EQ(said.rfind("mirrortrain: standard output: write failed", 0), 0u)
+        << said;
+    EXPECT_EQ(std::count(said.begin(), said.end(), '\n'), 1) << said;
+  }
+  std::filesystem::remove(err);
+}
+
 TEST(CliTest, UsageErrors) {
   Result r = RunCli({"frobnicate"});
   EXPECT_EQ(r.exit_code, 2);
