@@ -251,6 +251,10 @@ absl::StatusOr<std::string> Saver::Save(
   std::map<std::string, std::string> with_checksum = metadata;
   MT_ASSIGN_OR_RETURN(with_checksum[std::string(kDataCrc32cKey)],
                       TensorDataCrc32c(tensors));
+  // A checkpoint of this step already there (a rerun's) is in the old
+  // index: a failed index write below must not take it away.
+  const bool replaces =
+      fs::symlink_status(path, ec).type() != fs::file_type::not_found;
   MT_RETURN_IF_ERROR(WriteSafetensors(path, tensors, with_checksum));
 
   CheckpointIndex index;
@@ -267,7 +271,14 @@ absl::StatusOr<std::string> Saver::Save(
     pruned.assign(index.all.begin(), index.all.begin() + excess);
     index.all.erase(index.all.begin(), index.all.begin() + excess);
   }
-  MT_RETURN_IF_ERROR(WriteFileAtomically(IndexPath(dir), FormatIndex(index)));
+  if (absl::Status indexed =
+          WriteFileAtomically(IndexPath(dir), FormatIndex(index));
+      !indexed.ok()) {
+    // The directory as it was: a first checkpoint no index names would
+    // make the run directory refuse to resume (checkpoint_dir.h).
+    if (!replaces) ::unlink(path.c_str());
+    return indexed;
+  }
 
   // Only now, with the index no longer naming them, are old files removed:
   // only our own checkpoint files, never a link or anything else an index

@@ -4,6 +4,7 @@
 #include "trainer/checkpoint/saver.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -473,6 +474,31 @@ TEST_F(SaverTest, SaveFailureKeepsThePreviousCheckpointLatest) {
   EXPECT_THAT(*ListCheckpoints(dir_), ElementsAre(CkptPath(1)));
   EXPECT_THAT(DirEntries(), ElementsAre("checkpoint", "ckpt-1.safetensors",
                                         "ckpt-2.safetensors"));
+}
+
+// A save whose index cannot be written (a full disk) takes its new file
+// back: a first checkpoint no index names would make the run directory
+// refuse to resume; a later one would be an orphan.
+TEST_F(SaverTest, SaveWhoseIndexFailsLeavesTheDirectoryAsItWas) {
+  Variable v = MakeVariable("v", Tensor::FromVector<float>({1}, {1}));
+  Saver saver({&v});
+  // A directory squatting on the index's temporary name makes its write
+  // fail after the checkpoint's rename.
+  const std::string index_temp =
+      absl::StrCat(dir_, "/checkpoint.tmp.", ::getpid());
+  fs::create_directories(index_temp);
+  absl::StatusOr<std::string> first = saver.Save(dir_, 1, {}, 5);
+  EXPECT_THAT(first.status().message(), HasSubstr(index_temp));
+  EXPECT_THAT(DirEntries(), ElementsAre(fs::path(index_temp).filename()));
+  fs::remove(index_temp);
+  ASSERT_TRUE(saver.Save(dir_, 1, {}, 5).ok());
+  fs::create_directories(index_temp);
+  EXPECT_FALSE(saver.Save(dir_, 2, {}, 5).ok());
+  // Saving a step again that the index names keeps the file.
+  EXPECT_FALSE(saver.Save(dir_, 1, {}, 5).ok());
+  fs::remove(index_temp);
+  EXPECT_EQ(*LatestCheckpoint(dir_), CkptPath(1));
+  EXPECT_THAT(DirEntries(), ElementsAre("checkpoint", "ckpt-1.safetensors"));
 }
 
 TEST_F(SaverTest, RestoresIntoGpuVariables) {
