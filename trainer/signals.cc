@@ -8,8 +8,11 @@ namespace {
 
 std::atomic<int> stop_signal{0};
 
+// The first stop signal received is the one reported (lock-free, so safe
+// in a handler).
 extern "C" void OnStopSignal(int sig) {
-  stop_signal.store(sig, std::memory_order_relaxed);
+  int none = 0;
+  stop_signal.compare_exchange_strong(none, sig, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -23,6 +26,15 @@ void InstallStopSignalHandlers() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  // A closed terminal or SSH session.
+  sigaction(SIGHUP, &sa, nullptr);
+  // The reader of our output gone (a `| tee` killed): the write fails with
+  // EPIPE and the run stops as for SIGTERM, with its checkpoint. Every
+  // later write to the pipe raises it again: it stays handled.
+  struct sigaction pipe = {};
+  pipe.sa_handler = OnStopSignal;
+  sigemptyset(&pipe.sa_mask);
+  sigaction(SIGPIPE, &pipe, nullptr);
 }
 
 int StopSignal() { return stop_signal.load(std::memory_order_relaxed); }

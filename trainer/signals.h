@@ -1,8 +1,10 @@
-// SIGINT/SIGTERM handling: the handler only records the signal; the loop
-// finishes its step, checkpoints and exits 128 + signal (130/143). The
-// handler runs once: a second signal takes the default action (the process
-// ends at once; checkpoints are written atomically, so the last one stays
-// whole).
+// SIGINT/SIGTERM/SIGHUP handling: the handler only records the signal; the
+// loop finishes its step, checkpoints and exits 128 + signal (130/143/129).
+// The handler runs once: a second signal takes the default action (the
+// process ends at once; checkpoints are written atomically, so the last one
+// stays whole). SIGPIPE (our output's reader gone) stops the run the same
+// way, exit 141, and stays handled: each later write to the pipe raises it
+// again.
 #ifndef MIRRORTRAIN_TRAINER_SIGNALS_H_
 #define MIRRORTRAIN_TRAINER_SIGNALS_H_
 

@@ -489,11 +489,41 @@ TEST_P(SignalDuringFinalEvalTest, ExitsWithTheSignalAfterACheckpoint) {
 
 INSTANTIATE_TEST_SUITE_P(Signals, SignalDuringFinalEvalTest,
                          ::testing::Values(SignalCase{SIGTERM, 143},
-                                           SignalCase{SIGINT, 130}),
+                                           SignalCase{SIGINT, 130},
+                                           SignalCase{SIGHUP, 129},
+                                           SignalCase{SIGPIPE, 141}),
                          [](const auto& info) {
-                           return info.param.signal == SIGTERM ? "SIGTERM"
-                                                               : "SIGINT";
+                           return std::string(sigabbrev_np(info.param.signal));
                          });
+
+// Progress lines into a pipe whose reader is gone (`train | head -1`, a
+// killed tee): the write raises SIGPIPE, again at every line, and the run
+// stops as for SIGTERM: a checkpoint of the step it finished, exit 141.
+TEST_F(AdversarialCheckpointTest, AClosedOutputPipeStopsTheRunWithACheckpoint) {
+  std::vector<std::string> args =
+      SmallTrain(run_, {"train.epochs=200", "checkpoint.every_steps=0",
+                        "train.log_every_steps=1"});
+  std::vector<char*> argv;
+  std::string binary = Binary();
+  argv.push_back(binary.data());
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);  // No reader: every write to the pipe fails.
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    execv(binary.c_str(), argv.data());
+    _exit(127);
+  }
+  close(fds[0]);
+  close(fds[1]);
+  EXPECT_EQ(Wait(pid, 120), 141);
+  absl::StatusOr<std::string> latest = trainer::LatestCheckpoint(ckpts_);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+}
 
 // SIGKILL at moments that often fall inside a save (one per step): after
 // every kill the latest checkpoint loads and passes every check, and the

@@ -1,6 +1,7 @@
 #include "trainer/signals.h"
 
 #include <csignal>
+#include <cstdlib>
 
 #include "gtest/gtest.h"
 
@@ -24,6 +25,31 @@ TEST(SignalsTest, TheFirstSignalIsRecordedAndTheSecondIsTheDefault) {
   ASSERT_EQ(sigaction(SIGTERM, nullptr, &term), 0);
   EXPECT_NE(term.sa_handler, SIG_DFL);
   EXPECT_EXIT(std::raise(SIGINT), ::testing::KilledBySignal(SIGINT), "");
+}
+
+// SIGHUP is a stop signal as SIGINT is; SIGPIPE too, and it stays handled
+// (every write to the closed pipe raises it again) without replacing the
+// first signal recorded.
+TEST(SignalsTest, HangUpAndBrokenPipeStopTheRun) {
+  // Each child runs this test alone from the start: the signal the test
+  // above recorded in this process is not there.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        InstallStopSignalHandlers();
+        std::raise(SIGPIPE);
+        std::raise(SIGPIPE);
+        std::raise(SIGHUP);  // The first signal is the one reported.
+        std::_Exit(StopSignal() == SIGPIPE ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(
+      {
+        InstallStopSignalHandlers();
+        std::raise(SIGHUP);
+        std::_Exit(StopSignal() == SIGHUP ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace
