@@ -113,7 +113,7 @@ absl::StatusOr<std::unique_ptr<EventWriter>> EventWriter::Create(
   std::filesystem::create_directories(dir, ec);
   if (ec) {
     return absl::ErrnoToStatus(
-        ec.value(), absl::StrCat("EventWriter: cannot create directory ", dir));
+        ec.value(), absl::StrCat(dir, ": cannot create the events directory"));
   }
 
   const int64_t seconds =
@@ -130,8 +130,7 @@ absl::StatusOr<std::unique_ptr<EventWriter>> EventWriter::Create(
     if (file != nullptr) break;
     const int err = errno;
     if (err != EEXIST || attempt >= kMaxNameAttempts) {
-      return absl::ErrnoToStatus(
-          err, absl::StrCat("EventWriter: cannot create ", path));
+      return absl::ErrnoToStatus(err, absl::StrCat(path, ": cannot create"));
     }
     path = absl::StrCat(base, ".", attempt);
   }
@@ -220,8 +219,7 @@ absl::Status EventWriter::WriteRecord(absl::string_view data) {
   AppendLittleEndian(&record, MaskCrc32c(Crc32c(data)), 4);
 
   if (std::fwrite(record.data(), 1, record.size(), file_) != record.size()) {
-    error_ = absl::ErrnoToStatus(
-        errno, absl::StrCat("EventWriter: write to ", path_, " failed"));
+    error_ = absl::ErrnoToStatus(errno, absl::StrCat(path_, ": write failed"));
   }
   return error_;
 }
@@ -233,8 +231,7 @@ absl::Status EventWriter::Flush() {
         absl::StrCat("EventWriter: ", path_, " is closed"));
   }
   if (std::fflush(file_) != 0) {
-    error_ = absl::ErrnoToStatus(
-        errno, absl::StrCat("EventWriter: flush of ", path_, " failed"));
+    error_ = absl::ErrnoToStatus(errno, absl::StrCat(path_, ": write failed"));
   }
   return error_;
 }
@@ -245,8 +242,7 @@ absl::Status EventWriter::Close() {
   file_ = nullptr;
   // fclose flushes; it reports buffered-write errors the last Flush missed.
   if (std::fclose(file) != 0 && error_.ok()) {
-    error_ = absl::ErrnoToStatus(
-        errno, absl::StrCat("EventWriter: close of ", path_, " failed"));
+    error_ = absl::ErrnoToStatus(errno, absl::StrCat(path_, ": close failed"));
   }
   return error_;
 }
