@@ -470,6 +470,11 @@ class Trainer {
   absl::Status Restore(const CheckedCheckpoint& checkpoint);
   // <run_dir>/checkpoints.
   std::string CheckpointDir() const;
+  // That a save can write there (a read-only directory, a path too long for
+  // the largest step's temporary file): said before the first step, not at
+  // the first save, checkpoint.every_steps steps later. Leaves the
+  // directory as it found it.
+  absl::Status CheckCheckpointsWritable() const;
 
   // Declared first, so that it is released last, after every writer.
   std::optional<RunDirLock> run_dir_lock_;

@@ -3,8 +3,13 @@
 // global_step, the input position and the config hash), how a run is
 // restored into every replica, and which runs may use a run directory's
 // checkpoints (only its continuation).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -48,6 +53,36 @@ bool IsIn(const std::string& path, const std::string& dir) {
 
 std::string Trainer::CheckpointDir() const {
   return absl::StrCat(run_dir_, "/checkpoints");
+}
+
+absl::Status Trainer::CheckCheckpointsWritable() const {
+  const std::string dir = CheckpointDir();
+  std::error_code ec;
+  const bool existed = fs::exists(dir, ec);
+  fs::create_directories(dir, ec);
+  if (ec) {
+    return absl::ErrnoToStatus(
+        ec.value(), absl::StrCat(dir, ": cannot create checkpoint directory"));
+  }
+  // The longest name a save writes (a crash before the unlink leaves a
+  // temporary file the next run removes, as a save's).
+  const std::string probe = absl::StrCat(
+      dir, "/", CheckpointFileName(std::numeric_limits<int64_t>::max()),
+      ".tmp.", ::getpid());
+  const int fd =
+      ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  const int error_number = errno;
+  if (fd >= 0) {
+    ::close(fd);
+    ::unlink(probe.c_str());
+  }
+  // As found: the first save makes the directory.
+  if (!existed) fs::remove(dir, ec);
+  if (fd >= 0) return absl::OkStatus();
+  return absl::ErrnoToStatus(
+      error_number,
+      absl::StrCat(dir, ": a checkpoint cannot be written there (", probe,
+                   ")"));
 }
 
 absl::Status Trainer::PrepareRestoreForTraining() {

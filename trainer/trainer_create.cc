@@ -383,6 +383,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   }
   MT_RETURN_IF_ERROR(t->WaitForLoopThreadWork());
   if (!t->run_dir_.empty()) {
+    if (need_train_data) MT_RETURN_IF_ERROR(t->CheckCheckpointsWritable());
     t->run_dir_lock_->KeepFiles();
     MT_RETURN_IF_ERROR(
         WriteFileAtomically(run_dir + "/config.yaml", config.resolved_yaml));

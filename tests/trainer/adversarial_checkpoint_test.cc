@@ -36,6 +36,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kStartOver[] =
     "(to start over, train into a new --run_dir with --set "
@@ -428,6 +429,25 @@ TEST_F(AdversarialCheckpointTest, CheckpointsAFileIsFoundBeforeTraining) {
                    {ckpts_ + " is a regular file, not a directory for "
                              "checkpoints"});
   EXPECT_TRUE(Unchanged(before, run_));
+}
+
+// A checkpoint directory a save could not write into fails before the
+// first step, not at the first save: here a run directory whose path is
+// too long for the largest step's temporary file, though not for the run's
+// other files. Nothing is left on disk.
+TEST_F(AdversarialCheckpointTest, UnwritableCheckpointsFailBeforeTraining) {
+  std::string deep = root_;
+  while (deep.size() + 51 <= 3900) deep += "/" + std::string(50, 'd');
+  const std::string run = deep + "/" + std::string(4060 - deep.size() - 1, 'r');
+  ASSERT_EQ(run.size(), 4060u);
+  fs::create_directories(deep);
+  const auto before = Snapshot(root_);
+  Result r = RunCli(SmallTrain(run, {"train.epochs=1"}));
+  ExpectUsageError(r, {run + "/checkpoints: a checkpoint cannot be written "
+                             "there",
+                       "File name too long"});
+  EXPECT_THAT(r.err, Not(HasSubstr("step")));
+  EXPECT_TRUE(Unchanged(before, root_));
 }
 
 // Two trainers on one run directory: the second exits 2 at once naming the
