@@ -468,6 +468,11 @@ class Trainer {
   absl::StatusOr<CheckedCheckpoint> OpenCheckpoint(
       const std::string& path_or_dir) const;
   absl::Status Restore(const CheckedCheckpoint& checkpoint);
+  // Where the input resumes in this config's batches: the checkpoint's
+  // position, converted from the batch size it was saved under (an error
+  // where this one does not divide the examples read that epoch).
+  absl::StatusOr<BatchIterator::Position> InputPositionNow(
+      const std::string& path, const CheckpointPosition& position) const;
   // <run_dir>/checkpoints.
   std::string CheckpointDir() const;
   // That a save can write there (a read-only directory, a path too long for

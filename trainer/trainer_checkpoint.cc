@@ -175,6 +175,27 @@ absl::StatusOr<Trainer::CheckedCheckpoint> Trainer::OpenCheckpoint(
   return CheckedCheckpoint{std::move(file), position};
 }
 
+absl::StatusOr<BatchIterator::Position> Trainer::InputPositionNow(
+    const std::string& path, const CheckpointPosition& position) const {
+  const int64_t now = config_.data.global_batch_size;
+  const int64_t then = position.input_batch_size.value_or(now);
+  if (then == now)
+    return BatchIterator::Position{position.input_epoch, position.input_batch};
+  // Example order does not depend on the batch size: the next batch starts
+  // at the same example, if the new size divides the examples done.
+  const int64_t batch = position.input_batch;
+  if (batch > std::numeric_limits<int64_t>::max() / then ||
+      batch * then % now != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": the run has read ", batch, " batches of ", then,
+                     " examples of epoch ", position.input_epoch,
+                     "; data.global_batch_size: ", now,
+                     " does not divide them (resume with a size that divides ",
+                     batch, " x ", then, ", or at an epoch's end)"));
+  }
+  return BatchIterator::Position{position.input_epoch, batch * then / now};
+}
+
 absl::Status Trainer::RestoreCheckpoint(const std::string& path_or_dir) {
   std::string path = path_or_dir;
   if (processes_->size() > 1) {
@@ -222,8 +243,9 @@ absl::Status Trainer::Restore(const CheckedCheckpoint& checkpoint) {
     clock().Reset(position.step);
   }
   if (train_iterator_) {
-    absl::Status seek =
-        train_iterator_->Seek({position.input_epoch, position.input_batch});
+    MT_ASSIGN_OR_RETURN(const BatchIterator::Position at,
+                        InputPositionNow(path, position));
+    absl::Status seek = train_iterator_->Seek(at);
     if (!seek.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": input position (epoch ", position.input_epoch,
@@ -277,6 +299,7 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
       {"epoch", absl::StrCat(step / steps_per_epoch)},
       {"input_epoch", absl::StrCat(pos.epoch)},
       {"input_batch", absl::StrCat(pos.batch)},
+      {"input_batch_size", absl::StrCat(config_.data.global_batch_size)},
       // All randomness (init, shuffling, dropout) is a pure function of the
       // seed and the step/epoch counters, so this is the whole RNG state.
       {"rng",

@@ -450,6 +450,31 @@ TEST_F(AdversarialCheckpointTest, UnwritableCheckpointsFailBeforeTraining) {
   EXPECT_TRUE(Unchanged(before, root_));
 }
 
+// A run resumed with another data.global_batch_size goes on at the next
+// example it has not read (examples come in the same order whatever the
+// batch size), or refuses where the new size cannot start there.
+TEST_F(AdversarialCheckpointTest, ResumingWithAnotherBatchSizeKeepsTheInput) {
+  // ckpt-16: 16 batches of 64 of epoch 0 read, 1024 examples.
+  Result first = RunCli(SmallTrain(run_, {"train.steps=16"}));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const auto before = Snapshot(root_);
+  ExpectUsageError(
+      RunCli(SmallTrain(run_, {"train.steps=17", "data.global_batch_size=96"})),
+      {Ckpt(16) + ": the run has read 16 batches of 64 examples of epoch 0; "
+                  "data.global_batch_size: 96 does not divide them"});
+  EXPECT_TRUE(Unchanged(before, root_));
+  Result wider = RunCli(
+      SmallTrain(run_, {"train.steps=17", "data.global_batch_size=128"}));
+  ASSERT_EQ(wider.exit_code, 0) << wider.err;
+  // Step 17 read examples 1024-1151, batch 8 of 128: next is batch 9.
+  absl::StatusOr<trainer::SafetensorsFile> file =
+      trainer::SafetensorsFile::Open(Ckpt(17));
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->metadata().at("input_epoch"), "0");
+  EXPECT_EQ(file->metadata().at("input_batch"), "9");
+  EXPECT_EQ(file->metadata().at("input_batch_size"), "128");
+}
+
 // Two trainers on one run directory: the second exits 2 at once naming the
 // first's pid; once the first is gone the directory is free.
 TEST_F(AdversarialCheckpointTest, SecondTrainerOnARunDirectoryExits2) {

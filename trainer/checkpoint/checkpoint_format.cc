@@ -167,6 +167,14 @@ absl::StatusOr<CheckpointPosition> CheckTrainingCheckpoint(
                       MetadataCount(file, "input_batch", kMaxCheckpointStep));
   MT_RETURN_IF_ERROR(CheckGlobalStep(file, position.step));
   const auto& metadata = file.metadata();
+  if (metadata.contains("input_batch_size")) {
+    MT_ASSIGN_OR_RETURN(
+        position.input_batch_size,
+        MetadataCount(file, "input_batch_size", kMaxCheckpointStep));
+    if (*position.input_batch_size < 1) {
+      return Invalid(file, "metadata 'input_batch_size' is 0");
+    }
+  }
   if (metadata.contains("log_window_loss") ||
       metadata.contains("log_window_steps")) {
     MT_ASSIGN_OR_RETURN(position.log_window_steps,

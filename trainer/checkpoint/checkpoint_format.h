@@ -9,6 +9,7 @@
 #define MIRRORTRAIN_TRAINER_CHECKPOINT_CHECKPOINT_FORMAT_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -28,9 +29,12 @@ inline constexpr int64_t kMaxCheckpointStep = int64_t{1} << 53;
 // Where a checkpointed run stands.
 struct CheckpointPosition {
   int64_t step = 0;
-  // The input pipeline's next batch.
+  // The input pipeline's next batch, in batches of input_batch_size
+  // (metadata "input_batch_size", the data.global_batch_size it was saved
+  // under; older files have none).
   int64_t input_epoch = 0;
   int64_t input_batch = 0;
+  std::optional<int64_t> input_batch_size;
   // The training loss summed over the steps since the last logged one, and
   // how many: the next logged line averages them with the steps after the
   // resume, as an uninterrupted run's does. Metadata "log_window_loss" and
@@ -48,6 +52,7 @@ absl::Status CheckFiniteState(absl::Span<Variable* const> vars, int64_t step);
 // returns its position. InvalidArgument naming the file and the problem for:
 // a missing or unknown "format"; a mirrortrain/2 file without its checksum;
 // "step", "input_epoch" or "input_batch" missing, not an integer, negative,
+// an "input_batch_size" there but not an integer >= 1,
 // or a step past kMaxCheckpointStep; a "global_step" tensor that is missing,
 // not an int64 scalar, or not equal to "step"; and, unless
 // `allow_non_finite`, NaN or infinity in any floating-point tensor; a log

@@ -78,6 +78,11 @@ TEST_F(CheckpointFormatTest, AcceptsAWellFormedCheckpoint) {
   EXPECT_EQ(p->step, 12);
   EXPECT_EQ(p->input_epoch, 1);
   EXPECT_EQ(p->input_batch, 2);
+  // Files written before the batch size was recorded have none.
+  EXPECT_EQ(p->input_batch_size, std::nullopt);
+  absl::StatusOr<SafetensorsFile> sized = Write({{"input_batch_size", "64"}});
+  ASSERT_TRUE(sized.ok()) << sized.status();
+  EXPECT_EQ(CheckTrainingCheckpoint(*sized, false)->input_batch_size, 64);
 }
 
 // mirrortrain/1 predates the checksum and still loads without one.
@@ -113,6 +118,10 @@ TEST_F(CheckpointFormatTest, RejectsNegativeAbsurdOrMalformedPositions) {
       {"input_batch", "x",
        "metadata 'input_batch' is missing or not an "
        "integer"},
+      {"input_batch_size", "0", "metadata 'input_batch_size' is 0"},
+      {"input_batch_size", "-64", "metadata 'input_batch_size' is -64"},
+      {"input_batch_size", "64.0",
+       "metadata 'input_batch_size' is missing or not an integer"},
   };
   for (const Case& c : cases) {
     EXPECT_THAT(Problem(Write({{c.key, c.value}})), HasSubstr(c.reason))
