@@ -505,19 +505,30 @@ int Sample(int argc, char** argv) {
   std::optional<std::unique_ptr<Trainer>> trainer =
       RestoredTrainer("sample", *args, DataNeeds::kShapes, &weights, &code);
   if (!trainer.has_value()) return code;
-  std::string text;
+  // Every process of a job computes the same text; the chief prints it as
+  // it is drawn (a long --length shows at once, and a reader that quits
+  // stops it), after the prompt, then a newline; an error is agreed (a
+  // failure in another process alone is named too).
+  bool started = false;
+  auto print_prompt = [&] {
+    if (!started && Reports()) {
+      std::fwrite(options.prompt.data(), 1, options.prompt.size(), stdout);
+    }
+    started = true;
+  };
+  auto emit = [&](char c) {
+    print_prompt();
+    if (!Reports()) return;
+    std::fputc(c, stdout);
+    std::fflush(stdout);
+  };
   absl::Status s = (*trainer)->WithModel(
       weights == "ema", [&](models::Model& model, Device device) {
-        MT_ASSIGN_OR_RETURN(text, SampleText(model, device, options));
-        return absl::OkStatus();
+        return SampleText(model, device, options, emit).status();
       });
-  // Every process of a job computes the same text; the chief prints it, or
-  // the error, agreed (a failure in another process alone is named too).
   if (std::optional<int> failed = FailIfAnyFailed(s)) return *failed;
-  if (!Reports()) return kExitOk;
-  std::fwrite(options.prompt.data(), 1, options.prompt.size(), stdout);
-  std::fwrite(text.data(), 1, text.size(), stdout);
-  std::fputc('\n', stdout);
+  print_prompt();
+  if (Reports()) std::fputc('\n', stdout);
   return kExitOk;
 }
 

@@ -37,7 +37,8 @@ int Draw(const float* logits, double temperature, std::mt19937_64& rng) {
 }  // namespace
 
 absl::StatusOr<std::string> SampleText(models::Model& model, Device device,
-                                       const SampleOptions& options) {
+                                       const SampleOptions& options,
+                                       const std::function<void(char)>& emit) {
   const Shape& in = model.input_shape();
   const Shape& out = model.output_shape();
   if (in.size() != 1 || out != Shape{in[0], kBytes}) {
@@ -66,6 +67,7 @@ absl::StatusOr<std::string> SampleText(models::Model& model, Device device,
     MT_ASSIGN_OR_RETURN(logits, logits.To(Device::Cpu()));
     text.push_back(static_cast<char>(Draw(
         logits.data<float>() + (used - 1) * kBytes, options.temperature, rng)));
+    if (emit) emit(text.back());
   }
   return text.substr(generated_from);
 }

@@ -1,9 +1,13 @@
 // End-to-end runs of a small causal transformer on text: training, `eval`,
 // `mirrortrain sample`, and the config errors of sequence models (exit 2,
 // one line naming the config path).
+#include <signal.h>
+
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -133,6 +137,18 @@ TEST(SampleCliTest, TrainsATransformerAndContinuesAPrompt) {
               "flag '--length' needs a value, got an empty one");
   ExpectExit2({"sample", "--config", config},
               "--config FILE and --checkpoint PATH_OR_DIR are required");
+  // Bytes are printed as they are drawn: a long sample shows its start at
+  // once (and a reader that quits could stop it).
+  const std::string streamed = dir + "/streamed.txt";
+  const pid_t pid =
+      Start(args_with({"--prompt", "2345", "--length", "100000000"}), streamed,
+            dir + "/streamed_err.txt");
+  for (int i = 0; i < 3000 && testing::ReadFile(streamed).size() < 12; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(pid, SIGKILL);
+  Wait(pid);
+  EXPECT_EQ(testing::ReadFile(streamed).substr(0, 12), "234567801234");
   // Sampling reads no example: it works with the text gone (a checkpoint
   // taken elsewhere); evaluation needs the text and names it.
   std::error_code moved;
