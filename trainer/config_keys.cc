@@ -123,7 +123,8 @@ const ParamSchema& AugmentSchema() {
           if (range.size() != 2 || range[0] > range[1]) {
             return absl::InvalidArgumentError(
                 absl::StrCat(key, ": must be [lo, hi] with lo <= hi, got [",
-                             absl::StrJoin(range, ", "), "]"));
+                             absl::StrJoin(range, ", "), "]",
+                             range.size() != 2 ? " (two values needed)" : ""));
           }
         }
         return absl::OkStatus();

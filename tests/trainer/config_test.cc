@@ -672,7 +672,8 @@ TEST(ConfigTest, BadDataNormalizeAndAugmentNameTheKey) {
        "b.yaml:1: data.augment.erasing_scale: must be [lo, hi] with lo <= hi, "
        "got [0.3, 0.1]"},
       {"data: {augment: {erasing_ratio: [0.5]}}",
-       "b.yaml:1: data.augment.erasing_ratio: must be [lo, hi]"},
+       "b.yaml:1: data.augment.erasing_ratio: must be [lo, hi] with lo <= hi, "
+       "got [0.5] (two values needed)"},
       {"data: {augment: {erasing_ratio: [0, 2]}}",
        "b.yaml:1: data.augment.erasing_ratio: "},
       {"data: {augment: {vertical_flip: true}}",

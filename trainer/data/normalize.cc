@@ -21,7 +21,7 @@ absl::Status NormalizeChannels(const NormalizeOptions& options,
     return absl::InvalidArgumentError(absl::StrCat(
         "data.normalize.mean: has ", options.mean.size(), " values (std ",
         options.stddev.size(), ") but the data has ", channels,
-        " channels (its examples are ",
+        channels == 1 ? " channel" : " channels", " (its examples are ",
         ShapeToString(Shape(images.shape().begin() + 1, images.shape().end())),
         ")"));
   }

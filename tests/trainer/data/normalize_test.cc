@@ -52,7 +52,7 @@ TEST(NormalizeTest, ChannelCountMustMatch) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(status.message(),
             "data.normalize.mean: has 3 values (std 3) but the data has 1 "
-            "channels (its examples are [2,2,1])");
+            "channel (its examples are [2,2,1])");
 }
 
 }  // namespace
