@@ -82,6 +82,10 @@ absl::Status DropLines(const std::string& path,
   if (status.type() == std::filesystem::file_type::not_found) {
     return absl::OkStatus();  // No file yet.
   }
+  if (error) {
+    return absl::ErrnoToStatus(error.value(),
+                               absl::StrCat(path, ": cannot read"));
+  }
   if (status.type() != std::filesystem::file_type::regular) {
     return absl::FailedPreconditionError(
         absl::StrCat(path, ": not a regular file"));

@@ -179,8 +179,9 @@ absl::StatusOr<BatchIterator::Position> Trainer::InputPositionNow(
     const std::string& path, const CheckpointPosition& position) const {
   const int64_t now = config_.data.global_batch_size;
   const int64_t then = position.input_batch_size.value_or(now);
-  if (then == now)
+  if (then == now) {
     return BatchIterator::Position{position.input_epoch, position.input_batch};
+  }
   // Example order does not depend on the batch size: the next batch starts
   // at the same example, if the new size divides the examples done.
   const int64_t batch = position.input_batch;
