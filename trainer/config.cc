@@ -229,25 +229,6 @@ absl::StatusOr<Params> ReadFixed(const Reader& r, const YAML::Node& root,
   return params;
 }
 
-// The distribute keys only some strategies read, with those strategies.
-// The others' configs neither take them nor resolve them.
-const std::vector<std::pair<std::string, std::vector<std::string>>>&
-StrategyKeys() {
-  static const auto* keys = [] {
-    const std::vector<std::string> reducing = {"mirrored", "central_storage"};
-    const std::vector<std::string> servers = {"parameter_server"};
-    return new std::vector<std::pair<std::string, std::vector<std::string>>>{
-        {"cross_device_ops", reducing},
-        {"bucket_bytes", reducing},
-        {"communication_priority", reducing},
-        {"variables_device", {"central_storage"}},
-        {"ps_devices", servers},
-        {"ps_min_shard_bytes", servers},
-        {"max_staleness", servers}};
-  }();
-  return *keys;
-}
-
 absl::Status Validate(const Reader& r, const YAML::Node& root,
                       const Config& c) {
   auto node = [&](const char* section, const char* key) {

@@ -275,6 +275,23 @@ const ParamSchema& DistributeSchema() {
   return *s;
 }
 
+const std::vector<std::pair<std::string, std::vector<std::string>>>&
+StrategyKeys() {
+  static const auto* keys = [] {
+    const std::vector<std::string> reducing = {"mirrored", "central_storage"};
+    const std::vector<std::string> servers = {"parameter_server"};
+    return new std::vector<std::pair<std::string, std::vector<std::string>>>{
+        {"cross_device_ops", reducing},
+        {"bucket_bytes", reducing},
+        {"communication_priority", reducing},
+        {"variables_device", {"central_storage"}},
+        {"ps_devices", servers},
+        {"ps_min_shard_bytes", servers},
+        {"max_staleness", servers}};
+  }();
+  return *keys;
+}
+
 const ParamSchema& TrainSchema() {
   static const auto* s = new ParamSchema{
       {Param::Int("epochs").Default(10).Nullable().Min(1).Doc(

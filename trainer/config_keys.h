@@ -10,6 +10,10 @@
 #ifndef MIRRORTRAIN_TRAINER_CONFIG_KEYS_H_
 #define MIRRORTRAIN_TRAINER_CONFIG_KEYS_H_
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "tensor/params.h"
 
 namespace mirrortrain::trainer::config_internal {
@@ -24,6 +28,10 @@ const ParamSchema& OptimizerSchema();
 const ParamSchema& ScheduleSchema();
 const ParamSchema& EmaSchema();
 const ParamSchema& DistributeSchema();
+// The distribute keys only some strategies read, with those strategies:
+// the others' configs neither take them nor resolve them.
+const std::vector<std::pair<std::string, std::vector<std::string>>>&
+StrategyKeys();
 const ParamSchema& TrainSchema();
 const ParamSchema& CheckpointSchema();
 // Keys of a layer entry that are not the layer's own.

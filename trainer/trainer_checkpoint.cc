@@ -3,10 +3,6 @@
 // global_step, the input position and the config hash), how a run is
 // restored into every replica, and which runs may use a run directory's
 // checkpoints (only its continuation).
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
@@ -18,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "tensor/status_macros.h"
+#include "trainer/checkpoint/atomic_file.h"
 #include "trainer/checkpoint/checkpoint_dir.h"
 #include "trainer/checkpoint/checkpoint_format.h"
 #include "trainer/checkpoint/safetensors.h"
@@ -64,25 +61,20 @@ absl::Status Trainer::CheckCheckpointsWritable() const {
     return absl::ErrnoToStatus(
         ec.value(), absl::StrCat(dir, ": cannot create checkpoint directory"));
   }
-  // The longest name a save writes (a crash before the unlink leaves a
-  // temporary file the next run removes, as a save's).
-  const std::string probe = absl::StrCat(
-      dir, "/", CheckpointFileName(std::numeric_limits<int64_t>::max()),
-      ".tmp.", ::getpid());
-  const int fd =
-      ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  const int error_number = errno;
-  if (fd >= 0) {
-    ::close(fd);
-    ::unlink(probe.c_str());
-  }
+  // The temporary file a save of the largest step makes (the longest name
+  // it writes), created as a save creates it and removed unused.
+  const absl::Status writable =
+      AtomicFileWriter::Create(
+          absl::StrCat(dir, "/",
+                       CheckpointFileName(std::numeric_limits<int64_t>::max())))
+          .status();
   // As found: the first save makes the directory.
   if (!existed) fs::remove(dir, ec);
-  if (fd >= 0) return absl::OkStatus();
-  return absl::ErrnoToStatus(
-      error_number,
-      absl::StrCat(dir, ": a checkpoint cannot be written there (", probe,
-                   ")"));
+  if (writable.ok()) return writable;
+  return absl::Status(
+      writable.code(),
+      absl::StrCat(dir, ": a checkpoint cannot be written there (",
+                   writable.message(), ")"));
 }
 
 absl::Status Trainer::PrepareRestoreForTraining() {
