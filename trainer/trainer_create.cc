@@ -163,7 +163,7 @@ absl::Status CheckTokenIds(const models::ModelDef& def, const DataConfig& d,
   for (int64_t i = 0; i < n; ++i) {
     if (x[i] > -1.0f && x[i] < input_dim) continue;
     return absl::InvalidArgumentError(absl::StrCat(
-        "data: ", data.name, ": example ", i / per_example, " holds ", x[i],
+        "data: ", data.origin.empty() ? data.name : data.origin, ": example ", i / per_example, " holds ", x[i],
         " at position ", i % per_example, ", not a token id in [0, ", input_dim,
         ") of ", embedding.path, " (embedding)"));
   }

@@ -276,13 +276,16 @@ TEST(DataCliTest, NpzTokenIdsOutsideTheEmbeddingExit2NamingTheExample) {
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
   fs::remove_all(dir + "/run");
   write(8.0f, 1.0f);
-  ExpectExit2(args,
-              "data: npz/train: example 2 holds 8 at position 3, not a token "
-              "id in [0, 8) of model.layers[0] (embedding)");
+  // The error names the file and array that hold the id.
+  ExpectExit2(args, absl::StrCat("data: ", path,
+                                 ": x_train: example 2 holds 8 at position 3, "
+                                 "not a token id in [0, 8) of model.layers[0] "
+                                 "(embedding)"));
   write(1.0f, -1.0f);
   ExpectExit2(args,
-              "data: npz/test: example 5 holds -1 at position 1, not a token "
-              "id in [0, 8) of model.layers[0] (embedding)");
+              absl::StrCat("data: ", path,
+                           ": x_test: example 5 holds -1 at position 1, not a "
+                           "token id in [0, 8) of model.layers[0] (embedding)"));
   // Behind another layer the ids are not checked when the data loads: the
   // step that gathers a bad one ends the run, a failure while running
   // (exit 1: the run directory has its files by then), naming the step.
@@ -302,8 +305,9 @@ TEST(DataCliTest, NpzTokenIdsOutsideTheEmbeddingExit2NamingTheExample) {
   std::vector<std::string> dry = args;
   dry.push_back("--dry_run");
   ExpectExit2(dry,
-              "data: npz/test: example 5 holds -1 at position 1, not a token "
-              "id in [0, 8) of model.layers[0] (embedding)");
+              absl::StrCat("data: ", path,
+                           ": x_test: example 5 holds -1 at position 1, not a "
+                           "token id in [0, 8) of model.layers[0] (embedding)"));
   // Normalizing ids would move them to other rows.
   write(1.0f, 1.0f);
   std::vector<std::string> normalized = args;
@@ -314,7 +318,9 @@ TEST(DataCliTest, NpzTokenIdsOutsideTheEmbeddingExit2NamingTheExample) {
               "data.normalize: model.layers[0] (embedding) reads the data as "
               "token ids, which are not normalized");
   write(3e9f, 1.0f);
-  ExpectExit2(args, "data: npz/train: example 2 holds 3e+09 at position 3");
+  ExpectExit2(args, absl::StrCat("data: ", path,
+                                 ": x_train: example 2 holds 3e+09 at "
+                                 "position 3"));
   // uint8 x are pixels, scaled to [0, 1]: as ids every one would be 0 (it
   // trained silently on them before). In either split.
   std::vector<uint8_t> bytes(6 * 4, 7);

@@ -30,6 +30,9 @@ struct InMemoryDataset {
   Tensor labels;
   int num_classes = 0;
   std::string name;  // "fashion_mnist/train", "cifar10/test", "synthetic"...
+  // Where the examples were read, for errors that name one of their values
+  // ("<file>: x_train" for npz); empty where `name` says enough.
+  std::string origin;
   // Tokens are bytes (the `text` source): evaluation also reports bits per
   // byte, the per-token loss in bits.
   bool bytes_as_tokens = false;

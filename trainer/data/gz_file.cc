@@ -20,54 +20,170 @@ absl::Status BadData(absl::string_view path, absl::string_view reason) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", reason));
 }
 
+namespace {
+
+// Input read per pread: fewer syscalls than gzread's 8 KiB default.
+constexpr size_t kInputBufferBytes = size_t{1} << 17;
+
+bool IsGzipMagic(const unsigned char* p) { return p[0] == 0x1f && p[1] == 0x8b; }
+
+}  // namespace
+
+void GzFile::InflateEnd::operator()(z_stream* stream) const {
+  inflateEnd(stream);
+  delete stream;
+}
+
 absl::StatusOr<GzFile> GzFile::Open(const std::string& path) {
-  // Checked on the descriptor zlib then reads: a FIFO would block a plain
-  // open, a directory fail only at the first read.
-  MT_ASSIGN_OR_RETURN(RegularFile file, OpenRegularFile(path));
-  // zlib gets a duplicate of the descriptor, which gzclose closes; ours
-  // stays for positioned reads (pread moves no file position).
-  UniqueFd zlib_fd(::dup(file.fd.get()));
-  if (zlib_fd.get() < 0) {
-    const int error_number = errno;
-    return absl::ErrnoToStatus(error_number,
-                               absl::StrCat(path, ": cannot open"));
-  }
-  Handle handle(gzdopen(zlib_fd.get(), "rb"));
-  if (handle == nullptr) {
+  // Checked on the descriptor then read: a FIFO would block a plain open, a
+  // directory fail only at the first read.
+  MT_ASSIGN_OR_RETURN(RegularFile opened, OpenRegularFile(path));
+  GzFile file(std::move(opened));
+  try {
+    file.in_.resize(kInputBufferBytes);
+  } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(
         absl::StrCat(path, ": cannot open: out of memory"));
   }
-  zlib_fd.Release();
-  gzbuffer(handle.get(), 1 << 17);  // Fewer syscalls than the 8 KiB default.
-  return GzFile(std::move(file), std::move(handle));
+  // A regular file's read is short only at its end, so one fill holds the
+  // magic of any file of two bytes or more.
+  MT_RETURN_IF_ERROR(file.Fill());
+  if (file.buffered() >= 2 && IsGzipMagic(file.in_.data())) {
+    file.stream_.reset(new (std::nothrow) z_stream{});
+    // 16 + MAX_WBITS: gzip members only (a raw file never gets here).
+    if (file.stream_ == nullptr ||
+        inflateInit2(file.stream_.get(), 16 + MAX_WBITS) != Z_OK) {
+      file.stream_.release();  // inflateEnd needs a stream inflateInit made.
+      return absl::ResourceExhaustedError(
+          absl::StrCat(path, ": cannot open: out of memory"));
+    }
+    file.phase_ = Phase::kMember;
+  }
+  return file;
+}
+
+absl::Status GzFile::Fill() {
+  std::copy(in_.begin() + in_pos_, in_.begin() + in_end_, in_.begin());
+  in_end_ -= in_pos_;
+  in_pos_ = 0;
+  MT_ASSIGN_OR_RETURN(size_t got,
+                      ReadAt(file_.fd.get(), file_.path, file_offset_,
+                             in_.data() + in_end_, in_.size() - in_end_));
+  if (got < in_.size() - in_end_) eof_ = true;
+  in_end_ += got;
+  file_offset_ += got;
+  return absl::OkStatus();
+}
+
+void GzFile::EndWithError(std::string message) {
+  stream_error_ = std::move(message);
+  phase_ = Phase::kEnded;
+}
+
+absl::Status GzFile::StartNextMember() {
+  if (buffered() < 2 && !eof_) return Fill();
+  if (buffered() >= 2 && IsGzipMagic(in_.data() + in_pos_)) {
+    if (inflateReset(stream_.get()) != Z_OK) {
+      return absl::InternalError(
+          absl::StrCat(path(), ": inflateReset failed"));
+    }
+    phase_ = Phase::kMember;
+    return absl::OkStatus();
+  }
+  // Zero padding to the end of the file is accepted; anything else is not.
+  const uint64_t garbage_at = file_offset_ - buffered();
+  for (;;) {
+    const auto* begin = in_.data() + in_pos_;
+    if (std::any_of(begin, begin + buffered(),
+                    [](unsigned char c) { return c != 0; })) {
+      EndWithError(absl::StrCat("trailing garbage at byte ", garbage_at,
+                                ", after the gzip data"));
+      return absl::OkStatus();
+    }
+    in_pos_ = in_end_;
+    if (eof_) break;
+    MT_RETURN_IF_ERROR(Fill());
+  }
+  phase_ = Phase::kEnded;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<size_t> GzFile::InflateSome(unsigned char* dst, size_t n) {
+  z_stream* stream = stream_.get();
+  stream->next_in = in_.data() + in_pos_;
+  stream->avail_in = static_cast<uInt>(buffered());
+  stream->next_out = dst;
+  stream->avail_out = static_cast<uInt>(std::min(n, kReadChunkBytes));
+  const uInt out_before = stream->avail_out;
+  const int result = inflate(stream, Z_NO_FLUSH);
+  in_pos_ = static_cast<size_t>(stream->next_in - in_.data());
+  const size_t produced = out_before - stream->avail_out;
+  switch (result) {
+    case Z_OK:
+      break;
+    case Z_STREAM_END:
+      phase_ = Phase::kBetweenMembers;
+      break;
+    case Z_BUF_ERROR:
+      // No progress: only when the input is used up (Read refills it
+      // first), so the file ends inside the member.
+      if (buffered() == 0 && eof_) EndWithError("unexpected end of file");
+      break;
+    case Z_MEM_ERROR:
+      return absl::ResourceExhaustedError(
+          absl::StrCat(path(), ": out of memory inflating"));
+    default:  // Z_DATA_ERROR, Z_NEED_DICT (a corrupt header or block).
+      EndWithError(stream->msg != nullptr ? stream->msg : "corrupt data");
+      break;
+  }
+  return produced;
 }
 
 absl::StatusOr<size_t> GzFile::Read(void* dst, size_t n) {
+  auto* out = static_cast<unsigned char*>(dst);
   size_t done = 0;
-  while (done < n && stream_error_.empty()) {
-    const unsigned want =
-        static_cast<unsigned>(std::min<size_t>(n - done, kReadChunkBytes));
-    const int got = gzread(handle_.get(), static_cast<char*>(dst) + done, want);
-    if (got < 0) {
-      int errnum = 0;
-      const char* message = gzerror(handle_.get(), &errnum);
-      if (errnum == Z_ERRNO) {
-        return absl::InternalError(absl::StrCat(
-            path(), ": read error: ",
-            std::error_code(errno, std::generic_category()).message()));
+  while (done < n && phase_ != Phase::kEnded) {
+    if (buffered() == 0 && !eof_) {
+      if (phase_ == Phase::kRaw && n - done >= in_.size()) {
+        // A large raw read goes straight to the caller's buffer.
+        MT_ASSIGN_OR_RETURN(size_t got, ReadAt(file_.fd.get(), file_.path,
+                                               file_offset_, out + done,
+                                               n - done));
+        if (got < n - done) eof_ = true;
+        file_offset_ += got;
+        done += got;
+        continue;
       }
-      SetStreamError(message);
-      break;
+      MT_RETURN_IF_ERROR(Fill());
+      continue;
     }
-    if (got == 0) {
-      // A gzip stream that ends early reads as end of file; only gzerror
-      // tells the two apart.
-      int errnum = Z_OK;
-      const char* message = gzerror(handle_.get(), &errnum);
-      if (errnum == Z_BUF_ERROR) SetStreamError(message);
-      break;
+    switch (phase_) {
+      case Phase::kRaw: {
+        if (buffered() == 0) {
+          phase_ = Phase::kEnded;
+          break;
+        }
+        const size_t take = std::min(n - done, buffered());
+        std::copy_n(in_.begin() + in_pos_, take, out + done);
+        in_pos_ += take;
+        done += take;
+        break;
+      }
+      case Phase::kMember: {
+        MT_ASSIGN_OR_RETURN(size_t got, InflateSome(out + done, n - done));
+        done += got;
+        break;
+      }
+      case Phase::kBetweenMembers:
+        if (buffered() == 0) {
+          phase_ = Phase::kEnded;  // eof_: the last member ended the file.
+          break;
+        }
+        MT_RETURN_IF_ERROR(StartNextMember());
+        break;
+      case Phase::kEnded:
+        break;
     }
-    done += static_cast<size_t>(got);
   }
   return done;
 }
@@ -85,18 +201,6 @@ absl::StatusOr<uint64_t> GzFile::CountRest() {
 std::string GzFile::StreamErrorSuffix() const {
   return stream_error_.empty() ? ""
                                : absl::StrCat(" (gzip: ", stream_error_, ")");
-}
-
-// zlib prefixes its messages with what it opened, "<fd:N>: " for a
-// descriptor; our errors already start with the path.
-void GzFile::SetStreamError(const char* message) {
-  absl::string_view text = message == nullptr ? "gzip error" : message;
-  if (absl::StartsWith(text, "<fd:")) {
-    if (const size_t end = text.find(">: "); end != text.npos) {
-      text.remove_prefix(end + 3);
-    }
-  }
-  stream_error_ = std::string(text);
 }
 
 uint64_t ReservableBytes(const RegularFile& file, uint64_t offset,

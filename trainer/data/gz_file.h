@@ -1,13 +1,20 @@
 // Files read through zlib: gzip-compressed and raw files alike, whatever
-// their name (gzread passes a file without the gzip magic through as is).
-// The dataset readers share this so each reports missing files, read
-// errors and corrupt gzip streams the same way: one line "<path>: <reason>",
-// NotFound for a missing file, InvalidArgument for one that is not a
-// regular file or a corrupt stream, else the errno's code of a failing
-// open or read.
+// their name (a file without the gzip magic is passed through as is, as
+// gzread and `zcat -f` do). The dataset readers share this so each reports
+// missing files, read errors and corrupt gzip streams the same way: one
+// line "<path>: <reason>", NotFound for a missing file, InvalidArgument for
+// one that is not a regular file or a corrupt stream, else the errno's code
+// of a failing open or read.
 //
-// Ownership: a GzFile owns its zlib handle. Thread contract: one thread at a
-// time per GzFile; the free functions keep no state.
+// A gzip file is one or more members (`cat a.gz b.gz` reads as their
+// concatenation), optionally followed by zero bytes (tar-style padding,
+// which gzip and Python ignore too). Anything else after the last member is
+// a corrupt stream, as in Python's gzip module; zlib's gzread would ignore
+// it silently, so the inflating is our own loop over inflate().
+//
+// Ownership: a GzFile owns its descriptor and inflate state. Thread
+// contract: one thread at a time per GzFile; the free functions keep no
+// state.
 #ifndef MIRRORTRAIN_TRAINER_DATA_GZ_FILE_H_
 #define MIRRORTRAIN_TRAINER_DATA_GZ_FILE_H_
 
@@ -45,27 +52,40 @@ class GzFile {
   absl::StatusOr<uint64_t> CountRest();
 
   const std::string& path() const { return file_.path; }
-  // The file zlib reads, for positioned reads beside it (ReservableBytes,
-  // InflateExactly): the descriptor is its own (a duplicate), but of the
-  // file that was checked and opened.
+  // The file read, for positioned reads beside it (ReservableBytes,
+  // InflateExactly): GzFile reads with pread too, so they do not disturb it.
   const RegularFile& file() const { return file_; }
-  // Why the gzip stream ended early, or "".
+  // Why the gzip stream ended early ("unexpected end of file" when it is
+  // cut short, zlib's message when it is corrupt), or "".
   const std::string& stream_error() const { return stream_error_; }
   // " (gzip: <why>)" after a corrupt stream, else "": for "truncated" errors.
   std::string StreamErrorSuffix() const;
 
  private:
-  struct Closer {
-    void operator()(gzFile_s* f) const { gzclose(f); }
+  // The inflate state lives on the heap: zlib keeps its address.
+  struct InflateEnd {
+    void operator()(z_stream* stream) const;
   };
-  using Handle = std::unique_ptr<gzFile_s, Closer>;
+  enum class Phase { kRaw, kMember, kBetweenMembers, kEnded };
 
-  GzFile(RegularFile file, Handle handle)
-      : file_(std::move(file)), handle_(std::move(handle)) {}
-  void SetStreamError(const char* message);
+  explicit GzFile(RegularFile file) : file_(std::move(file)) {}
+  // Moves the unread input to the front of the buffer and reads more after
+  // it; at the end of the file sets eof_.
+  absl::Status Fill();
+  size_t buffered() const { return in_end_ - in_pos_; }
+  // After a member: another member, zero padding to the end, or garbage.
+  absl::Status StartNextMember();
+  // One inflate() call into dst[0, n); returns the bytes it produced.
+  absl::StatusOr<size_t> InflateSome(unsigned char* dst, size_t n);
+  void EndWithError(std::string message);
 
   RegularFile file_;
-  Handle handle_;
+  std::vector<unsigned char> in_;  // Compressed (or raw) input.
+  size_t in_pos_ = 0, in_end_ = 0;  // The unread part of in_.
+  uint64_t file_offset_ = 0;        // Where the next Fill reads.
+  bool eof_ = false;
+  Phase phase_ = Phase::kRaw;
+  std::unique_ptr<z_stream, InflateEnd> stream_;
   std::string stream_error_;
 };
 

@@ -127,7 +127,7 @@ absl::StatusOr<RawIdx> ReadIdx(const std::string& path, uint32_t magic) {
                            Promise(idx.dims, bytes), " the header promises"));
   }
   if (!file.stream_error().empty()) {
-    return BadData(path, absl::StrCat("corrupt gzip stream after the data: ",
+    return BadData(path, absl::StrCat("corrupt gzip stream at its end: ",
                                       file.stream_error()));
   }
   return idx;

@@ -248,6 +248,7 @@ absl::StatusOr<InMemoryDataset> LoadNpz(const std::string& path, bool train,
   MT_ASSIGN_OR_RETURN(NpyArray x, arrays.Read(x_name));
   InMemoryDataset dataset;
   dataset.name = "npz/" + split;
+  dataset.origin = arrays.Where(x_name);
   MT_ASSIGN_OR_RETURN(dataset.images, ImagesTensor(x, arrays.Where(x_name)));
   const bool bytes = x.header.kind == 'u';
   x = NpyArray();  // Converted; free the bytes.

@@ -219,8 +219,28 @@ absl::Status EventWriter::WriteRecord(absl::string_view data) {
   AppendLittleEndian(&record, MaskCrc32c(Crc32c(data)), 4);
 
   if (std::fwrite(record.data(), 1, record.size(), file_) != record.size()) {
-    error_ = absl::ErrnoToStatus(errno, absl::StrCat(path_, ": write failed"));
+    return Fail(
+        absl::ErrnoToStatus(errno, absl::StrCat(path_, ": write failed")));
   }
+  written_bytes_ += record.size();
+  return absl::OkStatus();
+}
+
+absl::Status EventWriter::Fail(absl::Status error) {
+  error_ = std::move(error);
+  if (file_ == nullptr) return error_;
+  // A descriptor of our own survives fclose, which may still push part of
+  // the buffer; then the file is cut at the last record known whole.
+  const int fd = ::dup(::fileno(file_));
+  std::fclose(file_);
+  file_ = nullptr;
+  if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(flushed_bytes_)) != 0) {
+    error_ = absl::Status(
+        error_.code(),
+        absl::StrCat(error_.message(),
+                     "; cutting it back to its whole records failed too"));
+  }
+  if (fd >= 0) ::close(fd);
   return error_;
 }
 
@@ -231,17 +251,24 @@ absl::Status EventWriter::Flush() {
         absl::StrCat("EventWriter: ", path_, " is closed"));
   }
   if (std::fflush(file_) != 0) {
-    error_ = absl::ErrnoToStatus(errno, absl::StrCat(path_, ": write failed"));
+    return Fail(
+        absl::ErrnoToStatus(errno, absl::StrCat(path_, ": write failed")));
   }
-  return error_;
+  flushed_bytes_ = written_bytes_;
+  return absl::OkStatus();
 }
 
 absl::Status EventWriter::Close() {
   if (file_ == nullptr) return error_;
+  // The buffered records first, so a failure can still cut them off.
+  if (std::fflush(file_) != 0) {
+    return Fail(
+        absl::ErrnoToStatus(errno, absl::StrCat(path_, ": write failed")));
+  }
+  flushed_bytes_ = written_bytes_;
   std::FILE* file = file_;
   file_ = nullptr;
-  // fclose flushes; it reports buffered-write errors the last Flush missed.
-  if (std::fclose(file) != 0 && error_.ok()) {
+  if (std::fclose(file) != 0) {
     error_ = absl::ErrnoToStatus(errno, absl::StrCat(path_, ": close failed"));
   }
   return error_;

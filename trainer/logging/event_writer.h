@@ -49,7 +49,10 @@ class EventWriter {
   absl::Status WriteIntegerHistogram(absl::string_view tag, int64_t step,
                                      absl::Span<const int64_t> counts);
 
-  // Pushes buffered records to the OS.
+  // Pushes buffered records to the OS. After a failed write, flush or close
+  // the file is cut back to the records of the last successful Flush, so
+  // readers never meet a torn record (a disk that filled mid-record), and
+  // the writer takes no more.
   absl::Status Flush();
 
   // Flushes and closes the file; later writes fail. Idempotent.
@@ -65,9 +68,14 @@ class EventWriter {
   absl::Status WriteSummaryValue(int64_t step, absl::string_view summary_value);
   // Frames `data` as one TFRecord and appends it.
   absl::Status WriteRecord(absl::string_view data);
+  // Records `error`, closes the file and cuts it back to flushed_bytes_.
+  absl::Status Fail(absl::Status error);
 
   std::string path_;
   std::FILE* file_;  // Owned; null once closed.
+  // The file's length after the last successful Flush: whole records.
+  uint64_t flushed_bytes_ = 0;
+  uint64_t written_bytes_ = 0;  // Records handed to fwrite so far.
   // First write/flush failure. Sticky: after a partial record, further
   // records would be misframed, so the file takes no more.
   absl::Status error_;

@@ -340,19 +340,18 @@ TEST(IdxReaderTest, TruncatedGzipStream) {
   ASSERT_FALSE(read.ok());
   EXPECT_EQ(std::string(read.status().message()),
             path +
-                ": corrupt gzip stream after the data: unexpected end of "
+                ": corrupt gzip stream at its end: unexpected end of "
                 "file");
 
-  // A wrong check value is a corrupt stream, not a short file, though zlib
-  // hands out none of the member's bytes.
+  // A wrong check value is a corrupt stream, not a short file: the data
+  // came, and its check failed.
   std::string bad_crc = compressed;
   bad_crc[bad_crc.size() - 8] ^= 0x01;
   WriteRaw(path, bad_crc);
   read = ReadIdxImages(path);
   ASSERT_FALSE(read.ok());
-  EXPECT_THAT(std::string(read.status().message()),
-              StartsWith(path + ": corrupt gzip stream (incorrect data "
-                                "check): "));
+  EXPECT_EQ(std::string(read.status().message()),
+            path + ": corrupt gzip stream at its end: incorrect data check");
 }
 
 TEST(IdxReaderTest, TrailingBytes) {
@@ -679,6 +678,123 @@ TEST(SyntheticTest, IsLearnable) {
     correct += best == y[i];
   }
   EXPECT_GT(correct, 0.95 * (kN / 2));
+}
+
+// ---------------------------------------------------------------- GzFile
+
+// Reads the whole file through GzFile in reads of `chunk` bytes.
+absl::StatusOr<std::string> ReadInChunks(const std::string& path,
+                                         size_t chunk) {
+  absl::StatusOr<GzFile> file = GzFile::Open(path);
+  if (!file.ok()) return file.status();
+  std::string data;
+  for (;;) {
+    const size_t old = data.size();
+    data.resize(old + chunk);
+    absl::StatusOr<size_t> got = file->Read(data.data() + old, chunk);
+    if (!got.ok()) return got.status();
+    data.resize(old + *got);
+    if (*got < chunk) break;
+  }
+  if (!file->stream_error().empty()) {
+    return absl::InvalidArgumentError(file->stream_error());
+  }
+  return data;
+}
+
+std::string AsString(const std::vector<uint8_t>& v) {
+  return std::string(v.begin(), v.end());
+}
+
+// Members, raw files and reads of every size (across the 128 KiB input
+// buffer) give the bytes that were written.
+TEST(GzFileTest, ReadsMembersAndRawFilesInAnyChunks) {
+  const std::string dir = TestDir();
+  const std::string noise = AsString(Noise(700000));
+  const std::string text = AsString(Pattern(300000, 3));  // Compresses well.
+  WriteGzMembers(dir + "/three.gz",
+                 {noise.substr(0, 1), noise.substr(1, 400000),
+                  noise.substr(400001) + text});
+  WriteRaw(dir + "/raw", noise + text);
+  WriteGz(dir + "/empty.gz", "");
+  WriteRaw(dir + "/empty", "");
+  for (const size_t chunk : {size_t{1} << 20, size_t{131072}, size_t{65537},
+                             size_t{4096}, size_t{7}}) {
+    SCOPED_TRACE(absl::StrCat("chunk ", chunk));
+    for (const char* name : {"three.gz", "raw"}) {
+      absl::StatusOr<std::string> read =
+          ReadInChunks(dir + "/" + name, chunk);
+      ASSERT_TRUE(read.ok()) << name << ": " << read.status();
+      EXPECT_TRUE(*read == noise + text) << name;
+    }
+  }
+  for (const char* name : {"empty.gz", "empty"}) {
+    absl::StatusOr<std::string> read = ReadWholeFile(dir + "/" + name);
+    ASSERT_TRUE(read.ok()) << name << ": " << read.status();
+    EXPECT_EQ(*read, "") << name;
+  }
+}
+
+// After the last member only zero bytes may follow (tar-style padding, as
+// gzip and Python's gzip module accept); other bytes are a corrupt stream,
+// where zlib's gzread ignored them silently.
+TEST(GzFileTest, OnlyZeroPaddingMayFollowTheLastMember) {
+  const std::string dir = TestDir();
+  const std::string data = AsString(Pattern(5000, 1));
+  WriteGzMembers(dir + "/members.gz", {data.substr(0, 2000), data.substr(2000)});
+  const std::string members = ReadFileBytes(dir + "/members.gz");
+  const std::string padded = dir + "/padded.gz";
+  // More zeros than one input buffer holds.
+  WriteRaw(padded, members + std::string(300000, '\0'));
+  absl::StatusOr<std::string> read = ReadWholeFile(padded);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_TRUE(*read == data);
+
+  for (const std::string& tail :
+       {std::string("xyz"), std::string(1, '\x1f'), std::string("\x1f\x8bxx"),
+        std::string(200000, '\0') + "x"}) {
+    SCOPED_TRACE(absl::StrCat("tail of ", tail.size(), " bytes"));
+    const std::string path = dir + "/garbage.gz";
+    WriteRaw(path, members + tail);
+    read = ReadWholeFile(path);
+    ASSERT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(read.status().message()),
+                StartsWith(absl::StrCat(path, ": corrupt gzip stream after ",
+                                        data.size(), " bytes: ")));
+    if (tail[0] != '\x1f' || tail.size() < 2) {
+      EXPECT_THAT(std::string(read.status().message()),
+                  HasSubstr(absl::StrCat("trailing garbage at byte ",
+                                         members.size(),
+                                         ", after the gzip data")));
+    }
+  }
+  // An IDX file says so in its own words.
+  const std::vector<uint8_t> labels = Labels(10, 10);
+  const std::string idx = dir + "/labels.gz";
+  WriteGz(idx, IdxBytes(kIdxLabelsMagic, {10}, labels));
+  WriteRaw(idx, ReadFileBytes(idx) + "junk");
+  absl::StatusOr<std::vector<uint8_t>> labels_read = ReadIdxLabels(idx, 10);
+  ASSERT_FALSE(labels_read.ok());
+  EXPECT_THAT(std::string(labels_read.status().message()),
+              StartsWith(idx + ": corrupt gzip stream at its end: trailing "
+                               "garbage at byte "));
+}
+
+// A gzip file cut anywhere never reads as whole.
+TEST(GzFileTest, EveryTruncationIsAnError) {
+  const std::string dir = TestDir();
+  const std::string data = AsString(Pattern(3000, 5)) + AsString(Noise(200));
+  WriteGz(dir + "/whole.gz", data);
+  const std::string whole = ReadFileBytes(dir + "/whole.gz");
+  const std::string path = dir + "/cut.gz";
+  for (size_t size = 2; size < whole.size(); ++size) {
+    WriteRaw(path, whole.substr(0, size));
+    absl::StatusOr<std::string> read = ReadWholeFile(path);
+    ASSERT_FALSE(read.ok()) << "cut at " << size << " of " << whole.size();
+    EXPECT_THAT(std::string(read.status().message()),
+                StartsWith(path + ": corrupt gzip stream after "))
+        << "cut at " << size;
+  }
 }
 
 }  // namespace

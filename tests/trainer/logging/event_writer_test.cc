@@ -5,9 +5,11 @@
 // there and keep it (for scripts/check_tensorboard.py).
 #include "trainer/logging/event_writer.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -402,6 +404,43 @@ TEST_F(EventWriterTest, WriteAfterCloseFailsNamingPath) {
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(absl::StrContains(status.message(), (*writer)->path())) << status;
   EXPECT_FALSE((*writer)->Flush().ok());
+}
+
+// A disk that fills in the middle of a record (here the file-size limit,
+// whose writes fail past it as a full disk's do, with EFBIG): the file is
+// cut back to the records of the last successful flush, which TensorBoard
+// reads whole; before, it ended in a torn record.
+TEST_F(EventWriterTest, AFailedWriteLeavesOnlyWholeRecords) {
+  auto writer = EventWriter::Create(tmp_);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  const std::string path = (*writer)->path();
+  ASSERT_TRUE((*writer)->WriteScalar("first", 1, 1.0).ok());
+  ASSERT_TRUE((*writer)->Flush().ok());
+  const uintmax_t flushed = fs::file_size(path);
+
+  rlimit old_limit{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  rlimit limit = old_limit;
+  limit.rlim_cur = flushed + 100;  // Inside the second or third record.
+  // Past the limit a write raises SIGXFSZ, which would end the test.
+  const sighandler_t old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
+  absl::Status status;
+  for (int step = 2; step < 200 && status.ok(); ++step) {
+    status = (*writer)->WriteScalar("train/loss", step, 0.5);
+    if (status.ok() && step % 4 == 0) status = (*writer)->Flush();
+  }
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  std::signal(SIGXFSZ, old_handler);
+
+  ASSERT_FALSE(status.ok());
+  EXPECT_TRUE(absl::StartsWith(status.message(), path + ": write failed"))
+      << status;
+  EXPECT_EQ((*writer)->Close(), status);
+  EXPECT_EQ(fs::file_size(path), flushed);
+  absl::StatusOr<std::vector<Event>> events = ReadEvents(path);
+  ASSERT_TRUE(events.ok()) << events.status();
+  EXPECT_EQ(events->size(), 2u);  // The version record and "first".
 }
 
 TEST_F(EventWriterTest, ReaderRejectsCorruption) {
