@@ -14,6 +14,7 @@
 // read), which keeps them identical on every replica.
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "models/layer.h"
 #include "models/layer_registry.h"
 #include "models/normalization_params.h"
@@ -68,6 +69,12 @@ class BatchNormalizationLayer final : public Layer {
     int64_t count = x.dim(0) * per_row;
     const bool sync = options_.synchronized && ctx.all_reduce_sum != nullptr;
     if (sync) {
+      // Every replica knows the global batch, so only the sums travel.
+      if (ctx.global_batch <= 0) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            name(), ": synchronized statistics need the global batch size "
+                    "(ForwardContext::global_batch)"));
+      }
       MT_ASSIGN_OR_RETURN(
           std::vector<Tensor> global,
           ops::CrossReplicaSum({sums.sum, sums.sum_sq}, *ctx.all_reduce_sum));

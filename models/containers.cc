@@ -98,20 +98,21 @@ namespace {
 
 absl::StatusOr<std::unique_ptr<Layer>> CreateSequential(const LayerSpec& spec,
                                                         LayerBuilder& b) {
-  return b.BuildSequence(spec.layers, b.input_shape());
+  return b.BuildSequence(spec.layers, b.input_shape(), b.name());
 }
 
 absl::StatusOr<std::unique_ptr<Layer>> CreateResidual(const LayerSpec& spec,
                                                       LayerBuilder& b) {
-  const std::string name = b.name();
-  const Shape input = b.input_shape();
+  // The builder's name and input shape are this layer's again after each
+  // branch is built (LayerBuilder::BuildOne restores them).
   MT_ASSIGN_OR_RETURN(std::unique_ptr<Layer> main,
-                      b.BuildSequence(spec.layers, input));
+                      b.BuildSequence(spec.layers, b.input_shape()));
   std::unique_ptr<Layer> shortcut;
   if (spec.shortcut.has_value()) {
-    MT_ASSIGN_OR_RETURN(shortcut, b.BuildSequence(*spec.shortcut, input));
+    MT_ASSIGN_OR_RETURN(shortcut,
+                        b.BuildSequence(*spec.shortcut, b.input_shape()));
   }
-  return std::make_unique<ResidualLayer>(name, std::move(main),
+  return std::make_unique<ResidualLayer>(b.name(), std::move(main),
                                          std::move(shortcut));
 }
 

@@ -94,6 +94,7 @@ MT_REGISTER(
                      .Min(1)
                      .Max(kMaxDimension)
                      .Doc("width of each embedding vector")}},
+     .reads_token_ids = true,
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
        const int64_t input_dim = spec.params.Int("input_dim");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "models/containers.h"
 #include "tensor/status_macros.h"
@@ -47,6 +48,29 @@ absl::StatusOr<LayerSpec> MakeLayerSpec(
   return spec;
 }
 
+const LayerSpec* TokenIdLayer(const std::vector<LayerSpec>& layers) {
+  if (layers.empty()) return nullptr;
+  const LayerSpec& first = layers.front();
+  const LayerType* type = LayerRegistry::Global().Find(first.type);
+  if (type == nullptr) return nullptr;
+  if (type->reads_token_ids) return &first;
+  return type->container ? TokenIdLayer(first.layers) : nullptr;
+}
+
+const LayerSpec* OutputLayer(const std::vector<LayerSpec>& layers) {
+  for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+    const LayerType* type = LayerRegistry::Global().Find(it->type);
+    if (type == nullptr) return &*it;
+    if (type->passes_values_on) continue;
+    if (type->container && !type->shortcut) {
+      if (const LayerSpec* inner = OutputLayer(it->layers)) return inner;
+      continue;  // Only layers that pass values on inside.
+    }
+    return &*it;
+  }
+  return nullptr;
+}
+
 absl::Status LayerBuilder::CheckWindow(const std::string& key, int64_t k,
                                        bool same) const {
   const int64_t h = input_shape_[1], w = input_shape_[2];
@@ -82,6 +106,13 @@ absl::StatusOr<std::unique_ptr<Layer>> LayerBuilder::BuildOne(
         spec.Where(), ".type: unknown layer type '", spec.type,
         "' (expected one of ", LayerRegistry::Global().NameList(), ")"));
   }
+  // The enclosing factory's view comes back when this layer is built.
+  const absl::Cleanup restore = [this, name = name_, shape = input_shape_,
+                                 index = type_index_]() mutable {
+    name_ = std::move(name);
+    input_shape_ = std::move(shape);
+    type_index_ = index;
+  };
   type_index_ = type_counts_[type->name]++;
   // Keras names the n-th unnamed layer of a kind "kind", "kind_1",
   // "kind_2", ...; a layer given a name takes no number.
@@ -116,8 +147,10 @@ absl::StatusOr<std::unique_ptr<Layer>> LayerBuilder::BuildOne(
     // pass its error on as it is.
     if (error_named_) return layer.status();
     error_named_ = true;
-    return absl::InvalidArgumentError(absl::StrCat(
-        spec.Where(), " (", type->name, "): ", layer.status().message()));
+    // The factory's code stays: a device out of memory is not a config error.
+    return absl::Status(layer.status().code(),
+                        absl::StrCat(spec.Where(), " (", type->name,
+                                     "): ", layer.status().message()));
   }
   absl::StatusOr<Shape> out = (*layer)->OutputShape(input);
   if (!out.ok()) {
@@ -144,8 +177,8 @@ absl::StatusOr<std::unique_ptr<Layer>> LayerBuilder::BuildOne(
 }
 
 absl::StatusOr<std::unique_ptr<Layer>> LayerBuilder::BuildSequence(
-    const std::vector<LayerSpec>& specs, const Shape& input) {
-  auto sequence = std::make_unique<SequentialLayer>("sequence");
+    const std::vector<LayerSpec>& specs, const Shape& input, std::string name) {
+  auto sequence = std::make_unique<SequentialLayer>(std::move(name));
   Shape shape = input;
   for (const LayerSpec& spec : specs) {
     for (int64_t r = 0; r < spec.repeat; ++r) {

@@ -71,6 +71,13 @@ struct LayerType {
   // Takes a `layers` list (and, when `shortcut` is set, a shortcut list).
   bool container = false;
   bool shortcut = false;
+  // Reads its input as token ids below its `input_dim` (embedding): the
+  // data is checked against it when it loads, and mixed bfloat16 leaves
+  // the ids unrounded (bf16 holds integers exactly only up to 256).
+  bool reads_token_ids = false;
+  // At evaluation its output holds its input's values, moved or not
+  // (dropout, reshape, flatten): looked past to find the output layer.
+  bool passes_values_on = false;
   // Builds the layer for input shape b.input_shape(); errors are
   // InvalidArgument without the path (the builder prefixes it).
   std::function<absl::StatusOr<std::unique_ptr<Layer>>(const LayerSpec& spec,
@@ -87,13 +94,23 @@ absl::StatusOr<LayerSpec> MakeLayerSpec(
     const std::string& type,
     std::vector<std::pair<std::string, ParamValue>> values = {});
 
+// The entry that first reads the model's input when it reads token ids (a
+// `reads_token_ids` type, first in `layers` or first inside a container
+// that is first); nullptr otherwise.
+const LayerSpec* TokenIdLayer(const std::vector<LayerSpec>& layers);
+
+// The entry that makes the model's output: the last one, looked into
+// (containers without a shortcut) and past `passes_values_on` types;
+// nullptr if there is none.
+const LayerSpec* OutputLayer(const std::vector<LayerSpec>& layers);
+
 // One row of a model summary (Keras model.summary()).
 struct LayerSummary {
   std::string name;  // Indented by nesting depth.
   std::string type;
   Shape output_shape;  // Batch dimension first (printed as None).
   int64_t params = 0;
-  std::string note;  // E.g. "pooled inside conv2d".
+  std::string note;  // E.g. "computed inside the previous layer".
 };
 
 // Builds layers from specs: assigns Keras names (counted per type over the
@@ -109,7 +126,8 @@ class LayerBuilder {
         continuous_inputs_(continuous_inputs) {}
 
   // The current layer's input shape (batch dimension first), name and
-  // device, valid inside a factory.
+  // device, valid inside its factory, also after it built children (a
+  // container's factory): building one restores them afterwards.
   const Shape& input_shape() const { return input_shape_; }
   const std::string& name() const { return name_; }
   Device device() const { return device_; }
@@ -129,10 +147,11 @@ class LayerBuilder {
   // seed derived from the model seed, the same on every device and replica.
   uint64_t NextSeed();
 
-  // Builds a list of specs into one sequential layer (containers call it
-  // for their branches), starting at `input`.
+  // Builds a list of specs into one sequential layer named `name`
+  // (containers call it for their branches), starting at `input`.
   absl::StatusOr<std::unique_ptr<Layer>> BuildSequence(
-      const std::vector<LayerSpec>& specs, const Shape& input);
+      const std::vector<LayerSpec>& specs, const Shape& input,
+      std::string name = "sequence");
 
   std::vector<LayerSummary>& summary() { return summary_; }
 

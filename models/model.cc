@@ -17,6 +17,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Build(const ModelDef& def,
                                                     Device device) {
   std::unique_ptr<Model> m(new Model());
   m->input_shape_ = def.input_shape;
+  m->token_inputs_ = TokenIdLayer(def.layers) != nullptr;
   // Shapes carry a batch dimension of 1 while building.
   Shape input = {1};
   input.insert(input.end(), def.input_shape.begin(), def.input_shape.end());
@@ -38,9 +39,12 @@ absl::StatusOr<Tensor> Model::Call(const Tensor& inputs,
         inputs.DebugString()));
   }
   if (!mixed_bfloat16_) return body_->Call(inputs, ctx);
-  // A rounded copy: the caller's batch stays as it was.
-  MT_ASSIGN_OR_RETURN(
-      Tensor x, ops::RoundedToBFloat16(inputs, body_->InputFeedsProduct()));
+  Tensor x = inputs;
+  if (!token_inputs_) {
+    // A rounded copy: the caller's batch stays as it was.
+    MT_ASSIGN_OR_RETURN(
+        x, ops::RoundedToBFloat16(inputs, body_->InputFeedsProduct()));
+  }
   ForwardContext bf16_ctx = ctx;
   bf16_ctx.bf16_activations = true;
   return body_->Call(x, bf16_ctx);

@@ -25,9 +25,9 @@ struct ModelDef {
   // > 0 when the inputs are token ids in [0, input_vocabulary) (text):
   // embedding layers must cover them.
   int64_t input_vocabulary = 0;
-  // The inputs are real values, never token ids (synthetic data): an
-  // embedding would read every one as id 0 (a cast truncates), so it is
-  // refused.
+  // The inputs are real values, never token ids (synthetic data, or pixels
+  // scaled to [0, 1]: fashion_mnist, cifar10, uint8 npz): an embedding
+  // would read every one as id 0 (a cast truncates), so it is refused.
   bool continuous_inputs = false;
 };
 
@@ -43,7 +43,9 @@ class Model {
 
   // TensorFlow's mixed_bfloat16 policy (`precision: bf16`): the inputs and
   // every layer's output are rounded to bfloat16 (ForwardContext::
-  // bf16_activations); variables stay f32. Matrix products take bf16
+  // bf16_activations); variables stay f32. Token ids are not rounded (a
+  // model whose input layer reads them, TokenIdLayer): bf16 holds integers
+  // exactly only up to 256, and Keras's Embedding does not cast its input. Matrix products take bf16
   // operands through the process-wide MatMulPrecision, set separately.
   void SetMixedBFloat16(bool on) { mixed_bfloat16_ = on; }
 
@@ -65,6 +67,7 @@ class Model {
   Shape input_shape_;
   Shape output_shape_;
   bool mixed_bfloat16_ = false;
+  bool token_inputs_ = false;  // The input layer reads token ids.
 };
 
 }  // namespace mirrortrain::models

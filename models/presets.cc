@@ -42,7 +42,8 @@ absl::StatusOr<Specs> ExpandMlp(const Params& p, int64_t num_classes) {
 
 // cnn: [conv2d(filters, k, same, activation), max_pooling2d(2)]...,
 // flatten, dense(dense_units, activation), dropout?, dense(classes): the
-// TensorFlow tutorial CNN with the defaults.
+// TensorFlow tutorial CNN with the defaults (dropout off unless `dropout`
+// is set).
 absl::StatusOr<Specs> ExpandCnn(const Params& p, int64_t num_classes) {
   Specs specs;
   const std::vector<int64_t> filters = p.IntList("conv_filters");

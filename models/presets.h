@@ -1,6 +1,6 @@
 // Model presets: `model.name: mlp | cnn` with a few keys, expanded to a
 // layer list (the README shows each expansion; `mirrortrain train
-// --dry-run` prints the built model). A preset is registered next to its
+// --dry_run` prints the built model). A preset is registered next to its
 // expansion like a layer type.
 #ifndef MIRRORTRAIN_MODELS_PRESETS_H_
 #define MIRRORTRAIN_MODELS_PRESETS_H_

@@ -138,6 +138,7 @@ MT_REGISTER(LayerType,
 MT_REGISTER(LayerType,
             {.name = "flatten",
              .doc = "[batch, ...] -> [batch, product of the rest]",
+             .passes_values_on = true,
              .create = [](const LayerSpec&, LayerBuilder& b) -> LayerOr {
                return std::make_unique<FlattenLayer>(b.name());
              }});
@@ -152,6 +153,7 @@ MT_REGISTER(
                      .Max(kMaxDimension)
                      .MinLength(1)
                      .Doc("one example's new shape (no -1)")}},
+     .passes_values_on = true,
      .create = [](const LayerSpec& spec, LayerBuilder& b) -> LayerOr {
        auto layer = std::make_unique<ReshapeLayer>(
            b.name(), spec.params.IntList("target_shape"));
@@ -175,6 +177,7 @@ MT_REGISTER(
             "is a hash of (seed, step, layer, element of the global batch)",
      .params = {{Param::Float("rate").Min(0).Max(1, false).Doc(
          "fraction of inputs dropped")}},
+     .passes_values_on = true,
      .create = [](const LayerSpec& spec, LayerBuilder& b) -> LayerOr {
        return std::make_unique<DropoutLayer>(
            b.name(), spec.params.Float("rate"), b.type_index());

@@ -24,8 +24,10 @@ namespace {
 class CachingCpuAllocator final : public Allocator {
  public:
   absl::StatusOr<void*> Allocate(size_t bytes) override {
+    // More than the whole machine is a size no run could use (a config's
+    // `units: 2000000000`): an invalid size, not exhaustion now.
     if (bytes > HostMemoryBytes()) {
-      return absl::ResourceExhaustedError(absl::StrCat(
+      return absl::InvalidArgumentError(absl::StrCat(
           "host allocation of ", bytes, " bytes is more than the machine's ",
           HostMemoryBytes(), " bytes of memory"));
     }

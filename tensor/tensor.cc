@@ -97,7 +97,7 @@ absl::StatusOr<Tensor> Tensor::EmptyWith(Allocator* allocator, DType dtype,
   const std::optional<int64_t> n = CheckedNumElements(shape);
   const int64_t size = static_cast<int64_t>(DTypeSize(dtype));
   if (!n.has_value() || *n > std::numeric_limits<int64_t>::max() / size) {
-    return absl::ResourceExhaustedError(
+    return absl::InvalidArgumentError(
         absl::StrCat("a ", DTypeName(dtype), " tensor of shape ",
                      ShapeToString(shape), " has more bytes than fit 64 bits"));
   }

@@ -38,27 +38,6 @@ uint64_t Fnv1a(absl::string_view text) {
 
 // --------------------------------------------------------- the sections
 
-// The layer that makes the model's output: the last entry, looked into
-// (sequential) and past the layers that pass values on unchanged at
-// evaluation (dropout, reshape, flatten). nullptr if there is none.
-const models::LayerSpec* OutputLayer(
-    const std::vector<models::LayerSpec>& layers) {
-  for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
-    if (it->type == "dropout" || it->type == "reshape" ||
-        it->type == "flatten") {
-      continue;
-    }
-    if (it->type == "sequential") {
-      if (const models::LayerSpec* inner = OutputLayer(it->layers)) {
-        return inner;
-      }
-      continue;  // Only pass-through layers inside.
-    }
-    return &*it;
-  }
-  return nullptr;
-}
-
 absl::Status ReadModel(const Reader& r, const YAML::Node& node, Config* c,
                        YAML::Node* resolved) {
   const std::string path = "model";
@@ -80,7 +59,7 @@ absl::Status ReadModel(const Reader& r, const YAML::Node& node, Config* c,
                         r.ReadLayers(Child(node, "layers"), "model.layers"));
     // The loss takes logits (Keras's from_logits=True): a softmax on the
     // layer that makes them would be applied twice and train slowly.
-    const models::LayerSpec* last = OutputLayer(m.layers);
+    const models::LayerSpec* last = models::OutputLayer(m.layers);
     if (last != nullptr && last->params.Has("activation") &&
         last->params.String("activation") == "softmax") {
       // The top-level entry that holds it, for its line.

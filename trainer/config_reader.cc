@@ -53,6 +53,20 @@ absl::StatusOr<std::vector<std::string>> SplitPath(const std::string& path) {
   return out;
 }
 
+// The first layer of `specs` (or inside them) given a name.
+const models::LayerSpec* NamedLayerIn(
+    const std::vector<models::LayerSpec>& specs) {
+  for (const models::LayerSpec& spec : specs) {
+    if (!spec.name.empty()) return &spec;
+    const models::LayerSpec* inner = NamedLayerIn(spec.layers);
+    if (inner == nullptr && spec.shortcut.has_value()) {
+      inner = NamedLayerIn(*spec.shortcut);
+    }
+    if (inner != nullptr) return inner;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 YAML::Node Child(const YAML::Node& node, const std::string& key) {
@@ -356,6 +370,18 @@ absl::StatusOr<models::LayerSpec> Reader::ReadLayer(
   if (type->shortcut && shortcut && !shortcut.IsNull()) {
     MT_ASSIGN_OR_RETURN(spec.shortcut,
                         ReadLayers(shortcut, path + ".shortcut"));
+  }
+  // Each copy of a repeated container would give its layers' names again.
+  if (spec.repeat > 1) {
+    const models::LayerSpec* named = NamedLayerIn(spec.layers);
+    if (named == nullptr && spec.shortcut.has_value()) {
+      named = NamedLayerIn(*spec.shortcut);
+    }
+    if (named != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          named->Where(), ".name: a layer inside a repeated entry cannot "
+          "have a fixed name (", path, " has repeat: ", spec.repeat, ")"));
+    }
   }
   return spec;
 }

@@ -130,32 +130,30 @@ absl::Status CheckClassifier(const models::Model& model,
 }
 
 // Token ids from files (npz) for a model whose first layer is an
-// embedding: checked when the split is loaded, naming the example, not at
+// embedding (models::TokenIdLayer, also first inside a container): checked when the split is loaded, naming the example, not at
 // the first step whose batch holds a bad one (after the run directory got
 // its files). The embedding truncates ids to integers (Keras's cast), so an
 // id is good when it truncates into [0, input_dim). The text source's
 // bytes are checked against input_dim when the model is built.
 absl::Status CheckTokenIds(const models::ModelDef& def, const DataConfig& d,
                            const InMemoryDataset& data) {
-  if (def.layers.empty() || def.layers[0].type != "embedding" ||
-      data.bytes_as_tokens) {
-    return absl::OkStatus();
-  }
-  const models::LayerSpec& embedding = def.layers[0];
+  const models::LayerSpec* reader = models::TokenIdLayer(def.layers);
+  if (reader == nullptr || data.bytes_as_tokens) return absl::OkStatus();
+  const std::string layer = absl::StrCat(reader->path, " (", reader->type, ")");
   // Ids are not measurements (as the text source's): normalizing or
   // augmenting them would pick other rows.
   for (const auto& [key, on] : {std::pair{"normalize", d.normalize.enabled()},
                                 std::pair{"augment", d.augment.enabled()}}) {
     if (on) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "data.", key, ": ", embedding.path,
-          " (embedding) reads the data as token ids, which are not ",
+          "data.", key, ": ", layer,
+          " reads the data as token ids, which are not ",
           key == std::string("normalize") ? "normalized" : "augmented",
           " (remove data.", key, ")"));
     }
   }
   const double input_dim =
-      static_cast<double>(embedding.params.Int("input_dim"));
+      static_cast<double>(reader->params.Int("input_dim"));
   const float* x = data.images.data<float>();
   const int64_t n = data.images.num_elements();
   const int64_t per_example =
@@ -165,7 +163,7 @@ absl::Status CheckTokenIds(const models::ModelDef& def, const DataConfig& d,
     return absl::InvalidArgumentError(absl::StrCat(
         "data: ", data.origin.empty() ? data.name : data.origin, ": example ", i / per_example, " holds ", x[i],
         " at position ", i % per_example, ", not a token id in [0, ", input_dim,
-        ") of ", embedding.path, " (embedding)"));
+        ") of ", layer));
   }
   return absl::OkStatus();
 }

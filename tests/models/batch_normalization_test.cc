@@ -247,6 +247,24 @@ TEST(BatchNormalizationTest, UnsynchronizedReplicasKeepIdenticalMovingStats) {
   EXPECT_FALSE(testing::AllClose(y0, whole, 1e-3, 1e-3));
 }
 
+// Synchronized statistics divide by the global batch's count, which the
+// caller gives: a context that all-reduces but gives none is refused, not
+// normalised with a count of 0 (mean and variance 0).
+TEST(BatchNormalizationTest, SynchronizedStatisticsNeedTheGlobalBatch) {
+  std::unique_ptr<Model> model = BuildLayer(true, Device::Cpu());
+  const ops::AllReduceSumFn identity = [](absl::Span<Tensor>) {
+    return absl::OkStatus();
+  };
+  const Tensor x = testing::RandomTensor({4, 3, 2, 4}, 5, DType::kF32);
+  absl::StatusOr<Tensor> y =
+      model->Call(x, {.training = true, .all_reduce_sum = &identity});
+  EXPECT_EQ(y.status().code(), absl::StatusCode::kFailedPrecondition)
+      << y.status();
+  y = model->Call(
+      x, {.training = true, .global_batch = 4, .all_reduce_sum = &identity});
+  EXPECT_TRUE(y.ok()) << y.status();
+}
+
 // Inputs whose mean is large against their spread (mean 300, spread 0.5:
 // unnormalised features) keep their variance: the statistics are formed
 // from float64 sums. In float32, E[x^2] - E[x]^2 lost 6 of float32's 7

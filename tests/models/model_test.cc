@@ -216,6 +216,61 @@ TEST(ModelTest, MixedBFloat16RoundsInputsAndLayerOutputs) {
   for (const auto& g : *grads) EXPECT_TRUE(g.has_value());
 }
 
+// Token ids are not rounded to bfloat16 (which holds integers exactly only
+// up to 256): ids 257 and 259 pick their own rows, as Keras's Embedding,
+// which does not cast its input, picks them; the rows come out rounded.
+// Also with the embedding first inside a container. Before, the model's
+// input was rounded: 257 read row 256, 259 row 260, and 999 row 1000, out
+// of range.
+TEST(ModelTest, MixedBFloat16LeavesTokenIdsUnrounded) {
+  const LayerSpec embedding = Spec(
+      "embedding", {{"input_dim", int64_t{1000}}, {"output_dim", int64_t{4}}});
+  for (const bool nested : {false, true}) {
+    SCOPED_TRACE(nested ? "inside a sequential" : "first layer");
+    ModelDef def;
+    def.input_shape = {3};
+    def.layers = {nested ? Spec("sequential", {}, {embedding}) : embedding};
+    EXPECT_EQ(TokenIdLayer(def.layers)->type, "embedding");
+    auto m = Model::Build(def, 1, Device::Cpu());
+    ASSERT_TRUE(m.ok()) << m.status();
+    (*m)->SetMixedBFloat16(true);
+    const std::vector<float> ids = {257, 259, 999};
+    absl::StatusOr<Tensor> y =
+        (*m)->Call(Tensor::FromVector(ids, {1, 3}), {});
+    ASSERT_TRUE(y.ok()) << y.status();
+    const float* table = (*m)->variables()[0]->value().data<float>();
+    const float* out = y->data<float>();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      for (int j = 0; j < 4; ++j) {
+        const float row = table[static_cast<int64_t>(ids[i]) * 4 + j];
+        EXPECT_EQ(out[i * 4 + j], RoundToBFloat16(row)) << ids[i] << "," << j;
+      }
+    }
+  }
+  // Not for a model whose input layer reads values.
+  ModelDef dense;
+  dense.input_shape = {3};
+  dense.layers = {Spec("dense", {{"units", int64_t{2}}})};
+  EXPECT_EQ(TokenIdLayer(dense.layers), nullptr);
+}
+
+// A container's factory may read the builder's name after building its
+// children (the builder gives it back): the residual block is `residual`,
+// not the name of its branch's last layer, and a sequential block has its
+// own name.
+TEST(ModelTest, ContainersKeepTheirNamesAfterBuildingChildren) {
+  LayerBuilder builder(1, Device::Cpu());
+  absl::StatusOr<std::unique_ptr<Layer>> body = builder.BuildSequence(
+      {Spec("residual", {}, {Spec("dense", {{"units", int64_t{3}}})}),
+       Spec("sequential", {}, {Spec("dense", {{"units", int64_t{3}}})})},
+      {2, 3});
+  ASSERT_TRUE(body.ok()) << body.status();
+  const auto& layers = static_cast<SequentialLayer&>(**body).layers();
+  ASSERT_EQ(layers.size(), 2u);
+  EXPECT_EQ(layers[0]->name(), "residual");
+  EXPECT_EQ(layers[1]->name(), "sequential");
+}
+
 // Under mixed bfloat16 an absorbed max pool takes its winners among the
 // rounded outputs, as Keras pools the layer's bf16 output: a conv with the
 // pool absorbed gives the same output and the same gradients, bit for bit,

@@ -537,6 +537,16 @@ TEST(ConfigTest, LayerListsNestAndReportPaths) {
   c = ParseConfig("model:\n  layers: []\n", "m.yaml", {});
   EXPECT_THAT(Message(c.status()),
               HasSubstr("model.layers: expected a non-empty list of layers"));
+  // A name inside a repeated container would be given once per copy: said
+  // at the named layer, with the repeat that causes it.
+  c = ParseConfig(
+      "model:\n  layers:\n    - type: residual\n      repeat: 2\n"
+      "      layers:\n        - {type: dense, units: 4, name: c}\n",
+      "m.yaml", {});
+  EXPECT_EQ(Message(c.status()),
+            "m.yaml:6: model.layers[0].layers[0].name: a layer inside a "
+            "repeated entry cannot have a fixed name (model.layers[0] has "
+            "repeat: 2)");
   // Nested repeats multiply: refused before anything is built.
   const std::string nested =
       "model:\n  layers:\n    - type: sequential\n      repeat: 10000\n"

@@ -286,6 +286,17 @@ TEST(DataCliTest, NpzTokenIdsOutsideTheEmbeddingExit2NamingTheExample) {
               absl::StrCat("data: ", path,
                            ": x_test: example 5 holds -1 at position 1, not a "
                            "token id in [0, 8) of model.layers[0] (embedding)"));
+  // First inside a container, the embedding still reads the input: checked
+  // as well (it was not, and the run failed at a step, exit 1).
+  std::vector<std::string> nested = args;
+  nested[6] =
+      "model={layers: [{type: sequential, layers: [{type: embedding, "
+      "input_dim: 8, output_dim: 3}]}, {type: flatten}, {type: dense, "
+      "units: 4}]}";
+  ExpectExit2(nested, absl::StrCat("data: ", path,
+                                   ": x_test: example 5 holds -1 at position "
+                                   "1, not a token id in [0, 8) of "
+                                   "model.layers[0].layers[0] (embedding)"));
   // Behind another layer the ids are not checked when the data loads: the
   // step that gathers a bad one ends the run, a failure while running
   // (exit 1: the run directory has its files by then), naming the step.

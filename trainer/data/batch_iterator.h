@@ -63,7 +63,10 @@ struct BatchIteratorOptions {
 // One replica's rows of a batch already on its GPU (DeviceStager). The
 // copies are ordered before `ready`; a stream must wait for it before use.
 // They read the batch's host tensors asynchronously, so those live at least
-// as long as the shards.
+// as long as the shards. The device tensors were allocated on the copy
+// stream, whose pool may hand their memory to the next staging copy once
+// they are dropped: keep a shard until the work that reads it has finished
+// (the trainer holds each batch until its step's completion event).
 struct DeviceShard {
   Tensor images, labels;
   std::shared_ptr<cuda::Event> ready;

@@ -1,6 +1,7 @@
 // Counter-based random bits: a pure function of its inputs, the same on
-// every platform, so whatever draws from it (synthetic data, shuffles,
-// augmentation) is reproducible without carrying generator state.
+// every platform, so whatever draws from it (synthetic data, augmentation,
+// the seed of each epoch's shuffle) is reproducible without carrying
+// generator state.
 #ifndef MIRRORTRAIN_TRAINER_DATA_COUNTER_HASH_H_
 #define MIRRORTRAIN_TRAINER_DATA_COUNTER_HASH_H_
 

@@ -1,6 +1,7 @@
 // Datasets held in host memory: Fashion-MNIST read from IDX files, and a
 // synthetic stand-in of the same shape for benchmarks and tests. Other
-// sources (cifar10.cc, npz.cc, text.cc) register themselves (data_source.h).
+// sources (cifar10.cc, npz.cc, text.cc) register themselves (data_source.h);
+// text.h declares the text loader for its tests.
 //
 // Ownership: an InMemoryDataset owns its tensors (shared, immutable host
 // buffers); copies share them. Thread contract: after construction nothing
@@ -75,17 +76,6 @@ InMemoryDataset MakeSynthetic(int64_t n, int num_classes, uint64_t seed,
                               const Shape& example_shape = {
                                   kFashionMnistImageSize,
                                   kFashionMnistImageSize, 1});
-
-// One split of the `text` source (text.cc): the files of `paths` read in
-// order, the last `validation_fraction` of the bytes the test split, cut
-// into windows of `sequence_length` byte tokens (images) with next-byte
-// targets (labels), both [windows, sequence_length]. Errors: a missing file
-// (NotFound naming it), an empty one, a window longer than either split
-// (InvalidArgument naming data.sequence_length or data.validation_fraction).
-absl::StatusOr<InMemoryDataset> LoadText(const std::vector<std::string>& paths,
-                                         int64_t sequence_length,
-                                         double validation_fraction,
-                                         bool train);
 
 }  // namespace mirrortrain::trainer
 

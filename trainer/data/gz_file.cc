@@ -258,7 +258,13 @@ std::optional<UninitializedBytes> InflateExactly(const RegularFile& file,
   // lying file cannot make us allocate what it could not hold.
   if (ReservableBytes(file, 0, expected) != expected) return std::nullopt;
   const uint64_t size = file.size;
-  if (size < 2) return std::nullopt;
+  // A raw file (which ReservableBytes allows) is not read whole to learn it.
+  unsigned char head[2];
+  const absl::StatusOr<size_t> head_read =
+      ReadAt(file.fd.get(), file.path, 0, head, 2);
+  if (!head_read.ok() || *head_read != 2 || !IsGzipMagic(head)) {
+    return std::nullopt;
+  }
   struct Free {
     void operator()(libdeflate_decompressor* d) const {
       libdeflate_free_decompressor(d);
@@ -268,9 +274,8 @@ std::optional<UninitializedBytes> InflateExactly(const RegularFile& file,
     UninitializedBytes compressed(static_cast<size_t>(size));
     const absl::StatusOr<size_t> got =
         ReadAt(file.fd.get(), file.path, 0, compressed.data(), size);
-    if (!got.ok() || *got != size || compressed[0] != 0x1f ||
-        compressed[1] != 0x8b) {
-      return std::nullopt;  // Short read, or raw (ReservableBytes allows it).
+    if (!got.ok() || *got != size || !IsGzipMagic(compressed.data())) {
+      return std::nullopt;  // A short read, or the file changed meanwhile.
     }
     const std::unique_ptr<libdeflate_decompressor, Free> inflater(
         libdeflate_alloc_decompressor());

@@ -8,6 +8,8 @@
 // its last (m-1)%L bytes are unused. Windows are examples: the batch
 // iterator shuffles them with the seed and resumes at its exact position.
 // Files are read through zlib, so gzip-compressed copies load too.
+#include "trainer/data/text.h"
+
 #include <cmath>
 #include <string>
 #include <vector>

@@ -9,6 +9,7 @@
 #include "tests/test_util.h"
 #include "trainer/data/batch_iterator.h"
 #include "trainer/data/dataset.h"
+#include "trainer/data/text.h"
 
 namespace mirrortrain::trainer {
 namespace {
