@@ -180,15 +180,19 @@ std::string Param::CheckRange(const ParamValue& value) const {
       return absl::StrCat("expected ", Describe(), ", got ",
                           ParamValueToString(value));
     }
-    // Used in float32 (InFloat32): one that rounds to 0 there is not > 0
-    // (an epsilon of 1e-320 would pass, then divide by zero), and one
-    // beyond its range is infinite.
+    // Used in float32 (InFloat32): one that rounds onto an excluded bound
+    // there is out of range (an epsilon of 1e-320 is 0 and would divide by
+    // zero; a beta of 0.99999999 is 1 and makes Adam's bias correction
+    // 1 - 1), and one beyond its range is infinite.
     const bool real = in_float32_;
-    if (real && min_ && *min_ == 0 && !min_inclusive_ &&
-        static_cast<float>(v) == 0.0f) {
+    const float rounded = static_cast<float>(v);
+    if (real && ((min_ && !min_inclusive_ &&
+                  rounded <= static_cast<float>(*min_)) ||
+                 (max_ && !max_inclusive_ &&
+                  rounded >= static_cast<float>(*max_)))) {
       return absl::StrCat("expected ", Describe(), ", got ",
-                          ParamValueToString(value),
-                          " (0 in float32, which computes it)");
+                          ParamValueToString(value), " (", Number(rounded),
+                          " in float32, which computes it)");
     }
     if (real && !std::isfinite(static_cast<float>(v))) {
       return absl::StrCat("expected ", Describe(), ", got ",

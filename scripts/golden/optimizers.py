@@ -58,8 +58,12 @@ def run(init, grads, slot_inits, step_fn):
 
 
 def powers(beta):
-    """f32(beta^t), t = 1..STEPS, the power computed in float64."""
-    return np.array([beta ** (k + 1) for k in range(STEPS)]).astype(np.float32)
+    """beta^t, t = 1..STEPS, as TensorFlow forms the powers it feeds
+    ResourceApplyAdam: tf.pow of the float32 beta and step (Keras 2's Adam),
+    not float64 powers of the unrounded beta."""
+    return np.array([tf.pow(tf.constant(np.float32(beta)),
+                            tf.constant(np.float32(k + 1))).numpy()
+                     for k in range(STEPS)], np.float32)
 
 
 def ref(init, grads, kind, hp, mom=0.0):

@@ -264,6 +264,19 @@ TEST(ConfigTest, OutOfRangeAndUnknownNames) {
             "(0 in float32, which computes it)");
   c = ParseConfig("optimizer: {name: adam, epsilon: 1e-44}\n", "j.yaml", {});
   EXPECT_TRUE(c.ok()) << c.status();
+  // < 1 in float32 likewise: a beta of 0.99999999 is 1 there, where Adam's
+  // bias correction 1 - beta1^t would divide by zero (a NaN at step 2).
+  for (const char* key : {"beta1", "beta2"}) {
+    c = ParseConfig(absl::StrCat("optimizer: {name: adam, ", key,
+                                 ": 0.99999999}\n"),
+                    "j.yaml", {});
+    EXPECT_EQ(Message(c.status()),
+              absl::StrCat("j.yaml:1: optimizer.", key,
+                           ": expected a number in [0, 1), got 0.99999999 "
+                           "(1 in float32, which computes it)"));
+  }
+  c = ParseConfig("optimizer: {name: adam, beta2: 0.9999999}\n", "j.yaml", {});
+  EXPECT_TRUE(c.ok()) << c.status();
   // Finite in float32, where the slots and inputs live: 1e39 would train
   // on infinities (an accumulator of 1e39 makes every update 0, and the
   // first checkpoint refuses the state). A schedule's decay_rate may grow

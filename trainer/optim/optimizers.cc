@@ -68,6 +68,24 @@ UpdateHyperparams AdagradOptimizer::Hyperparameters(const Variable&,
   return h;
 }
 
+namespace {
+
+// beta^t in the variable's dtype from beta in that dtype, as TensorFlow
+// forms the powers it feeds ResourceApplyAdam (tf.pow of the float32 beta
+// in Keras 2's Adam) and as Keras 3's update_step forms them (ops.power).
+// std::pow(float, float) is powf, bit-identical to TensorFlow's f32 pow for
+// normal results (checked for t <= 20000; it differs only where TF flushes
+// a subnormal power to 0, and 1 - p is 1 either way). A beta that is 1 in
+// float32 is refused by its key (InFloat32).
+double KerasPower(const Variable& var, double beta, int64_t t) {
+  if (var.dtype() == DType::kF32) {
+    return std::pow(static_cast<float>(beta), static_cast<float>(t));
+  }
+  return std::pow(beta, static_cast<double>(t));
+}
+
+}  // namespace
+
 AdamOptimizer::AdamOptimizer(std::unique_ptr<LearningRateSchedule> schedule,
                              double beta1, double beta2, double epsilon)
     : Optimizer(std::move(schedule)),
@@ -77,39 +95,31 @@ AdamOptimizer::AdamOptimizer(std::unique_ptr<LearningRateSchedule> schedule,
 
 UpdateRule AdamOptimizer::Rule() const { return UpdateRule::kAdam; }
 
-UpdateHyperparams AdamOptimizer::Hyperparameters(const Variable&,
+UpdateHyperparams AdamOptimizer::Hyperparameters(const Variable& var,
                                                  double lr) const {
   // The powers follow from the step count alone (nothing extra to
-  // checkpoint); float64 then rounded, as the golden TF run fed them.
-  const double t = static_cast<double>(iterations()) + 1.0;
+  // checkpoint), computed from the betas in the variable's dtype: float64
+  // powers of the unrounded betas moved a beta2 of 0.99999999 (1 in
+  // float32, so v stays 0) to a bias correction of 3e-8 and steps of
+  // lr * m / epsilon.
+  const int64_t t = iterations() + 1;
   UpdateHyperparams h;
   h.lr = lr;
   h.beta1 = beta1_;
   h.beta2 = beta2_;
   h.epsilon = epsilon_;
-  h.beta1_power = std::pow(beta1_, t);
-  h.beta2_power = std::pow(beta2_, t);
+  h.beta1_power = KerasPower(var, beta1_, t);
+  h.beta2_power = KerasPower(var, beta2_, t);
   return h;
 }
 
 namespace {
 
-// beta^t as Keras's update_step forms it: ops.power in the variable's
-// dtype. std::pow(float, float) is powf, bit-identical to TensorFlow's f32
-// pow for normal results (checked for t <= 20000; it differs only where TF
-// flushes a subnormal power to 0, and 1 - p is 1 either way).
-double KerasPower(const Variable& var, double beta, int64_t t) {
-  if (var.dtype() == DType::kF32) {
-    return std::pow(static_cast<float>(beta), static_cast<float>(t));
-  }
-  return std::pow(beta, static_cast<double>(t));
-}
-
 // Keras 3's keras.optimizers.AdamW (not a TensorFlow training op): the
 // decoupled decay w -= w*wd*lr, then Adam as Keras's update_step computes it
 // (UpdateRule::kAdamW), every operation in the variable's dtype:
 //   b1^t = pow(dtype(b1), dtype(t)), b2^t likewise (float32: powf, as
-//     tf.pow; not float64 powers rounded as AdamOptimizer feeds ApplyAdam);
+//     tf.pow; KerasPower, as AdamOptimizer's);
 //   alpha = lr*sqrt(1-b2^t) / (1-b1^t);
 //   m += (g-m)*dtype(1-b1); v += (g*g-v)*dtype(1-b2)  (1-b in float64);
 //   w -= m*alpha / (sqrt(v) + eps).
@@ -274,6 +284,7 @@ Param UnitInterval(const char* name, double default_value, const char* doc) {
       .Default(default_value)
       .Min(0)
       .Max(1, false)
+      .InFloat32()
       .Doc(doc);
 }
 Param Epsilon() {
