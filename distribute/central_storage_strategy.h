@@ -44,6 +44,11 @@ class CentralStorageStrategy final : public Strategy {
     return VariablePlacement::kCentral;
   }
   Device variables_device() const override { return variables_device_; }
+  // The replicas' gradient all-reduces (the central update communicates
+  // nothing more).
+  int64_t collectives_started() const override {
+    return compute_->collectives_started();
+  }
 
  private:
   CentralStorageStrategy(std::unique_ptr<MirroredStrategy> compute,

@@ -57,10 +57,6 @@ class CrossDeviceOps {
     return absl::OkStatus();
   }
   virtual std::string name() const = 0;
-  // Whether a collective gains from its own thread. Device collectives
-  // (NCCL) only enqueue work and overlap compute; host collectives run on
-  // the cores that compute, so they run inline on the replica thread.
-  virtual bool overlaps_compute() const = 0;
   // Whether AllReduce may be called on a stream that is being recorded
   // into a CUDA graph (it then only enqueues; see MirroredStrategy).
   virtual bool records_into_graphs() const { return false; }

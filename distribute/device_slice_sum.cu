@@ -90,11 +90,7 @@ absl::Status DeviceSliceSum(DType dtype,
                             int device) {
   if (segments.empty()) return absl::OkStatus();
   const int replicas = static_cast<int>(segments[0].at.size());
-  if (replicas < 1 || replicas > kMaxReplicasPerGpu) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "device all-reduce: ", replicas, " replicas share gpu:", device,
-        "; at most ", kMaxReplicasPerGpu, " can"));
-  }
+  MT_RETURN_IF_ERROR(CheckReplicasPerGpu(replicas, device));
   for (const SliceSegment& segment : segments) {
     if (static_cast<int>(segment.at.size()) != replicas ||
         segment.n > kChunk * kMaxBlocks) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "tensor/dtype.h"
 
@@ -22,6 +23,15 @@ namespace mirrortrain::distribute {
 // At most this many replicas per GPU (their pointers go to the kernel by
 // value).
 inline constexpr int kMaxReplicasPerGpu = 16;
+
+// OK when `replicas` logical replicas may share gpu:`device`'s all-reduce;
+// else InvalidArgument saying how many can.
+inline absl::Status CheckReplicasPerGpu(int replicas, int device) {
+  if (replicas >= 1 && replicas <= kMaxReplicasPerGpu) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "device all-reduce: ", replicas, " replicas share gpu:", device,
+      "; at most ", kMaxReplicasPerGpu, " can"));
+}
 
 // `n` elements that lie contiguously in every replica's memory: at[r] is
 // where they start in replica r's copy.

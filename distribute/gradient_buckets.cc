@@ -102,15 +102,17 @@ absl::Status GradientBuckets::LaunchReadyBuckets() {
 }
 
 absl::StatusOr<std::vector<Tensor>> GradientBuckets::Finish() {
-  if (next_bucket_ != static_cast<int>(plan_->buckets.size())) {
-    return absl::InternalError(
-        absl::StrCat("only ", next_bucket_, " of ", plan_->buckets.size(),
-                     " gradient buckets were complete at the end of backward"));
-  }
+  // The started collectives first, also when backward stopped early: the
+  // replica must not leave while its communication thread still reduces.
   absl::Status first_error;
   for (auto& f : pending_) {
     absl::Status s = f.get();
     if (first_error.ok() && !s.ok()) first_error = s;
+  }
+  if (next_bucket_ != static_cast<int>(plan_->buckets.size())) {
+    return absl::InternalError(
+        absl::StrCat("only ", next_bucket_, " of ", plan_->buckets.size(),
+                     " gradient buckets were complete at the end of backward"));
   }
   MT_RETURN_IF_ERROR(first_error);
   if (!ctx_->reduces()) return grads_;  // Nothing to reduce.

@@ -219,10 +219,9 @@ absl::Status LocalAllReduce::SumMySlice(int replica, ReduceOp op) {
   // Checked: every tensor of every list has this dtype and device.
   const Tensor& first = posted_[replica][0];
   const Device device = first.device();
-  if (device.is_cuda() && replicas_ > kMaxReplicasPerGpu) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "device all-reduce: ", replicas_, " replicas share gpu:", device.index,
-        "; at most ", kMaxReplicasPerGpu, " can"));
+  // Every replica fails alike, also one whose slice is empty.
+  if (device.is_cuda()) {
+    MT_RETURN_IF_ERROR(CheckReplicasPerGpu(replicas_, device.index));
   }
   const std::vector<SliceSegment> segments =
       Segments(posted_, SliceStart(n, replica, replicas_),

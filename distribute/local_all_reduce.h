@@ -51,7 +51,6 @@ class LocalAllReduce final : public CrossDeviceOps {
     return absl::OkStatus();
   }
   std::string name() const override { return "local"; }
-  bool overlaps_compute() const override { return false; }
   bool records_into_graphs() const override { return true; }
 
  private:

@@ -30,7 +30,6 @@ class NoCommunication final : public CrossDeviceOps {
   void Abort(const absl::Status&) override {}
   absl::Status Recover() override { return absl::OkStatus(); }
   std::string name() const override { return "none"; }
-  bool overlaps_compute() const override { return false; }
   bool records_into_graphs() const override { return true; }
   bool reduces() const override { return false; }
 };
@@ -164,14 +163,9 @@ class MirroredStrategy::Replica final : public ReplicaContext {
       if (!posted.ok()) done->set_value(posted);
       return future;
     }
-    auto reduce = [this, c = std::move(c)]() mutable { return Reduce(c); };
-    if (!ops_->overlaps_compute()) {
-      done->set_value(reduce());
-      return future;
-    }
-    comm_.Post([reduce = std::move(reduce), done]() mutable {
-      done->set_value(reduce());
-    });
+    // Host collectives run on the cores that compute: inline, on the
+    // replica thread (a thread of their own would only take turns).
+    done->set_value(Reduce(c));
     return future;
   }
 
@@ -179,6 +173,7 @@ class MirroredStrategy::Replica final : public ReplicaContext {
   // communication stream for its collectives.
   absl::Status CreateStreams(cuda::StreamPriority communication_priority) {
     if (!device_.is_cuda()) return absl::OkStatus();
+    comm_ = std::make_unique<ThreadPool>(1);
     MT_ASSIGN_OR_RETURN(compute_, cuda::Stream::Create(device_.index));
     MT_ASSIGN_OR_RETURN(
         communication_,
@@ -218,7 +213,7 @@ class MirroredStrategy::Replica final : public ReplicaContext {
     MT_ASSIGN_OR_RETURN(cuda::Event ready, cuda::Event::Create(device_.index));
     MT_RETURN_IF_ERROR(ready.Record(compute_.handle()));
     auto event = std::make_shared<cuda::Event>(std::move(ready));
-    comm_.Post([this, c = std::move(c), index, done, event]() mutable {
+    comm_->Post([this, c = std::move(c), index, done, event]() mutable {
       cuda::ScopedCurrentStream scope(communication_.handle());
       // While recording, what a collective allocates belongs to the graph
       // too (pool 0, none, otherwise): eager work must never be given it.
@@ -276,9 +271,10 @@ class MirroredStrategy::Replica final : public ReplicaContext {
 
   // Returns once the communication thread has run every task posted so far.
   void DrainCommunication() {
+    if (comm_ == nullptr) return;  // CPU replicas reduce inline.
     std::promise<void> drained;
     std::future<void> done = drained.get_future();
-    comm_.Post([&drained] { drained.set_value(); });
+    comm_->Post([&drained] { drained.set_value(); });
     done.wait();
   }
 
@@ -297,7 +293,9 @@ class MirroredStrategy::Replica final : public ReplicaContext {
   cuda::Event captured_tail_;  // After the last recorded collective.
   bool tail_recorded_ = false;
   std::vector<Tensor> kept_;  // The recorded collectives' tensors.
-  ThreadPool comm_{1};  // Runs this replica's device collectives in order.
+  // GPU replicas: runs this replica's device collectives in order (each
+  // waits for its stream under the watchdog). Null for CPU replicas.
+  std::unique_ptr<ThreadPool> comm_;
   std::atomic<int64_t> started_{0};  // Collectives started (any thread).
   std::unique_ptr<ThreadPool> worker_;
 };
@@ -399,9 +397,7 @@ absl::StatusOr<std::unique_ptr<MirroredStrategy>> MirroredStrategy::Create(
   // oversubscribe the cores.
   const int host_replicas =
       n * (processes != nullptr ? std::max(1, processes->local_size()) : 1);
-  if (devices[0].is_cpu() && host_replicas > 1) {
-    SetCpuMathThreads(std::max(1, HardwareConcurrency() / host_replicas));
-  }
+  if (devices[0].is_cpu()) ShareCpuMathThreads(host_replicas);
   MT_ASSIGN_OR_RETURN(
       std::unique_ptr<MirroredStrategy> strategy,
       CreateWithOps(devices, std::move(ops), rank * n, process_count * n,

@@ -36,7 +36,6 @@ class MultiProcessAllReduce final : public CrossDeviceOps {
   absl::Status AllReduce(int replica, ReduceOp op, Tensor& buffer) override;
   void Abort(const absl::Status& reason) override;
   std::string name() const override { return local_->name() + "+mpi"; }
-  bool overlaps_compute() const override { return false; }
 
  private:
   // Replica 0: `buffer` (the process's sum) summed over the processes.

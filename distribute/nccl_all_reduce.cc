@@ -118,7 +118,6 @@ class NcclAllReduce final : public CrossDeviceOps {
   }
 
   std::string name() const override { return "nccl"; }
-  bool overlaps_compute() const override { return true; }
 
  private:
   absl::Status AbortReason() const {

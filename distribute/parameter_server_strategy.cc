@@ -62,9 +62,7 @@ ParameterServerStrategy::Create(const std::vector<Device>& workers,
   }
   // Workers on logical CPU devices share the cores, as mirrored replicas.
   const int n = static_cast<int>(workers.size());
-  if (workers[0].is_cpu() && n > 1) {
-    SetCpuMathThreads(std::max(1, HardwareConcurrency() / n));
-  }
+  if (workers[0].is_cpu()) ShareCpuMathThreads(n);
   return std::unique_ptr<ParameterServerStrategy>(
       new ParameterServerStrategy(workers, options));
 }

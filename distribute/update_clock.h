@@ -4,9 +4,9 @@
 //
 // A worker's round: BeginRead() -> read the variables -> compute a gradient
 // -> Reserve() -> apply it -> Applied(). The staleness of an update is the
-// number of updates reserved between its worker's read and its own
-// reservation, not counting those already applied when the read began: how
-// many updates the variables its gradient was computed on may lack.
+// number of updates reserved before its own that were not yet applied when
+// its worker's read began (reserved before or after that read): how many
+// updates the variables its gradient was computed on may lack.
 //
 // max_staleness N >= 0 bounds every update's staleness by N. Workers between
 // BeginRead and Reserve are kept in read order; Reserve waits while it would
@@ -68,7 +68,7 @@ class UpdateClock {
   void Abort(const absl::Status& status);
 
   int64_t applied() const;
-  // counts[s]: updates applied with staleness s since the last call.
+  // counts[s]: updates reserved with staleness s since the last call.
   std::vector<int64_t> TakeStalenessCounts();
   // The largest staleness seen since construction.
   int64_t max_staleness_seen() const;

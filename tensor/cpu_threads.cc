@@ -31,4 +31,8 @@ void SetCpuMathThreads(int threads) { Threads() = std::max(1, threads); }
 
 int CpuMathThreads() { return Threads(); }
 
+void ShareCpuMathThreads(int sharers) {
+  if (sharers > 1) SetCpuMathThreads(HardwareConcurrency() / sharers);
+}
+
 }  // namespace mirrortrain

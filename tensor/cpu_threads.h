@@ -10,6 +10,10 @@ int HardwareConcurrency();
 // cores by lowering it.
 void SetCpuMathThreads(int threads);
 int CpuMathThreads();
+// Gives each of `sharers` threads that compute at once (CPU replicas or
+// workers) its share of the cores: SetCpuMathThreads(cores / sharers), at
+// least 1; nothing for one sharer.
+void ShareCpuMathThreads(int sharers);
 
 }  // namespace mirrortrain
 

@@ -22,7 +22,9 @@ struct ParameterServerShards::Shard {
   std::vector<Part> parts;
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<ExponentialMovingAverage> ema;
-  int64_t applied = 0;  // Pushes applied since Create or CopyFrom.
+  // Updates this shard holds: pushes applied since Create, or since
+  // CopyFrom, which sets it to the restored step.
+  int64_t applied = 0;
 };
 
 namespace {

@@ -43,8 +43,10 @@ uint64_t Trainer::StepSeed(uint64_t seed, int64_t step, int worker) {
   return z ^ (z >> 29);
 }
 
-double Trainer::HostValue(const Tensor& t) {
-  return t.device().is_cpu() ? t.ScalarAt(0) : t.To(Device::Cpu())->ScalarAt(0);
+absl::StatusOr<double> Trainer::HostValue(const Tensor& t) {
+  if (t.device().is_cpu()) return t.ScalarAt(0);
+  MT_ASSIGN_OR_RETURN(const Tensor host, t.To(Device::Cpu()));
+  return host.ScalarAt(0);
 }
 
 int64_t Trainer::global_step() const {
@@ -132,7 +134,7 @@ absl::Status Trainer::ClipGradients(std::vector<Tensor>& grads,
 absl::Status Trainer::CheckGlobalNorm(const Tensor& global_norm,
                                       absl::string_view where) {
   if (!global_norm.defined()) return absl::OkStatus();
-  const double norm = HostValue(global_norm);
+  MT_ASSIGN_OR_RETURN(const double norm, HostValue(global_norm));
   if (std::isfinite(norm)) return absl::OkStatus();
   return absl::AbortedError(
       absl::StrCat("non-finite gradient global norm (", norm, ") ", where));
@@ -451,7 +453,8 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
           MT_ASSIGN_OR_RETURN(
               Tensor loss,
               models::SparseCategoricalCrossentropy(logits, labels, 1));
-          loss_sums[id] += HostValue(loss);
+          MT_ASSIGN_OR_RETURN(const double sum, HostValue(loss));
+          loss_sums[id] += sum;
           MT_ASSIGN_OR_RETURN(int64_t c, models::CountCorrect(logits, labels));
           corrects[id] += static_cast<double>(c);
         }

@@ -142,8 +142,9 @@ class Trainer {
   // parameter servers' gathered into one copy (parameter_server; current
   // when no training runs).
   std::vector<Variable*> TrainingState() const;
-  // parameter_server: updates each ps device has applied, and gradients each
-  // worker pushed, since this trainer was built (tests).
+  // parameter_server: updates each ps device holds (counting a restored
+  // checkpoint's step), and gradients each worker pushed since this
+  // trainer was built (tests).
   std::vector<int64_t> ParameterServerUpdates() const;
   std::vector<int64_t> WorkerPushes() const;
   // parameter_server: the largest staleness of any applied update.
@@ -230,8 +231,8 @@ class Trainer {
   // replica, so every replica and every replica count agree; asynchronous
   // workers other than worker 0 get their own streams.
   static uint64_t StepSeed(uint64_t seed, int64_t step, int worker = 0);
-  // A scalar tensor's value, read on the host.
-  static double HostValue(const Tensor& t);
+  // A scalar tensor's value, read on the host (a device copy can fail).
+  static absl::StatusOr<double> HostValue(const Tensor& t);
   // A replica on `device`: its model, plus an optimizer and EMA when it
   // holds its own copy of the training state (`with_state`).
   absl::StatusOr<Replica> BuildReplica(const models::ModelDef& def,

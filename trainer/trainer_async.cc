@@ -86,7 +86,7 @@ absl::Status Trainer::WorkerLoop(distribute::ReplicaContext& ctx) {
     MT_ASSIGN_OR_RETURN(std::vector<Tensor> grads,
                         ComputeGradients(ctx, r, absl::MakeConstSpan(&batch, 1),
                                          StepSeed(config_.seed, *read, w)));
-    const double loss = HostValue(r.loss);
+    MT_ASSIGN_OR_RETURN(const double loss, HostValue(r.loss));
     absl::StatusOr<int64_t> ticket = updates.Reserve(w);
     // Over (the last update is taken, or a stop signal): this gradient is
     // dropped, never pushed, so nothing wrong with it can fail the run.
@@ -113,7 +113,8 @@ absl::Status Trainer::WorkerLoop(distribute::ReplicaContext& ctx) {
 absl::Status Trainer::TrainAsync(LoopState& loop) {
   distribute::UpdateClock& updates = clock();
   int64_t step = global_step();
-  // Also makes the clock usable again after an earlier Train's Finish.
+  // Also makes the clock usable again after an earlier Train's Finish (not
+  // after an abort: the clock stays aborted, and so does the trainer).
   updates.Reset(step);
   std::future<absl::Status> workers = std::async(std::launch::async, [this] {
     return strategy_->Run(

@@ -235,7 +235,20 @@ absl::Status Trainer::Restore(const CheckedCheckpoint& checkpoint) {
                                      position.step));
     clock().Reset(position.step);
   }
-  if (train_iterator_) {
+  if (train_iterator_ && ps_) {
+    // Asynchronous workers resume at their share of the updates, counted
+    // in batches (which worker pushed which is not recorded: a resume is
+    // not bitwise); another batch size would move them to other examples.
+    const int64_t now = config_.data.global_batch_size;
+    const int64_t then = position.input_batch_size.value_or(now);
+    if (then != now) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": written with data.global_batch_size: ", then,
+          "; parameter_server workers resume only with that size (got ",
+          now, ")"));
+    }
+    MT_RETURN_IF_ERROR(SeekWorkers(position.step));
+  } else if (train_iterator_) {
     MT_ASSIGN_OR_RETURN(const BatchIterator::Position at,
                         InputPositionNow(path, position));
     absl::Status seek = train_iterator_->Seek(at);
@@ -245,9 +258,6 @@ absl::Status Trainer::Restore(const CheckedCheckpoint& checkpoint) {
                        ", batch ", position.input_batch,
                        ") does not fit this config's data: ", seek.message()));
     }
-    // Asynchronous workers resume at their share of the updates (which
-    // worker pushed which is not recorded: a resume is not bitwise).
-    if (ps_) MT_RETURN_IF_ERROR(SeekWorkers(position.step));
   }
   auto hash = file.metadata().find("config_hash");
   if (hash != file.metadata().end() &&

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -305,7 +306,14 @@ absl::Status Trainer::FinishStep(LoopState& loop, int& stop) {
   }
   double loss = 0;
   for (size_t i = 0; i < replicas_.size(); ++i) {
-    loss += HostValue(p.losses[i]);
+    // A failed read is this step's failure, agreed below like the others.
+    const absl::StatusOr<double> value = HostValue(p.losses[i]);
+    if (!value.ok() && failed.ok()) {
+      failed = absl::Status(value.status().code(),
+                            absl::StrCat("step ", step, ": reading replica ", i,
+                                         "'s loss: ", value.status().message()));
+    }
+    loss += value.value_or(std::numeric_limits<double>::quiet_NaN());
     if (failed.ok()) {
       failed =
           CheckGlobalNorm(p.global_norms[i], absl::StrCat("at step ", step));

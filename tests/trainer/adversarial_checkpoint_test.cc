@@ -475,6 +475,28 @@ TEST_F(AdversarialCheckpointTest, ResumingWithAnotherBatchSizeKeepsTheInput) {
   EXPECT_EQ(file->metadata().at("input_batch_size"), "128");
 }
 
+// Asynchronous workers resume at their share of the updates, counted in
+// batches: with another batch size they would start at other examples
+// (one worker at twice the size resumed twice as far), so it is refused.
+TEST_F(AdversarialCheckpointTest, ParameterServersResumeOnlyAtTheirBatchSize) {
+  const std::vector<std::string> ps = {"distribute.strategy=parameter_server",
+                                       "train.steps=4"};
+  Result first = RunCli(SmallTrain(run_, ps));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const auto before = Snapshot(root_);
+  std::vector<std::string> wider = ps;
+  wider.back() = "train.steps=5";
+  wider.push_back("data.global_batch_size=128");
+  ExpectUsageError(RunCli(SmallTrain(run_, wider)),
+                   {Ckpt(4) + ": written with data.global_batch_size: 64; "
+                              "parameter_server workers resume only with "
+                              "that size (got 128)"});
+  EXPECT_TRUE(Unchanged(before, root_));
+  wider.pop_back();
+  Result same = RunCli(SmallTrain(run_, wider));
+  EXPECT_EQ(same.exit_code, 0) << same.err;
+}
+
 // Two trainers on one run directory: the second exits 2 at once naming the
 // first's pid; once the first is gone the directory is free.
 TEST_F(AdversarialCheckpointTest, SecondTrainerOnARunDirectoryExits2) {
