@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "tensor/ops/array_ops.h"
@@ -59,7 +60,23 @@ absl::StatusOr<std::vector<std::optional<Tensor>>> GradientTape::Gradient(
         "GradientTape.Gradient: a non-persistent tape computes one set of "
         "gradients; create it with persistent=true for more");
   }
+  // Checked before the tape is used up: a bad call leaves it usable.
+  if (options.output_gradient.has_value() &&
+      (options.output_gradient->shape() != target.shape() ||
+       options.output_gradient->dtype() != target.dtype())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GradientTape.Gradient: output_gradient ",
+        options.output_gradient->DebugString(), " does not match target ",
+        target.DebugString()));
+  }
   used_ = true;
+  // A non-persistent tape lets go of its records (and the activations they
+  // hold) however this call ends.
+  const absl::Cleanup release = [this] {
+    if (persistent_) return;
+    records_.clear();
+    records_.shrink_to_fit();
+  };
   // Ops run while differentiating are not recorded on this tape (they may be
   // on an outer one, which is how higher-order gradients would work).
   recording_ = false;
@@ -113,13 +130,7 @@ absl::StatusOr<std::vector<std::optional<Tensor>>> GradientTape::Gradient(
 
   absl::flat_hash_map<int64_t, Tensor> grads;
   if (options.output_gradient.has_value()) {
-    const Tensor& g = *options.output_gradient;
-    if (g.shape() != target.shape() || g.dtype() != target.dtype()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "GradientTape.Gradient: output_gradient ", g.DebugString(),
-          " does not match target ", target.DebugString()));
-    }
-    grads[target.id()] = g;
+    grads[target.id()] = *options.output_gradient;
   } else {
     MT_ASSIGN_OR_RETURN(grads[target.id()], ops::OnesLike(target));
   }
@@ -237,10 +248,6 @@ absl::StatusOr<std::vector<std::optional<Tensor>>> GradientTape::Gradient(
     if (reported[k]) continue;
     MT_ASSIGN_OR_RETURN(result[k], final_gradient(k));
     if (options.on_gradient_ready) hand_over(k);
-  }
-  if (!persistent_) {
-    records_.clear();
-    records_.shrink_to_fit();
   }
   return result;
 }

@@ -90,8 +90,10 @@ __global__ void SoftmaxKernel(const T* x, T* y, int64_t rows, int64_t cols,
     T mx, sum;
     RowMaxAndSum(xr, cols, lane, &mx, &sum);
     if (log) {
-      const T lse = mx + Log(sum);
-      for (int64_t c = lane; c < cols; c += kWarp) yr[c] = xr[c] - lse;
+      const T log_sum = Log(sum);  // (x - max) - log(sum), as the CPU's.
+      for (int64_t c = lane; c < cols; c += kWarp) {
+        yr[c] = (xr[c] - mx) - log_sum;
+      }
     } else {
       const T inv = T(1) / sum;
       for (int64_t c = lane; c < cols; c += kWarp) {

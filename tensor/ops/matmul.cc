@@ -215,13 +215,18 @@ absl::Status Gemm(const GemmOperand& a, const GemmOperand& b, bool ta, bool tb,
                      a.DebugString(), ", ", b.DebugString()));
   }
   if (d.batch == 0 || d.m == 0 || d.n == 0) return absl::OkStatus();
-  const int64_t lda = a.leading_dim(), ldb = b.leading_dim();
+  int64_t lda = a.leading_dim(), ldb = b.leading_dim();
   // Batched products step from matrix to matrix by their dense sizes.
   if (d.batch > 1 && (lda != a.shape().back() || ldb != b.shape().back())) {
     return absl::InvalidArgumentError(
         absl::StrCat("MatMul: batched operands must be dense (operands ",
                      a.DebugString(), ", ", b.DebugString(), ")"));
   }
+  // cuBLAS documents leading dimensions >= 1 even where an operand has no
+  // columns (k = 0: [m, 0] has 0; OpenBLAS takes 0 there); with k = 0 the
+  // product is out = beta * out.
+  lda = std::max<int64_t>(lda, 1);
+  ldb = std::max<int64_t>(ldb, 1);
   if (a.device().is_cuda()) {
     return cuda::Gemm(a.dtype(), ta, tb,
                       cuda::GemmShape{d.batch, d.m, d.n, d.k}, alpha, a.data(),

@@ -83,8 +83,10 @@ void CpuSoftmax(const T* x, T* y, int64_t rows, int64_t cols, bool log) {
       T* yr = y + r * cols;
       const auto [mx, sum] = ExpRow(xr, yr, cols);
       if (log) {
-        const T lse = mx + std::log(sum);
-        for (int64_t c = 0; c < cols; ++c) yr[c] = xr[c] - lse;
+        // (x - max) - log(sum), as TensorFlow: x - (max + log(sum)) loses
+        // log(sum) against a large max (logits of 1e8 gave 0, not -0.69).
+        const T log_sum = std::log(sum);
+        for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - mx) - log_sum;
       } else {
         const T inv = T(1) / sum;
         for (int64_t c = 0; c < cols; ++c) yr[c] *= inv;

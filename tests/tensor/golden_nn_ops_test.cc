@@ -1,5 +1,7 @@
 // Forward values and gradients against TensorFlow
 // (scripts/golden/nn_ops.py -> tests/golden/nn_ops.txt).
+#include <cmath>
+
 #include "gtest/gtest.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/ops/conv_ops.h"
@@ -51,6 +53,21 @@ TEST_F(GoldenNnOpsTest, SoftmaxAndLogSoftmax) {
       AllClose(*ops::Softmax(G("xent/logits")), G("softmax/y"), kRtol, kAtol));
   EXPECT_TRUE(AllClose(*ops::LogSoftmax(G("xent/logits")), G("log_softmax/y"),
                        kRtol, kAtol));
+}
+
+// (x - max) - log(sum), as TensorFlow computes it: against a max of 1e8,
+// max + log(sum) rounds to the max, and the result was 0 for every class.
+TEST(LogSoftmaxTest, KeepsTheLogSumForLargeLogits) {
+  const Tensor x =
+      Tensor::FromVector<float>({1e8f, 1e8f, 1e4f, 1e4f + 1}, {2, 2});
+  absl::StatusOr<Tensor> y = ops::LogSoftmax(x);
+  ASSERT_TRUE(y.ok()) << y.status();
+  const double tail = std::log1p(std::exp(-1.0));  // log(1 + e^-1).
+  const Tensor expected = Tensor::FromVector<float>(
+      {static_cast<float>(-std::log(2.0)), static_cast<float>(-std::log(2.0)),
+       static_cast<float>(-1.0 - tail), static_cast<float>(-tail)},
+      {2, 2});
+  EXPECT_TRUE(AllClose(*y, expected, 1e-6, 1e-6));
 }
 
 TEST_F(GoldenNnOpsTest, Conv2DForwardAndGradients) {

@@ -82,6 +82,10 @@ TEST(GradientTapeTest, OutputGradientsScaleTheResult) {
   options.output_gradient = Tensor::FromVector<double>({1, 2}, {2});
   EXPECT_EQ(tape2.Gradient(y2, {x}, options).status().code(),
             absl::StatusCode::kInvalidArgument);
+  // The refused call did not use the (non-persistent) tape up.
+  auto retried = tape2.Gradient(y2, {x});
+  ASSERT_TRUE(retried.ok()) << retried.status();
+  EXPECT_EQ((*retried)[0]->ToVector<double>(), (std::vector<double>{2, 4, 6}));
 }
 
 TEST(GradientTapeTest, NonPersistentTapeAnswersOnce) {

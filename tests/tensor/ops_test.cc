@@ -88,6 +88,20 @@ TEST(OpsTest, MatMulTransposes) {
   EXPECT_EQ(aat.ToVector<float>(), (std::vector<float>{14, 32, 32, 77}));
 }
 
+// An inner dimension of 0 gives zeros (and the bias), as an empty sum.
+TEST(OpsTest, ProductsOverAnEmptyInnerDimension) {
+  const Tensor a = Tensor::HostZeros(DType::kF32, {3, 0});
+  const Tensor b = Tensor::HostZeros(DType::kF32, {0, 2});
+  const Tensor bias = V({1, 2}, {2});
+  absl::StatusOr<Tensor> product = ops::MatMul(a, b);
+  absl::StatusOr<Tensor> biased = ops::MatMulBias(a, b, bias);
+  ASSERT_TRUE(product.ok()) << product.status();
+  ASSERT_TRUE(biased.ok()) << biased.status();
+  EXPECT_EQ(product->ToVector<float>(), std::vector<float>(6, 0.0f));
+  EXPECT_EQ(biased->ToVector<float>(),
+            (std::vector<float>{1, 2, 1, 2, 1, 2}));
+}
+
 TEST(OpsTest, ReductionsOverAxes) {
   Tensor x = V({1, 2, 3, 4, 5, 6}, {2, 3});
   EXPECT_EQ(ops::ReduceSum(x)->ToVector<float>(), (std::vector<float>{21}));
