@@ -78,10 +78,16 @@ absl::StatusOr<Shape> ResidualLayer::OutputShape(const Shape& input) const {
     MT_ASSIGN_OR_RETURN(shortcut, shortcut_->OutputShape(input));
   }
   if (main != shortcut) {
+    // The remedy depends on what flows: images take a strided 1x1 conv,
+    // vectors and sequences a dense layer of the main branch's width.
+    const std::string remedy =
+        input.size() == 4 ? "a strided 1x1 conv2d"
+                          : absl::StrCat("a dense layer of ", main.back(),
+                                         " units");
     return absl::InvalidArgumentError(absl::StrCat(
         "the main branch gives ", ShapeToString(main), " but the ",
         shortcut_ == nullptr ? "identity shortcut" : "shortcut", " gives ",
-        ShapeToString(shortcut), " (add a shortcut with a strided 1x1 conv)"));
+        ShapeToString(shortcut), " (add a shortcut with ", remedy, ")"));
   }
   return main;
 }

@@ -130,9 +130,19 @@ absl::StatusOr<std::unique_ptr<Layer>> LayerBuilder::BuildOne(
     return absl::InvalidArgumentError(absl::StrCat(
         spec.Where(), spec.name.empty() ? "" : ".name", ": the layer name '",
         name_, "' is taken by ", taken->second,
-        spec.name.empty() ? " (give this one a name)" : ""));
+        !spec.name.empty()  ? ""
+        : spec.repeat > 1 ? absl::StrCat(" (rename ", taken->second, ")")
+                          : " (give this one a name)"));
   }
   input_shape_ = input;
+  if (type->reads_token_ids && trainable_upstream_) {
+    error_named_ = true;
+    return absl::InvalidArgumentError(absl::StrCat(
+        spec.Where(), " (", type->name,
+        "): reads its input as token ids, which carry no gradient, so the "
+        "trainable layers before it would never train (make it the first "
+        "layer)"));
+  }
   const size_t row = summary_.size();
   summary_.push_back({absl::StrCat(std::string(2 * depth_, ' '), name_),
                       type->name,
@@ -180,10 +190,21 @@ absl::StatusOr<std::unique_ptr<Layer>> LayerBuilder::BuildSequence(
     const std::vector<LayerSpec>& specs, const Shape& input, std::string name) {
   auto sequence = std::make_unique<SequentialLayer>(std::move(name));
   Shape shape = input;
+  // Each layer sees whether trainable variables lie before its input; the
+  // caller's view (a container's input) comes back at the end.
+  const bool entry_upstream = trainable_upstream_;
+  const absl::Cleanup restore = [this, entry_upstream] {
+    trainable_upstream_ = entry_upstream;
+  };
+  bool upstream = entry_upstream;
   for (const LayerSpec& spec : specs) {
     for (int64_t r = 0; r < spec.repeat; ++r) {
       const size_t row = summary_.size();
+      trainable_upstream_ = upstream;
       MT_ASSIGN_OR_RETURN(std::unique_ptr<Layer> layer, BuildOne(spec, shape));
+      for (const Variable* v : layer->variables()) {
+        upstream = upstream || v->trainable();
+      }
       MT_ASSIGN_OR_RETURN(shape, layer->OutputShape(shape));
       if (sequence->Append(std::move(layer))) {
         summary_[row].note = "computed inside the previous layer";

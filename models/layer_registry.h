@@ -165,6 +165,10 @@ class LayerBuilder {
   bool continuous_inputs_ = false;
   int seeds_drawn_ = 0;
   int depth_ = 0;
+  // Whether trainable variables lie between the model's input and the
+  // current layer's input (a layer reading token ids would cut their
+  // gradient: ids carry none).
+  bool trainable_upstream_ = false;
   bool error_named_ = false;  // A failing layer has prefixed its path.
   // Per type: the layers built (type_index), and the unnamed ones (the
   // next auto-name's number).

@@ -19,6 +19,7 @@
 #include "tensor/ops/index_checks.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/status_macros.h"
+#include "trainer/checkpoint/checkpoint_format.h"
 #include "trainer/optim/optimizers.h"
 
 namespace mirrortrain::trainer {
@@ -503,6 +504,12 @@ const Tensor* Trainer::TestImagesOn(Device device) const {
 }
 
 absl::Status Trainer::EvaluateAndLog(int64_t step) {
+  // Weights that would not be saved are not evaluated either: their loss
+  // would be logged for a state the run then refuses (SaveIfNew).
+  if (!config_.checkpoint.allow_non_finite) {
+    if (ps_) MT_RETURN_IF_ERROR(SnapshotShards());
+    MT_RETURN_IF_ERROR(CheckFiniteState(TrainingState(), step));
+  }
   const int64_t steps_per_epoch = StepsPerEpoch();
   std::vector<bool> which;  // Raw (false) and EMA (true) weights.
   if (!primary().ema || config_.ema.evaluate_raw) which.push_back(false);

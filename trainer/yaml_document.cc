@@ -156,8 +156,9 @@ absl::StatusOr<YAML::Node> LoadOneDocument(const std::string& raw_text,
     }
   } catch (const YAML::DeepRecursion& e) {
     // Its message is yaml-cpp's "bad file".
+    // Valid YAML, beyond yaml-cpp's DepthGuard (2000 levels).
     return error(e.mark.line >= 0 ? e.mark.line + 1 : 0, base,
-                 "malformed YAML: nested too deeply for the parser");
+                 "YAML nested deeper than the parser's limit of 2000 levels");
   } catch (const YAML::ParserException& e) {
     return error(e.mark.line >= 0 ? e.mark.line + 1 : 0, base,
                  absl::StrCat("malformed YAML: ", e.msg));

@@ -67,6 +67,12 @@ TEST(ModelTest, LayerNamesAreUnique) {
             "model.layers[1]: the layer name 'dense' is taken by "
             "model.layers[0] (give this one a name)");
   EXPECT_TRUE(build(named("x"), named("")).ok());
+  // A repeated entry cannot be named: the other one is to be renamed.
+  LayerSpec repeated = named("");
+  repeated.repeat = 2;
+  EXPECT_EQ(build(named("dense_1"), repeated).message(),
+            "model.layers[1]: the layer name 'dense_1' is taken by "
+            "model.layers[0] (rename model.layers[0])");
   // A named layer takes no auto-name number (Keras 3): the next unnamed
   // dense is `dense`, not `dense_1`.
   EXPECT_TRUE(build(named("dense_1"), named("")).ok());
@@ -252,6 +258,53 @@ TEST(ModelTest, MixedBFloat16LeavesTokenIdsUnrounded) {
   dense.input_shape = {3};
   dense.layers = {Spec("dense", {{"units", int64_t{2}}})};
   EXPECT_EQ(TokenIdLayer(dense.layers), nullptr);
+}
+
+// Token ids carry no gradient: trainable layers before an embedding would
+// silently never train (TensorFlow warns; DESIGN: never a silent zero), so
+// the model is refused, also across containers; layers without variables
+// before it (reshape) are fine.
+TEST(ModelTest, NoTrainableLayerMayFeedAnEmbedding) {
+  const LayerSpec embedding = Spec(
+      "embedding", {{"input_dim", int64_t{10}}, {"output_dim", int64_t{2}}});
+  auto build = [](std::vector<LayerSpec> layers) {
+    for (size_t i = 0; i < layers.size(); ++i) {
+      layers[i].path = absl::StrCat("model.layers[", i, "]");
+    }
+    LayerBuilder builder(1, Device::Cpu());
+    return builder.BuildSequence(layers, {2, 4}).status();
+  };
+  const LayerSpec dense = Spec("dense", {{"units", int64_t{4}}});
+  EXPECT_EQ(build({dense, embedding}).message(),
+            "model.layers[1] (embedding): reads its input as token ids, which "
+            "carry no gradient, so the trainable layers before it would never "
+            "train (make it the first layer)");
+  EXPECT_THAT(std::string(build({Spec("sequential", {}, {dense}),
+                                 Spec("sequential", {}, {embedding})})
+                              .message()),
+              HasSubstr("reads its input as token ids"));
+  EXPECT_TRUE(build({Spec("reshape", {{"target_shape", std::vector<int64_t>{4}}}),
+                     embedding})
+                  .ok());
+}
+
+// A residual whose branches disagree says how to mend the shortcut for
+// what flows through it.
+TEST(ModelTest, ResidualShapeErrorsSuggestAShortcutThatFits) {
+  LayerSpec vectors = Spec("residual", {}, {Spec("dense", {{"units", int64_t{5}}})});
+  vectors.path = "model.layers[0]";
+  LayerBuilder builder(1, Device::Cpu());
+  EXPECT_THAT(std::string(builder.BuildSequence({vectors}, {1, 3}).status().message()),
+              HasSubstr("(add a shortcut with a dense layer of 5 units)"));
+  LayerSpec images = Spec(
+      "residual", {},
+      {Spec("conv2d", {{"filters", int64_t{4}}, {"kernel_size", int64_t{1}}})});
+  images.path = "model.layers[0]";
+  LayerBuilder image_builder(1, Device::Cpu());
+  EXPECT_THAT(std::string(image_builder.BuildSequence({images}, {1, 6, 6, 2})
+                              .status()
+                              .message()),
+              HasSubstr("(add a shortcut with a strided 1x1 conv2d)"));
 }
 
 // A container's factory may read the builder's name after building its

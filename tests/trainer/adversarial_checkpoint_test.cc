@@ -21,7 +21,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/trainer/cli_runner.h"
@@ -390,6 +392,15 @@ TEST_F(AdversarialCheckpointTest, ANonFiniteStateIsNotSaved) {
                                "save it anyway"));
   EXPECT_TRUE(fs::exists(Ckpt(16)));
   EXPECT_FALSE(fs::exists(Ckpt(17)));
+  // Nor is it evaluated: no test record for weights the run refuses (the
+  // final evaluation logged a NaN loss for them before).
+  EXPECT_THAT(r.err, Not(HasSubstr("eval step 17")));
+  for (absl::string_view line :
+       absl::StrSplit(ReadFile(run_ + "/metrics.jsonl"), '\n')) {
+    EXPECT_FALSE(absl::StrContains(line, "\"step\": 17,") &&
+                 absl::StrContains(line, "test"))
+        << line;
+  }
   ASSERT_EQ(Eval(ckpts_).exit_code, 0);
 }
 
