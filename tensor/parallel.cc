@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <exception>
 #include <memory>
 #include <mutex>
 
@@ -49,6 +50,10 @@ struct Work {
   std::atomic<int64_t> done{0};
   std::mutex mu;
   std::condition_variable cv;
+  // The first exception a chunk threw (under `mu`), rethrown by the caller
+  // once every chunk has finished: a throw must not unwind the caller's
+  // frame (and `fn`) while other threads still run chunks of it.
+  std::exception_ptr error;
 
   int64_t chunks() const { return shares * per_share; }
   bool Finished() const {
@@ -63,7 +68,12 @@ struct Work {
         const int64_t c = next[share].fetch_add(1, std::memory_order_relaxed);
         if (c >= per_share) break;
         const int64_t chunk = share * per_share + c;
-        (*fn)(n * chunk / chunks(), n * (chunk + 1) / chunks());
+        try {
+          (*fn)(n * chunk / chunks(), n * (chunk + 1) / chunks());
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!error) error = std::current_exception();
+        }
         if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks()) {
           std::lock_guard<std::mutex> lock(mu);
           cv.notify_one();
@@ -99,6 +109,7 @@ void ParallelFor(int64_t n, int64_t min_chunk,
   SpinUntil([&] { return work->Finished(); });
   std::unique_lock<std::mutex> lock(work->mu);
   work->cv.wait(lock, [&] { return work->Finished(); });
+  if (work->error) std::rethrow_exception(work->error);
 }
 
 }  // namespace mirrortrain

@@ -19,7 +19,8 @@ namespace mirrortrain {
 // threads (the caller included) do its work instead of waiting for it. The
 // chunk boundaries depend only on n, min_chunk and the thread count, never
 // on timing, so results are deterministic for kernels that reduce per chunk
-// into fixed slots.
+// into fixed slots. A chunk that throws (std::bad_alloc) does not stop the
+// others; once all have finished, the first exception is rethrown here.
 void ParallelFor(int64_t n, int64_t min_chunk,
                  const std::function<void(int64_t, int64_t)>& fn);
 

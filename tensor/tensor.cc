@@ -151,7 +151,9 @@ Tensor Tensor::HostFull(DType dtype, Shape shape, double value) {
 
 absl::StatusOr<Tensor> Tensor::Reshaped(Shape shape) const {
   MT_RETURN_IF_ERROR(ValidateShape(shape));
-  if (NumElements(shape) != num_elements()) {
+  // Checked: dimensions whose product overflows could wrap to the count.
+  const std::optional<int64_t> count = CheckedNumElements(shape);
+  if (!count.has_value() || *count != num_elements()) {
     return absl::InvalidArgumentError(absl::StrCat("Reshape: cannot view ",
                                                    DebugString(), " as shape ",
                                                    ShapeToString(shape)));

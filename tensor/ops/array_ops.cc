@@ -119,8 +119,11 @@ absl::StatusOr<Tensor> Reshape(const Tensor& x, const Shape& shape) {
     if (shape[i] == -1) {
       if (infer >= 0) return OpError("Reshape", "more than one -1", {&x});
       infer = static_cast<int>(i);
-    } else {
-      known *= shape[i];
+    } else if (__builtin_mul_overflow(known, shape[i], &known)) {
+      return OpError("Reshape",
+                     absl::StrCat(ShapeToString(shape),
+                                  " holds more elements than fit 64 bits"),
+                     {&x});
     }
   }
   if (infer >= 0) {

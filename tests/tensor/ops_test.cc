@@ -88,6 +88,28 @@ TEST(OpsTest, MatMulTransposes) {
   EXPECT_EQ(aat.ToVector<float>(), (std::vector<float>{14, 32, 32, 77}));
 }
 
+// The logistic inside silu is 0 far below zero (exp(-x) overflows), on the
+// host as on GPUs: silu(-1e30) is -0, not -1e30 times exp's saturated
+// e^-88.3; its gradient there is 0 as well.
+TEST(OpsTest, SiluOfHugeNegativeInputsIsZero) {
+  const Tensor x = V({-1e30f, -3e38f, -100.0f, 2.0f}, {4});
+  absl::StatusOr<Tensor> y = ops::Silu(x);
+  ASSERT_TRUE(y.ok()) << y.status();
+  const std::vector<float> v = y->ToVector<float>();
+  EXPECT_EQ(v[0], 0.0f);
+  EXPECT_EQ(v[1], 0.0f);
+  EXPECT_NEAR(v[2], -100.0 / (1.0 + std::exp(100.0)), 1e-40);
+  EXPECT_NEAR(v[3], 2.0 / (1.0 + std::exp(-2.0)), 1e-6);
+  GradientTape tape;
+  tape.Watch(x);
+  absl::StatusOr<Tensor> z = ops::Silu(x);
+  ASSERT_TRUE(z.ok());
+  auto g = tape.Gradient(*ops::ReduceSum(*z), {x});
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ((*g)[0]->ToVector<float>()[0], 0.0f);
+  EXPECT_EQ((*g)[0]->ToVector<float>()[1], 0.0f);
+}
+
 // An inner dimension of 0 gives zeros (and the bias), as an empty sum.
 TEST(OpsTest, ProductsOverAnEmptyInnerDimension) {
   const Tensor a = Tensor::HostZeros(DType::kF32, {3, 0});

@@ -1,6 +1,7 @@
 #include "tensor/parallel.h"
 
 #include <atomic>
+#include <new>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -23,6 +24,34 @@ TEST(ParallelForTest, CoversTheRangeExactlyOnce) {
         for (int64_t i = begin; i < end; ++i) hits[i]++;
       });
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i], 1) << n << " " << i;
+    }
+  }
+}
+
+// A chunk that throws (an allocation inside a kernel) reaches the caller
+// only after every other chunk has finished: the caller's frame, which the
+// chunks read, outlives them (it unwound under them before). Chunks on any
+// thread may throw.
+TEST(ParallelForTest, AThrowingChunkReachesTheCallerAfterTheOthers) {
+  for (const int64_t thrower : {int64_t{0}, int64_t{999}}) {
+    std::atomic<int64_t> covered{0};
+    bool caught = false;
+    try {
+      ParallelFor(1000, 1, [&](int64_t begin, int64_t end) {
+        if (begin <= thrower && thrower < end) throw std::bad_alloc();
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        covered += end - begin;
+      });
+    } catch (const std::bad_alloc&) {
+      caught = true;
+    }
+    EXPECT_TRUE(caught) << thrower;
+    // Every chunk but the thrower's ran to its end before the throw came.
+    const int64_t seen = covered.load();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_EQ(covered.load(), seen) << thrower;
+    if (CpuMathThreads() > 1) {
+      EXPECT_GT(seen, 0) << thrower;
     }
   }
 }

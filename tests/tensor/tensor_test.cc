@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tensor/allocator.h"
+#include "tensor/ops/array_ops.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain {
@@ -43,6 +44,12 @@ TEST(TensorTest, ReshapeIsAViewWithANewId) {
   EXPECT_EQ(v->data<float>()[5], 42);
   EXPECT_FALSE(t.Reshaped({4, 2}).ok());
   EXPECT_FALSE(t.Reshaped({-6}).ok());
+  // Dimensions whose product overflows 64 bits (2^64 wraps to 0) are no
+  // shape of an empty tensor.
+  const Tensor empty = Tensor::HostEmpty(DType::kF32, {0});
+  const int64_t big = int64_t{1} << 32;
+  EXPECT_FALSE(empty.Reshaped({big, big}).ok());
+  EXPECT_FALSE(ops::Reshape(empty, {big, big, -1}).ok());
 }
 
 TEST(TensorTest, SliceRowsViewsContiguousRows) {
