@@ -758,7 +758,9 @@ absl::Status ConvGrads(const ConvAttrs& attrs, const Tensor& x,
     const int64_t chunk = ChunkFor(geo, dt);
     const int64_t chunks = (geo.n + chunk - 1) / chunk;
     // One filter-gradient partial per chunk, summed in chunk order
-    // afterwards: the result does not depend on the thread count.
+    // afterwards: the result does not depend on which thread ran which
+    // chunk or when. The chunk size does depend on the thread count
+    // (ChunkFor), so 1 and 2 CPU replicas may differ in the last bits.
     Tensor partials;
     if (needs[1])
       partials = Tensor::HostEmpty(dt, {chunks * geo.patch(), geo.o});

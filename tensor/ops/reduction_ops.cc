@@ -1,6 +1,7 @@
 #include "tensor/ops/reduction_ops.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "tensor/cuda/cuda_kernels.h"
 #include "tensor/gradient_tape.h"
@@ -213,11 +214,13 @@ absl::StatusOr<Tensor> ReduceSum(const Tensor& x, std::vector<int> axes,
 absl::StatusOr<Tensor> ReduceMean(const Tensor& x, std::vector<int> axes,
                                   bool keepdims) {
   MT_ASSIGN_OR_RETURN(Tensor sum, ReduceSum(x, axes, keepdims));
-  int64_t count =
+  const int64_t count =
       sum.num_elements() == 0
           ? 0
           : x.num_elements() / std::max<int64_t>(sum.num_elements(), 1);
-  return Scale(sum, count == 0 ? 0.0 : 1.0 / static_cast<double>(count));
+  // count 0 with sums to fill: each is a mean of nothing, 0 / 0.
+  return Scale(sum, count == 0 ? std::numeric_limits<double>::quiet_NaN()
+                               : 1.0 / static_cast<double>(count));
 }
 
 absl::StatusOr<Tensor> L2Loss(const Tensor& x) {

@@ -13,6 +13,8 @@ namespace mirrortrain::ops {
 // tf.reduce_sum(x) with axis=None). Repeated axes are an error.
 absl::StatusOr<Tensor> ReduceSum(const Tensor& x, std::vector<int> axes = {},
                                  bool keepdims = false);
+// The sums times 1 / count; a mean over an empty axis is NaN (0 / 0, as
+// tf.reduce_mean gives).
 absl::StatusOr<Tensor> ReduceMean(const Tensor& x, std::vector<int> axes = {},
                                   bool keepdims = false);
 // sum(x^2) / 2, a scalar (tf.nn.l2_loss).

@@ -132,6 +132,11 @@ TEST(OpsTest, ReductionsOverAxes) {
   EXPECT_EQ(ops::ReduceSum(x, {1}, true)->shape(), (Shape{2, 1}));
   EXPECT_EQ(ops::ReduceMean(x, {-1})->ToVector<float>(),
             (std::vector<float>{2, 5}));
+  // A mean over an empty axis is NaN (0 / 0), as tf.reduce_mean's.
+  const Tensor empty_rows = Tensor::HostZeros(DType::kF32, {0, 3});
+  absl::StatusOr<Tensor> mean_of_nothing = ops::ReduceMean(empty_rows, {0});
+  ASSERT_TRUE(mean_of_nothing.ok()) << mean_of_nothing.status();
+  for (float v : mean_of_nothing->ToVector<float>()) EXPECT_TRUE(std::isnan(v));
   EXPECT_FALSE(ops::ReduceSum(x, {2}).ok());
   EXPECT_FALSE(ops::ReduceSum(x, {0, 0}).ok());
   EXPECT_EQ(ops::L2Loss(x)->ToVector<float>(), (std::vector<float>{45.5}));
