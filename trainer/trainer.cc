@@ -522,13 +522,16 @@ absl::Status Trainer::EvaluateAndLog(int64_t step) {
                       "test",
                       ema ? "ema" : "raw",
                       {{"loss", e.loss}, {"accuracy", e.accuracy}}};
-    absl::StrAppend(&line,
-                    absl::StrFormat("  %s: loss %.4f accuracy %.4f",
-                                    ema ? "ema" : "raw", e.loss, e.accuracy));
+    // A NaN prints as "nan" (printf gives "-nan" for some), as
+    // metrics.jsonl's null says: no number.
+    const auto fixed = [](double v) {
+      return std::isnan(v) ? std::string("nan") : absl::StrFormat("%.4f", v);
+    };
+    absl::StrAppend(&line, "  ", ema ? "ema" : "raw", ": loss ", fixed(e.loss),
+                    " accuracy ", fixed(e.accuracy));
     if (e.bits_per_byte) {
       rec.values.push_back({"bits_per_byte", *e.bits_per_byte});
-      absl::StrAppend(&line,
-                      absl::StrFormat(" bits/byte %.4f", *e.bits_per_byte));
+      absl::StrAppend(&line, " bits/byte ", fixed(*e.bits_per_byte));
     }
     if (logger_) MT_RETURN_IF_ERROR(logger_->Log(rec));
   }
