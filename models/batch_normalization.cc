@@ -71,9 +71,10 @@ class BatchNormalizationLayer final : public Layer {
     if (sync) {
       // Every replica knows the global batch, so only the sums travel.
       if (ctx.global_batch <= 0) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            name(), ": synchronized statistics need the global batch size "
-                    "(ForwardContext::global_batch)"));
+        return absl::FailedPreconditionError(
+            absl::StrCat(name(),
+                         ": synchronized statistics need the global batch size "
+                         "(ForwardContext::global_batch)"));
       }
       MT_ASSIGN_OR_RETURN(
           std::vector<Tensor> global,

@@ -81,9 +81,9 @@ absl::StatusOr<Shape> ResidualLayer::OutputShape(const Shape& input) const {
     // The remedy depends on what flows: images take a strided 1x1 conv,
     // vectors and sequences a dense layer of the main branch's width.
     const std::string remedy =
-        input.size() == 4 ? "a strided 1x1 conv2d"
-                          : absl::StrCat("a dense layer of ", main.back(),
-                                         " units");
+        input.size() == 4
+            ? "a strided 1x1 conv2d"
+            : absl::StrCat("a dense layer of ", main.back(), " units");
     return absl::InvalidArgumentError(absl::StrCat(
         "the main branch gives ", ShapeToString(main), " but the ",
         shortcut_ == nullptr ? "identity shortcut" : "shortcut", " gives ",

@@ -130,9 +130,9 @@ absl::StatusOr<std::unique_ptr<Layer>> LayerBuilder::BuildOne(
     return absl::InvalidArgumentError(absl::StrCat(
         spec.Where(), spec.name.empty() ? "" : ".name", ": the layer name '",
         name_, "' is taken by ", taken->second,
-        !spec.name.empty()  ? ""
-        : spec.repeat > 1 ? absl::StrCat(" (rename ", taken->second, ")")
-                          : " (give this one a name)"));
+        !spec.name.empty() ? ""
+        : spec.repeat > 1  ? absl::StrCat(" (rename ", taken->second, ")")
+                           : " (give this one a name)"));
   }
   input_shape_ = input;
   if (type->reads_token_ids && trainable_upstream_) {

@@ -45,8 +45,9 @@ class Model {
   // every layer's output are rounded to bfloat16 (ForwardContext::
   // bf16_activations); variables stay f32. Token ids are not rounded (a
   // model whose input layer reads them, TokenIdLayer): bf16 holds integers
-  // exactly only up to 256, and Keras's Embedding does not cast its input. Matrix products take bf16
-  // operands through the process-wide MatMulPrecision, set separately.
+  // exactly only up to 256, and Keras's Embedding does not cast its input.
+  // Matrix products take bf16 operands through the process-wide
+  // MatMulPrecision, set separately.
   void SetMixedBFloat16(bool on) { mixed_bfloat16_ = on; }
 
   // Input and output shape of one example (no batch dimension).

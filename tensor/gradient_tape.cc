@@ -64,10 +64,10 @@ absl::StatusOr<std::vector<std::optional<Tensor>>> GradientTape::Gradient(
   if (options.output_gradient.has_value() &&
       (options.output_gradient->shape() != target.shape() ||
        options.output_gradient->dtype() != target.dtype())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "GradientTape.Gradient: output_gradient ",
-        options.output_gradient->DebugString(), " does not match target ",
-        target.DebugString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("GradientTape.Gradient: output_gradient ",
+                     options.output_gradient->DebugString(),
+                     " does not match target ", target.DebugString()));
   }
   used_ = true;
   // A non-persistent tape lets go of its records (and the activations they

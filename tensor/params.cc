@@ -186,10 +186,9 @@ std::string Param::CheckRange(const ParamValue& value) const {
     // 1 - 1), and one beyond its range is infinite.
     const bool real = in_float32_;
     const float rounded = static_cast<float>(v);
-    if (real && ((min_ && !min_inclusive_ &&
-                  rounded <= static_cast<float>(*min_)) ||
-                 (max_ && !max_inclusive_ &&
-                  rounded >= static_cast<float>(*max_)))) {
+    if (real &&
+        ((min_ && !min_inclusive_ && rounded <= static_cast<float>(*min_)) ||
+         (max_ && !max_inclusive_ && rounded >= static_cast<float>(*max_)))) {
       return absl::StrCat("expected ", Describe(), ", got ",
                           ParamValueToString(value), " (", Number(rounded),
                           " in float32, which computes it)");

@@ -378,9 +378,11 @@ absl::StatusOr<models::LayerSpec> Reader::ReadLayer(
       named = NamedLayerIn(*spec.shortcut);
     }
     if (named != nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          named->Where(), ".name: a layer inside a repeated entry cannot "
-          "have a fixed name (", path, " has repeat: ", spec.repeat, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(named->Where(),
+                       ".name: a layer inside a repeated entry cannot "
+                       "have a fixed name (",
+                       path, " has repeat: ", spec.repeat, ")"));
     }
   }
   return spec;

@@ -244,8 +244,8 @@ absl::Status Trainer::Restore(const CheckedCheckpoint& checkpoint) {
     if (then != now) {
       return absl::InvalidArgumentError(absl::StrCat(
           path, ": written with data.global_batch_size: ", then,
-          "; parameter_server workers resume only with that size (got ",
-          now, ")"));
+          "; parameter_server workers resume only with that size (got ", now,
+          ")"));
     }
     MT_RETURN_IF_ERROR(SeekWorkers(position.step));
   } else if (train_iterator_) {

@@ -130,11 +130,12 @@ absl::Status CheckClassifier(const models::Model& model,
 }
 
 // Token ids from files (npz) for a model whose first layer is an
-// embedding (models::TokenIdLayer, also first inside a container): checked when the split is loaded, naming the example, not at
-// the first step whose batch holds a bad one (after the run directory got
-// its files). The embedding truncates ids to integers (Keras's cast), so an
-// id is good when it truncates into [0, input_dim). The text source's
-// bytes are checked against input_dim when the model is built.
+// embedding (models::TokenIdLayer, also first inside a container): checked when
+// the split is loaded, naming the example, not at the first step whose batch
+// holds a bad one (after the run directory got its files). The embedding
+// truncates ids to integers (Keras's cast), so an id is good when it truncates
+// into [0, input_dim). The text source's bytes are checked against input_dim
+// when the model is built.
 absl::Status CheckTokenIds(const models::ModelDef& def, const DataConfig& d,
                            const InMemoryDataset& data) {
   const models::LayerSpec* reader = models::TokenIdLayer(def.layers);
@@ -152,8 +153,7 @@ absl::Status CheckTokenIds(const models::ModelDef& def, const DataConfig& d,
           " (remove data.", key, ")"));
     }
   }
-  const double input_dim =
-      static_cast<double>(reader->params.Int("input_dim"));
+  const double input_dim = static_cast<double>(reader->params.Int("input_dim"));
   const float* x = data.images.data<float>();
   const int64_t n = data.images.num_elements();
   const int64_t per_example =
@@ -161,9 +161,9 @@ absl::Status CheckTokenIds(const models::ModelDef& def, const DataConfig& d,
   for (int64_t i = 0; i < n; ++i) {
     if (x[i] > -1.0f && x[i] < input_dim) continue;
     return absl::InvalidArgumentError(absl::StrCat(
-        "data: ", data.origin.empty() ? data.name : data.origin, ": example ", i / per_example, " holds ", x[i],
-        " at position ", i % per_example, ", not a token id in [0, ", input_dim,
-        ") of ", layer));
+        "data: ", data.origin.empty() ? data.name : data.origin, ": example ",
+        i / per_example, " holds ", x[i], " at position ", i % per_example,
+        ", not a token id in [0, ", input_dim, ") of ", layer));
   }
   return absl::OkStatus();
 }

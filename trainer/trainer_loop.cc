@@ -309,9 +309,10 @@ absl::Status Trainer::FinishStep(LoopState& loop, int& stop) {
     // A failed read is this step's failure, agreed below like the others.
     const absl::StatusOr<double> value = HostValue(p.losses[i]);
     if (!value.ok() && failed.ok()) {
-      failed = absl::Status(value.status().code(),
-                            absl::StrCat("step ", step, ": reading replica ", i,
-                                         "'s loss: ", value.status().message()));
+      failed =
+          absl::Status(value.status().code(),
+                       absl::StrCat("step ", step, ": reading replica ", i,
+                                    "'s loss: ", value.status().message()));
     }
     loss += value.value_or(std::numeric_limits<double>::quiet_NaN());
     if (failed.ok()) {

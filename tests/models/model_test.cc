@@ -241,8 +241,7 @@ TEST(ModelTest, MixedBFloat16LeavesTokenIdsUnrounded) {
     ASSERT_TRUE(m.ok()) << m.status();
     (*m)->SetMixedBFloat16(true);
     const std::vector<float> ids = {257, 259, 999};
-    absl::StatusOr<Tensor> y =
-        (*m)->Call(Tensor::FromVector(ids, {1, 3}), {});
+    absl::StatusOr<Tensor> y = (*m)->Call(Tensor::FromVector(ids, {1, 3}), {});
     ASSERT_TRUE(y.ok()) << y.status();
     const float* table = (*m)->variables()[0]->value().data<float>();
     const float* out = y->data<float>();
@@ -283,19 +282,22 @@ TEST(ModelTest, NoTrainableLayerMayFeedAnEmbedding) {
                                  Spec("sequential", {}, {embedding})})
                               .message()),
               HasSubstr("reads its input as token ids"));
-  EXPECT_TRUE(build({Spec("reshape", {{"target_shape", std::vector<int64_t>{4}}}),
-                     embedding})
-                  .ok());
+  EXPECT_TRUE(
+      build({Spec("reshape", {{"target_shape", std::vector<int64_t>{4}}}),
+             embedding})
+          .ok());
 }
 
 // A residual whose branches disagree says how to mend the shortcut for
 // what flows through it.
 TEST(ModelTest, ResidualShapeErrorsSuggestAShortcutThatFits) {
-  LayerSpec vectors = Spec("residual", {}, {Spec("dense", {{"units", int64_t{5}}})});
+  LayerSpec vectors =
+      Spec("residual", {}, {Spec("dense", {{"units", int64_t{5}}})});
   vectors.path = "model.layers[0]";
   LayerBuilder builder(1, Device::Cpu());
-  EXPECT_THAT(std::string(builder.BuildSequence({vectors}, {1, 3}).status().message()),
-              HasSubstr("(add a shortcut with a dense layer of 5 units)"));
+  EXPECT_THAT(
+      std::string(builder.BuildSequence({vectors}, {1, 3}).status().message()),
+      HasSubstr("(add a shortcut with a dense layer of 5 units)"));
   LayerSpec images = Spec(
       "residual", {},
       {Spec("conv2d", {{"filters", int64_t{4}}, {"kernel_size", int64_t{1}}})});

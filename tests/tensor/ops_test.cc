@@ -120,8 +120,7 @@ TEST(OpsTest, ProductsOverAnEmptyInnerDimension) {
   ASSERT_TRUE(product.ok()) << product.status();
   ASSERT_TRUE(biased.ok()) << biased.status();
   EXPECT_EQ(product->ToVector<float>(), std::vector<float>(6, 0.0f));
-  EXPECT_EQ(biased->ToVector<float>(),
-            (std::vector<float>{1, 2, 1, 2, 1, 2}));
+  EXPECT_EQ(biased->ToVector<float>(), (std::vector<float>{1, 2, 1, 2, 1, 2}));
 }
 
 TEST(OpsTest, ReductionsOverAxes) {

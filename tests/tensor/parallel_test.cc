@@ -1,8 +1,8 @@
 #include "tensor/parallel.h"
 
 #include <atomic>
-#include <new>
 #include <chrono>
+#include <new>
 #include <thread>
 #include <vector>
 

@@ -267,9 +267,9 @@ TEST(ConfigTest, OutOfRangeAndUnknownNames) {
   // < 1 in float32 likewise: a beta of 0.99999999 is 1 there, where Adam's
   // bias correction 1 - beta1^t would divide by zero (a NaN at step 2).
   for (const char* key : {"beta1", "beta2"}) {
-    c = ParseConfig(absl::StrCat("optimizer: {name: adam, ", key,
-                                 ": 0.99999999}\n"),
-                    "j.yaml", {});
+    c = ParseConfig(
+        absl::StrCat("optimizer: {name: adam, ", key, ": 0.99999999}\n"),
+        "j.yaml", {});
     EXPECT_EQ(Message(c.status()),
               absl::StrCat("j.yaml:1: optimizer.", key,
                            ": expected a number in [0, 1), got 0.99999999 "

@@ -282,10 +282,10 @@ TEST(DataCliTest, NpzTokenIdsOutsideTheEmbeddingExit2NamingTheExample) {
                                  "not a token id in [0, 8) of model.layers[0] "
                                  "(embedding)"));
   write(1.0f, -1.0f);
-  ExpectExit2(args,
-              absl::StrCat("data: ", path,
-                           ": x_test: example 5 holds -1 at position 1, not a "
-                           "token id in [0, 8) of model.layers[0] (embedding)"));
+  ExpectExit2(
+      args, absl::StrCat("data: ", path,
+                         ": x_test: example 5 holds -1 at position 1, not a "
+                         "token id in [0, 8) of model.layers[0] (embedding)"));
   // First inside a container, the embedding still reads the input: checked
   // as well (it was not, and the run failed at a step, exit 1).
   std::vector<std::string> nested = args;
@@ -315,10 +315,10 @@ TEST(DataCliTest, NpzTokenIdsOutsideTheEmbeddingExit2NamingTheExample) {
   // The dry run checks what train checks of the split it loads.
   std::vector<std::string> dry = args;
   dry.push_back("--dry_run");
-  ExpectExit2(dry,
-              absl::StrCat("data: ", path,
-                           ": x_test: example 5 holds -1 at position 1, not a "
-                           "token id in [0, 8) of model.layers[0] (embedding)"));
+  ExpectExit2(
+      dry, absl::StrCat("data: ", path,
+                        ": x_test: example 5 holds -1 at position 1, not a "
+                        "token id in [0, 8) of model.layers[0] (embedding)"));
   // Normalizing ids would move them to other rows.
   write(1.0f, 1.0f);
   std::vector<std::string> normalized = args;

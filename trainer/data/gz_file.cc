@@ -25,7 +25,9 @@ namespace {
 // Input read per pread: fewer syscalls than gzread's 8 KiB default.
 constexpr size_t kInputBufferBytes = size_t{1} << 17;
 
-bool IsGzipMagic(const unsigned char* p) { return p[0] == 0x1f && p[1] == 0x8b; }
+bool IsGzipMagic(const unsigned char* p) {
+  return p[0] == 0x1f && p[1] == 0x8b;
+}
 
 }  // namespace
 
@@ -84,8 +86,7 @@ absl::Status GzFile::StartNextMember() {
   if (buffered() < 2 && !eof_) return Fill();
   if (buffered() >= 2 && IsGzipMagic(in_.data() + in_pos_)) {
     if (inflateReset(stream_.get()) != Z_OK) {
-      return absl::InternalError(
-          absl::StrCat(path(), ": inflateReset failed"));
+      return absl::InternalError(absl::StrCat(path(), ": inflateReset failed"));
     }
     phase_ = Phase::kMember;
     return absl::OkStatus();
@@ -146,9 +147,9 @@ absl::StatusOr<size_t> GzFile::Read(void* dst, size_t n) {
     if (buffered() == 0 && !eof_) {
       if (phase_ == Phase::kRaw && n - done >= in_.size()) {
         // A large raw read goes straight to the caller's buffer.
-        MT_ASSIGN_OR_RETURN(size_t got, ReadAt(file_.fd.get(), file_.path,
-                                               file_offset_, out + done,
-                                               n - done));
+        MT_ASSIGN_OR_RETURN(size_t got,
+                            ReadAt(file_.fd.get(), file_.path, file_offset_,
+                                   out + done, n - done));
         if (got < n - done) eof_ = true;
         file_offset_ += got;
         done += got;

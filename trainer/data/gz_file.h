@@ -80,7 +80,7 @@ class GzFile {
   void EndWithError(std::string message);
 
   RegularFile file_;
-  std::vector<unsigned char> in_;  // Compressed (or raw) input.
+  std::vector<unsigned char> in_;   // Compressed (or raw) input.
   size_t in_pos_ = 0, in_end_ = 0;  // The unread part of in_.
   uint64_t file_offset_ = 0;        // Where the next Fill reads.
   bool eof_ = false;

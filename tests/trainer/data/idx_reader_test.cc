@@ -722,8 +722,7 @@ TEST(GzFileTest, ReadsMembersAndRawFilesInAnyChunks) {
                              size_t{4096}, size_t{7}}) {
     SCOPED_TRACE(absl::StrCat("chunk ", chunk));
     for (const char* name : {"three.gz", "raw"}) {
-      absl::StatusOr<std::string> read =
-          ReadInChunks(dir + "/" + name, chunk);
+      absl::StatusOr<std::string> read = ReadInChunks(dir + "/" + name, chunk);
       ASSERT_TRUE(read.ok()) << name << ": " << read.status();
       EXPECT_TRUE(*read == noise + text) << name;
     }
@@ -741,7 +740,8 @@ TEST(GzFileTest, ReadsMembersAndRawFilesInAnyChunks) {
 TEST(GzFileTest, OnlyZeroPaddingMayFollowTheLastMember) {
   const std::string dir = TestDir();
   const std::string data = AsString(Pattern(5000, 1));
-  WriteGzMembers(dir + "/members.gz", {data.substr(0, 2000), data.substr(2000)});
+  WriteGzMembers(dir + "/members.gz",
+                 {data.substr(0, 2000), data.substr(2000)});
   const std::string members = ReadFileBytes(dir + "/members.gz");
   const std::string padded = dir + "/padded.gz";
   // More zeros than one input buffer holds.
@@ -762,10 +762,10 @@ TEST(GzFileTest, OnlyZeroPaddingMayFollowTheLastMember) {
                 StartsWith(absl::StrCat(path, ": corrupt gzip stream after ",
                                         data.size(), " bytes: ")));
     if (tail[0] != '\x1f' || tail.size() < 2) {
-      EXPECT_THAT(std::string(read.status().message()),
-                  HasSubstr(absl::StrCat("trailing garbage at byte ",
-                                         members.size(),
-                                         ", after the gzip data")));
+      EXPECT_THAT(
+          std::string(read.status().message()),
+          HasSubstr(absl::StrCat("trailing garbage at byte ", members.size(),
+                                 ", after the gzip data")));
     }
   }
   // An IDX file says so in its own words.

@@ -1,6 +1,8 @@
 // The `text` data source: bytes of files in order as tokens, the last
 // validation_fraction held out, windows with next-byte targets, and the
 // batch iterator's seeded shuffle and exact resume over its windows.
+#include "trainer/data/text.h"
+
 #include <fstream>
 #include <string>
 #include <vector>
@@ -9,7 +11,6 @@
 #include "tests/test_util.h"
 #include "trainer/data/batch_iterator.h"
 #include "trainer/data/dataset.h"
-#include "trainer/data/text.h"
 
 namespace mirrortrain::trainer {
 namespace {
