@@ -1,7 +1,8 @@
 // Synchronous data parallelism over the devices of one host, after
 // tf.distribute.MirroredStrategy: one replica per device, each on its own
-// thread (replica 0 on the caller's), with a communication thread per
-// replica so gradient all-reduces overlap backward.
+// thread (replica 0 on the caller's); a GPU replica has a communication
+// thread too, so its gradient all-reduces overlap backward (CPU replicas
+// reduce inline: the cores are all computing).
 //
 // Several `cpu:K` devices are logical CPU devices sharing the host; they use
 // the local all-reduce. Distinct GPUs use NCCL; a GPU listed more than once

@@ -24,7 +24,8 @@ struct Fans {
 // keras.initializers.GlorotUniform. Without `fans`, for a kernel
 // [..., in, out] the fans are in * receptive field and out * receptive
 // field (receptive field = product of the leading dims). The stream of
-// numbers depends only on `seed`. A shape too large for host memory is
+// numbers depends only on `seed`. A shape larger than the machine's memory
+// is InvalidArgument; one that does not fit what is free now,
 // ResourceExhausted.
 absl::StatusOr<Tensor> GlorotUniform(const Shape& shape, uint64_t seed,
                                      DType dtype = DType::kF32,

@@ -49,12 +49,14 @@ absl::StatusOr<LayerSpec> MakeLayerSpec(
 }
 
 const LayerSpec* TokenIdLayer(const std::vector<LayerSpec>& layers) {
-  if (layers.empty()) return nullptr;
-  const LayerSpec& first = layers.front();
-  const LayerType* type = LayerRegistry::Global().Find(first.type);
-  if (type == nullptr) return nullptr;
-  if (type->reads_token_ids) return &first;
-  return type->container ? TokenIdLayer(first.layers) : nullptr;
+  for (const LayerSpec& spec : layers) {
+    const LayerType* type = LayerRegistry::Global().Find(spec.type);
+    if (type == nullptr) return nullptr;
+    if (type->reads_token_ids) return &spec;
+    if (type->container) return TokenIdLayer(spec.layers);
+    if (!type->passes_values_on) return nullptr;
+  }
+  return nullptr;
 }
 
 const LayerSpec* OutputLayer(const std::vector<LayerSpec>& layers) {
@@ -131,7 +133,7 @@ absl::StatusOr<std::unique_ptr<Layer>> LayerBuilder::BuildOne(
         spec.Where(), spec.name.empty() ? "" : ".name", ": the layer name '",
         name_, "' is taken by ", taken->second,
         !spec.name.empty() ? ""
-        : spec.repeat > 1  ? absl::StrCat(" (rename ", taken->second, ")")
+        : repeated_        ? absl::StrCat(" (rename ", taken->second, ")")
                            : " (give this one a name)"));
   }
   input_shape_ = input;
@@ -193,14 +195,17 @@ absl::StatusOr<std::unique_ptr<Layer>> LayerBuilder::BuildSequence(
   // Each layer sees whether trainable variables lie before its input; the
   // caller's view (a container's input) comes back at the end.
   const bool entry_upstream = trainable_upstream_;
-  const absl::Cleanup restore = [this, entry_upstream] {
+  const bool entry_repeated = repeated_;
+  const absl::Cleanup restore = [this, entry_upstream, entry_repeated] {
     trainable_upstream_ = entry_upstream;
+    repeated_ = entry_repeated;
   };
   bool upstream = entry_upstream;
   for (const LayerSpec& spec : specs) {
     for (int64_t r = 0; r < spec.repeat; ++r) {
       const size_t row = summary_.size();
       trainable_upstream_ = upstream;
+      repeated_ = entry_repeated || spec.repeat > 1;
       MT_ASSIGN_OR_RETURN(std::unique_ptr<Layer> layer, BuildOne(spec, shape));
       for (const Variable* v : layer->variables()) {
         upstream = upstream || v->trainable();

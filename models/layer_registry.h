@@ -94,9 +94,10 @@ absl::StatusOr<LayerSpec> MakeLayerSpec(
     const std::string& type,
     std::vector<std::pair<std::string, ParamValue>> values = {});
 
-// The entry that first reads the model's input when it reads token ids (a
+// The entry that first reads the model's input when it reads token ids: a
 // `reads_token_ids` type, first in `layers` or first inside a container
-// that is first); nullptr otherwise.
+// that is first, past `passes_values_on` types (a reshape before it);
+// nullptr otherwise.
 const LayerSpec* TokenIdLayer(const std::vector<LayerSpec>& layers);
 
 // The entry that makes the model's output: the last one, looked into
@@ -169,6 +170,9 @@ class LayerBuilder {
   // current layer's input (a layer reading token ids would cut their
   // gradient: ids carry none).
   bool trainable_upstream_ = false;
+  // Whether the current layer is built more than once (its entry, or a
+  // container around it, has repeat > 1): it cannot be given a name.
+  bool repeated_ = false;
   bool error_named_ = false;  // A failing layer has prefixed its path.
   // Per type: the layers built (type_index), and the unnamed ones (the
   // next auto-name's number).

@@ -25,8 +25,9 @@ class Allocator {
 
 // Host memory aligned to kCpuAlignment bytes (a cache line; what AVX-512
 // loads want). Process-wide singleton, never destroyed. A request larger
-// than HostMemoryBytes() is ResourceExhausted at once: with overcommit it
-// could otherwise succeed and end the process when touched.
+// than HostMemoryBytes() is InvalidArgument at once (no run on this machine
+// could use it): with overcommit it could otherwise succeed and end the
+// process when touched.
 inline constexpr size_t kCpuAlignment = 64;
 Allocator* CpuAllocator();
 

@@ -504,19 +504,27 @@ const Tensor* Trainer::TestImagesOn(Device device) const {
 }
 
 absl::Status Trainer::EvaluateAndLog(int64_t step) {
-  // Weights that would not be saved are not evaluated either: their loss
-  // would be logged for a state the run then refuses (SaveIfNew).
-  if (!config_.checkpoint.allow_non_finite) {
-    if (ps_) MT_RETURN_IF_ERROR(SnapshotShards());
-    MT_RETURN_IF_ERROR(CheckFiniteState(TrainingState(), step));
-  }
   const int64_t steps_per_epoch = StepsPerEpoch();
   std::vector<bool> which;  // Raw (false) and EMA (true) weights.
   if (!primary().ema || config_.ema.evaluate_raw) which.push_back(false);
   if (primary().ema) which.push_back(true);
-  std::string line = absl::StrCat("eval step ", step);
+  std::vector<EvalResult> results;
   for (bool ema : which) {
     MT_ASSIGN_OR_RETURN(EvalResult e, Evaluate(ema));
+    results.push_back(std::move(e));
+  }
+  // Where the state is saved (the chief's run directory), a state the save
+  // would refuse (non-finite) is not logged either: its numbers would stand
+  // for weights the run then refuses. Checked after the evaluation, which
+  // every process takes part in, where the save would have failed next.
+  if (!run_dir_.empty() && !config_.checkpoint.allow_non_finite) {
+    if (ps_) MT_RETURN_IF_ERROR(SnapshotShards());
+    MT_RETURN_IF_ERROR(CheckFiniteState(TrainingState(), step));
+  }
+  std::string line = absl::StrCat("eval step ", step);
+  for (size_t i = 0; i < which.size(); ++i) {
+    const bool ema = which[i];
+    const EvalResult& e = results[i];
     MetricsRecord rec{step,
                       step / steps_per_epoch,
                       "test",

@@ -147,7 +147,8 @@ class Trainer {
   // trainer was built (tests).
   std::vector<int64_t> ParameterServerUpdates() const;
   std::vector<int64_t> WorkerPushes() const;
-  // parameter_server: the largest staleness of any applied update.
+  // parameter_server: the largest staleness of any update, counted when it
+  // is reserved.
   int64_t MaxStaleness() const;
   // Fails (Internal, naming the variable and replicas) unless every
   // replica's state is bitwise identical to replica 0's, and (several

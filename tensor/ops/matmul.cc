@@ -223,8 +223,8 @@ absl::Status Gemm(const GemmOperand& a, const GemmOperand& b, bool ta, bool tb,
                      a.DebugString(), ", ", b.DebugString(), ")"));
   }
   // cuBLAS documents leading dimensions >= 1 even where an operand has no
-  // columns (k = 0: [m, 0] has 0; OpenBLAS takes 0 there); with k = 0 the
-  // product is out = beta * out.
+  // columns (k = 0: [m, 0] has 0; Debian's OpenBLAS took 0 there, checked
+  // with cblas_sgemm); with k = 0 the product is out = beta * out.
   lda = std::max<int64_t>(lda, 1);
   ldb = std::max<int64_t>(ldb, 1);
   if (a.device().is_cuda()) {

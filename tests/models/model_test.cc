@@ -67,11 +67,19 @@ TEST(ModelTest, LayerNamesAreUnique) {
             "model.layers[1]: the layer name 'dense' is taken by "
             "model.layers[0] (give this one a name)");
   EXPECT_TRUE(build(named("x"), named("")).ok());
-  // A repeated entry cannot be named: the other one is to be renamed.
+  // A repeated entry cannot be named, nor a layer in a repeated
+  // container: the other one is to be renamed.
   LayerSpec repeated = named("");
   repeated.repeat = 2;
   EXPECT_EQ(build(named("dense_1"), repeated).message(),
             "model.layers[1]: the layer name 'dense_1' is taken by "
+            "model.layers[0] (rename model.layers[0])");
+  LayerSpec inside = named("");
+  inside.path = "model.layers[1].layers[0]";
+  LayerSpec repeated_block = Spec("sequential", {}, {inside});
+  repeated_block.repeat = 2;
+  EXPECT_EQ(build(named("dense_1"), repeated_block).message(),
+            "model.layers[1].layers[0]: the layer name 'dense_1' is taken by "
             "model.layers[0] (rename model.layers[0])");
   // A named layer takes no auto-name number (Keras 3): the next unnamed
   // dense is `dense`, not `dense_1`.
@@ -231,11 +239,17 @@ TEST(ModelTest, MixedBFloat16RoundsInputsAndLayerOutputs) {
 TEST(ModelTest, MixedBFloat16LeavesTokenIdsUnrounded) {
   const LayerSpec embedding = Spec(
       "embedding", {{"input_dim", int64_t{1000}}, {"output_dim", int64_t{4}}});
-  for (const bool nested : {false, true}) {
-    SCOPED_TRACE(nested ? "inside a sequential" : "first layer");
+  const LayerSpec reshape =
+      Spec("reshape", {{"target_shape", std::vector<int64_t>{3}}});
+  const std::vector<std::vector<LayerSpec>> models = {
+      {embedding}, {Spec("sequential", {}, {embedding})}, {reshape, embedding}};
+  for (const std::vector<LayerSpec>& layers : models) {
+    SCOPED_TRACE(layers.size() == 2               ? "behind a reshape"
+                 : layers[0].type == "sequential" ? "inside a sequential"
+                                                  : "first layer");
     ModelDef def;
     def.input_shape = {3};
-    def.layers = {nested ? Spec("sequential", {}, {embedding}) : embedding};
+    def.layers = layers;
     EXPECT_EQ(TokenIdLayer(def.layers)->type, "embedding");
     auto m = Model::Build(def, 1, Device::Cpu());
     ASSERT_TRUE(m.ok()) << m.status();

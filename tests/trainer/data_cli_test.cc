@@ -297,15 +297,26 @@ TEST(DataCliTest, NpzTokenIdsOutsideTheEmbeddingExit2NamingTheExample) {
                                    ": x_test: example 5 holds -1 at position "
                                    "1, not a token id in [0, 8) of "
                                    "model.layers[0].layers[0] (embedding)"));
-  // Behind another layer the ids are not checked when the data loads: the
-  // step that gathers a bad one ends the run, a failure while running
-  // (exit 1: the run directory has its files by then), naming the step.
+  // Behind a layer that passes the values on (a reshape) as well.
   write(8.0f, 1.0f);
-  std::vector<std::string> behind = args;
-  behind[6] =
+  std::vector<std::string> reshaped = args;
+  reshaped[6] =
       "model={layers: [{type: reshape, target_shape: [4]}, {type: embedding, "
       "input_dim: 8, output_dim: 3}, {type: flatten}, {type: dense, units: "
       "4}]}";
+  ExpectExit2(reshaped, absl::StrCat("data: ", path,
+                                     ": x_train: example 2 holds 8 at "
+                                     "position 3, not a token id in [0, 8) "
+                                     "of model.layers[1] (embedding)"));
+  // Behind a layer that computes (here the identity, as an activation) the
+  // ids are not checked when the data loads: the step that gathers a bad
+  // one ends the run, a failure while running (exit 1: the run directory
+  // has its files by then), naming the step.
+  std::vector<std::string> behind = args;
+  behind[6] =
+      "model={layers: [{type: activation, activation: linear}, {type: "
+      "embedding, input_dim: 8, output_dim: 3}, {type: flatten}, {type: "
+      "dense, units: 4}]}";
   Result running = RunCli(behind);
   EXPECT_EQ(running.exit_code, 1) << running.err;
   EXPECT_THAT(running.err, HasSubstr(": Gather: index 8 at position"));

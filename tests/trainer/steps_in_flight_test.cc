@@ -118,14 +118,15 @@ TEST(StepsInFlightTest, ANonFiniteStepIsReportedByItsNumberAndNotSaved) {
 
 // 4 steps of batches of 16 (unshuffled) of 32 rows of 4 token ids in
 // [0, 8) written to `dir`, but row `bad_row`'s third id is 9, into an
-// embedding of 8 rows. A reshape comes first: the trainer checks ids when
-// the data loads only for a model that starts with its embedding, so these
+// embedding of 8 rows. An identity activation comes first: the trainer
+// checks ids when the data loads only for a model whose input reaches its
+// embedding unchanged (TokenIdLayer: first, or behind a reshape), so these
 // reach the step, as ids that only a layer in front makes would.
 std::vector<std::string> BadIdJob(const std::string& dir, int64_t bad_row) {
   testing::WriteBytes(dir + "/ids.npz", testing::TokenIdsNpzBytes(32, bad_row));
   return {"data={name: npz, path: " + dir + "/ids.npz, shuffle: false}",
           "data.global_batch_size=16",
-          "model={layers: [{type: reshape, target_shape: [4]}, "
+          "model={layers: [{type: activation, activation: linear}, "
           "{type: embedding, input_dim: 8, output_dim: 3}, "
           "{type: flatten}, {type: dense, units: 10}]}",
           "train.steps=4",

@@ -51,14 +51,20 @@ absl::StatusOr<GzFile> GzFile::Open(const std::string& path) {
   // magic of any file of two bytes or more.
   MT_RETURN_IF_ERROR(file.Fill());
   if (file.buffered() >= 2 && IsGzipMagic(file.in_.data())) {
-    file.stream_.reset(new (std::nothrow) z_stream{});
+    auto* stream = new (std::nothrow) z_stream{};
     // 16 + MAX_WBITS: gzip members only (a raw file never gets here).
-    if (file.stream_ == nullptr ||
-        inflateInit2(file.stream_.get(), 16 + MAX_WBITS) != Z_OK) {
-      file.stream_.release();  // inflateEnd needs a stream inflateInit made.
-      return absl::ResourceExhaustedError(
-          absl::StrCat(path, ": cannot open: out of memory"));
+    const int init =
+        stream == nullptr ? Z_MEM_ERROR : inflateInit2(stream, 16 + MAX_WBITS);
+    if (init != Z_OK) {
+      delete stream;  // Not to InflateEnd: inflateInit made no state.
+      return init == Z_MEM_ERROR
+                 ? absl::ResourceExhaustedError(
+                       absl::StrCat(path, ": cannot open: out of memory"))
+                 : absl::InternalError(absl::StrCat(
+                       path, ": cannot start inflating (zlib error ", init,
+                       ")"));
     }
+    file.stream_.reset(stream);
     file.phase_ = Phase::kMember;
   }
   return file;
@@ -83,6 +89,14 @@ void GzFile::EndWithError(std::string message) {
 }
 
 absl::Status GzFile::StartNextMember() {
+  // Zero bytes are padding, at the end or between members (as Python's
+  // gzip module reads them). Read() calls again after a Fill.
+  while (buffered() > 0 && in_[in_pos_] == 0) ++in_pos_;
+  if (buffered() == 0) {
+    if (!eof_) return Fill();
+    phase_ = Phase::kEnded;
+    return absl::OkStatus();
+  }
   if (buffered() < 2 && !eof_) return Fill();
   if (buffered() >= 2 && IsGzipMagic(in_.data() + in_pos_)) {
     if (inflateReset(stream_.get()) != Z_OK) {
@@ -91,21 +105,9 @@ absl::Status GzFile::StartNextMember() {
     phase_ = Phase::kMember;
     return absl::OkStatus();
   }
-  // Zero padding to the end of the file is accepted; anything else is not.
-  const uint64_t garbage_at = file_offset_ - buffered();
-  for (;;) {
-    const auto* begin = in_.data() + in_pos_;
-    if (std::any_of(begin, begin + buffered(),
-                    [](unsigned char c) { return c != 0; })) {
-      EndWithError(absl::StrCat("trailing garbage at byte ", garbage_at,
-                                ", after the gzip data"));
-      return absl::OkStatus();
-    }
-    in_pos_ = in_end_;
-    if (eof_) break;
-    MT_RETURN_IF_ERROR(Fill());
-  }
-  phase_ = Phase::kEnded;
+  EndWithError(absl::StrCat("trailing garbage at byte ",
+                            file_offset_ - buffered(),
+                            ", after the gzip data"));
   return absl::OkStatus();
 }
 

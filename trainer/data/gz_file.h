@@ -7,10 +7,10 @@
 // of a failing open or read.
 //
 // A gzip file is one or more members (`cat a.gz b.gz` reads as their
-// concatenation), optionally followed by zero bytes (tar-style padding,
-// which gzip and Python ignore too). Anything else after the last member is
-// a corrupt stream, as in Python's gzip module; zlib's gzread would ignore
-// it silently, so the inflating is our own loop over inflate().
+// concatenation), with zero bytes (tar-style padding) allowed after and
+// between them, as Python's gzip module reads them. Anything else after the
+// last member is a corrupt stream, as there; zlib's gzread would ignore it
+// silently, so the inflating is our own loop over inflate().
 //
 // Ownership: a GzFile owns its descriptor and inflate state. Thread
 // contract: one thread at a time per GzFile; the free functions keep no
@@ -73,7 +73,8 @@ class GzFile {
   // it; at the end of the file sets eof_.
   absl::Status Fill();
   size_t buffered() const { return in_end_ - in_pos_; }
-  // After a member: another member, zero padding to the end, or garbage.
+  // After a member: zero padding, then another member, the end, or
+  // garbage.
   absl::Status StartNextMember();
   // One inflate() call into dst[0, n); returns the bytes it produced.
   absl::StatusOr<size_t> InflateSome(unsigned char* dst, size_t n);
