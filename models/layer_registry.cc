@@ -48,13 +48,14 @@ absl::StatusOr<LayerSpec> MakeLayerSpec(
   return spec;
 }
 
-const LayerSpec* TokenIdLayer(const std::vector<LayerSpec>& layers) {
+const LayerSpec* TokenIdLayer(const std::vector<LayerSpec>& layers,
+                              bool past_pass_through) {
   for (const LayerSpec& spec : layers) {
     const LayerType* type = LayerRegistry::Global().Find(spec.type);
     if (type == nullptr) return nullptr;
     if (type->reads_token_ids) return &spec;
-    if (type->container) return TokenIdLayer(spec.layers);
-    if (!type->passes_values_on) return nullptr;
+    if (type->container) return TokenIdLayer(spec.layers, past_pass_through);
+    if (!past_pass_through || !type->passes_values_on) return nullptr;
   }
   return nullptr;
 }

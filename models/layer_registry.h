@@ -96,9 +96,10 @@ absl::StatusOr<LayerSpec> MakeLayerSpec(
 
 // The entry that first reads the model's input when it reads token ids: a
 // `reads_token_ids` type, first in `layers` or first inside a container
-// that is first, past `passes_values_on` types (a reshape before it);
-// nullptr otherwise.
-const LayerSpec* TokenIdLayer(const std::vector<LayerSpec>& layers);
+// that is first, and with `past_pass_through` also behind
+// `passes_values_on` types (a reshape before it); nullptr otherwise.
+const LayerSpec* TokenIdLayer(const std::vector<LayerSpec>& layers,
+                              bool past_pass_through = true);
 
 // The entry that makes the model's output: the last one, looked into
 // (containers without a shortcut) and past `passes_values_on` types;

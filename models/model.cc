@@ -17,7 +17,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Build(const ModelDef& def,
                                                     Device device) {
   std::unique_ptr<Model> m(new Model());
   m->input_shape_ = def.input_shape;
-  m->token_inputs_ = TokenIdLayer(def.layers) != nullptr;
+  // Only an embedding the input reaches first: a layer in front rounds its
+  // own output under bf16 (as Keras's autocast does), ids included.
+  m->token_inputs_ =
+      TokenIdLayer(def.layers, /*past_pass_through=*/false) != nullptr;
   // Shapes carry a batch dimension of 1 while building.
   Shape input = {1};
   input.insert(input.end(), def.input_shape.begin(), def.input_shape.end());

@@ -43,9 +43,11 @@ class Model {
 
   // TensorFlow's mixed_bfloat16 policy (`precision: bf16`): the inputs and
   // every layer's output are rounded to bfloat16 (ForwardContext::
-  // bf16_activations); variables stay f32. Token ids are not rounded (a
-  // model whose input layer reads them, TokenIdLayer): bf16 holds integers
-  // exactly only up to 256, and Keras's Embedding does not cast its input.
+  // bf16_activations); variables stay f32. Token ids are not rounded when
+  // the input reaches an embedding first (TokenIdLayer without pass-through
+  // layers): bf16 holds integers exactly only up to 256, and Keras's
+  // Embedding does not cast its input. A layer in front (a reshape) rounds
+  // its output, ids included, as Keras's autocast does.
   // Matrix products take bf16 operands through the process-wide
   // MatMulPrecision, set separately.
   void SetMixedBFloat16(bool on) { mixed_bfloat16_ = on; }

@@ -286,28 +286,27 @@ TEST(DataCliTest, NpzTokenIdsOutsideTheEmbeddingExit2NamingTheExample) {
       args, absl::StrCat("data: ", path,
                          ": x_test: example 5 holds -1 at position 1, not a "
                          "token id in [0, 8) of model.layers[0] (embedding)"));
-  // First inside a container, the embedding still reads the input: checked
-  // as well (it was not, and the run failed at a step, exit 1).
-  std::vector<std::string> nested = args;
-  nested[6] =
-      "model={layers: [{type: sequential, layers: [{type: embedding, "
-      "input_dim: 8, output_dim: 3}]}, {type: flatten}, {type: dense, "
-      "units: 4}]}";
-  ExpectExit2(nested, absl::StrCat("data: ", path,
-                                   ": x_test: example 5 holds -1 at position "
-                                   "1, not a token id in [0, 8) of "
-                                   "model.layers[0].layers[0] (embedding)"));
-  // Behind a layer that passes the values on (a reshape) as well.
+  // First inside a container, or behind a layer that passes the values on
+  // (a reshape), the embedding still reads the input: checked as well (it
+  // was not, and the run failed at a step, exit 1).
+  const std::pair<const char*, const char*> readers[] = {
+      {"{type: sequential, layers: [{type: embedding, input_dim: 8, "
+       "output_dim: 3}]}",
+       "model.layers[0].layers[0]"},
+      {"{type: reshape, target_shape: [4]}, {type: embedding, input_dim: 8, "
+       "output_dim: 3}",
+       "model.layers[1]"}};
+  for (const auto& [layers, reader] : readers) {
+    std::vector<std::string> model = args;
+    model[6] = absl::StrCat("model={layers: [", layers,
+                            ", {type: flatten}, {type: dense, units: 4}]}");
+    ExpectExit2(model, absl::StrCat("data: ", path,
+                                    ": x_test: example 5 holds -1 at "
+                                    "position 1, not a token id in [0, 8) "
+                                    "of ",
+                                    reader, " (embedding)"));
+  }
   write(8.0f, 1.0f);
-  std::vector<std::string> reshaped = args;
-  reshaped[6] =
-      "model={layers: [{type: reshape, target_shape: [4]}, {type: embedding, "
-      "input_dim: 8, output_dim: 3}, {type: flatten}, {type: dense, units: "
-      "4}]}";
-  ExpectExit2(reshaped, absl::StrCat("data: ", path,
-                                     ": x_train: example 2 holds 8 at "
-                                     "position 3, not a token id in [0, 8) "
-                                     "of model.layers[1] (embedding)"));
   // Behind a layer that computes (here the identity, as an activation) the
   // ids are not checked when the data loads: the step that gathers a bad
   // one ends the run, a failure while running (exit 1: the run directory
