@@ -29,6 +29,14 @@ bool IsGzipMagic(const unsigned char* p) {
   return p[0] == 0x1f && p[1] == 0x8b;
 }
 
+// Whether `file` starts with the gzip magic (false for a shorter file).
+absl::StatusOr<bool> IsGzipFile(const RegularFile& file) {
+  unsigned char head[2];
+  MT_ASSIGN_OR_RETURN(const size_t got,
+                      ReadAt(file.fd.get(), file.path, 0, head, 2));
+  return got == 2 && IsGzipMagic(head);
+}
+
 }  // namespace
 
 void GzFile::InflateEnd::operator()(z_stream* stream) const {
@@ -209,11 +217,10 @@ std::string GzFile::StreamErrorSuffix() const {
 uint64_t ReservableBytes(const RegularFile& file, uint64_t offset,
                          uint64_t promised) {
   const uint64_t size = file.size;
-  unsigned char head[2] = {0, 0};
-  absl::StatusOr<size_t> got = ReadAt(file.fd.get(), file.path, 0, head, 2);
-  if (!got.ok()) return 0;
-  if (*got < 2 || head[0] != 0x1f || head[1] != 0x8b) {
-    // Not gzip: zlib passes the file through, so it holds what it holds.
+  const absl::StatusOr<bool> gzip = IsGzipFile(file);
+  if (!gzip.ok()) return 0;
+  if (!*gzip) {
+    // Not gzip: GzFile passes the file through, so it holds what it holds.
     return std::min(promised, size > offset ? size - offset : 0);
   }
   // A gzip trailer ends with the decompressed size mod 2^32 (ISIZE): a
@@ -226,7 +233,8 @@ uint64_t ReservableBytes(const RegularFile& file, uint64_t offset,
     return 0;
   }
   unsigned char isize[4];
-  got = ReadAt(file.fd.get(), file.path, size - 4, isize, 4);
+  const absl::StatusOr<size_t> got =
+      ReadAt(file.fd.get(), file.path, size - 4, isize, 4);
   if (!got.ok() || *got != 4) return 0;
   const uint32_t trailer = uint32_t{isize[0]} | (uint32_t{isize[1]} << 8) |
                            (uint32_t{isize[2]} << 16) |
@@ -262,10 +270,8 @@ std::optional<UninitializedBytes> InflateExactly(const RegularFile& file,
   if (ReservableBytes(file, 0, expected) != expected) return std::nullopt;
   const uint64_t size = file.size;
   // A raw file (which ReservableBytes allows) is not read whole to learn it.
-  unsigned char head[2];
-  const absl::StatusOr<size_t> head_read =
-      ReadAt(file.fd.get(), file.path, 0, head, 2);
-  if (!head_read.ok() || *head_read != 2 || !IsGzipMagic(head)) {
+  if (const absl::StatusOr<bool> gzip = IsGzipFile(file);
+      !gzip.ok() || !*gzip) {
     return std::nullopt;
   }
   struct Free {

@@ -261,11 +261,7 @@ absl::Status EventWriter::Flush() {
 absl::Status EventWriter::Close() {
   if (file_ == nullptr) return error_;
   // The buffered records first, so a failure can still cut them off.
-  if (std::fflush(file_) != 0) {
-    return Fail(
-        absl::ErrnoToStatus(errno, absl::StrCat(path_, ": write failed")));
-  }
-  flushed_bytes_ = written_bytes_;
+  MT_RETURN_IF_ERROR(Flush());
   std::FILE* file = file_;
   file_ = nullptr;
   if (std::fclose(file) != 0) {
