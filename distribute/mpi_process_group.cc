@@ -48,6 +48,21 @@ constexpr int64_t kMaxMessageBytes = int64_t{1} << 30;
 class Exchange {
  public:
   explicit Exchange(int tag) : tag_(tag) {}
+  Exchange(const Exchange&) = delete;
+  Exchange& operator=(const Exchange&) = delete;
+  // After a failure some messages are still posted, and the buffers they
+  // name are about to be freed: a receive still unmatched is cancelled, so
+  // a late peer's message can never land in freed memory; the rest are
+  // released to complete on their own (a cancelled send is deprecated, and
+  // a send only reads). The group is broken by then, so nothing more is
+  // received on it.
+  ~Exchange() {
+    for (size_t i = 0; i < requests_.size(); ++i) {
+      if (requests_[i] == MPI_REQUEST_NULL) continue;
+      if (peers_[i].receive) MPI_Cancel(&requests_[i]);
+      MPI_Request_free(&requests_[i]);
+    }
+  }
   absl::Status Send(const void* data, int64_t bytes, int peer) {
     return Post(const_cast<void*>(data), bytes, peer, /*receive=*/false);
   }
@@ -64,12 +79,21 @@ class Exchange {
     const auto start = std::chrono::steady_clock::now();
     std::optional<std::chrono::steady_clock::time_point> stop_seen;
     std::vector<int> done(requests_.size());
+    std::vector<MPI_Status> statuses(requests_.size());
     for (int polls = 0;; ++polls) {
       int count = 0;
-      MT_MPI_RETURN_IF_ERROR(MPI_Testsome(static_cast<int>(requests_.size()),
-                                          requests_.data(), &count, done.data(),
-                                          MPI_STATUSES_IGNORE));
+      const int tested =
+          MPI_Testsome(static_cast<int>(requests_.size()), requests_.data(),
+                       &count, done.data(), statuses.data());
+      if (tested != MPI_SUCCESS && tested != MPI_ERR_IN_STATUS) {
+        return absl::InternalError(
+            absl::StrCat("MPI_Testsome failed: ", MpiError(tested)));
+      }
       if (count == MPI_UNDEFINED) break;  // All complete.
+      for (int k = 0; k < count; ++k) {
+        MT_RETURN_IF_ERROR(CheckReceived(
+            done[k], statuses[k], tested == MPI_ERR_IN_STATUS, rank, what));
+      }
       const auto now = std::chrono::steady_clock::now();
       if (now - start > watchdog) {
         return Missing(absl::StrCat("within ", Seconds(watchdog), " s"), rank,
@@ -97,7 +121,37 @@ class Exchange {
   struct Peer {
     int rank;
     bool receive;
+    int bytes;  // the message's (a receive takes at most this many)
   };
+  // A completed message `i` whose status is `status` (its MPI_ERROR field
+  // valid when `in_status`): an error, or a receive that got another size
+  // than it posted. Peers that disagree on a collective's size (a defect:
+  // their configs are checked alike) would otherwise leave the rest of a
+  // short message's buffer stale, silently.
+  absl::Status CheckReceived(int i, const MPI_Status& status, bool in_status,
+                             int rank, absl::string_view what) const {
+    const Peer& peer = peers_[i];
+    const char* verb = peer.receive ? "receiving from" : "sending to";
+    if (in_status && status.MPI_ERROR != MPI_SUCCESS) {
+      int error_class = 0;
+      MPI_Error_class(status.MPI_ERROR, &error_class);
+      if (peer.receive && error_class == MPI_ERR_TRUNCATE) {
+        return absl::InternalError(
+            absl::StrCat(what, ": process ", peer.rank, " sent more than the ",
+                         peer.bytes, " bytes process ", rank, " expected"));
+      }
+      return absl::InternalError(
+          absl::StrCat(what, ": process ", rank, " ", verb, " process ",
+                       peer.rank, ": ", MpiError(status.MPI_ERROR)));
+    }
+    if (!peer.receive) return absl::OkStatus();
+    int got = 0;
+    MPI_Get_count(&status, MPI_BYTE, &got);
+    if (got == peer.bytes) return absl::OkStatus();
+    return absl::InternalError(
+        absl::StrCat(what, ": process ", peer.rank, " sent ", got,
+                     " bytes where process ", rank, " expected ", peer.bytes));
+  }
   static double Seconds(std::chrono::milliseconds t) {
     return std::chrono::duration<double>(t).count();
   }
@@ -106,7 +160,7 @@ class Exchange {
     do {
       const int n = static_cast<int>(std::min(bytes, kMaxMessageBytes));
       requests_.push_back(MPI_REQUEST_NULL);
-      peers_.push_back({peer, receive});
+      peers_.push_back({peer, receive, n});
       MT_MPI_RETURN_IF_ERROR(
           receive ? MPI_Irecv(p, n, MPI_BYTE, peer, tag_, MPI_COMM_WORLD,
                               &requests_.back())

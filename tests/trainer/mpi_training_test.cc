@@ -2,7 +2,9 @@
 // host's CPU (scripts/mpirun_local.sh): 2 processes x 1 replica train the
 // same variables, bit for bit, as 1 process x 2 replicas; checkpoints
 // resume across process counts; a config error is reported once; a killed
-// or stalled process makes the job exit non-zero naming it. Skipped when
+// or stalled process makes the job exit non-zero naming it; peers that
+// disagree on a collective's size fail it (MpiProcessGroupTest, the group
+// alone in mpi_group_probe). Skipped when
 // the build has no MPI or mpirun is not installed.
 #include <signal.h>
 #include <sys/types.h>
@@ -377,6 +379,40 @@ TEST(MpiTrainingTest, SigtermToTheLauncherCheckpointsAndStops) {
       err.substr(stopped + 29, err.find('\n', stopped) - stopped - 29);
   EXPECT_TRUE(fs::exists(Ckpt(dir, std::stoi(step)))) << err;
   EXPECT_FALSE(absl::StrContains(err, "did not reach")) << err;
+}
+
+// Peers that disagree on a collective's size (a defect: their configs are
+// checked alike) fail it naming the sender and both sizes, where a short
+// message used to leave the rest of the buffer stale, silently. Process 1
+// owns elements 4.. of the sum, so it receives process 0's elements 4..;
+// process `nine` holds 9 elements, the other 8.
+std::string ProbeLine(int nine, int rank) {
+  const Result r = RunLauncher(
+      {"-np", "2", absl::StrCat(MT_BINARY_DIR, "/bin/mpi_group_probe"),
+       absl::StrCat(nine)});
+  for (const std::string& line : Lines(r.out)) {
+    if (absl::StartsWith(line, absl::StrCat("process ", rank, ": "))) {
+      return line;
+    }
+  }
+  ADD_FAILURE() << "no line of process " << rank << ":\n" << r.out << r.err;
+  return "";
+}
+
+TEST(MpiProcessGroupTest, AShortMessageIsAnErrorNamingBothSizes) {
+  MT_SKIP_WITHOUT_MPI();
+  // Process 1 (9 elements) expects 5 of process 0's 8; 4 come.
+  EXPECT_EQ(ProbeLine(1, 1),
+            "process 1: INTERNAL: probe all-reduce: process 0 sent 16 bytes "
+            "where process 1 expected 20");
+}
+
+TEST(MpiProcessGroupTest, ALongMessageIsAnErrorNamingTheSender) {
+  MT_SKIP_WITHOUT_MPI();
+  // Process 1 (8 elements) expects 4 of process 0's 9; 5 come.
+  EXPECT_EQ(ProbeLine(0, 1),
+            "process 1: INTERNAL: probe all-reduce: process 0 sent more than "
+            "the 16 bytes process 1 expected");
 }
 
 TEST(MpiTrainingTest, KilledProcessMakesTheOtherExitNamingIt) {
