@@ -4,8 +4,8 @@
 // resume across process counts; a config error is reported once; a killed
 // or stalled process makes the job exit non-zero naming it; peers that
 // disagree on a collective's size fail it (MpiProcessGroupTest, the group
-// alone in mpi_group_probe). Skipped when
-// the build has no MPI or mpirun is not installed.
+// alone in mpi_group_probe). Skipped when the build has no MPI or mpirun
+// is not installed.
 #include <signal.h>
 #include <sys/types.h>
 
