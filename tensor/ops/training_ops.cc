@@ -1,9 +1,11 @@
 #include "tensor/ops/training_ops.h"
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
+#include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "tensor/cuda/cuda_training.h"
 #include "tensor/ops/op_util.h"
@@ -84,16 +86,32 @@ absl::Status CheckUpdate(UpdateRule rule, const UpdateTarget& t) {
   return CheckScalars(kOp, "params", t.params, kUpdateParamCount, t.var);
 }
 
-// Updating one buffer twice in a list would race on a GPU (one launch) and
-// is never what an optimizer means.
+// Writing one element twice in a list (a tensor listed twice, views that
+// overlap, a slot aliasing its variable) would race on a GPU (one launch)
+// and is never what an optimizer means. `updated` adds the tensors a
+// target writes.
 template <typename Target>
 absl::Status CheckDistinct(const char* op, absl::Span<const Target> targets,
-                           const Tensor* (*updated)(const Target&)) {
-  absl::flat_hash_set<const void*> seen;
-  for (const Target& t : targets) {
-    const Tensor& tensor = *updated(t);
-    if (tensor.num_elements() > 0 && !seen.insert(tensor.raw_data()).second) {
-      return internal::OpError(op, "a tensor is listed twice", {&tensor});
+                           void (*updated)(const Target&,
+                                           std::vector<const Tensor*>&)) {
+  std::vector<const Tensor*> written;
+  for (const Target& t : targets) updated(t, written);
+  auto begin = [](const Tensor* t) {
+    return static_cast<const char*>(t->raw_data());
+  };
+  auto end = [&](const Tensor* t) {
+    return begin(t) + t->num_elements() * DTypeSize(t->dtype());
+  };
+  std::erase_if(written,
+                [](const Tensor* t) { return t->num_elements() == 0; });
+  std::sort(written.begin(), written.end(),
+            [&](const Tensor* a, const Tensor* b) {
+              return std::less<>()(begin(a), begin(b));
+            });
+  for (size_t i = 1; i < written.size(); ++i) {
+    if (std::less<>()(begin(written[i]), end(written[i - 1]))) {
+      return internal::OpError(op, "two tensors it writes overlap",
+                               {written[i - 1], written[i]});
     }
   }
   return absl::OkStatus();
@@ -155,7 +173,11 @@ absl::Status ApplyUpdates(UpdateRule rule,
     MT_RETURN_IF_ERROR(CheckUpdate(rule, t));
   }
   MT_RETURN_IF_ERROR(CheckDistinct<UpdateTarget>(
-      "ApplyUpdates", targets, [](const UpdateTarget& t) { return &t.var; }));
+      "ApplyUpdates", targets,
+      [](const UpdateTarget& t, std::vector<const Tensor*>& written) {
+        written.push_back(&t.var);
+        for (const Tensor& slot : t.slots) written.push_back(&slot);
+      }));
   GpuGroups<cuda::UpdateOperands> gpu;
   for (const UpdateTarget& t : targets) {
     void* s0 = t.slots.size() > 0 ? t.slots[0].raw_data() : nullptr;
@@ -215,7 +237,9 @@ absl::Status AssignMovingAverages(
   }
   MT_RETURN_IF_ERROR(CheckDistinct<MovingAverageTarget>(
       "AssignMovingAverages", targets,
-      [](const MovingAverageTarget& t) { return &t.shadow; }));
+      [](const MovingAverageTarget& t, std::vector<const Tensor*>& written) {
+        written.push_back(&t.shadow);
+      }));
   GpuGroups<cuda::MovingAverageOperands> gpu;
   for (const MovingAverageTarget& t : targets) {
     const int64_t n = t.shadow.num_elements();

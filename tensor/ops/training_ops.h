@@ -46,9 +46,9 @@ struct UpdateTarget {
 // ApplyUpdate for each target, with the same results; the GPU targets of
 // one device and dtype update in one kernel launch (per few dozen): a
 // model's many small variables would otherwise cost a launch each, every
-// step. No two targets may share a buffer (an optimizer's never do); a
-// variable listed twice is an error. Everything is checked before anything
-// is updated.
+// step. No two tensors it writes (variables and slots) may overlap (an
+// optimizer's never do); a variable listed twice, or a slot aliasing one,
+// is an error. Everything is checked before anything is updated.
 absl::Status ApplyUpdates(UpdateRule rule,
                           absl::Span<const UpdateTarget> targets);
 // The same with the parameters packed here and copied to var's device (on a
