@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -37,7 +38,16 @@ absl::StatusOr<RegularFile> OpenRegularFile(const std::string& path) {
   // O_NOCTTY: a terminal named as input does not become ours.
   UniqueFd fd(
       ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
-  if (fd.get() < 0) return ErrnoError(errno, path, "cannot open");
+  if (fd.get() < 0) {
+    const int error_number = errno;
+    // A file the user may not read is bad input (exit 2), as one that is
+    // not there; root (the test machines) never sees this.
+    if (error_number == EACCES || error_number == EPERM) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": cannot open: ", std::strerror(error_number)));
+    }
+    return ErrnoError(error_number, path, "cannot open");
+  }
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) {
     return ErrnoError(errno, path, "cannot stat");

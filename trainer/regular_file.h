@@ -25,8 +25,9 @@ struct RegularFile {
 
 // Opens `path` for reading (without waiting on a FIFO) and checks on the
 // descriptor that it is a regular file. Errors are one line starting with
-// `path`: InvalidArgument "<path>: is a FIFO, not a regular file", or the
-// errno's code ("<path>: cannot open: No such file or directory").
+// `path`: InvalidArgument "<path>: is a FIFO, not a regular file" or
+// "<path>: cannot open: Permission denied", or the errno's code ("<path>:
+// cannot open: No such file or directory").
 absl::StatusOr<RegularFile> OpenRegularFile(const std::string& path);
 
 // Reads `size` bytes at `offset` of the open file `fd` (pread: the

@@ -55,11 +55,22 @@ std::string Trainer::CheckpointDir() const {
 absl::Status Trainer::CheckCheckpointsWritable() const {
   const std::string dir = CheckpointDir();
   std::error_code ec;
+  // A directory the user cannot write (not theirs, read-only: EACCES and
+  // EPERM, EROFS; a file in the way) is bad input, exit 2, as
+  // run_dir_lock.cc treats the run directory; a full disk or an I/O error
+  // is not.
+  auto users_choice = [](absl::StatusCode code) {
+    return code == absl::StatusCode::kPermissionDenied ||
+                   code == absl::StatusCode::kFailedPrecondition
+               ? absl::StatusCode::kInvalidArgument
+               : code;
+  };
   const bool existed = fs::exists(dir, ec);
   fs::create_directories(dir, ec);
   if (ec) {
-    return absl::ErrnoToStatus(
+    const absl::Status s = absl::ErrnoToStatus(
         ec.value(), absl::StrCat(dir, ": cannot create checkpoint directory"));
+    return absl::Status(users_choice(s.code()), s.message());
   }
   // The temporary file a save of the largest step makes (the longest name
   // it writes), created as a save creates it and removed unused.
@@ -72,7 +83,7 @@ absl::Status Trainer::CheckCheckpointsWritable() const {
   if (!existed) fs::remove(dir, ec);
   if (writable.ok()) return writable;
   return absl::Status(
-      writable.code(),
+      users_choice(writable.code()),
       absl::StrCat(dir, ": a checkpoint cannot be written there (",
                    writable.message(), ")"));
 }
@@ -159,8 +170,16 @@ absl::Status Trainer::RestoreForTraining() {
 
 absl::StatusOr<Trainer::CheckedCheckpoint> Trainer::OpenCheckpoint(
     const std::string& path_or_dir) const {
-  MT_ASSIGN_OR_RETURN(const std::string path, ResolveCheckpoint(path_or_dir));
-  MT_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
+  MT_ASSIGN_OR_RETURN(std::string path, ResolveCheckpoint(path_or_dir));
+  absl::StatusOr<SafetensorsFile> opened = SafetensorsFile::Open(path);
+  if (opened.status().code() == absl::StatusCode::kNotFound &&
+      path != path_or_dir) {
+    // A run saving into that directory may have pruned the latest between
+    // reading its index and opening it: its index names a newer one now.
+    MT_ASSIGN_OR_RETURN(path, ResolveCheckpoint(path_or_dir));
+    opened = SafetensorsFile::Open(path);
+  }
+  MT_ASSIGN_OR_RETURN(SafetensorsFile file, std::move(opened));
   MT_ASSIGN_OR_RETURN(
       const CheckpointPosition position,
       CheckTrainingCheckpoint(file, config_.checkpoint.allow_non_finite));
@@ -319,10 +338,9 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
   if (!config_.checkpoint.allow_non_finite) {
     MT_RETURN_IF_ERROR(CheckFiniteState(vars, step));
   }
-  MT_ASSIGN_OR_RETURN(
-      std::string path,
-      Saver(vars).Save(CheckpointDir(), step, metadata,
-                       static_cast<int>(config_.checkpoint.max_to_keep)));
+  MT_ASSIGN_OR_RETURN(std::string path,
+                      Saver(vars).Save(CheckpointDir(), step, metadata,
+                                       config_.checkpoint.max_to_keep));
   last_saved_step_ = step;
   return path;
 }

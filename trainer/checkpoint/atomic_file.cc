@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "tensor/status_macros.h"
@@ -27,10 +28,14 @@ std::string DirectoryOf(const std::string& path) {
 absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Create(
     const std::string& path) {
   std::string temp_path = absl::StrCat(path, ".tmp.", ::getpid());
-  // O_TRUNC rather than O_EXCL: a leftover from a crashed process that had
-  // our pid is garbage, not something to fail on.
+  // A leftover from a crashed process that had our pid is garbage, not
+  // something to fail on; a symbolic link there must not be followed (the
+  // file it names would be overwritten), so the name is cleared and created
+  // afresh.
+  ::unlink(temp_path.c_str());
   const int fd =
-      ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      ::open(temp_path.c_str(),
+             O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) {
     const int error_number = errno;  // Before StrCat allocates.
     return absl::ErrnoToStatus(
@@ -44,7 +49,8 @@ AtomicFileWriter::AtomicFileWriter(AtomicFileWriter&& other) noexcept
     : path_(std::move(other.path_)),
       temp_path_(std::move(other.temp_path_)),
       fd_(std::exchange(other.fd_, -1)),
-      committed_(std::exchange(other.committed_, true)) {}
+      committed_(std::exchange(other.committed_, true)),
+      renamed_(other.renamed_) {}
 
 AtomicFileWriter& AtomicFileWriter::operator=(
     AtomicFileWriter&& other) noexcept {
@@ -54,6 +60,7 @@ AtomicFileWriter& AtomicFileWriter::operator=(
     temp_path_ = std::move(other.temp_path_);
     fd_ = std::exchange(other.fd_, -1);
     committed_ = std::exchange(other.committed_, true);
+    renamed_ = other.renamed_;
   }
   return *this;
 }
@@ -117,31 +124,66 @@ absl::Status AtomicFileWriter::Commit() {
         error_number, absl::StrCat(path_, ": rename from ", temp_path_));
   }
   committed_ = true;
+  renamed_ = true;
   // Without this the rename may not survive a power loss, and a later step
   // (the checkpoint index) could then name a file that is not there.
-  const std::string dir = DirectoryOf(path_);
+  if (absl::Status synced = FsyncDirectory(DirectoryOf(path_)); !synced.ok()) {
+    return absl::Status(synced.code(),
+                        absl::StrCat(path_, ": ", synced.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FsyncDirectory(const std::string& dir) {
   const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd < 0) {
     const int error_number = errno;
     return absl::ErrnoToStatus(
-        error_number,
-        absl::StrCat(path_, ": open directory ", dir, " to fsync it"));
+        error_number, absl::StrCat("open directory ", dir, " to fsync it"));
   }
   const int sync_result = ::fsync(dir_fd);
   const int sync_errno = errno;
   ::close(dir_fd);
   if (sync_result != 0) {
-    return absl::ErrnoToStatus(
-        sync_errno, absl::StrCat(path_, ": fsync of directory ", dir));
+    return absl::ErrnoToStatus(sync_errno,
+                               absl::StrCat("fsync of directory ", dir));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CreateDirectoriesDurably(const std::string& dir) {
+  // The directories to create, deepest first.
+  std::vector<std::filesystem::path> missing;
+  std::error_code ec;
+  for (std::filesystem::path p = dir; !p.empty() && p != p.root_path();
+       p = p.parent_path()) {
+    if (std::filesystem::exists(std::filesystem::symlink_status(p, ec))) break;
+    missing.push_back(p);
+  }
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    // ErrnoToStatus appends the system's reason itself.
+    return absl::ErrnoToStatus(ec.value(),
+                               absl::StrCat(dir, ": cannot create directory"));
+  }
+  for (const std::filesystem::path& p : missing) {
+    if (absl::Status synced = FsyncDirectory(DirectoryOf(p.string()));
+        !synced.ok()) {
+      return absl::Status(synced.code(),
+                          absl::StrCat(dir, ": ", synced.message()));
+    }
   }
   return absl::OkStatus();
 }
 
 absl::Status WriteFileAtomically(const std::string& path,
-                                 absl::string_view contents) {
+                                 absl::string_view contents, bool* renamed) {
+  if (renamed != nullptr) *renamed = false;
   MT_ASSIGN_OR_RETURN(AtomicFileWriter writer, AtomicFileWriter::Create(path));
   MT_RETURN_IF_ERROR(writer.Append(contents));
-  return writer.Commit();
+  const absl::Status committed = writer.Commit();
+  if (renamed != nullptr) *renamed = writer.renamed();
+  return committed;
 }
 
 }  // namespace mirrortrain::trainer

@@ -3,9 +3,12 @@
 //
 // Protocol: data goes to "<path>.tmp.<pid>" in the target's directory; Commit
 // fsyncs it, renames it over <path> and fsyncs the directory so the rename
-// itself is durable. Until Commit succeeds an existing <path> is untouched; a
-// writer destroyed without a successful Commit (or after any failure)
-// removes its temporary file.
+// itself is durable. Until Commit renames, an existing <path> is untouched;
+// a Commit that fails after the rename (the directory's fsync) has replaced
+// it, which renamed() says. A writer destroyed without a successful Commit
+// (or after any failure) removes its temporary file. The temporary name is
+// created afresh (O_EXCL, O_NOFOLLOW): a link left there is removed, never
+// followed.
 //
 // Ownership: owns the temporary file's descriptor; movable, not copyable.
 // Thread contract: not synchronised; one writer per path at a time.
@@ -39,6 +42,9 @@ class AtomicFileWriter {
   absl::Status Append(absl::string_view data);
   // fsync, rename over path(), fsync the directory.
   absl::Status Commit();
+  // Whether Commit got as far as the rename: then path() is the new file
+  // even when Commit failed.
+  bool renamed() const { return renamed_; }
 
  private:
   AtomicFileWriter(std::string path, std::string temp_path, int fd)
@@ -50,11 +56,23 @@ class AtomicFileWriter {
   std::string temp_path_;
   int fd_ = -1;
   bool committed_ = false;
+  bool renamed_ = false;
 };
 
-// Writes `contents` to `path` with an AtomicFileWriter.
+// fsyncs directory `dir`, which makes the entries created or renamed in it
+// durable.
+absl::Status FsyncDirectory(const std::string& dir);
+
+// create_directories(dir), and an fsync of the parent of each directory it
+// created, so that they survive a power loss with the files later made
+// durable in them. Errors name `dir`.
+absl::Status CreateDirectoriesDurably(const std::string& dir);
+
+// Writes `contents` to `path` with an AtomicFileWriter; `renamed` (may be
+// null) gets its renamed().
 absl::Status WriteFileAtomically(const std::string& path,
-                                 absl::string_view contents);
+                                 absl::string_view contents,
+                                 bool* renamed = nullptr);
 
 }  // namespace mirrortrain::trainer
 

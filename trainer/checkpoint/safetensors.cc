@@ -35,6 +35,9 @@ static_assert(std::endian::native == std::endian::little,
 
 constexpr absl::string_view kMetadataKey = "__metadata__";
 constexpr size_t kHeaderLengthBytes = 8;
+// The reference implementation's cap: a header takes about 100 bytes per
+// tensor, and parsing it costs several times its size in memory.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 // The reference writer aligns the data to 8 bytes so it can be mapped and
 // viewed in place as any dtype.
 constexpr size_t kDataAlignment = 8;
@@ -48,6 +51,18 @@ absl::Status InvalidFile(absl::string_view path, absl::string_view reason) {
 
 absl::Status TruncatedFile(absl::string_view path, absl::string_view reason) {
   return absl::DataLossError(absl::StrCat(path, ": ", reason));
+}
+
+// `size` bytes at `offset` of `file`; fewer (it shrank since it was opened)
+// is a truncated file.
+absl::Status ReadExactly(const RegularFile& file, uint64_t offset, void* dst,
+                         size_t size) {
+  MT_ASSIGN_OR_RETURN(const size_t n,
+                      ReadAt(file.fd.get(), file.path, offset, dst, size));
+  if (n == size) return absl::OkStatus();
+  return TruncatedFile(
+      file.path, absl::StrCat("the file ends at byte ", offset + n, " of the ",
+                              offset + size, " read"));
 }
 
 std::string FormatCrc32c(uint32_t crc) { return absl::StrFormat("%08x", crc); }
@@ -355,27 +370,44 @@ absl::Status WriteSafetensors(
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   SafetensorsFile file;
   file.path_ = path;
-  // More than the host's memory could never be held.
-  MT_ASSIGN_OR_RETURN(file.contents_, ReadRegularFile(path, HostMemoryBytes()));
-  const std::string& contents = file.contents_;
-
-  if (contents.size() < kHeaderLengthBytes) {
+  // The header is read and checked before the data: a huge file whose
+  // header is garbage costs no more than its header.
+  MT_ASSIGN_OR_RETURN(const RegularFile opened, OpenRegularFile(path));
+  if (opened.size > HostMemoryBytes()) {
+    // More than the host's memory could never be held.
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": file is ", opened.size, " bytes, more than the limit of ",
+        HostMemoryBytes(), " bytes"));
+  }
+  if (opened.size < kHeaderLengthBytes) {
     return TruncatedFile(
-        path, absl::StrCat("file is ", contents.size(),
+        path, absl::StrCat("file is ", opened.size,
                            " bytes, too short for the 8-byte header length "
                            "(truncated file?)"));
   }
   uint64_t header_length = 0;
-  std::memcpy(&header_length, contents.data(), kHeaderLengthBytes);
-  const size_t available = contents.size() - kHeaderLengthBytes;
+  MT_RETURN_IF_ERROR(
+      ReadExactly(opened, 0, &header_length, kHeaderLengthBytes));
+  const uint64_t available = opened.size - kHeaderLengthBytes;
   if (header_length > available) {
     return TruncatedFile(
         path,
         absl::StrCat("header length ", header_length, " exceeds the ",
                      available, " bytes that follow it (truncated file?)"));
   }
+  if (header_length > kMaxHeaderBytes) {
+    return InvalidFile(path, absl::StrCat("header length ", header_length,
+                                          " exceeds the limit of ",
+                                          kMaxHeaderBytes, " bytes"));
+  }
   file.data_start_ = kHeaderLengthBytes + static_cast<size_t>(header_length);
-  const size_t data_size = contents.size() - file.data_start_;
+  const size_t data_size = opened.size - file.data_start_;
+  std::string& contents = file.contents_;
+  contents.resize(file.data_start_);
+  std::memcpy(contents.data(), &header_length, kHeaderLengthBytes);
+  MT_RETURN_IF_ERROR(ReadExactly(opened, kHeaderLengthBytes,
+                                 contents.data() + kHeaderLengthBytes,
+                                 header_length));
 
   absl::StatusOr<ParsedHeader> parsed =
       ParseHeader(absl::string_view(contents).substr(
@@ -510,6 +542,9 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
                                           " unused bytes after the last "
                                           "tensor's data"));
   }
+  contents.resize(opened.size);
+  MT_RETURN_IF_ERROR(ReadExactly(
+      opened, file.data_start_, contents.data() + file.data_start_, data_size));
   if (auto it = file.metadata_.find(std::string(kDataCrc32cKey));
       it != file.metadata_.end()) {
     uint32_t expected = 0;

@@ -215,14 +215,11 @@ absl::Status Saver::CheckEntries() const {
 
 absl::StatusOr<std::string> Saver::Save(
     const std::string& dir, int64_t step,
-    const std::map<std::string, std::string>& metadata, int max_to_keep) {
+    const std::map<std::string, std::string>& metadata, int64_t max_to_keep) {
   MT_RETURN_IF_ERROR(CheckEntries());
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) {
-    // ErrnoToStatus appends the system's reason itself.
-    return absl::ErrnoToStatus(
-        ec.value(), absl::StrCat(dir, ": cannot create checkpoint directory"));
+  if (absl::Status created = CreateDirectoriesDurably(dir); !created.ok()) {
+    return created;
   }
   // Read the index first: a malformed one fails the save before anything is
   // written, rather than being silently replaced.
@@ -255,7 +252,14 @@ absl::StatusOr<std::string> Saver::Save(
   // index: a failed index write below must not take it away.
   const bool replaces =
       fs::symlink_status(path, ec).type() != fs::file_type::not_found;
-  MT_RETURN_IF_ERROR(WriteSafetensors(path, tensors, with_checksum));
+  if (absl::Status written = WriteSafetensors(path, tensors, with_checksum);
+      !written.ok()) {
+    // A file renamed into place before the failure (its directory's fsync
+    // failed) would be a first checkpoint no index names, which makes the
+    // run directory refuse to resume (checkpoint_dir.h).
+    if (!replaces) ::unlink(path.c_str());
+    return written;
+  }
 
   CheckpointIndex index;
   index.latest = file_name;
@@ -271,12 +275,15 @@ absl::StatusOr<std::string> Saver::Save(
     pruned.assign(index.all.begin(), index.all.begin() + excess);
     index.all.erase(index.all.begin(), index.all.begin() + excess);
   }
-  if (absl::Status indexed =
-          WriteFileAtomically(IndexPath(dir), FormatIndex(index));
+  bool index_renamed = false;
+  if (absl::Status indexed = WriteFileAtomically(
+          IndexPath(dir), FormatIndex(index), &index_renamed);
       !indexed.ok()) {
     // The directory as it was: a first checkpoint no index names would
-    // make the run directory refuse to resume (checkpoint_dir.h).
-    if (!replaces) ::unlink(path.c_str());
+    // make the run directory refuse to resume (checkpoint_dir.h). An index
+    // renamed into place before the failure names the new file, which
+    // therefore stays.
+    if (!replaces && !index_renamed) ::unlink(path.c_str());
     return indexed;
   }
 

@@ -60,7 +60,7 @@ class Saver {
   // null variable or duplicate entry names.
   absl::StatusOr<std::string> Save(
       const std::string& dir, int64_t step,
-      const std::map<std::string, std::string>& metadata, int max_to_keep);
+      const std::map<std::string, std::string>& metadata, int64_t max_to_keep);
 
   // Restores every variable of this saver from the checkpoint file `path`.
   // All entries are checked (present, same dtype and shape) before any

@@ -8,6 +8,8 @@
 // `scripts/golden/safetensors_interop.py --check`).
 #include "trainer/checkpoint/safetensors.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -299,6 +301,20 @@ TEST_F(SafetensorsTest, FailedCommitRemovesTemporaryAndKeepsTarget) {
   EXPECT_EQ(testing::ReadFile(path + "/keep"), "precious");
 }
 
+// A symbolic link at the temporary name (a leftover, or planted) is
+// removed, not followed: the file it names keeps its bytes.
+TEST_F(SafetensorsTest, ALinkAtTheTemporaryNameIsNotFollowed) {
+  const std::string path = Path("x.safetensors");
+  const std::string victim = Path("victim.txt");
+  WriteBytes(victim, "precious");
+  fs::create_symlink(victim, absl::StrCat(path, ".tmp.", getpid()));
+  ASSERT_TRUE(
+      WriteSafetensors(path, {{"a", Tensor::Scalar<float>(1.f)}}, {}).ok());
+  EXPECT_EQ(testing::ReadFile(victim), "precious");
+  EXPECT_THAT(DirEntries(), ElementsAre("victim.txt", "x.safetensors"));
+  EXPECT_TRUE(SafetensorsFile::Open(path).ok());
+}
+
 TEST_F(SafetensorsTest, OpenMissingFileIsNotFound) {
   const std::string path = Path("absent.safetensors");
   absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
@@ -448,6 +464,21 @@ TEST_F(SafetensorsTest, RejectsMalformedFiles) {
     EXPECT_THAT(std::string(file.status().message()), StartsWith(path + ": "));
     EXPECT_THAT(std::string(file.status().message()), HasSubstr(c.reason));
   }
+}
+
+// A header longer than the reference implementation's 100 MB cap is
+// refused before it is read or parsed; here the file is sparse, so it takes
+// no disk. Before the cap it was read whole and parsed.
+TEST_F(SafetensorsTest, AHeaderOverTheCapIsRefusedUnread) {
+  const uint64_t length = 100'000'001;
+  const std::string path = WriteRawFile("huge.safetensors", "", "", length);
+  fs::resize_file(path, 8 + length);
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
+  EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(file.status().message()),
+            path +
+                ": header length 100000001 exceeds the limit of 100000000 "
+                "bytes");
 }
 
 // A file carrying data_crc32c opens only while its data matches: any

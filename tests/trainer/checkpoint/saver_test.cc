@@ -251,15 +251,22 @@ TEST_F(SaverTest, MaxToKeepPrunesOldestAndIndexListsTheKept) {
   EXPECT_THAT(DirEntries(), ElementsAre("checkpoint", "ckpt-600.safetensors"));
 }
 
-TEST_F(SaverTest, MaxToKeepZeroKeepsAll) {
-  Variable v = MakeVariable("v", Tensor::FromVector<float>({0}, {1}));
-  Saver saver({&v});
-  for (int64_t step = 1; step <= 4; ++step) {
-    ASSERT_TRUE(saver.Save(dir_, step, {}, 0).ok());
+// 0 keeps all, and so does any count beyond the saves, including one past
+// 32 bits (checkpoint.max_to_keep is 64-bit; it was cut to int, which made
+// 2^32 + 1 keep one).
+TEST_F(SaverTest, MaxToKeepZeroOrHugeKeepsAll) {
+  for (const int64_t keep : {int64_t{0}, (int64_t{1} << 32) + 1}) {
+    SCOPED_TRACE(keep);
+    fs::remove_all(dir_);
+    Variable v = MakeVariable("v", Tensor::FromVector<float>({0}, {1}));
+    Saver saver({&v});
+    for (int64_t step = 1; step <= 4; ++step) {
+      ASSERT_TRUE(saver.Save(dir_, step, {}, keep).ok());
+    }
+    absl::StatusOr<std::vector<std::string>> list = ListCheckpoints(dir_);
+    ASSERT_TRUE(list.ok());
+    EXPECT_EQ(list->size(), 4u);
   }
-  absl::StatusOr<std::vector<std::string>> list = ListCheckpoints(dir_);
-  ASSERT_TRUE(list.ok());
-  EXPECT_EQ(list->size(), 4u);
 }
 
 TEST_F(SaverTest, LatestCheckpointOnEmptyOrMissingDirectory) {
