@@ -14,7 +14,35 @@ namespace {
 
 thread_local std::vector<GradientTape*> active_tapes;
 
+// What an outer tape records for a gradient computed by unrecorded kernels
+// (OpDef::gradient_recorded false): one step from the op's inputs and
+// output gradients to its input gradients, with no gradient of its own.
+// Its attrs hold the op's OpDef, which errors name.
+constinit const OpDef kUnrecordedGradientOp{"UnrecordedGradient", nullptr};
+
 bool IsFloatingTensor(const Tensor& t) { return IsFloating(t.dtype()); }
+
+// Records, on the outer tapes, that `in_grads` came from `record`'s inputs
+// and `out_grads` through kernels they did not see.
+void RecordUnrecordedGradient(
+    const OpRecord& record, absl::Span<const Tensor> out_grads,
+    absl::Span<const std::optional<Tensor>> in_grads) {
+  std::vector<Tensor> inputs = record.inputs;
+  inputs.insert(inputs.end(), record.outputs.begin(), record.outputs.end());
+  inputs.insert(inputs.end(), out_grads.begin(), out_grads.end());
+  std::vector<Tensor> outputs;
+  for (const std::optional<Tensor>& g : in_grads) {
+    // A gradient passed on unchanged is already connected where it is.
+    if (!g.has_value() ||
+        std::any_of(inputs.begin(), inputs.end(),
+                    [&](const Tensor& t) { return t.id() == g->id(); })) {
+      continue;
+    }
+    outputs.push_back(*g);
+  }
+  tape::RecordOperation(kUnrecordedGradientOp, inputs, outputs,
+                        std::any(record.op));
+}
 
 }  // namespace
 
@@ -201,6 +229,13 @@ absl::StatusOr<std::vector<std::optional<Tensor>>> GradientTape::Gradient(
       }
     }
     const GradientFn fn = r->op->gradient;
+    if (fn == nullptr && r->op == &kUnrecordedGradientOp) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GradientTape.Gradient: the gradient of op ",
+          std::any_cast<const OpDef*>(r->attrs)->name,
+          " cannot be differentiated again (its kernels are not recorded); "
+          "the target depends on a source through it"));
+    }
     if (fn == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("GradientTape.Gradient: op ", r->op->name,
@@ -214,6 +249,9 @@ absl::StatusOr<std::vector<std::optional<Tensor>>> GradientTape::Gradient(
     MT_RETURN_IF_ERROR(fn(*r, out_grads,
                           absl::MakeConstSpan(needs.get(), needs_vec.size()),
                           &in_grads));
+    if (!r->op->gradient_recorded && tape::AnyTapeRecording()) {
+      RecordUnrecordedGradient(*r, out_grads, in_grads);
+    }
     // Intermediate gradients are dead once their producer is processed.
     for (const Tensor& out : r->outputs) {
       if (!source_ids.contains(out.id())) grads.erase(out.id());

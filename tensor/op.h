@@ -15,6 +15,14 @@
 // (integer results) says so with MT_NOT_DIFFERENTIABLE_OP; it is not
 // recorded and a target computed through it does not depend on its inputs
 // (TensorFlow's NotDifferentiable).
+//
+// Higher-order gradients: while a tape differentiates, an outer tape
+// records the ops the gradient functions run. An op whose gradient is
+// built from recorded ops alone says so with MT_OP_RECORDED_GRADIENT; an
+// outer tape then differentiates through it like any other computation.
+// Every other op's gradient (unrecorded kernels) is recorded on the outer
+// tape as one step without a gradient, so differentiating it again is an
+// error naming the op, never a silent zero.
 #ifndef MIRRORTRAIN_TENSOR_OP_H_
 #define MIRRORTRAIN_TENSOR_OP_H_
 
@@ -56,6 +64,9 @@ struct OpDef {
   const char* name;
   GradientFn gradient = nullptr;  // Null: differentiating is an error.
   bool differentiable = true;     // False: outputs carry no gradient.
+  // True: `gradient` computes only through ops that record themselves, so
+  // an outer tape can differentiate it (see the file comment).
+  bool gradient_recorded = false;
 };
 
 // Every defined op, for the op table test.
@@ -74,6 +85,11 @@ using OpRegistry = Registry<OpEntry>;
 // gradient lambda with unparenthesised commas can be passed.
 #define MT_OP(var, name, ...)                                  \
   constinit const ::mirrortrain::OpDef var{name, __VA_ARGS__}; \
+  MT_REGISTER(::mirrortrain::OpEntry, {name, &var})
+
+// MT_OP for an op whose gradient runs recorded ops only.
+#define MT_OP_RECORDED_GRADIENT(var, name, ...)                            \
+  constinit const ::mirrortrain::OpDef var{name, __VA_ARGS__, true, true}; \
   MT_REGISTER(::mirrortrain::OpEntry, {name, &var})
 
 #define MT_NOT_DIFFERENTIABLE_OP(var, name)                       \

@@ -507,21 +507,24 @@ absl::StatusOr<Tensor> OnesLike(const Tensor& x) {
 
 namespace {
 
-MT_OP(kReshapeOp, "Reshape",
-      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
-        MT_ASSIGN_OR_RETURN((*grads)[0], Reshape(g[0], op.inputs[0].shape()));
-        return absl::OkStatus();
-      });
+MT_OP_RECORDED_GRADIENT(kReshapeOp, "Reshape",
+                        [](const OpRecord& op, auto g, auto,
+                           Grads* grads) -> absl::Status {
+                          MT_ASSIGN_OR_RETURN(
+                              (*grads)[0], Reshape(g[0], op.inputs[0].shape()));
+                          return absl::OkStatus();
+                        });
 
-MT_OP(kTransposeOp, "Transpose",
-      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
-        const auto& perm = std::any_cast<const TransposeAttrs&>(op.attrs).perm;
-        std::vector<int> inverse(perm.size());
-        for (size_t i = 0; i < perm.size(); ++i)
-          inverse[perm[i]] = static_cast<int>(i);
-        MT_ASSIGN_OR_RETURN((*grads)[0], Transpose(g[0], inverse));
-        return absl::OkStatus();
-      });
+MT_OP_RECORDED_GRADIENT(
+    kTransposeOp, "Transpose",
+    [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+      const auto& perm = std::any_cast<const TransposeAttrs&>(op.attrs).perm;
+      std::vector<int> inverse(perm.size());
+      for (size_t i = 0; i < perm.size(); ++i)
+        inverse[perm[i]] = static_cast<int>(i);
+      MT_ASSIGN_OR_RETURN((*grads)[0], Transpose(g[0], inverse));
+      return absl::OkStatus();
+    });
 
 MT_OP(kConcatOp, "Concat",
       [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
@@ -610,11 +613,13 @@ MT_OP(kGatherOp, "Gather",
         return absl::OkStatus();
       });
 
-MT_OP(kCastOp, "Cast",
-      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
-        MT_ASSIGN_OR_RETURN((*grads)[0], Cast(g[0], op.inputs[0].dtype()));
-        return absl::OkStatus();
-      });
+MT_OP_RECORDED_GRADIENT(kCastOp, "Cast",
+                        [](const OpRecord& op, auto g, auto,
+                           Grads* grads) -> absl::Status {
+                          MT_ASSIGN_OR_RETURN((*grads)[0],
+                                              Cast(g[0], op.inputs[0].dtype()));
+                          return absl::OkStatus();
+                        });
 
 // Integer outputs, or a deliberate stop: no gradient flows through these
 // (TensorFlow registers them as NotDifferentiable).

@@ -357,77 +357,92 @@ absl::Status SetReduced(const OpRecord& op, absl::Span<const bool> needs, int i,
   return absl::OkStatus();
 }
 
-MT_OP(kAddOp, "Add",
-      [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
-        MT_RETURN_IF_ERROR(SetReduced(op, needs, 0, g[0], grads));
-        return SetReduced(op, needs, 1, g[0], grads);
-      });
+MT_OP_RECORDED_GRADIENT(kAddOp, "Add",
+                        [](const OpRecord& op, auto g, auto needs,
+                           Grads* grads) -> absl::Status {
+                          MT_RETURN_IF_ERROR(
+                              SetReduced(op, needs, 0, g[0], grads));
+                          return SetReduced(op, needs, 1, g[0], grads);
+                        });
 
-MT_OP(kSubOp, "Sub",
-      [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
-        MT_RETURN_IF_ERROR(SetReduced(op, needs, 0, g[0], grads));
-        if (!needs[1]) return absl::OkStatus();
-        return SetReduced(op, needs, 1, Neg(g[0]), grads);
-      });
+MT_OP_RECORDED_GRADIENT(kSubOp, "Sub",
+                        [](const OpRecord& op, auto g, auto needs,
+                           Grads* grads) -> absl::Status {
+                          MT_RETURN_IF_ERROR(
+                              SetReduced(op, needs, 0, g[0], grads));
+                          if (!needs[1]) return absl::OkStatus();
+                          return SetReduced(op, needs, 1, Neg(g[0]), grads);
+                        });
 
-MT_OP(kMulOp, "Mul",
-      [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
-        if (needs[0]) {
-          MT_RETURN_IF_ERROR(
-              SetReduced(op, needs, 0, Mul(g[0], op.inputs[1]), grads));
-        }
-        if (needs[1]) {
-          MT_RETURN_IF_ERROR(
-              SetReduced(op, needs, 1, Mul(g[0], op.inputs[0]), grads));
-        }
-        return absl::OkStatus();
-      });
+MT_OP_RECORDED_GRADIENT(kMulOp, "Mul",
+                        [](const OpRecord& op, auto g, auto needs,
+                           Grads* grads) -> absl::Status {
+                          if (needs[0]) {
+                            MT_RETURN_IF_ERROR(SetReduced(
+                                op, needs, 0, Mul(g[0], op.inputs[1]), grads));
+                          }
+                          if (needs[1]) {
+                            MT_RETURN_IF_ERROR(SetReduced(
+                                op, needs, 1, Mul(g[0], op.inputs[0]), grads));
+                          }
+                          return absl::OkStatus();
+                        });
 
-MT_OP(kDivOp, "Div",
-      [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
-        const Tensor& b = op.inputs[1];
-        if (needs[0])
-          MT_RETURN_IF_ERROR(SetReduced(op, needs, 0, Div(g[0], b), grads));
-        if (needs[1]) {
-          // d(a/b)/db = -(a/b)/b = -y/b.
-          MT_ASSIGN_OR_RETURN(Tensor gy, Mul(g[0], op.outputs[0]));
-          MT_ASSIGN_OR_RETURN(Tensor gyb, Div(gy, b));
-          MT_RETURN_IF_ERROR(SetReduced(op, needs, 1, Neg(gyb), grads));
-        }
-        return absl::OkStatus();
-      });
+MT_OP_RECORDED_GRADIENT(
+    kDivOp, "Div",
+    [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+      const Tensor& b = op.inputs[1];
+      if (needs[0])
+        MT_RETURN_IF_ERROR(SetReduced(op, needs, 0, Div(g[0], b), grads));
+      if (needs[1]) {
+        // d(a/b)/db = -(a/b)/b = -y/b.
+        MT_ASSIGN_OR_RETURN(Tensor gy, Mul(g[0], op.outputs[0]));
+        MT_ASSIGN_OR_RETURN(Tensor gyb, Div(gy, b));
+        MT_RETURN_IF_ERROR(SetReduced(op, needs, 1, Neg(gyb), grads));
+      }
+      return absl::OkStatus();
+    });
 
-MT_OP(kNegOp, "Neg",
-      [](const OpRecord&, auto g, auto, Grads* grads) -> absl::Status {
-        MT_ASSIGN_OR_RETURN((*grads)[0], Neg(g[0]));
-        return absl::OkStatus();
-      });
+MT_OP_RECORDED_GRADIENT(kNegOp, "Neg",
+                        [](const OpRecord&, auto g, auto,
+                           Grads* grads) -> absl::Status {
+                          MT_ASSIGN_OR_RETURN((*grads)[0], Neg(g[0]));
+                          return absl::OkStatus();
+                        });
 
-MT_OP(kExpOp, "Exp",
-      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
-        MT_ASSIGN_OR_RETURN((*grads)[0], Mul(g[0], op.outputs[0]));
-        return absl::OkStatus();
-      });
+MT_OP_RECORDED_GRADIENT(kExpOp, "Exp",
+                        [](const OpRecord& op, auto g, auto,
+                           Grads* grads) -> absl::Status {
+                          MT_ASSIGN_OR_RETURN((*grads)[0],
+                                              Mul(g[0], op.outputs[0]));
+                          return absl::OkStatus();
+                        });
 
-MT_OP(kLogOp, "Log",
-      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
-        MT_ASSIGN_OR_RETURN((*grads)[0], Div(g[0], op.inputs[0]));
-        return absl::OkStatus();
-      });
+MT_OP_RECORDED_GRADIENT(kLogOp, "Log",
+                        [](const OpRecord& op, auto g, auto,
+                           Grads* grads) -> absl::Status {
+                          MT_ASSIGN_OR_RETURN((*grads)[0],
+                                              Div(g[0], op.inputs[0]));
+                          return absl::OkStatus();
+                        });
 
-MT_OP(kSqrtOp, "Sqrt",
-      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
-        MT_ASSIGN_OR_RETURN(Tensor half_g, Scale(g[0], 0.5));
-        MT_ASSIGN_OR_RETURN((*grads)[0], Div(half_g, op.outputs[0]));
-        return absl::OkStatus();
-      });
+MT_OP_RECORDED_GRADIENT(kSqrtOp, "Sqrt",
+                        [](const OpRecord& op, auto g, auto,
+                           Grads* grads) -> absl::Status {
+                          MT_ASSIGN_OR_RETURN(Tensor half_g, Scale(g[0], 0.5));
+                          MT_ASSIGN_OR_RETURN((*grads)[0],
+                                              Div(half_g, op.outputs[0]));
+                          return absl::OkStatus();
+                        });
 
-MT_OP(kSquareOp, "Square",
-      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
-        MT_ASSIGN_OR_RETURN(Tensor two_x, Scale(op.inputs[0], 2.0));
-        MT_ASSIGN_OR_RETURN((*grads)[0], Mul(g[0], two_x));
-        return absl::OkStatus();
-      });
+MT_OP_RECORDED_GRADIENT(kSquareOp, "Square",
+                        [](const OpRecord& op, auto g, auto,
+                           Grads* grads) -> absl::Status {
+                          MT_ASSIGN_OR_RETURN(Tensor two_x,
+                                              Scale(op.inputs[0], 2.0));
+                          MT_ASSIGN_OR_RETURN((*grads)[0], Mul(g[0], two_x));
+                          return absl::OkStatus();
+                        });
 
 // The activation gradients use fused kernels of (g, y), which are not
 // recorded: second derivatives through them are not available.

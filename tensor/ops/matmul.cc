@@ -410,24 +410,26 @@ absl::StatusOr<Tensor> MatMulBias(const Tensor& a, const Tensor& b,
 
 namespace {
 
-MT_OP(kMatMulOp, "MatMul",
-      [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
-        return internal::MatMulGrads(
-            std::any_cast<const internal::SavedProduct&>(op.attrs), g[0], needs,
-            grads);
-      });
+MT_OP_RECORDED_GRADIENT(
+    kMatMulOp, "MatMul",
+    [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+      return internal::MatMulGrads(
+          std::any_cast<const internal::SavedProduct&>(op.attrs), g[0], needs,
+          grads);
+    });
 
-MT_OP(kMatMulBiasOp, "MatMulBias",
-      [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
-        MT_RETURN_IF_ERROR(internal::MatMulGrads(
-            std::any_cast<const internal::SavedProduct&>(op.attrs), g[0], needs,
-            grads));
-        if (needs[2]) {
-          MT_ASSIGN_OR_RETURN(
-              (*grads)[2], internal::BiasGradient(g[0], op.inputs[2].shape()));
-        }
-        return absl::OkStatus();
-      });
+MT_OP_RECORDED_GRADIENT(
+    kMatMulBiasOp, "MatMulBias",
+    [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+      MT_RETURN_IF_ERROR(internal::MatMulGrads(
+          std::any_cast<const internal::SavedProduct&>(op.attrs), g[0], needs,
+          grads));
+      if (needs[2]) {
+        MT_ASSIGN_OR_RETURN((*grads)[2],
+                            internal::BiasGradient(g[0], op.inputs[2].shape()));
+      }
+      return absl::OkStatus();
+    });
 
 }  // namespace
 }  // namespace mirrortrain::ops

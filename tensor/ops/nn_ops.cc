@@ -161,7 +161,11 @@ absl::StatusOr<Tensor> BiasAdd(const Tensor& x, const Tensor& bias) {
 namespace internal {
 
 absl::StatusOr<Tensor> BiasGradient(const Tensor& dy, const Shape& bias_shape) {
-  if (!dy.device().is_cuda()) return SumToShape(dy, bias_shape);
+  // The column-sum kernel is not recorded: while an outer tape records
+  // (higher-order gradients) the recorded SumToShape runs instead.
+  if (!dy.device().is_cuda() || tape::AnyTapeRecording()) {
+    return SumToShape(dy, bias_shape);
+  }
   int64_t rows, cols;
   Rows(dy, &rows, &cols);
   MT_ASSIGN_OR_RETURN(Tensor db,
@@ -324,35 +328,40 @@ namespace {
 
 // The bias gradient sums g over every row; on GPUs with the column-sum
 // kernel (coalesced, many blocks) rather than the generic reduction.
-MT_OP(kBiasAddOp, "BiasAdd",
-      [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
-        if (needs[0]) (*grads)[0] = g[0];
-        if (!needs[1]) return absl::OkStatus();
-        MT_ASSIGN_OR_RETURN((*grads)[1],
-                            internal::BiasGradient(g[0], op.inputs[1].shape()));
-        return absl::OkStatus();
-      });
+MT_OP_RECORDED_GRADIENT(kBiasAddOp, "BiasAdd",
+                        [](const OpRecord& op, auto g, auto needs,
+                           Grads* grads) -> absl::Status {
+                          if (needs[0]) (*grads)[0] = g[0];
+                          if (!needs[1]) return absl::OkStatus();
+                          MT_ASSIGN_OR_RETURN((*grads)[1],
+                                              internal::BiasGradient(
+                                                  g[0], op.inputs[1].shape()));
+                          return absl::OkStatus();
+                        });
 
 // d softmax: (g - sum(g * y)) * y, per row.
-MT_OP(kSoftmaxOp, "Softmax",
-      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
-        const Tensor& y = op.outputs[0];
-        MT_ASSIGN_OR_RETURN(Tensor gy, Mul(g[0], y));
-        MT_ASSIGN_OR_RETURN(Tensor s, ReduceSum(gy, {-1}, /*keepdims=*/true));
-        MT_ASSIGN_OR_RETURN(Tensor d, Sub(g[0], s));
-        MT_ASSIGN_OR_RETURN((*grads)[0], Mul(d, y));
-        return absl::OkStatus();
-      });
+MT_OP_RECORDED_GRADIENT(kSoftmaxOp, "Softmax",
+                        [](const OpRecord& op, auto g, auto,
+                           Grads* grads) -> absl::Status {
+                          const Tensor& y = op.outputs[0];
+                          MT_ASSIGN_OR_RETURN(Tensor gy, Mul(g[0], y));
+                          MT_ASSIGN_OR_RETURN(
+                              Tensor s, ReduceSum(gy, {-1}, /*keepdims=*/true));
+                          MT_ASSIGN_OR_RETURN(Tensor d, Sub(g[0], s));
+                          MT_ASSIGN_OR_RETURN((*grads)[0], Mul(d, y));
+                          return absl::OkStatus();
+                        });
 
 // d log_softmax: g - exp(y) * sum(g), per row.
-MT_OP(kLogSoftmaxOp, "LogSoftmax",
-      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
-        MT_ASSIGN_OR_RETURN(Tensor p, Exp(op.outputs[0]));
-        MT_ASSIGN_OR_RETURN(Tensor s, ReduceSum(g[0], {-1}, /*keepdims=*/true));
-        MT_ASSIGN_OR_RETURN(Tensor ps, Mul(p, s));
-        MT_ASSIGN_OR_RETURN((*grads)[0], Sub(g[0], ps));
-        return absl::OkStatus();
-      });
+MT_OP_RECORDED_GRADIENT(
+    kLogSoftmaxOp, "LogSoftmax",
+    [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+      MT_ASSIGN_OR_RETURN(Tensor p, Exp(op.outputs[0]));
+      MT_ASSIGN_OR_RETURN(Tensor s, ReduceSum(g[0], {-1}, /*keepdims=*/true));
+      MT_ASSIGN_OR_RETURN(Tensor ps, Mul(p, s));
+      MT_ASSIGN_OR_RETURN((*grads)[0], Sub(g[0], ps));
+      return absl::OkStatus();
+    });
 
 MT_OP(kSparseSoftmaxCrossEntropyWithLogitsOp,
       "SparseSoftmaxCrossEntropyWithLogits",
@@ -392,13 +401,14 @@ MT_OP(kSparseSoftmaxCrossEntropyWithLogitsOp,
         return absl::OkStatus();
       });
 
-MT_OP(kDropoutOp, "Dropout",
-      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
-        const Tensor& mask =
-            std::any_cast<const DropoutAttrs&>(op.attrs).scaled_mask;
-        MT_ASSIGN_OR_RETURN((*grads)[0], Mul(g[0], mask));
-        return absl::OkStatus();
-      });
+MT_OP_RECORDED_GRADIENT(
+    kDropoutOp, "Dropout",
+    [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+      const Tensor& mask =
+          std::any_cast<const DropoutAttrs&>(op.attrs).scaled_mask;
+      MT_ASSIGN_OR_RETURN((*grads)[0], Mul(g[0], mask));
+      return absl::OkStatus();
+    });
 
 }  // namespace
 }  // namespace mirrortrain::ops

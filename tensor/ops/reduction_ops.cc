@@ -290,27 +290,29 @@ absl::StatusOr<Tensor> SumToShape(const Tensor& g, const Shape& shape) {
 
 namespace {
 
-MT_OP(kReduceSumOp, "ReduceSum",
-      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
-        const auto& attrs = std::any_cast<const ReduceAttrs&>(op.attrs);
-        MT_ASSIGN_OR_RETURN(Tensor kept, Reshape(g[0], attrs.keep_shape));
-        MT_ASSIGN_OR_RETURN((*grads)[0],
-                            BroadcastTo(kept, op.inputs[0].shape()));
-        return absl::OkStatus();
-      });
+MT_OP_RECORDED_GRADIENT(
+    kReduceSumOp, "ReduceSum",
+    [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+      const auto& attrs = std::any_cast<const ReduceAttrs&>(op.attrs);
+      MT_ASSIGN_OR_RETURN(Tensor kept, Reshape(g[0], attrs.keep_shape));
+      MT_ASSIGN_OR_RETURN((*grads)[0], BroadcastTo(kept, op.inputs[0].shape()));
+      return absl::OkStatus();
+    });
 
-MT_OP(kL2LossOp, "L2Loss",
-      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
-        MT_ASSIGN_OR_RETURN((*grads)[0], Mul(op.inputs[0], g[0]));
-        return absl::OkStatus();
-      });
+MT_OP_RECORDED_GRADIENT(kL2LossOp, "L2Loss",
+                        [](const OpRecord& op, auto g, auto,
+                           Grads* grads) -> absl::Status {
+                          MT_ASSIGN_OR_RETURN((*grads)[0],
+                                              Mul(op.inputs[0], g[0]));
+                          return absl::OkStatus();
+                        });
 
-MT_OP(kBroadcastToOp, "BroadcastTo",
-      [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
-        MT_ASSIGN_OR_RETURN((*grads)[0],
-                            SumToShape(g[0], op.inputs[0].shape()));
-        return absl::OkStatus();
-      });
+MT_OP_RECORDED_GRADIENT(
+    kBroadcastToOp, "BroadcastTo",
+    [](const OpRecord& op, auto g, auto, Grads* grads) -> absl::Status {
+      MT_ASSIGN_OR_RETURN((*grads)[0], SumToShape(g[0], op.inputs[0].shape()));
+      return absl::OkStatus();
+    });
 
 }  // namespace
 }  // namespace mirrortrain::ops

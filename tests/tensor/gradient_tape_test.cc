@@ -162,6 +162,30 @@ TEST(GradientTapeTest, NestedTapesBothRecord) {
   EXPECT_EQ((*d2y)[0]->ScalarAt(0), 12.0);
 }
 
+// Sigmoid's gradient is one unrecorded kernel (OpDef::gradient_recorded is
+// false): an outer tape cannot differentiate it again, which is an error
+// naming the op, where the outer gradient used to come back empty. The
+// outer tape still differentiates the forward pass it recorded.
+TEST(GradientTapeTest, AGradientOfUnrecordedKernelsIsNotDifferentiatedAgain) {
+  Tensor x = F(0.5);
+  GradientTape outer(/*persistent=*/true);
+  outer.Watch(x);
+  GradientTape inner;
+  inner.Watch(x);
+  const Tensor y = *ops::Sigmoid(*ops::Mul(x, x));
+  auto dy = inner.Gradient(y, {x});
+  ASSERT_TRUE(dy.ok()) << dy.status();
+  auto d2y = outer.Gradient(*(*dy)[0], {x});
+  EXPECT_EQ(d2y.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(d2y.status().message()),
+            "GradientTape.Gradient: the gradient of op Sigmoid cannot be "
+            "differentiated again (its kernels are not recorded); the target "
+            "depends on a source through it");
+  auto again = outer.Gradient(y, {x});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_DOUBLE_EQ((*again)[0]->ScalarAt(0), (*dy)[0]->ScalarAt(0));
+}
+
 }  // namespace
 }  // namespace mirrortrain
 

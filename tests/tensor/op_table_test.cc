@@ -4,11 +4,13 @@
 // kernel against the CPU one on fresh random inputs, forward and gradient
 // (skipped with the reason without a GPU). A new op adds a row here; the
 // first test fails for an op without one.
+#include <cmath>
 #include <functional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/gradient_tape.h"
@@ -104,22 +106,23 @@ const std::vector<OpRow>& Rows() {
       {"Silu", Unary(ops::Silu), Args(Rand({3, 4}, -4, 4))},
       {"MatMul",
        [](const Inputs& in) -> absl::StatusOr<Tensor> {
-         // A plain product and a batched one with both operands
-         // transposed, in one output so both gradients are checked.
+         // A plain product broadcast onto a batched one with both
+         // operands transposed, so both gradients are checked (Add, not
+         // Concat, whose gradient cannot be differentiated again).
          MT_ASSIGN_OR_RETURN(Tensor plain, ops::MatMul(in[0], in[1]));
          MT_ASSIGN_OR_RETURN(Tensor batched,
                              ops::MatMul(in[2], in[3], true, true));
-         MT_ASSIGN_OR_RETURN(batched, ops::Reshape(batched, {6, 5}));
-         return ops::Concat({plain, batched}, 0);
+         return ops::Add(plain, batched);
        },
        Args(Rand({3, 4}), Rand({4, 5}), Rand({2, 4, 3}), Rand({2, 5, 4}))},
       {"MatMulBias",
        [](const Inputs& in) -> absl::StatusOr<Tensor> {
-         // Plain, and with the first operand transposed.
+         // Plain, and with the first operand transposed (added, as in the
+         // MatMul row).
          MT_ASSIGN_OR_RETURN(Tensor plain, ops::MatMulBias(in[0], in[1], in[2]));
          MT_ASSIGN_OR_RETURN(Tensor transposed,
                              ops::MatMulBias(in[3], in[1], in[2], true));
-         return ops::Concat({plain, transposed}, 0);
+         return ops::Add(plain, transposed);
        },
        Args(Rand({3, 4}), Rand({4, 5}), Rand({5}), Rand({4, 3}))},
       {"BiasAdd", [](const Inputs& in) { return ops::BiasAdd(in[0], in[1]); },
@@ -382,6 +385,86 @@ TEST_P(OpTableTest, GpuKernelMatchesCpuForwardAndGradient) {
       EXPECT_TRUE(testing::AllClose(*(*gpu_g)[i]->To(Device::Cpu()),
                                     *(*cpu_g)[i], tol, tol))
           << "gradient of input " << i;
+    }
+  }
+}
+
+// sum_i <dL/dx_i, v_i> for L = sum(op(inputs) * w): the op's gradient,
+// computed by its gradient function under whatever tape records it.
+absl::StatusOr<Tensor> GradientProbe(const OpRow& row, const Inputs& inputs,
+                                     const Tensor& w,
+                                     const std::vector<Tensor>& v) {
+  MT_ASSIGN_OR_RETURN(auto grads, Gradients(row, inputs, w));
+  Tensor sum = Tensor::Scalar<double>(0);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].has_value()) continue;
+    MT_ASSIGN_OR_RETURN(Tensor gv, ops::Mul(*grads[i], v[i]));
+    MT_ASSIGN_OR_RETURN(gv, ops::ReduceSum(gv));
+    MT_ASSIGN_OR_RETURN(sum, ops::Add(sum, gv));
+  }
+  return sum;
+}
+
+// Higher-order gradients (tensor/op.h): an op declared with a recorded
+// gradient is differentiated twice correctly (finite differences of its
+// gradient, in float64); any other op's gradient is an error naming it
+// when differentiated again, never a silent zero.
+TEST_P(OpTableTest, SecondOrderGradientMatchesFiniteDifferencesOrIsAnError) {
+  if (!def().differentiable) return;  // Nothing flows through, checked above.
+  const Inputs inputs = row().inputs(DType::kF64, 1);
+  absl::StatusOr<Tensor> y = row().call(inputs);
+  ASSERT_TRUE(y.ok()) << y.status();
+  const Tensor w = RandomTensor(y->shape(), 5, DType::kF64);
+  std::vector<Tensor> sources, v;
+  for (const Tensor& in : inputs) {
+    if (!IsFloating(in.dtype())) continue;
+    sources.push_back(in);
+    v.push_back(RandomTensor(in.shape(), 11 + v.size(), DType::kF64));
+  }
+  GradientTape outer;
+  for (const Tensor& s : sources) outer.Watch(s);
+  absl::StatusOr<Tensor> h = GradientProbe(row(), inputs, w, v);
+  ASSERT_TRUE(h.ok()) << h.status();
+  GradientOptions options;
+  options.unconnected = UnconnectedGradients::kZero;  // A linear op's.
+  auto second = outer.Gradient(*h, sources, options);
+  if (!def().gradient_recorded) {
+    // The error names the op, or another op of the row's call whose
+    // gradient is not recorded either (a row may compute its inputs).
+    ASSERT_FALSE(second.ok());
+    const std::string message(second.status().message());
+    const std::string prefix = "the gradient of op ";
+    const size_t at = message.find(prefix);
+    ASSERT_NE(at, std::string::npos) << message;
+    const size_t begin = at + prefix.size();
+    const std::string named =
+        message.substr(begin, message.find(' ', begin) - begin);
+    const OpEntry* entry = OpRegistry::Global().Find(named);
+    ASSERT_NE(entry, nullptr) << message;
+    EXPECT_FALSE(entry->def->gradient_recorded) << message;
+    EXPECT_NE(message.find("cannot be differentiated again"), std::string::npos)
+        << message;
+    return;
+  }
+  ASSERT_TRUE(second.ok()) << second.status();
+  const double eps = row().fd_eps, tol = row().fd_tol;
+  size_t s = 0;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (!IsFloating(inputs[k].dtype())) continue;
+    const Tensor& g = *(*second)[s++];
+    for (int64_t i = 0; i < inputs[k].num_elements(); ++i) {
+      Inputs plus = inputs, minus = inputs;
+      plus[k] = *inputs[k].Clone();
+      minus[k] = *inputs[k].Clone();
+      plus[k].data<double>()[i] += eps;
+      minus[k].data<double>()[i] -= eps;
+      absl::StatusOr<Tensor> h_plus = GradientProbe(row(), plus, w, v);
+      absl::StatusOr<Tensor> h_minus = GradientProbe(row(), minus, w, v);
+      ASSERT_TRUE(h_plus.ok() && h_minus.ok());
+      const double numeric =
+          (h_plus->ScalarAt(0) - h_minus->ScalarAt(0)) / (2 * eps);
+      EXPECT_NEAR(g.ScalarAt(i), numeric, tol * (1 + std::abs(numeric)))
+          << "input " << k << " element " << i;
     }
   }
 }
