@@ -203,6 +203,12 @@ absl::Status LtProduct(const LtOperands& call, const LtEpilogue& epilogue) {
                     Alignment(lt_b),
                     Alignment(c),
                     Alignment(epilogue.bias)};
+  // The preference has no alignment hint for the bias, and epilogues are
+  // reported to need an aligned one: a bias view at an odd offset takes the
+  // unfused path rather than risk a failure that is not NOT_SUPPORTED.
+  if (epilogue.bias != nullptr && Alignment(epilogue.bias) < 16) {
+    return not_found("is not given a bias aligned to 16 bytes");
+  }
   Pick* pick = CachedPick(key);
   if (pick == nullptr) {
     cublasLtMatmulPreference_t raw_pref = nullptr;

@@ -45,7 +45,9 @@ __global__ void MomentsFromSumsKernel(const double* sum, const double* sum_sq,
   for (int64_t c = GridStart(); c < cols; c += GridStep()) {
     const double m = sum[c] * inv_n;
     mean[c] = static_cast<T>(m);
-    variance[c] = static_cast<T>(fmax(sum_sq[c] * inv_n - m * m, 0.0));
+    // As the CPU's std::max(v, 0.0): a NaN stays NaN (fmax would make it 0).
+    const double v = sum_sq[c] * inv_n - m * m;
+    variance[c] = static_cast<T>(v < 0.0 ? 0.0 : v);
   }
 }
 
@@ -100,7 +102,8 @@ __global__ void LayerNormForwardKernel(const T* x, const T* gamma,
       const double d = xr[c] - m;
       v += d * d;
     }
-    const double inv = rsqrt(BlockSum2(v, 0, partial).x / cols + epsilon);
+    // Correctly rounded, as the CPU's 1 / sqrt (double rsqrt is not).
+    const double inv = 1.0 / sqrt(BlockSum2(v, 0, partial).x / cols + epsilon);
     T* yr = y + r * cols;
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
       yr[c] = static_cast<T>((xr[c] - m) * inv * gamma[c] + beta[c]);
