@@ -26,13 +26,16 @@ class Allocator {
 // Host memory aligned to kCpuAlignment bytes (a cache line; what AVX-512
 // loads want). Process-wide singleton, never destroyed. A request larger
 // than HostMemoryBytes() is InvalidArgument at once (no run on this machine
-// could use it): with overcommit it could otherwise succeed and end the
-// process when touched.
+// could use it), and one that would take the bytes of all host tensors
+// together past it is ResourceExhausted (after the cache of freed blocks
+// is given back): with overcommit either could otherwise succeed and end
+// the process, with no message, when touched.
 inline constexpr size_t kCpuAlignment = 64;
 Allocator* CpuAllocator();
 
-// The host's physical memory in bytes (an upper bound on any one host
-// buffer).
+// The host's physical memory in bytes, or the memory limit of the cgroup
+// (container) this process runs in when that is lower: an upper bound on
+// host tensors.
 uint64_t HostMemoryBytes();
 
 // The allocator that owns memory of `device`: CpuAllocator() for CPUs, the

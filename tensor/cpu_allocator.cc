@@ -2,7 +2,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <mutex>
 #include <new>
 #include <vector>
@@ -42,8 +45,22 @@ class CachingCpuAllocator final : public Allocator {
         return ptr;
       }
     }
+    // Tensors together beyond the machine's memory would end the process
+    // (the kernel's OOM killer, no message) once touched: refused here,
+    // after giving back the cache, as memory running out.
+    if (!Hold(rounded)) {
+      ReleaseCache();
+      if (!Hold(rounded)) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "host allocation of ", bytes, " bytes: tensors hold ",
+            held_bytes_.load(std::memory_order_relaxed),
+            " bytes already, and together they would pass the machine's ",
+            HostMemoryBytes(), " bytes of memory"));
+      }
+    }
     void* ptr = NewBlock(rounded);
     if (ptr == nullptr) {
+      held_bytes_.fetch_sub(rounded, std::memory_order_relaxed);
       return absl::ResourceExhaustedError(
           absl::StrCat("host allocation of ", bytes, " bytes failed"));
     }
@@ -92,11 +109,34 @@ class CachingCpuAllocator final : public Allocator {
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     return ptr == MAP_FAILED ? nullptr : ptr;
   }
-  static void FreeBlock(void* ptr, size_t rounded) {
+  void FreeBlock(void* ptr, size_t rounded) {
     if (Populated(rounded)) {
       munmap(ptr, rounded);
     } else {
       std::free(ptr);
+    }
+    held_bytes_.fetch_sub(rounded, std::memory_order_relaxed);
+  }
+  // Counts `rounded` more bytes of blocks if the total stays within the
+  // machine's memory.
+  bool Hold(size_t rounded) {
+    uint64_t held = held_bytes_.load(std::memory_order_relaxed);
+    do {
+      if (held + rounded > HostMemoryBytes()) return false;
+    } while (!held_bytes_.compare_exchange_weak(held, held + rounded,
+                                                std::memory_order_relaxed));
+    return true;
+  }
+  // Frees every cached block.
+  void ReleaseCache() {
+    absl::flat_hash_map<size_t, std::vector<void*>> cached;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cached.swap(free_);
+      cached_bytes_ = 0;
+    }
+    for (const auto& [rounded, blocks] : cached) {
+      for (void* ptr : blocks) FreeBlock(ptr, rounded);
     }
   }
   static size_t Round(size_t bytes) {
@@ -107,8 +147,10 @@ class CachingCpuAllocator final : public Allocator {
   }
 
   std::mutex mu_;
-  absl::flat_hash_map<size_t, std::vector<void*>> free_;
-  size_t cached_bytes_ = 0;
+  absl::flat_hash_map<size_t, std::vector<void*>> free_;  // Guarded by mu_.
+  size_t cached_bytes_ = 0;                               // Guarded by mu_.
+  // Bytes of every block mapped now, in use or cached.
+  std::atomic<uint64_t> held_bytes_{0};
 };
 
 }  // namespace
@@ -118,8 +160,21 @@ uint64_t HostMemoryBytes() {
     const long pages = sysconf(_SC_PHYS_PAGES);
     const long page_size = sysconf(_SC_PAGESIZE);
     // Unknown: no limit beyond what the allocator itself refuses.
-    if (pages <= 0 || page_size <= 0) return ~uint64_t{0} >> 1;
-    return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
+    uint64_t physical = ~uint64_t{0} >> 1;
+    if (pages > 0 && page_size > 0) {
+      physical =
+          static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
+    }
+    // In a container the cgroup's limit is the machine (v2, then v1;
+    // "max" or an absurd number when there is none).
+    for (const char* limit_file :
+         {"/sys/fs/cgroup/memory.max",
+          "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+      std::ifstream in(limit_file);
+      uint64_t limit = 0;
+      if (in >> limit && limit > 0) physical = std::min(physical, limit);
+    }
+    return physical;
   }();
   return bytes;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tensor/allocator.h"
 #include "tensor/ops/array_ops.h"
@@ -126,6 +127,23 @@ TEST(TensorTest, SizesThatCannotBeAllocatedAreStatusesNotCrashes) {
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(CheckedNumElements({int64_t{1} << 40, int64_t{1} << 30}),
             std::nullopt);
+}
+
+// Each fits, together they do not: the second is refused (ResourceExhausted,
+// memory running out) before overcommit could accept it and the kernel end
+// the process when it is touched; freeing the first makes room. Neither is
+// touched, so no memory is used.
+TEST(TensorTest, HostTensorsTogetherBeyondTheMachineAreRefused) {
+  const int64_t elements = static_cast<int64_t>(HostMemoryBytes() / 4 / 5 * 3);
+  absl::StatusOr<Tensor> first = Tensor::Empty(DType::kF32, {elements});
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<Tensor> second = Tensor::Empty(DType::kF32, {elements});
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(second.status().message()),
+              ::testing::HasSubstr("together they would pass the machine's"));
+  first = absl::UnknownError("freed");
+  second = Tensor::Empty(DType::kF32, {elements});
+  EXPECT_TRUE(second.ok()) << second.status();
 }
 
 TEST(TensorTest, AllocationFailureEscapingWorkIsAStatus) {
