@@ -45,6 +45,15 @@ bool StillAtPath(int fd, const std::string& path) {
 
 }  // namespace
 
+absl::Status RunDirLock::CheckHeld() const {
+  if (StillAtPath(fd_, path_)) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      fs::path(path_).parent_path().string(),
+      ": the run directory was deleted, moved or replaced while this run "
+      "held it (its lock file ",
+      path_, " is gone); stopping rather than writing into a new one"));
+}
+
 absl::StatusOr<RunDirLock> RunDirLock::Acquire(const std::string& run_dir) {
   RunDirLock lock;
   // The directories create_directories is about to make, deepest first.

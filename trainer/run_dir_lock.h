@@ -43,6 +43,10 @@ class RunDirLock {
   // The run has written into the directory: keep the lock file and the
   // directory when the lock is released.
   void KeepFiles() { keep_files_ = true; }
+  // FailedPrecondition when the lock file is no longer at its path: the run
+  // directory was deleted, moved or replaced while this process held it,
+  // so writing there would make a new directory no lock guards.
+  absl::Status CheckHeld() const;
 
  private:
   RunDirLock() = default;

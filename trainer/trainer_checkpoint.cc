@@ -297,6 +297,7 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
     return absl::FailedPreconditionError(
         "SaveCheckpoint: this trainer has no run directory");
   }
+  if (run_dir_lock_.has_value()) MT_RETURN_IF_ERROR(run_dir_lock_->CheckHeld());
   // parameter_server: called only while no push is under way (the
   // coordinator holds the workers), so the gathered state is consistent.
   if (ps_) MT_RETURN_IF_ERROR(SnapshotShards());

@@ -603,6 +603,29 @@ TEST_F(AdversarialCheckpointTest, AClosedOutputPipeStopsTheRunWithACheckpoint) {
   ASSERT_TRUE(latest.ok()) << latest.status();
 }
 
+// A run directory deleted while the run trains (an `rm -rf` of runs
+// thought finished): the next save stops the run, exit 1 naming it, rather
+// than making a new directory that no lock guards, with checkpoints but no
+// config. The delete falls between saves 400 steps apart.
+TEST_F(AdversarialCheckpointTest, ARunDirectoryDeletedMidRunStopsTheRun) {
+  const std::string index = ckpts_ + "/checkpoint";
+  const std::string tmp = root_ + "/deleted";
+  const pid_t pid =
+      Start(SmallTrain(run_, {"train.epochs=200", "checkpoint.every_steps=400",
+                              "train.log_every_steps=1000"}),
+            tmp + "_out", tmp + "_err");
+  for (int i = 0; i < 30000 && !fs::exists(index); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_TRUE(fs::exists(index)) << ReadFile(tmp + "_err");
+  fs::remove_all(run_);
+  EXPECT_EQ(Wait(pid, 120), 1) << ReadFile(tmp + "_err");
+  EXPECT_THAT(ReadFile(tmp + "_err"),
+              HasSubstr(run_ + ": the run directory was deleted, moved or "
+                               "replaced while this run held it"));
+  EXPECT_FALSE(fs::exists(run_));
+}
+
 // SIGKILL at moments that often fall inside a save (one per step): after
 // every kill the latest checkpoint loads and passes every check, and the
 // next run cleans up what the interrupted saves left (temporaries,
