@@ -144,9 +144,13 @@ class Trainer {
   std::vector<Variable*> TrainingState() const;
   // parameter_server: updates each ps device holds (counting a restored
   // checkpoint's step), and gradients each worker pushed since this
-  // trainer was built (tests).
+  // trainer was built or restored (tests).
   std::vector<int64_t> ParameterServerUpdates() const;
   std::vector<int64_t> WorkerPushes() const;
+  // parameter_server: the batches of each worker's input whose updates were
+  // applied, counting where a resume started it (what a checkpoint's
+  // `worker_batches` records).
+  std::vector<int64_t> WorkerBatches() const;
   // parameter_server: the largest staleness of any update, counted when it
   // is reserved.
   int64_t MaxStaleness() const;
@@ -429,10 +433,12 @@ class Trainer {
   absl::Status WorkerLoop(distribute::ReplicaContext& ctx);
   // parameter_server: gathers the shards into state_ (no push under way).
   absl::Status SnapshotShards();
-  // parameter_server: worker w's input, and where it resumes after `step`
-  // updates (its share of them, in its own order).
+  // parameter_server: worker w's input, and where each resumes: at
+  // `batches[w]` of its own order (a checkpoint's worker_batches), or, with
+  // one total, at its round-robin share of it.
   BatchIterator& WorkerInput(int worker);
-  absl::Status SeekWorkers(int64_t step);
+  absl::Status SeekWorkers(const std::vector<int64_t>& batches);
+  absl::Status SeekWorkers(int64_t total_batches);
   distribute::UpdateClock& clock() const;
   // grads[i] += l2_regularization * vars[i] for weights of rank >= 2.
   absl::Status AddL2Regularization(const std::vector<Variable*>& vars,
@@ -537,6 +543,7 @@ class Trainer {
     double loss = 0;
     int64_t updates = 0, samples = 0;
     std::vector<int64_t> pushes;  // Per worker, since the start.
+    std::vector<int64_t> start;   // Per worker: batches a resume skipped.
   };
   std::unique_ptr<AsyncWindow> async_window_;
   // Replica copies of every model variable, slot and EMA shadow.

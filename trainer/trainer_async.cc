@@ -4,6 +4,7 @@
 // the workers run up to the next step where something is due (a log line,
 // an evaluation, a checkpoint, the end), holds them there, and does it on a
 // consistent state (UpdateClock; no push half-applied).
+#include <algorithm>
 #include <cmath>
 #include <future>
 
@@ -30,15 +31,26 @@ BatchIterator& Trainer::WorkerInput(int worker) {
   return worker == 0 ? *train_iterator_ : *worker_iterators_[worker - 1];
 }
 
-absl::Status Trainer::SeekWorkers(int64_t step) {
-  const int workers = num_replicas();
+absl::Status Trainer::SeekWorkers(const std::vector<int64_t>& batches) {
   const int64_t steps_per_epoch = train_iterator_->BatchesPerEpoch();
-  for (int w = 0; w < workers; ++w) {
-    const int64_t batches = step / workers + (w < step % workers ? 1 : 0);
+  for (int w = 0; w < num_replicas(); ++w) {
     MT_RETURN_IF_ERROR(WorkerInput(w).Seek(
-        {batches / steps_per_epoch, batches % steps_per_epoch}));
+        {batches[w] / steps_per_epoch, batches[w] % steps_per_epoch}));
   }
+  std::lock_guard<std::mutex> lock(async_window_->mu);
+  async_window_->start = batches;
+  std::fill(async_window_->pushes.begin(), async_window_->pushes.end(), 0);
   return absl::OkStatus();
+}
+
+absl::Status Trainer::SeekWorkers(int64_t total_batches) {
+  const int workers = num_replicas();
+  std::vector<int64_t> batches(workers);
+  for (int w = 0; w < workers; ++w) {
+    batches[w] =
+        total_batches / workers + (w < total_batches % workers ? 1 : 0);
+  }
+  return SeekWorkers(batches);
 }
 
 absl::Status Trainer::SnapshotShards() {
@@ -62,6 +74,16 @@ std::vector<int64_t> Trainer::WorkerPushes() const {
   if (!async_window_) return {};
   std::lock_guard<std::mutex> lock(async_window_->mu);
   return async_window_->pushes;
+}
+
+std::vector<int64_t> Trainer::WorkerBatches() const {
+  if (!async_window_) return {};
+  std::lock_guard<std::mutex> lock(async_window_->mu);
+  std::vector<int64_t> batches = async_window_->start;
+  for (size_t w = 0; w < batches.size(); ++w) {
+    batches[w] += async_window_->pushes[w];
+  }
+  return batches;
 }
 
 int64_t Trainer::MaxStaleness() const {

@@ -7,12 +7,16 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "tensor/status_macros.h"
 #include "trainer/checkpoint/atomic_file.h"
 #include "trainer/checkpoint/checkpoint_dir.h"
@@ -36,6 +40,30 @@ constexpr char kStartOver[] =
 absl::Status WithStartOver(const absl::Status& s) {
   return absl::Status(s.code(),
                       absl::StrCat(s.message(), " (", kStartOver, ")"));
+}
+
+// A parameter_server checkpoint's batches per worker (`worker_batches`:
+// comma-separated counts, one per worker); nullopt when it has none
+// (another strategy wrote it).
+absl::StatusOr<std::optional<std::vector<int64_t>>> RecordedWorkerBatches(
+    const SafetensorsFile& file) {
+  auto it = file.metadata().find("worker_batches");
+  if (it == file.metadata().end()) return std::nullopt;
+  std::vector<int64_t> batches;
+  int64_t sum = 0;
+  bool ok = true;
+  for (absl::string_view part : absl::StrSplit(it->second, ',')) {
+    int64_t b = 0;
+    ok = ok && absl::SimpleAtoi(part, &b) && b >= 0 &&
+         !__builtin_add_overflow(sum, b, &sum);
+    batches.push_back(b);
+  }
+  if (!ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file.path(), ": metadata worker_batches '", it->second,
+                     "' is not a count of batches per worker"));
+  }
+  return batches;
 }
 
 // Whether the checkpoint file `path` lies directly in the directory `dir`.
@@ -255,9 +283,11 @@ absl::Status Trainer::Restore(const CheckedCheckpoint& checkpoint) {
     clock().Reset(position.step);
   }
   if (train_iterator_ && ps_) {
-    // Asynchronous workers resume at their share of the updates, counted
-    // in batches (which worker pushed which is not recorded: a resume is
-    // not bitwise); another batch size would move them to other examples.
+    // Asynchronous workers resume where their applied updates leave each
+    // (worker_batches, from a parameter_server run of as many workers);
+    // else at their round-robin share of the batches the checkpoint's run
+    // read (its input position: a step of a run that accumulated read
+    // several). Another batch size would move them to other examples.
     const int64_t now = config_.data.global_batch_size;
     const int64_t then = position.input_batch_size.value_or(now);
     if (then != now) {
@@ -266,7 +296,23 @@ absl::Status Trainer::Restore(const CheckedCheckpoint& checkpoint) {
           "; parameter_server workers resume only with that size (got ", now,
           ")"));
     }
-    MT_RETURN_IF_ERROR(SeekWorkers(position.step));
+    int64_t total = 0;
+    if (__builtin_mul_overflow(position.input_epoch,
+                               train_iterator_->BatchesPerEpoch(), &total) ||
+        __builtin_add_overflow(total, position.input_batch, &total)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": input position (epoch ", position.input_epoch,
+                       ", batch ", position.input_batch,
+                       ") is past 2^63 batches of this config's data"));
+    }
+    MT_ASSIGN_OR_RETURN(const std::optional<std::vector<int64_t>> recorded,
+                        RecordedWorkerBatches(file));
+    if (recorded.has_value() &&
+        recorded->size() == static_cast<size_t>(num_replicas())) {
+      MT_RETURN_IF_ERROR(SeekWorkers(*recorded));
+    } else {
+      MT_RETURN_IF_ERROR(SeekWorkers(total));
+    }
   } else if (train_iterator_) {
     MT_ASSIGN_OR_RETURN(const BatchIterator::Position at,
                         InputPositionNow(path, position));
@@ -309,14 +355,18 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
   std::vector<Variable*> vars = TrainingState();
   vars.push_back(&global_step);
   const int64_t steps_per_epoch = StepsPerEpoch();
-  // parameter_server (which takes no accumulation): the position one input
-  // stream would have after `step` batches (what one worker resumes from
-  // exactly).
+  // parameter_server: each worker's batches whose updates were applied, and
+  // the position one input stream would have after all of them (what one
+  // worker resumes from exactly).
+  const std::vector<int64_t> worker_batches =
+      ps_ ? WorkerBatches() : std::vector<int64_t>{};
+  int64_t read = 0;
+  for (int64_t b : worker_batches) read += b;
   const BatchIterator::Position pos =
-      ps_ ? BatchIterator::Position{step / steps_per_epoch,
-                                    step % steps_per_epoch}
+      ps_ ? BatchIterator::Position{read / steps_per_epoch,
+                                    read % steps_per_epoch}
           : train_iterator_->position();
-  const std::map<std::string, std::string> metadata = {
+  std::map<std::string, std::string> metadata = {
       {"format", std::string(kCheckpointFormat)},
       {"step", absl::StrCat(step)},
       {"epoch", absl::StrCat(step / steps_per_epoch)},
@@ -334,6 +384,7 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
       {"log_window_loss", absl::StrFormat("%.17g", log_window_.loss)},
       {"log_window_steps", absl::StrCat(log_window_.steps)},
   };
+  if (ps_) metadata["worker_batches"] = absl::StrJoin(worker_batches, ",");
   // A file that restoring would refuse is not written (the last one stays):
   // an update that went non-finite after the last loss was checked.
   if (!config_.checkpoint.allow_non_finite) {

@@ -439,6 +439,7 @@ absl::Status Trainer::BuildState(const models::ModelDef& def) {
                                            ps.ps_devices, make_optimizer, ema));
     async_window_ = std::make_unique<AsyncWindow>();
     async_window_->pushes.assign(num_replicas(), 0);
+    async_window_->start.assign(num_replicas(), 0);
   }
   return absl::OkStatus();
 }

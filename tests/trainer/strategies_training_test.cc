@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 #include "trainer/checkpoint/safetensors.h"
@@ -227,6 +228,50 @@ TEST(ParameterServerTest, CheckpointResumesAndEvaluates) {
   auto ema = resumed->Evaluate(true);
   ASSERT_TRUE(ema.ok()) << ema.status();
   EXPECT_EQ(ema->examples, 100);
+}
+
+// Each worker's input resumes where its applied updates left it, which a
+// checkpoint records (worker_batches; before, every worker resumed at an
+// equal share of the step, re-reading or skipping batches of the uneven
+// ones).
+TEST(ParameterServerTest, CheckpointsRecordEachWorkersBatchesAndResumeThere) {
+  const std::string dir = testing::FreshTestDir("ps_worker_batches");
+  std::vector<std::string> first = SmallJob("parameter_server", 3, 40);
+  first.push_back("checkpoint.every_steps=20");
+  std::unique_ptr<Trainer> t = MakeTrainer(first, dir);
+  ASSERT_TRUE(t->Train().ok());
+  const std::vector<int64_t> batches = t->WorkerBatches();
+  ASSERT_EQ(batches.size(), 3u);
+  int64_t read = 0;
+  for (int64_t b : batches) read += b;
+  EXPECT_EQ(read, 40);
+  SafetensorsFile at40 = LatestCheckpoint(dir);
+  EXPECT_EQ(at40.metadata().at("worker_batches"), absl::StrJoin(batches, ","));
+  t.reset();  // Lets go of the run directory.
+
+  std::vector<std::string> more = first;
+  more.push_back("train.steps=70");
+  std::unique_ptr<Trainer> resumed = MakeTrainer(more, dir);
+  EXPECT_EQ(resumed->WorkerBatches(), batches);
+  ASSERT_TRUE(resumed->Train().ok());
+  read = 0;
+  for (int64_t b : resumed->WorkerBatches()) read += b;
+  EXPECT_EQ(read, 70);
+}
+
+// A parameter_server run resumed from a run that accumulated two batches
+// per step starts its workers after the batches that run read (20 in 10
+// steps), not after 10.
+TEST(ParameterServerTest, AResumeFromAnAccumulatingRunSkipsWhatItRead) {
+  const std::string dir = testing::FreshTestDir("ps_from_accumulation");
+  std::vector<std::string> accumulating = SmallJob("one_device", 1, 10);
+  accumulating.push_back("train.accumulation_steps=2");
+  TrainToCheckpoint(accumulating, dir);
+  std::unique_ptr<Trainer> ps =
+      MakeTrainer(SmallJob("parameter_server", 2, 20), dir);
+  ASSERT_NE(ps, nullptr);
+  EXPECT_EQ(ps->global_step(), 10);
+  EXPECT_EQ(ps->WorkerBatches(), (std::vector<int64_t>{10, 10}));
 }
 
 TEST(ParameterServerTest, OneWorkerResumeIsBitwise) {
