@@ -256,16 +256,24 @@ absl::Status Validate(const Reader& r, const YAML::Node& root,
                    absl::StrCat("one_device takes exactly one device, got ",
                                 devices->size()));
   }
-  // Central storage's device must exist as its replicas' devices must.
-  if (absl::Status central =
-          c.distribute.strategy == "central_storage"
-              ? distribute::ResolveDevices({c.distribute.variables_device})
-                    .status()
-              : absl::OkStatus();
-      !central.ok()) {
-    return r.Error("distribute.variables_device",
-                   node("distribute", "variables_device"),
-                   std::string(central.message()));
+  // Central storage's device must exist as its replicas' devices must. A
+  // GPU must be the first replica's: the update runs on that replica's
+  // thread and stream (another GPU's kernels cannot go there).
+  if (c.distribute.strategy == "central_storage") {
+    absl::StatusOr<std::vector<Device>> central =
+        distribute::ResolveDevices({c.distribute.variables_device});
+    if (central.ok() && (*central)[0].is_cuda() &&
+        (*central)[0] != (*devices)[0]) {
+      central = absl::InvalidArgumentError(absl::StrCat(
+          "a GPU holding the variables must be the first replica's (",
+          (*devices)[0].ToString(), "), which applies the update; got ",
+          (*central)[0].ToString()));
+    }
+    if (!central.ok()) {
+      return r.Error("distribute.variables_device",
+                     node("distribute", "variables_device"),
+                     std::string(central.status().message()));
+    }
   }
   absl::StatusOr<std::vector<Device>> ps =
       distribute::ResolveDevices(c.distribute.ps_devices);
