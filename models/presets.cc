@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "models/activation.h"
+#include "models/layer_registry.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::models {
@@ -100,6 +101,8 @@ MT_REGISTER(ModelPreset,
                     "dense(classes)",
              .params = {{Param::IntList("hidden_units")
                              .Max(kMaxDimension)
+                             // Each a dense layer and its dropout.
+                             .MaxLength(kMaxLayers / 2)
                              .Default(std::vector<int64_t>{256, 128})
                              .Min(1)
                              .Doc("width of each hidden layer"),
@@ -115,6 +118,8 @@ MT_REGISTER(
             "dropout, dense(classes)",
      .params = {{Param::IntList("conv_filters")
                      .Max(kMaxDimension)
+                     // Each a conv layer and its pooling.
+                     .MaxLength(kMaxLayers / 2)
                      .Default(std::vector<int64_t>{32, 64})
                      .Min(1)
                      .MinLength(1)

@@ -125,6 +125,10 @@ Param Param::MinLength(size_t n) && {
   min_length_ = n;
   return std::move(*this);
 }
+Param Param::MaxLength(size_t n) && {
+  max_length_ = n;
+  return std::move(*this);
+}
 Param Param::InFloat32() && {
   in_float32_ = true;
   return std::move(*this);
@@ -154,8 +158,12 @@ std::string Param::Describe() const {
   } else if (max_) {
     absl::StrAppend(&out, max_inclusive_ ? " <= " : " < ", Number(*max_));
   }
-  if (min_length_ > 0) {
+  if (min_length_ > 0 && max_length_ != SIZE_MAX) {
+    absl::StrAppend(&out, " (", min_length_, " to ", max_length_, ")");
+  } else if (min_length_ > 0) {
     absl::StrAppend(&out, " (at least ", min_length_, ")");
+  } else if (max_length_ != SIZE_MAX) {
+    absl::StrAppend(&out, " (at most ", max_length_, ")");
   }
   if (nullable_) absl::StrAppend(&out, ", or null");
   return out;
@@ -168,6 +176,10 @@ std::string Param::CheckRange(const ParamValue& value) const {
   if (IsList(type_) && ListLength(value) < min_length_) {
     return absl::StrCat("expected ", Describe(), ", got ",
                         ParamValueToString(value));
+  }
+  if (IsList(type_) && ListLength(value) > max_length_) {
+    return absl::StrCat("expected ", Describe(), ", got a list of ",
+                        ListLength(value));
   }
   std::vector<double> numbers;
   std::vector<std::string> strings;

@@ -87,8 +87,9 @@ class Param {
   Param Max(double hi, bool inclusive = true) &&;
   // Strings (and every element of a string list) must be one of these.
   Param OneOf(std::vector<std::string> choices) &&;
-  // A list must have at least this many elements.
+  // A list must have at least / at most this many elements.
   Param MinLength(size_t n) &&;
+  Param MaxLength(size_t n) &&;
   // The number is used in float32 (an optimizer's hyperparameter): it must
   // be finite there, and nonzero there when it must be > 0 (1e-320 is).
   Param InFloat32() &&;
@@ -120,6 +121,7 @@ class Param {
   bool min_inclusive_ = true, max_inclusive_ = true;
   std::vector<std::string> choices_;
   size_t min_length_ = 0;
+  size_t max_length_ = SIZE_MAX;
   bool in_float32_ = false;
   std::string doc_;
 };

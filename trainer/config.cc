@@ -260,8 +260,12 @@ absl::Status Validate(const Reader& r, const YAML::Node& root,
   // GPU must be the first replica's: the update runs on that replica's
   // thread and stream (another GPU's kernels cannot go there).
   if (c.distribute.strategy == "central_storage") {
+    // One device (ParseDevice, as the strategy reads it: not all_gpus).
+    const absl::Status one =
+        ParseDevice(c.distribute.variables_device).status();
     absl::StatusOr<std::vector<Device>> central =
-        distribute::ResolveDevices({c.distribute.variables_device});
+        one.ok() ? distribute::ResolveDevices({c.distribute.variables_device})
+                 : absl::StatusOr<std::vector<Device>>(one);
     if (central.ok() && (*central)[0].is_cuda() &&
         (*central)[0] != (*devices)[0]) {
       central = absl::InvalidArgumentError(absl::StrCat(

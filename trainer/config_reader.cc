@@ -78,6 +78,31 @@ std::string Join(const std::string& prefix, const std::string& key) {
   return prefix.empty() ? key : absl::StrCat(prefix, ".", key);
 }
 
+namespace {
+
+// Where below `node` (at `path`) `target` is used, appended to `uses`; the
+// document was checked (CheckKeys), so the walk is bounded.
+void UsesOf(const YAML::Node& node, const YAML::Node& target,
+            const std::string& path, std::vector<std::string>& uses) {
+  if (node.is(target)) {
+    uses.push_back(path);
+    return;  // What is below it is the same wherever it is used.
+  }
+  if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i) {
+      UsesOf(node[i], target, absl::StrCat(path, "[", i, "]"), uses);
+    }
+  } else if (node.IsMap()) {
+    for (const auto& item : node) {
+      if (item.first.IsScalar()) {
+        UsesOf(item.second, target, Join(path, item.first.Scalar()), uses);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 absl::Status ApplyOverride(YAML::Node root, const std::string& arg,
                            Override* recorded) {
   const std::string source = absl::StrCat("--set ", arg);
@@ -100,6 +125,20 @@ absl::Status ApplyOverride(YAML::Node root, const std::string& arg,
             return absl::InvalidArgumentError(
                 absl::StrCat(source, ": ", path, ": ", problem));
           }));
+  // A node an alias shares (`&n 100` ... `*n`) is one node in every place
+  // that uses it: setting it, or a key inside it, would change them all.
+  auto refuse_shared = [&](const YAML::Node& node,
+                           const std::string& at) -> absl::Status {
+    if (!node.IsDefined()) return absl::OkStatus();
+    std::vector<std::string> uses;
+    UsesOf(root, node, "", uses);
+    if (uses.size() < 2) return absl::OkStatus();
+    const std::string& other = uses[0] == at ? uses[1] : uses[0];
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": ", at, " is shared through a YAML alias with ", other,
+        ", which setting it would change too (write the value out in the "
+        "file instead of the alias)"));
+  };
   std::string path;
   YAML::Node current = root;
   for (size_t i = 0; i < parts->size(); ++i) {
@@ -113,10 +152,11 @@ absl::Status ApplyOverride(YAML::Node root, const std::string& arg,
             source, ": ", path, ": no such list entry (the list has ",
             current.IsSequence() ? current.size() : 0, ")"));
       }
+      YAML::Node next = current[index];
+      MT_RETURN_IF_ERROR(refuse_shared(next, path));
       if (last) {
         current[index] = value;
       } else {
-        YAML::Node next = current[index];
         current.reset(next);
       }
       continue;
@@ -126,15 +166,22 @@ absl::Status ApplyOverride(YAML::Node root, const std::string& arg,
       return absl::InvalidArgumentError(
           absl::StrCat(source, ": ", path, ": its parent is not a mapping"));
     }
+    YAML::Node next = Child(current, part);
+    MT_RETURN_IF_ERROR(refuse_shared(next, path));
     if (last) {
       current[part] = value;
-    } else {
-      if (!current[part] || current[part].IsNull()) {
-        current[part] = YAML::Node(YAML::NodeType::Map);
-      }
-      YAML::Node next = current[part];
-      current.reset(next);
+      continue;
     }
+    if (next.IsDefined() && next.IsNull()) {
+      // `ema: null` means something (EMA off); a key set inside it would
+      // quietly mean something else.
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": ", path, " is null; set it whole (--set ",
+                       path, "={...}) to give it keys"));
+    }
+    if (!next.IsDefined()) current[part] = YAML::Node(YAML::NodeType::Map);
+    next = current[part];
+    current.reset(next);
   }
   *recorded = {path, arg};
   return absl::OkStatus();

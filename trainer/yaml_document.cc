@@ -52,28 +52,46 @@ class DocumentStarts final : public YAML::EventHandler {
   int line_ = 0;
 };
 
-// Every mapping below `node` has distinct keys; counts visits in `budget`.
+// The parser's nesting limit, which aliases can pass (`&a [*a]` is a list
+// that holds itself): every walk of a document stays within it.
+constexpr int kMaxYamlDepth = 2000;
+
+// Every mapping below `node` has distinct keys; counts visits in `budget`;
+// `depth`: the levels above `node`.
 absl::Status CheckKeys(const YAML::Node& node, const std::string& path,
-                       const YamlErrorFn& error, int64_t* budget) {
+                       const YamlErrorFn& error, int64_t* budget,
+                       int depth = 0) {
   if (--*budget < 0) {
     return error(LineOf(node), path,
                  absl::StrCat("more than ", kMaxYamlNodes,
                               " YAML nodes (each use of an alias counts)"));
   }
+  if (depth > kMaxYamlDepth) {
+    // The path repeats the cycle: its start says where.
+    return error(
+        LineOf(node),
+        path.size() > 60 ? absl::StrCat(path.substr(0, 60), "...") : path,
+        absl::StrCat("YAML nested deeper than ", kMaxYamlDepth,
+                     " levels through aliases (an alias inside the "
+                     "node it names?)"));
+  }
   if (node.IsSequence()) {
     for (size_t i = 0; i < node.size(); ++i) {
-      MT_RETURN_IF_ERROR(
-          CheckKeys(node[i], absl::StrCat(path, "[", i, "]"), error, budget));
+      MT_RETURN_IF_ERROR(CheckKeys(node[i], absl::StrCat(path, "[", i, "]"),
+                                   error, budget, depth + 1));
     }
   } else if (node.IsMap()) {
     std::map<std::string, int> seen;  // Key -> line of its first use.
     for (const auto& item : node) {
-      const std::string key = KeyText(item.first);
       if (!item.first.IsScalar()) {
+        // Within the limits before it is printed (it may hold itself).
+        MT_RETURN_IF_ERROR(
+            CheckKeys(item.first, path, error, budget, depth + 1));
         // `? [a, b]: 1`: no config key is a list or a mapping.
-        return error(LineOf(item.first), Join(path, key),
+        return error(LineOf(item.first), Join(path, KeyText(item.first)),
                      "a key must be a name, not a list or a mapping");
       }
+      const std::string key = item.first.Scalar();
       const auto [first, inserted] = seen.emplace(key, LineOf(item.first));
       if (!inserted) {
         return error(LineOf(item.first), Join(path, key),
@@ -83,7 +101,7 @@ absl::Status CheckKeys(const YAML::Node& node, const std::string& path,
                          : "duplicate key");
       }
       MT_RETURN_IF_ERROR(
-          CheckKeys(item.second, Join(path, key), error, budget));
+          CheckKeys(item.second, Join(path, key), error, budget, depth + 1));
     }
   }
   return absl::OkStatus();

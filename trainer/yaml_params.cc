@@ -7,6 +7,9 @@
 #include <variant>
 #include <vector>
 
+#include "absl/algorithm/container.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "trainer/yaml_json.h"
 
@@ -18,6 +21,25 @@ namespace {
 // ('1', "true") or one tagged !!str is a string, never a number or a
 // boolean; a plain one that reads as a number, a boolean or null is not a
 // string (`name: true` is no layer name: quote it); `010` is ten.
+// A core-schema tag other than !!str (`!!float 5`) says the scalar's type,
+// which must be the key's: `epochs: !!float 5` is a float, not 5 epochs.
+bool TagAllows(const YAML::Node& node, CoreScalar::Type type) {
+  constexpr absl::string_view kCore = "tag:yaml.org,2002:";
+  const std::string& tag = node.Tag();
+  if (!absl::StartsWith(tag, kCore)) return true;  // "?", "!" or none.
+  const absl::string_view name = absl::string_view(tag).substr(kCore.size());
+  switch (type) {
+    case CoreScalar::Type::kInt:
+      return name == "int";
+    case CoreScalar::Type::kFloat:
+      return name == "float" || name == "int";
+    case CoreScalar::Type::kBool:
+      return name == "bool";
+    default:
+      return false;
+  }
+}
+
 template <typename T>
 bool Decode(const YAML::Node& node, T* out) {
   if (!node.IsScalar()) return false;
@@ -27,11 +49,19 @@ bool Decode(const YAML::Node& node, T* out) {
         ReadPlainScalar(node.Scalar()).type != CoreScalar::Type::kString) {
       return false;
     }
+    // No path or name holds a NUL ("a\0b" would open "a").
+    if (node.Scalar().find('\0') != std::string::npos) return false;
     *out = node.Scalar();
     return true;
   } else {
     if (string) return false;
     const CoreScalar v = ReadPlainScalar(node.Scalar());
+    // A float key takes an integer as it takes a plain 5.
+    if (!TagAllows(node, std::is_same_v<T, double> ? CoreScalar::Type::kFloat
+                         : std::is_same_v<T, bool> ? CoreScalar::Type::kBool
+                                                   : CoreScalar::Type::kInt)) {
+      return false;
+    }
     if constexpr (std::is_same_v<T, bool>) {
       if (v.type != CoreScalar::Type::kBool) return false;
       *out = v.boolean;
@@ -56,7 +86,13 @@ std::string Show(const YAML::Node& node) {
   if (node.IsNull()) return "null";  // Not the emitter's "~".
   // The emitter drops the quotes that made it a string.
   if (IsStringScalar(node)) {
-    return absl::StrCat("'", node.Scalar(), "' (quoted: a string)");
+    // A control character (a NUL) escaped, so it cannot cut the message.
+    const std::string& s = node.Scalar();
+    const bool control = absl::c_any_of(s, [](char c) {
+      return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+    });
+    return absl::StrCat("'", control ? absl::CEscape(s) : s,
+                        "' (quoted: a string)");
   }
   YAML::Emitter out;
   out << YAML::Flow << node;

@@ -434,6 +434,76 @@ TEST(ConfigTest, BadOverrides) {
   EXPECT_EQ(Message(c.status()), "--set seed.=5: seed.: empty key");
 }
 
+// helper-79's findings: each was a crash or a silently different config.
+TEST(ConfigTest, AliasesNullSectionsTagsAndNulsAreRefused) {
+  // An alias inside the node it names: a list holding itself (a stack
+  // overflow in the key check before), also as a key and from --set.
+  auto c = ParseConfig("seed: &a [*a]\n", "cyc.yaml", {});
+  EXPECT_THAT(Message(c.status()), HasSubstr("cyc.yaml:1: seed[0][0]"));
+  EXPECT_THAT(Message(c.status()),
+              HasSubstr("YAML nested deeper than 2000 levels through aliases"));
+  c = ParseConfig("&a [*a]: 1\n", "key.yaml", {});
+  EXPECT_THAT(Message(c.status()), HasSubstr("through aliases"));
+  c = ParseConfig("", "j.yaml", {"model.hidden_units=&a [*a]"});
+  EXPECT_THAT(Message(c.status()), HasSubstr("through aliases"));
+  // A --set of a value an alias shares would change every use of it.
+  const std::string shared =
+      "train: {epochs: 1, log_every_steps: &n 100}\n"
+      "checkpoint: {every_steps: *n}\n";
+  c = ParseConfig(shared, "s.yaml", {"train.log_every_steps=1"});
+  EXPECT_EQ(Message(c.status()),
+            "--set train.log_every_steps=1: train.log_every_steps is shared "
+            "through a YAML alias with checkpoint.every_steps, which setting "
+            "it would change too (write the value out in the file instead of "
+            "the alias)");
+  c = ParseConfig(
+      "model:\n  layers: [&h {type: dense, units: 8}, *h, "
+      "{type: dense, units: 10}]\n",
+      "h.yaml", {"model.layers[0].units=4"});
+  EXPECT_THAT(Message(c.status()),
+              HasSubstr("model.layers[0] is shared through a YAML alias with "
+                        "model.layers[1]"));
+  c = ParseConfig(shared, "s.yaml", {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->checkpoint.every_steps, 100);
+  // A key set inside a section the file made null (`ema:` is EMA off).
+  c = ParseConfig("ema:\n", "e.yaml", {"ema.evaluate_raw=false"});
+  EXPECT_EQ(Message(c.status()),
+            "--set ema.evaluate_raw=false: ema is null; set it whole (--set "
+            "ema={...}) to give it keys");
+  c = ParseConfig("", "e.yaml", {"ema=null", "ema.use_num_updates=false"});
+  EXPECT_THAT(Message(c.status()), HasSubstr("ema is null"));
+  // A core-schema tag is the scalar's type.
+  c = ParseConfig("train: {epochs: !!float 5}\n", "t.yaml", {});
+  EXPECT_THAT(Message(c.status()),
+              HasSubstr("t.yaml:1: train.epochs: expected an integer"));
+  c = ParseConfig("data: {shuffle: !!int true}\n", "t.yaml", {});
+  EXPECT_THAT(Message(c.status()), HasSubstr("data.shuffle: expected true"));
+  c = ParseConfig("train: {epochs: !!int 5}\n", "t.yaml", {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->train.epochs, 5);
+  // No path holds a NUL (it opened the path's first part).
+  c = ParseConfig("checkpoint: {restore: \"a\\0b\"}\n", "n.yaml", {});
+  EXPECT_EQ(Message(c.status()),
+            "n.yaml:1: checkpoint.restore: expected a string, got 'a\\000b' "
+            "(quoted: a string)");
+  // A preset's lists are bounded as layer lists are.
+  std::string units = "1";
+  for (int i = 0; i < 50000; ++i) units += ",1";
+  c = ParseConfig("model: {name: mlp, hidden_units: [" + units + "]}\n",
+                  "p.yaml", {});
+  EXPECT_THAT(Message(c.status()),
+              HasSubstr("model.hidden_units: expected a list of integers in "
+                        "[1, 2147483647] (at most 50000), got a list of "
+                        "50001"));
+  // central_storage's device is one device.
+  c = ParseConfig("", "d.yaml",
+                  {"distribute.strategy=central_storage",
+                   "distribute.variables_device=all_gpus"});
+  EXPECT_THAT(Message(c.status()),
+              HasSubstr("distribute.variables_device: bad device 'all_gpus'"));
+}
+
 // The README's key table is `mirrortrain config --schema`'s output.
 TEST(ConfigTest, ReadmeListsTheSchema) {
   std::ifstream in(absl::StrCat(MT_SOURCE_DIR, "/README.md"));
