@@ -545,17 +545,19 @@ int Inspect(int argc, char** argv) {
   absl::StatusOr<SafetensorsFile> file =
       SafetensorsFile::Open(args->positional[0]);
   if (!file.ok()) return Fail(file.status());
-  std::printf("%s\n", file->path().c_str());
+  // Names and metadata from the file, escaped: one line each, and no
+  // terminal control sequences.
+  std::printf("%s\n", OneLine(file->path()).c_str());
   for (const std::string& name : file->names()) {
     absl::StatusOr<SafetensorsFile::Info> info = file->GetInfo(name);
     if (!info.ok()) return Fail(info.status());
-    std::printf("  %-48s %-4s %s\n", name.c_str(),
+    std::printf("  %-48s %-4s %s\n", OneLine(name).c_str(),
                 std::string(SafetensorsDTypeName(info->dtype)).c_str(),
                 ShapeToString(info->shape).c_str());
   }
   std::printf("metadata:\n");
   for (const auto& [key, value] : file->metadata()) {
-    std::printf("  %s: %s\n", key.c_str(), value.c_str());
+    std::printf("  %s: %s\n", OneLine(key).c_str(), OneLine(value).c_str());
   }
   return kExitOk;
 }

@@ -548,13 +548,24 @@ absl::Status Trainer::EvaluateAndLog(int64_t step) {
 }
 
 absl::StatusOr<int64_t> Trainer::TotalSteps() const {
-  if (config_.train.steps.has_value()) return *config_.train.steps;
+  // A checkpoint holds steps up to 2^53 (checkpoint_format.h): a run must
+  // not save one it cannot restore.
+  if (config_.train.steps.has_value()) {
+    if (*config_.train.steps > kMaxCheckpointStep) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "train.steps: ", *config_.train.steps, " is more than the ",
+          kMaxCheckpointStep, " steps a checkpoint can hold"));
+    }
+    return *config_.train.steps;
+  }
   const int64_t steps_per_epoch = StepsPerEpoch();
   int64_t total = 0;
-  if (__builtin_mul_overflow(*config_.train.epochs, steps_per_epoch, &total)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "train.epochs: ", *config_.train.epochs, " epochs of ", steps_per_epoch,
-        " steps are more steps than fit 64 bits"));
+  if (__builtin_mul_overflow(*config_.train.epochs, steps_per_epoch, &total) ||
+      total > kMaxCheckpointStep) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("train.epochs: ", *config_.train.epochs, " epochs of ",
+                     steps_per_epoch, " steps are more than the ",
+                     kMaxCheckpointStep, " steps a checkpoint can hold"));
   }
   return total;
 }

@@ -455,7 +455,7 @@ class Trainer {
                                       absl::string_view where);
   absl::Status EvaluateAndLog(int64_t step);
   // train.steps, or train.epochs times the batches of an epoch; an error
-  // naming train.epochs when that does not fit 64 bits.
+  // naming the key when that is more than a checkpoint holds (2^53).
   absl::StatusOr<int64_t> TotalSteps() const;
 
   // A checkpoint file read and checked (CheckTrainingCheckpoint).

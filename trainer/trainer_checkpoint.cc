@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/algorithm/container.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -23,6 +25,7 @@
 #include "trainer/checkpoint/checkpoint_format.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/checkpoint/saver.h"
+#include "trainer/one_line.h"
 #include "trainer/trainer.h"
 
 namespace mirrortrain::trainer {
@@ -52,16 +55,21 @@ absl::StatusOr<std::optional<std::vector<int64_t>>> RecordedWorkerBatches(
   std::vector<int64_t> batches;
   int64_t sum = 0;
   bool ok = true;
+  // Each at most 2^53, as every position a checkpoint holds, and so is
+  // their sum (the input position a save derives from them).
   for (absl::string_view part : absl::StrSplit(it->second, ',')) {
     int64_t b = 0;
-    ok = ok && absl::SimpleAtoi(part, &b) && b >= 0 &&
-         !__builtin_add_overflow(sum, b, &sum);
+    ok = ok && !part.empty() && absl::c_all_of(part, absl::ascii_isdigit) &&
+         absl::SimpleAtoi(part, &b) && b <= kMaxCheckpointStep &&
+         (sum += b) <= kMaxCheckpointStep;
     batches.push_back(b);
   }
   if (!ok) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(file.path(), ": metadata worker_batches '", it->second,
-                     "' is not a count of batches per worker"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        file.path(), ": metadata worker_batches '", OneLine(it->second),
+        "' is not a count of batches per worker (decimal, adding up to at "
+        "most ",
+        kMaxCheckpointStep, ")"));
   }
   return batches;
 }
@@ -198,14 +206,17 @@ absl::Status Trainer::RestoreForTraining() {
 
 absl::StatusOr<Trainer::CheckedCheckpoint> Trainer::OpenCheckpoint(
     const std::string& path_or_dir) const {
-  MT_ASSIGN_OR_RETURN(std::string path, ResolveCheckpoint(path_or_dir));
-  absl::StatusOr<SafetensorsFile> opened = SafetensorsFile::Open(path);
-  if (opened.status().code() == absl::StatusCode::kNotFound &&
-      path != path_or_dir) {
-    // A run saving into that directory may have pruned the latest between
-    // reading its index and opening it: its index names a newer one now.
-    MT_ASSIGN_OR_RETURN(path, ResolveCheckpoint(path_or_dir));
-    opened = SafetensorsFile::Open(path);
+  auto open = [&]() -> absl::StatusOr<SafetensorsFile> {
+    MT_ASSIGN_OR_RETURN(const std::string path, ResolveCheckpoint(path_or_dir));
+    return SafetensorsFile::Open(path);
+  };
+  absl::StatusOr<SafetensorsFile> opened = open();
+  std::error_code ec;
+  if (absl::IsNotFound(opened.status()) && fs::is_directory(path_or_dir, ec)) {
+    // A run saving into that directory may have pruned its latest between
+    // our reading the index and opening the file (or checking it exists):
+    // the index names a newer one now.
+    opened = open();
   }
   MT_ASSIGN_OR_RETURN(SafetensorsFile file, std::move(opened));
   MT_ASSIGN_OR_RETURN(

@@ -7,10 +7,9 @@
 #include <variant>
 #include <vector>
 
-#include "absl/algorithm/container.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "trainer/one_line.h"
 #include "trainer/yaml_json.h"
 
 namespace mirrortrain::trainer::config_internal {
@@ -87,12 +86,7 @@ std::string Show(const YAML::Node& node) {
   // The emitter drops the quotes that made it a string.
   if (IsStringScalar(node)) {
     // A control character (a NUL) escaped, so it cannot cut the message.
-    const std::string& s = node.Scalar();
-    const bool control = absl::c_any_of(s, [](char c) {
-      return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
-    });
-    return absl::StrCat("'", control ? absl::CEscape(s) : s,
-                        "' (quoted: a string)");
+    return absl::StrCat("'", OneLine(node.Scalar()), "' (quoted: a string)");
   }
   YAML::Emitter out;
   out << YAML::Flow << node;

@@ -508,6 +508,34 @@ TEST_F(AdversarialCheckpointTest, ParameterServersResumeOnlyAtTheirBatchSize) {
   EXPECT_EQ(same.exit_code, 0) << same.err;
 }
 
+// A parameter_server checkpoint's worker_batches (each worker's applied
+// batches) is decimal counts, each and their sum at most 2^53: a value past
+// it overflowed the next save's input position into a checkpoint the run
+// could not restore (helper-81).
+TEST_F(AdversarialCheckpointTest, TamperedWorkerBatchesExit2) {
+  const std::vector<std::string> ps = {"distribute.strategy=parameter_server",
+                                       "distribute.devices=[cpu:0,cpu:1]",
+                                       "train.steps=4"};
+  Result first = RunCli(SmallTrain(run_, ps));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  for (const char* value :
+       {"9223372036854775807,0", "9007199254740992,1", " 2,2", "2,x", ""}) {
+    SCOPED_TRACE(value);
+    const std::string bad = root_ + "/bad.safetensors";
+    RewriteCheckpoint(Ckpt(4), bad,
+                      [&](auto&, auto& m) { m["worker_batches"] = value; });
+    const std::string fresh = root_ + "/fresh";
+    std::vector<std::string> resume = ps;
+    resume.push_back("checkpoint.restore=" + bad);
+    ExpectUsageError(
+        RunCli(SmallTrain(fresh, resume)),
+        {bad + ": metadata worker_batches '" + value +
+         "' is not a count of batches per worker (decimal, adding up to at "
+         "most 9007199254740992)"});
+    EXPECT_FALSE(fs::exists(fresh));
+  }
+}
+
 // Two trainers on one run directory: the second exits 2 at once naming the
 // first's pid; once the first is gone the directory is free.
 TEST_F(AdversarialCheckpointTest, SecondTrainerOnARunDirectoryExits2) {

@@ -187,6 +187,13 @@ TEST(AdversarialInputTest, HugeSizesAreConfigErrorsNamingTheKey) {
        "model.dense_units (dense): host allocation of"},
       {mlp, "train={epochs: 4611686018427387904, steps: null}",
        "train.epochs: 4611686018427387904 epochs of 4 steps"},
+      // Beyond 2^53 a run would save checkpoints it cannot restore.
+      {mlp, "train={epochs: 2251799813685249, steps: null}",
+       "train.epochs: 2251799813685249 epochs of 4 steps are more than the "
+       "9007199254740992 steps a checkpoint can hold"},
+      {mlp, "train.steps=9007199254740993",
+       "train.steps: 9007199254740993 is more than the 9007199254740992 "
+       "steps a checkpoint can hold"},
   };
   for (const Case& c : cases) {
     const std::string run = dir + "/run";

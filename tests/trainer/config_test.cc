@@ -485,7 +485,7 @@ TEST(ConfigTest, AliasesNullSectionsTagsAndNulsAreRefused) {
   // No path holds a NUL (it opened the path's first part).
   c = ParseConfig("checkpoint: {restore: \"a\\0b\"}\n", "n.yaml", {});
   EXPECT_EQ(Message(c.status()),
-            "n.yaml:1: checkpoint.restore: expected a string, got 'a\\000b' "
+            "n.yaml:1: checkpoint.restore: expected a string, got 'a\\x00b' "
             "(quoted: a string)");
   // A preset's lists are bounded as layer lists are.
   std::string units = "1";

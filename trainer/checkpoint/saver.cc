@@ -154,7 +154,10 @@ absl::string_view CheckpointIndexName() { return kIndexFileName; }
 std::optional<int64_t> ParseCheckpointFileName(absl::string_view name) {
   if (!absl::ConsumePrefix(&name, kCheckpointPrefix) ||
       !absl::ConsumeSuffix(&name, kCheckpointSuffix) || name.empty() ||
-      !absl::c_all_of(name, absl::ascii_isdigit)) {
+      !absl::c_all_of(name, absl::ascii_isdigit) ||
+      // Only the name a save writes (ckpt-9, never ckpt-0009): another is
+      // not ours to clean up or prune.
+      (name.size() > 1 && name[0] == '0')) {
     return std::nullopt;
   }
   int64_t step = 0;
