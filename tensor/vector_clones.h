@@ -10,8 +10,11 @@
 #ifndef MIRRORTRAIN_TENSOR_VECTOR_CLONES_H_
 #define MIRRORTRAIN_TENSOR_VECTOR_CLONES_H_
 
+// Not under ThreadSanitizer: the loader runs a clone's resolver before the
+// sanitizer's runtime is up, and the instrumented resolver crashes every
+// binary at load (scripts/sanitizers.sh tsan).
 #if defined(__x86_64__) && !defined(__CUDACC__) && defined(__GNUC__) && \
-    !defined(MT_NO_VECTOR_CLONES)
+    !defined(MT_NO_VECTOR_CLONES) && !defined(__SANITIZE_THREAD__)
 #define MT_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define MT_VECTOR_CLONES
