@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <functional>
 #include <optional>
@@ -51,16 +52,31 @@ class Exchange {
   Exchange(const Exchange&) = delete;
   Exchange& operator=(const Exchange&) = delete;
   // After a failure some messages are still posted, and the buffers they
-  // name are about to be freed: a receive still unmatched is cancelled, so
-  // a late peer's message can never land in freed memory; the rest are
-  // released to complete on their own (a cancelled send is deprecated, and
-  // a send only reads). The group is broken by then, so nothing more is
-  // received on it.
+  // name are about to be freed. Receives are cancelled and then completed:
+  // one still unmatched completes at once, and one already matched (a
+  // message under way) finishes its transfer, for up to a second, before
+  // the buffer goes. Whatever is still open then (a peer stopped mid-
+  // message) is released; sends are released too (cancelling one is
+  // deprecated, and a send only reads). The group is broken by then, so
+  // nothing more is received on it.
   ~Exchange() {
     for (size_t i = 0; i < requests_.size(); ++i) {
-      if (requests_[i] == MPI_REQUEST_NULL) continue;
-      if (peers_[i].receive) MPI_Cancel(&requests_[i]);
-      MPI_Request_free(&requests_[i]);
+      if (requests_[i] != MPI_REQUEST_NULL && peers_[i].receive) {
+        MPI_Cancel(&requests_[i]);
+      }
+    }
+    const auto give_up =
+        std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    for (size_t i = 0; i < requests_.size(); ++i) {
+      if (requests_[i] == MPI_REQUEST_NULL || !peers_[i].receive) continue;
+      int done = 0;
+      while (MPI_Test(&requests_[i], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS &&
+             !done && std::chrono::steady_clock::now() < give_up) {
+        std::this_thread::yield();
+      }
+    }
+    for (MPI_Request& request : requests_) {
+      if (request != MPI_REQUEST_NULL) MPI_Request_free(&request);
     }
   }
   absl::Status Send(const void* data, int64_t bytes, int peer) {

@@ -101,8 +101,9 @@ MT_REGISTER(ModelPreset,
                     "dense(classes)",
              .params = {{Param::IntList("hidden_units")
                              .Max(kMaxDimension)
-                             // Each a dense layer and its dropout.
-                             .MaxLength(kMaxLayers / 2)
+                             // Each a dense layer and its dropout, plus
+                             // flatten and the output layer.
+                             .MaxLength((kMaxLayers - 2) / 2)
                              .Default(std::vector<int64_t>{256, 128})
                              .Min(1)
                              .Doc("width of each hidden layer"),
@@ -118,8 +119,9 @@ MT_REGISTER(
             "dropout, dense(classes)",
      .params = {{Param::IntList("conv_filters")
                      .Max(kMaxDimension)
-                     // Each a conv layer and its pooling.
-                     .MaxLength(kMaxLayers / 2)
+                     // Each a conv layer and its pooling, plus flatten,
+                     // dense, dropout and the output layer.
+                     .MaxLength((kMaxLayers - 4) / 2)
                      .Default(std::vector<int64_t>{32, 64})
                      .Min(1)
                      .MinLength(1)

@@ -1,4 +1,5 @@
 #include <sys/mman.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -55,7 +56,7 @@ class CachingCpuAllocator final : public Allocator {
             "host allocation of ", bytes, " bytes: tensors hold ",
             held_bytes_.load(std::memory_order_relaxed),
             " bytes already, and together they would pass the machine's ",
-            HostMemoryBytes(), " bytes of memory"));
+            HostMemoryBytes(), " bytes of memory (and its swap)"));
       }
     }
     void* ptr = NewBlock(rounded);
@@ -118,11 +119,20 @@ class CachingCpuAllocator final : public Allocator {
     held_bytes_.fetch_sub(rounded, std::memory_order_relaxed);
   }
   // Counts `rounded` more bytes of blocks if the total stays within the
-  // machine's memory.
+  // machine's memory and swap (what the kernel lets a process touch before
+  // it kills it; a run that swaps is slow, not wrong).
   bool Hold(size_t rounded) {
+    static const uint64_t limit = [] {
+      struct sysinfo info;
+      const uint64_t swap =
+          sysinfo(&info) == 0
+              ? static_cast<uint64_t>(info.totalswap) * info.mem_unit
+              : 0;
+      return HostMemoryBytes() + swap;
+    }();
     uint64_t held = held_bytes_.load(std::memory_order_relaxed);
     do {
-      if (held + rounded > HostMemoryBytes()) return false;
+      if (held + rounded > limit) return false;
     } while (!held_bytes_.compare_exchange_weak(held, held + rounded,
                                                 std::memory_order_relaxed));
     return true;

@@ -60,8 +60,9 @@ absl::StatusOr<std::optional<std::vector<int64_t>>> RecordedWorkerBatches(
   for (absl::string_view part : absl::StrSplit(it->second, ',')) {
     int64_t b = 0;
     ok = ok && !part.empty() && absl::c_all_of(part, absl::ascii_isdigit) &&
-         absl::SimpleAtoi(part, &b) && b <= kMaxCheckpointStep &&
-         (sum += b) <= kMaxCheckpointStep;
+         absl::SimpleAtoi(part, &b) && b <= kMaxCheckpointStep;
+    sum += ok ? b : 0;
+    ok = ok && sum <= kMaxCheckpointStep;
     batches.push_back(b);
   }
   if (!ok) {
@@ -318,6 +319,14 @@ absl::Status Trainer::Restore(const CheckedCheckpoint& checkpoint) {
     }
     MT_ASSIGN_OR_RETURN(const std::optional<std::vector<int64_t>> recorded,
                         RecordedWorkerBatches(file));
+    // A parameter_server save derives its input position from them.
+    if (recorded.has_value() &&
+        absl::c_accumulate(*recorded, int64_t{0}) != total) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": metadata worker_batches '",
+                       absl::StrJoin(*recorded, ","), "' do not add up to the ",
+                       total, " batches its input position says were read"));
+    }
     if (recorded.has_value() &&
         recorded->size() == static_cast<size_t>(num_replicas())) {
       MT_RETURN_IF_ERROR(SeekWorkers(*recorded));

@@ -7,8 +7,8 @@
 #include <variant>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "trainer/one_line.h"
 #include "trainer/yaml_json.h"
 
@@ -20,23 +20,12 @@ namespace {
 // ('1', "true") or one tagged !!str is a string, never a number or a
 // boolean; a plain one that reads as a number, a boolean or null is not a
 // string (`name: true` is no layer name: quote it); `010` is ten.
-// A core-schema tag other than !!str (`!!float 5`) says the scalar's type,
-// which must be the key's: `epochs: !!float 5` is a float, not 5 epochs.
-bool TagAllows(const YAML::Node& node, CoreScalar::Type type) {
+// The core-schema tag of `node` other than !!str ("int", "float", "bool",
+// "null"), or "" when it has none ("?", "!").
+absl::string_view CoreTag(const YAML::Node& node) {
   constexpr absl::string_view kCore = "tag:yaml.org,2002:";
-  const std::string& tag = node.Tag();
-  if (!absl::StartsWith(tag, kCore)) return true;  // "?", "!" or none.
-  const absl::string_view name = absl::string_view(tag).substr(kCore.size());
-  switch (type) {
-    case CoreScalar::Type::kInt:
-      return name == "int";
-    case CoreScalar::Type::kFloat:
-      return name == "float" || name == "int";
-    case CoreScalar::Type::kBool:
-      return name == "bool";
-    default:
-      return false;
-  }
+  absl::string_view tag = node.Tag();
+  return absl::ConsumePrefix(&tag, kCore) ? tag : absl::string_view();
 }
 
 template <typename T>
@@ -55,11 +44,20 @@ bool Decode(const YAML::Node& node, T* out) {
   } else {
     if (string) return false;
     const CoreScalar v = ReadPlainScalar(node.Scalar());
-    // A float key takes an integer as it takes a plain 5.
-    if (!TagAllows(node, std::is_same_v<T, double> ? CoreScalar::Type::kFloat
-                         : std::is_same_v<T, bool> ? CoreScalar::Type::kBool
-                                                   : CoreScalar::Type::kInt)) {
-      return false;
+    // A core tag states the scalar's type, which must be the key's
+    // (`epochs: !!float 5` is a float): a float key takes `!!float`, and
+    // `!!int` on an integer as it takes a plain 5 (`!!int 0.5` is none).
+    if (const absl::string_view tag = CoreTag(node); !tag.empty()) {
+      bool fits = false;
+      if constexpr (std::is_same_v<T, bool>) {
+        fits = tag == "bool";
+      } else if constexpr (std::is_same_v<T, int64_t>) {
+        fits = tag == "int";
+      } else {
+        fits = tag == "float" ||
+               (tag == "int" && v.type == CoreScalar::Type::kInt);
+      }
+      if (!fits) return false;
     }
     if constexpr (std::is_same_v<T, bool>) {
       if (v.type != CoreScalar::Type::kBool) return false;

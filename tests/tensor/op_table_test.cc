@@ -414,16 +414,26 @@ TEST_P(OpTableTest, SecondOrderGradientMatchesFiniteDifferencesOrIsAnError) {
   const Inputs inputs = row().inputs(DType::kF64, 1);
   absl::StatusOr<Tensor> y = row().call(inputs);
   ASSERT_TRUE(y.ok()) << y.status();
-  const Tensor w = RandomTensor(y->shape(), 5, DType::kF64);
   std::vector<Tensor> sources, v;
   for (const Tensor& in : inputs) {
     if (!IsFloating(in.dtype())) continue;
     sources.push_back(in);
     v.push_back(RandomTensor(in.shape(), 11 + v.size(), DType::kF64));
   }
+  // The output weights are a source too (the last input here): the
+  // gradient depends on them even for a linear op, whose second derivative
+  // in its inputs is 0, so an unrecorded gradient wrongly declared recorded
+  // cannot pass by giving zeros.
+  Inputs all = inputs;
+  all.push_back(RandomTensor(y->shape(), 5, DType::kF64));
+  sources.push_back(all.back());
+  auto probe = [&](const Inputs& with_w) {
+    return GradientProbe(row(), Inputs(with_w.begin(), with_w.end() - 1),
+                         with_w.back(), v);
+  };
   GradientTape outer;
   for (const Tensor& s : sources) outer.Watch(s);
-  absl::StatusOr<Tensor> h = GradientProbe(row(), inputs, w, v);
+  absl::StatusOr<Tensor> h = probe(all);
   ASSERT_TRUE(h.ok()) << h.status();
   GradientOptions options;
   options.unconnected = UnconnectedGradients::kZero;  // A linear op's.
@@ -449,17 +459,17 @@ TEST_P(OpTableTest, SecondOrderGradientMatchesFiniteDifferencesOrIsAnError) {
   ASSERT_TRUE(second.ok()) << second.status();
   const double eps = row().fd_eps, tol = row().fd_tol;
   size_t s = 0;
-  for (size_t k = 0; k < inputs.size(); ++k) {
-    if (!IsFloating(inputs[k].dtype())) continue;
+  for (size_t k = 0; k < all.size(); ++k) {
+    if (!IsFloating(all[k].dtype())) continue;
     const Tensor& g = *(*second)[s++];
-    for (int64_t i = 0; i < inputs[k].num_elements(); ++i) {
-      Inputs plus = inputs, minus = inputs;
-      plus[k] = *inputs[k].Clone();
-      minus[k] = *inputs[k].Clone();
+    for (int64_t i = 0; i < all[k].num_elements(); ++i) {
+      Inputs plus = all, minus = all;
+      plus[k] = *all[k].Clone();
+      minus[k] = *all[k].Clone();
       plus[k].data<double>()[i] += eps;
       minus[k].data<double>()[i] -= eps;
-      absl::StatusOr<Tensor> h_plus = GradientProbe(row(), plus, w, v);
-      absl::StatusOr<Tensor> h_minus = GradientProbe(row(), minus, w, v);
+      absl::StatusOr<Tensor> h_plus = probe(plus);
+      absl::StatusOr<Tensor> h_minus = probe(minus);
       ASSERT_TRUE(h_plus.ok() && h_minus.ok());
       const double numeric =
           (h_plus->ScalarAt(0) - h_minus->ScalarAt(0)) / (2 * eps);

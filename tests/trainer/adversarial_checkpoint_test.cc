@@ -534,6 +534,15 @@ TEST_F(AdversarialCheckpointTest, TamperedWorkerBatchesExit2) {
          "most 9007199254740992)"});
     EXPECT_FALSE(fs::exists(fresh));
   }
+  // Counts that do not add up to the batches the input position read.
+  const std::string bad = root_ + "/bad.safetensors";
+  RewriteCheckpoint(Ckpt(4), bad,
+                    [&](auto&, auto& m) { m["worker_batches"] = "1,1"; });
+  std::vector<std::string> resume = ps;
+  resume.push_back("checkpoint.restore=" + bad);
+  ExpectUsageError(RunCli(SmallTrain(root_ + "/fresh", resume)),
+                   {bad + ": metadata worker_batches '1,1' do not add up to "
+                          "the 4 batches its input position says were read"});
 }
 
 // Two trainers on one run directory: the second exits 2 at once naming the

@@ -302,7 +302,7 @@ TEST(AdversarialInputTest, ConfigErrorsNameTheirSourceOnOneLine) {
   ExpectOneLineError(
       RunCli(Train(config, run, {"model.hidden_units[0]=0"}), kTimeoutSeconds),
       {"sched.yaml:2 and --set model.hidden_units[0]=0: model.hidden_units: "
-       "expected a list of integers in [1, 2147483647] (at most 50000), got "
+       "expected a list of integers in [1, 2147483647] (at most 49999), got "
        "[0]"},
       "list element set");
   // A layer type changed by --set: the file's keys for the old type.

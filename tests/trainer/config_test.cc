@@ -482,6 +482,14 @@ TEST(ConfigTest, AliasesNullSectionsTagsAndNulsAreRefused) {
   c = ParseConfig("train: {epochs: !!int 5}\n", "t.yaml", {});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->train.epochs, 5);
+  c = ParseConfig("optimizer: {learning_rate: !!int 0.5}\n", "t.yaml", {});
+  EXPECT_THAT(Message(c.status()),
+              HasSubstr("optimizer.learning_rate: expected a number"));
+  for (const char* rate : {"!!int 1", "!!float 1", "!!float 0.5"}) {
+    c = ParseConfig(absl::StrCat("optimizer: {learning_rate: ", rate, "}\n"),
+                    "t.yaml", {});
+    EXPECT_TRUE(c.ok()) << rate << ": " << c.status();
+  }
   // No path holds a NUL (it opened the path's first part).
   c = ParseConfig("checkpoint: {restore: \"a\\0b\"}\n", "n.yaml", {});
   EXPECT_EQ(Message(c.status()),
@@ -489,13 +497,13 @@ TEST(ConfigTest, AliasesNullSectionsTagsAndNulsAreRefused) {
             "(quoted: a string)");
   // A preset's lists are bounded as layer lists are.
   std::string units = "1";
-  for (int i = 0; i < 50000; ++i) units += ",1";
+  for (int i = 0; i < 49999; ++i) units += ",1";
   c = ParseConfig("model: {name: mlp, hidden_units: [" + units + "]}\n",
                   "p.yaml", {});
   EXPECT_THAT(Message(c.status()),
               HasSubstr("model.hidden_units: expected a list of integers in "
-                        "[1, 2147483647] (at most 50000), got a list of "
-                        "50001"));
+                        "[1, 2147483647] (at most 49999), got a list of "
+                        "50000"));
   // central_storage's device is one device.
   c = ParseConfig("", "d.yaml",
                   {"distribute.strategy=central_storage",
