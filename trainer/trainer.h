@@ -151,6 +151,8 @@ class Trainer {
   // applied, counting where a resume started it (what a checkpoint's
   // `worker_batches` records).
   std::vector<int64_t> WorkerBatches() const;
+  // parameter_server: the batches each worker's input has read (tests).
+  std::vector<int64_t> WorkerInputPositions();
   // parameter_server: the largest staleness of any update, counted when it
   // is reserved.
   int64_t MaxStaleness() const;

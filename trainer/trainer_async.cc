@@ -86,6 +86,16 @@ std::vector<int64_t> Trainer::WorkerBatches() const {
   return batches;
 }
 
+std::vector<int64_t> Trainer::WorkerInputPositions() {
+  std::vector<int64_t> read;
+  if (!ps_) return read;
+  for (int w = 0; w < num_replicas(); ++w) {
+    const BatchIterator::Position at = WorkerInput(w).position();
+    read.push_back(at.epoch * WorkerInput(w).BatchesPerEpoch() + at.batch);
+  }
+  return read;
+}
+
 int64_t Trainer::MaxStaleness() const {
   return ps_ ? clock().max_staleness_seen() : 0;
 }

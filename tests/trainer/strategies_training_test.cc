@@ -253,6 +253,26 @@ TEST(ParameterServerTest, CheckpointsRecordEachWorkersBatchesAndResumeThere) {
   more.push_back("train.steps=70");
   std::unique_ptr<Trainer> resumed = MakeTrainer(more, dir);
   EXPECT_EQ(resumed->WorkerBatches(), batches);
+  EXPECT_EQ(resumed->WorkerInputPositions(), batches);
+  resumed.reset();
+  // Uneven counts (one worker did all): each input resumes at its own, not
+  // at an equal share.
+  std::vector<NamedTensor> tensors;
+  for (const std::string& name : at40.names()) {
+    tensors.push_back({name, *at40.Get(name)});
+  }
+  std::map<std::string, std::string> metadata = at40.metadata();
+  metadata["worker_batches"] = "40,0,0";
+  const std::string uneven = dir + "/uneven.safetensors";
+  ASSERT_TRUE(WriteSafetensors(uneven, tensors, metadata).ok());
+  std::vector<std::string> from_uneven = more;
+  from_uneven.push_back("checkpoint.restore=" + uneven);
+  std::unique_ptr<Trainer> skewed =
+      MakeTrainer(from_uneven, testing::FreshTestDir("ps_uneven"));
+  ASSERT_NE(skewed, nullptr);
+  EXPECT_EQ(skewed->WorkerInputPositions(), (std::vector<int64_t>{40, 0, 0}));
+  skewed.reset();
+  resumed = MakeTrainer(more, dir);
   ASSERT_TRUE(resumed->Train().ok());
   read = 0;
   for (int64_t b : resumed->WorkerBatches()) read += b;
