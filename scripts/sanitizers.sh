@@ -38,7 +38,7 @@ case "$mode" in
     ;;
   tsan)
     BUILD_DIR=build-tsan scripts/setup.sh "${common[@]}" -DMIRRORTRAIN_TSAN=ON
-    export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
+    export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp"
     ctest --test-dir build-tsan -j "$jobs" -L 'distribute|trainer' \
       --output-on-failure
     build-tsan/bin/local_all_reduce_test --gtest_filter='*Watchdog*' \
