@@ -13,6 +13,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "trainer/checkpoint/atomic_file.h"
 #include "trainer/unique_fd.h"
 
 namespace mirrortrain::trainer {
@@ -57,16 +58,8 @@ absl::Status RunDirLock::CheckHeld() const {
 absl::StatusOr<RunDirLock> RunDirLock::Acquire(const std::string& run_dir) {
   RunDirLock lock;
   // The directories create_directories is about to make, deepest first.
+  lock.created_dirs_ = MissingDirectories(run_dir);
   std::error_code ec;
-  for (fs::path p = fs::absolute(run_dir, ec); !ec && p != p.parent_path();
-       p = p.parent_path()) {
-    std::error_code status_ec;  // Set for "not found" too.
-    if (fs::symlink_status(p, status_ec).type() != fs::file_type::not_found) {
-      break;
-    }
-    lock.created_dirs_.push_back(p.string());
-  }
-  ec.clear();
   fs::create_directories(run_dir, ec);
   if (ec) {
     return absl::InvalidArgumentError(

@@ -46,10 +46,11 @@ absl::Status WithStartOver(const absl::Status& s) {
 }
 
 // A parameter_server checkpoint's batches per worker (`worker_batches`:
-// comma-separated counts, one per worker); nullopt when it has none
-// (another strategy wrote it).
+// comma-separated counts, one per worker, adding up to the `read` batches
+// its input position says; a save derives that from them); nullopt when it
+// has none (another strategy wrote it).
 absl::StatusOr<std::optional<std::vector<int64_t>>> RecordedWorkerBatches(
-    const SafetensorsFile& file) {
+    const SafetensorsFile& file, int64_t read) {
   auto it = file.metadata().find("worker_batches");
   if (it == file.metadata().end()) return std::nullopt;
   std::vector<int64_t> batches;
@@ -71,6 +72,12 @@ absl::StatusOr<std::optional<std::vector<int64_t>>> RecordedWorkerBatches(
         "' is not a count of batches per worker (decimal, adding up to at "
         "most ",
         kMaxCheckpointStep, ")"));
+  }
+  if (sum != read) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file.path(), ": metadata worker_batches '",
+                     absl::StrJoin(batches, ","), "' do not add up to the ",
+                     read, " batches its input position says were read"));
   }
   return batches;
 }
@@ -318,15 +325,7 @@ absl::Status Trainer::Restore(const CheckedCheckpoint& checkpoint) {
                        ") is past 2^63 batches of this config's data"));
     }
     MT_ASSIGN_OR_RETURN(const std::optional<std::vector<int64_t>> recorded,
-                        RecordedWorkerBatches(file));
-    // A parameter_server save derives its input position from them.
-    if (recorded.has_value() &&
-        absl::c_accumulate(*recorded, int64_t{0}) != total) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": metadata worker_batches '",
-                       absl::StrJoin(*recorded, ","), "' do not add up to the ",
-                       total, " batches its input position says were read"));
-    }
+                        RecordedWorkerBatches(file, total));
     if (recorded.has_value() &&
         recorded->size() == static_cast<size_t>(num_replicas())) {
       MT_RETURN_IF_ERROR(SeekWorkers(*recorded));
@@ -380,8 +379,7 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
   // worker resumes from exactly).
   const std::vector<int64_t> worker_batches =
       ps_ ? WorkerBatches() : std::vector<int64_t>{};
-  int64_t read = 0;
-  for (int64_t b : worker_batches) read += b;
+  const int64_t read = absl::c_accumulate(worker_batches, int64_t{0});
   const BatchIterator::Position pos =
       ps_ ? BatchIterator::Position{read / steps_per_epoch,
                                     read % steps_per_epoch}

@@ -15,11 +15,6 @@
 namespace mirrortrain::trainer::config_internal {
 namespace {
 
-// A scalar as T, typed as YAML 1.2's core schema types it
-// (ReadPlainScalar), not as yaml-cpp's conversions would: a quoted scalar
-// ('1', "true") or one tagged !!str is a string, never a number or a
-// boolean; a plain one that reads as a number, a boolean or null is not a
-// string (`name: true` is no layer name: quote it); `010` is ten.
 // The core-schema tag of `node` other than !!str ("int", "float", "bool",
 // "null"), or "" when it has none ("?", "!").
 absl::string_view CoreTag(const YAML::Node& node) {
@@ -27,6 +22,12 @@ absl::string_view CoreTag(const YAML::Node& node) {
   absl::string_view tag = node.Tag();
   return absl::ConsumePrefix(&tag, kCore) ? tag : absl::string_view();
 }
+
+// A scalar as T, typed as YAML 1.2's core schema types it
+// (ReadPlainScalar), not as yaml-cpp's conversions would: a quoted scalar
+// ('1', "true") or one tagged !!str is a string, never a number or a
+// boolean; a plain one that reads as a number, a boolean or null is not a
+// string (`name: true` is no layer name: quote it); `010` is ten.
 
 template <typename T>
 bool Decode(const YAML::Node& node, T* out) {

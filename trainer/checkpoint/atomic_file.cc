@@ -151,23 +151,32 @@ absl::Status FsyncDirectory(const std::string& dir) {
   return absl::OkStatus();
 }
 
-absl::Status CreateDirectoriesDurably(const std::string& dir) {
-  // The directories to create, deepest first.
-  std::vector<std::filesystem::path> missing;
+std::vector<std::string> MissingDirectories(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> missing;
   std::error_code ec;
-  for (std::filesystem::path p = dir; !p.empty() && p != p.root_path();
+  for (fs::path p = fs::absolute(dir, ec); !ec && p != p.parent_path();
        p = p.parent_path()) {
-    if (std::filesystem::exists(std::filesystem::symlink_status(p, ec))) break;
-    missing.push_back(p);
+    std::error_code status_ec;  // Set for "not found" too.
+    if (fs::symlink_status(p, status_ec).type() != fs::file_type::not_found) {
+      break;
+    }
+    missing.push_back(p.string());
   }
+  return missing;
+}
+
+absl::Status CreateDirectoriesDurably(const std::string& dir) {
+  const std::vector<std::string> missing = MissingDirectories(dir);
+  std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
     // ErrnoToStatus appends the system's reason itself.
     return absl::ErrnoToStatus(ec.value(),
                                absl::StrCat(dir, ": cannot create directory"));
   }
-  for (const std::filesystem::path& p : missing) {
-    if (absl::Status synced = FsyncDirectory(DirectoryOf(p.string()));
+  for (const std::string& created : missing) {
+    if (absl::Status synced = FsyncDirectory(DirectoryOf(created));
         !synced.ok()) {
       return absl::Status(synced.code(),
                           absl::StrCat(dir, ": ", synced.message()));

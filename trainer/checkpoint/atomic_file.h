@@ -17,6 +17,7 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -62,6 +63,10 @@ class AtomicFileWriter {
 // fsyncs directory `dir`, which makes the entries created or renamed in it
 // durable.
 absl::Status FsyncDirectory(const std::string& dir);
+
+// The directories create_directories(dir) would make, as absolute paths,
+// deepest first (empty when `dir` exists or its path cannot be resolved).
+std::vector<std::string> MissingDirectories(const std::string& dir);
 
 // create_directories(dir), and an fsync of the parent of each directory it
 // created, so that they survive a power loss with the files later made
