@@ -200,8 +200,8 @@ const ParamSchema& ScheduleSchema() {
 
 const ParamSchema& EmaSchema() {
   static const auto* s = new ParamSchema{
-      {Param::Float("decay").Default(0.999).Nullable().Min(0).Max(1).Doc(
-           "null turns EMA off"),
+      {Param::Float("decay").Nullable().Min(0).Max(1).Doc(
+           "absent or null: no EMA (DESIGN.md; as Keras's use_ema=False)"),
        Param::Bool("use_num_updates")
            .Default(true)
            .Doc("decay = min(decay, (1+n)/(10+n)) with n the step"),

@@ -24,7 +24,8 @@ TEST(ConfigTest, DefaultsApplyToAnEmptyFile) {
   EXPECT_EQ(c->model.preset_params.IntList("hidden_units"),
             (std::vector<int64_t>{256, 128}));
   EXPECT_EQ(c->optimizer.name, "momentum");
-  EXPECT_DOUBLE_EQ(*c->ema.decay, 0.999);
+  // DESIGN.md: an absent ema.decay is no EMA (Keras's use_ema=False).
+  EXPECT_FALSE(c->ema.decay.has_value());
   EXPECT_FALSE(c->optimizer.clip_global_norm.has_value());
   EXPECT_EQ(c->distribute.devices, (std::vector<std::string>{"cpu:0"}));
   EXPECT_EQ(c->name, "empty");

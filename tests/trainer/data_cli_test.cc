@@ -70,6 +70,7 @@ model:
     - {type: global_average_pooling2d}
     - {type: dense, units: 10}
 optimizer: {name: momentum, learning_rate: 0.05}
+ema: {decay: 0.999}
 distribute: {devices: [cpu:0, cpu:1]}
 train: {steps: 8, log_every_steps: 4}
 checkpoint: {every_steps: 0}
