@@ -38,6 +38,23 @@ uint64_t Fnv1a(absl::string_view text) {
 
 // --------------------------------------------------------- the sections
 
+// The YAML entry `target` was read from, found by walking the entries
+// beside the specs they made (a nested layer's own line, for errors).
+YAML::Node EntryNode(const YAML::Node& list,
+                     const std::vector<models::LayerSpec>& specs,
+                     const models::LayerSpec* target) {
+  for (size_t i = 0; i < specs.size() && i < list.size(); ++i) {
+    if (&specs[i] == target) return list[i];
+    YAML::Node found = EntryNode(Child(list[i], "layers"), specs[i].layers,
+                                 target);
+    if (!found && specs[i].shortcut.has_value()) {
+      found = EntryNode(Child(list[i], "shortcut"), *specs[i].shortcut, target);
+    }
+    if (found) return found;
+  }
+  return YAML::Node(YAML::NodeType::Undefined);
+}
+
 absl::Status ReadModel(const Reader& r, const YAML::Node& node, Config* c,
                        YAML::Node* resolved) {
   const std::string path = "model";
@@ -62,16 +79,9 @@ absl::Status ReadModel(const Reader& r, const YAML::Node& node, Config* c,
     const models::LayerSpec* last = models::OutputLayer(m.layers);
     if (last != nullptr && last->params.Has("activation") &&
         last->params.String("activation") == "softmax") {
-      // The top-level entry that holds it, for its line.
-      const YAML::Node list = Child(node, "layers");
-      size_t entry = 0;
-      while (entry + 1 < m.layers.size() &&
-             !absl::StartsWith(last->path, m.layers[entry].path + ".") &&
-             last->path != m.layers[entry].path) {
-        ++entry;
-      }
       return r.Error(
-          absl::StrCat(last->path, ".activation"), list[entry],
+          absl::StrCat(last->path, ".activation"),
+          Child(EntryNode(Child(node, "layers"), m.layers, last), "activation"),
           "softmax on the last layer: the loss takes the logits (Keras's "
           "from_logits=True) and applies the softmax itself; leave it out");
     }

@@ -139,6 +139,16 @@ absl::Status ApplyOverride(YAML::Node root, const std::string& arg,
         ", which setting it would change too (write the value out in the "
         "file instead of the alias)"));
   };
+  // `ema: null` means something (EMA off), and so does a null list entry
+  // (an error naming it): a key set inside either would quietly make a
+  // mapping of it that means something else.
+  auto refuse_null = [&](const YAML::Node& node,
+                         const std::string& at) -> absl::Status {
+    if (!node.IsDefined() || !node.IsNull()) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": ", at, " is null; set it whole (--set ", at,
+                     "={...}) to give it keys"));
+  };
   std::string path;
   YAML::Node current = root;
   for (size_t i = 0; i < parts->size(); ++i) {
@@ -156,9 +166,10 @@ absl::Status ApplyOverride(YAML::Node root, const std::string& arg,
       MT_RETURN_IF_ERROR(refuse_shared(next, path));
       if (last) {
         current[index] = value;
-      } else {
-        current.reset(next);
+        continue;
       }
+      MT_RETURN_IF_ERROR(refuse_null(next, path));
+      current.reset(next);
       continue;
     }
     path = Join(path, part);
@@ -172,13 +183,7 @@ absl::Status ApplyOverride(YAML::Node root, const std::string& arg,
       current[part] = value;
       continue;
     }
-    if (next.IsDefined() && next.IsNull()) {
-      // `ema: null` means something (EMA off); a key set inside it would
-      // quietly mean something else.
-      return absl::InvalidArgumentError(
-          absl::StrCat(source, ": ", path, " is null; set it whole (--set ",
-                       path, "={...}) to give it keys"));
-    }
+    MT_RETURN_IF_ERROR(refuse_null(next, path));
     if (!next.IsDefined()) current[part] = YAML::Node(YAML::NodeType::Map);
     next = current[part];
     current.reset(next);

@@ -474,6 +474,12 @@ TEST(ConfigTest, AliasesNullSectionsTagsAndNulsAreRefused) {
             "ema={...}) to give it keys");
   c = ParseConfig("", "e.yaml", {"ema=null", "ema.use_num_updates=false"});
   EXPECT_THAT(Message(c.status()), HasSubstr("ema is null"));
+  // So is one inside a null list entry (which was made a mapping).
+  c = ParseConfig("model:\n  layers:\n    - {type: flatten}\n    -\n",
+                  "l.yaml", {"model.layers[1].type=dense"});
+  EXPECT_EQ(Message(c.status()),
+            "--set model.layers[1].type=dense: model.layers[1] is null; set it "
+            "whole (--set model.layers[1]={...}) to give it keys");
   // A core-schema tag is the scalar's type.
   c = ParseConfig("train: {epochs: !!float 5}\n", "t.yaml", {});
   EXPECT_THAT(Message(c.status()),
@@ -612,7 +618,7 @@ TEST(ConfigTest, LayerListsNestAndReportPaths) {
        "      layers:\n        - {type: dense, units: 10, activation: "
        "softmax}\n        - {type: dropout, rate: 0.1}\n"
        "    - {type: reshape, target_shape: [10]}\n",
-       "m.yaml:4: model.layers[1].layers[0].activation: softmax on the last "
+       "m.yaml:6: model.layers[1].layers[0].activation: softmax on the last "
        "layer: the loss takes the logits (Keras's from_logits=True) and "
        "applies the softmax itself; leave it out"},
       {"model:\n  layers:\n    - {type: residual}\n",
