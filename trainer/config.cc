@@ -45,8 +45,8 @@ YAML::Node EntryNode(const YAML::Node& list,
                      const models::LayerSpec* target) {
   for (size_t i = 0; i < specs.size() && i < list.size(); ++i) {
     if (&specs[i] == target) return list[i];
-    YAML::Node found = EntryNode(Child(list[i], "layers"), specs[i].layers,
-                                 target);
+    YAML::Node found =
+        EntryNode(Child(list[i], "layers"), specs[i].layers, target);
     if (!found && specs[i].shortcut.has_value()) {
       found = EntryNode(Child(list[i], "shortcut"), *specs[i].shortcut, target);
     }

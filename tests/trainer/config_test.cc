@@ -475,8 +475,8 @@ TEST(ConfigTest, AliasesNullSectionsTagsAndNulsAreRefused) {
   c = ParseConfig("", "e.yaml", {"ema=null", "ema.use_num_updates=false"});
   EXPECT_THAT(Message(c.status()), HasSubstr("ema is null"));
   // So is one inside a null list entry (which was made a mapping).
-  c = ParseConfig("model:\n  layers:\n    - {type: flatten}\n    -\n",
-                  "l.yaml", {"model.layers[1].type=dense"});
+  c = ParseConfig("model:\n  layers:\n    - {type: flatten}\n    -\n", "l.yaml",
+                  {"model.layers[1].type=dense"});
   EXPECT_EQ(Message(c.status()),
             "--set model.layers[1].type=dense: model.layers[1] is null; set it "
             "whole (--set model.layers[1]={...}) to give it keys");

@@ -92,8 +92,12 @@ bool IsValidUtf8(const std::string& s) {
 
 // The JSON type for error messages. Integers are named apart from other
 // numbers because only they are accepted.
-absl::string_view KindName(const json& value) {
-  return value.is_number_integer() ? "integer" : value.type_name();
+// "an integer", "an object", "a string", "null": for "X is <kind>".
+std::string KindName(const json& value) {
+  const std::string kind =
+      value.is_number_integer() ? "integer" : value.type_name();
+  if (value.is_null()) return kind;
+  return absl::StrCat(absl::StrContains("aeiou", kind[0]) ? "an " : "a ", kind);
 }
 
 // nlohmann's message without its "[json.exception.<kind>.<id>] " prefix and,
@@ -218,7 +222,7 @@ absl::StatusOr<std::vector<int64_t>> NonNegativeIntegers(
     const json& value, absl::string_view what) {
   if (!value.is_array()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        what, " is a ", KindName(value), ", not an array of integers"));
+        what, " is ", KindName(value), ", not an array of integers"));
   }
   std::vector<int64_t> out;
   out.reserve(value.size());
@@ -409,17 +413,26 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
                                  contents.data() + kHeaderLengthBytes,
                                  header_length));
 
-  absl::StatusOr<ParsedHeader> parsed =
-      ParseHeader(absl::string_view(contents).substr(
-          kHeaderLengthBytes, static_cast<size_t>(header_length)));
+  const absl::string_view header_text = absl::string_view(contents).substr(
+      kHeaderLengthBytes, static_cast<size_t>(header_length));
+  // JSON text never holds a NUL (the parser would call it the end of its
+  // input): it is a zeroed block, as a crash or a full disk can leave.
+  if (const size_t nul = header_text.find('\0');
+      nul != absl::string_view::npos) {
+    return InvalidFile(
+        path,
+        absl::StrCat("header holds a NUL byte at offset ", nul, " of its ",
+                     header_length, " bytes (a zero-filled or damaged file?)"));
+  }
+  absl::StatusOr<ParsedHeader> parsed = ParseHeader(header_text);
   if (!parsed.ok()) {
     return InvalidFile(path, absl::StrCat("header is not valid JSON (",
                                           parsed.status().message(), ")"));
   }
   const json& header = parsed->root;
   if (!header.is_object()) {
-    return InvalidFile(path, absl::StrCat("header is a JSON ", KindName(header),
-                                          ", not an object"));
+    return InvalidFile(path, absl::StrCat("header is ", KindName(header),
+                                          ", not a JSON object"));
   }
 
   for (const std::string& name : parsed->root_keys) {
@@ -432,8 +445,8 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
       for (auto it = value.begin(); it != value.end(); ++it) {
         if (!it->is_string()) {
           return InvalidFile(
-              path, absl::StrCat("__metadata__ value for '", it.key(),
-                                 "' is a ", KindName(*it), ", not a string"));
+              path, absl::StrCat("__metadata__ value for '", it.key(), "' is ",
+                                 KindName(*it), ", not a string"));
         }
         file.metadata_[it.key()] = it->get<std::string>();
       }
@@ -442,7 +455,7 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     const std::string where = absl::StrCat("tensor '", name, "'");
     if (!value.is_object()) {
       return InvalidFile(path,
-                         absl::StrCat(where, ": entry is a ", KindName(value),
+                         absl::StrCat(where, ": entry is ", KindName(value),
                                       ", not an object"));
     }
     for (auto it = value.begin(); it != value.end(); ++it) {

@@ -339,13 +339,17 @@ TEST_F(SafetensorsTest, RejectsMalformedFiles) {
        absl::StatusCode::kDataLoss, "header length 1000 exceeds the 2 bytes"},
       {"not JSON", "{nope}", "", -1, absl::StatusCode::kInvalidArgument,
        "header is not valid JSON (JSON parse error at byte 2: syntax error"},
+      {"zero-filled", std::string(16, '\0'), "", -1,
+       absl::StatusCode::kInvalidArgument,
+       "header holds a NUL byte at offset 0 of its 16 bytes (a zero-filled or "
+       "damaged file?)"},
       {"not UTF-8", "{\"\xFF\":1}", "", -1, absl::StatusCode::kInvalidArgument,
        "ill-formed UTF-8"},
       {"not an object", "[1,2]", "", -1, absl::StatusCode::kInvalidArgument,
-       "header is a JSON array, not an object"},
+       "header is an array, not a JSON object"},
       {"entry not an object", R"({"a":3})", "", -1,
        absl::StatusCode::kInvalidArgument,
-       "tensor 'a': entry is a integer, not an object"},
+       "tensor 'a': entry is an integer, not an object"},
       {"missing dtype", R"({"a":{"shape":[2],"data_offsets":[0,8]}})", eight,
        -1, absl::StatusCode::kInvalidArgument, "tensor 'a': missing 'dtype'"},
       {"missing shape", R"({"a":{"dtype":"F32","data_offsets":[0,8]}})", eight,
@@ -372,7 +376,7 @@ TEST_F(SafetensorsTest, RejectsMalformedFiles) {
        "shape must hold non-negative integers, got -2"},
       {"shape not array",
        R"({"a":{"dtype":"F32","shape":2,"data_offsets":[0,8]}})", eight, -1,
-       absl::StatusCode::kInvalidArgument, "shape is a integer, not an array"},
+       absl::StatusCode::kInvalidArgument, "shape is an integer, not an array"},
       {"three offsets",
        R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4,8]}})", eight, -1,
        absl::StatusCode::kInvalidArgument,
@@ -412,7 +416,7 @@ TEST_F(SafetensorsTest, RejectsMalformedFiles) {
       {"metadata value not a string",
        R"({"__metadata__":{"step":12},"a":{)" + f32x2 + "}}", eight, -1,
        absl::StatusCode::kInvalidArgument,
-       "__metadata__ value for 'step' is a integer, not a string"},
+       "__metadata__ value for 'step' is an integer, not a string"},
       {"metadata not an object", R"({"__metadata__":"x"})", "", -1,
        absl::StatusCode::kInvalidArgument, "__metadata__ is not an object"},
       {"duplicate tensor", "{\"a\":{" + f32x2 + "},\"a\":{" + f32x2 + "}}",
@@ -548,7 +552,7 @@ TEST_F(SafetensorsTest, RejectsHeadersThatAreNotStrictJson) {
       {std::string(300, '['), "JSON parse error: nesting deeper than 256"},
       // Depth 256 is parsed (and the entry then rejected).
       {"{\"a\":" + std::string(256, '[') + std::string(256, ']') + "}",
-       "tensor 'a': entry is a array, not an object"},
+       "tensor 'a': entry is an array, not an object"},
   };
   for (const auto& [header, expected] : cases) {
     SCOPED_TRACE(header.substr(0, 40));
