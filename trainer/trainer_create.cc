@@ -382,9 +382,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   MT_RETURN_IF_ERROR(t->WaitForLoopThreadWork());
   if (!t->run_dir_.empty()) {
     if (need_train_data) MT_RETURN_IF_ERROR(t->CheckCheckpointsWritable());
-    t->run_dir_lock_->KeepFiles();
     MT_RETURN_IF_ERROR(
         WriteFileAtomically(run_dir + "/config.yaml", config.resolved_yaml));
+    // The run has written: from here its files stay, whatever fails.
+    t->run_dir_lock_->KeepFiles();
     MT_ASSIGN_OR_RETURN(
         t->logger_,
         MetricsLogger::Create(run_dir, t->restored_from_.empty()

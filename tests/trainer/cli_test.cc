@@ -560,6 +560,22 @@ TEST(CliTest, BadCheckpointsExit2AndChangeNothing) {
   EXPECT_EQ(ReadFile(dir + "/metrics.jsonl"), metrics_before);
 }
 
+// A run that cannot write its config.yaml (here a directory is in the way)
+// fails having written nothing: its lock file is gone again.
+TEST(CliTest, AConfigThatCannotBeWrittenLeavesNoLockFile) {
+  const std::string parent = FreshDir("unwritable_config");
+  const std::string dir = parent + "/run";
+  fs::create_directories(dir + "/config.yaml");
+  Result r = RunCli(SmallTrain(dir, {"train.steps=1"}));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find(dir + "/config.yaml"), std::string::npos) << r.err;
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    left.push_back(e.path().filename().string());
+  }
+  EXPECT_EQ(left, std::vector<std::string>{"config.yaml"});
+}
+
 TEST(CliTest, SigintCheckpointsAndExits130) {
   const std::string dir = FreshDir("sigint");
   const std::string tmp = ::testing::TempDir();
