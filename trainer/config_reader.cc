@@ -251,10 +251,9 @@ std::string Reader::WhereSection(const std::string& path,
 
 std::string Reader::ChosenBy(const std::string& path,
                              const std::string& selector) const {
-  const std::string name = Join(path, selector.empty() ? "name" : selector);
-  const std::string type = Join(path, selector.empty() ? "type" : selector);
+  const std::string key = Join(path, selector);
   for (auto it = overrides_.rbegin(); it != overrides_.rend(); ++it) {
-    if (it->path == name || it->path == type) {
+    if (it->path == key) {
       return absl::StrCat(" (chosen by --set ", it->arg, ")");
     }
   }
@@ -283,6 +282,8 @@ absl::Status Reader::Read(const YAML::Node& node, const std::string& path,
                           const std::string& owner, Params* out) const {
   MT_RETURN_IF_ERROR(CheckMap(node, path));
   if (node.IsMap()) {
+    // The key that picked `owner`: a layer's type, else the section's name.
+    const std::string selector = Child(node, "type") ? "type" : "name";
     for (const auto& item : node) {
       const std::string key = item.first.as<std::string>("");
       const std::string key_path = Join(path, key);
@@ -295,7 +296,7 @@ absl::Status Reader::Read(const YAML::Node& node, const std::string& path,
         return Error(key_path, item.first,
                      owner.empty() ? "unknown key"
                                    : absl::StrCat("unknown key for ", owner,
-                                                  ChosenBy(path)));
+                                                  ChosenBy(path, selector)));
       }
       std::optional<ParamValue> value = FromYaml(item.second, *param);
       if (!value.has_value()) {

@@ -69,12 +69,12 @@ class Reader {
   absl::StatusOr<std::vector<models::LayerSpec>> ReadLayers(
       const YAML::Node& node, const std::string& path) const;
 
-  // " (chosen by --set ...)" when an override picked the component of
-  // section `path` (its name, or a layer's type; or the key `selector`
-  // when given), so a key of the file that no longer fits is not blamed on
-  // the file alone.
+  // " (chosen by --set ...)" when an override set the key `selector` of
+  // section `path`, the one that picks its component (a section's name, a
+  // layer's type, the strategy), so a key of the file that no longer fits
+  // is not blamed on the file alone.
   std::string ChosenBy(const std::string& path,
-                       const std::string& selector = "") const;
+                       const std::string& selector) const;
 
  private:
   // "file.yaml:12" for a node from the file, "--set a.b=c" for one that an

@@ -314,6 +314,18 @@ TEST(AdversarialInputTest, ConfigErrorsNameTheirSourceOnOneLine) {
       {"model.layers[0].units: unknown key for layer type flatten (chosen by "
        "--set model.layers[0].type=flatten)"},
       "layer type chosen by --set");
+  // A layer's name picks nothing: its --set is not blamed for a bad key.
+  const Result named = RunCli(Train(config, run,
+                                    {"model={layers: [{type: flatten, units: "
+                                     "4}]}",
+                                     "model.layers[0].name=head"}),
+                              kTimeoutSeconds);
+  ExpectOneLineError(named,
+                     {"--set model={layers: [{type: flatten, units: 4}]}: "
+                      "model.layers[0].units: unknown key for layer type "
+                      "flatten"},
+                     "layer name set");
+  EXPECT_EQ(named.err.find("chosen by"), std::string::npos) << named.err;
   // Control characters in a key stay on the one line, escaped.
   ExpectOneLineError(
       RunCli(Train(config, run, {"optimizer.bad\nkey=1"}), kTimeoutSeconds),
