@@ -58,7 +58,9 @@ class Exchange {
   // the buffer goes. Whatever is still open then (a peer stopped mid-
   // message) is released; sends are released too (cancelling one is
   // deprecated, and a send only reads). The group is broken by then, so
-  // nothing more is received on it.
+  // nothing more is received on it. After a stop signal's grace there is no
+  // second to spare: the launcher kills the process a grace later, and the
+  // error naming the missing process must be out by then.
   ~Exchange() {
     for (size_t i = 0; i < requests_.size(); ++i) {
       if (requests_[i] != MPI_REQUEST_NULL && peers_[i].receive) {
@@ -66,7 +68,8 @@ class Exchange {
       }
     }
     const auto give_up =
-        std::chrono::steady_clock::now() + std::chrono::seconds(1);
+        std::chrono::steady_clock::now() +
+        (stopped_ ? std::chrono::seconds(0) : std::chrono::seconds(1));
     for (size_t i = 0; i < requests_.size(); ++i) {
       if (requests_[i] == MPI_REQUEST_NULL || !peers_[i].receive) continue;
       int done = 0;
@@ -117,6 +120,7 @@ class Exchange {
       }
       if (!stop_seen && stop_requested()) stop_seen = now;
       if (stop_seen && now - *stop_seen > grace) {
+        stopped_ = true;
         return Missing(absl::StrCat("within ", Seconds(grace),
                                     " s of a stop signal (a launcher "
                                     "stops the job when a process dies)"),
@@ -210,6 +214,7 @@ class Exchange {
   }
 
   const int tag_;
+  bool stopped_ = false;  // Wait gave up after a stop signal's grace.
   std::vector<MPI_Request> requests_;
   std::vector<Peer> peers_;
 };
