@@ -90,9 +90,9 @@ bool IsValidUtf8(const std::string& s) {
   }
 }
 
-// The JSON type for error messages. Integers are named apart from other
+// The JSON type for error messages, with its article for "X is <kind>"
+// ("an integer", "an object", "null"). Integers are named apart from other
 // numbers because only they are accepted.
-// "an integer", "an object", "a string", "null": for "X is <kind>".
 std::string KindName(const json& value) {
   const std::string kind =
       value.is_number_integer() ? "integer" : value.type_name();
