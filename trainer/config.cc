@@ -264,7 +264,9 @@ absl::Status Validate(const Reader& r, const YAML::Node& root,
   if (c.distribute.strategy == "one_device" && devices->size() != 1) {
     return r.Error("distribute.devices", node("distribute", "devices"),
                    absl::StrCat("one_device takes exactly one device, got ",
-                                devices->size()));
+                                devices->size(),
+                                " (for several: distribute.strategy: "
+                                "mirrored)"));
   }
   // Central storage's device must exist as its replicas' devices must. A
   // GPU must be the first replica's: the update runs on that replica's

@@ -1,7 +1,8 @@
 // central_storage and parameter_server end to end on logical CPU devices:
 // central storage trains what mirrored trains (1, 2 and 4 replicas, within
 // float rounding) into checkpoints of the same layout, and evaluates with
-// its EMA; one parameter-server worker is one_device bit for bit; many
+// its EMA; one mirrored replica, and one parameter-server worker, are
+// one_device bit for bit; many
 // workers apply every pushed gradient exactly once, within max_staleness,
 // and checkpoint and resume.
 #include <cstring>
@@ -152,6 +153,19 @@ TEST(CentralStorageTest, StateExistsOnceAndEvaluatesWithEma) {
   }
   // EMA and raw weights differ, so the EMA evaluation did use the shadows.
   EXPECT_NE(central->Evaluate(true)->loss, central->Evaluate(false)->loss);
+}
+
+// The shipped CPU configs are mirrored on one device so that one key
+// scales them; that costs nothing in the numbers.
+TEST(MirroredTest, OneReplicaIsOneDeviceBitwise) {
+  const std::string dir = testing::FreshTestDir("mirrored_one");
+  SafetensorsFile one =
+      TrainToCheckpoint(SmallJob("one_device", 1, 40), dir + "/one_device");
+  SafetensorsFile mirrored =
+      TrainToCheckpoint(SmallJob("mirrored", 1, 40), dir + "/mirrored");
+  ExpectSameCheckpoint(mirrored, one, 0);
+  EXPECT_EQ(mirrored.metadata().at("input_batch"),
+            one.metadata().at("input_batch"));
 }
 
 TEST(ParameterServerTest, OneWorkerIsOneDeviceBitwise) {
