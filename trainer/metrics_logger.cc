@@ -122,6 +122,10 @@ absl::StatusOr<std::unique_ptr<MetricsLogger>> MetricsLogger::Create(
       DropLines(path, [&](const LineKey& key) { return key.step > after; }));
   MT_ASSIGN_OR_RETURN(std::unique_ptr<EventWriter> events,
                       EventWriter::Create(run_dir));
+  // TensorBoard drops what earlier event files hold from here on, as
+  // metrics.jsonl dropped those lines.
+  MT_RETURN_IF_ERROR(events->WriteSessionStart(after + 1));
+  MT_RETURN_IF_ERROR(events->Flush());
   // Append: a resumed run continues the same file.
   std::FILE* f = OpenForAppend(path);
   if (f == nullptr) return ErrnoError(path, "cannot open");

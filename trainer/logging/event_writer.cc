@@ -28,6 +28,10 @@ constexpr uint32_t kEventWallTime = 1;
 constexpr uint32_t kEventStep = 2;
 constexpr uint32_t kEventFileVersion = 3;
 constexpr uint32_t kEventSummary = 5;
+constexpr uint32_t kEventSessionLog = 7;
+// tensorflow.SessionLog.
+constexpr uint32_t kSessionLogStatus = 1;
+constexpr int64_t kSessionLogStart = 1;
 constexpr uint32_t kSummaryValue = 1;
 constexpr uint32_t kValueTag = 1;
 constexpr uint32_t kValueSimpleValue = 2;
@@ -190,6 +194,16 @@ absl::Status EventWriter::WriteIntegerHistogram(
   AppendBytesField(&summary_value, kValueTag, tag);
   AppendBytesField(&summary_value, kValueHisto, histo);
   return WriteSummaryValue(step, summary_value);
+}
+
+absl::Status EventWriter::WriteSessionStart(int64_t step) {
+  std::string session_log;
+  AppendInt64Field(&session_log, kSessionLogStatus, kSessionLogStart);
+  std::string event;
+  AppendDoubleField(&event, kEventWallTime, WallTimeSeconds());
+  AppendInt64Field(&event, kEventStep, step);
+  AppendBytesField(&event, kEventSessionLog, session_log);
+  return WriteRecord(event);
 }
 
 absl::Status EventWriter::WriteSummaryValue(int64_t step,

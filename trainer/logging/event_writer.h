@@ -49,6 +49,13 @@ class EventWriter {
   absl::Status WriteIntegerHistogram(absl::string_view tag, int64_t step,
                                      absl::Span<const int64_t> counts);
 
+  // Appends Event{wall_time, step, session_log{status: START}}: a run
+  // (re)starts at `step`. TensorBoard then drops the points at `step` and
+  // later that earlier files of the directory hold (its
+  // purge_orphaned_data), so a resumed run's rewritten steps are shown once,
+  // as metrics.jsonl holds them.
+  absl::Status WriteSessionStart(int64_t step);
+
   // Pushes buffered records to the OS. After a failed write, flush or close
   // the file is cut back to the records of the last successful Flush, so
   // readers never meet a torn record (a disk that filled mid-record), and

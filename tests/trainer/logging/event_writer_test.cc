@@ -22,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -160,6 +161,7 @@ struct Event {
   int64_t step = 0;
   std::string file_version;
   std::vector<ScalarValue> values;
+  int64_t session_status = 0;  // SessionLog.status; 0 without a session_log.
 };
 
 absl::Status ExpectWireType(uint64_t key, uint64_t wire_type) {
@@ -235,6 +237,21 @@ absl::StatusOr<Event> ParseEvent(absl::string_view data) {
           MT_ASSIGN_OR_RETURN(const absl::string_view v, s.LengthDelimited());
           MT_ASSIGN_OR_RETURN(ScalarValue value, ParseValue(v));
           event.values.push_back(std::move(value));
+        }
+        break;
+      }
+      case 7: {
+        MT_RETURN_IF_ERROR(ExpectWireType(key, 2));
+        MT_ASSIGN_OR_RETURN(const absl::string_view log, r.LengthDelimited());
+        ProtoReader s(log);
+        while (!s.done()) {
+          MT_ASSIGN_OR_RETURN(const uint64_t skey, s.Varint());
+          if (skey >> 3 != 1) {
+            return absl::DataLossError("unexpected SessionLog field");
+          }
+          MT_RETURN_IF_ERROR(ExpectWireType(skey, 0));
+          MT_ASSIGN_OR_RETURN(const uint64_t status, s.Varint());
+          event.session_status = static_cast<int64_t>(status);
         }
         break;
       }
@@ -362,6 +379,35 @@ TEST_F(EventWriterTest, RoundTrip) {
     EXPECT_EQ(e.values[0].tag, scalars[i].tag);
     EXPECT_EQ(e.values[0].simple_value, static_cast<float>(scalars[i].value));
   }
+}
+
+// A SessionLog START at the step a run (re)starts: what TensorBoard's purge
+// of orphaned points looks for in brain.Event:2 files. The bytes after the
+// wall_time are TensorFlow's serialization of
+// Event{step: 301, session_log: {status: START}}
+// (scripts/golden/event_records.py).
+TEST_F(EventWriterTest, SessionStartIsTensorFlowsSessionLogStart) {
+  auto writer = EventWriter::Create(tmp_);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  ASSERT_TRUE((*writer)->WriteSessionStart(301).ok());
+  ASSERT_TRUE((*writer)->WriteScalar("train/loss", 310, 0.5).ok());
+  ASSERT_TRUE((*writer)->Close().ok());
+  auto records = ReadRecords((*writer)->path());
+  ASSERT_TRUE(records.ok()) << records.status();
+  ASSERT_EQ(records->size(), 3u);
+  constexpr int kWallTimeBytes = 9;  // Key 0x09 and a little-endian double.
+  ASSERT_EQ((*records)[1][0], '\x09');
+  EXPECT_EQ(absl::BytesToHexString((*records)[1].substr(kWallTimeBytes)),
+            "10ad023a020801");
+  auto events = ReadEvents((*writer)->path());
+  ASSERT_TRUE(events.ok()) << events.status();
+  const Event& start = (*events)[1];
+  EXPECT_TRUE(start.has_step);
+  EXPECT_EQ(start.step, 301);
+  EXPECT_EQ(start.session_status, 1);
+  EXPECT_TRUE(start.values.empty());
+  EXPECT_EQ((*events)[2].session_status, 0);
+  EXPECT_EQ((*events)[2].step, 310);
 }
 
 TEST_F(EventWriterTest, TwoWritersInOneDirectoryKeepSeparateFiles) {
