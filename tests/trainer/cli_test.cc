@@ -538,13 +538,21 @@ TEST(CliTest, BadCheckpointsExit2AndChangeNothing) {
   EXPECT_NE(r.err.find("[784,32] in the checkpoint but [784,64]"),
             std::string::npos)
       << r.err;
-  // A directory without checkpoints: here the run directory, whose
-  // checkpoints folder is named.
+  // A run directory means its latest checkpoint, as its checkpoints
+  // folder does.
   r = eval(dir, {"model.hidden_units=[32]"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"checkpoint\": \"" + good + "\""), std::string::npos)
+      << r.out;
+  // A directory without checkpoints: here a run directory whose checkpoints
+  // folder has none, which is named.
+  const std::string empty_run = dir + "/empty_run";
+  fs::create_directories(empty_run + "/checkpoints");
+  r = eval(empty_run, {"model.hidden_units=[32]"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("no checkpoint found (no 'checkpoint' index file; a "
                        "run directory? its checkpoints are in " +
-                       dir + "/checkpoints)"),
+                       empty_run + "/checkpoints)"),
             std::string::npos)
       << r.err;
   EXPECT_EQ(ReadFile(good), bytes);

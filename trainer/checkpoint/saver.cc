@@ -414,7 +414,14 @@ absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
 absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path_or_dir) {
   std::error_code ec;
   const fs::file_status status = fs::status(path_or_dir, ec);
-  if (fs::is_directory(status)) return LatestCheckpoint(path_or_dir);
+  if (fs::is_directory(status)) {
+    const std::string inner = (fs::path(path_or_dir) / "checkpoints").string();
+    if (!fs::exists(IndexPath(path_or_dir), ec) &&
+        fs::exists(IndexPath(inner), ec)) {
+      return LatestCheckpoint(inner);
+    }
+    return LatestCheckpoint(path_or_dir);
+  }
   if (fs::is_regular_file(status)) return path_or_dir;
   if (status.type() == fs::file_type::not_found) {
     return absl::NotFoundError(

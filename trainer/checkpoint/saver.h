@@ -100,8 +100,10 @@ absl::string_view CheckpointIndexName();
 // are not followed) or the index is malformed or not a regular file.
 absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir);
 
-// A directory -> its latest checkpoint; a file -> itself; otherwise
-// NotFound naming `path_or_dir`.
+// A directory -> its latest checkpoint (a run directory, without an index
+// of its own but with one in its `checkpoints` folder -> that folder's
+// latest, as DESIGN's "a directory means its latest checkpoint"); a file ->
+// itself; otherwise NotFound naming `path_or_dir`.
 absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path_or_dir);
 
 // The kept checkpoints named by dir/checkpoint, oldest first, as paths inside
