@@ -126,9 +126,10 @@ absl::Status ReadOptimizer(const Reader& r, const YAML::Node& node, Config* c,
                             {"schedule"}, absl::StrCat("optimizer ", name),
                             &o.params));
   o.name = name;
+  const bool rate_given = !o.params.IsNull("learning_rate");
   // Left out (or null): Keras's default for this optimizer, written into
   // the resolved config.
-  if (o.params.IsNull("learning_rate")) {
+  if (!rate_given) {
     o.params.Set("learning_rate", type->learning_rate);
   }
   o.learning_rate = o.params.Float("learning_rate");
@@ -147,9 +148,21 @@ absl::Status ReadOptimizer(const Reader& r, const YAML::Node& node, Config* c,
              {&ScheduleSchema(), &ScheduleCommonParams(), &stype->params}, {},
              absl::StrCat("schedule ", o.schedule), &o.schedule_params));
 
+  if (!stype->uses_learning_rate && rate_given) {
+    return r.Error(
+        "optimizer.learning_rate", Child(node, "learning_rate"),
+        absl::StrCat("unused by schedule ", o.schedule,
+                     ", whose values are the rates (leave it out, or null)",
+                     r.ChosenBy(spath, "name")));
+  }
+
   YAML::Node out(YAML::NodeType::Map);
   EmitParams(OptimizerSchema(), o.params, &out);
   EmitParams(type->params, o.params, &out);
+  // The schedule's values are the rates: the resolved config says so.
+  if (!stype->uses_learning_rate) {
+    out["learning_rate"] = YAML::Node(YAML::NodeType::Null);
+  }
   YAML::Node sched(YAML::NodeType::Map);
   EmitParams(ScheduleSchema(), o.schedule_params, &sched);
   EmitParams(ScheduleCommonParams(), o.schedule_params, &sched);

@@ -253,7 +253,8 @@ std::string Reader::ChosenBy(const std::string& path,
                              const std::string& selector) const {
   const std::string key = Join(path, selector);
   for (auto it = overrides_.rbegin(); it != overrides_.rend(); ++it) {
-    if (it->path == key) {
+    // The key itself, or a section above it set whole.
+    if (key == it->path || absl::StartsWith(key, it->path + ".")) {
       return absl::StrCat(" (chosen by --set ", it->arg, ")");
     }
   }

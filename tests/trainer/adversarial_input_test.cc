@@ -315,15 +315,13 @@ TEST(AdversarialInputTest, ConfigErrorsNameTheirSourceOnOneLine) {
        "--set model.layers[0].type=flatten)"},
       "layer type chosen by --set");
   // A layer's name picks nothing: its --set is not blamed for a bad key.
-  const Result named = RunCli(Train(config, run,
-                                    {"model={layers: [{type: flatten, units: "
-                                     "4}]}",
-                                     "model.layers[0].name=head"}),
+  const std::string layers = dir + "/layers.yaml";
+  WriteText(layers, "model:\n  layers:\n    - {type: flatten, units: 4}\n");
+  const Result named = RunCli(Train(layers, run, {"model.layers[0].name=head"}),
                               kTimeoutSeconds);
   ExpectOneLineError(named,
-                     {"--set model={layers: [{type: flatten, units: 4}]}: "
-                      "model.layers[0].units: unknown key for layer type "
-                      "flatten"},
+                     {"layers.yaml:3: model.layers[0].units: unknown key for "
+                      "layer type flatten"},
                      "layer name set");
   EXPECT_EQ(named.err.find("chosen by"), std::string::npos) << named.err;
   // Control characters in a key stay on the one line, escaped.

@@ -60,6 +60,33 @@ TEST(ConfigTest, LearningRateDefaultsToTheOptimizersKerasDefault) {
   EXPECT_DOUBLE_EQ(c->optimizer.learning_rate, 0.01);  // momentum
 }
 
+// piecewise_constant's values are the rates (Keras passes the schedule as
+// the learning rate): a learning_rate beside them would be ignored, so it
+// is an error, and the resolved config leaves it null.
+TEST(ConfigTest, PiecewiseConstantTakesNoLearningRate) {
+  const std::string piecewise =
+      "optimizer:\n  learning_rate: 0.1\n  schedule: {name: "
+      "piecewise_constant, boundaries: [5], values: [0.1, 0.01]}\n";
+  auto c = ParseConfig(piecewise, "p.yaml", {});
+  EXPECT_EQ(Message(c.status()),
+            "p.yaml:2: optimizer.learning_rate: unused by schedule "
+            "piecewise_constant, whose values are the rates (leave it out, "
+            "or null)");
+  c = ParseConfig("optimizer: {learning_rate: 0.1}\n", "p.yaml",
+                  {"optimizer.schedule={name: piecewise_constant, values: "
+                   "[0.1]}"});
+  EXPECT_THAT(Message(c.status()),
+              HasSubstr("(chosen by --set optimizer.schedule={name: "
+                        "piecewise_constant, values: [0.1]})"));
+  c = ParseConfig(piecewise, "p.yaml", {"optimizer.learning_rate=null"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->resolved_yaml, HasSubstr("learning_rate: ~"));
+  // The resolved config reads back as itself.
+  auto again = ParseConfig(c->resolved_yaml, "config.yaml", {});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->resolved_yaml, c->resolved_yaml);
+}
+
 TEST(ConfigTest, FileValuesAndOverrides) {
   auto c = ParseConfig(
       "optimizer:\n  name: adam\n  learning_rate: 0.001\n"

@@ -151,7 +151,8 @@ MT_REGISTER(
     ScheduleType,
     {.name = "piecewise_constant",
      .doc = "values[i] between boundaries (a step equal to a boundary stays "
-            "in the earlier interval); ignores learning_rate",
+            "in the earlier interval); its values are the rates, so "
+            "optimizer.learning_rate stays out (or null)",
      .params = {{Param::IntList("boundaries")
                      .Default(std::vector<int64_t>{})
                      .Doc("steps where the rate changes, increasing"),
@@ -164,7 +165,8 @@ MT_REGISTER(
      .create = [](const Params& p, double) -> Made {
        return std::make_unique<PiecewiseConstantSchedule>(
            p.IntList("boundaries"), p.FloatList("values"));
-     }});
+     },
+     .uses_learning_rate = false});
 
 MT_REGISTER(ScheduleType,
             {.name = "cosine_decay",

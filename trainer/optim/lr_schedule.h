@@ -49,6 +49,10 @@ struct ScheduleType {
   std::function<std::unique_ptr<LearningRateSchedule>(const Params& params,
                                                       double learning_rate)>
       create;
+  // False when the schedule's own keys are the rates (piecewise_constant's
+  // values, as Keras's PiecewiseConstantDecay is the whole learning_rate):
+  // an optimizer.learning_rate given with it is an error, not ignored.
+  bool uses_learning_rate = true;
 };
 using ScheduleRegistry = Registry<ScheduleType>;
 
