@@ -70,9 +70,9 @@ class Reader {
       const YAML::Node& node, const std::string& path) const;
 
   // " (chosen by --set ...)" when an override set the key `selector` of
-  // section `path` (or a section above it whole), the one that picks its component (a section's name, a
-  // layer's type, the strategy), so a key of the file that no longer fits
-  // is not blamed on the file alone.
+  // section `path` (or a section above it whole), the one that picks its
+  // component (a section's name, a layer's type, the strategy), so a key of the
+  // file that no longer fits is not blamed on the file alone.
   std::string ChosenBy(const std::string& path,
                        const std::string& selector) const;
 
