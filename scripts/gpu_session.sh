@@ -30,6 +30,7 @@
 #      the fastest of cuBLASLt's first 32 answers
 #      (scripts/bench/gemm_candidates.cu; about 20 s per model and
 #      precision), so a session learns what an algorithm search would win;
+#      2c and 2d leave step 3 at least BENCH_MIN seconds (default 180);
 #   3. scripts/bench_gpu.sh $PARTS (default "cnn tta mlp comm resnet gpt";
 #      its torch.compile runs come last; TORCH_COMPILE=0 skips them);
 #   4. scripts/trace_gpu.sh $TRACES (default "cnn_one_device cnn_bf16
@@ -40,6 +41,9 @@
 # step): two files, within what the device tool brings back.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
+# nvcc for the steps run here (gemm_candidates); the other scripts add it
+# in their own processes (gpu_preflight).
+[[ -d /usr/local/cuda/bin ]] && export PATH="/usr/local/cuda/bin:$PATH"
 BUDGET="${1:-540}"
 OUT="${OUT:-runs/gpu_session-$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$OUT"
@@ -116,16 +120,21 @@ if [[ -n ${REPEAT:-} ]]; then
 fi
 # BENCH_RESERVE: seconds the benchmarks leave for the traces and sanitizers.
 RESERVE="${BENCH_RESERVE:-40}"
+# What steps 2c and 2d leave for bench_gpu.sh at least: "cnn tta mlp" with
+# AB=1 takes about 150 s.
+BENCH_MIN="${BENCH_MIN:-180}"
 conv_bench() {  # results folder
+  # A failed build shows its compiler errors, not only an exit code.
   mkdir -p "$1" &&
-    cmake --build "${BUILD_DIR:-build}" --target conv_gpu_bench >/dev/null &&
+    { cmake --build "${BUILD_DIR:-build}" --target conv_gpu_bench >"$1/build.log" 2>&1 ||
+      { tail -30 "$1/build.log"; false; }; } &&
     "${BUILD_DIR:-build}/bin/conv_gpu_bench" --benchmark_min_time=0.02 \
       --benchmark_out="$1/conv_gpu_bench.json"
 }
 if [[ ${CONV_BENCH:-1} != 0 ]]; then
   export -f conv_bench
   # shellcheck disable=SC2016  # $1 is bash -c's argument.
-  step "conv_gpu_bench" 30 $((RESERVE + 60)) bash -c 'conv_bench "$1"' _ \
+  step "conv_gpu_bench" 30 $((RESERVE + BENCH_MIN)) bash -c 'conv_bench "$1"' _ \
     "$RESULTS/conv"
 fi
 gemm_candidates() {  # results folder, then gemm_candidates' arguments
@@ -133,6 +142,7 @@ gemm_candidates() {  # results folder, then gemm_candidates' arguments
   shift
   mkdir -p "$dir" &&
     nvcc -O2 -std=c++17 -arch="sm_${CUDA_ARCH:-90}" -o "$dir/gemm_candidates" \
+      ${CUBLAS_ROOT:+-I"$CUBLAS_ROOT/include" -L"$CUBLAS_ROOT/lib"} \
       scripts/bench/gemm_candidates.cu -lcublas -lcublasLt &&
     "$dir/gemm_candidates" "$@" >"$dir/gemm_candidates.jsonl"
   local rc=$?
@@ -143,7 +153,7 @@ gemm_candidates() {  # results folder, then gemm_candidates' arguments
 if [[ -n ${GEMM_CANDIDATES:-} ]]; then
   export -f gemm_candidates
   # shellcheck disable=SC2016,SC2086  # $1 is bash -c's; the words are arguments.
-  step "gemm_candidates $GEMM_CANDIDATES" 30 $((RESERVE + 60)) \
+  step "gemm_candidates $GEMM_CANDIDATES" 30 $((RESERVE + BENCH_MIN)) \
     bash -c 'gemm_candidates "$@"' _ "$RESULTS/gemm" $GEMM_CANDIDATES
 fi
 # shellcheck disable=SC2086
