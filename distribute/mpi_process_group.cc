@@ -59,17 +59,18 @@ class Exchange {
   // message) is released; sends are released too (cancelling one is
   // deprecated, and a send only reads). The group is broken by then, so
   // nothing more is received on it. After a stop signal's grace there is no
-  // second to spare: the launcher kills the process a grace later, and the
-  // error naming the missing process must be out by then.
+  // second to spare: the grace is half the launcher's SIGKILL timeout
+  // (StopGrace), so the process dies a grace later, and the error naming
+  // the missing process must be out by then: the wait is a quarter grace.
   ~Exchange() {
     for (size_t i = 0; i < requests_.size(); ++i) {
       if (requests_[i] != MPI_REQUEST_NULL && peers_[i].receive) {
         MPI_Cancel(&requests_[i]);
       }
     }
-    const auto give_up =
-        std::chrono::steady_clock::now() +
-        (stopped_ ? std::chrono::seconds(0) : std::chrono::seconds(1));
+    const auto give_up = std::chrono::steady_clock::now() +
+                         (stopped_ ? std::chrono::milliseconds(*stopped_ / 4)
+                                   : std::chrono::milliseconds(1000));
     for (size_t i = 0; i < requests_.size(); ++i) {
       if (requests_[i] == MPI_REQUEST_NULL || !peers_[i].receive) continue;
       int done = 0;
@@ -120,7 +121,7 @@ class Exchange {
       }
       if (!stop_seen && stop_requested()) stop_seen = now;
       if (stop_seen && now - *stop_seen > grace) {
-        stopped_ = true;
+        stopped_ = grace;
         return Missing(absl::StrCat("within ", Seconds(grace),
                                     " s of a stop signal (a launcher "
                                     "stops the job when a process dies)"),
@@ -214,7 +215,8 @@ class Exchange {
   }
 
   const int tag_;
-  bool stopped_ = false;  // Wait gave up after a stop signal's grace.
+  // Set when Wait gave up after a stop signal's grace: that grace.
+  std::optional<std::chrono::milliseconds> stopped_;
   std::vector<MPI_Request> requests_;
   std::vector<Peer> peers_;
 };

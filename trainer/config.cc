@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "absl/algorithm/container.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "distribute/device_set.h"
@@ -153,7 +152,7 @@ absl::Status ReadOptimizer(const Reader& r, const YAML::Node& node, Config* c,
         "optimizer.learning_rate", Child(node, "learning_rate"),
         absl::StrCat("unused by schedule ", o.schedule,
                      ", whose values are the rates (leave it out, or null)",
-                     r.ChosenBy(spath, "name")));
+                     r.ChosenBy(spath, "name", "optimizer.learning_rate")));
   }
 
   YAML::Node out(YAML::NodeType::Map);
@@ -260,7 +259,8 @@ absl::Status Validate(const Reader& r, const YAML::Node& root,
     return r.Error(absl::StrCat("distribute.", key), written,
                    absl::StrCat("a key of ", absl::StrJoin(users, " and "),
                                 ", unused by strategy ", c.distribute.strategy,
-                                r.ChosenBy("distribute", "strategy")));
+                                r.ChosenBy("distribute", "strategy",
+                                           absl::StrCat("distribute.", key))));
   }
   absl::StatusOr<std::vector<Device>> devices =
       distribute::ResolveDevices(c.distribute.devices);

@@ -159,7 +159,8 @@ const ParamSchema& OptimizerSchema() {
            .Min(0, false)
            .InFloat32()
            .Doc("peak rate of the schedule; null: the optimizer's Keras "
-                "default (its table says which)"),
+                "default (its table says which); null with "
+                "piecewise_constant, whose values are the rates"),
        Param::Float("l2_regularization")
            .Default(0.0)
            .Min(0)
@@ -332,7 +333,8 @@ const ParamSchema& CheckpointSchema() {
            .Min(1)
            .Doc("older checkpoints are deleted"),
        Param::String("restore").Default("latest").Doc(
-           "latest, none, or a checkpoint path"),
+           "latest, none, or a checkpoint file, checkpoints folder or run "
+           "directory (its latest)"),
        Param::Bool("allow_non_finite")
            .Default(false)
            .Doc("save and restore a checkpoint whose tensors hold NaN or "

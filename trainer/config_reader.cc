@@ -250,12 +250,17 @@ std::string Reader::WhereSection(const std::string& path,
 }
 
 std::string Reader::ChosenBy(const std::string& path,
-                             const std::string& selector) const {
+                             const std::string& selector,
+                             const std::string& blamed) const {
   const std::string key = Join(path, selector);
   for (auto it = overrides_.rbegin(); it != overrides_.rend(); ++it) {
-    // The key itself, or a section above it set whole.
-    if (key == it->path || absl::StartsWith(key, it->path + ".")) {
-      return absl::StrCat(" (chosen by --set ", it->arg, ")");
+    // The key itself, or a section (or list) above it set whole.
+    if (key == it->path || absl::StartsWith(key, it->path + ".") ||
+        absl::StartsWith(key, it->path + "[")) {
+      const std::string by = absl::StrCat("--set ", it->arg);
+      // Where the error starts names it already.
+      if (!blamed.empty() && Covering(blamed) == by) return "";
+      return absl::StrCat(" (chosen by ", by, ")");
     }
   }
   return "";
@@ -283,8 +288,10 @@ absl::Status Reader::Read(const YAML::Node& node, const std::string& path,
                           const std::string& owner, Params* out) const {
   MT_RETURN_IF_ERROR(CheckMap(node, path));
   if (node.IsMap()) {
-    // The key that picked `owner`: a layer's type, else the section's name.
-    const std::string selector = Child(node, "type") ? "type" : "name";
+    // The key that picked `owner`: a layer's type (ReadLayer handles it),
+    // else the section's name.
+    const std::string selector =
+        absl::c_linear_search(handled, "type") ? "type" : "name";
     for (const auto& item : node) {
       const std::string key = item.first.as<std::string>("");
       const std::string key_path = Join(path, key);
@@ -295,9 +302,10 @@ absl::Status Reader::Read(const YAML::Node& node, const std::string& path,
       if (param == nullptr) {
         if (absl::c_linear_search(handled, key)) continue;
         return Error(key_path, item.first,
-                     owner.empty() ? "unknown key"
-                                   : absl::StrCat("unknown key for ", owner,
-                                                  ChosenBy(path, selector)));
+                     owner.empty()
+                         ? "unknown key"
+                         : absl::StrCat("unknown key for ", owner,
+                                        ChosenBy(path, selector, key_path)));
       }
       std::optional<ParamValue> value = FromYaml(item.second, *param);
       if (!value.has_value()) {

@@ -70,11 +70,13 @@ class Reader {
       const YAML::Node& node, const std::string& path) const;
 
   // " (chosen by --set ...)" when an override set the key `selector` of
-  // section `path` (or a section above it whole), the one that picks its
-  // component (a section's name, a layer's type, the strategy), so a key of the
-  // file that no longer fits is not blamed on the file alone.
-  std::string ChosenBy(const std::string& path,
-                       const std::string& selector) const;
+  // section `path` (or a section or list above it whole), the one that
+  // picks its component (a section's name, a layer's type, the strategy),
+  // so a key of the file that no longer fits is not blamed on the file
+  // alone; "" when that override is where the error about `blamed` (a key
+  // path) already starts.
+  std::string ChosenBy(const std::string& path, const std::string& selector,
+                       const std::string& blamed = "") const;
 
  private:
   // "file.yaml:12" for a node from the file, "--set a.b=c" for one that an

@@ -366,6 +366,21 @@ TEST(ConfigTest, StrategiesTakeOnlyTheirOwnKeys) {
             "--set distribute.bucket_bytes=4096: distribute.bucket_bytes: a "
             "key of mirrored and central_storage, unused by strategy "
             "one_device");
+  // One --set that both chose the component and wrote the key is named
+  // once, where the line starts.
+  c = ParseConfig("", "a.yaml", {"optimizer={name: adam, momentum: 0.9}"});
+  EXPECT_EQ(Message(c.status()),
+            "--set optimizer={name: adam, momentum: 0.9}: optimizer.momentum: "
+            "unknown key for optimizer adam");
+  c = ParseConfig("distribute: {strategy: one_device}\n", "o.yaml",
+                  {"distribute.strategy=mirrored"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  c = ParseConfig("", "o.yaml",
+                  {"distribute={strategy: one_device, devices: [cpu:0, "
+                   "cpu:1]}"});
+  EXPECT_THAT(Message(c.status()),
+              HasSubstr("one_device takes exactly one device, got 2 (for "
+                        "several: distribute.strategy: mirrored)"));
   // A null is "not set".
   EXPECT_TRUE(
       ParseConfig("distribute: {strategy: mirrored, max_staleness: null}\n",

@@ -2,10 +2,16 @@
 // the lines an interrupted run logged after its checkpoint.
 #include "trainer/metrics_logger.h"
 
+#include <cstring>
 #include <filesystem>
+#include <iterator>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "absl/algorithm/container.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
@@ -107,6 +113,50 @@ TEST(MetricsLoggerTest, TornLinesAreDropped) {
   std::filesystem::create_directory(path);
   auto logger = MetricsLogger::Create(dir);
   EXPECT_EQ(logger.status().message(), path + ": not a regular file");
+  std::filesystem::remove_all(dir);
+}
+
+// The event files in `dir`.
+std::set<std::string> EventFiles(const std::string& dir) {
+  std::set<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("events.out.tfevents.", 0) == 0) out.insert(e.path());
+  }
+  return out;
+}
+
+// The second record of a TFRecord file (the first is the file version),
+// after its Event's wall_time (key 0x09 and 8 bytes), in hex.
+std::string SecondEventAfterWallTime(const std::string& path) {
+  const std::string file = testing::ReadFile(path);
+  uint64_t first = 0, second = 0;
+  std::memcpy(&first, file.data(), 8);
+  const size_t at = 12 + first + 4;
+  std::memcpy(&second, file.data() + at, 8);
+  return absl::BytesToHexString(file.substr(at + 12 + 9, second - 9));
+}
+
+// Each event file starts with a SessionLog START at the step its run
+// continues from (TensorBoard then drops what earlier files hold from
+// there on, as metrics.jsonl dropped those lines): 0 for a fresh run, the
+// checkpoint's step + 1 for a resumed one.
+TEST(MetricsLoggerTest, EventFilesStartWhereTheRunContinues) {
+  const std::string dir = testing::FreshTestDir("metrics_logger_test");
+  std::set<std::string> before;
+  for (const std::optional<int64_t> resumed_at :
+       {std::optional<int64_t>(), std::optional<int64_t>(16)}) {
+    auto logger = MetricsLogger::Create(dir, resumed_at);
+    ASSERT_TRUE(logger.ok()) << logger.status();
+    std::set<std::string> now = EventFiles(dir), added;
+    absl::c_set_difference(now, before, std::inserter(added, added.end()));
+    ASSERT_EQ(added.size(), 1u);
+    // Event{step, session_log{status: START}}: step 0 (the writer keeps
+    // the zero field), then step 17.
+    EXPECT_EQ(SecondEventAfterWallTime(*added.begin()),
+              resumed_at ? "10113a020801" : "10003a020801");
+    before = now;
+  }
   std::filesystem::remove_all(dir);
 }
 

@@ -2,9 +2,8 @@
 // central storage trains what mirrored trains (1, 2 and 4 replicas, within
 // float rounding) into checkpoints of the same layout, and evaluates with
 // its EMA; one mirrored replica, and one parameter-server worker, are
-// one_device bit for bit; many
-// workers apply every pushed gradient exactly once, within max_staleness,
-// and checkpoint and resume.
+// one_device bit for bit; many workers apply every pushed gradient exactly
+// once, within max_staleness, and checkpoint and resume.
 #include <cstring>
 #include <filesystem>
 

@@ -384,16 +384,8 @@ absl::Status Saver::Restore(const SafetensorsFile& file) {
 absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
   MT_ASSIGN_OR_RETURN(std::optional<CheckpointIndex> index, ReadIndex(dir));
   if (!index.has_value()) {
-    // A run directory given for its checkpoints folder.
-    std::error_code ec;
-    const std::string inner = (fs::path(dir) / "checkpoints").string();
-    const bool run_dir = fs::is_directory(inner, ec);
-    return absl::NotFoundError(absl::StrCat(
-        dir, ": no checkpoint found (no '", kIndexFileName, "' index file",
-        run_dir
-            ? absl::StrCat("; a run directory? its checkpoints are in ", inner)
-            : "",
-        ")"));
+    return absl::NotFoundError(absl::StrCat(dir, ": no checkpoint found (no '",
+                                            kIndexFileName, "' index file)"));
   }
   const std::string path = ResolveEntry(dir, index->latest);
   std::error_code ec;
@@ -415,9 +407,13 @@ absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path_or_dir) {
   std::error_code ec;
   const fs::file_status status = fs::status(path_or_dir, ec);
   if (fs::is_directory(status)) {
+    // A run directory (no index of its own, a checkpoints folder): that
+    // folder's latest, or its error.
     const std::string inner = (fs::path(path_or_dir) / "checkpoints").string();
-    if (!fs::exists(IndexPath(path_or_dir), ec) &&
-        fs::exists(IndexPath(inner), ec)) {
+    const bool own_index =
+        fs::symlink_status(IndexPath(path_or_dir), ec).type() !=
+        fs::file_type::not_found;
+    if (!own_index && fs::is_directory(inner, ec)) {
       return LatestCheckpoint(inner);
     }
     return LatestCheckpoint(path_or_dir);
