@@ -212,6 +212,8 @@ def optimizer(config: dict, params) -> torch.optim.Optimizer:
     updates on GPUs); Keras' l2_regularization as weight decay."""
     o = config["optimizer"]
     name, lr = o["name"], o["learning_rate"]
+    if lr is None:  # piecewise_constant: its values are the rates.
+        lr = o["schedule"]["values"][0]
     if name in ("sgd", "momentum"):
         return torch.optim.SGD(params, lr=lr, momentum=o.get("momentum", 0.0),
                                nesterov=o.get("nesterov", False),
