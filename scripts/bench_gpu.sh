@@ -199,6 +199,9 @@ if want cnn; then
   # The step without CUDA graphs, for what replaying it is worth.
   mt cnn_rate_eager 60 "$CNN" -- "${CNN_SETS[@]}" --set train.cuda_graph=off
   pt cnn_rate 90 "${CNN_PT[@]}" --cnn_precision "$CNN_PRECISION"
+  # PyTorch with cuDNN's per-shape algorithm search on (off by default), the
+  # fairer eager twin of a fixed-shape CNN.
+  pt cnn_rate_cudnn_benchmark 90 "${CNN_PT[@]}" --cnn_precision "$CNN_PRECISION" --cudnn_benchmark
   pt cnn_rate_compile 150 "${CNN_PT[@]}" --cnn_precision "$CNN_PRECISION" --compile
   # bf16 (mixed_bfloat16: f32 variables, bf16 activations and product
   # operands); PyTorch: bf16 autocast around the forward pass and the loss.

@@ -145,6 +145,8 @@ def main() -> None:
                 bench = r.get("bench")
                 if bench == "config_rate":  # One per model.
                     bench = f"config_rate:{r.get('model')}"
+                if r.get("cudnn_benchmark"):  # Its own row, beside the default.
+                    bench = f"{bench}:cudnn_benchmark"
                 pt[(bench, r.get("precision"), bool(r.get("compile")))] = r
 
     def pt_get(bench, precision, compiled, name):
@@ -197,6 +199,15 @@ def main() -> None:
         pev, pcv = (pe or {}).get("samples_per_sec"), (pc or {}).get("samples_per_sec")
         rows.append((f"CNN batch 256 {prec}: train samples/s", cell(mv, m), cell(pev, pe),
                      cell(pcv, pc), ratio(mv, pev), ratio(mv, pcv)))
+    # Against PyTorch eager with cudnn.benchmark on (per-shape algorithm
+    # search; PyTorch's default is off), the config's precision.
+    pb = pt_get("cnn_rate:cudnn_benchmark", cnn_prec, False, "cnn_rate_cudnn_benchmark")
+    if pb is not None:
+        m = mt.get("cnn_rate")
+        mv = m["samples_per_sec"] if ok(m) else None
+        pbv = pb.get("samples_per_sec")
+        rows.append((f"CNN batch 256 {cnn_prec} vs PyTorch cudnn.benchmark: train samples/s",
+                     cell(mv, m), cell(pbv, pb), "", ratio(mv, pbv), ""))
     # The same without CUDA graphs (train.cuda_graph: off): what replaying the
     # captured step is worth.
     m = mt.get("cnn_rate_eager")

@@ -182,9 +182,10 @@ def common(a: argparse.Namespace, device: torch.device,
     out = {"framework": "pytorch", "version": torch.__version__,
            "device": str(device),
            "compile": a.compile if compiled is None else compiled}
+    # The flag as set (on CPUs it changes nothing, and says so in a dry run).
+    out["cudnn_benchmark"] = torch.backends.cudnn.benchmark
     if device.type == "cuda":
         out["gpu"] = torch.cuda.get_device_name(device)
-        out["cudnn_benchmark"] = torch.backends.cudnn.benchmark
     return out
 
 
@@ -444,6 +445,10 @@ def main() -> None:
     p.add_argument("--mlp_precision", default="tf32", choices=["tf32", "bf16"],
                    help="precision of the MLP (bf16: autocast to bfloat16)")
     p.add_argument("--mlp_steps", type=int, default=50, help="MLP steps per timed window")
+    p.add_argument("--cudnn_benchmark", action="store_true",
+                   help="torch.backends.cudnn.benchmark = True: cuDNN times its "
+                        "convolution algorithms per shape and keeps the fastest "
+                        "(off by default in PyTorch)")
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the model (default mode) for cnn_rate, cnn_tta "
                         "and mlp; the warm-up steps compile it")
@@ -467,6 +472,8 @@ def main() -> None:
         raise SystemExit("torch_gpu.py: CUDA is not available (use --device cpu --smoke to test)")
     if device.type == "cpu":
         torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    if a.cudnn_benchmark:
+        torch.backends.cudnn.benchmark = True
     benches = {"cnn_rate": bench_cnn_rate, "cnn_tta": bench_cnn_tta,
                "mlp": bench_mlp, "matmul": bench_matmul,
                "config_rate": bench_config_rate}
