@@ -68,11 +68,14 @@ for run in "${RUNS[@]}"; do
     *) echo "unknown run $run"; continue ;;
   esac
   trace="$WORK/$run.tsv"
+  # --foreground: the run stays in this script's process group, so a caller's
+  # timeout that stops the script (gpu_session.sh's step limit) stops the
+  # run too instead of leaving it on the GPU.
   if [[ $run == torch_cnn ]]; then
-    timeout 120 env CUPTI_TRACE_OUT="$trace" LD_PRELOAD="$TRACER" python3 scripts/bench/torch_gpu.py \
+    timeout --foreground 120 env CUPTI_TRACE_OUT="$trace" LD_PRELOAD="$TRACER" python3 scripts/bench/torch_gpu.py \
       --bench cnn_rate --cnn_precision fp32 --steps 200 --warmup 20 --repeat 1 || true
   else
-    timeout 120 env CUPTI_TRACE_OUT="$trace" LD_PRELOAD="$TRACER" "$BUILD_DIR/bin/mirrortrain" train \
+    timeout --foreground 120 env CUPTI_TRACE_OUT="$trace" LD_PRELOAD="$TRACER" "$BUILD_DIR/bin/mirrortrain" train \
       "${args[@]}" --run_dir "$WORK/run_$run" | tail -3 || true
   fi
   [[ -s $trace ]] || { echo "no trace"; continue; }
