@@ -199,22 +199,22 @@ absl::Status EventWriter::WriteIntegerHistogram(
 absl::Status EventWriter::WriteSessionStart(int64_t step) {
   std::string session_log;
   AppendInt64Field(&session_log, kSessionLogStatus, kSessionLogStart);
-  std::string event;
-  AppendDoubleField(&event, kEventWallTime, WallTimeSeconds());
-  AppendInt64Field(&event, kEventStep, step);
-  AppendBytesField(&event, kEventSessionLog, session_log);
-  return WriteRecord(event);
+  return WriteEvent(step, kEventSessionLog, session_log);
 }
 
 absl::Status EventWriter::WriteSummaryValue(int64_t step,
                                             absl::string_view summary_value) {
   std::string summary;
   AppendBytesField(&summary, kSummaryValue, summary_value);
+  return WriteEvent(step, kEventSummary, summary);
+}
 
+absl::Status EventWriter::WriteEvent(int64_t step, uint32_t field,
+                                     absl::string_view message) {
   std::string event;
   AppendDoubleField(&event, kEventWallTime, WallTimeSeconds());
   AppendInt64Field(&event, kEventStep, step);
-  AppendBytesField(&event, kEventSummary, summary);
+  AppendBytesField(&event, field, message);
   return WriteRecord(event);
 }
 

@@ -73,6 +73,10 @@ class EventWriter {
 
   // Appends Event{wall_time, step, summary{`summary_value`}}.
   absl::Status WriteSummaryValue(int64_t step, absl::string_view summary_value);
+  // Appends Event{wall_time, step, <field>: `message`} (one of Event's
+  // message fields: summary, session_log).
+  absl::Status WriteEvent(int64_t step, uint32_t field,
+                          absl::string_view message);
   // Frames `data` as one TFRecord and appends it.
   absl::Status WriteRecord(absl::string_view data);
   // Records `error`, closes the file and cuts it back to flushed_bytes_.
