@@ -3,12 +3,23 @@
 #include <utility>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
 namespace mirrortrain {
+namespace {
+
+// The switches ApplyInternalSwitches set, in the order given (set before
+// any work, as the setters are; read after it).
+std::vector<const InternalSwitch*>& Applied() {
+  static auto* applied = new std::vector<const InternalSwitch*>();
+  return *applied;
+}
+
+}  // namespace
 
 absl::StatusOr<std::string> ApplyInternalSwitches(absl::string_view spec) {
   const Registry<InternalSwitch>& registry = Registry<InternalSwitch>::Global();
@@ -44,9 +55,20 @@ absl::StatusOr<std::string> ApplyInternalSwitches(absl::string_view spec) {
   std::vector<std::string> applied;
   for (const auto& [s, on] : settings) {
     s->set(on);
+    if (absl::c_find(Applied(), s) == Applied().end()) Applied().push_back(s);
     applied.push_back(absl::StrCat(s->name, on ? "=on" : "=off"));
   }
   return absl::StrJoin(applied, ", ");
+}
+
+std::string InternalSwitchCalls() {
+  std::vector<std::string> counts;
+  for (const InternalSwitch* s : Applied()) {
+    if (s->calls != nullptr) {
+      counts.push_back(absl::StrCat(s->name, ": ", s->calls(), " calls"));
+    }
+  }
+  return absl::StrJoin(counts, ", ");
 }
 
 }  // namespace mirrortrain

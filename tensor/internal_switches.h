@@ -15,6 +15,7 @@
 #ifndef MIRRORTRAIN_TENSOR_INTERNAL_SWITCHES_H_
 #define MIRRORTRAIN_TENSOR_INTERNAL_SWITCHES_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -27,6 +28,10 @@ struct InternalSwitch {
   std::string name;
   std::string doc;  // What it switches; "on" is the default unless said.
   void (*set)(bool on) = nullptr;
+  // Optional: how many times this process took the switched path so far
+  // (op calls on the host: eager steps and recordings; a replayed graph
+  // makes none), so an A/B run shows that its switch changed something.
+  int64_t (*calls)() = nullptr;
 };
 
 // Sets the switches of `spec`, "name=on|off" joined by commas (spaces and
@@ -36,6 +41,10 @@ struct InternalSwitch {
 // settings applied, normalised ("a=off, b=on"; empty when none), for the
 // run's log.
 absl::StatusOr<std::string> ApplyInternalSwitches(absl::string_view spec);
+
+// The call counts of the switches applied so far that count them
+// ("a: 12 calls, b: 0 calls"; empty when none), for the run's log.
+std::string InternalSwitchCalls();
 
 }  // namespace mirrortrain
 

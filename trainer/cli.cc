@@ -641,8 +641,9 @@ int Dispatch(int argc, char** argv) {
   // Measurement knobs (tensor/internal_switches.h) for the verbs that run
   // a model, before any work.
   const char* spec = std::getenv("MIRRORTRAIN_SWITCHES");
-  if ((verb == "train" || verb == "eval" || verb == "sample") &&
-      spec != nullptr) {
+  const bool runs_a_model =
+      verb == "train" || verb == "eval" || verb == "sample";
+  if (runs_a_model && spec != nullptr) {
     absl::StatusOr<std::string> applied = ApplyInternalSwitches(spec);
     if (!applied.ok()) {
       return Fail(absl::InvalidArgumentError(
@@ -653,9 +654,18 @@ int Dispatch(int argc, char** argv) {
                    applied->c_str());
     }
   }
-  if (verb == "train") return Train(argc, argv);
-  if (verb == "eval") return Eval(argc, argv);
-  if (verb == "sample") return Sample(argc, argv);
+  if (runs_a_model) {
+    const int code = verb == "train"  ? Train(argc, argv)
+                     : verb == "eval" ? Eval(argc, argv)
+                                      : Sample(argc, argv);
+    // Whether the switched paths were taken (an A/B row's proof).
+    const std::string calls = spec != nullptr ? InternalSwitchCalls() : "";
+    if (Reports() && !calls.empty()) {
+      std::fprintf(stderr, "mirrortrain: internal switches: %s\n",
+                   calls.c_str());
+    }
+    return code;
+  }
   if (verb == "inspect") return Inspect(argc, argv);
   if (verb == "config") return ConfigVerb(argc, argv);
   std::fprintf(stderr,

@@ -363,9 +363,13 @@ def main() -> None:
                    for k, r in sorted(runs.items()) if timed(r) and timed(defaults.get(k))]
         setting = next((e.partition("=")[2] for r in runs.values() for e in r.get("env", [])),
                        switch)
+        # Whether the switched path was taken: the runs' own call counts.
+        calls = sorted({r["switch_calls"][switch] for r in runs.values()
+                        if switch in r.get("switch_calls", {})})
+        taken = f"; {'/'.join(map(str, calls))} calls" if calls else ""
         if changes:
             ab_rows.append(f"  {base}: {setting}: {median_range(changes, 1, '%', signed=True)} "
-                           f"samples/s against the defaults ({len(changes)} rounds)")
+                           f"samples/s against the defaults ({len(changes)} rounds{taken})")
         else:
             first = runs[min(runs)]
             ab_rows.append(f"  {base}: {setting}: {why(first) or 'n/a (no default run to pair with)'}")

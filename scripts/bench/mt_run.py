@@ -20,8 +20,9 @@ the only one), "step_ms", "tests" (test records with seconds), "target",
 "reached" (first test record of --weights at or above the target),
 "startup" (the trainer's start-up line in seconds: total, devices, model,
 test_split, training_split, and where the line has them gpu_libraries and
-before, the process's age when the start-up began), "stderr_tail" (when the
-run failed)}.
+before, the process's age when the start-up began), "switch_calls" (the
+internal switches' call counts the run printed at its end, by switch: whether
+an A/B run took the switched path), "stderr_tail" (when the run failed)}.
 """
 import argparse
 import json
@@ -77,6 +78,24 @@ def read_startup(log_path: str) -> dict:
     keys = ("total", "devices", "model", "test_split", "training_split",
             "gpu_libraries", "before")
     return {k: float(v) for k, v in zip(keys, m.groups()) if v is not None}
+
+
+SWITCH_CALLS = re.compile(r"^mirrortrain: internal switches: (.*: \d+ calls)$", re.M)
+
+
+def read_switch_calls(log_path: str) -> dict:
+    """{switch: calls} from the run's closing switches line; {} if absent."""
+    try:
+        with open(log_path, "rb") as f:
+            text = f.read().decode(errors="replace")
+    except FileNotFoundError:
+        return {}
+    calls = {}
+    for line in SWITCH_CALLS.findall(text):
+        for item in line.split(", "):
+            name, _, count = item.partition(": ")
+            calls[name] = int(count.split()[0])
+    return calls
 
 
 def main() -> None:
@@ -175,6 +194,9 @@ def main() -> None:
     startup = read_startup(log_path)
     if startup:
         out["startup"] = startup
+    switch_calls = read_switch_calls(log_path)
+    if switch_calls:
+        out["switch_calls"] = switch_calls
     ok = proc.returncode == 0 or (stopped and proc.returncode == 128 + signal.SIGTERM)
     if not ok or not windows:
         with open(log_path, "rb") as f:

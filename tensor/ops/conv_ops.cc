@@ -471,12 +471,14 @@ MT_REGISTER(InternalSwitch,
             {.name = "conv_gpu_direct",
              .doc = "the direct conv kernels (first layers, fused max pool) "
                     "where they take a conv; off: im2col and GEMMs",
-             .set = &internal::SetConvGpuDirect});
+             .set = &internal::SetConvGpuDirect,
+             .calls = &internal::DirectConvCalls});
 MT_REGISTER(InternalSwitch,
             {.name = "conv_gpu_implicit_input_grad",
              .doc = "fp32 conv input gradients as an implicit GEMM; off: a "
                     "GEMM and col2im",
-             .set = &internal::SetConvGpuImplicitInputGrad});
+             .set = &internal::SetConvGpuImplicitInputGrad,
+             .calls = &internal::ImplicitInputGradCalls});
 
 namespace {
 

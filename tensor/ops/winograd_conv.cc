@@ -167,12 +167,16 @@ bool WinogradConvTakes(const cuda::Conv2DGeometry& g, const Tensor& x) {
   // made whole, not in chunks as im2col's columns: larger ones (and sizes
   // past cuBLAS's 32-bit dimensions) stay on im2col. The input gradient's
   // tiles cover the input, the others' the output.
+  // The filter gradient's per-segment sums dU ([a^2, segments, c, o])
+  // are bounded alike: with over a thousand output channels they can pass
+  // the transforms.
   const int64_t a = g.kh + 1;
   const int64_t tiles = g.n * std::max((g.oh + 1) / 2 * ((g.ow + 1) / 2),
                                        (g.h + 1) / 2 * ((g.w + 1) / 2));
-  if (a * a * tiles * std::max(g.c, g.o) *
-          static_cast<int64_t>(DTypeSize(x.dtype())) >
-      kMaxTransformBytes) {
+  const int64_t size = static_cast<int64_t>(DTypeSize(x.dtype()));
+  if (a * a * tiles * std::max(g.c, g.o) * size > kMaxTransformBytes ||
+      a * a * ForwardGeometry(g).segments * g.c * g.o * size >
+          kMaxTransformBytes) {
     return false;
   }
   return x.dtype() == DType::kF64 ||
@@ -242,6 +246,7 @@ MT_REGISTER(InternalSwitch,
                     "Winograd F(2x2, rxr): transforms around one batched "
                     "GEMM; default off (on: instead of im2col, GEMMs and the "
                     "implicit input gradient)",
-             .set = &SetConvGpuWinograd});
+             .set = &SetConvGpuWinograd,
+             .calls = &WinogradConvCalls});
 
 }  // namespace mirrortrain::ops::internal

@@ -20,6 +20,12 @@ MT_REGISTER(InternalSwitch, {.name = "test_switch_a",
 MT_REGISTER(InternalSwitch, {.name = "test_switch_b",
                              .doc = "a test's",
                              .set = [](bool on) { test_b = on; }});
+// One that counts its path's calls.
+int64_t test_c_calls = 0;
+MT_REGISTER(InternalSwitch, {.name = "test_switch_c",
+                             .doc = "a test's",
+                             .set = [](bool) {},
+                             .calls = [] { return test_c_calls; }});
 
 TEST(InternalSwitchesTest, SetsEachNamedSwitchAndSaysWhat) {
   test_a = test_b = -1;
@@ -57,6 +63,20 @@ TEST(InternalSwitchesTest, ABadItemSetsNothing) {
             "switch 'test_switch_a' is given twice");
   EXPECT_EQ(test_a, -1);
   EXPECT_EQ(test_b, -1);
+}
+
+// Only switches that were applied and count their calls are reported,
+// each once however often it was applied, with the count when asked.
+TEST(InternalSwitchesTest, ReportsTheCallsOfAppliedSwitchesThatCountThem) {
+  EXPECT_EQ(InternalSwitchCalls().find("test_switch_c"), std::string::npos);
+  ASSERT_TRUE(ApplyInternalSwitches("test_switch_a=on").ok());
+  EXPECT_EQ(InternalSwitchCalls(), "");
+  ASSERT_TRUE(ApplyInternalSwitches("test_switch_c=on").ok());
+  ASSERT_TRUE(ApplyInternalSwitches("test_switch_c=off").ok());
+  test_c_calls = 0;
+  EXPECT_EQ(InternalSwitchCalls(), "test_switch_c: 0 calls");
+  test_c_calls = 12;
+  EXPECT_EQ(InternalSwitchCalls(), "test_switch_c: 12 calls");
 }
 
 TEST(InternalSwitchesTest, TheReadmeNamesEverySwitch) {

@@ -373,7 +373,8 @@ TEST_P(OpTableTest, GpuKernelMatchesCpuForwardAndGradient) {
     const double tol = dtype == DType::kF32 ? 1e-5 : 1e-12;
     EXPECT_TRUE(testing::AllClose(*gpu_y->To(Device::Cpu()), *cpu_y, tol, tol));
     if (!def().differentiable || !IsFloating(cpu_y->dtype())) continue;
-    Tensor w = RandomTensor(cpu_y->shape(), 3, dtype);
+    // The output's dtype, not the inputs' (ChannelSums sums in f64).
+    Tensor w = RandomTensor(cpu_y->shape(), 3, cpu_y->dtype());
     auto cpu_g = Gradients(row(), cpu_in, w);
     auto gpu_g = Gradients(row(), gpu_in, *w.To(Device::Cuda(0)));
     ASSERT_TRUE(cpu_g.ok()) << cpu_g.status();

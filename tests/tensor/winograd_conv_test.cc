@@ -356,5 +356,26 @@ TEST_F(WinogradConvTest, OtherConvolutionsKeepTheirPath) {
   EXPECT_EQ(ops::internal::WinogradConvCalls(), calls + 1);
 }
 
+// Every buffer a pass makes whole stays within 1 GiB: the transforms, and
+// the filter gradient's per-segment sums ([36, segments, c, o] for 5x5),
+// which grow with c * o. At 2048 -> 2048 channels (f32, 5x5 SAME) the
+// transforms of a 64x64 image are 288 MiB and of a 64x66 one 297 MiB, but
+// the sums are 576 MiB for the first's one segment of 1 024 tiles and
+// 1.1 GiB for the second's two (1 056 tiles).
+TEST_F(WinogradConvTest, TheFilterGradientsSumsStayWithinTheBudget) {
+  ops::internal::SetConvCpuWinograd(true);
+  cuda::Conv2DGeometry g;
+  g.n = 1;
+  g.h = g.oh = 64;
+  g.w = g.ow = 64;
+  g.c = g.o = 2048;
+  g.kh = g.kw = 5;
+  g.pt = g.pl = 2;
+  const Tensor x = RandomTensor({1, 1, 1, 1}, 1, DType::kF32);
+  EXPECT_TRUE(ops::internal::WinogradConvTakes(g, x));
+  g.w = g.ow = 66;
+  EXPECT_FALSE(ops::internal::WinogradConvTakes(g, x));
+}
+
 }  // namespace
 }  // namespace mirrortrain

@@ -225,6 +225,12 @@ TEST(CliTest, InternalSwitchesComeFromTheEnvironment) {
       r.err.rfind("mirrortrain: internal switches: conv_gpu_direct=off\n", 0),
       0u)
       << r.err;
+  // And at the end how often its path ran: never, with it off (and on a
+  // CPU).
+  EXPECT_NE(r.err.find("\nmirrortrain: internal switches: conv_gpu_direct: "
+                       "0 calls\n"),
+            std::string::npos)
+      << r.err;
 }
 
 // ema.evaluate_raw: false evaluates the EMA weights only, the same numbers

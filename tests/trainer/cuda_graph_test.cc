@@ -121,6 +121,12 @@ TEST_F(CudaGraphCliTest, WinogradStepsAreRecorded) {
       r.err.rfind("mirrortrain: internal switches: conv_gpu_winograd=on\n", 0),
       0u)
       << r.err;
+  // The convolutions did go Winograd (not im2col, which would match too).
+  const std::string said =
+      "\nmirrortrain: internal switches: conv_gpu_winograd: ";
+  const size_t at = r.err.find(said);
+  ASSERT_NE(at, std::string::npos) << r.err;
+  EXPECT_GT(std::atoll(r.err.c_str() + at + said.size()), 0) << r.err;
 }
 
 TEST_F(CudaGraphCliTest, ReplayedStepsOfLogicalReplicasMatchEagerSteps) {
