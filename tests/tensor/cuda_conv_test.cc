@@ -690,13 +690,14 @@ TEST_F(CudaConvTest, WinogradMatchesTheCpuPath) {
   EXPECT_EQ(gpu_cases, 2 * 2 * 8);
 }
 
-// Conv2DMaxPoolBiasRelu with the pool in the Winograd output pass, on the
-// GPU against the CPU's same path: the cnn's second conv and its pool, and
-// odd output sizes (the pool drops a row and a column). The CPU runs the
-// probe, the forward and both gradients (4 Winograd calls, 2 fused
-// forwards), the GPU the forward and both gradients (3, 1). In f64 only:
-// in f32 the two sides' roundings may pick different winners of a window
-// whose values nearly tie, which sends the gradient elsewhere.
+// Conv2DMaxPoolBiasRelu and Conv2DMaxPool (no bias) with the pool in the
+// Winograd output pass, and Conv2DBiasRelu with bias and relu there, on
+// the GPU against the CPU's same path: the cnn's second conv and its pool,
+// and odd output sizes (the pool drops a row and a column). The CPU runs
+// the probe, the forward and both gradients (4 Winograd calls, 2 fused
+// forwards where pooled), the GPU the forward and both gradients (3, 1).
+// In f64 only: in f32 the two sides' roundings may pick different winners
+// of a window whose values nearly tie, which sends the gradient elsewhere.
 TEST_F(CudaConvTest, WinogradMaxPoolMatchesTheCpuPath) {
   using ops::Padding;
   ops::internal::SetConvGpuWinograd(true);
@@ -705,23 +706,37 @@ TEST_F(CudaConvTest, WinogradMaxPoolMatchesTheCpuPath) {
       {{4, 14, 14, 32}, {5, 5, 32, 64}, 1, 1, Padding::kSame},
       {{2, 9, 11, 6}, {3, 3, 6, 5}, 1, 1, Padding::kSame},
   };
+  enum class Op { kPoolBiasRelu, kPool, kBiasRelu };
   uint64_t seed = 950;
-  for (DType dtype : {DType::kF64}) {
+  const DType dtype = DType::kF64;
+  for (const Op op : {Op::kPoolBiasRelu, Op::kPool, Op::kBiasRelu}) {
     for (const ConvCase& c : cases) {
-      SCOPED_TRACE(absl::StrCat(ShapeToString(c.x), " ", DTypeName(dtype)));
+      SCOPED_TRACE(
+          absl::StrCat(ShapeToString(c.x), " op ", static_cast<int>(op)));
       const int64_t calls = ops::internal::WinogradConvCalls();
       const int64_t fused = ops::internal::FusedConvMaxPoolCalls();
       const ops::Conv2DOptions opt = OptionsOf(c);
+      std::vector<Tensor> in = {RandomTensor(c.x, seed, dtype),
+                                RandomTensor(c.filter, seed + 1, dtype)};
+      if (op != Op::kPool) {
+        in.push_back(RandomTensor({c.filter[3]}, seed + 2, dtype));
+      }
       ExpectGpuMatchesCpu(
-          [opt](const std::vector<Tensor>& in) {
-            return ops::Conv2DMaxPoolBiasRelu(in[0], in[1], in[2], opt, {});
+          [opt, op](const std::vector<Tensor>& in) {
+            switch (op) {
+              case Op::kPoolBiasRelu:
+                return ops::Conv2DMaxPoolBiasRelu(in[0], in[1], in[2], opt, {});
+              case Op::kPool:
+                return ops::Conv2DMaxPool(in[0], in[1], opt, {});
+              case Op::kBiasRelu:
+                break;
+            }
+            return ops::Conv2DBiasRelu(in[0], in[1], in[2], opt);
           },
-          {RandomTensor(c.x, seed, dtype),
-           RandomTensor(c.filter, seed + 1, dtype),
-           RandomTensor({c.filter[3]}, seed + 2, dtype)},
-          1e-10, 1e-10);
+          in, 1e-10, 1e-10);
       EXPECT_EQ(ops::internal::WinogradConvCalls() - calls, 7);
-      EXPECT_EQ(ops::internal::FusedConvMaxPoolCalls() - fused, 3);
+      EXPECT_EQ(ops::internal::FusedConvMaxPoolCalls() - fused,
+                op == Op::kBiasRelu ? 0 : 3);
       seed += 3;
     }
   }
