@@ -658,8 +658,10 @@ int Dispatch(int argc, char** argv) {
     const int code = verb == "train"  ? Train(argc, argv)
                      : verb == "eval" ? Eval(argc, argv)
                                       : Sample(argc, argv);
-    // Whether the switched paths were taken (an A/B row's proof).
-    const std::string calls = spec != nullptr ? InternalSwitchCalls() : "";
+    // Whether the switched paths were taken (an A/B row's proof); nothing
+    // after a usage error's one line.
+    const std::string calls =
+        spec != nullptr && code != kExitUsage ? InternalSwitchCalls() : "";
     if (Reports() && !calls.empty()) {
       std::fprintf(stderr, "mirrortrain: internal switches: %s\n",
                    calls.c_str());

@@ -231,6 +231,10 @@ TEST(CliTest, InternalSwitchesComeFromTheEnvironment) {
                        "0 calls\n"),
             std::string::npos)
       << r.err;
+  // A usage error stays the line after the switches', with nothing after.
+  r = RunCli(SmallTrain(FreshDir("switches_bad_config"), {"train.epochs=-1"}));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(Lines(r.err).size(), 2u) << r.err;
 }
 
 // ema.evaluate_raw: false evaluates the EMA weights only, the same numbers
