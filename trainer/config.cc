@@ -239,6 +239,19 @@ absl::Status Validate(const Reader& r, const YAML::Node& root,
     return r.Error("checkpoint.restore", node("checkpoint", "restore"),
                    "expected latest, none, or a checkpoint path, got ''");
   }
+  const YAML::Node warm = node("checkpoint", "warm_start_from");
+  if (c.checkpoint.warm_start_from.empty() && warm.IsDefined() &&
+      !warm.IsNull()) {
+    return r.Error("checkpoint.warm_start_from", warm,
+                   "expected a checkpoint path or null, got ''");
+  }
+  if (!c.checkpoint.warm_start_from.empty() &&
+      c.checkpoint.restore != "latest" && c.checkpoint.restore != "none") {
+    return r.Error(
+        "checkpoint.warm_start_from", warm,
+        absl::StrCat("set beside checkpoint.restore: ", c.checkpoint.restore,
+                     ", which restores the whole run; set one"));
+  }
   if (!c.train.epochs && !c.train.steps) {
     return r.Error("train.epochs", node("train", "epochs"),
                    "set train.epochs or train.steps");
@@ -413,8 +426,10 @@ absl::StatusOr<Config> Parse(const std::string& yaml_text,
              train.Int("accumulation_steps"), train.String("cuda_graph")};
   MT_ASSIGN_OR_RETURN(Params ckpt, ReadFixed(r, root, "checkpoint",
                                              CheckpointSchema(), &resolved));
-  c.checkpoint = {ckpt.Int("every_steps"), ckpt.Int("max_to_keep"),
-                  ckpt.String("restore"), ckpt.Bool("allow_non_finite")};
+  c.checkpoint = {
+      ckpt.Int("every_steps"), ckpt.Int("max_to_keep"), ckpt.String("restore"),
+      ckpt.IsNull("warm_start_from") ? "" : ckpt.String("warm_start_from"),
+      ckpt.Bool("allow_non_finite")};
   MT_RETURN_IF_ERROR(Validate(r, root, c));
 
   YAML::Emitter out;

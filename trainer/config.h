@@ -98,6 +98,10 @@ struct CheckpointConfig {
   int64_t every_steps = 0;  // 0: only at the end and on signals.
   int64_t max_to_keep = 0;
   std::string restore;  // latest | none | a checkpoint path
+  // A checkpoint (file or directory) whose model weights start a run that
+  // restores nothing of its own; empty: none (TF Estimator's
+  // warm_start_from).
+  std::string warm_start_from;
   // Restore checkpoints holding NaN or infinity instead of rejecting them.
   bool allow_non_finite = false;
 };

@@ -335,6 +335,12 @@ const ParamSchema& CheckpointSchema() {
        Param::String("restore").Default("latest").Doc(
            "latest, none, or a checkpoint file, checkpoints folder or run "
            "directory (its latest)"),
+       Param::String("warm_start_from")
+           .Nullable()
+           .Doc("a checkpoint file, checkpoints folder or run directory whose "
+                "model weights (not its optimizer slots, EMA or step) start a "
+                "run that restores no checkpoint of its own, as TF "
+                "Estimator's warm_start_from (null: none)"),
        Param::Bool("allow_non_finite")
            .Default(false)
            .Doc("save and restore a checkpoint whose tensors hold NaN or "

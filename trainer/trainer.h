@@ -470,14 +470,22 @@ class Trainer {
   // decides from checkpoint.restore what a training run restores, and opens
   // and checks it (pending_restore_). With a run directory, a fresh start
   // only when its checkpoint directory holds no checkpoint; otherwise only a
-  // continuation from them; any failure says how to start over.
+  // continuation from them; any failure says how to start over. A fresh
+  // start opens checkpoint.warm_start_from (pending_warm_start_).
   absl::Status PrepareRestoreForTraining();
-  // Once the replicas exist: restores pending_restore_, then removes what
-  // interrupted saves left in the run's checkpoint directory.
+  // Once the replicas exist: restores pending_restore_ (or warm starts
+  // from pending_warm_start_), then removes what interrupted saves left in
+  // the run's checkpoint directory.
   absl::Status RestoreForTraining();
   absl::StatusOr<CheckedCheckpoint> OpenCheckpoint(
       const std::string& path_or_dir) const;
   absl::Status Restore(const CheckedCheckpoint& checkpoint);
+  // checkpoint.warm_start_from: the checkpoint's model variables only; the
+  // EMA shadows start from them, the optimizer's slots and step from zero.
+  absl::Status WarmStart(const CheckedCheckpoint& checkpoint);
+  // After the primary state was assigned: copies it to the other replicas
+  // (or the parameter servers), the optimizers at `step`.
+  absl::Status SpreadRestoredState(int64_t step);
   // Where the input resumes in this config's batches: the checkpoint's
   // position, converted from the batch size it was saved under (an error
   // where this one does not divide the examples read that epoch).
@@ -498,7 +506,9 @@ class Trainer {
   distribute::ProcessGroup* processes_ = nullptr;
   Config config_;
   std::optional<CheckedCheckpoint> pending_restore_;
+  std::optional<CheckedCheckpoint> pending_warm_start_;
   std::string restored_from_;
+  std::string warm_started_from_;  // checkpoint.warm_start_from's file.
   // The step losses since the last logged step: summed, and how many. Kept
   // in checkpoints, so a resumed run logs what an uninterrupted one does.
   struct LogWindow {

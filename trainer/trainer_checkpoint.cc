@@ -134,8 +134,22 @@ absl::Status Trainer::CheckCheckpointsWritable() const {
 
 absl::Status Trainer::PrepareRestoreForTraining() {
   const std::string& restore = config_.checkpoint.restore;
+  // A run that restores nothing of its own (config.cc refuses the key
+  // beside a checkpoint path).
+  auto warm_start = [&]() -> absl::Status {
+    const std::string& from = config_.checkpoint.warm_start_from;
+    if (from.empty()) return absl::OkStatus();
+    absl::StatusOr<CheckedCheckpoint> checkpoint = OpenCheckpoint(from);
+    if (!checkpoint.ok()) {
+      return absl::Status(checkpoint.status().code(),
+                          absl::StrCat("checkpoint.warm_start_from: ",
+                                       checkpoint.status().message()));
+    }
+    pending_warm_start_ = *std::move(checkpoint);
+    return absl::OkStatus();
+  };
   if (run_dir_.empty()) {
-    if (restore == "none" || restore == "latest") return absl::OkStatus();
+    if (restore == "none" || restore == "latest") return warm_start();
     MT_ASSIGN_OR_RETURN(pending_restore_, OpenCheckpoint(restore));
     return absl::OkStatus();
   }
@@ -184,7 +198,7 @@ absl::Status Trainer::PrepareRestoreForTraining() {
         "), which a run that does not restore from them (checkpoint.restore=",
         restore, ") would overwrite")));
   }
-  if (source.empty()) return absl::OkStatus();
+  if (source.empty()) return warm_start();
   absl::StatusOr<CheckedCheckpoint> checkpoint = OpenCheckpoint(source);
   if (!checkpoint.ok()) return WithStartOver(checkpoint.status());
   pending_restore_ = *std::move(checkpoint);
@@ -196,6 +210,14 @@ absl::Status Trainer::RestoreForTraining() {
     absl::Status s = Restore(*pending_restore_);
     pending_restore_.reset();  // The file's bytes are no longer needed.
     if (!s.ok()) return run_dir_.empty() ? s : WithStartOver(s);
+  }
+  if (pending_warm_start_.has_value()) {
+    absl::Status s = WarmStart(*pending_warm_start_);
+    pending_warm_start_.reset();
+    if (!s.ok()) {
+      return absl::Status(
+          s.code(), absl::StrCat("checkpoint.warm_start_from: ", s.message()));
+    }
   }
   if (run_dir_.empty()) return absl::OkStatus();
   const std::string dir = CheckpointDir();
@@ -287,20 +309,7 @@ absl::Status Trainer::Restore(const CheckedCheckpoint& checkpoint) {
   // parameter servers; state_ no longer holds a gather of them.
   snapshot_version_ = -1;
   MT_RETURN_IF_ERROR(Saver(TrainingState()).Restore(file));
-  for (distribute::MirroredVariable& v : mirrored_) {
-    MT_ASSIGN_OR_RETURN(Tensor value, v.value().Clone());
-    MT_RETURN_IF_ERROR(v.AssignAll(value));
-  }
-  for (Replica& r : replicas_) {
-    if (r.optimizer) r.optimizer->set_iterations(position.step);
-  }
-  if (state_) state_->optimizer->set_iterations(position.step);
-  if (ps_) {
-    MT_RETURN_IF_ERROR(ps_->CopyFrom(state_->model->variables(),
-                                     *state_->optimizer, state_->ema.get(),
-                                     position.step));
-    clock().Reset(position.step);
-  }
+  MT_RETURN_IF_ERROR(SpreadRestoredState(position.step));
   if (train_iterator_ && ps_) {
     // Asynchronous workers resume where their applied updates leave each
     // (worker_batches, from a parameter_server run of as many workers);
@@ -355,6 +364,41 @@ absl::Status Trainer::Restore(const CheckedCheckpoint& checkpoint) {
   last_saved_step_ = position.step;
   log_window_ = {position.log_window_loss, position.log_window_steps};
   return WaitForLoopThreadWork();
+}
+
+absl::Status Trainer::WarmStart(const CheckedCheckpoint& checkpoint) {
+  const Replica& p = primary();
+  snapshot_version_ = -1;
+  // Every model variable must be there (a subset would leave some at their
+  // initializers unsaid); the file's other entries are ignored.
+  MT_RETURN_IF_ERROR(Saver(p.model->variables()).Restore(checkpoint.file));
+  // The averages start at the weights they average, as at initial ones.
+  if (p.ema) {
+    for (Variable* v : p.ema->TrackedVariables()) {
+      MT_RETURN_IF_ERROR(p.ema->Shadow(*v)->Assign(v->value()));
+    }
+  }
+  MT_RETURN_IF_ERROR(SpreadRestoredState(0));
+  warm_started_from_ = checkpoint.file.path();
+  return WaitForLoopThreadWork();
+}
+
+absl::Status Trainer::SpreadRestoredState(int64_t step) {
+  for (distribute::MirroredVariable& v : mirrored_) {
+    MT_ASSIGN_OR_RETURN(Tensor value, v.value().Clone());
+    MT_RETURN_IF_ERROR(v.AssignAll(value));
+  }
+  for (Replica& r : replicas_) {
+    if (r.optimizer) r.optimizer->set_iterations(step);
+  }
+  if (state_) state_->optimizer->set_iterations(step);
+  if (ps_) {
+    MT_RETURN_IF_ERROR(ps_->CopyFrom(state_->model->variables(),
+                                     *state_->optimizer, state_->ema.get(),
+                                     step));
+    clock().Reset(step);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> Trainer::SaveCheckpoint() {

@@ -240,6 +240,27 @@ TEST(CliTest, InternalSwitchesComeFromTheEnvironment) {
 // ema.evaluate_raw: false evaluates the EMA weights only, the same numbers
 // as when the raw weights are evaluated too; without an EMA there would be
 // nothing to evaluate, which is a config error naming the key.
+// checkpoint.warm_start_from with another optimizer: the run says where
+// its weights came from and trains from step 1 (tests/trainer/
+// warm_start_test.cc checks the state it starts from).
+TEST(CliTest, AWarmStartSaysWhereItsWeightsCameFrom) {
+  const std::string source = FreshDir("warm_source");
+  Result r = RunCli(SmallTrain(source, {"train.epochs=1"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string dir = FreshDir("warm_start");
+  r = RunCli(SmallTrain(
+      dir, {"train.epochs=1", "optimizer={name: adam, learning_rate: 0.001}",
+            "checkpoint.warm_start_from=" + source}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE((r.out + r.err)
+                .find("warm start: the model weights of " + source +
+                      "/checkpoints/ckpt-32.safetensors"),
+            std::string::npos)
+      << r.out << r.err;
+  EXPECT_NE(ReadFile(dir + "/metrics.jsonl").find("\"step\": 8,"),
+            std::string::npos);
+}
+
 TEST(CliTest, EvaluateRawFalseEvaluatesTheEmaWeightsOnly) {
   const std::string both = FreshDir("eval_both");
   const std::string ema_only = FreshDir("eval_ema_only");
