@@ -571,14 +571,15 @@ absl::StatusOr<int64_t> Trainer::TotalSteps() const {
 }
 
 absl::Status Trainer::SyncFromChief() {
-  // The chief's step, input position and split sizes; `restored`: whether
-  // it restored a checkpoint. (Create compared the configs already.)
+  // The chief's step, input position and split sizes; `assigned`: whether
+  // it restored a checkpoint or warm-started (its state is not the seed's).
+  // (Create compared the configs already.)
   const BatchIterator::Position pos = train_iterator_->position();
   const int64_t train_examples = train_data_.size();
   const int64_t test_examples = test_data_.size();
-  int64_t header[6] = {global_step(),  pos.epoch,
-                       pos.batch,      restored_from_.empty() ? 0 : 1,
-                       train_examples, test_examples};
+  const bool assigned = !restored_from_.empty() || !warm_started_from_.empty();
+  int64_t header[6] = {global_step(),    pos.epoch,      pos.batch,
+                       assigned ? 1 : 0, train_examples, test_examples};
   MT_RETURN_IF_ERROR(processes_->Broadcast(header, sizeof(header), 0,
                                            "the chief's training state"));
   // Hosts that read different data would count their epochs and
