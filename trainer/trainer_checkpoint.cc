@@ -45,6 +45,12 @@ absl::Status WithStartOver(const absl::Status& s) {
                       absl::StrCat(s.message(), " (", kStartOver, ")"));
 }
 
+// `s` named as checkpoint.warm_start_from's (opening or loading it).
+absl::Status AsWarmStartError(const absl::Status& s) {
+  return absl::Status(
+      s.code(), absl::StrCat("checkpoint.warm_start_from: ", s.message()));
+}
+
 // A parameter_server checkpoint's batches per worker (`worker_batches`:
 // comma-separated counts, one per worker, adding up to the `read` batches
 // its input position says; a save derives that from them); nullopt when it
@@ -140,11 +146,7 @@ absl::Status Trainer::PrepareRestoreForTraining() {
     const std::string& from = config_.checkpoint.warm_start_from;
     if (from.empty()) return absl::OkStatus();
     absl::StatusOr<CheckedCheckpoint> checkpoint = OpenCheckpoint(from);
-    if (!checkpoint.ok()) {
-      return absl::Status(checkpoint.status().code(),
-                          absl::StrCat("checkpoint.warm_start_from: ",
-                                       checkpoint.status().message()));
-    }
+    if (!checkpoint.ok()) return AsWarmStartError(checkpoint.status());
     pending_warm_start_ = *std::move(checkpoint);
     return absl::OkStatus();
   };
@@ -214,10 +216,7 @@ absl::Status Trainer::RestoreForTraining() {
   if (pending_warm_start_.has_value()) {
     absl::Status s = WarmStart(*pending_warm_start_);
     pending_warm_start_.reset();
-    if (!s.ok()) {
-      return absl::Status(
-          s.code(), absl::StrCat("checkpoint.warm_start_from: ", s.message()));
-    }
+    if (!s.ok()) return AsWarmStartError(s);
   }
   if (run_dir_.empty()) return absl::OkStatus();
   const std::string dir = CheckpointDir();

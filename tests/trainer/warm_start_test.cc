@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "tensor/status_macros.h"
 #include "tests/test_util.h"
@@ -43,11 +44,6 @@ std::map<std::string, Tensor> StateOf(const Trainer& t) {
     state.emplace(v->name(), *v->value().To(Device::Cpu()));
   }
   return state;
-}
-
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // The first run: Adam with an EMA, 6 steps, saved in its run directory;
@@ -92,11 +88,11 @@ TEST_P(WarmStartTest, StartsFromTheModelWeightsWithAFreshOptimizer) {
   for (const auto& [name, value] : StateOf(**t)) {
     SCOPED_TRACE(name);
     const std::string ema = "/ExponentialMovingAverage";
-    if (source.contains(name) && !EndsWith(name, ema)) {
+    if (source.contains(name) && !absl::EndsWith(name, ema)) {
       // A model variable: the source's final value.
       EXPECT_TRUE(testing::SameBits(value, source.at(name)));
       ++weights;
-    } else if (EndsWith(name, ema)) {
+    } else if (absl::EndsWith(name, ema)) {
       // Its average starts at the same value, not the source's average.
       const std::string var = name.substr(0, name.size() - ema.size());
       ASSERT_TRUE(source.contains(var));
