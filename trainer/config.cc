@@ -1,6 +1,7 @@
 #include "trainer/config.h"
 
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "models/layer_registry.h"
 #include "models/presets.h"
 #include "tensor/status_macros.h"
+#include "trainer/checkpoint/warm_start.h"
 #include "trainer/config_keys.h"
 #include "trainer/config_reader.h"
 #include "trainer/data/data_source.h"
@@ -252,6 +254,23 @@ absl::Status Validate(const Reader& r, const YAML::Node& root,
         absl::StrCat("set beside checkpoint.restore: ", c.checkpoint.restore,
                      ", which restores the whole run; set one"));
   }
+  // Defaults are left alone: a resolved config.yaml holds them.
+  for (const auto& [key, value, fallback] :
+       {std::tuple<const char*, const std::string&, const char*>{
+            "warm_start_vars", c.checkpoint.warm_start_vars, ".*"},
+        {"warm_start_weights", c.checkpoint.warm_start_weights, "raw"}}) {
+    if (c.checkpoint.warm_start_from.empty() && value != fallback) {
+      return r.Error(absl::StrCat("checkpoint.", key), node("checkpoint", key),
+                     "set without checkpoint.warm_start_from, which it "
+                     "qualifies");
+    }
+  }
+  if (absl::Status s = CheckWarmStartPattern(c.checkpoint.warm_start_vars);
+      !s.ok()) {
+    return r.Error("checkpoint.warm_start_vars",
+                   node("checkpoint", "warm_start_vars"),
+                   std::string(s.message()));
+  }
   if (!c.train.epochs && !c.train.steps) {
     return r.Error("train.epochs", node("train", "epochs"),
                    "set train.epochs or train.steps");
@@ -427,8 +446,12 @@ absl::StatusOr<Config> Parse(const std::string& yaml_text,
   MT_ASSIGN_OR_RETURN(Params ckpt, ReadFixed(r, root, "checkpoint",
                                              CheckpointSchema(), &resolved));
   c.checkpoint = {
-      ckpt.Int("every_steps"), ckpt.Int("max_to_keep"), ckpt.String("restore"),
+      ckpt.Int("every_steps"),
+      ckpt.Int("max_to_keep"),
+      ckpt.String("restore"),
       ckpt.IsNull("warm_start_from") ? "" : ckpt.String("warm_start_from"),
+      ckpt.String("warm_start_vars"),
+      ckpt.String("warm_start_weights"),
       ckpt.Bool("allow_non_finite")};
   MT_RETURN_IF_ERROR(Validate(r, root, c));
 

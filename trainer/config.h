@@ -102,6 +102,13 @@ struct CheckpointConfig {
   // restores nothing of its own; empty: none (TF Estimator's
   // warm_start_from).
   std::string warm_start_from;
+  // Which model variables it starts: those whose whole name this
+  // ECMAScript regular expression matches (TF's vars_to_warm_start); the
+  // others keep their initializers.
+  std::string warm_start_vars = ".*";
+  // raw: the source's weights; ema: its EMA shadows for the variables an
+  // EMA averages (the trainable ones), its weights for the others.
+  std::string warm_start_weights = "raw";
   // Restore checkpoints holding NaN or infinity instead of rejecting them.
   bool allow_non_finite = false;
 };

@@ -341,6 +341,17 @@ const ParamSchema& CheckpointSchema() {
                 "model weights (not its optimizer slots, EMA or step) start a "
                 "run that restores no checkpoint of its own, as TF "
                 "Estimator's warm_start_from (null: none)"),
+       Param::String("warm_start_vars")
+           .Default(".*")
+           .Doc("the model variables warm_start_from starts: those whose "
+                "whole name this regular expression (ECMAScript) matches; "
+                "the others keep their initializers (TF's "
+                "vars_to_warm_start)"),
+       Param::String("warm_start_weights")
+           .Default("raw")
+           .OneOf({"raw", "ema"})
+           .Doc("raw: the source's weights; ema: its EMA averages of the "
+                "trainable variables (as eval --weights ema)"),
        Param::Bool("allow_non_finite")
            .Default(false)
            .Doc("save and restore a checkpoint whose tensors hold NaN or "

@@ -577,7 +577,7 @@ absl::Status Trainer::SyncFromChief() {
   const BatchIterator::Position pos = train_iterator_->position();
   const int64_t train_examples = train_data_.size();
   const int64_t test_examples = test_data_.size();
-  const bool assigned = !restored_from_.empty() || !warm_started_from_.empty();
+  const bool assigned = !restored_from_.empty() || !warm_start_summary_.empty();
   int64_t header[6] = {global_step(),    pos.epoch,      pos.batch,
                        assigned ? 1 : 0, train_examples, test_examples};
   MT_RETURN_IF_ERROR(processes_->Broadcast(header, sizeof(header), 0,

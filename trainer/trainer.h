@@ -508,7 +508,9 @@ class Trainer {
   std::optional<CheckedCheckpoint> pending_restore_;
   std::optional<CheckedCheckpoint> pending_warm_start_;
   std::string restored_from_;
-  std::string warm_started_from_;  // checkpoint.warm_start_from's file.
+  // What checkpoint.warm_start_from assigned ("the model weights of
+  // <file>"...); empty: no warm start.
+  std::string warm_start_summary_;
   // The step losses since the last logged step: summed, and how many. Kept
   // in checkpoints, so a resumed run logs what an uninterrupted one does.
   struct LogWindow {

@@ -25,6 +25,7 @@
 #include "trainer/checkpoint/checkpoint_format.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/checkpoint/saver.h"
+#include "trainer/checkpoint/warm_start.h"
 #include "trainer/one_line.h"
 #include "trainer/trainer.h"
 
@@ -216,7 +217,7 @@ absl::Status Trainer::RestoreForTraining() {
   if (pending_warm_start_.has_value()) {
     absl::Status s = WarmStart(*pending_warm_start_);
     pending_warm_start_.reset();
-    if (!s.ok()) return AsWarmStartError(s);
+    MT_RETURN_IF_ERROR(s);
   }
   if (run_dir_.empty()) return absl::OkStatus();
   const std::string dir = CheckpointDir();
@@ -368,9 +369,28 @@ absl::Status Trainer::Restore(const CheckedCheckpoint& checkpoint) {
 absl::Status Trainer::WarmStart(const CheckedCheckpoint& checkpoint) {
   const Replica& p = primary();
   snapshot_version_ = -1;
-  // Every model variable must be there (a subset would leave some at their
-  // initializers unsaid); the file's other entries are ignored.
-  MT_RETURN_IF_ERROR(Saver(p.model->variables()).Restore(checkpoint.file));
+  const CheckpointConfig& settings = config_.checkpoint;
+  const bool ema_weights = settings.warm_start_weights == "ema";
+  const std::vector<Variable*> variables = p.model->variables();
+  MT_ASSIGN_OR_RETURN(
+      auto entries,
+      WarmStartEntries(variables, settings.warm_start_vars, ema_weights));
+  const size_t started = entries.size();
+  // Every selected variable must be there (one missing would keep its
+  // initializer unsaid); the file's other entries are ignored.
+  absl::Status loaded =
+      Saver::FromNameMap(std::move(entries)).Restore(checkpoint.file);
+  if (!loaded.ok()) {
+    if (ema_weights) {
+      // Names the entries, which a run without an EMA lacks.
+      loaded = absl::Status(
+          loaded.code(),
+          absl::StrCat(loaded.message(),
+                       " (checkpoint.warm_start_weights is ema: the entries "
+                       "are the source run's EMA averages)"));
+    }
+    return AsWarmStartError(loaded);
+  }
   // The averages start at the weights they average, as at initial ones.
   if (p.ema) {
     for (Variable* v : p.ema->TrackedVariables()) {
@@ -378,7 +398,14 @@ absl::Status Trainer::WarmStart(const CheckedCheckpoint& checkpoint) {
     }
   }
   MT_RETURN_IF_ERROR(SpreadRestoredState(0));
-  warm_started_from_ = checkpoint.file.path();
+  warm_start_summary_ = absl::StrCat(
+      ema_weights ? "the EMA weights of " : "the model weights of ",
+      checkpoint.file.path());
+  if (started < variables.size()) {
+    absl::StrAppend(&warm_start_summary_, " for ", started, " of ",
+                    variables.size(),
+                    " model variables (checkpoint.warm_start_vars)");
+  }
   return WaitForLoopThreadWork();
 }
 

@@ -411,9 +411,8 @@ absl::Status Trainer::Train() {
     progress_->Message(
         absl::StrCat("restored ", restored_from_, " at step ", global_step()));
   }
-  if (!warm_started_from_.empty()) {
-    progress_->Message(
-        absl::StrCat("warm start: the model weights of ", warm_started_from_));
+  if (!warm_start_summary_.empty()) {
+    progress_->Message(absl::StrCat("warm start: ", warm_start_summary_));
   }
   if (!cuda_graph_.reason.empty() && strategy_->devices()[0].is_cuda()) {
     progress_->Message(

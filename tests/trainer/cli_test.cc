@@ -259,6 +259,19 @@ TEST(CliTest, AWarmStartSaysWhereItsWeightsCameFrom) {
       << r.out << r.err;
   EXPECT_NE(ReadFile(dir + "/metrics.jsonl").find("\"step\": 8,"),
             std::string::npos);
+  // The source's averages, for the hidden layer only.
+  r = RunCli(
+      SmallTrain(FreshDir("warm_start_part"),
+                 {"train.epochs=1", "checkpoint.warm_start_from=" + source,
+                  "checkpoint.warm_start_weights=ema",
+                  "checkpoint.warm_start_vars=dense/.*"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE((r.out + r.err)
+                .find("warm start: the EMA weights of " + source +
+                      "/checkpoints/ckpt-32.safetensors for 2 of 4 model "
+                      "variables (checkpoint.warm_start_vars)"),
+            std::string::npos)
+      << r.out << r.err;
 }
 
 TEST(CliTest, EvaluateRawFalseEvaluatesTheEmaWeightsOnly) {

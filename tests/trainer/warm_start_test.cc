@@ -4,10 +4,12 @@
 // start at them, the optimizer (here another one) from zero at step 0; a
 // run with checkpoints of its own resumes them instead; a checkpoint that
 // is missing or holds another model is an error naming the key.
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "tensor/status_macros.h"
@@ -18,7 +20,8 @@
 namespace mirrortrain::trainer {
 namespace {
 
-// The test's job, then `overrides` (a later --set wins).
+// The test's job, then `overrides` (a later --set wins; model.layers
+// replaces the mlp preset's hidden units).
 std::vector<std::string> Job(const std::vector<std::string>& overrides) {
   std::vector<std::string> all = {
       "data.name=synthetic",       "data.train_examples=128",
@@ -26,6 +29,11 @@ std::vector<std::string> Job(const std::vector<std::string>& overrides) {
       "model.hidden_units=[16]",   "ema.decay=0.9",
       "train.eval_every_epochs=0", "train.log_every_steps=1000",
       "checkpoint.every_steps=0"};
+  if (absl::c_any_of(overrides, [](const std::string& s) {
+        return s.starts_with("model.layers=");
+      })) {
+    std::erase(all, "model.hidden_units=[16]");
+  }
   all.insert(all.end(), overrides.begin(), overrides.end());
   return all;
 }
@@ -48,10 +56,12 @@ std::map<std::string, Tensor> StateOf(const Trainer& t) {
 
 // The first run: Adam with an EMA, 6 steps, saved in its run directory;
 // returns its final state.
-std::map<std::string, Tensor> TrainTheSource(const std::string& dir) {
-  auto source = Create(
-      {"optimizer.name=adam", "optimizer.learning_rate=0.01", "train.steps=6"},
-      dir);
+std::map<std::string, Tensor> TrainTheSource(
+    const std::string& dir, std::vector<std::string> overrides = {}) {
+  overrides.insert(
+      overrides.begin(),
+      {"optimizer.name=adam", "optimizer.learning_rate=0.01", "train.steps=6"});
+  auto source = Create(overrides, dir);
   EXPECT_TRUE(source.ok()) << source.status();
   if (!source.ok()) return {};
   const absl::Status trained = (*source)->Train();
@@ -157,6 +167,139 @@ TEST(WarmStartErrorTest, AMissingOrMismatchedCheckpointIsNamed) {
       << t.status();
   EXPECT_NE(t.status().message().find("dense/kernel"), std::string::npos)
       << t.status();
+}
+
+constexpr char kEma[] = "/ExponentialMovingAverage";
+
+// checkpoint.warm_start_vars: a deeper model starts its first layer from a
+// one-layer run's; its other layers keep the initializers a run without a
+// warm start draws, bit for bit.
+TEST(WarmStartPartTest, OnlyTheMatchedVariablesStart) {
+  const std::string source_dir = testing::FreshTestDir("warm_part_source");
+  const std::map<std::string, Tensor> source = TrainTheSource(source_dir);
+  ASSERT_FALSE(source.empty());
+  const std::vector<std::string> deeper = {"model.hidden_units=[16,16]",
+                                           "train.steps=2"};
+  auto fresh = Create(deeper, testing::FreshTestDir("warm_part_fresh"));
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  const std::map<std::string, Tensor> initial = StateOf(**fresh);
+  std::vector<std::string> warm = deeper;
+  warm.push_back("checkpoint.warm_start_from=" + source_dir);
+  warm.push_back("checkpoint.warm_start_vars=dense/.*");
+  auto t = Create(warm, testing::FreshTestDir("warm_part"));
+  ASSERT_TRUE(t.ok()) << t.status();
+  int started = 0, kept = 0;
+  for (const auto& [name, value] : StateOf(**t)) {
+    SCOPED_TRACE(name);
+    if (absl::EndsWith(name, kEma)) {
+      // Every average starts at its variable's value, started or kept.
+      const std::string var = name.substr(0, name.size() - strlen(kEma));
+      EXPECT_TRUE(testing::SameBits(value, StateOf(**t).at(var)));
+    } else if (name == "dense/kernel" || name == "dense/bias") {
+      EXPECT_TRUE(testing::SameBits(value, source.at(name)));
+      ++started;
+    } else {
+      EXPECT_TRUE(testing::SameBits(value, initial.at(name)));
+      ++kept;
+    }
+  }
+  EXPECT_EQ(started, 2);  // dense/kernel, dense/bias.
+  EXPECT_GE(kept, 4);     // Two more layers (and any optimizer slots).
+  // A pattern that matches no variable is an error naming the key.
+  warm.back() = "checkpoint.warm_start_vars=dense";
+  t = Create(warm, testing::FreshTestDir("warm_part_none"));
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find(
+                "checkpoint.warm_start_vars: 'dense' matches none of the 6 "
+                "model variables (the first is 'dense/kernel'; the whole "
+                "name must match)"),
+            std::string::npos)
+      << t.status();
+}
+
+// checkpoint.warm_start_weights: ema: the trainable variables start at the
+// source's EMA averages, the batch-norm statistics (which no EMA averages)
+// at its values; a source without an EMA is an error naming the entry.
+TEST(WarmStartEmaTest, TheTrainableVariablesStartAtTheSourcesAverages) {
+  const std::vector<std::string> with_bn = {
+      "model.layers=[{type: flatten}, {type: dense, units: 16}, "
+      "{type: batch_normalization}, {type: activation, activation: relu}, "
+      "{type: dense, units: 10}]"};
+  const std::string source_dir = testing::FreshTestDir("warm_ema_source");
+  const std::map<std::string, Tensor> source =
+      TrainTheSource(source_dir, with_bn);
+  ASSERT_FALSE(source.empty());
+  std::vector<std::string> warm = with_bn;
+  warm.insert(warm.end(),
+              {"train.steps=2", "checkpoint.warm_start_from=" + source_dir,
+               "checkpoint.warm_start_weights=ema"});
+  auto t = Create(warm, testing::FreshTestDir("warm_ema"));
+  ASSERT_TRUE(t.ok()) << t.status();
+  int averaged = 0, as_saved = 0;
+  for (const auto& [name, value] : StateOf(**t)) {
+    SCOPED_TRACE(name);
+    if (!source.contains(name) || absl::EndsWith(name, kEma)) continue;
+    const std::string shadow = name + kEma;
+    if (source.contains(shadow)) {
+      EXPECT_TRUE(testing::SameBits(value, source.at(shadow)));
+      // Which differs from the source's weight after 6 steps.
+      EXPECT_FALSE(testing::SameBits(value, source.at(name)));
+      ++averaged;
+    } else {
+      EXPECT_TRUE(testing::SameBits(value, source.at(name)));
+      ++as_saved;
+    }
+  }
+  // Two dense layers and gamma, beta; the moving mean and variance.
+  EXPECT_EQ(averaged, 6);
+  EXPECT_EQ(as_saved, 2);
+
+  const std::string plain_dir = testing::FreshTestDir("warm_ema_none");
+  std::vector<std::string> no_ema = with_bn;
+  no_ema.push_back("ema.decay=null");
+  ASSERT_FALSE(TrainTheSource(plain_dir, no_ema).empty());
+  warm[warm.size() - 2] = "checkpoint.warm_start_from=" + plain_dir;
+  t = Create(warm, testing::FreshTestDir("warm_ema_missing"));
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message().rfind("checkpoint.warm_start_from: ", 0), 0u)
+      << t.status();
+  for (const char* part :
+       {"variable 'dense/kernel' (saved as "
+        "'dense/kernel/ExponentialMovingAverage') not found",
+        "(checkpoint.warm_start_weights is ema: the entries are the source "
+        "run's EMA averages)"}) {
+    EXPECT_NE(t.status().message().find(part), std::string::npos) << t.status();
+  }
+}
+
+// The two keys qualify checkpoint.warm_start_from: alone (off their
+// defaults) they are config errors, as is a pattern that does not compile.
+TEST(WarmStartErrorTest, ThePatternAndWeightsNeedAWarmStart) {
+  for (const char* key : {"checkpoint.warm_start_vars=dense/.*",
+                          "checkpoint.warm_start_weights=ema"}) {
+    auto config = ParseConfig("", "w.yaml", Job({"train.steps=1", key}));
+    ASSERT_FALSE(config.ok()) << key;
+    EXPECT_NE(config.status().message().find(
+                  "set without checkpoint.warm_start_from, which it "
+                  "qualifies"),
+              std::string::npos)
+        << config.status();
+  }
+  auto config =
+      ParseConfig("", "w.yaml",
+                  Job({"train.steps=1", "checkpoint.warm_start_from=/other",
+                       "checkpoint.warm_start_vars='dense/(kernel'"}));
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find(
+                "checkpoint.warm_start_vars: 'dense/(kernel' is not a regular "
+                "expression ("),
+            std::string::npos)
+      << config.status();
+  // The defaults, as a resolved config.yaml spells them, are fine.
+  config = ParseConfig("", "w.yaml",
+                       Job({"train.steps=1", "checkpoint.warm_start_vars=.*",
+                            "checkpoint.warm_start_weights=raw"}));
+  EXPECT_TRUE(config.ok()) << config.status();
 }
 
 // Beside a checkpoint to restore (a whole run's state) it is a config

@@ -8,11 +8,10 @@
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::trainer {
-namespace {
-
-constexpr char kShadowSuffix[] = "/ExponentialMovingAverage";
-
-}  // namespace
+std::string ExponentialMovingAverage::ShadowName(
+    absl::string_view variable_name) {
+  return absl::StrCat(variable_name, "/ExponentialMovingAverage");
+}
 
 ExponentialMovingAverage::ExponentialMovingAverage(double decay,
                                                    bool use_num_updates)
@@ -41,10 +40,9 @@ absl::Status ExponentialMovingAverage::Track(absl::Span<Variable* const> vars) {
   }
   for (Variable* var : vars) {
     if (index_.contains(var)) continue;
-    MT_ASSIGN_OR_RETURN(
-        Variable shadow,
-        Variable::FromInitialValueOf(absl::StrCat(var->name(), kShadowSuffix),
-                                     *var, /*trainable=*/false));
+    MT_ASSIGN_OR_RETURN(Variable shadow, Variable::FromInitialValueOf(
+                                             ShadowName(var->name()), *var,
+                                             /*trainable=*/false));
     index_.emplace(var, vars_.size());
     vars_.push_back(var);
     shadows_.push_back(std::make_unique<Variable>(std::move(shadow)));

@@ -19,11 +19,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "tensor/batched_copy.h"
 #include "tensor/staged_tensor.h"
@@ -43,7 +45,11 @@ class ExponentialMovingAverage {
   ExponentialMovingAverage(const ExponentialMovingAverage&) = delete;
   ExponentialMovingAverage& operator=(const ExponentialMovingAverage&) = delete;
 
-  // Creates a shadow "<var name>/ExponentialMovingAverage" (non-trainable,
+  // The name of the shadow of the variable named `variable_name` (its
+  // checkpoint entry): "<variable_name>/ExponentialMovingAverage", as TF.
+  static std::string ShadowName(absl::string_view variable_name);
+
+  // Creates a shadow named ShadowName(var name) (non-trainable,
   // on the variable's device, initialised from the variable's initial
   // value) for each float variable not tracked yet; tracking twice is a
   // no-op.

@@ -1,0 +1,36 @@
+// Which model variables a warm start (checkpoint.warm_start_from) assigns,
+// and from which entries of the source checkpoint: TF's
+// WarmStartSettings(vars_to_warm_start=...), and warm starting from the
+// source's EMA averages, which TF reaches by mapping each variable to its
+// "<name>/ExponentialMovingAverage" entry (var_name_to_prev_var_name).
+#ifndef MIRRORTRAIN_TRAINER_CHECKPOINT_WARM_START_H_
+#define MIRRORTRAIN_TRAINER_CHECKPOINT_WARM_START_H_
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "tensor/variable.h"
+
+namespace mirrortrain::trainer {
+
+// OK when `pattern` is an ECMAScript regular expression; otherwise
+// InvalidArgument saying why (without the key: the caller names it).
+absl::Status CheckWarmStartPattern(absl::string_view pattern);
+
+// (entry name in the source, variable) for each of `variables` whose whole
+// name `pattern` matches, in their order. The entry is the variable's name,
+// or with `ema_weights` its EMA shadow's for a trainable variable (an EMA
+// averages those only; batch-norm statistics come as saved). Fails,
+// naming checkpoint.warm_start_vars, when the pattern is invalid or
+// matches none of them. The variables are not owned.
+absl::StatusOr<std::vector<std::pair<std::string, Variable*>>> WarmStartEntries(
+    const std::vector<Variable*>& variables, absl::string_view pattern,
+    bool ema_weights);
+
+}  // namespace mirrortrain::trainer
+
+#endif  // MIRRORTRAIN_TRAINER_CHECKPOINT_WARM_START_H_
