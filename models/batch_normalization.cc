@@ -57,7 +57,7 @@ class BatchNormalizationLayer final : public Layer {
                               const ForwardContext& ctx) override {
     const Tensor& scale = params_.gamma();
     const Tensor& offset = params_.beta();
-    if (!ctx.training) {
+    if (!ctx.training || frozen()) {
       return ops::BatchNormalization(x, moving_mean_.value(),
                                      moving_variance_.value(), offset, scale,
                                      options_.epsilon);

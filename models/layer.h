@@ -63,6 +63,17 @@ class Layer {
   // The output shape for an input shape (batch dimension included).
   virtual absl::StatusOr<Shape> OutputShape(const Shape& input) const = 0;
   virtual std::vector<Variable*> variables() { return {}; }
+  // Keras's `trainable = False` (a layer entry's `trainable: false`), as the
+  // layer is built: its variables become non-trainable, so they get no
+  // gradients, optimizer slots or EMA, and a frozen batch normalization
+  // normalises with its moving statistics also in training steps, leaving
+  // them as they are (Keras 2.1+). LayerBuilder freezes each layer inside a
+  // frozen container too, as it builds it.
+  void Freeze() {
+    for (Variable* v : variables()) v->set_trainable(false);
+    frozen_ = true;
+  }
+  bool frozen() const { return frozen_; }
   // True when the layer reads its input first as a matrix product's operand
   // (dense, attention's projections): under mixed bfloat16 the pass that
   // rounds the input then also writes the 2-byte copy that the product
@@ -90,6 +101,7 @@ class Layer {
 
  private:
   std::string name_;
+  bool frozen_ = false;
 };
 
 }  // namespace mirrortrain::models

@@ -153,7 +153,13 @@ absl::StatusOr<std::unique_ptr<Layer>> LayerBuilder::BuildOne(
                       0,
                       ""});
   ++depth_;
+  // A frozen container's layers are frozen as they are built, so each
+  // later one sees whether trainable variables lie before it.
+  const bool enclosing_frozen = frozen_;
+  frozen_ = frozen_ || !spec.trainable;
   absl::StatusOr<std::unique_ptr<Layer>> layer = type->create(spec, *this);
+  const bool frozen = frozen_;
+  frozen_ = enclosing_frozen;
   --depth_;
   if (!layer.ok()) {
     // The innermost failing layer names its path; the containers around it
@@ -164,6 +170,10 @@ absl::StatusOr<std::unique_ptr<Layer>> LayerBuilder::BuildOne(
     return absl::Status(layer.status().code(),
                         absl::StrCat(spec.Where(), " (", type->name,
                                      "): ", layer.status().message()));
+  }
+  if (frozen) {
+    (*layer)->Freeze();
+    for (const Variable* v : (*layer)->variables()) frozen_variables_.insert(v);
   }
   absl::StatusOr<Shape> out = (*layer)->OutputShape(input);
   if (!out.ok()) {

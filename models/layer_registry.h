@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "models/layer.h"
 #include "tensor/device.h"
@@ -37,6 +38,8 @@ struct LayerSpec {
   std::vector<LayerSpec> layers;  // Containers: the (main) branch.
   // residual: the shortcut branch (absent: identity).
   std::optional<std::vector<LayerSpec>> shortcut;
+  // false: the layer is frozen (Layer::Freeze), with every layer inside.
+  bool trainable = true;
   std::string path;  // "model.layers[3]", for errors.
   // Where the entry was written ("file.yaml:4", "--set ..."), for errors;
   // "" for specs made in code (presets, tests).
@@ -156,6 +159,10 @@ class LayerBuilder {
       std::string name = "sequence");
 
   std::vector<LayerSummary>& summary() { return summary_; }
+  // The variables of the layers built frozen (LayerSpec::trainable).
+  const absl::flat_hash_set<const Variable*>& frozen_variables() const {
+    return frozen_variables_;
+  }
 
  private:
   absl::StatusOr<std::unique_ptr<Layer>> BuildOne(const LayerSpec& spec,
@@ -174,6 +181,10 @@ class LayerBuilder {
   // Whether the current layer is built more than once (its entry, or a
   // container around it, has repeat > 1): it cannot be given a name.
   bool repeated_ = false;
+  // Whether the current layer is frozen (its entry, or a container around
+  // it, has trainable: false).
+  bool frozen_ = false;
+  absl::flat_hash_set<const Variable*> frozen_variables_;
   bool error_named_ = false;  // A failing layer has prefixed its path.
   // Per type: the layers built (type_index), and the unnamed ones (the
   // next auto-name's number).

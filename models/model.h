@@ -58,6 +58,12 @@ class Model {
   // Every variable, in layer order (kernel before bias).
   const std::vector<Variable*>& variables() const { return variables_; }
   std::vector<Variable*> trainable_variables() const;
+  // The non-trainable variables a training step's forward pass writes (the
+  // moving statistics of batch normalizations that are not frozen), in
+  // variables() order: what strategies that keep variables apart from the
+  // replicas (central storage, parameter servers) take back from them.
+  // Frozen layers' variables are in neither list.
+  const std::vector<Variable*>& forward_state() const { return forward_state_; }
   // The table Keras's model.summary() prints: layer, output shape, params.
   std::string Summary() const;
 
@@ -66,6 +72,7 @@ class Model {
 
   std::unique_ptr<Layer> body_;
   std::vector<Variable*> variables_;
+  std::vector<Variable*> forward_state_;
   std::vector<LayerSummary> summary_;
   Shape input_shape_;
   Shape output_shape_;

@@ -38,6 +38,9 @@ class Variable {
 
   const std::string& name() const { return name_; }
   bool trainable() const { return trainable_; }
+  // Keras's `layer.trainable = False`: call before any optimizer, EMA or
+  // tape has seen the variable (a layer frozen as it is built).
+  void set_trainable(bool trainable) { trainable_ = trainable; }
   DType dtype() const { return value_.dtype(); }
   const Shape& shape() const { return value_.shape(); }
   Device device() const { return value_.device(); }

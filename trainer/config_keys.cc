@@ -350,8 +350,9 @@ const ParamSchema& CheckpointSchema() {
        Param::String("warm_start_weights")
            .Default("raw")
            .OneOf({"raw", "ema"})
-           .Doc("raw: the source's weights; ema: its EMA averages of the "
-                "trainable variables (as eval --weights ema)"),
+           .Doc("raw: the source's weights; ema: its EMA averages where it "
+                "kept them (the variables it trained; as eval --weights "
+                "ema)"),
        Param::Bool("allow_non_finite")
            .Default(false)
            .Doc("save and restore a checkpoint whose tensors hold NaN or "
@@ -368,7 +369,12 @@ const ParamSchema& LayerEntrySchema() {
            "overrides the Keras auto-name (checkpoint names use it; no '/' or "
            "control characters)"),
        Param::Int("repeat").Default(1).Min(1).Max(10000).Doc(
-           "build this entry N times (names keep counting)")}};
+           "build this entry N times (names keep counting)"),
+       Param::Bool("trainable")
+           .Default(true)
+           .Doc("false: frozen, with every layer inside (Keras's "
+                "trainable=False): its variables are not trained and a "
+                "batch normalization uses its moving statistics")}};
   return *s;
 }
 

@@ -407,13 +407,14 @@ absl::StatusOr<models::LayerSpec> Reader::ReadLayer(
                      "control characters)"));
   }
   spec.repeat = entry.Int("repeat");
+  spec.trainable = entry.Bool("trainable");
   if (!spec.name.empty() && spec.repeat > 1) {
     return Error(path + ".name", Child(node, "name"),
                  "a repeated entry cannot have a fixed name");
   }
   const models::LayerType* type =
       models::LayerRegistry::Global().Find(spec.type);
-  std::vector<std::string> handled = {"type", "name", "repeat"};
+  std::vector<std::string> handled = {"type", "name", "repeat", "trainable"};
   if (type->container) handled.push_back("layers");
   if (type->shortcut) handled.push_back("shortcut");
   MT_RETURN_IF_ERROR(Read(node, path, {&type->params}, handled,
@@ -457,6 +458,7 @@ YAML::Node EmitLayers(const std::vector<models::LayerSpec>& specs) {
     layer["type"] = spec.type;
     if (!spec.name.empty()) layer["name"] = StringNode(spec.name);
     if (spec.repeat != 1) layer["repeat"] = spec.repeat;
+    if (!spec.trainable) layer["trainable"] = false;
     const models::LayerType* type =
         models::LayerRegistry::Global().Find(spec.type);
     EmitParams(type->params, spec.params, &layer);

@@ -42,7 +42,7 @@ ParameterServerShards::~ParameterServerShards() = default;
 
 absl::StatusOr<std::unique_ptr<ParameterServerShards>>
 ParameterServerShards::Create(
-    absl::Span<Variable* const> vars,
+    absl::Span<Variable* const> vars, absl::Span<Variable* const> forward_state,
     const std::vector<std::vector<distribute::VariablePartition>>& plan,
     const std::vector<Device>& ps_devices,
     const OptimizerFactory& make_optimizer, std::optional<EmaOptions> ema) {
@@ -64,7 +64,8 @@ ParameterServerShards::Create(
   for (size_t i = 0; i < vars.size(); ++i) {
     const Variable& v = *vars[i];
     out->grad_index_.push_back(v.trainable() ? grads++ : -1);
-    out->state_index_.push_back(v.trainable() ? -1 : out->states_++);
+    out->state_index_.push_back(
+        absl::c_linear_search(forward_state, vars[i]) ? out->states_++ : -1);
     const int64_t all_rows = v.shape().empty() ? 1 : v.shape()[0];
     for (const distribute::VariablePartition& p : plan[i]) {
       Shard& shard = *out->shards_[p.ps];
@@ -119,11 +120,14 @@ absl::Status ParameterServerShards::Read(
 }
 
 absl::StatusOr<std::vector<Tensor>> ParameterServerShards::ForwardState(
-    absl::Span<Variable* const> vars) {
+    absl::Span<Variable* const> vars) const {
+  if (vars.size() != state_index_.size()) {
+    return absl::InternalError("ForwardState: not Create's variables");
+  }
   std::vector<Tensor> state;
-  for (Variable* v : vars) {
-    if (v->trainable()) continue;
-    MT_ASSIGN_OR_RETURN(Tensor copy, v->value().Clone());
+  for (size_t i = 0; i < vars.size(); ++i) {
+    if (state_index_[i] < 0) continue;
+    MT_ASSIGN_OR_RETURN(Tensor copy, vars[i]->value().Clone());
     state.push_back(std::move(copy));
   }
   return state;
@@ -148,6 +152,8 @@ absl::Status ParameterServerShards::Push(absl::Span<Variable* const> vars,
     for (Part& part : shard->parts) {
       const int g = grad_index_[part.var];
       if (g < 0) {
+        // Frozen (Layer::Freeze): nothing changes it.
+        if (state_index_[part.var] < 0) continue;
         // Forward-pass state: its change since the worker's read.
         MT_ASSIGN_OR_RETURN(
             Tensor now,

@@ -48,11 +48,14 @@ class ParameterServerShards {
   };
 
   // `vars`: a model's variables (their names, shapes and current values are
-  // taken), `plan`: their partitions (PartitionVariables over
-  // `ps_devices`); each ps device gets an optimizer from `make_optimizer`
-  // and, with `ema`, an EMA of its trainable partitions.
+  // taken), `forward_state`: those of them its forward pass writes
+  // (Model::forward_state; the other non-trainable ones are frozen), `plan`:
+  // their partitions (PartitionVariables over `ps_devices`); each ps device
+  // gets an optimizer from `make_optimizer` and, with `ema`, an EMA of its
+  // trainable partitions.
   static absl::StatusOr<std::unique_ptr<ParameterServerShards>> Create(
       absl::Span<Variable* const> vars,
+      absl::Span<Variable* const> forward_state,
       const std::vector<std::vector<distribute::VariablePartition>>& plan,
       const std::vector<Device>& ps_devices,
       const OptimizerFactory& make_optimizer, std::optional<EmaOptions> ema);
@@ -61,11 +64,12 @@ class ParameterServerShards {
   // Copies the current values into `vars` (a worker model's variables, in
   // Create's order), each ps device's under its lock.
   absl::Status Read(absl::Span<Variable* const> vars) const;
-  // The values of the non-trainable variables of `vars` (the forward
-  // pass's own state: batch-norm moving statistics), copied: what Push
-  // takes as `read` after a Read.
-  static absl::StatusOr<std::vector<Tensor>> ForwardState(
-      absl::Span<Variable* const> vars);
+  // The values of the forward-state variables of `vars` (Create's
+  // `forward_state`, at the same places in a worker model's variables:
+  // batch-norm moving statistics), copied: what Push takes as `read` after
+  // a Read.
+  absl::StatusOr<std::vector<Tensor>> ForwardState(
+      absl::Span<Variable* const> vars) const;
   // Applies `grads` (one per trainable variable of `vars`, in order) as
   // update number `update` (1-based), and adds to the non-trainable ones
   // the change the worker's forward pass made to them since `read`

@@ -292,12 +292,10 @@ absl::Status Trainer::EagerReplicaStep(distribute::ReplicaContext& ctx,
   MT_RETURN_IF_ERROR(ApplyUpdate(*state_, std::move(grads)));
   // The forward pass's own state (batch-norm moving statistics) is the same
   // on every replica (its statistics are all-reduced): keep replica 0's.
-  const std::vector<Variable*> central = state_->model->variables();
-  const std::vector<Variable*> mine = r.model->variables();
+  const std::vector<Variable*>& central = state_->model->forward_state();
+  const std::vector<Variable*>& mine = r.model->forward_state();
   for (size_t i = 0; i < central.size(); ++i) {
-    if (!central[i]->trainable()) {
-      MT_RETURN_IF_ERROR(central[i]->Assign(mine[i]->value()));
-    }
+    MT_RETURN_IF_ERROR(central[i]->Assign(mine[i]->value()));
   }
   return absl::OkStatus();
 }

@@ -112,7 +112,7 @@ absl::Status Trainer::WorkerLoop(distribute::ReplicaContext& ctx) {
     MT_RETURN_IF_ERROR(read.status());
     MT_RETURN_IF_ERROR(ps_->Read(vars));
     MT_ASSIGN_OR_RETURN(const std::vector<Tensor> read_state,
-                        ParameterServerShards::ForwardState(vars));
+                        ps_->ForwardState(vars));
     MT_ASSIGN_OR_RETURN(Batch batch, input.Next());
     const int64_t rows = batch.labels.dim(0);
     MT_ASSIGN_OR_RETURN(std::vector<Tensor> grads,

@@ -372,25 +372,15 @@ absl::Status Trainer::WarmStart(const CheckedCheckpoint& checkpoint) {
   const CheckpointConfig& settings = config_.checkpoint;
   const bool ema_weights = settings.warm_start_weights == "ema";
   const std::vector<Variable*> variables = p.model->variables();
-  MT_ASSIGN_OR_RETURN(
-      auto entries,
-      WarmStartEntries(variables, settings.warm_start_vars, ema_weights));
+  MT_ASSIGN_OR_RETURN(auto entries,
+                      WarmStartEntries(variables, settings.warm_start_vars,
+                                       ema_weights, checkpoint.file));
   const size_t started = entries.size();
   // Every selected variable must be there (one missing would keep its
   // initializer unsaid); the file's other entries are ignored.
   absl::Status loaded =
       Saver::FromNameMap(std::move(entries)).Restore(checkpoint.file);
-  if (!loaded.ok()) {
-    if (ema_weights) {
-      // Names the entries, which a run without an EMA lacks.
-      loaded = absl::Status(
-          loaded.code(),
-          absl::StrCat(loaded.message(),
-                       " (checkpoint.warm_start_weights is ema: the entries "
-                       "are the source run's EMA averages)"));
-    }
-    return AsWarmStartError(loaded);
-  }
+  if (!loaded.ok()) return AsWarmStartError(loaded);
   // The averages start at the weights they average, as at initial ones.
   if (p.ema) {
     for (Variable* v : p.ema->TrackedVariables()) {

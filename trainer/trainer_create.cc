@@ -436,8 +436,9 @@ absl::Status Trainer::BuildState(const models::ModelDef& def) {
       return MakeConfiguredOptimizer(optimizer);
     };
     MT_ASSIGN_OR_RETURN(
-        ps_, ParameterServerShards::Create(vars, std::move(partitions),
-                                           ps.ps_devices, make_optimizer, ema));
+        ps_, ParameterServerShards::Create(vars, state_->model->forward_state(),
+                                           std::move(partitions), ps.ps_devices,
+                                           make_optimizer, ema));
     async_window_ = std::make_unique<AsyncWindow>();
     async_window_->pushes.assign(num_replicas(), 0);
     async_window_->start.assign(num_replicas(), 0);
@@ -504,6 +505,14 @@ absl::StatusOr<Trainer::Replica> Trainer::BuildReplica(
                       ParseMatMulPrecision(config_.precision));
   r.model->SetMixedBFloat16(precision == MatMulPrecision::kBf16);
   MT_RETURN_IF_ERROR(CheckClassifier(*r.model, test_data_));
+  // Training fails at its first update otherwise (nothing has a gradient);
+  // such a model still evaluates.
+  if (data_needs_ == DataNeeds::kTrainAndTest &&
+      !r.model->variables().empty() && r.model->trainable_variables().empty()) {
+    return absl::InvalidArgumentError(
+        "model.layers: every layer with variables is frozen (trainable: "
+        "false), so nothing would train");
+  }
   MT_ASSIGN_OR_RETURN(r.index_checks, ops::IndexCheckRecord::Create(device));
   if (!with_state) return r;
   MT_ASSIGN_OR_RETURN(r.optimizer, MakeConfiguredOptimizer(config_.optimizer));

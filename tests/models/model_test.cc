@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
@@ -297,6 +298,92 @@ TEST(ModelTest, NoTrainableLayerMayFeedAnEmbedding) {
       build({Spec("reshape", {{"target_shape", std::vector<int64_t>{4}}}),
              embedding})
           .ok());
+}
+
+std::vector<std::string> NamesOf(const std::vector<Variable*>& vars) {
+  std::vector<std::string> out;
+  for (const Variable* v : vars) out.push_back(v->name());
+  return out;
+}
+
+// trainable: false (Keras's trainable=False) freezes an entry and every
+// layer inside it: their variables are neither trainable nor forward
+// state, a frozen batch normalization leaves its moving statistics as they
+// are in a training call (an unfrozen one moves its own), and the gradient
+// still flows through the frozen block to the trainable layer before it.
+TEST(ModelTest, AFrozenEntryFreezesEveryLayerInside) {
+  ModelDef def;
+  def.input_shape = {4};
+  LayerSpec block = Spec(
+      "sequential", {},
+      {Spec("dense", {{"units", int64_t{4}}}), Spec("batch_normalization")});
+  block.trainable = false;
+  def.layers = {Spec("dense", {{"units", int64_t{4}}}), block,
+                Spec("batch_normalization"),
+                Spec("dense", {{"units", int64_t{3}}})};
+  auto m = Model::Build(def, 1, Device::Cpu());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(
+      NamesOf((*m)->trainable_variables()),
+      (std::vector<std::string>{
+          "dense/kernel", "dense/bias", "batch_normalization_1/gamma",
+          "batch_normalization_1/beta", "dense_2/kernel", "dense_2/bias"}));
+  EXPECT_EQ(
+      NamesOf((*m)->forward_state()),
+      (std::vector<std::string>{"batch_normalization_1/moving_mean",
+                                "batch_normalization_1/moving_variance"}));
+  std::vector<Tensor> before;
+  for (Variable* v : (*m)->variables())
+    before.push_back(v->value().Clone().value());
+  Tensor x = testing::RandomTensor({8, 4}, 3, DType::kF32);
+  std::vector<Tensor> trainable;
+  for (Variable* v : (*m)->trainable_variables())
+    trainable.push_back(v->value());
+  GradientTape tape;
+  ForwardContext training;
+  training.training = true;
+  auto y = (*m)->Call(x, training);
+  ASSERT_TRUE(y.ok()) << y.status();
+  auto grads = tape.Gradient(*ops::ReduceSum(*ops::Square(*y)), trainable);
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  for (const auto& g : *grads) {
+    ASSERT_TRUE(g.has_value());
+    // Nonzero: it reached the layer in front of the frozen block too.
+    const std::vector<float> values = g->ToVector<float>();
+    EXPECT_TRUE(absl::c_any_of(values, [](float e) { return e != 0; }));
+  }
+  for (size_t i = 0; i < before.size(); ++i) {
+    const Variable& v = *(*m)->variables()[i];
+    SCOPED_TRACE(v.name());
+    const bool moved = v.name().starts_with("batch_normalization_1/moving");
+    EXPECT_EQ(!testing::SameBits(v.value(), before[i]), moved);
+  }
+}
+
+// A frozen batch normalization normalises with its moving statistics in a
+// training call: the same output as inference, bit for bit.
+TEST(ModelTest, AFrozenBatchNormalizationUsesItsMovingStatistics) {
+  ModelDef def;
+  def.input_shape = {3};
+  LayerSpec bn = Spec("batch_normalization");
+  bn.trainable = false;
+  def.layers = {bn};
+  auto m = Model::Build(def, 1, Device::Cpu());
+  ASSERT_TRUE(m.ok()) << m.status();
+  // Moving statistics far from the batch's.
+  ASSERT_TRUE((*m)->variables()[2]
+                  ->Assign(Tensor::FromVector<float>({1, -2, 3}, {3}))
+                  .ok());
+  ASSERT_TRUE((*m)->variables()[3]
+                  ->Assign(Tensor::FromVector<float>({4, 0.5, 2}, {3}))
+                  .ok());
+  Tensor x = testing::RandomTensor({5, 3}, 9, DType::kF32);
+  ForwardContext training;
+  training.training = true;
+  auto trained = (*m)->Call(x, training);
+  auto inferred = (*m)->Call(x, {});
+  ASSERT_TRUE(trained.ok() && inferred.ok());
+  EXPECT_TRUE(testing::SameBits(*trained, *inferred));
 }
 
 // A residual whose branches disagree says how to mend the shortcut for

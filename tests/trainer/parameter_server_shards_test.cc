@@ -36,12 +36,17 @@ struct WorkerModel {
 };
 
 // Each variable's rows cut over two ps devices: row 0 on the first, row 1
-// on the second.
-std::unique_ptr<ParameterServerShards> TwoDeviceShards(WorkerModel& model) {
+// on the second. `frozen`: `moving` is a frozen layer's variable, not the
+// forward pass's state.
+std::unique_ptr<ParameterServerShards> TwoDeviceShards(WorkerModel& model,
+                                                       bool frozen = false) {
   const std::vector<std::vector<distribute::VariablePartition>> plan = {
       {{0, 1, 0}, {1, 2, 1}}, {{0, 1, 0}, {1, 2, 1}}};
-  auto shards = ParameterServerShards::Create(
-      model.vars(), plan, {Device::Cpu(), Device::Cpu(1)}, Sgd, std::nullopt);
+  std::vector<Variable*> forward_state;
+  if (!frozen) forward_state.push_back(&model.moving);
+  auto shards = ParameterServerShards::Create(model.vars(), forward_state, plan,
+                                              {Device::Cpu(), Device::Cpu(1)},
+                                              Sgd, std::nullopt);
   EXPECT_TRUE(shards.ok()) << shards.status();
   return shards.ok() ? *std::move(shards) : nullptr;
 }
@@ -62,8 +67,8 @@ TEST(ParameterServerShardsTest, ConcurrentWorkersForwardStateChangesAddUp) {
   std::unique_ptr<ParameterServerShards> shards = TwoDeviceShards(all);
   ASSERT_NE(shards, nullptr);
   for (WorkerModel* m : {&a, &b}) ASSERT_TRUE(shards->Read(m->vars()).ok());
-  auto read_a = ParameterServerShards::ForwardState(a.vars());
-  auto read_b = ParameterServerShards::ForwardState(b.vars());
+  auto read_a = shards->ForwardState(a.vars());
+  auto read_b = shards->ForwardState(b.vars());
   ASSERT_TRUE(read_a.ok() && read_b.ok());
   ASSERT_EQ(read_a->size(), 1u);
   // Their forward passes move the statistics.
@@ -75,6 +80,26 @@ TEST(ParameterServerShardsTest, ConcurrentWorkersForwardStateChangesAddUp) {
   EXPECT_EQ(Gathered(*shards, all, 1), (std::vector<float>{3, 30}));
 }
 
+// A frozen variable (non-trainable, not forward state) is neither read as
+// state nor pushed: a worker's copy that differs changes nothing.
+TEST(ParameterServerShardsTest, AFrozenVariableIsNeverPushed) {
+  WorkerModel worker, all;
+  std::unique_ptr<ParameterServerShards> shards =
+      TwoDeviceShards(all, /*frozen=*/true);
+  ASSERT_NE(shards, nullptr);
+  auto read = shards->ForwardState(worker.vars());
+  ASSERT_TRUE(read.ok());
+  EXPECT_TRUE(read->empty());
+  ASSERT_TRUE(
+      worker.moving.Assign(Tensor::FromVector<float>({1, 10}, {2})).ok());
+  ASSERT_TRUE(shards
+                  ->Push(worker.vars(), *read,
+                         {Tensor::FromVector<float>({1, 1}, {2})}, 1)
+                  .ok());
+  EXPECT_EQ(Gathered(*shards, all, 1), (std::vector<float>{0, 0}));
+  EXPECT_EQ(Gathered(*shards, all, 0), (std::vector<float>{-1, -1}));
+}
+
 // Update 2 reaches both devices before update 1 (two pushes racing): each
 // device applies each update at its own number, lr 2 for update 2 and 1
 // for update 1, and counts the highest.
@@ -82,7 +107,7 @@ TEST(ParameterServerShardsTest, EveryDeviceAppliesAnUpdateAtItsNumber) {
   WorkerModel worker, all;
   std::unique_ptr<ParameterServerShards> shards = TwoDeviceShards(all);
   ASSERT_NE(shards, nullptr);
-  auto read = ParameterServerShards::ForwardState(worker.vars());
+  auto read = shards->ForwardState(worker.vars());
   ASSERT_TRUE(read.ok());
   ASSERT_TRUE(shards
                   ->Push(worker.vars(), *read,
@@ -108,7 +133,7 @@ TEST(ParameterServerShardsTest, VersionMovesWithEveryChangeOnly) {
   ASSERT_TRUE(shards->Read(worker.vars()).ok());
   Gathered(*shards, all, 0);
   EXPECT_EQ(shards->version(), start);
-  auto read = ParameterServerShards::ForwardState(worker.vars());
+  auto read = shards->ForwardState(worker.vars());
   ASSERT_TRUE(read.ok());
   const Tensor grad = Tensor::FromVector<float>({1, 1}, {2});
   ASSERT_TRUE(shards->Push(worker.vars(), *read, {grad}, 1).ok());

@@ -1,6 +1,7 @@
 #include "trainer/checkpoint/warm_start.h"
 
 #include <regex>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "trainer/optim/ema.h"
@@ -25,19 +26,25 @@ absl::Status CheckWarmStartPattern(absl::string_view pattern) {
 
 absl::StatusOr<std::vector<std::pair<std::string, Variable*>>> WarmStartEntries(
     const std::vector<Variable*>& variables, absl::string_view pattern,
-    bool ema_weights) {
+    bool ema_weights, const SafetensorsFile& source) {
   absl::StatusOr<std::regex> selects = Compile(pattern);
   if (!selects.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "checkpoint.warm_start_vars: ", selects.status().message()));
   }
   std::vector<std::pair<std::string, Variable*>> entries;
+  int averaged = 0;
   for (Variable* v : variables) {
     if (!std::regex_match(v->name(), *selects)) continue;
-    entries.emplace_back(ema_weights && v->trainable()
-                             ? ExponentialMovingAverage::ShadowName(v->name())
-                             : v->name(),
-                         v);
+    std::string entry = v->name();
+    if (ema_weights) {
+      std::string shadow = ExponentialMovingAverage::ShadowName(v->name());
+      if (source.Contains(shadow)) {
+        entry = std::move(shadow);
+        ++averaged;
+      }
+    }
+    entries.emplace_back(std::move(entry), v);
   }
   if (entries.empty()) {
     return absl::InvalidArgumentError(
@@ -49,6 +56,12 @@ absl::StatusOr<std::vector<std::pair<std::string, Variable*>>> WarmStartEntries(
                            " model variables (the first is '",
                            variables.front()->name(),
                            "'; the whole name must match)"));
+  }
+  if (ema_weights && averaged == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint.warm_start_weights: ema, but ", source.path(),
+                     " holds no EMA average of the ", entries.size(),
+                     " variables it starts (its run kept no EMA; use raw)"));
   }
   return entries;
 }

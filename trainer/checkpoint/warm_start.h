@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "tensor/variable.h"
+#include "trainer/checkpoint/safetensors.h"
 
 namespace mirrortrain::trainer {
 
@@ -21,15 +22,17 @@ namespace mirrortrain::trainer {
 // InvalidArgument saying why (without the key: the caller names it).
 absl::Status CheckWarmStartPattern(absl::string_view pattern);
 
-// (entry name in the source, variable) for each of `variables` whose whole
+// (entry name in `source`, variable) for each of `variables` whose whole
 // name `pattern` matches, in their order. The entry is the variable's name,
-// or with `ema_weights` its EMA shadow's for a trainable variable (an EMA
-// averages those only; batch-norm statistics come as saved). Fails,
-// naming checkpoint.warm_start_vars, when the pattern is invalid or
-// matches none of them. The variables are not owned.
+// or with `ema_weights` its EMA shadow's where `source` holds one (its run
+// averaged the variables it trained; batch-norm statistics and layers it
+// froze come as saved). Fails, naming the key, when the pattern is invalid
+// or matches none of them, or with `ema_weights` when `source` holds no
+// average of any of them (its run kept no EMA). Entries are not checked
+// further here (Saver::Restore does). The variables are not owned.
 absl::StatusOr<std::vector<std::pair<std::string, Variable*>>> WarmStartEntries(
     const std::vector<Variable*>& variables, absl::string_view pattern,
-    bool ema_weights);
+    bool ema_weights, const SafetensorsFile& source);
 
 }  // namespace mirrortrain::trainer
 
