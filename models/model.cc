@@ -30,6 +30,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Build(const ModelDef& def,
   MT_ASSIGN_OR_RETURN(Shape out, m->body_->OutputShape(input));
   m->output_shape_.assign(out.begin() + 1, out.end());
   m->variables_ = m->body_->variables();
+  m->has_frozen_layers_ = !builder.frozen_variables().empty();
   for (Variable* v : m->variables_) {
     if (!v->trainable() && !builder.frozen_variables().contains(v)) {
       m->forward_state_.push_back(v);

@@ -64,6 +64,8 @@ class Model {
   // replicas (central storage, parameter servers) take back from them.
   // Frozen layers' variables are in neither list.
   const std::vector<Variable*>& forward_state() const { return forward_state_; }
+  // Whether a layer was built frozen (LayerSpec::trainable).
+  bool has_frozen_layers() const { return has_frozen_layers_; }
   // The table Keras's model.summary() prints: layer, output shape, params.
   std::string Summary() const;
 
@@ -73,6 +75,7 @@ class Model {
   std::unique_ptr<Layer> body_;
   std::vector<Variable*> variables_;
   std::vector<Variable*> forward_state_;
+  bool has_frozen_layers_ = false;
   std::vector<LayerSummary> summary_;
   Shape input_shape_;
   Shape output_shape_;

@@ -98,6 +98,20 @@ absl::StatusOr<models::ModelDef> ModelDefinition(const ModelConfig& m,
 
 namespace {
 
+// Training a model with variables but none trainable would fail at its
+// first update (nothing has a gradient); such a model still evaluates.
+absl::Status CheckSomethingTrains(const models::Model& model) {
+  if (model.variables().empty() || !model.trainable_variables().empty()) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      model.has_frozen_layers()
+          ? "model.layers: every layer with variables is frozen (trainable: "
+            "false), so nothing would train"
+          : "model: none of its variables is trainable, so nothing would "
+            "train");
+}
+
 // The model must map an example to one logit per class and label: [classes]
 // for one label per example, [T, classes] for sequences of T labels.
 absl::Status CheckClassifier(const models::Model& model,
@@ -236,6 +250,7 @@ absl::StatusOr<std::string> ModelSummary(const Config& config) {
   MT_ASSIGN_OR_RETURN(std::unique_ptr<models::Model> model,
                       models::Model::Build(def, config.seed, Device::Cpu()));
   MT_RETURN_IF_ERROR(CheckClassifier(*model, data));
+  MT_RETURN_IF_ERROR(CheckSomethingTrains(*model));
   // What `train` checks of the data before its first step, on the split
   // loaded here (the training split's examples are not read).
   MT_RETURN_IF_ERROR(CheckTokenIds(def, config.data, data));
@@ -505,13 +520,8 @@ absl::StatusOr<Trainer::Replica> Trainer::BuildReplica(
                       ParseMatMulPrecision(config_.precision));
   r.model->SetMixedBFloat16(precision == MatMulPrecision::kBf16);
   MT_RETURN_IF_ERROR(CheckClassifier(*r.model, test_data_));
-  // Training fails at its first update otherwise (nothing has a gradient);
-  // such a model still evaluates.
-  if (data_needs_ == DataNeeds::kTrainAndTest &&
-      !r.model->variables().empty() && r.model->trainable_variables().empty()) {
-    return absl::InvalidArgumentError(
-        "model.layers: every layer with variables is frozen (trainable: "
-        "false), so nothing would train");
+  if (data_needs_ == DataNeeds::kTrainAndTest) {
+    MT_RETURN_IF_ERROR(CheckSomethingTrains(*r.model));
   }
   MT_ASSIGN_OR_RETURN(r.index_checks, ops::IndexCheckRecord::Create(device));
   if (!with_state) return r;

@@ -113,7 +113,8 @@ TEST(FrozenLayersErrorTest, AModelWithNothingToTrainIsNamed) {
   EXPECT_EQ(t.status().message(),
             "model.layers: every layer with variables is frozen (trainable: "
             "false), so nothing would train");
-  // It still evaluates.
+  // train --dry_run says so too; the model still evaluates.
+  EXPECT_EQ(ModelSummary(*config).status().message(), t.status().message());
   t = Trainer::Create(*config, "", DataNeeds::kTest);
   EXPECT_TRUE(t.ok()) << t.status();
 }

@@ -250,6 +250,16 @@ TEST(WarmStartEmaTest, WhatTheSourceTrainedStartsAtItsAverages) {
   std::vector<std::string> no_ema = with_bn;
   no_ema.push_back("ema.decay=null");
   ASSERT_FALSE(TrainTheSource(plain_dir, no_ema).empty());
+  // A pattern that selects only what the source averaged nothing of.
+  warm.push_back("checkpoint.warm_start_vars=.*/moving_.*");
+  t = Create(warm, testing::FreshTestDir("warm_ema_stats"));
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message(),
+            absl::StrCat("checkpoint.warm_start_weights: ema, but ", source_dir,
+                         "/checkpoints/ckpt-6.safetensors holds no EMA "
+                         "average of the 2 variables it starts (its run "
+                         "averaged others only; use raw)"));
+  warm.pop_back();
   warm[warm.size() - 2] = "checkpoint.warm_start_from=" + plain_dir;
   t = Create(warm, testing::FreshTestDir("warm_ema_missing"));
   ASSERT_FALSE(t.ok());
@@ -283,6 +293,20 @@ TEST(WarmStartErrorTest, ThePatternAndWeightsNeedAWarmStart) {
                 "expression ("),
             std::string::npos)
       << config.status();
+  // Far longer than a pattern over names needs (std::regex compiles
+  // recursively: a deep enough nesting would overflow the stack).
+  const std::string nested =
+      std::string(500, '(') + "a" + std::string(500, ')');
+  config =
+      ParseConfig("", "w.yaml",
+                  Job({"train.steps=1", "checkpoint.warm_start_from=/other",
+                       "checkpoint.warm_start_vars=" + nested}));
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find(
+                "checkpoint.warm_start_vars: a pattern of 1001 characters (at "
+                "most 1000)"),
+            std::string::npos)
+      << config.status().message().substr(0, 300);
   // The defaults, as a resolved config.yaml spells them, are fine.
   config = ParseConfig("", "w.yaml",
                        Job({"train.steps=1", "checkpoint.warm_start_vars=.*",

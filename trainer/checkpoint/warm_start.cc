@@ -3,13 +3,24 @@
 #include <regex>
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "trainer/optim/ema.h"
 
 namespace mirrortrain::trainer {
 namespace {
 
+// Far beyond any pattern over variable names: libstdc++'s std::regex
+// compiles (and matches) recursively, and a pattern nested deep enough
+// would overflow the stack instead of failing.
+constexpr size_t kMaxPatternLength = 1000;
+
 absl::StatusOr<std::regex> Compile(absl::string_view pattern) {
+  if (pattern.size() > kMaxPatternLength) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a pattern of ", pattern.size(), " characters (at most ",
+                     kMaxPatternLength, ")"));
+  }
   try {
     return std::regex(pattern.begin(), pattern.end(), std::regex::ECMAScript);
   } catch (const std::regex_error& e) {
@@ -58,10 +69,14 @@ absl::StatusOr<std::vector<std::pair<std::string, Variable*>>> WarmStartEntries(
                            "'; the whole name must match)"));
   }
   if (ema_weights && averaged == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint.warm_start_weights: ema, but ", source.path(),
-                     " holds no EMA average of the ", entries.size(),
-                     " variables it starts (its run kept no EMA; use raw)"));
+    const bool kept_some =
+        absl::c_any_of(source.names(), ExponentialMovingAverage::IsShadowName);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint.warm_start_weights: ema, but ", source.path(),
+        " holds no EMA average of the ", entries.size(),
+        " variables it starts (",
+        kept_some ? "its run averaged others only" : "its run kept no EMA",
+        "; use raw)"));
   }
   return entries;
 }

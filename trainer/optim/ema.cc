@@ -3,14 +3,25 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "tensor/ops/training_ops.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::trainer {
+namespace {
+
+constexpr absl::string_view kShadowSuffix = "/ExponentialMovingAverage";
+
+}  // namespace
+
 std::string ExponentialMovingAverage::ShadowName(
     absl::string_view variable_name) {
-  return absl::StrCat(variable_name, "/ExponentialMovingAverage");
+  return absl::StrCat(variable_name, kShadowSuffix);
+}
+
+bool ExponentialMovingAverage::IsShadowName(absl::string_view name) {
+  return absl::EndsWith(name, kShadowSuffix);
 }
 
 ExponentialMovingAverage::ExponentialMovingAverage(double decay,

@@ -48,6 +48,8 @@ class ExponentialMovingAverage {
   // The name of the shadow of the variable named `variable_name` (its
   // checkpoint entry): "<variable_name>/ExponentialMovingAverage", as TF.
   static std::string ShadowName(absl::string_view variable_name);
+  // Whether `name` is a shadow's (ends as ShadowName makes it).
+  static bool IsShadowName(absl::string_view name);
 
   // Creates a shadow named ShadowName(var name) (non-trainable,
   // on the variable's device, initialised from the variable's initial
