@@ -274,6 +274,29 @@ TEST(CliTest, AWarmStartSaysWhereItsWeightsCameFrom) {
       << r.out << r.err;
 }
 
+// configs/fashion_mnist_mlp_finetune.yaml on a short source run of the
+// default config's model: a new head on the frozen body, started from the
+// source's EMA weights.
+TEST(CliTest, TheFineTuningConfigStartsFromTheDefaultRunsBody) {
+  const std::string source = FreshDir("finetune_source");
+  Result r = RunCli(
+      SmallTrain(source, {"model.hidden_units=[256,128]", "train.epochs=1"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = RunCli(
+      {"train", "--config",
+       absl::StrCat(MT_SOURCE_DIR, "/configs/fashion_mnist_mlp_finetune.yaml"),
+       "--run_dir", FreshDir("finetune"), "--set", "data.train_examples=512",
+       "--set", "data.test_examples=100", "--set",
+       "checkpoint.warm_start_from=" + source});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE((r.out + r.err)
+                .find("warm start: the EMA weights of " + source +
+                      "/checkpoints/ckpt-32.safetensors for 4 of 6 model "
+                      "variables (checkpoint.warm_start_vars)"),
+            std::string::npos)
+      << r.out << r.err;
+}
+
 TEST(CliTest, EvaluateRawFalseEvaluatesTheEmaWeightsOnly) {
   const std::string both = FreshDir("eval_both");
   const std::string ema_only = FreshDir("eval_ema_only");
