@@ -1,7 +1,6 @@
 #include "trainer/config.h"
 
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -254,17 +253,21 @@ absl::Status Validate(const Reader& r, const YAML::Node& root,
         absl::StrCat("set beside checkpoint.restore: ", c.checkpoint.restore,
                      ", which restores the whole run; set one"));
   }
-  // Defaults are left alone: a resolved config.yaml holds them.
-  for (const auto& [key, value, fallback] :
-       {std::tuple<const char*, const std::string&, const char*>{
-            "warm_start_vars", c.checkpoint.warm_start_vars, ".*"},
-        {"warm_start_weights", c.checkpoint.warm_start_weights, "raw"}}) {
-    if (c.checkpoint.warm_start_from.empty() && value != fallback) {
-      return r.Error(absl::StrCat("checkpoint.", key), node("checkpoint", key),
-                     "set without checkpoint.warm_start_from, which it "
-                     "qualifies");
+  // Off its default without a warm start (the defaults stay allowed: a
+  // resolved config.yaml holds them).
+  auto qualifies = [&](const char* key, const std::string& value,
+                       const char* fallback) -> absl::Status {
+    if (!c.checkpoint.warm_start_from.empty() || value == fallback) {
+      return absl::OkStatus();
     }
-  }
+    return r.Error(absl::StrCat("checkpoint.", key), node("checkpoint", key),
+                   "set without checkpoint.warm_start_from, which it "
+                   "qualifies");
+  };
+  MT_RETURN_IF_ERROR(
+      qualifies("warm_start_vars", c.checkpoint.warm_start_vars, ".*"));
+  MT_RETURN_IF_ERROR(
+      qualifies("warm_start_weights", c.checkpoint.warm_start_weights, "raw"));
   if (absl::Status s = CheckWarmStartPattern(c.checkpoint.warm_start_vars);
       !s.ok()) {
     return r.Error("checkpoint.warm_start_vars",

@@ -106,8 +106,8 @@ struct CheckpointConfig {
   // ECMAScript regular expression matches (TF's vars_to_warm_start); the
   // others keep their initializers.
   std::string warm_start_vars = ".*";
-  // raw: the source's weights; ema: its EMA shadows for the variables an
-  // EMA averages (the trainable ones), its weights for the others.
+  // raw: the source's weights; ema: its EMA shadow where it holds one (the
+  // variables its run trained), its weights for the others.
   std::string warm_start_weights = "raw";
   // Restore checkpoints holding NaN or infinity instead of rejecting them.
   bool allow_non_finite = false;
