@@ -299,6 +299,13 @@ bool AnyTapeRecording() {
                      [](const GradientTape* t) { return t->recording(); });
 }
 
+bool AnyRecordingTapeWatches(const Tensor& tensor) {
+  return std::any_of(active_tapes.begin(), active_tapes.end(),
+                     [&](const GradientTape* t) {
+                       return t->recording() && t->IsWatched(tensor);
+                     });
+}
+
 void RecordOperation(const OpDef& op, absl::Span<const Tensor> inputs,
                      absl::Span<const Tensor> outputs, std::any attrs) {
   if (active_tapes.empty() || !op.differentiable) return;

@@ -93,6 +93,14 @@ bool AnyTapeActive();
 // only tape's Gradient(), true there when an outer tape watches (how
 // higher-order gradients work).
 bool AnyTapeRecording();
+// True when a tape on this thread that records ops run now watches `tensor`
+// (watched, a trainable variable read in its scope, or a recorded op's
+// output): whether a gradient with respect to it can be asked for later.
+// Lets an op keep what only that gradient reads (a convolution's columns
+// for its filter's) only where it can be used: a frozen layer's kernel is
+// not watched. An op that did not keep it must still compute that gradient
+// if asked (a tensor watched after the op ran).
+bool AnyRecordingTapeWatches(const Tensor& tensor);
 // Records the op on every active tape that watches one of its inputs
 // (nothing for an op that is not differentiable).
 void RecordOperation(const OpDef& op, absl::Span<const Tensor> inputs,

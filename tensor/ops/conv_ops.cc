@@ -504,7 +504,8 @@ absl::StatusOr<Tensor> ConvForward(const ConvGeometry& g, const Tensor& x,
                       gemm ? Tensor::Empty(x.dtype(), y_shape, x.device())
                            : Tensor::Zeros(x.dtype(), y_shape, x.device()));
   if (gemm && GoesWinograd(g, x)) {
-    const bool keep = attrs != nullptr && tape::AnyTapeRecording();
+    // Only the filter's gradient reads v.
+    const bool keep = attrs != nullptr && tape::AnyRecordingTapeWatches(filter);
     Tensor v;
     MT_RETURN_IF_ERROR(internal::KernelError(
         relu_bias != nullptr ? "Conv2DBiasRelu" : "Conv2D",
@@ -517,11 +518,12 @@ absl::StatusOr<Tensor> ConvForward(const ConvGeometry& g, const Tensor& x,
   if (gemm && x.device().is_cuda()) {
     MT_ASSIGN_OR_RETURN(Tensor w2, filter.Reshaped({g.patch(), g.o}));
     MT_ASSIGN_OR_RETURN(Tensor y2, y.Reshaped({g.n * g.pixels(), g.o}));
-    // Unrecorded (evaluation, an inner tape's gradient): none kept.
+    // Columns only for a filter gradient: none kept unrecorded (evaluation,
+    // an inner tape's gradient) or for a frozen filter.
     MT_RETURN_IF_ERROR(internal::KernelError(
         relu_bias != nullptr ? "Conv2DBiasRelu" : "Conv2D",
         GpuForward(g, x, w2, y2, relu_bias,
-                   tape::AnyTapeRecording() ? attrs : nullptr),
+                   tape::AnyRecordingTapeWatches(filter) ? attrs : nullptr),
         {&x, &filter}));
     return y;
   }
@@ -648,7 +650,7 @@ absl::StatusOr<Tensor> ConvMaxPool(const Tensor& x, const Tensor& filter,
             record ? argmax.data<int32_t>() : nullptr, x.device().index)),
         {&x, &filter}));
   } else {
-    const bool keep = record && tape::AnyTapeRecording();
+    const bool keep = record && tape::AnyRecordingTapeWatches(filter);
     Tensor v;
     MT_RETURN_IF_ERROR(internal::KernelError(
         op,

@@ -327,6 +327,31 @@ TEST_F(CudaConvTest, KeptColumnsStayWithinTheirBudget) {
   EXPECT_EQ(filter_gradients(1, 0), both_kept);
 }
 
+// A frozen layer's filter is not watched, so no columns are kept for its
+// gradient; x's gradient is the same bits as with the filter watched.
+TEST_F(CudaConvTest, AnUnwatchedFilterKeepsNoColumns) {
+  ops::internal::SetConvGpuDirect(false);  // Columns for every conv.
+  const Device gpu = Device::Cuda(0);
+  const Tensor x = CopyTo(RandomTensor({3, 7, 7, 6}, 41, DType::kF32), gpu);
+  const Tensor f = CopyTo(RandomTensor({5, 5, 6, 4}, 42, DType::kF32), gpu);
+  const Tensor dy = CopyTo(RandomTensor({3, 7, 7, 4}, 43, DType::kF32), gpu);
+  auto input_gradient = [&](bool watch_filter, int64_t expect_kept) {
+    GradientTape tape;
+    tape.Watch(x);
+    if (watch_filter) tape.Watch(f);
+    absl::StatusOr<Tensor> y = ops::Conv2D(x, f, {});
+    EXPECT_TRUE(y.ok()) << y.status();
+    EXPECT_EQ(ops::internal::ConvGpuKeptColumnBytes(0), expect_kept);
+    auto g = tape.Gradient(*ops::ReduceSum(*ops::Mul(*y, dy)), {x});
+    EXPECT_TRUE(g.ok()) << g.status();
+    return CopyTo(*(*g)[0], Device::Cpu()).ToVector<float>();
+  };
+  // Patch 5 * 5 * 6 = 150 values, rows 152 apart; 3 images of 7 x 7.
+  const auto watched = input_gradient(true, 3 * 7 * 7 * 152 * 4);
+  EXPECT_EQ(input_gradient(false, 0), watched);
+  EXPECT_EQ(ops::internal::ConvGpuKeptColumnBytes(0), 0);
+}
+
 // The cnn's first layer as training runs it: the input is data (no
 // gradient), so only the filter gradient is taken. Direct and GEMM paths
 // agree with the CPU, and the direct one is the same bits every run (its

@@ -127,6 +127,35 @@ TEST(GradientTapeTest, TrainableVariablesAreWatchedAutomatically) {
   EXPECT_FALSE((*grads)[1].has_value());
 }
 
+// Whether a gradient with respect to a tensor can still be asked for: a
+// watched tensor, a trainable variable read in scope and a recorded op's
+// output, on a tape that records; not a frozen variable, an unrecorded
+// op's output, or anything once no tape records (inside the only tape's
+// Gradient, where the gradient functions run).
+TEST(GradientTapeTest, AnyRecordingTapeWatchesWhatAGradientCanReach) {
+  Variable v = *Variable::Create("v", F(2));
+  Variable frozen = *Variable::Create("frozen", F(5), /*trainable=*/false);
+  Tensor x = F(3);
+  EXPECT_FALSE(tape::AnyRecordingTapeWatches(x));
+  GradientTape tape;
+  tape.Watch(x);
+  const Tensor unrecorded = *ops::Square(frozen.value());
+  const Tensor y = *ops::Mul(*ops::Square(x), v.value());
+  EXPECT_TRUE(tape::AnyRecordingTapeWatches(x));
+  EXPECT_TRUE(tape::AnyRecordingTapeWatches(v.value()));
+  EXPECT_TRUE(tape::AnyRecordingTapeWatches(y));
+  EXPECT_FALSE(tape::AnyRecordingTapeWatches(frozen.value()));
+  EXPECT_FALSE(tape::AnyRecordingTapeWatches(unrecorded));
+  GradientOptions options;
+  bool asked = false;
+  options.on_gradient_ready = [&](size_t, std::optional<Tensor>) {
+    asked = true;
+    EXPECT_FALSE(tape::AnyRecordingTapeWatches(x));
+  };
+  ASSERT_TRUE(tape.Gradient(y, {x}, options).ok());
+  EXPECT_TRUE(asked);
+}
+
 TEST(GradientTapeTest, GradientOfATargetWithRespectToItself) {
   GradientTape tape;
   Tensor x = F(3);

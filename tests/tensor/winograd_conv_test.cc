@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -18,7 +20,9 @@
 #include "tensor/matmul_precision.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/conv_ops.h"
+#include "tensor/ops/math_ops.h"
 #include "tensor/ops/pooling_ops.h"
+#include "tensor/ops/reduction_ops.h"
 #include "tensor/winograd.h"
 #include "tests/test_util.h"
 
@@ -184,6 +188,52 @@ TEST_F(WinogradConvTest, TheKeptTransformIsReservedUntilTheBackward) {
     ASSERT_TRUE(tape.Gradient(*y, {f}).ok());
   }
   EXPECT_EQ(ops::internal::ConvGpuKeptColumnBytes(-1), 0);
+}
+
+// A frozen layer's filter is not watched: its gradient is never asked for,
+// so no transform of x is kept for it (Conv2D, with bias and relu, and
+// with the pool in the output pass), and x's gradient is the same bits as
+// when the filter is watched and its transform kept.
+TEST_F(WinogradConvTest, AnUnwatchedFilterKeepsNoTransform) {
+  ops::internal::SetConvCpuWinograd(true);
+  const Tensor x = RandomTensor({2, 10, 10, 3}, 11);
+  const Tensor f = RandomTensor({3, 3, 3, 4}, 12);
+  const Tensor b = RandomTensor({4}, 13);
+  const ops::Pool2DOptions pool;
+  const std::vector<
+      std::pair<const char*, std::function<absl::StatusOr<Tensor>()>>>
+      convs = {
+          {"Conv2D", [&] { return ops::Conv2D(x, f); }},
+          {"Conv2DBiasRelu", [&] { return ops::Conv2DBiasRelu(x, f, b); }},
+          {"Conv2DMaxPool", [&] { return ops::Conv2DMaxPool(x, f, {}, pool); }},
+      };
+  for (const auto& [name, conv] : convs) {
+    SCOPED_TRACE(name);
+    // x's gradient with the filter watched or not, and the bytes kept
+    // after the forward.
+    auto input_gradient = [&](bool watch_filter, int64_t* kept) {
+      GradientTape tape;
+      tape.Watch(x);
+      if (watch_filter) tape.Watch(f);
+      const int64_t calls = ops::internal::WinogradConvCalls();
+      absl::StatusOr<Tensor> y = conv();
+      EXPECT_TRUE(y.ok()) << y.status();
+      EXPECT_EQ(ops::internal::WinogradConvCalls() - calls, 1);
+      *kept = ops::internal::ConvGpuKeptColumnBytes(-1);
+      absl::StatusOr<std::vector<std::optional<Tensor>>> g =
+          tape.Gradient(*ops::ReduceSum(*ops::Square(*y)), {x});
+      EXPECT_TRUE(g.ok()) << g.status();
+      return g.ok() ? (*g)[0]->ToVector<double>() : std::vector<double>{};
+    };
+    int64_t kept_watched = 0, kept_frozen = 0;
+    const std::vector<double> watched = input_gradient(true, &kept_watched);
+    const std::vector<double> frozen = input_gradient(false, &kept_frozen);
+    // 16 points x 50 tiles (2 images of 5 x 5) x 3 channels, f64.
+    EXPECT_EQ(kept_watched, 16 * 50 * 3 * 8);
+    EXPECT_EQ(kept_frozen, 0);
+    EXPECT_EQ(frozen, watched);
+    EXPECT_EQ(ops::internal::ConvGpuKeptColumnBytes(-1), 0);
+  }
 }
 
 // In f32 both paths round; each is compared with the f64 result of the same
