@@ -36,16 +36,33 @@ absl::StatusOr<FlatLabels> Flatten(const Tensor& logits, const Tensor& labels) {
 
 }  // namespace
 
-absl::StatusOr<Tensor> SparseCategoricalCrossentropy(
-    const Tensor& logits, const Tensor& labels, int64_t global_batch_size) {
+absl::StatusOr<Tensor> SparseCategoricalCrossentropy(const Tensor& logits,
+                                                     const Tensor& labels,
+                                                     int64_t global_batch_size,
+                                                     double label_smoothing) {
   if (global_batch_size <= 0) {
     return absl::InvalidArgumentError("global batch size must be > 0");
+  }
+  if (!(label_smoothing >= 0 && label_smoothing <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "label smoothing must be in [0, 1], got ", label_smoothing));
   }
   MT_ASSIGN_OR_RETURN(const FlatLabels flat, Flatten(logits, labels));
   MT_ASSIGN_OR_RETURN(
       Tensor per_example,
       ops::SparseSoftmaxCrossEntropyWithLogits(flat.logits, flat.labels));
   MT_ASSIGN_OR_RETURN(Tensor sum, ops::ReduceSum(per_example));
+  if (label_smoothing > 0) {
+    // Only the batch's sum is needed: the uniform part is one reduction
+    // over every log-probability, not a per-example mean.
+    const double classes = static_cast<double>(flat.logits.dim(1));
+    MT_ASSIGN_OR_RETURN(Tensor log_probs, ops::LogSoftmax(flat.logits));
+    MT_ASSIGN_OR_RETURN(Tensor uniform, ops::ReduceSum(log_probs));
+    MT_ASSIGN_OR_RETURN(sum, ops::Scale(sum, 1 - label_smoothing));
+    MT_ASSIGN_OR_RETURN(uniform,
+                        ops::Scale(uniform, -label_smoothing / classes));
+    MT_ASSIGN_OR_RETURN(sum, ops::Add(sum, uniform));
+  }
   return ops::Scale(sum, 1.0 / static_cast<double>(global_batch_size));
 }
 

@@ -15,9 +15,15 @@ namespace mirrortrain::models {
 // Logits [b, classes] with labels [b], or per token: logits [b, T, classes]
 // with labels [b, T], where the sum runs over every token and
 // `global_batch_size` counts the labels (tokens) of the global batch.
-absl::StatusOr<Tensor> SparseCategoricalCrossentropy(const Tensor& logits,
-                                                     const Tensor& labels,
-                                                     int64_t global_batch_size);
+//
+// With `label_smoothing` e in (0, 1] each label's target is one-hot * (1 -
+// e) + e / classes, as Keras's CategoricalCrossentropy(label_smoothing=e)
+// and PyTorch's CrossEntropyLoss(label_smoothing=e): the loss is
+// (1 - e) * xent - e / classes * sum_k log softmax(logits)_k. With e = 0
+// it is the plain cross-entropy, bit for bit.
+absl::StatusOr<Tensor> SparseCategoricalCrossentropy(
+    const Tensor& logits, const Tensor& labels, int64_t global_batch_size,
+    double label_smoothing = 0);
 
 // Number of labels (rows, or tokens of sequences) whose argmax equals the
 // label.

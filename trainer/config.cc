@@ -407,7 +407,8 @@ absl::StatusOr<Config> Parse(const std::string& yaml_text,
 
   // Top-level keys: the root's own and the sections.
   const std::vector<std::string> sections = {
-      "data", "model", "optimizer", "ema", "distribute", "train", "checkpoint"};
+      "data", "model",      "loss",  "optimizer",
+      "ema",  "distribute", "train", "checkpoint"};
   Config c;
   YAML::Node resolved(YAML::NodeType::Map);
   Params top;
@@ -418,6 +419,9 @@ absl::StatusOr<Config> Parse(const std::string& yaml_text,
 
   MT_RETURN_IF_ERROR(ReadData(r, Child(root, "data"), &c, &resolved));
   MT_RETURN_IF_ERROR(ReadModel(r, Child(root, "model"), &c, &resolved));
+  MT_ASSIGN_OR_RETURN(Params loss,
+                      ReadFixed(r, root, "loss", LossSchema(), &resolved));
+  c.loss = {loss.Float("label_smoothing")};
   MT_RETURN_IF_ERROR(ReadOptimizer(r, Child(root, "optimizer"), &c, &resolved));
   MT_ASSIGN_OR_RETURN(Params ema,
                       ReadFixed(r, root, "ema", EmaSchema(), &resolved));

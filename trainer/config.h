@@ -61,6 +61,11 @@ struct OptimizerConfig {
   std::optional<double> clip_value;  // Elementwise to [-v, v].
 };
 
+struct LossConfig {
+  // Targets one-hot * (1 - e) + e / classes (models/losses.h); 0: none.
+  double label_smoothing = 0;
+};
+
 struct EmaConfig {
   std::optional<double> decay;  // Absent: no EMA.
   bool use_num_updates = false;
@@ -121,6 +126,7 @@ struct Config {
   std::string precision;
   DataConfig data;
   ModelConfig model;
+  LossConfig loss;
   OptimizerConfig optimizer;
   EmaConfig ema;
   DistributeConfig distribute;

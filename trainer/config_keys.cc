@@ -148,6 +148,20 @@ const ParamSchema& ModelSchema() {
   return *s;
 }
 
+const ParamSchema& LossSchema() {
+  static const auto* s = new ParamSchema{
+      {Param::Float("label_smoothing")
+           .Default(0.0)
+           .Min(0)
+           .Max(1)
+           .Doc("e: each label's target is one-hot * (1 - e) + e / classes "
+                "(Keras's CategoricalCrossentropy label_smoothing, "
+                "PyTorch's CrossEntropyLoss); the loss both splits log is "
+                "this objective, accuracy and bits per byte are not "
+                "smoothed")}};
+  return *s;
+}
+
 const ParamSchema& OptimizerSchema() {
   static const auto* s = new ParamSchema{
       {Param::String("name")
@@ -415,9 +429,10 @@ std::string SchemaMarkdown() {
   using config_internal::AugmentSchema, config_internal::CheckpointSchema,
       config_internal::DataSchema, config_internal::DistributeSchema,
       config_internal::EmaSchema, config_internal::LayerEntrySchema,
-      config_internal::ModelSchema, config_internal::NormalizeSchema,
-      config_internal::OptimizerSchema, config_internal::RootSchema,
-      config_internal::ScheduleSchema, config_internal::TrainSchema;
+      config_internal::LossSchema, config_internal::ModelSchema,
+      config_internal::NormalizeSchema, config_internal::OptimizerSchema,
+      config_internal::RootSchema, config_internal::ScheduleSchema,
+      config_internal::TrainSchema;
   std::string out;
   AppendTable("Top level", "", "", {&RootSchema()}, &out);
   AppendTable("`data`", "The input pipeline; `data.name` picks a source.",
@@ -451,6 +466,10 @@ std::string SchemaMarkdown() {
     AppendTable(absl::StrCat("`type: ", t->name, "`"), t->doc, "", {&t->params},
                 &out);
   }
+  AppendTable("`loss`",
+              "The sparse categorical cross-entropy of the logits, summed "
+              "over the examples (tokens) and divided by the global batch's.",
+              "loss.", {&LossSchema()}, &out);
   AppendTable("`optimizer`", "`optimizer.name` picks the optimizer.",
               "optimizer.", {&OptimizerSchema()}, &out);
   for (const OptimizerType* o : OptimizerRegistry::Global().Entries()) {

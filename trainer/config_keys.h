@@ -1,6 +1,6 @@
 // The keys of the config sections the trainer itself owns (the top level,
 // data and its normalize and augment mappings, model, optimizer and its
-// schedule, ema, distribute, train, checkpoint) and of every layer entry,
+// schedule, loss, ema, distribute, train, checkpoint) and of every layer entry,
 // with the `name` keys that pick a component; components (data sources,
 // presets, layers, optimizers, schedules) declare their own keys next to
 // their code. SchemaMarkdown (config.h) tables all of them.
@@ -24,6 +24,7 @@ const ParamSchema& DataSchema();
 const ParamSchema& NormalizeSchema();
 const ParamSchema& AugmentSchema();
 const ParamSchema& ModelSchema();
+const ParamSchema& LossSchema();
 const ParamSchema& OptimizerSchema();
 const ParamSchema& ScheduleSchema();
 const ParamSchema& EmaSchema();

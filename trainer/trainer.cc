@@ -33,6 +33,31 @@ constexpr int64_t kEvalLabels = 8192;
 // batch by batch at every evaluation (Fashion-MNIST's: 31 MB of f32).
 constexpr size_t kMaxTestBytesOnDevice = size_t{256} << 20;
 
+// One replica's evaluation sums over its batches.
+struct EvalSums {
+  double loss = 0;     // Per-label losses (loss.label_smoothing's).
+  double plain = 0;    // The same unsmoothed, where `plain` is asked for.
+  double correct = 0;  // Labels whose argmax is right.
+};
+
+// Adds the batch of host `logits` and `labels` to `sums`: summed losses
+// are a "global batch" of 1.
+absl::Status AddEvalSums(const Tensor& logits, const Tensor& labels,
+                         double smoothing, bool plain, EvalSums& sums) {
+  MT_ASSIGN_OR_RETURN(const Tensor loss, models::SparseCategoricalCrossentropy(
+                                             logits, labels, 1, smoothing));
+  sums.loss += loss.ScalarAt(0);
+  if (plain) {
+    MT_ASSIGN_OR_RETURN(
+        const Tensor xent,
+        models::SparseCategoricalCrossentropy(logits, labels, 1));
+    sums.plain += xent.ScalarAt(0);
+  }
+  MT_ASSIGN_OR_RETURN(const int64_t c, models::CountCorrect(logits, labels));
+  sums.correct += static_cast<double>(c);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 Trainer::~Trainer() = default;
@@ -230,7 +255,8 @@ absl::StatusOr<std::vector<Tensor>> Trainer::ComputeGradients(
               graph != nullptr ? graph->step_seed.device() : Tensor()};
       MT_ASSIGN_OR_RETURN(Tensor logits, r.model->Call(in.images, fctx));
       MT_ASSIGN_OR_RETURN(loss, models::SparseCategoricalCrossentropy(
-                                    logits, in.labels, update_labels));
+                                    logits, in.labels, update_labels,
+                                    config_.loss.label_smoothing));
       std::vector<Tensor> sources;
       for (Variable* v : vars) sources.push_back(v->value());
       if (i + 1 < micro_batches.size()) {
@@ -423,8 +449,11 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
       labels_per_example == 1
           ? kEvalBatch
           : std::max<int64_t>(1, kEvalLabels / labels_per_example);
-  std::vector<double> loss_sums(replicas, 0.0);
-  std::vector<double> corrects(replicas, 0.0);
+  const double smoothing = config_.loss.label_smoothing;
+  // Bits per byte measure the plain cross-entropy: summed apart when the
+  // logged loss is smoothed.
+  const bool plain_apart = test_data_.bytes_as_tokens && smoothing > 0;
+  std::vector<EvalSums> sums(replicas);
   MT_RETURN_IF_ERROR(
       runner->Run([&](distribute::ReplicaContext& ctx) -> absl::Status {
         const int id = ctx.replica_id();
@@ -448,35 +477,36 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
           MT_ASSIGN_OR_RETURN(images, images.To(ctx.device()));
           MT_ASSIGN_OR_RETURN(Tensor logits, r.model->Call(images, {}));
           MT_ASSIGN_OR_RETURN(logits, logits.To(Device::Cpu()));
-          // The sum of per-label losses: a "global batch" of 1.
-          MT_ASSIGN_OR_RETURN(
-              Tensor loss,
-              models::SparseCategoricalCrossentropy(logits, labels, 1));
-          MT_ASSIGN_OR_RETURN(const double sum, HostValue(loss));
-          loss_sums[id] += sum;
-          MT_ASSIGN_OR_RETURN(int64_t c, models::CountCorrect(logits, labels));
-          corrects[id] += static_cast<double>(c);
+          MT_RETURN_IF_ERROR(
+              AddEvalSums(logits, labels, smoothing, plain_apart, sums[id]));
         }
         if (swap) MT_RETURN_IF_ERROR(swap->Restore());
         return absl::OkStatus();
       }));
   // This process's sums, then (in rank order) every process's.
-  double sums[2] = {
-      distribute::Strategy::Reduce(distribute::ReduceOp::kSum, loss_sums),
-      distribute::Strategy::Reduce(distribute::ReduceOp::kSum, corrects)};
+  auto reduce = [&](double EvalSums::*field) {
+    std::vector<double> values;
+    for (const EvalSums& s : sums) values.push_back(s.*field);
+    return distribute::Strategy::Reduce(distribute::ReduceOp::kSum, values);
+  };
+  double totals[3] = {reduce(&EvalSums::loss), reduce(&EvalSums::correct),
+                      reduce(&EvalSums::plain)};
   if (runner == strategy_.get()) {
-    MT_RETURN_IF_ERROR(
-        processes_->AllReduceSum(absl::MakeSpan(sums), "the evaluation sums"));
+    MT_RETURN_IF_ERROR(processes_->AllReduceSum(absl::MakeSpan(totals),
+                                                "the evaluation sums"));
   }
-  const double loss_sum = sums[0], correct = sums[1];
+  const double loss_sum = totals[0], correct = totals[1];
+  const double plain_sum = plain_apart ? totals[2] : loss_sum;
   EvalResult result;
   result.examples = n;
   result.labels = n * labels_per_example;
   const double labels = static_cast<double>(result.labels);
   result.loss = labels > 0 ? loss_sum / labels : 0;
   result.accuracy = labels > 0 ? correct / labels : 0;
-  if (test_data_.bytes_as_tokens)
-    result.bits_per_byte = result.loss / std::numbers::ln2;
+  if (test_data_.bytes_as_tokens) {
+    result.bits_per_byte =
+        (labels > 0 ? plain_sum / labels : 0) / std::numbers::ln2;
+  }
   return result;
 }
 

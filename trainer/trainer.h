@@ -75,9 +75,12 @@ struct EvalResult {
   int64_t examples = 0;
   // Labels evaluated: examples, or tokens of sequence data.
   int64_t labels = 0;
-  double loss = 0;      // Mean per-label (example or token) cross-entropy.
+  // Mean per-label (example or token) cross-entropy, with the training
+  // objective's loss.label_smoothing (as Keras and torchvision evaluate).
+  double loss = 0;
   double accuracy = 0;  // Fraction of argmax == label.
-  // Byte tokens (the `text` source): loss / ln 2, else absent.
+  // Byte tokens (the `text` source): the unsmoothed loss / ln 2, else
+  // absent.
   std::optional<double> bits_per_byte;
 };
 

@@ -4,6 +4,9 @@
 #include "models/losses.h"
 
 #include <cmath>
+#include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -91,6 +94,79 @@ TEST(SequenceLossTest, LabelsOfTheWrongRankAreAnError) {
       logits, *Labels().Reshaped({kBatch * kTime}), kBatch * kTime);
   ASSERT_FALSE(loss.ok());
   EXPECT_EQ(loss.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Label smoothing against Keras's CategoricalCrossentropy(label_smoothing)
+// (scripts/golden/label_smoothing.py): the loss and its gradient for a
+// classifier's rows and a sequence model's tokens, f32.
+TEST(LabelSmoothingTest, MatchesKeras) {
+  absl::StatusOr<std::map<std::string, Tensor>> golden =
+      testing::LoadGolden(testing::GoldenPath("label_smoothing.txt"));
+  ASSERT_TRUE(golden.ok()) << golden.status();
+  auto g = [&](const std::string& name) -> const Tensor& {
+    auto it = golden->find(name);
+    EXPECT_NE(it, golden->end()) << name;
+    return it->second;
+  };
+  int checked = 0;
+  for (const std::string c : {"rows", "tokens"}) {
+    const Tensor& logits = g(c + "/logits");
+    const int64_t global =
+        static_cast<int64_t>(g(c + "/global_batch").ScalarAt(0));
+    for (const std::string e : {"e01", "e05", "e10"}) {
+      SCOPED_TRACE(c + "/" + e);
+      const std::string p = c + "/" + e;
+      GradientTape tape;
+      tape.Watch(logits);
+      absl::StatusOr<Tensor> loss =
+          SparseCategoricalCrossentropy(logits, g(c + "/labels"), global,
+                                        g(p + "/label_smoothing").ScalarAt(0));
+      ASSERT_TRUE(loss.ok()) << loss.status();
+      EXPECT_TRUE(testing::AllClose(*loss, g(p + "/loss"), 1e-6, 1e-6));
+      auto grads = tape.Gradient(*loss, {logits});
+      ASSERT_TRUE(grads.ok()) << grads.status();
+      EXPECT_TRUE(testing::AllClose(*(*grads)[0], g(p + "/grad"), 1e-6, 1e-7));
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 6);
+}
+
+// No smoothing is the plain cross-entropy, bit for bit; shards divided by
+// the global batch add up to the whole batch's smoothed loss; the gradient
+// matches finite differences; a smoothing outside [0, 1] is an error.
+TEST(LabelSmoothingTest, ZeroIsPlainAndShardsAddUp) {
+  const Tensor logits = testing::RandomTensor({kBatch, kTime, kClasses}, 4);
+  const Tensor labels = Labels();
+  const int64_t global = kBatch * kTime;
+  EXPECT_EQ(SparseCategoricalCrossentropy(logits, labels, global, 0)
+                ->ToVector<double>(),
+            SparseCategoricalCrossentropy(logits, labels, global)
+                ->ToVector<double>());
+  auto loss = SparseCategoricalCrossentropy(logits, labels, global, 0.2);
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  EXPECT_GT(loss->ScalarAt(0),
+            SparseCategoricalCrossentropy(logits, labels, global)->ScalarAt(0));
+  double shards = 0;
+  for (auto [begin, rows] : {std::pair<int64_t, int64_t>{0, 1}, {1, 2}}) {
+    auto part = SparseCategoricalCrossentropy(*logits.SliceRows(begin, rows),
+                                              *labels.SliceRows(begin, rows),
+                                              global, 0.2);
+    ASSERT_TRUE(part.ok()) << part.status();
+    shards += part->ScalarAt(0);
+  }
+  EXPECT_NEAR(shards, loss->ScalarAt(0), 1e-12);
+  testing::ExpectGradientsMatch(
+      [&](const std::vector<Tensor>& in) {
+        return SparseCategoricalCrossentropy(in[0], labels, global, 0.2);
+      },
+      {testing::RandomTensor({kBatch, kTime, kClasses}, 5)});
+  for (const double bad : {-0.1, 1.5, std::nan("")}) {
+    auto refused = SparseCategoricalCrossentropy(logits, labels, global, bad);
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_NE(refused.status().message().find("label smoothing"),
+              std::string::npos);
+  }
 }
 
 }  // namespace

@@ -437,6 +437,42 @@ TEST(CliTest, Bf16TrainsAndEvalAppliesTheSamePolicy) {
   EXPECT_EQ(eval("fp32").find(bf16), std::string::npos);
 }
 
+// loss.label_smoothing trains (to numbers of its own) and both splits log
+// the smoothed objective: eval reproduces the logged test numbers only
+// with it, and without it gives a lower loss at the same accuracy.
+TEST(CliTest, LabelSmoothingIsTheLoggedObjectiveOfBothSplits) {
+  const std::string plain_dir = FreshDir("plain"), ls_dir = FreshDir("ls");
+  ASSERT_EQ(RunCli(SmallTrain(plain_dir)).exit_code, 0);
+  Result r = RunCli(SmallTrain(ls_dir, {"loss.label_smoothing=0.2"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string plain = LastTestNumbers(plain_dir, "raw");
+  const std::string smoothed = LastTestNumbers(ls_dir, "raw");
+  ASSERT_FALSE(smoothed.empty());
+  EXPECT_NE(smoothed, plain) << "label smoothing trained the plain numbers";
+  auto number = [](const std::string& text, const std::string& key) {
+    const size_t at = text.find("\"" + key + "\": ");
+    EXPECT_NE(at, std::string::npos) << key << " in " << text;
+    return at == std::string::npos
+               ? 0.0
+               : std::stod(text.substr(at + key.size() + 4));
+  };
+  EXPECT_GT(number(smoothed, "accuracy"), 0.6) << smoothed;
+  auto eval = [&](const std::string& smoothing) {
+    Result e =
+        RunCli({"eval", "--config", Config(), "--checkpoint",
+                ls_dir + "/checkpoints", "--weights", "raw", "--set",
+                "data.test_examples=500", "--set", "model.hidden_units=[32]",
+                "--set", "loss.label_smoothing=" + smoothing});
+    EXPECT_EQ(e.exit_code, 0) << e.err;
+    return e.out;
+  };
+  EXPECT_NE(eval("0.2").find(smoothed), std::string::npos) << smoothed;
+  const std::string unsmoothed = eval("0");
+  EXPECT_EQ(unsmoothed.find(smoothed), std::string::npos);
+  EXPECT_LT(number(unsmoothed, "loss"), number(smoothed, "loss"));
+  EXPECT_EQ(number(unsmoothed, "accuracy"), number(smoothed, "accuracy"));
+}
+
 TEST(CliTest, InspectListsTensorsAndMetadata) {
   const std::string dir = FreshDir("inspect");
   ASSERT_EQ(RunCli(SmallTrain(dir, {"train.epochs=1"})).exit_code, 0);
@@ -503,6 +539,11 @@ TEST(CliTest, BadConfigsExit2WithOneLineNamingFileAndKey) {
       {"model:\n  layers:\n    - {type: flatten}\n    - {type: dense, "
        "units: 7}\n",
        "", "the data has 10 classes"},
+      {"loss: {label_smoothing: 1.5}\n", "",
+       "bad.yaml:1: loss.label_smoothing: expected a number in [0, 1], got "
+       "1.5"},
+      {"loss: {smoothing: 0.1}\n", "",
+       "bad.yaml:1: loss.smoothing: unknown key"},
       {"seed: 1\n", "optimizer.lr=3",
        "--set optimizer.lr=3: optimizer.lr: unknown key"},
       {"seed: 1\n", "train.epochs=zero",

@@ -414,6 +414,19 @@ checkpoint: {every_steps: 0}
   const double loss = number("loss");
   EXPECT_LT(loss, 0.5 * std::log(256.0));
   EXPECT_NEAR(number("bits_per_byte"), loss / std::log(2.0), 1e-6 * loss);
+  // Label smoothing changes the logged loss, not the bits per byte, which
+  // measure the plain cross-entropy.
+  Result smoothed = RunCli({"eval", "--config", config, "--checkpoint",
+                            dir + "/run/checkpoints", "--weights", "raw",
+                            "--set", "loss.label_smoothing=0.3"});
+  ASSERT_EQ(smoothed.exit_code, 0) << smoothed.err;
+  auto bits = [](const std::string& out) {
+    return out.substr(out.find("\"bits_per_byte\": "));
+  };
+  EXPECT_EQ(bits(smoothed.out), bits(eval.out)) << smoothed.out;
+  const size_t at = smoothed.out.find("\"loss\": ");
+  ASSERT_NE(at, std::string::npos) << smoothed.out;
+  EXPECT_GT(std::stod(smoothed.out.substr(at + 8)), loss);
   // A model without one logit per byte value and token.
   ExpectExit2({"train", "--config", config, "--run_dir", dir + "/run2", "--set",
                "model.layers=[{type: dense, units: 256}]"},

@@ -74,7 +74,8 @@ struct Trained {
 };
 
 Trained Train(const absl::StatusOr<models::ModelDef>& def, double learning_rate,
-              const std::vector<Batch>& batches, Device device) {
+              const std::vector<Batch>& batches, Device device,
+              double label_smoothing = 0) {
   Trained out;
   EXPECT_TRUE(def.ok()) << def.status();
   if (!def.ok()) return out;
@@ -99,8 +100,8 @@ Trained Train(const absl::StatusOr<models::ModelDef>& def, double learning_rate,
     EXPECT_TRUE(logits.ok()) << logits.status();
     if (!logits.ok()) return out;
     EXPECT_EQ(logits->device(), device);
-    absl::StatusOr<Tensor> loss =
-        models::SparseCategoricalCrossentropy(*logits, *labels, kBatch);
+    absl::StatusOr<Tensor> loss = models::SparseCategoricalCrossentropy(
+        *logits, *labels, kBatch, label_smoothing);
     EXPECT_TRUE(loss.ok()) << loss.status();
     if (!loss.ok()) return out;
     absl::Status s = (*optimizer)->Minimize(tape, *loss, vars);
@@ -161,6 +162,17 @@ TEST_F(GpuTrainingTest, MlpFollowsCpuTrajectory) {
   const Trained cpu = Train(spec, 0.01, batches, Device::Cpu());
   const Trained gpu = Train(spec, 0.01, batches, Device::Cuda(0));
   ExpectSameTrajectory(gpu, cpu);
+}
+
+// The smoothed loss's extra log-softmax and sum on the GPU.
+TEST_F(GpuTrainingTest, LabelSmoothingFollowsCpuTrajectory) {
+  const auto spec = models::ExpandPreset(
+      "mlp", {{"hidden_units", std::vector<int64_t>{64}}}, {28, 28, 1}, 10);
+  const std::vector<Batch> batches = MakeBatches(DType::kI64);
+  const Trained cpu = Train(spec, 0.01, batches, Device::Cpu(), 0.1);
+  const Trained gpu = Train(spec, 0.01, batches, Device::Cuda(0), 0.1);
+  ExpectSameTrajectory(gpu, cpu);
+  EXPECT_NE(cpu.losses, Train(spec, 0.01, batches, Device::Cpu()).losses);
 }
 
 TEST_F(GpuTrainingTest, CnnFollowsCpuTrajectory) {
