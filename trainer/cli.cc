@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 #include <set>
 #include <string>
@@ -25,6 +26,7 @@
 #include "trainer/config.h"
 #include "trainer/metrics_logger.h"
 #include "trainer/one_line.h"
+#include "trainer/predict.h"
 #include "trainer/sample.h"
 #include "trainer/signals.h"
 #include "trainer/trainer.h"
@@ -47,6 +49,8 @@ constexpr char kUsage[] =
     "[--weights raw|ema] [--set KEY=VALUE]...\n"
     "  mirrortrain sample  --config FILE --checkpoint PATH_OR_DIR "
     "[--prompt TEXT] [--length N] [--temperature T] [--seed S]\n"
+    "  mirrortrain predict --config FILE --checkpoint PATH_OR_DIR "
+    "--input X.npy --output Y.npy\n"
     "  mirrortrain inspect CHECKPOINT\n"
     "  mirrortrain config  --schema | --config FILE [--set KEY=VALUE]... "
     "[--json]\n"
@@ -55,7 +59,7 @@ constexpr char kUsage[] =
     "Run 'mirrortrain VERB --help' for a verb's options.\n"
     "Environment: MIRRORTRAIN_SWITCHES=NAME=on|off,... switches "
     "optimizations\n"
-    "off or on for measuring them (train, eval, sample; README, "
+    "off or on for measuring them (train, eval, sample, predict; README, "
     "\"Internal switches\").\n";
 
 constexpr char kTrainUsage[] =
@@ -106,6 +110,18 @@ constexpr char kSampleUsage[] =
     "  --seed S           the draws' seed (default 0; needs T > 0)\n"
     "  --weights W        ema (default when the config has EMA) or raw\n";
 
+constexpr char kPredictUsage[] =
+    "usage: mirrortrain predict --config FILE --checkpoint PATH_OR_DIR "
+    "--input X.npy --output Y.npy [--weights raw|ema] [--set KEY=VALUE]...\n"
+    "\n"
+    "Writes the model's outputs (a classifier's logits) for the examples of\n"
+    "a .npy array, as Keras's Model.predict, and prints one JSON line.\n"
+    "  --input X.npy      uint8 (scaled to [0, 1]) or float32 examples of the\n"
+    "                     model's input shape ([n, h, w] gets one channel);\n"
+    "                     data.normalize applies as in training\n"
+    "  --output Y.npy     float32 [n, ...output shape], written atomically\n"
+    "  --weights W        ema (default when the config has EMA) or raw\n";
+
 constexpr char kInspectUsage[] =
     "usage: mirrortrain inspect CHECKPOINT\n"
     "\n"
@@ -121,6 +137,8 @@ struct Args {
   std::string length;
   std::string temperature;
   std::string seed;
+  std::string input;
+  std::string output;
   std::vector<std::string> positional;
   bool help = false;
   bool dry_run = false;
@@ -197,6 +215,8 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv,
     if (name == "length") args.length = value;
     if (name == "temperature") args.temperature = value;
     if (name == "seed") args.seed = value;
+    if (name == "input") args.input = value;
+    if (name == "output") args.output = value;
   }
   return args;
 }
@@ -396,6 +416,13 @@ std::optional<std::unique_ptr<Trainer>> RestoredTrainer(absl::string_view verb,
   return *std::move(trainer);
 }
 
+// `text` as a JSON string. A path need not be UTF-8: `replace` writes
+// U+FFFD for a bad byte where dump() would otherwise throw.
+std::string JsonString(const std::string& text) {
+  return nlohmann::json(text).dump(-1, ' ', false,
+                                   nlohmann::json::error_handler_t::replace);
+}
+
 int Eval(int argc, char** argv) {
   std::optional<Args> args =
       ParseVerbArgs(argc, argv, {"config", "set", "checkpoint", "weights"}, 0);
@@ -417,11 +444,7 @@ int Eval(int argc, char** argv) {
   absl::StatusOr<EvalResult> result = (*trainer)->Evaluate(weights == "ema");
   if (!result.ok()) return FailHere(result.status());
   if (!Reports()) return kExitOk;
-  // A path need not be UTF-8: `replace` writes U+FFFD for a bad byte where
-  // dump() would otherwise throw.
-  const std::string checkpoint =
-      nlohmann::json((*trainer)->restored_from())
-          .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const std::string checkpoint = JsonString((*trainer)->restored_from());
   // Byte-token (text) data: the tokens evaluated and bits per byte too.
   std::string text_fields;
   if (result->bits_per_byte) {
@@ -532,6 +555,71 @@ int Sample(int argc, char** argv) {
   return kExitOk;
 }
 
+int Predict(int argc, char** argv) {
+  std::optional<Args> args = ParseVerbArgs(
+      argc, argv, {"config", "set", "checkpoint", "weights", "input", "output"},
+      0);
+  if (!args.has_value()) return kExitUsage;
+  if (args->help) {
+    std::fputs(kPredictUsage, stdout);
+    return kExitOk;
+  }
+  if (args->config.empty() || args->checkpoint.empty() || args->input.empty() ||
+      args->output.empty()) {
+    return Usage("predict",
+                 "--config FILE, --checkpoint PATH_OR_DIR, --input X.npy and "
+                 "--output Y.npy are required");
+  }
+  // Refused before any work: the atomic write needs the output's directory
+  // and renames over a file, never a directory.
+  const std::filesystem::path out_dir =
+      std::filesystem::path(args->output).parent_path();
+  std::error_code ec;
+  if (!out_dir.empty() && !std::filesystem::is_directory(out_dir, ec)) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--output ", args->output, ": ", out_dir.string(),
+                     " is not a directory")));
+  }
+  if (std::filesystem::is_directory(args->output, ec)) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--output ", args->output, ": is a directory")));
+  }
+  std::string weights;
+  int code = kExitFailure;
+  std::optional<std::unique_ptr<Trainer>> trainer =
+      RestoredTrainer("predict", *args, DataNeeds::kShapes, &weights, &code);
+  if (!trainer.has_value()) return code;
+  // Every process of a job computes the outputs; the chief writes them.
+  Shape shape;
+  absl::Status s = (*trainer)->WithModel(
+      weights == "ema",
+      [&](models::Model& model, Device device) -> absl::Status {
+        MT_ASSIGN_OR_RETURN(
+            const Tensor inputs,
+            ReadPredictInputs(args->input, model.input_shape(),
+                              (*trainer)->config().data.normalize));
+        MT_ASSIGN_OR_RETURN(const Tensor outputs,
+                            trainer::Predict(model, device, inputs));
+        shape = outputs.shape();
+        if (!Reports()) return absl::OkStatus();
+        // A failed write is a failure while running, not bad input.
+        absl::Status written = WriteNpy(args->output, outputs);
+        if (written.ok() || ExitCodeFor(written) != kExitUsage) return written;
+        return absl::InternalError(written.message());
+      });
+  if (std::optional<int> failed = FailIfAnyFailed(s)) return *failed;
+  if (!Reports()) return kExitOk;
+  std::printf(
+      "{\"checkpoint\": %s, \"step\": %lld, \"weights\": \"%s\", "
+      "\"examples\": %lld, \"output\": %s, \"shape\": %s}\n",
+      JsonString((*trainer)->restored_from()).c_str(),
+      static_cast<long long>((*trainer)->global_step()), weights.c_str(),
+      static_cast<long long>(shape.empty() ? 0 : shape[0]),
+      JsonString(args->output).c_str(),
+      absl::StrCat("[", absl::StrJoin(shape, ", "), "]").c_str());
+  return kExitOk;
+}
+
 int Inspect(int argc, char** argv) {
   std::optional<Args> args = ParseVerbArgs(argc, argv, {}, 1);
   if (!args.has_value()) return kExitUsage;
@@ -595,8 +683,8 @@ int ConfigVerb(int argc, char** argv) {
 int Dispatch(int argc, char** argv) {
   if (argc < 2) {
     std::fputs(
-        "mirrortrain: a command is required: train, eval, sample, inspect or "
-        "config "
+        "mirrortrain: a command is required: train, eval, sample, predict, "
+        "inspect or config "
         "(see mirrortrain --help)\n",
         stderr);
     return kExitUsage;
@@ -609,11 +697,9 @@ int Dispatch(int argc, char** argv) {
     }
     // `mirrortrain help train`: that verb's usage, as `train --help`.
     const std::pair<absl::string_view, const char*> verbs[] = {
-        {"train", kTrainUsage},
-        {"eval", kEvalUsage},
-        {"sample", kSampleUsage},
-        {"inspect", kInspectUsage},
-        {"config", kConfigUsage}};
+        {"train", kTrainUsage},     {"eval", kEvalUsage},
+        {"sample", kSampleUsage},   {"predict", kPredictUsage},
+        {"inspect", kInspectUsage}, {"config", kConfigUsage}};
     for (const auto& [name, usage] : verbs) {
       if (argc == 3 && argv[2] == name) {
         std::fputs(usage, stdout);
@@ -622,7 +708,7 @@ int Dispatch(int argc, char** argv) {
     }
     std::fprintf(stderr,
                  "mirrortrain: %s takes one command (train, eval, sample, "
-                 "inspect or config), got '%s'%s\n",
+                 "predict, inspect or config), got '%s'%s\n",
                  std::string(verb).c_str(), OneLine(argv[2]).c_str(),
                  argc > 3 ? " and more" : "");
     return kExitUsage;
@@ -641,8 +727,8 @@ int Dispatch(int argc, char** argv) {
   // Measurement knobs (tensor/internal_switches.h) for the verbs that run
   // a model, before any work.
   const char* spec = std::getenv("MIRRORTRAIN_SWITCHES");
-  const bool runs_a_model =
-      verb == "train" || verb == "eval" || verb == "sample";
+  const bool runs_a_model = verb == "train" || verb == "eval" ||
+                            verb == "sample" || verb == "predict";
   if (runs_a_model && spec != nullptr) {
     absl::StatusOr<std::string> applied = ApplyInternalSwitches(spec);
     if (!applied.ok()) {
@@ -655,9 +741,10 @@ int Dispatch(int argc, char** argv) {
     }
   }
   if (runs_a_model) {
-    const int code = verb == "train"  ? Train(argc, argv)
-                     : verb == "eval" ? Eval(argc, argv)
-                                      : Sample(argc, argv);
+    const int code = verb == "train"    ? Train(argc, argv)
+                     : verb == "eval"   ? Eval(argc, argv)
+                     : verb == "sample" ? Sample(argc, argv)
+                                        : Predict(argc, argv);
     // Whether the switched paths were taken (an A/B row's proof); nothing
     // after a usage error's one line.
     const std::string calls =

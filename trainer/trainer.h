@@ -127,6 +127,8 @@ class Trainer {
       bool ema, const std::function<absl::Status(models::Model&, Device)>& fn);
 
   int64_t global_step() const;
+  // The resolved config it was created with.
+  const Config& config() const { return config_; }
 
   // Restores every replica (variables, slots, EMA shadows), the step and the
   // input position from a checkpoint file or a directory's latest.

@@ -54,7 +54,7 @@ TEST(CliTest, HelpAndVersion) {
   EXPECT_EQ(stray.exit_code, 2);
   EXPECT_EQ(stray.err,
             "mirrortrain: --help takes one command (train, eval, sample, "
-            "inspect or config), got 'x'\n");
+            "predict, inspect or config), got 'x'\n");
   stray = RunCli({"train", "--help", "x"});
   EXPECT_EQ(stray.exit_code, 2);
   EXPECT_EQ(stray.err,

@@ -301,6 +301,25 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view bytes,
   return header;
 }
 
+std::string NpyHeaderBytes(absl::string_view descr,
+                           const std::vector<int64_t>& shape) {
+  // Python's tuple syntax: a one-element tuple keeps its comma.
+  const std::string tuple =
+      shape.size() == 1 ? absl::StrCat("(", shape[0], ",)")
+                        : absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
+  std::string dict =
+      absl::StrCat("{'descr': '", descr,
+                   "', 'fortran_order': False, 'shape': ", tuple, ", }");
+  // Magic, version and the 2-byte length before it; a newline ends it.
+  const size_t unpadded = kMagic.size() + 4 + dict.size() + 1;
+  dict.append((64 - unpadded % 64) % 64, ' ');
+  dict.push_back('\n');
+  std::string out(kMagic);
+  out.append({'\x01', '\x00', static_cast<char>(dict.size() & 0xff),
+              static_cast<char>(dict.size() >> 8)});
+  return out + dict;
+}
+
 absl::StatusOr<NpyArray> ParseNpy(std::string bytes, const std::string& where) {
   MT_ASSIGN_OR_RETURN(NpyHeader header, ParseNpyHeader(bytes, where));
   const uint64_t need =

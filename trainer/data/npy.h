@@ -48,6 +48,12 @@ struct NpyArray {
   const char* data() const { return bytes.data() + header.data_offset; }
 };
 
+// The header of a version 1.0 file of a C-order array of `descr` ("<f4")
+// and `shape`, padded with spaces so the elements start at a multiple of
+// 64 bytes, as numpy writes it: the elements follow it.
+std::string NpyHeaderBytes(absl::string_view descr,
+                           const std::vector<int64_t>& shape);
+
 // Checks that `bytes` (the whole file) holds exactly the elements its
 // header promises: fewer is "truncated", more is "trailing bytes".
 absl::StatusOr<NpyArray> ParseNpy(std::string bytes, const std::string& where);

@@ -25,6 +25,7 @@
 #include "trainer/data/dataset.h"
 #include "trainer/data/gz_file.h"
 #include "trainer/data/npy.h"
+#include "trainer/data/npy_examples.h"
 #include "trainer/data/zip_archive.h"
 
 namespace mirrortrain::trainer {
@@ -109,64 +110,6 @@ class ArraySet {
   std::optional<ZipArchive> zip_;
 };
 
-// The per-example image shape of x, with the channel added to [n, h, w].
-absl::StatusOr<Shape> ExampleShape(const NpyHeader& x,
-                                   const std::string& where) {
-  const std::vector<int64_t>& s = x.shape;
-  if (s.size() < 2 || s.size() > 4) {
-    return BadData(where, absl::StrCat("shape ", x.ShapeString(),
-                                       " is not [n, features], [n, h, w] or "
-                                       "[n, h, w, c]"));
-  }
-  for (size_t i = 1; i < s.size(); ++i) {
-    if (s[i] == 0) {
-      return BadData(where, absl::StrCat("shape ", x.ShapeString(),
-                                         " has empty examples"));
-    }
-  }
-  if (s.size() == 3) return Shape{s[1], s[2], 1};
-  return Shape(s.begin() + 1, s.end());
-}
-
-absl::Status CheckXDtype(const NpyHeader& x, const std::string& where) {
-  if ((x.kind == 'u' && x.item_bytes == 1) ||
-      (x.kind == 'f' && x.item_bytes == 4)) {
-    return absl::OkStatus();
-  }
-  return BadData(where,
-                 absl::StrCat("dtype '", x.descr,
-                              "' is neither uint8 (pixels, scaled to [0, 1]) "
-                              "nor float32 (convert with "
-                              "x.astype(np.float32))"));
-}
-
-absl::StatusOr<Tensor> ImagesTensor(const NpyArray& x,
-                                    const std::string& where) {
-  MT_RETURN_IF_ERROR(CheckXDtype(x.header, where));
-  MT_ASSIGN_OR_RETURN(Shape example, ExampleShape(x.header, where));
-  const int64_t n = x.header.shape[0];
-  if (n == 0) return BadData(where, "holds no examples");
-  Shape shape = {n};
-  shape.insert(shape.end(), example.begin(), example.end());
-  MT_ASSIGN_OR_RETURN(Tensor images, Tensor::Empty(DType::kF32, shape));
-  float* out = images.data<float>();
-  const int64_t count = x.header.num_elements();
-  if (x.header.kind == 'u') {
-    const std::array<float, 256>& scale = ByteToUnitTable();
-    const auto* in = reinterpret_cast<const uint8_t*>(x.data());
-    for (int64_t i = 0; i < count; ++i) out[i] = scale[in[i]];
-    return images;
-  }
-  std::memcpy(out, x.data(), count * sizeof(float));
-  for (int64_t i = 0; i < count; ++i) {
-    if (!std::isfinite(out[i])) {
-      return BadData(where, absl::StrCat("element ", i, " is ", out[i],
-                                         " (inputs must be finite)"));
-    }
-  }
-  return images;
-}
-
 // The labels as int64 (u64 values above int64's range are out of range,
 // and named as they are). Elements are little-endian, as the host's.
 absl::StatusOr<std::vector<int64_t>> LabelValues(const NpyArray& y,
@@ -249,16 +192,16 @@ absl::StatusOr<InMemoryDataset> LoadNpz(const std::string& path, bool train,
   InMemoryDataset dataset;
   dataset.name = "npz/" + split;
   dataset.origin = arrays.Where(x_name);
-  MT_ASSIGN_OR_RETURN(dataset.images, ImagesTensor(x, arrays.Where(x_name)));
+  MT_ASSIGN_OR_RETURN(dataset.images, NpyExamples(x, arrays.Where(x_name)));
   const bool bytes = x.header.kind == 'u';
   x = NpyArray();  // Converted; free the bytes.
 
   // Both splits must feed the same model.
   const std::string x_other = "x_" + other;
   MT_ASSIGN_OR_RETURN(NpyHeader other_header, arrays.ReadHeader(x_other));
-  MT_RETURN_IF_ERROR(CheckXDtype(other_header, arrays.Where(x_other)));
+  MT_RETURN_IF_ERROR(CheckExampleDtype(other_header, arrays.Where(x_other)));
   MT_ASSIGN_OR_RETURN(Shape other_example,
-                      ExampleShape(other_header, arrays.Where(x_other)));
+                      NpyExampleShape(other_header, arrays.Where(x_other)));
   // Said here too: the test split loads first, and the classes it counts
   // from an empty training split would fail the model's check first.
   if (other_header.shape[0] == 0) {

@@ -106,6 +106,24 @@ void ExpectArrays(const InMemoryDataset& train, const InMemoryDataset& test) {
   }
 }
 
+// NpyHeaderBytes (what `mirrortrain predict` writes) is byte for byte the
+// header numpy wrote for each array of the fixture: uint8 and float32
+// images, int64 labels of one dimension.
+TEST(NpzTest, NpyHeaderBytesAreNumpys) {
+  absl::StatusOr<ZipArchive> zip =
+      ZipArchive::Open(GoldenPath("npz_stored.npz"));
+  ASSERT_TRUE(zip.ok()) << zip.status();
+  for (const char* name : {"x_train", "y_train", "x_test", "y_test"}) {
+    SCOPED_TRACE(name);
+    absl::StatusOr<std::string> bytes = zip->Read(absl::StrCat(name, ".npy"));
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    absl::StatusOr<NpyHeader> header = ParseNpyHeader(*bytes, name);
+    ASSERT_TRUE(header.ok()) << header.status();
+    EXPECT_EQ(NpyHeaderBytes(header->descr, header->shape),
+              bytes->substr(0, header->data_offset));
+  }
+}
+
 TEST(NpzTest, StoredAndDeflatedArchivesReadTheSame) {
   const std::string dir = FreshTestDir("npz");
   for (bool deflate : {false, true}) {

@@ -1,0 +1,185 @@
+// `mirrortrain predict`: a trained classifier's outputs for the examples of
+// a .npy file, checked against `eval` on the same images, and its input
+// and usage errors (exit 2, one line, nothing written).
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+#include "tests/trainer/cli_runner.h"
+#include "trainer/data/dataset.h"
+#include "trainer/data/npy.h"
+
+namespace mirrortrain {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+constexpr int64_t kExamples = 500;
+
+std::string FreshDir(const std::string& name) {
+  std::string dir = ::testing::TempDir() + "/mt_predict_" + name;
+  fs::remove_all(dir);
+  return dir;
+}
+
+// A .npy file of `descr` and `shape` holding `data`.
+void WriteNpy(const std::string& path, const std::string& descr,
+              const std::vector<int64_t>& shape, const std::string& data) {
+  testing::WriteBytes(path, trainer::NpyHeaderBytes(descr, shape) + data);
+}
+
+// The float32 values of a .npy file this build wrote (read with the
+// project's own parser), or empty on a failure.
+std::vector<float> ReadF32Npy(const std::string& path,
+                              std::vector<int64_t>* shape) {
+  absl::StatusOr<trainer::NpyArray> a = trainer::ParseNpy(ReadFile(path), path);
+  EXPECT_TRUE(a.ok()) << a.status();
+  if (!a.ok()) return {};
+  EXPECT_EQ(a->header.descr, "<f4");
+  *shape = a->header.shape;
+  std::vector<float> v(a->header.num_elements());
+  std::memcpy(v.data(), a->data(), v.size() * sizeof(float));
+  return v;
+}
+
+// A number of eval's JSON line.
+double JsonNumber(const std::string& line, const std::string& key) {
+  const size_t at = line.find("\"" + key + "\": ");
+  EXPECT_NE(at, std::string::npos) << key << " in " << line;
+  return at == std::string::npos ? NAN
+                                 : std::stod(line.substr(at + key.size() + 4));
+}
+
+// A run of SmallTrain with data.normalize (which predict must apply), the
+// first test images as uint8 [n, 28, 28] and as float32 NHWC, and their
+// labels.
+class PredictCliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(FreshDir("predict"));
+    fs::create_directories(*dir_);
+    Result r = RunCli(SmallTrain(*dir_ + "/run", {kNormalize}));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    absl::StatusOr<trainer::InMemoryDataset> test = trainer::LoadFashionMnist(
+        "/usr/share/datasets/fashion-mnist", /*train=*/false);
+    ASSERT_TRUE(test.ok()) << test.status();
+    const float* x = test->images.data<float>();
+    std::string bytes, floats(kExamples * 784 * sizeof(float), '\0');
+    std::memcpy(floats.data(), x, floats.size());
+    for (int64_t i = 0; i < kExamples * 784; ++i) {
+      bytes.push_back(static_cast<char>(std::lround(x[i] * 255.0f)));
+    }
+    WriteNpy(*dir_ + "/x_u8.npy", "|u1", {kExamples, 28, 28}, bytes);
+    WriteNpy(*dir_ + "/x_f32.npy", "<f4", {kExamples, 28, 28, 1}, floats);
+    labels_ = new std::vector<int32_t>(
+        test->labels.data<int32_t>(), test->labels.data<int32_t>() + kExamples);
+  }
+
+  // The run's own resolved config: no note on a changed config.
+  static std::vector<std::string> PredictArgs(const std::string& input,
+                                              const std::string& output) {
+    return {"predict",      "--config",     *dir_ + "/run/config.yaml",
+            "--checkpoint", *dir_ + "/run", "--input",
+            input,          "--output",     output};
+  }
+
+  static constexpr char kNormalize[] =
+      "data.normalize={mean: [0.286], std: [0.353]}";
+  static std::string* dir_;
+  static std::vector<int32_t>* labels_;
+};
+
+std::string* PredictCliTest::dir_ = nullptr;
+std::vector<int32_t>* PredictCliTest::labels_ = nullptr;
+
+// The EMA weights' outputs classify as eval scores them; uint8 pixels give
+// the float32 images' outputs bit for bit; the JSON line says what was
+// written.
+TEST_F(PredictCliTest, OutputsScoreAsEvalDoes) {
+  std::vector<std::string> args =
+      PredictArgs(*dir_ + "/x_u8.npy", *dir_ + "/y_u8.npy");
+  Result r = RunCli(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"weights\": \"ema\", \"examples\": 500, "));
+  EXPECT_THAT(r.out, HasSubstr("\"shape\": [500, 10]}"));
+  std::vector<int64_t> shape;
+  const std::vector<float> logits = ReadF32Npy(*dir_ + "/y_u8.npy", &shape);
+  ASSERT_EQ(shape, (std::vector<int64_t>{kExamples, 10}));
+  int64_t correct = 0;
+  for (int64_t i = 0; i < kExamples; ++i) {
+    const float* row = logits.data() + i * 10;
+    correct += std::max_element(row, row + 10) - row == (*labels_)[i];
+  }
+  Result eval =
+      RunCli({"eval", "--config", Config(), "--checkpoint", *dir_ + "/run",
+              "--set", "data.test_examples=500", "--set", kNormalize, "--set",
+              "model.hidden_units=[32]"});
+  ASSERT_EQ(eval.exit_code, 0) << eval.err;
+  EXPECT_DOUBLE_EQ(JsonNumber(eval.out, "accuracy"),
+                   static_cast<double>(correct) / kExamples);
+  EXPECT_GT(correct, kExamples / 2);
+
+  args = PredictArgs(*dir_ + "/x_f32.npy", *dir_ + "/y_f32.npy");
+  ASSERT_EQ(RunCli(args).exit_code, 0);
+  EXPECT_EQ(ReadFile(*dir_ + "/y_f32.npy"), ReadFile(*dir_ + "/y_u8.npy"));
+  // Without the normalisation the model sees other inputs.
+  args.insert(args.end(), {"--set", "data.normalize.mean=null", "--set",
+                           "data.normalize.std=null"});
+  ASSERT_EQ(RunCli(args).exit_code, 0);
+  EXPECT_NE(ReadFile(*dir_ + "/y_f32.npy"), ReadFile(*dir_ + "/y_u8.npy"));
+}
+
+// Bad input is exit 2 with one line naming what is wrong, and no output
+// file; an existing output stays as it was.
+TEST_F(PredictCliTest, BadInputsExit2AndWriteNothing) {
+  const std::string d = *dir_ + "/bad";
+  fs::create_directories(d);
+  WriteNpy(d + "/rgb.npy", "|u1", {2, 32, 32, 3}, std::string(2 * 3072, 'a'));
+  WriteNpy(d + "/i64.npy", "<i8", {2, 784}, std::string(2 * 784 * 8, '\0'));
+  testing::WriteBytes(d + "/short.npy",
+                      trainer::NpyHeaderBytes("|u1", {2, 28, 28}) + "abc");
+  testing::WriteBytes(d + "/kept.npy", "kept");
+  struct Case {
+    std::string input, output, expected;
+  };
+  const std::vector<Case> cases = {
+      {d + "/none.npy", d + "/out.npy",
+       "none.npy: cannot open: No such file or directory"},
+      {d + "/rgb.npy", d + "/out.npy",
+       "rgb.npy: examples of shape [32,32,3] (from the array's (2, 32, 32, "
+       "3)), but the model takes [28,28,1]"},
+      {d + "/i64.npy", d + "/out.npy", "i64.npy: dtype '<i8' is neither uint8"},
+      {d + "/short.npy", d + "/out.npy", "short.npy: truncated"},
+      {d + "/rgb.npy", d + "/kept.npy", "rgb.npy: examples of shape"},
+      {*dir_ + "/x_u8.npy", d + "/no/out.npy",
+       "--output " + d + "/no/out.npy: " + d + "/no is not a directory"},
+      {*dir_ + "/x_u8.npy", d, "--output " + d + ": is a directory"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = PredictArgs(c.input, c.output);
+    Result r = RunCli(args);
+    EXPECT_EQ(r.exit_code, 2) << c.expected << "\n" << r.err;
+    EXPECT_THAT(r.err, StartsWith("mirrortrain: "));
+    EXPECT_THAT(r.err, HasSubstr(c.expected));
+    EXPECT_EQ(Lines(r.err).size(), 1u) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+  EXPECT_FALSE(fs::exists(d + "/out.npy"));
+  EXPECT_EQ(ReadFile(d + "/kept.npy"), "kept");
+  Result usage =
+      RunCli({"predict", "--config", *dir_ + "/run/config.yaml", "--checkpoint",
+              *dir_ + "/run", "--input", *dir_ + "/x_u8.npy"});
+  EXPECT_EQ(usage.exit_code, 2);
+  EXPECT_THAT(usage.err, HasSubstr("--output Y.npy are required"));
+}
+
+}  // namespace
+}  // namespace mirrortrain

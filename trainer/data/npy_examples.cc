@@ -1,0 +1,73 @@
+#include "trainer/data/npy_examples.h"
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tensor/status_macros.h"
+#include "trainer/data/dataset.h"
+#include "trainer/data/gz_file.h"
+
+namespace mirrortrain::trainer {
+
+absl::StatusOr<Shape> NpyExampleShape(const NpyHeader& x,
+                                      const std::string& where) {
+  const std::vector<int64_t>& s = x.shape;
+  if (s.size() < 2 || s.size() > 4) {
+    return BadData(where, absl::StrCat("shape ", x.ShapeString(),
+                                       " is not [n, features], [n, h, w] or "
+                                       "[n, h, w, c]"));
+  }
+  for (size_t i = 1; i < s.size(); ++i) {
+    if (s[i] == 0) {
+      return BadData(where, absl::StrCat("shape ", x.ShapeString(),
+                                         " has empty examples"));
+    }
+  }
+  if (s.size() == 3) return Shape{s[1], s[2], 1};
+  return Shape(s.begin() + 1, s.end());
+}
+
+absl::Status CheckExampleDtype(const NpyHeader& x, const std::string& where) {
+  if ((x.kind == 'u' && x.item_bytes == 1) ||
+      (x.kind == 'f' && x.item_bytes == 4)) {
+    return absl::OkStatus();
+  }
+  return BadData(where,
+                 absl::StrCat("dtype '", x.descr,
+                              "' is neither uint8 (pixels, scaled to [0, 1]) "
+                              "nor float32 (convert with "
+                              "x.astype(np.float32))"));
+}
+
+absl::StatusOr<Tensor> NpyExamples(const NpyArray& x,
+                                   const std::string& where) {
+  MT_RETURN_IF_ERROR(CheckExampleDtype(x.header, where));
+  MT_ASSIGN_OR_RETURN(Shape example, NpyExampleShape(x.header, where));
+  const int64_t n = x.header.shape[0];
+  if (n == 0) return BadData(where, "holds no examples");
+  Shape shape = {n};
+  shape.insert(shape.end(), example.begin(), example.end());
+  MT_ASSIGN_OR_RETURN(Tensor images, Tensor::Empty(DType::kF32, shape));
+  float* out = images.data<float>();
+  const int64_t count = x.header.num_elements();
+  if (x.header.kind == 'u') {
+    const std::array<float, 256>& scale = ByteToUnitTable();
+    const auto* in = reinterpret_cast<const uint8_t*>(x.data());
+    for (int64_t i = 0; i < count; ++i) out[i] = scale[in[i]];
+    return images;
+  }
+  std::memcpy(out, x.data(), count * sizeof(float));
+  for (int64_t i = 0; i < count; ++i) {
+    if (!std::isfinite(out[i])) {
+      return BadData(where, absl::StrCat("element ", i, " is ", out[i],
+                                         " (inputs must be finite)"));
+    }
+  }
+  return images;
+}
+
+}  // namespace mirrortrain::trainer

@@ -1,0 +1,32 @@
+// The examples (x) of a NumPy array, as the `npz` data source and
+// `mirrortrain predict` read them: uint8 (pixels, scaled to [0, 1]) or
+// float32 (finite), shaped [n, features], [n, h, w] (one channel added) or
+// NHWC [n, h, w, c].
+//
+// Errors are InvalidArgument "<where>: <reason>". Thread contract: no state.
+#ifndef MIRRORTRAIN_TRAINER_DATA_NPY_EXAMPLES_H_
+#define MIRRORTRAIN_TRAINER_DATA_NPY_EXAMPLES_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "tensor/shape.h"
+#include "tensor/tensor.h"
+#include "trainer/data/npy.h"
+
+namespace mirrortrain::trainer {
+
+// One example's shape, with the channel added to [n, h, w].
+absl::StatusOr<Shape> NpyExampleShape(const NpyHeader& x,
+                                      const std::string& where);
+
+// OK for uint8 and float32; else an error saying how to convert.
+absl::Status CheckExampleDtype(const NpyHeader& x, const std::string& where);
+
+// The examples as a host f32 tensor [n, ...NpyExampleShape]; at least one.
+absl::StatusOr<Tensor> NpyExamples(const NpyArray& x, const std::string& where);
+
+}  // namespace mirrortrain::trainer
+
+#endif  // MIRRORTRAIN_TRAINER_DATA_NPY_EXAMPLES_H_

@@ -1,0 +1,69 @@
+#include "trainer/predict.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "tensor/ops/array_ops.h"
+#include "tensor/status_macros.h"
+#include "trainer/checkpoint/atomic_file.h"
+#include "trainer/data/gz_file.h"
+#include "trainer/data/npy.h"
+#include "trainer/data/npy_examples.h"
+
+namespace mirrortrain::trainer {
+
+absl::StatusOr<Tensor> ReadPredictInputs(const std::string& path,
+                                         const Shape& input_shape,
+                                         const NormalizeOptions& normalize) {
+  MT_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
+  MT_ASSIGN_OR_RETURN(const NpyArray x, ParseNpy(std::move(bytes), path));
+  MT_ASSIGN_OR_RETURN(Tensor inputs, NpyExamples(x, path));
+  const Shape example(inputs.shape().begin() + 1, inputs.shape().end());
+  if (example != input_shape) {
+    return BadData(
+        path,
+        absl::StrCat("examples of shape ", ShapeToString(example),
+                     " (from the array's ", x.header.ShapeString(),
+                     "), but the model takes ", ShapeToString(input_shape)));
+  }
+  if (normalize.enabled()) {
+    MT_RETURN_IF_ERROR(NormalizeChannels(normalize, inputs));
+  }
+  return inputs;
+}
+
+absl::StatusOr<Tensor> Predict(models::Model& model, Device device,
+                               const Tensor& inputs, int64_t batch) {
+  const int64_t n = inputs.dim(0);
+  Shape shape = {n};
+  const Shape& out = model.output_shape();
+  shape.insert(shape.end(), out.begin(), out.end());
+  MT_ASSIGN_OR_RETURN(Tensor outputs, Tensor::Empty(DType::kF32, shape));
+  const int64_t row = outputs.num_elements() / std::max<int64_t>(n, 1);
+  for (int64_t begin = 0; begin < n; begin += batch) {
+    const int64_t count = std::min(batch, n - begin);
+    MT_ASSIGN_OR_RETURN(Tensor x, inputs.SliceRows(begin, count));
+    MT_ASSIGN_OR_RETURN(x, x.To(device));
+    MT_ASSIGN_OR_RETURN(Tensor y, model.Call(x, {}));
+    if (y.dtype() != DType::kF32) {
+      MT_ASSIGN_OR_RETURN(y, ops::Cast(y, DType::kF32));
+    }
+    MT_ASSIGN_OR_RETURN(y, y.To(Device::Cpu()));
+    std::memcpy(outputs.data<float>() + begin * row, y.data<float>(),
+                static_cast<size_t>(count * row) * sizeof(float));
+  }
+  return outputs;
+}
+
+absl::Status WriteNpy(const std::string& path, const Tensor& values) {
+  MT_ASSIGN_OR_RETURN(AtomicFileWriter file, AtomicFileWriter::Create(path));
+  MT_RETURN_IF_ERROR(file.Append(NpyHeaderBytes("<f4", values.shape())));
+  MT_RETURN_IF_ERROR(file.Append(absl::string_view(
+      static_cast<const char*>(values.raw_data()),
+      static_cast<size_t>(values.num_elements()) * sizeof(float))));
+  return file.Commit();
+}
+
+}  // namespace mirrortrain::trainer

@@ -1,0 +1,43 @@
+// Predictions of a trained model for the examples of a NumPy file
+// (`mirrortrain predict`), as Keras's Model.predict: the model's outputs in
+// inference mode (dropout off, batch norm on its moving statistics), batch
+// by batch. A classifier's outputs are its logits (the last layer has no
+// softmax); softmax or argmax them for probabilities or classes.
+//
+// Thread contract: no state; the model is used from the calling thread.
+#ifndef MIRRORTRAIN_TRAINER_PREDICT_H_
+#define MIRRORTRAIN_TRAINER_PREDICT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "models/model.h"
+#include "tensor/device.h"
+#include "tensor/tensor.h"
+#include "trainer/data/normalize.h"
+
+namespace mirrortrain::trainer {
+
+// The examples of the .npy file `path` (trainer/data/npy_examples.h: uint8
+// pixels scaled to [0, 1] or float32; [n, features], [n, h, w] or NHWC) as
+// host f32 [n, ...input_shape], normalised as training normalised its data
+// (the config's data.normalize). InvalidArgument naming the file when it is
+// not such an array or its examples are not `input_shape`.
+absl::StatusOr<Tensor> ReadPredictInputs(const std::string& path,
+                                         const Shape& input_shape,
+                                         const NormalizeOptions& normalize);
+
+// The outputs of `model` (on `device`) for host `inputs` [n, ...input
+// shape], at most `batch` examples at a time: host f32 [n, ...output shape].
+absl::StatusOr<Tensor> Predict(models::Model& model, Device device,
+                               const Tensor& inputs, int64_t batch = 1000);
+
+// Writes host f32 `values` to `path` as a .npy array (float32, C order),
+// atomically: a file already at `path` stays whole until the new one is.
+absl::Status WriteNpy(const std::string& path, const Tensor& values);
+
+}  // namespace mirrortrain::trainer
+
+#endif  // MIRRORTRAIN_TRAINER_PREDICT_H_
