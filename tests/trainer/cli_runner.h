@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -120,6 +121,15 @@ inline std::vector<std::string> SmallTrain(
     args.push_back(std::move(e));
   }
   return args;
+}
+
+// The number after "key": in a JSON line such as eval's (NaN, and a
+// failure, when absent).
+inline double JsonNumber(const std::string& line, const std::string& key) {
+  const size_t at = line.find(absl::StrCat("\"", key, "\": "));
+  EXPECT_NE(at, std::string::npos) << key << " in " << line;
+  return at == std::string::npos ? NAN
+                                 : std::stod(line.substr(at + key.size() + 4));
 }
 
 inline std::vector<std::string> Lines(const std::string& text) {

@@ -403,6 +403,17 @@ std::string LastTestNumbers(const std::string& run_dir,
   return last;
 }
 
+// `eval` of the raw weights of a SmallTrain run in `run_dir` (its 500 test
+// images) with one more --set; its JSON line.
+std::string EvalSmallRun(const std::string& run_dir, const std::string& set) {
+  Result e = RunCli({"eval", "--config", Config(), "--checkpoint",
+                     run_dir + "/checkpoints", "--weights", "raw", "--set",
+                     "data.test_examples=500", "--set",
+                     "model.hidden_units=[32]", "--set", set});
+  EXPECT_EQ(e.exit_code, 0) << e.err;
+  return e.out;
+}
+
 // precision: bf16 (emulated on CPUs) trains, to numbers of its own, and
 // eval applies the same policy: it reproduces the logged numbers only with
 // it.
@@ -415,26 +426,16 @@ TEST(CliTest, Bf16TrainsAndEvalAppliesTheSamePolicy) {
   const std::string bf16 = LastTestNumbers(bf16_dir, "raw");
   ASSERT_FALSE(bf16.empty());
   EXPECT_NE(bf16, fp32) << "bf16 computed the fp32 numbers";
-  auto accuracy = [](const std::string& numbers) {
-    return std::stod(numbers.substr(numbers.find("\"accuracy\": ") + 12));
-  };
   // It learns (chance is 0.1). Parity with fp32 is for full runs (README):
   // after 64 steps on 500 test images seeds alone move the accuracy by up to
   // 8 points, and bf16 moved it by 0.2-3 points for the same seed.
-  EXPECT_GT(accuracy(fp32), 0.6) << fp32;
-  EXPECT_GT(accuracy(bf16), 0.6) << bf16;
-
-  auto eval = [&](const std::string& precision) {
-    Result e =
-        RunCli({"eval", "--config", Config(), "--checkpoint",
-                bf16_dir + "/checkpoints", "--weights", "raw", "--set",
-                "data.test_examples=500", "--set", "model.hidden_units=[32]",
-                "--set", "precision=" + precision});
-    EXPECT_EQ(e.exit_code, 0) << e.err;
-    return e.out;
-  };
-  EXPECT_NE(eval("bf16").find(bf16), std::string::npos) << bf16;
-  EXPECT_EQ(eval("fp32").find(bf16), std::string::npos);
+  EXPECT_GT(JsonNumber(fp32, "accuracy"), 0.6) << fp32;
+  EXPECT_GT(JsonNumber(bf16, "accuracy"), 0.6) << bf16;
+  EXPECT_NE(EvalSmallRun(bf16_dir, "precision=bf16").find(bf16),
+            std::string::npos)
+      << bf16;
+  EXPECT_EQ(EvalSmallRun(bf16_dir, "precision=fp32").find(bf16),
+            std::string::npos);
 }
 
 // loss.label_smoothing trains (to numbers of its own) and both splits log
@@ -449,28 +450,15 @@ TEST(CliTest, LabelSmoothingIsTheLoggedObjectiveOfBothSplits) {
   const std::string smoothed = LastTestNumbers(ls_dir, "raw");
   ASSERT_FALSE(smoothed.empty());
   EXPECT_NE(smoothed, plain) << "label smoothing trained the plain numbers";
-  auto number = [](const std::string& text, const std::string& key) {
-    const size_t at = text.find("\"" + key + "\": ");
-    EXPECT_NE(at, std::string::npos) << key << " in " << text;
-    return at == std::string::npos
-               ? 0.0
-               : std::stod(text.substr(at + key.size() + 4));
-  };
-  EXPECT_GT(number(smoothed, "accuracy"), 0.6) << smoothed;
-  auto eval = [&](const std::string& smoothing) {
-    Result e =
-        RunCli({"eval", "--config", Config(), "--checkpoint",
-                ls_dir + "/checkpoints", "--weights", "raw", "--set",
-                "data.test_examples=500", "--set", "model.hidden_units=[32]",
-                "--set", "loss.label_smoothing=" + smoothing});
-    EXPECT_EQ(e.exit_code, 0) << e.err;
-    return e.out;
-  };
-  EXPECT_NE(eval("0.2").find(smoothed), std::string::npos) << smoothed;
-  const std::string unsmoothed = eval("0");
+  EXPECT_GT(JsonNumber(smoothed, "accuracy"), 0.6) << smoothed;
+  EXPECT_NE(EvalSmallRun(ls_dir, "loss.label_smoothing=0.2").find(smoothed),
+            std::string::npos)
+      << smoothed;
+  const std::string unsmoothed = EvalSmallRun(ls_dir, "loss.label_smoothing=0");
   EXPECT_EQ(unsmoothed.find(smoothed), std::string::npos);
-  EXPECT_LT(number(unsmoothed, "loss"), number(smoothed, "loss"));
-  EXPECT_EQ(number(unsmoothed, "accuracy"), number(smoothed, "accuracy"));
+  EXPECT_LT(JsonNumber(unsmoothed, "loss"), JsonNumber(smoothed, "loss"));
+  EXPECT_EQ(JsonNumber(unsmoothed, "accuracy"),
+            JsonNumber(smoothed, "accuracy"));
 }
 
 TEST(CliTest, InspectListsTensorsAndMetadata) {

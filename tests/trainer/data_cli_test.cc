@@ -406,14 +406,10 @@ checkpoint: {every_steps: 0}
   // 20% of 2380 bytes: 476, so (476 - 1) / 8 = 59 windows of 8 tokens.
   EXPECT_THAT(eval.out, HasSubstr("\"examples\": 59"));
   EXPECT_THAT(eval.out, HasSubstr("\"tokens\": 472"));
-  const auto number = [&](const std::string& key) {
-    const size_t at = eval.out.find("\"" + key + "\": ");
-    EXPECT_NE(at, std::string::npos) << key;
-    return std::stod(eval.out.substr(at + key.size() + 4));
-  };
-  const double loss = number("loss");
+  const double loss = JsonNumber(eval.out, "loss");
   EXPECT_LT(loss, 0.5 * std::log(256.0));
-  EXPECT_NEAR(number("bits_per_byte"), loss / std::log(2.0), 1e-6 * loss);
+  EXPECT_NEAR(JsonNumber(eval.out, "bits_per_byte"), loss / std::log(2.0),
+              1e-6 * loss);
   // Label smoothing changes the logged loss, not the bits per byte, which
   // measure the plain cross-entropy.
   Result smoothed = RunCli({"eval", "--config", config, "--checkpoint",
@@ -424,9 +420,7 @@ checkpoint: {every_steps: 0}
     return out.substr(out.find("\"bits_per_byte\": "));
   };
   EXPECT_EQ(bits(smoothed.out), bits(eval.out)) << smoothed.out;
-  const size_t at = smoothed.out.find("\"loss\": ");
-  ASSERT_NE(at, std::string::npos) << smoothed.out;
-  EXPECT_GT(std::stod(smoothed.out.substr(at + 8)), loss);
+  EXPECT_GT(JsonNumber(smoothed.out, "loss"), loss);
   // A model without one logit per byte value and token.
   ExpectExit2({"train", "--config", config, "--run_dir", dir + "/run2", "--set",
                "model.layers=[{type: dense, units: 256}]"},

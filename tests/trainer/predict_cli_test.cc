@@ -50,14 +50,6 @@ std::vector<float> ReadF32Npy(const std::string& path,
   return v;
 }
 
-// A number of eval's JSON line.
-double JsonNumber(const std::string& line, const std::string& key) {
-  const size_t at = line.find("\"" + key + "\": ");
-  EXPECT_NE(at, std::string::npos) << key << " in " << line;
-  return at == std::string::npos ? NAN
-                                 : std::stod(line.substr(at + key.size() + 4));
-}
-
 // A run of SmallTrain with data.normalize (which predict must apply), the
 // first test images as uint8 [n, 28, 28] and as float32 NHWC, and their
 // labels.
