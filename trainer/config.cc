@@ -447,9 +447,10 @@ absl::StatusOr<Config> Parse(const std::string& yaml_text,
                   dist.OptionalInt("max_staleness")};
   MT_ASSIGN_OR_RETURN(Params train,
                       ReadFixed(r, root, "train", TrainSchema(), &resolved));
-  c.train = {train.OptionalInt("epochs"),     train.OptionalInt("steps"),
-             train.Int("log_every_steps"),    train.Int("eval_every_epochs"),
-             train.Int("accumulation_steps"), train.String("cuda_graph")};
+  c.train = {train.OptionalInt("epochs"),      train.OptionalInt("steps"),
+             train.Int("log_every_steps"),     train.Int("eval_every_epochs"),
+             train.Int("eval_every_steps"),    train.Int("accumulation_steps"),
+             train.String("cuda_graph")};
   MT_ASSIGN_OR_RETURN(Params ckpt, ReadFixed(r, root, "checkpoint",
                                              CheckpointSchema(), &resolved));
   c.checkpoint = {

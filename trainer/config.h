@@ -91,6 +91,7 @@ struct TrainConfig {
   std::optional<int64_t> steps;  // Wins over epochs when set.
   int64_t log_every_steps = 0;
   int64_t eval_every_epochs = 0;
+  int64_t eval_every_steps = 0;  // 0: by epochs (and at the end) only.
   // Micro-batches (of data.global_batch_size) per optimizer step: their
   // gradients are summed locally and all-reduced once.
   int64_t accumulation_steps = 1;

@@ -322,6 +322,12 @@ const ParamSchema& TrainSchema() {
            .Min(0)
            .Doc("evaluate on the test split every N epochs (0: only at the "
                 "end)"),
+       Param::Int("eval_every_steps")
+           .Default(0)
+           .Min(0)
+           .Doc("also evaluate every N optimizer steps (0: never by steps; "
+                "TF Estimator's eval every N steps, for runs of few long "
+                "epochs)"),
        Param::Int("accumulation_steps")
            .Default(1)
            .Min(1)

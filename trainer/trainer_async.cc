@@ -175,6 +175,7 @@ absl::Status Trainer::TrainAsync(LoopState& loop) {
     if (config_.train.eval_every_epochs > 0) {
       next = std::min(next, next_multiple(loop.steps_per_epoch));
     }
+    next = std::min(next, next_multiple(config_.train.eval_every_steps));
     return std::min(next, next_multiple(config_.checkpoint.every_steps));
   };
   bool stopped = false;

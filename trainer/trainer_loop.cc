@@ -98,8 +98,10 @@ absl::Status Trainer::AfterSteps(LoopState& loop, int64_t step, double loss_sum,
 
 bool Trainer::EvaluationDue(const LoopState& loop, int64_t step) const {
   const int64_t every = config_.train.eval_every_epochs;
-  return step % loop.steps_per_epoch == 0 && every > 0 &&
-         (step / loop.steps_per_epoch) % every == 0;
+  const int64_t every_steps = config_.train.eval_every_steps;
+  return (step % loop.steps_per_epoch == 0 && every > 0 &&
+          (step / loop.steps_per_epoch) % every == 0) ||
+         (every_steps > 0 && step % every_steps == 0);
 }
 
 bool Trainer::SaveDue(int64_t step) const {

@@ -323,6 +323,40 @@ TEST(CliTest, EvaluateRawFalseEvaluatesTheEmaWeightsOnly) {
       << bad.err;
 }
 
+// train.eval_every_steps evaluates at its multiples and at the end, alone
+// or beside eval_every_epochs (one evaluation where both fall), under the
+// synchronous loop and the parameter servers' coordinator alike.
+TEST(CliTest, EvalEveryStepsEvaluatesAtItsMultiples) {
+  auto test_steps = [](const std::string& dir) {
+    std::vector<int64_t> steps;
+    for (const std::string& l : Lines(ReadFile(dir + "/metrics.jsonl"))) {
+      if (l.find("\"weights\": \"ema\"") != std::string::npos) {
+        steps.push_back(static_cast<int64_t>(JsonNumber(l, "step")));
+      }
+    }
+    return steps;
+  };
+  // SmallTrain: 32 steps an epoch, 64 in all.
+  const std::string by_steps = FreshDir("eval_steps");
+  Result r = RunCli(SmallTrain(
+      by_steps, {"train.eval_every_epochs=0", "train.eval_every_steps=24"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(test_steps(by_steps), (std::vector<int64_t>{24, 48, 64}));
+  const std::string both = FreshDir("eval_both_ways");
+  r = RunCli(SmallTrain(both, {"train.eval_every_steps=16"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(test_steps(both), (std::vector<int64_t>{16, 32, 48, 64}));
+  const std::string ps = FreshDir("eval_steps_ps");
+  r = RunCli(
+      SmallTrain(ps, {"train.eval_every_epochs=0", "train.eval_every_steps=20",
+                      "distribute.strategy=parameter_server",
+                      "distribute.devices=[cpu:0,cpu:1]"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // 20 is no multiple of the logging (8) or saving (16) steps, where the
+  // coordinator holds the workers anyway.
+  EXPECT_EQ(test_steps(ps), (std::vector<int64_t>{20, 40, 60, 64}));
+}
+
 TEST(CliTest, EvalReproducesTheLoggedNumbersExactly) {
   const std::string dir = FreshDir("eval");
   ASSERT_EQ(RunCli(SmallTrain(dir, {"train.epochs=10"})).exit_code, 0);
