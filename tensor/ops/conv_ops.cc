@@ -492,8 +492,9 @@ void KeepWinogradInput(const Tensor& x, const Tensor& v, ConvAttrs& attrs) {
   if (attrs.columns_reserved != nullptr) attrs.winograd_input = v;
 }
 
-// Conv2D's forward, unrecorded; with `relu_bias`, relu(conv + bias). On
-// GPUs, when a tape records, *attrs gets the columns GpuForward keeps.
+// Conv2D's forward, unrecorded; with `relu_bias`, relu(conv + bias). When
+// a recording tape watches the filter, *attrs gets what its gradient reads
+// again (GpuForward's columns on GPUs, the Winograd transform of x).
 absl::StatusOr<Tensor> ConvForward(const ConvGeometry& g, const Tensor& x,
                                    const Tensor& filter,
                                    const Tensor* relu_bias, ConvAttrs* attrs) {

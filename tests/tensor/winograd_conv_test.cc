@@ -234,6 +234,24 @@ TEST_F(WinogradConvTest, AnUnwatchedFilterKeepsNoTransform) {
     EXPECT_EQ(frozen, watched);
     EXPECT_EQ(ops::internal::ConvGpuKeptColumnBytes(-1), 0);
   }
+  // A filter watched only after the op ran still gets its gradient: the
+  // transform of x is made again, the same bits as from the kept one.
+  auto filter_gradient = [&](bool watch_first) {
+    GradientTape tape;
+    tape.Watch(x);
+    if (watch_first) tape.Watch(f);
+    absl::StatusOr<Tensor> y = ops::Conv2D(x, f);
+    EXPECT_TRUE(y.ok()) << y.status();
+    if (!watch_first) tape.Watch(f);
+    absl::StatusOr<std::vector<std::optional<Tensor>>> g =
+        tape.Gradient(*ops::ReduceSum(*ops::Square(*y)), {f});
+    EXPECT_TRUE(g.ok() && (*g)[0].has_value());
+    return g.ok() && (*g)[0].has_value() ? (*g)[0]->ToVector<double>()
+                                         : std::vector<double>{};
+  };
+  const std::vector<double> kept = filter_gradient(true);
+  ASSERT_FALSE(kept.empty());
+  EXPECT_EQ(filter_gradient(false), kept);
 }
 
 // In f32 both paths round; each is compared with the f64 result of the same

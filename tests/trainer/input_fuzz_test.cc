@@ -153,10 +153,20 @@ TEST(InputFuzzTest, ConfigParserNeverCrashesAndErrsOnOneLine) {
     seeds.push_back(testing::ReadFile(entry.path().string()));
   }
   ASSERT_FALSE(seeds.empty());
-  const std::vector<std::string> keys = {
-      "seed",       "model",       "model.hidden_units", "model.layers[0]",
-      "optimizer",  "ema",         "ema.decay",          "data",
-      "distribute", "train.steps", "checkpoint"};
+  const std::vector<std::string> keys = {"seed",
+                                         "model",
+                                         "model.hidden_units",
+                                         "model.layers[0]",
+                                         "optimizer",
+                                         "ema",
+                                         "ema.decay",
+                                         "data",
+                                         "distribute",
+                                         "train.steps",
+                                         "train.early_stopping_patience",
+                                         "loss",
+                                         "loss.label_smoothing",
+                                         "checkpoint"};
   std::mt19937_64 rng(Seed());
   int64_t cases = 0, accepted = 0;
   const auto start = std::chrono::steady_clock::now();
