@@ -278,6 +278,23 @@ absl::Status Validate(const Reader& r, const YAML::Node& root,
     return r.Error("train.epochs", node("train", "epochs"),
                    "set train.epochs or train.steps");
   }
+  if (c.train.early_stopping_patience) {
+    if (c.train.eval_every_epochs == 0 && c.train.eval_every_steps == 0) {
+      return r.Error("train.early_stopping_patience",
+                     node("train", "early_stopping_patience"),
+                     "set, but no evaluation is scheduled to watch (set "
+                     "train.eval_every_epochs or train.eval_every_steps)");
+    }
+  } else if (c.train.early_stopping_monitor != "loss" ||
+             c.train.early_stopping_min_delta != 0) {
+    // A qualifier off its default without the patience it qualifies.
+    const char* key = c.train.early_stopping_monitor != "loss"
+                          ? "early_stopping_monitor"
+                          : "early_stopping_min_delta";
+    return r.Error(absl::StrCat("train.", key), node("train", key),
+                   "set without train.early_stopping_patience, which it "
+                   "qualifies");
+  }
   if (!c.ema.decay && !c.ema.evaluate_raw) {
     return r.Error("ema.evaluate_raw", node("ema", "evaluate_raw"),
                    "false leaves nothing to evaluate without an EMA "
@@ -447,9 +464,15 @@ absl::StatusOr<Config> Parse(const std::string& yaml_text,
                   dist.OptionalInt("max_staleness")};
   MT_ASSIGN_OR_RETURN(Params train,
                       ReadFixed(r, root, "train", TrainSchema(), &resolved));
-  c.train = {train.OptionalInt("epochs"),      train.OptionalInt("steps"),
-             train.Int("log_every_steps"),     train.Int("eval_every_epochs"),
-             train.Int("eval_every_steps"),    train.Int("accumulation_steps"),
+  c.train = {train.OptionalInt("epochs"),
+             train.OptionalInt("steps"),
+             train.Int("log_every_steps"),
+             train.Int("eval_every_epochs"),
+             train.Int("eval_every_steps"),
+             train.OptionalInt("early_stopping_patience"),
+             train.String("early_stopping_monitor"),
+             train.Float("early_stopping_min_delta"),
+             train.Int("accumulation_steps"),
              train.String("cuda_graph")};
   MT_ASSIGN_OR_RETURN(Params ckpt, ReadFixed(r, root, "checkpoint",
                                              CheckpointSchema(), &resolved));

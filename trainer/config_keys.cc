@@ -328,6 +328,22 @@ const ParamSchema& TrainSchema() {
            .Doc("also evaluate every N optimizer steps (0: never by steps; "
                 "TF Estimator's eval every N steps, for runs of few long "
                 "epochs)"),
+       Param::Int("early_stopping_patience")
+           .Nullable()
+           .Min(0)
+           .Doc("stop training after an evaluation that did not improve "
+                "the monitored test metric once N evaluations passed "
+                "since its best (Keras's EarlyStopping; null: never)"),
+       Param::String("early_stopping_monitor")
+           .Default("loss")
+           .OneOf({"loss", "accuracy"})
+           .Doc("the test metric early stopping watches (of the EMA "
+                "weights when there is an EMA): loss falls, accuracy "
+                "rises"),
+       Param::Float("early_stopping_min_delta")
+           .Default(0.0)
+           .Min(0)
+           .Doc("an improvement must beat the best by more than this"),
        Param::Int("accumulation_steps")
            .Default(1)
            .Min(1)
@@ -474,7 +490,8 @@ std::string SchemaMarkdown() {
   }
   AppendTable("`loss`",
               "The sparse categorical cross-entropy of the logits, summed "
-              "over the examples (tokens) and divided by the global batch's.",
+              "over the examples (tokens) and divided by the global batch's "
+              "count of them.",
               "loss.", {&LossSchema()}, &out);
   AppendTable("`optimizer`", "`optimizer.name` picks the optimizer.",
               "optimizer.", {&OptimizerSchema()}, &out);

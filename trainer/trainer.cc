@@ -531,7 +531,7 @@ const Tensor* Trainer::TestImagesOn(Device device) const {
   return nullptr;
 }
 
-absl::Status Trainer::EvaluateAndLog(int64_t step) {
+absl::StatusOr<EvalResult> Trainer::EvaluateAndLog(int64_t step) {
   const int64_t steps_per_epoch = StepsPerEpoch();
   std::vector<bool> which;  // Raw (false) and EMA (true) weights.
   if (!primary().ema || config_.ema.evaluate_raw) which.push_back(false);
@@ -572,7 +572,7 @@ absl::Status Trainer::EvaluateAndLog(int64_t step) {
     if (logger_) MT_RETURN_IF_ERROR(logger_->Log(rec));
   }
   progress_->Message(line);
-  return absl::OkStatus();
+  return results.back();
 }
 
 absl::StatusOr<int64_t> Trainer::TotalSteps() const {

@@ -62,6 +62,7 @@
 #include "trainer/data/batch_iterator.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/device_stager.h"
+#include "trainer/early_stopping.h"
 #include "trainer/metrics_logger.h"
 #include "trainer/optim/ema.h"
 #include "trainer/optim/optimizer.h"
@@ -331,6 +332,11 @@ class Trainer {
   // `samples`: logs, evaluates and saves as due at `step`.
   absl::Status AfterSteps(LoopState& loop, int64_t step, double loss_sum,
                           int64_t steps, int64_t samples);
+  // Logs the train metrics of the steps since the last logged one.
+  absl::Status LogTrainWindow(LoopState& loop, int64_t step,
+                              double samples_per_sec);
+  // Why early stopping ended the run at `step` (early_stopping_ stopped).
+  std::string EarlyStopMessage(int64_t step) const;
   // Writes a checkpoint unless the state at this step is saved already.
   absl::Status SaveIfNew();
   // Whether the loop evaluates, saves, or checks the replicas after `step`.
@@ -460,7 +466,9 @@ class Trainer {
   // would go on with NaN gradients).
   static absl::Status CheckGlobalNorm(const Tensor& global_norm,
                                       absl::string_view where);
-  absl::Status EvaluateAndLog(int64_t step);
+  // Evaluates and logs the raw and EMA weights as configured; returns the
+  // EMA weights' result where there is an EMA, else the raw weights'.
+  absl::StatusOr<EvalResult> EvaluateAndLog(int64_t step);
   // train.steps, or train.epochs times the batches of an epoch; an error
   // naming the key when that is more than a checkpoint holds (2^53).
   absl::StatusOr<int64_t> TotalSteps() const;
@@ -516,6 +524,8 @@ class Trainer {
   // What checkpoint.warm_start_from assigned ("the model weights of
   // <file>"...); empty: no warm start.
   std::string warm_start_summary_;
+  // train.early_stopping_patience's state; absent when it is null.
+  std::optional<EarlyStopping> early_stopping_;
   // The step losses since the last logged step: summed, and how many. Kept
   // in checkpoints, so a resumed run logs what an uninterrupted one does.
   struct LogWindow {

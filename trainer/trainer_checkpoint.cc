@@ -308,6 +308,9 @@ absl::Status Trainer::Restore(const CheckedCheckpoint& checkpoint) {
   // assignment), then mirrored to the other replicas, or scattered to the
   // parameter servers; state_ no longer holds a gather of them.
   snapshot_version_ = -1;
+  if (early_stopping_.has_value()) {
+    MT_RETURN_IF_ERROR(early_stopping_->Restore(file.metadata(), path));
+  }
   MT_RETURN_IF_ERROR(Saver(TrainingState()).Restore(file));
   MT_RETURN_IF_ERROR(SpreadRestoredState(position.step));
   if (train_iterator_ && ps_) {
@@ -463,6 +466,7 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
       {"log_window_steps", absl::StrCat(log_window_.steps)},
   };
   if (ps_) metadata["worker_batches"] = absl::StrJoin(worker_batches, ",");
+  if (early_stopping_.has_value()) early_stopping_->Save(metadata);
   // A file that restoring would refuse is not written (the last one stays):
   // an update that went non-finite after the last loss was checked.
   if (!config_.checkpoint.allow_non_finite) {

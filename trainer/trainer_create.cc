@@ -270,6 +270,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   t->startup_.before = ProcessAgeSeconds();
   t->config_ = config;
   t->data_needs_ = data;
+  if (const auto& patience = config.train.early_stopping_patience) {
+    t->early_stopping_.emplace(EarlyStopping::Options{
+        .patience = *patience,
+        .maximize = config.train.early_stopping_monitor == "accuracy",
+        .min_delta = config.train.early_stopping_min_delta});
+  }
   if (processes == nullptr) {
     t->single_process_ = distribute::SingleProcessGroup();
     processes = t->single_process_.get();

@@ -40,6 +40,42 @@ absl::Status Trainer::StopBySignal(int64_t step) {
   return absl::CancelledError(absl::StrCat("stopped by signal at step ", step));
 }
 
+absl::Status Trainer::LogTrainWindow(LoopState& loop, int64_t step,
+                                     double samples_per_sec) {
+  MetricsRecord rec{step,
+                    step / loop.steps_per_epoch,
+                    "train",
+                    "",
+                    {{"loss", log_window_.loss / log_window_.steps},
+                     // The rate of the next update (from the step: the
+                     // parameter servers' snapshot may be older).
+                     {"learning_rate", primary().optimizer->schedule()(step)},
+                     {"samples_per_sec", samples_per_sec}}};
+  // Sequences: the labelled tokens per second too.
+  if (const int64_t t = train_data_.labels_per_example(); t > 1) {
+    rec.values.push_back(
+        {"tokens_per_sec", samples_per_sec * static_cast<double>(t)});
+  }
+  if (ps_) {
+    // How stale the window's updates were (UpdateClock).
+    const std::vector<int64_t> counts = clock().TakeStalenessCounts();
+    double updates = 0, sum = 0, max = 0;
+    for (size_t s = 0; s < counts.size(); ++s) {
+      updates += static_cast<double>(counts[s]);
+      sum += static_cast<double>(counts[s] * static_cast<int64_t>(s));
+      if (counts[s] > 0) max = static_cast<double>(s);
+    }
+    rec.values.push_back({"staleness_mean", updates > 0 ? sum / updates : 0});
+    rec.values.push_back({"staleness_max", max});
+    rec.histograms.push_back({"staleness", counts});
+  }
+  if (logger_) MT_RETURN_IF_ERROR(logger_->Log(rec));
+  log_window_ = {};
+  loop.window_samples = 0;
+  loop.window_start = std::chrono::steady_clock::now();
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::AfterSteps(LoopState& loop, int64_t step, double loss_sum,
                                  int64_t steps, int64_t samples) {
   log_window_.loss += loss_sum;
@@ -55,45 +91,40 @@ absl::Status Trainer::AfterSteps(LoopState& loop, int64_t step, double loss_sum,
       step, log_window_.steps > 0 ? log_window_.loss / log_window_.steps : 0,
       samples_per_sec);
   if (step % config_.train.log_every_steps == 0 || step == loop.total_steps) {
-    MetricsRecord rec{step,
-                      step / loop.steps_per_epoch,
-                      "train",
-                      "",
-                      {{"loss", log_window_.loss / log_window_.steps},
-                       // The rate of the next update (from the step: the
-                       // parameter servers' snapshot may be older).
-                       {"learning_rate", primary().optimizer->schedule()(step)},
-                       {"samples_per_sec", samples_per_sec}}};
-    // Sequences: the labelled tokens per second too.
-    if (const int64_t t = train_data_.labels_per_example(); t > 1) {
-      rec.values.push_back(
-          {"tokens_per_sec", samples_per_sec * static_cast<double>(t)});
-    }
-    if (ps_) {
-      // How stale the window's updates were (UpdateClock).
-      const std::vector<int64_t> counts = clock().TakeStalenessCounts();
-      double updates = 0, sum = 0, max = 0;
-      for (size_t s = 0; s < counts.size(); ++s) {
-        updates += static_cast<double>(counts[s]);
-        sum += static_cast<double>(counts[s] * static_cast<int64_t>(s));
-        if (counts[s] > 0) max = static_cast<double>(s);
-      }
-      rec.values.push_back({"staleness_mean", updates > 0 ? sum / updates : 0});
-      rec.values.push_back({"staleness_max", max});
-      rec.histograms.push_back({"staleness", counts});
-    }
-    if (logger_) MT_RETURN_IF_ERROR(logger_->Log(rec));
-    log_window_ = {};
-    loop.window_samples = 0;
-    loop.window_start = std::chrono::steady_clock::now();
+    MT_RETURN_IF_ERROR(LogTrainWindow(loop, step, samples_per_sec));
   }
   if (EvaluationDue(loop, step)) {
-    MT_RETURN_IF_ERROR(EvaluateAndLog(step));
+    MT_ASSIGN_OR_RETURN(const EvalResult watched, EvaluateAndLog(step));
+    if (early_stopping_.has_value() &&
+        early_stopping_->Update(
+            config_.train.early_stopping_monitor == "accuracy"
+                ? watched.accuracy
+                : watched.loss,
+            step)) {
+      // This step ends the run, as the last one would: its train window
+      // logged, a checkpoint saved, no evaluation again.
+      progress_->Message(EarlyStopMessage(step));
+      loop.total_steps = step;
+      if (log_window_.steps > 0) {
+        MT_RETURN_IF_ERROR(LogTrainWindow(loop, step, samples_per_sec));
+      }
+    }
     loop.evaluated_at_end = step == loop.total_steps;
   }
   if (SaveDue(step)) MT_RETURN_IF_ERROR(SaveIfNew());
   if (step_observer_) step_observer_(step);
   return absl::OkStatus();
+}
+
+std::string Trainer::EarlyStopMessage(int64_t step) const {
+  const EarlyStopping& e = *early_stopping_;
+  return absl::StrCat(
+      "early stopping at step ", step, ": the ", primary().ema ? "EMA " : "",
+      "test ", config_.train.early_stopping_monitor, " has not improved on ",
+      e.best().has_value() ? absl::StrFormat("%.4f", *e.best()) : "nan",
+      " (step ", e.best_step(), ") for ", e.wait(), " evaluation",
+      e.wait() == 1 ? "" : "s", " (train.early_stopping_patience: ",
+      *config_.train.early_stopping_patience, ")");
 }
 
 bool Trainer::EvaluationDue(const LoopState& loop, int64_t step) const {
@@ -171,7 +202,7 @@ absl::Status Trainer::FinishTraining(LoopState& loop, int64_t step) {
   if (!loop.evaluated_at_end && stop == 0) {
     // A rerun of a finished run evaluates its last step again.
     if (logger_) MT_RETURN_IF_ERROR(logger_->DropEvaluationsAt(step));
-    MT_RETURN_IF_ERROR(EvaluateAndLog(step));
+    MT_RETURN_IF_ERROR(EvaluateAndLog(step).status());
     MT_ASSIGN_OR_RETURN(stop, AgreeAfterStep(no_loss));
   }
   // A signal during the last step's evaluation (or the one above) still
@@ -382,6 +413,11 @@ absl::Status Trainer::Train() {
   LoopState loop;
   loop.steps_per_epoch = StepsPerEpoch();
   MT_ASSIGN_OR_RETURN(loop.total_steps, TotalSteps());
+  // A run early stopping ended (its checkpoint's state says so) is
+  // finished: run again, it evaluates its last step again.
+  if (early_stopping_.has_value() && early_stopping_->stopped()) {
+    loop.total_steps = std::min(loop.total_steps, global_step());
+  }
   loop.window_start = std::chrono::steady_clock::now();
   progress_ = std::make_unique<Progress>(loop.total_steps, loop.steps_per_epoch,
                                          config_.train.log_every_steps,

@@ -357,6 +357,74 @@ TEST(CliTest, EvalEveryStepsEvaluatesAtItsMultiples) {
   EXPECT_EQ(test_steps(ps), (std::vector<int64_t>{20, 40, 60, 64}));
 }
 
+// Early stopping on an accuracy no evaluation can beat by 0.9: the first
+// evaluation sets the best, each later one waits. Patience 1 stops after
+// the second (step 20, between logged steps: its train window is logged
+// after the evaluation) with a checkpoint there; run again it is finished;
+// run again with patience 3 it goes on from its saved wait and stops at
+// step 40, with the weights of a run that had patience 3 throughout.
+TEST(CliTest, EarlyStoppingStopsAndResumesAsKerasCounts) {
+  const std::vector<std::string> watch = {
+      "train.eval_every_epochs=0", "train.eval_every_steps=10",
+      "train.early_stopping_monitor=accuracy",
+      "train.early_stopping_min_delta=0.9"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.end(), watch.begin(), watch.end());
+    return more;
+  };
+  auto test_steps = [](const std::string& dir) {
+    std::vector<int64_t> steps;
+    for (const std::string& l : Lines(ReadFile(dir + "/metrics.jsonl"))) {
+      if (l.find("\"weights\": \"ema\"") != std::string::npos) {
+        steps.push_back(static_cast<int64_t>(JsonNumber(l, "step")));
+      }
+    }
+    return steps;
+  };
+  const std::string dir = FreshDir("early_stop");
+  Result r = RunCli(SmallTrain(dir, with({"train.early_stopping_patience=1"})));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("early stopping at step 20: the EMA test accuracy has "
+                       "not improved on "),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find(" (step 10) for 1 evaluation "
+                       "(train.early_stopping_patience: 1)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(test_steps(dir), (std::vector<int64_t>{10, 20}));
+  const std::vector<std::string> lines =
+      Lines(ReadFile(dir + "/metrics.jsonl"));
+  EXPECT_NE(lines.back().find("\"step\": 20, \"epoch\": 0, \"split\": "
+                              "\"train\""),
+            std::string::npos)
+      << lines.back();
+  EXPECT_TRUE(fs::exists(dir + "/checkpoints/ckpt-20.safetensors"));
+  // Finished: run again, it evaluates step 20 again and trains nothing.
+  r = RunCli(SmallTrain(dir, with({"train.early_stopping_patience=1"})));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(test_steps(dir), (std::vector<int64_t>{10, 20}));
+  EXPECT_FALSE(fs::exists(dir + "/checkpoints/ckpt-30.safetensors"));
+  // More patience: on from the saved wait of 1 to a stop at step 40.
+  r = RunCli(SmallTrain(dir, with({"train.early_stopping_patience=3"})));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(test_steps(dir), (std::vector<int64_t>{10, 20, 30, 40}));
+  const std::string straight = FreshDir("early_stop_straight");
+  r = RunCli(SmallTrain(straight, with({"train.early_stopping_patience=3"})));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(test_steps(straight), (std::vector<int64_t>{10, 20, 30, 40}));
+  ExpectSameTensors(dir + "/checkpoints/ckpt-40.safetensors",
+                    straight + "/checkpoints/ckpt-40.safetensors");
+  // The parameter servers' coordinator stops its workers alike.
+  const std::string ps = FreshDir("early_stop_ps");
+  r = RunCli(SmallTrain(ps, with({"train.early_stopping_patience=1",
+                                  "distribute.strategy=parameter_server",
+                                  "distribute.devices=[cpu:0,cpu:1]"})));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(test_steps(ps), (std::vector<int64_t>{10, 20}));
+  EXPECT_TRUE(fs::exists(ps + "/checkpoints/ckpt-20.safetensors"));
+}
+
 TEST(CliTest, EvalReproducesTheLoggedNumbersExactly) {
   const std::string dir = FreshDir("eval");
   ASSERT_EQ(RunCli(SmallTrain(dir, {"train.epochs=10"})).exit_code, 0);
@@ -561,6 +629,13 @@ TEST(CliTest, BadConfigsExit2WithOneLineNamingFileAndKey) {
       {"model:\n  layers:\n    - {type: flatten}\n    - {type: dense, "
        "units: 7}\n",
        "", "the data has 10 classes"},
+      {"train: {early_stopping_patience: 2, eval_every_epochs: 0}\n", "",
+       "bad.yaml:1: train.early_stopping_patience: set, but no evaluation is "
+       "scheduled to watch (set train.eval_every_epochs or "
+       "train.eval_every_steps)"},
+      {"train: {early_stopping_monitor: accuracy}\n", "",
+       "bad.yaml:1: train.early_stopping_monitor: set without "
+       "train.early_stopping_patience, which it qualifies"},
       {"loss: {label_smoothing: 1.5}\n", "",
        "bad.yaml:1: loss.label_smoothing: expected a number in [0, 1], got "
        "1.5"},

@@ -252,6 +252,27 @@ TEST(MpiTrainingTest, AWarmStartReachesEveryProcess) {
   ExpectSameTensors(Ckpt(one, 8), Ckpt(two, 8));
 }
 
+// Every process decides to stop from the same agreed evaluation: the job
+// of two processes stops where one process with two replicas does, with
+// the same weights.
+TEST(MpiTrainingTest, EarlyStoppingStopsEveryProcessAlike) {
+  MT_SKIP_WITHOUT_MPI();
+  const std::vector<std::string> stop = {
+      "train.eval_every_epochs=0", "train.eval_every_steps=10",
+      "train.early_stopping_patience=1",
+      "train.early_stopping_monitor=accuracy",
+      "train.early_stopping_min_delta=0.9"};
+  const std::string one = testing::FreshTestDir("early_stop_1x2");
+  Result a = RunCli(Job(one, 2, stop));
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  const std::string two = testing::FreshTestDir("early_stop_2x1");
+  Result b = RunMpi(2, Job(two, 1, stop));
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_TRUE(absl::StrContains(b.err, "early stopping at step 20")) << b.err;
+  EXPECT_FALSE(fs::exists(Ckpt(two, 30)));
+  ExpectSameTensors(Ckpt(one, 20), Ckpt(two, 20));
+}
+
 TEST(MpiTrainingTest, ConfigErrorIsReportedOnceAndExits2) {
   MT_SKIP_WITHOUT_MPI();
   const std::string dir = testing::FreshTestDir("bad_config");
