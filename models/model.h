@@ -64,6 +64,8 @@ class Model {
   // replicas (central storage, parameter servers) take back from them.
   // Frozen layers' variables are in neither list.
   const std::vector<Variable*>& forward_state() const { return forward_state_; }
+  // Whether the input reaches an embedding first: the inputs are token ids.
+  bool token_inputs() const { return token_inputs_; }
   // Whether a layer was built frozen (LayerSpec::trainable).
   bool has_frozen_layers() const { return has_frozen_layers_; }
   // The table Keras's model.summary() prints: layer, output shape, params.

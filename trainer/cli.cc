@@ -1,5 +1,7 @@
 #include "trainer/cli.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -555,6 +557,29 @@ int Sample(int argc, char** argv) {
   return kExitOk;
 }
 
+// Where --output can be written atomically: a file (not a directory) in
+// an existing directory this process may write.
+absl::Status CheckOutputPath(const std::string& path) {
+  const std::filesystem::path dir =
+      std::filesystem::path(path).parent_path().empty()
+          ? std::filesystem::path(".")
+          : std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--output ", path, ": ", dir.string(), " is not a directory"));
+  }
+  if (std::filesystem::is_directory(path, ec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--output ", path, ": is a directory"));
+  }
+  if (access(dir.c_str(), W_OK) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--output ", path, ": ", dir.string(), " is not writable"));
+  }
+  return absl::OkStatus();
+}
+
 int Predict(int argc, char** argv) {
   std::optional<Args> args = ParseVerbArgs(
       argc, argv, {"config", "set", "checkpoint", "weights", "input", "output"},
@@ -570,45 +595,45 @@ int Predict(int argc, char** argv) {
                  "--config FILE, --checkpoint PATH_OR_DIR, --input X.npy and "
                  "--output Y.npy are required");
   }
-  // Refused before any work: the atomic write needs the output's directory
-  // and renames over a file, never a directory.
-  const std::filesystem::path out_dir =
-      std::filesystem::path(args->output).parent_path();
-  std::error_code ec;
-  if (!out_dir.empty() && !std::filesystem::is_directory(out_dir, ec)) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--output ", args->output, ": ", out_dir.string(),
-                     " is not a directory")));
-  }
-  if (std::filesystem::is_directory(args->output, ec)) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--output ", args->output, ": is a directory")));
-  }
+  // Refused before any work, and agreed: only the chief writes, and no
+  // process may go on alone into the collectives that follow.
+  absl::Status output_ok = absl::OkStatus();
+  if (Reports()) output_ok = CheckOutputPath(args->output);
+  if (std::optional<int> failed = FailIfAnyFailed(output_ok)) return *failed;
   std::string weights;
   int code = kExitFailure;
   std::optional<std::unique_ptr<Trainer>> trainer =
       RestoredTrainer("predict", *args, DataNeeds::kShapes, &weights, &code);
   if (!trainer.has_value()) return code;
-  // Every process of a job computes the outputs; the chief writes them.
-  Shape shape;
+  // Every process of a job computes the outputs; once all have, the chief
+  // writes them (so a failure anywhere leaves nothing written).
+  Tensor outputs;
   absl::Status s = (*trainer)->WithModel(
       weights == "ema",
       [&](models::Model& model, Device device) -> absl::Status {
+        // Ids where the model's input reaches an embedding or it trained
+        // on the text source's bytes.
+        const bool token_ids =
+            model.token_inputs() || (*trainer)->trains_on_byte_tokens();
         MT_ASSIGN_OR_RETURN(
             const Tensor inputs,
-            ReadPredictInputs(args->input, model.input_shape(),
+            ReadPredictInputs(args->input, model.input_shape(), token_ids,
                               (*trainer)->config().data.normalize));
-        MT_ASSIGN_OR_RETURN(const Tensor outputs,
-                            trainer::Predict(model, device, inputs));
-        shape = outputs.shape();
-        if (!Reports()) return absl::OkStatus();
-        // A failed write is a failure while running, not bad input.
-        absl::Status written = WriteNpy(args->output, outputs);
-        if (written.ok() || ExitCodeFor(written) != kExitUsage) return written;
-        return absl::InternalError(written.message());
+        MT_ASSIGN_OR_RETURN(outputs, trainer::Predict(model, device, inputs));
+        return absl::OkStatus();
       });
   if (std::optional<int> failed = FailIfAnyFailed(s)) return *failed;
+  absl::Status written = absl::OkStatus();
+  if (Reports()) {
+    written = WriteNpy(args->output, outputs);
+    // A failed write is a failure while running, not bad input.
+    if (!written.ok() && ExitCodeFor(written) == kExitUsage) {
+      written = absl::InternalError(written.message());
+    }
+  }
+  if (std::optional<int> failed = FailIfAnyFailed(written)) return *failed;
   if (!Reports()) return kExitOk;
+  const Shape& shape = outputs.shape();
   std::printf(
       "{\"checkpoint\": %s, \"step\": %lld, \"weights\": \"%s\", "
       "\"examples\": %lld, \"output\": %s, \"shape\": %s}\n",

@@ -320,8 +320,8 @@ const ParamSchema& TrainSchema() {
        Param::Int("eval_every_epochs")
            .Default(1)
            .Min(0)
-           .Doc("evaluate on the test split every N epochs (0: only at the "
-                "end)"),
+           .Doc("evaluate on the test split every N epochs (0: not by "
+                "epochs; the last step is always evaluated)"),
        Param::Int("eval_every_steps")
            .Default(0)
            .Min(0)

@@ -10,6 +10,7 @@ namespace {
 constexpr char kBest[] = "early_stopping_best";
 constexpr char kBestStep[] = "early_stopping_best_step";
 constexpr char kWait[] = "early_stopping_wait";
+constexpr char kWatch[] = "early_stopping_watch";
 
 }  // namespace
 
@@ -34,41 +35,48 @@ void EarlyStopping::Save(std::map<std::string, std::string>& metadata) const {
       best_.has_value() ? absl::StrFormat("%.17g", *best_) : "none";
   metadata[kBestStep] = absl::StrCat(best_step_);
   metadata[kWait] = absl::StrCat(wait_);
+  metadata[kWatch] = options_.watch;
 }
 
-absl::Status EarlyStopping::Restore(
-    const std::map<std::string, std::string>& metadata,
-    const std::string& path) {
-  best_.reset();
-  best_step_ = wait_ = 0;
+absl::StatusOr<EarlyStopping> EarlyStopping::Restored(
+    const Options& options, const std::map<std::string, std::string>& metadata,
+    const std::string& path, std::string* note) {
+  note->clear();
+  EarlyStopping out(options);
   const auto best = metadata.find(kBest);
-  if (best == metadata.end()) return absl::OkStatus();
+  if (best == metadata.end()) return out;
   auto bad = [&](const char* key, const char* expected) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": metadata ", key,
                                                    ": '", metadata.at(key),
                                                    "' is not ", expected));
   };
-  for (const char* key : {kBestStep, kWait}) {
+  for (const char* key : {kBestStep, kWait, kWatch}) {
     if (!metadata.contains(key)) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": metadata has ", kBest, " but no ", key));
     }
   }
-  double value = 0;
   if (best->second != "none") {
+    double value = 0;
     if (!absl::SimpleAtod(best->second, &value)) {
       return bad(kBest, "a number or none");
     }
-    best_ = value;
+    out.best_ = value;
   }
-  if (!absl::SimpleAtoi(metadata.at(kBestStep), &best_step_) ||
-      best_step_ < 0) {
+  if (!absl::SimpleAtoi(metadata.at(kBestStep), &out.best_step_) ||
+      out.best_step_ < 0) {
     return bad(kBestStep, "an integer >= 0");
   }
-  if (!absl::SimpleAtoi(metadata.at(kWait), &wait_) || wait_ < 0) {
+  if (!absl::SimpleAtoi(metadata.at(kWait), &out.wait_) || out.wait_ < 0) {
     return bad(kWait, "an integer >= 0");
   }
-  return absl::OkStatus();
+  if (metadata.at(kWatch) != options.watch) {
+    *note =
+        absl::StrCat(path, " watched the ", metadata.at(kWatch),
+                     "; early stopping starts afresh on the ", options.watch);
+    return EarlyStopping(options);
+  }
+  return out;
 }
 
 }  // namespace mirrortrain::trainer

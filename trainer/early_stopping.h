@@ -31,6 +31,9 @@ class EarlyStopping {
     int64_t patience = 0;
     bool maximize = false;  // accuracy; loss is minimised.
     double min_delta = 0;   // >= 0.
+    // What is watched, e.g. "EMA test loss": a checkpoint's state of
+    // another watch is not taken over.
+    std::string watch;
   };
 
   explicit EarlyStopping(const Options& options) : options_(options) {}
@@ -45,12 +48,17 @@ class EarlyStopping {
   int64_t best_step() const { return best_step_; }
   int64_t wait() const { return wait_; }
 
+  const Options& options() const { return options_; }
+
   // Adds the state to a checkpoint's metadata (keys early_stopping_*).
   void Save(std::map<std::string, std::string>& metadata) const;
-  // The state of a checkpoint's metadata (`path` names it in errors); the
-  // initial state when it holds none (a run without early stopping).
-  absl::Status Restore(const std::map<std::string, std::string>& metadata,
-                       const std::string& path);
+  // The state a checkpoint's metadata holds (`path` names it in errors),
+  // or the initial state when it holds none (a run without early stopping)
+  // or one of another watch, which *note then says (else it is emptied).
+  static absl::StatusOr<EarlyStopping> Restored(
+      const Options& options,
+      const std::map<std::string, std::string>& metadata,
+      const std::string& path, std::string* note);
 
  private:
   Options options_;

@@ -1,11 +1,11 @@
 #include "trainer/predict.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "tensor/ops/array_ops.h"
 #include "tensor/status_macros.h"
 #include "trainer/checkpoint/atomic_file.h"
 #include "trainer/data/gz_file.h"
@@ -14,12 +14,22 @@
 
 namespace mirrortrain::trainer {
 
+namespace {
+
+// Batches as Trainer::Evaluate cuts them: this many examples, or as many
+// as give about kMaxRows rows of outputs (one per token of a sequence).
+constexpr int64_t kMaxBatch = 1000;
+constexpr int64_t kMaxRows = 8192;
+
+}  // namespace
+
 absl::StatusOr<Tensor> ReadPredictInputs(const std::string& path,
                                          const Shape& input_shape,
+                                         bool token_ids,
                                          const NormalizeOptions& normalize) {
   MT_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
   MT_ASSIGN_OR_RETURN(const NpyArray x, ParseNpy(std::move(bytes), path));
-  MT_ASSIGN_OR_RETURN(Tensor inputs, NpyExamples(x, path));
+  MT_ASSIGN_OR_RETURN(Tensor inputs, NpyExamples(x, path, token_ids));
   const Shape example(inputs.shape().begin() + 1, inputs.shape().end());
   if (example != input_shape) {
     return BadData(
@@ -28,29 +38,45 @@ absl::StatusOr<Tensor> ReadPredictInputs(const std::string& path,
                      " (from the array's ", x.header.ShapeString(),
                      "), but the model takes ", ShapeToString(input_shape)));
   }
-  if (normalize.enabled()) {
+  if (token_ids) {
+    const float* v = inputs.data<float>();
+    for (int64_t i = 0; i < inputs.num_elements(); ++i) {
+      if (v[i] < 0 || v[i] != std::floor(v[i])) {
+        return BadData(path, absl::StrCat("element ", i, " is ", v[i],
+                                          ", not a token id (an integer >= "
+                                          "0)"));
+      }
+    }
+  } else if (normalize.enabled()) {
     MT_RETURN_IF_ERROR(NormalizeChannels(normalize, inputs));
   }
   return inputs;
 }
 
 absl::StatusOr<Tensor> Predict(models::Model& model, Device device,
-                               const Tensor& inputs, int64_t batch) {
+                               const Tensor& inputs) {
   const int64_t n = inputs.dim(0);
   Shape shape = {n};
   const Shape& out = model.output_shape();
   shape.insert(shape.end(), out.begin(), out.end());
   MT_ASSIGN_OR_RETURN(Tensor outputs, Tensor::Empty(DType::kF32, shape));
-  const int64_t row = outputs.num_elements() / std::max<int64_t>(n, 1);
+  // One example's outputs, and its rows (all but the last dimension).
+  int64_t row = 1;
+  for (int64_t d : out) row *= d;
+  const int64_t rows = out.empty() ? 1 : row / std::max<int64_t>(out.back(), 1);
+  const int64_t batch =
+      std::clamp<int64_t>(kMaxRows / std::max<int64_t>(rows, 1), 1, kMaxBatch);
   for (int64_t begin = 0; begin < n; begin += batch) {
     const int64_t count = std::min(batch, n - begin);
     MT_ASSIGN_OR_RETURN(Tensor x, inputs.SliceRows(begin, count));
     MT_ASSIGN_OR_RETURN(x, x.To(device));
     MT_ASSIGN_OR_RETURN(Tensor y, model.Call(x, {}));
-    if (y.dtype() != DType::kF32) {
-      MT_ASSIGN_OR_RETURN(y, ops::Cast(y, DType::kF32));
-    }
     MT_ASSIGN_OR_RETURN(y, y.To(Device::Cpu()));
+    if (y.dtype() != DType::kF32 || y.num_elements() != count * row) {
+      return absl::InternalError(absl::StrCat(
+          "predict: the model gave ", y.DebugString(), " for ", count,
+          " examples, not f32 ", ShapeToString(out), " each"));
+    }
     std::memcpy(outputs.data<float>() + begin * row, y.data<float>(),
                 static_cast<size_t>(count * row) * sizeof(float));
   }

@@ -20,19 +20,26 @@
 
 namespace mirrortrain::trainer {
 
-// The examples of the .npy file `path` (trainer/data/npy_examples.h: uint8
-// pixels scaled to [0, 1] or float32; [n, features], [n, h, w] or NHWC) as
-// host f32 [n, ...input_shape], normalised as training normalised its data
-// (the config's data.normalize). InvalidArgument naming the file when it is
-// not such an array or its examples are not `input_shape`.
+// The examples of the .npy file `path` (trainer/data/npy_examples.h:
+// uint8 or float32; [n, features], [n, h, w] or NHWC) as host f32
+// [n, ...input_shape]. Token ids (`token_ids`: a model whose input reaches
+// an embedding, or one trained on the text source's bytes) are uint8
+// values as they are or float32 integers >= 0; other inputs are uint8
+// pixels scaled to [0, 1] or float32 values, normalised as training
+// normalised its data (the config's data.normalize). InvalidArgument
+// naming the file when it is not such an array or its examples are not
+// `input_shape`.
 absl::StatusOr<Tensor> ReadPredictInputs(const std::string& path,
                                          const Shape& input_shape,
+                                         bool token_ids,
                                          const NormalizeOptions& normalize);
 
 // The outputs of `model` (on `device`) for host `inputs` [n, ...input
-// shape], at most `batch` examples at a time: host f32 [n, ...output shape].
+// shape]: host f32 [n, ...output shape]. In batches of at most 1000
+// examples and about 8192 output rows (a text model's windows give one row
+// of logits per token), as evaluations run.
 absl::StatusOr<Tensor> Predict(models::Model& model, Device device,
-                               const Tensor& inputs, int64_t batch = 1000);
+                               const Tensor& inputs);
 
 // Writes host f32 `values` to `path` as a .npy array (float32, C order),
 // atomically: a file already at `path` stays whole until the new one is.

@@ -130,6 +130,8 @@ class Trainer {
   int64_t global_step() const;
   // The resolved config it was created with.
   const Config& config() const { return config_; }
+  // Whether the data's examples are byte tokens (ids 0..255: text).
+  bool trains_on_byte_tokens() const { return test_data_.bytes_as_tokens; }
 
   // Restores every replica (variables, slots, EMA shadows), the step and the
   // input position from a checkpoint file or a directory's latest.

@@ -308,11 +308,19 @@ absl::Status Trainer::Restore(const CheckedCheckpoint& checkpoint) {
   // assignment), then mirrored to the other replicas, or scattered to the
   // parameter servers; state_ no longer holds a gather of them.
   snapshot_version_ = -1;
+  std::optional<EarlyStopping> stopping;
+  std::string stopping_note;
   if (early_stopping_.has_value()) {
-    MT_RETURN_IF_ERROR(early_stopping_->Restore(file.metadata(), path));
+    MT_ASSIGN_OR_RETURN(stopping, EarlyStopping::Restored(
+                                      early_stopping_->options(),
+                                      file.metadata(), path, &stopping_note));
   }
   MT_RETURN_IF_ERROR(Saver(TrainingState()).Restore(file));
   MT_RETURN_IF_ERROR(SpreadRestoredState(position.step));
+  if (stopping.has_value()) early_stopping_ = *std::move(stopping);
+  if (!stopping_note.empty() && processes_->chief()) {
+    std::fprintf(stderr, "mirrortrain: note: %s\n", stopping_note.c_str());
+  }
   if (train_iterator_ && ps_) {
     // Asynchronous workers resume where their applied updates leave each
     // (worker_batches, from a parameter_server run of as many workers);

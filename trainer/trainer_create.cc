@@ -270,11 +270,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   t->startup_.before = ProcessAgeSeconds();
   t->config_ = config;
   t->data_needs_ = data;
-  if (const auto& patience = config.train.early_stopping_patience) {
+  // Only training watches; eval, sample and predict leave the state be.
+  if (const auto& patience = config.train.early_stopping_patience;
+      patience && data == DataNeeds::kTrainAndTest) {
     t->early_stopping_.emplace(EarlyStopping::Options{
         .patience = *patience,
         .maximize = config.train.early_stopping_monitor == "accuracy",
-        .min_delta = config.train.early_stopping_min_delta});
+        .min_delta = config.train.early_stopping_min_delta,
+        .watch = absl::StrCat(config.ema.decay ? "EMA " : "", "test ",
+                              config.train.early_stopping_monitor)});
   }
   if (processes == nullptr) {
     t->single_process_ = distribute::SingleProcessGroup();

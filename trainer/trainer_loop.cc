@@ -119,8 +119,8 @@ absl::Status Trainer::AfterSteps(LoopState& loop, int64_t step, double loss_sum,
 std::string Trainer::EarlyStopMessage(int64_t step) const {
   const EarlyStopping& e = *early_stopping_;
   return absl::StrCat(
-      "early stopping at step ", step, ": the ", primary().ema ? "EMA " : "",
-      "test ", config_.train.early_stopping_monitor, " has not improved on ",
+      "early stopping at step ", step, ": the ", e.options().watch,
+      " has not improved on ",
       e.best().has_value() ? absl::StrFormat("%.4f", *e.best()) : "nan",
       " (step ", e.best_step(), ") for ", e.wait(), " evaluation",
       e.wait() == 1 ? "" : "s", " (train.early_stopping_patience: ",
@@ -418,6 +418,9 @@ absl::Status Trainer::Train() {
   if (early_stopping_.has_value() && early_stopping_->stopped()) {
     loop.total_steps = std::min(loop.total_steps, global_step());
   }
+  const bool ended_early = loop.total_steps == global_step() &&
+                           early_stopping_.has_value() &&
+                           early_stopping_->stopped();
   loop.window_start = std::chrono::steady_clock::now();
   progress_ = std::make_unique<Progress>(loop.total_steps, loop.steps_per_epoch,
                                          config_.train.log_every_steps,
@@ -451,6 +454,10 @@ absl::Status Trainer::Train() {
   }
   if (!warm_start_summary_.empty()) {
     progress_->Message(absl::StrCat("warm start: ", warm_start_summary_));
+  }
+  if (ended_early) {
+    progress_->Message(
+        absl::StrCat("this run ended by ", EarlyStopMessage(global_step())));
   }
   if (!cuda_graph_.reason.empty() && strategy_->devices()[0].is_cuda()) {
     progress_->Message(

@@ -323,29 +323,31 @@ TEST(CliTest, EvaluateRawFalseEvaluatesTheEmaWeightsOnly) {
       << bad.err;
 }
 
+// The steps of a run's evaluations (its EMA test lines).
+std::vector<int64_t> EvaluatedSteps(const std::string& dir) {
+  std::vector<int64_t> steps;
+  for (const std::string& l : Lines(ReadFile(dir + "/metrics.jsonl"))) {
+    if (l.find("\"weights\": \"ema\"") != std::string::npos) {
+      steps.push_back(static_cast<int64_t>(JsonNumber(l, "step")));
+    }
+  }
+  return steps;
+}
+
 // train.eval_every_steps evaluates at its multiples and at the end, alone
 // or beside eval_every_epochs (one evaluation where both fall), under the
 // synchronous loop and the parameter servers' coordinator alike.
 TEST(CliTest, EvalEveryStepsEvaluatesAtItsMultiples) {
-  auto test_steps = [](const std::string& dir) {
-    std::vector<int64_t> steps;
-    for (const std::string& l : Lines(ReadFile(dir + "/metrics.jsonl"))) {
-      if (l.find("\"weights\": \"ema\"") != std::string::npos) {
-        steps.push_back(static_cast<int64_t>(JsonNumber(l, "step")));
-      }
-    }
-    return steps;
-  };
   // SmallTrain: 32 steps an epoch, 64 in all.
   const std::string by_steps = FreshDir("eval_steps");
   Result r = RunCli(SmallTrain(
       by_steps, {"train.eval_every_epochs=0", "train.eval_every_steps=24"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(test_steps(by_steps), (std::vector<int64_t>{24, 48, 64}));
+  EXPECT_EQ(EvaluatedSteps(by_steps), (std::vector<int64_t>{24, 48, 64}));
   const std::string both = FreshDir("eval_both_ways");
   r = RunCli(SmallTrain(both, {"train.eval_every_steps=16"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(test_steps(both), (std::vector<int64_t>{16, 32, 48, 64}));
+  EXPECT_EQ(EvaluatedSteps(both), (std::vector<int64_t>{16, 32, 48, 64}));
   const std::string ps = FreshDir("eval_steps_ps");
   r = RunCli(
       SmallTrain(ps, {"train.eval_every_epochs=0", "train.eval_every_steps=20",
@@ -354,7 +356,7 @@ TEST(CliTest, EvalEveryStepsEvaluatesAtItsMultiples) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // 20 is no multiple of the logging (8) or saving (16) steps, where the
   // coordinator holds the workers anyway.
-  EXPECT_EQ(test_steps(ps), (std::vector<int64_t>{20, 40, 60, 64}));
+  EXPECT_EQ(EvaluatedSteps(ps), (std::vector<int64_t>{20, 40, 60, 64}));
 }
 
 // Early stopping on an accuracy no evaluation can beat by 0.9: the first
@@ -372,15 +374,6 @@ TEST(CliTest, EarlyStoppingStopsAndResumesAsKerasCounts) {
     more.insert(more.end(), watch.begin(), watch.end());
     return more;
   };
-  auto test_steps = [](const std::string& dir) {
-    std::vector<int64_t> steps;
-    for (const std::string& l : Lines(ReadFile(dir + "/metrics.jsonl"))) {
-      if (l.find("\"weights\": \"ema\"") != std::string::npos) {
-        steps.push_back(static_cast<int64_t>(JsonNumber(l, "step")));
-      }
-    }
-    return steps;
-  };
   const std::string dir = FreshDir("early_stop");
   Result r = RunCli(SmallTrain(dir, with({"train.early_stopping_patience=1"})));
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -392,7 +385,7 @@ TEST(CliTest, EarlyStoppingStopsAndResumesAsKerasCounts) {
                        "(train.early_stopping_patience: 1)"),
             std::string::npos)
       << r.err;
-  EXPECT_EQ(test_steps(dir), (std::vector<int64_t>{10, 20}));
+  EXPECT_EQ(EvaluatedSteps(dir), (std::vector<int64_t>{10, 20}));
   const std::vector<std::string> lines =
       Lines(ReadFile(dir + "/metrics.jsonl"));
   EXPECT_NE(lines.back().find("\"step\": 20, \"epoch\": 0, \"split\": "
@@ -403,16 +396,20 @@ TEST(CliTest, EarlyStoppingStopsAndResumesAsKerasCounts) {
   // Finished: run again, it evaluates step 20 again and trains nothing.
   r = RunCli(SmallTrain(dir, with({"train.early_stopping_patience=1"})));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(test_steps(dir), (std::vector<int64_t>{10, 20}));
+  EXPECT_NE(r.err.find("this run ended by early stopping at step 20: the "
+                       "EMA test accuracy has not improved on "),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(EvaluatedSteps(dir), (std::vector<int64_t>{10, 20}));
   EXPECT_FALSE(fs::exists(dir + "/checkpoints/ckpt-30.safetensors"));
   // More patience: on from the saved wait of 1 to a stop at step 40.
   r = RunCli(SmallTrain(dir, with({"train.early_stopping_patience=3"})));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(test_steps(dir), (std::vector<int64_t>{10, 20, 30, 40}));
+  EXPECT_EQ(EvaluatedSteps(dir), (std::vector<int64_t>{10, 20, 30, 40}));
   const std::string straight = FreshDir("early_stop_straight");
   r = RunCli(SmallTrain(straight, with({"train.early_stopping_patience=3"})));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(test_steps(straight), (std::vector<int64_t>{10, 20, 30, 40}));
+  EXPECT_EQ(EvaluatedSteps(straight), (std::vector<int64_t>{10, 20, 30, 40}));
   ExpectSameTensors(dir + "/checkpoints/ckpt-40.safetensors",
                     straight + "/checkpoints/ckpt-40.safetensors");
   // The parameter servers' coordinator stops its workers alike.
@@ -421,7 +418,7 @@ TEST(CliTest, EarlyStoppingStopsAndResumesAsKerasCounts) {
                                   "distribute.strategy=parameter_server",
                                   "distribute.devices=[cpu:0,cpu:1]"})));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(test_steps(ps), (std::vector<int64_t>{10, 20}));
+  EXPECT_EQ(EvaluatedSteps(ps), (std::vector<int64_t>{10, 20}));
   EXPECT_TRUE(fs::exists(ps + "/checkpoints/ckpt-20.safetensors"));
 }
 

@@ -421,6 +421,32 @@ checkpoint: {every_steps: 0}
   };
   EXPECT_EQ(bits(smoothed.out), bits(eval.out)) << smoothed.out;
   EXPECT_GT(JsonNumber(smoothed.out, "loss"), loss);
+  // predict on byte windows: uint8 ids as they are (not scaled as pixels)
+  // give the logits of float32 ids, one row of 256 per token.
+  const std::string window = "the quic";
+  testing::WriteBytes(dir + "/ids_u8.npy", NpyBytes("|u1", {1, 8}, window));
+  std::vector<float> ids(window.begin(), window.end());
+  testing::WriteBytes(dir + "/ids_f32.npy",
+                      NpyBytes("<f4", {1, 8}, RawBytes(ids)));
+  for (const char* name : {"u8", "f32"}) {
+    Result p =
+        RunCli({"predict", "--config", config, "--checkpoint", dir + "/run",
+                "--input", absl::StrCat(dir, "/ids_", name, ".npy"), "--output",
+                absl::StrCat(dir, "/logits_", name, ".npy")});
+    ASSERT_EQ(p.exit_code, 0) << p.err;
+    EXPECT_THAT(p.out, HasSubstr("\"shape\": [1, 8, 256]}"));
+  }
+  EXPECT_EQ(testing::ReadFile(dir + "/logits_u8.npy"),
+            testing::ReadFile(dir + "/logits_f32.npy"));
+  ids[3] = 2.5f;
+  testing::WriteBytes(dir + "/ids_bad.npy",
+                      NpyBytes("<f4", {1, 8}, RawBytes(ids)));
+  ExpectExit2(
+      {"predict", "--config", config, "--checkpoint", dir + "/run", "--input",
+       dir + "/ids_bad.npy", "--output", dir + "/logits_bad.npy"},
+      "ids_bad.npy: element 3 is 2.5, not a token id (an integer >= "
+      "0)");
+  EXPECT_FALSE(fs::exists(dir + "/logits_bad.npy"));
   // A model without one logit per byte value and token.
   ExpectExit2({"train", "--config", config, "--run_dir", dir + "/run2", "--set",
                "model.layers=[{type: dense, units: 256}]"},

@@ -2,6 +2,7 @@
 // and its state's round trip through checkpoint metadata.
 #include "trainer/early_stopping.h"
 
+#include <cmath>
 #include <map>
 #include <string>
 
@@ -22,9 +23,12 @@ int64_t StopsAfter(const EarlyStopping::Options& options, const Tensor& values,
     if (i == resume_at) {
       std::map<std::string, std::string> metadata = {{"step", "1"}};
       e.Save(metadata);
-      EarlyStopping resumed(options);
-      EXPECT_TRUE(resumed.Restore(metadata, "ckpt").ok());
-      e = resumed;
+      std::string note;
+      absl::StatusOr<EarlyStopping> resumed =
+          EarlyStopping::Restored(options, metadata, "ckpt", &note);
+      EXPECT_TRUE(resumed.ok()) << resumed.status();
+      EXPECT_EQ(note, "");
+      if (resumed.ok()) e = *resumed;
     }
     const bool stop = e.Update(values.ScalarAt(i), 10 * (i + 1));
     EXPECT_EQ(stop, e.stopped());
@@ -68,25 +72,50 @@ TEST(EarlyStoppingTest, StopsWhereKerasDoes) {
   EXPECT_LT(stopped, cases);
 }
 
-TEST(EarlyStoppingTest, NanNeverImprovesAndBadMetadataIsNamed) {
-  EarlyStopping e({.patience = 1});
-  EXPECT_FALSE(e.Update(1.0, 5));
-  EXPECT_TRUE(e.Update(std::nan(""), 10));
+// A NaN never improves, and goes through metadata as a NaN; a checkpoint
+// without the state gives the initial one, one of another watch too (with
+// a note); bad metadata is named.
+TEST(EarlyStoppingTest, NanAnotherWatchAndBadMetadata) {
+  const EarlyStopping::Options options{.patience = 2, .watch = "test loss"};
+  EarlyStopping e(options);
+  EXPECT_FALSE(e.Update(std::nan(""), 5));
+  EXPECT_FALSE(e.Update(1.0, 10));
+  EXPECT_TRUE(e.Update(0.5, 15));
   EXPECT_EQ(e.best_step(), 5);
-  // A checkpoint without early stopping's state: the initial one.
-  EXPECT_TRUE(e.Restore({{"step", "10"}}, "c").ok());
-  EXPECT_FALSE(e.stopped());
-  EXPECT_FALSE(e.best().has_value());
-  const std::map<std::string, std::string> bad = {
-      {"early_stopping_best", "1.5"},
-      {"early_stopping_best_step", "x"},
-      {"early_stopping_wait", "0"}};
-  absl::Status s = e.Restore(bad, "c.safetensors");
-  EXPECT_EQ(s.message(),
+  std::map<std::string, std::string> metadata;
+  e.Save(metadata);
+  std::string note;
+  absl::StatusOr<EarlyStopping> back =
+      EarlyStopping::Restored(options, metadata, "c", &note);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->best().has_value() && std::isnan(*back->best()));
+  EXPECT_EQ(back->wait(), 2);
+  EXPECT_TRUE(back->stopped());
+  back = EarlyStopping::Restored(options, {{"step", "10"}}, "c", &note);
+  ASSERT_TRUE(back.ok());
+  EXPECT_FALSE(back->best().has_value());
+  EXPECT_EQ(note, "");
+  EarlyStopping::Options accuracy = options;
+  accuracy.maximize = true;
+  accuracy.watch = "EMA test accuracy";
+  back = EarlyStopping::Restored(accuracy, metadata, "c", &note);
+  ASSERT_TRUE(back.ok());
+  EXPECT_FALSE(back->stopped());
+  EXPECT_FALSE(back->best().has_value());
+  EXPECT_EQ(note,
+            "c watched the test loss; early stopping starts afresh on the EMA "
+            "test accuracy");
+  std::map<std::string, std::string> bad = metadata;
+  bad["early_stopping_best_step"] = "x";
+  EXPECT_EQ(EarlyStopping::Restored(options, bad, "c.safetensors", &note)
+                .status()
+                .message(),
             "c.safetensors: metadata early_stopping_best_step: 'x' is not an "
             "integer >= 0");
-  s = e.Restore({{"early_stopping_best", "1.5"}}, "c.safetensors");
-  EXPECT_EQ(s.message(),
+  bad = {{"early_stopping_best", "1.5"}};
+  EXPECT_EQ(EarlyStopping::Restored(options, bad, "c.safetensors", &note)
+                .status()
+                .message(),
             "c.safetensors: metadata has early_stopping_best but no "
             "early_stopping_best_step");
 }

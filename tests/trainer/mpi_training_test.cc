@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "tests/trainer/cli_runner.h"
 #include "trainer/checkpoint/saver.h"
+#include "trainer/data/npy.h"
 
 namespace mirrortrain {
 namespace {
@@ -271,6 +272,34 @@ TEST(MpiTrainingTest, EarlyStoppingStopsEveryProcessAlike) {
   EXPECT_TRUE(absl::StrContains(b.err, "early stopping at step 20")) << b.err;
   EXPECT_FALSE(fs::exists(Ckpt(two, 30)));
   ExpectSameTensors(Ckpt(one, 20), Ckpt(two, 20));
+}
+
+// predict under mpirun: every process computes, the chief writes what one
+// process writes; a bad input is one exit 2 for the job, nothing written.
+TEST(MpiTrainingTest, PredictWritesOnceWhatOneProcessWrites) {
+  MT_SKIP_WITHOUT_MPI();
+  const std::string dir = testing::FreshTestDir("mpi_predict");
+  ASSERT_EQ(RunCli(Job(dir, 1, {"train.steps=8"})).exit_code, 0);
+  std::string pixels(3 * 28 * 28, '\0');
+  for (size_t i = 0; i < pixels.size(); ++i) {
+    pixels[i] = static_cast<char>((i * 37) % 256);
+  }
+  testing::WriteBytes(dir + "/x.npy",
+                      trainer::NpyHeaderBytes("|u1", {3, 28, 28}) + pixels);
+  auto predict = [&](const std::string& input, const std::string& output) {
+    return std::vector<std::string>{
+        "predict", "--config", dir + "/config.yaml", "--checkpoint", dir,
+        "--input", input,      "--output",           output};
+  };
+  ASSERT_EQ(RunCli(predict(dir + "/x.npy", dir + "/one.npy")).exit_code, 0);
+  Result two = RunMpi(2, predict(dir + "/x.npy", dir + "/two.npy"));
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  EXPECT_EQ(Lines(two.out).size(), 1u) << two.out;
+  EXPECT_EQ(ReadFile(dir + "/two.npy"), ReadFile(dir + "/one.npy"));
+  Result bad = RunMpi(2, predict(dir + "/none.npy", dir + "/bad.npy"));
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_EQ(Reports(bad.err), 1) << bad.err;
+  EXPECT_FALSE(fs::exists(dir + "/bad.npy"));
 }
 
 TEST(MpiTrainingTest, ConfigErrorIsReportedOnceAndExits2) {

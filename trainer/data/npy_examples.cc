@@ -43,8 +43,8 @@ absl::Status CheckExampleDtype(const NpyHeader& x, const std::string& where) {
                               "x.astype(np.float32))"));
 }
 
-absl::StatusOr<Tensor> NpyExamples(const NpyArray& x,
-                                   const std::string& where) {
+absl::StatusOr<Tensor> NpyExamples(const NpyArray& x, const std::string& where,
+                                   bool bytes_are_ids) {
   MT_RETURN_IF_ERROR(CheckExampleDtype(x.header, where));
   MT_ASSIGN_OR_RETURN(Shape example, NpyExampleShape(x.header, where));
   const int64_t n = x.header.shape[0];
@@ -57,7 +57,9 @@ absl::StatusOr<Tensor> NpyExamples(const NpyArray& x,
   if (x.header.kind == 'u') {
     const std::array<float, 256>& scale = ByteToUnitTable();
     const auto* in = reinterpret_cast<const uint8_t*>(x.data());
-    for (int64_t i = 0; i < count; ++i) out[i] = scale[in[i]];
+    for (int64_t i = 0; i < count; ++i) {
+      out[i] = bytes_are_ids ? static_cast<float>(in[i]) : scale[in[i]];
+    }
     return images;
   }
   std::memcpy(out, x.data(), count * sizeof(float));

@@ -25,7 +25,9 @@ absl::StatusOr<Shape> NpyExampleShape(const NpyHeader& x,
 absl::Status CheckExampleDtype(const NpyHeader& x, const std::string& where);
 
 // The examples as a host f32 tensor [n, ...NpyExampleShape]; at least one.
-absl::StatusOr<Tensor> NpyExamples(const NpyArray& x, const std::string& where);
+// With `bytes_are_ids` uint8 values are token ids, kept as they are.
+absl::StatusOr<Tensor> NpyExamples(const NpyArray& x, const std::string& where,
+                                   bool bytes_are_ids = false);
 
 }  // namespace mirrortrain::trainer
 
