@@ -21,6 +21,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Build(const ModelDef& def,
   // own output under bf16 (as Keras's autocast does), ids included.
   m->token_inputs_ =
       TokenIdLayer(def.layers, /*past_pass_through=*/false) != nullptr;
+  m->reads_token_ids_ = TokenIdLayer(def.layers) != nullptr;
   // Shapes carry a batch dimension of 1 while building.
   Shape input = {1};
   input.insert(input.end(), def.input_shape.begin(), def.input_shape.end());

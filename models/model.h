@@ -64,8 +64,9 @@ class Model {
   // replicas (central storage, parameter servers) take back from them.
   // Frozen layers' variables are in neither list.
   const std::vector<Variable*>& forward_state() const { return forward_state_; }
-  // Whether the input reaches an embedding first: the inputs are token ids.
-  bool token_inputs() const { return token_inputs_; }
+  // Whether the input reaches an embedding (TokenIdLayer, past layers that
+  // only pass values on): the inputs are token ids.
+  bool reads_token_ids() const { return reads_token_ids_; }
   // Whether a layer was built frozen (LayerSpec::trainable).
   bool has_frozen_layers() const { return has_frozen_layers_; }
   // The table Keras's model.summary() prints: layer, output shape, params.
@@ -83,6 +84,7 @@ class Model {
   Shape output_shape_;
   bool mixed_bfloat16_ = false;
   bool token_inputs_ = false;  // The input layer reads token ids.
+  bool reads_token_ids_ = false;
 };
 
 }  // namespace mirrortrain::models

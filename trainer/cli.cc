@@ -613,11 +613,11 @@ int Predict(int argc, char** argv) {
       [&](models::Model& model, Device device) -> absl::Status {
         // Ids where the model's input reaches an embedding or it trained
         // on the text source's bytes.
-        const bool token_ids =
-            model.token_inputs() || (*trainer)->trains_on_byte_tokens();
+        const bool bytes = (*trainer)->trains_on_byte_tokens();
         MT_ASSIGN_OR_RETURN(
             const Tensor inputs,
-            ReadPredictInputs(args->input, model.input_shape(), token_ids,
+            ReadPredictInputs(args->input, model.input_shape(),
+                              model.reads_token_ids() || bytes, bytes ? 256 : 0,
                               (*trainer)->config().data.normalize));
         MT_ASSIGN_OR_RETURN(outputs, trainer::Predict(model, device, inputs));
         return absl::OkStatus();

@@ -50,7 +50,7 @@ absl::StatusOr<EarlyStopping> EarlyStopping::Restored(
                                                    ": '", metadata.at(key),
                                                    "' is not ", expected));
   };
-  for (const char* key : {kBestStep, kWait, kWatch}) {
+  for (const char* key : {kBestStep, kWait}) {
     if (!metadata.contains(key)) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": metadata has ", kBest, " but no ", key));
@@ -70,10 +70,13 @@ absl::StatusOr<EarlyStopping> EarlyStopping::Restored(
   if (!absl::SimpleAtoi(metadata.at(kWait), &out.wait_) || out.wait_ < 0) {
     return bad(kWait, "an integer >= 0");
   }
-  if (metadata.at(kWatch) != options.watch) {
-    *note =
-        absl::StrCat(path, " watched the ", metadata.at(kWatch),
-                     "; early stopping starts afresh on the ", options.watch);
+  const auto watch = metadata.find(kWatch);
+  if (watch == metadata.end() || watch->second != options.watch) {
+    *note = absl::StrCat(
+        path, " watched ",
+        watch == metadata.end() ? "an unnamed metric"
+                                : absl::StrCat("the ", watch->second),
+        "; early stopping starts afresh on the ", options.watch);
     return EarlyStopping(options);
   }
   return out;

@@ -54,7 +54,8 @@ class EarlyStopping {
   void Save(std::map<std::string, std::string>& metadata) const;
   // The state a checkpoint's metadata holds (`path` names it in errors),
   // or the initial state when it holds none (a run without early stopping)
-  // or one of another watch, which *note then says (else it is emptied).
+  // or one of another (or no named) watch, which *note then says (else it
+  // is emptied).
   static absl::StatusOr<EarlyStopping> Restored(
       const Options& options,
       const std::map<std::string, std::string>& metadata,

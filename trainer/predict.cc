@@ -16,8 +16,9 @@ namespace mirrortrain::trainer {
 
 namespace {
 
-// Batches as Trainer::Evaluate cuts them: this many examples, or as many
-// as give about kMaxRows rows of outputs (one per token of a sequence).
+// Batches of at most this many examples, and as many as give about kMaxRows
+// rows of outputs (one per token of a sequence), the size of an
+// evaluation's batch of sequences; all on one device.
 constexpr int64_t kMaxBatch = 1000;
 constexpr int64_t kMaxRows = 8192;
 
@@ -25,7 +26,7 @@ constexpr int64_t kMaxRows = 8192;
 
 absl::StatusOr<Tensor> ReadPredictInputs(const std::string& path,
                                          const Shape& input_shape,
-                                         bool token_ids,
+                                         bool token_ids, int64_t id_limit,
                                          const NormalizeOptions& normalize) {
   MT_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
   MT_ASSIGN_OR_RETURN(const NpyArray x, ParseNpy(std::move(bytes), path));
@@ -41,10 +42,14 @@ absl::StatusOr<Tensor> ReadPredictInputs(const std::string& path,
   if (token_ids) {
     const float* v = inputs.data<float>();
     for (int64_t i = 0; i < inputs.num_elements(); ++i) {
-      if (v[i] < 0 || v[i] != std::floor(v[i])) {
-        return BadData(path, absl::StrCat("element ", i, " is ", v[i],
-                                          ", not a token id (an integer >= "
-                                          "0)"));
+      if (v[i] < 0 || v[i] != std::floor(v[i]) ||
+          (id_limit > 0 && v[i] >= static_cast<float>(id_limit))) {
+        return BadData(
+            path,
+            absl::StrCat("element ", i, " is ", v[i],
+                         ", not a token id (an integer >= 0",
+                         id_limit > 0 ? absl::StrCat(", below ", id_limit) : "",
+                         ")"));
       }
     }
   } else if (normalize.enabled()) {

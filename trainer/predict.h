@@ -24,14 +24,15 @@ namespace mirrortrain::trainer {
 // uint8 or float32; [n, features], [n, h, w] or NHWC) as host f32
 // [n, ...input_shape]. Token ids (`token_ids`: a model whose input reaches
 // an embedding, or one trained on the text source's bytes) are uint8
-// values as they are or float32 integers >= 0; other inputs are uint8
+// values as they are or float32 integers >= 0, and below `id_limit` when
+// it is > 0 (a byte model's 256); other inputs are uint8
 // pixels scaled to [0, 1] or float32 values, normalised as training
 // normalised its data (the config's data.normalize). InvalidArgument
 // naming the file when it is not such an array or its examples are not
 // `input_shape`.
 absl::StatusOr<Tensor> ReadPredictInputs(const std::string& path,
                                          const Shape& input_shape,
-                                         bool token_ids,
+                                         bool token_ids, int64_t id_limit,
                                          const NormalizeOptions& normalize);
 
 // The outputs of `model` (on `device`) for host `inputs` [n, ...input

@@ -2,13 +2,17 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <numbers>
 #include <optional>
 #include <set>
+#include <string>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "distribute/mirrored_variable.h"
 #include "distribute/one_device_strategy.h"
 #include "models/losses.h"
@@ -630,6 +634,34 @@ absl::Status Trainer::SyncFromChief() {
   }
   MT_RETURN_IF_ERROR(processes_->BroadcastString(restored_from_, 0,
                                                  "the chief's training state"));
+  if (early_stopping_.has_value()) {
+    // Only the chief restored: every process must stop at the same
+    // evaluation, so all take its state (as "key=value" lines).
+    std::string state;
+    if (processes_->chief()) {
+      std::map<std::string, std::string> metadata;
+      early_stopping_->Save(metadata);
+      for (const auto& [key, value] : metadata) {
+        absl::StrAppend(&state, key, "=", value, "\n");
+      }
+    }
+    MT_RETURN_IF_ERROR(processes_->BroadcastString(
+        state, 0, "the chief's early stopping state"));
+    if (!processes_->chief()) {
+      std::map<std::string, std::string> metadata;
+      for (absl::string_view line :
+           absl::StrSplit(state, '\n', absl::SkipEmpty())) {
+        const std::pair<std::string, std::string> kv =
+            absl::StrSplit(line, absl::MaxSplits('=', 1));
+        metadata.insert(kv);
+      }
+      std::string note;
+      MT_ASSIGN_OR_RETURN(
+          early_stopping_,
+          EarlyStopping::Restored(early_stopping_->options(), metadata,
+                                  restored_from_, &note));
+    }
+  }
   if (processes_->chief()) return absl::OkStatus();
   for (Replica& r : replicas_) r.optimizer->set_iterations(header[0]);
   MT_RETURN_IF_ERROR(train_iterator_->Seek({header[1], header[2]}));

@@ -526,7 +526,8 @@ class Trainer {
   // What checkpoint.warm_start_from assigned ("the model weights of
   // <file>"...); empty: no warm start.
   std::string warm_start_summary_;
-  // train.early_stopping_patience's state; absent when it is null.
+  // train.early_stopping_patience's state; absent when it is null, and in
+  // trainers that do not train (eval, sample, predict).
   std::optional<EarlyStopping> early_stopping_;
   // The step losses since the last logged step: summed, and how many. Kept
   // in checkpoints, so a resumed run logs what an uninterrupted one does.

@@ -318,9 +318,6 @@ absl::Status Trainer::Restore(const CheckedCheckpoint& checkpoint) {
   MT_RETURN_IF_ERROR(Saver(TrainingState()).Restore(file));
   MT_RETURN_IF_ERROR(SpreadRestoredState(position.step));
   if (stopping.has_value()) early_stopping_ = *std::move(stopping);
-  if (!stopping_note.empty() && processes_->chief()) {
-    std::fprintf(stderr, "mirrortrain: note: %s\n", stopping_note.c_str());
-  }
   if (train_iterator_ && ps_) {
     // Asynchronous workers resume where their applied updates leave each
     // (worker_batches, from a parameter_server run of as many workers);
@@ -370,6 +367,9 @@ absl::Status Trainer::Restore(const CheckedCheckpoint& checkpoint) {
     std::fprintf(stderr,
                  "mirrortrain: note: %s was written with a different config\n",
                  path.c_str());
+  }
+  if (!stopping_note.empty() && processes_->chief()) {
+    std::fprintf(stderr, "mirrortrain: note: %s\n", stopping_note.c_str());
   }
   restored_from_ = path;
   last_saved_step_ = position.step;

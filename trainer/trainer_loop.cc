@@ -418,9 +418,8 @@ absl::Status Trainer::Train() {
   if (early_stopping_.has_value() && early_stopping_->stopped()) {
     loop.total_steps = std::min(loop.total_steps, global_step());
   }
-  const bool ended_early = loop.total_steps == global_step() &&
-                           early_stopping_.has_value() &&
-                           early_stopping_->stopped();
+  const bool ended_early =
+      early_stopping_.has_value() && early_stopping_->stopped();
   loop.window_start = std::chrono::steady_clock::now();
   progress_ = std::make_unique<Progress>(loop.total_steps, loop.steps_per_epoch,
                                          config_.train.log_every_steps,

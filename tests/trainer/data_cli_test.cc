@@ -445,7 +445,7 @@ checkpoint: {every_steps: 0}
       {"predict", "--config", config, "--checkpoint", dir + "/run", "--input",
        dir + "/ids_bad.npy", "--output", dir + "/logits_bad.npy"},
       "ids_bad.npy: element 3 is 2.5, not a token id (an integer >= "
-      "0)");
+      "0, below 256)");
   EXPECT_FALSE(fs::exists(dir + "/logits_bad.npy"));
   // A model without one logit per byte value and token.
   ExpectExit2({"train", "--config", config, "--run_dir", dir + "/run2", "--set",

@@ -255,14 +255,15 @@ TEST(MpiTrainingTest, AWarmStartReachesEveryProcess) {
 
 // Every process decides to stop from the same agreed evaluation: the job
 // of two processes stops where one process with two replicas does, with
-// the same weights.
+// the same weights; run again it is finished on every process, and with
+// more patience every process goes on from the chief's restored state
+// (only the chief reads the checkpoint) to the same stop and weights.
 TEST(MpiTrainingTest, EarlyStoppingStopsEveryProcessAlike) {
   MT_SKIP_WITHOUT_MPI();
-  const std::vector<std::string> stop = {
+  std::vector<std::string> stop = {
       "train.eval_every_epochs=0", "train.eval_every_steps=10",
-      "train.early_stopping_patience=1",
       "train.early_stopping_monitor=accuracy",
-      "train.early_stopping_min_delta=0.9"};
+      "train.early_stopping_min_delta=0.9", "train.early_stopping_patience=1"};
   const std::string one = testing::FreshTestDir("early_stop_1x2");
   Result a = RunCli(Job(one, 2, stop));
   ASSERT_EQ(a.exit_code, 0) << a.err;
@@ -272,6 +273,19 @@ TEST(MpiTrainingTest, EarlyStoppingStopsEveryProcessAlike) {
   EXPECT_TRUE(absl::StrContains(b.err, "early stopping at step 20")) << b.err;
   EXPECT_FALSE(fs::exists(Ckpt(two, 30)));
   ExpectSameTensors(Ckpt(one, 20), Ckpt(two, 20));
+  b = RunMpi(2, Job(two, 1, stop), 60);
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_TRUE(absl::StrContains(b.err, "this run ended by early stopping"))
+      << b.err;
+  EXPECT_FALSE(fs::exists(Ckpt(two, 30)));
+  stop.back() = "train.early_stopping_patience=3";
+  a = RunCli(Job(one, 2, stop));
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  b = RunMpi(2, Job(two, 1, stop), 60);
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_TRUE(absl::StrContains(b.err, "early stopping at step 40")) << b.err;
+  EXPECT_FALSE(fs::exists(Ckpt(two, 50)));
+  ExpectSameTensors(Ckpt(one, 40), Ckpt(two, 40));
 }
 
 // predict under mpirun: every process computes, the chief writes what one
