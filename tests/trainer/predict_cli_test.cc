@@ -1,6 +1,8 @@
 // `mirrortrain predict`: a trained classifier's outputs for the examples of
 // a .npy file, checked against `eval` on the same images, and its input
 // and usage errors (exit 2, one line, nothing written).
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -24,8 +26,11 @@ using ::testing::StartsWith;
 
 constexpr int64_t kExamples = 500;
 
+// Per process: ctest runs this file's test cases as parallel processes,
+// each setting up the suite (one would delete the other's run).
 std::string FreshDir(const std::string& name) {
-  std::string dir = ::testing::TempDir() + "/mt_predict_" + name;
+  std::string dir =
+      absl::StrCat(::testing::TempDir(), "/mt_predict_", name, "_", getpid());
   fs::remove_all(dir);
   return dir;
 }
