@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "tensor/shape.h"
 #include "tensor/status_macros.h"
 #include "trainer/checkpoint/atomic_file.h"
 #include "trainer/data/gz_file.h"
@@ -65,10 +67,12 @@ absl::StatusOr<Tensor> Predict(models::Model& model, Device device,
   const Shape& out = model.output_shape();
   shape.insert(shape.end(), out.begin(), out.end());
   MT_ASSIGN_OR_RETURN(Tensor outputs, Tensor::Empty(DType::kF32, shape));
-  // One example's outputs, and its rows (all but the last dimension).
-  int64_t row = 1;
-  for (int64_t d : out) row *= d;
-  const int64_t rows = out.empty() ? 1 : row / std::max<int64_t>(out.back(), 1);
+  // One example's outputs, and its rows (all but the last dimension: a
+  // sequence's tokens).
+  const int64_t row = NumElements(out);
+  const int64_t rows =
+      out.empty() ? 1
+                  : NumElements(absl::MakeConstSpan(out).first(out.size() - 1));
   const int64_t batch =
       std::clamp<int64_t>(kMaxRows / std::max<int64_t>(rows, 1), 1, kMaxBatch);
   for (int64_t begin = 0; begin < n; begin += batch) {

@@ -123,8 +123,8 @@ std::string Trainer::EarlyStopMessage(int64_t step) const {
       " has not improved on ",
       e.best().has_value() ? absl::StrFormat("%.4f", *e.best()) : "nan",
       " (step ", e.best_step(), ") for ", e.wait(), " evaluation",
-      e.wait() == 1 ? "" : "s", " (train.early_stopping_patience: ",
-      *config_.train.early_stopping_patience, ")");
+      e.wait() == 1 ? "" : "s",
+      " (train.early_stopping_patience: ", e.options().patience, ")");
 }
 
 bool Trainer::EvaluationDue(const LoopState& loop, int64_t step) const {
@@ -415,11 +415,9 @@ absl::Status Trainer::Train() {
   MT_ASSIGN_OR_RETURN(loop.total_steps, TotalSteps());
   // A run early stopping ended (its checkpoint's state says so) is
   // finished: run again, it evaluates its last step again.
-  if (early_stopping_.has_value() && early_stopping_->stopped()) {
-    loop.total_steps = std::min(loop.total_steps, global_step());
-  }
   const bool ended_early =
       early_stopping_.has_value() && early_stopping_->stopped();
+  if (ended_early) loop.total_steps = std::min(loop.total_steps, global_step());
   loop.window_start = std::chrono::steady_clock::now();
   progress_ = std::make_unique<Progress>(loop.total_steps, loop.steps_per_epoch,
                                          config_.train.log_every_steps,
