@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <set>
@@ -25,6 +26,31 @@
 
 namespace mirrortrain::trainer {
 namespace {
+
+uint16_t LittleEndian16(const char* p) {
+  return static_cast<uint16_t>(static_cast<unsigned char>(p[0]) |
+                               static_cast<unsigned char>(p[1]) << 8);
+}
+
+// IEEE binary16 -> binary32, exactly (every half is a float): subnormals,
+// infinities and NaN payloads included.
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu;
+  const uint32_t mantissa = h & 0x3ffu;
+  if (exponent == 0) {
+    // Zero or subnormal: mantissa * 2^-24, exact in a float.
+    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+    return sign != 0 ? -magnitude : magnitude;
+  }
+  const uint32_t float_exponent = exponent == 0x1fu ? 0xffu : exponent + 112;
+  return std::bit_cast<float>(sign | float_exponent << 23 | mantissa << 13);
+}
+
+// bfloat16 is a float's upper half.
+float BFloat16ToFloat(uint16_t h) {
+  return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+}
 
 using ::nlohmann::json;
 using ::nlohmann::ordered_json;
@@ -272,7 +298,8 @@ absl::StatusOr<DType> ParseSafetensorsDType(absl::string_view name) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unsupported dtype '", name,
-                   "' (mirrortrain reads F32, F64, I32 and I64)"));
+                   "' (mirrortrain reads F32, F64, I32 and I64, and F16 and "
+                   "BF16 as F32)"));
 }
 
 absl::StatusOr<std::string> TensorDataCrc32c(
@@ -477,7 +504,12 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
       return InvalidFile(path, absl::StrCat(where, ": dtype is not a string"));
     }
     const std::string& dtype_name = dtype_json.get_ref<const std::string&>();
-    absl::StatusOr<DType> dtype = ParseSafetensorsDType(dtype_name);
+    const Half half = dtype_name == "F16"    ? Half::kF16
+                      : dtype_name == "BF16" ? Half::kBF16
+                                             : Half::kNone;
+    absl::StatusOr<DType> dtype = half == Half::kNone
+                                      ? ParseSafetensorsDType(dtype_name)
+                                      : absl::StatusOr<DType>(DType::kF32);
     if (!dtype.ok()) {
       return InvalidFile(path,
                          absl::StrCat(where, ": ", dtype.status().message()));
@@ -498,7 +530,8 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     }
     // Byte size with overflow checks: a hostile shape must not wrap around
     // to a size that happens to match the offsets.
-    uint64_t expected_bytes = DTypeSize(*dtype);
+    uint64_t expected_bytes =
+        half == Half::kNone ? DTypeSize(*dtype) : sizeof(uint16_t);
     bool overflow = false;
     for (int64_t d : *shape) {
       overflow |= __builtin_mul_overflow(
@@ -522,9 +555,9 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
                              "-byte data section (truncated file?)"));
     }
     file.index_[name] = file.entries_.size();
-    file.entries_.push_back(Entry{name, Info{*dtype, *std::move(shape)},
-                                  static_cast<size_t>(begin),
-                                  static_cast<size_t>(end)});
+    file.entries_.push_back(
+        Entry{name, Info{*dtype, *std::move(shape), dtype_name}, half,
+              static_cast<size_t>(begin), static_cast<size_t>(end)});
   }
 
   // The data must be exactly the tensors, back to back, in some order.
@@ -612,9 +645,15 @@ absl::StatusOr<Tensor> SafetensorsFile::Get(absl::string_view name) const {
   const Entry* e = Find(name);
   if (e == nullptr) return NotFound(name);
   Tensor t = Tensor::HostEmpty(e->info.dtype, e->info.shape);
-  if (e->end > e->begin) {
-    std::memcpy(t.raw_data(), contents_.data() + data_start_ + e->begin,
-                e->end - e->begin);
+  const char* bytes = contents_.data() + data_start_ + e->begin;
+  if (e->half != Half::kNone) {
+    float* out = t.data<float>();
+    for (int64_t i = 0; i < t.num_elements(); ++i) {
+      const uint16_t h = LittleEndian16(bytes + 2 * i);
+      out[i] = e->half == Half::kF16 ? HalfToFloat(h) : BFloat16ToFloat(h);
+    }
+  } else if (e->end > e->begin) {
+    std::memcpy(t.raw_data(), bytes, e->end - e->begin);
   }
   return t;
 }

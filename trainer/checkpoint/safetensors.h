@@ -9,8 +9,10 @@
 // are read by the Python `safetensors` package and by
 // scripts/read_checkpoint.py (numpy only).
 //
-// mirrortrain's dtypes map to "F32", "F64", "I32", "I64"; a file holding any
-// other dtype (F16, BF16, ...) is rejected when opened.
+// mirrortrain's dtypes map to "F32", "F64", "I32", "I64". The reader also
+// takes "F16" and "BF16" (PyTorch's and Hugging Face's half-precision
+// weights) and widens them to F32, exactly; a file holding any other dtype
+// is rejected when opened.
 //
 // Integrity: a file may carry "data_crc32c" in its metadata, the CRC-32C of
 // the whole data section as 8 lowercase hex digits (TensorDataCrc32c).
@@ -71,8 +73,9 @@ absl::Status WriteSafetensors(
 class SafetensorsFile {
  public:
   struct Info {
-    DType dtype;
+    DType dtype;  // What Get returns: F32 for an F16 or BF16 entry.
     Shape shape;
+    std::string file_dtype;  // The dtype as the file names it ("BF16").
   };
 
   // Reads the whole file and validates it strictly. Errors say
@@ -95,13 +98,18 @@ class SafetensorsFile {
   bool Contains(absl::string_view name) const;
   // NotFound naming the tensor and the file.
   absl::StatusOr<Info> GetInfo(absl::string_view name) const;
-  // A host copy of the tensor; NotFound naming the tensor and the file.
+  // A host copy of the tensor (F16 and BF16 widened to F32); NotFound
+  // naming the tensor and the file.
   absl::StatusOr<Tensor> Get(absl::string_view name) const;
 
  private:
+  // The half-precision formats read as F32.
+  enum class Half { kNone, kF16, kBF16 };
+
   struct Entry {
     std::string name;
     Info info;
+    Half half = Half::kNone;
     size_t begin = 0;  // Offsets into the data section.
     size_t end = 0;
   };

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -364,9 +365,14 @@ TEST_F(SafetensorsTest, RejectsMalformedFiles) {
        absl::StatusCode::kInvalidArgument,
        "tensor 'a': unsupported dtype 'Q7'"},
       {"unsupported dtype",
-       R"({"a":{"dtype":"F16","shape":[4],"data_offsets":[0,8]}})", eight, -1,
+       R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})", eight, -1,
        absl::StatusCode::kInvalidArgument,
-       "tensor 'a': unsupported dtype 'F16'"},
+       "tensor 'a': unsupported dtype 'U8' (mirrortrain reads F32, F64, I32 "
+       "and I64, and F16 and BF16 as F32)"},
+      {"half size mismatch",
+       R"({"a":{"dtype":"BF16","shape":[2],"data_offsets":[0,8]}})", eight, -1,
+       absl::StatusCode::kInvalidArgument,
+       "data_offsets [0,8] span 8 bytes but dtype BF16 and shape [2] need 4"},
       {"dtype not a string",
        R"({"a":{"dtype":1,"shape":[2],"data_offsets":[0,8]}})", eight, -1,
        absl::StatusCode::kInvalidArgument, "dtype is not a string"},
@@ -637,6 +643,48 @@ TEST_F(SafetensorsTest, ReadsFileWrittenByPythonSafetensors) {
                                   {3}));
   ExpectTensorEq<float>(*file->Get("empty"),
                         Tensor::HostZeros(DType::kF32, {0, 4}));
+}
+
+// F16 and BF16 (scripts/golden/safetensors_half.py, written by the Python
+// package as PyTorch writes them) read as F32 with the bits numpy's
+// widening gives: subnormals, signed zeros, infinities and NaN payloads.
+TEST_F(SafetensorsTest, ReadsHalfPrecisionAsFloat32) {
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(
+      mirrortrain::testing::GoldenPath("safetensors_half.safetensors"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->metadata().at("format"), "pt");
+  std::ifstream golden(
+      mirrortrain::testing::GoldenPath("safetensors_half.txt"));
+  ASSERT_TRUE(golden.good());
+  std::map<std::string, std::string> file_dtype = {{"dense/kernel", "F16"},
+                                                   {"dense/bias", "BF16"}};
+  int checked = 0;
+  for (std::string line; std::getline(golden, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t colon = line.find(": ");
+    ASSERT_NE(colon, std::string::npos) << line;
+    const std::string name = line.substr(0, colon);
+    SCOPED_TRACE(name);
+    std::vector<uint32_t> want;
+    std::istringstream bits(line.substr(colon + 2));
+    for (std::string word; bits >> word;) {
+      want.push_back(static_cast<uint32_t>(std::stoul(word, nullptr, 16)));
+    }
+    absl::StatusOr<SafetensorsFile::Info> info = file->GetInfo(name);
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->dtype, DType::kF32);
+    EXPECT_EQ(info->file_dtype, file_dtype.at(name));
+    absl::StatusOr<Tensor> t = file->Get(name);
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_EQ(t->dtype(), DType::kF32);
+    ASSERT_EQ(t->shape(), info->shape);
+    ASSERT_EQ(t->num_elements(), static_cast<int64_t>(want.size()));
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(std::bit_cast<uint32_t>(t->data<float>()[i]), want[i]) << i;
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);
 }
 
 TEST_F(SafetensorsTest, WritesTensorsFromAGpu) {
