@@ -28,6 +28,11 @@ struct ValuePrinter {
   }
   std::string operator()(bool v) const { return v ? "true" : "false"; }
   std::string operator()(const std::string& v) const { return v; }
+  std::string operator()(const StringMap& m) const {
+    std::vector<std::string> parts;
+    for (const auto& [key, value] : m) parts.push_back(key + ": " + value);
+    return absl::StrCat("{", absl::StrJoin(parts, ", "), "}");
+  }
   template <typename T>
   std::string operator()(const std::vector<T>& v) const {
     std::vector<std::string> parts;
@@ -91,6 +96,8 @@ const char* ParamTypeName(ParamType type) {
       return "a list of numbers";
     case ParamType::kStringList:
       return "a list of strings";
+    case ParamType::kStringMap:
+      return "a mapping of strings to strings";
   }
   return "?";
 }
@@ -270,6 +277,9 @@ std::vector<double> Params::FloatList(const std::string& name) const {
 std::vector<std::string> Params::StringList(const std::string& name) const {
   return As<std::vector<std::string>>(name);
 }
+StringMap Params::StringMap(const std::string& name) const {
+  return As<mirrortrain::StringMap>(name);
+}
 std::optional<int64_t> Params::OptionalInt(const std::string& name) const {
   if (IsNull(name)) return std::nullopt;
   return Int(name);
@@ -304,6 +314,8 @@ bool ParamTypeMatches(ParamType type, const ParamValue& value) {
       return std::holds_alternative<std::vector<double>>(value);
     case ParamType::kStringList:
       return std::holds_alternative<std::vector<std::string>>(value);
+    case ParamType::kStringMap:
+      return std::holds_alternative<StringMap>(value);
   }
   return false;
 }

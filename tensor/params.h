@@ -32,17 +32,22 @@ enum class ParamType {
   kIntList,
   kFloatList,
   kStringList,
+  kStringMap,
 };
 
 // "an integer", "a list of numbers", ... (for errors and the schema dump).
 const char* ParamTypeName(ParamType type);
 
-// std::monostate is null (an optional key left unset).
-using ParamValue = std::variant<std::monostate, int64_t, double, bool,
-                                std::string, std::vector<int64_t>,
-                                std::vector<double>, std::vector<std::string>>;
+// A mapping of strings to strings, in the order written; keys unique.
+using StringMap = std::vector<std::pair<std::string, std::string>>;
 
-// The value as YAML flow text: 3, 0.5, true, relu, [1, 2], null.
+// std::monostate is null (an optional key left unset).
+using ParamValue =
+    std::variant<std::monostate, int64_t, double, bool, std::string,
+                 std::vector<int64_t>, std::vector<double>,
+                 std::vector<std::string>, StringMap>;
+
+// The value as YAML flow text: 3, 0.5, true, relu, [1, 2], {a: b}, null.
 std::string ParamValueToString(const ParamValue& value);
 
 // One key: its type, default, allowed values and a one-line doc. Built
@@ -70,6 +75,9 @@ class Param {
   }
   static Param StringList(std::string name) {
     return {std::move(name), ParamType::kStringList};
+  }
+  static Param StringMap(std::string name) {
+    return {std::move(name), ParamType::kStringMap};
   }
 
   Param Default(ParamValue value) &&;
@@ -160,6 +168,7 @@ class Params {
   std::vector<int64_t> IntList(const std::string& name) const;
   std::vector<double> FloatList(const std::string& name) const;
   std::vector<std::string> StringList(const std::string& name) const;
+  mirrortrain::StringMap StringMap(const std::string& name) const;
   std::optional<int64_t> OptionalInt(const std::string& name) const;
   std::optional<double> OptionalFloat(const std::string& name) const;
 

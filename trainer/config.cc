@@ -268,6 +268,19 @@ absl::Status Validate(const Reader& r, const YAML::Node& root,
       qualifies("warm_start_vars", c.checkpoint.warm_start_vars, ".*"));
   MT_RETURN_IF_ERROR(
       qualifies("warm_start_weights", c.checkpoint.warm_start_weights, "raw"));
+  if (!c.checkpoint.warm_start_names.empty()) {
+    const YAML::Node names = node("checkpoint", "warm_start_names");
+    if (c.checkpoint.warm_start_from.empty()) {
+      return r.Error("checkpoint.warm_start_names", names,
+                     "set without checkpoint.warm_start_from, which it "
+                     "qualifies");
+    }
+    if (absl::Status s = CheckWarmStartNames(c.checkpoint.warm_start_names);
+        !s.ok()) {
+      return r.Error("checkpoint.warm_start_names", names,
+                     std::string(s.message()));
+    }
+  }
   if (absl::Status s = CheckWarmStartPattern(c.checkpoint.warm_start_vars);
       !s.ok()) {
     return r.Error("checkpoint.warm_start_vars",
@@ -483,6 +496,7 @@ absl::StatusOr<Config> Parse(const std::string& yaml_text,
       ckpt.IsNull("warm_start_from") ? "" : ckpt.String("warm_start_from"),
       ckpt.String("warm_start_vars"),
       ckpt.String("warm_start_weights"),
+      ckpt.StringMap("warm_start_names"),
       ckpt.Bool("allow_non_finite")};
   MT_RETURN_IF_ERROR(Validate(r, root, c));
 

@@ -119,6 +119,9 @@ struct CheckpointConfig {
   // raw: the source's weights; ema: its EMA shadow where it holds one (the
   // variables its run trained), its weights for the others.
   std::string warm_start_weights = "raw";
+  // (entry name in the source, model variable) for the variables saved
+  // there under another name; the others are found under their own.
+  StringMap warm_start_names;
   // Restore checkpoints holding NaN or infinity instead of rejecting them.
   bool allow_non_finite = false;
 };

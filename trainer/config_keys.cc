@@ -376,7 +376,8 @@ const ParamSchema& CheckpointSchema() {
            .Doc("a checkpoint file, checkpoints folder or run directory whose "
                 "model weights (not its optimizer slots, EMA or step) start a "
                 "run that restores no checkpoint of its own, as TF "
-                "Estimator's warm_start_from (null: none)"),
+                "Estimator's warm_start_from, or any safetensors file of "
+                "weights (numpy's, Keras's, PyTorch's) (null: none)"),
        Param::String("warm_start_vars")
            .Default(".*")
            .Doc("the model variables warm_start_from starts: those whose "
@@ -389,6 +390,12 @@ const ParamSchema& CheckpointSchema() {
            .Doc("raw: the source's weights; ema: its EMA averages where it "
                 "kept them (the variables it trained; as eval --weights "
                 "ema)"),
+       Param::StringMap("warm_start_names")
+           .Default(ParamValue(StringMap{}))
+           .Doc("name in the source -> model variable, for the variables "
+                "saved there under another name (tf.train.Saver({'name in "
+                "file': v}), TF's var_name_to_prev_var_name reversed); the "
+                "others are found under their own names"),
        Param::Bool("allow_non_finite")
            .Default(false)
            .Doc("save and restore a checkpoint whose tensors hold NaN or "

@@ -475,10 +475,12 @@ class Trainer {
   // naming the key when that is more than a checkpoint holds (2^53).
   absl::StatusOr<int64_t> TotalSteps() const;
 
-  // A checkpoint file read and checked (CheckTrainingCheckpoint).
+  // A checkpoint file read and checked (CheckTrainingCheckpoint), or a
+  // warm start's file of weights only (CheckWeightsFile; no position).
   struct CheckedCheckpoint {
     SafetensorsFile file;
     CheckpointPosition position;
+    bool weights_only = false;
   };
 
   // Before the data is loaded, so that a run that cannot start fails fast:
@@ -492,8 +494,11 @@ class Trainer {
   // from pending_warm_start_), then removes what interrupted saves left in
   // the run's checkpoint directory.
   absl::Status RestoreForTraining();
+  // Opens and checks a training checkpoint (a directory: its latest); with
+  // `weights_only_ok` also a safetensors file written elsewhere, which is
+  // not a mirrortrain checkpoint (IsMirrortrainCheckpoint), for its weights.
   absl::StatusOr<CheckedCheckpoint> OpenCheckpoint(
-      const std::string& path_or_dir) const;
+      const std::string& path_or_dir, bool weights_only_ok = false) const;
   absl::Status Restore(const CheckedCheckpoint& checkpoint);
   // checkpoint.warm_start_from: the checkpoint's model variables only; the
   // EMA shadows start from them, the optimizer's slots and step from zero.

@@ -146,7 +146,8 @@ absl::Status Trainer::PrepareRestoreForTraining() {
   auto warm_start = [&]() -> absl::Status {
     const std::string& from = config_.checkpoint.warm_start_from;
     if (from.empty()) return absl::OkStatus();
-    absl::StatusOr<CheckedCheckpoint> checkpoint = OpenCheckpoint(from);
+    absl::StatusOr<CheckedCheckpoint> checkpoint =
+        OpenCheckpoint(from, /*weights_only_ok=*/true);
     if (!checkpoint.ok()) return AsWarmStartError(checkpoint.status());
     pending_warm_start_ = *std::move(checkpoint);
     return absl::OkStatus();
@@ -235,7 +236,7 @@ absl::Status Trainer::RestoreForTraining() {
 }
 
 absl::StatusOr<Trainer::CheckedCheckpoint> Trainer::OpenCheckpoint(
-    const std::string& path_or_dir) const {
+    const std::string& path_or_dir, bool weights_only_ok) const {
   auto open = [&]() -> absl::StatusOr<SafetensorsFile> {
     MT_ASSIGN_OR_RETURN(const std::string path, ResolveCheckpoint(path_or_dir));
     return SafetensorsFile::Open(path);
@@ -249,6 +250,12 @@ absl::StatusOr<Trainer::CheckedCheckpoint> Trainer::OpenCheckpoint(
     opened = open();
   }
   MT_ASSIGN_OR_RETURN(SafetensorsFile file, std::move(opened));
+  if (weights_only_ok && !IsMirrortrainCheckpoint(file)) {
+    MT_RETURN_IF_ERROR(
+        CheckWeightsFile(file, config_.checkpoint.allow_non_finite));
+    return CheckedCheckpoint{std::move(file), CheckpointPosition{},
+                             /*weights_only=*/true};
+  }
   MT_ASSIGN_OR_RETURN(
       const CheckpointPosition position,
       CheckTrainingCheckpoint(file, config_.checkpoint.allow_non_finite));
@@ -385,7 +392,8 @@ absl::Status Trainer::WarmStart(const CheckedCheckpoint& checkpoint) {
   const std::vector<Variable*> variables = p.model->variables();
   MT_ASSIGN_OR_RETURN(auto entries,
                       WarmStartEntries(variables, settings.warm_start_vars,
-                                       ema_weights, checkpoint.file));
+                                       settings.warm_start_names, ema_weights,
+                                       checkpoint.file));
   const size_t started = entries.size();
   // Every selected variable must be there (one missing would keep its
   // initializer unsaid); the file's other entries are ignored.

@@ -146,6 +146,18 @@ std::optional<ParamValue> FromYaml(const YAML::Node& node, const Param& param) {
             std::vector<std::string>{std::get<std::string>(*std::move(one))});
       }
       return list(std::string());
+    case ParamType::kStringMap: {
+      if (!node.IsMap()) return std::nullopt;
+      StringMap out;
+      for (const auto& item : node) {
+        std::string key, value;
+        if (!Decode(item.first, &key) || !Decode(item.second, &value)) {
+          return std::nullopt;
+        }
+        out.emplace_back(std::move(key), std::move(value));
+      }
+      return ParamValue(std::move(out));
+    }
   }
   return std::nullopt;
 }
@@ -163,6 +175,12 @@ YAML::Node ToYaml(const ParamValue& value) {
     for (const std::string& s : *l) seq.push_back(StringNode(s));
     seq.SetStyle(YAML::EmitterStyle::Flow);
     return seq;
+  }
+  if (const auto* m = std::get_if<StringMap>(&value)) {
+    YAML::Node map(YAML::NodeType::Map);
+    for (const auto& [key, v] : *m) map[StringNode(key)] = StringNode(v);
+    map.SetStyle(YAML::EmitterStyle::Flow);
+    return map;
   }
   YAML::Node node = YAML::Load(ParamValueToString(value));
   if (node.IsSequence()) node.SetStyle(YAML::EmitterStyle::Flow);

@@ -3,8 +3,12 @@
 // replica (and parameter server) holds them bit for bit, the EMA shadows
 // start at them, the optimizer (here another one) from zero at step 0; a
 // run with checkpoints of its own resumes them instead; a checkpoint that
-// is missing or holds another model is an error naming the key.
+// is missing or holds another model is an error naming the key. A
+// safetensors file written elsewhere starts it too, its names mapped by
+// checkpoint.warm_start_names.
 #include <cstring>
+#include <filesystem>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -15,6 +19,7 @@
 #include "tensor/status_macros.h"
 #include "tests/test_util.h"
 #include "tests/trainer/host_strategies.h"
+#include "trainer/checkpoint/safetensors.h"
 #include "trainer/config.h"
 #include "trainer/trainer.h"
 
@@ -344,6 +349,183 @@ TEST(WarmStartErrorTest, ItGoesWithLatestOrNoneOnly) {
     ASSERT_TRUE(config.ok()) << config.status();
     EXPECT_EQ(config->checkpoint.warm_start_from, "/other");
   }
+}
+
+// A safetensors file written elsewhere (numpy's save_file: no metadata;
+// PyTorch's: "format": "pt") holds weights only: it starts a run as a
+// checkpoint of ours does, under its own names where
+// checkpoint.warm_start_names maps them (tf.train.Saver({"name in file":
+// v})).
+TEST(WarmStartForeignTest, AFileOfWeightsFromElsewhereStartsTheRun) {
+  const std::string source_dir = testing::FreshTestDir("warm_foreign_source");
+  const std::map<std::string, Tensor> source = TrainTheSource(source_dir);
+  ASSERT_FALSE(source.empty());
+  // The four weights: the first layer's under another exporter's names.
+  const std::map<std::string, std::string> exported = {
+      {"dense/kernel", "fc1.weight"},
+      {"dense/bias", "fc1.bias"},
+      {"dense_1/kernel", "dense_1/kernel"},
+      {"dense_1/bias", "dense_1/bias"}};
+  std::vector<NamedTensor> tensors;
+  for (const auto& [variable, name] : exported) {
+    tensors.push_back({name, source.at(variable)});
+  }
+  const std::string dir = testing::FreshTestDir("warm_foreign_files");
+  std::filesystem::create_directories(dir);
+  const std::string plain = dir + "/numpy.safetensors";
+  const std::string torch = dir + "/torch.safetensors";
+  ASSERT_TRUE(WriteSafetensors(plain, tensors, {}).ok());
+  ASSERT_TRUE(WriteSafetensors(torch, tensors, {{"format", "pt"}}).ok());
+  const std::string names =
+      "checkpoint.warm_start_names={fc1.weight: dense/kernel, fc1.bias: "
+      "dense/bias}";
+  for (const std::string& file : {plain, torch}) {
+    SCOPED_TRACE(file);
+    auto t =
+        Create({"train.steps=2", "checkpoint.warm_start_from=" + file, names},
+               testing::FreshTestDir("warm_foreign"));
+    ASSERT_TRUE(t.ok()) << t.status();
+    int started = 0;
+    for (const auto& [variable, name] : exported) {
+      for (Variable* v : (*t)->TrainingState()) {
+        if (v->name() != variable) continue;
+        EXPECT_TRUE(testing::SameBits(*v->value().To(Device::Cpu()),
+                                      source.at(variable)))
+            << variable;
+        ++started;
+      }
+    }
+    EXPECT_EQ(started, 4);
+    EXPECT_TRUE((*t)->Train().ok());
+  }
+
+  // Without the names, the first layer's weights are not found.
+  auto t = Create({"train.steps=2", "checkpoint.warm_start_from=" + plain},
+                  testing::FreshTestDir("warm_foreign_unnamed"));
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message(),
+            absl::StrCat("checkpoint.warm_start_from: ", plain,
+                         ": variable 'dense/kernel' not found in checkpoint; "
+                         "variable 'dense/bias' not found in checkpoint "
+                         "(nothing was restored)"));
+  // A name that maps to what the file does not hold.
+  t = Create({"train.steps=2", "checkpoint.warm_start_from=" + plain,
+              "checkpoint.warm_start_names={fc9.weight: dense/kernel, "
+              "fc1.bias: dense/bias}"},
+             testing::FreshTestDir("warm_foreign_missing"));
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find(
+                "variable 'dense/kernel' (saved as 'fc9.weight') not found"),
+            std::string::npos)
+      << t.status();
+  // Names of no model variable, or of one the pattern leaves out.
+  t = Create({"train.steps=2", "checkpoint.warm_start_from=" + plain,
+              "checkpoint.warm_start_names={fc1.weight: dense/kernal}"},
+             testing::FreshTestDir("warm_foreign_typo"));
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message(),
+            "checkpoint.warm_start_names: 'fc1.weight' maps to "
+            "'dense/kernal', which is no model variable (the model's are "
+            "'dense/kernel' and the like)");
+  t = Create({"train.steps=2", "checkpoint.warm_start_from=" + plain, names,
+              "checkpoint.warm_start_vars=dense_1/.*"},
+             testing::FreshTestDir("warm_foreign_unselected"));
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message(),
+            "checkpoint.warm_start_names: 'fc1.weight' maps to "
+            "'dense/kernel', which is not among the variables "
+            "checkpoint.warm_start_vars selects");
+  // NaN in a file of weights is refused as in a checkpoint, and started
+  // from with checkpoint.allow_non_finite.
+  for (NamedTensor& named : tensors) {
+    if (named.name != "dense_1/bias") continue;
+    named.tensor = *named.tensor.Clone();
+    named.tensor.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+  }
+  const std::string nan = dir + "/nan.safetensors";
+  ASSERT_TRUE(WriteSafetensors(nan, tensors, {}).ok());
+  t = Create({"train.steps=2", "checkpoint.warm_start_from=" + nan, names},
+             testing::FreshTestDir("warm_foreign_nan"));
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find(
+                "'dense_1/bias' holds 1 NaN or infinite of 10 values; set "
+                "checkpoint.allow_non_finite=true"),
+            std::string::npos)
+      << t.status();
+  t = Create({"train.steps=2", "checkpoint.warm_start_from=" + nan, names,
+              "checkpoint.allow_non_finite=true"},
+             testing::FreshTestDir("warm_foreign_nan_allowed"));
+  EXPECT_TRUE(t.ok()) << t.status();
+  // A mirrortrain format this build does not read is still refused.
+  const std::string newer = dir + "/newer.safetensors";
+  ASSERT_TRUE(
+      WriteSafetensors(newer, tensors, {{"format", "mirrortrain/9"}}).ok());
+  t = Create({"train.steps=2", "checkpoint.warm_start_from=" + newer, names},
+             testing::FreshTestDir("warm_foreign_newer"));
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(
+      t.status().message().find("unknown checkpoint format 'mirrortrain/9'"),
+      std::string::npos)
+      << t.status();
+}
+
+// checkpoint.warm_start_names qualifies warm_start_from, and one variable
+// takes one entry.
+TEST(WarmStartErrorTest, NamesNeedAWarmStartAndNameAVariableOnce) {
+  auto config = ParseConfig(
+      "", "w.yaml",
+      Job({"train.steps=1", "checkpoint.warm_start_names={a: dense/kernel}"}));
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find(
+                "checkpoint.warm_start_names: set without "
+                "checkpoint.warm_start_from, which it qualifies"),
+            std::string::npos)
+      << config.status();
+  config = ParseConfig(
+      "", "w.yaml",
+      Job({"train.steps=1", "checkpoint.warm_start_from=/other",
+           "checkpoint.warm_start_names={a: dense/kernel, b: dense/kernel}"}));
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find(
+                "checkpoint.warm_start_names: 'a' and 'b' both name "
+                "'dense/kernel' (one entry per variable)"),
+            std::string::npos)
+      << config.status();
+  for (const char* bad : {"[a, b]", "{a: [b]}", "{a: null}", "x"}) {
+    config =
+        ParseConfig("", "w.yaml",
+                    Job({"train.steps=1", "checkpoint.warm_start_from=/other",
+                         std::string("checkpoint.warm_start_names=") + bad}));
+    ASSERT_FALSE(config.ok()) << bad;
+    EXPECT_NE(config.status().message().find(
+                  "checkpoint.warm_start_names: expected a mapping of strings "
+                  "to strings, got "),
+              std::string::npos)
+        << config.status();
+  }
+  config =
+      ParseConfig("", "w.yaml",
+                  Job({"train.steps=1", "checkpoint.warm_start_from=/other",
+                       "checkpoint.warm_start_names={a: b, a: c}"}));
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find(
+                "checkpoint.warm_start_names.a: duplicate key"),
+            std::string::npos)
+      << config.status();
+  // The map, as the resolved config.yaml writes it, reads back the same.
+  config = ParseConfig(
+      "", "w.yaml",
+      Job({"train.steps=1", "checkpoint.warm_start_from=/other",
+           "checkpoint.warm_start_names={'fc1.w': dense/kernel, 'true': "
+           "dense/bias}"}));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->checkpoint.warm_start_names,
+            (StringMap{{"fc1.w", "dense/kernel"}, {"true", "dense/bias"}}));
+  auto again = ParseConfig(config->resolved_yaml, "config.yaml", {});
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << config->resolved_yaml;
+  EXPECT_EQ(again->checkpoint.warm_start_names,
+            config->checkpoint.warm_start_names);
+  EXPECT_EQ(again->resolved_yaml, config->resolved_yaml);
 }
 
 }  // namespace

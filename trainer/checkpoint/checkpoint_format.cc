@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "tensor/status_macros.h"
@@ -188,6 +189,18 @@ absl::StatusOr<CheckpointPosition> CheckTrainingCheckpoint(
   }
   if (!allow_non_finite) MT_RETURN_IF_ERROR(CheckFinite(file));
   return position;
+}
+
+bool IsMirrortrainCheckpoint(const SafetensorsFile& file) {
+  auto it = file.metadata().find("format");
+  return it != file.metadata().end() &&
+         absl::StartsWith(it->second, "mirrortrain/");
+}
+
+absl::Status CheckWeightsFile(const SafetensorsFile& file,
+                              bool allow_non_finite) {
+  if (allow_non_finite) return absl::OkStatus();
+  return CheckFinite(file);
 }
 
 }  // namespace mirrortrain::trainer

@@ -60,6 +60,18 @@ absl::Status CheckFiniteState(absl::Span<Variable* const> vars, int64_t step);
 absl::StatusOr<CheckpointPosition> CheckTrainingCheckpoint(
     const SafetensorsFile& file, bool allow_non_finite);
 
+// Whether `file` claims to be a mirrortrain checkpoint: its metadata
+// "format" starts with "mirrortrain/" (a version this build does not read
+// included). Other safetensors files hold weights only: numpy's and Keras's
+// (no metadata), PyTorch's and Hugging Face's ("format": "pt").
+bool IsMirrortrainCheckpoint(const SafetensorsFile& file);
+
+// For a file of weights only (a warm start's source): unless
+// `allow_non_finite`, InvalidArgument naming the file and the first tensor
+// holding NaN or infinity, as CheckTrainingCheckpoint does.
+absl::Status CheckWeightsFile(const SafetensorsFile& file,
+                              bool allow_non_finite);
+
 }  // namespace mirrortrain::trainer
 
 #endif  // MIRRORTRAIN_TRAINER_CHECKPOINT_CHECKPOINT_FORMAT_H_

@@ -4,7 +4,9 @@
 #include <utility>
 
 #include "absl/algorithm/container.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "tensor/status_macros.h"
 #include "trainer/optim/ema.h"
 
 namespace mirrortrain::trainer {
@@ -35,21 +37,58 @@ absl::Status CheckWarmStartPattern(absl::string_view pattern) {
   return Compile(pattern).status();
 }
 
+absl::Status CheckWarmStartNames(const StringMap& names) {
+  absl::flat_hash_map<std::string, std::string> source_of;
+  for (const auto& [source, variable] : names) {
+    if (source.empty() || variable.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("an empty name ('", source, "': '", variable, "')"));
+    }
+    auto [it, inserted] = source_of.emplace(variable, source);
+    if (!inserted) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", it->second, "' and '", source, "' both name '",
+                       variable, "' (one entry per variable)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<std::pair<std::string, Variable*>>> WarmStartEntries(
     const std::vector<Variable*>& variables, absl::string_view pattern,
-    bool ema_weights, const SafetensorsFile& source) {
+    const StringMap& names, bool ema_weights, const SafetensorsFile& source) {
   absl::StatusOr<std::regex> selects = Compile(pattern);
   if (!selects.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "checkpoint.warm_start_vars: ", selects.status().message()));
   }
+  MT_RETURN_IF_ERROR(CheckWarmStartNames(names));
+  // variable -> its name in the source, where `names` says.
+  absl::flat_hash_map<std::string, std::string> renamed;
+  for (const auto& [in_source, variable] : names) {
+    const bool exists = absl::c_any_of(
+        variables, [&](const Variable* v) { return v->name() == variable; });
+    if (!exists || !std::regex_match(variable, *selects)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint.warm_start_names: '", in_source, "' maps to '", variable,
+          "', which is ",
+          exists ? "not among the variables checkpoint.warm_start_vars "
+                   "selects"
+                 : absl::StrCat("no model variable (the model's are '",
+                                variables.empty() ? std::string()
+                                                  : variables.front()->name(),
+                                "' and the like)")));
+    }
+    renamed.emplace(variable, in_source);
+  }
   std::vector<std::pair<std::string, Variable*>> entries;
   int averaged = 0;
   for (Variable* v : variables) {
     if (!std::regex_match(v->name(), *selects)) continue;
-    std::string entry = v->name();
+    auto mapped = renamed.find(v->name());
+    std::string entry = mapped == renamed.end() ? v->name() : mapped->second;
     if (ema_weights) {
-      std::string shadow = ExponentialMovingAverage::ShadowName(v->name());
+      std::string shadow = ExponentialMovingAverage::ShadowName(entry);
       if (source.Contains(shadow)) {
         entry = std::move(shadow);
         ++averaged;

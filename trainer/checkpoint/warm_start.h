@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "tensor/params.h"
 #include "tensor/variable.h"
 #include "trainer/checkpoint/safetensors.h"
 
@@ -22,17 +23,25 @@ namespace mirrortrain::trainer {
 // InvalidArgument saying why (without the key: the caller names it).
 absl::Status CheckWarmStartPattern(absl::string_view pattern);
 
+// OK when no two entries of `names` (name in the source -> variable) name
+// the same variable and no name is empty; otherwise InvalidArgument saying
+// which (without the key).
+absl::Status CheckWarmStartNames(const StringMap& names);
+
 // (entry name in `source`, variable) for each of `variables` whose whole
-// name `pattern` matches, in their order. The entry is the variable's name,
-// or with `ema_weights` its EMA shadow's where `source` holds one (its run
-// averaged the variables it trained; batch-norm statistics and layers it
-// froze come as saved). Fails, naming the key, when the pattern is invalid
-// or matches none of them, or with `ema_weights` when `source` holds no
-// average of any of them (its run kept no EMA). Entries are not checked
-// further here (Saver::Restore does). The variables are not owned.
+// name `pattern` matches, in their order. The entry is the name `names`
+// maps to the variable (name in the source -> variable), else the
+// variable's own; with `ema_weights` that entry's EMA shadow where `source`
+// holds one (its run averaged the variables it trained; batch-norm
+// statistics and layers it froze come as saved). Fails, naming the key,
+// when the pattern is invalid or matches none of them, when `names` maps to
+// a name that is no model variable or one the pattern leaves out, or with
+// `ema_weights` when `source` holds no average of any of them (its run kept
+// no EMA). Entries are not checked further here (Saver::Restore does). The
+// variables are not owned.
 absl::StatusOr<std::vector<std::pair<std::string, Variable*>>> WarmStartEntries(
     const std::vector<Variable*>& variables, absl::string_view pattern,
-    bool ema_weights, const SafetensorsFile& source);
+    const StringMap& names, bool ema_weights, const SafetensorsFile& source);
 
 }  // namespace mirrortrain::trainer
 
