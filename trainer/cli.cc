@@ -25,6 +25,7 @@
 #include "tensor/internal_switches.h"
 #include "tensor/status_macros.h"
 #include "trainer/checkpoint/safetensors.h"
+#include "trainer/checkpoint/saver.h"
 #include "trainer/config.h"
 #include "trainer/metrics_logger.h"
 #include "trainer/one_line.h"
@@ -127,7 +128,8 @@ constexpr char kPredictUsage[] =
 constexpr char kInspectUsage[] =
     "usage: mirrortrain inspect CHECKPOINT\n"
     "\n"
-    "Lists the tensors (name, dtype, shape) and metadata of a checkpoint.\n";
+    "Lists the tensors (name, dtype, shape) and metadata of a checkpoint\n"
+    "file (a directory: its latest checkpoint).\n";
 
 struct Args {
   std::string config;
@@ -655,8 +657,10 @@ int Inspect(int argc, char** argv) {
   if (args->positional.empty()) {
     return Usage("inspect", "a CHECKPOINT file is required");
   }
-  absl::StatusOr<SafetensorsFile> file =
-      SafetensorsFile::Open(args->positional[0]);
+  // A directory means its latest checkpoint, as for eval and restore.
+  absl::StatusOr<std::string> path = ResolveCheckpoint(args->positional[0]);
+  if (!path.ok()) return Fail(path.status());
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(*path);
   if (!file.ok()) return Fail(file.status());
   // Names and metadata from the file, escaped: one line each, and no
   // terminal control sequences.
@@ -665,8 +669,7 @@ int Inspect(int argc, char** argv) {
     absl::StatusOr<SafetensorsFile::Info> info = file->GetInfo(name);
     if (!info.ok()) return Fail(info.status());
     std::printf("  %-48s %-4s %s\n", OneLine(name).c_str(),
-                std::string(SafetensorsDTypeName(info->dtype)).c_str(),
-                ShapeToString(info->shape).c_str());
+                info->file_dtype.c_str(), ShapeToString(info->shape).c_str());
   }
   std::printf("metadata:\n");
   for (const auto& [key, value] : file->metadata()) {

@@ -81,16 +81,21 @@ TEST(AdversarialInputTest, NonRegularFilesAreRefusedWithoutReadingThem) {
   fs::create_directories(folder);
   struct Case {
     std::string path, kind;
+    std::string inspect;  // What inspect says (a directory: its latest).
   };
-  for (const Case& c : {Case{folder, "is a directory"}, Case{fifo, "is a FIFO"},
-                        Case{"/dev/zero", "is a character device"}}) {
+  for (const Case& c :
+       {Case{folder, "is a directory",
+             "no checkpoint found (no 'checkpoint' index file)"},
+        Case{fifo, "is a FIFO", "is a FIFO"},
+        Case{"/dev/zero", "is a character device",
+             "is a device, not a checkpoint file or directory"}}) {
     const std::string run = dir + "/run";
     ExpectOneLineError(RunCli(Train(c.path, run), kTimeoutSeconds),
                        {c.path + ": " + c.kind, "not a regular file"},
                        "train --config " + c.path);
     EXPECT_FALSE(fs::exists(run)) << c.path;
     ExpectOneLineError(RunCli({"inspect", c.path}, kTimeoutSeconds),
-                       {c.path + ": " + c.kind}, "inspect " + c.path);
+                       {c.path + ": " + c.inspect}, "inspect " + c.path);
   }
   // Data files too (a FIFO's open would wait for a writer forever). An npz
   // path may be a directory of .npy files: there a member is the file.
@@ -267,10 +272,10 @@ TEST(AdversarialInputTest, UsageErrorsAreOneLineWithAPointerToHelp) {
   for (const Case& c : cases) {
     ExpectOneLineError(RunCli(c.args, kTimeoutSeconds), {c.want}, c.want);
   }
-  // A directory given to inspect: exit 2 and the reason said once.
+  // A directory without checkpoints given to inspect: exit 2 and the reason
+  // said once.
   Result r = RunCli({"inspect", dir}, kTimeoutSeconds);
-  ExpectOneLineError(r, {dir + ": is a directory, not a regular file"},
-                     "inspect DIR");
+  ExpectOneLineError(r, {dir + ": no checkpoint found"}, "inspect DIR");
 }
 
 TEST(AdversarialInputTest, ConfigErrorsNameTheirSourceOnOneLine) {

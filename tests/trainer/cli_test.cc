@@ -563,13 +563,21 @@ TEST(CliTest, LabelSmoothingIsTheLoggedObjectiveOfBothSplits) {
 TEST(CliTest, InspectListsTensorsAndMetadata) {
   const std::string dir = FreshDir("inspect");
   ASSERT_EQ(RunCli(SmallTrain(dir, {"train.epochs=1"})).exit_code, 0);
-  Result r = RunCli({"inspect", dir + "/checkpoints/ckpt-32.safetensors"});
+  const std::string file = dir + "/checkpoints/ckpt-32.safetensors";
+  Result r = RunCli({"inspect", file});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* want :
        {"dense/kernel", "F32  [784,32]", "dense/kernel/Momentum",
         "dense_1/bias/ExponentialMovingAverage", "global_step", "I64  []",
         "step: 32", "input_epoch: 1", "config_hash: "}) {
     EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+  }
+  // The run directory and its checkpoints folder mean the latest, as for
+  // eval: the same listing.
+  for (const std::string& folder : {dir, dir + "/checkpoints"}) {
+    Result latest = RunCli({"inspect", folder});
+    EXPECT_EQ(latest.exit_code, 0) << latest.err;
+    EXPECT_EQ(latest.out, r.out) << folder;
   }
 }
 
