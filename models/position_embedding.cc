@@ -81,9 +81,11 @@ class PositionEmbeddingLayer final : public Layer {
 MT_REGISTER(
     LayerType,
     {.name = "position_embedding",
-     .doc = "adds a learned vector per position to [batch, T, width] "
-            "(keras-nlp PositionEmbedding, glorot_uniform, added to its "
-            "input); T must not exceed sequence_length",
+     .doc = "adds a learned vector per position to [batch, T, width]: "
+            "keras-nlp PositionEmbedding's glorot_uniform table, summed "
+            "with its input as keras-nlp's TokenAndPositionEmbedding sums "
+            "them (its PositionEmbedding returns the table alone); T must "
+            "not exceed sequence_length",
      .params = {{Param::Int("sequence_length")
                      .Min(1)
                      .Max(kMaxDimension)

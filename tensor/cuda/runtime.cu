@@ -222,6 +222,32 @@ absl::Status CheckDevice(int device) {
 
 namespace {
 
+__global__ void KernelImageProbe() {}
+
+// A GPU this build has no kernels for (an A100 under the default sm_90
+// build) would fail only at its first kernel, with the runtime's "no kernel
+// image is available"; say so at start-up, with the fix.
+absl::Status CheckKernelImage(int device) {
+  cudaFuncAttributes attributes;
+  const cudaError_t e = cudaFuncGetAttributes(&attributes, KernelImageProbe);
+  if (e != cudaErrorNoKernelImageForDevice &&
+      e != cudaErrorInvalidDeviceFunction) {
+    MT_CUDA_RETURN_IF_ERROR(e);
+    return absl::OkStatus();
+  }
+  cudaGetLastError();  // Said here: not blamed on later calls.
+  cudaDeviceProp properties;
+  MT_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&properties, device));
+  return absl::FailedPreconditionError(absl::StrCat(
+      "gpu:", device, " is ", properties.name, " (compute capability ",
+      properties.major, ".", properties.minor,
+      "), which this build has no kernels for: it was built for CUDA "
+      "architectures ",
+      MT_CUDA_ARCHITECTURES,
+      "; rebuild with -DCMAKE_CUDA_ARCHITECTURES=", properties.major,
+      properties.minor, " (scripts/setup.sh passes its arguments to cmake)"));
+}
+
 absl::Status CreateContexts(const std::vector<int>& devices) {
   for (int device : devices) {
     // Checked first, so that a missing GPU is an error of ours, not a CUDA
@@ -232,6 +258,7 @@ absl::Status CreateContexts(const std::vector<int>& devices) {
     // The runtime creates the primary context at its first call that
     // needs one.
     MT_CUDA_RETURN_IF_ERROR(cudaFree(nullptr));
+    MT_RETURN_IF_ERROR(CheckKernelImage(device));
   }
   return absl::OkStatus();
 }
