@@ -134,7 +134,11 @@ class Trainer {
   bool trains_on_byte_tokens() const { return test_data_.bytes_as_tokens; }
 
   // Restores every replica (variables, slots, EMA shadows), the step and the
-  // input position from a checkpoint file or a directory's latest.
+  // input position from a checkpoint file or a directory's latest. A
+  // safetensors file of weights only (IsMirrortrainCheckpoint false: written
+  // by numpy, Keras or PyTorch) restores the model variables, and the EMA
+  // shadows from its "<name>/ExponentialMovingAverage" entries where this
+  // trainer has an EMA; the step is 0 (RestoreWeights).
   absl::Status RestoreCheckpoint(const std::string& path_or_dir);
   // Writes a checkpoint of TrainingState() to <run_dir>/checkpoints; returns
   // its path (FailedPrecondition without a run directory).
@@ -500,6 +504,8 @@ class Trainer {
   absl::StatusOr<CheckedCheckpoint> OpenCheckpoint(
       const std::string& path_or_dir, bool weights_only_ok = false) const;
   absl::Status Restore(const CheckedCheckpoint& checkpoint);
+  // The model variables (and EMA shadows) of a file of weights only.
+  absl::Status RestoreWeights(const SafetensorsFile& file);
   // checkpoint.warm_start_from: the checkpoint's model variables only; the
   // EMA shadows start from them, the optimizer's slots and step from zero.
   absl::Status WarmStart(const CheckedCheckpoint& checkpoint);

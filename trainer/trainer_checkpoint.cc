@@ -303,8 +303,38 @@ absl::Status Trainer::RestoreCheckpoint(const std::string& path_or_dir) {
     MT_RETURN_IF_ERROR(
         processes_->BroadcastString(path, 0, "the checkpoint to restore"));
   }
-  MT_ASSIGN_OR_RETURN(const CheckedCheckpoint checkpoint, OpenCheckpoint(path));
+  MT_ASSIGN_OR_RETURN(const CheckedCheckpoint checkpoint,
+                      OpenCheckpoint(path, /*weights_only_ok=*/true));
+  if (checkpoint.weights_only) return RestoreWeights(checkpoint.file);
   return Restore(checkpoint);
+}
+
+absl::Status Trainer::RestoreWeights(const SafetensorsFile& file) {
+  const Replica& p = primary();
+  snapshot_version_ = -1;
+  std::vector<std::pair<std::string, Variable*>> entries;
+  for (Variable* v : p.model->variables()) entries.emplace_back(v->name(), v);
+  bool averaged = false;
+  if (p.ema) {
+    for (Variable* v : p.ema->TrackedVariables()) {
+      const std::string shadow =
+          ExponentialMovingAverage::ShadowName(v->name());
+      averaged = averaged || file.Contains(shadow);
+      entries.emplace_back(shadow, p.ema->Shadow(*v));
+    }
+    if (!averaged) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          file.path(),
+          ": a file of weights only, without the EMA averages the EMA weights "
+          "need (no '<name>/ExponentialMovingAverage' entries); use --weights "
+          "raw"));
+    }
+  }
+  MT_RETURN_IF_ERROR(Saver::FromNameMap(std::move(entries)).Restore(file));
+  MT_RETURN_IF_ERROR(SpreadRestoredState(0));
+  restored_from_ = file.path();
+  last_saved_step_ = 0;
+  return WaitForLoopThreadWork();
 }
 
 absl::Status Trainer::Restore(const CheckedCheckpoint& checkpoint) {

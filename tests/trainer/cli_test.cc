@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -459,6 +460,81 @@ TEST(CliTest, EvalReproducesTheLoggedNumbersExactly) {
   EXPECT_EQ(no_ema.err,
             "mirrortrain: --weights: EMA weights requested but the config has "
             "no ema.decay\n");
+}
+
+// A safetensors file of weights written elsewhere (here: a run's model
+// variables and EMA averages, as a numpy exporter writes them, with no
+// metadata, step or slots) evaluates as the checkpoint they came from, at
+// step 0; without averages its EMA weights are refused, naming the way out.
+TEST(CliTest, EvalScoresAFileOfWeightsAsItsCheckpoint) {
+  const std::string dir = FreshDir("eval_weights");
+  ASSERT_EQ(RunCli(SmallTrain(dir, {"train.epochs=1"})).exit_code, 0);
+  absl::StatusOr<trainer::SafetensorsFile> checkpoint =
+      trainer::SafetensorsFile::Open(dir + "/checkpoints/ckpt-32.safetensors");
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  std::vector<trainer::NamedTensor> weights, averaged;
+  for (const std::string& name : checkpoint->names()) {
+    if (absl::StrContains(name, "/Momentum") || name == "global_step") continue;
+    trainer::NamedTensor t{name, *checkpoint->Get(name)};
+    if (!absl::EndsWith(name, "/ExponentialMovingAverage"))
+      weights.push_back(t);
+    averaged.push_back(std::move(t));
+  }
+  ASSERT_EQ(weights.size(), 4u);  // Two dense layers.
+  const std::string with_ema = dir + "/exported_ema.safetensors";
+  const std::string plain = dir + "/exported.safetensors";
+  ASSERT_TRUE(trainer::WriteSafetensors(with_ema, averaged, {}).ok());
+  ASSERT_TRUE(trainer::WriteSafetensors(plain, weights, {}).ok());
+  auto eval = [&](const std::string& checkpoint_path,
+                  std::vector<std::string> weights_flag) {
+    std::vector<std::string> args = {"eval",
+                                     "--config",
+                                     Config(),
+                                     "--checkpoint",
+                                     checkpoint_path,
+                                     "--set",
+                                     "data.test_examples=500",
+                                     "--set",
+                                     "model.hidden_units=[32]"};
+    args.insert(args.end(), weights_flag.begin(), weights_flag.end());
+    return RunCli(args);
+  };
+  // From "loss" on: the numbers, formatted as eval prints them.
+  auto numbers = [](const Result& r) {
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const size_t at = r.out.find("\"loss\"");
+    return at == std::string::npos ? std::string() : r.out.substr(at);
+  };
+  for (const char* w : {"ema", "raw"}) {
+    SCOPED_TRACE(w);
+    const std::string ours = numbers(eval(dir, {"--weights", w}));
+    ASSERT_FALSE(ours.empty());
+    Result exported = eval(with_ema, {"--weights", w});
+    EXPECT_EQ(numbers(exported), ours);
+    EXPECT_NE(exported.out.find("\"step\": 0, \"weights\": \"" +
+                                std::string(w) + "\""),
+              std::string::npos)
+        << exported.out;
+  }
+  EXPECT_EQ(numbers(eval(plain, {"--weights", "raw"})),
+            numbers(eval(dir, {"--weights", "raw"})));
+  // The config has an EMA, so EMA weights are the default.
+  Result no_averages = eval(plain, {});
+  EXPECT_EQ(no_averages.exit_code, 2);
+  EXPECT_EQ(no_averages.err,
+            "mirrortrain: " + plain +
+                ": a file of weights only, without the EMA averages the EMA "
+                "weights need (no '<name>/ExponentialMovingAverage' "
+                "entries); use --weights raw\n");
+  // Training does not resume from one: it has no run to continue.
+  Result resume = RunCli(SmallTrain(FreshDir("eval_weights_resume"),
+                                    {"checkpoint.restore=" + plain}));
+  EXPECT_EQ(resume.exit_code, 2);
+  EXPECT_NE(resume.err.find("metadata 'format' is missing (not a mirrortrain "
+                            "training checkpoint; a file of weights starts a "
+                            "run through checkpoint.warm_start_from)"),
+            std::string::npos)
+      << resume.err;
 }
 
 // The raw weights of a run trained without an EMA evaluate under a config

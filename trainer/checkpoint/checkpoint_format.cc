@@ -42,7 +42,8 @@ absl::Status CheckFormat(const SafetensorsFile& file) {
   if (it == file.metadata().end()) {
     return Invalid(file,
                    "metadata 'format' is missing (not a mirrortrain training "
-                   "checkpoint)");
+                   "checkpoint; a file of weights starts a run through "
+                   "checkpoint.warm_start_from)");
   }
   if (it->second == kCheckpointFormat) {
     if (!file.metadata().contains(std::string(kDataCrc32cKey))) {
@@ -53,9 +54,14 @@ absl::Status CheckFormat(const SafetensorsFile& file) {
     return absl::OkStatus();
   }
   if (it->second == kCheckpointFormatV1) return absl::OkStatus();
-  return Invalid(file, absl::StrCat("unknown checkpoint format '", it->second,
-                                    "' (this build reads ", kCheckpointFormat,
-                                    " and ", kCheckpointFormatV1, ")"));
+  return Invalid(
+      file, absl::StrCat("unknown checkpoint format '", it->second,
+                         "' (this build reads ", kCheckpointFormat, " and ",
+                         kCheckpointFormatV1,
+                         absl::StartsWith(it->second, "mirrortrain/")
+                             ? ")"
+                             : "; a file of weights starts a run through "
+                               "checkpoint.warm_start_from)"));
 }
 
 absl::Status CheckGlobalStep(const SafetensorsFile& file, int64_t step) {
