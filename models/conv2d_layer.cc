@@ -13,12 +13,14 @@
 namespace mirrortrain::models {
 
 absl::StatusOr<std::unique_ptr<Conv2DLayer>> Conv2DLayer::Create(
-    std::string name, int64_t in_channels, int64_t filters, int64_t kernel_size,
-    const ops::Conv2DOptions& options, const ActivationDef& activation,
-    bool use_bias, uint64_t seed, Device device) {
+    std::string name, int64_t in_channels, int64_t filters,
+    std::array<int64_t, 2> kernel_size, const ops::Conv2DOptions& options,
+    const ActivationDef& activation, bool use_bias, uint64_t seed,
+    Device device) {
   MT_ASSIGN_OR_RETURN(
       KernelAndBias w,
-      MakeKernelAndBias(name, {kernel_size, kernel_size, in_channels, filters},
+      MakeKernelAndBias(name,
+                        {kernel_size[0], kernel_size[1], in_channels, filters},
                         {filters}, use_bias, seed, device));
   return std::unique_ptr<Conv2DLayer>(
       new Conv2DLayer(std::move(name), std::move(w.kernel), std::move(w.bias),
@@ -95,15 +97,15 @@ bool Conv2DLayer::AbsorbNext(const Layer& next) {
 
 std::vector<Param> WithConvWindowParams(std::vector<Param> first,
                                         std::vector<Param> rest) {
-  first.push_back(Param::Int("kernel_size")
+  first.push_back(Param::IntPair("kernel_size")
                       .Min(1)
                       .Max(kMaxDimension)
-                      .Doc("square kernel side"));
-  first.push_back(Param::Int("strides")
+                      .Doc("kernel [height, width]; an integer: a square"));
+  first.push_back(Param::IntPair("strides")
                       .Default(1)
                       .Min(1)
                       .Max(kMaxDimension)
-                      .Doc("step in both spatial dimensions"));
+                      .Doc("step [down, across]; an integer: both"));
   first.push_back(Param::String("padding")
                       .Default("valid")
                       .OneOf({"valid", "same"})
@@ -121,11 +123,11 @@ absl::StatusOr<ConvWindow> ReadConvWindow(const LayerSpec& spec,
         absl::StrCat("expects NHWC input, got ", ShapeToString(in)));
   }
   ConvWindow w;
-  w.kernel_size = spec.params.Int("kernel_size");
+  w.kernel_size = spec.params.IntPair("kernel_size");
   const bool same = spec.params.String("padding") == "same";
   MT_RETURN_IF_ERROR(b.CheckWindow("kernel_size", w.kernel_size, same));
-  const int64_t s = spec.params.Int("strides");
-  w.options = {s, s, same ? ops::Padding::kSame : ops::Padding::kValid};
+  const std::array<int64_t, 2> s = spec.params.IntPair("strides");
+  w.options = {s[0], s[1], same ? ops::Padding::kSame : ops::Padding::kValid};
   return w;
 }
 

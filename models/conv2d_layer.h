@@ -16,6 +16,7 @@
 #ifndef MIRRORTRAIN_MODELS_CONV2D_LAYER_H_
 #define MIRRORTRAIN_MODELS_CONV2D_LAYER_H_
 
+#include <array>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,7 +34,7 @@ class Conv2DLayer final : public Layer {
  public:
   static absl::StatusOr<std::unique_ptr<Conv2DLayer>> Create(
       std::string name, int64_t in_channels, int64_t filters,
-      int64_t kernel_size, const ops::Conv2DOptions& options,
+      std::array<int64_t, 2> kernel_size, const ops::Conv2DOptions& options,
       const ActivationDef& activation, bool use_bias, uint64_t seed,
       Device device);
 
@@ -61,16 +62,17 @@ class Conv2DLayer final : public Layer {
   std::optional<ops::Pool2DOptions> pool_;
 };
 
-// The keys of a conv layer's window, Keras's: a square `kernel_size`,
-// `strides` and `padding`, between `first` and `rest` (conv2d's filters
-// come first, depthwise_conv2d's depth_multiplier after).
+// The keys of a conv layer's window, Keras's: `kernel_size` and `strides`
+// (an integer for both dimensions, or [height, width]) and `padding`,
+// between `first` and `rest` (conv2d's filters come first,
+// depthwise_conv2d's depth_multiplier after).
 std::vector<Param> WithConvWindowParams(std::vector<Param> first,
                                         std::vector<Param> rest);
 
 // Those keys' values for the builder's input, which must be NHWC, the
 // window checked to fit it.
 struct ConvWindow {
-  int64_t kernel_size = 1;
+  std::array<int64_t, 2> kernel_size = {1, 1};  // Height, width.
   ops::Conv2DOptions options;
 };
 absl::StatusOr<ConvWindow> ReadConvWindow(const LayerSpec& spec,

@@ -3,6 +3,7 @@
 // kernel [k, k, channels, depth_multiplier] named `<name>/kernel`
 // (glorot_uniform with Keras's fans: channels and depth_multiplier times
 // the window), bias [channels * depth_multiplier].
+#include <array>
 #include <memory>
 #include <optional>
 #include <string>
@@ -94,12 +95,13 @@ MT_REGISTER(
              "depth_multiplier: ", channels, " channels times ", multiplier,
              " is more than ", kMaxDimension, " output channels"));
        }
-       const int64_t k = w.kernel_size;
+       const std::array<int64_t, 2> k = w.kernel_size;
        MT_ASSIGN_OR_RETURN(
            KernelAndBias weights,
-           MakeKernelAndBias(
-               b.name(), {k, k, channels, multiplier}, {channels * multiplier},
-               spec.params.Bool("use_bias"), b.NextSeed(), b.device()));
+           MakeKernelAndBias(b.name(), {k[0], k[1], channels, multiplier},
+                             {channels * multiplier},
+                             spec.params.Bool("use_bias"), b.NextSeed(),
+                             b.device()));
        return std::unique_ptr<Layer>(new DepthwiseConv2DLayer(
            b.name(), std::move(weights), w.options, *act));
      }});

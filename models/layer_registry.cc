@@ -74,13 +74,16 @@ const LayerSpec* OutputLayer(const std::vector<LayerSpec>& layers) {
   return nullptr;
 }
 
-absl::Status LayerBuilder::CheckWindow(const std::string& key, int64_t k,
+absl::Status LayerBuilder::CheckWindow(const std::string& key,
+                                       std::array<int64_t, 2> k,
                                        bool same) const {
   const int64_t h = input_shape_[1], w = input_shape_[2];
   const int64_t limit_h = same ? 2 * h - 1 : h, limit_w = same ? 2 * w - 1 : w;
-  if (k <= limit_h && k <= limit_w) return absl::OkStatus();
+  if (k[0] <= limit_h && k[1] <= limit_w) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
-      key, " ", k, " does not fit the ", h, "x", w, " input",
+      key, " ",
+      k[0] == k[1] ? absl::StrCat(k[0]) : absl::StrCat(k[0], "x", k[1]),
+      " does not fit the ", h, "x", w, " input",
       same ? " (padding same: at most 2 * side - 1, beyond that taps only "
              "ever see padding)"
            : " with padding valid"));

@@ -13,6 +13,7 @@
 #ifndef MIRRORTRAIN_MODELS_LAYER_REGISTRY_H_
 #define MIRRORTRAIN_MODELS_LAYER_REGISTRY_H_
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -147,7 +148,8 @@ class LayerBuilder {
   // dimensions of an NHWC input_shape(): padding valid needs it inside the
   // input; padding same allows at most 2 * side - 1, beyond which taps
   // would only ever see padding.
-  absl::Status CheckWindow(const std::string& key, int64_t k, bool same) const;
+  absl::Status CheckWindow(const std::string& key, std::array<int64_t, 2> k,
+                           bool same) const;
   // A fresh initialiser seed: the n-th call over the model gets the n-th
   // seed derived from the model seed, the same on every device and replica.
   uint64_t NextSeed();

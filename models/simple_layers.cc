@@ -88,16 +88,17 @@ using LayerOr = absl::StatusOr<std::unique_ptr<Layer>>;
 
 // pool_size, strides and padding, as Keras's pooling layers.
 ParamSchema PoolParams() {
-  return {{Param::Int("pool_size")
+  return {{Param::IntPair("pool_size")
                .Default(2)
                .Min(1)
                .Max(kMaxDimension)
-               .Doc("square window side"),
-           Param::Int("strides")
+               .Doc("window [height, width]; an integer: a square"),
+           Param::IntPair("strides")
                .Nullable()
                .Min(1)
                .Max(kMaxDimension)
-               .Doc("step in both dimensions; null: pool_size"),
+               .Doc("step [down, across]; an integer: both; null: "
+                    "pool_size"),
            Param::String("padding")
                .Default("valid")
                .OneOf({"valid", "same"})
@@ -111,13 +112,14 @@ LayerOr CreatePool(const LayerSpec& spec, LayerBuilder& b) {
     return absl::InvalidArgumentError(absl::StrCat(
         "expects NHWC input, got ", ShapeToString(b.input_shape())));
   }
-  const int64_t k = spec.params.Int("pool_size");
-  const int64_t s = spec.params.OptionalInt("strides").value_or(k);
+  const std::array<int64_t, 2> k = spec.params.IntPair("pool_size");
+  const std::array<int64_t, 2> s =
+      spec.params.OptionalIntPair("strides").value_or(k);
   const bool same = spec.params.String("padding") == "same";
   MT_RETURN_IF_ERROR(b.CheckWindow("pool_size", k, same));
   return std::make_unique<PoolLayer>(
       b.name(),
-      ops::Pool2DOptions{k, k, s, s,
+      ops::Pool2DOptions{k[0], k[1], s[0], s[1],
                          same ? ops::Padding::kSame : ops::Padding::kValid});
 }
 

@@ -98,6 +98,8 @@ const char* ParamTypeName(ParamType type) {
       return "a list of strings";
     case ParamType::kStringMap:
       return "a mapping of strings to strings";
+    case ParamType::kIntPair:
+      return "an integer or a list of 2 integers";
   }
   return "?";
 }
@@ -280,6 +282,22 @@ std::vector<std::string> Params::StringList(const std::string& name) const {
 StringMap Params::StringMap(const std::string& name) const {
   return As<mirrortrain::StringMap>(name);
 }
+std::array<int64_t, 2> Params::IntPair(const std::string& name) const {
+  const ParamValue* v = Get(name);
+  if (v != nullptr) {
+    if (const auto* list = std::get_if<std::vector<int64_t>>(v);
+        list != nullptr && list->size() == 2) {
+      return {(*list)[0], (*list)[1]};
+    }
+  }
+  const int64_t both = Int(name);
+  return {both, both};
+}
+std::optional<std::array<int64_t, 2>> Params::OptionalIntPair(
+    const std::string& name) const {
+  if (IsNull(name)) return std::nullopt;
+  return IntPair(name);
+}
 std::optional<int64_t> Params::OptionalInt(const std::string& name) const {
   if (IsNull(name)) return std::nullopt;
   return Int(name);
@@ -316,6 +334,11 @@ bool ParamTypeMatches(ParamType type, const ParamValue& value) {
       return std::holds_alternative<std::vector<std::string>>(value);
     case ParamType::kStringMap:
       return std::holds_alternative<StringMap>(value);
+    case ParamType::kIntPair: {
+      const auto* list = std::get_if<std::vector<int64_t>>(&value);
+      return std::holds_alternative<int64_t>(value) ||
+             (list != nullptr && list->size() == 2);
+    }
   }
   return false;
 }

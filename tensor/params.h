@@ -10,6 +10,7 @@
 #ifndef MIRRORTRAIN_TENSOR_PARAMS_H_
 #define MIRRORTRAIN_TENSOR_PARAMS_H_
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -33,6 +34,8 @@ enum class ParamType {
   kFloatList,
   kStringList,
   kStringMap,
+  // An integer, or a list of two (Keras's kernel_size: 3 or (1, 7)).
+  kIntPair,
 };
 
 // "an integer", "a list of numbers", ... (for errors and the schema dump).
@@ -78,6 +81,11 @@ class Param {
   }
   static Param StringMap(std::string name) {
     return {std::move(name), ParamType::kStringMap};
+  }
+  // Held as written: an integer, or a list of two integers (Params::IntPair
+  // reads both as a pair).
+  static Param IntPair(std::string name) {
+    return {std::move(name), ParamType::kIntPair};
   }
 
   Param Default(ParamValue value) &&;
@@ -169,6 +177,10 @@ class Params {
   std::vector<double> FloatList(const std::string& name) const;
   std::vector<std::string> StringList(const std::string& name) const;
   mirrortrain::StringMap StringMap(const std::string& name) const;
+  // An IntPair key: {v, v} for an integer v, else the list's two.
+  std::array<int64_t, 2> IntPair(const std::string& name) const;
+  std::optional<std::array<int64_t, 2>> OptionalIntPair(
+      const std::string& name) const;
   std::optional<int64_t> OptionalInt(const std::string& name) const;
   std::optional<double> OptionalFloat(const std::string& name) const;
 

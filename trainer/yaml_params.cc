@@ -146,6 +146,14 @@ std::optional<ParamValue> FromYaml(const YAML::Node& node, const Param& param) {
             std::vector<std::string>{std::get<std::string>(*std::move(one))});
       }
       return list(std::string());
+    case ParamType::kIntPair: {
+      if (!node.IsSequence()) return scalar(int64_t{});
+      std::optional<ParamValue> pair = list(int64_t{});
+      if (!pair || std::get<std::vector<int64_t>>(*pair).size() != 2) {
+        return std::nullopt;
+      }
+      return pair;
+    }
     case ParamType::kStringMap: {
       if (!node.IsMap()) return std::nullopt;
       StringMap out;

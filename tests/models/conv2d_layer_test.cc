@@ -16,9 +16,9 @@ TEST(Conv2DLayerTest, PoolingFoldedInEqualsPoolingAfterTheActivation) {
   for (const char* name : {"relu", "tanh", "sigmoid", "linear"}) {
     SCOPED_TRACE(name);
     const ActivationDef& act = **FindActivation(name);
-    auto fused = Conv2DLayer::Create("conv2d", 3, 4, 3, same, act,
+    auto fused = Conv2DLayer::Create("conv2d", 3, 4, {3, 3}, same, act,
                                      /*use_bias=*/true, 7, Device::Cpu());
-    auto plain = Conv2DLayer::Create("conv2d", 3, 4, 3, same, act,
+    auto plain = Conv2DLayer::Create("conv2d", 3, 4, {3, 3}, same, act,
                                      /*use_bias=*/true, 7, Device::Cpu());
     ASSERT_TRUE(fused.ok() && plain.ok());
     MaxPool2DLayer pool_layer("max_pooling2d", pool);
@@ -60,8 +60,8 @@ TEST(Conv2DLayerTest, PoolingFoldedInEqualsPoolingAfterTheActivation) {
 TEST(Conv2DLayerTest, PoolingIsNotAbsorbedThroughANonMonotoneActivation) {
   const ops::Conv2DOptions same{1, 1, ops::Padding::kSame};
   auto conv =
-      Conv2DLayer::Create("conv2d", 3, 4, 3, same, **FindActivation("softmax"),
-                          true, 7, Device::Cpu());
+      Conv2DLayer::Create("conv2d", 3, 4, {3, 3}, same,
+                          **FindActivation("softmax"), true, 7, Device::Cpu());
   ASSERT_TRUE(conv.ok());
   MaxPool2DLayer pool("max_pooling2d", {});
   EXPECT_FALSE((*conv)->AbsorbNext(pool));

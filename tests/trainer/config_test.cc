@@ -641,12 +641,41 @@ TEST(ConfigTest, LayerListsNestAndReportPaths) {
   ASSERT_TRUE(again.ok()) << again.status() << "\n" << c->resolved_yaml;
   EXPECT_EQ(again->resolved_yaml, c->resolved_yaml);
 
+  // Keras's (height, width) pairs read, and read back, as written.
+  c = ParseConfig(
+      "model:\n  input_shape: [28, 28, 1]\n  layers:\n"
+      "    - {type: conv2d, filters: 2, kernel_size: [1, 7], strides: [2, 1]}\n"
+      "    - {type: max_pooling2d, pool_size: [3, 2]}\n"
+      "    - {type: flatten}\n    - {type: dense, units: 10}\n",
+      "pairs.yaml", {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model.layers[0].params.IntPair("kernel_size"),
+            (std::array<int64_t, 2>{1, 7}));
+  EXPECT_EQ(c->model.layers[0].params.IntPair("strides"),
+            (std::array<int64_t, 2>{2, 1}));
+  EXPECT_EQ(c->model.layers[1].params.IntPair("pool_size"),
+            (std::array<int64_t, 2>{3, 2}));
+  EXPECT_FALSE(c->model.layers[1].params.OptionalIntPair("strides"));
+  again = ParseConfig(c->resolved_yaml, "again.yaml", {});
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << c->resolved_yaml;
+  EXPECT_EQ(again->resolved_yaml, c->resolved_yaml);
+  EXPECT_NE(c->resolved_yaml.find("kernel_size: [1, 7]"), std::string::npos)
+      << c->resolved_yaml;
+
   // Layer lists that are wrong, and the one line each gets.
   const std::vector<std::pair<std::string, std::string>> bad_layers = {
       {"model:\n  layers:\n    - type: residual\n      layers:\n"
        "        - {type: conv2d, filters: abc, kernel_size: 3}\n",
        "m.yaml:5: model.layers[0].layers[0].filters: expected an integer in "
        "[1, 2147483647], got abc"},
+      // Keras's (height, width) pairs: two integers in range.
+      {"model:\n  layers:\n    - {type: conv2d, filters: 2, kernel_size: "
+       "[1, 3, 3]}\n",
+       "m.yaml:3: model.layers[0].kernel_size: expected an integer or a list "
+       "of 2 integers in [1, 2147483647], got [1, 3, 3]"},
+      {"model:\n  layers:\n    - {type: max_pooling2d, strides: [2, 0]}\n",
+       "m.yaml:3: model.layers[0].strides: expected an integer or a list of 2 "
+       "integers in [1, 2147483647], or null, got [2, 0]"},
       {"model:\n  layers:\n    - {type: flatten, units: 3}\n",
        "m.yaml:3: model.layers[0].units: unknown key for layer type flatten"},
       {"model:\n  layers:\n    - {type: flatten}\n"

@@ -1,0 +1,85 @@
+"""Golden values of conv and pooling layers with rectangular windows.
+
+Keras takes kernel_size, strides and pool_size as an integer or a
+(height, width) pair; these cases use pairs whose two entries differ, so a
+swapped or squared dimension shows. Writes tests/golden/window_layers.txt,
+for each case <c>: the input x [2, 7, 6, 3] (float64), the upstream
+gradient, the layer's variables (assigned: kernel, bias), its output y, and
+the gradients of sum(y * upstream) with respect to x and every variable:
+  * conv_same/*: Conv2D(2, kernel_size=(1, 3), strides=(2, 1), same).
+  * conv_valid/*: Conv2D(3, kernel_size=(3, 2), strides=(1, 2), valid).
+  * depthwise/*: DepthwiseConv2D(kernel_size=(3, 1), strides=(2, 2), same,
+    depth_multiplier=2) (TensorFlow's depthwise kernel takes equal strides
+    only).
+  * max_pool/*: MaxPooling2D(pool_size=(2, 3), strides=(1, 2), valid).
+  * avg_pool/*: AveragePooling2D(pool_size=(3, 2), strides=(2, 1), same).
+  * max_pool_default/*: MaxPooling2D(pool_size=(3, 2)) (strides None: the
+    pool size).
+
+Run from the repository root:
+    python3 scripts/golden/window_layers.py
+"""
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import tensorflow as tf
+import keras
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from golden_io import write_golden  # noqa: E402
+
+SEED = 2611
+INPUT = (2, 7, 6, 3)
+
+
+def case(prefix, rng, layer):
+    x = rng.normal(size=INPUT)
+    layer.build(x.shape)
+    for v in layer.weights:
+        v.assign(rng.normal(size=tuple(v.shape)) * 0.5)
+    xt = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        y = layer(xt)
+    up = rng.normal(size=tuple(y.shape))
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        obj = tf.reduce_sum(layer(xt) * up)
+    grads = tape.gradient(obj, [xt] + list(layer.weights))
+    out = [(prefix + "/x", x), (prefix + "/upstream", up),
+           (prefix + "/y", y.numpy()), (prefix + "/dx", grads[0].numpy())]
+    for v, g in zip(layer.weights, grads[1:]):
+        part = v.path.split("/")[-1]  # kernel, bias, depthwise_kernel
+        out.append((prefix + "/" + part, v.numpy()))
+        out.append((prefix + "/d" + part, g.numpy()))
+    return out
+
+
+def main():
+    rng = np.random.default_rng(SEED)
+    f64 = {"dtype": "float64"}
+    tensors = []
+    tensors += case("conv_same", rng, keras.layers.Conv2D(
+        2, (1, 3), strides=(2, 1), padding="same", **f64))
+    tensors += case("conv_valid", rng, keras.layers.Conv2D(
+        3, (3, 2), strides=(1, 2), padding="valid", **f64))
+    tensors += case("depthwise", rng, keras.layers.DepthwiseConv2D(
+        (3, 1), strides=(2, 2), padding="same", depth_multiplier=2, **f64))
+    tensors += case("max_pool", rng, keras.layers.MaxPooling2D(
+        (2, 3), strides=(1, 2), padding="valid", **f64))
+    tensors += case("avg_pool", rng, keras.layers.AveragePooling2D(
+        (3, 2), strides=(2, 1), padding="same", **f64))
+    tensors += case("max_pool_default", rng, keras.layers.MaxPooling2D(
+        (3, 2), **f64))
+    comment = ("Keras %s (TensorFlow %s) conv and pooling layers with "
+               "(height, width) windows; scripts/golden/window_layers.py"
+               % (keras.__version__, tf.__version__))
+    write_golden("window_layers.txt", tensors, comment)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+// Keras's (height, width) windows: conv2d, depthwise_conv2d and the pooling
+// layers with kernel_size, strides and pool_size given as pairs whose two
+// entries differ, against Keras (scripts/golden/window_layers.py ->
+// tests/golden/window_layers.txt); an integer means the square pair; and
+// what the config refuses.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "models/model.h"
+#include "tensor/gradient_tape.h"
+#include "tensor/ops/array_ops.h"
+#include "tests/test_util.h"
+
+namespace mirrortrain::models {
+namespace {
+
+constexpr double kF32Tol = 2e-5;
+
+const std::map<std::string, Tensor>& Golden() {
+  return testing::CachedGolden("window_layers.txt");
+}
+Tensor F32(const Tensor& t) { return *ops::Cast(t, DType::kF32); }
+Tensor F64(const Tensor& t) {
+  return *ops::Cast(*t.To(Device::Cpu()), DType::kF64);
+}
+using Pair = std::vector<int64_t>;
+
+struct WindowCase {
+  std::string golden;  // The case's prefix in the golden file.
+  std::string type;
+  std::vector<std::pair<std::string, ParamValue>> params;
+};
+
+class WindowGoldenTest : public ::testing::TestWithParam<WindowCase> {};
+
+TEST_P(WindowGoldenTest, LayerMatchesKeras) {
+  const WindowCase& c = GetParam();
+  ASSERT_FALSE(Golden().empty()) << "cannot load window_layers.txt";
+  auto g = [&](const std::string& part) -> const Tensor& {
+    return Golden().at(c.golden + "/" + part);
+  };
+  absl::StatusOr<LayerSpec> spec = MakeLayerSpec(c.type, c.params);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  spec->path = "model.layers[0]";
+  const Tensor x = F32(g("x"));
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::Build(
+      ModelDef{Shape(x.shape().begin() + 1, x.shape().end()), {*spec}}, 1,
+      Device::Cpu());
+  ASSERT_TRUE(model.ok()) << model.status();
+  // Keras's variables in Keras's order, with its shapes.
+  const std::vector<Variable*>& vars = (*model)->variables();
+  std::vector<std::string> parts;
+  for (const char* part : {"kernel", "bias"}) {
+    if (Golden().contains(c.golden + "/" + part)) parts.push_back(part);
+  }
+  ASSERT_EQ(vars.size(), parts.size());
+  std::vector<Tensor> sources = {x};
+  for (size_t i = 0; i < vars.size(); ++i) {
+    EXPECT_EQ(vars[i]->name(), c.type + "/" + parts[i]);
+    ASSERT_EQ(vars[i]->shape(), g(parts[i]).shape()) << parts[i];
+    ASSERT_TRUE(vars[i]->Assign(F32(g(parts[i]))).ok());
+    sources.push_back(vars[i]->value());
+  }
+  GradientTape tape;
+  tape.Watch(x);
+  absl::StatusOr<Tensor> y = (*model)->Call(x, {.training = true});
+  ASSERT_TRUE(y.ok()) << y.status();
+  ASSERT_EQ(y->shape(), g("y").shape());
+  GradientOptions options;
+  options.output_gradient = F32(g("upstream"));
+  auto grads = tape.Gradient(*y, sources, options);
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  EXPECT_TRUE(testing::AllClose(F64(*y), g("y"), kF32Tol, kF32Tol));
+  EXPECT_TRUE(testing::AllClose(F64(*(*grads)[0]), g("dx"), kF32Tol, kF32Tol));
+  for (size_t i = 0; i < parts.size(); ++i) {
+    EXPECT_TRUE(testing::AllClose(F64(*(*grads)[i + 1]), g("d" + parts[i]),
+                                  kF32Tol, kF32Tol))
+        << parts[i];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Keras, WindowGoldenTest,
+    ::testing::Values(
+        WindowCase{"conv_same",
+                   "conv2d",
+                   {{"filters", int64_t{2}},
+                    {"kernel_size", Pair{1, 3}},
+                    {"strides", Pair{2, 1}},
+                    {"padding", "same"}}},
+        WindowCase{"conv_valid",
+                   "conv2d",
+                   {{"filters", int64_t{3}},
+                    {"kernel_size", Pair{3, 2}},
+                    {"strides", Pair{1, 2}}}},
+        WindowCase{"depthwise",
+                   "depthwise_conv2d",
+                   {{"kernel_size", Pair{3, 1}},
+                    {"strides", Pair{2, 2}},
+                    {"padding", "same"},
+                    {"depth_multiplier", int64_t{2}}}},
+        WindowCase{"max_pool",
+                   "max_pooling2d",
+                   {{"pool_size", Pair{2, 3}}, {"strides", Pair{1, 2}}}},
+        WindowCase{"avg_pool",
+                   "average_pooling2d",
+                   {{"pool_size", Pair{3, 2}},
+                    {"strides", Pair{2, 1}},
+                    {"padding", "same"}}},
+        WindowCase{
+            "max_pool_default", "max_pooling2d", {{"pool_size", Pair{3, 2}}}}),
+    [](const ::testing::TestParamInfo<WindowCase>& info) {
+      return info.param.golden;
+    });
+
+// An integer is the square pair: the same variables, initial values and
+// outputs, bit for bit.
+TEST(WindowPairTest, AnIntegerIsTheSquarePair) {
+  const Tensor x = F32(Golden().at("conv_same/x"));
+  auto build = [](ParamValue kernel, ParamValue strides) {
+    absl::StatusOr<LayerSpec> spec =
+        MakeLayerSpec("conv2d", {{"filters", int64_t{4}},
+                                 {"kernel_size", std::move(kernel)},
+                                 {"strides", std::move(strides)}});
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    spec->path = "model.layers[0]";
+    absl::StatusOr<std::unique_ptr<Model>> model =
+        Model::Build(ModelDef{{7, 6, 3}, {*spec}}, 5, Device::Cpu());
+    EXPECT_TRUE(model.ok()) << model.status();
+    return *std::move(model);
+  };
+  auto square = build(int64_t{3}, int64_t{2});
+  auto pair = build(Pair{3, 3}, Pair{2, 2});
+  ASSERT_EQ(square->variables().size(), pair->variables().size());
+  for (size_t i = 0; i < square->variables().size(); ++i) {
+    EXPECT_TRUE(testing::SameBits(square->variables()[i]->value(),
+                                  pair->variables()[i]->value()));
+  }
+  EXPECT_TRUE(testing::SameBits(*square->Call(x, {}), *pair->Call(x, {})));
+}
+
+// A pair must hold two integers in range (the config's own errors are
+// tests/trainer/config_test.cc's); a window must fit the input in each
+// dimension, named as given.
+TEST(WindowPairTest, BadPairsAreRefused) {
+  const ParamSchema& conv = LayerRegistry::Global().Find("conv2d")->params;
+  for (const ParamValue& bad : {ParamValue(Pair{1, 2, 3}), ParamValue(Pair{3}),
+                                ParamValue(Pair{0, 3}), ParamValue(1.5)}) {
+    absl::StatusOr<LayerSpec> spec = MakeLayerSpec(
+        "conv2d", {{"filters", int64_t{1}}, {"kernel_size", bad}});
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_FALSE(CheckParams(conv, spec->params).ok())
+        << ParamValueToString(bad);
+  }
+  absl::StatusOr<LayerSpec> good = MakeLayerSpec(
+      "conv2d", {{"filters", int64_t{1}}, {"kernel_size", Pair{1, 7}}});
+  ASSERT_TRUE(good.ok());
+  EXPECT_TRUE(CheckParams(conv, good->params).ok());
+  absl::StatusOr<LayerSpec> spec = MakeLayerSpec(
+      "max_pooling2d", {{"pool_size", Pair{2, 9}}, {"padding", "valid"}});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  spec->path = "model.layers[0]";
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      Model::Build(ModelDef{{7, 6, 3}, {*spec}}, 1, Device::Cpu());
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find(
+                "pool_size 2x9 does not fit the 7x6 input with padding valid"),
+            std::string::npos)
+      << model.status();
+}
+
+}  // namespace
+}  // namespace mirrortrain::models
