@@ -74,6 +74,25 @@ const LayerSpec* OutputLayer(const std::vector<LayerSpec>& layers) {
   return nullptr;
 }
 
+const LayerSpec* BehindOutput(const std::vector<LayerSpec>& layers) {
+  for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+    const LayerType* type = LayerRegistry::Global().Find(it->type);
+    if (type == nullptr) return nullptr;
+    if (type->passes_values_on) return &*it;
+    if (type->container && !type->shortcut) {
+      if (const LayerSpec* inner = BehindOutput(it->layers)) return inner;
+      if (OutputLayer(it->layers) == nullptr) continue;
+    }
+    return nullptr;
+  }
+  return nullptr;
+}
+
+LayerSpec* OutputLayer(std::vector<LayerSpec>& layers) {
+  return const_cast<LayerSpec*>(
+      OutputLayer(static_cast<const std::vector<LayerSpec>&>(layers)));
+}
+
 absl::Status LayerBuilder::CheckWindow(const std::string& key,
                                        std::array<int64_t, 2> k,
                                        bool same) const {

@@ -109,6 +109,10 @@ const LayerSpec* TokenIdLayer(const std::vector<LayerSpec>& layers,
 // (containers without a shortcut) and past `passes_values_on` types;
 // nullptr if there is none.
 const LayerSpec* OutputLayer(const std::vector<LayerSpec>& layers);
+LayerSpec* OutputLayer(std::vector<LayerSpec>& layers);
+// The last of the layers OutputLayer looks past (behind the output layer);
+// nullptr if none.
+const LayerSpec* BehindOutput(const std::vector<LayerSpec>& layers);
 
 // One row of a model summary (Keras model.summary()).
 struct LayerSummary {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "tensor/ops/nn_ops.h"
 #include "tensor/ops/precision_ops.h"
 #include "tensor/status_macros.h"
 
@@ -27,7 +28,18 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Build(const ModelDef& def,
   input.insert(input.end(), def.input_shape.begin(), def.input_shape.end());
   LayerBuilder builder(seed, device, def.input_vocabulary,
                        def.continuous_inputs);
-  MT_ASSIGN_OR_RETURN(m->body_, builder.BuildSequence(def.layers, input));
+  // A softmax on the output layer (Keras's activation='softmax' with
+  // from_logits=False): the body makes the logits, which the loss takes as
+  // Keras on TensorFlow takes them (the softmax's recorded _keras_logits);
+  // Probabilities() applies it. No variable depends on it.
+  std::vector<LayerSpec> layers = def.layers;
+  if (LayerSpec* last = OutputLayer(layers);
+      last != nullptr && last->params.Has("activation") &&
+      last->params.String("activation") == "softmax") {
+    last->params.Set("activation", std::string("linear"));
+    m->softmax_output_ = true;
+  }
+  MT_ASSIGN_OR_RETURN(m->body_, builder.BuildSequence(layers, input));
   MT_ASSIGN_OR_RETURN(Shape out, m->body_->OutputShape(input));
   m->output_shape_.assign(out.begin() + 1, out.end());
   m->variables_ = m->body_->variables();
@@ -39,6 +51,11 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Build(const ModelDef& def,
   }
   m->summary_ = std::move(builder.summary());
   return m;
+}
+
+absl::StatusOr<Tensor> Model::Probabilities(const Tensor& outputs) const {
+  if (!softmax_output_) return outputs;
+  return ops::Softmax(outputs);
 }
 
 absl::StatusOr<Tensor> Model::Call(const Tensor& inputs,

@@ -67,6 +67,14 @@ class Model {
   // Whether the input reaches an embedding (TokenIdLayer, past layers that
   // only pass values on): the inputs are token ids.
   bool reads_token_ids() const { return reads_token_ids_; }
+  // Whether the config's output layer applies a softmax (Keras's usual
+  // activation='softmax'): Call then returns the logits before it, for the
+  // loss, and Probabilities applies it.
+  bool softmax_output() const { return softmax_output_; }
+  // What the config's model outputs for Call's `outputs`: the softmax of
+  // the logits where softmax_output(), else `outputs` themselves (Keras's
+  // model.predict).
+  absl::StatusOr<Tensor> Probabilities(const Tensor& outputs) const;
   // Whether a layer was built frozen (LayerSpec::trainable).
   bool has_frozen_layers() const { return has_frozen_layers_; }
   // The table Keras's model.summary() prints: layer, output shape, params.
@@ -85,6 +93,7 @@ class Model {
   bool mixed_bfloat16_ = false;
   bool token_inputs_ = false;  // The input layer reads token ids.
   bool reads_token_ids_ = false;
+  bool softmax_output_ = false;
 };
 
 }  // namespace mirrortrain::models

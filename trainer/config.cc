@@ -74,16 +74,24 @@ absl::Status ReadModel(const Reader& r, const YAML::Node& node, Config* c,
         r.Read(node, path, {&ModelSchema()}, {"layers"}, "", &common));
     MT_ASSIGN_OR_RETURN(m.layers,
                         r.ReadLayers(Child(node, "layers"), "model.layers"));
-    // The loss takes logits (Keras's from_logits=True): a softmax on the
-    // layer that makes them would be applied twice and train slowly.
+    // A softmax on the output layer is Keras's from_logits=False: the loss
+    // takes the logits before it (models::Model), as Keras on TensorFlow
+    // does where the softmax makes the model's output. A layer behind it
+    // (a dropout, a flatten regrouping the softmax's axis) leaves Keras
+    // the probabilities, which the logits cannot stand for.
     const models::LayerSpec* last = models::OutputLayer(m.layers);
     if (last != nullptr && last->params.Has("activation") &&
         last->params.String("activation") == "softmax") {
-      return r.Error(
-          absl::StrCat(last->path, ".activation"),
-          Child(EntryNode(Child(node, "layers"), m.layers, last), "activation"),
-          "softmax on the last layer: the loss takes the logits (Keras's "
-          "from_logits=True) and applies the softmax itself; leave it out");
+      if (const models::LayerSpec* behind = models::BehindOutput(m.layers)) {
+        return r.Error(
+            absl::StrCat(last->path, ".activation"),
+            Child(EntryNode(Child(node, "layers"), m.layers, last),
+                  "activation"),
+            absl::StrCat("softmax on the output layer, then a ", behind->type,
+                         " (", behind->path,
+                         "): the loss takes the logits before the softmax, "
+                         "which must make the model's output; put it last"));
+      }
     }
     if (const int64_t n = models::ExpandedLayerCount(m.layers);
         n > models::kMaxLayers) {

@@ -80,6 +80,7 @@ absl::StatusOr<Tensor> Predict(models::Model& model, Device device,
     MT_ASSIGN_OR_RETURN(Tensor x, inputs.SliceRows(begin, count));
     MT_ASSIGN_OR_RETURN(x, x.To(device));
     MT_ASSIGN_OR_RETURN(Tensor y, model.Call(x, {}));
+    MT_ASSIGN_OR_RETURN(y, model.Probabilities(y));
     MT_ASSIGN_OR_RETURN(y, y.To(Device::Cpu()));
     if (y.dtype() != DType::kF32 || y.num_elements() != count * row) {
       return absl::InternalError(absl::StrCat(

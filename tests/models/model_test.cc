@@ -19,6 +19,7 @@
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/matmul.h"
+#include "tensor/ops/nn_ops.h"
 #include "tensor/ops/precision_ops.h"
 #include "tensor/ops/reduction_ops.h"
 #include "tensor/status_macros.h"
@@ -120,6 +121,55 @@ TEST(ModelTest, LayerNamesAreUnique) {
 
 // Keras 3 numbers only the layers it names: [foo, dense, dense_1] for a
 // named dense and two unnamed ones.
+// A softmax on the output layer (Keras's activation='softmax' with
+// from_logits=False), also as its own activation layer inside a container:
+// the model's variables, and its Call (the logits the loss takes), are the
+// linear model's bit for bit; Probabilities is the softmax of them over the
+// last axis (per position of [batch, 4, 5], as Keras's Dense applies it),
+// rows summing to 1.
+TEST(ModelTest, ASoftmaxOutputLayerLeavesTheLogitsToTheLoss) {
+  auto build = [](std::vector<LayerSpec> layers) {
+    absl::StatusOr<std::unique_ptr<Model>> m =
+        Model::Build(ModelDef{{4, 3}, std::move(layers)}, 7, Device::Cpu());
+    EXPECT_TRUE(m.ok()) << m.status();
+    return *std::move(m);
+  };
+  auto dense = [](const std::string& activation) {
+    return Spec("dense", {{"units", int64_t{5}}, {"activation", activation}});
+  };
+  const Tensor x = testing::RandomTensor({2, 4, 3}, 3, DType::kF32);
+  std::unique_ptr<Model> linear = build({dense("linear")});
+  ASSERT_FALSE(linear->softmax_output());
+  for (std::vector<LayerSpec> layers :
+       {std::vector<LayerSpec>{dense("softmax")},
+        std::vector<LayerSpec>{Spec(
+            "sequential", {},
+            {dense("linear"),
+             Spec("activation", {{"activation", std::string("softmax")}})})}}) {
+    std::unique_ptr<Model> m = build(std::move(layers));
+    EXPECT_TRUE(m->softmax_output());
+    ASSERT_EQ(Names(*m), Names(*linear));
+    for (size_t i = 0; i < m->variables().size(); ++i) {
+      EXPECT_TRUE(testing::SameBits(m->variables()[i]->value(),
+                                    linear->variables()[i]->value()));
+    }
+    absl::StatusOr<Tensor> logits = m->Call(x, {});
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    EXPECT_TRUE(testing::SameBits(*logits, *linear->Call(x, {})));
+    absl::StatusOr<Tensor> p = m->Probabilities(*logits);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_TRUE(testing::SameBits(*p, *ops::Softmax(*logits)));
+    for (int64_t row = 0; row < 8; ++row) {
+      double sum = 0;
+      for (int64_t j = 0; j < 5; ++j) sum += p->data<float>()[row * 5 + j];
+      EXPECT_NEAR(sum, 1.0, 1e-5);
+    }
+  }
+  // Without one, Probabilities is the outputs themselves.
+  const Tensor y = *linear->Call(x, {});
+  EXPECT_TRUE(testing::SameBits(*linear->Probabilities(y), y));
+}
+
 TEST(ModelTest, NamedLayersTakeNoAutoNameNumber) {
   LayerSpec foo = Spec("dense", {{"units", int64_t{3}}});
   foo.name = "foo";

@@ -578,6 +578,32 @@ std::string LastTestNumbers(const std::string& run_dir,
   return last;
 }
 
+// Keras's softmax on the last layer (from_logits=False) trains as the
+// logits model does: the loss takes the logits before it, so every logged
+// number is the same, the train losses of every window included.
+TEST(CliTest, ASoftmaxLastLayerTrainsAsTheLogitsModel) {
+  const std::string layers =
+      "model={layers: [{type: flatten}, {type: dense, units: 32, activation: "
+      "relu}, {type: dense, units: 10";
+  const std::string logits_dir = FreshDir("logits"),
+                    softmax_dir = FreshDir("softmax");
+  ASSERT_EQ(RunCli(SmallTrain(logits_dir, {layers + "}]}"})).exit_code, 0);
+  Result r =
+      RunCli(SmallTrain(softmax_dir, {layers + ", activation: softmax}]}"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto numbers = [](const std::string& dir) {
+    std::vector<std::string> out;
+    for (const std::string& l : Lines(ReadFile(dir + "/metrics.jsonl"))) {
+      out.push_back(l.substr(0, l.find("\"samples_per_sec\"")));
+    }
+    return out;
+  };
+  const std::vector<std::string> logged = numbers(logits_dir);
+  EXPECT_GT(logged.size(), 10u);
+  EXPECT_EQ(numbers(softmax_dir), logged);
+  EXPECT_FALSE(LastTestNumbers(softmax_dir, "ema").empty());
+}
+
 // `eval` of the raw weights of a SmallTrain run in `run_dir` (its 500 test
 // images) with one more --set; its JSON line.
 std::string EvalSmallRun(const std::string& run_dir, const std::string& set) {

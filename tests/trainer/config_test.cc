@@ -678,20 +678,22 @@ TEST(ConfigTest, LayerListsNestAndReportPaths) {
        "integers in [1, 2147483647], or null, got [2, 0]"},
       {"model:\n  layers:\n    - {type: flatten, units: 3}\n",
        "m.yaml:3: model.layers[0].units: unknown key for layer type flatten"},
-      {"model:\n  layers:\n    - {type: flatten}\n"
-       "    - {type: dense, units: 10, activation: softmax}\n",
-       "m.yaml:4: model.layers[1].activation: softmax on the last layer: the "
-       "loss takes the logits (Keras's from_logits=True) and applies the "
-       "softmax itself; leave it out"},
-      // Inside a container, or before layers that pass values on
-      // unchanged: still the layer that makes the logits.
+      // A softmax on the output layer (inside a container) with layers
+      // behind it that pass values on: Keras's loss then reads the
+      // probabilities, which the logits cannot stand for.
       {"model:\n  layers:\n    - {type: flatten}\n    - type: sequential\n"
        "      layers:\n        - {type: dense, units: 10, activation: "
        "softmax}\n        - {type: dropout, rate: 0.1}\n"
        "    - {type: reshape, target_shape: [10]}\n",
-       "m.yaml:6: model.layers[1].layers[0].activation: softmax on the last "
-       "layer: the loss takes the logits (Keras's from_logits=True) and "
-       "applies the softmax itself; leave it out"},
+       "m.yaml:6: model.layers[1].layers[0].activation: softmax on the output "
+       "layer, then a reshape (model.layers[2]): the loss takes the logits "
+       "before the softmax, which must make the model's output; put it last"},
+      {"model:\n  layers:\n    - {type: flatten}\n"
+       "    - {type: activation, activation: softmax}\n"
+       "    - {type: dropout, rate: 0.1}\n",
+       "m.yaml:4: model.layers[1].activation: softmax on the output layer, "
+       "then a dropout (model.layers[2]): the loss takes the logits before "
+       "the softmax, which must make the model's output; put it last"},
       {"model:\n  layers:\n    - {type: residual}\n",
        "m.yaml:3: model.layers[0].layers: required: layer type residual holds "
        "a list of layers"},

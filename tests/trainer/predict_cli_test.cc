@@ -134,6 +134,37 @@ TEST_F(PredictCliTest, OutputsScoreAsEvalDoes) {
   EXPECT_NE(ReadFile(*dir_ + "/y_f32.npy"), ReadFile(*dir_ + "/y_u8.npy"));
 }
 
+// The same model with Keras's softmax on its last layer (the run's
+// checkpoint holds the same variables): predict outputs the probabilities,
+// Keras's model.predict, the softmax of the plain model's logits.
+TEST_F(PredictCliTest, ASoftmaxLastLayerOutputsProbabilities) {
+  const std::string x = *dir_ + "/x_u8.npy";
+  ASSERT_EQ(RunCli(PredictArgs(x, *dir_ + "/logits.npy")).exit_code, 0);
+  std::vector<std::string> args = PredictArgs(x, *dir_ + "/probs.npy");
+  args.insert(args.end(),
+              {"--set",
+               "model={layers: [{type: flatten}, {type: dense, units: 32, "
+               "activation: relu}, {type: dense, units: 10, activation: "
+               "softmax}]}"});
+  Result r = RunCli(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<int64_t> shape;
+  const std::vector<float> logits = ReadF32Npy(*dir_ + "/logits.npy", &shape);
+  const std::vector<float> probs = ReadF32Npy(*dir_ + "/probs.npy", &shape);
+  ASSERT_EQ(shape, (std::vector<int64_t>{kExamples, 10}));
+  ASSERT_EQ(logits.size(), probs.size());
+  for (int64_t i = 0; i < kExamples; ++i) {
+    const float* z = logits.data() + i * 10;
+    const double top = *std::max_element(z, z + 10);
+    double sum = 0;
+    for (int j = 0; j < 10; ++j) sum += std::exp(z[j] - top);
+    for (int j = 0; j < 10; ++j) {
+      EXPECT_NEAR(probs[i * 10 + j], std::exp(z[j] - top) / sum, 1e-6)
+          << i << "," << j;
+    }
+  }
+}
+
 // Bad input is exit 2 with one line naming what is wrong, and no output
 // file; an existing output stays as it was.
 TEST_F(PredictCliTest, BadInputsExit2AndWriteNothing) {
