@@ -54,7 +54,7 @@ constexpr char kUsage[] =
     "[--prompt TEXT] [--length N] [--temperature T] [--seed S]\n"
     "  mirrortrain predict --config FILE --checkpoint PATH_OR_DIR "
     "--input X.npy --output Y.npy\n"
-    "  mirrortrain inspect CHECKPOINT\n"
+    "  mirrortrain inspect CHECKPOINT_OR_DIR\n"
     "  mirrortrain config  --schema | --config FILE [--set KEY=VALUE]... "
     "[--json]\n"
     "  mirrortrain --help | --version\n"
@@ -126,7 +126,7 @@ constexpr char kPredictUsage[] =
     "  --weights W        ema (default when the config has EMA) or raw\n";
 
 constexpr char kInspectUsage[] =
-    "usage: mirrortrain inspect CHECKPOINT\n"
+    "usage: mirrortrain inspect CHECKPOINT_OR_DIR\n"
     "\n"
     "Lists the tensors (name, dtype, shape) and metadata of a checkpoint\n"
     "file (a directory: its latest checkpoint).\n";
@@ -655,7 +655,7 @@ int Inspect(int argc, char** argv) {
     return kExitOk;
   }
   if (args->positional.empty()) {
-    return Usage("inspect", "a CHECKPOINT file is required");
+    return Usage("inspect", "a CHECKPOINT_OR_DIR is required");
   }
   // A directory means its latest checkpoint, as for eval and restore.
   absl::StatusOr<std::string> path = ResolveCheckpoint(args->positional[0]);

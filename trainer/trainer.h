@@ -506,6 +506,12 @@ class Trainer {
   absl::Status Restore(const CheckedCheckpoint& checkpoint);
   // The model variables (and EMA shadows) of a file of weights only.
   absl::Status RestoreWeights(const SafetensorsFile& file);
+  // Saver::FromNameMap(entries).Restore(file), the entries read first
+  // checked for NaN and infinity where `file` is a file of weights only
+  // (a training checkpoint was checked whole when opened).
+  absl::Status RestoreEntries(
+      const SafetensorsFile& file,
+      std::vector<std::pair<std::string, Variable*>> entries) const;
   // checkpoint.warm_start_from: the checkpoint's model variables only; the
   // EMA shadows start from them, the optimizer's slots and step from zero.
   absl::Status WarmStart(const CheckedCheckpoint& checkpoint);

@@ -251,8 +251,7 @@ absl::StatusOr<Trainer::CheckedCheckpoint> Trainer::OpenCheckpoint(
   }
   MT_ASSIGN_OR_RETURN(SafetensorsFile file, std::move(opened));
   if (weights_only_ok && !IsMirrortrainCheckpoint(file)) {
-    MT_RETURN_IF_ERROR(
-        CheckWeightsFile(file, config_.checkpoint.allow_non_finite));
+    // Its entries are checked where they are read (RestoreEntries).
     return CheckedCheckpoint{std::move(file), CheckpointPosition{},
                              /*weights_only=*/true};
   }
@@ -309,6 +308,20 @@ absl::Status Trainer::RestoreCheckpoint(const std::string& path_or_dir) {
   return Restore(checkpoint);
 }
 
+absl::Status Trainer::RestoreEntries(
+    const SafetensorsFile& file,
+    std::vector<std::pair<std::string, Variable*>> entries) const {
+  if (!IsMirrortrainCheckpoint(file)) {
+    std::vector<std::string> names;
+    for (const auto& entry : entries) {
+      if (file.Contains(entry.first)) names.push_back(entry.first);
+    }
+    MT_RETURN_IF_ERROR(
+        CheckEntriesFinite(file, names, config_.checkpoint.allow_non_finite));
+  }
+  return Saver::FromNameMap(std::move(entries)).Restore(file);
+}
+
 absl::Status Trainer::RestoreWeights(const SafetensorsFile& file) {
   const Replica& p = primary();
   snapshot_version_ = -1;
@@ -330,7 +343,7 @@ absl::Status Trainer::RestoreWeights(const SafetensorsFile& file) {
           "raw"));
     }
   }
-  MT_RETURN_IF_ERROR(Saver::FromNameMap(std::move(entries)).Restore(file));
+  MT_RETURN_IF_ERROR(RestoreEntries(file, std::move(entries)));
   MT_RETURN_IF_ERROR(SpreadRestoredState(0));
   restored_from_ = file.path();
   last_saved_step_ = 0;
@@ -427,8 +440,7 @@ absl::Status Trainer::WarmStart(const CheckedCheckpoint& checkpoint) {
   const size_t started = entries.size();
   // Every selected variable must be there (one missing would keep its
   // initializer unsaid); the file's other entries are ignored.
-  absl::Status loaded =
-      Saver::FromNameMap(std::move(entries)).Restore(checkpoint.file);
+  absl::Status loaded = RestoreEntries(checkpoint.file, std::move(entries));
   if (!loaded.ok()) return AsWarmStartError(loaded);
   // The averages start at the weights they average, as at initial ones.
   if (p.ema) {

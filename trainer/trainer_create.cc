@@ -11,6 +11,7 @@
 #include "distribute/strategy_factory.h"
 #include "distribute/variable_partitioner.h"
 #include "models/presets.h"
+#include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/stream.h"
 #include "tensor/matmul_precision.h"
 #include "tensor/ops/index_checks.h"
@@ -400,7 +401,18 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     }
     return absl::OkStatus();
   }();
-  MT_RETURN_IF_ERROR(processes->AgreedStatus(built));
+  // A GPU the build has no kernels for fails the build's (or else the first
+  // step's) first kernel with the runtime's "no kernel image": said as what
+  // it is, ahead of what it broke. Cheap: the contexts exist by now.
+  absl::Status ready = built;
+  if (plan.devices[0].is_cuda()) {
+    std::vector<int> gpus;
+    for (const Device& d : plan.devices) gpus.push_back(d.index);
+    if (absl::Status images = cuda::CheckKernelImages(gpus); !images.ok()) {
+      ready = images;
+    }
+  }
+  MT_RETURN_IF_ERROR(processes->AgreedStatus(ready));
   if (need_train_data && processes->size() > 1) {
     MT_RETURN_IF_ERROR(t->SyncFromChief());
   }

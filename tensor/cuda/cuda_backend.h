@@ -41,6 +41,13 @@ absl::Status CheckDevice(int device);
 // first product. Call it where the process cannot exit before it returns.
 absl::Status StartDevices(const std::vector<int>& devices);
 
+// FailedPrecondition naming the GPU, its compute capability, the CUDA
+// architectures this build has kernels for and the CMake value to rebuild
+// with, for the first of `devices` that this build has no kernels for (an
+// A100 under the default sm_90 build, which would otherwise fail at its
+// first kernel with the runtime's "no kernel image is available").
+absl::Status CheckKernelImages(const std::vector<int>& devices);
+
 // The caching allocator of gpu:`device` (process-wide, never destroyed).
 absl::StatusOr<Allocator*> DeviceAllocator(int device);
 

@@ -19,6 +19,7 @@ absl::Status CheckDevice(int device) {
                    " requested but this mirrortrain was built without CUDA"));
 }
 absl::Status StartDevices(const std::vector<int>&) { return NotBuilt(); }
+absl::Status CheckKernelImages(const std::vector<int>&) { return NotBuilt(); }
 absl::StatusOr<Allocator*> DeviceAllocator(int) { return NotBuilt(); }
 absl::StatusOr<DeviceMemoryStats> GetDeviceMemoryStats(int) {
   return NotBuilt();

@@ -224,10 +224,10 @@ namespace {
 
 __global__ void KernelImageProbe() {}
 
-// A GPU this build has no kernels for (an A100 under the default sm_90
-// build) would fail only at its first kernel, with the runtime's "no kernel
-// image is available"; say so at start-up, with the fix.
 absl::Status CheckKernelImage(int device) {
+  MT_RETURN_IF_ERROR(CheckDevice(device));
+  DeviceGuard guard;
+  MT_RETURN_IF_ERROR(guard.Set(device));
   cudaFuncAttributes attributes;
   const cudaError_t e = cudaFuncGetAttributes(&attributes, KernelImageProbe);
   if (e != cudaErrorNoKernelImageForDevice &&
@@ -258,12 +258,16 @@ absl::Status CreateContexts(const std::vector<int>& devices) {
     // The runtime creates the primary context at its first call that
     // needs one.
     MT_CUDA_RETURN_IF_ERROR(cudaFree(nullptr));
-    MT_RETURN_IF_ERROR(CheckKernelImage(device));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
+
+absl::Status CheckKernelImages(const std::vector<int>& devices) {
+  for (int device : devices) MT_RETURN_IF_ERROR(CheckKernelImage(device));
+  return absl::OkStatus();
+}
 
 absl::Status StartDevices(const std::vector<int>& devices) {
   // Joined on every path: the process may not exit while cuBLASLt's

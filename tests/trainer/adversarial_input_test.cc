@@ -265,7 +265,7 @@ TEST(AdversarialInputTest, UsageErrorsAreOneLineWithAPointerToHelp) {
       {{"eval", "--config", tiny}, "mirrortrain eval: --config FILE and"},
       {{"eval", "--config", tiny, "--checkpoint", dir, "stray"},
        "mirrortrain eval: unexpected argument 'stray'"},
-      {{"inspect"}, "mirrortrain inspect: a CHECKPOINT file is required"},
+      {{"inspect"}, "mirrortrain inspect: a CHECKPOINT_OR_DIR is required"},
       {{"inspect", "a", "b"}, "mirrortrain inspect: unexpected argument 'b'"},
       {{"config"}, "mirrortrain config: give either --schema or --config"},
   };

@@ -456,6 +456,30 @@ TEST(WarmStartForeignTest, AFileOfWeightsFromElsewhereStartsTheRun) {
               "checkpoint.allow_non_finite=true"},
              testing::FreshTestDir("warm_foreign_nan_allowed"));
   EXPECT_TRUE(t.ok()) << t.status();
+  // Only what the run reads is checked: a NaN in an entry no variable
+  // reads (a mask buffer, say) is no error.
+  tensors.push_back(
+      {"mask", Tensor::HostFull(DType::kF32, {2},
+                                -std::numeric_limits<double>::infinity())});
+  const std::string unread = dir + "/unread_nan.safetensors";
+  for (NamedTensor& named : tensors) {
+    if (named.name == "dense_1/bias") named.tensor = source.at("dense_1/bias");
+  }
+  ASSERT_TRUE(WriteSafetensors(unread, tensors, {}).ok());
+  t = Create({"train.steps=2", "checkpoint.warm_start_from=" + unread, names},
+             testing::FreshTestDir("warm_foreign_unread"));
+  EXPECT_TRUE(t.ok()) << t.status();
+  // A variable renamed to the name another selected one reads as its own
+  // (layers shifted by one): which would read it is said.
+  t = Create({"train.steps=2", "checkpoint.warm_start_from=" + plain,
+              "checkpoint.warm_start_names={dense_1/kernel: dense/kernel}"},
+             testing::FreshTestDir("warm_foreign_clash"));
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message(),
+            "checkpoint.warm_start_names: 'dense_1/kernel' would start both "
+            "'dense_1/kernel' (its own name) and 'dense/kernel' (mapped); map "
+            "the first elsewhere too, or leave it out of "
+            "checkpoint.warm_start_vars");
   // A mirrortrain format this build does not read is still refused.
   const std::string newer = dir + "/newer.safetensors";
   ASSERT_TRUE(

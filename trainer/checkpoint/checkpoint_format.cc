@@ -121,8 +121,8 @@ absl::StatusOr<std::string> NonFiniteReport(
   return first;
 }
 
-absl::Status CheckFinite(const SafetensorsFile& file) {
-  const std::vector<std::string>& names = file.names();
+absl::Status CheckFinite(const SafetensorsFile& file,
+                         absl::Span<const std::string> names) {
   MT_ASSIGN_OR_RETURN(
       const std::string bad,
       NonFiniteReport(
@@ -193,7 +193,7 @@ absl::StatusOr<CheckpointPosition> CheckTrainingCheckpoint(
                      "metadata 'log_window_loss' is missing or not a number");
     }
   }
-  if (!allow_non_finite) MT_RETURN_IF_ERROR(CheckFinite(file));
+  if (!allow_non_finite) MT_RETURN_IF_ERROR(CheckFinite(file, file.names()));
   return position;
 }
 
@@ -203,10 +203,11 @@ bool IsMirrortrainCheckpoint(const SafetensorsFile& file) {
          absl::StartsWith(it->second, "mirrortrain/");
 }
 
-absl::Status CheckWeightsFile(const SafetensorsFile& file,
-                              bool allow_non_finite) {
+absl::Status CheckEntriesFinite(const SafetensorsFile& file,
+                                absl::Span<const std::string> names,
+                                bool allow_non_finite) {
   if (allow_non_finite) return absl::OkStatus();
-  return CheckFinite(file);
+  return CheckFinite(file, names);
 }
 
 }  // namespace mirrortrain::trainer

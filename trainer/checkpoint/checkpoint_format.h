@@ -66,11 +66,13 @@ absl::StatusOr<CheckpointPosition> CheckTrainingCheckpoint(
 // (no metadata), PyTorch's and Hugging Face's ("format": "pt").
 bool IsMirrortrainCheckpoint(const SafetensorsFile& file);
 
-// For a file of weights only (a warm start's source): unless
-// `allow_non_finite`, InvalidArgument naming the file and the first tensor
-// holding NaN or infinity, as CheckTrainingCheckpoint does.
-absl::Status CheckWeightsFile(const SafetensorsFile& file,
-                              bool allow_non_finite);
+// Unless `allow_non_finite`: InvalidArgument naming the file and the first
+// of its entries `names` (present in it) holding NaN or infinity, as
+// CheckTrainingCheckpoint says it: for a file of weights only, whose
+// entries a run does not read (a mask buffer of -inf) stay unchecked.
+absl::Status CheckEntriesFinite(const SafetensorsFile& file,
+                                absl::Span<const std::string> names,
+                                bool allow_non_finite);
 
 }  // namespace mirrortrain::trainer
 

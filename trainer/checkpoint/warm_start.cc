@@ -74,19 +74,32 @@ absl::StatusOr<std::vector<std::pair<std::string, Variable*>>> WarmStartEntries(
           "', which is ",
           exists ? "not among the variables checkpoint.warm_start_vars "
                    "selects"
-                 : absl::StrCat("no model variable (the model's are '",
-                                variables.empty() ? std::string()
-                                                  : variables.front()->name(),
-                                "' and the like)")));
+          : variables.empty()
+              ? std::string("no model variable (the model has none)")
+              : absl::StrCat("no model variable (the model's are '",
+                             variables.front()->name(), "' and the like)")));
     }
     renamed.emplace(variable, in_source);
   }
   std::vector<std::pair<std::string, Variable*>> entries;
+  // entry -> the variable that reads it: two may not (a variable renamed to
+  // a name another selected one keeps as its own).
+  absl::flat_hash_map<std::string, const Variable*> reader;
   int averaged = 0;
   for (Variable* v : variables) {
     if (!std::regex_match(v->name(), *selects)) continue;
     auto mapped = renamed.find(v->name());
     std::string entry = mapped == renamed.end() ? v->name() : mapped->second;
+    if (auto [it, fresh] = reader.emplace(entry, v); !fresh) {
+      const Variable* mine =
+          renamed.contains(it->second->name()) ? v : it->second;
+      const Variable* mapped_one = mine == v ? it->second : v;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint.warm_start_names: '", entry, "' would start both '",
+          mine->name(), "' (its own name) and '", mapped_one->name(),
+          "' (mapped); map the first elsewhere too, or leave it out of "
+          "checkpoint.warm_start_vars"));
+    }
     if (ema_weights) {
       std::string shadow = ExponentialMovingAverage::ShadowName(entry);
       if (source.Contains(shadow)) {
