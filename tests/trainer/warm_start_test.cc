@@ -398,6 +398,28 @@ TEST(WarmStartForeignTest, AFileOfWeightsFromElsewhereStartsTheRun) {
     EXPECT_EQ(started, 4);
     EXPECT_TRUE((*t)->Train().ok());
   }
+  // The EMA weights of a renamed variable: its mapped name's average.
+  {
+    std::vector<NamedTensor> averaged = tensors;
+    for (const auto& [variable, name] : exported) {
+      averaged.push_back({name + kEma, source.at(variable + kEma)});
+    }
+    const std::string ema_file = dir + "/ema.safetensors";
+    ASSERT_TRUE(WriteSafetensors(ema_file, averaged, {}).ok());
+    auto t = Create({"train.steps=2", "checkpoint.warm_start_from=" + ema_file,
+                     names, "checkpoint.warm_start_weights=ema"},
+                    testing::FreshTestDir("warm_foreign_ema"));
+    ASSERT_TRUE(t.ok()) << t.status();
+    int averaged_started = 0;
+    for (Variable* v : (*t)->TrainingState()) {
+      if (!exported.contains(v->name())) continue;
+      EXPECT_TRUE(testing::SameBits(*v->value().To(Device::Cpu()),
+                                    source.at(v->name() + kEma)))
+          << v->name();
+      ++averaged_started;
+    }
+    EXPECT_EQ(averaged_started, 4);
+  }
 
   // Without the names, the first layer's weights are not found.
   auto t = Create({"train.steps=2", "checkpoint.warm_start_from=" + plain},
