@@ -1,6 +1,6 @@
 // Depthwise 2-D convolution layer (config type `depthwise_conv2d`), Keras
 // DepthwiseConv2D: activation(depthwise_conv2d(x, kernel) + bias), NHWC,
-// kernel [k, k, channels, depth_multiplier] named `<name>/kernel`
+// kernel [kh, kw, channels, depth_multiplier] named `<name>/kernel`
 // (glorot_uniform with Keras's fans: channels and depth_multiplier times
 // the window), bias [channels * depth_multiplier].
 #include <array>

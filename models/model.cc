@@ -36,6 +36,15 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Build(const ModelDef& def,
   if (LayerSpec* last = OutputLayer(layers);
       last != nullptr && last->params.Has("activation") &&
       last->params.String("activation") == "softmax") {
+    // Behind it, the probabilities would be what Keras's loss reads
+    // (config.cc says so with the file's line).
+    if (const LayerSpec* behind = BehindOutput(layers)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          last->path, ".activation: softmax on the output layer, then a ",
+          behind->type, " (", behind->path,
+          "): the loss takes the logits before the softmax, which must make "
+          "the model's output"));
+    }
     last->params.Set("activation", std::string("linear"));
     m->softmax_output_ = true;
   }

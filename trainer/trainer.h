@@ -138,7 +138,9 @@ class Trainer {
   // safetensors file of weights only (IsMirrortrainCheckpoint false: written
   // by numpy, Keras or PyTorch) restores the model variables, and the EMA
   // shadows from its "<name>/ExponentialMovingAverage" entries where this
-  // trainer has an EMA; the step is 0 (RestoreWeights).
+  // trainer has an EMA; the step is 0 (RestoreWeights). That is for
+  // inference (eval, predict, sample): the input position, log window and
+  // early-stopping state are left as they are.
   absl::Status RestoreCheckpoint(const std::string& path_or_dir);
   // Writes a checkpoint of TrainingState() to <run_dir>/checkpoints; returns
   // its path (FailedPrecondition without a run directory).

@@ -335,7 +335,8 @@ absl::Status Trainer::RestoreWeights(const SafetensorsFile& file) {
       averaged = averaged || file.Contains(shadow);
       entries.emplace_back(shadow, p.ema->Shadow(*v));
     }
-    if (!averaged) {
+    // A model whose every layer is frozen averages nothing.
+    if (!averaged && !p.ema->TrackedVariables().empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
           file.path(),
           ": a file of weights only, without the EMA averages the EMA weights "

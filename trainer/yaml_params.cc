@@ -93,8 +93,10 @@ std::string Show(const YAML::Node& node) {
 }
 
 std::string BeyondInt64(const YAML::Node& node, const Param& param) {
-  if (param.type() != ParamType::kInt || !node.IsScalar() ||
-      IsStringScalar(node) || !ReadPlainScalar(node.Scalar()).too_large) {
+  if ((param.type() != ParamType::kInt &&
+       param.type() != ParamType::kIntPair) ||
+      !node.IsScalar() || IsStringScalar(node) ||
+      !ReadPlainScalar(node.Scalar()).too_large) {
     return "";
   }
   return absl::StrCat(" (beyond the 64-bit integers, [",

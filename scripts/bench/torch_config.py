@@ -11,6 +11,7 @@ F.scaled_dot_product_attention (PyTorch's fused kernels).
 
   net, kind, input_shape = build(config)   # kind: "image" or "tokens"
 """
+import copy
 import math
 
 import torch
@@ -203,8 +204,25 @@ def build(config: dict) -> tuple:
         kind = "image"
     else:
         raise ValueError(f"torch_config: data source '{data['name']}' has no twin")
-    net, _ = build_layers(layers, shape)
+    net, _ = build_layers(without_output_softmax(layers), shape)
     return net, kind, shape
+
+
+def without_output_softmax(layers: list) -> list:
+    """`layers` with a softmax on the output layer made linear: mirrortrain
+    trains such a model on the logits before it (Keras's from_logits=False
+    on TensorFlow), and CrossEntropyLoss applies the softmax itself."""
+    layers = copy.deepcopy(layers)
+    inner = layers
+    while inner:
+        last = inner[-1]
+        if last.get("type") == "sequential":
+            inner = last.get("layers") or []
+            continue
+        if last.get("activation") == "softmax":
+            last["activation"] = "linear"
+        break
+    return layers
 
 
 def optimizer(config: dict, params) -> torch.optim.Optimizer:

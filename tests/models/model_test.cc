@@ -165,6 +165,14 @@ TEST(ModelTest, ASoftmaxOutputLayerLeavesTheLogitsToTheLoss) {
       EXPECT_NEAR(sum, 1.0, 1e-5);
     }
   }
+  // A layer behind the softmax would see probabilities where the body
+  // makes logits: refused here too, not only by the config reader.
+  absl::StatusOr<std::unique_ptr<Model>> behind =
+      Model::Build(ModelDef{{4, 3}, {dense("softmax"), Spec("flatten")}}, 7,
+                   Device::Cpu());
+  ASSERT_FALSE(behind.ok());
+  EXPECT_THAT(std::string(behind.status().message()),
+              HasSubstr("softmax on the output layer, then a flatten"));
   // Without one, Probabilities is the outputs themselves.
   const Tensor y = *linear->Call(x, {});
   EXPECT_TRUE(testing::SameBits(*linear->Probabilities(y), y));
