@@ -16,12 +16,12 @@ absl::StatusOr<std::unique_ptr<Conv2DLayer>> Conv2DLayer::Create(
     std::string name, int64_t in_channels, int64_t filters,
     std::array<int64_t, 2> kernel_size, const ops::Conv2DOptions& options,
     const ActivationDef& activation, bool use_bias, uint64_t seed,
-    Device device) {
+    Device device, const WeightInitializers& init) {
   MT_ASSIGN_OR_RETURN(
       KernelAndBias w,
       MakeKernelAndBias(name,
                         {kernel_size[0], kernel_size[1], in_channels, filters},
-                        {filters}, use_bias, seed, device));
+                        {filters}, use_bias, seed, device, std::nullopt, init));
   return std::unique_ptr<Conv2DLayer>(
       new Conv2DLayer(std::move(name), std::move(w.kernel), std::move(w.bias),
                       options, activation));
@@ -135,22 +135,25 @@ MT_REGISTER(
     LayerType,
     {.name = "conv2d",
      .doc = "activation(conv2d(x, kernel) + bias), NHWC (Keras Conv2D)",
-     .params = {WithConvWindowParams({Param::Int("filters")
-                                          .Min(1)
-                                          .Max(kMaxDimension)
-                                          .Doc("output channels")},
-                                     {ActivationParam("linear",
-                                                      "applied after the bias"),
-                                      UseBiasParam()})},
+     .params = {WithConvWindowParams(
+         {Param::Int("filters")
+              .Min(1)
+              .Max(kMaxDimension)
+              .Doc("output channels")},
+         WithInitializerParams({ActivationParam("linear",
+                                                "applied after the bias"),
+                                UseBiasParam()},
+                               "kernel_initializer"))},
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
        MT_ASSIGN_OR_RETURN(const ConvWindow w, ReadConvWindow(spec, b));
        MT_ASSIGN_OR_RETURN(const ActivationDef* act,
                            FindActivation(spec.params.String("activation")));
-       return Conv2DLayer::Create(b.name(), b.input_shape()[3],
-                                  spec.params.Int("filters"), w.kernel_size,
-                                  w.options, *act, spec.params.Bool("use_bias"),
-                                  b.NextSeed(), b.device());
+       return Conv2DLayer::Create(
+           b.name(), b.input_shape()[3], spec.params.Int("filters"),
+           w.kernel_size, w.options, *act, spec.params.Bool("use_bias"),
+           b.NextSeed(), b.device(),
+           ReadInitializers(spec.params, "kernel_initializer"));
      }});
 
 }  // namespace mirrortrain::models

@@ -23,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "models/activation.h"
+#include "models/initializers.h"
 #include "models/layer.h"
 #include "models/layer_registry.h"
 #include "tensor/ops/conv_ops.h"
@@ -36,7 +37,7 @@ class Conv2DLayer final : public Layer {
       std::string name, int64_t in_channels, int64_t filters,
       std::array<int64_t, 2> kernel_size, const ops::Conv2DOptions& options,
       const ActivationDef& activation, bool use_bias, uint64_t seed,
-      Device device);
+      Device device, const WeightInitializers& init = {});
 
   absl::StatusOr<Tensor> Call(const Tensor& x,
                               const ForwardContext& ctx) override;

@@ -15,10 +15,10 @@ namespace mirrortrain::models {
 absl::StatusOr<std::unique_ptr<DenseLayer>> DenseLayer::Create(
     std::string name, int64_t in, int64_t units,
     const ActivationDef& activation, bool use_bias, uint64_t seed,
-    Device device) {
-  MT_ASSIGN_OR_RETURN(
-      KernelAndBias w,
-      MakeKernelAndBias(name, {in, units}, {units}, use_bias, seed, device));
+    Device device, const WeightInitializers& init) {
+  MT_ASSIGN_OR_RETURN(KernelAndBias w,
+                      MakeKernelAndBias(name, {in, units}, {units}, use_bias,
+                                        seed, device, std::nullopt, init));
   return std::unique_ptr<DenseLayer>(new DenseLayer(
       std::move(name), std::move(w.kernel), std::move(w.bias), activation));
 }
@@ -70,10 +70,10 @@ MT_REGISTER(
     {.name = "dense",
      .doc = "activation(x @ kernel + bias) over the last axis (Keras Dense; "
             "inputs [batch, ..., features])",
-     .params =
-         {{Param::Int("units").Min(1).Max(kMaxDimension).Doc("output width"),
-           ActivationParam("linear", "applied after the bias"),
-           UseBiasParam()}},
+     .params = {WithInitializerParams(
+         {Param::Int("units").Min(1).Max(kMaxDimension).Doc("output width"),
+          ActivationParam("linear", "applied after the bias"), UseBiasParam()},
+         "kernel_initializer")},
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
        // Any rank, as Keras: a dense layer on [batch, H, W, C] is a 1x1
@@ -89,7 +89,8 @@ MT_REGISTER(
                            FindActivation(spec.params.String("activation")));
        return DenseLayer::Create(
            b.name(), b.input_shape().back(), spec.params.Int("units"), *act,
-           spec.params.Bool("use_bias"), b.NextSeed(), b.device());
+           spec.params.Bool("use_bias"), b.NextSeed(), b.device(),
+           ReadInitializers(spec.params, "kernel_initializer"));
      }});
 
 }  // namespace mirrortrain::models

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "models/activation.h"
+#include "models/initializers.h"
 #include "models/layer.h"
 
 namespace mirrortrain::models {
@@ -20,7 +21,7 @@ class DenseLayer final : public Layer {
   static absl::StatusOr<std::unique_ptr<DenseLayer>> Create(
       std::string name, int64_t in, int64_t units,
       const ActivationDef& activation, bool use_bias, uint64_t seed,
-      Device device);
+      Device device, const WeightInitializers& init = {});
 
   absl::StatusOr<Tensor> Call(const Tensor& x,
                               const ForwardContext& ctx) override;

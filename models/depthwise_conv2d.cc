@@ -76,13 +76,15 @@ MT_REGISTER(
             "channel convolved with its own depth_multiplier filters (Keras "
             "DepthwiseConv2D)",
      .params = {WithConvWindowParams(
-         {}, {Param::Int("depth_multiplier")
-                  .Default(1)
-                  .Min(1)
-                  .Max(kMaxDimension)
-                  .Doc("filters per input channel"),
-              ActivationParam("linear", "applied after the bias"),
-              UseBiasParam()})},
+         {}, WithInitializerParams({Param::Int("depth_multiplier")
+                                        .Default(1)
+                                        .Min(1)
+                                        .Max(kMaxDimension)
+                                        .Doc("filters per input channel"),
+                                    ActivationParam("linear",
+                                                    "applied after the bias"),
+                                    UseBiasParam()},
+                                   "depthwise_initializer"))},
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
        MT_ASSIGN_OR_RETURN(const ConvWindow w, ReadConvWindow(spec, b));
@@ -98,10 +100,11 @@ MT_REGISTER(
        const std::array<int64_t, 2> k = w.kernel_size;
        MT_ASSIGN_OR_RETURN(
            KernelAndBias weights,
-           MakeKernelAndBias(b.name(), {k[0], k[1], channels, multiplier},
-                             {channels * multiplier},
-                             spec.params.Bool("use_bias"), b.NextSeed(),
-                             b.device()));
+           MakeKernelAndBias(
+               b.name(), {k[0], k[1], channels, multiplier},
+               {channels * multiplier}, spec.params.Bool("use_bias"),
+               b.NextSeed(), b.device(), std::nullopt,
+               ReadInitializers(spec.params, "depthwise_initializer")));
        return std::unique_ptr<Layer>(new DepthwiseConv2DLayer(
            b.name(), std::move(weights), w.options, *act));
      }});

@@ -1,9 +1,11 @@
 #include "models/initializers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::models {
@@ -52,29 +54,157 @@ absl::StatusOr<Tensor> GlorotUniform(const Shape& shape, uint64_t seed,
   return RandomUniform(shape, seed, limit, dtype);
 }
 
+absl::StatusOr<Tensor> TruncatedNormal(const Shape& shape, uint64_t seed,
+                                       double stddev, DType dtype) {
+  MT_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(dtype, shape));
+  std::mt19937_64 rng(seed);
+  // (0, 1]: the logarithm below never sees 0.
+  auto uniform = [&rng] {
+    return (static_cast<double>(rng() >> 11) + 1.0) * 0x1.0p-53;
+  };
+  for (int64_t i = 0; i < t.num_elements(); ++i) {
+    double z;
+    do {
+      z = std::sqrt(-2.0 * std::log(uniform())) *
+          std::cos(2.0 * 3.14159265358979323846 * uniform());
+    } while (std::abs(z) > 2.0);
+    const double v = z * stddev;
+    if (dtype == DType::kF32) {
+      t.data<float>()[i] = static_cast<float>(v);
+    } else {
+      t.data<double>()[i] = v;
+    }
+  }
+  return t;
+}
+
+namespace {
+
+// keras.initializers.VarianceScaling's parameters of a named initialiser.
+struct VarianceScaling {
+  double scale;
+  bool fan_in_only;  // fan_in; else fan_avg.
+  bool uniform;      // uniform; else truncated_normal.
+};
+
+struct NamedInitializer {
+  const char* name;
+  std::optional<VarianceScaling> scaling;  // Absent: the constant.
+  double constant = 0;
+};
+
+constexpr double kTruncatedStddevCorrection = 0.87962566103423978;
+
+const NamedInitializer kInitializers[] = {
+    {"glorot_uniform", VarianceScaling{1, false, true}},
+    {"glorot_normal", VarianceScaling{1, false, false}},
+    {"he_uniform", VarianceScaling{2, true, true}},
+    {"he_normal", VarianceScaling{2, true, false}},
+    {"lecun_uniform", VarianceScaling{1, true, true}},
+    {"lecun_normal", VarianceScaling{1, true, false}},
+    {"zeros", std::nullopt, 0},
+    {"ones", std::nullopt, 1},
+};
+
+// Keeps a layer's kernel stream (its seed) as it was before biases could
+// be random: the bias draws from another.
+uint64_t BiasSeed(uint64_t seed) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+std::vector<std::string> InitializerNames() {
+  std::vector<std::string> out;
+  for (const NamedInitializer& i : kInitializers) out.push_back(i.name);
+  return out;
+}
+
+absl::StatusOr<Tensor> Initialize(const std::string& name, const Shape& shape,
+                                  uint64_t seed, std::optional<Fans> fans) {
+  // The default keeps its own function, and its numbers.
+  if (name == "glorot_uniform") {
+    return GlorotUniform(shape, seed, DType::kF32, fans);
+  }
+  for (const NamedInitializer& i : kInitializers) {
+    if (name != i.name) continue;
+    if (!i.scaling.has_value()) {
+      MT_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(DType::kF32, shape));
+      std::fill_n(t.data<float>(), t.num_elements(),
+                  static_cast<float>(i.constant));
+      return t;
+    }
+    double fan_in, fan_out;
+    if (fans.has_value()) {
+      fan_in = fans->in;
+      fan_out = fans->out;
+    } else {
+      ComputeFans(shape, &fan_in, &fan_out);
+    }
+    const double n = std::max(
+        1.0, i.scaling->fan_in_only ? fan_in : (fan_in + fan_out) / 2.0);
+    const double variance = i.scaling->scale / n;
+    if (i.scaling->uniform) {
+      return RandomUniform(shape, seed, std::sqrt(3.0 * variance));
+    }
+    return TruncatedNormal(shape, seed,
+                           std::sqrt(variance) / kTruncatedStddevCorrection);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown initializer '", name, "' (expected one of ",
+                   absl::StrJoin(InitializerNames(), ", "), ")"));
+}
+
+std::vector<Param> WithInitializerParams(std::vector<Param> params,
+                                         const std::string& kernel_key) {
+  params.push_back(Param::String(kernel_key)
+                       .Default("glorot_uniform")
+                       .OneOf(InitializerNames())
+                       .Doc("the kernel's initial values (Keras's names: "
+                            "variance scaling over fan_avg (glorot) or "
+                            "fan_in (he: scale 2; lecun), uniform or "
+                            "truncated normal)"));
+  params.push_back(Param::String("bias_initializer")
+                       .Default("zeros")
+                       .OneOf(InitializerNames())
+                       .Doc("the bias's initial values"));
+  return params;
+}
+
+WeightInitializers ReadInitializers(const Params& params,
+                                    const std::string& kernel_key) {
+  return {params.String(kernel_key), params.String("bias_initializer")};
+}
+
 absl::StatusOr<Variable> VariableOn(const std::string& name,
                                     const Tensor& initial, Device device) {
   MT_ASSIGN_OR_RETURN(Tensor on_device, initial.To(device));
   return Variable::Create(name, on_device);
 }
 
-absl::StatusOr<KernelAndBias> MakeKernelAndBias(const std::string& layer,
-                                                const Shape& kernel_shape,
-                                                const Shape& bias_shape,
-                                                bool use_bias, uint64_t seed,
-                                                Device device,
-                                                std::optional<Fans> fans) {
+absl::StatusOr<KernelAndBias> MakeKernelAndBias(
+    const std::string& layer, const Shape& kernel_shape,
+    const Shape& bias_shape, bool use_bias, uint64_t seed, Device device,
+    std::optional<Fans> fans, const WeightInitializers& init) {
   MT_ASSIGN_OR_RETURN(Tensor initial,
-                      GlorotUniform(kernel_shape, seed, DType::kF32, fans));
+                      Initialize(init.kernel, kernel_shape, seed, fans));
   MT_ASSIGN_OR_RETURN(
       Variable kernel,
       VariableOn(absl::StrCat(layer, "/kernel"), initial, device));
   KernelAndBias w{std::move(kernel), std::nullopt};
-  if (use_bias) {
+  if (use_bias && init.bias == "zeros") {
     MT_ASSIGN_OR_RETURN(Tensor b,
                         Tensor::Zeros(DType::kF32, bias_shape, device));
     MT_ASSIGN_OR_RETURN(w.bias,
                         Variable::Create(absl::StrCat(layer, "/bias"), b));
+  } else if (use_bias) {
+    MT_ASSIGN_OR_RETURN(Tensor b,
+                        Initialize(init.bias, bias_shape, BiasSeed(seed)));
+    MT_ASSIGN_OR_RETURN(w.bias,
+                        VariableOn(absl::StrCat(layer, "/bias"), b, device));
   }
   return w;
 }

@@ -1,12 +1,16 @@
-// Keras-default weight initialisers, seeded and platform-independent.
+// Keras's weight initialisers, seeded and platform-independent: the
+// defaults (glorot_uniform kernels, zero biases) and the rest of what a
+// layer's `kernel_initializer` / `bias_initializer` may name.
 #ifndef MIRRORTRAIN_MODELS_INITIALIZERS_H_
 #define MIRRORTRAIN_MODELS_INITIALIZERS_H_
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tensor/device.h"
+#include "tensor/params.h"
 #include "tensor/tensor.h"
 #include "tensor/variable.h"
 
@@ -40,13 +44,48 @@ absl::StatusOr<Tensor> RandomUniform(const Shape& shape, uint64_t seed,
 // Fan-in and fan-out of a kernel shape, as Keras computes them.
 void ComputeFans(const Shape& shape, double* fan_in, double* fan_out);
 
+// N(0, stddev) with values beyond two standard deviations drawn again, as
+// keras.initializers.TruncatedNormal; the stream depends only on `seed`
+// (Box-Muller over mt19937_64, converted here, not by a distribution).
+absl::StatusOr<Tensor> TruncatedNormal(const Shape& shape, uint64_t seed,
+                                       double stddev,
+                                       DType dtype = DType::kF32);
+
+// The initialisers a config may name, Keras's (keras.initializers.get):
+// glorot_uniform, glorot_normal, he_uniform, he_normal, lecun_uniform,
+// lecun_normal (VarianceScaling: scale 1 or 2 over fan_avg or fan_in, a
+// uniform or a truncated normal of that variance), zeros, ones.
+std::vector<std::string> InitializerNames();
+// `name`'s values for a variable of `shape` (fans: as GlorotUniform's),
+// drawn from `seed`. glorot_uniform is GlorotUniform bit for bit.
+// InvalidArgument for an unknown name.
+absl::StatusOr<Tensor> Initialize(const std::string& name, const Shape& shape,
+                                  uint64_t seed,
+                                  std::optional<Fans> fans = std::nullopt);
+
+// What a layer's kernel and bias start from (its config keys).
+struct WeightInitializers {
+  std::string kernel = "glorot_uniform";
+  std::string bias = "zeros";
+};
+// `params`, then the keys `kernel_key` (kernel_initializer;
+// depthwise_initializer for depthwise_conv2d) and bias_initializer, with
+// Keras's defaults.
+std::vector<Param> WithInitializerParams(std::vector<Param> params,
+                                         const std::string& kernel_key);
+// Their values in `params`.
+WeightInitializers ReadInitializers(const Params& params,
+                                    const std::string& kernel_key);
+
 // Variable `name` holding `initial` (drawn on the host) on `device`.
 absl::StatusOr<Variable> VariableOn(const std::string& name,
                                     const Tensor& initial, Device device);
 
-// A layer's weights as Keras builds them: "<layer>/kernel" glorot_uniform
-// of `kernel_shape` (the stream of `seed`; `fans` as GlorotUniform's) and,
-// with `use_bias`, "<layer>/bias" zeros of `bias_shape`, on `device`.
+// A layer's weights as Keras builds them: "<layer>/kernel" of
+// `kernel_shape` from `init.kernel` (glorot_uniform by default; the stream
+// of `seed`; `fans` as GlorotUniform's) and, with `use_bias`,
+// "<layer>/bias" of `bias_shape` from `init.bias` (zeros by default; a
+// random one draws from a stream derived from `seed`), on `device`.
 struct KernelAndBias {
   Variable kernel;
   std::optional<Variable> bias;
@@ -54,7 +93,8 @@ struct KernelAndBias {
 absl::StatusOr<KernelAndBias> MakeKernelAndBias(
     const std::string& layer, const Shape& kernel_shape,
     const Shape& bias_shape, bool use_bias, uint64_t seed, Device device,
-    std::optional<Fans> fans = std::nullopt);
+    std::optional<Fans> fans = std::nullopt,
+    const WeightInitializers& init = {});
 
 }  // namespace mirrortrain::models
 

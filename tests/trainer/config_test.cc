@@ -676,6 +676,11 @@ TEST(ConfigTest, LayerListsNestAndReportPaths) {
       {"model:\n  layers:\n    - {type: max_pooling2d, strides: [2, 0]}\n",
        "m.yaml:3: model.layers[0].strides: expected an integer or a list of 2 "
        "integers in [1, 2147483647], or null, got [2, 0]"},
+      {"model:\n  layers:\n    - {type: dense, units: 3, kernel_initializer: "
+       "he}\n",
+       "m.yaml:3: model.layers[0].kernel_initializer: unknown value 'he' "
+       "(expected one of glorot_uniform, glorot_normal, he_uniform, he_normal, "
+       "lecun_uniform, lecun_normal, zeros, ones)"},
       {"model:\n  layers:\n    - {type: flatten, units: 3}\n",
        "m.yaml:3: model.layers[0].units: unknown key for layer type flatten"},
       // A softmax on the output layer (inside a container) with layers
