@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "tensor/status_macros.h"
+#include "tensor/vector_math.h"
 
 namespace mirrortrain::models {
 
@@ -58,16 +59,20 @@ absl::StatusOr<Tensor> TruncatedNormal(const Shape& shape, uint64_t seed,
                                        double stddev, DType dtype) {
   MT_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(dtype, shape));
   std::mt19937_64 rng(seed);
-  // (0, 1]: the logarithm below never sees 0.
   auto uniform = [&rng] {
-    return (static_cast<double>(rng() >> 11) + 1.0) * 0x1.0p-53;
+    return static_cast<double>(rng() >> 11) * 0x1.0p-53;
   };
   for (int64_t i = 0; i < t.num_elements(); ++i) {
+    // Rejection from U(-2, 2) under the normal density's shape: the normal
+    // truncated at two standard deviations, exactly, from arithmetic alone
+    // (vmath::ExpF, not libm's exp, log or cos, whose last bits differ
+    // between C libraries), so every host draws the same weights.
     double z;
-    do {
-      z = std::sqrt(-2.0 * std::log(uniform())) *
-          std::cos(2.0 * 3.14159265358979323846 * uniform());
-    } while (std::abs(z) > 2.0);
+    for (;;) {
+      z = 4.0 * uniform() - 2.0;
+      const double accept = uniform();
+      if (accept < vmath::ExpF(static_cast<float>(-0.5 * z * z))) break;
+    }
     const double v = z * stddev;
     if (dtype == DType::kF32) {
       t.data<float>()[i] = static_cast<float>(v);
@@ -95,7 +100,7 @@ struct NamedInitializer {
 
 constexpr double kTruncatedStddevCorrection = 0.87962566103423978;
 
-const NamedInitializer kInitializers[] = {
+constexpr NamedInitializer kInitializers[] = {
     {"glorot_uniform", VarianceScaling{1, false, true}},
     {"glorot_normal", VarianceScaling{1, false, false}},
     {"he_uniform", VarianceScaling{2, true, true}},

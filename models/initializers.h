@@ -44,9 +44,10 @@ absl::StatusOr<Tensor> RandomUniform(const Shape& shape, uint64_t seed,
 // Fan-in and fan-out of a kernel shape, as Keras computes them.
 void ComputeFans(const Shape& shape, double* fan_in, double* fan_out);
 
-// N(0, stddev) with values beyond two standard deviations drawn again, as
+// N(0, stddev) truncated at two standard deviations, as
 // keras.initializers.TruncatedNormal; the stream depends only on `seed`
-// (Box-Muller over mt19937_64, converted here, not by a distribution).
+// (rejection sampling over mt19937_64 in arithmetic alone: the same bits on
+// every host and C library).
 absl::StatusOr<Tensor> TruncatedNormal(const Shape& shape, uint64_t seed,
                                        double stddev,
                                        DType dtype = DType::kF32);
