@@ -23,6 +23,11 @@ constexpr ActivationDef kActivations[] = {
     // Also a dip below 0; `swish` is Keras's other name for it.
     {"silu", ops::Silu, false},
     {"swish", ops::Silu, false},
+    // Non-decreasing, as relu.
+    {"elu", ops::Elu, true},
+    {"selu", ops::Selu, true},
+    {"softplus", ops::Softplus, true},
+    {"leaky_relu", ops::LeakyRelu, true},
     // Over the last axis, as Keras; not elementwise.
     {"softmax", ops::Softmax, false},
 };

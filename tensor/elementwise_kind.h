@@ -22,9 +22,13 @@ enum class UnaryKind : uint8_t {
   kRelu,
   kSigmoid,
   kTanh,
-  kGelu,      // x * Phi(x), Phi the standard normal CDF (erf form)
-  kGeluTanh,  // the tanh approximation of Gelu
-  kSilu,      // x * sigmoid(x) (swish)
+  kGelu,       // x * Phi(x), Phi the standard normal CDF (erf form)
+  kGeluTanh,   // the tanh approximation of Gelu
+  kSilu,       // x * sigmoid(x) (swish)
+  kElu,        // x > 0 ? x : expm1(x)
+  kSelu,       // scale * (x > 0 ? x : alpha * expm1(x)), TF's constants
+  kSoftplus,   // log(1 + exp(x)), without overflow
+  kLeakyRelu,  // x > 0 ? x : 0.2 x (Keras 3's leaky_relu default slope)
 };
 
 // Binary functions of two same-shaped operands. The *Grad kinds take
@@ -34,13 +38,24 @@ enum class BinaryKind : uint8_t {
   kSub,
   kMul,
   kDiv,
-  kReluGrad,      // g * (y > 0)
-  kSigmoidGrad,   // g * y * (1 - y)
-  kTanhGrad,      // g * (1 - y^2)
-  kGeluGrad,      // (g, x) -> g * Gelu'(x)
-  kGeluTanhGrad,  // (g, x) -> g * GeluTanh'(x)
-  kSiluGrad,      // (g, x) -> g * s * (1 + x * (1 - s)), s = sigmoid(x)
+  kReluGrad,       // g * (y > 0)
+  kSigmoidGrad,    // g * y * (1 - y)
+  kTanhGrad,       // g * (1 - y^2)
+  kGeluGrad,       // (g, x) -> g * Gelu'(x)
+  kGeluTanhGrad,   // (g, x) -> g * GeluTanh'(x)
+  kSiluGrad,       // (g, x) -> g * s * (1 + x * (1 - s)), s = sigmoid(x)
+  kEluGrad,        // (g, x) -> x < 0 ? g * exp(x) : g
+  kSeluGrad,       // (g, x) -> g * scale * (x < 0 ? alpha * exp(x) : 1)
+  kSoftplusGrad,   // (g, x) -> g * sigmoid(x)
+  kLeakyReluGrad,  // (g, x) -> x > 0 ? g : 0.2 g
 };
+
+// SELU's constants (Klambauer et al.), as TensorFlow and Keras spell them.
+inline constexpr double kSeluScale = 1.0507009873554804934193349852946;
+inline constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
+// Keras 3's leaky_relu(x) default negative slope, 0.2, as tf.nn.leaky_relu
+// holds it: a float attribute, so 0.2f in float64 too.
+inline constexpr double kLeakyReluSlope = 0.2f;
 
 // Device code calls CUDA's overloads of the C math functions; host code
 // std::'s. Either way one definition of each function below.
@@ -120,6 +135,16 @@ MT_HOST_DEVICE inline T ApplyUnary(UnaryKind kind, T x) {
       return T(0.5) * x * (T(1) + GeluTanhInner(x));
     case UnaryKind::kSilu:
       return x * Logistic(x);
+    case UnaryKind::kElu:
+      return x > T(0) ? x : MT_MATH(expm1)(x);
+    case UnaryKind::kSelu:
+      return T(kSeluScale) * (x > T(0) ? x : T(kSeluAlpha) * MT_MATH(expm1)(x));
+    case UnaryKind::kSoftplus:
+      // max(x, 0) + log1p(exp(-|x|)): exact where exp(x) would overflow.
+      return (x > T(0) ? x : T(0)) +
+             MT_MATH(log1p)(MT_MATH(exp)(-MT_MATH(fabs)(x)));
+    case UnaryKind::kLeakyRelu:
+      return x > T(0) ? x : T(kLeakyReluSlope) * x;
   }
   return x;
 }
@@ -154,6 +179,16 @@ MT_HOST_DEVICE inline T ApplyBinary(BinaryKind kind, T a, T b) {
       const T s = Logistic(b);
       return a * (s * (T(1) + b * (T(1) - s)));
     }
+    // TensorFlow's EluGrad and SeluGrad take the linear side at 0.
+    case BinaryKind::kEluGrad:
+      return b < T(0) ? a * MT_MATH(exp)(b) : a;
+    case BinaryKind::kSeluGrad:
+      return b < T(0) ? a * (T(kSeluScale * kSeluAlpha) * MT_MATH(exp)(b))
+                      : a * T(kSeluScale);
+    case BinaryKind::kSoftplusGrad:
+      return a * Logistic(b);
+    case BinaryKind::kLeakyReluGrad:
+      return b > T(0) ? a : a * T(kLeakyReluSlope);
   }
   return a;
 }

@@ -29,6 +29,10 @@ MT_DECLARE_OP(kSigmoidOp);
 MT_DECLARE_OP(kTanhOp);
 MT_DECLARE_OP(kGeluOp);
 MT_DECLARE_OP(kSiluOp);
+MT_DECLARE_OP(kEluOp);
+MT_DECLARE_OP(kSeluOp);
+MT_DECLARE_OP(kSoftplusOp);
+MT_DECLARE_OP(kLeakyReluOp);
 }  // namespace
 namespace {
 
@@ -74,6 +78,14 @@ void CpuUnary(UnaryKind kind, const T* x, T* y, int64_t n) {
       return CpuUnaryOf<T, UnaryKind::kGeluTanh>(x, y, n);
     case UnaryKind::kSilu:
       return CpuUnaryOf<T, UnaryKind::kSilu>(x, y, n);
+    case UnaryKind::kElu:
+      return CpuUnaryOf<T, UnaryKind::kElu>(x, y, n);
+    case UnaryKind::kSelu:
+      return CpuUnaryOf<T, UnaryKind::kSelu>(x, y, n);
+    case UnaryKind::kSoftplus:
+      return CpuUnaryOf<T, UnaryKind::kSoftplus>(x, y, n);
+    case UnaryKind::kLeakyRelu:
+      return CpuUnaryOf<T, UnaryKind::kLeakyRelu>(x, y, n);
   }
 }
 
@@ -169,6 +181,14 @@ void CpuBinary(BinaryKind kind, const Tensor& a, const Tensor& b, Tensor& out) {
       return BinaryLoop<T, BinaryKind::kGeluTanhGrad>(a, b, out);
     case BinaryKind::kSiluGrad:
       return BinaryLoop<T, BinaryKind::kSiluGrad>(a, b, out);
+    case BinaryKind::kEluGrad:
+      return BinaryLoop<T, BinaryKind::kEluGrad>(a, b, out);
+    case BinaryKind::kSeluGrad:
+      return BinaryLoop<T, BinaryKind::kSeluGrad>(a, b, out);
+    case BinaryKind::kSoftplusGrad:
+      return BinaryLoop<T, BinaryKind::kSoftplusGrad>(a, b, out);
+    case BinaryKind::kLeakyReluGrad:
+      return BinaryLoop<T, BinaryKind::kLeakyReluGrad>(a, b, out);
   }
 }
 
@@ -195,6 +215,14 @@ const OpDef& UnaryOp(UnaryKind kind) {
       return kGeluOp;
     case UnaryKind::kSilu:
       return kSiluOp;
+    case UnaryKind::kElu:
+      return kEluOp;
+    case UnaryKind::kSelu:
+      return kSeluOp;
+    case UnaryKind::kSoftplus:
+      return kSoftplusOp;
+    case UnaryKind::kLeakyRelu:
+      return kLeakyReluOp;
   }
   return kNegOp;
 }
@@ -335,6 +363,18 @@ absl::StatusOr<Tensor> Tanh(const Tensor& x) {
 absl::StatusOr<Tensor> Silu(const Tensor& x) {
   return RecordedUnary(UnaryKind::kSilu, x);
 }
+absl::StatusOr<Tensor> Elu(const Tensor& x) {
+  return RecordedUnary(UnaryKind::kElu, x);
+}
+absl::StatusOr<Tensor> Selu(const Tensor& x) {
+  return RecordedUnary(UnaryKind::kSelu, x);
+}
+absl::StatusOr<Tensor> Softplus(const Tensor& x) {
+  return RecordedUnary(UnaryKind::kSoftplus, x);
+}
+absl::StatusOr<Tensor> LeakyRelu(const Tensor& x) {
+  return RecordedUnary(UnaryKind::kLeakyRelu, x);
+}
 absl::StatusOr<Tensor> Gelu(const Tensor& x, bool approximate) {
   MT_ASSIGN_OR_RETURN(
       Tensor y,
@@ -469,14 +509,21 @@ MT_OP(kGeluOp, "Gelu",
                 g[0], rec.inputs[0]));
         return absl::OkStatus();
       });
-// Silu's too: one kernel of (g, x).
-MT_OP(kSiluOp, "Silu",
-      [](const OpRecord& rec, auto g, auto, Grads* grads) -> absl::Status {
-        MT_ASSIGN_OR_RETURN((*grads)[0], internal::BinaryKernel(
-                                             "SiluGrad", BinaryKind::kSiluGrad,
-                                             g[0], rec.inputs[0]));
-        return absl::OkStatus();
-      });
+// Silu's too, and the others below: one kernel of (g, x).
+template <BinaryKind kKind>
+absl::Status InputActivationGrad(const OpRecord& rec,
+                                 absl::Span<const Tensor> g,
+                                 absl::Span<const bool>, Grads* grads) {
+  MT_ASSIGN_OR_RETURN((*grads)[0], internal::BinaryKernel(rec.op->name, kKind,
+                                                          g[0], rec.inputs[0]));
+  return absl::OkStatus();
+}
+MT_OP(kSiluOp, "Silu", InputActivationGrad<BinaryKind::kSiluGrad>);
+MT_OP(kEluOp, "Elu", InputActivationGrad<BinaryKind::kEluGrad>);
+MT_OP(kSeluOp, "Selu", InputActivationGrad<BinaryKind::kSeluGrad>);
+MT_OP(kSoftplusOp, "Softplus", InputActivationGrad<BinaryKind::kSoftplusGrad>);
+MT_OP(kLeakyReluOp, "LeakyRelu",
+      InputActivationGrad<BinaryKind::kLeakyReluGrad>);
 
 }  // namespace
 }  // namespace mirrortrain::ops

@@ -35,6 +35,14 @@ absl::StatusOr<Tensor> Tanh(const Tensor& x);
 absl::StatusOr<Tensor> Gelu(const Tensor& x, bool approximate = false);
 // x * sigmoid(x) (TensorFlow's silu, Keras's silu and swish).
 absl::StatusOr<Tensor> Silu(const Tensor& x);
+// tf.nn.elu: x > 0 ? x : exp(x) - 1.
+absl::StatusOr<Tensor> Elu(const Tensor& x);
+// tf.nn.selu: kSeluScale * (x > 0 ? x : kSeluAlpha * (exp(x) - 1)).
+absl::StatusOr<Tensor> Selu(const Tensor& x);
+// tf.nn.softplus: log(1 + exp(x)).
+absl::StatusOr<Tensor> Softplus(const Tensor& x);
+// Keras 3's leaky_relu: x > 0 ? x : 0.2 x (tf.nn.leaky_relu, alpha 0.2).
+absl::StatusOr<Tensor> LeakyRelu(const Tensor& x);
 
 // The broadcast result shape of a and b, or an error naming `op`.
 absl::StatusOr<Shape> BroadcastShape(const char* op, const Tensor& a,

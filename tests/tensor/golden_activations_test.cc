@@ -1,6 +1,7 @@
 // Activation ops against TensorFlow (scripts/golden/activations.py ->
-// tests/golden/activations.txt): tf.nn.gelu, exact and approximate, and
-// tf.nn.silu, forward and gradient, float32 and float64.
+// tests/golden/activations.txt): tf.nn.gelu, exact and approximate,
+// tf.nn.silu, elu, selu, softplus and leaky_relu, forward and gradient,
+// float32 and float64.
 #include "gtest/gtest.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/ops/math_ops.h"
@@ -61,6 +62,39 @@ TEST(GoldenActivationsTest, SiluMatchesTensorFlow) {
     ASSERT_TRUE(dx.ok()) << dx.status();
     EXPECT_TRUE(testing::AllClose(
         *(*dx)[0], g.at(std::string("silu/dx_") + dtype), rtol, atol));
+  }
+}
+
+// elu, selu, softplus and leaky_relu (Keras 3's slope 0.2), the activations
+// of older Keras models: forward and gradient against tf.nn's.
+TEST(GoldenActivationsTest, EluSeluSoftplusLeakyReluMatchTensorFlow) {
+  const auto& g = testing::CachedGolden("activations.txt");
+  ASSERT_FALSE(g.empty()) << "cannot load activations.txt";
+  using Fn = absl::StatusOr<Tensor> (*)(const Tensor&);
+  const std::pair<const char*, Fn> cases[] = {{"elu", ops::Elu},
+                                              {"selu", ops::Selu},
+                                              {"softplus", ops::Softplus},
+                                              {"leaky_relu", ops::LeakyRelu}};
+  for (const char* dtype : {"f32", "f64"}) {
+    // libm's expm1/exp/log1p against Eigen's: a few ulps.
+    const bool f32 = std::string(dtype) == "f32";
+    const double rtol = f32 ? 2e-6 : 1e-12, atol = f32 ? 1e-7 : 1e-12;
+    for (const auto& [name, fn] : cases) {
+      SCOPED_TRACE(std::string(name) + " " + dtype);
+      const Tensor& x = g.at(std::string("x_") + dtype);
+      GradientTape tape;
+      tape.Watch(x);
+      auto y = fn(x);
+      ASSERT_TRUE(y.ok()) << y.status();
+      EXPECT_TRUE(testing::AllClose(*y, g.at(std::string(name) + "/y_" + dtype),
+                                    rtol, atol));
+      GradientOptions options;
+      options.output_gradient = g.at(std::string("upstream_") + dtype);
+      auto dx = tape.Gradient(*y, {x}, options);
+      ASSERT_TRUE(dx.ok()) << dx.status();
+      EXPECT_TRUE(testing::AllClose(
+          *(*dx)[0], g.at(std::string(name) + "/dx_" + dtype), rtol, atol));
+    }
   }
 }
 

@@ -104,6 +104,10 @@ const std::vector<OpRow>& Rows() {
        },
        Args(Rand({3, 4}, -3, 3))},
       {"Silu", Unary(ops::Silu), Args(Rand({3, 4}, -4, 4))},
+      {"Elu", Unary(ops::Elu), Args(Rand({3, 4}, -3, 3))},
+      {"Selu", Unary(ops::Selu), Args(Rand({3, 4}, -3, 3))},
+      {"Softplus", Unary(ops::Softplus), Args(Rand({3, 4}, -4, 4))},
+      {"LeakyRelu", Unary(ops::LeakyRelu), Args(Rand({3, 4}, -3, 3))},
       {"MatMul",
        [](const Inputs& in) -> absl::StatusOr<Tensor> {
          // A plain product broadcast onto a batched one with both
