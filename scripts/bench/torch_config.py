@@ -22,6 +22,7 @@ ACTIVATIONS = {
     "linear": nn.Identity, "relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh,
     "sigmoid": nn.Sigmoid, "softmax": lambda: nn.Softmax(dim=-1),
     "elu": nn.ELU, "selu": nn.SELU, "swish": nn.SiLU, "silu": nn.SiLU,
+    "softplus": nn.Softplus, "leaky_relu": lambda: nn.LeakyReLU(0.2),
 }
 
 # Input shapes (NCHW without N) of the image sources.
