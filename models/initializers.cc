@@ -24,6 +24,27 @@ void ComputeFans(const Shape& shape, double* fan_in, double* fan_out) {
   }
 }
 
+namespace {
+
+// t[i] = v in t's float dtype.
+void Store(Tensor& t, int64_t i, double v) {
+  if (t.dtype() == DType::kF32) {
+    t.data<float>()[i] = static_cast<float>(v);
+  } else {
+    t.data<double>()[i] = v;
+  }
+}
+
+// `fans`, else the shape's as Keras computes them.
+Fans FansOf(const Shape& shape, std::optional<Fans> fans) {
+  if (fans.has_value()) return *fans;
+  Fans out;
+  ComputeFans(shape, &out.in, &out.out);
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<Tensor> RandomUniform(const Shape& shape, uint64_t seed,
                                      double limit, DType dtype) {
   MT_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(dtype, shape));
@@ -32,26 +53,15 @@ absl::StatusOr<Tensor> RandomUniform(const Shape& shape, uint64_t seed,
   std::mt19937_64 rng(seed);
   for (int64_t i = 0; i < t.num_elements(); ++i) {
     double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
-    double v = (2.0 * u - 1.0) * limit;
-    if (dtype == DType::kF32) {
-      t.data<float>()[i] = static_cast<float>(v);
-    } else {
-      t.data<double>()[i] = v;
-    }
+    Store(t, i, (2.0 * u - 1.0) * limit);
   }
   return t;
 }
 
 absl::StatusOr<Tensor> GlorotUniform(const Shape& shape, uint64_t seed,
                                      DType dtype, std::optional<Fans> fans) {
-  double fan_in, fan_out;
-  if (fans.has_value()) {
-    fan_in = fans->in;
-    fan_out = fans->out;
-  } else {
-    ComputeFans(shape, &fan_in, &fan_out);
-  }
-  const double limit = std::sqrt(6.0 / std::max(1.0, fan_in + fan_out));
+  const Fans f = FansOf(shape, fans);
+  const double limit = std::sqrt(6.0 / std::max(1.0, f.in + f.out));
   return RandomUniform(shape, seed, limit, dtype);
 }
 
@@ -73,12 +83,7 @@ absl::StatusOr<Tensor> TruncatedNormal(const Shape& shape, uint64_t seed,
       const double accept = uniform();
       if (accept < vmath::ExpF(static_cast<float>(-0.5 * z * z))) break;
     }
-    const double v = z * stddev;
-    if (dtype == DType::kF32) {
-      t.data<float>()[i] = static_cast<float>(v);
-    } else {
-      t.data<double>()[i] = v;
-    }
+    Store(t, i, z * stddev);
   }
   return t;
 }
@@ -142,15 +147,9 @@ absl::StatusOr<Tensor> Initialize(const std::string& name, const Shape& shape,
                   static_cast<float>(i.constant));
       return t;
     }
-    double fan_in, fan_out;
-    if (fans.has_value()) {
-      fan_in = fans->in;
-      fan_out = fans->out;
-    } else {
-      ComputeFans(shape, &fan_in, &fan_out);
-    }
-    const double n = std::max(
-        1.0, i.scaling->fan_in_only ? fan_in : (fan_in + fan_out) / 2.0);
+    const Fans f = FansOf(shape, fans);
+    const double n =
+        std::max(1.0, i.scaling->fan_in_only ? f.in : (f.in + f.out) / 2.0);
     const double variance = i.scaling->scale / n;
     if (i.scaling->uniform) {
       return RandomUniform(shape, seed, std::sqrt(3.0 * variance));
