@@ -17,13 +17,14 @@ constexpr ActivationDef kActivations[] = {
     {"relu", ops::Relu, true},
     {"tanh", ops::Tanh, true},
     {"sigmoid", ops::Sigmoid, true},
-    // Not monotone (a dip below 0): never pooled inside a conv layer.
+    // Not monotone (a dip before rising): never pooled inside a conv layer.
     {"gelu", [](const Tensor& x) { return ops::Gelu(x, false); }, false},
     {"gelu_tanh", [](const Tensor& x) { return ops::Gelu(x, true); }, false},
-    // Also a dip below 0; `swish` is Keras's other name for it.
+    // Also not monotone; `swish` is Keras's other name for it.
     {"silu", ops::Silu, false},
     {"swish", ops::Silu, false},
-    // Non-decreasing, as relu.
+    // Non-decreasing as computed, as relu (values below 0 are no bar: a max
+    // pool commutes with any non-decreasing function).
     {"elu", ops::Elu, true},
     {"selu", ops::Selu, true},
     {"softplus", ops::Softplus, true},

@@ -31,8 +31,9 @@ enum class UnaryKind : uint8_t {
   kLeakyRelu,  // x > 0 ? x : 0.2 x (Keras 3's leaky_relu default slope)
 };
 
-// Binary functions of two same-shaped operands. The *Grad kinds take
-// (upstream gradient, forward output) and give the input gradient.
+// Binary functions of two same-shaped operands. The *Grad kinds take the
+// upstream gradient and the forward output (relu, sigmoid, tanh) or input
+// (the others), and give the input gradient.
 enum class BinaryKind : uint8_t {
   kAdd,
   kSub,
@@ -44,15 +45,17 @@ enum class BinaryKind : uint8_t {
   kGeluGrad,       // (g, x) -> g * Gelu'(x)
   kGeluTanhGrad,   // (g, x) -> g * GeluTanh'(x)
   kSiluGrad,       // (g, x) -> g * s * (1 + x * (1 - s)), s = sigmoid(x)
-  kEluGrad,        // (g, x) -> x < 0 ? g * exp(x) : g
-  kSeluGrad,       // (g, x) -> g * scale * (x < 0 ? alpha * exp(x) : 1)
+  kEluGrad,        // (g, x) -> x < 0 ? g * (expm1(x) + 1) : g
+  kSeluGrad,       // (g, x) -> x < 0 ? g * (sa * expm1(x) + sa) : g * scale
   kSoftplusGrad,   // (g, x) -> g * sigmoid(x)
   kLeakyReluGrad,  // (g, x) -> x > 0 ? g : 0.2 g
 };
 
-// SELU's constants (Klambauer et al.), as TensorFlow and Keras spell them.
+// SELU's constants (Klambauer et al.), as TensorFlow spells them: its
+// negative side uses their product as one literal (the double product of
+// the two is an ulp below it).
 inline constexpr double kSeluScale = 1.0507009873554804934193349852946;
-inline constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
+inline constexpr double kSeluScaleAlpha = 1.7580993408473768599402175208123;
 // Keras 3's leaky_relu(x) default negative slope, 0.2, as tf.nn.leaky_relu
 // holds it: a float attribute, so 0.2f in float64 too.
 inline constexpr double kLeakyReluSlope = 0.2f;
@@ -138,11 +141,18 @@ MT_HOST_DEVICE inline T ApplyUnary(UnaryKind kind, T x) {
     case UnaryKind::kElu:
       return x > T(0) ? x : MT_MATH(expm1)(x);
     case UnaryKind::kSelu:
-      return T(kSeluScale) * (x > T(0) ? x : T(kSeluAlpha) * MT_MATH(expm1)(x));
-    case UnaryKind::kSoftplus:
-      // max(x, 0) + log1p(exp(-|x|)): exact where exp(x) would overflow.
-      return (x > T(0) ? x : T(0)) +
-             MT_MATH(log1p)(MT_MATH(exp)(-MT_MATH(fabs)(x)));
+      return x > T(0) ? T(kSeluScale) * x
+                      : T(kSeluScaleAlpha) * MT_MATH(expm1)(x);
+    case UnaryKind::kSoftplus: {
+      // TensorFlow's three pieces, each monotone as computed (so a max
+      // pool commutes with it): x above -t, exp(x) below t, log1p(exp(x))
+      // between, t = log(epsilon) + 2 of T.
+      const T t = std::is_same_v<T, float> ? T(-13.942385152878742)
+                                           : T(-34.043653389117154);
+      if (x > -t) return x;
+      if (x < t) return MT_MATH(exp)(x);
+      return MT_MATH(log1p)(MT_MATH(exp)(x));
+    }
     case UnaryKind::kLeakyRelu:
       return x > T(0) ? x : T(kLeakyReluSlope) * x;
   }
@@ -179,11 +189,13 @@ MT_HOST_DEVICE inline T ApplyBinary(BinaryKind kind, T a, T b) {
       const T s = Logistic(b);
       return a * (s * (T(1) + b * (T(1) - s)));
     }
-    // TensorFlow's EluGrad and SeluGrad take the linear side at 0.
+    // TensorFlow's EluGrad and SeluGrad: from the output (exactly 0 where
+    // it saturates), the linear side at 0.
     case BinaryKind::kEluGrad:
-      return b < T(0) ? a * MT_MATH(exp)(b) : a;
+      return b < T(0) ? a * (MT_MATH(expm1)(b) + T(1)) : a;
     case BinaryKind::kSeluGrad:
-      return b < T(0) ? a * (T(kSeluScale * kSeluAlpha) * MT_MATH(exp)(b))
+      return b < T(0) ? a * (T(kSeluScaleAlpha) * MT_MATH(expm1)(b) +
+                             T(kSeluScaleAlpha))
                       : a * T(kSeluScale);
     case BinaryKind::kSoftplusGrad:
       return a * Logistic(b);
