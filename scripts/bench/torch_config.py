@@ -162,6 +162,11 @@ def build_layer(s: dict, shape: tuple) -> tuple:
         return mod, shape[:-1] + (s["units"],)
     if kind == "flatten":
         return nn.Flatten(), (math.prod(shape),)
+    if kind == "global_max_pooling2d":
+        keep = s.get("keepdims", False)
+        tail = () if keep else (nn.Flatten(),)
+        return (nn.Sequential(nn.AdaptiveMaxPool2d(1), *tail),
+                (shape[0], 1, 1) if keep else (shape[0],))
     if kind == "global_average_pooling2d":
         keep = s.get("keepdims", False)
         return GlobalAveragePool(keep), (shape[0], 1, 1) if keep else (shape[0],)

@@ -15,6 +15,8 @@ the gradients of sum(y * upstream) with respect to x and every variable:
   * avg_pool/*: AveragePooling2D(pool_size=(3, 2), strides=(2, 1), same).
   * max_pool_default/*: MaxPooling2D(pool_size=(3, 2)) (strides None: the
     pool size).
+  * global_max/*, global_max_keep/*: GlobalMaxPooling2D(), and with
+    keepdims=True (the whole image as one window).
 
 Run from the repository root:
     python3 scripts/golden/window_layers.py
@@ -75,6 +77,9 @@ def main():
         (3, 2), strides=(2, 1), padding="same", **f64))
     tensors += case("max_pool_default", rng, keras.layers.MaxPooling2D(
         (3, 2), **f64))
+    tensors += case("global_max", rng, keras.layers.GlobalMaxPooling2D(**f64))
+    tensors += case("global_max_keep", rng, keras.layers.GlobalMaxPooling2D(
+        keepdims=True, **f64))
     comment = ("Keras %s (TensorFlow %s) conv and pooling layers with "
                "(height, width) windows; scripts/golden/window_layers.py"
                % (keras.__version__, tf.__version__))

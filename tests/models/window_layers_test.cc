@@ -1,8 +1,8 @@
 // Keras's (height, width) windows: conv2d, depthwise_conv2d and the pooling
 // layers with kernel_size, strides and pool_size given as pairs whose two
-// entries differ, against Keras (scripts/golden/window_layers.py ->
-// tests/golden/window_layers.txt); an integer means the square pair; and
-// what the config refuses.
+// entries differ, and global max pooling (the image as one window), against
+// Keras (scripts/golden/window_layers.py -> tests/golden/window_layers.txt);
+// an integer means the square pair; and what the config refuses.
 #include <cstdint>
 #include <map>
 #include <string>
@@ -112,7 +112,10 @@ INSTANTIATE_TEST_SUITE_P(
                     {"strides", Pair{2, 1}},
                     {"padding", "same"}}},
         WindowCase{
-            "max_pool_default", "max_pooling2d", {{"pool_size", Pair{3, 2}}}}),
+            "max_pool_default", "max_pooling2d", {{"pool_size", Pair{3, 2}}}},
+        WindowCase{"global_max", "global_max_pooling2d", {}},
+        WindowCase{
+            "global_max_keep", "global_max_pooling2d", {{"keepdims", true}}}),
     [](const ::testing::TestParamInfo<WindowCase>& info) {
       return info.param.golden;
     });
