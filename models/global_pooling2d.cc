@@ -19,6 +19,10 @@ class GlobalPooling2DLayer final : public Layer {
       : Layer(std::move(name)), max_(max), keepdims_(keepdims) {}
 
   absl::StatusOr<Tensor> Call(const Tensor& x, const ForwardContext&) override {
+    if (x.rank() != 4) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name(), ": expects NHWC input, got ", x.DebugString()));
+    }
     if (!max_) return ops::ReduceMean(x, {1, 2}, keepdims_);
     // One window over the whole image: max pooling's kernels and gradient
     // (the first maximum of each channel takes it, TensorFlow's CPU rule

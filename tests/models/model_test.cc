@@ -167,9 +167,8 @@ TEST(ModelTest, ASoftmaxOutputLayerLeavesTheLogitsToTheLoss) {
   }
   // A layer behind the softmax would see probabilities where the body
   // makes logits: refused here too, not only by the config reader.
-  absl::StatusOr<std::unique_ptr<Model>> behind =
-      Model::Build(ModelDef{{4, 3}, {dense("softmax"), Spec("flatten")}}, 7,
-                   Device::Cpu());
+  absl::StatusOr<std::unique_ptr<Model>> behind = Model::Build(
+      ModelDef{{4, 3}, {dense("softmax"), Spec("flatten")}}, 7, Device::Cpu());
   ASSERT_FALSE(behind.ok());
   EXPECT_THAT(std::string(behind.status().message()),
               HasSubstr("softmax on the output layer, then a flatten"));
@@ -962,6 +961,30 @@ TEST(ModelTest, GlobalAveragePoolingIsTheSpatialMean) {
   m = Model::Build(def, 1, Device::Cpu());
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ((*m)->output_shape(), (Shape{1, 1, 2}));
+}
+
+// The spatial maximum of each channel, feeding a dense layer (its shape as
+// built); an empty image has none.
+TEST(ModelTest, GlobalMaxPoolingIsTheSpatialMaximum) {
+  ModelDef def;
+  def.input_shape = {3, 2, 2};
+  def.layers = {Spec("global_max_pooling2d"), Spec("dense", {{"units", 1}})};
+  auto m = Model::Build(def, 1, Device::Cpu());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->output_shape(), (Shape{1}));
+  def.layers = {Spec("global_max_pooling2d")};
+  m = Model::Build(def, 1, Device::Cpu());
+  ASSERT_TRUE(m.ok()) << m.status();
+  Tensor x = Tensor::FromVector<float>({1, 12, 3, 4, 5, 6, 7, 8, 9, 10, 11, 2},
+                                       {1, 3, 2, 2});
+  auto y = (*m)->Call(x, {});
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->ToVector<float>(), (std::vector<float>{11, 12}));
+  def.input_shape = {0, 3, 2};
+  m = Model::Build(def, 1, Device::Cpu());
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(std::string(m.status().message()),
+              HasSubstr("an empty image has no maximum"));
 }
 
 // Dense on an image acts on its last axis, as Keras's Dense does (a 1x1

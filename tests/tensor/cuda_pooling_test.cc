@@ -73,6 +73,10 @@ std::vector<PoolCase> Cases() {
       {{2, 7, 9, 8}, opt(3, 3, 2, 2, Padding::kSame)},
       {{1, 8, 7, 4}, opt(2, 2, 3, 3, Padding::kSame)},
       {{1, 7, 7, 4}, opt(3, 3, 3, 3, Padding::kSame)},  // Leading padding.
+      // The whole image as one window (global_max_pooling2d), four
+      // channels at once and one.
+      {{2, 7, 6, 4}, opt(7, 6, 7, 6, Padding::kValid)},
+      {{3, 5, 9, 3}, opt(5, 9, 5, 9, Padding::kValid)},
   };
 }
 
