@@ -261,11 +261,21 @@ absl::Status Validate(const Reader& r, const YAML::Node& root,
         absl::StrCat("set beside checkpoint.restore: ", c.checkpoint.restore,
                      ", which restores the whole run; set one"));
   }
+  // A key given as null, not left out, turns off what it would have
+  // started, its qualifiers then inert: `--set train.early_stopping_patience=
+  // null` turns a config's early stopping off whatever else it sets there.
+  // Left out, a qualifier without it is a mistake said (a typo's guard).
+  auto given_null = [&](const char* section, const char* key) {
+    const YAML::Node n = node(section, key);
+    return n.IsDefined() && n.IsNull();
+  };
+  const bool warm_start_off = given_null("checkpoint", "warm_start_from");
   // Off its default without a warm start (the defaults stay allowed: a
   // resolved config.yaml holds them).
   auto qualifies = [&](const char* key, const std::string& value,
                        const char* fallback) -> absl::Status {
-    if (!c.checkpoint.warm_start_from.empty() || value == fallback) {
+    if (!c.checkpoint.warm_start_from.empty() || value == fallback ||
+        warm_start_off) {
       return absl::OkStatus();
     }
     return r.Error(absl::StrCat("checkpoint.", key), node("checkpoint", key),
@@ -278,7 +288,7 @@ absl::Status Validate(const Reader& r, const YAML::Node& root,
       qualifies("warm_start_weights", c.checkpoint.warm_start_weights, "raw"));
   if (!c.checkpoint.warm_start_names.empty()) {
     const YAML::Node names = node("checkpoint", "warm_start_names");
-    if (c.checkpoint.warm_start_from.empty()) {
+    if (c.checkpoint.warm_start_from.empty() && !warm_start_off) {
       return r.Error("checkpoint.warm_start_names", names,
                      "set without checkpoint.warm_start_from, which it "
                      "qualifies");
@@ -306,8 +316,9 @@ absl::Status Validate(const Reader& r, const YAML::Node& root,
                      "set, but no evaluation is scheduled to watch (set "
                      "train.eval_every_epochs or train.eval_every_steps)");
     }
-  } else if (c.train.early_stopping_monitor != "loss" ||
-             c.train.early_stopping_min_delta != 0) {
+  } else if (!given_null("train", "early_stopping_patience") &&
+             (c.train.early_stopping_monitor != "loss" ||
+              c.train.early_stopping_min_delta != 0)) {
     // A qualifier off its default without the patience it qualifies.
     const char* key = c.train.early_stopping_monitor != "loss"
                           ? "early_stopping_monitor"

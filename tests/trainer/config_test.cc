@@ -792,6 +792,36 @@ TEST(ConfigTest, NullSectionIsAnErrorExceptEmaWhichMeansOff) {
               HasSubstr(": optimizer.schedule: expected a mapping"));
 }
 
+// A key given as null turns off what it starts, its qualifiers then inert:
+// --set turns a config's early stopping or warm start off in one key. Left
+// out, a qualifier without it is still an error.
+TEST(ConfigTest, NullTurnsOffWhatItsQualifiersQualify) {
+  const std::string early =
+      "train: {early_stopping_patience: 3, early_stopping_monitor: accuracy, "
+      "early_stopping_min_delta: 0.01}\n";
+  auto c = ParseConfig(early, "e.yaml", {"train.early_stopping_patience=null"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->train.early_stopping_patience.has_value());
+  const std::string warm =
+      "checkpoint: {warm_start_from: /some/run, warm_start_vars: 'dense/.*', "
+      "warm_start_weights: ema, warm_start_names: {a: dense/kernel}}\n";
+  c = ParseConfig(warm, "w.yaml", {"checkpoint.warm_start_from=null"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->checkpoint.warm_start_from.empty());
+  // The resolved config, null and qualifiers, reads back the same.
+  auto again = ParseConfig(c->resolved_yaml, "config.yaml", {});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->resolved_yaml, c->resolved_yaml);
+  c = ParseConfig("train: {early_stopping_min_delta: 0.5}\n", "e.yaml", {});
+  EXPECT_EQ(Message(c.status()),
+            "e.yaml:1: train.early_stopping_min_delta: set without "
+            "train.early_stopping_patience, which it qualifies");
+  c = ParseConfig("checkpoint: {warm_start_weights: ema}\n", "w.yaml", {});
+  EXPECT_EQ(Message(c.status()),
+            "w.yaml:1: checkpoint.warm_start_weights: set without "
+            "checkpoint.warm_start_from, which it qualifies");
+}
+
 TEST(ConfigTest, MessagesStayOnOneLine) {
   auto c = ParseConfig("\"a\\nb\": 1\n", "j\nk.yaml", {});
   EXPECT_EQ(Message(c.status()), "j\\nk.yaml:1: a\\nb: unknown key");
