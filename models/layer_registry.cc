@@ -74,6 +74,10 @@ const LayerSpec* OutputLayer(const std::vector<LayerSpec>& layers) {
   return nullptr;
 }
 
+namespace {
+
+// The last of the layers OutputLayer looks past (behind the output layer);
+// nullptr if none.
 const LayerSpec* BehindOutput(const std::vector<LayerSpec>& layers) {
   for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
     const LayerType* type = LayerRegistry::Global().Find(it->type);
@@ -88,9 +92,30 @@ const LayerSpec* BehindOutput(const std::vector<LayerSpec>& layers) {
   return nullptr;
 }
 
-LayerSpec* OutputLayer(std::vector<LayerSpec>& layers) {
+}  // namespace
+
+const LayerSpec* SoftmaxOutputLayer(const std::vector<LayerSpec>& layers) {
+  const LayerSpec* last = OutputLayer(layers);
+  if (last == nullptr || !last->params.Has("activation") ||
+      last->params.String("activation") != "softmax") {
+    return nullptr;
+  }
+  return last;
+}
+
+LayerSpec* SoftmaxOutputLayer(std::vector<LayerSpec>& layers) {
   return const_cast<LayerSpec*>(
-      OutputLayer(static_cast<const std::vector<LayerSpec>&>(layers)));
+      SoftmaxOutputLayer(static_cast<const std::vector<LayerSpec>&>(layers)));
+}
+
+absl::Status CheckSoftmaxOutput(const std::vector<LayerSpec>& layers) {
+  if (SoftmaxOutputLayer(layers) == nullptr) return absl::OkStatus();
+  const LayerSpec* behind = BehindOutput(layers);
+  if (behind == nullptr) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "softmax on the output layer, then a ", behind->type, " (", behind->path,
+      "): the loss takes the logits before the softmax, which must make the "
+      "model's output; put it last"));
 }
 
 absl::Status LayerBuilder::CheckWindow(const std::string& key,

@@ -109,10 +109,15 @@ const LayerSpec* TokenIdLayer(const std::vector<LayerSpec>& layers,
 // (containers without a shortcut) and past `passes_values_on` types;
 // nullptr if there is none.
 const LayerSpec* OutputLayer(const std::vector<LayerSpec>& layers);
-LayerSpec* OutputLayer(std::vector<LayerSpec>& layers);
-// The last of the layers OutputLayer looks past (behind the output layer);
-// nullptr if none.
-const LayerSpec* BehindOutput(const std::vector<LayerSpec>& layers);
+// The output layer when it applies a softmax (Keras's activation='softmax'
+// with from_logits=False), else nullptr.
+LayerSpec* SoftmaxOutputLayer(std::vector<LayerSpec>& layers);
+const LayerSpec* SoftmaxOutputLayer(const std::vector<LayerSpec>& layers);
+// InvalidArgument (without the key's path) when a softmax output layer has
+// layers behind it (a dropout, a flatten regrouping the softmax's axis):
+// Keras's loss would read the probabilities there, which the logits the
+// model's loss takes cannot stand for.
+absl::Status CheckSoftmaxOutput(const std::vector<LayerSpec>& layers);
 
 // One row of a model summary (Keras model.summary()).
 struct LayerSummary {

@@ -33,17 +33,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Build(const ModelDef& def,
   // Keras on TensorFlow takes them (the softmax's recorded _keras_logits);
   // Probabilities() applies it. No variable depends on it.
   std::vector<LayerSpec> layers = def.layers;
-  if (LayerSpec* last = OutputLayer(layers);
-      last != nullptr && last->params.Has("activation") &&
-      last->params.String("activation") == "softmax") {
-    // Behind it, the probabilities would be what Keras's loss reads
-    // (config.cc says so with the file's line).
-    if (const LayerSpec* behind = BehindOutput(layers)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          last->path, ".activation: softmax on the output layer, then a ",
-          behind->type, " (", behind->path,
-          "): the loss takes the logits before the softmax, which must make "
-          "the model's output"));
+  if (LayerSpec* last = SoftmaxOutputLayer(layers)) {
+    if (absl::Status s = CheckSoftmaxOutput(layers); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(last->path, ".activation: ", s.message()));
     }
     last->params.Set("activation", std::string("linear"));
     m->softmax_output_ = true;

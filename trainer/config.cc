@@ -75,23 +75,13 @@ absl::Status ReadModel(const Reader& r, const YAML::Node& node, Config* c,
     MT_ASSIGN_OR_RETURN(m.layers,
                         r.ReadLayers(Child(node, "layers"), "model.layers"));
     // A softmax on the output layer is Keras's from_logits=False: the loss
-    // takes the logits before it (models::Model), as Keras on TensorFlow
-    // does where the softmax makes the model's output. A layer behind it
-    // (a dropout, a flatten regrouping the softmax's axis) leaves Keras
-    // the probabilities, which the logits cannot stand for.
-    const models::LayerSpec* last = models::OutputLayer(m.layers);
-    if (last != nullptr && last->params.Has("activation") &&
-        last->params.String("activation") == "softmax") {
-      if (const models::LayerSpec* behind = models::BehindOutput(m.layers)) {
-        return r.Error(
-            absl::StrCat(last->path, ".activation"),
-            Child(EntryNode(Child(node, "layers"), m.layers, last),
-                  "activation"),
-            absl::StrCat("softmax on the output layer, then a ", behind->type,
-                         " (", behind->path,
-                         "): the loss takes the logits before the softmax, "
-                         "which must make the model's output; put it last"));
-      }
+    // takes the logits before it (models::Model); said here with the line.
+    if (absl::Status s = models::CheckSoftmaxOutput(m.layers); !s.ok()) {
+      const models::LayerSpec* last = models::SoftmaxOutputLayer(m.layers);
+      return r.Error(
+          absl::StrCat(last->path, ".activation"),
+          Child(EntryNode(Child(node, "layers"), m.layers, last), "activation"),
+          std::string(s.message()));
     }
     if (const int64_t n = models::ExpandedLayerCount(m.layers);
         n > models::kMaxLayers) {

@@ -482,11 +482,11 @@ class Trainer {
   absl::StatusOr<int64_t> TotalSteps() const;
 
   // A checkpoint file read and checked (CheckTrainingCheckpoint), or a
-  // warm start's file of weights only (CheckWeightsFile; no position).
+  // file of weights only (!IsMirrortrainCheckpoint(file): no position; its
+  // entries are checked where they are read, RestoreEntries).
   struct CheckedCheckpoint {
     SafetensorsFile file;
     CheckpointPosition position;
-    bool weights_only = false;
   };
 
   // Before the data is loaded, so that a run that cannot start fails fast:

@@ -252,8 +252,7 @@ absl::StatusOr<Trainer::CheckedCheckpoint> Trainer::OpenCheckpoint(
   MT_ASSIGN_OR_RETURN(SafetensorsFile file, std::move(opened));
   if (weights_only_ok && !IsMirrortrainCheckpoint(file)) {
     // Its entries are checked where they are read (RestoreEntries).
-    return CheckedCheckpoint{std::move(file), CheckpointPosition{},
-                             /*weights_only=*/true};
+    return CheckedCheckpoint{std::move(file), CheckpointPosition{}};
   }
   MT_ASSIGN_OR_RETURN(
       const CheckpointPosition position,
@@ -304,7 +303,9 @@ absl::Status Trainer::RestoreCheckpoint(const std::string& path_or_dir) {
   }
   MT_ASSIGN_OR_RETURN(const CheckedCheckpoint checkpoint,
                       OpenCheckpoint(path, /*weights_only_ok=*/true));
-  if (checkpoint.weights_only) return RestoreWeights(checkpoint.file);
+  if (!IsMirrortrainCheckpoint(checkpoint.file)) {
+    return RestoreWeights(checkpoint.file);
+  }
   return Restore(checkpoint);
 }
 
