@@ -5,6 +5,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "models/containers.h"
+#include "models/losses.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::models {
@@ -94,28 +95,37 @@ const LayerSpec* BehindOutput(const std::vector<LayerSpec>& layers) {
 
 }  // namespace
 
-const LayerSpec* SoftmaxOutputLayer(const std::vector<LayerSpec>& layers) {
+std::string OutputActivation(const std::vector<LayerSpec>& layers) {
   const LayerSpec* last = OutputLayer(layers);
-  if (last == nullptr || !last->params.Has("activation") ||
-      last->params.String("activation") != "softmax") {
-    return nullptr;
+  if (last == nullptr || !last->params.Has("activation")) return "";
+  return last->params.String("activation");
+}
+
+absl::Status CheckOutputActivation(const std::vector<LayerSpec>& layers,
+                                   const LossType& loss) {
+  const std::string activation = OutputActivation(layers);
+  if (activation.empty()) return absl::OkStatus();
+  if (activation == loss.output_activation) {
+    const LayerSpec* behind = BehindOutput(layers);
+    if (behind == nullptr) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        activation, " on the output layer, then a ", behind->type, " (",
+        behind->path, "): the loss takes the logits before the ", activation,
+        ", which must make the model's output; put it last"));
   }
-  return last;
-}
-
-LayerSpec* SoftmaxOutputLayer(std::vector<LayerSpec>& layers) {
-  return const_cast<LayerSpec*>(
-      SoftmaxOutputLayer(static_cast<const std::vector<LayerSpec>&>(layers)));
-}
-
-absl::Status CheckSoftmaxOutput(const std::vector<LayerSpec>& layers) {
-  if (SoftmaxOutputLayer(layers) == nullptr) return absl::OkStatus();
-  const LayerSpec* behind = BehindOutput(layers);
-  if (behind == nullptr) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "softmax on the output layer, then a ", behind->type, " (", behind->path,
-      "): the loss takes the logits before the softmax, which must make the "
-      "model's output; put it last"));
+  // Another loss's probabilities: Keras would read them as probabilities,
+  // which this loss, reading logits, cannot.
+  for (const LossType* other : LossRegistry::Global().Entries()) {
+    if (other->output_activation != activation) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a ", activation, " on the output layer gives ", other->name,
+        "'s probabilities, but the loss is ", loss.name,
+        ", which reads "
+        "logits (no activation) or a ",
+        loss.output_activation, " there; set loss.name: ", other->name,
+        " or change the activation"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status LayerBuilder::CheckWindow(const std::string& key,

@@ -24,6 +24,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "models/layer.h"
+#include "models/losses.h"
 #include "tensor/device.h"
 #include "tensor/params.h"
 #include "tensor/registry.h"
@@ -109,15 +110,15 @@ const LayerSpec* TokenIdLayer(const std::vector<LayerSpec>& layers,
 // (containers without a shortcut) and past `passes_values_on` types;
 // nullptr if there is none.
 const LayerSpec* OutputLayer(const std::vector<LayerSpec>& layers);
-// The output layer when it applies a softmax (Keras's activation='softmax'
-// with from_logits=False), else nullptr.
-LayerSpec* SoftmaxOutputLayer(std::vector<LayerSpec>& layers);
-const LayerSpec* SoftmaxOutputLayer(const std::vector<LayerSpec>& layers);
-// InvalidArgument (without the key's path) when a softmax output layer has
-// layers behind it (a dropout, a flatten regrouping the softmax's axis):
-// Keras's loss would read the probabilities there, which the logits the
-// model's loss takes cannot stand for.
-absl::Status CheckSoftmaxOutput(const std::vector<LayerSpec>& layers);
+// The output layer's `activation` key ("" where it has none).
+std::string OutputActivation(const std::vector<LayerSpec>& layers);
+// InvalidArgument (without the key's path) when the output layer's
+// activation is `loss`'s output_activation (Keras's from_logits=False) with
+// layers behind it (a dropout, a flatten regrouping the softmax's axis),
+// whose probabilities the logits the loss takes cannot stand for; or when
+// it is another loss's (a sigmoid output under the categorical loss).
+absl::Status CheckOutputActivation(const std::vector<LayerSpec>& layers,
+                                   const LossType& loss);
 
 // One row of a model summary (Keras model.summary()).
 struct LayerSummary {

@@ -6,6 +6,7 @@
 #include "tensor/ops/nn_ops.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/ops/reduction_ops.h"
+#include "tensor/registry.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::models {
@@ -86,5 +87,28 @@ absl::StatusOr<int64_t> CountCorrect(const Tensor& logits,
   }
   return correct;
 }
+
+absl::StatusOr<const LossType*> FindLoss(const std::string& name) {
+  if (const LossType* loss = LossRegistry::Global().Find(name)) return loss;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown loss '", name, "' (expected one of ",
+                   LossRegistry::Global().NameList(), ")"));
+}
+
+MT_REGISTER(
+    LossType,
+    {.name = "sparse_categorical_crossentropy",
+     .doc = "Keras's SparseCategoricalCrossentropy(from_logits=True): one "
+            "logit per class for each integer label (an example's, or each "
+            "token's of a sequence)",
+     .output_activation = "softmax",
+     .output_shape = [](const Shape& labels,
+                        int64_t classes) -> absl::StatusOr<Shape> {
+       Shape out = labels;
+       out.push_back(classes);
+       return out;
+     },
+     .compute = SparseCategoricalCrossentropy,
+     .count_correct = CountCorrect});
 
 }  // namespace mirrortrain::models

@@ -1,20 +1,67 @@
-// Losses scaled for synchronous data parallelism.
+// Losses scaled for synchronous data parallelism, selectable by name
+// (config `loss.name`).
+//
+// Each loss is a LossType registered next to its code (MT_REGISTER, as
+// layers are): a new loss is one file with its entry and its test rows.
+// Thread contract: the registry is filled during static initialisation and
+// read-only afterwards.
 #ifndef MIRRORTRAIN_MODELS_LOSSES_H_
 #define MIRRORTRAIN_MODELS_LOSSES_H_
 
 #include <cstdint>
+#include <functional>
+#include <string>
 
 #include "absl/status/statusor.h"
+#include "tensor/registry.h"
+#include "tensor/shape.h"
 #include "tensor/tensor.h"
 
 namespace mirrortrain::models {
 
-// sum_i xent(logits_i, label_i) / global_batch_size: each replica divides
-// its shard's sum by the GLOBAL batch, so the summed replica gradients equal
-// the gradient of the global-batch mean (tf.nn.compute_average_loss).
-// Logits [b, classes] with labels [b], or per token: logits [b, T, classes]
-// with labels [b, T], where the sum runs over every token and
-// `global_batch_size` counts the labels (tokens) of the global batch.
+// Every loss is sum_i loss(logits_i, label_i) / global_labels: each replica
+// divides its shard's sum by the GLOBAL count of labels, so the summed
+// replica gradients equal the gradient of the global batch's mean
+// (tf.nn.compute_average_loss). Labels are integers (i32), one per example
+// or several (a sequence's tokens, an example's binary labels).
+struct LossType {
+  std::string name;
+  std::string doc;
+  // The activation that turns this loss's logits into probabilities
+  // ("softmax", "sigmoid"). On the config's output layer it is Keras's
+  // from_logits=False: the model's Call returns the logits before it, which
+  // the loss reads, and Model::Probabilities applies it.
+  std::string output_activation;
+  // The model's output per example for labels of per-example shape `labels`
+  // (empty: one label per example) in [0, classes); InvalidArgument saying
+  // why otherwise ("binary_crossentropy takes labels 0 and 1, ...").
+  std::function<absl::StatusOr<Shape>(const Shape& labels, int64_t classes)>
+      output_shape;
+  // The loss of logits [b, output_shape...] against labels [b, labels...],
+  // summed and divided by `global_labels` (> 0), with label smoothing e in
+  // [0, 1] (0: none). Differentiable in the logits.
+  std::function<absl::StatusOr<Tensor>(
+      const Tensor& logits, const Tensor& labels, int64_t global_labels,
+      double label_smoothing)>
+      compute;
+  // How many labels the logits predict right (accuracy's numerator); read
+  // on the host.
+  std::function<absl::StatusOr<int64_t>(const Tensor& logits,
+                                        const Tensor& labels)>
+      count_correct;
+};
+using LossRegistry = Registry<LossType>;
+
+// The loss of configs that name none.
+inline constexpr char kDefaultLoss[] = "sparse_categorical_crossentropy";
+
+// The loss named `name`; InvalidArgument listing the names otherwise.
+absl::StatusOr<const LossType*> FindLoss(const std::string& name);
+
+// sparse_categorical_crossentropy: logits [b, classes] with labels [b], or
+// per token: logits [b, T, classes] with labels [b, T], where the sum runs
+// over every token and `global_batch_size` counts the labels (tokens) of the
+// global batch.
 //
 // With `label_smoothing` e in (0, 1] each label's target is one-hot * (1 -
 // e) + e / classes, as Keras's CategoricalCrossentropy(label_smoothing=e)
@@ -29,6 +76,25 @@ absl::StatusOr<Tensor> SparseCategoricalCrossentropy(
 // label.
 absl::StatusOr<int64_t> CountCorrect(const Tensor& logits,
                                      const Tensor& labels);
+
+// binary_crossentropy: one logit per label, each label 0 or 1 (Keras's
+// BinaryCrossentropy(from_logits=True), tf.nn.sigmoid_cross_entropy_with_
+// logits): logits [b, 1] with labels [b] (binary classification), or logits
+// and labels [b, k] (k independent labels: multi-label classification).
+// The loss of a logit x with target y is log(1 + e^x) - x y; with smoothing
+// e the target is y (1 - e) + e / 2, as Keras smooths it. Keras means over
+// an example's k labels and then over the batch: the same as this sum over
+// every label divided by the global batch's count of them.
+absl::StatusOr<Tensor> BinaryCrossentropy(const Tensor& logits,
+                                          const Tensor& labels,
+                                          int64_t global_labels,
+                                          double label_smoothing = 0);
+
+// Number of labels whose logit is on their side of 0 (probability above
+// 0.5 for label 1, else label 0): Keras's BinaryAccuracy on the
+// probabilities, which logits cannot be compared against 0.5 for.
+absl::StatusOr<int64_t> CountCorrectBinary(const Tensor& logits,
+                                           const Tensor& labels);
 
 }  // namespace mirrortrain::models
 

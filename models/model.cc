@@ -7,7 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "tensor/ops/nn_ops.h"
+#include "models/activation.h"
+#include "models/losses.h"
 #include "tensor/ops/precision_ops.h"
 #include "tensor/status_macros.h"
 
@@ -28,18 +29,21 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Build(const ModelDef& def,
   input.insert(input.end(), def.input_shape.begin(), def.input_shape.end());
   LayerBuilder builder(seed, device, def.input_vocabulary,
                        def.continuous_inputs);
-  // A softmax on the output layer (Keras's activation='softmax' with
-  // from_logits=False): the body makes the logits, which the loss takes as
-  // Keras on TensorFlow takes them (the softmax's recorded _keras_logits);
-  // Probabilities() applies it. No variable depends on it.
+  // The loss's activation on the output layer (Keras's activation='softmax'
+  // or 'sigmoid' with from_logits=False): the body makes the logits, which
+  // the loss takes as Keras on TensorFlow takes them (the activation's
+  // recorded _keras_logits); Probabilities() applies it. No variable
+  // depends on it.
+  MT_ASSIGN_OR_RETURN(const LossType* loss, FindLoss(def.loss));
   std::vector<LayerSpec> layers = def.layers;
-  if (LayerSpec* last = SoftmaxOutputLayer(layers)) {
-    if (absl::Status s = CheckSoftmaxOutput(layers); !s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(last->path, ".activation: ", s.message()));
-    }
-    last->params.Set("activation", std::string("linear"));
-    m->softmax_output_ = true;
+  if (absl::Status s = CheckOutputActivation(layers, *loss); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(OutputLayer(layers)->path, ".activation: ", s.message()));
+  }
+  if (OutputActivation(layers) == loss->output_activation) {
+    const_cast<LayerSpec*>(OutputLayer(layers))
+        ->params.Set("activation", std::string("linear"));
+    m->output_activation_ = loss->output_activation;
   }
   MT_ASSIGN_OR_RETURN(m->body_, builder.BuildSequence(layers, input));
   MT_ASSIGN_OR_RETURN(Shape out, m->body_->OutputShape(input));
@@ -56,8 +60,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Build(const ModelDef& def,
 }
 
 absl::StatusOr<Tensor> Model::Probabilities(const Tensor& outputs) const {
-  if (!softmax_output_) return outputs;
-  return ops::Softmax(outputs);
+  if (output_activation_.empty()) return outputs;
+  MT_ASSIGN_OR_RETURN(const ActivationDef* activation,
+                      FindActivation(output_activation_));
+  return Activate(*activation, outputs);
 }
 
 absl::StatusOr<Tensor> Model::Call(const Tensor& inputs,

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "models/layer.h"
 #include "models/layer_registry.h"
+#include "models/losses.h"
 
 namespace mirrortrain::models {
 
@@ -29,6 +30,9 @@ struct ModelDef {
   // scaled to [0, 1]: fashion_mnist, cifar10, uint8 npz): an embedding
   // would read every one as id 0 (a cast truncates), so it is refused.
   bool continuous_inputs = false;
+  // The loss the model trains with (a LossType): its output_activation on
+  // the output layer is Keras's from_logits=False (Model::Build).
+  std::string loss = kDefaultLoss;
 };
 
 class Model {
@@ -67,13 +71,15 @@ class Model {
   // Whether the input reaches an embedding (TokenIdLayer, past layers that
   // only pass values on): the inputs are token ids.
   bool reads_token_ids() const { return reads_token_ids_; }
-  // Whether the config's output layer applies a softmax (Keras's usual
-  // activation='softmax'): Call then returns the logits before it, for the
-  // loss, and Probabilities applies it.
-  bool softmax_output() const { return softmax_output_; }
-  // What the config's model outputs for Call's `outputs`: the softmax of
-  // the logits where softmax_output(), else `outputs` themselves (Keras's
-  // model.predict).
+  // The activation the config's output layer applies that turns the loss's
+  // logits into probabilities (Keras's usual activation='softmax', or
+  // 'sigmoid' for binary_crossentropy), "" where there is none: Call then
+  // returns the logits before it, for the loss, and Probabilities applies
+  // it.
+  const std::string& output_activation() const { return output_activation_; }
+  // What the config's model outputs for Call's `outputs`: the
+  // output_activation() of the logits where there is one, else `outputs`
+  // themselves (Keras's model.predict).
   absl::StatusOr<Tensor> Probabilities(const Tensor& outputs) const;
   // Whether a layer was built frozen (LayerSpec::trainable).
   bool has_frozen_layers() const { return has_frozen_layers_; }
@@ -93,7 +99,7 @@ class Model {
   bool mixed_bfloat16_ = false;
   bool token_inputs_ = false;  // The input layer reads token ids.
   bool reads_token_ids_ = false;
-  bool softmax_output_ = false;
+  std::string output_activation_;
 };
 
 }  // namespace mirrortrain::models

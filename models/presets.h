@@ -21,7 +21,8 @@ struct ModelPreset {
   std::string name;
   std::string doc;
   ParamSchema params;
-  // The layers for `params` and a classifier of `num_classes` outputs.
+  // The layers for `params`, ending in `num_classes` logits (as many as
+  // the loss reads: one per class, or one per binary label).
   std::function<absl::StatusOr<std::vector<LayerSpec>>(const Params& params,
                                                        int64_t num_classes)>
       expand;

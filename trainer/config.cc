@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "distribute/device_set.h"
 #include "models/layer_registry.h"
+#include "models/losses.h"
 #include "models/presets.h"
 #include "tensor/status_macros.h"
 #include "trainer/checkpoint/warm_start.h"
@@ -55,6 +56,23 @@ YAML::Node EntryNode(const YAML::Node& list,
   return YAML::Node(YAML::NodeType::Undefined);
 }
 
+// The loss's activation on the output layer is Keras's from_logits=False:
+// the loss takes the logits before it (models::Model), so nothing may
+// follow it, and another loss's is refused; said here with the line.
+absl::Status CheckOutputActivation(const Reader& r, const YAML::Node& node,
+                                   const Config& c) {
+  const std::vector<models::LayerSpec>& layers = c.model.layers;
+  MT_ASSIGN_OR_RETURN(const models::LossType* loss,
+                      models::FindLoss(c.loss.name));
+  absl::Status s = models::CheckOutputActivation(layers, *loss);
+  if (s.ok()) return s;
+  const models::LayerSpec* last = models::OutputLayer(layers);
+  return r.Error(
+      absl::StrCat(last->path, ".activation"),
+      Child(EntryNode(Child(node, "layers"), layers, last), "activation"),
+      std::string(s.message()));
+}
+
 absl::Status ReadModel(const Reader& r, const YAML::Node& node, Config* c,
                        YAML::Node* resolved) {
   const std::string path = "model";
@@ -74,15 +92,6 @@ absl::Status ReadModel(const Reader& r, const YAML::Node& node, Config* c,
         r.Read(node, path, {&ModelSchema()}, {"layers"}, "", &common));
     MT_ASSIGN_OR_RETURN(m.layers,
                         r.ReadLayers(Child(node, "layers"), "model.layers"));
-    // A softmax on the output layer is Keras's from_logits=False: the loss
-    // takes the logits before it (models::Model); said here with the line.
-    if (absl::Status s = models::CheckSoftmaxOutput(m.layers); !s.ok()) {
-      const models::LayerSpec* last = models::SoftmaxOutputLayer(m.layers);
-      return r.Error(
-          absl::StrCat(last->path, ".activation"),
-          Child(EntryNode(Child(node, "layers"), m.layers, last), "activation"),
-          std::string(s.message()));
-    }
     if (const int64_t n = models::ExpandedLayerCount(m.layers);
         n > models::kMaxLayers) {
       return r.Error("model.layers", Child(node, "layers"),
@@ -460,7 +469,8 @@ absl::StatusOr<Config> Parse(const std::string& yaml_text,
   MT_RETURN_IF_ERROR(ReadModel(r, Child(root, "model"), &c, &resolved));
   MT_ASSIGN_OR_RETURN(Params loss,
                       ReadFixed(r, root, "loss", LossSchema(), &resolved));
-  c.loss = {loss.Float("label_smoothing")};
+  c.loss = {loss.String("name"), loss.Float("label_smoothing")};
+  MT_RETURN_IF_ERROR(CheckOutputActivation(r, Child(root, "model"), c));
   MT_RETURN_IF_ERROR(ReadOptimizer(r, Child(root, "optimizer"), &c, &resolved));
   MT_ASSIGN_OR_RETURN(Params ema,
                       ReadFixed(r, root, "ema", EmaSchema(), &resolved));

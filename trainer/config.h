@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "models/layer_registry.h"
+#include "models/losses.h"
 #include "tensor/params.h"
 #include "trainer/data/augment.h"
 #include "trainer/data/normalize.h"
@@ -62,7 +63,9 @@ struct OptimizerConfig {
 };
 
 struct LossConfig {
-  // Targets one-hot * (1 - e) + e / classes (models/losses.h); 0: none.
+  std::string name = models::kDefaultLoss;  // A registered models::LossType.
+  // Smoothed targets (models/losses.h: one-hot * (1 - e) + e / classes for
+  // the categorical loss); 0: none.
   double label_smoothing = 0;
 };
 

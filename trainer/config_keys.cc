@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "distribute/strategy_factory.h"
 #include "models/layer_registry.h"
+#include "models/losses.h"
 #include "models/presets.h"
 #include "trainer/config.h"
 #include "trainer/data/data_source.h"
@@ -150,15 +151,20 @@ const ParamSchema& ModelSchema() {
 
 const ParamSchema& LossSchema() {
   static const auto* s = new ParamSchema{
-      {Param::Float("label_smoothing")
+      {Param::String("name")
+           .Default(models::kDefaultLoss)
+           .OneOf(models::LossRegistry::Global().Names())
+           .Doc("the loss (the list above says what each reads)"),
+       Param::Float("label_smoothing")
            .Default(0.0)
            .Min(0)
            .Max(1)
            .Doc("e: each label's target is one-hot * (1 - e) + e / classes "
-                "(Keras's CategoricalCrossentropy label_smoothing, "
-                "PyTorch's CrossEntropyLoss); the loss both splits log is "
-                "this objective, accuracy and bits per byte are not "
-                "smoothed")}};
+                "for the categorical loss (Keras's CategoricalCrossentropy "
+                "label_smoothing, PyTorch's CrossEntropyLoss), y * (1 - e) "
+                "+ e / 2 for the binary one (Keras's BinaryCrossentropy); "
+                "the loss both splits log is this objective, accuracy and "
+                "bits per byte are not smoothed")}};
   return *s;
 }
 
@@ -495,11 +501,14 @@ std::string SchemaMarkdown() {
     AppendTable(absl::StrCat("`type: ", t->name, "`"), t->doc, "", {&t->params},
                 &out);
   }
-  AppendTable("`loss`",
-              "The sparse categorical cross-entropy of the logits, summed "
-              "over the examples (tokens) and divided by the global batch's "
-              "count of them.",
-              "loss.", {&LossSchema()}, &out);
+  std::string losses =
+      "The loss of the logits, summed over the labels (an example's, a "
+      "sequence's tokens') and divided by the global batch's count of them. "
+      "`loss.name` picks it:\n";
+  for (const models::LossType* l : models::LossRegistry::Global().Entries()) {
+    absl::StrAppend(&losses, "\n- `", l->name, "`: ", l->doc, ".");
+  }
+  AppendTable("`loss`", losses, "loss.", {&LossSchema()}, &out);
   AppendTable("`optimizer`", "`optimizer.name` picks the optimizer.",
               "optimizer.", {&OptimizerSchema()}, &out);
   for (const OptimizerType* o : OptimizerRegistry::Global().Entries()) {

@@ -46,18 +46,18 @@ struct EvalSums {
 
 // Adds the batch of host `logits` and `labels` to `sums`: summed losses
 // are a "global batch" of 1.
-absl::Status AddEvalSums(const Tensor& logits, const Tensor& labels,
+absl::Status AddEvalSums(const models::LossType& loss_type,
+                         const Tensor& logits, const Tensor& labels,
                          double smoothing, bool plain, EvalSums& sums) {
-  MT_ASSIGN_OR_RETURN(const Tensor loss, models::SparseCategoricalCrossentropy(
-                                             logits, labels, 1, smoothing));
+  MT_ASSIGN_OR_RETURN(const Tensor loss,
+                      loss_type.compute(logits, labels, 1, smoothing));
   sums.loss += loss.ScalarAt(0);
   if (plain) {
-    MT_ASSIGN_OR_RETURN(
-        const Tensor xent,
-        models::SparseCategoricalCrossentropy(logits, labels, 1));
+    MT_ASSIGN_OR_RETURN(const Tensor xent,
+                        loss_type.compute(logits, labels, 1, 0));
     sums.plain += xent.ScalarAt(0);
   }
-  MT_ASSIGN_OR_RETURN(const int64_t c, models::CountCorrect(logits, labels));
+  MT_ASSIGN_OR_RETURN(const int64_t c, loss_type.count_correct(logits, labels));
   sums.correct += static_cast<double>(c);
   return absl::OkStatus();
 }
@@ -258,9 +258,8 @@ absl::StatusOr<std::vector<Tensor>> Trainer::ComputeGradients(
           .step_seed_tensor =
               graph != nullptr ? graph->step_seed.device() : Tensor()};
       MT_ASSIGN_OR_RETURN(Tensor logits, r.model->Call(in.images, fctx));
-      MT_ASSIGN_OR_RETURN(loss, models::SparseCategoricalCrossentropy(
-                                    logits, in.labels, update_labels,
-                                    config_.loss.label_smoothing));
+      MT_ASSIGN_OR_RETURN(loss, loss_->compute(logits, in.labels, update_labels,
+                                               config_.loss.label_smoothing));
       std::vector<Tensor> sources;
       for (Variable* v : vars) sources.push_back(v->value());
       if (i + 1 < micro_batches.size()) {
@@ -481,8 +480,8 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
           MT_ASSIGN_OR_RETURN(images, images.To(ctx.device()));
           MT_ASSIGN_OR_RETURN(Tensor logits, r.model->Call(images, {}));
           MT_ASSIGN_OR_RETURN(logits, logits.To(Device::Cpu()));
-          MT_RETURN_IF_ERROR(
-              AddEvalSums(logits, labels, smoothing, plain_apart, sums[id]));
+          MT_RETURN_IF_ERROR(AddEvalSums(*loss_, logits, labels, smoothing,
+                                         plain_apart, sums[id]));
         }
         if (swap) MT_RETURN_IF_ERROR(swap->Restore());
         return absl::OkStatus();

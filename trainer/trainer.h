@@ -85,9 +85,12 @@ struct EvalResult {
   std::optional<double> bits_per_byte;
 };
 
-// The layers `model` describes for data like `data` (a preset expands with
-// the data's number of classes; the input shape defaults to the data's).
+// The layers `model` describes for data like `data` trained with `loss` (a
+// preset ends in a dense layer of as many units as the loss reads: the
+// data's number of classes for the categorical loss; the input shape
+// defaults to the data's).
 absl::StatusOr<models::ModelDef> ModelDefinition(const ModelConfig& model,
+                                                 const LossConfig& loss,
                                                  const InMemoryDataset& data);
 
 // The summary (Keras model.summary()) of the model `config` builds, for
@@ -539,6 +542,7 @@ class Trainer {
   std::unique_ptr<distribute::ProcessGroup> single_process_;
   distribute::ProcessGroup* processes_ = nullptr;
   Config config_;
+  const models::LossType* loss_ = nullptr;  // config_.loss.name's.
   std::optional<CheckedCheckpoint> pending_restore_;
   std::optional<CheckedCheckpoint> pending_warm_start_;
   std::string restored_from_;

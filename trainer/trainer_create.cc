@@ -71,9 +71,23 @@ absl::StatusOr<InMemoryDataset> LoadSplit(const DataConfig& d, bool train,
 
 }  // namespace
 
+absl::StatusOr<Shape> ExpectedOutput(const models::LossType& loss,
+                                     const InMemoryDataset& data) {
+  const Shape labels(data.labels.shape().begin() + 1,
+                     data.labels.shape().end());
+  absl::StatusOr<Shape> out = loss.output_shape(labels, data.num_classes);
+  if (!out.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("loss.name: ", out.status().message()));
+  }
+  return out;
+}
+
 absl::StatusOr<models::ModelDef> ModelDefinition(const ModelConfig& m,
+                                                 const LossConfig& loss,
                                                  const InMemoryDataset& data) {
   models::ModelDef def;
+  def.loss = loss.name;
   if (!m.input_shape.empty()) {
     def.input_shape = m.input_shape;
   } else {
@@ -92,8 +106,11 @@ absl::StatusOr<models::ModelDef> ModelDefinition(const ModelConfig& m,
     return absl::InvalidArgumentError(
         absl::StrCat("model.name: unknown preset '", m.preset, "'"));
   }
-  MT_ASSIGN_OR_RETURN(def.layers,
-                      preset->expand(m.preset_params, data.num_classes));
+  // A preset ends in a dense layer of as many units as the loss reads.
+  MT_ASSIGN_OR_RETURN(const models::LossType* type,
+                      models::FindLoss(loss.name));
+  MT_ASSIGN_OR_RETURN(const Shape out, ExpectedOutput(*type, data));
+  MT_ASSIGN_OR_RETURN(def.layers, preset->expand(m.preset_params, out.back()));
   return def;
 }
 
@@ -113,30 +130,45 @@ absl::Status CheckSomethingTrains(const models::Model& model) {
             "train");
 }
 
-// The model must map an example to one logit per class and label: [classes]
-// for one label per example, [T, classes] for sequences of T labels.
+// The model must map an example to the logits its loss reads for the
+// example's labels (LossType::output_shape): for the categorical loss
+// [classes] for one label per example, [T, classes] for sequences of T
+// labels.
 absl::Status CheckClassifier(const models::Model& model,
+                             const models::LossType& loss,
                              const InMemoryDataset& data) {
   const Shape& out = model.output_shape();
-  Shape expected(data.labels.shape().begin() + 1, data.labels.shape().end());
-  expected.push_back(data.num_classes);
+  MT_ASSIGN_OR_RETURN(const Shape expected, ExpectedOutput(loss, data));
   if (out != expected) {
     const std::string needs =
-        expected.size() == 1
+        expected.size() == 1 && loss.name == models::kDefaultLoss
             ? absl::StrCat("the data has ", data.num_classes, " classes")
-            : absl::StrCat("the data needs ", ShapeToString(expected),
-                           " (one logit per class and label)");
+            : absl::StrCat(
+                  "the data needs ", ShapeToString(expected), " (",
+                  loss.name == models::kDefaultLoss
+                      ? "one logit per class and label"
+                      : absl::StrCat(loss.name, ": one logit per label"),
+                  ")");
     // More axes than the labels have: a flatten (or a global pooling) is
     // probably missing before the classifier; a dense layer keeps the
     // other axes (Keras's last-axis Dense).
-    const std::string hint =
-        out.size() > expected.size()
-            ? absl::StrCat(
-                  " (flatten or pool the features before a last "
-                  "dense layer of ",
-                  data.num_classes, " units)")
-            : absl::StrCat(" (end with a dense layer of ", data.num_classes,
-                           " units)");
+    std::string hint = out.size() > expected.size()
+                           ? absl::StrCat(
+                                 " (flatten or pool the features before a last "
+                                 "dense layer of ",
+                                 expected.back(), " units)")
+                           : absl::StrCat(" (end with a dense layer of ",
+                                          expected.back(), " units)");
+    // The output may be right for these labels under another loss (a
+    // multi-label model under the categorical one).
+    for (const models::LossType* other :
+         models::LossRegistry::Global().Entries()) {
+      absl::StatusOr<Shape> fits = ExpectedOutput(*other, data);
+      if (other != &loss && fits.ok() && *fits == out) {
+        hint = absl::StrCat(" (loss.name: ", other->name,
+                            " reads this output for these labels)");
+      }
+    }
     return absl::InvalidArgumentError(
         absl::StrCat("model: the last layer gives ", ShapeToString(out),
                      " per example but ", needs, hint));
@@ -247,10 +279,12 @@ absl::StatusOr<std::string> ModelSummary(const Config& config) {
                                 config.model.input_shape));
   MT_RETURN_IF_ERROR(CheckTestSplit(config.model, data));
   MT_ASSIGN_OR_RETURN(const models::ModelDef def,
-                      ModelDefinition(config.model, data));
+                      ModelDefinition(config.model, config.loss, data));
   MT_ASSIGN_OR_RETURN(std::unique_ptr<models::Model> model,
                       models::Model::Build(def, config.seed, Device::Cpu()));
-  MT_RETURN_IF_ERROR(CheckClassifier(*model, data));
+  MT_ASSIGN_OR_RETURN(const models::LossType* loss,
+                      models::FindLoss(config.loss.name));
+  MT_RETURN_IF_ERROR(CheckClassifier(*model, *loss, data));
   MT_RETURN_IF_ERROR(CheckSomethingTrains(*model));
   // What `train` checks of the data before its first step, on the split
   // loaded here (the training split's examples are not read).
@@ -270,6 +304,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   t->startup_.began = Clock::now();
   t->startup_.before = ProcessAgeSeconds();
   t->config_ = config;
+  MT_ASSIGN_OR_RETURN(t->loss_, models::FindLoss(config.loss.name));
   t->data_needs_ = data;
   // Only training watches; eval, sample and predict leave the state be.
   if (const auto& patience = config.train.early_stopping_patience;
@@ -387,8 +422,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     const Clock::time_point model_began = Clock::now();
     MT_RETURN_IF_ERROR(
         CheckTestSplit(config.model, t->test_data_, !shapes_only));
-    MT_ASSIGN_OR_RETURN(const models::ModelDef def,
-                        ModelDefinition(config.model, t->test_data_));
+    MT_ASSIGN_OR_RETURN(
+        const models::ModelDef def,
+        ModelDefinition(config.model, config.loss, t->test_data_));
     MT_RETURN_IF_ERROR(CheckTokenIds(def, config.data, t->test_data_));
     MT_RETURN_IF_ERROR(t->BuildState(def));
     t->startup_.model = Clock::now() - model_began;
@@ -541,7 +577,7 @@ absl::StatusOr<Trainer::Replica> Trainer::BuildReplica(
   MT_ASSIGN_OR_RETURN(const MatMulPrecision precision,
                       ParseMatMulPrecision(config_.precision));
   r.model->SetMixedBFloat16(precision == MatMulPrecision::kBf16);
-  MT_RETURN_IF_ERROR(CheckClassifier(*r.model, test_data_));
+  MT_RETURN_IF_ERROR(CheckClassifier(*r.model, *loss_, test_data_));
   if (data_needs_ == DataNeeds::kTrainAndTest) {
     MT_RETURN_IF_ERROR(CheckSomethingTrains(*r.model));
   }

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tensor/gradient_tape.h"
 #include "tests/test_util.h"
@@ -167,6 +168,118 @@ TEST(LabelSmoothingTest, ZeroIsPlainAndShardsAddUp) {
     EXPECT_NE(refused.status().message().find("label smoothing"),
               std::string::npos);
   }
+}
+
+// binary_crossentropy against Keras's BinaryCrossentropy(from_logits=True)
+// and binary_accuracy (scripts/golden/binary_crossentropy.py): logits [9, 1]
+// with labels [9], and multi-label [5, 3], with logits up to +-100 and an
+// exact 0, f32. Keras's reduction="sum" sums each example's mean over its
+// k labels: ours divided by k.
+TEST(BinaryCrossentropyTest, MatchesKeras) {
+  absl::StatusOr<std::map<std::string, Tensor>> golden =
+      testing::LoadGolden(testing::GoldenPath("binary_crossentropy.txt"));
+  ASSERT_TRUE(golden.ok()) << golden.status();
+  auto g = [&](const std::string& name) -> const Tensor& {
+    auto it = golden->find(name);
+    EXPECT_NE(it, golden->end()) << name;
+    return it->second;
+  };
+  int checked = 0;
+  for (const auto& [c, k] :
+       {std::pair<std::string, int64_t>{"binary", 1}, {"multi", 3}}) {
+    const Tensor& logits = g(c + "/logits");
+    const Tensor& labels = g(c + "/labels");
+    absl::StatusOr<int64_t> correct = CountCorrectBinary(logits, labels);
+    ASSERT_TRUE(correct.ok()) << correct.status();
+    EXPECT_FLOAT_EQ(static_cast<float>(*correct) / labels.num_elements(),
+                    g(c + "/accuracy").ScalarAt(0))
+        << c;
+    for (const std::string e : {"e00", "e01", "e10"}) {
+      SCOPED_TRACE(c + "/" + e);
+      const std::string p = c + "/" + e;
+      GradientTape tape;
+      tape.Watch(logits);
+      absl::StatusOr<Tensor> loss = BinaryCrossentropy(
+          logits, labels, k, g(p + "/label_smoothing").ScalarAt(0));
+      ASSERT_TRUE(loss.ok()) << loss.status();
+      EXPECT_TRUE(testing::AllClose(*loss, g(p + "/loss"), 1e-6, 1e-6));
+      auto grads = tape.Gradient(*loss, {logits});
+      ASSERT_TRUE(grads.ok()) << grads.status();
+      EXPECT_TRUE(testing::AllClose(*(*grads)[0], g(p + "/grad"), 1e-6, 1e-7));
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 6);
+}
+
+// A confident logit keeps its loss's digits (e^-30, not 0 from a
+// cancellation of log(1 + e^30) - 30); shards divided by the global count
+// add up; the gradient matches finite differences, at 0 too; shapes that
+// are not one logit per label, and smoothing outside [0, 1], are errors.
+TEST(BinaryCrossentropyTest, StableShardableAndChecked) {
+  const Tensor confident = Tensor::FromVector(std::vector<float>{30, -30}, {2});
+  const Tensor right = Tensor::FromVector(std::vector<int32_t>{1, 0}, {2});
+  absl::StatusOr<Tensor> tiny = BinaryCrossentropy(confident, right, 2);
+  ASSERT_TRUE(tiny.ok()) << tiny.status();
+  EXPECT_NEAR(tiny->ScalarAt(0), std::exp(-30.0), 1e-3 * std::exp(-30.0));
+
+  const Tensor logits = testing::RandomTensor({4, 3}, 6);
+  const Tensor labels = Tensor::FromVector(
+      std::vector<int32_t>{1, 0, 0, 1, 1, 0, 0, 0, 1, 1, 1, 1}, {4, 3});
+  auto whole = BinaryCrossentropy(logits, labels, 12, 0.2);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  double shards = 0;
+  for (auto [begin, rows] : {std::pair<int64_t, int64_t>{0, 3}, {3, 1}}) {
+    auto part = BinaryCrossentropy(*logits.SliceRows(begin, rows),
+                                   *labels.SliceRows(begin, rows), 12, 0.2);
+    ASSERT_TRUE(part.ok()) << part.status();
+    shards += part->ScalarAt(0);
+  }
+  EXPECT_NEAR(shards, whole->ScalarAt(0), 1e-12);
+  Tensor with_zero = testing::RandomTensor({4, 3}, 7);
+  with_zero.data<double>()[0] = 0;
+  testing::ExpectGradientsMatch(
+      [&](const std::vector<Tensor>& in) {
+        return BinaryCrossentropy(in[0], labels, 12, 0.2);
+      },
+      {with_zero});
+
+  EXPECT_FALSE(BinaryCrossentropy(logits, *labels.SliceRows(0, 2), 12).ok());
+  const Tensor two_per_row = testing::RandomTensor({12, 2}, 8);
+  auto wide = BinaryCrossentropy(two_per_row, *labels.Reshaped({12}), 12);
+  ASSERT_FALSE(wide.ok());
+  EXPECT_THAT(std::string(wide.status().message()),
+              ::testing::HasSubstr("one logit per label, got logits [12,2] "
+                                   "for labels [12]"));
+  for (const double bad : {-0.1, 1.5, std::nan("")}) {
+    EXPECT_FALSE(BinaryCrossentropy(logits, labels, 12, bad).ok()) << bad;
+  }
+  EXPECT_FALSE(BinaryCrossentropy(logits, labels, 0).ok());
+}
+
+// The registry: each loss's logits per example for its labels, and the
+// data each refuses.
+TEST(LossRegistryTest, OutputShapesAndRefusals) {
+  absl::StatusOr<const LossType*> sparse = FindLoss(kDefaultLoss);
+  absl::StatusOr<const LossType*> binary = FindLoss("binary_crossentropy");
+  ASSERT_TRUE(sparse.ok() && binary.ok());
+  EXPECT_EQ((*sparse)->output_shape({}, 10).value(), (Shape{10}));
+  EXPECT_EQ((*sparse)->output_shape({8}, 256).value(), (Shape{8, 256}));
+  EXPECT_EQ((*binary)->output_shape({}, 2).value(), (Shape{1}));
+  EXPECT_EQ((*binary)->output_shape({}, 1).value(), (Shape{1}));
+  EXPECT_EQ((*binary)->output_shape({5}, 2).value(), (Shape{5}));
+  absl::StatusOr<Shape> ten = (*binary)->output_shape({}, 10);
+  ASSERT_FALSE(ten.ok());
+  EXPECT_THAT(std::string(ten.status().message()),
+              ::testing::HasSubstr("takes labels 0 and 1, but the data has "
+                                   "10 classes"));
+  absl::StatusOr<const LossType*> unknown = FindLoss("mse");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_THAT(std::string(unknown.status().message()),
+              ::testing::HasSubstr("unknown loss 'mse' (expected one of "
+                                   "binary_crossentropy, "
+                                   "sparse_categorical_crossentropy)"));
+  EXPECT_TRUE(LossRegistry::Global().duplicates().empty());
 }
 
 }  // namespace

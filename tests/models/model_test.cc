@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/algorithm/container.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
@@ -139,7 +140,7 @@ TEST(ModelTest, ASoftmaxOutputLayerLeavesTheLogitsToTheLoss) {
   };
   const Tensor x = testing::RandomTensor({2, 4, 3}, 3, DType::kF32);
   std::unique_ptr<Model> linear = build({dense("linear")});
-  ASSERT_FALSE(linear->softmax_output());
+  ASSERT_EQ(linear->output_activation(), "");
   for (std::vector<LayerSpec> layers :
        {std::vector<LayerSpec>{dense("softmax")},
         std::vector<LayerSpec>{Spec(
@@ -147,7 +148,7 @@ TEST(ModelTest, ASoftmaxOutputLayerLeavesTheLogitsToTheLoss) {
             {dense("linear"),
              Spec("activation", {{"activation", std::string("softmax")}})})}}) {
     std::unique_ptr<Model> m = build(std::move(layers));
-    EXPECT_TRUE(m->softmax_output());
+    EXPECT_EQ(m->output_activation(), "softmax");
     ASSERT_EQ(Names(*m), Names(*linear));
     for (size_t i = 0; i < m->variables().size(); ++i) {
       EXPECT_TRUE(testing::SameBits(m->variables()[i]->value(),
@@ -175,6 +176,50 @@ TEST(ModelTest, ASoftmaxOutputLayerLeavesTheLogitsToTheLoss) {
   // Without one, Probabilities is the outputs themselves.
   const Tensor y = *linear->Call(x, {});
   EXPECT_TRUE(testing::SameBits(*linear->Probabilities(y), y));
+}
+
+// binary_crossentropy's counterpart: a sigmoid on the output layer leaves
+// the logits to the loss, and Probabilities applies the sigmoid; under the
+// categorical loss a sigmoid output (the other loss's probabilities) is
+// refused, as a softmax output is under the binary one.
+TEST(ModelTest, ASigmoidOutputLayerLeavesTheLogitsToTheBinaryLoss) {
+  auto def = [](const std::string& activation, const std::string& loss) {
+    ModelDef d{
+        {3},
+        {Spec("dense",
+              {{"units", int64_t{4}}, {"activation", std::string("relu")}}),
+         Spec("dense", {{"units", int64_t{2}}, {"activation", activation}})}};
+    d.loss = loss;
+    return d;
+  };
+  const std::string binary = "binary_crossentropy";
+  absl::StatusOr<std::unique_ptr<Model>> linear =
+      Model::Build(def("linear", binary), 7, Device::Cpu());
+  absl::StatusOr<std::unique_ptr<Model>> m =
+      Model::Build(def("sigmoid", binary), 7, Device::Cpu());
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->output_activation(), "sigmoid");
+  const Tensor x = testing::RandomTensor({5, 3}, 4, DType::kF32);
+  absl::StatusOr<Tensor> logits = (*m)->Call(x, {});
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  EXPECT_TRUE(testing::SameBits(*logits, *(*linear)->Call(x, {})));
+  absl::StatusOr<Tensor> p = (*m)->Probabilities(*logits);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(testing::SameBits(*p, *ops::Sigmoid(*logits)));
+
+  for (const auto& [activation, loss] :
+       {std::pair<std::string, std::string>{"sigmoid", kDefaultLoss},
+        {"softmax", binary}}) {
+    absl::StatusOr<std::unique_ptr<Model>> other =
+        Model::Build(def(activation, loss), 7, Device::Cpu());
+    ASSERT_FALSE(other.ok()) << activation;
+    EXPECT_THAT(std::string(other.status().message()),
+                HasSubstr(absl::StrCat("a ", activation,
+                                       " on the output layer gives")));
+    EXPECT_THAT(std::string(other.status().message()),
+                HasSubstr(absl::StrCat("the loss is ", loss)));
+  }
 }
 
 TEST(ModelTest, NamedLayersTakeNoAutoNameNumber) {

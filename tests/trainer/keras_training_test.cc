@@ -192,6 +192,27 @@ std::vector<KerasRun> Runs() {
         "optimizer={name: adam, learning_rate: 0.01}"},
        14,
        6},
+      // binary_crossentropy: a sigmoid output (Keras's from_logits=False,
+      // whose loss reads the logits) on one 0/1 label per example, and
+      // multi-label logits with label smoothing.
+      {"bin",
+       NpzData,
+       {"data.global_batch_size=12",
+        "model={layers: [{type: dense, units: 16, activation: relu}, "
+        "{type: dense, units: 1, activation: sigmoid}]}",
+        "loss.name=binary_crossentropy",
+        "optimizer={name: momentum, learning_rate: 0.5, momentum: 0.9}"},
+       4,
+       8},
+      {"multi",
+       NpzData,
+       {"data.global_batch_size=12",
+        "model={layers: [{type: dense, units: 16, activation: relu}, "
+        "{type: dense, units: 3}]}",
+        "loss={name: binary_crossentropy, label_smoothing: 0.1}",
+        "optimizer={name: adam, learning_rate: 0.01}"},
+       4,
+       8},
   };
 }
 

@@ -5,7 +5,9 @@
 //
 // x: uint8 (scaled to [0, 1]) or float32, [n, features], [n, h, w] (one
 // channel added) or NHWC [n, h, w, c]; both splits of one example shape.
-// y: any integer dtype, [n] or [n, 1], labels >= 0. The classes are
+// y: any integer dtype, [n] or [n, 1] (one label per example), or [n, k...]
+// (k labels per example: a sequence's, or binary_crossentropy's multi-label
+// 0/1 labels), labels >= 0, both splits of one label shape. The classes are
 // data.num_classes when set (labels must be below it), else the largest
 // label of both splits + 1.
 #include <cmath>
@@ -17,6 +19,7 @@
 #include <system_error>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -110,19 +113,27 @@ class ArraySet {
   std::optional<ZipArchive> zip_;
 };
 
-// The labels as int64 (u64 values above int64's range are out of range,
-// and named as they are). Elements are little-endian, as the host's.
+// One example's labels: [] for y [n] or [n, 1] (Keras's column of class
+// labels), else y's shape past n.
+Shape LabelShape(const NpyHeader& h) {
+  if (h.shape.size() == 2 && h.shape[1] == 1) return {};
+  return Shape(h.shape.begin() + 1, h.shape.end());
+}
+
+// The labels as int64, flat (u64 values above int64's range are out of
+// range, and named as they are). Elements are little-endian, as the
+// host's.
 absl::StatusOr<std::vector<int64_t>> LabelValues(const NpyArray& y,
                                                  const std::string& where) {
   const NpyHeader& h = y.header;
-  const bool row_vector =
-      h.shape.size() == 1 || (h.shape.size() == 2 && h.shape[1] == 1);
-  if (!row_vector) {
-    return BadData(where, absl::StrCat("shape ", h.ShapeString(),
-                                       " is not [n] or [n, 1] (integer class "
-                                       "labels, not one-hot)"));
+  if (h.shape.empty()) {
+    return BadData(where, "is a scalar, not labels [n] (integer classes)");
   }
-  const int64_t n = h.shape[0];
+  if (absl::c_linear_search(LabelShape(h), 0)) {
+    return BadData(where, absl::StrCat("shape ", h.ShapeString(),
+                                       " holds no labels per example"));
+  }
+  const int64_t n = NumElements(h.shape);
   std::vector<int64_t> out(n);
   // The first u64 label past int64: its index and its value as it is.
   int64_t huge_at = -1;
@@ -222,15 +233,22 @@ absl::StatusOr<InMemoryDataset> LoadNpz(const std::string& path, bool train,
   MT_ASSIGN_OR_RETURN(std::vector<int64_t> labels,
                       LabelValues(y, arrays.Where(y_name)));
   const int64_t n = shape[0];
-  if (static_cast<int64_t>(labels.size()) != n) {
-    return BadData(path,
-                   absl::StrCat(y_name, " has ", labels.size(), " labels but ",
-                                x_name, " has ", n, " examples"));
+  if (y.header.shape[0] != n) {
+    return BadData(path, absl::StrCat(y_name, " has ", y.header.shape[0],
+                                      " examples' labels but ", x_name, " has ",
+                                      n, " examples"));
   }
   const std::string y_other = "y_" + other;
   MT_ASSIGN_OR_RETURN(NpyArray y2, arrays.Read(y_other));
   MT_ASSIGN_OR_RETURN(std::vector<int64_t> other_labels,
                       LabelValues(y2, arrays.Where(y_other)));
+  const Shape label_shape = LabelShape(y.header);
+  if (label_shape != LabelShape(y2.header)) {
+    return BadData(path, absl::StrCat(y_name, " has labels of shape ",
+                                      ShapeToString(label_shape),
+                                      " per example but ", y_other, " has ",
+                                      ShapeToString(LabelShape(y2.header))));
+  }
 
   if (num_classes.has_value()) {
     for (const auto& [name, values] :
@@ -252,9 +270,14 @@ absl::StatusOr<InMemoryDataset> LoadNpz(const std::string& path, bool train,
     dataset.num_classes = static_cast<int>(max_label + 1);
   }
 
-  MT_ASSIGN_OR_RETURN(dataset.labels, Tensor::Empty(DType::kI32, {n}));
+  Shape labels_shape = {n};
+  labels_shape.insert(labels_shape.end(), label_shape.begin(),
+                      label_shape.end());
+  MT_ASSIGN_OR_RETURN(dataset.labels, Tensor::Empty(DType::kI32, labels_shape));
   int32_t* out = dataset.labels.data<int32_t>();
-  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>(labels[i]);
+  for (size_t i = 0; i < labels.size(); ++i) {
+    out[i] = static_cast<int32_t>(labels[i]);
+  }
   return dataset;
 }
 
@@ -264,7 +287,7 @@ MT_REGISTER(DataSource,
                     "(np.savez or savez_compressed; scripts/to_npz.py) or a "
                     "directory of .npy files; x uint8 (scaled to [0, 1]) or "
                     "float32, [n, features], [n, h, w] or NHWC; y integer "
-                    "[n] or [n, 1]",
+                    "[n] or [n, 1], or [n, k] (k labels per example)",
              .params = {{Param::String("path").Doc(
                              "the .npz file, or a directory of x_train.npy, "
                              "y_train.npy, x_test.npy, y_test.npy"),

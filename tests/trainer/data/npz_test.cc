@@ -239,17 +239,52 @@ TEST(NpzTest, ShapeMismatches) {
   ExpectBad(empty, true, "x_train: holds no examples");
   std::vector<ZipMember> a = Arrays(false);
   a[1].bytes = NpyBytes("<i2", {3}, RawBytes(std::vector<int16_t>{1, 0, 6}));
-  ExpectBad(a, true, "y_train has 3 labels but x_train has 4 examples");
+  ExpectBad(a, true,
+            "y_train has 3 examples' labels but x_train has 4 examples");
   a = Arrays(false);
   a[2].bytes = NpyBytes("<f4", {2, 2, 3}, std::string(48, '\0'));
   ExpectBad(a, false,
             "x_test has examples of shape [2,3,1] but x_train has [3,2,1]");
+  // Several labels per example: both splits alike (a one-hot y_train
+  // beside class labels in y_test is caught here).
   a = Arrays(false);
   a[1].bytes = NpyBytes("<i2", {4, 2}, std::string(16, '\0'));
-  ExpectBad(a, true, "y_train: shape (4, 2) is not [n] or [n, 1]");
+  ExpectBad(a, true,
+            "y_train has labels of shape [2] per example but y_test has []");
+  ExpectBad(a, false,
+            "y_test has labels of shape [] per example but y_train has [2]");
+  a[1].bytes = NpyBytes("<i2", {4, 0}, "");
+  ExpectBad(a, true, "y_train: shape (4, 0) holds no labels per example");
+  a[1].bytes = NpyBytes("<i2", {}, std::string(2, '\0'));
+  ExpectBad(a, true, "y_train: is a scalar");
   a = Arrays(false);
   a[0].bytes = NpyBytes("|u1", {24}, std::string(24, '\0'));
   ExpectBad(a, true, "x_train: shape (24,) is not [n, features]");
+}
+
+// y [n, k]: k labels per example (multi-label 0/1 labels, or a sequence's),
+// kept in their shape; the classes count every label of both splits.
+TEST(NpzTest, SeveralLabelsPerExampleKeepTheirShape) {
+  std::vector<ZipMember> a = Arrays(false);
+  a[1].bytes = NpyBytes(
+      "|u1", {4, 3},
+      RawBytes(std::vector<uint8_t>{1, 0, 1, 0, 0, 0, 1, 1, 1, 0, 1, 0}));
+  a[3].bytes =
+      NpyBytes("<i8", {2, 3}, RawBytes(std::vector<int64_t>{0, 1, 0, 1, 1, 1}));
+  const std::string path = FreshTestDir("npz_multi") + "/m.npz";
+  WriteBytes(path, ZipBytes(a));
+  absl::StatusOr<InMemoryDataset> train = Load(path, true);
+  ASSERT_TRUE(train.ok()) << train.status();
+  EXPECT_EQ(train->labels.shape(), (Shape{4, 3}));
+  EXPECT_EQ(train->labels.ToVector<int32_t>(),
+            (std::vector<int32_t>{1, 0, 1, 0, 0, 0, 1, 1, 1, 0, 1, 0}));
+  EXPECT_EQ(train->labels_per_example(), 3);
+  EXPECT_EQ(train->num_classes, 2);
+  absl::StatusOr<InMemoryDataset> test = Load(path, false);
+  ASSERT_TRUE(test.ok()) << test.status();
+  EXPECT_EQ(test->labels.shape(), (Shape{2, 3}));
+  EXPECT_EQ(test->labels.ToVector<int32_t>(),
+            (std::vector<int32_t>{0, 1, 0, 1, 1, 1}));
 }
 
 TEST(NpzTest, NegativeLabel) {
