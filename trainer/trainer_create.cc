@@ -152,13 +152,15 @@ absl::Status CheckClassifier(const models::Model& model,
     // More axes than the labels have: a flatten (or a global pooling) is
     // probably missing before the classifier; a dense layer keeps the
     // other axes (Keras's last-axis Dense).
-    std::string hint = out.size() > expected.size()
-                           ? absl::StrCat(
-                                 " (flatten or pool the features before a last "
-                                 "dense layer of ",
-                                 expected.back(), " units)")
-                           : absl::StrCat(" (end with a dense layer of ",
-                                          expected.back(), " units)");
+    const std::string units = absl::StrCat(
+        expected.back(), expected.back() == 1 ? " unit" : " units");
+    std::string hint =
+        out.size() > expected.size()
+            ? absl::StrCat(
+                  " (flatten or pool the features before a last "
+                  "dense layer of ",
+                  units, ")")
+            : absl::StrCat(" (end with a dense layer of ", units, ")");
     // The output may be right for these labels under another loss (a
     // multi-label model under the categorical one).
     for (const models::LossType* other :

@@ -1,0 +1,212 @@
+// End-to-end runs of the binary with loss.name: binary_crossentropy on an
+// npz of 0/1 labels made here: a multi-label model with a sigmoid output
+// trains, evaluates and predicts probabilities that agree with its
+// accuracy; a preset ends in one unit for one label; data and models that
+// do not fit the loss exit 2 with one line.
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+#include "tests/trainer/cli_runner.h"
+#include "tests/trainer/data/npz_writer.h"
+#include "trainer/data/npy.h"
+
+namespace mirrortrain {
+namespace {
+
+namespace fs = std::filesystem;
+using ::mirrortrain::testing::FreshTestDir;
+using ::mirrortrain::testing::NpyBytes;
+using ::mirrortrain::testing::RawBytes;
+using ::mirrortrain::testing::WriteBytes;
+using ::mirrortrain::testing::ZipBytes;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+constexpr int64_t kTrain = 192, kTest = 64, kFeatures = 6;
+
+// Points of kFeatures in [-1, 1] and, for each of `labels` fixed
+// directions, whether the point lies on its positive side.
+struct Split {
+  std::vector<float> x;
+  std::vector<int64_t> y;
+};
+Split MakeSplit(int64_t n, int64_t first, int64_t labels) {
+  Split s;
+  for (int64_t i = 0; i < n * kFeatures; ++i) {
+    s.x.push_back(static_cast<float>(std::sin(0.7 * (first * kFeatures + i))));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t c = 0; c < labels; ++c) {
+      double dot = 0;
+      for (int64_t j = 0; j < kFeatures; ++j) {
+        dot += s.x[i * kFeatures + j] * std::cos(1.3 * (c * kFeatures + j) + 1);
+      }
+      s.y.push_back(dot > 0);
+    }
+  }
+  return s;
+}
+
+// The npz of `labels` 0/1 labels per example (y [n] for 1); returns the
+// `data:` block of a config.
+std::string WriteData(const std::string& dir, int64_t labels) {
+  const Split train = MakeSplit(kTrain, 0, labels);
+  const Split test = MakeSplit(kTest, kTrain, labels);
+  auto y_shape = [&](int64_t n) {
+    return labels == 1 ? std::vector<int64_t>{n}
+                       : std::vector<int64_t>{n, labels};
+  };
+  const std::string path = dir + "/binary.npz";
+  WriteBytes(
+      path,
+      ZipBytes(
+          {{"x_train.npy",
+            NpyBytes("<f4", {kTrain, kFeatures}, RawBytes(train.x))},
+           {"y_train.npy", NpyBytes("<i8", y_shape(kTrain), RawBytes(train.y))},
+           {"x_test.npy",
+            NpyBytes("<f4", {kTest, kFeatures}, RawBytes(test.x))},
+           {"y_test.npy", NpyBytes("<i8", y_shape(kTest), RawBytes(test.y))}}));
+  return absl::StrCat("data: {name: npz, path: ", path,
+                      ", global_batch_size: 32}\n");
+}
+
+std::string WriteConfig(const std::string& dir, const std::string& data,
+                        const std::string& output_units) {
+  const std::string path = dir + "/job.yaml";
+  WriteBytes(path, absl::StrCat("seed: 5\n", data, R"(model:
+  layers:
+    - {type: dense, units: 32, activation: relu}
+    - {type: dense, units: )",
+                                output_units, R"(, activation: sigmoid}
+loss: {name: binary_crossentropy}
+optimizer: {name: adam, learning_rate: 0.02}
+distribute: {devices: [cpu:0, cpu:1]}
+train: {epochs: 12, log_every_steps: 12}
+checkpoint: {every_steps: 0}
+)"));
+  return path;
+}
+
+// Bad input: exit 2 and one line on stderr containing `expected`, nothing
+// written.
+void ExpectExit2(const std::vector<std::string>& args,
+                 const std::string& expected) {
+  Result r = RunCli(args);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, StartsWith("mirrortrain: "));
+  EXPECT_THAT(r.err, HasSubstr(expected));
+  EXPECT_EQ(Lines(r.err).size(), 1u) << r.err;
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == "--run_dir") {
+      EXPECT_FALSE(fs::exists(args[i + 1])) << "wrote " << args[i + 1];
+    }
+  }
+}
+
+// Three labels per example: the model learns them (binary accuracy over
+// every label); predict writes the sigmoid's probabilities, whose sides of
+// 0.5 give eval's accuracy on the same examples.
+TEST(BinaryLossCliTest, MultiLabelTrainsEvaluatesAndPredictsProbabilities) {
+  const std::string dir = FreshTestDir("binary_loss_cli_multi");
+  const std::string config = WriteConfig(dir, WriteData(dir, 3), "3");
+  Result r = RunCli({"train", "--config", config, "--run_dir", dir + "/run"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Result eval =
+      RunCli({"eval", "--config", config, "--checkpoint", dir + "/run"});
+  ASSERT_EQ(eval.exit_code, 0) << eval.err;
+  const double accuracy = JsonNumber(eval.out, "accuracy");
+  EXPECT_GT(accuracy, 0.9) << eval.out;
+  EXPECT_EQ(JsonNumber(eval.out, "examples"), kTest);
+
+  const Split test = MakeSplit(kTest, kTrain, 3);
+  WriteBytes(
+      dir + "/x.npy",
+      trainer::NpyHeaderBytes("<f4", {kTest, kFeatures}) + RawBytes(test.x));
+  Result p =
+      RunCli({"predict", "--config", config, "--checkpoint", dir + "/run",
+              "--input", dir + "/x.npy", "--output", dir + "/p.npy"});
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  absl::StatusOr<trainer::NpyArray> out =
+      trainer::ParseNpy(testing::ReadFile(dir + "/p.npy"), dir + "/p.npy");
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->header.shape, (std::vector<int64_t>{kTest, 3}));
+  std::vector<float> probabilities(kTest * 3);
+  std::memcpy(probabilities.data(), out->data(), probabilities.size() * 4);
+  int64_t right = 0;
+  bool confident = false;
+  for (size_t i = 0; i < probabilities.size(); ++i) {
+    ASSERT_GE(probabilities[i], 0.0f) << i;
+    ASSERT_LE(probabilities[i], 1.0f) << i;
+    confident = confident || probabilities[i] > 0.99f;
+    right += (probabilities[i] > 0.5f) == (test.y[i] == 1);
+  }
+  EXPECT_TRUE(confident);
+  EXPECT_NEAR(static_cast<double>(right) / (kTest * 3), accuracy, 1e-4);
+}
+
+// One label per example (y [n]): a preset's last dense layer has one unit,
+// and the binary model trains.
+TEST(BinaryLossCliTest, APresetEndsInOneUnitForOneLabel) {
+  const std::string dir = FreshTestDir("binary_loss_cli_preset");
+  const std::string config = WriteConfig(dir, WriteData(dir, 1), "1");
+  Result r = RunCli({"train", "--config", config, "--run_dir", dir + "/run",
+                     "--set", "model={name: mlp, hidden_units: [16]}"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Result eval =
+      RunCli({"eval", "--config", config, "--checkpoint", dir + "/run", "--set",
+              "model={name: mlp, hidden_units: [16]}"});
+  ASSERT_EQ(eval.exit_code, 0) << eval.err;
+  EXPECT_GT(JsonNumber(eval.out, "accuracy"), 0.85) << eval.out;
+  Result summary = RunCli({"train", "--config", config, "--dry_run", "--set",
+                           "model={name: mlp, hidden_units: [16]}"});
+  ASSERT_EQ(summary.exit_code, 0) << summary.err;
+  EXPECT_THAT(summary.out, HasSubstr("(None, 1)"));
+}
+
+TEST(BinaryLossCliTest, DataAndModelsThatDoNotFitTheLossExit2) {
+  const std::string dir = FreshTestDir("binary_loss_cli_bad");
+  // Two logits for one 0/1 label are the categorical loss's.
+  const std::string one = WriteConfig(dir, WriteData(dir, 1), "2");
+  ExpectExit2({"train", "--config", one, "--run_dir", dir + "/run"},
+              "model: the last layer gives [2] per example but the data needs "
+              "[1] (binary_crossentropy: one logit per label) (loss.name: "
+              "sparse_categorical_crossentropy reads this output for these "
+              "labels)");
+  ExpectExit2({"train", "--config", one, "--run_dir", dir + "/run", "--set",
+               "model.layers[1]={type: flatten}"},
+              "model: the last layer gives [32] per example but the data needs "
+              "[1] (binary_crossentropy: one logit per label) (end with a "
+              "dense layer of 1 unit)");
+  // Ten classes are not 0/1 labels.
+  ExpectExit2(SmallTrain(dir + "/run", {"loss.name=binary_crossentropy"}),
+              "loss.name: binary_crossentropy takes labels 0 and 1, but the "
+              "data has 10 classes");
+  // Multi-label data under the categorical loss: the hint names the loss
+  // that reads this output.
+  const std::string multi = WriteConfig(dir, WriteData(dir, 3), "3");
+  ExpectExit2({"train", "--config", multi, "--run_dir", dir + "/run", "--set",
+               "model.layers[1].activation=linear", "--set",
+               "loss.name=sparse_categorical_crossentropy"},
+              "model: the last layer gives [3] per example but the data needs "
+              "[3,2] (one logit per class and label) (loss.name: "
+              "binary_crossentropy reads this output for these labels)");
+  // Another loss's probabilities on the output layer, named with its line.
+  ExpectExit2({"train", "--config", multi, "--run_dir", dir + "/run", "--set",
+               "loss.name=sparse_categorical_crossentropy"},
+              "job.yaml:6: model.layers[1].activation: a sigmoid on the output "
+              "layer gives binary_crossentropy's probabilities, but the loss "
+              "is sparse_categorical_crossentropy");
+  ExpectExit2({"train", "--config", multi, "--run_dir", dir + "/run", "--set",
+               "loss.name=mse"},
+              "loss.name: unknown value 'mse'");
+}
+
+}  // namespace
+}  // namespace mirrortrain
