@@ -10,7 +10,8 @@ From your own arrays (.npy files, anything np.load reads):
 
 What it writes, and mirrortrain checks: x uint8 (pixels, scaled to [0, 1] when
 loaded) or float32 (used as is), shaped [n, features], [n, h, w] or NHWC
-[n, h, w, c]; y integer class labels >= 0, shaped [n]. float64 x becomes
+[n, h, w, c]; y integer class labels >= 0, shaped [n] (with --multi-label,
+[n, k] labels of 0 and 1, for loss.name: binary_crossentropy). float64 x becomes
 float32; [n, 1] labels become [n]; channels-first image batches from
 torchvision are transposed to NHWC. Compressed (np.savez_compressed) unless
 --no-compress. TensorFlow and torchvision are imported only for their option.
@@ -68,7 +69,7 @@ def from_npy(paths):
     return tuple(np.load(p, allow_pickle=False) for p in paths)
 
 
-def checked(name, x, y):
+def checked(name, x, y, multi_label=False):
     """The arrays as mirrortrain reads them, or SystemExit saying why not."""
     x, y = np.asarray(x), np.asarray(y)
     if x.dtype == np.float64:
@@ -84,9 +85,17 @@ def checked(name, x, y):
         x = x.transpose(0, 2, 3, 1)
     if y.ndim == 2 and y.shape[1] == 1:
         y = y.reshape(-1)
-    if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
+    if multi_label:
+        if y.ndim != 2 or not np.issubdtype(y.dtype, np.integer):
+            sys.exit(f"y_{name}: expected integer labels [n, k] "
+                     f"(--multi-label), got {y.dtype} {y.shape}")
+        if y.size and (y.min() < 0 or y.max() > 1):
+            sys.exit(f"y_{name}: multi-label labels are 0 or 1, found "
+                     f"{y.min()}..{y.max()}")
+    elif y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
         sys.exit(f"y_{name}: expected integer class labels [n], got "
-                 f"{y.dtype} {y.shape} (one-hot? use y.argmax(1))")
+                 f"{y.dtype} {y.shape} (one-hot? use y.argmax(1); multi-label "
+                 "0/1 labels: --multi-label)")
     if len(y) != len(x):
         sys.exit(f"y_{name} has {len(y)} labels but x_{name} has {len(x)} "
                  "examples")
@@ -100,10 +109,14 @@ def checked(name, x, y):
     return x, y
 
 
-def write_npz(path, x_train, y_train, x_test, y_test, compress=True):
+def write_npz(path, x_train, y_train, x_test, y_test, compress=True,
+              multi_label=False):
     """Checks the arrays and writes them atomically to `path`."""
-    x_train, y_train = checked("train", x_train, y_train)
-    x_test, y_test = checked("test", x_test, y_test)
+    x_train, y_train = checked("train", x_train, y_train, multi_label)
+    x_test, y_test = checked("test", x_test, y_test, multi_label)
+    if y_train.shape[1:] != y_test.shape[1:]:
+        sys.exit(f"y_train has {y_train.shape[1:]} labels per example but "
+                 f"y_test has {y_test.shape[1:]}")
     if x_train.shape[1:] != x_test.shape[1:]:
         sys.exit(f"x_train examples are {x_train.shape[1:]} but x_test's "
                  f"are {x_test.shape[1:]}")
@@ -136,6 +149,9 @@ def main():
                         help="let torchvision download into --root")
     parser.add_argument("--no-compress", action="store_true",
                         help="np.savez instead of np.savez_compressed")
+    parser.add_argument("--multi-label", action="store_true",
+                        help="y is [n, k] labels of 0 and 1 "
+                        "(loss.name: binary_crossentropy)")
     args = parser.parse_args()
     if args.torchvision and not args.root:
         parser.error("--torchvision needs --root")
@@ -145,7 +161,8 @@ def main():
         arrays = from_torchvision(args.torchvision, args.root, args.download)
     else:
         arrays = from_npy(args.from_npy)
-    write_npz(args.out, *arrays, compress=not args.no_compress)
+    write_npz(args.out, *arrays, compress=not args.no_compress,
+              multi_label=args.multi_label)
 
 
 if __name__ == "__main__":

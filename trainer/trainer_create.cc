@@ -162,13 +162,19 @@ absl::Status CheckClassifier(const models::Model& model,
                   units, ")")
             : absl::StrCat(" (end with a dense layer of ", units, ")");
     // The output may be right for these labels under another loss (a
-    // multi-label model under the categorical one).
+    // multi-label model under the categorical one, whose 0/1 labels may
+    // also be one-hot classes).
     for (const models::LossType* other :
          models::LossRegistry::Global().Entries()) {
       absl::StatusOr<Shape> fits = ExpectedOutput(*other, data);
       if (other != &loss && fits.ok() && *fits == out) {
+        const bool one_hot = loss.name == models::kDefaultLoss;
         hint = absl::StrCat(" (loss.name: ", other->name,
-                            " reads this output for these labels)");
+                            " reads this output for these labels",
+                            one_hot ? "; one-hot labels want their class "
+                                      "index, y.argmax(-1)"
+                                    : "",
+                            ")");
       }
     }
     return absl::InvalidArgumentError(

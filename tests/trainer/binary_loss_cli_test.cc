@@ -196,7 +196,8 @@ TEST(BinaryLossCliTest, DataAndModelsThatDoNotFitTheLossExit2) {
                "loss.name=sparse_categorical_crossentropy"},
               "model: the last layer gives [3] per example but the data needs "
               "[3,2] (one logit per class and label) (loss.name: "
-              "binary_crossentropy reads this output for these labels)");
+              "binary_crossentropy reads this output for these labels; "
+              "one-hot labels want their class index, y.argmax(-1))");
   // Another loss's probabilities on the output layer, named with its line.
   ExpectExit2({"train", "--config", multi, "--run_dir", dir + "/run", "--set",
                "loss.name=sparse_categorical_crossentropy"},
