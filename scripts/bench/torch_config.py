@@ -99,6 +99,17 @@ class SelfAttention(nn.Module):
         return self.out(a.transpose(1, 2).reshape(b, t, -1))
 
 
+class ChannelsLast(nn.Module):
+    """`module` applied to an NCHW image's channel axis, as Keras's Dense
+    and LayerNormalization apply to the last axis of NHWC."""
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, x):
+        return self.module(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
 class GlobalAveragePool(nn.Module):
     def __init__(self, keepdims: bool):
         super().__init__()
@@ -150,15 +161,22 @@ def build_layer(s: dict, shape: tuple) -> tuple:
             return nn.BatchNorm1d(shape[0], eps, momentum, affine=True), shape
         raise ValueError("torch_config: batch norm of sequences has no twin")
     if kind == "layer_normalization":
-        return nn.LayerNorm(shape[-1], eps=s.get("epsilon", 1e-3)), shape
+        image = len(shape) == 3  # (C, H, W): Keras normalises C.
+        norm = nn.LayerNorm(shape[0] if image else shape[-1],
+                            eps=s.get("epsilon", 1e-3))
+        return (ChannelsLast(norm) if image else norm), shape
     if kind == "activation":
         return activation(s["activation"]), shape
     if kind == "dropout":
         return nn.Dropout(s.get("rate", 0.0)), shape
     if kind == "dense":
-        lin = nn.Linear(shape[-1], s["units"], bias=s.get("use_bias", True))
+        image = len(shape) == 3  # (C, H, W): Keras's Dense maps C.
+        lin = nn.Linear(shape[0] if image else shape[-1], s["units"],
+                        bias=s.get("use_bias", True))
         act = s.get("activation", "linear")
         mod = nn.Sequential(lin, activation(act)) if act != "linear" else lin
+        if image:
+            return ChannelsLast(mod), (s["units"],) + shape[1:]
         return mod, shape[:-1] + (s["units"],)
     if kind == "flatten":
         return nn.Flatten(), (math.prod(shape),)
@@ -201,6 +219,11 @@ def build(config: dict) -> tuple:
     layers = (config.get("model") or {}).get("layers")
     if not layers:
         raise ValueError("torch_config: the config has no model.layers")
+    loss = (config.get("loss") or {}).get("name",
+                                          "sparse_categorical_crossentropy")
+    if loss != "sparse_categorical_crossentropy":
+        raise ValueError(f"torch_config: loss '{loss}' has no twin "
+                         "(the benchmarks train with CrossEntropyLoss)")
     data = config["data"]
     if data["name"] == "text":
         shape = (data["sequence_length"],)
