@@ -17,6 +17,9 @@ the gradients of sum(y * upstream) with respect to x and every variable:
     pool size).
   * global_max/*, global_max_keep/*: GlobalMaxPooling2D(), and with
     keepdims=True (the whole image as one window).
+  * conv1d_same/*, conv1d_valid/*, conv1d_causal/*: Conv1D on sequences x
+    [2, 9, 3]: Conv1D(4, 3, strides=2, same), Conv1D(2, 4, valid, no
+    bias), Conv1D(3, 3, strides=2, causal, tanh).
 
 Run from the repository root:
     python3 scripts/golden/window_layers.py
@@ -38,8 +41,8 @@ SEED = 2611
 INPUT = (2, 7, 6, 3)
 
 
-def case(prefix, rng, layer):
-    x = rng.normal(size=INPUT)
+def case(prefix, rng, layer, shape=INPUT):
+    x = rng.normal(size=shape)
     layer.build(x.shape)
     for v in layer.weights:
         v.assign(rng.normal(size=tuple(v.shape)) * 0.5)
@@ -80,6 +83,13 @@ def main():
     tensors += case("global_max", rng, keras.layers.GlobalMaxPooling2D(**f64))
     tensors += case("global_max_keep", rng, keras.layers.GlobalMaxPooling2D(
         keepdims=True, **f64))
+    seq = (2, 9, 3)
+    tensors += case("conv1d_same", rng, keras.layers.Conv1D(
+        4, 3, strides=2, padding="same", **f64), seq)
+    tensors += case("conv1d_valid", rng, keras.layers.Conv1D(
+        2, 4, padding="valid", use_bias=False, **f64), seq)
+    tensors += case("conv1d_causal", rng, keras.layers.Conv1D(
+        3, 3, strides=2, padding="causal", activation="tanh", **f64), seq)
     comment = ("Keras %s (TensorFlow %s) conv and pooling layers with "
                "(height, width) windows; scripts/golden/window_layers.py"
                % (keras.__version__, tf.__version__))

@@ -1,6 +1,7 @@
 // Keras's (height, width) windows: conv2d, depthwise_conv2d and the pooling
 // layers with kernel_size, strides and pool_size given as pairs whose two
-// entries differ, and global max pooling (the image as one window), against
+// entries differ, global max pooling (the image as one window), and conv1d's
+// windows over sequences (same, valid, causal), against
 // Keras (scripts/golden/window_layers.py -> tests/golden/window_layers.txt);
 // an integer means the square pair; and what the config refuses.
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "models/model.h"
 #include "tensor/gradient_tape.h"
@@ -115,7 +117,26 @@ INSTANTIATE_TEST_SUITE_P(
             "max_pool_default", "max_pooling2d", {{"pool_size", Pair{3, 2}}}},
         WindowCase{"global_max", "global_max_pooling2d", {}},
         WindowCase{
-            "global_max_keep", "global_max_pooling2d", {{"keepdims", true}}}),
+            "global_max_keep", "global_max_pooling2d", {{"keepdims", true}}},
+        // Conv1D on sequences [2, 9, 3]: conv2d's op on a one-row image.
+        WindowCase{"conv1d_same",
+                   "conv1d",
+                   {{"filters", int64_t{4}},
+                    {"kernel_size", int64_t{3}},
+                    {"strides", int64_t{2}},
+                    {"padding", "same"}}},
+        WindowCase{"conv1d_valid",
+                   "conv1d",
+                   {{"filters", int64_t{2}},
+                    {"kernel_size", int64_t{4}},
+                    {"use_bias", false}}},
+        WindowCase{"conv1d_causal",
+                   "conv1d",
+                   {{"filters", int64_t{3}},
+                    {"kernel_size", int64_t{3}},
+                    {"strides", int64_t{2}},
+                    {"padding", "causal"},
+                    {"activation", "tanh"}}}),
     [](const ::testing::TestParamInfo<WindowCase>& info) {
       return info.param.golden;
     });
@@ -174,6 +195,82 @@ TEST(WindowPairTest, BadPairsAreRefused) {
                 "pool_size 2x9 does not fit the 7x6 input with padding valid"),
             std::string::npos)
       << model.status();
+}
+
+// Causal conv1d layers (a byte language model's body): an output sees no
+// later step, so changing step t leaves every output before t bit for bit
+// and changes the one at t; same padding sees both sides.
+TEST(Conv1DTest, CausalOutputsSeeNoLaterStep) {
+  auto build = [](const std::string& padding) {
+    std::vector<LayerSpec> layers;
+    for (const auto& [filters, k] : {std::pair<int64_t, int64_t>{5, 3}, {4, 2}}) {
+      absl::StatusOr<LayerSpec> spec =
+          MakeLayerSpec("conv1d", {{"filters", filters},
+                                   {"kernel_size", k},
+                                   {"padding", padding},
+                                   {"activation", "relu"}});
+      EXPECT_TRUE(spec.ok()) << spec.status();
+      spec->path = absl::StrCat("model.layers[", layers.size(), "]");
+      layers.push_back(*spec);
+    }
+    absl::StatusOr<std::unique_ptr<Model>> model =
+        Model::Build(ModelDef{{8, 3}, layers}, 3, Device::Cpu());
+    EXPECT_TRUE(model.ok()) << model.status();
+    return *std::move(model);
+  };
+  Tensor x = testing::RandomTensor({2, 8, 3}, 11, DType::kF32);
+  Tensor changed = testing::RandomTensor({2, 8, 3}, 11, DType::kF32);
+  const int64_t t = 5;
+  for (int64_t c = 0; c < 3; ++c) changed.data<float>()[(8 + t) * 3 + c] += 1;
+  for (const std::string padding : {"causal", "same"}) {
+    SCOPED_TRACE(padding);
+    std::unique_ptr<Model> model = build(padding);
+    ASSERT_EQ(model->output_shape(), (Shape{8, 4}));
+    const Tensor a = *model->Call(x, {}), b = *model->Call(changed, {});
+    // Example 1, steps before t, then step t (the first example is equal).
+    const float* pa = a.data<float>() + 8 * 4;
+    const float* pb = b.data<float>() + 8 * 4;
+    bool before_equal = true, at_changed = false;
+    for (int64_t i = 0; i < t * 4; ++i) before_equal &= pa[i] == pb[i];
+    for (int64_t i = t * 4; i < (t + 1) * 4; ++i) at_changed |= pa[i] != pb[i];
+    EXPECT_EQ(before_equal, padding == "causal");
+    EXPECT_TRUE(at_changed);
+    for (int64_t i = 0; i < 8 * 4; ++i) {
+      ASSERT_EQ(a.data<float>()[i], b.data<float>()[i]) << i;
+    }
+  }
+}
+
+// conv1d reads sequences; its window must fit them (valid), or leave
+// fewer than 2 * steps - 1 (same); causal takes any kernel.
+TEST(Conv1DTest, InputsAndWindowsThatDoNotFitAreRefused) {
+  auto build = [](const Shape& input, int64_t k, const std::string& padding) {
+    absl::StatusOr<LayerSpec> spec =
+        MakeLayerSpec("conv1d", {{"filters", int64_t{2}},
+                                 {"kernel_size", k},
+                                 {"padding", padding}});
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    spec->path = "model.layers[0]";
+    return Model::Build(ModelDef{input, {*spec}}, 1, Device::Cpu());
+  };
+  auto message = [](const absl::StatusOr<std::unique_ptr<Model>>& m) {
+    return m.ok() ? std::string("ok") : std::string(m.status().message());
+  };
+  EXPECT_NE(message(build({7, 6, 3}, 3, "valid"))
+                .find("expects [batch, steps, channels] input, got [1,7,6,3]"),
+            std::string::npos);
+  EXPECT_NE(message(build({5, 3}, 6, "valid"))
+                .find("kernel_size 6 does not fit the 5 steps with padding "
+                      "valid"),
+            std::string::npos);
+  EXPECT_NE(message(build({5, 3}, 10, "same"))
+                .find("kernel_size 10 does not fit the 5 steps (padding "
+                      "same: at most 2 * steps - 1)"),
+            std::string::npos);
+  EXPECT_TRUE(build({5, 3}, 9, "same").ok());
+  absl::StatusOr<std::unique_ptr<Model>> causal = build({5, 3}, 10, "causal");
+  ASSERT_TRUE(causal.ok()) << causal.status();
+  EXPECT_EQ((*causal)->output_shape(), (Shape{5, 2}));
 }
 
 }  // namespace

@@ -1,0 +1,156 @@
+// 1-D convolution layer (Keras Conv1D): activation(conv1d(x, kernel) +
+// bias) over sequences [batch, steps, channels], kernel [k, in, out], names
+// `<name>/kernel` and `<name>/bias`. Padding valid, same, or causal (k - 1
+// zero steps in front, then valid: step t sees steps <= t only).
+//
+// The convolution is conv2d's (ops::Conv2D, its CPU and GPU paths) on a
+// one-row image: x as [batch, 1, steps, in] and the kernel as [1, k, in,
+// out], both reshapes of the same memory. The variable keeps Keras's
+// shape, so checkpoints and warm starts read Keras's weights as they are.
+#include <array>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "models/activation.h"
+#include "models/initializers.h"
+#include "models/layer.h"
+#include "models/layer_registry.h"
+#include "tensor/ops/array_ops.h"
+#include "tensor/ops/conv_ops.h"
+#include "tensor/ops/window.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::models {
+namespace {
+
+class Conv1DLayer final : public Layer {
+ public:
+  Conv1DLayer(std::string name, KernelAndBias w, int64_t stride,
+              std::string padding, const ActivationDef& activation)
+      : Layer(std::move(name)),
+        kernel_(std::move(w.kernel)),
+        bias_(std::move(w.bias)),
+        stride_(stride),
+        padding_(std::move(padding)),
+        activation_(activation) {}
+
+  absl::StatusOr<Tensor> Call(const Tensor& x,
+                              const ForwardContext& /*ctx*/) override {
+    MT_ASSIGN_OR_RETURN(const Shape out, OutputShape(x.shape()));
+    const Shape& k = kernel_.shape();
+    Tensor in = x;
+    if (padding_ == "causal" && k[0] > 1) {
+      MT_ASSIGN_OR_RETURN(
+          Tensor front, Tensor::Zeros(x.dtype(), {x.dim(0), k[0] - 1, k[1]},
+                                      x.device()));
+      MT_ASSIGN_OR_RETURN(in, ops::Concat({front, x}, 1));
+    }
+    MT_ASSIGN_OR_RETURN(in, ops::Reshape(in, {in.dim(0), 1, in.dim(1), k[1]}));
+    MT_ASSIGN_OR_RETURN(const Tensor kernel,
+                        ops::Reshape(kernel_.value(), {1, k[0], k[1], k[2]}));
+    const ops::Conv2DOptions options{
+        .stride_h = 1,
+        .stride_w = stride_,
+        .padding =
+            padding_ == "same" ? ops::Padding::kSame : ops::Padding::kValid};
+    Tensor y;
+    if (bias_.has_value()) {
+      MT_ASSIGN_OR_RETURN(y, ConvBiasActivate(activation_, in, kernel,
+                                              bias_->value(), options));
+    } else {
+      MT_ASSIGN_OR_RETURN(y, ops::Conv2D(in, kernel, options));
+      MT_ASSIGN_OR_RETURN(y, Activate(activation_, y));
+    }
+    return ops::Reshape(y, out);
+  }
+
+  absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
+    const Shape& k = kernel_.shape();
+    if (input.size() != 3 || input[2] != k[1]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name(), ": expects [batch, steps, ", k[1],
+                       "] input, got ", ShapeToString(input)));
+    }
+    // Causal: valid over the steps with k - 1 in front.
+    const bool same = padding_ == "same";
+    const int64_t steps = padding_ == "causal" ? input[1] + k[0] - 1 : input[1];
+    const ops::Window1D w = ops::ComputeWindow(
+        steps, k[0], stride_, same ? ops::Padding::kSame : ops::Padding::kValid);
+    return Shape{input[0], w.out, k[2]};
+  }
+
+  std::vector<Variable*> variables() override {
+    if (!bias_.has_value()) return {&kernel_};
+    return {&kernel_, &*bias_};
+  }
+
+ private:
+  Variable kernel_;
+  std::optional<Variable> bias_;
+  int64_t stride_;
+  std::string padding_;  // valid | same | causal
+  const ActivationDef& activation_;
+};
+
+MT_REGISTER(
+    LayerType,
+    {.name = "conv1d",
+     .doc = "activation(conv1d(x, kernel) + bias) over [batch, steps, "
+            "channels] (Keras Conv1D; no dilation or groups)",
+     .params = {WithInitializerParams(
+         {Param::Int("filters").Min(1).Max(kMaxDimension).Doc(
+              "output channels"),
+          Param::Int("kernel_size")
+              .Min(1)
+              .Max(kMaxDimension)
+              .Doc("steps the kernel spans"),
+          Param::Int("strides").Default(1).Min(1).Max(kMaxDimension).Doc(
+              "step between outputs"),
+          Param::String("padding")
+              .Default("valid")
+              .OneOf({"valid", "same", "causal"})
+              .Doc("valid: no padding; same: output = ceil(steps / "
+                   "strides); causal: kernel_size - 1 zeros in front, so "
+                   "an output sees no later step"),
+          ActivationParam("linear", "applied after the bias"), UseBiasParam()},
+         "kernel_initializer")},
+     .create = [](const LayerSpec& spec,
+                  LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
+       const Shape& in = b.input_shape();
+       if (in.size() != 3) {
+         return absl::InvalidArgumentError(
+             absl::StrCat("expects [batch, steps, channels] input, got ",
+                          ShapeToString(in)));
+       }
+       const int64_t k = spec.params.Int("kernel_size");
+       const std::string padding = spec.params.String("padding");
+       // As conv2d's windows: valid needs the kernel inside the steps,
+       // same allows 2 * steps - 1; causal pads k - 1, so any k fits.
+       const int64_t limit = padding == "valid" ? in[1]
+                             : padding == "same" ? 2 * in[1] - 1
+                                                 : kMaxDimension;
+       if (k > limit) {
+         return absl::InvalidArgumentError(absl::StrCat(
+             "kernel_size ", k, " does not fit the ", in[1], " steps",
+             padding == "valid" ? " with padding valid"
+                                : " (padding same: at most 2 * steps - 1)"));
+       }
+       MT_ASSIGN_OR_RETURN(const ActivationDef* act,
+                           FindActivation(spec.params.String("activation")));
+       const int64_t filters = spec.params.Int("filters");
+       MT_ASSIGN_OR_RETURN(
+           KernelAndBias w,
+           MakeKernelAndBias(b.name(), {k, in[2], filters}, {filters},
+                             spec.params.Bool("use_bias"), b.NextSeed(),
+                             b.device(), std::nullopt,
+                             ReadInitializers(spec.params,
+                                              "kernel_initializer")));
+       return std::unique_ptr<Layer>(
+           new Conv1DLayer(b.name(), std::move(w), spec.params.Int("strides"),
+                           padding, *act));
+     }});
+
+}  // namespace
+}  // namespace mirrortrain::models
