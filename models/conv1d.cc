@@ -43,18 +43,18 @@ class Conv1DLayer final : public Layer {
     Tensor in = x;
     if (padding_ == "causal" && k[0] > 1) {
       MT_ASSIGN_OR_RETURN(
-          Tensor front, Tensor::Zeros(x.dtype(), {x.dim(0), k[0] - 1, k[1]},
-                                      x.device()));
+          Tensor front,
+          Tensor::Zeros(x.dtype(), {x.dim(0), k[0] - 1, k[1]}, x.device()));
       MT_ASSIGN_OR_RETURN(in, ops::Concat({front, x}, 1));
     }
     MT_ASSIGN_OR_RETURN(in, ops::Reshape(in, {in.dim(0), 1, in.dim(1), k[1]}));
     MT_ASSIGN_OR_RETURN(const Tensor kernel,
                         ops::Reshape(kernel_.value(), {1, k[0], k[1], k[2]}));
-    const ops::Conv2DOptions options{
-        .stride_h = 1,
-        .stride_w = stride_,
-        .padding =
-            padding_ == "same" ? ops::Padding::kSame : ops::Padding::kValid};
+    const ops::Conv2DOptions options{.stride_h = 1,
+                                     .stride_w = stride_,
+                                     .padding = padding_ == "same"
+                                                    ? ops::Padding::kSame
+                                                    : ops::Padding::kValid};
     Tensor y;
     if (bias_.has_value()) {
       MT_ASSIGN_OR_RETURN(y, ConvBiasActivate(activation_, in, kernel,
@@ -76,8 +76,9 @@ class Conv1DLayer final : public Layer {
     // Causal: valid over the steps with k - 1 in front.
     const bool same = padding_ == "same";
     const int64_t steps = padding_ == "causal" ? input[1] + k[0] - 1 : input[1];
-    const ops::Window1D w = ops::ComputeWindow(
-        steps, k[0], stride_, same ? ops::Padding::kSame : ops::Padding::kValid);
+    const ops::Window1D w =
+        ops::ComputeWindow(steps, k[0], stride_,
+                           same ? ops::Padding::kSame : ops::Padding::kValid);
     return Shape{input[0], w.out, k[2]};
   }
 
@@ -100,14 +101,19 @@ MT_REGISTER(
      .doc = "activation(conv1d(x, kernel) + bias) over [batch, steps, "
             "channels] (Keras Conv1D; no dilation or groups)",
      .params = {WithInitializerParams(
-         {Param::Int("filters").Min(1).Max(kMaxDimension).Doc(
-              "output channels"),
+         {Param::Int("filters")
+              .Min(1)
+              .Max(kMaxDimension)
+              .Doc("output channels"),
           Param::Int("kernel_size")
               .Min(1)
               .Max(kMaxDimension)
               .Doc("steps the kernel spans"),
-          Param::Int("strides").Default(1).Min(1).Max(kMaxDimension).Doc(
-              "step between outputs"),
+          Param::Int("strides")
+              .Default(1)
+              .Min(1)
+              .Max(kMaxDimension)
+              .Doc("step between outputs"),
           Param::String("padding")
               .Default("valid")
               .OneOf({"valid", "same", "causal"})
@@ -128,7 +134,7 @@ MT_REGISTER(
        const std::string padding = spec.params.String("padding");
        // As conv2d's windows: valid needs the kernel inside the steps,
        // same allows 2 * steps - 1; causal pads k - 1, so any k fits.
-       const int64_t limit = padding == "valid" ? in[1]
+       const int64_t limit = padding == "valid"  ? in[1]
                              : padding == "same" ? 2 * in[1] - 1
                                                  : kMaxDimension;
        if (k > limit) {
@@ -142,14 +148,13 @@ MT_REGISTER(
        const int64_t filters = spec.params.Int("filters");
        MT_ASSIGN_OR_RETURN(
            KernelAndBias w,
-           MakeKernelAndBias(b.name(), {k, in[2], filters}, {filters},
-                             spec.params.Bool("use_bias"), b.NextSeed(),
-                             b.device(), std::nullopt,
-                             ReadInitializers(spec.params,
-                                              "kernel_initializer")));
-       return std::unique_ptr<Layer>(
-           new Conv1DLayer(b.name(), std::move(w), spec.params.Int("strides"),
-                           padding, *act));
+           MakeKernelAndBias(
+               b.name(), {k, in[2], filters}, {filters},
+               spec.params.Bool("use_bias"), b.NextSeed(), b.device(),
+               std::nullopt,
+               ReadInitializers(spec.params, "kernel_initializer")));
+       return std::unique_ptr<Layer>(new Conv1DLayer(
+           b.name(), std::move(w), spec.params.Int("strides"), padding, *act));
      }});
 
 }  // namespace

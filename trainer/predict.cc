@@ -32,7 +32,8 @@ absl::StatusOr<Tensor> ReadPredictInputs(const std::string& path,
                                          const NormalizeOptions& normalize) {
   MT_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
   MT_ASSIGN_OR_RETURN(const NpyArray x, ParseNpy(std::move(bytes), path));
-  MT_ASSIGN_OR_RETURN(Tensor inputs, NpyExamples(x, path, token_ids));
+  MT_ASSIGN_OR_RETURN(Tensor inputs,
+                      NpyExamples(x, path, token_ids, input_shape));
   const Shape example(inputs.shape().begin() + 1, inputs.shape().end());
   if (example != input_shape) {
     return BadData(

@@ -203,7 +203,8 @@ TEST(WindowPairTest, BadPairsAreRefused) {
 TEST(Conv1DTest, CausalOutputsSeeNoLaterStep) {
   auto build = [](const std::string& padding) {
     std::vector<LayerSpec> layers;
-    for (const auto& [filters, k] : {std::pair<int64_t, int64_t>{5, 3}, {4, 2}}) {
+    for (const auto& [filters, k] :
+         {std::pair<int64_t, int64_t>{5, 3}, {4, 2}}) {
       absl::StatusOr<LayerSpec> spec =
           MakeLayerSpec("conv1d", {{"filters", filters},
                                    {"kernel_size", k},
@@ -245,10 +246,9 @@ TEST(Conv1DTest, CausalOutputsSeeNoLaterStep) {
 // fewer than 2 * steps - 1 (same); causal takes any kernel.
 TEST(Conv1DTest, InputsAndWindowsThatDoNotFitAreRefused) {
   auto build = [](const Shape& input, int64_t k, const std::string& padding) {
-    absl::StatusOr<LayerSpec> spec =
-        MakeLayerSpec("conv1d", {{"filters", int64_t{2}},
-                                 {"kernel_size", k},
-                                 {"padding", padding}});
+    absl::StatusOr<LayerSpec> spec = MakeLayerSpec(
+        "conv1d",
+        {{"filters", int64_t{2}}, {"kernel_size", k}, {"padding", padding}});
     EXPECT_TRUE(spec.ok()) << spec.status();
     spec->path = "model.layers[0]";
     return Model::Build(ModelDef{input, {*spec}}, 1, Device::Cpu());

@@ -213,6 +213,21 @@ std::vector<KerasRun> Runs() {
         "optimizer={name: adam, learning_rate: 0.01}"},
        4,
        8},
+      // conv1d on sequences: causal, then same with strides. The npz's x
+      // [n, 10, 4] are sequences, not grayscale images, for a model that
+      // takes [10, 4].
+      {"seq",
+       NpzData,
+       {"data.global_batch_size=12",
+        "model={input_shape: [10, 4], layers: ["
+        "{type: conv1d, filters: 6, kernel_size: 3, padding: causal, "
+        "activation: relu}, "
+        "{type: conv1d, filters: 4, kernel_size: 3, strides: 2, "
+        "padding: same}, "
+        "{type: flatten}, {type: dense, units: 4}]}",
+        "optimizer={name: adam, learning_rate: 0.01}"},
+       6,
+       8},
   };
 }
 

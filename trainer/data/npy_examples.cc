@@ -14,7 +14,8 @@
 namespace mirrortrain::trainer {
 
 absl::StatusOr<Shape> NpyExampleShape(const NpyHeader& x,
-                                      const std::string& where) {
+                                      const std::string& where,
+                                      const Shape& model_example) {
   const std::vector<int64_t>& s = x.shape;
   if (s.size() < 2 || s.size() > 4) {
     return BadData(where, absl::StrCat("shape ", x.ShapeString(),
@@ -27,8 +28,9 @@ absl::StatusOr<Shape> NpyExampleShape(const NpyHeader& x,
                                          " has empty examples"));
     }
   }
-  if (s.size() == 3) return Shape{s[1], s[2], 1};
-  return Shape(s.begin() + 1, s.end());
+  const Shape example(s.begin() + 1, s.end());
+  if (s.size() == 3 && example != model_example) return Shape{s[1], s[2], 1};
+  return example;
 }
 
 absl::Status CheckExampleDtype(const NpyHeader& x, const std::string& where) {
@@ -44,9 +46,11 @@ absl::Status CheckExampleDtype(const NpyHeader& x, const std::string& where) {
 }
 
 absl::StatusOr<Tensor> NpyExamples(const NpyArray& x, const std::string& where,
-                                   bool bytes_are_ids) {
+                                   bool bytes_are_ids,
+                                   const Shape& model_example) {
   MT_RETURN_IF_ERROR(CheckExampleDtype(x.header, where));
-  MT_ASSIGN_OR_RETURN(Shape example, NpyExampleShape(x.header, where));
+  MT_ASSIGN_OR_RETURN(Shape example,
+                      NpyExampleShape(x.header, where, model_example));
   const int64_t n = x.header.shape[0];
   if (n == 0) return BadData(where, "holds no examples");
   Shape shape = {n};

@@ -1,7 +1,8 @@
 // The examples (x) of a NumPy array, as the `npz` data source and
 // `mirrortrain predict` read them: uint8 (pixels, scaled to [0, 1]) or
-// float32 (finite), shaped [n, features], [n, h, w] (one channel added) or
-// NHWC [n, h, w, c].
+// float32 (finite), shaped [n, features], [n, h, w] (one channel added,
+// unless the model takes [h, w] examples: sequences [n, steps, channels])
+// or NHWC [n, h, w, c].
 //
 // Errors are InvalidArgument "<where>: <reason>". Thread contract: no state.
 #ifndef MIRRORTRAIN_TRAINER_DATA_NPY_EXAMPLES_H_
@@ -17,9 +18,11 @@
 
 namespace mirrortrain::trainer {
 
-// One example's shape, with the channel added to [n, h, w].
+// One example's shape, with the channel added to [n, h, w] unless
+// `model_example` (the model's input, when known) is [h, w].
 absl::StatusOr<Shape> NpyExampleShape(const NpyHeader& x,
-                                      const std::string& where);
+                                      const std::string& where,
+                                      const Shape& model_example = {});
 
 // OK for uint8 and float32; else an error saying how to convert.
 absl::Status CheckExampleDtype(const NpyHeader& x, const std::string& where);
@@ -27,7 +30,8 @@ absl::Status CheckExampleDtype(const NpyHeader& x, const std::string& where);
 // The examples as a host f32 tensor [n, ...NpyExampleShape]; at least one.
 // With `bytes_are_ids` uint8 values are token ids, kept as they are.
 absl::StatusOr<Tensor> NpyExamples(const NpyArray& x, const std::string& where,
-                                   bool bytes_are_ids = false);
+                                   bool bytes_are_ids = false,
+                                   const Shape& model_example = {});
 
 }  // namespace mirrortrain::trainer
 

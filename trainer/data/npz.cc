@@ -4,7 +4,8 @@
 // holding x_train.npy, y_train.npy, x_test.npy and y_test.npy.
 //
 // x: uint8 (scaled to [0, 1]) or float32, [n, features], [n, h, w] (one
-// channel added) or NHWC [n, h, w, c]; both splits of one example shape.
+// channel added, unless model.input_shape is [h, w]: sequences [n, steps,
+// channels]) or NHWC [n, h, w, c]; both splits of one example shape.
 // y: any integer dtype, [n] or [n, 1] (one label per example), or [n, k...]
 // (k labels per example: a sequence's, or binary_crossentropy's multi-label
 // 0/1 labels), labels >= 0, both splits of one label shape. The classes are
@@ -193,7 +194,8 @@ absl::StatusOr<std::vector<int64_t>> LabelValues(const NpyArray& y,
 }
 
 absl::StatusOr<InMemoryDataset> LoadNpz(const std::string& path, bool train,
-                                        std::optional<int64_t> num_classes) {
+                                        std::optional<int64_t> num_classes,
+                                        const Shape& model_example) {
   MT_ASSIGN_OR_RETURN(ArraySet arrays, ArraySet::Open(path));
   const std::string split = train ? "train" : "test";
   const std::string other = train ? "test" : "train";
@@ -203,7 +205,9 @@ absl::StatusOr<InMemoryDataset> LoadNpz(const std::string& path, bool train,
   InMemoryDataset dataset;
   dataset.name = "npz/" + split;
   dataset.origin = arrays.Where(x_name);
-  MT_ASSIGN_OR_RETURN(dataset.images, NpyExamples(x, arrays.Where(x_name)));
+  MT_ASSIGN_OR_RETURN(dataset.images,
+                      NpyExamples(x, arrays.Where(x_name),
+                                  /*bytes_are_ids=*/false, model_example));
   const bool bytes = x.header.kind == 'u';
   x = NpyArray();  // Converted; free the bytes.
 
@@ -211,8 +215,9 @@ absl::StatusOr<InMemoryDataset> LoadNpz(const std::string& path, bool train,
   const std::string x_other = "x_" + other;
   MT_ASSIGN_OR_RETURN(NpyHeader other_header, arrays.ReadHeader(x_other));
   MT_RETURN_IF_ERROR(CheckExampleDtype(other_header, arrays.Where(x_other)));
-  MT_ASSIGN_OR_RETURN(Shape other_example,
-                      NpyExampleShape(other_header, arrays.Where(x_other)));
+  MT_ASSIGN_OR_RETURN(
+      Shape other_example,
+      NpyExampleShape(other_header, arrays.Where(x_other), model_example));
   // Said here too: the test split loads first, and the classes it counts
   // from an empty training split would fail the model's check first.
   if (other_header.shape[0] == 0) {
@@ -299,7 +304,8 @@ MT_REGISTER(DataSource,
                                   "+ 1; else labels must be below it")}},
              .load = [](const Params& p, const SplitRequest& split) {
                return LoadNpz(p.String("path"), split.train,
-                              p.OptionalInt("num_classes"));
+                              p.OptionalInt("num_classes"),
+                              split.example_shape);
              }});
 
 }  // namespace

@@ -32,14 +32,16 @@ using ::mirrortrain::testing::ZipMember;
 using ::testing::HasSubstr;
 
 absl::StatusOr<InMemoryDataset> Load(const std::string& path, bool train,
-                                     std::optional<int64_t> classes = {}) {
+                                     std::optional<int64_t> classes = {},
+                                     const Shape& model_example = {}) {
   const DataSource* source = DataSourceRegistry::Global().Find("npz");
   if (source == nullptr) return absl::NotFoundError("npz not registered");
   std::vector<std::pair<std::string, ParamValue>> values = {{"path", path}};
   if (classes) values.push_back({"num_classes", *classes});
   absl::StatusOr<Params> params = MakeParams(source->params, values);
   if (!params.ok()) return params.status();
-  return source->load(*params, {.train = train, .seed = 1});
+  return source->load(
+      *params, {.train = train, .seed = 1, .example_shape = model_example});
 }
 
 // The fixtures' arrays, as scripts/golden/npz_fixtures.py defines them.
@@ -285,6 +287,24 @@ TEST(NpzTest, SeveralLabelsPerExampleKeepTheirShape) {
   EXPECT_EQ(test->labels.shape(), (Shape{2, 3}));
   EXPECT_EQ(test->labels.ToVector<int32_t>(),
             (std::vector<int32_t>{0, 1, 0, 1, 1, 1}));
+}
+
+// x [n, h, w] gains a channel (grayscale images), unless the model takes
+// [h, w] examples: sequences [n, steps, channels] for conv1d or attention.
+TEST(NpzTest, ThreeAxesAreSequencesForAModelThatTakesThem) {
+  const std::string path = FreshTestDir("npz_seq") + "/s.npz";
+  WriteBytes(path, ZipBytes(Arrays(false)));
+  for (const bool train : {true, false}) {
+    absl::StatusOr<InMemoryDataset> images = Load(path, train);
+    ASSERT_TRUE(images.ok()) << images.status();
+    EXPECT_EQ(images->images.shape(), (Shape{train ? 4 : 2, 3, 2, 1}));
+    absl::StatusOr<InMemoryDataset> sequences =
+        Load(path, train, std::nullopt, {3, 2});
+    ASSERT_TRUE(sequences.ok()) << sequences.status();
+    EXPECT_EQ(sequences->images.shape(), (Shape{train ? 4 : 2, 3, 2}));
+    EXPECT_EQ(sequences->images.ToVector<float>(),
+              images->images.ToVector<float>());
+  }
 }
 
 TEST(NpzTest, NegativeLabel) {
