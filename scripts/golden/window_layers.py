@@ -20,6 +20,11 @@ the gradients of sum(y * upstream) with respect to x and every variable:
   * conv1d_same/*, conv1d_valid/*, conv1d_causal/*: Conv1D on sequences x
     [2, 9, 3]: Conv1D(4, 3, strides=2, same), Conv1D(2, 4, valid, no
     bias), Conv1D(3, 3, strides=2, causal, tanh).
+  * max_pool1d/*, avg_pool1d/*, max_pool1d_default/*, global_max1d/*,
+    global_avg1d_keep/*: MaxPooling1D(3, strides=2, valid),
+    AveragePooling1D(4, strides=3, same), MaxPooling1D() (pool 2, strides
+    the pool), GlobalMaxPooling1D(), GlobalAveragePooling1D(keepdims=True)
+    on x [2, 9, 3].
 
 Run from the repository root:
     python3 scripts/golden/window_layers.py
@@ -90,6 +95,17 @@ def main():
         2, 4, padding="valid", use_bias=False, **f64), seq)
     tensors += case("conv1d_causal", rng, keras.layers.Conv1D(
         3, 3, strides=2, padding="causal", activation="tanh", **f64), seq)
+    tensors += case("max_pool1d", rng, keras.layers.MaxPooling1D(
+        3, strides=2, padding="valid", **f64), seq)
+    tensors += case("avg_pool1d", rng, keras.layers.AveragePooling1D(
+        4, strides=3, padding="same", **f64), seq)
+    tensors += case("max_pool1d_default", rng, keras.layers.MaxPooling1D(
+        **f64), seq)
+    tensors += case("global_max1d", rng,
+                    keras.layers.GlobalMaxPooling1D(**f64), seq)
+    tensors += case("global_avg1d_keep", rng,
+                    keras.layers.GlobalAveragePooling1D(keepdims=True, **f64),
+                    seq)
     comment = ("Keras %s (TensorFlow %s) conv and pooling layers with "
                "(height, width) windows; scripts/golden/window_layers.py"
                % (keras.__version__, tf.__version__))

@@ -136,7 +136,21 @@ INSTANTIATE_TEST_SUITE_P(
                     {"kernel_size", int64_t{3}},
                     {"strides", int64_t{2}},
                     {"padding", "causal"},
-                    {"activation", "tanh"}}}),
+                    {"activation", "tanh"}}},
+        // Pooling over steps: the 2-D pools on a one-row image.
+        WindowCase{"max_pool1d",
+                   "max_pooling1d",
+                   {{"pool_size", int64_t{3}}, {"strides", int64_t{2}}}},
+        WindowCase{"avg_pool1d",
+                   "average_pooling1d",
+                   {{"pool_size", int64_t{4}},
+                    {"strides", int64_t{3}},
+                    {"padding", "same"}}},
+        WindowCase{"max_pool1d_default", "max_pooling1d", {}},
+        WindowCase{"global_max1d", "global_max_pooling1d", {}},
+        WindowCase{"global_avg1d_keep",
+                   "global_average_pooling1d",
+                   {{"keepdims", true}}}),
     [](const ::testing::TestParamInfo<WindowCase>& info) {
       return info.param.golden;
     });
@@ -242,8 +256,8 @@ TEST(Conv1DTest, CausalOutputsSeeNoLaterStep) {
   }
 }
 
-// conv1d reads sequences; its window must fit them (valid), or leave
-// fewer than 2 * steps - 1 (same); causal takes any kernel.
+// conv1d and the 1-D pools read sequences; a window must fit them
+// (valid), or span at most 2 * steps - 1 (same); causal takes any kernel.
 TEST(Conv1DTest, InputsAndWindowsThatDoNotFitAreRefused) {
   auto build = [](const Shape& input, int64_t k, const std::string& padding) {
     absl::StatusOr<LayerSpec> spec = MakeLayerSpec(
@@ -271,6 +285,31 @@ TEST(Conv1DTest, InputsAndWindowsThatDoNotFitAreRefused) {
   absl::StatusOr<std::unique_ptr<Model>> causal = build({5, 3}, 10, "causal");
   ASSERT_TRUE(causal.ok()) << causal.status();
   EXPECT_EQ((*causal)->output_shape(), (Shape{5, 2}));
+
+  // The 1-D pools alike.
+  auto pool = [](const std::string& type, const Shape& input,
+                 std::vector<std::pair<std::string, ParamValue>> params) {
+    absl::StatusOr<LayerSpec> spec = MakeLayerSpec(type, std::move(params));
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    spec->path = "model.layers[0]";
+    return Model::Build(ModelDef{input, {*spec}}, 1, Device::Cpu());
+  };
+  EXPECT_NE(message(pool("global_max_pooling1d", {7, 6, 3}, {}))
+                .find("expects [batch, steps, channels] input, got [1,7,6,3]"),
+            std::string::npos);
+  EXPECT_NE(message(pool("max_pooling1d", {5, 3}, {{"pool_size", int64_t{6}}}))
+                .find("pool_size 6 does not fit the 5 steps with padding "
+                      "valid"),
+            std::string::npos);
+  EXPECT_NE(message(pool("average_pooling1d", {5, 3},
+                         {{"pool_size", int64_t{10}}, {"padding", "same"}}))
+                .find("pool_size 10 does not fit the 5 steps (padding same"),
+            std::string::npos);
+  absl::StatusOr<std::unique_ptr<Model>> ok =
+      pool("max_pooling1d", {5, 3},
+           {{"pool_size", int64_t{9}}, {"padding", "same"}});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ((*ok)->output_shape(), (Shape{1, 3}));  // ceil(5 / 9).
 }
 
 }  // namespace
