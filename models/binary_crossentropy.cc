@@ -11,17 +11,32 @@
 namespace mirrortrain::models {
 namespace {
 
-// Logits shaped as the labels (or [b, 1] for labels [b]): one per label.
+// Logits shaped as the labels (or [b, 1] for labels [b]): one per label;
+// labels integers, and (where they are on the host: the trainer's data
+// sources check theirs when they load) each 0 or 1.
 absl::Status CheckOneLogitPerLabel(const Tensor& logits, const Tensor& labels) {
   const bool rows_match = logits.rank() >= 1 && labels.rank() >= 1 &&
                           logits.dim(0) == labels.dim(0);
-  if (rows_match && logits.num_elements() == labels.num_elements()) {
-    return absl::OkStatus();
+  if (!rows_match || logits.num_elements() != labels.num_elements()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "binary_crossentropy takes one logit per label, got logits ",
+        ShapeToString(logits.shape()), " for labels ",
+        ShapeToString(labels.shape())));
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("binary_crossentropy takes one logit per label, got logits ",
-                   ShapeToString(logits.shape()), " for labels ",
-                   ShapeToString(labels.shape())));
+  if (labels.dtype() != DType::kI32 && labels.dtype() != DType::kI64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("binary_crossentropy takes integer labels (0 or 1), got ",
+                     DTypeName(labels.dtype())));
+  }
+  if (labels.device().is_cuda()) return absl::OkStatus();
+  for (int64_t i = 0; i < labels.num_elements(); ++i) {
+    if (const int64_t v = ops::internal::IndexAt(labels, i); v != 0 && v != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("binary_crossentropy takes labels 0 and 1, got ", v,
+                       " at index ", i));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace

@@ -23,7 +23,8 @@ absl::Status Push(Specs* specs, const std::string& keys,
   return absl::OkStatus();
 }
 
-// mlp: flatten, [dense(units, activation), dropout?]..., dense(classes).
+// mlp: flatten, [dense(units, activation), dropout?]..., dense(outputs): the
+// last layer has as many units as the loss reads (num_classes here).
 absl::StatusOr<Specs> ExpandMlp(const Params& p, int64_t num_classes) {
   Specs specs;
   MT_RETURN_IF_ERROR(Push(&specs, "", "flatten", {}));
@@ -97,7 +98,7 @@ absl::StatusOr<ModelDef> ExpandPreset(
 MT_REGISTER(ModelPreset,
             {.name = "mlp",
              .doc = "flatten, [dense(units, activation), dropout]..., "
-                    "dense(classes)",
+                    "dense(classes: the units the loss reads)",
              .params = {{Param::IntList("hidden_units")
                              .Max(kMaxDimension)
                              // Each a dense layer and its dropout, plus
@@ -115,7 +116,7 @@ MT_REGISTER(
     {.name = "cnn",
      .doc = "[conv2d(filters, kernel_size, same, activation), "
             "max_pooling2d(2)]..., flatten, dense(dense_units, activation), "
-            "dropout, dense(classes)",
+            "dropout, dense(classes: the units the loss reads)",
      .params = {{Param::IntList("conv_filters")
                      .Max(kMaxDimension)
                      // Each a conv layer and its pooling, plus flatten,

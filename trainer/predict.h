@@ -1,8 +1,9 @@
 // Predictions of a trained model for the examples of a NumPy file
 // (`mirrortrain predict`), as Keras's Model.predict: the model's outputs in
 // inference mode (dropout off, batch norm on its moving statistics), batch
-// by batch. A classifier's outputs are its logits (the last layer has no
-// softmax); softmax or argmax them for probabilities or classes.
+// by batch. A classifier's outputs are its logits, or its probabilities
+// where the output layer applies the loss's activation (a softmax, or a
+// sigmoid under binary_crossentropy: Model::Probabilities).
 //
 // Thread contract: no state; the model is used from the calling thread.
 #ifndef MIRRORTRAIN_TRAINER_PREDICT_H_

@@ -1,5 +1,6 @@
 // Trainer::Create and what it builds from a config: the data splits, the
 // model definition, the replicas and their state, the input pipeline.
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <optional>
@@ -69,8 +70,8 @@ absl::StatusOr<InMemoryDataset> LoadSplit(const DataConfig& d, bool train,
   return data;
 }
 
-}  // namespace
-
+// The logits per example `loss` reads for `data`'s labels
+// (LossType::output_shape), or its refusal of the data under loss.name.
 absl::StatusOr<Shape> ExpectedOutput(const models::LossType& loss,
                                      const InMemoryDataset& data) {
   const Shape labels(data.labels.shape().begin() + 1,
@@ -82,6 +83,8 @@ absl::StatusOr<Shape> ExpectedOutput(const models::LossType& loss,
   }
   return out;
 }
+
+}  // namespace
 
 absl::StatusOr<models::ModelDef> ModelDefinition(const ModelConfig& m,
                                                  const LossConfig& loss,
@@ -154,28 +157,33 @@ absl::Status CheckClassifier(const models::Model& model,
     // other axes (Keras's last-axis Dense).
     const std::string units = absl::StrCat(
         expected.back(), expected.back() == 1 ? " unit" : " units");
-    std::string hint =
-        out.size() > expected.size()
-            ? absl::StrCat(
-                  " (flatten or pool the features before a last "
-                  "dense layer of ",
-                  units, ")")
-            : absl::StrCat(" (end with a dense layer of ", units, ")");
-    // The output may be right for these labels under another loss (a
-    // multi-label model under the categorical one, whose 0/1 labels may
-    // also be one-hot classes).
+    std::string hint;
+    if (out.size() > expected.size()) {
+      hint = absl::StrCat(
+          " (flatten or pool the features before a last dense layer of ", units,
+          ")");
+    } else if (out.size() == expected.size() &&
+               std::equal(out.begin(), out.end() - 1, expected.begin())) {
+      hint = absl::StrCat(" (end with a dense layer of ", units, ")");
+    }
+    // The output may be right for these labels under another loss (two
+    // logits for one 0/1 label are the categorical loss's).
     for (const models::LossType* other :
          models::LossRegistry::Global().Entries()) {
       absl::StatusOr<Shape> fits = ExpectedOutput(*other, data);
       if (other != &loss && fits.ok() && *fits == out) {
-        const bool one_hot = loss.name == models::kDefaultLoss;
         hint = absl::StrCat(" (loss.name: ", other->name,
-                            " reads this output for these labels",
-                            one_hot ? "; one-hot labels want their class "
-                                      "index, y.argmax(-1)"
-                                    : "",
-                            ")");
+                            " reads this output for these labels)");
       }
+    }
+    // Several 0/1 labels per example under the categorical loss: one-hot
+    // classes, or multi-label data.
+    if (loss.name == models::kDefaultLoss && expected.size() > 1 &&
+        data.num_classes <= 2) {
+      hint =
+          " (the labels are 0/1, several per example: one-hot labels want "
+          "their class index, y.argmax(-1); multi-label ones loss.name: "
+          "binary_crossentropy)";
     }
     return absl::InvalidArgumentError(
         absl::StrCat("model: the last layer gives ", ShapeToString(out),

@@ -51,8 +51,10 @@ absl::Status Trainer::LogTrainWindow(LoopState& loop, int64_t step,
                      // parameter servers' snapshot may be older).
                      {"learning_rate", primary().optimizer->schedule()(step)},
                      {"samples_per_sec", samples_per_sec}}};
-  // Sequences: the labelled tokens per second too.
-  if (const int64_t t = train_data_.labels_per_example(); t > 1) {
+  // Sequences: the labelled tokens per second too (several labels per
+  // example under the binary loss are an example's labels, not tokens).
+  if (const int64_t t = train_data_.labels_per_example();
+      t > 1 && loss_->name == models::kDefaultLoss) {
     rec.values.push_back(
         {"tokens_per_sec", samples_per_sec * static_cast<double>(t)});
   }

@@ -255,6 +255,19 @@ TEST(BinaryCrossentropyTest, StableShardableAndChecked) {
     EXPECT_FALSE(BinaryCrossentropy(logits, labels, 12, bad).ok()) << bad;
   }
   EXPECT_FALSE(BinaryCrossentropy(logits, labels, 0).ok());
+  // Labels are 0 or 1, integers: a 2 would make a loss without a lower
+  // bound; float labels are not class labels.
+  std::vector<int32_t> two(12, 0);
+  two[7] = 2;
+  const Tensor with_two = Tensor::FromVector(two, {4, 3});
+  for (const Tensor& bad :
+       {with_two, Tensor::FromVector(std::vector<float>(12, 1.0f), {4, 3})}) {
+    EXPECT_FALSE(BinaryCrossentropy(logits, bad, 12).ok());
+    EXPECT_FALSE(CountCorrectBinary(logits, bad).ok());
+  }
+  EXPECT_THAT(
+      std::string(BinaryCrossentropy(logits, with_two, 12).status().message()),
+      ::testing::HasSubstr("takes labels 0 and 1, got 2 at index 7"));
 }
 
 // The registry: each loss's logits per example for its labels, and the

@@ -195,9 +195,18 @@ TEST(BinaryLossCliTest, DataAndModelsThatDoNotFitTheLossExit2) {
                "model.layers[1].activation=linear", "--set",
                "loss.name=sparse_categorical_crossentropy"},
               "model: the last layer gives [3] per example but the data needs "
-              "[3,2] (one logit per class and label) (loss.name: "
-              "binary_crossentropy reads this output for these labels; "
-              "one-hot labels want their class index, y.argmax(-1))");
+              "[3,2] (one logit per class and label) (the labels are 0/1, "
+              "several per example: one-hot labels want their class index, "
+              "y.argmax(-1); multi-label ones loss.name: "
+              "binary_crossentropy)");
+  // One-hot labels with a preset (which ends in a dense layer of 2 units,
+  // the classes 0 and 1 it counts): the same hint.
+  ExpectExit2({"train", "--config", multi, "--run_dir", dir + "/run", "--set",
+               "model={name: mlp, hidden_units: [8]}", "--set",
+               "loss.name=sparse_categorical_crossentropy"},
+              "model: the last layer gives [2] per example but the data needs "
+              "[3,2] (one logit per class and label) (the labels are 0/1, "
+              "several per example: one-hot labels want their class index");
   // Another loss's probabilities on the output layer, named with its line.
   ExpectExit2({"train", "--config", multi, "--run_dir", dir + "/run", "--set",
                "loss.name=sparse_categorical_crossentropy"},

@@ -176,9 +176,14 @@ absl::StatusOr<std::vector<int64_t>> LabelValues(const NpyArray& y,
   } else if (type == "u8") {
     widen(uint64_t{});
   } else {
-    return BadData(where, absl::StrCat("dtype '", h.descr,
-                                       "' is not an integer type (class "
-                                       "labels: y.astype(np.int64))"));
+    return BadData(where,
+                   absl::StrCat("dtype '", h.descr,
+                                "' is not an integer type (class labels: "
+                                "y.astype(np.int64)",
+                                h.shape.size() > 1 && h.shape[1] > 1
+                                    ? "; one-hot rows: y.argmax(-1)"
+                                    : "",
+                                ")"));
   }
   for (int64_t i = 0; i < n; ++i) {
     if (out[i] < 0 || out[i] > kMaxLabel) {
