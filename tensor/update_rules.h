@@ -16,10 +16,10 @@
 namespace mirrortrain {
 
 // TensorFlow's ResourceApply* ops (Adagrad is AdagradV2: epsilon outside
-// the square root), and Keras 3's AdamW, Adamax and Lion (no TF training
-// ops: Keras's own float ops, see UpdateElement). Slots: momentum/nesterov
-// {accumulator}, adagrad {accumulator}, adam and adamw {m, v}, rmsprop
-// {ms, mom}, adamax {m, u}, lion {m}.
+// the square root), and Keras 3's AdamW, Adamax, Lion and Nadam (no TF
+// training ops: Keras's own float ops, see UpdateElement). Slots:
+// momentum/nesterov {accumulator}, adagrad {accumulator}, adam and adamw
+// {m, v}, rmsprop {ms, mom}, adamax {m, u}, lion {m}, nadam {m, v}.
 enum class UpdateRule {
   kGradientDescent,
   kMomentum,
@@ -30,6 +30,7 @@ enum class UpdateRule {
   kAdamW,
   kAdamax,
   kLion,
+  kNadam,
 };
 
 // Hyperparameters as the host computes them (float64), before rounding.
@@ -44,6 +45,13 @@ struct UpdateHyperparams {
   double rho = 0;          // rmsprop
   // adamw: the decoupled decay rate; 0 for a variable excluded from decay.
   double weight_decay = 0;
+  // nadam (Keras 3), each already formed in the variable's dtype by the
+  // optimizer: u_{t+1}, 1 - u_t, 1 - prod_{i<=t} u_i, 1 - prod_{i<=t+1} u_i
+  // for u_i = beta1 (1 - 0.5 * 0.96^i).
+  double nadam_u_next = 0;
+  double nadam_one_minus_u = 0;
+  double nadam_one_minus_product = 0;
+  double nadam_one_minus_product_next = 0;
 };
 
 // Calls f(std::integral_constant<UpdateRule, R>()) for the rule R that
@@ -73,6 +81,8 @@ inline void DispatchUpdateRule(UpdateRule rule, F&& f) {
       return f(std::integral_constant<R, R::kAdamax>());
     case R::kLion:
       return f(std::integral_constant<R, R::kLion>());
+    case R::kNadam:
+      return f(std::integral_constant<R, R::kNadam>());
   }
 }
 
@@ -89,6 +99,7 @@ inline int UpdateRuleSlots(UpdateRule rule) {
     case UpdateRule::kRMSProp:
     case UpdateRule::kAdamW:
     case UpdateRule::kAdamax:
+    case UpdateRule::kNadam:
       return 2;
   }
   return 0;
@@ -101,7 +112,7 @@ inline int UpdateRuleSlots(UpdateRule rule) {
 // elements of T), so it is nothing but T fields.
 template <typename T>
 struct UpdateParams {
-  static constexpr int kCount = 13;
+  static constexpr int kCount = 18;
   T lr, momentum, epsilon, alpha, one_minus_beta1, one_minus_beta2,
       one_minus_rho;
   // AdamW and Adamax (Keras): 1 - beta formed in float64 and then rounded
@@ -111,6 +122,10 @@ struct UpdateParams {
   // Adamax and Lion (Keras): the betas in T, and Adamax's 1 - beta1^t
   // formed in T from the power the optimizer computes in T.
   T beta1, beta2, one_minus_beta1_power;
+  // Nadam (Keras): its per-step constants (UpdateHyperparams), and 1 -
+  // beta2^t formed in T.
+  T nadam_u_next, nadam_one_minus_u, nadam_one_minus_product,
+      nadam_one_minus_product_next, one_minus_beta2_power;
 
   static UpdateParams From(const UpdateHyperparams& h) {
     UpdateParams p{};
@@ -129,6 +144,12 @@ struct UpdateParams {
     p.beta1 = static_cast<T>(h.beta1);
     p.beta2 = static_cast<T>(h.beta2);
     p.one_minus_beta1_power = T(1) - beta1_power;
+    p.nadam_u_next = static_cast<T>(h.nadam_u_next);
+    p.nadam_one_minus_u = static_cast<T>(h.nadam_one_minus_u);
+    p.nadam_one_minus_product = static_cast<T>(h.nadam_one_minus_product);
+    p.nadam_one_minus_product_next =
+        static_cast<T>(h.nadam_one_minus_product_next);
+    p.one_minus_beta2_power = T(1) - beta2_power;
     return p;
   }
 };
@@ -188,6 +209,17 @@ MT_HOST_DEVICE inline void UpdateElement(const UpdateParams<T>& p, T g, T& w,
     const T c = s0 * p.beta1 + g * p.one_minus_beta1;
     w -= p.lr * (c > T(0) ? T(1) : (c < T(0) ? T(-1) : T(0)));
     s0 = s0 * p.beta2 + g * p.one_minus_beta2;
+  } else if constexpr (R == UpdateRule::kNadam) {
+    // Keras 3 Nadam.update_step (1 - beta formed in T): m and v as Adam's,
+    // then w -= lr * m_hat / (sqrt(v / (1 - beta2^t)) + eps) with the
+    // Nesterov-style m_hat = u_{t+1} m / (1 - prod_{t+1}) + (1 - u_t) g /
+    // (1 - prod_t).
+    s0 += (g - s0) * p.one_minus_beta1;
+    s1 += (g * g - s1) * p.one_minus_beta2;
+    const T m_hat = (p.nadam_u_next * s0) / p.nadam_one_minus_product_next +
+                    (p.nadam_one_minus_u * g) / p.nadam_one_minus_product;
+    const T v_hat = s1 / p.one_minus_beta2_power;
+    w -= (m_hat * p.lr) / (UpdateSqrt(v_hat) + p.epsilon);
   }
 }
 

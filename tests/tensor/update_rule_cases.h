@@ -22,7 +22,8 @@ inline constexpr UpdateRule kEveryUpdateRule[] = {UpdateRule::kGradientDescent,
                                                   UpdateRule::kRMSProp,
                                                   UpdateRule::kAdamW,
                                                   UpdateRule::kAdamax,
-                                                  UpdateRule::kLion};
+                                                  UpdateRule::kLion,
+                                                  UpdateRule::kNadam};
 
 // Adam's powers are those of its first update.
 inline UpdateHyperparams EveryHyperparameter() {
@@ -36,6 +37,10 @@ inline UpdateHyperparams EveryHyperparameter() {
   h.beta2_power = 0.999;
   h.rho = 0.95;
   h.weight_decay = 0.004;
+  h.nadam_u_next = 0.45;
+  h.nadam_one_minus_u = 0.55;
+  h.nadam_one_minus_product = 0.6;
+  h.nadam_one_minus_product_next = 0.7;
   return h;
 }
 

@@ -38,7 +38,7 @@ TEST(ConfigTest, LearningRateDefaultsToTheOptimizersKerasDefault) {
   const std::pair<const char*, double> keras[] = {
       {"sgd", 0.01},   {"momentum", 0.01}, {"adagrad", 0.001},
       {"adam", 0.001}, {"adamax", 0.001},  {"adamw", 0.001},
-      {"lion", 0.001}, {"rmsprop", 0.001}};
+      {"lion", 0.001}, {"nadam", 0.001},   {"rmsprop", 0.001}};
   for (const auto& [name, rate] : keras) {
     SCOPED_TRACE(name);
     auto c = ParseConfig(absl::StrCat("optimizer: {name: ", name, "}\n"),

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -236,6 +237,86 @@ class LionOptimizer : public Optimizer {
   double beta1_, beta2_;
 };
 
+// Keras 3's keras.optimizers.Nadam (Dozat 2016; UpdateRule::kNadam): Adam
+// with a Nesterov-style first moment under the momentum schedule u_i =
+// beta1 (1 - 0.5 * 0.96^i), in the variable's dtype. Keras keeps prod u_i
+// in an optimizer variable; here it follows from the step count (nothing
+// more to checkpoint), formed in Keras's order and dtype, and cached so a
+// step costs one more factor. Slots "Nadam" (m) and "Nadam_1" (v).
+class NadamOptimizer : public Optimizer {
+ public:
+  NadamOptimizer(std::unique_ptr<LearningRateSchedule> schedule, double beta1,
+                 double beta2, double epsilon)
+      : Optimizer(std::move(schedule)),
+        beta1_(beta1),
+        beta2_(beta2),
+        epsilon_(epsilon) {}
+  std::vector<std::string> GetSlotNames() const override {
+    return {"Nadam", "Nadam_1"};
+  }
+
+ protected:
+  UpdateRule Rule() const override { return UpdateRule::kNadam; }
+  UpdateHyperparams Hyperparameters(const Variable& var,
+                                    double lr) const override {
+    const int64_t t = iterations() + 1;
+    UpdateHyperparams h;
+    h.lr = lr;
+    h.beta1 = beta1_;
+    h.beta2 = beta2_;
+    h.epsilon = epsilon_;
+    h.beta2_power = KerasPower(var, beta2_, t);
+    if (var.dtype() == DType::kF32) {
+      Fill(t, product_f32_, h);
+    } else {
+      Fill(t, product_f64_, h);
+    }
+    return h;
+  }
+
+ private:
+  // prod_{i<=t} u_i as Keras's _u_product holds it after update t.
+  template <typename T>
+  struct Product {
+    int64_t t = 0;
+    T value = 1;
+  };
+
+  // 1 - 0.5 * 0.96^i in T (Keras's ops.power of 0.96 cast to the dtype).
+  template <typename T>
+  static T Factor(int64_t i) {
+    return T(1) - T(0.5) * std::pow(T(0.96), static_cast<T>(i));
+  }
+
+  template <typename T>
+  void Fill(int64_t t, Product<T>& cache, UpdateHyperparams& h) const {
+    const T beta1 = static_cast<T>(beta1_);
+    T product;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (cache.t > t) cache = {};  // Restored to an earlier step.
+      for (; cache.t < t; ++cache.t) {
+        // Keras: _u_product * beta_1 * (1 - 0.5 * 0.96^(t)), left to right.
+        cache.value = cache.value * beta1 * Factor<T>(cache.t + 1);
+      }
+      product = cache.value;
+    }
+    const T u = beta1 * Factor<T>(t);
+    const T u_next = beta1 * Factor<T>(t + 1);
+    h.nadam_u_next = u_next;
+    h.nadam_one_minus_u = T(1) - u;
+    h.nadam_one_minus_product = T(1) - product;
+    h.nadam_one_minus_product_next = T(1) - product * u_next;
+  }
+
+  double beta1_, beta2_, epsilon_;
+  // Replicas update their variables from several threads; mu_ guards the
+  // caches.
+  mutable std::mutex mu_;
+  mutable Product<float> product_f32_;
+  mutable Product<double> product_f64_;
+};
+
 }  // namespace
 
 RMSPropOptimizer::RMSPropOptimizer(
@@ -379,6 +460,21 @@ MT_REGISTER(OptimizerType,
                return std::unique_ptr<Optimizer>(
                    new AdamaxOptimizer(std::move(schedule), p.Float("beta1"),
                                        p.Float("beta2"), p.Float("epsilon")));
+             }});
+
+MT_REGISTER(OptimizerType,
+            {.name = "nadam",
+             .doc = "Keras Nadam: Adam with a Nesterov-style m under the "
+                    "schedule u_t = beta1*(1 - 0.5*0.96^t): w -= lr*(u_{t+1}*m "
+                    "/ (1 - prod u_{t+1}) + (1 - u_t)*g / (1 - prod u_t)) / "
+                    "(sqrt(v / (1 - beta2^t)) + epsilon)",
+             .params = {{UnitInterval("beta1", 0.9, "decay of m"),
+                         UnitInterval("beta2", 0.999, "decay of v"),
+                         Epsilon()}},
+             .create = [](const Params& p, Schedule schedule) {
+               return std::unique_ptr<Optimizer>(
+                   new NadamOptimizer(std::move(schedule), p.Float("beta1"),
+                                      p.Float("beta2"), p.Float("epsilon")));
              }});
 
 MT_REGISTER(OptimizerType,

@@ -335,7 +335,8 @@ TEST(AdamWGoldenTest, TenStepsMatchKerasBitForBit) {
   RecordProperty("max_abs_diff", std::to_string(max_abs));
 }
 
-// Adamax and Lion against keras.optimizers (tests/golden/keras_optimizers.txt):
+// Adamax, Lion and Nadam against keras.optimizers
+// (tests/golden/keras_optimizers.txt):
 // 10 steps at Keras's defaults and learning rate 0.1, every value and slot
 // bit for bit.
 class KerasOptimizerGoldenTest : public ::testing::TestWithParam<std::string> {
@@ -378,7 +379,7 @@ TEST_P(KerasOptimizerGoldenTest, TenStepsMatchKerasBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Keras, KerasOptimizerGoldenTest,
-                         ::testing::Values("adamax", "lion"));
+                         ::testing::Values("adamax", "lion", "nadam"));
 
 // ---------------------------------------------------------------------------
 // API behaviour.
@@ -525,8 +526,8 @@ TEST(OptimizerTest, ResumingFromSlotsAndIterationsIsExact) {
   auto grad = [](int k) {
     return testing::RandomTensor({5}, 100 + k, DType::kF32);
   };
-  for (const std::string name :
-       {"adam", "rmsprop", "momentum", "adagrad", "adamw", "adamax", "lion"}) {
+  for (const std::string name : {"adam", "rmsprop", "momentum", "adagrad",
+                                 "adamw", "adamax", "lion", "nadam"}) {
     Variable straight = *Variable::Create("w", init);
     auto opt = Make(name);
     for (int k = 0; k < 10; ++k) {
@@ -587,8 +588,9 @@ TEST(OptimizerTest, MinimizeDecreasesAQuadratic) {
   const Tensor target = Tensor::FromVector<double>({0.5, -1.5, 2.0}, {3});
   // Learning rates suited to each method's step size on this problem.
   const std::vector<std::pair<std::string, double>> cases = {
-      {"sgd", 0.1},      {"momentum", 0.05}, {"adagrad", 1.0}, {"adam", 0.2},
-      {"rmsprop", 0.05}, {"adamw", 0.2},     {"adamax", 0.2},  {"lion", 0.1}};
+      {"sgd", 0.1},    {"momentum", 0.05}, {"adagrad", 1.0},
+      {"adam", 0.2},   {"rmsprop", 0.05},  {"adamw", 0.2},
+      {"adamax", 0.2}, {"lion", 0.1},      {"nadam", 0.2}};
   for (const auto& [name, lr] : cases) {
     Variable w = *Variable::Create(
         "w", Tensor::FromVector<double>({3.0, 2.0, -1.0}, {3}));
