@@ -7,7 +7,6 @@
 // one-row image: x as [batch, 1, steps, in] and the kernel as [1, k, in,
 // out], both reshapes of the same memory. The variable keeps Keras's
 // shape, so checkpoints and warm starts read Keras's weights as they are.
-#include <array>
 #include <memory>
 #include <optional>
 #include <string>
@@ -126,9 +125,14 @@ MT_REGISTER(
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
        const Shape& in = b.input_shape();
        if (in.size() != 3) {
-         return absl::InvalidArgumentError(
-             absl::StrCat("expects [batch, steps, channels] input, got ",
-                          ShapeToString(in)));
+         // An npz of sequences [n, steps, channels] read as grayscale
+         // images gains a channel unless the model takes two axes.
+         const bool one_channel = in.size() == 4 && in[3] == 1;
+         return absl::InvalidArgumentError(absl::StrCat(
+             "expects [batch, steps, channels] input, got ", ShapeToString(in),
+             one_channel ? " (npz sequences [n, steps, channels]: set "
+                           "model.input_shape: [steps, channels])"
+                         : ""));
        }
        const int64_t k = spec.params.Int("kernel_size");
        const std::string padding = spec.params.String("padding");

@@ -122,7 +122,8 @@ constexpr char kPredictUsage[] =
     "of\n"
     "a .npy array, as Keras's Model.predict, and prints one JSON line.\n"
     "  --input X.npy      uint8 (scaled to [0, 1]) or float32 examples of the\n"
-    "                     model's input shape ([n, h, w] gets one channel);\n"
+    "                     model's input shape ([n, h, w] gets one channel\n"
+    "                     unless the model takes [h, w]);\n"
     "                     data.normalize applies as in training\n"
     "  --output Y.npy     float32 [n, ...output shape], written atomically\n"
     "  --weights W        ema (default when the config has EMA) or raw\n";

@@ -107,7 +107,8 @@ class ChannelsLast(nn.Module):
         self.module = module
 
     def forward(self, x):
-        return self.module(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        # Contiguous NCHW again, so a following conv picks its usual kernels.
+        return self.module(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2).contiguous()
 
 
 class GlobalAveragePool(nn.Module):

@@ -20,6 +20,9 @@ the gradients of sum(y * upstream) with respect to x and every variable:
   * conv1d_same/*, conv1d_valid/*, conv1d_causal/*: Conv1D on sequences x
     [2, 9, 3]: Conv1D(4, 3, strides=2, same), Conv1D(2, 4, valid, no
     bias), Conv1D(3, 3, strides=2, causal, tanh).
+  * conv1d_same_odd/*, conv1d_valid_stride/*, conv1d_causal_one/*:
+    Conv1D(2, 4, strides=2, same) (padding 1 before, 2 after),
+    Conv1D(3, 2, strides=3, valid, no bias, relu), Conv1D(2, 1, causal).
   * max_pool1d/*, avg_pool1d/*, max_pool1d_default/*, global_max1d/*,
     global_avg1d_keep/*: MaxPooling1D(3, strides=2, valid),
     AveragePooling1D(4, strides=3, same), MaxPooling1D() (pool 2, strides
@@ -106,6 +109,13 @@ def main():
     tensors += case("global_avg1d_keep", rng,
                     keras.layers.GlobalAveragePooling1D(keepdims=True, **f64),
                     seq)
+    tensors += case("conv1d_same_odd", rng, keras.layers.Conv1D(
+        2, 4, strides=2, padding="same", **f64), seq)
+    tensors += case("conv1d_valid_stride", rng, keras.layers.Conv1D(
+        3, 2, strides=3, padding="valid", use_bias=False, activation="relu",
+        **f64), seq)
+    tensors += case("conv1d_causal_one", rng, keras.layers.Conv1D(
+        2, 1, padding="causal", **f64), seq)
     comment = ("Keras %s (TensorFlow %s) conv and pooling layers with "
                "(height, width) windows; scripts/golden/window_layers.py"
                % (keras.__version__, tf.__version__))

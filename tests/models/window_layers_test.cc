@@ -150,7 +150,27 @@ INSTANTIATE_TEST_SUITE_P(
         WindowCase{"global_max1d", "global_max_pooling1d", {}},
         WindowCase{"global_avg1d_keep",
                    "global_average_pooling1d",
-                   {{"keepdims", true}}}),
+                   {{"keepdims", true}}},
+        // TensorFlow's uneven split (1 before, 2 after); valid with strides
+        // and relu without a bias; causal with nothing to pad.
+        WindowCase{"conv1d_same_odd",
+                   "conv1d",
+                   {{"filters", int64_t{2}},
+                    {"kernel_size", int64_t{4}},
+                    {"strides", int64_t{2}},
+                    {"padding", "same"}}},
+        WindowCase{"conv1d_valid_stride",
+                   "conv1d",
+                   {{"filters", int64_t{3}},
+                    {"kernel_size", int64_t{2}},
+                    {"strides", int64_t{3}},
+                    {"use_bias", false},
+                    {"activation", "relu"}}},
+        WindowCase{"conv1d_causal_one",
+                   "conv1d",
+                   {{"filters", int64_t{2}},
+                    {"kernel_size", int64_t{1}},
+                    {"padding", "causal"}}}),
     [](const ::testing::TestParamInfo<WindowCase>& info) {
       return info.param.golden;
     });

@@ -161,6 +161,70 @@ void ExpectExit2(const std::vector<std::string>& args,
   }
 }
 
+// An npz of sequences [n, steps, channels] for a model that takes [steps,
+// channels] (conv1d, then pooling over the steps): it trains, and predict
+// reads an array of the same form; without model.input_shape the data are
+// images (a channel added) and conv1d's error says what to set; an array of
+// other steps is named as it is.
+TEST(DataCliTest, Conv1DClassifiesNpzSequencesAndPredicts) {
+  const std::string dir = FreshTestDir("data_cli_seq");
+  constexpr int64_t kN = 64, kSteps = 12, kChannels = 4;
+  std::vector<float> x(kN * kSteps * kChannels);
+  std::vector<int64_t> y(kN);
+  for (int64_t i = 0; i < kN; ++i) {
+    y[i] = i % 4;  // The quarter of the steps that holds a bump.
+    for (int64_t t = 0; t < kSteps; ++t) {
+      for (int64_t c = 0; c < kChannels; ++c) {
+        x[(i * kSteps + t) * kChannels + c] =
+            0.1f * static_cast<float>((i * 7 + t * 3 + c) % 5) +
+            (t / 3 == y[i] ? 1.0f : 0.0f);
+      }
+    }
+  }
+  const std::vector<int64_t> shape = {kN, kSteps, kChannels};
+  WriteBytes(dir + "/seq.npz",
+             ZipBytes({{"x_train.npy", NpyBytes("<f4", shape, RawBytes(x))},
+                       {"y_train.npy", NpyBytes("<i8", {kN}, RawBytes(y))},
+                       {"x_test.npy", NpyBytes("<f4", shape, RawBytes(x))},
+                       {"y_test.npy", NpyBytes("<i8", {kN}, RawBytes(y))}}));
+  const std::string config = dir + "/seq.yaml";
+  WriteBytes(config, absl::StrCat("data: {name: npz, path: ", dir,
+                                  "/seq.npz, global_batch_size: 16}\n",
+                                  R"(model:
+  input_shape: [12, 4]
+  layers:
+    - {type: conv1d, filters: 8, kernel_size: 3, padding: same, activation: relu}
+    - {type: global_max_pooling1d}
+    - {type: dense, units: 4}
+optimizer: {name: adam, learning_rate: 0.02}
+distribute: {devices: [cpu:0, cpu:1]}
+train: {epochs: 4, log_every_steps: 4}
+checkpoint: {every_steps: 0}
+)"));
+  Result r = RunCli({"train", "--config", config, "--run_dir", dir + "/run"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  WriteBytes(dir + "/x.npy",
+             NpyBytes("<f4", {5, kSteps, kChannels},
+                      RawBytes(std::vector<float>(
+                          x.begin(), x.begin() + 5 * kSteps * kChannels))));
+  Result p =
+      RunCli({"predict", "--config", config, "--checkpoint", dir + "/run",
+              "--input", dir + "/x.npy", "--output", dir + "/y.npy"});
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  EXPECT_THAT(p.out, HasSubstr("\"shape\": [5, 4]}"));
+  ExpectExit2({"train", "--config", config, "--run_dir", dir + "/run2", "--set",
+               "model.input_shape=null"},
+              "expects [batch, steps, channels] input, got [1,12,4,1] (npz "
+              "sequences [n, steps, channels]: set model.input_shape: "
+              "[steps, channels])");
+  WriteBytes(dir + "/short.npy",
+             NpyBytes("<f4", {5, 10, kChannels},
+                      RawBytes(std::vector<float>(5 * 10 * kChannels))));
+  ExpectExit2({"predict", "--config", config, "--checkpoint", dir + "/run",
+               "--input", dir + "/short.npy", "--output", dir + "/y2.npy"},
+              "examples of shape [10,4]");
+}
+
 // Synthetic data has the model's input shape when the config gives one
 // (colour images here); one too large for memory is a config-time error
 // naming the key that shrinks it.

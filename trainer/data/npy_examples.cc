@@ -29,7 +29,9 @@ absl::StatusOr<Shape> NpyExampleShape(const NpyHeader& x,
     }
   }
   const Shape example(s.begin() + 1, s.end());
-  if (s.size() == 3 && example != model_example) return Shape{s[1], s[2], 1};
+  // A model of [h, w] examples reads sequences (any [h, w]: a mismatch is
+  // then named as the array holds it, not with a channel it lacks).
+  if (s.size() == 3 && model_example.size() != 2) return Shape{s[1], s[2], 1};
   return example;
 }
 

@@ -1,7 +1,8 @@
 // The examples (x) of a NumPy array, as the `npz` data source and
 // `mirrortrain predict` read them: uint8 (pixels, scaled to [0, 1]) or
 // float32 (finite), shaped [n, features], [n, h, w] (one channel added,
-// unless the model takes [h, w] examples: sequences [n, steps, channels])
+// unless the model takes two-axis examples: sequences [n, steps,
+// channels])
 // or NHWC [n, h, w, c].
 //
 // Errors are InvalidArgument "<where>: <reason>". Thread contract: no state.
@@ -19,7 +20,7 @@
 namespace mirrortrain::trainer {
 
 // One example's shape, with the channel added to [n, h, w] unless
-// `model_example` (the model's input, when known) is [h, w].
+// `model_example` (the model's input, when known) has two axes.
 absl::StatusOr<Shape> NpyExampleShape(const NpyHeader& x,
                                       const std::string& where,
                                       const Shape& model_example = {});
