@@ -28,7 +28,8 @@ from golden_io import write_golden  # noqa: E402
 SEED = 4242
 DECAY = 0.99
 STEPS = 10
-SCHED_STEPS = [0, 1, 5, 10, 99, 100, 101, 250, 999, 1000, 1500]
+SCHED_STEPS = [0, 1, 5, 10, 99, 100, 101, 199, 200, 250, 301, 599, 600, 700,
+               999, 1000, 1400, 1500, 3100]
 
 
 def ema_run(init, values, with_num_updates):
@@ -82,6 +83,27 @@ def sched_ref(name, step):
             return 0.0 + (0.1 - 0.0) * (s / 100.0)
         s -= 100.0
         return 0.1 * (0.5 * (1 + math.cos(math.pi * s / 1000.0)))
+    if name == "polynomial_decay":  # decay 1000, end 0.001, power 0.5
+        s = min(t, 1000.0)
+        return (0.1 - 0.001) * (1 - s / 1000.0) ** 0.5 + 0.001
+    if name == "polynomial_decay_cycle":  # decay 300, end 0.01, power 2
+        d = 300.0 * (1.0 if t == 0 else math.ceil(t / 300.0))
+        return (0.1 - 0.01) * (1 - t / d) ** 2.0 + 0.01
+    if name == "inverse_time_decay":
+        return 0.1 / (1 + 0.5 * (t / 100.0))
+    if name == "inverse_time_decay_staircase":
+        return 0.1 / (1 + 0.5 * math.floor(t / 100.0))
+    if name in ("cosine_decay_restarts", "cosine_decay_restarts_even"):
+        t_mul, m_mul = (2.0, 0.8) if name == "cosine_decay_restarts" else (1.0, 1.0)
+        c = t / 200.0
+        if t_mul == 1.0:
+            i = math.floor(c)
+            c -= i
+        else:
+            i = math.floor(math.log(1.0 - c * (1.0 - t_mul)) / math.log(t_mul))
+            c = (c - (1.0 - t_mul ** i) / (1.0 - t_mul)) / t_mul ** i
+        cosine = 0.5 * m_mul ** i * (1.0 + math.cos(math.pi * c))
+        return 0.1 * ((1 - 0.1) * cosine + 0.1)
     raise KeyError(name)
 
 
@@ -115,6 +137,21 @@ def main():
         ("piecewise_constant", ks.PiecewiseConstantDecay(
             boundaries=[100, 500], values=[f(0.1), f(0.01), f(0.001)])),
         ("cosine_decay", ks.CosineDecay(f(0.1), decay_steps=1000, alpha=f(0.05))),
+        ("polynomial_decay", ks.PolynomialDecay(
+            f(0.1), decay_steps=1000, end_learning_rate=f(0.001), power=f(0.5))),
+        ("polynomial_decay_cycle", ks.PolynomialDecay(
+            f(0.1), decay_steps=300, end_learning_rate=f(0.01), power=f(2.0),
+            cycle=True)),
+        ("inverse_time_decay", ks.InverseTimeDecay(
+            f(0.1), decay_steps=100, decay_rate=f(0.5))),
+        ("inverse_time_decay_staircase", ks.InverseTimeDecay(
+            f(0.1), decay_steps=100, decay_rate=f(0.5), staircase=True)),
+        ("cosine_decay_restarts", ks.CosineDecayRestarts(
+            f(0.1), first_decay_steps=200, t_mul=f(2.0), m_mul=f(0.8),
+            alpha=f(0.1))),
+        ("cosine_decay_restarts_even", ks.CosineDecayRestarts(
+            f(0.1), first_decay_steps=200, t_mul=f(1.0), m_mul=f(1.0),
+            alpha=f(0.1))),
     ]
     try:
         scheds.append(("cosine_decay_warmup", ks.CosineDecay(
@@ -181,6 +218,17 @@ Schedules (f64; Keras %s, keras.optimizers.schedules, evaluated in float64
                          (1 + cos(pi * (s - warmup_steps) / decay_steps)) + alpha)
     (step == warmup_steps is already in the cosine branch and equals
     warmup_target; the total schedule spans warmup_steps + decay_steps.)
+  polynomial_decay: decay_steps=1000, end_learning_rate=0.001, power=0.5:
+    (0.1 - end) * (1 - min(step, 1000) / 1000)^power + end
+  polynomial_decay_cycle: decay_steps=300, end=0.01, power=2, cycle: the
+    decay steps are 300 * ceil(step / 300) (1 at step 0), step unclamped
+  inverse_time_decay(_staircase): decay_steps=100, decay_rate=0.5:
+    0.1 / (1 + 0.5 * p), p = step / 100 (floored with staircase)
+  cosine_decay_restarts: first_decay_steps=200, t_mul=2, m_mul=0.8,
+    alpha=0.1 (SGDR): c = step / 200; i = floor(log(1 - c (1 - t_mul)) /
+    log(t_mul)); c = (c - (1 - t_mul^i) / (1 - t_mul)) / t_mul^i;
+    0.1 * ((1 - alpha) * 0.5 * m_mul^i * (1 + cos(pi c)) + alpha);
+    _even: t_mul=1, m_mul=1: i = floor(c), c -= i
 Checks:
 """ % (SEED, tf.keras.__version__ if hasattr(tf.keras, "__version__") else "?")
     write_golden("ema_schedules.txt", tensors, comment, notes)

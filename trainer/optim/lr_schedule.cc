@@ -79,6 +79,94 @@ class CosineDecaySchedule : public LearningRateSchedule {
   double alpha_;
 };
 
+// Keras PolynomialDecay, in its order of operations (float64).
+class PolynomialDecaySchedule : public LearningRateSchedule {
+ public:
+  PolynomialDecaySchedule(double lr, int64_t decay_steps, double end,
+                          double power, bool cycle)
+      : lr_(lr),
+        decay_steps_(decay_steps),
+        end_(end),
+        power_(power),
+        cycle_(cycle) {}
+  double operator()(int64_t step) const override {
+    double s = static_cast<double>(step);
+    double steps = static_cast<double>(decay_steps_);
+    if (cycle_) {
+      // The first multiple of decay_steps at or past the step (1 at 0).
+      steps *= step == 0 ? 1.0 : std::ceil(s / steps);
+    } else {
+      s = std::min(s, steps);
+    }
+    const double p = s / steps;
+    return (lr_ - end_) * std::pow(1 - p, power_) + end_;
+  }
+
+ private:
+  double lr_;
+  int64_t decay_steps_;
+  double end_, power_;
+  bool cycle_;
+};
+
+// Keras InverseTimeDecay: lr / (1 + rate * step / decay_steps).
+class InverseTimeDecaySchedule : public LearningRateSchedule {
+ public:
+  InverseTimeDecaySchedule(double lr, int64_t decay_steps, double rate,
+                           bool staircase)
+      : lr_(lr),
+        decay_steps_(decay_steps),
+        rate_(rate),
+        staircase_(staircase) {}
+  double operator()(int64_t step) const override {
+    double p = static_cast<double>(step) / static_cast<double>(decay_steps_);
+    if (staircase_) p = std::floor(p);
+    return lr_ / (1.0 + rate_ * p);
+  }
+
+ private:
+  double lr_;
+  int64_t decay_steps_;
+  double rate_;
+  bool staircase_;
+};
+
+// Keras CosineDecayRestarts (SGDR, Loshchilov and Hutter): cosine periods
+// of first_decay_steps * t_mul^i, the i-th peak scaled by m_mul^i, in
+// Keras's order of operations (float64).
+class CosineDecayRestartsSchedule : public LearningRateSchedule {
+ public:
+  CosineDecayRestartsSchedule(double lr, int64_t first_decay_steps,
+                              double t_mul, double m_mul, double alpha)
+      : lr_(lr),
+        first_(first_decay_steps),
+        t_mul_(t_mul),
+        m_mul_(m_mul),
+        alpha_(alpha) {}
+  double operator()(int64_t step) const override {
+    double completed = static_cast<double>(step) / static_cast<double>(first_);
+    double restart;
+    if (t_mul_ == 1.0) {
+      restart = std::floor(completed);
+      completed -= restart;
+    } else {
+      restart = std::floor(std::log(1.0 - completed * (1.0 - t_mul_)) /
+                           std::log(t_mul_));
+      const double sum = (1.0 - std::pow(t_mul_, restart)) / (1.0 - t_mul_);
+      completed = (completed - sum) / std::pow(t_mul_, restart);
+    }
+    const double m_fac = std::pow(m_mul_, restart);
+    const double cosine =
+        0.5 * m_fac * (1.0 + std::cos(std::numbers::pi * completed));
+    return lr_ * ((1.0 - alpha_) * cosine + alpha_);
+  }
+
+ private:
+  double lr_;
+  int64_t first_;
+  double t_mul_, m_mul_, alpha_;
+};
+
 class WarmupSchedule : public LearningRateSchedule {
  public:
   WarmupSchedule(std::unique_ptr<LearningRateSchedule> base,
@@ -179,6 +267,65 @@ MT_REGISTER(ScheduleType,
                return std::make_unique<CosineDecaySchedule>(
                    lr, p.Int("decay_steps"), p.Float("alpha"));
              }});
+
+MT_REGISTER(
+    ScheduleType,
+    {.name = "polynomial_decay",
+     .doc = "(learning_rate - end_learning_rate) * (1 - min(step, "
+            "decay_steps) / decay_steps)^power + end_learning_rate; with "
+            "cycle the decay steps grow to the next multiple of decay_steps",
+     .params = {{DecaySteps(),
+                 Param::Float("end_learning_rate")
+                     .Default(0.0001)
+                     .Min(0)
+                     .Doc("the rate at decay_steps"),
+                 Param::Float("power").Default(1.0).Min(0, false).Doc(
+                     "1: linear"),
+                 Param::Bool("cycle").Default(false).Doc(
+                     "restart from the next multiple of decay_steps")}},
+     .create = [](const Params& p, double lr) -> Made {
+       return std::make_unique<PolynomialDecaySchedule>(
+           lr, p.Int("decay_steps"), p.Float("end_learning_rate"),
+           p.Float("power"), p.Bool("cycle"));
+     }});
+
+MT_REGISTER(
+    ScheduleType,
+    {.name = "inverse_time_decay",
+     .doc = "learning_rate / (1 + decay_rate * step / decay_steps)",
+     .params =
+         {{DecaySteps(),
+           Param::Float("decay_rate").Min(0).Doc("how fast the rate falls"),
+           Param::Bool("staircase")
+               .Default(false)
+               .Doc("floor step / decay_steps")}},
+     .create = [](const Params& p, double lr) -> Made {
+       return std::make_unique<InverseTimeDecaySchedule>(
+           lr, p.Int("decay_steps"), p.Float("decay_rate"),
+           p.Bool("staircase"));
+     }});
+
+MT_REGISTER(
+    ScheduleType,
+    {.name = "cosine_decay_restarts",
+     .doc = "SGDR: cosine decays from learning_rate * m_mul^i to alpha of "
+            "it over periods first_decay_steps * t_mul^i, each restarting "
+            "where the last ended",
+     .params = {{Param::Int("first_decay_steps")
+                     .Default(1000)
+                     .Min(1)
+                     .Doc("the first period's steps"),
+                 Param::Float("t_mul").Default(2.0).Min(0, false).Doc(
+                     "each period's length over the last's"),
+                 Param::Float("m_mul").Default(1.0).Min(0).Doc(
+                     "each period's peak over the last's"),
+                 Param::Float("alpha").Default(0.0).Min(0).Max(1).Doc(
+                     "the floor, a fraction of the peak")}},
+     .create = [](const Params& p, double lr) -> Made {
+       return std::make_unique<CosineDecayRestartsSchedule>(
+           lr, p.Int("first_decay_steps"), p.Float("t_mul"), p.Float("m_mul"),
+           p.Float("alpha"));
+     }});
 
 const ParamSchema& ScheduleCommonParams() {
   static const auto* schema = new ParamSchema{

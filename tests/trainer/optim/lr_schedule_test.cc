@@ -50,6 +50,34 @@ std::map<std::string, Spec> GoldenSchedules() {
       "cosine_decay",
       0.1,
       {{"decay_steps", 1000}, {"alpha", 0.0}, {"warmup_steps", 100}}};
+  out["polynomial_decay"] = {
+      "polynomial_decay",
+      0.1,
+      {{"decay_steps", 1000}, {"end_learning_rate", 0.001}, {"power", 0.5}}};
+  out["polynomial_decay_cycle"] = {"polynomial_decay",
+                                   0.1,
+                                   {{"decay_steps", 300},
+                                    {"end_learning_rate", 0.01},
+                                    {"power", 2.0},
+                                    {"cycle", true}}};
+  const testing::Values inverse = {{"decay_steps", 100}, {"decay_rate", 0.5}};
+  out["inverse_time_decay"] = {"inverse_time_decay", 0.1, inverse};
+  testing::Values inverse_stair = inverse;
+  inverse_stair.push_back({"staircase", true});
+  out["inverse_time_decay_staircase"] = {"inverse_time_decay", 0.1,
+                                         inverse_stair};
+  out["cosine_decay_restarts"] = {"cosine_decay_restarts",
+                                  0.1,
+                                  {{"first_decay_steps", 200},
+                                   {"t_mul", 2.0},
+                                   {"m_mul", 0.8},
+                                   {"alpha", 0.1}}};
+  out["cosine_decay_restarts_even"] = {"cosine_decay_restarts",
+                                       0.1,
+                                       {{"first_decay_steps", 200},
+                                        {"t_mul", 1.0},
+                                        {"m_mul", 1.0},
+                                        {"alpha", 0.1}}};
   return out;
 }
 
@@ -81,7 +109,7 @@ TEST(LrScheduleGoldenTest, EveryScheduleInTheFileMatchesKeras) {
     }
     ++checked;
   }
-  EXPECT_EQ(checked, 5);
+  EXPECT_EQ(checked, 11);
   std::printf("[ golden   ] schedules: max rel diff vs Keras %.3g\n", worst);
 }
 
@@ -148,8 +176,15 @@ TEST(LrScheduleTest, BadOptionsNameTheKey) {
   using D = std::vector<double>;
   ExpectInvalid({"linear", 0.1, {}}, "optimizer.schedule.name");
   ExpectInvalid({"linear", 0.1, {}},
-                "constant, cosine_decay, exponential_decay, "
-                "piecewise_constant");
+                "constant, cosine_decay, cosine_decay_restarts, "
+                "exponential_decay, inverse_time_decay, piecewise_constant, "
+                "polynomial_decay");
+  ExpectInvalid({"inverse_time_decay", 0.1, {}},
+                "optimizer.schedule.decay_rate");
+  ExpectInvalid({"cosine_decay_restarts", 0.1, {{"t_mul", 0.0}}},
+                "optimizer.schedule.t_mul");
+  ExpectInvalid({"polynomial_decay", 0.1, {{"power", -1.0}}},
+                "optimizer.schedule.power");
   ExpectInvalid({"constant", 0, {}},
                 "optimizer.learning_rate: expected a number > 0, got 0");
   ExpectInvalid({"constant", NAN, {}}, "optimizer.learning_rate");
