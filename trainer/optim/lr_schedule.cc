@@ -315,8 +315,10 @@ MT_REGISTER(
                      .Default(1000)
                      .Min(1)
                      .Doc("the first period's steps"),
-                 Param::Float("t_mul").Default(2.0).Min(0, false).Doc(
-                     "each period's length over the last's"),
+                 Param::Float("t_mul").Default(2.0).Min(1).Doc(
+                     "each period's length over the last's (below 1 the "
+                     "periods end after finitely many steps, past which "
+                     "Keras's rate is NaN)"),
                  Param::Float("m_mul").Default(1.0).Min(0).Doc(
                      "each period's peak over the last's"),
                  Param::Float("alpha").Default(0.0).Min(0).Max(1).Doc(

@@ -181,8 +181,8 @@ TEST(LrScheduleTest, BadOptionsNameTheKey) {
                 "polynomial_decay");
   ExpectInvalid({"inverse_time_decay", 0.1, {}},
                 "optimizer.schedule.decay_rate");
-  ExpectInvalid({"cosine_decay_restarts", 0.1, {{"t_mul", 0.0}}},
-                "optimizer.schedule.t_mul");
+  ExpectInvalid({"cosine_decay_restarts", 0.1, {{"t_mul", 0.5}}},
+                "optimizer.schedule.t_mul: expected a number >= 1, got 0.5");
   ExpectInvalid({"polynomial_decay", 0.1, {{"power", -1.0}}},
                 "optimizer.schedule.power");
   ExpectInvalid({"constant", 0, {}},
