@@ -192,12 +192,13 @@ absl::StatusOr<Variable> VariableOn(const std::string& name,
 absl::StatusOr<KernelAndBias> MakeKernelAndBias(
     const std::string& layer, const Shape& kernel_shape,
     const Shape& bias_shape, bool use_bias, uint64_t seed, Device device,
-    std::optional<Fans> fans, const WeightInitializers& init) {
+    std::optional<Fans> fans, const WeightInitializers& init,
+    const std::string& kernel_name) {
   MT_ASSIGN_OR_RETURN(Tensor initial,
                       Initialize(init.kernel, kernel_shape, seed, fans));
   MT_ASSIGN_OR_RETURN(
       Variable kernel,
-      VariableOn(absl::StrCat(layer, "/kernel"), initial, device));
+      VariableOn(absl::StrCat(layer, "/", kernel_name), initial, device));
   KernelAndBias w{std::move(kernel), std::nullopt};
   if (use_bias && init.bias == "zeros") {
     MT_ASSIGN_OR_RETURN(Tensor b,

@@ -91,11 +91,14 @@ struct KernelAndBias {
   Variable kernel;
   std::optional<Variable> bias;
 };
+// `kernel_name` names the kernel inside the layer (Keras's
+// SeparableConv2D has a depthwise_kernel and a pointwise_kernel).
 absl::StatusOr<KernelAndBias> MakeKernelAndBias(
     const std::string& layer, const Shape& kernel_shape,
     const Shape& bias_shape, bool use_bias, uint64_t seed, Device device,
     std::optional<Fans> fans = std::nullopt,
-    const WeightInitializers& init = {});
+    const WeightInitializers& init = {},
+    const std::string& kernel_name = "kernel");
 
 }  // namespace mirrortrain::models
 

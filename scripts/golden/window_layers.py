@@ -23,6 +23,9 @@ the gradients of sum(y * upstream) with respect to x and every variable:
   * conv1d_same_odd/*, conv1d_valid_stride/*, conv1d_causal_one/*:
     Conv1D(2, 4, strides=2, same) (padding 1 before, 2 after),
     Conv1D(3, 2, strides=3, valid, no bias, relu), Conv1D(2, 1, causal).
+  * separable_same/*, separable_valid/*: SeparableConv2D(4, (3, 2),
+    strides=(2, 2), same, depth_multiplier=2, relu), SeparableConv2D(2, 3,
+    valid, no bias) on x [2, 7, 6, 3].
   * max_pool1d/*, avg_pool1d/*, max_pool1d_default/*, global_max1d/*,
     global_avg1d_keep/*: MaxPooling1D(3, strides=2, valid),
     AveragePooling1D(4, strides=3, same), MaxPooling1D() (pool 2, strides
@@ -116,6 +119,11 @@ def main():
         **f64), seq)
     tensors += case("conv1d_causal_one", rng, keras.layers.Conv1D(
         2, 1, padding="causal", **f64), seq)
+    tensors += case("separable_same", rng, keras.layers.SeparableConv2D(
+        4, (3, 2), strides=(2, 2), padding="same", depth_multiplier=2,
+        activation="relu", **f64))
+    tensors += case("separable_valid", rng, keras.layers.SeparableConv2D(
+        2, 3, padding="valid", use_bias=False, **f64))
     comment = ("Keras %s (TensorFlow %s) conv and pooling layers with "
                "(height, width) windows; scripts/golden/window_layers.py"
                % (keras.__version__, tf.__version__))

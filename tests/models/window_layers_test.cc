@@ -56,7 +56,8 @@ TEST_P(WindowGoldenTest, LayerMatchesKeras) {
   // Keras's variables in Keras's order, with its shapes.
   const std::vector<Variable*>& vars = (*model)->variables();
   std::vector<std::string> parts;
-  for (const char* part : {"kernel", "bias"}) {
+  for (const char* part :
+       {"kernel", "depthwise_kernel", "pointwise_kernel", "bias"}) {
     if (Golden().contains(c.golden + "/" + part)) parts.push_back(part);
   }
   ASSERT_EQ(vars.size(), parts.size());
@@ -170,7 +171,21 @@ INSTANTIATE_TEST_SUITE_P(
                    "conv1d",
                    {{"filters", int64_t{2}},
                     {"kernel_size", int64_t{1}},
-                    {"padding", "causal"}}}),
+                    {"padding", "causal"}}},
+        // Depthwise then pointwise, Keras's three variables.
+        WindowCase{"separable_same",
+                   "separable_conv2d",
+                   {{"filters", int64_t{4}},
+                    {"kernel_size", Pair{3, 2}},
+                    {"strides", int64_t{2}},
+                    {"padding", "same"},
+                    {"depth_multiplier", int64_t{2}},
+                    {"activation", "relu"}}},
+        WindowCase{"separable_valid",
+                   "separable_conv2d",
+                   {{"filters", int64_t{2}},
+                    {"kernel_size", int64_t{3}},
+                    {"use_bias", false}}}),
     [](const ::testing::TestParamInfo<WindowCase>& info) {
       return info.param.golden;
     });
