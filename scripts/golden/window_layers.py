@@ -26,6 +26,11 @@ the gradients of sum(y * upstream) with respect to x and every variable:
   * separable_same/*, separable_valid/*: SeparableConv2D(4, (3, 2),
     strides=(2, 2), same, depth_multiplier=2, relu), SeparableConv2D(2, 3,
     valid, no bias) on x [2, 7, 6, 3].
+  * group_norm/*, group_norm_seq/*, group_norm_instance/*:
+    GroupNormalization(groups=2) on [2, 5, 4, 6]; (groups=3, epsilon=0.01,
+    center=False) on sequences [2, 7, 6]; (groups=6: one channel a group,
+    instance normalization) on [2, 3, 3, 6]. gamma and beta are assigned
+    random values as the other layers' variables are.
   * max_pool1d/*, avg_pool1d/*, max_pool1d_default/*, global_max1d/*,
     global_avg1d_keep/*: MaxPooling1D(3, strides=2, valid),
     AveragePooling1D(4, strides=3, same), MaxPooling1D() (pool 2, strides
@@ -124,6 +129,13 @@ def main():
         activation="relu", **f64))
     tensors += case("separable_valid", rng, keras.layers.SeparableConv2D(
         2, 3, padding="valid", use_bias=False, **f64))
+    tensors += case("group_norm", rng, keras.layers.GroupNormalization(
+        groups=2, **f64), (2, 5, 4, 6))
+    tensors += case("group_norm_seq", rng, keras.layers.GroupNormalization(
+        groups=3, epsilon=0.01, center=False, **f64), (2, 7, 6))
+    tensors += case("group_norm_instance", rng,
+                    keras.layers.GroupNormalization(groups=6, **f64),
+                    (2, 3, 3, 6))
     comment = ("Keras %s (TensorFlow %s) conv and pooling layers with "
                "(height, width) windows; scripts/golden/window_layers.py"
                % (keras.__version__, tf.__version__))

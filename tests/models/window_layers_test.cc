@@ -56,8 +56,8 @@ TEST_P(WindowGoldenTest, LayerMatchesKeras) {
   // Keras's variables in Keras's order, with its shapes.
   const std::vector<Variable*>& vars = (*model)->variables();
   std::vector<std::string> parts;
-  for (const char* part :
-       {"kernel", "depthwise_kernel", "pointwise_kernel", "bias"}) {
+  for (const char* part : {"kernel", "depthwise_kernel", "pointwise_kernel",
+                           "bias", "gamma", "beta"}) {
     if (Golden().contains(c.golden + "/" + part)) parts.push_back(part);
   }
   ASSERT_EQ(vars.size(), parts.size());
@@ -185,7 +185,14 @@ INSTANTIATE_TEST_SUITE_P(
                    "separable_conv2d",
                    {{"filters", int64_t{2}},
                     {"kernel_size", int64_t{3}},
-                    {"use_bias", false}}}),
+                    {"use_bias", false}}},
+        // Groups of channels over every position (group_normalization).
+        WindowCase{"group_norm", "group_normalization", {{"groups", 2}}},
+        WindowCase{"group_norm_seq",
+                   "group_normalization",
+                   {{"groups", 3}, {"epsilon", 0.01}, {"center", false}}},
+        WindowCase{
+            "group_norm_instance", "group_normalization", {{"groups", 6}}}),
     [](const ::testing::TestParamInfo<WindowCase>& info) {
       return info.param.golden;
     });
@@ -345,6 +352,27 @@ TEST(Conv1DTest, InputsAndWindowsThatDoNotFitAreRefused) {
            {{"pool_size", int64_t{9}}, {"padding", "same"}});
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ((*ok)->output_shape(), (Shape{1, 3}));  // ceil(5 / 9).
+}
+
+// Groups of consecutive channels: their count must divide the channels;
+// Keras's default is 32 groups.
+TEST(GroupNormalizationTest, GroupsMustDivideTheChannels) {
+  auto build = [](const Shape& input, int64_t groups) {
+    absl::StatusOr<LayerSpec> spec =
+        MakeLayerSpec("group_normalization", {{"groups", groups}});
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    spec->path = "model.layers[0]";
+    return Model::Build(ModelDef{input, {*spec}}, 1, Device::Cpu());
+  };
+  absl::StatusOr<std::unique_ptr<Model>> bad = build({4, 4, 6}, 4);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(
+                "groups: 4 groups do not divide the 6 channels"),
+            std::string::npos)
+      << bad.status();
+  absl::StatusOr<std::unique_ptr<Model>> keras_default = build({4, 4, 64}, 32);
+  ASSERT_TRUE(keras_default.ok()) << keras_default.status();
+  EXPECT_EQ((*keras_default)->output_shape(), (Shape{4, 4, 64}));
 }
 
 }  // namespace
