@@ -31,6 +31,8 @@ the gradients of sum(y * upstream) with respect to x and every variable:
     center=False) on sequences [2, 7, 6]; (groups=6: one channel a group,
     instance normalization) on [2, 3, 3, 6]. gamma and beta are assigned
     random values as the other layers' variables are.
+  * max_pool1d_same/*, global_avg1d/*: MaxPooling1D(4, strides=3, same),
+    GlobalAveragePooling1D() on x [2, 9, 3].
   * max_pool1d/*, avg_pool1d/*, max_pool1d_default/*, global_max1d/*,
     global_avg1d_keep/*: MaxPooling1D(3, strides=2, valid),
     AveragePooling1D(4, strides=3, same), MaxPooling1D() (pool 2, strides
@@ -136,6 +138,10 @@ def main():
     tensors += case("group_norm_instance", rng,
                     keras.layers.GroupNormalization(groups=6, **f64),
                     (2, 3, 3, 6))
+    tensors += case("max_pool1d_same", rng, keras.layers.MaxPooling1D(
+        4, strides=3, padding="same", **f64), seq)
+    tensors += case("global_avg1d", rng,
+                    keras.layers.GlobalAveragePooling1D(**f64), seq)
     comment = ("Keras %s (TensorFlow %s) conv and pooling layers with "
                "(height, width) windows; scripts/golden/window_layers.py"
                % (keras.__version__, tf.__version__))

@@ -192,7 +192,13 @@ INSTANTIATE_TEST_SUITE_P(
                    "group_normalization",
                    {{"groups", 3}, {"epsilon", 0.01}, {"center", false}}},
         WindowCase{
-            "group_norm_instance", "group_normalization", {{"groups", 6}}}),
+            "group_norm_instance", "group_normalization", {{"groups", 6}}},
+        WindowCase{"max_pool1d_same",
+                   "max_pooling1d",
+                   {{"pool_size", int64_t{4}},
+                    {"strides", int64_t{3}},
+                    {"padding", "same"}}},
+        WindowCase{"global_avg1d", "global_average_pooling1d", {}}),
     [](const ::testing::TestParamInfo<WindowCase>& info) {
       return info.param.golden;
     });

@@ -77,6 +77,10 @@ std::vector<PoolCase> Cases() {
       // channels at once and one.
       {{2, 7, 6, 4}, opt(7, 6, 7, 6, Padding::kValid)},
       {{3, 5, 9, 3}, opt(5, 9, 5, 9, Padding::kValid)},
+      // One-row images: the 1-D pools' windows over steps.
+      {{2, 1, 9, 3}, opt(1, 3, 1, 2, Padding::kValid)},
+      {{2, 1, 9, 4}, opt(1, 4, 1, 3, Padding::kSame)},
+      {{2, 1, 9, 3}, opt(1, 9, 1, 9, Padding::kValid)},
   };
 }
 

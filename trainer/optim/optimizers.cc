@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -242,7 +241,9 @@ class LionOptimizer : public Optimizer {
 // beta1 (1 - 0.5 * 0.96^i), in the variable's dtype. Keras keeps prod u_i
 // in an optimizer variable; here it follows from the step count (nothing
 // more to checkpoint), formed in Keras's order and dtype, and cached so a
-// step costs one more factor. Slots "Nadam" (m) and "Nadam_1" (v).
+// step costs one more factor. A step back (a restore, or a parameter
+// server applying pushes out of order) restarts from the last exact value
+// kept every kProductStride steps. Slots "Nadam" (m) and "Nadam_1" (v).
 class NadamOptimizer : public Optimizer {
  public:
   NadamOptimizer(std::unique_ptr<LearningRateSchedule> schedule, double beta1,
@@ -275,11 +276,15 @@ class NadamOptimizer : public Optimizer {
   }
 
  private:
-  // prod_{i<=t} u_i as Keras's _u_product holds it after update t.
+  static constexpr int64_t kProductStride = 1024;
+
+  // prod_{i<=t} u_i as Keras's _u_product holds it after update t, and
+  // its values at t = 0, kProductStride, 2 * kProductStride, ...
   template <typename T>
   struct Product {
     int64_t t = 0;
     T value = 1;
+    std::vector<T> every_stride = {T(1)};
   };
 
   // 1 - 0.5 * 0.96^i in T (Keras's ops.power of 0.96 cast to the dtype).
@@ -291,16 +296,21 @@ class NadamOptimizer : public Optimizer {
   template <typename T>
   void Fill(int64_t t, Product<T>& cache, UpdateHyperparams& h) const {
     const T beta1 = static_cast<T>(beta1_);
-    T product;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (cache.t > t) cache = {};  // Restored to an earlier step.
-      for (; cache.t < t; ++cache.t) {
-        // Keras: _u_product * beta_1 * (1 - 0.5 * 0.96^(t)), left to right.
-        cache.value = cache.value * beta1 * Factor<T>(cache.t + 1);
-      }
-      product = cache.value;
+    if (cache.t > t) {
+      const int64_t k = t / kProductStride;
+      cache.t = k * kProductStride;
+      cache.value = cache.every_stride[k];
     }
+    for (; cache.t < t; ++cache.t) {
+      // Keras: _u_product * beta_1 * (1 - 0.5 * 0.96^(t)), left to right.
+      cache.value = cache.value * beta1 * Factor<T>(cache.t + 1);
+      if ((cache.t + 1) % kProductStride == 0 &&
+          static_cast<int64_t>(cache.every_stride.size()) ==
+              (cache.t + 1) / kProductStride) {
+        cache.every_stride.push_back(cache.value);
+      }
+    }
+    const T product = cache.value;
     const T u = beta1 * Factor<T>(t);
     const T u_next = beta1 * Factor<T>(t + 1);
     h.nadam_u_next = u_next;
@@ -310,9 +320,7 @@ class NadamOptimizer : public Optimizer {
   }
 
   double beta1_, beta2_, epsilon_;
-  // Replicas update their variables from several threads; mu_ guards the
-  // caches.
-  mutable std::mutex mu_;
+  // An optimizer is used by one thread at a time (optimizer.h).
   mutable Product<float> product_f32_;
   mutable Product<double> product_f64_;
 };
