@@ -47,17 +47,18 @@ class GroupNormalizationLayer final : public Layer {
     MT_ASSIGN_OR_RETURN(Tensor zero_row,
                         Tensor::Zeros(DType::kF32, {row}, device));
     return std::unique_ptr<Layer>(new GroupNormalizationLayer(
-        std::move(name), channels, groups, epsilon, center, scale,
+        std::move(name), channels, groups, positions, epsilon, center, scale,
         std::move(params), std::move(one_row), std::move(zero_row)));
   }
 
   absl::StatusOr<Tensor> Call(const Tensor& x, const ForwardContext&) override {
     MT_ASSIGN_OR_RETURN(const Shape out, OutputShape(x.shape()));
     const int64_t n = x.dim(0), g = groups_, cg = channels_ / groups_;
-    const int64_t positions = n == 0 ? 0 : x.num_elements() / n / channels_;
+    // From the build-time shape: a replica's shard may hold no rows.
+    const int64_t positions = positions_;
     // Each group's values contiguous: [n, S, G, C/G] -> [n, G, S, C/G]
-    // (nothing to move with one position or one group).
-    const bool move = positions > 1 && g > 1;
+    // (nothing to move with one position or one group, or no rows).
+    const bool move = n > 0 && positions > 1 && g > 1;
     Tensor y = x;
     if (move) {
       MT_ASSIGN_OR_RETURN(y, ops::Reshape(x, {n, positions, g, cg}));
@@ -79,7 +80,15 @@ class GroupNormalizationLayer final : public Layer {
   }
 
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
-    return NormalizedOutputShape(name(), input, channels_);
+    MT_ASSIGN_OR_RETURN(Shape out,
+                        NormalizedOutputShape(name(), input, channels_));
+    if (NumElements(absl::MakeConstSpan(input).subspan(1)) !=
+        positions_ * channels_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name(), ": built for ", positions_, " positions of ", channels_,
+          " channels per example, got ", ShapeToString(input)));
+    }
+    return out;
   }
 
   std::vector<Variable*> variables() override {
@@ -90,12 +99,13 @@ class GroupNormalizationLayer final : public Layer {
 
  private:
   GroupNormalizationLayer(std::string name, int64_t channels, int64_t groups,
-                          double epsilon, bool center, bool scale,
-                          NormalizationParams params, Tensor one_row,
-                          Tensor zero_row)
+                          int64_t positions, double epsilon, bool center,
+                          bool scale, NormalizationParams params,
+                          Tensor one_row, Tensor zero_row)
       : Layer(std::move(name)),
         channels_(channels),
         groups_(groups),
+        positions_(positions),
         epsilon_(epsilon),
         center_(center),
         scale_(scale),
@@ -104,6 +114,7 @@ class GroupNormalizationLayer final : public Layer {
         zero_row_(std::move(zero_row)) {}
 
   int64_t channels_, groups_;
+  int64_t positions_;  // Per example: height * width, or steps.
   double epsilon_;
   bool center_, scale_;
   NormalizationParams params_;

@@ -26,6 +26,26 @@
 namespace mirrortrain::models {
 namespace {
 
+// depth_multiplier, activation, use_bias and the initialisers, Keras's
+// order: depthwise, pointwise, bias.
+std::vector<Param> SeparableParams() {
+  std::vector<Param> params = WithInitializerParams(
+      {Param::Int("depth_multiplier")
+           .Default(1)
+           .Min(1)
+           .Max(kMaxDimension)
+           .Doc("depthwise filters per input channel"),
+       ActivationParam("linear", "applied after the bias"), UseBiasParam()},
+      "depthwise_initializer");
+  params.insert(params.end() - 1,
+                Param::String("pointwise_initializer")
+                    .Default("glorot_uniform")
+                    .OneOf(InitializerNames())
+                    .Doc("the pointwise kernel's initial values (as "
+                         "depthwise_initializer's)"));
+  return params;
+}
+
 class SeparableConv2DLayer final : public Layer {
  public:
   SeparableConv2DLayer(std::string name, Variable depthwise,
@@ -85,25 +105,11 @@ MT_REGISTER(
     {.name = "separable_conv2d",
      .doc = "activation(conv2d_1x1(depthwise_conv2d(x, depthwise_kernel), "
             "pointwise_kernel) + bias), NHWC (Keras SeparableConv2D)",
-     .params = {WithConvWindowParams(
-         {Param::Int("filters")
-              .Min(1)
-              .Max(kMaxDimension)
-              .Doc("output channels")},
-         WithInitializerParams(
-             {Param::Int("depth_multiplier")
-                  .Default(1)
-                  .Min(1)
-                  .Max(kMaxDimension)
-                  .Doc("depthwise filters per input channel"),
-              ActivationParam("linear", "applied after the bias"),
-              UseBiasParam(),
-              Param::String("pointwise_initializer")
-                  .Default("glorot_uniform")
-                  .OneOf(InitializerNames())
-                  .Doc("the pointwise kernel's initial values (as "
-                       "depthwise_initializer's)")},
-             "depthwise_initializer"))},
+     .params = {WithConvWindowParams({Param::Int("filters")
+                                          .Min(1)
+                                          .Max(kMaxDimension)
+                                          .Doc("output channels")},
+                                     SeparableParams())},
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
        MT_ASSIGN_OR_RETURN(const ConvWindow w, ReadConvWindow(spec, b));

@@ -379,6 +379,27 @@ TEST(GroupNormalizationTest, GroupsMustDivideTheChannels) {
   absl::StatusOr<std::unique_ptr<Model>> keras_default = build({4, 4, 64}, 32);
   ASSERT_TRUE(keras_default.ok()) << keras_default.status();
   EXPECT_EQ((*keras_default)->output_shape(), (Shape{4, 4, 64}));
+
+  // A replica's shard of no rows (mirrored training with fewer rows than
+  // replicas) passes through.
+  absl::StatusOr<std::unique_ptr<Model>> images = build({4, 4, 6}, 2);
+  ASSERT_TRUE(images.ok()) << images.status();
+  absl::StatusOr<Tensor> none = (*images)->Call(
+      testing::RandomTensor({0, 4, 4, 6}, 1, DType::kF32), {.training = true});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->shape(), (Shape{0, 4, 4, 6}));
+  // One group over [batch, C] is a layer normalization of the channels.
+  absl::StatusOr<std::unique_ptr<Model>> one = build({6}, 1);
+  ASSERT_TRUE(one.ok()) << one.status();
+  absl::StatusOr<LayerSpec> ln = MakeLayerSpec("layer_normalization", {});
+  ASSERT_TRUE(ln.ok());
+  ln->path = "model.layers[0]";
+  absl::StatusOr<std::unique_ptr<Model>> layer_norm =
+      Model::Build(ModelDef{{6}, {*ln}}, 1, Device::Cpu());
+  ASSERT_TRUE(layer_norm.ok()) << layer_norm.status();
+  const Tensor x = testing::RandomTensor({5, 6}, 2, DType::kF32);
+  EXPECT_TRUE(testing::AllClose(*(*one)->Call(x, {}),
+                                *(*layer_norm)->Call(x, {}), 1e-6, 1e-6));
 }
 
 }  // namespace

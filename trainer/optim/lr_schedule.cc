@@ -282,7 +282,9 @@ MT_REGISTER(
                  Param::Float("power").Default(1.0).Min(0, false).Doc(
                      "1: linear"),
                  Param::Bool("cycle").Default(false).Doc(
-                     "restart from the next multiple of decay_steps")}},
+                     "past decay_steps, decay over the next multiple of "
+                     "decay_steps from where the rate stands (not from "
+                     "learning_rate)")}},
      .create = [](const Params& p, double lr) -> Made {
        return std::make_unique<PolynomialDecaySchedule>(
            lr, p.Int("decay_steps"), p.Float("end_learning_rate"),
@@ -308,8 +310,9 @@ MT_REGISTER(
 MT_REGISTER(
     ScheduleType,
     {.name = "cosine_decay_restarts",
-     .doc = "SGDR: cosine decays from learning_rate * m_mul^i to alpha of "
-            "it over periods first_decay_steps * t_mul^i, each restarting "
+     .doc = "SGDR: learning_rate * ((1 - alpha) * m_mul^i * 0.5 * (1 + "
+            "cos(pi * f)) + alpha) in period i (first_decay_steps * "
+            "t_mul^i steps, f the fraction of it done), each restarting "
             "where the last ended",
      .params = {{Param::Int("first_decay_steps")
                      .Default(1000)
@@ -320,9 +323,9 @@ MT_REGISTER(
                      "periods end after finitely many steps, past which "
                      "Keras's rate is NaN)"),
                  Param::Float("m_mul").Default(1.0).Min(0).Doc(
-                     "each period's peak over the last's"),
+                     "each period's cosine part over the last's"),
                  Param::Float("alpha").Default(0.0).Min(0).Max(1).Doc(
-                     "the floor, a fraction of the peak")}},
+                     "the floor, a fraction of learning_rate")}},
      .create = [](const Params& p, double lr) -> Made {
        return std::make_unique<CosineDecayRestartsSchedule>(
            lr, p.Int("first_decay_steps"), p.Float("t_mul"), p.Float("m_mul"),

@@ -11,6 +11,16 @@
 //   cosine_decay:       s = min(step, decay_steps);
 //                       learning_rate * ((1 - alpha) * 0.5 *
 //                       (1 + cos(pi * s / decay_steps)) + alpha)
+//   polynomial_decay:   (learning_rate - end) * (1 - p)^power + end,
+//                       p = min(step, decay_steps) / decay_steps (with
+//                       cycle: step over the next multiple of decay_steps)
+//   inverse_time_decay: learning_rate / (1 + decay_rate * step /
+//                       decay_steps) (floored when staircase)
+//   cosine_decay_restarts: SGDR, Keras's CosineDecayRestarts
+// They match Keras given float64 rates (np.float64); Keras given a Python
+// float evaluates in float32. cosine_decay_restarts finds its period with
+// a float64 log, so a restart can come a step late where the log rounds
+// below an integer, as in Keras's float64.
 // warmup_steps W > 0 wraps any of them: step < W gives base(0) * step / W,
 // step >= W gives base(step - W). For cosine_decay this is Keras'
 // CosineDecay(initial_learning_rate=0, warmup_target=learning_rate).
