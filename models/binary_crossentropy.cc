@@ -103,6 +103,7 @@ MT_REGISTER(
      .output_activation = "sigmoid",
      .output_shape = [](const Shape& labels,
                         int64_t classes) -> absl::StatusOr<Shape> {
+       if (classes < 1) return RealLabelsRefused("binary_crossentropy");
        if (classes > 2) {
          return absl::InvalidArgumentError(absl::StrCat(
              "binary_crossentropy takes labels 0 and 1, but the data has ",
@@ -113,6 +114,11 @@ MT_REGISTER(
        return labels.empty() ? Shape{1} : labels;
      },
      .compute = BinaryCrossentropy,
-     .count_correct = CountCorrectBinary});
+     .metric_sum = [](const Tensor& logits,
+                      const Tensor& labels) -> absl::StatusOr<double> {
+       MT_ASSIGN_OR_RETURN(const int64_t correct,
+                           CountCorrectBinary(logits, labels));
+       return static_cast<double>(correct);
+     }});
 
 }  // namespace mirrortrain::models

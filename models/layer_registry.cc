@@ -104,7 +104,10 @@ std::string OutputActivation(const std::vector<LayerSpec>& layers) {
 absl::Status CheckOutputActivation(const std::vector<LayerSpec>& layers,
                                    const LossType& loss) {
   const std::string activation = OutputActivation(layers);
-  if (activation.empty()) return absl::OkStatus();
+  // A loss without one (regression) reads whatever the output layer makes.
+  if (activation.empty() || loss.output_activation.empty()) {
+    return absl::OkStatus();
+  }
   if (activation == loss.output_activation) {
     const LayerSpec* behind = BehindOutput(layers);
     if (behind == nullptr) return absl::OkStatus();

@@ -116,7 +116,8 @@ std::string OutputActivation(const std::vector<LayerSpec>& layers);
 // activation is `loss`'s output_activation (Keras's from_logits=False) with
 // layers behind it (a dropout, a flatten regrouping the softmax's axis),
 // whose probabilities the logits the loss takes cannot stand for; or when
-// it is another loss's (a sigmoid output under the categorical loss).
+// it is another loss's (a sigmoid output under the categorical loss). A
+// loss without an output activation (regression) takes any.
 absl::Status CheckOutputActivation(const std::vector<LayerSpec>& layers,
                                    const LossType& loss);
 

@@ -88,6 +88,14 @@ absl::StatusOr<int64_t> CountCorrect(const Tensor& logits,
   return correct;
 }
 
+absl::Status RealLabelsRefused(const std::string& loss) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      loss,
+      " takes class labels (integers), but the data's labels are real "
+      "values (regression targets: loss.name mean_squared_error or "
+      "mean_absolute_error reads them)"));
+}
+
 absl::StatusOr<const LossType*> FindLoss(const std::string& name) {
   if (const LossType* loss = LossRegistry::Global().Find(name)) return loss;
   return absl::InvalidArgumentError(
@@ -104,11 +112,16 @@ MT_REGISTER(
      .output_activation = "softmax",
      .output_shape = [](const Shape& labels,
                         int64_t classes) -> absl::StatusOr<Shape> {
+       if (classes < 1) return RealLabelsRefused(kDefaultLoss);
        Shape out = labels;
        out.push_back(classes);
        return out;
      },
      .compute = SparseCategoricalCrossentropy,
-     .count_correct = CountCorrect});
+     .metric_sum = [](const Tensor& logits,
+                      const Tensor& labels) -> absl::StatusOr<double> {
+       MT_ASSIGN_OR_RETURN(const int64_t correct, CountCorrect(logits, labels));
+       return static_cast<double>(correct);
+     }});
 
 }  // namespace mirrortrain::models

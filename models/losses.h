@@ -22,8 +22,9 @@ namespace mirrortrain::models {
 // Every loss is sum_i loss(logits_i, label_i) / global_labels: each replica
 // divides its shard's sum by the GLOBAL count of labels, so the summed
 // replica gradients equal the gradient of the global batch's mean
-// (tf.nn.compute_average_loss). Labels are integers (i32), one per example
-// or several (a sequence's tokens, an example's binary labels).
+// (tf.nn.compute_average_loss). Labels are integers (i32: classes), or real
+// values (f32: a regression's targets), one per example or several (a
+// sequence's tokens, an example's binary labels or target values).
 struct LossType {
   std::string name;
   std::string doc;
@@ -33,8 +34,9 @@ struct LossType {
   // the loss reads, and Model::Probabilities applies it.
   std::string output_activation;
   // The model's output per example for labels of per-example shape `labels`
-  // (empty: one label per example) in [0, classes); InvalidArgument saying
-  // why otherwise ("binary_crossentropy takes labels 0 and 1, ...").
+  // (empty: one label per example) in [0, classes), or real-valued labels
+  // where `classes` is 0; InvalidArgument saying why the loss cannot read
+  // them otherwise ("binary_crossentropy takes labels 0 and 1, ...").
   std::function<absl::StatusOr<Shape>(const Shape& labels, int64_t classes)>
       output_shape;
   // The loss of logits [b, output_shape...] against labels [b, labels...],
@@ -44,11 +46,16 @@ struct LossType {
       const Tensor& logits, const Tensor& labels, int64_t global_labels,
       double label_smoothing)>
       compute;
-  // How many labels the logits predict right (accuracy's numerator); read
-  // on the host.
-  std::function<absl::StatusOr<int64_t>(const Tensor& logits,
-                                        const Tensor& labels)>
-      count_correct;
+  // The metric evaluation reports beside the loss, as Keras's metrics name
+  // it ("accuracy": the fraction of labels predicted right;
+  // "mean_absolute_error"), and its sum over a batch's labels (evaluation
+  // divides the split's sum by its count of labels); read on the host.
+  std::string metric = "accuracy";
+  std::function<absl::StatusOr<double>(const Tensor& logits,
+                                       const Tensor& labels)>
+      metric_sum;
+  // Whether label_smoothing applies (the classification losses).
+  bool smooths = true;
 };
 using LossRegistry = Registry<LossType>;
 
@@ -57,6 +64,12 @@ inline constexpr char kDefaultLoss[] = "sparse_categorical_crossentropy";
 
 // The loss named `name`; InvalidArgument listing the names otherwise.
 absl::StatusOr<const LossType*> FindLoss(const std::string& name);
+
+// A classification loss's refusal of real-valued labels (output_shape).
+absl::Status RealLabelsRefused(const std::string& loss);
+
+// A classification loss's refusal of real-valued labels (output_shape).
+absl::Status RealLabelsRefused(const std::string& loss);
 
 // sparse_categorical_crossentropy: logits [b, classes] with labels [b], or
 // per token: logits [b, T, classes] with labels [b, T], where the sum runs
@@ -95,6 +108,24 @@ absl::StatusOr<Tensor> BinaryCrossentropy(const Tensor& logits,
 // probabilities, which logits cannot be compared against 0.5 for.
 absl::StatusOr<int64_t> CountCorrectBinary(const Tensor& logits,
                                            const Tensor& labels);
+
+// mean_squared_error and mean_absolute_error (Keras's MeanSquaredError and
+// MeanAbsoluteError): one output per target value, labels real (f32) or
+// integers (cast), logits [b, 1] with labels [b], or both [b, k]; the
+// squared (absolute) difference summed over every target and divided by
+// the global batch's count of them, which is Keras's mean over an
+// example's k targets and then over the batch. No label smoothing.
+absl::StatusOr<Tensor> MeanSquaredError(const Tensor& logits,
+                                        const Tensor& labels,
+                                        int64_t global_labels,
+                                        double label_smoothing = 0);
+absl::StatusOr<Tensor> MeanAbsoluteError(const Tensor& logits,
+                                         const Tensor& labels,
+                                         int64_t global_labels,
+                                         double label_smoothing = 0);
+// sum |logit - label| over every label, on the host.
+absl::StatusOr<double> SumAbsoluteError(const Tensor& logits,
+                                        const Tensor& labels);
 
 }  // namespace mirrortrain::models
 

@@ -40,7 +40,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Build(const ModelDef& def,
     return absl::InvalidArgumentError(
         absl::StrCat(OutputLayer(layers)->path, ".activation: ", s.message()));
   }
-  if (OutputActivation(layers) == loss->output_activation) {
+  if (!loss->output_activation.empty() &&
+      OutputActivation(layers) == loss->output_activation) {
     const_cast<LayerSpec*>(OutputLayer(layers))
         ->params.Set("activation", std::string("linear"));
     m->output_activation_ = loss->output_activation;

@@ -461,11 +461,11 @@ int Eval(int argc, char** argv) {
   }
   std::printf(
       "{\"checkpoint\": %s, \"step\": %lld, \"weights\": \"%s\", "
-      "\"examples\": %lld, \"loss\": %s, \"accuracy\": %s%s}\n",
+      "\"examples\": %lld, \"loss\": %s, \"%s\": %s%s}\n",
       checkpoint.c_str(), static_cast<long long>((*trainer)->global_step()),
       weights.c_str(), static_cast<long long>(result->examples),
-      FormatJsonNumber(result->loss).c_str(),
-      FormatJsonNumber(result->accuracy).c_str(), text_fields.c_str());
+      FormatJsonNumber(result->loss).c_str(), result->metric_name.c_str(),
+      FormatJsonNumber(result->metric).c_str(), text_fields.c_str());
   return kExitOk;
 }
 

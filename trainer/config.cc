@@ -73,6 +73,28 @@ absl::Status CheckOutputActivation(const Reader& r, const YAML::Node& node,
       std::string(s.message()));
 }
 
+// Smoothing is the classification losses'; an evaluation reports the loss
+// and its loss's metric only, so early stopping watches one of them.
+absl::Status CheckLossKeys(const Reader& r, const YAML::Node& root,
+                           const Config& c) {
+  MT_ASSIGN_OR_RETURN(const models::LossType* loss,
+                      models::FindLoss(c.loss.name));
+  if (!loss->smooths && c.loss.label_smoothing != 0) {
+    return r.Error(
+        "loss.label_smoothing", Child(Child(root, "loss"), "label_smoothing"),
+        absl::StrCat("applies to the classification losses, not ", loss->name));
+  }
+  const std::string& monitor = c.train.early_stopping_monitor;
+  if (monitor != "loss" && monitor != loss->metric) {
+    return r.Error(
+        "train.early_stopping_monitor",
+        Child(Child(root, "train"), "early_stopping_monitor"),
+        absl::StrCat(monitor, " is not reported under loss.name ", loss->name,
+                     " (it reports loss and ", loss->metric, ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadModel(const Reader& r, const YAML::Node& node, Config* c,
                        YAML::Node* resolved) {
   const std::string path = "model";
@@ -518,6 +540,7 @@ absl::StatusOr<Config> Parse(const std::string& yaml_text,
       ckpt.StringMap("warm_start_names"),
       ckpt.Bool("allow_non_finite")};
   MT_RETURN_IF_ERROR(Validate(r, root, c));
+  MT_RETURN_IF_ERROR(CheckLossKeys(r, root, c));
 
   YAML::Emitter out;
   EmitYaml(out, resolved);

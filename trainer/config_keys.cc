@@ -342,10 +342,12 @@ const ParamSchema& TrainSchema() {
                 "since its best (Keras's EarlyStopping; null: never)"),
        Param::String("early_stopping_monitor")
            .Default("loss")
-           .OneOf({"loss", "accuracy"})
+           .OneOf({"loss", "accuracy", "mean_absolute_error"})
            .Doc("the test metric early stopping watches (of the EMA "
-                "weights when there is an EMA): loss falls, accuracy "
-                "rises"),
+                "weights when there is an EMA): the loss, or the loss's "
+                "metric (accuracy for classification, "
+                "mean_absolute_error for regression); accuracy rises, the "
+                "others fall"),
        Param::Float("early_stopping_min_delta")
            .Default(0.0)
            .Min(0)

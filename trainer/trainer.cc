@@ -39,9 +39,9 @@ constexpr size_t kMaxTestBytesOnDevice = size_t{256} << 20;
 
 // One replica's evaluation sums over its batches.
 struct EvalSums {
-  double loss = 0;     // Per-label losses (loss.label_smoothing's).
-  double plain = 0;    // The same unsmoothed, where `plain` is asked for.
-  double correct = 0;  // Labels whose argmax is right.
+  double loss = 0;    // Per-label losses (loss.label_smoothing's).
+  double plain = 0;   // The same unsmoothed, where `plain` is asked for.
+  double metric = 0;  // The loss's metric summed (right labels: accuracy).
 };
 
 // Adds the batch of host `logits` and `labels` to `sums`: summed losses
@@ -57,8 +57,9 @@ absl::Status AddEvalSums(const models::LossType& loss_type,
                         loss_type.compute(logits, labels, 1, 0));
     sums.plain += xent.ScalarAt(0);
   }
-  MT_ASSIGN_OR_RETURN(const int64_t c, loss_type.count_correct(logits, labels));
-  sums.correct += static_cast<double>(c);
+  MT_ASSIGN_OR_RETURN(const double metric,
+                      loss_type.metric_sum(logits, labels));
+  sums.metric += metric;
   return absl::OkStatus();
 }
 
@@ -492,20 +493,21 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
     for (const EvalSums& s : sums) values.push_back(s.*field);
     return distribute::Strategy::Reduce(distribute::ReduceOp::kSum, values);
   };
-  double totals[3] = {reduce(&EvalSums::loss), reduce(&EvalSums::correct),
+  double totals[3] = {reduce(&EvalSums::loss), reduce(&EvalSums::metric),
                       reduce(&EvalSums::plain)};
   if (runner == strategy_.get()) {
     MT_RETURN_IF_ERROR(processes_->AllReduceSum(absl::MakeSpan(totals),
                                                 "the evaluation sums"));
   }
-  const double loss_sum = totals[0], correct = totals[1];
+  const double loss_sum = totals[0], metric_sum = totals[1];
   const double plain_sum = plain_apart ? totals[2] : loss_sum;
   EvalResult result;
   result.examples = n;
   result.labels = n * labels_per_example;
   const double labels = static_cast<double>(result.labels);
   result.loss = labels > 0 ? loss_sum / labels : 0;
-  result.accuracy = labels > 0 ? correct / labels : 0;
+  result.metric_name = loss_->metric;
+  result.metric = labels > 0 ? metric_sum / labels : 0;
   if (test_data_.bytes_as_tokens) {
     result.bits_per_byte =
         (labels > 0 ? plain_sum / labels : 0) / std::numbers::ln2;
@@ -560,14 +562,14 @@ absl::StatusOr<EvalResult> Trainer::EvaluateAndLog(int64_t step) {
                       step / steps_per_epoch,
                       "test",
                       ema ? "ema" : "raw",
-                      {{"loss", e.loss}, {"accuracy", e.accuracy}}};
+                      {{"loss", e.loss}, {e.metric_name, e.metric}}};
     // A NaN prints as "nan" (printf gives "-nan" for some), as
     // metrics.jsonl's null says: no number.
     const auto fixed = [](double v) {
       return std::isnan(v) ? std::string("nan") : absl::StrFormat("%.4f", v);
     };
     absl::StrAppend(&line, "  ", ema ? "ema" : "raw", ": loss ", fixed(e.loss),
-                    " accuracy ", fixed(e.accuracy));
+                    " ", e.metric_name, " ", fixed(e.metric));
     if (e.bits_per_byte) {
       rec.values.push_back({"bits_per_byte", *e.bits_per_byte});
       absl::StrAppend(&line, " bits/byte ", fixed(*e.bits_per_byte));

@@ -76,10 +76,13 @@ struct EvalResult {
   int64_t examples = 0;
   // Labels evaluated: examples, or tokens of sequence data.
   int64_t labels = 0;
-  // Mean per-label (example or token) cross-entropy, with the training
+  // Mean per-label (example, token or target) loss, with the training
   // objective's loss.label_smoothing (as Keras and torchvision evaluate).
   double loss = 0;
-  double accuracy = 0;  // Fraction of argmax == label.
+  // The loss's metric (LossType::metric), per label: "accuracy" (the
+  // fraction predicted right) or "mean_absolute_error".
+  std::string metric_name = "accuracy";
+  double metric = 0;
   // Byte tokens (the `text` source): the unsmoothed loss / ln 2, else
   // absent.
   std::optional<double> bits_per_byte;

@@ -150,7 +150,9 @@ absl::Status CheckClassifier(const models::Model& model,
                   "the data needs ", ShapeToString(expected), " (",
                   loss.name == models::kDefaultLoss
                       ? "one logit per class and label"
-                      : absl::StrCat(loss.name, ": one logit per label"),
+                      : absl::StrCat(loss.name, loss.output_activation.empty()
+                                                    ? ": one output per target"
+                                                    : ": one logit per label"),
                   ")");
     // More axes than the labels have: a flatten (or a global pooling) is
     // probably missing before the classifier; a dense layer keeps the

@@ -270,6 +270,70 @@ TEST(BinaryCrossentropyTest, StableShardableAndChecked) {
       ::testing::HasSubstr("takes labels 0 and 1, got 2 at index 7"));
 }
 
+// mean_squared_error and mean_absolute_error: Keras's means (over an
+// example's targets, then the batch) as sums over every target divided by
+// the global count; integer targets cast; shards add up; gradients match
+// finite differences (MAE's is 0 at an exact hit, TensorFlow's sign(0));
+// smoothing and shapes that are not one output per target are errors.
+TEST(RegressionLossTest, MeansShardsAndGradients) {
+  const Tensor outputs =
+      Tensor::FromVector<double>({0.5, -1.0, 2.0, 3.0, 0.25, -0.5}, {3, 2});
+  const Tensor targets =
+      Tensor::FromVector<float>({1.0f, -1.0f, 0.0f, 3.5f, 0.25f, 1.5f}, {3, 2});
+  // Differences -0.5, 0 (exact), 2, -0.5, 0, -2.
+  auto mse = MeanSquaredError(outputs, targets, 6);
+  ASSERT_TRUE(mse.ok()) << mse.status();
+  EXPECT_DOUBLE_EQ(mse->ScalarAt(0), (0.25 + 0 + 4 + 0.25 + 0 + 4) / 6);
+  auto mae = MeanAbsoluteError(outputs, targets, 6);
+  ASSERT_TRUE(mae.ok()) << mae.status();
+  EXPECT_DOUBLE_EQ(mae->ScalarAt(0), (0.5 + 0 + 2 + 0.5 + 0 + 2) / 6);
+  absl::StatusOr<double> sum = SumAbsoluteError(outputs, targets);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_DOUBLE_EQ(*sum, 5.0);
+  const Tensor integers =
+      Tensor::FromVector<int32_t>({1, -1, 0, 3, 0, 1}, {3, 2});
+  auto cast = MeanSquaredError(outputs, integers, 6);
+  ASSERT_TRUE(cast.ok()) << cast.status();
+  EXPECT_DOUBLE_EQ(cast->ScalarAt(0), (0.25 + 0 + 4 + 0 + 0.0625 + 2.25) / 6);
+  // Shards divided by the global count add up.
+  for (auto loss : {MeanSquaredError, MeanAbsoluteError}) {
+    double shards = 0;
+    for (auto [begin, rows] : {std::pair<int64_t, int64_t>{0, 2}, {2, 1}}) {
+      auto part = loss(*outputs.SliceRows(begin, rows),
+                       *targets.SliceRows(begin, rows), 6, 0);
+      ASSERT_TRUE(part.ok()) << part.status();
+      shards += part->ScalarAt(0);
+    }
+    EXPECT_NEAR(shards, loss(outputs, targets, 6, 0)->ScalarAt(0), 1e-12);
+  }
+  // One target per example against outputs [b, 1].
+  auto column =
+      MeanAbsoluteError(*outputs.Reshaped({6, 1}), *targets.Reshaped({6}), 6);
+  ASSERT_TRUE(column.ok()) << column.status();
+  EXPECT_DOUBLE_EQ(column->ScalarAt(0), mae->ScalarAt(0));
+  const Tensor away = testing::RandomTensor({3, 2}, 9);
+  for (auto loss : {MeanSquaredError, MeanAbsoluteError}) {
+    testing::ExpectGradientsMatch(
+        [&](const std::vector<Tensor>& in) {
+          return loss(in[0], targets, 6, 0);
+        },
+        {away});
+  }
+  GradientTape tape;
+  tape.Watch(outputs);
+  auto at_hits = MeanAbsoluteError(outputs, targets, 6);
+  ASSERT_TRUE(at_hits.ok());
+  auto grads = tape.Gradient(*at_hits, {outputs});
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  const std::vector<double> g = (*grads)[0]->ToVector<double>();
+  EXPECT_EQ(g[1], 0.0);  // The exact hits.
+  EXPECT_EQ(g[4], 0.0);
+  EXPECT_DOUBLE_EQ(g[2], 1.0 / 6);
+  EXPECT_FALSE(MeanSquaredError(outputs, targets, 6, 0.1).ok());
+  EXPECT_FALSE(MeanSquaredError(outputs, *targets.SliceRows(0, 2), 6).ok());
+  EXPECT_FALSE(MeanSquaredError(outputs, targets, 0).ok());
+}
+
 // The registry: each loss's logits per example for its labels, and the
 // data each refuses.
 TEST(LossRegistryTest, OutputShapesAndRefusals) {
@@ -290,8 +354,22 @@ TEST(LossRegistryTest, OutputShapesAndRefusals) {
   ASSERT_FALSE(unknown.ok());
   EXPECT_THAT(std::string(unknown.status().message()),
               ::testing::HasSubstr("unknown loss 'mse' (expected one of "
-                                   "binary_crossentropy, "
+                                   "binary_crossentropy, mean_absolute_error, "
+                                   "mean_squared_error, "
                                    "sparse_categorical_crossentropy)"));
+  // Real-valued labels (classes 0) are the regression losses'.
+  for (const auto* loss : {*sparse, *binary}) {
+    absl::StatusOr<Shape> real = loss->output_shape({}, 0);
+    ASSERT_FALSE(real.ok()) << loss->name;
+    EXPECT_THAT(std::string(real.status().message()),
+                ::testing::HasSubstr("the data's labels are real values"));
+  }
+  absl::StatusOr<const LossType*> mse = FindLoss("mean_squared_error");
+  ASSERT_TRUE(mse.ok());
+  EXPECT_EQ((*mse)->output_shape({}, 0).value(), (Shape{1}));
+  EXPECT_EQ((*mse)->output_shape({3}, 0).value(), (Shape{3}));
+  EXPECT_EQ((*mse)->metric, "mean_absolute_error");
+  EXPECT_FALSE((*mse)->smooths);
   EXPECT_TRUE(LossRegistry::Global().duplicates().empty());
 }
 

@@ -42,8 +42,13 @@ std::string NpzData(const std::string& run, const std::string& dir) {
   const Tensor& y = Golden().at(run + "/y");
   const std::string xs = testing::NpyBytes(
       "<f4", x.shape(), testing::RawBytes(x.ToVector<float>()));
-  const std::string ys = testing::NpyBytes(
-      "<i8", y.shape(), testing::RawBytes(y.ToVector<int64_t>()));
+  // Class labels, or real-valued targets (the regression runs).
+  const std::string ys =
+      y.dtype() == DType::kF32
+          ? testing::NpyBytes("<f4", y.shape(),
+                              testing::RawBytes(y.ToVector<float>()))
+          : testing::NpyBytes("<i8", y.shape(),
+                              testing::RawBytes(y.ToVector<int64_t>()));
   const std::string path = dir + "/data.npz";
   testing::WriteBytes(path, testing::ZipBytes({{"x_train.npy", xs},
                                                {"y_train.npy", ys},
@@ -227,6 +232,26 @@ std::vector<KerasRun> Runs() {
         "{type: flatten}, {type: dense, units: 4}]}",
         "optimizer={name: adam, learning_rate: 0.01}"},
        6,
+       8},
+      // Regression on real-valued targets (float y): one target per
+      // example under mean_squared_error, two under mean_absolute_error.
+      {"mse",
+       NpzData,
+       {"data.global_batch_size=12",
+        "model={layers: [{type: dense, units: 16, activation: relu}, "
+        "{type: dense, units: 1}]}",
+        "loss.name=mean_squared_error",
+        "optimizer={name: momentum, learning_rate: 0.02, momentum: 0.9}"},
+       4,
+       8},
+      {"mae",
+       NpzData,
+       {"data.global_batch_size=12",
+        "model={layers: [{type: dense, units: 16, activation: relu}, "
+        "{type: dense, units: 2}]}",
+        "loss.name=mean_absolute_error",
+        "optimizer={name: adam, learning_rate: 0.01}"},
+       4,
        8},
   };
 }

@@ -1,8 +1,10 @@
-// End-to-end runs of the binary with loss.name: binary_crossentropy on an
-// npz of 0/1 labels made here: a multi-label model with a sigmoid output
-// trains, evaluates and predicts probabilities that agree with its
-// accuracy; a preset ends in one unit for one label; data and models that
-// do not fit the loss exit 2 with one line.
+// End-to-end runs of the binary under the losses other than the default,
+// on npz files made here. binary_crossentropy on 0/1 labels: a multi-label
+// model with a sigmoid output trains, evaluates and predicts probabilities
+// that agree with its accuracy; a preset ends in one unit for one label.
+// The regression losses on float targets: training, eval's mean absolute
+// error, predict's raw outputs, early stopping on the error. Data, models
+// and keys that do not fit the loss exit 2 with one line.
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -36,6 +38,7 @@ constexpr int64_t kTrain = 192, kTest = 64, kFeatures = 6;
 struct Split {
   std::vector<float> x;
   std::vector<int64_t> y;
+  std::vector<float> real;  // Regression targets, where a test makes them.
 };
 Split MakeSplit(int64_t n, int64_t first, int64_t labels) {
   Split s;
@@ -113,8 +116,8 @@ void ExpectExit2(const std::vector<std::string>& args,
 // Three labels per example: the model learns them (binary accuracy over
 // every label); predict writes the sigmoid's probabilities, whose sides of
 // 0.5 give eval's accuracy on the same examples.
-TEST(BinaryLossCliTest, MultiLabelTrainsEvaluatesAndPredictsProbabilities) {
-  const std::string dir = FreshTestDir("binary_loss_cli_multi");
+TEST(LossCliTest, MultiLabelTrainsEvaluatesAndPredictsProbabilities) {
+  const std::string dir = FreshTestDir("loss_cli_multi");
   const std::string config = WriteConfig(dir, WriteData(dir, 3), "3");
   Result r = RunCli({"train", "--config", config, "--run_dir", dir + "/run"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -153,8 +156,8 @@ TEST(BinaryLossCliTest, MultiLabelTrainsEvaluatesAndPredictsProbabilities) {
 
 // One label per example (y [n]): a preset's last dense layer has one unit,
 // and the binary model trains.
-TEST(BinaryLossCliTest, APresetEndsInOneUnitForOneLabel) {
-  const std::string dir = FreshTestDir("binary_loss_cli_preset");
+TEST(LossCliTest, APresetEndsInOneUnitForOneLabel) {
+  const std::string dir = FreshTestDir("loss_cli_preset");
   const std::string config = WriteConfig(dir, WriteData(dir, 1), "1");
   Result r = RunCli({"train", "--config", config, "--run_dir", dir + "/run",
                      "--set", "model={name: mlp, hidden_units: [16]}"});
@@ -170,8 +173,8 @@ TEST(BinaryLossCliTest, APresetEndsInOneUnitForOneLabel) {
   EXPECT_THAT(summary.out, HasSubstr("(None, 1)"));
 }
 
-TEST(BinaryLossCliTest, DataAndModelsThatDoNotFitTheLossExit2) {
-  const std::string dir = FreshTestDir("binary_loss_cli_bad");
+TEST(LossCliTest, DataAndModelsThatDoNotFitTheLossExit2) {
+  const std::string dir = FreshTestDir("loss_cli_bad");
   // Two logits for one 0/1 label are the categorical loss's.
   const std::string one = WriteConfig(dir, WriteData(dir, 1), "2");
   ExpectExit2({"train", "--config", one, "--run_dir", dir + "/run"},
@@ -216,6 +219,97 @@ TEST(BinaryLossCliTest, DataAndModelsThatDoNotFitTheLossExit2) {
   ExpectExit2({"train", "--config", multi, "--run_dir", dir + "/run", "--set",
                "loss.name=mse"},
               "loss.name: unknown value 'mse'");
+}
+
+// Float targets [n, 2] (two real-valued functions of the points): a model
+// under mean_squared_error fits them; eval reports the loss and the mean
+// absolute error, which predict's outputs (raw values: a regression's last
+// layer has no probabilities to make) reproduce; early stopping may watch
+// the error.
+TEST(LossCliTest, RegressionFitsFloatTargetsAndReportsTheError) {
+  const std::string dir = FreshTestDir("loss_cli_regression");
+  auto targets = [](int64_t n, int64_t first) {
+    Split s = MakeSplit(n, first, 0);
+    for (int64_t i = 0; i < n; ++i) {
+      const float* x = &s.x[i * kFeatures];
+      s.real.push_back(x[0] - 0.5f * x[1] + 0.25f);
+      s.real.push_back(x[2] * x[3] + 1.0f);
+    }
+    return s;
+  };
+  const Split train = targets(kTrain, 0), test = targets(kTest, kTrain);
+  const std::string path = dir + "/real.npz";
+  WriteBytes(
+      path,
+      ZipBytes(
+          {{"x_train.npy",
+            NpyBytes("<f4", {kTrain, kFeatures}, RawBytes(train.x))},
+           {"y_train.npy", NpyBytes("<f4", {kTrain, 2}, RawBytes(train.real))},
+           {"x_test.npy",
+            NpyBytes("<f4", {kTest, kFeatures}, RawBytes(test.x))},
+           {"y_test.npy", NpyBytes("<f4", {kTest, 2}, RawBytes(test.real))}}));
+  const std::string config = dir + "/job.yaml";
+  WriteBytes(config, absl::StrCat("seed: 5\ndata: {name: npz, path: ", path,
+                                  ", global_batch_size: 32}\n", R"(model:
+  layers:
+    - {type: dense, units: 32, activation: relu}
+    - {type: dense, units: 2}
+loss: {name: mean_squared_error}
+optimizer: {name: adam, learning_rate: 0.01}
+distribute: {devices: [cpu:0, cpu:1]}
+train: {epochs: 30, log_every_steps: 30}
+checkpoint: {every_steps: 0}
+)"));
+  Result r = RunCli({"train", "--config", config, "--run_dir", dir + "/run"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Result eval =
+      RunCli({"eval", "--config", config, "--checkpoint", dir + "/run"});
+  ASSERT_EQ(eval.exit_code, 0) << eval.err;
+  EXPECT_THAT(eval.out, ::testing::Not(HasSubstr("accuracy")));
+  const double mae = JsonNumber(eval.out, "mean_absolute_error");
+  EXPECT_LT(JsonNumber(eval.out, "loss"), 0.1) << eval.out;
+  WriteBytes(
+      dir + "/x.npy",
+      trainer::NpyHeaderBytes("<f4", {kTest, kFeatures}) + RawBytes(test.x));
+  Result p =
+      RunCli({"predict", "--config", config, "--checkpoint", dir + "/run",
+              "--input", dir + "/x.npy", "--output", dir + "/y.npy"});
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  absl::StatusOr<trainer::NpyArray> out =
+      trainer::ParseNpy(testing::ReadFile(dir + "/y.npy"), dir + "/y.npy");
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->header.shape, (std::vector<int64_t>{kTest, 2}));
+  std::vector<float> y(kTest * 2);
+  std::memcpy(y.data(), out->data(), y.size() * 4);
+  double sum = 0;
+  for (size_t i = 0; i < y.size(); ++i) sum += std::abs(y[i] - test.real[i]);
+  EXPECT_NEAR(sum / y.size(), mae, 1e-5);
+  // Early stopping on the error; the categorical loss's metric is refused.
+  Result stopping =
+      RunCli({"train", "--config", config, "--run_dir", dir + "/run2", "--set",
+              "train={epochs: 30, log_every_steps: 30, eval_every_epochs: 1, "
+              "early_stopping_patience: 2, early_stopping_monitor: "
+              "mean_absolute_error}"});
+  ASSERT_EQ(stopping.exit_code, 0) << stopping.err;
+  ExpectExit2({"train", "--config", config, "--run_dir", dir + "/run3", "--set",
+               "train={epochs: 1, early_stopping_patience: 2, "
+               "early_stopping_monitor: accuracy}"},
+              "train.early_stopping_monitor: accuracy is not reported under "
+              "loss.name mean_squared_error (it reports loss and "
+              "mean_absolute_error)");
+  ExpectExit2({"train", "--config", config, "--run_dir", dir + "/run3", "--set",
+               "loss.label_smoothing=0.1"},
+              "loss.label_smoothing: applies to the classification losses, "
+              "not mean_squared_error");
+  ExpectExit2({"train", "--config", config, "--run_dir", dir + "/run3", "--set",
+               "loss.name=sparse_categorical_crossentropy"},
+              "loss.name: sparse_categorical_crossentropy takes class labels "
+              "(integers), but the data's labels are real values");
+  // A sigmoid on a regression's output is an ordinary activation.
+  Result sigmoid =
+      RunCli({"train", "--config", config, "--run_dir", dir + "/run4", "--set",
+              "model.layers[1].activation=sigmoid", "--set", "train.epochs=1"});
+  EXPECT_EQ(sigmoid.exit_code, 0) << sigmoid.err;
 }
 
 }  // namespace

@@ -148,7 +148,7 @@ TEST(CentralStorageTest, StateExistsOnceAndEvaluatesWithEma) {
     ASSERT_TRUE(c.ok()) << c.status();
     ASSERT_TRUE(m.ok()) << m.status();
     EXPECT_NEAR(c->loss, m->loss, 1e-5) << ema;
-    EXPECT_NEAR(c->accuracy, m->accuracy, 1e-9) << ema;
+    EXPECT_NEAR(c->metric, m->metric, 1e-9) << ema;
   }
   // EMA and raw weights differ, so the EMA evaluation did use the shadows.
   EXPECT_NE(central->Evaluate(true)->loss, central->Evaluate(false)->loss);

@@ -38,12 +38,13 @@ absl::Status CheckDataset(const InMemoryDataset* dataset) {
         "BatchIterator: dataset '", dataset->name, "' has no tensors"));
   }
   if (images.dtype() != DType::kF32 || images.rank() < 1 ||
-      labels.dtype() != DType::kI32 || labels.rank() < 1 ||
-      images.dim(0) != labels.dim(0) || !images.device().is_cpu() ||
-      !labels.device().is_cpu()) {
+      (labels.dtype() != DType::kI32 && labels.dtype() != DType::kF32) ||
+      labels.rank() < 1 || images.dim(0) != labels.dim(0) ||
+      !images.device().is_cpu() || !labels.device().is_cpu()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "BatchIterator: dataset '", dataset->name,
-        "' needs host f32 images [N,...] and i32 labels [N,...], has ",
+        "' needs host f32 images [N,...] and i32 (or f32) labels [N,...], "
+        "has ",
         images.DebugString(), " and ", labels.DebugString()));
   }
   return absl::OkStatus();
@@ -72,11 +73,14 @@ absl::StatusOr<Batch> GatherRows(const InMemoryDataset& dataset,
   label_shape[0] = b;
   Batch batch;
   MT_ASSIGN_OR_RETURN(batch.images, empty(DType::kF32, std::move(image_shape)));
-  MT_ASSIGN_OR_RETURN(batch.labels, empty(DType::kI32, std::move(label_shape)));
+  // Class labels (i32) or real-valued targets (f32): four bytes each.
+  MT_ASSIGN_OR_RETURN(batch.labels,
+                      empty(dataset.labels.dtype(), std::move(label_shape)));
   const float* src_images = dataset.images.data<float>();
-  const int32_t* src_labels = dataset.labels.data<int32_t>();
+  const char* src_labels = static_cast<const char*>(dataset.labels.raw_data());
   float* dst_images = batch.images.data<float>();
-  int32_t* dst_labels = batch.labels.data<int32_t>();
+  char* dst_labels = static_cast<char*>(batch.labels.raw_data());
+  const int64_t label_row_bytes = row_labels * 4;
   for (const int64_t row : rows) {
     if (row < 0 || row >= n) {
       return absl::InvalidArgumentError(
@@ -95,9 +99,9 @@ absl::StatusOr<Batch> GatherRows(const InMemoryDataset& dataset,
                   std::memcpy(dst_images + i * row_elements,
                               src_images + row * row_elements,
                               row_elements * sizeof(float));
-                  std::memcpy(dst_labels + i * row_labels,
-                              src_labels + row * row_labels,
-                              row_labels * sizeof(int32_t));
+                  std::memcpy(dst_labels + i * label_row_bytes,
+                              src_labels + row * label_row_bytes,
+                              label_row_bytes);
                 }
               });
   return batch;

@@ -10,7 +10,10 @@
 // (k labels per example: a sequence's, or binary_crossentropy's multi-label
 // 0/1 labels), labels >= 0, both splits of one label shape. The classes are
 // data.num_classes when set (labels must be below it), else the largest
-// label of both splits + 1.
+// label of both splits + 1. A float y (float32, or float64 narrowed) holds
+// real-valued targets for the regression losses: f32 labels, no classes
+// (num_classes 0).
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -198,6 +201,80 @@ absl::StatusOr<std::vector<int64_t>> LabelValues(const NpyArray& y,
   return out;
 }
 
+// Real-valued labels (regression targets): float32 or float64 y (narrowed
+// to float32, as numpy's astype), finite, the other split's alike; f32
+// [n, ...label shape].
+absl::StatusOr<Tensor> RealLabels(ArraySet& arrays, const NpyArray& y,
+                                  const std::string& y_name,
+                                  const std::string& y_other, int64_t n,
+                                  const std::string& x_name,
+                                  bool num_classes_given) {
+  const std::string where = arrays.Where(y_name);
+  if (num_classes_given) {
+    return BadData(where,
+                   "holds real values (regression targets), not "
+                   "classes: leave data.num_classes out");
+  }
+  MT_ASSIGN_OR_RETURN(NpyArray y2, arrays.Read(y_other));
+  if (y2.header.kind != 'f') {
+    return BadData(where, absl::StrCat("holds real values but ", y_other,
+                                       " class labels (integers): both "
+                                       "splits' labels must be one kind"));
+  }
+  Tensor out;
+  for (const NpyArray* a : std::array<const NpyArray*, 2>{&y, &y2}) {
+    const NpyHeader& h = a->header;
+    const std::string at = arrays.Where(a == &y ? y_name : y_other);
+    if (h.shape.empty()) {
+      return BadData(at, "is a scalar, not labels [n] (regression targets)");
+    }
+    if (absl::c_linear_search(LabelShape(h), 0)) {
+      return BadData(at, absl::StrCat("shape ", h.ShapeString(),
+                                      " holds no labels per example"));
+    }
+    if (h.item_bytes != 4 && h.item_bytes != 8) {
+      return BadData(at, absl::StrCat("dtype '", h.descr,
+                                      "' is neither float32 nor float64"));
+    }
+  }
+  if (y.header.shape[0] != n) {
+    return BadData(
+        arrays.Where(y_name),
+        absl::StrCat("has ", y.header.shape[0], " examples' targets but ",
+                     x_name, " has ", n, " examples"));
+  }
+  if (LabelShape(y.header) != LabelShape(y2.header)) {
+    return BadData(where, absl::StrCat("has targets of shape ",
+                                       ShapeToString(LabelShape(y.header)),
+                                       " per example but ", y_other, " has ",
+                                       ShapeToString(LabelShape(y2.header))));
+  }
+  for (const NpyArray* a : std::array<const NpyArray*, 2>{&y2, &y}) {
+    const int64_t count = a->header.num_elements();
+    Shape shape = {a->header.shape[0]};
+    const Shape per = LabelShape(a->header);
+    shape.insert(shape.end(), per.begin(), per.end());
+    MT_ASSIGN_OR_RETURN(Tensor values, Tensor::Empty(DType::kF32, shape));
+    float* v = values.data<float>();
+    for (int64_t i = 0; i < count; ++i) {
+      if (a->header.item_bytes == 4) {
+        std::memcpy(&v[i], a->data() + 4 * i, 4);
+      } else {
+        double d;
+        std::memcpy(&d, a->data() + 8 * i, 8);
+        v[i] = static_cast<float>(d);
+      }
+      if (!std::isfinite(v[i])) {
+        return BadData(arrays.Where(a == &y ? y_name : y_other),
+                       absl::StrCat("target ", i, " is not a finite float32 ",
+                                    "(", v[i], ")"));
+      }
+    }
+    out = std::move(values);  // y's, last.
+  }
+  return out;
+}
+
 absl::StatusOr<InMemoryDataset> LoadNpz(const std::string& path, bool train,
                                         std::optional<int64_t> num_classes,
                                         const Shape& model_example) {
@@ -240,9 +317,17 @@ absl::StatusOr<InMemoryDataset> LoadNpz(const std::string& path, bool train,
   dataset.continuous = bytes || other_header.kind == 'u';
 
   MT_ASSIGN_OR_RETURN(NpyArray y, arrays.Read(y_name));
+  const int64_t n = shape[0];
+  // Real values (float y: regression targets) or classes (integer y).
+  if (y.header.kind == 'f') {
+    MT_ASSIGN_OR_RETURN(dataset.labels,
+                        RealLabels(arrays, y, y_name, "y_" + other, n, x_name,
+                                   num_classes.has_value()));
+    dataset.num_classes = 0;
+    return dataset;
+  }
   MT_ASSIGN_OR_RETURN(std::vector<int64_t> labels,
                       LabelValues(y, arrays.Where(y_name)));
-  const int64_t n = shape[0];
   if (y.header.shape[0] != n) {
     return BadData(path, absl::StrCat(y_name, " has ", y.header.shape[0],
                                       " examples' labels but ", x_name, " has ",
@@ -250,6 +335,14 @@ absl::StatusOr<InMemoryDataset> LoadNpz(const std::string& path, bool train,
   }
   const std::string y_other = "y_" + other;
   MT_ASSIGN_OR_RETURN(NpyArray y2, arrays.Read(y_other));
+  if (y2.header.kind == 'f') {
+    return BadData(path, absl::StrCat(y_name,
+                                      " holds class labels (integers) "
+                                      "but ",
+                                      y_other,
+                                      " real values: both "
+                                      "splits' labels must be one kind"));
+  }
   MT_ASSIGN_OR_RETURN(std::vector<int64_t> other_labels,
                       LabelValues(y2, arrays.Where(y_other)));
   const Shape label_shape = LabelShape(y.header);
@@ -297,7 +390,8 @@ MT_REGISTER(DataSource,
                     "(np.savez or savez_compressed; scripts/to_npz.py) or a "
                     "directory of .npy files; x uint8 (scaled to [0, 1]) or "
                     "float32, [n, features], [n, h, w] or NHWC; y integer "
-                    "[n] or [n, 1], or [n, k] (k labels per example)",
+                    "[n] or [n, 1], or [n, k] (k labels per example); a "
+                    "float y: regression targets",
              .params = {{Param::String("path").Doc(
                              "the .npz file, or a directory of x_train.npy, "
                              "y_train.npy, x_test.npy, y_test.npy"),

@@ -206,9 +206,15 @@ TEST(NpzTest, WrongDtypesNameTheArray) {
   std::vector<ZipMember> a = Arrays(false);
   a[0].bytes = NpyBytes("<f8", {4, 3, 2}, std::string(192, '\0'));
   ExpectBad(a, true, "x_train: dtype '<f8' is neither uint8");
+  // A float y holds regression targets: both splits alike.
   a = Arrays(true);
   a[1].bytes = NpyBytes("<f4", {4}, std::string(16, '\0'));
-  ExpectBad(a, true, "y_train: dtype '<f4' is not an integer type");
+  ExpectBad(a, true,
+            "y_train: holds real values but y_test class labels (integers)");
+  ExpectBad(a, false,
+            "y_test holds class labels (integers) but y_train real values");
+  a[3].bytes = NpyBytes("<f2", {2}, std::string(4, '\0'));
+  ExpectBad(a, true, "y_test: dtype '<f2' is neither float32 nor float64");
   // The other split's x is checked too: both feed one model.
   a = Arrays(false);
   a[2].bytes = NpyBytes("<i4", {2, 3, 2}, std::string(48, '\0'));
@@ -266,6 +272,38 @@ TEST(NpzTest, ShapeMismatches) {
 
 // y [n, k]: k labels per example (multi-label 0/1 labels, or a sequence's),
 // kept in their shape; the classes count every label of both splits.
+// A float y holds regression targets: f32 labels in their shape (float64
+// narrowed as numpy's astype), no classes; non-finite targets and
+// data.num_classes are refused.
+TEST(NpzTest, FloatLabelsAreRegressionTargets) {
+  std::vector<ZipMember> a = Arrays(false);
+  a[1].bytes = NpyBytes(
+      "<f8", {4, 2},
+      RawBytes(std::vector<double>{0.1, -2, 3.5, 1e-3, 0, 7, -0.25, 1e30}));
+  a[3].bytes =
+      NpyBytes("<f4", {2, 2}, RawBytes(std::vector<float>{1, 2, 3, 4}));
+  const std::string path = FreshTestDir("npz_real") + "/r.npz";
+  WriteBytes(path, ZipBytes(a));
+  absl::StatusOr<InMemoryDataset> train = Load(path, true);
+  ASSERT_TRUE(train.ok()) << train.status();
+  EXPECT_EQ(train->labels.dtype(), DType::kF32);
+  EXPECT_EQ(train->labels.shape(), (Shape{4, 2}));
+  EXPECT_EQ(train->labels.ToVector<float>(),
+            (std::vector<float>{0.1f, -2, 3.5f, 1e-3f, 0, 7, -0.25f, 1e30f}));
+  EXPECT_EQ(train->num_classes, 0);
+  absl::StatusOr<InMemoryDataset> test = Load(path, false);
+  ASSERT_TRUE(test.ok()) << test.status();
+  EXPECT_EQ(test->labels.ToVector<float>(), (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_FALSE(Load(path, true, 3).ok());  // data.num_classes
+  a[3].bytes = NpyBytes("<f4", {2, 2},
+                        RawBytes(std::vector<float>{
+                            1, std::numeric_limits<float>::quiet_NaN(), 3, 4}));
+  ExpectBad(a, true, "y_test: target 1 is not a finite float32");
+  a[3].bytes = NpyBytes("<f4", {2, 3}, std::string(24, '\0'));
+  ExpectBad(a, true,
+            "y_train: has targets of shape [2] per example but y_test has [3]");
+}
+
 TEST(NpzTest, SeveralLabelsPerExampleKeepTheirShape) {
   std::vector<ZipMember> a = Arrays(false);
   a[1].bytes = NpyBytes(
