@@ -58,18 +58,29 @@ absl::StatusOr<Tensor> Conv2DLayer::Unpooled(const Tensor& x) const {
   return Activate(activation_, y);
 }
 
-absl::StatusOr<Shape> Conv2DLayer::OutputShape(const Shape& input) const {
-  const Shape& k = kernel_.shape();
-  if (input.size() != 4 || input[3] != k[2]) {
+absl::StatusOr<Shape> ConvOutputShape(const std::string& layer,
+                                      const Shape& input, int64_t in_channels,
+                                      std::array<int64_t, 2> window,
+                                      const ops::Conv2DOptions& options,
+                                      int64_t out_channels) {
+  if (input.size() != 4 || input[3] != in_channels) {
     return absl::InvalidArgumentError(
-        absl::StrCat(name(), ": expects NHWC input with ", k[2],
+        absl::StrCat(layer, ": expects NHWC input with ", in_channels,
                      " channels, got ", ShapeToString(input)));
   }
-  ops::Window1D wy =
-      ops::ComputeWindow(input[1], k[0], options_.stride_h, options_.padding);
-  ops::Window1D wx =
-      ops::ComputeWindow(input[2], k[1], options_.stride_w, options_.padding);
-  Shape out{input[0], wy.out, wx.out, k[3]};
+  return Shape{
+      input[0],
+      ops::ComputeWindow(input[1], window[0], options.stride_h, options.padding)
+          .out,
+      ops::ComputeWindow(input[2], window[1], options.stride_w, options.padding)
+          .out,
+      out_channels};
+}
+
+absl::StatusOr<Shape> Conv2DLayer::OutputShape(const Shape& input) const {
+  const Shape& k = kernel_.shape();
+  MT_ASSIGN_OR_RETURN(Shape out, ConvOutputShape(name(), input, k[2],
+                                                 {k[0], k[1]}, options_, k[3]));
   if (pool_.has_value()) {
     out[1] = ops::ComputeWindow(out[1], pool_->ksize_h, pool_->stride_h,
                                 pool_->padding)

@@ -70,6 +70,15 @@ class Conv2DLayer final : public Layer {
 std::vector<Param> WithConvWindowParams(std::vector<Param> first,
                                         std::vector<Param> rest);
 
+// A conv layer's output for NHWC `input` of `in_channels` channels under
+// `window` (height, width) and `options`: [batch, out_h, out_w,
+// out_channels]; InvalidArgument naming `layer` for other inputs.
+absl::StatusOr<Shape> ConvOutputShape(const std::string& layer,
+                                      const Shape& input, int64_t in_channels,
+                                      std::array<int64_t, 2> window,
+                                      const ops::Conv2DOptions& options,
+                                      int64_t out_channels);
+
 // Those keys' values for the builder's input, which must be NHWC, the
 // window checked to fit it.
 struct ConvWindow {

@@ -92,8 +92,9 @@ absl::Status RealLabelsRefused(const std::string& loss) {
   return absl::InvalidArgumentError(absl::StrCat(
       loss,
       " takes class labels (integers), but the data's labels are real "
-      "values (regression targets: loss.name mean_squared_error or "
-      "mean_absolute_error reads them)"));
+      "values (a float y: class labels stored as floats want "
+      "y.astype(np.int64), one-hot rows y.argmax(-1); regression targets "
+      "want loss.name mean_squared_error or mean_absolute_error)"));
 }
 
 absl::StatusOr<const LossType*> FindLoss(const std::string& name) {

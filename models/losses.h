@@ -68,9 +68,6 @@ absl::StatusOr<const LossType*> FindLoss(const std::string& name);
 // A classification loss's refusal of real-valued labels (output_shape).
 absl::Status RealLabelsRefused(const std::string& loss);
 
-// A classification loss's refusal of real-valued labels (output_shape).
-absl::Status RealLabelsRefused(const std::string& loss);
-
 // sparse_categorical_crossentropy: logits [b, classes] with labels [b], or
 // per token: logits [b, T, classes] with labels [b, T], where the sum runs
 // over every token and `global_batch_size` counts the labels (tokens) of the

@@ -113,7 +113,8 @@ MT_REGISTER(LossType,
             {.name = "mean_absolute_error",
              .doc = "Keras's MeanAbsoluteError: |output - target| for each "
                     "real-valued target (integer labels are cast), one "
-                    "output per target",
+                    "output per target; evaluation reports it as "
+                    "mean_absolute_error too",
              .output_activation = "",
              .output_shape = OneOutputPerTarget,
              .compute = MeanAbsoluteError,

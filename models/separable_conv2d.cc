@@ -73,18 +73,8 @@ class SeparableConv2DLayer final : public Layer {
 
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
     const Shape& k = depthwise_.shape();
-    if (input.size() != 4 || input[3] != k[2]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name(), ": expects NHWC input with ", k[2],
-                       " channels, got ", ShapeToString(input)));
-    }
-    return Shape{
-        input[0],
-        ops::ComputeWindow(input[1], k[0], options_.stride_h, options_.padding)
-            .out,
-        ops::ComputeWindow(input[2], k[1], options_.stride_w, options_.padding)
-            .out,
-        pointwise_.shape()[3]};
+    return ConvOutputShape(name(), input, k[2], {k[0], k[1]}, options_,
+                           pointwise_.shape()[3]);
   }
 
   std::vector<Variable*> variables() override {

@@ -11,7 +11,9 @@ From your own arrays (.npy files, anything np.load reads):
 What it writes, and mirrortrain checks: x uint8 (pixels, scaled to [0, 1] when
 loaded) or float32 (used as is), shaped [n, features], [n, h, w] or NHWC
 [n, h, w, c]; y integer class labels >= 0, shaped [n] (with --multi-label,
-[n, k] labels of 0 and 1, for loss.name: binary_crossentropy). float64 x becomes
+[n, k] labels of 0 and 1, for loss.name: binary_crossentropy; with
+--targets, real-valued regression targets [n] or [n, k], float32, for
+loss.name: mean_squared_error or mean_absolute_error). float64 x becomes
 float32; [n, 1] labels become [n]; channels-first image batches from
 torchvision are transposed to NHWC. Compressed (np.savez_compressed) unless
 --no-compress. TensorFlow and torchvision are imported only for their option.
@@ -69,7 +71,7 @@ def from_npy(paths):
     return tuple(np.load(p, allow_pickle=False) for p in paths)
 
 
-def checked(name, x, y, multi_label=False):
+def checked(name, x, y, multi_label=False, targets=False):
     """The arrays as mirrortrain reads them, or SystemExit saying why not."""
     x, y = np.asarray(x), np.asarray(y)
     if x.dtype == np.float64:
@@ -85,7 +87,15 @@ def checked(name, x, y, multi_label=False):
         x = x.transpose(0, 2, 3, 1)
     if y.ndim == 2 and y.shape[1] == 1:
         y = y.reshape(-1)
-    if multi_label:
+    if targets:
+        if y.ndim not in (1, 2) or not (np.issubdtype(y.dtype, np.floating)
+                                        or np.issubdtype(y.dtype, np.integer)):
+            sys.exit(f"y_{name}: expected real-valued targets [n] or [n, k] "
+                     f"(--targets), got {y.dtype} {y.shape}")
+        y = y.astype(np.float32)
+        if not np.isfinite(y).all():
+            sys.exit(f"y_{name}: holds NaN or infinity (as float32)")
+    elif multi_label:
         if y.ndim != 2 or not np.issubdtype(y.dtype, np.integer):
             sys.exit(f"y_{name}: expected integer labels [n, k] "
                      f"(--multi-label), got {y.dtype} {y.shape}")
@@ -95,11 +105,11 @@ def checked(name, x, y, multi_label=False):
     elif y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
         sys.exit(f"y_{name}: expected integer class labels [n], got "
                  f"{y.dtype} {y.shape} (one-hot? use y.argmax(1); multi-label "
-                 "0/1 labels: --multi-label)")
+                 "0/1 labels: --multi-label; regression targets: --targets)")
     if len(y) != len(x):
         sys.exit(f"y_{name} has {len(y)} labels but x_{name} has {len(x)} "
                  "examples")
-    if len(y) and y.min() < 0:
+    if not targets and len(y) and y.min() < 0:
         sys.exit(f"y_{name}: negative label {y.min()}")
     if x.dtype == np.float32 and not np.isfinite(x).all():
         sys.exit(f"x_{name}: holds NaN or infinity")
@@ -110,10 +120,10 @@ def checked(name, x, y, multi_label=False):
 
 
 def write_npz(path, x_train, y_train, x_test, y_test, compress=True,
-              multi_label=False):
+              multi_label=False, targets=False):
     """Checks the arrays and writes them atomically to `path`."""
-    x_train, y_train = checked("train", x_train, y_train, multi_label)
-    x_test, y_test = checked("test", x_test, y_test, multi_label)
+    x_train, y_train = checked("train", x_train, y_train, multi_label, targets)
+    x_test, y_test = checked("test", x_test, y_test, multi_label, targets)
     if y_train.shape[1:] != y_test.shape[1:]:
         sys.exit(f"y_train has {y_train.shape[1:]} labels per example but "
                  f"y_test has {y_test.shape[1:]}")
@@ -126,9 +136,13 @@ def write_npz(path, x_train, y_train, x_test, y_test, compress=True,
         save(f, x_train=x_train, y_train=y_train, x_test=x_test,
              y_test=y_test)
     os.replace(tmp, path)
-    classes = int(max(y_train.max(initial=0), y_test.max(initial=0))) + 1
+    if targets:
+        what = f"float32 targets {y_train.shape[1:] or '(one each)'}"
+    else:
+        classes = int(max(y_train.max(initial=0), y_test.max(initial=0))) + 1
+        what = f"{classes} classes"
     print(f"{path}: x_train {x_train.dtype} {x_train.shape}, x_test "
-          f"{x_test.shape}, {classes} classes")
+          f"{x_test.shape}, {what}")
 
 
 def main():
@@ -149,9 +163,14 @@ def main():
                         help="let torchvision download into --root")
     parser.add_argument("--no-compress", action="store_true",
                         help="np.savez instead of np.savez_compressed")
-    parser.add_argument("--multi-label", action="store_true",
+    labels = parser.add_mutually_exclusive_group()
+    labels.add_argument("--multi-label", action="store_true",
                         help="y is [n, k] labels of 0 and 1 "
                         "(loss.name: binary_crossentropy)")
+    labels.add_argument("--targets", action="store_true",
+                        help="y is real-valued regression targets [n] or "
+                        "[n, k], written as float32 (loss.name: "
+                        "mean_squared_error or mean_absolute_error)")
     args = parser.parse_args()
     if args.torchvision and not args.root:
         parser.error("--torchvision needs --root")
@@ -162,7 +181,7 @@ def main():
     else:
         arrays = from_npy(args.from_npy)
     write_npz(args.out, *arrays, compress=not args.no_compress,
-              multi_label=args.multi_label)
+              multi_label=args.multi_label, targets=args.targets)
 
 
 if __name__ == "__main__":

@@ -84,8 +84,10 @@ absl::Status CheckLossKeys(const Reader& r, const YAML::Node& root,
         "loss.label_smoothing", Child(Child(root, "loss"), "label_smoothing"),
         absl::StrCat("applies to the classification losses, not ", loss->name));
   }
+  // Inert without early stopping (a patience given as null).
   const std::string& monitor = c.train.early_stopping_monitor;
-  if (monitor != "loss" && monitor != loss->metric) {
+  if (c.train.early_stopping_patience && monitor != "loss" &&
+      monitor != loss->metric) {
     return r.Error(
         "train.early_stopping_monitor",
         Child(Child(root, "train"), "early_stopping_monitor"),

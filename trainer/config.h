@@ -97,7 +97,8 @@ struct TrainConfig {
   int64_t eval_every_steps = 0;  // 0: by epochs (and at the end) only.
   // Early stopping (trainer/early_stopping.h): null patience is off.
   std::optional<int64_t> early_stopping_patience;
-  std::string early_stopping_monitor = "loss";  // loss | accuracy
+  // loss, or the loss's metric (accuracy | mean_absolute_error).
+  std::string early_stopping_monitor = "loss";
   double early_stopping_min_delta = 0;
   // Micro-batches (of data.global_batch_size) per optimizer step: their
   // gradients are summed locally and all-reduced once.

@@ -164,7 +164,8 @@ const ParamSchema& LossSchema() {
                 "label_smoothing, PyTorch's CrossEntropyLoss), y * (1 - e) "
                 "+ e / 2 for the binary one (Keras's BinaryCrossentropy); "
                 "the loss both splits log is this objective, accuracy and "
-                "bits per byte are not smoothed")}};
+                "bits per byte are not smoothed; the regression losses take "
+                "none")}};
   return *s;
 }
 

@@ -456,7 +456,10 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
   const double smoothing = config_.loss.label_smoothing;
   // Bits per byte measure the plain cross-entropy: summed apart when the
   // logged loss is smoothed.
-  const bool plain_apart = test_data_.bytes_as_tokens && smoothing > 0;
+  // Bits per byte: the categorical loss's cross-entropy of byte tokens.
+  const bool bytes =
+      test_data_.bytes_as_tokens && loss_->name == models::kDefaultLoss;
+  const bool plain_apart = bytes && smoothing > 0;
   std::vector<EvalSums> sums(replicas);
   MT_RETURN_IF_ERROR(
       runner->Run([&](distribute::ReplicaContext& ctx) -> absl::Status {
@@ -508,7 +511,7 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
   result.loss = labels > 0 ? loss_sum / labels : 0;
   result.metric_name = loss_->metric;
   result.metric = labels > 0 ? metric_sum / labels : 0;
-  if (test_data_.bytes_as_tokens) {
+  if (bytes) {
     result.bits_per_byte =
         (labels > 0 ? plain_sum / labels : 0) / std::numbers::ln2;
   }

@@ -172,6 +172,9 @@ absl::Status CheckClassifier(const models::Model& model,
     // logits for one 0/1 label are the categorical loss's).
     for (const models::LossType* other :
          models::LossRegistry::Global().Entries()) {
+      // Class labels are not named a regression's targets (its one output
+      // per label fits them all).
+      if (data.num_classes > 0 && other->output_activation.empty()) continue;
       absl::StatusOr<Shape> fits = ExpectedOutput(*other, data);
       if (other != &loss && fits.ok() && *fits == out) {
         hint = absl::StrCat(" (loss.name: ", other->name,

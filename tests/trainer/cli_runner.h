@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 #include "trainer/checkpoint/safetensors.h"
@@ -150,6 +151,24 @@ inline Result RunCli(const std::vector<std::string>& args,
   std::filesystem::remove(out);
   std::filesystem::remove(err);
   return r;
+}
+
+// Bad input: `args` exit 2 with one line on stderr, "mirrortrain: ..." (or
+// "mirrortrain <command>: ..." for usage) containing `expected`, and leave
+// no --run_dir behind.
+inline void ExpectExit2(const std::vector<std::string>& args,
+                        const std::string& expected) {
+  Result r = RunCli(args);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, ::testing::StartsWith("mirrortrain"));
+  EXPECT_THAT(r.err, ::testing::HasSubstr(expected));
+  EXPECT_EQ(Lines(r.err).size(), 1u) << r.err;
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == "--run_dir") {
+      EXPECT_FALSE(std::filesystem::exists(args[i + 1]))
+          << "wrote " << args[i + 1];
+    }
+  }
 }
 
 // The tensors (not the metadata, which names the config) of two files.

@@ -146,21 +146,6 @@ TEST(DataCliTest, TrainsOnAnNpzOfGrayscaleImages) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
 }
 
-// Bad data: exit 2 and one line on stderr containing `expected`.
-void ExpectExit2(const std::vector<std::string>& args,
-                 const std::string& expected) {
-  Result r = RunCli(args);
-  EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_THAT(r.err, StartsWith("mirrortrain: "));
-  EXPECT_THAT(r.err, HasSubstr(expected));
-  EXPECT_EQ(Lines(r.err).size(), 1u) << r.err;
-  for (size_t i = 0; i + 1 < args.size(); ++i) {
-    if (args[i] == "--run_dir") {
-      EXPECT_FALSE(fs::exists(args[i + 1])) << "wrote " << args[i + 1];
-    }
-  }
-}
-
 // An npz of sequences [n, steps, channels] for a model that takes [steps,
 // channels] (conv1d, then pooling over the steps): it trains, and predict
 // reads an array of the same form; without model.input_shape the data are

@@ -97,22 +97,6 @@ checkpoint: {every_steps: 0}
   return path;
 }
 
-// Bad input: exit 2 and one line on stderr containing `expected`, nothing
-// written.
-void ExpectExit2(const std::vector<std::string>& args,
-                 const std::string& expected) {
-  Result r = RunCli(args);
-  EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_THAT(r.err, StartsWith("mirrortrain: "));
-  EXPECT_THAT(r.err, HasSubstr(expected));
-  EXPECT_EQ(Lines(r.err).size(), 1u) << r.err;
-  for (size_t i = 0; i + 1 < args.size(); ++i) {
-    if (args[i] == "--run_dir") {
-      EXPECT_FALSE(fs::exists(args[i + 1])) << "wrote " << args[i + 1];
-    }
-  }
-}
-
 // Three labels per example: the model learns them (binary accuracy over
 // every label); predict writes the sigmoid's probabilities, whose sides of
 // 0.5 give eval's accuracy on the same examples.
@@ -175,8 +159,17 @@ TEST(LossCliTest, APresetEndsInOneUnitForOneLabel) {
 
 TEST(LossCliTest, DataAndModelsThatDoNotFitTheLossExit2) {
   const std::string dir = FreshTestDir("loss_cli_bad");
-  // Two logits for one 0/1 label are the categorical loss's.
   const std::string one = WriteConfig(dir, WriteData(dir, 1), "2");
+  // One logit for one 0/1 label under the categorical loss: the hint
+  // names the binary loss (not a regression's, whose one output fits any
+  // labels).
+  ExpectExit2({"train", "--config", one, "--run_dir", dir + "/run", "--set",
+               "model.layers[1]={type: dense, units: 1}", "--set",
+               "loss.name=sparse_categorical_crossentropy"},
+              "model: the last layer gives [1] per example but the data has 2 "
+              "classes (loss.name: binary_crossentropy reads this output for "
+              "these labels)");
+  // Two logits for one 0/1 label are the categorical loss's.
   ExpectExit2({"train", "--config", one, "--run_dir", dir + "/run"},
               "model: the last layer gives [2] per example but the data needs "
               "[1] (binary_crossentropy: one logit per label) (loss.name: "
@@ -285,18 +278,38 @@ checkpoint: {every_steps: 0}
   for (size_t i = 0; i < y.size(); ++i) sum += std::abs(y[i] - test.real[i]);
   EXPECT_NEAR(sum / y.size(), mae, 1e-5);
   // Early stopping on the error; the categorical loss's metric is refused.
+  // Early stopping on the error, which falls: a run of many epochs stops
+  // when it no longer does; every test record holds the error.
   Result stopping =
       RunCli({"train", "--config", config, "--run_dir", dir + "/run2", "--set",
-              "train={epochs: 30, log_every_steps: 30, eval_every_epochs: 1, "
-              "early_stopping_patience: 2, early_stopping_monitor: "
-              "mean_absolute_error}"});
+              "train={epochs: 400, log_every_steps: 1000, "
+              "eval_every_epochs: 1, early_stopping_patience: 2, "
+              "early_stopping_monitor: mean_absolute_error}"});
   ASSERT_EQ(stopping.exit_code, 0) << stopping.err;
+  EXPECT_THAT(stopping.out + stopping.err,
+              HasSubstr("the test mean_absolute_error has not improved"));
+  int tests = 0;
+  for (const std::string& line :
+       Lines(testing::ReadFile(dir + "/run2/metrics.jsonl"))) {
+    if (line.find("\"split\": \"test\"") == std::string::npos) continue;
+    EXPECT_THAT(line, HasSubstr("\"mean_absolute_error\": "));
+    EXPECT_THAT(line, ::testing::Not(HasSubstr("accuracy")));
+    ++tests;
+  }
+  EXPECT_GT(tests, 2);
+  EXPECT_LT(tests, 400);  // It stopped early.
   ExpectExit2({"train", "--config", config, "--run_dir", dir + "/run3", "--set",
                "train={epochs: 1, early_stopping_patience: 2, "
                "early_stopping_monitor: accuracy}"},
               "train.early_stopping_monitor: accuracy is not reported under "
               "loss.name mean_squared_error (it reports loss and "
               "mean_absolute_error)");
+  // A patience given as null leaves the monitor inert.
+  Result inert =
+      RunCli({"train", "--config", config, "--run_dir", dir + "/run5", "--set",
+              "train={epochs: 1, early_stopping_monitor: accuracy}", "--set",
+              "train.early_stopping_patience=null"});
+  EXPECT_EQ(inert.exit_code, 0) << inert.err;
   ExpectExit2({"train", "--config", config, "--run_dir", dir + "/run3", "--set",
                "loss.label_smoothing=0.1"},
               "loss.label_smoothing: applies to the classification losses, "

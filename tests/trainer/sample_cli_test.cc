@@ -62,14 +62,6 @@ std::string WriteGptJob(const std::string& dir) {
   return path;
 }
 
-void ExpectExit2(const std::vector<std::string>& args,
-                 const std::string& message) {
-  Result r = RunCli(args);
-  EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_THAT(r.err, HasSubstr(message));
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-}
-
 TEST(SampleCliTest, TrainsATransformerAndContinuesAPrompt) {
   const std::string dir = testing::FreshTestDir("sample_cli");
   const std::string config = WriteGptJob(dir);

@@ -80,7 +80,8 @@ absl::StatusOr<Batch> GatherRows(const InMemoryDataset& dataset,
   const char* src_labels = static_cast<const char*>(dataset.labels.raw_data());
   float* dst_images = batch.images.data<float>();
   char* dst_labels = static_cast<char*>(batch.labels.raw_data());
-  const int64_t label_row_bytes = row_labels * 4;
+  const int64_t label_row_bytes =
+      row_labels * static_cast<int64_t>(DTypeSize(dataset.labels.dtype()));
   for (const int64_t row : rows) {
     if (row < 0 || row >= n) {
       return absl::InvalidArgumentError(

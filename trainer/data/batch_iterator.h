@@ -74,7 +74,7 @@ struct DeviceShard {
 
 struct Batch {
   Tensor images;  // f32 [b, ...], the dataset's example shape
-  Tensor labels;  // i32 [b] or [b, ...] (per-token labels)
+  Tensor labels;  // i32 [b] or [b, ...] (per-token labels), or f32 targets
   int64_t epoch = 0;
   int64_t index = 0;                       // Batch index within the epoch.
   std::vector<DeviceShard> device_shards;  // Per replica, when staged.

@@ -27,7 +27,8 @@ struct InMemoryDataset {
   // as floats (exact below 2^24; Keras's Embedding casts them to int).
   Tensor images;
   // i32 [N] in [0, num_classes): one class per example; or [N, T]: one per
-  // token of a sequence (the loss and metrics average over all of them).
+  // token of a sequence (the loss and metrics average over all of them);
+  // or f32 [N] or [N, k]: real-valued targets (regression; num_classes 0).
   Tensor labels;
   int num_classes = 0;
   std::string name;  // "fashion_mnist/train", "cifar10/test", "synthetic"...

@@ -265,9 +265,12 @@ absl::StatusOr<Tensor> RealLabels(ArraySet& arrays, const NpyArray& y,
         v[i] = static_cast<float>(d);
       }
       if (!std::isfinite(v[i])) {
-        return BadData(arrays.Where(a == &y ? y_name : y_other),
-                       absl::StrCat("target ", i, " is not a finite float32 ",
-                                    "(", v[i], ")"));
+        const int64_t per = count / a->header.shape[0];
+        return BadData(
+            arrays.Where(a == &y ? y_name : y_other),
+            absl::StrCat("example ", i / per,
+                         per > 1 ? absl::StrCat(" target ", i % per) : "",
+                         " is not a finite float32 (", v[i], ")"));
       }
     }
     out = std::move(values);  // y's, last.

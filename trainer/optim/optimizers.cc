@@ -179,37 +179,58 @@ class AdamWOptimizer : public Optimizer {
   std::vector<std::string> exclude_;
 };
 
-// Keras 3's keras.optimizers.Adamax (UpdateRule::kAdamax), in the
-// variable's dtype: m += (g - m)*dtype(1-b1) (1 - b1 in float64);
-// u = max(dtype(b2)*u, |g|); w -= lr*m / ((1 - b1^t)*(u + eps)), b1^t in
-// the dtype. Slots "Adamax" (m) and "Adamax_1" (u).
-class AdamaxOptimizer : public Optimizer {
+// Keras 3's optimizers of two moments with betas and an epsilon (Adamax,
+// Nadam): those hyperparameters, and slots "<Name>" and "<Name>_1".
+class KerasMomentsOptimizer : public Optimizer {
  public:
-  AdamaxOptimizer(std::unique_ptr<LearningRateSchedule> schedule, double beta1,
-                  double beta2, double epsilon)
+  KerasMomentsOptimizer(std::unique_ptr<LearningRateSchedule> schedule,
+                        std::string slot, double beta1, double beta2,
+                        double epsilon)
       : Optimizer(std::move(schedule)),
         beta1_(beta1),
         beta2_(beta2),
-        epsilon_(epsilon) {}
+        epsilon_(epsilon),
+        slot_(std::move(slot)) {}
   std::vector<std::string> GetSlotNames() const override {
-    return {"Adamax", "Adamax_1"};
+    return {slot_, slot_ + "_1"};
   }
 
  protected:
-  UpdateRule Rule() const override { return UpdateRule::kAdamax; }
-  UpdateHyperparams Hyperparameters(const Variable& var,
-                                    double lr) const override {
+  // lr, the betas and epsilon.
+  UpdateHyperparams Moments(double lr) const {
     UpdateHyperparams h;
     h.lr = lr;
     h.beta1 = beta1_;
     h.beta2 = beta2_;
     h.epsilon = epsilon_;
-    h.beta1_power = KerasPower(var, beta1_, iterations() + 1);
     return h;
   }
 
- private:
   double beta1_, beta2_, epsilon_;
+
+ private:
+  std::string slot_;
+};
+
+// Keras 3's keras.optimizers.Adamax (UpdateRule::kAdamax), in the
+// variable's dtype: m += (g - m)*dtype(1-b1) (1 - b1 in float64);
+// u = max(dtype(b2)*u, |g|); w -= lr*m / ((1 - b1^t)*(u + eps)), b1^t in
+// the dtype. Slots "Adamax" (m) and "Adamax_1" (u).
+class AdamaxOptimizer : public KerasMomentsOptimizer {
+ public:
+  AdamaxOptimizer(std::unique_ptr<LearningRateSchedule> schedule, double beta1,
+                  double beta2, double epsilon)
+      : KerasMomentsOptimizer(std::move(schedule), "Adamax", beta1, beta2,
+                              epsilon) {}
+
+ protected:
+  UpdateRule Rule() const override { return UpdateRule::kAdamax; }
+  UpdateHyperparams Hyperparameters(const Variable& var,
+                                    double lr) const override {
+    UpdateHyperparams h = Moments(lr);
+    h.beta1_power = KerasPower(var, beta1_, iterations() + 1);
+    return h;
+  }
 };
 
 // Keras 3's keras.optimizers.Lion (Chen et al. 2023; UpdateRule::kLion):
@@ -244,28 +265,19 @@ class LionOptimizer : public Optimizer {
 // step costs one more factor. A step back (a restore, or a parameter
 // server applying pushes out of order) restarts from the last exact value
 // kept every kProductStride steps. Slots "Nadam" (m) and "Nadam_1" (v).
-class NadamOptimizer : public Optimizer {
+class NadamOptimizer : public KerasMomentsOptimizer {
  public:
   NadamOptimizer(std::unique_ptr<LearningRateSchedule> schedule, double beta1,
                  double beta2, double epsilon)
-      : Optimizer(std::move(schedule)),
-        beta1_(beta1),
-        beta2_(beta2),
-        epsilon_(epsilon) {}
-  std::vector<std::string> GetSlotNames() const override {
-    return {"Nadam", "Nadam_1"};
-  }
+      : KerasMomentsOptimizer(std::move(schedule), "Nadam", beta1, beta2,
+                              epsilon) {}
 
  protected:
   UpdateRule Rule() const override { return UpdateRule::kNadam; }
   UpdateHyperparams Hyperparameters(const Variable& var,
                                     double lr) const override {
     const int64_t t = iterations() + 1;
-    UpdateHyperparams h;
-    h.lr = lr;
-    h.beta1 = beta1_;
-    h.beta2 = beta2_;
-    h.epsilon = epsilon_;
+    UpdateHyperparams h = Moments(lr);
     h.beta2_power = KerasPower(var, beta2_, t);
     if (var.dtype() == DType::kF32) {
       Fill(t, product_f32_, h);
@@ -319,7 +331,6 @@ class NadamOptimizer : public Optimizer {
     h.nadam_one_minus_product_next = T(1) - product * u_next;
   }
 
-  double beta1_, beta2_, epsilon_;
   // An optimizer is used by one thread at a time (optimizer.h).
   mutable Product<float> product_f32_;
   mutable Product<double> product_f64_;

@@ -298,7 +298,7 @@ TEST(NpzTest, FloatLabelsAreRegressionTargets) {
   a[3].bytes = NpyBytes("<f4", {2, 2},
                         RawBytes(std::vector<float>{
                             1, std::numeric_limits<float>::quiet_NaN(), 3, 4}));
-  ExpectBad(a, true, "y_test: target 1 is not a finite float32");
+  ExpectBad(a, true, "y_test: example 0 target 1 is not a finite float32");
   a[3].bytes = NpyBytes("<f4", {2, 3}, std::string(24, '\0'));
   ExpectBad(a, true,
             "y_train: has targets of shape [2] per example but y_test has [3]");
