@@ -1,7 +1,10 @@
 #include "models/containers.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "models/layer_registry.h"
+#include "tensor/ops/array_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/precision_ops.h"
 #include "tensor/status_macros.h"
@@ -66,8 +69,11 @@ absl::StatusOr<Tensor> ResidualLayer::Call(const Tensor& x,
   ForwardContext branch = ctx;
   branch.output_rounding = ops::OutputRounding::kNone;
   MT_ASSIGN_OR_RETURN(Tensor y, main_->Call(x, branch));
-  if (shortcut_ == nullptr) return ops::Add(y, x);
-  MT_ASSIGN_OR_RETURN(Tensor s, shortcut_->Call(x, branch));
+  Tensor s = x;
+  if (shortcut_ != nullptr) {
+    MT_ASSIGN_OR_RETURN(s, shortcut_->Call(x, branch));
+  }
+  if (concatenate_) return ops::Concat({y, s}, y.rank() - 1);
   return ops::Add(y, s);
 }
 
@@ -76,6 +82,19 @@ absl::StatusOr<Shape> ResidualLayer::OutputShape(const Shape& input) const {
   Shape shortcut = input;
   if (shortcut_ != nullptr) {
     MT_ASSIGN_OR_RETURN(shortcut, shortcut_->OutputShape(input));
+  }
+  if (concatenate_) {
+    // Every axis but the last (the channels, the features) must agree.
+    if (main.size() != shortcut.size() ||
+        !std::equal(main.begin(), main.end() - 1, shortcut.begin())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the main branch gives ", ShapeToString(main), " but the ",
+          shortcut_ == nullptr ? "identity shortcut" : "shortcut", " gives ",
+          ShapeToString(shortcut),
+          ": concatenated along the last axis, the others must agree"));
+    }
+    main.back() += shortcut.back();
+    return main;
   }
   if (main != shortcut) {
     // The remedy depends on what flows: images take a strided 1x1 conv,
@@ -107,8 +126,9 @@ absl::StatusOr<std::unique_ptr<Layer>> CreateSequential(const LayerSpec& spec,
   return b.BuildSequence(spec.layers, b.input_shape(), b.name());
 }
 
-absl::StatusOr<std::unique_ptr<Layer>> CreateResidual(const LayerSpec& spec,
-                                                      LayerBuilder& b) {
+template <bool kConcatenate>
+absl::StatusOr<std::unique_ptr<Layer>> CreateTwoBranches(const LayerSpec& spec,
+                                                         LayerBuilder& b) {
   // The builder's name and input shape are this layer's again after each
   // branch is built (LayerBuilder::BuildOne restores them).
   MT_ASSIGN_OR_RETURN(std::unique_ptr<Layer> main,
@@ -119,7 +139,7 @@ absl::StatusOr<std::unique_ptr<Layer>> CreateResidual(const LayerSpec& spec,
                         b.BuildSequence(*spec.shortcut, b.input_shape()));
   }
   return std::make_unique<ResidualLayer>(b.name(), std::move(main),
-                                         std::move(shortcut));
+                                         std::move(shortcut), kConcatenate);
 }
 
 }  // namespace
@@ -134,6 +154,15 @@ MT_REGISTER(LayerType,
                     "`shortcut` (optional; identity when absent) the other",
              .container = true,
              .shortcut = true,
-             .create = CreateResidual});
+             .create = CreateTwoBranches<false>});
+MT_REGISTER(LayerType,
+            {.name = "concatenate",
+             .doc = "[main(x), shortcut(x)] along the last axis (Keras's "
+                    "Concatenate of two branches): `layers` is the main "
+                    "branch, `shortcut` (optional; identity when absent, "
+                    "DenseNet's block) the other",
+             .container = true,
+             .shortcut = true,
+             .create = CreateTwoBranches<true>});
 
 }  // namespace mirrortrain::models

@@ -1,6 +1,8 @@
-// The two containers of "Models as data": `sequential` (layers in order)
-// and `residual` (y = main(x) + shortcut(x), the shortcut the identity when
-// absent). Both own their layers; variables are listed in layer order
+// The containers of "Models as data": `sequential` (layers in order),
+// `residual` (y = main(x) + shortcut(x), the shortcut the identity when
+// absent) and `concatenate` (y = [main(x), shortcut(x)] along the last
+// axis: DenseNet's block with the identity, a two-branch Inception block
+// with both). They own their layers; variables are listed in layer order
 // (main branch before shortcut).
 #ifndef MIRRORTRAIN_MODELS_CONTAINERS_H_
 #define MIRRORTRAIN_MODELS_CONTAINERS_H_
@@ -41,14 +43,17 @@ class SequentialLayer final : public Layer {
   std::vector<std::unique_ptr<Layer>> layers_;
 };
 
+// Two branches over one input, their outputs added (`residual`) or
+// concatenated along the last axis (`concatenate`).
 class ResidualLayer final : public Layer {
  public:
   // `shortcut` null: the identity.
   ResidualLayer(std::string name, std::unique_ptr<Layer> main,
-                std::unique_ptr<Layer> shortcut)
+                std::unique_ptr<Layer> shortcut, bool concatenate = false)
       : Layer(std::move(name)),
         main_(std::move(main)),
-        shortcut_(std::move(shortcut)) {}
+        shortcut_(std::move(shortcut)),
+        concatenate_(concatenate) {}
 
   absl::StatusOr<Tensor> Call(const Tensor& x,
                               const ForwardContext& ctx) override;
@@ -62,6 +67,7 @@ class ResidualLayer final : public Layer {
  private:
   std::unique_ptr<Layer> main_;
   std::unique_ptr<Layer> shortcut_;
+  bool concatenate_;
 };
 
 }  // namespace mirrortrain::models

@@ -496,9 +496,18 @@ std::string SchemaMarkdown() {
     AppendTable(absl::StrCat("`model.name: ", p->name, "`"), p->doc, "model.",
                 {&p->params}, &out);
   }
+  // The containers, from the registry: those that take `layers`, and of
+  // them those that take a `shortcut` list too.
+  std::vector<std::string> containers, with_shortcut;
+  for (const models::LayerType* t : models::LayerRegistry::Global().Entries()) {
+    if (t->container) containers.push_back(absl::StrCat("`", t->name, "`"));
+    if (t->shortcut) with_shortcut.push_back(absl::StrCat("`", t->name, "`"));
+  }
   AppendTable("Every entry of `model.layers`",
-              "Containers (`sequential`, `residual`) also take `layers` "
-              "(and `residual` a `shortcut` list).",
+              absl::StrCat("Containers (", absl::StrJoin(containers, ", "),
+                           ") also take `layers` (and ",
+                           absl::StrJoin(with_shortcut, " and "),
+                           " a `shortcut` list)."),
               "", {&LayerEntrySchema()}, &out);
   for (const models::LayerType* t : models::LayerRegistry::Global().Entries()) {
     AppendTable(absl::StrCat("`type: ", t->name, "`"), t->doc, "", {&t->params},

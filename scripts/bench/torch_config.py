@@ -99,6 +99,17 @@ class SelfAttention(nn.Module):
         return self.out(a.transpose(1, 2).reshape(b, t, -1))
 
 
+class Concatenated(nn.Module):
+    """[body(x), shortcut(x)] along the channels (NCHW: dim 1) or the last
+    axis, as Keras concatenates NHWC's last."""
+    def __init__(self, body: nn.Module, shortcut: nn.Module, dim: int):
+        super().__init__()
+        self.body, self.shortcut, self.dim = body, shortcut, dim
+
+    def forward(self, x):
+        return torch.cat([self.body(x), self.shortcut(x)], dim=self.dim)
+
+
 class ChannelsLast(nn.Module):
     """`module` applied to an NCHW image's channel axis, as Keras's Dense
     and LayerNormalization apply to the last axis of NHWC."""
@@ -204,6 +215,16 @@ def build_layer(s: dict, shape: tuple) -> tuple:
         if out != short_out:
             raise ValueError(f"torch_config: residual branches differ: {out} vs {short_out}")
         return Residual(body, shortcut), out
+    if kind == "concatenate":
+        body, out = build_layers(s["layers"], shape)
+        shortcut, short_out = build_layers(s.get("shortcut") or [], shape)
+        image = len(out) == 3  # (C, H, W): Keras's channels are C here.
+        if len(out) != len(short_out) or (
+                out[1:] != short_out[1:] if image else out[:-1] != short_out[:-1]):
+            raise ValueError(f"torch_config: concatenated branches differ: {out} vs {short_out}")
+        joined = ((out[0] + short_out[0],) + out[1:] if image
+                  else out[:-1] + (out[-1] + short_out[-1],))
+        return Concatenated(body, shortcut, 1 if image else -1), joined
     if kind == "sequential":
         mods = []
         for _ in range(s.get("repeat", 1)):

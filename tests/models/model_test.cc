@@ -509,6 +509,36 @@ TEST(ModelTest, ResidualShapeErrorsSuggestAShortcutThatFits) {
               HasSubstr("(add a shortcut with a strided 1x1 conv2d)"));
 }
 
+// concatenate: every axis but the last must agree (a strided branch beside
+// the identity is named); the widths add up.
+TEST(ModelTest, ConcatenatedBranchesAgreeButOnTheLastAxis) {
+  LayerSpec strided = Spec("concatenate", {},
+                           {Spec("conv2d", {{"filters", int64_t{3}},
+                                            {"kernel_size", int64_t{1}},
+                                            {"strides", int64_t{2}}})});
+  strided.path = "model.layers[0]";
+  LayerBuilder builder(1, Device::Cpu());
+  EXPECT_THAT(
+      std::string(
+          builder.BuildSequence({strided}, {1, 6, 6, 2}).status().message()),
+      HasSubstr("the main branch gives [1,3,3,3] but the identity shortcut "
+                "gives [1,6,6,2]: concatenated along the last axis, the "
+                "others must agree"));
+  LayerSpec widths = Spec("concatenate", {},
+                          {Spec("dense", {{"units", int64_t{5}}})});
+  widths.shortcut =
+      std::vector<LayerSpec>{Spec("dense", {{"units", int64_t{2}}})};
+  widths.path = "model.layers[0]";
+  absl::StatusOr<std::unique_ptr<Model>> m =
+      Model::Build(ModelDef{{4, 3}, {widths}}, 1, Device::Cpu());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->output_shape(), (Shape{4, 7}));
+  const Tensor x = testing::RandomTensor({2, 4, 3}, 5, DType::kF32);
+  absl::StatusOr<Tensor> y = (*m)->Call(x, {});
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->shape(), (Shape{2, 4, 7}));
+}
+
 // A container's factory may read the builder's name after building its
 // children (the builder gives it back): the residual block is `residual`,
 // not the name of its branch's last layer, and a sequential block has its

@@ -253,6 +253,23 @@ std::vector<KerasRun> Runs() {
         "optimizer={name: adam, learning_rate: 0.01}"},
        4,
        8},
+      // Branches concatenated along the channels: a conv's output beside
+      // its input (identity shortcut), then a pointwise dense beside a 1x1
+      // conv.
+      {"cat",
+       NpzData,
+       {"data.global_batch_size=12",
+        "model={layers: ["
+        "{type: conv2d, filters: 4, kernel_size: 3, padding: same, "
+        "activation: relu}, "
+        "{type: concatenate, layers: [{type: conv2d, filters: 3, "
+        "kernel_size: 3, padding: same, activation: relu}]}, "
+        "{type: concatenate, layers: [{type: dense, units: 5}], "
+        "shortcut: [{type: conv2d, filters: 2, kernel_size: 1}]}, "
+        "{type: global_average_pooling2d}, {type: dense, units: 4}]}",
+        "optimizer={name: adam, learning_rate: 0.01}"},
+       10,
+       8},
   };
 }
 
