@@ -33,6 +33,8 @@ the gradients of sum(y * upstream) with respect to x and every variable:
     random values as the other layers' variables are.
   * max_pool1d_same/*, global_avg1d/*: MaxPooling1D(4, strides=3, same),
     GlobalAveragePooling1D() on x [2, 9, 3].
+  * up_sampling/*, zero_padding/*: UpSampling2D((2, 3)) and
+    ZeroPadding2D((1, 2)) on x [2, 3, 4, 2].
   * max_pool1d/*, avg_pool1d/*, max_pool1d_default/*, global_max1d/*,
     global_avg1d_keep/*: MaxPooling1D(3, strides=2, valid),
     AveragePooling1D(4, strides=3, same), MaxPooling1D() (pool 2, strides
@@ -142,6 +144,10 @@ def main():
         4, strides=3, padding="same", **f64), seq)
     tensors += case("global_avg1d", rng,
                     keras.layers.GlobalAveragePooling1D(**f64), seq)
+    tensors += case("up_sampling", rng, keras.layers.UpSampling2D(
+        (2, 3), **f64), (2, 3, 4, 2))
+    tensors += case("zero_padding", rng, keras.layers.ZeroPadding2D(
+        (1, 2), **f64), (2, 3, 4, 2))
     comment = ("Keras %s (TensorFlow %s) conv and pooling layers with "
                "(height, width) windows; scripts/golden/window_layers.py"
                % (keras.__version__, tf.__version__))

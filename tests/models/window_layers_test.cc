@@ -198,7 +198,11 @@ INSTANTIATE_TEST_SUITE_P(
                    {{"pool_size", int64_t{4}},
                     {"strides", int64_t{3}},
                     {"padding", "same"}}},
-        WindowCase{"global_avg1d", "global_average_pooling1d", {}}),
+        WindowCase{"global_avg1d", "global_average_pooling1d", {}},
+        // Resizing without variables.
+        WindowCase{"up_sampling", "up_sampling2d", {{"size", Pair{2, 3}}}},
+        WindowCase{
+            "zero_padding", "zero_padding2d", {{"padding", Pair{1, 2}}}}),
     [](const ::testing::TestParamInfo<WindowCase>& info) {
       return info.param.golden;
     });

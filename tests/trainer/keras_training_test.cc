@@ -270,6 +270,23 @@ std::vector<KerasRun> Runs() {
         "optimizer={name: adam, learning_rate: 0.01}"},
        10,
        8},
+      // A small U-Net: per-pixel classes (labels [n, 8, 8]), a skip
+      // connection concatenating full-resolution features with a pooled,
+      // padded, convolved and up-sampled branch.
+      {"unet",
+       NpzData,
+       {"data.global_batch_size=12",
+        "model={layers: ["
+        "{type: conv2d, filters: 4, kernel_size: 3, padding: same, "
+        "activation: relu}, "
+        "{type: concatenate, layers: [{type: max_pooling2d, pool_size: 2}, "
+        "{type: zero_padding2d, padding: 1}, "
+        "{type: conv2d, filters: 4, kernel_size: 3, activation: relu}, "
+        "{type: up_sampling2d, size: 2}]}, "
+        "{type: conv2d, filters: 3, kernel_size: 1}]}",
+        "optimizer={name: adam, learning_rate: 0.01}"},
+       6,
+       8},
   };
 }
 
