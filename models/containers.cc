@@ -63,21 +63,24 @@ std::vector<Variable*> SequentialLayer::variables() {
   return out;
 }
 
-absl::StatusOr<Tensor> ResidualLayer::Call(const Tensor& x,
-                                           const ForwardContext& ctx) {
+absl::StatusOr<Tensor> TwoBranchLayer::Call(const Tensor& x,
+                                            const ForwardContext& ctx) {
   // The request for the sum's storage is not the branches'.
   ForwardContext branch = ctx;
   branch.output_rounding = ops::OutputRounding::kNone;
-  MT_ASSIGN_OR_RETURN(Tensor y, main_->Call(x, branch));
+  // The shortcut first: under bf16 the main branch may round a view of x
+  // in place (a reshape's output), which token ids a shortcut's embedding
+  // reads must not see first.
   Tensor s = x;
   if (shortcut_ != nullptr) {
     MT_ASSIGN_OR_RETURN(s, shortcut_->Call(x, branch));
   }
+  MT_ASSIGN_OR_RETURN(Tensor y, main_->Call(x, branch));
   if (concatenate_) return ops::Concat({y, s}, y.rank() - 1);
   return ops::Add(y, s);
 }
 
-absl::StatusOr<Shape> ResidualLayer::OutputShape(const Shape& input) const {
+absl::StatusOr<Shape> TwoBranchLayer::OutputShape(const Shape& input) const {
   MT_ASSIGN_OR_RETURN(Shape main, main_->OutputShape(input));
   Shape shortcut = input;
   if (shortcut_ != nullptr) {
@@ -111,7 +114,7 @@ absl::StatusOr<Shape> ResidualLayer::OutputShape(const Shape& input) const {
   return main;
 }
 
-std::vector<Variable*> ResidualLayer::variables() {
+std::vector<Variable*> TwoBranchLayer::variables() {
   std::vector<Variable*> out = main_->variables();
   if (shortcut_ != nullptr) {
     for (Variable* v : shortcut_->variables()) out.push_back(v);
@@ -138,8 +141,8 @@ absl::StatusOr<std::unique_ptr<Layer>> CreateTwoBranches(const LayerSpec& spec,
     MT_ASSIGN_OR_RETURN(shortcut,
                         b.BuildSequence(*spec.shortcut, b.input_shape()));
   }
-  return std::make_unique<ResidualLayer>(b.name(), std::move(main),
-                                         std::move(shortcut), kConcatenate);
+  return std::make_unique<TwoBranchLayer>(b.name(), std::move(main),
+                                          std::move(shortcut), kConcatenate);
 }
 
 }  // namespace

@@ -45,11 +45,11 @@ class SequentialLayer final : public Layer {
 
 // Two branches over one input, their outputs added (`residual`) or
 // concatenated along the last axis (`concatenate`).
-class ResidualLayer final : public Layer {
+class TwoBranchLayer final : public Layer {
  public:
   // `shortcut` null: the identity.
-  ResidualLayer(std::string name, std::unique_ptr<Layer> main,
-                std::unique_ptr<Layer> shortcut, bool concatenate = false)
+  TwoBranchLayer(std::string name, std::unique_ptr<Layer> main,
+                 std::unique_ptr<Layer> shortcut, bool concatenate = false)
       : Layer(std::move(name)),
         main_(std::move(main)),
         shortcut_(std::move(shortcut)),

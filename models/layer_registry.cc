@@ -55,7 +55,15 @@ const LayerSpec* TokenIdLayer(const std::vector<LayerSpec>& layers,
     const LayerType* type = LayerRegistry::Global().Find(spec.type);
     if (type == nullptr) return nullptr;
     if (type->reads_token_ids) return &spec;
-    if (type->container) return TokenIdLayer(spec.layers, past_pass_through);
+    if (type->container) {
+      // Both branches of a two-branch container read its input.
+      if (const LayerSpec* main =
+              TokenIdLayer(spec.layers, past_pass_through)) {
+        return main;
+      }
+      if (!spec.shortcut.has_value()) return nullptr;
+      return TokenIdLayer(*spec.shortcut, past_pass_through);
+    }
     if (!past_pass_through || !type->passes_values_on) return nullptr;
   }
   return nullptr;

@@ -101,8 +101,9 @@ absl::StatusOr<LayerSpec> MakeLayerSpec(
 
 // The entry that first reads the model's input when it reads token ids: a
 // `reads_token_ids` type, first in `layers` or first inside a container
-// that is first, and with `past_pass_through` also behind
-// `passes_values_on` types (a reshape before it); nullptr otherwise.
+// that is first (either branch of a two-branch one, the main branch's
+// first), and with `past_pass_through` also behind `passes_values_on`
+// types (a reshape before it); nullptr otherwise.
 const LayerSpec* TokenIdLayer(const std::vector<LayerSpec>& layers,
                               bool past_pass_through = true);
 

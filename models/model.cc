@@ -75,11 +75,16 @@ absl::StatusOr<Tensor> Model::Call(const Tensor& inputs,
         inputs.DebugString()));
   }
   if (!mixed_bfloat16_) return body_->Call(inputs, ctx);
-  Tensor x = inputs;
+  Tensor x;
   if (!token_inputs_) {
     // A rounded copy: the caller's batch stays as it was.
     MT_ASSIGN_OR_RETURN(
         x, ops::RoundedToBFloat16(inputs, body_->InputFeedsProduct()));
+  } else {
+    // Ids as they are, in a copy: a branch beside the embedding's may round
+    // a view of them in place (a reshape's output) after the embedding
+    // read them (TwoBranchLayer calls the shortcut first).
+    MT_ASSIGN_OR_RETURN(x, inputs.Clone());
   }
   ForwardContext bf16_ctx = ctx;
   bf16_ctx.bf16_activations = true;

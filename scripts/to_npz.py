@@ -85,7 +85,7 @@ def checked(name, x, y, multi_label=False, targets=False):
     # Channels-first image batches (torchvision's SVHN) become NHWC.
     if x.ndim == 4 and x.shape[1] in (1, 3) and x.shape[3] not in (1, 3):
         x = x.transpose(0, 2, 3, 1)
-    if y.ndim == 2 and y.shape[1] == 1:
+    if y.ndim == 2 and y.shape[1] == 1 and not multi_label:
         y = y.reshape(-1)
     if targets:
         if y.ndim not in (1, 2) or not (np.issubdtype(y.dtype, np.floating)
@@ -137,7 +137,8 @@ def write_npz(path, x_train, y_train, x_test, y_test, compress=True,
              y_test=y_test)
     os.replace(tmp, path)
     if targets:
-        what = f"float32 targets {y_train.shape[1:] or '(one each)'}"
+        per = y_train.shape[1] if y_train.ndim == 2 else 1
+        what = f"{per} float32 target{'s' if per > 1 else ''} per example"
     else:
         classes = int(max(y_train.max(initial=0), y_test.max(initial=0))) + 1
         what = f"{classes} classes"

@@ -137,8 +137,12 @@ def build_layers(layers: list, shape: tuple) -> tuple:
     the output shape."""
     mods = []
     for spec in layers:
-        mod, shape = build_layer(spec, shape)
-        mods.append(mod)
+        # Any entry may repeat, as mirrortrain expands it (sequential's
+        # own loop below repeats its whole list).
+        times = 1 if spec["type"] == "sequential" else spec.get("repeat", 1)
+        for _ in range(times):
+            mod, shape = build_layer(spec, shape)
+            mods.append(mod)
     return nn.Sequential(*mods), shape
 
 

@@ -366,6 +366,26 @@ TEST(ModelTest, MixedBFloat16LeavesTokenIdsUnrounded) {
       }
     }
   }
+  // Nor in a two-branch container's shortcut: both branches read the input
+  // (here the main branch keeps the ids as a column beside the rows).
+  LayerSpec both = Spec("concatenate", {},
+                        {Spec("reshape", {{"target_shape",
+                                           std::vector<int64_t>{3, 1}}})});
+  both.shortcut = std::vector<LayerSpec>{embedding};
+  ModelDef branches;
+  branches.input_shape = {3};
+  branches.layers = {both};
+  ASSERT_NE(TokenIdLayer(branches.layers), nullptr);
+  EXPECT_EQ(TokenIdLayer(branches.layers)->type, "embedding");
+  auto m = Model::Build(branches, 1, Device::Cpu());
+  ASSERT_TRUE(m.ok()) << m.status();
+  (*m)->SetMixedBFloat16(true);
+  absl::StatusOr<Tensor> y = (*m)->Call(
+      Tensor::FromVector(std::vector<float>{257, 259, 999}, {1, 3}), {});
+  ASSERT_TRUE(y.ok()) << y.status();
+  ASSERT_EQ(y->shape(), (Shape{1, 3, 5}));
+  const float* table = (*m)->variables()[0]->value().data<float>();
+  EXPECT_EQ(y->data<float>()[5 + 1], RoundToBFloat16(table[259 * 4]));
   // Not for a model whose input layer reads values.
   ModelDef dense;
   dense.input_shape = {3};
@@ -524,8 +544,8 @@ TEST(ModelTest, ConcatenatedBranchesAgreeButOnTheLastAxis) {
       HasSubstr("the main branch gives [1,3,3,3] but the identity shortcut "
                 "gives [1,6,6,2]: concatenated along the last axis, the "
                 "others must agree"));
-  LayerSpec widths = Spec("concatenate", {},
-                          {Spec("dense", {{"units", int64_t{5}}})});
+  LayerSpec widths =
+      Spec("concatenate", {}, {Spec("dense", {{"units", int64_t{5}}})});
   widths.shortcut =
       std::vector<LayerSpec>{Spec("dense", {{"units", int64_t{2}}})};
   widths.path = "model.layers[0]";
@@ -663,7 +683,7 @@ std::unique_ptr<SequentialLayer> ProbeSequence(std::vector<Seen>* log) {
   seq->Append(std::make_unique<ProbeLayer>(false, log));
   auto main = std::make_unique<SequentialLayer>("main");
   main->Append(std::make_unique<ProbeLayer>(false, log));
-  seq->Append(std::make_unique<ResidualLayer>(
+  seq->Append(std::make_unique<TwoBranchLayer>(
       "residual", std::move(main), std::make_unique<ProbeLayer>(true, log)));
   seq->Append(std::make_unique<ProbeLayer>(false, log));
   return seq;

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -160,9 +161,10 @@ inline void ExpectExit2(const std::vector<std::string>& args,
                         const std::string& expected) {
   Result r = RunCli(args);
   EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_THAT(r.err, ::testing::StartsWith("mirrortrain"));
+  EXPECT_THAT(r.err, ::testing::ContainsRegex("^mirrortrain( [a-z]+)?: "));
   EXPECT_THAT(r.err, ::testing::HasSubstr(expected));
-  EXPECT_EQ(Lines(r.err).size(), 1u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_TRUE(r.err.ends_with('\n')) << r.err;
   for (size_t i = 0; i + 1 < args.size(); ++i) {
     if (args[i] == "--run_dir") {
       EXPECT_FALSE(std::filesystem::exists(args[i + 1]))

@@ -277,7 +277,6 @@ checkpoint: {every_steps: 0}
   double sum = 0;
   for (size_t i = 0; i < y.size(); ++i) sum += std::abs(y[i] - test.real[i]);
   EXPECT_NEAR(sum / y.size(), mae, 1e-5);
-  // Early stopping on the error; the categorical loss's metric is refused.
   // Early stopping on the error, which falls: a run of many epochs stops
   // when it no longer does; every test record holds the error.
   Result stopping =

@@ -265,12 +265,13 @@ absl::StatusOr<Tensor> RealLabels(ArraySet& arrays, const NpyArray& y,
         v[i] = static_cast<float>(d);
       }
       if (!std::isfinite(v[i])) {
-        const int64_t per = count / a->header.shape[0];
+        const int64_t targets = count / a->header.shape[0];
         return BadData(
             arrays.Where(a == &y ? y_name : y_other),
-            absl::StrCat("example ", i / per,
-                         per > 1 ? absl::StrCat(" target ", i % per) : "",
-                         " is not a finite float32 (", v[i], ")"));
+            absl::StrCat(
+                "example ", i / targets,
+                targets > 1 ? absl::StrCat(" target ", i % targets) : "",
+                " is not a finite float32 (", v[i], ")"));
       }
     }
     out = std::move(values);  // y's, last.
