@@ -39,6 +39,9 @@ absl::StatusOr<Tensor> SequentialLayer::Call(const Tensor& x,
         : only_products       ? ops::OutputRounding::kBf16HalvesOnly
         : feeds_product       ? ops::OutputRounding::kBf16WithHalves
                               : ops::OutputRounding::kBf16;
+    // Raw token ids reach the first layer only (its own output is rounded
+    // below).
+    inner.raw_token_ids = ctx.raw_token_ids && i == 0;
     MT_ASSIGN_OR_RETURN(y, layers_[i]->Call(y, inner));
     // A layer handing back a rounded tensor (a nested sequence's output, a
     // view of its input): nothing left then.
@@ -68,14 +71,23 @@ absl::StatusOr<Tensor> TwoBranchLayer::Call(const Tensor& x,
   // The request for the sum's storage is not the branches'.
   ForwardContext branch = ctx;
   branch.output_rounding = ops::OutputRounding::kNone;
-  // The shortcut first: under bf16 the main branch may round a view of x
-  // in place (a reshape's output), which token ids a shortcut's embedding
-  // reads must not see first.
-  Tensor s = x;
+  // Unrounded token ids go as they are only to a branch that reads them
+  // first; the other gets a rounded copy of its own, so neither can round
+  // the other's input in place (ForwardContext::raw_token_ids).
+  auto input_of = [&](const Layer* b) -> absl::StatusOr<Tensor> {
+    if (!ctx.raw_token_ids || (b != nullptr && b->ReadsTokenIds())) return x;
+    return ops::RoundedToBFloat16(x, b != nullptr && b->InputFeedsProduct());
+  };
+  ForwardContext main_ctx = branch;
+  main_ctx.raw_token_ids = ctx.raw_token_ids && main_->ReadsTokenIds();
+  MT_ASSIGN_OR_RETURN(const Tensor main_in, input_of(main_.get()));
+  MT_ASSIGN_OR_RETURN(Tensor y, main_->Call(main_in, main_ctx));
+  MT_ASSIGN_OR_RETURN(Tensor s, input_of(shortcut_.get()));
   if (shortcut_ != nullptr) {
-    MT_ASSIGN_OR_RETURN(s, shortcut_->Call(x, branch));
+    ForwardContext short_ctx = branch;
+    short_ctx.raw_token_ids = ctx.raw_token_ids && shortcut_->ReadsTokenIds();
+    MT_ASSIGN_OR_RETURN(s, shortcut_->Call(s, short_ctx));
   }
-  MT_ASSIGN_OR_RETURN(Tensor y, main_->Call(x, branch));
   if (concatenate_) return ops::Concat({y, s}, y.rank() - 1);
   return ops::Add(y, s);
 }

@@ -29,6 +29,9 @@ class SequentialLayer final : public Layer {
   bool InputFeedsProduct() const override {
     return !layers_.empty() && layers_.front()->InputFeedsProduct();
   }
+  bool ReadsTokenIds() const override {
+    return !layers_.empty() && layers_.front()->ReadsTokenIds();
+  }
   bool InputOnlyFeedsProducts() const override {
     return !layers_.empty() && layers_.front()->InputOnlyFeedsProducts();
   }
@@ -62,6 +65,10 @@ class TwoBranchLayer final : public Layer {
   bool InputFeedsProduct() const override {
     return main_->InputFeedsProduct() ||
            (shortcut_ != nullptr && shortcut_->InputFeedsProduct());
+  }
+  bool ReadsTokenIds() const override {
+    return main_->ReadsTokenIds() ||
+           (shortcut_ != nullptr && shortcut_->ReadsTokenIds());
   }
 
  private:

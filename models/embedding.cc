@@ -37,6 +37,8 @@ class EmbeddingLayer final : public Layer {
         new EmbeddingLayer(std::move(name), std::move(embeddings)));
   }
 
+  bool ReadsTokenIds() const override { return true; }
+
   absl::StatusOr<Tensor> Call(const Tensor& x, const ForwardContext&) override {
     const std::string context = absl::StrCat(name(), ": token ids (input_dim ",
                                              embeddings_.shape()[0], "): ");

@@ -39,6 +39,11 @@ struct ForwardContext {
   // bfloat16 sets it per layer): a nested sequence rounds its last layer's
   // output so, with halves when its caller's next layer reads a product.
   ops::OutputRounding output_rounding = ops::OutputRounding::kNone;
+  // Under mixed bfloat16: the input is the model's token ids, unrounded
+  // (Model::Call); a container hands them as they are only to a layer or
+  // branch that reads ids first (ReadsTokenIds), every other one a rounded
+  // copy of its own (Keras's autocast), so nothing rounds them in place.
+  bool raw_token_ids = false;
   // When defined: the step's seed as one i64 element on the replica's
   // device, which dropout reads where it draws its mask (a captured CUDA
   // graph replays with each step's seed); step_seed is then not used.
@@ -80,6 +85,9 @@ class Layer {
   // reads (tensor/ops/precision_ops.h), instead of the product converting
   // it again.
   virtual bool InputFeedsProduct() const { return false; }
+  // True when the layer reads its input first as token ids (an embedding,
+  // or a container whose first layer, or either branch, does).
+  virtual bool ReadsTokenIds() const { return false; }
   // Stricter: true when the layer reads its input only as matrix products'
   // operands (dense). With OutputNeedsOnlyHalves of the layer before it,
   // that layer's output is then stored as its 2-byte copy alone on GPUs

@@ -81,13 +81,11 @@ absl::StatusOr<Tensor> Model::Call(const Tensor& inputs,
     MT_ASSIGN_OR_RETURN(
         x, ops::RoundedToBFloat16(inputs, body_->InputFeedsProduct()));
   } else {
-    // Ids as they are, in a copy: a branch beside the embedding's may round
-    // a view of them in place (a reshape's output) after the embedding
-    // read them (TwoBranchLayer calls the shortcut first).
-    MT_ASSIGN_OR_RETURN(x, inputs.Clone());
+    x = inputs;  // Ids as they are (ForwardContext::raw_token_ids).
   }
   ForwardContext bf16_ctx = ctx;
   bf16_ctx.bf16_activations = true;
+  bf16_ctx.raw_token_ids = token_inputs_;
   return body_->Call(x, bf16_ctx);
 }
 

@@ -94,16 +94,26 @@ MT_REGISTER(
     {.name = "up_sampling2d",
      .doc = "repeats each pixel size[0] x size[1] times, NHWC (Keras "
             "UpSampling2D, interpolation nearest)",
-     .params = {{Param::IntPair("size").Default(2).Min(1).Max(1 << 16).Doc(
+     .params = {{Param::IntPair("size").Default(2).Min(1).Max(1024).Doc(
                      "[rows, columns] each pixel becomes; an integer: both"),
                  Param::String("interpolation")
                      .Default("nearest")
                      .OneOf({"nearest"})
                      .Doc("nearest (Keras's default; bilinear is not built)")}},
+     // Its output holds its input's values (repeated): looked past for the
+     // output layer, so an output softmax before it is refused as before a
+     // reshape.
+     .passes_values_on = true,
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
        MT_RETURN_IF_ERROR(CheckImages(b.input_shape(), ""));
        const std::array<int64_t, 2> size = spec.params.IntPair("size");
+       const Shape& in = b.input_shape();
+       if (in[1] > kMaxDimension / size[0] || in[2] > kMaxDimension / size[1]) {
+         return absl::InvalidArgumentError(absl::StrCat(
+             "size: ", in[1], "x", in[2], " up-sampled by ", size[0], "x",
+             size[1], " is more than ", kMaxDimension, " in a dimension"));
+       }
        Tensor host = Tensor::HostZeros(DType::kF32, {size[0], 1, size[1], 1});
        for (int64_t i = 0; i < host.num_elements(); ++i) {
          host.data<float>()[i] = 1.0f;
@@ -118,7 +128,7 @@ MT_REGISTER(
     {.name = "zero_padding2d",
      .doc = "rows and columns of zeros around the image, NHWC (Keras "
             "ZeroPadding2D, symmetric)",
-     .params = {{Param::IntPair("padding").Default(1).Min(0).Max(1 << 16).Doc(
+     .params = {{Param::IntPair("padding").Default(1).Min(0).Max(1 << 20).Doc(
          "[rows above and below, columns left and right]; an integer: "
          "both")}},
      .create = [](const LayerSpec& spec,

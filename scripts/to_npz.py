@@ -10,7 +10,8 @@ From your own arrays (.npy files, anything np.load reads):
 
 What it writes, and mirrortrain checks: x uint8 (pixels, scaled to [0, 1] when
 loaded) or float32 (used as is), shaped [n, features], [n, h, w] or NHWC
-[n, h, w, c]; y integer class labels >= 0, shaped [n] (with --multi-label,
+[n, h, w, c]; y integer class labels >= 0, shaped [n] (or [n, ...]: one per
+token or pixel; with --multi-label,
 [n, k] labels of 0 and 1, for loss.name: binary_crossentropy; with
 --targets, real-valued regression targets [n] or [n, k], float32, for
 loss.name: mean_squared_error or mean_absolute_error). float64 x becomes
@@ -102,10 +103,15 @@ def checked(name, x, y, multi_label=False, targets=False):
         if y.size and (y.min() < 0 or y.max() > 1):
             sys.exit(f"y_{name}: multi-label labels are 0 or 1, found "
                      f"{y.min()}..{y.max()}")
-    elif y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
-        sys.exit(f"y_{name}: expected integer class labels [n], got "
-                 f"{y.dtype} {y.shape} (one-hot? use y.argmax(1); multi-label "
-                 "0/1 labels: --multi-label; regression targets: --targets)")
+    elif y.ndim < 1 or not np.issubdtype(y.dtype, np.integer):
+        sys.exit(f"y_{name}: expected integer class labels [n] (or [n, ...]: "
+                 f"one per token or pixel), got {y.dtype} {y.shape} "
+                 "(regression targets: --targets)")
+    elif (y.ndim == 2 and y.shape[1] > 1 and y.size and y.min() >= 0 and
+          y.max() <= 1 and (y.sum(axis=1) == 1).all()):
+        sys.exit(f"y_{name}: rows of one 1 among 0s look one-hot: class "
+                 "labels are y.argmax(1); multi-label 0/1 labels: "
+                 "--multi-label")
     if len(y) != len(x):
         sys.exit(f"y_{name} has {len(y)} labels but x_{name} has {len(x)} "
                  "examples")

@@ -51,10 +51,13 @@ absl::Status Trainer::LogTrainWindow(LoopState& loop, int64_t step,
                      // parameter servers' snapshot may be older).
                      {"learning_rate", primary().optimizer->schedule()(step)},
                      {"samples_per_sec", samples_per_sec}}};
-  // Sequences: the labelled tokens per second too (several labels per
-  // example under the binary loss are an example's labels, not tokens).
+  // Sequences of tokens (the text source's bytes, or ids an embedding
+  // reads): the labelled tokens per second too (several
+  // labels per example are not tokens otherwise: an example's binary
+  // labels, a segmentation's pixels).
   if (const int64_t t = train_data_.labels_per_example();
-      t > 1 && loss_->name == models::kDefaultLoss) {
+      t > 1 && loss_->name == models::kDefaultLoss &&
+      (train_data_.bytes_as_tokens || primary().model->reads_token_ids())) {
     rec.values.push_back(
         {"tokens_per_sec", samples_per_sec * static_cast<double>(t)});
   }
