@@ -123,30 +123,11 @@ MT_REGISTER(
          "kernel_initializer")},
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
+       MT_RETURN_IF_ERROR(b.CheckSequences());
        const Shape& in = b.input_shape();
-       if (in.size() != 3) {
-         // An npz of sequences [n, steps, channels] read as grayscale
-         // images gains a channel unless the model takes two axes.
-         const bool one_channel = in.size() == 4 && in[3] == 1;
-         return absl::InvalidArgumentError(absl::StrCat(
-             "expects [batch, steps, channels] input, got ", ShapeToString(in),
-             one_channel ? " (npz sequences [n, steps, channels]: set "
-                           "model.input_shape: [steps, channels])"
-                         : ""));
-       }
        const int64_t k = spec.params.Int("kernel_size");
        const std::string padding = spec.params.String("padding");
-       // As conv2d's windows: valid needs the kernel inside the steps,
-       // same allows 2 * steps - 1; causal pads k - 1, so any k fits.
-       const int64_t limit = padding == "valid"  ? in[1]
-                             : padding == "same" ? 2 * in[1] - 1
-                                                 : kMaxDimension;
-       if (k > limit) {
-         return absl::InvalidArgumentError(absl::StrCat(
-             "kernel_size ", k, " does not fit the ", in[1], " steps",
-             padding == "valid" ? " with padding valid"
-                                : " (padding same: at most 2 * steps - 1)"));
-       }
+       MT_RETURN_IF_ERROR(b.CheckWindow1D("kernel_size", k, padding));
        MT_ASSIGN_OR_RETURN(const ActivationDef* act,
                            FindActivation(spec.params.String("activation")));
        const int64_t filters = spec.params.Int("filters");

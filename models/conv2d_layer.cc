@@ -126,6 +126,18 @@ std::vector<Param> WithConvWindowParams(std::vector<Param> first,
   return first;
 }
 
+absl::StatusOr<int64_t> ReadDepthMultiplier(const LayerSpec& spec,
+                                            const LayerBuilder& b) {
+  const int64_t channels = b.input_shape()[3];
+  const int64_t multiplier = spec.params.Int("depth_multiplier");
+  if (channels > kMaxDimension / multiplier) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "depth_multiplier: ", channels, " channels times ", multiplier,
+        " is more than ", kMaxDimension, " output channels"));
+  }
+  return multiplier;
+}
+
 absl::StatusOr<ConvWindow> ReadConvWindow(const LayerSpec& spec,
                                           const LayerBuilder& b) {
   const Shape& in = b.input_shape();

@@ -79,6 +79,12 @@ absl::StatusOr<Shape> ConvOutputShape(const std::string& layer,
                                       const ops::Conv2DOptions& options,
                                       int64_t out_channels);
 
+// depth_multiplier of a depthwise layer (depthwise_conv2d,
+// separable_conv2d) for the builder's NHWC input, refused when the
+// channels times it exceed kMaxDimension.
+absl::StatusOr<int64_t> ReadDepthMultiplier(const LayerSpec& spec,
+                                            const LayerBuilder& b);
+
 // Those keys' values for the builder's input, which must be NHWC, the
 // window checked to fit it.
 struct ConvWindow {

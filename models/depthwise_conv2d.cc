@@ -81,12 +81,8 @@ MT_REGISTER(
        MT_ASSIGN_OR_RETURN(const ActivationDef* act,
                            FindActivation(spec.params.String("activation")));
        const int64_t channels = b.input_shape()[3];
-       const int64_t multiplier = spec.params.Int("depth_multiplier");
-       if (channels > kMaxDimension / multiplier) {
-         return absl::InvalidArgumentError(absl::StrCat(
-             "depth_multiplier: ", channels, " channels times ", multiplier,
-             " is more than ", kMaxDimension, " output channels"));
-       }
+       MT_ASSIGN_OR_RETURN(const int64_t multiplier,
+                           ReadDepthMultiplier(spec, b));
        const std::array<int64_t, 2> k = w.kernel_size;
        MT_ASSIGN_OR_RETURN(
            KernelAndBias weights,

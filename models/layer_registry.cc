@@ -139,6 +139,32 @@ absl::Status CheckOutputActivation(const std::vector<LayerSpec>& layers,
   return absl::OkStatus();
 }
 
+absl::Status LayerBuilder::CheckSequences() const {
+  const Shape& in = input_shape_;
+  if (in.size() == 3) return absl::OkStatus();
+  // An npz of sequences [n, steps, channels] read as grayscale images gains
+  // a channel unless the model takes two axes.
+  const bool one_channel = in.size() == 4 && in[3] == 1;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "expects [batch, steps, channels] input, got ", ShapeToString(in),
+      one_channel ? " (npz sequences [n, steps, channels]: set "
+                    "model.input_shape: [steps, channels])"
+                  : ""));
+}
+
+absl::Status LayerBuilder::CheckWindow1D(const std::string& key, int64_t k,
+                                         const std::string& padding) const {
+  const int64_t steps = input_shape_[1];
+  const int64_t limit = padding == "valid"  ? steps
+                        : padding == "same" ? 2 * steps - 1
+                                            : kMaxDimension;
+  if (k <= limit) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      key, " ", k, " does not fit the ", steps, " steps",
+      padding == "valid" ? " with padding valid"
+                         : " (padding same: at most 2 * steps - 1)"));
+}
+
 absl::Status LayerBuilder::CheckWindow(const std::string& key,
                                        std::array<int64_t, 2> k,
                                        bool same) const {

@@ -162,6 +162,13 @@ class LayerBuilder {
   // would only ever see padding.
   absl::Status CheckWindow(const std::string& key, std::array<int64_t, 2> k,
                            bool same) const;
+  // The 1-D layers' input: sequences [batch, steps, channels] (an npz of
+  // sequences read as grayscale images is named, with the key that fixes
+  // it); then a window of `k` steps (key `key`) fitting them as
+  // CheckWindow's do (`causal` pads k - 1 in front: any k).
+  absl::Status CheckSequences() const;
+  absl::Status CheckWindow1D(const std::string& key, int64_t k,
+                             const std::string& padding) const;
   // A fresh initialiser seed: the n-th call over the model gets the n-th
   // seed derived from the model seed, the same on every device and replica.
   uint64_t NextSeed();

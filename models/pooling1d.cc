@@ -24,11 +24,13 @@ namespace {
 
 using LayerOr = absl::StatusOr<std::unique_ptr<Layer>>;
 
+// A built layer's input at call time (the factory checks it with
+// LayerBuilder::CheckSequences).
 absl::Status CheckSequences(const Shape& input, const std::string& layer) {
   if (input.size() == 3) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      layer.empty() ? "" : layer + ": ",
-      "expects [batch, steps, channels] input, got ", ShapeToString(input)));
+  return absl::InvalidArgumentError(
+      absl::StrCat(layer, ": expects [batch, steps, channels] input, got ",
+                   ShapeToString(input)));
 }
 
 // max_pooling1d and average_pooling1d: windows of `options.ksize_w` steps.
@@ -109,19 +111,12 @@ ParamSchema Pool1DParams() {
 
 template <bool kMax>
 LayerOr CreatePool1D(const LayerSpec& spec, LayerBuilder& b) {
-  const Shape& in = b.input_shape();
-  MT_RETURN_IF_ERROR(CheckSequences(in, ""));
+  MT_RETURN_IF_ERROR(b.CheckSequences());
   const int64_t k = spec.params.Int("pool_size");
   const int64_t s = spec.params.OptionalInt("strides").value_or(k);
   const bool same = spec.params.String("padding") == "same";
-  // As the 2-D pools' windows: inside the steps (valid), or at most
-  // 2 * steps - 1 (same: beyond that a window sees only padding).
-  if (k > (same ? 2 * in[1] - 1 : in[1])) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("pool_size ", k, " does not fit the ", in[1], " steps",
-                     same ? " (padding same: at most 2 * steps - 1)"
-                          : " with padding valid"));
-  }
+  MT_RETURN_IF_ERROR(
+      b.CheckWindow1D("pool_size", k, spec.params.String("padding")));
   return std::make_unique<Pool1DLayer>(
       b.name(), kMax,
       ops::Pool2DOptions{1, k, 1, s,
@@ -130,8 +125,7 @@ LayerOr CreatePool1D(const LayerSpec& spec, LayerBuilder& b) {
 
 template <bool kMax>
 LayerOr CreateGlobalPooling1D(const LayerSpec& spec, LayerBuilder& b) {
-  const Shape& in = b.input_shape();
-  MT_RETURN_IF_ERROR(CheckSequences(in, ""));
+  MT_RETURN_IF_ERROR(b.CheckSequences());
   return std::make_unique<GlobalPooling1DLayer>(b.name(), kMax,
                                                 spec.params.Bool("keepdims"));
 }
