@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "models/model.h"
+#include "tensor/cuda/cuda_backend.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/ops/array_ops.h"
 #include "tests/test_util.h"
@@ -39,8 +40,8 @@ struct WindowCase {
 
 class WindowGoldenTest : public ::testing::TestWithParam<WindowCase> {};
 
-TEST_P(WindowGoldenTest, LayerMatchesKeras) {
-  const WindowCase& c = GetParam();
+// The case's layer built on `device` against Keras's values and gradients.
+void ExpectMatchesKeras(const WindowCase& c, Device device) {
   ASSERT_FALSE(Golden().empty()) << "cannot load window_layers.txt";
   auto g = [&](const std::string& part) -> const Tensor& {
     return Golden().at(c.golden + "/" + part);
@@ -48,10 +49,12 @@ TEST_P(WindowGoldenTest, LayerMatchesKeras) {
   absl::StatusOr<LayerSpec> spec = MakeLayerSpec(c.type, c.params);
   ASSERT_TRUE(spec.ok()) << spec.status();
   spec->path = "model.layers[0]";
-  const Tensor x = F32(g("x"));
+  absl::StatusOr<Tensor> on_device = F32(g("x")).To(device);
+  ASSERT_TRUE(on_device.ok()) << on_device.status();
+  const Tensor x = *on_device;
   absl::StatusOr<std::unique_ptr<Model>> model = Model::Build(
       ModelDef{Shape(x.shape().begin() + 1, x.shape().end()), {*spec}}, 1,
-      Device::Cpu());
+      device);
   ASSERT_TRUE(model.ok()) << model.status();
   // Keras's variables in Keras's order, with its shapes.
   const std::vector<Variable*>& vars = (*model)->variables();
@@ -65,7 +68,9 @@ TEST_P(WindowGoldenTest, LayerMatchesKeras) {
   for (size_t i = 0; i < vars.size(); ++i) {
     EXPECT_EQ(vars[i]->name(), c.type + "/" + parts[i]);
     ASSERT_EQ(vars[i]->shape(), g(parts[i]).shape()) << parts[i];
-    ASSERT_TRUE(vars[i]->Assign(F32(g(parts[i]))).ok());
+    absl::StatusOr<Tensor> value = F32(g(parts[i])).To(device);
+    ASSERT_TRUE(value.ok()) << value.status();
+    ASSERT_TRUE(vars[i]->Assign(*value).ok());
     sources.push_back(vars[i]->value());
   }
   GradientTape tape;
@@ -74,7 +79,9 @@ TEST_P(WindowGoldenTest, LayerMatchesKeras) {
   ASSERT_TRUE(y.ok()) << y.status();
   ASSERT_EQ(y->shape(), g("y").shape());
   GradientOptions options;
-  options.output_gradient = F32(g("upstream"));
+  absl::StatusOr<Tensor> upstream = F32(g("upstream")).To(device);
+  ASSERT_TRUE(upstream.ok()) << upstream.status();
+  options.output_gradient = *upstream;
   auto grads = tape.Gradient(*y, sources, options);
   ASSERT_TRUE(grads.ok()) << grads.status();
   EXPECT_TRUE(testing::AllClose(F64(*y), g("y"), kF32Tol, kF32Tol));
@@ -84,6 +91,20 @@ TEST_P(WindowGoldenTest, LayerMatchesKeras) {
                                   kF32Tol, kF32Tol))
         << parts[i];
   }
+}
+
+TEST_P(WindowGoldenTest, LayerMatchesKeras) {
+  ExpectMatchesKeras(GetParam(), Device::Cpu());
+}
+
+// The same on gpu:0 (f32 products, TF32 off by default): the layers' GPU
+// paths (rectangular and one-row windows, the depthwise and 1x1 kernels,
+// layer normalization's over group rows, broadcast up-sampling) against
+// Keras too.
+TEST_P(WindowGoldenTest, LayerMatchesKerasOnAGpu) {
+  if (!cuda::Built()) GTEST_SKIP() << "built without CUDA";
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no GPU visible";
+  ExpectMatchesKeras(GetParam(), Device::Cuda(0));
 }
 
 INSTANTIATE_TEST_SUITE_P(
