@@ -51,22 +51,32 @@ absl::StatusOr<LayerSpec> MakeLayerSpec(
 
 const LayerSpec* TokenIdLayer(const std::vector<LayerSpec>& layers,
                               bool past_pass_through) {
+  const std::vector<const LayerSpec*> all =
+      TokenIdLayers(layers, past_pass_through);
+  return all.empty() ? nullptr : all.front();
+}
+
+std::vector<const LayerSpec*> TokenIdLayers(
+    const std::vector<LayerSpec>& layers, bool past_pass_through) {
   for (const LayerSpec& spec : layers) {
     const LayerType* type = LayerRegistry::Global().Find(spec.type);
-    if (type == nullptr) return nullptr;
-    if (type->reads_token_ids) return &spec;
+    if (type == nullptr) return {};
+    if (type->reads_token_ids) return {&spec};
     if (type->container) {
       // Both branches of a two-branch container read its input.
-      if (const LayerSpec* main =
-              TokenIdLayer(spec.layers, past_pass_through)) {
-        return main;
+      std::vector<const LayerSpec*> out =
+          TokenIdLayers(spec.layers, past_pass_through);
+      if (spec.shortcut.has_value()) {
+        for (const LayerSpec* s :
+             TokenIdLayers(*spec.shortcut, past_pass_through)) {
+          out.push_back(s);
+        }
       }
-      if (!spec.shortcut.has_value()) return nullptr;
-      return TokenIdLayer(*spec.shortcut, past_pass_through);
+      return out;
     }
-    if (!past_pass_through || !type->passes_values_on) return nullptr;
+    if (!past_pass_through || !type->passes_values_on) return {};
   }
-  return nullptr;
+  return {};
 }
 
 const LayerSpec* OutputLayer(const std::vector<LayerSpec>& layers) {

@@ -106,6 +106,10 @@ absl::StatusOr<LayerSpec> MakeLayerSpec(
 // types (a reshape before it); nullptr otherwise.
 const LayerSpec* TokenIdLayer(const std::vector<LayerSpec>& layers,
                               bool past_pass_through = true);
+// Every such entry: one per branch of a two-branch container whose both
+// branches read ids first (the data must suit each).
+std::vector<const LayerSpec*> TokenIdLayers(
+    const std::vector<LayerSpec>& layers, bool past_pass_through = true);
 
 // The entry that makes the model's output: the last one, looked into
 // (containers without a shortcut) and past `passes_values_on` types;

@@ -206,7 +206,15 @@ absl::Status CheckClassifier(const models::Model& model,
 // when the model is built.
 absl::Status CheckTokenIds(const models::ModelDef& def, const DataConfig& d,
                            const InMemoryDataset& data) {
-  const models::LayerSpec* reader = models::TokenIdLayer(def.layers);
+  // The reader of the fewest ids names the range (two branches may each
+  // start with an embedding).
+  const models::LayerSpec* reader = nullptr;
+  for (const models::LayerSpec* r : models::TokenIdLayers(def.layers)) {
+    if (reader == nullptr ||
+        r->params.Int("input_dim") < reader->params.Int("input_dim")) {
+      reader = r;
+    }
+  }
   if (reader == nullptr || data.bytes_as_tokens) return absl::OkStatus();
   const std::string layer = absl::StrCat(reader->path, " (", reader->type, ")");
   // Ids are not measurements (as the text source's): normalizing or

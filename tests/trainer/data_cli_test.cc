@@ -345,7 +345,13 @@ TEST(DataCliTest, NpzTokenIdsOutsideTheEmbeddingExit2NamingTheExample) {
        "model.layers[0].layers[0]"},
       {"{type: reshape, target_shape: [4]}, {type: embedding, input_dim: 8, "
        "output_dim: 3}",
-       "model.layers[1]"}};
+       "model.layers[1]"},
+      // Two branches each starting with an embedding: the one of fewer
+      // ids (the shortcut's here) names the range.
+      {"{type: concatenate, layers: [{type: embedding, input_dim: 50, "
+       "output_dim: 3}], shortcut: [{type: embedding, input_dim: 8, "
+       "output_dim: 2}]}",
+       "model.layers[0].shortcut[0]"}};
   for (const auto& [layers, reader] : readers) {
     std::vector<std::string> model = args;
     model[6] = absl::StrCat("model={layers: [", layers,
