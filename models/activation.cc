@@ -29,6 +29,7 @@ constexpr ActivationDef kActivations[] = {
     {"selu", ops::Selu, true},
     {"softplus", ops::Softplus, true},
     {"leaky_relu", ops::LeakyRelu, true},
+    {"relu6", ops::Relu6, true},
     // Over the last axis, as Keras; not elementwise.
     {"softmax", ops::Softmax, false},
 };

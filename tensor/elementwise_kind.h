@@ -29,6 +29,7 @@ enum class UnaryKind : uint8_t {
   kSelu,       // scale * (x > 0 ? x : alpha * expm1(x)), TF's constants
   kSoftplus,   // log(1 + exp(x)), without overflow
   kLeakyRelu,  // x > 0 ? x : 0.2 x (Keras 3's leaky_relu default slope)
+  kRelu6,      // min(max(x, 0), 6) (MobileNet's)
 };
 
 // Binary functions of two same-shaped operands. The *Grad kinds take the
@@ -49,6 +50,7 @@ enum class BinaryKind : uint8_t {
   kSeluGrad,       // (g, x) -> x < 0 ? g * (sa * expm1(x) + sa) : g * scale
   kSoftplusGrad,   // (g, x) -> g * sigmoid(x)
   kLeakyReluGrad,  // (g, x) -> x > 0 ? g : 0.2 g
+  kRelu6Grad,      // (g, x) -> 0 < x < 6 ? g : 0 (TensorFlow's Relu6Grad)
 };
 
 // SELU's constants (Klambauer et al.), as TensorFlow spells them: its
@@ -155,6 +157,8 @@ MT_HOST_DEVICE inline T ApplyUnary(UnaryKind kind, T x) {
     }
     case UnaryKind::kLeakyRelu:
       return x > T(0) ? x : T(kLeakyReluSlope) * x;
+    case UnaryKind::kRelu6:
+      return x > T(0) ? (x < T(6) ? x : T(6)) : T(0);
   }
   return x;
 }
@@ -201,6 +205,8 @@ MT_HOST_DEVICE inline T ApplyBinary(BinaryKind kind, T a, T b) {
       return a * Logistic(b);
     case BinaryKind::kLeakyReluGrad:
       return b > T(0) ? a : a * T(kLeakyReluSlope);
+    case BinaryKind::kRelu6Grad:
+      return b > T(0) && b < T(6) ? a : T(0);
   }
   return a;
 }

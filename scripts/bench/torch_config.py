@@ -23,6 +23,7 @@ ACTIVATIONS = {
     "sigmoid": nn.Sigmoid, "softmax": lambda: nn.Softmax(dim=-1),
     "elu": nn.ELU, "selu": nn.SELU, "swish": nn.SiLU, "silu": nn.SiLU,
     "softplus": nn.Softplus, "leaky_relu": lambda: nn.LeakyReLU(0.2),
+    "relu6": nn.ReLU6,
 }
 
 # Input shapes (NCHW without N) of the image sources.

@@ -33,6 +33,7 @@ MT_DECLARE_OP(kEluOp);
 MT_DECLARE_OP(kSeluOp);
 MT_DECLARE_OP(kSoftplusOp);
 MT_DECLARE_OP(kLeakyReluOp);
+MT_DECLARE_OP(kRelu6Op);
 }  // namespace
 namespace {
 
@@ -86,6 +87,8 @@ void CpuUnary(UnaryKind kind, const T* x, T* y, int64_t n) {
       return CpuUnaryOf<T, UnaryKind::kSoftplus>(x, y, n);
     case UnaryKind::kLeakyRelu:
       return CpuUnaryOf<T, UnaryKind::kLeakyRelu>(x, y, n);
+    case UnaryKind::kRelu6:
+      return CpuUnaryOf<T, UnaryKind::kRelu6>(x, y, n);
   }
 }
 
@@ -189,6 +192,8 @@ void CpuBinary(BinaryKind kind, const Tensor& a, const Tensor& b, Tensor& out) {
       return BinaryLoop<T, BinaryKind::kSoftplusGrad>(a, b, out);
     case BinaryKind::kLeakyReluGrad:
       return BinaryLoop<T, BinaryKind::kLeakyReluGrad>(a, b, out);
+    case BinaryKind::kRelu6Grad:
+      return BinaryLoop<T, BinaryKind::kRelu6Grad>(a, b, out);
   }
 }
 
@@ -223,6 +228,8 @@ const OpDef& UnaryOp(UnaryKind kind) {
       return kSoftplusOp;
     case UnaryKind::kLeakyRelu:
       return kLeakyReluOp;
+    case UnaryKind::kRelu6:
+      return kRelu6Op;
   }
   return kNegOp;
 }
@@ -375,6 +382,9 @@ absl::StatusOr<Tensor> Softplus(const Tensor& x) {
 absl::StatusOr<Tensor> LeakyRelu(const Tensor& x) {
   return RecordedUnary(UnaryKind::kLeakyRelu, x);
 }
+absl::StatusOr<Tensor> Relu6(const Tensor& x) {
+  return RecordedUnary(UnaryKind::kRelu6, x);
+}
 absl::StatusOr<Tensor> Gelu(const Tensor& x, bool approximate) {
   MT_ASSIGN_OR_RETURN(
       Tensor y,
@@ -524,6 +534,7 @@ MT_OP(kSeluOp, "Selu", InputActivationGrad<BinaryKind::kSeluGrad>);
 MT_OP(kSoftplusOp, "Softplus", InputActivationGrad<BinaryKind::kSoftplusGrad>);
 MT_OP(kLeakyReluOp, "LeakyRelu",
       InputActivationGrad<BinaryKind::kLeakyReluGrad>);
+MT_OP(kRelu6Op, "Relu6", InputActivationGrad<BinaryKind::kRelu6Grad>);
 
 }  // namespace
 }  // namespace mirrortrain::ops

@@ -43,6 +43,8 @@ absl::StatusOr<Tensor> Selu(const Tensor& x);
 absl::StatusOr<Tensor> Softplus(const Tensor& x);
 // Keras 3's leaky_relu: x > 0 ? x : 0.2 x (tf.nn.leaky_relu, alpha 0.2).
 absl::StatusOr<Tensor> LeakyRelu(const Tensor& x);
+// min(max(x, 0), 6) (tf.nn.relu6; its gradient passes where 0 < x < 6).
+absl::StatusOr<Tensor> Relu6(const Tensor& x);
 
 // The broadcast result shape of a and b, or an error naming `op`.
 absl::StatusOr<Shape> BroadcastShape(const char* op, const Tensor& a,

@@ -14,7 +14,7 @@ TEST(Conv2DLayerTest, PoolingFoldedInEqualsPoolingAfterTheActivation) {
   const ops::Pool2DOptions pool{2, 2, 2, 2, ops::Padding::kValid};
   const ops::Conv2DOptions same{1, 1, ops::Padding::kSame};
   for (const char* name : {"relu", "tanh", "sigmoid", "linear", "elu", "selu",
-                           "softplus", "leaky_relu"}) {
+                           "softplus", "leaky_relu", "relu6"}) {
     SCOPED_TRACE(name);
     const ActivationDef& act = **FindActivation(name);
     auto fused = Conv2DLayer::Create("conv2d", 3, 4, {3, 3}, same, act,

@@ -48,7 +48,8 @@ TEST(GoldenActivationsTest, SiluEluSeluSoftplusLeakyReluMatchTensorFlow) {
                                               {"elu", ops::Elu},
                                               {"selu", ops::Selu},
                                               {"softplus", ops::Softplus},
-                                              {"leaky_relu", ops::LeakyRelu}};
+                                              {"leaky_relu", ops::LeakyRelu},
+                                              {"relu6", ops::Relu6}};
   for (const char* dtype : {"f32", "f64"}) {
     // float32: our host exp is within 2.5e-7 of libm's (vector_math.h),
     // and TensorFlow's Eigen logistic, exp and log1p are its own (measured

@@ -108,6 +108,9 @@ const std::vector<OpRow>& Rows() {
       {"Selu", Unary(ops::Selu), Args(Rand({3, 4}, -3, 3))},
       {"Softplus", Unary(ops::Softplus), Args(Rand({3, 4}, -4, 4))},
       {"LeakyRelu", Unary(ops::LeakyRelu), Args(Rand({3, 4}, -3, 3))},
+      // Both kinks (0 and 6) in range (the fixed draws keep clear of them,
+      // as Relu's do of 0).
+      {"Relu6", Unary(ops::Relu6), Args(Rand({3, 4}, -3, 9))},
       {"MatMul",
        [](const Inputs& in) -> absl::StatusOr<Tensor> {
          // A plain product broadcast onto a batched one with both
