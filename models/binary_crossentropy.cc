@@ -15,14 +15,8 @@ namespace {
 // labels integers, and (where they are on the host: the trainer's data
 // sources check theirs when they load) each 0 or 1.
 absl::Status CheckOneLogitPerLabel(const Tensor& logits, const Tensor& labels) {
-  const bool rows_match = logits.rank() >= 1 && labels.rank() >= 1 &&
-                          logits.dim(0) == labels.dim(0);
-  if (!rows_match || logits.num_elements() != labels.num_elements()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "binary_crossentropy takes one logit per label, got logits ",
-        ShapeToString(logits.shape()), " for labels ",
-        ShapeToString(labels.shape())));
-  }
+  MT_RETURN_IF_ERROR(CheckOneOutputPerLabel("binary_crossentropy", logits,
+                                            labels, "logit", "label"));
   if (labels.dtype() != DType::kI32 && labels.dtype() != DType::kI64) {
     return absl::InvalidArgumentError(
         absl::StrCat("binary_crossentropy takes integer labels (0 or 1), got ",

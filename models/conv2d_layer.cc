@@ -126,6 +126,17 @@ std::vector<Param> WithConvWindowParams(std::vector<Param> first,
   return first;
 }
 
+std::vector<Param> DepthwiseParams() {
+  return WithInitializerParams(
+      {Param::Int("depth_multiplier")
+           .Default(1)
+           .Min(1)
+           .Max(kMaxDimension)
+           .Doc("filters per input channel"),
+       ActivationParam("linear", "applied after the bias"), UseBiasParam()},
+      "depthwise_initializer");
+}
+
 absl::StatusOr<int64_t> ReadDepthMultiplier(const LayerSpec& spec,
                                             const LayerBuilder& b) {
   const int64_t channels = b.input_shape()[3];

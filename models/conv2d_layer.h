@@ -79,6 +79,11 @@ absl::StatusOr<Shape> ConvOutputShape(const std::string& layer,
                                       const ops::Conv2DOptions& options,
                                       int64_t out_channels);
 
+// A depthwise layer's keys after its window (depthwise_conv2d,
+// separable_conv2d): depth_multiplier, activation, use_bias, and the
+// depthwise_initializer and bias_initializer.
+std::vector<Param> DepthwiseParams();
+
 // depth_multiplier of a depthwise layer (depthwise_conv2d,
 // separable_conv2d) for the builder's NHWC input, refused when the
 // channels times it exceed kMaxDimension.

@@ -65,16 +65,7 @@ MT_REGISTER(
      .doc = "activation(depthwise_conv2d(x, kernel) + bias), NHWC: each "
             "channel convolved with its own depth_multiplier filters (Keras "
             "DepthwiseConv2D)",
-     .params = {WithConvWindowParams(
-         {}, WithInitializerParams({Param::Int("depth_multiplier")
-                                        .Default(1)
-                                        .Min(1)
-                                        .Max(kMaxDimension)
-                                        .Doc("filters per input channel"),
-                                    ActivationParam("linear",
-                                                    "applied after the bias"),
-                                    UseBiasParam()},
-                                   "depthwise_initializer"))},
+     .params = {WithConvWindowParams({}, DepthwiseParams())},
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
        MT_ASSIGN_OR_RETURN(const ConvWindow w, ReadConvWindow(spec, b));

@@ -41,9 +41,8 @@ class GroupNormalizationLayer final : public Layer {
     // The unit scale and zero offset of the group rows' normalization; the
     // learned ones apply per channel after it.
     const int64_t row = positions * (channels / groups);
-    Tensor host_ones = Tensor::HostZeros(DType::kF32, {row});
-    for (int64_t i = 0; i < row; ++i) host_ones.data<float>()[i] = 1.0f;
-    MT_ASSIGN_OR_RETURN(Tensor one_row, host_ones.To(device));
+    MT_ASSIGN_OR_RETURN(Tensor one_row,
+                        Tensor::HostFull(DType::kF32, {row}, 1.0).To(device));
     MT_ASSIGN_OR_RETURN(Tensor zero_row,
                         Tensor::Zeros(DType::kF32, {row}, device));
     return std::unique_ptr<Layer>(new GroupNormalizationLayer(

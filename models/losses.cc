@@ -88,6 +88,21 @@ absl::StatusOr<int64_t> CountCorrect(const Tensor& logits,
   return correct;
 }
 
+absl::Status CheckOneOutputPerLabel(const std::string& loss,
+                                    const Tensor& logits, const Tensor& labels,
+                                    const std::string& output,
+                                    const std::string& label) {
+  if (logits.rank() >= 1 && labels.rank() >= 1 &&
+      logits.dim(0) == labels.dim(0) &&
+      logits.num_elements() == labels.num_elements()) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(loss, " takes one ", output, " per ", label, ", got ",
+                   output, "s ", ShapeToString(logits.shape()), " for ", label,
+                   "s ", ShapeToString(labels.shape())));
+}
+
 absl::Status RealLabelsRefused(const std::string& loss) {
   return absl::InvalidArgumentError(absl::StrCat(
       loss,

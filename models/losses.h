@@ -65,6 +65,15 @@ inline constexpr char kDefaultLoss[] = "sparse_categorical_crossentropy";
 // The loss named `name`; InvalidArgument listing the names otherwise.
 absl::StatusOr<const LossType*> FindLoss(const std::string& name);
 
+// For losses of one output per label (the binary and regression ones):
+// InvalidArgument "<loss> takes one <output> per <label>, got <output>s
+// [...] for <label>s [...]" unless logits and labels have the same rows and
+// as many elements (logits [b, 1] for labels [b]).
+absl::Status CheckOneOutputPerLabel(const std::string& loss,
+                                    const Tensor& logits, const Tensor& labels,
+                                    const std::string& output,
+                                    const std::string& label);
+
 // A classification loss's refusal of real-valued labels (output_shape).
 absl::Status RealLabelsRefused(const std::string& loss);
 

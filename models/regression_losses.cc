@@ -25,14 +25,8 @@ absl::StatusOr<Tensor> Differences(const char* loss, const Tensor& logits,
     return absl::InvalidArgumentError(
         absl::StrCat(loss, " takes no label smoothing, got ", label_smoothing));
   }
-  const bool rows_match = logits.rank() >= 1 && labels.rank() >= 1 &&
-                          logits.dim(0) == labels.dim(0);
-  if (!rows_match || logits.num_elements() != labels.num_elements()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(loss, " takes one output per target, got outputs ",
-                     ShapeToString(logits.shape()), " for targets ",
-                     ShapeToString(labels.shape())));
-  }
+  MT_RETURN_IF_ERROR(
+      CheckOneOutputPerLabel(loss, logits, labels, "output", "target"));
   const int64_t n = labels.num_elements();
   MT_ASSIGN_OR_RETURN(const Tensor x, ops::Reshape(logits, {n}));
   MT_ASSIGN_OR_RETURN(Tensor y, ops::Reshape(labels, {n}));

@@ -114,11 +114,10 @@ MT_REGISTER(
              "size: ", in[1], "x", in[2], " up-sampled by ", size[0], "x",
              size[1], " is more than ", kMaxDimension, " in a dimension"));
        }
-       Tensor host = Tensor::HostZeros(DType::kF32, {size[0], 1, size[1], 1});
-       for (int64_t i = 0; i < host.num_elements(); ++i) {
-         host.data<float>()[i] = 1.0f;
-       }
-       MT_ASSIGN_OR_RETURN(Tensor ones, host.To(b.device()));
+       MT_ASSIGN_OR_RETURN(
+           Tensor ones,
+           Tensor::HostFull(DType::kF32, {size[0], 1, size[1], 1}, 1.0)
+               .To(b.device()));
        return std::unique_ptr<Layer>(
            new UpSampling2DLayer(b.name(), size, std::move(ones)));
      }});

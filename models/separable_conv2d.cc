@@ -26,17 +26,10 @@
 namespace mirrortrain::models {
 namespace {
 
-// depth_multiplier, activation, use_bias and the initialisers, Keras's
-// order: depthwise, pointwise, bias.
+// The depthwise keys with pointwise_initializer beside
+// depthwise_initializer (Keras's order: depthwise, pointwise, bias).
 std::vector<Param> SeparableParams() {
-  std::vector<Param> params = WithInitializerParams(
-      {Param::Int("depth_multiplier")
-           .Default(1)
-           .Min(1)
-           .Max(kMaxDimension)
-           .Doc("depthwise filters per input channel"),
-       ActivationParam("linear", "applied after the bias"), UseBiasParam()},
-      "depthwise_initializer");
+  std::vector<Param> params = DepthwiseParams();
   params.insert(params.end() - 1,
                 Param::String("pointwise_initializer")
                     .Default("glorot_uniform")
