@@ -95,6 +95,8 @@ MT_REGISTER(
             "labels whose logit is on their side of 0 (Keras's "
             "BinaryAccuracy of the probabilities)",
      .output_activation = "sigmoid",
+     .params = {{LabelSmoothingParam(
+         "y * (1 - e) + e / 2 (Keras's BinaryCrossentropy label_smoothing)")}},
      .output_shape = [](const Shape& labels,
                         int64_t classes) -> absl::StatusOr<Shape> {
        if (classes < 1) return RealLabelsRefused("binary_crossentropy");
@@ -107,7 +109,12 @@ MT_REGISTER(
        }
        return labels.empty() ? Shape{1} : labels;
      },
-     .compute = BinaryCrossentropy,
+     .compute =
+         [](const Tensor& logits, const Tensor& labels, int64_t global_labels,
+            const Params& params) {
+           return BinaryCrossentropy(logits, labels, global_labels,
+                                     LabelSmoothingOf(params));
+         },
      .metric_sum = [](const Tensor& logits,
                       const Tensor& labels) -> absl::StatusOr<double> {
        MT_ASSIGN_OR_RETURN(const int64_t correct,

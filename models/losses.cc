@@ -112,11 +112,30 @@ absl::Status RealLabelsRefused(const std::string& loss) {
       "want loss.name mean_squared_error or mean_absolute_error)"));
 }
 
+Param LabelSmoothingParam(const std::string& targets) {
+  return Param::Float(kLabelSmoothing)
+      .Default(0.0)
+      .Min(0)
+      .Max(1)
+      .Doc(absl::StrCat("e: each label's target is ", targets,
+                        "; the loss both splits log is this objective, the "
+                        "metrics (accuracy, bits per byte) are not smoothed"));
+}
+
+double LabelSmoothingOf(const Params& params) {
+  return params.Has(kLabelSmoothing) ? params.Float(kLabelSmoothing) : 0.0;
+}
+
 absl::StatusOr<const LossType*> FindLoss(const std::string& name) {
   if (const LossType* loss = LossRegistry::Global().Find(name)) return loss;
   return absl::InvalidArgumentError(
       absl::StrCat("unknown loss '", name, "' (expected one of ",
                    LossRegistry::Global().NameList(), ")"));
+}
+
+Params DefaultLossParams(const std::string& name) {
+  const LossType* loss = LossRegistry::Global().Find(name);
+  return loss != nullptr ? Params::Defaults(loss->params) : Params();
 }
 
 MT_REGISTER(
@@ -126,6 +145,9 @@ MT_REGISTER(
             "logit per class for each integer label (an example's, or each "
             "token's of a sequence)",
      .output_activation = "softmax",
+     .params = {{LabelSmoothingParam(
+         "one-hot * (1 - e) + e / classes (Keras's CategoricalCrossentropy "
+         "label_smoothing, PyTorch's CrossEntropyLoss)")}},
      .output_shape = [](const Shape& labels,
                         int64_t classes) -> absl::StatusOr<Shape> {
        if (classes < 1) return RealLabelsRefused(kDefaultLoss);
@@ -133,7 +155,12 @@ MT_REGISTER(
        out.push_back(classes);
        return out;
      },
-     .compute = SparseCategoricalCrossentropy,
+     .compute =
+         [](const Tensor& logits, const Tensor& labels, int64_t global_labels,
+            const Params& params) {
+           return SparseCategoricalCrossentropy(logits, labels, global_labels,
+                                                LabelSmoothingOf(params));
+         },
      .metric_sum = [](const Tensor& logits,
                       const Tensor& labels) -> absl::StatusOr<double> {
        MT_ASSIGN_OR_RETURN(const int64_t correct, CountCorrect(logits, labels));

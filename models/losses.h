@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "tensor/params.h"
 #include "tensor/registry.h"
 #include "tensor/shape.h"
 #include "tensor/tensor.h"
@@ -33,6 +34,10 @@ struct LossType {
   // from_logits=False: the model's Call returns the logits before it, which
   // the loss reads, and Model::Probabilities applies it.
   std::string output_activation;
+  // The loss's own keys (config `loss.<key>`, beside `loss.name`), as an
+  // optimizer's: label_smoothing for the classification losses, Huber's
+  // delta.
+  ParamSchema params;
   // The model's output per example for labels of per-example shape `labels`
   // (empty: one label per example) in [0, classes), or real-valued labels
   // where `classes` is 0; InvalidArgument saying why the loss cannot read
@@ -40,11 +45,12 @@ struct LossType {
   std::function<absl::StatusOr<Shape>(const Shape& labels, int64_t classes)>
       output_shape;
   // The loss of logits [b, output_shape...] against labels [b, labels...],
-  // summed and divided by `global_labels` (> 0), with label smoothing e in
-  // [0, 1] (0: none). Differentiable in the logits.
+  // summed and divided by `global_labels` (> 0), under `params` (checked
+  // against `params` already, defaults filled: Params::Defaults for none).
+  // Differentiable in the logits.
   std::function<absl::StatusOr<Tensor>(
       const Tensor& logits, const Tensor& labels, int64_t global_labels,
-      double label_smoothing)>
+      const Params& params)>
       compute;
   // The metric evaluation reports beside the loss, as Keras's metrics name
   // it ("accuracy": the fraction of labels predicted right;
@@ -54,8 +60,6 @@ struct LossType {
   std::function<absl::StatusOr<double>(const Tensor& logits,
                                        const Tensor& labels)>
       metric_sum;
-  // Whether label_smoothing applies (the classification losses).
-  bool smooths = true;
 };
 using LossRegistry = Registry<LossType>;
 
@@ -64,6 +68,8 @@ inline constexpr char kDefaultLoss[] = "sparse_categorical_crossentropy";
 
 // The loss named `name`; InvalidArgument listing the names otherwise.
 absl::StatusOr<const LossType*> FindLoss(const std::string& name);
+// The defaults of loss `name`'s keys (none for an unknown name).
+Params DefaultLossParams(const std::string& name);
 
 // For losses of one output per label (the binary and regression ones):
 // InvalidArgument "<loss> takes one <output> per <label>, got <output>s
@@ -76,6 +82,13 @@ absl::Status CheckOneOutputPerLabel(const std::string& loss,
 
 // A classification loss's refusal of real-valued labels (output_shape).
 absl::Status RealLabelsRefused(const std::string& loss);
+
+// The classification losses' `label_smoothing` key (e in [0, 1], default 0)
+// and what it does to their targets (`targets`).
+inline constexpr char kLabelSmoothing[] = "label_smoothing";
+Param LabelSmoothingParam(const std::string& targets);
+// `params`' label_smoothing, 0 where the loss has no such key.
+double LabelSmoothingOf(const Params& params);
 
 // sparse_categorical_crossentropy: logits [b, classes] with labels [b], or
 // per token: logits [b, T, classes] with labels [b, T], where the sum runs
@@ -120,15 +133,21 @@ absl::StatusOr<int64_t> CountCorrectBinary(const Tensor& logits,
 // integers (cast), logits [b, 1] with labels [b], or both [b, k]; the
 // squared (absolute) difference summed over every target and divided by
 // the global batch's count of them, which is Keras's mean over an
-// example's k targets and then over the batch. No label smoothing.
+// example's k targets and then over the batch. Huber and LogCosh read the
+// same way.
 absl::StatusOr<Tensor> MeanSquaredError(const Tensor& logits,
                                         const Tensor& labels,
-                                        int64_t global_labels,
-                                        double label_smoothing = 0);
+                                        int64_t global_labels);
 absl::StatusOr<Tensor> MeanAbsoluteError(const Tensor& logits,
                                          const Tensor& labels,
-                                         int64_t global_labels,
-                                         double label_smoothing = 0);
+                                         int64_t global_labels);
+// Keras's Huber(delta): 0.5 d^2 where |d| <= delta, else delta (|d| -
+// 0.5 delta), for d = output - target (delta > 0).
+absl::StatusOr<Tensor> Huber(const Tensor& logits, const Tensor& labels,
+                             int64_t global_labels, double delta = 1.0);
+// Keras's LogCosh: log(cosh(d)), computed as d + softplus(-2 d) - log 2.
+absl::StatusOr<Tensor> LogCosh(const Tensor& logits, const Tensor& labels,
+                               int64_t global_labels);
 // sum |logit - label| over every label, on the host.
 absl::StatusOr<double> SumAbsoluteError(const Tensor& logits,
                                         const Tensor& labels);

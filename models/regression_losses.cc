@@ -1,10 +1,11 @@
-// mean_squared_error and mean_absolute_error (losses.h): one output per
-// real-valued target.
+// The regression losses (losses.h): mean_squared_error,
+// mean_absolute_error, huber, log_cosh; one output per real-valued target.
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "models/losses.h"
 #include "tensor/ops/array_ops.h"
+#include "tensor/ops/clip_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/reduction_ops.h"
 #include "tensor/registry.h"
@@ -16,14 +17,10 @@ namespace {
 // logits - labels, flat: one output per target (logits [b, 1] for labels
 // [b]), the labels cast to the logits' dtype.
 absl::StatusOr<Tensor> Differences(const char* loss, const Tensor& logits,
-                                   const Tensor& labels, int64_t global_labels,
-                                   double label_smoothing) {
+                                   const Tensor& labels,
+                                   int64_t global_labels) {
   if (global_labels <= 0) {
     return absl::InvalidArgumentError("global label count must be > 0");
-  }
-  if (label_smoothing != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(loss, " takes no label smoothing, got ", label_smoothing));
   }
   MT_RETURN_IF_ERROR(
       CheckOneOutputPerLabel(loss, logits, labels, "output", "target"));
@@ -42,36 +39,81 @@ absl::StatusOr<Tensor> MeanOfSum(const Tensor& per_target,
   return ops::Scale(sum, 1.0 / static_cast<double>(global_labels));
 }
 
-absl::StatusOr<Shape> OneOutputPerTarget(const Shape& labels, int64_t) {
-  return labels.empty() ? Shape{1} : labels;
+// What every regression loss shares: one output per target, no output
+// activation, the mean absolute error reported beside the loss.
+LossType RegressionLoss(std::string name, std::string doc,
+                        decltype(LossType::compute) compute,
+                        ParamSchema params = {}) {
+  return {.name = std::move(name),
+          .doc = std::move(doc),
+          .output_activation = "",
+          .params = std::move(params),
+          .output_shape = [](const Shape& labels,
+                             int64_t) -> absl::StatusOr<Shape> {
+            return labels.empty() ? Shape{1} : labels;
+          },
+          .compute = std::move(compute),
+          .metric = "mean_absolute_error",
+          .metric_sum = SumAbsoluteError};
 }
 
 }  // namespace
 
 absl::StatusOr<Tensor> MeanSquaredError(const Tensor& logits,
                                         const Tensor& labels,
-                                        int64_t global_labels,
-                                        double label_smoothing) {
-  MT_ASSIGN_OR_RETURN(const Tensor d,
-                      Differences("mean_squared_error", logits, labels,
-                                  global_labels, label_smoothing));
+                                        int64_t global_labels) {
+  MT_ASSIGN_OR_RETURN(const Tensor d, Differences("mean_squared_error", logits,
+                                                  labels, global_labels));
   MT_ASSIGN_OR_RETURN(const Tensor squared, ops::Square(d));
   return MeanOfSum(squared, global_labels);
 }
 
 absl::StatusOr<Tensor> MeanAbsoluteError(const Tensor& logits,
                                          const Tensor& labels,
-                                         int64_t global_labels,
-                                         double label_smoothing) {
-  MT_ASSIGN_OR_RETURN(const Tensor d,
-                      Differences("mean_absolute_error", logits, labels,
-                                  global_labels, label_smoothing));
+                                         int64_t global_labels) {
+  MT_ASSIGN_OR_RETURN(const Tensor d, Differences("mean_absolute_error", logits,
+                                                  labels, global_labels));
   // |d| as relu(d) + relu(-d): its gradient at 0 is 0, TensorFlow's sign(0).
   MT_ASSIGN_OR_RETURN(const Tensor above, ops::Relu(d));
   MT_ASSIGN_OR_RETURN(const Tensor neg, ops::Neg(d));
   MT_ASSIGN_OR_RETURN(const Tensor below, ops::Relu(neg));
   MT_ASSIGN_OR_RETURN(const Tensor absolute, ops::Add(above, below));
   return MeanOfSum(absolute, global_labels);
+}
+
+absl::StatusOr<Tensor> Huber(const Tensor& logits, const Tensor& labels,
+                             int64_t global_labels, double delta) {
+  if (!(delta > 0 && std::isfinite(delta))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("huber: delta must be > 0 and finite, got ", delta));
+  }
+  MT_ASSIGN_OR_RETURN(const Tensor d,
+                      Differences("huber", logits, labels, global_labels));
+  // With c = clip(d, -delta, delta): c d - c^2 / 2 is d^2 / 2 inside and
+  // delta |d| - delta^2 / 2 outside, the same roundings as Keras's two
+  // branches; its gradient c + c' (d - c) is d inside and delta sign(d)
+  // outside (delta at the edge from both sides).
+  MT_ASSIGN_OR_RETURN(const Tensor c, ops::ClipByValue(d, -delta, delta));
+  MT_ASSIGN_OR_RETURN(const Tensor cd, ops::Mul(c, d));
+  MT_ASSIGN_OR_RETURN(const Tensor c2, ops::Square(c));
+  MT_ASSIGN_OR_RETURN(const Tensor half_c2, ops::Scale(c2, 0.5));
+  MT_ASSIGN_OR_RETURN(const Tensor per_target, ops::Sub(cd, half_c2));
+  return MeanOfSum(per_target, global_labels);
+}
+
+absl::StatusOr<Tensor> LogCosh(const Tensor& logits, const Tensor& labels,
+                               int64_t global_labels) {
+  MT_ASSIGN_OR_RETURN(const Tensor d,
+                      Differences("log_cosh", logits, labels, global_labels));
+  // Keras's form: no overflow of cosh for large |d| (log cosh d -> |d| -
+  // log 2), and the same roundings.
+  MT_ASSIGN_OR_RETURN(const Tensor minus_2d, ops::Scale(d, -2.0));
+  MT_ASSIGN_OR_RETURN(const Tensor soft, ops::Softplus(minus_2d));
+  MT_ASSIGN_OR_RETURN(const Tensor sum, ops::Add(d, soft));
+  MT_ASSIGN_OR_RETURN(const Tensor log2,
+                      ops::internal::ScalarLike(sum, std::log(2.0)));
+  MT_ASSIGN_OR_RETURN(const Tensor per_target, ops::Sub(sum, log2));
+  return MeanOfSum(per_target, global_labels);
 }
 
 absl::StatusOr<double> SumAbsoluteError(const Tensor& logits,
@@ -90,30 +132,62 @@ absl::StatusOr<double> SumAbsoluteError(const Tensor& logits,
   return sum;
 }
 
-MT_REGISTER(LossType,
-            {.name = "mean_squared_error",
-             .doc = "Keras's MeanSquaredError: (output - target)^2 for each "
-                    "real-valued target (integer labels are cast), one "
-                    "output per target; evaluation reports the mean "
-                    "absolute error beside it",
-             .output_activation = "",
-             .output_shape = OneOutputPerTarget,
-             .compute = MeanSquaredError,
-             .metric = "mean_absolute_error",
-             .metric_sum = SumAbsoluteError,
-             .smooths = false});
+// `params` hold each loss's own keys, checked against its schema already.
+MT_REGISTER(
+    LossType,
+    (RegressionLoss("mean_squared_error",
+                    "Keras's MeanSquaredError: (output - target)^2 for each "
+                    "real-valued target (integer labels are cast), one output "
+                    "per target; evaluation reports the mean absolute error "
+                    "beside it",
+                    [](const Tensor& logits, const Tensor& labels,
+                       int64_t global_labels, const Params&) {
+                      return MeanSquaredError(logits, labels, global_labels);
+                    })));
+
+MT_REGISTER(
+    LossType,
+    (RegressionLoss("mean_absolute_error",
+                    "Keras's MeanAbsoluteError: |output - target| for each "
+                    "real-valued target (integer labels are cast), one output "
+                    "per target; evaluation reports it as mean_absolute_error "
+                    "too",
+                    [](const Tensor& logits, const Tensor& labels,
+                       int64_t global_labels, const Params&) {
+                      return MeanAbsoluteError(logits, labels, global_labels);
+                    })));
 
 MT_REGISTER(LossType,
-            {.name = "mean_absolute_error",
-             .doc = "Keras's MeanAbsoluteError: |output - target| for each "
-                    "real-valued target (integer labels are cast), one "
-                    "output per target; evaluation reports it as "
-                    "mean_absolute_error too",
-             .output_activation = "",
-             .output_shape = OneOutputPerTarget,
-             .compute = MeanAbsoluteError,
-             .metric = "mean_absolute_error",
-             .metric_sum = SumAbsoluteError,
-             .smooths = false});
+            (RegressionLoss(
+                "huber",
+                "Keras's Huber(delta): (output - target)^2 / 2 within delta "
+                "of the target, delta (|output - target| - delta / 2) "
+                "beyond (squared error's gradient near the target, absolute "
+                "error's far from it: outliers pull no harder than delta); "
+                "one output per real-valued target; evaluation reports the "
+                "mean absolute error beside it",
+                [](const Tensor& logits, const Tensor& labels,
+                   int64_t global_labels, const Params& params) {
+                  return Huber(logits, labels, global_labels,
+                               params.Float("delta"));
+                },
+                {{Param::Float("delta")
+                      .Default(1.0)
+                      .Min(0, /*inclusive=*/false)
+                      .Doc("where the loss turns from quadratic to linear "
+                           "(Keras's delta)")}})));
+
+MT_REGISTER(LossType,
+            (RegressionLoss(
+                "log_cosh",
+                "Keras's LogCosh: log(cosh(output - target)), about half "
+                "the squared error near the target and the absolute error "
+                "less log 2 far from it (smooth everywhere); one output per "
+                "real-valued target; evaluation reports the mean absolute "
+                "error beside it",
+                [](const Tensor& logits, const Tensor& labels,
+                   int64_t global_labels, const Params&) {
+                  return LogCosh(logits, labels, global_labels);
+                })));
 
 }  // namespace mirrortrain::models

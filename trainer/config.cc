@@ -73,17 +73,12 @@ absl::Status CheckOutputActivation(const Reader& r, const YAML::Node& node,
       std::string(s.message()));
 }
 
-// Smoothing is the classification losses'; an evaluation reports the loss
-// and its loss's metric only, so early stopping watches one of them.
-absl::Status CheckLossKeys(const Reader& r, const YAML::Node& root,
-                           const Config& c) {
+// An evaluation reports the loss and its loss's metric only, so early
+// stopping watches one of them.
+absl::Status CheckMonitor(const Reader& r, const YAML::Node& root,
+                          const Config& c) {
   MT_ASSIGN_OR_RETURN(const models::LossType* loss,
                       models::FindLoss(c.loss.name));
-  if (!loss->smooths && c.loss.label_smoothing != 0) {
-    return r.Error(
-        "loss.label_smoothing", Child(Child(root, "loss"), "label_smoothing"),
-        absl::StrCat("applies to the classification losses, not ", loss->name));
-  }
   // Inert without early stopping (a patience given as null).
   const std::string& monitor = c.train.early_stopping_monitor;
   if (c.train.early_stopping_patience && monitor != "loss" &&
@@ -143,6 +138,25 @@ absl::Status ReadModel(const Reader& r, const YAML::Node& node, Config* c,
                m.preset_params, &out);
   }
   (*resolved)["model"] = out;
+  return absl::OkStatus();
+}
+
+// `loss.name` picks the loss, whose own keys sit beside it (as an
+// optimizer's).
+absl::Status ReadLoss(const Reader& r, const YAML::Node& node, Config* c,
+                      YAML::Node* resolved) {
+  const std::string path = "loss";
+  MT_ASSIGN_OR_RETURN(c->loss.name, r.ReadName(node, path, LossSchema()));
+  const models::LossType* type =
+      models::LossRegistry::Global().Find(c->loss.name);
+  Params params;
+  MT_RETURN_IF_ERROR(r.Read(node, path, {&LossSchema(), &type->params}, {},
+                            absl::StrCat("loss ", c->loss.name), &params));
+  YAML::Node out(YAML::NodeType::Map);
+  EmitParams(LossSchema(), params, &out);
+  EmitParams(type->params, params, &out);
+  (*resolved)["loss"] = out;
+  c->loss.params = std::move(params);
   return absl::OkStatus();
 }
 
@@ -491,9 +505,7 @@ absl::StatusOr<Config> Parse(const std::string& yaml_text,
 
   MT_RETURN_IF_ERROR(ReadData(r, Child(root, "data"), &c, &resolved));
   MT_RETURN_IF_ERROR(ReadModel(r, Child(root, "model"), &c, &resolved));
-  MT_ASSIGN_OR_RETURN(Params loss,
-                      ReadFixed(r, root, "loss", LossSchema(), &resolved));
-  c.loss = {loss.String("name"), loss.Float("label_smoothing")};
+  MT_RETURN_IF_ERROR(ReadLoss(r, Child(root, "loss"), &c, &resolved));
   MT_RETURN_IF_ERROR(CheckOutputActivation(r, Child(root, "model"), c));
   MT_RETURN_IF_ERROR(ReadOptimizer(r, Child(root, "optimizer"), &c, &resolved));
   MT_ASSIGN_OR_RETURN(Params ema,
@@ -542,7 +554,7 @@ absl::StatusOr<Config> Parse(const std::string& yaml_text,
       ckpt.StringMap("warm_start_names"),
       ckpt.Bool("allow_non_finite")};
   MT_RETURN_IF_ERROR(Validate(r, root, c));
-  MT_RETURN_IF_ERROR(CheckLossKeys(r, root, c));
+  MT_RETURN_IF_ERROR(CheckMonitor(r, root, c));
 
   YAML::Emitter out;
   EmitYaml(out, resolved);

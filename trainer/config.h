@@ -64,9 +64,10 @@ struct OptimizerConfig {
 
 struct LossConfig {
   std::string name = models::kDefaultLoss;  // A registered models::LossType.
-  // Smoothed targets (models/losses.h: one-hot * (1 - e) + e / classes for
-  // the categorical loss); 0: none.
-  double label_smoothing = 0;
+  // The loss's own keys (its LossType::params; `name` too), checked,
+  // defaults filled: label_smoothing for the classification losses,
+  // Huber's delta.
+  Params params = models::DefaultLossParams(models::kDefaultLoss);
 };
 
 struct EmaConfig {

@@ -150,22 +150,11 @@ const ParamSchema& ModelSchema() {
 }
 
 const ParamSchema& LossSchema() {
-  static const auto* s = new ParamSchema{
-      {Param::String("name")
-           .Default(models::kDefaultLoss)
-           .OneOf(models::LossRegistry::Global().Names())
-           .Doc("the loss (the list above says what each reads)"),
-       Param::Float("label_smoothing")
-           .Default(0.0)
-           .Min(0)
-           .Max(1)
-           .Doc("e: each label's target is one-hot * (1 - e) + e / classes "
-                "for the categorical loss (Keras's CategoricalCrossentropy "
-                "label_smoothing, PyTorch's CrossEntropyLoss), y * (1 - e) "
-                "+ e / 2 for the binary one (Keras's BinaryCrossentropy); "
-                "the loss both splits log is this objective, accuracy and "
-                "bits per byte are not smoothed; the regression losses take "
-                "none")}};
+  static const auto* s =
+      new ParamSchema{{Param::String("name")
+                           .Default(models::kDefaultLoss)
+                           .OneOf(models::LossRegistry::Global().Names())
+                           .Doc("the loss; its keys follow")}};
   return *s;
 }
 
@@ -513,14 +502,15 @@ std::string SchemaMarkdown() {
     AppendTable(absl::StrCat("`type: ", t->name, "`"), t->doc, "", {&t->params},
                 &out);
   }
-  std::string losses =
-      "The loss of the logits, summed over the labels (an example's, a "
-      "sequence's tokens') and divided by the global batch's count of them. "
-      "`loss.name` picks it:\n";
+  AppendTable("`loss`",
+              "The loss of the logits, summed over the labels (an "
+              "example's, a sequence's tokens') and divided by the global "
+              "batch's count of them. `loss.name` picks it.",
+              "loss.", {&LossSchema()}, &out);
   for (const models::LossType* l : models::LossRegistry::Global().Entries()) {
-    absl::StrAppend(&losses, "\n- `", l->name, "`: ", l->doc, ".");
+    AppendTable(absl::StrCat("`loss.name: ", l->name, "`"),
+                absl::StrCat(l->doc, "."), "loss.", {&l->params}, &out);
   }
-  AppendTable("`loss`", losses, "loss.", {&LossSchema()}, &out);
   AppendTable("`optimizer`", "`optimizer.name` picks the optimizer.",
               "optimizer.", {&OptimizerSchema()}, &out);
   for (const OptimizerType* o : OptimizerRegistry::Global().Entries()) {

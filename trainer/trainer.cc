@@ -39,7 +39,7 @@ constexpr size_t kMaxTestBytesOnDevice = size_t{256} << 20;
 
 // One replica's evaluation sums over its batches.
 struct EvalSums {
-  double loss = 0;    // Per-label losses (loss.label_smoothing's).
+  double loss = 0;    // Per-label losses (under the loss's keys).
   double plain = 0;   // The same unsmoothed, where `plain` is asked for.
   double metric = 0;  // The loss's metric summed (right labels: accuracy).
 };
@@ -47,14 +47,15 @@ struct EvalSums {
 // Adds the batch of host `logits` and `labels` to `sums`: summed losses
 // are a "global batch" of 1.
 absl::Status AddEvalSums(const models::LossType& loss_type,
-                         const Tensor& logits, const Tensor& labels,
-                         double smoothing, bool plain, EvalSums& sums) {
+                         const Params& params, const Tensor& logits,
+                         const Tensor& labels, const Params* plain,
+                         EvalSums& sums) {
   MT_ASSIGN_OR_RETURN(const Tensor loss,
-                      loss_type.compute(logits, labels, 1, smoothing));
+                      loss_type.compute(logits, labels, 1, params));
   sums.loss += loss.ScalarAt(0);
-  if (plain) {
+  if (plain != nullptr) {
     MT_ASSIGN_OR_RETURN(const Tensor xent,
-                        loss_type.compute(logits, labels, 1, 0));
+                        loss_type.compute(logits, labels, 1, *plain));
     sums.plain += xent.ScalarAt(0);
   }
   MT_ASSIGN_OR_RETURN(const double metric,
@@ -260,7 +261,7 @@ absl::StatusOr<std::vector<Tensor>> Trainer::ComputeGradients(
               graph != nullptr ? graph->step_seed.device() : Tensor()};
       MT_ASSIGN_OR_RETURN(Tensor logits, r.model->Call(in.images, fctx));
       MT_ASSIGN_OR_RETURN(loss, loss_->compute(logits, in.labels, update_labels,
-                                               config_.loss.label_smoothing));
+                                               config_.loss.params));
       std::vector<Tensor> sources;
       for (Variable* v : vars) sources.push_back(v->value());
       if (i + 1 < micro_batches.size()) {
@@ -453,13 +454,15 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
       labels_per_example == 1
           ? kEvalBatch
           : std::max<int64_t>(1, kEvalLabels / labels_per_example);
-  const double smoothing = config_.loss.label_smoothing;
-  // Bits per byte measure the plain cross-entropy: summed apart when the
-  // logged loss is smoothed.
-  // Bits per byte: the categorical loss's cross-entropy of byte tokens.
+  // Bits per byte (the categorical loss's cross-entropy of byte tokens)
+  // measure the plain cross-entropy: summed apart when the logged loss is
+  // smoothed.
   const bool bytes =
       test_data_.bytes_as_tokens && loss_->name == models::kDefaultLoss;
-  const bool plain_apart = bytes && smoothing > 0;
+  const bool plain_apart =
+      bytes && models::LabelSmoothingOf(config_.loss.params) > 0;
+  Params plain_params = config_.loss.params;
+  plain_params.Set(models::kLabelSmoothing, 0.0);
   std::vector<EvalSums> sums(replicas);
   MT_RETURN_IF_ERROR(
       runner->Run([&](distribute::ReplicaContext& ctx) -> absl::Status {
@@ -484,8 +487,9 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
           MT_ASSIGN_OR_RETURN(images, images.To(ctx.device()));
           MT_ASSIGN_OR_RETURN(Tensor logits, r.model->Call(images, {}));
           MT_ASSIGN_OR_RETURN(logits, logits.To(Device::Cpu()));
-          MT_RETURN_IF_ERROR(AddEvalSums(*loss_, logits, labels, smoothing,
-                                         plain_apart, sums[id]));
+          MT_RETURN_IF_ERROR(
+              AddEvalSums(*loss_, config_.loss.params, logits, labels,
+                          plain_apart ? &plain_params : nullptr, sums[id]));
         }
         if (swap) MT_RETURN_IF_ERROR(swap->Restore());
         return absl::OkStatus();

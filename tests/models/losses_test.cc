@@ -18,6 +18,8 @@ namespace mirrortrain::models {
 namespace {
 
 constexpr int64_t kBatch = 3, kTime = 4, kClasses = 5;
+constexpr const char* kRegressionLosses[] = {
+    "mean_squared_error", "mean_absolute_error", "huber", "log_cosh"};
 
 Tensor Labels() {
   std::vector<int32_t> v;
@@ -273,8 +275,9 @@ TEST(BinaryCrossentropyTest, StableShardableAndChecked) {
 // mean_squared_error and mean_absolute_error: Keras's means (over an
 // example's targets, then the batch) as sums over every target divided by
 // the global count; integer targets cast; shards add up; gradients match
-// finite differences (MAE's is 0 at an exact hit, TensorFlow's sign(0));
-// smoothing and shapes that are not one output per target are errors.
+// finite differences (MAE's is 0 at an exact hit, TensorFlow's sign(0)),
+// as huber's and log_cosh's do; shapes that are not one output per target,
+// and Huber deltas that are not > 0, are errors.
 TEST(RegressionLossTest, MeansShardsAndGradients) {
   const Tensor outputs =
       Tensor::FromVector<double>({0.5, -1.0, 2.0, 3.0, 0.25, -0.5}, {3, 2});
@@ -295,16 +298,22 @@ TEST(RegressionLossTest, MeansShardsAndGradients) {
   auto cast = MeanSquaredError(outputs, integers, 6);
   ASSERT_TRUE(cast.ok()) << cast.status();
   EXPECT_DOUBLE_EQ(cast->ScalarAt(0), (0.25 + 0 + 4 + 0 + 0.0625 + 2.25) / 6);
-  // Shards divided by the global count add up.
-  for (auto loss : {MeanSquaredError, MeanAbsoluteError}) {
+  // Shards divided by the global count add up (every regression loss,
+  // through the registry, under its default keys).
+  for (const char* name : kRegressionLosses) {
+    SCOPED_TRACE(name);
+    const LossType& loss = **FindLoss(name);
+    const Params keys = DefaultLossParams(name);
     double shards = 0;
     for (auto [begin, rows] : {std::pair<int64_t, int64_t>{0, 2}, {2, 1}}) {
-      auto part = loss(*outputs.SliceRows(begin, rows),
-                       *targets.SliceRows(begin, rows), 6, 0);
+      auto part = loss.compute(*outputs.SliceRows(begin, rows),
+                               *targets.SliceRows(begin, rows), 6, keys);
       ASSERT_TRUE(part.ok()) << part.status();
       shards += part->ScalarAt(0);
     }
-    EXPECT_NEAR(shards, loss(outputs, targets, 6, 0)->ScalarAt(0), 1e-12);
+    auto whole = loss.compute(outputs, targets, 6, keys);
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    EXPECT_NEAR(shards, whole->ScalarAt(0), 1e-12);
   }
   // One target per example against outputs [b, 1].
   auto column =
@@ -312,10 +321,12 @@ TEST(RegressionLossTest, MeansShardsAndGradients) {
   ASSERT_TRUE(column.ok()) << column.status();
   EXPECT_DOUBLE_EQ(column->ScalarAt(0), mae->ScalarAt(0));
   const Tensor away = testing::RandomTensor({3, 2}, 9);
-  for (auto loss : {MeanSquaredError, MeanAbsoluteError}) {
+  for (const char* name : kRegressionLosses) {
+    SCOPED_TRACE(name);
+    const LossType& loss = **FindLoss(name);
     testing::ExpectGradientsMatch(
         [&](const std::vector<Tensor>& in) {
-          return loss(in[0], targets, 6, 0);
+          return loss.compute(in[0], targets, 6, DefaultLossParams(name));
         },
         {away});
   }
@@ -329,9 +340,48 @@ TEST(RegressionLossTest, MeansShardsAndGradients) {
   EXPECT_EQ(g[1], 0.0);  // The exact hits.
   EXPECT_EQ(g[4], 0.0);
   EXPECT_DOUBLE_EQ(g[2], 1.0 / 6);
-  EXPECT_FALSE(MeanSquaredError(outputs, targets, 6, 0.1).ok());
   EXPECT_FALSE(MeanSquaredError(outputs, *targets.SliceRows(0, 2), 6).ok());
   EXPECT_FALSE(MeanSquaredError(outputs, targets, 0).ok());
+  EXPECT_FALSE(LogCosh(outputs, *targets.SliceRows(0, 2), 6).ok());
+  for (const double bad : {0.0, -1.0, std::nan(""), double{INFINITY}}) {
+    EXPECT_FALSE(Huber(outputs, targets, 6, bad).ok()) << bad;
+  }
+}
+
+// huber (at three deltas, set through its `delta` key) and log_cosh against
+// Keras's Huber and LogCosh (scripts/golden/regression_losses.py): outputs
+// and targets [6, 2], f32, with differences of 0, exactly +-delta, just
+// inside, and +-60 (where cosh overflows float32). Keras's reduction="sum"
+// sums each example's mean over its 2 targets: ours divided by 2.
+TEST(RegressionLossTest, HuberAndLogCoshMatchKeras) {
+  absl::StatusOr<std::map<std::string, Tensor>> golden =
+      testing::LoadGolden(testing::GoldenPath("regression_losses.txt"));
+  ASSERT_TRUE(golden.ok()) << golden.status();
+  auto g = [&](const std::string& name) -> const Tensor& {
+    auto it = golden->find(name);
+    EXPECT_NE(it, golden->end()) << name;
+    return it->second;
+  };
+  const Tensor& outputs = g("outputs");
+  const Tensor& targets = g("targets");
+  int checked = 0;
+  for (const std::string c : {"huber10", "huber05", "huber25", "log_cosh"}) {
+    SCOPED_TRACE(c);
+    const std::string name = c == "log_cosh" ? "log_cosh" : "huber";
+    Params keys = DefaultLossParams(name);
+    if (name == "huber") keys.Set("delta", g(c + "/delta").ScalarAt(0));
+    GradientTape tape;
+    tape.Watch(outputs);
+    absl::StatusOr<Tensor> loss =
+        (*FindLoss(name))->compute(outputs, targets, 2, keys);
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    EXPECT_TRUE(testing::AllClose(*loss, g(c + "/loss"), 1e-6, 1e-6));
+    auto grads = tape.Gradient(*loss, {outputs});
+    ASSERT_TRUE(grads.ok()) << grads.status();
+    EXPECT_TRUE(testing::AllClose(*(*grads)[0], g(c + "/grad"), 1e-6, 1e-7));
+    ++checked;
+  }
+  EXPECT_EQ(checked, 4);
 }
 
 // The registry: each loss's logits per example for its labels, and the
@@ -354,8 +404,8 @@ TEST(LossRegistryTest, OutputShapesAndRefusals) {
   ASSERT_FALSE(unknown.ok());
   EXPECT_THAT(std::string(unknown.status().message()),
               ::testing::HasSubstr("unknown loss 'mse' (expected one of "
-                                   "binary_crossentropy, mean_absolute_error, "
-                                   "mean_squared_error, "
+                                   "binary_crossentropy, huber, log_cosh, "
+                                   "mean_absolute_error, mean_squared_error, "
                                    "sparse_categorical_crossentropy)"));
   // Real-valued labels (classes 0) are the regression losses'.
   for (const auto* loss : {*sparse, *binary}) {
@@ -369,7 +419,13 @@ TEST(LossRegistryTest, OutputShapesAndRefusals) {
   EXPECT_EQ((*mse)->output_shape({}, 0).value(), (Shape{1}));
   EXPECT_EQ((*mse)->output_shape({3}, 0).value(), (Shape{3}));
   EXPECT_EQ((*mse)->metric, "mean_absolute_error");
-  EXPECT_FALSE((*mse)->smooths);
+  // Each loss's own keys: smoothing for the classification losses only.
+  EXPECT_NE((*sparse)->params.Find(kLabelSmoothing), nullptr);
+  EXPECT_NE((*binary)->params.Find(kLabelSmoothing), nullptr);
+  for (const char* name : kRegressionLosses) {
+    EXPECT_EQ((*FindLoss(name))->params.Find(kLabelSmoothing), nullptr) << name;
+  }
+  EXPECT_EQ(DefaultLossParams("huber").Float("delta"), 1.0);
   EXPECT_TRUE(LossRegistry::Global().duplicates().empty());
 }
 

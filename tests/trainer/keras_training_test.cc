@@ -253,6 +253,17 @@ std::vector<KerasRun> Runs() {
         "optimizer={name: adam, learning_rate: 0.01}"},
        4,
        8},
+      // A loss's own key: Huber at delta 0.5, with errors on both sides of
+      // it.
+      {"huber",
+       NpzData,
+       {"data.global_batch_size=12",
+        "model={layers: [{type: dense, units: 16, activation: relu}, "
+        "{type: dense, units: 2}]}",
+        "loss={name: huber, delta: 0.5}",
+        "optimizer={name: momentum, learning_rate: 0.05, momentum: 0.9}"},
+       4,
+       8},
       // Branches concatenated along the channels: a conv's output beside
       // its input (identity shortcut), then a pointwise dense beside a 1x1
       // conv.

@@ -311,8 +311,22 @@ checkpoint: {every_steps: 0}
   EXPECT_EQ(inert.exit_code, 0) << inert.err;
   ExpectExit2({"train", "--config", config, "--run_dir", dir + "/run3", "--set",
                "loss.label_smoothing=0.1"},
-              "loss.label_smoothing: applies to the classification losses, "
-              "not mean_squared_error");
+              "loss.label_smoothing: unknown key for loss "
+              "mean_squared_error");
+  // A loss's own keys: Huber's delta, checked, and only under huber (the
+  // resolved config writes it).
+  ExpectExit2({"train", "--config", config, "--run_dir", dir + "/run3", "--set",
+               "loss={name: huber, delta: 0}"},
+              "loss.delta: expected a number > 0, got 0");
+  ExpectExit2({"train", "--config", config, "--run_dir", dir + "/run3", "--set",
+               "loss.delta=0.5"},
+              "loss.delta: unknown key for loss mean_squared_error");
+  Result huber =
+      RunCli({"train", "--config", config, "--run_dir", dir + "/run6", "--set",
+              "loss={name: huber, delta: 2}", "--set", "train.epochs=1"});
+  ASSERT_EQ(huber.exit_code, 0) << huber.err;
+  EXPECT_THAT(testing::ReadFile(dir + "/run6/config.yaml"),
+              HasSubstr("delta: 2"));
   ExpectExit2({"train", "--config", config, "--run_dir", dir + "/run3", "--set",
                "loss.name=sparse_categorical_crossentropy"},
               "loss.name: sparse_categorical_crossentropy takes class labels "
