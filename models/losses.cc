@@ -109,7 +109,8 @@ absl::Status RealLabelsRefused(const std::string& loss) {
       " takes class labels (integers), but the data's labels are real "
       "values (a float y: class labels stored as floats want "
       "y.astype(np.int64), one-hot rows y.argmax(-1); regression targets "
-      "want loss.name mean_squared_error or mean_absolute_error)"));
+      "want a regression loss: loss.name mean_squared_error, "
+      "mean_absolute_error, huber or log_cosh)"));
 }
 
 Param LabelSmoothingParam(const std::string& targets) {
@@ -119,7 +120,7 @@ Param LabelSmoothingParam(const std::string& targets) {
       .Max(1)
       .Doc(absl::StrCat("e: each label's target is ", targets,
                         "; the loss both splits log is this objective, the "
-                        "metrics (accuracy, bits per byte) are not smoothed"));
+                        "metrics are not smoothed"));
 }
 
 double LabelSmoothingOf(const Params& params) {

@@ -174,6 +174,7 @@ MT_REGISTER(LossType,
                 {{Param::Float("delta")
                       .Default(1.0)
                       .Min(0, /*inclusive=*/false)
+                      .InFloat32()
                       .Doc("where the loss turns from quadratic to linear "
                            "(Keras's delta)")}})));
 

@@ -14,7 +14,8 @@ loaded) or float32 (used as is), shaped [n, features], [n, h, w] or NHWC
 token or pixel; with --multi-label,
 [n, k] labels of 0 and 1, for loss.name: binary_crossentropy; with
 --targets, real-valued regression targets [n] or [n, k], float32, for
-loss.name: mean_squared_error or mean_absolute_error). float64 x becomes
+a regression loss.name: mean_squared_error, mean_absolute_error, huber or
+log_cosh). float64 x becomes
 float32; [n, 1] labels become [n]; channels-first image batches from
 torchvision are transposed to NHWC. Compressed (np.savez_compressed) unless
 --no-compress. TensorFlow and torchvision are imported only for their option.
@@ -176,8 +177,9 @@ def main():
                         "(loss.name: binary_crossentropy)")
     labels.add_argument("--targets", action="store_true",
                         help="y is real-valued regression targets [n] or "
-                        "[n, k], written as float32 (loss.name: "
-                        "mean_squared_error or mean_absolute_error)")
+                        "[n, k], written as float32 (a regression "
+                        "loss.name: mean_squared_error, mean_absolute_error, "
+                        "huber or log_cosh)")
     args = parser.parse_args()
     if args.torchvision and not args.root:
         parser.error("--torchvision needs --root")

@@ -64,9 +64,9 @@ struct OptimizerConfig {
 
 struct LossConfig {
   std::string name = models::kDefaultLoss;  // A registered models::LossType.
-  // The loss's own keys (its LossType::params; `name` too), checked,
-  // defaults filled: label_smoothing for the classification losses,
-  // Huber's delta.
+  // The loss's own keys (its LossType::params; `name` too once parsed),
+  // checked, defaults filled: label_smoothing for the classification
+  // losses, Huber's delta.
   Params params = models::DefaultLossParams(models::kDefaultLoss);
 };
 

@@ -1,13 +1,13 @@
 """Generate golden values for the huber and log_cosh losses with Keras.
 
-Writes tests/golden/regression_losses.txt: for outputs [6, 2] against
-real-valued targets [6, 2] (float32), keras.losses.Huber(delta,
+Writes tests/golden/regression_losses.txt: for outputs [8, 2] against
+real-valued targets [8, 2] (float32), keras.losses.Huber(delta,
 reduction="sum") for delta in {1.0, 0.5, 2.5} and keras.losses.LogCosh(
 reduction="sum"): each example's mean over its 2 targets, summed over the
 batch, and the gradient with respect to the outputs. The differences
-output - target include an exact 0, each delta exactly (on both sides, where
-Keras takes the quadratic branch), values just inside and outside it, and
-+-60 (where cosh would overflow float32). Each value is checked against a
+output - target include an exact 0, +-delta exactly for each delta (where
+Keras takes the quadratic branch), values 2^-10 inside and outside each
+delta, and +-100 (where cosh overflows float32). Each value is checked against a
 float64 NumPy reference of the same definition; the largest differences are
 recorded in the comments.
 
@@ -52,9 +52,14 @@ def main():
     def grid(v):
         return np.round(v * 1024) / 1024
 
-    targets = grid(rng.standard_normal((6, 2)) * 2).astype(np.float32)
-    d = grid(rng.standard_normal((6, 2)) * 1.5)
-    d.reshape(-1)[:8] = [0.0, 1.0, -1.0, 0.5, -2.5, grid(0.999), 60.0, -60.0]
+    targets = grid(rng.standard_normal((8, 2)) * 2).astype(np.float32)
+    d = grid(rng.standard_normal((8, 2)) * 1.5)
+    e = 2.0**-10
+    d.reshape(-1)[:15] = [0.0, 1.0, -1.0, 0.5, -0.5, 2.5, -2.5, 1 - e, 1 + e,
+                          -(0.5 - e), -(0.5 + e), 2.5 - e, 2.5 + e, 100.0,
+                          -100.0]
+    with np.errstate(over="ignore"):
+        assert not np.isfinite(np.cosh(np.float32(100.0)))
     outputs = (targets + d).astype(np.float32)
     assert np.array_equal(outputs.astype(np.float64) - targets, d)
     tensors = [("outputs", outputs), ("targets", targets)]

@@ -350,8 +350,9 @@ TEST(RegressionLossTest, MeansShardsAndGradients) {
 
 // huber (at three deltas, set through its `delta` key) and log_cosh against
 // Keras's Huber and LogCosh (scripts/golden/regression_losses.py): outputs
-// and targets [6, 2], f32, with differences of 0, exactly +-delta, just
-// inside, and +-60 (where cosh overflows float32). Keras's reduction="sum"
+// and targets [8, 2], f32, with differences of 0, exactly +-delta, 2^-10
+// inside and outside each delta, and +-100 (where cosh overflows float32,
+// a naive log(cosh(d)) would not pass). Keras's reduction="sum"
 // sums each example's mean over its 2 targets: ours divided by 2.
 TEST(RegressionLossTest, HuberAndLogCoshMatchKeras) {
   absl::StatusOr<std::map<std::string, Tensor>> golden =
