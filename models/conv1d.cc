@@ -1,7 +1,8 @@
 // 1-D convolution layer (Keras Conv1D): activation(conv1d(x, kernel) +
 // bias) over sequences [batch, steps, channels], kernel [k, in, out], names
-// `<name>/kernel` and `<name>/bias`. Padding valid, same, or causal (k - 1
-// zero steps in front, then valid: step t sees steps <= t only).
+// `<name>/kernel` and `<name>/bias`. Padding valid, same, or causal ((k - 1)
+// * dilation zero steps in front, then valid: step t sees steps <= t only;
+// WaveNet's dilated causal stacks).
 //
 // The convolution is conv2d's (ops::Conv2D, its CPU and GPU paths) on a
 // one-row image: x as [batch, 1, steps, in] and the kernel as [1, k, in,
@@ -13,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "models/activation.h"
+#include "models/conv2d_layer.h"
 #include "models/initializers.h"
 #include "models/layer.h"
 #include "models/layer_registry.h"
@@ -27,11 +29,13 @@ namespace {
 class Conv1DLayer final : public Layer {
  public:
   Conv1DLayer(std::string name, KernelAndBias w, int64_t stride,
-              std::string padding, const ActivationDef& activation)
+              int64_t dilation, std::string padding,
+              const ActivationDef& activation)
       : Layer(std::move(name)),
         kernel_(std::move(w.kernel)),
         bias_(std::move(w.bias)),
         stride_(stride),
+        dilation_(dilation),
         padding_(std::move(padding)),
         activation_(activation) {}
 
@@ -43,7 +47,7 @@ class Conv1DLayer final : public Layer {
     if (padding_ == "causal" && k[0] > 1) {
       MT_ASSIGN_OR_RETURN(
           Tensor front,
-          Tensor::Zeros(x.dtype(), {x.dim(0), k[0] - 1, k[1]}, x.device()));
+          Tensor::Zeros(x.dtype(), {x.dim(0), Front(), k[1]}, x.device()));
       MT_ASSIGN_OR_RETURN(in, ops::Concat({front, x}, 1));
     }
     MT_ASSIGN_OR_RETURN(in, ops::Reshape(in, {in.dim(0), 1, in.dim(1), k[1]}));
@@ -53,7 +57,8 @@ class Conv1DLayer final : public Layer {
                                      .stride_w = stride_,
                                      .padding = padding_ == "same"
                                                     ? ops::Padding::kSame
-                                                    : ops::Padding::kValid};
+                                                    : ops::Padding::kValid,
+                                     .dilation_w = dilation_};
     Tensor y;
     if (bias_.has_value()) {
       MT_ASSIGN_OR_RETURN(y, ConvBiasActivate(activation_, in, kernel,
@@ -72,11 +77,11 @@ class Conv1DLayer final : public Layer {
           absl::StrCat(name(), ": expects [batch, steps, ", k[1],
                        "] input, got ", ShapeToString(input)));
     }
-    // Causal: valid over the steps with k - 1 in front.
+    // Causal: valid over the steps with the span less one in front.
     const bool same = padding_ == "same";
-    const int64_t steps = padding_ == "causal" ? input[1] + k[0] - 1 : input[1];
+    const int64_t steps = padding_ == "causal" ? input[1] + Front() : input[1];
     const ops::Window1D w =
-        ops::ComputeWindow(steps, k[0], stride_,
+        ops::ComputeWindow(steps, ops::DilatedSize(k[0], dilation_), stride_,
                            same ? ops::Padding::kSame : ops::Padding::kValid);
     return Shape{input[0], w.out, k[2]};
   }
@@ -87,9 +92,16 @@ class Conv1DLayer final : public Layer {
   }
 
  private:
+  // Causal padding: zero steps in front, so that the window's last tap is
+  // the output's own step.
+  int64_t Front() const {
+    return ops::DilatedSize(kernel_.shape()[0], dilation_) - 1;
+  }
+
   Variable kernel_;
   std::optional<Variable> bias_;
   int64_t stride_;
+  int64_t dilation_;
   std::string padding_;  // valid | same | causal
   const ActivationDef& activation_;
 };
@@ -98,7 +110,7 @@ MT_REGISTER(
     LayerType,
     {.name = "conv1d",
      .doc = "activation(conv1d(x, kernel) + bias) over [batch, steps, "
-            "channels] (Keras Conv1D; no dilation or groups)",
+            "channels] (Keras Conv1D; no groups)",
      .params = {WithInitializerParams(
          {Param::Int("filters")
               .Min(1)
@@ -117,8 +129,13 @@ MT_REGISTER(
               .Default("valid")
               .OneOf({"valid", "same", "causal"})
               .Doc("valid: no padding; same: output = ceil(steps / "
-                   "strides); causal: kernel_size - 1 zeros in front, so "
-                   "an output sees no later step"),
+                   "strides); causal: (kernel_size - 1) * dilation_rate "
+                   "zeros in front, so an output sees no later step"),
+          Param::Int("dilation_rate")
+              .Default(1)
+              .Min(1)
+              .Max(kMaxDimension)
+              .Doc(kDilationDoc),
           ActivationParam("linear", "applied after the bias"), UseBiasParam()},
          "kernel_initializer")},
      .create = [](const LayerSpec& spec,
@@ -127,7 +144,10 @@ MT_REGISTER(
        const Shape& in = b.input_shape();
        const int64_t k = spec.params.Int("kernel_size");
        const std::string padding = spec.params.String("padding");
-       MT_RETURN_IF_ERROR(b.CheckWindow1D("kernel_size", k, padding));
+       const int64_t stride = spec.params.Int("strides");
+       const int64_t dilation = spec.params.Int("dilation_rate");
+       MT_RETURN_IF_ERROR(CheckDilation(stride, dilation));
+       MT_RETURN_IF_ERROR(b.CheckWindow1D("kernel_size", k, padding, dilation));
        MT_ASSIGN_OR_RETURN(const ActivationDef* act,
                            FindActivation(spec.params.String("activation")));
        const int64_t filters = spec.params.Int("filters");
@@ -139,7 +159,7 @@ MT_REGISTER(
                std::nullopt,
                ReadInitializers(spec.params, "kernel_initializer")));
        return std::unique_ptr<Layer>(new Conv1DLayer(
-           b.name(), std::move(w), spec.params.Int("strides"), padding, *act));
+           b.name(), std::move(w), stride, dilation, padding, *act));
      }});
 
 }  // namespace

@@ -68,13 +68,10 @@ absl::StatusOr<Shape> ConvOutputShape(const std::string& layer,
         absl::StrCat(layer, ": expects NHWC input with ", in_channels,
                      " channels, got ", ShapeToString(input)));
   }
-  return Shape{
-      input[0],
-      ops::ComputeWindow(input[1], window[0], options.stride_h, options.padding)
-          .out,
-      ops::ComputeWindow(input[2], window[1], options.stride_w, options.padding)
-          .out,
-      out_channels};
+  const ImageWindow g = ops::MakeImageWindow(
+      input, window[0], window[1], options.stride_h, options.stride_w,
+      options.padding, options.dilation_h, options.dilation_w);
+  return Shape{input[0], g.oh, g.ow, out_channels};
 }
 
 absl::StatusOr<Shape> Conv2DLayer::OutputShape(const Shape& input) const {
@@ -122,6 +119,11 @@ std::vector<Param> WithConvWindowParams(std::vector<Param> first,
                       .OneOf({"valid", "same"})
                       .Doc("valid: no padding; same: output = ceil(in / "
                            "strides)"));
+  first.push_back(Param::IntPair("dilation_rate")
+                      .Default(1)
+                      .Min(1)
+                      .Max(kMaxDimension)
+                      .Doc(kDilationDoc));
   for (Param& p : rest) first.push_back(std::move(p));
   return first;
 }
@@ -149,6 +151,13 @@ absl::StatusOr<int64_t> ReadDepthMultiplier(const LayerSpec& spec,
   return multiplier;
 }
 
+absl::Status CheckDilation(int64_t stride, int64_t dilation) {
+  if (stride == 1 || dilation == 1) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "dilation_rate: ", dilation, " with strides ", stride,
+      ": a dilated window takes strides 1 (Keras's and TensorFlow's rule)"));
+}
+
 absl::StatusOr<ConvWindow> ReadConvWindow(const LayerSpec& spec,
                                           const LayerBuilder& b) {
   const Shape& in = b.input_shape();
@@ -159,9 +168,15 @@ absl::StatusOr<ConvWindow> ReadConvWindow(const LayerSpec& spec,
   ConvWindow w;
   w.kernel_size = spec.params.IntPair("kernel_size");
   const bool same = spec.params.String("padding") == "same";
-  MT_RETURN_IF_ERROR(b.CheckWindow("kernel_size", w.kernel_size, same));
   const std::array<int64_t, 2> s = spec.params.IntPair("strides");
-  w.options = {s[0], s[1], same ? ops::Padding::kSame : ops::Padding::kValid};
+  const std::array<int64_t, 2> d = spec.params.IntPair("dilation_rate");
+  MT_RETURN_IF_ERROR(CheckDilation(std::max(s[0], s[1]), std::max(d[0], d[1])));
+  MT_RETURN_IF_ERROR(b.CheckWindow("kernel_size", w.kernel_size, same, d));
+  w.options = {.stride_h = s[0],
+               .stride_w = s[1],
+               .padding = same ? ops::Padding::kSame : ops::Padding::kValid,
+               .dilation_h = d[0],
+               .dilation_w = d[1]};
   return w;
 }
 

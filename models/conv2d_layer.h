@@ -63,9 +63,9 @@ class Conv2DLayer final : public Layer {
   std::optional<ops::Pool2DOptions> pool_;
 };
 
-// The keys of a conv layer's window, Keras's: `kernel_size` and `strides`
-// (an integer for both dimensions, or [height, width]) and `padding`,
-// between `first` and `rest` (conv2d's filters come first,
+// The keys of a conv layer's window, Keras's: `kernel_size`, `strides` and
+// `dilation_rate` (an integer for both dimensions, or [height, width]) and
+// `padding`, between `first` and `rest` (conv2d's filters come first,
 // depthwise_conv2d's depth_multiplier after).
 std::vector<Param> WithConvWindowParams(std::vector<Param> first,
                                         std::vector<Param> rest);
@@ -78,6 +78,15 @@ absl::StatusOr<Shape> ConvOutputShape(const std::string& layer,
                                       std::array<int64_t, 2> window,
                                       const ops::Conv2DOptions& options,
                                       int64_t out_channels);
+
+// The dilation_rate key's doc, and its rule: above 1 only with strides 1
+// (Keras's Conv rule, tf.nn.depthwise_conv2d's); InvalidArgument naming the
+// key otherwise.
+inline constexpr char kDilationDoc[] =
+    "taps this many cells apart (a dilated, atrous convolution: the window "
+    "spans (kernel_size - 1) * dilation_rate + 1); above 1 only with strides "
+    "1";
+absl::Status CheckDilation(int64_t stride, int64_t dilation);
 
 // A depthwise layer's keys after its window (depthwise_conv2d,
 // separable_conv2d): depth_multiplier, activation, use_bias, and the

@@ -162,29 +162,53 @@ absl::Status LayerBuilder::CheckSequences() const {
                   : ""));
 }
 
+namespace {
+
+// "a", or "axb" where they differ.
+std::string Sides(int64_t a, int64_t b) {
+  return a == b ? absl::StrCat(a) : absl::StrCat(a, "x", b);
+}
+
+// "<key> <k>", and " dilated by <d> (<span> cells)" for a dilated window.
+std::string WindowName(const std::string& key, std::array<int64_t, 2> k,
+                       std::array<int64_t, 2> d) {
+  std::string out = absl::StrCat(key, " ", Sides(k[0], k[1]));
+  if (d[0] != 1 || d[1] != 1) {
+    absl::StrAppend(&out, " dilated by ", Sides(d[0], d[1]), " (",
+                    Sides((k[0] - 1) * d[0] + 1, (k[1] - 1) * d[1] + 1),
+                    " cells)");
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::Status LayerBuilder::CheckWindow1D(const std::string& key, int64_t k,
-                                         const std::string& padding) const {
+                                         const std::string& padding,
+                                         int64_t dilation) const {
   const int64_t steps = input_shape_[1];
   const int64_t limit = padding == "valid"  ? steps
                         : padding == "same" ? 2 * steps - 1
                                             : kMaxDimension;
-  if (k <= limit) return absl::OkStatus();
+  if ((k - 1) * dilation + 1 <= limit) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
-      key, " ", k, " does not fit the ", steps, " steps",
+      WindowName(key, {k, k}, {dilation, dilation}), " does not fit the ",
+      steps, " steps",
       padding == "valid" ? " with padding valid"
                          : " (padding same: at most 2 * steps - 1)"));
 }
 
 absl::Status LayerBuilder::CheckWindow(const std::string& key,
-                                       std::array<int64_t, 2> k,
-                                       bool same) const {
+                                       std::array<int64_t, 2> k, bool same,
+                                       std::array<int64_t, 2> dilation) const {
   const int64_t h = input_shape_[1], w = input_shape_[2];
   const int64_t limit_h = same ? 2 * h - 1 : h, limit_w = same ? 2 * w - 1 : w;
-  if (k[0] <= limit_h && k[1] <= limit_w) return absl::OkStatus();
+  if ((k[0] - 1) * dilation[0] + 1 <= limit_h &&
+      (k[1] - 1) * dilation[1] + 1 <= limit_w) {
+    return absl::OkStatus();
+  }
   return absl::InvalidArgumentError(absl::StrCat(
-      key, " ",
-      k[0] == k[1] ? absl::StrCat(k[0]) : absl::StrCat(k[0], "x", k[1]),
-      " does not fit the ", h, "x", w, " input",
+      WindowName(key, k, dilation), " does not fit the ", h, "x", w, " input",
       same ? " (padding same: at most 2 * side - 1, beyond that taps only "
              "ever see padding)"
            : " with padding valid"));

@@ -160,19 +160,23 @@ class LayerBuilder {
   // How many layers of this type were built before this one (0 for the
   // first); dropout layers use it to draw different masks.
   int type_index() const { return type_index_; }
-  // A square window of side `k` (the layer's key `key`) over the spatial
-  // dimensions of an NHWC input_shape(): padding valid needs it inside the
-  // input; padding same allows at most 2 * side - 1, beyond which taps
-  // would only ever see padding.
+  // A window of k[0] x k[1] taps (the layer's key `key`), `dilation` cells
+  // apart, over the spatial dimensions of an NHWC input_shape(): padding
+  // valid needs its span ((k - 1) * dilation + 1) inside the input; padding
+  // same allows at most 2 * side - 1, beyond which taps would only ever see
+  // padding.
   absl::Status CheckWindow(const std::string& key, std::array<int64_t, 2> k,
-                           bool same) const;
+                           bool same,
+                           std::array<int64_t, 2> dilation = {1, 1}) const;
   // The 1-D layers' input: sequences [batch, steps, channels] (an npz of
   // sequences read as grayscale images is named, with the key that fixes
-  // it); then a window of `k` steps (key `key`) fitting them as
-  // CheckWindow's do (`causal` pads k - 1 in front: any k).
+  // it); then a window of `k` steps `dilation` apart (key `key`) fitting
+  // them as CheckWindow's do (`causal` pads the span less one in front: any
+  // k).
   absl::Status CheckSequences() const;
   absl::Status CheckWindow1D(const std::string& key, int64_t k,
-                             const std::string& padding) const;
+                             const std::string& padding,
+                             int64_t dilation = 1) const;
   // A fresh initialiser seed: the n-th call over the model gets the n-th
   // seed derived from the model seed, the same on every device and replica.
   uint64_t NextSeed();

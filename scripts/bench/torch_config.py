@@ -152,12 +152,16 @@ def build_layer(s: dict, shape: tuple) -> tuple:
     if kind == "conv2d":
         c, h, w = shape
         k, st = pair(s["kernel_size"]), pair(s.get("strides", 1))
-        pads = same_pads((h, w), k, st) if s.get("padding") == "same" else ((0, 0), (0, 0))
+        d = pair(s.get("dilation_rate", 1))
+        # A dilated window is padded and sized by its span.
+        span = tuple((a - 1) * b + 1 for a, b in zip(k, d))
+        pads = same_pads((h, w), span, st) if s.get("padding") == "same" else ((0, 0), (0, 0))
         symmetric = all(a == b for a, b in pads)
         conv = nn.Conv2d(c, s["filters"], k, st, bias=s.get("use_bias", True),
+                         dilation=d,
                          padding=tuple(a for a, _ in pads) if symmetric else 0)
         mod = conv if symmetric else padded(pads, conv)
-        out = (s["filters"],) + window_out((h, w), k, st, s.get("padding", "valid"))
+        out = (s["filters"],) + window_out((h, w), span, st, s.get("padding", "valid"))
         act = s.get("activation", "linear")
         return (nn.Sequential(mod, activation(act)) if act != "linear" else mod), out
     if kind in ("max_pooling2d", "average_pooling2d"):

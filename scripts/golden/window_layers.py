@@ -40,6 +40,15 @@ the gradients of sum(y * upstream) with respect to x and every variable:
     AveragePooling1D(4, strides=3, same), MaxPooling1D() (pool 2, strides
     the pool), GlobalMaxPooling1D(), GlobalAveragePooling1D(keepdims=True)
     on x [2, 9, 3].
+  * dilated windows (dilation_rate): conv_dilated_same/*: Conv2D(2, (3, 2),
+    dilation_rate=(2, 3), same) (a 5x4 span); conv_dilated_valid/*:
+    Conv2D(3, 3, dilation_rate=2, valid, relu); conv1d_dilated_causal/*:
+    Conv1D(2, 3, dilation_rate=3, causal) (WaveNet's: 6 zeros in front);
+    conv1d_dilated_same/*: Conv1D(2, 2, dilation_rate=3, same, no bias)
+    (padding 1 before, 2 after); depthwise_dilated/*: DepthwiseConv2D((3,
+    2), dilation_rate=(2, 2), same, depth_multiplier=2);
+    separable_dilated/*: SeparableConv2D(3, 2, dilation_rate=(2, 3),
+    valid) (the depthwise step dilated).
 
 Run from the repository root:
     python3 scripts/golden/window_layers.py
@@ -148,6 +157,20 @@ def main():
         (2, 3), **f64), (2, 3, 4, 2))
     tensors += case("zero_padding", rng, keras.layers.ZeroPadding2D(
         (1, 2), **f64), (2, 3, 4, 2))
+    # Dilated (atrous) windows.
+    tensors += case("conv_dilated_same", rng, keras.layers.Conv2D(
+        2, (3, 2), dilation_rate=(2, 3), padding="same", **f64))
+    tensors += case("conv_dilated_valid", rng, keras.layers.Conv2D(
+        3, 3, dilation_rate=2, padding="valid", activation="relu", **f64))
+    tensors += case("conv1d_dilated_causal", rng, keras.layers.Conv1D(
+        2, 3, dilation_rate=3, padding="causal", **f64), seq)
+    tensors += case("conv1d_dilated_same", rng, keras.layers.Conv1D(
+        2, 2, dilation_rate=3, padding="same", use_bias=False, **f64), seq)
+    tensors += case("depthwise_dilated", rng, keras.layers.DepthwiseConv2D(
+        (3, 2), dilation_rate=(2, 2), padding="same", depth_multiplier=2,
+        **f64))
+    tensors += case("separable_dilated", rng, keras.layers.SeparableConv2D(
+        3, 2, dilation_rate=(2, 3), padding="valid", **f64))
     comment = ("Keras %s (TensorFlow %s) conv and pooling layers with "
                "(height, width) windows; scripts/golden/window_layers.py"
                % (keras.__version__, tf.__version__))

@@ -47,7 +47,7 @@ __global__ void Im2ColKernel(ImageWindowOn<I> g, const T* x, O* cols, I rows,
     for (I k = threadIdx.x * kVec; k < patch; k += blockDim.x * kVec) {
       const I cell = g.c.Div(k), ch = k - cell * c;
       const I ky = g.kw.Div(cell), kx = cell - ky * g.kw.value();
-      const I iy = iy0 + ky, ix = ix0 + kx;
+      const I iy = iy0 + ky * g.dh, ix = ix0 + kx * g.dw;
       Channels<T, kVec> v{};
       if (iy >= 0 && iy < h && ix >= 0 && ix < w) {
         v = LoadChannels<kVec>(image + (iy * w + ix) * c + ch);
@@ -58,9 +58,9 @@ __global__ void Im2ColKernel(ImageWindowOn<I> g, const T* x, O* cols, I rows,
 }
 
 // Input element idx of [images, h, w, c]. Kernel row ky covers input row
-// iy from output row oy = (iy + pt - ky) / sh when that divides exactly
-// and lies in [0, oh). ky runs downwards so that oy, and likewise ox, run
-// upwards: the CPU's order.
+// iy from output row oy = (iy + pt - ky * dh) / sh when that divides
+// exactly and lies in [0, oh). ky runs downwards so that oy, and likewise
+// ox, run upwards: the CPU's order.
 template <typename T, typename I, int kVec>
 __device__ Channels<T, kVec> Col2ImAt(const ImageWindowOn<I>& g, const T* cols,
                                       I idx) {
@@ -71,12 +71,12 @@ __device__ Channels<T, kVec> Col2ImAt(const ImageWindowOn<I>& g, const T* cols,
   const I i = at.i, iy = at.y, ix = at.x, ch = at.ch;
   Channels<T, kVec> acc{};
   for (I ky = g.kh - 1; ky >= 0; --ky) {
-    const I ty = iy + g.pt - ky;
+    const I ty = iy + g.pt - ky * g.dh;
     if (ty < 0) continue;
     const I oy = g.sh.Div(ty);
     if (ty - oy * g.sh.value() != 0 || oy >= oh) continue;
     for (I kx = kw - 1; kx >= 0; --kx) {
-      const I tx = ix + g.pl - kx;
+      const I tx = ix + g.pl - kx * g.dw;
       if (tx < 0) continue;
       const I ox = g.sw.Div(tx);
       if (tx - ox * g.sw.value() != 0 || ox >= ow) continue;

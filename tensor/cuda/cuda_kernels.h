@@ -371,7 +371,8 @@ struct Conv2DGeometry : ImageWindow {
 // [images * oh * ow, kh * kw * c] with rows `row_stride` (>= kh * kw * c)
 // values apart, the values between a row's end and the next row untouched:
 //   cols[(i * oh + oy) * ow + ox][(ky * kw + kx) * c + ch] =
-//       x[i][oy * sh - pt + ky][ox * sw - pl + kx][ch], 0 outside the image;
+//       x[i][oy * sh - pt + ky * dh][ox * sw - pl + kx * dw][ch], 0 outside
+//       the image;
 // with `bf16_cols` (f32 x only) cols holds the entries rounded to 2-byte
 // bfloat16: a bf16 product's operand (ops/gemm_operand.h).
 MT_CUDA_KERNEL(Im2Col,
@@ -397,15 +398,16 @@ MT_CUDA_KERNEL(Col2Im, absl::Status(DType dtype, const void* cols,
 // Patches of at most this many values (kh * kw * c) go direct.
 inline constexpr int64_t kDirectConvMaxPatch = 32;
 
-// Whether the direct kernels take `g`: square 3x3 or 5x5 filters, column
-// stride 1 and a row stride of at most the filter's height (any padding),
-// a patch of at most kDirectConvMaxPatch values, at most 8192 filters (the
-// filter gradient's grid), and every index within 32 bits.
+// Whether the direct kernels take `g`: undilated square 3x3 or 5x5 filters,
+// column stride 1 and a row stride of at most the filter's height (any
+// padding), a patch of at most kDirectConvMaxPatch values, at most 8192 filters
+// (the filter gradient's grid), and every index within 32 bits.
 inline bool DirectConvTakes(const Conv2DGeometry& g) {
   const int64_t limit = int64_t{1} << 30;
-  return g.kh == g.kw && (g.kw == 3 || g.kw == 5) && g.sw == 1 &&
-         g.sh <= g.kh && g.patch() <= kDirectConvMaxPatch && g.o <= 8192 &&
-         g.n * g.h * g.w * g.c < limit && g.n * g.oh * g.ow * g.o < limit;
+  return !g.dilated() && g.kh == g.kw && (g.kw == 3 || g.kw == 5) &&
+         g.sw == 1 && g.sh <= g.kh && g.patch() <= kDirectConvMaxPatch &&
+         g.o <= 8192 && g.n * g.h * g.w * g.c < limit &&
+         g.n * g.oh * g.ow * g.o < limit;
 }
 
 // y [n, oh, ow, o] = Conv2D(x, filter), every element written; with
@@ -464,12 +466,12 @@ MT_CUDA_KERNEL(DirectConv2DMaxPoolFilterGrad,
 // 16-value pieces, so the filter count is a multiple of it.
 inline constexpr int64_t kConvInputGradChannelStep = 16;
 
-// Whether ConvInputGrad takes `g`: filters a positive multiple of
+// Whether ConvInputGrad takes `g`: undilated, filters a positive multiple of
 // kConvInputGradChannelStep, input channels within the grid's 65535
 // blocks of 32, every index within 32 bits.
 inline bool ConvInputGradTakes(const Conv2DGeometry& g) {
   const int64_t limit = int64_t{1} << 30;
-  return g.o > 0 && g.o % kConvInputGradChannelStep == 0 &&
+  return !g.dilated() && g.o > 0 && g.o % kConvInputGradChannelStep == 0 &&
          g.c <= int64_t{65535} * 32 && g.n * g.h * g.w * g.c < limit &&
          g.n * g.oh * g.ow * g.o < limit && g.patch() * g.o < limit;
 }

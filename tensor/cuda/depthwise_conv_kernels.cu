@@ -35,10 +35,10 @@ __global__ void DepthwiseForwardKernel(ImageWindow g, int64_t m, const T* x,
     const int64_t c = k / m;
     T sum = 0;
     for (int64_t kh = 0; kh < g.kh; ++kh) {
-      const int64_t iy = oy * g.sh - g.pt + kh;
+      const int64_t iy = oy * g.sh - g.pt + kh * g.dh;
       if (iy < 0 || iy >= g.h) continue;
       for (int64_t kw = 0; kw < g.kw; ++kw) {
-        const int64_t ix = ox * g.sw - g.pl + kw;
+        const int64_t ix = ox * g.sw - g.pl + kw * g.dw;
         if (ix < 0 || ix >= g.w) continue;
         sum += x[((i * g.h + iy) * g.w + ix) * g.c + c] *
                f[(kh * g.kw + kw) * cm + k];
@@ -61,14 +61,14 @@ __global__ void DepthwiseInputGradKernel(ImageWindow g, int64_t m, const T* dy,
     const int64_t iy = p % g.h;
     const int64_t i = p / g.h;
     T sum = 0;
-    // Output row oy uses tap kh = iy + pt - oy * sh: rows in increasing
-    // order are taps in decreasing order.
+    // Output row oy uses tap kh where kh * dh = iy + pt - oy * sh: rows in
+    // increasing order are taps in decreasing order.
     for (int64_t kh = g.kh - 1; kh >= 0; --kh) {
-      const int64_t ry = iy + g.pt - kh;
+      const int64_t ry = iy + g.pt - kh * g.dh;
       if (ry < 0 || ry % g.sh != 0 || ry / g.sh >= g.oh) continue;
       const int64_t oy = ry / g.sh;
       for (int64_t kw = g.kw - 1; kw >= 0; --kw) {
-        const int64_t rx = ix + g.pl - kw;
+        const int64_t rx = ix + g.pl - kw * g.dw;
         if (rx < 0 || rx % g.sw != 0 || rx / g.sw >= g.ow) continue;
         const int64_t ox = rx / g.sw;
         const T* grad = dy + ((i * g.oh + oy) * g.ow + ox) * cm + c * m;
@@ -108,8 +108,8 @@ __global__ void DepthwiseFilterPartialKernel(ImageWindow g, int64_t m,
       const int64_t rest = p / g.ow;
       const int64_t oy = rest % g.oh;
       const int64_t i = rest / g.oh;
-      const int64_t iy = oy * g.sh - g.pt + kh;
-      const int64_t ix = ox * g.sw - g.pl + kw;
+      const int64_t iy = oy * g.sh - g.pt + kh * g.dh;
+      const int64_t ix = ox * g.sw - g.pl + kw * g.dw;
       if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
       sum += x[((i * g.h + iy) * g.w + ix) * g.c + c] * dy[p * cm + k];
     }
@@ -130,11 +130,11 @@ __global__ void SumSegmentsKernel(const T* partial, int64_t segments, int64_t n,
 absl::Status CheckGeometry(const char* what, const DepthwiseGeometry& geo) {
   const ImageWindow& g = geo.window;
   if (geo.m < 1 || g.kh < 1 || g.kw < 1 || g.sh < 1 || g.sw < 1 || g.pt < 0 ||
-      g.pl < 0) {
+      g.pl < 0 || g.dh < 1 || g.dw < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         what,
-        ": window sizes, strides and the multiplier must be >= 1 and "
-        "padding >= 0"));
+        ": window sizes, strides, dilations and the multiplier must be >= 1 "
+        "and padding >= 0"));
   }
   return absl::OkStatus();
 }

@@ -26,9 +26,11 @@ struct ImageWindowOn {
         sw(g.sw),
         kh(g.kh),
         pt(g.pt),
-        pl(g.pl) {}
+        pl(g.pl),
+        dh(g.dh),
+        dw(g.dw) {}
   IntDivisor<I> h, w, c, kw, oh, ow, sh, sw;
-  I kh, pt, pl;
+  I kh, pt, pl, dh, dw;
 };
 
 // Element idx of an NHWC tensor [*, rows, cols, c] as (image, row, column,
@@ -52,11 +54,14 @@ __device__ inline NhwcIndex<I> SplitNhwc(I idx, const IntDivisor<I>& rows,
 }
 
 // The kernels' precondition on a window: InvalidArgument naming `what`
-// unless its sizes and strides are >= 1 and its padding >= 0.
+// unless its sizes, strides and dilations are >= 1 and its padding >= 0.
 inline absl::Status CheckImageWindow(const char* what, const ImageWindow& g) {
-  if (g.kh < 1 || g.kw < 1 || g.sh < 1 || g.sw < 1 || g.pt < 0 || g.pl < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": window sizes and strides must be >= 1 and padding >= 0"));
+  if (g.kh < 1 || g.kw < 1 || g.sh < 1 || g.sw < 1 || g.pt < 0 || g.pl < 0 ||
+      g.dh < 1 || g.dw < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what,
+                     ": window sizes, strides and dilations must be >= 1 and "
+                     "padding >= 0"));
   }
   return absl::OkStatus();
 }

@@ -60,7 +60,8 @@ int64_t ChunkImages(const ConvGeometry& g, size_t elem) {
                              std::max<int64_t>(g.n, 1));
 }
 
-// cols[(i*OH + y)*OW + x][(ky*KW + kx)*C + c] = x[i0 + i][y*sh-pt+ky][...].
+// cols[(i*OH + y)*OW + x][(ky*KW + kx)*C + c] =
+//     x[i0 + i][y*sh - pt + ky*dh][x*sw - pl + kx*dw][c].
 template <typename T>
 void Im2Col(const ConvGeometry& g, const T* x, int64_t images, T* cols) {
   const int64_t patch = g.patch();
@@ -70,21 +71,22 @@ void Im2Col(const ConvGeometry& g, const T* x, int64_t images, T* cols) {
       for (int64_t ox = 0; ox < g.ow; ++ox) {
         T* row = cols + ((i * g.oh + oy) * g.ow + ox) * patch;
         for (int64_t ky = 0; ky < g.kh; ++ky) {
-          const int64_t iy = oy * g.sh - g.pt + ky;
+          const int64_t iy = oy * g.sh - g.pt + ky * g.dh;
           T* dst = row + ky * g.kw * g.c;
           if (iy < 0 || iy >= g.h) {
             std::fill_n(dst, g.kw * g.c, T(0));
             continue;
           }
           const int64_t ix0 = ox * g.sw - g.pl;
-          // Fast path: the whole kernel row lies inside the image.
-          if (ix0 >= 0 && ix0 + g.kw <= g.w) {
+          // Fast path: the whole kernel row lies inside the image, its
+          // cells adjacent.
+          if (g.dw == 1 && ix0 >= 0 && ix0 + g.kw <= g.w) {
             std::memcpy(dst, img + (iy * g.w + ix0) * g.c,
                         g.kw * g.c * sizeof(T));
             continue;
           }
           for (int64_t kx = 0; kx < g.kw; ++kx) {
-            const int64_t ix = ix0 + kx;
+            const int64_t ix = ix0 + kx * g.dw;
             if (ix < 0 || ix >= g.w) {
               std::fill_n(dst + kx * g.c, g.c, T(0));
             } else {
@@ -109,10 +111,10 @@ void Col2Im(const ConvGeometry& g, const T* cols, int64_t images, T* dx) {
       for (int64_t ox = 0; ox < g.ow; ++ox) {
         const T* row = cols + ((i * g.oh + oy) * g.ow + ox) * patch;
         for (int64_t ky = 0; ky < g.kh; ++ky) {
-          const int64_t iy = oy * g.sh - g.pt + ky;
+          const int64_t iy = oy * g.sh - g.pt + ky * g.dh;
           if (iy < 0 || iy >= g.h) continue;
           for (int64_t kx = 0; kx < g.kw; ++kx) {
-            const int64_t ix = ox * g.sw - g.pl + kx;
+            const int64_t ix = ox * g.sw - g.pl + kx * g.dw;
             if (ix < 0 || ix >= g.w) continue;
             const T* src = row + (ky * g.kw + kx) * g.c;
             T* dst = img + (iy * g.w + ix) * g.c;
@@ -138,9 +140,13 @@ absl::StatusOr<ConvGeometry> Geometry(const Tensor& x, const Tensor& f,
   if (opt.stride_h < 1 || opt.stride_w < 1) {
     return OpError(kOp, "strides must be >= 1", {&x, &f});
   }
-  return ConvGeometry{MakeImageWindow(x.shape(), f.dim(0), f.dim(1),
-                                      opt.stride_h, opt.stride_w, opt.padding),
-                      f.dim(3)};
+  if (opt.dilation_h < 1 || opt.dilation_w < 1) {
+    return OpError(kOp, "dilations must be >= 1", {&x, &f});
+  }
+  return ConvGeometry{
+      MakeImageWindow(x.shape(), f.dim(0), f.dim(1), opt.stride_h, opt.stride_w,
+                      opt.padding, opt.dilation_h, opt.dilation_w),
+      f.dim(3)};
 }
 
 // Runs `body(chunk, i0, images, cols)` for every chunk of the batch, the

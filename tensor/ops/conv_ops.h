@@ -13,6 +13,12 @@ struct Conv2DOptions {
   int64_t stride_h = 1;
   int64_t stride_w = 1;
   Padding padding = Padding::kSame;
+  // Taps this many rows (columns) apart: a dilated (atrous) convolution,
+  // tf.nn.conv2d's dilations. Dilated ones run on im2col (and col2im) with
+  // GEMMs on every device, never the direct, implicit or Winograd GPU
+  // kernels.
+  int64_t dilation_h = 1;
+  int64_t dilation_w = 1;
 };
 
 // x [N,H,W,C] * filter [KH,KW,C,O] -> [N,OH,OW,O]. im2col over chunks of

@@ -53,14 +53,18 @@ absl::StatusOr<Geometry> MakeGeometry(const Tensor& x, const Tensor& f,
   if (opt.stride_h < 1 || opt.stride_w < 1) {
     return internal::OpError(kOp, "strides must be >= 1", {&x, &f});
   }
+  if (opt.dilation_h < 1 || opt.dilation_w < 1) {
+    return internal::OpError(kOp, "dilations must be >= 1", {&x, &f});
+  }
   if (f.dim(0) < 1 || f.dim(1) < 1 || f.dim(3) < 1) {
     // As the GPU kernels refuse them: no window, or no filters.
     return internal::OpError(
         kOp, "the filter's window and multiplier must be >= 1", {&x, &f});
   }
-  return Geometry{MakeImageWindow(x.shape(), f.dim(0), f.dim(1), opt.stride_h,
-                                  opt.stride_w, opt.padding),
-                  f.dim(3)};
+  return Geometry{
+      MakeImageWindow(x.shape(), f.dim(0), f.dim(1), opt.stride_h, opt.stride_w,
+                      opt.padding, opt.dilation_h, opt.dilation_w),
+      f.dim(3)};
 }
 
 // Calls fn(pixel, in, tap) for every output pixel of output rows [r0, r1)
@@ -75,10 +79,10 @@ void ForEachTap(const ImageWindow& g, int64_t r0, int64_t r1, F fn) {
     for (int64_t ox = 0; ox < g.ow; ++ox) {
       const int64_t pixel = row * g.ow + ox;
       for (int64_t kh = 0; kh < g.kh; ++kh) {
-        const int64_t iy = oy * g.sh - g.pt + kh;
+        const int64_t iy = oy * g.sh - g.pt + kh * g.dh;
         if (iy < 0 || iy >= g.h) continue;
         for (int64_t kw = 0; kw < g.kw; ++kw) {
-          const int64_t ix = ox * g.sw - g.pl + kw;
+          const int64_t ix = ox * g.sw - g.pl + kw * g.dw;
           if (ix < 0 || ix >= g.w) continue;
           fn(pixel, ((i * g.h + iy) * g.w + ix) * g.c, kh * g.kw + kw);
         }

@@ -33,12 +33,20 @@ inline Window1D ComputeWindow(int64_t in, int64_t k, int64_t stride,
   return w;
 }
 
+// The span of k taps `dilation` apart: (k - 1) * dilation + 1 cells.
+inline int64_t DilatedSize(int64_t k, int64_t dilation) {
+  return (k - 1) * dilation + 1;
+}
+
 // The window of kh x kw cells with strides sh x sw over NHWC input of shape
-// `nhwc` (rank 4, checked by the caller) under `padding`.
+// `nhwc` (rank 4, checked by the caller) under `padding`, its taps dh rows
+// and dw columns apart (TensorFlow pads and sizes a dilated window as one
+// of its span).
 inline ImageWindow MakeImageWindow(const Shape& nhwc, int64_t kh, int64_t kw,
-                                   int64_t sh, int64_t sw, Padding padding) {
-  const Window1D wy = ComputeWindow(nhwc[1], kh, sh, padding);
-  const Window1D wx = ComputeWindow(nhwc[2], kw, sw, padding);
+                                   int64_t sh, int64_t sw, Padding padding,
+                                   int64_t dh = 1, int64_t dw = 1) {
+  const Window1D wy = ComputeWindow(nhwc[1], DilatedSize(kh, dh), sh, padding);
+  const Window1D wx = ComputeWindow(nhwc[2], DilatedSize(kw, dw), sw, padding);
   return {.n = nhwc[0],
           .h = nhwc[1],
           .w = nhwc[2],
@@ -50,7 +58,9 @@ inline ImageWindow MakeImageWindow(const Shape& nhwc, int64_t kh, int64_t kw,
           .sh = sh,
           .sw = sw,
           .pt = wy.pad_before,
-          .pl = wx.pad_before};
+          .pl = wx.pad_before,
+          .dh = dh,
+          .dw = dw};
 }
 
 }  // namespace mirrortrain::ops

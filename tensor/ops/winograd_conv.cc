@@ -157,7 +157,7 @@ absl::Status Correlate(const winograd::Geometry& g, const Tensor& input,
 bool WinogradConvTakes(const cuda::Conv2DGeometry& g, const Tensor& x) {
   const bool on =
       x.device().is_cuda() ? gpu_winograd.load() : cpu_winograd.load();
-  if (!on || g.sh != 1 || g.sw != 1 || g.kh != g.kw ||
+  if (!on || g.sh != 1 || g.sw != 1 || g.dilated() || g.kh != g.kw ||
       !winograd::Supported(g.kh) || g.pt < 0 || g.pl < 0 || g.pt > g.kh - 1 ||
       g.pl > g.kw - 1) {
     return false;

@@ -23,9 +23,9 @@
 namespace mirrortrain::ops::internal {
 
 // Whether Conv2D of x under g runs as Winograd: the switch of x's device
-// is on, strides 1, a square 3x3 or 5x5 filter, padding below the filter's
-// size, nothing empty, each transformed tensor within 1 GiB, and f64 or
-// f32 under precision fp32 (tf32 and bf16 products run on tensor cores,
+// is on, strides 1, an undilated square 3x3 or 5x5 filter, padding below the
+// filter's size, nothing empty, each transformed tensor within 1 GiB, and f64
+// or f32 under precision fp32 (tf32 and bf16 products run on tensor cores,
 // where fewer FLOPs matter less than the passes' memory traffic). Conv2D
 // leaves the direct kernels' convolutions on them (cuda::DirectConvTakes).
 bool WinogradConvTakes(const cuda::Conv2DGeometry& g, const Tensor& x);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/model.h"
 #include "tensor/cuda/cuda_backend.h"
@@ -222,8 +223,45 @@ INSTANTIATE_TEST_SUITE_P(
         WindowCase{"global_avg1d", "global_average_pooling1d", {}},
         // Resizing without variables.
         WindowCase{"up_sampling", "up_sampling2d", {{"size", Pair{2, 3}}}},
-        WindowCase{
-            "zero_padding", "zero_padding2d", {{"padding", Pair{1, 2}}}}),
+        WindowCase{"zero_padding", "zero_padding2d", {{"padding", Pair{1, 2}}}},
+        // Dilated (atrous) windows: im2col's taps dilation_rate apart, the
+        // span padded and sized as one window.
+        WindowCase{"conv_dilated_same",
+                   "conv2d",
+                   {{"filters", int64_t{2}},
+                    {"kernel_size", Pair{3, 2}},
+                    {"dilation_rate", Pair{2, 3}},
+                    {"padding", "same"}}},
+        WindowCase{"conv_dilated_valid",
+                   "conv2d",
+                   {{"filters", int64_t{3}},
+                    {"kernel_size", int64_t{3}},
+                    {"dilation_rate", int64_t{2}},
+                    {"activation", "relu"}}},
+        WindowCase{"conv1d_dilated_causal",
+                   "conv1d",
+                   {{"filters", int64_t{2}},
+                    {"kernel_size", int64_t{3}},
+                    {"dilation_rate", int64_t{3}},
+                    {"padding", "causal"}}},
+        WindowCase{"conv1d_dilated_same",
+                   "conv1d",
+                   {{"filters", int64_t{2}},
+                    {"kernel_size", int64_t{2}},
+                    {"dilation_rate", int64_t{3}},
+                    {"padding", "same"},
+                    {"use_bias", false}}},
+        WindowCase{"depthwise_dilated",
+                   "depthwise_conv2d",
+                   {{"kernel_size", Pair{3, 2}},
+                    {"dilation_rate", int64_t{2}},
+                    {"padding", "same"},
+                    {"depth_multiplier", int64_t{2}}}},
+        WindowCase{"separable_dilated",
+                   "separable_conv2d",
+                   {{"filters", int64_t{3}},
+                    {"kernel_size", int64_t{2}},
+                    {"dilation_rate", Pair{2, 3}}}}),
     [](const ::testing::TestParamInfo<WindowCase>& info) {
       return info.param.golden;
     });
@@ -282,6 +320,63 @@ TEST(WindowPairTest, BadPairsAreRefused) {
                 "pool_size 2x9 does not fit the 7x6 input with padding valid"),
             std::string::npos)
       << model.status();
+}
+
+// A dilated window must fit the input by its span, and takes strides 1
+// (Keras's rule); the errors say so.
+TEST(WindowPairTest, DilatedWindowsAreChecked) {
+  auto build = [](const std::string& type,
+                  std::vector<std::pair<std::string, ParamValue>> params,
+                  Shape input) -> absl::Status {
+    absl::StatusOr<LayerSpec> spec = MakeLayerSpec(type, std::move(params));
+    if (!spec.ok()) return spec.status();
+    spec->path = "model.layers[0]";
+    return Model::Build(ModelDef{std::move(input), {*spec}}, 1, Device::Cpu())
+        .status();
+  };
+  const absl::Status wide = build("conv2d",
+                                  {{"filters", int64_t{1}},
+                                   {"kernel_size", Pair{3, 2}},
+                                   {"dilation_rate", int64_t{3}}},
+                                  {7, 6, 3});
+  EXPECT_TRUE(wide.ok()) << wide;  // A 7x4 span on the 7x6 input.
+  const absl::Status too_wide = build(
+      "depthwise_conv2d",
+      {{"kernel_size", int64_t{3}}, {"dilation_rate", Pair{3, 4}}}, {7, 6, 3});
+  EXPECT_THAT(std::string(too_wide.message()),
+              ::testing::HasSubstr("kernel_size 3 dilated by 3x4 (7x9 cells) "
+                                   "does not fit the 7x6 input with padding "
+                                   "valid"));
+  const absl::Status steps = build("conv1d",
+                                   {{"filters", int64_t{1}},
+                                    {"kernel_size", int64_t{4}},
+                                    {"dilation_rate", int64_t{3}}},
+                                   {9, 3});
+  EXPECT_THAT(std::string(steps.message()),
+              ::testing::HasSubstr("kernel_size 4 dilated by 3 (10 cells) "
+                                   "does not fit the 9 steps with padding "
+                                   "valid"));
+  // Causal pads the span in front: any kernel fits.
+  EXPECT_TRUE(build("conv1d",
+                    {{"filters", int64_t{1}},
+                     {"kernel_size", int64_t{4}},
+                     {"dilation_rate", int64_t{3}},
+                     {"padding", "causal"}},
+                    {9, 3})
+                  .ok());
+  for (const std::string type : {"conv2d", "conv1d", "separable_conv2d"}) {
+    const absl::Status strided =
+        build(type,
+              {{"filters", int64_t{1}},
+               {"kernel_size", int64_t{2}},
+               {"strides", int64_t{2}},
+               {"dilation_rate", int64_t{2}}},
+              type == "conv1d" ? Shape{9, 3} : Shape{7, 6, 3});
+    EXPECT_THAT(std::string(strided.message()),
+                ::testing::HasSubstr("dilation_rate: 2 with strides 2: a "
+                                     "dilated window takes strides 1"))
+        << type;
+  }
 }
 
 // Causal conv1d layers (a byte language model's body): an output sees no
