@@ -194,8 +194,10 @@ absl::Status LayerBuilder::CheckWindow1D(const std::string& key, int64_t k,
   return absl::InvalidArgumentError(absl::StrCat(
       WindowName(key, {k, k}, {dilation, dilation}), " does not fit the ",
       steps, " steps",
-      padding == "valid" ? " with padding valid"
-                         : " (padding same: at most 2 * steps - 1)"));
+      padding == "valid"  ? " with padding valid"
+      : padding == "same" ? " (padding same: at most 2 * steps - 1)"
+                          : absl::StrCat(" (padding causal: at most ",
+                                         kMaxDimension, " cells)")));
 }
 
 absl::Status LayerBuilder::CheckWindow(const std::string& key,

@@ -130,7 +130,7 @@ absl::Status Im2ColOnGpu(DType dtype, const void* x, const Conv2DGeometry& g,
       std::min<int64_t>((rows + threads.y - 1) / threads.y, kMaxGridBlocks));
   return LaunchFloatIndexWidthOn(
       "Im2Col", dtype, device,
-      std::max(rows * row_stride, images * g.h * g.w * g.c),
+      std::max({rows * row_stride, images * g.h * g.w * g.c, WindowReach(g)}),
       [&](auto zero, auto index, cudaStream_t stream) {
         using T = decltype(zero);
         using I = decltype(index);
@@ -159,7 +159,8 @@ absl::Status Col2ImOnGpu(DType dtype, const void* cols, const Conv2DGeometry& g,
   if (total == 0) return absl::OkStatus();
   return LaunchFloatIndexWidthOn(
       "Col2Im", dtype, device,
-      std::max(total, images * g.oh * g.ow * g.kh * g.kw * g.c),
+      std::max(
+          {total, images * g.oh * g.ow * g.kh * g.kw * g.c, WindowReach(g)}),
       [&](auto zero, auto index, cudaStream_t stream) {
         using T = decltype(zero);
         using I = decltype(index);

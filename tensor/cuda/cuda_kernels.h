@@ -360,8 +360,8 @@ MT_CUDA_KERNEL(BiasAddReluGrad,
 
 // ---- Conv2D (conv_kernels.cu): NHWC input [n, h, w, c], HWIO filter
 // [kh, kw, c, o], output [n, oh, ow, o]; output (oy, ox) reads input rows
-// oy * sh - pt + [0, kh) and columns likewise (outside: zeros): the image
-// window and the filter's output channels.
+// oy * sh - pt + ky * dh for ky in [0, kh) and columns likewise (outside:
+// zeros): the image window and the filter's output channels.
 struct Conv2DGeometry : ImageWindow {
   int64_t o = 0;
   int64_t patch() const { return kh * kw * c; }  // One column-buffer row.

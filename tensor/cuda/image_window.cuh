@@ -6,6 +6,9 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdint>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "tensor/image_window.h"
@@ -51,6 +54,14 @@ __device__ inline NhwcIndex<I> SplitNhwc(I idx, const IntDivisor<I>& rows,
   at.y = rows.Mod(rest);
   at.i = rows.Div(rest);
   return at;
+}
+
+// The largest row or column position the window arithmetic reaches
+// (before the bounds checks), which the index width must hold as well as
+// the buffers' sizes: a dilated window's span does not grow its buffers.
+inline int64_t WindowReach(const ImageWindow& g) {
+  return std::max(g.oh * g.sh + g.pt + (g.kh - 1) * g.dh + g.h,
+                  g.ow * g.sw + g.pl + (g.kw - 1) * g.dw + g.w);
 }
 
 // The kernels' precondition on a window: InvalidArgument naming `what`

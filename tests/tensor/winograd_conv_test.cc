@@ -445,5 +445,44 @@ TEST_F(WinogradConvTest, TheFilterGradientsSumsStayWithinTheBudget) {
   EXPECT_FALSE(ops::internal::WinogradConvTakes(g, x));
 }
 
+// Dilated windows stay on im2col: none of Winograd (CPU and GPU), the
+// direct kernels or the implicit-GEMM input gradient spaces its taps, so
+// each refuses a dilated geometry it takes undilated, and a dilated
+// convolution with the CPU's Winograd on makes no Winograd call and the
+// same bits as with it off.
+TEST_F(WinogradConvTest, DilatedWindowsStayOnIm2Col) {
+  ops::internal::SetConvCpuWinograd(true);
+  cuda::Conv2DGeometry g;
+  g.n = 2;
+  g.h = g.w = g.oh = g.ow = 9;
+  g.c = 1;
+  g.o = 16;
+  g.kh = g.kw = 3;
+  g.pt = g.pl = 1;
+  const Tensor x = RandomTensor({2, 9, 9, 1}, 1);
+  EXPECT_TRUE(ops::internal::WinogradConvTakes(g, x));
+  EXPECT_TRUE(cuda::DirectConvTakes(g));
+  EXPECT_TRUE(cuda::ConvInputGradTakes(g));
+  for (const auto& [dh, dw] : {std::pair{2, 1}, std::pair{1, 2}}) {
+    g.dh = dh;
+    g.dw = dw;
+    g.pt = dh;
+    g.pl = dw;
+    EXPECT_FALSE(ops::internal::WinogradConvTakes(g, x)) << dh << dw;
+    EXPECT_FALSE(cuda::DirectConvTakes(g)) << dh << dw;
+    EXPECT_FALSE(cuda::ConvInputGradTakes(g)) << dh << dw;
+  }
+  const Tensor f = RandomTensor({3, 3, 1, 16}, 2);
+  const ops::Conv2DOptions dilated{.dilation_h = 2, .dilation_w = 2};
+  const int64_t calls = ops::internal::WinogradConvCalls();
+  absl::StatusOr<Tensor> on = ops::Conv2D(x, f, dilated);
+  ASSERT_TRUE(on.ok()) << on.status();
+  EXPECT_EQ(ops::internal::WinogradConvCalls(), calls);
+  ops::internal::SetConvCpuWinograd(false);
+  absl::StatusOr<Tensor> off = ops::Conv2D(x, f, dilated);
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_TRUE(testing::SameBits(*on, *off));
+}
+
 }  // namespace
 }  // namespace mirrortrain
