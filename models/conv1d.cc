@@ -29,13 +29,14 @@ namespace {
 class Conv1DLayer final : public Layer {
  public:
   Conv1DLayer(std::string name, KernelAndBias w, int64_t stride,
-              int64_t dilation, std::string padding,
+              int64_t dilation, int64_t groups, std::string padding,
               const ActivationDef& activation)
       : Layer(std::move(name)),
         kernel_(std::move(w.kernel)),
         bias_(std::move(w.bias)),
         stride_(stride),
         dilation_(dilation),
+        groups_(groups),
         padding_(std::move(padding)),
         activation_(activation) {}
 
@@ -44,13 +45,15 @@ class Conv1DLayer final : public Layer {
     MT_ASSIGN_OR_RETURN(const Shape out, OutputShape(x.shape()));
     const Shape& k = kernel_.shape();
     Tensor in = x;
+    const int64_t channels = x.dim(2);
     if (padding_ == "causal" && k[0] > 1) {
       MT_ASSIGN_OR_RETURN(
           Tensor front,
-          Tensor::Zeros(x.dtype(), {x.dim(0), Front(), k[1]}, x.device()));
+          Tensor::Zeros(x.dtype(), {x.dim(0), Front(), channels}, x.device()));
       MT_ASSIGN_OR_RETURN(in, ops::Concat({front, x}, 1));
     }
-    MT_ASSIGN_OR_RETURN(in, ops::Reshape(in, {in.dim(0), 1, in.dim(1), k[1]}));
+    MT_ASSIGN_OR_RETURN(in,
+                        ops::Reshape(in, {in.dim(0), 1, in.dim(1), channels}));
     MT_ASSIGN_OR_RETURN(const Tensor kernel,
                         ops::Reshape(kernel_.value(), {1, k[0], k[1], k[2]}));
     const ops::Conv2DOptions options{.stride_h = 1,
@@ -72,9 +75,9 @@ class Conv1DLayer final : public Layer {
 
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
     const Shape& k = kernel_.shape();
-    if (input.size() != 3 || input[2] != k[1]) {
+    if (input.size() != 3 || input[2] != k[1] * groups_) {
       return absl::InvalidArgumentError(
-          absl::StrCat(name(), ": expects [batch, steps, ", k[1],
+          absl::StrCat(name(), ": expects [batch, steps, ", k[1] * groups_,
                        "] input, got ", ShapeToString(input)));
     }
     // Causal: valid over the steps with the span less one in front.
@@ -102,6 +105,7 @@ class Conv1DLayer final : public Layer {
   std::optional<Variable> bias_;
   int64_t stride_;
   int64_t dilation_;
+  int64_t groups_;       // The kernel is [k, channels / groups, filters].
   std::string padding_;  // valid | same | causal
   const ActivationDef& activation_;
 };
@@ -110,7 +114,7 @@ MT_REGISTER(
     LayerType,
     {.name = "conv1d",
      .doc = "activation(conv1d(x, kernel) + bias) over [batch, steps, "
-            "channels] (Keras Conv1D; no groups)",
+            "channels] (Keras Conv1D)",
      .params = {WithInitializerParams(
          {Param::Int("filters")
               .Min(1)
@@ -136,7 +140,8 @@ MT_REGISTER(
               .Min(1)
               .Max(kMaxDimension)
               .Doc(kDilationDoc),
-          ActivationParam("linear", "applied after the bias"), UseBiasParam()},
+          GroupsParam(), ActivationParam("linear", "applied after the bias"),
+          UseBiasParam()},
          "kernel_initializer")},
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
@@ -151,15 +156,17 @@ MT_REGISTER(
        MT_ASSIGN_OR_RETURN(const ActivationDef* act,
                            FindActivation(spec.params.String("activation")));
        const int64_t filters = spec.params.Int("filters");
+       const int64_t groups = spec.params.Int("groups");
+       MT_RETURN_IF_ERROR(CheckGroups(groups, in[2], filters));
        MT_ASSIGN_OR_RETURN(
            KernelAndBias w,
            MakeKernelAndBias(
-               b.name(), {k, in[2], filters}, {filters},
+               b.name(), {k, in[2] / groups, filters}, {filters},
                spec.params.Bool("use_bias"), b.NextSeed(), b.device(),
                std::nullopt,
                ReadInitializers(spec.params, "kernel_initializer")));
        return std::unique_ptr<Layer>(new Conv1DLayer(
-           b.name(), std::move(w), stride, dilation, padding, *act));
+           b.name(), std::move(w), stride, dilation, groups, padding, *act));
      }});
 
 }  // namespace

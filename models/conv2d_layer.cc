@@ -16,15 +16,38 @@ absl::StatusOr<std::unique_ptr<Conv2DLayer>> Conv2DLayer::Create(
     std::string name, int64_t in_channels, int64_t filters,
     std::array<int64_t, 2> kernel_size, const ops::Conv2DOptions& options,
     const ActivationDef& activation, bool use_bias, uint64_t seed,
-    Device device, const WeightInitializers& init) {
+    Device device, const WeightInitializers& init, int64_t groups) {
+  MT_RETURN_IF_ERROR(CheckGroups(groups, in_channels, filters));
   MT_ASSIGN_OR_RETURN(
       KernelAndBias w,
-      MakeKernelAndBias(name,
-                        {kernel_size[0], kernel_size[1], in_channels, filters},
-                        {filters}, use_bias, seed, device, std::nullopt, init));
+      MakeKernelAndBias(
+          name, {kernel_size[0], kernel_size[1], in_channels / groups, filters},
+          {filters}, use_bias, seed, device, std::nullopt, init));
   return std::unique_ptr<Conv2DLayer>(
       new Conv2DLayer(std::move(name), std::move(w.kernel), std::move(w.bias),
-                      options, activation));
+                      options, activation, groups));
+}
+
+Param GroupsParam() {
+  return Param::Int("groups")
+      .Default(1)
+      .Min(1)
+      .Max(kMaxDimension)
+      .Doc(
+          "channel groups, each convolved with its own filters (ResNeXt's "
+          "grouped convolution; the kernel's input axis is channels / "
+          "groups); must divide the input channels and filters");
+}
+
+absl::Status CheckGroups(int64_t groups, int64_t in_channels, int64_t filters) {
+  if (in_channels % groups == 0 && filters % groups == 0) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("groups: ", groups, " does not divide ",
+                   in_channels % groups != 0
+                       ? absl::StrCat("the ", in_channels, " input channels")
+                       : absl::StrCat("the ", filters, " filters")));
 }
 
 absl::StatusOr<Tensor> Conv2DLayer::Call(const Tensor& x,
@@ -76,7 +99,7 @@ absl::StatusOr<Shape> ConvOutputShape(const std::string& layer,
 
 absl::StatusOr<Shape> Conv2DLayer::OutputShape(const Shape& input) const {
   const Shape& k = kernel_.shape();
-  MT_ASSIGN_OR_RETURN(Shape out, ConvOutputShape(name(), input, k[2],
+  MT_ASSIGN_OR_RETURN(Shape out, ConvOutputShape(name(), input, k[2] * groups_,
                                                  {k[0], k[1]}, options_, k[3]));
   if (pool_.has_value()) {
     out[1] = ops::ComputeWindow(out[1], pool_->ksize_h, pool_->stride_h,
@@ -189,7 +212,8 @@ MT_REGISTER(
               .Min(1)
               .Max(kMaxDimension)
               .Doc("output channels")},
-         WithInitializerParams({ActivationParam("linear",
+         WithInitializerParams({GroupsParam(),
+                                ActivationParam("linear",
                                                 "applied after the bias"),
                                 UseBiasParam()},
                                "kernel_initializer"))},
@@ -202,7 +226,8 @@ MT_REGISTER(
            b.name(), b.input_shape()[3], spec.params.Int("filters"),
            w.kernel_size, w.options, *act, spec.params.Bool("use_bias"),
            b.NextSeed(), b.device(),
-           ReadInitializers(spec.params, "kernel_initializer"));
+           ReadInitializers(spec.params, "kernel_initializer"),
+           spec.params.Int("groups"));
      }});
 
 }  // namespace mirrortrain::models

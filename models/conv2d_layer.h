@@ -37,7 +37,7 @@ class Conv2DLayer final : public Layer {
       std::string name, int64_t in_channels, int64_t filters,
       std::array<int64_t, 2> kernel_size, const ops::Conv2DOptions& options,
       const ActivationDef& activation, bool use_bias, uint64_t seed,
-      Device device, const WeightInitializers& init = {});
+      Device device, const WeightInitializers& init = {}, int64_t groups = 1);
 
   absl::StatusOr<Tensor> Call(const Tensor& x,
                               const ForwardContext& ctx) override;
@@ -47,12 +47,14 @@ class Conv2DLayer final : public Layer {
 
  private:
   Conv2DLayer(std::string name, Variable kernel, std::optional<Variable> bias,
-              ops::Conv2DOptions options, const ActivationDef& activation)
+              ops::Conv2DOptions options, const ActivationDef& activation,
+              int64_t groups)
       : Layer(std::move(name)),
         kernel_(std::move(kernel)),
         bias_(std::move(bias)),
         options_(options),
-        activation_(activation) {}
+        activation_(activation),
+        groups_(groups) {}
   // activation(conv2d(x) + bias), without the absorbed pool.
   absl::StatusOr<Tensor> Unpooled(const Tensor& x) const;
 
@@ -60,8 +62,17 @@ class Conv2DLayer final : public Layer {
   std::optional<Variable> bias_;
   ops::Conv2DOptions options_;
   const ActivationDef& activation_;
+  // The kernel [kh, kw, in / groups, filters] convolves groups of
+  // channels (ops::Conv2D infers them from the shapes).
+  int64_t groups_;
   std::optional<ops::Pool2DOptions> pool_;
 };
+
+// The `groups` key of conv2d and conv1d (Keras's), and its check against
+// the input channels and filters: InvalidArgument naming the key unless
+// groups divides both.
+Param GroupsParam();
+absl::Status CheckGroups(int64_t groups, int64_t in_channels, int64_t filters);
 
 // The keys of a conv layer's window, Keras's: `kernel_size`, `strides` and
 // `dilation_rate` (an integer for both dimensions, or [height, width]) and

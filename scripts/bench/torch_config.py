@@ -158,7 +158,7 @@ def build_layer(s: dict, shape: tuple) -> tuple:
         pads = same_pads((h, w), span, st) if s.get("padding") == "same" else ((0, 0), (0, 0))
         symmetric = all(a == b for a, b in pads)
         conv = nn.Conv2d(c, s["filters"], k, st, bias=s.get("use_bias", True),
-                         dilation=d,
+                         dilation=d, groups=s.get("groups", 1),
                          padding=tuple(a for a, _ in pads) if symmetric else 0)
         mod = conv if symmetric else padded(pads, conv)
         out = (s["filters"],) + window_out((h, w), span, st, s.get("padding", "valid"))

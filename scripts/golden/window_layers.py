@@ -49,6 +49,10 @@ the gradients of sum(y * upstream) with respect to x and every variable:
     2), dilation_rate=(2, 2), same, depth_multiplier=2);
     separable_dilated/*: SeparableConv2D(3, 2, dilation_rate=(2, 3),
     valid) (the depthwise step dilated).
+  * grouped convolutions (groups): conv_grouped/*: Conv2D(6, (3, 2),
+    strides=(2, 1), groups=3, same); conv_grouped_two/*: Conv2D(4, 3,
+    groups=2, relu, no bias) on x [2, 5, 5, 4]; conv1d_grouped/*: Conv1D(6,
+    2, groups=3, dilation_rate=2, causal).
 
 Run from the repository root:
     python3 scripts/golden/window_layers.py
@@ -171,6 +175,15 @@ def main():
         **f64))
     tensors += case("separable_dilated", rng, keras.layers.SeparableConv2D(
         3, 2, dilation_rate=(2, 3), padding="valid", **f64))
+    # Grouped convolutions (groups): each group of channels with its own
+    # filters.
+    tensors += case("conv_grouped", rng, keras.layers.Conv2D(
+        6, (3, 2), strides=(2, 1), groups=3, padding="same", **f64))
+    tensors += case("conv_grouped_two", rng, keras.layers.Conv2D(
+        4, 3, groups=2, activation="relu", use_bias=False, **f64),
+        (2, 5, 5, 4))
+    tensors += case("conv1d_grouped", rng, keras.layers.Conv1D(
+        6, 2, groups=3, dilation_rate=2, padding="causal", **f64), seq)
     comment = ("Keras %s (TensorFlow %s) conv and pooling layers with "
                "(height, width) windows; scripts/golden/window_layers.py"
                % (keras.__version__, tf.__version__))

@@ -22,6 +22,7 @@ namespace {
 MT_DECLARE_OP(kReshapeOp);
 MT_DECLARE_OP(kTransposeOp);
 MT_DECLARE_OP(kConcatOp);
+MT_DECLARE_OP(kSplitOp);
 MT_DECLARE_OP(kGatherOp);
 MT_DECLARE_OP(kCastOp);
 }  // namespace
@@ -35,6 +36,7 @@ using internal::OpError;
 struct TransposeAttrs {
   std::vector<int> perm;
 };
+// Concat's and Split's: the axis they join or cut.
 struct ConcatAttrs {
   int axis;
 };
@@ -108,6 +110,31 @@ absl::Status GpuCopyAlongAxis(const char* op, const Tensor& whole, int axis,
   return KernelError(op, status, {&whole, &part});
 }
 
+// A copy of the block of `whole` shaped `part` that starts at `start` along
+// `axis` (Split, and Concat's gradient).
+absl::StatusOr<Tensor> CopyBlock(const char* op, const Tensor& whole, int axis,
+                                 int64_t start, const Shape& part) {
+  if (whole.device().is_cuda()) {
+    MT_ASSIGN_OR_RETURN(Tensor out,
+                        Tensor::Empty(whole.dtype(), part, whole.device()));
+    MT_RETURN_IF_ERROR(GpuCopyAlongAxis(op, whole, axis, start, out, false));
+    return out;
+  }
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < axis; ++i) outer *= whole.dim(i);
+  for (int i = axis + 1; i < whole.rank(); ++i) inner *= whole.dim(i);
+  const size_t elem = DTypeSize(whole.dtype());
+  const int64_t whole_row = whole.dim(axis) * inner, row = part[axis] * inner;
+  Tensor out = Tensor::HostEmpty(whole.dtype(), part);
+  const char* src = static_cast<const char*>(whole.raw_data());
+  char* dst = static_cast<char*>(out.raw_data());
+  for (int64_t o = 0; o < outer; ++o) {
+    std::memcpy(dst + o * row * elem,
+                src + (o * whole_row + start * inner) * elem, row * elem);
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<Tensor> Reshape(const Tensor& x, const Shape& shape) {
@@ -176,6 +203,31 @@ absl::StatusOr<Tensor> Transpose(const Tensor& x,
   }
   tape::RecordOperation(kTransposeOp, {x}, {y}, TransposeAttrs{perm});
   return y;
+}
+
+absl::StatusOr<std::vector<Tensor>> Split(const Tensor& x, int64_t pieces,
+                                          int axis) {
+  constexpr const char* kOp = "Split";
+  MT_RETURN_IF_ERROR(CheckDefined(kOp, {&x}));
+  MT_ASSIGN_OR_RETURN(const int a,
+                      internal::NormalizeAxis(kOp, axis, x.rank()));
+  if (pieces < 1 || x.dim(a) % pieces != 0) {
+    return OpError(
+        kOp,
+        absl::StrCat("axis ", a, " of ", x.dim(a), " does not split into ",
+                     pieces, " equal pieces"),
+        {&x});
+  }
+  Shape part = x.shape();
+  part[a] /= pieces;
+  std::vector<Tensor> out;
+  out.reserve(pieces);
+  for (int64_t k = 0; k < pieces; ++k) {
+    MT_ASSIGN_OR_RETURN(Tensor piece, CopyBlock(kOp, x, a, k * part[a], part));
+    out.push_back(std::move(piece));
+  }
+  tape::RecordOperation(kSplitOp, {x}, out, ConcatAttrs{a});
+  return out;
 }
 
 absl::StatusOr<Tensor> Concat(absl::Span<const Tensor> xs, int axis) {
@@ -530,43 +582,25 @@ MT_OP(kConcatOp, "Concat",
       [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
         // Slices of g along the axis, one per input.
         const int axis = std::any_cast<const ConcatAttrs&>(op.attrs).axis;
-        const Tensor& gy = g[0];
-        if (gy.device().is_cuda()) {
-          int64_t start = 0;
-          for (size_t j = 0; j < op.inputs.size(); ++j) {
-            const Tensor& in = op.inputs[j];
-            if (needs[j]) {
-              MT_ASSIGN_OR_RETURN(
-                  Tensor part,
-                  Tensor::Empty(gy.dtype(), in.shape(), gy.device()));
-              MT_RETURN_IF_ERROR(
-                  GpuCopyAlongAxis("ConcatGrad", gy, axis, start, part, false));
-              (*grads)[j] = std::move(part);
-            }
-            start += in.dim(axis);
-          }
-          return absl::OkStatus();
-        }
-        int64_t outer = 1;
-        for (int i = 0; i < axis; ++i) outer *= gy.dim(i);
-        const size_t elem = DTypeSize(gy.dtype());
-        const int64_t g_row = gy.num_elements() / std::max<int64_t>(outer, 1);
-        const char* src = static_cast<const char*>(gy.raw_data());
-        int64_t col = 0;
+        int64_t start = 0;
         for (size_t j = 0; j < op.inputs.size(); ++j) {
           const Tensor& in = op.inputs[j];
-          const int64_t row = in.num_elements() / std::max<int64_t>(outer, 1);
           if (needs[j]) {
-            Tensor part = Tensor::HostEmpty(gy.dtype(), in.shape());
-            char* dst = static_cast<char*>(part.raw_data());
-            for (int64_t o = 0; o < outer; ++o) {
-              std::memcpy(dst + o * row * elem, src + (o * g_row + col) * elem,
-                          row * elem);
-            }
-            (*grads)[j] = std::move(part);
+            MT_ASSIGN_OR_RETURN((*grads)[j], CopyBlock("ConcatGrad", g[0], axis,
+                                                       start, in.shape()));
           }
-          col += row;
+          start += in.dim(axis);
         }
+        return absl::OkStatus();
+      });
+
+MT_OP(kSplitOp, "Split",
+      [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+        if (!needs[0]) return absl::OkStatus();
+        // The outputs' gradients joined again (zeros for an unused piece).
+        const int axis = std::any_cast<const ConcatAttrs&>(op.attrs).axis;
+        MT_ASSIGN_OR_RETURN(
+            (*grads)[0], Concat(std::vector<Tensor>(g.begin(), g.end()), axis));
         return absl::OkStatus();
       });
 

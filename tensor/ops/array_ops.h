@@ -16,6 +16,11 @@ absl::StatusOr<Tensor> Reshape(const Tensor& x, const Shape& shape);
 // out.shape[i] = x.shape[perm[i]].
 absl::StatusOr<Tensor> Transpose(const Tensor& x, const std::vector<int>& perm);
 absl::StatusOr<Tensor> Concat(absl::Span<const Tensor> xs, int axis);
+// tf.split(x, pieces, axis): `pieces` equal copies of consecutive blocks
+// along `axis` (whose size they must divide); Concat's inverse, and its
+// gradient is Concat of theirs.
+absl::StatusOr<std::vector<Tensor>> Split(const Tensor& x, int64_t pieces,
+                                          int axis);
 // Rows of `params` along axis 0 picked by integer `indices`:
 // out.shape = indices.shape + params.shape[1:] (tf.gather, axis 0). The
 // gradient scatter-adds into zeros shaped like params. An index out of

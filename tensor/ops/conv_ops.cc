@@ -14,6 +14,7 @@
 #include "tensor/internal_switches.h"
 #include "tensor/matmul_precision.h"
 #include "tensor/op.h"
+#include "tensor/ops/array_ops.h"
 #include "tensor/ops/fused_ops.h"
 #include "tensor/ops/matmul.h"
 #include "tensor/ops/op_util.h"
@@ -124,6 +125,45 @@ void Col2Im(const ConvGeometry& g, const T* cols, int64_t images, T* dx) {
       }
     }
   }
+}
+
+// The groups of a grouped convolution (tf.nn.conv2d's: x's channels a
+// multiple of the filter's input channels, the filters split evenly among
+// the groups), 1 for a plain one or for shapes Geometry refuses.
+absl::StatusOr<int64_t> ConvGroups(const Tensor& x, const Tensor& f) {
+  if (x.rank() != 4 || f.rank() != 4 || x.dim(3) == f.dim(2)) return 1;
+  const int64_t in = f.dim(2);
+  if (in < 1 || x.dim(3) % in != 0) {
+    return OpError("Conv2D",
+                   absl::StrCat("input channels ", x.dim(3),
+                                " are not a multiple of the filter's ", in),
+                   {&x, &f});
+  }
+  const int64_t groups = x.dim(3) / in;
+  if (f.dim(3) % groups != 0) {
+    return OpError("Conv2D",
+                   absl::StrCat(f.dim(3), " filters do not split into ", groups,
+                                " groups"),
+                   {&x, &f});
+  }
+  return groups;
+}
+
+// Each group of channels convolved with its own filters, the outputs
+// concatenated in group order: recorded as Split, Conv2D and Concat ops,
+// whose gradients make the grouped one.
+absl::StatusOr<Tensor> GroupedConv2D(const Tensor& x, const Tensor& filter,
+                                     const Conv2DOptions& options,
+                                     int64_t groups) {
+  MT_ASSIGN_OR_RETURN(const std::vector<Tensor> xs, Split(x, groups, 3));
+  MT_ASSIGN_OR_RETURN(const std::vector<Tensor> fs, Split(filter, groups, 3));
+  std::vector<Tensor> ys;
+  ys.reserve(groups);
+  for (int64_t g = 0; g < groups; ++g) {
+    MT_ASSIGN_OR_RETURN(Tensor y, Conv2D(xs[g], fs[g], options));
+    ys.push_back(std::move(y));
+  }
+  return Concat(ys, 3);
 }
 
 absl::StatusOr<ConvGeometry> Geometry(const Tensor& x, const Tensor& f,
@@ -575,6 +615,8 @@ absl::Status CheckConvBias(const char* op, const ConvGeometry& g,
 
 absl::StatusOr<Tensor> Conv2D(const Tensor& x, const Tensor& filter,
                               const Conv2DOptions& options) {
+  MT_ASSIGN_OR_RETURN(const int64_t groups, ConvGroups(x, filter));
+  if (groups > 1) return GroupedConv2D(x, filter, options, groups);
   MT_ASSIGN_OR_RETURN(ConvGeometry g, Geometry(x, filter, options));
   ConvAttrs attrs{g};
   MT_ASSIGN_OR_RETURN(Tensor y, ConvForward(g, x, filter, nullptr, &attrs));
@@ -585,6 +627,12 @@ absl::StatusOr<Tensor> Conv2D(const Tensor& x, const Tensor& filter,
 absl::StatusOr<Tensor> Conv2DBiasRelu(const Tensor& x, const Tensor& filter,
                                       const Tensor& bias,
                                       const Conv2DOptions& options) {
+  MT_ASSIGN_OR_RETURN(const int64_t groups, ConvGroups(x, filter));
+  if (groups > 1) {
+    MT_ASSIGN_OR_RETURN(const Tensor y,
+                        GroupedConv2D(x, filter, options, groups));
+    return BiasAddRelu(y, bias);
+  }
   MT_ASSIGN_OR_RETURN(ConvGeometry g, Geometry(x, filter, options));
   MT_RETURN_IF_ERROR(CheckConvBias("Conv2DBiasRelu", g, x, filter, bias));
   ConvAttrs attrs{g};
@@ -618,6 +666,14 @@ absl::StatusOr<Tensor> ConvMaxPool(const Tensor& x, const Tensor& filter,
                                    const Tensor* relu_bias,
                                    const Conv2DOptions& options,
                                    const Pool2DOptions& pool) {
+  MT_ASSIGN_OR_RETURN(const int64_t groups, ConvGroups(x, filter));
+  if (groups > 1) {
+    MT_ASSIGN_OR_RETURN(const Tensor conv,
+                        GroupedConv2D(x, filter, options, groups));
+    MT_ASSIGN_OR_RETURN(Tensor y, MaxPool2D(conv, pool));
+    if (relu_bias == nullptr) return y;
+    return BiasAddRelu(y, *relu_bias);
+  }
   MT_ASSIGN_OR_RETURN(const ConvGeometry g, Geometry(x, filter, options));
   if (relu_bias != nullptr) {
     MT_RETURN_IF_ERROR(

@@ -21,7 +21,10 @@ struct Conv2DOptions {
   int64_t dilation_w = 1;
 };
 
-// x [N,H,W,C] * filter [KH,KW,C,O] -> [N,OH,OW,O]. im2col over chunks of
+// x [N,H,W,C] * filter [KH,KW,C,O] -> [N,OH,OW,O]; a filter [KH,KW,C/G,O]
+// makes it grouped, as tf.nn.conv2d infers it: G groups of C/G channels,
+// each convolved with its O/G filters, the outputs in group order (as
+// Split, G convolutions and Concat). im2col over chunks of
 // the batch, then one GEMM per chunk: on CPUs chunks sized for the cache
 // and split over threads; on GPUs chunks under a 256 MiB column buffer,
 // with cuBLAS GEMMs (MatMulPrecision applies) and a gather-form col2im,

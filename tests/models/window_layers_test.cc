@@ -261,7 +261,30 @@ INSTANTIATE_TEST_SUITE_P(
                    "separable_conv2d",
                    {{"filters", int64_t{3}},
                     {"kernel_size", int64_t{2}},
-                    {"dilation_rate", Pair{2, 3}}}}),
+                    {"dilation_rate", Pair{2, 3}}}},
+        // Grouped convolutions: Keras's kernel [kh, kw, in / groups,
+        // filters], each group of channels with its filters.
+        WindowCase{"conv_grouped",
+                   "conv2d",
+                   {{"filters", int64_t{6}},
+                    {"kernel_size", Pair{3, 2}},
+                    {"strides", Pair{2, 1}},
+                    {"groups", int64_t{3}},
+                    {"padding", "same"}}},
+        WindowCase{"conv_grouped_two",
+                   "conv2d",
+                   {{"filters", int64_t{4}},
+                    {"kernel_size", int64_t{3}},
+                    {"groups", int64_t{2}},
+                    {"activation", "relu"},
+                    {"use_bias", false}}},
+        WindowCase{"conv1d_grouped",
+                   "conv1d",
+                   {{"filters", int64_t{6}},
+                    {"kernel_size", int64_t{2}},
+                    {"groups", int64_t{3}},
+                    {"dilation_rate", int64_t{2}},
+                    {"padding", "causal"}}}),
     [](const ::testing::TestParamInfo<WindowCase>& info) {
       return info.param.golden;
     });
@@ -377,6 +400,28 @@ TEST(WindowPairTest, DilatedWindowsAreChecked) {
                                      "dilated window takes strides 1"))
         << type;
   }
+}
+
+// groups must divide the input channels and the filters (Keras's rule);
+// the error names the key and which does not divide.
+TEST(WindowPairTest, GroupsMustDivideChannelsAndFilters) {
+  auto build = [](const std::string& type, int64_t filters, int64_t groups,
+                  Shape input) -> absl::Status {
+    absl::StatusOr<LayerSpec> spec =
+        MakeLayerSpec(type, {{"filters", filters},
+                             {"kernel_size", int64_t{2}},
+                             {"groups", groups}});
+    if (!spec.ok()) return spec.status();
+    spec->path = "model.layers[0]";
+    return Model::Build(ModelDef{std::move(input), {*spec}}, 1, Device::Cpu())
+        .status();
+  };
+  EXPECT_TRUE(build("conv2d", 6, 2, {5, 5, 4}).ok());
+  EXPECT_THAT(std::string(build("conv2d", 6, 4, {5, 5, 4}).message()),
+              ::testing::HasSubstr("groups: 4 does not divide the 6 filters"));
+  EXPECT_THAT(
+      std::string(build("conv1d", 6, 2, {9, 3}).message()),
+      ::testing::HasSubstr("groups: 2 does not divide the 3 input channels"));
 }
 
 // Causal conv1d layers (a byte language model's body): an output sees no

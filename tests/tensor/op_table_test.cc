@@ -264,6 +264,15 @@ const std::vector<OpRow>& Rows() {
        Args(Rand({2, 3, 4}))},
       {"Concat", [](const Inputs& in) { return ops::Concat(in, 1); },
        Args(Rand({2, 3, 4}), Rand({2, 2, 4}))},
+      {"Split",
+       [](const Inputs& in) -> absl::StatusOr<Tensor> {
+         // Pieces weighed apart, the middle one unused (a zero gradient).
+         MT_ASSIGN_OR_RETURN(const std::vector<Tensor> pieces,
+                             ops::Split(in[0], 3, 1));
+         MT_ASSIGN_OR_RETURN(const Tensor twice, ops::Scale(pieces[0], 2));
+         return ops::Sub(twice, pieces[2]);
+       },
+       Args(Rand({2, 6, 4}))},
       {"Gather",
        [](const Inputs& in) { return ops::EmbeddingLookup(in[0], in[1]); },
        Args(Rand({5, 3}), Ints({4, 0, 4, 2, 4, 1}, {2, 3}))},

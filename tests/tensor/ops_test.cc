@@ -147,6 +147,17 @@ TEST(OpsTest, ArrayOps) {
             (std::vector<float>{1, 4, 2, 5, 3, 6}));
   EXPECT_EQ(ops::Concat({x, V({7, 8}, {2, 1})}, 1)->ToVector<float>(),
             (std::vector<float>{1, 2, 3, 7, 4, 5, 6, 8}));
+  // Split: equal consecutive blocks along the axis; pieces must divide it.
+  absl::StatusOr<std::vector<Tensor>> columns = ops::Split(x, 3, -1);
+  ASSERT_TRUE(columns.ok()) << columns.status();
+  ASSERT_EQ(columns->size(), 3u);
+  EXPECT_EQ((*columns)[1].shape(), (Shape{2, 1}));
+  EXPECT_EQ((*columns)[1].ToVector<float>(), (std::vector<float>{2, 5}));
+  absl::StatusOr<std::vector<Tensor>> rows = ops::Split(x, 2, 0);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ((*rows)[1].ToVector<float>(), (std::vector<float>{4, 5, 6}));
+  EXPECT_FALSE(ops::Split(x, 2, 1).ok());
+  EXPECT_FALSE(ops::Split(x, 0, 1).ok());
   Tensor ids = Tensor::FromVector<int64_t>({1, 1, 0}, {3});
   EXPECT_EQ(ops::Gather(x, ids)->ToVector<float>(),
             (std::vector<float>{4, 5, 6, 4, 5, 6, 1, 2, 3}));
