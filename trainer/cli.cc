@@ -24,6 +24,7 @@
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/internal_switches.h"
 #include "tensor/status_macros.h"
+#include "trainer/checkpoint/atomic_file.h"
 #include "trainer/checkpoint/safetensors.h"
 #include "trainer/checkpoint/saver.h"
 #include "trainer/config.h"
@@ -123,8 +124,9 @@ constexpr char kPredictUsage[] =
     "a .npy array, as Keras's Model.predict, and prints one JSON line.\n"
     "  --input X.npy      uint8 (scaled to [0, 1]) or float32 examples of the\n"
     "                     model's input shape ([n, h, w] gets one channel\n"
-    "                     unless the model takes [h, w]);\n"
-    "                     data.normalize applies as in training\n"
+    "                     unless the model takes [h, w]), raw or gzip;\n"
+    "                     data.normalize applies as in training; read in\n"
+    "                     batches\n"
     "  --output Y.npy     float32 [n, ...output shape], written atomically\n"
     "  --weights W        ema (default when the config has EMA) or raw\n";
 
@@ -610,9 +612,18 @@ int Predict(int argc, char** argv) {
   std::optional<std::unique_ptr<Trainer>> trainer =
       RestoredTrainer("predict", *args, DataNeeds::kShapes, &weights, &code);
   if (!trainer.has_value()) return code;
-  // Every process of a job computes the outputs; once all have, the chief
-  // writes them (so a failure anywhere leaves nothing written).
-  Tensor outputs;
+  // A failed write is a failure while running, not bad input.
+  auto write_failure = [](absl::Status s) {
+    if (!s.ok() && ExitCodeFor(s) == kExitUsage) {
+      return absl::InternalError(s.message());
+    }
+    return s;
+  };
+  // Every process of a job computes the outputs, batch by batch; the chief
+  // streams them into a temporary file that it renames over --output once
+  // all have (so a failure anywhere leaves nothing written).
+  std::optional<AtomicFileWriter> file;
+  Shape shape;
   absl::Status s = (*trainer)->WithModel(
       weights == "ema",
       [&](models::Model& model, Device device) -> absl::Status {
@@ -620,25 +631,35 @@ int Predict(int argc, char** argv) {
         // on the text source's bytes.
         const bool bytes = (*trainer)->trains_on_byte_tokens();
         MT_ASSIGN_OR_RETURN(
-            const Tensor inputs,
-            ReadPredictInputs(args->input, model.input_shape(),
-                              model.reads_token_ids() || bytes, bytes ? 256 : 0,
-                              (*trainer)->config().data.normalize));
-        MT_ASSIGN_OR_RETURN(outputs, trainer::Predict(model, device, inputs));
-        return absl::OkStatus();
+            PredictInputs inputs,
+            PredictInputs::Open(args->input, model.input_shape(),
+                                model.reads_token_ids() || bytes,
+                                bytes ? 256 : 0,
+                                (*trainer)->config().data.normalize));
+        shape = {inputs.size()};
+        shape.insert(shape.end(), model.output_shape().begin(),
+                     model.output_shape().end());
+        if (Reports()) {
+          absl::StatusOr<AtomicFileWriter> created =
+              AtomicFileWriter::Create(args->output);
+          if (!created.ok()) return write_failure(created.status());
+          file.emplace(*std::move(created));
+          MT_RETURN_IF_ERROR(
+              write_failure(file->Append(NpyHeaderBytes("<f4", shape))));
+        }
+        return trainer::Predict(
+            model, device, inputs, [&](const Tensor& y) -> absl::Status {
+              if (!file.has_value()) return absl::OkStatus();
+              return write_failure(file->Append(absl::string_view(
+                  static_cast<const char*>(y.raw_data()),
+                  static_cast<size_t>(y.num_elements()) * sizeof(float))));
+            });
       });
   if (std::optional<int> failed = FailIfAnyFailed(s)) return *failed;
-  absl::Status written = absl::OkStatus();
-  if (Reports()) {
-    written = WriteNpy(args->output, outputs);
-    // A failed write is a failure while running, not bad input.
-    if (!written.ok() && ExitCodeFor(written) == kExitUsage) {
-      written = absl::InternalError(written.message());
-    }
-  }
+  const absl::Status written =
+      file.has_value() ? write_failure(file->Commit()) : absl::OkStatus();
   if (std::optional<int> failed = FailIfAnyFailed(written)) return *failed;
   if (!Reports()) return kExitOk;
-  const Shape& shape = outputs.shape();
   std::printf(
       "{\"checkpoint\": %s, \"step\": %lld, \"weights\": \"%s\", "
       "\"examples\": %lld, \"output\": %s, \"shape\": %s}\n",

@@ -3,15 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "tensor/shape.h"
 #include "tensor/status_macros.h"
-#include "trainer/checkpoint/atomic_file.h"
-#include "trainer/data/gz_file.h"
-#include "trainer/data/npy.h"
 #include "trainer/data/npy_examples.h"
 
 namespace mirrortrain::trainer {
@@ -23,51 +20,118 @@ namespace {
 // evaluation's batch of sequences; all on one device.
 constexpr int64_t kMaxBatch = 1000;
 constexpr int64_t kMaxRows = 8192;
+// A header longer than this is not a dataset's (numpy writes ~128 bytes).
+constexpr uint32_t kMaxHeaderBytes = uint32_t{1} << 20;
+
+// Reads `n` bytes of `file` into `out` (fewer only where the data ends).
+absl::Status ReadInto(GzFile& file, size_t n, std::string& out) {
+  const size_t start = out.size();
+  out.resize(start + n);
+  MT_ASSIGN_OR_RETURN(const size_t got, file.Read(out.data() + start, n));
+  out.resize(start + got);
+  return absl::OkStatus();
+}
+
+// The header's bytes: the magic and version, the length, then that many
+// bytes (fewer where the file ends: ParseNpyHeader says what is missing).
+absl::StatusOr<std::string> ReadHeaderBytes(GzFile& file) {
+  std::string bytes;
+  MT_RETURN_IF_ERROR(ReadInto(file, 8, bytes));
+  if (bytes.size() < 8) return bytes;
+  // Version 1.0 keeps the length in 2 bytes, later ones in 4.
+  const size_t length_bytes = bytes[6] == 1 ? 2 : 4;
+  MT_RETURN_IF_ERROR(ReadInto(file, length_bytes, bytes));
+  if (bytes.size() < 8 + length_bytes) return bytes;
+  uint32_t length = 0;
+  for (size_t i = 0; i < length_bytes; ++i) {
+    length |= static_cast<uint32_t>(static_cast<uint8_t>(bytes[8 + i]))
+              << (8 * i);
+  }
+  MT_RETURN_IF_ERROR(ReadInto(file, std::min(length, kMaxHeaderBytes), bytes));
+  return bytes;
+}
 
 }  // namespace
 
-absl::StatusOr<Tensor> ReadPredictInputs(const std::string& path,
-                                         const Shape& input_shape,
-                                         bool token_ids, int64_t id_limit,
-                                         const NormalizeOptions& normalize) {
-  MT_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
-  MT_ASSIGN_OR_RETURN(const NpyArray x, ParseNpy(std::move(bytes), path));
-  MT_ASSIGN_OR_RETURN(Tensor inputs,
-                      NpyExamples(x, path, token_ids, input_shape));
-  const Shape example(inputs.shape().begin() + 1, inputs.shape().end());
+absl::StatusOr<PredictInputs> PredictInputs::Open(
+    const std::string& path, const Shape& input_shape, bool token_ids,
+    int64_t id_limit, const NormalizeOptions& normalize) {
+  MT_ASSIGN_OR_RETURN(GzFile file, GzFile::Open(path));
+  MT_ASSIGN_OR_RETURN(const std::string header_bytes, ReadHeaderBytes(file));
+  MT_ASSIGN_OR_RETURN(NpyHeader header, ParseNpyHeader(header_bytes, path));
+  MT_RETURN_IF_ERROR(CheckExampleDtype(header, path));
+  MT_ASSIGN_OR_RETURN(const Shape example,
+                      NpyExampleShape(header, path, input_shape));
   if (example != input_shape) {
     return BadData(
         path,
         absl::StrCat("examples of shape ", ShapeToString(example),
-                     " (from the array's ", x.header.ShapeString(),
+                     " (from the array's ", header.ShapeString(),
                      "), but the model takes ", ShapeToString(input_shape)));
   }
-  if (token_ids) {
-    const float* v = inputs.data<float>();
-    for (int64_t i = 0; i < inputs.num_elements(); ++i) {
-      if (v[i] < 0 || v[i] != std::floor(v[i]) ||
-          (id_limit > 0 && v[i] >= static_cast<float>(id_limit))) {
-        return BadData(
-            path,
-            absl::StrCat("element ", i, " is ", v[i],
-                         ", not a token id (an integer >= 0",
-                         id_limit > 0 ? absl::StrCat(", below ", id_limit) : "",
-                         ")"));
-      }
-    }
-  } else if (normalize.enabled()) {
-    MT_RETURN_IF_ERROR(NormalizeChannels(normalize, inputs));
+  if (header.shape[0] == 0) return BadData(path, "holds no examples");
+  // A raw file's size tells a short or long one before any work (a gzip
+  // file's says nothing of the array's).
+  MT_ASSIGN_OR_RETURN(const bool compressed, IsGzipFile(file.file()));
+  if (!compressed) {
+    MT_RETURN_IF_ERROR(
+        CheckNpyPayload(header, file.file().size - header.data_offset, path));
   }
-  return inputs;
+  return PredictInputs(std::move(file), std::move(header), path, input_shape,
+                       token_ids, id_limit, normalize);
 }
 
-absl::StatusOr<Tensor> Predict(models::Model& model, Device device,
-                               const Tensor& inputs) {
-  const int64_t n = inputs.dim(0);
-  Shape shape = {n};
+absl::StatusOr<Tensor> PredictInputs::Next(int64_t count) {
+  count = std::min(count, left());
+  const int64_t row = NumElements(input_shape_);
+  Shape shape = {count};
+  shape.insert(shape.end(), input_shape_.begin(), input_shape_.end());
+  const size_t bytes = static_cast<size_t>(count * row * header_.item_bytes);
+  std::string data;
+  MT_RETURN_IF_ERROR(ReadInto(file_, bytes, data));
+  if (data.size() < bytes) {
+    // The stream ended early: as many bytes as were read in all.
+    const uint64_t have =
+        static_cast<uint64_t>(next_ * row * header_.item_bytes) + data.size();
+    absl::Status short_file = CheckNpyPayload(header_, have, path_);
+    return absl::InvalidArgumentError(
+        absl::StrCat(short_file.message(), file_.StreamErrorSuffix()));
+  }
+  MT_ASSIGN_OR_RETURN(Tensor x, Tensor::Empty(DType::kF32, shape));
+  const int64_t first = next_ * row;
+  float* v = x.data<float>();
+  MT_RETURN_IF_ERROR(NpyElementsToF32(header_, data.data(), first, count * row,
+                                      path_, token_ids_, v));
+  next_ += count;
+  if (token_ids_) {
+    for (int64_t i = 0; i < count * row; ++i) {
+      if (v[i] < 0 || v[i] != std::floor(v[i]) ||
+          (id_limit_ > 0 && v[i] >= static_cast<float>(id_limit_))) {
+        return BadData(
+            path_,
+            absl::StrCat(
+                "element ", first + i, " is ", v[i],
+                ", not a token id (an integer >= 0",
+                id_limit_ > 0 ? absl::StrCat(", below ", id_limit_) : "", ")"));
+      }
+    }
+  } else if (normalize_.enabled()) {
+    MT_RETURN_IF_ERROR(NormalizeChannels(normalize_, x));
+  }
+  return x;
+}
+
+absl::Status PredictInputs::CheckEnd() {
+  MT_ASSIGN_OR_RETURN(const uint64_t rest, file_.CountRest());
+  if (rest == 0) return absl::OkStatus();
+  const uint64_t need =
+      static_cast<uint64_t>(header_.num_elements()) * header_.item_bytes;
+  return CheckNpyPayload(header_, need + rest, path_);
+}
+
+absl::Status Predict(models::Model& model, Device device, PredictInputs& inputs,
+                     const std::function<absl::Status(const Tensor&)>& sink) {
   const Shape& out = model.output_shape();
-  shape.insert(shape.end(), out.begin(), out.end());
-  MT_ASSIGN_OR_RETURN(Tensor outputs, Tensor::Empty(DType::kF32, shape));
   // One example's outputs, and its rows (all but the last dimension: a
   // sequence's tokens).
   const int64_t row = NumElements(out);
@@ -76,9 +140,9 @@ absl::StatusOr<Tensor> Predict(models::Model& model, Device device,
                   : NumElements(absl::MakeConstSpan(out).first(out.size() - 1));
   const int64_t batch =
       std::clamp<int64_t>(kMaxRows / std::max<int64_t>(rows, 1), 1, kMaxBatch);
-  for (int64_t begin = 0; begin < n; begin += batch) {
-    const int64_t count = std::min(batch, n - begin);
-    MT_ASSIGN_OR_RETURN(Tensor x, inputs.SliceRows(begin, count));
+  while (inputs.left() > 0) {
+    MT_ASSIGN_OR_RETURN(Tensor x, inputs.Next(batch));
+    const int64_t count = x.dim(0);
     MT_ASSIGN_OR_RETURN(x, x.To(device));
     MT_ASSIGN_OR_RETURN(Tensor y, model.Call(x, {}));
     MT_ASSIGN_OR_RETURN(y, model.Probabilities(y));
@@ -88,19 +152,9 @@ absl::StatusOr<Tensor> Predict(models::Model& model, Device device,
           "predict: the model gave ", y.DebugString(), " for ", count,
           " examples, not f32 ", ShapeToString(out), " each"));
     }
-    std::memcpy(outputs.data<float>() + begin * row, y.data<float>(),
-                static_cast<size_t>(count * row) * sizeof(float));
+    MT_RETURN_IF_ERROR(sink(y));
   }
-  return outputs;
-}
-
-absl::Status WriteNpy(const std::string& path, const Tensor& values) {
-  MT_ASSIGN_OR_RETURN(AtomicFileWriter file, AtomicFileWriter::Create(path));
-  MT_RETURN_IF_ERROR(file.Append(NpyHeaderBytes("<f4", values.shape())));
-  MT_RETURN_IF_ERROR(file.Append(absl::string_view(
-      static_cast<const char*>(values.raw_data()),
-      static_cast<size_t>(values.num_elements()) * sizeof(float))));
-  return file.Commit();
+  return inputs.CheckEnd();
 }
 
 }  // namespace mirrortrain::trainer

@@ -2,6 +2,7 @@
 // a .npy file, checked against `eval` on the same images, and its input
 // and usage errors (exit 2, one line, nothing written).
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cmath>
 #include <cstdint>
@@ -162,6 +163,87 @@ TEST_F(PredictCliTest, ASoftmaxLastLayerOutputsProbabilities) {
       EXPECT_NEAR(probs[i * 10 + j], std::exp(z[j] - top) / sum, 1e-6)
           << i << "," << j;
     }
+  }
+}
+
+// `bytes` gzip-compressed at `path`.
+void WriteGz(const std::string& path, const std::string& bytes) {
+  gzFile f = gzopen(path.c_str(), "wb1");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())),
+            static_cast<int>(bytes.size()));
+  ASSERT_EQ(gzclose(f), Z_OK);
+}
+
+// The input streams through in batches of 1000 examples: 2500 examples
+// (three batches, the last partial) give the same outputs from a raw and
+// a gzip file, their first 500 those of the 500-example file (another
+// batching: within float rounding); a bad element in the last batch, and
+// a gzip stream cut inside it, fail the run after two batches ran, and
+// nothing is written.
+TEST_F(PredictCliTest, TheInputStreamsInBatches) {
+  const std::string d = *dir_ + "/stream";
+  fs::create_directories(d);
+  constexpr int64_t kMany = 2500, kPixels = 784;
+  absl::StatusOr<trainer::InMemoryDataset> test = trainer::LoadFashionMnist(
+      "/usr/share/datasets/fashion-mnist", /*train=*/false);
+  ASSERT_TRUE(test.ok()) << test.status();
+  std::string floats(kMany * kPixels * sizeof(float), '\0');
+  std::memcpy(floats.data(), test->images.data<float>(), floats.size());
+  const std::string header = trainer::NpyHeaderBytes("<f4", {kMany, 28, 28, 1});
+  testing::WriteBytes(d + "/x.npy", header + floats);
+  WriteGz(d + "/x.npy.gz", header + floats);
+  Result raw = RunCli(PredictArgs(d + "/x.npy", d + "/y.npy"));
+  ASSERT_EQ(raw.exit_code, 0) << raw.err;
+  EXPECT_THAT(raw.out, HasSubstr("\"shape\": [2500, 10]}"));
+  Result gz = RunCli(PredictArgs(d + "/x.npy.gz", d + "/y_gz.npy"));
+  ASSERT_EQ(gz.exit_code, 0) << gz.err;
+  EXPECT_EQ(ReadFile(d + "/y_gz.npy"), ReadFile(d + "/y.npy"));
+  std::vector<int64_t> shape;
+  const std::vector<float> many = ReadF32Npy(d + "/y.npy", &shape);
+  ASSERT_EQ(shape, (std::vector<int64_t>{kMany, 10}));
+  ASSERT_EQ(
+      RunCli(PredictArgs(*dir_ + "/x_f32.npy", d + "/y500.npy")).exit_code, 0);
+  const std::vector<float> few = ReadF32Npy(d + "/y500.npy", &shape);
+  ASSERT_EQ(few.size(), static_cast<size_t>(kExamples * 10));
+  for (size_t i = 0; i < few.size(); ++i) {
+    ASSERT_NEAR(many[i], few[i], 1e-5 * (1 + std::abs(few[i]))) << i;
+  }
+
+  // A NaN in the third batch, named by its index in the whole array.
+  std::string bad = floats;
+  const int64_t at = 2200 * kPixels + 3;
+  const float nan = std::nanf("");
+  std::memcpy(bad.data() + at * sizeof(float), &nan, sizeof(float));
+  testing::WriteBytes(d + "/nan.npy", header + bad);
+  // A gzip stream cut in the third batch (the raw file's size would name
+  // a short file before any batch runs).
+  WriteGz(d + "/full.npy.gz", header + floats);
+  const std::string full = ReadFile(d + "/full.npy.gz");
+  testing::WriteBytes(d + "/cut.npy.gz", full.substr(0, full.size() * 9 / 10));
+  testing::WriteBytes(d + "/long.npy", header + floats + "xy");
+  struct Case {
+    std::string input, expected;
+  };
+  for (const Case& c : std::vector<Case>{
+           {d + "/nan.npy", absl::StrCat("nan.npy: element ", at,
+                                         " is nan (inputs must be finite)")},
+           {d + "/cut.npy.gz",
+            "cut.npy.gz: truncated: shape (2500, 28, 28, "
+            "1) of <f4 needs 7840000 bytes"},
+           {d + "/long.npy",
+            "long.npy: trailing bytes: 2 after the 7840000 "
+            "bytes"}}) {
+    Result r = RunCli(PredictArgs(c.input, d + "/out.npy"));
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.expected));
+    EXPECT_EQ(Lines(r.err).size(), 1u) << r.err;
+    EXPECT_FALSE(fs::exists(d + "/out.npy")) << c.input;
+  }
+  // No temporary file is left behind either.
+  for (const auto& entry : fs::directory_iterator(d)) {
+    EXPECT_EQ(entry.path().string().find("out.npy"), std::string::npos)
+        << entry.path();
   }
 }
 

@@ -29,15 +29,14 @@ bool IsGzipMagic(const unsigned char* p) {
   return p[0] == 0x1f && p[1] == 0x8b;
 }
 
-// Whether `file` starts with the gzip magic (false for a shorter file).
+}  // namespace
+
 absl::StatusOr<bool> IsGzipFile(const RegularFile& file) {
   unsigned char head[2];
   MT_ASSIGN_OR_RETURN(const size_t got,
                       ReadAt(file.fd.get(), file.path, 0, head, 2));
   return got == 2 && IsGzipMagic(head);
 }
-
-}  // namespace
 
 void GzFile::InflateEnd::operator()(z_stream* stream) const {
   inflateEnd(stream);

@@ -115,6 +115,9 @@ uint64_t ReservableBytes(const RegularFile& file, uint64_t offset,
 std::optional<UninitializedBytes> InflateExactly(const RegularFile& file,
                                                  uint64_t expected);
 
+// Whether `file` starts with the gzip magic (false for a shorter file).
+absl::StatusOr<bool> IsGzipFile(const RegularFile& file);
+
 // InvalidArgument "<path>: <reason>": bad content of a data file.
 absl::Status BadData(absl::string_view path, absl::string_view reason);
 

@@ -320,11 +320,10 @@ std::string NpyHeaderBytes(absl::string_view descr,
   return out + dict;
 }
 
-absl::StatusOr<NpyArray> ParseNpy(std::string bytes, const std::string& where) {
-  MT_ASSIGN_OR_RETURN(NpyHeader header, ParseNpyHeader(bytes, where));
+absl::Status CheckNpyPayload(const NpyHeader& header, uint64_t have,
+                             const std::string& where) {
   const uint64_t need =
       static_cast<uint64_t>(header.num_elements()) * header.item_bytes;
-  const uint64_t have = bytes.size() - header.data_offset;
   if (have < need) {
     return BadData(
         where, absl::StrCat("truncated: shape ", header.ShapeString(), " of ",
@@ -337,6 +336,13 @@ absl::StatusOr<NpyArray> ParseNpy(std::string bytes, const std::string& where) {
                                 need, " bytes of shape ", header.ShapeString(),
                                 " of ", header.descr));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<NpyArray> ParseNpy(std::string bytes, const std::string& where) {
+  MT_ASSIGN_OR_RETURN(NpyHeader header, ParseNpyHeader(bytes, where));
+  MT_RETURN_IF_ERROR(
+      CheckNpyPayload(header, bytes.size() - header.data_offset, where));
   return NpyArray{std::move(header), std::move(bytes)};
 }
 

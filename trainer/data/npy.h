@@ -54,8 +54,13 @@ struct NpyArray {
 std::string NpyHeaderBytes(absl::string_view descr,
                            const std::vector<int64_t>& shape);
 
+// Checks that `have` bytes after the header are exactly the elements it
+// promises: fewer is "truncated", more is "trailing bytes".
+absl::Status CheckNpyPayload(const NpyHeader& header, uint64_t have,
+                             const std::string& where);
+
 // Checks that `bytes` (the whole file) holds exactly the elements its
-// header promises: fewer is "truncated", more is "trailing bytes".
+// header promises (CheckNpyPayload).
 absl::StatusOr<NpyArray> ParseNpy(std::string bytes, const std::string& where);
 
 }  // namespace mirrortrain::trainer

@@ -58,24 +58,32 @@ absl::StatusOr<Tensor> NpyExamples(const NpyArray& x, const std::string& where,
   Shape shape = {n};
   shape.insert(shape.end(), example.begin(), example.end());
   MT_ASSIGN_OR_RETURN(Tensor images, Tensor::Empty(DType::kF32, shape));
-  float* out = images.data<float>();
-  const int64_t count = x.header.num_elements();
-  if (x.header.kind == 'u') {
+  MT_RETURN_IF_ERROR(NpyElementsToF32(x.header, x.data(), 0,
+                                      x.header.num_elements(), where,
+                                      bytes_are_ids, images.data<float>()));
+  return images;
+}
+
+absl::Status NpyElementsToF32(const NpyHeader& x, const char* data,
+                              int64_t first, int64_t count,
+                              const std::string& where, bool bytes_are_ids,
+                              float* out) {
+  if (x.kind == 'u') {
     const std::array<float, 256>& scale = ByteToUnitTable();
-    const auto* in = reinterpret_cast<const uint8_t*>(x.data());
+    const auto* in = reinterpret_cast<const uint8_t*>(data);
     for (int64_t i = 0; i < count; ++i) {
       out[i] = bytes_are_ids ? static_cast<float>(in[i]) : scale[in[i]];
     }
-    return images;
+    return absl::OkStatus();
   }
-  std::memcpy(out, x.data(), count * sizeof(float));
+  std::memcpy(out, data, count * sizeof(float));
   for (int64_t i = 0; i < count; ++i) {
     if (!std::isfinite(out[i])) {
-      return BadData(where, absl::StrCat("element ", i, " is ", out[i],
+      return BadData(where, absl::StrCat("element ", first + i, " is ", out[i],
                                          " (inputs must be finite)"));
     }
   }
-  return images;
+  return absl::OkStatus();
 }
 
 }  // namespace mirrortrain::trainer

@@ -34,6 +34,15 @@ absl::StatusOr<Tensor> NpyExamples(const NpyArray& x, const std::string& where,
                                    bool bytes_are_ids = false,
                                    const Shape& model_example = {});
 
+// Elements [first, first + count) of an array of examples (of a uint8 or
+// float32 header `x`), read from `data`, as f32 into `out`: NpyExamples's
+// conversion of a part of the array (errors name an element by its index
+// in the whole array).
+absl::Status NpyElementsToF32(const NpyHeader& x, const char* data,
+                              int64_t first, int64_t count,
+                              const std::string& where, bool bytes_are_ids,
+                              float* out);
+
 }  // namespace mirrortrain::trainer
 
 #endif  // MIRRORTRAIN_TRAINER_DATA_NPY_EXAMPLES_H_
