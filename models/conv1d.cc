@@ -1,13 +1,14 @@
 // 1-D convolution layer (Keras Conv1D): activation(conv1d(x, kernel) +
-// bias) over sequences [batch, steps, channels], kernel [k, in, out], names
-// `<name>/kernel` and `<name>/bias`. Padding valid, same, or causal ((k - 1)
-// * dilation zero steps in front, then valid: step t sees steps <= t only;
-// WaveNet's dilated causal stacks).
+// bias) over sequences [batch, steps, channels], kernel [k, in / groups,
+// out], names `<name>/kernel` and `<name>/bias`. Padding valid, same, or
+// causal ((k - 1) * dilation zero steps in front, then valid: step t sees
+// steps <= t only; WaveNet's dilated causal stacks).
 //
-// The convolution is conv2d's (ops::Conv2D, its CPU and GPU paths) on a
-// one-row image: x as [batch, 1, steps, in] and the kernel as [1, k, in,
-// out], both reshapes of the same memory. The variable keeps Keras's
-// shape, so checkpoints and warm starts read Keras's weights as they are.
+// The convolution is conv2d's (ops::Conv2D, its CPU and GPU paths, grouped
+// where groups > 1) on a one-row image: x as [batch, 1, steps, in] and the
+// kernel as [1, k, in / groups, out], both reshapes of the same memory. The
+// variable keeps Keras's shape, so checkpoints and warm starts read Keras's
+// weights as they are.
 #include <memory>
 #include <optional>
 #include <string>

@@ -52,6 +52,9 @@ absl::Status CheckGroups(int64_t groups, int64_t in_channels, int64_t filters) {
 
 absl::StatusOr<Tensor> Conv2DLayer::Call(const Tensor& x,
                                          const ForwardContext& ctx) {
+  // The channels it was built for (Keras's InputSpec): ops::Conv2D would
+  // take a multiple of them as more groups.
+  MT_RETURN_IF_ERROR(OutputShape(x.shape()).status());
   if (pool_.has_value() && ctx.bf16_activations) {
     // The pool's winners among the bf16 values (the fused pool would pick
     // them among the f32 ones before the rounding: another value of a tie,

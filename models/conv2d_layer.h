@@ -1,5 +1,5 @@
 // 2-D convolution layer: activation(conv2d(x, kernel) + bias), NHWC, kernel
-// [kh, kw, in, out], names `<name>/kernel` and `<name>/bias` as Keras
+// [kh, kw, in / groups, out], names `<name>/kernel` and `<name>/bias` as Keras
 // (glorot_uniform kernel, zero bias). Config type `conv2d`.
 //
 // A max pooling layer that directly follows is absorbed (AbsorbNext): the

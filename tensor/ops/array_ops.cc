@@ -594,15 +594,17 @@ MT_OP(kConcatOp, "Concat",
         return absl::OkStatus();
       });
 
-MT_OP(kSplitOp, "Split",
-      [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
-        if (!needs[0]) return absl::OkStatus();
-        // The outputs' gradients joined again (zeros for an unused piece).
-        const int axis = std::any_cast<const ConcatAttrs&>(op.attrs).axis;
-        MT_ASSIGN_OR_RETURN(
-            (*grads)[0], Concat(std::vector<Tensor>(g.begin(), g.end()), axis));
-        return absl::OkStatus();
-      });
+// The outputs' gradients joined again (zeros for an unused piece): a
+// recorded Concat, so an outer tape differentiates through it.
+MT_OP_RECORDED_GRADIENT(
+    kSplitOp, "Split",
+    [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+      if (!needs[0]) return absl::OkStatus();
+      const int axis = std::any_cast<const ConcatAttrs&>(op.attrs).axis;
+      MT_ASSIGN_OR_RETURN(
+          (*grads)[0], Concat(std::vector<Tensor>(g.begin(), g.end()), axis));
+      return absl::OkStatus();
+    });
 
 MT_OP(kGatherOp, "Gather",
       [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {

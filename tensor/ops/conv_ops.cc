@@ -131,9 +131,10 @@ void Col2Im(const ConvGeometry& g, const T* cols, int64_t images, T* dx) {
 // multiple of the filter's input channels, the filters split evenly among
 // the groups), 1 for a plain one or for shapes Geometry refuses.
 absl::StatusOr<int64_t> ConvGroups(const Tensor& x, const Tensor& f) {
+  MT_RETURN_IF_ERROR(internal::CheckFloatingSame("Conv2D", {&x, &f}));
   if (x.rank() != 4 || f.rank() != 4 || x.dim(3) == f.dim(2)) return 1;
   const int64_t in = f.dim(2);
-  if (in < 1 || x.dim(3) % in != 0) {
+  if (in < 1 || x.dim(3) < 1 || x.dim(3) % in != 0) {
     return OpError("Conv2D",
                    absl::StrCat("input channels ", x.dim(3),
                                 " are not a multiple of the filter's ", in),

@@ -422,6 +422,20 @@ TEST(WindowPairTest, GroupsMustDivideChannelsAndFilters) {
   EXPECT_THAT(
       std::string(build("conv1d", 6, 2, {9, 3}).message()),
       ::testing::HasSubstr("groups: 2 does not divide the 3 input channels"));
+  // A layer takes the channels it was built for: twice as many are not
+  // read as two groups (Keras's InputSpec).
+  absl::StatusOr<LayerSpec> spec = MakeLayerSpec(
+      "conv2d", {{"filters", int64_t{4}}, {"kernel_size", int64_t{2}}});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  spec->path = "model.layers[0]";
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      Model::Build(ModelDef{{5, 5, 3}, {*spec}}, 1, Device::Cpu());
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::StatusOr<Tensor> doubled =
+      (*model)->Call(testing::RandomTensor({1, 5, 5, 6}, 1, DType::kF32), {});
+  ASSERT_FALSE(doubled.ok());
+  EXPECT_THAT(std::string(doubled.status().message()),
+              ::testing::HasSubstr("expects NHWC input with 3 channels"));
 }
 
 // Causal conv1d layers (a byte language model's body): an output sees no

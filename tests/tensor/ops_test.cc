@@ -141,6 +141,43 @@ TEST(OpsTest, ReductionsOverAxes) {
   EXPECT_EQ(ops::L2Loss(x)->ToVector<float>(), (std::vector<float>{45.5}));
 }
 
+// A grouped convolution (filter in-channels a divisor of x's) through the
+// fused ops is the same bits as the plain ops after it, and its gradients
+// match finite differences; channel counts that do not divide, or no
+// channels at all, are errors, not crashes.
+TEST(OpsTest, GroupedConvolutionsComposeFromTheirParts) {
+  const Tensor x = testing::RandomTensor({2, 6, 6, 4}, 1);
+  const Tensor f = testing::RandomTensor({3, 3, 2, 6}, 2);  // Two groups.
+  const Tensor b = testing::RandomTensor({6}, 3);
+  const ops::Pool2DOptions pool;
+  absl::StatusOr<Tensor> conv = ops::Conv2D(x, f);
+  ASSERT_TRUE(conv.ok()) << conv.status();
+  ASSERT_EQ(conv->shape(), (Shape{2, 6, 6, 6}));
+  EXPECT_TRUE(testing::SameBits(*ops::Conv2DBiasRelu(x, f, b),
+                                *ops::BiasAddRelu(*conv, b)));
+  const Tensor pooled = *ops::MaxPool2D(*conv, pool);
+  EXPECT_TRUE(testing::SameBits(*ops::Conv2DMaxPool(x, f, {}, pool), pooled));
+  EXPECT_TRUE(testing::SameBits(*ops::Conv2DMaxPoolBiasRelu(x, f, b, {}, pool),
+                                *ops::BiasAddRelu(pooled, b)));
+  testing::ExpectGradientsMatch(
+      [&](const std::vector<Tensor>& in) {
+        return ops::Conv2DMaxPoolBiasRelu(in[0], in[1], in[2], {}, pool);
+      },
+      {x, f, b});
+  const absl::Status five =
+      ops::Conv2D(testing::RandomTensor({1, 4, 4, 5}, 4), f).status();
+  EXPECT_THAT(std::string(five.message()),
+              ::testing::HasSubstr(
+                  "input channels 5 are not a multiple of the filter's 2"));
+  EXPECT_FALSE(
+      ops::Conv2D(Tensor::HostZeros(DType::kF64, {1, 4, 4, 0}), f).ok());
+  EXPECT_THAT(std::string(ops::Conv2D(x, testing::RandomTensor({3, 3, 1, 6}, 5))
+                              .status()
+                              .message()),
+              ::testing::HasSubstr("6 filters do not split into 4 groups"));
+  EXPECT_FALSE(ops::Conv2D(x, Tensor()).ok());
+}
+
 TEST(OpsTest, ArrayOps) {
   Tensor x = V({1, 2, 3, 4, 5, 6}, {2, 3});
   EXPECT_EQ(ops::Transpose(x, {1, 0})->ToVector<float>(),
