@@ -624,6 +624,9 @@ int Predict(int argc, char** argv) {
   // all have (so a failure anywhere leaves nothing written).
   std::optional<AtomicFileWriter> file;
   Shape shape;
+  // A stop signal ends the run between batches, the temporary file removed
+  // (exit 128 + signal, as train's).
+  InstallStopSignalHandlers();
   absl::Status s = (*trainer)->WithModel(
       weights == "ema",
       [&](models::Model& model, Device device) -> absl::Status {
@@ -649,13 +652,20 @@ int Predict(int argc, char** argv) {
         }
         return trainer::Predict(
             model, device, inputs, [&](const Tensor& y) -> absl::Status {
+              if (StopSignal() != 0) {
+                return absl::CancelledError(
+                    absl::StrCat("predict: stopped by signal ", StopSignal()));
+              }
               if (!file.has_value()) return absl::OkStatus();
               return write_failure(file->Append(absl::string_view(
                   static_cast<const char*>(y.raw_data()),
                   static_cast<size_t>(y.num_elements()) * sizeof(float))));
             });
       });
-  if (std::optional<int> failed = FailIfAnyFailed(s)) return *failed;
+  if (std::optional<int> failed = FailIfAnyFailed(s)) {
+    file.reset();  // The temporary file goes before the process does.
+    return StopSignal() != 0 ? 128 + StopSignal() : *failed;
+  }
   const absl::Status written =
       file.has_value() ? write_failure(file->Commit()) : absl::OkStatus();
   if (std::optional<int> failed = FailIfAnyFailed(written)) return *failed;

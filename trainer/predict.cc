@@ -32,22 +32,38 @@ absl::Status ReadInto(GzFile& file, size_t n, std::string& out) {
   return absl::OkStatus();
 }
 
+// A gzip stream that ended early or failed its checks, after `bytes` of
+// data: ReadWholeFile's error; OK for a sound (or raw) file.
+absl::Status CheckStream(const GzFile& file, uint64_t bytes) {
+  if (file.stream_error().empty()) return absl::OkStatus();
+  return BadData(file.path(), absl::StrCat("corrupt gzip stream after ", bytes,
+                                           " bytes: ", file.stream_error()));
+}
+
 // The header's bytes: the magic and version, the length, then that many
 // bytes (fewer where the file ends: ParseNpyHeader says what is missing).
 absl::StatusOr<std::string> ReadHeaderBytes(GzFile& file) {
   std::string bytes;
   MT_RETURN_IF_ERROR(ReadInto(file, 8, bytes));
-  if (bytes.size() < 8) return bytes;
-  // Version 1.0 keeps the length in 2 bytes, later ones in 4.
-  const size_t length_bytes = bytes[6] == 1 ? 2 : 4;
-  MT_RETURN_IF_ERROR(ReadInto(file, length_bytes, bytes));
-  if (bytes.size() < 8 + length_bytes) return bytes;
-  uint32_t length = 0;
-  for (size_t i = 0; i < length_bytes; ++i) {
-    length |= static_cast<uint32_t>(static_cast<uint8_t>(bytes[8 + i]))
-              << (8 * i);
+  if (bytes.size() == 8) {
+    // Version 1.0 keeps the length in 2 bytes, later ones in 4.
+    const size_t length_bytes = bytes[6] == 1 ? 2 : 4;
+    MT_RETURN_IF_ERROR(ReadInto(file, length_bytes, bytes));
+    if (bytes.size() == 8 + length_bytes) {
+      uint32_t length = 0;
+      for (size_t i = 0; i < length_bytes; ++i) {
+        length |= static_cast<uint32_t>(static_cast<uint8_t>(bytes[8 + i]))
+                  << (8 * i);
+      }
+      if (length > kMaxHeaderBytes) {
+        return BadData(file.path(),
+                       absl::StrCat("a .npy header of ", length,
+                                    " bytes (numpy writes a few hundred)"));
+      }
+      MT_RETURN_IF_ERROR(ReadInto(file, length, bytes));
+    }
   }
-  MT_RETURN_IF_ERROR(ReadInto(file, std::min(length, kMaxHeaderBytes), bytes));
+  MT_RETURN_IF_ERROR(CheckStream(file, bytes.size()));
   return bytes;
 }
 
@@ -97,6 +113,10 @@ absl::StatusOr<Tensor> PredictInputs::Next(int64_t count) {
     return absl::InvalidArgumentError(
         absl::StrCat(short_file.message(), file_.StreamErrorSuffix()));
   }
+  // A stream that failed without ending early (its data inflated whole).
+  MT_RETURN_IF_ERROR(CheckStream(
+      file_, header_.data_offset + static_cast<uint64_t>((next_ + count) * row *
+                                                         header_.item_bytes)));
   MT_ASSIGN_OR_RETURN(Tensor x, Tensor::Empty(DType::kF32, shape));
   const int64_t first = next_ * row;
   float* v = x.data<float>();
@@ -116,16 +136,19 @@ absl::StatusOr<Tensor> PredictInputs::Next(int64_t count) {
       }
     }
   } else if (normalize_.enabled()) {
-    MT_RETURN_IF_ERROR(NormalizeChannels(normalize_, x));
+    MT_RETURN_IF_ERROR(NormalizeChannels(normalize_, x, next_ - count));
   }
   return x;
 }
 
 absl::Status PredictInputs::CheckEnd() {
+  // Reading on to the end also runs the gzip trailer's checks (its CRC and
+  // length), which zlib makes only after the data.
   MT_ASSIGN_OR_RETURN(const uint64_t rest, file_.CountRest());
-  if (rest == 0) return absl::OkStatus();
   const uint64_t need =
       static_cast<uint64_t>(header_.num_elements()) * header_.item_bytes;
+  MT_RETURN_IF_ERROR(CheckStream(file_, header_.data_offset + need + rest));
+  if (rest == 0) return absl::OkStatus();
   return CheckNpyPayload(header_, need + rest, path_);
 }
 

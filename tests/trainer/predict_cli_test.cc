@@ -222,6 +222,13 @@ TEST_F(PredictCliTest, TheInputStreamsInBatches) {
   const std::string full = ReadFile(d + "/full.npy.gz");
   testing::WriteBytes(d + "/cut.npy.gz", full.substr(0, full.size() * 9 / 10));
   testing::WriteBytes(d + "/long.npy", header + floats + "xy");
+  // The gzip trailer's CRC wrong (its data inflates whole: found after the
+  // last batch), garbage after the stream, a stream cut in the header.
+  std::string crc = full;
+  crc[crc.size() - 8] ^= 1;
+  testing::WriteBytes(d + "/crc.npy.gz", crc);
+  testing::WriteBytes(d + "/garbage.npy.gz", full + "garbage");
+  testing::WriteBytes(d + "/head.npy.gz", full.substr(0, 12));
   struct Case {
     std::string input, expected;
   };
@@ -233,7 +240,11 @@ TEST_F(PredictCliTest, TheInputStreamsInBatches) {
             "1) of <f4 needs 7840000 bytes"},
            {d + "/long.npy",
             "long.npy: trailing bytes: 2 after the 7840000 "
-            "bytes"}}) {
+            "bytes"},
+           {d + "/crc.npy.gz", "crc.npy.gz: corrupt gzip stream after"},
+           {d + "/garbage.npy.gz", "garbage.npy.gz: corrupt gzip stream after"},
+           {d + "/head.npy.gz",
+            "head.npy.gz: corrupt gzip stream after 0 bytes"}}) {
     Result r = RunCli(PredictArgs(c.input, d + "/out.npy"));
     EXPECT_EQ(r.exit_code, 2) << r.err;
     EXPECT_THAT(r.err, HasSubstr(c.expected));

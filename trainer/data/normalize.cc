@@ -6,8 +6,8 @@
 
 namespace mirrortrain::trainer {
 
-absl::Status NormalizeChannels(const NormalizeOptions& options,
-                               Tensor& images) {
+absl::Status NormalizeChannels(const NormalizeOptions& options, Tensor& images,
+                               int64_t first_example) {
   if (!options.enabled()) return absl::OkStatus();
   if (images.dtype() != DType::kF32 || !images.device().is_cpu() ||
       images.rank() < 2) {
@@ -43,10 +43,11 @@ absl::Status NormalizeChannels(const NormalizeOptions& options,
   for (int64_t i = 0; i < images.num_elements(); ++i) {
     if (std::isfinite(x[i])) continue;
     const int64_t k = i % channels;
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data.normalize: mean ", options.mean[k], " and std ",
-        options.stddev[k], " of channel ", k,
-        " make an input non-finite (example ", i / per_example, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.normalize: mean ", options.mean[k], " and std ",
+                     options.stddev[k], " of channel ", k,
+                     " make an input non-finite (example ",
+                     first_example + i / per_example, ")"));
   }
   return absl::OkStatus();
 }

@@ -24,8 +24,11 @@ struct NormalizeOptions {
 
 // Normalises host f32 `images` in place, in float32 as Keras's
 // Normalization layer. InvalidArgument naming data.normalize.mean when its
-// length is not the channel count.
-absl::Status NormalizeChannels(const NormalizeOptions& options, Tensor& images);
+// length is not the channel count, or an example the normalisation makes
+// non-finite (numbered from `first_example`: where `images` start in their
+// whole array).
+absl::Status NormalizeChannels(const NormalizeOptions& options, Tensor& images,
+                               int64_t first_example = 0);
 
 }  // namespace mirrortrain::trainer
 
