@@ -1,12 +1,9 @@
-// Layers that resize images without variables (Keras names and defaults):
-// `up_sampling2d` (UpSampling2D, nearest: each pixel repeated size[0] x
-// size[1] times) and `zero_padding2d` (ZeroPadding2D: rows and columns of
-// zeros around the image), NHWC.
+// `up_sampling2d` (Keras UpSampling2D, nearest: each pixel repeated size[0]
+// x size[1] times), NHWC, without variables.
 //
-// Both are built from recorded ops, so their gradients and GPU paths are
-// those ops': up-sampling multiplies x [n, h, 1, w, 1, c] by ones [sh, 1,
-// sw, 1] (broadcasting; the gradient sums each block), padding
-// concatenates zero blocks.
+// Built from recorded ops, so its gradient and GPU path are those ops':
+// it multiplies x [n, h, 1, w, 1, c] by ones [sh, 1, sw, 1] (broadcasting;
+// the gradient sums each block).
 #include <array>
 #include <memory>
 #include <string>
@@ -57,36 +54,6 @@ class UpSampling2DLayer final : public Layer {
   Tensor ones_;  // [sh, 1, sw, 1] of ones, on the layer's device.
 };
 
-class ZeroPadding2DLayer final : public Layer {
- public:
-  ZeroPadding2DLayer(std::string name, std::array<int64_t, 2> padding)
-      : Layer(std::move(name)), padding_(padding) {}
-
-  absl::StatusOr<Tensor> Call(const Tensor& x, const ForwardContext&) override {
-    MT_ASSIGN_OR_RETURN(const Shape out, OutputShape(x.shape()));
-    Tensor y = x;
-    for (int axis : {1, 2}) {
-      const int64_t pad = padding_[axis - 1];
-      if (pad == 0) continue;
-      Shape block = y.shape();
-      block[axis] = pad;
-      MT_ASSIGN_OR_RETURN(const Tensor zeros,
-                          Tensor::Zeros(y.dtype(), block, y.device()));
-      MT_ASSIGN_OR_RETURN(y, ops::Concat({zeros, y, zeros}, axis));
-    }
-    return y;
-  }
-
-  absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
-    MT_RETURN_IF_ERROR(CheckImages(input, name()));
-    return Shape{input[0], input[1] + 2 * padding_[0],
-                 input[2] + 2 * padding_[1], input[3]};
-  }
-
- private:
-  std::array<int64_t, 2> padding_;  // Rows above and below, columns beside.
-};
-
 }  // namespace
 
 MT_REGISTER(
@@ -120,21 +87,6 @@ MT_REGISTER(
                .To(b.device()));
        return std::unique_ptr<Layer>(
            new UpSampling2DLayer(b.name(), size, std::move(ones)));
-     }});
-
-MT_REGISTER(
-    LayerType,
-    {.name = "zero_padding2d",
-     .doc = "rows and columns of zeros around the image, NHWC (Keras "
-            "ZeroPadding2D, symmetric)",
-     .params = {{Param::IntPair("padding").Default(1).Min(0).Max(1 << 20).Doc(
-         "[rows above and below, columns left and right]; an integer: "
-         "both")}},
-     .create = [](const LayerSpec& spec,
-                  LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
-       MT_RETURN_IF_ERROR(CheckImages(b.input_shape(), ""));
-       return std::unique_ptr<Layer>(
-           new ZeroPadding2DLayer(b.name(), spec.params.IntPair("padding")));
      }});
 
 }  // namespace mirrortrain::models

@@ -100,6 +100,8 @@ const char* ParamTypeName(ParamType type) {
       return "a mapping of strings to strings";
     case ParamType::kIntPair:
       return "an integer or a list of 2 integers";
+    case ParamType::kIntBox:
+      return "an integer, a list of 2, or 2 lists of 2 integers";
   }
   return "?";
 }
@@ -293,6 +295,21 @@ std::array<int64_t, 2> Params::IntPair(const std::string& name) const {
   const int64_t both = Int(name);
   return {both, both};
 }
+std::array<int64_t, 4> Params::IntBox(const std::string& name) const {
+  const ParamValue* v = Get(name);
+  if (v != nullptr) {
+    if (const auto* list = std::get_if<std::vector<int64_t>>(v)) {
+      if (list->size() == 4) {
+        return {(*list)[0], (*list)[1], (*list)[2], (*list)[3]};
+      }
+      if (list->size() == 2) {
+        return {(*list)[0], (*list)[0], (*list)[1], (*list)[1]};
+      }
+    }
+  }
+  const int64_t all = Int(name);
+  return {all, all, all, all};
+}
 std::optional<std::array<int64_t, 2>> Params::OptionalIntPair(
     const std::string& name) const {
   if (IsNull(name)) return std::nullopt;
@@ -338,6 +355,11 @@ bool ParamTypeMatches(ParamType type, const ParamValue& value) {
       const auto* list = std::get_if<std::vector<int64_t>>(&value);
       return std::holds_alternative<int64_t>(value) ||
              (list != nullptr && list->size() == 2);
+    }
+    case ParamType::kIntBox: {
+      const auto* list = std::get_if<std::vector<int64_t>>(&value);
+      return std::holds_alternative<int64_t>(value) ||
+             (list != nullptr && (list->size() == 2 || list->size() == 4));
     }
   }
   return false;

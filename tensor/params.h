@@ -36,6 +36,10 @@ enum class ParamType {
   kStringMap,
   // An integer, or a list of two (Keras's kernel_size: 3 or (1, 7)).
   kIntPair,
+  // Padding or cropping around an image, as Keras takes it: an integer (all
+  // four sides), [rows, columns] (symmetric), or [[top, bottom], [left,
+  // right]]; held flat as [top, bottom, left, right] after the last.
+  kIntBox,
 };
 
 // "an integer", "a list of numbers", ... (for errors and the schema dump).
@@ -86,6 +90,11 @@ class Param {
   // reads both as a pair).
   static Param IntPair(std::string name) {
     return {std::move(name), ParamType::kIntPair};
+  }
+  // Held as an integer, a list of two, or the four sides flat (Params::IntBox
+  // reads each as [top, bottom, left, right]).
+  static Param IntBox(std::string name) {
+    return {std::move(name), ParamType::kIntBox};
   }
 
   Param Default(ParamValue value) &&;
@@ -181,6 +190,8 @@ class Params {
   std::array<int64_t, 2> IntPair(const std::string& name) const;
   std::optional<std::array<int64_t, 2>> OptionalIntPair(
       const std::string& name) const;
+  // An IntBox key as [top, bottom, left, right].
+  std::array<int64_t, 4> IntBox(const std::string& name) const;
   std::optional<int64_t> OptionalInt(const std::string& name) const;
   std::optional<double> OptionalFloat(const std::string& name) const;
 

@@ -93,8 +93,8 @@ std::string Show(const YAML::Node& node) {
 }
 
 std::string BeyondInt64(const YAML::Node& node, const Param& param) {
-  if ((param.type() != ParamType::kInt &&
-       param.type() != ParamType::kIntPair) ||
+  if ((param.type() != ParamType::kInt && param.type() != ParamType::kIntPair &&
+       param.type() != ParamType::kIntBox) ||
       !node.IsScalar() || IsStringScalar(node) ||
       !ReadPlainScalar(node.Scalar()).too_large) {
     return "";
@@ -155,6 +155,27 @@ std::optional<ParamValue> FromYaml(const YAML::Node& node, const Param& param) {
         return std::nullopt;
       }
       return pair;
+    }
+    case ParamType::kIntBox: {
+      if (!node.IsSequence()) return scalar(int64_t{});
+      // [[top, bottom], [left, right]], flattened; or as written.
+      if (node.size() == 2 && node[0].IsSequence() && node[1].IsSequence()) {
+        std::vector<int64_t> sides;
+        for (const YAML::Node& pair : node) {
+          if (pair.size() != 2) return std::nullopt;
+          for (const YAML::Node& side : pair) {
+            int64_t v = 0;
+            if (!Decode(side, &v)) return std::nullopt;
+            sides.push_back(v);
+          }
+        }
+        return ParamValue(std::move(sides));
+      }
+      std::optional<ParamValue> flat = list(int64_t{});
+      if (!flat) return std::nullopt;
+      const size_t n = std::get<std::vector<int64_t>>(*flat).size();
+      if (n != 2 && n != 4) return std::nullopt;
+      return flat;
     }
     case ParamType::kStringMap: {
       if (!node.IsMap()) return std::nullopt;

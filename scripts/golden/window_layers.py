@@ -53,6 +53,10 @@ the gradients of sum(y * upstream) with respect to x and every variable:
     strides=(2, 1), groups=3, same); conv_grouped_two/*: Conv2D(4, 3,
     groups=2, relu, no bias) on x [2, 5, 5, 4]; conv1d_grouped/*: Conv1D(6,
     2, groups=3, dilation_rate=2, causal).
+  * sides padded and cropped: zero_padding_sides/*: ZeroPadding2D(((0, 1),
+    (2, 1))) on x [2, 3, 4, 2]; cropping/*: Cropping2D(((1, 0), (1, 2)));
+    cropping_square/*: Cropping2D(2); zero_padding1d/*: ZeroPadding1D((2,
+    1)); cropping1d/*: Cropping1D((1, 3)) on x [2, 9, 3].
 
 Run from the repository root:
     python3 scripts/golden/window_layers.py
@@ -184,6 +188,17 @@ def main():
         (2, 5, 5, 4))
     tensors += case("conv1d_grouped", rng, keras.layers.Conv1D(
         6, 2, groups=3, dilation_rate=2, padding="causal", **f64), seq)
+    # Each side its own count: padding and cropping.
+    tensors += case("zero_padding_sides", rng, keras.layers.ZeroPadding2D(
+        ((0, 1), (2, 1)), **f64), (2, 3, 4, 2))
+    tensors += case("cropping", rng, keras.layers.Cropping2D(
+        ((1, 0), (1, 2)), **f64))
+    tensors += case("cropping_square", rng, keras.layers.Cropping2D(
+        2, **f64))
+    tensors += case("zero_padding1d", rng, keras.layers.ZeroPadding1D(
+        (2, 1), **f64), seq)
+    tensors += case("cropping1d", rng, keras.layers.Cropping1D(
+        (1, 3), **f64), seq)
     comment = ("Keras %s (TensorFlow %s) conv and pooling layers with "
                "(height, width) windows; scripts/golden/window_layers.py"
                % (keras.__version__, tf.__version__))

@@ -23,6 +23,7 @@ MT_DECLARE_OP(kReshapeOp);
 MT_DECLARE_OP(kTransposeOp);
 MT_DECLARE_OP(kConcatOp);
 MT_DECLARE_OP(kSplitOp);
+MT_DECLARE_OP(kSliceOp);
 MT_DECLARE_OP(kGatherOp);
 MT_DECLARE_OP(kCastOp);
 }  // namespace
@@ -39,6 +40,10 @@ struct TransposeAttrs {
 // Concat's and Split's: the axis they join or cut.
 struct ConcatAttrs {
   int axis;
+};
+struct SliceAttrs {
+  int axis;
+  int64_t begin;
 };
 
 // Output rows (the last output dimension) split over the kernel threads;
@@ -228,6 +233,25 @@ absl::StatusOr<std::vector<Tensor>> Split(const Tensor& x, int64_t pieces,
   }
   tape::RecordOperation(kSplitOp, {x}, out, ConcatAttrs{a});
   return out;
+}
+
+absl::StatusOr<Tensor> Slice(const Tensor& x, int axis, int64_t begin,
+                             int64_t size) {
+  constexpr const char* kOp = "Slice";
+  MT_RETURN_IF_ERROR(CheckDefined(kOp, {&x}));
+  MT_ASSIGN_OR_RETURN(const int a,
+                      internal::NormalizeAxis(kOp, axis, x.rank()));
+  if (begin < 0 || size < 0 || begin > x.dim(a) - size) {
+    return OpError(kOp,
+                   absl::StrCat("[", begin, ", ", begin, " + ", size,
+                                ") is not inside axis ", a, " of ", x.dim(a)),
+                   {&x});
+  }
+  Shape part = x.shape();
+  part[a] = size;
+  MT_ASSIGN_OR_RETURN(Tensor y, CopyBlock(kOp, x, a, begin, part));
+  tape::RecordOperation(kSliceOp, {x}, {y}, SliceAttrs{a, begin});
+  return y;
 }
 
 absl::StatusOr<Tensor> Concat(absl::Span<const Tensor> xs, int axis) {
@@ -593,6 +617,31 @@ MT_OP(kConcatOp, "Concat",
         }
         return absl::OkStatus();
       });
+
+// The gradient between zeros for the cells the slice left out: a recorded
+// Concat, so an outer tape differentiates through it.
+MT_OP_RECORDED_GRADIENT(
+    kSliceOp, "Slice",
+    [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+      if (!needs[0]) return absl::OkStatus();
+      const auto& at = std::any_cast<const SliceAttrs&>(op.attrs);
+      const Tensor& x = op.inputs[0];
+      const Tensor& dy = g[0];
+      std::vector<Tensor> parts;
+      for (const int64_t cells :
+           {at.begin, x.dim(at.axis) - at.begin - dy.dim(at.axis)}) {
+        if (cells == 0) continue;
+        Shape block = x.shape();
+        block[at.axis] = cells;
+        MT_ASSIGN_OR_RETURN(Tensor zeros,
+                            Tensor::Zeros(dy.dtype(), block, dy.device()));
+        parts.push_back(std::move(zeros));
+      }
+      // The gradient goes between the zeros before and after it.
+      parts.insert(parts.begin() + (at.begin > 0 ? 1 : 0), dy);
+      MT_ASSIGN_OR_RETURN((*grads)[0], Concat(parts, at.axis));
+      return absl::OkStatus();
+    });
 
 // The outputs' gradients joined again (zeros for an unused piece): a
 // recorded Concat, so an outer tape differentiates through it.

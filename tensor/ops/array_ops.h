@@ -16,6 +16,10 @@ absl::StatusOr<Tensor> Reshape(const Tensor& x, const Shape& shape);
 // out.shape[i] = x.shape[perm[i]].
 absl::StatusOr<Tensor> Transpose(const Tensor& x, const std::vector<int>& perm);
 absl::StatusOr<Tensor> Concat(absl::Span<const Tensor> xs, int axis);
+// The cells [begin, begin + size) of `axis` (tf.slice along one axis), a
+// copy; its gradient puts the output's between zeros.
+absl::StatusOr<Tensor> Slice(const Tensor& x, int axis, int64_t begin,
+                             int64_t size);
 // tf.split(x, pieces, axis): `pieces` equal copies of consecutive blocks
 // along `axis` (whose size they must divide); Concat's inverse, and its
 // gradient is Concat of theirs.

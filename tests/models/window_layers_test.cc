@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -284,7 +285,17 @@ INSTANTIATE_TEST_SUITE_P(
                     {"kernel_size", int64_t{2}},
                     {"groups", int64_t{3}},
                     {"dilation_rate", int64_t{2}},
-                    {"padding", "causal"}}}),
+                    {"padding", "causal"}}},
+        // Each side its own count ([[top, bottom], [left, right]] held
+        // flat).
+        WindowCase{"zero_padding_sides",
+                   "zero_padding2d",
+                   {{"padding", Pair{0, 1, 2, 1}}}},
+        WindowCase{"cropping", "cropping2d", {{"cropping", Pair{1, 0, 1, 2}}}},
+        WindowCase{"cropping_square", "cropping2d", {{"cropping", int64_t{2}}}},
+        WindowCase{
+            "zero_padding1d", "zero_padding1d", {{"padding", Pair{2, 1}}}},
+        WindowCase{"cropping1d", "cropping1d", {{"cropping", Pair{1, 3}}}}),
     [](const ::testing::TestParamInfo<WindowCase>& info) {
       return info.param.golden;
     });
@@ -436,6 +447,33 @@ TEST(WindowPairTest, GroupsMustDivideChannelsAndFilters) {
   ASSERT_FALSE(doubled.ok());
   EXPECT_THAT(std::string(doubled.status().message()),
               ::testing::HasSubstr("expects NHWC input with 3 channels"));
+}
+
+// A crop must leave cells on every axis; the error names the axis.
+TEST(WindowPairTest, ACropMustLeaveCells) {
+  for (const auto& [type, value, input, expected] :
+       std::vector<std::tuple<std::string, ParamValue, Shape, std::string>>{
+           {"cropping2d",
+            Pair{4, 3, 0, 0},
+            {7, 6, 3},
+            "cropping 4 and 3 leaves none of the 7 cells of axis 1"},
+           {"cropping2d",
+            int64_t{3},
+            {7, 6, 3},
+            "cropping 3 and 3 leaves none of the 6 cells of axis 2"},
+           {"cropping1d",
+            Pair{5, 4},
+            {9, 3},
+            "cropping 5 and 4 leaves none of the 9 cells of axis 1"}}) {
+    absl::StatusOr<LayerSpec> spec = MakeLayerSpec(type, {{"cropping", value}});
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    spec->path = "model.layers[0]";
+    absl::StatusOr<std::unique_ptr<Model>> model =
+        Model::Build(ModelDef{input, {*spec}}, 1, Device::Cpu());
+    ASSERT_FALSE(model.ok()) << type;
+    EXPECT_THAT(std::string(model.status().message()),
+                ::testing::HasSubstr(expected));
+  }
 }
 
 // Causal conv1d layers (a byte language model's body): an output sees no

@@ -264,6 +264,9 @@ const std::vector<OpRow>& Rows() {
        Args(Rand({2, 3, 4}))},
       {"Concat", [](const Inputs& in) { return ops::Concat(in, 1); },
        Args(Rand({2, 3, 4}), Rand({2, 2, 4}))},
+      {"Slice",
+       [](const Inputs& in) { return ops::Slice(in[0], 1, 2, 3); },
+       Args(Rand({2, 6, 4}))},
       {"Split",
        [](const Inputs& in) -> absl::StatusOr<Tensor> {
          // Pieces weighed apart, the middle one unused (a zero gradient).

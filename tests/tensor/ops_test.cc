@@ -194,6 +194,14 @@ TEST(OpsTest, ArrayOps) {
   ASSERT_TRUE(rows.ok()) << rows.status();
   EXPECT_EQ((*rows)[1].ToVector<float>(), (std::vector<float>{4, 5, 6}));
   EXPECT_FALSE(ops::Split(x, 2, 1).ok());
+  // Slice: cells [begin, begin + size) of one axis.
+  EXPECT_EQ(ops::Slice(x, 1, 1, 2)->ToVector<float>(),
+            (std::vector<float>{2, 3, 5, 6}));
+  EXPECT_EQ(ops::Slice(x, 0, 1, 1)->ToVector<float>(),
+            (std::vector<float>{4, 5, 6}));
+  EXPECT_EQ(ops::Slice(x, 1, 3, 0)->shape(), (Shape{2, 0}));
+  EXPECT_FALSE(ops::Slice(x, 1, 2, 2).ok());
+  EXPECT_FALSE(ops::Slice(x, 1, -1, 1).ok());
   EXPECT_FALSE(ops::Split(x, 0, 1).ok());
   Tensor ids = Tensor::FromVector<int64_t>({1, 1, 0}, {3});
   EXPECT_EQ(ops::Gather(x, ids)->ToVector<float>(),
