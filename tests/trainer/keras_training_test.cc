@@ -264,6 +264,44 @@ std::vector<KerasRun> Runs() {
         "optimizer={name: momentum, learning_rate: 0.05, momentum: 0.9}"},
        4,
        8},
+      // MobileNetV2's and DeepLab's pieces: asymmetric padding before a
+      // strided valid depthwise conv, a grouped pointwise conv, a dilated
+      // conv, an asymmetric crop.
+      {"mobile",
+       NpzData,
+       {"data.global_batch_size=12",
+        "model={layers: ["
+        "{type: conv2d, filters: 8, kernel_size: 3, padding: same, "
+        "activation: relu}, "
+        "{type: zero_padding2d, padding: [[0, 1], [0, 1]]}, "
+        "{type: depthwise_conv2d, kernel_size: 3, strides: 2, "
+        "activation: relu}, "
+        "{type: conv2d, filters: 8, kernel_size: 1, groups: 2}, "
+        "{type: conv2d, filters: 6, kernel_size: 3, dilation_rate: 2, "
+        "padding: same, activation: relu}, "
+        "{type: cropping2d, cropping: [[1, 0], [0, 1]]}, "
+        "{type: global_average_pooling2d}, {type: dense, units: 4}]}",
+        "optimizer={name: adam, learning_rate: 0.01}"},
+       10,
+       8},
+      // WaveNet's stack: causal convs at dilations 1, 2 (grouped) and 4,
+      // then a crop and a pad of steps.
+      {"wave",
+       NpzData,
+       {"data.global_batch_size=12",
+        "model={input_shape: [12, 4], layers: ["
+        "{type: conv1d, filters: 6, kernel_size: 2, padding: causal, "
+        "activation: relu}, "
+        "{type: conv1d, filters: 6, kernel_size: 2, padding: causal, "
+        "dilation_rate: 2, groups: 2, activation: relu}, "
+        "{type: conv1d, filters: 4, kernel_size: 2, padding: causal, "
+        "dilation_rate: 4}, "
+        "{type: cropping1d, cropping: [4, 0]}, "
+        "{type: zero_padding1d, padding: [0, 1]}, "
+        "{type: flatten}, {type: dense, units: 4}]}",
+        "optimizer={name: adam, learning_rate: 0.01}"},
+       8,
+       8},
       // Branches concatenated along the channels: a conv's output beside
       // its input (identity shortcut), then a pointwise dense beside a 1x1
       // conv.
