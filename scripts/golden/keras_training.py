@@ -249,6 +249,15 @@ def binary(rng, name, labels, output, loss_fn, optimizer, seed):
                       REG_STEPS, REG_EXAMPLES // REG_BATCH, loss_fn))
 
 
+def small_run(name, x, y, model, optimizer):
+    """The run `name` of `model` on x, y: REG_STEPS steps of REG_BATCH
+    consecutive examples under `optimizer`, recorded with its data."""
+    return [(name + "/x", x), (name + "/y", y)] + record(
+        name + "/", model,
+        lambda: train(model, optimizer, consecutive_batches(x, y, REG_BATCH),
+                      REG_STEPS, REG_EXAMPLES // REG_BATCH))
+
+
 def sequences(rng):
     """Conv1D layers (causal, then same with strides) on sequences [n, 10,
     4], classes the sign pattern of two random projections of the mean."""
@@ -266,10 +275,7 @@ def sequences(rng):
         L.Dense(4),
     ])
     optimizer = keras.optimizers.Adam(learning_rate=0.01)
-    return [("seq/x", x), ("seq/y", y)] + record(
-        "seq/", model,
-        lambda: train(model, optimizer, consecutive_batches(x, y, REG_BATCH),
-                      REG_STEPS, REG_EXAMPLES // REG_BATCH))
+    return small_run("seq", x, y, model, optimizer)
 
 
 def mobile(rng):
@@ -294,10 +300,7 @@ def mobile(rng):
         L.Dense(4),
     ])
     optimizer = keras.optimizers.Adam(learning_rate=0.01)
-    return [("mobile/x", x), ("mobile/y", y)] + record(
-        "mobile/", model,
-        lambda: train(model, optimizer, consecutive_batches(x, y, REG_BATCH),
-                      REG_STEPS, REG_EXAMPLES // REG_BATCH))
+    return small_run("mobile", x, y, model, optimizer)
 
 
 def wave(rng):
@@ -321,10 +324,7 @@ def wave(rng):
         L.Dense(4),
     ])
     optimizer = keras.optimizers.Adam(learning_rate=0.01)
-    return [("wave/x", x), ("wave/y", y)] + record(
-        "wave/", model,
-        lambda: train(model, optimizer, consecutive_batches(x, y, REG_BATCH),
-                      REG_STEPS, REG_EXAMPLES // REG_BATCH))
+    return small_run("wave", x, y, model, optimizer)
 
 
 def regression(rng, name, targets, loss_fn, optimizer, seed, offsets=0.0,
@@ -393,10 +393,7 @@ def concatenated(rng):
     h = L.GlobalAveragePooling2D()(h)
     model = keras.Model(inputs, L.Dense(4)(h))
     optimizer = keras.optimizers.Adam(learning_rate=0.01)
-    return [("cat/x", x), ("cat/y", y)] + record(
-        "cat/", model,
-        lambda: train(model, optimizer, consecutive_batches(x, y, REG_BATCH),
-                      REG_STEPS, REG_EXAMPLES // REG_BATCH))
+    return small_run("cat", x, y, model, optimizer)
 
 
 def segmentation(rng):
@@ -418,10 +415,7 @@ def segmentation(rng):
     h = L.Concatenate()([up, h])
     model = keras.Model(inputs, L.Conv2D(3, 1)(h))
     optimizer = keras.optimizers.Adam(learning_rate=0.01)
-    return [("unet/x", x), ("unet/y", y)] + record(
-        "unet/", model,
-        lambda: train(model, optimizer, consecutive_batches(x, y, REG_BATCH),
-                      REG_STEPS, REG_EXAMPLES // REG_BATCH))
+    return small_run("unet", x, y, model, optimizer)
 
 
 def residual(rng):
