@@ -101,7 +101,7 @@ const char* ParamTypeName(ParamType type) {
     case ParamType::kIntPair:
       return "an integer or a list of 2 integers";
     case ParamType::kIntBox:
-      return "an integer, a list of 2, or 2 lists of 2 integers";
+      return "an integer, a list of 2 or 4, or 2 lists of 2 integers";
   }
   return "?";
 }

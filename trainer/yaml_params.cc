@@ -158,13 +158,20 @@ std::optional<ParamValue> FromYaml(const YAML::Node& node, const Param& param) {
     }
     case ParamType::kIntBox: {
       if (!node.IsSequence()) return scalar(int64_t{});
-      // [[top, bottom], [left, right]], flattened; or as written.
-      if (node.size() == 2 && node[0].IsSequence() && node[1].IsSequence()) {
+      // [[top, bottom], [left, right]], flattened, either pair also an
+      // integer for both its sides (Keras's standardize_tuple); or as
+      // written.
+      if (node.size() == 2 && (node[0].IsSequence() || node[1].IsSequence())) {
         std::vector<int64_t> sides;
         for (const YAML::Node& pair : node) {
+          int64_t v = 0;
+          if (!pair.IsSequence()) {
+            if (!Decode(pair, &v)) return std::nullopt;
+            sides.insert(sides.end(), {v, v});
+            continue;
+          }
           if (pair.size() != 2) return std::nullopt;
           for (const YAML::Node& side : pair) {
-            int64_t v = 0;
             if (!Decode(side, &v)) return std::nullopt;
             sides.push_back(v);
           }

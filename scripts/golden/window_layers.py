@@ -56,7 +56,8 @@ the gradients of sum(y * upstream) with respect to x and every variable:
   * sides padded and cropped: zero_padding_sides/*: ZeroPadding2D(((0, 1),
     (2, 1))) on x [2, 3, 4, 2]; cropping/*: Cropping2D(((1, 0), (1, 2)));
     cropping_square/*: Cropping2D(2); zero_padding1d/*: ZeroPadding1D((2,
-    1)); cropping1d/*: Cropping1D((1, 3)) on x [2, 9, 3].
+    1)); cropping1d/*: Cropping1D((1, 3)) on x [2, 9, 3]; cropping_end/*:
+    Cropping2D(((0, 2), (0, 1))) (nothing off the start).
 
 Run from the repository root:
     python3 scripts/golden/window_layers.py
@@ -199,6 +200,8 @@ def main():
         (2, 1), **f64), seq)
     tensors += case("cropping1d", rng, keras.layers.Cropping1D(
         (1, 3), **f64), seq)
+    tensors += case("cropping_end", rng, keras.layers.Cropping2D(
+        ((0, 2), (0, 1)), **f64))
     comment = ("Keras %s (TensorFlow %s) conv and pooling layers with "
                "(height, width) windows; scripts/golden/window_layers.py"
                % (keras.__version__, tf.__version__))

@@ -295,7 +295,9 @@ INSTANTIATE_TEST_SUITE_P(
         WindowCase{"cropping_square", "cropping2d", {{"cropping", int64_t{2}}}},
         WindowCase{
             "zero_padding1d", "zero_padding1d", {{"padding", Pair{2, 1}}}},
-        WindowCase{"cropping1d", "cropping1d", {{"cropping", Pair{1, 3}}}}),
+        WindowCase{"cropping1d", "cropping1d", {{"cropping", Pair{1, 3}}}},
+        WindowCase{
+            "cropping_end", "cropping2d", {{"cropping", Pair{0, 2, 0, 1}}}}),
     [](const ::testing::TestParamInfo<WindowCase>& info) {
       return info.param.golden;
     });

@@ -667,14 +667,15 @@ TEST(ConfigTest, LayerListsNestAndReportPaths) {
   c = ParseConfig(
       "model:\n  input_shape: [8, 8, 1]\n  layers:\n"
       "    - {type: zero_padding2d, padding: [[0, 1], [2, 3]]}\n"
-      "    - {type: cropping2d, cropping: [1, 2]}\n"
+      "    - {type: cropping2d, cropping: [1, [2, 0]]}\n"
       "    - {type: flatten}\n    - {type: dense, units: 10}\n",
       "sides.yaml", {});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->model.layers[0].params.IntBox("padding"),
             (std::array<int64_t, 4>{0, 1, 2, 3}));
+  // Keras's mixed form: an integer for both sides of one axis.
   EXPECT_EQ(c->model.layers[1].params.IntBox("cropping"),
-            (std::array<int64_t, 4>{1, 1, 2, 2}));
+            (std::array<int64_t, 4>{1, 1, 2, 0}));
   again = ParseConfig(c->resolved_yaml, "again.yaml", {});
   ASSERT_TRUE(again.ok()) << again.status() << "\n" << c->resolved_yaml;
   EXPECT_EQ(again->resolved_yaml, c->resolved_yaml);
@@ -695,15 +696,15 @@ TEST(ConfigTest, LayerListsNestAndReportPaths) {
       // Sides: an integer, two, or two pairs (or four flat), in range.
       {"model:\n  layers:\n    - {type: zero_padding2d, padding: [[1], "
        "[2, 3]]}\n",
-       "m.yaml:3: model.layers[0].padding: expected an integer, a list of 2, "
-       "or 2 lists of 2 integers in [0, 1048576], got [[1], [2, 3]]"},
+       "m.yaml:3: model.layers[0].padding: expected an integer, a list of 2 "
+       "or 4, or 2 lists of 2 integers in [0, 1048576], got [[1], [2, 3]]"},
       {"model:\n  layers:\n    - {type: cropping2d, cropping: [1, 2, 3]}\n",
-       "m.yaml:3: model.layers[0].cropping: expected an integer, a list of 2, "
-       "or 2 lists of 2 integers in [0, 1048576], got [1, 2, 3]"},
+       "m.yaml:3: model.layers[0].cropping: expected an integer, a list of 2 "
+       "or 4, or 2 lists of 2 integers in [0, 1048576], got [1, 2, 3]"},
       {"model:\n  layers:\n    - {type: cropping2d, cropping: [[0, -1], "
        "[0, 0]]}\n",
-       "m.yaml:3: model.layers[0].cropping: expected an integer, a list of 2, "
-       "or 2 lists of 2 integers in [0, 1048576], got [0, -1, 0, 0]"},
+       "m.yaml:3: model.layers[0].cropping: expected an integer, a list of 2 "
+       "or 4, or 2 lists of 2 integers in [0, 1048576], got [0, -1, 0, 0]"},
       {"model:\n  layers:\n    - {type: max_pooling2d, strides: [2, 0]}\n",
        "m.yaml:3: model.layers[0].strides: expected an integer or a list of 2 "
        "integers in [1, 2147483647], or null, got [2, 0]"},
