@@ -65,25 +65,78 @@ absl::StatusOr<Tensor> GlorotUniform(const Shape& shape, uint64_t seed,
   return RandomUniform(shape, seed, limit, dtype);
 }
 
+namespace {
+
+// A standard normal truncated at +-`bound` by rejection from U(-bound,
+// bound) under the density's shape, from arithmetic alone (vmath::ExpF,
+// not libm's exp, log or cos, whose last bits differ between C libraries),
+// so every host draws the same numbers.
+double NormalDraw(std::mt19937_64& rng, double bound) {
+  auto uniform = [&rng] {
+    return static_cast<double>(rng() >> 11) * 0x1.0p-53;
+  };
+  for (;;) {
+    const double z = 2.0 * bound * uniform() - bound;
+    const double accept = uniform();
+    if (accept < vmath::ExpF(static_cast<float>(-0.5 * z * z))) return z;
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<Tensor> TruncatedNormal(const Shape& shape, uint64_t seed,
                                        double stddev, DType dtype) {
   MT_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(dtype, shape));
   std::mt19937_64 rng(seed);
-  auto uniform = [&rng] {
-    return static_cast<double>(rng() >> 11) * 0x1.0p-53;
-  };
   for (int64_t i = 0; i < t.num_elements(); ++i) {
-    // Rejection from U(-2, 2) under the normal density's shape: the normal
-    // truncated at two standard deviations, exactly, from arithmetic alone
-    // (vmath::ExpF, not libm's exp, log or cos, whose last bits differ
-    // between C libraries), so every host draws the same weights.
-    double z;
-    for (;;) {
-      z = 4.0 * uniform() - 2.0;
-      const double accept = uniform();
-      if (accept < vmath::ExpF(static_cast<float>(-0.5 * z * z))) break;
+    Store(t, i, NormalDraw(rng, 2.0) * stddev);
+  }
+  return t;
+}
+
+absl::StatusOr<Tensor> Orthogonal(const Shape& shape, uint64_t seed) {
+  if (shape.size() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "orthogonal: needs a shape of rank >= 2, got ", ShapeToString(shape)));
+  }
+  const int64_t cols = shape.back();
+  const int64_t rows = NumElements(shape) / std::max<int64_t>(cols, 1);
+  const int64_t m = std::max(rows, cols), n = std::min(rows, cols);
+  MT_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(DType::kF32, shape));
+  if (n == 0) return t;
+  // A Gaussian m x n matrix (truncated at 8 sigma, which no draw of a
+  // weight matrix tells apart), column-major.
+  std::mt19937_64 rng(seed);
+  std::vector<double> q(static_cast<size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) q[j * m + i] = NormalDraw(rng, 8.0);
+  }
+  // Its Q factor with R's diagonal positive (Keras's q * sign(diag(r)),
+  // the one Q that has it) by Gram-Schmidt with a second pass: additions,
+  // products and sqrt alone, so the same bits on every host (LAPACK's
+  // kernels round differently per CPU).
+  for (int64_t j = 0; j < n; ++j) {
+    double* col = &q[j * m];
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int64_t k = 0; k < j; ++k) {
+        const double* prev = &q[k * m];
+        double dot = 0;
+        for (int64_t i = 0; i < m; ++i) dot += prev[i] * col[i];
+        for (int64_t i = 0; i < m; ++i) col[i] -= dot * prev[i];
+      }
     }
-    Store(t, i, z * stddev);
+    double norm = 0;
+    for (int64_t i = 0; i < m; ++i) norm += col[i] * col[i];
+    norm = std::sqrt(norm);
+    for (int64_t i = 0; i < m; ++i) col[i] /= norm;
+  }
+  // [rows, cols]: Q itself where rows >= cols, else its transpose.
+  float* out = t.data<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      out[r * cols + c] =
+          static_cast<float>(rows >= cols ? q[c * m + r] : q[r * m + c]);
+    }
   }
   return t;
 }
@@ -130,6 +183,7 @@ uint64_t BiasSeed(uint64_t seed) {
 std::vector<std::string> InitializerNames() {
   std::vector<std::string> out;
   for (const NamedInitializer& i : kInitializers) out.push_back(i.name);
+  out.push_back("orthogonal");
   return out;
 }
 
@@ -139,6 +193,7 @@ absl::StatusOr<Tensor> Initialize(const std::string& name, const Shape& shape,
   if (name == "glorot_uniform") {
     return GlorotUniform(shape, seed, DType::kF32, fans);
   }
+  if (name == "orthogonal") return Orthogonal(shape, seed);
   for (const NamedInitializer& i : kInitializers) {
     if (name != i.name) continue;
     if (!i.scaling.has_value()) {
@@ -170,7 +225,7 @@ std::vector<Param> WithInitializerParams(std::vector<Param> params,
                        .Doc("the kernel's initial values (Keras's names: "
                             "variance scaling over fan_avg (glorot) or "
                             "fan_in (he: scale 2; lecun), uniform or "
-                            "truncated normal)"));
+                            "truncated normal; or orthogonal)"));
   params.push_back(Param::String("bias_initializer")
                        .Default("zeros")
                        .OneOf(InitializerNames())

@@ -52,10 +52,17 @@ absl::StatusOr<Tensor> TruncatedNormal(const Shape& shape, uint64_t seed,
                                        double stddev,
                                        DType dtype = DType::kF32);
 
+// keras.initializers.Orthogonal (gain 1): for a shape [..., cols] read as
+// rows x cols, the Q factor (R's diagonal positive) of a Gaussian
+// max x min matrix, transposed where rows < cols, so its rows or its
+// columns are orthonormal. Seeded, the same bits on every host.
+// InvalidArgument below rank 2.
+absl::StatusOr<Tensor> Orthogonal(const Shape& shape, uint64_t seed);
+
 // The initialisers a config may name, Keras's (keras.initializers.get):
 // glorot_uniform, glorot_normal, he_uniform, he_normal, lecun_uniform,
 // lecun_normal (VarianceScaling: scale 1 or 2 over fan_avg or fan_in, a
-// uniform or a truncated normal of that variance), zeros, ones.
+// uniform or a truncated normal of that variance), zeros, ones, orthogonal.
 std::vector<std::string> InitializerNames();
 // `name`'s values for a variable of `shape` (fans: as GlorotUniform's),
 // drawn from `seed`. glorot_uniform is GlorotUniform bit for bit.

@@ -58,6 +58,9 @@ the gradients of sum(y * upstream) with respect to x and every variable:
     cropping_square/*: Cropping2D(2); zero_padding1d/*: ZeroPadding1D((2,
     1)); cropping1d/*: Cropping1D((1, 3)) on x [2, 9, 3]; cropping_end/*:
     Cropping2D(((0, 2), (0, 1))) (nothing off the start).
+  * lstm_seq/*, lstm_back/*, lstm_back_seq/*: LSTM(4, return_sequences),
+    LSTM(3, go_backwards, no bias), LSTM(2, go_backwards, return_sequences,
+    relu) on x [2, 9, 3] (kernel, recurrent_kernel, bias).
 
 Run from the repository root:
     python3 scripts/golden/window_layers.py
@@ -202,6 +205,14 @@ def main():
         (1, 3), **f64), seq)
     tensors += case("cropping_end", rng, keras.layers.Cropping2D(
         ((0, 2), (0, 1)), **f64))
+    # Recurrent: LSTM through time, every gradient.
+    tensors += case("lstm_seq", rng, keras.layers.LSTM(
+        4, return_sequences=True, **f64), seq)
+    tensors += case("lstm_back", rng, keras.layers.LSTM(
+        3, go_backwards=True, use_bias=False, **f64), seq)
+    tensors += case("lstm_back_seq", rng, keras.layers.LSTM(
+        2, go_backwards=True, return_sequences=True, activation="relu",
+        **f64), seq)
     comment = ("Keras %s (TensorFlow %s) conv and pooling layers with "
                "(height, width) windows; scripts/golden/window_layers.py"
                % (keras.__version__, tf.__version__))

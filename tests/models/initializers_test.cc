@@ -181,5 +181,37 @@ TEST(InitializersTest, TruncatedNormalStreamIsPinned) {
             kPinnedTruncatedNormal);
 }
 
+// keras.initializers.Orthogonal: rows x cols (the last axis the columns)
+// with orthonormal columns where rows >= cols, orthonormal rows where
+// fewer; seeded; below rank 2 an error. The LSTM's recurrent kernel
+// [units, 4 units] has orthonormal rows.
+TEST(InitializersTest, OrthogonalHasOrthonormalRowsOrColumns) {
+  for (const Shape& shape : {Shape{4, 16}, Shape{3, 3, 2, 5}, Shape{6, 6}}) {
+    SCOPED_TRACE(ShapeToString(shape));
+    absl::StatusOr<Tensor> t = Initialize("orthogonal", shape, 7);
+    ASSERT_TRUE(t.ok()) << t.status();
+    const int64_t cols = shape.back(), rows = t->num_elements() / cols;
+    const float* v = t->data<float>();
+    const bool by_rows = rows < cols;
+    const int64_t n = by_rows ? rows : cols, len = by_rows ? cols : rows;
+    auto at = [&](int64_t vec, int64_t i) {
+      return by_rows ? v[vec * cols + i] : v[i * cols + vec];
+    };
+    for (int64_t a = 0; a < n; ++a) {
+      for (int64_t b = 0; b < n; ++b) {
+        double dot = 0;
+        for (int64_t i = 0; i < len; ++i) dot += at(a, i) * at(b, i);
+        EXPECT_NEAR(dot, a == b ? 1.0 : 0.0, 1e-6) << a << "," << b;
+      }
+    }
+    absl::StatusOr<Tensor> again = Initialize("orthogonal", shape, 7);
+    absl::StatusOr<Tensor> other = Initialize("orthogonal", shape, 8);
+    ASSERT_TRUE(again.ok() && other.ok());
+    EXPECT_TRUE(testing::SameBits(*t, *again));
+    EXPECT_FALSE(testing::SameBits(*t, *other));
+  }
+  EXPECT_FALSE(Initialize("orthogonal", {5}, 1).ok());
+}
+
 }  // namespace
 }  // namespace mirrortrain::models

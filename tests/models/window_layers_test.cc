@@ -38,6 +38,8 @@ struct WindowCase {
   std::string golden;  // The case's prefix in the golden file.
   std::string type;
   std::vector<std::pair<std::string, ParamValue>> params;
+  // Between the layer's name and its variables' (an LSTM's cell).
+  std::string scope = "";
 };
 
 class WindowGoldenTest : public ::testing::TestWithParam<WindowCase> {};
@@ -61,14 +63,14 @@ void ExpectMatchesKeras(const WindowCase& c, Device device) {
   // Keras's variables in Keras's order, with its shapes.
   const std::vector<Variable*>& vars = (*model)->variables();
   std::vector<std::string> parts;
-  for (const char* part : {"kernel", "depthwise_kernel", "pointwise_kernel",
-                           "bias", "gamma", "beta"}) {
+  for (const char* part : {"kernel", "recurrent_kernel", "depthwise_kernel",
+                           "pointwise_kernel", "bias", "gamma", "beta"}) {
     if (Golden().contains(c.golden + "/" + part)) parts.push_back(part);
   }
   ASSERT_EQ(vars.size(), parts.size());
   std::vector<Tensor> sources = {x};
   for (size_t i = 0; i < vars.size(); ++i) {
-    EXPECT_EQ(vars[i]->name(), c.type + "/" + parts[i]);
+    EXPECT_EQ(vars[i]->name(), c.type + "/" + c.scope + parts[i]);
     ASSERT_EQ(vars[i]->shape(), g(parts[i]).shape()) << parts[i];
     absl::StatusOr<Tensor> value = F32(g(parts[i])).To(device);
     ASSERT_TRUE(value.ok()) << value.status();
@@ -297,7 +299,25 @@ INSTANTIATE_TEST_SUITE_P(
             "zero_padding1d", "zero_padding1d", {{"padding", Pair{2, 1}}}},
         WindowCase{"cropping1d", "cropping1d", {{"cropping", Pair{1, 3}}}},
         WindowCase{
-            "cropping_end", "cropping2d", {{"cropping", Pair{0, 2, 0, 1}}}}),
+            "cropping_end", "cropping2d", {{"cropping", Pair{0, 2, 0, 1}}}},
+        // Recurrent: every gradient through time.
+        WindowCase{"lstm_seq",
+                   "lstm",
+                   {{"units", int64_t{4}}, {"return_sequences", true}},
+                   "lstm_cell/"},
+        WindowCase{"lstm_back",
+                   "lstm",
+                   {{"units", int64_t{3}},
+                    {"go_backwards", true},
+                    {"use_bias", false}},
+                   "lstm_cell/"},
+        WindowCase{"lstm_back_seq",
+                   "lstm",
+                   {{"units", int64_t{2}},
+                    {"go_backwards", true},
+                    {"return_sequences", true},
+                    {"activation", "relu"}},
+                   "lstm_cell/"}),
     [](const ::testing::TestParamInfo<WindowCase>& info) {
       return info.param.golden;
     });

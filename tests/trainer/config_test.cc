@@ -712,7 +712,7 @@ TEST(ConfigTest, LayerListsNestAndReportPaths) {
        "he}\n",
        "m.yaml:3: model.layers[0].kernel_initializer: unknown value 'he' "
        "(expected one of glorot_uniform, glorot_normal, he_uniform, he_normal, "
-       "lecun_uniform, lecun_normal, zeros, ones)"},
+       "lecun_uniform, lecun_normal, zeros, ones, orthogonal)"},
       {"model:\n  layers:\n    - {type: flatten, units: 3}\n",
        "m.yaml:3: model.layers[0].units: unknown key for layer type flatten"},
       // A softmax on the output layer (inside a container) with layers

@@ -302,6 +302,19 @@ std::vector<KerasRun> Runs() {
         "optimizer={name: adam, learning_rate: 0.01}"},
        8,
        8},
+      // Two LSTMs: every step's output, then the last of a backward pass
+      // (Keras's orthogonal recurrent kernels and forget-gate biases of 1
+      // as the initial values).
+      {"rnn",
+       NpzData,
+       {"data.global_batch_size=12",
+        "model={input_shape: [10, 4], layers: ["
+        "{type: lstm, units: 8, return_sequences: true}, "
+        "{type: lstm, units: 6, go_backwards: true}, "
+        "{type: dense, units: 4}]}",
+        "optimizer={name: adam, learning_rate: 0.01}"},
+       8,
+       8},
       // Branches concatenated along the channels: a conv's output beside
       // its input (identity shortcut), then a pointwise dense beside a 1x1
       // conv.
