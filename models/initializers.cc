@@ -226,9 +226,12 @@ std::vector<Param> WithInitializerParams(std::vector<Param> params,
                             "variance scaling over fan_avg (glorot) or "
                             "fan_in (he: scale 2; lecun), uniform or "
                             "truncated normal; or orthogonal)"));
+  // Orthogonal needs a matrix (Keras refuses it on a bias too).
+  std::vector<std::string> bias_names = InitializerNames();
+  std::erase(bias_names, "orthogonal");
   params.push_back(Param::String("bias_initializer")
                        .Default("zeros")
-                       .OneOf(InitializerNames())
+                       .OneOf(std::move(bias_names))
                        .Doc("the bias's initial values"));
   return params;
 }

@@ -328,8 +328,8 @@ def wave(rng):
 
 
 def recurrent(rng):
-    """Two LSTMs (every step's output, then the last of a backward pass)
-    on sequences [n, 10, 4]."""
+    """An LSTM (every step's output), then a GRU (the last of a backward
+    pass) on sequences [n, 10, 4]."""
     x = rng.normal(size=(REG_EXAMPLES, 10, 4)).astype(np.float32)
     w = rng.normal(size=(4, 2))
     y = ((x[:, :3].mean(axis=1) @ w > 0) @ np.array([1, 2])).astype(np.int64)
@@ -339,7 +339,7 @@ def recurrent(rng):
     model = keras.Sequential([
         keras.Input((10, 4)),
         L.LSTM(8, return_sequences=True),
-        L.LSTM(6, go_backwards=True),
+        L.GRU(6, go_backwards=True),
         L.Dense(4),
     ])
     optimizer = keras.optimizers.Adam(learning_rate=0.01)
@@ -649,9 +649,9 @@ wave: Conv1D(6, 2, causal, relu), Conv1D(6, 2, causal, dilation_rate=2,
 groups=2, relu), Conv1D(4, 2, causal, dilation_rate=4), Cropping1D((4,
 0)), ZeroPadding1D((0, 1)), Flatten, Dense(4), Keras's auto-names;
 Adam(learning_rate=0.01) on wave/x [n, 12, 4]; %d steps of %d.
-rnn: LSTM(8, return_sequences=True), LSTM(6, go_backwards=True),
+rnn: LSTM(8, return_sequences=True), GRU(6, go_backwards=True),
 Dense(4), Keras's auto-names (and initializers: orthogonal recurrent
-kernels, unit_forget_bias); Adam(learning_rate=0.01) on rnn/x [n, 10, 4];
+kernels, unit_forget_bias, GRU's reset_after bias [2, 18]); Adam(learning_rate=0.01) on rnn/x [n, 10, 4];
 %d steps of %d.
 cat: Conv2D(4, 3, same, relu) h, then [Conv2D(3, 3, same, relu)(h), h]
 concatenated, then [Dense(5)(h), Conv2D(2, 1)(h)] concatenated,

@@ -61,6 +61,9 @@ the gradients of sum(y * upstream) with respect to x and every variable:
   * lstm_seq/*, lstm_back/*, lstm_back_seq/*: LSTM(4, return_sequences),
     LSTM(3, go_backwards, no bias), LSTM(2, go_backwards, return_sequences,
     relu) on x [2, 9, 3] (kernel, recurrent_kernel, bias).
+  * gru_seq/*, gru_before/*, gru_no_bias/*: GRU(4, return_sequences)
+    (reset_after: bias [2, 12]), GRU(3, reset_after=False, go_backwards),
+    GRU(2, no bias, return_sequences, relu) on x [2, 9, 3].
 
 Run from the repository root:
     python3 scripts/golden/window_layers.py
@@ -213,6 +216,13 @@ def main():
     tensors += case("lstm_back_seq", rng, keras.layers.LSTM(
         2, go_backwards=True, return_sequences=True, activation="relu",
         **f64), seq)
+    tensors += case("gru_seq", rng, keras.layers.GRU(
+        4, return_sequences=True, **f64), seq)
+    tensors += case("gru_before", rng, keras.layers.GRU(
+        3, reset_after=False, go_backwards=True, **f64), seq)
+    tensors += case("gru_no_bias", rng, keras.layers.GRU(
+        2, use_bias=False, return_sequences=True, activation="relu", **f64),
+        seq)
     comment = ("Keras %s (TensorFlow %s) conv and pooling layers with "
                "(height, width) windows; scripts/golden/window_layers.py"
                % (keras.__version__, tf.__version__))

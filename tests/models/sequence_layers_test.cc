@@ -7,9 +7,11 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "models/layer_registry.h"
 #include "models/model.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/ops/array_ops.h"
@@ -381,6 +383,60 @@ TEST(DenseTest, AppliesToTheLastAxisOfSequences) {
   auto flat = rows->Call(*ops::Reshape(x, {6, 4}), {});
   ASSERT_TRUE(flat.ok()) << flat.status();
   EXPECT_TRUE(testing::AllClose(*ops::Reshape(*y, {6, 2}), *flat, 0, 0));
+}
+
+// The recurrent layers start as Keras's: the LSTM's forget-gate bias ones
+// (unit_forget_bias), the rest its bias initializer's; the GRU's bias [2,
+// 3 units] with reset_after, [3 units] without; recurrent kernels with
+// orthonormal rows (orthogonal, [units, gates * units]).
+TEST(RecurrentLayersTest, StartAsKerasDoes) {
+  constexpr int64_t kUnits = 3;
+  auto values = [](Model& m, size_t i) {
+    return m.variables()[i]->value().ToVector<float>();
+  };
+  std::unique_ptr<Model> lstm = BuildOne("lstm", {5, 2}, {{"units", kUnits}});
+  ASSERT_EQ(lstm->variables().size(), 3u);
+  EXPECT_EQ(lstm->variables()[2]->name(), "lstm/lstm_cell/bias");
+  const std::vector<float> bias = values(*lstm, 2);
+  ASSERT_EQ(bias.size(), 4u * kUnits);
+  for (int64_t i = 0; i < 4 * kUnits; ++i) {
+    EXPECT_EQ(bias[i], i >= kUnits && i < 2 * kUnits ? 1.0f : 0.0f) << i;
+  }
+  const std::vector<float> recurrent = values(*lstm, 1);
+  for (int64_t a = 0; a < kUnits; ++a) {
+    for (int64_t b = 0; b < kUnits; ++b) {
+      double dot = 0;
+      for (int64_t k = 0; k < 4 * kUnits; ++k) {
+        dot += recurrent[a * 4 * kUnits + k] * recurrent[b * 4 * kUnits + k];
+      }
+      EXPECT_NEAR(dot, a == b ? 1.0 : 0.0, 1e-6);
+    }
+  }
+  // A bias initializer of ones: ones everywhere; without unit_forget_bias,
+  // zeros everywhere.
+  for (const auto& [init, forget, want] :
+       {std::tuple<const char*, bool, float>{"ones", true, 1.0f},
+        {"zeros", false, 0.0f}}) {
+    std::unique_ptr<Model> m = BuildOne("lstm", {5, 2},
+                                        {{"units", kUnits},
+                                         {"bias_initializer", init},
+                                         {"unit_forget_bias", forget}});
+    for (const float v : values(*m, 2)) EXPECT_EQ(v, want) << init;
+  }
+  std::unique_ptr<Model> gru = BuildOne("gru", {5, 2}, {{"units", kUnits}});
+  EXPECT_EQ(gru->variables()[2]->name(), "gru/gru_cell/bias");
+  EXPECT_EQ(gru->variables()[2]->shape(), (Shape{2, 3 * kUnits}));
+  EXPECT_EQ(gru->variables()[1]->shape(), (Shape{kUnits, 3 * kUnits}));
+  std::unique_ptr<Model> before =
+      BuildOne("gru", {5, 2}, {{"units", kUnits}, {"reset_after", false}});
+  EXPECT_EQ(before->variables()[2]->shape(), (Shape{3 * kUnits}));
+  // Orthogonal needs a matrix: not a bias's initializer.
+  absl::StatusOr<LayerSpec> spec = MakeLayerSpec(
+      "lstm", {{"units", kUnits}, {"bias_initializer", "orthogonal"}});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_FALSE(
+      CheckParams(LayerRegistry::Global().Find("lstm")->params, spec->params)
+          .ok());
 }
 
 }  // namespace

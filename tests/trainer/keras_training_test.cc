@@ -302,15 +302,14 @@ std::vector<KerasRun> Runs() {
         "optimizer={name: adam, learning_rate: 0.01}"},
        8,
        8},
-      // Two LSTMs: every step's output, then the last of a backward pass
-      // (Keras's orthogonal recurrent kernels and forget-gate biases of 1
-      // as the initial values).
+      // An LSTM (every step's output), then a GRU (the last of a backward
+      // pass).
       {"rnn",
        NpzData,
        {"data.global_batch_size=12",
         "model={input_shape: [10, 4], layers: ["
         "{type: lstm, units: 8, return_sequences: true}, "
-        "{type: lstm, units: 6, go_backwards: true}, "
+        "{type: gru, units: 6, go_backwards: true}, "
         "{type: dense, units: 4}]}",
         "optimizer={name: adam, learning_rate: 0.01}"},
        8,

@@ -1,0 +1,390 @@
+// Recurrent layers over sequences [batch, steps, features], Keras's names,
+// defaults and variables (`<name>/<type>_cell/kernel` [features, G units],
+// `recurrent_kernel` [units, G units], `bias`), from zero states; the
+// output is the last h [batch, units], or every step's [batch, steps,
+// units] (return_sequences); go_backwards reads the steps last to first
+// (the outputs in that order, as Keras).
+//  * `lstm` (Keras LSTM, G = 4, gates i, f, c, o): z = x_t kernel + h
+//    recurrent_kernel + bias; i, f, o = recurrent_activation(z's parts),
+//    c = f c + i activation(z_c), h = o activation(c).
+//  * `gru` (Keras GRU, G = 3, gates z, r, h): with reset_after (Keras's
+//    default; bias [2, 3 units], input and recurrent) x = x_t kernel +
+//    b_in, inner = h recurrent_kernel + b_rec, z, r =
+//    recurrent_activation(x + inner parts), hh = activation(x_h + r
+//    inner_h); without (bias [3 units]) hh = activation(x_h + (r h)
+//    recurrent_kernel_h); h = z h + (1 - z) hh.
+//
+// Built from recorded ops (the input's products for every step at once,
+// split into steps, then per step the recurrent product, Split and
+// elementwise ops), so their gradients through time and GPU paths are those
+// ops'; no fused cuDNN kernel. The steps are a host loop: a CUDA graph records
+// them all.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "models/activation.h"
+#include "models/initializers.h"
+#include "models/layer.h"
+#include "models/layer_registry.h"
+#include "tensor/ops/array_ops.h"
+#include "tensor/ops/math_ops.h"
+#include "tensor/ops/matmul.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::models {
+namespace {
+
+struct RecurrentOptions {
+  int64_t units = 0;
+  const ActivationDef* activation = nullptr;
+  const ActivationDef* recurrent_activation = nullptr;
+  bool return_sequences = false;
+  bool go_backwards = false;
+};
+
+// The states a step carries: h (every layer's output) and an LSTM's c.
+struct States {
+  Tensor h, c;
+};
+
+// The loop over the steps; a subclass computes one step from its input
+// product x_t [batch, gates * units] (Step).
+class RecurrentLayer : public Layer {
+ public:
+  absl::StatusOr<Tensor> Call(const Tensor& x, const ForwardContext&) final {
+    MT_RETURN_IF_ERROR(OutputShape(x.shape()).status());
+    const int64_t b = x.dim(0), steps = x.dim(1), u = options_.units;
+    const int64_t width = gates_ * u;
+    // Every step's input product in one.
+    MT_ASSIGN_OR_RETURN(const Tensor flat,
+                        ops::Reshape(x, {b * steps, x.dim(2)}));
+    MT_ASSIGN_OR_RETURN(Tensor xk, ops::MatMul(flat, kernel_.value()));
+    MT_ASSIGN_OR_RETURN(xk, InputBias(xk));
+    MT_ASSIGN_OR_RETURN(xk, ops::Reshape(xk, {b, steps, width}));
+    // One piece per step in one op: its gradient is one Concat (a Slice
+    // per step would put each step's gradient into a zero tensor of all
+    // the steps: quadratic in them).
+    MT_ASSIGN_OR_RETURN(const std::vector<Tensor> inputs,
+                        ops::Split(xk, steps, 1));
+    States states;
+    MT_ASSIGN_OR_RETURN(states.h, Tensor::Zeros(x.dtype(), {b, u}, x.device()));
+    states.c = states.h;
+    std::vector<Tensor> outputs;
+    for (int64_t s = 0; s < steps; ++s) {
+      const int64_t t = options_.go_backwards ? steps - 1 - s : s;
+      MT_ASSIGN_OR_RETURN(const Tensor xt, ops::Reshape(inputs[t], {b, width}));
+      MT_RETURN_IF_ERROR(Step(xt, states));
+      if (options_.return_sequences) {
+        MT_ASSIGN_OR_RETURN(Tensor out, ops::Reshape(states.h, {b, 1, u}));
+        outputs.push_back(std::move(out));
+      }
+    }
+    if (!options_.return_sequences) return states.h;
+    return ops::Concat(outputs, 1);
+  }
+
+  absl::StatusOr<Shape> OutputShape(const Shape& input) const final {
+    const int64_t features = kernel_.shape()[0];
+    if (input.size() != 3 || input[2] != features) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name(), ": expects [batch, steps, ", features,
+                       "] input, got ", ShapeToString(input)));
+    }
+    if (options_.return_sequences) {
+      return Shape{input[0], input[1], options_.units};
+    }
+    return Shape{input[0], options_.units};
+  }
+
+  std::vector<Variable*> variables() final {
+    if (!bias_.has_value()) return {&kernel_, &recurrent_};
+    return {&kernel_, &recurrent_, &*bias_};
+  }
+
+ protected:
+  RecurrentLayer(std::string name, int64_t gates, Variable kernel,
+                 Variable recurrent, std::optional<Variable> bias,
+                 RecurrentOptions options)
+      : Layer(std::move(name)),
+        gates_(gates),
+        kernel_(std::move(kernel)),
+        recurrent_(std::move(recurrent)),
+        bias_(std::move(bias)),
+        options_(options) {}
+
+  // The input products with what of the bias goes there (GRU's), as the
+  // cell adds it.
+  virtual absl::StatusOr<Tensor> InputBias(const Tensor& xk) { return xk; }
+  // One step: the states after it, from x_t [batch, gates * units].
+  virtual absl::Status Step(const Tensor& xt, States& states) = 0;
+
+  absl::StatusOr<Tensor> Gate(const ActivationDef* activation,
+                              const Tensor& z) const {
+    return Activate(*activation, z);
+  }
+
+  const int64_t gates_;
+  Variable kernel_;
+  Variable recurrent_;
+  std::optional<Variable> bias_;
+  const RecurrentOptions options_;
+};
+
+class LstmLayer final : public RecurrentLayer {
+ public:
+  LstmLayer(std::string name, Variable kernel, Variable recurrent,
+            std::optional<Variable> bias, RecurrentOptions options)
+      : RecurrentLayer(std::move(name), 4, std::move(kernel),
+                       std::move(recurrent), std::move(bias), options) {}
+
+ private:
+  // Keras's LSTMCell: z = x_t kernel + h recurrent_kernel + bias.
+  absl::Status Step(const Tensor& xt, States& states) override {
+    MT_ASSIGN_OR_RETURN(const Tensor hr,
+                        ops::MatMul(states.h, recurrent_.value()));
+    MT_ASSIGN_OR_RETURN(Tensor z, ops::Add(xt, hr));
+    if (bias_.has_value()) {
+      MT_ASSIGN_OR_RETURN(z, ops::Add(z, bias_->value()));
+    }
+    MT_ASSIGN_OR_RETURN(const std::vector<Tensor> g, ops::Split(z, 4, 1));
+    const ActivationDef* gate = options_.recurrent_activation;
+    MT_ASSIGN_OR_RETURN(const Tensor i, Gate(gate, g[0]));
+    MT_ASSIGN_OR_RETURN(const Tensor f, Gate(gate, g[1]));
+    MT_ASSIGN_OR_RETURN(const Tensor candidate,
+                        Gate(options_.activation, g[2]));
+    MT_ASSIGN_OR_RETURN(const Tensor o, Gate(gate, g[3]));
+    MT_ASSIGN_OR_RETURN(const Tensor kept, ops::Mul(f, states.c));
+    MT_ASSIGN_OR_RETURN(const Tensor written, ops::Mul(i, candidate));
+    MT_ASSIGN_OR_RETURN(states.c, ops::Add(kept, written));
+    MT_ASSIGN_OR_RETURN(const Tensor squashed,
+                        Gate(options_.activation, states.c));
+    MT_ASSIGN_OR_RETURN(states.h, ops::Mul(o, squashed));
+    return absl::OkStatus();
+  }
+};
+
+class GruLayer final : public RecurrentLayer {
+ public:
+  GruLayer(std::string name, Variable kernel, Variable recurrent,
+           std::optional<Variable> bias, RecurrentOptions options,
+           bool reset_after)
+      : RecurrentLayer(std::move(name), 3, std::move(kernel),
+                       std::move(recurrent), std::move(bias), options),
+        reset_after_(reset_after) {}
+
+ private:
+  // The bias's row `row` of [2, 3 units] (reset_after), or all of [3
+  // units].
+  absl::StatusOr<Tensor> BiasRow(int64_t row) const {
+    if (!reset_after_) return bias_->value();
+    MT_ASSIGN_OR_RETURN(const Tensor part,
+                        ops::Slice(bias_->value(), 0, row, 1));
+    return ops::Reshape(part, {part.dim(1)});
+  }
+
+  absl::StatusOr<Tensor> InputBias(const Tensor& xk) override {
+    if (!bias_.has_value()) return xk;
+    MT_ASSIGN_OR_RETURN(const Tensor b, BiasRow(0));
+    return ops::Add(xk, b);
+  }
+
+  // Keras's GRUCell (implementation 2).
+  absl::Status Step(const Tensor& xt, States& states) override {
+    const int64_t u = options_.units;
+    const Tensor& h = states.h;
+    MT_ASSIGN_OR_RETURN(const std::vector<Tensor> x, ops::Split(xt, 3, 1));
+    Tensor inner;
+    if (reset_after_) {
+      MT_ASSIGN_OR_RETURN(inner, ops::MatMul(h, recurrent_.value()));
+      if (bias_.has_value()) {
+        MT_ASSIGN_OR_RETURN(const Tensor b, BiasRow(1));
+        MT_ASSIGN_OR_RETURN(inner, ops::Add(inner, b));
+      }
+    } else {
+      MT_ASSIGN_OR_RETURN(const Tensor zr_kernel,
+                          ops::Slice(recurrent_.value(), 1, 0, 2 * u));
+      MT_ASSIGN_OR_RETURN(inner, ops::MatMul(h, zr_kernel));
+    }
+    MT_ASSIGN_OR_RETURN(const std::vector<Tensor> rec,
+                        ops::Split(inner, reset_after_ ? 3 : 2, 1));
+    const ActivationDef* gate = options_.recurrent_activation;
+    MT_ASSIGN_OR_RETURN(Tensor sum, ops::Add(x[0], rec[0]));
+    MT_ASSIGN_OR_RETURN(const Tensor z, Gate(gate, sum));
+    MT_ASSIGN_OR_RETURN(sum, ops::Add(x[1], rec[1]));
+    MT_ASSIGN_OR_RETURN(const Tensor r, Gate(gate, sum));
+    Tensor recurrent_h;
+    if (reset_after_) {
+      MT_ASSIGN_OR_RETURN(recurrent_h, ops::Mul(r, rec[2]));
+    } else {
+      MT_ASSIGN_OR_RETURN(const Tensor h_kernel,
+                          ops::Slice(recurrent_.value(), 1, 2 * u, u));
+      MT_ASSIGN_OR_RETURN(const Tensor reset, ops::Mul(r, h));
+      MT_ASSIGN_OR_RETURN(recurrent_h, ops::MatMul(reset, h_kernel));
+    }
+    MT_ASSIGN_OR_RETURN(sum, ops::Add(x[2], recurrent_h));
+    MT_ASSIGN_OR_RETURN(const Tensor hh, Gate(options_.activation, sum));
+    // z h + (1 - z) hh, Keras's order.
+    MT_ASSIGN_OR_RETURN(const Tensor kept, ops::Mul(z, h));
+    MT_ASSIGN_OR_RETURN(const Tensor one, ops::internal::ScalarLike(z, 1.0));
+    MT_ASSIGN_OR_RETURN(const Tensor open, ops::Sub(one, z));
+    MT_ASSIGN_OR_RETURN(const Tensor written, ops::Mul(open, hh));
+    MT_ASSIGN_OR_RETURN(states.h, ops::Add(kept, written));
+    return absl::OkStatus();
+  }
+
+  const bool reset_after_;
+};
+
+// Keras's unit_forget_bias: the bias initializer's values with the forget
+// gate's part ones.
+absl::StatusOr<Tensor> LstmBias(const std::string& initializer, int64_t units,
+                                bool unit_forget_bias, uint64_t seed) {
+  if (!unit_forget_bias) return Initialize(initializer, {4 * units}, seed);
+  MT_ASSIGN_OR_RETURN(const Tensor input,
+                      Initialize(initializer, {units}, seed));
+  MT_ASSIGN_OR_RETURN(const Tensor rest,
+                      Initialize(initializer, {2 * units}, seed + 1));
+  const Tensor forget = Tensor::HostFull(DType::kF32, {units}, 1.0);
+  return ops::Concat({input, forget, rest}, 0);
+}
+
+// The keys both layers take (Keras's), `extra` (each one's own) before
+// the initializers'.
+std::vector<Param> RecurrentParams(std::vector<Param> extra) {
+  std::vector<Param> params = {
+      Param::Int("units").Min(1).Max(kMaxDimension).Doc("the state's width"),
+      Param::String("activation")
+          .Default("tanh")
+          .OneOf(ActivationNames())
+          .Doc("of the candidate and the state's output"),
+      Param::String("recurrent_activation")
+          .Default("sigmoid")
+          .OneOf(ActivationNames())
+          .Doc("of the gates"),
+      UseBiasParam(),
+      Param::Bool("return_sequences")
+          .Default(false)
+          .Doc("every step's h [batch, steps, units]; false: the last "
+               "one's [batch, units]"),
+      Param::Bool("go_backwards")
+          .Default(false)
+          .Doc("read the steps last to first (the outputs in that order, "
+               "as Keras)")};
+  for (Param& p : extra) params.push_back(std::move(p));
+  params = WithInitializerParams(std::move(params), "kernel_initializer");
+  params.push_back(Param::String("recurrent_initializer")
+                       .Default("orthogonal")
+                       .OneOf(InitializerNames())
+                       .Doc("the recurrent kernel's initial values"));
+  return params;
+}
+
+// What both layers' factories read and build alike: the options, and the
+// kernel and recurrent kernel [*, gates * units] under `cell`.
+struct RecurrentParts {
+  RecurrentOptions options;
+  WeightInitializers init;
+  std::string cell;                           // "<name>/<type>_cell/"
+  std::optional<Variable> kernel, recurrent;  // Set by ReadRecurrent.
+};
+absl::StatusOr<RecurrentParts> ReadRecurrent(const LayerSpec& spec,
+                                             LayerBuilder& b, int64_t gates,
+                                             const std::string& cell) {
+  MT_RETURN_IF_ERROR(b.CheckSequences());
+  RecurrentParts p;
+  RecurrentOptions& o = p.options;
+  o.units = spec.params.Int("units");
+  if (o.units > kMaxDimension / gates) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("units: ", o.units, " times ", gates,
+                     " gates is more than ", kMaxDimension, " columns"));
+  }
+  MT_ASSIGN_OR_RETURN(o.activation,
+                      FindActivation(spec.params.String("activation")));
+  MT_ASSIGN_OR_RETURN(
+      o.recurrent_activation,
+      FindActivation(spec.params.String("recurrent_activation")));
+  o.return_sequences = spec.params.Bool("return_sequences");
+  o.go_backwards = spec.params.Bool("go_backwards");
+  p.init = ReadInitializers(spec.params, "kernel_initializer");
+  p.cell = absl::StrCat(b.name(), "/", cell, "/");
+  const int64_t width = gates * o.units;
+  MT_ASSIGN_OR_RETURN(
+      const Tensor kernel,
+      Initialize(p.init.kernel, {b.input_shape()[2], width}, b.NextSeed()));
+  MT_ASSIGN_OR_RETURN(const Tensor recurrent,
+                      Initialize(spec.params.String("recurrent_initializer"),
+                                 {o.units, width}, b.NextSeed()));
+  MT_ASSIGN_OR_RETURN(p.kernel,
+                      VariableOn(p.cell + "kernel", kernel, b.device()));
+  MT_ASSIGN_OR_RETURN(p.recurrent, VariableOn(p.cell + "recurrent_kernel",
+                                              recurrent, b.device()));
+  return p;
+}
+
+}  // namespace
+
+MT_REGISTER(
+    LayerType,
+    {.name = "lstm",
+     .doc = "a long short-term memory layer over [batch, steps, features] "
+            "(Keras LSTM; no dropout, masking or state across batches)",
+     .params = {RecurrentParams(
+         {Param::Bool("unit_forget_bias")
+              .Default(true)
+              .Doc("the forget gate's bias starts at 1 (Jozefowicz et "
+                   "al.)")})},
+     .create = [](const LayerSpec& spec,
+                  LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
+       MT_ASSIGN_OR_RETURN(RecurrentParts p,
+                           ReadRecurrent(spec, b, 4, "lstm_cell"));
+       std::optional<Variable> bias;
+       if (spec.params.Bool("use_bias")) {
+         MT_ASSIGN_OR_RETURN(
+             const Tensor initial,
+             LstmBias(p.init.bias, p.options.units,
+                      spec.params.Bool("unit_forget_bias"), b.NextSeed()));
+         MT_ASSIGN_OR_RETURN(bias,
+                             VariableOn(p.cell + "bias", initial, b.device()));
+       }
+       return std::unique_ptr<Layer>(
+           new LstmLayer(b.name(), *std::move(p.kernel),
+                         *std::move(p.recurrent), std::move(bias), p.options));
+     }});
+
+MT_REGISTER(
+    LayerType,
+    {.name = "gru",
+     .doc = "a gated recurrent unit layer over [batch, steps, features] "
+            "(Keras GRU; no dropout, masking or state across batches)",
+     .params = {RecurrentParams(
+         {Param::Bool("reset_after")
+              .Default(true)
+              .Doc("the reset gate after the recurrent product, with a "
+                   "separate recurrent bias (Keras's default, cuDNN's); "
+                   "false: before it")})},
+     .create = [](const LayerSpec& spec,
+                  LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
+       MT_ASSIGN_OR_RETURN(RecurrentParts p,
+                           ReadRecurrent(spec, b, 3, "gru_cell"));
+       const bool reset_after = spec.params.Bool("reset_after");
+       const int64_t width = 3 * p.options.units;
+       std::optional<Variable> bias;
+       if (spec.params.Bool("use_bias")) {
+         MT_ASSIGN_OR_RETURN(
+             const Tensor initial,
+             Initialize(p.init.bias,
+                        reset_after ? Shape{2, width} : Shape{width},
+                        b.NextSeed()));
+         MT_ASSIGN_OR_RETURN(bias,
+                             VariableOn(p.cell + "bias", initial, b.device()));
+       }
+       return std::unique_ptr<Layer>(
+           new GruLayer(b.name(), *std::move(p.kernel), *std::move(p.recurrent),
+                        std::move(bias), p.options, reset_after));
+     }});
+
+}  // namespace mirrortrain::models
