@@ -226,7 +226,8 @@ std::vector<Param> WithInitializerParams(std::vector<Param> params,
                             "variance scaling over fan_avg (glorot) or "
                             "fan_in (he: scale 2; lecun), uniform or "
                             "truncated normal; or orthogonal)"));
-  // Orthogonal needs a matrix (Keras refuses it on a bias too).
+  // Orthogonal needs a matrix and a bias is a vector (but for the GRU's [2,
+  // 3 units], which Keras would orthogonalise): not offered for biases.
   std::vector<std::string> bias_names = InitializerNames();
   std::erase(bias_names, "orthogonal");
   params.push_back(Param::String("bias_initializer")

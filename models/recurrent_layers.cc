@@ -50,6 +50,14 @@ struct States {
   Tensor h, c;
 };
 
+// What every step reads of the variables, taken once per call (a part of
+// a variable is a copy: taken per step, the tape would keep one each).
+struct StepWeights {
+  Tensor recurrent;       // The recurrent kernel, or (GRU without
+  Tensor recurrent_tail;  // reset_after) its z, r columns and its h ones.
+  Tensor bias;            // Added after the recurrent product; may be empty.
+};
+
 // The loop over the steps; a subclass computes one step from its input
 // product x_t [batch, gates * units] (Step).
 class RecurrentLayer : public Layer {
@@ -67,8 +75,8 @@ class RecurrentLayer : public Layer {
     // One piece per step in one op: its gradient is one Concat (a Slice
     // per step would put each step's gradient into a zero tensor of all
     // the steps: quadratic in them).
-    MT_ASSIGN_OR_RETURN(const std::vector<Tensor> inputs,
-                        ops::Split(xk, steps, 1));
+    MT_ASSIGN_OR_RETURN(std::vector<Tensor> inputs, ops::Split(xk, steps, 1));
+    MT_ASSIGN_OR_RETURN(const StepWeights weights, Weights());
     States states;
     MT_ASSIGN_OR_RETURN(states.h, Tensor::Zeros(x.dtype(), {b, u}, x.device()));
     states.c = states.h;
@@ -76,7 +84,8 @@ class RecurrentLayer : public Layer {
     for (int64_t s = 0; s < steps; ++s) {
       const int64_t t = options_.go_backwards ? steps - 1 - s : s;
       MT_ASSIGN_OR_RETURN(const Tensor xt, ops::Reshape(inputs[t], {b, width}));
-      MT_RETURN_IF_ERROR(Step(xt, states));
+      inputs[t] = Tensor();  // Freed as the steps go (kept by a tape).
+      MT_RETURN_IF_ERROR(Step(xt, weights, states));
       if (options_.return_sequences) {
         MT_ASSIGN_OR_RETURN(Tensor out, ops::Reshape(states.h, {b, 1, u}));
         outputs.push_back(std::move(out));
@@ -118,8 +127,15 @@ class RecurrentLayer : public Layer {
   // The input products with what of the bias goes there (GRU's), as the
   // cell adds it.
   virtual absl::StatusOr<Tensor> InputBias(const Tensor& xk) { return xk; }
+  // The recurrent kernel and the bias whole (LSTM's).
+  virtual absl::StatusOr<StepWeights> Weights() const {
+    StepWeights w{.recurrent = recurrent_.value()};
+    if (bias_.has_value()) w.bias = bias_->value();
+    return w;
+  }
   // One step: the states after it, from x_t [batch, gates * units].
-  virtual absl::Status Step(const Tensor& xt, States& states) = 0;
+  virtual absl::Status Step(const Tensor& xt, const StepWeights& w,
+                            States& states) = 0;
 
   absl::StatusOr<Tensor> Gate(const ActivationDef* activation,
                               const Tensor& z) const {
@@ -142,12 +158,12 @@ class LstmLayer final : public RecurrentLayer {
 
  private:
   // Keras's LSTMCell: z = x_t kernel + h recurrent_kernel + bias.
-  absl::Status Step(const Tensor& xt, States& states) override {
-    MT_ASSIGN_OR_RETURN(const Tensor hr,
-                        ops::MatMul(states.h, recurrent_.value()));
+  absl::Status Step(const Tensor& xt, const StepWeights& w,
+                    States& states) override {
+    MT_ASSIGN_OR_RETURN(const Tensor hr, ops::MatMul(states.h, w.recurrent));
     MT_ASSIGN_OR_RETURN(Tensor z, ops::Add(xt, hr));
-    if (bias_.has_value()) {
-      MT_ASSIGN_OR_RETURN(z, ops::Add(z, bias_->value()));
+    if (w.bias.defined()) {
+      MT_ASSIGN_OR_RETURN(z, ops::Add(z, w.bias));
     }
     MT_ASSIGN_OR_RETURN(const std::vector<Tensor> g, ops::Split(z, 4, 1));
     const ActivationDef* gate = options_.recurrent_activation;
@@ -191,22 +207,33 @@ class GruLayer final : public RecurrentLayer {
     return ops::Add(xk, b);
   }
 
-  // Keras's GRUCell (implementation 2).
-  absl::Status Step(const Tensor& xt, States& states) override {
+  // With reset_after the recurrent bias row; without, the kernel's z, r
+  // columns and its h ones.
+  absl::StatusOr<StepWeights> Weights() const override {
+    StepWeights w;
+    if (reset_after_) {
+      w.recurrent = recurrent_.value();
+      if (bias_.has_value()) {
+        MT_ASSIGN_OR_RETURN(w.bias, BiasRow(1));
+      }
+      return w;
+    }
     const int64_t u = options_.units;
+    MT_ASSIGN_OR_RETURN(w.recurrent,
+                        ops::Slice(recurrent_.value(), 1, 0, 2 * u));
+    MT_ASSIGN_OR_RETURN(w.recurrent_tail,
+                        ops::Slice(recurrent_.value(), 1, 2 * u, u));
+    return w;
+  }
+
+  // Keras's GRUCell (implementation 2).
+  absl::Status Step(const Tensor& xt, const StepWeights& w,
+                    States& states) override {
     const Tensor& h = states.h;
     MT_ASSIGN_OR_RETURN(const std::vector<Tensor> x, ops::Split(xt, 3, 1));
-    Tensor inner;
-    if (reset_after_) {
-      MT_ASSIGN_OR_RETURN(inner, ops::MatMul(h, recurrent_.value()));
-      if (bias_.has_value()) {
-        MT_ASSIGN_OR_RETURN(const Tensor b, BiasRow(1));
-        MT_ASSIGN_OR_RETURN(inner, ops::Add(inner, b));
-      }
-    } else {
-      MT_ASSIGN_OR_RETURN(const Tensor zr_kernel,
-                          ops::Slice(recurrent_.value(), 1, 0, 2 * u));
-      MT_ASSIGN_OR_RETURN(inner, ops::MatMul(h, zr_kernel));
+    MT_ASSIGN_OR_RETURN(Tensor inner, ops::MatMul(h, w.recurrent));
+    if (w.bias.defined()) {
+      MT_ASSIGN_OR_RETURN(inner, ops::Add(inner, w.bias));
     }
     MT_ASSIGN_OR_RETURN(const std::vector<Tensor> rec,
                         ops::Split(inner, reset_after_ ? 3 : 2, 1));
@@ -219,10 +246,8 @@ class GruLayer final : public RecurrentLayer {
     if (reset_after_) {
       MT_ASSIGN_OR_RETURN(recurrent_h, ops::Mul(r, rec[2]));
     } else {
-      MT_ASSIGN_OR_RETURN(const Tensor h_kernel,
-                          ops::Slice(recurrent_.value(), 1, 2 * u, u));
       MT_ASSIGN_OR_RETURN(const Tensor reset, ops::Mul(r, h));
-      MT_ASSIGN_OR_RETURN(recurrent_h, ops::MatMul(reset, h_kernel));
+      MT_ASSIGN_OR_RETURN(recurrent_h, ops::MatMul(reset, w.recurrent_tail));
     }
     MT_ASSIGN_OR_RETURN(sum, ops::Add(x[2], recurrent_h));
     MT_ASSIGN_OR_RETURN(const Tensor hh, Gate(options_.activation, sum));
