@@ -149,6 +149,11 @@ absl::Status CheckOutputActivation(const std::vector<LayerSpec>& layers,
   return absl::OkStatus();
 }
 
+std::string LayerBuilder::TakeAutoName(const std::string& type) {
+  const int n = auto_name_counts_[type]++;
+  return n == 0 ? type : absl::StrCat(type, "_", n);
+}
+
 absl::Status LayerBuilder::CheckSequences() const {
   const Shape& in = input_shape_;
   if (in.size() == 3) return absl::OkStatus();
@@ -250,8 +255,7 @@ absl::StatusOr<std::unique_ptr<Layer>> LayerBuilder::BuildOne(
   // Keras names the n-th unnamed layer of a kind "kind", "kind_1",
   // "kind_2", ...; a layer given a name takes no number.
   if (spec.name.empty()) {
-    const int n = auto_name_counts_[type->name]++;
-    name_ = n == 0 ? type->name : absl::StrCat(type->name, "_", n);
+    name_ = TakeAutoName(type->name);
   } else {
     name_ = spec.name;
   }

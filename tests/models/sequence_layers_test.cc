@@ -439,5 +439,39 @@ TEST(RecurrentLayersTest, StartAsKerasDoes) {
           .ok());
 }
 
+// Bidirectional wraps one lstm or gru, copies named after it as Keras
+// names them; anything else is refused, naming the key.
+TEST(RecurrentLayersTest, BidirectionalWrapsOneRecurrentLayer) {
+  auto spec_of = [](const std::string& type,
+                    std::vector<std::pair<std::string, ParamValue>> values) {
+    absl::StatusOr<LayerSpec> spec = MakeLayerSpec(type, std::move(values));
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    return *spec;
+  };
+  LayerSpec bi = spec_of("bidirectional", {{"merge_mode", "ave"}});
+  bi.path = "model.layers[0]";
+  bi.layers = {spec_of("gru", {{"units", int64_t{2}}})};
+  bi.layers[0].path = "model.layers[0].layers[0]";
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      Model::Build(ModelDef{{6, 3}, {bi}}, 1, Device::Cpu());
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->output_shape(), (Shape{2}));  // ave: not widened.
+  std::vector<std::string> names;
+  for (const Variable* v : (*model)->variables()) names.push_back(v->name());
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "bidirectional/forward_gru/gru_cell/kernel",
+                       "bidirectional/forward_gru/gru_cell/recurrent_kernel",
+                       "bidirectional/forward_gru/gru_cell/bias",
+                       "bidirectional/backward_gru/gru_cell/kernel",
+                       "bidirectional/backward_gru/gru_cell/recurrent_kernel",
+                       "bidirectional/backward_gru/gru_cell/bias"}));
+  bi.layers = {spec_of("dense", {{"units", int64_t{2}}})};
+  model = Model::Build(ModelDef{{6, 3}, {bi}}, 1, Device::Cpu());
+  ASSERT_FALSE(model.ok());
+  EXPECT_TRUE(absl::StrContains(model.status().message(),
+                                "layers: takes one lstm or gru layer"))
+      << model.status();
+}
+
 }  // namespace
 }  // namespace mirrortrain::models

@@ -314,6 +314,21 @@ std::vector<KerasRun> Runs() {
         "optimizer={name: adam, learning_rate: 0.01}"},
        8,
        8},
+      // Bidirectional: an LSTM both ways, every step concatenated, then a
+      // GRU both ways, the last outputs summed (Keras's forward_/backward_
+      // copies' names).
+      {"birnn",
+       NpzData,
+       {"data.global_batch_size=12",
+        "model={input_shape: [10, 4], layers: ["
+        "{type: bidirectional, layers: [{type: lstm, units: 5, "
+        "return_sequences: true}]}, "
+        "{type: bidirectional, merge_mode: sum, layers: [{type: gru, "
+        "units: 3}]}, "
+        "{type: dense, units: 4}]}",
+        "optimizer={name: adam, learning_rate: 0.01}"},
+       14,
+       8},
       // Branches concatenated along the channels: a conv's output beside
       // its input (identity shortcut), then a pointwise dense beside a 1x1
       // conv.
