@@ -19,6 +19,7 @@
 // elementwise ops), so their gradients through time and GPU paths are those
 // ops'; no fused cuDNN kernel. The steps are a host loop: a CUDA graph records
 // them all.
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -308,16 +309,19 @@ std::vector<Param> RecurrentParams(std::vector<Param> extra) {
 }
 
 // What both layers' factories read and build alike: the options, and the
-// kernel and recurrent kernel [*, gates * units] under `cell`.
+// kernel and recurrent kernel [*, gates * units] under `cell`, and where
+// use_bias the bias of `initial_bias(initializer, units, seed)`'s values.
 struct RecurrentParts {
   RecurrentOptions options;
-  WeightInitializers init;
-  std::string cell;                           // "<name>/<type>_cell/"
   std::optional<Variable> kernel, recurrent;  // Set by ReadRecurrent.
+  std::optional<Variable> bias;
 };
+using BiasValues = std::function<absl::StatusOr<Tensor>(
+    const std::string& initializer, int64_t units, uint64_t seed)>;
 absl::StatusOr<RecurrentParts> ReadRecurrent(const LayerSpec& spec,
                                              LayerBuilder& b, int64_t gates,
-                                             const std::string& cell) {
+                                             const std::string& cell_name,
+                                             const BiasValues& initial_bias) {
   MT_RETURN_IF_ERROR(b.CheckSequences());
   RecurrentParts p;
   RecurrentOptions& o = p.options;
@@ -334,19 +338,25 @@ absl::StatusOr<RecurrentParts> ReadRecurrent(const LayerSpec& spec,
       FindActivation(spec.params.String("recurrent_activation")));
   o.return_sequences = spec.params.Bool("return_sequences");
   o.go_backwards = spec.params.Bool("go_backwards");
-  p.init = ReadInitializers(spec.params, "kernel_initializer");
-  p.cell = absl::StrCat(b.name(), "/", cell, "/");
+  const WeightInitializers init =
+      ReadInitializers(spec.params, "kernel_initializer");
+  const std::string cell = absl::StrCat(b.name(), "/", cell_name, "/");
   const int64_t width = gates * o.units;
   MT_ASSIGN_OR_RETURN(
       const Tensor kernel,
-      Initialize(p.init.kernel, {b.input_shape()[2], width}, b.NextSeed()));
+      Initialize(init.kernel, {b.input_shape()[2], width}, b.NextSeed()));
   MT_ASSIGN_OR_RETURN(const Tensor recurrent,
                       Initialize(spec.params.String("recurrent_initializer"),
                                  {o.units, width}, b.NextSeed()));
   MT_ASSIGN_OR_RETURN(p.kernel,
-                      VariableOn(p.cell + "kernel", kernel, b.device()));
-  MT_ASSIGN_OR_RETURN(p.recurrent, VariableOn(p.cell + "recurrent_kernel",
+                      VariableOn(cell + "kernel", kernel, b.device()));
+  MT_ASSIGN_OR_RETURN(p.recurrent, VariableOn(cell + "recurrent_kernel",
                                               recurrent, b.device()));
+  if (spec.params.Bool("use_bias")) {
+    MT_ASSIGN_OR_RETURN(const Tensor bias,
+                        initial_bias(init.bias, o.units, b.NextSeed()));
+    MT_ASSIGN_OR_RETURN(p.bias, VariableOn(cell + "bias", bias, b.device()));
+  }
   return p;
 }
 
@@ -364,20 +374,18 @@ MT_REGISTER(
                    "al.)")})},
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
+       const bool unit_forget_bias = spec.params.Bool("unit_forget_bias");
        MT_ASSIGN_OR_RETURN(RecurrentParts p,
-                           ReadRecurrent(spec, b, 4, "lstm_cell"));
-       std::optional<Variable> bias;
-       if (spec.params.Bool("use_bias")) {
-         MT_ASSIGN_OR_RETURN(
-             const Tensor initial,
-             LstmBias(p.init.bias, p.options.units,
-                      spec.params.Bool("unit_forget_bias"), b.NextSeed()));
-         MT_ASSIGN_OR_RETURN(bias,
-                             VariableOn(p.cell + "bias", initial, b.device()));
-       }
-       return std::unique_ptr<Layer>(
-           new LstmLayer(b.name(), *std::move(p.kernel),
-                         *std::move(p.recurrent), std::move(bias), p.options));
+                           ReadRecurrent(spec, b, 4, "lstm_cell",
+                                         [&](const std::string& initializer,
+                                             int64_t units, uint64_t seed) {
+                                           return LstmBias(initializer, units,
+                                                           unit_forget_bias,
+                                                           seed);
+                                         }));
+       return std::unique_ptr<Layer>(new LstmLayer(
+           b.name(), *std::move(p.kernel), *std::move(p.recurrent),
+           std::move(p.bias), p.options));
      }});
 
 MT_REGISTER(
@@ -393,23 +401,22 @@ MT_REGISTER(
                    "false: before it")})},
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
-       MT_ASSIGN_OR_RETURN(RecurrentParts p,
-                           ReadRecurrent(spec, b, 3, "gru_cell"));
        const bool reset_after = spec.params.Bool("reset_after");
-       const int64_t width = 3 * p.options.units;
-       std::optional<Variable> bias;
-       if (spec.params.Bool("use_bias")) {
-         MT_ASSIGN_OR_RETURN(
-             const Tensor initial,
-             Initialize(p.init.bias,
-                        reset_after ? Shape{2, width} : Shape{width},
-                        b.NextSeed()));
-         MT_ASSIGN_OR_RETURN(bias,
-                             VariableOn(p.cell + "bias", initial, b.device()));
-       }
+       MT_ASSIGN_OR_RETURN(RecurrentParts p,
+                           ReadRecurrent(spec, b, 3, "gru_cell",
+                                         [&](const std::string& initializer,
+                                             int64_t units, uint64_t seed) {
+                                           // Input and recurrent rows with
+                                           // reset_after.
+                                           return Initialize(
+                                               initializer,
+                                               reset_after ? Shape{2, 3 * units}
+                                                           : Shape{3 * units},
+                                               seed);
+                                         }));
        return std::unique_ptr<Layer>(
            new GruLayer(b.name(), *std::move(p.kernel), *std::move(p.recurrent),
-                        std::move(bias), p.options, reset_after));
+                        std::move(p.bias), p.options, reset_after));
      }});
 
 }  // namespace mirrortrain::models

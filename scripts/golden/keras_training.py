@@ -258,12 +258,21 @@ def small_run(name, x, y, model, optimizer):
                       REG_STEPS, REG_EXAMPLES // REG_BATCH))
 
 
+def sequence_data(rng, steps, window=slice(None)):
+    """Sequences x [REG_EXAMPLES, steps, 4] and four classes y: the sign
+    pattern of two random projections of the mean over the `window` of
+    steps."""
+    x = rng.normal(size=(REG_EXAMPLES, steps, 4)).astype(np.float32)
+    w = rng.normal(size=(4, 2))
+    y = ((x[:, window].mean(axis=1) @ w > 0) @ np.array([1, 2])).astype(
+        np.int64)
+    return x, y
+
+
 def sequences(rng):
     """Conv1D layers (causal, then same with strides) on sequences [n, 10,
     4], classes the sign pattern of two random projections of the mean."""
-    x = rng.normal(size=(REG_EXAMPLES, 10, 4)).astype(np.float32)
-    w = rng.normal(size=(4, 2))
-    y = ((x.mean(axis=1) @ w > 0) @ np.array([1, 2])).astype(np.int64)
+    x, y = sequence_data(rng, 10)
     fresh_session()
     keras.utils.set_random_seed(SEED + 8)
     L = keras.layers
@@ -306,9 +315,7 @@ def mobile(rng):
 def wave(rng):
     """WaveNet's stack: causal Conv1D at dilations 1, 2 (grouped) and 4,
     then a crop of the first steps, on sequences [n, 12, 4]."""
-    x = rng.normal(size=(REG_EXAMPLES, 12, 4)).astype(np.float32)
-    w = rng.normal(size=(4, 2))
-    y = ((x.mean(axis=1) @ w > 0) @ np.array([1, 2])).astype(np.int64)
+    x, y = sequence_data(rng, 12)
     fresh_session()
     keras.utils.set_random_seed(SEED + 15)
     L = keras.layers
@@ -330,9 +337,7 @@ def wave(rng):
 def recurrent(rng):
     """An LSTM (every step's output), then a GRU (the last of a backward
     pass) on sequences [n, 10, 4]."""
-    x = rng.normal(size=(REG_EXAMPLES, 10, 4)).astype(np.float32)
-    w = rng.normal(size=(4, 2))
-    y = ((x[:, :3].mean(axis=1) @ w > 0) @ np.array([1, 2])).astype(np.int64)
+    x, y = sequence_data(rng, 10, slice(None, 3))
     fresh_session()
     keras.utils.set_random_seed(SEED + 16)
     L = keras.layers
@@ -349,10 +354,7 @@ def recurrent(rng):
 def bidirectional(rng):
     """Bidirectional LSTM (every step, concatenated) then Bidirectional GRU
     (the last outputs, summed) on sequences [n, 10, 4]."""
-    x = rng.normal(size=(REG_EXAMPLES, 10, 4)).astype(np.float32)
-    w = rng.normal(size=(4, 2))
-    y = ((x[:, -3:].mean(axis=1) @ w > 0) @ np.array([1, 2])).astype(
-        np.int64)
+    x, y = sequence_data(rng, 10, slice(-3, None))
     fresh_session()
     keras.utils.set_random_seed(SEED + 17)
     L = keras.layers
