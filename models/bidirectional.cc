@@ -7,16 +7,19 @@
 // Keras's: `<name>/forward_<layer>` and `<name>/backward_<layer>` (the
 // wrapped layer's auto-name, or its own), initialised forward first, so a
 // Keras model's weights load by name.
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "models/layer.h"
 #include "models/layer_registry.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/math_ops.h"
+#include "tensor/ops/precision_ops.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::models {
@@ -35,8 +38,15 @@ class BidirectionalLayer final : public Layer {
 
   absl::StatusOr<Tensor> Call(const Tensor& x,
                               const ForwardContext& ctx) override {
-    MT_ASSIGN_OR_RETURN(const Tensor forward, forward_->Call(x, ctx));
-    MT_ASSIGN_OR_RETURN(Tensor backward, backward_->Call(x, ctx));
+    // Each copy's output rounded as Keras casts it under mixed bfloat16,
+    // but without the 2-byte copy a product would read: the merge reads
+    // them.
+    ForwardContext copies = ctx;
+    if (copies.output_rounding != ops::OutputRounding::kNone) {
+      copies.output_rounding = ops::OutputRounding::kBf16;
+    }
+    MT_ASSIGN_OR_RETURN(const Tensor forward, forward_->Call(x, copies));
+    MT_ASSIGN_OR_RETURN(Tensor backward, backward_->Call(x, copies));
     if (sequences_ && backward.dim(1) > 1) {
       // Back in time order: the steps reversed (Keras's flip).
       MT_ASSIGN_OR_RETURN(std::vector<Tensor> steps,
@@ -78,12 +88,25 @@ absl::StatusOr<std::unique_ptr<Layer>> CreateBidirectional(
         "layers: takes one lstm or gru layer (the one run both ways)");
   }
   const LayerSpec& inner = spec.layers[0];
+  if (inner.repeat != 1) {
+    return absl::InvalidArgumentError(
+        "layers[0].repeat: a bidirectional wraps one layer (repeat the "
+        "bidirectional entry instead)");
+  }
+  if (inner.params.Bool("go_backwards")) {
+    return absl::InvalidArgumentError(
+        "layers[0].go_backwards: the bidirectional runs the layer both ways "
+        "itself (Keras refuses a wrapped go_backwards too)");
+  }
   const std::string base =
       inner.name.empty() ? b.TakeAutoName(inner.type) : inner.name;
   LayerSpec forward = inner, backward = inner;
-  forward.name = absl::StrCat(b.name(), "/forward_", base);
+  // Keras keeps a name that starts forward_ as it is.
+  forward.name =
+      absl::StrCat(b.name(), "/",
+                   absl::StartsWith(base, "forward_") ? "" : "forward_", base);
   backward.name = absl::StrCat(b.name(), "/backward_", base);
-  backward.params.Set("go_backwards", !inner.params.Bool("go_backwards"));
+  backward.params.Set("go_backwards", true);
   MT_ASSIGN_OR_RETURN(std::unique_ptr<Layer> f,
                       b.BuildSequence({forward}, b.input_shape()));
   MT_ASSIGN_OR_RETURN(std::unique_ptr<Layer> r,

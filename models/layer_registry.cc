@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "models/containers.h"
 #include "models/losses.h"
+#include "tensor/ops/window.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::models {
@@ -116,6 +117,10 @@ const LayerSpec* BehindOutput(const std::vector<LayerSpec>& layers) {
 std::string OutputActivation(const std::vector<LayerSpec>& layers) {
   const LayerSpec* last = OutputLayer(layers);
   if (last == nullptr || !last->params.Has("activation")) return "";
+  if (const LayerType* type = LayerRegistry::Global().Find(last->type);
+      type != nullptr && type->inner_activation) {
+    return "";
+  }
   return last->params.String("activation");
 }
 
@@ -179,9 +184,10 @@ std::string WindowName(const std::string& key, std::array<int64_t, 2> k,
                        std::array<int64_t, 2> d) {
   std::string out = absl::StrCat(key, " ", Sides(k[0], k[1]));
   if (d[0] != 1 || d[1] != 1) {
-    absl::StrAppend(&out, " dilated by ", Sides(d[0], d[1]), " (",
-                    Sides((k[0] - 1) * d[0] + 1, (k[1] - 1) * d[1] + 1),
-                    " cells)");
+    absl::StrAppend(
+        &out, " dilated by ", Sides(d[0], d[1]), " (",
+        Sides(ops::DilatedSize(k[0], d[0]), ops::DilatedSize(k[1], d[1])),
+        " cells)");
   }
   return out;
 }
@@ -195,7 +201,7 @@ absl::Status LayerBuilder::CheckWindow1D(const std::string& key, int64_t k,
   const int64_t limit = padding == "valid"  ? steps
                         : padding == "same" ? 2 * steps - 1
                                             : kMaxDimension;
-  if ((k - 1) * dilation + 1 <= limit) return absl::OkStatus();
+  if (ops::DilatedSize(k, dilation) <= limit) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       WindowName(key, {k, k}, {dilation, dilation}), " does not fit the ",
       steps, " steps",
@@ -210,8 +216,8 @@ absl::Status LayerBuilder::CheckWindow(const std::string& key,
                                        std::array<int64_t, 2> dilation) const {
   const int64_t h = input_shape_[1], w = input_shape_[2];
   const int64_t limit_h = same ? 2 * h - 1 : h, limit_w = same ? 2 * w - 1 : w;
-  if ((k[0] - 1) * dilation[0] + 1 <= limit_h &&
-      (k[1] - 1) * dilation[1] + 1 <= limit_w) {
+  if (ops::DilatedSize(k[0], dilation[0]) <= limit_h &&
+      ops::DilatedSize(k[1], dilation[1]) <= limit_w) {
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(

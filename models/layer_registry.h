@@ -83,6 +83,9 @@ struct LayerType {
   // At evaluation its output holds its input's values, moved or not
   // (dropout, reshape, flatten): looked past to find the output layer.
   bool passes_values_on = false;
+  // Its `activation` key works inside it (a recurrent cell's), not on its
+  // output: never the model's output activation (Keras's from_logits).
+  bool inner_activation = false;
   // Builds the layer for input shape b.input_shape(); errors are
   // InvalidArgument without the path (the builder prefixes it).
   std::function<absl::StatusOr<std::unique_ptr<Layer>>(const LayerSpec& spec,

@@ -1,6 +1,10 @@
 #include "models/losses.h"
 
+#include <string>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/nn_ops.h"
@@ -104,13 +108,18 @@ absl::Status CheckOneOutputPerLabel(const std::string& loss,
 }
 
 absl::Status RealLabelsRefused(const std::string& loss) {
+  // The regression losses: those without an output activation.
+  std::vector<std::string> regression;
+  for (const LossType* l : LossRegistry::Global().Entries()) {
+    if (l->output_activation.empty()) regression.push_back(l->name);
+  }
   return absl::InvalidArgumentError(absl::StrCat(
       loss,
       " takes class labels (integers), but the data's labels are real "
       "values (a float y: class labels stored as floats want "
       "y.astype(np.int64), one-hot rows y.argmax(-1); regression targets "
-      "want a regression loss: loss.name mean_squared_error, "
-      "mean_absolute_error, huber or log_cosh)"));
+      "want a regression loss: loss.name ",
+      absl::StrJoin(regression, ", "), ")"));
 }
 
 Param LabelSmoothingParam(const std::string& targets) {

@@ -138,11 +138,6 @@ class RecurrentLayer : public Layer {
   virtual absl::Status Step(const Tensor& xt, const StepWeights& w,
                             States& states) = 0;
 
-  absl::StatusOr<Tensor> Gate(const ActivationDef* activation,
-                              const Tensor& z) const {
-    return Activate(*activation, z);
-  }
-
   const int64_t gates_;
   Variable kernel_;
   Variable recurrent_;
@@ -168,16 +163,16 @@ class LstmLayer final : public RecurrentLayer {
     }
     MT_ASSIGN_OR_RETURN(const std::vector<Tensor> g, ops::Split(z, 4, 1));
     const ActivationDef* gate = options_.recurrent_activation;
-    MT_ASSIGN_OR_RETURN(const Tensor i, Gate(gate, g[0]));
-    MT_ASSIGN_OR_RETURN(const Tensor f, Gate(gate, g[1]));
+    MT_ASSIGN_OR_RETURN(const Tensor i, Activate(*gate, g[0]));
+    MT_ASSIGN_OR_RETURN(const Tensor f, Activate(*gate, g[1]));
     MT_ASSIGN_OR_RETURN(const Tensor candidate,
-                        Gate(options_.activation, g[2]));
-    MT_ASSIGN_OR_RETURN(const Tensor o, Gate(gate, g[3]));
+                        Activate(*options_.activation, g[2]));
+    MT_ASSIGN_OR_RETURN(const Tensor o, Activate(*gate, g[3]));
     MT_ASSIGN_OR_RETURN(const Tensor kept, ops::Mul(f, states.c));
     MT_ASSIGN_OR_RETURN(const Tensor written, ops::Mul(i, candidate));
     MT_ASSIGN_OR_RETURN(states.c, ops::Add(kept, written));
     MT_ASSIGN_OR_RETURN(const Tensor squashed,
-                        Gate(options_.activation, states.c));
+                        Activate(*options_.activation, states.c));
     MT_ASSIGN_OR_RETURN(states.h, ops::Mul(o, squashed));
     return absl::OkStatus();
   }
@@ -240,9 +235,9 @@ class GruLayer final : public RecurrentLayer {
                         ops::Split(inner, reset_after_ ? 3 : 2, 1));
     const ActivationDef* gate = options_.recurrent_activation;
     MT_ASSIGN_OR_RETURN(Tensor sum, ops::Add(x[0], rec[0]));
-    MT_ASSIGN_OR_RETURN(const Tensor z, Gate(gate, sum));
+    MT_ASSIGN_OR_RETURN(const Tensor z, Activate(*gate, sum));
     MT_ASSIGN_OR_RETURN(sum, ops::Add(x[1], rec[1]));
-    MT_ASSIGN_OR_RETURN(const Tensor r, Gate(gate, sum));
+    MT_ASSIGN_OR_RETURN(const Tensor r, Activate(*gate, sum));
     Tensor recurrent_h;
     if (reset_after_) {
       MT_ASSIGN_OR_RETURN(recurrent_h, ops::Mul(r, rec[2]));
@@ -251,7 +246,7 @@ class GruLayer final : public RecurrentLayer {
       MT_ASSIGN_OR_RETURN(recurrent_h, ops::MatMul(reset, w.recurrent_tail));
     }
     MT_ASSIGN_OR_RETURN(sum, ops::Add(x[2], recurrent_h));
-    MT_ASSIGN_OR_RETURN(const Tensor hh, Gate(options_.activation, sum));
+    MT_ASSIGN_OR_RETURN(const Tensor hh, Activate(*options_.activation, sum));
     // z h + (1 - z) hh, Keras's order.
     MT_ASSIGN_OR_RETURN(const Tensor kept, ops::Mul(z, h));
     MT_ASSIGN_OR_RETURN(const Tensor one, ops::internal::ScalarLike(z, 1.0));
@@ -372,6 +367,8 @@ MT_REGISTER(
               .Default(true)
               .Doc("the forget gate's bias starts at 1 (Jozefowicz et "
                    "al.)")})},
+     // The cell's, not applied to the layer's output.
+     .inner_activation = true,
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
        const bool unit_forget_bias = spec.params.Bool("unit_forget_bias");
@@ -399,6 +396,7 @@ MT_REGISTER(
               .Doc("the reset gate after the recurrent product, with a "
                    "separate recurrent bias (Keras's default, cuDNN's); "
                    "false: before it")})},
+     .inner_activation = true,
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
        const bool reset_after = spec.params.Bool("reset_after");

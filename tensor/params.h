@@ -38,7 +38,8 @@ enum class ParamType {
   kIntPair,
   // Padding or cropping around an image, as Keras takes it: an integer (all
   // four sides), [rows, columns] (symmetric), or [[top, bottom], [left,
-  // right]]; held flat as [top, bottom, left, right] after the last.
+  // right]] (either pair also one integer: Keras's mixed form); the last
+  // held flat as [top, bottom, left, right], which reads back too.
   kIntBox,
 };
 

@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include "tensor/cuda/cuda_kernels.h"
+#include "tensor/cuda/image_window.cuh"
 #include "tensor/cuda/launch.h"
 #include "tensor/status_macros.h"
 
@@ -128,13 +129,10 @@ __global__ void SumSegmentsKernel(const T* partial, int64_t segments, int64_t n,
 }
 
 absl::Status CheckGeometry(const char* what, const DepthwiseGeometry& geo) {
-  const ImageWindow& g = geo.window;
-  if (geo.m < 1 || g.kh < 1 || g.kw < 1 || g.sh < 1 || g.sw < 1 || g.pt < 0 ||
-      g.pl < 0 || g.dh < 1 || g.dw < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what,
-        ": window sizes, strides, dilations and the multiplier must be >= 1 "
-        "and padding >= 0"));
+  MT_RETURN_IF_ERROR(CheckImageWindow(what, geo.window));
+  if (geo.m < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": the multiplier must be >= 1"));
   }
   return absl::OkStatus();
 }

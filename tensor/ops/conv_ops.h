@@ -39,20 +39,21 @@ absl::StatusOr<Tensor> Conv2D(const Tensor& x, const Tensor& filter,
                               const Conv2DOptions& options = {});
 
 // relu(conv2d(x, filter) + bias), bias [O]: a Conv2D layer with relu as one
-// op. On GPUs (f32) each chunk's GEMM adds the bias and applies relu in its
-// cuBLASLt epilogue; elsewhere Conv2D, then BiasAddRelu's pass in place
-// (the same numbers as Conv2D then BiasAddRelu). The gradient is
-// BiasAddRelu's masked pass (dz and the bias sum together), then Conv2D's.
+// op (a grouped filter: GroupedConv2D's ops, then BiasAddRelu). On GPUs (f32)
+// each chunk's GEMM adds the bias and applies relu in its cuBLASLt epilogue;
+// elsewhere Conv2D, then BiasAddRelu's pass in place (the same numbers as
+// Conv2D then BiasAddRelu). The gradient is BiasAddRelu's masked pass (dz and
+// the bias sum together), then Conv2D's.
 absl::StatusOr<Tensor> Conv2DBiasRelu(const Tensor& x, const Tensor& filter,
                                       const Tensor& bias,
                                       const Conv2DOptions& options = {});
 
 // MaxPool2D(Conv2D(x, filter, options), pool): the same values, winners
-// and gradients. On GPUs, for a 2x2 stride-2 VALID pool over a convolution
-// the direct kernels take, one op whose kernel pools as it convolves (the
-// convolution's output is never stored) and whose filter gradient reads
-// the pool's gradient and winners (an Inf or NaN input read only by
-// outputs the pool drops gives no NaN there, see
+// and gradients (a grouped filter: the two ops in turn, as below). On GPUs, for
+// a 2x2 stride-2 VALID pool over a convolution the direct kernels take, one op
+// whose kernel pools as it convolves (the convolution's output is never stored)
+// and whose filter gradient reads the pool's gradient and winners (an Inf or
+// NaN input read only by outputs the pool drops gives no NaN there, see
 // cuda::DirectConv2DMaxPoolFilterGrad); for one the Winograd path takes
 // (conv_gpu_winograd), one op whose output pass pools (winograd_conv.h),
 // with the pool's gradient then the convolution's; elsewhere the two ops.

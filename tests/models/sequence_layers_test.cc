@@ -473,5 +473,111 @@ TEST(RecurrentLayersTest, BidirectionalWrapsOneRecurrentLayer) {
       << model.status();
 }
 
+// A recurrent layer's `activation` is its cell's, never the model's output
+// activation: a last lstm (or bidirectional gru) with a sigmoid cell
+// builds under every loss and computes the same outputs under each (not
+// stripped to its logits under binary_crossentropy, not refused as another
+// loss's activation under the categorical one).
+TEST(RecurrentLayersTest, TheCellActivationIsNotTheOutputActivation) {
+  absl::StatusOr<LayerSpec> lstm =
+      MakeLayerSpec("lstm", {{"units", int64_t{1}}, {"activation", "sigmoid"}});
+  ASSERT_TRUE(lstm.ok()) << lstm.status();
+  lstm->path = "model.layers[0]";
+  absl::StatusOr<LayerSpec> bi = MakeLayerSpec("bidirectional", {});
+  ASSERT_TRUE(bi.ok()) << bi.status();
+  bi->path = "model.layers[0]";
+  absl::StatusOr<LayerSpec> gru =
+      MakeLayerSpec("gru", {{"units", int64_t{1}}, {"activation", "sigmoid"}});
+  ASSERT_TRUE(gru.ok()) << gru.status();
+  gru->path = "model.layers[0].layers[0]";
+  bi->layers = {*gru};
+  const Tensor x = testing::RandomTensor({2, 5, 3}, 3, DType::kF32);
+  for (const LayerSpec& last : {*lstm, *bi}) {
+    SCOPED_TRACE(last.type);
+    std::vector<Tensor> outputs;
+    for (const char* loss : {"binary_crossentropy", "mean_squared_error",
+                             "sparse_categorical_crossentropy"}) {
+      ModelDef def{{5, 3}, {last}};
+      def.loss = loss;
+      absl::StatusOr<std::unique_ptr<Model>> model =
+          Model::Build(def, 4, Device::Cpu());
+      ASSERT_TRUE(model.ok()) << loss << ": " << model.status();
+      absl::StatusOr<Tensor> y = (*model)->Call(x, {});
+      ASSERT_TRUE(y.ok()) << y.status();
+      outputs.push_back(*y);
+    }
+    EXPECT_TRUE(testing::SameBits(outputs[0], outputs[1]));
+    EXPECT_TRUE(testing::SameBits(outputs[0], outputs[2]));
+  }
+}
+
+// Bidirectional's merges, from its concat of [forward, backward] (the same
+// seed, the same weights): sum, mul and ave of the two halves; a wrapped
+// go_backwards or repeat is refused; a wrapped layer's own name names the
+// copies (one already starting forward_ kept, as Keras keeps it).
+TEST(RecurrentLayersTest, BidirectionalMergesAndNames) {
+  auto build = [](std::vector<std::pair<std::string, ParamValue>> outer,
+                  std::vector<std::pair<std::string, ParamValue>> inner,
+                  std::string inner_name = "",
+                  int64_t repeat =
+                      1) -> absl::StatusOr<std::unique_ptr<Model>> {
+    absl::StatusOr<LayerSpec> bi = MakeLayerSpec("bidirectional", outer);
+    absl::StatusOr<LayerSpec> lstm = MakeLayerSpec("lstm", inner);
+    if (!bi.ok()) return bi.status();
+    if (!lstm.ok()) return lstm.status();
+    bi->path = "model.layers[0]";
+    lstm->path = "model.layers[0].layers[0]";
+    lstm->name = inner_name;
+    lstm->repeat = repeat;
+    bi->layers = {*lstm};
+    return Model::Build(ModelDef{{4, 3}, {*bi}}, 9, Device::Cpu());
+  };
+  const std::vector<std::pair<std::string, ParamValue>> units = {
+      {"units", int64_t{2}}, {"return_sequences", true}};
+  const Tensor x = testing::RandomTensor({2, 4, 3}, 5, DType::kF32);
+  absl::StatusOr<std::unique_ptr<Model>> concat = build({}, units);
+  ASSERT_TRUE(concat.ok()) << concat.status();
+  const Tensor both = *(*concat)->Call(x, {});
+  ASSERT_EQ(both.shape(), (Shape{2, 4, 4}));
+  const std::vector<float> v = both.ToVector<float>();
+  for (const char* merge : {"sum", "mul", "ave"}) {
+    SCOPED_TRACE(merge);
+    absl::StatusOr<std::unique_ptr<Model>> m =
+        build({{"merge_mode", merge}}, units);
+    ASSERT_TRUE(m.ok()) << m.status();
+    const std::vector<float> got = (*m)->Call(x, {})->ToVector<float>();
+    ASSERT_EQ(got.size(), v.size() / 2);
+    for (size_t i = 0; i < got.size(); ++i) {
+      const float f = v[i / 2 * 4 + i % 2], b = v[i / 2 * 4 + 2 + i % 2];
+      const float want = std::string(merge) == "sum"   ? f + b
+                         : std::string(merge) == "mul" ? f * b
+                                                       : (f + b) * 0.5f;
+      EXPECT_EQ(got[i], want) << i;
+    }
+  }
+  std::vector<std::pair<std::string, ParamValue>> backwards = units;
+  backwards.push_back({"go_backwards", true});
+  absl::StatusOr<std::unique_ptr<Model>> refused = build({}, backwards);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(
+      absl::StrContains(refused.status().message(),
+                        "layers[0].go_backwards: the bidirectional runs"))
+      << refused.status();
+  refused = build({}, units, "", 2);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "layers[0].repeat"))
+      << refused.status();
+  for (const auto& [name, forward, backward] :
+       {std::tuple<std::string, std::string, std::string>{
+            "enc", "bidirectional/forward_enc", "bidirectional/backward_enc"},
+        {"forward_enc", "bidirectional/forward_enc",
+         "bidirectional/backward_forward_enc"}}) {
+    absl::StatusOr<std::unique_ptr<Model>> m = build({}, units, name);
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ((*m)->variables()[0]->name(), forward + "/lstm_cell/kernel");
+    EXPECT_EQ((*m)->variables()[3]->name(), backward + "/lstm_cell/kernel");
+  }
+}
+
 }  // namespace
 }  // namespace mirrortrain::models

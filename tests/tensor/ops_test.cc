@@ -153,6 +153,19 @@ TEST(OpsTest, GroupedConvolutionsComposeFromTheirParts) {
   absl::StatusOr<Tensor> conv = ops::Conv2D(x, f);
   ASSERT_TRUE(conv.ok()) << conv.status();
   ASSERT_EQ(conv->shape(), (Shape{2, 6, 6, 6}));
+  // Against an ungrouped convolution of the block-diagonal filter (group
+  // g's filters read only its channels): the same sums, zeros added.
+  Tensor full = Tensor::HostZeros(DType::kF64, {3, 3, 4, 6});
+  for (int64_t tap = 0; tap < 9; ++tap) {
+    for (int64_t c = 0; c < 2; ++c) {
+      for (int64_t o = 0; o < 6; ++o) {
+        const int64_t g = o / 3;  // Filters 0-2 read channels 0-1.
+        full.data<double>()[(tap * 4 + g * 2 + c) * 6 + o] =
+            f.data<double>()[(tap * 2 + c) * 6 + o];
+      }
+    }
+  }
+  EXPECT_TRUE(testing::AllClose(*conv, *ops::Conv2D(x, full), 1e-12, 1e-12));
   EXPECT_TRUE(testing::SameBits(*ops::Conv2DBiasRelu(x, f, b),
                                 *ops::BiasAddRelu(*conv, b)));
   const Tensor pooled = *ops::MaxPool2D(*conv, pool);
