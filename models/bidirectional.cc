@@ -1,6 +1,6 @@
 // `bidirectional` (Keras Bidirectional): a recurrent layer (its one entry
-// of `layers`: an lstm or gru) run forwards and, as a copy with
-// go_backwards flipped, backwards over the same sequences, the two outputs
+// of `layers`: an lstm or gru, not itself go_backwards) run forwards and,
+// as a go_backwards copy, backwards over the same sequences, the two outputs
 // merged (merge_mode: concat along the features, sum, mul or ave). With
 // return_sequences the backward copy's outputs are put back in time order
 // first, so step t's features are both directions' at t. The copies are
