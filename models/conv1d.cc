@@ -47,11 +47,8 @@ class Conv1DLayer final : public Layer {
     const Shape& k = kernel_.shape();
     Tensor in = x;
     const int64_t channels = x.dim(2);
-    if (padding_ == "causal" && k[0] > 1) {
-      MT_ASSIGN_OR_RETURN(
-          Tensor front,
-          Tensor::Zeros(x.dtype(), {x.dim(0), Front(), channels}, x.device()));
-      MT_ASSIGN_OR_RETURN(in, ops::Concat({front, x}, 1));
+    if (padding_ == "causal") {
+      MT_ASSIGN_OR_RETURN(in, ops::PadZeros(x, 1, Front(), 0));
     }
     MT_ASSIGN_OR_RETURN(in,
                         ops::Reshape(in, {in.dim(0), 1, in.dim(1), channels}));

@@ -186,11 +186,7 @@ absl::Status CheckDilation(int64_t stride, int64_t dilation) {
 
 absl::StatusOr<ConvWindow> ReadConvWindow(const LayerSpec& spec,
                                           const LayerBuilder& b) {
-  const Shape& in = b.input_shape();
-  if (in.size() != 4) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expects NHWC input, got ", ShapeToString(in)));
-  }
+  MT_RETURN_IF_ERROR(CheckImageShape(b.input_shape(), ""));
   ConvWindow w;
   w.kernel_size = spec.params.IntPair("kernel_size");
   const bool same = spec.params.String("padding") == "same";

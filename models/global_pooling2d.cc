@@ -34,10 +34,7 @@ class GlobalPooling2DLayer final : public Layer {
     return ops::Reshape(y, {x.dim(0), x.dim(3)});
   }
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
-    if (input.size() != 4) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name(), ": expects NHWC input, got ", ShapeToString(input)));
-    }
+    MT_RETURN_IF_ERROR(CheckImageShape(input, name()));
     if (keepdims_) return Shape{input[0], 1, 1, input[3]};
     return Shape{input[0], input[3]};
   }
@@ -51,10 +48,7 @@ template <bool kMax>
 absl::StatusOr<std::unique_ptr<Layer>> CreateGlobalPooling(
     const LayerSpec& spec, LayerBuilder& b) {
   const Shape& in = b.input_shape();
-  if (in.size() != 4) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expects NHWC input, got ", ShapeToString(in)));
-  }
+  MT_RETURN_IF_ERROR(CheckImageShape(in, ""));
   if (kMax && (in[1] == 0 || in[2] == 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("an empty image has no maximum, got ", ShapeToString(in)));

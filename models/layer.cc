@@ -1,5 +1,6 @@
 #include "models/layer.h"
 
+#include "absl/strings/str_cat.h"
 #include "tensor/dropout_mask.h"
 #include "tensor/ops/nn_ops.h"
 
@@ -14,6 +15,13 @@ absl::StatusOr<Tensor> ForwardContext::Dropout(const Tensor& x, double rate,
   }
   return ops::Dropout(x, rate, DropoutStepSeed(step_seed, stream, salt),
                       element_offset);
+}
+
+absl::Status CheckImageShape(const Shape& input, const std::string& layer) {
+  if (input.size() == 4) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(layer.empty() ? "" : layer + ": ",
+                   "expects NHWC input, got ", ShapeToString(input)));
 }
 
 }  // namespace mirrortrain::models

@@ -112,6 +112,11 @@ class Layer {
   bool frozen_ = false;
 };
 
+// OK for NHWC images [batch, h, w, c]; else InvalidArgument "<layer>:
+// expects NHWC input, got [...]" (no prefix for an empty `layer`: a
+// factory's error, which the builder prefixes with the path).
+absl::Status CheckImageShape(const Shape& input, const std::string& layer);
+
 }  // namespace mirrortrain::models
 
 #endif  // MIRRORTRAIN_MODELS_LAYER_H_

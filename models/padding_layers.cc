@@ -44,15 +44,7 @@ class EdgesLayer final : public Layer {
             y, ops::Slice(y, axis, s.before, y.dim(axis) - s.before - s.after));
         continue;
       }
-      std::vector<Tensor> parts;
-      for (const int64_t cells : {s.before, s.after}) {
-        Shape block = y.shape();
-        block[axis] = cells;
-        MT_ASSIGN_OR_RETURN(Tensor zeros,
-                            Tensor::Zeros(y.dtype(), block, y.device()));
-        parts.push_back(std::move(zeros));
-      }
-      MT_ASSIGN_OR_RETURN(y, ops::Concat({parts[0], y, parts[1]}, axis));
+      MT_ASSIGN_OR_RETURN(y, ops::PadZeros(y, axis, s.before, s.after));
     }
     return y;
   }
@@ -103,10 +95,7 @@ decltype(LayerType::create) EdgesFactory(const char* key, bool crop, int dims) {
       const std::array<int64_t, 2> lr = spec.params.IntPair(key);
       sides = {{lr[0], lr[1]}};
     } else {
-      if (b.input_shape().size() != 4) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "expects NHWC input, got ", ShapeToString(b.input_shape())));
-      }
+      MT_RETURN_IF_ERROR(CheckImageShape(b.input_shape(), ""));
       const std::array<int64_t, 4> box = spec.params.IntBox(key);
       sides = {{box[0], box[1]}, {box[2], box[3]}};
     }

@@ -18,13 +18,6 @@
 namespace mirrortrain::models {
 namespace {
 
-absl::Status CheckImages(const Shape& input, const std::string& layer) {
-  if (input.size() == 4) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(layer.empty() ? "" : layer + ": ",
-                   "expects NHWC input, got ", ShapeToString(input)));
-}
-
 class UpSampling2DLayer final : public Layer {
  public:
   UpSampling2DLayer(std::string name, std::array<int64_t, 2> size, Tensor ones)
@@ -45,7 +38,7 @@ class UpSampling2DLayer final : public Layer {
   }
 
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
-    MT_RETURN_IF_ERROR(CheckImages(input, name()));
+    MT_RETURN_IF_ERROR(CheckImageShape(input, name()));
     return Shape{input[0], input[1] * size_[0], input[2] * size_[1], input[3]};
   }
 
@@ -73,7 +66,7 @@ MT_REGISTER(
      .passes_values_on = true,
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
-       MT_RETURN_IF_ERROR(CheckImages(b.input_shape(), ""));
+       MT_RETURN_IF_ERROR(CheckImageShape(b.input_shape(), ""));
        const std::array<int64_t, 2> size = spec.params.IntPair("size");
        const Shape& in = b.input_shape();
        if (in[1] > kMaxDimension / size[0] || in[2] > kMaxDimension / size[1]) {

@@ -20,10 +20,7 @@ absl::StatusOr<Tensor> AvgPool2DLayer::Call(const Tensor& x,
 }
 
 absl::StatusOr<Shape> Pool2DLayer::OutputShape(const Shape& input) const {
-  if (input.size() != 4) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name(), ": expects NHWC input, got ", ShapeToString(input)));
-  }
+  MT_RETURN_IF_ERROR(CheckImageShape(input, name()));
   ops::Window1D wy = ops::ComputeWindow(input[1], options_.ksize_h,
                                         options_.stride_h, options_.padding);
   ops::Window1D wx = ops::ComputeWindow(input[2], options_.ksize_w,
@@ -108,10 +105,7 @@ ParamSchema PoolParams() {
 
 template <typename PoolLayer>
 LayerOr CreatePool(const LayerSpec& spec, LayerBuilder& b) {
-  if (b.input_shape().size() != 4) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "expects NHWC input, got ", ShapeToString(b.input_shape())));
-  }
+  MT_RETURN_IF_ERROR(CheckImageShape(b.input_shape(), ""));
   const std::array<int64_t, 2> k = spec.params.IntPair("pool_size");
   const std::array<int64_t, 2> s =
       spec.params.OptionalIntPair("strides").value_or(k);

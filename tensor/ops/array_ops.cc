@@ -235,6 +235,31 @@ absl::StatusOr<std::vector<Tensor>> Split(const Tensor& x, int64_t pieces,
   return out;
 }
 
+absl::StatusOr<Tensor> PadZeros(const Tensor& x, int axis, int64_t before,
+                                int64_t after) {
+  constexpr const char* kOp = "PadZeros";
+  MT_RETURN_IF_ERROR(CheckDefined(kOp, {&x}));
+  MT_ASSIGN_OR_RETURN(const int a,
+                      internal::NormalizeAxis(kOp, axis, x.rank()));
+  if (before < 0 || after < 0) {
+    return OpError(kOp, absl::StrCat("negative padding ", before, ", ", after),
+                   {&x});
+  }
+  if (before == 0 && after == 0) return x;
+  std::vector<Tensor> parts;
+  for (const int64_t cells : {before, after}) {
+    if (cells > 0) {
+      Shape block = x.shape();
+      block[a] = cells;
+      MT_ASSIGN_OR_RETURN(Tensor zeros,
+                          Tensor::Zeros(x.dtype(), block, x.device()));
+      parts.push_back(std::move(zeros));
+    }
+  }
+  parts.insert(parts.begin() + (before > 0 ? 1 : 0), x);
+  return Concat(parts, a);
+}
+
 absl::StatusOr<Tensor> Slice(const Tensor& x, int axis, int64_t begin,
                              int64_t size) {
   constexpr const char* kOp = "Slice";
@@ -625,21 +650,11 @@ MT_OP_RECORDED_GRADIENT(
     [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
       if (!needs[0]) return absl::OkStatus();
       const auto& at = std::any_cast<const SliceAttrs&>(op.attrs);
-      const Tensor& x = op.inputs[0];
       const Tensor& dy = g[0];
-      std::vector<Tensor> parts;
-      for (const int64_t cells :
-           {at.begin, x.dim(at.axis) - at.begin - dy.dim(at.axis)}) {
-        if (cells == 0) continue;
-        Shape block = x.shape();
-        block[at.axis] = cells;
-        MT_ASSIGN_OR_RETURN(Tensor zeros,
-                            Tensor::Zeros(dy.dtype(), block, dy.device()));
-        parts.push_back(std::move(zeros));
-      }
-      // The gradient goes between the zeros before and after it.
-      parts.insert(parts.begin() + (at.begin > 0 ? 1 : 0), dy);
-      MT_ASSIGN_OR_RETURN((*grads)[0], Concat(parts, at.axis));
+      MT_ASSIGN_OR_RETURN(
+          (*grads)[0],
+          PadZeros(dy, at.axis, at.begin,
+                   op.inputs[0].dim(at.axis) - at.begin - dy.dim(at.axis)));
       return absl::OkStatus();
     });
 

@@ -16,8 +16,13 @@ absl::StatusOr<Tensor> Reshape(const Tensor& x, const Shape& shape);
 // out.shape[i] = x.shape[perm[i]].
 absl::StatusOr<Tensor> Transpose(const Tensor& x, const std::vector<int>& perm);
 absl::StatusOr<Tensor> Concat(absl::Span<const Tensor> xs, int axis);
+// x with `before` and `after` cells of zeros along `axis` (tf.pad with
+// zeros on one axis), as a recorded Concat of zero blocks and x: its
+// gradient is Concat's; x itself where both are 0.
+absl::StatusOr<Tensor> PadZeros(const Tensor& x, int axis, int64_t before,
+                                int64_t after);
 // The cells [begin, begin + size) of `axis` (tf.slice along one axis), a
-// copy; its gradient puts the output's between zeros.
+// copy; its gradient puts the output's between zeros (PadZeros).
 absl::StatusOr<Tensor> Slice(const Tensor& x, int axis, int64_t begin,
                              int64_t size);
 // tf.split(x, pieces, axis): `pieces` equal copies of consecutive blocks

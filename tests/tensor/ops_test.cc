@@ -215,6 +215,11 @@ TEST(OpsTest, ArrayOps) {
   EXPECT_EQ(ops::Slice(x, 1, 3, 0)->shape(), (Shape{2, 0}));
   EXPECT_FALSE(ops::Slice(x, 1, 2, 2).ok());
   EXPECT_FALSE(ops::Slice(x, 1, -1, 1).ok());
+  // PadZeros: zeros before and after along one axis.
+  EXPECT_EQ(ops::PadZeros(x, 1, 1, 2)->ToVector<float>(),
+            (std::vector<float>{0, 1, 2, 3, 0, 0, 0, 4, 5, 6, 0, 0}));
+  EXPECT_EQ(ops::PadZeros(x, 0, 0, 1)->shape(), (Shape{3, 3}));
+  EXPECT_FALSE(ops::PadZeros(x, 0, -1, 0).ok());
   EXPECT_FALSE(ops::Split(x, 0, 1).ok());
   Tensor ids = Tensor::FromVector<int64_t>({1, 1, 0}, {3});
   EXPECT_EQ(ops::Gather(x, ids)->ToVector<float>(),
