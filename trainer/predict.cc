@@ -20,52 +20,6 @@ namespace {
 // evaluation's batch of sequences; all on one device.
 constexpr int64_t kMaxBatch = 1000;
 constexpr int64_t kMaxRows = 8192;
-// A header longer than this is not a dataset's (numpy writes ~128 bytes).
-constexpr uint32_t kMaxHeaderBytes = uint32_t{1} << 20;
-
-// Reads `n` bytes of `file` into `out` (fewer only where the data ends).
-absl::Status ReadInto(GzFile& file, size_t n, std::string& out) {
-  const size_t start = out.size();
-  out.resize(start + n);
-  MT_ASSIGN_OR_RETURN(const size_t got, file.Read(out.data() + start, n));
-  out.resize(start + got);
-  return absl::OkStatus();
-}
-
-// A gzip stream that ended early or failed its checks, after `bytes` of
-// data: ReadWholeFile's error; OK for a sound (or raw) file.
-absl::Status CheckStream(const GzFile& file, uint64_t bytes) {
-  if (file.stream_error().empty()) return absl::OkStatus();
-  return BadData(file.path(), absl::StrCat("corrupt gzip stream after ", bytes,
-                                           " bytes: ", file.stream_error()));
-}
-
-// The header's bytes: the magic and version, the length, then that many
-// bytes (fewer where the file ends: ParseNpyHeader says what is missing).
-absl::StatusOr<std::string> ReadHeaderBytes(GzFile& file) {
-  std::string bytes;
-  MT_RETURN_IF_ERROR(ReadInto(file, 8, bytes));
-  if (bytes.size() == 8) {
-    // Version 1.0 keeps the length in 2 bytes, later ones in 4.
-    const size_t length_bytes = bytes[6] == 1 ? 2 : 4;
-    MT_RETURN_IF_ERROR(ReadInto(file, length_bytes, bytes));
-    if (bytes.size() == 8 + length_bytes) {
-      uint32_t length = 0;
-      for (size_t i = 0; i < length_bytes; ++i) {
-        length |= static_cast<uint32_t>(static_cast<uint8_t>(bytes[8 + i]))
-                  << (8 * i);
-      }
-      if (length > kMaxHeaderBytes) {
-        return BadData(file.path(),
-                       absl::StrCat("a .npy header of ", length,
-                                    " bytes (numpy writes a few hundred)"));
-      }
-      MT_RETURN_IF_ERROR(ReadInto(file, length, bytes));
-    }
-  }
-  MT_RETURN_IF_ERROR(CheckStream(file, bytes.size()));
-  return bytes;
-}
 
 }  // namespace
 
@@ -73,8 +27,7 @@ absl::StatusOr<PredictInputs> PredictInputs::Open(
     const std::string& path, const Shape& input_shape, bool token_ids,
     int64_t id_limit, const NormalizeOptions& normalize) {
   MT_ASSIGN_OR_RETURN(GzFile file, GzFile::Open(path));
-  MT_ASSIGN_OR_RETURN(const std::string header_bytes, ReadHeaderBytes(file));
-  MT_ASSIGN_OR_RETURN(NpyHeader header, ParseNpyHeader(header_bytes, path));
+  MT_ASSIGN_OR_RETURN(NpyHeader header, ReadNpyHeader(file));
   MT_RETURN_IF_ERROR(CheckExampleDtype(header, path));
   MT_ASSIGN_OR_RETURN(const Shape example,
                       NpyExampleShape(header, path, input_shape));
@@ -103,8 +56,9 @@ absl::StatusOr<Tensor> PredictInputs::Next(int64_t count) {
   Shape shape = {count};
   shape.insert(shape.end(), input_shape_.begin(), input_shape_.end());
   const size_t bytes = static_cast<size_t>(count * row * header_.item_bytes);
-  std::string data;
-  MT_RETURN_IF_ERROR(ReadInto(file_, bytes, data));
+  std::string data(bytes, '\0');
+  MT_ASSIGN_OR_RETURN(const size_t got, file_.Read(data.data(), bytes));
+  data.resize(got);
   if (data.size() < bytes) {
     // The stream ended early: as many bytes as were read in all.
     const uint64_t have =
@@ -114,7 +68,7 @@ absl::StatusOr<Tensor> PredictInputs::Next(int64_t count) {
         absl::StrCat(short_file.message(), file_.StreamErrorSuffix()));
   }
   // A stream that failed without ending early (its data inflated whole).
-  MT_RETURN_IF_ERROR(CheckStream(
+  MT_RETURN_IF_ERROR(CheckGzStream(
       file_, header_.data_offset + static_cast<uint64_t>((next_ + count) * row *
                                                          header_.item_bytes)));
   MT_ASSIGN_OR_RETURN(Tensor x, Tensor::Empty(DType::kF32, shape));
@@ -147,7 +101,7 @@ absl::Status PredictInputs::CheckEnd() {
   MT_ASSIGN_OR_RETURN(const uint64_t rest, file_.CountRest());
   const uint64_t need =
       static_cast<uint64_t>(header_.num_elements()) * header_.item_bytes;
-  MT_RETURN_IF_ERROR(CheckStream(file_, header_.data_offset + need + rest));
+  MT_RETURN_IF_ERROR(CheckGzStream(file_, header_.data_offset + need + rest));
   if (rest == 0) return absl::OkStatus();
   return CheckNpyPayload(header_, need + rest, path_);
 }

@@ -31,6 +31,12 @@ bool IsGzipMagic(const unsigned char* p) {
 
 }  // namespace
 
+absl::Status CheckGzStream(const GzFile& file, uint64_t bytes) {
+  if (file.stream_error().empty()) return absl::OkStatus();
+  return BadData(file.path(), absl::StrCat("corrupt gzip stream after ", bytes,
+                                           " bytes: ", file.stream_error()));
+}
+
 absl::StatusOr<bool> IsGzipFile(const RegularFile& file) {
   unsigned char head[2];
   MT_ASSIGN_OR_RETURN(const size_t got,
@@ -255,10 +261,7 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
     data.resize(old + got);
     if (got < kReadChunkBytes) break;
   }
-  if (!file.stream_error().empty()) {
-    return BadData(path, absl::StrCat("corrupt gzip stream after ", data.size(),
-                                      " bytes: ", file.stream_error()));
-  }
+  MT_RETURN_IF_ERROR(CheckGzStream(file, data.size()));
   return data;
 }
 

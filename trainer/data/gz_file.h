@@ -115,6 +115,11 @@ uint64_t ReservableBytes(const RegularFile& file, uint64_t offset,
 std::optional<UninitializedBytes> InflateExactly(const RegularFile& file,
                                                  uint64_t expected);
 
+// InvalidArgument "<path>: corrupt gzip stream after <bytes> bytes: <why>"
+// when `file`'s stream failed (after `bytes` of data); OK for a sound or
+// raw one.
+absl::Status CheckGzStream(const GzFile& file, uint64_t bytes);
+
 // Whether `file` starts with the gzip magic (false for a shorter file).
 absl::StatusOr<bool> IsGzipFile(const RegularFile& file);
 

@@ -320,6 +320,45 @@ std::string NpyHeaderBytes(absl::string_view descr,
   return out + dict;
 }
 
+namespace {
+
+// A header longer than this is not a dataset's (numpy writes ~128 bytes).
+constexpr uint32_t kMaxHeaderBytes = uint32_t{1} << 20;
+
+// Reads `n` bytes of `file` onto `out` (fewer only where the data ends).
+absl::Status ReadOnto(GzFile& file, size_t n, std::string& out) {
+  const size_t start = out.size();
+  out.resize(start + n);
+  MT_ASSIGN_OR_RETURN(const size_t got, file.Read(out.data() + start, n));
+  out.resize(start + got);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<NpyHeader> ReadNpyHeader(GzFile& file) {
+  // The magic and version, the length, then that many bytes (fewer where
+  // the file ends: ParseNpyHeader says what is missing).
+  std::string bytes;
+  MT_RETURN_IF_ERROR(ReadOnto(file, kMagic.size() + 2, bytes));
+  if (bytes.size() == kMagic.size() + 2) {
+    const size_t length_bytes = bytes[kMagic.size()] == 1 ? 2 : 4;
+    MT_RETURN_IF_ERROR(ReadOnto(file, length_bytes, bytes));
+    if (bytes.size() == kMagic.size() + 2 + length_bytes) {
+      const uint32_t length = LittleEndian(bytes, kMagic.size() + 2,
+                                           static_cast<int>(length_bytes));
+      if (length > kMaxHeaderBytes) {
+        return BadData(file.path(),
+                       absl::StrCat("a .npy header of ", length,
+                                    " bytes (numpy writes a few hundred)"));
+      }
+      MT_RETURN_IF_ERROR(ReadOnto(file, length, bytes));
+    }
+  }
+  MT_RETURN_IF_ERROR(CheckGzStream(file, bytes.size()));
+  return ParseNpyHeader(bytes, file.path());
+}
+
 absl::Status CheckNpyPayload(const NpyHeader& header, uint64_t have,
                              const std::string& where) {
   const uint64_t need =

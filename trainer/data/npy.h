@@ -39,6 +39,13 @@ struct NpyHeader {
 absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view bytes,
                                          const std::string& where);
 
+class GzFile;
+
+// Reads the header at the start of `file` (raw or gzip; a corrupt stream
+// is CheckGzStream's error) and parses it (ParseNpyHeader's errors, naming
+// the file); `file` is then at the first element.
+absl::StatusOr<NpyHeader> ReadNpyHeader(GzFile& file);
+
 // A whole array: its header and its elements (`bytes` from data_offset),
 // exactly num_elements() * item_bytes of them.
 struct NpyArray {
