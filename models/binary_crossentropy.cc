@@ -39,9 +39,7 @@ absl::StatusOr<Tensor> BinaryCrossentropy(const Tensor& logits,
                                           const Tensor& labels,
                                           int64_t global_labels,
                                           double label_smoothing) {
-  if (global_labels <= 0) {
-    return absl::InvalidArgumentError("global label count must be > 0");
-  }
+  MT_RETURN_IF_ERROR(CheckGlobalLabels(global_labels));
   if (!(label_smoothing >= 0 && label_smoothing <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "label smoothing must be in [0, 1], got ", label_smoothing));

@@ -45,9 +45,7 @@ absl::StatusOr<Tensor> SparseCategoricalCrossentropy(const Tensor& logits,
                                                      const Tensor& labels,
                                                      int64_t global_batch_size,
                                                      double label_smoothing) {
-  if (global_batch_size <= 0) {
-    return absl::InvalidArgumentError("global batch size must be > 0");
-  }
+  MT_RETURN_IF_ERROR(CheckGlobalLabels(global_batch_size));
   if (!(label_smoothing >= 0 && label_smoothing <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "label smoothing must be in [0, 1], got ", label_smoothing));
@@ -105,6 +103,12 @@ absl::Status CheckOneOutputPerLabel(const std::string& loss,
       absl::StrCat(loss, " takes one ", output, " per ", label, ", got ",
                    output, "s ", ShapeToString(logits.shape()), " for ", label,
                    "s ", ShapeToString(labels.shape())));
+}
+
+absl::Status CheckGlobalLabels(int64_t global_labels) {
+  if (global_labels > 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the global batch's count of labels must be > 0, got ", global_labels));
 }
 
 absl::Status RealLabelsRefused(const std::string& loss) {

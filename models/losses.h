@@ -80,6 +80,10 @@ absl::Status CheckOneOutputPerLabel(const std::string& loss,
                                     const std::string& output,
                                     const std::string& label);
 
+// OK for a global count of labels (the divisor of every loss) above 0;
+// else InvalidArgument saying so.
+absl::Status CheckGlobalLabels(int64_t global_labels);
+
 // A classification loss's refusal of real-valued labels (output_shape).
 absl::Status RealLabelsRefused(const std::string& loss);
 

@@ -19,9 +19,7 @@ namespace {
 absl::StatusOr<Tensor> Differences(const char* loss, const Tensor& logits,
                                    const Tensor& labels,
                                    int64_t global_labels) {
-  if (global_labels <= 0) {
-    return absl::InvalidArgumentError("global label count must be > 0");
-  }
+  MT_RETURN_IF_ERROR(CheckGlobalLabels(global_labels));
   MT_RETURN_IF_ERROR(
       CheckOneOutputPerLabel(loss, logits, labels, "output", "target"));
   const int64_t n = labels.num_elements();
