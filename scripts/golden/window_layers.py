@@ -64,6 +64,9 @@ the gradients of sum(y * upstream) with respect to x and every variable:
   * gru_seq/*, gru_before/*, gru_no_bias/*: GRU(4, return_sequences)
     (reset_after: bias [2, 12]), GRU(3, reset_after=False, go_backwards),
     GRU(2, no bias, return_sequences, relu) on x [2, 9, 3].
+  * permute_seq/*, permute_image/*, repeat_vector/*: Permute((2, 1)) on x
+    [2, 9, 3], Permute((3, 1, 2)) on x [2, 7, 6, 3], RepeatVector(4) on x
+    [2, 5].
 
 Run from the repository root:
     python3 scripts/golden/window_layers.py
@@ -223,6 +226,13 @@ def main():
     tensors += case("gru_no_bias", rng, keras.layers.GRU(
         2, use_bias=False, return_sequences=True, activation="relu", **f64),
         seq)
+    # Values moved or repeated.
+    tensors += case("permute_seq", rng, keras.layers.Permute((2, 1), **f64),
+                    seq)
+    tensors += case("permute_image", rng, keras.layers.Permute(
+        (3, 1, 2), **f64))
+    tensors += case("repeat_vector", rng, keras.layers.RepeatVector(
+        4, **f64), (2, 5))
     comment = ("Keras %s (TensorFlow %s) conv and pooling layers with "
                "(height, width) windows; scripts/golden/window_layers.py"
                % (keras.__version__, tf.__version__))

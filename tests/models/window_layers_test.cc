@@ -334,7 +334,11 @@ INSTANTIATE_TEST_SUITE_P(
                     {"use_bias", false},
                     {"return_sequences", true},
                     {"activation", "relu"}},
-                   "gru_cell/"}),
+                   "gru_cell/"},
+        // Values moved or repeated.
+        WindowCase{"permute_seq", "permute", {{"dims", Pair{2, 1}}}},
+        WindowCase{"permute_image", "permute", {{"dims", Pair{3, 1, 2}}}},
+        WindowCase{"repeat_vector", "repeat_vector", {{"n", int64_t{4}}}}),
     [](const ::testing::TestParamInfo<WindowCase>& info) {
       return info.param.golden;
     });
@@ -486,6 +490,38 @@ TEST(WindowPairTest, GroupsMustDivideChannelsAndFilters) {
   ASSERT_FALSE(doubled.ok());
   EXPECT_THAT(std::string(doubled.status().message()),
               ::testing::HasSubstr("expects NHWC input with 3 channels"));
+}
+
+// Permute takes an order of every example axis; RepeatVector a vector per
+// example; the errors say so.
+TEST(WindowPairTest, PermuteAndRepeatCheckTheirInputs) {
+  for (const auto& [type, key, value, input, expected] :
+       std::vector<std::tuple<std::string, std::string, ParamValue, Shape,
+                              std::string>>{
+           {"permute",
+            "dims",
+            Pair{1, 1},
+            {9, 3},
+            "dims: [1, 1] is not an order of the 2 example axes 1..2"},
+           {"permute",
+            "dims",
+            Pair{2, 1},
+            {7, 6, 3},
+            "dims: [2, 1] is not an order of the 3 example axes"},
+           {"repeat_vector",
+            "n",
+            int64_t{2},
+            {9, 3},
+            "expects [batch, features] input, got [1,9,3]"}}) {
+    absl::StatusOr<LayerSpec> spec = MakeLayerSpec(type, {{key, value}});
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    spec->path = "model.layers[0]";
+    absl::StatusOr<std::unique_ptr<Model>> model =
+        Model::Build(ModelDef{input, {*spec}}, 1, Device::Cpu());
+    ASSERT_FALSE(model.ok()) << type;
+    EXPECT_THAT(std::string(model.status().message()),
+                ::testing::HasSubstr(expected));
+  }
 }
 
 // A crop must leave cells on every axis; the error names the axis.

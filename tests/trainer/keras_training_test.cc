@@ -329,6 +329,18 @@ std::vector<KerasRun> Runs() {
         "optimizer={name: adam, learning_rate: 0.01}"},
        14,
        8},
+      // Sequence to sequence: an encoder LSTM's last state repeated for a
+      // decoder LSTM, a class per output step (labels [n, 3]).
+      {"s2s",
+       NpzData,
+       {"data.global_batch_size=12",
+        "model={input_shape: [10, 4], layers: ["
+        "{type: lstm, units: 8}, {type: repeat_vector, n: 3}, "
+        "{type: lstm, units: 6, return_sequences: true}, "
+        "{type: dense, units: 3}]}",
+        "optimizer={name: adam, learning_rate: 0.01}"},
+       8,
+       8},
       // Branches concatenated along the channels: a conv's output beside
       // its input (identity shortcut), then a pointwise dense beside a 1x1
       // conv.
