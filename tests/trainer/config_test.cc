@@ -731,6 +731,22 @@ TEST(ConfigTest, LayerListsNestAndReportPaths) {
        "m.yaml:4: model.layers[1].activation: softmax on the output layer, "
        "then a dropout (model.layers[2]): the loss takes the logits before "
        "the softmax, which must make the model's output; put it last"},
+      // Permute can move the class axis; repeat_vector repeats the
+      // probabilities: a softmax before either is refused as before a
+      // reshape.
+      {"model:\n  input_shape: [4, 3]\n  layers:\n"
+       "    - {type: dense, units: 10, activation: softmax}\n"
+       "    - {type: permute, dims: [2, 1]}\n",
+       "m.yaml:4: model.layers[0].activation: softmax on the output layer, "
+       "then a permute (model.layers[1]): the loss takes the logits before "
+       "the softmax, which must make the model's output; put it last"},
+      {"model:\n  input_shape: [4]\n  layers:\n"
+       "    - {type: dense, units: 10, activation: softmax}\n"
+       "    - {type: repeat_vector, n: 2}\n",
+       "m.yaml:4: model.layers[0].activation: softmax on the output layer, "
+       "then a repeat_vector (model.layers[1]): the loss takes the logits "
+       "before the softmax, which must make the model's output; put it "
+       "last"},
       {"model:\n  layers:\n    - {type: residual}\n",
        "m.yaml:3: model.layers[0].layers: required: layer type residual holds "
        "a list of layers"},
