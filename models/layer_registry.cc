@@ -261,7 +261,8 @@ absl::StatusOr<std::unique_ptr<Layer>> LayerBuilder::BuildOne(
   // Keras names the n-th unnamed layer of a kind "kind", "kind_1",
   // "kind_2", ...; a layer given a name takes no number.
   if (spec.name.empty()) {
-    name_ = TakeAutoName(type->name);
+    name_ =
+        TakeAutoName(type->auto_name.empty() ? type->name : type->auto_name);
   } else {
     name_ = spec.name;
   }

@@ -70,7 +70,9 @@ inline Param UseBiasParam() {
 }
 
 struct LayerType {
-  std::string name;  // The config `type` and the Keras auto-name prefix.
+  std::string name;  // The config `type`, and the Keras auto-name prefix
+  // unless `auto_name` gives Keras's own (PReLU's "p_re_lu").
+  std::string auto_name;
   std::string doc;
   ParamSchema params;
   // Takes a `layers` list (and, when `shortcut` is set, a shortcut list).

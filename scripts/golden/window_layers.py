@@ -67,6 +67,8 @@ the gradients of sum(y * upstream) with respect to x and every variable:
   * permute_seq/*, permute_image/*, repeat_vector/*: Permute((2, 1)) on x
     [2, 9, 3], Permute((3, 1, 2)) on x [2, 7, 6, 3], RepeatVector(4) on x
     [2, 5].
+  * prelu_image/*, prelu_seq/*: PReLU(shared_axes=[1, 2]) (alpha [1, 1,
+    3]), PReLU() on x [2, 9, 3] (alpha [9, 3]).
 
 Run from the repository root:
     python3 scripts/golden/window_layers.py
@@ -233,6 +235,11 @@ def main():
         (3, 1, 2), **f64))
     tensors += case("repeat_vector", rng, keras.layers.RepeatVector(
         4, **f64), (2, 5))
+    # A learned activation (alpha assigned random values, as every
+    # variable here).
+    tensors += case("prelu_image", rng, keras.layers.PReLU(
+        shared_axes=[1, 2], **f64))
+    tensors += case("prelu_seq", rng, keras.layers.PReLU(**f64), seq)
     comment = ("Keras %s (TensorFlow %s) conv and pooling layers with "
                "(height, width) windows; scripts/golden/window_layers.py"
                % (keras.__version__, tf.__version__))

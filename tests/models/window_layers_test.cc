@@ -40,6 +40,8 @@ struct WindowCase {
   std::vector<std::pair<std::string, ParamValue>> params;
   // Between the layer's name and its variables' (an LSTM's cell).
   std::string scope = "";
+  // The layer's Keras auto-name where it is not its type (PReLU's).
+  std::string layer_name = "";
 };
 
 class WindowGoldenTest : public ::testing::TestWithParam<WindowCase> {};
@@ -63,14 +65,16 @@ void ExpectMatchesKeras(const WindowCase& c, Device device) {
   // Keras's variables in Keras's order, with its shapes.
   const std::vector<Variable*>& vars = (*model)->variables();
   std::vector<std::string> parts;
-  for (const char* part : {"kernel", "recurrent_kernel", "depthwise_kernel",
-                           "pointwise_kernel", "bias", "gamma", "beta"}) {
+  for (const char* part :
+       {"kernel", "recurrent_kernel", "depthwise_kernel", "pointwise_kernel",
+        "bias", "gamma", "beta", "alpha"}) {
     if (Golden().contains(c.golden + "/" + part)) parts.push_back(part);
   }
   ASSERT_EQ(vars.size(), parts.size());
   std::vector<Tensor> sources = {x};
   for (size_t i = 0; i < vars.size(); ++i) {
-    EXPECT_EQ(vars[i]->name(), c.type + "/" + c.scope + parts[i]);
+    EXPECT_EQ(vars[i]->name(), (c.layer_name.empty() ? c.type : c.layer_name) +
+                                   "/" + c.scope + parts[i]);
     ASSERT_EQ(vars[i]->shape(), g(parts[i]).shape()) << parts[i];
     absl::StatusOr<Tensor> value = F32(g(parts[i])).To(device);
     ASSERT_TRUE(value.ok()) << value.status();
@@ -338,7 +342,14 @@ INSTANTIATE_TEST_SUITE_P(
         // Values moved or repeated.
         WindowCase{"permute_seq", "permute", {{"dims", Pair{2, 1}}}},
         WindowCase{"permute_image", "permute", {{"dims", Pair{3, 1, 2}}}},
-        WindowCase{"repeat_vector", "repeat_vector", {{"n", int64_t{4}}}}),
+        WindowCase{"repeat_vector", "repeat_vector", {{"n", int64_t{4}}}},
+        // A learned activation, Keras's auto-name p_re_lu.
+        WindowCase{"prelu_image",
+                   "prelu",
+                   {{"shared_axes", Pair{1, 2}}},
+                   "",
+                   "p_re_lu"},
+        WindowCase{"prelu_seq", "prelu", {}, "", "p_re_lu"}),
     [](const ::testing::TestParamInfo<WindowCase>& info) {
       return info.param.golden;
     });
@@ -493,7 +504,7 @@ TEST(WindowPairTest, GroupsMustDivideChannelsAndFilters) {
 }
 
 // Permute takes an order of every example axis; RepeatVector a vector per
-// example; the errors say so.
+// example; PReLU shares alpha across example axes only; the errors say so.
 TEST(WindowPairTest, PermuteAndRepeatCheckTheirInputs) {
   for (const auto& [type, key, value, input, expected] :
        std::vector<std::tuple<std::string, std::string, ParamValue, Shape,
@@ -512,7 +523,12 @@ TEST(WindowPairTest, PermuteAndRepeatCheckTheirInputs) {
             "n",
             int64_t{2},
             {9, 3},
-            "expects [batch, features] input, got [1,9,3]"}}) {
+            "expects [batch, features] input, got [1,9,3]"},
+           {"prelu",
+            "shared_axes",
+            Pair{3},
+            {9, 3},
+            "shared_axes: 3 is not an example axis of input"}}) {
     absl::StatusOr<LayerSpec> spec = MakeLayerSpec(type, {{key, value}});
     ASSERT_TRUE(spec.ok()) << spec.status();
     spec->path = "model.layers[0]";
