@@ -155,8 +155,12 @@ absl::Status CheckOutputActivation(const std::vector<LayerSpec>& layers,
 }
 
 std::string LayerBuilder::TakeAutoName(const std::string& type) {
-  const int n = auto_name_counts_[type]++;
-  return n == 0 ? type : absl::StrCat(type, "_", n);
+  // Keras's prefix where the type names its own (PReLU's p_re_lu).
+  const LayerType* t = LayerRegistry::Global().Find(type);
+  const std::string prefix =
+      t != nullptr && !t->auto_name.empty() ? t->auto_name : type;
+  const int n = auto_name_counts_[prefix]++;
+  return n == 0 ? prefix : absl::StrCat(prefix, "_", n);
 }
 
 absl::Status LayerBuilder::CheckSequences() const {
@@ -261,8 +265,7 @@ absl::StatusOr<std::unique_ptr<Layer>> LayerBuilder::BuildOne(
   // Keras names the n-th unnamed layer of a kind "kind", "kind_1",
   // "kind_2", ...; a layer given a name takes no number.
   if (spec.name.empty()) {
-    name_ =
-        TakeAutoName(type->auto_name.empty() ? type->name : type->auto_name);
+    name_ = TakeAutoName(type->name);
   } else {
     name_ = spec.name;
   }

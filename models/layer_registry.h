@@ -185,7 +185,8 @@ class LayerBuilder {
   // A fresh initialiser seed: the n-th call over the model gets the n-th
   // seed derived from the model seed, the same on every device and replica.
   uint64_t NextSeed();
-  // Keras's next auto-name for a layer of `type` ("lstm", "lstm_1", ...),
+  // Keras's next auto-name for a layer of `type` ("lstm", "lstm_1", ...;
+  // its LayerType::auto_name where it has one),
   // taken as if such a layer were built unnamed: a wrapper names its
   // copies after the layer it wraps (Bidirectional's forward_lstm).
   std::string TakeAutoName(const std::string& type);

@@ -78,7 +78,7 @@ MT_REGISTER(
        Shape alpha(in.begin() + 1, in.end());
        if (!spec.params.IsNull("shared_axes")) {
          for (const int64_t axis : spec.params.IntList("shared_axes")) {
-           if (axis > static_cast<int64_t>(alpha.size())) {
+           if (axis < 1 || axis > static_cast<int64_t>(alpha.size())) {
              return absl::InvalidArgumentError(absl::StrCat(
                  "shared_axes: ", axis, " is not an example axis of input ",
                  ShapeToString(in), " (1..", alpha.size(), ")"));

@@ -540,6 +540,23 @@ TEST(WindowPairTest, PermuteAndRepeatCheckTheirInputs) {
   }
 }
 
+// Keras numbers PReLU layers under its own prefix: p_re_lu, p_re_lu_1.
+TEST(WindowPairTest, PReluTakesKerasAutoNames) {
+  std::vector<LayerSpec> layers;
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<LayerSpec> spec = MakeLayerSpec("prelu", {});
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    spec->path = absl::StrCat("model.layers[", i, "]");
+    layers.push_back(*spec);
+  }
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      Model::Build(ModelDef{{4}, layers}, 1, Device::Cpu());
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_EQ((*model)->variables().size(), 2u);
+  EXPECT_EQ((*model)->variables()[0]->name(), "p_re_lu/alpha");
+  EXPECT_EQ((*model)->variables()[1]->name(), "p_re_lu_1/alpha");
+}
+
 // A crop must leave cells on every axis; the error names the axis.
 TEST(WindowPairTest, ACropMustLeaveCells) {
   for (const auto& [type, value, input, expected] :
