@@ -503,9 +503,10 @@ TEST(WindowPairTest, GroupsMustDivideChannelsAndFilters) {
               ::testing::HasSubstr("expects NHWC input with 3 channels"));
 }
 
-// Permute takes an order of every example axis; RepeatVector a vector per
-// example; PReLU shares alpha across example axes only; the errors say so.
-TEST(WindowPairTest, PermuteAndRepeatCheckTheirInputs) {
+// Inputs a layer cannot read, and the one line each gets: Permute takes an
+// order of every example axis; RepeatVector a vector per example; PReLU
+// shares alpha across example axes only; a crop leaves cells.
+TEST(WindowPairTest, LayersRefuseInputsTheyCannotRead) {
   for (const auto& [type, key, value, input, expected] :
        std::vector<std::tuple<std::string, std::string, ParamValue, Shape,
                               std::string>>{
@@ -528,7 +529,23 @@ TEST(WindowPairTest, PermuteAndRepeatCheckTheirInputs) {
             "shared_axes",
             Pair{3},
             {9, 3},
-            "shared_axes: 3 is not an example axis of input"}}) {
+            "shared_axes: 3 is not an example axis of input"},
+           // A crop must leave cells on every axis; the error names it.
+           {"cropping2d",
+            "cropping",
+            Pair{4, 3, 0, 0},
+            {7, 6, 3},
+            "cropping 4 and 3 leaves none of the 7 cells of axis 1"},
+           {"cropping2d",
+            "cropping",
+            int64_t{3},
+            {7, 6, 3},
+            "cropping 3 and 3 leaves none of the 6 cells of axis 2"},
+           {"cropping1d",
+            "cropping",
+            Pair{5, 4},
+            {9, 3},
+            "cropping 5 and 4 leaves none of the 9 cells of axis 1"}}) {
     absl::StatusOr<LayerSpec> spec = MakeLayerSpec(type, {{key, value}});
     ASSERT_TRUE(spec.ok()) << spec.status();
     spec->path = "model.layers[0]";
@@ -555,33 +572,6 @@ TEST(WindowPairTest, PReluTakesKerasAutoNames) {
   ASSERT_EQ((*model)->variables().size(), 2u);
   EXPECT_EQ((*model)->variables()[0]->name(), "p_re_lu/alpha");
   EXPECT_EQ((*model)->variables()[1]->name(), "p_re_lu_1/alpha");
-}
-
-// A crop must leave cells on every axis; the error names the axis.
-TEST(WindowPairTest, ACropMustLeaveCells) {
-  for (const auto& [type, value, input, expected] :
-       std::vector<std::tuple<std::string, ParamValue, Shape, std::string>>{
-           {"cropping2d",
-            Pair{4, 3, 0, 0},
-            {7, 6, 3},
-            "cropping 4 and 3 leaves none of the 7 cells of axis 1"},
-           {"cropping2d",
-            int64_t{3},
-            {7, 6, 3},
-            "cropping 3 and 3 leaves none of the 6 cells of axis 2"},
-           {"cropping1d",
-            Pair{5, 4},
-            {9, 3},
-            "cropping 5 and 4 leaves none of the 9 cells of axis 1"}}) {
-    absl::StatusOr<LayerSpec> spec = MakeLayerSpec(type, {{"cropping", value}});
-    ASSERT_TRUE(spec.ok()) << spec.status();
-    spec->path = "model.layers[0]";
-    absl::StatusOr<std::unique_ptr<Model>> model =
-        Model::Build(ModelDef{input, {*spec}}, 1, Device::Cpu());
-    ASSERT_FALSE(model.ok()) << type;
-    EXPECT_THAT(std::string(model.status().message()),
-                ::testing::HasSubstr(expected));
-  }
 }
 
 // Causal conv1d layers (a byte language model's body): an output sees no
