@@ -55,6 +55,17 @@ LossType RegressionLoss(std::string name, std::string doc,
           .metric_sum = SumAbsoluteError};
 }
 
+// A regression loss without keys of its own.
+using KeylessLoss = absl::StatusOr<Tensor> (*)(const Tensor& logits,
+                                               const Tensor& labels,
+                                               int64_t global_labels);
+LossType RegressionLoss(std::string name, std::string doc, KeylessLoss loss) {
+  return RegressionLoss(
+      std::move(name), std::move(doc),
+      [loss](const Tensor& logits, const Tensor& labels, int64_t global_labels,
+             const Params&) { return loss(logits, labels, global_labels); });
+}
+
 }  // namespace
 
 absl::StatusOr<Tensor> MeanSquaredError(const Tensor& logits,
@@ -138,10 +149,7 @@ MT_REGISTER(
                     "real-valued target (integer labels are cast), one output "
                     "per target; evaluation reports the mean absolute error "
                     "beside it",
-                    [](const Tensor& logits, const Tensor& labels,
-                       int64_t global_labels, const Params&) {
-                      return MeanSquaredError(logits, labels, global_labels);
-                    })));
+                    MeanSquaredError)));
 
 MT_REGISTER(
     LossType,
@@ -150,10 +158,7 @@ MT_REGISTER(
                     "real-valued target (integer labels are cast), one output "
                     "per target; evaluation reports it as mean_absolute_error "
                     "too",
-                    [](const Tensor& logits, const Tensor& labels,
-                       int64_t global_labels, const Params&) {
-                      return MeanAbsoluteError(logits, labels, global_labels);
-                    })));
+                    MeanAbsoluteError)));
 
 MT_REGISTER(LossType,
             (RegressionLoss(
@@ -184,9 +189,6 @@ MT_REGISTER(LossType,
                 "less log 2 far from it (smooth everywhere); one output per "
                 "real-valued target; evaluation reports the mean absolute "
                 "error beside it",
-                [](const Tensor& logits, const Tensor& labels,
-                   int64_t global_labels, const Params&) {
-                  return LogCosh(logits, labels, global_labels);
-                })));
+                LogCosh)));
 
 }  // namespace mirrortrain::models
