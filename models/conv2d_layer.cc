@@ -130,7 +130,8 @@ bool Conv2DLayer::AbsorbNext(const Layer& next) {
 }
 
 std::vector<Param> WithConvWindowParams(std::vector<Param> first,
-                                        std::vector<Param> rest) {
+                                        std::vector<Param> rest,
+                                        const char* padding_doc) {
   first.push_back(Param::IntPair("kernel_size")
                       .Min(1)
                       .Max(kMaxDimension)
@@ -143,8 +144,7 @@ std::vector<Param> WithConvWindowParams(std::vector<Param> first,
   first.push_back(Param::String("padding")
                       .Default("valid")
                       .OneOf({"valid", "same"})
-                      .Doc("valid: no padding; same: output = ceil(in / "
-                           "strides)"));
+                      .Doc(padding_doc));
   first.push_back(Param::IntPair("dilation_rate")
                       .Default(1)
                       .Min(1)

@@ -76,10 +76,13 @@ absl::Status CheckGroups(int64_t groups, int64_t in_channels, int64_t filters);
 
 // The keys of a conv layer's window, Keras's: `kernel_size`, `strides` and
 // `dilation_rate` (an integer for both dimensions, or [height, width]) and
-// `padding`, between `first` and `rest` (conv2d's filters come first,
-// depthwise_conv2d's depth_multiplier after).
-std::vector<Param> WithConvWindowParams(std::vector<Param> first,
-                                        std::vector<Param> rest);
+// `padding` (`padding_doc` says what it does), between `first` and `rest`
+// (conv2d's filters come first, depthwise_conv2d's depth_multiplier after).
+inline constexpr char kConvPaddingDoc[] =
+    "valid: no padding; same: output = ceil(in / strides)";
+std::vector<Param> WithConvWindowParams(
+    std::vector<Param> first, std::vector<Param> rest,
+    const char* padding_doc = kConvPaddingDoc);
 
 // A conv layer's output for NHWC `input` of `in_channels` channels under
 // `window` (height, width) and `options`: [batch, out_h, out_w,

@@ -69,6 +69,18 @@ the gradients of sum(y * upstream) with respect to x and every variable:
     [2, 5].
   * prelu_image/*, prelu_seq/*: PReLU(shared_axes=[1, 2]) (alpha [1, 1,
     3]), PReLU() on x [2, 9, 3] (alpha [9, 3]).
+  * transposed convolutions on x [2, 3, 4, 3]: conv_transpose_same/*:
+    Conv2DTranspose(2, (3, 2), strides=(2, 3), same) (6x12);
+    conv_transpose_valid/*: Conv2DTranspose(3, 3, strides=2, valid, relu)
+    (7x9); conv_transpose_pad/*: Conv2DTranspose(2, (2, 3), strides=(3, 2),
+    output_padding=(1, 1), same, no bias) (7x8); conv_transpose_wide/*:
+    Conv2DTranspose(2, 2, strides=3) (strides above the kernel: 9x12);
+    conv_transpose_dilated/*: Conv2DTranspose(2, (2, 3), dilation_rate=(2,
+    1), same) (TensorFlow's CPU kernels refuse a dilated transpose, so this
+    one is computed as what the layer is, the adjoint of the dilated
+    convolution: see adjoint_case); and on x [2, 9, 3]: conv1d_transpose/*: Conv1DTranspose(3,
+    3, strides=2, same, tanh) (18 steps); conv1d_transpose_pad/*:
+    Conv1DTranspose(2, 4, strides=3, output_padding=2) (30 steps).
 
 Run from the repository root:
     python3 scripts/golden/window_layers.py
@@ -108,6 +120,48 @@ def case(prefix, rng, layer, shape=INPUT):
            (prefix + "/y", y.numpy()), (prefix + "/dx", grads[0].numpy())]
     for v, g in zip(layer.weights, grads[1:]):
         part = v.path.split("/")[-1]  # kernel, bias, depthwise_kernel
+        out.append((prefix + "/" + part, v.numpy()))
+        out.append((prefix + "/d" + part, g.numpy()))
+    return out
+
+
+def adjoint_case(prefix, rng, layer, shape):
+    """case() for a Conv2DTranspose that TensorFlow's CPU kernels refuse.
+
+    The layer's output is the gradient, with respect to an input v of the
+    output's shape, of sum(conv(v, kernel) * x) under the same window
+    (tf.nn.convolution, which runs a dilated window on CPUs by
+    space-to-batch), plus the bias; its gradients differentiate that again.
+    The variables are Keras's (shapes, names, draws) as in case(). For the
+    undilated cases, which Keras runs, it gives Keras's values bit for bit.
+    """
+    x = rng.normal(size=shape)
+    layer.build(x.shape)
+    for v in layer.weights:
+        v.assign(rng.normal(size=tuple(v.shape)) * 0.5)
+    out_shape = layer.compute_output_shape(x.shape)
+    xt = tf.constant(x)
+
+    def forward():
+        v = tf.zeros(out_shape, tf.float64)
+        with tf.GradientTape() as inner:
+            inner.watch(v)
+            conv = tf.nn.convolution(v, layer.kernel, strides=layer.strides,
+                                     padding=layer.padding.upper(),
+                                     dilations=layer.dilation_rate)
+            s = tf.reduce_sum(conv * xt)
+        return inner.gradient(s, v) + layer.bias
+
+    y = forward()
+    up = rng.normal(size=tuple(y.shape))
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        obj = tf.reduce_sum(forward() * up)
+    grads = tape.gradient(obj, [xt] + list(layer.weights))
+    out = [(prefix + "/x", x), (prefix + "/upstream", up),
+           (prefix + "/y", y.numpy()), (prefix + "/dx", grads[0].numpy())]
+    for v, g in zip(layer.weights, grads[1:]):
+        part = v.path.split("/")[-1]
         out.append((prefix + "/" + part, v.numpy()))
         out.append((prefix + "/d" + part, g.numpy()))
     return out
@@ -240,6 +294,27 @@ def main():
     tensors += case("prelu_image", rng, keras.layers.PReLU(
         shared_axes=[1, 2], **f64))
     tensors += case("prelu_seq", rng, keras.layers.PReLU(**f64), seq)
+    # Transposed convolutions: up-sampling by strides.
+    small = (2, 3, 4, 3)
+    tensors += case("conv_transpose_same", rng, keras.layers.Conv2DTranspose(
+        2, (3, 2), strides=(2, 3), padding="same", **f64), small)
+    tensors += case("conv_transpose_valid", rng,
+                    keras.layers.Conv2DTranspose(
+                        3, 3, strides=2, activation="relu", **f64), small)
+    tensors += case("conv_transpose_pad", rng, keras.layers.Conv2DTranspose(
+        2, (2, 3), strides=(3, 2), output_padding=(1, 1), padding="same",
+        use_bias=False, **f64), small)
+    tensors += case("conv_transpose_wide", rng, keras.layers.Conv2DTranspose(
+        2, 2, strides=3, **f64), small)
+    tensors += adjoint_case("conv_transpose_dilated", rng,
+                    keras.layers.Conv2DTranspose(
+                        2, (2, 3), dilation_rate=(2, 1), padding="same",
+                        **f64), small)
+    tensors += case("conv1d_transpose", rng, keras.layers.Conv1DTranspose(
+        3, 3, strides=2, padding="same", activation="tanh", **f64), seq)
+    tensors += case("conv1d_transpose_pad", rng,
+                    keras.layers.Conv1DTranspose(
+                        2, 4, strides=3, output_padding=2, **f64), seq)
     comment = ("Keras %s (TensorFlow %s) conv and pooling layers with "
                "(height, width) windows; scripts/golden/window_layers.py"
                % (keras.__version__, tf.__version__))

@@ -29,6 +29,7 @@ MT_DECLARE_OP(kConv2DOp);
 MT_DECLARE_OP(kConv2DBiasReluOp);
 MT_DECLARE_OP(kConv2DMaxPoolOp);
 MT_DECLARE_OP(kConv2DMaxPoolBiasReluOp);
+MT_DECLARE_OP(kConv2DTransposeOp);
 }  // namespace
 namespace {
 
@@ -422,6 +423,8 @@ absl::Status GpuForward(const ConvGeometry& g, const Tensor& x,
 // dw2 = sum over chunks of cols^T @ dy (accumulated by the GEMM, beta 1
 // after the first chunk: a fixed order); dx = col2im(dy @ w2^T), every
 // element of dx written. Either output may be undefined (not needed).
+// x's values are read only for dw2; without it x may be any tensor of its
+// dtype and device (Conv2DTranspose's forward passes the filter).
 // `saved` (may be undefined): the forward's columns of the whole batch,
 // read instead of im2col when the batch is one chunk here too and the
 // products read the same type as when they were made.
@@ -754,15 +757,20 @@ namespace {
 
 // dfilter = cols^T @ dy and dx = col2im(dy @ filter^T), chunk by chunk:
 // (*grads)[0] for x where needs[0], [1] for the filter where needs[1].
+// x's values are read only for the filter's gradient: without needs[1] x
+// may be undefined (Conv2DTranspose's forward has no x), the filter then
+// giving the dtype and device and the geometry x's shape.
 absl::Status ConvGrads(const ConvAttrs& attrs, const Tensor& x,
                        const Tensor& filter, const Tensor& dy,
                        absl::Span<const bool> needs, Grads* grads) {
   const ConvGeometry& geo = attrs.geo;
-  const DType dt = x.dtype();
+  const Tensor& operand = x.defined() ? x : filter;
+  const DType dt = operand.dtype();
+  const Shape x_shape{geo.n, geo.h, geo.w, geo.c};
   // Nothing empty here (WinogradConvTakes).
-  if (GoesWinograd(geo, x) && dy.device() == x.device()) {
+  if (GoesWinograd(geo, operand) && dy.device() == operand.device()) {
     if (needs[0]) {
-      MT_ASSIGN_OR_RETURN(Tensor dx, Tensor::Empty(dt, x.shape(), dy.device()));
+      MT_ASSIGN_OR_RETURN(Tensor dx, Tensor::Empty(dt, x_shape, dy.device()));
       MT_RETURN_IF_ERROR(internal::KernelError(
           "Conv2DBackpropInput",
           internal::WinogradConv2DInputGrad(geo, dy, filter, dx), {&dy}));
@@ -789,7 +797,7 @@ absl::Status ConvGrads(const ConvAttrs& attrs, const Tensor& x,
     };
     Tensor dx, dw, dw2;
     if (needs[0]) {
-      MT_ASSIGN_OR_RETURN(dx, make(x.shape()));
+      MT_ASSIGN_OR_RETURN(dx, make(x_shape));
     }
     if (needs[1]) {
       MT_ASSIGN_OR_RETURN(dw, make(filter.shape()));
@@ -801,7 +809,7 @@ absl::Status ConvGrads(const ConvAttrs& attrs, const Tensor& x,
                           dy.Reshaped({geo.n * geo.pixels(), geo.o}));
       MT_RETURN_IF_ERROR(internal::KernelError(
           "Conv2DBackprop",
-          GpuBackward(geo, x, w2, dy2, needs[0] ? &dx : nullptr,
+          GpuBackward(geo, operand, w2, dy2, needs[0] ? &dx : nullptr,
                       needs[1] ? &dw2 : nullptr, attrs.columns),
           {&dy}));
     }
@@ -811,7 +819,7 @@ absl::Status ConvGrads(const ConvAttrs& attrs, const Tensor& x,
   }
   MT_RETURN_IF_ERROR(internal::CheckHost("Conv2DBackprop", {&dy}));
   Tensor dx, dw;
-  if (needs[0]) dx = Tensor::HostZeros(dt, x.shape());
+  if (needs[0]) dx = Tensor::HostZeros(dt, x_shape);
   if (needs[1]) dw = Tensor::HostZeros(dt, filter.shape());
   if (dy.num_elements() > 0 && geo.patch() > 0) {
     MT_ASSIGN_OR_RETURN(Tensor w2, filter.Reshaped({geo.patch(), geo.o}));
@@ -881,6 +889,25 @@ MT_OP(kConv2DOp, "Conv2D",
       [](const OpRecord& op, auto g, auto needs, Grads* grads) {
         return ConvGrads(std::any_cast<const ConvAttrs&>(op.attrs),
                          op.inputs[0], op.inputs[1], g[0], needs, grads);
+      });
+
+// Conv2DTranspose's gradients from its output's gradient dy: x's is the
+// convolution's forward of dy, the filter's that convolution's filter
+// gradient with dy as its input and x as its output's gradient.
+MT_OP(kConv2DTransposeOp, "Conv2DTranspose",
+      [](const OpRecord& op, auto g, auto needs, Grads* grads) -> absl::Status {
+        const auto& attrs = std::any_cast<const ConvAttrs&>(op.attrs);
+        const Tensor& x = op.inputs[0];
+        const Tensor& filter = op.inputs[1];
+        if (needs[0]) {
+          MT_ASSIGN_OR_RETURN(Tensor dx, ConvForward(attrs.geo, g[0], filter,
+                                                     nullptr, nullptr));
+          (*grads)[0] = std::move(dx);
+        }
+        if (!needs[1]) return absl::OkStatus();
+        const bool filter_only[] = {false, true};
+        return ConvGrads(ConvAttrs{attrs.geo}, g[0], filter, x, filter_only,
+                         grads);
       });
 
 // The fused Conv2DMaxPool's gradients from the pool output's gradient dy:
@@ -959,4 +986,45 @@ MT_OP(kConv2DBiasReluOp, "Conv2DBiasRelu",
       });
 
 }  // namespace
+
+absl::StatusOr<Tensor> Conv2DTranspose(const Tensor& x, const Tensor& filter,
+                                       int64_t out_h, int64_t out_w,
+                                       const Conv2DOptions& options) {
+  constexpr const char* kOp = "Conv2DTranspose";
+  MT_RETURN_IF_ERROR(internal::CheckFloatingSame(kOp, {&x, &filter}));
+  if (x.rank() != 4 || filter.rank() != 4) {
+    return OpError(kOp, "need input NHWC and filter [KH,KW,out,in] (rank 4)",
+                   {&x, &filter});
+  }
+  if (x.dim(3) != filter.dim(3)) {
+    return OpError(kOp, "input channels differ from the filter's last axis",
+                   {&x, &filter});
+  }
+  if (out_h < 0 || out_w < 0 || options.stride_h < 1 || options.stride_w < 1 ||
+      options.dilation_h < 1 || options.dilation_w < 1) {
+    return OpError(kOp, "output sizes must be >= 0, strides and dilations >= 1",
+                   {&x, &filter});
+  }
+  // The convolution it is the adjoint of: [N,out_h,out_w,O] -> x's shape.
+  const ConvGeometry g{
+      MakeImageWindow({x.dim(0), out_h, out_w, filter.dim(2)}, filter.dim(0),
+                      filter.dim(1), options.stride_h, options.stride_w,
+                      options.padding, options.dilation_h, options.dilation_w),
+      filter.dim(3)};
+  if (g.oh != x.dim(1) || g.ow != x.dim(2)) {
+    return OpError(
+        kOp,
+        absl::StrCat("a ", out_h, "x", out_w, " output convolves to ", g.oh,
+                     "x", g.ow, ", not the input's ", x.dim(1), "x", x.dim(2)),
+        {&x, &filter});
+  }
+  ConvAttrs attrs{g};
+  Grads out(2);
+  const bool input_only[] = {true, false};
+  MT_RETURN_IF_ERROR(ConvGrads(attrs, Tensor(), filter, x, input_only, &out));
+  Tensor y = std::move(*out[0]);
+  tape::RecordOperation(kConv2DTransposeOp, {x, filter}, {y}, std::move(attrs));
+  return y;
+}
+
 }  // namespace mirrortrain::ops

@@ -38,6 +38,19 @@ struct Conv2DOptions {
 absl::StatusOr<Tensor> Conv2D(const Tensor& x, const Tensor& filter,
                               const Conv2DOptions& options = {});
 
+// tf.nn.conv2d_transpose (Keras Conv2DTranspose's op): x [N,H,W,C] and
+// filter [KH,KW,O,C] -> [N,out_h,out_w,O], the adjoint of Conv2D(y, filter,
+// options) for y of that shape: Conv2D's input gradient with x as its
+// output's gradient. InvalidArgument unless Conv2D of an [N,out_h,out_w,O]
+// input under `options` has x's shape (TensorFlow's rule; same padding pads
+// as that Conv2D does). It runs Conv2D's kernels, every path of theirs on
+// CPUs and GPUs: the input gradient's forward, the gradient of x as Conv2D's
+// forward and the filter's as Conv2D's filter gradient (with x as the
+// output's gradient). Ungrouped.
+absl::StatusOr<Tensor> Conv2DTranspose(const Tensor& x, const Tensor& filter,
+                                       int64_t out_h, int64_t out_w,
+                                       const Conv2DOptions& options = {});
+
 // relu(conv2d(x, filter) + bias), bias [O]: a Conv2D layer with relu as one
 // op (a grouped filter: GroupedConv2D's ops, then BiasAddRelu). On GPUs (f32)
 // each chunk's GEMM adds the bias and applies relu in its cuBLASLt epilogue;

@@ -44,6 +44,8 @@ struct WindowCase {
   std::string layer_name = "";
 };
 
+void PrintTo(const WindowCase& c, std::ostream* os) { *os << c.golden; }
+
 class WindowGoldenTest : public ::testing::TestWithParam<WindowCase> {};
 
 // The case's layer built on `device` against Keras's values and gradients.
@@ -349,7 +351,52 @@ INSTANTIATE_TEST_SUITE_P(
                    {{"shared_axes", Pair{1, 2}}},
                    "",
                    "p_re_lu"},
-        WindowCase{"prelu_seq", "prelu", {}, "", "p_re_lu"}),
+        WindowCase{"prelu_seq", "prelu", {}, "", "p_re_lu"},
+        // Transposed convolutions.
+        WindowCase{"conv_transpose_same",
+                   "conv2d_transpose",
+                   {{"filters", int64_t{2}},
+                    {"kernel_size", Pair{3, 2}},
+                    {"strides", Pair{2, 3}},
+                    {"padding", "same"}}},
+        WindowCase{"conv_transpose_valid",
+                   "conv2d_transpose",
+                   {{"filters", int64_t{3}},
+                    {"kernel_size", int64_t{3}},
+                    {"strides", int64_t{2}},
+                    {"activation", "relu"}}},
+        WindowCase{"conv_transpose_pad",
+                   "conv2d_transpose",
+                   {{"filters", int64_t{2}},
+                    {"kernel_size", Pair{2, 3}},
+                    {"strides", Pair{3, 2}},
+                    {"output_padding", Pair{1, 1}},
+                    {"padding", "same"},
+                    {"use_bias", false}}},
+        WindowCase{"conv_transpose_wide",
+                   "conv2d_transpose",
+                   {{"filters", int64_t{2}},
+                    {"kernel_size", int64_t{2}},
+                    {"strides", int64_t{3}}}},
+        WindowCase{"conv_transpose_dilated",
+                   "conv2d_transpose",
+                   {{"filters", int64_t{2}},
+                    {"kernel_size", Pair{2, 3}},
+                    {"dilation_rate", Pair{2, 1}},
+                    {"padding", "same"}}},
+        WindowCase{"conv1d_transpose",
+                   "conv1d_transpose",
+                   {{"filters", int64_t{3}},
+                    {"kernel_size", int64_t{3}},
+                    {"strides", int64_t{2}},
+                    {"padding", "same"},
+                    {"activation", "tanh"}}},
+        WindowCase{"conv1d_transpose_pad",
+                   "conv1d_transpose",
+                   {{"filters", int64_t{2}},
+                    {"kernel_size", int64_t{4}},
+                    {"strides", int64_t{3}},
+                    {"output_padding", int64_t{2}}}}),
     [](const ::testing::TestParamInfo<WindowCase>& info) {
       return info.param.golden;
     });
@@ -378,6 +425,18 @@ TEST(WindowPairTest, AnIntegerIsTheSquarePair) {
                                   pair->variables()[i]->value()));
   }
   EXPECT_TRUE(testing::SameBits(*square->Call(x, {}), *pair->Call(x, {})));
+}
+
+// A model of one layer of `type` with `params` on inputs of `input`: its
+// build status.
+absl::Status BuildOne(const std::string& type,
+                      std::vector<std::pair<std::string, ParamValue>> params,
+                      Shape input) {
+  absl::StatusOr<LayerSpec> spec = MakeLayerSpec(type, std::move(params));
+  if (!spec.ok()) return spec.status();
+  spec->path = "model.layers[0]";
+  return Model::Build(ModelDef{std::move(input), {*spec}}, 1, Device::Cpu())
+      .status();
 }
 
 // A pair must hold two integers in range (the config's own errors are
@@ -413,15 +472,7 @@ TEST(WindowPairTest, BadPairsAreRefused) {
 // A dilated window must fit the input by its span, and takes strides 1
 // (Keras's rule); the errors say so.
 TEST(WindowPairTest, DilatedWindowsAreChecked) {
-  auto build = [](const std::string& type,
-                  std::vector<std::pair<std::string, ParamValue>> params,
-                  Shape input) -> absl::Status {
-    absl::StatusOr<LayerSpec> spec = MakeLayerSpec(type, std::move(params));
-    if (!spec.ok()) return spec.status();
-    spec->path = "model.layers[0]";
-    return Model::Build(ModelDef{std::move(input), {*spec}}, 1, Device::Cpu())
-        .status();
-  };
+  const auto build = BuildOne;
   const absl::Status wide = build("conv2d",
                                   {{"filters", int64_t{1}},
                                    {"kernel_size", Pair{3, 2}},
@@ -452,19 +503,60 @@ TEST(WindowPairTest, DilatedWindowsAreChecked) {
                      {"padding", "causal"}},
                     {9, 3})
                   .ok());
-  for (const std::string type : {"conv2d", "conv1d", "separable_conv2d"}) {
+  for (const std::string type : {"conv2d", "conv1d", "separable_conv2d",
+                                 "conv2d_transpose", "conv1d_transpose"}) {
     const absl::Status strided =
         build(type,
               {{"filters", int64_t{1}},
                {"kernel_size", int64_t{2}},
                {"strides", int64_t{2}},
                {"dilation_rate", int64_t{2}}},
-              type == "conv1d" ? Shape{9, 3} : Shape{7, 6, 3});
+              type.starts_with("conv1d") ? Shape{9, 3} : Shape{7, 6, 3});
     EXPECT_THAT(std::string(strided.message()),
                 ::testing::HasSubstr("dilation_rate: 2 with strides 2: a "
                                      "dilated window takes strides 1"))
         << type;
   }
+}
+
+// A transposed convolution's output_padding is below its strides (Keras's
+// rule) and its output must convolve back to the input's size
+// (TensorFlow's); the errors name the key.
+TEST(WindowPairTest, TransposedConvolutionSizesAreChecked) {
+  EXPECT_TRUE(BuildOne("conv2d_transpose",
+                       {{"filters", int64_t{2}},
+                        {"kernel_size", int64_t{3}},
+                        {"strides", Pair{2, 3}},
+                        {"output_padding", Pair{1, 2}}},
+                       {3, 4, 3})
+                  .ok());
+  EXPECT_THAT(std::string(BuildOne("conv2d_transpose",
+                                   {{"filters", int64_t{2}},
+                                    {"kernel_size", int64_t{3}},
+                                    {"strides", Pair{2, 3}},
+                                    {"output_padding", Pair{1, 3}}},
+                                   {3, 4, 3})
+                              .message()),
+              ::testing::HasSubstr(
+                  "output_padding: 3 is not below strides 3 (Keras's rule)"));
+  // Same padding, an even kernel and no extra cell: (3 - 1) * 2 + 0 = 4
+  // output rows, which convolve to 2.
+  EXPECT_THAT(std::string(BuildOne("conv1d_transpose",
+                                   {{"filters", int64_t{2}},
+                                    {"kernel_size", int64_t{2}},
+                                    {"strides", int64_t{2}},
+                                    {"padding", "same"},
+                                    {"output_padding", int64_t{0}}},
+                                   {3, 3})
+                              .message()),
+              ::testing::HasSubstr("output_padding: an output of 4 cells "
+                                   "convolves to 2, not the input's 3"));
+  EXPECT_THAT(std::string(BuildOne("conv2d_transpose",
+                                   {{"filters", int64_t{2}},
+                                    {"kernel_size", int64_t{3}}},
+                                   {9, 3})
+                              .message()),
+              ::testing::HasSubstr("NHWC"));
 }
 
 // groups must divide the input channels and the filters (Keras's rule);

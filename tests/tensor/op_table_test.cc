@@ -157,6 +157,21 @@ const std::vector<OpRow>& Rows() {
          return ops::Conv2D(in[0], in[1], {2, 2, ops::Padding::kSame});
        },
        Args(Rand({2, 5, 4, 2}), Rand({3, 3, 2, 3}))},
+      {"Conv2DTranspose",
+       [](const Inputs& in) -> absl::StatusOr<Tensor> {
+         // Strided SAME to an odd height; dilated VALID: one output.
+         MT_ASSIGN_OR_RETURN(
+             Tensor strided, ops::Conv2DTranspose(in[0], in[1], 5, 4,
+                                                  {2, 2, ops::Padding::kSame}));
+         MT_ASSIGN_OR_RETURN(
+             Tensor dilated,
+             ops::Conv2DTranspose(in[0], in[2], 5, 4,
+                                  {1, 1, ops::Padding::kValid, 2, 2}));
+         MT_ASSIGN_OR_RETURN(strided, ops::Reshape(strided, {-1}));
+         MT_ASSIGN_OR_RETURN(dilated, ops::Reshape(dilated, {-1}));
+         return ops::Concat({strided, dilated}, 0);
+       },
+       Args(Rand({2, 3, 2, 3}), Rand({3, 3, 2, 3}), Rand({2, 2, 2, 3}))},
       {"DepthwiseConv2D",
        [](const Inputs& in) -> absl::StatusOr<Tensor> {
          // Two filters per channel, strided SAME padding; one filter per

@@ -191,6 +191,59 @@ TEST(OpsTest, GroupedConvolutionsComposeFromTheirParts) {
   EXPECT_FALSE(ops::Conv2D(x, Tensor()).ok());
 }
 
+// The sum of x * Conv2D(y, f) equals that of y * Conv2DTranspose(x, f):
+// the transpose is the convolution's adjoint, for strided, odd-sized and
+// dilated geometries (the op table checks its gradients).
+TEST(OpsTest, Conv2DTransposeIsTheConvolutionsAdjoint) {
+  struct Case {
+    Shape y;       // The convolution's input: the transpose's output.
+    Shape filter;  // [KH, KW, y's channels, x's channels].
+    ops::Conv2DOptions options;
+  };
+  const Case cases[] = {
+      {{2, 5, 4, 3}, {3, 3, 3, 2}, {2, 2, ops::Padding::kSame}},
+      {{2, 6, 7, 3}, {2, 3, 3, 4}, {2, 3, ops::Padding::kValid}},
+      {{1, 7, 6, 2}, {3, 2, 2, 3}, {1, 1, ops::Padding::kSame, 2, 3}},
+      {{2, 4, 4, 1}, {5, 5, 1, 2}, {1, 1, ops::Padding::kSame}},
+  };
+  uint64_t seed = 10;
+  for (const Case& c : cases) {
+    const Tensor y = testing::RandomTensor(c.y, ++seed);
+    const Tensor f = testing::RandomTensor(c.filter, ++seed);
+    const Tensor conv = *ops::Conv2D(y, f, c.options);
+    const Tensor x = testing::RandomTensor(conv.shape(), ++seed);
+    absl::StatusOr<Tensor> t =
+        ops::Conv2DTranspose(x, f, c.y[1], c.y[2], c.options);
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_EQ(t->shape(), c.y);
+    double lhs = 0, rhs = 0;
+    for (int64_t i = 0; i < x.num_elements(); ++i) {
+      lhs += x.data<double>()[i] * conv.data<double>()[i];
+    }
+    for (int64_t i = 0; i < y.num_elements(); ++i) {
+      rhs += y.data<double>()[i] * t->data<double>()[i];
+    }
+    EXPECT_NEAR(lhs, rhs, 1e-12 * std::abs(lhs) + 1e-12)
+        << ShapeToString(c.y) << " " << ShapeToString(c.filter);
+  }
+  // An output that does not convolve back to the input's size (TF's rule):
+  // SAME, stride 2 over 3 rows takes 5 or 6, not 7.
+  const Tensor x = testing::RandomTensor({1, 3, 3, 2}, 1);
+  const Tensor f = testing::RandomTensor({3, 3, 4, 2}, 2);
+  const ops::Conv2DOptions same2{2, 2, ops::Padding::kSame};
+  EXPECT_TRUE(ops::Conv2DTranspose(x, f, 6, 5, same2).ok());
+  EXPECT_THAT(
+      std::string(ops::Conv2DTranspose(x, f, 7, 6, same2).status().message()),
+      ::testing::HasSubstr(
+          "a 7x6 output convolves to 4x3, not the input's 3x3"));
+  EXPECT_THAT(
+      std::string(ops::Conv2DTranspose(
+                      x, testing::RandomTensor({3, 3, 2, 4}, 3), 6, 6, same2)
+                      .status()
+                      .message()),
+      ::testing::HasSubstr("input channels differ"));
+}
+
 TEST(OpsTest, ArrayOps) {
   Tensor x = V({1, 2, 3, 4, 5, 6}, {2, 3});
   EXPECT_EQ(ops::Transpose(x, {1, 0})->ToVector<float>(),

@@ -375,6 +375,23 @@ std::vector<KerasRun> Runs() {
         "optimizer={name: adam, learning_rate: 0.01}"},
        6,
        8},
+      // An encoder-decoder for per-pixel classes: a strided conv down,
+      // transposed convs up (strided same with output_padding, valid with
+      // a 4x4 kernel, 1x1 logits).
+      {"deconv",
+       NpzData,
+       {"data.global_batch_size=12",
+        "model={layers: ["
+        "{type: conv2d, filters: 4, kernel_size: 3, strides: 2, "
+        "activation: relu}, "
+        "{type: conv2d_transpose, filters: 6, kernel_size: 3, strides: 2, "
+        "padding: same, output_padding: 0, activation: relu}, "
+        "{type: conv2d_transpose, filters: 4, kernel_size: 4, "
+        "activation: relu}, "
+        "{type: conv2d_transpose, filters: 3, kernel_size: 1}]}",
+        "optimizer={name: adam, learning_rate: 0.01}"},
+       8,
+       8},
   };
 }
 
