@@ -102,16 +102,19 @@ MT_HOST_DEVICE inline T GeluTanhInner(T x) {
 }
 
 // The logistic function; host float loops use vector_math.h's exp, so they
-// vectorise. ExpF saturates at e^88.3, so below -88.3 the logistic is 0,
-// as 1 / (1 + inf) is on GPUs (silu(-1e30) was -4.5e-9, not -0).
+// vectorise. ExpF saturates at e^88.3 (silu(-1e30) was -4.5e-9, not -0),
+// so below -88.3 the float logistic is 0 on both sides (expf overflows
+// only past 88.72: the GPU's would give subnormals in between).
 template <typename T>
 MT_HOST_DEVICE inline T Logistic(T x) {
-#if !defined(__CUDA_ARCH__)
   if constexpr (std::is_same_v<T, float>) {
+#if !defined(__CUDA_ARCH__)
     const float y = 1.0f / (1.0f + vmath::ExpF(-x));
+#else
+    const float y = 1.0f / (1.0f + expf(-x));
+#endif
     return x < -88.3f ? 0.0f : y;
   }
-#endif
   return T(1) / (T(1) + MT_MATH(exp)(-x));
 }
 

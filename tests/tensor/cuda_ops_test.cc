@@ -79,6 +79,20 @@ TEST_F(CudaOpsTest, ReluOfSpecialValuesMatchesCpu) {
   }
 }
 
+// The logistic's far tail: below -88.3 it is 0 (and silu -0) on both
+// sides; between -88.72 and -88.3 the GPU's expf has not overflowed yet
+// and gave subnormals where the CPU gave 0.
+TEST_F(CudaOpsTest, LogisticTailMatchesCpuBitwise) {
+  const Tensor x = Tensor::FromVector<float>(
+      {-1e30f, -100.0f, -88.7f, -88.5f, -88.31f}, {5});
+  const Tensor gx = *x.To(Device::Cuda(0));
+  for (auto* fn : {&ops::Sigmoid, &ops::Silu}) {
+    absl::StatusOr<Tensor> gpu = fn(gx);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    EXPECT_TRUE(testing::SameBits(*gpu->To(Device::Cpu()), *fn(x)));
+  }
+}
+
 TEST_F(CudaOpsTest, BinaryKernelsMatchCpu) {
   Tensor a = testing::RandomTensor({513, 9}, 2, DType::kF32);
   Tensor b = testing::RandomTensor({513, 9}, 3, DType::kF32, 0.5, 2.0);
