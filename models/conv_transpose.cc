@@ -11,7 +11,8 @@
 // one-row images, as conv1d), which pads same as the convolution of that
 // output does, as tf.nn.conv_transpose: the output must convolve back to
 // the input's size, which output_padding can break (same, an even span, p
-// 0): such a layer is refused, as TensorFlow refuses it when it runs.
+// 0): such a layer is refused, as TensorFlow refuses it when it runs
+// (except from a one-cell input, where TensorFlow returns an empty output).
 #include <array>
 #include <memory>
 #include <optional>
@@ -146,8 +147,8 @@ absl::StatusOr<std::unique_ptr<Layer>> MakeConvTranspose(
                      op.has_value() ? std::optional((*op)[i]) : std::nullopt);
     if (out[i] > kMaxDimension) {
       return absl::InvalidArgumentError(
-          absl::StrCat("strides: an output of ", out[i], " cells is more than ",
-                       kMaxDimension));
+          absl::StrCat("kernel_size, strides: an output of ", out[i],
+                       " cells is more than ", kMaxDimension));
     }
     // tf.nn.conv_transpose's rule: the output convolves back to the input.
     const int64_t back =

@@ -557,6 +557,23 @@ TEST(WindowPairTest, TransposedConvolutionSizesAreChecked) {
                                    {9, 3})
                               .message()),
               ::testing::HasSubstr("NHWC"));
+  // The layer reads the input size it was built for (its output's is
+  // fixed).
+  absl::StatusOr<LayerSpec> spec =
+      MakeLayerSpec("conv2d_transpose", {{"filters", int64_t{2}},
+                                         {"kernel_size", int64_t{3}},
+                                         {"strides", int64_t{2}}});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  spec->path = "model.layers[0]";
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      Model::Build(ModelDef{{3, 4, 5}, {*spec}}, 1, Device::Cpu());
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::StatusOr<Tensor> y =
+      (*model)->Call(testing::RandomTensor({1, 3, 5, 5}, 1, DType::kF32), {});
+  ASSERT_FALSE(y.ok());
+  EXPECT_THAT(std::string(y.status().message()),
+              ::testing::HasSubstr(
+                  "expects NHWC input [batch, 3, 4, 5], got [1,3,5,5]"));
 }
 
 // groups must divide the input channels and the filters (Keras's rule);

@@ -613,6 +613,67 @@ TEST_F(CudaConvTest, SeveralChunksMatchCpu) {
   }
 }
 
+// Dilated windows over 8 channels (the im2col and col2im kernels' four
+// channels at a time), and transposed convolutions, which run the
+// convolution's kernels the other way round: a generator's RGB output
+// (the convolution of the output has a 27-value patch: the transpose's
+// gradients go direct, and 16 filters: its forward is the implicit GEMM),
+// strided to an odd size, and a 3x3 stride-1 one that Winograd takes with
+// its switch on; each on im2col + GEMMs, then with the direct, implicit
+// and Winograd paths on.
+TEST_F(CudaConvTest, DilatedAndTransposedConvolutionsMatchCpu) {
+  const ops::Padding same = ops::Padding::kSame;
+  struct Case {
+    Shape x, filter;
+    ops::Conv2DOptions opt;
+    std::array<int64_t, 2> out;  // Transposed: the output's size; else 0.
+    // With ours on: direct, implicit input-gradient and Winograd kernel
+    // calls (forward, the transpose's input gradient, the filter's).
+    int direct = 0, implicit = 0, winograd = 0;
+  };
+  const Case cases[] = {
+      {{2, 9, 9, 8}, {3, 3, 8, 4}, {1, 1, same, 2, 2}, {0, 0}},
+      {{2, 11, 7, 8}, {2, 3, 8, 3}, {1, 1, ops::Padding::kValid, 3, 2}, {0, 0}},
+      {{2, 6, 7, 16}, {3, 3, 3, 16}, {1, 1, same}, {6, 7}, 2, 1, 0},
+      {{3, 4, 5, 8}, {3, 3, 4, 8}, {2, 2, same}, {7, 10}},
+      {{2, 8, 8, 16}, {3, 3, 16, 8}, {1, 1, same}, {8, 8}, 0, 0, 3},
+  };
+  uint64_t seed = 1200;
+  for (const bool ours : {false, true}) {
+    ops::internal::SetConvGpuDirect(ours);
+    ops::internal::SetConvGpuImplicitInputGrad(ours);
+    ops::internal::SetConvGpuWinograd(ours);
+    for (DType dtype : {DType::kF32, DType::kF64}) {
+      for (const Case& c : cases) {
+        SCOPED_TRACE(absl::StrCat(ShapeToString(c.x), " * ",
+                                  ShapeToString(c.filter), " ",
+                                  DTypeName(dtype), ours ? " ours" : ""));
+        const double tol = dtype == DType::kF32 ? 1e-4 : 1e-10;
+        const int64_t direct = ops::internal::DirectConvCalls();
+        const int64_t implicit = ops::internal::ImplicitInputGradCalls();
+        const int64_t winograd = ops::internal::WinogradConvCalls();
+        ExpectGpuMatchesCpu(
+            [&](const std::vector<Tensor>& in) {
+              return c.out[0] == 0
+                         ? ops::Conv2D(in[0], in[1], c.opt)
+                         : ops::Conv2DTranspose(in[0], in[1], c.out[0],
+                                                c.out[1], c.opt);
+            },
+            {RandomTensor(c.x, seed, dtype),
+             RandomTensor(c.filter, seed + 1, dtype)},
+            tol, tol);
+        EXPECT_EQ(ops::internal::DirectConvCalls() - direct,
+                  ours ? c.direct : 0);
+        EXPECT_EQ(ops::internal::ImplicitInputGradCalls() - implicit,
+                  ours ? c.implicit : 0);
+        EXPECT_EQ(ops::internal::WinogradConvCalls() - winograd,
+                  ours ? c.winograd : 0);
+        seed += 2;
+      }
+    }
+  }
+}
+
 // The outputs and gradients of f on the GPU against the CPU's, each within
 // `bound` times the largest value of the CPU's.
 void ExpectMatchesCpuWithin(const testing::TensorFn& f,
