@@ -88,8 +88,26 @@ absl::StatusOr<Tensor> TwoBranchLayer::Call(const Tensor& x,
     short_ctx.raw_token_ids = ctx.raw_token_ids && shortcut_->ReadsTokenIds();
     MT_ASSIGN_OR_RETURN(s, shortcut_->Call(s, short_ctx));
   }
-  if (concatenate_) return ops::Concat({y, s}, y.rank() - 1);
-  return ops::Add(y, s);
+  switch (merge_) {
+    case Merge::kAdd:
+      return ops::Add(y, s);
+    case Merge::kConcatenate:
+      return ops::Concat({y, s}, y.rank() - 1);
+    case Merge::kMultiply:
+      return ops::Mul(y, s);
+    case Merge::kSubtract:
+      return ops::Sub(y, s);
+    case Merge::kAverage: {
+      // Keras's Average: the sum divided by the count (a halving, exact).
+      MT_ASSIGN_OR_RETURN(const Tensor sum, ops::Add(y, s));
+      return ops::Scale(sum, 0.5);
+    }
+    case Merge::kMaximum:
+      return ops::Maximum(y, s);
+    case Merge::kMinimum:
+      return ops::Minimum(y, s);
+  }
+  return absl::InternalError("unknown merge");
 }
 
 absl::StatusOr<Shape> TwoBranchLayer::OutputShape(const Shape& input) const {
@@ -98,20 +116,29 @@ absl::StatusOr<Shape> TwoBranchLayer::OutputShape(const Shape& input) const {
   if (shortcut_ != nullptr) {
     MT_ASSIGN_OR_RETURN(shortcut, shortcut_->OutputShape(input));
   }
-  if (concatenate_) {
+  const std::string shortcut_name =
+      shortcut_ == nullptr ? "identity shortcut" : "shortcut";
+  if (merge_ == Merge::kConcatenate) {
     // Every axis but the last (the channels, the features) must agree.
     if (main.size() != shortcut.size() ||
         !std::equal(main.begin(), main.end() - 1, shortcut.begin())) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the main branch gives ", ShapeToString(main), " but the ",
-          shortcut_ == nullptr ? "identity shortcut" : "shortcut", " gives ",
-          ShapeToString(shortcut),
+          shortcut_name, " gives ", ShapeToString(shortcut),
           ": concatenated along the last axis, the others must agree"));
     }
     main.back() += shortcut.back();
     return main;
   }
-  if (main != shortcut) {
+  // Elementwise: Keras's broadcast of axes of 1 (a gate [1, 1, c] over an
+  // image [h, w, c]).
+  bool broadcasts = main.size() == shortcut.size();
+  Shape out = main;
+  for (size_t i = 0; broadcasts && i < main.size(); ++i) {
+    broadcasts = main[i] == shortcut[i] || main[i] == 1 || shortcut[i] == 1;
+    out[i] = main[i] == 1 ? shortcut[i] : main[i];
+  }
+  if (!broadcasts) {
     // The remedy depends on what flows: images take a strided 1x1 conv,
     // vectors and sequences a dense layer of the main branch's width.
     const std::string remedy =
@@ -120,10 +147,11 @@ absl::StatusOr<Shape> TwoBranchLayer::OutputShape(const Shape& input) const {
             : absl::StrCat("a dense layer of ", main.back(), " units");
     return absl::InvalidArgumentError(absl::StrCat(
         "the main branch gives ", ShapeToString(main), " but the ",
-        shortcut_ == nullptr ? "identity shortcut" : "shortcut", " gives ",
-        ShapeToString(shortcut), " (add a shortcut with ", remedy, ")"));
+        shortcut_name, " gives ", ShapeToString(shortcut),
+        " (each axis must agree or be 1 on one side; add a shortcut with ",
+        remedy, ")"));
   }
-  return main;
+  return out;
 }
 
 std::vector<Variable*> TwoBranchLayer::variables() {
@@ -141,7 +169,7 @@ absl::StatusOr<std::unique_ptr<Layer>> CreateSequential(const LayerSpec& spec,
   return b.BuildSequence(spec.layers, b.input_shape(), b.name());
 }
 
-template <bool kConcatenate>
+template <Merge kMerge>
 absl::StatusOr<std::unique_ptr<Layer>> CreateTwoBranches(const LayerSpec& spec,
                                                          LayerBuilder& b) {
   // The builder's name and input shape are this layer's again after each
@@ -154,7 +182,19 @@ absl::StatusOr<std::unique_ptr<Layer>> CreateTwoBranches(const LayerSpec& spec,
                         b.BuildSequence(*spec.shortcut, b.input_shape()));
   }
   return std::make_unique<TwoBranchLayer>(b.name(), std::move(main),
-                                          std::move(shortcut), kConcatenate);
+                                          std::move(shortcut), kMerge);
+}
+
+// An elementwise merge container: `what` it computes, then its branches.
+template <Merge kMerge>
+LayerType MergeContainer(const char* name, const char* what) {
+  return {.name = name,
+          .doc = absl::StrCat(what,
+                              ": `layers` is the main branch, `shortcut` "
+                              "(optional; identity when absent) the other"),
+          .container = true,
+          .shortcut = true,
+          .create = CreateTwoBranches<kMerge>};
 }
 
 }  // namespace
@@ -169,7 +209,7 @@ MT_REGISTER(LayerType,
                     "`shortcut` (optional; identity when absent) the other",
              .container = true,
              .shortcut = true,
-             .create = CreateTwoBranches<false>});
+             .create = CreateTwoBranches<Merge::kAdd>});
 MT_REGISTER(LayerType,
             {.name = "concatenate",
              .doc = "[main(x), shortcut(x)] along the last axis (Keras's "
@@ -178,6 +218,24 @@ MT_REGISTER(LayerType,
                     "DenseNet's block) the other",
              .container = true,
              .shortcut = true,
-             .create = CreateTwoBranches<true>});
+             .create = CreateTwoBranches<Merge::kConcatenate>});
+
+// Keras's other merges of two branches, elementwise with broadcasting.
+MT_REGISTER(LayerType, (MergeContainer<Merge::kMultiply>(
+                           "multiply",
+                           "main(x) * shortcut(x) (Keras's Multiply; with the "
+                           "identity, a squeeze-and-excitation gate)")));
+MT_REGISTER(LayerType,
+            (MergeContainer<Merge::kSubtract>(
+                "subtract", "main(x) - shortcut(x) (Keras's Subtract)")));
+MT_REGISTER(LayerType,
+            (MergeContainer<Merge::kAverage>(
+                "average", "(main(x) + shortcut(x)) / 2 (Keras's Average)")));
+MT_REGISTER(LayerType,
+            (MergeContainer<Merge::kMaximum>(
+                "maximum", "max(main(x), shortcut(x)) (Keras's Maximum)")));
+MT_REGISTER(LayerType,
+            (MergeContainer<Merge::kMinimum>(
+                "minimum", "min(main(x), shortcut(x)) (Keras's Minimum)")));
 
 }  // namespace mirrortrain::models

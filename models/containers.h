@@ -1,8 +1,10 @@
 // The containers of "Models as data": `sequential` (layers in order),
 // `residual` (y = main(x) + shortcut(x), the shortcut the identity when
-// absent) and `concatenate` (y = [main(x), shortcut(x)] along the last
+// absent), `concatenate` (y = [main(x), shortcut(x)] along the last
 // axis: DenseNet's block with the identity, a two-branch Inception block
-// with both). They own their layers; variables are listed in layer order
+// with both), and Keras's other merges of two branches: `multiply` (a
+// squeeze-and-excitation block's gate), `subtract`, `average`, `maximum`,
+// `minimum`. They own their layers; variables are listed in layer order
 // (main branch before shortcut).
 #ifndef MIRRORTRAIN_MODELS_CONTAINERS_H_
 #define MIRRORTRAIN_MODELS_CONTAINERS_H_
@@ -46,17 +48,29 @@ class SequentialLayer final : public Layer {
   std::vector<std::unique_ptr<Layer>> layers_;
 };
 
-// Two branches over one input, their outputs added (`residual`) or
-// concatenated along the last axis (`concatenate`).
+// How two branches' outputs merge: concatenated along the last axis, or
+// elementwise (Keras's merge layers: main first; shapes of one rank whose
+// axes agree or are 1 on one side, as Keras broadcasts them).
+enum class Merge {
+  kAdd,
+  kConcatenate,
+  kMultiply,
+  kSubtract,  // main - shortcut
+  kAverage,   // (main + shortcut) / 2
+  kMaximum,
+  kMinimum,
+};
+
+// Two branches over one input, their outputs merged.
 class TwoBranchLayer final : public Layer {
  public:
   // `shortcut` null: the identity.
   TwoBranchLayer(std::string name, std::unique_ptr<Layer> main,
-                 std::unique_ptr<Layer> shortcut, bool concatenate = false)
+                 std::unique_ptr<Layer> shortcut, Merge merge = Merge::kAdd)
       : Layer(std::move(name)),
         main_(std::move(main)),
         shortcut_(std::move(shortcut)),
-        concatenate_(concatenate) {}
+        merge_(merge) {}
 
   absl::StatusOr<Tensor> Call(const Tensor& x,
                               const ForwardContext& ctx) override;
@@ -74,7 +88,7 @@ class TwoBranchLayer final : public Layer {
  private:
   std::unique_ptr<Layer> main_;
   std::unique_ptr<Layer> shortcut_;
-  bool concatenate_;
+  Merge merge_;
 };
 
 }  // namespace mirrortrain::models

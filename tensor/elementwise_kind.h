@@ -51,6 +51,10 @@ enum class BinaryKind : uint8_t {
   kSoftplusGrad,   // (g, x) -> g * sigmoid(x)
   kLeakyReluGrad,  // (g, x) -> x > 0 ? g : 0.2 g
   kRelu6Grad,      // (g, x) -> 0 < x < 6 ? g : 0 (TensorFlow's Relu6Grad)
+  kMaximum,        // max(a, b), NaN if either is (tf.maximum)
+  kMinimum,        // min(a, b), NaN if either is
+  kGreaterEqual,   // a >= b ? 1 : 0 (Maximum's gradient mask)
+  kLessEqual,      // a <= b ? 1 : 0 (Minimum's)
 };
 
 // SELU's constants (Klambauer et al.), as TensorFlow spells them: its
@@ -210,6 +214,14 @@ MT_HOST_DEVICE inline T ApplyBinary(BinaryKind kind, T a, T b) {
       return b > T(0) ? a : a * T(kLeakyReluSlope);
     case BinaryKind::kRelu6Grad:
       return b > T(0) && b < T(6) ? a : T(0);
+    case BinaryKind::kMaximum:
+      return a > b || a != a ? a : b;
+    case BinaryKind::kMinimum:
+      return a < b || a != a ? a : b;
+    case BinaryKind::kGreaterEqual:
+      return a >= b ? T(1) : T(0);
+    case BinaryKind::kLessEqual:
+      return a <= b ? T(1) : T(0);
   }
   return a;
 }

@@ -492,10 +492,16 @@ std::string SchemaMarkdown() {
     if (t->container) containers.push_back(absl::StrCat("`", t->name, "`"));
     if (t->shortcut) with_shortcut.push_back(absl::StrCat("`", t->name, "`"));
   }
+  // "a, b and c".
+  std::string shortcut_list = with_shortcut.empty() ? "" : with_shortcut.back();
+  if (with_shortcut.size() > 1) {
+    with_shortcut.pop_back();
+    shortcut_list = absl::StrCat(absl::StrJoin(with_shortcut, ", "), " and ",
+                                 shortcut_list);
+  }
   AppendTable("Every entry of `model.layers`",
               absl::StrCat("Containers (", absl::StrJoin(containers, ", "),
-                           ") also take `layers` (and ",
-                           absl::StrJoin(with_shortcut, " and "),
+                           ") also take `layers` (and ", shortcut_list,
                            " a `shortcut` list)."),
               "", {&LayerEntrySchema()}, &out);
   for (const models::LayerType* t : models::LayerRegistry::Global().Entries()) {

@@ -19,6 +19,8 @@ MT_DECLARE_OP(kAddOp);
 MT_DECLARE_OP(kSubOp);
 MT_DECLARE_OP(kMulOp);
 MT_DECLARE_OP(kDivOp);
+MT_DECLARE_OP(kMaximumOp);
+MT_DECLARE_OP(kMinimumOp);
 MT_DECLARE_OP(kNegOp);
 MT_DECLARE_OP(kExpOp);
 MT_DECLARE_OP(kLogOp);
@@ -194,6 +196,14 @@ void CpuBinary(BinaryKind kind, const Tensor& a, const Tensor& b, Tensor& out) {
       return BinaryLoop<T, BinaryKind::kLeakyReluGrad>(a, b, out);
     case BinaryKind::kRelu6Grad:
       return BinaryLoop<T, BinaryKind::kRelu6Grad>(a, b, out);
+    case BinaryKind::kMaximum:
+      return BinaryLoop<T, BinaryKind::kMaximum>(a, b, out);
+    case BinaryKind::kMinimum:
+      return BinaryLoop<T, BinaryKind::kMinimum>(a, b, out);
+    case BinaryKind::kGreaterEqual:
+      return BinaryLoop<T, BinaryKind::kGreaterEqual>(a, b, out);
+    case BinaryKind::kLessEqual:
+      return BinaryLoop<T, BinaryKind::kLessEqual>(a, b, out);
   }
 }
 
@@ -337,6 +347,12 @@ absl::StatusOr<Tensor> Mul(const Tensor& a, const Tensor& b) {
 absl::StatusOr<Tensor> Div(const Tensor& a, const Tensor& b) {
   return RecordedBinary(kDivOp, BinaryKind::kDiv, a, b);
 }
+absl::StatusOr<Tensor> Maximum(const Tensor& a, const Tensor& b) {
+  return RecordedBinary(kMaximumOp, BinaryKind::kMaximum, a, b);
+}
+absl::StatusOr<Tensor> Minimum(const Tensor& a, const Tensor& b) {
+  return RecordedBinary(kMinimumOp, BinaryKind::kMinimum, a, b);
+}
 absl::StatusOr<Tensor> Scale(const Tensor& a, double s) {
   MT_RETURN_IF_ERROR(internal::CheckDefined("Scale", {&a}));
   MT_ASSIGN_OR_RETURN(Tensor scalar, internal::ScalarLike(a, s));
@@ -452,6 +468,35 @@ MT_OP_RECORDED_GRADIENT(
       }
       return absl::OkStatus();
     });
+
+// TensorFlow's MaximumGrad and MinimumGrad: the gradient goes to a where
+// `mask` (a >= b, a <= b: a tie goes to a; a NaN operand to b) and to b
+// elsewhere.
+template <BinaryKind mask>
+absl::Status SelectedGrads(const OpRecord& op, const Tensor& g,
+                           absl::Span<const bool> needs, Grads* grads) {
+  MT_ASSIGN_OR_RETURN(const Tensor m,
+                      internal::BinaryKernel(op.op->name, mask,
+                                             op.inputs[0], op.inputs[1]));
+  MT_ASSIGN_OR_RETURN(const Tensor ga, Mul(g, m));
+  MT_RETURN_IF_ERROR(SetReduced(op, needs, 0, ga, grads));
+  if (!needs[1]) return absl::OkStatus();
+  return SetReduced(op, needs, 1, Sub(g, ga), grads);
+}
+
+MT_OP_RECORDED_GRADIENT(kMaximumOp, "Maximum",
+                        [](const OpRecord& op, auto g, auto needs,
+                           Grads* grads) {
+                          return SelectedGrads<BinaryKind::kGreaterEqual>(
+                              op, g[0], needs, grads);
+                        });
+
+MT_OP_RECORDED_GRADIENT(kMinimumOp, "Minimum",
+                        [](const OpRecord& op, auto g, auto needs,
+                           Grads* grads) {
+                          return SelectedGrads<BinaryKind::kLessEqual>(
+                              op, g[0], needs, grads);
+                        });
 
 MT_OP_RECORDED_GRADIENT(kNegOp, "Neg",
                         [](const OpRecord&, auto g, auto,

@@ -535,7 +535,7 @@ TEST(ModelTest, ResidualShapeErrorsSuggestAShortcutThatFits) {
   LayerBuilder builder(1, Device::Cpu());
   EXPECT_THAT(
       std::string(builder.BuildSequence({vectors}, {1, 3}).status().message()),
-      HasSubstr("(add a shortcut with a dense layer of 5 units)"));
+      HasSubstr("; add a shortcut with a dense layer of 5 units)"));
   LayerSpec images = Spec(
       "residual", {},
       {Spec("conv2d", {{"filters", int64_t{4}}, {"kernel_size", int64_t{1}}})});
@@ -544,7 +544,52 @@ TEST(ModelTest, ResidualShapeErrorsSuggestAShortcutThatFits) {
   EXPECT_THAT(std::string(image_builder.BuildSequence({images}, {1, 6, 6, 2})
                               .status()
                               .message()),
-              HasSubstr("(add a shortcut with a strided 1x1 conv2d)"));
+              HasSubstr("; add a shortcut with a strided 1x1 conv2d)"));
+}
+
+// The elementwise merges broadcast axes of 1 as Keras's do (a gate of
+// pooled channels over every pixel), in either branch, and refuse axes
+// that differ otherwise, naming both shapes.
+TEST(ModelTest, ElementwiseMergesBroadcastAxesOfOne) {
+  const LayerSpec pool = Spec("global_average_pooling2d", {{"keepdims", true}});
+  for (const std::string type :
+       {"multiply", "subtract", "average", "maximum", "minimum", "residual"}) {
+    SCOPED_TRACE(type);
+    LayerSpec gate = Spec(type, {}, {pool});
+    gate.path = "model.layers[0]";
+    LayerBuilder builder(1, Device::Cpu());
+    absl::StatusOr<std::unique_ptr<Layer>> layer =
+        builder.BuildSequence({gate}, {2, 5, 4, 3});
+    ASSERT_TRUE(layer.ok()) << layer.status();
+    EXPECT_EQ(*(*layer)->OutputShape({2, 5, 4, 3}), (Shape{2, 5, 4, 3}));
+    const Tensor x = testing::RandomTensor({2, 5, 4, 3}, 1, DType::kF32);
+    absl::StatusOr<Tensor> y = (*layer)->Call(x, {});
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_EQ(y->shape(), x.shape());
+    LayerSpec wide = Spec(type, {},
+                          {Spec("conv2d", {{"filters", int64_t{2}},
+                                           {"kernel_size", int64_t{1}}})});
+    wide.shortcut = std::vector<LayerSpec>{pool};
+    wide.path = "model.layers[0]";
+    LayerBuilder wide_builder(1, Device::Cpu());
+    EXPECT_THAT(
+        std::string(wide_builder.BuildSequence({wide}, {2, 5, 4, 3})
+                        .status()
+                        .message()),
+        HasSubstr("the main branch gives [2,5,4,2] but the shortcut gives "
+                  "[2,1,1,3] (each axis must agree or be 1 on one side"));
+  }
+  // The gate's values: x * mean over the pixels, per channel.
+  LayerSpec gate = Spec("multiply", {}, {pool});
+  gate.path = "model.layers[0]";
+  LayerBuilder builder(1, Device::Cpu());
+  absl::StatusOr<std::unique_ptr<Layer>> layer =
+      builder.BuildSequence({gate}, {1, 2, 1, 2});
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  absl::StatusOr<Tensor> y =
+      (*layer)->Call(Tensor::FromVector<float>({1, 2, 3, 6}, {1, 2, 1, 2}), {});
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->ToVector<float>(), (std::vector<float>{2, 8, 6, 24}));
 }
 
 // concatenate: every axis but the last must agree (a strided branch beside

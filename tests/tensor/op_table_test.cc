@@ -86,6 +86,11 @@ const std::vector<OpRow>& Rows() {
        Args(Rand({2, 3}), Rand({2, 1}))},
       {"Div", [](const Inputs& in) { return ops::Div(in[0], in[1]); },
        Args(Rand({2, 3}), Rand({3}, 0.5, 2))},
+      // Broadcast; ties (and a NaN) are Maximum/Minimum tests' in ops_test.
+      {"Maximum", [](const Inputs& in) { return ops::Maximum(in[0], in[1]); },
+       Args(Rand({2, 3, 4}), Rand({3, 1}))},
+      {"Minimum", [](const Inputs& in) { return ops::Minimum(in[0], in[1]); },
+       Args(Rand({3, 1}), Rand({2, 3, 4}))},
       {"Neg", Unary(ops::Neg), Args(Rand({3, 4}))},
       {"Exp", Unary(ops::Exp), Args(Rand({3, 4}))},
       {"Log", Unary(ops::Log), Args(Rand({3, 4}, 0.5, 3))},

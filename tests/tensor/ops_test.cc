@@ -244,6 +244,37 @@ TEST(OpsTest, Conv2DTransposeIsTheConvolutionsAdjoint) {
       ::testing::HasSubstr("input channels differ"));
 }
 
+// tf.maximum and tf.minimum: NaN from either operand; the gradient to a
+// where a >= b (a <= b), a tie included, else to b (NaN: to b), as
+// TensorFlow's MaximumGrad and MinimumGrad (their values, checked in
+// TensorFlow 2.21).
+TEST(OpsTest, MaximumAndMinimumFollowTensorFlow) {
+  const float nan = std::nanf("");
+  const Tensor a = Tensor::FromVector<float>({1, nan, 2, 3, -1}, {5});
+  const Tensor b = Tensor::FromVector<float>({nan, 1, 2, 1, 4}, {5});
+  for (const bool max : {true, false}) {
+    SCOPED_TRACE(max ? "Maximum" : "Minimum");
+    GradientTape tape;
+    tape.Watch(a);
+    tape.Watch(b);
+    absl::StatusOr<Tensor> y = max ? ops::Maximum(a, b) : ops::Minimum(a, b);
+    ASSERT_TRUE(y.ok()) << y.status();
+    const std::vector<float> v = y->ToVector<float>();
+    EXPECT_TRUE(std::isnan(v[0]) && std::isnan(v[1]));
+    EXPECT_EQ(
+        std::vector<float>(v.begin() + 2, v.end()),
+        max ? std::vector<float>({2, 3, 4}) : std::vector<float>({2, 1, -1}));
+    auto grads = tape.Gradient(*y, {a, b});
+    ASSERT_TRUE(grads.ok()) << grads.status();
+    EXPECT_EQ((*grads)[0]->ToVector<float>(),
+              max ? std::vector<float>({0, 0, 1, 1, 0})
+                  : std::vector<float>({0, 0, 1, 0, 1}));
+    EXPECT_EQ((*grads)[1]->ToVector<float>(),
+              max ? std::vector<float>({1, 1, 0, 0, 1})
+                  : std::vector<float>({1, 1, 0, 1, 0}));
+  }
+}
+
 TEST(OpsTest, ArrayOps) {
   Tensor x = V({1, 2, 3, 4, 5, 6}, {2, 3});
   EXPECT_EQ(ops::Transpose(x, {1, 0})->ToVector<float>(),

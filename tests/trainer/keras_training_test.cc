@@ -392,6 +392,32 @@ std::vector<KerasRun> Runs() {
         "optimizer={name: adam, learning_rate: 0.01}"},
        8,
        8},
+      // Keras's elementwise merges: a squeeze-and-excitation gate (the
+      // pooled channels broadcast over the pixels), maximum, average,
+      // subtract with the identity, minimum of two branches.
+      {"merge",
+       NpzData,
+       {"data.global_batch_size=12",
+        "model={layers: ["
+        "{type: conv2d, filters: 8, kernel_size: 3, padding: same, "
+        "activation: relu}, "
+        "{type: multiply, layers: ["
+        "{type: global_average_pooling2d, keepdims: true}, "
+        "{type: conv2d, filters: 4, kernel_size: 1, activation: relu}, "
+        "{type: conv2d, filters: 8, kernel_size: 1, "
+        "activation: sigmoid}]}, "
+        "{type: maximum, layers: [{type: conv2d, filters: 8, "
+        "kernel_size: 3, padding: same}]}, "
+        "{type: average, layers: [{type: conv2d, filters: 8, "
+        "kernel_size: 1}]}, "
+        "{type: subtract, layers: [{type: dense, units: 8}]}, "
+        "{type: minimum, layers: [{type: conv2d, filters: 8, "
+        "kernel_size: 3, padding: same}], "
+        "shortcut: [{type: activation, activation: tanh}]}, "
+        "{type: global_average_pooling2d}, {type: dense, units: 4}]}",
+        "optimizer={name: adam, learning_rate: 0.01}"},
+       16,
+       8},
   };
 }
 
