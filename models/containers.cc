@@ -66,6 +66,18 @@ std::vector<Variable*> SequentialLayer::variables() {
   return out;
 }
 
+namespace {
+
+// `shape` with axes of 1 inserted after the batch up to `rank` (Keras's
+// merge layers' expand_dims at axis 1).
+Shape WithUnitAxes(Shape shape, size_t rank) {
+  if (shape.empty() || shape.size() >= rank) return shape;
+  shape.insert(shape.begin() + 1, rank - shape.size(), 1);
+  return shape;
+}
+
+}  // namespace
+
 absl::StatusOr<Tensor> TwoBranchLayer::Call(const Tensor& x,
                                             const ForwardContext& ctx) {
   // The request for the sum's storage is not the branches'.
@@ -87,6 +99,13 @@ absl::StatusOr<Tensor> TwoBranchLayer::Call(const Tensor& x,
     ForwardContext short_ctx = branch;
     short_ctx.raw_token_ids = ctx.raw_token_ids && shortcut_->ReadsTokenIds();
     MT_ASSIGN_OR_RETURN(s, shortcut_->Call(s, short_ctx));
+  }
+  if (merge_ != Merge::kConcatenate && y.rank() != s.rank()) {
+    // Keras's merges give the lower-rank output axes of 1 after the batch.
+    Tensor& low = y.rank() < s.rank() ? y : s;
+    MT_ASSIGN_OR_RETURN(
+        low, ops::Reshape(
+                 low, WithUnitAxes(low.shape(), std::max(y.rank(), s.rank()))));
   }
   switch (merge_) {
     case Merge::kAdd:
@@ -131,10 +150,15 @@ absl::StatusOr<Shape> TwoBranchLayer::OutputShape(const Shape& input) const {
     return main;
   }
   // Elementwise: Keras's broadcast of axes of 1 (a gate [1, 1, c] over an
-  // image [h, w, c]).
-  bool broadcasts = main.size() == shortcut.size();
+  // image [h, w, c]), the lower rank given axes of 1 after the batch first
+  // (a gate [c]).
+  const size_t rank = std::max(main.size(), shortcut.size());
+  const Shape main_given = main, shortcut_given = shortcut;
+  main = WithUnitAxes(main, rank);
+  shortcut = WithUnitAxes(shortcut, rank);
+  bool broadcasts = true;
   Shape out = main;
-  for (size_t i = 0; broadcasts && i < main.size(); ++i) {
+  for (size_t i = 0; broadcasts && i < rank; ++i) {
     broadcasts = main[i] == shortcut[i] || main[i] == 1 || shortcut[i] == 1;
     out[i] = main[i] == 1 ? shortcut[i] : main[i];
   }
@@ -146,8 +170,8 @@ absl::StatusOr<Shape> TwoBranchLayer::OutputShape(const Shape& input) const {
             ? "a strided 1x1 conv2d"
             : absl::StrCat("a dense layer of ", main.back(), " units");
     return absl::InvalidArgumentError(absl::StrCat(
-        "the main branch gives ", ShapeToString(main), " but the ",
-        shortcut_name, " gives ", ShapeToString(shortcut),
+        "the main branch gives ", ShapeToString(main_given), " but the ",
+        shortcut_name, " gives ", ShapeToString(shortcut_given),
         " (each axis must agree or be 1 on one side; add a shortcut with ",
         remedy, ")"));
   }

@@ -65,13 +65,50 @@ def padded(pads: tuple, module: nn.Module, value: float = 0.0) -> nn.Module:
     return nn.Sequential(nn.ConstantPad2d((l, r, t, b), value), module)
 
 
-class Residual(nn.Module):
-    def __init__(self, body: nn.Module, shortcut: nn.Module):
+MERGES = {
+    "residual": torch.add,
+    "multiply": torch.mul,
+    "subtract": torch.sub,
+    "average": lambda a, b: (a + b) / 2,
+    "maximum": torch.maximum,
+    "minimum": torch.minimum,
+}
+
+
+class Merged(nn.Module):
+    """merge(body(x), shortcut(x)), elementwise with broadcasting; a vector
+    of channels or features against an image (NCHW) or a sequence gains
+    axes of 1 where Keras's merge puts them (after the batch, in NHWC)."""
+    def __init__(self, body: nn.Module, shortcut: nn.Module, merge, image: bool):
         super().__init__()
-        self.body, self.shortcut = body, shortcut
+        self.body, self.shortcut, self.merge = body, shortcut, merge
+        self.image = image
+
+    def widen(self, t, rank):
+        while t.dim() < rank:
+            t = t.unsqueeze(-1) if self.image else t.unsqueeze(1)
+        return t
 
     def forward(self, x):
-        return self.body(x) + self.shortcut(x)
+        a, b = self.body(x), self.shortcut(x)
+        rank = max(a.dim(), b.dim())
+        return self.merge(self.widen(a, rank), self.widen(b, rank))
+
+
+def merged_shape(kind, out, short_out):
+    """The elementwise merge's output shape ((C, H, W) for images): Keras's
+    broadcast of axes of 1, a lower rank's vector widened first."""
+    rank = max(len(out), len(short_out))
+    def widen(s):
+        if len(s) == rank:
+            return s
+        if len(s) == 1:  # Channels or features.
+            return s + (1,) * (rank - 1) if rank == 3 else (1,) * (rank - 1) + s
+        raise ValueError(f"torch_config: {kind} branches of ranks {out} and {short_out}")
+    a, b = widen(out), widen(short_out)
+    if any(i != j and 1 not in (i, j) for i, j in zip(a, b)):
+        raise ValueError(f"torch_config: {kind} branches differ: {out} vs {short_out}")
+    return tuple(j if i == 1 else i for i, j in zip(a, b))
 
 
 class PositionEmbedding(nn.Module):
@@ -218,12 +255,11 @@ def build_layer(s: dict, shape: tuple) -> tuple:
         key_dim = s.get("key_dim") or width // heads
         return SelfAttention(width, heads, key_dim, s.get("causal", False),
                              s.get("dropout", 0.0), s.get("use_bias", True)), shape
-    if kind == "residual":
+    if kind in MERGES:
         body, out = build_layers(s["layers"], shape)
         shortcut, short_out = build_layers(s.get("shortcut") or [], shape)
-        if out != short_out:
-            raise ValueError(f"torch_config: residual branches differ: {out} vs {short_out}")
-        return Residual(body, shortcut), out
+        joined = merged_shape(kind, out, short_out)
+        return Merged(body, shortcut, MERGES[kind], len(joined) == 3), joined
     if kind == "concatenate":
         body, out = build_layers(s["layers"], shape)
         shortcut, short_out = build_layers(s.get("shortcut") or [], shape)

@@ -471,32 +471,38 @@ MT_OP_RECORDED_GRADIENT(
 
 // TensorFlow's MaximumGrad and MinimumGrad: the gradient goes to a where
 // `mask` (a >= b, a <= b: a tie goes to a; a NaN operand to b) and to b
-// elsewhere.
+// elsewhere, selected as tf.where selects (an inf or NaN gradient reaches
+// only the operand it is selected for). The selections are ReluGrad's
+// kernel (g where the 0/1 mask is above 0), unrecorded.
 template <BinaryKind mask>
 absl::Status SelectedGrads(const OpRecord& op, const Tensor& g,
                            absl::Span<const bool> needs, Grads* grads) {
-  MT_ASSIGN_OR_RETURN(const Tensor m,
-                      internal::BinaryKernel(op.op->name, mask,
-                                             op.inputs[0], op.inputs[1]));
-  MT_ASSIGN_OR_RETURN(const Tensor ga, Mul(g, m));
-  MT_RETURN_IF_ERROR(SetReduced(op, needs, 0, ga, grads));
+  const char* name = op.op->name;
+  MT_ASSIGN_OR_RETURN(
+      Tensor m, internal::BinaryKernel(name, mask, op.inputs[0], op.inputs[1]));
+  if (needs[0]) {
+    MT_RETURN_IF_ERROR(SetReduced(
+        op, needs, 0, internal::BinaryKernel(name, BinaryKind::kReluGrad, g, m),
+        grads));
+  }
   if (!needs[1]) return absl::OkStatus();
-  return SetReduced(op, needs, 1, Sub(g, ga), grads);
+  MT_ASSIGN_OR_RETURN(const Tensor one, internal::ScalarLike(m, 1));
+  MT_ASSIGN_OR_RETURN(m,
+                      internal::BinaryKernel(name, BinaryKind::kSub, one, m));
+  return SetReduced(op, needs, 1,
+                    internal::BinaryKernel(name, BinaryKind::kReluGrad, g, m),
+                    grads);
 }
 
-MT_OP_RECORDED_GRADIENT(kMaximumOp, "Maximum",
-                        [](const OpRecord& op, auto g, auto needs,
-                           Grads* grads) {
-                          return SelectedGrads<BinaryKind::kGreaterEqual>(
-                              op, g[0], needs, grads);
-                        });
+MT_OP(kMaximumOp, "Maximum",
+      [](const OpRecord& op, auto g, auto needs, Grads* grads) {
+        return SelectedGrads<BinaryKind::kGreaterEqual>(op, g[0], needs, grads);
+      });
 
-MT_OP_RECORDED_GRADIENT(kMinimumOp, "Minimum",
-                        [](const OpRecord& op, auto g, auto needs,
-                           Grads* grads) {
-                          return SelectedGrads<BinaryKind::kLessEqual>(
-                              op, g[0], needs, grads);
-                        });
+MT_OP(kMinimumOp, "Minimum",
+      [](const OpRecord& op, auto g, auto needs, Grads* grads) {
+        return SelectedGrads<BinaryKind::kLessEqual>(op, g[0], needs, grads);
+      });
 
 MT_OP_RECORDED_GRADIENT(kNegOp, "Neg",
                         [](const OpRecord&, auto g, auto,

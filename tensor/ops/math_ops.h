@@ -20,7 +20,9 @@ absl::StatusOr<Tensor> Sub(const Tensor& a, const Tensor& b);
 absl::StatusOr<Tensor> Mul(const Tensor& a, const Tensor& b);
 absl::StatusOr<Tensor> Div(const Tensor& a, const Tensor& b);
 // tf.maximum, tf.minimum: NaN where either operand is; the gradient goes to
-// a where a >= b (a <= b), ties included, and to b elsewhere (TensorFlow's).
+// a where a >= b (a <= b), ties included, and to b elsewhere (TensorFlow's,
+// selected: an inf or NaN gradient reaches one operand); not differentiable
+// twice.
 absl::StatusOr<Tensor> Maximum(const Tensor& a, const Tensor& b);
 absl::StatusOr<Tensor> Minimum(const Tensor& a, const Tensor& b);
 // a * s for a host scalar s (a scalar tensor of a's dtype on a's device).

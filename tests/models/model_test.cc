@@ -579,6 +579,37 @@ TEST(ModelTest, ElementwiseMergesBroadcastAxesOfOne) {
         HasSubstr("the main branch gives [2,5,4,2] but the shortcut gives "
                   "[2,1,1,3] (each axis must agree or be 1 on one side"));
   }
+  // Either side broadcasts, both at once, and a lower rank gains axes of 1
+  // after the batch first (Keras's expand_dims): a shortcut [1, 1, c]
+  // over the main branch's image, rows [1, w, c] times columns [h, 1, c],
+  // a gate [c] without keepdims.
+  struct Broadcast {
+    std::vector<LayerSpec> main, shortcut;
+    Shape want;
+  };
+  const LayerSpec conv =
+      Spec("conv2d", {{"filters", int64_t{3}}, {"kernel_size", int64_t{1}}});
+  const LayerSpec rows =
+      Spec("average_pooling2d", {{"pool_size", std::vector<int64_t>{5, 1}}});
+  const LayerSpec cols =
+      Spec("average_pooling2d", {{"pool_size", std::vector<int64_t>{1, 4}}});
+  for (const Broadcast& c : std::vector<Broadcast>{
+           {{conv}, {pool}, {2, 5, 4, 3}},
+           {{rows}, {cols}, {2, 5, 4, 3}},
+           {{Spec("global_average_pooling2d")}, {conv}, {2, 5, 4, 3}}}) {
+    LayerSpec spec = Spec("multiply", {}, c.main);
+    spec.shortcut = c.shortcut;
+    spec.path = "model.layers[0]";
+    LayerBuilder b(1, Device::Cpu());
+    absl::StatusOr<std::unique_ptr<Layer>> layer =
+        b.BuildSequence({spec}, {2, 5, 4, 3});
+    ASSERT_TRUE(layer.ok()) << layer.status();
+    EXPECT_EQ(*(*layer)->OutputShape({2, 5, 4, 3}), c.want);
+    absl::StatusOr<Tensor> y =
+        (*layer)->Call(testing::RandomTensor({2, 5, 4, 3}, 2, DType::kF32), {});
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_EQ(y->shape(), c.want);
+  }
   // The gate's values: x * mean over the pixels, per channel.
   LayerSpec gate = Spec("multiply", {}, {pool});
   gate.path = "model.layers[0]";

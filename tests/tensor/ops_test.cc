@@ -250,8 +250,20 @@ TEST(OpsTest, Conv2DTransposeIsTheConvolutionsAdjoint) {
 // TensorFlow 2.21).
 TEST(OpsTest, MaximumAndMinimumFollowTensorFlow) {
   const float nan = std::nanf("");
+  const float inf = std::numeric_limits<float>::infinity();
   const Tensor a = Tensor::FromVector<float>({1, nan, 2, 3, -1}, {5});
   const Tensor b = Tensor::FromVector<float>({nan, 1, 2, 1, 4}, {5});
+  // Signed zeros tie: TensorFlow returns b (max(0, -0) is -0); an infinity
+  // is a value like any other.
+  const Tensor za = Tensor::FromVector<float>({0.0f, -0.0f, -inf, inf}, {4});
+  const Tensor zb = Tensor::FromVector<float>({-0.0f, 0.0f, 1, inf}, {4});
+  for (const bool max : {true, false}) {
+    const Tensor z = *(max ? ops::Maximum(za, zb) : ops::Minimum(za, zb));
+    EXPECT_TRUE(std::signbit(z.data<float>()[0]));
+    EXPECT_FALSE(std::signbit(z.data<float>()[1]));
+    EXPECT_EQ(z.data<float>()[2], max ? 1.0f : -inf);
+    EXPECT_EQ(z.data<float>()[3], inf);
+  }
   for (const bool max : {true, false}) {
     SCOPED_TRACE(max ? "Maximum" : "Minimum");
     GradientTape tape;
@@ -272,6 +284,26 @@ TEST(OpsTest, MaximumAndMinimumFollowTensorFlow) {
     EXPECT_EQ((*grads)[1]->ToVector<float>(),
               max ? std::vector<float>({1, 1, 0, 0, 1})
                   : std::vector<float>({1, 1, 0, 1, 0}));
+    // An infinite or NaN gradient reaches only the operand selected (as
+    // tf.where selects; a product with the mask would give NaN).
+    GradientOptions options;
+    options.output_gradient =
+        Tensor::FromVector<float>({inf, nan, inf, nan, inf}, {5});
+    GradientTape again;
+    again.Watch(a);
+    again.Watch(b);
+    y = max ? ops::Maximum(a, b) : ops::Minimum(a, b);
+    ASSERT_TRUE(y.ok()) << y.status();
+    grads = again.Gradient(*y, {a, b}, options);
+    ASSERT_TRUE(grads.ok()) << grads.status();
+    const std::vector<float> ga = (*grads)[0]->ToVector<float>();
+    const std::vector<float> gb = (*grads)[1]->ToVector<float>();
+    EXPECT_EQ(ga[0], 0.0f);  // b NaN: all to b.
+    EXPECT_TRUE(std::isinf(gb[0]));
+    EXPECT_EQ(ga[2], inf);  // The tie: all to a.
+    EXPECT_EQ(gb[2], 0.0f);
+    EXPECT_EQ(max ? gb[3] : ga[3], 0.0f);  // The NaN to the other.
+    EXPECT_TRUE(std::isnan(max ? ga[3] : gb[3]));
   }
 }
 
