@@ -81,6 +81,10 @@ the gradients of sum(y * upstream) with respect to x and every variable:
     convolution: see adjoint_case); and on x [2, 9, 3]: conv1d_transpose/*: Conv1DTranspose(3,
     3, strides=2, same, tanh) (18 steps); conv1d_transpose_pad/*:
     Conv1DTranspose(2, 4, strides=3, output_padding=2) (30 steps).
+  * bilinear up-sampling: up_bilinear/*: UpSampling2D((2, 3),
+    interpolation="bilinear") on x [2, 3, 4, 2]; up_bilinear_edge/*:
+    UpSampling2D(4, bilinear) on x [2, 1, 3, 2] (one row: every output row
+    its copy).
 
 Run from the repository root:
     python3 scripts/golden/window_layers.py
@@ -315,6 +319,11 @@ def main():
     tensors += case("conv1d_transpose_pad", rng,
                     keras.layers.Conv1DTranspose(
                         2, 4, strides=3, output_padding=2, **f64), seq)
+    # Bilinear up-sampling (tf.image.resize).
+    tensors += case("up_bilinear", rng, keras.layers.UpSampling2D(
+        (2, 3), interpolation="bilinear", **f64), (2, 3, 4, 2))
+    tensors += case("up_bilinear_edge", rng, keras.layers.UpSampling2D(
+        4, interpolation="bilinear", **f64), (2, 1, 3, 2))
     comment = ("Keras %s (TensorFlow %s) conv and pooling layers with "
                "(height, width) windows; scripts/golden/window_layers.py"
                % (keras.__version__, tf.__version__))
