@@ -1,5 +1,5 @@
 // `bidirectional` (Keras Bidirectional): a recurrent layer (its one entry
-// of `layers`: an lstm or gru, not itself go_backwards) run forwards and,
+// of `layers`: an lstm, gru or simple_rnn, not go_backwards) run forwards and,
 // as a go_backwards copy, backwards over the same sequences, the two outputs
 // merged (merge_mode: concat along the features, sum, mul or ave). With
 // return_sequences the backward copy's outputs are put back in time order
@@ -82,10 +82,12 @@ class BidirectionalLayer final : public Layer {
 
 absl::StatusOr<std::unique_ptr<Layer>> CreateBidirectional(
     const LayerSpec& spec, LayerBuilder& b) {
-  if (spec.layers.size() != 1 ||
-      (spec.layers[0].type != "lstm" && spec.layers[0].type != "gru")) {
+  const std::string_view type =
+      spec.layers.size() == 1 ? spec.layers[0].type : "";
+  if (type != "lstm" && type != "gru" && type != "simple_rnn") {
     return absl::InvalidArgumentError(
-        "layers: takes one lstm or gru layer (the one run both ways)");
+        "layers: takes one lstm, gru or simple_rnn layer (the one run both "
+        "ways)");
   }
   const LayerSpec& inner = spec.layers[0];
   if (inner.repeat != 1) {
@@ -118,16 +120,17 @@ absl::StatusOr<std::unique_ptr<Layer>> CreateBidirectional(
 
 }  // namespace
 
-MT_REGISTER(LayerType,
-            {.name = "bidirectional",
-             .doc = "its one lstm or gru layer (`layers`) run forwards and "
-                    "backwards, the outputs merged (Keras Bidirectional)",
-             .params = {{Param::String("merge_mode")
-                             .Default("concat")
-                             .OneOf({"concat", "sum", "mul", "ave"})
-                             .Doc("concat: both outputs along the features; "
-                                  "sum, mul, ave: elementwise")}},
-             .container = true,
-             .create = CreateBidirectional});
+MT_REGISTER(
+    LayerType,
+    {.name = "bidirectional",
+     .doc = "its one lstm, gru or simple_rnn layer (`layers`) run forwards and "
+            "backwards, the outputs merged (Keras Bidirectional)",
+     .params = {{Param::String("merge_mode")
+                     .Default("concat")
+                     .OneOf({"concat", "sum", "mul", "ave"})
+                     .Doc("concat: both outputs along the features; "
+                          "sum, mul, ave: elementwise")}},
+     .container = true,
+     .create = CreateBidirectional});
 
 }  // namespace mirrortrain::models

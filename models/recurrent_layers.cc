@@ -13,6 +13,8 @@
 //    recurrent_activation(x + inner parts), hh = activation(x_h + r
 //    inner_h); without (bias [3 units]) hh = activation(x_h + (r h)
 //    recurrent_kernel_h); h = z h + (1 - z) hh.
+//  * `simple_rnn` (Keras SimpleRNN, G = 1): h = activation(x_t kernel +
+//    bias + h recurrent_kernel), in that order.
 //
 // Built from recorded ops (the input's products for every step at once,
 // split into steps, then per step the recurrent product, Split and
@@ -259,6 +261,31 @@ class GruLayer final : public RecurrentLayer {
   const bool reset_after_;
 };
 
+class SimpleRnnLayer final : public RecurrentLayer {
+ public:
+  SimpleRnnLayer(std::string name, Variable kernel, Variable recurrent,
+                 std::optional<Variable> bias, RecurrentOptions options)
+      : RecurrentLayer(std::move(name), 1, std::move(kernel),
+                       std::move(recurrent), std::move(bias), options) {}
+
+ private:
+  // Keras's SimpleRNNCell adds the bias to the input's product.
+  absl::StatusOr<Tensor> InputBias(const Tensor& xk) override {
+    if (!bias_.has_value()) return xk;
+    return ops::Add(xk, bias_->value());
+  }
+  absl::StatusOr<StepWeights> Weights() const override {
+    return StepWeights{.recurrent = recurrent_.value()};
+  }
+  absl::Status Step(const Tensor& xt, const StepWeights& w,
+                    States& states) override {
+    MT_ASSIGN_OR_RETURN(const Tensor hr, ops::MatMul(states.h, w.recurrent));
+    MT_ASSIGN_OR_RETURN(const Tensor z, ops::Add(xt, hr));
+    MT_ASSIGN_OR_RETURN(states.h, Activate(*options_.activation, z));
+    return absl::OkStatus();
+  }
+};
+
 // Keras's unit_forget_bias: the bias initializer's values with the forget
 // gate's part ones.
 absl::StatusOr<Tensor> LstmBias(const std::string& initializer, int64_t units,
@@ -272,28 +299,32 @@ absl::StatusOr<Tensor> LstmBias(const std::string& initializer, int64_t units,
   return ops::Concat({input, forget, rest}, 0);
 }
 
-// The keys both layers take (Keras's), `extra` (each one's own) before
-// the initializers'.
-std::vector<Param> RecurrentParams(std::vector<Param> extra) {
+// The keys the layers take (Keras's), `extra` (each one's own) before the
+// initializers'; `gated` ones (lstm, gru) have a recurrent_activation.
+std::vector<Param> RecurrentParams(std::vector<Param> extra,
+                                   bool gated = true) {
   std::vector<Param> params = {
       Param::Int("units").Min(1).Max(kMaxDimension).Doc("the state's width"),
       Param::String("activation")
           .Default("tanh")
           .OneOf(ActivationNames())
-          .Doc("of the candidate and the state's output"),
-      Param::String("recurrent_activation")
-          .Default("sigmoid")
-          .OneOf(ActivationNames())
-          .Doc("of the gates"),
-      UseBiasParam(),
-      Param::Bool("return_sequences")
-          .Default(false)
-          .Doc("every step's h [batch, steps, units]; false: the last "
-               "one's [batch, units]"),
-      Param::Bool("go_backwards")
-          .Default(false)
-          .Doc("read the steps last to first (the outputs in that order, "
-               "as Keras)")};
+          .Doc(gated ? "of the candidate and the state's output"
+                     : "of the state")};
+  if (gated) {
+    params.push_back(Param::String("recurrent_activation")
+                         .Default("sigmoid")
+                         .OneOf(ActivationNames())
+                         .Doc("of the gates"));
+  }
+  params.push_back(UseBiasParam());
+  params.push_back(Param::Bool("return_sequences")
+                       .Default(false)
+                       .Doc("every step's h [batch, steps, units]; false: the "
+                            "last one's [batch, units]"));
+  params.push_back(Param::Bool("go_backwards")
+                       .Default(false)
+                       .Doc("read the steps last to first (the outputs in that "
+                            "order, as Keras)"));
   for (Param& p : extra) params.push_back(std::move(p));
   params = WithInitializerParams(std::move(params), "kernel_initializer");
   params.push_back(Param::String("recurrent_initializer")
@@ -328,9 +359,11 @@ absl::StatusOr<RecurrentParts> ReadRecurrent(const LayerSpec& spec,
   }
   MT_ASSIGN_OR_RETURN(o.activation,
                       FindActivation(spec.params.String("activation")));
-  MT_ASSIGN_OR_RETURN(
-      o.recurrent_activation,
-      FindActivation(spec.params.String("recurrent_activation")));
+  if (spec.params.Has("recurrent_activation")) {  // Gated cells'.
+    MT_ASSIGN_OR_RETURN(
+        o.recurrent_activation,
+        FindActivation(spec.params.String("recurrent_activation")));
+  }
   o.return_sequences = spec.params.Bool("return_sequences");
   o.go_backwards = spec.params.Bool("go_backwards");
   const WeightInitializers init =
@@ -415,6 +448,27 @@ MT_REGISTER(
        return std::unique_ptr<Layer>(
            new GruLayer(b.name(), *std::move(p.kernel), *std::move(p.recurrent),
                         std::move(p.bias), p.options, reset_after));
+     }});
+
+MT_REGISTER(
+    LayerType,
+    {.name = "simple_rnn",
+     .doc = "a fully-connected recurrent layer over [batch, steps, features] "
+            "(Keras SimpleRNN; no dropout, masking or state across batches)",
+     .params = {RecurrentParams({}, /*gated=*/false)},
+     .inner_activation = true,
+     .create = [](const LayerSpec& spec,
+                  LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
+       MT_ASSIGN_OR_RETURN(RecurrentParts p,
+                           ReadRecurrent(spec, b, 1, "simple_rnn_cell",
+                                         [](const std::string& initializer,
+                                            int64_t units, uint64_t seed) {
+                                           return Initialize(initializer,
+                                                             {units}, seed);
+                                         }));
+       return std::unique_ptr<Layer>(new SimpleRnnLayer(
+           b.name(), *std::move(p.kernel), *std::move(p.recurrent),
+           std::move(p.bias), p.options));
      }});
 
 }  // namespace mirrortrain::models

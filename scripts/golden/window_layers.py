@@ -85,6 +85,9 @@ the gradients of sum(y * upstream) with respect to x and every variable:
     interpolation="bilinear") on x [2, 3, 4, 2]; up_bilinear_edge/*:
     UpSampling2D(4, bilinear) on x [2, 1, 3, 2] (one row: every output row
     its copy).
+  * simple_rnn_seq/*, simple_rnn_back/*: SimpleRNN(4, return_sequences),
+    SimpleRNN(3, go_backwards, relu) on x [2, 9, 3] (kernel,
+    recurrent_kernel, bias).
 
 Run from the repository root:
     python3 scripts/golden/window_layers.py
@@ -324,6 +327,10 @@ def main():
         (2, 3), interpolation="bilinear", **f64), (2, 3, 4, 2))
     tensors += case("up_bilinear_edge", rng, keras.layers.UpSampling2D(
         4, interpolation="bilinear", **f64), (2, 1, 3, 2))
+    tensors += case("simple_rnn_seq", rng, keras.layers.SimpleRNN(
+        4, return_sequences=True, **f64), seq)
+    tensors += case("simple_rnn_back", rng, keras.layers.SimpleRNN(
+        3, go_backwards=True, activation="relu", **f64), seq)
     comment = ("Keras %s (TensorFlow %s) conv and pooling layers with "
                "(height, width) windows; scripts/golden/window_layers.py"
                % (keras.__version__, tf.__version__))

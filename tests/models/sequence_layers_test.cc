@@ -469,7 +469,7 @@ TEST(RecurrentLayersTest, BidirectionalWrapsOneRecurrentLayer) {
   model = Model::Build(ModelDef{{6, 3}, {bi}}, 1, Device::Cpu());
   ASSERT_FALSE(model.ok());
   EXPECT_TRUE(absl::StrContains(model.status().message(),
-                                "layers: takes one lstm or gru layer"))
+                                "layers: takes one lstm, gru or simple_rnn layer"))
       << model.status();
 }
 

@@ -329,6 +329,19 @@ std::vector<KerasRun> Runs() {
         "optimizer={name: adam, learning_rate: 0.01}"},
        14,
        8},
+      // Simple recurrent layers: bidirectional (averaged), then the last
+      // output of another.
+      {"srnn",
+       NpzData,
+       {"data.global_batch_size=12",
+        "model={input_shape: [10, 4], layers: ["
+        "{type: bidirectional, merge_mode: ave, layers: [{type: simple_rnn, "
+        "units: 6, return_sequences: true}]}, "
+        "{type: simple_rnn, units: 5}, "
+        "{type: dense, units: 4}]}",
+        "optimizer={name: adam, learning_rate: 0.01}"},
+       11,
+       8},
       // Sequence to sequence: an encoder LSTM's last state repeated for a
       // decoder LSTM, a class per output step (labels [n, 3]).
       {"s2s",
