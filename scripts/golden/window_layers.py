@@ -84,7 +84,9 @@ the gradients of sum(y * upstream) with respect to x and every variable:
   * bilinear up-sampling: up_bilinear/*: UpSampling2D((2, 3),
     interpolation="bilinear") on x [2, 3, 4, 2]; up_bilinear_edge/*:
     UpSampling2D(4, bilinear) on x [2, 1, 3, 2] (one row: every output row
-    its copy).
+    its copy); up_bilinear_long/*: UpSampling2D((7, 1), bilinear) on x [1,
+    256, 1, 1] (TensorFlow's float32 lerps drift along a long axis for a
+    factor that is not a power of two).
   * simple_rnn_seq/*, simple_rnn_back/*: SimpleRNN(4, return_sequences),
     SimpleRNN(3, go_backwards, relu) on x [2, 9, 3] (kernel,
     recurrent_kernel, bias).
@@ -331,6 +333,8 @@ def main():
         4, return_sequences=True, **f64), seq)
     tensors += case("simple_rnn_back", rng, keras.layers.SimpleRNN(
         3, go_backwards=True, activation="relu", **f64), seq)
+    tensors += case("up_bilinear_long", rng, keras.layers.UpSampling2D(
+        (7, 1), interpolation="bilinear", **f64), (1, 256, 1, 1))
     comment = ("Keras %s (TensorFlow %s) conv and pooling layers with "
                "(height, width) windows; scripts/golden/window_layers.py"
                % (keras.__version__, tf.__version__))

@@ -539,9 +539,8 @@ TEST_P(KerasTrainingTest, EndsWhereKerasOnOneDeviceEnds) {
     // Float32 sums in other orders (im2col products, the two replicas'
     // halves, Keras's own Adam arithmetic), compounded over the steps
     // (below 1.1e-6 seen on CPUs, 2.0e-6 in atrous, whose bilinear
-    // up-sampling rounds twice where TensorFlow's kernel fuses a
-    // multiply-add; GPUs not yet measured): far below the steps' own
-    // changes.
+    // up-sampling's gradient sums in another order than TensorFlow's
+    // kernel; GPUs not yet measured): far below the steps' own changes.
     EXPECT_TRUE(testing::AllClose(got, want, 1e-5, 2e-6)) << v->name();
     for (int64_t i = 0; i < want.num_elements(); ++i) {
       worst = std::max(worst, std::abs(got.ScalarAt(i) - want.ScalarAt(i)));
