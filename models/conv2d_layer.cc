@@ -4,6 +4,7 @@
 #include "models/initializers.h"
 #include "models/layer_registry.h"
 #include "models/simple_layers.h"
+#include "tensor/ops/array_ops.h"
 #include "tensor/ops/conv_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/precision_ops.h"
@@ -167,7 +168,7 @@ std::vector<Param> DepthwiseParams() {
 
 absl::StatusOr<int64_t> ReadDepthMultiplier(const LayerSpec& spec,
                                             const LayerBuilder& b) {
-  const int64_t channels = b.input_shape()[3];
+  const int64_t channels = b.input_shape().back();
   const int64_t multiplier = spec.params.Int("depth_multiplier");
   if (channels > kMaxDimension / multiplier) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -200,6 +201,73 @@ absl::StatusOr<ConvWindow> ReadConvWindow(const LayerSpec& spec,
                .dilation_h = d[0],
                .dilation_w = d[1]};
   return w;
+}
+
+std::vector<Param> WithConv1DWindowParams(std::vector<Param> first,
+                                          std::vector<Param> rest) {
+  first.push_back(Param::Int("kernel_size")
+                      .Min(1)
+                      .Max(kMaxDimension)
+                      .Doc("steps the kernel spans"));
+  first.push_back(Param::Int("strides")
+                      .Default(1)
+                      .Min(1)
+                      .Max(kMaxDimension)
+                      .Doc("step between outputs"));
+  first.push_back(Param::String("padding")
+                      .Default("valid")
+                      .OneOf({"valid", "same"})
+                      .Doc("valid: no padding; same: output = ceil(steps / "
+                           "strides)"));
+  first.push_back(Param::Int("dilation_rate")
+                      .Default(1)
+                      .Min(1)
+                      .Max(kMaxDimension)
+                      .Doc(kDilationDoc));
+  for (Param& p : rest) first.push_back(std::move(p));
+  return first;
+}
+
+absl::StatusOr<ConvWindow> ReadConv1DWindow(const LayerSpec& spec,
+                                            const LayerBuilder& b) {
+  MT_RETURN_IF_ERROR(b.CheckSequences());
+  const int64_t k = spec.params.Int("kernel_size");
+  const int64_t s = spec.params.Int("strides");
+  const int64_t d = spec.params.Int("dilation_rate");
+  const std::string padding = spec.params.String("padding");
+  MT_RETURN_IF_ERROR(CheckDilation(s, d));
+  MT_RETURN_IF_ERROR(b.CheckWindow1D("kernel_size", k, padding, d));
+  ConvWindow w;
+  w.kernel_size = {1, k};
+  w.options = {
+      .stride_h = 1,
+      .stride_w = s,
+      .padding = padding == "same" ? ops::Padding::kSame : ops::Padding::kValid,
+      .dilation_w = d};
+  return w;
+}
+
+absl::StatusOr<Tensor> SequencesAsImages(const Tensor& x) {
+  return ops::Reshape(x, {x.dim(0), 1, x.dim(1), x.dim(2)});
+}
+
+absl::StatusOr<Tensor> KernelAsImageKernel(const Tensor& kernel) {
+  Shape shape = kernel.shape();
+  shape.insert(shape.begin(), 1);
+  return ops::Reshape(kernel, shape);
+}
+
+absl::StatusOr<Shape> OneRowOutputShape(
+    const std::string& layer, const Shape& input,
+    const std::function<absl::StatusOr<Shape>(const Shape&)>& image) {
+  if (input.size() != 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(layer, ": expects [batch, steps, channels] input, got ",
+                     ShapeToString(input)));
+  }
+  MT_ASSIGN_OR_RETURN(const Shape out,
+                      image({input[0], 1, input[1], input[2]}));
+  return Shape{out[0], out[2], out[3]};
 }
 
 MT_REGISTER(

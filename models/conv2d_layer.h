@@ -17,6 +17,7 @@
 #define MIRRORTRAIN_MODELS_CONV2D_LAYER_H_
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -107,9 +108,9 @@ absl::Status CheckDilation(int64_t stride, int64_t dilation);
 // depthwise_initializer and bias_initializer.
 std::vector<Param> DepthwiseParams();
 
-// depth_multiplier of a depthwise layer (depthwise_conv2d,
-// separable_conv2d) for the builder's NHWC input, refused when the
-// channels times it exceed kMaxDimension.
+// depth_multiplier of a depthwise layer (depthwise_conv2d, _conv1d,
+// separable_conv2d, _conv1d) for the builder's input (channels last),
+// refused when the channels times it exceed kMaxDimension.
 absl::StatusOr<int64_t> ReadDepthMultiplier(const LayerSpec& spec,
                                             const LayerBuilder& b);
 
@@ -121,6 +122,27 @@ struct ConvWindow {
 };
 absl::StatusOr<ConvWindow> ReadConvWindow(const LayerSpec& spec,
                                           const LayerBuilder& b);
+
+// The 1-D layers' window keys (integers: kernel_size, strides,
+// dilation_rate; padding valid or same) between `first` and `rest`, and
+// their values for the builder's sequences as a one-row image's window
+// (kernel [1, k], strides [1, s]): depthwise_conv1d's, separable_conv1d's.
+std::vector<Param> WithConv1DWindowParams(std::vector<Param> first,
+                                          std::vector<Param> rest);
+absl::StatusOr<ConvWindow> ReadConv1DWindow(const LayerSpec& spec,
+                                            const LayerBuilder& b);
+
+// Sequences [batch, steps, channels] as one-row images [batch, 1, steps,
+// channels], and a 1-D kernel [k, ...] as the 2-D one [1, k, ...]
+// (reshapes of the same memory).
+absl::StatusOr<Tensor> SequencesAsImages(const Tensor& x);
+absl::StatusOr<Tensor> KernelAsImageKernel(const Tensor& kernel);
+// A one-row layer's output shape for sequences `input`: the 2-D layer's
+// (`image` computes it for [batch, 1, steps, channels]) without the row
+// axis; InvalidArgument naming `layer` for inputs that are not sequences.
+absl::StatusOr<Shape> OneRowOutputShape(
+    const std::string& layer, const Shape& input,
+    const std::function<absl::StatusOr<Shape>(const Shape&)>& image);
 
 }  // namespace mirrortrain::models
 

@@ -1,8 +1,11 @@
-// Depthwise 2-D convolution layer (config type `depthwise_conv2d`), Keras
-// DepthwiseConv2D: activation(depthwise_conv2d(x, kernel) + bias), NHWC,
-// kernel [kh, kw, channels, depth_multiplier] named `<name>/kernel`
-// (glorot_uniform with Keras's fans: channels and depth_multiplier times
-// the window), bias [channels * depth_multiplier].
+// Depthwise convolution layers (config types `depthwise_conv2d` and
+// `depthwise_conv1d`), Keras DepthwiseConv2D and DepthwiseConv1D:
+// activation(depthwise_conv(x, kernel) + bias), NHWC images or sequences
+// [batch, steps, channels], kernel [kh, kw, channels, depth_multiplier]
+// ([k, channels, depth_multiplier]) named `<name>/kernel` (glorot_uniform
+// with Keras's fans: channels and depth_multiplier times the window), bias
+// [channels * depth_multiplier]. The 1-D layer runs the 2-D op on one-row
+// images (as conv1d), keeping Keras's kernel shape.
 #include <array>
 #include <memory>
 #include <optional>
@@ -15,6 +18,7 @@
 #include "models/initializers.h"
 #include "models/layer.h"
 #include "models/layer_registry.h"
+#include "tensor/ops/array_ops.h"
 #include "tensor/ops/depthwise_conv_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/window.h"
@@ -35,16 +39,29 @@ class DepthwiseConv2DLayer final : public Layer {
         activation_(activation) {}
 
   absl::StatusOr<Tensor> Call(const Tensor& x, const ForwardContext&) override {
-    MT_ASSIGN_OR_RETURN(Tensor y,
-                        ops::DepthwiseConv2D(x, kernel_.value(), options_));
+    MT_ASSIGN_OR_RETURN(const Shape out, OutputShape(x.shape()));
+    Tensor in = x, kernel = kernel_.value();
+    if (one_d()) {
+      MT_ASSIGN_OR_RETURN(in, SequencesAsImages(x));
+      MT_ASSIGN_OR_RETURN(kernel, KernelAsImageKernel(kernel));
+    }
+    MT_ASSIGN_OR_RETURN(Tensor y, ops::DepthwiseConv2D(in, kernel, options_));
+    if (one_d()) {
+      MT_ASSIGN_OR_RETURN(y, ops::Reshape(y, out));
+    }
     if (!bias_.has_value()) return Activate(activation_, y);
     return BiasActivate(activation_, y, bias_->value());
   }
 
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
-    const Shape& k = kernel_.shape();
-    return ConvOutputShape(name(), input, k[2], {k[0], k[1]}, options_,
-                           k[2] * k[3]);
+    Shape k = kernel_.shape();
+    if (one_d()) k.insert(k.begin(), 1);
+    auto image = [&](const Shape& in) {
+      return ConvOutputShape(name(), in, k[2], {k[0], k[1]}, options_,
+                             k[2] * k[3]);
+    };
+    if (one_d()) return OneRowOutputShape(name(), input, image);
+    return image(input);
   }
 
   std::vector<Variable*> variables() override {
@@ -53,11 +70,36 @@ class DepthwiseConv2DLayer final : public Layer {
   }
 
  private:
+  bool one_d() const { return kernel_.shape().size() == 3; }
+
   Variable kernel_;
   std::optional<Variable> bias_;
   ops::Conv2DOptions options_;
   const ActivationDef& activation_;
 };
+
+// The layer for the builder's input (NHWC, or sequences where `one_d`)
+// under window `w`, its kernel of Keras's shape.
+absl::StatusOr<std::unique_ptr<Layer>> MakeDepthwise(const LayerSpec& spec,
+                                                     LayerBuilder& b,
+                                                     const ConvWindow& w,
+                                                     bool one_d) {
+  MT_ASSIGN_OR_RETURN(const ActivationDef* act,
+                      FindActivation(spec.params.String("activation")));
+  const int64_t channels = b.input_shape().back();
+  MT_ASSIGN_OR_RETURN(const int64_t multiplier, ReadDepthMultiplier(spec, b));
+  const std::array<int64_t, 2> k = w.kernel_size;
+  const Shape kernel = one_d ? Shape{k[1], channels, multiplier}
+                             : Shape{k[0], k[1], channels, multiplier};
+  MT_ASSIGN_OR_RETURN(
+      KernelAndBias weights,
+      MakeKernelAndBias(
+          b.name(), kernel, {channels * multiplier},
+          spec.params.Bool("use_bias"), b.NextSeed(), b.device(), std::nullopt,
+          ReadInitializers(spec.params, "depthwise_initializer")));
+  return std::unique_ptr<Layer>(
+      new DepthwiseConv2DLayer(b.name(), std::move(weights), w.options, *act));
+}
 
 MT_REGISTER(
     LayerType,
@@ -69,21 +111,20 @@ MT_REGISTER(
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
        MT_ASSIGN_OR_RETURN(const ConvWindow w, ReadConvWindow(spec, b));
-       MT_ASSIGN_OR_RETURN(const ActivationDef* act,
-                           FindActivation(spec.params.String("activation")));
-       const int64_t channels = b.input_shape()[3];
-       MT_ASSIGN_OR_RETURN(const int64_t multiplier,
-                           ReadDepthMultiplier(spec, b));
-       const std::array<int64_t, 2> k = w.kernel_size;
-       MT_ASSIGN_OR_RETURN(
-           KernelAndBias weights,
-           MakeKernelAndBias(
-               b.name(), {k[0], k[1], channels, multiplier},
-               {channels * multiplier}, spec.params.Bool("use_bias"),
-               b.NextSeed(), b.device(), std::nullopt,
-               ReadInitializers(spec.params, "depthwise_initializer")));
-       return std::unique_ptr<Layer>(new DepthwiseConv2DLayer(
-           b.name(), std::move(weights), w.options, *act));
+       return MakeDepthwise(spec, b, w, /*one_d=*/false);
+     }});
+
+MT_REGISTER(
+    LayerType,
+    {.name = "depthwise_conv1d",
+     .doc = "activation(depthwise_conv1d(x, kernel) + bias) over [batch, "
+            "steps, channels]: each channel convolved with its own "
+            "depth_multiplier filters (Keras DepthwiseConv1D)",
+     .params = {WithConv1DWindowParams({}, DepthwiseParams())},
+     .create = [](const LayerSpec& spec,
+                  LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
+       MT_ASSIGN_OR_RETURN(const ConvWindow w, ReadConv1DWindow(spec, b));
+       return MakeDepthwise(spec, b, w, /*one_d=*/true);
      }});
 
 }  // namespace

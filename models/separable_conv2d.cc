@@ -1,11 +1,14 @@
-// Depthwise-separable 2-D convolution layer (config type
-// `separable_conv2d`), Keras SeparableConv2D: each channel convolved with
-// its own depth_multiplier filters (`<name>/depthwise_kernel`, [kh, kw,
-// channels, depth_multiplier]), then a 1x1 convolution mixing them
+// Depthwise-separable convolution layers (config types `separable_conv2d`
+// and `separable_conv1d`), Keras SeparableConv2D and SeparableConv1D: each
+// channel convolved with its own depth_multiplier filters
+// (`<name>/depthwise_kernel`, [kh, kw, channels, depth_multiplier]; 1-D
+// [k, channels, depth_multiplier]), then a 1x1 convolution mixing them
 // (`<name>/pointwise_kernel`, [1, 1, channels * depth_multiplier,
-// filters]), the bias [filters] and the activation: Xception's and
-// MobileNet's block as one layer. The two steps are the depthwise op and
-// conv2d's (a 1x1 window: its bias and relu epilogue on GPUs).
+// filters]; 1-D [1, ..., filters]), the bias [filters] and the activation:
+// Xception's and MobileNet's block as one layer. The two steps are the
+// depthwise op and conv2d's (a 1x1 window: its bias and relu epilogue on
+// GPUs); the 1-D layer runs them on one-row images, keeping Keras's
+// kernel shapes.
 #include <array>
 #include <memory>
 #include <optional>
@@ -18,6 +21,7 @@
 #include "models/initializers.h"
 #include "models/layer.h"
 #include "models/layer_registry.h"
+#include "tensor/ops/array_ops.h"
 #include "tensor/ops/conv_ops.h"
 #include "tensor/ops/depthwise_conv_ops.h"
 #include "tensor/ops/window.h"
@@ -52,22 +56,38 @@ class SeparableConv2DLayer final : public Layer {
         activation_(activation) {}
 
   absl::StatusOr<Tensor> Call(const Tensor& x, const ForwardContext&) override {
-    MT_ASSIGN_OR_RETURN(const Tensor y,
-                        ops::DepthwiseConv2D(x, depthwise_.value(), options_));
-    const ops::Conv2DOptions pointwise{1, 1, ops::Padding::kValid};
-    if (bias_.has_value()) {
-      return ConvBiasActivate(activation_, y, pointwise_.value(),
-                              bias_->value(), pointwise);
+    MT_ASSIGN_OR_RETURN(const Shape out, OutputShape(x.shape()));
+    Tensor in = x, depthwise = depthwise_.value(),
+           pointwise = pointwise_.value();
+    if (one_d()) {
+      MT_ASSIGN_OR_RETURN(in, SequencesAsImages(x));
+      MT_ASSIGN_OR_RETURN(depthwise, KernelAsImageKernel(depthwise));
+      MT_ASSIGN_OR_RETURN(pointwise, KernelAsImageKernel(pointwise));
     }
-    MT_ASSIGN_OR_RETURN(const Tensor z,
-                        ops::Conv2D(y, pointwise_.value(), pointwise));
-    return Activate(activation_, z);
+    MT_ASSIGN_OR_RETURN(const Tensor y,
+                        ops::DepthwiseConv2D(in, depthwise, options_));
+    const ops::Conv2DOptions one_by_one{1, 1, ops::Padding::kValid};
+    Tensor z;
+    if (bias_.has_value()) {
+      MT_ASSIGN_OR_RETURN(z, ConvBiasActivate(activation_, y, pointwise,
+                                              bias_->value(), one_by_one));
+    } else {
+      MT_ASSIGN_OR_RETURN(z, ops::Conv2D(y, pointwise, one_by_one));
+      MT_ASSIGN_OR_RETURN(z, Activate(activation_, z));
+    }
+    if (!one_d()) return z;
+    return ops::Reshape(z, out);
   }
 
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
-    const Shape& k = depthwise_.shape();
-    return ConvOutputShape(name(), input, k[2], {k[0], k[1]}, options_,
-                           pointwise_.shape()[3]);
+    Shape k = depthwise_.shape();
+    if (one_d()) k.insert(k.begin(), 1);
+    auto image = [&](const Shape& in) {
+      return ConvOutputShape(name(), in, k[2], {k[0], k[1]}, options_,
+                             pointwise_.shape().back());
+    };
+    if (one_d()) return OneRowOutputShape(name(), input, image);
+    return image(input);
   }
 
   std::vector<Variable*> variables() override {
@@ -76,6 +96,8 @@ class SeparableConv2DLayer final : public Layer {
   }
 
  private:
+  bool one_d() const { return depthwise_.shape().size() == 3; }
+
   Variable depthwise_;
   Variable pointwise_;
   std::optional<Variable> bias_;
@@ -83,45 +105,71 @@ class SeparableConv2DLayer final : public Layer {
   const ActivationDef& activation_;
 };
 
+Param FiltersParam() {
+  return Param::Int("filters").Min(1).Max(kMaxDimension).Doc("output channels");
+}
+
+// The layer for the builder's input (NHWC, or sequences where `one_d`)
+// under window `w`, its kernels of Keras's shapes.
+absl::StatusOr<std::unique_ptr<Layer>> MakeSeparable(const LayerSpec& spec,
+                                                     LayerBuilder& b,
+                                                     const ConvWindow& w,
+                                                     bool one_d) {
+  MT_ASSIGN_OR_RETURN(const ActivationDef* act,
+                      FindActivation(spec.params.String("activation")));
+  const int64_t channels = b.input_shape().back();
+  MT_ASSIGN_OR_RETURN(const int64_t multiplier, ReadDepthMultiplier(spec, b));
+  const std::array<int64_t, 2> k = w.kernel_size;
+  const WeightInitializers init =
+      ReadInitializers(spec.params, "depthwise_initializer");
+  const int64_t filters = spec.params.Int("filters");
+  Shape depthwise_shape{k[0], k[1], channels, multiplier};
+  Shape pointwise_shape{1, 1, channels * multiplier, filters};
+  if (one_d) {  // Keras's 1-D shapes: no row axis.
+    depthwise_shape.erase(depthwise_shape.begin());
+    pointwise_shape.erase(pointwise_shape.begin());
+  }
+  // Two seeds, one per kernel, as two layers would draw them.
+  MT_ASSIGN_OR_RETURN(
+      KernelAndBias depthwise,
+      MakeKernelAndBias(b.name(), depthwise_shape, {}, /*use_bias=*/false,
+                        b.NextSeed(), b.device(), std::nullopt, init,
+                        "depthwise_kernel"));
+  MT_ASSIGN_OR_RETURN(
+      KernelAndBias pointwise,
+      MakeKernelAndBias(
+          b.name(), pointwise_shape, {filters}, spec.params.Bool("use_bias"),
+          b.NextSeed(), b.device(), std::nullopt,
+          {spec.params.String("pointwise_initializer"), init.bias},
+          "pointwise_kernel"));
+  return std::unique_ptr<Layer>(
+      new SeparableConv2DLayer(b.name(), std::move(depthwise.kernel),
+                               std::move(pointwise), w.options, *act));
+}
+
 MT_REGISTER(
     LayerType,
     {.name = "separable_conv2d",
      .doc = "activation(conv2d_1x1(depthwise_conv2d(x, depthwise_kernel), "
             "pointwise_kernel) + bias), NHWC (Keras SeparableConv2D)",
-     .params = {WithConvWindowParams({Param::Int("filters")
-                                          .Min(1)
-                                          .Max(kMaxDimension)
-                                          .Doc("output channels")},
-                                     SeparableParams())},
+     .params = {WithConvWindowParams({FiltersParam()}, SeparableParams())},
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
        MT_ASSIGN_OR_RETURN(const ConvWindow w, ReadConvWindow(spec, b));
-       MT_ASSIGN_OR_RETURN(const ActivationDef* act,
-                           FindActivation(spec.params.String("activation")));
-       const int64_t channels = b.input_shape()[3];
-       MT_ASSIGN_OR_RETURN(const int64_t multiplier,
-                           ReadDepthMultiplier(spec, b));
-       const std::array<int64_t, 2> k = w.kernel_size;
-       const WeightInitializers init =
-           ReadInitializers(spec.params, "depthwise_initializer");
-       // Two seeds, one per kernel, as two layers would draw them.
-       MT_ASSIGN_OR_RETURN(
-           KernelAndBias depthwise,
-           MakeKernelAndBias(b.name(), {k[0], k[1], channels, multiplier}, {},
-                             /*use_bias=*/false, b.NextSeed(), b.device(),
-                             std::nullopt, init, "depthwise_kernel"));
-       const int64_t filters = spec.params.Int("filters");
-       MT_ASSIGN_OR_RETURN(
-           KernelAndBias pointwise,
-           MakeKernelAndBias(
-               b.name(), {1, 1, channels * multiplier, filters}, {filters},
-               spec.params.Bool("use_bias"), b.NextSeed(), b.device(),
-               std::nullopt,
-               {spec.params.String("pointwise_initializer"), init.bias},
-               "pointwise_kernel"));
-       return std::unique_ptr<Layer>(
-           new SeparableConv2DLayer(b.name(), std::move(depthwise.kernel),
-                                    std::move(pointwise), w.options, *act));
+       return MakeSeparable(spec, b, w, /*one_d=*/false);
+     }});
+
+MT_REGISTER(
+    LayerType,
+    {.name = "separable_conv1d",
+     .doc = "activation(conv1d_1x1(depthwise_conv1d(x, depthwise_kernel), "
+            "pointwise_kernel) + bias) over [batch, steps, channels] (Keras "
+            "SeparableConv1D)",
+     .params = {WithConv1DWindowParams({FiltersParam()}, SeparableParams())},
+     .create = [](const LayerSpec& spec,
+                  LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
+       MT_ASSIGN_OR_RETURN(const ConvWindow w, ReadConv1DWindow(spec, b));
+       return MakeSeparable(spec, b, w, /*one_d=*/true);
      }});
 
 }  // namespace

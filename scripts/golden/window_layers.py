@@ -87,6 +87,12 @@ the gradients of sum(y * upstream) with respect to x and every variable:
     its copy); up_bilinear_long/*: UpSampling2D((7, 1), bilinear) on x [1,
     256, 1, 1] (TensorFlow's float32 lerps drift along a long axis for a
     factor that is not a power of two).
+  * 1-D depthwise and separable: depthwise1d/*: DepthwiseConv1D(3,
+    strides=2, same, depth_multiplier=2); depthwise1d_dilated/*:
+    DepthwiseConv1D(2, dilation_rate=3, relu, no bias); separable1d/*:
+    SeparableConv1D(4, 3, same, depth_multiplier=2, relu);
+    separable1d_dilated/*: SeparableConv1D(2, 2, dilation_rate=2, no
+    bias), on x [2, 9, 3].
   * simple_rnn_seq/*, simple_rnn_back/*: SimpleRNN(4, return_sequences),
     SimpleRNN(3, go_backwards, relu) on x [2, 9, 3] (kernel,
     recurrent_kernel, bias).
@@ -335,6 +341,15 @@ def main():
         3, go_backwards=True, activation="relu", **f64), seq)
     tensors += case("up_bilinear_long", rng, keras.layers.UpSampling2D(
         (7, 1), interpolation="bilinear", **f64), (1, 256, 1, 1))
+    tensors += case("depthwise1d", rng, keras.layers.DepthwiseConv1D(
+        3, strides=2, padding="same", depth_multiplier=2, **f64), seq)
+    tensors += case("depthwise1d_dilated", rng, keras.layers.DepthwiseConv1D(
+        2, dilation_rate=3, activation="relu", use_bias=False, **f64), seq)
+    tensors += case("separable1d", rng, keras.layers.SeparableConv1D(
+        4, 3, padding="same", depth_multiplier=2, activation="relu", **f64),
+        seq)
+    tensors += case("separable1d_dilated", rng, keras.layers.SeparableConv1D(
+        2, 2, dilation_rate=2, use_bias=False, **f64), seq)
     comment = ("Keras %s (TensorFlow %s) conv and pooling layers with "
                "(height, width) windows; scripts/golden/window_layers.py"
                % (keras.__version__, tf.__version__))

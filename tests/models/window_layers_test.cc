@@ -400,6 +400,31 @@ INSTANTIATE_TEST_SUITE_P(
         WindowCase{"up_bilinear_long",
                    "up_sampling2d",
                    {{"size", Pair{7, 1}}, {"interpolation", "bilinear"}}},
+        WindowCase{"depthwise1d",
+                   "depthwise_conv1d",
+                   {{"kernel_size", int64_t{3}},
+                    {"strides", int64_t{2}},
+                    {"padding", "same"},
+                    {"depth_multiplier", int64_t{2}}}},
+        WindowCase{"depthwise1d_dilated",
+                   "depthwise_conv1d",
+                   {{"kernel_size", int64_t{2}},
+                    {"dilation_rate", int64_t{3}},
+                    {"activation", "relu"},
+                    {"use_bias", false}}},
+        WindowCase{"separable1d",
+                   "separable_conv1d",
+                   {{"filters", int64_t{4}},
+                    {"kernel_size", int64_t{3}},
+                    {"padding", "same"},
+                    {"depth_multiplier", int64_t{2}},
+                    {"activation", "relu"}}},
+        WindowCase{"separable1d_dilated",
+                   "separable_conv1d",
+                   {{"filters", int64_t{2}},
+                    {"kernel_size", int64_t{2}},
+                    {"dilation_rate", int64_t{2}},
+                    {"use_bias", false}}},
         WindowCase{"simple_rnn_seq",
                    "simple_rnn",
                    {{"units", int64_t{4}}, {"return_sequences", true}},
@@ -522,15 +547,16 @@ TEST(WindowPairTest, DilatedWindowsAreChecked) {
                      {"padding", "causal"}},
                     {9, 3})
                   .ok());
-  for (const std::string type : {"conv2d", "conv1d", "separable_conv2d",
-                                 "conv2d_transpose", "conv1d_transpose"}) {
-    const absl::Status strided =
-        build(type,
-              {{"filters", int64_t{1}},
-               {"kernel_size", int64_t{2}},
-               {"strides", int64_t{2}},
-               {"dilation_rate", int64_t{2}}},
-              type.starts_with("conv1d") ? Shape{9, 3} : Shape{7, 6, 3});
+  for (const std::string type :
+       {"conv2d", "conv1d", "separable_conv2d", "conv2d_transpose",
+        "conv1d_transpose", "separable_conv1d"}) {
+    const absl::Status strided = build(
+        type,
+        {{"filters", int64_t{1}},
+         {"kernel_size", int64_t{2}},
+         {"strides", int64_t{2}},
+         {"dilation_rate", int64_t{2}}},
+        type.find("1d") != std::string::npos ? Shape{9, 3} : Shape{7, 6, 3});
     EXPECT_THAT(std::string(strided.message()),
                 ::testing::HasSubstr("dilation_rate: 2 with strides 2: a "
                                      "dilated window takes strides 1"))
