@@ -103,11 +103,13 @@ absl::StatusOr<std::unique_ptr<Layer>> CreateBidirectional(
   const std::string base =
       inner.name.empty() ? b.TakeAutoName(inner.type) : inner.name;
   LayerSpec forward = inner, backward = inner;
-  // Keras keeps a name that starts forward_ as it is.
+  // Keras keeps a name that starts forward_ (backward_) as it is.
   forward.name =
       absl::StrCat(b.name(), "/",
                    absl::StartsWith(base, "forward_") ? "" : "forward_", base);
-  backward.name = absl::StrCat(b.name(), "/backward_", base);
+  backward.name = absl::StrCat(
+      b.name(), "/", absl::StartsWith(base, "backward_") ? "" : "backward_",
+      base);
   backward.params.Set("go_backwards", true);
   MT_ASSIGN_OR_RETURN(std::unique_ptr<Layer> f,
                       b.BuildSequence({forward}, b.input_shape()));

@@ -132,7 +132,8 @@ bool Conv2DLayer::AbsorbNext(const Layer& next) {
 
 std::vector<Param> WithConvWindowParams(std::vector<Param> first,
                                         std::vector<Param> rest,
-                                        const char* padding_doc) {
+                                        const char* padding_doc,
+                                        const char* dilation_doc) {
   first.push_back(Param::IntPair("kernel_size")
                       .Min(1)
                       .Max(kMaxDimension)
@@ -150,7 +151,7 @@ std::vector<Param> WithConvWindowParams(std::vector<Param> first,
                       .Default(1)
                       .Min(1)
                       .Max(kMaxDimension)
-                      .Doc(kDilationDoc));
+                      .Doc(dilation_doc));
   for (Param& p : rest) first.push_back(std::move(p));
   return first;
 }
@@ -182,18 +183,23 @@ absl::Status CheckDilation(int64_t stride, int64_t dilation) {
   if (stride == 1 || dilation == 1) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       "dilation_rate: ", dilation, " with strides ", stride,
-      ": a dilated window takes strides 1 (Keras's and TensorFlow's rule)"));
+      ": a dilated window takes strides 1 (Keras's rule for its Conv "
+      "layers)"));
 }
 
 absl::StatusOr<ConvWindow> ReadConvWindow(const LayerSpec& spec,
-                                          const LayerBuilder& b) {
+                                          const LayerBuilder& b,
+                                          bool strided_dilation) {
   MT_RETURN_IF_ERROR(CheckImageShape(b.input_shape(), ""));
   ConvWindow w;
   w.kernel_size = spec.params.IntPair("kernel_size");
   const bool same = spec.params.String("padding") == "same";
   const std::array<int64_t, 2> s = spec.params.IntPair("strides");
   const std::array<int64_t, 2> d = spec.params.IntPair("dilation_rate");
-  MT_RETURN_IF_ERROR(CheckDilation(std::max(s[0], s[1]), std::max(d[0], d[1])));
+  if (!strided_dilation) {
+    MT_RETURN_IF_ERROR(
+        CheckDilation(std::max(s[0], s[1]), std::max(d[0], d[1])));
+  }
   MT_RETURN_IF_ERROR(b.CheckWindow("kernel_size", w.kernel_size, same, d));
   w.options = {.stride_h = s[0],
                .stride_w = s[1],
@@ -223,7 +229,7 @@ std::vector<Param> WithConv1DWindowParams(std::vector<Param> first,
                       .Default(1)
                       .Min(1)
                       .Max(kMaxDimension)
-                      .Doc(kDilationDoc));
+                      .Doc(kDepthwiseDilationDoc));
   for (Param& p : rest) first.push_back(std::move(p));
   return first;
 }
@@ -235,7 +241,6 @@ absl::StatusOr<ConvWindow> ReadConv1DWindow(const LayerSpec& spec,
   const int64_t s = spec.params.Int("strides");
   const int64_t d = spec.params.Int("dilation_rate");
   const std::string padding = spec.params.String("padding");
-  MT_RETURN_IF_ERROR(CheckDilation(s, d));
   MT_RETURN_IF_ERROR(b.CheckWindow1D("kernel_size", k, padding, d));
   ConvWindow w;
   w.kernel_size = {1, k};
@@ -258,12 +263,12 @@ absl::StatusOr<Tensor> KernelAsImageKernel(const Tensor& kernel) {
 }
 
 absl::StatusOr<Shape> OneRowOutputShape(
-    const std::string& layer, const Shape& input,
+    const std::string& layer, const Shape& input, int64_t channels,
     const std::function<absl::StatusOr<Shape>(const Shape&)>& image) {
-  if (input.size() != 3) {
+  if (input.size() != 3 || input[2] != channels) {
     return absl::InvalidArgumentError(
-        absl::StrCat(layer, ": expects [batch, steps, channels] input, got ",
-                     ShapeToString(input)));
+        absl::StrCat(layer, ": expects [batch, steps, ", channels,
+                     "] input, got ", ShapeToString(input)));
   }
   MT_ASSIGN_OR_RETURN(const Shape out,
                       image({input[0], 1, input[1], input[2]}));

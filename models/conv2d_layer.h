@@ -75,15 +75,30 @@ class Conv2DLayer final : public Layer {
 Param GroupsParam();
 absl::Status CheckGroups(int64_t groups, int64_t in_channels, int64_t filters);
 
+// The dilation_rate key's doc, and its rule: above 1 only with strides 1
+// (Keras's Conv rule); InvalidArgument naming the key otherwise. Keras's
+// depthwise and separable layers take both (their own doc).
+inline constexpr char kDilationDoc[] =
+    "taps this many cells apart (a dilated, atrous convolution: the window "
+    "spans (kernel_size - 1) * dilation_rate + 1); above 1 only with strides "
+    "1";
+inline constexpr char kDepthwiseDilationDoc[] =
+    "taps this many cells apart (a dilated, atrous convolution: the window "
+    "spans (kernel_size - 1) * dilation_rate + 1); with strides too, as "
+    "Keras's depthwise layers";
+absl::Status CheckDilation(int64_t stride, int64_t dilation);
+
 // The keys of a conv layer's window, Keras's: `kernel_size`, `strides` and
 // `dilation_rate` (an integer for both dimensions, or [height, width]) and
-// `padding` (`padding_doc` says what it does), between `first` and `rest`
-// (conv2d's filters come first, depthwise_conv2d's depth_multiplier after).
+// `padding` (`padding_doc`, `dilation_doc` say what they do), between
+// `first` and `rest` (conv2d's filters come first, depthwise_conv2d's
+// depth_multiplier after).
 inline constexpr char kConvPaddingDoc[] =
     "valid: no padding; same: output = ceil(in / strides)";
 std::vector<Param> WithConvWindowParams(
     std::vector<Param> first, std::vector<Param> rest,
-    const char* padding_doc = kConvPaddingDoc);
+    const char* padding_doc = kConvPaddingDoc,
+    const char* dilation_doc = kDilationDoc);
 
 // A conv layer's output for NHWC `input` of `in_channels` channels under
 // `window` (height, width) and `options`: [batch, out_h, out_w,
@@ -93,15 +108,6 @@ absl::StatusOr<Shape> ConvOutputShape(const std::string& layer,
                                       std::array<int64_t, 2> window,
                                       const ops::Conv2DOptions& options,
                                       int64_t out_channels);
-
-// The dilation_rate key's doc, and its rule: above 1 only with strides 1
-// (Keras's Conv rule, tf.nn.depthwise_conv2d's); InvalidArgument naming the
-// key otherwise.
-inline constexpr char kDilationDoc[] =
-    "taps this many cells apart (a dilated, atrous convolution: the window "
-    "spans (kernel_size - 1) * dilation_rate + 1); above 1 only with strides "
-    "1";
-absl::Status CheckDilation(int64_t stride, int64_t dilation);
 
 // A depthwise layer's keys after its window (depthwise_conv2d,
 // separable_conv2d): depth_multiplier, activation, use_bias, and the
@@ -115,18 +121,21 @@ absl::StatusOr<int64_t> ReadDepthMultiplier(const LayerSpec& spec,
                                             const LayerBuilder& b);
 
 // Those keys' values for the builder's input, which must be NHWC, the
-// window checked to fit it.
+// window checked to fit it; dilation with strides too where
+// `strided_dilation` (the depthwise layers), else CheckDilation's rule.
 struct ConvWindow {
   std::array<int64_t, 2> kernel_size = {1, 1};  // Height, width.
   ops::Conv2DOptions options;
 };
 absl::StatusOr<ConvWindow> ReadConvWindow(const LayerSpec& spec,
-                                          const LayerBuilder& b);
+                                          const LayerBuilder& b,
+                                          bool strided_dilation = false);
 
-// The 1-D layers' window keys (integers: kernel_size, strides,
-// dilation_rate; padding valid or same) between `first` and `rest`, and
-// their values for the builder's sequences as a one-row image's window
-// (kernel [1, k], strides [1, s]): depthwise_conv1d's, separable_conv1d's.
+// The 1-D depthwise layers' window keys (integers: kernel_size, strides,
+// dilation_rate, with strides too; padding valid or same) between `first`
+// and `rest`, and their values for the builder's sequences as a one-row
+// image's window (kernel [1, k], strides [1, s]): depthwise_conv1d's,
+// separable_conv1d's.
 std::vector<Param> WithConv1DWindowParams(std::vector<Param> first,
                                           std::vector<Param> rest);
 absl::StatusOr<ConvWindow> ReadConv1DWindow(const LayerSpec& spec,
@@ -139,9 +148,10 @@ absl::StatusOr<Tensor> SequencesAsImages(const Tensor& x);
 absl::StatusOr<Tensor> KernelAsImageKernel(const Tensor& kernel);
 // A one-row layer's output shape for sequences `input`: the 2-D layer's
 // (`image` computes it for [batch, 1, steps, channels]) without the row
-// axis; InvalidArgument naming `layer` for inputs that are not sequences.
+// axis; InvalidArgument naming `layer` for inputs that are not sequences
+// of `channels` channels.
 absl::StatusOr<Shape> OneRowOutputShape(
-    const std::string& layer, const Shape& input,
+    const std::string& layer, const Shape& input, int64_t channels,
     const std::function<absl::StatusOr<Shape>(const Shape&)>& image);
 
 }  // namespace mirrortrain::models

@@ -60,7 +60,7 @@ class DepthwiseConv2DLayer final : public Layer {
       return ConvOutputShape(name(), in, k[2], {k[0], k[1]}, options_,
                              k[2] * k[3]);
     };
-    if (one_d()) return OneRowOutputShape(name(), input, image);
+    if (one_d()) return OneRowOutputShape(name(), input, k[2], image);
     return image(input);
   }
 
@@ -107,10 +107,12 @@ MT_REGISTER(
      .doc = "activation(depthwise_conv2d(x, kernel) + bias), NHWC: each "
             "channel convolved with its own depth_multiplier filters (Keras "
             "DepthwiseConv2D)",
-     .params = {WithConvWindowParams({}, DepthwiseParams())},
+     .params = {WithConvWindowParams({}, DepthwiseParams(), kConvPaddingDoc,
+                                     kDepthwiseDilationDoc)},
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
-       MT_ASSIGN_OR_RETURN(const ConvWindow w, ReadConvWindow(spec, b));
+       MT_ASSIGN_OR_RETURN(const ConvWindow w,
+                           ReadConvWindow(spec, b, /*strided_dilation=*/true));
        return MakeDepthwise(spec, b, w, /*one_d=*/false);
      }});
 

@@ -28,50 +28,102 @@
 namespace mirrortrain::models {
 namespace {
 
-// One output phase r of bilinear up-sampling by s along an axis: the
-// cells s * i + r lie between cells i - 1 and i (`before`) or i and i + 1,
-// at TensorFlow's float32 lerp for each i, computed from the absolute
-// output index as its kernel computes it: one scalar where every cell's is
-// the same (factors that are powers of two), else a tensor of n lerps
-// shaped to broadcast along the axis.
-struct BilinearPhase {
-  bool before = false;
+// The cells of one output phase that TensorFlow interpolates on one side
+// of their cell i (between i - 1 and i, or i and i + 1), at its float32
+// lerp for each: one scalar where all of them share it (factors that are
+// powers of two), else a tensor along the axis (0 at cells of the other
+// side).
+struct BilinearSide {
+  bool used = false;
   double lerp = 0;
-  Tensor lerps;  // Undefined: `lerp` for every cell.
+  Tensor lerps;
 };
 
+// One output phase r of bilinear up-sampling by s along an axis: the cells
+// s * i + r, each on the side of cell i TensorFlow's float32 position puts
+// it (the middle phase of an odd factor lies on cell i, and rounding puts
+// some cells just before it, some just after); where both sides occur,
+// masks (1 on a side's cells) select each cell's.
+struct BilinearPhase {
+  BilinearSide before, after;
+  Tensor before_mask, after_mask;
+};
+
+// Where every cell of `lerps` shares one value, that scalar, else the
+// tensor of them along `axis` of NHWC on `device`.
+absl::Status SetLerps(const std::vector<float>& lerps, int axis, Device device,
+                      double& scalar, Tensor& tensor) {
+  if (std::all_of(lerps.begin(), lerps.end(),
+                  [&](float l) { return l == lerps[0]; })) {
+    scalar = lerps[0];
+    return absl::OkStatus();
+  }
+  Shape shape{1, 1, 1, 1};
+  shape[axis] = static_cast<int64_t>(lerps.size());
+  MT_ASSIGN_OR_RETURN(tensor,
+                      Tensor::FromVector<float>(lerps, shape).To(device));
+  return absl::OkStatus();
+}
+
 // The phases of up-sampling n cells along `axis` (1 or 2 of NHWC) by s,
-// their lerp tensors on `device`.
+// their tensors on `device`, from TensorFlow's HalfPixelScaler and
+// compute_interpolation_weights (the absolute output index, in float32).
 absl::StatusOr<std::vector<BilinearPhase>> BilinearPhases(int64_t n, int64_t s,
                                                           int axis,
                                                           Device device) {
   std::vector<BilinearPhase> phases(s);
   const float scale = static_cast<float>(n) / static_cast<float>(n * s);
   for (int64_t r = 0; r < s; ++r) {
-    std::vector<float> lerps(n);
+    std::vector<float> before(n, 0.0f), after(n, 0.0f), is_before(n, 0.0f);
+    BilinearPhase& p = phases[r];
+    bool first_before = false;
+    float first_lerp = 0;
     for (int64_t i = 0; i < n; ++i) {
-      // TensorFlow's HalfPixelScaler and compute_interpolation_weights.
       const float at = (static_cast<float>(s * i + r) + 0.5f) * scale - 0.5f;
       const float floor = std::floor(at);
-      lerps[i] = at - floor;
-      const bool before = floor < static_cast<float>(i);
-      if (i == 0) phases[r].before = before;
-      if (before != phases[r].before) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "size: up-sampling ", n, " cells by ", s, " puts phase ", r,
-            " on both sides of its cells in float32"));
+      const float lerp = at - floor;
+      if (floor >= static_cast<float>(i)) {
+        after[i] = lerp;
+        p.after.used = true;
+      } else if (i > 0) {
+        before[i] = lerp;
+        is_before[i] = 1.0f;
+        p.before.used = true;
+      } else {
+        first_before = true;
+        first_lerp = lerp;
       }
     }
-    BilinearPhase& p = phases[r];
-    if (std::all_of(lerps.begin(), lerps.end(),
-                    [&](float l) { return l == lerps[0]; })) {
-      p.lerp = lerps[0];
-      continue;
+    // Cell 0 before its cell reads cell 0 alone (TensorFlow clamps): the
+    // after side gives it too at lerp 0, so it joins the other cells' side.
+    if (first_before) {
+      if (p.after.used && !p.before.used) {
+        after[0] = 0.0f;
+      } else {
+        before[0] = first_lerp;
+        is_before[0] = 1.0f;
+        p.before.used = true;
+      }
     }
-    Shape shape{1, 1, 1, 1};
-    shape[axis] = n;
-    MT_ASSIGN_OR_RETURN(p.lerps,
-                        Tensor::FromVector<float>(lerps, shape).To(device));
+    if (p.before.used) {
+      MT_RETURN_IF_ERROR(
+          SetLerps(before, axis, device, p.before.lerp, p.before.lerps));
+    }
+    if (p.after.used) {
+      MT_RETURN_IF_ERROR(
+          SetLerps(after, axis, device, p.after.lerp, p.after.lerps));
+    }
+    if (p.before.used && p.after.used) {
+      std::vector<float> is_after(n);
+      for (int64_t i = 0; i < n; ++i) is_after[i] = 1.0f - is_before[i];
+      Shape shape{1, 1, 1, 1};
+      shape[axis] = n;
+      MT_ASSIGN_OR_RETURN(
+          p.before_mask,
+          Tensor::FromVector<float>(is_before, shape).To(device));
+      MT_ASSIGN_OR_RETURN(
+          p.after_mask, Tensor::FromVector<float>(is_after, shape).To(device));
+    }
   }
   return phases;
 }
@@ -81,6 +133,23 @@ absl::StatusOr<Tensor> Like(const Tensor& t, const Tensor& x) {
   if (t.dtype() == x.dtype() && t.device() == x.device()) return t;
   MT_ASSIGN_OR_RETURN(const Tensor cast, ops::Cast(t, x.dtype()));
   return cast.To(x.device());
+}
+
+// from + diff * lerp for one side's cells (TensorFlow's a + (b - a) *
+// lerp); `from` itself where every cell's lerp is 0, where TensorFlow
+// reads the one cell (an infinite neighbour gives no NaN; an infinite
+// cell stays infinite, where TensorFlow's x + (x - x) * 0 is NaN).
+absl::StatusOr<Tensor> Lerp(const BilinearSide& side, const Tensor& from,
+                            const Tensor& diff) {
+  if (!side.lerps.defined() && side.lerp == 0) return from;
+  Tensor step;
+  if (side.lerps.defined()) {
+    MT_ASSIGN_OR_RETURN(const Tensor lerps, Like(side.lerps, diff));
+    MT_ASSIGN_OR_RETURN(step, ops::Mul(diff, lerps));
+  } else {
+    MT_ASSIGN_OR_RETURN(step, ops::Scale(diff, side.lerp));
+  }
+  return ops::Add(from, step);
 }
 
 // x up-sampled along `axis` (1 or 2 of NHWC) by bilinear interpolation in
@@ -108,17 +177,23 @@ absl::StatusOr<Tensor> BilinearAlong(const Tensor& x, int axis,
   phase_shape.insert(phase_shape.begin() + axis + 1, 1);
   std::vector<Tensor> out_phases;
   for (const BilinearPhase& p : phases) {
-    // Between cells i - 1 and i: prev + (x - prev) * lerp; else x + (next
-    // - x) * lerp.
-    const Tensor& diff = p.before ? to_prev : to_next;
-    Tensor step;
-    if (p.lerps.defined()) {
-      MT_ASSIGN_OR_RETURN(const Tensor lerps, Like(p.lerps, x));
-      MT_ASSIGN_OR_RETURN(step, ops::Mul(diff, lerps));
-    } else {
-      MT_ASSIGN_OR_RETURN(step, ops::Scale(diff, p.lerp));
+    Tensor phase;
+    if (p.before.used) {
+      MT_ASSIGN_OR_RETURN(phase, Lerp(p.before, prev, to_prev));
     }
-    MT_ASSIGN_OR_RETURN(Tensor phase, ops::Add(p.before ? prev : x, step));
+    if (p.after.used) {
+      MT_ASSIGN_OR_RETURN(const Tensor after, Lerp(p.after, x, to_next));
+      if (!p.before.used) {
+        phase = after;
+      } else {
+        // Each cell its side's value (times 1, plus the other's times 0).
+        MT_ASSIGN_OR_RETURN(const Tensor bm, Like(p.before_mask, x));
+        MT_ASSIGN_OR_RETURN(const Tensor am, Like(p.after_mask, x));
+        MT_ASSIGN_OR_RETURN(const Tensor b, ops::Mul(phase, bm));
+        MT_ASSIGN_OR_RETURN(const Tensor a, ops::Mul(after, am));
+        MT_ASSIGN_OR_RETURN(phase, ops::Add(b, a));
+      }
+    }
     MT_ASSIGN_OR_RETURN(phase, ops::Reshape(phase, phase_shape));
     out_phases.push_back(std::move(phase));
   }

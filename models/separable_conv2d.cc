@@ -86,7 +86,7 @@ class SeparableConv2DLayer final : public Layer {
       return ConvOutputShape(name(), in, k[2], {k[0], k[1]}, options_,
                              pointwise_.shape().back());
     };
-    if (one_d()) return OneRowOutputShape(name(), input, image);
+    if (one_d()) return OneRowOutputShape(name(), input, k[2], image);
     return image(input);
   }
 
@@ -152,10 +152,12 @@ MT_REGISTER(
     {.name = "separable_conv2d",
      .doc = "activation(conv2d_1x1(depthwise_conv2d(x, depthwise_kernel), "
             "pointwise_kernel) + bias), NHWC (Keras SeparableConv2D)",
-     .params = {WithConvWindowParams({FiltersParam()}, SeparableParams())},
+     .params = {WithConvWindowParams({FiltersParam()}, SeparableParams(),
+                                     kConvPaddingDoc, kDepthwiseDilationDoc)},
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
-       MT_ASSIGN_OR_RETURN(const ConvWindow w, ReadConvWindow(spec, b));
+       MT_ASSIGN_OR_RETURN(const ConvWindow w,
+                           ReadConvWindow(spec, b, /*strided_dilation=*/true));
        return MakeSeparable(spec, b, w, /*one_d=*/false);
      }});
 

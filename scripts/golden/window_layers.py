@@ -92,7 +92,14 @@ the gradients of sum(y * upstream) with respect to x and every variable:
     DepthwiseConv1D(2, dilation_rate=3, relu, no bias); separable1d/*:
     SeparableConv1D(4, 3, same, depth_multiplier=2, relu);
     separable1d_dilated/*: SeparableConv1D(2, 2, dilation_rate=2, no
-    bias), on x [2, 9, 3].
+    bias), on x [2, 9, 3]; depthwise_strided_dilated/*:
+    DepthwiseConv2D(3, strides=2, dilation_rate=2, same) on x [2, 7, 6, 3]
+    and separable1d_strided_dilated/*: SeparableConv1D(3, 2, strides=2,
+    dilation_rate=2) on x [2, 9, 3] (Keras's depthwise layers take both).
+  * up_bilinear_mixed/*, up_bilinear_mixed_two/*: UpSampling2D((61, 1),
+    bilinear) on x [1, 10, 1, 1] and UpSampling2D((41, 1)) on x [1, 2, 1,
+    1]: the middle phase of an odd factor falls on either side of its
+    cells in float32, cell by cell.
   * simple_rnn_seq/*, simple_rnn_back/*: SimpleRNN(4, return_sequences),
     SimpleRNN(3, go_backwards, relu) on x [2, 9, 3] (kernel,
     recurrent_kernel, bias).
@@ -350,6 +357,16 @@ def main():
         seq)
     tensors += case("separable1d_dilated", rng, keras.layers.SeparableConv1D(
         2, 2, dilation_rate=2, use_bias=False, **f64), seq)
+    tensors += case("depthwise_strided_dilated", rng,
+                    keras.layers.DepthwiseConv2D(
+                        3, strides=2, dilation_rate=2, padding="same", **f64))
+    tensors += case("separable1d_strided_dilated", rng,
+                    keras.layers.SeparableConv1D(
+                        3, 2, strides=2, dilation_rate=2, **f64), seq)
+    tensors += case("up_bilinear_mixed", rng, keras.layers.UpSampling2D(
+        (61, 1), interpolation="bilinear", **f64), (1, 10, 1, 1))
+    tensors += case("up_bilinear_mixed_two", rng, keras.layers.UpSampling2D(
+        (41, 1), interpolation="bilinear", **f64), (1, 2, 1, 1))
     comment = ("Keras %s (TensorFlow %s) conv and pooling layers with "
                "(height, width) windows; scripts/golden/window_layers.py"
                % (keras.__version__, tf.__version__))

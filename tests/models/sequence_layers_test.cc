@@ -514,7 +514,8 @@ TEST(RecurrentLayersTest, TheCellActivationIsNotTheOutputActivation) {
 // Bidirectional's merges, from its concat of [forward, backward] (the same
 // seed, the same weights): sum, mul and ave of the two halves; a wrapped
 // go_backwards or repeat is refused; a wrapped layer's own name names the
-// copies (one already starting forward_ kept, as Keras keeps it).
+// copies (one already starting forward_ or backward_ kept for that copy, as
+// Keras keeps it).
 TEST(RecurrentLayersTest, BidirectionalMergesAndNames) {
   auto build = [](std::vector<std::pair<std::string, ParamValue>> outer,
                   std::vector<std::pair<std::string, ParamValue>> inner,
@@ -571,7 +572,9 @@ TEST(RecurrentLayersTest, BidirectionalMergesAndNames) {
        {std::tuple<std::string, std::string, std::string>{
             "enc", "bidirectional/forward_enc", "bidirectional/backward_enc"},
         {"forward_enc", "bidirectional/forward_enc",
-         "bidirectional/backward_forward_enc"}}) {
+         "bidirectional/backward_forward_enc"},
+        {"backward_enc", "bidirectional/forward_backward_enc",
+         "bidirectional/backward_enc"}}) {
     absl::StatusOr<std::unique_ptr<Model>> m = build({}, units, name);
     ASSERT_TRUE(m.ok()) << m.status();
     EXPECT_EQ((*m)->variables()[0]->name(), forward + "/lstm_cell/kernel");

@@ -425,6 +425,24 @@ INSTANTIATE_TEST_SUITE_P(
                     {"kernel_size", int64_t{2}},
                     {"dilation_rate", int64_t{2}},
                     {"use_bias", false}}},
+        WindowCase{"depthwise_strided_dilated",
+                   "depthwise_conv2d",
+                   {{"kernel_size", int64_t{3}},
+                    {"strides", int64_t{2}},
+                    {"dilation_rate", int64_t{2}},
+                    {"padding", "same"}}},
+        WindowCase{"separable1d_strided_dilated",
+                   "separable_conv1d",
+                   {{"filters", int64_t{3}},
+                    {"kernel_size", int64_t{2}},
+                    {"strides", int64_t{2}},
+                    {"dilation_rate", int64_t{2}}}},
+        WindowCase{"up_bilinear_mixed",
+                   "up_sampling2d",
+                   {{"size", Pair{61, 1}}, {"interpolation", "bilinear"}}},
+        WindowCase{"up_bilinear_mixed_two",
+                   "up_sampling2d",
+                   {{"size", Pair{41, 1}}, {"interpolation", "bilinear"}}},
         WindowCase{"simple_rnn_seq",
                    "simple_rnn",
                    {{"units", int64_t{4}}, {"return_sequences", true}},
@@ -548,8 +566,7 @@ TEST(WindowPairTest, DilatedWindowsAreChecked) {
                     {9, 3})
                   .ok());
   for (const std::string type :
-       {"conv2d", "conv1d", "separable_conv2d", "conv2d_transpose",
-        "conv1d_transpose", "separable_conv1d"}) {
+       {"conv2d", "conv1d", "conv2d_transpose", "conv1d_transpose"}) {
     const absl::Status strided = build(
         type,
         {{"filters", int64_t{1}},
@@ -560,6 +577,55 @@ TEST(WindowPairTest, DilatedWindowsAreChecked) {
     EXPECT_THAT(std::string(strided.message()),
                 ::testing::HasSubstr("dilation_rate: 2 with strides 2: a "
                                      "dilated window takes strides 1"))
+        << type;
+  }
+  // Keras's depthwise and separable layers take both (their goldens).
+  for (const std::string type : {"depthwise_conv2d", "depthwise_conv1d",
+                                 "separable_conv2d", "separable_conv1d"}) {
+    std::vector<std::pair<std::string, ParamValue>> params = {
+        {"kernel_size", int64_t{2}},
+        {"strides", int64_t{2}},
+        {"dilation_rate", int64_t{2}}};
+    if (type.starts_with("separable"))
+      params.push_back({"filters", int64_t{1}});
+    const absl::Status both = build(
+        type, params, type.ends_with("1d") ? Shape{9, 3} : Shape{7, 6, 3});
+    EXPECT_TRUE(both.ok()) << type << ": " << both;
+  }
+}
+
+// The 1-D depthwise and separable layers take sequences of the channels
+// they were built for, and say so (not the one-row image they run).
+TEST(WindowPairTest, OneDimensionalDepthwiseLayersCheckTheirInput) {
+  EXPECT_THAT(std::string(BuildOne("depthwise_conv1d",
+                                   {{"kernel_size", int64_t{2}}}, {7, 6, 3})
+                              .message()),
+              ::testing::HasSubstr("expects [batch, steps, channels] input"));
+  EXPECT_THAT(std::string(BuildOne("separable_conv1d",
+                                   {{"filters", int64_t{2}},
+                                    {"kernel_size", int64_t{4}},
+                                    {"dilation_rate", int64_t{3}}},
+                                   {9, 3})
+                              .message()),
+              ::testing::HasSubstr("kernel_size 4 dilated by 3 (10 cells) "
+                                   "does not fit the 9 steps"));
+  for (const std::string type : {"depthwise_conv1d", "separable_conv1d"}) {
+    std::vector<std::pair<std::string, ParamValue>> params = {
+        {"kernel_size", int64_t{2}}};
+    if (type.starts_with("separable"))
+      params.push_back({"filters", int64_t{2}});
+    absl::StatusOr<LayerSpec> spec = MakeLayerSpec(type, params);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    spec->path = "model.layers[0]";
+    absl::StatusOr<std::unique_ptr<Model>> model =
+        Model::Build(ModelDef{{9, 3}, {*spec}}, 1, Device::Cpu());
+    ASSERT_TRUE(model.ok()) << model.status();
+    absl::StatusOr<Tensor> y =
+        (*model)->Call(testing::RandomTensor({1, 9, 4}, 1, DType::kF32), {});
+    ASSERT_FALSE(y.ok()) << type;
+    EXPECT_THAT(std::string(y.status().message()),
+                ::testing::HasSubstr("expects [batch, steps, 3] input, got "
+                                     "[1,9,4]"))
         << type;
   }
 }
