@@ -100,6 +100,10 @@ the gradients of sum(y * upstream) with respect to x and every variable:
     bilinear) on x [1, 10, 1, 1] and UpSampling2D((41, 1)) on x [1, 2, 1,
     1]: the middle phase of an odd factor falls on either side of its
     cells in float32, cell by cell.
+  * time_distributed_conv/*: TimeDistributed(Conv2D(4, 3, strides=2, same,
+    relu)) on frames x [2, 3, 5, 5, 2]; time_distributed_dense/*:
+    TimeDistributed(Dense(3)) on x [2, 9, 3] (variables
+    time_distributed/<layer>/kernel).
   * simple_rnn_seq/*, simple_rnn_back/*: SimpleRNN(4, return_sequences),
     SimpleRNN(3, go_backwards, relu) on x [2, 9, 3] (kernel,
     recurrent_kernel, bias).
@@ -367,6 +371,12 @@ def main():
         (61, 1), interpolation="bilinear", **f64), (1, 10, 1, 1))
     tensors += case("up_bilinear_mixed_two", rng, keras.layers.UpSampling2D(
         (41, 1), interpolation="bilinear", **f64), (1, 2, 1, 1))
+    tensors += case("time_distributed_conv", rng, keras.layers.TimeDistributed(
+        keras.layers.Conv2D(4, 3, strides=2, padding="same",
+                            activation="relu", **f64), **f64), (2, 3, 5, 5, 2))
+    tensors += case("time_distributed_dense", rng,
+                    keras.layers.TimeDistributed(keras.layers.Dense(3, **f64),
+                                                 **f64), seq)
     comment = ("Keras %s (TensorFlow %s) conv and pooling layers with "
                "(height, width) windows; scripts/golden/window_layers.py"
                % (keras.__version__, tf.__version__))

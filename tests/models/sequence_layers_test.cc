@@ -468,8 +468,9 @@ TEST(RecurrentLayersTest, BidirectionalWrapsOneRecurrentLayer) {
   bi.layers = {spec_of("dense", {{"units", int64_t{2}}})};
   model = Model::Build(ModelDef{{6, 3}, {bi}}, 1, Device::Cpu());
   ASSERT_FALSE(model.ok());
-  EXPECT_TRUE(absl::StrContains(model.status().message(),
-                                "layers: takes one lstm, gru or simple_rnn layer"))
+  EXPECT_TRUE(
+      absl::StrContains(model.status().message(),
+                        "layers: takes one lstm, gru or simple_rnn layer"))
       << model.status();
 }
 
@@ -580,6 +581,39 @@ TEST(RecurrentLayersTest, BidirectionalMergesAndNames) {
     EXPECT_EQ((*m)->variables()[0]->name(), forward + "/lstm_cell/kernel");
     EXPECT_EQ((*m)->variables()[3]->name(), backward + "/lstm_cell/kernel");
   }
+}
+
+// time_distributed wraps one layer, over inputs with a steps axis; its
+// layer's name is Keras's `<name>/<layer>`, and its layer may not change
+// the folded batch.
+TEST(TimeDistributedTest, WrapsOneLayerOverSteps) {
+  auto build = [](std::vector<std::string> types,
+                  Shape input) -> absl::StatusOr<std::unique_ptr<Model>> {
+    absl::StatusOr<LayerSpec> td = MakeLayerSpec("time_distributed", {});
+    if (!td.ok()) return td.status();
+    td->path = "model.layers[0]";
+    for (const std::string& type : types) {
+      absl::StatusOr<LayerSpec> inner =
+          type == "dense" ? MakeLayerSpec(type, {{"units", int64_t{2}}})
+                          : MakeLayerSpec(type, {});
+      if (!inner.ok()) return inner.status();
+      inner->path = "model.layers[0].layers[0]";
+      td->layers.push_back(*inner);
+    }
+    return Model::Build(ModelDef{std::move(input), {*td}}, 1, Device::Cpu());
+  };
+  absl::StatusOr<std::unique_ptr<Model>> m = build({"dense"}, {4, 3});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->variables()[0]->name(), "time_distributed/dense/kernel");
+  const Tensor x = testing::RandomTensor({2, 4, 3}, 1, DType::kF32);
+  absl::StatusOr<Tensor> y = (*m)->Call(x, {});
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->shape(), (Shape{2, 4, 2}));
+  EXPECT_THAT(
+      std::string(build({"dense", "flatten"}, {4, 3}).status().message()),
+      ::testing::HasSubstr("layers: takes one layer"));
+  EXPECT_THAT(std::string(build({"dense"}, {3}).status().message()),
+              ::testing::HasSubstr("expects [batch, steps, ...] input"));
 }
 
 }  // namespace

@@ -42,6 +42,9 @@ struct WindowCase {
   std::string scope = "";
   // The layer's Keras auto-name where it is not its type (PReLU's).
   std::string layer_name = "";
+  // A container's one layer (time_distributed's): its type and keys.
+  std::string inner_type = "";
+  std::vector<std::pair<std::string, ParamValue>> inner_params = {};
 };
 
 void PrintTo(const WindowCase& c, std::ostream* os) { *os << c.golden; }
@@ -57,6 +60,13 @@ void ExpectMatchesKeras(const WindowCase& c, Device device) {
   absl::StatusOr<LayerSpec> spec = MakeLayerSpec(c.type, c.params);
   ASSERT_TRUE(spec.ok()) << spec.status();
   spec->path = "model.layers[0]";
+  if (!c.inner_type.empty()) {
+    absl::StatusOr<LayerSpec> inner =
+        MakeLayerSpec(c.inner_type, c.inner_params);
+    ASSERT_TRUE(inner.ok()) << inner.status();
+    inner->path = "model.layers[0].layers[0]";
+    spec->layers = {*inner};
+  }
   absl::StatusOr<Tensor> on_device = F32(g("x")).To(device);
   ASSERT_TRUE(on_device.ok()) << on_device.status();
   const Tensor x = *on_device;
@@ -443,6 +453,24 @@ INSTANTIATE_TEST_SUITE_P(
         WindowCase{"up_bilinear_mixed_two",
                    "up_sampling2d",
                    {{"size", Pair{41, 1}}, {"interpolation", "bilinear"}}},
+        WindowCase{"time_distributed_conv",
+                   "time_distributed",
+                   {},
+                   "conv2d/",
+                   "",
+                   "conv2d",
+                   {{"filters", int64_t{4}},
+                    {"kernel_size", int64_t{3}},
+                    {"strides", int64_t{2}},
+                    {"padding", "same"},
+                    {"activation", "relu"}}},
+        WindowCase{"time_distributed_dense",
+                   "time_distributed",
+                   {},
+                   "dense/",
+                   "",
+                   "dense",
+                   {{"units", int64_t{3}}}},
         WindowCase{"simple_rnn_seq",
                    "simple_rnn",
                    {{"units", int64_t{4}}, {"return_sequences", true}},

@@ -17,10 +17,14 @@ absl::StatusOr<Shape> NpyExampleShape(const NpyHeader& x,
                                       const std::string& where,
                                       const Shape& model_example) {
   const std::vector<int64_t>& s = x.shape;
-  if (s.size() < 2 || s.size() > 4) {
+  // Beyond images (clips [n, frames, h, w, c]) where the model's examples
+  // have that rank (model.input_shape).
+  const bool model_rank = s.size() > 4 && s.size() == model_example.size() + 1;
+  if (s.size() < 2 || (s.size() > 4 && !model_rank)) {
     return BadData(where, absl::StrCat("shape ", x.ShapeString(),
                                        " is not [n, features], [n, h, w] or "
-                                       "[n, h, w, c]"));
+                                       "[n, h, w, c] (or [n, ...] of "
+                                       "model.input_shape's rank)"));
   }
   for (size_t i = 1; i < s.size(); ++i) {
     if (s[i] == 0) {

@@ -393,7 +393,8 @@ MT_REGISTER(DataSource,
              .doc = "NumPy arrays x_train, y_train, x_test, y_test: an .npz "
                     "(np.savez or savez_compressed; scripts/to_npz.py) or a "
                     "directory of .npy files; x uint8 (scaled to [0, 1]) or "
-                    "float32, [n, features], [n, h, w] or NHWC; y integer "
+                    "float32, [n, features], [n, h, w], NHWC, or more axes as "
+                    "model.input_shape; y integer "
                     "[n] or [n, 1], or [n, k] (k labels per example); a "
                     "float y: regression targets",
              .params = {{Param::String("path").Doc(

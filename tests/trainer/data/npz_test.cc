@@ -270,6 +270,26 @@ TEST(NpzTest, ShapeMismatches) {
   ExpectBad(a, true, "x_train: shape (24,) is not [n, features]");
 }
 
+// Examples of more than three axes (clips [n, frames, h, w, c]) load where
+// the model's examples have that rank (model.input_shape), and are refused
+// otherwise, the error saying how.
+TEST(NpzTest, ClipsLoadWhenTheModelTakesThem) {
+  std::vector<ZipMember> a = Arrays(false);
+  a[0].bytes = NpyBytes("|u1", {4, 2, 3, 2, 1}, std::string(48, '\x80'));
+  a[2].bytes = NpyBytes("|u1", {2, 2, 3, 2, 1}, std::string(24, '\x80'));
+  const std::string path = FreshTestDir("npz_clips") + "/clips.npz";
+  WriteBytes(path, ZipBytes(a));
+  absl::StatusOr<InMemoryDataset> clips =
+      Load(path, true, std::nullopt, Shape{2, 3, 2, 1});
+  ASSERT_TRUE(clips.ok()) << clips.status();
+  EXPECT_EQ(clips->images.shape(), (Shape{4, 2, 3, 2, 1}));
+  const absl::Status images = Load(path, true).status();
+  EXPECT_THAT(std::string(images.message()),
+              HasSubstr("x_train: shape (4, 2, 3, 2, 1) is not [n, features], "
+                        "[n, h, w] or [n, h, w, c] (or [n, ...] of "
+                        "model.input_shape's rank)"));
+}
+
 // y [n, k]: k labels per example (multi-label 0/1 labels, or a sequence's),
 // kept in their shape; the classes count every label of both splits.
 // A float y holds regression targets: f32 labels in their shape (float64
