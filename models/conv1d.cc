@@ -114,32 +114,17 @@ MT_REGISTER(
      .doc = "activation(conv1d(x, kernel) + bias) over [batch, steps, "
             "channels] (Keras Conv1D)",
      .params = {WithInitializerParams(
-         {Param::Int("filters")
-              .Min(1)
-              .Max(kMaxDimension)
-              .Doc("output channels"),
-          Param::Int("kernel_size")
-              .Min(1)
-              .Max(kMaxDimension)
-              .Doc("steps the kernel spans"),
-          Param::Int("strides")
-              .Default(1)
-              .Min(1)
-              .Max(kMaxDimension)
-              .Doc("step between outputs"),
-          Param::String("padding")
-              .Default("valid")
-              .OneOf({"valid", "same", "causal"})
-              .Doc("valid: no padding; same: output = ceil(steps / "
-                   "strides); causal: (kernel_size - 1) * dilation_rate "
-                   "zeros in front, so an output sees no later step"),
-          Param::Int("dilation_rate")
-              .Default(1)
-              .Min(1)
-              .Max(kMaxDimension)
-              .Doc(kDilationDoc),
-          GroupsParam(), ActivationParam("linear", "applied after the bias"),
-          UseBiasParam()},
+         WithConv1DWindowParams(
+             {FiltersParam()},
+             {GroupsParam(),
+              ActivationParam("linear", "applied after the bias"),
+              UseBiasParam()},
+             {.paddings = {"valid", "same", "causal"},
+              .padding = "valid: no padding; same: output = ceil(steps / "
+                         "strides); causal: (kernel_size - 1) * "
+                         "dilation_rate zeros in front, so an output sees no "
+                         "later step",
+              .dilation = kDilationDoc}),
          "kernel_initializer")},
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {

@@ -209,8 +209,13 @@ absl::StatusOr<ConvWindow> ReadConvWindow(const LayerSpec& spec,
   return w;
 }
 
+Param FiltersParam() {
+  return Param::Int("filters").Min(1).Max(kMaxDimension).Doc("output channels");
+}
+
 std::vector<Param> WithConv1DWindowParams(std::vector<Param> first,
-                                          std::vector<Param> rest) {
+                                          std::vector<Param> rest,
+                                          const Conv1DKeyDocs& docs) {
   first.push_back(Param::Int("kernel_size")
                       .Min(1)
                       .Max(kMaxDimension)
@@ -219,17 +224,16 @@ std::vector<Param> WithConv1DWindowParams(std::vector<Param> first,
                       .Default(1)
                       .Min(1)
                       .Max(kMaxDimension)
-                      .Doc("step between outputs"));
+                      .Doc(docs.strides));
   first.push_back(Param::String("padding")
                       .Default("valid")
-                      .OneOf({"valid", "same"})
-                      .Doc("valid: no padding; same: output = ceil(steps / "
-                           "strides)"));
+                      .OneOf(docs.paddings)
+                      .Doc(docs.padding));
   first.push_back(Param::Int("dilation_rate")
                       .Default(1)
                       .Min(1)
                       .Max(kMaxDimension)
-                      .Doc(kDepthwiseDilationDoc));
+                      .Doc(docs.dilation));
   for (Param& p : rest) first.push_back(std::move(p));
   return first;
 }
@@ -250,6 +254,26 @@ absl::StatusOr<ConvWindow> ReadConv1DWindow(const LayerSpec& spec,
       .padding = padding == "same" ? ops::Padding::kSame : ops::Padding::kValid,
       .dilation_w = d};
   return w;
+}
+
+LayerType DepthwiseLayerType(std::string name, std::string doc,
+                             std::vector<Param> first, std::vector<Param> rest,
+                             bool one_d, DepthwiseMaker make) {
+  return {.name = std::move(name),
+          .doc = std::move(doc),
+          .params = {one_d ? WithConv1DWindowParams(std::move(first),
+                                                    std::move(rest))
+                           : WithConvWindowParams(
+                                 std::move(first), std::move(rest),
+                                 kConvPaddingDoc, kDepthwiseDilationDoc)},
+          .create = [one_d, make](const LayerSpec& spec, LayerBuilder& b)
+              -> absl::StatusOr<std::unique_ptr<Layer>> {
+            MT_ASSIGN_OR_RETURN(
+                const ConvWindow w,
+                one_d ? ReadConv1DWindow(spec, b)
+                      : ReadConvWindow(spec, b, /*strided_dilation=*/true));
+            return make(spec, b, w, one_d);
+          }};
 }
 
 absl::StatusOr<Tensor> SequencesAsImages(const Tensor& x) {
@@ -280,10 +304,7 @@ MT_REGISTER(
     {.name = "conv2d",
      .doc = "activation(conv2d(x, kernel) + bias), NHWC (Keras Conv2D)",
      .params = {WithConvWindowParams(
-         {Param::Int("filters")
-              .Min(1)
-              .Max(kMaxDimension)
-              .Doc("output channels")},
+         {FiltersParam()},
          WithInitializerParams({GroupsParam(),
                                 ActivationParam("linear",
                                                 "applied after the bias"),

@@ -131,15 +131,38 @@ absl::StatusOr<ConvWindow> ReadConvWindow(const LayerSpec& spec,
                                           const LayerBuilder& b,
                                           bool strided_dilation = false);
 
-// The 1-D depthwise layers' window keys (integers: kernel_size, strides,
-// dilation_rate, with strides too; padding valid or same) between `first`
-// and `rest`, and their values for the builder's sequences as a one-row
-// image's window (kernel [1, k], strides [1, s]): depthwise_conv1d's,
-// separable_conv1d's.
+// The `filters` key of the conv layers that take one.
+Param FiltersParam();
+
+// The 1-D conv layers' window keys (integers: kernel_size, strides,
+// dilation_rate; padding) between `first` and `rest`, as `docs` describe
+// them (the defaults: the depthwise layers', padding valid or same,
+// dilation with strides too); and, for the depthwise layers
+// (depthwise_conv1d, separable_conv1d), their values for the builder's
+// sequences as a one-row image's window (kernel [1, k], strides [1, s]).
+struct Conv1DKeyDocs {
+  std::vector<std::string> paddings = {"valid", "same"};
+  const char* padding =
+      "valid: no padding; same: output = ceil(steps / strides)";
+  const char* strides = "step between outputs";
+  const char* dilation = kDepthwiseDilationDoc;
+};
 std::vector<Param> WithConv1DWindowParams(std::vector<Param> first,
-                                          std::vector<Param> rest);
+                                          std::vector<Param> rest,
+                                          const Conv1DKeyDocs& docs = {});
 absl::StatusOr<ConvWindow> ReadConv1DWindow(const LayerSpec& spec,
                                             const LayerBuilder& b);
+
+// The registry entry of a depthwise layer (depthwise_conv2d, _conv1d,
+// separable_conv2d, _conv1d): the window keys around `first` and `rest`,
+// the window read (one_d: ReadConv1DWindow; else ReadConvWindow, dilation
+// with strides allowed), then `make` builds the layer.
+using DepthwiseMaker = absl::StatusOr<std::unique_ptr<Layer>> (*)(
+    const LayerSpec& spec, LayerBuilder& b, const ConvWindow& window,
+    bool one_d);
+LayerType DepthwiseLayerType(std::string name, std::string doc,
+                             std::vector<Param> first, std::vector<Param> rest,
+                             bool one_d, DepthwiseMaker make);
 
 // Sequences [batch, steps, channels] as one-row images [batch, 1, steps,
 // channels], and a 1-D kernel [k, ...] as the 2-D one [1, k, ...]

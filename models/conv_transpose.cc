@@ -181,10 +181,6 @@ absl::StatusOr<std::unique_ptr<Layer>> MakeConvTranspose(
       new ConvTransposeLayer(b.name(), std::move(w), options, in, out, *act));
 }
 
-Param FiltersParam() {
-  return Param::Int("filters").Min(1).Max(kMaxDimension).Doc("output channels");
-}
-
 constexpr char kSameDoc[] =
     "valid: no padding; same: output = in * strides (the padding of the "
     "convolution it transposes)";
@@ -221,27 +217,14 @@ MT_REGISTER(
             "steps, channels], the kernel [k, filters, in] (Keras "
             "Conv1DTranspose)",
      .params = {WithInitializerParams(
-         {FiltersParam(),
-          Param::Int("kernel_size")
-              .Min(1)
-              .Max(kMaxDimension)
-              .Doc("steps the kernel spans"),
-          Param::Int("strides")
-              .Default(1)
-              .Min(1)
-              .Max(kMaxDimension)
-              .Doc("output steps per input step"),
-          Param::String("padding")
-              .Default("valid")
-              .OneOf({"valid", "same"})
-              .Doc(kSameDoc),
-          Param::Int("dilation_rate")
-              .Default(1)
-              .Min(1)
-              .Max(kMaxDimension)
-              .Doc(kDilationDoc),
-          OutputPaddingParam(/*pair=*/false),
-          ActivationParam("linear", "applied after the bias"), UseBiasParam()},
+         WithConv1DWindowParams({FiltersParam()},
+                                {OutputPaddingParam(/*pair=*/false),
+                                 ActivationParam("linear",
+                                                 "applied after the bias"),
+                                 UseBiasParam()},
+                                {.padding = kSameDoc,
+                                 .strides = "output steps per input step",
+                                 .dilation = kDilationDoc}),
          "kernel_initializer")},
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {

@@ -101,33 +101,20 @@ absl::StatusOr<std::unique_ptr<Layer>> MakeDepthwise(const LayerSpec& spec,
       new DepthwiseConv2DLayer(b.name(), std::move(weights), w.options, *act));
 }
 
-MT_REGISTER(
-    LayerType,
-    {.name = "depthwise_conv2d",
-     .doc = "activation(depthwise_conv2d(x, kernel) + bias), NHWC: each "
-            "channel convolved with its own depth_multiplier filters (Keras "
-            "DepthwiseConv2D)",
-     .params = {WithConvWindowParams({}, DepthwiseParams(), kConvPaddingDoc,
-                                     kDepthwiseDilationDoc)},
-     .create = [](const LayerSpec& spec,
-                  LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
-       MT_ASSIGN_OR_RETURN(const ConvWindow w,
-                           ReadConvWindow(spec, b, /*strided_dilation=*/true));
-       return MakeDepthwise(spec, b, w, /*one_d=*/false);
-     }});
-
-MT_REGISTER(
-    LayerType,
-    {.name = "depthwise_conv1d",
-     .doc = "activation(depthwise_conv1d(x, kernel) + bias) over [batch, "
-            "steps, channels]: each channel convolved with its own "
-            "depth_multiplier filters (Keras DepthwiseConv1D)",
-     .params = {WithConv1DWindowParams({}, DepthwiseParams())},
-     .create = [](const LayerSpec& spec,
-                  LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
-       MT_ASSIGN_OR_RETURN(const ConvWindow w, ReadConv1DWindow(spec, b));
-       return MakeDepthwise(spec, b, w, /*one_d=*/true);
-     }});
+MT_REGISTER(LayerType,
+            (DepthwiseLayerType(
+                "depthwise_conv2d",
+                "activation(depthwise_conv2d(x, kernel) + bias), NHWC: each "
+                "channel convolved with its own depth_multiplier filters "
+                "(Keras DepthwiseConv2D)",
+                {}, DepthwiseParams(), /*one_d=*/false, MakeDepthwise)));
+MT_REGISTER(LayerType,
+            (DepthwiseLayerType(
+                "depthwise_conv1d",
+                "activation(depthwise_conv1d(x, kernel) + bias) over [batch, "
+                "steps, channels]: each channel convolved with its own "
+                "depth_multiplier filters (Keras DepthwiseConv1D)",
+                {}, DepthwiseParams(), /*one_d=*/true, MakeDepthwise)));
 
 }  // namespace
 }  // namespace mirrortrain::models

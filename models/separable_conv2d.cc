@@ -105,10 +105,6 @@ class SeparableConv2DLayer final : public Layer {
   const ActivationDef& activation_;
 };
 
-Param FiltersParam() {
-  return Param::Int("filters").Min(1).Max(kMaxDimension).Doc("output channels");
-}
-
 // The layer for the builder's input (NHWC, or sequences where `one_d`)
 // under window `w`, its kernels of Keras's shapes.
 absl::StatusOr<std::unique_ptr<Layer>> MakeSeparable(const LayerSpec& spec,
@@ -147,32 +143,21 @@ absl::StatusOr<std::unique_ptr<Layer>> MakeSeparable(const LayerSpec& spec,
                                std::move(pointwise), w.options, *act));
 }
 
-MT_REGISTER(
-    LayerType,
-    {.name = "separable_conv2d",
-     .doc = "activation(conv2d_1x1(depthwise_conv2d(x, depthwise_kernel), "
-            "pointwise_kernel) + bias), NHWC (Keras SeparableConv2D)",
-     .params = {WithConvWindowParams({FiltersParam()}, SeparableParams(),
-                                     kConvPaddingDoc, kDepthwiseDilationDoc)},
-     .create = [](const LayerSpec& spec,
-                  LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
-       MT_ASSIGN_OR_RETURN(const ConvWindow w,
-                           ReadConvWindow(spec, b, /*strided_dilation=*/true));
-       return MakeSeparable(spec, b, w, /*one_d=*/false);
-     }});
-
-MT_REGISTER(
-    LayerType,
-    {.name = "separable_conv1d",
-     .doc = "activation(conv1d_1x1(depthwise_conv1d(x, depthwise_kernel), "
-            "pointwise_kernel) + bias) over [batch, steps, channels] (Keras "
-            "SeparableConv1D)",
-     .params = {WithConv1DWindowParams({FiltersParam()}, SeparableParams())},
-     .create = [](const LayerSpec& spec,
-                  LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
-       MT_ASSIGN_OR_RETURN(const ConvWindow w, ReadConv1DWindow(spec, b));
-       return MakeSeparable(spec, b, w, /*one_d=*/true);
-     }});
+MT_REGISTER(LayerType,
+            (DepthwiseLayerType(
+                "separable_conv2d",
+                "activation(conv2d_1x1(depthwise_conv2d(x, depthwise_kernel), "
+                "pointwise_kernel) + bias), NHWC (Keras SeparableConv2D)",
+                {FiltersParam()}, SeparableParams(), /*one_d=*/false,
+                MakeSeparable)));
+MT_REGISTER(LayerType,
+            (DepthwiseLayerType(
+                "separable_conv1d",
+                "activation(conv1d_1x1(depthwise_conv1d(x, depthwise_kernel), "
+                "pointwise_kernel) + bias) over [batch, steps, channels] "
+                "(Keras SeparableConv1D)",
+                {FiltersParam()}, SeparableParams(), /*one_d=*/true,
+                MakeSeparable)));
 
 }  // namespace
 }  // namespace mirrortrain::models
