@@ -1,14 +1,18 @@
 // `time_distributed` (Keras TimeDistributed): its one layer (the one entry
-// of `layers`) applied to every step of [batch, steps, ...] alike, as
-// Keras computes it: the steps folded into the batch ([batch * steps,
-// ...]), the layer called once, the output unfolded. So a batch
-// normalization inside sees every step's values as one batch (Keras's), and
-// a conv2d reads frames [batch, steps, h, w, c] as images. The wrapped
-// layer is Keras's `<name>/<layer>` (its auto-name or its own), so its
-// variables read `time_distributed/conv2d/kernel`.
+// of `layers`) applied to every step of [batch, steps, ...], as Keras 3
+// computes it: the layer called once per step on that step's [batch, ...]
+// (one Split, the outputs concatenated back), so a batch normalization
+// inside normalises each step by its own batch statistics and updates its
+// moving ones per step, and a conv2d reads frames [batch, steps, h, w, c]
+// as images. Each step's call sees the rows of a time-major batch of every
+// step (row_offset t * global batch + the shard's offset), so a dropout
+// inside draws another mask per step, the same for a shard as for the
+// whole batch. The wrapped layer is Keras's `<name>/<layer>` (its
+// auto-name or its own): `time_distributed/conv2d/kernel`.
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "models/layer.h"
@@ -19,6 +23,13 @@
 namespace mirrortrain::models {
 namespace {
 
+// One step's shape: [batch, steps, rest...] -> [batch, rest...].
+Shape StepShape(const Shape& input) {
+  Shape step = input;
+  step.erase(step.begin() + 1);
+  return step;
+}
+
 class TimeDistributedLayer final : public Layer {
  public:
   TimeDistributedLayer(std::string name, std::unique_ptr<Layer> inner)
@@ -27,10 +38,29 @@ class TimeDistributedLayer final : public Layer {
   absl::StatusOr<Tensor> Call(const Tensor& x,
                               const ForwardContext& ctx) override {
     MT_ASSIGN_OR_RETURN(const Shape out, OutputShape(x.shape()));
-    MT_ASSIGN_OR_RETURN(const Tensor folded,
-                        ops::Reshape(x, Folded(x.shape())));
-    MT_ASSIGN_OR_RETURN(const Tensor y, inner_->Call(folded, ctx));
-    return ops::Reshape(y, out);
+    const int64_t steps = x.dim(1);
+    MT_ASSIGN_OR_RETURN(std::vector<Tensor> pieces, ops::Split(x, steps, 1));
+    const Shape in_step = StepShape(x.shape());
+    Shape out_step = out;
+    out_step[1] = 1;
+    // Each step's output rounded as a layer's is, without the 2-byte copy
+    // a product would read (the concatenation is what is read).
+    ForwardContext step = ctx;
+    if (step.output_rounding != ops::OutputRounding::kNone) {
+      step.output_rounding = ops::OutputRounding::kBf16;
+    }
+    const int64_t global = ctx.global_batch > 0 ? ctx.global_batch : x.dim(0);
+    std::vector<Tensor> outputs;
+    outputs.reserve(steps);
+    for (int64_t t = 0; t < steps; ++t) {
+      MT_ASSIGN_OR_RETURN(const Tensor in, ops::Reshape(pieces[t], in_step));
+      pieces[t] = Tensor();
+      step.row_offset = t * global + ctx.row_offset;
+      MT_ASSIGN_OR_RETURN(const Tensor y, inner_->Call(in, step));
+      MT_ASSIGN_OR_RETURN(Tensor y_step, ops::Reshape(y, out_step));
+      outputs.push_back(std::move(y_step));
+    }
+    return ops::Concat(outputs, 1);
   }
 
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
@@ -39,14 +69,13 @@ class TimeDistributedLayer final : public Layer {
           absl::StrCat(name(), ": expects [batch, steps, ...] input, got ",
                        ShapeToString(input)));
     }
-    MT_ASSIGN_OR_RETURN(Shape out, inner_->OutputShape(Folded(input)));
-    if (out.empty() || out[0] != input[0] * input[1]) {
+    MT_ASSIGN_OR_RETURN(Shape out, inner_->OutputShape(StepShape(input)));
+    if (out.empty() || out[0] != input[0]) {
       return absl::InvalidArgumentError(
           absl::StrCat(name(), ": the wrapped layer changes the batch (",
                        ShapeToString(out), ")"));
     }
-    out[0] = input[1];
-    out.insert(out.begin(), input[0]);
+    out.insert(out.begin() + 1, input[1]);
     return out;
   }
 
@@ -54,13 +83,6 @@ class TimeDistributedLayer final : public Layer {
   bool ReadsTokenIds() const override { return inner_->ReadsTokenIds(); }
 
  private:
-  // [batch, steps, rest...] -> [batch * steps, rest...].
-  static Shape Folded(const Shape& input) {
-    Shape folded(input.begin() + 1, input.end());
-    folded[0] *= input[0];
-    return folded;
-  }
-
   std::unique_ptr<Layer> inner_;
 };
 
@@ -84,10 +106,8 @@ absl::StatusOr<std::unique_ptr<Layer>> CreateTimeDistributed(
   inner.name = absl::StrCat(
       b.name(), "/",
       inner.name.empty() ? b.TakeAutoName(inner.type) : inner.name);
-  Shape folded(in.begin() + 1, in.end());
-  folded[0] *= in[0];
   MT_ASSIGN_OR_RETURN(std::unique_ptr<Layer> layer,
-                      b.BuildSequence({inner}, folded));
+                      b.BuildSequence({inner}, StepShape(in)));
   return std::unique_ptr<Layer>(
       new TimeDistributedLayer(b.name(), std::move(layer)));
 }

@@ -592,9 +592,11 @@ def conformer(rng):
 
 
 def video(rng):
-    """A CNN-LSTM over clips [n, 4, 6, 6, 1]: TimeDistributed(Conv2D) and
-    TimeDistributed(GlobalAveragePooling2D) per frame, then an LSTM over
-    the frames' features."""
+    """A CNN-LSTM over clips [n, 4, 6, 6, 1]: TimeDistributed(Conv2D),
+    TimeDistributed(BatchNormalization) (each frame by its own batch
+    statistics, the moving ones updated per frame, as Keras 3 calls the
+    layer per step) and TimeDistributed(GlobalAveragePooling2D) per frame,
+    then an LSTM over the frames' features."""
     x = rng.normal(size=(REG_EXAMPLES, 4, 6, 6, 1)).astype(np.float32)
     y = ((x[:, 1:3].mean(axis=(1, 2, 3, 4)) > 0) * 2 +
          (x[:, :, :3].mean(axis=(1, 2, 3, 4)) > 0)).astype(np.int64)
@@ -604,6 +606,7 @@ def video(rng):
     model = keras.Sequential([
         keras.Input((4, 6, 6, 1)),
         L.TimeDistributed(L.Conv2D(4, 3, activation="relu")),
+        L.TimeDistributed(L.BatchNormalization()),
         L.TimeDistributed(L.GlobalAveragePooling2D()),
         L.LSTM(6),
         L.Dense(4),
@@ -876,7 +879,8 @@ epsilon=1e-3), swish, SeparableConv1D(6, 3, strides 2, same,
 depth_multiplier=2), Flatten, Dense(4), Keras's auto-names;
 Adam(learning_rate=0.01) on conformer/x [n, 10, 4]; %d steps of %d.
 video: TimeDistributed(Conv2D(4, 3, relu)), TimeDistributed(
-GlobalAveragePooling2D()), LSTM(6), Dense(4), Keras's auto-names
+BatchNormalization()), TimeDistributed(GlobalAveragePooling2D()), LSTM(6),
+Dense(4), Keras's auto-names
 (time_distributed/conv2d/...); Adam(learning_rate=0.01) on clips video/x
 [n, 4, 6, 6, 1]; %d steps of %d.""" % (
         keras.__version__, SEED, LR, MOMENTUM, CNN_STEPS, CNN_BATCH,

@@ -614,6 +614,26 @@ TEST(TimeDistributedTest, WrapsOneLayerOverSteps) {
       ::testing::HasSubstr("layers: takes one layer"));
   EXPECT_THAT(std::string(build({"dense"}, {3}).status().message()),
               ::testing::HasSubstr("expects [batch, steps, ...] input"));
+  // A dropout inside draws another mask per step, and a replica's shard
+  // (rows 2..3 of 4) the whole batch's.
+  absl::StatusOr<LayerSpec> td = MakeLayerSpec("time_distributed", {});
+  absl::StatusOr<LayerSpec> drop = MakeLayerSpec("dropout", {{"rate", 0.5}});
+  ASSERT_TRUE(td.ok() && drop.ok());
+  td->path = "model.layers[0]";
+  drop->path = "model.layers[0].layers[0]";
+  td->layers = {*drop};
+  m = Model::Build(ModelDef{{3, 16}, {*td}}, 1, Device::Cpu());
+  ASSERT_TRUE(m.ok()) << m.status();
+  const Tensor ones = Tensor::HostFull(DType::kF32, {4, 3, 16}, 1.0);
+  absl::StatusOr<Tensor> whole = (*m)->Call(ones, {true, 77, 0, 4});
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const std::vector<float> v = whole->ToVector<float>();
+  EXPECT_NE(std::vector<float>(v.begin(), v.begin() + 16),
+            std::vector<float>(v.begin() + 16, v.begin() + 32));
+  absl::StatusOr<Tensor> shard =
+      (*m)->Call(*ones.SliceRows(2, 2), {true, 77, 2, 4});
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  EXPECT_TRUE(testing::SameBits(*shard, *whole->SliceRows(2, 2)));
 }
 
 }  // namespace

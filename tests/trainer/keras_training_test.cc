@@ -357,19 +357,22 @@ std::vector<KerasRun> Runs() {
         "optimizer={name: adam, learning_rate: 0.01}"},
        11,
        8},
-      // A CNN-LSTM over clips [n, 4, 6, 6, 1]: a conv and a pooling per
-      // frame (time_distributed), an LSTM over the frames.
+      // A CNN-LSTM over clips [n, 4, 6, 6, 1]: a conv, a batch norm (each
+      // frame its own statistics) and a pooling per frame
+      // (time_distributed), an LSTM over the frames.
       {"video",
        NpzData,
        {"data.global_batch_size=12",
         "model={input_shape: [4, 6, 6, 1], layers: ["
         "{type: time_distributed, layers: [{type: conv2d, filters: 4, "
         "kernel_size: 3, activation: relu}]}, "
+        "{type: time_distributed, layers: [{type: batch_normalization, "
+        "synchronized: true}]}, "
         "{type: time_distributed, layers: "
         "[{type: global_average_pooling2d}]}, "
         "{type: lstm, units: 6}, {type: dense, units: 4}]}",
         "optimizer={name: adam, learning_rate: 0.01}"},
-       7,
+       11,
        8},
       // Sequence to sequence: an encoder LSTM's last state repeated for a
       // decoder LSTM, a class per output step (labels [n, 3]).
