@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "models/layer_registry.h"
 #include "tensor/ops/array_ops.h"
+#include "tensor/ops/math_ops.h"
 #include "tensor/ops/nn_ops.h"
 #include "tensor/ops/window.h"
 #include "tensor/status_macros.h"
@@ -69,9 +70,21 @@ absl::StatusOr<Tensor> DropoutLayer::Call(const Tensor& x,
   if (!ctx.training || rate_ == 0.0) return x;
   // The seed mixes the step and this layer; the offset places the shard in
   // the global batch.
-  const int64_t row = x.dim(0) == 0 ? 0 : x.num_elements() / x.dim(0);
-  return ctx.Dropout(x, rate_, static_cast<uint64_t>(index_), /*salt=*/0,
-                     ctx.row_offset * row);
+  if (!channels_) {
+    const int64_t row = x.dim(0) == 0 ? 0 : x.num_elements() / x.dim(0);
+    return ctx.Dropout(x, rate_, static_cast<uint64_t>(index_), /*salt=*/0,
+                       ctx.row_offset * row);
+  }
+  // The mask of [batch, 1, ..., channels] (dropout of ones), broadcast.
+  Shape noise(x.rank(), 1);
+  noise.front() = x.dim(0);
+  noise.back() = x.dim(x.rank() - 1);
+  MT_ASSIGN_OR_RETURN(const Tensor ones,
+                      ops::Fill(x.dtype(), noise, 1.0, x.device()));
+  MT_ASSIGN_OR_RETURN(const Tensor mask,
+                      ctx.Dropout(ones, rate_, static_cast<uint64_t>(index_),
+                                  /*salt=*/1, ctx.row_offset * noise.back()));
+  return ops::Mul(x, mask);
 }
 
 absl::StatusOr<Tensor> ActivationLayer::Call(const Tensor& x,
@@ -178,6 +191,34 @@ MT_REGISTER(
        return std::make_unique<DropoutLayer>(
            b.name(), spec.params.Float("rate"), b.type_index());
      }});
+
+// Keras's SpatialDropout1D and SpatialDropout2D: whole channels of
+// sequences or images.
+LayerType SpatialDropout(const char* name, int rank, const char* what) {
+  return {.name = name,
+          .doc = absl::StrCat(
+              "drops whole channels of ", what, " while training (Keras's ",
+              rank == 3 ? "SpatialDropout1D" : "SpatialDropout2D",
+              "), identity otherwise"),
+          .params = {{Param::Float("rate").Min(0).Max(1, false).Doc(
+              "fraction of channels dropped, per example")}},
+          .passes_values_on = true,
+          .create = [rank, what](const LayerSpec& spec,
+                                 LayerBuilder& b) -> LayerOr {
+            if (static_cast<int>(b.input_shape().size()) != rank) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "expects ", what, ", got ", ShapeToString(b.input_shape())));
+            }
+            return std::make_unique<DropoutLayer>(
+                b.name(), spec.params.Float("rate"), b.type_index(),
+                /*channels=*/true);
+          }};
+}
+
+MT_REGISTER(LayerType, (SpatialDropout("spatial_dropout1d", 3,
+                                       "sequences [batch, steps, channels]")));
+MT_REGISTER(LayerType, (SpatialDropout("spatial_dropout2d", 4,
+                                       "images [batch, h, w, c]")));
 
 MT_REGISTER(LayerType,
             {.name = "activation",

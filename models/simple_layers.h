@@ -63,11 +63,17 @@ class ReshapeLayer final : public Layer {
 };
 
 // Inverted dropout while training; the identity otherwise. `index` tells
-// dropout layers of one model apart so their masks differ.
+// dropout layers of one model apart so their masks differ. With `channels`
+// (Keras's SpatialDropout1D/2D) whole channels drop: one draw per example
+// and channel (noise shape [batch, 1, ..., channels]), under a salt of its
+// own so its masks never repeat a plain dropout's of the same index.
 class DropoutLayer final : public Layer {
  public:
-  DropoutLayer(std::string name, double rate, int index)
-      : Layer(std::move(name)), rate_(rate), index_(index) {}
+  DropoutLayer(std::string name, double rate, int index, bool channels = false)
+      : Layer(std::move(name)),
+        rate_(rate),
+        index_(index),
+        channels_(channels) {}
   absl::StatusOr<Tensor> Call(const Tensor& x,
                               const ForwardContext& ctx) override;
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
@@ -77,6 +83,7 @@ class DropoutLayer final : public Layer {
  private:
   double rate_;
   int index_;
+  bool channels_;
 };
 
 class ActivationLayer final : public Layer {

@@ -1214,6 +1214,59 @@ TEST(ModelTest, DenseActsOnTheLastAxisOfAnyRank) {
   EXPECT_THAT((*m)->Summary(), HasSubstr("Total params: 25"));
 }
 
+// spatial_dropout2d and spatial_dropout1d drop whole channels of an
+// example while training (each kept one scaled by 1 / (1 - rate)), leave
+// the input as it is otherwise, and draw the same mask for a replica's
+// shard as for the whole batch (row_offset).
+TEST(ModelTest, SpatialDropoutDropsWholeChannels) {
+  for (const auto& [type, example] : std::vector<std::pair<std::string, Shape>>{
+           {"spatial_dropout2d", {3, 3, 4}}, {"spatial_dropout1d", {5, 4}}}) {
+    SCOPED_TRACE(type);
+    ModelDef def;
+    def.input_shape = example;
+    def.layers = {Spec(type, {{"rate", 0.5}})};
+    def.layers[0].path = "model.layers[0]";
+    absl::StatusOr<std::unique_ptr<Model>> m =
+        Model::Build(def, 1, Device::Cpu());
+    ASSERT_TRUE(m.ok()) << m.status();
+    Shape shape = example;
+    shape.insert(shape.begin(), 8);
+    const Tensor x = Tensor::HostFull(DType::kF32, shape, 1.0);
+    const ForwardContext train{true, 77, 0};
+    absl::StatusOr<Tensor> y = (*m)->Call(x, train);
+    ASSERT_TRUE(y.ok()) << y.status();
+    const std::vector<float> v = y->ToVector<float>();
+    const int64_t per_example = x.num_elements() / 8, channels = 4;
+    int dropped = 0;
+    for (int64_t n = 0; n < 8; ++n) {
+      for (int64_t c = 0; c < channels; ++c) {
+        const float first = v[n * per_example + c];
+        EXPECT_TRUE(first == 0.0f || first == 2.0f) << first;
+        dropped += first == 0.0f;
+        for (int64_t i = c; i < per_example; i += channels) {
+          EXPECT_EQ(v[n * per_example + i], first) << n << " " << c;
+        }
+      }
+    }
+    EXPECT_GT(dropped, 4);  // Of 32 channels, about half (a fixed seed).
+    EXPECT_LT(dropped, 28);
+    EXPECT_TRUE(testing::SameBits(*(*m)->Call(x, {}), x));
+    // The second half of the batch as a shard at row 4.
+    absl::StatusOr<Tensor> half = x.SliceRows(4, 4);
+    ASSERT_TRUE(half.ok());
+    absl::StatusOr<Tensor> shard = (*m)->Call(*half, {true, 77, 4});
+    ASSERT_TRUE(shard.ok()) << shard.status();
+    EXPECT_TRUE(testing::SameBits(*shard, *y->SliceRows(4, 4)));
+  }
+  ModelDef wrong;
+  wrong.input_shape = {5, 4};
+  wrong.layers = {Spec("spatial_dropout2d", {{"rate", 0.5}})};
+  wrong.layers[0].path = "model.layers[0]";
+  EXPECT_THAT(
+      std::string(Model::Build(wrong, 1, Device::Cpu()).status().message()),
+      HasSubstr("expects images [batch, h, w, c], got [1,5,4]"));
+}
+
 // The cnn preset and its expansion written out by hand build the same
 // variables, initial values included, and compute the same logits.
 TEST(ModelTest, PresetEqualsItsExpansion) {
