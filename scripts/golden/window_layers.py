@@ -104,6 +104,8 @@ the gradients of sum(y * upstream) with respect to x and every variable:
     relu)) on frames x [2, 3, 5, 5, 2]; time_distributed_dense/*:
     TimeDistributed(Dense(3)) on x [2, 9, 3] (variables
     time_distributed/<layer>/kernel).
+  * rescaling/*: Rescaling(2.0, offset=-1.0) on x [2, 9, 3];
+    unit_normalization/*: UnitNormalization() on x [2, 7, 6, 3].
   * simple_rnn_seq/*, simple_rnn_back/*: SimpleRNN(4, return_sequences),
     SimpleRNN(3, go_backwards, relu) on x [2, 9, 3] (kernel,
     recurrent_kernel, bias).
@@ -377,6 +379,10 @@ def main():
     tensors += case("time_distributed_dense", rng,
                     keras.layers.TimeDistributed(keras.layers.Dense(3, **f64),
                                                  **f64), seq)
+    tensors += case("rescaling", rng, keras.layers.Rescaling(
+        2.0, offset=-1.0, **f64), seq)
+    tensors += case("unit_normalization", rng,
+                    keras.layers.UnitNormalization(**f64))
     comment = ("Keras %s (TensorFlow %s) conv and pooling layers with "
                "(height, width) windows; scripts/golden/window_layers.py"
                % (keras.__version__, tf.__version__))

@@ -471,6 +471,9 @@ INSTANTIATE_TEST_SUITE_P(
                    "",
                    "dense",
                    {{"units", int64_t{3}}}},
+        WindowCase{
+            "rescaling", "rescaling", {{"scale", 2.0}, {"offset", -1.0}}},
+        WindowCase{"unit_normalization", "unit_normalization", {}},
         WindowCase{"simple_rnn_seq",
                    "simple_rnn",
                    {{"units", int64_t{4}}, {"return_sequences", true}},

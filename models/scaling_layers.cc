@@ -1,0 +1,93 @@
+// Layers that rescale values without variables, from recorded elementwise
+// ops (their gradients and GPU paths are those ops'):
+//  * `rescaling` (Keras Rescaling): x * scale + offset, Keras's order. The
+//    data sources already give images in [0, 1] (uint8 pixels scaled), so
+//    a Keras model's Rescaling(1 / 255) is not wanted here; Rescaling(2,
+//    offset=-1) maps them to [-1, 1] as MobileNet's preprocessing does.
+//  * `unit_normalization` (Keras UnitNormalization): x * min(1 /
+//    sqrt(sum(x^2 over the last axis)), 1e12), Keras's form (an all-zero
+//    vector stays zeros).
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "models/layer.h"
+#include "models/layer_registry.h"
+#include "tensor/ops/math_ops.h"
+#include "tensor/ops/reduction_ops.h"
+#include "tensor/status_macros.h"
+
+namespace mirrortrain::models {
+namespace {
+
+class RescalingLayer final : public Layer {
+ public:
+  RescalingLayer(std::string name, double scale, double offset)
+      : Layer(std::move(name)), scale_(scale), offset_(offset) {}
+
+  absl::StatusOr<Tensor> Call(const Tensor& x, const ForwardContext&) override {
+    MT_ASSIGN_OR_RETURN(const Tensor scaled, ops::Scale(x, scale_));
+    if (offset_ == 0) return scaled;
+    MT_ASSIGN_OR_RETURN(const Tensor offset,
+                        ops::internal::ScalarLike(x, offset_));
+    return ops::Add(scaled, offset);
+  }
+  absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
+    return input;
+  }
+
+ private:
+  double scale_, offset_;
+};
+
+// Keras's epsilon of UnitNormalization: the inverse norm's cap is 1 / it.
+constexpr double kUnitNormEpsilon = 1e-12;
+
+class UnitNormalizationLayer final : public Layer {
+ public:
+  explicit UnitNormalizationLayer(std::string name) : Layer(std::move(name)) {}
+
+  absl::StatusOr<Tensor> Call(const Tensor& x, const ForwardContext&) override {
+    MT_ASSIGN_OR_RETURN(const Tensor squares, ops::Square(x));
+    MT_ASSIGN_OR_RETURN(const Tensor sum,
+                        ops::ReduceSum(squares, {-1}, /*keepdims=*/true));
+    MT_ASSIGN_OR_RETURN(const Tensor norm, ops::Sqrt(sum));
+    MT_ASSIGN_OR_RETURN(const Tensor one, ops::internal::ScalarLike(x, 1));
+    MT_ASSIGN_OR_RETURN(const Tensor inverse, ops::Div(one, norm));
+    MT_ASSIGN_OR_RETURN(const Tensor cap,
+                        ops::internal::ScalarLike(x, 1 / kUnitNormEpsilon));
+    MT_ASSIGN_OR_RETURN(const Tensor capped, ops::Minimum(inverse, cap));
+    return ops::Mul(x, capped);
+  }
+  absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
+    return input;
+  }
+};
+
+}  // namespace
+
+MT_REGISTER(
+    LayerType,
+    {.name = "rescaling",
+     .doc = "x * scale + offset (Keras Rescaling; the data sources already "
+            "give pixels in [0, 1])",
+     .params = {{Param::Float("scale").InFloat32().Doc("the factor"),
+                 Param::Float("offset").Default(0.0).InFloat32().Doc(
+                     "added after the product")}},
+     .create = [](const LayerSpec& spec,
+                  LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
+       return std::unique_ptr<Layer>(new RescalingLayer(
+           b.name(), spec.params.Float("scale"), spec.params.Float("offset")));
+     }});
+
+MT_REGISTER(LayerType,
+            {.name = "unit_normalization",
+             .doc = "each vector along the last axis scaled to unit L2 norm "
+                    "(Keras UnitNormalization)",
+             .create = [](const LayerSpec&, LayerBuilder& b)
+                 -> absl::StatusOr<std::unique_ptr<Layer>> {
+               return std::unique_ptr<Layer>(
+                   new UnitNormalizationLayer(b.name()));
+             }});
+
+}  // namespace mirrortrain::models
