@@ -9,6 +9,7 @@ namespace mirrortrain::models {
 absl::StatusOr<Tensor> ForwardContext::Dropout(const Tensor& x, double rate,
                                                uint64_t stream, uint64_t salt,
                                                int64_t element_offset) const {
+  if (dropout_salt != 0) salt ^= DropoutMix(dropout_salt);
   if (step_seed_tensor.defined()) {
     return ops::Dropout(x, rate, step_seed_tensor, stream, salt,
                         element_offset);

@@ -48,9 +48,14 @@ struct ForwardContext {
   // device, which dropout reads where it draws its mask (a captured CUDA
   // graph replays with each step's seed); step_seed is then not used.
   Tensor step_seed_tensor;
+  // Mixed into every dropout's salt where nonzero: a layer called more than
+  // once in a step (time_distributed's, once per step) draws another mask
+  // each call.
+  uint64_t dropout_salt = 0;
 
   // Dropout of this step: seed DropoutStepSeed(step seed, stream, salt)
-  // (tensor/dropout_mask.h), `stream` the layer's index, `salt` its kind's.
+  // (tensor/dropout_mask.h), `stream` the layer's index, `salt` its kind's
+  // (with dropout_salt mixed in).
   absl::StatusOr<Tensor> Dropout(const Tensor& x, double rate, uint64_t stream,
                                  uint64_t salt, int64_t element_offset) const;
 };

@@ -83,7 +83,7 @@ absl::StatusOr<Tensor> DropoutLayer::Call(const Tensor& x,
                       ops::Fill(x.dtype(), noise, 1.0, x.device()));
   MT_ASSIGN_OR_RETURN(const Tensor mask,
                       ctx.Dropout(ones, rate_, static_cast<uint64_t>(index_),
-                                  /*salt=*/1, ctx.row_offset * noise.back()));
+                                  salt_, ctx.row_offset * noise.back()));
   return ops::Mul(x, mask);
 }
 
@@ -209,9 +209,11 @@ LayerType SpatialDropout(const char* name, int rank, const char* what) {
               return absl::InvalidArgumentError(absl::StrCat(
                   "expects ", what, ", got ", ShapeToString(b.input_shape())));
             }
+            // "spatial" and the rank: each kind's masks its own.
             return std::make_unique<DropoutLayer>(
                 b.name(), spec.params.Float("rate"), b.type_index(),
-                /*channels=*/true);
+                /*channels=*/true,
+                0x7370617469616c00ULL + static_cast<uint64_t>(rank));
           }};
 }
 

@@ -65,15 +65,18 @@ class ReshapeLayer final : public Layer {
 // Inverted dropout while training; the identity otherwise. `index` tells
 // dropout layers of one model apart so their masks differ. With `channels`
 // (Keras's SpatialDropout1D/2D) whole channels drop: one draw per example
-// and channel (noise shape [batch, 1, ..., channels]), under a salt of its
-// own so its masks never repeat a plain dropout's of the same index.
+// and channel (noise shape [batch, 1, ..., channels]), under `salt` (each
+// kind's own, large: streams count per type, so a small salt would let one
+// kind's seeds meet another's).
 class DropoutLayer final : public Layer {
  public:
-  DropoutLayer(std::string name, double rate, int index, bool channels = false)
+  DropoutLayer(std::string name, double rate, int index, bool channels = false,
+               uint64_t salt = 0)
       : Layer(std::move(name)),
         rate_(rate),
         index_(index),
-        channels_(channels) {}
+        channels_(channels),
+        salt_(salt) {}
   absl::StatusOr<Tensor> Call(const Tensor& x,
                               const ForwardContext& ctx) override;
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
@@ -84,6 +87,7 @@ class DropoutLayer final : public Layer {
   double rate_;
   int index_;
   bool channels_;
+  uint64_t salt_;
 };
 
 class ActivationLayer final : public Layer {

@@ -4,11 +4,12 @@
 // (one Split, the outputs concatenated back), so a batch normalization
 // inside normalises each step by its own batch statistics and updates its
 // moving ones per step, and a conv2d reads frames [batch, steps, h, w, c]
-// as images. Each step's call sees the rows of a time-major batch of every
-// step (row_offset t * global batch + the shard's offset), so a dropout
-// inside draws another mask per step, the same for a shard as for the
-// whole batch. The wrapped layer is Keras's `<name>/<layer>` (its
-// auto-name or its own): `time_distributed/conv2d/kernel`.
+// as images. Each step's call mixes its own salt into the context's
+// dropout salt (a chain, for nested wrappers), so a dropout inside draws
+// another mask per step, the same for a shard as for the whole batch
+// (the rows keep their offsets). The wrapped layer is Keras's
+// `<name>/<layer>` (its auto-name or its own):
+// `time_distributed/conv2d/kernel`.
 #include <memory>
 #include <string>
 #include <utility>
@@ -17,11 +18,15 @@
 #include "absl/strings/str_cat.h"
 #include "models/layer.h"
 #include "models/layer_registry.h"
+#include "tensor/dropout_mask.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::models {
 namespace {
+
+// What each step's dropout salt mixes in beside its index ("timedist").
+constexpr uint64_t kStepSalt = 0x74696d6564697374ULL;
 
 // One step's shape: [batch, steps, rest...] -> [batch, rest...].
 Shape StepShape(const Shape& input) {
@@ -49,13 +54,13 @@ class TimeDistributedLayer final : public Layer {
     if (step.output_rounding != ops::OutputRounding::kNone) {
       step.output_rounding = ops::OutputRounding::kBf16;
     }
-    const int64_t global = ctx.global_batch > 0 ? ctx.global_batch : x.dim(0);
     std::vector<Tensor> outputs;
     outputs.reserve(steps);
     for (int64_t t = 0; t < steps; ++t) {
       MT_ASSIGN_OR_RETURN(const Tensor in, ops::Reshape(pieces[t], in_step));
       pieces[t] = Tensor();
-      step.row_offset = t * global + ctx.row_offset;
+      step.dropout_salt =
+          DropoutMix(ctx.dropout_salt ^ (kStepSalt + static_cast<uint64_t>(t)));
       MT_ASSIGN_OR_RETURN(const Tensor y, inner_->Call(in, step));
       MT_ASSIGN_OR_RETURN(Tensor y_step, ops::Reshape(y, out_step));
       outputs.push_back(std::move(y_step));

@@ -615,7 +615,8 @@ TEST(TimeDistributedTest, WrapsOneLayerOverSteps) {
   EXPECT_THAT(std::string(build({"dense"}, {3}).status().message()),
               ::testing::HasSubstr("expects [batch, steps, ...] input"));
   // A dropout inside draws another mask per step, and a replica's shard
-  // (rows 2..3 of 4) the whole batch's.
+  // (rows 2..3 of 4) the whole batch's; so does a micro-batch of an
+  // accumulated update (rows 4..7 of 8 as a batch of 4 of its own).
   absl::StatusOr<LayerSpec> td = MakeLayerSpec("time_distributed", {});
   absl::StatusOr<LayerSpec> drop = MakeLayerSpec("dropout", {{"rate", 0.5}});
   ASSERT_TRUE(td.ok() && drop.ok());
@@ -634,6 +635,12 @@ TEST(TimeDistributedTest, WrapsOneLayerOverSteps) {
       (*m)->Call(*ones.SliceRows(2, 2), {true, 77, 2, 4});
   ASSERT_TRUE(shard.ok()) << shard.status();
   EXPECT_TRUE(testing::SameBits(*shard, *whole->SliceRows(2, 2)));
+  const Tensor eight = Tensor::HostFull(DType::kF32, {8, 3, 16}, 1.0);
+  absl::StatusOr<Tensor> all = (*m)->Call(eight, {true, 77, 0, 8});
+  absl::StatusOr<Tensor> micro =
+      (*m)->Call(*eight.SliceRows(4, 4), {true, 77, 4, 4});
+  ASSERT_TRUE(all.ok() && micro.ok());
+  EXPECT_TRUE(testing::SameBits(*micro, *all->SliceRows(4, 4)));
 }
 
 }  // namespace
