@@ -17,9 +17,11 @@ namespace {
 
 // Batches of at most this many examples, and as many as give about kMaxRows
 // rows of outputs (one per token of a sequence), the size of an
-// evaluation's batch of sequences; all on one device.
+// evaluation's batch of sequences, and at most kMaxInputValues input
+// values (64 MB of f32: large images or clips); all on one device.
 constexpr int64_t kMaxBatch = 1000;
 constexpr int64_t kMaxRows = 8192;
+constexpr int64_t kMaxInputValues = int64_t{1} << 24;
 
 }  // namespace
 
@@ -115,8 +117,12 @@ absl::Status Predict(models::Model& model, Device device, PredictInputs& inputs,
   const int64_t rows =
       out.empty() ? 1
                   : NumElements(absl::MakeConstSpan(out).first(out.size() - 1));
+  const int64_t per_example =
+      std::max<int64_t>(NumElements(inputs.example_shape()), 1);
   const int64_t batch =
-      std::clamp<int64_t>(kMaxRows / std::max<int64_t>(rows, 1), 1, kMaxBatch);
+      std::clamp<int64_t>(std::min(kMaxRows / std::max<int64_t>(rows, 1),
+                                   kMaxInputValues / per_example),
+                          1, kMaxBatch);
   while (inputs.left() > 0) {
     MT_ASSIGN_OR_RETURN(Tensor x, inputs.Next(batch));
     const int64_t count = x.dim(0);

@@ -53,6 +53,7 @@ class PredictInputs {
 
   int64_t size() const { return header_.shape[0]; }  // Examples.
   int64_t left() const { return size() - next_; }
+  const Shape& example_shape() const { return input_shape_; }
   // The next min(count, left()) examples, count >= 1.
   absl::StatusOr<Tensor> Next(int64_t count);
   // After the last example: "trailing bytes" when data follows it.
