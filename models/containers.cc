@@ -227,13 +227,8 @@ MT_REGISTER(LayerType, {.name = "sequential",
                         .doc = "its `layers` in order",
                         .container = true,
                         .create = CreateSequential});
-MT_REGISTER(LayerType,
-            {.name = "residual",
-             .doc = "main(x) + shortcut(x): `layers` is the main branch, "
-                    "`shortcut` (optional; identity when absent) the other",
-             .container = true,
-             .shortcut = true,
-             .create = CreateTwoBranches<Merge::kAdd>});
+MT_REGISTER(LayerType, (MergeContainer<Merge::kAdd>(
+                           "residual", "main(x) + shortcut(x) (Keras's Add)")));
 MT_REGISTER(LayerType,
             {.name = "concatenate",
              .doc = "[main(x), shortcut(x)] along the last axis (Keras's "

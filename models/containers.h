@@ -49,8 +49,9 @@ class SequentialLayer final : public Layer {
 };
 
 // How two branches' outputs merge: concatenated along the last axis, or
-// elementwise (Keras's merge layers: main first; shapes of one rank whose
-// axes agree or are 1 on one side, as Keras broadcasts them).
+// elementwise (Keras's merge layers: main first; a lower rank gains axes of
+// 1 after the batch, then each axis must agree or be 1 on one side, as
+// Keras broadcasts them).
 enum class Merge {
   kAdd,
   kConcatenate,

@@ -133,7 +133,8 @@ bool Conv2DLayer::AbsorbNext(const Layer& next) {
 std::vector<Param> WithConvWindowParams(std::vector<Param> first,
                                         std::vector<Param> rest,
                                         const char* padding_doc,
-                                        const char* dilation_doc) {
+                                        const char* dilation_doc,
+                                        const char* strides_doc) {
   first.push_back(Param::IntPair("kernel_size")
                       .Min(1)
                       .Max(kMaxDimension)
@@ -142,7 +143,7 @@ std::vector<Param> WithConvWindowParams(std::vector<Param> first,
                       .Default(1)
                       .Min(1)
                       .Max(kMaxDimension)
-                      .Doc("step [down, across]; an integer: both"));
+                      .Doc(strides_doc));
   first.push_back(Param::String("padding")
                       .Default("valid")
                       .OneOf({"valid", "same"})

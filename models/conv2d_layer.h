@@ -90,15 +90,19 @@ absl::Status CheckDilation(int64_t stride, int64_t dilation);
 
 // The keys of a conv layer's window, Keras's: `kernel_size`, `strides` and
 // `dilation_rate` (an integer for both dimensions, or [height, width]) and
-// `padding` (`padding_doc`, `dilation_doc` say what they do), between
+// `padding` (`padding_doc`, `dilation_doc`, `strides_doc` say what they
+// do), between
 // `first` and `rest` (conv2d's filters come first, depthwise_conv2d's
 // depth_multiplier after).
 inline constexpr char kConvPaddingDoc[] =
     "valid: no padding; same: output = ceil(in / strides)";
+inline constexpr char kConvStridesDoc[] =
+    "step [down, across]; an integer: both";
 std::vector<Param> WithConvWindowParams(
     std::vector<Param> first, std::vector<Param> rest,
     const char* padding_doc = kConvPaddingDoc,
-    const char* dilation_doc = kDilationDoc);
+    const char* dilation_doc = kDilationDoc,
+    const char* strides_doc = kConvStridesDoc);
 
 // A conv layer's output for NHWC `input` of `in_channels` channels under
 // `window` (height, width) and `options`: [batch, out_h, out_w,
@@ -109,9 +113,9 @@ absl::StatusOr<Shape> ConvOutputShape(const std::string& layer,
                                       const ops::Conv2DOptions& options,
                                       int64_t out_channels);
 
-// A depthwise layer's keys after its window (depthwise_conv2d,
-// separable_conv2d): depth_multiplier, activation, use_bias, and the
-// depthwise_initializer and bias_initializer.
+// A depthwise layer's keys after its window (depthwise_conv2d, _conv1d,
+// separable_conv2d, _conv1d): depth_multiplier, activation, use_bias, and
+// the depthwise_initializer and bias_initializer.
 std::vector<Param> DepthwiseParams();
 
 // depth_multiplier of a depthwise layer (depthwise_conv2d, _conv1d,

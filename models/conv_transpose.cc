@@ -13,6 +13,7 @@
 // the input's size, which output_padding can break (same, an even span, p
 // 0): such a layer is refused, as TensorFlow refuses it when it runs
 // (except from a one-cell input, where TensorFlow returns an empty output).
+#include <algorithm>
 #include <array>
 #include <memory>
 #include <optional>
@@ -197,7 +198,8 @@ MT_REGISTER(
                                                 "applied after the bias"),
                                 UseBiasParam()},
                                "kernel_initializer"),
-         kSameDoc)},
+         kSameDoc, kDilationDoc,
+         "output cells per input cell [down, across]; an integer: both")},
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
        MT_RETURN_IF_ERROR(CheckImageShape(b.input_shape(), ""));

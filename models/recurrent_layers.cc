@@ -334,8 +334,8 @@ std::vector<Param> RecurrentParams(std::vector<Param> extra,
   return params;
 }
 
-// What both layers' factories read and build alike: the options, and the
-// kernel and recurrent kernel [*, gates * units] under `cell`, and where
+// What the recurrent layers' factories read and build alike: the options, and
+// the kernel and recurrent kernel [*, gates * units] under `cell`, and where
 // use_bias the bias of `initial_bias(initializer, units, seed)`'s values.
 struct RecurrentParts {
   RecurrentOptions options;

@@ -6,11 +6,13 @@
 // (broadcasting; the gradient sums each block). Bilinear is
 // tf.image.resize's (half-pixel centers, no antialiasing), one axis after
 // the other, columns first as TensorFlow's kernel: with an integer factor s
-// the output cell s * i + r lies on one side of cell i for every i, so each
-// phase r is a + (b - a) * lerp of x and x shifted by one cell (the edge
-// cell repeated), TensorFlow's arithmetic with its float32 lerps (the same
-// bits), and the s phases are interleaved (Concat, Reshape): O(output)
-// work, about 4 s + 10 ops per axis.
+// each output phase r (cells s * i + r) is a + (b - a) * lerp of x and x
+// shifted by one cell (the edge cell repeated), on the side of cell i where
+// TensorFlow's float32 position puts it (the middle phase of an odd factor
+// can fall on both sides, cell by cell: the two sides' values then
+// selected by 0/1 masks), with TensorFlow's float32 lerps (the same bits),
+// and the s phases are interleaved (Concat, Reshape): O(output) work,
+// about 4 s + 10 ops per axis (a few more for mixed phases).
 #include <algorithm>
 #include <array>
 #include <cmath>

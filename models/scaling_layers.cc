@@ -1,16 +1,18 @@
 // Layers that rescale values without variables, from recorded elementwise
 // ops (their gradients and GPU paths are those ops'):
 //  * `rescaling` (Keras Rescaling): x * scale + offset, Keras's order. The
-//    data sources already give images in [0, 1] (uint8 pixels scaled), so
-//    a Keras model's Rescaling(1 / 255) is not wanted here; Rescaling(2,
-//    offset=-1) maps them to [-1, 1] as MobileNet's preprocessing does.
+//    data sources scale uint8 pixels to [0, 1] already, so a Keras model's
+//    Rescaling(1 / 255) is not wanted on them; Rescaling(2, offset=-1)
+//    maps them to [-1, 1] as MobileNet's preprocessing does.
 //  * `unit_normalization` (Keras UnitNormalization): x * min(1 /
 //    sqrt(sum(x^2 over the last axis)), 1e12), Keras's form (an all-zero
-//    vector stays zeros).
+//    vector stays zeros); the sum is floored at the smallest normal float
+//    first, which changes no value (the cap binds below it) and keeps the
+//    gradient of an all-zero vector finite, as TensorFlow's is.
+#include <limits>
 #include <memory>
 #include <string>
 
-#include "absl/strings/str_cat.h"
 #include "models/layer.h"
 #include "models/layer_registry.h"
 #include "tensor/ops/math_ops.h"
@@ -49,8 +51,12 @@ class UnitNormalizationLayer final : public Layer {
 
   absl::StatusOr<Tensor> Call(const Tensor& x, const ForwardContext&) override {
     MT_ASSIGN_OR_RETURN(const Tensor squares, ops::Square(x));
-    MT_ASSIGN_OR_RETURN(const Tensor sum,
+    MT_ASSIGN_OR_RETURN(Tensor sum,
                         ops::ReduceSum(squares, {-1}, /*keepdims=*/true));
+    MT_ASSIGN_OR_RETURN(
+        const Tensor floor,
+        ops::internal::ScalarLike(x, std::numeric_limits<float>::min()));
+    MT_ASSIGN_OR_RETURN(sum, ops::Maximum(sum, floor));
     MT_ASSIGN_OR_RETURN(const Tensor norm, ops::Sqrt(sum));
     MT_ASSIGN_OR_RETURN(const Tensor one, ops::internal::ScalarLike(x, 1));
     MT_ASSIGN_OR_RETURN(const Tensor inverse, ops::Div(one, norm));
@@ -69,8 +75,8 @@ class UnitNormalizationLayer final : public Layer {
 MT_REGISTER(
     LayerType,
     {.name = "rescaling",
-     .doc = "x * scale + offset (Keras Rescaling; the data sources already "
-            "give pixels in [0, 1])",
+     .doc = "x * scale + offset (Keras Rescaling; uint8 data is scaled to "
+            "[0, 1] already)",
      .params = {{Param::Float("scale").InFloat32().Doc("the factor"),
                  Param::Float("offset").Default(0.0).InFloat32().Doc(
                      "added after the product")}},

@@ -195,26 +195,24 @@ MT_REGISTER(
 // Keras's SpatialDropout1D and SpatialDropout2D: whole channels of
 // sequences or images.
 LayerType SpatialDropout(const char* name, int rank, const char* what) {
-  return {.name = name,
-          .doc = absl::StrCat(
-              "drops whole channels of ", what, " while training (Keras's ",
-              rank == 3 ? "SpatialDropout1D" : "SpatialDropout2D",
-              "), identity otherwise"),
-          .params = {{Param::Float("rate").Min(0).Max(1, false).Doc(
-              "fraction of channels dropped, per example")}},
-          .passes_values_on = true,
-          .create = [rank, what](const LayerSpec& spec,
-                                 LayerBuilder& b) -> LayerOr {
-            if (static_cast<int>(b.input_shape().size()) != rank) {
-              return absl::InvalidArgumentError(absl::StrCat(
-                  "expects ", what, ", got ", ShapeToString(b.input_shape())));
-            }
-            // "spatial" and the rank: each kind's masks its own.
-            return std::make_unique<DropoutLayer>(
-                b.name(), spec.params.Float("rate"), b.type_index(),
-                /*channels=*/true,
-                0x7370617469616c00ULL + static_cast<uint64_t>(rank));
-          }};
+  return {
+      .name = name,
+      .doc = absl::StrCat("drops whole channels of ", what,
+                          " while training (Keras's ",
+                          rank == 3 ? "SpatialDropout1D" : "SpatialDropout2D",
+                          "), identity otherwise"),
+      .params = {{Param::Float("rate").Min(0).Max(1, false).Doc(
+          "fraction of channels dropped, per example")}},
+      .passes_values_on = true,
+      .create = [rank](const LayerSpec& spec, LayerBuilder& b) -> LayerOr {
+        MT_RETURN_IF_ERROR(rank == 3 ? b.CheckSequences()
+                                     : CheckImageShape(b.input_shape(), ""));
+        // "spatial" and the rank: each kind's masks its own.
+        return std::make_unique<DropoutLayer>(
+            b.name(), spec.params.Float("rate"), b.type_index(),
+            /*channels=*/true,
+            0x7370617469616c00ULL + static_cast<uint64_t>(rank));
+      }};
 }
 
 MT_REGISTER(LayerType, (SpatialDropout("spatial_dropout1d", 3,

@@ -2,6 +2,7 @@
 // against their hand-written expansion, shape errors naming the path.
 #include "models/model.h"
 
+#include <cmath>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -1264,7 +1265,33 @@ TEST(ModelTest, SpatialDropoutDropsWholeChannels) {
   wrong.layers[0].path = "model.layers[0]";
   EXPECT_THAT(
       std::string(Model::Build(wrong, 1, Device::Cpu()).status().message()),
-      HasSubstr("expects images [batch, h, w, c], got [1,5,4]"));
+      HasSubstr("expects NHWC input, got [1,5,4]"));
+}
+
+// unit_normalization scales each last-axis vector to norm 1; an all-zero
+// vector stays zeros with a finite gradient (TensorFlow's: the capped 1e12).
+TEST(ModelTest, UnitNormalizationOfAZeroVector) {
+  ModelDef def;
+  def.input_shape = {3};
+  def.layers = {Spec("unit_normalization")};
+  def.layers[0].path = "model.layers[0]";
+  absl::StatusOr<std::unique_ptr<Model>> m =
+      Model::Build(def, 1, Device::Cpu());
+  ASSERT_TRUE(m.ok()) << m.status();
+  const Tensor x = Tensor::FromVector<float>({0, 0, 0, 3, 4, 0}, {2, 3});
+  GradientTape tape;
+  tape.Watch(x);
+  absl::StatusOr<Tensor> y = (*m)->Call(x, {});
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->ToVector<float>(), (std::vector<float>{0, 0, 0, 0.6f, 0.8f, 0}));
+  absl::StatusOr<Tensor> sum = ops::ReduceSum(*y);
+  ASSERT_TRUE(sum.ok());
+  auto grads = tape.Gradient(*sum, {x});
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  const std::vector<float> g = (*grads)[0]->ToVector<float>();
+  EXPECT_EQ(std::vector<float>(g.begin(), g.begin() + 3),
+            (std::vector<float>{1e12f, 1e12f, 1e12f}));
+  for (float v : g) EXPECT_TRUE(std::isfinite(v));
 }
 
 // The cnn preset and its expansion written out by hand build the same

@@ -584,8 +584,7 @@ TEST(RecurrentLayersTest, BidirectionalMergesAndNames) {
 }
 
 // time_distributed wraps one layer, over inputs with a steps axis; its
-// layer's name is Keras's `<name>/<layer>`, and its layer may not change
-// the folded batch.
+// layer's name is Keras's `<name>/<layer>`.
 TEST(TimeDistributedTest, WrapsOneLayerOverSteps) {
   auto build = [](std::vector<std::string> types,
                   Shape input) -> absl::StatusOr<std::unique_ptr<Model>> {

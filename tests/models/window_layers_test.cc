@@ -562,8 +562,9 @@ TEST(WindowPairTest, BadPairsAreRefused) {
       << model.status();
 }
 
-// A dilated window must fit the input by its span, and takes strides 1
-// (Keras's rule); the errors say so.
+// A dilated window must fit the input by its span; conv and transposed
+// layers take it with strides 1 only (Keras's rule), depthwise and
+// separable ones with strides too; the errors say so.
 TEST(WindowPairTest, DilatedWindowsAreChecked) {
   const auto build = BuildOne;
   const absl::Status wide = build("conv2d",
