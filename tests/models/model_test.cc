@@ -877,6 +877,46 @@ TEST(MixedBFloat16Test, OutputsOnlyProductsReadAreStoredAsHalvesAlone) {
 
 class MixedBFloat16GpuTest : public testing::CudaTest {};
 
+class DropoutGpuTest : public testing::CudaTest {};
+
+// The dropouts inside a time_distributed (a salt per step) and a spatial
+// dropout draw on gpu:0 the CPU's masks, bit for bit, from the host's step
+// seed and from the step seed as a device tensor (a replayed CUDA graph's),
+// for the whole batch and a shard.
+TEST_F(DropoutGpuTest, NewDropoutPathsDrawTheCpusMasks) {
+  ModelDef def;
+  def.input_shape = {3, 16};
+  LayerSpec td =
+      Spec("time_distributed", {}, {Spec("dropout", {{"rate", 0.5}})});
+  td.path = "model.layers[0]";
+  td.layers[0].path = "model.layers[0].layers[0]";
+  LayerSpec spatial = Spec("spatial_dropout1d", {{"rate", 0.3}});
+  spatial.path = "model.layers[1]";
+  def.layers = {td, spatial};
+  auto cpu = Model::Build(def, 5, Device::Cpu());
+  auto gpu = Model::Build(def, 5, Device::Cuda(0));
+  ASSERT_TRUE(cpu.ok() && gpu.ok());
+  const Tensor x = testing::RandomTensor({4, 3, 16}, 3, DType::kF32);
+  const ForwardContext whole{true, 77, 0, 4};
+  const Tensor want = *(*cpu)->Call(x, whole);
+  const Tensor on_gpu = *x.To(Device::Cuda(0));
+  absl::StatusOr<Tensor> got = (*gpu)->Call(on_gpu, whole);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(testing::SameBits(*got->To(Device::Cpu()), want));
+  ForwardContext device_seed = whole;
+  device_seed.step_seed_tensor =
+      *Tensor::FromVector<int64_t>({77}, {1}).To(Device::Cuda(0));
+  device_seed.step_seed = 0;  // Not read beside the tensor.
+  got = (*gpu)->Call(on_gpu, device_seed);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(testing::SameBits(*got->To(Device::Cpu()), want));
+  absl::StatusOr<Tensor> shard =
+      (*gpu)->Call(*on_gpu.SliceRows(2, 2), {true, 77, 2, 4});
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  EXPECT_TRUE(
+      testing::SameBits(*shard->To(Device::Cpu()), *want.SliceRows(2, 2)));
+}
+
 TEST_F(MixedBFloat16GpuTest, InputsThatFeedProductsGetTheirHalves) {
   CheckProbes(Device::Cuda(0));
 }
