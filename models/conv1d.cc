@@ -17,6 +17,7 @@
 #include "models/activation.h"
 #include "models/conv2d_layer.h"
 #include "models/initializers.h"
+#include "models/kernel_bias_layer.h"
 #include "models/layer.h"
 #include "models/layer_registry.h"
 #include "tensor/ops/array_ops.h"
@@ -27,14 +28,12 @@
 namespace mirrortrain::models {
 namespace {
 
-class Conv1DLayer final : public Layer {
+class Conv1DLayer final : public KernelBiasLayer {
  public:
   Conv1DLayer(std::string name, KernelAndBias w, int64_t stride,
               int64_t dilation, int64_t groups, std::string padding,
               const ActivationDef& activation)
-      : Layer(std::move(name)),
-        kernel_(std::move(w.kernel)),
-        bias_(std::move(w.bias)),
+      : KernelBiasLayer(std::move(name), std::move(w)),
         stride_(stride),
         dilation_(dilation),
         groups_(groups),
@@ -87,11 +86,6 @@ class Conv1DLayer final : public Layer {
     return Shape{input[0], w.out, k[2]};
   }
 
-  std::vector<Variable*> variables() override {
-    if (!bias_.has_value()) return {&kernel_};
-    return {&kernel_, &*bias_};
-  }
-
  private:
   // Causal padding: zero steps in front, so that the window's last tap is
   // the output's own step.
@@ -99,8 +93,6 @@ class Conv1DLayer final : public Layer {
     return ops::DilatedSize(kernel_.shape()[0], dilation_) - 1;
   }
 
-  Variable kernel_;
-  std::optional<Variable> bias_;
   int64_t stride_;
   int64_t dilation_;
   int64_t groups_;       // The kernel is [k, channels / groups, filters].

@@ -24,9 +24,8 @@ absl::StatusOr<std::unique_ptr<Conv2DLayer>> Conv2DLayer::Create(
       MakeKernelAndBias(
           name, {kernel_size[0], kernel_size[1], in_channels / groups, filters},
           {filters}, use_bias, seed, device, std::nullopt, init));
-  return std::unique_ptr<Conv2DLayer>(
-      new Conv2DLayer(std::move(name), std::move(w.kernel), std::move(w.bias),
-                      options, activation, groups));
+  return std::unique_ptr<Conv2DLayer>(new Conv2DLayer(
+      std::move(name), std::move(w), options, activation, groups));
 }
 
 Param GroupsParam() {
@@ -114,11 +113,6 @@ absl::StatusOr<Shape> Conv2DLayer::OutputShape(const Shape& input) const {
                  .out;
   }
   return out;
-}
-
-std::vector<Variable*> Conv2DLayer::variables() {
-  if (!bias_.has_value()) return {&kernel_};
-  return {&kernel_, &*bias_};
 }
 
 bool Conv2DLayer::AbsorbNext(const Layer& next) {

@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "models/activation.h"
 #include "models/initializers.h"
+#include "models/kernel_bias_layer.h"
 #include "models/layer.h"
 #include "models/layer_registry.h"
 #include "tensor/ops/conv_ops.h"
@@ -32,7 +33,7 @@
 
 namespace mirrortrain::models {
 
-class Conv2DLayer final : public Layer {
+class Conv2DLayer final : public KernelBiasLayer {
  public:
   static absl::StatusOr<std::unique_ptr<Conv2DLayer>> Create(
       std::string name, int64_t in_channels, int64_t filters,
@@ -43,24 +44,18 @@ class Conv2DLayer final : public Layer {
   absl::StatusOr<Tensor> Call(const Tensor& x,
                               const ForwardContext& ctx) override;
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override;
-  std::vector<Variable*> variables() override;
   bool AbsorbNext(const Layer& next) override;
 
  private:
-  Conv2DLayer(std::string name, Variable kernel, std::optional<Variable> bias,
-              ops::Conv2DOptions options, const ActivationDef& activation,
-              int64_t groups)
-      : Layer(std::move(name)),
-        kernel_(std::move(kernel)),
-        bias_(std::move(bias)),
+  Conv2DLayer(std::string name, KernelAndBias w, ops::Conv2DOptions options,
+              const ActivationDef& activation, int64_t groups)
+      : KernelBiasLayer(std::move(name), std::move(w)),
         options_(options),
         activation_(activation),
         groups_(groups) {}
   // activation(conv2d(x) + bias), without the absorbed pool.
   absl::StatusOr<Tensor> Unpooled(const Tensor& x) const;
 
-  Variable kernel_;
-  std::optional<Variable> bias_;
   ops::Conv2DOptions options_;
   const ActivationDef& activation_;
   // The kernel [kh, kw, in / groups, filters] convolves groups of

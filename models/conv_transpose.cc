@@ -23,6 +23,7 @@
 #include "models/activation.h"
 #include "models/conv2d_layer.h"
 #include "models/initializers.h"
+#include "models/kernel_bias_layer.h"
 #include "models/layer.h"
 #include "models/layer_registry.h"
 #include "tensor/ops/array_ops.h"
@@ -42,7 +43,7 @@ int64_t OutputLength(int64_t in, int64_t span, int64_t stride, bool same,
   return (in - 1) * stride + (same ? span % 2 : span) + *output_padding;
 }
 
-class ConvTransposeLayer final : public Layer {
+class ConvTransposeLayer final : public KernelBiasLayer {
  public:
   // `out` is the output's [height, width] (1-D: [1, steps]) for inputs of
   // `in` [height, width]; the kernel has Keras's shape (rank 3 in 1-D).
@@ -50,9 +51,7 @@ class ConvTransposeLayer final : public Layer {
                      ops::Conv2DOptions options, std::array<int64_t, 2> in,
                      std::array<int64_t, 2> out,
                      const ActivationDef& activation)
-      : Layer(std::move(name)),
-        kernel_(std::move(w.kernel)),
-        bias_(std::move(w.bias)),
+      : KernelBiasLayer(std::move(name), std::move(w)),
         options_(options),
         in_(in),
         out_(out),
@@ -96,16 +95,9 @@ class ConvTransposeLayer final : public Layer {
     return Shape{input[0], out_[0], out_[1], filters};
   }
 
-  std::vector<Variable*> variables() override {
-    if (!bias_.has_value()) return {&kernel_};
-    return {&kernel_, &*bias_};
-  }
-
  private:
   bool one_d() const { return kernel_.shape().size() == 3; }
 
-  Variable kernel_;
-  std::optional<Variable> bias_;
   ops::Conv2DOptions options_;
   // The input's and output's [height, width]: the output size is fixed
   // when the layer is built, as Keras's InputSpec fixes the input's.

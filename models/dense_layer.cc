@@ -19,8 +19,8 @@ absl::StatusOr<std::unique_ptr<DenseLayer>> DenseLayer::Create(
   MT_ASSIGN_OR_RETURN(KernelAndBias w,
                       MakeKernelAndBias(name, {in, units}, {units}, use_bias,
                                         seed, device, std::nullopt, init));
-  return std::unique_ptr<DenseLayer>(new DenseLayer(
-      std::move(name), std::move(w.kernel), std::move(w.bias), activation));
+  return std::unique_ptr<DenseLayer>(
+      new DenseLayer(std::move(name), std::move(w), activation));
 }
 
 absl::StatusOr<Tensor> DenseLayer::Call(const Tensor& x,
@@ -58,11 +58,6 @@ absl::StatusOr<Shape> DenseLayer::OutputShape(const Shape& input) const {
   Shape out = input;
   out.back() = kernel_.shape()[1];
   return out;
-}
-
-std::vector<Variable*> DenseLayer::variables() {
-  if (!bias_.has_value()) return {&kernel_};
-  return {&kernel_, &*bias_};
 }
 
 MT_REGISTER(

@@ -11,11 +11,12 @@
 #include "absl/status/statusor.h"
 #include "models/activation.h"
 #include "models/initializers.h"
+#include "models/kernel_bias_layer.h"
 #include "models/layer.h"
 
 namespace mirrortrain::models {
 
-class DenseLayer final : public Layer {
+class DenseLayer final : public KernelBiasLayer {
  public:
   // glorot_uniform kernel from `seed`, zero bias, on `device`.
   static absl::StatusOr<std::unique_ptr<DenseLayer>> Create(
@@ -26,7 +27,6 @@ class DenseLayer final : public Layer {
   absl::StatusOr<Tensor> Call(const Tensor& x,
                               const ForwardContext& ctx) override;
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override;
-  std::vector<Variable*> variables() override;
   bool InputFeedsProduct() const override { return true; }
   bool InputOnlyFeedsProducts() const override { return true; }
   // Linear (MatMul, MatMulBias: no gradient reads y) or relu with a bias
@@ -34,14 +34,9 @@ class DenseLayer final : public Layer {
   bool OutputNeedsOnlyHalves() const override;
 
  private:
-  DenseLayer(std::string name, Variable kernel, std::optional<Variable> bias,
-             const ActivationDef& activation)
-      : Layer(std::move(name)),
-        kernel_(std::move(kernel)),
-        bias_(std::move(bias)),
+  DenseLayer(std::string name, KernelAndBias w, const ActivationDef& activation)
+      : KernelBiasLayer(std::move(name), std::move(w)),
         activation_(activation) {}
-  Variable kernel_;
-  std::optional<Variable> bias_;
   const ActivationDef& activation_;
 };
 

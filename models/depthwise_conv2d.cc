@@ -16,6 +16,7 @@
 #include "models/activation.h"
 #include "models/conv2d_layer.h"
 #include "models/initializers.h"
+#include "models/kernel_bias_layer.h"
 #include "models/layer.h"
 #include "models/layer_registry.h"
 #include "tensor/ops/array_ops.h"
@@ -27,14 +28,12 @@
 namespace mirrortrain::models {
 namespace {
 
-class DepthwiseConv2DLayer final : public Layer {
+class DepthwiseConv2DLayer final : public KernelBiasLayer {
  public:
   DepthwiseConv2DLayer(std::string name, KernelAndBias weights,
                        ops::Conv2DOptions options,
                        const ActivationDef& activation)
-      : Layer(std::move(name)),
-        kernel_(std::move(weights.kernel)),
-        bias_(std::move(weights.bias)),
+      : KernelBiasLayer(std::move(name), std::move(weights)),
         options_(options),
         activation_(activation) {}
 
@@ -64,16 +63,9 @@ class DepthwiseConv2DLayer final : public Layer {
     return image(input);
   }
 
-  std::vector<Variable*> variables() override {
-    if (!bias_.has_value()) return {&kernel_};
-    return {&kernel_, &*bias_};
-  }
-
  private:
   bool one_d() const { return kernel_.shape().size() == 3; }
 
-  Variable kernel_;
-  std::optional<Variable> bias_;
   ops::Conv2DOptions options_;
   const ActivationDef& activation_;
 };
