@@ -19,7 +19,6 @@
 #include "models/layer_registry.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/math_ops.h"
-#include "tensor/ops/precision_ops.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::models {
@@ -38,13 +37,8 @@ class BidirectionalLayer final : public Layer {
 
   absl::StatusOr<Tensor> Call(const Tensor& x,
                               const ForwardContext& ctx) override {
-    // Each copy's output rounded as Keras casts it under mixed bfloat16,
-    // but without the 2-byte copy a product would read: the merge reads
-    // them.
-    ForwardContext copies = ctx;
-    if (copies.output_rounding != ops::OutputRounding::kNone) {
-      copies.output_rounding = ops::OutputRounding::kBf16;
-    }
+    // Each copy's output rounded as Keras casts it (the merge reads them).
+    const ForwardContext copies = ctx.ForWrappedLayer();
     MT_ASSIGN_OR_RETURN(const Tensor forward, forward_->Call(x, copies));
     MT_ASSIGN_OR_RETURN(Tensor backward, backward_->Call(x, copies));
     if (sequences_ && backward.dim(1) > 1) {

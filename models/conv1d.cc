@@ -105,19 +105,13 @@ MT_REGISTER(
     {.name = "conv1d",
      .doc = "activation(conv1d(x, kernel) + bias) over [batch, steps, "
             "channels] (Keras Conv1D)",
-     .params = {WithInitializerParams(
-         WithConv1DWindowParams(
-             {FiltersParam()},
-             {GroupsParam(),
-              ActivationParam("linear", "applied after the bias"),
-              UseBiasParam()},
-             {.paddings = {"valid", "same", "causal"},
-              .padding = "valid: no padding; same: output = ceil(steps / "
-                         "strides); causal: (kernel_size - 1) * "
-                         "dilation_rate zeros in front, so an output sees no "
-                         "later step",
-              .dilation = kDilationDoc}),
-         "kernel_initializer")},
+     .params = {WithConv1DWindowParams(
+         {FiltersParam()}, KernelLayerKeys(GroupsParam()),
+         {.paddings = {"valid", "same", "causal"},
+          .padding = "valid: no padding; same: output = ceil(steps / "
+                     "strides); causal: (kernel_size - 1) * dilation_rate "
+                     "zeros in front, so an output sees no later step",
+          .dilation = kDilationDoc})},
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
        MT_RETURN_IF_ERROR(b.CheckSequences());

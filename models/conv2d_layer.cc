@@ -208,6 +208,13 @@ Param FiltersParam() {
   return Param::Int("filters").Min(1).Max(kMaxDimension).Doc("output channels");
 }
 
+std::vector<Param> KernelLayerKeys(Param own) {
+  return WithInitializerParams(
+      {std::move(own), ActivationParam("linear", "applied after the bias"),
+       UseBiasParam()},
+      "kernel_initializer");
+}
+
 std::vector<Param> WithConv1DWindowParams(std::vector<Param> first,
                                           std::vector<Param> rest,
                                           const Conv1DKeyDocs& docs) {
@@ -254,21 +261,31 @@ absl::StatusOr<ConvWindow> ReadConv1DWindow(const LayerSpec& spec,
 LayerType DepthwiseLayerType(std::string name, std::string doc,
                              std::vector<Param> first, std::vector<Param> rest,
                              bool one_d, DepthwiseMaker make) {
-  return {.name = std::move(name),
-          .doc = std::move(doc),
-          .params = {one_d ? WithConv1DWindowParams(std::move(first),
-                                                    std::move(rest))
-                           : WithConvWindowParams(
-                                 std::move(first), std::move(rest),
-                                 kConvPaddingDoc, kDepthwiseDilationDoc)},
-          .create = [one_d, make](const LayerSpec& spec, LayerBuilder& b)
-              -> absl::StatusOr<std::unique_ptr<Layer>> {
-            MT_ASSIGN_OR_RETURN(
-                const ConvWindow w,
-                one_d ? ReadConv1DWindow(spec, b)
-                      : ReadConvWindow(spec, b, /*strided_dilation=*/true));
-            return make(spec, b, w, one_d);
-          }};
+  return {
+      .name = std::move(name),
+      .doc = std::move(doc),
+      .params = {one_d
+                     ? WithConv1DWindowParams(std::move(first), std::move(rest))
+                     : WithConvWindowParams(std::move(first), std::move(rest),
+                                            kConvPaddingDoc,
+                                            kDepthwiseDilationDoc)},
+      .create = [one_d, make](const LayerSpec& spec, LayerBuilder& b)
+          -> absl::StatusOr<std::unique_ptr<Layer>> {
+        DepthwiseParts p{.one_d = one_d};
+        MT_ASSIGN_OR_RETURN(
+            p.window, one_d
+                          ? ReadConv1DWindow(spec, b)
+                          : ReadConvWindow(spec, b, /*strided_dilation=*/true));
+        MT_ASSIGN_OR_RETURN(p.activation,
+                            FindActivation(spec.params.String("activation")));
+        p.channels = b.input_shape().back();
+        MT_ASSIGN_OR_RETURN(p.multiplier, ReadDepthMultiplier(spec, b));
+        const std::array<int64_t, 2> k = p.window.kernel_size;
+        p.depthwise_kernel = one_d
+                                 ? Shape{k[1], p.channels, p.multiplier}
+                                 : Shape{k[0], k[1], p.channels, p.multiplier};
+        return make(spec, b, p);
+      }};
 }
 
 absl::StatusOr<Tensor> SequencesAsImages(const Tensor& x) {
@@ -294,28 +311,23 @@ absl::StatusOr<Shape> OneRowOutputShape(
   return Shape{out[0], out[2], out[3]};
 }
 
-MT_REGISTER(
-    LayerType,
-    {.name = "conv2d",
-     .doc = "activation(conv2d(x, kernel) + bias), NHWC (Keras Conv2D)",
-     .params = {WithConvWindowParams(
-         {FiltersParam()},
-         WithInitializerParams({GroupsParam(),
-                                ActivationParam("linear",
-                                                "applied after the bias"),
-                                UseBiasParam()},
-                               "kernel_initializer"))},
-     .create = [](const LayerSpec& spec,
-                  LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
-       MT_ASSIGN_OR_RETURN(const ConvWindow w, ReadConvWindow(spec, b));
-       MT_ASSIGN_OR_RETURN(const ActivationDef* act,
-                           FindActivation(spec.params.String("activation")));
-       return Conv2DLayer::Create(
-           b.name(), b.input_shape()[3], spec.params.Int("filters"),
-           w.kernel_size, w.options, *act, spec.params.Bool("use_bias"),
-           b.NextSeed(), b.device(),
-           ReadInitializers(spec.params, "kernel_initializer"),
-           spec.params.Int("groups"));
-     }});
+MT_REGISTER(LayerType,
+            {.name = "conv2d",
+             .doc = "activation(conv2d(x, kernel) + bias), NHWC (Keras Conv2D)",
+             .params = {WithConvWindowParams({FiltersParam()},
+                                             KernelLayerKeys(GroupsParam()))},
+             .create = [](const LayerSpec& spec, LayerBuilder& b)
+                 -> absl::StatusOr<std::unique_ptr<Layer>> {
+               MT_ASSIGN_OR_RETURN(const ConvWindow w, ReadConvWindow(spec, b));
+               MT_ASSIGN_OR_RETURN(
+                   const ActivationDef* act,
+                   FindActivation(spec.params.String("activation")));
+               return Conv2DLayer::Create(
+                   b.name(), b.input_shape()[3], spec.params.Int("filters"),
+                   w.kernel_size, w.options, *act, spec.params.Bool("use_bias"),
+                   b.NextSeed(), b.device(),
+                   ReadInitializers(spec.params, "kernel_initializer"),
+                   spec.params.Int("groups"));
+             }});
 
 }  // namespace mirrortrain::models

@@ -132,6 +132,9 @@ absl::StatusOr<ConvWindow> ReadConvWindow(const LayerSpec& spec,
 
 // The `filters` key of the conv layers that take one.
 Param FiltersParam();
+// A kernel layer's keys after its window: `own` (groups, output_padding),
+// activation, use_bias and the kernel and bias initializers.
+std::vector<Param> KernelLayerKeys(Param own);
 
 // The 1-D conv layers' window keys (integers: kernel_size, strides,
 // dilation_rate; padding) between `first` and `rest`, as `docs` describe
@@ -154,11 +157,20 @@ absl::StatusOr<ConvWindow> ReadConv1DWindow(const LayerSpec& spec,
 
 // The registry entry of a depthwise layer (depthwise_conv2d, _conv1d,
 // separable_conv2d, _conv1d): the window keys around `first` and `rest`,
-// the window read (one_d: ReadConv1DWindow; else ReadConvWindow, dilation
-// with strides allowed), then `make` builds the layer.
+// what every depthwise layer reads (DepthwiseParts: the window, by
+// ReadConv1DWindow where one_d, else ReadConvWindow with dilation and
+// strides together), then `make` builds the layer.
+struct DepthwiseParts {
+  ConvWindow window;
+  const ActivationDef* activation = nullptr;
+  int64_t channels = 0, multiplier = 0;
+  bool one_d = false;
+  // Keras's shape of the depthwise kernel: [kh, kw, channels, multiplier],
+  // 1-D [k, channels, multiplier].
+  Shape depthwise_kernel;
+};
 using DepthwiseMaker = absl::StatusOr<std::unique_ptr<Layer>> (*)(
-    const LayerSpec& spec, LayerBuilder& b, const ConvWindow& window,
-    bool one_d);
+    const LayerSpec& spec, LayerBuilder& b, const DepthwiseParts& parts);
 LayerType DepthwiseLayerType(std::string name, std::string doc,
                              std::vector<Param> first, std::vector<Param> rest,
                              bool one_d, DepthwiseMaker make);

@@ -184,12 +184,7 @@ MT_REGISTER(
      .doc = "activation(conv2d_transpose(x, kernel) + bias), NHWC, the "
             "kernel [kh, kw, filters, in] (Keras Conv2DTranspose)",
      .params = {WithConvWindowParams(
-         {FiltersParam()},
-         WithInitializerParams({OutputPaddingParam(/*pair=*/true),
-                                ActivationParam("linear",
-                                                "applied after the bias"),
-                                UseBiasParam()},
-                               "kernel_initializer"),
+         {FiltersParam()}, KernelLayerKeys(OutputPaddingParam(/*pair=*/true)),
          kSameDoc, kDilationDoc,
          "output cells per input cell [down, across]; an integer: both")},
      .create = [](const LayerSpec& spec,
@@ -210,16 +205,11 @@ MT_REGISTER(
      .doc = "activation(conv1d_transpose(x, kernel) + bias) over [batch, "
             "steps, channels], the kernel [k, filters, in] (Keras "
             "Conv1DTranspose)",
-     .params = {WithInitializerParams(
-         WithConv1DWindowParams({FiltersParam()},
-                                {OutputPaddingParam(/*pair=*/false),
-                                 ActivationParam("linear",
-                                                 "applied after the bias"),
-                                 UseBiasParam()},
-                                {.padding = kSameDoc,
-                                 .strides = "output steps per input step",
-                                 .dilation = kDilationDoc}),
-         "kernel_initializer")},
+     .params = {WithConv1DWindowParams(
+         {FiltersParam()}, KernelLayerKeys(OutputPaddingParam(/*pair=*/false)),
+         {.padding = kSameDoc,
+          .strides = "output steps per input step",
+          .dilation = kDilationDoc})},
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
        MT_RETURN_IF_ERROR(b.CheckSequences());

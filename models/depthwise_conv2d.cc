@@ -6,7 +6,6 @@
 // with Keras's fans: channels and depth_multiplier times the window), bias
 // [channels * depth_multiplier]. The 1-D layer runs the 2-D op on one-row
 // images (as conv1d), keeping Keras's kernel shape.
-#include <array>
 #include <memory>
 #include <optional>
 #include <string>
@@ -70,27 +69,18 @@ class DepthwiseConv2DLayer final : public KernelBiasLayer {
   const ActivationDef& activation_;
 };
 
-// The layer for the builder's input (NHWC, or sequences where `one_d`)
-// under window `w`, its kernel of Keras's shape.
+// The layer for the builder's input, its kernel of Keras's shape.
 absl::StatusOr<std::unique_ptr<Layer>> MakeDepthwise(const LayerSpec& spec,
                                                      LayerBuilder& b,
-                                                     const ConvWindow& w,
-                                                     bool one_d) {
-  MT_ASSIGN_OR_RETURN(const ActivationDef* act,
-                      FindActivation(spec.params.String("activation")));
-  const int64_t channels = b.input_shape().back();
-  MT_ASSIGN_OR_RETURN(const int64_t multiplier, ReadDepthMultiplier(spec, b));
-  const std::array<int64_t, 2> k = w.kernel_size;
-  const Shape kernel = one_d ? Shape{k[1], channels, multiplier}
-                             : Shape{k[0], k[1], channels, multiplier};
+                                                     const DepthwiseParts& p) {
   MT_ASSIGN_OR_RETURN(
       KernelAndBias weights,
       MakeKernelAndBias(
-          b.name(), kernel, {channels * multiplier},
+          b.name(), p.depthwise_kernel, {p.channels * p.multiplier},
           spec.params.Bool("use_bias"), b.NextSeed(), b.device(), std::nullopt,
           ReadInitializers(spec.params, "depthwise_initializer")));
-  return std::unique_ptr<Layer>(
-      new DepthwiseConv2DLayer(b.name(), std::move(weights), w.options, *act));
+  return std::unique_ptr<Layer>(new DepthwiseConv2DLayer(
+      b.name(), std::move(weights), p.window.options, *p.activation));
 }
 
 MT_REGISTER(LayerType,

@@ -53,6 +53,18 @@ struct ForwardContext {
   // each call.
   uint64_t dropout_salt = 0;
 
+  // The context of a layer inside a wrapper that reads its output itself
+  // (bidirectional's merge, time_distributed's concatenation): under mixed
+  // bfloat16 the output is rounded as a layer's, without the 2-byte copy a
+  // product would read.
+  ForwardContext ForWrappedLayer() const {
+    ForwardContext inner = *this;
+    if (inner.output_rounding != ops::OutputRounding::kNone) {
+      inner.output_rounding = ops::OutputRounding::kBf16;
+    }
+    return inner;
+  }
+
   // Dropout of this step: seed DropoutStepSeed(step seed, stream, salt)
   // (tensor/dropout_mask.h), `stream` the layer's index, `salt` its kind's
   // (with dropout_salt mixed in).

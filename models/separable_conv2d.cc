@@ -105,30 +105,21 @@ class SeparableConv2DLayer final : public Layer {
   const ActivationDef& activation_;
 };
 
-// The layer for the builder's input (NHWC, or sequences where `one_d`)
-// under window `w`, its kernels of Keras's shapes.
+// The layer for the builder's input, its kernels of Keras's shapes.
 absl::StatusOr<std::unique_ptr<Layer>> MakeSeparable(const LayerSpec& spec,
                                                      LayerBuilder& b,
-                                                     const ConvWindow& w,
-                                                     bool one_d) {
-  MT_ASSIGN_OR_RETURN(const ActivationDef* act,
-                      FindActivation(spec.params.String("activation")));
-  const int64_t channels = b.input_shape().back();
-  MT_ASSIGN_OR_RETURN(const int64_t multiplier, ReadDepthMultiplier(spec, b));
-  const std::array<int64_t, 2> k = w.kernel_size;
+                                                     const DepthwiseParts& p) {
   const WeightInitializers init =
       ReadInitializers(spec.params, "depthwise_initializer");
   const int64_t filters = spec.params.Int("filters");
-  Shape depthwise_shape{k[0], k[1], channels, multiplier};
-  Shape pointwise_shape{1, 1, channels * multiplier, filters};
-  if (one_d) {  // Keras's 1-D shapes: no row axis.
-    depthwise_shape.erase(depthwise_shape.begin());
-    pointwise_shape.erase(pointwise_shape.begin());
-  }
+  // Keras's 1-D pointwise kernel has no row axis.
+  const Shape pointwise_shape =
+      p.one_d ? Shape{1, p.channels * p.multiplier, filters}
+              : Shape{1, 1, p.channels * p.multiplier, filters};
   // Two seeds, one per kernel, as two layers would draw them.
   MT_ASSIGN_OR_RETURN(
       KernelAndBias depthwise,
-      MakeKernelAndBias(b.name(), depthwise_shape, {}, /*use_bias=*/false,
+      MakeKernelAndBias(b.name(), p.depthwise_kernel, {}, /*use_bias=*/false,
                         b.NextSeed(), b.device(), std::nullopt, init,
                         "depthwise_kernel"));
   MT_ASSIGN_OR_RETURN(
@@ -138,9 +129,9 @@ absl::StatusOr<std::unique_ptr<Layer>> MakeSeparable(const LayerSpec& spec,
           b.NextSeed(), b.device(), std::nullopt,
           {spec.params.String("pointwise_initializer"), init.bias},
           "pointwise_kernel"));
-  return std::unique_ptr<Layer>(
-      new SeparableConv2DLayer(b.name(), std::move(depthwise.kernel),
-                               std::move(pointwise), w.options, *act));
+  return std::unique_ptr<Layer>(new SeparableConv2DLayer(
+      b.name(), std::move(depthwise.kernel), std::move(pointwise),
+      p.window.options, *p.activation));
 }
 
 MT_REGISTER(LayerType,

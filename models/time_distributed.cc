@@ -48,12 +48,7 @@ class TimeDistributedLayer final : public Layer {
     const Shape in_step = StepShape(x.shape());
     Shape out_step = out;
     out_step[1] = 1;
-    // Each step's output rounded as a layer's is, without the 2-byte copy
-    // a product would read (the concatenation is what is read).
-    ForwardContext step = ctx;
-    if (step.output_rounding != ops::OutputRounding::kNone) {
-      step.output_rounding = ops::OutputRounding::kBf16;
-    }
+    ForwardContext step = ctx.ForWrappedLayer();
     std::vector<Tensor> outputs;
     outputs.reserve(steps);
     for (int64_t t = 0; t < steps; ++t) {
