@@ -188,6 +188,13 @@ MT_REGISTER(
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
        MT_ASSIGN_OR_RETURN(const int64_t channels,
                            NormalizedAxis(b.input_shape(), "channels"));
+       if (b.input_masked()) {
+         return absl::InvalidArgumentError(
+             "its input carries a mask (an embedding's mask_zero or a masking "
+             "layer before it), and batch statistics weighted by a mask (as "
+             "Keras's) are not built: use layer_normalization there, or "
+             "normalise before the mask");
+       }
        const Params& p = spec.params;
        return BatchNormalizationLayer::Create(
            b.name(), channels,

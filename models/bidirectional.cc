@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "models/layer.h"
 #include "models/layer_registry.h"
+#include "models/masking.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/status_macros.h"
@@ -48,11 +49,21 @@ class BidirectionalLayer final : public Layer {
       std::reverse(steps.begin(), steps.end());
       MT_ASSIGN_OR_RETURN(backward, ops::Concat(steps, 1));
     }
-    if (merge_ == "concat") return ops::Concat({forward, backward}, -1);
-    if (merge_ == "mul") return ops::Mul(forward, backward);
-    MT_ASSIGN_OR_RETURN(const Tensor sum, ops::Add(forward, backward));
-    if (merge_ == "sum") return sum;
-    return ops::Scale(sum, 0.5);  // ave
+    MT_ASSIGN_OR_RETURN(Tensor merged, Merge(forward, backward));
+    if (!sequences_ || !ctx.mask.defined()) return merged;
+    // Keras sets both copies' zero_output_for_mask: a masked step's outputs
+    // are 0 (not the step before's), whatever the merge.
+    MT_ASSIGN_OR_RETURN(const Tensor keep, MaskOverFeatures(ctx.mask));
+    return ops::Mul(merged, keep);
+  }
+
+  bool SupportsMasking() const override { return true; }
+  bool OutputMasked(bool input_masked) const override {
+    return input_masked && sequences_;
+  }
+  absl::StatusOr<Tensor> OutputMask(const Tensor&,
+                                    const ForwardContext& ctx) const override {
+    return sequences_ ? ctx.mask : Tensor();
   }
 
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
@@ -68,6 +79,15 @@ class BidirectionalLayer final : public Layer {
   }
 
  private:
+  absl::StatusOr<Tensor> Merge(const Tensor& forward,
+                               const Tensor& backward) const {
+    if (merge_ == "concat") return ops::Concat({forward, backward}, -1);
+    if (merge_ == "mul") return ops::Mul(forward, backward);
+    MT_ASSIGN_OR_RETURN(const Tensor sum, ops::Add(forward, backward));
+    if (merge_ == "sum") return sum;
+    return ops::Scale(sum, 0.5);  // ave
+  }
+
   std::unique_ptr<Layer> forward_;
   std::unique_ptr<Layer> backward_;
   std::string merge_;

@@ -38,7 +38,8 @@ absl::Status CheckOneLogitPerLabel(const Tensor& logits, const Tensor& labels) {
 absl::StatusOr<Tensor> BinaryCrossentropy(const Tensor& logits,
                                           const Tensor& labels,
                                           int64_t global_labels,
-                                          double label_smoothing) {
+                                          double label_smoothing,
+                                          const Tensor& weights) {
   MT_RETURN_IF_ERROR(CheckGlobalLabels(global_labels));
   if (!(label_smoothing >= 0 && label_smoothing <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -67,19 +68,23 @@ absl::StatusOr<Tensor> BinaryCrossentropy(const Tensor& logits,
   MT_ASSIGN_OR_RETURN(Tensor per_label, ops::Mul(on, if_one));
   MT_ASSIGN_OR_RETURN(Tensor zero_part, ops::Mul(off, if_zero));
   MT_ASSIGN_OR_RETURN(per_label, ops::Add(per_label, zero_part));
-  MT_ASSIGN_OR_RETURN(const Tensor sum, ops::ReduceSum(per_label));
+  MT_ASSIGN_OR_RETURN(const Tensor sum, WeightedSum(per_label, weights));
   return ops::Scale(sum, 1.0 / static_cast<double>(global_labels));
 }
 
-absl::StatusOr<int64_t> CountCorrectBinary(const Tensor& logits,
-                                           const Tensor& labels) {
+absl::StatusOr<double> CountCorrectBinary(const Tensor& logits,
+                                          const Tensor& labels,
+                                          const Tensor& weights) {
   MT_RETURN_IF_ERROR(CheckOneLogitPerLabel(logits, labels));
   MT_ASSIGN_OR_RETURN(const Tensor host_logits, logits.To(Device::Cpu()));
   MT_ASSIGN_OR_RETURN(const Tensor host_labels, labels.To(Device::Cpu()));
-  int64_t correct = 0;
+  MT_ASSIGN_OR_RETURN(const std::vector<double> w,
+                      LabelWeights(weights, host_labels.num_elements()));
+  double correct = 0;
   for (int64_t i = 0; i < host_labels.num_elements(); ++i) {
     const bool one = host_logits.ScalarAt(i) > 0;
-    correct += one == (ops::internal::IndexAt(host_labels, i) == 1);
+    if (one != (ops::internal::IndexAt(host_labels, i) == 1)) continue;
+    correct += w.empty() ? 1.0 : w[static_cast<size_t>(i)];
   }
   return correct;
 }
@@ -108,16 +113,11 @@ MT_REGISTER(
        return labels.empty() ? Shape{1} : labels;
      },
      .compute =
-         [](const Tensor& logits, const Tensor& labels, int64_t global_labels,
-            const Params& params) {
+         [](const Tensor& logits, const Tensor& labels, const Tensor& weights,
+            int64_t global_labels, const Params& params) {
            return BinaryCrossentropy(logits, labels, global_labels,
-                                     LabelSmoothingOf(params));
+                                     LabelSmoothingOf(params), weights);
          },
-     .metric_sum = [](const Tensor& logits,
-                      const Tensor& labels) -> absl::StatusOr<double> {
-       MT_ASSIGN_OR_RETURN(const int64_t correct,
-                           CountCorrectBinary(logits, labels));
-       return static_cast<double>(correct);
-     }});
+     .metric_sum = CountCorrectBinary});
 
 }  // namespace mirrortrain::models

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "models/layer_registry.h"
+#include "models/masking.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/precision_ops.h"
@@ -19,6 +20,20 @@ bool SequentialLayer::Append(std::unique_ptr<Layer> layer) {
 
 absl::StatusOr<Tensor> SequentialLayer::Call(const Tensor& x,
                                              const ForwardContext& ctx) {
+  Tensor mask;
+  return CallMasked(x, ctx, mask);
+}
+
+bool SequentialLayer::OutputMasked(bool input_masked) const {
+  for (const auto& layer : layers_) {
+    input_masked = layer->OutputMasked(input_masked);
+  }
+  return input_masked;
+}
+
+absl::StatusOr<Tensor> SequentialLayer::CallMasked(const Tensor& x,
+                                                   const ForwardContext& ctx,
+                                                   Tensor& mask) {
   Tensor y = x;
   ForwardContext inner = ctx;
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -42,11 +57,14 @@ absl::StatusOr<Tensor> SequentialLayer::Call(const Tensor& x,
     // Raw token ids reach the first layer only (its own output is rounded
     // below).
     inner.raw_token_ids = ctx.raw_token_ids && i == 0;
-    MT_ASSIGN_OR_RETURN(y, layers_[i]->Call(y, inner));
+    Tensor out_mask;
+    MT_ASSIGN_OR_RETURN(y, layers_[i]->CallMasked(y, inner, out_mask));
+    inner.mask = std::move(out_mask);
     // A layer handing back a rounded tensor (a nested sequence's output, a
     // view of its input): nothing left then.
     MT_RETURN_IF_ERROR(ops::RoundOutput(y, inner.output_rounding));
   }
+  mask = inner.mask;
   return y;
 }
 
@@ -80,6 +98,21 @@ Shape WithUnitAxes(Shape shape, size_t rank) {
 
 absl::StatusOr<Tensor> TwoBranchLayer::Call(const Tensor& x,
                                             const ForwardContext& ctx) {
+  Tensor mask;
+  return CallMasked(x, ctx, mask);
+}
+
+bool TwoBranchLayer::OutputMasked(bool input_masked) const {
+  const bool main = main_->OutputMasked(input_masked);
+  const bool shortcut = shortcut_ != nullptr
+                            ? shortcut_->OutputMasked(input_masked)
+                            : input_masked;
+  return merge_ == Merge::kConcatenate ? main || shortcut : main && shortcut;
+}
+
+absl::StatusOr<Tensor> TwoBranchLayer::CallMasked(const Tensor& x,
+                                                  const ForwardContext& ctx,
+                                                  Tensor& mask) {
   // The request for the sum's storage is not the branches'.
   ForwardContext branch = ctx;
   branch.output_rounding = ops::OutputRounding::kNone;
@@ -93,13 +126,16 @@ absl::StatusOr<Tensor> TwoBranchLayer::Call(const Tensor& x,
   ForwardContext main_ctx = branch;
   main_ctx.raw_token_ids = ctx.raw_token_ids && main_->ReadsTokenIds();
   MT_ASSIGN_OR_RETURN(const Tensor main_in, input_of(main_.get()));
-  MT_ASSIGN_OR_RETURN(Tensor y, main_->Call(main_in, main_ctx));
+  Tensor main_mask, shortcut_mask = ctx.mask;
+  MT_ASSIGN_OR_RETURN(Tensor y,
+                      main_->CallMasked(main_in, main_ctx, main_mask));
   MT_ASSIGN_OR_RETURN(Tensor s, input_of(shortcut_.get()));
   if (shortcut_ != nullptr) {
     ForwardContext short_ctx = branch;
     short_ctx.raw_token_ids = ctx.raw_token_ids && shortcut_->ReadsTokenIds();
-    MT_ASSIGN_OR_RETURN(s, shortcut_->Call(s, short_ctx));
+    MT_ASSIGN_OR_RETURN(s, shortcut_->CallMasked(s, short_ctx, shortcut_mask));
   }
+  MT_ASSIGN_OR_RETURN(mask, MergedMask(main_mask, shortcut_mask));
   if (merge_ != Merge::kConcatenate && y.rank() != s.rank()) {
     // Keras's merges give the lower-rank output axes of 1 after the batch.
     Tensor& low = y.rank() < s.rank() ? y : s;
@@ -176,6 +212,18 @@ absl::StatusOr<Shape> TwoBranchLayer::OutputShape(const Shape& input) const {
         remedy, ")"));
   }
   return out;
+}
+
+absl::StatusOr<Tensor> TwoBranchLayer::MergedMask(
+    const Tensor& main, const Tensor& shortcut) const {
+  if (main.defined() && shortcut.defined()) return MaskOr(main, shortcut);
+  if (merge_ != Merge::kConcatenate ||
+      (!main.defined() && !shortcut.defined())) {
+    return Tensor();
+  }
+  // Keras counts the unmasked branch's steps as all 1: so is the OR.
+  const Tensor& one = main.defined() ? main : shortcut;
+  return ops::OnesLike(one);
 }
 
 std::vector<Variable*> TwoBranchLayer::variables() {

@@ -26,6 +26,12 @@ class SequentialLayer final : public Layer {
 
   absl::StatusOr<Tensor> Call(const Tensor& x,
                               const ForwardContext& ctx) override;
+  // Each layer gets the mask of its input: the sequence's, then the one
+  // the layer before it gave.
+  absl::StatusOr<Tensor> CallMasked(const Tensor& x, const ForwardContext& ctx,
+                                    Tensor& mask) override;
+  bool SupportsMasking() const override { return true; }
+  bool OutputMasked(bool input_masked) const override;
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override;
   std::vector<Variable*> variables() override;
   bool InputFeedsProduct() const override {
@@ -75,6 +81,14 @@ class TwoBranchLayer final : public Layer {
 
   absl::StatusOr<Tensor> Call(const Tensor& x,
                               const ForwardContext& ctx) override;
+  // Both branches get the input's mask. The output's, as Keras's merges
+  // give it: elementwise merges are masked where either branch's mask is
+  // 1 when both are masked, else not at all; a concatenation is masked
+  // where either is, a branch without a mask counting as all 1.
+  absl::StatusOr<Tensor> CallMasked(const Tensor& x, const ForwardContext& ctx,
+                                    Tensor& mask) override;
+  bool SupportsMasking() const override { return true; }
+  bool OutputMasked(bool input_masked) const override;
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override;
   std::vector<Variable*> variables() override;
   bool InputFeedsProduct() const override {
@@ -87,6 +101,10 @@ class TwoBranchLayer final : public Layer {
   }
 
  private:
+  // The output's mask from the branches' (CallMasked).
+  absl::StatusOr<Tensor> MergedMask(const Tensor& main,
+                                    const Tensor& shortcut) const;
+
   std::unique_ptr<Layer> main_;
   std::unique_ptr<Layer> shortcut_;
   Merge merge_;

@@ -18,6 +18,8 @@ namespace mirrortrain::models {
 
 class DenseLayer final : public KernelBiasLayer {
  public:
+  // Keras masking: the input's mask passes to the output.
+  bool SupportsMasking() const override { return true; }
   // glorot_uniform kernel from `seed`, zero bias, on `device`.
   static absl::StatusOr<std::unique_ptr<DenseLayer>> Create(
       std::string name, int64_t in, int64_t units,

@@ -3,13 +3,15 @@
 // than the input. Ids arrive as floats (the text data source's inputs) and
 // are cast to integers; an id outside [0, input_dim) is an error naming the
 // layer. The table's gradient is Gather's scatter-add, deterministic on
-// both devices (tensor/ops/array_ops.h).
+// both devices (tensor/ops/array_ops.h). With mask_zero, id 0 is padding:
+// the output's mask is ids != 0 (Keras masking, models/masking.h).
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "models/initializers.h"
 #include "models/layer.h"
 #include "models/layer_registry.h"
+#include "models/masking.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/index_checks.h"
 #include "tensor/status_macros.h"
@@ -22,11 +24,9 @@ constexpr double kEmbeddingInitLimit = 0.05;
 
 class EmbeddingLayer final : public Layer {
  public:
-  static absl::StatusOr<std::unique_ptr<Layer>> Create(std::string name,
-                                                       int64_t input_dim,
-                                                       int64_t output_dim,
-                                                       uint64_t seed,
-                                                       Device device) {
+  static absl::StatusOr<std::unique_ptr<Layer>> Create(
+      std::string name, int64_t input_dim, int64_t output_dim, bool mask_zero,
+      uint64_t seed, Device device) {
     MT_ASSIGN_OR_RETURN(
         Tensor initial,
         RandomUniform({input_dim, output_dim}, seed, kEmbeddingInitLimit));
@@ -34,10 +34,21 @@ class EmbeddingLayer final : public Layer {
         Variable embeddings,
         VariableOn(absl::StrCat(name, "/embeddings"), initial, device));
     return std::unique_ptr<Layer>(
-        new EmbeddingLayer(std::move(name), std::move(embeddings)));
+        new EmbeddingLayer(std::move(name), std::move(embeddings), mask_zero));
   }
 
   bool ReadsTokenIds() const override { return true; }
+  // Keras's: supports_masking is mask_zero, and the mask is its own.
+  bool SupportsMasking() const override { return mask_zero_; }
+  bool OutputMasked(bool) const override { return mask_zero_; }
+  absl::StatusOr<Tensor> OutputMask(const Tensor& x,
+                                    const ForwardContext&) const override {
+    if (!mask_zero_) return Tensor();
+    if (IsFloating(x.dtype())) return NotEqualMask(x, 0);
+    // Integer ids: any nonzero one stays nonzero as a float.
+    MT_ASSIGN_OR_RETURN(const Tensor ids, ops::Cast(x, DType::kF32));
+    return NotEqualMask(ids, 0);
+  }
 
   absl::StatusOr<Tensor> Call(const Tensor& x, const ForwardContext&) override {
     const std::string context = absl::StrCat(name(), ": token ids (input_dim ",
@@ -74,10 +85,13 @@ class EmbeddingLayer final : public Layer {
     return ops::Gather(embeddings_.value(), ids);
   }
 
-  EmbeddingLayer(std::string name, Variable embeddings)
-      : Layer(std::move(name)), embeddings_(std::move(embeddings)) {}
+  EmbeddingLayer(std::string name, Variable embeddings, bool mask_zero)
+      : Layer(std::move(name)),
+        embeddings_(std::move(embeddings)),
+        mask_zero_(mask_zero) {}
 
   Variable embeddings_;
+  bool mask_zero_;
 };
 
 }  // namespace
@@ -95,7 +109,13 @@ MT_REGISTER(
                  Param::Int("output_dim")
                      .Min(1)
                      .Max(kMaxDimension)
-                     .Doc("width of each embedding vector")}},
+                     .Doc("width of each embedding vector"),
+                 Param::Bool("mask_zero")
+                     .Default(false)
+                     .Doc(
+                         "id 0 is padding: the layers after it that take masks "
+                         "(recurrent, attention, global average pooling, a "
+                         "masked loss) skip those steps (Keras mask_zero)")}},
      .reads_token_ids = true,
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
@@ -112,9 +132,9 @@ MT_REGISTER(
              "input_dim: ", input_dim, " is smaller than the data's ",
              b.input_vocabulary(), " token ids"));
        }
-       return EmbeddingLayer::Create(b.name(), input_dim,
-                                     spec.params.Int("output_dim"),
-                                     b.NextSeed(), b.device());
+       return EmbeddingLayer::Create(
+           b.name(), input_dim, spec.params.Int("output_dim"),
+           spec.params.Bool("mask_zero"), b.NextSeed(), b.device());
      }});
 
 }  // namespace mirrortrain::models

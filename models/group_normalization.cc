@@ -29,6 +29,8 @@ namespace {
 
 class GroupNormalizationLayer final : public Layer {
  public:
+  // Keras masking: the input's mask passes to the output.
+  bool SupportsMasking() const override { return true; }
   // `input` is the layer's input shape, [batch, ..., C].
   static absl::StatusOr<std::unique_ptr<Layer>> Create(
       std::string name, const Shape& input, int64_t groups, double epsilon,

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "tensor/dropout_mask.h"
 #include "tensor/ops/nn_ops.h"
+#include "tensor/status_macros.h"
 
 namespace mirrortrain::models {
 
@@ -16,6 +17,14 @@ absl::StatusOr<Tensor> ForwardContext::Dropout(const Tensor& x, double rate,
   }
   return ops::Dropout(x, rate, DropoutStepSeed(step_seed, stream, salt),
                       element_offset);
+}
+
+absl::StatusOr<Tensor> Layer::CallMasked(const Tensor& x,
+                                         const ForwardContext& ctx,
+                                         Tensor& mask) {
+  MT_ASSIGN_OR_RETURN(Tensor y, Call(x, ctx));
+  MT_ASSIGN_OR_RETURN(mask, OutputMask(x, ctx));
+  return y;
 }
 
 absl::Status CheckImageShape(const Shape& input, const std::string& layer) {

@@ -52,6 +52,9 @@ struct ForwardContext {
   // once in a step (time_distributed's, once per step) draws another mask
   // each call.
   uint64_t dropout_salt = 0;
+  // Keras masking: the mask of this layer's input (Layer::SupportsMasking),
+  // undefined where it has none. A container sets it per layer.
+  Tensor mask;
 
   // The context of a layer inside a wrapper that reads its output itself
   // (bidirectional's merge, time_distributed's concatenation): under mixed
@@ -82,6 +85,35 @@ class Layer {
   const std::string& name() const { return name_; }
   virtual absl::StatusOr<Tensor> Call(const Tensor& x,
                                       const ForwardContext& ctx) = 0;
+
+  // Keras masking (an embedding's mask_zero, the masking layer): a mask
+  // marks which steps of a sequence hold data, 1 or 0 for each element of
+  // the output's axes but the last ([batch, steps] for [batch, steps,
+  // features]), f32 on the layer's device. A layer reads its input's in
+  // ctx.mask.
+  //
+  // Keras's supports_masking: the layer takes a masked input, and its
+  // output carries the input's mask unless OutputMask says otherwise. A
+  // layer that does not drops the mask (Keras warns; the builder lists
+  // them: LayerBuilder::mask_warnings).
+  virtual bool SupportsMasking() const { return false; }
+  // As the model is built: whether the output carries a mask, given
+  // whether the input does. It agrees with OutputMask's definedness.
+  virtual bool OutputMasked(bool input_masked) const {
+    return input_masked && SupportsMasking();
+  }
+  // The output's mask, for input `x` under ctx.mask (Keras's
+  // compute_mask); undefined for none.
+  virtual absl::StatusOr<Tensor> OutputMask(const Tensor& x,
+                                            const ForwardContext& ctx) const {
+    (void)x;
+    return SupportsMasking() ? ctx.mask : Tensor();
+  }
+  // Call, with the output's mask in `mask`; containers override it to hand
+  // each of their layers its input's mask.
+  virtual absl::StatusOr<Tensor> CallMasked(const Tensor& x,
+                                            const ForwardContext& ctx,
+                                            Tensor& mask);
   // The output shape for an input shape (batch dimension included).
   virtual absl::StatusOr<Shape> OutputShape(const Shape& input) const = 0;
   virtual std::vector<Variable*> variables() { return {}; }

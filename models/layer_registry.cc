@@ -256,10 +256,12 @@ absl::StatusOr<std::unique_ptr<Layer>> LayerBuilder::BuildOne(
   }
   // The enclosing factory's view comes back when this layer is built.
   const absl::Cleanup restore = [this, name = name_, shape = input_shape_,
-                                 index = type_index_]() mutable {
+                                 index = type_index_,
+                                 masked = input_masked_]() mutable {
     name_ = std::move(name);
     input_shape_ = std::move(shape);
     type_index_ = index;
+    input_masked_ = masked;
   };
   type_index_ = type_counts_[type->name]++;
   // Keras names the n-th unnamed layer of a kind "kind", "kind_1",
@@ -351,20 +353,32 @@ absl::StatusOr<std::unique_ptr<Layer>> LayerBuilder::BuildSequence(
   // caller's view (a container's input) comes back at the end.
   const bool entry_upstream = trainable_upstream_;
   const bool entry_repeated = repeated_;
-  const absl::Cleanup restore = [this, entry_upstream, entry_repeated] {
+  const bool entry_masked = input_masked_;
+  const absl::Cleanup restore = [this, entry_upstream, entry_repeated,
+                                 entry_masked] {
     trainable_upstream_ = entry_upstream;
     repeated_ = entry_repeated;
+    input_masked_ = entry_masked;
   };
   bool upstream = entry_upstream;
+  bool masked = entry_masked;
   for (const LayerSpec& spec : specs) {
     for (int64_t r = 0; r < spec.repeat; ++r) {
       const size_t row = summary_.size();
       trainable_upstream_ = upstream;
       repeated_ = entry_repeated || spec.repeat > 1;
+      input_masked_ = masked;
       MT_ASSIGN_OR_RETURN(std::unique_ptr<Layer> layer, BuildOne(spec, shape));
       for (const Variable* v : layer->variables()) {
         upstream = upstream || v->trainable();
       }
+      if (masked && !layer->SupportsMasking()) {
+        mask_warnings_.push_back(absl::StrCat(
+            spec.Where(), " (", spec.type,
+            ") drops the mask of its input (Keras's supports_masking is "
+            "false there): the layers after it see every step"));
+      }
+      masked = layer->OutputMasked(masked);
       MT_ASSIGN_OR_RETURN(shape, layer->OutputShape(shape));
       if (sequence->Append(std::move(layer))) {
         summary_[row].note = "computed inside the previous layer";

@@ -162,6 +162,17 @@ class LayerBuilder {
   int64_t input_vocabulary() const { return input_vocabulary_; }
   // The model's inputs are real values, never token ids (ModelDef).
   bool continuous_inputs() const { return continuous_inputs_; }
+  // Whether the current layer's input carries a mask (Layer::
+  // OutputMasked of the layers before it). A wrapper that calls its layers
+  // without the mask (time_distributed) clears it before building them;
+  // building one restores it.
+  bool input_masked() const { return input_masked_; }
+  void set_input_masked(bool masked) { input_masked_ = masked; }
+  // One line per layer that drops its input's mask (not SupportsMasking):
+  // "<where> (<type>) drops the mask ...", as Keras warns.
+  const std::vector<std::string>& mask_warnings() const {
+    return mask_warnings_;
+  }
   // How many layers of this type were built before this one (0 for the
   // first); dropout layers use it to draw different masks.
   int type_index() const { return type_index_; }
@@ -211,6 +222,8 @@ class LayerBuilder {
   Device device_;
   int64_t input_vocabulary_ = 0;
   bool continuous_inputs_ = false;
+  bool input_masked_ = false;
+  std::vector<std::string> mask_warnings_;
   int seeds_drawn_ = 0;
   int depth_ = 0;
   // Whether trainable variables lie between the model's input and the

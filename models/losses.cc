@@ -41,10 +41,51 @@ absl::StatusOr<FlatLabels> Flatten(const Tensor& logits, const Tensor& labels) {
 
 }  // namespace
 
+absl::StatusOr<Tensor> WeightedSum(const Tensor& per_label,
+                                   const Tensor& weights) {
+  if (!weights.defined()) return ops::ReduceSum(per_label);
+  const int64_t n = per_label.num_elements(), m = weights.num_elements();
+  if (m == 0 || n % m != 0) {
+    if (n == 0) return ops::ReduceSum(per_label);
+    return absl::InvalidArgumentError(
+        absl::StrCat("label weights ", ShapeToString(weights.shape()),
+                     " do not divide ", n, " labels"));
+  }
+  MT_ASSIGN_OR_RETURN(const Tensor values, ops::Reshape(per_label, {m, n / m}));
+  MT_ASSIGN_OR_RETURN(Tensor w, ops::Reshape(weights, {m, 1}));
+  if (w.dtype() != values.dtype()) {
+    MT_ASSIGN_OR_RETURN(w, ops::Cast(w, values.dtype()));
+  }
+  if (w.device() != values.device()) {
+    MT_ASSIGN_OR_RETURN(w, w.To(values.device()));
+  }
+  MT_ASSIGN_OR_RETURN(const Tensor weighted, ops::Mul(values, w));
+  return ops::ReduceSum(weighted);
+}
+
+absl::StatusOr<std::vector<double>> LabelWeights(const Tensor& weights,
+                                                 int64_t labels) {
+  if (!weights.defined()) return std::vector<double>();
+  const int64_t m = weights.num_elements();
+  if (m == 0 ? labels != 0 : labels % m != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("label weights ", ShapeToString(weights.shape()),
+                     " do not divide ", labels, " labels"));
+  }
+  MT_ASSIGN_OR_RETURN(const Tensor host, weights.To(Device::Cpu()));
+  std::vector<double> out(static_cast<size_t>(labels));
+  const int64_t per = m == 0 ? 1 : labels / m;
+  for (int64_t i = 0; i < labels; ++i) {
+    out[static_cast<size_t>(i)] = host.ScalarAt(i / per);
+  }
+  return out;
+}
+
 absl::StatusOr<Tensor> SparseCategoricalCrossentropy(const Tensor& logits,
                                                      const Tensor& labels,
                                                      int64_t global_batch_size,
-                                                     double label_smoothing) {
+                                                     double label_smoothing,
+                                                     const Tensor& weights) {
   MT_RETURN_IF_ERROR(CheckGlobalLabels(global_batch_size));
   if (!(label_smoothing >= 0 && label_smoothing <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -54,7 +95,7 @@ absl::StatusOr<Tensor> SparseCategoricalCrossentropy(const Tensor& logits,
   MT_ASSIGN_OR_RETURN(
       Tensor per_example,
       ops::SparseSoftmaxCrossEntropyWithLogits(flat.logits, flat.labels));
-  MT_ASSIGN_OR_RETURN(Tensor sum, ops::ReduceSum(per_example));
+  MT_ASSIGN_OR_RETURN(Tensor sum, WeightedSum(per_example, weights));
   if (label_smoothing > 0) {
     // Only the batch's sum is needed: the uniform part is a sum of every
     // log-probability, each row's first (fewer terms in any one running
@@ -62,7 +103,7 @@ absl::StatusOr<Tensor> SparseCategoricalCrossentropy(const Tensor& logits,
     const double classes = static_cast<double>(flat.logits.dim(1));
     MT_ASSIGN_OR_RETURN(Tensor log_probs, ops::LogSoftmax(flat.logits));
     MT_ASSIGN_OR_RETURN(Tensor rows, ops::ReduceSum(log_probs, {1}));
-    MT_ASSIGN_OR_RETURN(Tensor uniform, ops::ReduceSum(rows));
+    MT_ASSIGN_OR_RETURN(Tensor uniform, WeightedSum(rows, weights));
     MT_ASSIGN_OR_RETURN(sum, ops::Scale(sum, 1 - label_smoothing));
     MT_ASSIGN_OR_RETURN(uniform,
                         ops::Scale(uniform, -label_smoothing / classes));
@@ -71,8 +112,8 @@ absl::StatusOr<Tensor> SparseCategoricalCrossentropy(const Tensor& logits,
   return ops::Scale(sum, 1.0 / static_cast<double>(global_batch_size));
 }
 
-absl::StatusOr<int64_t> CountCorrect(const Tensor& logits,
-                                     const Tensor& labels) {
+absl::StatusOr<double> CountCorrect(const Tensor& logits, const Tensor& labels,
+                                    const Tensor& weights) {
   MT_ASSIGN_OR_RETURN(const FlatLabels flat, Flatten(logits, labels));
   MT_ASSIGN_OR_RETURN(Tensor predicted, ops::ArgMax(flat.logits, -1));
   if (predicted.num_elements() != labels.num_elements()) {
@@ -82,10 +123,13 @@ absl::StatusOr<int64_t> CountCorrect(const Tensor& logits,
   // row) are copied over.
   MT_ASSIGN_OR_RETURN(Tensor host_predicted, predicted.To(Device::Cpu()));
   MT_ASSIGN_OR_RETURN(Tensor host_labels, flat.labels.To(Device::Cpu()));
-  int64_t correct = 0;
+  MT_ASSIGN_OR_RETURN(const std::vector<double> w,
+                      LabelWeights(weights, host_labels.num_elements()));
+  double correct = 0;
   const int64_t* p = host_predicted.data<int64_t>();
   for (int64_t i = 0; i < host_labels.num_elements(); ++i) {
-    correct += p[i] == ops::internal::IndexAt(host_labels, i);
+    if (p[i] != ops::internal::IndexAt(host_labels, i)) continue;
+    correct += w.empty() ? 1.0 : w[static_cast<size_t>(i)];
   }
   return correct;
 }
@@ -170,15 +214,12 @@ MT_REGISTER(
        return out;
      },
      .compute =
-         [](const Tensor& logits, const Tensor& labels, int64_t global_labels,
-            const Params& params) {
+         [](const Tensor& logits, const Tensor& labels, const Tensor& weights,
+            int64_t global_labels, const Params& params) {
            return SparseCategoricalCrossentropy(logits, labels, global_labels,
-                                                LabelSmoothingOf(params));
+                                                LabelSmoothingOf(params),
+                                                weights);
          },
-     .metric_sum = [](const Tensor& logits,
-                      const Tensor& labels) -> absl::StatusOr<double> {
-       MT_ASSIGN_OR_RETURN(const int64_t correct, CountCorrect(logits, labels));
-       return static_cast<double>(correct);
-     }});
+     .metric_sum = CountCorrect});
 
 }  // namespace mirrortrain::models

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "tensor/params.h"
@@ -45,23 +46,38 @@ struct LossType {
   std::function<absl::StatusOr<Shape>(const Shape& labels, int64_t classes)>
       output_shape;
   // The loss of logits [b, output_shape...] against labels [b, labels...],
-  // summed and divided by `global_labels` (> 0), under `params` (checked
-  // against `params` already, defaults filled: Params::Defaults for none).
-  // Differentiable in the logits.
+  // each label's weighted by `weights` (LabelWeights), summed and divided
+  // by `global_labels` (> 0), under `params` (checked against `params`
+  // already, defaults filled: Params::Defaults for none). Differentiable in
+  // the logits.
   std::function<absl::StatusOr<Tensor>(
-      const Tensor& logits, const Tensor& labels, int64_t global_labels,
-      const Params& params)>
+      const Tensor& logits, const Tensor& labels, const Tensor& weights,
+      int64_t global_labels, const Params& params)>
       compute;
   // The metric evaluation reports beside the loss, as Keras's metrics name
   // it ("accuracy": the fraction of labels predicted right;
   // "mean_absolute_error"), and its sum over a batch's labels (evaluation
   // divides the split's sum by its count of labels); read on the host.
+  // Each label weighted by `weights` (host or device; LabelWeights).
   std::string metric = "accuracy";
-  std::function<absl::StatusOr<double>(const Tensor& logits,
-                                       const Tensor& labels)>
+  std::function<absl::StatusOr<double>(
+      const Tensor& logits, const Tensor& labels, const Tensor& weights)>
       metric_sum;
 };
 using LossRegistry = Registry<LossType>;
+
+// Label weights (a model's output mask, Keras's loss masking): undefined
+// for all 1; else m values, each weighing n / m consecutive labels of n (a
+// mask [b, T] over labels [b, T], or [b, T, k]).
+//
+// sum_i w_i v_i for per-label values `per_label` (n of them, any shape).
+absl::StatusOr<Tensor> WeightedSum(const Tensor& per_label,
+                                   const Tensor& weights);
+// The weights on the host as one value per label (empty for undefined
+// weights, all 1), for metrics summed there; InvalidArgument unless m
+// divides n.
+absl::StatusOr<std::vector<double>> LabelWeights(const Tensor& weights,
+                                                 int64_t labels);
 
 // The loss of configs that name none.
 inline constexpr char kDefaultLoss[] = "sparse_categorical_crossentropy";
@@ -106,12 +122,12 @@ double LabelSmoothingOf(const Params& params);
 // it is the plain cross-entropy, bit for bit.
 absl::StatusOr<Tensor> SparseCategoricalCrossentropy(
     const Tensor& logits, const Tensor& labels, int64_t global_batch_size,
-    double label_smoothing = 0);
+    double label_smoothing = 0, const Tensor& weights = Tensor());
 
-// Number of labels (rows, or tokens of sequences) whose argmax equals the
-// label.
-absl::StatusOr<int64_t> CountCorrect(const Tensor& logits,
-                                     const Tensor& labels);
+// The labels (rows, or tokens of sequences) whose argmax equals the label,
+// each counted by its weight (LabelWeights).
+absl::StatusOr<double> CountCorrect(const Tensor& logits, const Tensor& labels,
+                                    const Tensor& weights = Tensor());
 
 // binary_crossentropy: one logit per label, each label 0 or 1 (Keras's
 // BinaryCrossentropy(from_logits=True), tf.nn.sigmoid_cross_entropy_with_
@@ -124,13 +140,16 @@ absl::StatusOr<int64_t> CountCorrect(const Tensor& logits,
 absl::StatusOr<Tensor> BinaryCrossentropy(const Tensor& logits,
                                           const Tensor& labels,
                                           int64_t global_labels,
-                                          double label_smoothing = 0);
+                                          double label_smoothing = 0,
+                                          const Tensor& weights = Tensor());
 
 // Number of labels whose logit is on their side of 0 (probability above
 // 0.5 for label 1, else label 0): Keras's BinaryAccuracy on the
-// probabilities, which logits cannot be compared against 0.5 for.
-absl::StatusOr<int64_t> CountCorrectBinary(const Tensor& logits,
-                                           const Tensor& labels);
+// probabilities, which logits cannot be compared against 0.5 for. Each
+// counted by its weight (LabelWeights).
+absl::StatusOr<double> CountCorrectBinary(const Tensor& logits,
+                                          const Tensor& labels,
+                                          const Tensor& weights = Tensor());
 
 // mean_squared_error and mean_absolute_error (Keras's MeanSquaredError and
 // MeanAbsoluteError): one output per target value, labels real (f32) or
@@ -138,23 +157,28 @@ absl::StatusOr<int64_t> CountCorrectBinary(const Tensor& logits,
 // squared (absolute) difference summed over every target and divided by
 // the global batch's count of them, which is Keras's mean over an
 // example's k targets and then over the batch. Huber and LogCosh read the
-// same way.
+// same way. Each target weighted by `weights` (LabelWeights).
 absl::StatusOr<Tensor> MeanSquaredError(const Tensor& logits,
                                         const Tensor& labels,
-                                        int64_t global_labels);
+                                        int64_t global_labels,
+                                        const Tensor& weights = Tensor());
 absl::StatusOr<Tensor> MeanAbsoluteError(const Tensor& logits,
                                          const Tensor& labels,
-                                         int64_t global_labels);
+                                         int64_t global_labels,
+                                         const Tensor& weights = Tensor());
 // Keras's Huber(delta): 0.5 d^2 where |d| <= delta, else delta (|d| -
 // 0.5 delta), for d = output - target (delta > 0).
 absl::StatusOr<Tensor> Huber(const Tensor& logits, const Tensor& labels,
-                             int64_t global_labels, double delta = 1.0);
+                             int64_t global_labels, double delta = 1.0,
+                             const Tensor& weights = Tensor());
 // Keras's LogCosh: log(cosh(d)), computed as d + softplus(-2 d) - log 2.
 absl::StatusOr<Tensor> LogCosh(const Tensor& logits, const Tensor& labels,
-                               int64_t global_labels);
-// sum |logit - label| over every label, on the host.
+                               int64_t global_labels,
+                               const Tensor& weights = Tensor());
+// sum w |logit - label| over every label, on the host.
 absl::StatusOr<double> SumAbsoluteError(const Tensor& logits,
-                                        const Tensor& labels);
+                                        const Tensor& labels,
+                                        const Tensor& weights = Tensor());
 
 }  // namespace mirrortrain::models
 

@@ -57,6 +57,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Build(const ModelDef& def,
     }
   }
   m->summary_ = std::move(builder.summary());
+  m->output_masked_ = m->body_->OutputMasked(false);
+  m->mask_warnings_ = builder.mask_warnings();
   return m;
 }
 
@@ -68,13 +70,23 @@ absl::StatusOr<Tensor> Model::Probabilities(const Tensor& outputs) const {
 }
 
 absl::StatusOr<Tensor> Model::Call(const Tensor& inputs,
-                                   const ForwardContext& ctx) {
+                                   const ForwardContext& ctx,
+                                   Tensor* output_mask) {
+  Tensor mask;
+  MT_ASSIGN_OR_RETURN(Tensor y, CallBody(inputs, ctx, mask));
+  if (output_mask != nullptr) *output_mask = std::move(mask);
+  return y;
+}
+
+absl::StatusOr<Tensor> Model::CallBody(const Tensor& inputs,
+                                       const ForwardContext& ctx,
+                                       Tensor& mask) {
   if (inputs.rank() != static_cast<int>(input_shape_.size()) + 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model input must be [batch, ", ShapeToString(input_shape_), "], got ",
         inputs.DebugString()));
   }
-  if (!mixed_bfloat16_) return body_->Call(inputs, ctx);
+  if (!mixed_bfloat16_) return body_->CallMasked(inputs, ctx, mask);
   Tensor x;
   if (!token_inputs_) {
     // A rounded copy: the caller's batch stays as it was.
@@ -86,7 +98,7 @@ absl::StatusOr<Tensor> Model::Call(const Tensor& inputs,
   ForwardContext bf16_ctx = ctx;
   bf16_ctx.bf16_activations = true;
   bf16_ctx.raw_token_ids = token_inputs_;
-  return body_->Call(x, bf16_ctx);
+  return body_->CallMasked(x, bf16_ctx, mask);
 }
 
 std::vector<Variable*> Model::trainable_variables() const {
@@ -139,6 +151,9 @@ std::string Model::Summary() const {
                         "%s\nTotal params: %d\nTrainable params: %d\n"
                         "Non-trainable params: %d\n",
                         rule, total, trainable, total - trainable);
+  for (const std::string& warning : mask_warnings_) {
+    absl::StrAppend(&out, "warning: ", warning, "\n");
+  }
   return out;
 }
 

@@ -42,8 +42,20 @@ class Model {
                                                       uint64_t seed,
                                                       Device device);
 
-  // The model's output for inputs [batch, ...input_shape].
-  absl::StatusOr<Tensor> Call(const Tensor& inputs, const ForwardContext& ctx);
+  // The model's output for inputs [batch, ...input_shape]; with
+  // `output_mask`, the output's mask there (undefined unless
+  // output_masked()).
+  absl::StatusOr<Tensor> Call(const Tensor& inputs, const ForwardContext& ctx,
+                              Tensor* output_mask = nullptr);
+  // Keras masking: whether the output carries a mask (an embedding's
+  // mask_zero or a masking layer, passed on to the output), which then
+  // weighs each label of the loss and the metric (Keras's loss masking).
+  bool output_masked() const { return output_masked_; }
+  // Where the model drops a mask (LayerBuilder::mask_warnings): Keras
+  // warns so too.
+  const std::vector<std::string>& mask_warnings() const {
+    return mask_warnings_;
+  }
 
   // TensorFlow's mixed_bfloat16 policy (`precision: bf16`): the inputs and
   // every layer's output are rounded to bfloat16 (ForwardContext::
@@ -88,6 +100,8 @@ class Model {
 
  private:
   Model() = default;
+  absl::StatusOr<Tensor> CallBody(const Tensor& inputs,
+                                  const ForwardContext& ctx, Tensor& mask);
 
   std::unique_ptr<Layer> body_;
   std::vector<Variable*> variables_;
@@ -100,6 +114,8 @@ class Model {
   bool token_inputs_ = false;  // The input layer reads token ids.
   bool reads_token_ids_ = false;
   std::string output_activation_;
+  bool output_masked_ = false;
+  std::vector<std::string> mask_warnings_;
 };
 
 }  // namespace mirrortrain::models

@@ -21,6 +21,7 @@
 #include "models/initializers.h"
 #include "models/layer.h"
 #include "models/layer_registry.h"
+#include "models/masking.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/matmul.h"
@@ -104,11 +105,33 @@ class MultiHeadAttentionLayer final : public Layer {
     MT_ASSIGN_OR_RETURN(q,
                         ops::Scale(q, 1.0 / std::sqrt(static_cast<double>(k))));
     MT_ASSIGN_OR_RETURN(Tensor scores, ops::MatMul(q, key, false, true));
-    if (options_.causal) {
+    Tensor keep;  // [batch, 1, T, T] of 1 and 0 under a padding mask.
+    if (ctx.mask.defined()) {
+      MT_RETURN_IF_ERROR(CheckMask(x, ctx.mask, name()));
+      MT_ASSIGN_OR_RETURN(keep, AttentionMask(ctx.mask));
+      // Keras's where(keep, scores, -1e9): s * 1 + 0, or s * 0 - 1e9.
+      MT_ASSIGN_OR_RETURN(Tensor masked_score,
+                          ops::internal::ScalarLike(keep, kMaskedScore));
+      MT_ASSIGN_OR_RETURN(const Tensor one,
+                          ops::internal::ScalarLike(keep, 1.0));
+      MT_ASSIGN_OR_RETURN(const Tensor dropped,
+                          ops::internal::BinaryKernel(
+                              "AttentionMask", BinaryKind::kSub, one, keep));
+      MT_ASSIGN_OR_RETURN(masked_score, ops::internal::BinaryKernel(
+                                            "AttentionMask", BinaryKind::kMul,
+                                            dropped, masked_score));
+      MT_ASSIGN_OR_RETURN(scores, ops::Mul(scores, keep));
+      MT_ASSIGN_OR_RETURN(scores, ops::Add(scores, masked_score));
+    } else if (options_.causal) {
       MT_ASSIGN_OR_RETURN(Tensor mask, CausalMask(t, x.device()));
       MT_ASSIGN_OR_RETURN(scores, ops::Add(scores, mask));
     }
     MT_ASSIGN_OR_RETURN(Tensor probs, ops::Softmax(scores));
+    if (keep.defined() && options_.dropout > 0) {
+      // Keras's path with dropout (its Softmax layer's): a query whose
+      // every key is masked attends to nothing (0), not to all alike.
+      MT_ASSIGN_OR_RETURN(probs, ops::Mul(probs, keep));
+    }
     if (ctx.training && options_.dropout > 0) {
       // Seeded by step and layer; salted apart from the dropout layers'.
       MT_ASSIGN_OR_RETURN(probs,
@@ -142,8 +165,35 @@ class MultiHeadAttentionLayer final : public Layer {
     return vars;
   }
   bool InputFeedsProduct() const override { return true; }
+  // Keras's: a masked query or key is left out; the output keeps the
+  // (query's) mask.
+  bool SupportsMasking() const override { return true; }
 
  private:
+  // The padding mask [batch, T] as keep[b, 0, i, j] = mask[b, i] mask[b, j]
+  // (Keras's query and value masks), and i >= j too when causal.
+  absl::StatusOr<Tensor> AttentionMask(const Tensor& mask) {
+    const int64_t batch = mask.dim(0), t = mask.dim(1);
+    MT_ASSIGN_OR_RETURN(const Tensor rows,
+                        ops::Reshape(mask, {batch, 1, t, 1}));
+    MT_ASSIGN_OR_RETURN(const Tensor cols,
+                        ops::Reshape(mask, {batch, 1, 1, t}));
+    MT_ASSIGN_OR_RETURN(
+        Tensor keep, ops::internal::BinaryKernel("AttentionMask",
+                                                 BinaryKind::kMul, rows, cols));
+    if (!options_.causal) return keep;
+    MT_ASSIGN_OR_RETURN(const Tensor additive, CausalMask(t, mask.device()));
+    // 0 on and below the diagonal -> 1, kMaskedScore above -> 0.
+    MT_ASSIGN_OR_RETURN(const Tensor zero,
+                        ops::internal::ScalarLike(additive, 0.0));
+    MT_ASSIGN_OR_RETURN(
+        const Tensor lower,
+        ops::internal::BinaryKernel("AttentionMask", BinaryKind::kGreaterEqual,
+                                    additive, zero));
+    return ops::internal::BinaryKernel("AttentionMask", BinaryKind::kMul, keep,
+                                       lower);
+  }
+
   MultiHeadAttentionLayer(std::string name, const Options& options,
                           std::vector<Projection> projections)
       : Layer(std::move(name)),

@@ -13,7 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "models/layer.h"
 #include "models/layer_registry.h"
+#include "models/masking.h"
 #include "tensor/ops/array_ops.h"
+#include "tensor/ops/math_ops.h"
 #include "tensor/ops/pooling_ops.h"
 #include "tensor/ops/reduction_ops.h"
 #include "tensor/ops/window.h"
@@ -66,8 +68,10 @@ class GlobalPooling1DLayer final : public Layer {
   GlobalPooling1DLayer(std::string name, bool max, bool keepdims)
       : Layer(std::move(name)), max_(max), keepdims_(keepdims) {}
 
-  absl::StatusOr<Tensor> Call(const Tensor& x, const ForwardContext&) override {
+  absl::StatusOr<Tensor> Call(const Tensor& x,
+                              const ForwardContext& ctx) override {
     MT_ASSIGN_OR_RETURN(const Shape out, OutputShape(x.shape()));
+    if (!max_ && ctx.mask.defined()) return MaskedMean(x, ctx.mask);
     if (!max_) return ops::ReduceMean(x, {1}, keepdims_);
     // One window over every step: max pooling's gradient (the first
     // maximum of each channel), as global_max_pooling2d's.
@@ -86,7 +90,28 @@ class GlobalPooling1DLayer final : public Layer {
     return Shape{input[0], input[2]};
   }
 
+  // Keras's: the average pooling takes a mask (and gives none); the max
+  // pooling drops it.
+  bool SupportsMasking() const override { return !max_; }
+  bool OutputMasked(bool) const override { return false; }
+  absl::StatusOr<Tensor> OutputMask(const Tensor&,
+                                    const ForwardContext&) const override {
+    return Tensor();
+  }
+
  private:
+  // The mean over the unmasked steps, as Keras's: their sum over their
+  // count (0 / 0 where every step is masked, as Keras's NaN).
+  absl::StatusOr<Tensor> MaskedMean(const Tensor& x, const Tensor& mask) const {
+    MT_RETURN_IF_ERROR(CheckMask(x, mask, name()));
+    MT_ASSIGN_OR_RETURN(const Tensor weights, MaskOverFeatures(mask));
+    MT_ASSIGN_OR_RETURN(const Tensor kept, ops::Mul(x, weights));
+    MT_ASSIGN_OR_RETURN(const Tensor sum, ops::ReduceSum(kept, {1}, keepdims_));
+    MT_ASSIGN_OR_RETURN(const Tensor count,
+                        ops::ReduceSum(weights, {1}, keepdims_));
+    return ops::Div(sum, count);
+  }
+
   bool max_;
   bool keepdims_;
 };
@@ -156,11 +181,13 @@ MT_REGISTER(LayerType,
                     "(Keras GlobalMaxPooling1D)",
              .params = GlobalPooling1DParams(),
              .create = CreateGlobalPooling1D<true>});
-MT_REGISTER(LayerType,
-            {.name = "global_average_pooling1d",
-             .doc = "mean over the steps of [batch, steps, channels] (Keras "
-                    "GlobalAveragePooling1D, without masks)",
-             .params = GlobalPooling1DParams(),
-             .create = CreateGlobalPooling1D<false>});
+MT_REGISTER(
+    LayerType,
+    {.name = "global_average_pooling1d",
+     .doc = "mean over the steps of [batch, steps, channels] (Keras "
+            "GlobalAveragePooling1D; over the unmasked steps of a masked "
+            "input)",
+     .params = GlobalPooling1DParams(),
+     .create = CreateGlobalPooling1D<false>});
 
 }  // namespace mirrortrain::models

@@ -19,6 +19,8 @@ namespace {
 
 class PositionEmbeddingLayer final : public Layer {
  public:
+  // Keras masking: the input's mask passes to the output.
+  bool SupportsMasking() const override { return true; }
   static absl::StatusOr<std::unique_ptr<Layer>> Create(std::string name,
                                                        int64_t sequence_length,
                                                        int64_t width,

@@ -21,6 +21,8 @@ namespace {
 
 class PReluLayer final : public Layer {
  public:
+  // Keras masking: the input's mask passes to the output.
+  bool SupportsMasking() const override { return true; }
   PReluLayer(std::string name, Variable alpha)
       : Layer(std::move(name)), alpha_(std::move(alpha)) {}
 

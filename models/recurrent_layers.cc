@@ -32,6 +32,7 @@
 #include "models/initializers.h"
 #include "models/layer.h"
 #include "models/layer_registry.h"
+#include "models/masking.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/matmul.h"
@@ -65,8 +66,16 @@ struct StepWeights {
 // product x_t [batch, gates * units] (Step).
 class RecurrentLayer : public Layer {
  public:
-  absl::StatusOr<Tensor> Call(const Tensor& x, const ForwardContext&) final {
+  absl::StatusOr<Tensor> Call(const Tensor& x,
+                              const ForwardContext& ctx) final {
     MT_RETURN_IF_ERROR(OutputShape(x.shape()).status());
+    // A masked step keeps the states (and so the output) of the step
+    // before it (Keras's rnn with a mask).
+    std::vector<Tensor> step_masks;
+    if (ctx.mask.defined()) {
+      MT_RETURN_IF_ERROR(CheckMask(x, ctx.mask, name()));
+      MT_ASSIGN_OR_RETURN(step_masks, ops::Split(ctx.mask, x.dim(1), 1));
+    }
     const int64_t b = x.dim(0), steps = x.dim(1), u = options_.units;
     const int64_t width = gates_ * u;
     // Every step's input product in one.
@@ -88,7 +97,14 @@ class RecurrentLayer : public Layer {
       const int64_t t = options_.go_backwards ? steps - 1 - s : s;
       MT_ASSIGN_OR_RETURN(const Tensor xt, ops::Reshape(inputs[t], {b, width}));
       inputs[t] = Tensor();  // Freed as the steps go (kept by a tape).
-      MT_RETURN_IF_ERROR(Step(xt, weights, states));
+      if (step_masks.empty()) {
+        MT_RETURN_IF_ERROR(Step(xt, weights, states));
+      } else {
+        const States before = states;
+        MT_RETURN_IF_ERROR(Step(xt, weights, states));
+        MT_RETURN_IF_ERROR(
+            KeepMasked(step_masks[t], before, /*cell=*/gates_ == 4, states));
+      }
       if (options_.return_sequences) {
         MT_ASSIGN_OR_RETURN(Tensor out, ops::Reshape(states.h, {b, 1, u}));
         outputs.push_back(std::move(out));
@@ -116,7 +132,36 @@ class RecurrentLayer : public Layer {
     return {&kernel_, &recurrent_, &*bias_};
   }
 
+  // Keras's: every step's output keeps the mask; the last one does not.
+  bool SupportsMasking() const final { return true; }
+  bool OutputMasked(bool input_masked) const final {
+    return input_masked && options_.return_sequences;
+  }
+  absl::StatusOr<Tensor> OutputMask(const Tensor&,
+                                    const ForwardContext& ctx) const final {
+    return options_.return_sequences ? ctx.mask : Tensor();
+  }
+
  protected:
+  // `after` where the step's mask [batch, 1] is 1, `before` where it is 0:
+  // m after + (1 - m) before, exact as Keras's where (one term is 0). Only
+  // an LSTM (`cell`) carries c.
+  static absl::Status KeepMasked(const Tensor& mask, const States& before,
+                                 bool cell, States& after) {
+    MT_ASSIGN_OR_RETURN(const Tensor one, ops::internal::ScalarLike(mask, 1));
+    MT_ASSIGN_OR_RETURN(
+        const Tensor keep,
+        ops::internal::BinaryKernel("KeepMasked", BinaryKind::kSub, one, mask));
+    auto select = [&](const Tensor& old, Tensor& state) -> absl::Status {
+      MT_ASSIGN_OR_RETURN(const Tensor fresh, ops::Mul(state, mask));
+      MT_ASSIGN_OR_RETURN(const Tensor kept, ops::Mul(old, keep));
+      MT_ASSIGN_OR_RETURN(state, ops::Add(fresh, kept));
+      return absl::OkStatus();
+    };
+    MT_RETURN_IF_ERROR(select(before.h, after.h));
+    return cell ? select(before.c, after.c) : absl::OkStatus();
+  }
+
   RecurrentLayer(std::string name, int64_t gates, Variable kernel,
                  Variable recurrent, std::optional<Variable> bias,
                  RecurrentOptions options)

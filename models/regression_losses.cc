@@ -32,8 +32,8 @@ absl::StatusOr<Tensor> Differences(const char* loss, const Tensor& logits,
 }
 
 absl::StatusOr<Tensor> MeanOfSum(const Tensor& per_target,
-                                 int64_t global_labels) {
-  MT_ASSIGN_OR_RETURN(const Tensor sum, ops::ReduceSum(per_target));
+                                 int64_t global_labels, const Tensor& weights) {
+  MT_ASSIGN_OR_RETURN(const Tensor sum, WeightedSum(per_target, weights));
   return ops::Scale(sum, 1.0 / static_cast<double>(global_labels));
 }
 
@@ -58,28 +58,33 @@ LossType RegressionLoss(std::string name, std::string doc,
 // A regression loss without keys of its own.
 using KeylessLoss = absl::StatusOr<Tensor> (*)(const Tensor& logits,
                                                const Tensor& labels,
-                                               int64_t global_labels);
+                                               int64_t global_labels,
+                                               const Tensor& weights);
 LossType RegressionLoss(std::string name, std::string doc, KeylessLoss loss) {
   return RegressionLoss(
       std::move(name), std::move(doc),
-      [loss](const Tensor& logits, const Tensor& labels, int64_t global_labels,
-             const Params&) { return loss(logits, labels, global_labels); });
+      [loss](const Tensor& logits, const Tensor& labels, const Tensor& weights,
+             int64_t global_labels, const Params&) {
+        return loss(logits, labels, global_labels, weights);
+      });
 }
 
 }  // namespace
 
 absl::StatusOr<Tensor> MeanSquaredError(const Tensor& logits,
                                         const Tensor& labels,
-                                        int64_t global_labels) {
+                                        int64_t global_labels,
+                                        const Tensor& weights) {
   MT_ASSIGN_OR_RETURN(const Tensor d, Differences("mean_squared_error", logits,
                                                   labels, global_labels));
   MT_ASSIGN_OR_RETURN(const Tensor squared, ops::Square(d));
-  return MeanOfSum(squared, global_labels);
+  return MeanOfSum(squared, global_labels, weights);
 }
 
 absl::StatusOr<Tensor> MeanAbsoluteError(const Tensor& logits,
                                          const Tensor& labels,
-                                         int64_t global_labels) {
+                                         int64_t global_labels,
+                                         const Tensor& weights) {
   MT_ASSIGN_OR_RETURN(const Tensor d, Differences("mean_absolute_error", logits,
                                                   labels, global_labels));
   // |d| as relu(d) + relu(-d): its gradient at 0 is 0, TensorFlow's sign(0).
@@ -87,11 +92,12 @@ absl::StatusOr<Tensor> MeanAbsoluteError(const Tensor& logits,
   MT_ASSIGN_OR_RETURN(const Tensor neg, ops::Neg(d));
   MT_ASSIGN_OR_RETURN(const Tensor below, ops::Relu(neg));
   MT_ASSIGN_OR_RETURN(const Tensor absolute, ops::Add(above, below));
-  return MeanOfSum(absolute, global_labels);
+  return MeanOfSum(absolute, global_labels, weights);
 }
 
 absl::StatusOr<Tensor> Huber(const Tensor& logits, const Tensor& labels,
-                             int64_t global_labels, double delta) {
+                             int64_t global_labels, double delta,
+                             const Tensor& weights) {
   if (!(delta > 0 && std::isfinite(delta))) {
     return absl::InvalidArgumentError(
         absl::StrCat("huber: delta must be > 0 and finite, got ", delta));
@@ -107,11 +113,11 @@ absl::StatusOr<Tensor> Huber(const Tensor& logits, const Tensor& labels,
   MT_ASSIGN_OR_RETURN(const Tensor c2, ops::Square(c));
   MT_ASSIGN_OR_RETURN(const Tensor half_c2, ops::Scale(c2, 0.5));
   MT_ASSIGN_OR_RETURN(const Tensor per_target, ops::Sub(cd, half_c2));
-  return MeanOfSum(per_target, global_labels);
+  return MeanOfSum(per_target, global_labels, weights);
 }
 
 absl::StatusOr<Tensor> LogCosh(const Tensor& logits, const Tensor& labels,
-                               int64_t global_labels) {
+                               int64_t global_labels, const Tensor& weights) {
   MT_ASSIGN_OR_RETURN(const Tensor d,
                       Differences("log_cosh", logits, labels, global_labels));
   // Keras's form: no overflow of cosh for large |d| (log cosh d -> |d| -
@@ -122,11 +128,12 @@ absl::StatusOr<Tensor> LogCosh(const Tensor& logits, const Tensor& labels,
   MT_ASSIGN_OR_RETURN(const Tensor log2,
                       ops::internal::ScalarLike(sum, std::log(2.0)));
   MT_ASSIGN_OR_RETURN(const Tensor per_target, ops::Sub(sum, log2));
-  return MeanOfSum(per_target, global_labels);
+  return MeanOfSum(per_target, global_labels, weights);
 }
 
 absl::StatusOr<double> SumAbsoluteError(const Tensor& logits,
-                                        const Tensor& labels) {
+                                        const Tensor& labels,
+                                        const Tensor& weights) {
   if (logits.num_elements() != labels.num_elements()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "SumAbsoluteError: outputs ", ShapeToString(logits.shape()),
@@ -134,9 +141,12 @@ absl::StatusOr<double> SumAbsoluteError(const Tensor& logits,
   }
   MT_ASSIGN_OR_RETURN(const Tensor x, logits.To(Device::Cpu()));
   MT_ASSIGN_OR_RETURN(const Tensor y, labels.To(Device::Cpu()));
+  MT_ASSIGN_OR_RETURN(const std::vector<double> w,
+                      LabelWeights(weights, y.num_elements()));
   double sum = 0;
   for (int64_t i = 0; i < x.num_elements(); ++i) {
-    sum += std::abs(x.ScalarAt(i) - y.ScalarAt(i));
+    const double weight = w.empty() ? 1.0 : w[static_cast<size_t>(i)];
+    if (weight != 0) sum += weight * std::abs(x.ScalarAt(i) - y.ScalarAt(i));
   }
   return sum;
 }
@@ -170,9 +180,10 @@ MT_REGISTER(LossType,
                 "one output per real-valued target; evaluation reports the "
                 "mean absolute error beside it",
                 [](const Tensor& logits, const Tensor& labels,
-                   int64_t global_labels, const Params& params) {
+                   const Tensor& weights, int64_t global_labels,
+                   const Params& params) {
                   return Huber(logits, labels, global_labels,
-                               params.Float("delta"));
+                               params.Float("delta"), weights);
                 },
                 {{Param::Float("delta")
                       .Default(1.0)

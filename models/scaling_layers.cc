@@ -24,6 +24,8 @@ namespace {
 
 class RescalingLayer final : public Layer {
  public:
+  // Keras masking: the input's mask passes to the output.
+  bool SupportsMasking() const override { return true; }
   RescalingLayer(std::string name, double scale, double offset)
       : Layer(std::move(name)), scale_(scale), offset_(offset) {}
 
@@ -47,6 +49,8 @@ constexpr double kUnitNormEpsilon = 1e-12;
 
 class UnitNormalizationLayer final : public Layer {
  public:
+  // Keras masking: the input's mask passes to the output.
+  bool SupportsMasking() const override { return true; }
   explicit UnitNormalizationLayer(std::string name) : Layer(std::move(name)) {}
 
   absl::StatusOr<Tensor> Call(const Tensor& x, const ForwardContext&) override {

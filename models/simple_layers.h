@@ -70,6 +70,8 @@ class ReshapeLayer final : public Layer {
 // kind's seeds meet another's).
 class DropoutLayer final : public Layer {
  public:
+  // Keras masking: the input's mask passes to the output.
+  bool SupportsMasking() const override { return true; }
   DropoutLayer(std::string name, double rate, int index, bool channels = false,
                uint64_t salt = 0)
       : Layer(std::move(name)),
@@ -92,6 +94,8 @@ class DropoutLayer final : public Layer {
 
 class ActivationLayer final : public Layer {
  public:
+  // Keras masking: the input's mask passes to the output.
+  bool SupportsMasking() const override { return true; }
   ActivationLayer(std::string name, const ActivationDef& activation)
       : Layer(std::move(name)), activation_(activation) {}
   absl::StatusOr<Tensor> Call(const Tensor& x,

@@ -49,6 +49,7 @@ class TimeDistributedLayer final : public Layer {
     Shape out_step = out;
     out_step[1] = 1;
     ForwardContext step = ctx.ForWrappedLayer();
+    step.mask = Tensor();  // The steps' mask is the output's (below).
     std::vector<Tensor> outputs;
     outputs.reserve(steps);
     for (int64_t t = 0; t < steps; ++t) {
@@ -81,6 +82,9 @@ class TimeDistributedLayer final : public Layer {
 
   std::vector<Variable*> variables() override { return inner_->variables(); }
   bool ReadsTokenIds() const override { return inner_->ReadsTokenIds(); }
+  // Keras's: the mask passes to the output. Its layer sees each step
+  // without it (Keras hands a layer that takes masks each step's column).
+  bool SupportsMasking() const override { return true; }
 
  private:
   std::unique_ptr<Layer> inner_;
@@ -106,6 +110,7 @@ absl::StatusOr<std::unique_ptr<Layer>> CreateTimeDistributed(
   inner.name = absl::StrCat(
       b.name(), "/",
       inner.name.empty() ? b.TakeAutoName(inner.type) : inner.name);
+  b.set_input_masked(false);  // Its layer is called without the mask.
   MT_ASSIGN_OR_RETURN(std::unique_ptr<Layer> layer,
                       b.BuildSequence({inner}, StepShape(in)));
   return std::unique_ptr<Layer>(

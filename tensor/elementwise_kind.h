@@ -55,6 +55,7 @@ enum class BinaryKind : uint8_t {
   kMinimum,        // min(a, b), NaN if either is
   kGreaterEqual,   // a >= b ? 1 : 0 (Maximum's gradient mask)
   kLessEqual,      // a <= b ? 1 : 0 (Minimum's)
+  kNotEqual,       // a != b ? 1 : 0, 1 where either is NaN (Keras masks)
 };
 
 // SELU's constants (Klambauer et al.), as TensorFlow spells them: its
@@ -222,6 +223,8 @@ MT_HOST_DEVICE inline T ApplyBinary(BinaryKind kind, T a, T b) {
       return a >= b ? T(1) : T(0);
     case BinaryKind::kLessEqual:
       return a <= b ? T(1) : T(0);
+    case BinaryKind::kNotEqual:
+      return a != b ? T(1) : T(0);
   }
   return a;
 }

@@ -364,6 +364,12 @@ int Train(int argc, char** argv) {
                  "not all-reduced and replicas drift apart (for measuring "
                  "communication cost only)\n");
   }
+  for (const std::string& warning : (*trainer)->mask_warnings()) {
+    if (Reports()) {
+      std::fprintf(stderr, "mirrortrain: warning: %s\n",
+                   OneLine(warning).c_str());
+    }
+  }
   absl::Status s = (*trainer)->Train();
   if (absl::IsCancelled(s) && StopSignal() != 0) return 128 + StopSignal();
   if (s.ok()) return kExitOk;

@@ -19,9 +19,11 @@
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/stream.h"
 #include "tensor/gradient_tape.h"
+#include "tensor/ops/array_ops.h"
 #include "tensor/ops/clip_ops.h"
 #include "tensor/ops/index_checks.h"
 #include "tensor/ops/math_ops.h"
+#include "tensor/ops/reduction_ops.h"
 #include "tensor/status_macros.h"
 #include "trainer/checkpoint/checkpoint_format.h"
 #include "trainer/optim/optimizers.h"
@@ -42,25 +44,34 @@ struct EvalSums {
   double loss = 0;    // Per-label losses (under the loss's keys).
   double plain = 0;   // The same unsmoothed, where `plain` is asked for.
   double metric = 0;  // The loss's metric summed (right labels: accuracy).
+  double labels = 0;  // The labels counted: those unmasked, if masked.
 };
 
 // Adds the batch of host `logits` and `labels` to `sums`: summed losses
-// are a "global batch" of 1.
+// are a "global batch" of 1. `mask`: the model's output mask (host), which
+// weighs the labels (undefined: all count).
 absl::Status AddEvalSums(const models::LossType& loss_type,
                          const Params& params, const Tensor& logits,
-                         const Tensor& labels, const Params* plain,
-                         EvalSums& sums) {
+                         const Tensor& labels, const Tensor& mask,
+                         const Params* plain, EvalSums& sums) {
   MT_ASSIGN_OR_RETURN(const Tensor loss,
-                      loss_type.compute(logits, labels, 1, params));
+                      loss_type.compute(logits, labels, mask, 1, params));
   sums.loss += loss.ScalarAt(0);
   if (plain != nullptr) {
     MT_ASSIGN_OR_RETURN(const Tensor xent,
-                        loss_type.compute(logits, labels, 1, *plain));
+                        loss_type.compute(logits, labels, mask, 1, *plain));
     sums.plain += xent.ScalarAt(0);
   }
   MT_ASSIGN_OR_RETURN(const double metric,
-                      loss_type.metric_sum(logits, labels));
+                      loss_type.metric_sum(logits, labels, mask));
   sums.metric += metric;
+  MT_ASSIGN_OR_RETURN(const std::vector<double> weights,
+                      models::LabelWeights(mask, labels.num_elements()));
+  if (weights.empty()) {
+    sums.labels += static_cast<double>(labels.num_elements());
+  } else {
+    for (const double w : weights) sums.labels += w;
+  }
   return absl::OkStatus();
 }
 
@@ -79,6 +90,10 @@ absl::StatusOr<double> Trainer::HostValue(const Tensor& t) {
   if (t.device().is_cpu()) return t.ScalarAt(0);
   MT_ASSIGN_OR_RETURN(const Tensor host, t.To(Device::Cpu()));
   return host.ScalarAt(0);
+}
+
+const std::vector<std::string>& Trainer::mask_warnings() const {
+  return primary().model->mask_warnings();
 }
 
 int64_t Trainer::global_step() const {
@@ -209,6 +224,41 @@ absl::StatusOr<Trainer::ShardInputs> Trainer::ReplicaShard(
   return in;
 }
 
+absl::StatusOr<Tensor> Trainer::MaskedLoss(distribute::ReplicaContext& ctx,
+                                           const Tensor& logits,
+                                           const Tensor& labels,
+                                           const Tensor& mask,
+                                           int64_t micro_batches) const {
+  // Keras's masked mean: the weighted sum over the unmasked labels' count,
+  // here the count of the micro-batch's global batch (every replica's), so
+  // the replicas' summed gradients are its gradient; micro-batches weigh
+  // 1 / K each (Keras's gradient_accumulation_steps).
+  const int64_t per_mask =
+      mask.num_elements() > 0 ? labels.num_elements() / mask.num_elements() : 1;
+  MT_ASSIGN_OR_RETURN(const Tensor sum, loss_->compute(logits, labels, mask,
+                                                       micro_batches * per_mask,
+                                                       config_.loss.params));
+  MT_ASSIGN_OR_RETURN(Tensor count, ops::ReduceSum(mask));
+  MT_ASSIGN_OR_RETURN(count, ops::Reshape(count, {1}));
+  if (count.dtype() != sum.dtype()) {
+    MT_ASSIGN_OR_RETURN(count, ops::Cast(count, sum.dtype()));
+  }
+  if (ctx.reduces()) {
+    Tensor parts[] = {count};
+    MT_RETURN_IF_ERROR(
+        ctx.AllReduce(distribute::ReduceOp::kSum, absl::MakeSpan(parts)));
+    count = parts[0];
+  }
+  // A batch of padding alone: its sum is 0, and so is the loss (Keras's
+  // divide_no_nan).
+  MT_ASSIGN_OR_RETURN(const Tensor one, ops::internal::ScalarLike(count, 1));
+  MT_ASSIGN_OR_RETURN(
+      count, ops::internal::BinaryKernel("MaskedLoss", BinaryKind::kMaximum,
+                                         count, one));
+  MT_ASSIGN_OR_RETURN(Tensor loss, ops::Div(sum, count));
+  return ops::Reshape(loss, sum.shape());
+}
+
 absl::StatusOr<std::vector<Tensor>> Trainer::ComputeGradients(
     distribute::ReplicaContext& ctx, Replica& r,
     absl::Span<const Batch> micro_batches, uint64_t step_seed,
@@ -259,9 +309,17 @@ absl::StatusOr<std::vector<Tensor>> Trainer::ComputeGradients(
           .all_reduce_sum = ctx.reduces() ? &all_reduce : nullptr,
           .step_seed_tensor =
               graph != nullptr ? graph->step_seed.device() : Tensor()};
-      MT_ASSIGN_OR_RETURN(Tensor logits, r.model->Call(in.images, fctx));
-      MT_ASSIGN_OR_RETURN(loss, loss_->compute(logits, in.labels, update_labels,
-                                               config_.loss.params));
+      Tensor mask;
+      MT_ASSIGN_OR_RETURN(Tensor logits, r.model->Call(in.images, fctx, &mask));
+      if (mask.defined()) {
+        MT_ASSIGN_OR_RETURN(
+            loss, MaskedLoss(ctx, logits, in.labels, mask,
+                             static_cast<int64_t>(micro_batches.size())));
+      } else {
+        MT_ASSIGN_OR_RETURN(
+            loss, loss_->compute(logits, in.labels, Tensor(), update_labels,
+                                 config_.loss.params));
+      }
       std::vector<Tensor> sources;
       for (Variable* v : vars) sources.push_back(v->value());
       if (i + 1 < micro_batches.size()) {
@@ -485,10 +543,14 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
           MT_ASSIGN_OR_RETURN(Tensor labels, test_data_.labels.SliceRows(
                                                  begin + shard.begin, rows));
           MT_ASSIGN_OR_RETURN(images, images.To(ctx.device()));
-          MT_ASSIGN_OR_RETURN(Tensor logits, r.model->Call(images, {}));
+          Tensor mask;
+          MT_ASSIGN_OR_RETURN(Tensor logits, r.model->Call(images, {}, &mask));
           MT_ASSIGN_OR_RETURN(logits, logits.To(Device::Cpu()));
+          if (mask.defined()) {
+            MT_ASSIGN_OR_RETURN(mask, mask.To(Device::Cpu()));
+          }
           MT_RETURN_IF_ERROR(
-              AddEvalSums(*loss_, config_.loss.params, logits, labels,
+              AddEvalSums(*loss_, config_.loss.params, logits, labels, mask,
                           plain_apart ? &plain_params : nullptr, sums[id]));
         }
         if (swap) MT_RETURN_IF_ERROR(swap->Restore());
@@ -500,8 +562,8 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
     for (const EvalSums& s : sums) values.push_back(s.*field);
     return distribute::Strategy::Reduce(distribute::ReduceOp::kSum, values);
   };
-  double totals[3] = {reduce(&EvalSums::loss), reduce(&EvalSums::metric),
-                      reduce(&EvalSums::plain)};
+  double totals[4] = {reduce(&EvalSums::loss), reduce(&EvalSums::metric),
+                      reduce(&EvalSums::plain), reduce(&EvalSums::labels)};
   if (runner == strategy_.get()) {
     MT_RETURN_IF_ERROR(processes_->AllReduceSum(absl::MakeSpan(totals),
                                                 "the evaluation sums"));
@@ -510,8 +572,9 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
   const double plain_sum = plain_apart ? totals[2] : loss_sum;
   EvalResult result;
   result.examples = n;
-  result.labels = n * labels_per_example;
-  const double labels = static_cast<double>(result.labels);
+  // Masked labels (Model::output_masked) do not count.
+  result.labels = static_cast<int64_t>(std::llround(totals[3]));
+  const double labels = totals[3];
   result.loss = labels > 0 ? loss_sum / labels : 0;
   result.metric_name = loss_->metric;
   result.metric = labels > 0 ? metric_sum / labels : 0;

@@ -153,6 +153,8 @@ class Trainer {
   absl::StatusOr<std::string> SaveCheckpoint();
   // The checkpoint the state came from ("" if trained from scratch).
   const std::string& restored_from() const { return restored_from_; }
+  // Where the model drops a mask (models::Model::mask_warnings).
+  const std::vector<std::string>& mask_warnings() const;
   // Replica r's replicated state: model variables, optimizer slots and EMA
   // shadows, in a fixed order (only the model's variables when the state
   // is not mirrored).
@@ -310,6 +312,14 @@ class Trainer {
       distribute::ReplicaContext& ctx, Replica& r,
       absl::Span<const Batch> micro_batches, uint64_t step_seed,
       const GraphInputs* graph = nullptr);
+  // The loss of a replica's `logits` whose model output carries `mask`
+  // (Keras's loss masking): the labels' weighted sum over the count of
+  // unmasked ones in the micro-batch's global batch (all-reduced), and
+  // over `micro_batches`.
+  absl::StatusOr<Tensor> MaskedLoss(distribute::ReplicaContext& ctx,
+                                    const Tensor& logits, const Tensor& labels,
+                                    const Tensor& mask,
+                                    int64_t micro_batches) const;
   // The next step's batches: train.accumulation_steps of them, or fewer
   // when the epoch ends first (a step never spans two epochs).
   absl::StatusOr<std::vector<Batch>> NextMicroBatches();

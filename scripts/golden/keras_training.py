@@ -249,13 +249,14 @@ def binary(rng, name, labels, output, loss_fn, optimizer, seed):
                       REG_STEPS, REG_EXAMPLES // REG_BATCH, loss_fn))
 
 
-def small_run(name, x, y, model, optimizer):
+def small_run(name, x, y, model, optimizer, loss_fn=None):
     """The run `name` of `model` on x, y: REG_STEPS steps of REG_BATCH
-    consecutive examples under `optimizer`, recorded with its data."""
+    consecutive examples under `optimizer` (and `loss_fn`, train()'s),
+    recorded with its data."""
     return [(name + "/x", x), (name + "/y", y)] + record(
         name + "/", model,
         lambda: train(model, optimizer, consecutive_batches(x, y, REG_BATCH),
-                      REG_STEPS, REG_EXAMPLES // REG_BATCH))
+                      REG_STEPS, REG_EXAMPLES // REG_BATCH, loss_fn))
 
 
 def sequence_data(rng, steps, window=slice(None)):
@@ -615,6 +616,117 @@ def video(rng):
     return small_run("video", x, y, model, optimizer)
 
 
+def padded_ids(rng, steps, vocabulary, shortest):
+    """Token ids [REG_EXAMPLES, steps] in [1, vocabulary), each row's
+    length drawn from [shortest, steps], the rest 0 (padding): right-padded
+    rows, and every fourth one left-padded."""
+    x = rng.integers(1, vocabulary, size=(REG_EXAMPLES, steps))
+    lengths = rng.integers(shortest, steps + 1, size=REG_EXAMPLES)
+    for i, n in enumerate(lengths):
+        if i % 4 == 3:
+            x[i, :steps - n] = 0
+        else:
+            x[i, n:] = 0
+    return x.astype(np.float32), lengths
+
+
+def output_masked(model, x):
+    """Whether Keras attaches a mask to the model's output (its losses then
+    weigh the labels by it)."""
+    return getattr(model(x[:2]), "_keras_mask", None) is not None
+
+
+def masked_text(rng):
+    """Padded token ids (mask_zero) through an LSTM (every step) and a GRU
+    (the last unmasked step's state), four classes from the ids."""
+    x, lengths = padded_ids(rng, 10, 20, 3)
+    big = ((x > 10).sum(axis=1) * 2 > lengths)
+    y = (big * 2 + (x.sum(axis=1) % 2 == 1)).astype(np.int64)
+    fresh_session()
+    keras.utils.set_random_seed(SEED + 25)
+    L = keras.layers
+    model = keras.Sequential([
+        keras.Input((10,)),
+        L.Embedding(20, 6, mask_zero=True),
+        L.LSTM(8, return_sequences=True),
+        L.GRU(5),
+        L.Dense(4),
+    ])
+    assert not output_masked(model, x)
+    optimizer = keras.optimizers.Adam(learning_rate=0.01)
+    return small_run("mtext", x, y, model, optimizer)
+
+
+def tagger(rng):
+    """A class per token of padded ids, the loss over the unmasked tokens
+    only (Keras's loss masking): Embedding(mask_zero), Bidirectional GRU
+    (every step: masked ones give 0), Dense per step."""
+    x, _ = padded_ids(rng, 8, 16, 2)
+    y = np.where(x == 0, 0, (x.astype(np.int64) % 3 + np.roll(
+        x.astype(np.int64), 1, axis=1) % 2) % 3).astype(np.int64)
+    fresh_session()
+    keras.utils.set_random_seed(SEED + 26)
+    L = keras.layers
+    model = keras.Sequential([
+        keras.Input((8,)),
+        L.Embedding(16, 6, mask_zero=True),
+        L.Bidirectional(L.GRU(4, return_sequences=True)),
+        L.Dense(3),
+    ])
+    assert output_masked(model, x)
+    optimizer = keras.optimizers.Adam(learning_rate=0.01)
+    return small_run("tagger", x, y, model, optimizer)
+
+
+def masked_attention(rng):
+    """A causal self-attention block over padded ids: the padding mask and
+    the causal one combined, the attention's output masked like its query,
+    x + attention(x) (an OR of two equal masks), layer norm, the mean over
+    the unmasked steps."""
+    x, lengths = padded_ids(rng, 8, 16, 3)
+    y = ((x[:, :3].sum(axis=1) > 24) * 2 +
+         (lengths > 5)).astype(np.int64)
+    fresh_session()
+    keras.utils.set_random_seed(SEED + 27)
+    L = keras.layers
+    inputs = keras.Input((8,))
+    h = L.Embedding(16, 8, mask_zero=True)(inputs)
+    h = L.Add()([h, L.MultiHeadAttention(num_heads=2, key_dim=4)(
+        h, h, use_causal_mask=True)])
+    h = L.LayerNormalization(epsilon=1e-3)(h)
+    h = L.GlobalAveragePooling1D()(h)
+    model = keras.Model(inputs, L.Dense(4)(h))
+    assert not output_masked(model, x)
+    # Not Adam: the key bias's gradient is 0 but for rounding (a query's
+    # scores all shift alike), which Adam would scale up to whole steps.
+    optimizer = keras.optimizers.SGD(learning_rate=0.1, momentum=0.9)
+    return small_run("mattn", x, y, model, optimizer)
+
+
+def masked_regression(rng):
+    """Real-valued sequences whose trailing steps are all 0 (Masking), a
+    SimpleRNN over every step and two targets per step, the squared error
+    over the unmasked steps only."""
+    x = rng.normal(size=(REG_EXAMPLES, 10, 3)).astype(np.float32)
+    lengths = rng.integers(4, 11, size=REG_EXAMPLES)
+    for i, n in enumerate(lengths):
+        x[i, n:] = 0
+    y = np.cumsum(x[:, :, :2], axis=1).astype(np.float32) * 0.5
+    fresh_session()
+    keras.utils.set_random_seed(SEED + 28)
+    L = keras.layers
+    model = keras.Sequential([
+        keras.Input((10, 3)),
+        L.Masking(mask_value=0.0),
+        L.SimpleRNN(6, return_sequences=True),
+        L.Dense(2),
+    ])
+    assert output_masked(model, x)
+    optimizer = keras.optimizers.Adam(learning_rate=0.01)
+    return small_run("mreg", x, y, model, optimizer,
+                     keras.losses.MeanSquaredError())
+
+
 def residual(rng):
     """A residual block with a strided main path and a 1x1 strided
     shortcut, average and global average pooling, under Nesterov momentum;
@@ -768,6 +880,10 @@ def main():
     tensors += simple_recurrent(rng)
     tensors += conformer(rng)
     tensors += video(rng)
+    tensors += masked_text(rng)
+    tensors += tagger(rng)
+    tensors += masked_attention(rng)
+    tensors += masked_regression(rng)
     comment = """\
 Generated by scripts/golden/keras_training.py with Keras %s (seed %d).
 Every run: float32, SparseCategoricalCrossentropy(from_logits=True) (the
@@ -882,7 +998,22 @@ video: TimeDistributed(Conv2D(4, 3, relu)), TimeDistributed(
 BatchNormalization()), TimeDistributed(GlobalAveragePooling2D()), LSTM(6),
 Dense(4), Keras's auto-names
 (time_distributed/conv2d/...); Adam(learning_rate=0.01) on clips video/x
-[n, 4, 6, 6, 1]; %d steps of %d.""" % (
+[n, 4, 6, 6, 1]; %d steps of %d.
+Masking (the padded steps skipped; Keras's losses weigh each label by the
+output's mask), Keras's auto-names, Adam(learning_rate=0.01) but for mattn:
+mtext: Embedding(20, 6, mask_zero=True), LSTM(8, return_sequences=True),
+GRU(5), Dense(4) on padded ids mtext/x [n, 10] (0: padding; right-padded,
+every fourth row left-padded); %d steps of %d.
+tagger: Embedding(16, 6, mask_zero=True), Bidirectional(GRU(4,
+return_sequences=True)), Dense(3): a class per token (tagger/y [n, 8]),
+the loss over unmasked tokens; %d steps of %d.
+mattn: Embedding(16, 8, mask_zero=True) h, Add()([h,
+MultiHeadAttention(num_heads=2, key_dim=4)(h, h, use_causal_mask=True)]),
+LayerNormalization(epsilon=1e-3), GlobalAveragePooling1D (over unmasked
+steps), Dense(4); SGD(learning_rate=0.1, momentum=0.9); %d steps of %d.
+mreg: Masking(0.0), SimpleRNN(6, return_sequences=True), Dense(2) on
+sequences mreg/x [n, 10, 3] whose trailing steps are 0, targets mreg/y [n,
+10, 2] under MeanSquaredError over unmasked steps; %d steps of %d.""" % (
         keras.__version__, SEED, LR, MOMENTUM, CNN_STEPS, CNN_BATCH,
         LM_BYTES, LM_FRACTION, LM_LENGTH, LM_LR, LM_STEPS, LM_BATCH,
         REG_L2, REG_LR, REG_CLIP, REG_STEPS, REG_BATCH, RES_LR, MOMENTUM,
@@ -893,7 +1024,8 @@ Dense(4), Keras's auto-names
         REG_STEPS, REG_BATCH, REG_STEPS, REG_BATCH, REG_STEPS, REG_BATCH,
         REG_STEPS, REG_BATCH, REG_STEPS, REG_BATCH, REG_STEPS, REG_BATCH,
         REG_STEPS, REG_BATCH, REG_STEPS, REG_BATCH, REG_STEPS, REG_BATCH,
-        REG_STEPS, REG_BATCH, REG_STEPS, REG_BATCH)
+        REG_STEPS, REG_BATCH, REG_STEPS, REG_BATCH, REG_STEPS, REG_BATCH,
+        REG_STEPS, REG_BATCH, REG_STEPS, REG_BATCH, REG_STEPS, REG_BATCH)
     write_golden("keras_training.txt", tensors, comment)
 
 

@@ -204,6 +204,8 @@ void CpuBinary(BinaryKind kind, const Tensor& a, const Tensor& b, Tensor& out) {
       return BinaryLoop<T, BinaryKind::kGreaterEqual>(a, b, out);
     case BinaryKind::kLessEqual:
       return BinaryLoop<T, BinaryKind::kLessEqual>(a, b, out);
+    case BinaryKind::kNotEqual:
+      return BinaryLoop<T, BinaryKind::kNotEqual>(a, b, out);
   }
 }
 

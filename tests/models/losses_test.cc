@@ -191,7 +191,7 @@ TEST(BinaryCrossentropyTest, MatchesKeras) {
        {std::pair<std::string, int64_t>{"binary", 1}, {"multi", 3}}) {
     const Tensor& logits = g(c + "/logits");
     const Tensor& labels = g(c + "/labels");
-    absl::StatusOr<int64_t> correct = CountCorrectBinary(logits, labels);
+    absl::StatusOr<double> correct = CountCorrectBinary(logits, labels);
     ASSERT_TRUE(correct.ok()) << correct.status();
     EXPECT_FLOAT_EQ(static_cast<float>(*correct) / labels.num_elements(),
                     g(c + "/accuracy").ScalarAt(0))
@@ -306,12 +306,13 @@ TEST(RegressionLossTest, MeansShardsAndGradients) {
     const Params keys = DefaultLossParams(name);
     double shards = 0;
     for (auto [begin, rows] : {std::pair<int64_t, int64_t>{0, 2}, {2, 1}}) {
-      auto part = loss.compute(*outputs.SliceRows(begin, rows),
-                               *targets.SliceRows(begin, rows), 6, keys);
+      auto part =
+          loss.compute(*outputs.SliceRows(begin, rows),
+                       *targets.SliceRows(begin, rows), Tensor(), 6, keys);
       ASSERT_TRUE(part.ok()) << part.status();
       shards += part->ScalarAt(0);
     }
-    auto whole = loss.compute(outputs, targets, 6, keys);
+    auto whole = loss.compute(outputs, targets, Tensor(), 6, keys);
     ASSERT_TRUE(whole.ok()) << whole.status();
     EXPECT_NEAR(shards, whole->ScalarAt(0), 1e-12);
   }
@@ -326,7 +327,8 @@ TEST(RegressionLossTest, MeansShardsAndGradients) {
     const LossType& loss = **FindLoss(name);
     testing::ExpectGradientsMatch(
         [&](const std::vector<Tensor>& in) {
-          return loss.compute(in[0], targets, 6, DefaultLossParams(name));
+          return loss.compute(in[0], targets, Tensor(), 6,
+                              DefaultLossParams(name));
         },
         {away});
   }
@@ -374,7 +376,7 @@ TEST(RegressionLossTest, HuberAndLogCoshMatchKeras) {
     GradientTape tape;
     tape.Watch(outputs);
     absl::StatusOr<Tensor> loss =
-        (*FindLoss(name))->compute(outputs, targets, 2, keys);
+        (*FindLoss(name))->compute(outputs, targets, Tensor(), 2, keys);
     ASSERT_TRUE(loss.ok()) << loss.status();
     EXPECT_TRUE(testing::AllClose(*loss, g(c + "/loss"), 1e-6, 1e-6));
     auto grads = tape.Gradient(*loss, {outputs});

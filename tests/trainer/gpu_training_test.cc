@@ -70,7 +70,7 @@ struct Trained {
   std::vector<std::string> names;
   std::vector<Tensor> values;  // On the CPU.
   std::vector<double> losses;  // Per step.
-  int64_t correct = 0;         // CountCorrect on the first batch at the end.
+  double correct = 0;          // CountCorrect on the first batch at the end.
 };
 
 Trained Train(const absl::StatusOr<models::ModelDef>& def, double learning_rate,
@@ -114,7 +114,7 @@ Trained Train(const absl::StatusOr<models::ModelDef>& def, double learning_rate,
   absl::StatusOr<Tensor> logits = (*model)->Call(*images, {});
   EXPECT_TRUE(logits.ok()) << logits.status();
   if (logits.ok()) {
-    absl::StatusOr<int64_t> correct = models::CountCorrect(*logits, *labels);
+    absl::StatusOr<double> correct = models::CountCorrect(*logits, *labels);
     EXPECT_TRUE(correct.ok()) << correct.status();
     out.correct = correct.ok() ? *correct : -1;
   }

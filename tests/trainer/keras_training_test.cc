@@ -374,6 +374,61 @@ std::vector<KerasRun> Runs() {
         "optimizer={name: adam, learning_rate: 0.01}"},
        11,
        8},
+      // Keras masking: padded token ids (0; right- and left-padded rows)
+      // whose masked steps an LSTM and a GRU skip (keeping their states),
+      // the GRU's last state classified.
+      {"mtext",
+       NpzData,
+       {"data.global_batch_size=12",
+        "model={input_shape: [10], layers: ["
+        "{type: embedding, input_dim: 20, output_dim: 6, mask_zero: true}, "
+        "{type: lstm, units: 8, return_sequences: true}, "
+        "{type: gru, units: 5}, {type: dense, units: 4}]}",
+        "optimizer={name: adam, learning_rate: 0.01}"},
+       9,
+       8},
+      // A class per token, the loss and its count over the unmasked tokens
+      // of the global batch (two replicas' shards); the bidirectional GRU's
+      // masked steps give 0.
+      {"tagger",
+       NpzData,
+       {"data.global_batch_size=12",
+        "model={input_shape: [8], layers: ["
+        "{type: embedding, input_dim: 16, output_dim: 6, mask_zero: true}, "
+        "{type: bidirectional, layers: [{type: gru, units: 4, "
+        "return_sequences: true}]}, "
+        "{type: dense, units: 3}]}",
+        "optimizer={name: adam, learning_rate: 0.01}"},
+       9,
+       8},
+      // Causal self-attention over padded ids: the padding and causal
+      // masks combined, a residual (the masks of both branches merged), the
+      // mean over the unmasked steps.
+      {"mattn",
+       NpzData,
+       {"data.global_batch_size=12",
+        "model={input_shape: [8], layers: ["
+        "{type: embedding, input_dim: 16, output_dim: 8, mask_zero: true}, "
+        "{type: residual, layers: [{type: multi_head_attention, "
+        "num_heads: 2, key_dim: 4, causal: true}]}, "
+        "{type: layer_normalization}, {type: global_average_pooling1d}, "
+        "{type: dense, units: 4}]}",
+        "optimizer={name: momentum, learning_rate: 0.1, momentum: 0.9}"},
+       13,
+       8},
+      // The masking layer on real sequences with trailing zero steps, two
+      // targets per step, the squared error over the unmasked steps.
+      {"mreg",
+       NpzData,
+       {"data.global_batch_size=12",
+        "model={input_shape: [10, 3], layers: ["
+        "{type: masking}, "
+        "{type: simple_rnn, units: 6, return_sequences: true}, "
+        "{type: dense, units: 2}]}",
+        "loss.name=mean_squared_error",
+        "optimizer={name: adam, learning_rate: 0.01}"},
+       5,
+       8},
       // Sequence to sequence: an encoder LSTM's last state repeated for a
       // decoder LSTM, a class per output step (labels [n, 3]).
       {"s2s",

@@ -1,0 +1,307 @@
+// Keras masking (models/masking.h): the mask each layer passes on, and
+// what the layers that read one compute, checked by the properties Keras's
+// semantics imply: a recurrent layer, attention or a global average over a
+// right-padded row gives what it gives on the row without its padding;
+// masked steps keep the state before them (0 in front); a bidirectional
+// layer's masked steps are 0. Whole training runs against Keras itself are
+// tests/trainer/keras_training_test.cc's mtext, tagger, mattn and mreg.
+#include "models/masking.h"
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "models/layer_registry.h"
+#include "models/losses.h"
+#include "models/model.h"
+#include "tensor/ops/array_ops.h"
+#include "tests/test_util.h"
+
+namespace mirrortrain::models {
+namespace {
+
+using Values = std::vector<std::pair<std::string, ParamValue>>;
+
+LayerSpec Spec(const std::string& type, Values values = {}) {
+  absl::StatusOr<LayerSpec> spec = MakeLayerSpec(type, std::move(values));
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
+LayerSpec Embedding(bool mask_zero = true) {
+  return Spec("embedding", {{"input_dim", int64_t{9}},
+                            {"output_dim", int64_t{4}},
+                            {"mask_zero", mask_zero}});
+}
+
+absl::StatusOr<std::unique_ptr<Model>> TryBuild(const Shape& input,
+                                                std::vector<LayerSpec> layers) {
+  for (size_t i = 0; i < layers.size(); ++i) {
+    layers[i].path = "model.layers[" + std::to_string(i) + "]";
+  }
+  return Model::Build(ModelDef{input, std::move(layers)}, 5, Device::Cpu());
+}
+
+std::unique_ptr<Model> Build(const Shape& input,
+                             std::vector<LayerSpec> layers) {
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      TryBuild(input, std::move(layers));
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? *std::move(model) : nullptr;
+}
+
+// Ids [3, 6]: row 0 of length 4 right-padded, row 1 whole, row 2 of length
+// 3 left-padded.
+const std::vector<float> kIds = {3, 1, 4, 1, 0, 0,  //
+                                 5, 2, 6, 5, 3, 5,  //
+                                 0, 0, 0, 8, 7, 2};
+Tensor Ids() { return Tensor::FromVector<float>(kIds, {3, 6}); }
+// Row `r`'s ids without padding, as a batch of one.
+Tensor Unpadded(int r) {
+  std::vector<float> row;
+  for (int t = 0; t < 6; ++t) {
+    if (kIds[r * 6 + t] != 0) row.push_back(kIds[r * 6 + t]);
+  }
+  const int64_t n = static_cast<int64_t>(row.size());
+  return Tensor::FromVector<float>(row, {1, n});
+}
+
+// Row r of x [b, ...] (steps [first, first + n) when x has steps).
+Tensor Row(const Tensor& x, int64_t r) { return *x.SliceRows(r, 1); }
+Tensor Steps(const Tensor& x, int64_t first, int64_t n) {
+  return *ops::Slice(x, 1, first, n);
+}
+
+TEST(MaskTest, NotEqualCountsNaNAsDifferent) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const Tensor x = Tensor::FromVector<float>({0, 1, nan, -0.0f}, {4});
+  absl::StatusOr<Tensor> m = NotEqualMask(x, 0);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->ToVector<float>(), (std::vector<float>{0, 1, 1, 0}));
+  // A step is masked only when every feature equals the value.
+  const Tensor steps =
+      Tensor::FromVector<float>({-1, -1, -1, 2, 0, -1, -1, -1}, {1, 4, 2});
+  absl::StatusOr<Tensor> any = AnyNotEqualMask(steps, -1);
+  ASSERT_TRUE(any.ok()) << any.status();
+  EXPECT_EQ(any->shape(), (Shape{1, 4}));
+  EXPECT_EQ(any->ToVector<float>(), (std::vector<float>{0, 1, 1, 0}));
+}
+
+// The last state over a padded row is the last state over the row alone,
+// right- or left-padded (masked steps in front keep the zero state).
+TEST(MaskTest, RecurrentLayersSkipMaskedSteps) {
+  for (const char* type : {"lstm", "gru", "simple_rnn"}) {
+    SCOPED_TRACE(type);
+    const LayerSpec rnn = Spec(type, {{"units", int64_t{3}}});
+    std::unique_ptr<Model> masked = Build({6}, {Embedding(), rnn});
+    ASSERT_NE(masked, nullptr);
+    EXPECT_FALSE(masked->output_masked());
+    absl::StatusOr<Tensor> y = masked->Call(Ids(), {});
+    ASSERT_TRUE(y.ok()) << y.status();
+    for (int r = 0; r < 3; ++r) {
+      const Tensor alone = Unpadded(r);
+      // The same seed: the same variables for any number of steps.
+      std::unique_ptr<Model> plain =
+          Build({alone.dim(1)}, {Embedding(false), rnn});
+      absl::StatusOr<Tensor> want = plain->Call(alone, {});
+      ASSERT_TRUE(want.ok()) << want.status();
+      EXPECT_TRUE(testing::AllClose(Row(*y, r), *want, 0, 0)) << "row " << r;
+    }
+  }
+}
+
+// Every step's output: a masked step repeats the step before it (0 in
+// front), and the mask passes on.
+TEST(MaskTest, MaskedStepsRepeatTheOutputBeforeThem) {
+  std::unique_ptr<Model> model = Build(
+      {6}, {Embedding(),
+            Spec("lstm", {{"units", int64_t{3}}, {"return_sequences", true}})});
+  ASSERT_NE(model, nullptr);
+  EXPECT_TRUE(model->output_masked());
+  Tensor mask;
+  absl::StatusOr<Tensor> y = model->Call(Ids(), {}, &mask);
+  ASSERT_TRUE(y.ok()) << y.status();
+  ASSERT_TRUE(mask.defined());
+  EXPECT_EQ(mask.ToVector<float>(),
+            (std::vector<float>{1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1,
+                                1, 1}));
+  const Tensor last_real = Steps(Row(*y, 0), 3, 1);
+  for (int64_t t : {4, 5}) {
+    EXPECT_TRUE(testing::AllClose(Steps(Row(*y, 0), t, 1), last_real, 0, 0));
+  }
+  const Tensor zeros = *Tensor::Zeros(DType::kF32, {1, 1, 3});
+  EXPECT_TRUE(testing::AllClose(Steps(Row(*y, 2), 0, 1), zeros, 0, 0));
+  EXPECT_TRUE(testing::AllClose(Steps(Row(*y, 2), 2, 1), zeros, 0, 0));
+}
+
+// Keras's Bidirectional sets zero_output_for_mask: masked steps give 0,
+// and the others what the row alone gives.
+TEST(MaskTest, BidirectionalMaskedStepsAreZero) {
+  LayerSpec bi = Spec("bidirectional");
+  bi.layers = {
+      Spec("gru", {{"units", int64_t{2}}, {"return_sequences", true}})};
+  std::unique_ptr<Model> model = Build({6}, {Embedding(), bi});
+  ASSERT_NE(model, nullptr);
+  absl::StatusOr<Tensor> y = model->Call(Ids(), {});
+  ASSERT_TRUE(y.ok()) << y.status();
+  const Tensor zeros = *Tensor::Zeros(DType::kF32, {1, 2, 4});
+  EXPECT_TRUE(testing::AllClose(Steps(Row(*y, 0), 4, 2), zeros, 0, 0));
+  EXPECT_TRUE(testing::AllClose(Steps(Row(*y, 2), 0, 2), zeros, 0, 0));
+  const Tensor alone = Unpadded(0);
+  std::unique_ptr<Model> plain = Build({4}, {Embedding(false), bi});
+  absl::StatusOr<Tensor> want = plain->Call(alone, {});
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_TRUE(testing::AllClose(Steps(Row(*y, 0), 0, 4), *want, 0, 0));
+}
+
+// Attention leaves masked keys out: a right-padded row's unmasked steps
+// attend as the row alone does (causal or not); the global average is
+// over the unmasked steps.
+TEST(MaskTest, AttentionAndAverageSkipMaskedSteps) {
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "bidirectional");
+    const LayerSpec attention =
+        Spec("multi_head_attention",
+             {{"num_heads", int64_t{2}}, {"causal", causal}});
+    std::unique_ptr<Model> model = Build({6}, {Embedding(), attention});
+    ASSERT_NE(model, nullptr);
+    EXPECT_TRUE(model->output_masked());
+    absl::StatusOr<Tensor> y = model->Call(Ids(), {});
+    ASSERT_TRUE(y.ok()) << y.status();
+    std::unique_ptr<Model> plain = Build({4}, {Embedding(false), attention});
+    absl::StatusOr<Tensor> want = plain->Call(Unpadded(0), {});
+    ASSERT_TRUE(want.ok()) << want.status();
+    EXPECT_TRUE(testing::AllClose(Steps(Row(*y, 0), 0, 4), *want, 1e-6, 1e-7));
+  }
+  std::unique_ptr<Model> pooled =
+      Build({6}, {Embedding(), Spec("global_average_pooling1d")});
+  ASSERT_NE(pooled, nullptr);
+  EXPECT_FALSE(pooled->output_masked());
+  absl::StatusOr<Tensor> y = pooled->Call(Ids(), {});
+  ASSERT_TRUE(y.ok()) << y.status();
+  for (int r = 0; r < 3; ++r) {
+    const Tensor alone = Unpadded(r);
+    std::unique_ptr<Model> plain = Build(
+        {alone.dim(1)}, {Embedding(false), Spec("global_average_pooling1d")});
+    absl::StatusOr<Tensor> want = plain->Call(alone, {});
+    ASSERT_TRUE(want.ok()) << want.status();
+    EXPECT_TRUE(testing::AllClose(Row(*y, r), *want, 1e-6, 1e-7)) << r;
+  }
+}
+
+// The masking layer zeroes the steps it masks; a layer without Keras's
+// supports_masking drops the mask and is named; a layer that passes it
+// keeps it.
+TEST(MaskTest, MaskingLayerAndWhereMasksEnd) {
+  const Tensor x =
+      Tensor::FromVector<float>({1, 2, -1, -1, 3, -1, -1, -1}, {2, 2, 2});
+  std::unique_ptr<Model> model =
+      Build({2, 2}, {Spec("masking", {{"mask_value", -1.0}}),
+                     Spec("dense", {{"units", int64_t{2}}})});
+  ASSERT_NE(model, nullptr);
+  EXPECT_TRUE(model->output_masked());
+  EXPECT_TRUE(model->mask_warnings().empty());
+  std::unique_ptr<Model> zeroes =
+      Build({2, 2}, {Spec("masking", {{"mask_value", -1.0}})});
+  Tensor mask;
+  absl::StatusOr<Tensor> y = zeroes->Call(x, {}, &mask);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->ToVector<float>(),
+            (std::vector<float>{1, 2, 0, 0, 3, -1, 0, 0}));
+  EXPECT_EQ(mask.ToVector<float>(), (std::vector<float>{1, 0, 1, 0}));
+
+  std::unique_ptr<Model> dropped =
+      Build({6}, {Embedding(), Spec("conv1d", {{"filters", int64_t{2}},
+                                               {"kernel_size", int64_t{1}}})});
+  ASSERT_NE(dropped, nullptr);
+  EXPECT_FALSE(dropped->output_masked());
+  ASSERT_EQ(dropped->mask_warnings().size(), 1u);
+  EXPECT_TRUE(absl::StrContains(dropped->mask_warnings()[0],
+                                "model.layers[1] (conv1d) drops the mask"))
+      << dropped->mask_warnings()[0];
+  EXPECT_TRUE(
+      absl::StrContains(dropped->Summary(), "warning: model.layers[1]"));
+  Tensor none;
+  ASSERT_TRUE(dropped->Call(Ids(), {}, &none).ok());
+  EXPECT_FALSE(none.defined());
+
+  // Batch statistics weighted by a mask are refused, by path.
+  absl::StatusOr<std::unique_ptr<Model>> bn =
+      TryBuild({6}, {Embedding(), Spec("batch_normalization")});
+  ASSERT_FALSE(bn.ok());
+  EXPECT_TRUE(absl::StrContains(bn.status().message(),
+                                "model.layers[1] (batch_normalization)"))
+      << bn.status();
+}
+
+// Keras's merges: an elementwise merge keeps a mask only when both branches
+// have one; a concatenation counts a branch without one as all 1.
+TEST(MaskTest, MergesCombineTheBranchesMasks) {
+  const LayerSpec conv =
+      Spec("conv1d", {{"filters", int64_t{4}}, {"kernel_size", int64_t{1}}});
+  const LayerSpec dense = Spec("dense", {{"units", int64_t{4}}});
+  struct Case {
+    const char* type;
+    LayerSpec main;
+    bool masked;
+    std::vector<float> mask;  // Row 0's.
+  };
+  const std::vector<Case> cases = {
+      {"residual", dense, true, {1, 1, 1, 1, 0, 0}},
+      {"residual", conv, false, {}},
+      {"concatenate", conv, true, {1, 1, 1, 1, 1, 1}},
+      {"concatenate", dense, true, {1, 1, 1, 1, 0, 0}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.type) + " of " + c.main.type);
+    LayerSpec merge = Spec(c.type);
+    merge.layers = {c.main};
+    std::unique_ptr<Model> model = Build({6}, {Embedding(), merge});
+    ASSERT_NE(model, nullptr);
+    EXPECT_EQ(model->output_masked(), c.masked);
+    Tensor mask;
+    ASSERT_TRUE(model->Call(Ids(), {}, &mask).ok());
+    ASSERT_EQ(mask.defined(), c.masked);
+    if (c.masked) {
+      EXPECT_EQ(Row(mask, 0).ToVector<float>(), c.mask);
+    }
+  }
+}
+
+// Label weights: each weighs n / m consecutive labels; the weighted loss
+// of a mask is the loss of the labels it keeps.
+TEST(MaskTest, WeightedLossesCountTheUnmaskedLabels) {
+  const Tensor logits = testing::RandomTensor({2, 3, 4}, 3);
+  const Tensor labels = Tensor::FromVector<int64_t>({1, 0, 3, 2, 2, 1}, {2, 3});
+  const Tensor mask = Tensor::FromVector<double>({1, 1, 0, 1, 0, 0}, {2, 3});
+  absl::StatusOr<Tensor> masked =
+      SparseCategoricalCrossentropy(logits, labels, 1, 0, mask);
+  ASSERT_TRUE(masked.ok()) << masked.status();
+  const Tensor rows = *ops::Reshape(logits, {6, 4});
+  const Tensor flat_labels = *ops::Reshape(labels, {6});
+  double want = 0;
+  for (int64_t i : {0, 1, 3}) {  // The mask's 1s.
+    want += SparseCategoricalCrossentropy(*rows.SliceRows(i, 1),
+                                          *flat_labels.SliceRows(i, 1), 1)
+                ->ScalarAt(0);
+  }
+  EXPECT_NEAR(masked->ScalarAt(0), want, 1e-12);
+  absl::StatusOr<double> correct = CountCorrect(logits, labels, mask);
+  absl::StatusOr<double> all = CountCorrect(logits, labels);
+  ASSERT_TRUE(correct.ok() && all.ok());
+  EXPECT_LE(*correct, *all);
+  // Two targets per mask element: weights repeat over them.
+  absl::StatusOr<std::vector<double>> w =
+      LabelWeights(Tensor::FromVector<double>({1, 0, 1}, {3}), 6);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(*w, (std::vector<double>{1, 1, 0, 0, 1, 1}));
+  EXPECT_FALSE(
+      LabelWeights(Tensor::FromVector<double>({1, 0, 1}, {3}), 7).ok());
+}
+
+}  // namespace
+}  // namespace mirrortrain::models
