@@ -11,21 +11,30 @@
 // depend on the number of replicas. Without it each replica uses its own
 // shard, and the moving statistics move towards the mean over the
 // replicas of their shard statistics (what Keras 2's ON_READ MEAN variables
-// read), which keeps them identical on every replica.
+// read), which keeps them identical on every replica. Over a masked input
+// (Keras masking) the statistics are Keras's masked moments, of the
+// unmasked steps only (MaskedCall).
 #include <cmath>
+#include <numeric>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "models/layer.h"
 #include "models/layer_registry.h"
+#include "models/masking.h"
 #include "models/normalization_params.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/collective_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/normalization_ops.h"
+#include "tensor/ops/reduction_ops.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::models {
 namespace {
+
+// keras.backend.epsilon(): what Keras adds to a masked count.
+constexpr double kKerasEpsilon = 1e-7;
 
 struct BatchNormOptions {
   double momentum, epsilon;
@@ -62,12 +71,13 @@ class BatchNormalizationLayer final : public Layer {
                                      moving_variance_.value(), offset, scale,
                                      options_.epsilon);
     }
+    const bool sync = options_.synchronized && ctx.all_reduce_sum != nullptr;
+    if (ctx.mask.defined()) return MaskedCall(x, ctx, sync);
     MT_ASSIGN_OR_RETURN(ops::ChannelSumsResult sums, ops::ChannelSums(x));
     // Elements per channel in one row of the batch (h * w for images).
     int64_t per_row = 1;
     for (int i = 1; i + 1 < x.rank(); ++i) per_row *= x.dim(i);
     int64_t count = x.dim(0) * per_row;
-    const bool sync = options_.synchronized && ctx.all_reduce_sum != nullptr;
     if (sync) {
       // Every replica knows the global batch, so only the sums travel.
       if (ctx.global_batch <= 0) {
@@ -102,6 +112,9 @@ class BatchNormalizationLayer final : public Layer {
     return NormalizedOutputShape(name(), input, moving_mean_.shape()[0]);
   }
 
+  // Keras's: the mask passes on, and weighs the batch statistics.
+  bool SupportsMasking() const override { return true; }
+
   std::vector<Variable*> variables() override {
     std::vector<Variable*> out;
     params_.AppendVariables(out);
@@ -119,6 +132,55 @@ class BatchNormalizationLayer final : public Layer {
         params_(std::move(params)),
         moving_mean_(std::move(moving_mean)),
         moving_variance_(std::move(moving_variance)) {}
+
+  // A training step over a masked input: Keras's masked moments
+  // (BatchNormalization._moments with a mask), the unmasked elements' mean
+  // and then their squared deviations' mean, each divided by their count
+  // + 1e-7 (Keras's epsilon) in the input's dtype. Synchronized, the sums
+  // and the count are the global batch's (Keras ignores synchronized under
+  // a mask: each replica's own); else each replica's, the moving
+  // statistics averaged over the replicas as unmasked.
+  absl::StatusOr<Tensor> MaskedCall(const Tensor& x, const ForwardContext& ctx,
+                                    bool sync) {
+    MT_RETURN_IF_ERROR(CheckMask(x, ctx.mask, name()));
+    std::vector<int> axes(static_cast<size_t>(x.rank() - 1));
+    std::iota(axes.begin(), axes.end(), 0);
+    MT_ASSIGN_OR_RETURN(const Tensor weights, MaskOverFeatures(ctx.mask));
+    MT_ASSIGN_OR_RETURN(const Tensor kept, ops::Mul(x, weights));
+    MT_ASSIGN_OR_RETURN(Tensor sum, ops::ReduceSum(kept, axes));
+    MT_ASSIGN_OR_RETURN(Tensor count, ops::ReduceSum(ctx.mask));
+    MT_ASSIGN_OR_RETURN(count, ops::Reshape(count, {1}));
+    if (count.dtype() != x.dtype()) {
+      MT_ASSIGN_OR_RETURN(count, ops::Cast(count, x.dtype()));
+    }
+    if (sync) {
+      MT_ASSIGN_OR_RETURN(
+          std::vector<Tensor> global,
+          ops::CrossReplicaSum({sum, count}, *ctx.all_reduce_sum));
+      sum = global[0];
+      count = global[1];
+    }
+    MT_ASSIGN_OR_RETURN(const Tensor epsilon,
+                        ops::internal::ScalarLike(count, kKerasEpsilon));
+    MT_ASSIGN_OR_RETURN(const Tensor denominator, ops::Add(count, epsilon));
+    MT_ASSIGN_OR_RETURN(const Tensor mean, ops::Div(sum, denominator));
+    MT_ASSIGN_OR_RETURN(Tensor deviation, ops::Sub(x, mean));
+    MT_ASSIGN_OR_RETURN(deviation, ops::Mul(deviation, weights));
+    MT_ASSIGN_OR_RETURN(const Tensor squared, ops::Square(deviation));
+    MT_ASSIGN_OR_RETURN(Tensor sum_sq, ops::ReduceSum(squared, axes));
+    if (sync) {
+      MT_ASSIGN_OR_RETURN(std::vector<Tensor> global,
+                          ops::CrossReplicaSum({sum_sq}, *ctx.all_reduce_sum));
+      sum_sq = global[0];
+    }
+    MT_ASSIGN_OR_RETURN(const Tensor variance, ops::Div(sum_sq, denominator));
+    MT_ASSIGN_OR_RETURN(
+        Tensor y, ops::BatchNormalization(x, mean, variance, params_.beta(),
+                                          params_.gamma(), options_.epsilon));
+    MT_RETURN_IF_ERROR(UpdateMovingStatistics(
+        mean, variance, x.dim(0) > 0, sync ? nullptr : ctx.all_reduce_sum));
+    return y;
+  }
 
   // moving = moving * momentum + batch * (1 - momentum), Keras's update.
   // `average` (unsynchronized replicas) first replaces the batch
@@ -188,13 +250,6 @@ MT_REGISTER(
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
        MT_ASSIGN_OR_RETURN(const int64_t channels,
                            NormalizedAxis(b.input_shape(), "channels"));
-       if (b.input_masked()) {
-         return absl::InvalidArgumentError(
-             "its input carries a mask (an embedding's mask_zero or a masking "
-             "layer before it), and batch statistics weighted by a mask (as "
-             "Keras's) are not built: use layer_normalization there, or "
-             "normalise before the mask");
-       }
        const Params& p = spec.params;
        return BatchNormalizationLayer::Create(
            b.name(), channels,

@@ -228,14 +228,44 @@ TEST(MaskTest, MaskingLayerAndWhereMasksEnd) {
   Tensor none;
   ASSERT_TRUE(dropped->Call(Ids(), {}, &none).ok());
   EXPECT_FALSE(none.defined());
+}
 
-  // Batch statistics weighted by a mask are refused, by path.
-  absl::StatusOr<std::unique_ptr<Model>> bn =
-      TryBuild({6}, {Embedding(), Spec("batch_normalization")});
-  ASSERT_FALSE(bn.ok());
-  EXPECT_TRUE(absl::StrContains(bn.status().message(),
-                                "model.layers[1] (batch_normalization)"))
-      << bn.status();
+// Batch normalization while training: the statistics of the unmasked
+// steps alone (Keras's masked moments), as of a batch holding only them.
+TEST(MaskTest, BatchStatisticsSkipMaskedSteps) {
+  std::unique_ptr<Model> masked =
+      Build({6}, {Embedding(), Spec("batch_normalization")});
+  ASSERT_NE(masked, nullptr);
+  EXPECT_TRUE(masked->output_masked());
+  const ForwardContext training{.training = true};
+  absl::StatusOr<Tensor> y = masked->Call(Ids(), training);
+  ASSERT_TRUE(y.ok()) << y.status();
+  std::vector<float> tokens;
+  for (float id : kIds) {
+    if (id != 0) tokens.push_back(id);
+  }
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  std::unique_ptr<Model> plain =
+      Build({n}, {Embedding(false), Spec("batch_normalization")});
+  absl::StatusOr<Tensor> want =
+      plain->Call(Tensor::FromVector<float>(tokens, {1, n}), training);
+  ASSERT_TRUE(want.ok()) << want.status();
+  int64_t k = 0;
+  for (int r = 0; r < 3; ++r) {
+    for (int t = 0; t < 6; ++t) {
+      if (kIds[r * 6 + t] == 0) continue;
+      EXPECT_TRUE(testing::AllClose(Steps(Row(*y, r), t, 1),
+                                    Steps(*want, k++, 1), 1e-5, 1e-6))
+          << "row " << r << " step " << t;
+    }
+  }
+  // The moving statistics (after embeddings, gamma, beta) moved towards
+  // the same numbers.
+  for (size_t v : {3, 4}) {
+    EXPECT_TRUE(testing::AllClose(masked->variables()[v]->value(),
+                                  plain->variables()[v]->value(), 1e-5, 1e-7))
+        << masked->variables()[v]->name();
+  }
 }
 
 // Keras's merges: an elementwise merge keeps a mask only when both branches

@@ -429,6 +429,19 @@ std::vector<KerasRun> Runs() {
         "optimizer={name: adam, learning_rate: 0.01}"},
        5,
        8},
+      // Batch normalization over padded embeddings: the statistics and the
+      // moving ones of the unmasked steps (synchronized: the global batch's,
+      // Keras's on one device), then a GRU over the masked steps.
+      {"mbn",
+       NpzData,
+       {"data.global_batch_size=12",
+        "model={input_shape: [8], layers: ["
+        "{type: embedding, input_dim: 16, output_dim: 6, mask_zero: true}, "
+        "{type: batch_normalization, synchronized: true}, "
+        "{type: gru, units: 5}, {type: dense, units: 4}]}",
+        "optimizer={name: adam, learning_rate: 0.01}"},
+       10,
+       8},
       // Sequence to sequence: an encoder LSTM's last state repeated for a
       // decoder LSTM, a class per output step (labels [n, 3]).
       {"s2s",
