@@ -49,7 +49,20 @@ class TimeDistributedLayer final : public Layer {
     Shape out_step = out;
     out_step[1] = 1;
     ForwardContext step = ctx.ForWrappedLayer();
-    step.mask = Tensor();  // The steps' mask is the output's (below).
+    // Keras hands its layer each step's column of the mask (a batch
+    // normalization inside weighs its rows by it); the whole mask is the
+    // output's.
+    std::vector<Tensor> step_masks;
+    if (ctx.mask.defined()) {
+      const Tensor& mask = ctx.mask;
+      if (mask.rank() < 2 || mask.dim(0) != x.dim(0) || mask.dim(1) != steps) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name(), ": a mask ", ShapeToString(mask.shape()),
+                         " does not fit input ", ShapeToString(x.shape()),
+                         " (it starts with the batch and the steps)"));
+      }
+      MT_ASSIGN_OR_RETURN(step_masks, ops::Split(mask, steps, 1));
+    }
     std::vector<Tensor> outputs;
     outputs.reserve(steps);
     for (int64_t t = 0; t < steps; ++t) {
@@ -57,6 +70,12 @@ class TimeDistributedLayer final : public Layer {
       pieces[t] = Tensor();
       step.dropout_salt =
           DropoutMix(ctx.dropout_salt ^ (kStepSalt + static_cast<uint64_t>(t)));
+      if (!step_masks.empty()) {
+        MT_ASSIGN_OR_RETURN(
+            step.mask,
+            ops::Reshape(step_masks[t], StepShape(ctx.mask.shape())));
+        step_masks[t] = Tensor();
+      }
       MT_ASSIGN_OR_RETURN(const Tensor y, inner_->Call(in, step));
       MT_ASSIGN_OR_RETURN(Tensor y_step, ops::Reshape(y, out_step));
       outputs.push_back(std::move(y_step));
@@ -82,8 +101,8 @@ class TimeDistributedLayer final : public Layer {
 
   std::vector<Variable*> variables() override { return inner_->variables(); }
   bool ReadsTokenIds() const override { return inner_->ReadsTokenIds(); }
-  // Keras's: the mask passes to the output. Its layer sees each step
-  // without it (Keras hands a layer that takes masks each step's column).
+  // Keras's: the mask passes to the output; its layer gets each step's
+  // column (Call).
   bool SupportsMasking() const override { return true; }
 
  private:
@@ -110,7 +129,9 @@ absl::StatusOr<std::unique_ptr<Layer>> CreateTimeDistributed(
   inner.name = absl::StrCat(
       b.name(), "/",
       inner.name.empty() ? b.TakeAutoName(inner.type) : inner.name);
-  b.set_input_masked(false);  // Its layer is called without the mask.
+  // Keras calls its layer's call() directly: a layer that does not take
+  // the steps' mask drops it without a warning.
+  b.set_input_masked(false);
   MT_ASSIGN_OR_RETURN(std::unique_ptr<Layer> layer,
                       b.BuildSequence({inner}, StepShape(in)));
   return std::unique_ptr<Layer>(

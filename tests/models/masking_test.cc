@@ -268,6 +268,27 @@ TEST(MaskTest, BatchStatisticsSkipMaskedSteps) {
   }
 }
 
+// time_distributed hands its layer each step's column of the mask: a batch
+// normalization there normalises step 0 by rows 0 and 1 alone (row 2's
+// first step is padding).
+TEST(MaskTest, TimeDistributedHandsItsLayerEachStepsMask) {
+  LayerSpec per_step = Spec("time_distributed");
+  per_step.layers = {Spec("batch_normalization")};
+  std::unique_ptr<Model> masked = Build({6}, {Embedding(), per_step});
+  ASSERT_NE(masked, nullptr);
+  EXPECT_TRUE(masked->output_masked());
+  EXPECT_TRUE(masked->mask_warnings().empty());
+  const ForwardContext training{.training = true};
+  absl::StatusOr<Tensor> y = masked->Call(Ids(), training);
+  ASSERT_TRUE(y.ok()) << y.status();
+  std::unique_ptr<Model> plain = Build({1}, {Embedding(false), per_step});
+  absl::StatusOr<Tensor> want =
+      plain->Call(Tensor::FromVector<float>({3, 5}, {2, 1}), training);
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_TRUE(
+      testing::AllClose(*Steps(*y, 0, 1).SliceRows(0, 2), *want, 1e-5, 1e-6));
+}
+
 // Keras's merges: an elementwise merge keeps a mask only when both branches
 // have one; a concatenation counts a branch without one as all 1.
 TEST(MaskTest, MergesCombineTheBranchesMasks) {
