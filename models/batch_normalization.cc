@@ -145,7 +145,7 @@ class BatchNormalizationLayer final : public Layer {
     MT_RETURN_IF_ERROR(CheckMask(x, ctx.mask, name()));
     std::vector<int> axes(static_cast<size_t>(x.rank() - 1));
     std::iota(axes.begin(), axes.end(), 0);
-    MT_ASSIGN_OR_RETURN(const Tensor weights, MaskOverFeatures(ctx.mask));
+    MT_ASSIGN_OR_RETURN(const Tensor weights, MaskOverFeatures(ctx.mask, x));
     MT_ASSIGN_OR_RETURN(const Tensor kept, ops::Mul(x, weights));
     MT_ASSIGN_OR_RETURN(Tensor sum, ops::ReduceSum(kept, axes));
     MT_ASSIGN_OR_RETURN(Tensor count, ops::ReduceSum(ctx.mask));

@@ -53,7 +53,7 @@ class BidirectionalLayer final : public Layer {
     if (!sequences_ || !ctx.mask.defined()) return merged;
     // Keras sets both copies' zero_output_for_mask: a masked step's outputs
     // are 0 (not the step before's), whatever the merge.
-    MT_ASSIGN_OR_RETURN(const Tensor keep, MaskOverFeatures(ctx.mask));
+    MT_ASSIGN_OR_RETURN(const Tensor keep, MaskOverFeatures(ctx.mask, merged));
     return ops::Mul(merged, keep);
   }
 

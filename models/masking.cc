@@ -15,7 +15,14 @@ namespace mirrortrain::models {
 
 absl::StatusOr<Tensor> NotEqualMask(const Tensor& x, double value) {
   MT_ASSIGN_OR_RETURN(const Tensor v, ops::internal::ScalarLike(x, value));
-  return ops::internal::BinaryKernel("NotEqual", BinaryKind::kNotEqual, x, v);
+  MT_ASSIGN_OR_RETURN(
+      Tensor mask,
+      ops::internal::BinaryKernel("NotEqual", BinaryKind::kNotEqual, x, v));
+  // Masks meet f32 states and scores: f64 or integer inputs' too.
+  if (mask.dtype() != DType::kF32) {
+    MT_ASSIGN_OR_RETURN(mask, ops::Cast(mask, DType::kF32));
+  }
+  return mask;
 }
 
 absl::StatusOr<Tensor> AnyNotEqualMask(const Tensor& x, double value) {
@@ -32,13 +39,26 @@ absl::StatusOr<Tensor> AnyNotEqualMask(const Tensor& x, double value) {
 }
 
 absl::StatusOr<Tensor> MaskOr(const Tensor& a, const Tensor& b) {
-  return ops::internal::BinaryKernel("MaskOr", BinaryKind::kMaximum, a, b);
+  MT_ASSIGN_OR_RETURN(const Tensor b_as_a, MaskAs(b, a.dtype()));
+  return ops::internal::BinaryKernel("MaskOr", BinaryKind::kMaximum, a, b_as_a);
 }
 
-absl::StatusOr<Tensor> MaskOverFeatures(const Tensor& mask) {
+absl::StatusOr<Tensor> MaskComplement(const Tensor& mask) {
+  MT_ASSIGN_OR_RETURN(const Tensor one, ops::internal::ScalarLike(mask, 1));
+  return ops::internal::BinaryKernel("MaskComplement", BinaryKind::kSub, one,
+                                     mask);
+}
+
+absl::StatusOr<Tensor> MaskAs(const Tensor& mask, DType dtype) {
+  if (mask.dtype() == dtype) return mask;
+  return ops::Cast(mask, dtype);
+}
+
+absl::StatusOr<Tensor> MaskOverFeatures(const Tensor& mask, const Tensor& x) {
   Shape shape = mask.shape();
   shape.push_back(1);
-  return ops::Reshape(mask, shape);
+  MT_ASSIGN_OR_RETURN(const Tensor column, ops::Reshape(mask, shape));
+  return MaskAs(column, x.dtype());
 }
 
 absl::Status CheckMask(const Tensor& x, const Tensor& mask,
@@ -69,7 +89,7 @@ class MaskingLayer final : public Layer {
   absl::StatusOr<Tensor> CallMasked(const Tensor& x, const ForwardContext&,
                                     Tensor& mask) override {
     MT_ASSIGN_OR_RETURN(mask, AnyNotEqualMask(x, mask_value_));
-    MT_ASSIGN_OR_RETURN(const Tensor scale, MaskOverFeatures(mask));
+    MT_ASSIGN_OR_RETURN(const Tensor scale, MaskOverFeatures(mask, x));
     // x * 1 or x * 0: Keras's where(mask, x, 0), its gradient too.
     return ops::Mul(x, scale);
   }

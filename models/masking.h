@@ -14,15 +14,20 @@
 namespace mirrortrain::models {
 
 // 1 where x != value (NaN included, as tf.not_equal), 0 elsewhere; x's
-// shape (an embedding's mask_zero: ids != 0).
+// shape (an embedding's mask_zero: ids != 0); f32 whatever x's dtype.
 absl::StatusOr<Tensor> NotEqualMask(const Tensor& x, double value);
 // 1 where any element along x's last axis differs from `value`: x's axes
 // but the last (Keras Masking's compute_mask).
 absl::StatusOr<Tensor> AnyNotEqualMask(const Tensor& x, double value);
 // Keras's merges of two masked branches: 1 where either mask is.
 absl::StatusOr<Tensor> MaskOr(const Tensor& a, const Tensor& b);
-// `mask` with an axis of 1 appended, to scale x [..., features].
-absl::StatusOr<Tensor> MaskOverFeatures(const Tensor& mask);
+// 1 - mask: 1 where the mask is 0 (what a masked step keeps or fills).
+absl::StatusOr<Tensor> MaskComplement(const Tensor& mask);
+// `mask` as `dtype` (a f64 layer's), itself where it is already.
+absl::StatusOr<Tensor> MaskAs(const Tensor& mask, DType dtype);
+// `mask` with an axis of 1 appended, as x's dtype, to scale x [...,
+// features].
+absl::StatusOr<Tensor> MaskOverFeatures(const Tensor& mask, const Tensor& x);
 // OK when `mask` has x's axes but the last; else InvalidArgument naming
 // `layer` and both shapes.
 absl::Status CheckMask(const Tensor& x, const Tensor& mask,

@@ -108,18 +108,19 @@ class MultiHeadAttentionLayer final : public Layer {
     Tensor keep;  // [batch, 1, T, T] of 1 and 0 under a padding mask.
     if (ctx.mask.defined()) {
       MT_RETURN_IF_ERROR(CheckMask(x, ctx.mask, name()));
-      MT_ASSIGN_OR_RETURN(keep, AttentionMask(ctx.mask));
-      // Keras's where(keep, scores, -1e9): s * 1 + 0, or s * 0 - 1e9.
-      MT_ASSIGN_OR_RETURN(Tensor masked_score,
+      MT_ASSIGN_OR_RETURN(const Tensor mask, MaskAs(ctx.mask, scores.dtype()));
+      MT_ASSIGN_OR_RETURN(keep, AttentionMask(mask));
+      // A masked score made a large negative one, as Keras selects it
+      // (where(mask, s, -0.7 FLT_MAX) on its fused path, the Softmax
+      // layer's -1e9 with dropout: the same probabilities): s * 1 + 0, or
+      // s * 0 - 1e9.
+      MT_ASSIGN_OR_RETURN(const Tensor dropped, MaskComplement(keep));
+      MT_ASSIGN_OR_RETURN(const Tensor large,
                           ops::internal::ScalarLike(keep, kMaskedScore));
-      MT_ASSIGN_OR_RETURN(const Tensor one,
-                          ops::internal::ScalarLike(keep, 1.0));
-      MT_ASSIGN_OR_RETURN(const Tensor dropped,
-                          ops::internal::BinaryKernel(
-                              "AttentionMask", BinaryKind::kSub, one, keep));
-      MT_ASSIGN_OR_RETURN(masked_score, ops::internal::BinaryKernel(
-                                            "AttentionMask", BinaryKind::kMul,
-                                            dropped, masked_score));
+      MT_ASSIGN_OR_RETURN(
+          const Tensor masked_score,
+          ops::internal::BinaryKernel("AttentionMask", BinaryKind::kMul,
+                                      dropped, large));
       MT_ASSIGN_OR_RETURN(scores, ops::Mul(scores, keep));
       MT_ASSIGN_OR_RETURN(scores, ops::Add(scores, masked_score));
     } else if (options_.causal) {
@@ -182,14 +183,8 @@ class MultiHeadAttentionLayer final : public Layer {
         Tensor keep, ops::internal::BinaryKernel("AttentionMask",
                                                  BinaryKind::kMul, rows, cols));
     if (!options_.causal) return keep;
-    MT_ASSIGN_OR_RETURN(const Tensor additive, CausalMask(t, mask.device()));
-    // 0 on and below the diagonal -> 1, kMaskedScore above -> 0.
-    MT_ASSIGN_OR_RETURN(const Tensor zero,
-                        ops::internal::ScalarLike(additive, 0.0));
-    MT_ASSIGN_OR_RETURN(
-        const Tensor lower,
-        ops::internal::BinaryKernel("AttentionMask", BinaryKind::kGreaterEqual,
-                                    additive, zero));
+    MT_RETURN_IF_ERROR(CausalMask(t, mask.device()).status());
+    MT_ASSIGN_OR_RETURN(const Tensor lower, MaskAs(causal_keep_, keep.dtype()));
     return ops::internal::BinaryKernel("AttentionMask", BinaryKind::kMul, keep,
                                        lower);
   }
@@ -200,25 +195,31 @@ class MultiHeadAttentionLayer final : public Layer {
         options_(options),
         projections_(std::move(projections)) {}
 
-  // [T, T]: 0 on and below the diagonal, kMaskedScore above; built once per
-  // length and device.
+  // [T, T]: 0 on and below the diagonal, kMaskedScore above (added to the
+  // scores); also causal_keep_, 1 on and below, 0 above (a padding mask's
+  // factor). Built once per length and device.
   absl::StatusOr<Tensor> CausalMask(int64_t t, Device device) {
-    if (!mask_.defined() || mask_.dim(0) != t || mask_.device() != device) {
+    if (!causal_mask_.defined() || causal_mask_.dim(0) != t ||
+        causal_mask_.device() != device) {
       std::vector<float> m(static_cast<size_t>(t * t), 0.0f);
+      std::vector<float> keep(static_cast<size_t>(t * t), 1.0f);
       for (int64_t i = 0; i < t; ++i) {
         for (int64_t j = i + 1; j < t; ++j) {
           m[static_cast<size_t>(i * t + j)] = static_cast<float>(kMaskedScore);
+          keep[static_cast<size_t>(i * t + j)] = 0.0f;
         }
       }
-      MT_ASSIGN_OR_RETURN(mask_,
+      MT_ASSIGN_OR_RETURN(causal_mask_,
                           Tensor::FromVector<float>(m, {t, t}).To(device));
+      MT_ASSIGN_OR_RETURN(causal_keep_,
+                          Tensor::FromVector<float>(keep, {t, t}).To(device));
     }
-    return mask_;
+    return causal_mask_;
   }
 
   Options options_;
   std::vector<Projection> projections_;  // query, key, value, output.
-  Tensor mask_;
+  Tensor causal_mask_, causal_keep_;
 };
 
 }  // namespace

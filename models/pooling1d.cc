@@ -104,7 +104,7 @@ class GlobalPooling1DLayer final : public Layer {
   // count (0 / 0 where every step is masked, as Keras's NaN).
   absl::StatusOr<Tensor> MaskedMean(const Tensor& x, const Tensor& mask) const {
     MT_RETURN_IF_ERROR(CheckMask(x, mask, name()));
-    MT_ASSIGN_OR_RETURN(const Tensor weights, MaskOverFeatures(mask));
+    MT_ASSIGN_OR_RETURN(const Tensor weights, MaskOverFeatures(mask, x));
     MT_ASSIGN_OR_RETURN(const Tensor kept, ops::Mul(x, weights));
     MT_ASSIGN_OR_RETURN(const Tensor sum, ops::ReduceSum(kept, {1}, keepdims_));
     MT_ASSIGN_OR_RETURN(const Tensor count,

@@ -148,12 +148,10 @@ class RecurrentLayer : public Layer {
   // an LSTM (`cell`) carries c.
   static absl::Status KeepMasked(const Tensor& mask, const States& before,
                                  bool cell, States& after) {
-    MT_ASSIGN_OR_RETURN(const Tensor one, ops::internal::ScalarLike(mask, 1));
-    MT_ASSIGN_OR_RETURN(
-        const Tensor keep,
-        ops::internal::BinaryKernel("KeepMasked", BinaryKind::kSub, one, mask));
+    MT_ASSIGN_OR_RETURN(const Tensor fill, MaskAs(mask, after.h.dtype()));
+    MT_ASSIGN_OR_RETURN(const Tensor keep, MaskComplement(fill));
     auto select = [&](const Tensor& old, Tensor& state) -> absl::Status {
-      MT_ASSIGN_OR_RETURN(const Tensor fresh, ops::Mul(state, mask));
+      MT_ASSIGN_OR_RETURN(const Tensor fresh, ops::Mul(state, fill));
       MT_ASSIGN_OR_RETURN(const Tensor kept, ops::Mul(old, keep));
       MT_ASSIGN_OR_RETURN(state, ops::Add(fresh, kept));
       return absl::OkStatus();

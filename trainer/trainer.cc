@@ -65,13 +65,14 @@ absl::Status AddEvalSums(const models::LossType& loss_type,
   MT_ASSIGN_OR_RETURN(const double metric,
                       loss_type.metric_sum(logits, labels, mask));
   sums.metric += metric;
-  MT_ASSIGN_OR_RETURN(const std::vector<double> weights,
-                      models::LabelWeights(mask, labels.num_elements()));
-  if (weights.empty()) {
-    sums.labels += static_cast<double>(labels.num_elements());
-  } else {
-    for (const double w : weights) sums.labels += w;
+  double counted = static_cast<double>(labels.num_elements());
+  if (mask.defined() && mask.num_elements() > 0) {
+    // Each mask element weighs labels / mask elements of them.
+    double kept = 0;
+    for (int64_t i = 0; i < mask.num_elements(); ++i) kept += mask.ScalarAt(i);
+    counted *= kept / static_cast<double>(mask.num_elements());
   }
+  sums.labels += counted;
   return absl::OkStatus();
 }
 
@@ -224,11 +225,9 @@ absl::StatusOr<Trainer::ShardInputs> Trainer::ReplicaShard(
   return in;
 }
 
-absl::StatusOr<Tensor> Trainer::MaskedLoss(distribute::ReplicaContext& ctx,
-                                           const Tensor& logits,
-                                           const Tensor& labels,
-                                           const Tensor& mask,
-                                           int64_t micro_batches) const {
+absl::StatusOr<Tensor> Trainer::MaskedLoss(
+    distribute::ReplicaContext& ctx, const Tensor& logits, const Tensor& labels,
+    const Tensor& mask, int64_t micro_batches, double count_scale) const {
   // Keras's masked mean: the weighted sum over the unmasked labels' count,
   // here the count of the micro-batch's global batch (every replica's), so
   // the replicas' summed gradients are its gradient; micro-batches weigh
@@ -248,6 +247,8 @@ absl::StatusOr<Tensor> Trainer::MaskedLoss(distribute::ReplicaContext& ctx,
     MT_RETURN_IF_ERROR(
         ctx.AllReduce(distribute::ReduceOp::kSum, absl::MakeSpan(parts)));
     count = parts[0];
+  } else if (count_scale != 1.0) {
+    MT_ASSIGN_OR_RETURN(count, ops::Scale(count, count_scale));
   }
   // A batch of padding alone: its sum is 0, and so is the loss (Keras's
   // divide_no_nan).
@@ -312,9 +313,18 @@ absl::StatusOr<std::vector<Tensor>> Trainer::ComputeGradients(
       Tensor mask;
       MT_ASSIGN_OR_RETURN(Tensor logits, r.model->Call(in.images, fctx, &mask));
       if (mask.defined()) {
+        // Unreduced (parameter-server workers: their own batch; none: a
+        // shard) the count stands for the batch's rows, as update_labels.
+        const int64_t rows = in.shard.end - in.shard.begin;
+        const double count_scale =
+            ctx.reduces() || rows == 0
+                ? 1.0
+                : static_cast<double>(batch.labels.dim(0)) /
+                      static_cast<double>(rows);
         MT_ASSIGN_OR_RETURN(
             loss, MaskedLoss(ctx, logits, in.labels, mask,
-                             static_cast<int64_t>(micro_batches.size())));
+                             static_cast<int64_t>(micro_batches.size()),
+                             count_scale));
       } else {
         MT_ASSIGN_OR_RETURN(
             loss, loss_->compute(logits, in.labels, Tensor(), update_labels,

@@ -314,12 +314,13 @@ class Trainer {
       const GraphInputs* graph = nullptr);
   // The loss of a replica's `logits` whose model output carries `mask`
   // (Keras's loss masking): the labels' weighted sum over the count of
-  // unmasked ones in the micro-batch's global batch (all-reduced), and
-  // over `micro_batches`.
+  // unmasked ones in the micro-batch's global batch (all-reduced; where
+  // the context does not reduce, this replica's count times
+  // `count_scale`), and over `micro_batches`.
   absl::StatusOr<Tensor> MaskedLoss(distribute::ReplicaContext& ctx,
                                     const Tensor& logits, const Tensor& labels,
-                                    const Tensor& mask,
-                                    int64_t micro_batches) const;
+                                    const Tensor& mask, int64_t micro_batches,
+                                    double count_scale) const;
   // The next step's batches: train.accumulation_steps of them, or fewer
   // when the epoch ends first (a step never spans two epochs).
   absl::StatusOr<std::vector<Batch>> NextMicroBatches();

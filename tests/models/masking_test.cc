@@ -323,6 +323,76 @@ TEST(MaskTest, MergesCombineTheBranchesMasks) {
   }
 }
 
+// With dropout, Keras's attention (its Softmax layer's path) gives a query
+// whose every key is masked no attention at all: row 2's padded steps are
+// then the output projection's bias (0 as built), where without dropout
+// they attend to all alike (the fused path's uniform weights).
+TEST(MaskTest, AttentionWithDropoutGivesFullyMaskedQueriesNothing) {
+  for (double dropout : {0.0, 0.5}) {
+    SCOPED_TRACE(dropout);
+    std::unique_ptr<Model> model = Build(
+        {6},
+        {Embedding(), Spec("multi_head_attention",
+                           {{"num_heads", int64_t{2}}, {"dropout", dropout}})});
+    ASSERT_NE(model, nullptr);
+    absl::StatusOr<Tensor> y = model->Call(Ids(), {});  // Inference.
+    ASSERT_TRUE(y.ok()) << y.status();
+    const Tensor padded = Steps(Row(*y, 2), 0, 3);
+    double largest = 0;
+    for (int64_t i = 0; i < padded.num_elements(); ++i) {
+      largest = std::max(largest, std::abs(padded.ScalarAt(i)));
+    }
+    if (dropout > 0) {
+      EXPECT_EQ(largest, 0.0);
+    } else {
+      EXPECT_GT(largest, 1e-4);
+    }
+  }
+}
+
+// Masks from two masking layers (steps all 0 in front, all 1 in the main
+// branch) merge as Keras's: an OR, so a step masked on one side only stays.
+TEST(MaskTest, MergedMasksAreTheOrOfTheBranches) {
+  const Tensor x = Tensor::FromVector<float>({0, 0, 1, 1, 2, 3,  //
+                                              5, 6, 0, 0, 1, 1},
+                                             {2, 3, 2});
+  LayerSpec residual = Spec("residual");
+  residual.layers = {Spec("masking", {{"mask_value", 1.0}})};
+  std::unique_ptr<Model> model = Build({3, 2}, {Spec("masking"), residual});
+  ASSERT_NE(model, nullptr);
+  Tensor mask;
+  ASSERT_TRUE(model->Call(x, {}, &mask).ok());
+  // Front: {0, 1, 1}, {1, 0, 1}; main (1s masked, front's 0s kept): {1, 0,
+  // 1}, {1, 1, 0}.
+  EXPECT_EQ(mask.ToVector<float>(), (std::vector<float>{1, 1, 1, 1, 1, 1}));
+  std::unique_ptr<Model> front_only = Build({3, 2}, {Spec("masking")});
+  ASSERT_TRUE(front_only->Call(x, {}, &mask).ok());
+  EXPECT_EQ(mask.ToVector<float>(), (std::vector<float>{0, 1, 1, 1, 0, 1}));
+}
+
+// Integer ids give the mask float ids give; the average keeps its axis
+// under keepdims.
+TEST(MaskTest, IntegerIdsAndKeptAxes) {
+  std::unique_ptr<Model> model = Build(
+      {6},
+      {Embedding(), Spec("global_average_pooling1d", {{"keepdims", true}})});
+  ASSERT_NE(model, nullptr);
+  std::vector<int64_t> ids(kIds.begin(), kIds.end());
+  absl::StatusOr<Tensor> from_ints =
+      model->Call(Tensor::FromVector<int64_t>(ids, {3, 6}), {});
+  absl::StatusOr<Tensor> from_floats = model->Call(Ids(), {});
+  ASSERT_TRUE(from_ints.ok()) << from_ints.status();
+  ASSERT_TRUE(from_floats.ok()) << from_floats.status();
+  EXPECT_EQ(from_ints->shape(), (Shape{3, 1, 4}));
+  EXPECT_TRUE(testing::AllClose(*from_ints, *from_floats, 0, 0));
+  std::unique_ptr<Model> unkept =
+      Build({6}, {Embedding(), Spec("global_average_pooling1d")});
+  absl::StatusOr<Tensor> flat = unkept->Call(Ids(), {});
+  ASSERT_TRUE(flat.ok()) << flat.status();
+  EXPECT_TRUE(
+      testing::AllClose(*ops::Reshape(*from_floats, {3, 4}), *flat, 0, 0));
+}
+
 // Label weights: each weighs n / m consecutive labels; the weighted loss
 // of a mask is the loss of the labels it keeps.
 TEST(MaskTest, WeightedLossesCountTheUnmaskedLabels) {
@@ -341,10 +411,53 @@ TEST(MaskTest, WeightedLossesCountTheUnmaskedLabels) {
                 ->ScalarAt(0);
   }
   EXPECT_NEAR(masked->ScalarAt(0), want, 1e-12);
-  absl::StatusOr<double> correct = CountCorrect(logits, labels, mask);
-  absl::StatusOr<double> all = CountCorrect(logits, labels);
-  ASSERT_TRUE(correct.ok() && all.ok());
-  EXPECT_LE(*correct, *all);
+  // Every loss and its metric, under its keys' defaults and (where it has
+  // one) label smoothing: the masked sums are those of the kept labels.
+  const std::vector<int64_t> kept = {0, 1, 3};
+  for (const LossType* type : LossRegistry::Global().Entries()) {
+    const bool classes = !type->output_activation.empty();
+    absl::StatusOr<Shape> out = type->output_shape({3}, classes ? 2 : 0);
+    ASSERT_TRUE(out.ok()) << out.status();
+    Shape shape = {2};
+    shape.insert(shape.end(), out->begin(), out->end());
+    const Tensor outputs = testing::RandomTensor(shape, 11, DType::kF64, -3, 3);
+    const Tensor targets =
+        classes ? Tensor::FromVector<int64_t>({1, 0, 1, 1, 0, 1}, {2, 3})
+                : testing::RandomTensor({2, 3}, 12, DType::kF64, -3, 3);
+    // The kept labels' rows of each, as a batch of 3.
+    const int64_t per = outputs.num_elements() / 6;
+    const Tensor output_rows = *ops::Reshape(outputs, {6, per});
+    const Tensor target_rows = *ops::Reshape(targets, {6});
+    std::vector<Tensor> kept_outputs, kept_targets;
+    for (int64_t i : kept) {
+      kept_outputs.push_back(*output_rows.SliceRows(i, 1));
+      kept_targets.push_back(*target_rows.SliceRows(i, 1));
+    }
+    Tensor kept_out = *ops::Concat(kept_outputs, 0);
+    if (per == 1) kept_out = *ops::Reshape(kept_out, {3});
+    const Tensor kept_target = *ops::Concat(kept_targets, 0);
+    std::vector<Params> keys = {DefaultLossParams(type->name)};
+    if (keys[0].Has(kLabelSmoothing)) {
+      keys.push_back(keys[0]);
+      keys.back().Set(kLabelSmoothing, 0.2);
+    }
+    for (const Params& k : keys) {
+      SCOPED_TRACE(type->name + " " + std::to_string(LabelSmoothingOf(k)));
+      absl::StatusOr<Tensor> weighted =
+          type->compute(outputs, targets, mask, 1, k);
+      absl::StatusOr<Tensor> alone =
+          type->compute(kept_out, kept_target, Tensor(), 1, k);
+      ASSERT_TRUE(weighted.ok()) << weighted.status();
+      ASSERT_TRUE(alone.ok()) << alone.status();
+      EXPECT_NEAR(weighted->ScalarAt(0), alone->ScalarAt(0), 1e-12);
+    }
+    absl::StatusOr<double> metric = type->metric_sum(outputs, targets, mask);
+    absl::StatusOr<double> metric_alone =
+        type->metric_sum(kept_out, kept_target, Tensor());
+    ASSERT_TRUE(metric.ok()) << metric.status();
+    ASSERT_TRUE(metric_alone.ok()) << metric_alone.status();
+    EXPECT_NEAR(*metric, *metric_alone, 1e-12) << type->name;
+  }
   // Two targets per mask element: weights repeat over them.
   absl::StatusOr<std::vector<double>> w =
       LabelWeights(Tensor::FromVector<double>({1, 0, 1}, {3}), 6);

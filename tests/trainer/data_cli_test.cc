@@ -603,5 +603,32 @@ TEST(DataCliTest, NormalizeAndAugmentThatDoNotFitTheDataExit2) {
   }
 }
 
+// A layer that drops a mask (Keras's supports_masking false) is named on
+// stderr, as Keras warns, and the run goes on.
+TEST(DataCliTest, LayersThatDropAMaskAreWarnedAbout) {
+  const std::string dir = FreshTestDir("mask_warning");
+  WriteBytes(dir + "/ids.npz", testing::TokenIdsNpzBytes(32, 0));
+  const std::string config = dir + "/job.yaml";
+  WriteBytes(config, absl::StrCat("data: {name: npz, path: ", dir,
+                                  R"(/ids.npz, global_batch_size: 8}
+model:
+  input_shape: [4]
+  layers:
+    - {type: embedding, input_dim: 10, output_dim: 4, mask_zero: true}
+    - {type: conv1d, filters: 4, kernel_size: 1}
+    - {type: lstm, units: 4}
+    - {type: dense, units: 10}
+train: {steps: 2}
+checkpoint: {every_steps: 0}
+)"));
+  Result r = RunCli({"train", "--config", config, "--run_dir", dir + "/run"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("mirrortrain: warning: " + config +
+                               ":6: model.layers[1] (conv1d) drops the mask"));
+  Result dry = RunCli({"train", "--config", config, "--dry_run"});
+  EXPECT_EQ(dry.exit_code, 0) << dry.err;
+  EXPECT_THAT(dry.out, HasSubstr("warning: " + config + ":6: model.layers[1]"));
+}
+
 }  // namespace
 }  // namespace mirrortrain

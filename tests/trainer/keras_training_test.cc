@@ -442,6 +442,21 @@ std::vector<KerasRun> Runs() {
         "optimizer={name: adam, learning_rate: 0.01}"},
        10,
        8},
+      // The tagger under accumulation: two micro-batches per step, each its
+      // own masked mean weighing 1/2 (Keras's gradient_accumulation_steps),
+      // one of them padding alone (loss 0); the evaluation's masked loss
+      // and accuracy compared too.
+      {"tacc",
+       NpzData,
+       {"data.global_batch_size=6", "train.accumulation_steps=2",
+        "model={input_shape: [8], layers: ["
+        "{type: embedding, input_dim: 16, output_dim: 6, mask_zero: true}, "
+        "{type: bidirectional, layers: [{type: gru, units: 4, "
+        "return_sequences: true}]}, "
+        "{type: dense, units: 3}]}",
+        "optimizer={name: adam, learning_rate: 0.01}"},
+       9,
+       8},
       // Sequence to sequence: an encoder LSTM's last state repeated for a
       // decoder LSTM, a class per output step (labels [n, 3]).
       {"s2s",
@@ -659,11 +674,19 @@ TEST_P(KerasTrainingTest, EndsWhereKerasOnOneDeviceEnds) {
   // labels, before the update) as Keras computed it, up to what the
   // weights' rounding above makes of it (2e-6 relative seen at lm's step 6).
   const Tensor& losses = Golden().at(prefix + "loss");
-  int logged = 0;
+  int logged = 0, evaluated = 0;
   for (absl::string_view line :
        absl::StrSplit(testing::ReadFile(dir + "/run/metrics.jsonl"), '\n',
                       absl::SkipEmpty())) {
     const nlohmann::json record = nlohmann::json::parse(line);
+    if (record["split"] == "test" && Golden().contains(prefix + "eval_loss")) {
+      // The final evaluation (over the unmasked labels, where masked).
+      for (const char* metric : {"loss", "accuracy"}) {
+        const double want = Golden().at(prefix + "eval_" + metric).ScalarAt(0);
+        EXPECT_NEAR(record[metric].get<double>(), want, 1e-5 * want) << line;
+      }
+      ++evaluated;
+    }
     if (record["split"] != "train") continue;
     const int64_t step = record["step"].get<int64_t>();
     ASSERT_EQ(step, logged + 1) << line;
@@ -672,6 +695,7 @@ TEST_P(KerasTrainingTest, EndsWhereKerasOnOneDeviceEnds) {
     ++logged;
   }
   EXPECT_EQ(logged, run.steps);
+  EXPECT_EQ(evaluated, Golden().contains(prefix + "eval_loss") ? 1 : 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(
