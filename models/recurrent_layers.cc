@@ -33,6 +33,7 @@
 #include "models/layer.h"
 #include "models/layer_registry.h"
 #include "models/masking.h"
+#include "tensor/dropout_mask.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/matmul.h"
@@ -41,12 +42,20 @@
 namespace mirrortrain::models {
 namespace {
 
+// Salts the recurrent layers' dropout masks apart from other layers'.
+constexpr uint64_t kRecurrentDropoutSalt = 0x726e6e64726f7030ULL;
+
 struct RecurrentOptions {
   int64_t units = 0;
   const ActivationDef* activation = nullptr;
   const ActivationDef* recurrent_activation = nullptr;
   bool return_sequences = false;
   bool go_backwards = false;
+  // Keras's dropout of the inputs and recurrent_dropout of h, while
+  // training; `index` tells layers of a kind apart (their masks differ).
+  double dropout = 0;
+  double recurrent_dropout = 0;
+  int index = 0;
 };
 
 // The states a step carries: h (every layer's output) and an LSTM's c.
@@ -54,13 +63,36 @@ struct States {
   Tensor h, c;
 };
 
-// What every step reads of the variables, taken once per call (a part of
-// a variable is a copy: taken per step, the tape would keep one each).
+// What every step reads, taken once per call (a part of a variable is a
+// copy: taken per step, the tape would keep one each).
 struct StepWeights {
   Tensor recurrent;       // The recurrent kernel, or (GRU without
   Tensor recurrent_tail;  // reset_after) its z, r columns and its h ones.
   Tensor bias;            // Added after the recurrent product; may be empty.
+  // Under recurrent dropout: each gate's mask of h [batch, units] (Keras's
+  // implementation 1: one per gate, the same every step), and `recurrent`
+  // split into those gates' column blocks.
+  std::vector<Tensor> recurrent_masks;
+  std::vector<Tensor> recurrent_blocks;
 };
+
+// h times the recurrent kernel `w.recurrent` ([units, gates' columns]);
+// under recurrent dropout each gate's block from h times that gate's mask
+// (masks[first + g] for block g), the blocks side by side.
+absl::StatusOr<Tensor> RecurrentProduct(const Tensor& h, const StepWeights& w,
+                                        size_t first = 0) {
+  if (w.recurrent_masks.empty()) return ops::MatMul(h, w.recurrent);
+  std::vector<Tensor> parts;
+  for (size_t g = 0; g < w.recurrent_blocks.size(); ++g) {
+    MT_ASSIGN_OR_RETURN(const Tensor dropped,
+                        ops::Mul(h, w.recurrent_masks[first + g]));
+    MT_ASSIGN_OR_RETURN(Tensor part,
+                        ops::MatMul(dropped, w.recurrent_blocks[g]));
+    parts.push_back(std::move(part));
+  }
+  if (parts.size() == 1) return parts[0];
+  return ops::Concat(parts, 1);
+}
 
 // The loop over the steps; a subclass computes one step from its input
 // product x_t [batch, gates * units] (Step).
@@ -79,16 +111,22 @@ class RecurrentLayer : public Layer {
     const int64_t b = x.dim(0), steps = x.dim(1), u = options_.units;
     const int64_t width = gates_ * u;
     // Every step's input product in one.
-    MT_ASSIGN_OR_RETURN(const Tensor flat,
-                        ops::Reshape(x, {b * steps, x.dim(2)}));
-    MT_ASSIGN_OR_RETURN(Tensor xk, ops::MatMul(flat, kernel_.value()));
+    MT_ASSIGN_OR_RETURN(Tensor xk, InputProducts(x, ctx));
     MT_ASSIGN_OR_RETURN(xk, InputBias(xk));
     MT_ASSIGN_OR_RETURN(xk, ops::Reshape(xk, {b, steps, width}));
     // One piece per step in one op: its gradient is one Concat (a Slice
     // per step would put each step's gradient into a zero tensor of all
     // the steps: quadratic in them).
     MT_ASSIGN_OR_RETURN(std::vector<Tensor> inputs, ops::Split(xk, steps, 1));
-    MT_ASSIGN_OR_RETURN(const StepWeights weights, Weights());
+    MT_ASSIGN_OR_RETURN(StepWeights weights, Weights());
+    if (ctx.training && options_.recurrent_dropout > 0) {
+      MT_ASSIGN_OR_RETURN(weights.recurrent_masks,
+                          DropoutMasks(ctx, b, u, x.dtype(), x.device(),
+                                       /*recurrent=*/true));
+      MT_ASSIGN_OR_RETURN(
+          weights.recurrent_blocks,
+          ops::Split(weights.recurrent, weights.recurrent.dim(1) / u, 1));
+    }
     States states;
     MT_ASSIGN_OR_RETURN(states.h, Tensor::Zeros(x.dtype(), {b, u}, x.device()));
     states.c = states.h;
@@ -143,6 +181,68 @@ class RecurrentLayer : public Layer {
   }
 
  protected:
+  // Keras's dropout masks of a call (its cell's get_dropout_mask and
+  // get_recurrent_dropout_mask): [batch, width] of 0 and 1 / (1 - rate),
+  // the same for every step; one per gate under recurrent dropout (Keras's
+  // implementation 1), else one for the input. Drawn for the rows of the
+  // global batch (ctx.row_offset), so a shard draws the whole batch's.
+  absl::StatusOr<std::vector<Tensor>> DropoutMasks(const ForwardContext& ctx,
+                                                   int64_t batch, int64_t width,
+                                                   DType dtype, Device device,
+                                                   bool recurrent) const {
+    const int64_t count = options_.recurrent_dropout > 0 ? gates_ : 1;
+    const double rate =
+        recurrent ? options_.recurrent_dropout : options_.dropout;
+    MT_ASSIGN_OR_RETURN(const Tensor ones,
+                        ops::Fill(dtype, {batch, width}, 1.0, device));
+    std::vector<Tensor> masks;
+    for (int64_t g = 0; g < count; ++g) {
+      // Apart from every other kind's, per gate, input or recurrent.
+      const uint64_t salt = DropoutMix(
+          kRecurrentDropoutSalt ^ static_cast<uint64_t>(gates_ << 8) ^
+          (recurrent ? 0x80 : 0) ^ static_cast<uint64_t>(g));
+      MT_ASSIGN_OR_RETURN(
+          Tensor mask,
+          ctx.Dropout(ones, rate, static_cast<uint64_t>(options_.index), salt,
+                      ctx.row_offset * width));
+      masks.push_back(std::move(mask));
+    }
+    return masks;
+  }
+
+  // x [batch, steps, features] times the kernel for every step at once, as
+  // [batch * steps, gates * units]; under input dropout x times its mask
+  // first (under recurrent dropout each gate's own, with its block of the
+  // kernel).
+  absl::StatusOr<Tensor> InputProducts(const Tensor& x,
+                                       const ForwardContext& ctx) const {
+    const int64_t b = x.dim(0), steps = x.dim(1), f = x.dim(2);
+    if (!ctx.training || options_.dropout == 0) {
+      MT_ASSIGN_OR_RETURN(const Tensor flat, ops::Reshape(x, {b * steps, f}));
+      return ops::MatMul(flat, kernel_.value());
+    }
+    MT_ASSIGN_OR_RETURN(
+        const std::vector<Tensor> masks,
+        DropoutMasks(ctx, b, f, x.dtype(), x.device(), /*recurrent=*/false));
+    std::vector<Tensor> blocks = {kernel_.value()};
+    if (masks.size() > 1) {
+      MT_ASSIGN_OR_RETURN(
+          blocks,
+          ops::Split(kernel_.value(), static_cast<int64_t>(masks.size()), 1));
+    }
+    std::vector<Tensor> parts;
+    for (size_t g = 0; g < masks.size(); ++g) {
+      MT_ASSIGN_OR_RETURN(const Tensor mask, ops::Reshape(masks[g], {b, 1, f}));
+      MT_ASSIGN_OR_RETURN(const Tensor dropped, ops::Mul(x, mask));
+      MT_ASSIGN_OR_RETURN(const Tensor flat,
+                          ops::Reshape(dropped, {b * steps, f}));
+      MT_ASSIGN_OR_RETURN(Tensor part, ops::MatMul(flat, blocks[g]));
+      parts.push_back(std::move(part));
+    }
+    if (parts.size() == 1) return parts[0];
+    return ops::Concat(parts, 1);
+  }
+
   // `after` where the step's mask [batch, 1] is 1, `before` where it is 0:
   // m after + (1 - m) before, exact as Keras's where (one term is 0). Only
   // an LSTM (`cell`) carries c.
@@ -201,7 +301,7 @@ class LstmLayer final : public RecurrentLayer {
   // Keras's LSTMCell: z = x_t kernel + h recurrent_kernel + bias.
   absl::Status Step(const Tensor& xt, const StepWeights& w,
                     States& states) override {
-    MT_ASSIGN_OR_RETURN(const Tensor hr, ops::MatMul(states.h, w.recurrent));
+    MT_ASSIGN_OR_RETURN(const Tensor hr, RecurrentProduct(states.h, w));
     MT_ASSIGN_OR_RETURN(Tensor z, ops::Add(xt, hr));
     if (w.bias.defined()) {
       MT_ASSIGN_OR_RETURN(z, ops::Add(z, w.bias));
@@ -272,7 +372,7 @@ class GruLayer final : public RecurrentLayer {
                     States& states) override {
     const Tensor& h = states.h;
     MT_ASSIGN_OR_RETURN(const std::vector<Tensor> x, ops::Split(xt, 3, 1));
-    MT_ASSIGN_OR_RETURN(Tensor inner, ops::MatMul(h, w.recurrent));
+    MT_ASSIGN_OR_RETURN(Tensor inner, RecurrentProduct(h, w));
     if (w.bias.defined()) {
       MT_ASSIGN_OR_RETURN(inner, ops::Add(inner, w.bias));
     }
@@ -287,7 +387,12 @@ class GruLayer final : public RecurrentLayer {
     if (reset_after_) {
       MT_ASSIGN_OR_RETURN(recurrent_h, ops::Mul(r, rec[2]));
     } else {
-      MT_ASSIGN_OR_RETURN(const Tensor reset, ops::Mul(r, h));
+      // Keras: r times h (times the h gate's recurrent mask).
+      Tensor h_h = h;
+      if (!w.recurrent_masks.empty()) {
+        MT_ASSIGN_OR_RETURN(h_h, ops::Mul(h, w.recurrent_masks[2]));
+      }
+      MT_ASSIGN_OR_RETURN(const Tensor reset, ops::Mul(r, h_h));
       MT_ASSIGN_OR_RETURN(recurrent_h, ops::MatMul(reset, w.recurrent_tail));
     }
     MT_ASSIGN_OR_RETURN(sum, ops::Add(x[2], recurrent_h));
@@ -322,7 +427,7 @@ class SimpleRnnLayer final : public RecurrentLayer {
   }
   absl::Status Step(const Tensor& xt, const StepWeights& w,
                     States& states) override {
-    MT_ASSIGN_OR_RETURN(const Tensor hr, ops::MatMul(states.h, w.recurrent));
+    MT_ASSIGN_OR_RETURN(const Tensor hr, RecurrentProduct(states.h, w));
     MT_ASSIGN_OR_RETURN(const Tensor z, ops::Add(xt, hr));
     MT_ASSIGN_OR_RETURN(states.h, Activate(*options_.activation, z));
     return absl::OkStatus();
@@ -368,6 +473,17 @@ std::vector<Param> RecurrentParams(std::vector<Param> extra,
                        .Default(false)
                        .Doc("read the steps last to first (the outputs in that "
                             "order, as Keras)"));
+  params.push_back(Param::Float("dropout").Default(0).Min(0).Max(1, false).Doc(
+      "while training, the inputs' dropout rate: one mask per sequence, the "
+      "same every step (Keras's; per gate under recurrent_dropout)"));
+  params.push_back(
+      Param::Float("recurrent_dropout")
+          .Default(0)
+          .Min(0)
+          .Max(1, false)
+          .Doc("while training, h's dropout rate before the recurrent "
+               "product: one mask per sequence and gate, the same every "
+               "step (Keras's)"));
   for (Param& p : extra) params.push_back(std::move(p));
   params = WithInitializerParams(std::move(params), "kernel_initializer");
   params.push_back(Param::String("recurrent_initializer")
@@ -409,6 +525,9 @@ absl::StatusOr<RecurrentParts> ReadRecurrent(const LayerSpec& spec,
   }
   o.return_sequences = spec.params.Bool("return_sequences");
   o.go_backwards = spec.params.Bool("go_backwards");
+  o.dropout = spec.params.Float("dropout");
+  o.recurrent_dropout = spec.params.Float("recurrent_dropout");
+  o.index = b.type_index();
   const WeightInitializers init =
       ReadInitializers(spec.params, "kernel_initializer");
   const std::string cell = absl::StrCat(b.name(), "/", cell_name, "/");
@@ -437,7 +556,7 @@ MT_REGISTER(
     LayerType,
     {.name = "lstm",
      .doc = "a long short-term memory layer over [batch, steps, features] "
-            "(Keras LSTM; no dropout, masking or state across batches)",
+            "(Keras LSTM; no state across batches)",
      .params = {RecurrentParams(
          {Param::Bool("unit_forget_bias")
               .Default(true)
@@ -465,7 +584,7 @@ MT_REGISTER(
     LayerType,
     {.name = "gru",
      .doc = "a gated recurrent unit layer over [batch, steps, features] "
-            "(Keras GRU; no dropout, masking or state across batches)",
+            "(Keras GRU; no state across batches)",
      .params = {RecurrentParams(
          {Param::Bool("reset_after")
               .Default(true)
@@ -497,7 +616,7 @@ MT_REGISTER(
     LayerType,
     {.name = "simple_rnn",
      .doc = "a fully-connected recurrent layer over [batch, steps, features] "
-            "(Keras SimpleRNN; no dropout, masking or state across batches)",
+            "(Keras SimpleRNN; no state across batches)",
      .params = {RecurrentParams({}, /*gated=*/false)},
      .inner_activation = true,
      .create = [](const LayerSpec& spec,
