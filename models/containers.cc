@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "models/layer_registry.h"
 #include "models/masking.h"
@@ -94,142 +95,215 @@ Shape WithUnitAxes(Shape shape, size_t rank) {
   return shape;
 }
 
+// a op b for an elementwise merge (Average's sum, divided by the caller).
+absl::StatusOr<Tensor> Elementwise(Merge merge, const Tensor& a,
+                                   const Tensor& b) {
+  switch (merge) {
+    case Merge::kAdd:
+    case Merge::kAverage:
+      return ops::Add(a, b);
+    case Merge::kMultiply:
+      return ops::Mul(a, b);
+    case Merge::kSubtract:
+      return ops::Sub(a, b);
+    case Merge::kMaximum:
+      return ops::Maximum(a, b);
+    case Merge::kMinimum:
+      return ops::Minimum(a, b);
+    case Merge::kConcatenate:
+      break;
+  }
+  return absl::InternalError("concatenation is not elementwise");
+}
+
 }  // namespace
 
-absl::StatusOr<Tensor> TwoBranchLayer::Call(const Tensor& x,
-                                            const ForwardContext& ctx) {
+std::unique_ptr<BranchesLayer> BranchesLayer::TwoBranches(
+    std::string name, std::unique_ptr<Layer> main,
+    std::unique_ptr<Layer> shortcut, Merge merge) {
+  const bool identity = shortcut == nullptr;
+  std::vector<std::unique_ptr<Layer>> branches;
+  branches.push_back(std::move(main));
+  branches.push_back(std::move(shortcut));
+  return std::make_unique<BranchesLayer>(
+      std::move(name), std::move(branches),
+      std::vector<std::string>{"main branch",
+                               identity ? "identity shortcut" : "shortcut"},
+      merge);
+}
+
+absl::StatusOr<Tensor> BranchesLayer::Call(const Tensor& x,
+                                           const ForwardContext& ctx) {
   Tensor mask;
   return CallMasked(x, ctx, mask);
 }
 
-bool TwoBranchLayer::OutputMasked(bool input_masked) const {
-  const bool main = main_->OutputMasked(input_masked);
-  const bool shortcut = shortcut_ != nullptr
-                            ? shortcut_->OutputMasked(input_masked)
-                            : input_masked;
-  return merge_ == Merge::kConcatenate ? main || shortcut : main && shortcut;
+bool BranchesLayer::OutputMasked(bool input_masked) const {
+  bool any = false, all = true;
+  for (const auto& b : branches_) {
+    const bool masked =
+        b != nullptr ? b->OutputMasked(input_masked) : input_masked;
+    any = any || masked;
+    all = all && masked;
+  }
+  return merge_ == Merge::kConcatenate ? any : all;
 }
 
-absl::StatusOr<Tensor> TwoBranchLayer::CallMasked(const Tensor& x,
-                                                  const ForwardContext& ctx,
-                                                  Tensor& mask) {
-  // The request for the sum's storage is not the branches'.
+bool BranchesLayer::InputFeedsProduct() const {
+  return std::any_of(branches_.begin(), branches_.end(), [](const auto& b) {
+    return b != nullptr && b->InputFeedsProduct();
+  });
+}
+
+bool BranchesLayer::ReadsTokenIds() const {
+  return std::any_of(branches_.begin(), branches_.end(), [](const auto& b) {
+    return b != nullptr && b->ReadsTokenIds();
+  });
+}
+
+absl::StatusOr<Tensor> BranchesLayer::CallMasked(const Tensor& x,
+                                                 const ForwardContext& ctx,
+                                                 Tensor& mask) {
+  // The request for the merge's storage is not the branches'.
   ForwardContext branch = ctx;
   branch.output_rounding = ops::OutputRounding::kNone;
   // Unrounded token ids go as they are only to a branch that reads them
-  // first; the other gets a rounded copy of its own, so neither can round
-  // the other's input in place (ForwardContext::raw_token_ids).
-  auto input_of = [&](const Layer* b) -> absl::StatusOr<Tensor> {
-    if (!ctx.raw_token_ids || (b != nullptr && b->ReadsTokenIds())) return x;
-    return ops::RoundedToBFloat16(x, b != nullptr && b->InputFeedsProduct());
-  };
-  ForwardContext main_ctx = branch;
-  main_ctx.raw_token_ids = ctx.raw_token_ids && main_->ReadsTokenIds();
-  MT_ASSIGN_OR_RETURN(const Tensor main_in, input_of(main_.get()));
-  Tensor main_mask, shortcut_mask = ctx.mask;
-  MT_ASSIGN_OR_RETURN(Tensor y,
-                      main_->CallMasked(main_in, main_ctx, main_mask));
-  MT_ASSIGN_OR_RETURN(Tensor s, input_of(shortcut_.get()));
-  if (shortcut_ != nullptr) {
-    ForwardContext short_ctx = branch;
-    short_ctx.raw_token_ids = ctx.raw_token_ids && shortcut_->ReadsTokenIds();
-    MT_ASSIGN_OR_RETURN(s, shortcut_->CallMasked(s, short_ctx, shortcut_mask));
-  }
-  MT_ASSIGN_OR_RETURN(mask, MergedMask(main_mask, shortcut_mask));
-  if (merge_ != Merge::kConcatenate && y.rank() != s.rank()) {
-    // Keras's merges give the lower-rank output axes of 1 after the batch.
-    Tensor& low = y.rank() < s.rank() ? y : s;
-    MT_ASSIGN_OR_RETURN(
-        low, ops::Reshape(
-                 low, WithUnitAxes(low.shape(), std::max(y.rank(), s.rank()))));
-  }
-  switch (merge_) {
-    case Merge::kAdd:
-      return ops::Add(y, s);
-    case Merge::kConcatenate:
-      return ops::Concat({y, s}, y.rank() - 1);
-    case Merge::kMultiply:
-      return ops::Mul(y, s);
-    case Merge::kSubtract:
-      return ops::Sub(y, s);
-    case Merge::kAverage: {
-      // Keras's Average: the sum divided by the count (a halving, exact).
-      MT_ASSIGN_OR_RETURN(const Tensor sum, ops::Add(y, s));
-      return ops::Scale(sum, 0.5);
+  // first; the others get a rounded copy each, so none can round another's
+  // input in place (ForwardContext::raw_token_ids).
+  std::vector<Tensor> outputs, masks;
+  size_t rank = 0;
+  for (const auto& b : branches_) {
+    Tensor in = x;
+    if (ctx.raw_token_ids && (b == nullptr || !b->ReadsTokenIds())) {
+      MT_ASSIGN_OR_RETURN(in, ops::RoundedToBFloat16(
+                                  x, b != nullptr && b->InputFeedsProduct()));
     }
-    case Merge::kMaximum:
-      return ops::Maximum(y, s);
-    case Merge::kMinimum:
-      return ops::Minimum(y, s);
+    Tensor out_mask = ctx.mask;
+    if (b != nullptr) {
+      ForwardContext inner = branch;
+      inner.raw_token_ids = ctx.raw_token_ids && b->ReadsTokenIds();
+      MT_ASSIGN_OR_RETURN(in, b->CallMasked(in, inner, out_mask));
+    }
+    rank = std::max(rank, static_cast<size_t>(in.rank()));
+    outputs.push_back(std::move(in));
+    masks.push_back(std::move(out_mask));
   }
-  return absl::InternalError("unknown merge");
+  MT_ASSIGN_OR_RETURN(mask, MergedMask(masks));
+  if (merge_ == Merge::kConcatenate) {
+    return ops::Concat(outputs, static_cast<int>(rank) - 1);
+  }
+  // Keras's merges give a lower-rank output axes of 1 after the batch.
+  for (Tensor& y : outputs) {
+    if (static_cast<size_t>(y.rank()) < rank) {
+      MT_ASSIGN_OR_RETURN(y, ops::Reshape(y, WithUnitAxes(y.shape(), rank)));
+    }
+  }
+  // Keras's order: ((y0 op y1) op y2) ...
+  Tensor merged = outputs[0];
+  for (size_t k = 1; k < outputs.size(); ++k) {
+    MT_ASSIGN_OR_RETURN(merged, Elementwise(merge_, merged, outputs[k]));
+  }
+  if (merge_ != Merge::kAverage) return merged;
+  // Keras's Average: the sum divided by the count.
+  MT_ASSIGN_OR_RETURN(
+      const Tensor count,
+      ops::internal::ScalarLike(merged, static_cast<double>(outputs.size())));
+  return ops::Div(merged, count);
 }
 
-absl::StatusOr<Shape> TwoBranchLayer::OutputShape(const Shape& input) const {
-  MT_ASSIGN_OR_RETURN(Shape main, main_->OutputShape(input));
-  Shape shortcut = input;
-  if (shortcut_ != nullptr) {
-    MT_ASSIGN_OR_RETURN(shortcut, shortcut_->OutputShape(input));
+absl::StatusOr<Shape> BranchesLayer::OutputShape(const Shape& input) const {
+  std::vector<Shape> shapes;
+  size_t rank = 0;
+  for (const auto& b : branches_) {
+    Shape out = input;
+    if (b != nullptr) {
+      MT_ASSIGN_OR_RETURN(out, b->OutputShape(input));
+    }
+    rank = std::max(rank, out.size());
+    shapes.push_back(std::move(out));
   }
-  const std::string shortcut_name =
-      shortcut_ == nullptr ? "identity shortcut" : "shortcut";
+  auto gives = [&](size_t j, size_t k) {
+    return absl::StrCat("the ", names_[j], " gives ", ShapeToString(shapes[j]),
+                        " but the ", names_[k], " gives ",
+                        ShapeToString(shapes[k]));
+  };
   if (merge_ == Merge::kConcatenate) {
     // Every axis but the last (the channels, the features) must agree.
-    if (main.size() != shortcut.size() ||
-        !std::equal(main.begin(), main.end() - 1, shortcut.begin())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the main branch gives ", ShapeToString(main), " but the ",
-          shortcut_name, " gives ", ShapeToString(shortcut),
-          ": concatenated along the last axis, the others must agree"));
+    Shape out = shapes[0];
+    for (size_t k = 1; k < shapes.size(); ++k) {
+      const Shape& s = shapes[k];
+      if (s.size() != out.size() ||
+          !std::equal(out.begin(), out.end() - 1, s.begin())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(gives(0, k),
+                         ": concatenated along the last axis, the others "
+                         "must agree"));
+      }
+      out.back() += s.back();
     }
-    main.back() += shortcut.back();
-    return main;
+    return out;
   }
   // Elementwise: Keras's broadcast of axes of 1 (a gate [1, 1, c] over an
   // image [h, w, c]), the lower rank given axes of 1 after the batch first
   // (a gate [c]).
-  const size_t rank = std::max(main.size(), shortcut.size());
-  const Shape main_given = main, shortcut_given = shortcut;
-  main = WithUnitAxes(main, rank);
-  shortcut = WithUnitAxes(shortcut, rank);
-  bool broadcasts = true;
-  Shape out = main;
-  for (size_t i = 0; broadcasts && i < rank; ++i) {
-    broadcasts = main[i] == shortcut[i] || main[i] == 1 || shortcut[i] == 1;
-    out[i] = main[i] == 1 ? shortcut[i] : main[i];
-  }
-  if (!broadcasts) {
-    // The remedy depends on what flows: images take a strided 1x1 conv,
-    // vectors and sequences a dense layer of the main branch's width.
-    const std::string remedy =
-        input.size() == 4
-            ? "a strided 1x1 conv2d"
-            : absl::StrCat("a dense layer of ", main.back(), " units");
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the main branch gives ", ShapeToString(main_given), " but the ",
-        shortcut_name, " gives ", ShapeToString(shortcut_given),
-        " (each axis must agree or be 1 on one side; add a shortcut with ",
-        remedy, ")"));
+  auto broadcast = [rank](const Shape& a, const Shape& b, Shape* out) -> bool {
+    const Shape x = WithUnitAxes(a, rank), y = WithUnitAxes(b, rank);
+    *out = x;
+    for (size_t i = 0; i < rank; ++i) {
+      if (x[i] != y[i] && x[i] != 1 && y[i] != 1) return false;
+      (*out)[i] = x[i] == 1 ? y[i] : x[i];
+    }
+    return true;
+  };
+  Shape out = WithUnitAxes(shapes[0], rank);
+  for (size_t k = 1; k < shapes.size(); ++k) {
+    if (broadcast(out, shapes[k], &out)) continue;
+    // Name a branch it disagrees with on its own, if one does.
+    size_t j = 0;
+    Shape unused;
+    while (j + 1 < k && broadcast(shapes[j], shapes[k], &unused)) ++j;
+    std::string remedy;
+    if (branches_.size() == 2) {
+      // The remedy depends on what flows: images take a strided 1x1 conv,
+      // vectors and sequences a dense layer of the main branch's width.
+      remedy = absl::StrCat(
+          "; add a shortcut with ",
+          input.size() == 4
+              ? "a strided 1x1 conv2d"
+              : absl::StrCat("a dense layer of ", shapes[0].back(), " units"));
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat(gives(j, k), " (each axis must agree or be 1 on one side",
+                     remedy, ")"));
   }
   return out;
 }
 
-absl::StatusOr<Tensor> TwoBranchLayer::MergedMask(
-    const Tensor& main, const Tensor& shortcut) const {
-  if (main.defined() && shortcut.defined()) return MaskOr(main, shortcut);
-  if (merge_ != Merge::kConcatenate ||
-      (!main.defined() && !shortcut.defined())) {
-    return Tensor();
+absl::StatusOr<Tensor> BranchesLayer::MergedMask(
+    const std::vector<Tensor>& masks) const {
+  const Tensor* first = nullptr;
+  bool all = true;
+  for (const Tensor& m : masks) {
+    if (m.defined() && first == nullptr) first = &m;
+    all = all && m.defined();
   }
-  // Keras counts the unmasked branch's steps as all 1: so is the OR.
-  const Tensor& one = main.defined() ? main : shortcut;
-  return ops::OnesLike(one);
+  if (first == nullptr) return Tensor();
+  if (!all && merge_ != Merge::kConcatenate) return Tensor();
+  // A concatenation counts a branch without a mask as all 1 (Keras's): the
+  // OR is then all 1.
+  if (!all) return ops::OnesLike(*first);
+  Tensor merged = masks[0];
+  for (size_t k = 1; k < masks.size(); ++k) {
+    MT_ASSIGN_OR_RETURN(merged, MaskOr(merged, masks[k]));
+  }
+  return merged;
 }
 
-std::vector<Variable*> TwoBranchLayer::variables() {
-  std::vector<Variable*> out = main_->variables();
-  if (shortcut_ != nullptr) {
-    for (Variable* v : shortcut_->variables()) out.push_back(v);
+std::vector<Variable*> BranchesLayer::variables() {
+  std::vector<Variable*> out;
+  for (auto& b : branches_) {
+    if (b == nullptr) continue;
+    for (Variable* v : b->variables()) out.push_back(v);
   }
   return out;
 }
@@ -253,8 +327,8 @@ absl::StatusOr<std::unique_ptr<Layer>> CreateTwoBranches(const LayerSpec& spec,
     MT_ASSIGN_OR_RETURN(shortcut,
                         b.BuildSequence(*spec.shortcut, b.input_shape()));
   }
-  return std::make_unique<TwoBranchLayer>(b.name(), std::move(main),
-                                          std::move(shortcut), kMerge);
+  return BranchesLayer::TwoBranches(b.name(), std::move(main),
+                                    std::move(shortcut), kMerge);
 }
 
 // An elementwise merge container: `what` it computes, then its branches.
@@ -267,6 +341,41 @@ LayerType MergeContainer(const char* name, const char* what) {
           .container = true,
           .shortcut = true,
           .create = CreateTwoBranches<kMerge>};
+}
+
+// `parallel`: each entry of `layers` a branch over the input.
+absl::StatusOr<std::unique_ptr<Layer>> CreateParallel(const LayerSpec& spec,
+                                                      LayerBuilder& b) {
+  static const absl::flat_hash_map<std::string, Merge>* merges =
+      new absl::flat_hash_map<std::string, Merge>{
+          {"concatenate", Merge::kConcatenate}, {"add", Merge::kAdd},
+          {"multiply", Merge::kMultiply},       {"average", Merge::kAverage},
+          {"maximum", Merge::kMaximum},         {"minimum", Merge::kMinimum}};
+  if (spec.layers.size() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layers: takes two or more branches (one per entry; a sequential "
+        "for a branch of several layers), got ",
+        spec.layers.size()));
+  }
+  std::vector<std::unique_ptr<Layer>> branches;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    if (spec.layers[i].repeat != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "layers[", i,
+          "].repeat: an entry is one branch (repeat layers inside a "
+          "sequential entry)"));
+    }
+    // The builder's name and input shape are this layer's again after each
+    // branch is built (LayerBuilder::BuildOne restores them).
+    MT_ASSIGN_OR_RETURN(std::unique_ptr<Layer> branch,
+                        b.BuildSequence({spec.layers[i]}, b.input_shape()));
+    branches.push_back(std::move(branch));
+    names.push_back(absl::StrCat("layers[", i, "]"));
+  }
+  return std::make_unique<BranchesLayer>(
+      b.name(), std::move(branches), std::move(names),
+      merges->at(spec.params.String("merge")));
 }
 
 }  // namespace
@@ -304,5 +413,23 @@ MT_REGISTER(LayerType,
 MT_REGISTER(LayerType,
             (MergeContainer<Merge::kMinimum>(
                 "minimum", "min(main(x), shortcut(x)) (Keras's Minimum)")));
+
+MT_REGISTER(
+    LayerType,
+    {.name = "parallel",
+     .doc = "any number of branches over its input, each entry of `layers` "
+            "one (a layer, or a sequential of several), their outputs "
+            "merged as Keras's merge layers of them (an Inception block's "
+            "concatenation)",
+     .params = {{Param::String("merge")
+                     .Default("concatenate")
+                     .OneOf({"concatenate", "add", "multiply", "average",
+                             "maximum", "minimum"})
+                     .Doc("concatenate: along the last axis; the others "
+                          "elementwise, broadcasting axes of 1, in order "
+                          "(average: the sum over the count)")}},
+     .container = true,
+     .parallel = true,
+     .create = CreateParallel});
 
 }  // namespace mirrortrain::models

@@ -1,11 +1,12 @@
 // The containers of "Models as data": `sequential` (layers in order),
 // `residual` (y = main(x) + shortcut(x), the shortcut the identity when
 // absent), `concatenate` (y = [main(x), shortcut(x)] along the last
-// axis: DenseNet's block with the identity, a two-branch Inception block
-// with both), and Keras's other merges of two branches: `multiply` (a
-// squeeze-and-excitation block's gate), `subtract`, `average`, `maximum`,
-// `minimum`. They own their layers; variables are listed in layer order
-// (main branch before shortcut).
+// axis: DenseNet's block with the identity), and Keras's other merges of
+// two branches: `multiply` (a squeeze-and-excitation block's gate),
+// `subtract`, `average`, `maximum`, `minimum`; and `parallel`, any number
+// of branches (each entry of its `layers`) merged by one of them (an
+// Inception block's concatenation). They own their layers; variables are
+// listed in layer order (main branch before shortcut, branches in order).
 #ifndef MIRRORTRAIN_MODELS_CONTAINERS_H_
 #define MIRRORTRAIN_MODELS_CONTAINERS_H_
 
@@ -68,45 +69,44 @@ enum class Merge {
   kMinimum,
 };
 
-// Two branches over one input, their outputs merged.
-class TwoBranchLayer final : public Layer {
+// Branches over one input, their outputs merged in order (Keras's merge
+// layers over the branches' outputs).
+class BranchesLayer final : public Layer {
  public:
-  // `shortcut` null: the identity.
-  TwoBranchLayer(std::string name, std::unique_ptr<Layer> main,
-                 std::unique_ptr<Layer> shortcut, Merge merge = Merge::kAdd)
+  // A null branch is the identity. `names` name the branches in shape
+  // errors (the main branch and the shortcut, or layers[i]).
+  BranchesLayer(std::string name, std::vector<std::unique_ptr<Layer>> branches,
+                std::vector<std::string> names, Merge merge)
       : Layer(std::move(name)),
-        main_(std::move(main)),
-        shortcut_(std::move(shortcut)),
+        branches_(std::move(branches)),
+        names_(std::move(names)),
         merge_(merge) {}
+  // Two branches: `main`, and `shortcut` (null: the identity).
+  static std::unique_ptr<BranchesLayer> TwoBranches(
+      std::string name, std::unique_ptr<Layer> main,
+      std::unique_ptr<Layer> shortcut, Merge merge = Merge::kAdd);
 
   absl::StatusOr<Tensor> Call(const Tensor& x,
                               const ForwardContext& ctx) override;
-  // Both branches get the input's mask. The output's, as Keras's merges
-  // give it: elementwise merges are masked where either branch's mask is
-  // 1 when both are masked, else not at all; a concatenation is masked
-  // where either is, a branch without a mask counting as all 1.
+  // Every branch gets the input's mask. The output's, as Keras's merges
+  // give it: elementwise merges are masked where any branch's mask is 1
+  // when every branch is masked, else not at all; a concatenation is
+  // masked where any is, a branch without a mask counting as all 1.
   absl::StatusOr<Tensor> CallMasked(const Tensor& x, const ForwardContext& ctx,
                                     Tensor& mask) override;
   bool SupportsMasking() const override { return true; }
   bool OutputMasked(bool input_masked) const override;
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override;
   std::vector<Variable*> variables() override;
-  bool InputFeedsProduct() const override {
-    return main_->InputFeedsProduct() ||
-           (shortcut_ != nullptr && shortcut_->InputFeedsProduct());
-  }
-  bool ReadsTokenIds() const override {
-    return main_->ReadsTokenIds() ||
-           (shortcut_ != nullptr && shortcut_->ReadsTokenIds());
-  }
+  bool InputFeedsProduct() const override;
+  bool ReadsTokenIds() const override;
 
  private:
   // The output's mask from the branches' (CallMasked).
-  absl::StatusOr<Tensor> MergedMask(const Tensor& main,
-                                    const Tensor& shortcut) const;
+  absl::StatusOr<Tensor> MergedMask(const std::vector<Tensor>& masks) const;
 
-  std::unique_ptr<Layer> main_;
-  std::unique_ptr<Layer> shortcut_;
+  std::vector<std::unique_ptr<Layer>> branches_;
+  std::vector<std::string> names_;
   Merge merge_;
 };
 

@@ -63,6 +63,16 @@ std::vector<const LayerSpec*> TokenIdLayers(
     const LayerType* type = LayerRegistry::Global().Find(spec.type);
     if (type == nullptr) return {};
     if (type->reads_token_ids) return {&spec};
+    if (type->parallel) {
+      // Every branch reads its input.
+      std::vector<const LayerSpec*> out;
+      for (const LayerSpec& branch : spec.layers) {
+        for (const LayerSpec* s : TokenIdLayers({branch}, past_pass_through)) {
+          out.push_back(s);
+        }
+      }
+      return out;
+    }
     if (type->container) {
       // Both branches of a two-branch container read its input.
       std::vector<const LayerSpec*> out =
@@ -85,7 +95,7 @@ const LayerSpec* OutputLayer(const std::vector<LayerSpec>& layers) {
     const LayerType* type = LayerRegistry::Global().Find(it->type);
     if (type == nullptr) return &*it;
     if (type->passes_values_on) continue;
-    if (type->container && !type->shortcut) {
+    if (type->container && !type->shortcut && !type->parallel) {
       if (const LayerSpec* inner = OutputLayer(it->layers)) return inner;
       continue;  // Only layers that pass values on inside.
     }
@@ -103,7 +113,7 @@ const LayerSpec* BehindOutput(const std::vector<LayerSpec>& layers) {
     const LayerType* type = LayerRegistry::Global().Find(it->type);
     if (type == nullptr) return nullptr;
     if (type->passes_values_on) return &*it;
-    if (type->container && !type->shortcut) {
+    if (type->container && !type->shortcut && !type->parallel) {
       if (const LayerSpec* inner = BehindOutput(it->layers)) return inner;
       if (OutputLayer(it->layers) == nullptr) continue;
     }

@@ -78,6 +78,9 @@ struct LayerType {
   // Takes a `layers` list (and, when `shortcut` is set, a shortcut list).
   bool container = false;
   bool shortcut = false;
+  // Its `layers` are branches over its input, one per entry (`parallel`),
+  // not a sequence.
+  bool parallel = false;
   // Reads its input as token ids below its `input_dim` (embedding): the
   // data is checked against it when it loads, and mixed bfloat16 leaves
   // the ids unrounded (bf16 holds integers exactly only up to 256).

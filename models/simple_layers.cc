@@ -130,7 +130,30 @@ LayerOr CreatePool(const LayerSpec& spec, LayerBuilder& b) {
                          same ? ops::Padding::kSame : ops::Padding::kValid});
 }
 
+// Keras's Identity: its input, as it is (a branch of a `parallel` that
+// passes the input on); the mask passes too.
+class IdentityLayer final : public Layer {
+ public:
+  explicit IdentityLayer(std::string name) : Layer(std::move(name)) {}
+  absl::StatusOr<Tensor> Call(const Tensor& x, const ForwardContext&) override {
+    return x;
+  }
+  absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
+    return input;
+  }
+  bool SupportsMasking() const override { return true; }
+};
+
 }  // namespace
+
+MT_REGISTER(LayerType,
+            {.name = "identity",
+             .doc = "its input as it is (Keras Identity): a `parallel` "
+                    "branch that passes the input on",
+             .passes_values_on = true,
+             .create = [](const LayerSpec&, LayerBuilder& b) -> LayerOr {
+               return std::make_unique<IdentityLayer>(b.name());
+             }});
 
 MT_REGISTER(LayerType,
             {.name = "max_pooling2d",

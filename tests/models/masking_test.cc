@@ -321,6 +321,32 @@ TEST(MaskTest, MergesCombineTheBranchesMasks) {
       EXPECT_EQ(Row(mask, 0).ToVector<float>(), c.mask);
     }
   }
+  // parallel: the same rules over any number of branches.
+  for (const auto& [merge, masked] : std::vector<std::pair<std::string, bool>>{
+           {"add", false}, {"concatenate", true}}) {
+    SCOPED_TRACE("parallel " + merge);
+    LayerSpec parallel = Spec("parallel", {{"merge", merge}});
+    parallel.layers = {Spec("identity"), dense, conv};
+    std::unique_ptr<Model> model = Build({6}, {Embedding(), parallel});
+    ASSERT_NE(model, nullptr);
+    EXPECT_EQ(model->output_masked(), masked);
+    Tensor mask;
+    ASSERT_TRUE(model->Call(Ids(), {}, &mask).ok());
+    ASSERT_EQ(mask.defined(), masked);
+    if (masked) {
+      EXPECT_EQ(Row(mask, 0).ToVector<float>(),
+                (std::vector<float>{1, 1, 1, 1, 1, 1}));
+    }
+  }
+  LayerSpec passing = Spec("parallel", {{"merge", std::string("average")}});
+  passing.layers = {Spec("identity"), dense};
+  std::unique_ptr<Model> model = Build({6}, {Embedding(), passing});
+  ASSERT_NE(model, nullptr);
+  Tensor mask;
+  ASSERT_TRUE(model->Call(Ids(), {}, &mask).ok());
+  ASSERT_TRUE(mask.defined());
+  EXPECT_EQ(Row(mask, 0).ToVector<float>(),
+            (std::vector<float>{1, 1, 1, 1, 0, 0}));
 }
 
 // With dropout, Keras's attention (its Softmax layer's path) gives a query

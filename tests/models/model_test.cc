@@ -654,6 +654,74 @@ TEST(ModelTest, ConcatenatedBranchesAgreeButOnTheLastAxis) {
   EXPECT_EQ(y->shape(), (Shape{2, 4, 7}));
 }
 
+// parallel: each entry a branch over the input, merged in order (Keras's
+// merge layers over N inputs); two or more, each one branch; shape errors
+// name the entries.
+TEST(ModelTest, ParallelBranchesMergeInOrder) {
+  const LayerSpec dense = Spec("dense", {{"units", int64_t{2}}});
+  const Tensor x = testing::RandomTensor({2, 4, 3}, 5, DType::kF32);
+  absl::StatusOr<std::unique_ptr<Model>> concat = Model::Build(
+      ModelDef{{4, 3}, {Spec("parallel", {}, {dense, Spec("identity")})}}, 1,
+      Device::Cpu());
+  ASSERT_TRUE(concat.ok()) << concat.status();
+  EXPECT_EQ((*concat)->output_shape(), (Shape{4, 5}));
+  EXPECT_EQ(Names(**concat),
+            (std::vector<std::string>{"dense/kernel", "dense/bias"}));
+  absl::StatusOr<Tensor> y = (*concat)->Call(x, {});
+  ASSERT_TRUE(y.ok()) << y.status();
+  // The identity's branch second: the input's features last.
+  EXPECT_TRUE(testing::AllClose(*ops::Slice(*y, 2, 2, 3),
+                                *ops::Cast(x, DType::kF32), 0, 0));
+  // Three identities: ((x + x) + x) summed, (x + x + x) / 3 averaged, as
+  // Keras's Add and Average.
+  for (const char* merge : {"add", "average", "maximum"}) {
+    SCOPED_TRACE(merge);
+    absl::StatusOr<std::unique_ptr<Model>> m = Model::Build(
+        ModelDef{
+            {4, 3},
+            {Spec("parallel", {{"merge", std::string(merge)}},
+                  {Spec("identity"), Spec("identity"), Spec("identity")})}},
+        1, Device::Cpu());
+    ASSERT_TRUE(m.ok()) << m.status();
+    absl::StatusOr<Tensor> out = (*m)->Call(x, {});
+    ASSERT_TRUE(out.ok()) << out.status();
+    std::vector<float> want;
+    for (float v : x.ToVector<float>()) {
+      const float sum = (v + v) + v;
+      want.push_back(std::string(merge) == "add"       ? sum
+                     : std::string(merge) == "average" ? sum / 3.0f
+                                                       : v);
+    }
+    EXPECT_EQ(out->ToVector<float>(), want);
+  }
+  const LayerSpec wide = Spec("dense", {{"units", int64_t{5}}});
+  LayerSpec mismatched =
+      Spec("parallel", {{"merge", std::string("add")}}, {dense, dense, wide});
+  LayerBuilder builder(1, Device::Cpu());
+  EXPECT_THAT(
+      std::string(
+          builder.BuildSequence({mismatched}, {1, 4, 3}).status().message()),
+      HasSubstr("the layers[0] gives [1,4,2] but the layers[2] gives "
+                "[1,4,5] (each axis must agree or be 1 on one side)"));
+  LayerBuilder one_builder(1, Device::Cpu());
+  EXPECT_THAT(
+      std::string(
+          one_builder.BuildSequence({Spec("parallel", {}, {dense})}, {1, 4, 3})
+              .status()
+              .message()),
+      HasSubstr("layers: takes two or more branches"));
+  LayerSpec repeated = dense;
+  repeated.repeat = 2;
+  LayerBuilder repeat_builder(1, Device::Cpu());
+  EXPECT_THAT(
+      std::string(repeat_builder
+                      .BuildSequence({Spec("parallel", {}, {dense, repeated})},
+                                     {1, 4, 3})
+                      .status()
+                      .message()),
+      HasSubstr("layers[1].repeat: an entry is one branch"));
+}
+
 // A container's factory may read the builder's name after building its
 // children (the builder gives it back): the residual block is `residual`,
 // not the name of its branch's last layer, and a sequential block has its
@@ -778,7 +846,7 @@ std::unique_ptr<SequentialLayer> ProbeSequence(std::vector<Seen>* log) {
   seq->Append(std::make_unique<ProbeLayer>(false, log));
   auto main = std::make_unique<SequentialLayer>("main");
   main->Append(std::make_unique<ProbeLayer>(false, log));
-  seq->Append(std::make_unique<TwoBranchLayer>(
+  seq->Append(BranchesLayer::TwoBranches(
       "residual", std::move(main), std::make_unique<ProbeLayer>(true, log)));
   seq->Append(std::make_unique<ProbeLayer>(false, log));
   return seq;

@@ -457,6 +457,36 @@ std::vector<KerasRun> Runs() {
         "optimizer={name: adam, learning_rate: 0.01}"},
        9,
        8},
+      // GoogLeNet's Inception block in small: four branches concatenated
+      // (parallel), then a three-way average of two convolutions and the
+      // input itself (an empty sequential).
+      {"incept",
+       NpzData,
+       {"data.global_batch_size=12",
+        "model={layers: ["
+        "{type: conv2d, filters: 8, kernel_size: 3, padding: same, "
+        "activation: relu}, "
+        "{type: parallel, layers: ["
+        "{type: conv2d, filters: 4, kernel_size: 1, activation: relu}, "
+        "{type: sequential, layers: ["
+        "{type: conv2d, filters: 4, kernel_size: 1, activation: relu}, "
+        "{type: conv2d, filters: 6, kernel_size: 3, padding: same, "
+        "activation: relu}]}, "
+        "{type: sequential, layers: ["
+        "{type: conv2d, filters: 2, kernel_size: 1, activation: relu}, "
+        "{type: conv2d, filters: 2, kernel_size: 5, padding: same, "
+        "activation: relu}]}, "
+        "{type: sequential, layers: ["
+        "{type: max_pooling2d, pool_size: 3, strides: 1, padding: same}, "
+        "{type: conv2d, filters: 3, kernel_size: 1, activation: relu}]}]}, "
+        "{type: parallel, merge: average, layers: ["
+        "{type: conv2d, filters: 15, kernel_size: 1}, "
+        "{type: conv2d, filters: 15, kernel_size: 3, padding: same}, "
+        "{type: identity}]}, "
+        "{type: global_average_pooling2d}, {type: dense, units: 4}]}",
+        "optimizer={name: adam, learning_rate: 0.01}"},
+       20,
+       8},
       // Sequence to sequence: an encoder LSTM's last state repeated for a
       // decoder LSTM, a class per output step (labels [n, 3]).
       {"s2s",
