@@ -46,7 +46,7 @@ class EmbeddingLayer final : public Layer {
     if (!mask_zero_) return Tensor();
     if (IsFloating(x.dtype())) return NotEqualMask(x, 0);
     // Integer ids: any nonzero one stays nonzero as a float.
-    MT_ASSIGN_OR_RETURN(const Tensor ids, ops::Cast(x, DType::kF64));
+    MT_ASSIGN_OR_RETURN(const Tensor ids, ops::Cast(x, DType::kF32));
     return NotEqualMask(ids, 0);
   }
 

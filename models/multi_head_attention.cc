@@ -125,6 +125,7 @@ class MultiHeadAttentionLayer final : public Layer {
       MT_ASSIGN_OR_RETURN(scores, ops::Add(scores, masked_score));
     } else if (options_.causal) {
       MT_ASSIGN_OR_RETURN(Tensor mask, CausalMask(t, x.device()));
+      MT_ASSIGN_OR_RETURN(mask, MaskAs(mask, scores.dtype()));
       MT_ASSIGN_OR_RETURN(scores, ops::Add(scores, mask));
     }
     MT_ASSIGN_OR_RETURN(Tensor probs, ops::Softmax(scores));

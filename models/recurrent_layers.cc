@@ -20,7 +20,11 @@
 // split into steps, then per step the recurrent product, Split and
 // elementwise ops), so their gradients through time and GPU paths are those
 // ops'; no fused cuDNN kernel. The steps are a host loop: a CUDA graph records
-// them all.
+// them all. While training, `dropout` and `recurrent_dropout` multiply the
+// inputs (before their product) and h (before the recurrent one) by masks
+// drawn once per call (Keras's variational dropout; per gate under
+// recurrent_dropout, Keras's implementation 1); Keras masking keeps a
+// masked step's states.
 #include <functional>
 #include <memory>
 #include <optional>
@@ -76,22 +80,34 @@ struct StepWeights {
   std::vector<Tensor> recurrent_blocks;
 };
 
-// h times the recurrent kernel `w.recurrent` ([units, gates' columns]);
-// under recurrent dropout each gate's block from h times that gate's mask
-// (masks[first + g] for block g), the blocks side by side.
-absl::StatusOr<Tensor> RecurrentProduct(const Tensor& h, const StepWeights& w,
-                                        size_t first = 0) {
-  if (w.recurrent_masks.empty()) return ops::MatMul(h, w.recurrent);
+// Keras's dropped products: block g of a kernel (a gate's columns) times x
+// times mask g, the blocks' products side by side (one mask and block: one
+// product). x [..., in] broadcasts against each mask and is multiplied as
+// rows [n, in].
+absl::StatusOr<Tensor> MaskedProducts(const Tensor& x,
+                                      const std::vector<Tensor>& masks,
+                                      const std::vector<Tensor>& blocks) {
   std::vector<Tensor> parts;
-  for (size_t g = 0; g < w.recurrent_blocks.size(); ++g) {
-    MT_ASSIGN_OR_RETURN(const Tensor dropped,
-                        ops::Mul(h, w.recurrent_masks[first + g]));
-    MT_ASSIGN_OR_RETURN(Tensor part,
-                        ops::MatMul(dropped, w.recurrent_blocks[g]));
+  for (size_t g = 0; g < blocks.size(); ++g) {
+    MT_ASSIGN_OR_RETURN(Tensor dropped, ops::Mul(x, masks[g]));
+    if (dropped.rank() > 2) {
+      const int64_t in = dropped.dim(dropped.rank() - 1);
+      MT_ASSIGN_OR_RETURN(
+          dropped, ops::Reshape(dropped, {dropped.num_elements() / in, in}));
+    }
+    MT_ASSIGN_OR_RETURN(Tensor part, ops::MatMul(dropped, blocks[g]));
     parts.push_back(std::move(part));
   }
   if (parts.size() == 1) return parts[0];
   return ops::Concat(parts, 1);
+}
+
+// h times the recurrent kernel `w.recurrent` ([units, gates' columns]);
+// under recurrent dropout each gate's block from h times that gate's mask
+// (the first ones: GRU's h gate's mask is its tail's).
+absl::StatusOr<Tensor> RecurrentProduct(const Tensor& h, const StepWeights& w) {
+  if (w.recurrent_masks.empty()) return ops::MatMul(h, w.recurrent);
+  return MaskedProducts(h, w.recurrent_masks, w.recurrent_blocks);
 }
 
 // The loop over the steps; a subclass computes one step from its input
@@ -230,17 +246,13 @@ class RecurrentLayer : public Layer {
           blocks,
           ops::Split(kernel_.value(), static_cast<int64_t>(masks.size()), 1));
     }
-    std::vector<Tensor> parts;
-    for (size_t g = 0; g < masks.size(); ++g) {
-      MT_ASSIGN_OR_RETURN(const Tensor mask, ops::Reshape(masks[g], {b, 1, f}));
-      MT_ASSIGN_OR_RETURN(const Tensor dropped, ops::Mul(x, mask));
-      MT_ASSIGN_OR_RETURN(const Tensor flat,
-                          ops::Reshape(dropped, {b * steps, f}));
-      MT_ASSIGN_OR_RETURN(Tensor part, ops::MatMul(flat, blocks[g]));
-      parts.push_back(std::move(part));
+    // Each mask over every step: [b, 1, f].
+    std::vector<Tensor> per_step;
+    for (const Tensor& mask : masks) {
+      MT_ASSIGN_OR_RETURN(Tensor m, ops::Reshape(mask, {b, 1, f}));
+      per_step.push_back(std::move(m));
     }
-    if (parts.size() == 1) return parts[0];
-    return ops::Concat(parts, 1);
+    return MaskedProducts(x, per_step, blocks);
   }
 
   // `after` where the step's mask [batch, 1] is 1, `before` where it is 0:

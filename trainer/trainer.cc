@@ -65,6 +65,7 @@ absl::Status AddEvalSums(const models::LossType& loss_type,
   MT_ASSIGN_OR_RETURN(const double metric,
                       loss_type.metric_sum(logits, labels, mask));
   sums.metric += metric;
+  // compute() above has checked that the mask's elements divide the labels.
   double counted = static_cast<double>(labels.num_elements());
   if (mask.defined() && mask.num_elements() > 0) {
     // Each mask element weighs labels / mask elements of them.

@@ -2,15 +2,21 @@
 // training): one mask per sequence, the same every step (variational
 // dropout), 0 or 1 / (1 - rate); none at inference; a replica's shard
 // draws the whole batch's masks. Keras's own random draws cannot be
-// matched; these are the properties its masks have.
+// matched: its cells are handed this project's masks instead
+// (scripts/golden/recurrent_dropout.py), and the outputs and gradients
+// compared, which checks where each mask goes (per gate under
+// recurrent_dropout).
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "models/layer_registry.h"
 #include "models/model.h"
+#include "tensor/gradient_tape.h"
 #include "tensor/ops/array_ops.h"
+#include "tests/tensor/cuda_test_util.h"
 #include "tests/test_util.h"
 
 namespace mirrortrain::models {
@@ -41,6 +47,101 @@ Tensor Identity(int64_t n) {
 
 const ForwardContext kTraining{.training = true, .step_seed = 17};
 
+struct KerasCase {
+  std::string name, type;
+  Values values;
+};
+
+// The golden's cases: 4 units, every step, dropout 0.3 and, where named
+// both, recurrent_dropout 0.4.
+std::vector<KerasCase> KerasCases() {
+  const Values input = {
+      {"units", int64_t{4}}, {"return_sequences", true}, {"dropout", 0.3}};
+  Values both = input;
+  both.push_back({"recurrent_dropout", 0.4});
+  Values backwards = both;
+  backwards.push_back({"go_backwards", true});
+  Values before = both;
+  before.push_back({"reset_after", false});
+  return {{"lstm_input", "lstm", input},         {"lstm_both", "lstm", both},
+          {"lstm_backwards", "lstm", backwards}, {"gru_both", "gru", both},
+          {"gru_before", "gru", before},         {"gru_input", "gru", input},
+          {"srnn_both", "simple_rnn", both}};
+}
+
+// The case on `device` against Keras's values and gradients, with the
+// step seed given on the host or as a device tensor (a replayed CUDA
+// graph's).
+void ExpectKerasValues(const KerasCase& c, Device device, bool seed_tensor) {
+  const auto& golden = testing::CachedGolden("recurrent_dropout.txt");
+  ASSERT_FALSE(golden.empty()) << "cannot load recurrent_dropout.txt";
+  auto g = [&](const std::string& name) -> Tensor {
+    return *golden.at(c.name + "/" + name).To(device);
+  };
+  absl::StatusOr<LayerSpec> spec = MakeLayerSpec(c.type, c.values);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  spec->path = "model.layers[0]";
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      Model::Build(ModelDef{{6, 3}, {*spec}}, 3, device);
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::vector<Tensor> sources = {g("x")};
+  for (Variable* v : (*model)->variables()) {
+    ASSERT_TRUE(v->Assign(g(v->name())).ok()) << v->name();
+    sources.push_back(v->value());
+  }
+  ForwardContext ctx = kTraining;
+  ctx.global_batch = 5;
+  if (seed_tensor) {
+    ctx.step_seed_tensor = *Tensor::FromVector<int64_t>({17}, {1}).To(device);
+    ctx.step_seed = 0;  // Not read beside the tensor.
+  }
+  GradientTape tape;
+  tape.Watch(sources[0]);
+  absl::StatusOr<Tensor> y = (*model)->Call(sources[0], ctx);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_TRUE(testing::AllClose(*y->To(Device::Cpu()), golden.at(c.name + "/y"),
+                                1e-5, 1e-6));
+  GradientOptions options;
+  options.output_gradient = g("up");
+  auto grads = tape.Gradient(*y, sources, options);
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  EXPECT_TRUE(testing::AllClose(*(*grads)[0]->To(Device::Cpu()),
+                                golden.at(c.name + "/grad_x"), 1e-5, 1e-6));
+  for (size_t i = 1; i < sources.size(); ++i) {
+    const std::string name = (*model)->variables()[i - 1]->name();
+    EXPECT_TRUE(testing::AllClose(*(*grads)[i]->To(Device::Cpu()),
+                                  golden.at(c.name + "/grad/" + name), 1e-5,
+                                  1e-6))
+        << name;
+  }
+}
+
+void PrintTo(const KerasCase& c, std::ostream* os) { *os << c.name; }
+
+class KerasMasksTest : public ::testing::TestWithParam<KerasCase> {};
+
+TEST_P(KerasMasksTest, KerasGivenTheseMasksComputesTheSame) {
+  ExpectKerasValues(GetParam(), Device::Cpu(), false);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, KerasMasksTest,
+                         ::testing::ValuesIn(KerasCases()),
+                         [](const ::testing::TestParamInfo<KerasCase>& info) {
+                           return info.param.name;
+                         });
+
+class RecurrentDropoutGpuTest : public testing::CudaTest {};
+
+// On gpu:0 the same masks (from the host's step seed and from the seed as a
+// device tensor) and values, within float32's tolerance.
+TEST_F(RecurrentDropoutGpuTest, KerasGivenTheseMasksComputesTheSame) {
+  for (const KerasCase& c : KerasCases()) {
+    SCOPED_TRACE(c.name);
+    ExpectKerasValues(c, Device::Cuda(0), false);
+    ExpectKerasValues(c, Device::Cuda(0), true);
+  }
+}
+
 TEST(RecurrentDropoutTest, InferenceIgnoresIt) {
   const Tensor x = testing::RandomTensor({4, 5, 3}, 1, DType::kF32);
   for (const char* type : {"lstm", "gru", "simple_rnn"}) {
@@ -49,6 +150,8 @@ TEST(RecurrentDropoutTest, InferenceIgnoresIt) {
     std::unique_ptr<Model> dropping = Build(
         type, {5, 3},
         {{"units", int64_t{4}}, {"dropout", 0.5}, {"recurrent_dropout", 0.5}});
+    ASSERT_NE(plain, nullptr);
+    ASSERT_NE(dropping, nullptr);
     absl::StatusOr<Tensor> want = plain->Call(x, {});
     absl::StatusOr<Tensor> got = dropping->Call(x, {});
     ASSERT_TRUE(want.ok() && got.ok());
