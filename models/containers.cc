@@ -198,6 +198,14 @@ absl::StatusOr<Tensor> BranchesLayer::CallMasked(const Tensor& x,
       MT_ASSIGN_OR_RETURN(y, ops::Reshape(y, WithUnitAxes(y.shape(), rank)));
     }
   }
+  const bool masked = std::any_of(masks.begin(), masks.end(),
+                                  [](const Tensor& m) { return m.defined(); });
+  if (masked && merge_ == Merge::kMultiply) {
+    return MaskedProduct(outputs, masks);
+  }
+  if (masked && (merge_ == Merge::kMaximum || merge_ == Merge::kMinimum)) {
+    return MaskedExtremum(outputs, masks);
+  }
   // Keras's order: ((y0 op y1) op y2) ...
   Tensor merged = outputs[0];
   for (size_t k = 1; k < outputs.size(); ++k) {
@@ -209,6 +217,62 @@ absl::StatusOr<Tensor> BranchesLayer::CallMasked(const Tensor& x,
       const Tensor count,
       ops::internal::ScalarLike(merged, static_cast<double>(outputs.size())));
   return ops::Div(merged, count);
+}
+
+absl::StatusOr<Tensor> BranchesLayer::MaskedProduct(
+    const std::vector<Tensor>& outputs, const std::vector<Tensor>& masks) {
+  // Keras's Multiply: a masked step of a branch counts as 1, and where
+  // every branch is masked the product's masked steps are 0.
+  const bool all = std::all_of(masks.begin(), masks.end(),
+                               [](const Tensor& m) { return m.defined(); });
+  Tensor merged, mask;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    Tensor y = outputs[k];
+    if (masks[k].defined()) {
+      MT_ASSIGN_OR_RETURN(const Tensor ones, ops::OnesLike(y));
+      MT_ASSIGN_OR_RETURN(y, MaskSelect(masks[k], y, ones));
+      if (all) {
+        if (mask.defined()) {
+          MT_ASSIGN_OR_RETURN(mask, MaskOr(mask, masks[k]));
+        } else {
+          mask = masks[k];
+        }
+      }
+    }
+    if (merged.defined()) {
+      MT_ASSIGN_OR_RETURN(merged, ops::Mul(merged, y));
+    } else {
+      merged = y;
+    }
+  }
+  if (!all) return merged;
+  MT_ASSIGN_OR_RETURN(const Tensor zeros, ops::ZerosLike(merged));
+  return MaskSelect(mask, merged, zeros);
+}
+
+absl::StatusOr<Tensor> BranchesLayer::MaskedExtremum(
+    const std::vector<Tensor>& outputs,
+    const std::vector<Tensor>& masks) const {
+  // Keras's Maximum and Minimum (_apply_merge_op_and_or_mask): a masked
+  // step takes the other side's value, in order, the running mask the OR
+  // while every branch so far has one.
+  Tensor merged = outputs[0], mask = masks[0];
+  for (size_t k = 1; k < outputs.size(); ++k) {
+    Tensor y = outputs[k];
+    if (masks[k].defined()) {
+      MT_ASSIGN_OR_RETURN(y, MaskSelect(masks[k], y, merged));
+    }
+    if (mask.defined()) {
+      MT_ASSIGN_OR_RETURN(merged, MaskSelect(mask, merged, y));
+    }
+    if (mask.defined() && masks[k].defined()) {
+      MT_ASSIGN_OR_RETURN(mask, MaskOr(mask, masks[k]));
+    } else {
+      mask = Tensor();
+    }
+    MT_ASSIGN_OR_RETURN(merged, Elementwise(merge_, merged, y));
+  }
+  return merged;
 }
 
 absl::StatusOr<Shape> BranchesLayer::OutputShape(const Shape& input) const {
@@ -263,7 +327,7 @@ absl::StatusOr<Shape> BranchesLayer::OutputShape(const Shape& input) const {
     Shape unused;
     while (j + 1 < k && broadcast(shapes[j], shapes[k], &unused)) ++j;
     std::string remedy;
-    if (branches_.size() == 2) {
+    if (names_[0] == "main branch") {
       // The remedy depends on what flows: images take a strided 1x1 conv,
       // vectors and sequences a dense layer of the main branch's width.
       remedy = absl::StrCat(
@@ -373,9 +437,13 @@ absl::StatusOr<std::unique_ptr<Layer>> CreateParallel(const LayerSpec& spec,
     branches.push_back(std::move(branch));
     names.push_back(absl::StrCat("layers[", i, "]"));
   }
-  return std::make_unique<BranchesLayer>(
-      b.name(), std::move(branches), std::move(names),
-      merges->at(spec.params.String("merge")));
+  const auto merge = merges->find(spec.params.String("merge"));
+  if (merge == merges->end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "merge: unknown merge '", spec.params.String("merge"), "'"));
+  }
+  return std::make_unique<BranchesLayer>(b.name(), std::move(branches),
+                                         std::move(names), merge->second);
 }
 
 }  // namespace

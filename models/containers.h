@@ -104,6 +104,13 @@ class BranchesLayer final : public Layer {
  private:
   // The output's mask from the branches' (CallMasked).
   absl::StatusOr<Tensor> MergedMask(const std::vector<Tensor>& masks) const;
+  // The merges whose values Keras changes at masked steps: Multiply's and
+  // Maximum's or Minimum's of the branches' outputs under their masks
+  // (at least one defined).
+  static absl::StatusOr<Tensor> MaskedProduct(
+      const std::vector<Tensor>& outputs, const std::vector<Tensor>& masks);
+  absl::StatusOr<Tensor> MaskedExtremum(const std::vector<Tensor>& outputs,
+                                        const std::vector<Tensor>& masks) const;
 
   std::vector<std::unique_ptr<Layer>> branches_;
   std::vector<std::string> names_;

@@ -135,7 +135,7 @@ class Layer {
   // it again.
   virtual bool InputFeedsProduct() const { return false; }
   // True when the layer reads its input first as token ids (an embedding,
-  // or a container whose first layer, or either branch, does).
+  // or a container whose first layer, or any branch, does).
   virtual bool ReadsTokenIds() const { return false; }
   // Stricter: true when the layer reads its input only as matrix products'
   // operands (dense). With OutputNeedsOnlyHalves of the layer before it,

@@ -112,6 +112,7 @@ const LayerSpec* BehindOutput(const std::vector<LayerSpec>& layers) {
   for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
     const LayerType* type = LayerRegistry::Global().Find(it->type);
     if (type == nullptr) return nullptr;
+    if (type->returns_input) continue;
     if (type->passes_values_on) return &*it;
     if (type->container && !type->shortcut && !type->parallel) {
       if (const LayerSpec* inner = BehindOutput(it->layers)) return inner;
@@ -132,6 +133,40 @@ std::string OutputActivation(const std::vector<LayerSpec>& layers) {
     return "";
   }
   return last->params.String("activation");
+}
+
+absl::Status CheckMergedOutput(const std::vector<LayerSpec>& layers,
+                               const LossType& loss) {
+  const LayerSpec* out = OutputLayer(layers);
+  const LayerType* type =
+      out == nullptr ? nullptr : LayerRegistry::Global().Find(out->type);
+  if (type == nullptr || loss.output_activation.empty() ||
+      !(type->shortcut || type->parallel)) {
+    return absl::OkStatus();
+  }
+  std::vector<std::vector<LayerSpec>> branches;
+  if (type->parallel) {
+    for (const LayerSpec& entry : out->layers) branches.push_back({entry});
+  } else {
+    branches.push_back(out->layers);
+    if (out->shortcut.has_value()) branches.push_back(*out->shortcut);
+  }
+  for (const std::vector<LayerSpec>& branch : branches) {
+    MT_RETURN_IF_ERROR(CheckMergedOutput(branch, loss));
+    if (OutputActivation(branch) != loss.output_activation) continue;
+    const LayerSpec* last = OutputLayer(branch);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the model's output merges a branch whose last layer (", last->path,
+        ") applies ", loss.output_activation, ": Keras would merge ",
+        loss.output_activation,
+        " probabilities, but the loss reads the merge's output as logits "
+        "and would apply its ",
+        loss.output_activation,
+        " again; merge the logits and end with {type: activation, "
+        "activation: ",
+        loss.output_activation, "}"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckOutputActivation(const std::vector<LayerSpec>& layers,

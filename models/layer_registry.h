@@ -91,6 +91,9 @@ struct LayerType {
   // Its `activation` key works inside it (a recurrent cell's), not on its
   // output: never the model's output activation (Keras's from_logits).
   bool inner_activation = false;
+  // Its output is its input tensor itself (identity): Keras's logits of an
+  // output activation before it survive it.
+  bool returns_input = false;
   // Builds the layer for input shape b.input_shape(); errors are
   // InvalidArgument without the path (the builder prefixes it).
   std::function<absl::StatusOr<std::unique_ptr<Layer>>(const LayerSpec& spec,
@@ -110,7 +113,7 @@ absl::StatusOr<LayerSpec> MakeLayerSpec(
 // The entry that first reads the model's input when it reads token ids: a
 // `reads_token_ids` type, first in `layers` or first inside a container
 // that is first (either branch of a two-branch one, the main branch's
-// first), and with `past_pass_through` also behind `passes_values_on`
+// first; any entry of a parallel one), and with `past_pass_through` also behind `passes_values_on`
 // types (a reshape before it); nullptr otherwise.
 const LayerSpec* TokenIdLayer(const std::vector<LayerSpec>& layers,
                               bool past_pass_through = true);
@@ -133,6 +136,14 @@ std::string OutputActivation(const std::vector<LayerSpec>& layers);
 // loss without an output activation (regression) takes any.
 absl::Status CheckOutputActivation(const std::vector<LayerSpec>& layers,
                                    const LossType& loss);
+
+// InvalidArgument (without a path) when the model's output is a merge (a
+// two-branch or parallel container last) one of whose branches ends in
+// `loss`'s output activation: Keras would merge probabilities there, but
+// the loss takes the merge's output as logits and would apply its
+// activation again. The message names the branch's layer.
+absl::Status CheckMergedOutput(const std::vector<LayerSpec>& layers,
+                               const LossType& loss);
 
 // One row of a model summary (Keras model.summary()).
 struct LayerSummary {

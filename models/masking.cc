@@ -43,6 +43,20 @@ absl::StatusOr<Tensor> MaskOr(const Tensor& a, const Tensor& b) {
   return ops::internal::BinaryKernel("MaskOr", BinaryKind::kMaximum, a, b_as_a);
 }
 
+absl::StatusOr<Tensor> MaskSelect(const Tensor& mask, const Tensor& a,
+                                  const Tensor& b) {
+  Tensor m = mask;
+  if (mask.rank() < a.rank()) {
+    MT_ASSIGN_OR_RETURN(m, MaskOverFeatures(mask, a));
+  } else {
+    MT_ASSIGN_OR_RETURN(m, MaskAs(mask, a.dtype()));
+  }
+  MT_ASSIGN_OR_RETURN(const Tensor keep, MaskComplement(m));
+  MT_ASSIGN_OR_RETURN(const Tensor taken, ops::Mul(a, m));
+  MT_ASSIGN_OR_RETURN(const Tensor kept, ops::Mul(b, keep));
+  return ops::Add(taken, kept);
+}
+
 absl::StatusOr<Tensor> MaskComplement(const Tensor& mask) {
   MT_ASSIGN_OR_RETURN(const Tensor one, ops::internal::ScalarLike(mask, 1));
   return ops::internal::BinaryKernel("MaskComplement", BinaryKind::kSub, one,

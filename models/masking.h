@@ -19,8 +19,13 @@ absl::StatusOr<Tensor> NotEqualMask(const Tensor& x, double value);
 // 1 where any element along x's last axis differs from `value`: x's axes
 // but the last (Keras Masking's compute_mask).
 absl::StatusOr<Tensor> AnyNotEqualMask(const Tensor& x, double value);
-// Keras's merges of two masked branches: 1 where either mask is.
+// Keras's merges of masked branches: 1 where either mask is.
 absl::StatusOr<Tensor> MaskOr(const Tensor& a, const Tensor& b);
+// Keras's where(mask, a, b) over the features: a where `mask` (x's axes
+// but the last, or a's shape) is 1, b where it is 0, as a m + b (1 - m),
+// exact for finite values (one term is 0); differentiable in a and b.
+absl::StatusOr<Tensor> MaskSelect(const Tensor& mask, const Tensor& a,
+                                  const Tensor& b);
 // 1 - mask: 1 where the mask is 0 (what a masked step keeps or fills).
 absl::StatusOr<Tensor> MaskComplement(const Tensor& mask);
 // `mask` as `dtype` (a f64 layer's), itself where it is already.

@@ -40,6 +40,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Build(const ModelDef& def,
     return absl::InvalidArgumentError(
         absl::StrCat(OutputLayer(layers)->path, ".activation: ", s.message()));
   }
+  if (absl::Status s = CheckMergedOutput(layers, *loss); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(OutputLayer(layers)->path, ": ", s.message()));
+  }
   if (!loss->output_activation.empty() &&
       OutputActivation(layers) == loss->output_activation) {
     const_cast<LayerSpec*>(OutputLayer(layers))

@@ -260,16 +260,10 @@ class RecurrentLayer : public Layer {
   // an LSTM (`cell`) carries c.
   static absl::Status KeepMasked(const Tensor& mask, const States& before,
                                  bool cell, States& after) {
-    MT_ASSIGN_OR_RETURN(const Tensor fill, MaskAs(mask, after.h.dtype()));
-    MT_ASSIGN_OR_RETURN(const Tensor keep, MaskComplement(fill));
-    auto select = [&](const Tensor& old, Tensor& state) -> absl::Status {
-      MT_ASSIGN_OR_RETURN(const Tensor fresh, ops::Mul(state, fill));
-      MT_ASSIGN_OR_RETURN(const Tensor kept, ops::Mul(old, keep));
-      MT_ASSIGN_OR_RETURN(state, ops::Add(fresh, kept));
-      return absl::OkStatus();
-    };
-    MT_RETURN_IF_ERROR(select(before.h, after.h));
-    return cell ? select(before.c, after.c) : absl::OkStatus();
+    MT_ASSIGN_OR_RETURN(after.h, MaskSelect(mask, after.h, before.h));
+    if (!cell) return absl::OkStatus();
+    MT_ASSIGN_OR_RETURN(after.c, MaskSelect(mask, after.c, before.c));
+    return absl::OkStatus();
   }
 
   RecurrentLayer(std::string name, int64_t gates, Variable kernel,

@@ -151,6 +151,7 @@ MT_REGISTER(LayerType,
              .doc = "its input as it is (Keras Identity): a `parallel` "
                     "branch that passes the input on",
              .passes_values_on = true,
+             .returns_input = true,
              .create = [](const LayerSpec&, LayerBuilder& b) -> LayerOr {
                return std::make_unique<IdentityLayer>(b.name());
              }});

@@ -396,6 +396,52 @@ TEST(MaskTest, MergedMasksAreTheOrOfTheBranches) {
   EXPECT_EQ(mask.ToVector<float>(), (std::vector<float>{0, 1, 1, 1, 0, 1}));
 }
 
+// Keras's Multiply counts a masked step of a branch as 1 (and zeroes the
+// product's masked steps when every branch is masked); its Maximum takes
+// the other side's value at a masked step, in order.
+TEST(MaskTest, MaskedMergesChangeTheValuesAsKerasDoes) {
+  const LayerSpec conv =
+      Spec("conv1d", {{"filters", int64_t{4}}, {"kernel_size", int64_t{1}}});
+  const LayerSpec dense = Spec("dense", {{"units", int64_t{4}}});
+  const Tensor mask = *NotEqualMask(Ids(), 0);
+  auto outputs = [&](const LayerSpec& branch) {
+    std::unique_ptr<Model> m = Build({6}, {Embedding(false), branch});
+    return *m->Call(Ids(), {});
+  };
+  const Tensor embedded = *Build({6}, {Embedding(false)})->Call(Ids(), {});
+  for (const char* merge : {"multiply", "maximum"}) {
+    for (bool both_masked : {false, true}) {
+      SCOPED_TRACE(std::string(merge) + (both_masked ? " both" : " one"));
+      const LayerSpec& other = both_masked ? dense : conv;
+      LayerSpec parallel = Spec("parallel", {{"merge", std::string(merge)}});
+      parallel.layers = {Spec("identity"), other};
+      absl::StatusOr<Tensor> got =
+          Build({6}, {Embedding(), parallel})->Call(Ids(), {});
+      ASSERT_TRUE(got.ok()) << got.status();
+      const Tensor y = outputs(other);
+      std::vector<float> want;
+      for (int64_t i = 0; i < y.num_elements(); ++i) {
+        const bool kept = mask.ScalarAt(i / 4) != 0;
+        const float e = static_cast<float>(embedded.ScalarAt(i));
+        const float o = static_cast<float>(y.ScalarAt(i));
+        if (std::string(merge) == "multiply") {
+          // where(mask, e, 1) * (where(mask, o, 1) if masked), then 0 at
+          // masked steps when both are.
+          const float product =
+              (kept ? e : 1.0f) * (both_masked && !kept ? 1.0f : o);
+          want.push_back(both_masked && !kept ? 0.0f : product);
+        } else {
+          // Both masked alike: e at masked steps; else max(e, o) where the
+          // identity is unmasked, and o (taking e's place) where masked.
+          want.push_back(kept ? std::max(e, o) : (both_masked ? e : o));
+        }
+      }
+      EXPECT_TRUE(testing::AllClose(*got, Tensor::FromVector(want, y.shape()),
+                                    1e-6, 1e-7));
+    }
+  }
+}
+
 // Integer ids give the mask float ids give; the average keeps its axis
 // under keepdims.
 TEST(MaskTest, IntegerIdsAndKeptAxes) {

@@ -405,6 +405,30 @@ TEST(ModelTest, MixedBFloat16LeavesTokenIdsUnrounded) {
     }
     EXPECT_EQ(y->data<float>()[5 + id], 260.0f);
   }
+  // Nor in a parallel's third branch: the others get rounded copies.
+  {
+    LayerSpec three = Spec("parallel", {}, {column, column, embedding});
+    ModelDef branches;
+    branches.input_shape = {3};
+    branches.layers = {three};
+    ASSERT_NE(TokenIdLayer(branches.layers), nullptr);
+    auto m = Model::Build(branches, 1, Device::Cpu());
+    ASSERT_TRUE(m.ok()) << m.status();
+    (*m)->SetMixedBFloat16(true);
+    const Tensor ids =
+        Tensor::FromVector(std::vector<float>{257, 259, 999}, {1, 3});
+    absl::StatusOr<Tensor> y = (*m)->Call(ids, {});
+    ASSERT_TRUE(y.ok()) << y.status();
+    ASSERT_EQ(y->shape(), (Shape{1, 3, 6}));
+    EXPECT_EQ(ids.ToVector<float>(), (std::vector<float>{257, 259, 999}));
+    const float* table = (*m)->variables()[0]->value().data<float>();
+    for (int j = 0; j < 4; ++j) {
+      EXPECT_EQ(y->data<float>()[6 + 2 + j],
+                RoundToBFloat16(table[259 * 4 + j]));
+    }
+    EXPECT_EQ(y->data<float>()[6], 260.0f);
+    EXPECT_EQ(y->data<float>()[7], 260.0f);
+  }
   // Not for a model whose input layer reads values.
   ModelDef dense;
   dense.input_shape = {3};
@@ -710,6 +734,72 @@ TEST(ModelTest, ParallelBranchesMergeInOrder) {
               .status()
               .message()),
       HasSubstr("layers: takes two or more branches"));
+  // Maximum and minimum over three branches of ranks 3, 2 (axes of 1
+  // inserted after the batch) and 3, in order.
+  const LayerSpec pooled = Spec("global_average_pooling1d");
+  const LayerSpec three = Spec("dense", {{"units", int64_t{3}}});
+  for (const char* merge : {"maximum", "minimum"}) {
+    SCOPED_TRACE(merge);
+    auto m =
+        Model::Build(ModelDef{{4, 3},
+                              {Spec("parallel", {{"merge", std::string(merge)}},
+                                    {three, pooled, Spec("identity")})}},
+                     1, Device::Cpu());
+    auto d = Model::Build(ModelDef{{4, 3}, {three}}, 1, Device::Cpu());
+    ASSERT_TRUE(m.ok() && d.ok());
+    absl::StatusOr<Tensor> out = (*m)->Call(x, {});
+    ASSERT_TRUE(out.ok()) << out.status();
+    const std::vector<float> dense_out = (*d)->Call(x, {})->ToVector<float>();
+    const std::vector<float> in = x.ToVector<float>();
+    std::vector<float> want;
+    for (int64_t b = 0; b < 2; ++b) {
+      for (int64_t t = 0; t < 4; ++t) {
+        for (int64_t c = 0; c < 3; ++c) {
+          float mean = 0;
+          for (int64_t s = 0; s < 4; ++s) mean += in[b * 12 + s * 3 + c];
+          mean /= 4;
+          const int64_t i = b * 12 + t * 3 + c;
+          const bool max = std::string(merge) == "maximum";
+          float v =
+              max ? std::max(dense_out[i], mean) : std::min(dense_out[i], mean);
+          v = max ? std::max(v, in[i]) : std::min(v, in[i]);
+          want.push_back(v);
+        }
+      }
+    }
+    EXPECT_TRUE(testing::AllClose(*out, Tensor::FromVector(want, {2, 4, 3}),
+                                  1e-6, 1e-6));
+  }
+  // Three concatenated branches must agree but on the last axis.
+  LayerBuilder concat_builder(1, Device::Cpu());
+  EXPECT_THAT(std::string(concat_builder
+                              .BuildSequence({Spec("parallel", {},
+                                                   {dense, dense, pooled})},
+                                             {1, 4, 3})
+                              .status()
+                              .message()),
+              HasSubstr("the layers[0] gives [1,4,2] but the layers[2] gives "
+                        "[1,3]: concatenated along the last axis"));
+  // A merge of softmax branches last: Keras would merge probabilities,
+  // the loss would read them as logits.
+  const LayerSpec softmax = Spec(
+      "dense", {{"units", int64_t{2}}, {"activation", std::string("softmax")}});
+  LayerSpec ensemble =
+      Spec("parallel", {{"merge", std::string("average")}}, {softmax, softmax});
+  ensemble.path = "model.layers[0]";
+  ensemble.layers[0].path = "model.layers[0].layers[0]";
+  ensemble.layers[1].path = "model.layers[0].layers[1]";
+  absl::StatusOr<std::unique_ptr<Model>> refused =
+      Model::Build(ModelDef{{4, 3}, {ensemble}}, 1, Device::Cpu());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("model.layers[0]: the model's output merges a branch "
+                        "whose last layer (model.layers[0].layers[0]"));
+  // An identity after the softmax leaves it the output's (Keras's logits
+  // pass through Identity).
+  EXPECT_TRUE(Model::Build(ModelDef{{4, 3}, {softmax, Spec("identity")}}, 1,
+                           Device::Cpu())
+                  .ok());
   LayerSpec repeated = dense;
   repeated.repeat = 2;
   LayerBuilder repeat_builder(1, Device::Cpu());

@@ -449,6 +449,7 @@ std::vector<KerasRun> Runs() {
       {"tacc",
        NpzData,
        {"data.global_batch_size=6", "train.accumulation_steps=2",
+        "metrics=[{name: sparse_top_k_categorical_accuracy, k: 2}]",
         "model={input_shape: [8], layers: ["
         "{type: embedding, input_dim: 16, output_dim: 6, mask_zero: true}, "
         "{type: bidirectional, layers: [{type: gru, units: 4, "
@@ -459,7 +460,7 @@ std::vector<KerasRun> Runs() {
        8},
       // GoogLeNet's Inception block in small: four branches concatenated
       // (parallel), then a three-way average of two convolutions and the
-      // input itself (an empty sequential).
+      // input itself (an identity).
       {"incept",
        NpzData,
        {"data.global_batch_size=12",
@@ -711,7 +712,8 @@ TEST_P(KerasTrainingTest, EndsWhereKerasOnOneDeviceEnds) {
     const nlohmann::json record = nlohmann::json::parse(line);
     if (record["split"] == "test" && Golden().contains(prefix + "eval_loss")) {
       // The final evaluation (over the unmasked labels, where masked).
-      for (const char* metric : {"loss", "accuracy"}) {
+      for (const char* metric :
+           {"loss", "accuracy", "sparse_top_k_categorical_accuracy"}) {
         const double want = Golden().at(prefix + "eval_" + metric).ScalarAt(0);
         EXPECT_NEAR(record[metric].get<double>(), want, 1e-5 * want) << line;
       }
