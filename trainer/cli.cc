@@ -467,6 +467,10 @@ int Eval(int argc, char** argv) {
         ", \"tokens\": ", result->labels,
         ", \"bits_per_byte\": ", FormatJsonNumber(*result->bits_per_byte));
   }
+  for (const auto& [name, value] : result->metrics) {
+    absl::StrAppend(&text_fields, ", \"", name,
+                    "\": ", FormatJsonNumber(value));
+  }
   std::printf(
       "{\"checkpoint\": %s, \"step\": %lld, \"weights\": \"%s\", "
       "\"examples\": %lld, \"loss\": %s, \"%s\": %s%s}\n",

@@ -10,6 +10,7 @@
 #include "distribute/device_set.h"
 #include "models/layer_registry.h"
 #include "models/losses.h"
+#include "models/metrics.h"
 #include "models/presets.h"
 #include "tensor/status_macros.h"
 #include "trainer/checkpoint/warm_start.h"
@@ -64,6 +65,12 @@ absl::Status CheckOutputActivation(const Reader& r, const YAML::Node& node,
   const std::vector<models::LayerSpec>& layers = c.model.layers;
   MT_ASSIGN_OR_RETURN(const models::LossType* loss,
                       models::FindLoss(c.loss.name));
+  if (absl::Status merged = models::CheckMergedOutput(layers, *loss);
+      !merged.ok()) {
+    const models::LayerSpec* out = models::OutputLayer(layers);
+    return r.Error(out->path, EntryNode(Child(node, "layers"), layers, out),
+                   std::string(merged.message()));
+  }
   absl::Status s = models::CheckOutputActivation(layers, *loss);
   if (s.ok()) return s;
   const models::LayerSpec* last = models::OutputLayer(layers);
@@ -157,6 +164,56 @@ absl::Status ReadLoss(const Reader& r, const YAML::Node& node, Config* c,
   EmitParams(type->params, params, &out);
   (*resolved)["loss"] = out;
   c->loss.params = std::move(params);
+  return absl::OkStatus();
+}
+
+// `metrics`: a list of metric names, or of maps of a name and its keys;
+// each must read what the loss trains. Absent: none (and not written to
+// the resolved config, whose hash stays as without it).
+absl::Status ReadMetrics(const Reader& r, const YAML::Node& node, Config* c,
+                         YAML::Node* resolved) {
+  if (!node) return absl::OkStatus();
+  if (!node.IsSequence()) {
+    return r.Error("metrics", node,
+                   "expected a list of metrics (names, or maps of a name "
+                   "and its keys)");
+  }
+  MT_ASSIGN_OR_RETURN(const models::LossType* loss,
+                      models::FindLoss(c->loss.name));
+  YAML::Node out(YAML::NodeType::Sequence);
+  for (size_t i = 0; i < node.size(); ++i) {
+    const std::string path = absl::StrCat("metrics[", i, "]");
+    YAML::Node entry = node[i];
+    if (entry.IsScalar()) {
+      YAML::Node named(YAML::NodeType::Map);
+      named["name"] = entry;
+      entry = named;
+    }
+    MT_RETURN_IF_ERROR(r.CheckMap(entry, path));
+    if (!Child(entry, "name")) {
+      return r.Error(
+          path, entry,
+          absl::StrCat("names no metric (expected one of ",
+                       models::MetricRegistry::Global().NameList(), ")"));
+    }
+    MT_ASSIGN_OR_RETURN(const std::string name,
+                        r.ReadName(entry, path, MetricSchema()));
+    const models::MetricType* type =
+        models::MetricRegistry::Global().Find(name);
+    if (absl::Status fits = type->check(*loss); !fits.ok()) {
+      return r.Error(absl::StrCat(path, ".name"), Child(entry, "name"),
+                     absl::StrCat(name, " ", fits.message()));
+    }
+    Params params;
+    MT_RETURN_IF_ERROR(r.Read(entry, path, {&MetricSchema(), &type->params}, {},
+                              absl::StrCat("metric ", name), &params));
+    YAML::Node emitted(YAML::NodeType::Map);
+    EmitParams(MetricSchema(), params, &emitted);
+    EmitParams(type->params, params, &emitted);
+    out.push_back(emitted);
+    c->metrics.push_back({name, std::move(params)});
+  }
+  (*resolved)["metrics"] = out;
   return absl::OkStatus();
 }
 
@@ -493,7 +550,7 @@ absl::StatusOr<Config> Parse(const std::string& yaml_text,
 
   // Top-level keys: the root's own and the sections.
   const std::vector<std::string> sections = {
-      "data", "model",      "loss",  "optimizer",
+      "data", "model",      "loss",  "metrics",   "optimizer",
       "ema",  "distribute", "train", "checkpoint"};
   Config c;
   YAML::Node resolved(YAML::NodeType::Map);
@@ -507,6 +564,7 @@ absl::StatusOr<Config> Parse(const std::string& yaml_text,
   MT_RETURN_IF_ERROR(ReadModel(r, Child(root, "model"), &c, &resolved));
   MT_RETURN_IF_ERROR(ReadLoss(r, Child(root, "loss"), &c, &resolved));
   MT_RETURN_IF_ERROR(CheckOutputActivation(r, Child(root, "model"), c));
+  MT_RETURN_IF_ERROR(ReadMetrics(r, Child(root, "metrics"), &c, &resolved));
   MT_RETURN_IF_ERROR(ReadOptimizer(r, Child(root, "optimizer"), &c, &resolved));
   MT_ASSIGN_OR_RETURN(Params ema,
                       ReadFixed(r, root, "ema", EmaSchema(), &resolved));

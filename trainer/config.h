@@ -70,6 +70,12 @@ struct LossConfig {
   Params params = models::DefaultLossParams(models::kDefaultLoss);
 };
 
+// One of `metrics` (models::MetricType): its name and keys.
+struct MetricConfig {
+  std::string name;
+  Params params;  // Checked, defaults filled.
+};
+
 struct EmaConfig {
   std::optional<double> decay;  // Absent: no EMA.
   bool use_num_updates = false;
@@ -140,6 +146,8 @@ struct Config {
   DataConfig data;
   ModelConfig model;
   LossConfig loss;
+  // Evaluation's metrics beside the loss's own (Keras's compile(metrics=)).
+  std::vector<MetricConfig> metrics;
   OptimizerConfig optimizer;
   EmaConfig ema;
   DistributeConfig distribute;

@@ -9,6 +9,7 @@
 #include "distribute/strategy_factory.h"
 #include "models/layer_registry.h"
 #include "models/losses.h"
+#include "models/metrics.h"
 #include "models/presets.h"
 #include "trainer/config.h"
 #include "trainer/data/data_source.h"
@@ -155,6 +156,14 @@ const ParamSchema& LossSchema() {
                            .Default(models::kDefaultLoss)
                            .OneOf(models::LossRegistry::Global().Names())
                            .Doc("the loss; its keys follow")}};
+  return *s;
+}
+
+const ParamSchema& MetricSchema() {
+  static const auto* s =
+      new ParamSchema{{Param::String("name")
+                           .OneOf(models::MetricRegistry::Global().Names())
+                           .Doc("the metric; its keys follow")}};
   return *s;
 }
 
@@ -516,6 +525,17 @@ std::string SchemaMarkdown() {
   for (const models::LossType* l : models::LossRegistry::Global().Entries()) {
     AppendTable(absl::StrCat("`loss.name: ", l->name, "`"),
                 absl::StrCat(l->doc, "."), "loss.", {&l->params}, &out);
+  }
+  AppendTable("`metrics`",
+              "A list of metrics evaluation reports beside the loss and its "
+              "metric (Keras's compile(metrics=...)): each a name, or a map "
+              "of its `name` and keys (`{name: "
+              "sparse_top_k_categorical_accuracy, k: 3}`).",
+              "metrics[i].", {&config_internal::MetricSchema()}, &out);
+  for (const models::MetricType* m :
+       models::MetricRegistry::Global().Entries()) {
+    AppendTable(absl::StrCat("`metrics[i].name: ", m->name, "`"),
+                absl::StrCat(m->doc, "."), "metrics[i].", {&m->params}, &out);
   }
   AppendTable("`optimizer`", "`optimizer.name` picks the optimizer.",
               "optimizer.", {&OptimizerSchema()}, &out);

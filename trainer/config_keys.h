@@ -25,6 +25,8 @@ const ParamSchema& NormalizeSchema();
 const ParamSchema& AugmentSchema();
 const ParamSchema& ModelSchema();
 const ParamSchema& LossSchema();
+// An entry of the `metrics` list: its `name` (models::MetricType).
+const ParamSchema& MetricSchema();
 const ParamSchema& OptimizerSchema();
 const ParamSchema& ScheduleSchema();
 const ParamSchema& EmaSchema();

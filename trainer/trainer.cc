@@ -16,6 +16,7 @@
 #include "distribute/mirrored_variable.h"
 #include "distribute/one_device_strategy.h"
 #include "models/losses.h"
+#include "models/metrics.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/stream.h"
 #include "tensor/gradient_tape.h"
@@ -45,15 +46,19 @@ struct EvalSums {
   double plain = 0;   // The same unsmoothed, where `plain` is asked for.
   double metric = 0;  // The loss's metric summed (right labels: accuracy).
   double labels = 0;  // The labels counted: those unmasked, if masked.
+  std::vector<double> metrics;  // The config's `metrics`' sums, in order.
 };
 
 // Adds the batch of host `logits` and `labels` to `sums`: summed losses
 // are a "global batch" of 1. `mask`: the model's output mask (host), which
 // weighs the labels (undefined: all count).
 absl::Status AddEvalSums(const models::LossType& loss_type,
-                         const Params& params, const Tensor& logits,
-                         const Tensor& labels, const Tensor& mask,
-                         const Params* plain, EvalSums& sums) {
+                         const Params& params,
+                         absl::Span<const models::MetricType* const> metrics,
+                         absl::Span<const MetricConfig> metric_params,
+                         const Tensor& logits, const Tensor& labels,
+                         const Tensor& mask, const Params* plain,
+                         EvalSums& sums) {
   MT_ASSIGN_OR_RETURN(const Tensor loss,
                       loss_type.compute(logits, labels, mask, 1, params));
   sums.loss += loss.ScalarAt(0);
@@ -65,6 +70,13 @@ absl::Status AddEvalSums(const models::LossType& loss_type,
   MT_ASSIGN_OR_RETURN(const double metric,
                       loss_type.metric_sum(logits, labels, mask));
   sums.metric += metric;
+  sums.metrics.resize(metrics.size(), 0.0);
+  for (size_t i = 0; i < metrics.size(); ++i) {
+    MT_ASSIGN_OR_RETURN(
+        const double sum,
+        metrics[i]->sum(logits, labels, mask, metric_params[i].params));
+    sums.metrics[i] += sum;
+  }
   // compute() above has checked that the mask's elements divide the labels.
   double counted = static_cast<double>(labels.num_elements());
   if (mask.defined() && mask.num_elements() > 0) {
@@ -560,9 +572,9 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
           if (mask.defined()) {
             MT_ASSIGN_OR_RETURN(mask, mask.To(Device::Cpu()));
           }
-          MT_RETURN_IF_ERROR(
-              AddEvalSums(*loss_, config_.loss.params, logits, labels, mask,
-                          plain_apart ? &plain_params : nullptr, sums[id]));
+          MT_RETURN_IF_ERROR(AddEvalSums(
+              *loss_, config_.loss.params, metrics_, config_.metrics, logits,
+              labels, mask, plain_apart ? &plain_params : nullptr, sums[id]));
         }
         if (swap) MT_RETURN_IF_ERROR(swap->Restore());
         return absl::OkStatus();
@@ -573,8 +585,17 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
     for (const EvalSums& s : sums) values.push_back(s.*field);
     return distribute::Strategy::Reduce(distribute::ReduceOp::kSum, values);
   };
-  double totals[4] = {reduce(&EvalSums::loss), reduce(&EvalSums::metric),
-                      reduce(&EvalSums::plain), reduce(&EvalSums::labels)};
+  std::vector<double> totals = {
+      reduce(&EvalSums::loss), reduce(&EvalSums::metric),
+      reduce(&EvalSums::plain), reduce(&EvalSums::labels)};
+  for (size_t m = 0; m < metrics_.size(); ++m) {
+    std::vector<double> values;
+    for (const EvalSums& s : sums) {
+      values.push_back(m < s.metrics.size() ? s.metrics[m] : 0.0);
+    }
+    totals.push_back(
+        distribute::Strategy::Reduce(distribute::ReduceOp::kSum, values));
+  }
   if (runner == strategy_.get()) {
     MT_RETURN_IF_ERROR(processes_->AllReduceSum(absl::MakeSpan(totals),
                                                 "the evaluation sums"));
@@ -592,6 +613,10 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
   if (bytes) {
     result.bits_per_byte =
         (labels > 0 ? plain_sum / labels : 0) / std::numbers::ln2;
+  }
+  for (size_t m = 0; m < metrics_.size(); ++m) {
+    result.metrics.push_back(
+        {metrics_[m]->name, labels > 0 ? totals[4 + m] / labels : 0});
   }
   return result;
 }
@@ -654,6 +679,10 @@ absl::StatusOr<EvalResult> Trainer::EvaluateAndLog(int64_t step) {
     if (e.bits_per_byte) {
       rec.values.push_back({"bits_per_byte", *e.bits_per_byte});
       absl::StrAppend(&line, " bits/byte ", fixed(*e.bits_per_byte));
+    }
+    for (const auto& [name, value] : e.metrics) {
+      rec.values.push_back({name, value});
+      absl::StrAppend(&line, " ", name, " ", fixed(value));
     }
     if (logger_) MT_RETURN_IF_ERROR(logger_->Log(rec));
   }

@@ -51,6 +51,7 @@
 #include "distribute/process_group.h"
 #include "distribute/strategy.h"
 #include "distribute/update_clock.h"
+#include "models/metrics.h"
 #include "models/model.h"
 #include "tensor/cuda/cuda_graph.h"
 #include "tensor/ops/index_checks.h"
@@ -86,6 +87,8 @@ struct EvalResult {
   // Byte tokens (the `text` source): the unsmoothed loss / ln 2, else
   // absent.
   std::optional<double> bits_per_byte;
+  // The config's `metrics`, in order: name and value per label.
+  std::vector<std::pair<std::string, double>> metrics;
 };
 
 // The layers `model` describes for data like `data` trained with `loss` (a
@@ -557,6 +560,8 @@ class Trainer {
   distribute::ProcessGroup* processes_ = nullptr;
   Config config_;
   const models::LossType* loss_ = nullptr;  // config_.loss.name's.
+  // config_.metrics' types, in order.
+  std::vector<const models::MetricType*> metrics_;
   std::optional<CheckedCheckpoint> pending_restore_;
   std::optional<CheckedCheckpoint> pending_warm_start_;
   std::string restored_from_;

@@ -334,6 +334,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   t->startup_.before = ProcessAgeSeconds();
   t->config_ = config;
   MT_ASSIGN_OR_RETURN(t->loss_, models::FindLoss(config.loss.name));
+  for (const MetricConfig& m : config.metrics) {
+    MT_ASSIGN_OR_RETURN(const models::MetricType* type,
+                        models::FindMetric(m.name));
+    t->metrics_.push_back(type);
+  }
   t->data_needs_ = data;
   // Only training watches; eval, sample and predict leave the state be.
   if (const auto& patience = config.train.early_stopping_patience;

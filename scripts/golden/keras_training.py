@@ -797,7 +797,14 @@ def tagger_accumulated(rng):
     logits = model(tf.constant(x), training=False)
     kept = x != 0
     right = (np.argmax(logits.numpy(), axis=-1) == y) & kept
+    # Keras's SparseTopKCategoricalAccuracy(k=2) of the probabilities, the
+    # padded tokens weighing 0.
+    top2 = keras.metrics.sparse_top_k_categorical_accuracy(
+        y.reshape(-1), tf.nn.softmax(logits).numpy().reshape(-1, 3), k=2)
+    top2 = np.asarray(top2).reshape(y.shape)
     return tensors + [
+        ("tacc/eval_sparse_top_k_categorical_accuracy",
+         np.array([(top2 * kept).sum() / kept.sum()], dtype=np.float32)),
         ("tacc/eval_loss",
          np.array([float(loss_fn(tf.constant(y), logits).numpy())],
                   dtype=np.float32)),
@@ -1133,8 +1140,9 @@ steps of %d.
 tacc: the tagger's model on tacc/x (rows 6-11 padding alone), each step
 two micro-batches of %d, the update their gradients' mean (Keras's
 gradient_accumulation_steps), tacc/loss their losses' mean; %d steps;
-tacc/eval_loss and tacc/eval_accuracy: the final model's masked loss and
-accuracy over every example, in one batch.
+tacc/eval_loss, tacc/eval_accuracy and
+tacc/eval_sparse_top_k_categorical_accuracy (k=2): the final model's masked
+loss, accuracy and top-2 accuracy over every example, in one batch.
 incept: Conv2D(8, 3, same, relu) h, then Concatenate()([Conv2D(4, 1,
 relu)(h), Conv2D(6, 3, same, relu)(Conv2D(4, 1, relu)(h)), Conv2D(2, 5,
 same, relu)(Conv2D(2, 1, relu)(h)), Conv2D(3, 1, relu)(MaxPooling2D(3,

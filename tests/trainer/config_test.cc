@@ -31,6 +31,51 @@ TEST(ConfigTest, DefaultsApplyToAnEmptyFile) {
   EXPECT_EQ(c->name, "empty");
 }
 
+// `metrics`: names or maps of a name and keys, defaults filled, written to
+// the resolved config (and read back from it); absent, none and nothing
+// written. Errors name the entry and line.
+TEST(ConfigTest, MetricsAreNamesOrMapsThatFitTheLoss) {
+  auto c = ParseConfig(
+      "metrics: [sparse_top_k_categorical_accuracy,\n"
+      "          {name: sparse_top_k_categorical_accuracy, k: 2}]\n",
+      "m.yaml", {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->metrics.size(), 2u);
+  EXPECT_EQ(c->metrics[0].name, "sparse_top_k_categorical_accuracy");
+  EXPECT_EQ(c->metrics[0].params.Int("k"), 5);
+  EXPECT_EQ(c->metrics[1].params.Int("k"), 2);
+  auto again = ParseConfig(c->resolved_yaml, "m.yaml", {});
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_EQ(again->metrics.size(), 2u);
+  EXPECT_EQ(again->metrics[1].params.Int("k"), 2);
+  auto none = ParseConfig("", "m.yaml", {});
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->metrics.empty());
+  EXPECT_THAT(none->resolved_yaml, Not(HasSubstr("metrics")));
+  EXPECT_THAT(Message(ParseConfig("metrics: [top5]\n", "m.yaml", {}).status()),
+              HasSubstr("m.yaml:1: metrics[0].name: unknown value 'top5'"));
+  EXPECT_THAT(
+      Message(ParseConfig("loss: {name: mean_squared_error}\nmetrics:\n"
+                          "  - sparse_top_k_categorical_accuracy\n",
+                          "m.yaml", {})
+                  .status()),
+      HasSubstr("metrics[0].name: sparse_top_k_categorical_accuracy reads one "
+                "logit per class, which loss.name mean_squared_error does not "
+                "train"));
+  EXPECT_THAT(
+      Message(ParseConfig("metrics: {name: x}\n", "m.yaml", {}).status()),
+      HasSubstr("metrics: expected a list of metrics"));
+  EXPECT_THAT(
+      Message(ParseConfig("metrics: [{k: 3}]\n", "m.yaml", {}).status()),
+      HasSubstr("metrics[0]: names no metric"));
+  EXPECT_THAT(
+      Message(ParseConfig("metrics: [{name: sparse_top_k_categorical_accuracy, "
+                          "k: 0}]\n",
+                          "m.yaml", {})
+                  .status()),
+      HasSubstr("metrics[0].k"));
+}
+
 // Without optimizer.learning_rate (or with it null) an optimizer trains at
 // Keras's default for it, as `keras.optimizers.Adam()` does, and the
 // resolved config says which.
