@@ -1,5 +1,6 @@
 #include "models/metrics.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -21,9 +22,11 @@ absl::StatusOr<const MetricType*> FindMetric(const std::string& name) {
 absl::StatusOr<double> CountInTopK(const Tensor& logits, const Tensor& labels,
                                    int64_t k, const Tensor& weights) {
   const int64_t n = labels.num_elements();
+  // Logits have the labels' axes and one of classes.
+  const Shape& l = logits.shape();
   const bool rows =
-      logits.rank() >= 1 &&
-      (n == 0 ? logits.num_elements() == 0 : logits.num_elements() % n == 0);
+      logits.rank() == labels.rank() + 1 &&
+      std::equal(labels.shape().begin(), labels.shape().end(), l.begin());
   if (!rows) {
     return absl::InvalidArgumentError(
         absl::StrCat("top-k accuracy: logits ", ShapeToString(logits.shape()),

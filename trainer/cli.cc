@@ -460,15 +460,16 @@ int Eval(int argc, char** argv) {
   if (!result.ok()) return FailHere(result.status());
   if (!Reports()) return kExitOk;
   const std::string checkpoint = JsonString((*trainer)->restored_from());
-  // Byte-token (text) data: the tokens evaluated and bits per byte too.
-  std::string text_fields;
+  // Byte-token (text) data: the tokens evaluated and bits per byte too;
+  // then the config's `metrics`.
+  std::string extra_fields;
   if (result->bits_per_byte) {
-    text_fields = absl::StrCat(
+    extra_fields = absl::StrCat(
         ", \"tokens\": ", result->labels,
         ", \"bits_per_byte\": ", FormatJsonNumber(*result->bits_per_byte));
   }
   for (const auto& [name, value] : result->metrics) {
-    absl::StrAppend(&text_fields, ", \"", name,
+    absl::StrAppend(&extra_fields, ", \"", name,
                     "\": ", FormatJsonNumber(value));
   }
   std::printf(
@@ -477,7 +478,7 @@ int Eval(int argc, char** argv) {
       checkpoint.c_str(), static_cast<long long>((*trainer)->global_step()),
       weights.c_str(), static_cast<long long>(result->examples),
       FormatJsonNumber(result->loss).c_str(), result->metric_name.c_str(),
-      FormatJsonNumber(result->metric).c_str(), text_fields.c_str());
+      FormatJsonNumber(result->metric).c_str(), extra_fields.c_str());
   return kExitOk;
 }
 

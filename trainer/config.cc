@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/algorithm/container.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "distribute/device_set.h"
@@ -80,8 +81,8 @@ absl::Status CheckOutputActivation(const Reader& r, const YAML::Node& node,
       std::string(s.message()));
 }
 
-// An evaluation reports the loss and its loss's metric only, so early
-// stopping watches one of them.
+// Early stopping watches the loss or the loss's own metric (not the
+// config's `metrics`).
 absl::Status CheckMonitor(const Reader& r, const YAML::Node& root,
                           const Config& c) {
   MT_ASSIGN_OR_RETURN(const models::LossType* loss,
@@ -93,8 +94,8 @@ absl::Status CheckMonitor(const Reader& r, const YAML::Node& root,
     return r.Error(
         "train.early_stopping_monitor",
         Child(Child(root, "train"), "early_stopping_monitor"),
-        absl::StrCat(monitor, " is not reported under loss.name ", loss->name,
-                     " (it reports loss and ", loss->metric, ")"));
+        absl::StrCat(monitor, " is not watched under loss.name ", loss->name,
+                     " (early stopping watches loss or ", loss->metric, ")"));
   }
   return absl::OkStatus();
 }
@@ -168,11 +169,15 @@ absl::Status ReadLoss(const Reader& r, const YAML::Node& node, Config* c,
 }
 
 // `metrics`: a list of metric names, or of maps of a name and its keys;
-// each must read what the loss trains. Absent: none (and not written to
-// the resolved config, whose hash stays as without it).
+// each must read what the loss trains. Absent, null or empty: none (and
+// not written to the resolved config, whose hash stays as without it). A
+// name taken (by an earlier entry, the loss, its metric or another field
+// evaluation reports) is reported with Keras's suffix: name_1, name_2, ...
 absl::Status ReadMetrics(const Reader& r, const YAML::Node& node, Config* c,
                          YAML::Node* resolved) {
-  if (!node) return absl::OkStatus();
+  if (!node || node.IsNull() || (node.IsSequence() && node.size() == 0)) {
+    return absl::OkStatus();
+  }
   if (!node.IsSequence()) {
     return r.Error("metrics", node,
                    "expected a list of metrics (names, or maps of a name "
@@ -180,14 +185,16 @@ absl::Status ReadMetrics(const Reader& r, const YAML::Node& node, Config* c,
   }
   MT_ASSIGN_OR_RETURN(const models::LossType* loss,
                       models::FindLoss(c->loss.name));
+  absl::flat_hash_set<std::string> taken = {
+      "loss", loss->metric, "bits_per_byte", "tokens", "examples"};
   YAML::Node out(YAML::NodeType::Sequence);
   for (size_t i = 0; i < node.size(); ++i) {
     const std::string path = absl::StrCat("metrics[", i, "]");
     YAML::Node entry = node[i];
     if (entry.IsScalar()) {
       YAML::Node named(YAML::NodeType::Map);
-      named["name"] = entry;
-      entry = named;
+      named["name"] = YAML::Clone(entry);
+      entry.reset(named);  // Rebinds `entry` only: the document stays.
     }
     MT_RETURN_IF_ERROR(r.CheckMap(entry, path));
     if (!Child(entry, "name")) {
@@ -211,7 +218,12 @@ absl::Status ReadMetrics(const Reader& r, const YAML::Node& node, Config* c,
     EmitParams(MetricSchema(), params, &emitted);
     EmitParams(type->params, params, &emitted);
     out.push_back(emitted);
-    c->metrics.push_back({name, std::move(params)});
+    std::string reported = name;
+    for (int n = 1; taken.contains(reported); ++n) {
+      reported = absl::StrCat(name, "_", n);
+    }
+    taken.insert(reported);
+    c->metrics.push_back({name, reported, std::move(params)});
   }
   (*resolved)["metrics"] = out;
   return absl::OkStatus();

@@ -73,6 +73,9 @@ struct LossConfig {
 // One of `metrics` (models::MetricType): its name and keys.
 struct MetricConfig {
   std::string name;
+  // What evaluation reports it as: its name, or a repeat's name_1, name_2,
+  // ... (Keras's).
+  std::string reported;
   Params params;  // Checked, defaults filled.
 };
 

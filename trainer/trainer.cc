@@ -616,7 +616,7 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
   }
   for (size_t m = 0; m < metrics_.size(); ++m) {
     result.metrics.push_back(
-        {metrics_[m]->name, labels > 0 ? totals[4 + m] / labels : 0});
+        {config_.metrics[m].reported, labels > 0 ? totals[4 + m] / labels : 0});
   }
   return result;
 }

@@ -753,8 +753,8 @@ def tagger_accumulated(rng):
     REG_BATCH / 2 per step, the update the mean of their gradients (Keras's
     gradient_accumulation_steps), each micro-batch's loss its own masked
     mean; one micro-batch is padding alone (its loss 0: Keras's
-    divide_no_nan). Also the final model's masked loss and accuracy over
-    every example (what an evaluation of them reports)."""
+    divide_no_nan). Also the final model's masked loss, accuracy and top-2
+    accuracy over every example (what an evaluation of them reports)."""
     x, _ = padded_ids(rng, 8, 16, 2)
     x[6:12] = 0
     y = np.where(x == 0, 0, (x.astype(np.int64) % 3 + np.roll(
@@ -798,13 +798,13 @@ def tagger_accumulated(rng):
     kept = x != 0
     right = (np.argmax(logits.numpy(), axis=-1) == y) & kept
     # Keras's SparseTopKCategoricalAccuracy(k=2) of the probabilities, the
-    # padded tokens weighing 0.
-    top2 = keras.metrics.sparse_top_k_categorical_accuracy(
-        y.reshape(-1), tf.nn.softmax(logits).numpy().reshape(-1, 3), k=2)
-    top2 = np.asarray(top2).reshape(y.shape)
+    # padded tokens' sample weights 0 (what Keras's masked metrics apply).
+    top2 = keras.metrics.SparseTopKCategoricalAccuracy(k=2)
+    top2.update_state(y, tf.nn.softmax(logits),
+                      sample_weight=kept.astype(np.float32))
     return tensors + [
         ("tacc/eval_sparse_top_k_categorical_accuracy",
-         np.array([(top2 * kept).sum() / kept.sum()], dtype=np.float32)),
+         np.array([float(top2.result())], dtype=np.float32)),
         ("tacc/eval_loss",
          np.array([float(loss_fn(tf.constant(y), logits).numpy())],
                   dtype=np.float32)),

@@ -423,9 +423,13 @@ TEST(CliTest, EarlyStoppingStopsAndResumesAsKerasCounts) {
   EXPECT_TRUE(fs::exists(ps + "/checkpoints/ckpt-20.safetensors"));
 }
 
+// (With a top-3 accuracy of the config's `metrics`, logged and printed
+// beside the loss and accuracy.)
 TEST(CliTest, EvalReproducesTheLoggedNumbersExactly) {
   const std::string dir = FreshDir("eval");
-  ASSERT_EQ(RunCli(SmallTrain(dir, {"train.epochs=10"})).exit_code, 0);
+  const std::string top3 =
+      "metrics=[{name: sparse_top_k_categorical_accuracy, k: 3}]";
+  ASSERT_EQ(RunCli(SmallTrain(dir, {"train.epochs=10", top3})).exit_code, 0);
   // The last logged test lines (step 320).
   std::string raw_line, ema_line;
   for (const std::string& l : Lines(ReadFile(dir + "/metrics.jsonl"))) {
@@ -436,11 +440,14 @@ TEST(CliTest, EvalReproducesTheLoggedNumbersExactly) {
   for (const auto& [weights, line] :
        {std::pair<std::string, std::string>{"ema", ema_line},
         {"raw", raw_line}}) {
-    Result r =
-        RunCli({"eval", "--config", Config(), "--checkpoint",
-                dir + "/checkpoints", "--weights", weights, "--set",
-                "data.test_examples=500", "--set", "model.hidden_units=[32]"});
+    Result r = RunCli({"eval", "--config", Config(), "--checkpoint",
+                       dir + "/checkpoints", "--weights", weights, "--set",
+                       "data.test_examples=500", "--set",
+                       "model.hidden_units=[32]", "--set", top3});
     ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(line.find("\"sparse_top_k_categorical_accuracy\": "),
+              std::string::npos)
+        << line;
     // "loss": ..., "accuracy": ... as text, from the same formatting.
     const std::string tail = line.substr(line.find("\"loss\""));
     EXPECT_NE(r.out.find(tail), std::string::npos) << weights << "\n"

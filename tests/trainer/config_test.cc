@@ -44,6 +44,9 @@ TEST(ConfigTest, MetricsAreNamesOrMapsThatFitTheLoss) {
   EXPECT_EQ(c->metrics[0].name, "sparse_top_k_categorical_accuracy");
   EXPECT_EQ(c->metrics[0].params.Int("k"), 5);
   EXPECT_EQ(c->metrics[1].params.Int("k"), 2);
+  // Keras's names for a repeat.
+  EXPECT_EQ(c->metrics[0].reported, "sparse_top_k_categorical_accuracy");
+  EXPECT_EQ(c->metrics[1].reported, "sparse_top_k_categorical_accuracy_1");
   auto again = ParseConfig(c->resolved_yaml, "m.yaml", {});
   ASSERT_TRUE(again.ok()) << again.status();
   ASSERT_EQ(again->metrics.size(), 2u);
@@ -52,6 +55,26 @@ TEST(ConfigTest, MetricsAreNamesOrMapsThatFitTheLoss) {
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->metrics.empty());
   EXPECT_THAT(none->resolved_yaml, Not(HasSubstr("metrics")));
+  // Null and empty are none too, written alike (the same config hash).
+  for (const char* empty : {"metrics: []\n", "metrics: null\n"}) {
+    auto c2 = ParseConfig(empty, "m.yaml", {});
+    ASSERT_TRUE(c2.ok()) << c2.status();
+    EXPECT_TRUE(c2->metrics.empty());
+    EXPECT_EQ(c2->hash, none->hash) << empty;
+  }
+  // A merge of softmax branches last is refused at its line.
+  EXPECT_THAT(
+      Message(ParseConfig("model:\n  layers:\n    - {type: dense, units: 3}\n"
+                          "    - type: parallel\n      merge: average\n"
+                          "      layers:\n"
+                          "        - {type: dense, units: 2, activation: "
+                          "softmax}\n"
+                          "        - {type: dense, units: 2}\n",
+                          "m.yaml", {})
+                  .status()),
+      HasSubstr("m.yaml:4: model.layers[1]: the model's output merges a "
+                "branch whose last layer (model.layers[1].layers[0]) applies "
+                "softmax"));
   EXPECT_THAT(Message(ParseConfig("metrics: [top5]\n", "m.yaml", {}).status()),
               HasSubstr("m.yaml:1: metrics[0].name: unknown value 'top5'"));
   EXPECT_THAT(

@@ -714,6 +714,7 @@ TEST_P(KerasTrainingTest, EndsWhereKerasOnOneDeviceEnds) {
       // The final evaluation (over the unmasked labels, where masked).
       for (const char* metric :
            {"loss", "accuracy", "sparse_top_k_categorical_accuracy"}) {
+        if (!Golden().contains(prefix + "eval_" + metric)) continue;
         const double want = Golden().at(prefix + "eval_" + metric).ScalarAt(0);
         EXPECT_NEAR(record[metric].get<double>(), want, 1e-5 * want) << line;
       }
