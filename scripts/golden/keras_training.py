@@ -657,22 +657,36 @@ def masked_text(rng):
     return small_run("mtext", x, y, model, optimizer)
 
 
-def tagger(rng):
-    """A class per token of padded ids, the loss over the unmasked tokens
-    only (Keras's loss masking): Embedding(mask_zero), Bidirectional GRU
-    (every step: masked ones give 0), Dense per step."""
-    x, _ = padded_ids(rng, 8, 16, 2)
-    y = np.where(x == 0, 0, (x.astype(np.int64) % 3 + np.roll(
-        x.astype(np.int64), 1, axis=1) % 2) % 3).astype(np.int64)
+def tagger_labels(x):
+    """A class per token of padded ids x (0 at padding): the token's and
+    its left neighbour's residues."""
+    ids = x.astype(np.int64)
+    return np.where(x == 0, 0,
+                    (ids % 3 + np.roll(ids, 1, axis=1) % 2) % 3).astype(
+                        np.int64)
+
+
+def tagger_model(seed):
+    """Embedding(16, 6, mask_zero=True), Bidirectional(GRU(4,
+    return_sequences=True)), Dense(3), from `seed`."""
     fresh_session()
-    keras.utils.set_random_seed(SEED + 26)
+    keras.utils.set_random_seed(seed)
     L = keras.layers
-    model = keras.Sequential([
+    return keras.Sequential([
         keras.Input((8,)),
         L.Embedding(16, 6, mask_zero=True),
         L.Bidirectional(L.GRU(4, return_sequences=True)),
         L.Dense(3),
     ])
+
+
+def tagger(rng):
+    """A class per token of padded ids, the loss over the unmasked tokens
+    only (Keras's loss masking): Embedding(mask_zero), Bidirectional GRU
+    (every step: masked ones give 0), Dense per step."""
+    x, _ = padded_ids(rng, 8, 16, 2)
+    y = tagger_labels(x)
+    model = tagger_model(SEED + 26)
     assert output_masked(model, x)
     optimizer = keras.optimizers.Adam(learning_rate=0.01)
     return small_run("tagger", x, y, model, optimizer)
@@ -757,17 +771,8 @@ def tagger_accumulated(rng):
     accuracy over every example (what an evaluation of them reports)."""
     x, _ = padded_ids(rng, 8, 16, 2)
     x[6:12] = 0
-    y = np.where(x == 0, 0, (x.astype(np.int64) % 3 + np.roll(
-        x.astype(np.int64), 1, axis=1) % 2) % 3).astype(np.int64)
-    fresh_session()
-    keras.utils.set_random_seed(SEED + 30)
-    L = keras.layers
-    model = keras.Sequential([
-        keras.Input((8,)),
-        L.Embedding(16, 6, mask_zero=True),
-        L.Bidirectional(L.GRU(4, return_sequences=True)),
-        L.Dense(3),
-    ])
+    y = tagger_labels(x)
+    model = tagger_model(SEED + 30)
     optimizer = keras.optimizers.Adam(learning_rate=0.01)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     trainable = model.trainable_variables

@@ -340,6 +340,24 @@ TEST(ModelTest, MixedBFloat16RoundsInputsAndLayerOutputs) {
 // Also with the embedding first inside a container. Before, the model's
 // input was rounded: 257 read row 256, 259 row 260, and 999 row 1000, out
 // of range.
+// Builds `def` (three token ids in) under mixed bfloat16 and calls it on
+// ids 257, 259, 999 (which bf16 would round), into *model and *y ([1, 3,
+// width]); the caller's ids stay as they were.
+void CallOnIds(const ModelDef& def, int64_t width,
+               std::unique_ptr<Model>* model, Tensor* y) {
+  auto m = Model::Build(def, 1, Device::Cpu());
+  ASSERT_TRUE(m.ok()) << m.status();
+  (*m)->SetMixedBFloat16(true);
+  const Tensor ids =
+      Tensor::FromVector(std::vector<float>{257, 259, 999}, {1, 3});
+  absl::StatusOr<Tensor> out = (*m)->Call(ids, {});
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->shape(), (Shape{1, 3, width}));
+  EXPECT_EQ(ids.ToVector<float>(), (std::vector<float>{257, 259, 999}));
+  *model = *std::move(m);
+  *y = *std::move(out);
+}
+
 TEST(ModelTest, MixedBFloat16LeavesTokenIdsUnrounded) {
   const LayerSpec embedding = Spec(
       "embedding", {{"input_dim", int64_t{1000}}, {"output_dim", int64_t{4}}});
@@ -385,25 +403,19 @@ TEST(ModelTest, MixedBFloat16LeavesTokenIdsUnrounded) {
     branches.layers = {both};
     ASSERT_NE(TokenIdLayer(branches.layers), nullptr);
     EXPECT_EQ(TokenIdLayer(branches.layers)->type, "embedding");
-    auto m = Model::Build(branches, 1, Device::Cpu());
-    ASSERT_TRUE(m.ok()) << m.status();
-    (*m)->SetMixedBFloat16(true);
-    const Tensor ids =
-        Tensor::FromVector(std::vector<float>{257, 259, 999}, {1, 3});
-    absl::StatusOr<Tensor> y = (*m)->Call(ids, {});
-    ASSERT_TRUE(y.ok()) << y.status();
-    ASSERT_EQ(y->shape(), (Shape{1, 3, 5}));
-    EXPECT_EQ(ids.ToVector<float>(), (std::vector<float>{257, 259, 999}));
-    const float* table = (*m)->variables()[0]->value().data<float>();
+    std::unique_ptr<Model> m;
+    Tensor y;
+    ASSERT_NO_FATAL_FAILURE(CallOnIds(branches, 5, &m, &y));
+    const float* table = m->variables()[0]->value().data<float>();
     // Row 1 (id 259): the embedding's four values, and the id column
     // rounded (260) as Keras's autocast gives the other branch.
     const int64_t rows = embedding_in_shortcut ? 1 : 0;
     const int64_t id = embedding_in_shortcut ? 0 : 4;
     for (int j = 0; j < 4; ++j) {
-      EXPECT_EQ(y->data<float>()[5 + rows + j],
+      EXPECT_EQ(y.data<float>()[5 + rows + j],
                 RoundToBFloat16(table[259 * 4 + j]));
     }
-    EXPECT_EQ(y->data<float>()[5 + id], 260.0f);
+    EXPECT_EQ(y.data<float>()[5 + id], 260.0f);
   }
   // Nor in a parallel's third branch: the others get rounded copies.
   {
@@ -412,22 +424,16 @@ TEST(ModelTest, MixedBFloat16LeavesTokenIdsUnrounded) {
     branches.input_shape = {3};
     branches.layers = {three};
     ASSERT_NE(TokenIdLayer(branches.layers), nullptr);
-    auto m = Model::Build(branches, 1, Device::Cpu());
-    ASSERT_TRUE(m.ok()) << m.status();
-    (*m)->SetMixedBFloat16(true);
-    const Tensor ids =
-        Tensor::FromVector(std::vector<float>{257, 259, 999}, {1, 3});
-    absl::StatusOr<Tensor> y = (*m)->Call(ids, {});
-    ASSERT_TRUE(y.ok()) << y.status();
-    ASSERT_EQ(y->shape(), (Shape{1, 3, 6}));
-    EXPECT_EQ(ids.ToVector<float>(), (std::vector<float>{257, 259, 999}));
-    const float* table = (*m)->variables()[0]->value().data<float>();
+    std::unique_ptr<Model> m;
+    Tensor y;
+    ASSERT_NO_FATAL_FAILURE(CallOnIds(branches, 6, &m, &y));
+    const float* table = m->variables()[0]->value().data<float>();
     for (int j = 0; j < 4; ++j) {
-      EXPECT_EQ(y->data<float>()[6 + 2 + j],
+      EXPECT_EQ(y.data<float>()[6 + 2 + j],
                 RoundToBFloat16(table[259 * 4 + j]));
     }
-    EXPECT_EQ(y->data<float>()[6], 260.0f);
-    EXPECT_EQ(y->data<float>()[7], 260.0f);
+    EXPECT_EQ(y.data<float>()[6], 260.0f);
+    EXPECT_EQ(y.data<float>()[7], 260.0f);
   }
   // Not for a model whose input layer reads values.
   ModelDef dense;

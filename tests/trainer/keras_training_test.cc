@@ -78,6 +78,15 @@ struct KerasRun {
   int steps;
 };
 
+// The tagger's model (tagger, tacc): padded ids, a bidirectional GRU over
+// every step, a class per token.
+constexpr char kTaggerModel[] =
+    "model={input_shape: [8], layers: ["
+    "{type: embedding, input_dim: 16, output_dim: 6, mask_zero: true}, "
+    "{type: bidirectional, layers: [{type: gru, units: 4, "
+    "return_sequences: true}]}, "
+    "{type: dense, units: 3}]}";
+
 std::vector<KerasRun> Runs() {
   return {
       {"cnn",
@@ -392,12 +401,7 @@ std::vector<KerasRun> Runs() {
       // masked steps give 0.
       {"tagger",
        NpzData,
-       {"data.global_batch_size=12",
-        "model={input_shape: [8], layers: ["
-        "{type: embedding, input_dim: 16, output_dim: 6, mask_zero: true}, "
-        "{type: bidirectional, layers: [{type: gru, units: 4, "
-        "return_sequences: true}]}, "
-        "{type: dense, units: 3}]}",
+       {"data.global_batch_size=12", kTaggerModel,
         "optimizer={name: adam, learning_rate: 0.01}"},
        9,
        8},
@@ -450,12 +454,7 @@ std::vector<KerasRun> Runs() {
        NpzData,
        {"data.global_batch_size=6", "train.accumulation_steps=2",
         "metrics=[{name: sparse_top_k_categorical_accuracy, k: 2}]",
-        "model={input_shape: [8], layers: ["
-        "{type: embedding, input_dim: 16, output_dim: 6, mask_zero: true}, "
-        "{type: bidirectional, layers: [{type: gru, units: 4, "
-        "return_sequences: true}]}, "
-        "{type: dense, units: 3}]}",
-        "optimizer={name: adam, learning_rate: 0.01}"},
+        kTaggerModel, "optimizer={name: adam, learning_rate: 0.01}"},
        9,
        8},
       // GoogLeNet's Inception block in small: four branches concatenated
