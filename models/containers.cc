@@ -129,7 +129,7 @@ std::unique_ptr<BranchesLayer> BranchesLayer::TwoBranches(
       std::move(name), std::move(branches),
       std::vector<std::string>{"main branch",
                                identity ? "identity shortcut" : "shortcut"},
-      merge);
+      merge, /*main_and_shortcut=*/true);
 }
 
 absl::StatusOr<Tensor> BranchesLayer::Call(const Tensor& x,
@@ -327,7 +327,7 @@ absl::StatusOr<Shape> BranchesLayer::OutputShape(const Shape& input) const {
     Shape unused;
     while (j + 1 < k && broadcast(shapes[j], shapes[k], &unused)) ++j;
     std::string remedy;
-    if (names_[0] == "main branch") {
+    if (main_and_shortcut_) {
       // The remedy depends on what flows: images take a strided 1x1 conv,
       // vectors and sequences a dense layer of the main branch's width.
       remedy = absl::StrCat(

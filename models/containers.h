@@ -55,16 +55,16 @@ class SequentialLayer final : public Layer {
   std::vector<std::unique_ptr<Layer>> layers_;
 };
 
-// How two branches' outputs merge: concatenated along the last axis, or
-// elementwise (Keras's merge layers: main first; a lower rank gains axes of
-// 1 after the batch, then each axis must agree or be 1 on one side, as
-// Keras broadcasts them).
+// How branches' outputs merge: concatenated along the last axis, or
+// elementwise in order, ((b0 op b1) op b2) ... (Keras's merge layers: a
+// lower rank gains axes of 1 after the batch, then each axis must agree or
+// be 1 on one side, as Keras broadcasts them).
 enum class Merge {
   kAdd,
   kConcatenate,
   kMultiply,
-  kSubtract,  // main - shortcut
-  kAverage,   // (main + shortcut) / 2
+  kSubtract,  // main - shortcut (two branches only)
+  kAverage,   // the sum / the count
   kMaximum,
   kMinimum,
 };
@@ -76,11 +76,13 @@ class BranchesLayer final : public Layer {
   // A null branch is the identity. `names` name the branches in shape
   // errors (the main branch and the shortcut, or layers[i]).
   BranchesLayer(std::string name, std::vector<std::unique_ptr<Layer>> branches,
-                std::vector<std::string> names, Merge merge)
+                std::vector<std::string> names, Merge merge,
+                bool main_and_shortcut = false)
       : Layer(std::move(name)),
         branches_(std::move(branches)),
         names_(std::move(names)),
-        merge_(merge) {}
+        merge_(merge),
+        main_and_shortcut_(main_and_shortcut) {}
   // Two branches: `main`, and `shortcut` (null: the identity).
   static std::unique_ptr<BranchesLayer> TwoBranches(
       std::string name, std::unique_ptr<Layer> main,
@@ -115,6 +117,9 @@ class BranchesLayer final : public Layer {
   std::vector<std::unique_ptr<Layer>> branches_;
   std::vector<std::string> names_;
   Merge merge_;
+  // A main branch and a shortcut (TwoBranches): a shape error may suggest
+  // a shortcut that fits.
+  bool main_and_shortcut_;
 };
 
 }  // namespace mirrortrain::models

@@ -114,8 +114,9 @@ MT_REGISTER(
                      .Default(false)
                      .Doc(
                          "id 0 is padding: the layers after it that take masks "
-                         "(recurrent, attention, global average pooling, a "
-                         "masked loss) skip those steps (Keras mask_zero)")}},
+                         "(recurrent, attention, global average pooling, "
+                         "batch normalization, a masked loss) skip those "
+                         "steps (Keras mask_zero)")}},
      .reads_token_ids = true,
      .create = [](const LayerSpec& spec,
                   LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {

@@ -113,12 +113,12 @@ absl::StatusOr<LayerSpec> MakeLayerSpec(
 // The entry that first reads the model's input when it reads token ids: a
 // `reads_token_ids` type, first in `layers` or first inside a container
 // that is first (either branch of a two-branch one, the main branch's
-// first; any entry of a parallel one), and with `past_pass_through` also behind `passes_values_on`
-// types (a reshape before it); nullptr otherwise.
+// first; any entry of a parallel one), and with `past_pass_through` also
+// behind `passes_values_on` types (a reshape before it); nullptr otherwise.
 const LayerSpec* TokenIdLayer(const std::vector<LayerSpec>& layers,
                               bool past_pass_through = true);
-// Every such entry: one per branch of a two-branch container whose both
-// branches read ids first (the data must suit each).
+// Every such entry: one per branch of a two-branch or parallel container
+// whose branches read ids first (the data must suit each).
 std::vector<const LayerSpec*> TokenIdLayers(
     const std::vector<LayerSpec>& layers, bool past_pass_through = true);
 
@@ -176,11 +176,10 @@ class LayerBuilder {
   int64_t input_vocabulary() const { return input_vocabulary_; }
   // The model's inputs are real values, never token ids (ModelDef).
   bool continuous_inputs() const { return continuous_inputs_; }
-  // Whether the current layer's input carries a mask (Layer::
-  // OutputMasked of the layers before it). A wrapper that calls its layers
-  // without the mask (time_distributed) clears it before building them;
-  // building one restores it.
-  bool input_masked() const { return input_masked_; }
+  // Whether the current layer's input carries a mask (Layer::OutputMasked
+  // of the layers before it), for the drop warnings. A wrapper whose layer
+  // Keras calls directly (time_distributed: no warnings) clears it before
+  // building that layer; building one restores it.
   void set_input_masked(bool masked) { input_masked_ = masked; }
   // One line per layer that drops its input's mask (not SupportsMasking):
   // "<where> (<type>) drops the mask ...", as Keras warns.
@@ -188,7 +187,8 @@ class LayerBuilder {
     return mask_warnings_;
   }
   // How many layers of this type were built before this one (0 for the
-  // first); dropout layers use it to draw different masks.
+  // first); dropout layers and the recurrent layers' dropout use it to draw
+  // different masks.
   int type_index() const { return type_index_; }
   // A window of k[0] x k[1] taps (the layer's key `key`), `dilation` cells
   // apart, over the spatial dimensions of an NHWC input_shape(): padding

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "models/layer.h"
 #include "models/layer_registry.h"
+#include "tensor/bfloat16.h"
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/reduction_ops.h"
@@ -100,16 +101,16 @@ class MaskingLayer final : public Layer {
     Tensor mask;
     return CallMasked(x, ctx, mask);
   }
-  absl::StatusOr<Tensor> CallMasked(const Tensor& x, const ForwardContext&,
+  absl::StatusOr<Tensor> CallMasked(const Tensor& x, const ForwardContext& ctx,
                                     Tensor& mask) override {
-    MT_ASSIGN_OR_RETURN(mask, AnyNotEqualMask(x, mask_value_));
+    MT_ASSIGN_OR_RETURN(mask, AnyNotEqualMask(x, Value(ctx)));
     MT_ASSIGN_OR_RETURN(const Tensor scale, MaskOverFeatures(mask, x));
     // x * 1 or x * 0: Keras's where(mask, x, 0), its gradient too.
     return ops::Mul(x, scale);
   }
   absl::StatusOr<Tensor> OutputMask(const Tensor& x,
-                                    const ForwardContext&) const override {
-    return AnyNotEqualMask(x, mask_value_);
+                                    const ForwardContext& ctx) const override {
+    return AnyNotEqualMask(x, Value(ctx));
   }
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
     if (input.size() < 2) {
@@ -123,6 +124,13 @@ class MaskingLayer final : public Layer {
   bool OutputMasked(bool) const override { return true; }
 
  private:
+  // The value compared with: under mixed bfloat16 the input is rounded, and
+  // Keras's not_equal casts mask_value to the input's bfloat16 too.
+  double Value(const ForwardContext& ctx) const {
+    if (!ctx.bf16_activations) return mask_value_;
+    return RoundToBFloat16(static_cast<float>(mask_value_));
+  }
+
   double mask_value_;
 };
 
@@ -133,8 +141,8 @@ MT_REGISTER(
     {.name = "masking",
      .doc = "masks the steps of [batch, steps, features] whose features all "
             "equal mask_value, and zeroes them (Keras Masking): the "
-            "recurrent layers, attention, global average pooling and a "
-            "masked loss after it skip them",
+            "recurrent layers, attention, global average pooling, batch "
+            "normalization and a masked loss after it skip them",
      .params = {{Param::Float("mask_value")
                      .Default(0.0)
                      .InFloat32()

@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "tensor/ops/index_checks.h"
 #include "tensor/ops/op_util.h"
 #include "tensor/status_macros.h"
 

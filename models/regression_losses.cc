@@ -145,8 +145,9 @@ absl::StatusOr<double> SumAbsoluteError(const Tensor& logits,
                       LabelWeights(weights, y.num_elements()));
   double sum = 0;
   for (int64_t i = 0; i < x.num_elements(); ++i) {
+    // Weighted as Keras weighs (values * sample_weight), as the losses do.
     const double weight = w.empty() ? 1.0 : w[static_cast<size_t>(i)];
-    if (weight != 0) sum += weight * std::abs(x.ScalarAt(i) - y.ScalarAt(i));
+    sum += weight * std::abs(x.ScalarAt(i) - y.ScalarAt(i));
   }
   return sum;
 }

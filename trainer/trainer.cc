@@ -279,7 +279,8 @@ absl::StatusOr<std::vector<Tensor>> Trainer::ComputeGradients(
     const GraphInputs* graph) {
   // The loss is divided by the labels (examples, or tokens) of the whole
   // update, all micro-batches and replicas, so the summed gradients are the
-  // gradient of the mean over the K-times-larger batch.
+  // gradient of the mean over the K-times-larger batch; a masked output's
+  // by each micro-batch's unmasked count instead, 1/K each (MaskedLoss).
   int64_t update_rows = 0;
   for (const Batch& b : micro_batches) update_rows += b.labels.dim(0);
   const int64_t update_labels = update_rows * train_data_.labels_per_example();
@@ -604,7 +605,7 @@ absl::StatusOr<EvalResult> Trainer::Evaluate(bool ema) {
   const double plain_sum = plain_apart ? totals[2] : loss_sum;
   EvalResult result;
   result.examples = n;
-  // Masked labels (Model::output_masked) do not count.
+  // Masked labels (the model's output mask's 0s) do not count.
   result.labels = static_cast<int64_t>(std::llround(totals[3]));
   const double labels = totals[3];
   result.loss = labels > 0 ? loss_sum / labels : 0;

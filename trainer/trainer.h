@@ -75,7 +75,8 @@ namespace mirrortrain::trainer {
 
 struct EvalResult {
   int64_t examples = 0;
-  // Labels evaluated: examples, or tokens of sequence data.
+  // Labels evaluated: examples, or tokens of sequence data; those unmasked
+  // of a masked model (models::Model::output_masked).
   int64_t labels = 0;
   // Mean per-label (example, token or target) loss, with the training
   // objective's loss.label_smoothing (as Keras and torchvision evaluate).

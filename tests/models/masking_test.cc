@@ -289,6 +289,21 @@ TEST(MaskTest, TimeDistributedHandsItsLayerEachStepsMask) {
       testing::AllClose(*Steps(*y, 0, 1).SliceRows(0, 2), *want, 1e-5, 1e-6));
 }
 
+// Under mixed bfloat16 the inputs are rounded, and so is the value they are
+// compared with (Keras's not_equal casts it to the inputs' bfloat16): 0.1
+// masks the steps of 0.1.
+TEST(MaskTest, MaskingComparesBFloat16InputsWithARoundedValue) {
+  std::unique_ptr<Model> model =
+      Build({2, 2}, {Spec("masking", {{"mask_value", 0.1}})});
+  ASSERT_NE(model, nullptr);
+  model->SetMixedBFloat16(true);
+  const Tensor x =
+      Tensor::FromVector<float>({0.1f, 0.1f, 0.5f, 0.1f}, {1, 2, 2});
+  Tensor mask;
+  ASSERT_TRUE(model->Call(x, {}, &mask).ok());
+  EXPECT_EQ(mask.ToVector<float>(), (std::vector<float>{0, 1}));
+}
+
 // Keras's merges: an elementwise merge keeps a mask only when both branches
 // have one; a concatenation counts a branch without one as all 1.
 TEST(MaskTest, MergesCombineTheBranchesMasks) {

@@ -31,6 +31,23 @@ TEST(ConfigTest, DefaultsApplyToAnEmptyFile) {
   EXPECT_EQ(c->name, "empty");
 }
 
+// A merge of softmax branches last is refused at the merge's line (Keras
+// would merge probabilities, the loss reads logits).
+TEST(ConfigTest, AMergeOfOutputActivationsIsRefusedAtItsLine) {
+  EXPECT_THAT(
+      Message(ParseConfig("model:\n  layers:\n    - {type: dense, units: 3}\n"
+                          "    - type: parallel\n      merge: average\n"
+                          "      layers:\n"
+                          "        - {type: dense, units: 2, activation: "
+                          "softmax}\n"
+                          "        - {type: dense, units: 2}\n",
+                          "m.yaml", {})
+                  .status()),
+      HasSubstr("m.yaml:4: model.layers[1]: the model's output merges a "
+                "branch whose last layer (model.layers[1].layers[0]) applies "
+                "softmax"));
+}
+
 // `metrics`: names or maps of a name and keys, defaults filled, written to
 // the resolved config (and read back from it); absent, none and nothing
 // written. Errors name the entry and line.
@@ -62,19 +79,6 @@ TEST(ConfigTest, MetricsAreNamesOrMapsThatFitTheLoss) {
     EXPECT_TRUE(c2->metrics.empty());
     EXPECT_EQ(c2->hash, none->hash) << empty;
   }
-  // A merge of softmax branches last is refused at its line.
-  EXPECT_THAT(
-      Message(ParseConfig("model:\n  layers:\n    - {type: dense, units: 3}\n"
-                          "    - type: parallel\n      merge: average\n"
-                          "      layers:\n"
-                          "        - {type: dense, units: 2, activation: "
-                          "softmax}\n"
-                          "        - {type: dense, units: 2}\n",
-                          "m.yaml", {})
-                  .status()),
-      HasSubstr("m.yaml:4: model.layers[1]: the model's output merges a "
-                "branch whose last layer (model.layers[1].layers[0]) applies "
-                "softmax"));
   EXPECT_THAT(Message(ParseConfig("metrics: [top5]\n", "m.yaml", {}).status()),
               HasSubstr("m.yaml:1: metrics[0].name: unknown value 'top5'"));
   EXPECT_THAT(
