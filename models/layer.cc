@@ -19,6 +19,18 @@ absl::StatusOr<Tensor> ForwardContext::Dropout(const Tensor& x, double rate,
                       element_offset);
 }
 
+absl::StatusOr<Tensor> ForwardContext::Normal(const Tensor& like,
+                                              uint64_t stream, uint64_t salt,
+                                              int64_t element_offset) const {
+  if (dropout_salt != 0) salt ^= DropoutMix(dropout_salt);
+  if (step_seed_tensor.defined()) {
+    return ops::StandardNormal(like, step_seed_tensor, stream, salt,
+                               element_offset);
+  }
+  return ops::StandardNormal(like, DropoutStepSeed(step_seed, stream, salt),
+                             element_offset);
+}
+
 absl::StatusOr<Tensor> Layer::CallMasked(const Tensor& x,
                                          const ForwardContext& ctx,
                                          Tensor& mask) {

@@ -73,6 +73,10 @@ struct ForwardContext {
   // (with dropout_salt mixed in).
   absl::StatusOr<Tensor> Dropout(const Tensor& x, double rate, uint64_t stream,
                                  uint64_t salt, int64_t element_offset) const;
+  // Standard normal noise of `like`'s shape for this step (Gaussian noise
+  // and dropout layers), keyed as Dropout's masks: ops::StandardNormal.
+  absl::StatusOr<Tensor> Normal(const Tensor& like, uint64_t stream,
+                                uint64_t salt, int64_t element_offset) const;
 };
 
 class Layer {

@@ -6,6 +6,7 @@
 #ifndef MIRRORTRAIN_TENSOR_DROPOUT_MASK_H_
 #define MIRRORTRAIN_TENSOR_DROPOUT_MASK_H_
 
+#include <cmath>
 #include <cstdint>
 
 #include "tensor/host_device.h"
@@ -41,6 +42,19 @@ MT_HOST_DEVICE inline bool DropoutKeep(uint64_t salt, int64_t index,
                        DropoutMix(salt ^ static_cast<uint64_t>(index)) >> 11) *
                    0x1.0p-53;
   return u >= rate;
+}
+
+// A standard normal draw for element `index` (already offset) under `salt`
+// (GaussianNoise's, GaussianDropout's): Box-Muller of two uniforms, in
+// (0, 1] from the element's hash and in [0, 1) from a second round of it,
+// in double. Host and device agree to within their log and cos's last bit
+// of double (then rounded to the tensor's float type).
+MT_HOST_DEVICE inline double DropoutNormal(uint64_t salt, int64_t index) {
+  const uint64_t a = DropoutMix(salt ^ static_cast<uint64_t>(index));
+  const uint64_t b = DropoutMix(a);
+  const double u1 = 1.0 - static_cast<double>(a >> 11) * 0x1.0p-53;
+  const double u2 = static_cast<double>(b >> 11) * 0x1.0p-53;
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
 }  // namespace mirrortrain

@@ -292,6 +292,11 @@ MT_CUDA_KERNEL(Dropout, absl::Status(DType dtype, const void* x, double rate,
                                      uint64_t seed, uint64_t step_salt,
                                      int64_t element_offset, void* mask,
                                      void* y, int64_t n, int device));
+// out[i] = DropoutNormal(salt, i + element_offset), salt as Dropout's.
+MT_CUDA_KERNEL(StandardNormal,
+               absl::Status(DType dtype, const void* step_seed, uint64_t seed,
+                            uint64_t step_salt, int64_t element_offset,
+                            void* out, int64_t n, int device));
 
 // ---- Per-channel kernels of batch normalization (normalization_kernels.cu),
 // over row-major [rows, cols] with cols the channels.

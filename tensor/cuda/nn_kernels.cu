@@ -156,6 +156,19 @@ __global__ void DropoutKernel(const T* x, double rate, T keep_scale,
   }
 }
 
+template <typename T>
+__global__ void StandardNormalKernel(const int64_t* step_seed, uint64_t seed,
+                                     uint64_t step_salt, int64_t element_offset,
+                                     T* out, int64_t n) {
+  const uint64_t salt = DropoutSalt(
+      step_seed == nullptr ? seed
+                           : DropoutStepSeed(static_cast<uint64_t>(*step_seed),
+                                             seed, step_salt));
+  for (int64_t i = GridStart(); i < n; i += GridStep()) {
+    out[i] = static_cast<T>(DropoutNormal(salt, i + element_offset));
+  }
+}
+
 }  // namespace
 
 absl::Status BiasAddOnGpu(DType dtype, const void* x, const void* bias, void* y,
@@ -252,5 +265,21 @@ MT_DEFINE_CUDA_KERNEL(Softmax, SoftmaxOnGpu);
 MT_DEFINE_CUDA_KERNEL(SparseSoftmaxXent, SparseSoftmaxXentOnGpu);
 MT_DEFINE_CUDA_KERNEL(SparseSoftmaxXentGrad, SparseSoftmaxXentGradOnGpu);
 MT_DEFINE_CUDA_KERNEL(Dropout, DropoutOnGpu);
+
+absl::Status StandardNormalOnGpu(DType dtype, const void* step_seed,
+                                 uint64_t seed, uint64_t step_salt,
+                                 int64_t element_offset, void* out, int64_t n,
+                                 int device) {
+  if (n == 0) return absl::OkStatus();
+  return LaunchFloatOn(
+      "StandardNormal", dtype, device, [&](auto zero, cudaStream_t stream) {
+        using T = decltype(zero);
+        StandardNormalKernel<T><<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
+            static_cast<const int64_t*>(step_seed), seed, step_salt,
+            element_offset, static_cast<T*>(out), n);
+      });
+}
+
+MT_DEFINE_CUDA_KERNEL(StandardNormal, StandardNormalOnGpu);
 
 }  // namespace mirrortrain::cuda

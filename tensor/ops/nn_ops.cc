@@ -322,6 +322,60 @@ absl::StatusOr<Tensor> Dropout(const Tensor& x, double rate,
   return SeededDropout(x, rate, &step_seed, stream, salt, element_offset);
 }
 
+namespace {
+
+absl::StatusOr<Tensor> SeededNormal(const Tensor& like, const Tensor* step_seed,
+                                    uint64_t seed, uint64_t step_salt,
+                                    int64_t element_offset) {
+  constexpr const char* kOp = "StandardNormal";
+  MT_RETURN_IF_ERROR(CheckFloatingSame(kOp, {&like}));
+  if (step_seed != nullptr &&
+      (!step_seed->defined() || step_seed->dtype() != DType::kI64 ||
+       step_seed->num_elements() != 1 ||
+       step_seed->device() != like.device())) {
+    return OpError(kOp, "step seed must be one i64 element on the device",
+                   {&like});
+  }
+  MT_ASSIGN_OR_RETURN(Tensor out,
+                      Tensor::Empty(like.dtype(), like.shape(), like.device()));
+  if (like.device().is_cuda()) {
+    MT_RETURN_IF_ERROR(
+        KernelError(kOp,
+                    cuda::StandardNormal(
+                        like.dtype(),
+                        step_seed != nullptr ? step_seed->raw_data() : nullptr,
+                        seed, step_salt, element_offset, out.raw_data(),
+                        like.num_elements(), like.device().index),
+                    {&like}));
+    return out;
+  }
+  const uint64_t salt = DropoutSalt(
+      step_seed == nullptr
+          ? seed
+          : DropoutStepSeed(static_cast<uint64_t>(*step_seed->data<int64_t>()),
+                            seed, step_salt));
+  MT_DISPATCH_FLOAT(like.dtype(), T, {
+    T* po = out.data<T>();
+    for (int64_t i = 0; i < like.num_elements(); ++i) {
+      po[i] = static_cast<T>(DropoutNormal(salt, i + element_offset));
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> StandardNormal(const Tensor& like, uint64_t seed,
+                                      int64_t element_offset) {
+  return SeededNormal(like, nullptr, seed, 0, element_offset);
+}
+
+absl::StatusOr<Tensor> StandardNormal(const Tensor& like,
+                                      const Tensor& step_seed, uint64_t stream,
+                                      uint64_t salt, int64_t element_offset) {
+  return SeededNormal(like, &step_seed, stream, salt, element_offset);
+}
+
 // ---------------------------------------------------------------- gradients
 
 namespace {

@@ -43,6 +43,18 @@ absl::StatusOr<Tensor> Dropout(const Tensor& x, double rate,
                                const Tensor& step_seed, uint64_t stream,
                                uint64_t salt, int64_t element_offset = 0);
 
+// Standard normal noise of `like`'s shape, dtype and device: element i is
+// DropoutNormal(salt, i + element_offset) (tensor/dropout_mask.h), salt
+// DropoutSalt of `seed`, or with a step seed as Dropout's above; a pure
+// function of them, so a shard draws the whole batch's. Not recorded: a
+// constant to the tape.
+absl::StatusOr<Tensor> StandardNormal(const Tensor& like, uint64_t seed,
+                                      int64_t element_offset = 0);
+absl::StatusOr<Tensor> StandardNormal(const Tensor& like,
+                                      const Tensor& step_seed, uint64_t stream,
+                                      uint64_t salt,
+                                      int64_t element_offset = 0);
+
 }  // namespace mirrortrain::ops
 
 #endif  // MIRRORTRAIN_TENSOR_OPS_NN_OPS_H_
