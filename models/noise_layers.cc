@@ -77,8 +77,7 @@ class NoiseLayer final : public Layer {
     MT_ASSIGN_OR_RETURN(const Tensor kept, NotEqualMask(drawn, 0));
     MT_ASSIGN_OR_RETURN(const Tensor saturated,
                         ops::internal::ScalarLike(x, alpha_p));
-    MT_ASSIGN_OR_RETURN(const Tensor fill, ops::Mul(ones, saturated));
-    MT_ASSIGN_OR_RETURN(const Tensor selected, MaskSelect(kept, x, fill));
+    MT_ASSIGN_OR_RETURN(const Tensor selected, MaskSelect(kept, x, saturated));
     const double a =
         std::pow((1 - rate) * (1 + rate * alpha_p * alpha_p), -0.5);
     const double b = -a * alpha_p * rate;
@@ -110,8 +109,8 @@ MT_REGISTER(LayerType,
             {.name = "gaussian_noise",
              .doc = "adds normal noise of mean 0 and `stddev` while "
                     "training, the identity otherwise (Keras GaussianNoise)",
-             .params = {{Param::Float("stddev").Min(0).Doc(
-                 "the noise's standard deviation")}},
+             .params = {{Param::Float("stddev").Min(0).Max(1).Doc(
+                 "the noise's standard deviation (Keras's range)")}},
              .create = CreateNoise<Noise::kAdditive>});
 MT_REGISTER(LayerType,
             {.name = "gaussian_dropout",

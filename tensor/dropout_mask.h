@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "tensor/elementwise_kind.h"
 #include "tensor/host_device.h"
 
 namespace mirrortrain {
@@ -54,7 +55,8 @@ MT_HOST_DEVICE inline double DropoutNormal(uint64_t salt, int64_t index) {
   const uint64_t b = DropoutMix(a);
   const double u1 = 1.0 - static_cast<double>(a >> 11) * 0x1.0p-53;
   const double u2 = static_cast<double>(b >> 11) * 0x1.0p-53;
-  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+  return MT_MATH(sqrt)(-2.0 * MT_MATH(log)(u1)) *
+         MT_MATH(cos)(6.283185307179586 * u2);
 }
 
 }  // namespace mirrortrain

@@ -158,6 +158,55 @@ TEST(NoiseLayersTest, ShardsDrawTheWholeBatchsNoise) {
   }
 }
 
+LayerSpec Spec(const std::string& type,
+               std::vector<std::pair<std::string, ParamValue>> values = {}) {
+  absl::StatusOr<LayerSpec> spec = MakeLayerSpec(type, std::move(values));
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
+// Two layers, two steps and two time_distributed steps draw apart; the step
+// seed as a (CPU) tensor draws the host seed's bits; a mask passes.
+TEST(NoiseLayersTest, LayersStepsAndSeedsDrawApart) {
+  const LayerSpec noise = Spec("gaussian_noise", {{"stddev", 0.5}});
+  const Tensor zeros = Tensor::HostFull(DType::kF32, {3, 4, 2}, 0.0);
+  auto build = [](std::vector<LayerSpec> layers) {
+    for (size_t i = 0; i < layers.size(); ++i) {
+      layers[i].path = "model.layers[" + std::to_string(i) + "]";
+    }
+    return *Model::Build(ModelDef{{4, 2}, std::move(layers)}, 3, Device::Cpu());
+  };
+  const Tensor first = *build({noise})->Call(zeros, kTraining);
+  const Tensor both = *build({noise, noise})->Call(zeros, kTraining);
+  // both = 0.5 (n0 + n1): n1 is not n0.
+  EXPECT_FALSE(testing::AllClose(*ops::Sub(both, first), first, 1e-3, 1e-3));
+  ForwardContext next = kTraining;
+  next.step_seed = 12;
+  EXPECT_FALSE(
+      testing::AllClose(*build({noise})->Call(zeros, next), first, 1e-3, 1e-3));
+  ForwardContext tensor_seed = kTraining;
+  tensor_seed.step_seed_tensor = Tensor::FromVector<int64_t>({11}, {1});
+  tensor_seed.step_seed = 0;  // Not read beside the tensor.
+  EXPECT_TRUE(
+      testing::SameBits(*build({noise})->Call(zeros, tensor_seed), first));
+  LayerSpec per_step = Spec("time_distributed");
+  per_step.layers = {noise};
+  const Tensor steps = *build({per_step})->Call(zeros, kTraining);
+  EXPECT_FALSE(testing::AllClose(*ops::Slice(steps, 1, 0, 1),
+                                 *ops::Slice(steps, 1, 1, 1), 1e-3, 1e-3));
+  LayerSpec embedding = Spec("embedding", {{"input_dim", int64_t{5}},
+                                           {"output_dim", int64_t{2}},
+                                           {"mask_zero", true}});
+  embedding.path = "model.layers[0]";
+  LayerSpec masked_noise = noise;
+  masked_noise.path = "model.layers[1]";
+  absl::StatusOr<std::unique_ptr<Model>> masked =
+      Model::Build(ModelDef{{4}, {embedding, masked_noise}}, 3, Device::Cpu());
+  ASSERT_TRUE(masked.ok()) << masked.status();
+  EXPECT_TRUE((*masked)->output_masked());
+  EXPECT_TRUE((*masked)->mask_warnings().empty());
+}
+
 class NoiseGpuTest : public testing::CudaTest {};
 
 // On gpu:0 the CPU's draws, from a host seed and from the step seed as a
