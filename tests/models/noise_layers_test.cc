@@ -14,6 +14,7 @@
 #include "tensor/ops/array_ops.h"
 #include "tensor/ops/math_ops.h"
 #include "tensor/ops/nn_ops.h"
+#include "tests/models/one_layer_model.h"
 #include "tests/tensor/cuda_test_util.h"
 #include "tests/test_util.h"
 
@@ -22,14 +23,14 @@ namespace {
 
 std::unique_ptr<Model> Build(const std::string& type, const char* key,
                              double value, const Shape& input) {
-  absl::StatusOr<LayerSpec> spec = MakeLayerSpec(type, {{key, value}});
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  spec->path = "model.layers[0]";
-  absl::StatusOr<std::unique_ptr<Model>> model =
-      Model::Build(ModelDef{input, {*spec}}, 3, Device::Cpu());
-  EXPECT_TRUE(model.ok()) << model.status();
-  return model.ok() ? *std::move(model) : nullptr;
+  return testing::OneLayerModel(type, {{key, value}}, input);
 }
+
+// Each noise layer and its key.
+const std::vector<std::pair<std::string, const char*>> kNoiseLayers = {
+    {"gaussian_noise", "stddev"},
+    {"gaussian_dropout", "rate"},
+    {"alpha_dropout", "rate"}};
 
 const ForwardContext kTraining{.training = true, .step_seed = 11};
 
@@ -53,11 +54,7 @@ Moments Of(const Tensor& t) {
 
 TEST(NoiseLayersTest, InferenceIsTheIdentity) {
   const Tensor x = testing::RandomTensor({4, 5}, 1, DType::kF32);
-  for (const auto& [type, key] :
-       std::vector<std::pair<std::string, const char*>>{
-           {"gaussian_noise", "stddev"},
-           {"gaussian_dropout", "rate"},
-           {"alpha_dropout", "rate"}}) {
+  for (const auto& [type, key] : kNoiseLayers) {
     SCOPED_TRACE(type);
     std::unique_ptr<Model> m = Build(type, key, 0.3, {5});
     ASSERT_NE(m, nullptr);
@@ -142,11 +139,7 @@ TEST(NoiseLayersTest, KerasFormulasAroundTheDraws) {
 // A shard told its first row draws the whole batch's noise.
 TEST(NoiseLayersTest, ShardsDrawTheWholeBatchsNoise) {
   const Tensor x = testing::RandomTensor({6, 4, 3}, 3, DType::kF32);
-  for (const auto& [type, key] :
-       std::vector<std::pair<std::string, const char*>>{
-           {"gaussian_noise", "stddev"},
-           {"gaussian_dropout", "rate"},
-           {"alpha_dropout", "rate"}}) {
+  for (const auto& [type, key] : kNoiseLayers) {
     SCOPED_TRACE(type);
     std::unique_ptr<Model> m = Build(type, key, 0.3, {4, 3});
     const Tensor whole = *m->Call(x, kTraining);

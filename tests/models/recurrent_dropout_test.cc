@@ -16,6 +16,7 @@
 #include "models/model.h"
 #include "tensor/gradient_tape.h"
 #include "tensor/ops/array_ops.h"
+#include "tests/models/one_layer_model.h"
 #include "tests/tensor/cuda_test_util.h"
 #include "tests/test_util.h"
 
@@ -26,13 +27,7 @@ using Values = std::vector<std::pair<std::string, ParamValue>>;
 
 std::unique_ptr<Model> Build(const std::string& type, const Shape& input,
                              Values values) {
-  absl::StatusOr<LayerSpec> spec = MakeLayerSpec(type, std::move(values));
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  spec->path = "model.layers[0]";
-  absl::StatusOr<std::unique_ptr<Model>> model =
-      Model::Build(ModelDef{input, {*spec}}, 3, Device::Cpu());
-  EXPECT_TRUE(model.ok()) << model.status();
-  return model.ok() ? *std::move(model) : nullptr;
+  return testing::OneLayerModel(type, std::move(values), input);
 }
 
 void Set(Variable* v, const Tensor& value) {
