@@ -24,6 +24,8 @@ struct MetricType {
   std::string name;  // Keras's function name; what evaluation reports.
   std::string doc;
   ParamSchema params;  // Its keys beside `name` (top-k's k).
+  // Whether it improves as it rises (an accuracy), for early stopping.
+  bool maximize = true;
   // OK when the metric reads the outputs `loss` trains (top-k reads
   // classes' logits); else InvalidArgument saying why.
   std::function<absl::Status(const LossType& loss)> check;

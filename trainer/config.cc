@@ -81,21 +81,24 @@ absl::Status CheckOutputActivation(const Reader& r, const YAML::Node& node,
       std::string(s.message()));
 }
 
-// Early stopping watches the loss or the loss's own metric (not the
-// config's `metrics`).
+// Early stopping watches what evaluation reports: the loss, the loss's own
+// metric, or a `metrics` entry (by its reported name).
 absl::Status CheckMonitor(const Reader& r, const YAML::Node& root,
                           const Config& c) {
   MT_ASSIGN_OR_RETURN(const models::LossType* loss,
                       models::FindLoss(c.loss.name));
-  // Inert without early stopping (a patience given as null).
   const std::string& monitor = c.train.early_stopping_monitor;
-  if (c.train.early_stopping_patience && monitor != "loss" &&
-      monitor != loss->metric) {
+  std::vector<std::string> reported = {"loss", loss->metric};
+  for (const MetricConfig& m : c.metrics) reported.push_back(m.reported);
+  // Inert without early stopping (a patience given as null).
+  if (c.train.early_stopping_patience &&
+      !absl::c_linear_search(reported, monitor)) {
     return r.Error(
         "train.early_stopping_monitor",
         Child(Child(root, "train"), "early_stopping_monitor"),
-        absl::StrCat(monitor, " is not watched under loss.name ", loss->name,
-                     " (early stopping watches loss or ", loss->metric, ")"));
+        absl::StrCat(monitor, " is not reported under loss.name ", loss->name,
+                     " and these metrics (early stopping watches one of ",
+                     absl::StrJoin(reported, ", "), ")"));
   }
   return absl::OkStatus();
 }

@@ -341,12 +341,12 @@ const ParamSchema& TrainSchema() {
                 "since its best (Keras's EarlyStopping; null: never)"),
        Param::String("early_stopping_monitor")
            .Default("loss")
-           .OneOf({"loss", "accuracy", "mean_absolute_error"})
            .Doc("the test metric early stopping watches (of the EMA "
-                "weights when there is an EMA): the loss, or the loss's "
+                "weights when there is an EMA): the loss, the loss's "
                 "metric (accuracy for classification, "
-                "mean_absolute_error for regression); accuracy rises, the "
-                "others fall"),
+                "mean_absolute_error for regression), or a `metrics` "
+                "entry's name as evaluation reports it; accuracies rise, "
+                "the others fall"),
        Param::Float("early_stopping_min_delta")
            .Default(0.0)
            .Min(0)

@@ -643,6 +643,15 @@ const Tensor* Trainer::TestImagesOn(Device device) const {
   return nullptr;
 }
 
+double Trainer::Watched(const EvalResult& result) const {
+  const std::string& monitor = config_.train.early_stopping_monitor;
+  if (monitor == "loss") return result.loss;
+  for (const auto& [name, value] : result.metrics) {
+    if (name == monitor) return value;
+  }
+  return result.metric;
+}
+
 absl::StatusOr<EvalResult> Trainer::EvaluateAndLog(int64_t step) {
   const int64_t steps_per_epoch = StepsPerEpoch();
   std::vector<bool> which;  // Raw (false) and EMA (true) weights.

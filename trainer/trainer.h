@@ -498,6 +498,9 @@ class Trainer {
   // Evaluates and logs the raw and EMA weights as configured; returns the
   // EMA weights' result where there is an EMA, else the raw weights'.
   absl::StatusOr<EvalResult> EvaluateAndLog(int64_t step);
+  // The value of `result` that train.early_stopping_monitor names (checked
+  // by the config: the loss, its metric or a `metrics` entry).
+  double Watched(const EvalResult& result) const;
   // train.steps, or train.epochs times the batches of an epoch; an error
   // naming the key when that is more than a checkpoint holds (2^53).
   absl::StatusOr<int64_t> TotalSteps() const;

@@ -343,9 +343,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   // Only training watches; eval, sample and predict leave the state be.
   if (const auto& patience = config.train.early_stopping_patience;
       patience && data == DataNeeds::kTrainAndTest) {
+    const std::string& monitor = config.train.early_stopping_monitor;
+    bool maximize = monitor == "accuracy";
+    for (size_t i = 0; i < config.metrics.size(); ++i) {
+      if (config.metrics[i].reported == monitor) {
+        maximize = t->metrics_[i]->maximize;
+      }
+    }
     t->early_stopping_.emplace(EarlyStopping::Options{
         .patience = *patience,
-        .maximize = config.train.early_stopping_monitor == "accuracy",
+        .maximize = maximize,
         .min_delta = config.train.early_stopping_min_delta,
         .watch = absl::StrCat(config.ema.decay ? "EMA " : "", "test ",
                               config.train.early_stopping_monitor)});

@@ -101,10 +101,7 @@ absl::Status Trainer::AfterSteps(LoopState& loop, int64_t step, double loss_sum,
   if (EvaluationDue(loop, step)) {
     MT_ASSIGN_OR_RETURN(const EvalResult watched, EvaluateAndLog(step));
     if (early_stopping_.has_value() &&
-        early_stopping_->Update(config_.train.early_stopping_monitor == "loss"
-                                    ? watched.loss
-                                    : watched.metric,
-                                step)) {
+        early_stopping_->Update(Watched(watched), step)) {
       // This step ends the run, as the last one would: its train window
       // logged, a checkpoint saved, no evaluation again.
       progress_->Message(EarlyStopMessage(step));

@@ -366,6 +366,31 @@ TEST(CliTest, EvalEveryStepsEvaluatesAtItsMultiples) {
 // after the evaluation) with a checkpoint there; run again it is finished;
 // run again with patience 3 it goes on from its saved wait and stops at
 // step 40, with the weights of a run that had patience 3 throughout.
+// A `metrics` entry may be watched by its reported name.
+TEST(CliTest, EarlyStoppingWatchesAMetricsEntry) {
+  const std::string dir = FreshDir("early_stop_metric");
+  Result r = RunCli(SmallTrain(
+      dir, {"metrics=[{name: sparse_top_k_categorical_accuracy, k: 3}]",
+            "train.eval_every_epochs=0", "train.eval_every_steps=10",
+            "train.early_stopping_patience=1",
+            "train.early_stopping_monitor=sparse_top_k_categorical_accuracy",
+            "train.early_stopping_min_delta=0.9"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("early stopping at step 20: the EMA test "
+                       "sparse_top_k_categorical_accuracy has not improved"),
+            std::string::npos)
+      << r.err;
+  // Not listed: refused, naming what is watched.
+  r = RunCli(SmallTrain(
+      FreshDir("early_stop_unlisted"),
+      {"train.early_stopping_patience=1",
+       "train.early_stopping_monitor=sparse_top_k_categorical_accuracy"}));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("early stopping watches one of loss, accuracy)"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST(CliTest, EarlyStoppingStopsAndResumesAsKerasCounts) {
   const std::vector<std::string> watch = {
       "train.eval_every_epochs=0", "train.eval_every_steps=10",

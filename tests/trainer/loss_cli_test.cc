@@ -300,9 +300,9 @@ checkpoint: {every_steps: 0}
   ExpectExit2({"train", "--config", config, "--run_dir", dir + "/run3", "--set",
                "train={epochs: 1, early_stopping_patience: 2, "
                "early_stopping_monitor: accuracy}"},
-              "train.early_stopping_monitor: accuracy is not watched under "
-              "loss.name mean_squared_error (early stopping watches loss or "
-              "mean_absolute_error)");
+              "train.early_stopping_monitor: accuracy is not reported under "
+              "loss.name mean_squared_error and these metrics (early stopping "
+              "watches one of loss, mean_absolute_error)");
   // A patience given as null leaves the monitor inert.
   Result inert =
       RunCli({"train", "--config", config, "--run_dir", dir + "/run5", "--set",
