@@ -603,6 +603,59 @@ TEST(DataCliTest, NormalizeAndAugmentThatDoNotFitTheDataExit2) {
   }
 }
 
+// A masked output's loss under cross_device_ops none (gradients not
+// reduced, for measuring): each replica divides by its shard's unmasked
+// count scaled to the batch's rows, so with equal counts per shard the
+// logged first loss (before any update) is the one-device run's.
+TEST(DataCliTest, MaskedLossWithoutReductionCountsTheBatch) {
+  const std::string dir = FreshTestDir("masked_none");
+  // 4 rows of 4 ids, 3 unmasked in each half of the batch.
+  const std::vector<float> x = {1, 2, 0, 0, 3, 0, 0, 0,  //
+                                4, 5, 6, 0, 0, 0, 0, 0};
+  const std::vector<int64_t> y = {0, 1, 0, 0, 2, 0, 0, 0,
+                                  1, 2, 0, 0, 0, 0, 0, 0};
+  const std::string xs = testing::NpyBytes("<f4", {4, 4}, RawBytes(x));
+  const std::string ys = testing::NpyBytes("<i8", {4, 4}, RawBytes(y));
+  WriteBytes(dir + "/tokens.npz", ZipBytes({{"x_train.npy", xs},
+                                            {"y_train.npy", ys},
+                                            {"x_test.npy", xs},
+                                            {"y_test.npy", ys}}));
+  const std::string config = dir + "/job.yaml";
+  WriteBytes(config, absl::StrCat("data: {name: npz, path: ", dir,
+                                  R"(/tokens.npz, global_batch_size: 4,
+       shuffle: false}
+model:
+  input_shape: [4]
+  layers:
+    - {type: embedding, input_dim: 8, output_dim: 4, mask_zero: true}
+    - {type: dense, units: 3}
+train: {steps: 1, log_every_steps: 1}
+checkpoint: {every_steps: 0}
+)"));
+  auto first_loss = [&](const std::string& run, std::vector<std::string> sets) {
+    std::vector<std::string> args = {"train", "--config", config, "--run_dir",
+                                     dir + "/" + run};
+    for (const std::string& s : sets) {
+      args.push_back("--set");
+      args.push_back(s);
+    }
+    Result r = RunCli(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    for (const std::string& l :
+         Lines(ReadFile(dir + "/" + run + "/metrics.jsonl"))) {
+      if (l.find("\"split\": \"train\"") == std::string::npos) continue;
+      const size_t at = l.find("\"loss\": ");
+      return std::stod(l.substr(at + 8));
+    }
+    return -1.0;
+  };
+  const double one = first_loss("one", {});
+  const double none = first_loss("none", {"distribute.devices=[cpu:0, cpu:1]",
+                                          "distribute.cross_device_ops=none"});
+  ASSERT_GT(one, 0);
+  EXPECT_NEAR(none, one, 1e-6 * one);
+}
+
 // A layer that drops a mask (Keras's supports_masking false) is named on
 // stderr, as Keras warns, and the run goes on.
 TEST(DataCliTest, LayersThatDropAMaskAreWarnedAbout) {
