@@ -216,33 +216,41 @@ MT_REGISTER(
            b.name(), spec.params.Float("rate"), b.type_index());
      }});
 
-// Keras's SpatialDropout1D and SpatialDropout2D: whole channels of
-// sequences or images.
+// Keras's SpatialDropout1D, 2D and 3D: whole channels of sequences,
+// images or volumes (clips).
 LayerType SpatialDropout(const char* name, int rank, const char* what) {
-  return {
-      .name = name,
-      .doc = absl::StrCat("drops whole channels of ", what,
-                          " while training (Keras's ",
-                          rank == 3 ? "SpatialDropout1D" : "SpatialDropout2D",
-                          "), identity otherwise"),
-      .params = {{Param::Float("rate").Min(0).Max(1, false).Doc(
-          "fraction of channels dropped, per example")}},
-      .passes_values_on = true,
-      .create = [rank](const LayerSpec& spec, LayerBuilder& b) -> LayerOr {
-        MT_RETURN_IF_ERROR(rank == 3 ? b.CheckSequences()
-                                     : CheckImageShape(b.input_shape(), ""));
-        // "spatial" and the rank: each kind's masks its own.
-        return std::make_unique<DropoutLayer>(
-            b.name(), spec.params.Float("rate"), b.type_index(),
-            /*channels=*/true,
-            0x7370617469616c00ULL + static_cast<uint64_t>(rank));
-      }};
+  return {.name = name,
+          .doc = absl::StrCat("drops whole channels of ", what,
+                              " while training (Keras's SpatialDropout",
+                              rank - 2, "D), identity otherwise"),
+          .params = {{Param::Float("rate").Min(0).Max(1, false).Doc(
+              "fraction of channels dropped, per example")}},
+          .passes_values_on = true,
+          .create = [rank](const LayerSpec& spec, LayerBuilder& b) -> LayerOr {
+            if (rank == 5 && b.input_shape().size() != 5) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "expects [batch, d1, d2, d3, channels] input, got ",
+                  ShapeToString(b.input_shape())));
+            }
+            MT_RETURN_IF_ERROR(rank == 3 ? b.CheckSequences()
+                               : rank == 4
+                                   ? CheckImageShape(b.input_shape(), "")
+                                   : absl::OkStatus());
+            // "spatial" and the rank: each kind's masks its own.
+            return std::make_unique<DropoutLayer>(
+                b.name(), spec.params.Float("rate"), b.type_index(),
+                /*channels=*/true,
+                0x7370617469616c00ULL + static_cast<uint64_t>(rank));
+          }};
 }
 
 MT_REGISTER(LayerType, (SpatialDropout("spatial_dropout1d", 3,
                                        "sequences [batch, steps, channels]")));
 MT_REGISTER(LayerType, (SpatialDropout("spatial_dropout2d", 4,
                                        "images [batch, h, w, c]")));
+MT_REGISTER(LayerType,
+            (SpatialDropout("spatial_dropout3d", 5,
+                            "volumes or clips [batch, d1, d2, d3, c]")));
 
 MT_REGISTER(LayerType,
             {.name = "activation",

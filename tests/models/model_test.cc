@@ -1419,13 +1419,15 @@ TEST(ModelTest, DenseActsOnTheLastAxisOfAnyRank) {
   EXPECT_THAT((*m)->Summary(), HasSubstr("Total params: 25"));
 }
 
-// spatial_dropout2d and spatial_dropout1d drop whole channels of an
+// spatial_dropout3d, 2d and 1d drop whole channels of an
 // example while training (each kept one scaled by 1 / (1 - rate)), leave
 // the input as it is otherwise, and draw the same mask for a replica's
 // shard as for the whole batch (row_offset).
 TEST(ModelTest, SpatialDropoutDropsWholeChannels) {
   for (const auto& [type, example] : std::vector<std::pair<std::string, Shape>>{
-           {"spatial_dropout2d", {3, 3, 4}}, {"spatial_dropout1d", {5, 4}}}) {
+           {"spatial_dropout3d", {2, 3, 3, 4}},
+           {"spatial_dropout2d", {3, 3, 4}},
+           {"spatial_dropout1d", {5, 4}}}) {
     SCOPED_TRACE(type);
     ModelDef def;
     def.input_shape = example;
@@ -1470,6 +1472,11 @@ TEST(ModelTest, SpatialDropoutDropsWholeChannels) {
   EXPECT_THAT(
       std::string(Model::Build(wrong, 1, Device::Cpu()).status().message()),
       HasSubstr("expects NHWC input, got [1,5,4]"));
+  wrong.layers = {Spec("spatial_dropout3d", {{"rate", 0.5}})};
+  wrong.layers[0].path = "model.layers[0]";
+  EXPECT_THAT(
+      std::string(Model::Build(wrong, 1, Device::Cpu()).status().message()),
+      HasSubstr("expects [batch, d1, d2, d3, channels] input, got [1,5,4]"));
 }
 
 // unit_normalization scales each last-axis vector to norm 1; an all-zero
