@@ -12,7 +12,10 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/algorithm/container.h"
+#include "absl/strings/str_cat.h"
 #include "models/layer.h"
 #include "models/layer_registry.h"
 #include "tensor/ops/math_ops.h"
@@ -51,12 +54,14 @@ class UnitNormalizationLayer final : public Layer {
  public:
   // Keras masking: the input's mask passes to the output.
   bool SupportsMasking() const override { return true; }
-  explicit UnitNormalizationLayer(std::string name) : Layer(std::move(name)) {}
+  // `axes`: the example axes (from 1) normalised together.
+  UnitNormalizationLayer(std::string name, std::vector<int> axes)
+      : Layer(std::move(name)), axes_(std::move(axes)) {}
 
   absl::StatusOr<Tensor> Call(const Tensor& x, const ForwardContext&) override {
     MT_ASSIGN_OR_RETURN(const Tensor squares, ops::Square(x));
     MT_ASSIGN_OR_RETURN(Tensor sum,
-                        ops::ReduceSum(squares, {-1}, /*keepdims=*/true));
+                        ops::ReduceSum(squares, axes_, /*keepdims=*/true));
     MT_ASSIGN_OR_RETURN(
         const Tensor floor,
         ops::internal::ScalarLike(x, std::numeric_limits<float>::min()));
@@ -72,6 +77,9 @@ class UnitNormalizationLayer final : public Layer {
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
     return input;
   }
+
+ private:
+  std::vector<int> axes_;
 };
 
 }  // namespace
@@ -90,14 +98,41 @@ MT_REGISTER(
            b.name(), spec.params.Float("scale"), spec.params.Float("offset")));
      }});
 
-MT_REGISTER(LayerType,
-            {.name = "unit_normalization",
-             .doc = "each vector along the last axis scaled to unit L2 norm "
-                    "(Keras UnitNormalization)",
-             .create = [](const LayerSpec&, LayerBuilder& b)
-                 -> absl::StatusOr<std::unique_ptr<Layer>> {
-               return std::unique_ptr<Layer>(
-                   new UnitNormalizationLayer(b.name()));
-             }});
+MT_REGISTER(
+    LayerType,
+    {.name = "unit_normalization",
+     .doc = "each vector along `axis` scaled to unit L2 norm (Keras "
+            "UnitNormalization)",
+     .params =
+         {{Param::IntList("axis")
+               .Default(std::vector<int64_t>{-1})
+               .Doc("the axes normalised together: example axes, from 1 or "
+                    "counted from the end (-1: the last); never the batch's")}},
+     .create = [](const LayerSpec& spec,
+                  LayerBuilder& b) -> absl::StatusOr<std::unique_ptr<Layer>> {
+       const int64_t rank = static_cast<int64_t>(b.input_shape().size());
+       std::vector<int> axes;
+       for (int64_t axis : spec.params.IntList("axis")) {
+         const int64_t a = axis < 0 ? axis + rank : axis;
+         // Across the batch, replicas' shards would normalise
+         // apart.
+         if (a < 1 || a >= rank) {
+           return absl::InvalidArgumentError(
+               absl::StrCat("axis: ", axis, " is not an example axis of input ",
+                            ShapeToString(b.input_shape()), " (1..", rank - 1,
+                            ", or -1..-", rank - 1, ")"));
+         }
+         if (absl::c_linear_search(axes, static_cast<int>(a))) {
+           return absl::InvalidArgumentError(
+               absl::StrCat("axis: ", axis, " is given twice"));
+         }
+         axes.push_back(static_cast<int>(a));
+       }
+       if (axes.empty()) {
+         return absl::InvalidArgumentError("axis: names no axis");
+       }
+       return std::unique_ptr<Layer>(
+           new UnitNormalizationLayer(b.name(), std::move(axes)));
+     }});
 
 }  // namespace mirrortrain::models

@@ -1503,6 +1503,27 @@ TEST(ModelTest, UnitNormalizationOfAZeroVector) {
   EXPECT_EQ(std::vector<float>(g.begin(), g.begin() + 3),
             (std::vector<float>{1e12f, 1e12f, 1e12f}));
   for (float v : g) EXPECT_TRUE(std::isfinite(v));
+  // axis [1, 2] of [2, 2, 2]: each example's four values together (Keras's
+  // axis list); -1 of them the last only; the batch axis refused.
+  ModelDef both;
+  both.input_shape = {2, 2};
+  both.layers = {
+      Spec("unit_normalization", {{"axis", std::vector<int64_t>{1, -1}}})};
+  both.layers[0].path = "model.layers[0]";
+  auto whole = Model::Build(both, 1, Device::Cpu());
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const Tensor cube =
+      Tensor::FromVector<float>({1, 1, 1, 1, 0, 3, 0, 4}, {2, 2, 2});
+  absl::StatusOr<Tensor> z = (*whole)->Call(cube, {});
+  ASSERT_TRUE(z.ok()) << z.status();
+  EXPECT_EQ(z->ToVector<float>(),
+            (std::vector<float>{0.5f, 0.5f, 0.5f, 0.5f, 0, 0.6f, 0, 0.8f}));
+  both.layers = {
+      Spec("unit_normalization", {{"axis", std::vector<int64_t>{0}}})};
+  both.layers[0].path = "model.layers[0]";
+  EXPECT_THAT(
+      std::string(Model::Build(both, 1, Device::Cpu()).status().message()),
+      HasSubstr("axis: 0 is not an example axis of input [1,2,2]"));
 }
 
 // The cnn preset and its expansion written out by hand build the same
