@@ -69,6 +69,7 @@ MT_REGISTER(
             "sparse_categorical_crossentropy",
      .params = {{Param::Int("k").Default(5).Min(1).Doc(
          "how many of the largest logits a label may be among")}},
+     .maximize = true,
      .check = [](const LossType& loss) -> absl::Status {
        if (loss.name == kDefaultLoss) return absl::OkStatus();
        return absl::InvalidArgumentError(absl::StrCat(

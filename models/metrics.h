@@ -9,6 +9,7 @@
 #define MIRRORTRAIN_MODELS_METRICS_H_
 
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -24,8 +25,9 @@ struct MetricType {
   std::string name;  // Keras's function name; what evaluation reports.
   std::string doc;
   ParamSchema params;  // Its keys beside `name` (top-k's k).
-  // Whether it improves as it rises (an accuracy), for early stopping.
-  bool maximize = true;
+  // Whether it improves as it rises (an accuracy) or falls (an error), for
+  // early stopping: every metric says which (Keras refuses to guess).
+  std::optional<bool> maximize;
   // OK when the metric reads the outputs `loss` trains (top-k reads
   // classes' logits); else InvalidArgument saying why.
   std::function<absl::Status(const LossType& loss)> check;

@@ -64,7 +64,7 @@ class ReshapeLayer final : public Layer {
 
 // Inverted dropout while training; the identity otherwise. `index` tells
 // dropout layers of one model apart so their masks differ. With `channels`
-// (Keras's SpatialDropout1D/2D) whole channels drop: one draw per example
+// (Keras's SpatialDropout1D/2D/3D) whole channels drop: one draw per example
 // and channel (noise shape [batch, 1, ..., channels]), under `salt` (each
 // kind's own, large: streams count per type, so a small salt would let one
 // kind's seeds meet another's).

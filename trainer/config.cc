@@ -90,15 +90,15 @@ absl::Status CheckMonitor(const Reader& r, const YAML::Node& root,
   const std::string& monitor = c.train.early_stopping_monitor;
   std::vector<std::string> reported = {"loss", loss->metric};
   for (const MetricConfig& m : c.metrics) reported.push_back(m.reported);
-  // Inert without early stopping (a patience given as null).
+  // Inert without early stopping (a patience given as null: a config's
+  // monitor may stay when --set turns early stopping off).
   if (c.train.early_stopping_patience &&
       !absl::c_linear_search(reported, monitor)) {
-    return r.Error(
-        "train.early_stopping_monitor",
-        Child(Child(root, "train"), "early_stopping_monitor"),
-        absl::StrCat(monitor, " is not reported under loss.name ", loss->name,
-                     " and these metrics (early stopping watches one of ",
-                     absl::StrJoin(reported, ", "), ")"));
+    return r.Error("train.early_stopping_monitor",
+                   Child(Child(root, "train"), "early_stopping_monitor"),
+                   absl::StrCat(monitor, " is not reported under loss.name ",
+                                loss->name, " (evaluation reports ",
+                                absl::StrJoin(reported, ", "), ")"));
   }
   return absl::OkStatus();
 }

@@ -346,9 +346,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     const std::string& monitor = config.train.early_stopping_monitor;
     bool maximize = monitor == "accuracy";
     for (size_t i = 0; i < config.metrics.size(); ++i) {
-      if (config.metrics[i].reported == monitor) {
-        maximize = t->metrics_[i]->maximize;
+      if (config.metrics[i].reported != monitor) continue;
+      if (!t->metrics_[i]->maximize.has_value()) {
+        return absl::InternalError(
+            absl::StrCat("metric ", t->metrics_[i]->name,
+                         " does not say whether it improves rising or falling "
+                         "(MetricType::maximize)"));
       }
+      maximize = *t->metrics_[i]->maximize;
     }
     t->early_stopping_.emplace(EarlyStopping::Options{
         .patience = *patience,

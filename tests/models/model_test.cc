@@ -1518,6 +1518,18 @@ TEST(ModelTest, UnitNormalizationOfAZeroVector) {
   ASSERT_TRUE(z.ok()) << z.status();
   EXPECT_EQ(z->ToVector<float>(),
             (std::vector<float>{0.5f, 0.5f, 0.5f, 0.5f, 0, 0.6f, 0, 0.8f}));
+  // axis [1] of [2, 2, 2]: the rows of each example (not its last axis).
+  both.layers = {
+      Spec("unit_normalization", {{"axis", std::vector<int64_t>{1}}})};
+  both.layers[0].path = "model.layers[0]";
+  auto rows = Model::Build(both, 1, Device::Cpu());
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  const Tensor columns =
+      Tensor::FromVector<float>({3, 0, 4, 2, 0, 0, 0, 0}, {2, 2, 2});
+  absl::StatusOr<Tensor> c = (*rows)->Call(columns, {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->ToVector<float>(),
+            (std::vector<float>{0.6f, 0, 0.8f, 1, 0, 0, 0, 0}));
   both.layers = {
       Spec("unit_normalization", {{"axis", std::vector<int64_t>{0}}})};
   both.layers[0].path = "model.layers[0]";

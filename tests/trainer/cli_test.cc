@@ -360,12 +360,6 @@ TEST(CliTest, EvalEveryStepsEvaluatesAtItsMultiples) {
   EXPECT_EQ(EvaluatedSteps(ps), (std::vector<int64_t>{20, 40, 60, 64}));
 }
 
-// Early stopping on an accuracy no evaluation can beat by 0.9: the first
-// evaluation sets the best, each later one waits. Patience 1 stops after
-// the second (step 20, between logged steps: its train window is logged
-// after the evaluation) with a checkpoint there; run again it is finished;
-// run again with patience 3 it goes on from its saved wait and stops at
-// step 40, with the weights of a run that had patience 3 throughout.
 // A `metrics` entry may be watched by its reported name.
 TEST(CliTest, EarlyStoppingWatchesAMetricsEntry) {
   const std::string dir = FreshDir("early_stop_metric");
@@ -380,17 +374,47 @@ TEST(CliTest, EarlyStoppingWatchesAMetricsEntry) {
                        "sparse_top_k_categorical_accuracy has not improved"),
             std::string::npos)
       << r.err;
+  // Watched rising (an accuracy, MetricType::maximize): with no margin and
+  // patience to spare, the best kept is the highest of the evaluations'.
+  const std::string rising = FreshDir("early_stop_rising");
+  r = RunCli(SmallTrain(
+      rising,
+      {"metrics=[{name: sparse_top_k_categorical_accuracy, k: 1}]",
+       "train.eval_every_epochs=0", "train.eval_every_steps=5",
+       "train.early_stopping_patience=100",
+       "train.early_stopping_monitor=sparse_top_k_categorical_accuracy"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  double highest = -1;
+  int evaluations = 0;
+  for (const std::string& l : Lines(ReadFile(rising + "/metrics.jsonl"))) {
+    if (l.find("\"weights\": \"ema\"") == std::string::npos) continue;
+    highest =
+        std::max(highest, JsonNumber(l, "sparse_top_k_categorical_accuracy"));
+    ++evaluations;
+  }
+  ASSERT_GT(evaluations, 2);
+  Result inspected = RunCli({"inspect", rising + "/checkpoints"});
+  ASSERT_EQ(inspected.exit_code, 0) << inspected.err;
+  const size_t at = inspected.out.find("early_stopping_best: ");
+  ASSERT_NE(at, std::string::npos) << inspected.out;
+  EXPECT_NEAR(std::stod(inspected.out.substr(at + 21)), highest, 1e-6);
   // Not listed: refused, naming what is watched.
   r = RunCli(SmallTrain(
       FreshDir("early_stop_unlisted"),
       {"train.early_stopping_patience=1",
        "train.early_stopping_monitor=sparse_top_k_categorical_accuracy"}));
   EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find("early stopping watches one of loss, accuracy)"),
+  EXPECT_NE(r.err.find("(evaluation reports loss, accuracy)"),
             std::string::npos)
       << r.err;
 }
 
+// Early stopping on an accuracy no evaluation can beat by 0.9: the first
+// evaluation sets the best, each later one waits. Patience 1 stops after
+// the second (step 20, between logged steps: its train window is logged
+// after the evaluation) with a checkpoint there; run again it is finished;
+// run again with patience 3 it goes on from its saved wait and stops at
+// step 40, with the weights of a run that had patience 3 throughout.
 TEST(CliTest, EarlyStoppingStopsAndResumesAsKerasCounts) {
   const std::vector<std::string> watch = {
       "train.eval_every_epochs=0", "train.eval_every_steps=10",

@@ -301,8 +301,8 @@ checkpoint: {every_steps: 0}
                "train={epochs: 1, early_stopping_patience: 2, "
                "early_stopping_monitor: accuracy}"},
               "train.early_stopping_monitor: accuracy is not reported under "
-              "loss.name mean_squared_error and these metrics (early stopping "
-              "watches one of loss, mean_absolute_error)");
+              "loss.name mean_squared_error (evaluation reports loss, "
+              "mean_absolute_error)");
   // A patience given as null leaves the monitor inert.
   Result inert =
       RunCli({"train", "--config", config, "--run_dir", dir + "/run5", "--set",
