@@ -201,7 +201,7 @@ absl::StatusOr<Tensor> BranchesLayer::CallMasked(const Tensor& x,
   const bool masked = std::any_of(masks.begin(), masks.end(),
                                   [](const Tensor& m) { return m.defined(); });
   if (masked && merge_ == Merge::kMultiply) {
-    return MaskedProduct(outputs, masks);
+    return MaskedProduct(outputs, masks, mask);
   }
   if (masked && (merge_ == Merge::kMaximum || merge_ == Merge::kMinimum)) {
     return MaskedExtremum(outputs, masks);
@@ -220,24 +220,17 @@ absl::StatusOr<Tensor> BranchesLayer::CallMasked(const Tensor& x,
 }
 
 absl::StatusOr<Tensor> BranchesLayer::MaskedProduct(
-    const std::vector<Tensor>& outputs, const std::vector<Tensor>& masks) {
+    const std::vector<Tensor>& outputs, const std::vector<Tensor>& masks,
+    const Tensor& output_mask) {
   // Keras's Multiply: a masked step of a branch counts as 1, and where
-  // every branch is masked the product's masked steps are 0.
-  const bool all = std::all_of(masks.begin(), masks.end(),
-                               [](const Tensor& m) { return m.defined(); });
-  Tensor merged, mask;
+  // every branch is masked (the output's mask is then their OR) the
+  // product's masked steps are 0.
+  Tensor merged;
   for (size_t k = 0; k < outputs.size(); ++k) {
     Tensor y = outputs[k];
     if (masks[k].defined()) {
-      MT_ASSIGN_OR_RETURN(const Tensor ones, ops::OnesLike(y));
-      MT_ASSIGN_OR_RETURN(y, MaskSelect(masks[k], y, ones));
-      if (all) {
-        if (mask.defined()) {
-          MT_ASSIGN_OR_RETURN(mask, MaskOr(mask, masks[k]));
-        } else {
-          mask = masks[k];
-        }
-      }
+      MT_ASSIGN_OR_RETURN(const Tensor one, ops::internal::ScalarLike(y, 1));
+      MT_ASSIGN_OR_RETURN(y, MaskSelect(masks[k], y, one));
     }
     if (merged.defined()) {
       MT_ASSIGN_OR_RETURN(merged, ops::Mul(merged, y));
@@ -245,9 +238,9 @@ absl::StatusOr<Tensor> BranchesLayer::MaskedProduct(
       merged = y;
     }
   }
-  if (!all) return merged;
-  MT_ASSIGN_OR_RETURN(const Tensor zeros, ops::ZerosLike(merged));
-  return MaskSelect(mask, merged, zeros);
+  if (!output_mask.defined()) return merged;
+  MT_ASSIGN_OR_RETURN(const Tensor zero, ops::internal::ScalarLike(merged, 0));
+  return MaskSelect(output_mask, merged, zero);
 }
 
 absl::StatusOr<Tensor> BranchesLayer::MaskedExtremum(

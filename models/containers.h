@@ -109,8 +109,10 @@ class BranchesLayer final : public Layer {
   // The merges whose values Keras changes at masked steps: Multiply's and
   // Maximum's or Minimum's of the branches' outputs under their masks
   // (at least one defined).
+  // `output_mask`: MergedMask's (their OR where every branch has one).
   static absl::StatusOr<Tensor> MaskedProduct(
-      const std::vector<Tensor>& outputs, const std::vector<Tensor>& masks);
+      const std::vector<Tensor>& outputs, const std::vector<Tensor>& masks,
+      const Tensor& output_mask);
   absl::StatusOr<Tensor> MaskedExtremum(const std::vector<Tensor>& outputs,
                                         const std::vector<Tensor>& masks) const;
 

@@ -1505,31 +1505,26 @@ TEST(ModelTest, UnitNormalizationOfAZeroVector) {
   for (float v : g) EXPECT_TRUE(std::isfinite(v));
   // axis [1, 2] of [2, 2, 2]: each example's four values together (Keras's
   // axis list); -1 of them the last only; the batch axis refused.
-  ModelDef both;
-  both.input_shape = {2, 2};
-  both.layers = {
-      Spec("unit_normalization", {{"axis", std::vector<int64_t>{1, -1}}})};
-  both.layers[0].path = "model.layers[0]";
-  auto whole = Model::Build(both, 1, Device::Cpu());
-  ASSERT_TRUE(whole.ok()) << whole.status();
-  const Tensor cube =
-      Tensor::FromVector<float>({1, 1, 1, 1, 0, 3, 0, 4}, {2, 2, 2});
-  absl::StatusOr<Tensor> z = (*whole)->Call(cube, {});
-  ASSERT_TRUE(z.ok()) << z.status();
-  EXPECT_EQ(z->ToVector<float>(),
+  // The outputs of unit_normalization over `axis` for an input [2, 2, 2].
+  auto normalized = [](std::vector<int64_t> axis, std::vector<float> in) {
+    ModelDef def;
+    def.input_shape = {2, 2};
+    def.layers = {Spec("unit_normalization", {{"axis", std::move(axis)}})};
+    def.layers[0].path = "model.layers[0]";
+    auto m = Model::Build(def, 1, Device::Cpu());
+    EXPECT_TRUE(m.ok()) << m.status();
+    absl::StatusOr<Tensor> out =
+        (*m)->Call(Tensor::FromVector<float>(in, {2, 2, 2}), {});
+    EXPECT_TRUE(out.ok()) << out.status();
+    return out->ToVector<float>();
+  };
+  EXPECT_EQ(normalized({1, -1}, {1, 1, 1, 1, 0, 3, 0, 4}),
             (std::vector<float>{0.5f, 0.5f, 0.5f, 0.5f, 0, 0.6f, 0, 0.8f}));
   // axis [1] of [2, 2, 2]: the rows of each example (not its last axis).
-  both.layers = {
-      Spec("unit_normalization", {{"axis", std::vector<int64_t>{1}}})};
-  both.layers[0].path = "model.layers[0]";
-  auto rows = Model::Build(both, 1, Device::Cpu());
-  ASSERT_TRUE(rows.ok()) << rows.status();
-  const Tensor columns =
-      Tensor::FromVector<float>({3, 0, 4, 2, 0, 0, 0, 0}, {2, 2, 2});
-  absl::StatusOr<Tensor> c = (*rows)->Call(columns, {});
-  ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->ToVector<float>(),
+  EXPECT_EQ(normalized({1}, {3, 0, 4, 2, 0, 0, 0, 0}),
             (std::vector<float>{0.6f, 0, 0.8f, 1, 0, 0, 0, 0}));
+  ModelDef both;
+  both.input_shape = {2, 2};
   both.layers = {
       Spec("unit_normalization", {{"axis", std::vector<int64_t>{0}}})};
   both.layers[0].path = "model.layers[0]";
