@@ -9,8 +9,10 @@
 #define MIRRORTRAIN_DISTRIBUTE_CROSS_DEVICE_OPS_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "distribute/strategy.h"
@@ -62,6 +64,30 @@ class CrossDeviceOps {
   virtual bool records_into_graphs() const { return false; }
   // False for the `none` ops, which leave every buffer as it is.
   virtual bool reduces() const { return true; }
+
+  // Replicas that share one memory (logical devices: the local ops) may
+  // hand each other their tensors instead of reducing them, for a consumer
+  // that adds them itself where it reads them (an optimizer update that
+  // sums every replica's gradient: the same sum, without a pass of its own
+  // that reads and writes every copy). Share posts `tensors` and returns
+  // every replica's list, in replica order (this replica's own included),
+  // once all have posted the same shapes and dtypes; the calling thread's
+  // current stream is then ordered after every replica's work on its
+  // tensors. They stay valid and must stay unchanged until EndShare, which
+  // every replica calls after enqueueing its reads and before dropping or
+  // overwriting its tensors: it orders each replica's later work after
+  // every replica's reads. Both are collectives (the k-th calls of all
+  // replicas pair up, counted with the reductions).
+  virtual bool shares_memory() const { return false; }
+  virtual absl::StatusOr<std::vector<std::vector<Tensor>>> Share(
+      int /*replica*/, absl::Span<Tensor> /*tensors*/) {
+    return absl::UnimplementedError(
+        absl::StrCat(name(), " collectives do not share memory"));
+  }
+  virtual absl::Status EndShare(int /*replica*/) {
+    return absl::UnimplementedError(
+        absl::StrCat(name(), " collectives do not share memory"));
+  }
 };
 
 }  // namespace mirrortrain::distribute

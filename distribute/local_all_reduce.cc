@@ -99,7 +99,8 @@ LocalAllReduce::LocalAllReduce(int replicas, std::chrono::milliseconds watchdog)
       posted_(replicas),
       cuts_(replicas, ListCuts::kAny),
       calls_(replicas, 0),
-      events_(replicas) {}
+      events_(replicas),
+      shared_gpu_(replicas) {}
 
 absl::Status LocalAllReduce::AllReduceList(int replica, ReduceOp op,
                                            absl::Span<Tensor> tensors,
@@ -147,16 +148,9 @@ absl::Status LocalAllReduce::CapturedAllReduce(int replica, ReduceOp op,
                                                int device,
                                                const std::string& what) {
   const cuda::StreamHandle stream = cuda::CurrentStream();
-  std::unique_ptr<CaptureEvents>& mine = events_[replica];
-  absl::Status posted = [&]() -> absl::Status {
-    if (mine == nullptr) {
-      MT_ASSIGN_OR_RETURN(cuda::Event p, cuda::Event::Create(device));
-      MT_ASSIGN_OR_RETURN(cuda::Event s, cuda::Event::Create(device));
-      mine = std::make_unique<CaptureEvents>(
-          CaptureEvents{std::move(p), std::move(s)});
-    }
-    return mine->posted.Record(stream);
-  }();
+  absl::StatusOr<CaptureEvents*> events = EventsOf(replica, device);
+  absl::Status posted = events.status();
+  if (posted.ok()) posted = (*events)->posted.Record(stream);
   if (!posted.ok()) {
     // The peers must not pair this replica's next collective with this one.
     barrier_.Abort(posted);
@@ -173,7 +167,7 @@ absl::Status LocalAllReduce::CapturedAllReduce(int replica, ReduceOp op,
     if (r != replica) status = events_[r]->posted.MakeStreamWait(stream);
   }
   if (status.ok()) status = SumMySlice(replica, op);
-  if (status.ok()) status = mine->summed.Record(stream);
+  if (status.ok()) status = (*events)->summed.Record(stream);
   barrier_.Join();
   // Every slice sum is recorded (or its replica failed and aborts): this
   // replica's later work waits for all of them, as its buffers hold their
@@ -183,6 +177,122 @@ absl::Status LocalAllReduce::CapturedAllReduce(int replica, ReduceOp op,
   }
   if (!status.ok()) barrier_.Abort(status);
   return status;
+}
+
+absl::StatusOr<LocalAllReduce::CaptureEvents*> LocalAllReduce::EventsOf(
+    int replica, int device) {
+  std::unique_ptr<CaptureEvents>& mine = events_[replica];
+  if (mine == nullptr) {
+    MT_ASSIGN_OR_RETURN(cuda::Event posted, cuda::Event::Create(device));
+    MT_ASSIGN_OR_RETURN(cuda::Event summed, cuda::Event::Create(device));
+    MT_ASSIGN_OR_RETURN(cuda::Event read, cuda::Event::Create(device));
+    mine = std::make_unique<CaptureEvents>(
+        CaptureEvents{std::move(posted), std::move(summed), std::move(read)});
+  }
+  return mine.get();
+}
+
+absl::Status LocalAllReduce::BeforeSharePoint(int replica, int device,
+                                              bool read, bool* captured) {
+  absl::Status status = [&]() -> absl::Status {
+    MT_ASSIGN_OR_RETURN(*captured,
+                        cuda::StreamIsCapturing(cuda::CurrentStream()));
+    if (!*captured) {
+      // The peers' kernels will read (or, after EndShare, reuse) what this
+      // replica's kernels write (or read): complete, not just enqueued.
+      return cuda::Synchronize(device);
+    }
+    MT_ASSIGN_OR_RETURN(CaptureEvents * events, EventsOf(replica, device));
+    return (read ? events->read : events->posted).Record(cuda::CurrentStream());
+  }();
+  // The peers must not wait for a replica that will not come.
+  if (!status.ok()) barrier_.Abort(status);
+  return status;
+}
+
+absl::StatusOr<std::vector<std::vector<Tensor>>> LocalAllReduce::Share(
+    int replica, absl::Span<Tensor> tensors) {
+  const std::string what =
+      absl::StrCat("share #", calls_[replica]++, " (", Describe(tensors), ")");
+  posted_[replica] = tensors;
+  shared_gpu_[replica].reset();
+  for (const Tensor& t : tensors) {
+    if (t.defined() && t.device().is_cuda()) {
+      shared_gpu_[replica] = t.device().index;
+      break;
+    }
+  }
+  bool captured = false;
+  if (shared_gpu_[replica]) {
+    MT_RETURN_IF_ERROR(BeforeSharePoint(replica, *shared_gpu_[replica],
+                                        /*read=*/false, &captured));
+  }
+  MT_RETURN_IF_ERROR(barrier_.Wait(replica, what));
+  // Every replica's list is posted; each copies the others' tensors out
+  // before the Join, so none may return (and let its list go) before.
+  absl::StatusOr<std::vector<std::vector<Tensor>>> lists = SharedLists(replica);
+  absl::Status status = lists.status();
+  // Recorded: this replica's reads wait on the device for the peers' work
+  // on their tensors (all on this GPU, as SharedLists checked).
+  for (int r = 0; r < replicas_ && status.ok() && captured; ++r) {
+    if (r != replica) {
+      status = events_[r]->posted.MakeStreamWait(cuda::CurrentStream());
+    }
+  }
+  barrier_.Join();
+  if (!status.ok()) {
+    barrier_.Abort(status);
+    return status;
+  }
+  return lists;
+}
+
+absl::Status LocalAllReduce::EndShare(int replica) {
+  const std::string what = absl::StrCat("end of share #", calls_[replica]++);
+  bool captured = false;
+  if (shared_gpu_[replica]) {
+    MT_RETURN_IF_ERROR(BeforeSharePoint(replica, *shared_gpu_[replica],
+                                        /*read=*/true, &captured));
+  }
+  MT_RETURN_IF_ERROR(barrier_.Wait(replica, what));
+  // Every replica's reads are done (eagerly) or recorded before its `read`
+  // event: this replica's later work, which may free or overwrite its
+  // tensors, waits for them on the device. A peer re-records its event
+  // only in its next EndShare, after the next Share's rendezvous, which
+  // needs this replica to be done here.
+  absl::Status status;
+  for (int r = 0; r < replicas_ && status.ok() && captured; ++r) {
+    if (r != replica) {
+      status = events_[r]->read.MakeStreamWait(cuda::CurrentStream());
+    }
+  }
+  if (!status.ok()) barrier_.Abort(status);
+  return status;
+}
+
+absl::StatusOr<std::vector<std::vector<Tensor>>> LocalAllReduce::SharedLists(
+    int replica) const {
+  const absl::Span<Tensor> mine = posted_[replica];
+  // Every replica runs the same checks over the same lists: all fail alike.
+  std::vector<std::vector<Tensor>> lists(replicas_);
+  for (int r = 0; r < replicas_; ++r) {
+    const absl::Span<Tensor> theirs = posted_[r];
+    bool same = theirs.size() == mine.size();
+    for (size_t i = 0; same && i < mine.size(); ++i) {
+      const Tensor& a = theirs[i];
+      const Tensor& b = mine[i];
+      same = a.defined() && b.defined() && a.shape() == b.shape() &&
+             a.dtype() == b.dtype() && a.device().SameMemory(b.device()) &&
+             b.device().SameMemory(mine[0].device());
+    }
+    if (!same) {
+      return absl::InternalError(
+          absl::StrCat("share: replica ", r, " posted ", Describe(theirs),
+                       " but replica ", replica, " posted ", Describe(mine)));
+    }
+    lists[r].assign(theirs.begin(), theirs.end());
+  }
+  return lists;
 }
 
 absl::Status LocalAllReduce::CheckPosted(int replica) const {

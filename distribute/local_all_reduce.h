@@ -14,6 +14,10 @@
 // different tensors (one packed its bucket, another did not); only the
 // total count must agree, unless a replica asks for the same cuts.
 //
+// The replicas share one memory, so they may also hand each other their
+// tensors instead (Share, EndShare): a consumer that sums them where it
+// reads them saves the reduction's pass.
+//
 // While the replicas' streams are being recorded into one CUDA graph (a
 // captured step), a GPU all-reduce waits on nothing on the host: each
 // replica records an event after its buffer, the slice sums wait for all
@@ -25,6 +29,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +57,10 @@ class LocalAllReduce final : public CrossDeviceOps {
   }
   std::string name() const override { return "local"; }
   bool records_into_graphs() const override { return true; }
+  bool shares_memory() const override { return true; }
+  absl::StatusOr<std::vector<std::vector<Tensor>>> Share(
+      int replica, absl::Span<Tensor> tensors) override;
+  absl::Status EndShare(int replica) override;
 
  private:
   // Replica `replica`'s share of the sum, once every buffer is posted; on
@@ -64,12 +73,23 @@ class LocalAllReduce final : public CrossDeviceOps {
   // The device all-reduce inside a stream capture (see above).
   absl::Status CapturedAllReduce(int replica, ReduceOp op, int device,
                                  const std::string& what);
-
+  // Every replica's list, once they are posted: the same number of
+  // tensors, alike one by one, in one memory.
+  absl::StatusOr<std::vector<std::vector<Tensor>>> SharedLists(
+      int replica) const;
   // Per replica, created by its own thread on first capture: marks its
-  // buffer posted, and its slice summed, in the recorded streams.
+  // buffer posted, its slice summed, and (Share) its reads of the peers'
+  // tensors done, in the recorded streams.
   struct CaptureEvents {
-    cuda::Event posted, summed;
+    cuda::Event posted, summed, read;
   };
+  // The replica's events, created on first use.
+  absl::StatusOr<CaptureEvents*> EventsOf(int replica, int device);
+  // Share's and EndShare's order on a GPU before the rendezvous: recorded
+  // (`*captured`), this replica's `read` or `posted` event; eagerly, its
+  // work finished. Aborts the barrier on failure.
+  absl::Status BeforeSharePoint(int replica, int device, bool read,
+                                bool* captured);
 
   const int replicas_;
   ReplicaBarrier barrier_;
@@ -78,6 +98,8 @@ class LocalAllReduce final : public CrossDeviceOps {
   std::vector<ListCuts> cuts_;
   std::vector<uint64_t> calls_;  // Per replica: collectives so far.
   std::vector<std::unique_ptr<CaptureEvents>> events_;
+  // Per replica: the GPU its shared tensors are on, from Share to EndShare.
+  std::vector<std::optional<int>> shared_gpu_;
 };
 
 }  // namespace mirrortrain::distribute

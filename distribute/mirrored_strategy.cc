@@ -136,6 +136,21 @@ class MirroredStrategy::Replica final : public ReplicaContext {
     return Start({op, std::move(parts), std::move(buffer), std::nullopt});
   }
   bool reduces_lists() const override { return ops_->reduces_lists(); }
+  // Shared on the replica thread and its compute stream: nothing to
+  // overlap, and no collective of this replica is pending then (every
+  // earlier one was waited for).
+  bool shares_memory() const override {
+    return in_sync_ > 1 && ops_->shares_memory();
+  }
+  absl::StatusOr<std::vector<std::vector<Tensor>>> Share(
+      absl::Span<Tensor> tensors) override {
+    started_.fetch_add(1, std::memory_order_relaxed);
+    return ops_->Share(id_, tensors);
+  }
+  absl::Status EndShare() override {
+    started_.fetch_add(1, std::memory_order_relaxed);
+    return ops_->EndShare(id_);
+  }
   std::shared_future<absl::Status> AllReduceListAsync(
       ReduceOp op, std::vector<Tensor> tensors) override {
     if (!reduces_lists()) {

@@ -104,6 +104,35 @@ double Strategy::Reduce(ReduceOp op, absl::Span<const double> per_replica) {
   return sum;
 }
 
+absl::StatusOr<std::vector<std::vector<Tensor>>> ReplicaContext::Share(
+    absl::Span<Tensor>) {
+  return absl::UnimplementedError("these replicas do not share memory");
+}
+
+absl::Status ReplicaContext::EndShare() {
+  return absl::UnimplementedError("these replicas do not share memory");
+}
+
+absl::StatusOr<std::vector<std::vector<Tensor>>> ReplicaContext::ShareGradients(
+    GradientTape& tape, const Tensor& target, absl::Span<const Tensor> sources,
+    absl::Span<const Tensor> accumulated) {
+  if (!accumulated.empty() && accumulated.size() != sources.size()) {
+    return absl::InternalError(absl::StrCat(
+        "ShareGradients: ", accumulated.size(), " accumulated gradients for ",
+        sources.size(), " sources"));
+  }
+  // accumulated + gradient, as AllReduceGradients adds them.
+  std::vector<Tensor> grads(accumulated.begin(), accumulated.end());
+  MT_RETURN_IF_ERROR(AccumulateGradients(tape, target, sources, grads));
+  MT_ASSIGN_OR_RETURN(const std::vector<std::vector<Tensor>> lists,
+                      Share(absl::MakeSpan(grads)));
+  std::vector<std::vector<Tensor>> terms(grads.size());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    for (const std::vector<Tensor>& list : lists) terms[i].push_back(list[i]);
+  }
+  return terms;
+}
+
 ShardRange ReplicaContext::InputShard(int64_t rows) const {
   return ShardOf(rows, global_replica_id(), num_replicas_in_sync());
 }

@@ -114,6 +114,27 @@ class ReplicaContext {
       GradientTape& tape, const Tensor& target,
       absl::Span<const Tensor> sources,
       absl::Span<const Tensor> accumulated = {});
+
+  // Whether this replica's peers share its memory (logical devices with
+  // the local all-reduce, in one process), so ShareGradients may stand in
+  // for AllReduceGradients where the consumer sums the replicas' gradients
+  // itself. Share and EndShare as CrossDeviceOps's, for this replica; the
+  // defaults are Unimplemented.
+  virtual bool shares_memory() const { return false; }
+  virtual absl::StatusOr<std::vector<std::vector<Tensor>>> Share(
+      absl::Span<Tensor> tensors);
+  virtual absl::Status EndShare();
+  // AllReduceGradients without the reduction: the gradients (accumulated
+  // added, zeros where unconnected) of every replica, per source in
+  // replica order (result[source][replica]), for an update that adds them
+  // where it reads them (ops::UpdateTarget::more_grads): the sum an
+  // all-reduce would make, bit for bit, without its pass over every copy.
+  // The caller calls EndShare() after enqueueing its reads, before the
+  // result goes. Consumes the tape's Gradient() call.
+  absl::StatusOr<std::vector<std::vector<Tensor>>> ShareGradients(
+      GradientTape& tape, const Tensor& target,
+      absl::Span<const Tensor> sources,
+      absl::Span<const Tensor> accumulated = {});
 };
 
 // Gradient accumulation without communication: adds the gradients of

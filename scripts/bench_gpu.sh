@@ -15,9 +15,12 @@
 #         torch.matmul for PyTorch), each next to PyTorch eager and
 #         torch.compile
 #   comm  step time of one_device, mirrored on [gpu:0], mirrored on two
-#         logical replicas [gpu:0, gpu:0], and the latter with cross-device
-#         communication skipped (distribute.cross_device_ops=none): the
-#         difference is the communication not hidden by compute. Each
+#         logical replicas [gpu:0, gpu:0] (their gradients summed in the
+#         updates; and all-reduced instead: sum_in_update=false, with three
+#         bucket sizes and two stream priorities), and the latter with
+#         cross-device communication skipped
+#         (distribute.cross_device_ops=none): the difference is the
+#         communication not hidden by compute. Each
 #         variant runs COMM_ROUNDS times (3), the variants interleaved, and
 #         the report compares runs of one round (medians over the rounds):
 #         separate runs differ by 0.02-0.06 ms, more than the 2% asked of
@@ -271,20 +274,23 @@ if want comm; then
         --set distribute.strategy=mirrored --set "distribute.devices=[gpu:0]"
       mt "comm_${model}_mirrored2$r" 60 "$config" -- "${sets[@]}" \
         --set distribute.strategy=mirrored --set "distribute.devices=[gpu:0,gpu:0]"
-      # Smaller buckets (4 and 1 MiB): the CNN's 12.8 MB dense kernel gets a
-      # bucket of its own and reduces while the convolutions' backward runs,
-      # instead of with them after the backward pass (the 25 MiB default
-      # holds all three).
-      mt "comm_${model}_mirrored2_b4m$r" 60 "$config" -- "${sets[@]}" \
-        --set distribute.strategy=mirrored --set "distribute.devices=[gpu:0,gpu:0]" \
+      # The all-reduce pass instead of the updates' sums of the replicas'
+      # gradients (distribute.sum_in_update, the default), with 25, 4 and 1
+      # MiB buckets: the CNN's 12.8 MB dense kernel gets a bucket of its own
+      # with 4 and 1 MiB and reduces while the convolutions' backward runs,
+      # instead of with them after the backward pass (25 MiB holds all
+      # three).
+      reduce=(--set distribute.strategy=mirrored --set "distribute.devices=[gpu:0,gpu:0]"
+        --set distribute.sum_in_update=false)
+      mt "comm_${model}_mirrored2_reduce$r" 60 "$config" -- "${sets[@]}" "${reduce[@]}"
+      mt "comm_${model}_mirrored2_b4m$r" 60 "$config" -- "${sets[@]}" "${reduce[@]}" \
         --set distribute.bucket_bytes=4194304
-      mt "comm_${model}_mirrored2_b1m$r" 60 "$config" -- "${sets[@]}" \
-        --set distribute.strategy=mirrored --set "distribute.devices=[gpu:0,gpu:0]" \
+      mt "comm_${model}_mirrored2_b1m$r" 60 "$config" -- "${sets[@]}" "${reduce[@]}" \
         --set distribute.bucket_bytes=1048576
-      # The communication streams at normal priority (the default is high):
-      # the reductions' kernels then queue behind the backward's.
-      mt "comm_${model}_mirrored2_normal$r" 60 "$config" -- "${sets[@]}" \
-        --set distribute.strategy=mirrored --set "distribute.devices=[gpu:0,gpu:0]" \
+      # The all-reduce's communication streams at normal priority (the
+      # default is high): the reductions' kernels then queue behind the
+      # backward's.
+      mt "comm_${model}_mirrored2_normal$r" 60 "$config" -- "${sets[@]}" "${reduce[@]}" \
         --set distribute.communication_priority=normal
       # distribute.cross_device_ops=none: the same step with gradients not
       # reduced (replicas drift apart; only for this measurement).

@@ -33,6 +33,11 @@ enum class UpdateRule {
   kNadam,
 };
 
+// Most terms one update's gradient may be the sum of
+// (ops::UpdateTarget::more_grads): the logical replicas of one device whose
+// gradients an update can sum (the CUDA kernel's operands are bounded).
+inline constexpr int kMaxGradientTerms = 8;
+
 // Hyperparameters as the host computes them (float64), before rounding.
 struct UpdateHyperparams {
   double lr = 0;

@@ -90,7 +90,8 @@ struct DistributeConfig {
   std::vector<std::string> devices;
   std::string cross_device_ops;  // auto | nccl | local
   int64_t bucket_bytes = 0;
-  std::string communication_priority;      // high | normal
+  std::string communication_priority;  // high | normal
+  bool sum_in_update = true;  // mirrored: logical replicas share gradients
   int64_t check_replicas_every_steps = 0;  // 0: never.
   double watchdog_seconds = 0;
   std::string variables_device;         // central_storage

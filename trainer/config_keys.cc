@@ -261,6 +261,14 @@ const ParamSchema& DistributeSchema() {
                 "replicas' communication streams; "
                 "high schedules a reduction's blocks ahead of backward "
                 "kernels queued before it"),
+       Param::Bool("sum_in_update")
+           .Default(true)
+           .Doc("mirrored: logical replicas of one device (cpu:K, or a GPU "
+                "listed more than once) sum each other's gradients in the "
+                "optimizer update instead of all-reducing them (the same "
+                "bits, without the reduction's pass over every copy); not "
+                "with gradient clipping or l2_regularization, which read "
+                "the sum"),
        Param::Int("check_replicas_every_steps")
            .Default(0)
            .Min(0)
@@ -304,6 +312,7 @@ StrategyKeys() {
         {"cross_device_ops", reducing},
         {"bucket_bytes", reducing},
         {"communication_priority", reducing},
+        {"sum_in_update", {"mirrored"}},
         {"variables_device", {"central_storage"}},
         {"ps_devices", servers},
         {"ps_min_shard_bytes", servers},

@@ -273,7 +273,16 @@ absl::StatusOr<Tensor> Trainer::MaskedLoss(
   return ops::Reshape(loss, sum.shape());
 }
 
-absl::StatusOr<std::vector<Tensor>> Trainer::ComputeGradients(
+bool Trainer::SumsInUpdate(const distribute::ReplicaContext& ctx) const {
+  const OptimizerConfig& o = config_.optimizer;
+  return config_.distribute.sum_in_update &&
+         placement() == distribute::VariablePlacement::kMirrored &&
+         ctx.shares_memory() && ctx.num_replicas() <= kMaxGradientTerms &&
+         !o.clip_value && !o.clip_norm && !o.clip_global_norm &&
+         o.l2_regularization == 0;
+}
+
+absl::StatusOr<Trainer::StepGradients> Trainer::ComputeGradients(
     distribute::ReplicaContext& ctx, Replica& r,
     absl::Span<const Batch> micro_batches, uint64_t step_seed,
     const GraphInputs* graph) {
@@ -293,8 +302,10 @@ absl::StatusOr<std::vector<Tensor>> Trainer::ComputeGradients(
     index_checks.emplace(&r.index_checks);
   }
   // Earlier micro-batches' gradients, summed on this replica; the last
-  // micro-batch's backward adds them before the one all-reduce.
+  // micro-batch's backward adds them before the one all-reduce (or share).
   std::vector<Tensor> grads;
+  StepGradients out;
+  const bool share = SumsInUpdate(ctx);
   Tensor loss_sum;
   // Rows of the update before this micro-batch: with the step's seed, a
   // micro-batch draws the dropout masks of its rows of the large batch.
@@ -349,6 +360,9 @@ absl::StatusOr<std::vector<Tensor>> Trainer::ComputeGradients(
       if (i + 1 < micro_batches.size()) {
         MT_RETURN_IF_ERROR(
             distribute::AccumulateGradients(tape, loss, sources, grads));
+      } else if (share) {
+        MT_ASSIGN_OR_RETURN(out.terms,
+                            ctx.ShareGradients(tape, loss, sources, grads));
       } else {
         MT_ASSIGN_OR_RETURN(grads,
                             ctx.AllReduceGradients(tape, loss, sources, grads));
@@ -362,18 +376,25 @@ absl::StatusOr<std::vector<Tensor>> Trainer::ComputeGradients(
     row_offset += batch.labels.dim(0);
   }
   r.loss = loss_sum;
+  if (share) return out;  // No L2 term and no clipping (SumsInUpdate).
   MT_RETURN_IF_ERROR(AddL2Regularization(vars, grads));
   MT_RETURN_IF_ERROR(ClipGradients(grads, &r.global_norm));
-  return grads;
+  out.sums = std::move(grads);
+  return out;
 }
 
-absl::Status Trainer::ApplyUpdate(Replica& target, std::vector<Tensor> grads,
+absl::Status Trainer::ApplyUpdate(Replica& target, const StepGradients& grads,
                                   bool staged) {
   std::vector<Variable*> vars = target.model->trainable_variables();
   std::vector<GradAndVar> pairs;
   for (size_t i = 0; i < vars.size(); ++i) {
+    if (!grads.terms.empty()) {
+      const std::vector<Tensor>& terms = grads.terms[i];
+      pairs.push_back({terms[0], vars[i], {terms.begin() + 1, terms.end()}});
+      continue;
+    }
     // Central storage: the reduced gradients come to the central device.
-    MT_ASSIGN_OR_RETURN(Tensor grad, grads[i].To(vars[i]->device()));
+    MT_ASSIGN_OR_RETURN(Tensor grad, grads.sums[i].To(vars[i]->device()));
     pairs.push_back({std::move(grad), vars[i]});
   }
   if (staged) {
@@ -393,16 +414,18 @@ absl::Status Trainer::EagerReplicaStep(distribute::ReplicaContext& ctx,
                                        int64_t step) {
   Replica& r = replicas_[ctx.replica_id()];
   MT_ASSIGN_OR_RETURN(
-      std::vector<Tensor> grads,
+      const StepGradients grads,
       ComputeGradients(ctx, r, micro_batches, StepSeed(config_.seed, step)));
   if (placement() == distribute::VariablePlacement::kMirrored) {
-    return ApplyUpdate(r, std::move(grads));
+    MT_RETURN_IF_ERROR(ApplyUpdate(r, grads));
+    // The peers' updates read this replica's gradients until then.
+    return grads.terms.empty() ? absl::OkStatus() : ctx.EndShare();
   }
   // Central storage: every replica holds the reduced gradients; replica 0
   // applies them, once. The others read the central state before the step
   // (LoadReplicaModels), so nothing reads it now.
   if (ctx.replica_id() != 0) return absl::OkStatus();
-  MT_RETURN_IF_ERROR(ApplyUpdate(*state_, std::move(grads)));
+  MT_RETURN_IF_ERROR(ApplyUpdate(*state_, grads));
   // The forward pass's own state (batch-norm moving statistics) is the same
   // on every replica (its statistics are all-reduced): keep replica 0's.
   const std::vector<Variable*>& central = state_->model->forward_state();

@@ -307,12 +307,27 @@ class Trainer {
   // reads its own input.
   absl::StatusOr<ShardInputs> ReplicaShard(distribute::ReplicaContext& ctx,
                                            const Batch& batch) const;
+  // A replica's gradients for its update: one per trainable variable
+  // (`sums`), or, where the replicas share them (SumsInUpdate), every
+  // replica's per variable in replica order (`terms`), which the update
+  // adds itself; the replica then calls EndShare after it.
+  struct StepGradients {
+    std::vector<Tensor> sums;
+    std::vector<std::vector<Tensor>> terms;
+  };
+  // Whether replica ctx's update sums the replicas' gradients itself
+  // (distribute.sum_in_update): mirrored logical replicas that share
+  // memory, nothing between the reduction and the update that reads the
+  // sum (clipping, L2 regularization), and no more replicas than an update
+  // adds terms.
+  bool SumsInUpdate(const distribute::ReplicaContext& ctx) const;
   // Forward and backward of replica `r` on its rows of each micro-batch
   // (the loss divided by the labels of all of them), the gradients summed
-  // and reduced over the replicas once, L2-regularised and clipped; sets
-  // r.loss. With `graph` its fixed inputs and staged seed are read instead
-  // of the batch's and `step_seed` (one micro-batch).
-  absl::StatusOr<std::vector<Tensor>> ComputeGradients(
+  // and reduced over the replicas once (or shared: SumsInUpdate),
+  // L2-regularised and clipped; sets r.loss. With `graph` its fixed inputs
+  // and staged seed are read instead of the batch's and `step_seed` (one
+  // micro-batch).
+  absl::StatusOr<StepGradients> ComputeGradients(
       distribute::ReplicaContext& ctx, Replica& r,
       absl::Span<const Batch> micro_batches, uint64_t step_seed,
       const GraphInputs* graph = nullptr);
@@ -333,7 +348,7 @@ class Trainer {
   int64_t StepsPerEpoch() const;
   // One optimizer update of `target`'s trainable variables, then its EMA;
   // `staged`: their parameters are staged already (a graph capture).
-  static absl::Status ApplyUpdate(Replica& target, std::vector<Tensor> grads,
+  static absl::Status ApplyUpdate(Replica& target, const StepGradients& grads,
                                   bool staged = false);
   // Waits for what this thread enqueued on its own streams of the replicas'
   // GPUs (initial values, restored or loaded weights): the replicas' streams

@@ -115,7 +115,7 @@ absl::Status Trainer::WorkerLoop(distribute::ReplicaContext& ctx) {
                         ps_->ForwardState(vars));
     MT_ASSIGN_OR_RETURN(Batch batch, input.Next());
     const int64_t rows = batch.labels.dim(0);
-    MT_ASSIGN_OR_RETURN(std::vector<Tensor> grads,
+    MT_ASSIGN_OR_RETURN(StepGradients grads,
                         ComputeGradients(ctx, r, absl::MakeConstSpan(&batch, 1),
                                          StepSeed(config_.seed, *read, w)));
     MT_ASSIGN_OR_RETURN(const double loss, HostValue(r.loss));
@@ -130,7 +130,7 @@ absl::Status Trainer::WorkerLoop(distribute::ReplicaContext& ctx) {
     }
     MT_RETURN_IF_ERROR(CheckGlobalNorm(
         r.global_norm, absl::StrCat("in the update read at step ", *read)));
-    MT_RETURN_IF_ERROR(ps_->Push(vars, read_state, grads, *ticket));
+    MT_RETURN_IF_ERROR(ps_->Push(vars, read_state, grads.sums, *ticket));
     {
       std::lock_guard<std::mutex> lock(async_window_->mu);
       async_window_->loss += loss;

@@ -174,13 +174,15 @@ absl::Status Trainer::CaptureStep(absl::Span<const Batch> micro_batches,
   for (const Replica& r : replicas_) {
     iterations.push_back(r.optimizer->iterations());
   }
-  absl::StatusOr<cuda::CudaGraph> graph =
-      strategy_->CaptureRun([&](distribute::ReplicaContext& ctx) {
+  absl::StatusOr<cuda::CudaGraph> graph = strategy_->CaptureRun(
+      [&](distribute::ReplicaContext& ctx) -> absl::Status {
         Replica& r = replicas_[ctx.replica_id()];
-        absl::StatusOr<std::vector<Tensor>> grads = ComputeGradients(
-            ctx, r, micro_batches, StepSeed(config_.seed, step), r.graph.get());
-        if (!grads.ok()) return grads.status();
-        return ApplyUpdate(r, *std::move(grads), /*staged=*/true);
+        MT_ASSIGN_OR_RETURN(
+            const StepGradients grads,
+            ComputeGradients(ctx, r, micro_batches,
+                             StepSeed(config_.seed, step), r.graph.get()));
+        MT_RETURN_IF_ERROR(ApplyUpdate(r, grads, /*staged=*/true));
+        return grads.terms.empty() ? absl::OkStatus() : ctx.EndShare();
       });
   // Recording ran nothing: the update the optimizers counted is the
   // replays'.

@@ -29,6 +29,9 @@ namespace mirrortrain::cuda {
 struct UpdateOperands {
   const void* params = nullptr;
   const void* grad = nullptr;
+  // Further terms of the gradient, added to grad in order; null past the
+  // last (ops::UpdateTarget::more_grads).
+  const void* more_grads[kMaxGradientTerms - 1] = {};
   void* var = nullptr;
   void* s0 = nullptr;
   void* s1 = nullptr;

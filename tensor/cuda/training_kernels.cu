@@ -21,8 +21,9 @@ namespace mirrortrain::cuda {
 namespace {
 
 // Tensors per launch: their pointers travel as a kernel parameter, which
-// must stay under the classic 4 KiB limit (about 1.5 KiB here).
+// must stay under the classic 4 KiB limit (about 2.8 KiB here).
 constexpr int kMaxTensors = 24;
+constexpr int kMaxMore = kMaxGradientTerms - 1;
 // Elements per block; a block updates a chunk of one tensor.
 constexpr int64_t kChunk = 16 * kLaunchThreads;
 // Blocks per launch stay in int range (a tensor of more than 2^30 chunks
@@ -35,6 +36,8 @@ constexpr int64_t kMaxBlocks = int64_t{1} << 30;
 struct TensorBatch {
   const void* scalars[kMaxTensors];
   const void* in[kMaxTensors];
+  // ApplyUpdates: further terms of the gradient `in`, null past the last.
+  const void* more[kMaxMore][kMaxTensors];
   void* out[kMaxTensors];
   void* s0[kMaxTensors];
   void* s1[kMaxTensors];
@@ -76,6 +79,37 @@ __device__ inline int BlockTensor(const TensorBatch& batch, int64_t& begin,
   return BlockChunk(batch.first_block, batch.n, kChunk, begin, end);
 }
 
+static_assert(sizeof(TensorBatch) <= 4096, "kernel parameters over 4 KiB");
+
+// The gradient of element(s) i: `in`, plus the further terms in order (the
+// additions OrderedSum and the slice-sum kernel make). The term loop is
+// unrolled to constant indices, so the pointers are read from parameter
+// space.
+template <typename T>
+__device__ inline Wide<T> LoadGradient(const TensorBatch& batch, int t,
+                                       int64_t i, Wide<T> g) {
+#pragma unroll
+  for (int k = 0; k < kMaxMore; ++k) {
+    const T* term = static_cast<const T*>(batch.more[k][t]);
+    if (term == nullptr) break;
+    const Wide<T> v = LoadWide(term, i);
+#pragma unroll
+    for (int l = 0; l < Wide<T>::kLanes; ++l) g.v[l] += v.v[l];
+  }
+  return g;
+}
+template <typename T>
+__device__ inline T LoadGradient(const TensorBatch& batch, int t, int64_t i,
+                                 T g) {
+#pragma unroll
+  for (int k = 0; k < kMaxMore; ++k) {
+    const T* term = static_cast<const T*>(batch.more[k][t]);
+    if (term == nullptr) break;
+    g += term[i];
+  }
+  return g;
+}
+
 template <UpdateRule R, typename T>
 __global__ void UpdatesKernel(const __grid_constant__ TensorBatch batch) {
   int64_t begin, end;
@@ -91,7 +125,7 @@ __global__ void UpdatesKernel(const __grid_constant__ TensorBatch batch) {
   VisitChunk<T>(
       batch.wide[t], begin, end,
       [&](int64_t i) {
-        const Wide<T> gv = LoadWide(g, i);
+        const Wide<T> gv = LoadGradient(batch, t, i, LoadWide(g, i));
         Wide<T> wv = LoadWide(w, i), a{}, b{};
         if (s0 != nullptr) a = LoadWide(s0, i);
         if (s1 != nullptr) b = LoadWide(s1, i);
@@ -108,7 +142,8 @@ __global__ void UpdatesKernel(const __grid_constant__ TensorBatch batch) {
         T unused0 = T(0), unused1 = T(0);
         T& slot0 = s0 != nullptr ? s0[i] : unused0;
         T& slot1 = s1 != nullptr ? s1[i] : unused1;
-        UpdateElement<R, T>(p, g[i], w[i], slot0, slot1);
+        UpdateElement<R, T>(p, LoadGradient(batch, t, i, g[i]), w[i], slot0,
+                            slot1);
         if (copy != nullptr) StoreBf16(copy, i, w[i]);
       });
 }
@@ -204,6 +239,10 @@ absl::Status ApplyUpdatesOnGpu(UpdateRule rule, DType dtype,
                 b.bf16[k] = t.bf16;
                 b.wide[k] = Wide16(t.grad) && Wide16(t.var) && Wide16(t.s0) &&
                             Wide16(t.s1) && Wide8(t.bf16);
+                for (int m = 0; m < kMaxMore; ++m) {
+                  b.more[m][k] = t.more_grads[m];
+                  b.wide[k] = b.wide[k] && Wide16(t.more_grads[m]);
+                }
               },
               [&](const TensorBatch& b, int blocks) {
                 UpdatesKernel<decltype(r)::value, T>

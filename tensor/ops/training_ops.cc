@@ -18,21 +18,38 @@ namespace {
 // Elements per unit of parallel work: the updates are memory-bound.
 constexpr int64_t kGrain = 1 << 14;
 
+// `g`: the gradient's terms, added in order (OrderedSum's additions) a
+// block at a time before the block's updates.
 template <UpdateRule R, typename T>
-void CpuUpdate(const UpdateParams<T>& p, const T* g, T* w, T* s0, T* s1,
-               int64_t n) {
+void CpuUpdate(const UpdateParams<T>& p, absl::Span<const T* const> g, T* w,
+               T* s0, T* s1, int64_t n) {
   ParallelFor(n, kGrain, [&](int64_t begin, int64_t end) {
     T unused0 = T(0), unused1 = T(0);
-    for (int64_t i = begin; i < end; ++i) {
-      UpdateElement<R, T>(p, g[i], w[i], s0 != nullptr ? s0[i] : unused0,
-                          s1 != nullptr ? s1[i] : unused1);
+    constexpr int64_t kBlock = 2048;
+    T sum[kBlock];
+    for (int64_t block = begin; block < end; block += kBlock) {
+      const int64_t len = std::min(kBlock, end - block);
+      const T* grad = g[0] + block;
+      if (g.size() > 1) {
+        std::copy_n(grad, len, sum);
+        for (size_t k = 1; k < g.size(); ++k) {
+          const T* term = g[k] + block;
+          for (int64_t i = 0; i < len; ++i) sum[i] += term[i];
+        }
+        grad = sum;
+      }
+      for (int64_t i = 0; i < len; ++i) {
+        const int64_t e = block + i;
+        UpdateElement<R, T>(p, grad[i], w[e], s0 != nullptr ? s0[e] : unused0,
+                            s1 != nullptr ? s1[e] : unused1);
+      }
     }
   });
 }
 
 template <typename T>
-void CpuRule(UpdateRule rule, const UpdateParams<T>& p, const T* g, T* w, T* s0,
-             T* s1, int64_t n) {
+void CpuRule(UpdateRule rule, const UpdateParams<T>& p,
+             absl::Span<const T* const> g, T* w, T* s0, T* s1, int64_t n) {
   DispatchUpdateRule(
       rule, [&](auto r) { CpuUpdate<decltype(r)::value>(p, g, w, s0, s1, n); });
 }
@@ -83,6 +100,24 @@ absl::Status CheckUpdate(UpdateRule rule, const UpdateTarget& t) {
   const Tensor& slot0 = want > 0 ? t.slots[0] : t.var;
   const Tensor& slot1 = want > 1 ? t.slots[1] : t.var;
   MT_RETURN_IF_ERROR(CheckAlike(kOp, {&t.var, &t.grad, &slot0, &slot1}));
+  if (t.more_grads.size() >= kMaxGradientTerms) {
+    return internal::OpError(
+        kOp,
+        absl::StrCat("a gradient of at most ", kMaxGradientTerms,
+                     " terms, got ", t.more_grads.size() + 1),
+        {&t.grad, &t.var});
+  }
+  for (const Tensor& term : t.more_grads) {
+    MT_RETURN_IF_ERROR(internal::CheckDefined(kOp, {&term}));
+    // Another logical CPU device's term is host memory too.
+    if (term.dtype() != t.var.dtype() || term.shape() != t.var.shape() ||
+        !term.device().SameMemory(t.var.device())) {
+      return internal::OpError(kOp,
+                               "a gradient term must have its variable's dtype "
+                               "and shape, in its memory",
+                               {&t.var, &term});
+    }
+  }
   return CheckScalars(kOp, "params", t.params, kUpdateParamCount, t.var);
 }
 
@@ -186,20 +221,26 @@ absl::Status ApplyUpdates(UpdateRule rule,
     if (t.var.device().is_cuda()) {
       // The variable's bfloat16 copy, if it has one, is written in the
       // same pass (Buffer::bf16_copy).
-      gpu.Of(t.var).push_back({.params = t.params.raw_data(),
-                               .grad = t.grad.raw_data(),
-                               .var = t.var.raw_data(),
-                               .s0 = s0,
-                               .s1 = s1,
-                               .bf16 = t.var.bf16_copy().get(),
-                               .n = n});
+      cuda::UpdateOperands operands{.params = t.params.raw_data(),
+                                    .grad = t.grad.raw_data(),
+                                    .var = t.var.raw_data(),
+                                    .s0 = s0,
+                                    .s1 = s1,
+                                    .bf16 = t.var.bf16_copy().get(),
+                                    .n = n};
+      for (size_t k = 0; k < t.more_grads.size(); ++k) {
+        operands.more_grads[k] = t.more_grads[k].raw_data();
+      }
+      gpu.Of(t.var).push_back(operands);
       continue;
     }
     MT_DISPATCH_FLOAT(t.var.dtype(), T, {
       UpdateParams<T> p;
       std::memcpy(&p, t.params.raw_data(), sizeof(p));
-      CpuRule<T>(rule, p, t.grad.data<T>(), t.var.data<T>(),
-                 static_cast<T*>(s0), static_cast<T*>(s1), n);
+      std::vector<const T*> terms = {t.grad.data<T>()};
+      for (const Tensor& term : t.more_grads) terms.push_back(term.data<T>());
+      CpuRule<T>(rule, p, terms, t.var.data<T>(), static_cast<T*>(s0),
+                 static_cast<T*>(s1), n);
     });
   }
   for (const auto& g : gpu.groups) {

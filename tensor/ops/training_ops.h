@@ -42,6 +42,13 @@ struct UpdateTarget {
   Tensor grad;
   Tensor var;
   std::vector<Tensor> slots;
+  // Further terms of the gradient, each like `grad`: the update reads
+  // (grad + more_grads[0]) + more_grads[1] ..., the sum an all-reduce of
+  // the terms would make (in order, element by element), so replicas that
+  // share memory sum each other's gradients here instead of in a pass of
+  // their own. At most kMaxGradientTerms - 1; read only; on var's device
+  // (any CPU device for a host variable).
+  std::vector<Tensor> more_grads;
 };
 // ApplyUpdate for each target, with the same results; the GPU targets of
 // one device and dtype update in one kernel launch (per few dozen): a

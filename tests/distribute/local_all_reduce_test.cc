@@ -134,6 +134,74 @@ TEST_P(LocalAllReduceTest, ListsOfDifferentTotalsAreAnErrorEverywhere) {
 // ListCuts::kSame (ReplicaContext::AllReduce's contract): the same totals
 // cut into other sizes are an error on every replica where any replica
 // asked for the same cuts, and fine where none did.
+// Share hands every replica all replicas' tensors in replica order (the
+// same buffers, not copies), between reductions that still pair up; each
+// replica's are left as they were.
+TEST_P(LocalAllReduceTest, ShareHandsEveryReplicaEveryList) {
+  const int n = GetParam();
+  LocalAllReduce ops(n, milliseconds(10000));
+  std::vector<std::vector<Tensor>> mine(n);
+  std::vector<std::vector<std::vector<Tensor>>> got(n);
+  std::vector<Tensor> counts(n);
+  auto status = OnReplicas(n, [&](int r) -> absl::Status {
+    for (int round = 0; round < 3; ++round) {
+      mine[r] = {Tensor::HostFull(DType::kF32, {3}, 10 * r + round),
+                 Tensor::HostFull(DType::kF32, {2, 2}, -r)};
+      counts[r] = Tensor::HostFull(DType::kF32, {1}, 1);
+      if (auto s = ops.AllReduce(r, ReduceOp::kSum, counts[r]); !s.ok()) {
+        return s;
+      }
+      absl::StatusOr<std::vector<std::vector<Tensor>>> lists =
+          ops.Share(r, absl::MakeSpan(mine[r]));
+      if (!lists.ok()) return lists.status();
+      got[r] = *std::move(lists);
+      if (auto s = ops.EndShare(r); !s.ok()) return s;
+      if (counts[r].data<float>()[0] != n) {
+        return absl::InternalError("the reduction around the share");
+      }
+    }
+    return absl::OkStatus();
+  });
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(status[r].ok()) << status[r];
+    ASSERT_EQ(got[r].size(), static_cast<size_t>(n));
+    for (int q = 0; q < n; ++q) {
+      ASSERT_EQ(got[r][q].size(), 2u);
+      for (int i = 0; i < 2; ++i) {
+        EXPECT_TRUE(got[r][q][i].SharesBufferWith(mine[q][i]))
+            << "replica " << r << " list " << q << " tensor " << i;
+      }
+      EXPECT_EQ(got[r][q][0].data<float>()[0], 10 * q + 2);
+    }
+  }
+}
+
+// Lists that are not alike one by one fail on every replica, which all
+// then read nothing.
+TEST(LocalAllReduceTest, SharingUnlikeListsIsAnErrorOnEveryReplica) {
+  LocalAllReduce ops(2, milliseconds(5000));
+  std::vector<std::vector<Tensor>> lists = {
+      {Tensor::HostZeros(DType::kF32, {4}),
+       Tensor::HostZeros(DType::kF32, {2})},
+      {Tensor::HostZeros(DType::kF32, {4}),
+       Tensor::HostZeros(DType::kF64, {2})}};
+  auto status = OnReplicas(2, [&](int r) {
+    return ops.Share(r, absl::MakeSpan(lists[r])).status();
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(status[r].code(), absl::StatusCode::kInternal) << status[r];
+    EXPECT_NE(status[r].message().find("share: replica"), std::string::npos)
+        << status[r];
+  }
+  lists[1] = {Tensor::HostZeros(DType::kF32, {4})};
+  LocalAllReduce fresh(2, milliseconds(5000));
+  status = OnReplicas(2, [&](int r) {
+    return fresh.Share(r, absl::MakeSpan(lists[r])).status();
+  });
+  EXPECT_FALSE(status[0].ok());
+  EXPECT_FALSE(status[1].ok());
+}
+
 TEST_P(LocalAllReduceTest, SameCutsAreRequiredWhereAsked) {
   const int n = GetParam();
   if (n == 1) GTEST_SKIP() << "one replica has nothing to disagree with";

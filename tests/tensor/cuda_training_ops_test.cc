@@ -70,8 +70,9 @@ TEST_F(CudaTrainingOpsTest, MovingAverageMatchesTheCpuBitwise) {
 // A list longer than one launch takes (24 tensors), sizes around the
 // kernel's 4096-element chunks, an empty one, and f32 and f64 lists in one
 // call, aligned tensors (16 bytes at a time, with tails) and misaligned
-// ones (one element at a time): each target updated with its own
-// parameters, bit for bit as on the CPU.
+// ones (one element at a time), gradients of one to three terms (a
+// misaligned term too): each target updated with its own parameters, bit
+// for bit as on the CPU.
 TEST_F(CudaTrainingOpsTest, ListsOfManyVariablesMatchTheCpuBitwise) {
   std::vector<int64_t> sizes;
   for (int i = 0; i < 30; ++i) {
@@ -92,6 +93,11 @@ TEST_F(CudaTrainingOpsTest, ListsOfManyVariablesMatchTheCpuBitwise) {
       ops::UpdateTarget& t = targets[i];
       t.params = CopyTo(t.params, Device::Cuda(0));
       t.grad = CopyTo(t.grad, Device::Cuda(0));
+      for (size_t k = 0; k < t.more_grads.size(); ++k) {
+        t.more_grads[k] = i % 5 == 2 && k == 0
+                              ? misaligned(t.more_grads[k])
+                              : CopyTo(t.more_grads[k], Device::Cuda(0));
+      }
       t.var = i % 4 == 1 ? misaligned(t.var) : CopyTo(t.var, Device::Cuda(0));
       for (Tensor& slot : t.slots) slot = CopyTo(slot, Device::Cuda(0));
     }
@@ -104,6 +110,12 @@ TEST_F(CudaTrainingOpsTest, ListsOfManyVariablesMatchTheCpuBitwise) {
     for (ops::UpdateTarget& t :
          testing::UpdateTargets(rule, DType::kF64, {{5000, 3}})) {
       cpu.push_back(std::move(t));
+    }
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      for (size_t k = 0; k < i % 3; ++k) {
+        cpu[i].more_grads.push_back(RandomTensor(
+            cpu[i].grad.shape(), 500 + 10 * i + k, cpu[i].grad.dtype()));
+      }
     }
     const std::vector<ops::UpdateTarget> gpu = on_gpu(cpu);
     ASSERT_TRUE(ops::ApplyUpdates(rule, cpu).ok());

@@ -177,6 +177,60 @@ TEST(TrainingOpsTest, AListUpdatesAsOneCallPerVariable) {
   }
 }
 
+// A gradient given as terms updates as their sum would, bit for bit: every
+// rule, lists of 2..8 terms, sizes across the loop's 2048-element blocks.
+TEST(TrainingOpsTest, AGradientOfTermsUpdatesAsTheirSum) {
+  const std::vector<int64_t> sizes = {5, 0, 2049, 4100, 17};
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    for (UpdateRule rule : testing::kEveryUpdateRule) {
+      for (int terms : {2, 3, kMaxGradientTerms}) {
+        SCOPED_TRACE(absl::StrCat(static_cast<int>(rule), " ", terms));
+        std::vector<ops::UpdateTarget> list =
+            testing::UpdateTargets(rule, dtype, sizes);
+        testing::AddGradientTerms(list, terms);
+        const std::vector<ops::UpdateTarget> summed =
+            testing::SummedGradients(Clones(list));
+        ASSERT_TRUE(ops::ApplyUpdates(rule, list).ok());
+        ASSERT_TRUE(ops::ApplyUpdates(rule, summed).ok());
+        for (size_t i = 0; i < list.size(); ++i) {
+          EXPECT_TRUE(SameBits(list[i].var, summed[i].var)) << "variable " << i;
+          for (size_t s = 0; s < list[i].slots.size(); ++s) {
+            EXPECT_TRUE(SameBits(list[i].slots[s], summed[i].slots[s]))
+                << i << " " << s;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(TrainingOpsTest, GradientTermsAreChecked) {
+  const UpdateRule rule = UpdateRule::kMomentum;
+  std::vector<ops::UpdateTarget> list =
+      testing::UpdateTargets(rule, DType::kF32, {{4, 6}});
+  const std::vector<ops::UpdateTarget> before = Clones(list);
+  testing::AddGradientTerms(list, kMaxGradientTerms + 1);
+  absl::Status s = ops::ApplyUpdates(rule, list);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("at most 8 terms, got 9"));
+  list = Clones(before);
+  list[1].more_grads = {RandomTensor({6}, 1, DType::kF32),
+                        RandomTensor({5}, 2, DType::kF32)};
+  s = ops::ApplyUpdates(rule, list);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("dtype and shape"));
+  list[1].more_grads = {RandomTensor({6}, 1, DType::kF64)};
+  s = ops::ApplyUpdates(rule, list);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  for (size_t i = 0; i < list.size(); ++i) {
+    EXPECT_TRUE(SameBits(list[i].var, before[i].var)) << i;
+  }
+  // Another logical CPU device's gradient is host memory as well.
+  list = Clones(before);
+  list[0].more_grads = {*RandomTensor({4}, 3, DType::kF32).To(Device::Cpu(1))};
+  s = ops::ApplyUpdates(rule, list);
+  EXPECT_TRUE(s.ok()) << s;
+}
+
 TEST(TrainingOpsTest, ABadListUpdatesNothing) {
   const UpdateRule rule = UpdateRule::kMomentum;
   std::vector<ops::UpdateTarget> list =

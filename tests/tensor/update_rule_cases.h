@@ -68,6 +68,45 @@ inline std::vector<ops::UpdateTarget> UpdateTargets(
   return targets;
 }
 
+// Gives every target `terms` - 1 further gradient terms (more_grads).
+inline void AddGradientTerms(std::vector<ops::UpdateTarget>& targets,
+                             int terms) {
+  for (size_t i = 0; i < targets.size(); ++i) {
+    ops::UpdateTarget& t = targets[i];
+    for (int k = 1; k < terms; ++k) {
+      t.more_grads.push_back(
+          RandomTensor(t.grad.shape(), 1000 + 10 * i + k, t.grad.dtype()));
+    }
+  }
+}
+
+// Adds `term` to `sum` element by element.
+template <typename T>
+void AddInto(Tensor& sum, const Tensor& term) {
+  for (int64_t e = 0; e < sum.num_elements(); ++e) {
+    sum.data<T>()[e] += term.data<T>()[e];
+  }
+}
+
+// The targets with each gradient's terms summed on the host, in order, one
+// element at a time (what an all-reduce would hand the update).
+inline std::vector<ops::UpdateTarget> SummedGradients(
+    std::vector<ops::UpdateTarget> targets) {
+  for (ops::UpdateTarget& t : targets) {
+    Tensor sum = *t.grad.Clone();
+    for (const Tensor& term : t.more_grads) {
+      if (sum.dtype() == DType::kF32) {
+        AddInto<float>(sum, term);
+      } else {
+        AddInto<double>(sum, term);
+      }
+    }
+    t.grad = sum;
+    t.more_grads.clear();
+  }
+  return targets;
+}
+
 }  // namespace mirrortrain::testing
 
 #endif  // MIRRORTRAIN_TESTS_TENSOR_UPDATE_RULE_CASES_H_

@@ -89,11 +89,11 @@ TEST_P(AccumulationTest, FourMicroBatchesEqualTheFourTimesLargerBatch) {
       testing::L2DiffAndNorm(small.values[0], large.values[0]);
   EXPECT_GT(d.diff, 1e-3 * d.norm);
   if (replicas > 1) {
-    // The model's gradients (12730 floats) fit one bucket: one all-reduce
-    // per step, with or without accumulation.
-    EXPECT_EQ(large.collectives, 16);
-    EXPECT_EQ(accumulated.collectives, 16);
-    EXPECT_EQ(small.collectives, 16);
+    // Logical replicas share their gradients (distribute.sum_in_update):
+    // one share and its end per step, with or without accumulation.
+    EXPECT_EQ(large.collectives, 2 * 16);
+    EXPECT_EQ(accumulated.collectives, 2 * 16);
+    EXPECT_EQ(small.collectives, 2 * 16);
   }
 }
 

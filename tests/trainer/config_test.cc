@@ -453,6 +453,20 @@ TEST(ConfigTest, StrategiesTakeOnlyTheirOwnKeys) {
   EXPECT_THAT(Message(c.status()),
               HasSubstr("one_device takes exactly one device, got 2 (for "
                         "several: distribute.strategy: mirrored)"));
+  // Summing in the update is mirrored's alone (on by default).
+  c = ParseConfig("distribute: {strategy: mirrored}\n", "m.yaml", {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->distribute.sum_in_update);
+  c = ParseConfig("distribute: {strategy: mirrored, sum_in_update: false}\n",
+                  "m.yaml", {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->distribute.sum_in_update);
+  c = ParseConfig(
+      "distribute:\n  strategy: central_storage\n  sum_in_update: false\n",
+      "cs.yaml", {});
+  EXPECT_EQ(Message(c.status()),
+            "cs.yaml:3: distribute.sum_in_update: a key of mirrored, unused by "
+            "strategy central_storage");
   // A null is "not set".
   EXPECT_TRUE(
       ParseConfig("distribute: {strategy: mirrored, max_staleness: null}\n",

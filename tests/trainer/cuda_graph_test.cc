@@ -166,6 +166,30 @@ TEST_F(CudaGraphCliTest, SynchronizedBatchNormOfLogicalReplicasIsRecorded) {
                                "mirrored", "[gpu:0,gpu:0,gpu:0]", {});
 }
 
+// distribute.sum_in_update on one GPU: the updates that add three logical
+// replicas' gradients themselves (eager, and recorded with the events that
+// order the replicas' reads) end bitwise where the all-reduced run does.
+TEST_F(CudaGraphCliTest, SummingInTheUpdateMatchesTheAllReduceBitwise) {
+  std::vector<std::string> sets = kSmallCnn;
+  sets.push_back("distribute.sum_in_update=false");
+  Result reduced;
+  const std::string reduced_dir =
+      Train("reduced3", "fashion_mnist_cnn.yaml", "auto", "mirrored",
+            "[gpu:0,gpu:0,gpu:0]", sets, &reduced);
+  ASSERT_EQ(reduced.exit_code, 0) << reduced.err;
+  for (const char* cuda_graph : {"off", "auto"}) {
+    SCOPED_TRACE(cuda_graph);
+    Result shared;
+    const std::string shared_dir = Train(
+        absl::StrCat("shared3_", cuda_graph), "fashion_mnist_cnn.yaml",
+        cuda_graph, "mirrored", "[gpu:0,gpu:0,gpu:0]", kSmallCnn, &shared);
+    ASSERT_EQ(shared.exit_code, 0) << shared.err;
+    ExpectSameTensors(reduced_dir + "/checkpoints/ckpt-24.safetensors",
+                      shared_dir + "/checkpoints/ckpt-24.safetensors");
+    EXPECT_EQ(LossLines(reduced_dir), LossLines(shared_dir));
+  }
+}
+
 // Two micro-batches per step, each with its fixed input buffers. An epoch
 // is 10 batches (the last short): 5 steps, the fifth eager.
 TEST_F(CudaGraphCliTest, AccumulatedStepsAreRecorded) {

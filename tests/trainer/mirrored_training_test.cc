@@ -24,6 +24,7 @@ std::string Devices(int n) {
 struct TrainedState {
   std::vector<std::string> names;
   std::vector<Tensor> values;  // Replica 0's state after training.
+  int64_t collectives = 0;     // Replica 0's (Strategy::collectives_started).
 };
 
 // `yaml` with `overrides` on `replicas` CPU devices, on synthetic data
@@ -55,6 +56,7 @@ TrainedState Train(int replicas, std::vector<std::string> overrides,
     run.names.push_back(v->name());
     run.values.push_back(*v->value().Clone());
   }
+  run.collectives = (*trainer)->strategy().collectives_started();
   return run;
 }
 
@@ -86,6 +88,50 @@ TEST(MirroredTrainingTest, MlpSameWeightsFor1And2And4Replicas) {
   TrainedState four = Train(4, mlp);
   ExpectSameWeights(two, one, 1e-5);
   ExpectSameWeights(four, one, 1e-5);
+}
+
+// distribute.sum_in_update: each replica's update adds every replica's
+// gradient itself, in the all-reduce's order (replica 0 first), so the
+// runs end with the same bits as the all-reduced ones: weights, slots and
+// EMA shadows, with gradient accumulation (the local sums are shared) and
+// dropout. Three replicas: an update adding its own gradient first would
+// differ. Clipping reads the sum, so it all-reduces instead. (The other
+// tests here share by default, synchronized batch norm's all-reduces
+// included.)
+TEST(MirroredTrainingTest, SummingInTheUpdateIsTheAllReduceBitForBit) {
+  for (int replicas : {2, 3}) {
+    for (const char* optimizer : {"momentum", "adam"}) {
+      SCOPED_TRACE(absl::StrCat(replicas, " replicas, ", optimizer));
+      const std::vector<std::string> job = {
+          "model.name=mlp",
+          "model.hidden_units=[32,16]",
+          "model.dropout=0.2",
+          "data.global_batch_size=30",
+          "train.steps=6",
+          "train.accumulation_steps=2",
+          "ema.decay=0.9",
+          absl::StrCat("optimizer.name=", optimizer),
+          "optimizer.learning_rate=0.01"};
+      auto with = [&](std::vector<std::string> more) {
+        more.insert(more.begin(), job.begin(), job.end());
+        return more;
+      };
+      const TrainedState shared = Train(replicas, job);
+      const TrainedState reduced =
+          Train(replicas, with({"distribute.sum_in_update=false"}));
+      ASSERT_EQ(shared.names, reduced.names);
+      for (size_t i = 0; i < shared.values.size(); ++i) {
+        EXPECT_TRUE(testing::SameBits(shared.values[i], reduced.values[i]))
+            << shared.names[i];
+      }
+      // A share and its end per step; one gradient bucket per step.
+      EXPECT_EQ(shared.collectives, 2 * 6);
+      EXPECT_EQ(reduced.collectives, 6);
+      const TrainedState clipped =
+          Train(replicas, with({"optimizer.clip_global_norm=1.0"}));
+      EXPECT_EQ(clipped.collectives, 6);
+    }
+  }
 }
 
 // precision: bf16 keeps the mirrored contract: every replica applies the

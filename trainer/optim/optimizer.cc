@@ -97,17 +97,28 @@ absl::StatusOr<std::vector<Variable*>> Optimizer::CheckedVariables(
     MT_RETURN_IF_ERROR(CheckVar(gv.var, i));
     if (!gv.grad.defined()) continue;
     const Variable& var = *gv.var;
-    if (gv.grad.dtype() != var.dtype() || gv.grad.shape() != var.shape()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("optimizer: gradient ", gv.grad.DebugString(),
-                       " for variable '", var.name(), "' does not match its ",
-                       DTypeName(var.dtype()), ShapeToString(var.shape())));
+    for (size_t k = 0; k <= gv.more.size(); ++k) {
+      const Tensor& term = k == 0 ? gv.grad : gv.more[k - 1];
+      if (!term.defined() || term.dtype() != var.dtype() ||
+          term.shape() != var.shape()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("optimizer: gradient ", term.DebugString(),
+                         " for variable '", var.name(), "' does not match its ",
+                         DTypeName(var.dtype()), ShapeToString(var.shape())));
+      }
+      // A further term may be another logical CPU device's: host memory.
+      if (k == 0 ? var.device() != term.device()
+                 : !var.device().SameMemory(term.device())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("optimizer: variable '", var.name(), "' is on ",
+                         var.device().ToString(), " but its gradient on ",
+                         term.device().ToString()));
+      }
     }
-    if (var.device() != gv.grad.device()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("optimizer: variable '", var.name(), "' is on ",
-                       var.device().ToString(), " but its gradient on ",
-                       gv.grad.device().ToString()));
+    if (gv.more.size() >= kMaxGradientTerms) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer: the gradient of variable '", var.name(), "' has ",
+          gv.more.size() + 1, " terms, at most ", kMaxGradientTerms));
     }
     vars.push_back(gv.var);
   }
@@ -144,6 +155,7 @@ absl::Status Optimizer::Apply(absl::Span<const GradAndVar> grads_and_vars,
     ops::UpdateTarget& t = targets.emplace_back();
     t.params = params[k++];
     t.grad = gv.grad;
+    t.more_grads = gv.more;
     t.var = gv.var->value();
     for (const auto& slot : slot_sets_[slot_index_.at(gv.var)].slots) {
       t.slots.push_back(slot->value());

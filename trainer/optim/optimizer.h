@@ -42,6 +42,12 @@ namespace mirrortrain::trainer {
 struct GradAndVar {
   Tensor grad;  // Undefined: no gradient; ApplyGradients skips the variable.
   Variable* var = nullptr;
+  // Further terms of the gradient, added to `grad` in order where the update
+  // reads it (ops::UpdateTarget::more_grads): every replica's gradient when
+  // logical replicas of one device share them instead of all-reducing
+  // (ReplicaContext::ShareGradients). Each like grad, on the variable's
+  // device (any CPU device for a host variable).
+  std::vector<Tensor> more;
 };
 
 class Optimizer {

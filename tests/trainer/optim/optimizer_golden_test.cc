@@ -478,6 +478,39 @@ TEST(OptimizerTest, ApplyGradientsCreatesSlotsLazilyAndCountsIterations) {
   EXPECT_EQ(momentum->iterations(), 41);
 }
 
+// Replicas that share their gradients hand the update every replica's: it
+// applies their sum, added in order, as after an all-reduce.
+TEST(OptimizerTest, AGradientOfTermsUpdatesAsTheirSum) {
+  Variable shared = MakeVar("w", {1, 2}), summed = MakeVar("w", {1, 2});
+  auto a = Make("momentum", 0.5), b = Make("momentum", 0.5);
+  const Tensor g0 = Tensor::FromVector<float>({0.1f, -1}, {2});
+  const Tensor g1 = Tensor::FromVector<float>({0.2f, 3}, {2});
+  // Another logical CPU device's term.
+  const Tensor g2 =
+      *Tensor::FromVector<float>({0.3f, 1e-8f}, {2}).To(Device::Cpu(1));
+  const Tensor sum = Tensor::FromVector<float>(
+      {(0.1f + 0.2f) + 0.3f, (-1.0f + 3.0f) + 1e-8f}, {2});
+  for (int step = 0; step < 2; ++step) {
+    ASSERT_TRUE(a->ApplyGradients({{g0, &shared, {g1, g2}}}).ok());
+    ASSERT_TRUE(b->ApplyGradients({{sum, &summed}}).ok());
+  }
+  EXPECT_TRUE(testing::SameBits(shared.value(), summed.value()));
+  EXPECT_TRUE(testing::SameBits(a->GetSlot(shared, "Momentum")->value(),
+                                b->GetSlot(summed, "Momentum")->value()));
+  // A term unlike the variable: nothing changes.
+  Variable w = MakeVar("w", {1, 2});
+  auto c = Make("momentum", 0.5);
+  absl::Status s = c->ApplyGradients(
+      {{g0, &w, {Tensor::FromVector<float>({1, 2, 3}, {3})}}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(s.message(), "does not match its")) << s;
+  EXPECT_EQ(c->iterations(), 0);
+  EXPECT_EQ(c->GetSlot(w, "Momentum"), nullptr);
+  EXPECT_EQ(w.value().ToVector<float>(), (std::vector<float>{1, 2}));
+  s = c->ApplyGradients({{g0, &w, std::vector<Tensor>(kMaxGradientTerms, g1)}});
+  EXPECT_TRUE(absl::StrContains(s.message(), "9 terms, at most 8")) << s;
+}
+
 TEST(OptimizerTest, LearningRateFollowsTheScheduleAtIterations) {
   auto sgd = testing::BuildOptimizer(
       "sgd", 1.0, {}, "piecewise_constant",
