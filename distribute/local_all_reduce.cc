@@ -192,21 +192,24 @@ absl::StatusOr<LocalAllReduce::CaptureEvents*> LocalAllReduce::EventsOf(
   return mine.get();
 }
 
-absl::Status LocalAllReduce::BeforeSharePoint(int replica, int device,
-                                              bool read, bool* captured) {
+absl::Status LocalAllReduce::RecordSharePoint(int replica, bool read) {
   absl::Status status = [&]() -> absl::Status {
-    MT_ASSIGN_OR_RETURN(*captured,
-                        cuda::StreamIsCapturing(cuda::CurrentStream()));
-    if (!*captured) {
-      // The peers' kernels will read (or, after EndShare, reuse) what this
-      // replica's kernels write (or read): complete, not just enqueued.
-      return cuda::Synchronize(device);
-    }
-    MT_ASSIGN_OR_RETURN(CaptureEvents * events, EventsOf(replica, device));
+    MT_ASSIGN_OR_RETURN(CaptureEvents * events,
+                        EventsOf(replica, *shared_gpu_[replica]));
     return (read ? events->read : events->posted).Record(cuda::CurrentStream());
   }();
   // The peers must not wait for a replica that will not come.
   if (!status.ok()) barrier_.Abort(status);
+  return status;
+}
+
+absl::Status LocalAllReduce::WaitForSharePoints(int replica, bool read) {
+  absl::Status status;
+  for (int r = 0; r < replicas_ && status.ok(); ++r) {
+    if (r == replica) continue;
+    const cuda::Event& e = read ? events_[r]->read : events_[r]->posted;
+    status = e.MakeStreamWait(cuda::CurrentStream());
+  }
   return status;
 }
 
@@ -222,22 +225,20 @@ absl::StatusOr<std::vector<std::vector<Tensor>>> LocalAllReduce::Share(
       break;
     }
   }
-  bool captured = false;
+  // On a GPU the replicas' streams are ordered by events, eagerly as while
+  // recording, so the host never waits for the device here: the peers'
+  // reads wait for this replica's work on its tensors so far.
   if (shared_gpu_[replica]) {
-    MT_RETURN_IF_ERROR(BeforeSharePoint(replica, *shared_gpu_[replica],
-                                        /*read=*/false, &captured));
+    MT_RETURN_IF_ERROR(RecordSharePoint(replica, /*read=*/false));
   }
   MT_RETURN_IF_ERROR(barrier_.Wait(replica, what));
   // Every replica's list is posted; each copies the others' tensors out
   // before the Join, so none may return (and let its list go) before.
   absl::StatusOr<std::vector<std::vector<Tensor>>> lists = SharedLists(replica);
   absl::Status status = lists.status();
-  // Recorded: this replica's reads wait on the device for the peers' work
-  // on their tensors (all on this GPU, as SharedLists checked).
-  for (int r = 0; r < replicas_ && status.ok() && captured; ++r) {
-    if (r != replica) {
-      status = events_[r]->posted.MakeStreamWait(cuda::CurrentStream());
-    }
+  // SharedLists checked that every replica's tensors are on this GPU.
+  if (status.ok() && shared_gpu_[replica]) {
+    status = WaitForSharePoints(replica, /*read=*/false);
   }
   barrier_.Join();
   if (!status.ok()) {
@@ -249,23 +250,17 @@ absl::StatusOr<std::vector<std::vector<Tensor>>> LocalAllReduce::Share(
 
 absl::Status LocalAllReduce::EndShare(int replica) {
   const std::string what = absl::StrCat("end of share #", calls_[replica]++);
-  bool captured = false;
   if (shared_gpu_[replica]) {
-    MT_RETURN_IF_ERROR(BeforeSharePoint(replica, *shared_gpu_[replica],
-                                        /*read=*/true, &captured));
+    MT_RETURN_IF_ERROR(RecordSharePoint(replica, /*read=*/true));
   }
   MT_RETURN_IF_ERROR(barrier_.Wait(replica, what));
-  // Every replica's reads are done (eagerly) or recorded before its `read`
-  // event: this replica's later work, which may free or overwrite its
-  // tensors, waits for them on the device. A peer re-records its event
-  // only in its next EndShare, after the next Share's rendezvous, which
-  // needs this replica to be done here.
+  // Every replica's reads are enqueued before its `read` event: this
+  // replica's later work, which may free (its stream's allocator reuses a
+  // block at once) or overwrite its tensors, waits for them on the device.
+  // A peer re-records its event only in its next EndShare, after the next
+  // Share's rendezvous, which needs this replica to be done here.
   absl::Status status;
-  for (int r = 0; r < replicas_ && status.ok() && captured; ++r) {
-    if (r != replica) {
-      status = events_[r]->read.MakeStreamWait(cuda::CurrentStream());
-    }
-  }
+  if (shared_gpu_[replica]) status = WaitForSharePoints(replica, /*read=*/true);
   if (!status.ok()) barrier_.Abort(status);
   return status;
 }

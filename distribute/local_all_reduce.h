@@ -16,7 +16,9 @@
 //
 // The replicas share one memory, so they may also hand each other their
 // tensors instead (Share, EndShare): a consumer that sums them where it
-// reads them saves the reduction's pass.
+// reads them saves the reduction's pass. On a GPU the replicas' streams
+// are then ordered by events, eagerly as in a captured step: the host
+// waits for no device work there.
 //
 // While the replicas' streams are being recorded into one CUDA graph (a
 // captured step), a GPU all-reduce waits on nothing on the host: each
@@ -77,19 +79,22 @@ class LocalAllReduce final : public CrossDeviceOps {
   // tensors, alike one by one, in one memory.
   absl::StatusOr<std::vector<std::vector<Tensor>>> SharedLists(
       int replica) const;
-  // Per replica, created by its own thread on first capture: marks its
-  // buffer posted, its slice summed, and (Share) its reads of the peers'
-  // tensors done, in the recorded streams.
+  // Per replica, created by its own thread on first use: marks its buffer
+  // posted and its slice summed in the recorded streams, and (Share,
+  // eagerly too) its shared tensors' producers and its reads of the peers'
+  // tensors (`read`) enqueued.
   struct CaptureEvents {
     cuda::Event posted, summed, read;
   };
   // The replica's events, created on first use.
   absl::StatusOr<CaptureEvents*> EventsOf(int replica, int device);
-  // Share's and EndShare's order on a GPU before the rendezvous: recorded
-  // (`*captured`), this replica's `read` or `posted` event; eagerly, its
-  // work finished. Aborts the barrier on failure.
-  absl::Status BeforeSharePoint(int replica, int device, bool read,
-                                bool* captured);
+  // Share (`read` false) and EndShare on a GPU, before the rendezvous:
+  // records the replica's `posted` or `read` event on its current stream;
+  // aborts the barrier on failure.
+  absl::Status RecordSharePoint(int replica, bool read);
+  // After the rendezvous: the current stream waits for every peer's
+  // `posted` or `read` event.
+  absl::Status WaitForSharePoints(int replica, bool read);
 
   const int replicas_;
   ReplicaBarrier barrier_;

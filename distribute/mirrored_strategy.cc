@@ -136,18 +136,21 @@ class MirroredStrategy::Replica final : public ReplicaContext {
     return Start({op, std::move(parts), std::move(buffer), std::nullopt});
   }
   bool reduces_lists() const override { return ops_->reduces_lists(); }
-  // Shared on the replica thread and its compute stream: nothing to
-  // overlap, and no collective of this replica is pending then (every
-  // earlier one was waited for).
+  // Shared on the replica thread and its compute stream (nothing to
+  // overlap), after the communication thread ran every collective posted
+  // before: the ops pair each replica's collectives in the order they are
+  // called.
   bool shares_memory() const override {
     return in_sync_ > 1 && ops_->shares_memory();
   }
   absl::StatusOr<std::vector<std::vector<Tensor>>> Share(
       absl::Span<Tensor> tensors) override {
+    DrainCommunication();
     started_.fetch_add(1, std::memory_order_relaxed);
     return ops_->Share(id_, tensors);
   }
   absl::Status EndShare() override {
+    DrainCommunication();
     started_.fetch_add(1, std::memory_order_relaxed);
     return ops_->EndShare(id_);
   }

@@ -263,12 +263,12 @@ const ParamSchema& DistributeSchema() {
                 "kernels queued before it"),
        Param::Bool("sum_in_update")
            .Default(true)
-           .Doc("mirrored: logical replicas of one device (cpu:K, or a GPU "
-                "listed more than once) sum each other's gradients in the "
-                "optimizer update instead of all-reducing them (the same "
-                "bits, without the reduction's pass over every copy); not "
-                "with gradient clipping or l2_regularization, which read "
-                "the sum"),
+           .Doc("mirrored: two or three logical replicas of one device "
+                "(cpu:K, or a GPU listed more than once) sum each other's "
+                "gradients in the optimizer update instead of all-reducing "
+                "them (the same bits, without the reduction's pass over "
+                "every copy); not with gradient clipping or "
+                "l2_regularization, which read the sum"),
        Param::Int("check_replicas_every_steps")
            .Default(0)
            .Min(0)

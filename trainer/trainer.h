@@ -318,8 +318,8 @@ class Trainer {
   // Whether replica ctx's update sums the replicas' gradients itself
   // (distribute.sum_in_update): mirrored logical replicas that share
   // memory, nothing between the reduction and the update that reads the
-  // sum (clipping, L2 regularization), and no more replicas than an update
-  // adds terms.
+  // sum (clipping, L2 regularization), and at most three replicas (from
+  // four on the all-reduce moves fewer bytes).
   bool SumsInUpdate(const distribute::ReplicaContext& ctx) const;
   // Forward and backward of replica `r` on its rows of each micro-batch
   // (the loss divided by the labels of all of them), the gradients summed

@@ -21,7 +21,8 @@ namespace mirrortrain::cuda {
 namespace {
 
 // Tensors per launch: their pointers travel as a kernel parameter, which
-// must stay under the classic 4 KiB limit (about 2.8 KiB here).
+// must stay under the classic 4 KiB limit (about 2.8 KiB for updates with
+// their gradients' further terms, 1.5 KiB for moving averages).
 constexpr int kMaxTensors = 24;
 constexpr int kMaxMore = kMaxGradientTerms - 1;
 // Elements per block; a block updates a chunk of one tensor.
@@ -36,8 +37,6 @@ constexpr int64_t kMaxBlocks = int64_t{1} << 30;
 struct TensorBatch {
   const void* scalars[kMaxTensors];
   const void* in[kMaxTensors];
-  // ApplyUpdates: further terms of the gradient `in`, null past the last.
-  const void* more[kMaxMore][kMaxTensors];
   void* out[kMaxTensors];
   void* s0[kMaxTensors];
   void* s1[kMaxTensors];
@@ -79,14 +78,19 @@ __device__ inline int BlockTensor(const TensorBatch& batch, int64_t& begin,
   return BlockChunk(batch.first_block, batch.n, kChunk, begin, end);
 }
 
-static_assert(sizeof(TensorBatch) <= 4096, "kernel parameters over 4 KiB");
+// ApplyUpdates' batch: further terms of each gradient `in`, null past the
+// last (kept out of the moving averages' parameters, which need none).
+struct UpdateBatch : TensorBatch {
+  const void* more[kMaxMore][kMaxTensors];
+};
+static_assert(sizeof(UpdateBatch) <= 4096, "kernel parameters over 4 KiB");
 
 // The gradient of element(s) i: `in`, plus the further terms in order (the
 // additions OrderedSum and the slice-sum kernel make). The term loop is
 // unrolled to constant indices, so the pointers are read from parameter
 // space.
 template <typename T>
-__device__ inline Wide<T> LoadGradient(const TensorBatch& batch, int t,
+__device__ inline Wide<T> LoadGradient(const UpdateBatch& batch, int t,
                                        int64_t i, Wide<T> g) {
 #pragma unroll
   for (int k = 0; k < kMaxMore; ++k) {
@@ -99,7 +103,7 @@ __device__ inline Wide<T> LoadGradient(const TensorBatch& batch, int t,
   return g;
 }
 template <typename T>
-__device__ inline T LoadGradient(const TensorBatch& batch, int t, int64_t i,
+__device__ inline T LoadGradient(const UpdateBatch& batch, int t, int64_t i,
                                  T g) {
 #pragma unroll
   for (int k = 0; k < kMaxMore; ++k) {
@@ -111,7 +115,7 @@ __device__ inline T LoadGradient(const TensorBatch& batch, int t, int64_t i,
 }
 
 template <UpdateRule R, typename T>
-__global__ void UpdatesKernel(const __grid_constant__ TensorBatch batch) {
+__global__ void UpdatesKernel(const __grid_constant__ UpdateBatch batch) {
   int64_t begin, end;
   const int t = BlockTensor(batch, begin, end);
   const UpdateParams<T> p =
@@ -172,18 +176,19 @@ __global__ void MovingAveragesKernel(
       });
 }
 
-// Packs the non-empty tensors into batches and calls launch(batch, blocks)
-// for each; `fill(batch, slot, tensor)` sets one tensor's pointers.
-template <typename Operands, typename Fill, typename Launch>
+// Packs the non-empty tensors into batches (a TensorBatch or one derived
+// from it) and calls launch(batch, blocks) for each; `fill(batch, slot,
+// tensor)` sets one tensor's pointers.
+template <typename Batch, typename Operands, typename Fill, typename Launch>
 void ForEachBatch(absl::Span<const Operands> tensors, Fill fill,
                   Launch launch) {
-  TensorBatch batch{};
+  Batch batch{};
   int64_t blocks = 0;
   auto flush = [&] {
     if (batch.count == 0) return;
     batch.first_block[batch.count] = static_cast<int>(blocks);
     launch(batch, static_cast<int>(blocks));
-    batch = TensorBatch{};
+    batch = Batch{};
     blocks = 0;
   };
   for (const Operands& t : tensors) {
@@ -228,9 +233,9 @@ absl::Status ApplyUpdatesOnGpu(UpdateRule rule, DType dtype,
       "ApplyUpdates", dtype, device, [&](auto zero, cudaStream_t stream) {
         using T = decltype(zero);
         DispatchUpdateRule(rule, [&](auto r) {
-          ForEachBatch(
+          ForEachBatch<UpdateBatch>(
               tensors,
-              [](TensorBatch& b, int k, const UpdateOperands& t) {
+              [](UpdateBatch& b, int k, const UpdateOperands& t) {
                 b.scalars[k] = t.params;
                 b.in[k] = t.grad;
                 b.out[k] = t.var;
@@ -244,7 +249,7 @@ absl::Status ApplyUpdatesOnGpu(UpdateRule rule, DType dtype,
                   b.wide[k] = b.wide[k] && Wide16(t.more_grads[m]);
                 }
               },
-              [&](const TensorBatch& b, int blocks) {
+              [&](const UpdateBatch& b, int blocks) {
                 UpdatesKernel<decltype(r)::value, T>
                     <<<blocks, kLaunchThreads, 0, stream>>>(b);
               });
@@ -260,7 +265,7 @@ absl::Status MovingAveragesOnGpu(
   return LaunchFloatOn(
       "MovingAverages", dtype, device, [&](auto zero, cudaStream_t stream) {
         using T = decltype(zero);
-        ForEachBatch(
+        ForEachBatch<TensorBatch>(
             tensors,
             [](TensorBatch& b, int k, const MovingAverageOperands& t) {
               b.scalars[k] = t.one_minus_decay;

@@ -108,15 +108,7 @@ absl::Status CheckUpdate(UpdateRule rule, const UpdateTarget& t) {
         {&t.grad, &t.var});
   }
   for (const Tensor& term : t.more_grads) {
-    MT_RETURN_IF_ERROR(internal::CheckDefined(kOp, {&term}));
-    // Another logical CPU device's term is host memory too.
-    if (term.dtype() != t.var.dtype() || term.shape() != t.var.shape() ||
-        !term.device().SameMemory(t.var.device())) {
-      return internal::OpError(kOp,
-                               "a gradient term must have its variable's dtype "
-                               "and shape, in its memory",
-                               {&t.var, &term});
-    }
+    MT_RETURN_IF_ERROR(CheckAlike(kOp, {&t.var, &term}));
   }
   return CheckScalars(kOp, "params", t.params, kUpdateParamCount, t.var);
 }

@@ -46,8 +46,7 @@ struct UpdateTarget {
   // (grad + more_grads[0]) + more_grads[1] ..., the sum an all-reduce of
   // the terms would make (in order, element by element), so replicas that
   // share memory sum each other's gradients here instead of in a pass of
-  // their own. At most kMaxGradientTerms - 1; read only; on var's device
-  // (any CPU device for a host variable).
+  // their own. At most kMaxGradientTerms - 1; read only.
   std::vector<Tensor> more_grads;
 };
 // ApplyUpdate for each target, with the same results; the GPU targets of

@@ -134,6 +134,35 @@ TEST_P(LocalAllReduceTest, ListsOfDifferentTotalsAreAnErrorEverywhere) {
 // ListCuts::kSame (ReplicaContext::AllReduce's contract): the same totals
 // cut into other sizes are an error on every replica where any replica
 // asked for the same cuts, and fine where none did.
+TEST_P(LocalAllReduceTest, SameCutsAreRequiredWhereAsked) {
+  const int n = GetParam();
+  if (n == 1) GTEST_SKIP() << "one replica has nothing to disagree with";
+  for (ListCuts cuts : {ListCuts::kSame, ListCuts::kAny}) {
+    LocalAllReduce ops(n, milliseconds(10000));
+    std::vector<std::vector<Tensor>> lists(n);
+    auto status = OnReplicas(n, [&](int r) {
+      const bool last = r == n - 1;
+      lists[r] = {Tensor::HostFull(DType::kF32, {last ? 3 : 2}, 1),
+                  Tensor::HostFull(DType::kF32, {last ? 2 : 3}, 1)};
+      // Only replica 0 says which: the others' kAny must not loosen it.
+      return ops.AllReduceList(r, ReduceOp::kSum, absl::MakeSpan(lists[r]),
+                               r == 0 ? cuts : ListCuts::kAny);
+    });
+    for (int r = 0; r < n; ++r) {
+      if (cuts == ListCuts::kAny) {
+        EXPECT_TRUE(status[r].ok()) << status[r];
+        EXPECT_EQ(lists[r][0].ToVector<float>()[0], n);
+        continue;
+      }
+      EXPECT_EQ(status[r].code(), absl::StatusCode::kInternal) << status[r];
+      EXPECT_NE(status[r].message().find("2 tensors of 5 elements ([3], [2])"),
+                std::string::npos)
+          << status[r];
+      EXPECT_EQ(lists[r][0].ToVector<float>()[0], 1);
+    }
+  }
+}
+
 // Share hands every replica all replicas' tensors in replica order (the
 // same buffers, not copies), between reductions that still pair up; each
 // replica's are left as they were.
@@ -202,33 +231,27 @@ TEST(LocalAllReduceTest, SharingUnlikeListsIsAnErrorOnEveryReplica) {
   EXPECT_FALSE(status[1].ok());
 }
 
-TEST_P(LocalAllReduceTest, SameCutsAreRequiredWhereAsked) {
-  const int n = GetParam();
-  if (n == 1) GTEST_SKIP() << "one replica has nothing to disagree with";
-  for (ListCuts cuts : {ListCuts::kSame, ListCuts::kAny}) {
-    LocalAllReduce ops(n, milliseconds(10000));
-    std::vector<std::vector<Tensor>> lists(n);
-    auto status = OnReplicas(n, [&](int r) {
-      const bool last = r == n - 1;
-      lists[r] = {Tensor::HostFull(DType::kF32, {last ? 3 : 2}, 1),
-                  Tensor::HostFull(DType::kF32, {last ? 2 : 3}, 1)};
-      // Only replica 0 says which: the others' kAny must not loosen it.
-      return ops.AllReduceList(r, ReduceOp::kSum, absl::MakeSpan(lists[r]),
-                               r == 0 ? cuts : ListCuts::kAny);
-    });
-    for (int r = 0; r < n; ++r) {
-      if (cuts == ListCuts::kAny) {
-        EXPECT_TRUE(status[r].ok()) << status[r];
-        EXPECT_EQ(lists[r][0].ToVector<float>()[0], n);
-        continue;
-      }
-      EXPECT_EQ(status[r].code(), absl::StatusCode::kInternal) << status[r];
-      EXPECT_NE(status[r].message().find("2 tensors of 5 elements ([3], [2])"),
-                std::string::npos)
-          << status[r];
-      EXPECT_EQ(lists[r][0].ToVector<float>()[0], 1);
+// A replica that fails between Share and EndShare aborts the ops (as
+// MirroredStrategy does on a replica's error): its peers' EndShare returns
+// the reason instead of waiting for it.
+TEST(LocalAllReduceTest, APeerFailingWhileSharingAbortsTheEnd) {
+  LocalAllReduce ops(2, milliseconds(60000));
+  std::vector<std::vector<Tensor>> lists = {
+      {Tensor::HostZeros(DType::kF32, {4})},
+      {Tensor::HostZeros(DType::kF32, {4})}};
+  auto status = OnReplicas(2, [&](int r) -> absl::Status {
+    absl::Status shared = ops.Share(r, absl::MakeSpan(lists[r])).status();
+    if (!shared.ok()) return shared;
+    if (r == 0) {
+      const absl::Status failed = absl::InternalError("replica 0's update");
+      ops.Abort(failed);
+      return failed;
     }
-  }
+    return ops.EndShare(r);
+  });
+  EXPECT_EQ(status[1].code(), absl::StatusCode::kInternal) << status[1];
+  EXPECT_NE(status[1].message().find("replica 0's update"), std::string::npos)
+      << status[1];
 }
 
 INSTANTIATE_TEST_SUITE_P(Replicas, LocalAllReduceTest,

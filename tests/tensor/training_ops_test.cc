@@ -217,18 +217,13 @@ TEST(TrainingOpsTest, GradientTermsAreChecked) {
   list[1].more_grads = {RandomTensor({6}, 1, DType::kF32),
                         RandomTensor({5}, 2, DType::kF32)};
   s = ops::ApplyUpdates(rule, list);
-  EXPECT_THAT(std::string(s.message()), HasSubstr("dtype and shape"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("same shape"));
   list[1].more_grads = {RandomTensor({6}, 1, DType::kF64)};
   s = ops::ApplyUpdates(rule, list);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   for (size_t i = 0; i < list.size(); ++i) {
     EXPECT_TRUE(SameBits(list[i].var, before[i].var)) << i;
   }
-  // Another logical CPU device's gradient is host memory as well.
-  list = Clones(before);
-  list[0].more_grads = {*RandomTensor({4}, 3, DType::kF32).To(Device::Cpu(1))};
-  s = ops::ApplyUpdates(rule, list);
-  EXPECT_TRUE(s.ok()) << s;
 }
 
 TEST(TrainingOpsTest, ABadListUpdatesNothing) {

@@ -170,7 +170,9 @@ TEST_F(CudaGraphCliTest, SynchronizedBatchNormOfLogicalReplicasIsRecorded) {
 // replicas' gradients themselves (eager, and recorded with the events that
 // order the replicas' reads) end bitwise where the all-reduced run does.
 TEST_F(CudaGraphCliTest, SummingInTheUpdateMatchesTheAllReduceBitwise) {
-  std::vector<std::string> sets = kSmallCnn;
+  std::vector<std::string> shared_sets = kSmallCnn;
+  shared_sets.push_back("distribute.check_replicas_every_steps=1");
+  std::vector<std::string> sets = shared_sets;
   sets.push_back("distribute.sum_in_update=false");
   Result reduced;
   const std::string reduced_dir =
@@ -182,8 +184,13 @@ TEST_F(CudaGraphCliTest, SummingInTheUpdateMatchesTheAllReduceBitwise) {
     Result shared;
     const std::string shared_dir = Train(
         absl::StrCat("shared3_", cuda_graph), "fashion_mnist_cnn.yaml",
-        cuda_graph, "mirrored", "[gpu:0,gpu:0,gpu:0]", kSmallCnn, &shared);
+        cuda_graph, "mirrored", "[gpu:0,gpu:0,gpu:0]", shared_sets, &shared);
     ASSERT_EQ(shared.exit_code, 0) << shared.err;
+    if (std::string(cuda_graph) == "auto") {
+      EXPECT_EQ(shared.err.find("train.cuda_graph: eager steps"),
+                std::string::npos)
+          << shared.err;
+    }
     ExpectSameTensors(reduced_dir + "/checkpoints/ckpt-24.safetensors",
                       shared_dir + "/checkpoints/ckpt-24.safetensors");
     EXPECT_EQ(LossLines(reduced_dir), LossLines(shared_dir));

@@ -95,7 +95,8 @@ TEST(MirroredTrainingTest, MlpSameWeightsFor1And2And4Replicas) {
 // runs end with the same bits as the all-reduced ones: weights, slots and
 // EMA shadows, with gradient accumulation (the local sums are shared) and
 // dropout. Three replicas: an update adding its own gradient first would
-// differ. Clipping reads the sum, so it all-reduces instead. (The other
+// differ. Clipping and L2 regularization read the sum, so they all-reduce
+// instead, as four replicas do. (The other
 // tests here share by default, synchronized batch norm's all-reduces
 // included.)
 TEST(MirroredTrainingTest, SummingInTheUpdateIsTheAllReduceBitForBit) {
@@ -130,8 +131,16 @@ TEST(MirroredTrainingTest, SummingInTheUpdateIsTheAllReduceBitForBit) {
       const TrainedState clipped =
           Train(replicas, with({"optimizer.clip_global_norm=1.0"}));
       EXPECT_EQ(clipped.collectives, 6);
+      const TrainedState l2 =
+          Train(replicas, with({"optimizer.l2_regularization=0.001"}));
+      EXPECT_EQ(l2.collectives, 6);
     }
   }
+  // From four replicas on the all-reduce moves fewer bytes: it is kept.
+  const TrainedState four =
+      Train(4, {"model.name=mlp", "model.hidden_units=[8]",
+                "data.global_batch_size=32", "train.steps=3"});
+  EXPECT_EQ(four.collectives, 3);
 }
 
 // precision: bf16 keeps the mirrored contract: every replica applies the

@@ -106,9 +106,7 @@ absl::StatusOr<std::vector<Variable*>> Optimizer::CheckedVariables(
                          " for variable '", var.name(), "' does not match its ",
                          DTypeName(var.dtype()), ShapeToString(var.shape())));
       }
-      // A further term may be another logical CPU device's: host memory.
-      if (k == 0 ? var.device() != term.device()
-                 : !var.device().SameMemory(term.device())) {
+      if (var.device() != term.device()) {
         return absl::InvalidArgumentError(
             absl::StrCat("optimizer: variable '", var.name(), "' is on ",
                          var.device().ToString(), " but its gradient on ",

@@ -45,8 +45,7 @@ struct GradAndVar {
   // Further terms of the gradient, added to `grad` in order where the update
   // reads it (ops::UpdateTarget::more_grads): every replica's gradient when
   // logical replicas of one device share them instead of all-reducing
-  // (ReplicaContext::ShareGradients). Each like grad, on the variable's
-  // device (any CPU device for a host variable).
+  // (ReplicaContext::ShareGradients). Each like grad.
   std::vector<Tensor> more;
 };
 

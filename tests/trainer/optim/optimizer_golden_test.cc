@@ -483,13 +483,12 @@ TEST(OptimizerTest, ApplyGradientsCreatesSlotsLazilyAndCountsIterations) {
 TEST(OptimizerTest, AGradientOfTermsUpdatesAsTheirSum) {
   Variable shared = MakeVar("w", {1, 2}), summed = MakeVar("w", {1, 2});
   auto a = Make("momentum", 0.5), b = Make("momentum", 0.5);
-  const Tensor g0 = Tensor::FromVector<float>({0.1f, -1}, {2});
-  const Tensor g1 = Tensor::FromVector<float>({0.2f, 3}, {2});
-  // Another logical CPU device's term.
-  const Tensor g2 =
-      *Tensor::FromVector<float>({0.3f, 1e-8f}, {2}).To(Device::Cpu(1));
-  const Tensor sum = Tensor::FromVector<float>(
-      {(0.1f + 0.2f) + 0.3f, (-1.0f + 3.0f) + 1e-8f}, {2});
+  // Sums whose float32 rounding depends on the order: (1 + 1e-8) - 1 is
+  // 0, (-1 + 1) + 1e-8 is 1e-8; other orders give the other value.
+  const Tensor g0 = Tensor::FromVector<float>({1, -1}, {2});
+  const Tensor g1 = Tensor::FromVector<float>({1e-8f, 1}, {2});
+  const Tensor g2 = Tensor::FromVector<float>({-1, 1e-8f}, {2});
+  const Tensor sum = Tensor::FromVector<float>({0, 1e-8f}, {2});
   for (int step = 0; step < 2; ++step) {
     ASSERT_TRUE(a->ApplyGradients({{g0, &shared, {g1, g2}}}).ok());
     ASSERT_TRUE(b->ApplyGradients({{sum, &summed}}).ok());
