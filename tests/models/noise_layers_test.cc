@@ -203,22 +203,27 @@ TEST(NoiseLayersTest, LayersStepsAndSeedsDrawApart) {
 class NoiseGpuTest : public testing::CudaTest {};
 
 // On gpu:0 the CPU's draws, from a host seed and from the step seed as a
-// device tensor (a replayed CUDA graph's), within the last bit of double's
-// log and cos.
+// device tensor (a replayed CUDA graph's), within the last bits of
+// double's log and cos (the device's are other implementations), f32 and
+// f64.
 TEST_F(NoiseGpuTest, DrawsAreTheCpus) {
-  const Tensor like = Tensor::HostFull(DType::kF32, {4096}, 0.0);
-  const Tensor want = *ops::StandardNormal(like, 5, 7);
-  const Tensor on_gpu = *like.To(Device::Cuda(0));
-  absl::StatusOr<Tensor> got = ops::StandardNormal(on_gpu, 5, 7);
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_TRUE(testing::AllClose(*got->To(Device::Cpu()), want, 1e-6, 1e-7));
-  const Tensor seed = Tensor::FromVector<int64_t>({77}, {1});
-  const Tensor want_step = *ops::StandardNormal(like, seed, 3, 9, 7);
-  absl::StatusOr<Tensor> got_step =
-      ops::StandardNormal(on_gpu, *seed.To(Device::Cuda(0)), 3, 9, 7);
-  ASSERT_TRUE(got_step.ok()) << got_step.status();
-  EXPECT_TRUE(
-      testing::AllClose(*got_step->To(Device::Cpu()), want_step, 1e-6, 1e-7));
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const double tol = dtype == DType::kF32 ? 1e-6 : 1e-13;
+    const Tensor like = Tensor::HostFull(dtype, {4096}, 0.0);
+    const Tensor want = *ops::StandardNormal(like, 5, 7);
+    const Tensor on_gpu = *like.To(Device::Cuda(0));
+    absl::StatusOr<Tensor> got = ops::StandardNormal(on_gpu, 5, 7);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(testing::AllClose(*got->To(Device::Cpu()), want, tol, tol));
+    const Tensor seed = Tensor::FromVector<int64_t>({77}, {1});
+    const Tensor want_step = *ops::StandardNormal(like, seed, 3, 9, 7);
+    absl::StatusOr<Tensor> got_step =
+        ops::StandardNormal(on_gpu, *seed.To(Device::Cuda(0)), 3, 9, 7);
+    ASSERT_TRUE(got_step.ok()) << got_step.status();
+    EXPECT_TRUE(
+        testing::AllClose(*got_step->To(Device::Cpu()), want_step, tol, tol));
+  }
 }
 
 }  // namespace

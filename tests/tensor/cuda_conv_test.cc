@@ -208,12 +208,14 @@ TEST_F(CudaConvTest, DepthwiseConvolutionsOfManySegmentsMatchCpu) {
   const Case cases[] = {
       {{8, 33, 35, 5}, {3, 3, 5, 2}, {1, 1, ops::Padding::kSame}},
       {{4, 29, 31, 7}, {5, 4, 7, 1}, {2, 3, ops::Padding::kValid}},
+      // Dilated taps, the filter gradient over several segments too.
+      {{8, 33, 35, 5}, {3, 3, 5, 2}, {1, 1, ops::Padding::kSame, 2, 3}},
   };
   uint64_t seed = 500;
   for (const Case& c : cases) {
-    const ImageWindow w =
-        ops::MakeImageWindow(c.x, c.filter[0], c.filter[1], c.opt.stride_h,
-                             c.opt.stride_w, c.opt.padding);
+    const ImageWindow w = ops::MakeImageWindow(
+        c.x, c.filter[0], c.filter[1], c.opt.stride_h, c.opt.stride_w,
+        c.opt.padding, c.opt.dilation_h, c.opt.dilation_w);
     EXPECT_GT(cuda::DepthwiseFilterGradSegments({w, c.filter[3]}), 1);
     for (DType dtype : {DType::kF32, DType::kF64}) {
       SCOPED_TRACE(absl::StrCat(ShapeToString(c.x), " ", DTypeName(dtype)));
@@ -636,7 +638,7 @@ TEST_F(CudaConvTest, DilatedAndTransposedConvolutionsMatchCpu) {
       {{2, 11, 7, 8}, {2, 3, 8, 3}, {1, 1, ops::Padding::kValid, 3, 2}, {0, 0}},
       {{2, 6, 7, 16}, {3, 3, 3, 16}, {1, 1, same}, {6, 7}, 2, 1, 0},
       {{3, 4, 5, 8}, {3, 3, 4, 8}, {2, 2, same}, {7, 10}},
-      {{2, 8, 8, 16}, {3, 3, 16, 8}, {1, 1, same}, {8, 8}, 0, 0, 3},
+      {{2, 8, 8, 16}, {3, 3, 8, 16}, {1, 1, same}, {8, 8}, 0, 0, 3},
   };
   uint64_t seed = 1200;
   for (const bool ours : {false, true}) {

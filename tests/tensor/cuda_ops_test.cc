@@ -93,6 +93,30 @@ TEST_F(CudaOpsTest, LogisticTailMatchesCpuBitwise) {
   }
 }
 
+// Keras's masks compare on the device (masking layers, mask_zero): 1 where
+// the values differ, NaN against anything included, as on the CPU (ids
+// are compared as floats).
+TEST_F(CudaOpsTest, NotEqualMatchesCpuBitwise) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<Tensor> cases = {
+      Tensor::FromVector<float>({0, 1.5f, -0.0f, nan, 0.25f}, {5}),
+      Tensor::FromVector<double>({0, 2, 0.25, -1}, {2, 2})};
+  for (const Tensor& a : cases) {
+    SCOPED_TRACE(a.DebugString());
+    for (double value : {0.0, 0.25}) {
+      const Tensor v = *ops::internal::ScalarLike(a, value);
+      const Tensor want =
+          *ops::internal::BinaryKernel("NotEqual", BinaryKind::kNotEqual, a, v);
+      const Tensor ga = *a.To(Device::Cuda(0));
+      absl::StatusOr<Tensor> got =
+          ops::internal::BinaryKernel("NotEqual", BinaryKind::kNotEqual, ga,
+                                      *ops::internal::ScalarLike(ga, value));
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_TRUE(testing::SameBits(*got->To(Device::Cpu()), want));
+    }
+  }
+}
+
 TEST_F(CudaOpsTest, BinaryKernelsMatchCpu) {
   Tensor a = testing::RandomTensor({513, 9}, 2, DType::kF32);
   Tensor b = testing::RandomTensor({513, 9}, 3, DType::kF32, 0.5, 2.0);

@@ -70,9 +70,9 @@ TEST_F(CudaTrainingOpsTest, MovingAverageMatchesTheCpuBitwise) {
 // A list longer than one launch takes (24 tensors), sizes around the
 // kernel's 4096-element chunks, an empty one, and f32 and f64 lists in one
 // call, aligned tensors (16 bytes at a time, with tails) and misaligned
-// ones (one element at a time), gradients of one to three terms (a
-// misaligned term too): each target updated with its own parameters, bit
-// for bit as on the CPU.
+// ones (one element at a time), gradients of one to three terms and of
+// the most (kMaxGradientTerms; a misaligned term too): each target updated
+// with its own parameters, bit for bit as on the CPU.
 TEST_F(CudaTrainingOpsTest, ListsOfManyVariablesMatchTheCpuBitwise) {
   std::vector<int64_t> sizes;
   for (int i = 0; i < 30; ++i) {
@@ -112,7 +112,9 @@ TEST_F(CudaTrainingOpsTest, ListsOfManyVariablesMatchTheCpuBitwise) {
       cpu.push_back(std::move(t));
     }
     for (size_t i = 0; i < cpu.size(); ++i) {
-      for (size_t k = 0; k < i % 3; ++k) {
+      // Every fifth (a 4095-element one among them) of the most terms.
+      const size_t more = i % 5 == 3 ? kMaxGradientTerms - 1 : i % 3;
+      for (size_t k = 0; k < more; ++k) {
         cpu[i].more_grads.push_back(RandomTensor(
             cpu[i].grad.shape(), 500 + 10 * i + k, cpu[i].grad.dtype()));
       }
