@@ -401,6 +401,86 @@ TEST_F(CudaCollectivesTest, PackedAndListBucketsPairInRecordedSteps) {
   ExpectReplaysMatchEager(**graphed, *graph, a, b);
 }
 
+// The replicas share what they computed (distribute.sum_in_update's
+// collective): each makes fresh tensors on its stream after a slow chain of
+// products (so a reader not ordered after them would read early), a
+// blocking all-reduce comes between, every replica adds every replica's
+// tensors in replica order on its own stream, and EndShare orders its
+// later work (which frees them) after every replica's reads. The state
+// becomes the sum / 64.
+absl::Status SharingStep(ReplicaContext& ctx, const Tensor& slow,
+                         std::vector<Tensor>& x) {
+  if (!ctx.shares_memory()) return absl::InternalError("expected sharing");
+  Tensor y = slow;
+  for (int i = 0; i < 8; ++i) {
+    MT_ASSIGN_OR_RETURN(y, ops::MatMul(y, slow));
+    MT_ASSIGN_OR_RETURN(y, ops::Scale(y, 1.0 / 1024));
+  }
+  Tensor& mine = x[ctx.replica_id()];
+  MT_ASSIGN_OR_RETURN(Tensor zero, ops::ReduceSum(y));
+  MT_ASSIGN_OR_RETURN(zero, ops::Scale(zero, 0.0));
+  MT_ASSIGN_OR_RETURN(Tensor g, ops::Add(mine, zero));
+  MT_ASSIGN_OR_RETURN(g, ops::Scale(g, ctx.replica_id() + 1.0));
+  MT_ASSIGN_OR_RETURN(Tensor h, ops::Mul(mine, mine));
+  std::vector<Tensor> blocking = {h};
+  MT_RETURN_IF_ERROR(ctx.AllReduce(ReduceOp::kSum, absl::MakeSpan(blocking)));
+  std::vector<Tensor> posted = {g, blocking[0]};
+  MT_ASSIGN_OR_RETURN(const std::vector<std::vector<Tensor>> lists,
+                      ctx.Share(absl::MakeSpan(posted)));
+  Tensor sum = lists[0][0];
+  for (size_t r = 1; r < lists.size(); ++r) {
+    MT_ASSIGN_OR_RETURN(sum, ops::Add(sum, lists[r][0]));
+  }
+  MT_ASSIGN_OR_RETURN(sum, ops::Add(sum, lists.back()[1]));
+  MT_ASSIGN_OR_RETURN(Tensor next, ops::Scale(sum, 1.0 / 64));
+  MT_RETURN_IF_ERROR(mine.CopyFrom(next));
+  return ctx.EndShare();
+}
+
+TEST_F(CudaCollectivesTest, SharedTensorsAreReadInOrderEagerAndRecorded) {
+  const std::vector<Device> devices(3, Device::Cuda(0));
+  const MirroredOptions options{"auto", 1 << 20, 60.0};
+  auto eager = MirroredStrategy::Create(devices, options);
+  auto graphed = MirroredStrategy::Create(devices, options);
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  ASSERT_TRUE(graphed.ok()) << graphed.status();
+  // Ones: every product of the chain is ones again (1024 x 1 / 1024).
+  const Tensor square =
+      *Tensor::HostFull(DType::kF32, {1024, 1024}, 1.0).To(Device::Cuda(0));
+  std::vector<Tensor> a = LogicalReplicaStates(), b = LogicalReplicaStates();
+  for (int step = 0; step < 3; ++step) {
+    ASSERT_TRUE((*eager)
+                    ->Run([&](ReplicaContext& ctx) {
+                      return SharingStep(ctx, square, a);
+                    })
+                    .ok());
+  }
+  absl::StatusOr<cuda::CudaGraph> graph = (*graphed)->CaptureRun(
+      [&](ReplicaContext& ctx) { return SharingStep(ctx, square, b); });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ExpectReplaysMatchEager(**graphed, *graph, a, b);
+  // One eager step against the host: every replica's (r + 1) x summed in
+  // replica order, plus the all-reduced squares, over 64.
+  std::vector<Tensor> once = LogicalReplicaStates();
+  const std::vector<Tensor> start = LogicalReplicaStates();
+  ASSERT_TRUE((*eager)
+                  ->Run([&](ReplicaContext& ctx) {
+                    return SharingStep(ctx, square, once);
+                  })
+                  .ok());
+  const std::vector<float> got = once[2].To(Device::Cpu())->ToVector<float>();
+  std::vector<std::vector<float>> x0;
+  for (const Tensor& t : start)
+    x0.push_back(t.To(Device::Cpu())->ToVector<float>());
+  for (size_t i = 0; i < got.size(); ++i) {
+    float sum = x0[0][i] * 1.0f;
+    for (int r = 1; r < 3; ++r) sum += x0[r][i] * static_cast<float>(r + 1);
+    float squares = x0[0][i] * x0[0][i];
+    for (int r = 1; r < 3; ++r) squares += x0[r][i] * x0[r][i];
+    ASSERT_EQ(got[i], (sum + squares) * (1.0f / 64)) << "element " << i;
+  }
+}
+
 // A step that reads its input late: a chain of products first (a few
 // milliseconds on the GPU), then x += sum of the input's rows. Staging the
 // next input while a replay of this one still runs would change the sum.
