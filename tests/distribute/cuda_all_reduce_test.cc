@@ -414,7 +414,7 @@ absl::Status SharingStep(ReplicaContext& ctx, const Tensor& slow,
   Tensor y = slow;
   for (int i = 0; i < 8; ++i) {
     MT_ASSIGN_OR_RETURN(y, ops::MatMul(y, slow));
-    MT_ASSIGN_OR_RETURN(y, ops::Scale(y, 1.0 / 1024));
+    MT_ASSIGN_OR_RETURN(y, ops::Scale(y, 1.0 / slow.dim(0)));
   }
   Tensor& mine = x[ctx.replica_id()];
   MT_ASSIGN_OR_RETURN(Tensor zero, ops::ReduceSum(y));
@@ -435,6 +435,40 @@ absl::Status SharingStep(ReplicaContext& ctx, const Tensor& slow,
   MT_ASSIGN_OR_RETURN(Tensor next, ops::Scale(sum, 1.0 / 64));
   MT_RETURN_IF_ERROR(mine.CopyFrom(next));
   return ctx.EndShare();
+}
+
+// One SharingStep from `start` (three replicas' states) against the host:
+// every replica's (r + 1) x summed in replica order, plus the all-reduced
+// squares, over 64, bit for bit.
+void ExpectASharedStepSumsAsTheHost(MirroredStrategy& strategy,
+                                    const Tensor& square,
+                                    const std::vector<Tensor>& start) {
+  std::vector<Tensor> x;
+  std::vector<std::vector<float>> x0;
+  for (const Tensor& t : start) {
+    x.push_back(*t.Clone());
+    x0.push_back(t.To(Device::Cpu())->ToVector<float>());
+  }
+  // Cloned on this thread's stream; the replicas' streams read them.
+  if (start[0].device().is_cuda()) {
+    ASSERT_TRUE(cuda::Synchronize(0).ok());
+  }
+  ASSERT_TRUE(
+      strategy
+          .Run([&](ReplicaContext& ctx) { return SharingStep(ctx, square, x); })
+          .ok());
+  for (int replica = 0; replica < 3; ++replica) {
+    const std::vector<float> got =
+        x[replica].To(Device::Cpu())->ToVector<float>();
+    for (size_t i = 0; i < got.size(); ++i) {
+      float sum = x0[0][i];
+      for (int r = 1; r < 3; ++r) sum += x0[r][i] * static_cast<float>(r + 1);
+      float squares = x0[0][i] * x0[0][i];
+      for (int r = 1; r < 3; ++r) squares += x0[r][i] * x0[r][i];
+      ASSERT_EQ(got[i], (sum + squares) * (1.0f / 64))
+          << "replica " << replica << " element " << i;
+    }
+  }
 }
 
 TEST_F(CudaCollectivesTest, SharedTensorsAreReadInOrderEagerAndRecorded) {
@@ -459,26 +493,21 @@ TEST_F(CudaCollectivesTest, SharedTensorsAreReadInOrderEagerAndRecorded) {
       [&](ReplicaContext& ctx) { return SharingStep(ctx, square, b); });
   ASSERT_TRUE(graph.ok()) << graph.status();
   ExpectReplaysMatchEager(**graphed, *graph, a, b);
-  // One eager step against the host: every replica's (r + 1) x summed in
-  // replica order, plus the all-reduced squares, over 64.
-  std::vector<Tensor> once = LogicalReplicaStates();
-  const std::vector<Tensor> start = LogicalReplicaStates();
-  ASSERT_TRUE((*eager)
-                  ->Run([&](ReplicaContext& ctx) {
-                    return SharingStep(ctx, square, once);
-                  })
-                  .ok());
-  const std::vector<float> got = once[2].To(Device::Cpu())->ToVector<float>();
-  std::vector<std::vector<float>> x0;
-  for (const Tensor& t : start)
-    x0.push_back(t.To(Device::Cpu())->ToVector<float>());
-  for (size_t i = 0; i < got.size(); ++i) {
-    float sum = x0[0][i] * 1.0f;
-    for (int r = 1; r < 3; ++r) sum += x0[r][i] * static_cast<float>(r + 1);
-    float squares = x0[0][i] * x0[0][i];
-    for (int r = 1; r < 3; ++r) squares += x0[r][i] * x0[r][i];
-    ASSERT_EQ(got[i], (sum + squares) * (1.0f / 64)) << "element " << i;
+  ExpectASharedStepSumsAsTheHost(**eager, square, LogicalReplicaStates());
+}
+
+// The same step on three logical CPU devices (this test's host twin).
+TEST(SharingOnLogicalCpusTest, ASharedStepSumsAsTheHost) {
+  std::vector<Device> devices;
+  for (int r = 0; r < 3; ++r) devices.push_back(Device::Cpu(r));
+  auto strategy = MirroredStrategy::Create(devices, {"auto", 1 << 20, 60.0});
+  ASSERT_TRUE(strategy.ok()) << strategy.status();
+  std::vector<Tensor> start;
+  for (int r = 0; r < 3; ++r) {
+    start.push_back(*ops::Scale(RankFilled(r, 5000, DType::kF32), 1e-3));
   }
+  ExpectASharedStepSumsAsTheHost(
+      **strategy, Tensor::HostFull(DType::kF32, {32, 32}, 1.0), start);
 }
 
 // A step that reads its input late: a chain of products first (a few
