@@ -63,6 +63,7 @@ for run in "${RUNS[@]}"; do
     mlp_one_device) args=("${MLP[@]}" "${ONE[@]}") ;;
     mlp_bf16) args=("${MLP[@]}" "${ONE[@]}" --set precision=bf16) ;;
     mlp_mirrored2) args=("${MLP[@]}" "${TWO[@]}") ;;
+    mlp_mirrored2_reduce) args=("${MLP[@]}" "${TWO[@]}" --set distribute.sum_in_update=false) ;;
     mlp_mirrored2_nocomm) args=("${MLP[@]}" "${TWO[@]}" --set distribute.cross_device_ops=none) ;;
     torch_cnn) args=() ;;
     *) echo "unknown run $run"; continue ;;
