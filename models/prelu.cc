@@ -69,6 +69,7 @@ MT_REGISTER(
                      .OneOf(InitializerNames())
                      .Doc("alpha's initial values (zeros: relu at the start)"),
                  Param::IntList("shared_axes")
+                     .OneIntegerIsAList()
                      .Nullable()
                      .Min(1)
                      .Doc("example axes (from 1) alpha is shared across, "

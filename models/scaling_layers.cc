@@ -105,6 +105,7 @@ MT_REGISTER(
             "UnitNormalization)",
      .params =
          {{Param::IntList("axis")
+               .OneIntegerIsAList()
                .Default(std::vector<int64_t>{-1})
                .Doc("the axes normalised together: example axes, from 1 or "
                     "counted from the end (-1: the last); never the batch's")}},

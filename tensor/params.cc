@@ -144,6 +144,10 @@ Param Param::InFloat32() && {
   in_float32_ = true;
   return std::move(*this);
 }
+Param Param::OneIntegerIsAList() && {
+  one_integer_is_a_list_ = true;
+  return std::move(*this);
+}
 Param Param::Doc(std::string doc) && {
   doc_ = std::move(doc);
   return std::move(*this);
@@ -156,7 +160,8 @@ std::optional<ParamValue> Param::default_value() const {
 }
 
 std::string Param::Describe() const {
-  std::string out = ParamTypeName(type_);
+  std::string out = one_integer_is_a_list_ ? "an integer or a list of integers"
+                                           : ParamTypeName(type_);
   if (!choices_.empty()) {
     out = absl::StrCat(IsList(type_) ? "a list of " : "", "one of ",
                        absl::StrJoin(choices_, ", "));

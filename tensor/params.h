@@ -119,11 +119,15 @@ class Param {
   // The number is used in float32 (an optimizer's hyperparameter): it must
   // be finite there, and nonzero there when it must be > 0 (1e-320 is).
   Param InFloat32() &&;
+  // An integer list key that also takes one integer for a list of it
+  // (Keras's `axis=-1` for `axis=[-1]`).
+  Param OneIntegerIsAList() &&;
   Param Doc(std::string doc) &&;
 
   const std::string& name() const { return name_; }
   ParamType type() const { return type_; }
   bool nullable() const { return nullable_; }
+  bool one_integer_is_a_list() const { return one_integer_is_a_list_; }
   bool required() const { return !default_.has_value() && !nullable_; }
   // The default (null for a nullable key without one); required: none.
   std::optional<ParamValue> default_value() const;
@@ -149,6 +153,7 @@ class Param {
   size_t min_length_ = 0;
   size_t max_length_ = SIZE_MAX;
   bool in_float32_ = false;
+  bool one_integer_is_a_list_ = false;
   std::string doc_;
 };
 

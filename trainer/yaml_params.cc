@@ -136,6 +136,11 @@ std::optional<ParamValue> FromYaml(const YAML::Node& node, const Param& param) {
     case ParamType::kString:
       return scalar(std::string());
     case ParamType::kIntList:
+      if (param.one_integer_is_a_list() && node.IsScalar()) {
+        std::optional<ParamValue> one = scalar(int64_t{});
+        if (!one) return std::nullopt;
+        return ParamValue(std::vector<int64_t>{std::get<int64_t>(*one)});
+      }
       return list(int64_t{});
     case ParamType::kFloatList:
       return list(double{});

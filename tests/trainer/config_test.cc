@@ -309,6 +309,35 @@ TEST(ConfigTest, UnknownKeyNamesFileLineAndKey) {
   }
 }
 
+// Keras's int-or-tuple axes: one integer is a list of it; the resolved
+// config writes the list, which reads back.
+TEST(ConfigTest, OneIntegerIsAListOfItWhereKerasTakesEither) {
+  auto c = ParseConfig(
+      "model:\n  layers:\n    - {type: flatten}\n"
+      "    - {type: unit_normalization, axis: -1}\n"
+      "    - {type: prelu, shared_axes: 1}\n"
+      "    - {type: dense, units: 3}\n",
+      "a.yaml", {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model.layers[1].params.IntList("axis"),
+            std::vector<int64_t>{-1});
+  EXPECT_EQ(c->model.layers[2].params.IntList("shared_axes"),
+            std::vector<int64_t>{1});
+  auto again = ParseConfig(c->resolved_yaml, "again.yaml", {});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->model.layers[2].params.IntList("shared_axes"),
+            std::vector<int64_t>{1});
+  c = ParseConfig(
+      "model:\n  layers:\n    - {type: unit_normalization, axis: x}\n",
+      "a.yaml", {});
+  EXPECT_THAT(Message(c.status()),
+              HasSubstr("a.yaml:3: model.layers[0].axis: expected an integer "
+                        "or a list of integers, got x"));
+  // Elsewhere a list stays a list.
+  c = ParseConfig("model:\n  hidden_units: 5\n", "j.yaml", {});
+  EXPECT_THAT(Message(c.status()), HasSubstr("expected a list of integers"));
+}
+
 TEST(ConfigTest, WrongTypes) {
   auto c = ParseConfig("data:\n  global_batch_size: lots\n", "j.yaml", {});
   EXPECT_EQ(Message(c.status()),
