@@ -4,9 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "distribute/device_slice_sum.h"
-#include "distribute/ordered_sum.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/ops/op_util.h"
+#include "tensor/ordered_sum.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::distribute {
@@ -147,15 +147,7 @@ absl::Status LocalAllReduce::AllReduceList(int replica, ReduceOp op,
 absl::Status LocalAllReduce::CapturedAllReduce(int replica, ReduceOp op,
                                                int device,
                                                const std::string& what) {
-  const cuda::StreamHandle stream = cuda::CurrentStream();
-  absl::StatusOr<CaptureEvents*> events = EventsOf(replica, device);
-  absl::Status posted = events.status();
-  if (posted.ok()) posted = (*events)->posted.Record(stream);
-  if (!posted.ok()) {
-    // The peers must not pair this replica's next collective with this one.
-    barrier_.Abort(posted);
-    return posted;
-  }
+  MT_RETURN_IF_ERROR(RecordPoint(replica, device, &ReplicaEvents::posted));
   MT_RETURN_IF_ERROR(barrier_.Wait(replica, what));
   // Every replica's events exist and are recorded for this collective. A
   // replica re-records its events only in its next collective, after the
@@ -163,60 +155,54 @@ absl::Status LocalAllReduce::CapturedAllReduce(int replica, ReduceOp op,
   // Checked before any peer's events are used: a peer that posted nothing
   // recorded none.
   absl::Status status = CheckPosted(replica);
-  for (int r = 0; r < replicas_ && status.ok(); ++r) {
-    if (r != replica) status = events_[r]->posted.MakeStreamWait(stream);
-  }
+  if (status.ok()) status = WaitForPeers(replica, &ReplicaEvents::posted);
   if (status.ok()) status = SumMySlice(replica, op);
-  if (status.ok()) status = (*events)->summed.Record(stream);
+  if (status.ok()) {
+    status = events_[replica]->summed.Record(cuda::CurrentStream());
+  }
   barrier_.Join();
   // Every slice sum is recorded (or its replica failed and aborts): this
   // replica's later work waits for all of them, as its buffers hold their
   // results.
-  for (int r = 0; r < replicas_ && status.ok(); ++r) {
-    if (r != replica) status = events_[r]->summed.MakeStreamWait(stream);
-  }
+  if (status.ok()) status = WaitForPeers(replica, &ReplicaEvents::summed);
   if (!status.ok()) barrier_.Abort(status);
   return status;
 }
 
-absl::StatusOr<LocalAllReduce::CaptureEvents*> LocalAllReduce::EventsOf(
-    int replica, int device) {
-  std::unique_ptr<CaptureEvents>& mine = events_[replica];
-  if (mine == nullptr) {
-    MT_ASSIGN_OR_RETURN(cuda::Event posted, cuda::Event::Create(device));
-    MT_ASSIGN_OR_RETURN(cuda::Event summed, cuda::Event::Create(device));
-    MT_ASSIGN_OR_RETURN(cuda::Event read, cuda::Event::Create(device));
-    mine = std::make_unique<CaptureEvents>(
-        CaptureEvents{std::move(posted), std::move(summed), std::move(read)});
-  }
-  return mine.get();
-}
-
-absl::Status LocalAllReduce::RecordSharePoint(int replica, bool read) {
+absl::Status LocalAllReduce::RecordPoint(int replica, int device,
+                                         cuda::Event ReplicaEvents::*which) {
   absl::Status status = [&]() -> absl::Status {
-    MT_ASSIGN_OR_RETURN(CaptureEvents * events,
-                        EventsOf(replica, *shared_gpu_[replica]));
-    return (read ? events->read : events->posted).Record(cuda::CurrentStream());
+    std::unique_ptr<ReplicaEvents>& mine = events_[replica];
+    if (mine == nullptr) {
+      MT_ASSIGN_OR_RETURN(cuda::Event posted, cuda::Event::Create(device));
+      MT_ASSIGN_OR_RETURN(cuda::Event summed, cuda::Event::Create(device));
+      MT_ASSIGN_OR_RETURN(cuda::Event read, cuda::Event::Create(device));
+      mine = std::make_unique<ReplicaEvents>(
+          ReplicaEvents{std::move(posted), std::move(summed), std::move(read)});
+    }
+    return ((*mine).*which).Record(cuda::CurrentStream());
   }();
-  // The peers must not wait for a replica that will not come.
+  // The peers must not wait for a replica that will not come, nor pair its
+  // next collective with this one.
   if (!status.ok()) barrier_.Abort(status);
   return status;
 }
 
-absl::Status LocalAllReduce::WaitForSharePoints(int replica, bool read) {
+absl::Status LocalAllReduce::WaitForPeers(
+    int replica, cuda::Event ReplicaEvents::*which) const {
   absl::Status status;
   for (int r = 0; r < replicas_ && status.ok(); ++r) {
-    if (r == replica) continue;
-    const cuda::Event& e = read ? events_[r]->read : events_[r]->posted;
-    status = e.MakeStreamWait(cuda::CurrentStream());
+    if (r != replica) {
+      status = ((*events_[r]).*which).MakeStreamWait(cuda::CurrentStream());
+    }
   }
   return status;
 }
 
 absl::StatusOr<std::vector<std::vector<Tensor>>> LocalAllReduce::Share(
     int replica, absl::Span<Tensor> tensors) {
-  const std::string what =
-      absl::StrCat("share #", calls_[replica]++, " (", Describe(tensors), ")");
+  const std::string what = absl::StrCat(
+      "share, collective #", calls_[replica]++, " (", Describe(tensors), ")");
   posted_[replica] = tensors;
   shared_gpu_[replica].reset();
   for (const Tensor& t : tensors) {
@@ -229,7 +215,8 @@ absl::StatusOr<std::vector<std::vector<Tensor>>> LocalAllReduce::Share(
   // recording, so the host never waits for the device here: the peers'
   // reads wait for this replica's work on its tensors so far.
   if (shared_gpu_[replica]) {
-    MT_RETURN_IF_ERROR(RecordSharePoint(replica, /*read=*/false));
+    MT_RETURN_IF_ERROR(
+        RecordPoint(replica, *shared_gpu_[replica], &ReplicaEvents::posted));
   }
   MT_RETURN_IF_ERROR(barrier_.Wait(replica, what));
   // Every replica's list is posted; each copies the others' tensors out
@@ -238,7 +225,7 @@ absl::StatusOr<std::vector<std::vector<Tensor>>> LocalAllReduce::Share(
   absl::Status status = lists.status();
   // SharedLists checked that every replica's tensors are on this GPU.
   if (status.ok() && shared_gpu_[replica]) {
-    status = WaitForSharePoints(replica, /*read=*/false);
+    status = WaitForPeers(replica, &ReplicaEvents::posted);
   }
   barrier_.Join();
   if (!status.ok()) {
@@ -249,9 +236,11 @@ absl::StatusOr<std::vector<std::vector<Tensor>>> LocalAllReduce::Share(
 }
 
 absl::Status LocalAllReduce::EndShare(int replica) {
-  const std::string what = absl::StrCat("end of share #", calls_[replica]++);
+  const std::string what =
+      absl::StrCat("end of a share, collective #", calls_[replica]++);
   if (shared_gpu_[replica]) {
-    MT_RETURN_IF_ERROR(RecordSharePoint(replica, /*read=*/true));
+    MT_RETURN_IF_ERROR(
+        RecordPoint(replica, *shared_gpu_[replica], &ReplicaEvents::read));
   }
   MT_RETURN_IF_ERROR(barrier_.Wait(replica, what));
   // Every replica's reads are enqueued before its `read` event: this
@@ -260,7 +249,8 @@ absl::Status LocalAllReduce::EndShare(int replica) {
   // A peer re-records its event only in its next EndShare, after the next
   // Share's rendezvous, which needs this replica to be done here.
   absl::Status status;
-  if (shared_gpu_[replica]) status = WaitForSharePoints(replica, /*read=*/true);
+  if (shared_gpu_[replica])
+    status = WaitForPeers(replica, &ReplicaEvents::read);
   if (!status.ok()) barrier_.Abort(status);
   return status;
 }

@@ -79,22 +79,19 @@ class LocalAllReduce final : public CrossDeviceOps {
   // tensors, alike one by one, in one memory.
   absl::StatusOr<std::vector<std::vector<Tensor>>> SharedLists(
       int replica) const;
-  // Per replica, created by its own thread on first use: marks its buffer
-  // posted and its slice summed in the recorded streams, and (Share,
-  // eagerly too) its shared tensors' producers and its reads of the peers'
-  // tensors (`read`) enqueued.
-  struct CaptureEvents {
+  // Per replica, on its GPU: where its stream had posted its buffer and
+  // summed its slice (a recorded all-reduce), and where it had made its
+  // shared tensors (`posted`, Share) and read its peers' (`read`, EndShare).
+  struct ReplicaEvents {
     cuda::Event posted, summed, read;
   };
-  // The replica's events, created on first use.
-  absl::StatusOr<CaptureEvents*> EventsOf(int replica, int device);
-  // Share (`read` false) and EndShare on a GPU, before the rendezvous:
-  // records the replica's `posted` or `read` event on its current stream;
-  // aborts the barrier on failure.
-  absl::Status RecordSharePoint(int replica, bool read);
-  // After the rendezvous: the current stream waits for every peer's
-  // `posted` or `read` event.
-  absl::Status WaitForSharePoints(int replica, bool read);
+  // Records the replica's `which` event on its current stream, creating
+  // its events on first use; aborts the barrier on failure.
+  absl::Status RecordPoint(int replica, int device,
+                           cuda::Event ReplicaEvents::*which);
+  // After a rendezvous: the current stream waits for every peer's `which`.
+  absl::Status WaitForPeers(int replica,
+                            cuda::Event ReplicaEvents::*which) const;
 
   const int replicas_;
   ReplicaBarrier barrier_;
@@ -102,7 +99,7 @@ class LocalAllReduce final : public CrossDeviceOps {
   std::vector<absl::Span<Tensor>> posted_;
   std::vector<ListCuts> cuts_;
   std::vector<uint64_t> calls_;  // Per replica: collectives so far.
-  std::vector<std::unique_ptr<CaptureEvents>> events_;
+  std::vector<std::unique_ptr<ReplicaEvents>> events_;
   // Per replica: the GPU its shared tensors are on, from Share to EndShare.
   std::vector<std::optional<int>> shared_gpu_;
 };

@@ -1,7 +1,8 @@
 // MirroredVariable: one logical variable with a copy on every replica's
 // device, after TensorFlow's MirroredVariable. Replicas update their own
-// copy with identical all-reduced gradients, so the copies stay bitwise
-// equal; this class names them as one variable and checks that.
+// copy with identical summed gradients (all-reduced, or summed by each
+// update in replica order), so the copies stay bitwise equal; this class
+// names them as one variable and checks that.
 //
 // Ownership: the copies are not owned (each replica's model, optimizer or
 // EMA owns its own); they must outlive this object. Thread contract: not

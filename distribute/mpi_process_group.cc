@@ -16,9 +16,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "distribute/ordered_sum.h"
 #include "distribute/process_group.h"
 #include "tensor/ops/op_util.h"
+#include "tensor/ordered_sum.h"
 #include "tensor/status_macros.h"
 
 namespace mirrortrain::distribute {

@@ -116,12 +116,8 @@ absl::Status ReplicaContext::EndShare() {
 absl::StatusOr<std::vector<std::vector<Tensor>>> ReplicaContext::ShareGradients(
     GradientTape& tape, const Tensor& target, absl::Span<const Tensor> sources,
     absl::Span<const Tensor> accumulated) {
-  if (!accumulated.empty() && accumulated.size() != sources.size()) {
-    return absl::InternalError(absl::StrCat(
-        "ShareGradients: ", accumulated.size(), " accumulated gradients for ",
-        sources.size(), " sources"));
-  }
-  // accumulated + gradient, as AllReduceGradients adds them.
+  // accumulated + gradient, as AllReduceGradients adds them
+  // (AccumulateGradients checks the sizes).
   std::vector<Tensor> grads(accumulated.begin(), accumulated.end());
   MT_RETURN_IF_ERROR(AccumulateGradients(tape, target, sources, grads));
   MT_ASSIGN_OR_RETURN(const std::vector<std::vector<Tensor>> lists,

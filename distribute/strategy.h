@@ -205,7 +205,8 @@ class Strategy {
   virtual Device variables_device() const { return devices()[0]; }
   // Reduces one host value per replica (metrics): sum or mean.
   static double Reduce(ReduceOp op, absl::Span<const double> per_replica);
-  // Collectives (all-reduces, one per gradient bucket) replica 0 has started
+  // Collectives (all-reduces, one per gradient bucket; a share and its end
+  // count two) replica 0 has started
   // since creation, eagerly or into a graph (replays are not counted);
   // every replica starts the same ones. 0 where nothing is communicated
   // (one device). For tests and tools; read between Run/Enqueue calls.

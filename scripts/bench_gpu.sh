@@ -254,8 +254,8 @@ fi
 
 if want comm; then
   gpu_section "comm: one_device vs mirrored-1 vs mirrored-2 on [gpu:0, gpu:0]"
-  # All rows graphed: the logical replicas' all-reduce is recorded into the
-  # step's graph as the rest of it is.
+  # All rows graphed: the logical replicas' share (or all-reduce) is
+  # recorded into the step's graph as the rest of it is.
   for model in cnn mlp; do
     if [[ $model == cnn ]]; then
       config=$CNN

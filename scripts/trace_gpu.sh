@@ -7,6 +7,7 @@
 #
 #   scripts/trace_gpu.sh                 # all runs below
 #   scripts/trace_gpu.sh mlp_mirrored2   # some of them
+#   scripts/trace_gpu.sh mlp_mirrored2_reduce   # named only: sum_in_update off
 #
 # Builds like scripts/bench_gpu.sh (SKIP_BUILD=1 reuses $BUILD_DIR). Writes
 # $OUT (default runs/trace_gpu-DATE/): trace_gpu.txt and <run>.tsv.gz.

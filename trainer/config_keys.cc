@@ -364,7 +364,8 @@ const ParamSchema& TrainSchema() {
            .Default(1)
            .Min(1)
            .Doc("micro-batches of data.global_batch_size whose gradients "
-                "are summed into one all-reduce and one optimizer step"),
+                "are summed locally, then across the replicas once, for one "
+                "optimizer step"),
        Param::String("cuda_graph")
            .Default("auto")
            .OneOf({"auto", "off"})

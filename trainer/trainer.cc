@@ -373,6 +373,7 @@ absl::StatusOr<Trainer::StepGradients> Trainer::ComputeGradients(
       } else if (share) {
         MT_ASSIGN_OR_RETURN(out.terms,
                             ctx.ShareGradients(tape, loss, sources, grads));
+        out.shared = true;
       } else {
         MT_ASSIGN_OR_RETURN(grads,
                             ctx.AllReduceGradients(tape, loss, sources, grads));
@@ -398,7 +399,7 @@ absl::Status Trainer::ApplyUpdate(Replica& target, const StepGradients& grads,
   std::vector<Variable*> vars = target.model->trainable_variables();
   std::vector<GradAndVar> pairs;
   for (size_t i = 0; i < vars.size(); ++i) {
-    if (!grads.terms.empty()) {
+    if (grads.shared) {
       const std::vector<Tensor>& terms = grads.terms[i];
       pairs.push_back({terms[0], vars[i], {terms.begin() + 1, terms.end()}});
       continue;
@@ -429,7 +430,7 @@ absl::Status Trainer::EagerReplicaStep(distribute::ReplicaContext& ctx,
   if (placement() == distribute::VariablePlacement::kMirrored) {
     MT_RETURN_IF_ERROR(ApplyUpdate(r, grads));
     // The peers' updates read this replica's gradients until then.
-    return grads.terms.empty() ? absl::OkStatus() : ctx.EndShare();
+    return grads.shared ? ctx.EndShare() : absl::OkStatus();
   }
   // Central storage: every replica holds the reduced gradients; replica 0
   // applies them, once. The others read the central state before the step

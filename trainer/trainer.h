@@ -308,10 +308,11 @@ class Trainer {
   absl::StatusOr<ShardInputs> ReplicaShard(distribute::ReplicaContext& ctx,
                                            const Batch& batch) const;
   // A replica's gradients for its update: one per trainable variable
-  // (`sums`), or, where the replicas share them (SumsInUpdate), every
-  // replica's per variable in replica order (`terms`), which the update
-  // adds itself; the replica then calls EndShare after it.
+  // (`sums`), or, where the replicas share them (SumsInUpdate: `shared`),
+  // every replica's per variable in replica order (`terms`), which the
+  // update adds itself; the replica then calls EndShare after it.
   struct StepGradients {
+    bool shared = false;
     std::vector<Tensor> sums;
     std::vector<std::vector<Tensor>> terms;
   };

@@ -182,7 +182,7 @@ absl::Status Trainer::CaptureStep(absl::Span<const Batch> micro_batches,
             ComputeGradients(ctx, r, micro_batches,
                              StepSeed(config_.seed, step), r.graph.get()));
         MT_RETURN_IF_ERROR(ApplyUpdate(r, grads, /*staged=*/true));
-        return grads.terms.empty() ? absl::OkStatus() : ctx.EndShare();
+        return grads.shared ? ctx.EndShare() : absl::OkStatus();
       });
   // Recording ran nothing: the update the optimizers counted is the
   // replays'.

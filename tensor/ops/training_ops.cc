@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "tensor/cuda/cuda_training.h"
 #include "tensor/ops/op_util.h"
+#include "tensor/ordered_sum.h"
 #include "tensor/parallel.h"
 #include "tensor/status_macros.h"
 
@@ -18,8 +19,8 @@ namespace {
 // Elements per unit of parallel work: the updates are memory-bound.
 constexpr int64_t kGrain = 1 << 14;
 
-// `g`: the gradient's terms, added in order (OrderedSum's additions) a
-// block at a time before the block's updates.
+// `g`: the gradient's terms (at most kMaxGradientTerms), summed a block at
+// a time by the collectives' OrderedSum before the block's updates.
 template <UpdateRule R, typename T>
 void CpuUpdate(const UpdateParams<T>& p, absl::Span<const T* const> g, T* w,
                T* s0, T* s1, int64_t n) {
@@ -27,15 +28,14 @@ void CpuUpdate(const UpdateParams<T>& p, absl::Span<const T* const> g, T* w,
     T unused0 = T(0), unused1 = T(0);
     constexpr int64_t kBlock = 2048;
     T sum[kBlock];
+    T* const sum_out[] = {sum};
+    const T* at[kMaxGradientTerms];
     for (int64_t block = begin; block < end; block += kBlock) {
       const int64_t len = std::min(kBlock, end - block);
       const T* grad = g[0] + block;
       if (g.size() > 1) {
-        std::copy_n(grad, len, sum);
-        for (size_t k = 1; k < g.size(); ++k) {
-          const T* term = g[k] + block;
-          for (int64_t i = 0; i < len; ++i) sum[i] += term[i];
-        }
+        for (size_t k = 0; k < g.size(); ++k) at[k] = g[k] + block;
+        OrderedSum<T>({at, g.size()}, len, /*mean=*/false, sum_out);
         grad = sum;
       }
       for (int64_t i = 0; i < len; ++i) {

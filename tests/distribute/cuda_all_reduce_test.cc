@@ -401,40 +401,48 @@ TEST_F(CudaCollectivesTest, PackedAndListBucketsPairInRecordedSteps) {
   ExpectReplaysMatchEager(**graphed, *graph, a, b);
 }
 
-// The replicas share what they computed (distribute.sum_in_update's
-// collective): each makes fresh tensors on its stream after a slow chain of
-// products (so a reader not ordered after them would read early), a
-// blocking all-reduce comes between, every replica adds every replica's
-// tensors in replica order on its own stream, and EndShare orders its
-// later work (which frees them) after every replica's reads. The state
-// becomes the sum / 64.
-absl::Status SharingStep(ReplicaContext& ctx, const Tensor& slow,
-                         std::vector<Tensor>& x) {
-  if (!ctx.shares_memory()) return absl::InternalError("expected sharing");
+// Zero, after a chain of products of `slow` (ones: each product is ones
+// again) that keeps this replica's stream busy for a while.
+absl::StatusOr<Tensor> SlowZero(const Tensor& slow) {
   Tensor y = slow;
   for (int i = 0; i < 8; ++i) {
     MT_ASSIGN_OR_RETURN(y, ops::MatMul(y, slow));
     MT_ASSIGN_OR_RETURN(y, ops::Scale(y, 1.0 / slow.dim(0)));
   }
-  Tensor& mine = x[ctx.replica_id()];
   MT_ASSIGN_OR_RETURN(Tensor zero, ops::ReduceSum(y));
-  MT_ASSIGN_OR_RETURN(zero, ops::Scale(zero, 0.0));
-  MT_ASSIGN_OR_RETURN(Tensor g, ops::Add(mine, zero));
-  MT_ASSIGN_OR_RETURN(g, ops::Scale(g, ctx.replica_id() + 1.0));
+  return ops::Scale(zero, 0.0);
+}
+
+// The replicas share what they computed (distribute.sum_in_update's
+// collective). A blocking all-reduce first (it orders the replicas by
+// itself), then each makes its shared tensor behind a slow chain (a peer
+// not ordered after it by Share would read it early), reads every
+// replica's tensors in replica order behind a slow chain of its own, and
+// overwrites its shared tensor after EndShare (which must order that after
+// every peer's reads). The state becomes the sum / 64.
+absl::Status SharingStep(ReplicaContext& ctx, const Tensor& slow,
+                         std::vector<Tensor>& x) {
+  if (!ctx.shares_memory()) return absl::InternalError("expected sharing");
+  Tensor& mine = x[ctx.replica_id()];
   MT_ASSIGN_OR_RETURN(Tensor h, ops::Mul(mine, mine));
   std::vector<Tensor> blocking = {h};
   MT_RETURN_IF_ERROR(ctx.AllReduce(ReduceOp::kSum, absl::MakeSpan(blocking)));
+  MT_ASSIGN_OR_RETURN(const Tensor before, SlowZero(slow));
+  MT_ASSIGN_OR_RETURN(Tensor g, ops::Add(mine, before));
+  MT_ASSIGN_OR_RETURN(g, ops::Scale(g, ctx.replica_id() + 1.0));
   std::vector<Tensor> posted = {g, blocking[0]};
   MT_ASSIGN_OR_RETURN(const std::vector<std::vector<Tensor>> lists,
                       ctx.Share(absl::MakeSpan(posted)));
-  Tensor sum = lists[0][0];
+  MT_ASSIGN_OR_RETURN(const Tensor late, SlowZero(slow));
+  MT_ASSIGN_OR_RETURN(Tensor sum, ops::Add(lists[0][0], late));
   for (size_t r = 1; r < lists.size(); ++r) {
     MT_ASSIGN_OR_RETURN(sum, ops::Add(sum, lists[r][0]));
   }
   MT_ASSIGN_OR_RETURN(sum, ops::Add(sum, lists.back()[1]));
   MT_ASSIGN_OR_RETURN(Tensor next, ops::Scale(sum, 1.0 / 64));
   MT_RETURN_IF_ERROR(mine.CopyFrom(next));
-  return ctx.EndShare();
+  MT_RETURN_IF_ERROR(ctx.EndShare());
+  return g.CopyFrom(h);
 }
 
 // One SharingStep from `start` (three replicas' states) against the host:

@@ -1,7 +1,7 @@
 // train.accumulation_steps: K micro-batches of B examples per optimizer step
 // train the same model as batches of K*B (weights, Adam slots and EMA, with
 // dropout and a partial last batch per epoch), on 1 and 2 logical replicas;
-// a step all-reduces as many times as without accumulation; a resumed run
+// a step communicates as many times as without accumulation; a resumed run
 // continues exactly.
 #include <filesystem>
 #include <string>

@@ -1,7 +1,8 @@
 // Whole training runs against Keras (tests/golden/keras_training.txt,
 // written by scripts/golden/keras_training.py): the same model, started
 // from Keras's initial values, trained by the Trainer (two mirrored CPU
-// replicas: the gradient all-reduce and the update on each; two replicas
+// replicas: each update sums both replicas' gradients, or the all-reduce
+// does where clipping or L2 reads the sum; two replicas
 // on one central copy; one device) on the same unshuffled batches, ends
 // where Keras on one device ends, with the same loss at
 // every step. Every layer, the loss and its scaling, the optimizer and the

@@ -144,7 +144,7 @@ TEST(MirroredTrainingTest, SummingInTheUpdateIsTheAllReduceBitForBit) {
 }
 
 // precision: bf16 keeps the mirrored contract: every replica applies the
-// same all-reduced f32 update, so the replicas stay bitwise identical (Train
+// same summed f32 update, so the replicas stay bitwise identical (Train
 // checks after every step), and the bf16 run computes numbers of its own.
 TEST(MirroredTrainingTest, Bf16ReplicasStayIdentical) {
   const std::vector<std::string> mlp = {"model.name=mlp",

@@ -1,15 +1,16 @@
-// The host sum of a collective: element i of every part, added in part
-// order, so every process and replica that sums the same parts gets the
-// same bits.
-#ifndef MIRRORTRAIN_DISTRIBUTE_ORDERED_SUM_H_
-#define MIRRORTRAIN_DISTRIBUTE_ORDERED_SUM_H_
+// The host sum of a collective, and of an update's gradient terms
+// (ops::UpdateTarget::more_grads): element i of every part, added in part
+// order, so every process, replica and update that sums the same parts
+// gets the same bits.
+#ifndef MIRRORTRAIN_TENSOR_ORDERED_SUM_H_
+#define MIRRORTRAIN_TENSOR_ORDERED_SUM_H_
 
 #include <algorithm>
 #include <cstdint>
 
 #include "absl/types/span.h"
 
-namespace mirrortrain::distribute {
+namespace mirrortrain {
 
 // Writes parts[0][i] + parts[1][i] + ... (divided by the number of parts
 // with `mean`) to outs[k][i] for every k and i < n. The outputs may be the
@@ -37,6 +38,6 @@ void OrderedSum(absl::Span<const T* const> parts, int64_t n, bool mean,
   }
 }
 
-}  // namespace mirrortrain::distribute
+}  // namespace mirrortrain
 
-#endif  // MIRRORTRAIN_DISTRIBUTE_ORDERED_SUM_H_
+#endif  // MIRRORTRAIN_TENSOR_ORDERED_SUM_H_
