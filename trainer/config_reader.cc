@@ -428,6 +428,15 @@ absl::StatusOr<models::LayerSpec> Reader::ReadLayer(
     }
     MT_ASSIGN_OR_RETURN(spec.layers,
                         ReadLayers(Child(node, "layers"), path + ".layers"));
+    // Each entry of a parallel is one branch: said at the entry's repeat.
+    for (size_t i = 0; type->parallel && i < spec.layers.size(); ++i) {
+      if (spec.layers[i].repeat == 1) continue;
+      return Error(absl::StrCat(path, ".layers[", i, "].repeat"),
+                   Child(Child(node, "layers")[i], "repeat"),
+                   absl::StrCat("an entry of ", spec.type,
+                                " is one branch (repeat layers inside a "
+                                "sequential entry)"));
+    }
   }
   const YAML::Node shortcut = Child(node, "shortcut");
   if (type->shortcut && shortcut && !shortcut.IsNull()) {

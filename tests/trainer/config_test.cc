@@ -309,6 +309,26 @@ TEST(ConfigTest, UnknownKeyNamesFileLineAndKey) {
   }
 }
 
+// An entry of a parallel is one branch: a repeat there is refused where it
+// is written (a sequential entry repeats its layers).
+TEST(ConfigTest, AParallelEntryIsNotRepeated) {
+  auto c = ParseConfig(
+      "model:\n  layers:\n    - {type: flatten}\n    - type: parallel\n"
+      "      layers:\n        - {type: dense, units: 4}\n"
+      "        - {type: dense, units: 4,\n           repeat: 2}\n",
+      "p.yaml", {});
+  EXPECT_EQ(Message(c.status()),
+            "p.yaml:8: model.layers[1].layers[1].repeat: an entry of parallel "
+            "is one branch (repeat layers inside a sequential entry)");
+  c = ParseConfig(
+      "model:\n  layers:\n    - {type: flatten}\n    - type: parallel\n"
+      "      layers:\n        - {type: dense, units: 4}\n"
+      "        - type: sequential\n          layers:\n"
+      "            - {type: dense, units: 4, repeat: 2}\n",
+      "p.yaml", {});
+  EXPECT_TRUE(c.ok()) << c.status();
+}
+
 // Keras's int-or-tuple axes: one integer is a list of it; the resolved
 // config writes the list, which reads back.
 TEST(ConfigTest, OneIntegerIsAListOfItWhereKerasTakesEither) {
