@@ -17,6 +17,16 @@
 namespace mirrortrain::trainer {
 namespace {
 
+// Names the unnamed file open as `fd` `name` (a leftover there, of a
+// crashed process with our pid, is garbage; linkat never follows or
+// replaces what is there). False with errno set on failure.
+bool LinkTo(int fd, const std::string& name) {
+  ::unlink(name.c_str());
+  const std::string self = absl::StrCat("/proc/self/fd/", fd);
+  return ::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, name.c_str(),
+                  AT_SYMLINK_FOLLOW) == 0;
+}
+
 // The directory holding `path` ("." for a bare file name).
 std::string DirectoryOf(const std::string& path) {
   const std::string parent = std::filesystem::path(path).parent_path();
@@ -28,6 +38,32 @@ std::string DirectoryOf(const std::string& path) {
 absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Create(
     const std::string& path) {
   std::string temp_path = absl::StrCat(path, ".tmp.", ::getpid());
+  // An unnamed file in the target's directory (O_TMPFILE) gets its name
+  // only at Commit, so a process killed while writing leaves nothing
+  // behind. It is named through /proc/self/fd; where either is missing
+  // (another file system, no /proc) the file is named from the start.
+  if (::access("/proc/self/fd", X_OK) == 0) {
+    const int fd = ::open(DirectoryOf(path).c_str(),
+                          O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      // The name is tried at once with an empty file (made and removed;
+      // the unnamed file, once linked, could not be unlinked and linked
+      // again): where Commit could not name it (too long a path, say),
+      // Create fails as the named file's creation below does.
+      ::unlink(temp_path.c_str());
+      const int probe =
+          ::open(temp_path.c_str(),
+                 O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+      if (probe >= 0) {
+        ::close(probe);
+        ::unlink(temp_path.c_str());
+        AtomicFileWriter writer(path, std::move(temp_path), fd);
+        writer.named_ = false;
+        return writer;
+      }
+      ::close(fd);
+    }
+  }
   // A leftover from a crashed process that had our pid is garbage, not
   // something to fail on; a symbolic link there must not be followed (the
   // file it names would be overwritten), so the name is cleared and created
@@ -50,6 +86,7 @@ AtomicFileWriter::AtomicFileWriter(AtomicFileWriter&& other) noexcept
       temp_path_(std::move(other.temp_path_)),
       fd_(std::exchange(other.fd_, -1)),
       committed_(std::exchange(other.committed_, true)),
+      named_(other.named_),
       renamed_(other.renamed_) {}
 
 AtomicFileWriter& AtomicFileWriter::operator=(
@@ -60,6 +97,7 @@ AtomicFileWriter& AtomicFileWriter::operator=(
     temp_path_ = std::move(other.temp_path_);
     fd_ = std::exchange(other.fd_, -1);
     committed_ = std::exchange(other.committed_, true);
+    named_ = other.named_;
     renamed_ = other.renamed_;
   }
   return *this;
@@ -72,10 +110,9 @@ void AtomicFileWriter::Discard() {
     ::close(fd_);
     fd_ = -1;
   }
-  if (!committed_) {
-    ::unlink(temp_path_.c_str());
-    committed_ = true;  // Nothing left to clean up.
-  }
+  // An unnamed file goes with its descriptor.
+  if (!committed_ && named_) ::unlink(temp_path_.c_str());
+  committed_ = true;  // Nothing left to clean up.
 }
 
 absl::Status AtomicFileWriter::Append(absl::string_view data) {
@@ -107,6 +144,17 @@ absl::Status AtomicFileWriter::Commit() {
     Discard();
     return absl::ErrnoToStatus(error_number,
                                absl::StrCat(path_, ": fsync of ", temp_path_));
+  }
+  // An unnamed file gets the temporary name now, then the rename below as
+  // a named file.
+  if (!named_) {
+    if (!LinkTo(fd_, temp_path_)) {
+      const int error_number = errno;
+      Discard();
+      return absl::ErrnoToStatus(
+          error_number, absl::StrCat(path_, ": cannot name ", temp_path_));
+    }
+    named_ = true;
   }
   // close() can report deferred write errors (e.g. on NFS).
   const int close_result = ::close(fd_);

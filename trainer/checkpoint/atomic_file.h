@@ -1,9 +1,12 @@
 // AtomicFileWriter: writes a file so that readers see either the old file or
 // the complete new one, never a torn one, even across a crash.
 //
-// Protocol: data goes to "<path>.tmp.<pid>" in the target's directory; Commit
-// fsyncs it, renames it over <path> and fsyncs the directory so the rename
-// itself is durable. Until Commit renames, an existing <path> is untouched;
+// Protocol: data goes to an unnamed file in the target's directory
+// (O_TMPFILE; where the file system cannot, to "<path>.tmp.<pid>"); Commit
+// fsyncs it, names it "<path>.tmp.<pid>", renames that over <path> and
+// fsyncs the directory so the rename itself is durable. A process killed
+// before Commit leaves no file behind (with the named fallback, its
+// temporary). Until Commit renames, an existing <path> is untouched;
 // a Commit that fails after the rename (the directory's fsync) has replaced
 // it, which renamed() says. A writer destroyed without a successful Commit
 // (or after any failure) removes its temporary file. The temporary name is
@@ -57,6 +60,8 @@ class AtomicFileWriter {
   std::string temp_path_;
   int fd_ = -1;
   bool committed_ = false;
+  // Whether temp_path_ names the file (false: O_TMPFILE until Commit).
+  bool named_ = true;
   bool renamed_ = false;
 };
 

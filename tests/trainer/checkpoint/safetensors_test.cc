@@ -8,6 +8,7 @@
 // `scripts/golden/safetensors_interop.py --check`).
 #include "trainer/checkpoint/safetensors.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,6 +32,7 @@
 #include "gtest/gtest.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tests/test_util.h"
+#include "trainer/checkpoint/atomic_file.h"
 #include "trainer/logging/crc32c.h"
 
 namespace mirrortrain::trainer {
@@ -300,6 +302,32 @@ TEST_F(SafetensorsTest, FailedCommitRemovesTemporaryAndKeepsTarget) {
   EXPECT_THAT(std::string(s.message()), HasSubstr(path));
   EXPECT_THAT(DirEntries(), ElementsAre("occupied.safetensors"));
   EXPECT_EQ(testing::ReadFile(path + "/keep"), "precious");
+}
+
+// Until Commit the file has no name (O_TMPFILE): a process killed while
+// writing leaves nothing in the directory. Commit names it and renames it
+// over the target.
+TEST_F(SafetensorsTest, AnUncommittedFileHasNoName) {
+  const int probe = ::open(Path("").c_str(), O_TMPFILE | O_WRONLY, 0644);
+  if (probe < 0) GTEST_SKIP() << "this file system has no O_TMPFILE";
+  ::close(probe);
+  const std::string path = Path("y.bin");
+  absl::StatusOr<AtomicFileWriter> writer = AtomicFileWriter::Create(path);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  ASSERT_TRUE(writer->Append("some bytes").ok());
+  EXPECT_THAT(DirEntries(), ::testing::IsEmpty());
+  ASSERT_TRUE(writer->Commit().ok());
+  EXPECT_TRUE(writer->renamed());
+  EXPECT_THAT(DirEntries(), ElementsAre("y.bin"));
+  EXPECT_EQ(testing::ReadFile(path), "some bytes");
+  // Destroyed uncommitted: still nothing, and the target is kept.
+  {
+    absl::StatusOr<AtomicFileWriter> dropped = AtomicFileWriter::Create(path);
+    ASSERT_TRUE(dropped.ok()) << dropped.status();
+    ASSERT_TRUE(dropped->Append("other bytes").ok());
+  }
+  EXPECT_THAT(DirEntries(), ElementsAre("y.bin"));
+  EXPECT_EQ(testing::ReadFile(path), "some bytes");
 }
 
 // A symbolic link at the temporary name (a leftover, or planted) is
