@@ -278,6 +278,12 @@ std::string Params::String(const std::string& name) const {
   return As<std::string>(name);
 }
 std::vector<int64_t> Params::IntList(const std::string& name) const {
+  // One integer where the key takes it for a list of it
+  // (Param::OneIntegerIsAList; a spec built in code may hold it so).
+  const ParamValue* v = Get(name);
+  if (v != nullptr && std::holds_alternative<int64_t>(*v)) {
+    return {std::get<int64_t>(*v)};
+  }
   return As<std::vector<int64_t>>(name);
 }
 std::vector<double> Params::FloatList(const std::string& name) const {
@@ -377,7 +383,9 @@ absl::Status CheckParams(const ParamSchema& schema, const Params& params) {
       return absl::InvalidArgumentError(
           absl::StrCat(p.name(), ": required (expected ", p.Describe(), ")"));
     }
-    if (!std::holds_alternative<std::monostate>(*v) &&
+    const bool one_for_a_list =
+        p.one_integer_is_a_list() && std::holds_alternative<int64_t>(*v);
+    if (!std::holds_alternative<std::monostate>(*v) && !one_for_a_list &&
         !ParamTypeMatches(p.type(), *v)) {
       return absl::InvalidArgumentError(absl::StrCat(p.name(), ": expected ",
                                                      p.Describe(), ", got ",

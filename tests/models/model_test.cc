@@ -1523,6 +1523,18 @@ TEST(ModelTest, UnitNormalizationOfAZeroVector) {
   // axis [1] of [2, 2, 2]: the rows of each example (not its last axis).
   EXPECT_EQ(normalized({1}, {3, 0, 4, 2, 0, 0, 0, 0}),
             (std::vector<float>{0.6f, 0, 0.8f, 1, 0, 0, 0, 0}));
+  // One integer for a list of it, as a spec built in code may hold it.
+  ModelDef one;
+  one.input_shape = {2, 2};
+  one.layers = {Spec("unit_normalization", {{"axis", int64_t{1}}})};
+  one.layers[0].path = "model.layers[0]";
+  auto one_axis = Model::Build(one, 1, Device::Cpu());
+  ASSERT_TRUE(one_axis.ok()) << one_axis.status();
+  absl::StatusOr<Tensor> rows = (*one_axis)->Call(
+      Tensor::FromVector<float>({3, 0, 4, 2, 0, 0, 0, 0}, {2, 2, 2}), {});
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ(rows->ToVector<float>(),
+            (std::vector<float>{0.6f, 0, 0.8f, 1, 0, 0, 0, 0}));
   ModelDef both;
   both.input_shape = {2, 2};
   both.layers = {

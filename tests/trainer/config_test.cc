@@ -343,10 +343,18 @@ TEST(ConfigTest, OneIntegerIsAListOfItWhereKerasTakesEither) {
             std::vector<int64_t>{-1});
   EXPECT_EQ(c->model.layers[2].params.IntList("shared_axes"),
             std::vector<int64_t>{1});
+  EXPECT_THAT(c->resolved_yaml, HasSubstr("shared_axes: [1]"));
   auto again = ParseConfig(c->resolved_yaml, "again.yaml", {});
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->model.layers[2].params.IntList("shared_axes"),
             std::vector<int64_t>{1});
+  // And from --set.
+  c = ParseConfig(
+      "model:\n  layers:\n    - {type: flatten}\n"
+      "    - {type: unit_normalization}\n    - {type: dense, units: 3}\n",
+      "a.yaml", {"model.layers[1].axis=1"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model.layers[1].params.IntList("axis"), std::vector<int64_t>{1});
   c = ParseConfig(
       "model:\n  layers:\n    - {type: unit_normalization, axis: x}\n",
       "a.yaml", {});

@@ -19,12 +19,27 @@ namespace {
 
 // Names the unnamed file open as `fd` `name` (a leftover there, of a
 // crashed process with our pid, is garbage; linkat never follows or
-// replaces what is there). False with errno set on failure.
-bool LinkTo(int fd, const std::string& name) {
+// replaces what is there). 0, or the errno of the failure.
+int LinkTo(int fd, const std::string& name) {
   ::unlink(name.c_str());
   const std::string self = absl::StrCat("/proc/self/fd/", fd);
-  return ::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, name.c_str(),
-                  AT_SYMLINK_FOLLOW) == 0;
+  const int linked = ::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, name.c_str(),
+                              AT_SYMLINK_FOLLOW);
+  return linked == 0 ? 0 : errno;  // Read before `self` is freed.
+}
+
+// An unnamed file (O_TMPFILE) in `dir` opened for writing, or -1 where
+// the file system, /proc or the name `temp_path` would not let Commit
+// name it: a throwaway unnamed file is named `temp_path` and removed
+// first, which tries all three.
+int OpenUnnamed(const std::string& dir, const std::string& temp_path) {
+  if (::access("/proc/self/fd", X_OK) != 0) return -1;
+  const int probe = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+  if (probe < 0) return -1;
+  const bool named = LinkTo(probe, temp_path) == 0;
+  ::close(probe);
+  if (!named || ::unlink(temp_path.c_str()) != 0) return -1;
+  return ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
 }
 
 // The directory holding `path` ("." for a bare file name).
@@ -38,31 +53,13 @@ std::string DirectoryOf(const std::string& path) {
 absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Create(
     const std::string& path) {
   std::string temp_path = absl::StrCat(path, ".tmp.", ::getpid());
-  // An unnamed file in the target's directory (O_TMPFILE) gets its name
-  // only at Commit, so a process killed while writing leaves nothing
-  // behind. It is named through /proc/self/fd; where either is missing
-  // (another file system, no /proc) the file is named from the start.
-  if (::access("/proc/self/fd", X_OK) == 0) {
-    const int fd = ::open(DirectoryOf(path).c_str(),
-                          O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      // The name is tried at once with an empty file (made and removed;
-      // the unnamed file, once linked, could not be unlinked and linked
-      // again): where Commit could not name it (too long a path, say),
-      // Create fails as the named file's creation below does.
-      ::unlink(temp_path.c_str());
-      const int probe =
-          ::open(temp_path.c_str(),
-                 O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-      if (probe >= 0) {
-        ::close(probe);
-        ::unlink(temp_path.c_str());
-        AtomicFileWriter writer(path, std::move(temp_path), fd);
-        writer.named_ = false;
-        return writer;
-      }
-      ::close(fd);
-    }
+  // An unnamed file in the target's directory gets its name only at
+  // Commit, so a process killed while writing leaves nothing behind;
+  // where it cannot be had, the file is named from the start.
+  if (const int fd = OpenUnnamed(DirectoryOf(path), temp_path); fd >= 0) {
+    AtomicFileWriter writer(path, std::move(temp_path), fd);
+    writer.named_ = false;
+    return writer;
   }
   // A leftover from a crashed process that had our pid is garbage, not
   // something to fail on; a symbolic link there must not be followed (the
@@ -127,7 +124,9 @@ absl::Status AtomicFileWriter::Append(absl::string_view data) {
       const int error_number = errno;
       Discard();
       return absl::ErrnoToStatus(
-          error_number, absl::StrCat(path_, ": write to ", temp_path_));
+          error_number,
+          absl::StrCat(path_, ": write to ",
+                       named_ ? temp_path_ : "its unnamed temporary file"));
     }
     data.remove_prefix(static_cast<size_t>(n));
   }
@@ -139,22 +138,21 @@ absl::Status AtomicFileWriter::Commit() {
     return absl::FailedPreconditionError(
         absl::StrCat(path_, ": commit after the file was committed or failed"));
   }
-  if (::fsync(fd_) != 0) {
-    const int error_number = errno;
-    Discard();
-    return absl::ErrnoToStatus(error_number,
-                               absl::StrCat(path_, ": fsync of ", temp_path_));
-  }
-  // An unnamed file gets the temporary name now, then the rename below as
-  // a named file.
+  // An unnamed file gets the temporary name first (the link, like the
+  // data, is then made durable by the fsyncs), then goes on as a named one.
   if (!named_) {
-    if (!LinkTo(fd_, temp_path_)) {
-      const int error_number = errno;
+    if (const int error_number = LinkTo(fd_, temp_path_); error_number != 0) {
       Discard();
       return absl::ErrnoToStatus(
           error_number, absl::StrCat(path_, ": cannot name ", temp_path_));
     }
     named_ = true;
+  }
+  if (::fsync(fd_) != 0) {
+    const int error_number = errno;
+    Discard();
+    return absl::ErrnoToStatus(error_number,
+                               absl::StrCat(path_, ": fsync of ", temp_path_));
   }
   // close() can report deferred write errors (e.g. on NFS).
   const int close_result = ::close(fd_);

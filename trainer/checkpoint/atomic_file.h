@@ -2,16 +2,18 @@
 // the complete new one, never a torn one, even across a crash.
 //
 // Protocol: data goes to an unnamed file in the target's directory
-// (O_TMPFILE; where the file system cannot, to "<path>.tmp.<pid>"); Commit
-// fsyncs it, names it "<path>.tmp.<pid>", renames that over <path> and
-// fsyncs the directory so the rename itself is durable. A process killed
-// before Commit leaves no file behind (with the named fallback, its
-// temporary). Until Commit renames, an existing <path> is untouched;
-// a Commit that fails after the rename (the directory's fsync) has replaced
-// it, which renamed() says. A writer destroyed without a successful Commit
-// (or after any failure) removes its temporary file. The temporary name is
-// created afresh (O_EXCL, O_NOFOLLOW): a link left there is removed, never
-// followed.
+// (O_TMPFILE, named through /proc/self/fd; where either is missing, or
+// the name could not be given, to "<path>.tmp.<pid>" from the start);
+// Commit names it "<path>.tmp.<pid>", fsyncs it, renames that over <path>
+// and fsyncs the directory so the rename itself is durable. A process
+// killed before Commit leaves no file behind (with the named fallback,
+// its temporary; Create tries the name with a throwaway file, which a
+// kill at that instant would leave). Until Commit renames, an existing <path>
+// is untouched; a Commit that fails after the rename (the directory's fsync)
+// has replaced it, which renamed() says. A writer destroyed without a
+// successful Commit (or after any failure) removes its temporary file. The
+// temporary name is created afresh (O_EXCL, O_NOFOLLOW): a link left there is
+// removed, never followed.
 //
 // Ownership: owns the temporary file's descriptor; movable, not copyable.
 // Thread contract: not synchronised; one writer per path at a time.

@@ -311,6 +311,7 @@ TEST_F(SafetensorsTest, AnUncommittedFileHasNoName) {
   const int probe = ::open(Path("").c_str(), O_TMPFILE | O_WRONLY, 0644);
   if (probe < 0) GTEST_SKIP() << "this file system has no O_TMPFILE";
   ::close(probe);
+  if (::access("/proc/self/fd", X_OK) != 0) GTEST_SKIP() << "no /proc";
   const std::string path = Path("y.bin");
   absl::StatusOr<AtomicFileWriter> writer = AtomicFileWriter::Create(path);
   ASSERT_TRUE(writer.ok()) << writer.status();
@@ -320,6 +321,11 @@ TEST_F(SafetensorsTest, AnUncommittedFileHasNoName) {
   EXPECT_TRUE(writer->renamed());
   EXPECT_THAT(DirEntries(), ElementsAre("y.bin"));
   EXPECT_EQ(testing::ReadFile(path), "some bytes");
+  // The mode a named file gets: 0644 under the umask.
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  EXPECT_EQ(fs::status(path).permissions(),
+            static_cast<fs::perms>(0644 & ~mask));
   // Destroyed uncommitted: still nothing, and the target is kept.
   {
     absl::StatusOr<AtomicFileWriter> dropped = AtomicFileWriter::Create(path);
