@@ -22,7 +22,8 @@ namespace {
 
 // Tensors per launch: their pointers travel as a kernel parameter, which
 // must stay under the classic 4 KiB limit (about 2.8 KiB for updates with
-// their gradients' further terms, 1.5 KiB for moving averages).
+// their gradients' further terms, 1.5 KiB for the others and for moving
+// averages).
 constexpr int kMaxTensors = 24;
 constexpr int kMaxMore = kMaxGradientTerms - 1;
 // Elements per block; a block updates a chunk of one tensor.
@@ -114,8 +115,17 @@ __device__ inline T LoadGradient(const UpdateBatch& batch, int t, int64_t i,
   return g;
 }
 
-template <UpdateRule R, typename T>
-__global__ void UpdatesKernel(const __grid_constant__ UpdateBatch batch) {
+// The gradient as it is: a batch without further terms.
+template <typename V>
+__device__ inline V LoadGradient(const TensorBatch&, int, int64_t, V g) {
+  return g;
+}
+
+// Batch: UpdateBatch where some gradient has further terms, else the
+// TensorBatch the update took before terms existed (half the parameters,
+// no test per element).
+template <UpdateRule R, typename T, typename Batch>
+__global__ void UpdatesKernel(const __grid_constant__ Batch batch) {
   int64_t begin, end;
   const int t = BlockTensor(batch, begin, end);
   const UpdateParams<T> p =
@@ -232,10 +242,11 @@ absl::Status ApplyUpdatesOnGpu(UpdateRule rule, DType dtype,
   return LaunchFloatOn(
       "ApplyUpdates", dtype, device, [&](auto zero, cudaStream_t stream) {
         using T = decltype(zero);
-        DispatchUpdateRule(rule, [&](auto r) {
-          ForEachBatch<UpdateBatch>(
+        const auto launch = [&](auto r, auto batch_type) {
+          using Batch = decltype(batch_type);
+          ForEachBatch<Batch>(
               tensors,
-              [](UpdateBatch& b, int k, const UpdateOperands& t) {
+              [](Batch& b, int k, const UpdateOperands& t) {
                 b.scalars[k] = t.params;
                 b.in[k] = t.grad;
                 b.out[k] = t.var;
@@ -244,15 +255,27 @@ absl::Status ApplyUpdatesOnGpu(UpdateRule rule, DType dtype,
                 b.bf16[k] = t.bf16;
                 b.wide[k] = Wide16(t.grad) && Wide16(t.var) && Wide16(t.s0) &&
                             Wide16(t.s1) && Wide8(t.bf16);
-                for (int m = 0; m < kMaxMore; ++m) {
-                  b.more[m][k] = t.more_grads[m];
-                  b.wide[k] = b.wide[k] && Wide16(t.more_grads[m]);
+                if constexpr (std::is_same_v<Batch, UpdateBatch>) {
+                  for (int m = 0; m < kMaxMore; ++m) {
+                    b.more[m][k] = t.more_grads[m];
+                    b.wide[k] = b.wide[k] && Wide16(t.more_grads[m]);
+                  }
                 }
               },
-              [&](const UpdateBatch& b, int blocks) {
-                UpdatesKernel<decltype(r)::value, T>
+              [&](const Batch& b, int blocks) {
+                UpdatesKernel<decltype(r)::value, T, Batch>
                     <<<blocks, kLaunchThreads, 0, stream>>>(b);
               });
+        };
+        const bool terms = std::any_of(
+            tensors.begin(), tensors.end(),
+            [](const UpdateOperands& t) { return t.more_grads[0] != nullptr; });
+        DispatchUpdateRule(rule, [&](auto r) {
+          if (terms) {
+            launch(r, UpdateBatch{});
+          } else {
+            launch(r, TensorBatch{});
+          }
         });
       });
 }
