@@ -50,15 +50,15 @@ absl::StatusOr<LayerSpec> MakeLayerSpec(
   return spec;
 }
 
-const LayerSpec* TokenIdLayer(const std::vector<LayerSpec>& layers,
+const LayerSpec* TokenIdLayer(absl::Span<const LayerSpec> layers,
                               bool past_pass_through) {
   const std::vector<const LayerSpec*> all =
       TokenIdLayers(layers, past_pass_through);
   return all.empty() ? nullptr : all.front();
 }
 
-std::vector<const LayerSpec*> TokenIdLayers(
-    const std::vector<LayerSpec>& layers, bool past_pass_through) {
+std::vector<const LayerSpec*> TokenIdLayers(absl::Span<const LayerSpec> layers,
+                                            bool past_pass_through) {
   for (const LayerSpec& spec : layers) {
     const LayerType* type = LayerRegistry::Global().Find(spec.type);
     if (type == nullptr) return {};
@@ -67,7 +67,9 @@ std::vector<const LayerSpec*> TokenIdLayers(
       // Every branch reads its input.
       std::vector<const LayerSpec*> out;
       for (const LayerSpec& branch : spec.layers) {
-        for (const LayerSpec* s : TokenIdLayers({branch}, past_pass_through)) {
+        // The entry itself, not a copy: the pointers outlive this call.
+        for (const LayerSpec* s : TokenIdLayers(absl::MakeConstSpan(&branch, 1),
+                                                past_pass_through)) {
           out.push_back(s);
         }
       }
@@ -90,7 +92,7 @@ std::vector<const LayerSpec*> TokenIdLayers(
   return {};
 }
 
-const LayerSpec* OutputLayer(const std::vector<LayerSpec>& layers) {
+const LayerSpec* OutputLayer(absl::Span<const LayerSpec> layers) {
   for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
     const LayerType* type = LayerRegistry::Global().Find(it->type);
     if (type == nullptr) return &*it;
@@ -108,7 +110,7 @@ namespace {
 
 // The last of the layers OutputLayer looks past (behind the output layer);
 // nullptr if none.
-const LayerSpec* BehindOutput(const std::vector<LayerSpec>& layers) {
+const LayerSpec* BehindOutput(absl::Span<const LayerSpec> layers) {
   for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
     const LayerType* type = LayerRegistry::Global().Find(it->type);
     if (type == nullptr) return nullptr;
@@ -125,7 +127,7 @@ const LayerSpec* BehindOutput(const std::vector<LayerSpec>& layers) {
 
 }  // namespace
 
-std::string OutputActivation(const std::vector<LayerSpec>& layers) {
+std::string OutputActivation(absl::Span<const LayerSpec> layers) {
   const LayerSpec* last = OutputLayer(layers);
   if (last == nullptr || !last->params.Has("activation")) return "";
   if (const LayerType* type = LayerRegistry::Global().Find(last->type);
@@ -135,7 +137,7 @@ std::string OutputActivation(const std::vector<LayerSpec>& layers) {
   return last->params.String("activation");
 }
 
-absl::Status CheckMergedOutput(const std::vector<LayerSpec>& layers,
+absl::Status CheckMergedOutput(absl::Span<const LayerSpec> layers,
                                const LossType& loss) {
   const LayerSpec* out = OutputLayer(layers);
   const LayerType* type =
@@ -144,14 +146,16 @@ absl::Status CheckMergedOutput(const std::vector<LayerSpec>& layers,
       !(type->shortcut || type->parallel)) {
     return absl::OkStatus();
   }
-  std::vector<std::vector<LayerSpec>> branches;
+  std::vector<absl::Span<const LayerSpec>> branches;
   if (type->parallel) {
-    for (const LayerSpec& entry : out->layers) branches.push_back({entry});
+    for (const LayerSpec& entry : out->layers) {
+      branches.push_back(absl::MakeConstSpan(&entry, 1));
+    }
   } else {
     branches.push_back(out->layers);
     if (out->shortcut.has_value()) branches.push_back(*out->shortcut);
   }
-  for (const std::vector<LayerSpec>& branch : branches) {
+  for (const absl::Span<const LayerSpec> branch : branches) {
     MT_RETURN_IF_ERROR(CheckMergedOutput(branch, loss));
     if (OutputActivation(branch) != loss.output_activation) continue;
     const LayerSpec* last = OutputLayer(branch);

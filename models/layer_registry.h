@@ -23,6 +23,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "models/layer.h"
 #include "models/losses.h"
 #include "tensor/device.h"
@@ -115,19 +116,19 @@ absl::StatusOr<LayerSpec> MakeLayerSpec(
 // that is first (either branch of a two-branch one, the main branch's
 // first; any entry of a parallel one), and with `past_pass_through` also
 // behind `passes_values_on` types (a reshape before it); nullptr otherwise.
-const LayerSpec* TokenIdLayer(const std::vector<LayerSpec>& layers,
+const LayerSpec* TokenIdLayer(absl::Span<const LayerSpec> layers,
                               bool past_pass_through = true);
 // Every such entry: one per branch of a two-branch or parallel container
 // whose branches read ids first (the data must suit each).
-std::vector<const LayerSpec*> TokenIdLayers(
-    const std::vector<LayerSpec>& layers, bool past_pass_through = true);
+std::vector<const LayerSpec*> TokenIdLayers(absl::Span<const LayerSpec> layers,
+                                            bool past_pass_through = true);
 
 // The entry that makes the model's output: the last one, looked into
 // (containers without a shortcut) and past `passes_values_on` types;
 // nullptr if there is none.
-const LayerSpec* OutputLayer(const std::vector<LayerSpec>& layers);
+const LayerSpec* OutputLayer(absl::Span<const LayerSpec> layers);
 // The output layer's `activation` key ("" where it has none).
-std::string OutputActivation(const std::vector<LayerSpec>& layers);
+std::string OutputActivation(absl::Span<const LayerSpec> layers);
 // InvalidArgument (without the key's path) when the output layer's
 // activation is `loss`'s output_activation (Keras's from_logits=False) with
 // layers behind it (a dropout, a flatten regrouping the softmax's axis),
@@ -142,7 +143,7 @@ absl::Status CheckOutputActivation(const std::vector<LayerSpec>& layers,
 // `loss`'s output activation: Keras would merge probabilities there, but
 // the loss takes the merge's output as logits and would apply its
 // activation again. The message names the branch's layer.
-absl::Status CheckMergedOutput(const std::vector<LayerSpec>& layers,
+absl::Status CheckMergedOutput(absl::Span<const LayerSpec> layers,
                                const LossType& loss);
 
 // One row of a model summary (Keras model.summary()).

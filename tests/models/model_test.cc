@@ -424,6 +424,8 @@ TEST(ModelTest, MixedBFloat16LeavesTokenIdsUnrounded) {
     branches.input_shape = {3};
     branches.layers = {three};
     ASSERT_NE(TokenIdLayer(branches.layers), nullptr);
+    // The entry itself, which the caller reads later (not a copy's).
+    EXPECT_EQ(TokenIdLayer(branches.layers), &branches.layers[0].layers[2]);
     std::unique_ptr<Model> m;
     Tensor y;
     ASSERT_NO_FATAL_FAILURE(CallOnIds(branches, 6, &m, &y));
