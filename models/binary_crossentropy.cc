@@ -84,7 +84,7 @@ absl::StatusOr<double> CountCorrectBinary(const Tensor& logits,
   for (int64_t i = 0; i < host_labels.num_elements(); ++i) {
     const bool one = host_logits.ScalarAt(i) > 0;
     if (one != (ops::internal::IndexAt(host_labels, i) == 1)) continue;
-    correct += w.empty() ? 1.0 : w[static_cast<size_t>(i)];
+    correct += w[static_cast<size_t>(i)];
   }
   return correct;
 }

@@ -65,7 +65,7 @@ absl::StatusOr<Tensor> WeightedSum(const Tensor& per_label,
 
 absl::StatusOr<std::vector<double>> LabelWeights(const Tensor& weights,
                                                  int64_t labels) {
-  if (!weights.defined()) return std::vector<double>();
+  if (!weights.defined()) return std::vector<double>(labels, 1.0);
   const int64_t m = weights.num_elements();
   if (m == 0 ? labels != 0 : labels % m != 0) {
     return absl::InvalidArgumentError(
@@ -129,7 +129,7 @@ absl::StatusOr<double> CountCorrect(const Tensor& logits, const Tensor& labels,
   const int64_t* p = host_predicted.data<int64_t>();
   for (int64_t i = 0; i < host_labels.num_elements(); ++i) {
     if (p[i] != ops::internal::IndexAt(host_labels, i)) continue;
-    correct += w.empty() ? 1.0 : w[static_cast<size_t>(i)];
+    correct += w[static_cast<size_t>(i)];
   }
   return correct;
 }

@@ -73,9 +73,8 @@ using LossRegistry = Registry<LossType>;
 // sum_i w_i v_i for per-label values `per_label` (n of them, any shape).
 absl::StatusOr<Tensor> WeightedSum(const Tensor& per_label,
                                    const Tensor& weights);
-// The weights on the host as one value per label (empty for undefined
-// weights, all 1), for metrics summed there; InvalidArgument unless m
-// divides n.
+// The weights on the host as one value per label (all 1 for undefined
+// weights), for metrics summed there; InvalidArgument unless m divides n.
 absl::StatusOr<std::vector<double>> LabelWeights(const Tensor& weights,
                                                  int64_t labels);
 

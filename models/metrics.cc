@@ -54,7 +54,7 @@ absl::StatusOr<double> CountInTopK(const Tensor& logits, const Tensor& labels,
       above += v > mine;
     }
     if (finite && above < k) {
-      in_top += w.empty() ? 1.0 : w[static_cast<size_t>(i)];
+      in_top += w[static_cast<size_t>(i)];
     }
   }
   return in_top;

@@ -146,8 +146,7 @@ absl::StatusOr<double> SumAbsoluteError(const Tensor& logits,
   double sum = 0;
   for (int64_t i = 0; i < x.num_elements(); ++i) {
     // Weighted as Keras weighs (values * sample_weight), as the losses do.
-    const double weight = w.empty() ? 1.0 : w[static_cast<size_t>(i)];
-    sum += weight * std::abs(x.ScalarAt(i) - y.ScalarAt(i));
+    sum += w[static_cast<size_t>(i)] * std::abs(x.ScalarAt(i) - y.ScalarAt(i));
   }
   return sum;
 }

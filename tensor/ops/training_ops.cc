@@ -229,10 +229,13 @@ absl::Status ApplyUpdates(UpdateRule rule,
     MT_DISPATCH_FLOAT(t.var.dtype(), T, {
       UpdateParams<T> p;
       std::memcpy(&p, t.params.raw_data(), sizeof(p));
-      std::vector<const T*> terms = {t.grad.data<T>()};
-      for (const Tensor& term : t.more_grads) terms.push_back(term.data<T>());
-      CpuRule<T>(rule, p, terms, t.var.data<T>(), static_cast<T*>(s0),
-                 static_cast<T*>(s1), n);
+      // No allocation per variable and step: CheckUpdate bounded the terms.
+      const T* terms[kMaxGradientTerms] = {t.grad.data<T>()};
+      for (size_t k = 0; k < t.more_grads.size(); ++k) {
+        terms[k + 1] = t.more_grads[k].data<T>();
+      }
+      CpuRule<T>(rule, p, {terms, t.more_grads.size() + 1}, t.var.data<T>(),
+                 static_cast<T*>(s0), static_cast<T*>(s1), n);
     });
   }
   for (const auto& g : gpu.groups) {
