@@ -61,10 +61,6 @@ class BidirectionalLayer final : public Layer {
   bool OutputMasked(bool input_masked) const override {
     return input_masked && sequences_;
   }
-  absl::StatusOr<Tensor> OutputMask(const Tensor&,
-                                    const ForwardContext& ctx) const override {
-    return sequences_ ? ctx.mask : Tensor();
-  }
 
   absl::StatusOr<Shape> OutputShape(const Shape& input) const override {
     MT_ASSIGN_OR_RETURN(Shape out, forward_->OutputShape(input));

@@ -1,8 +1,10 @@
 #include "models/containers.h"
 
 #include <algorithm>
+#include <iterator>
+#include <utility>
 
-#include "absl/container/flat_hash_map.h"
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "models/layer_registry.h"
 #include "models/masking.h"
@@ -400,14 +402,21 @@ LayerType MergeContainer(const char* name, const char* what) {
           .create = CreateTwoBranches<kMerge>};
 }
 
+// The merges a `parallel` takes, by name (its `merge` key's choices).
+constexpr std::pair<absl::string_view, Merge> kParallelMerges[] = {
+    {"concatenate", Merge::kConcatenate}, {"add", Merge::kAdd},
+    {"multiply", Merge::kMultiply},       {"average", Merge::kAverage},
+    {"maximum", Merge::kMaximum},         {"minimum", Merge::kMinimum}};
+
+std::vector<std::string> ParallelMergeNames() {
+  std::vector<std::string> names;
+  for (const auto& [name, merge] : kParallelMerges) names.emplace_back(name);
+  return names;
+}
+
 // `parallel`: each entry of `layers` a branch over the input.
 absl::StatusOr<std::unique_ptr<Layer>> CreateParallel(const LayerSpec& spec,
                                                       LayerBuilder& b) {
-  static const absl::flat_hash_map<std::string, Merge>* merges =
-      new absl::flat_hash_map<std::string, Merge>{
-          {"concatenate", Merge::kConcatenate}, {"add", Merge::kAdd},
-          {"multiply", Merge::kMultiply},       {"average", Merge::kAverage},
-          {"maximum", Merge::kMaximum},         {"minimum", Merge::kMinimum}};
   if (spec.layers.size() < 2) {
     return absl::InvalidArgumentError(absl::StrCat(
         "layers: takes two or more branches (one per entry; a sequential "
@@ -430,10 +439,13 @@ absl::StatusOr<std::unique_ptr<Layer>> CreateParallel(const LayerSpec& spec,
     branches.push_back(std::move(branch));
     names.push_back(absl::StrCat("layers[", i, "]"));
   }
-  const auto merge = merges->find(spec.params.String("merge"));
-  if (merge == merges->end()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "merge: unknown merge '", spec.params.String("merge"), "'"));
+  // A spec built in code has not met the key's choices.
+  const std::string name = spec.params.String("merge");
+  const auto* merge = absl::c_find_if(
+      kParallelMerges, [&](const auto& m) { return m.first == name; });
+  if (merge == std::end(kParallelMerges)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("merge: unknown merge '", name, "'"));
   }
   return std::make_unique<BranchesLayer>(b.name(), std::move(branches),
                                          std::move(names), merge->second);
@@ -484,8 +496,7 @@ MT_REGISTER(
             "concatenation)",
      .params = {{Param::String("merge")
                      .Default("concatenate")
-                     .OneOf({"concatenate", "add", "multiply", "average",
-                             "maximum", "minimum"})
+                     .OneOf(ParallelMergeNames())
                      .Doc("concatenate: along the last axis; the others "
                           "elementwise, broadcasting axes of 1, in order "
                           "(average: the sum over the count)")}},

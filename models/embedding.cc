@@ -44,10 +44,7 @@ class EmbeddingLayer final : public Layer {
   absl::StatusOr<Tensor> OutputMask(const Tensor& x,
                                     const ForwardContext&) const override {
     if (!mask_zero_) return Tensor();
-    if (IsFloating(x.dtype())) return NotEqualMask(x, 0);
-    // Integer ids: any nonzero one stays nonzero as a float.
-    MT_ASSIGN_OR_RETURN(const Tensor ids, ops::Cast(x, DType::kF32));
-    return NotEqualMask(ids, 0);
+    return NotEqualMask(x, 0);
   }
 
   absl::StatusOr<Tensor> Call(const Tensor& x, const ForwardContext&) override {

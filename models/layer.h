@@ -107,11 +107,12 @@ class Layer {
     return input_masked && SupportsMasking();
   }
   // The output's mask, for input `x` under ctx.mask (Keras's
-  // compute_mask); undefined for none.
+  // compute_mask); undefined for none. The default passes the input's on
+  // where OutputMasked says the output carries one.
   virtual absl::StatusOr<Tensor> OutputMask(const Tensor& x,
                                             const ForwardContext& ctx) const {
     (void)x;
-    return SupportsMasking() ? ctx.mask : Tensor();
+    return OutputMasked(ctx.mask.defined()) ? ctx.mask : Tensor();
   }
   // Call, with the output's mask in `mask`; containers override it to hand
   // each of their layers its input's mask.

@@ -15,10 +15,15 @@
 namespace mirrortrain::models {
 
 absl::StatusOr<Tensor> NotEqualMask(const Tensor& x, double value) {
-  MT_ASSIGN_OR_RETURN(const Tensor v, ops::internal::ScalarLike(x, value));
-  MT_ASSIGN_OR_RETURN(
-      Tensor mask,
-      ops::internal::BinaryKernel("NotEqual", BinaryKind::kNotEqual, x, v));
+  // The comparison kernel takes floats: integer ids as f64, exact to 2^53.
+  Tensor values = x;
+  if (!IsFloating(x.dtype())) {
+    MT_ASSIGN_OR_RETURN(values, ops::Cast(x, DType::kF64));
+  }
+  MT_ASSIGN_OR_RETURN(const Tensor v, ops::internal::ScalarLike(values, value));
+  MT_ASSIGN_OR_RETURN(Tensor mask,
+                      ops::internal::BinaryKernel(
+                          "NotEqual", BinaryKind::kNotEqual, values, v));
   // Masks meet f32 states and scores: f64 or integer inputs' too.
   if (mask.dtype() != DType::kF32) {
     MT_ASSIGN_OR_RETURN(mask, ops::Cast(mask, DType::kF32));

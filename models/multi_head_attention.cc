@@ -114,15 +114,9 @@ class MultiHeadAttentionLayer final : public Layer {
       // (where(mask, s, -0.7 FLT_MAX) on its fused path, the Softmax
       // layer's -1e9 with dropout: the same probabilities): s * 1 + 0, or
       // s * 0 - 1e9.
-      MT_ASSIGN_OR_RETURN(const Tensor dropped, MaskComplement(keep));
       MT_ASSIGN_OR_RETURN(const Tensor large,
-                          ops::internal::ScalarLike(keep, kMaskedScore));
-      MT_ASSIGN_OR_RETURN(
-          const Tensor masked_score,
-          ops::internal::BinaryKernel("AttentionMask", BinaryKind::kMul,
-                                      dropped, large));
-      MT_ASSIGN_OR_RETURN(scores, ops::Mul(scores, keep));
-      MT_ASSIGN_OR_RETURN(scores, ops::Add(scores, masked_score));
+                          ops::internal::ScalarLike(scores, kMaskedScore));
+      MT_ASSIGN_OR_RETURN(scores, MaskSelect(keep, scores, large));
     } else if (options_.causal) {
       MT_ASSIGN_OR_RETURN(Tensor mask, CausalMask(t, x.device()));
       MT_ASSIGN_OR_RETURN(mask, MaskAs(mask, scores.dtype()));

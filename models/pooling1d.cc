@@ -94,10 +94,6 @@ class GlobalPooling1DLayer final : public Layer {
   // pooling drops it.
   bool SupportsMasking() const override { return !max_; }
   bool OutputMasked(bool) const override { return false; }
-  absl::StatusOr<Tensor> OutputMask(const Tensor&,
-                                    const ForwardContext&) const override {
-    return Tensor();
-  }
 
  private:
   // The mean over the unmasked steps, as Keras's: their sum over their

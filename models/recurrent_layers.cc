@@ -191,10 +191,6 @@ class RecurrentLayer : public Layer {
   bool OutputMasked(bool input_masked) const final {
     return input_masked && options_.return_sequences;
   }
-  absl::StatusOr<Tensor> OutputMask(const Tensor&,
-                                    const ForwardContext& ctx) const final {
-    return options_.return_sequences ? ctx.mask : Tensor();
-  }
 
  protected:
   // Keras's dropout masks of a call (its cell's get_dropout_mask and

@@ -420,6 +420,14 @@ absl::Status Trainer::ApplyUpdate(Replica& target, const StepGradients& grads,
   return absl::OkStatus();
 }
 
+absl::Status Trainer::ApplyMirroredUpdate(distribute::ReplicaContext& ctx,
+                                          Replica& r,
+                                          const StepGradients& grads,
+                                          bool staged) {
+  MT_RETURN_IF_ERROR(ApplyUpdate(r, grads, staged));
+  return grads.shared ? ctx.EndShare() : absl::OkStatus();
+}
+
 absl::Status Trainer::EagerReplicaStep(distribute::ReplicaContext& ctx,
                                        absl::Span<const Batch> micro_batches,
                                        int64_t step) {
@@ -428,9 +436,7 @@ absl::Status Trainer::EagerReplicaStep(distribute::ReplicaContext& ctx,
       const StepGradients grads,
       ComputeGradients(ctx, r, micro_batches, StepSeed(config_.seed, step)));
   if (placement() == distribute::VariablePlacement::kMirrored) {
-    MT_RETURN_IF_ERROR(ApplyUpdate(r, grads));
-    // The peers' updates read this replica's gradients until then.
-    return grads.shared ? ctx.EndShare() : absl::OkStatus();
+    return ApplyMirroredUpdate(ctx, r, grads);
   }
   // Central storage: every replica holds the reduced gradients; replica 0
   // applies them, once. The others read the central state before the step

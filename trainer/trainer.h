@@ -351,6 +351,13 @@ class Trainer {
   // `staged`: their parameters are staged already (a graph capture).
   static absl::Status ApplyUpdate(Replica& target, const StepGradients& grads,
                                   bool staged = false);
+  // ApplyUpdate of mirrored replica ctx's own state, then, where the
+  // replicas shared their gradients, the end of the share (the peers'
+  // updates read this replica's gradients until then).
+  static absl::Status ApplyMirroredUpdate(distribute::ReplicaContext& ctx,
+                                          Replica& r,
+                                          const StepGradients& grads,
+                                          bool staged = false);
   // Waits for what this thread enqueued on its own streams of the replicas'
   // GPUs (initial values, restored or loaded weights): the replicas' streams
   // read it, and are not ordered after this thread's.

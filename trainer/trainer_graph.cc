@@ -181,8 +181,7 @@ absl::Status Trainer::CaptureStep(absl::Span<const Batch> micro_batches,
             const StepGradients grads,
             ComputeGradients(ctx, r, micro_batches,
                              StepSeed(config_.seed, step), r.graph.get()));
-        MT_RETURN_IF_ERROR(ApplyUpdate(r, grads, /*staged=*/true));
-        return grads.shared ? ctx.EndShare() : absl::OkStatus();
+        return ApplyMirroredUpdate(ctx, r, grads, /*staged=*/true);
       });
   // Recording ran nothing: the update the optimizers counted is the
   // replays'.

@@ -253,6 +253,33 @@ absl::StatusOr<Tensor> SparseSoftmaxCrossEntropyWithLogits(
 
 namespace {
 
+// A step seed (when given) is one i64 element on x's device: a replayed
+// CUDA graph's, read by the kernel.
+absl::Status CheckStepSeed(const char* op, const Tensor* step_seed,
+                           const Tensor& x) {
+  if (step_seed == nullptr ||
+      (step_seed->defined() && step_seed->dtype() == DType::kI64 &&
+       step_seed->num_elements() == 1 && step_seed->device() == x.device())) {
+    return absl::OkStatus();
+  }
+  return OpError(op,
+                 absl::StrCat("step seed must be one i64 element on ",
+                              x.device().ToString(), ", got ",
+                              step_seed->defined() ? step_seed->DebugString()
+                                                   : "undefined"),
+                 {&x});
+}
+
+// The host loops' salt: of `seed`, or of DropoutStepSeed(*step_seed, seed,
+// step_salt) when a (host) step seed is given, as the kernels form it.
+uint64_t HostSalt(const Tensor* step_seed, uint64_t seed, uint64_t step_salt) {
+  return DropoutSalt(
+      step_seed == nullptr
+          ? seed
+          : DropoutStepSeed(static_cast<uint64_t>(*step_seed->data<int64_t>()),
+                            seed, step_salt));
+}
+
 // Dropout with seed `seed`, or DropoutStepSeed(*step_seed, seed, step_salt)
 // when step_seed is given.
 absl::StatusOr<Tensor> SeededDropout(const Tensor& x, double rate,
@@ -265,16 +292,7 @@ absl::StatusOr<Tensor> SeededDropout(const Tensor& x, double rate,
     return OpError(kOp, absl::StrCat("rate ", rate, " is outside [0, 1)"),
                    {&x});
   }
-  if (step_seed != nullptr &&
-      (!step_seed->defined() || step_seed->dtype() != DType::kI64 ||
-       step_seed->num_elements() != 1 || step_seed->device() != x.device())) {
-    return OpError(kOp,
-                   absl::StrCat("step seed must be one i64 element on ",
-                                x.device().ToString(), ", got ",
-                                step_seed->defined() ? step_seed->DebugString()
-                                                     : "undefined"),
-                   {&x});
-  }
+  MT_RETURN_IF_ERROR(CheckStepSeed(kOp, step_seed, x));
   MT_ASSIGN_OR_RETURN(Tensor mask,
                       Tensor::Empty(x.dtype(), x.shape(), x.device()));
   MT_ASSIGN_OR_RETURN(Tensor y,
@@ -289,11 +307,7 @@ absl::StatusOr<Tensor> SeededDropout(const Tensor& x, double rate,
                       y.raw_data(), x.num_elements(), x.device().index),
         {&x}));
   } else {
-    const uint64_t salt = DropoutSalt(
-        step_seed == nullptr ? seed
-                             : DropoutStepSeed(static_cast<uint64_t>(
-                                                   *step_seed->data<int64_t>()),
-                                               seed, step_salt));
+    const uint64_t salt = HostSalt(step_seed, seed, step_salt);
     MT_DISPATCH_FLOAT(x.dtype(), T, {
       const T scale = static_cast<T>(keep_scale);
       const T* px = x.data<T>();
@@ -329,13 +343,7 @@ absl::StatusOr<Tensor> SeededNormal(const Tensor& like, const Tensor* step_seed,
                                     int64_t element_offset) {
   constexpr const char* kOp = "StandardNormal";
   MT_RETURN_IF_ERROR(CheckFloatingSame(kOp, {&like}));
-  if (step_seed != nullptr &&
-      (!step_seed->defined() || step_seed->dtype() != DType::kI64 ||
-       step_seed->num_elements() != 1 ||
-       step_seed->device() != like.device())) {
-    return OpError(kOp, "step seed must be one i64 element on the device",
-                   {&like});
-  }
+  MT_RETURN_IF_ERROR(CheckStepSeed(kOp, step_seed, like));
   MT_ASSIGN_OR_RETURN(Tensor out,
                       Tensor::Empty(like.dtype(), like.shape(), like.device()));
   if (like.device().is_cuda()) {
@@ -349,11 +357,7 @@ absl::StatusOr<Tensor> SeededNormal(const Tensor& like, const Tensor* step_seed,
                     {&like}));
     return out;
   }
-  const uint64_t salt = DropoutSalt(
-      step_seed == nullptr
-          ? seed
-          : DropoutStepSeed(static_cast<uint64_t>(*step_seed->data<int64_t>()),
-                            seed, step_salt));
+  const uint64_t salt = HostSalt(step_seed, seed, step_salt);
   MT_DISPATCH_FLOAT(like.dtype(), T, {
     T* po = out.data<T>();
     for (int64_t i = 0; i < like.num_elements(); ++i) {
